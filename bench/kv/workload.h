@@ -1,0 +1,46 @@
+/*
+ * workload: runs one closed-loop workload (put or range) against one server with N
+ * client threads, each with its own connection (kv_it_rpc: libkvclient when built) making
+ * synchronous unary calls, and reports throughput, latency percentiles, and the server's
+ * CPU time and RSS over the measured window.
+ *
+ * Contract: kv_bench_run() blocks for warmup_ms + duration_ms (+ connection set-up) and
+ * returns 0 or a negative errno-style code with errbuf set. Any failed call aborts the
+ * run (a benchmark that hides errors is a lie).
+ */
+#ifndef KV_BENCH_WORKLOAD_H
+#define KV_BENCH_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum { KV_BENCH_PUT = 0, KV_BENCH_RANGE = 1 } kv_bench_kind;
+
+typedef struct kv_bench_params {
+    kv_bench_kind kind;
+    const char *endpoint; /* "127.0.0.1:<port>" */
+    pid_t server_pid;     /* for /proc CPU and RSS */
+    uint32_t clients;
+    uint32_t duration_ms;
+    uint32_t warmup_ms;
+    uint32_t keyspace;   /* keys "bench/%08u", [0, keyspace) */
+    uint32_t value_size; /* put value size */
+    uint32_t timeout_ms; /* per call */
+    int serializable;    /* range: serializable instead of linearizable reads */
+} kv_bench_params;
+
+typedef struct kv_bench_result {
+    uint64_t ops;
+    double seconds;
+    double ops_per_s;
+    double p50_ms, p99_ms, max_ms;
+    double cpu_s; /* server utime+stime during the measured window */
+    uint64_t rss; /* server RSS at the end, bytes */
+} kv_bench_result;
+
+int kv_bench_run(const kv_bench_params *p, kv_bench_result *r, char *errbuf, size_t errcap);
+
+const char *kv_bench_kind_name(kv_bench_kind k);
+
+#endif

@@ -1,0 +1,462 @@
+/*
+ * kvclient.h - libkvclient, the embeddable C client of kvd (wire-compatible with etcd v3).
+ *
+ * Contract
+ * --------
+ * - One kvc_client holds ONE HTTP/2 connection at a time (gRPC, h2c prior knowledge) and
+ *   multiplexes every unary call and every stream from any number of threads over it.
+ * - Each client is driven by an I/O thread running a libuv loop: its own thread by default,
+ *   or a thread shared with other clients through a kvc_loop_group (kvc_config.loop_group),
+ *   so that thousands of clients (each with its own connection) do not need thousands of
+ *   threads.
+ * - Caller threads hand requests to the I/O thread through a bounded queue
+ *   (kvc_config.max_pending outstanding calls per client). A full queue fails the call at
+ *   once with KVC_RESOURCE_EXHAUSTED, "kvclient: request queue full"; nothing blocks forever.
+ * - Every call takes a deadline (timeout_ms; 0 = none, then only the dial timeout bounds the
+ *   wait for a connection). It is sent to the server as grpc-timeout.
+ * - Failover: when the connection drops, or a call fails with UNAVAILABLE or
+ *   "etcdserver: no leader", the client moves to the next endpoint after an exponential
+ *   backoff with jitter. Only idempotent calls are retried (reads, keepalives, calls marked
+ *   KVC_IDEMPOTENT); a put is never silently applied twice.
+ * - Lease keepalives: all leases of a client share ONE LeaseKeepAlive stream. The next
+ *   renewal of a lease is sent TTL/3 after the last response for it (or TTL/3 after the last
+ *   send if no response came), never sooner, whatever the consumer does. A slow consumer's
+ *   queue keeps only the newest responses and counts the dropped ones.
+ *
+ * Errors: every int-returning function returns 0 on success or a negative status
+ * -KVC_<code>, where the code is a gRPC status code (so -KVC_UNAVAILABLE == -14).
+ * Local failures are mapped onto gRPC codes too (bad argument: INVALID_ARGUMENT; out of
+ * memory: RESOURCE_EXHAUSTED; full queue: RESOURCE_EXHAUSTED; no connection: UNAVAILABLE).
+ * When `err` is non-NULL it is filled with the code and a message (etcd's grpc-message
+ * verbatim, e.g. "etcdserver: requested lease not found", or a local "kvclient: ..." text).
+ * `err` may always be NULL.
+ *
+ * Threads: unless stated otherwise every function taking a kvc_client is thread-safe.
+ * Callbacks (async results, keepalive events) run on the client's I/O thread: they must
+ * return quickly, must not call synchronous kvc_ functions on the same client or loop group
+ * (that would deadlock; the library detects it and fails the call with KVC_FAILED_PRECONDITION)
+ * but may call the *_async functions and kvc_keepalive_stop().
+ *
+ * Memory: results returned through `out` parameters are owned by the caller and released
+ * with the matching *_free function; byte pointers inside a result stay valid until then.
+ * Input buffers are copied before the call returns; the caller keeps ownership of them.
+ */
+#ifndef KVCLIENT_H
+#define KVCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_VERSION_MAJOR 0
+#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_PATCH 0
+
+/* gRPC status codes, used as (negated) return values and in kvc_error.code. */
+enum kvc_code {
+    KVC_OK = 0,
+    KVC_CANCELLED = 1,
+    KVC_UNKNOWN = 2,
+    KVC_INVALID_ARGUMENT = 3,
+    KVC_DEADLINE_EXCEEDED = 4,
+    KVC_NOT_FOUND = 5,
+    KVC_ALREADY_EXISTS = 6,
+    KVC_PERMISSION_DENIED = 7,
+    KVC_RESOURCE_EXHAUSTED = 8,
+    KVC_FAILED_PRECONDITION = 9,
+    KVC_ABORTED = 10,
+    KVC_OUT_OF_RANGE = 11,
+    KVC_UNIMPLEMENTED = 12,
+    KVC_INTERNAL = 13,
+    KVC_UNAVAILABLE = 14,
+    KVC_DATA_LOSS = 15,
+    KVC_UNAUTHENTICATED = 16,
+};
+
+typedef struct kvc_client kvc_client;
+typedef struct kvc_loop_group kvc_loop_group;
+typedef struct kvc_keepalive kvc_keepalive;
+typedef struct kvc_txn kvc_txn;
+
+typedef struct kvc_error {
+    int code;          /* gRPC status code (0 OK, 4 DEADLINE_EXCEEDED, 14 UNAVAILABLE ...) */
+    char message[256]; /* grpc-message (percent-decoded) or a local "kvclient: ..." text */
+} kvc_error;
+
+typedef struct kvc_config {
+    const char *const *endpoints; /* "127.0.0.1:2379", "http://host:port", "host:port",
+                                     "[::1]:2379"; copied by kvc_open */
+    size_t n_endpoints;
+    uint32_t dial_timeout_ms;     /* default 5000: how long a call waits for a connection */
+    uint32_t max_pending;         /* outstanding calls per client (queued + in flight);
+                                     default 10000 */
+    uint32_t keepalive_queue_len; /* per-lease response queue length; default 16 */
+    /* Extensions (set by kvc_config_default; zero means "default"). */
+    kvc_loop_group *loop_group;   /* NULL: the client starts its own I/O thread. Otherwise
+                                     it runs on the group's thread (must outlive the client) */
+    uint32_t max_response_bytes;  /* largest gRPC message accepted; default 64 MiB */
+    uint32_t backoff_base_ms;     /* first reconnect delay; default 50 */
+    uint32_t backoff_max_ms;      /* reconnect delay cap; default 1000 */
+    uint64_t seed;                /* jitter PRNG seed; 0 = derived from time and address */
+} kvc_config;
+
+/* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */
+void kvc_config_default(kvc_config *cfg);
+
+/*
+ * Create a client. Validates and copies the endpoints (a malformed endpoint fails with
+ * KVC_INVALID_ARGUMENT naming it), starts the I/O thread (or joins cfg->loop_group) and
+ * starts connecting to the first endpoint EAGERLY in the background; kvc_open does not wait
+ * for the connection. Calls made before it is up wait for it (bounded by dial_timeout_ms
+ * and their own deadline); a failed connection is reported by those calls as
+ * KVC_UNAVAILABLE with the reason (refused, closed by peer, "server speaks HTTP/1.1", ...).
+ * On success *out owns the client; release it with kvc_close(). On failure *out is NULL.
+ */
+int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err);
+
+/*
+ * Close the connection, fail every pending call with KVC_CANCELLED (their callbacks run
+ * before kvc_close returns), stop and free any keepalive handle still running (its pointer
+ * becomes invalid; no further events are delivered), stop the I/O thread if the client owns
+ * it, and free the client. Must not be called from a callback (I/O thread) nor concurrently
+ * with other calls on the same client. c may be NULL.
+ */
+void kvc_close(kvc_client *c);
+
+/* ---- loop groups: many clients, one I/O thread ---- */
+
+/* Start an I/O thread that clients opened with cfg.loop_group = *out share. Each client
+ * still has its own connection. Free with kvc_loop_group_free() after closing all clients
+ * that use it. Thread-safe. */
+int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err);
+/* Stop the thread and free the group. Precondition: no client uses it any more. */
+void kvc_loop_group_free(kvc_loop_group *g);
+
+/* ---- raw unary calls ---- */
+
+#define KVC_IDEMPOTENT 1 /* flag: safe to retry on another endpoint / connection */
+
+/*
+ * Synchronous unary call of a gRPC method ("/etcdserverpb.KV/Range") with a packed protobuf
+ * request. On 0: *resp is a malloc'd packed response the caller frees with kvc_free()
+ * (*resp may be NULL when resp_len is 0). On error: returns -code and fills err.
+ * Thread-safe. timeout_ms 0 = no deadline (sent as grpc-timeout when non-zero).
+ * Only KVC_IDEMPOTENT calls are retried on another endpoint.
+ */
+int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags,
+                   kvc_error *err);
+
+/* Async completion of a raw call: on success status 0, err NULL and resp/resp_len the
+ * packed response, now owned by the callback (kvc_free it). On failure status -code,
+ * err describes it and resp is NULL. Runs on the I/O thread exactly once. */
+typedef void (*kvc_unary_cb)(void *arg, int status, const kvc_error *err, uint8_t *resp,
+                             size_t resp_len);
+
+/* Asynchronous form of kvc_call_unary. Returns 0 when queued (cb will run exactly once), or
+ * -code without calling cb (e.g. queue full). Thread-safe; callable from callbacks. */
+int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg,
+                         kvc_error *err);
+
+/* Free memory returned by this library (packed responses). NULL is fine. */
+void kvc_free(void *p);
+
+/* ---- KV ---- */
+
+typedef struct kvc_header {
+    uint64_t cluster_id;
+    uint64_t member_id;
+    int64_t revision;
+    uint64_t raft_term;
+} kvc_header;
+
+/* One key-value record. Pointers point into the owning result. */
+typedef struct kvc_kv {
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *value;
+    size_t value_len;
+    int64_t create_revision;
+    int64_t mod_revision;
+    int64_t version;
+    int64_t lease;
+} kvc_kv;
+
+enum kvc_sort_order { KVC_SORT_NONE = 0, KVC_SORT_ASCEND = 1, KVC_SORT_DESCEND = 2 };
+enum kvc_sort_target {
+    KVC_SORT_KEY = 0,
+    KVC_SORT_VERSION = 1,
+    KVC_SORT_CREATE = 2,
+    KVC_SORT_MOD = 3,
+    KVC_SORT_VALUE = 4
+};
+
+/* Options of kvc_get (and of txn range ops). Zero-initialise; NULL means all defaults. */
+typedef struct kvc_range_opts {
+    const uint8_t *range_end; /* explicit [key, range_end); overrides prefix/from_key */
+    size_t range_end_len;
+    int prefix;   /* every key starting with key */
+    int from_key; /* every key >= key (range_end "\0") */
+    int64_t limit;
+    int64_t revision; /* <= 0: newest */
+    int sort_order;   /* enum kvc_sort_order */
+    int sort_target;  /* enum kvc_sort_target */
+    int serializable; /* serve from the local member without consensus */
+    int keys_only;
+    int count_only;
+    int64_t min_mod_revision, max_mod_revision;
+    int64_t min_create_revision, max_create_revision;
+} kvc_range_opts;
+
+typedef struct kvc_put_opts {
+    int64_t lease; /* attach to lease id (0: none) */
+    int prev_kv;   /* return the previous record */
+    int ignore_value;
+    int ignore_lease;
+    int flags; /* KVC_IDEMPOTENT to allow retries (the caller asserts replays are harmless) */
+} kvc_put_opts;
+
+typedef struct kvc_delete_opts {
+    const uint8_t *range_end;
+    size_t range_end_len;
+    int prefix;
+    int from_key;
+    int prev_kv;
+    int flags; /* KVC_IDEMPOTENT */
+} kvc_delete_opts;
+
+typedef struct kvc_range_result {
+    kvc_header header;
+    kvc_kv *kvs;
+    size_t n_kvs;
+    int more;
+    int64_t count;
+    void *priv_; /* internal */
+} kvc_range_result;
+
+typedef struct kvc_put_result {
+    kvc_header header;
+    int has_prev_kv;
+    kvc_kv prev_kv;
+    void *priv_;
+} kvc_put_result;
+
+typedef struct kvc_delete_result {
+    kvc_header header;
+    int64_t deleted;
+    kvc_kv *prev_kvs;
+    size_t n_prev_kvs;
+    void *priv_;
+} kvc_delete_result;
+
+/* Free the contents of a result (not the struct itself, which is usually on the stack).
+ * Safe on a zeroed struct and after a failed call. Not thread-safe per result. */
+void kvc_range_result_free(kvc_range_result *r);
+void kvc_put_result_free(kvc_put_result *r);
+void kvc_delete_result_free(kvc_delete_result *r);
+
+/* Synchronous KV calls. `out` may be NULL when the result is not wanted (and, for put and
+ * delete, `opts` may be NULL). On failure *out is zeroed. Gets are idempotent (retried);
+ * put/delete/txn/compact only when opts->flags / flags has KVC_IDEMPOTENT. */
+int kvc_get(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
+            uint32_t timeout_ms, kvc_range_result *out, kvc_error *err);
+int kvc_put(kvc_client *c, const void *key, size_t key_len, const void *value, size_t value_len,
+            const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_result *out, kvc_error *err);
+int kvc_delete(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
+               uint32_t timeout_ms, kvc_delete_result *out, kvc_error *err);
+/* Compact the history up to revision. `out` (may be NULL) receives the header. */
+int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32_t timeout_ms,
+                kvc_header *out, kvc_error *err);
+
+/* Async KV: the callback receives status (0 or -code), err (NULL on success) and a pointer
+ * to a result the callback owns (free its contents with the matching *_free; the struct
+ * itself is freed by the library after the callback returns, so copy it if you keep it).
+ * Returns 0 when queued (the callback will run exactly once) or -code (callback not run). */
+typedef void (*kvc_range_cb)(void *arg, int status, const kvc_error *err, kvc_range_result *r);
+typedef void (*kvc_put_cb)(void *arg, int status, const kvc_error *err, kvc_put_result *r);
+typedef void (*kvc_delete_cb)(void *arg, int status, const kvc_error *err, kvc_delete_result *r);
+int kvc_get_async(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
+                  uint32_t timeout_ms, kvc_range_cb cb, void *arg, kvc_error *err);
+int kvc_put_async(kvc_client *c, const void *key, size_t key_len, const void *value,
+                  size_t value_len, const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_cb cb,
+                  void *arg, kvc_error *err);
+int kvc_delete_async(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
+                     uint32_t timeout_ms, kvc_delete_cb cb, void *arg, kvc_error *err);
+
+/* ---- Txn builder ---- */
+
+enum kvc_cmp_result { KVC_CMP_EQUAL = 0, KVC_CMP_GREATER = 1, KVC_CMP_LESS = 2, KVC_CMP_NOT_EQUAL = 3 };
+enum kvc_cmp_target {
+    KVC_CMP_VERSION = 0,
+    KVC_CMP_CREATE = 1,
+    KVC_CMP_MOD = 2,
+    KVC_CMP_VALUE = 3,
+    KVC_CMP_LEASE = 4
+};
+enum kvc_txn_branch { KVC_TXN_SUCCESS = 0, KVC_TXN_FAILURE = 1 };
+enum kvc_op_type { KVC_OP_RANGE = 1, KVC_OP_PUT = 2, KVC_OP_DELETE = 3, KVC_OP_TXN = 4 };
+
+/* A txn under construction. Not thread-safe; owned by the caller; all inputs are copied.
+ * Every builder function returns 0 or -KVC_INVALID_ARGUMENT / -KVC_RESOURCE_EXHAUSTED. */
+kvc_txn *kvc_txn_new(void); /* NULL on out-of-memory */
+void kvc_txn_free(kvc_txn *t); /* NULL is fine */
+/* Compare an integer field (target VERSION, CREATE, MOD or LEASE) of key with value. */
+int kvc_txn_cmp_int(kvc_txn *t, const void *key, size_t key_len, int target, int result,
+                    int64_t value);
+/* Compare the value of key with value. */
+int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result,
+                      const void *value, size_t value_len);
+int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len,
+                const kvc_range_opts *opts);
+int kvc_txn_put(kvc_txn *t, int branch, const void *key, size_t key_len, const void *value,
+                size_t value_len, const kvc_put_opts *opts);
+int kvc_txn_delete(kvc_txn *t, int branch, const void *key, size_t key_len,
+                   const kvc_delete_opts *opts);
+
+typedef struct kvc_op_result {
+    int type; /* enum kvc_op_type; KVC_OP_TXN (nested) carries only its header */
+    kvc_range_result range;
+    kvc_put_result put;
+    kvc_delete_result del;
+} kvc_op_result;
+
+typedef struct kvc_txn_result {
+    kvc_header header;
+    int succeeded;
+    kvc_op_result *responses;
+    size_t n_responses;
+    void *priv_;
+} kvc_txn_result;
+void kvc_txn_result_free(kvc_txn_result *r);
+
+/* Send the txn (t stays owned by the caller and may be committed again). flags:
+ * KVC_IDEMPOTENT allows retries. */
+int kvc_txn_commit(kvc_client *c, const kvc_txn *t, int flags, uint32_t timeout_ms,
+                   kvc_txn_result *out, kvc_error *err);
+
+/* ---- Leases ---- */
+
+typedef struct kvc_lease_grant_result {
+    kvc_header header;
+    int64_t id;
+    int64_t ttl;
+    char error[128];
+} kvc_lease_grant_result;
+
+typedef struct kvc_lease_ttl_result {
+    kvc_header header;
+    int64_t id;
+    int64_t ttl; /* remaining seconds; -1 = expired or not found */
+    int64_t granted_ttl;
+    const uint8_t **keys; /* n_keys keys (when asked for) */
+    size_t *key_lens;
+    size_t n_keys;
+    void *priv_;
+} kvc_lease_ttl_result;
+void kvc_lease_ttl_result_free(kvc_lease_ttl_result *r);
+
+typedef struct kvc_lease_leases_result {
+    kvc_header header;
+    int64_t *ids;
+    size_t n_ids;
+} kvc_lease_leases_result;
+void kvc_lease_leases_result_free(kvc_lease_leases_result *r);
+
+typedef struct kvc_keepalive_result {
+    kvc_header header;
+    int64_t id;
+    int64_t ttl; /* new TTL in seconds; 0 = lease not found or expired */
+} kvc_keepalive_result;
+
+/* Grant a lease of ttl_s seconds (id 0: the server chooses). Not retried (a replay would
+ * grant a second lease) unless flags has KVC_IDEMPOTENT. */
+int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_t timeout_ms,
+                    kvc_lease_grant_result *out, kvc_error *err);
+/* Revoke. Retried (revoking twice is harmless; the retry may report "lease not found"). */
+int kvc_lease_revoke(kvc_client *c, int64_t id, uint32_t timeout_ms, kvc_header *out,
+                     kvc_error *err);
+int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t timeout_ms,
+                           kvc_lease_ttl_result *out, kvc_error *err);
+int kvc_lease_leases(kvc_client *c, uint32_t timeout_ms, kvc_lease_leases_result *out,
+                     kvc_error *err);
+/* One renewal on its own short stream (not the shared keepalive stream). out->ttl 0 means
+ * the lease is gone. */
+int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
+                             kvc_keepalive_result *out, kvc_error *err);
+
+/* ---- Keepalive (lesson 1) ---- */
+
+enum kvc_ka_event_type {
+    KVC_KA_RESPONSE = 1, /* a renewal was acknowledged; ttl is the new TTL */
+    KVC_KA_LOST = 2,     /* deadline passed without a response, or the server answered TTL 0
+                            (revoked/expired). Renewals have stopped; final event. */
+};
+
+typedef struct kvc_ka_event {
+    int type; /* enum kvc_ka_event_type */
+    int64_t id;
+    int64_t ttl;
+    kvc_header header; /* of the response (zero for KVC_KA_LOST by deadline) */
+} kvc_ka_event;
+
+/* Keepalive callback: runs on the I/O thread for every response and once for KVC_KA_LOST.
+ * Must be quick (it delays the loop, not the renewal schedule). */
+typedef void (*kvc_keepalive_cb)(void *arg, const kvc_ka_event *ev);
+
+/*
+ * Keep lease `id` alive on the client's shared keepalive stream. ttl_s is the lease's TTL
+ * as granted (0: unknown, 5 s assumed until the first response); the first renewal is sent
+ * immediately, then TTL/3 after each response (or after each send when no response came).
+ * cb non-NULL: events go to cb. cb NULL: events go to a bounded queue of
+ * keepalive_queue_len entries read with kvc_keepalive_next(); when it is full the oldest
+ * entry is dropped (latest wins) and counted (kvc_keepalive_dropped, kvc_stats).
+ * *out is owned by the caller until kvc_keepalive_stop() (or kvc_close()). Keeping the same
+ * lease alive twice on one client fails with KVC_ALREADY_EXISTS. Thread-safe.
+ */
+int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb,
+                        void *arg, kvc_keepalive **out, kvc_error *err);
+
+/* Queue mode only: wait up to timeout_ms (0: don't wait) for the next event. Returns 0 and
+ * fills *ev, or -KVC_DEADLINE_EXCEEDED when none arrived, or -KVC_FAILED_PRECONDITION in
+ * callback mode. After KVC_KA_LOST has been read, returns -KVC_NOT_FOUND. One consumer
+ * thread per handle; must not race with kvc_keepalive_stop on the same handle. */
+int kvc_keepalive_next(kvc_keepalive *ka, kvc_ka_event *ev, uint32_t timeout_ms);
+/* Responses dropped from this handle's queue because the consumer was slow. Thread-safe. */
+uint64_t kvc_keepalive_dropped(const kvc_keepalive *ka);
+/* 1 once the lease was reported lost. Thread-safe. */
+int kvc_keepalive_lost(const kvc_keepalive *ka);
+/* Stop renewing (does not revoke) and free the handle. After it returns the callback is not
+ * running and will not run again. Callable from any thread including the callback. */
+void kvc_keepalive_stop(kvc_keepalive *ka);
+
+/* ---- Stats ---- */
+
+typedef struct kvc_stats {
+    uint64_t renewals_sent;      /* keepalive requests written on the shared stream */
+    uint64_t responses_received; /* keepalive responses received */
+    uint64_t responses_dropped;  /* dropped from full per-lease queues (coalesced) */
+    uint64_t reconnects;         /* connections established after the first */
+    uint64_t leases_lost;
+    uint64_t leases_active;
+    uint64_t calls_started;
+    uint64_t calls_failed;
+    uint64_t calls_retried;
+    uint64_t queue_full; /* calls refused with "request queue full" */
+    uint64_t connects;   /* TCP+HTTP/2 connections established in total */
+} kvc_stats;
+
+/* Snapshot of the client's counters. Thread-safe, lock-free. */
+void kvc_stats_get(kvc_client *c, kvc_stats *out);
+#define kvc_stats(c, out) kvc_stats_get((c), (out))
+
+/* Library version string, e.g. "0.1.0". Static storage. */
+const char *kvc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCLIENT_H */

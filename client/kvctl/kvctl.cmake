@@ -1,0 +1,22 @@
+# kvctl: the etcdctl 3.4-compatible command-line client (included by client/CMakeLists.txt).
+# Built as ${CMAKE_BINARY_DIR}/client/kvctl, where the integration tests look for it.
+if(TARGET kvclient_static AND TARGET kvproto)
+  set(KVCTL_DIR ${CMAKE_CURRENT_LIST_DIR})
+  add_executable(kvctl
+    ${KVCTL_DIR}/main.c
+    ${KVCTL_DIR}/flags.c
+    ${KVCTL_DIR}/buf.c
+    ${KVCTL_DIR}/json.c
+    ${KVCTL_DIR}/gofmt.c
+    ${KVCTL_DIR}/table.c
+    ${KVCTL_DIR}/rpc.c
+    ${KVCTL_DIR}/ops.c
+    ${KVCTL_DIR}/print_kv.c
+    ${KVCTL_DIR}/print_fields.c
+    ${KVCTL_DIR}/cmd_kv.c
+    ${KVCTL_DIR}/cmd_txn.c
+    ${KVCTL_DIR}/cmd_cluster.c
+    ${KVCTL_DIR}/cmd_lease.c)
+  target_include_directories(kvctl PRIVATE ${KVCTL_DIR} ${KVCTL_DIR}/../include)
+  target_link_libraries(kvctl PRIVATE kvclient_static kvproto Threads::Threads m)
+endif()

@@ -1,0 +1,210 @@
+/* kvctl entry point: global flags, environment, command dispatch. See kvctl.h. */
+#include "kvctl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kvctl_match(const char *word, const char *const *names, size_t n)
+{
+    int found = -1;
+    size_t wl = strlen(word);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(word, names[i]) == 0)
+            return (int)i;
+    }
+    if (wl == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(word, names[i], wl) == 0) {
+            if (found >= 0)
+                return -1;
+            found = (int)i;
+        }
+    }
+    return found;
+}
+
+static void free_endpoints(struct kvctl *k)
+{
+    for (size_t i = 0; i < k->n_endpoints; i++)
+        free(k->endpoints[i]);
+    k->n_endpoints = 0;
+}
+
+/* pflag StringSlice: a CSV list; surrounding whitespace is trimmed (endpointsFromCmd). */
+static int split_endpoints(struct kvctl *k, const char *list)
+{
+    free_endpoints(k);
+    const char *p = list;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *s = p;
+        while (n && (*s == ' ' || *s == '\t'))
+            s++, n--;
+        while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+        if (k->n_endpoints == KVCTL_MAX_ENDPOINTS)
+            return -E2BIG;
+        k->endpoints[k->n_endpoints] = strndup(s, n);
+        if (!k->endpoints[k->n_endpoints])
+            return -ENOMEM;
+        k->n_endpoints++;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *cmd_flags,
+                    char **pos, size_t *n_pos)
+{
+    static struct kvctl_flag none[] = {{NULL, 0, KVCTL_FLAG_BOOL, NULL, false}};
+    struct kvctl_flag *sets[2] = {cmd_flags ? cmd_flags : none, k->global_flags};
+    char err[512];
+    if (kvctl_flags_parse(argc, argv, sets, 2, pos, n_pos, err, sizeof(err)) < 0)
+        return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
+    if (kvctl_flags_from_env(k->global_flags, err, sizeof(err)) < 0)
+        return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
+    if (split_endpoints(k, k->raw_endpoints) < 0)
+        return kvctl_fail(KVCTL_EXIT_BAD_ARGS, "too many endpoints");
+    static const char *const formats[] = {"simple", "json", "table", "fields", "protobuf"};
+    k->format_name = k->raw_write_out;
+    int f = -1;
+    for (int i = 0; i < 5; i++)
+        if (strcmp(k->raw_write_out, formats[i]) == 0)
+            f = i;
+    if (f < 0)
+        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "unsupported output format");
+    k->format = (enum kvctl_format)f;
+    if ((k->raw_cert && *k->raw_cert) || (k->raw_key && *k->raw_key) ||
+        (k->raw_cacert && *k->raw_cacert) || !k->insecure_transport)
+        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: TLS is not supported yet");
+    if ((k->raw_user && *k->raw_user) || (k->raw_password && *k->raw_password))
+        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: authentication is not supported yet");
+    if (k->raw_discovery && *k->raw_discovery)
+        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: DNS discovery is not supported yet");
+    return 0;
+}
+
+static void usage(void)
+{
+    fputs(
+        "NAME:\n"
+        "\tkvctl - A simple command line client for kvd (etcdctl 3.4 compatible).\n\n"
+        "USAGE:\n"
+        "\tkvctl [flags] <command>\n\n"
+        "COMMANDS:\n"
+        "\tget\t\t\tGets the key or a range of keys\n"
+        "\tput\t\t\tPuts the given key into the store\n"
+        "\tdel\t\t\tRemoves the specified key or range of keys [key, range_end)\n"
+        "\ttxn\t\t\tTxn processes all the requests in one transaction\n"
+        "\tcompaction\t\tCompacts the event history in etcd\n"
+        "\tendpoint health\t\tChecks the healthiness of endpoints specified in `--endpoints` flag\n"
+        "\tendpoint status\t\tPrints out the status of endpoints specified in `--endpoints` flag\n"
+        "\tlease grant\t\tCreates leases\n"
+        "\tlease revoke\t\tRevokes leases\n"
+        "\tlease timetolive\tGet lease information\n"
+        "\tlease list\t\tList all active leases\n"
+        "\tlease keep-alive\tKeeps leases alive (renew)\n"
+        "\tmember list\t\tLists all members in the cluster\n\n"
+        "GLOBAL OPTIONS:\n"
+        "      --command-timeout=5s\t\ttimeout for short running command (excluding dial "
+        "timeout)\n"
+        "      --dial-timeout=2s\t\t\tdial timeout for client connections\n"
+        "      --endpoints=[127.0.0.1:2379]\tgRPC endpoints\n"
+        "      --hex[=false]\t\t\tprint byte strings as hex encoded strings\n"
+        "  -w, --write-out=\"simple\"\t\tset the output format (json, simple, table)\n",
+        stdout);
+}
+
+int main(int argc, char **argv)
+{
+    struct kvctl k;
+    memset(&k, 0, sizeof(k));
+    snprintf(k.raw_endpoints, sizeof(k.raw_endpoints), "127.0.0.1:2379");
+    k.raw_write_out = "simple";
+    k.dial_timeout_ms = 2000;
+    k.command_timeout_ms = 5000;
+    k.keepalive_time_ms = 2000;
+    k.keepalive_timeout_ms = 6000;
+    k.insecure_transport = true;
+    k.insecure_discovery = true;
+    struct kvctl_flag globals[] = {
+        {"endpoints", 0, KVCTL_FLAG_SLICE, k.raw_endpoints, false},
+        {"debug", 0, KVCTL_FLAG_BOOL, &k.debug, false},
+        {"write-out", 'w', KVCTL_FLAG_STRING, &k.raw_write_out, false},
+        {"hex", 0, KVCTL_FLAG_BOOL, &k.hex, false},
+        {"dial-timeout", 0, KVCTL_FLAG_DURATION, &k.dial_timeout_ms, false},
+        {"command-timeout", 0, KVCTL_FLAG_DURATION, &k.command_timeout_ms, false},
+        {"keepalive-time", 0, KVCTL_FLAG_DURATION, &k.keepalive_time_ms, false},
+        {"keepalive-timeout", 0, KVCTL_FLAG_DURATION, &k.keepalive_timeout_ms, false},
+        {"insecure-transport", 0, KVCTL_FLAG_BOOL, &k.insecure_transport, false},
+        {"insecure-discovery", 0, KVCTL_FLAG_BOOL, &k.insecure_discovery, false},
+        {"insecure-skip-tls-verify", 0, KVCTL_FLAG_BOOL, &k.insecure_skip_verify, false},
+        {"cert", 0, KVCTL_FLAG_STRING, &k.raw_cert, false},
+        {"key", 0, KVCTL_FLAG_STRING, &k.raw_key, false},
+        {"cacert", 0, KVCTL_FLAG_STRING, &k.raw_cacert, false},
+        {"user", 0, KVCTL_FLAG_STRING, &k.raw_user, false},
+        {"password", 0, KVCTL_FLAG_STRING, &k.raw_password, false},
+        {"discovery-srv", 'd', KVCTL_FLAG_STRING, &k.raw_discovery, false},
+        {"discovery-srv-name", 0, KVCTL_FLAG_STRING, &k.raw_discovery_name, false},
+        {NULL, 0, KVCTL_FLAG_BOOL, NULL, false},
+    };
+    k.global_flags = globals;
+
+    /* Find the command word: the first argument that is neither a global flag nor its value. */
+    const char *cmd = NULL;
+    for (int i = 1; i < argc && !cmd; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            cmd = i + 1 < argc ? argv[i + 1] : NULL;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            cmd = a;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage();
+            return 0;
+        }
+        /* a global value flag given without '=' consumes the next word */
+        for (struct kvctl_flag *f = globals; f->name; f++) {
+            if (f->type == KVCTL_FLAG_BOOL)
+                continue;
+            bool is_long = a[1] == '-' && strcmp(a + 2, f->name) == 0;
+            bool is_short = a[1] != '-' && f->shorthand && a[1] == f->shorthand && a[2] == '\0';
+            if (is_long || is_short) {
+                i++;
+                break;
+            }
+        }
+    }
+    if (!cmd) {
+        usage();
+        return 0;
+    }
+    static const char *const names[] = {"get",        "put",      "del",    "txn",
+                                        "compaction", "endpoint", "member", "lease"};
+    int (*const fns[])(struct kvctl *, int, char **) = {
+        kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
+        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease};
+    int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
+    int rc;
+    if (idx < 0) {
+        /* cobra reports it, then etcdctl's main reports the returned error again */
+        fprintf(stderr, "Error: unknown command \"%s\" for \"etcdctl\"\n", cmd);
+        fprintf(stderr, "Run 'etcdctl --help' for usage.\n");
+        rc = kvctl_fail(KVCTL_EXIT_ERROR, "unknown command \"%s\" for \"etcdctl\"", cmd);
+    } else {
+        rc = fns[idx](&k, argc - 1, argv + 1);
+    }
+    fflush(stdout);
+    kvc_close(k.client);
+    free_endpoints(&k);
+    return rc;
+}

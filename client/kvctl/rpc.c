@@ -1,0 +1,141 @@
+/* kvctl RPC plumbing and error reporting: see kvctl.h. */
+#include "kvctl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kvctl_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fputs("Error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int kvctl_unsupported_format(const struct kvctl *k)
+{
+    return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "%s not supported as output format", k->format_name);
+}
+
+static void base_config(const struct kvctl *k, kvc_config *cfg)
+{
+    kvc_config_default(cfg);
+    /* etcdctl waits dial-timeout for a connection; a zero dial timeout means "no limit" there,
+     * the command timeout still bounds every call. */
+    cfg->dial_timeout_ms = k->dial_timeout_ms ? k->dial_timeout_ms : k->command_timeout_ms;
+}
+
+kvc_client *kvctl_client(struct kvctl *k, int *exit_code)
+{
+    if (k->client)
+        return k->client;
+    kvc_config cfg;
+    base_config(k, &cfg);
+    cfg.endpoints = (const char *const *)k->endpoints;
+    cfg.n_endpoints = k->n_endpoints;
+    kvc_error err = {0};
+    if (kvc_open(&k->client, &cfg, &err) < 0) {
+        char m[512];
+        *exit_code =
+            kvctl_fail(KVCTL_EXIT_BAD_CONNECTION, "%s", kvctl_err_text(&err, m, sizeof(m)));
+        return NULL;
+    }
+    return k->client;
+}
+
+int kvctl_open_one(const struct kvctl *k, const char *endpoint, kvc_client **out, kvc_error *err)
+{
+    kvc_config cfg;
+    base_config(k, &cfg);
+    const char *eps[1] = {endpoint};
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    return kvc_open(out, &cfg, err);
+}
+
+int kvctl_rpc(kvc_client *c, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+              uint32_t timeout_ms, int flags, kvc_error *err)
+{
+    size_t n = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        err->code = -1;
+        snprintf(err->message, sizeof(err->message), "out of memory");
+        return -1;
+    }
+    protobuf_c_message_pack(req, buf);
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    int rc = kvc_call_unary(c, method, buf, n, &out, &out_len, timeout_ms, flags, err);
+    free(buf);
+    if (rc < 0)
+        return -1;
+    static const uint8_t empty[1];
+    *resp = protobuf_c_message_unpack(resp_desc, NULL, out_len, out ? out : empty);
+    kvc_free(out);
+    if (!*resp) {
+        err->code = -1;
+        snprintf(err->message, sizeof(err->message), "failed to decode %s", resp_desc->name);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *code_name(int code)
+{
+    static const char *const names[] = {
+        "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
+        "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+        "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
+        "DataLoss", "Unauthenticated"};
+    if (code >= 0 && code < (int)(sizeof(names) / sizeof(names[0])))
+        return names[code];
+    return "Unknown";
+}
+
+const char *kvctl_err_text(const kvc_error *err, char *buf, size_t len)
+{
+    if (err->code < 0) {
+        snprintf(buf, len, "%s", err->message);
+    } else if (strncmp(err->message, "etcdserver: ", 12) == 0 ||
+               strncmp(err->message, "mvcc: ", 6) == 0) {
+        /* clientv3 turns etcd's own errors into errors whose text is the grpc-message */
+        snprintf(buf, len, "%s", err->message);
+    } else if (err->code == KVC_DEADLINE_EXCEEDED || err->code == KVC_UNAVAILABLE) {
+        /* clientv3 keeps retrying an unreachable endpoint until the context expires */
+        snprintf(buf, len, "context deadline exceeded");
+    } else if (err->code == KVC_CANCELLED) {
+        snprintf(buf, len, "context canceled");
+    } else {
+        snprintf(buf, len, "rpc error: code = %s desc = %s", code_name(err->code), err->message);
+    }
+    return buf;
+}
+
+/* Sends one request; on failure prints etcdctl's error line. Returns 0 or the exit status. */
+int kvctl_call(struct kvctl *k, const char *method, const ProtobufCMessage *req,
+               const ProtobufCMessageDescriptor *rd, ProtobufCMessage **resp, uint32_t timeout,
+               int flags, int fail_code, const char *wrap)
+{
+    int rc = 0;
+    kvc_client *c = kvctl_client(k, &rc);
+    if (!c)
+        return rc;
+    kvc_error err = {0};
+    if (kvctl_rpc(c, method, req, rd, resp, timeout, flags, &err) < 0) {
+        char m[512];
+        kvctl_err_text(&err, m, sizeof(m));
+        if (wrap)
+            return kvctl_fail(fail_code, "%s (%s)", wrap, m);
+        return kvctl_fail(fail_code, "%s", m);
+    }
+    return 0;
+}

@@ -1,0 +1,294 @@
+/*
+ * internal.h - private structures of libkvclient, shared by the files in client/src.
+ *
+ * Threading contract: everything below marked "loop" is touched only on the I/O thread of
+ * the client's loop group. Fields marked "any" are atomics or protected by the named mutex.
+ * Objects crossing threads (calls, keepalive handles) are reference counted.
+ */
+#ifndef KVC_INTERNAL_H
+#define KVC_INTERNAL_H
+
+#include "kvclient.h"
+
+#include <nghttp2/nghttp2.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#define KVC_DEFAULT_DIAL_TIMEOUT_MS 5000u
+#define KVC_DEFAULT_MAX_PENDING 10000u
+#define KVC_DEFAULT_KA_QUEUE_LEN 16u
+#define KVC_DEFAULT_MAX_RESPONSE (64u * 1024u * 1024u)
+#define KVC_DEFAULT_BACKOFF_BASE_MS 50u
+#define KVC_DEFAULT_BACKOFF_MAX_MS 1000u
+#define KVC_DEFAULT_LEASE_TTL_MS 5000u
+#define KVC_WRITE_HIGH_WATER (4u * 1024u * 1024u) /* bytes queued in libuv before we pause */
+#define KVC_KA_SENDBUF_MAX (1u * 1024u * 1024u)   /* renewals waiting for the stream */
+#define KVC_READBUF_SIZE (64u * 1024u)
+#define KVC_MAX_ATTEMPTS_NO_DEADLINE 8
+
+/* ---- loop group: one I/O thread, a command queue ---- */
+
+enum kvc_cmd_type { CMD_OPEN, CMD_CALL, CMD_KA_ADD, CMD_KA_STOP, CMD_CLOSE };
+
+struct kvc_cmd {
+    struct kvc_cmd *next;
+    int type;
+    kvc_client *c;
+    void *p;
+    struct kvc_waiter *w; /* signalled after processing (may be NULL) */
+};
+
+/* A one-shot completion flag a caller thread waits on. Lives on the caller's stack. */
+struct kvc_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int status;
+    kvc_error err;
+};
+void kvc_waiter_init(struct kvc_waiter *w);
+void kvc_waiter_wait(struct kvc_waiter *w);
+void kvc_waiter_signal(struct kvc_waiter *w, int status, const kvc_error *err);
+void kvc_waiter_destroy(struct kvc_waiter *w);
+
+struct kvc_loop_group {
+    uv_loop_t loop;
+    uv_async_t async;
+    uv_thread_t thread;
+    uv_thread_t tid; /* id of the I/O thread, for "am I on the loop" checks */
+    pthread_mutex_t mu;
+    struct kvc_cmd *head, *tail; /* mu */
+    int stop;                    /* mu */
+    uint8_t readbuf[KVC_READBUF_SIZE]; /* loop: shared by all connections of the group */
+    uint8_t *scratch;                  /* loop: write coalescing buffer */
+    size_t scratch_cap;
+};
+
+/* Post a command to the I/O thread (never blocks on the loop). */
+void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd);
+int kvc_loop_on_thread(const kvc_loop_group *g);
+
+/* ---- gRPC helpers (grpc.c) ---- */
+
+struct kvc_rbuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+int kvc_rbuf_append(struct kvc_rbuf *b, const uint8_t *d, size_t n);
+void kvc_rbuf_consume(struct kvc_rbuf *b, size_t n);
+void kvc_rbuf_free(struct kvc_rbuf *b);
+
+void kvc_set_err(kvc_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int kvc_fail(kvc_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kvc_percent_decode(char *dst, size_t dstsz, const uint8_t *src, size_t n);
+int kvc_http_to_grpc(int http_status);
+int kvc_h2_error_to_grpc(uint32_t h2err);
+uint64_t kvc_now_ms(void);
+
+/* Common per-stream receive state (first member of calls and the keepalive stream). */
+enum { STREAM_CALL = 1, STREAM_KA = 2 };
+struct kvc_h2stream {
+    int kind;
+    int32_t id;
+    int http_status;
+    int grpc_status; /* -1 until seen */
+    char grpc_message[256];
+    struct kvc_rbuf rb;
+    int nmsgs;
+    int wire; /* request HEADERS frame went out */
+    int bad; /* framing/size error seen: code stored in grpc_status-like field below */
+    int bad_code;
+    char bad_msg[160];
+};
+/* Parse complete gRPC messages out of s->rb; calls on_msg for each; returns 0, or -1 when
+ * the stream must be reset (s->bad set). */
+int kvc_grpc_parse(struct kvc_h2stream *s, uint32_t max_msg,
+                   void (*on_msg)(void *ctx, const uint8_t *m, size_t n), void *ctx);
+/* Record a response header; returns 0. */
+void kvc_grpc_on_header(struct kvc_h2stream *s, const uint8_t *name, size_t namelen,
+                        const uint8_t *value, size_t valuelen);
+/* Final status of a stream closed with h2 error code h2err: returns the gRPC code and fills
+ * msg. */
+int kvc_grpc_final_status(const struct kvc_h2stream *s, uint32_t h2err, int got_msg, char *msg,
+                          size_t msgsz);
+
+/* ---- endpoints (endpoint.c) ---- */
+
+struct kvc_endpoint {
+    char text[256];      /* as configured, for messages */
+    char authority[272]; /* host:port */
+    struct sockaddr_storage addr;
+};
+int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err);
+
+/* ---- calls (call.c) ---- */
+
+enum kvc_call_state { CALL_QUEUED, CALL_WAITING, CALL_INFLIGHT, CALL_RETRY_WAIT, CALL_DONE };
+
+struct kvc_call {
+    struct kvc_h2stream s; /* must be first */
+    struct kvc_cmd cmd;
+    kvc_client *c;
+    char *path;
+    uint8_t *req; /* framed: 5-byte prefix + message */
+    size_t req_len, req_off;
+    uint64_t deadline;      /* ms, 0 = none */
+    uint64_t dial_deadline; /* ms: fail when still without a connection */
+    int flags;
+    int attempts;
+    int state;              /* loop */
+    int sent_any;           /* loop: request headers handed to the connection */
+    struct kvc_call *prev, *next; /* loop: waiting or in-flight list */
+    uv_timer_t timer;       /* loop: deadline / retry timer; the call is freed in its close cb */
+    uint64_t retry_at;
+    uint8_t *resp;
+    size_t resp_len;
+    kvc_unary_cb cb;
+    void *arg;
+};
+
+struct kvc_call_list {
+    struct kvc_call *head, *tail;
+    size_t n;
+};
+void kvc_call_list_push(struct kvc_call_list *l, struct kvc_call *call);
+void kvc_call_list_remove(struct kvc_call_list *l, struct kvc_call *call);
+
+/* Loop side of calls. */
+void kvc_call_start(struct kvc_call *call);      /* CMD_CALL arrived */
+void kvc_calls_on_ready(kvc_client *c);          /* connection became usable */
+void kvc_calls_on_conn_lost(kvc_client *c, const char *reason);
+void kvc_calls_fail_all(kvc_client *c, int code, const char *msg);
+void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err);
+void kvc_call_on_data(struct kvc_call *call, const uint8_t *d, size_t n);
+
+/* ---- connection (conn.c) ---- */
+
+enum kvc_conn_state { CS_IDLE, CS_CONNECTING, CS_READY, CS_BACKOFF, CS_CLOSED };
+
+struct kvc_conn {
+    kvc_client *c;
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    nghttp2_session *h2;
+    size_t write_pending;
+    int dead;       /* torn down; waiting for close callbacks */
+    int ready;      /* server SETTINGS received */
+    int draining;   /* GOAWAY received or failover requested: no new streams */
+    int in_recv;    /* inside nghttp2_session_mem_recv */
+    int got_bytes;
+    char fail_reason[200];
+};
+
+/* Ensure a connection exists or is being made (loop). */
+void kvc_conn_demand(kvc_client *c);
+/* Give up the current connection with reason (failover); loop. */
+void kvc_conn_fail(kvc_client *c, const char *reason);
+/* Stop using the current connection for new streams and switch once it is idle. */
+void kvc_conn_drain(kvc_client *c, const char *reason);
+/* Flush pending HTTP/2 output (loop). */
+void kvc_conn_flush(kvc_client *c);
+int kvc_conn_usable(const kvc_client *c);
+/* Submit a request stream; returns stream id > 0 or a negative nghttp2 error. */
+int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
+                        nghttp2_data_source_read_callback rd, void *stream_user_data);
+void kvc_conn_reset_stream(kvc_client *c, int32_t id, uint32_t h2err);
+void kvc_conn_close_handles(kvc_client *c); /* kvc_close */
+uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt);
+
+/* ---- keepalive (keepalive.c) ---- */
+
+struct kvc_keepalive {
+    kvc_client *c;
+    int64_t id;
+    int64_t ttl_ms;
+    uint64_t next_send; /* loop */
+    uint64_t deadline;  /* loop */
+    size_t heap_idx;    /* loop */
+    int in_heap;        /* loop */
+    int want_send;      /* loop: a renewal is due but the stream is down */
+    int registered;     /* loop: in the map */
+    struct kvc_keepalive *hnext; /* loop: map chain */
+    struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
+    kvc_keepalive_cb cb;
+    void *arg;
+    atomic_int refs;
+    atomic_int lost;
+    atomic_uint_least64_t dropped;
+    pthread_mutex_t mu; /* queue */
+    pthread_cond_t cv;
+    kvc_ka_event *q;
+    uint32_t qcap, qhead, qcount;
+    int lost_read;
+    struct kvc_cmd cmd;
+};
+
+struct kvc_ka_sched {
+    struct kvc_keepalive **heap; /* min-heap on kvc_ka_key() */
+    size_t n, cap;
+    struct kvc_keepalive **map; /* id -> lease, chained */
+    size_t map_cap, map_n;
+    size_t want_send;
+    struct kvc_keepalive *all;
+    uv_timer_t timer;       /* armed for the heap top */
+    uv_timer_t retry_timer; /* reopen the stream after it failed */
+    struct kvc_h2stream s;  /* the shared LeaseKeepAlive stream */
+    int stream_open;
+    int stream_deferred;
+    unsigned stream_failures;
+    uint8_t *sendbuf;
+    size_t send_len, send_off, send_cap;
+};
+
+int kvc_ka_init(kvc_client *c); /* loop: handles */
+int kvc_ka_add(kvc_client *c, struct kvc_keepalive *ka, kvc_error *err);
+void kvc_ka_stop_loop(kvc_client *c, struct kvc_keepalive *ka);
+void kvc_ka_on_ready(kvc_client *c);
+void kvc_ka_on_conn_lost(kvc_client *c);
+void kvc_ka_on_stream_close(kvc_client *c, uint32_t h2err);
+void kvc_ka_on_data(kvc_client *c, const uint8_t *d, size_t n);
+void kvc_ka_close_all(kvc_client *c); /* kvc_close */
+void kvc_ka_unref(struct kvc_keepalive *ka);
+
+/* ---- client ---- */
+
+struct kvc_client {
+    kvc_loop_group *lg;
+    int own_lg;
+    kvc_config cfg;
+    struct kvc_endpoint *eps;
+    size_t n_eps;
+    size_t ep_idx;            /* loop */
+    int state;                /* loop: enum kvc_conn_state */
+    struct kvc_conn *conn;    /* loop */
+    uv_timer_t conn_timer;    /* loop: dial timeout and reconnect backoff */
+    unsigned backoff_attempt; /* loop */
+    char last_err[240];       /* loop */
+    uint64_t rng;             /* loop */
+    struct kvc_call_list waiting;  /* loop: calls waiting for a usable connection */
+    struct kvc_call_list inflight; /* loop: calls with a stream */
+    struct kvc_call_list retrying; /* loop: calls waiting for their retry backoff */
+    uint64_t ready_at;             /* loop: when the connection became ready */
+    struct kvc_ka_sched ka;        /* loop */
+    int open_handles;              /* loop */
+    int closing;                   /* loop */
+    struct kvc_waiter *close_waiter;
+    struct kvc_cmd open_cmd, close_cmd;
+    atomic_uint pending; /* any: outstanding calls */
+    struct {
+        atomic_uint_least64_t renewals_sent, responses_received, responses_dropped, reconnects,
+            leases_lost, leases_active, calls_started, calls_failed, calls_retried, queue_full,
+            connects;
+    } st;
+};
+
+void kvc_client_handle_closed(kvc_client *c); /* a client handle's close cb ran */
+void kvc_dispatch(struct kvc_cmd *cmd);         /* loop: run one command */
+void kvc_handle_closed_cb(uv_handle_t *h);      /* close cb for handles whose data is the client */
+#define KVC_STAT_INC(c, f) atomic_fetch_add_explicit(&(c)->st.f, 1, memory_order_relaxed)
+
+#endif

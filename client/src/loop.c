@@ -1,0 +1,128 @@
+/*
+ * loop.c - loop groups: one I/O thread running a libuv loop, fed by a mutex-protected
+ * command list and a uv_async_t. Commands are processed in FIFO order on the I/O thread.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void kvc_waiter_init(struct kvc_waiter *w)
+{
+    memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+}
+
+void kvc_waiter_wait(struct kvc_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void kvc_waiter_signal(struct kvc_waiter *w, int status, const kvc_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    if (err)
+        w->err = *err;
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void kvc_waiter_destroy(struct kvc_waiter *w)
+{
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+int kvc_loop_on_thread(const kvc_loop_group *g)
+{
+    uv_thread_t self = uv_thread_self();
+    return uv_thread_equal(&self, &g->tid);
+}
+
+void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd)
+{
+    cmd->next = NULL;
+    pthread_mutex_lock(&g->mu);
+    if (g->tail)
+        g->tail->next = cmd;
+    else
+        g->head = cmd;
+    g->tail = cmd;
+    pthread_mutex_unlock(&g->mu);
+    uv_async_send(&g->async);
+}
+
+static void on_async(uv_async_t *a)
+{
+    kvc_loop_group *g = a->data;
+    pthread_mutex_lock(&g->mu);
+    struct kvc_cmd *cmd = g->head;
+    g->head = g->tail = NULL;
+    int stop = g->stop;
+    pthread_mutex_unlock(&g->mu);
+    while (cmd) {
+        struct kvc_cmd *next = cmd->next;
+        kvc_dispatch(cmd);
+        cmd = next;
+    }
+    if (stop)
+        uv_close((uv_handle_t *)&g->async, NULL);
+}
+
+static void thread_main(void *arg)
+{
+    kvc_loop_group *g = arg;
+    uv_run(&g->loop, UV_RUN_DEFAULT);
+}
+
+int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err)
+{
+    if (!out)
+        return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
+    *out = NULL;
+    kvc_loop_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+    int rc = uv_loop_init(&g->loop);
+    if (rc < 0) {
+        free(g);
+        return kvc_fail(err, KVC_INTERNAL, "kvclient: uv_loop_init: %s", uv_strerror(rc));
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    uv_async_init(&g->loop, &g->async, on_async);
+    g->async.data = g;
+    rc = uv_thread_create(&g->thread, thread_main, g);
+    if (rc < 0) {
+        uv_close((uv_handle_t *)&g->async, NULL);
+        uv_run(&g->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&g->loop);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return kvc_fail(err, KVC_INTERNAL, "kvclient: cannot start I/O thread: %s",
+                        uv_strerror(rc));
+    }
+    g->tid = g->thread;
+    *out = g;
+    return 0;
+}
+
+void kvc_loop_group_free(kvc_loop_group *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->stop = 1;
+    pthread_mutex_unlock(&g->mu);
+    uv_async_send(&g->async);
+    uv_thread_join(&g->thread);
+    uv_loop_close(&g->loop);
+    pthread_mutex_destroy(&g->mu);
+    free(g->scratch);
+    free(g);
+}

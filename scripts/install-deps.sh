@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kvd needs to build and test on Debian 12 (bookworm). Idempotent.
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config git curl procps iproute2
+      libuv1-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libnghttp2-dev
+      libssl-dev libcriterion-dev
+      etcd-client etcd-server)
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  # policy-rc.d keeps the etcd-server package from starting a system etcd on :2379.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,29 @@
+/*
+ * internal_req: builds packed kvdpb.InternalRequest records from the raw bytes of a client
+ * request, without unpacking and repacking it: an embedded message field is just
+ * tag + length + the message bytes (proto3 wire format), so the request travels to the
+ * apply path as the client sent it.
+ */
+#ifndef KV_INTERNAL_REQ_H
+#define KV_INTERNAL_REQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Field numbers of kvdpb.InternalRequest's oneof (proto/internal.proto). */
+enum kv_ireq_field {
+    KV_IREQ_PUT = 3,
+    KV_IREQ_DELETE_RANGE = 4,
+    KV_IREQ_TXN = 5,
+    KV_IREQ_COMPACTION = 6,
+    KV_IREQ_LEASE_GRANT = 7,
+    KV_IREQ_LEASE_REVOKE = 8,
+    KV_IREQ_LEASE_CHECKPOINT = 9,
+    KV_IREQ_ALARM = 10,
+};
+
+/* *out is malloc'd (caller owns). Returns 0 or -ENOMEM / -EINVAL. */
+int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                     uint8_t **out, size_t *out_len);
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * service_lease: etcdserverpb.Lease.
+ *
+ * Grant and Revoke are writes: they travel the ordered apply path (the store persists the
+ * lease table in the same transaction as the keys, then tells the lessor). Keepalive and
+ * TimeToLive are answered from the lessor's memory on the primary, never through the log:
+ * a renewal costs one heap sift, and renewals never wait behind bulk writes (lesson 3).
+ *
+ * Keepalive streams hold no receive queue: each renewal is answered as soon as the transport
+ * delivers it. The one buffer is the connection's outbound queue, bounded by
+ * --max-send-buffer-bytes; a client that stops reading its responses gets its stream ended
+ * with RESOURCE_EXHAUSTED instead of growing our memory.
+ */
+#include "api/internal_req.h"
+#include "api/services.h"
+#include "lease/lessor.h"
+#include "rpc.pb-c.h"
+#include "server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
+{
+    const kv_header_info *hi = kv_node_header(s->node);
+    h->cluster_id = hi->cluster_id;
+    h->member_id = hi->member_id;
+    h->raft_term = hi->raft_term;
+    h->revision = kv_node_revision(s->node);
+}
+
+/* Packs m into a stack buffer when small (keepalive responses are ~30 bytes). */
+static int send_message(kv_grpc_call *call, const ProtobufCMessage *m)
+{
+    uint8_t small[256];
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
+    if (buf == NULL)
+        return -ENOMEM;
+    protobuf_c_message_pack(m, buf);
+    int rc = kv_grpc_call_send(call, buf, len);
+    if (buf != small)
+        free(buf);
+    return rc;
+}
+
+static void reply_message(kv_grpc_call *call, const ProtobufCMessage *m)
+{
+    if (send_message(call, m) < 0)
+        kv_reply_error(call, 8, "etcdserver: too many requests");
+    else
+        kv_grpc_call_finish(call, 0, NULL);
+}
+
+static void reply_malformed(kv_grpc_call *call)
+{
+    kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
+}
+
+static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__LeaseGrantRequest *req =
+        etcdserverpb__lease_grant_request__unpack(NULL, len, msg);
+    if (req == NULL) {
+        reply_malformed(call);
+        return;
+    }
+    int64_t ttl = kv_lessor_clamp_ttl(s->lessor, req->ttl);
+    int64_t id = req->id ? req->id : kv_lessor_new_id(s->lessor);
+    etcdserverpb__lease_grant_request__free_unpacked(req, NULL);
+    if (ttl == -ERANGE) {
+        kv_reply_error(call, 11, "etcdserver: too large lease TTL");
+        return;
+    }
+    switch (kv_lessor_check_grant(s->lessor, id)) {
+    case 0:
+        break;
+    case -EEXIST:
+        kv_reply_error(call, 9, "etcdserver: lease already exists");
+        return;
+    case -ENOSPC:
+        kv_reply_error(call, 8, "etcdserver: too many leases");
+        return;
+    default:
+        kv_reply_error(call, 3, "etcdserver: invalid lease ID");
+        return;
+    }
+    /* The applied request carries the final id and TTL so every member applies the same. */
+    Etcdserverpb__LeaseGrantRequest g = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+    g.id = id;
+    g.ttl = ttl;
+    uint8_t buf[32];
+    size_t blen = etcdserverpb__lease_grant_request__pack(&g, buf);
+    kv_propose_unary(call, KV_IREQ_LEASE_GRANT, buf, blen);
+}
+
+static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__LeaseRevokeRequest *req =
+        etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
+    if (req == NULL) {
+        reply_malformed(call);
+        return;
+    }
+    int64_t id = req->id;
+    etcdserverpb__lease_revoke_request__free_unpacked(req, NULL);
+    if (!kv_lessor_exists(s->lessor, id)) {
+        kv_reply_error(call, 5, "etcdserver: requested lease not found");
+        return;
+    }
+    kv_propose_unary(call, KV_IREQ_LEASE_REVOKE, msg, len);
+}
+
+static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__LeaseKeepAliveRequest *req =
+        etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
+    if (req == NULL) {
+        reply_malformed(call);
+        return;
+    }
+    int64_t id = req->id;
+    etcdserverpb__lease_keep_alive_request__free_unpacked(req, NULL);
+    s->keepalive_requests++;
+
+    int64_t ttl = 0;
+    int rc = kv_lessor_renew(s->lessor, id, &ttl);
+    if (rc == -EAGAIN) {
+        kv_reply_error(call, 14, "etcdserver: no leader");
+        return;
+    }
+    if (rc < 0)
+        ttl = 0; /* unknown or expired: TTL 0, as etcd */
+
+    Etcdserverpb__LeaseKeepAliveResponse r = ETCDSERVERPB__LEASE_KEEP_ALIVE_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    r.header = &h;
+    r.id = id;
+    r.ttl = ttl;
+    if (send_message(call, &r.base) < 0)
+        kv_reply_error(call, 8, "etcdserver: too many requests: keepalive responses not read");
+}
+
+static void on_keepalive_half_close(kv_grpc_call *call)
+{
+    kv_grpc_call_finish(call, 0, NULL);
+}
+
+typedef struct keys_acc {
+    ProtobufCBinaryData *keys;
+    size_t n, cap;
+    int oom;
+} keys_acc;
+
+static int collect_key(void *arg, const uint8_t *key, size_t klen)
+{
+    keys_acc *a = arg;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        ProtobufCBinaryData *k = realloc(a->keys, cap * sizeof(*k));
+        if (k == NULL)
+            goto oom;
+        a->keys = k;
+        a->cap = cap;
+    }
+    uint8_t *copy = malloc(klen ? klen : 1);
+    if (copy == NULL)
+        goto oom;
+    memcpy(copy, key, klen);
+    a->keys[a->n].data = copy;
+    a->keys[a->n].len = klen;
+    a->n++;
+    return 0;
+oom:
+    a->oom = 1;
+    return -ENOMEM;
+}
+
+static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__LeaseTimeToLiveRequest *req =
+        etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
+    if (req == NULL) {
+        reply_malformed(call);
+        return;
+    }
+    int64_t id = req->id;
+    int want_keys = req->keys;
+    etcdserverpb__lease_time_to_live_request__free_unpacked(req, NULL);
+
+    Etcdserverpb__LeaseTimeToLiveResponse r = ETCDSERVERPB__LEASE_TIME_TO_LIVE_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    r.header = &h;
+    r.id = id;
+    int64_t remaining = 0, granted = 0;
+    int rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
+    if (rc == -EAGAIN) {
+        kv_reply_error(call, 14, "etcdserver: no leader");
+        return;
+    }
+    keys_acc acc = {0};
+    if (rc < 0) {
+        r.ttl = -1; /* not found: TTL -1, as etcd */
+    } else {
+        r.ttl = remaining;
+        r.grantedttl = granted;
+        if (want_keys) {
+            MDB_txn *txn;
+            if (mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn) == 0) {
+                kv_lease_table_keys(kv_store_leases(s->store), txn, id, collect_key, &acc);
+                mdb_txn_abort(txn);
+            }
+            if (acc.oom) {
+                kv_reply_error(call, 13, "etcdserver: out of memory");
+                goto out;
+            }
+            r.keys = acc.keys;
+            r.n_keys = acc.n;
+        }
+    }
+    reply_message(call, &r.base);
+out:
+    for (size_t i = 0; i < acc.n; i++)
+        free(acc.keys[i].data);
+    free(acc.keys);
+}
+
+typedef struct leases_acc {
+    Etcdserverpb__LeaseStatus *st;
+    Etcdserverpb__LeaseStatus **ptrs;
+    size_t n, cap;
+} leases_acc;
+
+static int collect_lease(void *arg, int64_t id, int64_t ttl)
+{
+    (void)ttl;
+    leases_acc *a = arg;
+    if (a->n == a->cap)
+        return -ENOSPC;
+    etcdserverpb__lease_status__init(&a->st[a->n]);
+    a->st[a->n].id = id;
+    a->ptrs[a->n] = &a->st[a->n];
+    a->n++;
+    return 0;
+}
+
+static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    (void)msg;
+    (void)len;
+    leases_acc a = {0};
+    a.cap = kv_lessor_count(s->lessor);
+    a.st = calloc(a.cap ? a.cap : 1, sizeof(*a.st));
+    a.ptrs = calloc(a.cap ? a.cap : 1, sizeof(*a.ptrs));
+    if (a.st == NULL || a.ptrs == NULL) {
+        kv_reply_error(call, 13, "etcdserver: out of memory");
+        goto out;
+    }
+    kv_lessor_each(s->lessor, collect_lease, &a);
+    Etcdserverpb__LeaseLeasesResponse r = ETCDSERVERPB__LEASE_LEASES_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    r.header = &h;
+    r.leases = a.ptrs;
+    r.n_leases = a.n;
+    reply_message(call, &r.base);
+out:
+    free(a.st);
+    free(a.ptrs);
+}
+
+const kv_grpc_method kv_service_lease[] = {
+    {"/etcdserverpb.Lease/LeaseGrant", 0, on_grant, NULL, kv_propose_cancel},
+    {"/etcdserverpb.Lease/LeaseRevoke", 0, on_revoke, NULL, kv_propose_cancel},
+    {"/etcdserverpb.Lease/LeaseKeepAlive", 1, on_keepalive, on_keepalive_half_close, NULL},
+    {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, NULL},
+    {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, NULL},
+};
+const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);

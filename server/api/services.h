@@ -1,0 +1,49 @@
+/*
+ * services: the gRPC method table of the client port.
+ *
+ * Each service_*.c file implements one etcd service; this file joins their methods into one
+ * table for kv_grpc_server_init(). Methods kvd does not implement yet are registered too and
+ * answer UNIMPLEMENTED with a message naming the method, so clients get a clear error rather
+ * than a generic "unknown method".
+ *
+ * Handlers find the member state through kv_grpc_call_app() (a kv_server *).
+ */
+#ifndef KV_SERVICES_H
+#define KV_SERVICES_H
+
+#include "grpc/grpc_server.h"
+#include "mvcc/store.h"
+
+#include <stddef.h>
+
+/* Copies every method of every service into out (cap entries). Returns the count, or 0 if
+ * cap is too small. The caller owns out (main() keeps it for the server's lifetime). */
+#define KV_SERVICES_MAX 64
+size_t kv_services_collect(kv_grpc_method *out, size_t cap);
+
+/* Per-service tables (each file exports one). */
+extern const kv_grpc_method kv_service_kv[];
+extern const size_t kv_service_kv_len;
+extern const kv_grpc_method kv_service_lease[];
+extern const size_t kv_service_lease_len;
+extern const kv_grpc_method kv_service_maintenance[];
+extern const size_t kv_service_maintenance_len;
+extern const kv_grpc_method kv_service_cluster[];
+extern const size_t kv_service_cluster_len;
+extern const kv_grpc_method kv_service_unimplemented[];
+extern const size_t kv_service_unimplemented_len;
+
+/* Shared reply helpers. */
+/* Sends the packed response (if code == 0) and finishes the call. */
+void kv_reply_result(kv_grpc_call *call, const kv_result *res);
+/* Finishes with an error status. */
+void kv_reply_error(kv_grpc_call *call, int code, const char *msg);
+/* Maps a negative errno from kv_node_propose to the etcd error. */
+void kv_reply_propose_error(kv_grpc_call *call, int rc);
+/* Unary write: wraps msg as the given InternalRequest field and proposes it; the response goes
+ * out after the batch commits. Cancellation detaches the request. */
+void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len);
+/* on_cancel for calls started with kv_propose_unary. */
+void kv_propose_cancel(kv_grpc_call *call);
+
+#endif

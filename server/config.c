@@ -1,0 +1,388 @@
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kv_config_default(kv_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(cfg->name, sizeof(cfg->name), "default");
+    snprintf(cfg->initial_cluster_token, sizeof(cfg->initial_cluster_token), "etcd-cluster");
+    snprintf(cfg->initial_cluster_state, sizeof(cfg->initial_cluster_state), "new");
+    cfg->heartbeat_interval_ms = 100;
+    cfg->election_timeout_ms = 1000;
+    cfg->max_request_bytes = 1572864;
+    cfg->max_txn_ops = 128;
+    cfg->quota_backend_bytes = 2ULL << 30;
+    cfg->max_concurrent_streams = 1000;
+    cfg->max_connections = 10000;
+    cfg->max_send_buffer_bytes = 16u << 20;
+    cfg->max_pending_proposals = 10000;
+    cfg->max_keepalive_backlog = 1024;
+    cfg->max_lease_ttl_s = 9000000000LL;
+    cfg->max_keys_per_lease = 0;
+    cfg->lease_revoke_rate = 1000;
+    cfg->lease_checkpoint_interval_ms = 300000;
+    cfg->lease_checkpoint_rate = 1000;
+}
+
+int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
+{
+    const char *p = text;
+    memset(u, 0, sizeof(*u));
+    if (strncmp(p, "https://", 8) == 0 || strncmp(p, "unixs://", 8) == 0) {
+        snprintf(err, errlen, "%s: TLS URLs are not supported yet (use http://)", text);
+        return -ENOTSUP;
+    }
+    if (strncmp(p, "http://", 7) == 0)
+        p += 7;
+    const char *colon = strrchr(p, ':');
+    if (colon == NULL || colon == p) {
+        snprintf(err, errlen, "%s: expected [http://]host:port", text);
+        return -EINVAL;
+    }
+    size_t hlen = (size_t)(colon - p);
+    if (*p == '[' && hlen >= 2 && p[hlen - 1] == ']') { /* [::1]:2379 */
+        p++;
+        hlen -= 2;
+    }
+    if (hlen >= sizeof(u->host)) {
+        snprintf(err, errlen, "%s: host too long", text);
+        return -EINVAL;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' && *end != '/') {
+        snprintf(err, errlen, "%s: bad port", text);
+        return -EINVAL;
+    }
+    if (port < 0 || port > 65535) {
+        snprintf(err, errlen, "%s: port out of range", text);
+        return -EINVAL;
+    }
+    memcpy(u->host, p, hlen);
+    u->host[hlen] = '\0';
+    u->port = (int)port;
+    snprintf(u->text, sizeof(u->text), "http://%s:%d", u->host, u->port);
+    return 0;
+}
+
+static int parse_url_list(kv_url *out, size_t *n, const char *list, char *err, size_t errlen)
+{
+    char buf[2048];
+    if (strlen(list) >= sizeof(buf)) {
+        snprintf(err, errlen, "URL list too long");
+        return -EINVAL;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == KV_MAX_URLS) {
+            snprintf(err, errlen, "too many URLs (max %d)", KV_MAX_URLS);
+            return -E2BIG;
+        }
+        int rc = kv_url_parse(&out[*n], tok, err, errlen);
+        if (rc < 0)
+            return rc;
+        (*n)++;
+    }
+    if (*n == 0) {
+        snprintf(err, errlen, "empty URL list");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int parse_cluster(kv_config *cfg, const char *list, char *err, size_t errlen)
+{
+    char buf[4096];
+    if (strlen(list) >= sizeof(buf)) {
+        snprintf(err, errlen, "--initial-cluster too long");
+        return -EINVAL;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    cfg->n_initial_cluster = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq == NULL || eq == tok) {
+            snprintf(err, errlen, "--initial-cluster: expected name=url, got '%s'", tok);
+            return -EINVAL;
+        }
+        if (cfg->n_initial_cluster == KV_MAX_MEMBERS) {
+            snprintf(err, errlen, "--initial-cluster: too many members (max %d)", KV_MAX_MEMBERS);
+            return -E2BIG;
+        }
+        *eq = '\0';
+        kv_peer *p = &cfg->initial_cluster[cfg->n_initial_cluster];
+        if (strlen(tok) >= sizeof(p->name)) {
+            snprintf(err, errlen, "--initial-cluster: member name too long");
+            return -EINVAL;
+        }
+        snprintf(p->name, sizeof(p->name), "%s", tok);
+        int rc = kv_url_parse(&p->url, eq + 1, err, errlen);
+        if (rc < 0)
+            return rc;
+        cfg->n_initial_cluster++;
+    }
+    return 0;
+}
+
+static int parse_u64(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out,
+                     char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end != '\0' || v[0] == '-' || x < min || x > max) {
+        snprintf(err, errlen, "--%s: invalid value '%s' (want %" PRIu64 "..%" PRIu64 ")", flag, v,
+                 min, max);
+        return -EINVAL;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Durations as etcd takes them for our lease flags: "5m", "300s", "1500ms" or plain ms. */
+static int parse_duration_ms(const char *flag, const char *v, uint32_t *out, char *err,
+                             size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mult = 1;
+    if (strcmp(end, "ms") == 0 || *end == '\0')
+        mult = 1;
+    else if (strcmp(end, "s") == 0)
+        mult = 1000;
+    else if (strcmp(end, "m") == 0)
+        mult = 60000;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600000;
+    else
+        goto bad;
+    if (errno || x < 0 || x * mult > 4e9)
+        goto bad;
+    *out = (uint32_t)(x * mult);
+    return 0;
+bad:
+    snprintf(err, errlen, "--%s: invalid duration '%s'", flag, v);
+    return -EINVAL;
+}
+
+enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_IGNORED };
+
+typedef struct flag_def {
+    const char *name;
+    int kind;
+    size_t off;     /* offset into kv_config */
+    size_t n_off;   /* for F_URLS: offset of the count */
+    size_t cap;     /* for F_STR: buffer size */
+    uint64_t min, max;
+} flag_def;
+
+#define OFF(f) offsetof(kv_config, f)
+static const flag_def FLAGS[] = {
+    {"name", F_STR, OFF(name), 0, sizeof(((kv_config *)0)->name), 0, 0},
+    {"data-dir", F_STR, OFF(data_dir), 0, sizeof(((kv_config *)0)->data_dir), 0, 0},
+    {"listen-client-urls", F_URLS, OFF(listen_client), OFF(n_listen_client), 0, 0, 0},
+    {"advertise-client-urls", F_URLS, OFF(advertise_client), OFF(n_advertise_client), 0, 0, 0},
+    {"listen-peer-urls", F_URLS, OFF(listen_peer), OFF(n_listen_peer), 0, 0, 0},
+    {"initial-advertise-peer-urls", F_URLS, OFF(advertise_peer), OFF(n_advertise_peer), 0, 0, 0},
+    {"listen-metrics-urls", F_URLS, OFF(listen_metrics), OFF(n_listen_metrics), 0, 0, 0},
+    {"initial-cluster", F_CLUSTER, 0, 0, 0, 0, 0},
+    {"peers", F_CLUSTER, 0, 0, 0, 0, 0},
+    {"initial-cluster-token", F_STR, OFF(initial_cluster_token), 0,
+     sizeof(((kv_config *)0)->initial_cluster_token), 0, 0},
+    {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
+     sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
+    {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
+    {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
+    {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
+    {"max-txn-ops", F_U32, OFF(max_txn_ops), 0, 0, 1, 1u << 20},
+    {"quota-backend-bytes", F_U64, OFF(quota_backend_bytes), 0, 0, 0, 1ULL << 40},
+    {"max-concurrent-streams", F_U32, OFF(max_concurrent_streams), 0, 0, 1, 1u << 20},
+    {"max-connections", F_U32, OFF(max_connections), 0, 0, 1, 1u << 20},
+    {"max-send-buffer-bytes", F_SIZE, OFF(max_send_buffer_bytes), 0, 0, 65536, 1ULL << 32},
+    {"max-pending-proposals", F_U32, OFF(max_pending_proposals), 0, 0, 1, 1u << 24},
+    {"max-keepalive-backlog", F_U32, OFF(max_keepalive_backlog), 0, 0, 1, 1u << 20},
+    {"max-lease-ttl", F_I64, OFF(max_lease_ttl_s), 0, 0, 1, 9000000000ULL},
+    {"max-keys-per-lease", F_U32, OFF(max_keys_per_lease), 0, 0, 0, UINT32_MAX},
+    {"lease-revoke-rate", F_U32, OFF(lease_revoke_rate), 0, 0, 1, 1u << 24},
+    {"lease-checkpoint-interval", F_DUR, OFF(lease_checkpoint_interval_ms), 0, 0, 0, 0},
+    {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
+    /* Accepted for etcd command-line compatibility; no effect in kvd. */
+    {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
+    {"logger", F_IGNORED, 0, 0, 0, 0, 0},
+    {"log-level", F_IGNORED, 0, 0, 0, 0, 0},
+    {"snapshot-count", F_IGNORED, 0, 0, 0, 0, 0},
+    {"auto-compaction-retention", F_IGNORED, 0, 0, 0, 0, 0},
+};
+
+const char *kv_config_usage(void)
+{
+    return "usage: kvd [flags]\n"
+           "  --name NAME                     member name (default \"default\")\n"
+           "  --data-dir DIR                  data directory (default \"${name}.kvd\")\n"
+           "  --listen-client-urls URLS       client gRPC (default http://localhost:2379)\n"
+           "  --advertise-client-urls URLS    client URLs to advertise (default: listen)\n"
+           "  --listen-peer-urls URLS         peer URLs (default http://localhost:2380)\n"
+           "  --initial-advertise-peer-urls   peer URLs to advertise (default: listen)\n"
+           "  --listen-metrics-urls URLS      /metrics and /health over HTTP/1.1\n"
+           "  --initial-cluster | --peers     n1=http://h1:2380,n2=... (default name=peer url)\n"
+           "  --initial-cluster-token TOKEN   (default \"etcd-cluster\")\n"
+           "  --initial-cluster-state new|existing\n"
+           "  --heartbeat-interval MS         (default 100)\n"
+           "  --election-timeout MS           (default 1000)\n"
+           "  --max-request-bytes N           largest request message (default 1572864)\n"
+           "  --max-txn-ops N                 operations per txn (default 128)\n"
+           "  --quota-backend-bytes N         backend size limit (default 2 GiB)\n"
+           "  --max-concurrent-streams N      HTTP/2 streams per connection (default 1000)\n"
+           "  --max-connections N             client connections (default 10000)\n"
+           "  --max-send-buffer-bytes N       outbound bytes buffered per connection (16 MiB)\n"
+           "  --max-pending-proposals N       writes queued for the next commit (10000)\n"
+           "  --max-keepalive-backlog N       queued renewals per keepalive stream (1024)\n"
+           "  --max-lease-ttl SECONDS         largest lease TTL (default 9000000000)\n"
+           "  --max-keys-per-lease N          keys attachable to one lease (0 = unlimited)\n"
+           "  --lease-revoke-rate N           expired leases revoked per second (1000)\n"
+           "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
+           "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
+           "  --version | --help\n";
+}
+
+int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "--version") == 0)
+            return 1;
+        if (a[0] != '-') {
+            snprintf(err, errlen, "unexpected argument '%s'", a);
+            return -EINVAL;
+        }
+        while (*a == '-')
+            a++;
+        char name[64];
+        const char *val = NULL;
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        if (nlen >= sizeof(name)) {
+            snprintf(err, errlen, "unknown flag '%s'", argv[i]);
+            return -EINVAL;
+        }
+        memcpy(name, a, nlen);
+        name[nlen] = '\0';
+        const flag_def *f = NULL;
+        for (size_t k = 0; k < sizeof(FLAGS) / sizeof(FLAGS[0]); k++)
+            if (strcmp(FLAGS[k].name, name) == 0)
+                f = &FLAGS[k];
+        if (f == NULL) {
+            snprintf(err, errlen, "unknown flag '--%s' (see --help)", name);
+            return -EINVAL;
+        }
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "flag '--%s' needs a value", name);
+                return -EINVAL;
+            }
+            val = argv[++i];
+        }
+        char *base = (char *)cfg;
+        uint64_t x = 0;
+        int rc = 0;
+        switch (f->kind) {
+        case F_STR:
+            if (strlen(val) >= f->cap) {
+                snprintf(err, errlen, "--%s: value too long", name);
+                return -EINVAL;
+            }
+            snprintf(base + f->off, f->cap, "%s", val);
+            break;
+        case F_URLS:
+            rc = parse_url_list((kv_url *)(base + f->off), (size_t *)(base + f->n_off), val, err,
+                                errlen);
+            break;
+        case F_CLUSTER:
+            rc = parse_cluster(cfg, val, err, errlen);
+            break;
+        case F_U32:
+            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            *(uint32_t *)(base + f->off) = (uint32_t)x;
+            break;
+        case F_U64:
+            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            *(uint64_t *)(base + f->off) = x;
+            break;
+        case F_SIZE:
+            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            *(size_t *)(base + f->off) = (size_t)x;
+            break;
+        case F_I64:
+            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            *(int64_t *)(base + f->off) = (int64_t)x;
+            break;
+        case F_DUR:
+            rc = parse_duration_ms(name, val, (uint32_t *)(base + f->off), err, errlen);
+            break;
+        case F_IGNORED:
+            break;
+        }
+        if (rc < 0)
+            return rc;
+    }
+
+    /* Defaults that depend on other flags, as etcd derives them. */
+    if (cfg->data_dir[0] == '\0')
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s.kvd", cfg->name);
+    if (cfg->n_listen_client == 0) {
+        kv_url_parse(&cfg->listen_client[0], "http://localhost:2379", err, errlen);
+        cfg->n_listen_client = 1;
+    }
+    if (cfg->n_listen_peer == 0) {
+        kv_url_parse(&cfg->listen_peer[0], "http://localhost:2380", err, errlen);
+        cfg->n_listen_peer = 1;
+    }
+    if (cfg->n_advertise_client == 0) {
+        memcpy(cfg->advertise_client, cfg->listen_client, sizeof(cfg->listen_client));
+        cfg->n_advertise_client = cfg->n_listen_client;
+    }
+    if (cfg->n_advertise_peer == 0) {
+        memcpy(cfg->advertise_peer, cfg->listen_peer, sizeof(cfg->listen_peer));
+        cfg->n_advertise_peer = cfg->n_listen_peer;
+    }
+    if (cfg->n_initial_cluster == 0) {
+        snprintf(cfg->initial_cluster[0].name, sizeof(cfg->initial_cluster[0].name), "%s",
+                 cfg->name);
+        cfg->initial_cluster[0].url = cfg->advertise_peer[0];
+        cfg->n_initial_cluster = 1;
+    }
+    if (cfg->election_timeout_ms < 5 * cfg->heartbeat_interval_ms) {
+        snprintf(err, errlen, "--election-timeout must be at least 5x --heartbeat-interval");
+        return -EINVAL;
+    }
+    if (strcmp(cfg->initial_cluster_state, "new") != 0 &&
+        strcmp(cfg->initial_cluster_state, "existing") != 0) {
+        snprintf(err, errlen, "--initial-cluster-state must be 'new' or 'existing'");
+        return -EINVAL;
+    }
+    int found = 0;
+    for (size_t k = 0; k < cfg->n_initial_cluster; k++)
+        found |= strcmp(cfg->initial_cluster[k].name, cfg->name) == 0;
+    if (!found) {
+        snprintf(err, errlen, "--initial-cluster has no member named '%s' (--name)", cfg->name);
+        return -EINVAL;
+    }
+    if (cfg->n_initial_cluster > 1) {
+        snprintf(err, errlen,
+                 "multi-member clusters are not available yet: raft transport is not wired in "
+                 "(run a single member)");
+        return -ENOTSUP;
+    }
+    return 0;
+}

@@ -1,0 +1,81 @@
+/*
+ * config: kvd's command-line flags.
+ *
+ * Flag names are etcd's where the meaning is the same (--name, --data-dir,
+ * --listen-client-urls, --initial-cluster, ...); --peers is kvd's short form of
+ * --initial-cluster. Every bound a remote party can push against has a flag here.
+ *
+ * kv_config_parse() never exits or prints: it returns 0, 1 (help/version requested:
+ * the caller prints kv_config_usage()), or a negative code with a message in err.
+ */
+#ifndef KV_CONFIG_H
+#define KV_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_MAX_URLS 8
+#define KV_MAX_MEMBERS 9
+
+typedef struct kv_url {
+    char host[256]; /* numeric or name; "localhost" is resolved to 127.0.0.1 */
+    int port;
+    char text[300]; /* the URL as given, normalised (scheme://host:port) */
+} kv_url;
+
+typedef struct kv_peer {
+    char name[64];
+    kv_url url;
+} kv_peer;
+
+typedef struct kv_config {
+    char name[64];
+    char data_dir[512];
+    kv_url listen_client[KV_MAX_URLS];
+    size_t n_listen_client;
+    kv_url advertise_client[KV_MAX_URLS];
+    size_t n_advertise_client;
+    kv_url listen_peer[KV_MAX_URLS];
+    size_t n_listen_peer;
+    kv_url advertise_peer[KV_MAX_URLS];
+    size_t n_advertise_peer;
+    kv_url listen_metrics[KV_MAX_URLS];
+    size_t n_listen_metrics;
+    kv_peer initial_cluster[KV_MAX_MEMBERS];
+    size_t n_initial_cluster;
+    char initial_cluster_token[128];
+    char initial_cluster_state[16]; /* "new" or "existing" */
+
+    /* Raft timing (ms), as etcd. */
+    uint32_t heartbeat_interval_ms;
+    uint32_t election_timeout_ms;
+
+    /* Limits. */
+    size_t max_request_bytes;       /* --max-request-bytes, default 1.5 MiB */
+    uint32_t max_txn_ops;           /* --max-txn-ops, default 128 */
+    uint64_t quota_backend_bytes;   /* --quota-backend-bytes, default 2 GiB */
+    uint32_t max_concurrent_streams; /* --max-concurrent-streams, default 1000 */
+    uint32_t max_connections;       /* --max-connections, default 10000 */
+    size_t max_send_buffer_bytes;   /* --max-send-buffer-bytes, default 16 MiB per connection */
+    uint32_t max_pending_proposals; /* --max-pending-proposals, default 10000 */
+    uint32_t max_keepalive_backlog; /* --max-keepalive-backlog per stream, default 1024 */
+
+    /* Leases. */
+    int64_t max_lease_ttl_s;          /* --max-lease-ttl, default 9000000000 (etcd's MaxLeaseTTL) */
+    uint32_t max_keys_per_lease;      /* --max-keys-per-lease, 0 = unlimited */
+    uint32_t lease_revoke_rate;       /* --lease-revoke-rate, leases/s, default 1000 */
+    uint32_t lease_checkpoint_interval_ms; /* --lease-checkpoint-interval, default 300000 */
+    uint32_t lease_checkpoint_rate;   /* --lease-checkpoint-rate, default 1000 */
+} kv_config;
+
+void kv_config_default(kv_config *cfg);
+
+/* Parses argv (argv[0] skipped). err (size errlen) receives a one-line message on error. */
+int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Parses "http://host:port" (or "host:port"). https is refused: TLS is not built yet. */
+int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
+
+const char *kv_config_usage(void);
+
+#endif

@@ -1,0 +1,356 @@
+/* grpc_conn.c - one client connection: socket I/O, batching, nghttp2 session callbacks. */
+#include "grpc/grpc_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kv_grpc_call *stream_call(nghttp2_session *h2, int32_t stream_id)
+{
+    return nghttp2_session_get_stream_user_data(h2, stream_id);
+}
+
+/* ---- nghttp2 callbacks (never free anything here) ---- */
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    kv_grpc_conn *c = ud;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    kv_grpc_call *call = kv_grpc_call_new(c, frame->hd.stream_id);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
+    nghttp2_session_set_stream_user_data(h2, frame->hd.stream_id, call);
+    return 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    if (frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    kv_grpc_call *call = stream_call(h2, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (kv_grpc_call_on_header(call, name, namelen, value, valuelen) != 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    kv_grpc_conn *c = ud;
+    kv_grpc_call *call;
+    switch (frame->hd.type) {
+    case NGHTTP2_HEADERS:
+        call = stream_call(h2, frame->hd.stream_id);
+        if (!call)
+            return 0;
+        if (frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+            kv_grpc_call_on_headers_done(call);
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+            kv_grpc_call_on_remote_close(call);
+        break;
+    case NGHTTP2_DATA:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            return 0;
+        call = stream_call(h2, frame->hd.stream_id);
+        if (call)
+            kv_grpc_call_on_remote_close(call);
+        break;
+    case NGHTTP2_PING:
+        if (frame->hd.flags & NGHTTP2_FLAG_ACK)
+            c->ping_outstanding = 0;
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int on_data_chunk_recv(nghttp2_session *h2, uint8_t flags, int32_t stream_id,
+                              const uint8_t *data, size_t len, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    kv_grpc_call *call = stream_call(h2, stream_id);
+    if (!call) {
+        nghttp2_session_consume(h2, stream_id, len);
+        return 0;
+    }
+    kv_grpc_call_on_data(call, data, len);
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    (void)ud;
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    kv_grpc_call *call = stream_call(h2, frame->hd.stream_id);
+    /* We are done but the client is still sending: tell it to stop (grpc-go does the same). */
+    if (call && !call->remote_closed)
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t stream_id, uint32_t error_code, void *ud)
+{
+    (void)error_code;
+    (void)ud;
+    kv_grpc_call *call = stream_call(h2, stream_id);
+    if (!call)
+        return 0;
+    nghttp2_session_set_stream_user_data(h2, stream_id, NULL);
+    kv_grpc_call_on_stream_close(call);
+    return 0;
+}
+
+static int on_invalid_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
+                                 int lib_error_code, void *ud)
+{
+    (void)h2;
+    kv_grpc_conn *c = ud;
+    if (frame->hd.type == NGHTTP2_HEADERS && lib_error_code == NGHTTP2_ERR_REFUSED_STREAM)
+        kv_metric_inc(c->srv->m_ref_streams);
+    return 0;
+}
+
+int kv_grpc_session_callbacks(nghttp2_session_callbacks **out)
+{
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return -ENOMEM;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame_recv);
+    *out = cbs;
+    return 0;
+}
+
+/* ---- socket I/O ---- */
+
+static void conn_closed_cb(uv_handle_t *h)
+{
+    kv_grpc_conn *c = h->data;
+    kv_grpc_server *s = c->srv;
+    kv_grpc_call *call, *next;
+    for (call = c->calls; call; call = next) {
+        next = call->next;
+        kv_grpc_call_free(call);
+    }
+    for (call = c->zombies; call; call = next) {
+        next = call->next;
+        kv_grpc_call_free(call);
+    }
+    nghttp2_session_del(c->h2);
+    if (c->io_ops->destroy)
+        c->io_ops->destroy(c->io);
+    kv_grpc_buf_free(&c->out);
+    kv_grpc_buf_free(&c->wbuf);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    kv_metric_gauge_add(s->m_conn_open, -1);
+    free(c);
+    kv_grpc_srv_conn_freed(s);
+}
+
+void kv_grpc_conn_close(kv_grpc_conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    kv_grpc_srv_unmark_dirty(c);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    /* on_cancel may finish other calls of this connection; they see c->closing. */
+    for (kv_grpc_call *call = c->calls; call; call = call->next)
+        kv_grpc_call_on_conn_close(call);
+    c->resume_head = NULL;
+    uv_close((uv_handle_t *)&c->tcp, conn_closed_cb);
+}
+
+static void start_write(kv_grpc_conn *c);
+
+static void write_cb(uv_write_t *req, int status)
+{
+    kv_grpc_conn *c = req->data;
+    c->writing = 0;
+    kv_grpc_buf_consume(&c->wbuf, kv_grpc_buf_size(&c->wbuf));
+    if (c->closing)
+        return;
+    if (status < 0) {
+        kv_grpc_conn_close(c);
+        return;
+    }
+    kv_grpc_conn_flush(c);
+}
+
+static void start_write(kv_grpc_conn *c)
+{
+    if (c->writing || kv_grpc_buf_size(&c->out) == 0)
+        return;
+    kv_grpc_buf tmp = c->wbuf; /* empty spare */
+    c->wbuf = c->out;
+    c->out = tmp;
+    uv_buf_t b = uv_buf_init((char *)c->wbuf.p + c->wbuf.off, (unsigned)kv_grpc_buf_size(&c->wbuf));
+    c->wreq.data = c;
+    int rv = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
+    if (rv < 0) {
+        kv_grpc_conn_close(c);
+        return;
+    }
+    c->writing = 1;
+}
+
+void kv_grpc_conn_flush(kv_grpc_conn *c)
+{
+    if (c->closing)
+        return;
+    kv_grpc_srv_unmark_dirty(c);
+    /* Resumed calls: deliver their held input. New resumes during this go to the next turn. */
+    kv_grpc_call *list = c->resume_head;
+    c->resume_head = NULL;
+    while (list && !c->closing) {
+        kv_grpc_call *call = list;
+        list = call->resume_next;
+        call->resume_next = NULL;
+        call->in_resume = 0;
+        kv_grpc_call_process_pending(call);
+    }
+    if (c->closing)
+        return;
+    /* Pull frames from nghttp2 until it has nothing or the wire buffer is full enough. */
+    while (kv_grpc_buf_size(&c->out) < KV_GRPC_OUT_HIGH_WATER) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+        if (n < 0) {
+            kv_grpc_conn_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (c->io_ops->send(c->io, c, p, (size_t)n, &c->out) != 0) {
+            kv_grpc_conn_close(c);
+            return;
+        }
+    }
+    /* Deferred free: streams nghttp2 closed during recv/send. */
+    kv_grpc_call *z = c->zombies;
+    c->zombies = NULL;
+    while (z) {
+        kv_grpc_call *next = z->next;
+        kv_grpc_call_free(z);
+        z = next;
+    }
+    start_write(c);
+    if (c->closing)
+        return;
+    int idle_out = !c->writing && kv_grpc_buf_size(&c->out) == 0;
+    if (idle_out && (c->close_after_write ||
+                     (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))))
+        kv_grpc_conn_close(c);
+}
+
+int kv_grpc_conn_recv_plain(kv_grpc_conn *c, const uint8_t *in, size_t len)
+{
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, in, len);
+    if (rv < 0) {
+        if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC || nghttp2_is_fatal((int)rv))
+            return -EPROTO;
+        /* Non-fatal (e.g. flooding): nghttp2 queued GOAWAY; send it, then close. */
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
+        c->close_after_write = 1;
+    }
+    return 0;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    kv_grpc_conn *c = h->data;
+    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+}
+
+static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    kv_grpc_conn *c = stream->data;
+    (void)buf;
+    if (c->closing)
+        return;
+    if (nread < 0) {
+        kv_grpc_conn_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (c->io_ops->recv(c->io, c, c->rbuf, (size_t)nread) != 0) {
+        kv_grpc_conn_close(c);
+        return;
+    }
+    if (c->close_after_write)
+        uv_read_stop(stream);
+    kv_grpc_conn_flush(c);
+}
+
+int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out)
+{
+    kv_grpc_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->srv = s;
+    c->id = ++s->next_conn_id;
+    c->io_ops = &kv_grpc_io_plain;
+    int rv = uv_tcp_init(s->loop, &c->tcp);
+    if (rv < 0) {
+        free(c);
+        return rv;
+    }
+    c->tcp.data = c;
+    /* From here on the handle exists: errors go through uv_close. */
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    kv_metric_gauge_add(s->m_conn_open, 1);
+    kv_metric_inc(s->m_conn_total);
+    *out = c;
+    return 0;
+}
+
+/* Second half of connection setup, after uv_accept succeeded. */
+int kv_grpc_conn_begin(kv_grpc_conn *c)
+{
+    kv_grpc_server *s = c->srv;
+    int rv = nghttp2_session_server_new2(&c->h2, s->cbs, c, s->opt);
+    if (rv != 0)
+        return -ENOMEM;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->cfg.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, KV_GRPC_STREAM_WINDOW},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 64 * 1024},
+    };
+    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0)
+        return -ENOMEM;
+    if (nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, KV_GRPC_CONN_WINDOW) !=
+        0)
+        return -ENOMEM;
+    uv_tcp_nodelay(&c->tcp, 1);
+    rv = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+    if (rv < 0)
+        return rv;
+    kv_grpc_conn_flush(c); /* our SETTINGS go out right away */
+    return 0;
+}

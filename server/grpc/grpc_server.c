@@ -1,0 +1,429 @@
+/* grpc_server.c - listener, accept, connection limits, deadline and keepalive timers, and
+ * the idle handle that flushes connections touched outside their own read/write callbacks. */
+#include "grpc/grpc_internal.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kv_grpc_config_default(kv_grpc_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_request_bytes = KV_GRPC_DEFAULT_MAX_REQUEST_BYTES;
+    cfg->max_concurrent_streams = 1000;
+    cfg->max_send_buffer_bytes = 16u * 1024 * 1024;
+    cfg->max_connections = 10000;
+    cfg->ping_interval_ms = 0;
+    cfg->max_recv_buffer_bytes = 64u * 1024 * 1024;
+}
+
+/* ---- dirty list + idle flush ---- */
+
+static void idle_cb(uv_idle_t *h)
+{
+    kv_grpc_server *s = h->data;
+    /* Each flush unmarks its connection; flushes may mark others (or re-mark) dirty. */
+    size_t budget = s->n_conns + 1;
+    while (s->dirty && budget--)
+        kv_grpc_conn_flush(s->dirty);
+    if (!s->dirty)
+        uv_idle_stop(&s->idle);
+}
+
+void kv_grpc_srv_mark_dirty(kv_grpc_conn *c)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->dirty || c->closing)
+        return;
+    c->dirty = 1;
+    c->dirty_prev = NULL;
+    c->dirty_next = s->dirty;
+    if (s->dirty)
+        s->dirty->dirty_prev = c;
+    s->dirty = c;
+    if (!s->closing)
+        uv_idle_start(&s->idle, idle_cb);
+}
+
+void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c)
+{
+    kv_grpc_server *s = c->srv;
+    if (!c->dirty)
+        return;
+    if (c->dirty_prev)
+        c->dirty_prev->dirty_next = c->dirty_next;
+    else
+        s->dirty = c->dirty_next;
+    if (c->dirty_next)
+        c->dirty_next->dirty_prev = c->dirty_prev;
+    c->dirty = 0;
+    c->dirty_next = c->dirty_prev = NULL;
+}
+
+/* ---- deadlines: one timer armed for the earliest deadline (O(n) scan of calls that have
+ * a deadline; good enough for etcd's few deadline-carrying RPCs, a heap would be next) ---- */
+
+static void deadline_cb(uv_timer_t *t);
+
+static void arm_deadline(kv_grpc_server *s)
+{
+    uint64_t min = 0;
+    for (kv_grpc_call *x = s->dl_head; x; x = x->dl_next)
+        if (!min || x->deadline < min)
+            min = x->deadline;
+    if (!min || s->closing) {
+        uv_timer_stop(&s->deadline_timer);
+        return;
+    }
+    uint64_t now = uv_now(s->loop);
+    uv_timer_start(&s->deadline_timer, deadline_cb, min > now ? min - now : 0, 0);
+}
+
+static void deadline_cb(uv_timer_t *t)
+{
+    kv_grpc_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    /* Restart the scan after each expiry: callbacks may remove other entries. */
+    for (;;) {
+        kv_grpc_call *x = s->dl_head;
+        while (x && x->deadline > now)
+            x = x->dl_next;
+        if (!x)
+            break;
+        kv_grpc_srv_deadline_remove(x);
+        kv_grpc_call_fail(x, KV_GRPC_DEADLINE_EXCEEDED, "context deadline exceeded");
+    }
+    arm_deadline(s);
+}
+
+void kv_grpc_srv_deadline_add(kv_grpc_call *call)
+{
+    kv_grpc_server *s = call->conn->srv;
+    if (call->in_dl || !call->deadline)
+        return;
+    call->in_dl = 1;
+    call->dl_prev = NULL;
+    call->dl_next = s->dl_head;
+    if (s->dl_head)
+        s->dl_head->dl_prev = call;
+    s->dl_head = call;
+    uint64_t due = uv_timer_get_due_in(&s->deadline_timer);
+    uint64_t now = uv_now(s->loop);
+    uint64_t in = call->deadline > now ? call->deadline - now : 0;
+    if (!uv_is_active((uv_handle_t *)&s->deadline_timer) || in < due)
+        uv_timer_start(&s->deadline_timer, deadline_cb, in, 0);
+}
+
+void kv_grpc_srv_deadline_remove(kv_grpc_call *call)
+{
+    kv_grpc_server *s = call->conn->srv;
+    if (!call->in_dl)
+        return;
+    if (call->dl_prev)
+        call->dl_prev->dl_next = call->dl_next;
+    else
+        s->dl_head = call->dl_next;
+    if (call->dl_next)
+        call->dl_next->dl_prev = call->dl_prev;
+    call->dl_next = call->dl_prev = NULL;
+    call->in_dl = 0;
+}
+
+/* ---- keepalive ---- */
+
+static void ping_cb(uv_timer_t *t)
+{
+    kv_grpc_server *s = t->data;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+        if (c->closing)
+            continue;
+        if (c->ping_outstanding) { /* unanswered for a whole interval */
+            kv_grpc_conn_close(c);
+            continue;
+        }
+        if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
+            c->ping_outstanding = 1;
+            kv_grpc_srv_mark_dirty(c);
+        }
+    }
+}
+
+/* ---- metrics ---- */
+
+static double conn_bytes(const kv_grpc_conn *c)
+{
+    return (double)(c->in_bytes + c->out_app_bytes + kv_grpc_buf_size(&c->out) +
+                    kv_grpc_buf_size(&c->wbuf));
+}
+
+static double buffered_max(void *arg)
+{
+    kv_grpc_server *s = arg;
+    double m = 0;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+        if (conn_bytes(c) > m)
+            m = conn_bytes(c);
+    return m;
+}
+
+static double buffered_total(void *arg)
+{
+    kv_grpc_server *s = arg;
+    double t = 0;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+        t += conn_bytes(c);
+    return t;
+}
+
+void kv_grpc_srv_count_request(kv_grpc_server *s, const kv_grpc_method *m, int status)
+{
+    if (!s->metrics)
+        return;
+    /* Only method paths from our own table become label values (bounded cardinality). */
+    char labels[KV_GRPC_MAX_PATH + 64];
+    snprintf(labels, sizeof(labels), "method=\"%s\",code=\"%s\"", m ? m->path : "unknown",
+             kv_grpc_code_name(status));
+    kv_metric_inc(kv_metrics_counter(s->metrics, "kvd_grpc_requests_total",
+                                     "gRPC requests by method and final status code.", labels));
+}
+
+static kv_metric *refused(kv_metrics *m, const char *reason)
+{
+    char labels[64];
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
+    return kv_metrics_counter(m, "kvd_grpc_requests_refused_total",
+                              "gRPC requests or connections refused by a transport bound.", labels);
+}
+
+static void register_metrics(kv_grpc_server *s)
+{
+    kv_metrics *m = s->metrics;
+    if (!m)
+        return;
+    s->m_conn_open =
+        kv_metrics_gauge(m, "kvd_grpc_connections_open", "Open gRPC connections.", NULL);
+    s->m_conn_total =
+        kv_metrics_counter(m, "kvd_grpc_connections_total", "Accepted gRPC connections.", NULL);
+    s->m_streams_open =
+        kv_metrics_gauge(m, "kvd_grpc_streams_open", "Open gRPC streams (calls).", NULL);
+    s->m_ref_oversized = refused(m, "oversized");
+    s->m_ref_streams = refused(m, "too_many_streams");
+    s->m_ref_conn = refused(m, "conn_limit");
+    s->m_ref_sendbuf = refused(m, "send_buffer");
+    s->m_ref_recvbuf = refused(m, "recv_buffer");
+    kv_metrics_gauge_fn(m, "kvd_grpc_conn_buffered_bytes_max",
+                        "Largest per-connection buffered bytes (in + out).", buffered_max, s);
+    kv_metrics_gauge_fn(m, "kvd_grpc_conn_buffered_bytes_total",
+                        "Buffered bytes (in + out) over all connections.", buffered_total, s);
+}
+
+/* ---- lifecycle ---- */
+
+int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_config *cfg,
+                        const kv_grpc_method *methods, size_t n_methods, void *app,
+                        kv_metrics *metrics)
+{
+    if (!out || !loop || (n_methods && !methods))
+        return -EINVAL;
+    for (size_t i = 0; i < n_methods; i++)
+        if (!methods[i].path || !methods[i].on_message ||
+            strlen(methods[i].path) > KV_GRPC_MAX_PATH)
+            return -EINVAL;
+    kv_grpc_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    kv_grpc_config def;
+    kv_grpc_config_default(&def);
+    s->cfg = cfg ? *cfg : def;
+    if (!s->cfg.max_request_bytes)
+        s->cfg.max_request_bytes = def.max_request_bytes;
+    if (s->cfg.max_request_bytes > UINT32_MAX)
+        s->cfg.max_request_bytes = UINT32_MAX;
+    if (!s->cfg.max_concurrent_streams)
+        s->cfg.max_concurrent_streams = def.max_concurrent_streams;
+    if (!s->cfg.max_send_buffer_bytes)
+        s->cfg.max_send_buffer_bytes = def.max_send_buffer_bytes;
+    if (!s->cfg.max_connections)
+        s->cfg.max_connections = def.max_connections;
+    if (!s->cfg.max_recv_buffer_bytes)
+        s->cfg.max_recv_buffer_bytes = def.max_recv_buffer_bytes;
+    s->loop = loop;
+    s->methods = methods;
+    s->n_methods = n_methods;
+    s->app = app;
+    s->metrics = metrics;
+    int rv = kv_grpc_session_callbacks(&s->cbs);
+    if (rv < 0)
+        goto fail;
+    rv = -ENOMEM;
+    if (nghttp2_option_new(&s->opt) != 0)
+        goto fail;
+    nghttp2_option_set_no_auto_window_update(s->opt, 1);
+    rv = uv_tcp_init(loop, &s->listener);
+    if (rv < 0)
+        goto fail;
+    s->listener.data = s;
+    uv_idle_init(loop, &s->idle);
+    s->idle.data = s;
+    uv_timer_init(loop, &s->deadline_timer);
+    s->deadline_timer.data = s;
+    uv_timer_init(loop, &s->ping_timer);
+    s->ping_timer.data = s;
+    s->open_handles = 4;
+    register_metrics(s);
+    *out = s;
+    return 0;
+fail:
+    if (s->opt)
+        nghttp2_option_del(s->opt);
+    if (s->cbs)
+        nghttp2_session_callbacks_del(s->cbs);
+    free(s);
+    return rv;
+}
+
+static void reject_closed_cb(uv_handle_t *h)
+{
+    kv_grpc_server *s = h->data;
+    free(h);
+    s->n_rejecting--;
+    kv_grpc_srv_conn_freed(s);
+}
+
+static void reject_one(kv_grpc_server *s)
+{
+    uv_tcp_t *t = malloc(sizeof(*t));
+    if (!t || uv_tcp_init(s->loop, t) < 0) {
+        free(t);
+        return;
+    }
+    t->data = s;
+    s->n_rejecting++;
+    uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t);
+    uv_close((uv_handle_t *)t, reject_closed_cb);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    kv_grpc_server *s = l->data;
+    if (status < 0 || s->closing)
+        return;
+    if (s->n_conns >= s->cfg.max_connections) {
+        kv_metric_inc(s->m_ref_conn);
+        reject_one(s);
+        return;
+    }
+    kv_grpc_conn *c;
+    if (kv_grpc_conn_start(s, &c) != 0) {
+        reject_one(s);
+        return;
+    }
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || kv_grpc_conn_begin(c) < 0)
+        kv_grpc_conn_close(c);
+}
+
+/* IP literal, or a host name resolved once with blocking getaddrinfo (startup only). */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return -EINVAL;
+    size_t len = res->ai_addrlen < sizeof(*ss) ? res->ai_addrlen : sizeof(*ss);
+    memcpy(ss, res->ai_addr, len);
+    freeaddrinfo(res);
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else if (ss->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int kv_grpc_server_listen(kv_grpc_server *s, const char *host, int port)
+{
+    struct sockaddr_storage ss;
+    if (!s || !host || port < 0 || port > 65535 || s->listening || s->closing)
+        return -EINVAL;
+    int rv = resolve(host, port, &ss);
+    if (rv < 0)
+        return rv;
+    rv = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0);
+    if (rv < 0)
+        return rv;
+    rv = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rv < 0)
+        return rv;
+    s->listening = 1;
+    if (s->cfg.ping_interval_ms)
+        uv_timer_start(&s->ping_timer, ping_cb, s->cfg.ping_interval_ms, s->cfg.ping_interval_ms);
+    return 0;
+}
+
+int kv_grpc_server_port(kv_grpc_server *s)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (!s || !s->listening)
+        return -EINVAL;
+    int rv = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    if (rv < 0)
+        return rv;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+size_t kv_grpc_server_connections(kv_grpc_server *s)
+{
+    return s ? s->n_conns : 0;
+}
+
+static void maybe_finalize(kv_grpc_server *s)
+{
+    if (!s->closing || s->open_handles || s->conns || s->n_rejecting)
+        return;
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    nghttp2_option_del(s->opt);
+    nghttp2_session_callbacks_del(s->cbs);
+    free(s);
+    if (cb)
+        cb(arg);
+}
+
+void kv_grpc_srv_conn_freed(kv_grpc_server *s)
+{
+    maybe_finalize(s);
+}
+
+static void handle_closed_cb(uv_handle_t *h)
+{
+    kv_grpc_server *s = h->data;
+    s->open_handles--;
+    maybe_finalize(s);
+}
+
+void kv_grpc_server_close(kv_grpc_server *s, void (*cb)(void *arg), void *arg)
+{
+    if (!s || s->closing)
+        return;
+    s->closing = 1;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    kv_metrics_gauge_fn_remove(s->metrics, s);
+    uv_close((uv_handle_t *)&s->listener, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->deadline_timer, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->ping_timer, handle_closed_cb);
+    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+        kv_grpc_conn_close(c);
+}

@@ -1,0 +1,459 @@
+/* http_server.c - see http_server.h. */
+#include "http/http_server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct http_conn http_conn;
+
+/* Outlives the connection until the app calls done (the only thing done touches). */
+typedef struct health_req {
+    http_conn *conn; /* NULL once the connection is gone */
+} health_req;
+
+enum { ST_READ, ST_HEALTH, ST_WRITE, ST_CLOSING };
+
+struct http_conn {
+    kv_http_server *srv;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t wreq;
+    uv_shutdown_t sreq;
+    int handles; /* open handles (tcp, timer) */
+    int state;
+    char *buf;
+    size_t len;
+    char *resp;
+    health_req *hr;
+    http_conn *next, *prev;
+};
+
+struct kv_http_server {
+    uv_loop_t *loop;
+    kv_http_config cfg;
+    kv_metrics *metrics;
+    kv_http_health_fn health;
+    void *app;
+    uv_tcp_t listener;
+    int listening, closing, listener_open;
+    http_conn *conns;
+    size_t n_conns, n_rejecting;
+    void (*close_cb)(void *);
+    void *close_arg;
+};
+
+void kv_http_config_default(kv_http_config *cfg)
+{
+    cfg->max_header_bytes = 8192;
+    cfg->health_timeout_ms = 5000;
+    cfg->request_timeout_ms = 10000;
+    cfg->max_connections = 256;
+}
+
+int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_config *cfg,
+                        kv_metrics *metrics, kv_http_health_fn health, void *app)
+{
+    if (!out || !loop)
+        return -EINVAL;
+    kv_http_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    kv_http_config def;
+    kv_http_config_default(&def);
+    s->cfg = cfg ? *cfg : def;
+    if (!s->cfg.max_header_bytes)
+        s->cfg.max_header_bytes = def.max_header_bytes;
+    if (!s->cfg.health_timeout_ms)
+        s->cfg.health_timeout_ms = def.health_timeout_ms;
+    if (!s->cfg.request_timeout_ms)
+        s->cfg.request_timeout_ms = def.request_timeout_ms;
+    if (!s->cfg.max_connections)
+        s->cfg.max_connections = def.max_connections;
+    s->loop = loop;
+    s->metrics = metrics;
+    s->health = health;
+    s->app = app;
+    int rv = uv_tcp_init(loop, &s->listener);
+    if (rv < 0) {
+        free(s);
+        return rv;
+    }
+    s->listener.data = s;
+    s->listener_open = 1;
+    *out = s;
+    return 0;
+}
+
+static void maybe_finalize(kv_http_server *s)
+{
+    if (!s->closing || s->listener_open || s->conns || s->n_rejecting)
+        return;
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    free(s);
+    if (cb)
+        cb(arg);
+}
+
+static void conn_handle_closed(uv_handle_t *h)
+{
+    http_conn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    kv_http_server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    free(c->buf);
+    free(c->resp);
+    free(c);
+    maybe_finalize(s);
+}
+
+static void conn_close(http_conn *c)
+{
+    if (c->state == ST_CLOSING)
+        return;
+    c->state = ST_CLOSING;
+    if (c->hr) {
+        c->hr->conn = NULL; /* the hook may still answer; it will find no connection */
+        c->hr = NULL;
+    }
+    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+}
+
+static void shutdown_cb(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    conn_close(req->data);
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    http_conn *c = req->data;
+    if (c->state == ST_CLOSING)
+        return;
+    if (status < 0 || uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, shutdown_cb) < 0)
+        conn_close(c);
+}
+
+static const char *reason_phrase(int code)
+{
+    switch (code) {
+    case 200:
+        return "OK";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
+    }
+}
+
+/* Takes ownership of nothing: body is copied. */
+static void respond(http_conn *c, int code, const char *ctype, const char *body, size_t blen)
+{
+    if (c->state == ST_CLOSING || c->state == ST_WRITE)
+        return;
+    uv_timer_stop(&c->timer);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    char head[256];
+    int hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      code, reason_phrase(code), ctype, blen);
+    c->resp = malloc((size_t)hl + blen);
+    if (!c->resp) {
+        conn_close(c);
+        return;
+    }
+    memcpy(c->resp, head, (size_t)hl);
+    if (blen)
+        memcpy(c->resp + hl, body, blen);
+    c->state = ST_WRITE;
+    uv_buf_t b = uv_buf_init(c->resp, (unsigned)((size_t)hl + blen));
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_cb) < 0)
+        conn_close(c);
+}
+
+static void respond_text(http_conn *c, int code, const char *text)
+{
+    respond(c, code, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+static void respond_health(http_conn *c, int ok, const char *reason)
+{
+    if (ok) {
+        static const char body[] = "{\"health\":\"true\"}";
+        respond(c, 200, "application/json", body, sizeof(body) - 1);
+        return;
+    }
+    /* JSON-escape the reason (bounded to 256 input bytes). */
+    char body[256 * 6 + 64];
+    size_t o = (size_t)snprintf(body, sizeof(body), "{\"health\":\"false\",\"reason\":\"");
+    const char *r = reason ? reason : "";
+    for (size_t i = 0; r[i] && i < 256; i++) {
+        unsigned char ch = (unsigned char)r[i];
+        if (ch == '"' || ch == '\\') {
+            body[o++] = '\\';
+            body[o++] = (char)ch;
+        } else if (ch < 0x20) {
+            o += (size_t)snprintf(body + o, sizeof(body) - o, "\\u%04x", ch);
+        } else {
+            body[o++] = (char)ch;
+        }
+    }
+    o += (size_t)snprintf(body + o, sizeof(body) - o, "\"}");
+    respond(c, 503, "application/json", body, o);
+}
+
+static void health_done(void *ctx, int ok, const char *reason)
+{
+    health_req *hr = ctx;
+    http_conn *c = hr->conn;
+    free(hr);
+    if (!c)
+        return; /* connection (or server) already gone */
+    c->hr = NULL;
+    if (c->state == ST_HEALTH)
+        respond_health(c, ok, reason);
+}
+
+static void timer_cb(uv_timer_t *t)
+{
+    http_conn *c = t->data;
+    if (c->state == ST_HEALTH) {
+        if (c->hr) {
+            c->hr->conn = NULL;
+            c->hr = NULL;
+        }
+        respond_health(c, 0, "timeout");
+    } else if (c->state == ST_READ) {
+        conn_close(c);
+    }
+}
+
+static void handle_request(http_conn *c)
+{
+    kv_http_server *s = c->srv;
+    char *line_end = strstr(c->buf, "\r\n");
+    char *sp1 = memchr(c->buf, ' ', (size_t)(line_end - c->buf));
+    char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(line_end - sp1 - 1)) : NULL;
+    if (!sp1 || !sp2) {
+        respond_text(c, 404, "bad request\n");
+        return;
+    }
+    *sp1 = 0;
+    *sp2 = 0;
+    char *target = sp1 + 1;
+    char *q = strchr(target, '?');
+    if (q)
+        *q = 0;
+    if (strcmp(c->buf, "GET") != 0) {
+        respond_text(c, 405, "method not allowed\n");
+        return;
+    }
+    if (strcmp(target, "/metrics") == 0) {
+        char *out = NULL;
+        size_t len = 0;
+        if (s->metrics && kv_metrics_render(s->metrics, &out, &len) != 0) {
+            respond_text(c, 500, "out of memory\n");
+            return;
+        }
+        respond(c, 200, "text/plain; version=0.0.4", out ? out : "", len);
+        free(out);
+        return;
+    }
+    if (strcmp(target, "/health") == 0) {
+        if (!s->health) {
+            respond_health(c, 1, NULL);
+            return;
+        }
+        health_req *hr = calloc(1, sizeof(*hr));
+        if (!hr) {
+            respond_health(c, 0, "out of memory");
+            return;
+        }
+        hr->conn = c;
+        c->hr = hr;
+        c->state = ST_HEALTH;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        uv_timer_start(&c->timer, timer_cb, s->cfg.health_timeout_ms, 0);
+        s->health(s->app, health_done, hr); /* may answer synchronously */
+        return;
+    }
+    respond_text(c, 404, "404 page not found\n");
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    http_conn *c = h->data;
+    size_t room = c->srv->cfg.max_header_bytes - c->len;
+    *buf = uv_buf_init(c->buf + c->len, (unsigned)room);
+}
+
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    http_conn *c = st->data;
+    if (c->state != ST_READ)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    c->len += (size_t)nread;
+    c->buf[c->len] = 0;
+    if (strstr(c->buf, "\r\n\r\n")) {
+        handle_request(c);
+        return;
+    }
+    if (c->len >= c->srv->cfg.max_header_bytes)
+        respond_text(c, 431, "request header too large\n");
+}
+
+static void reject_closed_cb(uv_handle_t *h)
+{
+    kv_http_server *s = h->data;
+    free(h);
+    s->n_rejecting--;
+    maybe_finalize(s);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    kv_http_server *s = l->data;
+    if (status < 0 || s->closing)
+        return;
+    if (s->n_conns >= s->cfg.max_connections) {
+        uv_tcp_t *t = malloc(sizeof(*t));
+        if (!t || uv_tcp_init(s->loop, t) < 0) {
+            free(t);
+            return;
+        }
+        t->data = s;
+        s->n_rejecting++;
+        uv_accept(l, (uv_stream_t *)t);
+        uv_close((uv_handle_t *)t, reject_closed_cb);
+        return;
+    }
+    http_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->buf = malloc(s->cfg.max_header_bytes + 1);
+    if (!c->buf || uv_tcp_init(s->loop, &c->tcp) < 0) {
+        free(c->buf);
+        free(c);
+        return;
+    }
+    uv_timer_init(s->loop, &c->timer);
+    c->srv = s;
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->sreq.data = c;
+    c->handles = 2;
+    c->state = ST_READ;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, timer_cb, s->cfg.request_timeout_ms, 0);
+}
+
+/* IP literal, or a host name resolved once with blocking getaddrinfo (startup only). */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return -EINVAL;
+    size_t len = res->ai_addrlen < sizeof(*ss) ? res->ai_addrlen : sizeof(*ss);
+    memcpy(ss, res->ai_addr, len);
+    freeaddrinfo(res);
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else if (ss->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int kv_http_server_listen(kv_http_server *s, const char *host, int port)
+{
+    struct sockaddr_storage ss;
+    if (!s || !host || port < 0 || port > 65535 || s->listening || s->closing)
+        return -EINVAL;
+    int rv = resolve(host, port, &ss);
+    if (rv < 0)
+        return rv;
+    rv = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0);
+    if (rv < 0)
+        return rv;
+    rv = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+    if (rv < 0)
+        return rv;
+    s->listening = 1;
+    return 0;
+}
+
+int kv_http_server_port(kv_http_server *s)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (!s || !s->listening)
+        return -EINVAL;
+    int rv = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    if (rv < 0)
+        return rv;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+static void listener_closed(uv_handle_t *h)
+{
+    kv_http_server *s = h->data;
+    s->listener_open = 0;
+    maybe_finalize(s);
+}
+
+void kv_http_server_close(kv_http_server *s, void (*cb)(void *arg), void *arg)
+{
+    if (!s || s->closing)
+        return;
+    s->closing = 1;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    uv_close((uv_handle_t *)&s->listener, listener_closed);
+    for (http_conn *c = s->conns; c; c = c->next)
+        conn_close(c);
+}

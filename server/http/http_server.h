@@ -1,0 +1,59 @@
+/*
+ * http_server.h - a tiny HTTP/1.1 server on libuv for --listen-metrics-urls.
+ *
+ * Contract:
+ * - GET /metrics -> 200 "text/plain; version=0.0.4" with kv_metrics_render() output.
+ * - GET /health  -> calls the app's async health hook; 200 {"health":"true"} or
+ *   503 {"health":"false","reason":"..."} (etcd 3.4 format). If the hook has not answered
+ *   within health_timeout_ms: 503 with reason "timeout".
+ * - Anything else: 404 (405 for methods other than GET/HEAD-less GET only; 431 when the request
+ *   head exceeds max_header_bytes; 408-less silent close when the head does not arrive within
+ *   request_timeout_ms). Every response carries "Connection: close" and the connection is
+ *   closed after it is written; request bodies are not read.
+ * - One libuv loop, not thread-safe. Handles are freed only in close callbacks.
+ * - Bounds: max_header_bytes per request, max_connections (excess accepted then closed).
+ */
+#ifndef KV_HTTP_SERVER_H
+#define KV_HTTP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "metrics/metrics.h"
+
+typedef struct kv_http_server kv_http_server;
+
+/* Completion for a health check. ctx is the transport's; ok nonzero = healthy; reason is
+ * copied (may be NULL). Must be called exactly once per hook invocation, on the loop thread,
+ * possibly synchronously from inside the hook, possibly after the HTTP connection (or the
+ * whole server) is gone: the transport keeps ctx alive until done is called. */
+typedef void (*kv_http_health_done_fn)(void *ctx, int ok, const char *reason);
+/* App hook: check health and eventually call done(ctx, ok, reason). */
+typedef void (*kv_http_health_fn)(void *app, kv_http_health_done_fn done, void *ctx);
+
+typedef struct kv_http_config {
+    size_t max_header_bytes;     /* default 8192 */
+    uint32_t health_timeout_ms;  /* default 5000 */
+    uint32_t request_timeout_ms; /* time to receive the request head; default 10000 */
+    uint32_t max_connections;    /* default 256 */
+} kv_http_config;
+
+void kv_http_config_default(kv_http_config *cfg);
+
+/* Creates the server. cfg NULL = defaults (zero fields take defaults). metrics may be NULL
+ * (then /metrics serves an empty body); it is borrowed and must outlive the server. health may
+ * be NULL (then /health always reports healthy). *out is freed by kv_http_server_close().
+ * Returns 0, -EINVAL or -ENOMEM. */
+int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_config *cfg,
+                        kv_metrics *metrics, kv_http_health_fn health, void *app);
+/* Binds and listens (IPv4/IPv6 literal or a name resolved with blocking getaddrinfo, so call
+ * at startup; port 0 allowed). Returns 0 or a negative error. */
+int kv_http_server_listen(kv_http_server *s, const char *host, int port);
+/* Bound port or a negative error. */
+int kv_http_server_port(kv_http_server *s);
+/* Closes the listener and all connections; cb (may be NULL) runs when all is freed.
+ * Pending health hooks may still call done afterwards (safe no-op). */
+void kv_http_server_close(kv_http_server *s, void (*cb)(void *arg), void *arg);
+
+#endif

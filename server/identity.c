@@ -1,0 +1,86 @@
+#include "identity.h"
+
+#include <errno.h>
+#include <openssl/sha.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+uint64_t kv_identity_member_id(const char *const *peer_urls, size_t n, const char *token)
+{
+    const char *sorted[KV_MAX_URLS];
+    if (n > KV_MAX_URLS)
+        n = KV_MAX_URLS;
+    memcpy(sorted, peer_urls, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), cmp_str);
+    /* SHA1_Init & co. are deprecated in OpenSSL 3; hash one joined buffer instead. */
+    char buf[KV_MAX_URLS * 300 + 256];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(sorted[i]);
+        if (len + l > sizeof(buf) - 256)
+            break;
+        memcpy(buf + len, sorted[i], l);
+        len += l;
+    }
+    size_t tl = strnlen(token, 255);
+    memcpy(buf + len, token, tl);
+    len += tl;
+    unsigned char md[SHA_DIGEST_LENGTH];
+    SHA1((const unsigned char *)buf, len, md);
+    return be64(md);
+}
+
+int kv_identity_compute(const kv_config *cfg, kv_identity *out)
+{
+    memset(out, 0, sizeof(*out));
+    /* Group initial-cluster entries by name (a member may list several peer URLs). */
+    for (size_t i = 0; i < cfg->n_initial_cluster; i++) {
+        const char *name = cfg->initial_cluster[i].name;
+        int seen = 0;
+        for (size_t j = 0; j < i; j++)
+            seen |= strcmp(cfg->initial_cluster[j].name, name) == 0;
+        if (seen)
+            continue;
+        const char *urls[KV_MAX_URLS];
+        size_t n = 0;
+        for (size_t j = i; j < cfg->n_initial_cluster && n < KV_MAX_URLS; j++)
+            if (strcmp(cfg->initial_cluster[j].name, name) == 0)
+                urls[n++] = cfg->initial_cluster[j].url.text;
+        uint64_t id = kv_identity_member_id(urls, n, cfg->initial_cluster_token);
+        if (strcmp(name, cfg->name) == 0)
+            out->member_id = id;
+        out->member_ids[out->n_members++] = id;
+    }
+    if (out->member_id == 0)
+        return -ENOENT;
+    uint64_t sorted[KV_MAX_MEMBERS];
+    memcpy(sorted, out->member_ids, out->n_members * sizeof(uint64_t));
+    qsort(sorted, out->n_members, sizeof(uint64_t), cmp_u64);
+    unsigned char buf[8 * KV_MAX_MEMBERS];
+    for (size_t i = 0; i < out->n_members; i++)
+        for (int b = 0; b < 8; b++)
+            buf[8 * i + (size_t)b] = (unsigned char)(sorted[i] >> (56 - 8 * b));
+    unsigned char md[SHA_DIGEST_LENGTH];
+    SHA1(buf, 8 * out->n_members, md);
+    out->cluster_id = be64(md);
+    return 0;
+}

@@ -1,0 +1,177 @@
+#include "leases.h"
+
+#include "api/internal_req.h"
+#include "lease/lessor.h"
+#include "rpc.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int propose_packed(kv_server *s, int field, const ProtobufCMessage *m)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return -ENOMEM;
+    protobuf_c_message_pack(m, buf);
+    uint8_t *req;
+    size_t rlen;
+    int rc = kv_internal_wrap((enum kv_ireq_field)field, 0, buf, len, &req, &rlen);
+    free(buf);
+    if (rc < 0)
+        return rc;
+    return kv_node_propose(s->node, req, rlen, NULL, NULL, NULL);
+}
+
+static int propose_revoke(void *arg, const int64_t *ids, size_t n)
+{
+    kv_server *s = arg;
+    for (size_t i = 0; i < n; i++) {
+        Etcdserverpb__LeaseRevokeRequest r = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
+        r.id = ids[i];
+        int rc = propose_packed(s, KV_IREQ_LEASE_REVOKE, &r.base);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int propose_checkpoint(void *arg, const kv_lease_checkpoint *cps, size_t n)
+{
+    kv_server *s = arg;
+    Etcdserverpb__LeaseCheckpoint *items = calloc(n ? n : 1, sizeof(*items));
+    Etcdserverpb__LeaseCheckpoint **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+    int rc = -ENOMEM;
+    if (items == NULL || ptrs == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        etcdserverpb__lease_checkpoint__init(&items[i]);
+        items[i].id = cps[i].id;
+        items[i].remaining_ttl = cps[i].remaining_ttl;
+        ptrs[i] = &items[i];
+    }
+    Etcdserverpb__LeaseCheckpointRequest r = ETCDSERVERPB__LEASE_CHECKPOINT_REQUEST__INIT;
+    r.checkpoints = ptrs;
+    r.n_checkpoints = n;
+    rc = propose_packed(s, KV_IREQ_LEASE_CHECKPOINT, &r.base);
+out:
+    free(items);
+    free(ptrs);
+    return rc;
+}
+
+static void obs_granted(void *arg, int64_t id, int64_t ttl, int64_t remaining)
+{
+    kv_lessor_on_granted(arg, id, ttl, remaining);
+}
+
+static void obs_revoked(void *arg, int64_t id)
+{
+    kv_lessor_on_revoked(arg, id);
+}
+
+static void obs_checkpointed(void *arg, int64_t id, int64_t remaining)
+{
+    kv_lessor_on_checkpointed(arg, id, remaining);
+}
+
+#define LESSOR_GAUGE(field)                                                         \
+    static double gauge_##field(void *arg)                                                      \
+    {                                                                                           \
+        kv_lessor_metrics m;                                                                    \
+        kv_lessor_metrics_get(((kv_server *)arg)->lessor, &m);                                  \
+        return (double)m.field;                                                                 \
+    }
+LESSOR_GAUGE(active_leases)
+LESSOR_GAUGE(heap_size)
+LESSOR_GAUGE(expired_total)
+LESSOR_GAUGE(revoked_total)
+LESSOR_GAUGE(checkpoints_total)
+LESSOR_GAUGE(is_primary)
+LESSOR_GAUGE(mem_bytes)
+
+static double gauge_keepalives(void *arg)
+{
+    return (double)((kv_server *)arg)->keepalive_requests;
+}
+
+static void register_metrics(kv_server *s)
+{
+    kv_metrics *m = s->metrics;
+    if (m == NULL)
+        return;
+    kv_metrics_gauge_fn(m, "kvd_lease_active", "Leases granted and not revoked.",
+                        gauge_active_leases, s);
+    kv_metrics_gauge_fn(m, "kvd_lease_heap_size",
+                        "Items in the lease expiry heap (0 on non-leaders).", gauge_heap_size, s);
+    kv_metrics_gauge_fn(m, "kvd_lease_keepalive_requests_total",
+                        "Lease renewals received on LeaseKeepAlive streams.", gauge_keepalives, s);
+    kv_metrics_gauge_fn(m, "kvd_lease_expired_total",
+                        "Leases found expired and proposed for revocation.", gauge_expired_total,
+                        s);
+    kv_metrics_gauge_fn(m, "kvd_lease_revoked_total", "Lease revocations applied.",
+                        gauge_revoked_total, s);
+    kv_metrics_gauge_fn(m, "kvd_lease_checkpoints_total", "Lease checkpoints proposed.",
+                        gauge_checkpoints_total, s);
+    kv_metrics_gauge_fn(m, "kvd_is_leader", "1 if this member is the leader.", gauge_is_primary,
+                        s);
+    kv_metrics_gauge_fn(m, "kvd_lease_memory_bytes", "Bytes held by the lessor.",
+                        gauge_mem_bytes, s);
+}
+
+int kv_leases_start(kv_server *s)
+{
+    const kv_config *cfg = s->cfg;
+    kv_lessor_config lc;
+    kv_lessor_config_default(&lc);
+    /* etcd: minimum TTL = 1.5 x election timeout, rounded up to whole seconds. */
+    lc.min_ttl_s = (int64_t)((3ULL * cfg->election_timeout_ms / 2 + 999) / 1000);
+    lc.max_ttl_s = cfg->max_lease_ttl_s;
+    lc.revoke_rate = cfg->lease_revoke_rate;
+    lc.checkpoint_rate = cfg->lease_checkpoint_rate;
+    lc.checkpoint_interval_ms = cfg->lease_checkpoint_interval_ms;
+    kv_lessor_ops ops = {
+        .now_ms = NULL,
+        .propose_revoke = propose_revoke,
+        .propose_checkpoint = cfg->lease_checkpoint_interval_ms ? propose_checkpoint : NULL,
+        .is_leader = NULL,
+    };
+    int rc = kv_lessor_create(&s->lessor, s->loop, &lc, &ops, s);
+    if (rc < 0)
+        return rc;
+    kv_store_lease_observer obs = {
+        .arg = s->lessor,
+        .granted = obs_granted,
+        .revoked = obs_revoked,
+        .checkpointed = obs_checkpointed,
+    };
+    kv_store_set_lease_observer(s->store, &obs);
+
+    MDB_txn *txn;
+    rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: lease recovery: %s\n", mdb_strerror(rc));
+        return -EIO;
+    }
+    rc = kv_lessor_promote(s->lessor, (int64_t)cfg->election_timeout_ms, txn,
+                           kv_store_leases(s->store));
+    mdb_txn_abort(txn);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: lease recovery failed: %s\n", strerror(-rc));
+        return rc;
+    }
+    register_metrics(s);
+    return 0;
+}
+
+void kv_leases_stop(kv_server *s)
+{
+    kv_store_lease_observer none = {0};
+    kv_store_set_lease_observer(s->store, &none);
+    if (s->metrics)
+        kv_metrics_gauge_fn_remove(s->metrics, s);
+    kv_lessor_free(s->lessor);
+    s->lessor = NULL;
+}

@@ -1,0 +1,242 @@
+/*
+ * kvd: one member of a kvd cluster.
+ *
+ * main() owns every piece of state (no mutable globals elsewhere) and one libuv loop, which
+ * runs the network, the apply path and the lessor. Startup opens the LMDB environment and reads
+ * a few meta records: it never rebuilds an in-memory copy of the keyspace, whatever the data
+ * size (lesson 9), and logs how long it took.
+ */
+#include "api/services.h"
+#include "config.h"
+#include "grpc/grpc_server.h"
+#include "http/http_server.h"
+#include "identity.h"
+#include "leases.h"
+#include "metrics/metrics.h"
+#include "mvcc/store.h"
+#include "node/node.h"
+#include "server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+typedef struct kvd_main {
+    uv_loop_t loop;
+    kv_config cfg;
+    kv_server srv;
+    kv_grpc_method methods[KV_SERVICES_MAX];
+    size_t n_methods;
+    kv_grpc_server *grpc[KV_MAX_URLS];
+    size_t n_grpc;
+    kv_http_server *http[KV_MAX_URLS];
+    size_t n_http;
+    uv_signal_t sigint, sigterm;
+    int stopping;
+} kvd_main;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static const char *bind_host(const kv_url *u)
+{
+    return strcmp(u->host, "localhost") == 0 ? "127.0.0.1" : u->host;
+}
+
+/* /health: a barrier through the apply path, so a stalled apply fails it (lesson 13). */
+typedef struct health_req {
+    kv_http_health_done_fn done;
+    void *ctx;
+} health_req;
+
+static void on_health_barrier(void *arg, int status)
+{
+    health_req *h = arg;
+    h->done(h->ctx, status == 0, status == 0 ? "" : "apply path stopped");
+    free(h);
+}
+
+static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
+{
+    kv_server *s = app;
+    health_req *h = malloc(sizeof(*h));
+    if (h == NULL) {
+        done(ctx, 0, "out of memory");
+        return;
+    }
+    h->done = done;
+    h->ctx = ctx;
+    int rc = kv_node_barrier(s->node, on_health_barrier, h);
+    if (rc < 0) {
+        free(h);
+        done(ctx, 0, rc == -EBUSY ? "too many requests" : "server stopping");
+    }
+}
+
+static void on_closed_cb(void *arg)
+{
+    (void)arg;
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    kvd_main *m = sig->data;
+    if (m->stopping)
+        return;
+    m->stopping = 1;
+    fprintf(stderr, "kvd: received %s, shutting down\n", strsignal(signum));
+    for (size_t i = 0; i < m->n_grpc; i++)
+        kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
+    for (size_t i = 0; i < m->n_http; i++)
+        kv_http_server_close(m->http[i], on_closed_cb, NULL);
+    kv_leases_stop(&m->srv);
+    kv_node_close(m->srv.node);
+    uv_close((uv_handle_t *)&m->sigint, NULL);
+    uv_close((uv_handle_t *)&m->sigterm, NULL);
+}
+
+static int start_listeners(kvd_main *m)
+{
+    const kv_config *cfg = &m->cfg;
+    kv_grpc_config gc;
+    kv_grpc_config_default(&gc);
+    gc.max_request_bytes = cfg->max_request_bytes;
+    gc.max_concurrent_streams = cfg->max_concurrent_streams;
+    gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
+    gc.max_connections = cfg->max_connections;
+    m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
+    if (m->n_methods == 0)
+        return -E2BIG;
+    for (size_t i = 0; i < cfg->n_listen_client; i++) {
+        const kv_url *u = &cfg->listen_client[i];
+        int rc = kv_grpc_server_init(&m->grpc[m->n_grpc], &m->loop, &gc, m->methods,
+                                     m->n_methods, &m->srv, m->srv.metrics);
+        if (rc < 0)
+            return rc;
+        m->n_grpc++;
+        rc = kv_grpc_server_listen(m->grpc[m->n_grpc - 1], bind_host(u), u->port);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: listen on %s: %s\n", u->text, uv_strerror(rc));
+            return rc;
+        }
+        fprintf(stderr, "kvd: serving client requests on %s\n", u->text);
+    }
+    for (size_t i = 0; i < cfg->n_listen_metrics; i++) {
+        const kv_url *u = &cfg->listen_metrics[i];
+        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, NULL, m->srv.metrics, health_hook,
+                                     &m->srv);
+        if (rc < 0)
+            return rc;
+        m->n_http++;
+        rc = kv_http_server_listen(m->http[m->n_http - 1], bind_host(u), u->port);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: listen on %s: %s\n", u->text, uv_strerror(rc));
+            return rc;
+        }
+        fprintf(stderr, "kvd: serving /metrics and /health on %s\n", u->text);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static kvd_main m; /* main()'s state: large, so not on the stack */
+    char err[512];
+    int rc;
+
+    signal(SIGPIPE, SIG_IGN);
+    kv_config_default(&m.cfg);
+    rc = kv_config_parse(&m.cfg, argc, argv, err, sizeof(err));
+    if (rc == 1) {
+        printf("kvd 0.1.0 (etcd v3 API 3.4)\n%s", kv_config_usage());
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "kvd: %s\n", err);
+        return 2;
+    }
+
+    uint64_t t0 = mono_ms();
+    kv_server *s = &m.srv;
+    s->cfg = &m.cfg;
+    if (uv_loop_init(&m.loop) != 0) {
+        fprintf(stderr, "kvd: cannot create event loop\n");
+        return 1;
+    }
+    s->loop = &m.loop;
+    rc = kv_identity_compute(&m.cfg, &s->id);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: cannot compute member id\n");
+        return 1;
+    }
+    rc = kv_metrics_new(&s->metrics, 0);
+    if (rc < 0)
+        goto fail;
+
+    if (mkdir(m.cfg.data_dir, 0700) < 0 && errno != EEXIST) {
+        fprintf(stderr, "kvd: cannot create data dir %s: %s\n", m.cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    kv_store_config sc;
+    kv_store_config_default(&sc);
+    sc.dir = m.cfg.data_dir;
+    sc.quota_bytes = m.cfg.quota_backend_bytes ? m.cfg.quota_backend_bytes : sc.quota_bytes;
+    sc.max_txn_ops = m.cfg.max_txn_ops;
+    sc.max_keys_per_lease = m.cfg.max_keys_per_lease;
+    rc = kv_store_open(&s->store, &sc);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
+        return 1;
+    }
+
+    kv_header_info hdr = {
+        .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
+    kv_node_config nc = {.max_pending = m.cfg.max_pending_proposals};
+    rc = kv_node_init(&s->node, &m.loop, s->store, &nc, &hdr, s->metrics);
+    if (rc < 0)
+        goto fail;
+    rc = kv_leases_start(s);
+    if (rc < 0)
+        goto fail;
+
+    kv_store_status ss;
+    kv_store_get_status(s->store, &ss);
+    fprintf(stderr,
+            "kvd: member %016llx (%s) of cluster %016llx, data dir %s: startup took %llu ms "
+            "(applied index %llu, revision %lld, %llu keys)\n",
+            (unsigned long long)s->id.member_id, m.cfg.name, (unsigned long long)s->id.cluster_id,
+            m.cfg.data_dir, (unsigned long long)(mono_ms() - t0),
+            (unsigned long long)ss.applied_index, (long long)ss.revision,
+            (unsigned long long)ss.keys);
+
+    rc = start_listeners(&m);
+    if (rc < 0)
+        goto fail;
+
+    uv_signal_init(&m.loop, &m.sigint);
+    uv_signal_init(&m.loop, &m.sigterm);
+    m.sigint.data = m.sigterm.data = &m;
+    uv_signal_start(&m.sigint, on_signal, SIGINT);
+    uv_signal_start(&m.sigterm, on_signal, SIGTERM);
+    fprintf(stderr, "kvd: ready to serve client requests\n");
+
+    uv_run(&m.loop, UV_RUN_DEFAULT);
+
+    kv_store_close(s->store);
+    uv_loop_close(&m.loop);
+    kv_metrics_free(s->metrics);
+    fprintf(stderr, "kvd: stopped\n");
+    return 0;
+
+fail:
+    fprintf(stderr, "kvd: startup failed: %s\n", strerror(rc < 0 ? -rc : rc));
+    return 1;
+}

@@ -1,0 +1,396 @@
+/* metrics.c - bounded Prometheus registry; see metrics.h for the contract. */
+#include "metrics/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_COUNTER, K_GAUGE, K_GAUGE_FN };
+
+struct kv_metric {
+    enum kind kind;
+    char *name;
+    char *labels; /* "" when none */
+    char *help;
+    size_t order; /* creation index, for stable rendering */
+    int64_t ival;
+    double dval;
+    double (*fn)(void *);
+    void *arg;
+};
+
+struct kv_metrics {
+    size_t max_series;
+    size_t n;
+    kv_metric **series; /* creation order, max_series slots */
+    uint32_t *index;    /* open addressing: series position + 1, 0 = empty */
+    size_t index_mask;
+    uint64_t refused;
+};
+
+static uint64_t hash_key(const char *name, const char *labels)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    h = (h ^ '{') * 1099511628211ULL;
+    for (const char *p = labels; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    return h;
+}
+
+static int valid_name(const char *s)
+{
+    if (!s || !*s)
+        return 0;
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+                 (p != s && c >= '0' && c <= '9');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int kv_metrics_new(kv_metrics **out, size_t max_series)
+{
+    if (!out)
+        return -EINVAL;
+    if (max_series == 0)
+        max_series = KV_METRICS_DEFAULT_MAX_SERIES;
+    if (max_series > (1u << 24))
+        return -EINVAL;
+    kv_metrics *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    size_t cap = 16;
+    while (cap < max_series * 2)
+        cap <<= 1;
+    m->max_series = max_series;
+    m->series = calloc(max_series, sizeof(*m->series));
+    m->index = calloc(cap, sizeof(*m->index));
+    if (!m->series || !m->index) {
+        free(m->series);
+        free(m->index);
+        free(m);
+        return -ENOMEM;
+    }
+    m->index_mask = cap - 1;
+    *out = m;
+    return 0;
+}
+
+void kv_metrics_free(kv_metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->series[i]->name);
+        free(m->series[i]->labels);
+        free(m->series[i]->help);
+        free(m->series[i]);
+    }
+    free(m->series);
+    free(m->index);
+    free(m);
+}
+
+/* Returns the index slot for (name, labels): either holding it or empty. */
+static uint32_t *find_slot(kv_metrics *m, const char *name, const char *labels)
+{
+    size_t i = hash_key(name, labels) & m->index_mask;
+    for (;;) {
+        uint32_t *slot = &m->index[i];
+        if (*slot == 0)
+            return slot;
+        kv_metric *x = m->series[*slot - 1];
+        if (strcmp(x->name, name) == 0 && strcmp(x->labels, labels) == 0)
+            return slot;
+        i = (i + 1) & m->index_mask;
+    }
+}
+
+static int family_kind_conflict(kv_metrics *m, const char *name, enum kind kind)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        if (strcmp(m->series[i]->name, name) == 0)
+            return m->series[i]->kind != kind;
+    }
+    return 0;
+}
+
+static kv_metric *get_or_create(kv_metrics *m, enum kind kind, const char *name, const char *help,
+                                const char *labels, int *err)
+{
+    *err = -EINVAL;
+    if (!m || !valid_name(name))
+        return NULL;
+    if (!labels)
+        labels = "";
+    if (strchr(labels, '\n'))
+        return NULL;
+    uint32_t *slot = find_slot(m, name, labels);
+    if (*slot) {
+        kv_metric *x = m->series[*slot - 1];
+        if (x->kind != kind) {
+            *err = -EEXIST;
+            return NULL;
+        }
+        *err = 0;
+        return x;
+    }
+    if (family_kind_conflict(m, name, kind)) {
+        *err = -EEXIST;
+        return NULL;
+    }
+    if (m->n >= m->max_series) {
+        m->refused++;
+        *err = -ENOSPC;
+        return NULL;
+    }
+    kv_metric *x = calloc(1, sizeof(*x));
+    *err = -ENOMEM;
+    if (!x)
+        return NULL;
+    x->kind = kind;
+    x->name = strdup(name);
+    x->labels = strdup(labels);
+    x->help = strdup(help ? help : "");
+    if (!x->name || !x->labels || !x->help) {
+        free(x->name);
+        free(x->labels);
+        free(x->help);
+        free(x);
+        return NULL;
+    }
+    x->order = m->n;
+    m->series[m->n++] = x;
+    *slot = (uint32_t)m->n;
+    *err = 0;
+    return x;
+}
+
+kv_metric *kv_metrics_counter(kv_metrics *m, const char *name, const char *help, const char *labels)
+{
+    int err;
+    return get_or_create(m, K_COUNTER, name, help, labels, &err);
+}
+
+kv_metric *kv_metrics_gauge(kv_metrics *m, const char *name, const char *help, const char *labels)
+{
+    int err;
+    return get_or_create(m, K_GAUGE, name, help, labels, &err);
+}
+
+int kv_metrics_gauge_fn(kv_metrics *m, const char *name, const char *help, double (*fn)(void *arg),
+                        void *arg)
+{
+    int err;
+    if (!fn)
+        return -EINVAL;
+    kv_metric *x = get_or_create(m, K_GAUGE_FN, name, help, "", &err);
+    if (!x)
+        return err;
+    x->fn = fn;
+    x->arg = arg;
+    return 0;
+}
+
+void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        kv_metric *x = m->series[i];
+        if (x->kind == K_GAUGE_FN && x->arg == arg) {
+            x->fn = NULL;
+            x->arg = NULL;
+        }
+    }
+}
+
+void kv_metric_inc(kv_metric *c)
+{
+    kv_metric_add(c, 1);
+}
+
+void kv_metric_add(kv_metric *c, int64_t n)
+{
+    if (c && c->kind == K_COUNTER)
+        c->ival += n;
+}
+
+void kv_metric_set(kv_metric *g, double v)
+{
+    if (g && g->kind == K_GAUGE)
+        g->dval = v;
+}
+
+void kv_metric_gauge_add(kv_metric *g, double delta)
+{
+    if (g && g->kind == K_GAUGE)
+        g->dval += delta;
+}
+
+double kv_metric_value(const kv_metric *x)
+{
+    if (!x)
+        return 0;
+    switch (x->kind) {
+    case K_COUNTER:
+        return (double)x->ival;
+    case K_GAUGE:
+        return x->dval;
+    case K_GAUGE_FN:
+        return x->fn ? x->fn(x->arg) : 0;
+    }
+    return 0;
+}
+
+uint64_t kv_metrics_refused(const kv_metrics *m)
+{
+    return m ? m->refused : 0;
+}
+
+size_t kv_metrics_size(const kv_metrics *m)
+{
+    return m ? m->n : 0;
+}
+
+/* ---- rendering ---- */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_reserve(struct sbuf *b, size_t extra)
+{
+    if (b->oom || b->len + extra + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+        b->oom = 1;
+        return;
+    }
+    b->p = np;
+    b->cap = cap;
+}
+
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_puts(struct sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+static void sb_help(struct sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            sb_puts(b, "\\\\");
+        else if (*s == '\n')
+            sb_puts(b, "\\n");
+        else
+            sb_put(b, s, 1);
+    }
+}
+
+static void sb_double(struct sbuf *b, double v)
+{
+    char tmp[64];
+    if (isnan(v))
+        sb_puts(b, "NaN");
+    else if (isinf(v))
+        sb_puts(b, v > 0 ? "+Inf" : "-Inf");
+    else {
+        snprintf(tmp, sizeof(tmp), "%.17g", v);
+        sb_puts(b, tmp);
+    }
+}
+
+static int cmp_series(const void *a, const void *b)
+{
+    const kv_metric *x = *(kv_metric *const *)a, *y = *(kv_metric *const *)b;
+    int c = strcmp(x->name, y->name);
+    if (c)
+        return c;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+int kv_metrics_render(kv_metrics *m, char **out, size_t *len)
+{
+    if (!m || !out)
+        return -EINVAL;
+    struct sbuf b = {0};
+    kv_metric **sorted = NULL;
+    if (m->n) {
+        sorted = malloc(m->n * sizeof(*sorted));
+        if (!sorted)
+            return -ENOMEM;
+        memcpy(sorted, m->series, m->n * sizeof(*sorted));
+        qsort(sorted, m->n, sizeof(*sorted), cmp_series);
+    }
+    const char *family = NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        kv_metric *x = sorted[i];
+        if (x->kind == K_GAUGE_FN && !x->fn)
+            continue;
+        if (!family || strcmp(family, x->name) != 0) {
+            family = x->name;
+            sb_puts(&b, "# HELP ");
+            sb_puts(&b, x->name);
+            sb_puts(&b, " ");
+            sb_help(&b, x->help);
+            sb_puts(&b, "\n# TYPE ");
+            sb_puts(&b, x->name);
+            sb_puts(&b, x->kind == K_COUNTER ? " counter\n" : " gauge\n");
+        }
+        sb_puts(&b, x->name);
+        if (x->labels[0]) {
+            sb_puts(&b, "{");
+            sb_puts(&b, x->labels);
+            sb_puts(&b, "}");
+        }
+        sb_puts(&b, " ");
+        if (x->kind == K_COUNTER) {
+            char tmp[32];
+            snprintf(tmp, sizeof(tmp), "%lld", (long long)x->ival);
+            sb_puts(&b, tmp);
+        } else {
+            sb_double(&b, kv_metric_value(x));
+        }
+        sb_puts(&b, "\n");
+    }
+    char tmp[32];
+    sb_puts(&b, "# HELP kvd_metrics_series_refused_total Metric series refused because the "
+                "registry was full.\n# TYPE kvd_metrics_series_refused_total counter\n"
+                "kvd_metrics_series_refused_total ");
+    snprintf(tmp, sizeof(tmp), "%llu\n", (unsigned long long)m->refused);
+    sb_puts(&b, tmp);
+    free(sorted);
+    if (b.oom) {
+        free(b.p);
+        return -ENOMEM;
+    }
+    *out = b.p;
+    if (len)
+        *len = b.len;
+    return 0;
+}

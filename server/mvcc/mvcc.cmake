@@ -1,0 +1,17 @@
+# MVCC store on LMDB and the ordered apply function. Included from server/CMakeLists.txt;
+# headers are included as "mvcc/<name>.h". Links the lease table (target kv_lease_table,
+# defined by lease/lease.cmake) when it exists; the generator expression is evaluated after
+# all targets are defined, so include order does not matter.
+add_library(kv_mvcc STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/crc32c.c
+  ${CMAKE_CURRENT_LIST_DIR}/record.c
+  ${CMAKE_CURRENT_LIST_DIR}/index.c
+  ${CMAKE_CURRENT_LIST_DIR}/write.c
+  ${CMAKE_CURRENT_LIST_DIR}/range.c
+  ${CMAKE_CURRENT_LIST_DIR}/txn_check.c
+  ${CMAKE_CURRENT_LIST_DIR}/compact.c
+  ${CMAKE_CURRENT_LIST_DIR}/apply.c
+  ${CMAKE_CURRENT_LIST_DIR}/store.c)
+target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
+target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB
+                      $<TARGET_NAME_IF_EXISTS:kv_lease_table>)

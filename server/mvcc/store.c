@@ -1,0 +1,334 @@
+/* store: opening, batches (group commit), reads, status and hashing (see store.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mvcc/crc32c.h"
+#include "mvcc/store_int.h"
+
+void kv_store_config_default(kv_store_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->quota_bytes = (size_t)2 << 30;
+    c->max_txn_ops = 128;
+    c->max_keys_per_lease = 0;
+}
+
+static int open_dbs(kv_store *s, MDB_txn *txn)
+{
+    int rc;
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
+        (rc = mdb_dbi_open(txn, "rev", MDB_CREATE, &s->rev)) ||
+        (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)))
+        return kv_mdb_err(rc);
+    return kv_lease_table_open(&s->leases, txn);
+}
+
+int kv_store_open(kv_store **out, const kv_store_config *cfg)
+{
+    if (!out || !cfg || !cfg->dir)
+        return -EINVAL;
+    if (mkdir(cfg->dir, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    kv_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->cfg = *cfg;
+    s->cfg.dir = NULL; /* not kept: the environment knows its path */
+    if (!s->cfg.quota_bytes)
+        s->cfg.quota_bytes = (size_t)2 << 30;
+    if (!s->cfg.max_txn_ops)
+        s->cfg.max_txn_ops = 128;
+    MDB_txn *txn = NULL;
+    int rc = mdb_env_create(&s->env);
+    if (rc) {
+        rc = kv_mdb_err(rc);
+        goto fail;
+    }
+    if ((rc = mdb_env_set_maxdbs(s->env, 8)) ||
+        (rc = mdb_env_set_mapsize(s->env, s->cfg.quota_bytes)) ||
+        (rc = mdb_env_open(s->env, cfg->dir, MDB_NOTLS, 0644)) ||
+        (rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
+        rc = kv_mdb_err(rc);
+        goto fail;
+    }
+    s->maxkey = (size_t)mdb_env_get_maxkeysize(s->env);
+    if (s->maxkey > 511)
+        s->maxkey = 511; /* kv_iter keeps keys in 512-byte buffers */
+    if ((rc = open_dbs(s, txn)))
+        goto fail;
+    uint32_t version;
+    rc = kv_format_read(s, txn, &version);
+    s->counters.open_meta_reads++;
+    if (rc == -ENOENT) {
+        MDB_stat st;
+        if ((rc = mdb_stat(txn, s->rev, &st))) {
+            rc = kv_mdb_err(rc);
+            goto fail;
+        }
+        if (st.ms_entries != 0) {
+            rc = -EBADMSG; /* data without a format record */
+            goto fail;
+        }
+        s->committed = (kv_meta){0, 1, -1, 0};
+        if ((rc = kv_format_write(s, txn, KV_STORE_FORMAT_VERSION)) ||
+            (rc = kv_meta_write(s, txn, &s->committed)))
+            goto fail;
+    } else if (rc) {
+        goto fail;
+    } else if (version != KV_STORE_FORMAT_VERSION) {
+        rc = -EPROTONOSUPPORT;
+        goto fail;
+    } else {
+        rc = kv_meta_read(s, txn, &s->committed);
+        s->counters.open_meta_reads++;
+        if (rc)
+            goto fail;
+    }
+    rc = mdb_txn_commit(txn);
+    txn = NULL;
+    if (rc) {
+        rc = kv_mdb_err(rc);
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    if (txn)
+        mdb_txn_abort(txn);
+    if (s->env)
+        mdb_env_close(s->env);
+    free(s);
+    return rc;
+}
+
+void kv_store_close(kv_store *s)
+{
+    if (!s)
+        return;
+    if (s->batch.open)
+        kv_store_batch_abort(s, &s->batch);
+    mdb_env_close(s->env);
+    free(s);
+}
+
+MDB_env *kv_store_env(kv_store *s)
+{
+    return s->env;
+}
+
+const kv_lease_table *kv_store_leases(kv_store *s)
+{
+    return &s->leases;
+}
+
+size_t kv_store_max_key_size(kv_store *s)
+{
+    return s->maxkey;
+}
+
+void kv_store_get_counters(kv_store *s, kv_store_counters *out)
+{
+    *out = s->counters;
+}
+
+void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs)
+{
+    if (obs)
+        s->obs = *obs;
+    else
+        memset(&s->obs, 0, sizeof s->obs);
+}
+
+int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
+{
+    if (s->batch.open)
+        return -EBUSY;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &s->batch.txn);
+    if (rc)
+        return kv_mdb_err(rc);
+    s->batch.meta = s->committed;
+    s->batch.open = true;
+    *out = &s->batch;
+    return 0;
+}
+
+int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
+{
+    if (!b || b != &s->batch || !b->open)
+        return -EINVAL;
+    int rc = kv_meta_write(s, b->txn, &b->meta);
+    if (rc) {
+        mdb_txn_abort(b->txn);
+    } else {
+        rc = kv_mdb_err(mdb_txn_commit(b->txn));
+        if (!rc) {
+            s->committed = b->meta;
+            s->counters.commits++;
+        }
+    }
+    b->txn = NULL;
+    b->open = false;
+    return rc;
+}
+
+void kv_store_batch_abort(kv_store *s, kv_store_batch *b)
+{
+    if (!b || b != &s->batch || !b->open)
+        return;
+    mdb_txn_abort(b->txn);
+    b->txn = NULL;
+    b->open = false;
+}
+
+static void fill_header(Etcdserverpb__ResponseHeader *hdr, const kv_header_info *h)
+{
+    if (!h)
+        return;
+    hdr->cluster_id = h->cluster_id;
+    hdr->member_id = h->member_id;
+    hdr->raft_term = h->raft_term;
+}
+
+int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
+                   kv_result *res)
+{
+    memset(res, 0, sizeof *res);
+    Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, req);
+    if (!r) {
+        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "kvd: cannot decode RangeRequest");
+        return 0;
+    }
+    int rc = kv_range_check(r, res);
+    if (rc) {
+        etcdserverpb__range_request__free_unpacked(r, NULL);
+        return 0;
+    }
+    MDB_txn *txn;
+    rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc) {
+        etcdserverpb__range_request__free_unpacked(r, NULL);
+        return kv_mdb_err(rc);
+    }
+    kv_meta m;
+    Etcdserverpb__RangeResponse *resp = NULL;
+    rc = kv_meta_read(s, txn, &m);
+    if (!rc) {
+        res->revision = m.rev;
+        rc = kv_range_exec(s, txn, m.rev, m.compact_rev, m.keys, r, res, &resp);
+    }
+    mdb_txn_abort(txn);
+    etcdserverpb__range_request__free_unpacked(r, NULL);
+    if (rc == 0) {
+        fill_header(resp->header, h);
+        size_t n = etcdserverpb__range_response__get_packed_size(resp);
+        res->resp = malloc(n ? n : 1);
+        if (res->resp)
+            res->resp_len = etcdserverpb__range_response__pack(resp, res->resp);
+        else
+            rc = -ENOMEM;
+        etcdserverpb__range_response__free_unpacked(resp, NULL);
+    }
+    if (rc == 1)
+        return 0;
+    if (rc == -EBADMSG)
+        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+    return rc;
+}
+
+int kv_store_get_status(kv_store *s, kv_store_status *st)
+{
+    memset(st, 0, sizeof *st);
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kv_mdb_err(rc);
+    kv_meta m;
+    if ((rc = kv_meta_read(s, txn, &m)))
+        goto out;
+    st->revision = m.rev;
+    st->compact_revision = m.compact_rev;
+    st->applied_index = m.applied;
+    st->keys = m.keys;
+    MDB_envinfo info;
+    MDB_stat est;
+    if ((rc = kv_mdb_err(mdb_env_info(s->env, &info))) ||
+        (rc = kv_mdb_err(mdb_env_stat(s->env, &est))))
+        goto out;
+    int64_t pages = (int64_t)info.me_last_pgno + 1;
+    /* Free pages: LMDB's free DB (dbi 0) holds lists of page numbers, count first. */
+    int64_t freep = 0;
+    MDB_cursor *c;
+    if ((rc = kv_mdb_err(mdb_cursor_open(txn, 0, &c))))
+        goto out;
+    MDB_val k, v;
+    int r2 = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    while (r2 == 0) {
+        if (v.mv_size >= sizeof(size_t)) {
+            size_t n;
+            memcpy(&n, v.mv_data, sizeof n);
+            freep += (int64_t)n;
+        }
+        r2 = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    if (r2 != MDB_NOTFOUND) {
+        rc = kv_mdb_err(r2);
+        goto out;
+    }
+    st->db_size = pages * (int64_t)est.ms_psize;
+    st->db_size_in_use = (pages - freep) * (int64_t)est.ms_psize;
+out:
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kv_mdb_err(rc);
+    kv_meta m;
+    MDB_cursor *c = NULL;
+    if ((rc = kv_meta_read(s, txn, &m)))
+        goto out;
+    if (rev > 0 && rev <= m.compact_rev) { /* etcd 3.4 HashByRev */
+        rc = KV_STORE_ERR_COMPACTED;
+        goto out;
+    }
+    if (rev > m.rev) {
+        rc = KV_STORE_ERR_FUTURE_REV;
+        goto out;
+    }
+    if (rev <= 0)
+        rev = m.rev;
+    if ((rc = kv_mdb_err(mdb_cursor_open(txn, s->rev, &c))))
+        goto out;
+    uint32_t h = 0;
+    MDB_val k, v;
+    int r2 = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    for (; r2 == 0; r2 = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != KV_REVKEY_LEN || !kv_rec_verify(k.mv_data, v.mv_data, v.mv_size)) {
+            rc = -EBADMSG;
+            goto out;
+        }
+        if ((int64_t)kv_be64_get(k.mv_data) > rev)
+            break;
+        h = kv_crc32c(h, k.mv_data, k.mv_size);
+        h = kv_crc32c(h, v.mv_data, v.mv_size);
+    }
+    if (r2 != 0 && r2 != MDB_NOTFOUND) {
+        rc = kv_mdb_err(r2);
+        goto out;
+    }
+    *hash = h;
+    *compact_rev = m.compact_rev;
+    rc = 0;
+out:
+    if (c)
+        mdb_cursor_close(c);
+    mdb_txn_abort(txn);
+    return rc;
+}

@@ -1,0 +1,165 @@
+/*
+ * store_int: private structures and helpers shared by the files of the MVCC store.
+ * Not for use outside server/mvcc/. Layout and contracts are described in store.h.
+ */
+#ifndef KV_MVCC_STORE_INT_H
+#define KV_MVCC_STORE_INT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "kv.pb-c.h"
+#include "mvcc/store.h"
+#include "rpc.pb-c.h"
+
+#define KV_REVKEY_LEN 16
+#define KV_DUP_LEN 17
+#define KV_DUP_TOMBSTONE 0x01u
+#define KV_MAX_LEASE_TTL 9000000000LL /* etcd's MaxLeaseTTL */
+
+typedef struct kv_meta {
+    uint64_t applied;
+    int64_t rev;
+    int64_t compact_rev; /* -1 = never compacted */
+    uint64_t keys;
+} kv_meta;
+
+struct kv_store_batch {
+    MDB_txn *txn;
+    kv_meta meta;
+    bool open;
+};
+
+struct kv_store {
+    MDB_env *env;
+    MDB_dbi meta, rev, kidx;
+    kv_lease_table leases;
+    kv_store_config cfg;
+    size_t maxkey;
+    kv_meta committed;
+    kv_store_lease_observer obs;
+    kv_store_batch batch;
+    kv_store_counters counters;
+};
+
+/* One index entry (kidx dup). */
+typedef struct kv_ent {
+    int64_t main, sub;
+    bool tomb;
+} kv_ent;
+
+/* ---- record.c: encodings ---- */
+void kv_be64_put(uint8_t *p, uint64_t v);
+uint64_t kv_be64_get(const uint8_t *p);
+void kv_revkey(uint8_t out[KV_REVKEY_LEN], int64_t main, int64_t sub);
+void kv_dup_encode(uint8_t out[KV_DUP_LEN], const kv_ent *e);
+void kv_dup_decode(const uint8_t *p, kv_ent *e);
+/* Maps an LMDB return code to a negative errno. */
+int kv_mdb_err(int rc);
+/* Writes the rev record for (main, sub). */
+int kv_rec_put(kv_store *s, MDB_txn *txn, int64_t main, int64_t sub, bool tomb,
+               const Mvccpb__KeyValue *kv);
+/* Loads and verifies the record for e; checks that it is for key (when key != NULL).
+ * *out is malloc'd (free with mvccpb__key_value__free_unpacked(*out, NULL)).
+ * -EBADMSG on checksum/consistency failure; -ENOENT if the record is missing (also
+ * reported as corruption by callers that followed an index entry). */
+int kv_rec_load(kv_store *s, MDB_txn *txn, const kv_ent *e, const uint8_t *key, size_t klen,
+                Mvccpb__KeyValue **out);
+/* Verifies one stored record value (crc over key16|flags|payload). */
+bool kv_rec_verify(const uint8_t *key16, const uint8_t *val, size_t vlen);
+int kv_meta_read(kv_store *s, MDB_txn *txn, kv_meta *m);
+int kv_meta_write(kv_store *s, MDB_txn *txn, const kv_meta *m);
+int kv_format_read(kv_store *s, MDB_txn *txn, uint32_t *version);
+int kv_format_write(kv_store *s, MDB_txn *txn, uint32_t version);
+
+/* ---- index.c: key iteration over "kidx" ---- */
+typedef struct kv_iter {
+    kv_store *s;
+    MDB_txn *txn;
+    MDB_cursor *c, *probe;
+    const uint8_t *start;
+    size_t slen;
+    const uint8_t *end; /* NULL/len 0: single key; "\0": no upper bound */
+    size_t elen;
+    bool single, unbounded;
+    bool reseek;    /* writes happen between steps: re-seek from a copy of the last key */
+    bool all;       /* also yield keys whose revision at at_rev is a tombstone */
+    int64_t at_rev; /* INT64_MAX = latest */
+    bool started, done;
+    uint8_t last[512];
+    size_t last_len;
+    /* current item (key valid until the next step or write) */
+    const uint8_t *key;
+    size_t klen;
+    kv_ent ent;
+} kv_iter;
+
+/* Range [start, end) as in etcd: end empty = just start; end "\0" = every key >= start. */
+int kv_iter_open(kv_iter *it, kv_store *s, MDB_txn *txn, const uint8_t *start, size_t slen,
+                 const uint8_t *end, size_t elen, int64_t at_rev, bool reseek);
+/* 1 = an item is current, 0 = done, < 0 error. */
+int kv_iter_next(kv_iter *it);
+void kv_iter_close(kv_iter *it);
+/* Latest index entry of key at revision <= at_rev: 0, -ENOENT if none, < 0 on error. */
+int kv_index_get(kv_store *s, MDB_txn *txn, const uint8_t *key, size_t klen, int64_t at_rev,
+                 kv_ent *out);
+
+/* ---- results ---- */
+void kv_res_err(kv_result *res, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- write.c: key-level writes in a write context ---- */
+typedef struct kv_wctx {
+    kv_store *s;
+    MDB_txn *txn;
+    kv_meta *m;
+    int64_t begin_rev;
+    int64_t sub; /* changes so far at main revision begin_rev + 1 */
+    kv_result *res;
+} kv_wctx;
+
+/* Revision reads in this context see (etcd storeTxnWrite.Range). */
+static inline int64_t kv_wctx_read_rev(const kv_wctx *w)
+{
+    return w->begin_rev + (w->sub > 0 ? 1 : 0);
+}
+/* Revision of the request after it ends. */
+static inline int64_t kv_wctx_end_rev(const kv_wctx *w)
+{
+    return kv_wctx_read_rev(w);
+}
+/* Put key. Return 0, 1 = request error (res set), < 0 storage error. */
+int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+             int64_t lease);
+/* Deletes every live key in [key, end); *deleted gets the count; prev (optional) gets the
+ * deleted key-values (malloc'd array of unpacked KeyValues). Return as kv_w_put. */
+int kv_w_delete_range(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
+                      int64_t *deleted, Mvccpb__KeyValue ***prev, size_t *n_prev);
+
+/* ---- range.c ---- */
+/* Executes a (validated) range at read revision cur with compaction point compact.
+ * live_keys: the live key count at cur; a count over the whole keyspace at cur is answered
+ * from it in O(1), and the walk then stops as soon as the returned keys are loaded.
+ * On success *out is a malloc'd response (header with revision only; free with
+ * protobuf_c_message_free_unpacked). Return 0, 1 = request error (res set), < 0 error. */
+int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
+                  const Etcdserverpb__RangeRequest *r, kv_result *res,
+                  Etcdserverpb__RangeResponse **out);
+/* Static checks of a range request (empty key, sort options). 1 = error set in res. */
+int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res);
+/* Revision check of a range request against cur/compact (etcd checkRequestRange). */
+int kv_range_check_rev(const Etcdserverpb__RangeRequest *r, int64_t cur, int64_t compact,
+                       kv_result *res);
+Etcdserverpb__ResponseHeader *kv_header_new(int64_t rev);
+
+/* ---- txn_check.c ---- */
+/* etcd's checkTxnRequest + checkIntervals: static validation of a txn request.
+ * maxkey: longest key a put may have. 1 = error set in res, 0 ok, < 0 -ENOMEM. */
+int kv_txn_check(const Etcdserverpb__TxnRequest *t, uint32_t max_ops, size_t maxkey,
+                 kv_result *res);
+int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res);
+
+/* ---- compact.c ---- */
+int kv_compact_exec(kv_store *s, MDB_txn *txn, int64_t rev);
+
+#endif

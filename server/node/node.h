@@ -1,0 +1,79 @@
+/*
+ * node: the ordered write path of one member.
+ *
+ * Writes arrive as packed kvdpb.InternalRequest records (api/internal_req.h builds them).
+ * kv_node_propose() queues one; the queue is bounded (--max-pending-proposals) and a full
+ * queue fails fast with -EBUSY, which the API maps to RESOURCE_EXHAUSTED
+ * "etcdserver: too many requests" (lesson 3: shed early, keep memory flat).
+ *
+ * Group commit: every request queued during one loop iteration is applied in ONE LMDB write
+ * transaction with ONE sync (kv_store_batch_*), in queue order, each with the next log index.
+ * Only after the commit returns are the completion callbacks run, so nothing is acknowledged
+ * before it is durable. This is the single ordered apply function raft will slot in front of:
+ * with raft, the index comes from the committed entry instead of a local counter.
+ *
+ * Threading: everything runs on the loop thread that owns the node.
+ */
+#ifndef KV_NODE_H
+#define KV_NODE_H
+
+#include "metrics/metrics.h"
+#include "mvcc/store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct kv_node kv_node;
+typedef struct kv_node_req kv_node_req;
+
+/* Called on the loop thread after the batch holding the request committed (or failed).
+ * res is owned by the node and valid only during the call; the callee may take res->resp
+ * (and must then set it to NULL) to avoid a copy. */
+typedef void (*kv_node_done_fn)(void *arg, kv_result *res);
+
+typedef struct kv_node_config {
+    uint32_t max_pending; /* queued proposals; default 10000 */
+} kv_node_config;
+
+typedef struct kv_node_stats {
+    uint64_t pending;
+    uint64_t proposals_total;
+    uint64_t refused_total;
+    uint64_t batches_total;
+    uint64_t applied_index;
+    uint64_t last_batch_size;
+    uint64_t max_batch_size;
+} kv_node_stats;
+
+/* store and metrics (may be NULL) are borrowed and must outlive the node. hdr is copied. */
+int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,
+                 const kv_header_info *hdr, kv_metrics *metrics);
+
+/* Fails every queued request with UNAVAILABLE "etcdserver: server stopped", closes the
+ * handles and frees the node in their close callbacks. */
+void kv_node_close(kv_node *n);
+
+/* Queues a packed InternalRequest. Takes ownership of req (malloc'd) in every case.
+ * done may be NULL (fire and forget, e.g. lease revokes). On success *handle (if non-NULL)
+ * lets the caller detach later. Returns 0, -EBUSY when the queue is full, -ESHUTDOWN when
+ * closing. */
+int kv_node_propose(kv_node *n, uint8_t *req, size_t len, kv_node_done_fn done, void *arg,
+                    kv_node_req **handle);
+
+/* The caller lost interest (its RPC was cancelled): done will not be called. The write is
+ * still applied. */
+void kv_node_req_detach(kv_node_req *r);
+
+/* Calls done(arg, 0) after the next batch has committed (or immediately-next-iteration if
+ * the queue is idle): a read barrier through the same path as writes. /health uses it, so a
+ * stalled apply path makes /health fail (lesson 13). Same bound as proposals. */
+int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg);
+
+const kv_header_info *kv_node_header(const kv_node *n);
+/* Store revision after the last committed batch (cached: no read transaction). */
+int64_t kv_node_revision(const kv_node *n);
+void kv_node_set_term(kv_node *n, uint64_t term);
+void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
+
+#endif

@@ -1,0 +1,20 @@
+# Transport layer (owned by the transport module): included from server/CMakeLists.txt.
+# Targets: kv_metrics (Prometheus registry), kv_grpc (gRPC/h2c server), kv_http (HTTP/1.1
+# /metrics + /health). Users include "metrics/metrics.h", "grpc/grpc_server.h",
+# "http/http_server.h".
+add_library(kv_metrics STATIC ${CMAKE_CURRENT_LIST_DIR}/metrics/metrics.c)
+target_include_directories(kv_metrics PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_metrics PUBLIC m)
+
+add_library(kv_grpc STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_wire.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_io.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c)
+target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_grpc PUBLIC kv_metrics PkgConfig::UV PkgConfig::NGHTTP2)
+
+add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
+target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_http PUBLIC kv_metrics PkgConfig::UV)

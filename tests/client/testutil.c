@@ -1,0 +1,442 @@
+/*
+ * testutil.c - see testutil.h.
+ */
+#include "testutil.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define KVT_HAVE_LSAN 1
+#endif
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int kvt_leaks(void)
+{
+#ifdef KVT_HAVE_LSAN
+    return __lsan_do_recoverable_leak_check();
+#else
+    return 0;
+#endif
+}
+
+uint64_t kvt_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void kvt_sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int kvt_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    int port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+int kvt_wait_port(int port, int timeout_ms)
+{
+    uint64_t end = kvt_now_ms() + (uint64_t)timeout_ms;
+    while (kvt_now_ms() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+        close(fd);
+        if (rc == 0)
+            return 0;
+        kvt_sleep_ms(20);
+    }
+    return -1;
+}
+
+int kvt_wait_h2(int port, int timeout_ms)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                  "\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    uint64_t end = kvt_now_ms() + (uint64_t)timeout_ms;
+    while (kvt_now_ms() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = 0;
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            write(fd, preface, sizeof preface - 1) == (ssize_t)(sizeof preface - 1)) {
+            struct pollfd p = {fd, POLLIN, 0};
+            char buf[64];
+            ok = poll(&p, 1, 50) > 0 && read(fd, buf, sizeof buf) > 0;
+        }
+        close(fd);
+        if (ok)
+            return 0;
+        kvt_sleep_ms(5);
+    }
+    return -1;
+}
+
+static void pick_kind(struct kvt_server *s)
+{
+    const char *k = getenv("KV_TEST_SERVER");
+    const char *bd = getenv("KV_BUILD_DIR");
+    char path[512];
+    if (k && *k) {
+        snprintf(s->kind, sizeof s->kind, "%s", k);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/server/kvd", bd ? bd : ".");
+    snprintf(s->kind, sizeof s->kind, "%s", access(path, X_OK) == 0 ? "kvd" : "etcd");
+}
+
+static int spawn(struct kvt_server *s)
+{
+    char curl[64], purl[64], murl[64], cluster[96], log[300], bin[512];
+    snprintf(curl, sizeof curl, "http://127.0.0.1:%d", s->client_port);
+    snprintf(purl, sizeof purl, "http://127.0.0.1:%d", s->peer_port);
+    snprintf(murl, sizeof murl, "http://127.0.0.1:%d", s->metrics_port);
+    snprintf(cluster, sizeof cluster, "default=%s", purl);
+    snprintf(log, sizeof log, "%s.log", s->dir);
+    if (strcmp(s->kind, "kvd") == 0) {
+        const char *bd = getenv("KV_BUILD_DIR");
+        snprintf(bin, sizeof bin, "%s/server/kvd", bd ? bd : ".");
+    } else {
+        snprintf(bin, sizeof bin, "/usr/bin/etcd");
+    }
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        if (strcmp(s->kind, "kvd") == 0)
+            execl(bin, "kvd", "--name", "default", "--data-dir", s->dir,
+                  "--listen-client-urls", curl, "--listen-peer-urls", purl,
+                  "--listen-metrics-urls", murl, (char *)NULL);
+        else
+            execl(bin, "etcd", "--name", "default", "--data-dir", s->dir,
+                  "--listen-client-urls", curl, "--advertise-client-urls", curl,
+                  "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                  "--initial-cluster", cluster, "--listen-metrics-urls", murl,
+                  (char *)NULL);
+        _exit(127);
+    }
+    s->pid = pid;
+    return 0;
+}
+
+int kvt_server_start(struct kvt_server *s)
+{
+    memset(s, 0, sizeof *s);
+    pick_kind(s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/kvc-test-XXXXXX");
+    if (!mkdtemp(s->dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    s->client_port = kvt_free_port();
+    s->peer_port = kvt_free_port();
+    s->metrics_port = kvt_free_port();
+    snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", s->client_port);
+    if (spawn(s) != 0)
+        return -1;
+    if (kvt_wait_port(s->client_port, 15000) != 0) {
+        fprintf(stderr, "server %s did not listen on %d (log %s.log)\n", s->kind,
+                s->client_port, s->dir);
+        return -1;
+    }
+    /* Listening is not serving: wait for a successful read. */
+    kvc_client *c = kvt_client(s->endpoint);
+    int rc = -1;
+    for (int i = 0; i < 100 && rc != 0; i++) {
+        rc = kvc_get(c, "x", 1, NULL, 1000, NULL, NULL);
+        if (rc != 0)
+            kvt_sleep_ms(100);
+    }
+    kvc_close(c);
+    return rc == 0 ? 0 : -1;
+}
+
+int kvt_server_restart(struct kvt_server *s)
+{
+    if (spawn(s) != 0)
+        return -1;
+    return kvt_wait_port(s->client_port, 15000);
+}
+
+void kvt_server_signal(struct kvt_server *s, int sig)
+{
+    if (s->pid <= 0)
+        return;
+    kill(s->pid, sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+        waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+    }
+}
+
+void kvt_server_stop(struct kvt_server *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGCONT);
+        kvt_server_signal(s, SIGKILL);
+    }
+    if (s->dir[0]) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.log'", s->dir, s->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cleanup of %s failed\n", s->dir);
+        s->dir[0] = '\0';
+    }
+}
+
+/* Socket inodes of this process's fds. */
+static int own_sockets(unsigned long *inodes, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char path[300], link[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t l = readlink(path, link, sizeof link - 1);
+        if (l <= 0)
+            continue;
+        link[l] = '\0';
+        unsigned long ino;
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[n++] = ino;
+    }
+    closedir(d);
+    return n;
+}
+
+static int count_in(const char *path, int port, const unsigned long *inodes, int ninodes)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int n = 0;
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return 0;
+    }
+    while (fgets(line, sizeof line, f)) {
+        char local[80], remote[80];
+        unsigned st;
+        unsigned long ino;
+        if (sscanf(line, "%*d: %79s %79s %x %*s %*s %*s %*s %*s %lu", local, remote, &st,
+                   &ino) != 4)
+            continue;
+        char *colon = strrchr(remote, ':');
+        if (!colon)
+            continue;
+        unsigned rport = (unsigned)strtoul(colon + 1, NULL, 16);
+        if (st != 1 || rport != (unsigned)port)
+            continue;
+        for (int i = 0; i < ninodes; i++)
+            if (inodes[i] == ino) {
+                n++;
+                break;
+            }
+    }
+    fclose(f);
+    return n;
+}
+
+int kvt_count_established(int port)
+{
+    static unsigned long inodes[4096];
+    int n = own_sockets(inodes, 4096);
+    return count_in("/proc/net/tcp", port, inodes, n) + count_in("/proc/net/tcp6", port, inodes, n);
+}
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - (strcmp(path, "/proc/self/fd") == 0 ? 1 : 0); /* the DIR's own fd */
+}
+
+void kvt_warmup(void)
+{
+    kvc_client *c = kvt_client("127.0.0.1:1");
+    kvc_close(c);
+}
+
+int kvt_count_fds(void)
+{
+    return count_dir("/proc/self/fd");
+}
+
+int kvt_count_threads(void)
+{
+    return count_dir("/proc/self/task");
+}
+
+kvc_client *kvt_client(const char *endpoint)
+{
+    const char *eps[] = {endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    cfg.dial_timeout_ms = 3000;
+    kvc_client *c = NULL;
+    kvc_error e;
+    if (kvc_open(&c, &cfg, &e) != 0) {
+        fprintf(stderr, "kvc_open(%s): %s\n", endpoint, e.message);
+        abort();
+    }
+    return c;
+}
+
+/* ---- fake servers ---- */
+
+struct kvt_fake {
+    int lfd;
+    int mode;
+    int wake[2];
+    pthread_t th;
+    int accepted;
+    int conns[64];
+    int nconns;
+    pthread_mutex_t mu;
+};
+
+static void *fake_main(void *arg)
+{
+    struct kvt_fake *f = arg;
+    for (;;) {
+        struct pollfd p[2] = {{f->lfd, POLLIN, 0}, {f->wake[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        if (!(p[0].revents & POLLIN))
+            continue;
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&f->mu);
+        f->accepted++;
+        pthread_mutex_unlock(&f->mu);
+        if (f->mode == KVT_FAKE_CLOSE) {
+            close(fd);
+        } else if (f->mode == KVT_FAKE_HTTP1) {
+            char buf[512];
+            struct pollfd rp = {fd, POLLIN, 0};
+            if (poll(&rp, 1, 1000) > 0 && read(fd, buf, sizeof buf) < 0)
+                perror("fake read");
+            const char *resp = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                               "Connection: close\r\n\r\n";
+            if (write(fd, resp, strlen(resp)) < 0)
+                perror("fake write");
+            close(fd);
+        } else {
+            pthread_mutex_lock(&f->mu);
+            if (f->nconns < 64)
+                f->conns[f->nconns++] = fd;
+            else
+                close(fd);
+            pthread_mutex_unlock(&f->mu);
+        }
+    }
+    return NULL;
+}
+
+struct kvt_fake *kvt_fake_start(int mode, int *port)
+{
+    struct kvt_fake *f = calloc(1, sizeof *f);
+    f->mode = mode;
+    pthread_mutex_init(&f->mu, NULL);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (bind(f->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(f->lfd, 16) != 0 ||
+        getsockname(f->lfd, (struct sockaddr *)&a, &l) != 0 || pipe(f->wake) != 0) {
+        perror("fake server");
+        abort();
+    }
+    *port = ntohs(a.sin_port);
+    pthread_create(&f->th, NULL, fake_main, f);
+    return f;
+}
+
+int kvt_fake_accepted(struct kvt_fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->accepted;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+void kvt_fake_stop(struct kvt_fake *f)
+{
+    if (write(f->wake[1], "x", 1) < 0)
+        perror("fake stop");
+    pthread_join(f->th, NULL);
+    for (int i = 0; i < f->nconns; i++)
+        close(f->conns[i]);
+    close(f->lfd);
+    close(f->wake[0]);
+    close(f->wake[1]);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}

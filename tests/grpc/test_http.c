@@ -1,0 +1,89 @@
+/* Live tests: the HTTP/1.1 /metrics and /health server. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "test_support.h"
+
+Test(http, metrics_endpoint)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    char *r = http_get(h.http_port, "/metrics");
+    cr_assert_not_null(r);
+    cr_assert(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
+    cr_assert(strstr(r, "Content-Type: text/plain; version=0.0.4\r\n"));
+    cr_assert(strstr(r, "# TYPE kvd_grpc_connections_open gauge\nkvd_grpc_connections_open 0\n"),
+              "%s", r);
+    cr_assert(strstr(r, "kvd_grpc_conn_buffered_bytes_max 0\n"), "%s", r);
+    free(r);
+    harness_stop(&h);
+    cr_assert_eq(h.loop_close_rv, 0);
+    free(h.metrics_text);
+}
+
+Test(http, health_ok_and_failing)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    char *r = http_get(h.http_port, "/health");
+    cr_assert(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
+    cr_assert(strstr(r, "\r\n\r\n{\"health\":\"true\"}"), "%s", r);
+    free(r);
+    h.health_mode = HEALTH_FAIL; /* read by the loop thread only after the next request */
+    r = http_get(h.http_port, "/health");
+    cr_assert(strncmp(r, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0, "%s", r);
+    cr_assert(strstr(r, "{\"health\":\"false\",\"reason\":\"raft: no \\\"leader\\\"\"}"), "%s", r);
+    free(r);
+    harness_stop(&h);
+    cr_assert_eq(h.loop_close_rv, 0);
+    free(h.metrics_text);
+}
+
+Test(http, health_slow_hook_times_out)
+{
+    harness h;
+    kv_http_config hc;
+    kv_http_config_default(&hc);
+    hc.health_timeout_ms = 200;
+    harness_start(&h, NULL, &hc);
+    h.health_mode = HEALTH_SLOW;
+    char *r = http_get(h.http_port, "/health");
+    cr_assert(strncmp(r, "HTTP/1.1 503", 12) == 0, "%s", r);
+    cr_assert(strstr(r, "{\"health\":\"false\",\"reason\":\"timeout\"}"), "%s", r);
+    free(r);
+    /* the hook answers at stop, after the connection and server are gone (ASan checks) */
+    harness_stop(&h);
+    cr_assert_eq(h.loop_close_rv, 0);
+    free(h.metrics_text);
+}
+
+Test(http, not_found_and_limits)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    char *r = http_get(h.http_port, "/nope");
+    cr_assert(strncmp(r, "HTTP/1.1 404", 12) == 0, "%s", r);
+    free(r);
+    int fd = tcp_connect(h.http_port);
+    char junk[9000];
+    memset(junk, 'a', sizeof(junk));
+    memcpy(junk, "GET /metrics HTTP/1.1\r\nX: ", 26);
+    send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+    char buf[512] = {0};
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    cr_assert_gt(n, 0);
+    cr_assert(strncmp(buf, "HTTP/1.1 431", 12) == 0, "%s", buf);
+    close(fd);
+    fd = tcp_connect(h.http_port);
+    send(fd, "POST /metrics HTTP/1.1\r\n\r\n", 26, MSG_NOSIGNAL);
+    memset(buf, 0, sizeof(buf));
+    n = recv(fd, buf, sizeof(buf) - 1, 0);
+    cr_assert(strncmp(buf, "HTTP/1.1 405", 12) == 0, "%s", buf);
+    close(fd);
+    harness_stop(&h);
+    cr_assert_eq(h.loop_close_rv, 0);
+    free(h.metrics_text);
+}

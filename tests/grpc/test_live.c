@@ -1,0 +1,606 @@
+/* Live tests: a kv_grpc_server on a loop thread driven by a blocking nghttp2 client. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_support.h"
+
+static void expect_clean_stop(harness *h)
+{
+    harness_stop(h);
+    cr_assert_eq(h->loop_close_rv, 0, "all handles closed after server close");
+    cr_assert_not_null(h->metrics_text);
+    cr_assert(strstr(h->metrics_text, "kvd_grpc_connections_open 0\n"), "%s", h->metrics_text);
+    cr_assert(strstr(h->metrics_text, "kvd_grpc_streams_open 0\n"), "%s", h->metrics_text);
+}
+
+static int has(const harness *h, const char *s)
+{
+    return strstr(h->metrics_text, s) != NULL;
+}
+
+static void unary(h2client *c, const char *msg, h2stream **out)
+{
+    h2stream *st = h2c_start(c, "/test.Echo/Unary", NULL, NULL);
+    cr_assert_not_null(st);
+    h2c_send_msg(c, st, msg, strlen(msg), 1);
+    cr_assert(h2c_wait(c, st, 5000), "unary call did not complete");
+    *out = st;
+}
+
+Test(live, unary_ok)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st;
+    unary(&c, "hello", &st);
+    cr_assert_eq(st->http_status, 200);
+    cr_assert_eq(st->grpc_status, 0);
+    const uint8_t *m;
+    size_t len;
+    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(m, "hello", 5), 0);
+    /* a second call on the same connection */
+    unary(&c, "again", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_total{method=\"/test.Echo/Unary\",code=\"OK\"} 2\n"), "%s",
+              h.metrics_text);
+    cr_assert(has(&h, "kvd_grpc_connections_total 1\n"));
+    free(h.metrics_text);
+}
+
+Test(live, unary_answered_asynchronously)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    /* several calls in flight at once, each answered later from a timer */
+    h2stream *st[4];
+    for (int i = 0; i < 4; i++) {
+        st[i] = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+        h2c_send_msg(&c, st[i], "later", 5, 1);
+    }
+    for (int i = 0; i < 4; i++) {
+        cr_assert(h2c_wait(&c, st[i], 5000));
+        cr_assert_eq(st[i]->grpc_status, 0);
+        const uint8_t *m;
+        size_t len;
+        cr_assert_eq(grpc_msgs(st[i], 0, &m, &len), 1);
+        cr_assert_eq(len, 11);
+        cr_assert_eq(memcmp(m, "async-reply", 11), 0);
+    }
+    /* a held call whose client goes away before the answer: on_cancel, no late use */
+    h2stream *gone = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send_msg(&c, gone, "later", 5, 1);
+    h2c_wait(&c, NULL, 5);
+    nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE, gone->id, NGHTTP2_CANCEL);
+    h2c_wait(&c, gone, 1000);
+    usleep(300 * 1000); /* the timer fires after the cancel */
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.cancels), 1);
+    free(h.metrics_text);
+}
+
+Test(live, unary_error_message_is_percent_encoded)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st;
+    unary(&c, "fail", &st);
+    cr_assert_eq(st->grpc_status, 3);
+    cr_assert_str_eq(st->grpc_message, "bad arg: \xc3\xbc 100%\n");
+    cr_assert_eq(st->dlen, 0, "trailers-only response");
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "code=\"INVALID_ARGUMENT\"} 1\n"));
+    free(h.metrics_text);
+}
+
+Test(live, unary_without_message_is_internal)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send(&c, st, "", 0, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 13);
+    cr_assert_str_eq(st->grpc_message, "grpc: half-closed without a request");
+    /* two messages on a unary call */
+    st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send_msg(&c, st, "a", 1, 0);
+    h2c_send_msg(&c, st, "b", 1, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 13);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, streaming_echo)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    h2c_send_msg(&c, st, "m1", 2, 0);
+    cr_assert(h2c_wait_bytes(&c, st, 7, 5000));
+    cr_assert_eq(st->http_status, 200);
+    cr_assert_eq(grpc_msgs(st, 0, NULL, NULL), 1);
+    /* two messages in one DATA frame */
+    uint8_t two[] = {0, 0, 0, 0, 2, 'm', '2', 0, 0, 0, 0, 3, 'm', '3', '!'};
+    h2c_send(&c, st, two, sizeof(two), 0);
+    cr_assert(h2c_wait_bytes(&c, st, 7 + 7 + 8, 5000));
+    /* one message split over two DATA frames */
+    uint8_t split[] = {0, 0, 0, 0, 4, 'm', '4', 'x', 'y'};
+    h2c_send(&c, st, split, 6, 0);
+    for (int i = 0; i < 5; i++)
+        h2c_wait(&c, NULL, 20); /* flush the first part on its own */
+    h2c_send(&c, st, split + 6, 3, 0);
+    cr_assert(h2c_wait_bytes(&c, st, 7 + 7 + 8 + 9, 5000));
+    const uint8_t *m;
+    size_t len;
+    cr_assert_eq(grpc_msgs(st, 3, &m, &len), 4);
+    cr_assert_eq(len, 4);
+    cr_assert_eq(memcmp(m, "m4xy", 4), 0);
+    cr_assert_eq(grpc_msgs(st, 2, &m, &len), 4);
+    cr_assert_eq(memcmp(m, "m3!", 3), 0);
+    h2c_send(&c, st, "", 0, 1); /* half-close */
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.half_closes), 1);
+    cr_assert_eq(atomic_load(&h.cancels), 0);
+    free(h.metrics_text);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+Test(live, pause_and_resume)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    /* "pause" makes the app pause for 100 ms; "after" arrives in the same frame and must be
+     * held, not delivered, until the resume. The half-close must also wait. */
+    uint8_t b[] = {0, 0, 0, 0, 5, 'p', 'a', 'u', 's', 'e', 0, 0, 0, 0, 5, 'a', 'f', 't', 'e', 'r'};
+    h2c_send(&c, st, b, sizeof(b), 1);
+    cr_assert(h2c_wait_bytes(&c, st, 10, 5000));
+    uint64_t t0 = mono_ms();
+    cr_assert_eq(grpc_msgs(st, 0, NULL, NULL), 1);
+    cr_assert(h2c_wait_bytes(&c, st, 20, 5000));
+    uint64_t waited = mono_ms() - t0;
+    cr_assert_geq(waited, 50, "held message delivered after %llu ms", (unsigned long long)waited);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 0);
+    const uint8_t *m;
+    size_t len;
+    cr_assert_eq(grpc_msgs(st, 1, &m, &len), 2);
+    cr_assert_eq(memcmp(m, "after", 5), 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.half_closes), 1);
+    free(h.metrics_text);
+}
+
+Test(live, unknown_method_and_service)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *a = h2c_start(&c, "/test.Echo/Nope", NULL, NULL);
+    h2c_send_msg(&c, a, "x", 1, 1);
+    h2stream *b = h2c_start(&c, "/foo.Bar/Baz", NULL, NULL);
+    h2c_send_msg(&c, b, "x", 1, 0); /* not half-closed: server must RST after trailers */
+    cr_assert(h2c_wait(&c, a, 5000));
+    cr_assert(h2c_wait(&c, b, 5000));
+    cr_assert_eq(a->http_status, 200);
+    cr_assert_eq(a->grpc_status, 12);
+    cr_assert_str_eq(a->grpc_message, "unknown method Nope for service test.Echo");
+    cr_assert_eq(b->grpc_status, 12);
+    cr_assert_str_eq(b->grpc_message, "unknown service foo.Bar");
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_total{method=\"unknown\",code=\"UNIMPLEMENTED\"} 2\n"),
+              "%s", h.metrics_text);
+    free(h.metrics_text);
+}
+
+Test(live, bad_content_type_is_415)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Unary", "application/json", NULL);
+    h2c_send_msg(&c, st, "x", 1, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->http_status, 415);
+    cr_assert_eq(st->grpc_status, 13);
+    /* application/grpc+proto is fine */
+    st = h2c_start(&c, "/test.Echo/Unary", "application/grpc+proto", NULL);
+    h2c_send_msg(&c, st, "y", 1, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, oversized_refused_on_prefix)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_request_bytes = 1024;
+    harness_start(&h, &cfg, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    /* unary and streaming: only the 5-byte prefix is ever sent */
+    const char *paths[] = {"/test.Echo/Unary", "/test.Echo/Stream"};
+    for (int i = 0; i < 2; i++) {
+        h2stream *st = h2c_start(&c, paths[i], NULL, NULL);
+        uint8_t prefix[5] = {0, 0, 0x10, 0, 0}; /* 1 MiB */
+        h2c_send(&c, st, prefix, 5, 0);
+        cr_assert(h2c_wait(&c, st, 5000), "error must arrive without the body");
+        cr_assert_eq(st->grpc_status, 8);
+        cr_assert_str_eq(st->grpc_message,
+                         "grpc: received message larger than max (1048576 vs. 1024)");
+    }
+    /* a streaming call that got messages first: the app sees on_cancel */
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    h2c_send_msg(&c, st, "ok", 2, 0);
+    cr_assert(h2c_wait_bytes(&c, st, 7, 5000));
+    char big[2000];
+    memset(big, 'b', sizeof(big));
+    h2c_send_msg(&c, st, big, sizeof(big), 0);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 8);
+    /* the connection still works */
+    unary(&c, "small", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.cancels), 1);
+    cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"oversized\"} 3\n"), "%s",
+              h.metrics_text);
+    cr_assert(has(&h, "code=\"RESOURCE_EXHAUSTED\"} 2\n"), "%s", h.metrics_text);
+    free(h.metrics_text);
+}
+
+Test(live, compressed_message_unimplemented)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    uint8_t m[] = {1, 0, 0, 0, 1, 'z'};
+    h2c_send(&c, st, m, sizeof(m), 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 12);
+    cr_assert_str_eq(st->grpc_message, "grpc: compressed messages not supported");
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, deadline_exceeded)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, "100m");
+    h2c_send_msg(&c, st, "hold", 4, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 4);
+    cr_assert_str_eq(st->grpc_message, "context deadline exceeded");
+    /* malformed timeout */
+    st = h2c_start(&c, "/test.Echo/Unary", NULL, "1x");
+    h2c_send_msg(&c, st, "hi", 2, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 13);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.cancels), 1, "the app learns about the expiry");
+    cr_assert(has(&h, "code=\"DEADLINE_EXCEEDED\"} 1\n"));
+    free(h.metrics_text);
+}
+
+Test(live, client_reset_cancels)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    h2c_send_msg(&c, st, "x", 1, 0);
+    cr_assert(h2c_wait_bytes(&c, st, 6, 5000));
+    nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+    h2c_wait(&c, st, 2000);
+    /* a held unary call cancelled by closing the connection */
+    h2stream *u = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send_msg(&c, u, "hold", 4, 1);
+    h2c_wait(&c, NULL, 300);
+    h2c_close(&c);
+    usleep(200 * 1000);
+    expect_clean_stop(&h);
+    cr_assert_eq(atomic_load(&h.cancels), 2);
+    cr_assert(
+        has(&h, "kvd_grpc_requests_total{method=\"/test.Echo/Stream\",code=\"CANCELLED\"} 1\n"),
+        "%s", h.metrics_text);
+    free(h.metrics_text);
+}
+
+Test(live, server_close_cancels_live_calls)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    h2c_send_msg(&c, st, "x", 1, 0);
+    cr_assert(h2c_wait_bytes(&c, st, 6, 5000));
+    expect_clean_stop(&h); /* client still connected */
+    cr_assert_eq(atomic_load(&h.cancels), 1);
+    h2c_close(&c);
+    free(h.metrics_text);
+}
+
+Test(live, garbage_closes_only_that_connection)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client good;
+    cr_assert_eq(h2c_connect(&good, h.grpc_port), 0);
+    h2stream *st;
+    unary(&good, "before", &st);
+    cr_assert_eq(st->grpc_status, 0);
+
+    int fd = tcp_connect(h.grpc_port);
+    cr_assert_geq(fd, 0);
+    size_t n = 1 << 20;
+    uint8_t *junk = malloc(n);
+    srand(42);
+    for (size_t i = 0; i < n; i++)
+        junk[i] = (uint8_t)rand();
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, junk + off, n - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            break; /* the server closed on us: expected */
+        off += (size_t)w;
+    }
+    free(junk);
+    char buf[4096];
+    ssize_t r;
+    int closed = 0;
+    for (int i = 0; i < 100; i++) {
+        r = recv(fd, buf, sizeof(buf), 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            closed = 1;
+            break;
+        }
+        if (r < 0)
+            break; /* 5 s timeout */
+    }
+    cr_assert(closed, "server must close a connection that sends garbage");
+    close(fd);
+
+    unary(&good, "after", &st);
+    cr_assert_eq(st->grpc_status, 0, "other connections keep working");
+    h2client fresh;
+    cr_assert_eq(h2c_connect(&fresh, h.grpc_port), 0);
+    unary(&fresh, "new", &st);
+    cr_assert_eq(st->grpc_status, 0, "new connections are served");
+    h2c_close(&fresh);
+    h2c_close(&good);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_connections_total 3\n"));
+    free(h.metrics_text);
+}
+
+static int recv_until_closed(int fd)
+{
+    char buf[4096];
+    for (int i = 0; i < 1000; i++) {
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return 1;
+        if (r < 0)
+            return 0;
+    }
+    return 0;
+}
+
+Test(live, truncated_frame_then_eof)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    int fd = tcp_connect(h.grpc_port);
+    cr_assert_geq(fd, 0);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    cr_assert_eq(send(fd, preface, 24, MSG_NOSIGNAL), 24);
+    /* SETTINGS frame header announcing 12 bytes of payload, then only 4 of them */
+    uint8_t fr[] = {0, 0, 12, 4, 0, 0, 0, 0, 0, 0x03, 0, 0};
+    cr_assert_eq(send(fd, fr, sizeof(fr) - 2, MSG_NOSIGNAL), (ssize_t)sizeof(fr) - 2);
+    shutdown(fd, SHUT_WR);
+    cr_assert(recv_until_closed(fd), "server closes on EOF mid-frame");
+    close(fd);
+    /* a frame that is malformed (SETTINGS with length not a multiple of 6) */
+    fd = tcp_connect(h.grpc_port);
+    cr_assert_eq(send(fd, preface, 24, MSG_NOSIGNAL), 24);
+    uint8_t bad[] = {0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5};
+    cr_assert_eq(send(fd, bad, sizeof(bad), MSG_NOSIGNAL), (ssize_t)sizeof(bad));
+    cr_assert(recv_until_closed(fd), "server sends GOAWAY and closes on a protocol error");
+    close(fd);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st;
+    unary(&c, "still", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, too_many_streams_refused)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_concurrent_streams = 2;
+    harness_start(&h, &cfg, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    /* opened before the server's SETTINGS arrive, so the client does not hold them back */
+    h2stream *s[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+        h2c_send_msg(&c, s[i], "x", 1, 0);
+    }
+    cr_assert(h2c_wait(&c, s[2], 5000));
+    cr_assert_eq(s[2]->close_code, NGHTTP2_REFUSED_STREAM);
+    cr_assert(h2c_wait_bytes(&c, s[0], 6, 5000));
+    cr_assert(h2c_wait_bytes(&c, s[1], 6, 5000));
+    for (int i = 0; i < 2; i++) {
+        h2c_send(&c, s[i], "", 0, 1);
+        cr_assert(h2c_wait(&c, s[i], 5000));
+        cr_assert_eq(s[i]->grpc_status, 0);
+    }
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"too_many_streams\"} 1\n"), "%s",
+              h.metrics_text);
+    free(h.metrics_text);
+}
+
+Test(live, send_buffer_limit)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_send_buffer_bytes = 64 * 1024;
+    harness_start(&h, &cfg, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    size_t n = 100 * 1024;
+    char *big = malloc(n + 1);
+    memset(big, 'q', n);
+    big[n] = 0;
+    h2stream *st;
+    unary(&c, big, &st);
+    free(big);
+    cr_assert_eq(st->grpc_status, 8);
+    cr_assert_str_eq(st->grpc_message, "send buffer full");
+    unary(&c, "small", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"send_buffer\"} 1\n"));
+    free(h.metrics_text);
+}
+
+Test(live, connection_limit)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_connections = 1;
+    harness_start(&h, &cfg, NULL);
+    h2client a;
+    cr_assert_eq(h2c_connect(&a, h.grpc_port), 0);
+    h2stream *st;
+    unary(&a, "first", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    int fd = tcp_connect(h.grpc_port);
+    cr_assert_geq(fd, 0);
+    cr_assert(recv_until_closed(fd), "excess connection is closed");
+    close(fd);
+    unary(&a, "still", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&a);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"conn_limit\"} 1\n"));
+    free(h.metrics_text);
+}
+
+Test(live, large_messages_both_ways)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    size_t n = 1536 * 1024; /* bigger than one stream window: needs WINDOW_UPDATEs */
+    char *big = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + i % 26);
+    big[n] = 0;
+    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send_msg(&c, st, big, n, 1);
+    cr_assert(h2c_wait(&c, st, 10000));
+    cr_assert_eq(st->grpc_status, 0);
+    const uint8_t *m;
+    size_t len;
+    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(len, n);
+    cr_assert_eq(memcmp(m, big, n), 0);
+    free(big);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, keepalive_ping_timeout_closes)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.ping_interval_ms = 100;
+    harness_start(&h, &cfg, NULL);
+    /* a raw client that sends the preface + SETTINGS and then never reads/acks anything */
+    int fd = tcp_connect(h.grpc_port);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    uint8_t settings[] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    send(fd, preface, 24, MSG_NOSIGNAL);
+    send(fd, settings, sizeof(settings), MSG_NOSIGNAL);
+    cr_assert(recv_until_closed(fd), "unanswered keepalive ping closes the connection");
+    close(fd);
+    /* a live nghttp2 client answers pings and stays up */
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2c_wait(&c, NULL, 500);
+    cr_assert_not(c.conn_closed);
+    h2stream *st;
+    unary(&c, "alive", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}

@@ -1,0 +1,115 @@
+/* Unit tests: the Prometheus registry. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics/metrics.h"
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+static double half(void *arg)
+{
+    return *(double *)arg / 2;
+}
+
+Test(metrics, render_families_once)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 0), 0);
+    kv_metric *ok = kv_metrics_counter(m, "kvd_req_total", "Requests.", "code=\"OK\"");
+    kv_metric *bad = kv_metrics_counter(m, "kvd_req_total", "Requests.", "code=\"INTERNAL\"");
+    kv_metric *g = kv_metrics_gauge(m, "kvd_open", "Open things.\nwith newline", NULL);
+    cr_assert(ok && bad && g);
+    cr_assert_eq(kv_metrics_counter(m, "kvd_req_total", "x", "code=\"OK\""), ok, "lookup");
+    kv_metric_inc(ok);
+    kv_metric_add(ok, 2);
+    kv_metric_inc(bad);
+    kv_metric_set(g, 5);
+    kv_metric_gauge_add(g, -1.5);
+    double v = 9;
+    cr_assert_eq(kv_metrics_gauge_fn(m, "kvd_half", "Half.", half, &v), 0);
+    char *out;
+    size_t len;
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert_eq(strlen(out), len);
+    cr_assert_eq(count(out, "# TYPE kvd_req_total counter\n"), 1);
+    cr_assert_eq(count(out, "# HELP kvd_req_total Requests.\n"), 1);
+    cr_assert(strstr(out, "kvd_req_total{code=\"OK\"} 3\n"));
+    cr_assert(strstr(out, "kvd_req_total{code=\"INTERNAL\"} 1\n"));
+    cr_assert(strstr(out, "# HELP kvd_open Open things.\\nwith newline\n"));
+    cr_assert(strstr(out, "# TYPE kvd_open gauge\nkvd_open 3.5\n"));
+    cr_assert(strstr(out, "kvd_half 4.5\n"));
+    /* families sorted by name: kvd_half < kvd_open < kvd_req_total */
+    cr_assert(strstr(out, "kvd_half ") < strstr(out, "kvd_open "));
+    cr_assert(strstr(out, "kvd_open ") < strstr(out, "kvd_req_total{"));
+    free(out);
+    kv_metrics_gauge_fn_remove(m, &v);
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert_null(strstr(out, "kvd_half"));
+    free(out);
+    kv_metrics_free(m);
+}
+
+Test(metrics, bounded_series)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 3), 0);
+    cr_assert_not_null(kv_metrics_counter(m, "a_total", "", "x=\"1\""));
+    cr_assert_not_null(kv_metrics_counter(m, "a_total", "", "x=\"2\""));
+    cr_assert_not_null(kv_metrics_gauge(m, "b", "", NULL));
+    cr_assert_null(kv_metrics_counter(m, "a_total", "", "x=\"3\""));
+    cr_assert_eq(kv_metrics_gauge_fn(m, "c", "", half, NULL), -ENOSPC);
+    cr_assert_eq(kv_metrics_refused(m), 2);
+    cr_assert_eq(kv_metrics_size(m), 3);
+    /* existing series are still found */
+    cr_assert_not_null(kv_metrics_counter(m, "a_total", "", "x=\"2\""));
+    kv_metric_inc(NULL); /* refused series are no-ops */
+    char *out;
+    size_t len;
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert(strstr(out, "kvd_metrics_series_refused_total 2\n"));
+    free(out);
+    kv_metrics_free(m);
+}
+
+Test(metrics, type_conflicts_and_bad_names)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 0), 0);
+    cr_assert_not_null(kv_metrics_counter(m, "x_total", "", NULL));
+    cr_assert_null(kv_metrics_gauge(m, "x_total", "", NULL));
+    cr_assert_null(kv_metrics_gauge(m, "x_total", "", "l=\"1\""));
+    cr_assert_null(kv_metrics_counter(m, "1bad", "", NULL));
+    cr_assert_null(kv_metrics_counter(m, "bad-name", "", NULL));
+    cr_assert_null(kv_metrics_counter(m, "ok", "", "a=\"\n\""));
+    cr_assert_eq(kv_metrics_refused(m), 0);
+    kv_metrics_free(m);
+}
+
+Test(metrics, many_series_lookup)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 4096), 0);
+    char l[32];
+    for (int i = 0; i < 4096; i++) {
+        snprintf(l, sizeof(l), "i=\"%d\"", i);
+        kv_metric *c = kv_metrics_counter(m, "many_total", "", l);
+        cr_assert_not_null(c);
+        kv_metric_add(c, i);
+    }
+    for (int i = 0; i < 4096; i += 97) {
+        snprintf(l, sizeof(l), "i=\"%d\"", i);
+        cr_assert_eq(kv_metric_value(kv_metrics_counter(m, "many_total", "", l)), i);
+    }
+    cr_assert_null(kv_metrics_counter(m, "many_total", "", "i=\"x\""));
+    cr_assert_eq(kv_metrics_refused(m), 1);
+    kv_metrics_free(m);
+}

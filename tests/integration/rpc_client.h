@@ -1,0 +1,46 @@
+/*
+ * rpc_client: the unary-call interface the durability tests and kvbench use.
+ *
+ * Contract:
+ * - Backed by libkvclient (kvc_open / kvc_call_unary) when the build has the
+ *   kvclient_static target and KV_IT_USE_KVCLIENT is ON, otherwise by grpc_raw
+ *   (one h2c connection, sync). kv_it_rpc_backend() says which.
+ * - One kv_it_rpc per thread; each owns its own connection.
+ * - Return 0 on success; a negative errno-style code or KV_IT_GRPC_STATUS otherwise, with
+ *   a human-readable reason in errbuf.
+ */
+#ifndef KV_IT_RPC_CLIENT_H
+#define KV_IT_RPC_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_it_rpc kv_it_rpc;
+
+/* "libkvclient" or "grpc_raw". */
+const char *kv_it_rpc_backend(void);
+
+/* endpoint is "127.0.0.1:<port>". *out is owned by the caller (kv_it_rpc_close). */
+int kv_it_rpc_open(kv_it_rpc **out, const char *endpoint, uint32_t timeout_ms, char *errbuf,
+                   size_t errcap);
+void kv_it_rpc_close(kv_it_rpc *c);
+
+/* One unary call. On 0, *resp is owned by the caller and freed with kv_it_rpc_free(). */
+int kv_it_rpc_call(kv_it_rpc *c, const char *method, const uint8_t *req, size_t req_len,
+                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, char *errbuf,
+                   size_t errcap);
+void kv_it_rpc_free(void *p);
+
+/* Convenience wrappers over the generated etcdserverpb messages. */
+int kv_it_rpc_put(kv_it_rpc *c, const void *key, size_t key_len, const void *val, size_t val_len,
+                  uint32_t timeout_ms, int64_t *revision, char *errbuf, size_t errcap);
+
+/* Range [key, range_end) with count_only; *count receives the count. */
+int kv_it_rpc_count(kv_it_rpc *c, const char *key, const char *range_end, uint32_t timeout_ms,
+                    int64_t *count, char *errbuf, size_t errcap);
+
+/* Gets one key's value: *val malloc'd (free()), *found 0/1. */
+int kv_it_rpc_get(kv_it_rpc *c, const char *key, uint32_t timeout_ms, int *found, char **val,
+                  size_t *val_len, char *errbuf, size_t errcap);
+
+#endif

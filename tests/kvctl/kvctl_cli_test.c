@@ -1,0 +1,166 @@
+/*
+ * kvctl argument handling that needs no server: flag errors, unknown commands, missing
+ * arguments, bad formats. Exit statuses and stderr lines are etcdctl 3.4's.
+ */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct res {
+    int status;
+    char out[8192];
+    char err[8192];
+};
+
+static void read_all(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = '\0';
+}
+
+/* Runs kvctl with argv (NULL-terminated) and stdin from /dev/null. */
+static void run(struct res *r, const char *const *args)
+{
+    char path[4096];
+    const char *b = getenv("KV_BUILD_DIR");
+    snprintf(path, sizeof(path), "%s/client/kvctl", b && *b ? b : ".");
+    cr_assert(access(path, X_OK) == 0, "kvctl not built at %s", path);
+    char ofile[] = "/tmp/kvctl-cli-out-XXXXXX", efile[] = "/tmp/kvctl-cli-err-XXXXXX";
+    int of = mkstemp(ofile), ef = mkstemp(efile);
+    cr_assert(of >= 0 && ef >= 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        dup2(in, 0);
+        dup2(of, 1);
+        dup2(ef, 2);
+        const char *argv[32] = {path};
+        size_t i = 0;
+        for (; args[i] && i < 30; i++)
+            argv[i + 1] = args[i];
+        argv[i + 1] = NULL;
+        unsetenv("ETCDCTL_ENDPOINTS");
+        /* nothing listens on port 1: any attempt to connect fails fast */
+        setenv("ETCDCTL_DIAL_TIMEOUT", "1s", 1);
+        execv(path, (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    cr_assert(waitpid(pid, &st, 0) == pid);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    lseek(of, 0, SEEK_SET);
+    lseek(ef, 0, SEEK_SET);
+    read_all(of, r->out, sizeof(r->out));
+    read_all(ef, r->err, sizeof(r->err));
+    close(of);
+    close(ef);
+    unlink(ofile);
+    unlink(efile);
+}
+
+#define EXPECT(status_, err_, ...)                                                                 \
+    do {                                                                                           \
+        static const char *const a_[] = {__VA_ARGS__, NULL};                                       \
+        struct res r_;                                                                             \
+        run(&r_, a_);                                                                              \
+        cr_expect_eq(r_.status, status_, "%s: status %d, stderr %s", a_[0], r_.status, r_.err);    \
+        cr_expect_str_eq(r_.err, err_, "%s", a_[0]);                                               \
+    } while (0)
+
+Test(kvctl_cli, missing_arguments_exit_128)
+{
+    EXPECT(128,
+           "Error: get command needs one argument as key and an optional argument as "
+           "range_end\n",
+           "get");
+    EXPECT(128, "Error: put command needs 1 argument and input from stdin or 2 arguments\n", "put");
+    EXPECT(128, "Error: put command needs 1 argument and input from stdin or 2 arguments\n", "put",
+           "k");
+    EXPECT(128,
+           "Error: del command needs one argument as key and an optional argument as "
+           "range_end\n",
+           "del");
+    EXPECT(128, "Error: compaction command needs 1 argument\n", "compaction");
+    EXPECT(128, "Error: lease grant command needs TTL argument\n", "lease", "grant");
+    EXPECT(128, "Error: lease revoke command needs 1 argument\n", "lease", "revoke");
+    EXPECT(128, "Error: lease timetolive command needs lease ID as argument\n", "lease",
+           "timetolive");
+    EXPECT(128, "Error: lease keep-alive command needs lease ID as argument\n", "lease",
+           "keep-alive");
+    EXPECT(128, "Error: txn command does not accept argument\n", "txn", "x");
+}
+
+Test(kvctl_cli, bad_values)
+{
+    EXPECT(128, "Error: bad TTL (strconv.ParseInt: parsing \"x\": invalid syntax)\n", "lease",
+           "grant", "x");
+    EXPECT(128,
+           "Error: bad lease ID arg (strconv.ParseInt: parsing \"zz\": invalid syntax), "
+           "expecting ID in Hex\n",
+           "lease", "revoke", "zz");
+    EXPECT(128,
+           "Error: bad lease ID (strconv.ParseInt: parsing \"zz\": invalid syntax), expecting ID "
+           "in Hex\n",
+           "put", "k", "v", "--lease=zz");
+    EXPECT(128,
+           "Error: bad lease ID (strconv.ParseInt: parsing \"10000000000000000\": value out of "
+           "range), expecting ID in Hex\n",
+           "put", "k", "v", "--lease", "10000000000000000");
+    EXPECT(1, "Error: strconv.ParseInt: parsing \"x\": invalid syntax\n", "compaction", "x");
+    EXPECT(4, "Error: unknown consistency flag \"q\"\n", "get", "k", "--consistency=q");
+    EXPECT(4, "Error: bad sort order UP\n", "get", "k", "--order", "UP");
+    EXPECT(4, "Error: bad sort target SIZE\n", "get", "k", "--sort-by=SIZE");
+    EXPECT(128, "Error: `--prefix` and `--from-key` cannot be set at the same time, choose one\n",
+           "get", "k", "--prefix", "--from-key");
+    EXPECT(128,
+           "Error: too many arguments, only accept one argument when `--prefix` or `--from-key` "
+           "is set\n",
+           "del", "a", "b", "--prefix");
+    EXPECT(4, "Error: unsupported output format\n", "get", "k", "-w", "xml");
+}
+
+Test(kvctl_cli, flag_errors_exit_1)
+{
+    EXPECT(1, "Error: unknown flag: --bogus\n", "get", "k", "--bogus");
+    EXPECT(1, "Error: flag needs an argument: --rev\n", "get", "k", "--rev");
+    EXPECT(1,
+           "Error: invalid argument \"abc\" for \"--limit\" flag: strconv.ParseInt: parsing "
+           "\"abc\": invalid syntax\n",
+           "get", "k", "--limit=abc");
+    EXPECT(1, "Error: unknown shorthand flag: '5' in -5\n", "lease", "grant", "-5");
+    EXPECT(1, "Error: unknown flag: --once\n", "lease", "grant", "5", "--once");
+    EXPECT(1,
+           "Error: invalid argument \"x\" for \"--dial-timeout\" flag: time: invalid duration "
+           "\"x\"\n",
+           "get", "k", "--dial-timeout", "x");
+    EXPECT(1,
+           "Error: unknown command \"bogus\" for \"etcdctl\"\nRun 'etcdctl --help' for "
+           "usage.\nError: unknown command \"bogus\" for \"etcdctl\"\n",
+           "bogus");
+}
+
+Test(kvctl_cli, unreachable_endpoint)
+{
+    EXPECT(1, "Error: context deadline exceeded\n", "--endpoints=127.0.0.1:1",
+           "--command-timeout=1s", "get", "k");
+    EXPECT(1, "Failed to get the status of endpoint 127.0.0.1:1 (context deadline exceeded)\n",
+           "--endpoints=127.0.0.1:1", "--command-timeout=1s", "endpoint", "status");
+}
+
+Test(kvctl_cli, no_command_prints_usage)
+{
+    static const char *const none[] = {NULL};
+    struct res r;
+    run(&r, none);
+    cr_expect_eq(r.status, 0);
+    cr_expect(strstr(r.out, "USAGE:") != NULL, "usage on stdout: %s", r.out);
+}

@@ -1,0 +1,745 @@
+/* MVCC store: compaction, apply idempotence, group commit, durability, checksums, format
+ * version, startup cost, limits, quota, leases and observers, hashes, status. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "mvcc/crc32c.h"
+
+static th t;
+static void setup(void)
+{
+    th_open(&t, NULL);
+}
+static void teardown(void)
+{
+    th_close(&t);
+}
+TestSuite(mvcc_store, .init = setup, .fini = teardown);
+
+static size_t rev_records(void)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_stat st;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "rev", 0, &dbi), 0);
+    cr_assert_eq(mdb_stat(txn, dbi, &st), 0);
+    mdb_txn_abort(txn);
+    return st.ms_entries;
+}
+
+static void expect_range_err(const char *k, int64_t rev, int code, const char *msg)
+{
+    Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    q.key = th_bin(k);
+    q.revision = rev;
+    kv_result res;
+    cr_assert_null(th_range_req(&t, &q, &res));
+    cr_assert_eq(res.code, code);
+    cr_assert_str_eq(res.msg, msg);
+}
+
+static const char *COMPACTED = "etcdserver: mvcc: required revision has been compacted";
+static const char *FUTURE = "etcdserver: mvcc: required revision is a future revision";
+
+Test(mvcc_store, compaction)
+{
+    th_put(&t, "k", "v1", 0); /* 2 */
+    th_put(&t, "k", "v2", 0); /* 3 */
+    th_put(&t, "d", "x", 0);  /* 4 */
+    th_del(&t, "d", NULL);    /* 5 */
+    th_put(&t, "k", "v3", 0); /* 6 */
+    cr_assert_eq(rev_records(), 5);
+    kv_result res;
+    cr_assert_null(th_compact(&t, 7, &res));
+    cr_assert_eq(res.code, 11);
+    cr_assert_str_eq(res.msg, FUTURE);
+
+    Etcdserverpb__CompactionResponse *c = th_compact(&t, 4, &res);
+    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_eq(c->header->revision, 6, "compaction takes no revision");
+    cr_assert_eq(c->header->member_id, 22);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+    cr_assert_eq(rev_records(), 4, "k@2 removed, k@3 kept as latest <= 4");
+    expect_range_err("k", 3, 11, COMPACTED);
+    Mvccpb__KeyValue *kv = th_get(&t, "k", 4);
+    th_expect_kv(kv, "k", "v2");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    kv = th_get(&t, "d", 4);
+    th_expect_kv(kv, "d", "x");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+
+    cr_assert_null(th_compact(&t, 4, &res));
+    cr_assert_eq(res.code, 11);
+    cr_assert_str_eq(res.msg, COMPACTED);
+    cr_assert_null(th_compact(&t, 2, &res));
+    cr_assert_str_eq(res.msg, COMPACTED);
+
+    c = th_compact(&t, 5, &res);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+    cr_assert_eq(rev_records(), 2, "deleted key d removed with its tombstone");
+    cr_assert_null(th_get(&t, "d", 5));
+    c = th_compact(&t, 6, &res);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+    cr_assert_eq(rev_records(), 1);
+    kv = th_get(&t, "k", 0);
+    th_expect_kv(kv, "k", "v3");
+    cr_assert_eq(kv->version, 3, "version survives compaction");
+    cr_assert_eq(kv->create_revision, 2);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.compact_revision, 6);
+    cr_assert_eq(st.keys, 1);
+    th_reopen(&t);
+    expect_range_err("k", 5, 11, COMPACTED);
+}
+
+Test(mvcc_store, fresh_store_compaction_point_is_minus_one)
+{
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.compact_revision, -1);
+    kv_result res;
+    Etcdserverpb__CompactionResponse *c = th_compact(&t, 1, &res);
+    cr_assert_not_null(c, "%s", res.msg);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+}
+
+static uint8_t *pack_put(const char *k, const char *v, size_t *len)
+{
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key = th_bin(k);
+    p.value = th_bin(v);
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
+    ir.put = &p;
+    *len = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t *buf = malloc(*len + 1);
+    kvdpb__internal_request__pack(&ir, buf);
+    return buf;
+}
+
+static void apply_put(kv_store_batch *b, uint64_t index, const char *k, const char *v,
+                      kv_result *res)
+{
+    size_t n;
+    uint8_t *buf = pack_put(k, v, &n);
+    cr_assert_eq(kv_store_apply(t.s, b, index, buf, n, NULL, res), 0);
+    free(buf);
+    free(res->resp);
+    res->resp = NULL;
+}
+
+Test(mvcc_store, apply_idempotence)
+{
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    apply_put(b, 5, "a", "1", &res);
+    cr_assert_eq(res.skipped, 0);
+    cr_assert_eq(res.revision, 2);
+    apply_put(b, 5, "a", "again", &res);
+    cr_assert_eq(res.skipped, 1, "same index within a batch");
+    cr_assert_eq(res.revision, 2);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    apply_put(b, 3, "a", "old", &res);
+    cr_assert_eq(res.skipped, 1, "index below the stored applied index");
+    apply_put(b, 5, "a", "old", &res);
+    cr_assert_eq(res.skipped, 1);
+    apply_put(b, 6, "b", "1", &res);
+    cr_assert_eq(res.skipped, 0);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
+    th_expect_kv(kv, "a", "1");
+    cr_assert_eq(kv->version, 1);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+
+    /* after restart, replaying the log from an earlier index skips what was applied */
+    th_reopen(&t);
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    apply_put(b, 6, "b", "replayed", &res);
+    cr_assert_eq(res.skipped, 1);
+    apply_put(b, 7, "c", "1", &res);
+    cr_assert_eq(res.skipped, 0);
+    cr_assert_eq(res.revision, 4);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.applied_index, 7);
+}
+
+Test(mvcc_store, group_commit_one_commit_per_batch)
+{
+    kv_store_counters c0, c1;
+    kv_store_get_counters(t.s, &c0);
+    kv_store_batch *b, *b2;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    cr_assert_eq(kv_store_batch_begin(t.s, &b2), -EBUSY);
+    char k[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "key-%03d", i);
+        apply_put(b, (uint64_t)i + 1, k, "v", &res);
+        cr_assert_eq(res.code, 0);
+        cr_assert_eq(res.revision, i + 2);
+    }
+    /* not visible to readers before the commit */
+    Etcdserverpb__RangeResponse *r = th_range(&t, "key-", "key.");
+    cr_assert_eq(r->count, 0);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    kv_store_get_counters(t.s, &c1);
+    cr_assert_eq(c1.commits - c0.commits, 1);
+    cr_assert_eq(c1.applies - c0.applies, 200);
+    r = th_range(&t, "key-", "key.");
+    cr_assert_eq(r->count, 200);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+}
+
+Test(mvcc_store, abort_drops_the_batch)
+{
+    th_put(&t, "a", "1", 0);
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    apply_put(b, 10, "b", "1", &res);
+    kv_store_batch_abort(t.s, b);
+    cr_assert_null(th_get(&t, "b", 0));
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.applied_index, 1);
+    cr_assert_eq(st.revision, 2);
+    /* index 10 was not applied: it can be applied again */
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    apply_put(b, 10, "b", "1", &res);
+    cr_assert_eq(res.skipped, 0);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+}
+
+Test(mvcc_store, durability_across_reopen)
+{
+    kv_result res;
+    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 5, 30, &res);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    th_put(&t, "a", "1", 5);
+    th_put(&t, "b", "2", 0);
+    th_put(&t, "a", "3", 5);
+    th_del(&t, "b", NULL);
+    th_reopen(&t);
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.applied_index, t.index);
+    cr_assert_eq(st.revision, 5);
+    cr_assert_eq(st.keys, 1);
+    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
+    th_expect_kv(kv, "a", "3");
+    cr_assert_eq(kv->version, 2);
+    cr_assert_eq(kv->lease, 5);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    kv = th_get(&t, "b", 3);
+    th_expect_kv(kv, "b", "2");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    cr_assert_null(th_get(&t, "b", 0));
+    /* the lease and its attachment survived too */
+    MDB_txn *txn;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
+    size_t n = 0;
+    cr_assert_eq(kv_lease_table_key_count(kv_store_leases(t.s), txn, 5, &n), 0);
+    mdb_txn_abort(txn);
+    cr_assert_eq(n, 1);
+    /* writes continue at the restored revision */
+    cr_assert_eq(th_put(&t, "c", "1", 0), 6);
+}
+
+/* Flips one byte of the payload of the record at (main, sub) with raw LMDB access. */
+static void corrupt_record(int64_t main, int64_t sub)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "rev", 0, &dbi), 0);
+    uint8_t key[16] = {0};
+    for (int i = 0; i < 8; i++) {
+        key[7 - i] = (uint8_t)((uint64_t)main >> (8 * i));
+        key[15 - i] = (uint8_t)((uint64_t)sub >> (8 * i));
+    }
+    MDB_val k = {16, key}, v;
+    cr_assert_eq(mdb_get(txn, dbi, &k, &v), 0);
+    uint8_t *copy = malloc(v.mv_size);
+    memcpy(copy, v.mv_data, v.mv_size);
+    copy[v.mv_size - 1] ^= 0x40;
+    MDB_val nv = {v.mv_size, copy};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &nv, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    free(copy);
+}
+
+Test(mvcc_store, checksum_corruption_is_detected)
+{
+    th_put(&t, "a", "hello", 0); /* 2 */
+    th_put(&t, "b", "world", 0); /* 3 */
+    uint32_t h;
+    int64_t cr;
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), 0);
+    corrupt_record(2, 0);
+    th_reopen(&t); /* open does not scan: it still opens */
+
+    Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    q.key = th_bin("a");
+    size_t n = etcdserverpb__range_request__get_packed_size(&q);
+    uint8_t buf[64];
+    etcdserverpb__range_request__pack(&q, buf);
+    kv_result res;
+    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), -EBADMSG);
+    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_null(res.resp, "the corrupted record is not returned");
+    /* other records still read */
+    Mvccpb__KeyValue *kv = th_get(&t, "b", 0);
+    th_expect_kv(kv, "b", "world");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
+    /* count_only walks the index only and still answers */
+    q.count_only = 1;
+    n = etcdserverpb__range_request__get_packed_size(&q);
+    etcdserverpb__range_request__pack(&q, buf);
+    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
+    free(res.resp);
+
+    /* the apply path reports corruption as a storage failure */
+    kv_store_batch *b;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    size_t plen;
+    uint8_t *p = pack_put("a", "x", &plen);
+    cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), -EBADMSG);
+    free(p);
+    kv_store_batch_abort(t.s, b);
+}
+
+static void rewrite_meta(const char *name, const uint8_t *payload, size_t len, bool good_crc)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    uint8_t v[64];
+    uint32_t c = kv_crc32c(0, payload, len) ^ (good_crc ? 0u : 1u);
+    v[0] = (uint8_t)(c >> 24);
+    v[1] = (uint8_t)(c >> 16);
+    v[2] = (uint8_t)(c >> 8);
+    v[3] = (uint8_t)c;
+    memcpy(v + 4, payload, len);
+    MDB_val k = {strlen(name), (void *)name}, d = {4 + len, v};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &d, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+}
+
+Test(mvcc_store, unknown_format_version_is_refused)
+{
+    uint8_t ver[4] = {0, 0, 0, 99};
+    rewrite_meta("format", ver, 4, true);
+    kv_store_close(t.s);
+    t.s = NULL;
+    cr_assert_eq(kv_store_open(&t.s, &t.cfg), -EPROTONOSUPPORT);
+    cr_assert_null(t.s);
+}
+
+Test(mvcc_store, corrupted_meta_is_refused)
+{
+    uint8_t state[32] = {0};
+    rewrite_meta("state", state, 32, false);
+    kv_store_close(t.s);
+    t.s = NULL;
+    cr_assert_eq(kv_store_open(&t.s, &t.cfg), -EBADMSG);
+}
+
+Test(mvcc_store, crc32c_known_vector)
+{
+    /* RFC 3720 / iSCSI check value */
+    cr_assert_eq(kv_crc32c(0, "123456789", 9), 0xE3069283u);
+    cr_assert_eq(kv_crc32c(kv_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+}
+
+static uint64_t open_reads_with(size_t nkeys)
+{
+    kv_store_batch *b;
+    kv_result res;
+    char k[32];
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    for (size_t i = 0; i < nkeys; i++) {
+        ++t.index;
+        snprintf(k, sizeof k, "k%06llu", (unsigned long long)t.index);
+        apply_put(b, t.index, k, "value", &res);
+    }
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    th_reopen(&t);
+    kv_store_counters c;
+    kv_store_get_counters(t.s, &c);
+    return c.open_meta_reads;
+}
+
+Test(mvcc_store, startup_reads_meta_only)
+{
+    uint64_t small = open_reads_with(10);
+    uint64_t big = open_reads_with(5000);
+    cr_assert_eq(small, 2, "format + state");
+    cr_assert_eq(big, small, "startup work does not depend on the key count");
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.keys, 5010, "key count comes from the counter");
+}
+
+Test(mvcc_store, key_size_limit)
+{
+    size_t max = kv_store_max_key_size(t.s);
+    cr_assert_eq(max, 511);
+    char *k = malloc(max + 2);
+    memset(k, 'k', max + 1);
+    k[max + 1] = 0;
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key = th_bin(k);
+    p.value = th_bin("v");
+    kv_result res;
+    cr_assert_null(th_put_req(&t, &p, &res));
+    cr_assert_eq(res.code, 3);
+    cr_assert_str_eq(res.msg, "etcdserver: key is too long (kvd limit: 511 bytes)");
+    /* reads of a too-long key find nothing, without error */
+    cr_assert_null(th_get(&t, k, 0));
+    k[max] = 0;
+    cr_assert_eq(th_put(&t, k, "v", 0), 2);
+    Mvccpb__KeyValue *kv = th_get(&t, k, 0);
+    cr_assert_eq(kv->key.len, max);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    /* a range starting at a longer key still orders correctly */
+    char *longer = malloc(max + 3);
+    memset(longer, 'k', max + 2);
+    longer[max + 2] = 0;
+    char *shorter = malloc(max);
+    memset(shorter, 'k', max - 1);
+    shorter[max - 1] = 0;
+    Etcdserverpb__RangeResponse *r = th_range(&t, longer, "z");
+    cr_assert_eq(r->n_kvs, 0);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    r = th_range(&t, shorter, "z");
+    cr_assert_eq(r->n_kvs, 1);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    free(k);
+    free(longer);
+    free(shorter);
+}
+
+Test(mvcc_store, quota_exceeded_fails_the_request_only)
+{
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.quota_bytes = 1 << 20;
+    th_close(&t);
+    th_open(&t, &cfg);
+    char *big = malloc(100000);
+    memset(big, 'x', 99999);
+    big[99999] = 0;
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    int got = 0;
+    char k[32];
+    uint64_t i;
+    for (i = 1; i < 100 && !got; i++) {
+        snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
+        apply_put(b, i, k, big, &res);
+        if (res.code == KV_CODE_RESOURCE_EXHAUSTED)
+            got = 1;
+        else
+            cr_assert_eq(res.code, 0, "%s", res.msg);
+    }
+    cr_assert(got, "quota reached");
+    cr_assert_str_eq(res.msg, "etcdserver: mvcc: database space exceeded");
+    int64_t rev = res.revision;
+    /* the batch goes on: a small request still applies */
+    apply_put(b, i, "small", "v", &res);
+    cr_assert_eq(res.code, 0, "%s", res.msg);
+    cr_assert_eq(res.revision, rev + 1);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    Mvccpb__KeyValue *kv = th_get(&t, "small", 0);
+    cr_assert_not_null(kv);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    free(big);
+}
+
+typedef struct obs_log {
+    int granted, revoked, checkpointed;
+    int64_t last_id, last_ttl, last_rem;
+} obs_log;
+static void on_grant(void *arg, int64_t id, int64_t ttl, int64_t rem)
+{
+    obs_log *l = arg;
+    l->granted++;
+    l->last_id = id;
+    l->last_ttl = ttl;
+    l->last_rem = rem;
+}
+static void on_revoke(void *arg, int64_t id)
+{
+    obs_log *l = arg;
+    l->revoked++;
+    l->last_id = id;
+}
+static void on_checkpoint(void *arg, int64_t id, int64_t rem)
+{
+    obs_log *l = arg;
+    l->checkpointed++;
+    l->last_id = id;
+    l->last_rem = rem;
+}
+
+Test(mvcc_store, leases_grant_revoke_checkpoint)
+{
+    obs_log log = {0};
+    kv_store_lease_observer o = {&log, on_grant, on_revoke, on_checkpoint};
+    kv_store_set_lease_observer(t.s, &o);
+    kv_result res;
+    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 42, 10, &res);
+    cr_assert_not_null(g);
+    cr_assert_eq(g->id, 42);
+    cr_assert_eq(g->ttl, 10);
+    cr_assert_eq(g->header->revision, 1);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    cr_assert_eq(log.granted, 1);
+    cr_assert_eq(log.last_id, 42);
+    cr_assert_eq(log.last_ttl, 10);
+
+    cr_assert_null(th_grant(&t, 42, 10, &res));
+    cr_assert_eq(res.code, 9);
+    cr_assert_str_eq(res.msg, "etcdserver: lease already exists");
+    cr_assert_null(th_grant(&t, 43, 9000000001LL, &res));
+    cr_assert_eq(res.code, 11);
+    cr_assert_str_eq(res.msg, "etcdserver: too large lease TTL");
+    cr_assert_null(th_grant(&t, 0, 10, &res));
+    cr_assert_eq(res.code, 5);
+    cr_assert_eq(log.granted, 1, "failed grants are not observed");
+
+    th_put(&t, "a", "1", 42); /* 2 */
+    th_put(&t, "b", "1", 42); /* 3 */
+    th_put(&t, "c", "1", 0);  /* 4 */
+
+    Etcdserverpb__LeaseCheckpoint cp = ETCDSERVERPB__LEASE_CHECKPOINT__INIT, cp2 = cp;
+    cp.id = 42;
+    cp.remaining_ttl = 4;
+    cp2.id = 999; /* unknown: ignored */
+    Etcdserverpb__LeaseCheckpoint *cps[] = {&cp, &cp2};
+    Etcdserverpb__LeaseCheckpointRequest creq = ETCDSERVERPB__LEASE_CHECKPOINT_REQUEST__INIT;
+    creq.checkpoints = cps;
+    creq.n_checkpoints = 2;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_CHECKPOINT;
+    ir.lease_checkpoint = &creq;
+    th_apply(&t, &ir, &res);
+    cr_assert_eq(res.code, 0);
+    free(res.resp);
+    cr_assert_eq(log.checkpointed, 1);
+    cr_assert_eq(log.last_rem, 4);
+    MDB_txn *txn;
+    kv_lease_rec rec;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(kv_lease_table_get(kv_store_leases(t.s), txn, 42, &rec), 0);
+    mdb_txn_abort(txn);
+    cr_assert_eq(rec.remaining_ttl, 4);
+    cr_assert_eq(rec.ttl, 10);
+
+    Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 42, &res);
+    cr_assert_not_null(rv, "%s", res.msg);
+    cr_assert_eq(rv->header->revision, 5, "all attached keys deleted in one revision");
+    etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
+    cr_assert_eq(log.revoked, 1);
+    cr_assert_null(th_get(&t, "a", 0));
+    cr_assert_null(th_get(&t, "b", 0));
+    Mvccpb__KeyValue *kv = th_get(&t, "c", 0);
+    cr_assert_not_null(kv);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    cr_assert_null(th_revoke(&t, 42, &res));
+    cr_assert_eq(res.code, 5);
+    cr_assert_str_eq(res.msg, "etcdserver: requested lease not found");
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(kv_lease_table_get(kv_store_leases(t.s), txn, 42, &rec), -ENOENT);
+    mdb_txn_abort(txn);
+}
+
+Test(mvcc_store, lease_reattach_and_detach_on_delete)
+{
+    kv_result res;
+    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 1, 10, &res);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    g = th_grant(&t, 2, 10, &res);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    th_put(&t, "k", "v", 1);
+    th_put(&t, "k", "v", 2); /* moves to lease 2 */
+    th_put(&t, "j", "v", 1);
+    th_del(&t, "j", NULL); /* detaches */
+    MDB_txn *txn;
+    size_t n1 = 9, n2 = 9;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(kv_lease_table_key_count(kv_store_leases(t.s), txn, 1, &n1), 0);
+    cr_assert_eq(kv_lease_table_key_count(kv_store_leases(t.s), txn, 2, &n2), 0);
+    mdb_txn_abort(txn);
+    cr_assert_eq(n1, 0);
+    cr_assert_eq(n2, 1);
+    /* revoking lease 1 deletes nothing and takes no revision */
+    int64_t rev = th_rev(&t);
+    Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 1, &res);
+    cr_assert_not_null(rv, "%s", res.msg);
+    cr_assert_eq(rv->header->revision, rev);
+    etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
+    Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
+    cr_assert_eq(kv->lease, 2);
+    mvccpb__key_value__free_unpacked(kv, NULL);
+}
+
+Test(mvcc_store, max_keys_per_lease)
+{
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.max_keys_per_lease = 2;
+    th_close(&t);
+    th_open(&t, &cfg);
+    kv_result res;
+    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 1, 10, &res);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    th_put(&t, "a", "v", 1);
+    th_put(&t, "b", "v", 1);
+    th_put(&t, "a", "v2", 1); /* already attached: allowed */
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key = th_bin("c");
+    p.value = th_bin("v");
+    p.lease = 1;
+    cr_assert_null(th_put_req(&t, &p, &res));
+    cr_assert_eq(res.code, 9);
+    cr_assert_str_eq(res.msg, "etcdserver: too many keys attached to lease");
+    cr_assert_null(th_get(&t, "c", 0));
+}
+
+Test(mvcc_store, hash_kv)
+{
+    th t2;
+    th_open(&t2, NULL);
+    th *both[] = {&t, &t2};
+    for (int i = 0; i < 2; i++) {
+        th_put(both[i], "a", "1", 0);
+        th_put(both[i], "b", "2", 0);
+        th_del(both[i], "a", NULL);
+    }
+    uint32_t h1, h2, h3;
+    int64_t c1, c2;
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h1, &c1), 0);
+    cr_assert_eq(kv_store_hash_kv(t2.s, 0, &h2, &c2), 0);
+    cr_assert_eq(h1, h2, "same history, same hash");
+    cr_assert_eq(c1, -1);
+    cr_assert_eq(kv_store_hash_kv(t.s, 3, &h3, &c1), 0);
+    th_put(&t, "c", "3", 0);
+    cr_assert_eq(kv_store_hash_kv(t.s, 3, &h2, &c1), 0);
+    cr_assert_eq(h2, h3, "hash at a past revision is stable");
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h2, &c1), 0);
+    cr_assert_neq(h2, h1);
+    th_put(&t2, "c", "different", 0);
+    cr_assert_eq(kv_store_hash_kv(t2.s, 0, &h3, &c2), 0);
+    cr_assert_neq(h2, h3, "different data, different hash");
+    cr_assert_eq(kv_store_hash_kv(t.s, 99, &h2, &c1), KV_STORE_ERR_FUTURE_REV);
+    kv_result res;
+    Etcdserverpb__CompactionResponse *c = th_compact(&t, 4, &res);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+    cr_assert_eq(kv_store_hash_kv(t.s, 2, &h2, &c1), KV_STORE_ERR_COMPACTED);
+    cr_assert_eq(kv_store_hash_kv(t.s, 4, &h2, &c1), KV_STORE_ERR_COMPACTED);
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h2, &c1), 0);
+    cr_assert_eq(c1, 4);
+    th_close(&t2);
+}
+
+Test(mvcc_store, status)
+{
+    th_put(&t, "a", "1", 0);
+    th_put(&t, "b", "1", 0);
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.revision, 3);
+    cr_assert_eq(st.keys, 2);
+    cr_assert_eq(st.applied_index, 2);
+    cr_assert_gt(st.db_size, 0);
+    cr_assert_gt(st.db_size_in_use, 0);
+    cr_assert_leq(st.db_size_in_use, st.db_size);
+}
+
+/* The store's packed responses are valid etcdserverpb messages: unpack + repack gives the
+ * same bytes. */
+Test(mvcc_store, protobuf_round_trips)
+{
+    th_put(&t, "a", "1", 0);
+    Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    q.key = th_bin("a");
+    q.range_end = th_bin("z");
+    size_t n = etcdserverpb__range_request__get_packed_size(&q);
+    uint8_t buf[64];
+    etcdserverpb__range_request__pack(&q, buf);
+    kv_result res;
+    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
+    Etcdserverpb__RangeResponse *r =
+        etcdserverpb__range_response__unpack(NULL, res.resp_len, res.resp);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->n_kvs, 1);
+    size_t m = etcdserverpb__range_response__get_packed_size(r);
+    cr_assert_eq(m, res.resp_len);
+    uint8_t *again = malloc(m);
+    etcdserverpb__range_response__pack(r, again);
+    cr_assert(memcmp(again, res.resp, m) == 0);
+    free(again);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    free(res.resp);
+
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key = th_bin("a");
+    p.value = th_bin("2");
+    p.prev_kv = 1;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
+    ir.put = &p;
+    th_apply(&t, &ir, &res);
+    Etcdserverpb__PutResponse *pr =
+        etcdserverpb__put_response__unpack(NULL, res.resp_len, res.resp);
+    cr_assert_not_null(pr);
+    cr_assert_not_null(pr->prev_kv);
+    m = etcdserverpb__put_response__get_packed_size(pr);
+    cr_assert_eq(m, res.resp_len);
+    again = malloc(m);
+    etcdserverpb__put_response__pack(pr, again);
+    cr_assert(memcmp(again, res.resp, m) == 0);
+    free(again);
+    etcdserverpb__put_response__free_unpacked(pr, NULL);
+    free(res.resp);
+}
+
+Test(mvcc_store, undecodable_and_alarm_requests)
+{
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    uint8_t junk[] = {0xff, 0xff, 0xff};
+    cr_assert_eq(kv_store_apply(t.s, b, 1, junk, sizeof junk, NULL, &res), 0);
+    cr_assert_eq(res.code, KV_CODE_INTERNAL);
+    Etcdserverpb__AlarmRequest a = ETCDSERVERPB__ALARM_REQUEST__INIT;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
+    ir.alarm = &a;
+    uint8_t buf[64];
+    size_t n = kvdpb__internal_request__pack(&ir, buf);
+    cr_assert_eq(kv_store_apply(t.s, b, 2, buf, n, NULL, &res), 0);
+    cr_assert_eq(res.code, KV_CODE_UNIMPLEMENTED);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(t.s, &st), 0);
+    cr_assert_eq(st.applied_index, 2, "failed requests still count as applied");
+    cr_assert_eq(st.revision, 1);
+}
