@@ -174,7 +174,7 @@ bad:
     return -EINVAL;
 }
 
-enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_IGNORED };
+enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_BOOL, F_IGNORED };
 
 typedef struct flag_def {
     const char *name;
@@ -215,6 +215,7 @@ static const flag_def FLAGS[] = {
     {"lease-revoke-rate", F_U32, OFF(lease_revoke_rate), 0, 0, 1, 1u << 24},
     {"lease-checkpoint-interval", F_DUR, OFF(lease_checkpoint_interval_ms), 0, 0, 0, 0},
     {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
+    {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -251,6 +252,7 @@ const char *kv_config_usage(void)
            "  --lease-revoke-rate N           expired leases revoked per second (1000)\n"
            "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
            "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
+           "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --version | --help\n";
 }
 
@@ -286,6 +288,8 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         }
         if (eq) {
             val = eq + 1;
+        } else if (f->kind == F_BOOL) {
+            val = "true";
         } else {
             if (i + 1 >= argc) {
                 snprintf(err, errlen, "flag '--%s' needs a value", name);
@@ -329,6 +333,13 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
             break;
         case F_DUR:
             rc = parse_duration_ms(name, val, (uint32_t *)(base + f->off), err, errlen);
+            break;
+        case F_BOOL:
+            if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
+                snprintf(err, errlen, "--%s: want true or false", name);
+                return -EINVAL;
+            }
+            *(int *)(base + f->off) = strcmp(val, "true") == 0;
             break;
         case F_IGNORED:
             break;

@@ -66,6 +66,9 @@ typedef struct kv_config {
     uint32_t lease_revoke_rate;       /* --lease-revoke-rate, leases/s, default 1000 */
     uint32_t lease_checkpoint_interval_ms; /* --lease-checkpoint-interval, default 300000 */
     uint32_t lease_checkpoint_rate;   /* --lease-checkpoint-rate, default 1000 */
+
+    /* Testing. */
+    int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -35,7 +35,7 @@ typedef struct kvd_main {
     size_t n_grpc;
     kv_http_server *http[KV_MAX_URLS];
     size_t n_http;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sigusr1;
     int stopping;
 } kvd_main;
 
@@ -101,6 +101,17 @@ static void on_signal(uv_signal_t *sig, int signum)
     kv_node_close(m->srv.node);
     uv_close((uv_handle_t *)&m->sigint, NULL);
     uv_close((uv_handle_t *)&m->sigterm, NULL);
+    if (m->cfg.enable_failpoints)
+        uv_close((uv_handle_t *)&m->sigusr1, NULL);
+}
+
+static void on_failpoint_signal(uv_signal_t *sig, int signum)
+{
+    kvd_main *m = sig->data;
+    (void)signum;
+    int stalled = !kv_node_stalled(m->srv.node);
+    kv_node_set_stalled(m->srv.node, stalled);
+    fprintf(stderr, "kvd: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
 }
 
 static int start_listeners(kvd_main *m)
@@ -226,6 +237,11 @@ int main(int argc, char **argv)
     m.sigint.data = m.sigterm.data = &m;
     uv_signal_start(&m.sigint, on_signal, SIGINT);
     uv_signal_start(&m.sigterm, on_signal, SIGTERM);
+    if (m.cfg.enable_failpoints) {
+        uv_signal_init(&m.loop, &m.sigusr1);
+        m.sigusr1.data = &m;
+        uv_signal_start(&m.sigusr1, on_failpoint_signal, SIGUSR1);
+    }
     fprintf(stderr, "kvd: ready to serve client requests\n");
 
     uv_run(&m.loop, UV_RUN_DEFAULT);

@@ -51,6 +51,13 @@
 extern "C" {
 #endif
 
+/* Public functions are exported from the shared library; everything else is hidden. */
+#if defined(__GNUC__)
+#define KVC_API __attribute__((visibility("default")))
+#else
+#define KVC_API
+#endif
+
 #define KVC_VERSION_MAJOR 0
 #define KVC_VERSION_MINOR 1
 #define KVC_VERSION_PATCH 0
@@ -104,7 +111,7 @@ typedef struct kvc_config {
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */
-void kvc_config_default(kvc_config *cfg);
+KVC_API void kvc_config_default(kvc_config *cfg);
 
 /*
  * Create a client. Validates and copies the endpoints (a malformed endpoint fails with
@@ -115,7 +122,7 @@ void kvc_config_default(kvc_config *cfg);
  * KVC_UNAVAILABLE with the reason (refused, closed by peer, "server speaks HTTP/1.1", ...).
  * On success *out owns the client; release it with kvc_close(). On failure *out is NULL.
  */
-int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err);
+KVC_API int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err);
 
 /*
  * Close the connection, fail every pending call with KVC_CANCELLED (their callbacks run
@@ -124,16 +131,16 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err);
  * it, and free the client. Must not be called from a callback (I/O thread) nor concurrently
  * with other calls on the same client. c may be NULL.
  */
-void kvc_close(kvc_client *c);
+KVC_API void kvc_close(kvc_client *c);
 
 /* ---- loop groups: many clients, one I/O thread ---- */
 
 /* Start an I/O thread that clients opened with cfg.loop_group = *out share. Each client
  * still has its own connection. Free with kvc_loop_group_free() after closing all clients
  * that use it. Thread-safe. */
-int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err);
+KVC_API int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err);
 /* Stop the thread and free the group. Precondition: no client uses it any more. */
-void kvc_loop_group_free(kvc_loop_group *g);
+KVC_API void kvc_loop_group_free(kvc_loop_group *g);
 
 /* ---- raw unary calls ---- */
 
@@ -146,7 +153,7 @@ void kvc_loop_group_free(kvc_loop_group *g);
  * Thread-safe. timeout_ms 0 = no deadline (sent as grpc-timeout when non-zero).
  * Only KVC_IDEMPOTENT calls are retried on another endpoint.
  */
-int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+KVC_API int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                    uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags,
                    kvc_error *err);
 
@@ -158,12 +165,12 @@ typedef void (*kvc_unary_cb)(void *arg, int status, const kvc_error *err, uint8_
 
 /* Asynchronous form of kvc_call_unary. Returns 0 when queued (cb will run exactly once), or
  * -code without calling cb (e.g. queue full). Thread-safe; callable from callbacks. */
-int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+KVC_API int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                          uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg,
                          kvc_error *err);
 
 /* Free memory returned by this library (packed responses). NULL is fine. */
-void kvc_free(void *p);
+KVC_API void kvc_free(void *p);
 
 /* ---- KV ---- */
 
@@ -255,21 +262,21 @@ typedef struct kvc_delete_result {
 
 /* Free the contents of a result (not the struct itself, which is usually on the stack).
  * Safe on a zeroed struct and after a failed call. Not thread-safe per result. */
-void kvc_range_result_free(kvc_range_result *r);
-void kvc_put_result_free(kvc_put_result *r);
-void kvc_delete_result_free(kvc_delete_result *r);
+KVC_API void kvc_range_result_free(kvc_range_result *r);
+KVC_API void kvc_put_result_free(kvc_put_result *r);
+KVC_API void kvc_delete_result_free(kvc_delete_result *r);
 
 /* Synchronous KV calls. `out` may be NULL when the result is not wanted (and, for put and
  * delete, `opts` may be NULL). On failure *out is zeroed. Gets are idempotent (retried);
  * put/delete/txn/compact only when opts->flags / flags has KVC_IDEMPOTENT. */
-int kvc_get(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
+KVC_API int kvc_get(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
             uint32_t timeout_ms, kvc_range_result *out, kvc_error *err);
-int kvc_put(kvc_client *c, const void *key, size_t key_len, const void *value, size_t value_len,
+KVC_API int kvc_put(kvc_client *c, const void *key, size_t key_len, const void *value, size_t value_len,
             const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_result *out, kvc_error *err);
-int kvc_delete(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
+KVC_API int kvc_delete(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
                uint32_t timeout_ms, kvc_delete_result *out, kvc_error *err);
 /* Compact the history up to revision. `out` (may be NULL) receives the header. */
-int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32_t timeout_ms,
+KVC_API int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32_t timeout_ms,
                 kvc_header *out, kvc_error *err);
 
 /* Async KV: the callback receives status (0 or -code), err (NULL on success) and a pointer
@@ -279,12 +286,12 @@ int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32
 typedef void (*kvc_range_cb)(void *arg, int status, const kvc_error *err, kvc_range_result *r);
 typedef void (*kvc_put_cb)(void *arg, int status, const kvc_error *err, kvc_put_result *r);
 typedef void (*kvc_delete_cb)(void *arg, int status, const kvc_error *err, kvc_delete_result *r);
-int kvc_get_async(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
+KVC_API int kvc_get_async(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
                   uint32_t timeout_ms, kvc_range_cb cb, void *arg, kvc_error *err);
-int kvc_put_async(kvc_client *c, const void *key, size_t key_len, const void *value,
+KVC_API int kvc_put_async(kvc_client *c, const void *key, size_t key_len, const void *value,
                   size_t value_len, const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_cb cb,
                   void *arg, kvc_error *err);
-int kvc_delete_async(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
+KVC_API int kvc_delete_async(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
                      uint32_t timeout_ms, kvc_delete_cb cb, void *arg, kvc_error *err);
 
 /* ---- Txn builder ---- */
@@ -302,19 +309,19 @@ enum kvc_op_type { KVC_OP_RANGE = 1, KVC_OP_PUT = 2, KVC_OP_DELETE = 3, KVC_OP_T
 
 /* A txn under construction. Not thread-safe; owned by the caller; all inputs are copied.
  * Every builder function returns 0 or -KVC_INVALID_ARGUMENT / -KVC_RESOURCE_EXHAUSTED. */
-kvc_txn *kvc_txn_new(void); /* NULL on out-of-memory */
-void kvc_txn_free(kvc_txn *t); /* NULL is fine */
+KVC_API kvc_txn *kvc_txn_new(void); /* NULL on out-of-memory */
+KVC_API void kvc_txn_free(kvc_txn *t); /* NULL is fine */
 /* Compare an integer field (target VERSION, CREATE, MOD or LEASE) of key with value. */
-int kvc_txn_cmp_int(kvc_txn *t, const void *key, size_t key_len, int target, int result,
+KVC_API int kvc_txn_cmp_int(kvc_txn *t, const void *key, size_t key_len, int target, int result,
                     int64_t value);
 /* Compare the value of key with value. */
-int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result,
+KVC_API int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result,
                       const void *value, size_t value_len);
-int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len,
+KVC_API int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len,
                 const kvc_range_opts *opts);
-int kvc_txn_put(kvc_txn *t, int branch, const void *key, size_t key_len, const void *value,
+KVC_API int kvc_txn_put(kvc_txn *t, int branch, const void *key, size_t key_len, const void *value,
                 size_t value_len, const kvc_put_opts *opts);
-int kvc_txn_delete(kvc_txn *t, int branch, const void *key, size_t key_len,
+KVC_API int kvc_txn_delete(kvc_txn *t, int branch, const void *key, size_t key_len,
                    const kvc_delete_opts *opts);
 
 typedef struct kvc_op_result {
@@ -331,11 +338,11 @@ typedef struct kvc_txn_result {
     size_t n_responses;
     void *priv_;
 } kvc_txn_result;
-void kvc_txn_result_free(kvc_txn_result *r);
+KVC_API void kvc_txn_result_free(kvc_txn_result *r);
 
 /* Send the txn (t stays owned by the caller and may be committed again). flags:
  * KVC_IDEMPOTENT allows retries. */
-int kvc_txn_commit(kvc_client *c, const kvc_txn *t, int flags, uint32_t timeout_ms,
+KVC_API int kvc_txn_commit(kvc_client *c, const kvc_txn *t, int flags, uint32_t timeout_ms,
                    kvc_txn_result *out, kvc_error *err);
 
 /* ---- Leases ---- */
@@ -357,14 +364,14 @@ typedef struct kvc_lease_ttl_result {
     size_t n_keys;
     void *priv_;
 } kvc_lease_ttl_result;
-void kvc_lease_ttl_result_free(kvc_lease_ttl_result *r);
+KVC_API void kvc_lease_ttl_result_free(kvc_lease_ttl_result *r);
 
 typedef struct kvc_lease_leases_result {
     kvc_header header;
     int64_t *ids;
     size_t n_ids;
 } kvc_lease_leases_result;
-void kvc_lease_leases_result_free(kvc_lease_leases_result *r);
+KVC_API void kvc_lease_leases_result_free(kvc_lease_leases_result *r);
 
 typedef struct kvc_keepalive_result {
     kvc_header header;
@@ -374,18 +381,18 @@ typedef struct kvc_keepalive_result {
 
 /* Grant a lease of ttl_s seconds (id 0: the server chooses). Not retried (a replay would
  * grant a second lease) unless flags has KVC_IDEMPOTENT. */
-int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_t timeout_ms,
+KVC_API int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_t timeout_ms,
                     kvc_lease_grant_result *out, kvc_error *err);
 /* Revoke. Retried (revoking twice is harmless; the retry may report "lease not found"). */
-int kvc_lease_revoke(kvc_client *c, int64_t id, uint32_t timeout_ms, kvc_header *out,
+KVC_API int kvc_lease_revoke(kvc_client *c, int64_t id, uint32_t timeout_ms, kvc_header *out,
                      kvc_error *err);
-int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t timeout_ms,
+KVC_API int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t timeout_ms,
                            kvc_lease_ttl_result *out, kvc_error *err);
-int kvc_lease_leases(kvc_client *c, uint32_t timeout_ms, kvc_lease_leases_result *out,
+KVC_API int kvc_lease_leases(kvc_client *c, uint32_t timeout_ms, kvc_lease_leases_result *out,
                      kvc_error *err);
 /* One renewal on its own short stream (not the shared keepalive stream). out->ttl 0 means
  * the lease is gone. */
-int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
+KVC_API int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
                              kvc_keepalive_result *out, kvc_error *err);
 
 /* ---- Keepalive (lesson 1) ---- */
@@ -417,21 +424,21 @@ typedef void (*kvc_keepalive_cb)(void *arg, const kvc_ka_event *ev);
  * *out is owned by the caller until kvc_keepalive_stop() (or kvc_close()). Keeping the same
  * lease alive twice on one client fails with KVC_ALREADY_EXISTS. Thread-safe.
  */
-int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb,
+KVC_API int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb,
                         void *arg, kvc_keepalive **out, kvc_error *err);
 
 /* Queue mode only: wait up to timeout_ms (0: don't wait) for the next event. Returns 0 and
  * fills *ev, or -KVC_DEADLINE_EXCEEDED when none arrived, or -KVC_FAILED_PRECONDITION in
  * callback mode. After KVC_KA_LOST has been read, returns -KVC_NOT_FOUND. One consumer
  * thread per handle; must not race with kvc_keepalive_stop on the same handle. */
-int kvc_keepalive_next(kvc_keepalive *ka, kvc_ka_event *ev, uint32_t timeout_ms);
+KVC_API int kvc_keepalive_next(kvc_keepalive *ka, kvc_ka_event *ev, uint32_t timeout_ms);
 /* Responses dropped from this handle's queue because the consumer was slow. Thread-safe. */
-uint64_t kvc_keepalive_dropped(const kvc_keepalive *ka);
+KVC_API uint64_t kvc_keepalive_dropped(const kvc_keepalive *ka);
 /* 1 once the lease was reported lost. Thread-safe. */
-int kvc_keepalive_lost(const kvc_keepalive *ka);
+KVC_API int kvc_keepalive_lost(const kvc_keepalive *ka);
 /* Stop renewing (does not revoke) and free the handle. After it returns the callback is not
  * running and will not run again. Callable from any thread including the callback. */
-void kvc_keepalive_stop(kvc_keepalive *ka);
+KVC_API void kvc_keepalive_stop(kvc_keepalive *ka);
 
 /* ---- Stats ---- */
 
@@ -450,11 +457,11 @@ typedef struct kvc_stats {
 } kvc_stats;
 
 /* Snapshot of the client's counters. Thread-safe, lock-free. */
-void kvc_stats_get(kvc_client *c, kvc_stats *out);
+KVC_API void kvc_stats_get(kvc_client *c, kvc_stats *out);
 #define kvc_stats(c, out) kvc_stats_get((c), (out))
 
 /* Library version string, e.g. "0.1.0". Static storage. */
-const char *kvc_version(void);
+KVC_API const char *kvc_version(void);
 
 #ifdef __cplusplus
 }

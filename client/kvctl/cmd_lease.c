@@ -68,6 +68,33 @@ static void pb_header_fields(struct kvctl_buf *b, const Etcdserverpb__ResponseHe
         header_fields(b, h->cluster_id, h->member_id, h->revision, h->raft_term, first);
 }
 
+/* -w protobuf of the clientv3 lease responses: their embedded *ResponseHeader's Marshal() is
+ * promoted, so etcdctl prints only the packed header. */
+static void pb_header(struct kvctl_buf *b, uint64_t cluster, uint64_t member, int64_t rev,
+                      uint64_t term)
+{
+    Etcdserverpb__ResponseHeader h;
+    etcdserverpb__response_header__init(&h);
+    h.cluster_id = cluster;
+    h.member_id = member;
+    h.revision = rev;
+    h.raft_term = term;
+    uint8_t buf[64];
+    size_t n = protobuf_c_message_get_packed_size(&h.base);
+    if (n <= sizeof(buf)) {
+        protobuf_c_message_pack(&h.base, buf);
+        kvctl_buf_putn(b, buf, n);
+    } else {
+        b->failed = true;
+    }
+}
+
+static void pb_header_msg(struct kvctl_buf *b, const Etcdserverpb__ResponseHeader *h)
+{
+    if (h)
+        pb_header(b, h->cluster_id, h->member_id, h->revision, h->raft_term);
+}
+
 static int emit(struct kvctl_buf *b)
 {
     int rc = kvctl_buf_ok(b) ? kvctl_buf_write(b, stdout) : -1;
@@ -112,6 +139,9 @@ static int grant(struct kvctl *k, size_t nargs, char **args)
         kvctl_json_string(&b, (const uint8_t *)(r->error ? r->error : ""),
                           r->error ? strlen(r->error) : 0);
         kvctl_buf_puts(&b, "}\n");
+        rc = emit(&b);
+    } else if (k->format == KVCTL_FMT_PROTOBUF) {
+        pb_header_msg(&b, r->header);
         rc = emit(&b);
     } else if (k->format == KVCTL_FMT_FIELDS) {
         kvctl_fields_pb_header(&b, r->header);
@@ -219,6 +249,9 @@ static int timetolive(struct kvctl *k, size_t nargs, char **args, bool keys)
         }
         kvctl_buf_puts(&b, "}\n");
         rc = emit(&b);
+    } else if (k->format == KVCTL_FMT_PROTOBUF) {
+        pb_header_msg(&b, r->header);
+        rc = emit(&b);
     } else if (k->format == KVCTL_FMT_FIELDS) {
         kvctl_fields_ttl(&b, r);
         rc = emit(&b);
@@ -255,6 +288,9 @@ static int list(struct kvctl *k)
             kvctl_buf_printf(&b, "%s{\"id\":%" PRId64 "}", i ? "," : "", r->leases[i]->id);
         kvctl_buf_puts(&b, "]}\n");
         rc = emit(&b);
+    } else if (k->format == KVCTL_FMT_PROTOBUF) {
+        pb_header_msg(&b, r->header);
+        rc = emit(&b);
     } else if (k->format == KVCTL_FMT_FIELDS) {
         kvctl_fields_leases(&b, r);
         rc = emit(&b);
@@ -273,6 +309,8 @@ static void keepalive_line(const struct kvctl *k, struct kvctl_buf *b, const kvc
     if (k->format == KVCTL_FMT_SIMPLE) {
         kvctl_buf_printf(b, "lease %s keepalived with TTL(%" PRId64 ")\n",
                          lease_hex(hex, sizeof(hex), id), ttl);
+    } else if (k->format == KVCTL_FMT_PROTOBUF) {
+        pb_header(b, h->cluster_id, h->member_id, h->revision, h->raft_term);
     } else if (k->format == KVCTL_FMT_FIELDS) {
         kvctl_fields_header(b, h->cluster_id, h->member_id, h->revision, h->raft_term);
         kvctl_fields_id_ttl(b, id, ttl);
@@ -299,7 +337,7 @@ static void ka_event(void *arg, const kvc_ka_event *ev)
     pthread_mutex_lock(&s->mu);
     if (!s->done) {
         if (ev->type == KVC_KA_RESPONSE) {
-            if (s->k->format != KVCTL_FMT_TABLE && s->k->format != KVCTL_FMT_PROTOBUF) {
+            if (s->k->format != KVCTL_FMT_TABLE) {
                 struct kvctl_buf b = {0};
                 keepalive_line(s->k, &b, &ev->header, ev->id, ev->ttl);
                 if (emit(&b) != 0) {
@@ -356,7 +394,7 @@ static int keepalive(struct kvctl *k, size_t nargs, char **args, bool once)
         }
         int64_t rid = r->id, rttl = r->ttl;
         protobuf_c_message_free_unpacked(&r->base, NULL);
-        if (k->format == KVCTL_FMT_TABLE || k->format == KVCTL_FMT_PROTOBUF)
+        if (k->format == KVCTL_FMT_TABLE)
             return kvctl_unsupported_format(k);
         struct kvctl_buf b = {0};
         keepalive_line(k, &b, &h, rid, rttl);

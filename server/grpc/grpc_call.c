@@ -70,6 +70,8 @@ void kv_grpc_call_free(kv_grpc_call *call)
     free(call->path);
     free(call->content_type);
     free(call->bad_timeout);
+    for (int i = 0; i < KV_GRPC_N_META; i++)
+        free(call->meta[i]);
     free(call->status_msg);
     kv_metric_gauge_add(c->srv->m_streams_open, -1);
     free(call);
@@ -114,11 +116,22 @@ static char *dupn(const uint8_t *v, size_t n)
     return s;
 }
 
+/* Metadata the app may read; anything else is not retained (bounded memory per call). */
+static const char *const meta_names[KV_GRPC_N_META] = {"token", "authorization", "hasleader"};
+
 int kv_grpc_call_on_header(kv_grpc_call *call, const uint8_t *name, size_t nlen,
                            const uint8_t *value, size_t vlen)
 {
     if (call->started)
         return 0; /* client trailers: ignored */
+    for (int i = 0; i < KV_GRPC_N_META; i++) {
+        if (streq(name, nlen, meta_names[i])) {
+            if (call->meta[i] || vlen > KV_GRPC_MAX_META_VALUE)
+                return 0; /* first value wins; oversized values are dropped */
+            call->meta[i] = dupn(value, vlen);
+            return call->meta[i] ? 0 : -ENOMEM;
+        }
+    }
     if (streq(name, nlen, ":path")) {
         if (call->path)
             return 0;
@@ -596,6 +609,14 @@ const char *kv_grpc_call_method(kv_grpc_call *c)
 uint64_t kv_grpc_call_conn_id(kv_grpc_call *c)
 {
     return c->conn->id;
+}
+
+const char *kv_grpc_call_header(kv_grpc_call *c, const char *name)
+{
+    for (int i = 0; i < KV_GRPC_N_META; i++)
+        if (strcmp(meta_names[i], name) == 0)
+            return c->meta[i];
+    return NULL;
 }
 
 uint64_t kv_grpc_call_deadline(kv_grpc_call *c)

@@ -23,6 +23,8 @@
 #define KV_GRPC_STREAM_WINDOW (1024 * 1024)
 #define KV_GRPC_CONN_WINDOW (4 * 1024 * 1024)
 #define KV_GRPC_MAX_PATH 1024
+#define KV_GRPC_MAX_META_VALUE 4096
+#define KV_GRPC_N_META 3 /* see kv_grpc_call_header() */
 
 struct kv_grpc_call {
     kv_grpc_conn *conn;
@@ -31,6 +33,7 @@ struct kv_grpc_call {
     char *path;                   /* :path copy (<= KV_GRPC_MAX_PATH) */
     char *content_type;           /* first 128 bytes, for error messages */
     char *bad_timeout;            /* malformed grpc-timeout value, if any */
+    char *meta[KV_GRPC_N_META];   /* captured metadata values (kv_grpc_call_header) */
     unsigned saw_post : 1, saw_method : 1, path_too_long : 1;
     unsigned started : 1;       /* request headers complete and routed */
     unsigned app_owned : 1;     /* the app has seen this call */

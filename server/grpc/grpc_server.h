@@ -98,6 +98,10 @@ void *kv_grpc_call_data(kv_grpc_call *c);
 const char *kv_grpc_call_method(kv_grpc_call *c);
 /* Unique per server connection id (starting at 1). */
 uint64_t kv_grpc_call_conn_id(kv_grpc_call *c);
+/* (addition) Value of request metadata `name` (lower-case), or NULL if absent. Only these
+ * keys are retained (each value up to 4 KiB, first occurrence): "token" (etcd auth token),
+ * "authorization", "hasleader" (etcd WithRequireLeader). Valid while the call is. */
+const char *kv_grpc_call_header(kv_grpc_call *c, const char *name);
 /* Absolute deadline in uv_now() ms from grpc-timeout, or 0 if none. The transport itself
  * cancels calls whose deadline passes (DEADLINE_EXCEEDED trailers + on_cancel). */
 uint64_t kv_grpc_call_deadline(kv_grpc_call *c);

@@ -29,6 +29,7 @@ struct kv_node {
     uv_idle_t idle;   /* keeps poll from blocking while requests are queued */
     int handles_open;
     int closing;
+    int stalled; /* failpoint */
 
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
@@ -150,7 +151,7 @@ static void apply_batch(kv_node *n)
 static void on_check(uv_check_t *h)
 {
     kv_node *n = h->data;
-    if (n->head)
+    if (n->head && !n->stalled)
         apply_batch(n);
 }
 
@@ -244,7 +245,7 @@ static int enqueue(kv_node *n, kv_node_req *r)
     else
         n->head = r;
     n->tail = r;
-    if (n->pending++ == 0)
+    if (n->pending++ == 0 && !n->stalled)
         uv_idle_start(&n->idle, on_idle);
     return 0;
 }
@@ -298,6 +299,20 @@ int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg)
 const kv_header_info *kv_node_header(const kv_node *n)
 {
     return &n->hdr;
+}
+
+void kv_node_set_stalled(kv_node *n, int stalled)
+{
+    n->stalled = stalled;
+    if (stalled)
+        uv_idle_stop(&n->idle);
+    else if (n->head)
+        uv_idle_start(&n->idle, on_idle);
+}
+
+int kv_node_stalled(const kv_node *n)
+{
+    return n->stalled;
 }
 
 int64_t kv_node_revision(const kv_node *n)

@@ -70,6 +70,11 @@ void kv_node_req_detach(kv_node_req *r);
  * stalled apply path makes /health fail (lesson 13). Same bound as proposals. */
 int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg);
 
+/* Failpoint (tests only): while stalled, queued requests are not applied, so writes and
+ * /health hang until the queue bound sheds them. */
+void kv_node_set_stalled(kv_node *n, int stalled);
+int kv_node_stalled(const kv_node *n);
+
 const kv_header_info *kv_node_header(const kv_node *n);
 /* Store revision after the last committed batch (cached: no read transaction). */
 int64_t kv_node_revision(const kv_node *n);

@@ -32,7 +32,7 @@ Test(http, health_ok_and_failing)
     cr_assert(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
     cr_assert(strstr(r, "\r\n\r\n{\"health\":\"true\"}"), "%s", r);
     free(r);
-    h.health_mode = HEALTH_FAIL; /* read by the loop thread only after the next request */
+    atomic_store(&h.health_mode, HEALTH_FAIL);
     r = http_get(h.http_port, "/health");
     cr_assert(strncmp(r, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0, "%s", r);
     cr_assert(strstr(r, "{\"health\":\"false\",\"reason\":\"raft: no \\\"leader\\\"\"}"), "%s", r);
@@ -49,7 +49,7 @@ Test(http, health_slow_hook_times_out)
     kv_http_config_default(&hc);
     hc.health_timeout_ms = 200;
     harness_start(&h, NULL, &hc);
-    h.health_mode = HEALTH_SLOW;
+    atomic_store(&h.health_mode, HEALTH_SLOW);
     char *r = http_get(h.http_port, "/health");
     cr_assert(strncmp(r, "HTTP/1.1 503", 12) == 0, "%s", r);
     cr_assert(strstr(r, "{\"health\":\"false\",\"reason\":\"timeout\"}"), "%s", r);

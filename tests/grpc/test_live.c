@@ -93,6 +93,30 @@ Test(live, unary_answered_asynchronously)
     free(h.metrics_text);
 }
 
+Test(live, metadata_header_is_exposed)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st = h2c_start_md(&c, "/test.Echo/Unary", NULL, NULL, "token", "abc.123");
+    h2c_send_msg(&c, st, "token", 5, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    const uint8_t *m;
+    size_t len;
+    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(len, 7);
+    cr_assert_eq(memcmp(m, "abc.123", 7), 0);
+    st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    h2c_send_msg(&c, st, "token", 5, 1);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(memcmp(m, "(none)", 6), 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
 Test(live, unary_error_message_is_percent_encoded)
 {
     harness h;
@@ -602,5 +626,35 @@ Test(live, keepalive_ping_timeout_closes)
     cr_assert_eq(st->grpc_status, 0);
     h2c_close(&c);
     expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
+Test(live, recv_buffer_limit)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_request_bytes = 1 << 20;
+    cfg.max_recv_buffer_bytes = 64 * 1024;
+    harness_start(&h, &cfg, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    /* announce 512 KiB (allowed) but the partial body outgrows the connection's budget */
+    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    size_t n = 200 * 1024;
+    uint8_t *body = calloc(1, n + 5);
+    body[2] = 0x08; /* 0x00080000 = 512 KiB */
+    h2c_send(&c, st, body, n + 5, 0);
+    free(body);
+    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert_eq(st->grpc_status, 8);
+    cr_assert_str_eq(st->grpc_message, "grpc: connection receive buffer limit exceeded");
+    h2stream *u;
+    unary(&c, "fine", &u);
+    cr_assert_eq(u->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"recv_buffer\"} 1\n"), "%s",
+              h.metrics_text);
     free(h.metrics_text);
 }

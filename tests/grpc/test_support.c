@@ -66,6 +66,13 @@ static void echo_unary(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_grpc_call_finish(call, KV_GRPC_INVALID_ARGUMENT, "bad arg: \xc3\xbc 100%\n");
         return;
     }
+    if (len == 5 && memcmp(msg, "token", 5) == 0) {
+        const char *tok = kv_grpc_call_header(call, "token");
+        tok = tok ? tok : "(none)";
+        kv_grpc_call_send(call, (const uint8_t *)tok, strlen(tok));
+        kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
+        return;
+    }
     if (len == 4 && memcmp(msg, "hold", 4) == 0)
         return; /* never answered: deadline or cancel ends it */
     if (kv_grpc_call_send(call, msg, len) != 0) {
@@ -143,7 +150,7 @@ static const kv_grpc_method test_methods[] = {
 static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
 {
     harness *h = app;
-    switch (h->health_mode) {
+    switch (atomic_load(&h->health_mode)) {
     case HEALTH_OK:
         done(ctx, 1, NULL);
         break;
@@ -356,6 +363,12 @@ static ssize_t cl_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t leng
 
 h2stream *h2c_start(h2client *c, const char *path, const char *content_type, const char *timeout)
 {
+    return h2c_start_md(c, path, content_type, timeout, NULL, NULL);
+}
+
+h2stream *h2c_start_md(h2client *c, const char *path, const char *content_type, const char *timeout,
+                       const char *md_name, const char *md_value)
+{
     if (c->n >= 32)
         return NULL;
     h2stream *st = &c->streams[c->n++];
@@ -371,11 +384,17 @@ h2stream *h2c_start(h2client *c, const char *path, const char *content_type, con
         NV("content-type", ct),
         NV("te", "trailers"),
         NV("grpc-timeout", timeout ? timeout : ""),
+        NV(md_name ? md_name : "x-none", md_value ? md_value : ""),
     };
+    size_t nv = 6;
+    if (timeout)
+        nva[nv++] = nva[6];
+    if (md_name)
+        nva[nv++] = nva[7];
     nghttp2_data_provider prd;
     prd.source.ptr = st;
     prd.read_callback = cl_read;
-    st->id = nghttp2_submit_request(c->s, NULL, nva, timeout ? 7 : 6, &prd, st);
+    st->id = nghttp2_submit_request(c->s, NULL, nva, nv, &prd, st);
     if (st->id < 0)
         return NULL;
     return st;

@@ -28,7 +28,7 @@ typedef struct harness {
     int grpc_port, http_port;
     atomic_int cancels; /* on_cancel calls seen by the test app */
     atomic_int half_closes;
-    int health_mode;
+    atomic_int health_mode;
     kv_http_health_done_fn slow_done; /* a held (slow) health answer */
     void *slow_ctx;
     char *metrics_text; /* rendered after stop */
@@ -68,6 +68,9 @@ int h2c_connect(h2client *c, int port);
 void h2c_close(h2client *c);
 /* content_type NULL = "application/grpc"; timeout NULL = none. */
 h2stream *h2c_start(h2client *c, const char *path, const char *content_type, const char *timeout);
+/* Like h2c_start with one extra metadata header (md_name may be NULL). */
+h2stream *h2c_start_md(h2client *c, const char *path, const char *content_type, const char *timeout,
+                       const char *md_name, const char *md_value);
 /* Queue raw DATA bytes (eof = END_STREAM after them). */
 void h2c_send(h2client *c, h2stream *st, const void *data, size_t n, int eof);
 /* Queue one gRPC message (5-byte prefix + body). */

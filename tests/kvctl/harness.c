@@ -393,6 +393,7 @@ char *h_normalise(char *s, unsigned flags, const char *lease_ids)
     }
     if (flags & H_NORM_DB) {
         s = re_sub(s, "\"(dbSize|dbSizeInUse|raftIndex|raftAppliedIndex)\":[0-9]+", "\"\\1\":<n>");
+        s = re_sub(s, "\"(DBSize|RaftIndex|RaftAppliedIndex)\" : [0-9]+", "\"\\1\" : <n>");
         s = re_sub(s, "[0-9.]+ (B|kB|MB|GB)", "<size>");
         /* simple: "..., leader, learner, term, index, applied, errors" */
         s = re_sub(s, "(true|false), (true|false), ([0-9]+), [0-9]+, [0-9]+, ",

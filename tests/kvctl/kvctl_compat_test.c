@@ -39,7 +39,10 @@ static void free_steps(struct h_step *steps, size_t from, size_t n)
 }
 
 static const char *const all_fmts[] = {"simple", "json", "table"};
-static const char *const text_fmts[] = {"simple", "json"};
+static const char *const text_fmts[] = {"simple", "json", "fields"};
+
+/* Binary protobuf output is compared as hex. */
+#define PB(cmd) "$CTL " cmd " -w protobuf > $W/pb; s=$?; od -An -tx1 $W/pb; exit $s"
 
 Test(kvctl, put)
 {
@@ -69,6 +72,9 @@ Test(kvctl, put)
         {"$CTL get bin --hex", 0},
         {"$CTL get bin --hex -w json", 0},
         {"$CTL put foo again --ignore-lease -w json", 0},
+        {"$CTL put foo f1 -w fields", 0},
+        {"$CTL put foo 'f\\2\"' --prev-kv -w fields", 0},
+        {PB("put foo p1 --prev-kv"), 0},
     };
     h_compare(steps, N(steps));
 }
@@ -118,7 +124,14 @@ Test(kvctl, get)
         "$CTL put a 1",  "$CTL put b 2",  "$CTL put c 3",
         "$CTL put ab x", "$CTL put b 22", "$CTL put abc z",
     };
-    struct h_step steps[N(setup) + N(args) * 2 + N(errs)];
+    static const char *const pbs[] = {
+        PB("get a"),
+        PB("get '' --prefix --limit 2"),
+        PB("put a 5 --prev-kv"),
+        PB("del ab --prev-kv"),
+        PB("get a --rev=1000"),
+    };
+    struct h_step steps[N(setup) + N(args) * N(text_fmts) + N(errs) + N(pbs)];
     size_t n = 0;
     for (size_t i = 0; i < N(setup); i++)
         steps[n++] = (struct h_step){setup[i], 0};
@@ -127,6 +140,8 @@ Test(kvctl, get)
     size_t to = n;
     for (size_t i = 0; i < N(errs); i++)
         steps[n++] = (struct h_step){errs[i], 0};
+    for (size_t i = 0; i < N(pbs); i++)
+        steps[n++] = (struct h_step){pbs[i], 0};
     h_compare(steps, n);
     free_steps(steps, from, to);
 }
@@ -151,6 +166,8 @@ Test(kvctl, del)
         {"$CTL del a b --prefix", 0},
         {"$CTL del a --prefix --from-key", 0},
         {"$CTL del ''", 0},
+        {"$CTL put d1 x >/dev/null; $CTL del d1 --prev-kv -w fields", 0},
+        {"$CTL put d1 x >/dev/null; " PB("del d --prefix --prev-kv"), 0},
     };
     h_compare(steps, N(steps));
 }
@@ -192,12 +209,13 @@ Test(kvctl, txn)
         "$CTL txn extra",
         "printf 'value(\"k1\") = \"v1\"\\n' | $CTL txn", /* no newline at end */
     };
-    struct h_step steps[1 + N(txns) * 4 + N(bad)];
+    struct h_step steps[1 + N(txns) * 6 + N(bad)];
     size_t n = 0;
     steps[n++] = (struct h_step){"$CTL put k1 v1", 0};
     for (size_t i = 0; i < N(txns); i++) {
-        static const char *const suffix[] = {"", " -w json", " -i", " -i -w json"};
-        for (size_t s = 0; s < 4; s++) {
+        static const char *const suffix[] = {
+            "", " -w json", " -i", " -i -w json", " -w fields", " -w protobuf | od -An -tx1"};
+        for (size_t s = 0; s < 6; s++) {
             char *sh = NULL;
             cr_assert(asprintf(&sh, "%s%s", txns[i], suffix[s]) > 0);
             steps[n++] = (struct h_step){sh, 0};
@@ -234,10 +252,14 @@ Test(kvctl, cluster)
                                        "endpoint status --cluster", "endpoint health --cluster"};
     static const unsigned norms[] = {0, H_NORM_DB, H_NORM_TOOK | H_NORM_TABLE, H_NORM_DB,
                                      H_NORM_TOOK | H_NORM_TABLE};
-    struct h_step steps[N(cmds) * 3 + 8];
+    static const char *const more_fmts[] = {"fields", "protobuf | od -An -tx1"};
+    struct h_step steps[N(cmds) * 5 + 8];
     size_t n = 0;
     for (size_t i = 0; i < N(cmds); i++)
         n = cross(steps, n, &cmds[i], 1, all_fmts, N(all_fmts), norms[i]);
+    n = cross(steps, n, &cmds[0], 1, more_fmts, N(more_fmts), 0);
+    n = cross(steps, n, &cmds[1], 1, more_fmts, 1, H_NORM_DB);
+    n = cross(steps, n, &cmds[2], 1, more_fmts, N(more_fmts), H_NORM_TOOK);
     size_t to = n;
     steps[n++] = (struct h_step){"$TOOL --endpoints=$EP,$EP endpoint status -w table", H_NORM_DB};
     steps[n++] =
@@ -292,7 +314,8 @@ Test(kvctl, lease)
         {GRANT_SIMPLE("1000"), 0},
         {GRANT_JSON("1000"), 0},
         {"$CTL put k1 v1 --lease=" L1, 0},
-        {"$CTL put k2 v2 --lease=" L1 " -w json", 0},
+        {"$CTL put k2 v2 --lease=" L2 " -w json",
+         0}, /* one key per lease: etcd lists attached keys in map order */
         {"$CTL put k3 v3 --lease=" L2, 0},
         {"$CTL get k --prefix -w json", 0},
         {"$CTL lease timetolive " L1, H_NORM_TTL},
@@ -330,6 +353,17 @@ Test(kvctl, lease)
         {"$CTL lease timetolive", 0},
         {"$CTL lease keep-alive", 0},
         {"$CTL put k5 v --lease=" L1, 0},
+        {GRANT_SIMPLE("1000"), 0},
+        {"$CTL put k6 v --lease=$(sed -n 3p $W/leases) >/dev/null; $CTL lease timetolive "
+         "$(sed -n 3p $W/leases) --keys -w fields",
+         H_NORM_TTL},
+        {"$CTL lease keep-alive --once $(sed -n 3p $W/leases) -w fields", 0},
+        {"$CTL lease list -w fields", 0},
+        {PB("lease list"), 0},
+        {PB("lease keep-alive --once $(sed -n 3p $W/leases)"), 0},
+        {PB("lease timetolive $(sed -n 3p $W/leases)"), 0},
+        {"$CTL lease revoke $(sed -n 3p $W/leases) -w fields", 0},
+        {"$CTL lease grant 100 -w fields | grep -v '\"ID\"'", 0},
         {"$CTL lease grant 100 -w table", 0},
     };
     h_compare(steps, N(steps));

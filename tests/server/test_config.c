@@ -1,0 +1,94 @@
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+static int parse(kv_config *c, char *err, size_t errlen, int argc, char **argv)
+{
+    kv_config_default(c);
+    return kv_config_parse(c, argc, argv, err, errlen);
+}
+
+Test(config, defaults_follow_etcd)
+{
+    kv_config c;
+    char err[256] = "";
+    char *argv[] = {"kvd"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 1, argv), 0, "%s", err);
+    cr_assert_str_eq(c.name, "default");
+    cr_assert_str_eq(c.data_dir, "default.kvd");
+    cr_assert_eq(c.n_listen_client, 1);
+    cr_assert_str_eq(c.listen_client[0].host, "localhost");
+    cr_assert_eq(c.listen_client[0].port, 2379);
+    cr_assert_eq(c.n_initial_cluster, 1);
+    cr_assert_str_eq(c.initial_cluster[0].url.text, "http://localhost:2380");
+    cr_assert_eq(c.max_request_bytes, 1572864);
+    cr_assert_eq(c.max_txn_ops, 128);
+}
+
+Test(config, flags_with_and_without_equals)
+{
+    kv_config c;
+    char err[256] = "";
+    char *argv[] = {"kvd", "--name", "n1", "--data-dir=/tmp/x",
+                    "--listen-client-urls", "http://127.0.0.1:1,http://127.0.0.1:2",
+                    "--max-request-bytes=2048", "--lease-checkpoint-interval", "2s",
+                    "--enable-failpoints"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 10, argv), 0, "%s", err);
+    cr_assert_str_eq(c.name, "n1");
+    cr_assert_str_eq(c.data_dir, "/tmp/x");
+    cr_assert_eq(c.n_listen_client, 2);
+    cr_assert_eq(c.listen_client[1].port, 2);
+    cr_assert_eq(c.max_request_bytes, 2048);
+    cr_assert_eq(c.lease_checkpoint_interval_ms, 2000);
+    cr_assert_eq(c.enable_failpoints, 1);
+    cr_assert_str_eq(c.initial_cluster[0].name, "n1");
+}
+
+Test(config, bad_input_gives_clear_errors)
+{
+    kv_config c;
+    char err[256];
+    char *unknown[] = {"kvd", "--no-such-flag", "1"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 3, unknown), 0);
+    cr_assert(strstr(err, "unknown flag") != NULL, "%s", err);
+
+    char *missing[] = {"kvd", "--name"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 2, missing), 0);
+    cr_assert(strstr(err, "needs a value") != NULL, "%s", err);
+
+    char *badnum[] = {"kvd", "--max-txn-ops", "-3"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 3, badnum), 0);
+    cr_assert(strstr(err, "--max-txn-ops") != NULL, "%s", err);
+
+    char *tls[] = {"kvd", "--listen-client-urls", "https://127.0.0.1:2379"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, tls), -ENOTSUP);
+    cr_assert(strstr(err, "TLS") != NULL, "%s", err);
+
+    char *badurl[] = {"kvd", "--listen-client-urls", "http://127.0.0.1"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 3, badurl), 0);
+
+    char *notme[] = {"kvd", "--name", "n9", "--peers", "n1=http://127.0.0.1:2380"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 5, notme), 0);
+    cr_assert(strstr(err, "n9") != NULL, "%s", err);
+}
+
+Test(config, multi_member_is_refused_until_raft_is_wired)
+{
+    kv_config c;
+    char err[256];
+    char *argv[] = {"kvd", "--name", "n1", "--peers",
+                    "n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2381"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 5, argv), -ENOTSUP);
+    cr_assert(strstr(err, "multi-member") != NULL, "%s", err);
+}
+
+Test(config, help_and_version)
+{
+    kv_config c;
+    char err[64];
+    char *argv[] = {"kvd", "--version"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, argv), 1);
+    cr_assert(strstr(kv_config_usage(), "--max-request-bytes") != NULL);
+}

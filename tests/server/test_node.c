@@ -1,0 +1,191 @@
+/* The node's ordered write path: group commit, ordering, bounds, detach, barrier, stall. */
+#include "api/internal_req.h"
+#include "node/node.h"
+#include "rpc.pb-c.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fixture {
+    char dir[64];
+    uv_loop_t loop;
+    kv_store *store;
+    kv_node *node;
+} fixture;
+
+typedef struct done_log {
+    int calls;
+    int64_t revs[256];
+    int codes[256];
+} done_log;
+
+static void fx_open(fixture *f, uint32_t max_pending)
+{
+    snprintf(f->dir, sizeof(f->dir), "/tmp/kvd-node-XXXXXX");
+    cr_assert_not_null(mkdtemp(f->dir));
+    kv_store_config sc;
+    kv_store_config_default(&sc);
+    sc.dir = f->dir;
+    sc.quota_bytes = 64u << 20;
+    cr_assert_eq(kv_store_open(&f->store, &sc), 0);
+    cr_assert_eq(uv_loop_init(&f->loop), 0);
+    kv_header_info hdr = {.cluster_id = 1, .member_id = 2, .raft_term = 3};
+    kv_node_config nc = {.max_pending = max_pending};
+    cr_assert_eq(kv_node_init(&f->node, &f->loop, f->store, &nc, &hdr, NULL), 0);
+}
+
+static void fx_close(fixture *f)
+{
+    kv_node_close(f->node);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&f->loop), 0);
+    kv_store_close(f->store);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static int propose_put(fixture *f, const char *key, kv_node_done_fn done, void *arg,
+                       kv_node_req **h)
+{
+    Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
+    put.key.data = (uint8_t *)key;
+    put.key.len = strlen(key);
+    put.value.data = (uint8_t *)"v";
+    put.value.len = 1;
+    uint8_t buf[128];
+    size_t len = etcdserverpb__put_request__pack(&put, buf);
+    uint8_t *req;
+    size_t rlen;
+    cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
+    return kv_node_propose(f->node, req, rlen, done, arg, h);
+}
+
+static void on_done(void *arg, kv_result *res)
+{
+    done_log *l = arg;
+    l->codes[l->calls] = res->code;
+    l->revs[l->calls] = res->revision;
+    l->calls++;
+}
+
+Test(node, one_loop_iteration_is_one_commit_in_order)
+{
+    fixture f;
+    fx_open(&f, 1000);
+    done_log log = {0};
+    kv_store_counters before, after;
+    kv_store_get_counters(f.store, &before);
+    for (int i = 0; i < 100; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%03d", i);
+        cr_assert_eq(propose_put(&f, key, on_done, &log, NULL), 0);
+    }
+    cr_assert_eq(log.calls, 0, "nothing is acknowledged before the batch commits");
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    kv_store_get_counters(f.store, &after);
+    cr_assert_eq(log.calls, 100);
+    cr_assert_eq(after.commits - before.commits, 1, "100 writes, one commit (one sync)");
+    for (int i = 0; i < 100; i++) {
+        cr_assert_eq(log.codes[i], 0);
+        cr_assert_eq(log.revs[i], 2 + i, "revision %d at %d", (int)log.revs[i], i);
+    }
+    kv_node_stats st;
+    kv_node_get_stats(f.node, &st);
+    cr_assert_eq(st.applied_index, 100);
+    cr_assert_eq(st.max_batch_size, 100);
+    cr_assert_eq(kv_node_revision(f.node), 101);
+    fx_close(&f);
+}
+
+Test(node, full_queue_sheds_with_ebusy)
+{
+    fixture f;
+    fx_open(&f, 10);
+    done_log log = {0};
+    int busy = 0;
+    for (int i = 0; i < 25; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        int rc = propose_put(&f, key, on_done, &log, NULL);
+        cr_assert(rc == 0 || rc == -EBUSY);
+        busy += rc == -EBUSY;
+    }
+    cr_assert_eq(busy, 15);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(log.calls, 10);
+    kv_node_stats st;
+    kv_node_get_stats(f.node, &st);
+    cr_assert_eq(st.refused_total, 15);
+    cr_assert_eq(st.pending, 0);
+    fx_close(&f);
+}
+
+Test(node, detached_request_is_applied_but_not_answered)
+{
+    fixture f;
+    fx_open(&f, 10);
+    done_log log = {0};
+    kv_node_req *h = NULL;
+    cr_assert_eq(propose_put(&f, "gone", on_done, &log, &h), 0);
+    kv_node_req_detach(h);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(log.calls, 0);
+    cr_assert_eq(kv_node_revision(f.node), 2, "the write was still applied");
+    fx_close(&f);
+}
+
+static void on_barrier(void *arg, int status)
+{
+    int *p = arg;
+    *p = status == 0 ? 1 : -1;
+}
+
+Test(node, barrier_and_stall_failpoint)
+{
+    fixture f;
+    fx_open(&f, 10);
+    int passed = 0;
+    cr_assert_eq(kv_node_barrier(f.node, on_barrier, &passed), 0);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(passed, 1, "an idle node passes a barrier on the next iteration");
+
+    kv_node_set_stalled(f.node, 1);
+    done_log log = {0};
+    passed = 0;
+    cr_assert_eq(propose_put(&f, "a", on_done, &log, NULL), 0);
+    cr_assert_eq(kv_node_barrier(f.node, on_barrier, &passed), 0);
+    for (int i = 0; i < 5; i++)
+        uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(passed, 0, "a stalled apply path holds the barrier");
+    cr_assert_eq(log.calls, 0);
+
+    kv_node_set_stalled(f.node, 0);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(passed, 1);
+    cr_assert_eq(log.calls, 1);
+    fx_close(&f);
+}
+
+Test(node, close_fails_queued_requests)
+{
+    fixture f;
+    fx_open(&f, 10);
+    done_log log = {0};
+    int passed = 0;
+    cr_assert_eq(propose_put(&f, "a", on_done, &log, NULL), 0);
+    cr_assert_eq(kv_node_barrier(f.node, on_barrier, &passed), 0);
+    kv_node_close(f.node);
+    cr_assert_eq(log.calls, 1);
+    cr_assert_eq(log.codes[0], 14);
+    cr_assert_eq(passed, -1);
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&f.loop), 0);
+    kv_store_close(f.store);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f.dir);
+    cr_assert_eq(system(cmd), 0);
+}
