@@ -147,7 +147,7 @@ int kv_leases_start(kv_server *s)
         .revoked = obs_revoked,
         .checkpointed = obs_checkpointed,
     };
-    kv_store_set_lease_observer(s->store, &obs);
+    kv_node_set_lease_observer(s->node, &obs);
 
     MDB_txn *txn;
     rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
@@ -168,8 +168,7 @@ int kv_leases_start(kv_server *s)
 
 void kv_leases_stop(kv_server *s)
 {
-    kv_store_lease_observer none = {0};
-    kv_store_set_lease_observer(s->store, &none);
+    kv_node_set_lease_observer(s->node, NULL);
     if (s->metrics)
         kv_metrics_gauge_fn_remove(s->metrics, s);
     kv_lessor_free(s->lessor);

@@ -64,12 +64,26 @@ static int propose_put(fixture *f, const char *key, kv_node_done_fn done, void *
     return kv_node_propose(f->node, req, rlen, done, arg, h);
 }
 
+/* Batches apply on a worker thread: run the loop until *counter reaches target (bounded). */
+static void spin(fixture *f, const int *counter, int target)
+{
+    for (int i = 0; i < 5000 && *counter < target; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    cr_assert_geq(*counter, target, "loop did not complete the batch");
+}
+
 static void on_done(void *arg, kv_result *res)
 {
     done_log *l = arg;
     l->codes[l->calls] = res->code;
     l->revs[l->calls] = res->revision;
     l->calls++;
+}
+
+static void on_barrier(void *arg, int status)
+{
+    int *p = arg;
+    *p = status == 0 ? 1 : -1;
 }
 
 Test(node, one_loop_iteration_is_one_commit_in_order)
@@ -85,7 +99,7 @@ Test(node, one_loop_iteration_is_one_commit_in_order)
         cr_assert_eq(propose_put(&f, key, on_done, &log, NULL), 0);
     }
     cr_assert_eq(log.calls, 0, "nothing is acknowledged before the batch commits");
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+    spin(&f, &log.calls, 100);
     kv_store_get_counters(f.store, &after);
     cr_assert_eq(log.calls, 100);
     cr_assert_eq(after.commits - before.commits, 1, "100 writes, one commit (one sync)");
@@ -115,7 +129,7 @@ Test(node, full_queue_sheds_with_ebusy)
         busy += rc == -EBUSY;
     }
     cr_assert_eq(busy, 15);
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+    spin(&f, &log.calls, 10);
     cr_assert_eq(log.calls, 10);
     kv_node_stats st;
     kv_node_get_stats(f.node, &st);
@@ -132,16 +146,12 @@ Test(node, detached_request_is_applied_but_not_answered)
     kv_node_req *h = NULL;
     cr_assert_eq(propose_put(&f, "gone", on_done, &log, &h), 0);
     kv_node_req_detach(h);
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+    int barrier = 0;
+    cr_assert_eq(kv_node_barrier(f.node, on_barrier, &barrier), 0);
+    spin(&f, &barrier, 1);
     cr_assert_eq(log.calls, 0);
     cr_assert_eq(kv_node_revision(f.node), 2, "the write was still applied");
     fx_close(&f);
-}
-
-static void on_barrier(void *arg, int status)
-{
-    int *p = arg;
-    *p = status == 0 ? 1 : -1;
 }
 
 Test(node, barrier_and_stall_failpoint)
@@ -164,8 +174,7 @@ Test(node, barrier_and_stall_failpoint)
     cr_assert_eq(log.calls, 0);
 
     kv_node_set_stalled(f.node, 0);
-    uv_run(&f.loop, UV_RUN_NOWAIT);
-    cr_assert_eq(passed, 1);
+    spin(&f, &passed, 1);
     cr_assert_eq(log.calls, 1);
     fx_close(&f);
 }
