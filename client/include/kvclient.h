@@ -102,12 +102,12 @@ typedef struct kvc_config {
                                      default 10000 */
     uint32_t keepalive_queue_len; /* per-lease response queue length; default 16 */
     /* Extensions (set by kvc_config_default; zero means "default"). */
-    kvc_loop_group *loop_group;   /* NULL: the client starts its own I/O thread. Otherwise
-                                     it runs on the group's thread (must outlive the client) */
-    uint32_t max_response_bytes;  /* largest gRPC message accepted; default 64 MiB */
-    uint32_t backoff_base_ms;     /* first reconnect delay; default 50 */
-    uint32_t backoff_max_ms;      /* reconnect delay cap; default 1000 */
-    uint64_t seed;                /* jitter PRNG seed; 0 = derived from time and address */
+    kvc_loop_group *loop_group;  /* NULL: the client starts its own I/O thread. Otherwise
+                                    it runs on the group's thread (must outlive the client) */
+    uint32_t max_response_bytes; /* largest gRPC message accepted; default 64 MiB */
+    uint32_t backoff_base_ms;    /* first reconnect delay; default 50 */
+    uint32_t backoff_max_ms;     /* reconnect delay cap; default 1000 */
+    uint64_t seed;               /* jitter PRNG seed; 0 = derived from time and address */
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */
@@ -154,8 +154,8 @@ KVC_API void kvc_loop_group_free(kvc_loop_group *g);
  * Only KVC_IDEMPOTENT calls are retried on another endpoint.
  */
 KVC_API int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags,
-                   kvc_error *err);
+                           uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags,
+                           kvc_error *err);
 
 /* Async completion of a raw call: on success status 0, err NULL and resp/resp_len the
  * packed response, now owned by the callback (kvc_free it). On failure status -code,
@@ -165,9 +165,9 @@ typedef void (*kvc_unary_cb)(void *arg, int status, const kvc_error *err, uint8_
 
 /* Asynchronous form of kvc_call_unary. Returns 0 when queued (cb will run exactly once), or
  * -code without calling cb (e.g. queue full). Thread-safe; callable from callbacks. */
-KVC_API int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg,
-                         kvc_error *err);
+KVC_API int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req,
+                                 size_t req_len, uint32_t timeout_ms, int flags, kvc_unary_cb cb,
+                                 void *arg, kvc_error *err);
 
 /* Free memory returned by this library (packed responses). NULL is fine. */
 KVC_API void kvc_free(void *p);
@@ -270,14 +270,15 @@ KVC_API void kvc_delete_result_free(kvc_delete_result *r);
  * delete, `opts` may be NULL). On failure *out is zeroed. Gets are idempotent (retried);
  * put/delete/txn/compact only when opts->flags / flags has KVC_IDEMPOTENT. */
 KVC_API int kvc_get(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
-            uint32_t timeout_ms, kvc_range_result *out, kvc_error *err);
-KVC_API int kvc_put(kvc_client *c, const void *key, size_t key_len, const void *value, size_t value_len,
-            const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_result *out, kvc_error *err);
+                    uint32_t timeout_ms, kvc_range_result *out, kvc_error *err);
+KVC_API int kvc_put(kvc_client *c, const void *key, size_t key_len, const void *value,
+                    size_t value_len, const kvc_put_opts *opts, uint32_t timeout_ms,
+                    kvc_put_result *out, kvc_error *err);
 KVC_API int kvc_delete(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
-               uint32_t timeout_ms, kvc_delete_result *out, kvc_error *err);
+                       uint32_t timeout_ms, kvc_delete_result *out, kvc_error *err);
 /* Compact the history up to revision. `out` (may be NULL) receives the header. */
-KVC_API int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32_t timeout_ms,
-                kvc_header *out, kvc_error *err);
+KVC_API int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags,
+                        uint32_t timeout_ms, kvc_header *out, kvc_error *err);
 
 /* Async KV: the callback receives status (0 or -code), err (NULL on success) and a pointer
  * to a result the callback owns (free its contents with the matching *_free; the struct
@@ -286,17 +287,24 @@ KVC_API int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags
 typedef void (*kvc_range_cb)(void *arg, int status, const kvc_error *err, kvc_range_result *r);
 typedef void (*kvc_put_cb)(void *arg, int status, const kvc_error *err, kvc_put_result *r);
 typedef void (*kvc_delete_cb)(void *arg, int status, const kvc_error *err, kvc_delete_result *r);
-KVC_API int kvc_get_async(kvc_client *c, const void *key, size_t key_len, const kvc_range_opts *opts,
-                  uint32_t timeout_ms, kvc_range_cb cb, void *arg, kvc_error *err);
+KVC_API int kvc_get_async(kvc_client *c, const void *key, size_t key_len,
+                          const kvc_range_opts *opts, uint32_t timeout_ms, kvc_range_cb cb,
+                          void *arg, kvc_error *err);
 KVC_API int kvc_put_async(kvc_client *c, const void *key, size_t key_len, const void *value,
-                  size_t value_len, const kvc_put_opts *opts, uint32_t timeout_ms, kvc_put_cb cb,
-                  void *arg, kvc_error *err);
-KVC_API int kvc_delete_async(kvc_client *c, const void *key, size_t key_len, const kvc_delete_opts *opts,
-                     uint32_t timeout_ms, kvc_delete_cb cb, void *arg, kvc_error *err);
+                          size_t value_len, const kvc_put_opts *opts, uint32_t timeout_ms,
+                          kvc_put_cb cb, void *arg, kvc_error *err);
+KVC_API int kvc_delete_async(kvc_client *c, const void *key, size_t key_len,
+                             const kvc_delete_opts *opts, uint32_t timeout_ms, kvc_delete_cb cb,
+                             void *arg, kvc_error *err);
 
 /* ---- Txn builder ---- */
 
-enum kvc_cmp_result { KVC_CMP_EQUAL = 0, KVC_CMP_GREATER = 1, KVC_CMP_LESS = 2, KVC_CMP_NOT_EQUAL = 3 };
+enum kvc_cmp_result {
+    KVC_CMP_EQUAL = 0,
+    KVC_CMP_GREATER = 1,
+    KVC_CMP_LESS = 2,
+    KVC_CMP_NOT_EQUAL = 3
+};
 enum kvc_cmp_target {
     KVC_CMP_VERSION = 0,
     KVC_CMP_CREATE = 1,
@@ -309,20 +317,20 @@ enum kvc_op_type { KVC_OP_RANGE = 1, KVC_OP_PUT = 2, KVC_OP_DELETE = 3, KVC_OP_T
 
 /* A txn under construction. Not thread-safe; owned by the caller; all inputs are copied.
  * Every builder function returns 0 or -KVC_INVALID_ARGUMENT / -KVC_RESOURCE_EXHAUSTED. */
-KVC_API kvc_txn *kvc_txn_new(void); /* NULL on out-of-memory */
+KVC_API kvc_txn *kvc_txn_new(void);    /* NULL on out-of-memory */
 KVC_API void kvc_txn_free(kvc_txn *t); /* NULL is fine */
 /* Compare an integer field (target VERSION, CREATE, MOD or LEASE) of key with value. */
 KVC_API int kvc_txn_cmp_int(kvc_txn *t, const void *key, size_t key_len, int target, int result,
-                    int64_t value);
+                            int64_t value);
 /* Compare the value of key with value. */
 KVC_API int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result,
-                      const void *value, size_t value_len);
+                              const void *value, size_t value_len);
 KVC_API int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len,
-                const kvc_range_opts *opts);
+                        const kvc_range_opts *opts);
 KVC_API int kvc_txn_put(kvc_txn *t, int branch, const void *key, size_t key_len, const void *value,
-                size_t value_len, const kvc_put_opts *opts);
+                        size_t value_len, const kvc_put_opts *opts);
 KVC_API int kvc_txn_delete(kvc_txn *t, int branch, const void *key, size_t key_len,
-                   const kvc_delete_opts *opts);
+                           const kvc_delete_opts *opts);
 
 typedef struct kvc_op_result {
     int type; /* enum kvc_op_type; KVC_OP_TXN (nested) carries only its header */
@@ -343,7 +351,7 @@ KVC_API void kvc_txn_result_free(kvc_txn_result *r);
 /* Send the txn (t stays owned by the caller and may be committed again). flags:
  * KVC_IDEMPOTENT allows retries. */
 KVC_API int kvc_txn_commit(kvc_client *c, const kvc_txn *t, int flags, uint32_t timeout_ms,
-                   kvc_txn_result *out, kvc_error *err);
+                           kvc_txn_result *out, kvc_error *err);
 
 /* ---- Leases ---- */
 
@@ -381,19 +389,19 @@ typedef struct kvc_keepalive_result {
 
 /* Grant a lease of ttl_s seconds (id 0: the server chooses). Not retried (a replay would
  * grant a second lease) unless flags has KVC_IDEMPOTENT. */
-KVC_API int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_t timeout_ms,
-                    kvc_lease_grant_result *out, kvc_error *err);
+KVC_API int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags,
+                            uint32_t timeout_ms, kvc_lease_grant_result *out, kvc_error *err);
 /* Revoke. Retried (revoking twice is harmless; the retry may report "lease not found"). */
 KVC_API int kvc_lease_revoke(kvc_client *c, int64_t id, uint32_t timeout_ms, kvc_header *out,
-                     kvc_error *err);
+                             kvc_error *err);
 KVC_API int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t timeout_ms,
-                           kvc_lease_ttl_result *out, kvc_error *err);
+                                   kvc_lease_ttl_result *out, kvc_error *err);
 KVC_API int kvc_lease_leases(kvc_client *c, uint32_t timeout_ms, kvc_lease_leases_result *out,
-                     kvc_error *err);
+                             kvc_error *err);
 /* One renewal on its own short stream (not the shared keepalive stream). out->ttl 0 means
  * the lease is gone. */
 KVC_API int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
-                             kvc_keepalive_result *out, kvc_error *err);
+                                     kvc_keepalive_result *out, kvc_error *err);
 
 /* ---- Keepalive (lesson 1) ---- */
 
@@ -425,7 +433,7 @@ typedef void (*kvc_keepalive_cb)(void *arg, const kvc_ka_event *ev);
  * lease alive twice on one client fails with KVC_ALREADY_EXISTS. Thread-safe.
  */
 KVC_API int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb,
-                        void *arg, kvc_keepalive **out, kvc_error *err);
+                                void *arg, kvc_keepalive **out, kvc_error *err);
 
 /* Queue mode only: wait up to timeout_ms (0: don't wait) for the next event. Returns 0 and
  * fills *ev, or -KVC_DEADLINE_EXCEEDED when none arrived, or -KVC_FAILED_PRECONDITION in

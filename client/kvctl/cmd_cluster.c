@@ -127,7 +127,7 @@ int kvctl_cmd_member(struct kvctl *k, int argc, char **argv)
         goto out;
     static const char *const subs[] = {"list"};
     if (np < 2 || kvctl_match(pos[1], subs, 1) < 0) {
-        rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS, "kvctl member: only \"member list\" is supported");
+        rc = kvctl_group_help("member", np >= 2 ? pos[1] : NULL);
         goto out;
     }
     if (member_list(k, &resp, &rc) < 0)
@@ -152,8 +152,10 @@ static int endpoints(struct kvctl *k, bool cluster, char ***eps, size_t *n)
     if (!*eps)
         return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
     if (!cluster) {
-        for (size_t i = 0; i < k->n_endpoints; i++)
-            (*eps)[(*n)++] = strdup(k->endpoints[i]);
+        for (size_t i = 0; i < k->n_endpoints; i++) {
+            if (!((*eps)[(*n)++] = strdup(k->endpoints[i])))
+                return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
+        }
         return 0;
     }
     Etcdserverpb__MemberListResponse *r = NULL;
@@ -172,11 +174,17 @@ static int endpoints(struct kvctl *k, bool cluster, char ***eps, size_t *n)
                           "failed to fetch endpoints from etcd cluster member list: %s",
                           kvctl_err_text(&err, m, sizeof(m)));
     }
-    for (size_t i = 0; i < r->n_members; i++)
-        for (size_t j = 0; j < r->members[i]->n_clienturls && *n < KVCTL_MAX_ENDPOINTS; j++)
-            (*eps)[(*n)++] = strdup(r->members[i]->clienturls[j]);
+    int rc2 = 0;
+    for (size_t i = 0; i < r->n_members && !rc2; i++) {
+        for (size_t j = 0; j < r->members[i]->n_clienturls && *n < KVCTL_MAX_ENDPOINTS; j++) {
+            if (!((*eps)[(*n)++] = strdup(r->members[i]->clienturls[j]))) {
+                rc2 = kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
+                break;
+            }
+        }
+    }
     protobuf_c_message_free_unpacked(&r->base, NULL);
-    return 0;
+    return rc2;
 }
 
 static int64_t now_ns(void)
@@ -413,9 +421,7 @@ int kvctl_cmd_endpoint(struct kvctl *k, int argc, char **argv)
     static const char *const subs[] = {"health", "status"};
     int sub = np >= 2 ? kvctl_match(pos[1], subs, 2) : -1;
     if (sub < 0) {
-        rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS,
-                        "kvctl endpoint: only \"endpoint health\" and \"endpoint status\" are "
-                        "supported");
+        rc = kvctl_group_help("endpoint", np >= 2 ? pos[1] : NULL);
         goto out;
     }
     rc = endpoints(k, cluster, &eps, &n);

@@ -447,14 +447,14 @@ int kvctl_cmd_lease(struct kvctl *k, int argc, char **argv)
     static const char *const subs[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
     int sub = np >= 2 ? kvctl_match(pos[1], subs, 5) : -1;
     if (sub < 0) {
-        rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS, "kvctl lease: unknown or missing subcommand (grant, "
-                                             "revoke, timetolive, list, keep-alive)");
+        rc = kvctl_group_help("lease", np >= 2 ? pos[1] : NULL);
         goto out;
     }
     /* --keys belongs to timetolive and --once to keep-alive only, as in etcdctl */
     if ((fl[0].changed && sub != 2) || (fl[1].changed && sub != 4)) {
-        rc = kvctl_fail(KVCTL_EXIT_ERROR, "unknown flag: --%s",
-                        fl[0].changed && sub != 2 ? "keys" : "once");
+        rc = kvctl_flag_error(argc, argv,
+                              fl[0].changed && sub != 2 ? "unknown flag: --keys"
+                                                        : "unknown flag: --once");
         goto out;
     }
     size_t na = np - 2;

@@ -275,8 +275,8 @@ int kvctl_flags_from_env(struct kvctl_flag *set, char *errbuf, size_t errlen)
             continue;
         char shown[128];
         snprintf(shown, sizeof(shown), "--%s", f->name);
-        if (set_value(f, v, shown, errbuf, errlen) < 0)
-            return -EINVAL;
+        /* etcdctl ignores what flags.SetPflagsFromEnv reports: a bad value leaves the default */
+        (void)set_value(f, v, shown, errbuf, errlen);
     }
     return 0;
 }

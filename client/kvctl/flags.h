@@ -40,7 +40,8 @@ int kvctl_flags_parse(int argc, char **argv, struct kvctl_flag *const *sets, siz
                       char **pos, size_t *n_pos, char *errbuf, size_t errlen);
 
 /* Applies ETCDCTL_<NAME> environment variables to flags of `set` that were not given on the
- * command line (etcdctl's flags.SetPflagsFromEnv). Returns 0 or -EINVAL with errbuf filled. */
+ * command line (etcdctl's flags.SetPflagsFromEnv). Values that do not parse are ignored, as
+ * etcdctl ignores them. Returns 0 (errbuf is scratch space). */
 int kvctl_flags_from_env(struct kvctl_flag *set, char *errbuf, size_t errlen);
 
 /* Go's time.ParseDuration, truncated to milliseconds. Returns 0 or -EINVAL. */

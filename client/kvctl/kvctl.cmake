@@ -13,6 +13,7 @@ if(TARGET kvclient_static AND TARGET kvproto)
     ${KVCTL_DIR}/ops.c
     ${KVCTL_DIR}/print_kv.c
     ${KVCTL_DIR}/print_fields.c
+    ${KVCTL_DIR}/usage.c
     ${KVCTL_DIR}/cmd_kv.c
     ${KVCTL_DIR}/cmd_txn.c
     ${KVCTL_DIR}/cmd_cluster.c

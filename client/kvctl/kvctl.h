@@ -30,6 +30,8 @@ enum {
     KVCTL_EXIT_INTERRUPTED = 5,
     KVCTL_EXIT_IO = 6,
     KVCTL_EXIT_BAD_ARGS = 128,
+    /* not a process status: "help was printed, stop here" (main() exits 0) */
+    KVCTL_EXIT_HELP = 256,
 };
 
 enum kvctl_format {
@@ -59,7 +61,7 @@ struct kvctl {
     const char *raw_cert, *raw_key, *raw_cacert, *raw_user, *raw_password, *raw_discovery;
     const char *raw_discovery_name;
     uint32_t keepalive_time_ms, keepalive_timeout_ms;
-    bool debug, insecure_transport, insecure_discovery, insecure_skip_verify;
+    bool help, debug, insecure_transport, insecure_discovery, insecure_skip_verify;
     struct kvctl_flag *global_flags;
 };
 
@@ -71,6 +73,15 @@ struct kvctl {
  */
 int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *cmd_flags,
                     char **pos, size_t *n_pos);
+
+/* Reports a command-line flag error as etcdctl does (usage on stdout, the error twice on
+ * stderr) for the command named by argv. Returns KVCTL_EXIT_ERROR. */
+int kvctl_flag_error(int argc, char **argv, const char *msg);
+
+/* A group command ("lease", "member", "endpoint") without a known subcommand: prints the
+ * group's help and returns KVCTL_EXIT_HELP, or fails with KVCTL_EXIT_BAD_FEATURE for an
+ * etcdctl subcommand kvctl lacks ("member add"). word may be NULL. */
+int kvctl_group_help(const char *group, const char *word);
 
 /* Prefix-matches `word` against names (cobra's EnablePrefixMatching); -1 if none/ambiguous. */
 int kvctl_match(const char *word, const char *const *names, size_t n);

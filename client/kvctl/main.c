@@ -1,5 +1,6 @@
 /* kvctl entry point: global flags, environment, command dispatch. See kvctl.h. */
 #include "kvctl.h"
+#include "usage.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -59,14 +60,118 @@ static int split_endpoints(struct kvctl *k, const char *list)
     return 0;
 }
 
+/* True when flag word `a` (without "=value") takes the next word as its value. */
+static bool takes_value(const char *a)
+{
+    static const char *const v[] = {"--endpoints",
+                                    "-w",
+                                    "--write-out",
+                                    "--dial-timeout",
+                                    "--command-timeout",
+                                    "--keepalive-time",
+                                    "--keepalive-timeout",
+                                    "--cert",
+                                    "--key",
+                                    "--cacert",
+                                    "--user",
+                                    "--password",
+                                    "-d",
+                                    "--discovery-srv",
+                                    "--discovery-srv-name",
+                                    "--lease",
+                                    "--limit",
+                                    "--rev",
+                                    "--consistency",
+                                    "--order",
+                                    "--sort-by"};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (strcmp(a, v[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The command path ("get", "lease grant") named by a command line, for its usage text. */
+static void command_path(int argc, char **argv, char *out, size_t len)
+{
+    static const char *const top[] = {"get",        "put",      "del",    "txn",
+                                      "compaction", "endpoint", "member", "lease"};
+    static const char *const ep[] = {"health", "status"};
+    static const char *const mem[] = {"list"};
+    static const char *const lease[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
+    out[0] = '\0';
+    int t = -1;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return;
+        if (argv[i][0] == '-') {
+            i += takes_value(argv[i]);
+            continue;
+        }
+        if (t < 0) {
+            t = kvctl_match(argv[i], top, 8);
+            if (t < 0)
+                return;
+            snprintf(out, len, "%s", top[t]);
+            if (t < 5)
+                return;
+            continue;
+        }
+        const char *const *subs = t == 5 ? ep : t == 6 ? mem : lease;
+        size_t ns = t == 5 ? 2 : t == 6 ? 1 : 5;
+        int s = kvctl_match(argv[i], subs, ns);
+        if (s >= 0)
+            snprintf(out, len, "%s %s", top[t], subs[s]);
+        return;
+    }
+}
+
+int kvctl_flag_error(int argc, char **argv, const char *msg)
+{
+    char path[64];
+    /* cobra: the error, the usage on stdout, then etcdctl's main reports the error again */
+    fprintf(stderr, "Error: %s\n", msg);
+    command_path(argc, argv, path, sizeof(path));
+    if (path[0])
+        kvctl_usage(path, stdout);
+    fflush(stdout);
+    fputc('\n', stderr);
+    return kvctl_fail(KVCTL_EXIT_ERROR, "%s", msg);
+}
+
+int kvctl_group_help(const char *group, const char *word)
+{
+    static const char *const missing[] = {"member add", "member remove", "member update",
+                                          "member promote", "endpoint hashkv"};
+    if (word) {
+        for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
+            size_t gl = strlen(group);
+            if (strncmp(missing[i], group, gl) == 0 && missing[i][gl] == ' ' &&
+                strncmp(missing[i] + gl + 1, word, strlen(word)) == 0 && *word)
+                return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl does not implement \"%s\"",
+                                  missing[i]);
+        }
+    }
+    /* cobra: a group without (or with an unknown) subcommand prints its help */
+    kvctl_usage(group, stdout);
+    return KVCTL_EXIT_HELP;
+}
+
 int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *cmd_flags,
                     char **pos, size_t *n_pos)
 {
-    static struct kvctl_flag none[] = {{NULL, 0, KVCTL_FLAG_BOOL, NULL, false}};
+    char path[64];
+    struct kvctl_flag none[] = {{NULL, 0, KVCTL_FLAG_BOOL, NULL, false}};
     struct kvctl_flag *sets[2] = {cmd_flags ? cmd_flags : none, k->global_flags};
     char err[512];
-    if (kvctl_flags_parse(argc, argv, sets, 2, pos, n_pos, err, sizeof(err)) < 0)
-        return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
+    if (kvctl_flags_parse(argc, argv, sets, 2, pos, n_pos, err, sizeof(err)) < 0) {
+        /* cobra prints the usage on stdout; the error is reported twice */
+        return kvctl_flag_error(argc, argv, err);
+    }
+    if (k->help) {
+        command_path(argc, argv, path, sizeof(path));
+        if (path[0] && kvctl_usage(path, stdout) == 0)
+            return KVCTL_EXIT_HELP;
+    }
     if (kvctl_flags_from_env(k->global_flags, err, sizeof(err)) < 0)
         return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
     if (split_endpoints(k, k->raw_endpoints) < 0)
@@ -88,37 +193,6 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
     if (k->raw_discovery && *k->raw_discovery)
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: DNS discovery is not supported yet");
     return 0;
-}
-
-static void usage(void)
-{
-    fputs(
-        "NAME:\n"
-        "\tkvctl - A simple command line client for kvd (etcdctl 3.4 compatible).\n\n"
-        "USAGE:\n"
-        "\tkvctl [flags] <command>\n\n"
-        "COMMANDS:\n"
-        "\tget\t\t\tGets the key or a range of keys\n"
-        "\tput\t\t\tPuts the given key into the store\n"
-        "\tdel\t\t\tRemoves the specified key or range of keys [key, range_end)\n"
-        "\ttxn\t\t\tTxn processes all the requests in one transaction\n"
-        "\tcompaction\t\tCompacts the event history in etcd\n"
-        "\tendpoint health\t\tChecks the healthiness of endpoints specified in `--endpoints` flag\n"
-        "\tendpoint status\t\tPrints out the status of endpoints specified in `--endpoints` flag\n"
-        "\tlease grant\t\tCreates leases\n"
-        "\tlease revoke\t\tRevokes leases\n"
-        "\tlease timetolive\tGet lease information\n"
-        "\tlease list\t\tList all active leases\n"
-        "\tlease keep-alive\tKeeps leases alive (renew)\n"
-        "\tmember list\t\tLists all members in the cluster\n\n"
-        "GLOBAL OPTIONS:\n"
-        "      --command-timeout=5s\t\ttimeout for short running command (excluding dial "
-        "timeout)\n"
-        "      --dial-timeout=2s\t\t\tdial timeout for client connections\n"
-        "      --endpoints=[127.0.0.1:2379]\tgRPC endpoints\n"
-        "      --hex[=false]\t\t\tprint byte strings as hex encoded strings\n"
-        "  -w, --write-out=\"simple\"\t\tset the output format (json, simple, table)\n",
-        stdout);
 }
 
 int main(int argc, char **argv)
@@ -152,6 +226,7 @@ int main(int argc, char **argv)
         {"password", 0, KVCTL_FLAG_STRING, &k.raw_password, false},
         {"discovery-srv", 'd', KVCTL_FLAG_STRING, &k.raw_discovery, false},
         {"discovery-srv-name", 0, KVCTL_FLAG_STRING, &k.raw_discovery_name, false},
+        {"help", 'h', KVCTL_FLAG_BOOL, &k.help, false},
         {NULL, 0, KVCTL_FLAG_BOOL, NULL, false},
     };
     k.global_flags = globals;
@@ -169,7 +244,7 @@ int main(int argc, char **argv)
             break;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage();
+            kvctl_usage("", stdout);
             return 0;
         }
         /* a global value flag given without '=' consumes the next word */
@@ -185,7 +260,7 @@ int main(int argc, char **argv)
         }
     }
     if (!cmd) {
-        usage();
+        kvctl_usage("", stdout);
         return 0;
     }
     static const char *const names[] = {"get",        "put",      "del",    "txn",
@@ -203,6 +278,8 @@ int main(int argc, char **argv)
     } else {
         rc = fns[idx](&k, argc - 1, argv + 1);
     }
+    if (rc == KVCTL_EXIT_HELP)
+        rc = 0;
     fflush(stdout);
     kvc_close(k.client);
     free_endpoints(&k);

@@ -195,8 +195,7 @@ static void call_timer_cb(uv_timer_t *t)
             call_finish(call, KVC_DEADLINE_EXCEEDED, msg, 0);
         } else if (now >= call->dial_deadline) {
             snprintf(msg, sizeof msg, "kvclient: no connection within %u ms%s%s",
-                     c->cfg.dial_timeout_ms, c->last_err[0] ? "; last error: " : "",
-                     c->last_err);
+                     c->cfg.dial_timeout_ms, c->last_err[0] ? "; last error: " : "", c->last_err);
             call_finish(call, KVC_UNAVAILABLE, msg, 0);
         } else {
             arm_timer(call);
@@ -345,13 +344,16 @@ void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err)
 /* ---- submission (any thread) ---- */
 
 int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg,
-                         kvc_error *err)
+                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg, kvc_error *err)
 {
     if (!c || !method || method[0] != '/' || (!req && req_len) || !cb)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     if (req_len > 0x7fffffffu)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: request too large");
+    /* From a callback during kvc_close: the client is going away. (Other threads must not
+     * race kvc_close: documented precondition.) */
+    if (kvc_loop_on_thread(c->lg) && c->closing)
+        return kvc_fail(err, KVC_CANCELLED, "kvclient: client closed");
     unsigned prev = atomic_fetch_add(&c->pending, 1);
     if (prev >= c->cfg.max_pending) {
         atomic_fetch_sub(&c->pending, 1);
@@ -436,8 +438,7 @@ static void sync_cb(void *arg, int status, const kvc_error *err, uint8_t *resp, 
 }
 
 int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags,
-                   kvc_error *err)
+                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, int flags, kvc_error *err)
 {
     if (resp)
         *resp = NULL;

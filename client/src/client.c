@@ -68,14 +68,12 @@ void kvc_dispatch(struct kvc_cmd *cmd)
     case CMD_CALL:
         kvc_call_start(cmd->p);
         break;
-    case CMD_KA_ADD:
-    {
+    case CMD_KA_ADD: {
         kvc_error e;
         int rc = kvc_ka_add(c, cmd->p, &e);
         kvc_waiter_signal(cmd->w, rc, rc ? &e : NULL);
         kvc_conn_flush(c);
-    } 
-        break;
+    } break;
     case CMD_KA_STOP:
         kvc_ka_stop_loop(c, cmd->p);
         kvc_waiter_signal(cmd->w, 0, NULL);
@@ -93,6 +91,9 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
     *out = NULL;
     if (!cfg || !cfg->endpoints || cfg->n_endpoints == 0)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: no endpoints configured");
+    if (cfg->loop_group && kvc_loop_on_thread(cfg->loop_group))
+        return kvc_fail(err, KVC_FAILED_PRECONDITION,
+                        "kvclient: kvc_open from the I/O thread of its own loop group");
     kvc_client *c = calloc(1, sizeof *c);
     if (!c)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");

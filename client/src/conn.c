@@ -145,8 +145,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     kvc_client *c = cn->c;
     if (cn->dead)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
-        !cn->ready) {
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) && !cn->ready) {
         cn->ready = 1;
         c->state = CS_READY;
         c->ready_at = kvc_now_ms();
@@ -177,8 +176,7 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
 }
 
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
-                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
-                     void *ud)
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
 {
     (void)flags;
     struct kvc_conn *cn = ud;
@@ -429,8 +427,7 @@ static void conn_start(kvc_client *c)
     if (!cn) {
         snprintf(c->last_err, sizeof c->last_err, "out of memory");
         c->state = CS_BACKOFF;
-        uv_timer_start(&c->conn_timer, conn_timer_cb, kvc_backoff_ms(c, c->backoff_attempt++),
-                       0);
+        uv_timer_start(&c->conn_timer, conn_timer_cb, kvc_backoff_ms(c, c->backoff_attempt++), 0);
         return;
     }
     cn->c = c;
@@ -456,10 +453,7 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
 {
     struct kvc_conn *cn = c->conn;
     char tmo[24];
-#define NV(n, v)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE                 \
-    }
+#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv nva[8] = {
         NV(":method", "POST"),
         NV(":scheme", "http"),
@@ -467,7 +461,8 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
         NV(":authority", c->eps[c->ep_idx].authority),
         NV("content-type", "application/grpc"),
         NV("te", "trailers"),
-        NV("user-agent", "kvclient/" "0.1.0"),
+        NV("user-agent", "kvclient/"
+                         "0.1.0"),
     };
     size_t n = 7;
     if (deadline) {

@@ -48,15 +48,15 @@ int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err)
                             "kvclient: bad endpoint '%s': expected host:port", s);
         hlen = (size_t)(colon - p);
         if (hlen == 0 || hlen >= sizeof host)
-            return kvc_fail(err, KVC_INVALID_ARGUMENT,
-                            "kvclient: bad endpoint '%s': missing host", s);
+            return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': missing host",
+                            s);
         memcpy(host, p, hlen);
     }
     host[hlen] = '\0';
     for (size_t i = 0; i < hlen; i++)
         if (isspace((unsigned char)host[i]) || host[i] == '/' || host[i] == '@')
-            return kvc_fail(err, KVC_INVALID_ARGUMENT,
-                            "kvclient: bad endpoint '%s': invalid host", s);
+            return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': invalid host",
+                            s);
     size_t plen = (size_t)(p + n - colon - 1);
     if (plen == 0 || plen > 5)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': bad port", s);
@@ -65,13 +65,12 @@ int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err)
     long pv = 0;
     for (size_t i = 0; i < plen; i++) {
         if (!isdigit((unsigned char)port[i]))
-            return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': bad port",
-                            s);
+            return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': bad port", s);
         pv = pv * 10 + (port[i] - '0');
     }
     if (pv < 1 || pv > 65535)
-        return kvc_fail(err, KVC_INVALID_ARGUMENT,
-                        "kvclient: bad endpoint '%s': port out of range", s);
+        return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': port out of range",
+                        s);
     if (strchr(host, ':'))
         snprintf(ep->authority, sizeof ep->authority, "[%s]:%ld", host, pv);
     else

@@ -218,8 +218,7 @@ int kvc_grpc_final_status(const struct kvc_h2stream *s, uint32_t h2err, int got_
         return kvc_http_to_grpc(s->http_status);
     }
     if (h2err != NGHTTP2_NO_ERROR) {
-        snprintf(msg, msgsz, "kvclient: stream reset by server: %s",
-                 nghttp2_http2_strerror(h2err));
+        snprintf(msg, msgsz, "kvclient: stream reset by server: %s", nghttp2_http2_strerror(h2err));
         return kvc_h2_error_to_grpc(h2err);
     }
     snprintf(msg, msgsz, "kvclient: stream ended without grpc-status");

@@ -60,8 +60,8 @@ struct kvc_loop_group {
     uv_thread_t thread;
     uv_thread_t tid; /* id of the I/O thread, for "am I on the loop" checks */
     pthread_mutex_t mu;
-    struct kvc_cmd *head, *tail; /* mu */
-    int stop;                    /* mu */
+    struct kvc_cmd *head, *tail;       /* mu */
+    int stop;                          /* mu */
     uint8_t readbuf[KVC_READBUF_SIZE]; /* loop: shared by all connections of the group */
     uint8_t *scratch;                  /* loop: write coalescing buffer */
     size_t scratch_cap;
@@ -100,7 +100,7 @@ struct kvc_h2stream {
     struct kvc_rbuf rb;
     int nmsgs;
     int wire; /* request HEADERS frame went out */
-    int bad; /* framing/size error seen: code stored in grpc_status-like field below */
+    int bad;  /* framing/size error seen: code stored in grpc_status-like field below */
     int bad_code;
     char bad_msg[160];
 };
@@ -140,10 +140,10 @@ struct kvc_call {
     uint64_t dial_deadline; /* ms: fail when still without a connection */
     int flags;
     int attempts;
-    int state;              /* loop */
-    int sent_any;           /* loop: request headers handed to the connection */
+    int state;                    /* loop */
+    int sent_any;                 /* loop: request headers handed to the connection */
     struct kvc_call *prev, *next; /* loop: waiting or in-flight list */
-    uv_timer_t timer;       /* loop: deadline / retry timer; the call is freed in its close cb */
+    uv_timer_t timer; /* loop: deadline / retry timer; the call is freed in its close cb */
     uint64_t retry_at;
     uint8_t *resp;
     size_t resp_len;
@@ -159,8 +159,8 @@ void kvc_call_list_push(struct kvc_call_list *l, struct kvc_call *call);
 void kvc_call_list_remove(struct kvc_call_list *l, struct kvc_call *call);
 
 /* Loop side of calls. */
-void kvc_call_start(struct kvc_call *call);      /* CMD_CALL arrived */
-void kvc_calls_on_ready(kvc_client *c);          /* connection became usable */
+void kvc_call_start(struct kvc_call *call); /* CMD_CALL arrived */
+void kvc_calls_on_ready(kvc_client *c);     /* connection became usable */
 void kvc_calls_on_conn_lost(kvc_client *c, const char *reason);
 void kvc_calls_fail_all(kvc_client *c, int code, const char *msg);
 void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err);
@@ -176,10 +176,10 @@ struct kvc_conn {
     uv_connect_t creq;
     nghttp2_session *h2;
     size_t write_pending;
-    int dead;       /* torn down; waiting for close callbacks */
-    int ready;      /* server SETTINGS received */
-    int draining;   /* GOAWAY received or failover requested: no new streams */
-    int in_recv;    /* inside nghttp2_session_mem_recv */
+    int dead;     /* torn down; waiting for close callbacks */
+    int ready;    /* server SETTINGS received */
+    int draining; /* GOAWAY received or failover requested: no new streams */
+    int in_recv;  /* inside nghttp2_session_mem_recv */
     int got_bytes;
     char fail_reason[200];
 };
@@ -206,13 +206,13 @@ struct kvc_keepalive {
     kvc_client *c;
     int64_t id;
     int64_t ttl_ms;
-    uint64_t next_send; /* loop */
-    uint64_t deadline;  /* loop */
-    size_t heap_idx;    /* loop */
-    int in_heap;        /* loop */
-    int want_send;      /* loop: a renewal is due but the stream is down */
-    int registered;     /* loop: in the map */
-    struct kvc_keepalive *hnext; /* loop: map chain */
+    uint64_t next_send;                  /* loop */
+    uint64_t deadline;                   /* loop */
+    size_t heap_idx;                     /* loop */
+    int in_heap;                         /* loop */
+    int want_send;                       /* loop: a renewal is due but the stream is down */
+    int registered;                      /* loop: in the map */
+    struct kvc_keepalive *hnext;         /* loop: map chain */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
     void *arg;
@@ -262,13 +262,13 @@ struct kvc_client {
     kvc_config cfg;
     struct kvc_endpoint *eps;
     size_t n_eps;
-    size_t ep_idx;            /* loop */
-    int state;                /* loop: enum kvc_conn_state */
-    struct kvc_conn *conn;    /* loop */
-    uv_timer_t conn_timer;    /* loop: dial timeout and reconnect backoff */
-    unsigned backoff_attempt; /* loop */
-    char last_err[240];       /* loop */
-    uint64_t rng;             /* loop */
+    size_t ep_idx;                 /* loop */
+    int state;                     /* loop: enum kvc_conn_state */
+    struct kvc_conn *conn;         /* loop */
+    uv_timer_t conn_timer;         /* loop: dial timeout and reconnect backoff */
+    unsigned backoff_attempt;      /* loop */
+    char last_err[240];            /* loop */
+    uint64_t rng;                  /* loop */
     struct kvc_call_list waiting;  /* loop: calls waiting for a usable connection */
     struct kvc_call_list inflight; /* loop: calls with a stream */
     struct kvc_call_list retrying; /* loop: calls waiting for their retry backoff */
@@ -287,8 +287,8 @@ struct kvc_client {
 };
 
 void kvc_client_handle_closed(kvc_client *c); /* a client handle's close cb ran */
-void kvc_dispatch(struct kvc_cmd *cmd);         /* loop: run one command */
-void kvc_handle_closed_cb(uv_handle_t *h);      /* close cb for handles whose data is the client */
+void kvc_dispatch(struct kvc_cmd *cmd);       /* loop: run one command */
+void kvc_handle_closed_cb(uv_handle_t *h);    /* close cb for handles whose data is the client */
 #define KVC_STAT_INC(c, f) atomic_fetch_add_explicit(&(c)->st.f, 1, memory_order_relaxed)
 
 #endif

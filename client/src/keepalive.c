@@ -589,8 +589,8 @@ void kvc_ka_close_all(kvc_client *c)
 
 /* ---- public API ---- */
 
-int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb,
-                        void *arg, kvc_keepalive **out, kvc_error *err)
+int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_cb cb, void *arg,
+                        kvc_keepalive **out, kvc_error *err)
 {
     if (out)
         *out = NULL;

@@ -576,7 +576,8 @@ int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32
     free(req);
     if (rc != 0)
         return rc;
-    Etcdserverpb__CompactionResponse *cr = etcdserverpb__compaction_response__unpack(NULL, len, resp);
+    Etcdserverpb__CompactionResponse *cr =
+        etcdserverpb__compaction_response__unpack(NULL, len, resp);
     free(resp);
     if (!cr)
         return kvc_fail(err, KVC_INTERNAL, "kvclient: cannot decode the response");
@@ -592,8 +593,8 @@ int kvc_get_async(kvc_client *c, const void *key, size_t key_len, const kvc_rang
     CHECK_KEY(c, key, key_len);
     size_t n = 0;
     uint8_t *req = pack_range(key, key_len, opts, &n);
-    return async_call(c, PATH_RANGE, req, n, KVC_IDEMPOTENT, timeout_ms, K_RANGE, (void *)cb,
-                      arg, err);
+    return async_call(c, PATH_RANGE, req, n, KVC_IDEMPOTENT, timeout_ms, K_RANGE, (void *)cb, arg,
+                      err);
 }
 
 int kvc_put_async(kvc_client *c, const void *key, size_t key_len, const void *value,
@@ -743,8 +744,8 @@ int kvc_txn_cmp_int(kvc_txn *t, const void *key, size_t key_len, int target, int
     return add_cmp(t, cm);
 }
 
-int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result,
-                      const void *value, size_t value_len)
+int kvc_txn_cmp_value(kvc_txn *t, const void *key, size_t key_len, int result, const void *value,
+                      size_t value_len)
 {
     if (!t || (!key && key_len) || (!value && value_len) || result < 0 ||
         result > KVC_CMP_NOT_EQUAL)
@@ -784,8 +785,7 @@ static Etcdserverpb__RequestOp *op_new(void)
             return -KVC_INVALID_ARGUMENT;                                                          \
     } while (0)
 
-int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len,
-                const kvc_range_opts *opts)
+int kvc_txn_get(kvc_txn *t, int branch, const void *key, size_t key_len, const kvc_range_opts *opts)
 {
     CHECK_OP(t, branch, key, key_len);
     Etcdserverpb__RequestOp *op = op_new();

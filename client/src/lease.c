@@ -48,11 +48,12 @@ int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_
     r.id = id;
     uint8_t *resp;
     size_t len;
-    int rc = call_msg(c, "/etcdserverpb.Lease/LeaseGrant", &r.base, flags, timeout_ms, &resp,
-                      &len, err);
+    int rc =
+        call_msg(c, "/etcdserverpb.Lease/LeaseGrant", &r.base, flags, timeout_ms, &resp, &len, err);
     if (rc != 0)
         return rc;
-    Etcdserverpb__LeaseGrantResponse *g = etcdserverpb__lease_grant_response__unpack(NULL, len, resp);
+    Etcdserverpb__LeaseGrantResponse *g =
+        etcdserverpb__lease_grant_response__unpack(NULL, len, resp);
     free(resp);
     if (!g)
         return DECODE_FAIL();
@@ -111,8 +112,8 @@ int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t ti
     r.keys = with_keys != 0;
     uint8_t *resp;
     size_t len;
-    int rc = call_msg(c, "/etcdserverpb.Lease/LeaseTimeToLive", &r.base, KVC_IDEMPOTENT,
-                      timeout_ms, &resp, &len, err);
+    int rc = call_msg(c, "/etcdserverpb.Lease/LeaseTimeToLive", &r.base, KVC_IDEMPOTENT, timeout_ms,
+                      &resp, &len, err);
     if (rc != 0)
         return rc;
     Etcdserverpb__LeaseTimeToLiveResponse *t =
@@ -196,8 +197,8 @@ int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
     r.id = id;
     uint8_t *resp;
     size_t len;
-    int rc = call_msg(c, "/etcdserverpb.Lease/LeaseKeepAlive", &r.base, KVC_IDEMPOTENT,
-                      timeout_ms, &resp, &len, err);
+    int rc = call_msg(c, "/etcdserverpb.Lease/LeaseKeepAlive", &r.base, KVC_IDEMPOTENT, timeout_ms,
+                      &resp, &len, err);
     if (rc != 0)
         return rc;
     Etcdserverpb__LeaseKeepAliveResponse *k =

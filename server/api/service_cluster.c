@@ -54,15 +54,12 @@ static void on_member_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
         n++;
     }
 
-    kv_store_status ss = {0};
-    kv_store_get_status(s->store, &ss);
     Etcdserverpb__MemberListResponse r = ETCDSERVERPB__MEMBER_LIST_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     const kv_header_info *hi = kv_node_header(s->node);
     h.cluster_id = hi->cluster_id;
     h.member_id = hi->member_id;
-    h.raft_term = hi->raft_term;
-    h.revision = ss.revision;
+    h.raft_term = hi->raft_term; /* etcd's MemberList header carries no revision */
     r.header = &h;
     r.members = mp;
     r.n_members = n;

@@ -277,7 +277,7 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
     if (call->started)
         return;
     call->started = 1;
-    if (call->saw_method && !call->saw_post) {
+    if (!call->saw_post) {
         early_abort(call, 405, "transport: :method must be POST");
         return;
     }

@@ -213,10 +213,24 @@ static void register_metrics(kv_grpc_server *s)
     s->m_ref_conn = refused(m, "conn_limit");
     s->m_ref_sendbuf = refused(m, "send_buffer");
     s->m_ref_recvbuf = refused(m, "recv_buffer");
-    kv_metrics_gauge_fn(m, "kvd_grpc_conn_buffered_bytes_max",
-                        "Largest per-connection buffered bytes (in + out).", buffered_max, s);
-    kv_metrics_gauge_fn(m, "kvd_grpc_conn_buffered_bytes_total",
-                        "Buffered bytes (in + out) over all connections.", buffered_total, s);
+}
+
+/* Per-listener callback gauges, so several servers can share one registry. */
+static void register_listener_metrics(kv_grpc_server *s, const char *host, int port)
+{
+    if (!s->metrics)
+        return;
+    char labels[160];
+    int n = snprintf(labels, sizeof(labels), "listener=\"%.100s:%d\"", host, port);
+    for (int i = 10; i < n - 1 && i < (int)sizeof(labels) - 1; i++)
+        if (labels[i] == '"' || labels[i] == '\\' || labels[i] == '\n')
+            labels[i] = '_';
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_conn_buffered_bytes_max",
+                                "Largest per-connection buffered bytes (in + out).", labels,
+                                buffered_max, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_conn_buffered_bytes_total",
+                                "Buffered bytes (in + out) over all connections.", labels,
+                                buffered_total, s);
 }
 
 /* ---- lifecycle ---- */
@@ -261,6 +275,11 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     if (nghttp2_option_new(&s->opt) != 0)
         goto fail;
     nghttp2_option_set_no_auto_window_update(s->opt, 1);
+    /* nghttp2's HTTP messaging checks reject what grpc-go clients send in practice, e.g.
+     * etcdctl's ":authority: http://127.0.0.1:2379" (a '/' is not valid in an authority),
+     * which Go's HTTP/2 server accepts. grpc_call.c does the checks gRPC needs itself
+     * (POST, :path, content-type); everything else is framing, which nghttp2 still checks. */
+    nghttp2_option_set_no_http_messaging(s->opt, 1);
     rv = uv_tcp_init(loop, &s->listener);
     if (rv < 0)
         goto fail;
@@ -363,6 +382,7 @@ int kv_grpc_server_listen(kv_grpc_server *s, const char *host, int port)
     if (rv < 0)
         return rv;
     s->listening = 1;
+    register_listener_metrics(s, host, kv_grpc_server_port(s));
     if (s->cfg.ping_interval_ms)
         uv_timer_start(&s->ping_timer, ping_cb, s->cfg.ping_interval_ms, s->cfg.ping_interval_ms);
     return 0;

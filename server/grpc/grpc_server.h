@@ -4,6 +4,8 @@
  * Contract:
  * - Everything runs on the loop thread passed to kv_grpc_server_init(); no function here is
  *   thread-safe. Callbacks are invoked on that loop.
+ * - The process must ignore SIGPIPE (libuv writes with write(2); a peer that reset the
+ *   connection would otherwise kill the process).
  * - One HTTP/2 stream is one RPC (kv_grpc_call). The transport owns every kv_grpc_call: the
  *   app may use a call pointer from the first callback it receives for it until it either
  *   calls kv_grpc_call_finish() or receives on_cancel(); after that the pointer is invalid.

@@ -10,7 +10,8 @@
  *   head exceeds max_header_bytes; 408-less silent close when the head does not arrive within
  *   request_timeout_ms). Every response carries "Connection: close" and the connection is
  *   closed after it is written; request bodies are not read.
- * - One libuv loop, not thread-safe. Handles are freed only in close callbacks.
+ * - One libuv loop, not thread-safe. Handles are freed only in close callbacks. The process must
+ *   ignore SIGPIPE (libuv writes with write(2)).
  * - Bounds: max_header_bytes per request, max_connections (excess accepted then closed).
  */
 #ifndef KV_HTTP_SERVER_H

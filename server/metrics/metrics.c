@@ -189,10 +189,16 @@ kv_metric *kv_metrics_gauge(kv_metrics *m, const char *name, const char *help, c
 int kv_metrics_gauge_fn(kv_metrics *m, const char *name, const char *help, double (*fn)(void *arg),
                         void *arg)
 {
+    return kv_metrics_gauge_fn_labeled(m, name, help, NULL, fn, arg);
+}
+
+int kv_metrics_gauge_fn_labeled(kv_metrics *m, const char *name, const char *help,
+                                const char *labels, double (*fn)(void *arg), void *arg)
+{
     int err;
     if (!fn)
         return -EINVAL;
-    kv_metric *x = get_or_create(m, K_GAUGE_FN, name, help, "", &err);
+    kv_metric *x = get_or_create(m, K_GAUGE_FN, name, help, labels, &err);
     if (!x)
         return err;
     x->fn = fn;

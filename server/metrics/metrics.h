@@ -43,6 +43,10 @@ kv_metric *kv_metrics_gauge(kv_metrics *m, const char *name, const char *help, c
  * Returns 0, -EINVAL, -EEXIST (type conflict), -ENOSPC (full) or -ENOMEM. */
 int kv_metrics_gauge_fn(kv_metrics *m, const char *name, const char *help, double (*fn)(void *arg),
                         void *arg);
+/* (addition) Like kv_metrics_gauge_fn, for the series (name, labels): lets several owners
+ * (e.g. one per listener) export the same family. */
+int kv_metrics_gauge_fn_labeled(kv_metrics *m, const char *name, const char *help,
+                                const char *labels, double (*fn)(void *arg), void *arg);
 /* Detaches every callback gauge registered with arg (they are no longer rendered). Must be
  * called before arg is freed. */
 void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg);

@@ -61,6 +61,7 @@ static int i64_cmp(int64_t a, int64_t b)
     return a < b ? -1 : a > b ? 1 : 0;
 }
 
+/* Comparators of the sort target alone; cmp_directed breaks ties by key. */
 static int cmp_key(const void *a, const void *b)
 {
     const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
@@ -69,26 +70,22 @@ static int cmp_key(const void *a, const void *b)
 static int cmp_version(const void *a, const void *b)
 {
     const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    int c = i64_cmp(x->version, y->version);
-    return c ? c : bytes_cmp(&x->key, &y->key);
+    return i64_cmp(x->version, y->version);
 }
 static int cmp_create(const void *a, const void *b)
 {
     const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    int c = i64_cmp(x->create_revision, y->create_revision);
-    return c ? c : bytes_cmp(&x->key, &y->key);
+    return i64_cmp(x->create_revision, y->create_revision);
 }
 static int cmp_mod(const void *a, const void *b)
 {
     const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    int c = i64_cmp(x->mod_revision, y->mod_revision);
-    return c ? c : bytes_cmp(&x->key, &y->key);
+    return i64_cmp(x->mod_revision, y->mod_revision);
 }
 static int cmp_value(const void *a, const void *b)
 {
     const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    int c = bytes_cmp(&x->value, &y->value);
-    return c ? c : bytes_cmp(&x->key, &y->key);
+    return bytes_cmp(&x->value, &y->value);
 }
 
 static bool pruned(const Etcdserverpb__RangeRequest *r, const Mvccpb__KeyValue *kv)
@@ -97,6 +94,21 @@ static bool pruned(const Etcdserverpb__RangeRequest *r, const Mvccpb__KeyValue *
            (r->min_mod_revision && kv->mod_revision < r->min_mod_revision) ||
            (r->max_create_revision && kv->create_revision > r->max_create_revision) ||
            (r->min_create_revision && kv->create_revision < r->min_create_revision);
+}
+
+typedef struct sort_ctx {
+    int (*cmp)(const void *, const void *);
+    int descend;
+} sort_ctx;
+
+/* Target order (reversed when descending), then ascending key: a total order. */
+static int cmp_directed(const void *a, const void *b, void *arg)
+{
+    const sort_ctx *sc = arg;
+    int c = sc->cmp(a, b);
+    if (c != 0)
+        return sc->descend ? -c : c;
+    return sc->cmp == cmp_key ? 0 : cmp_key(a, b);
 }
 
 /* [key, end) covers every possible key: key "\0" (the smallest non-empty key), end "\0". */
@@ -198,14 +210,10 @@ int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint6
         default:
             break;
         }
-        qsort(resp->kvs, resp->n_kvs, sizeof *resp->kvs, cmp);
-        if (order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND) {
-            for (size_t i = 0, j = resp->n_kvs - 1; i < j; i++, j--) {
-                Mvccpb__KeyValue *t = resp->kvs[i];
-                resp->kvs[i] = resp->kvs[j];
-                resp->kvs[j] = t;
-            }
-        }
+        /* Ties keep ascending key order in both directions, as etcd's sort does (the walk
+         * yields keys in order, and Go's sort is stable on the small inputs clients see). */
+        sort_ctx sc = {cmp, order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND};
+        qsort_r(resp->kvs, resp->n_kvs, sizeof *resp->kvs, cmp_directed, &sc);
     }
     if (r->limit > 0 && (int64_t)resp->n_kvs > r->limit) {
         for (size_t i = (size_t)r->limit; i < resp->n_kvs; i++)

@@ -81,8 +81,8 @@ static int call_fake(int mode, kvc_error *e, int *accepted)
     uint8_t *resp = NULL;
     size_t len = 0;
     uint64_t t0 = kvt_now_ms();
-    int rc = kvc_call_unary(c, "/etcdserverpb.KV/Range", NULL, 0, &resp, &len, 5000,
-                            KVC_IDEMPOTENT, e);
+    int rc =
+        kvc_call_unary(c, "/etcdserverpb.KV/Range", NULL, 0, &resp, &len, 5000, KVC_IDEMPOTENT, e);
     uint64_t dt = kvt_now_ms() - t0;
     cr_assert_null(resp);
     cr_assert_lt(dt, 3000, "the dial timeout bounds the wait (took %llu ms)",
@@ -100,8 +100,7 @@ Test(client_badinput, server_accepts_and_closes)
     int accepted;
     int rc = call_fake(KVT_FAKE_CLOSE, &e, &accepted);
     cr_assert_eq(rc, -KVC_UNAVAILABLE, "rc %d: %s", rc, e.message);
-    cr_assert(strstr(e.message, "before the HTTP/2 handshake"),
-              "message: %s", e.message);
+    cr_assert(strstr(e.message, "before the HTTP/2 handshake"), "message: %s", e.message);
     cr_assert_geq(accepted, 2, "it keeps retrying with backoff within the dial timeout");
     cr_assert_lt(accepted, 40, "backoff bounds the reconnect rate (%d connects)", accepted);
     cr_assert_eq(kvt_count_fds(), fds);
@@ -116,8 +115,7 @@ Test(client_badinput, server_speaks_http1)
     int accepted;
     int rc = call_fake(KVT_FAKE_HTTP1, &e, &accepted);
     cr_assert_eq(rc, -KVC_UNAVAILABLE, "rc %d: %s", rc, e.message);
-    cr_assert(strstr(e.message, "server speaks HTTP/1.x, not HTTP/2"), "message: %s",
-              e.message);
+    cr_assert(strstr(e.message, "server speaks HTTP/1.x, not HTTP/2"), "message: %s", e.message);
     cr_assert(strstr(e.message, "HTTP/1.1 400 Bad Request"), "message: %s", e.message);
     cr_assert_eq(kvt_count_fds(), fds);
     cr_assert_eq(kvt_count_threads(), threads);

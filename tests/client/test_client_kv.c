@@ -124,8 +124,8 @@ Test(client_kv, typed_get_put_delete_with_options)
     cr_assert_eq(r.kvs[0].version, 2);
     kvc_range_result_free(&r);
 
-    kvc_range_opts lim = {.prefix = 1, .limit = 2, .sort_order = KVC_SORT_DESCEND,
-                          .sort_target = KVC_SORT_KEY};
+    kvc_range_opts lim = {
+        .prefix = 1, .limit = 2, .sort_order = KVC_SORT_DESCEND, .sort_target = KVC_SORT_KEY};
     cr_assert_eq(kvc_get(cli, "app/", 4, &lim, 3000, &r, &e), 0, "%s", e.message);
     cr_assert_eq(r.n_kvs, 2);
     cr_assert(r.more);
@@ -351,4 +351,33 @@ Test(client_kv, lease_unary_calls)
     int rc = kvc_lease_keepalive_once(cli, g.id, 3000, &k, &e);
     cr_assert(rc == -KVC_NOT_FOUND || (rc == 0 && k.ttl == 0), "rc %d ttl %lld: %s", rc,
               (long long)k.ttl, e.message);
+}
+
+Test(client_kv, oversized_response_is_refused_and_the_connection_survives)
+{
+    const char *eps[] = {srv.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    cfg.max_response_bytes = 1000;
+    kvc_client *c;
+    cr_assert_eq(kvc_open(&c, &cfg, NULL), 0);
+    static char big[4000];
+    memset(big, 'x', sizeof big);
+    kvc_error e;
+    cr_assert_eq(kvc_put(c, "big", 3, big, sizeof big, NULL, 3000, NULL, &e), 0, "%s", e.message);
+    kvc_range_result r;
+    int rc = kvc_get(c, "big", 3, NULL, 3000, &r, &e);
+    cr_assert_eq(rc, -KVC_RESOURCE_EXHAUSTED, "rc %d: %s", rc, e.message);
+    cr_assert(strstr(e.message, "exceeds the limit of 1000"), "%s", e.message);
+    /* Only that stream was reset: the same connection keeps serving. */
+    kvc_range_opts ko = {.keys_only = 1};
+    cr_assert_eq(kvc_get(c, "big", 3, &ko, 3000, &r, &e), 0, "%s", e.message);
+    cr_assert_eq(r.n_kvs, 1);
+    kvc_range_result_free(&r);
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_eq(s.connects, 1);
+    kvc_close(c);
 }

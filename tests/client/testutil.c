@@ -113,6 +113,69 @@ int kvt_wait_h2(int port, int timeout_ms)
     return -1;
 }
 
+double kvt_metric(const struct kvt_server *s, const char *name, const char *filter)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)s->metrics_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req, strlen(req)) < 0) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 3000) <= 0)
+            break;
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    double sum = -1;
+    size_t nl = strlen(name);
+    for (char *line = buf; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (strncmp(line, name, nl) == 0 && (line[nl] == '{' || line[nl] == ' ') &&
+            (!filter || strstr(line, filter))) {
+            char *sp = strrchr(line, ' ');
+            if (sp) {
+                if (sum < 0)
+                    sum = 0;
+                sum += strtod(sp + 1, NULL);
+            }
+        }
+        line = next;
+    }
+    free(buf);
+    return sum;
+}
+
+double kvt_server_keepalives(const struct kvt_server *s)
+{
+    if (strcmp(s->kind, "kvd") == 0)
+        return kvt_metric(s, "kvd_lease_keepalive_requests_total", NULL);
+    return kvt_metric(s, "grpc_server_msg_received_total", "grpc_method=\"LeaseKeepAlive\"");
+}
+
 static void pick_kind(struct kvt_server *s)
 {
     const char *k = getenv("KV_TEST_SERVER");
@@ -151,15 +214,13 @@ static int spawn(struct kvt_server *s)
             close(fd);
         }
         if (strcmp(s->kind, "kvd") == 0)
-            execl(bin, "kvd", "--name", "default", "--data-dir", s->dir,
-                  "--listen-client-urls", curl, "--listen-peer-urls", purl,
-                  "--listen-metrics-urls", murl, (char *)NULL);
+            execl(bin, "kvd", "--name", "default", "--data-dir", s->dir, "--listen-client-urls",
+                  curl, "--listen-peer-urls", purl, "--listen-metrics-urls", murl, (char *)NULL);
         else
-            execl(bin, "etcd", "--name", "default", "--data-dir", s->dir,
-                  "--listen-client-urls", curl, "--advertise-client-urls", curl,
-                  "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-                  "--initial-cluster", cluster, "--listen-metrics-urls", murl,
-                  (char *)NULL);
+            execl(bin, "etcd", "--name", "default", "--data-dir", s->dir, "--listen-client-urls",
+                  curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+                  "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+                  "--listen-metrics-urls", murl, (char *)NULL);
         _exit(127);
     }
     s->pid = pid;
@@ -182,8 +243,8 @@ int kvt_server_start(struct kvt_server *s)
     if (spawn(s) != 0)
         return -1;
     if (kvt_wait_port(s->client_port, 15000) != 0) {
-        fprintf(stderr, "server %s did not listen on %d (log %s.log)\n", s->kind,
-                s->client_port, s->dir);
+        fprintf(stderr, "server %s did not listen on %d (log %s.log)\n", s->kind, s->client_port,
+                s->dir);
         return -1;
     }
     /* Listening is not serving: wait for a successful read. */
@@ -269,8 +330,8 @@ static int count_in(const char *path, int port, const unsigned long *inodes, int
         char local[80], remote[80];
         unsigned st;
         unsigned long ino;
-        if (sscanf(line, "%*d: %79s %79s %x %*s %*s %*s %*s %*s %lu", local, remote, &st,
-                   &ino) != 4)
+        if (sscanf(line, "%*d: %79s %79s %x %*s %*s %*s %*s %*s %lu", local, remote, &st, &ino) !=
+            4)
             continue;
         char *colon = strrchr(remote, ':');
         if (!colon)

@@ -17,6 +17,13 @@ struct kvt_server {
     char kind[8]; /* "etcd" or "kvd" */
 };
 
+/* Sum of the values of the Prometheus series `name` (optionally only lines containing
+ * `filter`) scraped from http://127.0.0.1:<metrics_port>/metrics; -1 if none is exposed. */
+double kvt_metric(const struct kvt_server *s, const char *name, const char *filter);
+/* Server-side count of LeaseKeepAlive requests: kvd_lease_keepalive_requests_total (kvd) or
+ * grpc_server_msg_received_total{grpc_method="LeaseKeepAlive"} (etcd); -1 if unavailable. */
+double kvt_server_keepalives(const struct kvt_server *s);
+
 /* Pick a free loopback TCP port. */
 int kvt_free_port(void);
 /* Start a fresh server (new temp data dir and ports); waits until it serves a Range. */

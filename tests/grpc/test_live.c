@@ -255,6 +255,31 @@ Test(live, unknown_method_and_service)
     free(h.metrics_text);
 }
 
+Test(live, url_style_authority_is_accepted)
+{
+    /* etcdctl endpoint status --cluster dials "http://127.0.0.1:2379" as the authority */
+    harness h;
+    harness_start(&h, NULL, NULL);
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    c.authority = "http://127.0.0.1:2379";
+    h2stream *st;
+    unary(&c, "hi", &st);
+    cr_assert_eq(st->close_code, 0);
+    cr_assert_eq(st->grpc_status, 0);
+    /* GET is refused the way grpc-go does (405 + INTERNAL), the connection survives */
+    c.method = "GET";
+    unary(&c, "hi", &st);
+    cr_assert_eq(st->http_status, 405);
+    cr_assert_eq(st->grpc_status, 13);
+    c.method = NULL;
+    unary(&c, "hi", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
 Test(live, bad_content_type_is_415)
 {
     harness h;
@@ -656,5 +681,74 @@ Test(live, recv_buffer_limit)
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"recv_buffer\"} 1\n"), "%s",
               h.metrics_text);
+    free(h.metrics_text);
+}
+
+/* Captures what a well-behaved client would send for a few calls, as raw bytes. */
+static size_t client_bytes(uint8_t *out, size_t cap, unsigned seed)
+{
+    h2client c;
+    memset(&c, 0, sizeof(c));
+    c.fd = -1;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_client_new(&c.s, cbs, &c);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(c.s, NGHTTP2_FLAG_NONE, NULL, 0);
+    const char *paths[] = {"/test.Echo/Unary", "/test.Echo/Stream", "/nope/x"};
+    for (int i = 0; i < 4; i++) {
+        h2stream *st = h2c_start(&c, paths[(seed + (unsigned)i) % 3], NULL, i == 1 ? "50m" : NULL);
+        char msg[64];
+        snprintf(msg, sizeof(msg), "msg-%u-%d", seed, i);
+        h2c_send_msg(&c, st, msg, strlen(msg), i != 2);
+    }
+    size_t len = 0;
+    for (;;) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c.s, &p);
+        if (n <= 0 || len + (size_t)n > cap)
+            break;
+        memcpy(out + len, p, (size_t)n);
+        len += (size_t)n;
+    }
+    h2c_close(&c);
+    return len;
+}
+
+Test(live, mutated_client_streams_do_not_hurt_the_server)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    uint8_t buf[8192];
+    srand(7);
+    for (unsigned it = 0; it < 150; it++) {
+        size_t n = client_bytes(buf, sizeof(buf), it);
+        cr_assert_gt(n, 24);
+        int flips = 1 + rand() % 4;
+        for (int f = 0; f < flips; f++)
+            buf[24 + (size_t)rand() % (n - 24)] ^= (uint8_t)(1 + rand() % 255);
+        if (it % 5 == 0)
+            n = 24 + (size_t)rand() % (n - 24); /* truncated as well */
+        int fd = tcp_connect(h.grpc_port);
+        cr_assert_geq(fd, 0);
+        send(fd, buf, n, MSG_NOSIGNAL);
+        if (it % 2)
+            shutdown(fd, SHUT_WR);
+        /* read whatever comes back for a short while, then drop the connection */
+        struct timeval tv = {0, 20000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        char rb[4096];
+        while (recv(fd, rb, sizeof(rb), 0) > 0) {
+        }
+        close(fd);
+    }
+    h2client c;
+    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    h2stream *st;
+    unary(&c, "survived", &st);
+    cr_assert_eq(st->grpc_status, 0);
+    h2c_close(&c);
+    usleep(100 * 1000);
+    expect_clean_stop(&h);
     free(h.metrics_text);
 }

@@ -113,3 +113,24 @@ Test(metrics, many_series_lookup)
     cr_assert_eq(kv_metrics_refused(m), 1);
     kv_metrics_free(m);
 }
+
+Test(metrics, labeled_callback_gauges_per_owner)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 0), 0);
+    double a = 10, b = 20;
+    cr_assert_eq(kv_metrics_gauge_fn_labeled(m, "kvd_buf", "Buffered.", "l=\"a\"", half, &a), 0);
+    cr_assert_eq(kv_metrics_gauge_fn_labeled(m, "kvd_buf", "Buffered.", "l=\"b\"", half, &b), 0);
+    char *out;
+    size_t len;
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert(strstr(out, "# TYPE kvd_buf gauge\nkvd_buf{l=\"a\"} 5\nkvd_buf{l=\"b\"} 10\n"), "%s",
+              out);
+    free(out);
+    kv_metrics_gauge_fn_remove(m, &a); /* owner a goes away; b stays */
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert_null(strstr(out, "l=\"a\""));
+    cr_assert(strstr(out, "kvd_buf{l=\"b\"} 10\n"));
+    free(out);
+    kv_metrics_free(m);
+}

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,9 @@ static void die(const char *what, int rv)
 void harness_start(harness *h, const kv_grpc_config *cfg, const kv_http_config *http_cfg)
 {
     int rv;
+    /* libuv writes with write(2): a peer that reset the connection would raise SIGPIPE.
+     * Servers using this transport must ignore it (kvd's main() does). */
+    signal(SIGPIPE, SIG_IGN);
     memset(h, 0, sizeof(*h));
     if ((rv = uv_loop_init(&h->loop)) != 0)
         die("uv_loop_init", rv);
@@ -377,9 +381,9 @@ h2stream *h2c_start_md(h2client *c, const char *path, const char *content_type, 
     const char *ct = content_type ? content_type : "application/grpc";
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv nva[] = {
-        NV(":method", "POST"),
+        NV(":method", c->method ? c->method : "POST"),
         NV(":scheme", "http"),
-        NV(":authority", "localhost"),
+        NV(":authority", c->authority ? c->authority : "localhost"),
         NV(":path", path),
         NV("content-type", ct),
         NV("te", "trailers"),

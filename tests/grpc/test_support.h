@@ -61,6 +61,8 @@ typedef struct h2client {
     int n;
     int conn_closed;
     int goaway;
+    const char *authority; /* NULL = "localhost" */
+    const char *method;    /* NULL = "POST" */
 } h2client;
 
 int tcp_connect(int port); /* blocking socket with 5 s timeouts, or -1 */

@@ -711,6 +711,55 @@ int kv_it_metric_value(const char *text, const char *series, double *value)
     return -ENOENT;
 }
 
+int kv_it_metric_sum(const char *text, const char *name, const char *label_substr, double *sum,
+                     int *n_series)
+{
+    size_t nl = strlen(name);
+    int n = 0;
+    double total = 0;
+    const char *p = text;
+    while (p && *p) {
+        const char *eol = strchr(p, '\n');
+        size_t ll = eol ? (size_t)(eol - p) : strlen(p);
+        if (p[0] != '#' && ll > nl && strncmp(p, name, nl) == 0 && (p[nl] == ' ' || p[nl] == '{')) {
+            const char *val = p + nl;
+            int ok = 1;
+            if (*val == '{') {
+                const char *close = memchr(val, '}', ll - nl);
+                if (!close) {
+                    ok = 0;
+                } else {
+                    if (label_substr) {
+                        size_t sl = strlen(label_substr), span = (size_t)(close - val);
+                        ok = 0;
+                        for (size_t i = 0; i + sl <= span; i++)
+                            if (memcmp(val + i, label_substr, sl) == 0)
+                                ok = 1;
+                    }
+                    val = close + 1;
+                }
+            } else if (label_substr) {
+                ok = 0;
+            }
+            if (ok && *val == ' ') {
+                char *end;
+                double v = strtod(val + 1, &end);
+                if (end != val + 1) {
+                    total += v;
+                    n++;
+                }
+            }
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    if (n_series)
+        *n_series = n;
+    if (n == 0)
+        return -ENOENT;
+    *sum = total;
+    return 0;
+}
+
 int kv_it_random_bytes(void *buf, size_t len)
 {
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);

@@ -129,6 +129,13 @@ int kv_it_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *st
  * "kv_requests_total{method=\"Put\",code=\"OK\"}". -ENOENT if absent. */
 int kv_it_metric_value(const char *text, const char *series, double *value);
 
+/* Sums every sample of metric `name` whose label set contains label_substr (e.g.
+ * "reason=\"oversized\""; NULL matches any, including no labels), so checks survive new
+ * labels being added. *n_series (optional) receives the number of samples summed;
+ * -ENOENT if none matched. */
+int kv_it_metric_sum(const char *text, const char *name, const char *label_substr, double *sum,
+                     int *n_series);
+
 /* Milliseconds since an arbitrary monotonic origin. */
 uint64_t kv_it_now_ms(void);
 

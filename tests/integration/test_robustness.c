@@ -89,8 +89,9 @@ static uint64_t rss(void)
     return b;
 }
 
-/* kvd only: reads one series from /metrics. Under etcd returns 0 (nothing to check). */
-static int kvd_metric(const char *series, double *v)
+/* kvd only: sums metric `name` over the series whose labels contain label_substr (NULL: all)
+ * from /metrics. Under etcd returns 0 (nothing to check). */
+static int kvd_metric_l(const char *name, const char *label_substr, double *v)
 {
     if (srv->kind != KV_IT_KVD)
         return 0;
@@ -99,10 +100,16 @@ static int kvd_metric(const char *series, double *v)
     int rc = kv_it_http_get(srv->metrics_port, "/metrics", 5000, &status, &body);
     cr_assert_eq(rc, 0, "GET /metrics: %d", rc);
     cr_assert_eq(status, 200, "GET /metrics: HTTP %d", status);
-    rc = kv_it_metric_value(body, series, v);
-    cr_assert_eq(rc, 0, "metric %s not found in /metrics:\n%.2000s", series, body);
+    rc = kv_it_metric_sum(body, name, label_substr, v, NULL);
+    cr_assert_eq(rc, 0, "metric %s{%s} not found in /metrics:\n%.2000s", name,
+                 label_substr ? label_substr : "", body);
     free(body);
     return 1;
+}
+
+static int kvd_metric(const char *name, double *v)
+{
+    return kvd_metric_l(name, NULL, v);
 }
 
 /* kvd only: waits up to 3 s for a gauge to come back to at most want. */
@@ -171,8 +178,9 @@ Test(robustness, oversized_request_refused_member_keeps_serving)
     cr_assert(buf);
     etcdserverpb__put_request__pack(&put, buf);
     double refused0 = 0, refused1 = 0;
-    static const char refused_series[] = "kvd_grpc_requests_refused_total{reason=\"oversized\"}";
-    int have_metrics = kvd_metric(refused_series, &refused0);
+    static const char refused_name[] = "kvd_grpc_requests_refused_total";
+    static const char refused_label[] = "reason=\"oversized\"";
+    int have_metrics = kvd_metric_l(refused_name, refused_label, &refused0);
     uint64_t base = 0;
     for (int i = 0; i < ROUNDS; i++) {
         if (i == 2)
@@ -203,9 +211,9 @@ Test(robustness, oversized_request_refused_member_keeps_serving)
     free(buf);
     free(big);
     if (have_metrics) {
-        kvd_metric(refused_series, &refused1);
-        cr_expect(refused1 - refused0 >= ROUNDS, "%s went from %.0f to %.0f after %d refusals",
-                  refused_series, refused0, refused1, ROUNDS);
+        kvd_metric_l(refused_name, refused_label, &refused1);
+        cr_expect(refused1 - refused0 >= ROUNDS, "%s{%s} went from %.0f to %.0f after %d refusals",
+                  refused_name, refused_label, refused0, refused1, ROUNDS);
     } else {
         cr_log_info("etcd: kvd metrics not checked");
     }

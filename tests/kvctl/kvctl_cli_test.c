@@ -128,24 +128,46 @@ Test(kvctl_cli, bad_values)
     EXPECT(4, "Error: unsupported output format\n", "get", "k", "-w", "xml");
 }
 
+/* cobra reports a flag error, prints the usage on stdout, and etcdctl reports it again */
+#define TWICE(m) "Error: " m "\n\nError: " m "\n"
+
 Test(kvctl_cli, flag_errors_exit_1)
 {
-    EXPECT(1, "Error: unknown flag: --bogus\n", "get", "k", "--bogus");
-    EXPECT(1, "Error: flag needs an argument: --rev\n", "get", "k", "--rev");
+    EXPECT(1, TWICE("unknown flag: --bogus"), "get", "k", "--bogus");
+    EXPECT(1, TWICE("flag needs an argument: --rev"), "get", "k", "--rev");
     EXPECT(1,
-           "Error: invalid argument \"abc\" for \"--limit\" flag: strconv.ParseInt: parsing "
-           "\"abc\": invalid syntax\n",
+           TWICE("invalid argument \"abc\" for \"--limit\" flag: strconv.ParseInt: parsing "
+                 "\"abc\": invalid syntax"),
            "get", "k", "--limit=abc");
-    EXPECT(1, "Error: unknown shorthand flag: '5' in -5\n", "lease", "grant", "-5");
-    EXPECT(1, "Error: unknown flag: --once\n", "lease", "grant", "5", "--once");
+    EXPECT(1, TWICE("unknown shorthand flag: '5' in -5"), "lease", "grant", "-5");
+    EXPECT(1, TWICE("unknown flag: --once"), "lease", "grant", "5", "--once");
     EXPECT(1,
-           "Error: invalid argument \"x\" for \"--dial-timeout\" flag: time: invalid duration "
-           "\"x\"\n",
+           TWICE("invalid argument \"x\" for \"--dial-timeout\" flag: time: invalid duration "
+                 "\"x\""),
            "get", "k", "--dial-timeout", "x");
     EXPECT(1,
            "Error: unknown command \"bogus\" for \"etcdctl\"\nRun 'etcdctl --help' for "
            "usage.\nError: unknown command \"bogus\" for \"etcdctl\"\n",
            "bogus");
+}
+
+Test(kvctl_cli, help_prints_usage_and_exits_0)
+{
+    static const char *const a[] = {"lease", "keep-alive", "--help", NULL};
+    struct res r;
+    run(&r, a);
+    cr_expect_eq(r.status, 0);
+    cr_expect_str_eq(r.err, "");
+    cr_expect(strncmp(r.out,
+                      "NAME:\n\tlease keep-alive - Keeps leases alive (renew)\n\nUSAGE:\n\tetcdctl "
+                      "lease keep-alive [options] <leaseID> [flags]\n",
+                      90) == 0,
+              "%s", r.out);
+    static const char *const b[] = {"get", "--bogus", NULL};
+    run(&r, b);
+    cr_expect_eq(r.status, 1);
+    cr_expect(strstr(r.out, "USAGE:\n\tetcdctl get [options] <key> [range_end] [flags]\n"),
+              "usage of get on stdout: %s", r.out);
 }
 
 Test(kvctl_cli, unreachable_endpoint)

@@ -3,14 +3,14 @@
 # (RAFT_MUTATION=1..N, see raft/src/internal.h) and report the first seed of
 # the simulated cluster that catches each mutant.  Not a ctest test.
 #
-#   tests/raft/mutation.sh [seeds=2000] [builddir=build-raft-mut]
+#   tests/raft/mutation.sh [seeds=30000] [builddir=build-raft-mut]
 #
 # Each mutant is also run against the unit tests (test_unit.c, Criterion) and
 # the failing unit tests are listed.
 # Exit status 0 iff every mutant was caught by the simulation or a unit test.  Compiles directly with cc so it
 # does not depend on the rest of the tree configuring.
 set -u
-SEEDS=${1:-2000}
+SEEDS=${1:-30000}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${2:-$SRC/build-raft-mut}
 CC=${CC:-cc}

@@ -1122,7 +1122,7 @@ static void random_opts(struct sim *s, struct sim_opts *o)
     o->pre_vote = pct(s, 75);
     o->check_quorum = pct(s, 75);
     o->max_inflight = 1 + rndn(s, 8);
-    o->max_msg_bytes = 16 + rndn(s, 200);
+    o->max_msg_bytes = pct(s, 30) ? 1 : 16 + rndn(s, 200);
     o->max_uncommitted_bytes = 256 + rndn(s, 4096);
     o->drop_pct = rndn(s, 10);
     o->dup_pct = rndn(s, 5);
@@ -1224,13 +1224,17 @@ int sim_run_random(uint64_t seed, char *err, size_t errlen, bool tr)
         bool done = false;
         raft_index target = 0;
         raft_id tl = 0;
+        raft_term tt = 0;
         for (unsigned t = 0; rv == 0 && !done && t < live_ticks; t++) {
             raft_id l = sim_leader(s);
-            if (l && (l != tl || target == 0)) {
+            /* a leader never loses its own entries within its term: re-propose
+             * only when leadership moved */
+            if (l && (l != tl || raft_current_term(&s->nodes[l].r) != tt || target == 0)) {
                 raft_index idx;
                 if (sim_propose(s, l, &idx) == 0) {
                     target = idx;
                     tl = l;
+                    tt = raft_current_term(&s->nodes[l].r);
                 }
             }
             if (target && sim_all_applied(s, target) && s->applied_hash[target])

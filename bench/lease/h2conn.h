@@ -1,0 +1,65 @@
+/*
+ * h2conn: one asynchronous h2c gRPC client connection on a libuv loop, for leasebench.
+ * It carries any number of concurrent unary calls and at most one LeaseKeepAlive
+ * bidirectional stream.
+ *
+ * Contract:
+ * - Single-threaded: every function runs on the loop's thread.
+ * - Callbacks run from inside the read path; they may issue new calls. Bytes are written
+ *   when lb_conn_flush() is called (the connection also flushes after each read).
+ * - A connection that fails (connect error, reset, protocol error) reports it once through
+ *   its event callback with a negative errno-style code; pending unary calls then complete
+ *   with grpc_status -1 when the server resets their streams; otherwise they stay in flight
+ *   until lb_conn_close().
+ * - lb_conn_close() closes the handle; the memory is freed in the close callback (libuv
+ *   rule), so run the loop afterwards.
+ * - Functions return 0 or a negative errno-style code.
+ */
+#ifndef LB_H2CONN_H
+#define LB_H2CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct lb_conn lb_conn;
+
+/* Called once when the connection is ready (err 0) or when it fails (err < 0). */
+typedef void (*lb_conn_event_cb)(lb_conn *c, void *arg, int err);
+/* A unary call finished: grpc_status (-1 when the transport failed) and the response
+ * message (valid only during the callback). */
+typedef void (*lb_unary_cb)(lb_conn *c, void *arg, int grpc_status, const uint8_t *msg, size_t len);
+/* One LeaseKeepAliveResponse arrived. */
+typedef void (*lb_ka_cb)(lb_conn *c, void *arg, int64_t id, int64_t ttl);
+
+/* Connects to 127.0.0.1:port. *out is owned by the caller until lb_conn_close(). */
+int lb_conn_open(uv_loop_t *loop, uint16_t port, lb_conn_event_cb on_event, void *arg,
+                 lb_conn **out);
+
+/* Starts a unary call; req is copied. */
+int lb_conn_unary(lb_conn *c, const char *method, const uint8_t *req, size_t len, lb_unary_cb cb,
+                  void *arg);
+
+/* Opens the connection's LeaseKeepAlive stream; responses go to cb. */
+int lb_conn_ka_open(lb_conn *c, lb_ka_cb cb, void *arg);
+
+/* Queues one LeaseKeepAliveRequest{id} on the stream (written at the next flush). */
+int lb_conn_ka_send(lb_conn *c, int64_t id);
+
+/* Half-closes the keepalive stream (sends END_STREAM after the queued requests). */
+void lb_conn_ka_end(lb_conn *c);
+
+/* Writes whatever nghttp2 has to send. */
+void lb_conn_flush(lb_conn *c);
+
+/* Unary calls started and not yet finished. */
+size_t lb_conn_inflight(const lb_conn *c);
+
+/* Non-zero once the connection failed. */
+int lb_conn_failed(const lb_conn *c);
+
+/* Closes the connection; freed in the close callback, with any unary call still in flight
+ * (whose callback then never runs). NULL allowed. */
+void lb_conn_close(lb_conn *c);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * test_client_failover.c - endpoints, retries and backoff: a dead endpoint is skipped; on a
+ * dropped connection an in-flight put fails (never replayed) while an in-flight read is
+ * retried on the new connection; reconnects back off instead of spinning.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static struct kvt_server srv;
+
+static void setup(void)
+{
+    cr_assert_eq(kvt_server_start(&srv), 0, "server start");
+}
+
+static void teardown(void)
+{
+    kvt_server_stop(&srv);
+}
+
+TestSuite(client_failover, .init = setup, .fini = teardown, .timeout = 90);
+
+Test(client_failover, dead_first_endpoint_is_skipped)
+{
+    char dead[32];
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", kvt_free_port());
+    const char *eps[] = {dead, srv.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 2;
+    kvc_client *c;
+    cr_assert_eq(kvc_open(&c, &cfg, NULL), 0);
+    kvc_error e;
+    /* A put is safe here: it was never sent to the dead endpoint. */
+    cr_assert_eq(kvc_put(c, "f/k", 3, "v", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_eq(s.connects, 1);
+    kvc_close(c);
+}
+
+struct done {
+    pthread_mutex_t mu;
+    int fired;
+    int status;
+    kvc_error err;
+};
+
+static void on_done(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
+{
+    (void)len;
+    struct done *d = arg;
+    kvc_free(resp);
+    pthread_mutex_lock(&d->mu);
+    d->fired = 1;
+    d->status = status;
+    if (err)
+        d->err = *err;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static int fired(struct done *d)
+{
+    pthread_mutex_lock(&d->mu);
+    int f = d->fired;
+    pthread_mutex_unlock(&d->mu);
+    return f;
+}
+
+#include "rpc.pb-c.h"
+
+static size_t pack_put(uint8_t *buf, const char *k)
+{
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key.data = (uint8_t *)k;
+    p.key.len = strlen(k);
+    p.value.data = (uint8_t *)"v";
+    p.value.len = 1;
+    return etcdserverpb__put_request__pack(&p, buf);
+}
+
+static size_t pack_range(uint8_t *buf, const char *k)
+{
+    Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    r.key.data = (uint8_t *)k;
+    r.key.len = strlen(k);
+    return etcdserverpb__range_request__pack(&r, buf);
+}
+
+Test(client_failover, in_flight_put_is_not_replayed_in_flight_read_is_retried)
+{
+    kvc_client *c = kvt_client(srv.endpoint);
+    cr_assert_eq(kvc_get(c, "warm", 4, NULL, 5000, NULL, NULL), 0);
+    kvt_server_signal(&srv, SIGSTOP); /* requests reach the socket, nobody answers */
+    static struct done dp = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    static struct done dg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    uint8_t buf[64];
+    size_t n = pack_put(buf, "f/put-once");
+    cr_assert_eq(
+        kvc_call_unary_async(c, "/etcdserverpb.KV/Put", buf, n, 20000, 0, on_done, &dp, NULL), 0);
+    n = pack_range(buf, "warm");
+    cr_assert_eq(kvc_call_unary_async(c, "/etcdserverpb.KV/Range", buf, n, 20000, KVC_IDEMPOTENT,
+                                      on_done, &dg, NULL),
+                 0);
+    kvt_sleep_ms(300);
+    kvt_server_signal(&srv, SIGKILL); /* the connection drops with both in flight */
+    for (int i = 0; i < 200 && !fired(&dp); i++)
+        kvt_sleep_ms(10);
+    cr_assert(fired(&dp), "the put failed at once");
+    cr_assert_eq(dp.status, -KVC_UNAVAILABLE);
+    cr_assert(strstr(dp.err.message, "may or may not have been applied"), "%s", dp.err.message);
+    cr_assert_not(fired(&dg), "the read waits for a new connection");
+    cr_assert_eq(kvt_server_restart(&srv), 0);
+    for (int i = 0; i < 1000 && !fired(&dg); i++)
+        kvt_sleep_ms(10);
+    cr_assert(fired(&dg), "the read completed after the restart");
+    cr_assert_eq(dg.status, 0, "%s", dg.err.message);
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_geq(s.calls_retried, 1);
+    cr_assert_geq(s.reconnects, 1);
+    /* The put was never applied, and not replayed behind our back. */
+    kvc_range_result r;
+    cr_assert_eq(kvc_get(c, "f/put-once", 10, NULL, 5000, &r, NULL), 0);
+    cr_assert_eq(r.n_kvs, 0);
+    kvc_range_result_free(&r);
+    kvc_close(c);
+}
+
+Test(client_failover, reconnects_back_off)
+{
+    int port;
+    struct kvt_fake *f = kvt_fake_start(KVT_FAKE_CLOSE, &port);
+    char ep[32];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+    kvc_client *c = kvt_client(ep);
+    kvc_keepalive *ka; /* gives the client a reason to keep reconnecting */
+    cr_assert_eq(kvc_lease_keepalive(c, 42, 60, NULL, NULL, &ka, NULL), 0);
+    kvt_sleep_ms(4000);
+    int accepted = kvt_fake_accepted(f);
+    /* Backoff 50 ms doubling to 1 s with jitter: about 6-10 connects in 4 s, not hundreds. */
+    cr_log_info("%d connection attempts in 4 s", accepted);
+    cr_assert_geq(accepted, 4);
+    cr_assert_leq(accepted, 16);
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_eq(s.connects, 0);
+    cr_assert_eq(s.renewals_sent, 0, "nothing is sent to a peer that is not HTTP/2");
+    kvc_keepalive_stop(ka);
+    kvc_close(c);
+    kvt_fake_stop(f);
+}
