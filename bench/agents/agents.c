@@ -46,6 +46,7 @@ struct shared {
     atomic_int setup_failed;
     atomic_llong responses;
     atomic_int lost;
+    atomic_int lost_by_server; /* the server answered TTL 0 (expired or revoked there) */
 };
 
 static double now_s(void)
@@ -81,8 +82,10 @@ static void on_event(void *arg, const kvc_ka_event *ev)
     struct shared *sh = arg;
     if (ev->type == KVC_KA_RESPONSE)
         atomic_fetch_add_explicit(&sh->responses, 1, memory_order_relaxed);
+    else if (ev->header.member_id != 0)
+        atomic_fetch_add(&sh->lost_by_server, 1);
     else
-        atomic_fetch_add(&sh->lost, 1);
+        atomic_fetch_add(&sh->lost, 1); /* no response before the deadline */
 }
 
 static int grant_keepalive(struct shared *sh, struct agent *a, int j, int64_t *id)
@@ -253,8 +256,8 @@ int main(int argc, char **argv)
     }
     free(th);
     double setup = now_s() - t0;
-    printf("agents: %d agents, TTL %d s, %d loop threads, setup %.1f s (%d failed)%s\n", sh->o.n,
-           sh->o.ttl, sh->o.loops, setup, atomic_load(&sh->setup_failed),
+    printf("agents: %d agents x %d leases, TTL %d s, %d loop threads, setup %.1f s (%d failed)%s\n",
+           sh->o.n, sh->o.m, sh->o.ttl, sh->o.loops, setup, atomic_load(&sh->setup_failed),
            sh->o.slow ? ", slow consumer (never reads)" : "");
 
     /* Settle one renewal period so the setup burst is not measured. */
@@ -284,13 +287,17 @@ int main(int argc, char **argv)
     printf("responses/s       %.1f\n",
            (double)(s1.responses_received - s0.responses_received) / wall);
     printf("responses dropped %llu\n", (unsigned long long)s1.responses_dropped);
-    printf("leases lost       %llu\n", (unsigned long long)s1.leases_lost);
+    printf("leases lost       %llu (server answered TTL 0: %d, client deadline: %d)\n",
+           (unsigned long long)s1.leases_lost, atomic_load(&sh->lost_by_server),
+           atomic_load(&sh->lost));
     printf("leases active     %llu\n", (unsigned long long)s1.leases_active);
     printf("reconnects        %llu\n", (unsigned long long)s1.reconnects);
     printf("cpu               %.2f s over %.1f s = %.1f%% of one core, %.1f us per renewal\n", cpu,
            wall, 100.0 * cpu / wall, 1e6 * cpu / (double)(s1.renewals_sent - s0.renewals_sent + 1));
-    printf("rss               %ld kB total, %.1f kB per agent (baseline %ld kB, start %ld kB)\n",
-           rss_end, (double)(rss_end - rss0) / sh->o.n, rss0, rss_start);
+    printf("rss               %ld kB total, %.1f kB per agent, %.2f kB per lease (baseline %ld "
+           "kB, start %ld kB)\n",
+           rss_end, (double)(rss_end - rss0) / sh->o.n,
+           (double)(rss_end - rss0) / ((double)sh->o.n * sh->o.m), rss0, rss_start);
     fflush(stdout);
 
     for (int i = 0; i < sh->o.n; i++) {

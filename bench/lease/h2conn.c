@@ -21,6 +21,7 @@ typedef struct lb_call {
     uint8_t *resp;
     size_t resp_len, resp_cap;
     int grpc_status;
+    char grpc_message[128];
     lb_unary_cb cb;
     void *arg;
 } lb_call;
@@ -44,6 +45,9 @@ struct lb_conn {
     /* keepalive stream */
     int32_t ka_sid;
     int ka_eof;
+    int ka_status; /* grpc-status of the last keepalive stream, -1 if none */
+    char ka_message[128];
+    uint64_t ka_resets; /* keepalive streams ended by the server or the transport */
     lb_buf ka_out, ka_in;
     lb_ka_cb ka_cb;
     void *ka_arg;
@@ -108,7 +112,21 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8
                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
 {
     (void)flags;
-    (void)ud;
+    lb_conn *c = ud;
+    if (frame->hd.stream_id == c->ka_sid && c->ka_sid) {
+        if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
+            char tmp[16];
+            size_t n = valuelen < sizeof(tmp) - 1 ? valuelen : sizeof(tmp) - 1;
+            memcpy(tmp, value, n);
+            tmp[n] = 0;
+            c->ka_status = atoi(tmp);
+        } else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0) {
+            size_t n = valuelen < sizeof(c->ka_message) - 1 ? valuelen : sizeof(c->ka_message) - 1;
+            memcpy(c->ka_message, value, n);
+            c->ka_message[n] = 0;
+        }
+        return 0;
+    }
     lb_call *call = nghttp2_session_get_stream_user_data(s, frame->hd.stream_id);
     if (call && namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
         char tmp[16];
@@ -116,6 +134,11 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8
         memcpy(tmp, value, n);
         tmp[n] = 0;
         call->grpc_status = atoi(tmp);
+    } else if (call && namelen == 12 && memcmp(name, "grpc-message", 12) == 0) {
+        size_t n =
+            valuelen < sizeof(call->grpc_message) - 1 ? valuelen : sizeof(call->grpc_message) - 1;
+        memcpy(call->grpc_message, value, n);
+        call->grpc_message[n] = 0;
     }
     return 0;
 }
@@ -180,6 +203,8 @@ static int on_close(nghttp2_session *s, int32_t sid, uint32_t error_code, void *
     (void)error_code;
     if (sid == c->ka_sid) {
         c->ka_sid = 0;
+        if (!c->ka_eof)
+            c->ka_resets++;
         return 0;
     }
     lb_call *call = nghttp2_session_get_stream_user_data(s, sid);
@@ -202,7 +227,7 @@ static int on_close(nghttp2_session *s, int32_t sid, uint32_t error_code, void *
             st = -1;
         }
     }
-    call->cb(c, call->arg, st, msg, msg ? mlen : 0);
+    call->cb(c, call->arg, st, st ? call->grpc_message : "", msg, msg ? mlen : 0);
     call_free(call);
     return 0;
 }
@@ -361,6 +386,7 @@ int lb_conn_open(uv_loop_t *loop, uint16_t port, lb_conn_event_cb on_event, void
     lb_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
+    c->ka_status = -1;
     c->loop = loop;
     c->on_event = on_event;
     c->arg = arg;
@@ -457,6 +483,9 @@ int lb_conn_ka_open(lb_conn *c, lb_ka_cb cb, void *arg)
     c->ka_cb = cb;
     c->ka_arg = arg;
     c->ka_eof = 0;
+    c->ka_status = -1;
+    c->ka_out.len = c->ka_out.off = 0; /* whatever the previous stream did not send is lost */
+    c->ka_in.len = c->ka_in.off = 0;
     nghttp2_nv h[6];
     size_t n = headers(c, "/etcdserverpb.Lease/LeaseKeepAlive", h);
     nghttp2_data_provider dp = {.read_callback = read_ka};
@@ -496,6 +525,20 @@ void lb_conn_ka_end(lb_conn *c)
         return;
     c->ka_eof = 1;
     nghttp2_session_resume_data(c->sess, c->ka_sid);
+}
+
+int lb_conn_ka_open_p(const lb_conn *c)
+{
+    return c->ka_sid != 0;
+}
+
+uint64_t lb_conn_ka_resets(const lb_conn *c, int *status, const char **message)
+{
+    if (status)
+        *status = c->ka_status;
+    if (message)
+        *message = c->ka_message;
+    return c->ka_resets;
 }
 
 size_t lb_conn_inflight(const lb_conn *c)

@@ -40,7 +40,8 @@ int lb_conn_open(uv_loop_t *loop, uint16_t port, lb_conn_event_cb on_event, void
 int lb_conn_unary(lb_conn *c, const char *method, const uint8_t *req, size_t len, lb_unary_cb cb,
                   void *arg);
 
-/* Opens the connection's LeaseKeepAlive stream; responses go to cb. */
+/* Opens the connection's LeaseKeepAlive stream; responses go to cb. Can be called again
+ * once the previous stream ended (lb_conn_ka_open_p() == 0). */
 int lb_conn_ka_open(lb_conn *c, lb_ka_cb cb, void *arg);
 
 /* Queues one LeaseKeepAliveRequest{id} on the stream (written at the next flush). */
@@ -48,6 +49,14 @@ int lb_conn_ka_send(lb_conn *c, int64_t id);
 
 /* Half-closes the keepalive stream (sends END_STREAM after the queued requests). */
 void lb_conn_ka_end(lb_conn *c);
+
+/* Non-zero while the keepalive stream is open. */
+int lb_conn_ka_open_p(const lb_conn *c);
+
+/* Keepalive streams that ended without lb_conn_ka_end() (server reset or error trailers);
+ * *status / *message (either may be NULL) receive the last stream's grpc-status (-1 if
+ * none) and grpc-message (valid until the next call on c). */
+uint64_t lb_conn_ka_resets(const lb_conn *c, int *status, const char **message);
 
 /* Writes whatever nghttp2 has to send. */
 void lb_conn_flush(lb_conn *c);

@@ -68,7 +68,9 @@ struct lb_run {
     uint64_t *due; /* next renewal per lease, ms; 0 = not granted yet */
     int phase;
     size_t next, end, done, want, errors, ready; /* unary work: [next, end) left, want calls */
-    int failed, renewing;
+    int failed, renewing, reset_noted;
+    char first_error[160];  /* of the grants and puts */
+    char reset_reason[160]; /* why the first keepalive stream the server ended ended */
     char err[160];
     int64_t key_count, lease_count;
     uint64_t ka_sent, ka_recv, ka_zero, period_ms;
@@ -90,6 +92,8 @@ typedef struct lb_result {
     double lease_mem; /* kvd_lease_memory_bytes after grant+put, or -1 */
     double cpu_ka;
     uint64_t ka_sent, ka_recv, ka_zero; /* measured window; ka_zero: whole run */
+    uint64_t ka_resets;                 /* keepalive streams ended by the server, whole run */
+    char reset_reason[160];
     int64_t keys_end, leases_end;
     size_t lost;
 } lb_result;
@@ -151,14 +155,16 @@ static uint64_t first_due(const lb_run *r, size_t i, uint64_t now)
 
 static void pump(lb_slot *s);
 
-static void on_unary(lb_conn *c, void *arg, int status, const uint8_t *msg, size_t len)
+static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const uint8_t *msg,
+                     size_t len)
 {
     lb_item *it = arg;
     lb_slot *s = it->s;
     lb_run *r = s->r;
     (void)c;
     if (status != 0) {
-        r->errors++;
+        if (!r->errors++)
+            snprintf(r->first_error, sizeof(r->first_error), "grpc-status %d \"%s\"", status, gmsg);
     } else if (r->phase == PH_GRANT) {
         Etcdserverpb__LeaseGrantResponse *g =
             etcdserverpb__lease_grant_response__unpack(NULL, len, msg);
@@ -354,6 +360,22 @@ static void on_tick(uv_timer_t *t)
     for (int k = 0; k < r->o->conns; k++) {
         lb_slot *s = &r->ka[k];
         size_t sent = 0;
+        if (!lb_conn_ka_open_p(s->c)) {
+            /* The server ended the stream: note why, open a new one (as clientv3 does). */
+            int st = -1;
+            const char *m = NULL;
+            lb_conn_ka_resets(s->c, &st, &m);
+            if (!r->reset_noted) {
+                r->reset_noted = 1;
+                snprintf(r->reset_reason, sizeof(r->reset_reason), "grpc-status %d \"%s\"", st,
+                         m ? m : "");
+            }
+            int rc = lb_conn_ka_open(s->c, on_ka, s);
+            if (rc) {
+                set_err(r, "keepalive reopen", rc);
+                return;
+            }
+        }
         for (size_t i = s->lo; i < s->hi; i++) {
             if (!r->due[i] || r->due[i] > now)
                 continue;
@@ -486,7 +508,8 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
     }
     close_conns(r, r->load);
     if (r->errors) {
-        snprintf(res->err, sizeof(res->err), "%zu grant/put calls failed", r->errors);
+        snprintf(res->err, sizeof(res->err), "%zu grant/put calls failed, first: %.120s", r->errors,
+                 r->first_error);
         rc = -EIO;
         goto close;
     }
@@ -516,6 +539,9 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
             goto fail;
     }
     res->ka_zero = r->ka_zero;
+    for (int k = 0; k < o->conns; k++)
+        res->ka_resets += lb_conn_ka_resets(r->ka[k].c, NULL, NULL);
+    snprintf(res->reset_reason, sizeof(res->reset_reason), "%s", r->reset_reason);
     for (int k = 0; k < o->conns; k++) {
         lb_conn_ka_end(r->ka[k].c);
         lb_conn_flush(r->ka[k].c);
@@ -587,8 +613,12 @@ static void print_result(const char *name, const lb_opts *o, const lb_result *x)
     if (x->lease_mem >= 0)
         printf(" | kvd_lease_memory_bytes %.0f (%.0f B/lease)", x->lease_mem,
                x->lease_mem / (double)o->leases);
-    printf("\n%-5s end: keys %" PRId64 " leases %" PRId64 " lost %zu\n", name, x->keys_end,
+    printf("\n%-5s end: keys %" PRId64 " leases %" PRId64 " lost %zu", name, x->keys_end,
            x->leases_end, x->lost);
+    if (x->ka_resets)
+        printf(" | keepalive streams ended by the server: %" PRIu64 " (first: %s), reopened",
+               x->ka_resets, x->reset_reason);
+    printf("\n");
 }
 
 static int run_server(kv_it_kind kind, const lb_opts *o, lb_result *res)

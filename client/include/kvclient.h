@@ -114,7 +114,8 @@ typedef struct kvc_config {
 KVC_API void kvc_config_default(kvc_config *cfg);
 
 /*
- * Create a client. Validates and copies the endpoints (a malformed endpoint fails with
+ * Create a client. Validates, copies and resolves the endpoints (host names are resolved once,
+ * here, with a blocking getaddrinfo; a malformed or unresolvable endpoint fails with
  * KVC_INVALID_ARGUMENT naming it), starts the I/O thread (or joins cfg->loop_group) and
  * starts connecting to the first endpoint EAGERLY in the background; kvc_open does not wait
  * for the connection. Calls made before it is up wait for it (bounded by dial_timeout_ms
