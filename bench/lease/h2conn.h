@@ -26,9 +26,11 @@ typedef struct lb_conn lb_conn;
 
 /* Called once when the connection is ready (err 0) or when it fails (err < 0). */
 typedef void (*lb_conn_event_cb)(lb_conn *c, void *arg, int err);
-/* A unary call finished: grpc_status (-1 when the transport failed) and the response
- * message (valid only during the callback). */
-typedef void (*lb_unary_cb)(lb_conn *c, void *arg, int grpc_status, const uint8_t *msg, size_t len);
+/* A unary call finished: grpc_status (-1 when the transport failed), grpc_message (as sent,
+ * percent-encoded; "" on success) and the response message (all valid only during the
+ * callback). */
+typedef void (*lb_unary_cb)(lb_conn *c, void *arg, int grpc_status, const char *grpc_message,
+                            const uint8_t *msg, size_t len);
 /* One LeaseKeepAliveResponse arrived. */
 typedef void (*lb_ka_cb)(lb_conn *c, void *arg, int64_t id, int64_t ttl);
 

@@ -71,6 +71,8 @@ struct lb_run {
     int failed, renewing, reset_noted;
     char first_error[160];  /* of the grants and puts */
     char reset_reason[160]; /* why the first keepalive stream the server ended ended */
+    size_t *retry, n_retry; /* shed grants/puts waiting for the next tick */
+    uint64_t retries, warm_errors;
     char err[160];
     int64_t key_count, lease_count;
     uint64_t ka_sent, ka_recv, ka_zero, period_ms;
@@ -85,7 +87,7 @@ typedef struct lb_rss {
 
 typedef struct lb_result {
     int ok;
-    char err[160];
+    char err[256];
     double grant_s, put_s;
     /* fresh; connections open and warm; half / all leases in; end of keepalive */
     lb_rss rss_fresh, rss0, rss_half, rss1, rss2;
@@ -93,6 +95,7 @@ typedef struct lb_result {
     double cpu_ka;
     uint64_t ka_sent, ka_recv, ka_zero; /* measured window; ka_zero: whole run */
     uint64_t ka_resets;                 /* keepalive streams ended by the server, whole run */
+    uint64_t retries, warm_errors;      /* grants/puts shed and retried; warm-up refusals */
     char reset_reason[160];
     int64_t keys_end, leases_end;
     size_t lost;
@@ -162,7 +165,17 @@ static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const 
     lb_slot *s = it->s;
     lb_run *r = s->r;
     (void)c;
-    if (status != 0) {
+    if (status != 0 && (r->phase == PH_GRANT || r->phase == PH_PUT) &&
+        strstr(gmsg, "too many requests") && r->n_retry < r->o->leases) {
+        /* Overload shed by the server (etcd: more than 5000 writes between commit and
+         * apply; kvd: --max-pending-proposals): retry on the next tick, as a client would. */
+        r->retry[r->n_retry++] = it->i;
+        r->retries++;
+        return;
+    }
+    if (status != 0 && r->phase == PH_WARM) {
+        r->warm_errors++; /* warm-up writes only load the server */
+    } else if (status != 0) {
         if (!r->errors++)
             snprintf(r->first_error, sizeof(r->first_error), "grpc-status %d \"%s\"", status, gmsg);
     } else if (r->phase == PH_GRANT) {
@@ -197,13 +210,12 @@ static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const 
         pump(s);
 }
 
-/* Starts calls on s until its in-flight bound or the end of the phase's work. */
-static void pump(lb_slot *s)
+/* Starts the phase's call number i on s. */
+static int submit(lb_slot *s, size_t i)
 {
     lb_run *r = s->r;
     uint8_t buf[128];
-    while (lb_conn_inflight(s->c) < (size_t)r->o->inflight && r->next < r->end) {
-        size_t i = r->next++;
+    {
         lb_item *it = r->phase == PH_WARM ? &r->items[0] : &r->items[i];
         it->s = s;
         it->i = i;
@@ -255,9 +267,33 @@ static void pump(lb_slot *s)
         int rc = lb_conn_unary(s->c, method, buf, len, on_unary, it);
         if (rc) {
             set_err(r, "submit", rc);
-            return;
+            return rc;
         }
     }
+    return 0;
+}
+
+/* Starts calls on s until its in-flight bound or the end of the phase's work. */
+static void pump(lb_slot *s)
+{
+    lb_run *r = s->r;
+    while (lb_conn_inflight(s->c) < (size_t)r->o->inflight && r->next < r->end)
+        if (submit(s, r->next++))
+            return;
+}
+
+/* Resubmits the calls the server shed, spread over the load connections. */
+static void retry_shed(lb_run *r)
+{
+    if (!r->n_retry || (r->phase != PH_GRANT && r->phase != PH_PUT))
+        return;
+    size_t n = r->n_retry;
+    r->n_retry = 0;
+    for (size_t j = 0; j < n; j++)
+        if (submit(&r->load[j % (size_t)r->o->conns], r->retry[j]))
+            return;
+    for (int k = 0; k < r->o->conns; k++)
+        lb_conn_flush(r->load[k].c);
 }
 
 static void on_timeout(uv_timer_t *t)
@@ -354,6 +390,7 @@ static void on_ka(lb_conn *c, void *arg, int64_t id, int64_t ttl)
 static void on_tick(uv_timer_t *t)
 {
     lb_run *r = t->data;
+    retry_shed(r);
     if (!r->renewing)
         return;
     uint64_t now = now_ms();
@@ -448,7 +485,8 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
     r->items = calloc(o->leases + 2, sizeof(*r->items));
     r->ids = calloc(o->leases, sizeof(*r->ids));
     r->due = calloc(o->leases, sizeof(*r->due));
-    if (!r->load || !r->ka || !r->items || !r->ids || !r->due)
+    r->retry = calloc(o->leases, sizeof(*r->retry));
+    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry)
         goto out;
     uv_loop_init(&r->loop);
     uv_timer_init(&r->loop, &r->tick);
@@ -513,6 +551,8 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
         rc = -EIO;
         goto close;
     }
+    res->retries = r->retries;
+    res->warm_errors = r->warm_errors;
     res->lease_mem = srv->kind == KV_IT_KVD ? get_metric(srv, "kvd_lease_memory_bytes") : -1;
 
     /* The measured window: keepalive traffic only. */
@@ -571,6 +611,7 @@ out:
     free(r->items);
     free(r->ids);
     free(r->due);
+    free(r->retry);
     free(r);
     return rc;
 }
@@ -615,6 +656,10 @@ static void print_result(const char *name, const lb_opts *o, const lb_result *x)
                x->lease_mem / (double)o->leases);
     printf("\n%-5s end: keys %" PRId64 " leases %" PRId64 " lost %zu", name, x->keys_end,
            x->leases_end, x->lost);
+    if (x->retries || x->warm_errors)
+        printf(" | writes shed (\"too many requests\"): %" PRIu64 " grants/puts retried, %" PRIu64
+               " warm-up writes",
+               x->retries, x->warm_errors);
     if (x->ka_resets)
         printf(" | keepalive streams ended by the server: %" PRIu64 " (first: %s), reopened",
                x->ka_resets, x->reset_reason);
