@@ -92,11 +92,6 @@ LESSOR_GAUGE(checkpoints_total)
 LESSOR_GAUGE(is_primary)
 LESSOR_GAUGE(mem_bytes)
 
-static double gauge_keepalives(void *arg)
-{
-    return (double)((kv_server *)arg)->keepalive_requests;
-}
-
 static void register_metrics(kv_server *s)
 {
     kv_metrics *m = s->metrics;
@@ -106,8 +101,8 @@ static void register_metrics(kv_server *s)
                         gauge_active_leases, s);
     kv_metrics_gauge_fn(m, "kvd_lease_heap_size",
                         "Items in the lease expiry heap (0 on non-leaders).", gauge_heap_size, s);
-    kv_metrics_gauge_fn(m, "kvd_lease_keepalive_requests_total",
-                        "Lease renewals received on LeaseKeepAlive streams.", gauge_keepalives, s);
+    s->m_keepalives = kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
+                                         "Lease renewals received on LeaseKeepAlive streams.", NULL);
     kv_metrics_gauge_fn(m, "kvd_lease_expired_total",
                         "Leases found expired and proposed for revocation.", gauge_expired_total,
                         s);

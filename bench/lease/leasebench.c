@@ -18,6 +18,7 @@
  *   leasebench --leases 20000 --duration 60
  */
 #include <errno.h>
+#include <stdint.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 
 #define LB_KEY_PREFIX "lb/"
 #define LB_PHASE_TIMEOUT_MS 300000u
+#define LB_RESEND_MS 500u
 
 typedef struct lb_opts {
     size_t leases;
@@ -72,6 +74,8 @@ struct lb_run {
     char first_error[160];  /* of the grants and puts */
     char reset_reason[160]; /* why the first keepalive stream the server ended ended */
     size_t *retry, n_retry; /* shed grants/puts waiting for the next tick */
+    int64_t *map_id;        /* lease id -> index (open addressing, 0 = empty) */
+    size_t *map_idx, map_mask;
     uint64_t retries, warm_errors;
     char err[160];
     int64_t key_count, lease_count;
@@ -156,6 +160,29 @@ static uint64_t first_due(const lb_run *r, size_t i, uint64_t now)
     return now + 1 + (h >> 33) % r->period_ms;
 }
 
+static size_t map_slot(const lb_run *r, int64_t id)
+{
+    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ull) >> 20) & r->map_mask;
+}
+
+static void map_put(lb_run *r, int64_t id, size_t i)
+{
+    size_t h = map_slot(r, id);
+    while (r->map_id[h] && r->map_id[h] != id)
+        h = (h + 1) & r->map_mask;
+    r->map_id[h] = id;
+    r->map_idx[h] = i;
+}
+
+/* Index of lease id, or SIZE_MAX. */
+static size_t map_get(const lb_run *r, int64_t id)
+{
+    for (size_t h = map_slot(r, id); r->map_id[h]; h = (h + 1) & r->map_mask)
+        if (r->map_id[h] == id)
+            return r->map_idx[h];
+    return SIZE_MAX;
+}
+
 static void pump(lb_slot *s);
 
 static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const uint8_t *msg,
@@ -183,6 +210,7 @@ static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const 
             etcdserverpb__lease_grant_response__unpack(NULL, len, msg);
         if (g && g->id) {
             r->ids[it->i] = g->id;
+            map_put(r, g->id, it->i);
             r->due[it->i] = first_due(r, it->i, now_ms());
         } else {
             r->errors++;
@@ -377,16 +405,21 @@ static void on_ka(lb_conn *c, void *arg, int64_t id, int64_t ttl)
 {
     lb_slot *s = arg;
     (void)c;
-    (void)id;
     s->r->ka_recv++;
-    if (ttl <= 0)
+    if (ttl <= 0) {
         s->r->ka_zero++;
+    } else {
+        /* Next renewal TTL/3 after this answer (clientv3 schedules the same way). */
+        size_t i = map_get(s->r, id);
+        if (i != SIZE_MAX)
+            s->r->due[i] = now_ms() + s->r->period_ms;
+    }
     if (s->r->phase == PH_DRAIN && s->r->ka_recv >= s->r->ka_sent)
         uv_stop(&s->r->loop);
 }
 
-/* Every 20 ms: each keepalive stream sends the renewals that are due (each lease every
- * TTL/3 from its grant). */
+/* Every 20 ms: each keepalive stream sends the renewals that are due (each lease TTL/3
+ * after its last answer, or 500 ms after an unanswered request). */
 static void on_tick(uv_timer_t *t)
 {
     lb_run *r = t->data;
@@ -422,7 +455,9 @@ static void on_tick(uv_timer_t *t)
                 return;
             }
             r->ka_sent++;
-            r->due[i] += r->period_ms;
+            /* Until answered, resend every 500 ms (clientv3's keepalive loop does the
+             * same); the answer moves the next renewal to TTL/3 later. */
+            r->due[i] = now + LB_RESEND_MS;
             sent++;
         }
         if (sent)
@@ -486,7 +521,14 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
     r->ids = calloc(o->leases, sizeof(*r->ids));
     r->due = calloc(o->leases, sizeof(*r->due));
     r->retry = calloc(o->leases, sizeof(*r->retry));
-    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry)
+    size_t cap = 16;
+    while (cap < 2 * o->leases)
+        cap *= 2;
+    r->map_mask = cap - 1;
+    r->map_id = calloc(cap, sizeof(*r->map_id));
+    r->map_idx = calloc(cap, sizeof(*r->map_idx));
+    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry || !r->map_id ||
+        !r->map_idx)
         goto out;
     uv_loop_init(&r->loop);
     uv_timer_init(&r->loop, &r->tick);
@@ -612,6 +654,8 @@ out:
     free(r->ids);
     free(r->due);
     free(r->retry);
+    free(r->map_id);
+    free(r->map_idx);
     free(r);
     return rc;
 }

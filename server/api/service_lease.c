@@ -126,6 +126,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int64_t id = req->id;
     etcdserverpb__lease_keep_alive_request__free_unpacked(req, NULL);
     s->keepalive_requests++;
+    kv_metric_inc(s->m_keepalives);
 
     int64_t ttl = 0;
     int rc = kv_lessor_renew(s->lessor, id, &ttl);
