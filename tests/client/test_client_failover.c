@@ -123,12 +123,15 @@ Test(client_failover, in_flight_put_is_not_replayed_in_flight_read_is_retried)
     cr_assert_eq(dg.status, 0, "%s", dg.err.message);
     kvc_stats s;
     kvc_stats(c, &s);
+    /* The put completed with its error above (a completed call is never resent), the read
+     * was retried. */
     cr_assert_geq(s.calls_retried, 1);
     cr_assert_geq(s.reconnects, 1);
-    /* The put was never applied, and not replayed behind our back. */
+    /* The server may have applied the put before it stopped ("may or may not"), but at most
+     * once. */
     kvc_range_result r;
     cr_assert_eq(kvc_get(c, "f/put-once", 10, NULL, 5000, &r, NULL), 0);
-    cr_assert_eq(r.n_kvs, 0);
+    cr_assert(r.n_kvs == 0 || r.kvs[0].version == 1);
     kvc_range_result_free(&r);
     kvc_close(c);
 }

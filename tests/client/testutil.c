@@ -271,6 +271,22 @@ void kvt_server_signal(struct kvt_server *s, int sig)
     if (s->pid <= 0)
         return;
     kill(s->pid, sig);
+    if (sig == SIGSTOP) {
+        /* kill() returns before every thread has stopped: wait for state 'T'. */
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)s->pid);
+        for (int i = 0; i < 200; i++) {
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[n] = '\0';
+            char *rp = strrchr(buf, ')');
+            if (rp && rp[1] == ' ' && rp[2] == 'T')
+                break;
+            kvt_sleep_ms(5);
+        }
+    }
     if (sig == SIGKILL || sig == SIGTERM) {
         waitpid(s->pid, NULL, 0);
         s->pid = 0;
