@@ -18,7 +18,6 @@
  *   leasebench --leases 20000 --duration 60
  */
 #include <errno.h>
-#include <stdint.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +31,6 @@
 
 #define LB_KEY_PREFIX "lb/"
 #define LB_PHASE_TIMEOUT_MS 300000u
-#define LB_RESEND_MS 500u
 
 typedef struct lb_opts {
     size_t leases;
@@ -40,7 +38,8 @@ typedef struct lb_opts {
     int duration;
     int conns;
     int inflight;
-    int warm; /* unary calls per load connection before the RSS baseline */
+    int warm;  /* unary calls per load connection before the RSS baseline */
+    int chunk; /* leases granted+put between renewal catch-ups */
     int want_kvd, want_etcd;
 } lb_opts;
 
@@ -74,8 +73,6 @@ struct lb_run {
     char first_error[160];  /* of the grants and puts */
     char reset_reason[160]; /* why the first keepalive stream the server ended ended */
     size_t *retry, n_retry; /* shed grants/puts waiting for the next tick */
-    int64_t *map_id;        /* lease id -> index (open addressing, 0 = empty) */
-    size_t *map_idx, map_mask;
     uint64_t retries, warm_errors;
     char err[160];
     int64_t key_count, lease_count;
@@ -160,29 +157,6 @@ static uint64_t first_due(const lb_run *r, size_t i, uint64_t now)
     return now + 1 + (h >> 33) % r->period_ms;
 }
 
-static size_t map_slot(const lb_run *r, int64_t id)
-{
-    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ull) >> 20) & r->map_mask;
-}
-
-static void map_put(lb_run *r, int64_t id, size_t i)
-{
-    size_t h = map_slot(r, id);
-    while (r->map_id[h] && r->map_id[h] != id)
-        h = (h + 1) & r->map_mask;
-    r->map_id[h] = id;
-    r->map_idx[h] = i;
-}
-
-/* Index of lease id, or SIZE_MAX. */
-static size_t map_get(const lb_run *r, int64_t id)
-{
-    for (size_t h = map_slot(r, id); r->map_id[h]; h = (h + 1) & r->map_mask)
-        if (r->map_id[h] == id)
-            return r->map_idx[h];
-    return SIZE_MAX;
-}
-
 static void pump(lb_slot *s);
 
 static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const uint8_t *msg,
@@ -210,7 +184,6 @@ static void on_unary(lb_conn *c, void *arg, int status, const char *gmsg, const 
             etcdserverpb__lease_grant_response__unpack(NULL, len, msg);
         if (g && g->id) {
             r->ids[it->i] = g->id;
-            map_put(r, g->id, it->i);
             r->due[it->i] = first_due(r, it->i, now_ms());
         } else {
             r->errors++;
@@ -406,20 +379,15 @@ static void on_ka(lb_conn *c, void *arg, int64_t id, int64_t ttl)
     lb_slot *s = arg;
     (void)c;
     s->r->ka_recv++;
-    if (ttl <= 0) {
+    (void)id;
+    if (ttl <= 0)
         s->r->ka_zero++;
-    } else {
-        /* Next renewal TTL/3 after this answer (clientv3 schedules the same way). */
-        size_t i = map_get(s->r, id);
-        if (i != SIZE_MAX)
-            s->r->due[i] = now_ms() + s->r->period_ms;
-    }
     if (s->r->phase == PH_DRAIN && s->r->ka_recv >= s->r->ka_sent)
         uv_stop(&s->r->loop);
 }
 
-/* Every 20 ms: each keepalive stream sends the renewals that are due (each lease TTL/3
- * after its last answer, or 500 ms after an unanswered request). */
+/* Every 20 ms: each keepalive stream sends the renewals that are due (each lease every
+ * TTL/3 from its grant, answered or not: no resends, so no renewal storm). */
 static void on_tick(uv_timer_t *t)
 {
     lb_run *r = t->data;
@@ -455,9 +423,7 @@ static void on_tick(uv_timer_t *t)
                 return;
             }
             r->ka_sent++;
-            /* Until answered, resend every 500 ms (clientv3's keepalive loop does the
-             * same); the answer moves the next renewal to TTL/3 later. */
-            r->due[i] = now + LB_RESEND_MS;
+            r->due[i] += r->period_ms;
             sent++;
         }
         if (sent)
@@ -495,6 +461,18 @@ static void close_conns(lb_run *r, lb_slot *slots)
     }
 }
 
+/* Runs the loop until every renewal sent so far is answered, at most timeout_ms. */
+static int catch_up(lb_run *r, uint64_t timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    while (r->ka_recv < r->ka_sent && now_ms() < deadline) {
+        int rc = run_for(r, 50);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static double get_metric(const kv_it_server *srv, const char *name)
 {
     double v = -1;
@@ -521,14 +499,7 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
     r->ids = calloc(o->leases, sizeof(*r->ids));
     r->due = calloc(o->leases, sizeof(*r->due));
     r->retry = calloc(o->leases, sizeof(*r->retry));
-    size_t cap = 16;
-    while (cap < 2 * o->leases)
-        cap *= 2;
-    r->map_mask = cap - 1;
-    r->map_id = calloc(cap, sizeof(*r->map_id));
-    r->map_idx = calloc(cap, sizeof(*r->map_idx));
-    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry || !r->map_id ||
-        !r->map_idx)
+    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry)
         goto out;
     uv_loop_init(&r->loop);
     uv_timer_init(&r->loop, &r->tick);
@@ -573,15 +544,24 @@ static int measure(kv_it_server *srv, const lb_opts *o, lb_result *res)
     size_t half = o->leases / 2;
     for (int h = 0; h < 2; h++) {
         size_t from = h ? half : 0, to = h ? o->leases : half;
-        uint64_t t0 = now_ms();
-        if ((rc = unary_phase(r, PH_GRANT, from, to)))
-            goto fail;
-        uint64_t t1 = now_ms();
-        if ((rc = unary_phase(r, PH_PUT, from, to)))
-            goto fail;
-        uint64_t t2 = now_ms();
-        res->grant_s += (double)(t1 - t0) / 1000.0;
-        res->put_s += (double)(t2 - t1) / 1000.0;
+        /* In chunks of --chunk leases, each followed by a pause until every renewal sent
+         * so far is answered: a server whose renewals wait for pending writes to apply
+         * (etcd 3.4's LeaseRenew waits for the applied index) must not lose leases just
+         * because the setup writes and the renewals overlap. */
+        for (size_t c0 = from; c0 < to; c0 += (size_t)o->chunk) {
+            size_t c1 = c0 + (size_t)o->chunk < to ? c0 + (size_t)o->chunk : to;
+            uint64_t t0 = now_ms();
+            if ((rc = unary_phase(r, PH_GRANT, c0, c1)))
+                goto fail;
+            uint64_t t1 = now_ms();
+            if ((rc = unary_phase(r, PH_PUT, c0, c1)))
+                goto fail;
+            uint64_t t2 = now_ms();
+            res->grant_s += (double)(t1 - t0) / 1000.0;
+            res->put_s += (double)(t2 - t1) / 1000.0;
+            if ((rc = catch_up(r, 10000)))
+                goto fail;
+        }
         if ((rc = run_for(r, 1000)))
             goto fail;
         read_rss(srv->pid, h ? &res->rss1 : &res->rss_half);
@@ -654,8 +634,6 @@ out:
     free(r->ids);
     free(r->due);
     free(r->retry);
-    free(r->map_id);
-    free(r->map_idx);
     free(r);
     return rc;
 }
@@ -735,10 +713,11 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--leases N] [--ttl S] [--duration S] [--conns N] [--inflight N]\n"
-            "          [--warm-calls N]\n"
+            "          [--warm-calls N] [--chunk N]\n"
             "          [--server kvd|etcd|both]\n"
-            "defaults: 2000 leases, TTL 10 s, 15 s, 100 connections, 64 unary calls in\n"
+            "defaults: 2000 leases, TTL 10 s, 15 s, 100 connections, 16 unary calls in\n"
             "flight per load connection, 1100 no-op warm-up writes per load connection (about),\n"
+            "setup in chunks of 1000 leases, each followed by a renewal catch-up pause,\n"
             "both servers (etcd only if /usr/bin/etcd or KV_ETCD_BIN\n"
             "exists). Full run of issue 4: --leases 20000 --duration 60\n",
             argv0);
@@ -746,8 +725,13 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
-    lb_opts o = {
-        .leases = 2000, .ttl = 10, .duration = 15, .conns = 100, .inflight = 64, .warm = 1100};
+    lb_opts o = {.leases = 2000,
+                 .ttl = 10,
+                 .duration = 15,
+                 .conns = 100,
+                 .inflight = 16,
+                 .warm = 1100,
+                 .chunk = 1000};
     const char *which = "both";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -769,6 +753,8 @@ int main(int argc, char **argv)
             o.inflight = atoi(v);
         else if (!strcmp(a, "--warm-calls"))
             o.warm = atoi(v);
+        else if (!strcmp(a, "--chunk"))
+            o.chunk = atoi(v);
         else if (!strcmp(a, "--server"))
             which = v;
         else {
@@ -777,7 +763,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.leases == 0 || o.ttl < 3 || o.duration < 1 || o.conns < 1 || o.inflight < 1 ||
-        o.warm < 0 || (size_t)o.conns > o.leases) {
+        o.warm < 0 || o.chunk < 1 || (size_t)o.conns > o.leases) {
         usage(argv[0]);
         return 2;
     }
