@@ -6,6 +6,11 @@ add_library(kv_metrics STATIC ${CMAKE_CURRENT_LIST_DIR}/metrics/metrics.c)
 target_include_directories(kv_metrics PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_metrics PUBLIC m)
 
+# Listener setup shared by the gRPC and HTTP servers.
+add_library(kv_net STATIC ${CMAKE_CURRENT_LIST_DIR}/net/listen.c)
+target_include_directories(kv_net PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_net PUBLIC PkgConfig::UV)
+
 add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_wire.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_io.c
@@ -13,8 +18,8 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kv_grpc PUBLIC kv_metrics PkgConfig::UV PkgConfig::NGHTTP2)
+target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net PkgConfig::UV PkgConfig::NGHTTP2)
 
 add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
 target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kv_http PUBLIC kv_metrics PkgConfig::UV)
+target_link_libraries(kv_http PUBLIC kv_metrics kv_net PkgConfig::UV)

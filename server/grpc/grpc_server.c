@@ -1,9 +1,9 @@
 /* grpc_server.c - listener, accept, connection limits, deadline and keepalive timers, and
  * the idle handle that flushes connections touched outside their own read/write callbacks. */
 #include "grpc/grpc_internal.h"
+#include "net/listen.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,42 +343,11 @@ static void on_connection(uv_stream_t *l, int status)
         kv_grpc_conn_close(c);
 }
 
-/* IP literal, or a host name resolved once with blocking getaddrinfo (startup only). */
-static int resolve(const char *host, int port, struct sockaddr_storage *ss)
-{
-    memset(ss, 0, sizeof(*ss));
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0 ||
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-        return 0;
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
-        return -EINVAL;
-    size_t len = res->ai_addrlen < sizeof(*ss) ? res->ai_addrlen : sizeof(*ss);
-    memcpy(ss, res->ai_addr, len);
-    freeaddrinfo(res);
-    if (ss->ss_family == AF_INET)
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-    else if (ss->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-    else
-        return -EINVAL;
-    return 0;
-}
-
 int kv_grpc_server_listen(kv_grpc_server *s, const char *host, int port)
 {
-    struct sockaddr_storage ss;
-    if (!s || !host || port < 0 || port > 65535 || s->listening || s->closing)
+    if (!s || s->listening || s->closing)
         return -EINVAL;
-    int rv = resolve(host, port, &ss);
-    if (rv < 0)
-        return rv;
-    rv = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0);
-    if (rv < 0)
-        return rv;
-    rv = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    int rv = kv_net_listen(&s->listener, host, port, 511, on_connection);
     if (rv < 0)
         return rv;
     s->listening = 1;
@@ -390,16 +359,9 @@ int kv_grpc_server_listen(kv_grpc_server *s, const char *host, int port)
 
 int kv_grpc_server_port(kv_grpc_server *s)
 {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
     if (!s || !s->listening)
         return -EINVAL;
-    int rv = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
-    if (rv < 0)
-        return rv;
-    if (ss.ss_family == AF_INET)
-        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return kv_net_bound_port(&s->listener);
 }
 
 size_t kv_grpc_server_connections(kv_grpc_server *s)
