@@ -280,6 +280,10 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
      * which Go's HTTP/2 server accepts. grpc_call.c does the checks gRPC needs itself
      * (POST, :path, content-type); everything else is framing, which nghttp2 still checks. */
     nghttp2_option_set_no_http_messaging(s->opt, 1);
+    /* gRPC does not use stream priorities, so closed streams need not be kept for the
+     * priority tree: without this each connection retains up to max-concurrent-streams
+     * finished streams (measured: +7 MB over 100 busy connections). */
+    nghttp2_option_set_no_closed_streams(s->opt, 1);
     rv = uv_tcp_init(loop, &s->listener);
     if (rv < 0)
         goto fail;
