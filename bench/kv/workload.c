@@ -17,6 +17,7 @@ enum { PHASE_WARMUP = 0, PHASE_MEASURE = 1, PHASE_STOP = 2 };
 
 typedef struct shared {
     const kv_bench_params *p;
+    kv_it_rpc_group *group; /* one client I/O thread for all clients (each its own connection) */
     atomic_int phase;
     atomic_uint ready;
 } shared;
@@ -64,7 +65,8 @@ static void *client_main(void *arg)
     uint8_t *buf = NULL;
     char *value = NULL;
     uint64_t x = 0x9E3779B97F4A7C15ull * (c->id + 1);
-    c->rc = kv_it_rpc_open(&conn, p->endpoint, p->timeout_ms, c->err, sizeof(c->err));
+    c->rc = kv_it_rpc_open_in(&conn, c->sh->group, p->endpoint, p->timeout_ms, c->err,
+                              sizeof(c->err));
     atomic_fetch_add(&c->sh->ready, 1);
     if (c->rc)
         return NULL;
@@ -151,6 +153,10 @@ int kv_bench_run(const kv_bench_params *p, kv_bench_result *r, char *errbuf, siz
         rc = -ENOMEM;
         goto out;
     }
+    if ((rc = kv_it_rpc_group_new(&sh.group)) < 0) {
+        snprintf(errbuf, errcap, "client loop group: %d", rc);
+        goto out;
+    }
     for (uint32_t i = 0; i < p->clients; i++) {
         cs[i].sh = &sh;
         cs[i].id = i;
@@ -210,6 +216,7 @@ join:
     }
     free(all);
 out:
+    kv_it_rpc_group_free(sh.group); /* every client thread has closed its client by now */
     for (uint32_t i = 0; cs && i < p->clients; i++)
         free(cs[i].lat_us);
     free(cs);

@@ -20,14 +20,32 @@ const char *kv_it_rpc_backend(void)
     return "libkvclient";
 }
 
+int kv_it_rpc_group_new(kv_it_rpc_group **out)
+{
+    kvc_error err = {0};
+    return kvc_loop_group_new((kvc_loop_group **)out, &err);
+}
+
+void kv_it_rpc_group_free(kv_it_rpc_group *g)
+{
+    kvc_loop_group_free((kvc_loop_group *)g);
+}
+
 int kv_it_rpc_open(kv_it_rpc **out, const char *endpoint, uint32_t timeout_ms, char *errbuf,
                    size_t errcap)
+{
+    return kv_it_rpc_open_in(out, NULL, endpoint, timeout_ms, errbuf, errcap);
+}
+
+int kv_it_rpc_open_in(kv_it_rpc **out, kv_it_rpc_group *g, const char *endpoint,
+                      uint32_t timeout_ms, char *errbuf, size_t errcap)
 {
     kv_it_rpc *c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
     kvc_config cfg;
     kvc_config_default(&cfg);
+    cfg.loop_group = (kvc_loop_group *)g;
     const char *eps[1] = {endpoint};
     cfg.endpoints = eps;
     cfg.n_endpoints = 1;
@@ -74,6 +92,24 @@ void kv_it_rpc_free(void *p)
 struct kv_it_rpc {
     kv_it_grpc *g;
 };
+
+int kv_it_rpc_group_new(kv_it_rpc_group **out)
+{
+    *out = NULL;
+    return 0;
+}
+
+void kv_it_rpc_group_free(kv_it_rpc_group *g)
+{
+    (void)g;
+}
+
+int kv_it_rpc_open_in(kv_it_rpc **out, kv_it_rpc_group *g, const char *endpoint,
+                      uint32_t timeout_ms, char *errbuf, size_t errcap)
+{
+    (void)g;
+    return kv_it_rpc_open(out, endpoint, timeout_ms, errbuf, errcap);
+}
 
 const char *kv_it_rpc_backend(void)
 {

@@ -25,6 +25,16 @@ int kv_it_rpc_open(kv_it_rpc **out, const char *endpoint, uint32_t timeout_ms, c
                    size_t errcap);
 void kv_it_rpc_close(kv_it_rpc *c);
 
+/* Many clients, one I/O thread: with libkvclient a kvc_loop_group (each client keeps its own
+ * connection); the grpc_raw backend has no I/O thread and gives *out = NULL. A benchmark with
+ * 64 clients then runs 64 caller threads + 1 I/O thread instead of 128 threads. */
+typedef struct kv_it_rpc_group kv_it_rpc_group;
+int kv_it_rpc_group_new(kv_it_rpc_group **out);
+void kv_it_rpc_group_free(kv_it_rpc_group *g);
+/* kv_it_rpc_open in group g (NULL = the client's own I/O thread). */
+int kv_it_rpc_open_in(kv_it_rpc **out, kv_it_rpc_group *g, const char *endpoint,
+                      uint32_t timeout_ms, char *errbuf, size_t errcap);
+
 /* One unary call. On 0, *resp is owned by the caller and freed with kv_it_rpc_free(). */
 int kv_it_rpc_call(kv_it_rpc *c, const char *method, const uint8_t *req, size_t req_len,
                    uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, char *errbuf,
