@@ -178,9 +178,9 @@ enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_BOOL, F_I
 typedef struct flag_def {
     const char *name;
     int kind;
-    size_t off;     /* offset into kv_config */
-    size_t n_off;   /* for F_URLS: offset of the count */
-    size_t cap;     /* for F_STR: buffer size */
+    size_t off;   /* offset into kv_config */
+    size_t n_off; /* for F_URLS: offset of the count */
+    size_t cap;   /* for F_STR: buffer size */
     uint64_t min, max;
 } flag_def;
 

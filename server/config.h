@@ -51,20 +51,20 @@ typedef struct kv_config {
     uint32_t election_timeout_ms;
 
     /* Limits. */
-    size_t max_request_bytes;       /* --max-request-bytes, default 1.5 MiB */
-    uint32_t max_txn_ops;           /* --max-txn-ops, default 128 */
-    uint64_t quota_backend_bytes;   /* --quota-backend-bytes, default 2 GiB */
+    size_t max_request_bytes;        /* --max-request-bytes, default 1.5 MiB */
+    uint32_t max_txn_ops;            /* --max-txn-ops, default 128 */
+    uint64_t quota_backend_bytes;    /* --quota-backend-bytes, default 2 GiB */
     uint32_t max_concurrent_streams; /* --max-concurrent-streams, default 1000 */
-    uint32_t max_connections;       /* --max-connections, default 10000 */
-    size_t max_send_buffer_bytes;   /* --max-send-buffer-bytes, default 16 MiB per connection */
-    uint32_t max_pending_proposals; /* --max-pending-proposals, default 10000 */
+    uint32_t max_connections;        /* --max-connections, default 10000 */
+    size_t max_send_buffer_bytes;    /* --max-send-buffer-bytes, default 16 MiB per connection */
+    uint32_t max_pending_proposals;  /* --max-pending-proposals, default 10000 */
 
     /* Leases. */
-    int64_t max_lease_ttl_s;          /* --max-lease-ttl, default 9000000000 (etcd's MaxLeaseTTL) */
-    uint32_t max_keys_per_lease;      /* --max-keys-per-lease, 0 = unlimited */
-    uint32_t lease_revoke_rate;       /* --lease-revoke-rate, leases/s, default 1000 */
+    int64_t max_lease_ttl_s;     /* --max-lease-ttl, default 9000000000 (etcd's MaxLeaseTTL) */
+    uint32_t max_keys_per_lease; /* --max-keys-per-lease, 0 = unlimited */
+    uint32_t lease_revoke_rate;  /* --lease-revoke-rate, leases/s, default 1000 */
     uint32_t lease_checkpoint_interval_ms; /* --lease-checkpoint-interval, default 300000 */
-    uint32_t lease_checkpoint_rate;   /* --lease-checkpoint-rate, default 1000 */
+    uint32_t lease_checkpoint_rate;        /* --lease-checkpoint-rate, default 1000 */
 
     /* Testing. */
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */

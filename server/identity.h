@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 typedef struct kv_identity {
-    uint64_t member_id;                   /* this member */
+    uint64_t member_id; /* this member */
     uint64_t cluster_id;
-    uint64_t member_ids[KV_MAX_MEMBERS];  /* in --initial-cluster order */
+    uint64_t member_ids[KV_MAX_MEMBERS]; /* in --initial-cluster order */
     size_t n_members;
 } kv_identity;
 

@@ -77,12 +77,12 @@ static void obs_checkpointed(void *arg, int64_t id, int64_t remaining)
     kv_lessor_on_checkpointed(arg, id, remaining);
 }
 
-#define LESSOR_GAUGE(field)                                                         \
-    static double gauge_##field(void *arg)                                                      \
-    {                                                                                           \
-        kv_lessor_metrics m;                                                                    \
-        kv_lessor_metrics_get(((kv_server *)arg)->lessor, &m);                                  \
-        return (double)m.field;                                                                 \
+#define LESSOR_GAUGE(field)                                                                        \
+    static double gauge_##field(void *arg)                                                         \
+    {                                                                                              \
+        kv_lessor_metrics m;                                                                       \
+        kv_lessor_metrics_get(((kv_server *)arg)->lessor, &m);                                     \
+        return (double)m.field;                                                                    \
     }
 LESSOR_GAUGE(active_leases)
 LESSOR_GAUGE(heap_size)
@@ -101,19 +101,19 @@ static void register_metrics(kv_server *s)
                         gauge_active_leases, s);
     kv_metrics_gauge_fn(m, "kvd_lease_heap_size",
                         "Items in the lease expiry heap (0 on non-leaders).", gauge_heap_size, s);
-    s->m_keepalives = kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
-                                         "Lease renewals received on LeaseKeepAlive streams.", NULL);
-    kv_metrics_gauge_fn(m, "kvd_lease_expired_total",
-                        "Leases found expired and proposed for revocation.", gauge_expired_total,
+    s->m_keepalives =
+        kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
+                           "Lease renewals received on LeaseKeepAlive streams.", NULL);
+    kv_metrics_counter_fn(m, "kvd_lease_expired_total",
+                          "Leases found expired and proposed for revocation.", gauge_expired_total,
+                          s);
+    kv_metrics_counter_fn(m, "kvd_lease_revoked_total", "Lease revocations applied.",
+                          gauge_revoked_total, s);
+    kv_metrics_counter_fn(m, "kvd_lease_checkpoints_total", "Lease checkpoints proposed.",
+                          gauge_checkpoints_total, s);
+    kv_metrics_gauge_fn(m, "kvd_is_leader", "1 if this member is the leader.", gauge_is_primary, s);
+    kv_metrics_gauge_fn(m, "kvd_lease_memory_bytes", "Bytes held by the lessor.", gauge_mem_bytes,
                         s);
-    kv_metrics_gauge_fn(m, "kvd_lease_revoked_total", "Lease revocations applied.",
-                        gauge_revoked_total, s);
-    kv_metrics_gauge_fn(m, "kvd_lease_checkpoints_total", "Lease checkpoints proposed.",
-                        gauge_checkpoints_total, s);
-    kv_metrics_gauge_fn(m, "kvd_is_leader", "1 if this member is the leader.", gauge_is_primary,
-                        s);
-    kv_metrics_gauge_fn(m, "kvd_lease_memory_bytes", "Bytes held by the lessor.",
-                        gauge_mem_bytes, s);
 }
 
 int kv_leases_start(kv_server *s)

@@ -128,8 +128,8 @@ static int start_listeners(kvd_main *m)
         return -E2BIG;
     for (size_t i = 0; i < cfg->n_listen_client; i++) {
         const kv_url *u = &cfg->listen_client[i];
-        int rc = kv_grpc_server_init(&m->grpc[m->n_grpc], &m->loop, &gc, m->methods,
-                                     m->n_methods, &m->srv, m->srv.metrics);
+        int rc = kv_grpc_server_init(&m->grpc[m->n_grpc], &m->loop, &gc, m->methods, m->n_methods,
+                                     &m->srv, m->srv.metrics);
         if (rc < 0)
             return rc;
         m->n_grpc++;
@@ -142,8 +142,8 @@ static int start_listeners(kvd_main *m)
     }
     for (size_t i = 0; i < cfg->n_listen_metrics; i++) {
         const kv_url *u = &cfg->listen_metrics[i];
-        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, NULL, m->srv.metrics, health_hook,
-                                     &m->srv);
+        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, NULL, m->srv.metrics,
+                                     health_hook, &m->srv);
         if (rc < 0)
             return rc;
         m->n_http++;

@@ -23,7 +23,7 @@ typedef struct kv_server {
     kv_store *store;
     kv_node *node;
     struct kv_lessor *lessor;
-    uint64_t keepalive_requests; /* renewals received over LeaseKeepAlive streams */
+    uint64_t keepalive_requests;    /* renewals received over LeaseKeepAlive streams */
     struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
 } kv_server;
 

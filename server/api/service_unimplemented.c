@@ -26,20 +26,21 @@ static void on_half_close(kv_grpc_call *call)
     finish_unimplemented(call);
 }
 
-#define UNARY(path) {path, 0, on_message, NULL, NULL}
-#define STREAM(path) {path, 1, on_message, on_half_close, NULL}
+#define UNARY(path)                                                                                \
+    {                                                                                              \
+        path, 0, on_message, NULL, NULL                                                            \
+    }
+#define STREAM(path)                                                                               \
+    {                                                                                              \
+        path, 1, on_message, on_half_close, NULL                                                   \
+    }
 
 const kv_grpc_method kv_service_unimplemented[] = {
-    STREAM("/etcdserverpb.Watch/Watch"),
-    UNARY("/etcdserverpb.Cluster/MemberAdd"),
-    UNARY("/etcdserverpb.Cluster/MemberRemove"),
-    UNARY("/etcdserverpb.Cluster/MemberUpdate"),
-    UNARY("/etcdserverpb.Cluster/MemberPromote"),
-    UNARY("/etcdserverpb.Maintenance/Hash"),
-    STREAM("/etcdserverpb.Maintenance/Snapshot"),
-    UNARY("/etcdserverpb.Maintenance/MoveLeader"),
-    UNARY("/etcdserverpb.Auth/AuthEnable"),
-    UNARY("/etcdserverpb.Auth/AuthDisable"),
+    STREAM("/etcdserverpb.Watch/Watch"),          UNARY("/etcdserverpb.Cluster/MemberAdd"),
+    UNARY("/etcdserverpb.Cluster/MemberRemove"),  UNARY("/etcdserverpb.Cluster/MemberUpdate"),
+    UNARY("/etcdserverpb.Cluster/MemberPromote"), UNARY("/etcdserverpb.Maintenance/Hash"),
+    STREAM("/etcdserverpb.Maintenance/Snapshot"), UNARY("/etcdserverpb.Maintenance/MoveLeader"),
+    UNARY("/etcdserverpb.Auth/AuthEnable"),       UNARY("/etcdserverpb.Auth/AuthDisable"),
     UNARY("/etcdserverpb.Auth/Authenticate"),
 };
 const size_t kv_service_unimplemented_len =

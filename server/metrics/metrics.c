@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_COUNTER, K_GAUGE, K_GAUGE_FN };
+enum kind { K_COUNTER, K_GAUGE, K_GAUGE_FN, K_COUNTER_FN };
 
 struct kv_metric {
     enum kind kind;
@@ -206,13 +206,27 @@ int kv_metrics_gauge_fn_labeled(kv_metrics *m, const char *name, const char *hel
     return 0;
 }
 
+int kv_metrics_counter_fn(kv_metrics *m, const char *name, const char *help,
+                          double (*fn)(void *arg), void *arg)
+{
+    int err;
+    if (!fn)
+        return -EINVAL;
+    kv_metric *x = get_or_create(m, K_COUNTER_FN, name, help, NULL, &err);
+    if (!x)
+        return err;
+    x->fn = fn;
+    x->arg = arg;
+    return 0;
+}
+
 void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg)
 {
     if (!m)
         return;
     for (size_t i = 0; i < m->n; i++) {
         kv_metric *x = m->series[i];
-        if (x->kind == K_GAUGE_FN && x->arg == arg) {
+        if ((x->kind == K_GAUGE_FN || x->kind == K_COUNTER_FN) && x->arg == arg) {
             x->fn = NULL;
             x->arg = NULL;
         }
@@ -252,6 +266,7 @@ double kv_metric_value(const kv_metric *x)
     case K_GAUGE:
         return x->dval;
     case K_GAUGE_FN:
+    case K_COUNTER_FN:
         return x->fn ? x->fn(x->arg) : 0;
     }
     return 0;
@@ -356,7 +371,7 @@ int kv_metrics_render(kv_metrics *m, char **out, size_t *len)
     const char *family = NULL;
     for (size_t i = 0; i < m->n; i++) {
         kv_metric *x = sorted[i];
-        if (x->kind == K_GAUGE_FN && !x->fn)
+        if ((x->kind == K_GAUGE_FN || x->kind == K_COUNTER_FN) && !x->fn)
             continue;
         if (!family || strcmp(family, x->name) != 0) {
             family = x->name;
@@ -366,7 +381,8 @@ int kv_metrics_render(kv_metrics *m, char **out, size_t *len)
             sb_help(&b, x->help);
             sb_puts(&b, "\n# TYPE ");
             sb_puts(&b, x->name);
-            sb_puts(&b, x->kind == K_COUNTER ? " counter\n" : " gauge\n");
+            sb_puts(&b,
+                    x->kind == K_COUNTER || x->kind == K_COUNTER_FN ? " counter\n" : " gauge\n");
         }
         sb_puts(&b, x->name);
         if (x->labels[0]) {

@@ -47,8 +47,11 @@ int kv_metrics_gauge_fn(kv_metrics *m, const char *name, const char *help, doubl
  * (e.g. one per listener) export the same family. */
 int kv_metrics_gauge_fn_labeled(kv_metrics *m, const char *name, const char *help,
                                 const char *labels, double (*fn)(void *arg), void *arg);
-/* Detaches every callback gauge registered with arg (they are no longer rendered). Must be
- * called before arg is freed. */
+/* Like kv_metrics_gauge_fn, for a monotonic value kept elsewhere (rendered as a counter). */
+int kv_metrics_counter_fn(kv_metrics *m, const char *name, const char *help,
+                          double (*fn)(void *arg), void *arg);
+/* Detaches every callback gauge or counter registered with arg (they are no longer rendered). Must
+ * be called before arg is freed. */
 void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg);
 
 /* Counter updates (no-op for NULL or a non-counter). */

@@ -47,7 +47,7 @@ struct kv_node {
 
     kv_node_req *head, *tail; /* FIFO of queued requests */
     uint64_t pending;
-    batch_work *inflight; /* at most one batch at a time: apply order is log order */
+    batch_work *inflight;           /* at most one batch at a time: apply order is log order */
     kv_store_lease_observer target; /* the real observer (lessor), loop thread */
 
     uv_check_t check; /* starts a batch right after the loop's I/O phase */
@@ -357,8 +357,8 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
                                                "Largest write batch committed so far.", NULL);
         kv_metrics_gauge_fn(metrics, "kvd_proposals_pending",
                             "Write requests queued for the next batch.", gauge_pending, n);
-        kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.",
-                            gauge_applied, n);
+        kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied,
+                            n);
     }
     *out = n;
     return 0;

@@ -134,3 +134,28 @@ Test(metrics, labeled_callback_gauges_per_owner)
     free(out);
     kv_metrics_free(m);
 }
+
+static double seven(void *arg)
+{
+    (void)arg;
+    return 7;
+}
+
+Test(metrics, callback_counter_renders_as_counter)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 0), 0);
+    int owner;
+    cr_assert_eq(kv_metrics_counter_fn(m, "x_total", "A counter kept elsewhere.", seven, &owner),
+                 0);
+    char *out;
+    size_t len;
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert(strstr(out, "# TYPE x_total counter\nx_total 7\n") != NULL, "%s", out);
+    free(out);
+    kv_metrics_gauge_fn_remove(m, &owner);
+    cr_assert_eq(kv_metrics_render(m, &out, &len), 0);
+    cr_assert(strstr(out, "x_total 7") == NULL, "removed callbacks are not rendered: %s", out);
+    free(out);
+    kv_metrics_free(m);
+}

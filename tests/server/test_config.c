@@ -31,9 +31,15 @@ Test(config, flags_with_and_without_equals)
 {
     kv_config c;
     char err[256] = "";
-    char *argv[] = {"kvd", "--name", "n1", "--data-dir=/tmp/x",
-                    "--listen-client-urls", "http://127.0.0.1:1,http://127.0.0.1:2",
-                    "--max-request-bytes=2048", "--lease-checkpoint-interval", "2s",
+    char *argv[] = {"kvd",
+                    "--name",
+                    "n1",
+                    "--data-dir=/tmp/x",
+                    "--listen-client-urls",
+                    "http://127.0.0.1:1,http://127.0.0.1:2",
+                    "--max-request-bytes=2048",
+                    "--lease-checkpoint-interval",
+                    "2s",
                     "--enable-failpoints"};
     cr_assert_eq(parse(&c, err, sizeof(err), 10, argv), 0, "%s", err);
     cr_assert_str_eq(c.name, "n1");

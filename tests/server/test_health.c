@@ -29,15 +29,16 @@ static int http_get(int port, const char *path, char *body, size_t cap)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct timeval tv = {.tv_sec = 15};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(fd);
         return -1;
     }
     char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                     path);
+    int n =
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return -1;
@@ -81,8 +82,8 @@ Test(health, stalled_apply_makes_health_fail, .timeout = 90)
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         freopen("/dev/null", "w", stderr);
-        execl(kvd, kvd, "--data-dir", dir, "--listen-client-urls", curl, "--listen-peer-urls",
-              purl, "--listen-metrics-urls", murl, "--enable-failpoints", (char *)NULL);
+        execl(kvd, kvd, "--data-dir", dir, "--listen-client-urls", curl, "--listen-peer-urls", purl,
+              "--listen-metrics-urls", murl, "--enable-failpoints", (char *)NULL);
         _exit(127);
     }
     char body[1024];
