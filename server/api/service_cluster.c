@@ -64,16 +64,7 @@ static void on_member_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.members = mp;
     r.n_members = n;
 
-    size_t plen = etcdserverpb__member_list_response__get_packed_size(&r);
-    uint8_t *buf = malloc(plen ? plen : 1);
-    if (buf == NULL) {
-        kv_reply_error(call, 13, "etcdserver: out of memory");
-        return;
-    }
-    etcdserverpb__member_list_response__pack(&r, buf);
-    kv_result res = {.code = 0, .resp = buf, .resp_len = plen};
-    kv_reply_result(call, &res);
-    free(buf);
+    kv_reply_message(call, &r.base);
 }
 
 const kv_grpc_method kv_service_cluster[] = {

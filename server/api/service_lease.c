@@ -30,29 +30,6 @@ static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
     h->revision = kv_node_revision(s->node);
 }
 
-/* Packs m into a stack buffer when small (keepalive responses are ~30 bytes). */
-static int send_message(kv_grpc_call *call, const ProtobufCMessage *m)
-{
-    uint8_t small[256];
-    size_t len = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
-    if (buf == NULL)
-        return -ENOMEM;
-    protobuf_c_message_pack(m, buf);
-    int rc = kv_grpc_call_send(call, buf, len);
-    if (buf != small)
-        free(buf);
-    return rc;
-}
-
-static void reply_message(kv_grpc_call *call, const ProtobufCMessage *m)
-{
-    if (send_message(call, m) < 0)
-        kv_reply_error(call, 8, "etcdserver: too many requests");
-    else
-        kv_grpc_call_finish(call, 0, NULL);
-}
-
 static void reply_malformed(kv_grpc_call *call)
 {
     kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
@@ -143,7 +120,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.header = &h;
     r.id = id;
     r.ttl = ttl;
-    if (send_message(call, &r.base) < 0)
+    if (kv_send_message(call, &r.base) < 0)
         kv_reply_error(call, 8, "etcdserver: too many requests: keepalive responses not read");
 }
 
@@ -226,7 +203,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
             r.n_keys = acc.n;
         }
     }
-    reply_message(call, &r.base);
+    kv_reply_message(call, &r.base);
 out:
     for (size_t i = 0; i < acc.n; i++)
         free(acc.keys[i].data);
@@ -272,7 +249,7 @@ static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.header = &h;
     r.leases = a.ptrs;
     r.n_leases = a.n;
-    reply_message(call, &r.base);
+    kv_reply_message(call, &r.base);
 out:
     free(a.st);
     free(a.ptrs);

@@ -19,20 +19,6 @@ static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h, int64_t r
     h->revision = rev;
 }
 
-static void send_packed(kv_grpc_call *call, const ProtobufCMessage *m)
-{
-    size_t len = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (buf == NULL) {
-        kv_reply_error(call, 13, "etcdserver: out of memory");
-        return;
-    }
-    protobuf_c_message_pack(m, buf);
-    kv_result res = {.code = 0, .resp = buf, .resp_len = len};
-    kv_reply_result(call, &res);
-    free(buf);
-}
-
 static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                      size_t len, ProtobufCMessage **out)
 {
@@ -67,7 +53,7 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.raftindex = ss.applied_index;
     r.raftappliedindex = ss.applied_index;
     r.raftterm = h.raft_term;
-    send_packed(call, &r.base);
+    kv_reply_message(call, &r.base);
 }
 
 static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -89,7 +75,7 @@ static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     fill_header(s, &h, ss.revision);
     r.header = &h;
-    send_packed(call, &r.base); /* no alarm is ever raised yet */
+    kv_reply_message(call, &r.base); /* no alarm is ever raised yet */
 }
 
 static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -123,7 +109,7 @@ static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.header = &h;
     r.hash = hash;
     r.compact_revision = compact_rev;
-    send_packed(call, &r.base);
+    kv_reply_message(call, &r.base);
 }
 
 /* LMDB reuses freed pages in place, so there is nothing to defragment: succeed as etcd does
@@ -139,7 +125,7 @@ static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     fill_header(s, &h, ss.revision);
     r.header = &h;
-    send_packed(call, &r.base);
+    kv_reply_message(call, &r.base);
 }
 
 const kv_grpc_method kv_service_maintenance[] = {

@@ -4,6 +4,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t kv_services_collect(kv_grpc_method *out, size_t cap)
@@ -44,6 +45,28 @@ void kv_reply_result(kv_grpc_call *call, const kv_result *res)
         return;
     }
     kv_grpc_call_finish(call, 0, NULL);
+}
+
+int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m)
+{
+    uint8_t small[256];
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
+    if (buf == NULL)
+        return -ENOMEM;
+    protobuf_c_message_pack(m, buf);
+    int rc = kv_grpc_call_send(call, buf, len);
+    if (buf != small)
+        free(buf);
+    return rc;
+}
+
+void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m)
+{
+    if (kv_send_message(call, m) < 0)
+        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+    else
+        kv_grpc_call_finish(call, 0, NULL);
 }
 
 void kv_reply_propose_error(kv_grpc_call *call, int rc)

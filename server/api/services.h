@@ -14,6 +14,8 @@
 #include "grpc/grpc_server.h"
 #include "mvcc/store.h"
 
+#include <protobuf-c/protobuf-c.h>
+
 #include <stddef.h>
 
 /* Copies every method of every service into out (cap entries). Returns the count, or 0 if
@@ -36,6 +38,11 @@ extern const size_t kv_service_unimplemented_len;
 /* Shared reply helpers. */
 /* Sends the packed response (if code == 0) and finishes the call. */
 void kv_reply_result(kv_grpc_call *call, const kv_result *res);
+/* Packs m and sends it as one message of the call (no finish). Small messages are packed on
+ * the stack. Returns 0, -ENOMEM, or kv_grpc_call_send's error (-ENOBUFS: outbound full). */
+int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m);
+/* Unary reply: sends m and finishes OK; RESOURCE_EXHAUSTED if it cannot be queued. */
+void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m);
 /* Finishes with an error status. */
 void kv_reply_error(kv_grpc_call *call, int code, const char *msg);
 /* Maps a negative errno from kv_node_propose to the etcd error. */
