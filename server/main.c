@@ -119,13 +119,13 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
 
 /* Identity (issue 8, D11): the ids the flags give must be the ones the data dir was created
  * with, or this process would serve another member's data under a new identity. */
-static int check_identity(kvd_main *m, char *err, size_t errlen)
+static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t errlen)
 {
     const kv_server *s = &m->srv;
     kv_store_identity want = {.member_id = s->id.member_id, .cluster_id = s->id.cluster_id};
     snprintf(want.name, sizeof(want.name), "%s", m->cfg.name);
     kv_store_identity have;
-    int rc = kv_store_identity_check(s->store, &want, &have);
+    int rc = kv_store_identity_check(s->store, &want, &have, store_if_missing);
     if (rc == -EEXIST)
         snprintf(err, errlen,
                  "data dir %s belongs to member %016llx (name \"%s\") of cluster %016llx, but "
@@ -254,7 +254,7 @@ int main(int argc, char **argv)
     }
     rc = kv_store_verify_records(s->store, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc == 0)
-        rc = check_identity(&m, err, sizeof(err));
+        rc = check_identity(&m, 0, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
         kv_store_close(s->store);
@@ -285,6 +285,12 @@ int main(int argc, char **argv)
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;
+    /* Serving: this data dir now belongs to these ids (D11). */
+    rc = check_identity(&m, 1, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
 
     uv_signal_init(&m.loop, &m.sigint);
     uv_signal_init(&m.loop, &m.sigterm);

@@ -57,7 +57,8 @@ static int id_write(kv_store *s, MDB_txn *txn, const kv_store_identity *id)
     return kv_mdb_err(mdb_put(txn, s->meta, &k, &v, 0));
 }
 
-int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have)
+int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have,
+                            int store_if_missing)
 {
     if (!s || !want || !have)
         return -EINVAL;
@@ -71,6 +72,10 @@ int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store
     if (rc == -ENOENT) {
         /* First start of this data dir (or one written before identities were stored). */
         *have = *want;
+        if (!store_if_missing) {
+            mdb_txn_abort(txn);
+            return 1;
+        }
         rc = id_write(s, txn, want);
         if (rc == 0) {
             rc = kv_mdb_err(mdb_txn_commit(txn));

@@ -201,7 +201,9 @@ size_t kv_store_max_key_size(kv_store *s);
  *   "identity" -> crc32c(4, BE) | member id (8, BE) | cluster id (8, BE) | name length (1) |
  *                 name (< 64 bytes). The CRC covers everything after it.
  * Compares with *want: returns 0 when the stored ids equal want's (the name is informative
- * only), 1 when there was no record and *want has just been stored (committed), -EEXIST when
+ * only), 1 when there was no record (then *want is stored and committed if store_if_missing;
+ * kvd stores it only once it is serving, so a first start that fails, e.g. on a port already
+ * in use, does not pin ids computed from flags that are about to change), -EEXIST when
  * the ids differ (the flags contradict the data: the caller refuses to start), -EBADMSG when
  * the record is corrupt. *have gets the stored identity (0, 1, -EEXIST). Apply thread, no
  * batch open (-EBUSY otherwise); kvd calls it once at startup. */
@@ -209,6 +211,7 @@ typedef struct kv_store_identity {
     uint64_t member_id, cluster_id;
     char name[64];
 } kv_store_identity;
-int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have);
+int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have,
+                            int store_if_missing);
 
 #endif
