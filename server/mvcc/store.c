@@ -93,6 +93,7 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         rc = kv_mdb_err(rc);
         goto fail;
     }
+    kv_mdb_map_learn(s->env, &s->map); /* record size checks (valcheck.h); best effort */
     *out = s;
     return 0;
 fail:
