@@ -260,7 +260,7 @@ const char *kv_config_usage(void)
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
-           "  --metrics-max-connections N     metrics/health connections; oldest idle evicted (256)\n"
+           "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
            "  --version | --help\n";
 }

@@ -70,9 +70,9 @@ typedef struct kv_config {
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */
 
     /* Startup checks and /health (issue 8: D10, D7). */
-    uint64_t startup_verify_records;   /* --startup-verify-records, default 10000 per db */
-    uint32_t max_health_probes;        /* --max-health-probes, default 64 */
-    uint32_t metrics_max_connections;  /* --metrics-max-connections, default 256 */
+    uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */
+    uint32_t max_health_probes;          /* --max-health-probes, default 64 */
+    uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
     uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
 } kv_config;
 

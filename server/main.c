@@ -132,14 +132,14 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
                  "the flags give member %016llx (name \"%s\") of cluster %016llx: check --name, "
                  "--initial-cluster and --initial-cluster-token, or use another --data-dir",
                  m->cfg.data_dir, (unsigned long long)have.member_id, have.name,
-                 (unsigned long long)have.cluster_id, (unsigned long long)want.member_id,
-                 want.name, (unsigned long long)want.cluster_id);
+                 (unsigned long long)have.cluster_id, (unsigned long long)want.member_id, want.name,
+                 (unsigned long long)want.cluster_id);
     else if (rc == -EBADMSG)
         snprintf(err, errlen, "data dir %s: the stored member identity is corrupt",
                  m->cfg.data_dir);
     else if (rc < 0)
-        snprintf(err, errlen, "data dir %s: cannot check the member identity: %s",
-                 m->cfg.data_dir, strerror(-rc));
+        snprintf(err, errlen, "data dir %s: cannot check the member identity: %s", m->cfg.data_dir,
+                 strerror(-rc));
     return rc < 0 ? rc : 0;
 }
 

@@ -78,23 +78,22 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
     s->metrics = metrics;
     if (metrics) {
         /* Shared by every metrics listener (same series): totals over the listeners. */
-        s->m_conns = kv_metrics_gauge(metrics, "kvd_metrics_http_connections",
-                                      "Open connections on the /metrics and /health listeners.",
-                                      NULL);
+        s->m_conns =
+            kv_metrics_gauge(metrics, "kvd_metrics_http_connections",
+                             "Open connections on the /metrics and /health listeners.", NULL);
         s->m_evicted = kv_metrics_counter(
             metrics, "kvd_metrics_http_evicted_total",
             "Metrics-port connections with no complete request closed to admit a new one "
             "(--metrics-max-connections reached).",
             NULL);
-        s->m_timeouts = kv_metrics_counter(
-            metrics, "kvd_metrics_http_request_timeouts_total",
-            "Metrics-port connections closed: no complete request within "
-            "--metrics-request-timeout.",
-            NULL);
+        s->m_timeouts =
+            kv_metrics_counter(metrics, "kvd_metrics_http_request_timeouts_total",
+                               "Metrics-port connections closed: no complete request within "
+                               "--metrics-request-timeout.",
+                               NULL);
         s->m_rejected = kv_metrics_counter(
             metrics, "kvd_metrics_http_rejected_total",
-            "Metrics-port connections refused: every slot busy with a request in progress.",
-            NULL);
+            "Metrics-port connections refused: every slot busy with a request in progress.", NULL);
     }
     s->health = health;
     s->app = app;

@@ -287,8 +287,9 @@ int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
     while (rc == 0) {
         if (v.mv_size == 0 || v.mv_size > 511 || !kv_mdb_val_sane(txn, &v, 511)) {
-            fprintf(stderr, "kvd: lease_table: lease %lld: attached key has bad size %zu "
-                            "(corrupt)\n",
+            fprintf(stderr,
+                    "kvd: lease_table: lease %lld: attached key has bad size %zu "
+                    "(corrupt)\n",
                     (long long)id, v.mv_size);
             mdb_cursor_close(c);
             return -EIO;

@@ -99,8 +99,7 @@ static inline bool kv_mdb_val_sane(MDB_txn *txn, const MDB_val *v, size_t max)
     MDB_env *env = mdb_txn_env(txn);
     const kv_mdb_map *m = mdb_env_get_userctx(env);
     MDB_envinfo info;
-    if (m == NULL || m->base == 0 || mdb_env_info(env, &info) != 0 ||
-        info.me_mapsize != m->mapsize)
+    if (m == NULL || m->base == 0 || mdb_env_info(env, &info) != 0 || info.me_mapsize != m->mapsize)
         return true; /* map unknown: the max bound only */
     uintptr_t p = (uintptr_t)v->mv_data;
     if (p < m->base || p - m->base >= m->mapsize)

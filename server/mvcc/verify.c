@@ -99,8 +99,8 @@ static void db_parse(const uint8_t *p, dbrec *d)
 static int read_page(vctx *c, uint64_t pgno, uint8_t *buf, const char *what)
 {
     if (pgno > c->last_pg)
-        return corrupt(c, "%s: page %llu beyond the last page %llu", what,
-                       (unsigned long long)pgno, (unsigned long long)c->last_pg);
+        return corrupt(c, "%s: page %llu beyond the last page %llu", what, (unsigned long long)pgno,
+                       (unsigned long long)c->last_pg);
     ssize_t n = pread(c->fd, buf, c->psize, (off_t)(pgno * c->psize));
     if (n < 0) {
         int e = errno;
@@ -111,8 +111,8 @@ static int read_page(vctx *c, uint64_t pgno, uint8_t *buf, const char *what)
         return corrupt(c, "%s: page %llu is past the end of the file", what,
                        (unsigned long long)pgno);
     if (le64(buf) != pgno)
-        return corrupt(c, "%s: page %llu carries page number %llu", what,
-                       (unsigned long long)pgno, (unsigned long long)le64(buf));
+        return corrupt(c, "%s: page %llu carries page number %llu", what, (unsigned long long)pgno,
+                       (unsigned long long)le64(buf));
     return 0;
 }
 
@@ -267,8 +267,7 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what)
                 break;
             c->total += entries - before;
             if (is_branch && le16(f->buf + 12) == PAGEHDRSZ) {
-                rc = corrupt(c, "%s: branch page %llu is empty", what,
-                             (unsigned long long)f->pgno);
+                rc = corrupt(c, "%s: branch page %llu is empty", what, (unsigned long long)f->pgno);
                 break;
             }
         }
@@ -287,8 +286,8 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what)
         }
         const uint8_t *nd = f->buf + le16(f->buf + PAGEHDRSZ + 2 * f->next);
         f->next++;
-        uint64_t child = (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16 |
-                         (uint64_t)le16(nd + 4) << 32;
+        uint64_t child =
+            (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16 | (uint64_t)le16(nd + 4) << 32;
         frame *k = &st[top + 1];
         if (!k->buf && !(k->buf = malloc(c->psize))) {
             rc = -ENOMEM;
@@ -398,8 +397,7 @@ int kv_store_verify_file(const char *dir, uint64_t max_records, char *err, size_
             goto out;
         }
     if (m[0].psize != m[1].psize) {
-        rc = corrupt(&c, "meta pages disagree on the page size (%u, %u)", m[0].psize,
-                     m[1].psize);
+        rc = corrupt(&c, "meta pages disagree on the page size (%u, %u)", m[0].psize, m[1].psize);
         goto out;
     }
     const meta *cur = m[1].txnid > m[0].txnid ? &m[1] : &m[0];

@@ -395,14 +395,14 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
                             "Write requests queued for the next batch.", gauge_pending, n);
         kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied,
                             n);
-        n->m_health_barriers = kv_metrics_counter(
-            metrics, "kvd_health_barriers_total",
-            "Health barriers queued through the apply path (reserved, outside "
-            "--max-pending-proposals).",
-            NULL);
-        n->m_health_coalesced = kv_metrics_counter(
-            metrics, "kvd_health_probes_coalesced_total",
-            "Health probes that joined an already queued health barrier.", NULL);
+        n->m_health_barriers =
+            kv_metrics_counter(metrics, "kvd_health_barriers_total",
+                               "Health barriers queued through the apply path (reserved, outside "
+                               "--max-pending-proposals).",
+                               NULL);
+        n->m_health_coalesced =
+            kv_metrics_counter(metrics, "kvd_health_probes_coalesced_total",
+                               "Health probes that joined an already queued health barrier.", NULL);
         n->m_health_refused = kv_metrics_counter(
             metrics, "kvd_health_probes_refused_total",
             "Health probes refused because --max-health-probes were waiting.", NULL);

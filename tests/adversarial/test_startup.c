@@ -108,8 +108,8 @@ Test(startup, second_process_on_same_data_dir_exits_at_once_naming_holder)
     int rc = kv_it_server_start(&b, 10000);
     uint64_t took = kv_it_now_ms() - t0;
     char *log = srv_log(&b);
-    cr_assert_eq(rc, -ECHILD,
-                 "a second kvd on the same data dir must exit (rc %d); its log:\n%s", rc, log);
+    cr_assert_eq(rc, -ECHILD, "a second kvd on the same data dir must exit (rc %d); its log:\n%s",
+                 rc, log);
     cr_expect_lt(took, 5000, "the second kvd must exit at once, took %llu ms",
                  (unsigned long long)took);
     char want[64];
@@ -213,8 +213,8 @@ static int check_reads(kv_it_server *s, const char *what)
         size_t len = etcdserverpb__range_request__pack(&r, buf), rl;
         char msg[256] = "";
         int st = -1;
-        int rc = kv_it_grpc_call(c, "/etcdserverpb.KV/Range", buf, len, &resp, &rl, 10000, &st,
-                                 msg, sizeof(msg));
+        int rc = kv_it_grpc_call(c, "/etcdserverpb.KV/Range", buf, len, &resp, &rl, 10000, &st, msg,
+                                 sizeof(msg));
         cr_assert(rc == 0 || rc == KV_IT_GRPC_STATUS,
                   "%s: get %s: transport error %d (server alive: %d)", what, key, rc,
                   kv_it_server_alive(s));
@@ -227,8 +227,7 @@ static int check_reads(kv_it_server *s, const char *what)
         Etcdserverpb__RangeResponse *res = etcdserverpb__range_response__unpack(NULL, rl, resp);
         free(resp);
         cr_assert(res, "%s: get %s: undecodable response", what, key);
-        cr_assert_eq(res->n_kvs, 1, "%s: get %s: the key is missing (served silently)", what,
-                     key);
+        cr_assert_eq(res->n_kvs, 1, "%s: get %s: the key is missing (served silently)", what, key);
         if (res->n_kvs == 1) {
             size_t n = value_of(i, want, sizeof(want));
             cr_assert(res->kvs[0]->value.len == n && memcmp(res->kvs[0]->value.data, want, n) == 0,
@@ -339,8 +338,8 @@ Test(startup, corrupted_data_file_is_refused_or_served_safely_never_crashes)
         } else {
             char *log = srv_log(&s);
             cr_assert_eq(rc, -ECHILD, "%s: kvd neither started nor exited (hang?): %d", what, rc);
-            cr_assert(strstr(log, "kvd: refusing to start") || strstr(log, "cannot open data dir") ||
-                          strstr(log, "kvd: startup failed"),
+            cr_assert(strstr(log, "kvd: refusing to start") ||
+                          strstr(log, "cannot open data dir") || strstr(log, "kvd: startup failed"),
                       "%s: kvd exited without a clear message (crash?); log:\n%s", what, log);
             cr_log_info("%s: refused: %.300s", what, strstr(log, "kvd: "));
             free(log);
