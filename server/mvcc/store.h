@@ -32,6 +32,7 @@
  *   "meta"  "format" -> crc32c(4, BE) | format version (4, BE)            (currently 1)
  *           "state"  -> crc32c(4, BE) | applied index (8) | revision (8) | compacted
  *                       revision (8) | live key count (8)                   (all BE)
+ *           "identity" -> member and cluster ids, name (kv_store_identity_check below)
  *   "rev"   main(8 BE) | sub(8 BE) -> crc32c(4, BE) | flags(1) | packed mvccpb.KeyValue
  *           flags bit 0 = tombstone (the KeyValue then holds key and mod_revision only).
  *           The CRC covers the 16-byte revision key, the flags and the payload.
