@@ -69,6 +69,14 @@ Test(verify, pristine_store_passes_both_checks)
     cr_assert_not_null(g);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     th_put(&t, "leased", "x", 7);
+    /* Enough revisions of one key, and keys on one lease, for LMDB dup sub-databases. */
+    for (int i = 0; i < 600; i++)
+        th_put(&t, "hot", "v", 0);
+    for (int i = 0; i < 400; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "leased-%03d-with-a-longer-key-name", i);
+        th_put(&t, key, "x", 7);
+    }
     char err[512] = "";
     cr_assert_eq(kv_store_verify_records(t.s, 10000, err, sizeof(err)), 0, "%s", err);
     kv_store_close(t.s);
