@@ -80,7 +80,8 @@ static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
     int rc = kv_node_health_barrier(s->node, on_health_barrier, h);
     if (rc < 0) {
         free(h);
-        done(ctx, 0, rc == -EBUSY ? "too many requests" : "server stopping");
+        done(ctx, 0,
+             rc == -EBUSY ? "too many health probes waiting on the apply path" : "server stopping");
     }
 }
 
