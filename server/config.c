@@ -26,6 +26,10 @@ void kv_config_default(kv_config *cfg)
     cfg->lease_revoke_rate = 1000;
     cfg->lease_checkpoint_interval_ms = 300000;
     cfg->lease_checkpoint_rate = 1000;
+    cfg->startup_verify_records = 10000;
+    cfg->max_health_probes = 64;
+    cfg->metrics_max_connections = 256;
+    cfg->metrics_request_timeout_ms = 5000;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -214,6 +218,10 @@ static const flag_def FLAGS[] = {
     {"lease-checkpoint-interval", F_DUR, OFF(lease_checkpoint_interval_ms), 0, 0, 0, 0},
     {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
+    {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
+    {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
+    {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
+    {"metrics-request-timeout", F_DUR, OFF(metrics_request_timeout_ms), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -250,6 +258,10 @@ const char *kv_config_usage(void)
            "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
            "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
+           "  --startup-verify-records N      records per database checked at startup (10000)\n"
+           "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
+           "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
+           "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
            "  --version | --help\n";
 }
 

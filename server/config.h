@@ -68,6 +68,12 @@ typedef struct kv_config {
 
     /* Testing. */
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */
+
+    /* Startup checks and /health (issue 8: D10, D7). */
+    uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */
+    uint32_t max_health_probes;          /* --max-health-probes, default 64 */
+    uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
+    uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

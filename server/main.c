@@ -8,12 +8,14 @@
  */
 #include "api/services.h"
 #include "config.h"
+#include "datadir_lock.h"
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
 #include "identity.h"
 #include "leases.h"
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
+#include "mvcc/verify.h"
 #include "node/node.h"
 #include "server.h"
 
@@ -37,6 +39,7 @@ typedef struct kvd_main {
     size_t n_http;
     uv_signal_t sigint, sigterm, sigusr1;
     int stopping;
+    int lock_fd; /* data dir lock (datadir_lock.h), held for the process lifetime */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -74,10 +77,11 @@ static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
     }
     h->done = done;
     h->ctx = ctx;
-    int rc = kv_node_barrier(s->node, on_health_barrier, h);
+    int rc = kv_node_health_barrier(s->node, on_health_barrier, h);
     if (rc < 0) {
         free(h);
-        done(ctx, 0, rc == -EBUSY ? "too many requests" : "server stopping");
+        done(ctx, 0,
+             rc == -EBUSY ? "too many health probes waiting on the apply path" : "server stopping");
     }
 }
 
@@ -114,6 +118,32 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
     fprintf(stderr, "kvd: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
 }
 
+/* Identity (issue 8, D11): the ids the flags give must be the ones the data dir was created
+ * with, or this process would serve another member's data under a new identity. */
+static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t errlen)
+{
+    const kv_server *s = &m->srv;
+    kv_store_identity want = {.member_id = s->id.member_id, .cluster_id = s->id.cluster_id};
+    snprintf(want.name, sizeof(want.name), "%s", m->cfg.name);
+    kv_store_identity have;
+    int rc = kv_store_identity_check(s->store, &want, &have, store_if_missing);
+    if (rc == -EEXIST)
+        snprintf(err, errlen,
+                 "data dir %s belongs to member %016llx (name \"%s\") of cluster %016llx, but "
+                 "the flags give member %016llx (name \"%s\") of cluster %016llx: check --name, "
+                 "--initial-cluster and --initial-cluster-token, or use another --data-dir",
+                 m->cfg.data_dir, (unsigned long long)have.member_id, have.name,
+                 (unsigned long long)have.cluster_id, (unsigned long long)want.member_id, want.name,
+                 (unsigned long long)want.cluster_id);
+    else if (rc == -EBADMSG)
+        snprintf(err, errlen, "data dir %s: the stored member identity is corrupt",
+                 m->cfg.data_dir);
+    else if (rc < 0)
+        snprintf(err, errlen, "data dir %s: cannot check the member identity: %s", m->cfg.data_dir,
+                 strerror(-rc));
+    return rc < 0 ? rc : 0;
+}
+
 static int start_listeners(kvd_main *m)
 {
     const kv_config *cfg = &m->cfg;
@@ -142,7 +172,11 @@ static int start_listeners(kvd_main *m)
     }
     for (size_t i = 0; i < cfg->n_listen_metrics; i++) {
         const kv_url *u = &cfg->listen_metrics[i];
-        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, NULL, m->srv.metrics,
+        kv_http_config hc;
+        kv_http_config_default(&hc);
+        hc.max_connections = cfg->metrics_max_connections;
+        hc.request_timeout_ms = cfg->metrics_request_timeout_ms;
+        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, &hc, m->srv.metrics,
                                      health_hook, &m->srv);
         if (rc < 0)
             return rc;
@@ -160,7 +194,7 @@ static int start_listeners(kvd_main *m)
 int main(int argc, char **argv)
 {
     static kvd_main m; /* main()'s state: large, so not on the stack */
-    char err[512];
+    char err[2048];
     int rc;
 
     signal(SIGPIPE, SIG_IGN);
@@ -196,6 +230,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: cannot create data dir %s: %s\n", m.cfg.data_dir, strerror(errno));
         return 1;
     }
+    /* One process per data dir (issue 8, D2): two corrupt it. */
+    rc = kv_datadir_lock(m.cfg.data_dir, &m.lock_fd, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: %s\n", err);
+        return 1;
+    }
+    /* Check the LMDB file before LMDB trusts it (issue 8, D10). */
+    rc = kv_store_verify_file(m.cfg.data_dir, m.cfg.startup_verify_records, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
     kv_store_config sc;
     kv_store_config_default(&sc);
     sc.dir = m.cfg.data_dir;
@@ -207,10 +253,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
         return 1;
     }
+    rc = kv_store_verify_records(s->store, m.cfg.startup_verify_records, err, sizeof(err));
+    if (rc == 0)
+        rc = check_identity(&m, 0, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        kv_store_close(s->store);
+        return 1;
+    }
 
     kv_header_info hdr = {
         .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
-    kv_node_config nc = {.max_pending = m.cfg.max_pending_proposals};
+    kv_node_config nc = {.max_pending = m.cfg.max_pending_proposals,
+                         .max_health_waiters = m.cfg.max_health_probes};
     rc = kv_node_init(&s->node, &m.loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)
         goto fail;
@@ -231,6 +286,12 @@ int main(int argc, char **argv)
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;
+    /* Serving: this data dir now belongs to these ids (D11). */
+    rc = check_identity(&m, 1, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
 
     uv_signal_init(&m.loop, &m.sigint);
     uv_signal_init(&m.loop, &m.sigterm);
@@ -249,6 +310,7 @@ int main(int argc, char **argv)
     kv_store_close(s->store);
     uv_loop_close(&m.loop);
     kv_metrics_free(s->metrics);
+    kv_datadir_unlock(m.lock_fd);
     fprintf(stderr, "kvd: stopped\n");
     return 0;
 

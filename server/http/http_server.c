@@ -41,6 +41,8 @@ struct kv_http_server {
     int listening, closing, listener_open;
     http_conn *conns;
     size_t n_conns, n_rejecting;
+    size_t n_closing; /* conns closed, waiting for their close callbacks */
+    kv_metric *m_conns, *m_evicted, *m_timeouts, *m_rejected;
     void (*close_cb)(void *);
     void *close_arg;
 };
@@ -74,6 +76,25 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
         s->cfg.max_connections = def.max_connections;
     s->loop = loop;
     s->metrics = metrics;
+    if (metrics) {
+        /* Shared by every metrics listener (same series): totals over the listeners. */
+        s->m_conns =
+            kv_metrics_gauge(metrics, "kvd_metrics_http_connections",
+                             "Open connections on the /metrics and /health listeners.", NULL);
+        s->m_evicted = kv_metrics_counter(
+            metrics, "kvd_metrics_http_evicted_total",
+            "Metrics-port connections with no complete request closed to admit a new one "
+            "(--metrics-max-connections reached).",
+            NULL);
+        s->m_timeouts =
+            kv_metrics_counter(metrics, "kvd_metrics_http_request_timeouts_total",
+                               "Metrics-port connections closed: no complete request within "
+                               "--metrics-request-timeout.",
+                               NULL);
+        s->m_rejected = kv_metrics_counter(
+            metrics, "kvd_metrics_http_rejected_total",
+            "Metrics-port connections refused: every slot busy with a request in progress.", NULL);
+    }
     s->health = health;
     s->app = app;
     int rv = uv_tcp_init(loop, &s->listener);
@@ -111,6 +132,8 @@ static void conn_handle_closed(uv_handle_t *h)
     if (c->next)
         c->next->prev = c->prev;
     s->n_conns--;
+    s->n_closing--;
+    kv_metric_gauge_add(s->m_conns, -1);
     free(c->buf);
     free(c->resp);
     free(c);
@@ -122,6 +145,7 @@ static void conn_close(http_conn *c)
     if (c->state == ST_CLOSING)
         return;
     c->state = ST_CLOSING;
+    c->srv->n_closing++;
     if (c->hr) {
         c->hr->conn = NULL; /* the hook may still answer; it will find no connection */
         c->hr = NULL;
@@ -245,6 +269,7 @@ static void timer_cb(uv_timer_t *t)
         }
         respond_health(c, 0, "timeout");
     } else if (c->state == ST_READ) {
+        kv_metric_inc(c->srv->m_timeouts);
         conn_close(c);
     }
 }
@@ -342,7 +367,21 @@ static void on_connection(uv_stream_t *l, int status)
     kv_http_server *s = l->data;
     if (status < 0 || s->closing)
         return;
-    if (s->n_conns >= s->cfg.max_connections) {
+    if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
+        /* Full: make room by closing the oldest connection that has not sent a complete
+         * request (idle sockets must not lock /health out); refuse only when every slot is
+         * busy with a request in progress. The list is newest first. */
+        http_conn *victim = NULL;
+        for (http_conn *c = s->conns; c; c = c->next)
+            if (c->state == ST_READ)
+                victim = c;
+        if (victim) {
+            kv_metric_inc(s->m_evicted);
+            conn_close(victim);
+        }
+    }
+    if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
+        kv_metric_inc(s->m_rejected);
         uv_tcp_t *t = malloc(sizeof(*t));
         if (!t || uv_tcp_init(s->loop, t) < 0) {
             free(t);
@@ -375,6 +414,7 @@ static void on_connection(uv_stream_t *l, int status)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    kv_metric_gauge_add(s->m_conns, 1);
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {
         conn_close(c);

@@ -12,7 +12,13 @@
  *   closed after it is written; request bodies are not read.
  * - One libuv loop, not thread-safe. Handles are freed only in close callbacks. The process must
  *   ignore SIGPIPE (libuv writes with write(2)).
- * - Bounds: max_header_bytes per request, max_connections (excess accepted then closed).
+ * - Bounds: max_header_bytes per request, max_connections. When max_connections are open, a
+ *   new connection evicts the oldest one that has not sent a complete request yet (so idle
+ *   or slow sockets cannot lock /health out, issue 8 D7); only when every connection has a
+ *   request in progress is the new one accepted then closed. A connection must send its
+ *   request head within request_timeout_ms or is closed. Metrics (when a registry is given,
+ *   shared by every listener): kvd_metrics_http_connections, kvd_metrics_http_evicted_total,
+ *   kvd_metrics_http_request_timeouts_total, kvd_metrics_http_rejected_total.
  */
 #ifndef KV_HTTP_SERVER_H
 #define KV_HTTP_SERVER_H

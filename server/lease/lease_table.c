@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "internal.pb-c.h"
+#include "mvcc/valcheck.h"
 
 #define REC_VERSION 1
 /* A LeaseRecord is at most 3 tagged varints: 3 * (1 + 10) bytes. */
@@ -107,11 +108,12 @@ static size_t encode_rec(const kv_lease_rec *rec, uint8_t out[REC_MAX])
     return n + 4;
 }
 
-static int decode_rec(int64_t key_id, const MDB_val *v, kv_lease_rec *out)
+static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_rec *out)
 {
     const uint8_t *p = v->mv_data;
     size_t n = v->mv_size;
-    if (n < 5 || n > REC_MAX) {
+    /* The size is checked before a byte is read: it may be corrupt (issue 8, D10). */
+    if (n < 5 || n > REC_MAX || !kv_mdb_val_sane(txn, v, REC_MAX)) {
         fprintf(stderr, "kvd: lease_table: lease %lld: record has bad size %zu (corrupt)\n",
                 (long long)key_id, n);
         return -EIO;
@@ -180,7 +182,7 @@ int kv_lease_table_get(const kv_lease_table *t, MDB_txn *txn, int64_t id, kv_lea
     int rc = mdb_get(txn, t->leases, &k, &v);
     if (rc)
         return map_err(rc);
-    return decode_rec(id, &v, out);
+    return decode_rec(txn, id, &v, out);
 }
 
 int kv_lease_table_put(const kv_lease_table *t, MDB_txn *txn, const kv_lease_rec *rec)
@@ -284,6 +286,14 @@ int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
         return map_err(rc);
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
     while (rc == 0) {
+        if (v.mv_size == 0 || v.mv_size > 511 || !kv_mdb_val_sane(txn, &v, 511)) {
+            fprintf(stderr,
+                    "kvd: lease_table: lease %lld: attached key has bad size %zu "
+                    "(corrupt)\n",
+                    (long long)id, v.mv_size);
+            mdb_cursor_close(c);
+            return -EIO;
+        }
         int r = fn(arg, v.mv_data, v.mv_size);
         if (r) {
             mdb_cursor_close(c);
@@ -306,7 +316,7 @@ int kv_lease_table_each(const kv_lease_table *t, MDB_txn *txn,
     rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
     while (rc == 0) {
         kv_lease_rec rec;
-        int r = k.mv_size == 8 ? decode_rec(key_to_id(&k), &v, &rec) : -EIO;
+        int r = k.mv_size == 8 ? decode_rec(txn, key_to_id(&k), &v, &rec) : -EIO;
         if (r == 0)
             r = fn(arg, &rec);
         if (r) {

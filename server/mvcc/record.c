@@ -6,6 +6,7 @@
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
+#include "mvcc/valcheck.h"
 
 void kv_be64_put(uint8_t *p, uint64_t v)
 {
@@ -116,6 +117,9 @@ int kv_rec_load(kv_store *s, MDB_txn *txn, const kv_ent *e, const uint8_t *key, 
     int rc = mdb_get(txn, s->rev, &k, &v);
     if (rc)
         return rc == MDB_NOTFOUND ? -EBADMSG : kv_mdb_err(rc);
+    /* A size that does not fit the file is corruption, not something to read (D10). */
+    if (!kv_mdb_val_sane(txn, &v, KV_MDB_VAL_MAX))
+        return -EBADMSG;
     const uint8_t *p = v.mv_data;
     if (!kv_rec_verify(rk, p, v.mv_size))
         return -EBADMSG;
@@ -140,7 +144,8 @@ static int meta_get(kv_store *s, MDB_txn *txn, const char *name, uint8_t *buf, s
     if (rc)
         return kv_mdb_err(rc);
     const uint8_t *p = v.mv_data;
-    if (v.mv_size != 4 + len || be32_get(p) != kv_crc32c(0, p + 4, len))
+    if (v.mv_size != 4 + len || !kv_mdb_val_sane(txn, &v, 4 + len) ||
+        be32_get(p) != kv_crc32c(0, p + 4, len))
         return -EBADMSG;
     memcpy(buf, p + 4, len);
     return 0;

@@ -6,6 +6,7 @@
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
+#include "mvcc/valcheck.h"
 
 void kv_store_config_default(kv_store_config *c)
 {
@@ -92,6 +93,7 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         rc = kv_mdb_err(rc);
         goto fail;
     }
+    kv_mdb_map_learn(s->env, &s->map); /* record size checks (valcheck.h); best effort */
     *out = s;
     return 0;
 fail:
@@ -310,7 +312,8 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
     MDB_val k, v;
     int r2 = mdb_cursor_get(c, &k, &v, MDB_FIRST);
     for (; r2 == 0; r2 = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-        if (k.mv_size != KV_REVKEY_LEN || !kv_rec_verify(k.mv_data, v.mv_data, v.mv_size)) {
+        if (k.mv_size != KV_REVKEY_LEN || !kv_mdb_val_sane(txn, &v, KV_MDB_VAL_MAX) ||
+            !kv_rec_verify(k.mv_data, v.mv_data, v.mv_size)) {
             rc = -EBADMSG;
             goto out;
         }

@@ -32,6 +32,7 @@
  *   "meta"  "format" -> crc32c(4, BE) | format version (4, BE)            (currently 1)
  *           "state"  -> crc32c(4, BE) | applied index (8) | revision (8) | compacted
  *                       revision (8) | live key count (8)                   (all BE)
+ *           "identity" -> member and cluster ids, name (kv_store_identity_check below)
  *   "rev"   main(8 BE) | sub(8 BE) -> crc32c(4, BE) | flags(1) | packed mvccpb.KeyValue
  *           flags bit 0 = tombstone (the KeyValue then holds key and mod_revision only).
  *           The CRC covers the 16-byte revision key, the flags and the payload.
@@ -195,5 +196,23 @@ void kv_store_get_counters(kv_store *s, kv_store_counters *out);
 
 /* Largest key length accepted by writes (LMDB's max key size). */
 size_t kv_store_max_key_size(kv_store *s);
+
+/* Identity (issue 8, D11): the member and cluster ids (and member name) the data dir was
+ * created for, stored at the first start in "meta":
+ *   "identity" -> crc32c(4, BE) | member id (8, BE) | cluster id (8, BE) | name length (1) |
+ *                 name (< 64 bytes). The CRC covers everything after it.
+ * Compares with *want: returns 0 when the stored ids equal want's (the name is informative
+ * only), 1 when there was no record (then *want is stored and committed if store_if_missing;
+ * kvd stores it only once it is serving, so a first start that fails, e.g. on a port already
+ * in use, does not pin ids computed from flags that are about to change), -EEXIST when
+ * the ids differ (the flags contradict the data: the caller refuses to start), -EBADMSG when
+ * the record is corrupt. *have gets the stored identity (0, 1, -EEXIST). Apply thread, no
+ * batch open (-EBUSY otherwise); kvd calls it once at startup. */
+typedef struct kv_store_identity {
+    uint64_t member_id, cluster_id;
+    char name[64];
+} kv_store_identity;
+int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have,
+                            int store_if_missing);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "kv.pb-c.h"
 #include "mvcc/store.h"
+#include "mvcc/valcheck.h"
 #include "rpc.pb-c.h"
 
 #define KV_REVKEY_LEN 16
@@ -40,6 +41,7 @@ struct kv_store {
     kv_store_lease_observer obs;
     kv_store_batch batch;
     kv_store_counters counters;
+    kv_mdb_map map; /* where env is mapped (valcheck.h); env's user context points here */
 };
 
 /* One index entry (kidx dup). */

@@ -5,6 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One /health probe waiting on a shared health barrier. */
+typedef struct health_waiter {
+    struct health_waiter *next;
+    void (*done)(void *arg, int status);
+    void *arg;
+} health_waiter;
+
 struct kv_node_req {
     kv_node_req *next;
     uint8_t *data; /* packed InternalRequest; NULL for a barrier */
@@ -12,6 +19,8 @@ struct kv_node_req {
     kv_node_done_fn done;
     void (*barrier_done)(void *arg, int status);
     void *arg;
+    kv_node *health; /* set on a health barrier: its waiters are health_waiters */
+    health_waiter *waiters;
 };
 
 /* Lease observer events of one batch, recorded on the worker thread and replayed on the loop
@@ -56,6 +65,12 @@ struct kv_node {
     int closing;
     int stalled; /* failpoint */
 
+    /* Health barriers (kv_node_health_barrier): outside max_pending, coalesced. */
+    uint32_t max_health_waiters;
+    uint64_t health_waiting; /* probes waiting (queued or in a running batch) */
+    kv_node_req *health_q;   /* the health barrier in the queue not yet taken by a batch */
+    kv_metric *m_health_barriers, *m_health_coalesced, *m_health_refused;
+
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metrics *metrics;
@@ -66,14 +81,35 @@ static double gauge_pending(void *arg)
     return (double)((kv_node *)arg)->pending;
 }
 
+static double gauge_health_waiting(void *arg)
+{
+    return (double)((kv_node *)arg)->health_waiting;
+}
+
 static double gauge_applied(void *arg)
 {
     return (double)((kv_node *)arg)->st.applied_index;
 }
 
+/* Completes a barrier (plain or health) with status. */
+static void finish_barrier(kv_node_req *r, int status)
+{
+    if (r->barrier_done)
+        r->barrier_done(r->arg, status);
+    while (r->waiters) {
+        health_waiter *hw = r->waiters;
+        r->waiters = hw->next;
+        r->health->health_waiting--;
+        hw->done(hw->arg, status);
+        free(hw);
+    }
+}
+
 static void fail_req(kv_node_req *r, int code, const char *msg)
 {
-    if (r->barrier_done) {
+    if (r->data == NULL) {
+        finish_barrier(r, -ECANCELED);
+    } else if (r->barrier_done) {
         r->barrier_done(r->arg, -ECANCELED);
     } else if (r->done) {
         kv_result res;
@@ -224,8 +260,7 @@ static void after_apply(uv_work_t *req, int status)
         while (batch) {
             kv_node_req *next = batch->next;
             if (batch->data == NULL) {
-                if (batch->barrier_done)
-                    batch->barrier_done(batch->arg, 0);
+                finish_barrier(batch, 0);
             } else {
                 if (batch->done)
                     batch->done(batch->arg, &w->results[i]);
@@ -252,9 +287,10 @@ static void start_batch(kv_node *n)
     if (n->inflight || n->stalled || n->head == NULL)
         return;
     kv_node_req *batch = n->head;
-    uint64_t count = n->pending;
+    uint64_t count = n->pending + (n->health_q != NULL);
     n->head = n->tail = NULL;
     n->pending = 0;
+    n->health_q = NULL; /* later probes need a later barrier */
     uv_idle_stop(&n->idle);
 
     size_t nreq = 0;
@@ -263,8 +299,7 @@ static void start_batch(kv_node *n)
     if (nreq == 0) {
         while (batch) {
             kv_node_req *next = batch->next;
-            if (batch->barrier_done)
-                batch->barrier_done(batch->arg, 0);
+            finish_barrier(batch, 0);
             free(batch);
             batch = next;
         }
@@ -324,6 +359,7 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->store = store;
     n->hdr = *hdr;
     n->max_pending = cfg && cfg->max_pending ? cfg->max_pending : 10000;
+    n->max_health_waiters = cfg && cfg->max_health_waiters ? cfg->max_health_waiters : 64;
     kv_store_status ss;
     int rc = kv_store_get_status(store, &ss);
     if (rc < 0) {
@@ -359,6 +395,19 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
                             "Write requests queued for the next batch.", gauge_pending, n);
         kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied,
                             n);
+        n->m_health_barriers =
+            kv_metrics_counter(metrics, "kvd_health_barriers_total",
+                               "Health barriers queued through the apply path (reserved, outside "
+                               "--max-pending-proposals).",
+                               NULL);
+        n->m_health_coalesced =
+            kv_metrics_counter(metrics, "kvd_health_probes_coalesced_total",
+                               "Health probes that joined an already queued health barrier.", NULL);
+        n->m_health_refused = kv_metrics_counter(
+            metrics, "kvd_health_probes_refused_total",
+            "Health probes refused because --max-health-probes were waiting.", NULL);
+        kv_metrics_gauge_fn(metrics, "kvd_health_probes_waiting",
+                            "Health probes waiting on the apply path.", gauge_health_waiting, n);
     }
     *out = n;
     return 0;
@@ -383,28 +432,33 @@ void kv_node_close(kv_node *n)
     }
     n->tail = NULL;
     n->pending = 0;
+    n->health_q = NULL;
     if (n->metrics)
         kv_metrics_gauge_fn_remove(n->metrics, n);
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
     uv_close((uv_handle_t *)&n->idle, on_handle_closed);
 }
 
-static int enqueue(kv_node *n, kv_node_req *r)
+/* reserved: a health barrier, which neither counts against nor is refused by max_pending. */
+static int enqueue(kv_node *n, kv_node_req *r, int reserved)
 {
     if (n->closing)
         return -ESHUTDOWN;
-    if (n->pending >= n->max_pending) {
+    if (!reserved && n->pending >= n->max_pending) {
         n->st.refused_total++;
         kv_metric_inc(n->m_refused);
         return -EBUSY;
     }
+    int was_empty = n->head == NULL;
     if (n->tail)
         n->tail->next = r;
     else
         n->head = r;
     n->tail = r;
+    if (!reserved)
+        n->pending++;
     /* While a batch is in flight its completion wakes the loop; spinning would only burn CPU. */
-    if (n->pending++ == 0 && !n->stalled && n->inflight == NULL)
+    if (was_empty && !n->stalled && n->inflight == NULL)
         uv_idle_start(&n->idle, on_idle);
     return 0;
 }
@@ -421,7 +475,7 @@ int kv_node_propose(kv_node *n, uint8_t *req, size_t len, kv_node_done_fn done, 
     r->len = len;
     r->done = done;
     r->arg = arg;
-    int rc = enqueue(n, r);
+    int rc = enqueue(n, r, 0);
     if (rc < 0) {
         free(req);
         free(r);
@@ -449,10 +503,49 @@ int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg)
         return -ENOMEM;
     r->barrier_done = done;
     r->arg = arg;
-    int rc = enqueue(n, r);
+    int rc = enqueue(n, r, 0);
     if (rc < 0)
         free(r);
     return rc;
+}
+
+int kv_node_health_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg)
+{
+    if (n->closing)
+        return -ESHUTDOWN;
+    if (n->health_waiting >= n->max_health_waiters) {
+        kv_metric_inc(n->m_health_refused);
+        return -EBUSY;
+    }
+    health_waiter *hw = calloc(1, sizeof(*hw));
+    if (hw == NULL)
+        return -ENOMEM;
+    hw->done = done;
+    hw->arg = arg;
+    if (n->health_q) { /* a barrier is queued and not yet running: it answers for us too */
+        hw->next = n->health_q->waiters;
+        n->health_q->waiters = hw;
+        n->health_waiting++;
+        kv_metric_inc(n->m_health_coalesced);
+        return 0;
+    }
+    kv_node_req *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        free(hw);
+        return -ENOMEM;
+    }
+    r->health = n;
+    r->waiters = hw;
+    int rc = enqueue(n, r, 1);
+    if (rc < 0) {
+        free(hw);
+        free(r);
+        return rc;
+    }
+    n->health_q = r;
+    n->health_waiting++;
+    kv_metric_inc(n->m_health_barriers);
+    return 0;
 }
 
 const kv_header_info *kv_node_header(const kv_node *n)

@@ -38,7 +38,8 @@ typedef struct kv_node_req kv_node_req;
 typedef void (*kv_node_done_fn)(void *arg, kv_result *res);
 
 typedef struct kv_node_config {
-    uint32_t max_pending; /* queued proposals; default 10000 */
+    uint32_t max_pending;        /* queued proposals; default 10000 */
+    uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -74,6 +75,16 @@ void kv_node_req_detach(kv_node_req *r);
  * the queue is idle): a read barrier through the same path as writes. /health uses it, so a
  * stalled apply path makes /health fail (lesson 13). Same bound as proposals. */
 int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg);
+
+/* The /health barrier (issue 8, D7): like kv_node_barrier (done(arg, 0) once everything
+ * queued before it has committed; -ECANCELED when the node closes), but client load cannot
+ * shed it: it is queued outside the max_pending bound, in a reserved slot. Concurrent probes
+ * coalesce: a probe arriving while a health barrier is queued and not yet running joins it, so
+ * at most one health barrier waits in the queue however many probes arrive. The probes waiting
+ * (queued or in a running batch) are bounded by cfg max_health_waiters: -EBUSY beyond it
+ * (metric kvd_health_probes_refused_total). A stalled apply path still holds them (lesson 13).
+ * Returns 0, -EBUSY, -ENOMEM or -ESHUTDOWN. */
+int kv_node_health_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg);
 
 /* The lessor's observer. The node installs its own recording observer in the store (apply
  * runs on a worker) and forwards each batch's events here, on the loop thread, after the batch

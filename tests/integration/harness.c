@@ -347,7 +347,9 @@ int kv_it_server_log(const kv_it_server *s, char **out)
 
 static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
 {
-    if (*len + n > CAPTURE_LIMIT)
+    if (*len >= CAPTURE_LIMIT)
+        n = 0;
+    else if (n > CAPTURE_LIMIT - *len)
         n = CAPTURE_LIMIT - *len;
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 4096;
@@ -359,7 +361,8 @@ static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t
         *buf = p;
         *cap = c;
     }
-    memcpy(*buf + *len, data, n);
+    if (n > 0)
+        memcpy(*buf + *len, data, n);
     *len += n;
     (*buf)[*len] = 0;
     return 0;

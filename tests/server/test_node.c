@@ -198,3 +198,55 @@ Test(node, close_fails_queued_requests)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", f.dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* Issue 8 D7: client writes that fill the queue must not shed /health's barrier. */
+static void on_health(void *arg, int status)
+{
+    int *p = arg;
+    (*p) += status == 0 ? 1 : 100;
+}
+
+Test(node, health_barrier_has_a_reserved_slot_and_coalesces)
+{
+    fixture f;
+    snprintf(f.dir, sizeof(f.dir), "/tmp/kvd-node-XXXXXX");
+    cr_assert_not_null(mkdtemp(f.dir));
+    kv_store_config sc;
+    kv_store_config_default(&sc);
+    sc.dir = f.dir;
+    sc.quota_bytes = 64u << 20;
+    cr_assert_eq(kv_store_open(&f.store, &sc), 0);
+    cr_assert_eq(uv_loop_init(&f.loop), 0);
+    kv_header_info hdr = {.cluster_id = 1, .member_id = 2, .raft_term = 3};
+    kv_node_config nc = {.max_pending = 2, .max_health_waiters = 3};
+    cr_assert_eq(kv_node_init(&f.node, &f.loop, f.store, &nc, &hdr, NULL), 0);
+
+    kv_node_set_stalled(f.node, 1);
+    done_log log = {0};
+    cr_assert_eq(propose_put(&f, "a", on_done, &log, NULL), 0);
+    cr_assert_eq(propose_put(&f, "b", on_done, &log, NULL), 0);
+    cr_assert_eq(propose_put(&f, "c", on_done, &log, NULL), -EBUSY, "the write queue is full");
+    int plain = 0;
+    cr_assert_eq(kv_node_barrier(f.node, on_barrier, &plain), -EBUSY,
+                 "plain barriers share the proposals' bound");
+    int h = 0;
+    cr_assert_eq(kv_node_health_barrier(f.node, on_health, &h), 0, "health is not shed");
+    cr_assert_eq(kv_node_health_barrier(f.node, on_health, &h), 0);
+    cr_assert_eq(kv_node_health_barrier(f.node, on_health, &h), 0);
+    cr_assert_eq(kv_node_health_barrier(f.node, on_health, &h), -EBUSY,
+                 "waiting probes are bounded (max_health_waiters)");
+    cr_assert_eq(propose_put(&f, "d", on_done, &log, NULL), -EBUSY,
+                 "health barriers take no proposal slot, and give none");
+    for (int i = 0; i < 5; i++)
+        uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(h, 0, "a stalled apply path holds /health (lesson 13)");
+
+    kv_node_set_stalled(f.node, 0);
+    spin(&f, &h, 3);
+    cr_assert_eq(h, 3, "the three probes pass together, after the writes queued before them");
+    cr_assert_eq(log.calls, 2);
+    kv_node_stats st;
+    kv_node_get_stats(f.node, &st);
+    cr_assert_eq(st.last_batch_size, 3, "two writes + one coalesced health barrier");
+    fx_close(&f);
+}
