@@ -1,5 +1,7 @@
 #include "api/internal_req.h"
 
+#include "mvcc/pb_scan.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,4 +38,23 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
     *out = p;
     *out_len = n + len;
     return 0;
+}
+
+int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
+                          const char **emsg)
+{
+    kv_txn_limits lim;
+    kv_txn_limits_init(&lim, max_txn_ops);
+    switch (kv_pb_scan_txn(msg, len, &lim, NULL)) {
+    case KV_PB_SCAN_OK:
+        return 0;
+    case KV_PB_SCAN_TOO_MANY_OPS:
+        *code = 3; /* INVALID_ARGUMENT, etcd's ErrGRPCTooManyOps */
+        *emsg = KV_TXN_TOO_MANY_OPS_MSG;
+        return 1;
+    default:
+        *code = 13;
+        *emsg = "grpc: error unmarshalling request: malformed protobuf";
+        return 1;
+    }
 }
