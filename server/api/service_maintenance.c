@@ -99,7 +99,16 @@ static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
         return;
     }
-    if (kv_store_hash_kv(s->store, rev, &hash, &compact_rev) < 0) {
+    int hrc = kv_store_hash_kv(s->store, rev, &hash, &compact_rev);
+    if (hrc == KV_STORE_ERR_COMPACTED) { /* e.g. rev == the compacted revision */
+        kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
+        return;
+    }
+    if (hrc == KV_STORE_ERR_FUTURE_REV) {
+        kv_reply_error(call, 11, "etcdserver: mvcc: required revision is a future revision");
+        return;
+    }
+    if (hrc < 0) {
         kv_reply_error(call, 13, "etcdserver: request failed: storage error");
         return;
     }

@@ -302,7 +302,7 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
         rc = KV_STORE_ERR_FUTURE_REV;
         goto out;
     }
-    if (rev <= 0)
+    if (rev == 0) /* etcd: only 0 means current; a negative rev hashes no revision */
         rev = m.rev;
     if ((rc = kv_mdb_err(mdb_cursor_open(txn, s->rev, &c))))
         goto out;

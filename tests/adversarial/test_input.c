@@ -104,18 +104,23 @@ static void assert_serving(const char *key)
     free(r.resp);
 }
 
-static void setup(void)
+static void start_server(const char *const *extra_args)
 {
     srv = calloc(1, sizeof(*srv));
     cr_assert(srv);
     kv_it_kind kind = kv_it_kind_from_env();
-    int rc = kv_it_server_init(srv, kind, NULL);
+    int rc = kv_it_server_init(srv, kind, extra_args);
     cr_assert_eq(rc, 0, "init %s (%s): %d", kv_it_kind_name(kind), srv->bin, rc);
     rc = kv_it_server_start(srv, 30000);
     cr_assert_eq(rc, 0, "start %s: %d", kv_it_kind_name(kind), rc);
     put("k1", "a");
     put("k2", "b");
     put("k3", "c");
+}
+
+static void setup(void)
+{
+    start_server(NULL);
 }
 
 static void teardown(void)
@@ -194,6 +199,45 @@ Test(adv_input, d1_nesting_limit_is_etcds_op_budget)
         free(r.resp);
     }
     assert_serving("after-budget");
+}
+
+/* The same member with the largest --max-txn-ops (2^20): the op budget no longer bounds the
+ * depth, kvd's hard cap (256 levels, see server/mvcc/pb_scan.h) does. 256 levels must be
+ * fully applied and answered (under ASan too: the stack they need is bounded); 257 and
+ * 100,000 are refused. etcd has no such cap (Go stacks grow), so this is kvd only. */
+static void setup_big_budget(void)
+{
+    static const char *const args[] = {"--max-txn-ops", "1048576", NULL};
+    if (kv_it_kind_from_env() == KV_IT_KVD)
+        start_server(args);
+}
+
+TestSuite(adv_input_cap, .init = setup_big_budget, .fini = teardown, .timeout = 300);
+
+Test(adv_input_cap, d1_hard_depth_cap_with_largest_budget)
+{
+    if (kv_it_kind_from_env() == KV_IT_ETCD)
+        cr_skip_test("kvd's hard nesting cap; etcd has none");
+    static const struct {
+        size_t depth;
+        int ok;
+    } cases[] = {{256, 1}, {257, 0}, {100000, 0}};
+    for (size_t i = 0; i < 3; i++) {
+        uint8_t *b;
+        size_t n;
+        cr_assert_eq(kv_tw_nested_txn(cases[i].depth, NULL, 0, NULL, 0, &b, &n), 0);
+        reply r;
+        txn_bytes(b, n, &r);
+        free(b);
+        char what[64];
+        snprintf(what, sizeof what, "txn nested %zu deep, --max-txn-ops 2^20", cases[i].depth);
+        if (cases[i].ok)
+            expect_status(&r, OK, NULL, what);
+        else
+            expect_status(&r, INVALID_ARGUMENT, TOO_MANY_OPS, what);
+        free(r.resp);
+    }
+    assert_serving("after-hard-cap");
 }
 
 /* ---- D9: integers ---- */
@@ -573,8 +617,21 @@ Test(adv_input, d9_lease_integer_extremes)
         free(r.resp);
     }
     /* revoke / time-to-live / keepalive of ids that do not exist */
-    static const int64_t none[] = {INT64_MAX, 0};
-    for (size_t i = 0; i < 2; i++) {
+    static const int64_t none[] = {INT64_MAX, 0, INT64_MIN};
+    for (size_t i = 0; i < 3; i++) {
+        /* one keepalive on the stream, then end of stream: etcd answers TTL 0 */
+        Etcdserverpb__LeaseKeepAliveRequest ka = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+        ka.id = none[i];
+        lease_call("LeaseKeepAlive", &ka.base, &r);
+        expect_status(&r, OK, NULL, "keepalive unknown id");
+        Etcdserverpb__LeaseKeepAliveResponse *kr =
+            r.status == OK ? etcdserverpb__lease_keep_alive_response__unpack(NULL, r.len, r.resp)
+                           : NULL;
+        cr_expect(kr && kr->id == none[i] && kr->ttl == 0, "keepalive %lld: TTL 0",
+                  (long long)none[i]);
+        if (kr)
+            etcdserverpb__lease_keep_alive_response__free_unpacked(kr, NULL);
+        free(r.resp);
         Etcdserverpb__LeaseRevokeRequest rv = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
         rv.id = none[i];
         lease_call("LeaseRevoke", &rv.base, &r);
@@ -595,4 +652,60 @@ Test(adv_input, d9_lease_integer_extremes)
         free(r.resp);
     }
     assert_serving("after-leases");
+}
+
+static int hash_kv(int64_t rev, uint32_t *hash, reply *r)
+{
+    Etcdserverpb__HashKVRequest h = ETCDSERVERPB__HASH_KVREQUEST__INIT;
+    h.revision = rev;
+    call_msg("/etcdserverpb.Maintenance/HashKV", &h.base, r);
+    cr_assert(r->rc == 0 || r->rc == KV_IT_GRPC_STATUS, "hashkv %lld: transport error %d",
+              (long long)rev, r->rc);
+    if (r->status == OK) {
+        Etcdserverpb__HashKVResponse *hr =
+            etcdserverpb__hash_kvresponse__unpack(NULL, r->len, r->resp);
+        cr_assert_not_null(hr);
+        *hash = hr->hash;
+        etcdserverpb__hash_kvresponse__free_unpacked(hr, NULL);
+    }
+    free(r->resp);
+    r->resp = NULL;
+    return r->status;
+}
+
+Test(adv_input, d9_hashkv_revision_extremes)
+{
+    /* etcd's HashByRev: a negative revision hashes no revision at all (upper bound rev+1),
+     * like revision 1 (no key yet); 0 is the current revision; the compacted revision itself
+     * is compacted. kvd hashed the current revision for negative ones, and answered INTERNAL
+     * "storage error" at exactly the compacted revision. */
+    reply r;
+    uint32_t h1 = 0, hneg = 0, hmin = 0, hcur = 0, h4 = 0;
+    cr_assert_eq(hash_kv(1, &h1, &r), OK, "hashkv 1: %s", r.msg);
+    cr_assert_eq(hash_kv(-1, &hneg, &r), OK, "hashkv -1: %s", r.msg);
+    cr_assert_eq(hash_kv(INT64_MIN, &hmin, &r), OK, "hashkv INT64_MIN: %s", r.msg);
+    cr_assert_eq(hash_kv(0, &hcur, &r), OK, "hashkv 0: %s", r.msg);
+    cr_assert_eq(hash_kv(4, &h4, &r), OK, "hashkv 4: %s", r.msg);
+    cr_expect_eq(hneg, h1, "a negative revision hashes nothing, as revision 1");
+    cr_expect_eq(hmin, h1, "INT64_MIN hashes nothing, as revision 1");
+    cr_expect_eq(hcur, h4, "0 is the current revision (4)");
+    cr_expect_neq(hcur, h1);
+    uint32_t x;
+    hash_kv(INT64_MAX, &x, &r);
+    expect_status(&r, OUT_OF_RANGE, FUTURE_REV, "hashkv INT64_MAX");
+    Etcdserverpb__CompactionRequest c = ETCDSERVERPB__COMPACTION_REQUEST__INIT;
+    c.revision = 3;
+    call_msg("/etcdserverpb.KV/Compact", &c.base, &r);
+    expect_status(&r, OK, NULL, "compact 3");
+    free(r.resp);
+    static const int64_t compacted[] = {3, 2, 1};
+    for (size_t i = 0; i < 3; i++) {
+        hash_kv(compacted[i], &x, &r);
+        char what[64];
+        snprintf(what, sizeof what, "hashkv %lld after compacting 3", (long long)compacted[i]);
+        expect_status(&r, OUT_OF_RANGE, COMPACTED, what);
+    }
+    cr_expect_eq(hash_kv(4, &x, &r), OK, "hashkv 4 after compacting 3: %s", r.msg);
+    cr_expect_eq(hash_kv(-1, &x, &r), OK, "hashkv -1 after compacting 3: %s", r.msg);
+    assert_serving("after-hashkv");
 }
