@@ -565,6 +565,41 @@ Test(adv_input, d9_lease_integer_extremes)
     lease_call("LeaseGrant", &g.base, &r);
     expect_status(&r, OUT_OF_RANGE, "etcdserver: too large lease TTL", "grant TTL 9e9+1");
     free(r.resp);
+    /* exactly etcd's MaxLeaseTTL (9e9 s) is allowed, and its deadline must not overflow */
+    g.ttl = 9000000000LL;
+    lease_call("LeaseGrant", &g.base, &r);
+    expect_status(&r, OK, NULL, "grant TTL 9e9");
+    Etcdserverpb__LeaseGrantResponse *mx =
+        r.status == OK ? etcdserverpb__lease_grant_response__unpack(NULL, r.len, r.resp) : NULL;
+    free(r.resp);
+    cr_expect(mx && mx->ttl == 9000000000LL, "granted TTL 9e9");
+    if (mx) {
+        Etcdserverpb__LeaseTimeToLiveRequest tl = ETCDSERVERPB__LEASE_TIME_TO_LIVE_REQUEST__INIT;
+        tl.id = mx->id;
+        lease_call("LeaseTimeToLive", &tl.base, &r);
+        expect_status(&r, OK, NULL, "time-to-live of the 9e9 lease");
+        Etcdserverpb__LeaseTimeToLiveResponse *tr =
+            r.status == OK ? etcdserverpb__lease_time_to_live_response__unpack(NULL, r.len, r.resp)
+                           : NULL;
+        cr_expect(tr && tr->grantedttl == 9000000000LL && tr->ttl > 8999999000LL,
+                  "9e9 lease: remaining TTL");
+        if (tr)
+            etcdserverpb__lease_time_to_live_response__free_unpacked(tr, NULL);
+        free(r.resp);
+        Etcdserverpb__LeaseKeepAliveRequest ka = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+        ka.id = mx->id;
+        lease_call("LeaseKeepAlive", &ka.base, &r);
+        expect_status(&r, OK, NULL, "keepalive of the 9e9 lease");
+        Etcdserverpb__LeaseKeepAliveResponse *kr =
+            r.status == OK ? etcdserverpb__lease_keep_alive_response__unpack(NULL, r.len, r.resp)
+                           : NULL;
+        cr_expect(kr && kr->ttl == 9000000000LL, "9e9 lease renewed to its TTL");
+        if (kr)
+            etcdserverpb__lease_keep_alive_response__free_unpacked(kr, NULL);
+        free(r.resp);
+        etcdserverpb__lease_grant_response__free_unpacked(mx, NULL);
+    }
+    g.ttl = 0;
     /* negative TTLs are raised to the minimum TTL */
     static const int64_t small[] = {INT64_MIN, -1, 0};
     for (size_t i = 0; i < 3; i++) {
@@ -708,4 +743,66 @@ Test(adv_input, d9_hashkv_revision_extremes)
     cr_expect_eq(hash_kv(4, &x, &r), OK, "hashkv 4 after compacting 3: %s", r.msg);
     cr_expect_eq(hash_kv(-1, &x, &r), OK, "hashkv -1 after compacting 3: %s", r.msg);
     assert_serving("after-hashkv");
+}
+
+Test(adv_input, range_end_edges)
+{
+    /* range_end below key, keys longer than any stored key (kvd's LMDB key limit is 511
+     * bytes: its seek truncates and must still compare the whole key), and "\0" ends. */
+    static char longk[600];
+    memset(longk, 'k', sizeof longk);
+    static char longz[600];
+    memset(longz, 0, sizeof longz);
+    longz[0] = 'k';
+    static const struct {
+        const char *key;
+        size_t kl;
+        const char *end;
+        size_t el;
+        int64_t count;
+    } cases[] = {
+        {"k3", 2, "k1", 2, 0},           /* end < key */
+        {"k2", 2, "k2", 2, 0},           /* end == key */
+        {"k2", 2, "\0", 1, 2},           /* from k2 to the end of the keyspace */
+        {"\0", 1, "\0", 1, 3},           /* everything */
+        {longk, 600, "l", 1, 0},         /* k1..k3 sort before "kkk..." */
+        {longz, 600, "l", 1, 3},         /* "k\0\0..." sorts before k1 */
+        {longk, 600, NULL, 0, 0},        /* single long key */
+        {"k1", 2, longk, 600, 3},        /* long end: k1..k3 < "kkk..." */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Etcdserverpb__RangeRequest g = ETCDSERVERPB__RANGE_REQUEST__INIT;
+        g.key = (ProtobufCBinaryData){cases[i].kl, (uint8_t *)cases[i].key};
+        g.range_end = (ProtobufCBinaryData){cases[i].el, (uint8_t *)cases[i].end};
+        char what[64];
+        snprintf(what, sizeof what, "range case %zu", i);
+        Etcdserverpb__RangeResponse *rr = range_ok(&g, what);
+        if (rr) {
+            cr_expect_eq(rr->count, cases[i].count, "%s: count %lld", what, (long long)rr->count);
+            etcdserverpb__range_response__free_unpacked(rr, NULL);
+        }
+        g.count_only = 1;
+        rr = range_ok(&g, what);
+        if (rr) {
+            cr_expect_eq(rr->count, cases[i].count, "%s: count_only", what);
+            etcdserverpb__range_response__free_unpacked(rr, NULL);
+        }
+        /* the same as a delete with end < key or a long key deletes nothing */
+        if (cases[i].count == 0) {
+            Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+            d.key = g.key;
+            d.range_end = g.range_end;
+            reply r;
+            call_msg("/etcdserverpb.KV/DeleteRange", &d.base, &r);
+            expect_status(&r, OK, NULL, what);
+            Etcdserverpb__DeleteRangeResponse *dr =
+                r.status == OK ? etcdserverpb__delete_range_response__unpack(NULL, r.len, r.resp)
+                               : NULL;
+            cr_expect(dr && dr->deleted == 0, "%s: deleted nothing", what);
+            if (dr)
+                etcdserverpb__delete_range_response__free_unpacked(dr, NULL);
+            free(r.resp);
+        }
+    }
+    assert_serving("after-range-ends");
 }
