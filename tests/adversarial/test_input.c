@@ -806,3 +806,42 @@ Test(adv_input, range_end_edges)
     }
     assert_serving("after-range-ends");
 }
+
+/* The duplicate-key check (etcd checkIntervals) keeps puts in a set. kvd kept a list, so a key
+ * put by both branches of an inner txn was listed twice and the second copy was reported as a
+ * duplicate: Txn{success: [Txn{failure: [Txn{success: [put a], failure: [put a]}]}]} is valid
+ * for etcd. (Found while bounding the check's cost: it was quadratic in the ops.) */
+Test(adv_input, txn_duplicate_key_check_is_a_set)
+{
+    uint8_t put[32];
+    size_t pl = kv_tw_put_op(put, "a", "1");
+    uint8_t t2[96];
+    size_t t2l = 0;
+    kv_tw_field(t2, &t2l, 2, put, pl);
+    kv_tw_field(t2, &t2l, 3, put, pl);
+    uint8_t op2[128];
+    size_t op2l = 0;
+    kv_tw_field(op2, &op2l, 4, t2, t2l);
+    uint8_t t1[160];
+    size_t t1l = 0;
+    kv_tw_field(t1, &t1l, 3, op2, op2l);
+    uint8_t op1[192];
+    size_t op1l = 0;
+    kv_tw_field(op1, &op1l, 4, t1, t1l);
+    uint8_t t0[224];
+    size_t t0l = 0;
+    kv_tw_field(t0, &t0l, 2, op1, op1l);
+    reply r;
+    txn_bytes(t0, t0l, &r);
+    expect_status(&r, OK, NULL, "put a in both branches of an inner txn");
+    free(r.resp);
+    /* and a real duplicate is still one */
+    uint8_t dup[96];
+    size_t dl = 0;
+    kv_tw_field(dup, &dl, 2, put, pl);
+    kv_tw_field(dup, &dl, 2, put, pl);
+    txn_bytes(dup, dl, &r);
+    expect_status(&r, INVALID_ARGUMENT, "etcdserver: duplicate key given in txn request",
+                  "put a twice");
+    free(r.resp);
+}

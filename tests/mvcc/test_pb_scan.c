@@ -193,24 +193,24 @@ static uint8_t *fan_txn(size_t fan, const uint8_t *child, size_t cl, size_t *n)
 
 Test(pb_scan, total_ops_cap_across_nesting)
 {
-    /* 20 x 20 x 21: every level within etcd's budget (128-20-20 = 88 >= 21), but 8,820
-     * compares + ops in all: over KV_TXN_MAX_TOTAL_OPS (8,192). */
+    /* 16 x 16 x 16: every level within etcd's budget (128-16-16 = 96 >= 16), but 4,368
+     * compares + ops in all: over KV_TXN_MAX_TOTAL_OPS (4,096). */
     size_t n3, n2, n1;
-    uint8_t *l3 = fan_txn(21, NULL, 0, &n3);
-    uint8_t *l2 = fan_txn(20, l3, n3, &n2);
-    uint8_t *l1 = fan_txn(20, l2, n2, &n1);
+    uint8_t *l3 = fan_txn(16, NULL, 0, &n3);
+    uint8_t *l2 = fan_txn(16, l3, n3, &n2);
+    uint8_t *l1 = fan_txn(16, l2, n2, &n1);
     kv_pb_scan_stats st;
     cr_assert_eq(scan(l1, n1, &st), KV_PB_SCAN_TOO_MANY_OPS);
-    cr_assert_eq(st.total, 20 + 400 + 8400);
+    cr_assert_eq(st.total, 16 + 256 + 4096);
     cr_assert_eq(st.depth, 3);
     cr_assert_eq(etcd_verdict(l1, n1, 128), -1, "etcd's budget allows it (duplicate keys)");
     free(l1);
-    /* 20 x 20 x 20 = 8,420: fine. */
+    /* 15 x 15 x 16 = 3,840: fine. */
     free(l3);
-    l3 = fan_txn(19, NULL, 0, &n3);
+    l3 = fan_txn(16, NULL, 0, &n3);
     free(l2);
-    l2 = fan_txn(20, l3, n3, &n2);
-    l1 = fan_txn(20, l2, n2, &n1);
+    l2 = fan_txn(15, l3, n3, &n2);
+    l1 = fan_txn(15, l2, n2, &n1);
     cr_assert_eq(scan(l1, n1, &st), KV_PB_SCAN_OK, "total %llu", (unsigned long long)st.total);
     /* A lower configured cap. */
     cr_assert_eq(kv_pb_scan_txn(l1, n1, &(kv_txn_limits){128, 256, 1000}, NULL),
