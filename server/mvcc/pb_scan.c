@@ -106,8 +106,7 @@ typedef struct scan {
 /* Counts the txn at [p, end) (one flat pass that also validates its framing), applies the
  * budget and total rules and pushes its frame. Returns a kv_pb_scan_result; TOO_MANY_OPS only
  * for the depth cap (the scan stops there); the other violations are recorded. */
-static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budget,
-                     uint32_t depth)
+static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budget, uint32_t depth)
 {
     if (depth > s->st.depth)
         s->st.depth = depth;

@@ -50,8 +50,8 @@ static void call(const char *method, const uint8_t *req, size_t len, reply *r)
     kv_it_grpc *c = NULL;
     r->rc = kv_it_grpc_open(&c, "127.0.0.1", srv->client_port, 5000);
     if (r->rc == 0)
-        r->rc = kv_it_grpc_call(c, method, req, len, &r->resp, &r->len, CALL_TIMEOUT_MS,
-                                &r->status, r->msg, sizeof r->msg);
+        r->rc = kv_it_grpc_call(c, method, req, len, &r->resp, &r->len, CALL_TIMEOUT_MS, &r->status,
+                                r->msg, sizeof r->msg);
     kv_it_grpc_close(c);
     if (r->rc == 0)
         r->status = 0;
@@ -71,8 +71,8 @@ static void expect_status(const reply *r, int code, const char *msg, const char 
 {
     cr_assert(r->rc == 0 || r->rc == KV_IT_GRPC_STATUS, "%s: transport error %d (member down?)",
               what, r->rc);
-    cr_expect_eq(r->status, code, "%s: status %d (%s), want %d (%s)", what, r->status, r->msg,
-                 code, msg ? msg : "");
+    cr_expect_eq(r->status, code, "%s: status %d (%s), want %d (%s)", what, r->status, r->msg, code,
+                 msg ? msg : "");
     if (msg)
         cr_expect_str_eq(r->msg, msg, "%s", what);
 }
@@ -178,9 +178,9 @@ Test(adv_input, d1_nesting_limit_is_etcds_op_budget)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t *b;
         size_t n;
-        cr_assert_eq(kv_tw_nested_txn(cases[i].depth, NULL, 0, inner,
-                                      cases[i].with_range ? il : 0, &b, &n),
-                     0);
+        cr_assert_eq(
+            kv_tw_nested_txn(cases[i].depth, NULL, 0, inner, cases[i].with_range ? il : 0, &b, &n),
+            0);
         reply r;
         txn_bytes(b, n, &r);
         free(b);
@@ -438,8 +438,7 @@ Test(adv_input, d9_txn_integer_extremes)
     } cmp[] = {
         {ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD, ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS,
          ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION, INT64_MAX, 1},
-        {ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD,
-         ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER,
+        {ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD, ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER,
          ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION, INT64_MIN, 1},
         {ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE,
          ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL,
@@ -607,8 +606,7 @@ Test(adv_input, d9_lease_integer_extremes)
         lease_call("LeaseGrant", &g.base, &r);
         expect_status(&r, OK, NULL, "grant small TTL");
         Etcdserverpb__LeaseGrantResponse *gr =
-            r.status == OK ? etcdserverpb__lease_grant_response__unpack(NULL, r.len, r.resp)
-                           : NULL;
+            r.status == OK ? etcdserverpb__lease_grant_response__unpack(NULL, r.len, r.resp) : NULL;
         if (gr) {
             /* etcd: raised to its minimum TTL, ceil(1.5 x election timeout 1 s) = 2 s */
             cr_expect_eq(gr->ttl, 2, "TTL %lld granted as %lld", (long long)small[i],
@@ -628,8 +626,7 @@ Test(adv_input, d9_lease_integer_extremes)
         lease_call("LeaseGrant", &g.base, &r);
         expect_status(&r, OK, NULL, what);
         Etcdserverpb__LeaseGrantResponse *gr =
-            r.status == OK ? etcdserverpb__lease_grant_response__unpack(NULL, r.len, r.resp)
-                           : NULL;
+            r.status == OK ? etcdserverpb__lease_grant_response__unpack(NULL, r.len, r.resp) : NULL;
         cr_expect(gr && gr->id == ids[i] && gr->ttl == 60, "%s: granted as asked", what);
         if (gr)
             etcdserverpb__lease_grant_response__free_unpacked(gr, NULL);
@@ -761,14 +758,14 @@ Test(adv_input, range_end_edges)
         size_t el;
         int64_t count;
     } cases[] = {
-        {"k3", 2, "k1", 2, 0},           /* end < key */
-        {"k2", 2, "k2", 2, 0},           /* end == key */
-        {"k2", 2, "\0", 1, 2},           /* from k2 to the end of the keyspace */
-        {"\0", 1, "\0", 1, 3},           /* everything */
-        {longk, 600, "l", 1, 0},         /* k1..k3 sort before "kkk..." */
-        {longz, 600, "l", 1, 3},         /* "k\0\0..." sorts before k1 */
-        {longk, 600, NULL, 0, 0},        /* single long key */
-        {"k1", 2, longk, 600, 3},        /* long end: k1..k3 < "kkk..." */
+        {"k3", 2, "k1", 2, 0},    /* end < key */
+        {"k2", 2, "k2", 2, 0},    /* end == key */
+        {"k2", 2, "\0", 1, 2},    /* from k2 to the end of the keyspace */
+        {"\0", 1, "\0", 1, 3},    /* everything */
+        {longk, 600, "l", 1, 0},  /* k1..k3 sort before "kkk..." */
+        {longz, 600, "l", 1, 3},  /* "k\0\0..." sorts before k1 */
+        {longk, 600, NULL, 0, 0}, /* single long key */
+        {"k1", 2, longk, 600, 3}, /* long end: k1..k3 < "kkk..." */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Etcdserverpb__RangeRequest g = ETCDSERVERPB__RANGE_REQUEST__INIT;

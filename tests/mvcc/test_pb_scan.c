@@ -265,8 +265,8 @@ Test(pb_scan, malformed_framing)
         {"length over INT_MAX", {0x12, 0xff, 0xff, 0xff, 0xff, 0x0f}, 6},
         {"length 2^31 exactly", {0x12, 0x80, 0x80, 0x80, 0x80, 0x08}, 6},
         {"truncated varint value", {0x78, 0xff, 0xff}, 3},
-        {"varint of 11 bytes", {0x78, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
-                                0x01},
+        {"varint of 11 bytes",
+         {0x78, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01},
          12},
         {"truncated fixed64", {0x79, 1, 2, 3, 4, 5, 6, 7}, 8},
         {"truncated fixed32", {0x7d, 1, 2, 3}, 4},
@@ -283,8 +283,8 @@ Test(pb_scan, malformed_framing)
     };
     kv_txn_limits big = {1u << 20, KV_TXN_MAX_DEPTH, 1u << 30};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cr_expect_eq(kv_pb_scan_txn(cases[i].b, cases[i].n, &big, NULL), KV_PB_SCAN_MALFORMED,
-                     "%s", cases[i].what);
+        cr_expect_eq(kv_pb_scan_txn(cases[i].b, cases[i].n, &big, NULL), KV_PB_SCAN_MALFORMED, "%s",
+                     cases[i].what);
         Etcdserverpb__TxnRequest *u =
             etcdserverpb__txn_request__unpack(NULL, cases[i].n, cases[i].b);
         cr_expect_null(u, "protobuf-c refuses it too: %s", cases[i].what);
@@ -307,10 +307,10 @@ Test(pb_scan, malformed_wins_over_budget_violation)
 Test(pb_scan, unknown_fields_and_overlong_tags)
 {
     /* Unknown fields of every wire type in TxnRequest and RequestOp are skipped. */
-    uint8_t unk[] = {0x78, 0x96, 0x01,                   /* 15: varint */
-                     0x79, 1, 2, 3, 4, 5, 6, 7, 8,       /* 15: fixed64 */
-                     0x7d, 1, 2, 3, 4,                   /* 15: fixed32 */
-                     0x7a, 0x02, 0xff, 0xff,             /* 15: bytes */
+    uint8_t unk[] = {0x78, 0x96, 0x01,                           /* 15: varint */
+                     0x79, 1,    2,    3,    4,    5,   6, 7, 8, /* 15: fixed64 */
+                     0x7d, 1,    2,    3,    4,                  /* 15: fixed32 */
+                     0x7a, 0x02, 0xff, 0xff,                     /* 15: bytes */
                      0xfa, 0xff, 0xff, 0xff, 0x0f, 0x00}; /* field 2^29-1: bytes, 5-byte tag */
     uint8_t op[64];
     size_t ol = 0;
