@@ -97,15 +97,14 @@ typedef struct frame {
 typedef struct scan {
     const kv_txn_limits *lim;
     uint32_t max_depth;
-    bool violation;
     kv_pb_scan_stats st;
     frame stack[2 * KV_TXN_MAX_DEPTH + 2];
     size_t sp;
 } scan;
 
 /* Counts the txn at [p, end) (one flat pass that also validates its framing), applies the
- * budget and total rules and pushes its frame. Returns a kv_pb_scan_result; TOO_MANY_OPS only
- * for the depth cap (the scan stops there); the other violations are recorded. */
+ * depth, budget and total rules and pushes its frame. Returns a kv_pb_scan_result; stops at
+ * the first violation, so a request far over a limit costs O(limit) fields, not O(len). */
 static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budget, uint32_t depth)
 {
     if (depth > s->st.depth)
@@ -122,7 +121,9 @@ static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budg
         if (f.tag >= TXN_COMPARE && f.tag <= TXN_FAILURE) {
             if (f.wt != WT_LEN)
                 return KV_PB_SCAN_MALFORMED;
-            n[f.tag]++;
+            /* budget <= 2^32 and depth <= 256 levels: no overflow either way */
+            if ((int64_t)++n[f.tag] > budget || ++s->st.total > s->lim->max_total)
+                return KV_PB_SCAN_TOO_MANY_OPS;
         }
     }
     uint64_t opc = n[TXN_COMPARE];
@@ -130,12 +131,6 @@ static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budg
         opc = n[TXN_SUCCESS];
     if (opc < n[TXN_FAILURE])
         opc = n[TXN_FAILURE];
-    /* opc <= len < 2^31 (each field takes at least 2 bytes of a length-checked buffer) */
-    if ((int64_t)opc > budget)
-        s->violation = true;
-    s->st.total += n[TXN_COMPARE] + n[TXN_SUCCESS] + n[TXN_FAILURE];
-    if (s->st.total > s->lim->max_total)
-        s->violation = true;
     s->stack[s->sp++] = (frame){p, end, budget - (int64_t)opc, depth, K_TXN};
     return KV_PB_SCAN_OK;
 }
@@ -187,7 +182,6 @@ static void scan_init(scan *s, const kv_txn_limits *lim)
     s->max_depth = lim->max_depth < 1                  ? 1
                    : lim->max_depth > KV_TXN_MAX_DEPTH ? KV_TXN_MAX_DEPTH
                                                        : lim->max_depth;
-    s->violation = false;
     s->st = (kv_pb_scan_stats){0, 0};
     s->sp = 0;
 }
@@ -196,8 +190,6 @@ static int finish(const scan *s, int rc, kv_pb_scan_stats *st)
 {
     if (st)
         *st = s->st;
-    if (rc == KV_PB_SCAN_OK && s->violation)
-        rc = KV_PB_SCAN_TOO_MANY_OPS;
     return rc;
 }
 

@@ -94,7 +94,8 @@ Test(pb_scan, depth_limit_follows_etcd_budget)
         int want = d <= 129 ? KV_PB_SCAN_OK : KV_PB_SCAN_TOO_MANY_OPS;
         cr_assert_eq(scan(b, n, &st), want, "depth %zu", d);
         cr_assert_eq(etcd_verdict(b, n, 128), want ? 1 : 0, "recursive check, depth %zu", d);
-        cr_assert_eq(st.depth, d);
+        /* level 129 holds the nested op its budget (0) cannot pay for: the scan stops there */
+        cr_assert_eq(st.depth, d <= 129 ? d : 129);
         free(b);
     }
     /* A smaller budget: --max-txn-ops 3 allows 4 levels. */
@@ -157,7 +158,8 @@ Test(pb_scan, ops_budget_counted_across_levels)
         int want = inner_ops <= 28 ? KV_PB_SCAN_OK : KV_PB_SCAN_TOO_MANY_OPS;
         cr_assert_eq(scan(b, n, &st), want, "inner ops %d", inner_ops);
         cr_assert_eq(etcd_verdict(b, n, 128), want ? 1 : 0);
-        cr_assert_eq(st.total, 100 + (uint64_t)inner_ops);
+        if (want == KV_PB_SCAN_OK)
+            cr_assert_eq(st.total, 100 + (uint64_t)inner_ops);
         free(b);
     }
     /* Compares count as ops too (opc = max of the three lists). */
@@ -201,7 +203,7 @@ Test(pb_scan, total_ops_cap_across_nesting)
     uint8_t *l1 = fan_txn(16, l2, n2, &n1);
     kv_pb_scan_stats st;
     cr_assert_eq(scan(l1, n1, &st), KV_PB_SCAN_TOO_MANY_OPS);
-    cr_assert_eq(st.total, 16 + 256 + 4096);
+    cr_assert_eq(st.total, KV_TXN_MAX_TOTAL_OPS + 1, "stopped at the op over the cap");
     cr_assert_eq(st.depth, 3);
     cr_assert_eq(etcd_verdict(l1, n1, 128), -1, "etcd's budget allows it (duplicate keys)");
     free(l1);
@@ -293,15 +295,36 @@ Test(pb_scan, malformed_framing)
     }
 }
 
-Test(pb_scan, malformed_wins_over_budget_violation)
+Test(pb_scan, stops_at_the_first_violation)
 {
-    /* 131 levels (over the budget), then a truncated field at level 131: etcd's unmarshal
-     * error comes before its checks, and so does kvd's. */
+    /* Malformed bytes before the violation are reported as malformed; after it the scan has
+     * stopped (a documented difference: etcd unmarshals everything first). */
     uint8_t bad[] = {0x12, 0x05};
     size_t n;
-    uint8_t *b = nested(131, NULL, 0, bad, sizeof bad, &n);
-    cr_assert_eq(scan(b, n, NULL), KV_PB_SCAN_MALFORMED);
+    uint8_t *b = nested(129, NULL, 0, bad, sizeof bad, &n);
+    cr_assert_eq(scan(b, n, NULL), KV_PB_SCAN_MALFORMED, "level 129 is still within budget");
     free(b);
+    b = nested(131, NULL, 0, bad, sizeof bad, &n);
+    kv_pb_scan_stats st;
+    cr_assert_eq(scan(b, n, &st), KV_PB_SCAN_TOO_MANY_OPS);
+    cr_assert_eq(st.depth, 129, "stopped at the level over budget");
+    free(b);
+    /* A flat txn of 300,000 ops: refused after max_total + 1 ops, not scanned to the end. */
+    size_t cap = 300000 * 8; /* 7 bytes per op */
+    uint8_t *f = malloc(cap);
+    size_t fl = 0;
+    uint8_t op[8];
+    size_t ol = 0;
+    uint8_t put[] = {0x0a, 0x01, 'k'};
+    kv_tw_field(op, &ol, 2, put, sizeof put);
+    for (int i = 0; i < 300000; i++)
+        kv_tw_field(f, &fl, 2, op, ol);
+    kv_txn_limits big = {1u << 20, KV_TXN_MAX_DEPTH, 4096};
+    cr_assert_eq(kv_pb_scan_txn(f, fl, &big, &st), KV_PB_SCAN_TOO_MANY_OPS);
+    cr_assert_eq(st.total, 4097);
+    cr_assert_eq(scan(f, fl, &st), KV_PB_SCAN_TOO_MANY_OPS);
+    cr_assert_eq(st.total, 128, "stopped at the 129th op, over the budget of 128");
+    free(f);
 }
 
 Test(pb_scan, unknown_fields_and_overlong_tags)
@@ -350,7 +373,7 @@ Test(pb_scan, unknown_fields_and_overlong_tags)
     }
     kv_pb_scan_stats st;
     cr_assert_eq(scan(a, an, &st), KV_PB_SCAN_TOO_MANY_OPS);
-    cr_assert_eq(st.depth, 131);
+    cr_assert_eq(st.depth, 129, "stopped where the budget ran out");
     cr_assert_eq(etcd_verdict(a, an, 128), 1, "protobuf-c sees the nesting too");
     free(a);
     free(bb);
@@ -411,7 +434,7 @@ Test(pb_scan, internal_request_wrapping)
     ir[il++] = 0x07;
     kv_tw_field(ir, &il, 5, t, n);
     cr_assert_eq(kv_pb_scan_internal(ir, il, &l, NULL), KV_PB_SCAN_TOO_MANY_OPS);
-    /* 129 levels are fine; as two occurrences (merged by protobuf-c) the totals add up. */
+    /* 129 levels are fine; in two occurrences (protobuf-c unpacks both) the totals add up. */
     free(t);
     t = nested(129, NULL, 0, NULL, 0, &n);
     il = 2;
