@@ -1,12 +1,10 @@
-/* pb_scan: iterative TxnRequest pre-scan (see pb_scan.h). The wire readers mirror
- * protobuf-c 1.4's parse_tag_and_wiretype / scan_length_prefixed_data, so both sides agree
- * on which bytes are a nested txn. */
+/* pb_scan: iterative TxnRequest pre-scan (see pb_scan.h). The wire reader (pb_wire.h)
+ * mirrors protobuf-c 1.4, so both sides agree on which bytes are a nested txn. */
 #include "mvcc/pb_scan.h"
 
-#include <limits.h>
 #include <stdbool.h>
 
-enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
+#include "mvcc/pb_wire.h"
 
 /* TxnRequest fields. */
 enum { TXN_COMPARE = 1, TXN_SUCCESS = 2, TXN_FAILURE = 3 };
@@ -14,76 +12,6 @@ enum { TXN_COMPARE = 1, TXN_SUCCESS = 2, TXN_FAILURE = 3 };
 enum { OP_RANGE = 1, OP_PUT = 2, OP_DELETE_RANGE = 3, OP_TXN = 4 };
 /* InternalRequest fields. */
 enum { IR_ID = 1, IR_FIRST_MSG = 3, IR_TXN = 5, IR_LAST_MSG = 10 };
-
-typedef struct field {
-    uint32_t tag;
-    uint8_t wt;
-    const uint8_t *val; /* WT_LEN: the payload (after the length prefix) */
-    size_t vlen;
-} field;
-
-/* One field at p (p < end). Returns the bytes it occupies, 0 if malformed. */
-static size_t read_field(const uint8_t *p, const uint8_t *end, field *f)
-{
-    size_t rem = (size_t)(end - p);
-    /* tag: as parse_tag_and_wiretype: at most 5 bytes, 32-bit result, tag 0 refused */
-    if ((p[0] & 0xf8u) == 0)
-        return 0;
-    f->wt = p[0] & 7u;
-    uint32_t tag = (uint32_t)(p[0] & 0x7fu) >> 3;
-    size_t used = 1;
-    if (p[0] & 0x80u) {
-        size_t max = rem > 5 ? 5 : rem;
-        unsigned shift = 4;
-        for (;;) {
-            if (used == max)
-                return 0;
-            uint8_t b = p[used++];
-            tag |= (uint32_t)(b & 0x7fu) << shift;
-            shift += 7;
-            if (!(b & 0x80u))
-                break;
-        }
-    }
-    f->tag = tag;
-    p += used;
-    rem -= used;
-    f->val = p;
-    f->vlen = 0;
-    switch (f->wt) {
-    case WT_VARINT: {
-        size_t max = rem < 10 ? rem : 10, i = 0;
-        while (i < max && (p[i] & 0x80u))
-            i++;
-        if (i == max)
-            return 0;
-        return used + i + 1;
-    }
-    case WT_64BIT:
-        return rem < 8 ? 0 : used + 8;
-    case WT_32BIT:
-        return rem < 4 ? 0 : used + 4;
-    case WT_LEN: {
-        size_t max = rem < 5 ? rem : 5, i = 0;
-        uint64_t v = 0;
-        for (; i < max; i++) {
-            v |= (uint64_t)(p[i] & 0x7fu) << (7 * i);
-            if (!(p[i] & 0x80u))
-                break;
-        }
-        if (i == max || v > (uint64_t)INT_MAX)
-            return 0;
-        size_t hdr = i + 1;
-        if (v > rem - hdr)
-            return 0;
-        f->val = p + hdr;
-        f->vlen = (size_t)v;
-        return used + hdr + (size_t)v;
-    }
-    default: /* groups (3, 4) and 6, 7: protobuf-c refuses them */
-        return 0;
-    }
-}
 
 enum { K_TXN, K_OP };
 
@@ -113,13 +41,13 @@ static int enter_txn(scan *s, const uint8_t *p, const uint8_t *end, int64_t budg
         return KV_PB_SCAN_TOO_MANY_OPS;
     uint64_t n[4] = {0, 0, 0, 0};
     for (const uint8_t *q = p; q < end;) {
-        field f;
-        size_t used = read_field(q, end, &f);
+        kv_pb_field f;
+        size_t used = kv_pb_read_field(q, end, &f);
         if (!used)
             return KV_PB_SCAN_MALFORMED;
         q += used;
         if (f.tag >= TXN_COMPARE && f.tag <= TXN_FAILURE) {
-            if (f.wt != WT_LEN)
+            if (f.wt != KV_PB_WT_LEN)
                 return KV_PB_SCAN_MALFORMED;
             /* budget <= 2^32 and depth <= 256 levels: no overflow either way */
             if ((int64_t)++n[f.tag] > budget || ++s->st.total > s->lim->max_total)
@@ -146,8 +74,8 @@ static int scan_tree(scan *s, const uint8_t *p, const uint8_t *end, uint32_t dep
             s->sp--;
             continue;
         }
-        field f;
-        size_t used = read_field(fr->p, fr->end, &f);
+        kv_pb_field f;
+        size_t used = kv_pb_read_field(fr->p, fr->end, &f);
         if (!used)
             return KV_PB_SCAN_MALFORMED;
         fr->p += used;
@@ -160,7 +88,7 @@ static int scan_tree(scan *s, const uint8_t *p, const uint8_t *end, uint32_t dep
         }
         if (f.tag < OP_RANGE || f.tag > OP_TXN)
             continue; /* unknown field: skipped, as protobuf-c keeps it opaque */
-        if (f.wt != WT_LEN)
+        if (f.wt != KV_PB_WT_LEN)
             return KV_PB_SCAN_MALFORMED;
         if (f.tag == OP_TXN)
             rc = enter_txn(s, f.val, f.val + f.vlen, fr->child_budget, fr->depth + 1);
@@ -214,14 +142,14 @@ int kv_pb_scan_internal(const uint8_t *buf, size_t len, const kv_txn_limits *lim
         return finish(&s, len ? KV_PB_SCAN_MALFORMED : KV_PB_SCAN_OK, st);
     int rc = KV_PB_SCAN_OK;
     for (const uint8_t *p = buf, *end = buf + len; p < end && rc == KV_PB_SCAN_OK;) {
-        field f;
-        size_t used = read_field(p, end, &f);
+        kv_pb_field f;
+        size_t used = kv_pb_read_field(p, end, &f);
         if (!used)
             return finish(&s, KV_PB_SCAN_MALFORMED, st);
         p += used;
-        if (f.tag == IR_ID && f.wt != WT_VARINT)
+        if (f.tag == IR_ID && f.wt != KV_PB_WT_VARINT)
             return finish(&s, KV_PB_SCAN_MALFORMED, st);
-        if (f.tag >= IR_FIRST_MSG && f.tag <= IR_LAST_MSG && f.wt != WT_LEN)
+        if (f.tag >= IR_FIRST_MSG && f.tag <= IR_LAST_MSG && f.wt != KV_PB_WT_LEN)
             return finish(&s, KV_PB_SCAN_MALFORMED, st);
         if (f.tag == IR_TXN)
             rc = scan_tree(&s, f.val, f.val + f.vlen, 1);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "mvcc/crc32c.h"
+#include "mvcc/pb_strip.h"
 #include "mvcc/store_int.h"
 
 void kv_store_config_default(kv_store_config *c)
@@ -195,7 +196,9 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
                    kv_result *res)
 {
     memset(res, 0, sizeof *res);
-    Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, req);
+    /* unknown fields dropped first (pb_strip.h: 786,000 of them cost 200 ms to unpack) */
+    Etcdserverpb__RangeRequest *r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(
+        &etcdserverpb__range_request__descriptor, req, len);
     if (!r) {
         kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "kvd: cannot decode RangeRequest");
         return 0;

@@ -1,4 +1,5 @@
-/* pb_scan: the non-recursive TxnRequest pre-scan (issue 8, D1). Depth and op-count limits
+/* pb_scan: the non-recursive TxnRequest pre-scan (issue 8, D1), and pb_strip (unknown fields
+ * dropped before unpacking). Depth and op-count limits
  * (cross-checked against the recursive etcd check on requests small enough to unpack),
  * malformed framing as protobuf-c 1.4 sees it, 100,000-deep nesting on a 256 KiB stack, and
  * the store's apply path refusing deep nesting from raw InternalRequest bytes. */
@@ -9,6 +10,7 @@
 
 #include "helpers.h"
 #include "mvcc/pb_scan.h"
+#include "mvcc/pb_strip.h"
 #include "mvcc/store_int.h"
 #include "txn_wire.h"
 
@@ -543,4 +545,96 @@ Test(pb_scan, store_apply_refuses_deep_nesting)
     }
     cr_assert_eq(th_put(&t, "after", "v", 0), 2, "the store keeps applying");
     th_close(&t);
+}
+
+/* ---- pb_strip: unknown fields dropped before protobuf-c unpacks (client input audit) ---- */
+
+/* A RangeRequest: key "k", limit 7, and `unknown` two-byte unknown fields (15: varint 0)
+ * spread between them. *out malloc'd. */
+static uint8_t *range_with_unknown(size_t unknown, size_t *n)
+{
+    uint8_t *b = malloc(2 * unknown + 16);
+    cr_assert(b);
+    size_t len = 0;
+    for (size_t i = 0; i < unknown / 2; i++) {
+        b[len++] = 0x78;
+        b[len++] = 0x00;
+    }
+    b[len++] = 0x0a; /* key */
+    b[len++] = 0x01;
+    b[len++] = 'k';
+    for (size_t i = unknown / 2; i < unknown; i++) {
+        b[len++] = 0x78;
+        b[len++] = 0x00;
+    }
+    b[len++] = 0x18; /* limit */
+    b[len++] = 0x07;
+    *n = len;
+    return b;
+}
+
+Test(pb_strip, many_unknown_fields_are_dropped)
+{
+    const ProtobufCMessageDescriptor *d = &etcdserverpb__range_request__descriptor;
+    size_t n;
+    uint8_t *b = range_with_unknown(100000, &n);
+    cr_assert_eq(kv_pb_count_unknown(d, b, n), 100000);
+    uint8_t *out = malloc(n);
+    size_t sn = kv_pb_strip_unknown(d, b, n, out);
+    uint8_t want[] = {0x0a, 0x01, 'k', 0x18, 0x07};
+    cr_assert_eq(sn, sizeof want);
+    cr_assert_arr_eq(out, want, sizeof want);
+    free(out);
+    Etcdserverpb__RangeRequest *r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(d, b, n);
+    cr_assert_not_null(r);
+    cr_assert(r->key.len == 1 && r->key.data[0] == 'k' && r->limit == 7);
+    cr_assert_eq(r->base.n_unknown_fields, 0, "dropped, as etcd ignores them");
+    etcdserverpb__range_request__free_unpacked(r, NULL);
+    free(b);
+}
+
+Test(pb_strip, few_unknown_fields_and_small_messages_go_to_protobuf_c_as_they_are)
+{
+    const ProtobufCMessageDescriptor *d = &etcdserverpb__range_request__descriptor;
+    size_t n;
+    uint8_t *b = range_with_unknown(KV_PB_UNKNOWN_KEEP, &n);
+    Etcdserverpb__RangeRequest *r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(d, b, n);
+    cr_assert(r && r->limit == 7);
+    cr_assert_eq(r->base.n_unknown_fields, KV_PB_UNKNOWN_KEEP);
+    etcdserverpb__range_request__free_unpacked(r, NULL);
+    free(b);
+    /* a padded key makes it long enough to be filtered; 16 unknown fields are still kept */
+    uint8_t big[2048];
+    size_t bl = 0;
+    for (int i = 0; i < KV_PB_UNKNOWN_KEEP; i++) {
+        big[bl++] = 0x78;
+        big[bl++] = 0x01;
+    }
+    big[bl++] = 0x0a;
+    big[bl++] = 0x80 | (1500 & 0x7f);
+    big[bl++] = 1500 >> 7;
+    memset(big + bl, 'x', 1500);
+    bl += 1500;
+    cr_assert_geq(bl, KV_PB_STRIP_MIN_LEN);
+    r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(d, big, bl);
+    cr_assert(r && r->key.len == 1500);
+    cr_assert_eq(r->base.n_unknown_fields, KV_PB_UNKNOWN_KEEP);
+    etcdserverpb__range_request__free_unpacked(r, NULL);
+}
+
+Test(pb_strip, malformed_bytes_stay_malformed)
+{
+    const ProtobufCMessageDescriptor *d = &etcdserverpb__range_request__descriptor;
+    size_t n;
+    uint8_t *b = range_with_unknown(2000, &n);
+    b[n - 1] = 0x80; /* limit's varint now runs off the end */
+    cr_assert_eq(kv_pb_count_unknown(d, b, n), -1);
+    cr_assert_null(kv_pb_unpack(d, b, n));
+    /* a known field with the wrong wire type is kept, so protobuf-c still refuses it */
+    b[n - 2] = 0x1a; /* limit as length-delimited */
+    b[n - 1] = 0x00;
+    cr_assert_eq(kv_pb_count_unknown(d, b, n), 2000);
+    cr_assert_null(kv_pb_unpack(d, b, n));
+    cr_assert_null(protobuf_c_message_unpack(d, NULL, n, b));
+    free(b);
 }
