@@ -24,8 +24,8 @@
  * Counts are per wire occurrence (an upper bound of what protobuf-c builds: a oneof field
  * sent twice is unpacked twice and the last one kept), so the scan is never more lenient than
  * the tree that will be unpacked; the exact etcd checks still run on the unpacked request.
- * The scan stops at the first violation (a 2 MiB flat txn of 300,000 ops is refused after
- * 4,097 fields, not 20 ms of scanning on the loop), so bytes that are both over a limit and
+ * The scan stops at the first violation (a 2 MiB flat txn of 300,000 ops is refused at its
+ * 129th op, not after 20 ms of scanning on the loop), so bytes that are both over a limit and
  * malformed after that point get "too many operations" where etcd, which unmarshals first,
  * reports the unmarshal error.
  *
