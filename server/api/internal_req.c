@@ -1,5 +1,10 @@
 #include "api/internal_req.h"
 
+#include "mvcc/pb_scan.h"
+#include "mvcc/pb_strip.h"
+#include "internal.pb-c.h"
+#include "rpc.pb-c.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +20,56 @@ static size_t put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
+/* The message type of each InternalRequest field. */
+static const ProtobufCMessageDescriptor *field_desc(enum kv_ireq_field field)
+{
+    switch (field) {
+    case KV_IREQ_PUT:
+        return &etcdserverpb__put_request__descriptor;
+    case KV_IREQ_DELETE_RANGE:
+        return &etcdserverpb__delete_range_request__descriptor;
+    case KV_IREQ_TXN:
+        return &etcdserverpb__txn_request__descriptor;
+    case KV_IREQ_COMPACTION:
+        return &etcdserverpb__compaction_request__descriptor;
+    case KV_IREQ_LEASE_GRANT:
+        return &etcdserverpb__lease_grant_request__descriptor;
+    case KV_IREQ_LEASE_REVOKE:
+        return &etcdserverpb__lease_revoke_request__descriptor;
+    case KV_IREQ_LEASE_CHECKPOINT:
+        return &etcdserverpb__lease_checkpoint_request__descriptor;
+    case KV_IREQ_ALARM:
+        return &etcdserverpb__alarm_request__descriptor;
+    }
+    return NULL;
+}
+
+static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                uint8_t **out, size_t *out_len);
+
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len)
 {
     if ((int)field < KV_IREQ_PUT || (int)field > KV_IREQ_ALARM || (len && msg == NULL))
         return -EINVAL;
+    /* A client's unknown fields are dropped here (etcd ignores them), so the apply thread does
+     * not pay protobuf-c's per-field cost for them (mvcc/pb_strip.h). */
+    const ProtobufCMessageDescriptor *d = field_desc(field);
+    if (d && kv_pb_count_unknown(d, msg, len) > KV_PB_UNKNOWN_KEEP) {
+        uint8_t *tmp = malloc(len);
+        if (tmp == NULL)
+            return -ENOMEM;
+        size_t n = kv_pb_strip_unknown(d, msg, len, tmp);
+        int rc = wrap(field, id, tmp, n, out, out_len);
+        free(tmp);
+        return rc;
+    }
+    return wrap(field, id, msg, len, out, out_len);
+}
+
+static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                uint8_t **out, size_t *out_len)
+{
     /* id: tag(1, varint) + up to 10 bytes; field: tag (1 byte) + len varint + body. */
     uint8_t *p = malloc(1 + 10 + 1 + 10 + len);
     if (p == NULL)
@@ -36,4 +86,23 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
     *out = p;
     *out_len = n + len;
     return 0;
+}
+
+int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
+                          const char **emsg)
+{
+    kv_txn_limits lim;
+    kv_txn_limits_init(&lim, max_txn_ops);
+    switch (kv_pb_scan_txn(msg, len, &lim, NULL)) {
+    case KV_PB_SCAN_OK:
+        return 0;
+    case KV_PB_SCAN_TOO_MANY_OPS:
+        *code = 3; /* INVALID_ARGUMENT, etcd's ErrGRPCTooManyOps */
+        *emsg = KV_TXN_TOO_MANY_OPS_MSG;
+        return 1;
+    default:
+        *code = 13;
+        *emsg = "grpc: error unmarshalling request: malformed protobuf";
+        return 1;
+    }
 }

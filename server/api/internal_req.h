@@ -26,4 +26,13 @@ enum kv_ireq_field {
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len);
 
+/* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
+ * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h; issue 8, D1).
+ * max_txn_ops is --max-txn-ops. Returns 0 if the request may be proposed; otherwise 1 with
+ * the gRPC status to answer in *code and *msg (a static string): INVALID_ARGUMENT
+ * "etcdserver: too many operations in txn request", or INTERNAL "grpc: error unmarshalling
+ * request: malformed protobuf" (what kvd answers for undecodable requests). Any thread. */
+int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
+                          const char **emsg);
+
 #endif

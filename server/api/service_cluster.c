@@ -3,6 +3,7 @@
  * (a single member until the raft transport is wired in); changes are not implemented yet.
  */
 #include "api/services.h"
+#include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
@@ -13,8 +14,8 @@ static void on_member_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     const kv_config *cfg = s->cfg;
-    Etcdserverpb__MemberListRequest *req =
-        etcdserverpb__member_list_request__unpack(NULL, len, msg);
+    Etcdserverpb__MemberListRequest *req = (Etcdserverpb__MemberListRequest *)kv_pb_unpack(
+        &etcdserverpb__member_list_request__descriptor, msg, len);
     if (req == NULL) {
         kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
         return;

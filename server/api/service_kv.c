@@ -36,6 +36,14 @@ static void on_delete_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
+    kv_server *s = kv_grpc_call_app(call);
+    int code;
+    const char *emsg;
+    /* nesting and op counts are bounded before anything unpacks the request (issue 8, D1) */
+    if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops, &code, &emsg)) {
+        kv_reply_error(call, code, emsg);
+        return;
+    }
     kv_propose_unary(call, KV_IREQ_TXN, msg, len);
 }
 

@@ -13,6 +13,7 @@
  */
 #include "api/internal_req.h"
 #include "api/services.h"
+#include "mvcc/pb_strip.h"
 #include "lease/lessor.h"
 #include "rpc.pb-c.h"
 #include "server.h"
@@ -38,8 +39,8 @@ static void reply_malformed(kv_grpc_call *call)
 static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__LeaseGrantRequest *req =
-        etcdserverpb__lease_grant_request__unpack(NULL, len, msg);
+    Etcdserverpb__LeaseGrantRequest *req = (Etcdserverpb__LeaseGrantRequest *)kv_pb_unpack(
+        &etcdserverpb__lease_grant_request__descriptor, msg, len);
     if (req == NULL) {
         reply_malformed(call);
         return;
@@ -76,8 +77,8 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
 static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__LeaseRevokeRequest *req =
-        etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
+    Etcdserverpb__LeaseRevokeRequest *req = (Etcdserverpb__LeaseRevokeRequest *)kv_pb_unpack(
+        &etcdserverpb__lease_revoke_request__descriptor, msg, len);
     if (req == NULL) {
         reply_malformed(call);
         return;
@@ -94,8 +95,8 @@ static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
 static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__LeaseKeepAliveRequest *req =
-        etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
+    Etcdserverpb__LeaseKeepAliveRequest *req = (Etcdserverpb__LeaseKeepAliveRequest *)kv_pb_unpack(
+        &etcdserverpb__lease_keep_alive_request__descriptor, msg, len);
     if (req == NULL) {
         reply_malformed(call);
         return;
@@ -163,7 +164,8 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__LeaseTimeToLiveRequest *req =
-        etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
+        (Etcdserverpb__LeaseTimeToLiveRequest *)kv_pb_unpack(
+            &etcdserverpb__lease_time_to_live_request__descriptor, msg, len);
     if (req == NULL) {
         reply_malformed(call);
         return;

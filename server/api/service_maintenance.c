@@ -3,6 +3,7 @@
  * Snapshot, Hash and MoveLeader are not implemented yet and say so.
  */
 #include "api/services.h"
+#include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
@@ -22,7 +23,7 @@ static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h, int64_t r
 static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                      size_t len, ProtobufCMessage **out)
 {
-    *out = protobuf_c_message_unpack(d, NULL, len, msg);
+    *out = kv_pb_unpack(d, msg, len); /* unknown fields dropped: mvcc/pb_strip.h */
     if (*out == NULL) {
         kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
         return 0;
@@ -99,7 +100,16 @@ static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
         return;
     }
-    if (kv_store_hash_kv(s->store, rev, &hash, &compact_rev) < 0) {
+    int hrc = kv_store_hash_kv(s->store, rev, &hash, &compact_rev);
+    if (hrc == KV_STORE_ERR_COMPACTED) { /* e.g. rev == the compacted revision */
+        kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
+        return;
+    }
+    if (hrc == KV_STORE_ERR_FUTURE_REV) {
+        kv_reply_error(call, 11, "etcdserver: mvcc: required revision is a future revision");
+        return;
+    }
+    if (hrc < 0) {
         kv_reply_error(call, 13, "etcdserver: request failed: storage error");
         return;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.pb-c.h"
+#include "mvcc/pb_scan.h"
 #include "mvcc/store_int.h"
 
 enum { EV_GRANT = 1, EV_REVOKE, EV_CHECKPOINT };
@@ -661,7 +662,19 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         res->revision = b->meta.rev;
         return 0;
     }
-    Kvdpb__InternalRequest *ir = kvdpb__internal_request__unpack(NULL, len, req);
+    /* Bound txn nesting before the recursive unpack (issue 8, D1): requests also arrive here
+     * from paths that did not pre-scan them (replay, later raft). */
+    kv_txn_limits lim;
+    kv_txn_limits_init(&lim, s->cfg.max_txn_ops);
+    int scan = kv_pb_scan_internal(req, len, &lim, NULL);
+    if (scan == KV_PB_SCAN_TOO_MANY_OPS) {
+        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, KV_TXN_TOO_MANY_OPS_MSG);
+        b->meta.applied = index;
+        res->revision = b->meta.rev;
+        return 0;
+    }
+    Kvdpb__InternalRequest *ir =
+        scan == KV_PB_SCAN_OK ? kvdpb__internal_request__unpack(NULL, len, req) : NULL;
     if (!ir) {
         kv_res_err(res, KV_CODE_INTERNAL, "kvd: cannot decode internal request");
         b->meta.applied = index;

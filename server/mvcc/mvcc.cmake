@@ -9,6 +9,9 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/write.c
   ${CMAKE_CURRENT_LIST_DIR}/range.c
   ${CMAKE_CURRENT_LIST_DIR}/txn_check.c
+  ${CMAKE_CURRENT_LIST_DIR}/pb_scan.c
+  ${CMAKE_CURRENT_LIST_DIR}/pb_wire.c
+  ${CMAKE_CURRENT_LIST_DIR}/pb_strip.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
   ${CMAKE_CURRENT_LIST_DIR}/apply.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c

@@ -130,8 +130,13 @@ int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint6
     int64_t limit = r->limit;
     if (r->sort_order != ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE || filters)
         limit = 0;
-    if (limit > 0)
+    /* One extra record sets `more`. etcd's limit+1 wraps to a negative (= no limit) at
+     * INT64_MAX; a limit that large cannot truncate anything, so it is no limit here too
+     * (issue 8, D9: the increment overflowed). */
+    if (limit > 0 && limit < INT64_MAX)
         limit++;
+    else
+        limit = 0;
 
     Etcdserverpb__RangeResponse *resp = malloc(sizeof *resp);
     if (!resp)

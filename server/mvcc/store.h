@@ -180,7 +180,8 @@ void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs
  * revision order: for each record, its 16-byte revision key followed by its stored value
  * (checksum, flags, packed KeyValue). Compaction removes records deterministically, so
  * members at the same revision and compaction point agree (lesson 5). *compact_rev gets the
- * compacted revision (-1 = none). KV_STORE_ERR_COMPACTED if 0 < rev <= compacted (as etcd 3.4),
+ * compacted revision (-1 = none). rev 0 = current; a negative rev hashes no revision (etcd
+ * 3.4 HashByRev). KV_STORE_ERR_COMPACTED if 0 < rev <= compacted (as etcd 3.4),
  * KV_STORE_ERR_FUTURE_REV if rev > current, -EBADMSG if a record fails its checksum. */
 int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev);
 

@@ -88,9 +88,15 @@ typedef struct ival {
     ProtobufCBinaryData b, e; /* e.len == 0: the point b */
 } ival;
 
+/* puts: a set (etcd uses a map): the distinct keys in insertion order, indexed by an
+ * open-addressing hash table (slot[i] = index + 1, 0 = empty), so lookups are O(1) and the
+ * check stays near linear in the ops (it was quadratic: 8,000 puts over three levels took
+ * 236 ms of the apply thread). */
 typedef struct ivset {
     const ProtobufCBinaryData **puts;
     size_t np, capp;
+    uint32_t *slot;
+    size_t nslot; /* 0 or a power of two > 2 * np */
     ival *dels;
     size_t nd, capd;
 } ivset;
@@ -104,15 +110,53 @@ static int bcmp_(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
     return a->len < b->len ? -1 : a->len > b->len ? 1 : 0;
 }
 
+static uint64_t khash(const ProtobufCBinaryData *k)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < k->len; i++) {
+        h ^= k->data[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
 static void ivset_free(ivset *s)
 {
     free(s->puts);
+    free(s->slot);
     free(s->dels);
     memset(s, 0, sizeof *s);
 }
 
+static bool has_put(const ivset *s, const ProtobufCBinaryData *k)
+{
+    if (!s->nslot)
+        return false;
+    size_t mask = s->nslot - 1;
+    for (size_t i = (size_t)khash(k) & mask;; i = (i + 1) & mask) {
+        uint32_t v = s->slot[i];
+        if (!v)
+            return false;
+        if (bcmp_(s->puts[v - 1], k) == 0)
+            return true;
+    }
+}
+
+static void slot_insert(uint32_t *slot, size_t nslot, const ProtobufCBinaryData *k, uint32_t v)
+{
+    size_t mask = nslot - 1, i = (size_t)khash(k) & mask;
+    while (slot[i])
+        i = (i + 1) & mask;
+    slot[i] = v;
+}
+
+/* Adds k unless present. */
 static int add_put(ivset *s, const ProtobufCBinaryData *k)
 {
+    if (has_put(s, k))
+        return 0;
+    if (s->np == UINT32_MAX - 1)
+        return -ENOMEM;
     if (s->np == s->capp) {
         size_t nc = s->capp ? s->capp * 2 : 8;
         const ProtobufCBinaryData **n = realloc(s->puts, nc * sizeof *n);
@@ -121,7 +165,19 @@ static int add_put(ivset *s, const ProtobufCBinaryData *k)
         s->puts = n;
         s->capp = nc;
     }
-    s->puts[s->np++] = k;
+    if (2 * (s->np + 1) >= s->nslot) {
+        size_t ns = s->nslot ? s->nslot * 2 : 16;
+        uint32_t *sl = calloc(ns, sizeof *sl);
+        if (!sl)
+            return -ENOMEM;
+        for (size_t i = 0; i < s->np; i++)
+            slot_insert(sl, ns, s->puts[i], (uint32_t)i + 1);
+        free(s->slot);
+        s->slot = sl;
+        s->nslot = ns;
+    }
+    s->puts[s->np] = k;
+    slot_insert(s->slot, s->nslot, k, (uint32_t)++s->np);
     return 0;
 }
 
@@ -137,14 +193,6 @@ static int add_del(ivset *s, const ival *iv)
     }
     s->dels[s->nd++] = *iv;
     return 0;
-}
-
-static bool has_put(const ivset *s, const ProtobufCBinaryData *k)
-{
-    for (size_t i = 0; i < s->np; i++)
-        if (bcmp_(s->puts[i], k) == 0)
-            return true;
-    return false;
 }
 
 /* Point k intersects [b, e) (etcd's string-affine intervals; e empty = the point b). */
