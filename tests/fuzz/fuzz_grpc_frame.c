@@ -67,7 +67,8 @@ static void fuzz_deframer(const uint8_t *data, size_t size)
         size_t fed = 0;
         while (fed < chunk) {
             size_t consumed = 0;
-            int rc = kv_grpc_deframer_feed(&d, data + off + fed, chunk - fed, &consumed, on_msg, &f);
+            int rc =
+                kv_grpc_deframer_feed(&d, data + off + fed, chunk - fed, &consumed, on_msg, &f);
             if (consumed > chunk - fed)
                 abort();
             fed += consumed;

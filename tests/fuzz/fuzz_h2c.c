@@ -28,8 +28,8 @@ struct kv_fuzz_h2c {
     size_t out_len, out_cap;
 };
 
-static ssize_t read_cb(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
-                       uint32_t *flags, nghttp2_data_source *src, void *ud)
+static ssize_t read_cb(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
+                       nghttp2_data_source *src, void *ud)
 {
     (void)s;
     (void)id;
@@ -116,9 +116,12 @@ int kv_fuzz_h2c_open(kv_fuzz_h2c *c, const char *path, const char *timeout)
         return -ENOSPC;
     h2c_stream *st = &c->st[c->n];
     nghttp2_nv nv[] = {
-        NV(":method", "POST"),           NV(":scheme", "http"),
-        NV(":path", path),               NV(":authority", "localhost"),
-        NV("content-type", "application/grpc"), NV("te", "trailers"),
+        NV(":method", "POST"),
+        NV(":scheme", "http"),
+        NV(":path", path),
+        NV(":authority", "localhost"),
+        NV("content-type", "application/grpc"),
+        NV("te", "trailers"),
         NV("grpc-timeout", timeout ? timeout : ""),
     };
     size_t nnv = sizeof(nv) / sizeof(nv[0]) - (timeout ? 0 : 1);
@@ -189,8 +192,7 @@ int kv_fuzz_h2c_reset(kv_fuzz_h2c *c, int h)
     if (st->closed)
         return 0;
     st->closed = 1;
-    return nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL) ? -EPROTO
-                                                                                       : 0;
+    return nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL) ? -EPROTO : 0;
 }
 
 int kv_fuzz_h2c_pull(kv_fuzz_h2c *c, const uint8_t **p, size_t *n)

@@ -80,8 +80,8 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
         return rc;
     /* Speed, not durability: nothing here survives the process. */
     mdb_env_set_flags(kv_store_env(s->store), MDB_NOSYNC | MDB_NOMETASYNC, 1);
-    kv_header_info hdr = {.cluster_id = s->id.cluster_id, .member_id = s->id.member_id,
-                          .raft_term = 1};
+    kv_header_info hdr = {
+        .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
     kv_node_config nc = {.max_pending = k->cfg.max_pending_proposals};
     rc = kv_node_init(&s->node, &k->loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)

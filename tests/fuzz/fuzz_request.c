@@ -217,8 +217,8 @@ static int seed(kv_store *s, uint64_t *index)
     if (kv_store_batch_begin(s, &b) != 0)
         return -1;
     int rc = 0;
-    static const char *keys[] = {"a", "ab", "abc", "b", "foo", "foo/bar", "foo/baz", "k1", "k2",
-                                 "z", "\x01", "\xff"};
+    static const char *keys[] = {"a",       "ab", "abc", "b", "foo",  "foo/bar",
+                                 "foo/baz", "k1", "k2",  "z", "\x01", "\xff"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && rc == 0; i++)
         rc = seed_put(s, b, index, keys[i], "v1", 0);
     rc = rc ? rc : seed_put(s, b, index, "a", "v2", 0);
