@@ -4,6 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config git curl procps iproute2
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libnghttp2-dev
       libssl-dev libcriterion-dev
+      clang libclang-rt-14-dev
       etcd-client etcd-server)
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
