@@ -83,7 +83,8 @@ static bool takes_value(const char *a)
                                     "--rev",
                                     "--consistency",
                                     "--order",
-                                    "--sort-by"};
+                                    "--sort-by",
+                                    "--ttl"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (strcmp(a, v[i]) == 0)
             return true;
@@ -263,11 +264,13 @@ int main(int argc, char **argv)
         kvctl_usage("", stdout);
         return 0;
     }
-    static const char *const names[] = {"get",        "put",      "del",    "txn",
-                                        "compaction", "endpoint", "member", "lease"};
+    static const char *const names[] = {"get",      "put",    "del",   "txn",   "compaction",
+                                        "endpoint", "member", "lease", "watch", "lock",
+                                        "elect"};
     int (*const fns[])(struct kvctl *, int, char **) = {
-        kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
-        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease};
+        kvctl_cmd_get,      kvctl_cmd_put,    kvctl_cmd_del,   kvctl_cmd_txn,
+        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
+        kvctl_cmd_watch,    kvctl_cmd_lock,   kvctl_cmd_elect};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {
