@@ -279,7 +279,7 @@ int kvctl_cmd_elect(struct kvctl *k, int argc, char **argv)
         goto out;
     if (np != 2 && np != 3) {
         rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS, "elect takes one election name argument and an "
-                                             "optional proposal argument.");
+                                             "optional proposal argument");
         goto out;
     }
     if (np == 2 && !listen) {

@@ -113,7 +113,7 @@ int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv)
         goto out;
     if (np < 2) {
         rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS,
-                        "lock takes a lock name argument and an optional command to execute.");
+                        "lock takes a lock name argument and an optional command to execute");
         goto out;
     }
     kvctl_sig_block();

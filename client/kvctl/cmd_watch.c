@@ -337,7 +337,8 @@ static int interactive(struct kvctl *k, struct wstate *st)
         }
         if (strcmp(args[0], "progress") == 0) {
             kvc_error e;
-            if (kvc_watch_progress(c, &e) != 0) {
+            /* no watcher yet: etcdctl's request goes nowhere either */
+            if (kvc_watch_progress(c, &e) != 0 && e.code != KVC_UNAVAILABLE) {
                 char m[300];
                 free(copy);
                 rc = kvctl_fail(KVCTL_EXIT_ERROR, "%s", kvctl_err_text(&e, m, sizeof m));

@@ -94,8 +94,9 @@ static bool takes_value(const char *a)
 /* The command path ("get", "lease grant") named by a command line, for its usage text. */
 static void command_path(int argc, char **argv, char *out, size_t len)
 {
-    static const char *const top[] = {"get",        "put",      "del",    "txn",
-                                      "compaction", "endpoint", "member", "lease"};
+    static const char *const top[] = {"get",   "put",      "del",   "txn",   "compaction",
+                                      "watch", "lock",     "elect", "endpoint", "member",
+                                      "lease"};
     static const char *const ep[] = {"health", "status"};
     static const char *const mem[] = {"list"};
     static const char *const lease[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
@@ -109,16 +110,16 @@ static void command_path(int argc, char **argv, char *out, size_t len)
             continue;
         }
         if (t < 0) {
-            t = kvctl_match(argv[i], top, 8);
+            t = kvctl_match(argv[i], top, 11);
             if (t < 0)
                 return;
             snprintf(out, len, "%s", top[t]);
-            if (t < 5)
+            if (t < 8)
                 return;
             continue;
         }
-        const char *const *subs = t == 5 ? ep : t == 6 ? mem : lease;
-        size_t ns = t == 5 ? 2 : t == 6 ? 1 : 5;
+        const char *const *subs = t == 8 ? ep : t == 9 ? mem : lease;
+        size_t ns = t == 8 ? 2 : t == 9 ? 1 : 5;
         int s = kvctl_match(argv[i], subs, ns);
         if (s >= 0)
             snprintf(out, len, "%s %s", top[t], subs[s]);

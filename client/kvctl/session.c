@@ -47,6 +47,9 @@ void kvctl_sig_block(void)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* a shell's background job starts with SIGINT ignored; etcdctl (Go) un-ignores it */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
 }
 
 int kvctl_sig_wait(unsigned ms)
