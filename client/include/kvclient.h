@@ -469,8 +469,8 @@ KVC_API void kvc_keepalive_stop(kvc_keepalive *ka);
  * Multiplexing and resume: all watchers of a client share ONE Watch stream (as clientv3).
  * When the stream or the connection is lost, every watcher is re-created on a new stream
  * (after the reconnect backoff) from its next revision: the last event's mod_revision + 1
- * (or the header revision + 1 of its creation / of a progress notification), so events are
- * neither repeated nor missed. If that revision was compacted meanwhile, the final
+ * (or the header revision + 1 of its creation / of a periodic progress notification, which
+ * the server sends only to synced watchers), so events are neither repeated nor missed. If that revision was compacted meanwhile, the final
  * response has compact_revision set.
  */
 

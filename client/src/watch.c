@@ -444,7 +444,7 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
     }
 }
 
-/* Progress notification for every active watcher (watch_id -1). */
+/* Reply to a WatchProgressRequest (watch_id -1): delivered to every active watcher. */
 static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse *r)
 {
     struct kvc_watch_sched *s = &c->wt;
@@ -466,7 +466,9 @@ static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse 
     out.cancel_reason = "";
     for (size_t i = 0; i < n; i++) {
         if (v[i]->state == W_ACTIVE) {
-            set_next_rev(v[i], out.header.revision + 1);
+            /* next_rev is not moved: etcd 3.4 answers a WatchProgressRequest at once, even
+             * while some watchers are still catching up (unsynced), so this revision does
+             * not prove that every earlier event of this watcher was delivered. */
             out.watch_id = v[i]->id;
             deliver(v[i], &out);
         }
@@ -955,6 +957,7 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     w->c = c;
     w->cb = cb;
     w->arg = arg;
+    w->state = W_DONE; /* no scheduler reference until kvc_watch_add_loop */
     atomic_init(&w->refs, 1);
     atomic_init(&w->next_rev, o.start_revision > 0 ? o.start_revision : 0);
     pthread_mutex_init(&w->mu, NULL);

@@ -242,6 +242,7 @@ Test(client_watch, events_in_order_with_revisions_and_prev_kv)
     kvc_close(c);
     rec_free(&r);
     rec_free(&r_hist);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
 }
 
 Test(client_watch, many_watchers_share_one_stream)
@@ -335,6 +336,7 @@ Test(client_watch, resume_after_server_restart_without_duplicates_or_misses)
     kvc_close(pc);
     kvc_close(wc);
     rec_free(&r);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
 }
 
 static void compact(kvc_client *c, int64_t rev)
@@ -386,6 +388,7 @@ Test(client_watch, compaction_while_disconnected_is_reported_on_resume)
     kvc_close(pc);
     kvc_close(wc);
     rec_free(&r);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
 }
 
 Test(client_watch, oversized_response_cancels_with_a_visible_error)
@@ -427,6 +430,7 @@ Test(client_watch, oversized_response_cancels_with_a_visible_error)
     kvc_close(pc);
     kvc_close(wc);
     rec_free(&r);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
 }
 
 Test(client_watch, slow_callback_loses_nothing)
@@ -455,6 +459,7 @@ Test(client_watch, slow_callback_loses_nothing)
     kvc_close(pc);
     kvc_close(wc);
     rec_free(&r);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
 }
 
 Test(client_watch, close_with_live_watchers_frees_them)
