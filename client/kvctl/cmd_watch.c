@@ -133,6 +133,45 @@ static void print_json(struct kvctl_buf *b, const kvc_watch_response *r)
                      r->created ? "true" : "false");
 }
 
+/* etcdctl's pbPrinter.Watch: a pb.WatchResponse with header, events, compact_revision,
+ * canceled and created (no watch_id), unframed. */
+static void print_pb(const kvc_watch_response *r)
+{
+    Etcdserverpb__ResponseHeader h;
+    pb_header(&h, &r->header);
+    Etcdserverpb__WatchResponse wr;
+    etcdserverpb__watch_response__init(&wr);
+    wr.header = &h;
+    wr.compact_revision = r->compact_revision;
+    wr.canceled = r->canceled != 0;
+    wr.created = r->created != 0;
+    Mvccpb__Event *evs = calloc(r->n_events ? r->n_events : 1, sizeof *evs);
+    Mvccpb__Event **evp = calloc(r->n_events ? r->n_events : 1, sizeof *evp);
+    Mvccpb__KeyValue *kvs = calloc(2 * (r->n_events ? r->n_events : 1), sizeof *kvs);
+    if (!evs || !evp || !kvs)
+        goto out;
+    for (size_t i = 0; i < r->n_events; i++) {
+        const kvc_event *e = &r->events[i];
+        mvccpb__event__init(&evs[i]);
+        evs[i].type = e->type == KVC_EVENT_DELETE ? MVCCPB__EVENT__EVENT_TYPE__DELETE
+                                                  : MVCCPB__EVENT__EVENT_TYPE__PUT;
+        pb_kv(&kvs[2 * i], &e->kv);
+        evs[i].kv = &kvs[2 * i];
+        if (e->has_prev_kv) {
+            pb_kv(&kvs[2 * i + 1], &e->prev_kv);
+            evs[i].prev_kv = &kvs[2 * i + 1];
+        }
+        evp[i] = &evs[i];
+    }
+    wr.events = evp;
+    wr.n_events = r->n_events;
+    kvctl_print_pb(&wr.base);
+out:
+    free(evs);
+    free(evp);
+    free(kvs);
+}
+
 static void print_fields(struct kvctl_buf *b, const kvc_watch_response *r)
 {
     kvctl_fields_header(b, r->header.cluster_id, r->header.member_id, r->header.revision,
@@ -207,8 +246,17 @@ static void on_resp(void *arg, const kvc_watch_response *r)
     }
     if (r->progress_notify)
         printf("progress notify: %" PRId64 "\n", r->header.revision);
+    if (k->format == KVCTL_FMT_TABLE) {
+        /* etcdctl fails only when it has a response to print, and exits at once */
+        fflush(stdout);
+        kvctl_unsupported_format(k);
+        fflush(stderr);
+        _exit(KVCTL_EXIT_BAD_FEATURE);
+    }
     struct kvctl_buf b = {0};
-    if (k->format == KVCTL_FMT_JSON)
+    if (k->format == KVCTL_FMT_PROTOBUF)
+        print_pb(r);
+    else if (k->format == KVCTL_FMT_JSON)
         print_json(&b, r);
     else if (k->format == KVCTL_FMT_FIELDS)
         print_fields(&b, r);
@@ -444,11 +492,6 @@ int kvctl_cmd_watch(struct kvctl *k, int argc, char **argv)
     rc = kvctl_parse_cmd(k, sep, argv, f.table, pos, &np);
     if (rc)
         goto out;
-    if (k->format != KVCTL_FMT_SIMPLE && k->format != KVCTL_FMT_JSON &&
-        k->format != KVCTL_FMT_FIELDS) {
-        rc = kvctl_unsupported_format(k);
-        goto out;
-    }
     const char *env_key = getenv("ETCDCTL_WATCH_KEY");
     const char *env_end = getenv("ETCDCTL_WATCH_RANGE_END");
     if ((!env_key || !*env_key) && env_end && *env_end) {

@@ -28,6 +28,9 @@ Test(kvctl_watch, history_and_formats)
         {"timeout 3 $CTL watch '' --prefix --rev 5 -w json; echo rc=$?", 0},
         {"timeout 3 $CTL watch wk --rev 4 --prev-kv -w fields; echo rc=$?", 0},
         {"timeout 3 $CTL watch wk --rev 2 --hex; echo rc=$?", 0},
+        {"timeout 3 $CTL watch wk --rev 2 -w protobuf > $W/pb; echo rc=$?; od -An -tx1 $W/pb", 0},
+        {"timeout 3 $CTL watch wk -w table", 0},
+        {"timeout 3 $CTL watch wk --rev 2 -w table", 0},
         {"ETCDCTL_WATCH_KEY=wk timeout 3 $CTL watch --rev 5; echo rc=$?", 0},
         {"timeout 3 $CTL watch wk --rev 1 -- sh -c 'echo $ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY "
          "$ETCD_WATCH_VALUE $ETCD_WATCH_REVISION'; echo rc=$?",
