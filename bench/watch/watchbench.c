@@ -440,10 +440,11 @@ static void print(const char *name, const opts *o, const struct result *f, const
                name, f->puts_per_s, f->delivered, f->expected, f->delivered_ratio, f->p50, f->p99,
                f->cpu_s, f->cpu_us_per_event, f->ok ? "" : "  [errors]");
     if (o->do_catchup)
-        printf("%-5s catch-up: %d watchers x %d events: all synced in %.2f s%s, server CPU "
-               "%.2f s\n",
-               name, o->catchup_watchers, o->catchup_events, c->catchup_s,
-               c->ok ? "" : " (NOT all synced)", c->cpu_s);
+        printf("%-5s catch-up: %d watchers x %d events: %s %.2f s (events %" PRIu64 "/%" PRIu64
+               "), server CPU %.2f s\n",
+               name, o->catchup_watchers, o->catchup_events,
+               c->ok ? "all synced in" : "NOT all synced after", c->catchup_s, c->delivered,
+               c->expected, c->cpu_s);
 }
 
 int main(int argc, char **argv)
