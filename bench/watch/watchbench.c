@@ -221,7 +221,8 @@ static int fanout(const opts *o, kv_it_server *s, kvc_loop_group **lgs, struct r
     uint64_t w0 = now_ns();
     pthread_create(&th, NULL, writer_main, &w);
     pthread_join(th, NULL);
-    while (atomic_load(&w.inflight) > 0 && now_ns() - w0 < (uint64_t)(o->duration + 30) * 1000000000ull)
+    while (atomic_load(&w.inflight) > 0 &&
+           now_ns() - w0 < (uint64_t)(o->duration + 30) * 1000000000ull)
         usleep(10000);
     double put_s = (double)(now_ns() - w0) / 1e9;
     uint64_t ok_puts = atomic_load(&w.done) - atomic_load(&w.failed);
@@ -263,8 +264,8 @@ struct cu {
 static void on_cu(void *arg, const kvc_watch_response *r)
 {
     struct cu *c = arg;
-    uint64_t g = atomic_fetch_add_explicit(&c->got, r->n_events, memory_order_relaxed) +
-                 r->n_events;
+    uint64_t g =
+        atomic_fetch_add_explicit(&c->got, r->n_events, memory_order_relaxed) + r->n_events;
     if (g >= c->want && g - r->n_events < c->want)
         atomic_fetch_add(c->synced, 1);
 }
@@ -368,25 +369,49 @@ static int parse(int argc, char **argv, opts *o)
                 .do_etcd = 1,
                 .do_fanout = 1,
                 .do_catchup = 1};
-    static const struct option lo[] = {{"watchers", 1, 0, 'w'},         {"streams", 1, 0, 's'},
-                                       {"rate", 1, 0, 'r'},             {"duration", 1, 0, 'd'},
-                                       {"catchup-watchers", 1, 0, 'W'}, {"catchup-events", 1, 0, 'E'},
-                                       {"value-size", 1, 0, 'v'},       {"loops", 1, 0, 'l'},
-                                       {"drain", 1, 0, 'D'},            {"server", 1, 0, 'S'},
-                                       {"only", 1, 0, 'o'},             {"help", 0, 0, 'h'},
+    static const struct option lo[] = {{"watchers", 1, 0, 'w'},
+                                       {"streams", 1, 0, 's'},
+                                       {"rate", 1, 0, 'r'},
+                                       {"duration", 1, 0, 'd'},
+                                       {"catchup-watchers", 1, 0, 'W'},
+                                       {"catchup-events", 1, 0, 'E'},
+                                       {"value-size", 1, 0, 'v'},
+                                       {"loops", 1, 0, 'l'},
+                                       {"drain", 1, 0, 'D'},
+                                       {"server", 1, 0, 'S'},
+                                       {"only", 1, 0, 'o'},
+                                       {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
-        case 'w': o->watchers = atoi(optarg); break;
-        case 's': o->streams = atoi(optarg); break;
-        case 'r': o->rate = atoi(optarg); break;
-        case 'd': o->duration = atoi(optarg); break;
-        case 'W': o->catchup_watchers = atoi(optarg); break;
-        case 'E': o->catchup_events = atoi(optarg); break;
-        case 'v': o->value_size = atoi(optarg); break;
-        case 'l': o->loops = atoi(optarg); break;
-        case 'D': o->drain = atoi(optarg); break;
+        case 'w':
+            o->watchers = atoi(optarg);
+            break;
+        case 's':
+            o->streams = atoi(optarg);
+            break;
+        case 'r':
+            o->rate = atoi(optarg);
+            break;
+        case 'd':
+            o->duration = atoi(optarg);
+            break;
+        case 'W':
+            o->catchup_watchers = atoi(optarg);
+            break;
+        case 'E':
+            o->catchup_events = atoi(optarg);
+            break;
+        case 'v':
+            o->value_size = atoi(optarg);
+            break;
+        case 'l':
+            o->loops = atoi(optarg);
+            break;
+        case 'D':
+            o->drain = atoi(optarg);
+            break;
         case 'S':
             o->do_kvd = strcmp(optarg, "etcd") != 0;
             o->do_etcd = strcmp(optarg, "kvd") != 0;
@@ -396,11 +421,10 @@ static int parse(int argc, char **argv, opts *o)
             o->do_catchup = strcmp(optarg, "fanout") != 0;
             break;
         default:
-            fprintf(stderr,
-                    "usage: watchbench [--watchers 10000] [--streams 100] [--rate 1000] "
-                    "[--duration 10] [--catchup-watchers 1000] [--catchup-events 100000] "
-                    "[--value-size 64] [--loops 2] [--drain 60] [--server kvd|etcd|both] "
-                    "[--only fanout|catchup]\n");
+            fprintf(stderr, "usage: watchbench [--watchers 10000] [--streams 100] [--rate 1000] "
+                            "[--duration 10] [--catchup-watchers 1000] [--catchup-events 100000] "
+                            "[--value-size 64] [--loops 2] [--drain 60] [--server kvd|etcd|both] "
+                            "[--only fanout|catchup]\n");
             return -1;
         }
     }

@@ -109,10 +109,8 @@ static int observe(struct kvctl *k, kvc_client *c, const char *name)
         return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
     int rc = 0;
     for (;;) {
-        kvc_range_opts ro = {.prefix = 1,
-                             .sort_order = KVC_SORT_ASCEND,
-                             .sort_target = KVC_SORT_CREATE,
-                             .limit = 1};
+        kvc_range_opts ro = {
+            .prefix = 1, .sort_order = KVC_SORT_ASCEND, .sort_target = KVC_SORT_CREATE, .limit = 1};
         kvc_range_result r;
         kvc_error e;
         if (kvc_get(c, pfx, strlen(pfx), &ro, k->command_timeout_ms, &r, &e) != 0) {
@@ -141,8 +139,7 @@ static int observe(struct kvctl *k, kvc_client *c, const char *name)
             o.kv = r.kvs[0];
             o.key = (uint8_t *)kvctl_strndup_bytes(r.kvs[0].key, r.kvs[0].key_len);
             o.kv.key = o.key;
-            o.kv.value = o.val = (uint8_t *)kvctl_strndup_bytes(r.kvs[0].value,
-                                                                r.kvs[0].value_len);
+            o.kv.value = o.val = (uint8_t *)kvctl_strndup_bytes(r.kvs[0].value, r.kvs[0].value_len);
             print_leader(k, &o.h, &o.kv);
         }
         kvc_range_result_free(&r);

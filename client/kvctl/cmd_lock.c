@@ -41,10 +41,8 @@ static int lock(struct kvctl *k, struct kvctl_session *s, struct mutex *m)
         return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
     size_t kl = strlen(m->key), pl = strlen(m->pfx);
     kvc_put_opts po = {.lease = s->lease};
-    kvc_range_opts owner = {.prefix = 1,
-                            .sort_order = KVC_SORT_ASCEND,
-                            .sort_target = KVC_SORT_CREATE,
-                            .limit = 1};
+    kvc_range_opts owner = {
+        .prefix = 1, .sort_order = KVC_SORT_ASCEND, .sort_target = KVC_SORT_CREATE, .limit = 1};
     kvc_txn_cmp_int(t, m->key, kl, KVC_CMP_CREATE, KVC_CMP_EQUAL, 0);
     kvc_txn_put(t, KVC_TXN_SUCCESS, m->key, kl, "", 0, &po);
     kvc_txn_get(t, KVC_TXN_SUCCESS, m->pfx, pl, &owner);

@@ -280,8 +280,8 @@ static void on_resp(void *arg, const kvc_watch_response *r)
 }
 
 /* Builds the options for key [range_end]; returns 0 or prints the error (exit 128). */
-static int watch_opts(const struct wflags *f, size_t n, char **args, kvc_watch_opts *o,
-                      char *err, size_t errlen)
+static int watch_opts(const struct wflags *f, size_t n, char **args, kvc_watch_opts *o, char *err,
+                      size_t errlen)
 {
     memset(o, 0, sizeof *o);
     if (n < 1) {

@@ -525,8 +525,8 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
             f < w->n_frags ? (const Etcdserverpb__WatchResponse *)w->frags[f] : r;
         for (size_t i = 0; i < m->n_events; i++) {
             const Mvccpb__Event *e = m->events[i];
-            ev[k].type = e->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? KVC_EVENT_DELETE
-                                                                      : KVC_EVENT_PUT;
+            ev[k].type =
+                e->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? KVC_EVENT_DELETE : KVC_EVENT_PUT;
             kv_from(&ev[k].kv, e->kv);
             if (e->prev_kv) {
                 ev[k].has_prev_kv = 1;
@@ -893,8 +893,7 @@ static int dup_bytes(uint8_t **dst, const void *src, size_t n)
 }
 
 /* clientv3's WithPrefix / WithFromKey, including their empty-key rules. */
-static int make_range(struct kvc_watch *w, const void *key, size_t key_len,
-                      const kvc_watch_opts *o)
+static int make_range(struct kvc_watch *w, const void *key, size_t key_len, const kvc_watch_opts *o)
 {
     static const uint8_t zero = 0;
     if (o->range_end && o->range_end_len) {

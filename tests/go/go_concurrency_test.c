@@ -39,7 +39,7 @@ Test(go_concurrency, mutex_election_stm, .timeout = 600)
     snprintf(env_cache, sizeof env_cache, "GOCACHE=%s", cache);
     snprintf(pkg, sizeof pkg, "%s/main.go", KV_GO_SRC_DIR);
     const char *env[] = {"GO111MODULE=off", "GOPATH=" GOPATH, env_cache, "GOFLAGS=",
-                         "GOPROXY=off",     "CGO_ENABLED=0", NULL};
+                         "GOPROXY=off",     "CGO_ENABLED=0",  NULL};
     const char *build[] = {go, "build", "-o", out, pkg, NULL};
     kv_it_cmd_result br;
     cr_assert_eq(kv_it_run(build, env, NULL, 0, 480000, &br), 0, "spawn go build");

@@ -14,7 +14,7 @@
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Polls up to 10 s for a pattern in a file. */
-#define WAIT_FOR(pat, file)                                                                    \
+#define WAIT_FOR(pat, file)                                                                        \
     "for i in $(seq 100); do grep -q '" pat "' " file " 2>/dev/null && break; sleep 0.1; done; "
 
 Test(kvctl_watch, history_and_formats)
@@ -81,14 +81,17 @@ Test(kvctl_lock, lock_and_exec)
         {"$CTL lock L -- false", 0},
         {"$CTL lock", 0},
         /* the holder prints its key and releases it on SIGINT */
-        {"$CTL lock L2 > $W/o 2>&1 & p=$!; " WAIT_FOR("L2/", "$W/o") "head -1 $W/o | cut -d/ -f2 "
-         ">> $W/leases; $CTL get L2 --prefix --keys-only | cut -d/ -f1; kill -INT $p; wait $p; "
-         "echo rc=$?; cat $W/o; $CTL get L2 --prefix --count-only 2>/dev/null | grep -c L2",
+        {"$CTL lock L2 > $W/o 2>&1 & p=$!; " WAIT_FOR(
+             "L2/", "$W/o") "head -1 $W/o | cut -d/ -f2 "
+                            ">> $W/leases; $CTL get L2 --prefix --keys-only | cut -d/ -f1; kill "
+                            "-INT $p; wait $p; "
+                            "echo rc=$?; cat $W/o; $CTL get L2 --prefix --count-only 2>/dev/null | "
+                            "grep -c L2",
          0},
         /* an older key under the prefix blocks the lock until it is deleted */
         {"$CTL put L3/0 x >/dev/null; $CTL lock L3 -- echo locked > $W/o 2>&1 & p=$!; sleep 1; "
-         "echo before:; cat $W/o; $CTL del L3/0 >/dev/null; " WAIT_FOR("locked", "$W/o")
-         "wait $p; echo rc=$?; cat $W/o",
+         "echo before:; cat $W/o; $CTL del L3/0 >/dev/null; " WAIT_FOR(
+             "locked", "$W/o") "wait $p; echo rc=$?; cat $W/o",
          0},
     };
     h_compare(steps, N(steps));
@@ -103,8 +106,10 @@ Test(kvctl_elect, campaign_observe_resign)
         {"$CTL put E/0 p0 >/dev/null; timeout 2 $CTL elect -l E; echo rc=$?", 0},
         /* p1 waits behind E/0, wins when it is deleted, resigns on SIGINT */
         {"$CTL elect E p1 > $W/o 2>&1 & p=$!; sleep 1; echo before:; cat $W/o; "
-         "$CTL del E/0 >/dev/null; " WAIT_FOR("p1", "$W/o") "head -1 $W/o | cut -d/ -f2 >> "
-         "$W/leases; cat $W/o; kill -INT $p; wait $p; echo rc=$?; $CTL get E --prefix",
+         "$CTL del E/0 >/dev/null; " WAIT_FOR(
+             "p1",
+             "$W/o") "head -1 $W/o | cut -d/ -f2 >> "
+                     "$W/leases; cat $W/o; kill -INT $p; wait $p; echo rc=$?; $CTL get E --prefix",
          0},
         /* an observer follows the leader */
         {"timeout 4 $CTL elect -l E > $W/l 2>&1 & sleep 1; $CTL put E/1 a >/dev/null; "
