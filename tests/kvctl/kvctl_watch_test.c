@@ -17,26 +17,35 @@
 #define WAIT_FOR(pat, file)                                                                        \
     "for i in $(seq 100); do grep -q '" pat "' " file " 2>/dev/null && break; sleep 0.1; done; "
 
+/* Runs watch command line `cmd` (a string literal) in the background as job `i`: its
+ * stdout, stderr and exit status end up in $W/o<i>, $W/e<i>. The jobs of one step run
+ * concurrently, so the step costs one timeout, not one per watch. */
+#define JOB(i, cmd)                                                                            \
+    "(timeout 3 " cmd " > $W/o" #i " 2> $W/e" #i "; echo rc=$? >> $W/o" #i ") & "
+#define SHOW(n)                                                                                \
+    "wait; for i in $(seq " #n "); do echo \"== $i\"; cat $W/o$i; echo '-- stderr'; "            \
+    "cat $W/e$i; done"
+
 Test(kvctl_watch, history_and_formats)
 {
     static const struct h_step steps[] = {
         {"$CTL put wk 1 && $CTL put wk2 2 && $CTL del wk && $CTL put wk 'x y' && $CTL put wl 9", 0},
-        {"timeout 3 $CTL watch wk --rev 1; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --rev 1 --prev-kv; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --prefix --rev 1; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk wl --rev 3; echo rc=$?", 0},
-        {"timeout 3 $CTL watch '' --prefix --rev 5 -w json; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --rev 4 --prev-kv -w fields; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --rev 2 --hex; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --rev 2 -w protobuf > $W/pb; echo rc=$?; od -An -tx1 $W/pb", 0},
-        {"timeout 3 $CTL watch wk -w table", 0},
-        {"timeout 3 $CTL watch wk --rev 2 -w table", 0},
-        {"ETCDCTL_WATCH_KEY=wk timeout 3 $CTL watch --rev 5; echo rc=$?", 0},
-        {"timeout 3 $CTL watch wk --rev 1 -- sh -c 'echo $ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY "
-         "$ETCD_WATCH_VALUE $ETCD_WATCH_REVISION'; echo rc=$?",
+        {JOB(1, "$CTL watch wk --rev 1") JOB(2, "$CTL watch wk --rev 1 --prev-kv")
+             JOB(3, "$CTL watch wk --prefix --rev 1") JOB(4, "$CTL watch wk wl --rev 3")
+                 JOB(5, "$CTL watch '' --prefix --rev 5 -w json")
+                     JOB(6, "$CTL watch wk --rev 4 --prev-kv -w fields")
+                         JOB(7, "$CTL watch wk --rev 2 --hex") JOB(8, "$CTL watch wk -w table")
+                             JOB(9, "$CTL watch wk --rev 2 -w table")
+                                 JOB(10, "env ETCDCTL_WATCH_KEY=wk $CTL watch --rev 5")
+                                     JOB(11, "$CTL watch wk --rev 1 -- sh -c 'echo "
+                                             "$ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY "
+                                             "$ETCD_WATCH_VALUE $ETCD_WATCH_REVISION'")
+                                         JOB(12, "$CTL watch wk --rev 2 -w protobuf") SHOW(12)
+                                             " | od -c",
          0},
-        {"$CTL compaction 4 && timeout 3 $CTL watch wk --rev 2", 0},
-        {"timeout 3 $CTL watch wk --rev 2 -w json", 0},
+        {"$CTL compaction 4 >/dev/null; " JOB(1, "$CTL watch wk --rev 2")
+             JOB(2, "$CTL watch wk --rev 2 -w json") JOB(3, "$CTL watch wk --rev 4") SHOW(3),
+         0},
     };
     h_compare(steps, N(steps));
 }
