@@ -4,7 +4,8 @@
  * after a server restart from the last seen revision with no duplicate and no missed event;
  * the compacted case reported (at creation and on resume); a response larger than the
  * client's bound cancels the watcher with a visible error instead of being buffered;
- * a slow callback loses nothing.
+ * a slow callback loses nothing; lease expiry gives DELETE events (one revision) to a prefix
+ * watcher.
  *
  * Runs against KV_TEST_SERVER=etcd|kvd. Until kvd serves Watch, every test fails at its
  * first kvc_watch_create with a message saying the server answered UNIMPLEMENTED.
@@ -477,4 +478,28 @@ Test(client_watch, close_with_live_watchers_frees_them)
     kvc_close(c); /* frees both watchers; no callback after this */
     rec_free(&r);
     cr_assert_eq(kvt_leaks(), 0);
+}
+
+Test(client_watch, lease_expiry_delivers_delete_events)
+{
+    kvc_client *c = kvt_client(srv.endpoint);
+    struct rec r;
+    rec_init(&r);
+    kvc_lease_grant_result g;
+    kvc_error e;
+    cr_assert_eq(kvc_lease_grant(c, 2, 0, 0, 5000, &g, &e), 0, "grant: %s", e.message);
+    kvc_watch_opts o = {.prefix = 1, .prev_kv = 1};
+    kvc_watch *w = watch(c, "agents/", &o, &r, NULL);
+    kvc_put_opts po = {.lease = g.id};
+    cr_assert_eq(kvc_put(c, "agents/a1", 9, "up", 2, &po, 5000, NULL, &e), 0, "%s", e.message);
+    cr_assert_eq(kvc_put(c, "agents/a2", 9, "up", 2, &po, 5000, NULL, &e), 0, "%s", e.message);
+    /* no keepalive: the lease expires (etcd may round a short TTL up) */
+    cr_assert_eq(rec_wait(&r, 4, 30000), 4, "two PUTs then two DELETEs on expiry, got %zu", r.n);
+    cr_assert_eq(r.ev[2].type, KVC_EVENT_DELETE);
+    cr_assert_eq(r.ev[3].type, KVC_EVENT_DELETE);
+    cr_assert_eq(r.ev[2].mod, r.ev[3].mod, "one revoke: one revision");
+    cr_assert_str_eq(r.ev[2].prev, "up");
+    kvc_watch_cancel(w);
+    kvc_close(c);
+    rec_free(&r);
 }
