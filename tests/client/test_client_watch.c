@@ -12,12 +12,17 @@
  */
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static struct kvt_server srv;
 
@@ -501,5 +506,224 @@ Test(client_watch, lease_expiry_delivers_delete_events)
     cr_assert_str_eq(r.ev[2].prev, "up");
     kvc_watch_cancel(w);
     kvc_close(c);
+    rec_free(&r);
+}
+
+/* ---- a TCP proxy the test can cut: the watch client's connection goes through it, the
+ * writer's does not, so writes land deterministically while the watcher is disconnected ---- */
+
+#define PX_MAX 16
+struct proxy {
+    int lfd, port, upstream;
+    pthread_t th;
+    pthread_mutex_t mu;
+    int blocked, stop, cut;
+    int a[PX_MAX], b[PX_MAX]; /* client side, server side; -1 = free */
+};
+
+static void *proxy_main(void *arg)
+{
+    struct proxy *p = arg;
+    char buf[65536];
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int stop = p->stop, cut = p->cut, blocked = p->blocked;
+        p->cut = 0;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            break;
+        if (cut)
+            for (int i = 0; i < PX_MAX; i++)
+                if (p->a[i] >= 0) {
+                    close(p->a[i]);
+                    close(p->b[i]);
+                    p->a[i] = p->b[i] = -1;
+                }
+        struct pollfd fds[1 + 2 * PX_MAX];
+        int n = 0;
+        fds[n++] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
+        for (int i = 0; i < PX_MAX; i++)
+            if (p->a[i] >= 0) {
+                fds[n++] = (struct pollfd){.fd = p->a[i], .events = POLLIN};
+                fds[n++] = (struct pollfd){.fd = p->b[i], .events = POLLIN};
+            }
+        if (poll(fds, (nfds_t)n, 20) <= 0)
+            continue;
+        if (fds[0].revents & POLLIN) {
+            int c = accept(p->lfd, NULL, NULL);
+            if (c >= 0 && blocked) {
+                close(c); /* refused while blocked */
+            } else if (c >= 0) {
+                int u = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in sa = {.sin_family = AF_INET,
+                                         .sin_port = htons((uint16_t)p->upstream),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                int slot = -1;
+                for (int i = 0; i < PX_MAX && slot < 0; i++)
+                    if (p->a[i] < 0)
+                        slot = i;
+                if (u < 0 || slot < 0 || connect(u, (struct sockaddr *)&sa, sizeof sa) != 0) {
+                    close(c);
+                    if (u >= 0)
+                        close(u);
+                } else {
+                    p->a[slot] = c;
+                    p->b[slot] = u;
+                }
+            }
+        }
+        for (int k = 1; k < n; k++) {
+            if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            for (int i = 0; i < PX_MAX; i++) {
+                if (p->a[i] < 0 || (fds[k].fd != p->a[i] && fds[k].fd != p->b[i]))
+                    continue;
+                int to = fds[k].fd == p->a[i] ? p->b[i] : p->a[i];
+                ssize_t r = read(fds[k].fd, buf, sizeof buf);
+                if (r <= 0 || write(to, buf, (size_t)r) != r) {
+                    close(p->a[i]);
+                    close(p->b[i]);
+                    p->a[i] = p->b[i] = -1;
+                }
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < PX_MAX; i++)
+        if (p->a[i] >= 0) {
+            close(p->a[i]);
+            close(p->b[i]);
+        }
+    close(p->lfd);
+    return NULL;
+}
+
+static void proxy_start(struct proxy *p, int upstream)
+{
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < PX_MAX; i++)
+        p->a[i] = p->b[i] = -1;
+    p->upstream = upstream;
+    pthread_mutex_init(&p->mu, NULL);
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    cr_assert(p->lfd >= 0 && bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+              listen(p->lfd, 16) == 0 && getsockname(p->lfd, (struct sockaddr *)&sa, &sl) == 0);
+    p->port = ntohs(sa.sin_port);
+    cr_assert_eq(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+/* Drop every proxied connection and refuse new ones until proxy_set_blocked(p, 0). */
+static void proxy_set_blocked(struct proxy *p, int blocked)
+{
+    pthread_mutex_lock(&p->mu);
+    p->blocked = blocked;
+    if (blocked)
+        p->cut = 1;
+    pthread_mutex_unlock(&p->mu);
+    kvt_sleep_ms(100); /* one poll round */
+}
+
+static void proxy_stop(struct proxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    pthread_mutex_destroy(&p->mu);
+}
+
+static kvc_client *proxied_client(const struct proxy *p)
+{
+    char ep[32];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", p->port);
+    const char *eps[] = {ep};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    cfg.backoff_base_ms = 20;
+    cfg.backoff_max_ms = 100;
+    kvc_client *c;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    return c;
+}
+
+Test(client_watch, resume_after_connection_loss_replays_the_gap_exactly)
+{
+    struct proxy px;
+    proxy_start(&px, srv.client_port);
+    kvc_client *wc = proxied_client(&px);
+    kvc_client *pc = kvt_client(srv.endpoint);
+    struct rec r;
+    rec_init(&r);
+    kvc_watch_opts o = {.prefix = 1};
+    kvc_watch *w = watch(wc, "g/", &o, &r, NULL);
+    int64_t revs[60];
+    char key[32];
+    int n = 0;
+    for (; n < 20; n++) {
+        snprintf(key, sizeof key, "g/%d", n % 7);
+        revs[n] = put(pc, key, "v");
+    }
+    cr_assert_eq(rec_wait(&r, 20, 5000), 20);
+    proxy_set_blocked(&px, 1); /* the watcher is disconnected and cannot reconnect */
+    for (; n < 40; n++) {
+        snprintf(key, sizeof key, "g/%d", n % 7);
+        revs[n] = put(pc, key, "v");
+    }
+    kvt_sleep_ms(300);
+    cr_assert_eq(r.n, 20, "nothing can arrive while disconnected");
+    proxy_set_blocked(&px, 0);
+    cr_assert_eq(rec_wait(&r, 40, 10000), 40, "the 20 events of the gap are replayed");
+    for (; n < 60; n++) {
+        snprintf(key, sizeof key, "g/%d", n % 7);
+        revs[n] = put(pc, key, "v");
+    }
+    cr_assert_eq(rec_wait(&r, 60, 10000), 60);
+    kvt_sleep_ms(300);
+    cr_assert_eq(r.n, 60, "no duplicate: %zu events for 60 puts", r.n);
+    for (int i = 0; i < 60; i++)
+        cr_assert_eq(r.ev[i].mod, revs[i], "event %d: revision %lld, expected %lld", i,
+                     (long long)r.ev[i].mod, (long long)revs[i]);
+    cr_assert_not(r.canceled);
+    kvc_stats st;
+    kvc_stats(wc, &st);
+    cr_assert_geq(st.reconnects, 1);
+    kvc_watch_cancel(w);
+    kvc_close(pc);
+    kvc_close(wc);
+    proxy_stop(&px);
+    rec_free(&r);
+    cr_assert_eq(kvt_leaks(), 0, "leak-free (under ASan)");
+}
+
+Test(client_watch, compaction_during_connection_loss_is_reported)
+{
+    struct proxy px;
+    proxy_start(&px, srv.client_port);
+    kvc_client *wc = proxied_client(&px);
+    kvc_client *pc = kvt_client(srv.endpoint);
+    struct rec r;
+    rec_init(&r);
+    kvc_watch_opts o = {.prefix = 1};
+    kvc_watch *w = watch(wc, "h/", &o, &r, NULL);
+    put(pc, "h/1", "a");
+    cr_assert_eq(rec_wait(&r, 1, 5000), 1);
+    proxy_set_blocked(&px, 1);
+    put(pc, "h/2", "b");
+    int64_t last = put(pc, "h/3", "c");
+    compact(pc, last);
+    proxy_set_blocked(&px, 0);
+    cr_assert(rec_canceled(&r, 10000), "the resumed watcher is canceled: compacted");
+    cr_assert_eq(r.compact_rev, last);
+    cr_assert_eq(r.status, -KVC_OUT_OF_RANGE);
+    cr_assert_eq(r.n, 1, "nothing delivered past the compaction");
+    kvc_watch_cancel(w);
+    kvc_close(pc);
+    kvc_close(wc);
+    proxy_stop(&px);
     rec_free(&r);
 }
