@@ -449,6 +449,108 @@ KVC_API int kvc_keepalive_lost(const kvc_keepalive *ka);
  * running and will not run again. Callable from any thread including the callback. */
 KVC_API void kvc_keepalive_stop(kvc_keepalive *ka);
 
+/* ---- Watch ---- */
+
+/*
+ * Delivery model: CALLBACK ON THE CLIENT'S I/O THREAD, no queue inside the library.
+ * Each watch response is handed to the watcher's callback synchronously while the response
+ * is being read off the connection. The library keeps at most the one response being
+ * delivered (plus, for a fragmented response, its fragments, bounded by
+ * kvc_config.max_response_bytes in total), so a watcher can never make the library's memory
+ * grow. A slow callback slows the reading of the whole connection (TCP / HTTP/2 flow control
+ * then push back on the server, which moves the watcher aside as a slow watcher); it also
+ * delays every other stream and keepalive of the client, so a callback that may block
+ * should hand the events to its own bounded queue and decide itself what to do when it is
+ * full (e.g. cancel the watcher and re-create it from the last revision it processed).
+ * No event is ever dropped silently by the library: a watcher that cannot be continued
+ * (history compacted, stream refused by the server, fragments too large, client closed...)
+ * gets one final response with canceled = 1 and the reason.
+ *
+ * Multiplexing and resume: all watchers of a client share ONE Watch stream (as clientv3).
+ * When the stream or the connection is lost, every watcher is re-created on a new stream
+ * (after the reconnect backoff) from its next revision: the last event's mod_revision + 1
+ * (or the header revision + 1 of its creation / of a periodic progress notification, which
+ * the server sends only to synced watchers), so events are neither repeated nor missed. If that revision was compacted meanwhile, the final
+ * response has compact_revision set.
+ */
+
+typedef struct kvc_watch kvc_watch;
+
+enum kvc_event_type { KVC_EVENT_PUT = 0, KVC_EVENT_DELETE = 1 };
+
+typedef struct kvc_event {
+    int type;    /* enum kvc_event_type */
+    kvc_kv kv;   /* for DELETE: key and mod_revision only */
+    int has_prev_kv;
+    kvc_kv prev_kv; /* when the watcher asked for prev_kv and the key existed */
+} kvc_event;
+
+typedef struct kvc_watch_response {
+    kvc_header header;
+    int64_t watch_id;         /* server-assigned id on the current stream */
+    int created;              /* creation ack (only delivered with opts.created_notify) */
+    int progress_notify;      /* no events: everything up to header.revision was sent */
+    int canceled;             /* FINAL response: no callback follows */
+    int64_t compact_revision; /* canceled because the start revision was compacted */
+    int status;               /* 0, or -code when canceled for an error */
+    const char *cancel_reason; /* "" or the server's / library's reason (valid in the cb) */
+    const kvc_event *events;  /* n_events events in revision order (valid in the cb) */
+    size_t n_events;
+} kvc_watch_response;
+
+/* Runs on the I/O thread (see the delivery model above). r and everything it points to are
+ * valid only during the call. May call kvc_watch_cancel (on any watcher of the client),
+ * kvc_watch_progress and the *_async functions; must not call synchronous kvc_ functions. */
+typedef void (*kvc_watch_cb)(void *arg, const kvc_watch_response *r);
+
+enum kvc_watch_filter { KVC_FILTER_NOPUT = 1, KVC_FILTER_NODELETE = 2 };
+
+/* Options of kvc_watch_create. Zero-initialise; NULL means all defaults. */
+typedef struct kvc_watch_opts {
+    const uint8_t *range_end; /* explicit [key, range_end); overrides prefix/from_key */
+    size_t range_end_len;
+    int prefix;               /* every key starting with key */
+    int from_key;             /* every key >= key */
+    int64_t start_revision;   /* <= 0: from the next revision */
+    int prev_kv;
+    int filters;              /* KVC_FILTER_* bits */
+    int progress_notify;      /* periodic progress notifications from the server */
+    int fragment;             /* let the server split large responses (reassembled here) */
+    int created_notify;       /* also deliver the creation ack (created = 1) */
+} kvc_watch_opts;
+
+/*
+ * Create a watcher on the client's shared Watch stream and wait until the server
+ * acknowledged it (at most timeout_ms; 0 = no limit besides the server's answer). On 0,
+ * *out owns the watcher (free it with kvc_watch_cancel, also after a final canceled
+ * response) and *created (may be NULL) receives the header of the ack: events with
+ * mod_revision > created->revision (or >= start_revision) will be delivered to cb.
+ * A compacted start_revision is not an error here: the watcher is created and its first
+ * (final) response has compact_revision set, as etcd answers (it may arrive before this
+ * function returns). Errors: the stream's status when the server refuses Watch (e.g.
+ * -KVC_UNIMPLEMENTED), the server's cancel_reason when it refuses the watcher,
+ * -KVC_DEADLINE_EXCEEDED, -KVC_INVALID_ARGUMENT.
+ * Must not be called on the I/O thread (KVC_FAILED_PRECONDITION). Thread-safe.
+ */
+KVC_API int kvc_watch_create(kvc_client *c, const void *key, size_t key_len,
+                             const kvc_watch_opts *opts, uint32_t timeout_ms, kvc_watch_cb cb,
+                             void *arg, kvc_watch **out, kvc_header *created, kvc_error *err);
+
+/* Cancel the watcher (the server is told) and free it. After it returns the callback is not
+ * running and will not run again. Callable from any thread, including any watch callback
+ * of the same client. w may be NULL. */
+KVC_API void kvc_watch_cancel(kvc_watch *w);
+
+/* Ask the server for a progress notification (WatchProgressRequest) on the client's Watch
+ * stream: every synced watcher then receives a response with progress_notify = 1.
+ * -KVC_UNAVAILABLE when the stream is not open (no watcher, or reconnecting). Thread-safe,
+ * callable from callbacks. */
+KVC_API int kvc_watch_progress(kvc_client *c, kvc_error *err);
+
+/* The revision the watcher would resume from after a reconnect (0: not known yet).
+ * Thread-safe. */
+KVC_API int64_t kvc_watch_next_revision(const kvc_watch *w);
+
 /* ---- Stats ---- */
 
 typedef struct kvc_stats {

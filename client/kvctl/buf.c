@@ -29,7 +29,8 @@ void kvctl_buf_putn(struct kvctl_buf *b, const void *s, size_t n)
 {
     if (!reserve(b, n))
         return;
-    memcpy(b->p + b->len, s, n);
+    if (n) /* s may be NULL for an empty protobuf bytes field */
+        memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
 }

@@ -17,7 +17,11 @@ if(TARGET kvclient_static AND TARGET kvproto)
     ${KVCTL_DIR}/cmd_kv.c
     ${KVCTL_DIR}/cmd_txn.c
     ${KVCTL_DIR}/cmd_cluster.c
-    ${KVCTL_DIR}/cmd_lease.c)
+    ${KVCTL_DIR}/cmd_lease.c
+    ${KVCTL_DIR}/cmd_watch.c
+    ${KVCTL_DIR}/cmd_lock.c
+    ${KVCTL_DIR}/cmd_elect.c
+    ${KVCTL_DIR}/session.c)
   target_include_directories(kvctl PRIVATE ${KVCTL_DIR} ${KVCTL_DIR}/../include)
   target_link_libraries(kvctl PRIVATE kvclient_static kvproto Threads::Threads m)
 endif()

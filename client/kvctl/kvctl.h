@@ -129,5 +129,8 @@ int kvctl_cmd_compaction(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_endpoint(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_member(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_lease(struct kvctl *k, int argc, char **argv);
+int kvctl_cmd_watch(struct kvctl *k, int argc, char **argv);
+int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv);
+int kvctl_cmd_elect(struct kvctl *k, int argc, char **argv);
 
 #endif

@@ -83,7 +83,8 @@ static bool takes_value(const char *a)
                                     "--rev",
                                     "--consistency",
                                     "--order",
-                                    "--sort-by"};
+                                    "--sort-by",
+                                    "--ttl"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (strcmp(a, v[i]) == 0)
             return true;
@@ -93,8 +94,9 @@ static bool takes_value(const char *a)
 /* The command path ("get", "lease grant") named by a command line, for its usage text. */
 static void command_path(int argc, char **argv, char *out, size_t len)
 {
-    static const char *const top[] = {"get",        "put",      "del",    "txn",
-                                      "compaction", "endpoint", "member", "lease"};
+    static const char *const top[] = {"get",   "put",      "del",   "txn",   "compaction",
+                                      "watch", "lock",     "elect", "endpoint", "member",
+                                      "lease"};
     static const char *const ep[] = {"health", "status"};
     static const char *const mem[] = {"list"};
     static const char *const lease[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
@@ -108,16 +110,16 @@ static void command_path(int argc, char **argv, char *out, size_t len)
             continue;
         }
         if (t < 0) {
-            t = kvctl_match(argv[i], top, 8);
+            t = kvctl_match(argv[i], top, 11);
             if (t < 0)
                 return;
             snprintf(out, len, "%s", top[t]);
-            if (t < 5)
+            if (t < 8)
                 return;
             continue;
         }
-        const char *const *subs = t == 5 ? ep : t == 6 ? mem : lease;
-        size_t ns = t == 5 ? 2 : t == 6 ? 1 : 5;
+        const char *const *subs = t == 8 ? ep : t == 9 ? mem : lease;
+        size_t ns = t == 8 ? 2 : t == 9 ? 1 : 5;
         int s = kvctl_match(argv[i], subs, ns);
         if (s >= 0)
             snprintf(out, len, "%s %s", top[t], subs[s]);
@@ -263,11 +265,13 @@ int main(int argc, char **argv)
         kvctl_usage("", stdout);
         return 0;
     }
-    static const char *const names[] = {"get",        "put",      "del",    "txn",
-                                        "compaction", "endpoint", "member", "lease"};
+    static const char *const names[] = {"get",      "put",    "del",   "txn",   "compaction",
+                                        "endpoint", "member", "lease", "watch", "lock",
+                                        "elect"};
     int (*const fns[])(struct kvctl *, int, char **) = {
-        kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
-        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease};
+        kvctl_cmd_get,      kvctl_cmd_put,    kvctl_cmd_del,   kvctl_cmd_txn,
+        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
+        kvctl_cmd_watch,    kvctl_cmd_lock,   kvctl_cmd_elect};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {

@@ -159,3 +159,8 @@ void kvctl_fields_id_ttl(struct kvctl_buf *b, int64_t id, int64_t ttl)
 {
     kvctl_buf_printf(b, "\"ID\" : %" PRId64 "\n\"TTL\" : %" PRId64 "\n", id, ttl);
 }
+
+void kvctl_fields_kv(struct kvctl_buf *b, const char *pfx, const Mvccpb__KeyValue *k)
+{
+    kv(b, pfx, k);
+}

@@ -27,6 +27,8 @@ void kvctl_fields_health(struct kvctl_buf *b, const char *ep, bool health, const
                          const char *error);
 void kvctl_fields_ttl(struct kvctl_buf *b, const Etcdserverpb__LeaseTimeToLiveResponse *r);
 void kvctl_fields_leases(struct kvctl_buf *b, const Etcdserverpb__LeaseLeasesResponse *r);
+/* One key-value as the KV printers show it; pfx "" or "Prev" (watch events). */
+void kvctl_fields_kv(struct kvctl_buf *b, const char *pfx, const Mvccpb__KeyValue *k);
 /* grant and keep-alive: header, "ID", "TTL". */
 void kvctl_fields_id_ttl(struct kvctl_buf *b, int64_t id, int64_t ttl);
 

@@ -191,6 +191,42 @@ static const struct usage usages[] = {
                          "      --once[=false]\tResets the keep-alive time to its original value "
                          "and exits immediately\n"
                          "\n"},
+    {"watch",
+     "NAME:\n"
+     "\twatch - Watches events stream on keys or prefixes\n"
+     "\n"
+     "USAGE:\n"
+     "\tetcdctl watch [options] [key or prefix] [range_end] [--] [exec-command arg1 arg2 ...] [flags]\n"
+     "\n"
+     "OPTIONS:\n"
+     "  -h, --help[=false]\t\thelp for watch\n"
+     "  -i, --interactive[=false]\tInteractive mode\n"
+     "      --prefix[=false]\t\tWatch on a prefix if prefix is set\n"
+     "      --prev-kv[=false]\t\tget the previous key-value pair before the event happens\n"
+     "      --rev=0\t\t\tRevision to start watching\n"
+     "\n"},
+    {"lock",
+     "NAME:\n"
+     "\tlock - Acquires a named lock\n"
+     "\n"
+     "USAGE:\n"
+     "\tetcdctl lock <lockname> [exec-command arg1 arg2 ...] [flags]\n"
+     "\n"
+     "OPTIONS:\n"
+     "  -h, --help[=false]\thelp for lock\n"
+     "      --ttl=10\t\ttimeout for session\n"
+     "\n"},
+    {"elect",
+     "NAME:\n"
+     "\telect - Observes and participates in leader election\n"
+     "\n"
+     "USAGE:\n"
+     "\tetcdctl elect <election-name> [proposal] [flags]\n"
+     "\n"
+     "OPTIONS:\n"
+     "  -h, --help[=false]\thelp for elect\n"
+     "  -l, --listen[=false]\tobservation mode\n"
+     "\n"},
     {"lease", "NAME:\n"
               "\tlease - Lease related commands\n"
               "\n"

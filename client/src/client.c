@@ -44,6 +44,7 @@ static void loop_open(kvc_client *c, struct kvc_waiter *w)
     c->conn_timer.data = c;
     c->open_handles++;
     kvc_ka_init(c);
+    kvc_watch_init(c);
     c->state = CS_IDLE;
     kvc_conn_demand(c); /* eager connect */
     kvc_waiter_signal(w, 0, NULL);
@@ -55,6 +56,7 @@ static void loop_close(kvc_client *c, struct kvc_waiter *w)
     c->close_waiter = w;
     kvc_calls_fail_all(c, KVC_CANCELLED, "kvclient: client closed");
     kvc_ka_close_all(c);
+    kvc_watch_close_all(c);
     kvc_conn_close_handles(c);
 }
 
@@ -81,6 +83,18 @@ void kvc_dispatch(struct kvc_cmd *cmd)
     case CMD_CLOSE:
         loop_close(c, cmd->w);
         break;
+    case CMD_WATCH_ADD:
+        kvc_watch_add_loop(c, cmd->p);
+        break;
+    case CMD_WATCH_CANCEL:
+        kvc_watch_cancel_loop(c, cmd->p);
+        kvc_waiter_signal(cmd->w, 0, NULL);
+        break;
+    case CMD_WATCH_PROGRESS: {
+        kvc_error e;
+        int rc = kvc_watch_progress_loop(c, &e);
+        kvc_waiter_signal(cmd->w, rc, rc ? &e : NULL);
+    } break;
     }
 }
 
@@ -172,6 +186,7 @@ void kvc_close(kvc_client *c)
     free(c->ka.map);
     free(c->ka.sendbuf);
     kvc_rbuf_free(&c->ka.s.rb);
+    kvc_watch_free_sched(c);
     free(c->eps);
     free(c);
 }

@@ -27,11 +27,21 @@
 #define KVC_WRITE_HIGH_WATER (4u * 1024u * 1024u) /* bytes queued in libuv before we pause */
 #define KVC_KA_SENDBUF_MAX (1u * 1024u * 1024u)   /* renewals waiting for the stream */
 #define KVC_READBUF_SIZE (64u * 1024u)
+#define KVC_WATCH_SENDBUF_MAX (4u * 1024u * 1024u) /* watch requests waiting for the stream */
 #define KVC_MAX_ATTEMPTS_NO_DEADLINE 8
 
 /* ---- loop group: one I/O thread, a command queue ---- */
 
-enum kvc_cmd_type { CMD_OPEN, CMD_CALL, CMD_KA_ADD, CMD_KA_STOP, CMD_CLOSE };
+enum kvc_cmd_type {
+    CMD_OPEN,
+    CMD_CALL,
+    CMD_KA_ADD,
+    CMD_KA_STOP,
+    CMD_CLOSE,
+    CMD_WATCH_ADD,
+    CMD_WATCH_CANCEL,
+    CMD_WATCH_PROGRESS
+};
 
 struct kvc_cmd {
     struct kvc_cmd *next;
@@ -90,7 +100,7 @@ int kvc_h2_error_to_grpc(uint32_t h2err);
 uint64_t kvc_now_ms(void);
 
 /* Common per-stream receive state (first member of calls and the keepalive stream). */
-enum { STREAM_CALL = 1, STREAM_KA = 2 };
+enum { STREAM_CALL = 1, STREAM_KA = 2, STREAM_WATCH = 3 };
 struct kvc_h2stream {
     int kind;
     int32_t id;
@@ -254,6 +264,65 @@ void kvc_ka_on_data(kvc_client *c, const uint8_t *d, size_t n);
 void kvc_ka_close_all(kvc_client *c); /* kvc_close */
 void kvc_ka_unref(struct kvc_keepalive *ka);
 
+/* ---- watch (watch.c) ---- */
+
+enum kvc_watch_state { W_QUEUED, W_CREATING, W_ACTIVE, W_DONE };
+
+struct kvc_watch {
+    kvc_client *c;
+    uint8_t *key, *end; /* owned copies */
+    size_t key_len, end_len;
+    kvc_watch_opts opts; /* range_end pointer cleared */
+    kvc_watch_cb cb;
+    void *arg;
+    int64_t id;                          /* loop: server watch id on the current stream */
+    atomic_int_least64_t next_rev;       /* loop writes, any reads: resume revision */
+    int state;                           /* loop: enum kvc_watch_state */
+    int user_cancelled;                  /* loop */
+    int created_once;                    /* loop: the first ack was seen */
+    struct kvc_watch *qnext;             /* loop: create queue */
+    struct kvc_watch *hnext;             /* loop: id map chain */
+    struct kvc_watch *aprev, *anext;     /* loop: every watcher not yet freed by the user */
+    void **frags;                        /* loop: unpacked fragments of one response */
+    size_t n_frags, frag_cap, frag_bytes;
+    atomic_int refs;
+    /* creation handshake with the creating thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ack_done, ack_status;
+    kvc_error ack_err;
+    kvc_header ack_hdr;
+    struct kvc_cmd cmd;  /* CMD_WATCH_ADD */
+    struct kvc_cmd ccmd; /* CMD_WATCH_CANCEL */
+};
+
+struct kvc_watch_sched {
+    struct kvc_h2stream s; /* the shared Watch stream */
+    int stream_open;
+    int stream_deferred;
+    unsigned failures;
+    uv_timer_t retry_timer;
+    uint8_t *sendbuf;
+    size_t send_len, send_off, send_cap;
+    struct kvc_watch *all;          /* every live watcher */
+    size_t n_live;                  /* watchers not W_DONE: demand for the stream */
+    struct kvc_watch *qhead, *qtail; /* waiting to be (re)created */
+    struct kvc_watch *creating;     /* create request sent, ack pending */
+    struct kvc_watch **map;         /* server id -> watcher (W_ACTIVE), chained */
+    size_t map_cap, map_n;
+};
+
+int kvc_watch_init(kvc_client *c); /* loop: handles */
+void kvc_watch_add_loop(kvc_client *c, struct kvc_watch *w);
+void kvc_watch_cancel_loop(kvc_client *c, struct kvc_watch *w);
+int kvc_watch_progress_loop(kvc_client *c, kvc_error *err);
+void kvc_watch_on_ready(kvc_client *c);
+void kvc_watch_on_conn_lost(kvc_client *c);
+void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err);
+void kvc_watch_on_data(kvc_client *c, const uint8_t *d, size_t n);
+void kvc_watch_close_all(kvc_client *c); /* kvc_close */
+void kvc_watch_free_sched(kvc_client *c); /* kvc_close, after the loop is done */
+
 /* ---- client ---- */
 
 struct kvc_client {
@@ -274,6 +343,7 @@ struct kvc_client {
     struct kvc_call_list retrying; /* loop: calls waiting for their retry backoff */
     uint64_t ready_at;             /* loop: when the connection became ready */
     struct kvc_ka_sched ka;        /* loop */
+    struct kvc_watch_sched wt;     /* loop */
     int open_handles;              /* loop */
     int closing;                   /* loop */
     struct kvc_waiter *close_waiter;
