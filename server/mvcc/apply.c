@@ -18,6 +18,7 @@ typedef struct actx {
     kv_wctx w;
     obs_ev *ev;
     size_t nev, cap;
+    unsigned alarms; /* alarm mask of the batch, changed by alarm requests */
 } actx;
 
 static int ev_add(actx *a, int type, int64_t id, int64_t ttl, int64_t rem)
@@ -626,10 +627,14 @@ static int dispatch(actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage 
         *hdr = r->header;
         return 0;
     }
-    case KVDPB__INTERNAL_REQUEST__REQUEST_ALARM:
-        kv_res_err(w->res, KV_CODE_UNIMPLEMENTED,
-                   "kvd: alarm requests are applied by the node, not the store");
-        return 1;
+    case KVDPB__INTERNAL_REQUEST__REQUEST_ALARM: {
+        Etcdserverpb__AlarmResponse *r = NULL;
+        if ((rc = kv_alarm_apply(w->s, w->txn, &a->alarms, w->m->rev, ir->alarm, w->res, &r)))
+            return rc;
+        *msg = &r->base;
+        *hdr = r->header;
+        return 0;
+    }
     default:
         kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "kvd: empty internal request");
         return 1;
@@ -675,10 +680,12 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         return kv_mdb_err(rc);
     }
     kv_meta m = b->meta;
-    actx a = {.w = {s, child, &m, m.rev, 0, res}};
+    actx a = {.w = {s, child, &m, m.rev, 0, res}, .alarms = b->alarms};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
-    rc = dispatch(&a, ir, &msg, &hdr);
+    rc = kv_alarm_gate(b->alarms, ir, res);
+    if (rc == 0)
+        rc = dispatch(&a, ir, &msg, &hdr);
     if (rc == 0) {
         if (h) {
             hdr->cluster_id = h->cluster_id;
@@ -702,6 +709,12 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         mdb_txn_abort(child);
     if (rc == -ENOSPC) {
         kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_store_request_alarm(s, KV_ALARM_NOSPACE); /* past the headroom: raise NOSPACE */
+        rc = 1;
+    } else if (rc == -EBADMSG) {
+        /* Corruption fails this request only; the member stops serving (CORRUPT). */
+        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_store_note_corrupt(s, "apply");
         rc = 1;
     } else if (rc == -E2BIG) {
         kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
@@ -720,6 +733,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (rc == 0) {
         m.rev = kv_wctx_end_rev(&a.w);
         b->meta = m;
+        b->alarms = a.alarms;
         fire_observers(s, &a);
     }
     free(a.ev);

@@ -11,7 +11,9 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/txn_check.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
   ${CMAKE_CURRENT_LIST_DIR}/apply.c
-  ${CMAKE_CURRENT_LIST_DIR}/store.c)
+  ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/alarm.c
+  ${CMAKE_CURRENT_LIST_DIR}/defrag.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB
                       $<TARGET_NAME_IF_EXISTS:kv_lease_table>)
