@@ -151,7 +151,22 @@ typedef struct defrag_ctx {
     kv_server *s;
     kv_grpc_call *call; /* NULL once the client went away */
     kv_store_defrag_stats st;
+    uv_work_t release; /* drops the old file off the loop */
 } defrag_ctx;
+
+static void release_run(uv_work_t *w)
+{
+    defrag_ctx *d = w->data;
+    kv_store_defrag_release(&d->st);
+}
+
+static void release_after(uv_work_t *w, int status)
+{
+    (void)status;
+    defrag_ctx *d = w->data;
+    kv_store_defrag_release(&d->st);
+    free(d);
+}
 
 static int defrag_work(void *arg)
 {
@@ -187,7 +202,11 @@ static void defrag_done(void *arg, int status)
             kv_reply_message(d->call, &r.base);
         }
     }
-    free(d);
+    d->release.data = d;
+    if (d->st.old_fd < 0 || uv_queue_work(s->loop, &d->release, release_run, release_after) < 0) {
+        kv_store_defrag_release(&d->st);
+        free(d);
+    }
 }
 
 static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)

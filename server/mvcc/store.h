@@ -247,8 +247,12 @@ size_t kv_store_map_size(size_t quota);
 typedef struct kv_store_defrag_stats {
     int64_t file_before, file_after; /* data.mdb sizes in bytes (stat) */
     uint64_t copy_us, swap_us;       /* copy (writes paused) and swap (all access paused) */
+    int old_fd;                      /* keeps the old file alive until _release */
 } kv_store_defrag_stats;
 int kv_store_defrag_copy(kv_store *s, kv_store_defrag_stats *st);
 int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st);
+/* Drops the last reference to the old file (freeing its blocks can take hundreds of ms for a
+ * large file: call it off the loop). Any thread, after the swap; idempotent. */
+void kv_store_defrag_release(kv_store_defrag_stats *st);
 
 #endif
