@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
@@ -187,6 +188,16 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
     return 0;
 }
 
+/* Less than 1 MiB available to kvd on the data dir's file system. */
+static bool disk_nearly_full(kv_store *s)
+{
+    const char *dir = NULL;
+    struct statvfs v;
+    if (mdb_env_get_path(s->env, &dir) || !dir || statvfs(dir, &v) != 0)
+        return false;
+    return (uint64_t)v.f_bavail * v.f_frsize < ((uint64_t)1 << 20);
+}
+
 int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
 {
     if (!b || b != &s->batch || !b->open)
@@ -197,8 +208,12 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
     } else {
         int mrc = mdb_txn_commit(b->txn);
         /* A full disk (write(2) failing with ENOSPC/EDQUOT) is told apart from other
-         * failures: the node raises NOSPACE for it (issue 8, D12). */
-        rc = (mrc == ENOSPC || mrc == EDQUOT) ? -ENOSPC : kv_mdb_err(mrc);
+         * failures: the node raises NOSPACE for it (issue 8, D12). LMDB reports a short
+         * write as EIO: with (almost) no space left on the file system, that is a full disk
+         * too. */
+        rc = (mrc == ENOSPC || mrc == EDQUOT || (mrc == EIO && disk_nearly_full(s)))
+                 ? -ENOSPC
+                 : kv_mdb_err(mrc);
         if (!rc) {
             s->committed = b->meta;
             s->counters.commits++;
