@@ -1,5 +1,6 @@
 /* store: opening, batches (group commit), reads, status and hashing (see store.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,11 +40,18 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
 
 int kv_store_env_open(kv_store *s, const char *dir)
 {
+    /* A data file already larger than the quota (e.g. restarted with a smaller quota) still
+     * gets the headroom above its size, so that deletes and compaction fit. */
+    size_t map = kv_store_map_size(s->cfg.quota_bytes);
+    char path[4096];
+    struct stat sb;
+    if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) < sizeof path &&
+        stat(path, &sb) == 0 && (size_t)sb.st_size > s->cfg.quota_bytes)
+        map = kv_store_map_size((size_t)sb.st_size);
     int rc = mdb_env_create(&s->env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(s->env, 8)) ||
-        (rc = mdb_env_set_mapsize(s->env, kv_store_map_size(s->cfg.quota_bytes))) ||
+    if ((rc = mdb_env_set_maxdbs(s->env, 8)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0644))) {
         mdb_env_close(s->env);
         s->env = NULL;

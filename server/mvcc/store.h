@@ -49,8 +49,9 @@
  * limit: 511 bytes)"; reads and compares with longer keys simply match nothing. The quota
  * (cfg.quota_bytes) is checked by the API before proposing (api/quota.h, as etcd's
  * quota.go); the LMDB map size is quota + headroom (kv_store_map_size: a quarter of the quota,
- * at least 16 MiB, at most 1 GiB) so that deletes, compaction, lease revokes, alarms and
- * defragment still fit once the quota is reached. MDB_MAP_FULL (past the headroom) fails the
+ * at least 16 MiB, at most 1 GiB; if data.mdb is already larger than the quota, the same rule
+ * applied to its size) so that deletes, compaction, lease revokes, alarms and defragment
+ * still fit once the quota is reached. MDB_MAP_FULL (past the headroom) fails the
  * request with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" and asks for
  * the NOSPACE alarm (kv_store_take_alarms).
  * A single request that dirties more pages than one LMDB transaction can hold
