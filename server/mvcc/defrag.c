@@ -33,12 +33,14 @@ void kv_store_note_corrupt(kv_store *s, const char *what)
     unsigned bit = 1u << KV_ALARM_CORRUPT;
     if (!(atomic_fetch_or(&s->sticky, bit) & bit)) {
         const char *dir = NULL;
+        pthread_rwlock_rdlock(&s->swap);
         mdb_env_get_path(s->env, &dir);
         fprintf(stderr,
-                "kvd: CORRUPT: a stored record of %s/data.mdb failed its checksum during %s "
-                "(revision %lld); this member now refuses reads and writes with DATA_LOSS and "
-                "raises the CORRUPT alarm\n",
-                dir ? dir : "?", what, (long long)s->committed.rev);
+                "kvd: CORRUPT: a stored record of %s/data.mdb failed its checksum during %s; "
+                "this member now refuses reads and writes with DATA_LOSS and raises the "
+                "CORRUPT alarm (disarm it after repairing or replacing the data)\n",
+                dir ? dir : "?", what);
+        pthread_rwlock_unlock(&s->swap);
     }
     atomic_fetch_or(&s->to_raise, bit);
 }

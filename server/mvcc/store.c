@@ -76,7 +76,14 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
     if (!s->cfg.max_txn_ops)
         s->cfg.max_txn_ops = 128;
     MDB_txn *txn = NULL;
-    int rc = pthread_rwlock_init(&s->swap, NULL);
+    /* Writer-preferring: readers on other threads must not starve the defragment swap. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+#ifdef __GLIBC__
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    int rc = pthread_rwlock_init(&s->swap, &ra);
+    pthread_rwlockattr_destroy(&ra);
     if (rc) {
         free(s);
         return -rc;
