@@ -66,7 +66,7 @@ static void on_health_barrier(void *arg, int status)
     if (alarms)
         h->done(h->ctx, 0,
                 (alarms & (1u << KV_ALARM_CORRUPT)) ? "alarm CORRUPT active"
-                                                     : "alarm NOSPACE active");
+                                                    : "alarm NOSPACE active");
     else
         h->done(h->ctx, status == 0, status == 0 ? "" : "apply path stopped");
     free(h);

@@ -47,8 +47,7 @@ const char *kv_alarm_name(int type)
 }
 
 /* Calls fn for every stored alarm (in key order: member, then type). */
-static int walk(kv_store *s, MDB_txn *txn, int (*fn)(void *arg, uint64_t m, uint32_t t),
-                void *arg)
+static int walk(kv_store *s, MDB_txn *txn, int (*fn)(void *arg, uint64_t m, uint32_t t), void *arg)
 {
     MDB_cursor *c;
     int rc = kv_mdb_err(mdb_cursor_open(txn, s->alarm, &c));
@@ -235,10 +234,10 @@ int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *re
         }
     }
     if (mask & (1u << KV_ALARM_NOSPACE)) {
-        int grow = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT ||
-                   ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT ||
-                   (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_TXN &&
-                    txn_has_put(ir->txn, 0));
+        int grow =
+            ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT ||
+            ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT ||
+            (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_TXN && txn_has_put(ir->txn, 0));
         if (grow) {
             kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
                        "etcdserver: mvcc: database space exceeded");

@@ -165,8 +165,7 @@ int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st)
     if ((rc = kv_store_env_open(s, dir)) ||
         (rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, 0, &txn))) ||
         (rc = kv_store_open_dbs(s, txn)) || (rc = kv_meta_read(s, txn, &m)) ||
-        (rc = kv_alarm_load(s, txn, &alarms)) ||
-        (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
+        (rc = kv_alarm_load(s, txn, &alarms)) || (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
         /* The renamed file is complete and durable; this process cannot go on safely. */
         fprintf(stderr, "kvd: fatal: cannot reopen %s after defragment: %s; restart kvd\n", file,
                 strerror(rc < 0 ? -rc : rc));

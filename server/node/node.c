@@ -14,7 +14,7 @@ struct kv_node_req {
     kv_node_done_fn done;
     void (*barrier_done)(void *arg, int status);
     void *arg;
-    int (*excl_work)(void *arg);            /* exclusive item: runs alone on the worker */
+    int (*excl_work)(void *arg);              /* exclusive item: runs alone on the worker */
     void (*excl_done)(void *arg, int status); /* then this, on the loop */
 };
 
@@ -66,7 +66,7 @@ struct kv_node {
     uv_idle_t idle;   /* keeps poll from blocking while requests wait and no batch runs */
     int handles_open;
     int closing;
-    int stalled; /* failpoint */
+    int stalled;            /* failpoint */
     int excl_busy;          /* an exclusive item is running */
     int disk_full;          /* the last commit failed with ENOSPC (in-memory NOSPACE) */
     unsigned alarm_pending; /* ACTIVATE proposals in flight, by type bit */
@@ -537,8 +537,7 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
             char labels[32];
             snprintf(labels, sizeof(labels), "type=\"%s\"", kv_alarm_name(t));
             n->m_alarm[t] = kv_metrics_gauge(
-                metrics, "kvd_alarms", "Active alarms by type (1 = raised on any member).",
-                labels);
+                metrics, "kvd_alarms", "Active alarms by type (1 = raised on any member).", labels);
         }
     }
     update_alarm_metrics(n);

@@ -71,8 +71,7 @@ static kv_it_grpc *conn(void)
 }
 
 /* One unary call; returns the grpc status (0 = OK), msg gets the message. */
-static int call(kv_it_grpc *c, const char *method, const ProtobufCMessage *m, char *msg,
-                size_t cap)
+static int call(kv_it_grpc *c, const char *method, const ProtobufCMessage *m, char *msg, size_t cap)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(n + 1);
@@ -325,8 +324,8 @@ Test(adv_quota, d12_disk_full_raises_nospace)
     uint8_t buf[64], *resp = NULL;
     size_t n = etcdserverpb__range_request__pack(&q, buf), rlen = 0;
     int status = -1;
-    cr_assert_eq(kv_it_grpc_call(c, "/etcdserverpb.KV/Range", buf, n, &resp, &rlen, 30000,
-                                 &status, msg, sizeof(msg)),
+    cr_assert_eq(kv_it_grpc_call(c, "/etcdserverpb.KV/Range", buf, n, &resp, &rlen, 30000, &status,
+                                 msg, sizeof(msg)),
                  0, "count after restart: %d %s", status, msg);
     Etcdserverpb__RangeResponse *rr = etcdserverpb__range_response__unpack(NULL, rlen, resp);
     cr_assert_not_null(rr);

@@ -230,8 +230,7 @@ Test(mvcc_alarm, defragment_shrinks_the_file_and_keeps_the_data)
     cr_assert_eq(kv_store_defrag_copy(t.s, &ds), 0);
     cr_assert_eq(kv_store_defrag_swap(t.s, &ds), 0);
     int64_t after = kv_store_db_size(t.s);
-    cr_assert_eq(ds.file_before, before, "%lld %lld", (long long)ds.file_before,
-                 (long long)before);
+    cr_assert_eq(ds.file_before, before, "%lld %lld", (long long)ds.file_before, (long long)before);
     cr_assert(after < before / 2, "db size %lld -> %lld", (long long)before, (long long)after);
     cr_assert_eq(ds.file_after, after);
     kv_store_status st1;

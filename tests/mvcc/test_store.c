@@ -747,8 +747,8 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     size_t n = kvdpb__internal_request__pack(&ir, buf);
     cr_assert_eq(kv_store_apply(t.s, b, 2, buf, n, NULL, &res), 0);
     cr_assert_eq(res.code, 0, "alarm GET is applied: %s", res.msg);
-    Etcdserverpb__AlarmResponse *ar = etcdserverpb__alarm_response__unpack(NULL, res.resp_len,
-                                                                           res.resp);
+    Etcdserverpb__AlarmResponse *ar =
+        etcdserverpb__alarm_response__unpack(NULL, res.resp_len, res.resp);
     cr_assert_not_null(ar);
     cr_assert_eq(ar->n_alarms, 0);
     etcdserverpb__alarm_response__free_unpacked(ar, NULL);
