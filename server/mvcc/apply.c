@@ -2,6 +2,7 @@
  * kvdpb.InternalRequest: Put, DeleteRange, Txn, Compaction and the lease requests. Each
  * request runs in an LMDB child transaction of the batch (see store.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -704,6 +705,18 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     }
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);
+    char what[128] = "apply";
+    if (rc == -EBADMSG) {
+        const ProtobufCBinaryData *k = NULL;
+        if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT)
+            k = &ir->put->key;
+        else if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE)
+            k = &ir->delete_range->key;
+        if (k)
+            kv_describe_key(what, sizeof what, "a write to key", k->data, k->len);
+        else
+            snprintf(what, sizeof what, "a write (request kind %d)", (int)ir->request_case);
+    }
     kvdpb__internal_request__free_unpacked(ir, NULL);
     if (child)
         mdb_txn_abort(child);
@@ -714,7 +727,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     } else if (rc == -EBADMSG) {
         /* Corruption fails this request only; the member stops serving (CORRUPT). */
         kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
-        kv_store_note_corrupt(s, "apply");
+        kv_store_note_corrupt(s, what);
         rc = 1;
     } else if (rc == -E2BIG) {
         kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,

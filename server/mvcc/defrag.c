@@ -28,6 +28,24 @@ void kv_store_request_alarm(kv_store *s, int type)
         atomic_fetch_or(&s->to_raise, 1u << type);
 }
 
+void kv_describe_key(char *out, size_t cap, const char *prefix, const uint8_t *key, size_t len)
+{
+    size_t o = (size_t)snprintf(out, cap, "%s \"", prefix);
+    for (size_t i = 0; i < len && o + 6 < cap; i++) {
+        uint8_t c = key[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    if (o + 2 < cap) {
+        out[o++] = '"';
+        out[o] = 0;
+    } else {
+        out[cap - 1] = 0;
+    }
+}
+
 void kv_store_note_corrupt(kv_store *s, const char *what)
 {
     unsigned bit = 1u << KV_ALARM_CORRUPT;

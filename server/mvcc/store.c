@@ -296,6 +296,9 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     }
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&s->swap);
+    char what[128] = "range";
+    if (rc == -EBADMSG)
+        kv_describe_key(what, sizeof what, "a range from key", r->key.data, r->key.len);
     etcdserverpb__range_request__free_unpacked(r, NULL);
     if (rc == 0) {
         fill_header(resp->header, h);
@@ -311,7 +314,7 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
         return 0;
     if (rc == -EBADMSG) {
         kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
-        kv_store_note_corrupt(s, "range");
+        kv_store_note_corrupt(s, what);
         return 0;
     }
     return rc;

@@ -179,6 +179,8 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn);
 /* A record failed its checksum while doing `what`: log it, refuse to serve (CORRUPT) and ask
  * for the CORRUPT alarm. Any thread. */
 void kv_store_note_corrupt(kv_store *s, const char *what);
+/* Writes prefix "key" (non-printable bytes as \xNN, truncated to cap) into out. */
+void kv_describe_key(char *out, size_t cap, const char *prefix, const uint8_t *key, size_t len);
 
 /* ---- alarm.c ---- */
 #define KV_MAX_ALARMS 64
