@@ -217,6 +217,13 @@ static int txn_has_put(const Etcdserverpb__TxnRequest *t, int depth)
     return 0;
 }
 
+int kv_alarm_is_growth(const Kvdpb__InternalRequest *ir)
+{
+    return ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT ||
+           ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT ||
+           (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_TXN && txn_has_put(ir->txn, 0));
+}
+
 int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *res)
 {
     if (mask & (1u << KV_ALARM_CORRUPT)) {
@@ -234,11 +241,7 @@ int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *re
         }
     }
     if (mask & (1u << KV_ALARM_NOSPACE)) {
-        int grow =
-            ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT ||
-            ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT ||
-            (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_TXN && txn_has_put(ir->txn, 0));
-        if (grow) {
+        if (kv_alarm_is_growth(ir)) {
             kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
                        "etcdserver: mvcc: database space exceeded");
             return 1;

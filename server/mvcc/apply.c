@@ -656,6 +656,13 @@ static void fire_observers(kv_store *s, const actx *a)
     }
 }
 
+/* Quota plus half the headroom (see store.h). */
+static size_t batch_growth_limit(kv_store *s)
+{
+    size_t q = s->cfg.quota_bytes;
+    return q + (kv_store_map_size(q) - q) / 2;
+}
+
 int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t *req, size_t len,
                    const kv_header_info *h, kv_result *res)
 {
@@ -685,6 +692,14 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
     rc = kv_alarm_gate(b->alarms, ir, res);
+    int grow = rc == 0 && kv_alarm_is_growth(ir);
+    if (grow && b->base_size + b->grown > (int64_t)batch_growth_limit(s)) {
+        /* One batch of requests admitted under the quota must not eat the headroom that
+         * deletes and compaction need: refuse growth past half of it (kvd-specific). */
+        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_store_request_alarm(s, KV_ALARM_NOSPACE);
+        rc = 1;
+    }
     if (rc == 0)
         rc = dispatch(&a, ir, &msg, &hdr);
     if (rc == 0) {
@@ -747,6 +762,8 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         m.rev = kv_wctx_end_rev(&a.w);
         b->meta = m;
         b->alarms = a.alarms;
+        if (grow) /* pages of the rev record, the index entry and copied branches */
+            b->grown += 2 * (int64_t)len + 256;
         fire_observers(s, &a);
     }
     free(a.ev);

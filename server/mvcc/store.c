@@ -198,6 +198,8 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
         return kv_mdb_err(rc);
     s->batch.meta = s->committed;
     s->batch.alarms = atomic_load(&s->alarms);
+    s->batch.base_size = kv_store_db_size(s);
+    s->batch.grown = 0;
     s->batch.open = true;
     *out = &s->batch;
     return 0;

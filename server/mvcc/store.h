@@ -51,8 +51,11 @@
  * quota.go); the LMDB map size is quota + headroom (kv_store_map_size: a quarter of the quota,
  * at least 16 MiB, at most 1 GiB; if data.mdb is already larger than the quota, the same rule
  * applied to its size) so that deletes, compaction, lease revokes, alarms and defragment
- * still fit once the quota is reached. MDB_MAP_FULL (past the headroom) fails the
- * request with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" and asks for
+ * still fit once the quota is reached. Within one batch (requests admitted before the
+ * alarm), a growing request that would take the store past the quota plus half the headroom
+ * (estimated: committed size + 2 x the batch's growing request bytes) is refused with the
+ * no-space error below and raises NOSPACE (kvd-specific: etcd's bbolt has no hard limit).
+ * MDB_MAP_FULL (past the headroom) fails the request with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" and asks for
  * the NOSPACE alarm (kv_store_take_alarms).
  * A single request that dirties more pages than one LMDB transaction can hold
  * (MDB_TXN_FULL, ~512 MiB of pages) fails with RESOURCE_EXHAUSTED "kvd: mvcc: request

@@ -31,6 +31,8 @@ struct kv_store_batch {
     kv_meta meta;
     bool open;
     unsigned alarms; /* alarm mask as of this batch (alarm.c) */
+    int64_t base_size; /* committed backend size when the batch began */
+    int64_t grown;     /* estimated bytes added by the batch's growing requests */
 };
 
 struct kv_store {
@@ -194,5 +196,8 @@ int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
                    Etcdserverpb__AlarmResponse **out);
 /* The capped (NOSPACE) and corrupt appliers of etcd: 1 = refused (res set), 0 = go on. */
 int kv_alarm_gate(unsigned mask, const struct Kvdpb__InternalRequest *ir, kv_result *res);
+/* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
+ * NOSPACE refuse. */
+int kv_alarm_is_growth(const struct Kvdpb__InternalRequest *ir);
 
 #endif

@@ -253,3 +253,52 @@ Test(mvcc_alarm, defragment_shrinks_the_file_and_keeps_the_data)
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(v);
 }
+
+Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
+{
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.quota_bytes = 1 << 20; /* map: 1 MiB + 16 MiB headroom */
+    th_close(&t);
+    th_open(&t, &cfg);
+    char *big = malloc(100001);
+    memset(big, 'x', 100000);
+    big[100000] = 0;
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    int i, refused = 0;
+    for (i = 1; i <= 170 && !refused; i++) { /* 17 MB: would fill the whole map */
+        char k[32];
+        snprintf(k, sizeof k, "big%03d", i);
+        Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+        p.key = th_bin(k);
+        p.value = th_bin(big);
+        Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+        ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
+        ir.put = &p;
+        size_t n = kvdpb__internal_request__get_packed_size(&ir);
+        uint8_t *buf = malloc(n);
+        kvdpb__internal_request__pack(&ir, buf);
+        cr_assert_eq(kv_store_apply(t.s, b, (uint64_t)i, buf, n, NULL, &res), 0);
+        free(buf);
+        free(res.resp);
+        if (res.code != 0) {
+            cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+            cr_assert_str_eq(res.msg, NOSPACE);
+            refused = 1;
+        }
+    }
+    cr_assert(refused, "growth past quota + half the headroom is refused");
+    cr_assert_lt(i, 60, "refused at put %d: before the map is full (~170)", i);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+    t.index = (uint64_t)i;
+    cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_NOSPACE);
+    /* the remaining headroom takes a delete of everything and a compaction */
+    int64_t rev = th_del(&t, "big", "bih");
+    kv_result cres;
+    Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &cres);
+    cr_assert_not_null(c, "%s", cres.msg);
+    etcdserverpb__compaction_response__free_unpacked(c, NULL);
+    free(big);
+}

@@ -471,12 +471,23 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     cr_assert(got, "quota reached");
     cr_assert_str_eq(res.msg, "etcdserver: mvcc: database space exceeded");
     int64_t rev = res.revision;
-    /* the batch goes on: a small request still applies */
-    apply_put(b, i, "small", "v", &res);
+    /* the batch goes on: a request that does not grow the store still applies (further puts
+     * of this batch are refused: it is past the quota plus half the headroom) */
+    Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+    d.key = th_bin("big001");
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE;
+    ir.delete_range = &d;
+    size_t dn = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t dbuf[64];
+    kvdpb__internal_request__pack(&ir, dbuf);
+    cr_assert_eq(kv_store_apply(t.s, b, i, dbuf, dn, NULL, &res), 0);
     cr_assert_eq(res.code, 0, "%s", res.msg);
+    free(res.resp);
     cr_assert_eq(res.revision, rev + 1);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-    Mvccpb__KeyValue *kv = th_get(&t, "small", 0);
+    cr_assert_null(th_get(&t, "big001", 0));
+    Mvccpb__KeyValue *kv = th_get(&t, "big002", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(big);
