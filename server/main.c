@@ -58,12 +58,20 @@ static const char *bind_host(const kv_url *u)
 typedef struct health_req {
     kv_http_health_done_fn done;
     void *ctx;
+    kv_server *s;
 } health_req;
 
 static void on_health_barrier(void *arg, int status)
 {
     health_req *h = arg;
-    h->done(h->ctx, status == 0, status == 0 ? "" : "apply path stopped");
+    /* etcd 3.4: /health is false while any alarm is active. */
+    unsigned alarms = status == 0 ? kv_node_alarms(h->s->node) : 0;
+    if (alarms)
+        h->done(h->ctx, 0,
+                (alarms & (1u << KV_ALARM_CORRUPT)) ? "alarm CORRUPT active"
+                                                    : "alarm NOSPACE active");
+    else
+        h->done(h->ctx, status == 0, status == 0 ? "" : "apply path stopped");
     free(h);
 }
 
@@ -77,6 +85,7 @@ static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
     }
     h->done = done;
     h->ctx = ctx;
+    h->s = s;
     int rc = kv_node_health_barrier(s->node, on_health_barrier, h);
     if (rc < 0) {
         free(h);

@@ -1,13 +1,22 @@
 /*
  * service_maintenance: etcdserverpb.Maintenance (Status, Alarm, HashKV, Defragment).
  * Snapshot, Hash and MoveLeader are not implemented yet and say so.
+ *
+ * Alarm: every action (GET, ACTIVATE, DEACTIVATE) travels the ordered write path, as etcd
+ * proposes AlarmRequests through raft; the store applies it (mvcc/alarm.c).
+ * Defragment: an exclusive item of the node (no write runs meanwhile): a compacting copy on
+ * the apply worker, then the swap on the loop (mvcc/store.h kv_store_defrag_*).
  */
+#include "api/internal_req.h"
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define KVD_API_VERSION "3.4.0+kvd.0.1.0"
 
@@ -29,6 +38,34 @@ static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, co
         return 0;
     }
     return 1;
+}
+
+typedef struct status_errors {
+    char **v;
+    size_t n, cap;
+} status_errors;
+
+/* etcd's Status lists the active alarms as AlarmMember.String() in `errors`. */
+static int add_status_error(void *arg, uint64_t member, int type)
+{
+    status_errors *e = arg;
+    if (e->n == 64)
+        return 0;
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 4;
+        char **v = realloc(e->v, cap * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        e->v = v;
+        e->cap = cap;
+    }
+    char buf[64];
+    snprintf(buf, sizeof(buf), "memberID:%llu alarm:%s ", (unsigned long long)member,
+             kv_alarm_name(type));
+    if ((e->v[e->n] = strdup(buf)) == NULL)
+        return -ENOMEM;
+    e->n++;
+    return 0;
 }
 
 static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -54,29 +91,25 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.raftindex = ss.applied_index;
     r.raftappliedindex = ss.applied_index;
     r.raftterm = h.raft_term;
+    status_errors errs = {0};
+    if (kv_store_alarms(s->store) != 0)
+        kv_store_alarm_list(s->store, add_status_error, &errs);
+    r.errors = errs.v;
+    r.n_errors = errs.n;
     kv_reply_message(call, &r.base);
+    for (size_t i = 0; i < errs.n; i++)
+        free(errs.v[i]);
+    free(errs.v);
 }
 
 static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__AlarmRequest *req;
     if (!unpack_ok(call, &etcdserverpb__alarm_request__descriptor, msg, len,
                    (ProtobufCMessage **)&req))
         return;
-    int action = req->action;
     protobuf_c_message_free_unpacked(&req->base, NULL);
-    if (action != ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET) {
-        kv_reply_error(call, 12, "kvd: activating or deactivating alarms is not implemented yet");
-        return;
-    }
-    kv_store_status ss = {0};
-    kv_store_get_status(s->store, &ss);
-    Etcdserverpb__AlarmResponse r = ETCDSERVERPB__ALARM_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h, ss.revision);
-    r.header = &h;
-    kv_reply_message(call, &r.base); /* no alarm is ever raised yet */
+    kv_propose_unary(call, KV_IREQ_ALARM, msg, len);
 }
 
 static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -122,27 +155,103 @@ static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_reply_message(call, &r.base);
 }
 
-/* LMDB reuses freed pages in place, so there is nothing to defragment: succeed as etcd does
- * once defragmentation has finished. */
+/* LMDB reuses freed pages but never gives them back to the file system, and the quota counts
+ * the file's pages (as etcd counts bbolt's file): Defragment rewrites the file compactly. */
+typedef struct defrag_ctx {
+    kv_server *s;
+    kv_grpc_call *call; /* NULL once the client went away */
+    kv_store_defrag_stats st;
+    uv_work_t release; /* drops the old file off the loop */
+} defrag_ctx;
+
+static void release_run(uv_work_t *w)
+{
+    defrag_ctx *d = w->data;
+    kv_store_defrag_release(&d->st);
+}
+
+static void release_after(uv_work_t *w, int status)
+{
+    (void)status;
+    defrag_ctx *d = w->data;
+    kv_store_defrag_release(&d->st);
+    free(d);
+}
+
+static int defrag_work(void *arg)
+{
+    defrag_ctx *d = arg;
+    return kv_store_defrag_copy(d->s->store, &d->st);
+}
+
+static void defrag_done(void *arg, int status)
+{
+    defrag_ctx *d = arg;
+    kv_server *s = d->s;
+    if (status == 0)
+        status = kv_store_defrag_swap(s->store, &d->st);
+    if (status == 0)
+        fprintf(stderr,
+                "kvd: defragmented %s/data.mdb: %lld -> %lld bytes; copy %.1f ms (writes "
+                "waited), swap %.1f ms (every request waited)\n",
+                s->cfg->data_dir, (long long)d->st.file_before, (long long)d->st.file_after,
+                (double)d->st.copy_us / 1000.0, (double)d->st.swap_us / 1000.0);
+    else if (status != -ECANCELED)
+        fprintf(stderr, "kvd: defragment failed: %s\n", strerror(-status));
+    if (d->call) {
+        kv_grpc_call_set_data(d->call, NULL);
+        if (status != 0) {
+            char m[128];
+            snprintf(m, sizeof(m), "etcdserver: defragment failed: %s", strerror(-status));
+            kv_reply_error(d->call, status == -ECANCELED ? 14 : 13, m);
+        } else {
+            Etcdserverpb__DefragmentResponse r = ETCDSERVERPB__DEFRAGMENT_RESPONSE__INIT;
+            Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+            fill_header(s, &h, kv_node_revision(s->node));
+            r.header = &h;
+            kv_reply_message(d->call, &r.base);
+        }
+    }
+    d->release.data = d;
+    if (d->st.old_fd < 0 || uv_queue_work(s->loop, &d->release, release_run, release_after) < 0) {
+        kv_store_defrag_release(&d->st);
+        free(d);
+    }
+}
+
 static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     (void)msg;
     (void)len;
-    kv_store_status ss = {0};
-    kv_store_get_status(s->store, &ss);
-    Etcdserverpb__DefragmentResponse r = ETCDSERVERPB__DEFRAGMENT_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h, ss.revision);
-    r.header = &h;
-    kv_reply_message(call, &r.base);
+    defrag_ctx *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        return;
+    }
+    d->s = s;
+    d->call = call;
+    int rc = kv_node_exclusive(s->node, defrag_work, defrag_done, d);
+    if (rc < 0) {
+        free(d);
+        kv_reply_propose_error(call, rc);
+        return;
+    }
+    kv_grpc_call_set_data(call, d);
+}
+
+static void on_defragment_cancel(kv_grpc_call *call)
+{
+    defrag_ctx *d = kv_grpc_call_data(call);
+    if (d)
+        d->call = NULL;
 }
 
 const kv_grpc_method kv_service_maintenance[] = {
     {"/etcdserverpb.Maintenance/Status", 0, on_status, NULL, NULL},
-    {"/etcdserverpb.Maintenance/Alarm", 0, on_alarm, NULL, NULL},
+    {"/etcdserverpb.Maintenance/Alarm", 0, on_alarm, NULL, kv_propose_cancel},
     {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, NULL},
-    {"/etcdserverpb.Maintenance/Defragment", 0, on_defragment, NULL, NULL},
+    {"/etcdserverpb.Maintenance/Defragment", 0, on_defragment, NULL, on_defragment_cancel},
 };
 const size_t kv_service_maintenance_len =
     sizeof(kv_service_maintenance) / sizeof(kv_service_maintenance[0]);

@@ -1,6 +1,7 @@
 #include "api/services.h"
 
 #include "api/internal_req.h"
+#include "api/quota.h"
 #include "server.h"
 
 #include <errno.h>
@@ -93,6 +94,8 @@ static void on_write_done(void *arg, kv_result *res)
 void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
+    if (kv_quota_admit(s, call, field, len)) /* quota and alarms (api/quota.h) */
+        return;
     uint8_t *req;
     size_t rlen;
     int rc = kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);

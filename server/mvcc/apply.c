@@ -2,6 +2,7 @@
  * kvdpb.InternalRequest: Put, DeleteRange, Txn, Compaction and the lease requests. Each
  * request runs in an LMDB child transaction of the batch (see store.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ typedef struct actx {
     kv_wctx w;
     obs_ev *ev;
     size_t nev, cap;
+    unsigned alarms; /* alarm mask of the batch, changed by alarm requests */
 } actx;
 
 static int ev_add(actx *a, int type, int64_t id, int64_t ttl, int64_t rem)
@@ -627,10 +629,14 @@ static int dispatch(actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage 
         *hdr = r->header;
         return 0;
     }
-    case KVDPB__INTERNAL_REQUEST__REQUEST_ALARM:
-        kv_res_err(w->res, KV_CODE_UNIMPLEMENTED,
-                   "kvd: alarm requests are applied by the node, not the store");
-        return 1;
+    case KVDPB__INTERNAL_REQUEST__REQUEST_ALARM: {
+        Etcdserverpb__AlarmResponse *r = NULL;
+        if ((rc = kv_alarm_apply(w->s, w->txn, &a->alarms, w->m->rev, ir->alarm, w->res, &r)))
+            return rc;
+        *msg = &r->base;
+        *hdr = r->header;
+        return 0;
+    }
     default:
         kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "kvd: empty internal request");
         return 1;
@@ -649,6 +655,13 @@ static void fire_observers(kv_store *s, const actx *a)
         else if (e->type == EV_CHECKPOINT && o->checkpointed)
             o->checkpointed(o->arg, e->id, e->rem);
     }
+}
+
+/* Quota plus half the headroom (see store.h). */
+static size_t batch_growth_limit(kv_store *s)
+{
+    size_t q = s->cfg.quota_bytes;
+    return q + (kv_store_map_size(q) - q) / 2;
 }
 
 int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t *req, size_t len,
@@ -688,10 +701,20 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         return kv_mdb_err(rc);
     }
     kv_meta m = b->meta;
-    actx a = {.w = {s, child, &m, m.rev, 0, res}};
+    actx a = {.w = {s, child, &m, m.rev, 0, res}, .alarms = b->alarms};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
-    rc = dispatch(&a, ir, &msg, &hdr);
+    rc = kv_alarm_gate(b->alarms, ir, res);
+    int grow = rc == 0 && kv_alarm_is_growth(ir);
+    if (grow && b->base_size + b->grown > (int64_t)batch_growth_limit(s)) {
+        /* One batch of requests admitted under the quota must not eat the headroom that
+         * deletes and compaction need: refuse growth past half of it (kvd-specific). */
+        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_store_request_alarm(s, KV_ALARM_NOSPACE);
+        rc = 1;
+    }
+    if (rc == 0)
+        rc = dispatch(&a, ir, &msg, &hdr);
     if (rc == 0) {
         if (h) {
             hdr->cluster_id = h->cluster_id;
@@ -710,11 +733,29 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     }
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);
+    char what[128] = "apply";
+    if (rc == -EBADMSG) {
+        const ProtobufCBinaryData *k = NULL;
+        if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT)
+            k = &ir->put->key;
+        else if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE)
+            k = &ir->delete_range->key;
+        if (k)
+            kv_describe_key(what, sizeof what, "a write to key", k->data, k->len);
+        else
+            snprintf(what, sizeof what, "a write (request kind %d)", (int)ir->request_case);
+    }
     kvdpb__internal_request__free_unpacked(ir, NULL);
     if (child)
         mdb_txn_abort(child);
     if (rc == -ENOSPC) {
         kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_store_request_alarm(s, KV_ALARM_NOSPACE); /* past the headroom: raise NOSPACE */
+        rc = 1;
+    } else if (rc == -EBADMSG) {
+        /* Corruption fails this request only; the member stops serving (CORRUPT). */
+        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_store_note_corrupt(s, what);
         rc = 1;
     } else if (rc == -E2BIG) {
         kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
@@ -733,6 +774,9 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (rc == 0) {
         m.rev = kv_wctx_end_rev(&a.w);
         b->meta = m;
+        b->alarms = a.alarms;
+        if (grow) /* pages of the rev record, the index entry and copied branches */
+            b->grown += 2 * (int64_t)len + 256;
         fire_observers(s, &a);
     }
     free(a.ev);

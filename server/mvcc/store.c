@@ -1,8 +1,10 @@
 /* store: opening, batches (group commit), reads, status and hashing (see store.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "mvcc/crc32c.h"
 #include "mvcc/pb_strip.h"
@@ -17,14 +19,47 @@ void kv_store_config_default(kv_store_config *c)
     c->max_keys_per_lease = 0;
 }
 
-static int open_dbs(kv_store *s, MDB_txn *txn)
+size_t kv_store_map_size(size_t quota)
+{
+    size_t head = quota / 4;
+    if (head < ((size_t)16 << 20))
+        head = (size_t)16 << 20;
+    if (head > ((size_t)1 << 30))
+        head = (size_t)1 << 30;
+    return quota + head;
+}
+
+int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
 {
     int rc;
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
         (rc = mdb_dbi_open(txn, "rev", MDB_CREATE, &s->rev)) ||
-        (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)))
+        (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)) ||
+        (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
+}
+
+int kv_store_env_open(kv_store *s, const char *dir)
+{
+    /* A data file already larger than the quota (e.g. restarted with a smaller quota) still
+     * gets the headroom above its size, so that deletes and compaction fit. */
+    size_t map = kv_store_map_size(s->cfg.quota_bytes);
+    char path[4096];
+    struct stat sb;
+    if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) < sizeof path &&
+        stat(path, &sb) == 0 && (size_t)sb.st_size > s->cfg.quota_bytes)
+        map = kv_store_map_size((size_t)sb.st_size);
+    int rc = mdb_env_create(&s->env);
+    if (rc)
+        return kv_mdb_err(rc);
+    if ((rc = mdb_env_set_maxdbs(s->env, 8)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
+        (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0644))) {
+        mdb_env_close(s->env);
+        s->env = NULL;
+        return kv_mdb_err(rc);
+    }
+    return 0;
 }
 
 int kv_store_open(kv_store **out, const kv_store_config *cfg)
@@ -43,22 +78,28 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
     if (!s->cfg.max_txn_ops)
         s->cfg.max_txn_ops = 128;
     MDB_txn *txn = NULL;
-    int rc = mdb_env_create(&s->env);
+    /* Writer-preferring: readers on other threads must not starve the defragment swap. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+#ifdef __GLIBC__
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    int rc = pthread_rwlock_init(&s->swap, &ra);
+    pthread_rwlockattr_destroy(&ra);
     if (rc) {
-        rc = kv_mdb_err(rc);
-        goto fail;
+        free(s);
+        return -rc;
     }
-    if ((rc = mdb_env_set_maxdbs(s->env, 8)) ||
-        (rc = mdb_env_set_mapsize(s->env, s->cfg.quota_bytes)) ||
-        (rc = mdb_env_open(s->env, cfg->dir, MDB_NOTLS, 0644)) ||
-        (rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
+    if ((rc = kv_store_env_open(s, cfg->dir)))
+        goto fail;
+    if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
         rc = kv_mdb_err(rc);
         goto fail;
     }
     s->maxkey = (size_t)mdb_env_get_maxkeysize(s->env);
     if (s->maxkey > 511)
         s->maxkey = 511; /* kv_iter keeps keys in 512-byte buffers */
-    if ((rc = open_dbs(s, txn)))
+    if ((rc = kv_store_open_dbs(s, txn)))
         goto fail;
     uint32_t version;
     rc = kv_format_read(s, txn, &version);
@@ -88,6 +129,10 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         if (rc)
             goto fail;
     }
+    unsigned alarms;
+    if ((rc = kv_alarm_load(s, txn, &alarms)))
+        goto fail;
+    atomic_store(&s->alarms, alarms);
     rc = mdb_txn_commit(txn);
     txn = NULL;
     if (rc) {
@@ -102,6 +147,7 @@ fail:
         mdb_txn_abort(txn);
     if (s->env)
         mdb_env_close(s->env);
+    pthread_rwlock_destroy(&s->swap);
     free(s);
     return rc;
 }
@@ -112,7 +158,9 @@ void kv_store_close(kv_store *s)
         return;
     if (s->batch.open)
         kv_store_batch_abort(s, &s->batch);
-    mdb_env_close(s->env);
+    if (s->env)
+        mdb_env_close(s->env);
+    pthread_rwlock_destroy(&s->swap);
     free(s);
 }
 
@@ -152,9 +200,22 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
     if (rc)
         return kv_mdb_err(rc);
     s->batch.meta = s->committed;
+    s->batch.alarms = atomic_load(&s->alarms);
+    s->batch.base_size = kv_store_db_size(s);
+    s->batch.grown = 0;
     s->batch.open = true;
     *out = &s->batch;
     return 0;
+}
+
+/* Less than 1 MiB available to kvd on the data dir's file system. */
+static bool disk_nearly_full(kv_store *s)
+{
+    const char *dir = NULL;
+    struct statvfs v;
+    if (mdb_env_get_path(s->env, &dir) || !dir || statvfs(dir, &v) != 0)
+        return false;
+    return (uint64_t)v.f_bavail * v.f_frsize < ((uint64_t)1 << 20);
 }
 
 int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
@@ -165,10 +226,20 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
     if (rc) {
         mdb_txn_abort(b->txn);
     } else {
-        rc = kv_mdb_err(mdb_txn_commit(b->txn));
+        int mrc = mdb_txn_commit(b->txn);
+        /* A full disk (write(2) failing with ENOSPC/EDQUOT) is told apart from other
+         * failures: the node raises NOSPACE for it (issue 8, D12). LMDB reports a short
+         * write as EIO: with (almost) no space left on the file system, that is a full disk
+         * too. */
+        rc = (mrc == ENOSPC || mrc == EDQUOT || (mrc == EIO && disk_nearly_full(s)))
+                 ? -ENOSPC
+                 : kv_mdb_err(mrc);
         if (!rc) {
             s->committed = b->meta;
             s->counters.commits++;
+            unsigned old = atomic_exchange(&s->alarms, b->alarms);
+            if ((old & (1u << KV_ALARM_CORRUPT)) && !(b->alarms & (1u << KV_ALARM_CORRUPT)))
+                atomic_store(&s->sticky, 0u); /* CORRUPT disarmed */
         }
     }
     b->txn = NULL;
@@ -210,9 +281,16 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
         etcdserverpb__range_request__free_unpacked(r, NULL);
         return 0;
     }
+    if (kv_store_alarms(s) & (1u << KV_ALARM_CORRUPT)) {
+        etcdserverpb__range_request__free_unpacked(r, NULL);
+        kv_res_err(res, KV_CODE_DATA_LOSS, "etcdserver: corrupt cluster");
+        return 0;
+    }
     MDB_txn *txn;
+    pthread_rwlock_rdlock(&s->swap);
     rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc) {
+        pthread_rwlock_unlock(&s->swap);
         etcdserverpb__range_request__free_unpacked(r, NULL);
         return kv_mdb_err(rc);
     }
@@ -224,6 +302,10 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
         rc = kv_range_exec(s, txn, m.rev, m.compact_rev, m.keys, r, res, &resp);
     }
     mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&s->swap);
+    char what[128] = "range";
+    if (rc == -EBADMSG)
+        kv_describe_key(what, sizeof what, "a range from key", r->key.data, r->key.len);
     etcdserverpb__range_request__free_unpacked(r, NULL);
     if (rc == 0) {
         fill_header(resp->header, h);
@@ -237,8 +319,11 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     }
     if (rc == 1)
         return 0;
-    if (rc == -EBADMSG)
+    if (rc == -EBADMSG) {
         kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_store_note_corrupt(s, what);
+        return 0;
+    }
     return rc;
 }
 
@@ -246,9 +331,12 @@ int kv_store_get_status(kv_store *s, kv_store_status *st)
 {
     memset(st, 0, sizeof *st);
     MDB_txn *txn;
+    pthread_rwlock_rdlock(&s->swap);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc)
+    if (rc) {
+        pthread_rwlock_unlock(&s->swap);
         return kv_mdb_err(rc);
+    }
     kv_meta m;
     if ((rc = kv_meta_read(s, txn, &m)))
         goto out;
@@ -286,15 +374,19 @@ int kv_store_get_status(kv_store *s, kv_store_status *st)
     st->db_size_in_use = (pages - freep) * (int64_t)est.ms_psize;
 out:
     mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&s->swap);
     return rc;
 }
 
 int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev)
 {
     MDB_txn *txn;
+    pthread_rwlock_rdlock(&s->swap);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc)
+    if (rc) {
+        pthread_rwlock_unlock(&s->swap);
         return kv_mdb_err(rc);
+    }
     kv_meta m;
     MDB_cursor *c = NULL;
     if ((rc = kv_meta_read(s, txn, &m)))
@@ -336,5 +428,8 @@ out:
     if (c)
         mdb_cursor_close(c);
     mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&s->swap);
+    if (rc == -EBADMSG)
+        kv_store_note_corrupt(s, "hash");
     return rc;
 }

@@ -42,12 +42,22 @@
  *           An index entry is checked against the record it points to (key and revision
  *           must match), so a corrupted index cannot return a wrong key.
  *   "lease", "lease_keys": the lease table (lease/lease_table.h), same transactions.
+ *   "alarm" member id(8 BE) | alarm type(4 BE) -> crc32c of the 12-byte key (4, BE).
+ *           One record per active alarm (etcd's alarm bucket); at most 64 (KV_MAX_ALARMS).
  *
  * Limits: keys are limited to the LMDB maximum key size (511 bytes with the default LMDB
  * build): a longer key in a write gives INVALID_ARGUMENT "etcdserver: key is too long (kvd
- * limit: 511 bytes)"; reads and compares with longer keys simply match nothing. The map
- * size is cfg.quota_bytes; MDB_MAP_FULL fails the request with RESOURCE_EXHAUSTED
- * "etcdserver: mvcc: database space exceeded" (the NOSPACE alarm is raised by the caller).
+ * limit: 511 bytes)"; reads and compares with longer keys simply match nothing. The quota
+ * (cfg.quota_bytes) is checked by the API before proposing (api/quota.h, as etcd's
+ * quota.go); the LMDB map size is quota + headroom (kv_store_map_size: a quarter of the quota,
+ * at least 16 MiB, at most 1 GiB; if data.mdb is already larger than the quota, the same rule
+ * applied to its size) so that deletes, compaction, lease revokes, alarms and defragment
+ * still fit once the quota is reached. Within one batch (requests admitted before the
+ * alarm), a growing request that would take the store past the quota plus half the headroom
+ * (estimated: committed size + 2 x the batch's growing request bytes) is refused with the
+ * no-space error below and raises NOSPACE (kvd-specific: etcd's bbolt has no hard limit).
+ * MDB_MAP_FULL (past the headroom) fails the request with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" and asks for
+ * the NOSPACE alarm (kv_store_take_alarms).
  * A single request that dirties more pages than one LMDB transaction can hold
  * (MDB_TXN_FULL, ~512 MiB of pages) fails with RESOURCE_EXHAUSTED "kvd: mvcc: request
  * changes too many pages for one transaction". Both depend on the member's file layout:
@@ -139,7 +149,12 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out);
  * the request is kept; the batch goes on and the index counts as applied). Returns < 0 only
  * on storage failure or corruption; the caller must then abort the batch. h may be NULL
  * (zero header). res is fully overwritten; on code 0 the caller frees res->resp.
- * Alarm requests are not handled here (code UNIMPLEMENTED): the caller applies them. */
+ * Alarm requests (AlarmRequest GET/ACTIVATE/DEACTIVATE) are applied here too (etcd's
+ * applierV3backend.Alarm); while NOSPACE is active Put, LeaseGrant and Txns with puts fail
+ * with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" (etcd's capped
+ * applier); while CORRUPT is active every KV and lease write fails with DATA_LOSS
+ * "etcdserver: corrupt cluster". A record failing its checksum (-EBADMSG) fails only its
+ * request, with DATA_LOSS, and asks for the CORRUPT alarm. */
 int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t *req, size_t len,
                    const kv_header_info *h, kv_result *res);
 /* Stores the applied index (the last index applied) in the same txn and commits (fsync).
@@ -150,7 +165,9 @@ void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 
 /* Reads (own read txn, sees the last committed batch): packed etcdserverpb.RangeRequest ->
  * packed RangeResponse in res (code 0), or res->code set and 0 returned for request errors.
- * Returns < 0 (and res->code DATA_LOSS for -EBADMSG) on storage failure or corruption. */
+ * A record failing its checksum gives 0 with res->code DATA_LOSS and asks for the CORRUPT
+ * alarm; while CORRUPT is active (kv_store_alarms) every range gets DATA_LOSS "etcdserver:
+ * corrupt cluster". Returns < 0 on storage failure. */
 int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
                    kv_result *res);
 
@@ -215,5 +232,51 @@ typedef struct kv_store_identity {
 } kv_store_identity;
 int kv_store_identity_check(kv_store *s, const kv_store_identity *want, kv_store_identity *have,
                             int store_if_missing);
+
+/* ---- alarms, quota and defragment (alarm.c, store.c) ---- */
+
+/* etcdserverpb.AlarmType values. */
+enum { KV_ALARM_NONE = 0, KV_ALARM_NOSPACE = 1, KV_ALARM_CORRUPT = 2 };
+const char *kv_alarm_name(int type);
+/* Mask (1u << KV_ALARM_*) of the alarms active on any member (committed), plus CORRUPT once
+ * this process saw a corrupt record (until a DEACTIVATE CORRUPT commits). Any thread. */
+unsigned kv_store_alarms(kv_store *s);
+/* Alarms the store detected (MDB_MAP_FULL: NOSPACE; a bad checksum: CORRUPT) since the last
+ * call, to be proposed as ACTIVATE requests by the caller. Clears them. Any thread. */
+unsigned kv_store_take_alarms(kv_store *s);
+/* Calls fn for each committed alarm (member id, type), in (member, type) order; a non-zero
+ * return of fn stops the walk and is returned. Own read txn, any thread. */
+int kv_store_alarm_list(kv_store *s, int (*fn)(void *arg, uint64_t member, int type), void *arg);
+/* Asks for an alarm from outside the store (e.g. the node on a disk-full commit). */
+void kv_store_request_alarm(kv_store *s, int type);
+/* Backend size as etcd's backend.Size(): (last page + 1) * page size of the committed data
+ * file. O(1), any thread. */
+int64_t kv_store_db_size(kv_store *s);
+size_t kv_store_quota(kv_store *s);
+/* LMDB map size for a quota: quota + headroom (see above). */
+size_t kv_store_map_size(size_t quota);
+
+/* Defragment: a compacting copy of the environment (mdb_env_copy2 MDB_CP_COMPACT) into
+ * <dir>/defrag.tmp/data.mdb, fsync'd, renamed over data.mdb (atomic; directory fsync'd), then
+ * the environment is reopened on the new file. Two steps so that the copy runs off the loop:
+ *  - kv_store_defrag_copy: no batch may be open and none may start until the swap (the node
+ *    runs it as an exclusive item); reads may run concurrently (they read the old inode).
+ *    After it returned 0, kv_store_defrag_swap MUST run before any write (writes to the old
+ *    inode would be lost).
+ *  - kv_store_defrag_swap: on the thread that owns every direct user of kv_store_env() (the
+ *    loop): no read transaction may be open on that thread. Readers on other threads that go
+ *    through kv_store_range/get_status/hash_kv wait on a rwlock for the swap.
+ * A failed copy leaves the store untouched. A failed reopen after the rename is fatal (the
+ * new file is complete and durable: a restart opens it). */
+typedef struct kv_store_defrag_stats {
+    int64_t file_before, file_after; /* data.mdb sizes in bytes (stat) */
+    uint64_t copy_us, swap_us;       /* copy (writes paused) and swap (all access paused) */
+    int old_fd;                      /* keeps the old file alive until _release */
+} kv_store_defrag_stats;
+int kv_store_defrag_copy(kv_store *s, kv_store_defrag_stats *st);
+int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st);
+/* Drops the last reference to the old file (freeing its blocks can take hundreds of ms for a
+ * large file: call it off the loop). Any thread, after the swap; idempotent. */
+void kv_store_defrag_release(kv_store_defrag_stats *st);
 
 #endif

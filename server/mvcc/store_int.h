@@ -5,7 +5,9 @@
 #ifndef KV_MVCC_STORE_INT_H
 #define KV_MVCC_STORE_INT_H
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "kv.pb-c.h"
@@ -29,6 +31,9 @@ struct kv_store_batch {
     MDB_txn *txn;
     kv_meta meta;
     bool open;
+    unsigned alarms; /* alarm mask as of this batch (alarm.c) */
+    int64_t base_size; /* committed backend size when the batch began */
+    int64_t grown;     /* estimated bytes added by the batch's growing requests */
 };
 
 struct kv_store {
@@ -42,6 +47,12 @@ struct kv_store {
     kv_store_batch batch;
     kv_store_counters counters;
     kv_mdb_map map; /* where env is mapped (valcheck.h); env's user context points here */
+    /* alarms and defragment (alarm.c, store.c) */
+    MDB_dbi alarm;
+    _Atomic unsigned alarms;   /* committed alarm mask (1u << KV_ALARM_*) */
+    _Atomic unsigned sticky;   /* corruption seen by this process (refuse until disarmed) */
+    _Atomic unsigned to_raise; /* alarms detected, not yet proposed (kv_store_take_alarms) */
+    pthread_rwlock_t swap;     /* readers of the env vs the defragment swap */
 };
 
 /* One index entry (kidx dup). */
@@ -163,5 +174,32 @@ int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *re
 
 /* ---- compact.c ---- */
 int kv_compact_exec(kv_store *s, MDB_txn *txn, int64_t rev);
+
+/* ---- store.c / defrag.c ---- */
+/* Creates s->env for dir with the map size of s->cfg.quota_bytes (s->env NULL on failure). */
+int kv_store_env_open(kv_store *s, const char *dir);
+/* Opens every named database of the store in txn. */
+int kv_store_open_dbs(kv_store *s, MDB_txn *txn);
+/* A record failed its checksum while doing `what`: log it, refuse to serve (CORRUPT) and ask
+ * for the CORRUPT alarm. Any thread. */
+void kv_store_note_corrupt(kv_store *s, const char *what);
+/* Writes prefix "key" (non-printable bytes as \xNN, truncated to cap) into out. */
+void kv_describe_key(char *out, size_t cap, const char *prefix, const uint8_t *key, size_t len);
+
+/* ---- alarm.c ---- */
+#define KV_MAX_ALARMS 64
+struct Kvdpb__InternalRequest;
+/* Mask (1u << type) of the alarms stored in txn. */
+int kv_alarm_load(kv_store *s, MDB_txn *txn, unsigned *mask);
+/* Applies an AlarmRequest (etcd applierV3backend.Alarm); *mask follows the change.
+ * 0 (*out set), 1 = request error in res, < 0 storage error. */
+int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
+                   const Etcdserverpb__AlarmRequest *ar, kv_result *res,
+                   Etcdserverpb__AlarmResponse **out);
+/* The capped (NOSPACE) and corrupt appliers of etcd: 1 = refused (res set), 0 = go on. */
+int kv_alarm_gate(unsigned mask, const struct Kvdpb__InternalRequest *ir, kv_result *res);
+/* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
+ * NOSPACE refuse. */
+int kv_alarm_is_growth(const struct Kvdpb__InternalRequest *ir);
 
 #endif

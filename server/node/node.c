@@ -1,5 +1,7 @@
 #include "node/node.h"
 
+#include "internal.pb-c.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,17 @@ struct kv_node_req {
     void *arg;
     kv_node *health; /* set on a health barrier: its waiters are health_waiters */
     health_waiter *waiters;
+    int (*excl_work)(void *arg);              /* exclusive item: runs alone on the worker */
+    void (*excl_done)(void *arg, int status); /* then this, on the loop */
 };
+
+/* An exclusive item in flight (e.g. defragment): no batch runs meanwhile. */
+typedef struct excl_work {
+    uv_work_t req;
+    kv_node *node;
+    kv_node_req *r;
+    int rc;
+} excl_work;
 
 /* Lease observer events of one batch, recorded on the worker thread and replayed on the loop
  * thread after the commit, so the lessor is only ever touched by the loop. */
@@ -63,7 +75,11 @@ struct kv_node {
     uv_idle_t idle;   /* keeps poll from blocking while requests wait and no batch runs */
     int handles_open;
     int closing;
-    int stalled; /* failpoint */
+    int stalled;            /* failpoint */
+    int excl_busy;          /* an exclusive item is running */
+    int disk_full;          /* the last commit failed with ENOSPC (in-memory NOSPACE) */
+    unsigned alarm_pending; /* ACTIVATE proposals in flight, by type bit */
+    kv_metric *m_alarm[3];  /* kvd_alarms{type=...} */
 
     /* Health barriers (kv_node_health_barrier): outside max_pending, coalesced. */
     uint32_t max_health_waiters;
@@ -107,7 +123,10 @@ static void finish_barrier(kv_node_req *r, int status)
 
 static void fail_req(kv_node_req *r, int code, const char *msg)
 {
-    if (r->data == NULL) {
+    if (r->excl_work) {
+        if (r->excl_done)
+            r->excl_done(r->arg, -ECANCELED);
+    } else if (r->data == NULL) {
         finish_barrier(r, -ECANCELED);
     } else if (r->barrier_done) {
         r->barrier_done(r->arg, -ECANCELED);
@@ -217,8 +236,74 @@ static void free_work(batch_work *w)
 
 static void maybe_free(kv_node *n)
 {
-    if (n->closing && n->handles_open == 0 && n->inflight == NULL)
+    if (n->closing && n->handles_open == 0 && n->inflight == NULL && !n->excl_busy)
         free(n);
+}
+
+unsigned kv_node_alarms(const kv_node *n)
+{
+    return kv_store_alarms(n->store) | (n->disk_full ? 1u << KV_ALARM_NOSPACE : 0u);
+}
+
+static void update_alarm_metrics(kv_node *n)
+{
+    unsigned a = kv_node_alarms(n);
+    for (int t = 1; t < 3; t++)
+        kv_metric_set(n->m_alarm[t], (a & (1u << t)) ? 1.0 : 0.0);
+}
+
+static void on_alarm_proposed(void *arg, kv_result *res)
+{
+    kv_node *n = arg;
+    /* res->revision is unused; the type is recovered from the pending set (one per type). */
+    if (res->code != 0)
+        fprintf(stderr, "kvd: raising an alarm failed: %s\n", res->msg);
+    n->alarm_pending = 0;
+    update_alarm_metrics(n);
+}
+
+/* Proposes ACTIVATE <type> for this member through the ordered path, as etcd's
+ * quotaAlarmer/checkHashKV do (at most one proposal in flight). */
+static void raise_alarm(kv_node *n, int type)
+{
+    if (n->alarm_pending || n->closing)
+        return;
+    Etcdserverpb__AlarmRequest ar = ETCDSERVERPB__ALARM_REQUEST__INIT;
+    ar.action = ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__ACTIVATE;
+    ar.memberid = n->hdr.member_id;
+    ar.alarm = (Etcdserverpb__AlarmType)type;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
+    ir.alarm = &ar;
+    size_t len = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        kv_store_request_alarm(n->store, type); /* retried at the next loop iteration */
+        return;
+    }
+    kvdpb__internal_request__pack(&ir, buf);
+    if (kv_node_propose(n, buf, len, on_alarm_proposed, n, NULL) < 0) {
+        kv_store_request_alarm(n->store, type);
+        return;
+    }
+    n->alarm_pending = 1u << type;
+}
+
+static void raise_requested_alarms(kv_node *n)
+{
+    if (n->alarm_pending)
+        return;
+    unsigned want = kv_store_take_alarms(n->store);
+    for (int t = 1; t < 32 && want; t++) {
+        if (!(want & (1u << t)))
+            continue;
+        want &= ~(1u << t);
+        if (n->alarm_pending) { /* one at a time: give the rest back */
+            kv_store_request_alarm(n->store, t);
+            continue;
+        }
+        raise_alarm(n, t);
+    }
 }
 
 static void after_apply(uv_work_t *req, int status)
@@ -228,7 +313,28 @@ static void after_apply(uv_work_t *req, int status)
     kv_node_req *batch = w->head;
     int rc = status < 0 ? status : w->rc;
 
-    if (rc < 0) {
+    if (rc == -ENOSPC) {
+        /* Disk full (D12): nothing of this batch is durable. Fail it with etcd's no-space
+         * error, report NOSPACE at once (health, quota check) and persist the alarm as soon as
+         * a commit fits again; deletes and compaction still run (they may free room). */
+        fprintf(stderr,
+                "kvd: apply batch failed: disk full (%s); %llu requests failed; NOSPACE "
+                "raised\n",
+                strerror(-rc), (unsigned long long)w->count);
+        if (!n->disk_full && !(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
+            kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
+        n->disk_full = 1;
+        kv_store_status ss;
+        if (kv_store_get_status(n->store, &ss) == 0) {
+            n->next_index = ss.applied_index + 1;
+            n->revision = ss.revision;
+        }
+        while (batch) {
+            kv_node_req *next = batch->next;
+            fail_req(batch, 8, "etcdserver: mvcc: database space exceeded");
+            batch = next;
+        }
+    } else if (rc < 0) {
         /* Storage failure: nothing of this batch is durable; no one is told otherwise. */
         fprintf(stderr, "kvd: apply batch failed: %s; %llu requests failed\n", strerror(-rc),
                 (unsigned long long)w->count);
@@ -253,6 +359,11 @@ static void after_apply(uv_work_t *req, int status)
             n->st.max_batch_size = w->count;
         kv_metric_inc(n->m_batches);
         kv_metric_set(n->m_batch_size_max, (double)n->st.max_batch_size);
+        if (n->disk_full) { /* a commit fitted again: the persisted alarm takes over */
+            n->disk_full = 0;
+            if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
+                kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
+        }
         replay_events(n, w);
 
         /* Durable: now acknowledge, in order. */
@@ -277,21 +388,85 @@ static void after_apply(uv_work_t *req, int status)
         maybe_free(n);
         return;
     }
+    update_alarm_metrics(n);
+    raise_requested_alarms(n);
     start_batch(n); /* what queued meanwhile forms the next batch */
+}
+
+static void excl_run(uv_work_t *req)
+{
+    excl_work *e = req->data;
+    e->rc = e->r->excl_work(e->r->arg);
+}
+
+static void excl_after(uv_work_t *req, int status)
+{
+    excl_work *e = req->data;
+    kv_node *n = e->node;
+    n->excl_busy = 0;
+    if (e->r->excl_done)
+        e->r->excl_done(e->r->arg, status < 0 ? status : e->rc);
+    free(e->r);
+    free(e);
+    if (n->closing) {
+        maybe_free(n);
+        return;
+    }
+    start_batch(n);
+}
+
+/* Runs the exclusive item at the head of the queue alone (no batch is in flight). */
+static void start_exclusive(kv_node *n)
+{
+    kv_node_req *r = n->head;
+    n->head = r->next;
+    if (n->head == NULL)
+        n->tail = NULL;
+    n->pending--;
+    r->next = NULL;
+    excl_work *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        fail_req(r, 8, "out of memory");
+        return;
+    }
+    e->req.data = e;
+    e->node = n;
+    e->r = r;
+    n->excl_busy = 1;
+    if (uv_queue_work(n->loop, &e->req, excl_run, excl_after) < 0) {
+        n->excl_busy = 0;
+        free(e);
+        fail_req(r, 14, "cannot schedule");
+    }
 }
 
 /* Takes everything queued as the next batch. Barrier-only batches complete at once (nothing to
  * write, and no batch is in flight, so every earlier write is already durable). */
 static void start_batch(kv_node *n)
 {
-    if (n->inflight || n->stalled || n->head == NULL)
+    if (n->inflight || n->excl_busy || n->stalled || n->head == NULL)
         return;
-    kv_node_req *batch = n->head;
-    uint64_t count = n->pending + (n->health_q != NULL);
-    n->head = n->tail = NULL;
-    n->pending = 0;
-    n->health_q = NULL; /* later probes need a later barrier */
     uv_idle_stop(&n->idle);
+    if (n->head->excl_work) {
+        start_exclusive(n);
+        return;
+    }
+    /* The batch: everything queued up to the next exclusive item (which runs after it). */
+    kv_node_req *batch = n->head, *last = n->head;
+    uint64_t count = 1;
+    uint64_t reserved = batch == n->health_q;
+    while (last->next && !last->next->excl_work) {
+        last = last->next;
+        count++;
+        reserved += last == n->health_q;
+    }
+    n->head = last->next;
+    if (n->head == NULL)
+        n->tail = NULL;
+    last->next = NULL;
+    n->pending -= count - reserved; /* the health barrier is outside max_pending */
+    if (reserved)
+        n->health_q = NULL; /* later probes need a later barrier */
 
     size_t nreq = 0;
     for (kv_node_req *r = batch; r; r = r->next)
@@ -341,7 +516,9 @@ static void start_batch(kv_node *n)
 
 static void on_check(uv_check_t *h)
 {
-    start_batch(h->data);
+    kv_node *n = h->data;
+    raise_requested_alarms(n);
+    start_batch(n);
 }
 
 static void on_idle(uv_idle_t *h)
@@ -408,7 +585,14 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
             "Health probes refused because --max-health-probes were waiting.", NULL);
         kv_metrics_gauge_fn(metrics, "kvd_health_probes_waiting",
                             "Health probes waiting on the apply path.", gauge_health_waiting, n);
+        for (int t = 1; t < 3; t++) {
+            char labels[32];
+            snprintf(labels, sizeof(labels), "type=\"%s\"", kv_alarm_name(t));
+            n->m_alarm[t] = kv_metrics_gauge(
+                metrics, "kvd_alarms", "Active alarms by type (1 = raised on any member).", labels);
+        }
     }
+    update_alarm_metrics(n);
     *out = n;
     return 0;
 }
@@ -458,7 +642,7 @@ static int enqueue(kv_node *n, kv_node_req *r, int reserved)
     if (!reserved)
         n->pending++;
     /* While a batch is in flight its completion wakes the loop; spinning would only burn CPU. */
-    if (was_empty && !n->stalled && n->inflight == NULL)
+    if (was_empty && !n->stalled && n->inflight == NULL && !n->excl_busy)
         uv_idle_start(&n->idle, on_idle);
     return 0;
 }
@@ -494,6 +678,21 @@ void kv_node_req_detach(kv_node_req *r)
         r->done = NULL;
         r->arg = NULL;
     }
+}
+
+int kv_node_exclusive(kv_node *n, int (*work)(void *arg), void (*done)(void *arg, int status),
+                      void *arg)
+{
+    kv_node_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->excl_work = work;
+    r->excl_done = done;
+    r->arg = arg;
+    int rc = enqueue(n, r, 0);
+    if (rc < 0)
+        free(r);
+    return rc;
 }
 
 int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg)
@@ -558,7 +757,7 @@ void kv_node_set_stalled(kv_node *n, int stalled)
     n->stalled = stalled;
     if (stalled)
         uv_idle_stop(&n->idle);
-    else if (n->head && n->inflight == NULL)
+    else if (n->head && n->inflight == NULL && !n->excl_busy)
         uv_idle_start(&n->idle, on_idle);
 }
 

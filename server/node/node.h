@@ -102,4 +102,19 @@ int64_t kv_node_revision(const kv_node *n);
 void kv_node_set_term(kv_node *n, uint64_t term);
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
 
+/* ---- alarms and exclusive items (issue 8: D3, D10, D12) ---- */
+
+/* Queues an exclusive item: once everything queued before it has committed, work(arg) runs
+ * alone on the apply worker (no batch open, none starts until it ends), then done(arg,
+ * status) on the loop, before the next batch (Defragment uses it). Same queue bound as
+ * proposals (-EBUSY); on close done gets -ECANCELED. */
+int kv_node_exclusive(kv_node *n, int (*work)(void *arg), void (*done)(void *arg, int status),
+                      void *arg);
+
+/* Alarm mask (1u << KV_ALARM_*) as the member reports it: the store's alarms plus NOSPACE
+ * while the last commit failed on a full disk. Alarms the store asks for (kv_store_take_alarms)
+ * are proposed as ACTIVATE requests for this member, one at a time, from the loop. The gauge
+ * kvd_alarms{type="NOSPACE"|"CORRUPT"} follows the mask. */
+unsigned kv_node_alarms(const kv_node *n);
+
 #endif

@@ -297,29 +297,37 @@ Test(mvcc_store, checksum_corruption_is_detected)
     uint8_t buf[64];
     etcdserverpb__range_request__pack(&q, buf);
     kv_result res;
-    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), -EBADMSG);
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
-    cr_assert_null(res.resp, "the corrupted record is not returned");
-    /* other records still read */
-    Mvccpb__KeyValue *kv = th_get(&t, "b", 0);
-    th_expect_kv(kv, "b", "world");
-    mvccpb__key_value__free_unpacked(kv, NULL);
-    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
-    /* count_only walks the index only and still answers */
-    q.count_only = 1;
-    n = etcdserverpb__range_request__get_packed_size(&q);
-    etcdserverpb__range_request__pack(&q, buf);
-    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    free(res.resp);
-
-    /* the apply path reports corruption as a storage failure */
+    /* the apply path reports corruption as a DATA_LOSS request error and asks for CORRUPT */
     kv_store_batch *b;
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     size_t plen;
     uint8_t *p = pack_put("a", "x", &plen);
-    cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), -EBADMSG);
+    cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), 0);
+    cr_assert_eq(res.code, KV_CODE_DATA_LOSS, "%d %s", res.code, res.msg);
     free(p);
     kv_store_batch_abort(t.s, b);
+    cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
+    th_reopen(&t);
+
+    /* other records still read until the first corrupt one is seen */
+    Mvccpb__KeyValue *kv = th_get(&t, "b", 0);
+    th_expect_kv(kv, "b", "world");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+    cr_assert_eq(kv_store_alarms(t.s), 0u);
+    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
+    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_null(res.resp, "the corrupted record is not returned");
+    /* from now on this member refuses to serve (D10), and asks for the CORRUPT alarm */
+    cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_CORRUPT);
+    cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
+    cr_assert_eq(kv_store_take_alarms(t.s), 0u, "taken once");
+    q.key = th_bin("b");
+    n = etcdserverpb__range_request__get_packed_size(&q);
+    etcdserverpb__range_request__pack(&q, buf);
+    cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
+    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
+    cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
 }
 
 static void rewrite_meta(const char *name, const uint8_t *payload, size_t len, bool good_crc)
@@ -450,7 +458,9 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     int got = 0;
     char k[32];
     uint64_t i;
-    for (i = 1; i < 100 && !got; i++) {
+    /* the map holds the quota plus headroom (kv_store_map_size): 1 MiB + 16 MiB */
+    cr_assert_eq(kv_store_map_size(1 << 20), (size_t)17 << 20);
+    for (i = 1; i < 400 && !got; i++) {
         snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
         apply_put(b, i, k, big, &res);
         if (res.code == KV_CODE_RESOURCE_EXHAUSTED)
@@ -461,12 +471,23 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     cr_assert(got, "quota reached");
     cr_assert_str_eq(res.msg, "etcdserver: mvcc: database space exceeded");
     int64_t rev = res.revision;
-    /* the batch goes on: a small request still applies */
-    apply_put(b, i, "small", "v", &res);
+    /* the batch goes on: a request that does not grow the store still applies (further puts
+     * of this batch are refused: it is past the quota plus half the headroom) */
+    Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+    d.key = th_bin("big001");
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE;
+    ir.delete_range = &d;
+    size_t dn = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t dbuf[64];
+    kvdpb__internal_request__pack(&ir, dbuf);
+    cr_assert_eq(kv_store_apply(t.s, b, i, dbuf, dn, NULL, &res), 0);
     cr_assert_eq(res.code, 0, "%s", res.msg);
+    free(res.resp);
     cr_assert_eq(res.revision, rev + 1);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-    Mvccpb__KeyValue *kv = th_get(&t, "small", 0);
+    cr_assert_null(th_get(&t, "big001", 0));
+    Mvccpb__KeyValue *kv = th_get(&t, "big002", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(big);
@@ -736,7 +757,13 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     uint8_t buf[64];
     size_t n = kvdpb__internal_request__pack(&ir, buf);
     cr_assert_eq(kv_store_apply(t.s, b, 2, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_UNIMPLEMENTED);
+    cr_assert_eq(res.code, 0, "alarm GET is applied: %s", res.msg);
+    Etcdserverpb__AlarmResponse *ar =
+        etcdserverpb__alarm_response__unpack(NULL, res.resp_len, res.resp);
+    cr_assert_not_null(ar);
+    cr_assert_eq(ar->n_alarms, 0);
+    etcdserverpb__alarm_response__free_unpacked(ar, NULL);
+    free(res.resp);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);

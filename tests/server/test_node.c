@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct fixture {
     char dir[64];
@@ -197,6 +198,77 @@ Test(node, close_fails_queued_requests)
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", f.dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- issue 8 (D3, D10, D12): exclusive items and alarms ---- */
+
+typedef struct excl_probe {
+    kv_store *store;
+    int64_t seen_rev; /* revision the exclusive work saw (on the worker) */
+    int done;
+} excl_probe;
+
+static int excl_work_fn(void *arg)
+{
+    excl_probe *p = arg;
+    kv_store_status st;
+    kv_store_get_status(p->store, &st);
+    p->seen_rev = st.revision;
+    return 0;
+}
+
+static void excl_done_fn(void *arg, int status)
+{
+    excl_probe *p = arg;
+    p->done = status == 0 ? 1 : -1;
+}
+
+Test(node, exclusive_item_runs_alone_in_queue_order)
+{
+    fixture f;
+    fx_open(&f, 1000);
+    done_log log = {0};
+    excl_probe p = {.store = f.store};
+    kv_store_counters before, after;
+    kv_store_get_counters(f.store, &before);
+    for (int i = 0; i < 5; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "a%d", i);
+        cr_assert_eq(propose_put(&f, key, on_done, &log, NULL), 0);
+    }
+    cr_assert_eq(kv_node_exclusive(f.node, excl_work_fn, excl_done_fn, &p), 0);
+    for (int i = 0; i < 5; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "b%d", i);
+        cr_assert_eq(propose_put(&f, key, on_done, &log, NULL), 0);
+    }
+    spin(&f, &log.calls, 10);
+    cr_assert_eq(p.done, 1);
+    cr_assert_eq(p.seen_rev, 6, "the exclusive item runs after the 5 writes queued before it");
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(log.revs[i], 2 + i);
+    kv_store_get_counters(f.store, &after);
+    cr_assert_eq(after.commits - before.commits, 2, "one batch before, one after");
+    fx_close(&f);
+}
+
+Test(node, requested_alarm_is_raised_through_the_write_path)
+{
+    fixture f;
+    fx_open(&f, 1000);
+    cr_assert_eq(kv_node_alarms(f.node), 0u);
+    kv_store_request_alarm(f.store, KV_ALARM_NOSPACE);
+    for (int i = 0; i < 5000 && !(kv_node_alarms(f.node) & (1u << KV_ALARM_NOSPACE)); i++) {
+        uv_run(&f.loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    cr_assert_eq(kv_node_alarms(f.node), 1u << KV_ALARM_NOSPACE, "NOSPACE raised and committed");
+    /* the capped applier refuses puts */
+    done_log log = {0};
+    cr_assert_eq(propose_put(&f, "k", on_done, &log, NULL), 0);
+    spin(&f, &log.calls, 1);
+    cr_assert_eq(log.codes[0], 8);
+    fx_close(&f);
 }
 
 /* Issue 8 D7: client writes that fill the queue must not shed /health's barrier. */

@@ -1,0 +1,50 @@
+/* quota: admission of writes against the backend quota and the alarms (see quota.h). */
+#include "api/quota.h"
+
+#include "api/internal_req.h"
+#include "api/services.h"
+#include "server.h"
+
+#define KV_QUOTA_KV_OVERHEAD 256   /* etcd quota.go kvOverhead */
+#define KV_QUOTA_LEASE_OVERHEAD 64 /* etcd quota.go leaseOverhead */
+
+int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
+{
+    unsigned alarms = kv_node_alarms(s->node);
+    if (alarms & (1u << KV_ALARM_CORRUPT)) {
+        switch (field) {
+        case KV_IREQ_PUT:
+        case KV_IREQ_DELETE_RANGE:
+        case KV_IREQ_TXN:
+        case KV_IREQ_COMPACTION:
+        case KV_IREQ_LEASE_GRANT:
+        case KV_IREQ_LEASE_REVOKE:
+            kv_reply_error(call, KV_CODE_DATA_LOSS, "etcdserver: corrupt cluster");
+            return 1;
+        default:
+            break;
+        }
+    }
+    int64_t cost;
+    switch (field) {
+    case KV_IREQ_PUT:
+        cost = KV_QUOTA_KV_OVERHEAD + (int64_t)len;
+        break;
+    case KV_IREQ_TXN:
+        cost = 0;
+        break;
+    case KV_IREQ_LEASE_GRANT:
+        cost = KV_QUOTA_LEASE_OVERHEAD;
+        break;
+    default:
+        return 0;
+    }
+    int64_t quota = (int64_t)kv_store_quota(s->store);
+    int full = (alarms & (1u << KV_ALARM_NOSPACE)) && field != KV_IREQ_TXN;
+    if (!full && kv_store_db_size(s->store) + cost < quota)
+        return 0;
+    if (!(alarms & (1u << KV_ALARM_NOSPACE)))
+        kv_store_request_alarm(s->store, KV_ALARM_NOSPACE); /* proposed by the node */
+    kv_reply_error(call, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+    return 1;
+}
