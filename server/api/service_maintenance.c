@@ -2,6 +2,7 @@
  * service_maintenance: etcdserverpb.Maintenance (Status, Alarm, HashKV, Defragment).
  * Snapshot, Hash and MoveLeader are not implemented yet and say so.
  */
+#include "api/read_req.h"
 #include "api/services.h"
 #include "rpc.pb-c.h"
 #include "server.h"
@@ -78,38 +79,10 @@ static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_reply_message(call, &r.base); /* no alarm is ever raised yet */
 }
 
+/* HashKV walks every stored revision: it runs on a read worker, never on the loop (D4). */
 static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__HashKVRequest *req;
-    if (!unpack_ok(call, &etcdserverpb__hash_kvrequest__descriptor, msg, len,
-                   (ProtobufCMessage **)&req))
-        return;
-    int64_t rev = req->revision;
-    protobuf_c_message_free_unpacked(&req->base, NULL);
-    uint32_t hash = 0;
-    int64_t compact_rev = 0;
-    kv_store_status ss = {0};
-    kv_store_get_status(s->store, &ss);
-    if (rev > ss.revision) {
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision is a future revision");
-        return;
-    }
-    if (rev > 0 && rev < ss.compact_revision) {
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
-        return;
-    }
-    if (kv_store_hash_kv(s->store, rev, &hash, &compact_rev) < 0) {
-        kv_reply_error(call, 13, "etcdserver: request failed: storage error");
-        return;
-    }
-    Etcdserverpb__HashKVResponse r = ETCDSERVERPB__HASH_KVRESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h, ss.revision);
-    r.header = &h;
-    r.hash = hash;
-    r.compact_revision = compact_rev;
-    kv_reply_message(call, &r.base);
+    kv_read_unary(call, kv_store_hash_kv_request, msg, len);
 }
 
 /* LMDB reuses freed pages in place, so there is nothing to defragment: succeed as etcd does
@@ -131,7 +104,7 @@ static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)
 const kv_grpc_method kv_service_maintenance[] = {
     {"/etcdserverpb.Maintenance/Status", 0, on_status, NULL, NULL},
     {"/etcdserverpb.Maintenance/Alarm", 0, on_alarm, NULL, NULL},
-    {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, NULL},
+    {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, kv_read_cancel},
     {"/etcdserverpb.Maintenance/Defragment", 0, on_defragment, NULL, NULL},
 };
 const size_t kv_service_maintenance_len =

@@ -38,7 +38,8 @@ typedef struct kv_node_req kv_node_req;
 typedef void (*kv_node_done_fn)(void *arg, kv_result *res);
 
 typedef struct kv_node_config {
-    uint32_t max_pending; /* queued proposals; default 10000 */
+    uint32_t max_pending;        /* queued proposals; default 10000 */
+    uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -90,5 +91,17 @@ const kv_header_info *kv_node_header(const kv_node *n);
 int64_t kv_node_revision(const kv_node *n);
 void kv_node_set_term(kv_node *n, uint64_t term);
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
+
+/* Batched physical compaction: while the store has one pending, each batch carries one step
+ * of at most compact_batch_keys keys (kv_store_compact_step) and, with nothing queued,
+ * compaction-only batches keep it going; a restart resumes it. kv_node_compact_wait calls
+ * fn(arg, 0) once no compaction is pending (after the batch that finished it committed), or
+ * fn(arg, -ECANCELED) when the node closes. Returns 0 (waiting; *handle, if non-NULL, lets
+ * the caller detach), 1 if nothing is pending (fn not called), -ESHUTDOWN, -ENOMEM. */
+typedef struct kv_node_compact_waiter kv_node_compact_waiter;
+int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *arg,
+                         kv_node_compact_waiter **handle);
+void kv_node_compact_wait_detach(kv_node_compact_waiter *h);
+int kv_node_compact_pending(const kv_node *n);
 
 #endif
