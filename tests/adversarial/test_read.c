@@ -256,7 +256,7 @@ static uint8_t *frame(const ProtobufCMessage *m, size_t *out)
 /* One burst: the heavy requests, submitted together, written in one send(), then every
  * response is read (and dropped). Returns the number answered OK, or < 0. */
 #define BURST_GROUPS 6 /* 6 x 6 heavy requests: seconds of loop time before the fix */
-static int burst(uint16_t port, size_t *refused)
+static int burst_ex(uint16_t port, size_t *refused, int close_early)
 {
     pipe_req reqs[6 * BURST_GROUPS];
     memset(reqs, 0, sizeof reqs);
@@ -340,6 +340,10 @@ static int burst(uint16_t port, size_t *refused)
 #undef NV
     if ((rc = pipe_flush(&c)))
         goto out;
+    if (close_early) { /* the client goes away while its reads run: every call is cancelled */
+        rc = 0;
+        goto out;
+    }
     uint64_t deadline = kv_it_now_ms() + 120000;
     uint8_t *buf = malloc(1 << 16);
     while (c.closed < n && kv_it_now_ms() < deadline) {
@@ -376,6 +380,11 @@ out:
     for (size_t i = 0; i < n; i++)
         free(reqs[i].body);
     return rc;
+}
+
+static int burst(uint16_t port, size_t *refused)
+{
+    return burst_ex(port, refused, 0);
 }
 
 typedef struct attack {
@@ -586,5 +595,28 @@ Test(adv_read, compaction_does_not_stall_puts)
     uint64_t bound = ADV_ASAN ? 1000 : 250;
     cr_assert_lt(w.max_ms, bound, "a put waited %llu ms during compaction (bound %llu ms)",
                  (unsigned long long)w.max_ms, (unsigned long long)bound);
+    kv_it_grpc_close(c);
+}
+
+Test(adv_read, reads_cancelled_on_their_workers_are_dropped)
+{
+    /* Enough data that the reads are still running when the connection goes away. */
+    load(&srv, n_keys() / 4, 0);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(burst_ex(srv.client_port, NULL, 1), 0);
+    double pending = -1;
+    for (int i = 0; i < 300; i++) {
+        if (kvli_metric(&srv, "kvd_read_pending", &pending) == 0 && pending == 0)
+            break;
+        kvli_sleep_ms(100);
+    }
+    cr_assert_eq(pending, 0, "reads of cancelled calls must complete and be released");
+    cr_assert(kv_it_server_alive(&srv));
+    kv_it_grpc *c = NULL;
+    cr_assert_eq(kvli_connect(&srv, &c), 0);
+    int64_t count = -1;
+    char msg[128];
+    cr_assert_eq(kvli_count(c, "k", 1, &count, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(count, (int64_t)(n_keys() / 4));
     kv_it_grpc_close(c);
 }
