@@ -59,9 +59,11 @@
  * max_keys_per_lease: a put that would attach one key more gives FAILED_PRECONDITION
  * "etcdserver: too many keys attached to lease" (kvd-specific, etcd has no such limit).
  *
- * Threads: the write path (batch_begin/apply/commit/abort, set_lease_observer) runs on one
- * thread (the apply thread). kv_store_range, kv_store_get_status and kv_store_hash_kv use
- * their own read transactions (MDB_NOTLS) and may run on any thread concurrently with it.
+ * Threads: the write path (batch_begin/apply/commit/abort, compact_step,
+ * set_lease_observer) runs on one thread (the apply thread). kv_store_range,
+ * kv_store_get_status, kv_store_hash_kv(_request) and kv_store_compact_pending use their own
+ * read transactions (MDB_NOTLS) and may run on any thread concurrently with it: they read
+ * only fields fixed at open (env, dbi handles, maxkey), never the cached committed state.
  *
  * Return values: 0 or a negative errno (-ENOMEM, -EINVAL, -EIO, ...), or the module codes:
  *   -EBADMSG          a stored record failed its checksum or consistency check (corruption)
