@@ -5,6 +5,9 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 typedef struct job {
     struct job *next;
@@ -46,6 +49,9 @@ static double gauge_workers(void *arg)
 static void *worker_main(void *arg)
 {
     kv_read_pool *p = arg;
+    /* Bulk work: the scheduler prefers the loop thread (keepalives, small reads) and the apply
+     * worker when they compete for a core. Best effort (Linux: per-thread nice). */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), KV_READ_POOL_NICE);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->stop && p->q_head == NULL)

@@ -22,6 +22,9 @@
  * Metrics (when given a registry): kvd_read_pending (gauge), kvd_read_workers (gauge),
  * kvd_read_completed_total, kvd_read_refused_total (counters).
  *
+ * Reader threads run niced (KV_READ_POOL_NICE): when cores are scarce, the loop thread (and the
+ * apply worker) win, so heavy reads slow down rather than keepalives.
+ *
  * Threads: every function is loop-thread only. Return values: 0 or a negative errno.
  */
 #ifndef KV_READ_POOL_H
@@ -35,6 +38,9 @@
 #define KV_READ_POOL_DEFAULT_WORKERS 2
 #define KV_READ_POOL_DEFAULT_MAX_PENDING 256
 #define KV_READ_POOL_MAX_WORKERS 64
+/* Reader threads run at this nice value (relative to the process), so that on a busy machine a
+ * core goes to the loop thread first: heavy reads get slower, keepalives do not. */
+#define KV_READ_POOL_NICE 10
 
 typedef struct kv_read_pool kv_read_pool;
 
