@@ -136,9 +136,12 @@ static void on_physical_done(void *arg, int status)
 {
     compact_req *cr = arg;
     cr->w = NULL;
-    if (status < 0) {
+    if (status == -ECANCELED) {
         kv_grpc_call_set_data(cr->call, NULL);
         kv_reply_error(cr->call, 14, "etcdserver: server stopped");
+    } else if (status < 0) {
+        kv_grpc_call_set_data(cr->call, NULL);
+        kv_reply_error(cr->call, 13, "etcdserver: request failed: storage error");
     } else {
         compact_reply(cr);
     }

@@ -223,6 +223,7 @@ static void compaction_progress(kv_node *n, const batch_work *w)
                     strerror(-w->cstep_rc));
         n->compact_error = 1;
         n->compact_pending = 1;
+        fire_waiters(n, w->cstep_rc); /* physical Compacts are told; the step is retried */
         return;
     }
     n->compact_error = 0;
@@ -266,6 +267,10 @@ static void after_apply(uv_work_t *req, int status)
             kv_node_req *next = batch->next;
             fail_req(batch, 14, "etcdserver: request failed: storage error");
             batch = next;
+        }
+        if (n->compact_pending) {
+            n->compact_error = 1; /* no compaction-only batches until a write succeeds */
+            fire_waiters(n, rc);
         }
     } else {
         n->next_index = w->first_index + w->nreq;
