@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct read_req {
-    kv_grpc_call *call; /* NULL once the RPC was cancelled (loop thread only) */
+    kv_grpc_call *call;   /* NULL once the RPC was cancelled (loop thread only) */
     atomic_int cancelled; /* set on the loop, read by the worker: skip work not yet started */
     kv_store *store;
     kv_read_fn fn;

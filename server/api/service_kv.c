@@ -5,8 +5,9 @@
  * records and are answered after their batch is durable. A Range over a key range is answered
  * from the store in a read transaction on a read worker thread (api/read_req.h), never on the
  * loop: its cost grows with the data (sorts, counts, unlimited ranges). A single-key Range is
- * O(log n) and answered inline (a worker round trip would cost more than the read). On a single member every
- * acknowledged write is already applied, so a local read is linearizable. (With raft, non-serializable reads will wait for ReadIndex.)
+ * O(log n) and answered inline (a worker round trip would cost more than the read). On a
+ * single member every acknowledged write is already applied, so a local read is
+ * linearizable. (With raft, non-serializable reads will wait for ReadIndex.)
  */
 #include "api/internal_req.h"
 #include "api/read_req.h"
@@ -110,8 +111,8 @@ static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
 typedef struct compact_req {
     kv_grpc_call *call;
     kv_server *srv;
-    kv_node_req *h;             /* while the request is queued/applied */
-    kv_node_compact_waiter *w;  /* while waiting for the physical compaction */
+    kv_node_req *h;            /* while the request is queued/applied */
+    kv_node_compact_waiter *w; /* while waiting for the physical compaction */
     uint8_t *resp;
     size_t resp_len;
     int physical;

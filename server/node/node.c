@@ -35,8 +35,8 @@ typedef struct batch_work {
     obs_event *ev;
     size_t nev, cap_ev;
     int ev_oom;
-    int cstep_rc;               /* kv_store_compact_step: 1 more, 0 none pending, < 0 error */
-    uint64_t ckeys, cremoved;   /* keys visited / records removed by the step */
+    int cstep_rc;             /* kv_store_compact_step: 1 more, 0 none pending, < 0 error */
+    uint64_t ckeys, cremoved; /* keys visited / records removed by the step */
 } batch_work;
 
 /* A Compact with physical=true waiting for the physical compaction to finish. */

@@ -97,8 +97,9 @@ void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
  * compaction-only batches keep it going; a restart resumes it. kv_node_compact_wait calls
  * fn(arg, 0) once no compaction is pending (after the batch that finished it committed),
  * fn(arg, -ECANCELED) when the node closes, or fn(arg, < 0) when a step or its batch failed
- * (the compaction stays pending and is retried with the next write batch). Returns 0 (waiting; *handle, if non-NULL, lets
- * the caller detach), 1 if nothing is pending (fn not called), -ESHUTDOWN, -ENOMEM. */
+ * (the compaction stays pending and is retried with the next write batch). Returns 0 (waiting;
+ * *handle, if non-NULL, lets the caller detach), 1 if nothing is pending (fn not called),
+ * -ESHUTDOWN, -ENOMEM. */
 typedef struct kv_node_compact_waiter kv_node_compact_waiter;
 int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *arg,
                          kv_node_compact_waiter **handle);

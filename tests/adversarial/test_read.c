@@ -269,46 +269,46 @@ static int burst_ex(uint16_t port, size_t *refused, int close_early)
     Etcdserverpb__RangeRequest r;
     uint8_t zero = 0;
     for (int g = 0; g < BURST_GROUPS; g++) {
-    /* sorted by value, limit 1, whole keyspace (x2) */
-    for (int k = 0; k < 2; k++) {
+        /* sorted by value, limit 1, whole keyspace (x2) */
+        for (int k = 0; k < 2; k++) {
+            etcdserverpb__range_request__init(&r);
+            r.key.data = &zero;
+            r.key.len = 1;
+            r.range_end.data = &zero;
+            r.range_end.len = 1;
+            r.limit = 1;
+            r.sort_order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
+            r.sort_target = ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VALUE;
+            reqs[n].path = "/etcdserverpb.KV/Range";
+            reqs[n].body = frame(&r.base, &reqs[n].len);
+            n++;
+        }
+        /* keys_only of everything */
         etcdserverpb__range_request__init(&r);
         r.key.data = &zero;
         r.key.len = 1;
         r.range_end.data = &zero;
         r.range_end.len = 1;
-        r.limit = 1;
-        r.sort_order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
-        r.sort_target = ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VALUE;
+        r.keys_only = 1;
         reqs[n].path = "/etcdserverpb.KV/Range";
         reqs[n].body = frame(&r.base, &reqs[n].len);
         n++;
-    }
-    /* keys_only of everything */
-    etcdserverpb__range_request__init(&r);
-    r.key.data = &zero;
-    r.key.len = 1;
-    r.range_end.data = &zero;
-    r.range_end.len = 1;
-    r.keys_only = 1;
-    reqs[n].path = "/etcdserverpb.KV/Range";
-    reqs[n].body = frame(&r.base, &reqs[n].len);
-    n++;
-    /* count_only over the "k" prefix (walks the index) (x2) */
-    for (int k = 0; k < 2; k++) {
-        etcdserverpb__range_request__init(&r);
-        r.key.data = (uint8_t *)"k";
-        r.key.len = 1;
-        r.range_end.data = (uint8_t *)"l";
-        r.range_end.len = 1;
-        r.count_only = 1;
-        reqs[n].path = "/etcdserverpb.KV/Range";
-        reqs[n].body = frame(&r.base, &reqs[n].len);
+        /* count_only over the "k" prefix (walks the index) (x2) */
+        for (int k = 0; k < 2; k++) {
+            etcdserverpb__range_request__init(&r);
+            r.key.data = (uint8_t *)"k";
+            r.key.len = 1;
+            r.range_end.data = (uint8_t *)"l";
+            r.range_end.len = 1;
+            r.count_only = 1;
+            reqs[n].path = "/etcdserverpb.KV/Range";
+            reqs[n].body = frame(&r.base, &reqs[n].len);
+            n++;
+        }
+        Etcdserverpb__HashKVRequest h = ETCDSERVERPB__HASH_KVREQUEST__INIT;
+        reqs[n].path = "/etcdserverpb.Maintenance/HashKV";
+        reqs[n].body = frame(&h.base, &reqs[n].len);
         n++;
-    }
-    Etcdserverpb__HashKVRequest h = ETCDSERVERPB__HASH_KVREQUEST__INIT;
-    reqs[n].path = "/etcdserverpb.Maintenance/HashKV";
-    reqs[n].body = frame(&h.base, &reqs[n].len);
-    n++;
     }
     for (size_t i = 0; i < n; i++)
         reqs[i].status = -1;
@@ -331,7 +331,10 @@ static int burst_ex(uint16_t port, size_t *refused, int close_early)
     nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30}};
     nghttp2_submit_settings(c.sess, NGHTTP2_FLAG_NONE, iv, 1);
     nghttp2_session_set_local_window_size(c.sess, NGHTTP2_FLAG_NONE, 0, 1 << 30);
-#define NV(a, b) {(uint8_t *)(a), (uint8_t *)(b), strlen(a), strlen(b), NGHTTP2_NV_FLAG_NONE}
+#define NV(a, b)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(a), (uint8_t *)(b), strlen(a), strlen(b), NGHTTP2_NV_FLAG_NONE                 \
+    }
     for (size_t i = 0; i < n; i++) {
         nghttp2_nv hdrs[] = {NV(":method", "POST"),
                              NV(":scheme", "http"),
@@ -588,7 +591,8 @@ Test(adv_read, compaction_does_not_stall_puts)
     kvli_sleep_ms(300);
     atomic_store(&w.stop, 1);
     pthread_join(th, NULL);
-    cr_log_info("compaction of %zu superseded revisions (%zu keys x 2) took %llu ms; %d puts meanwhile, max put "
+    cr_log_info("compaction of %zu superseded revisions (%zu keys x 2) took %llu ms; %d puts "
+                "meanwhile, max put "
                 "latency %llu ms, %d errors",
                 2 * n, n, (unsigned long long)took, w.puts, (unsigned long long)w.max_ms, w.errors);
     cr_assert_eq(w.errors, 0);

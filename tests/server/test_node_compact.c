@@ -150,8 +150,7 @@ Test(node_compact, puts_interleave_and_wait_fires_when_done)
     cr_assert_not(kv_node_compact_pending(f.node));
     cr_assert_eq(kv_store_compact_pending(f.store, NULL), 0);
     kv_node_get_stats(f.node, &st1);
-    cr_assert_geq(st1.batches_total - st0.batches_total, KEYS / STEP,
-                  "bounded steps: %llu batches",
+    cr_assert_geq(st1.batches_total - st0.batches_total, KEYS / STEP, "bounded steps: %llu batches",
                   (unsigned long long)(st1.batches_total - st0.batches_total));
     cr_assert_eq(kv_node_compact_wait(f.node, on_wait, &waited, NULL), 1, "nothing pending");
     fx_close(&f);

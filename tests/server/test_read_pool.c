@@ -34,12 +34,12 @@ static void gate_open(gate *g)
 }
 
 typedef struct job_arg {
-    gate *g;         /* NULL: do not block */
+    gate *g; /* NULL: do not block */
     pthread_t ran_on;
     atomic_int ran;
     int done_status;
     int done_calls;
-    int *order;      /* completion order log */
+    int *order; /* completion order log */
     int *n_order;
     int id;
 } job_arg;
