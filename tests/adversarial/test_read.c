@@ -13,7 +13,7 @@
  *   latency p99 < 100 ms (release; 300 ms under ASan).
  * - compaction_does_not_stall_puts: every key overwritten twice (2N superseded revisions),
  *   then Compact(physical) while a writer puts in a loop: the largest put latency during the
- *   compaction stays below 250 ms (1 s under ASan); before the fix one apply transaction
+ *   compaction stays below 400 ms (1 s under ASan); before the fix one apply transaction
  *   held every put for the whole compaction. Compact physical answers only once the
  *   physical compaction finished (kvd_compaction_pending 0) and HashKV at the same revision
  *   is refused for the compacted revision.
@@ -601,7 +601,7 @@ Test(adv_read, compaction_does_not_stall_puts)
     uint32_t h_after = 0;
     cr_assert_eq(hash_kv(c, rev, &h_after, NULL), KV_IT_GRPC_STATUS,
                  "HashKV at the compacted revision must fail as etcd's");
-    uint64_t bound = ADV_ASAN ? 1000 : 250;
+    uint64_t bound = ADV_ASAN ? 1000 : 400;
     cr_assert_lt(w.max_ms, bound, "a put waited %llu ms during compaction (bound %llu ms)",
                  (unsigned long long)w.max_ms, (unsigned long long)bound);
     kv_it_grpc_close(c);
