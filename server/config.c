@@ -21,6 +21,8 @@ void kv_config_default(kv_config *cfg)
     cfg->max_connections = 10000;
     cfg->max_send_buffer_bytes = 16u << 20;
     cfg->max_pending_proposals = 10000;
+    cfg->read_workers = 2;
+    cfg->max_pending_reads = 256;
     cfg->max_lease_ttl_s = 9000000000LL;
     cfg->max_keys_per_lease = 0;
     cfg->lease_revoke_rate = 1000;
@@ -212,6 +214,8 @@ static const flag_def FLAGS[] = {
     {"max-connections", F_U32, OFF(max_connections), 0, 0, 1, 1u << 20},
     {"max-send-buffer-bytes", F_SIZE, OFF(max_send_buffer_bytes), 0, 0, 65536, 1ULL << 32},
     {"max-pending-proposals", F_U32, OFF(max_pending_proposals), 0, 0, 1, 1u << 24},
+    {"read-workers", F_U32, OFF(read_workers), 0, 0, 1, 64},
+    {"max-pending-reads", F_U32, OFF(max_pending_reads), 0, 0, 1, 1u << 20},
     {"max-lease-ttl", F_I64, OFF(max_lease_ttl_s), 0, 0, 1, 9000000000ULL},
     {"max-keys-per-lease", F_U32, OFF(max_keys_per_lease), 0, 0, 0, UINT32_MAX},
     {"lease-revoke-rate", F_U32, OFF(lease_revoke_rate), 0, 0, 1, 1u << 24},
@@ -252,6 +256,8 @@ const char *kv_config_usage(void)
            "  --max-connections N             client connections (default 10000)\n"
            "  --max-send-buffer-bytes N       outbound bytes buffered per connection (16 MiB)\n"
            "  --max-pending-proposals N       writes queued for the next commit (10000)\n"
+           "  --read-workers N                reader threads for Range/HashKV (2)\n"
+           "  --max-pending-reads N           reads queued or running on them (256)\n"
            "  --max-lease-ttl SECONDS         largest lease TTL (default 9000000000)\n"
            "  --max-keys-per-lease N          keys attachable to one lease (0 = unlimited)\n"
            "  --lease-revoke-rate N           expired leases revoked per second (1000)\n"

@@ -58,6 +58,8 @@ typedef struct kv_config {
     uint32_t max_connections;        /* --max-connections, default 10000 */
     size_t max_send_buffer_bytes;    /* --max-send-buffer-bytes, default 16 MiB per connection */
     uint32_t max_pending_proposals;  /* --max-pending-proposals, default 10000 */
+    uint32_t read_workers;           /* --read-workers, reader threads, default 2 */
+    uint32_t max_pending_reads;      /* --max-pending-reads, default 256 */
 
     /* Leases. */
     int64_t max_lease_ttl_s;     /* --max-lease-ttl, default 9000000000 (etcd's MaxLeaseTTL) */

@@ -17,6 +17,7 @@
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
 #include "node/node.h"
+#include "node/read_pool.h"
 #include "server.h"
 
 #include <errno.h>
@@ -112,6 +113,8 @@ static void on_signal(uv_signal_t *sig, int signum)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
     kv_leases_stop(&m->srv);
     kv_node_close(m->srv.node);
+    kv_read_pool_close(m->srv.read_pool); /* joins the reader threads */
+    m->srv.read_pool = NULL;
     uv_close((uv_handle_t *)&m->sigint, NULL);
     uv_close((uv_handle_t *)&m->sigterm, NULL);
     if (m->cfg.enable_failpoints)
@@ -279,6 +282,10 @@ int main(int argc, char **argv)
     if (rc < 0)
         goto fail;
     rc = kv_leases_start(s);
+    if (rc < 0)
+        goto fail;
+    rc = kv_read_pool_init(&s->read_pool, &m.loop, m.cfg.read_workers, m.cfg.max_pending_reads,
+                           s->metrics);
     if (rc < 0)
         goto fail;
 

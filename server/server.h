@@ -14,6 +14,7 @@
 #include <uv.h>
 
 struct kv_lessor;
+struct kv_read_pool;
 
 typedef struct kv_server {
     uv_loop_t *loop;
@@ -25,6 +26,7 @@ typedef struct kv_server {
     struct kv_lessor *lessor;
     uint64_t keepalive_requests;    /* renewals received over LeaseKeepAlive streams */
     struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
+    struct kv_read_pool *read_pool; /* reader threads for Range/HashKV (NULL: inline) */
 } kv_server;
 
 #endif

@@ -8,6 +8,7 @@
  * the apply worker, then the swap on the loop (mvcc/store.h kv_store_defrag_*).
  */
 #include "api/internal_req.h"
+#include "api/read_req.h"
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
@@ -112,47 +113,10 @@ static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_propose_unary(call, KV_IREQ_ALARM, msg, len);
 }
 
+/* HashKV walks every stored revision: it runs on a read worker, never on the loop (D4). */
 static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__HashKVRequest *req;
-    if (!unpack_ok(call, &etcdserverpb__hash_kvrequest__descriptor, msg, len,
-                   (ProtobufCMessage **)&req))
-        return;
-    int64_t rev = req->revision;
-    protobuf_c_message_free_unpacked(&req->base, NULL);
-    uint32_t hash = 0;
-    int64_t compact_rev = 0;
-    kv_store_status ss = {0};
-    kv_store_get_status(s->store, &ss);
-    if (rev > ss.revision) {
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision is a future revision");
-        return;
-    }
-    if (rev > 0 && rev < ss.compact_revision) {
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
-        return;
-    }
-    int hrc = kv_store_hash_kv(s->store, rev, &hash, &compact_rev);
-    if (hrc == KV_STORE_ERR_COMPACTED) { /* e.g. rev == the compacted revision */
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision has been compacted");
-        return;
-    }
-    if (hrc == KV_STORE_ERR_FUTURE_REV) {
-        kv_reply_error(call, 11, "etcdserver: mvcc: required revision is a future revision");
-        return;
-    }
-    if (hrc < 0) {
-        kv_reply_error(call, 13, "etcdserver: request failed: storage error");
-        return;
-    }
-    Etcdserverpb__HashKVResponse r = ETCDSERVERPB__HASH_KVRESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h, ss.revision);
-    r.header = &h;
-    r.hash = hash;
-    r.compact_revision = compact_rev;
-    kv_reply_message(call, &r.base);
+    kv_read_unary(call, kv_store_hash_kv_request, msg, len);
 }
 
 /* LMDB reuses freed pages but never gives them back to the file system, and the quota counts
@@ -250,7 +214,7 @@ static void on_defragment_cancel(kv_grpc_call *call)
 const kv_grpc_method kv_service_maintenance[] = {
     {"/etcdserverpb.Maintenance/Status", 0, on_status, NULL, NULL},
     {"/etcdserverpb.Maintenance/Alarm", 0, on_alarm, NULL, kv_propose_cancel},
-    {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, NULL},
+    {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, kv_read_cancel},
     {"/etcdserverpb.Maintenance/Defragment", 0, on_defragment, NULL, on_defragment_cancel},
 };
 const size_t kv_service_maintenance_len =

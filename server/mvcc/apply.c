@@ -412,7 +412,8 @@ static int do_compact(kv_wctx *w, const Etcdserverpb__CompactionRequest *c,
                    "etcdserver: mvcc: required revision is a future revision");
         return 1;
     }
-    int rc = kv_compact_exec(w->s, w->txn, c->revision);
+    /* O(1): the records go in bounded batches (kv_store_compact_step). */
+    int rc = kv_compact_schedule(w->s, w->txn, c->revision);
     if (rc)
         return rc;
     w->m->compact_rev = c->revision;

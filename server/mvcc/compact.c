@@ -1,20 +1,105 @@
-/* compact: etcd 3.4 compaction over the kidx/rev databases. For each key, every revision
- * <= rev is removed except the latest one when it is a live value (a tombstone <= rev is
- * removed with everything before it, as etcd's keyIndex.compact + scheduleCompaction).
- * Visits every key of the index once (O(keys) time, O(1) memory), inside the caller's
- * write transaction. */
+/* compact: etcd 3.4 compaction over the kidx/rev databases, in bounded batches.
+ *
+ * A Compact request only records the compaction point (meta "state" compacted revision) and
+ * a progress record (meta "cmpct"); both are O(1) and atomic with the request. The records
+ * themselves are removed by kv_store_compact_step(), which the node runs inside its write
+ * batches, at most `max_keys` keys per batch (etcd's scheduleCompaction does the same with
+ * batches of 1,000 keys), so writes interleave with a long compaction and a restart resumes
+ * from the persisted cursor.
+ *
+ * For each key, every revision <= rev is removed except the latest one when it is a live value
+ * (a tombstone <= rev is removed with everything before it, as etcd's keyIndex.compact +
+ * scheduleCompaction). kv_compact_survives() tells, for any record, whether the finished
+ * compaction keeps it, so HashKV gives the same hash whatever the physical progress.
+ *
+ * "cmpct" value: crc32c(4, BE, over the rest) | target revision (8, BE) | has cursor (1) |
+ * cursor key (the last key done). Absent = no physical compaction pending. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
+
+#define CMPCT_KEY "cmpct"
+#define CMPCT_HDR 13 /* rev(8) + has cursor(1) + crc(4) */
+
+typedef struct cmpct {
+    int64_t rev;
+    bool has_cursor;
+    uint8_t cursor[512];
+    size_t clen;
+} cmpct;
+
+static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
+{
+    MDB_val k = {sizeof(CMPCT_KEY) - 1, (void *)CMPCT_KEY}, v;
+    int rc = mdb_get(txn, s->meta, &k, &v);
+    if (rc)
+        return kv_mdb_err(rc); /* -ENOENT when absent */
+    const uint8_t *p = v.mv_data;
+    if (v.mv_size < CMPCT_HDR || v.mv_size - CMPCT_HDR > sizeof c->cursor)
+        return -EBADMSG;
+    uint32_t crc = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    if (crc != kv_crc32c(0, p + 4, v.mv_size - 4))
+        return -EBADMSG;
+    c->rev = (int64_t)kv_be64_get(p + 4);
+    c->has_cursor = p[12] != 0;
+    c->clen = v.mv_size - CMPCT_HDR;
+    memcpy(c->cursor, p + CMPCT_HDR, c->clen);
+    return 0;
+}
+
+static int cmpct_write(kv_store *s, MDB_txn *txn, const cmpct *c)
+{
+    uint8_t buf[CMPCT_HDR + 512];
+    kv_be64_put(buf + 4, (uint64_t)c->rev);
+    buf[12] = c->has_cursor ? 1 : 0;
+    size_t clen = c->has_cursor ? c->clen : 0;
+    memcpy(buf + CMPCT_HDR, c->cursor, clen);
+    uint32_t crc = kv_crc32c(0, buf + 4, CMPCT_HDR - 4 + clen);
+    buf[0] = (uint8_t)(crc >> 24);
+    buf[1] = (uint8_t)(crc >> 16);
+    buf[2] = (uint8_t)(crc >> 8);
+    buf[3] = (uint8_t)crc;
+    MDB_val k = {sizeof(CMPCT_KEY) - 1, (void *)CMPCT_KEY}, v = {CMPCT_HDR + clen, buf};
+    return kv_mdb_err(mdb_put(txn, s->meta, &k, &v, 0));
+}
+
+static int cmpct_delete(kv_store *s, MDB_txn *txn)
+{
+    MDB_val k = {sizeof(CMPCT_KEY) - 1, (void *)CMPCT_KEY};
+    int rc = mdb_del(txn, s->meta, &k, NULL);
+    return rc == MDB_NOTFOUND ? 0 : kv_mdb_err(rc);
+}
+
+int kv_compact_schedule(kv_store *s, MDB_txn *txn, int64_t rev)
+{
+    cmpct c = {.rev = rev}; /* a newer compaction restarts the walk from the first key */
+    return cmpct_write(s, txn, &c);
+}
+
+int kv_compact_pending(kv_store *s, MDB_txn *txn, int64_t *rev)
+{
+    cmpct c;
+    int rc = cmpct_read(s, txn, &c);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    if (rev)
+        *rev = c.rev;
+    return 1;
+}
 
 static bool ent_lt(const kv_ent *a, const kv_ent *b)
 {
     return a->main < b->main || (a->main == b->main && a->sub < b->sub);
 }
 
+/* Removes the compacted revisions of one key; *removed counts the records removed. */
 static int compact_key(kv_store *s, MDB_txn *txn, MDB_cursor *c, const uint8_t *k, size_t kl,
-                       int64_t rev)
+                       int64_t rev, uint64_t *removed)
 {
     kv_ent keep;
     int rc = kv_index_get(s, txn, k, kl, rev, &keep);
@@ -46,49 +131,117 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_cursor *c, const uint8_t *
             return kv_mdb_err(rc);
         if ((rc = mdb_cursor_del(c, 0)))
             return kv_mdb_err(rc);
+        (*removed)++;
         if (same)
             return 0;
     }
 }
 
-int kv_compact_exec(kv_store *s, MDB_txn *txn, int64_t rev)
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_done,
+                   uint64_t *removed)
 {
-    MDB_cursor *c;
-    uint8_t kbuf[512];
-    size_t kl = 0;
-    bool first = true;
-    int rc = mdb_cursor_open(txn, s->kidx, &c);
+    cmpct st;
+    int rc = cmpct_read(s, txn, &st);
+    if (rc == -ENOENT)
+        return 0;
     if (rc)
+        return rc;
+    MDB_cursor *c;
+    if ((rc = mdb_cursor_open(txn, s->kidx, &c)))
         return kv_mdb_err(rc);
+    uint32_t n = 0;
+    bool finished = false;
     for (;;) {
+        if (max_keys && n >= max_keys)
+            break;
         MDB_val key, d;
-        if (first) {
+        if (!st.has_cursor) {
             rc = mdb_cursor_get(c, &key, &d, MDB_FIRST);
-            first = false;
         } else {
-            key.mv_size = kl;
-            key.mv_data = kbuf;
+            key.mv_size = st.clen;
+            key.mv_data = st.cursor;
             rc = mdb_cursor_get(c, &key, &d, MDB_SET_RANGE);
-            if (rc == 0 && key.mv_size == kl && memcmp(key.mv_data, kbuf, kl) == 0)
+            if (rc == 0 && key.mv_size == st.clen && memcmp(key.mv_data, st.cursor, st.clen) == 0)
                 rc = mdb_cursor_get(c, &key, &d, MDB_NEXT_NODUP);
         }
         if (rc == MDB_NOTFOUND) {
             rc = 0;
+            finished = true;
             break;
         }
         if (rc) {
             rc = kv_mdb_err(rc);
             break;
         }
-        if (key.mv_size > sizeof kbuf) {
+        if (key.mv_size > sizeof st.cursor) {
             rc = -EBADMSG;
             break;
         }
-        memcpy(kbuf, key.mv_data, key.mv_size);
-        kl = key.mv_size;
-        if ((rc = compact_key(s, txn, c, kbuf, kl, rev)))
+        memcpy(st.cursor, key.mv_data, key.mv_size);
+        st.clen = key.mv_size;
+        st.has_cursor = true;
+        if ((rc = compact_key(s, txn, c, st.cursor, st.clen, st.rev, removed)))
             break;
+        n++;
     }
     mdb_cursor_close(c);
-    return rc;
+    if (keys_done)
+        *keys_done += n;
+    if (rc)
+        return rc;
+    if (finished) {
+        if ((rc = cmpct_delete(s, txn)))
+            return rc;
+        return 0;
+    }
+    if ((rc = cmpct_write(s, txn, &st)))
+        return rc;
+    return 1;
+}
+
+/* The key of a stored record: field 1 of the packed KeyValue, which protobuf-c writes first.
+ * Falls back to nothing (-EBADMSG) if the layout is unexpected. */
+static int rec_key(const uint8_t *val, size_t vlen, const uint8_t **key, size_t *klen)
+{
+    if (vlen < 5 + 2 || val[5] != 0x0a)
+        return -EBADMSG;
+    const uint8_t *p = val + 6, *end = val + vlen;
+    uint64_t len = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end)
+            return -EBADMSG;
+        uint8_t b = *p++;
+        len |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            break;
+        if (shift == 63)
+            return -EBADMSG;
+    }
+    if (len > (uint64_t)(end - p))
+        return -EBADMSG;
+    *key = p;
+    *klen = (size_t)len;
+    return 0;
+}
+
+int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const uint8_t *val,
+                        size_t vlen, int64_t rev)
+{
+    int64_t main = (int64_t)kv_be64_get(revkey), sub = (int64_t)kv_be64_get(revkey + 8);
+    if (main > rev)
+        return 1;
+    if (vlen >= 5 && (val[4] & KV_DUP_TOMBSTONE))
+        return 0; /* a tombstone <= rev never survives (it is the latest or superseded) */
+    const uint8_t *key;
+    size_t klen;
+    int rc = rec_key(val, vlen, &key, &klen);
+    if (rc)
+        return rc;
+    kv_ent keep;
+    rc = kv_index_get(s, txn, key, klen, rev, &keep);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    return !keep.tomb && keep.main == main && keep.sub == sub;
 }

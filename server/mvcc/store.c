@@ -378,7 +378,9 @@ out:
     return rc;
 }
 
-int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev)
+/* HashKV in one read txn; *cur gets the current revision. Records a pending physical
+ * compaction would remove are skipped, so the hash does not depend on its progress. */
+static int hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev, int64_t *cur)
 {
     MDB_txn *txn;
     pthread_rwlock_rdlock(&s->swap);
@@ -389,8 +391,10 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
     }
     kv_meta m;
     MDB_cursor *c = NULL;
+    int64_t pending_rev = 0;
     if ((rc = kv_meta_read(s, txn, &m)))
         goto out;
+    *cur = m.rev;
     if (rev > 0 && rev <= m.compact_rev) { /* etcd 3.4 HashByRev */
         rc = KV_STORE_ERR_COMPACTED;
         goto out;
@@ -401,6 +405,8 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
     }
     if (rev == 0) /* etcd: only 0 means current; a negative rev hashes no revision */
         rev = m.rev;
+    if ((rc = kv_compact_pending(s, txn, &pending_rev)) < 0)
+        goto out;
     if ((rc = kv_mdb_err(mdb_cursor_open(txn, s->rev, &c))))
         goto out;
     uint32_t h = 0;
@@ -414,6 +420,13 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
         }
         if ((int64_t)kv_be64_get(k.mv_data) > rev)
             break;
+        if (pending_rev > 0 && (int64_t)kv_be64_get(k.mv_data) <= pending_rev) {
+            rc = kv_compact_survives(s, txn, k.mv_data, v.mv_data, v.mv_size, pending_rev);
+            if (rc < 0)
+                goto out;
+            if (rc == 0)
+                continue;
+        }
         h = kv_crc32c(h, k.mv_data, k.mv_size);
         h = kv_crc32c(h, v.mv_data, v.mv_size);
     }
@@ -431,5 +444,90 @@ out:
     pthread_rwlock_unlock(&s->swap);
     if (rc == -EBADMSG)
         kv_store_note_corrupt(s, "hash");
+    return rc;
+}
+
+int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev)
+{
+    int64_t cur;
+    return hash_kv(s, rev, hash, compact_rev, &cur);
+}
+
+int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
+                             kv_result *res)
+{
+    memset(res, 0, sizeof *res);
+    Etcdserverpb__HashKVRequest *r = etcdserverpb__hash_kvrequest__unpack(NULL, len, req);
+    if (!r) {
+        kv_res_err(res, KV_CODE_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+        return 0;
+    }
+    int64_t rev = r->revision, cur = 0, compact_rev = 0;
+    etcdserverpb__hash_kvrequest__free_unpacked(r, NULL);
+    uint32_t hash = 0;
+    int rc = hash_kv(s, rev, &hash, &compact_rev, &cur);
+    if (rc == KV_STORE_ERR_COMPACTED) {
+        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
+                   "etcdserver: mvcc: required revision has been compacted");
+        return 0;
+    }
+    if (rc == KV_STORE_ERR_FUTURE_REV) {
+        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
+                   "etcdserver: mvcc: required revision is a future revision");
+        return 0;
+    }
+    if (rc == -EBADMSG)
+        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+    if (rc < 0)
+        return rc;
+    Etcdserverpb__HashKVResponse resp = ETCDSERVERPB__HASH_KVRESPONSE__INIT;
+    Etcdserverpb__ResponseHeader hdr = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(&hdr, h);
+    hdr.revision = cur;
+    resp.header = &hdr;
+    resp.hash = hash;
+    resp.compact_revision = compact_rev;
+    size_t n = etcdserverpb__hash_kvresponse__get_packed_size(&resp);
+    res->resp = malloc(n ? n : 1);
+    if (!res->resp)
+        return -ENOMEM;
+    res->resp_len = etcdserverpb__hash_kvresponse__pack(&resp, res->resp);
+    res->revision = cur;
+    return 0;
+}
+
+int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint64_t *keys,
+                          uint64_t *removed)
+{
+    if (!s || !b || !b->open || b != &s->batch)
+        return -EINVAL;
+    MDB_txn *child;
+    int rc = mdb_txn_begin(s->env, b->txn, 0, &child);
+    if (rc)
+        return kv_mdb_err(rc);
+    uint64_t k = 0, r = 0;
+    rc = kv_compact_run(s, child, max_keys, &k, &r);
+    if (rc < 0) {
+        mdb_txn_abort(child);
+        return rc;
+    }
+    int rc2 = kv_mdb_err(mdb_txn_commit(child));
+    if (rc2)
+        return rc2;
+    if (keys)
+        *keys += k;
+    if (removed)
+        *removed += r;
+    return rc;
+}
+
+int kv_store_compact_pending(kv_store *s, int64_t *rev)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kv_mdb_err(rc);
+    rc = kv_compact_pending(s, txn, rev);
+    mdb_txn_abort(txn);
     return rc;
 }

@@ -18,8 +18,13 @@
  *   ascending; txn compares (also nested ones) and request checks run against the state
  *   before the txn; nested txn responses carry an empty header; Compact keeps the latest
  *   revision <= rev of each live key and removes keys deleted at or before rev.
- * - Compaction runs synchronously inside the apply (O(keys) time, one transaction), unlike
- *   etcd's background batches; the request is atomic with the rest of the batch.
+ * - Compaction, as etcd's: the Compact request is O(1) and atomic with its batch (it records
+ *   the compacted revision and a progress record, meta "cmpct", see compact.c); reads at
+ *   revisions below it fail at once. The records are removed by kv_store_compact_step() in
+ *   bounded batches of keys, which the write path runs inside its batches, so writes
+ *   interleave with a long compaction; progress is persisted and resumes after a restart.
+ *   HashKV skips records a finished compaction would remove, so its result does not depend
+ *   on the physical progress.
  * - The applied index is stored in the same LMDB write transaction as the state it
  *   describes (lesson 5). One write transaction and one fsync per batch (group commit).
  *   Each request is applied in an LMDB child transaction, so a request that fails (including
@@ -65,9 +70,11 @@
  * max_keys_per_lease: a put that would attach one key more gives FAILED_PRECONDITION
  * "etcdserver: too many keys attached to lease" (kvd-specific, etcd has no such limit).
  *
- * Threads: the write path (batch_begin/apply/commit/abort, set_lease_observer) runs on one
- * thread (the apply thread). kv_store_range, kv_store_get_status and kv_store_hash_kv use
- * their own read transactions (MDB_NOTLS) and may run on any thread concurrently with it.
+ * Threads: the write path (batch_begin/apply/commit/abort, compact_step,
+ * set_lease_observer) runs on one thread (the apply thread). kv_store_range,
+ * kv_store_get_status, kv_store_hash_kv(_request) and kv_store_compact_pending use their own
+ * read transactions (MDB_NOTLS) and may run on any thread concurrently with it: they read
+ * only fields fixed at open (env, dbi handles, maxkey), never the cached committed state.
  *
  * Return values: 0 or a negative errno (-ENOMEM, -EINVAL, -EIO, ...), or the module codes:
  *   -EBADMSG          a stored record failed its checksum or consistency check (corruption)
@@ -278,5 +285,22 @@ int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st);
 /* Drops the last reference to the old file (freeing its blocks can take hundreds of ms for a
  * large file: call it off the loop). Any thread, after the swap; idempotent. */
 void kv_store_defrag_release(kv_store_defrag_stats *st);
+
+/* Batched physical compaction (apply thread, inside an open batch): removes the compacted
+ * revisions of up to max_keys keys (0 = all) in a child transaction, so a failure leaves the
+ * batch intact (the error is returned; the step is retried with the next batch). Returns 1
+ * if more remains, 0 if no compaction is pending any more, < 0 on error. keys/removed (may
+ * be NULL) are incremented by the keys visited and records removed. */
+int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint64_t *keys,
+                          uint64_t *removed);
+/* Committed state (own read txn, any thread): 1 if a physical compaction is pending (its
+ * revision in *rev, may be NULL), 0 if not, < 0 on error. */
+int kv_store_compact_pending(kv_store *s, int64_t *rev);
+
+/* HashKV as a request (own read txn, any thread; the signature of kv_store_range): packed
+ * etcdserverpb.HashKVRequest -> packed HashKVResponse (header revision = current revision),
+ * etcd's errors for compacted and future revisions; < 0 on storage failure/corruption. */
+int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
+                             kv_result *res);
 
 #endif

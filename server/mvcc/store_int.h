@@ -172,8 +172,20 @@ int kv_txn_check(const Etcdserverpb__TxnRequest *t, uint32_t max_ops, size_t max
                  kv_result *res);
 int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res);
 
-/* ---- compact.c ---- */
-int kv_compact_exec(kv_store *s, MDB_txn *txn, int64_t rev);
+/* ---- compact.c: batched compaction (see compact.c) ---- */
+/* Records that revisions <= rev are to be removed physically (restarting any earlier walk). */
+int kv_compact_schedule(kv_store *s, MDB_txn *txn, int64_t rev);
+/* 1 (and *rev, may be NULL) if a physical compaction is pending in txn, 0 if not, < 0 error. */
+int kv_compact_pending(kv_store *s, MDB_txn *txn, int64_t *rev);
+/* Compacts up to max_keys keys (0 = all) from the persisted cursor and saves the new cursor
+ * (or deletes the progress record when done). Adds to *keys_done / *removed.
+ * 1 = more remains, 0 = nothing pending any more, < 0 error. */
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_done,
+                   uint64_t *removed);
+/* Whether the record (16-byte revkey, stored value) survives a finished compaction at rev:
+ * 1 yes, 0 no, < 0 error. */
+int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const uint8_t *val,
+                        size_t vlen, int64_t rev);
 
 /* ---- store.c / defrag.c ---- */
 /* Creates s->env for dir with the map size of s->cfg.quota_bytes (s->env NULL on failure). */

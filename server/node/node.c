@@ -56,7 +56,16 @@ typedef struct batch_work {
     obs_event *ev;
     size_t nev, cap_ev;
     int ev_oom;
+    int cstep_rc;             /* kv_store_compact_step: 1 more, 0 none pending, < 0 error */
+    uint64_t ckeys, cremoved; /* keys visited / records removed by the step */
 } batch_work;
+
+/* A Compact with physical=true waiting for the physical compaction to finish. */
+typedef struct compact_waiter {
+    struct compact_waiter *next;
+    void (*fn)(void *arg, int status); /* NULL once detached */
+    void *arg;
+} compact_waiter;
 
 struct kv_node {
     uv_loop_t *loop;
@@ -87,6 +96,15 @@ struct kv_node {
     kv_node_req *health_q;   /* the health barrier in the queue not yet taken by a batch */
     kv_metric *m_health_barriers, *m_health_coalesced, *m_health_refused;
 
+    /* Batched physical compaction (mvcc/store.h): one step of at most compact_batch_keys keys
+     * runs inside every batch while one is pending; with no writes queued, compaction-only
+     * batches keep it going. */
+    int compact_pending;
+    int compact_error; /* last step failed: retry only with write batches (no spinning) */
+    uint32_t compact_batch_keys;
+    compact_waiter *cwait;
+    kv_metric *m_ckeys, *m_cremoved, *m_cbatches;
+
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metrics *metrics;
@@ -100,6 +118,11 @@ static double gauge_pending(void *arg)
 static double gauge_health_waiting(void *arg)
 {
     return (double)((kv_node *)arg)->health_waiting;
+}
+
+static double gauge_cpending(void *arg)
+{
+    return (double)((kv_node *)arg)->compact_pending;
 }
 
 static double gauge_applied(void *arg)
@@ -195,6 +218,9 @@ static void work_apply(uv_work_t *req)
         index++;
         i++;
     }
+    if (b != NULL && rc == 0)
+        w->cstep_rc = kv_store_compact_step(n->store, b, w->node->compact_batch_keys, &w->ckeys,
+                                            &w->cremoved);
     if (b != NULL) {
         if (rc == 0)
             rc = kv_store_batch_commit(n->store, b);
@@ -207,6 +233,7 @@ static void work_apply(uv_work_t *req)
 /* ---- loop thread ---- */
 
 static void start_batch(kv_node *n);
+static void start_work(kv_node *n, kv_node_req *batch, uint64_t count, size_t nreq);
 
 static void replay_events(kv_node *n, const batch_work *w)
 {
@@ -223,6 +250,41 @@ static void replay_events(kv_node *n, const batch_work *w)
     if (w->ev_oom)
         fprintf(stderr, "kvd: out of memory recording lease events; lessor may lag until the "
                         "next promote\n");
+}
+
+static void fire_waiters(kv_node *n, int status)
+{
+    compact_waiter *c = n->cwait;
+    n->cwait = NULL;
+    while (c) {
+        compact_waiter *next = c->next;
+        if (c->fn)
+            c->fn(c->arg, status);
+        free(c);
+        c = next;
+    }
+}
+
+/* After a committed batch: account its compaction step; wake physical Compacts when done. */
+static void compaction_progress(kv_node *n, const batch_work *w)
+{
+    kv_metric_add(n->m_ckeys, (int64_t)w->ckeys);
+    kv_metric_add(n->m_cremoved, (int64_t)w->cremoved);
+    if (w->ckeys)
+        kv_metric_inc(n->m_cbatches);
+    if (w->cstep_rc < 0) {
+        if (!n->compact_error)
+            fprintf(stderr, "kvd: compaction step failed: %s; retrying with the next writes\n",
+                    strerror(-w->cstep_rc));
+        n->compact_error = 1;
+        n->compact_pending = 1;
+        fire_waiters(n, w->cstep_rc); /* physical Compacts are told; the step is retried */
+        return;
+    }
+    n->compact_error = 0;
+    n->compact_pending = w->cstep_rc == 1;
+    if (!n->compact_pending)
+        fire_waiters(n, 0);
 }
 
 static void free_work(batch_work *w)
@@ -348,6 +410,10 @@ static void after_apply(uv_work_t *req, int status)
             fail_req(batch, 14, "etcdserver: request failed: storage error");
             batch = next;
         }
+        if (n->compact_pending) {
+            n->compact_error = 1; /* no compaction-only batches until a write succeeds */
+            fire_waiters(n, rc);
+        }
     } else {
         n->next_index = w->first_index + w->nreq;
         if (w->revision > n->revision)
@@ -365,6 +431,7 @@ static void after_apply(uv_work_t *req, int status)
                 kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
         }
         replay_events(n, w);
+        compaction_progress(n, w);
 
         /* Durable: now acknowledge, in order. */
         size_t i = 0;
@@ -444,8 +511,14 @@ static void start_exclusive(kv_node *n)
  * write, and no batch is in flight, so every earlier write is already durable). */
 static void start_batch(kv_node *n)
 {
-    if (n->inflight || n->excl_busy || n->stalled || n->head == NULL)
+    if (n->inflight || n->excl_busy || n->stalled)
         return;
+    if (n->head == NULL) {
+        uv_idle_stop(&n->idle);
+        if (n->compact_pending && !n->compact_error && !n->closing)
+            start_work(n, NULL, 0, 0);
+        return;
+    }
     uv_idle_stop(&n->idle);
     if (n->head->excl_work) {
         start_exclusive(n);
@@ -471,7 +544,7 @@ static void start_batch(kv_node *n)
     size_t nreq = 0;
     for (kv_node_req *r = batch; r; r = r->next)
         nreq += r->data != NULL;
-    if (nreq == 0) {
+    if (nreq == 0 && !n->compact_pending) {
         while (batch) {
             kv_node_req *next = batch->next;
             finish_barrier(batch, 0);
@@ -480,8 +553,15 @@ static void start_batch(kv_node *n)
         }
         return;
     }
+    start_work(n, batch, count, nreq);
+}
+
+/* Hands batch (nreq requests, count entries, may be empty: a compaction-only batch) to the
+ * apply worker. */
+static void start_work(kv_node *n, kv_node_req *batch, uint64_t count, size_t nreq)
+{
     batch_work *w = calloc(1, sizeof(*w));
-    kv_result *results = calloc(nreq, sizeof(*results));
+    kv_result *results = calloc(nreq ? nreq : 1, sizeof(*results));
     if (w == NULL || results == NULL) {
         free(w);
         free(results);
@@ -546,6 +626,13 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->next_index = ss.applied_index + 1;
     n->revision = ss.revision;
     n->st.applied_index = ss.applied_index;
+    n->compact_batch_keys = cfg && cfg->compact_batch_keys ? cfg->compact_batch_keys : 1000;
+    rc = kv_store_compact_pending(store, NULL);
+    if (rc < 0) {
+        free(n);
+        return rc;
+    }
+    n->compact_pending = rc; /* resume a compaction interrupted by a restart */
 
     kv_store_lease_observer rec = {
         .arg = n, .granted = rec_granted, .revoked = rec_revoked, .checkpointed = rec_checkpointed};
@@ -556,6 +643,8 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->check.data = n->idle.data = n;
     n->handles_open = 2;
     uv_check_start(&n->check, on_check);
+    if (n->compact_pending)
+        uv_idle_start(&n->idle, on_idle); /* the first check starts the compaction batches */
 
     n->metrics = metrics;
     if (metrics) {
@@ -591,6 +680,14 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
             n->m_alarm[t] = kv_metrics_gauge(
                 metrics, "kvd_alarms", "Active alarms by type (1 = raised on any member).", labels);
         }
+        n->m_ckeys = kv_metrics_counter(metrics, "kvd_compaction_keys_total",
+                                        "Keys visited by batched physical compaction.", NULL);
+        n->m_cremoved = kv_metrics_counter(metrics, "kvd_compaction_removed_total",
+                                           "Revisions removed by physical compaction.", NULL);
+        n->m_cbatches = kv_metrics_counter(metrics, "kvd_compaction_batches_total",
+                                           "Write batches that carried a compaction step.", NULL);
+        kv_metrics_gauge_fn(metrics, "kvd_compaction_pending",
+                            "1 while a physical compaction is in progress.", gauge_cpending, n);
     }
     update_alarm_metrics(n);
     *out = n;
@@ -617,6 +714,7 @@ void kv_node_close(kv_node *n)
     n->tail = NULL;
     n->pending = 0;
     n->health_q = NULL;
+    fire_waiters(n, -ECANCELED);
     if (n->metrics)
         kv_metrics_gauge_fn_remove(n->metrics, n);
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
@@ -788,4 +886,39 @@ void kv_node_get_stats(const kv_node *n, kv_node_stats *st)
 {
     *st = n->st;
     st->pending = n->pending;
+}
+
+int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *arg,
+                         kv_node_compact_waiter **handle)
+{
+    if (n->closing)
+        return -ESHUTDOWN;
+    if (!n->compact_pending)
+        return 1;
+    compact_waiter *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -ENOMEM;
+    c->fn = fn;
+    c->arg = arg;
+    c->next = n->cwait;
+    n->cwait = c;
+    if (handle)
+        *handle = (kv_node_compact_waiter *)c;
+    if (n->inflight == NULL && n->head == NULL)
+        uv_idle_start(&n->idle, on_idle);
+    return 0;
+}
+
+void kv_node_compact_wait_detach(kv_node_compact_waiter *h)
+{
+    compact_waiter *c = (compact_waiter *)h;
+    if (c) {
+        c->fn = NULL;
+        c->arg = NULL;
+    }
+}
+
+int kv_node_compact_pending(const kv_node *n)
+{
+    return n->compact_pending;
 }

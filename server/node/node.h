@@ -40,6 +40,7 @@ typedef void (*kv_node_done_fn)(void *arg, kv_result *res);
 typedef struct kv_node_config {
     uint32_t max_pending;        /* queued proposals; default 10000 */
     uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
+    uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -116,5 +117,18 @@ int kv_node_exclusive(kv_node *n, int (*work)(void *arg), void (*done)(void *arg
  * are proposed as ACTIVATE requests for this member, one at a time, from the loop. The gauge
  * kvd_alarms{type="NOSPACE"|"CORRUPT"} follows the mask. */
 unsigned kv_node_alarms(const kv_node *n);
+/* Batched physical compaction: while the store has one pending, each batch carries one step
+ * of at most compact_batch_keys keys (kv_store_compact_step) and, with nothing queued,
+ * compaction-only batches keep it going; a restart resumes it. kv_node_compact_wait calls
+ * fn(arg, 0) once no compaction is pending (after the batch that finished it committed),
+ * fn(arg, -ECANCELED) when the node closes, or fn(arg, < 0) when a step or its batch failed
+ * (the compaction stays pending and is retried with the next write batch). Returns 0 (waiting;
+ * *handle, if non-NULL, lets the caller detach), 1 if nothing is pending (fn not called),
+ * -ESHUTDOWN, -ENOMEM. */
+typedef struct kv_node_compact_waiter kv_node_compact_waiter;
+int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *arg,
+                         kv_node_compact_waiter **handle);
+void kv_node_compact_wait_detach(kv_node_compact_waiter *h);
+int kv_node_compact_pending(const kv_node *n);
 
 #endif

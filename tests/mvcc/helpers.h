@@ -19,6 +19,7 @@ typedef struct th {
     kv_store *s;
     kv_store_config cfg;
     uint64_t index; /* last index applied */
+    int defer_compaction; /* 1: th_apply does not run kv_store_compact_step */
 } th;
 
 void th_open(th *t, const kv_store_config *cfg); /* cfg NULL: defaults */

@@ -1,0 +1,94 @@
+/* read_req: a read request travelling to a reader thread and back (see read_req.h). */
+#include "api/read_req.h"
+
+#include "api/services.h"
+#include "node/read_pool.h"
+#include "server.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct read_req {
+    kv_grpc_call *call;   /* NULL once the RPC was cancelled (loop thread only) */
+    atomic_int cancelled; /* set on the loop, read by the worker: skip work not yet started */
+    kv_store *store;
+    kv_read_fn fn;
+    kv_header_info hdr;
+    int rc;
+    kv_result res;
+    size_t len;
+    uint8_t msg[]; /* copy of the request message */
+} read_req;
+
+static void reply(kv_grpc_call *call, int rc, kv_result *res)
+{
+    if (rc < 0)
+        kv_reply_error(call, res->code ? res->code : 13,
+                       res->code ? res->msg : "etcdserver: request failed: storage error");
+    else
+        kv_reply_result(call, res);
+}
+
+static void work(void *arg)
+{
+    read_req *r = arg;
+    if (atomic_load(&r->cancelled))
+        return;
+    r->rc = r->fn(r->store, r->msg, r->len, &r->hdr, &r->res);
+}
+
+static void done(void *arg, int status)
+{
+    read_req *r = arg;
+    if (r->call) {
+        kv_grpc_call_set_data(r->call, NULL);
+        if (status < 0)
+            kv_reply_error(r->call, 14, "etcdserver: server stopped");
+        else
+            reply(r->call, r->rc, &r->res);
+    }
+    free(r->res.resp);
+    free(r);
+}
+
+void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (s->read_pool == NULL) {
+        kv_result res = {0};
+        int rc = fn(s->store, msg, len, kv_node_header(s->node), &res);
+        reply(call, rc, &res);
+        free(res.resp);
+        return;
+    }
+    read_req *r = calloc(1, sizeof(*r) + len);
+    if (r == NULL) {
+        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        return;
+    }
+    r->call = call;
+    r->store = s->store;
+    r->fn = fn;
+    r->hdr = *kv_node_header(s->node);
+    r->len = len;
+    if (len)
+        memcpy(r->msg, msg, len);
+    int rc = kv_read_pool_submit(s->read_pool, work, done, r);
+    if (rc < 0) {
+        free(r);
+        kv_reply_propose_error(call, rc); /* -EBUSY: too many requests; -ESHUTDOWN: stopped */
+        return;
+    }
+    kv_grpc_call_set_data(call, r);
+}
+
+void kv_read_cancel(kv_grpc_call *call)
+{
+    read_req *r = kv_grpc_call_data(call);
+    if (r) {
+        r->call = NULL;
+        atomic_store(&r->cancelled, 1);
+    }
+}

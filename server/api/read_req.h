@@ -1,0 +1,36 @@
+/*
+ * read_req: unary reads answered from the read worker pool (node/read_pool.h).
+ *
+ * kv_read_unary() copies the request message and submits a job; the job runs fn on a reader
+ * thread (fn must only use the store's thread-safe read functions, see mvcc/store.h) and the
+ * reply goes out on the loop thread. A full pool answers RESOURCE_EXHAUSTED
+ * "etcdserver: too many requests" at once. If the RPC is cancelled meanwhile (kv_read_cancel
+ * as the method's on_cancel), the request object is detached from the call: the read still
+ * finishes on its thread (or is skipped if it had not started), and nothing is sent.
+ * Without a pool (srv->read_pool NULL) fn runs inline.
+ *
+ * Linearizability: the job opens its read transaction after the request arrived, so it sees
+ * every write acknowledged before (on a single member, acknowledged = committed).
+ *
+ * Threads: both functions run on the loop thread.
+ */
+#ifndef KV_API_READ_REQ_H
+#define KV_API_READ_REQ_H
+
+#include "grpc/grpc_server.h"
+#include "mvcc/store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Runs on a reader thread. Returns as kv_store_range: 0 with res set (code 0: res->resp is
+ * the packed response, malloc'd; or a request error in res->code/msg), or < 0 on storage
+ * failure (then the call gets res->code if set, else INTERNAL "storage error"). */
+typedef int (*kv_read_fn)(kv_store *store, const uint8_t *msg, size_t len, const kv_header_info *h,
+                          kv_result *res);
+
+void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len);
+/* on_cancel for calls started with kv_read_unary. */
+void kv_read_cancel(kv_grpc_call *call);
+
+#endif
