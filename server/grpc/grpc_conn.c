@@ -294,8 +294,8 @@ static int shed_cmp(const void *a, const void *b)
 
 /* The peer's connection window is (almost) all held in partial messages that cannot complete
  * without more window (e.g. a client interleaving 1000 streams' bodies): fail the partial
- * requests furthest from completion until half the window is credited again. Those requests
- * were never delivered, so RESOURCE_EXHAUSTED is true: they were not applied. */
+ * requests furthest from completion until the withheld window can be credited again. Those
+ * requests were never delivered, so RESOURCE_EXHAUSTED is true: they were not applied. */
 static void conn_relieve(kv_grpc_conn *c)
 {
     kv_grpc_server *s = c->srv;
@@ -316,10 +316,12 @@ static void conn_relieve(kv_grpc_conn *c)
         size_t want = x->df.in_body ? x->df.msg_len : s->cfg.max_request_bytes;
         v[k].call = x;
         v[k].remaining = want > have ? want - have : 0;
+        if (x->method && !x->method->streaming && x->n_msgs)
+            v[k].remaining = 0; /* complete, only END_STREAM missing */
         k++;
     }
     qsort(v, k, sizeof(*v), shed_cmp);
-    for (size_t i = 0; i < k && !c->closing && c->owed >= KV_GRPC_CONN_WINDOW / 2; i++) {
+    for (size_t i = 0; i < k && !c->closing && c->owed; i++) {
         if (v[i].call->finished)
             continue;
         kv_metric_inc(s->m_ref_recvbuf);
@@ -338,7 +340,12 @@ void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n)
     c->owed += n;
     kv_metric_gauge_add(s->m_window_withheld, (double)n);
     kv_grpc_conn_sync(c);
-    if (c->owed >= KV_GRPC_CONN_WINDOW - KV_GRPC_CONN_WINDOW / 4)
+    /* What the peer may still send: our window minus what it sent that we have not yet
+     * announced back (withheld bytes, and consumed bytes nghttp2 batches into the next
+     * WINDOW_UPDATE). Nearly nothing left while we withhold: shed so the rest can complete. */
+    int32_t local = nghttp2_session_get_effective_local_window_size(c->h2);
+    int32_t recvd = nghttp2_session_get_effective_recv_data_length(c->h2);
+    if (c->owed && local - recvd < KV_GRPC_CONN_WINDOW / 4)
         conn_relieve(c);
     if (s->buffered > s->cfg.max_buffered_bytes)
         kv_grpc_srv_shed_inbound(s);

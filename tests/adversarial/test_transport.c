@@ -50,13 +50,13 @@ typedef struct tstream {
     int32_t id;
     int status; /* grpc-status, -1 until seen */
     char msg[256];
-    uint32_t rst;  /* stream close error code */
+    uint32_t rst; /* stream close error code */
     int closed;
-    size_t got;    /* response DATA bytes */
+    size_t got;          /* response DATA bytes */
     const uint8_t *body; /* framed request (borrowed) */
-    size_t body_len; /* bytes to send */
+    size_t body_len;     /* bytes to send */
     size_t off;
-    int eof;       /* END_STREAM after body_len bytes (else the stream stays half-open) */
+    int eof; /* END_STREAM after body_len bytes (else the stream stays half-open) */
     struct tstream *next;
 } tstream;
 
@@ -71,8 +71,8 @@ typedef struct tconn {
     size_t n_open;
 } tconn;
 
-static int tc_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
-                        size_t nl, const uint8_t *v, size_t vl, uint8_t flags, void *ud)
+static int tc_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nl,
+                        const uint8_t *v, size_t vl, uint8_t flags, void *ud)
 {
     (void)ud;
     (void)flags;
@@ -123,8 +123,8 @@ static int tc_on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
     return 0;
 }
 
-static ssize_t tc_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
-                       uint32_t *flags, nghttp2_data_source *src, void *ud)
+static ssize_t tc_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
+                       nghttp2_data_source *src, void *ud)
 {
     (void)s;
     (void)id;
@@ -217,9 +217,12 @@ static tstream *tc_call(tconn *c, const char *path, const uint8_t *body, size_t 
     st->body_len = len;
     st->eof = eof;
 #define TNV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {TNV(":method", "POST"),         TNV(":scheme", "http"),
-                        TNV(":authority", "127.0.0.1"), TNV(":path", path),
-                        TNV("content-type", "application/grpc"), TNV("te", "trailers")};
+    nghttp2_nv nva[] = {TNV(":method", "POST"),
+                        TNV(":scheme", "http"),
+                        TNV(":authority", "127.0.0.1"),
+                        TNV(":path", path),
+                        TNV("content-type", "application/grpc"),
+                        TNV("te", "trailers")};
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = tc_read};
     st->id = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
     if (st->id < 0) {
@@ -278,8 +281,8 @@ static void tc_io(tconn *c, int readable)
             memcpy(c->out, p, (size_t)n);
             c->out_len = (size_t)n;
         }
-        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w =
+            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 c->dead = 1;
@@ -746,15 +749,16 @@ Test(transport, overload_keeps_goodput)
     tc_close(&one);
     uint64_t base = rss();
 
-    /* Overload: 8 connections x 400 streams of 100 KB puts. */
-    enum { NC = 8 };
+    /* Overload: 6 connections x 1000 streams of 100 KB puts (100 MB in flight per connection;
+     * h2load found the collapse at 20 x 1000). */
+    enum { NC = 6 };
     tconn cs[NC];
     for (int i = 0; i < NC; i++)
         cr_assert_eq(tc_open(&cs[i], srv->client_port, -1), 0);
     memset(&l.ok, 0, sizeof(long) * 3);
     l.cs = cs;
     l.nc = NC;
-    l.per_conn = 400;
+    l.per_conn = 1000;
     uint64_t peak = 0;
     for (int t = 0; t < 12; t++) {
         load_run(&l, 500);
@@ -767,10 +771,11 @@ Test(transport, overload_keeps_goodput)
                 (unsigned long long)(peak / MB));
     cr_assert_eq(l.other, 0, "only RESOURCE_EXHAUSTED sheds: %s", l.other_msg);
     cr_assert_gt(l.exhausted, 0, "the excess is shed with RESOURCE_EXHAUSTED");
-    /* Goodput: over 6 s at least half of what the modest load did in 3 s. */
-    cr_assert_geq(l.ok, capacity / 2 > 50 ? capacity / 2 : 50, "goodput %ld vs capacity %ld",
+    /* Goodput: over 6 s at least a quarter of what the modest load did in 6 s (the load
+     * generator shares the CPU with kvd; the code before the fix served 0 here). */
+    cr_assert_geq(l.ok, capacity / 2 > 50 ? capacity / 2 : 50, "goodput %ld vs capacity %ld/3s",
                   l.ok, capacity);
-    cr_assert_lt(peak - base, 512u * MB, "RSS bounded: +%llu MB",
+    cr_assert_lt(peak - base, 300u * MB, "RSS bounded: +%llu MB",
                  (unsigned long long)((peak - base) / MB));
     for (int i = 0; i < NC; i++)
         tc_close(&cs[i]);
