@@ -965,15 +965,25 @@ Test(live, recv_buffer_limit_withholds_window)
     sscanf(p + strlen("\nkvd_grpc_recv_window_withheld_bytes "), "%lf", &withheld);
     cr_assert_gt(withheld, 100 * 1024, "%s", m);
     free(m);
+    /* While saturated the connection admits no new unary request (RESOURCE_EXHAUSTED at its
+     * headers); other connections are unaffected. */
     h2stream *u;
-    unary(&c, "fine", &u);
+    unary(&c, "refused", &u);
+    cr_assert_eq(u->grpc_status, 8);
+    cr_assert_str_eq(u->grpc_message, "grpc: connection receive buffer limit exceeded");
+    h2client other;
+    cr_assert_eq(h2c_connect(&other, h.grpc_port), 0);
+    unary(&other, "fine", &u);
     cr_assert_eq(u->grpc_status, 0);
+    h2c_close(&other);
     h2c_send(&c, st, body + n + 5, total - n, 0);
     free(body);
     cr_assert(h2c_wait_bytes(&c, st, total + 5, 5000), "the message completes");
     h2c_send(&c, st, "", 0, 1);
     cr_assert(h2c_wait(&c, st, 5000));
     cr_assert_eq(st->grpc_status, 0);
+    unary(&c, "fine again", &u);
+    cr_assert_eq(u->grpc_status, 0);
     h2c_close(&c);
     expect_clean_stop(&h);
     free(h.metrics_text);
