@@ -299,11 +299,15 @@ static int shed_cmp(const void *a, const void *b)
 static void conn_relieve(kv_grpc_conn *c)
 {
     kv_grpc_server *s = c->srv;
-    size_t n = 0;
+    size_t n = 0, partial = 0;
     for (kv_grpc_call *x = c->calls; x; x = x->next)
-        if (!x->finished && kv_grpc_call_partial_bytes(x))
+        if (!x->finished && kv_grpc_call_partial_bytes(x)) {
             n++;
-    if (!n)
+            partial += kv_grpc_call_partial_bytes(x);
+        }
+    /* If requests the app is still answering (and paused input) fill the budget alone,
+     * shedding partial requests would not reopen the window: wait for the app instead. */
+    if (!n || c->in_bytes - partial >= s->cfg.max_recv_buffer_bytes)
         return;
     shed_cand *v = malloc(n * sizeof(*v));
     if (!v)
