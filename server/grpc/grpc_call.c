@@ -683,7 +683,7 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     /* A streaming call's reader that does not read: end it rather than queue without end. A
      * unary call sends one message, whatever its size; the connection is gated instead. */
-    if (call->method && call->method->streaming &&
+    if (call->method && call->method->streaming && kv_grpc_buf_size(&call->outq) &&
         kv_grpc_buf_size(&call->outq) + 5 + len > s->cfg.max_send_buffer_bytes) {
         kv_metric_inc(s->m_ref_sendbuf);
         return -ENOBUFS;

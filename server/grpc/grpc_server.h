@@ -140,8 +140,8 @@ uint64_t kv_grpc_call_deadline(kv_grpc_call *c);
  * error (it stops the connection's request delivery instead). Returns 0, -EMSGSIZE if len >
  * max_response_bytes (refused{reason="response_size"}), -ENOBUFS if the process-wide cap
  * cannot fit it (refused{reason="buffered_cap_send"}) or, for streaming calls only, if this
- * call's own unsent output would exceed max_send_buffer_bytes (its reader is not reading;
- * refused{reason="send_buffer"}), -ECONNRESET if the connection is closing, -EINVAL if the
+ * call's own unsent output (not empty) would exceed max_send_buffer_bytes (its reader is not
+ * reading; refused{reason="send_buffer"}), -ECONNRESET if the connection is closing, -EINVAL if the
  * call is finished. On any error nothing was queued. */
 int kv_grpc_call_send(kv_grpc_call *c, const uint8_t *msg, size_t len);
 /* (addition) End the RPC with RST_STREAM(INTERNAL_ERROR) instead of a status: for a request
