@@ -323,12 +323,12 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
     route(call);
     if (call->finished)
         return;
-    /* Admission: a connection that already holds its budget of partial and unanswered
-     * requests (its window is being withheld) takes no new unary request. Refusing it at the
-     * headers costs no window (its DATA is discarded and credited at once), so the requests
+    /* Admission: a connection that holds its budget of partial and unanswered requests (see
+     * kv_grpc_conn_sync: until half of it is free again) takes no new unary request. Refusing it at
+     * the headers costs no window (its DATA is discarded and credited at once), so the requests
      * already admitted can complete instead of sharing the window with newcomers. */
     kv_grpc_server *s = c->srv;
-    if (!call->method->streaming && (c->owed || c->in_bytes >= s->cfg.max_recv_buffer_bytes)) {
+    if (!call->method->streaming && c->saturated) {
         kv_metric_inc(s->m_ref_recvbuf);
         call->app_done = 1;
         finish_internal(call, 200, KV_GRPC_RESOURCE_EXHAUSTED,

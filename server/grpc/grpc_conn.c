@@ -267,6 +267,13 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
         c->gated = 0;
         kv_grpc_conn_ungate(c);
     }
+    /* Admission hysteresis: once full, newcomers wait until half the budget is free, so the
+     * window goes to requests already admitted (a client scheduling streams fairly would
+     * otherwise hand most of it to each new stream, which would then be shed). */
+    if (c->in_bytes >= s->cfg.max_recv_buffer_bytes || c->owed)
+        c->saturated = 1;
+    else if (c->in_bytes < s->cfg.max_recv_buffer_bytes / 2)
+        c->saturated = 0;
     /* Withheld window: credited once the connection's held input drops under its budget. */
     if (c->owed && c->in_bytes < s->cfg.max_recv_buffer_bytes &&
         s->buffered < s->cfg.max_buffered_bytes) {

@@ -90,9 +90,11 @@ struct kv_grpc_conn {
     kv_grpc_call *resume_head;
     size_t n_calls;
     unsigned closing : 1, close_after_write : 1, dirty : 1, ping_outstanding : 1, read_stopped : 1;
-    unsigned got_request : 1;        /* a request's headers completed on this connection */
-    unsigned gated : 1;              /* outbound over max_send_buffer_bytes: no request delivery */
-    unsigned reset_strikes : 1;      /* we sent HEADERS/DATA since the last PING (grpc-go) */
+    unsigned got_request : 1;   /* a request's headers completed on this connection */
+    unsigned gated : 1;         /* outbound over max_send_buffer_bytes: no request delivery */
+    unsigned saturated : 1;     /* input budget reached: no new unary request admitted until held
+                                   input drops under half the budget */
+    unsigned reset_strikes : 1; /* we sent HEADERS/DATA since the last PING (grpc-go) */
     unsigned in_hs : 1, in_idle : 1; /* member of srv->hs / srv->idle_conns */
     unsigned ping_strikes;
     uint64_t accepted_at;    /* uv_now() at accept */

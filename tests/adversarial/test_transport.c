@@ -42,6 +42,20 @@
 
 #define MB (1024u * 1024u)
 
+/* Under AddressSanitizer RSS says nothing about our buffers (quarantine, shadow memory) and
+ * kvd is ~3x slower: RSS bounds are checked through kvd's own buffered-bytes gauge instead, and
+ * the overload runs longer (its first 100 KB-put batches take seconds to commit). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASAN_BUILD 1
+#endif
+#endif
+#ifndef ASAN_BUILD
+#define ASAN_BUILD 0
+#endif
+
 /* ------------------------------------------------------------------------------------------
  * A small non-blocking nghttp2 client: many connections, many streams, one poll loop.
  * ------------------------------------------------------------------------------------------ */
@@ -553,11 +567,14 @@ Test(transport, zero_window_readers_are_reset_and_bounded)
     (void)g;
     uint64_t t0 = kv_it_now_ms();
     int all = 0;
+    double buf_peak = metric("kvd_grpc_conn_buffered_bytes_total", NULL);
     while (kv_it_now_ms() - t0 < 20000 && !all) {
         tc_pump(cs, N, 250, NULL, NULL);
         uint64_t r = rss();
         if (r > peak)
             peak = r;
+        double b = metric("kvd_grpc_conn_buffered_bytes_total", NULL);
+        buf_peak = b > buf_peak ? b : buf_peak;
         all = 1;
         for (int i = 0; i < N; i++)
             all &= st[i]->closed || cs[i].dead;
@@ -571,8 +588,10 @@ Test(transport, zero_window_readers_are_reset_and_bounded)
                 (unsigned long long)(base / MB), (unsigned long long)(peak / MB), reset, refused);
     cr_assert(all, "every stalled stream ends (reset after the stall timeout, or refused)");
     cr_assert_gt(reset, 0, "stalled streams are reset");
-    cr_assert_lt(peak - base, 64u * MB + 48u * MB, "RSS bounded by the buffer cap: +%llu MB",
-                 (unsigned long long)((peak - base) / MB));
+    cr_assert_leq(buf_peak, 64.0 * MB, "buffered bytes under the cap: %.0f", buf_peak);
+    if (!ASAN_BUILD)
+        cr_assert_lt(peak - base, 64u * MB + 48u * MB, "RSS bounded by the buffer cap: +%llu MB",
+                     (unsigned long long)((peak - base) / MB));
     cr_assert_gt(metric("kvd_grpc_streams_reset_total", "reason=\"send_stalled\""), 0);
     for (int i = 0; i < N; i++)
         tc_close(&cs[i]);
@@ -637,8 +656,9 @@ Test(transport, idle_connections_do_not_lock_clients_out)
     for (int i = 0; i < N; i++)
         close(fd[i]);
     free(fd);
-    cr_assert_lt(per_conn, 32 * 1024.0, "an idle connection costs < 32 KB (%.1f KB)",
-                 per_conn / 1024);
+    if (!ASAN_BUILD)
+        cr_assert_lt(per_conn, 32 * 1024.0, "an idle connection costs < 32 KB (%.1f KB)",
+                     per_conn / 1024);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -664,16 +684,23 @@ Test(transport, partial_messages_stay_under_the_cap)
             cr_assert_not_null(tc_call(&cs[i], "/etcdserverpb.KV/Put", body, partial + 5, 0));
     }
     uint64_t peak = 0;
+    double buf_peak = 0;
     for (int t = 0; t < 24; t++) {
         tc_pump(cs, NC, 250, NULL, NULL);
         uint64_t r = rss();
         peak = r > peak ? r : peak;
+        double b = metric("kvd_grpc_conn_buffered_bytes_total", NULL);
+        buf_peak = b > buf_peak ? b : buf_peak;
     }
+    cr_log_info("partial messages: buffered peak %.1f MB", buf_peak / MB);
+    /* Inbound is checked against the cap after each chunk: allow one chunk over. */
+    cr_assert_leq(buf_peak, 65.0 * MB, "buffered bytes under the cap: %.0f", buf_peak);
     cr_log_info("partial messages: RSS %llu -> peak %llu MB (attempted %u MB)",
                 (unsigned long long)(base / MB), (unsigned long long)(peak / MB),
                 (unsigned)((size_t)NC * NS * partial / MB));
-    cr_assert_lt(peak - base, 64u * MB + 64u * MB, "RSS bounded: +%llu MB",
-                 (unsigned long long)((peak - base) / MB));
+    if (!ASAN_BUILD)
+        cr_assert_lt(peak - base, 64u * MB + 64u * MB, "RSS bounded: +%llu MB",
+                     (unsigned long long)((peak - base) / MB));
     /* The member still serves. */
     put_values("/p/", 1, 100);
     cr_assert_eq(raw_get("/p/", "/p0", NULL), 1);
@@ -761,14 +788,20 @@ Test(transport, overload_keeps_goodput)
     l.nc = NC;
     l.per_conn = 1000;
     uint64_t peak = 0;
-    for (int t = 0; t < 12; t++) {
+    int rounds = ASAN_BUILD ? 40 : 12;
+    for (int t = 0; t < rounds; t++) {
         load_run(&l, 500);
         uint64_t r = rss();
         peak = r > peak ? r : peak;
     }
+    cr_log_info("overload: kvd_apply_batches_total %.0f, kvd_apply_batch_size_max %.0f, "
+                "kvd_proposals_pending %.0f, buffered %.0f",
+                metric("kvd_apply_batches_total", NULL), metric("kvd_apply_batch_size_max", NULL),
+                metric("kvd_proposals_pending", NULL),
+                metric("kvd_grpc_conn_buffered_bytes_total", NULL));
     cr_log_info("overload: capacity %ld ok/3s; under overload %ld ok, %ld RESOURCE_EXHAUSTED, "
-                "%ld other in 6 s; RSS %llu -> peak %llu MB",
-                capacity, l.ok, l.exhausted, l.other, (unsigned long long)(base / MB),
+                "%ld other in %d s; RSS %llu -> peak %llu MB",
+                capacity, l.ok, l.exhausted, l.other, rounds / 2, (unsigned long long)(base / MB),
                 (unsigned long long)(peak / MB));
     cr_assert_eq(l.other, 0, "only RESOURCE_EXHAUSTED sheds: %s", l.other_msg);
     cr_assert_gt(l.exhausted, 0, "the excess is shed with RESOURCE_EXHAUSTED");
@@ -777,8 +810,9 @@ Test(transport, overload_keeps_goodput)
      * Asserted with a wide margin for noisy CI: an eighth of that rate. */
     cr_assert_geq(l.ok, capacity / 4 > 30 ? capacity / 4 : 30, "goodput %ld vs capacity %ld/3s",
                   l.ok, capacity);
-    cr_assert_lt(peak - base, 300u * MB, "RSS bounded: +%llu MB",
-                 (unsigned long long)((peak - base) / MB));
+    if (!ASAN_BUILD)
+        cr_assert_lt(peak - base, 300u * MB, "RSS bounded: +%llu MB",
+                     (unsigned long long)((peak - base) / MB));
     for (int i = 0; i < NC; i++)
         tc_close(&cs[i]);
     free(l.body);
