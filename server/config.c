@@ -35,6 +35,7 @@ void kv_config_default(kv_config *cfg)
     cfg->grpc_keepalive_interval_ms = 2u * 3600 * 1000;
     cfg->grpc_keepalive_timeout_ms = 20000;
     cfg->send_stall_timeout_ms = 30000;
+    cfg->max_pending_request_bytes = 64u << 20;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -232,6 +233,8 @@ static const flag_def FLAGS[] = {
     {"grpc-keepalive-interval", F_DUR, OFF(grpc_keepalive_interval_ms), 0, 0, 0, 0},
     {"grpc-keepalive-timeout", F_DUR, OFF(grpc_keepalive_timeout_ms), 0, 0, 0, 0},
     {"send-stall-timeout", F_DUR, OFF(send_stall_timeout_ms), 0, 0, 0, 0},
+    {"max-pending-request-bytes", F_SIZE, OFF(max_pending_request_bytes), 0, 0, 1u << 20,
+     1ULL << 40},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -278,6 +281,8 @@ const char *kv_config_usage(void)
            "  --grpc-keepalive-interval D     server keepalive PING period (2h)\n"
            "  --grpc-keepalive-timeout D      close if our PING is unanswered (20s)\n"
            "  --send-stall-timeout D          reset a stream whose output stalls (30s)\n"
+           "  --max-pending-request-bytes N   unanswered requests held by the server before\n"
+           "                                  request delivery waits (64 MiB)\n"
            "  --version | --help\n";
 }
 

@@ -79,6 +79,7 @@ typedef struct kv_config {
     uint32_t grpc_keepalive_interval_ms;  /* --grpc-keepalive-interval, default 2h (etcd) */
     uint32_t grpc_keepalive_timeout_ms;   /* --grpc-keepalive-timeout, default 20s (etcd) */
     uint32_t send_stall_timeout_ms;       /* --send-stall-timeout, default 30s */
+    size_t max_pending_request_bytes;     /* --max-pending-request-bytes, default 64 MiB */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

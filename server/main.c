@@ -134,6 +134,8 @@ static int start_listeners(kvd_main *m)
     gc.ping_interval_ms = cfg->grpc_keepalive_interval_ms;
     gc.ping_timeout_ms = cfg->grpc_keepalive_timeout_ms;
     gc.send_stall_timeout_ms = cfg->send_stall_timeout_ms;
+    gc.max_pending_request_bytes =
+        cfg->max_pending_request_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
     m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
     if (m->n_methods == 0)
         return -E2BIG;

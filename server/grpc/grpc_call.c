@@ -30,10 +30,28 @@ void kv_grpc_call_account(kv_grpc_call *call)
     kv_grpc_conn_sync(call->conn);
 }
 
-/* Delivery of this call's input waits: paused by the app, or the connection is gated. */
+/* Delivery of this call's input waits: paused by the app, the connection is gated, or (unary)
+ * the app has max_pending_request_bytes of requests to answer. */
 static int held(const kv_grpc_call *call)
 {
-    return call->paused || call->conn->gated;
+    return call->paused || call->conn->gated ||
+           (call->conn->srv->app_full && call->method && !call->method->streaming);
+}
+
+void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n)
+{
+    kv_grpc_server *s = call->conn->srv;
+    s->app_held = s->app_held - call->app_held + n;
+    call->app_held = n;
+    size_t lim = s->cfg.max_pending_request_bytes;
+    if (!s->app_full && s->app_held >= lim) {
+        s->app_full = 1;
+    } else if (s->app_full && s->app_held < lim - lim / 4) {
+        s->app_full = 0;
+        for (kv_grpc_conn *c = s->conns; c; c = c->next)
+            if (!c->closing && !c->gated)
+                kv_grpc_conn_ungate(c);
+    }
 }
 
 kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id)
@@ -66,7 +84,7 @@ static void drop_input(kv_grpc_call *call)
     free(call->unary_msg);
     call->unary_msg = NULL;
     call->unary_len = 0;
-    call->app_held = 0;
+    kv_grpc_call_set_app_held(call, 0);
     kv_grpc_call_account(call);
 }
 
@@ -81,7 +99,7 @@ void kv_grpc_call_free(kv_grpc_call *call)
     free(call->unary_msg);
     call->unary_msg = NULL;
     call->unary_len = 0;
-    call->app_held = 0;
+    kv_grpc_call_set_app_held(call, 0);
     kv_grpc_call_account(call);
     free(call->path);
     free(call->content_type);
@@ -424,7 +442,7 @@ static void deliver_half_close(kv_grpc_call *call)
         size_t len = call->unary_len;
         call->unary_msg = NULL;
         call->unary_len = 0;
-        call->app_held = len; /* the app (e.g. the proposal queue) holds its copy until done */
+        kv_grpc_call_set_app_held(call, len); /* the app (proposal queue) holds a copy */
         kv_grpc_call_account(call);
         call->app_owned = 1;
         call->method->on_message(call, m, len);
@@ -689,7 +707,7 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return -ENOBUFS;
     }
     if (call->app_held) { /* answering: the request's bytes no longer count */
-        call->app_held = 0;
+        kv_grpc_call_set_app_held(call, 0);
         kv_grpc_call_account(call);
     }
     if (s->buffered + 5 + len > s->cfg.max_buffered_bytes &&

@@ -129,10 +129,12 @@ struct kv_grpc_server {
     uv_timer_t deadline_timer;
     uv_timer_t ping_timer;
     uv_timer_t housekeep_timer;
-    uint8_t *rbuf;                /* KV_GRPC_READ_BUF bytes shared by every connection's reads */
-    size_t buffered;              /* sum of connections' acct (in + out bytes) */
-    size_t n_closing;             /* connections closed but not yet freed */
-    kv_grpc_conn_list hs;         /* connections that never completed a request header block */
+    uint8_t *rbuf;        /* KV_GRPC_READ_BUF bytes shared by every connection's reads */
+    size_t buffered;      /* sum of connections' acct (in + out bytes) */
+    size_t app_held;      /* sum of calls' app_held: requests the app is still answering */
+    int app_full;         /* app_held reached max_pending_request_bytes: unary delivery waits */
+    size_t n_closing;     /* connections closed but not yet freed */
+    kv_grpc_conn_list hs; /* connections that never completed a request header block */
     kv_grpc_conn_list idle_conns; /* connections with requests before and no call now */
     int open_handles;             /* server-level handles not yet closed */
     size_t n_rejecting;           /* over-limit sockets being closed */
@@ -208,5 +210,7 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
 size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call);
 /* Streams on c that hold input only because c is gated: queue them for delivery. */
 void kv_grpc_conn_ungate(kv_grpc_conn *c);
+/* Sets call->app_held (and the server's sum); reopens unary delivery when the app drains. */
+void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n);
 
 #endif

@@ -25,6 +25,7 @@ void kv_grpc_config_default(kv_grpc_config *cfg)
     cfg->keepalive_min_time_ms = 5000;
     cfg->ping_timeout_ms = 0;
     cfg->send_stall_timeout_ms = 30000;
+    cfg->max_pending_request_bytes = 64u * 1024 * 1024;
 }
 
 /* ---- connection FIFOs (handshaking, idle) ---- */
@@ -372,6 +373,11 @@ static double buffered_limit(void *arg)
     return (double)((kv_grpc_server *)arg)->cfg.max_buffered_bytes;
 }
 
+static double pending_requests(void *arg)
+{
+    return (double)((kv_grpc_server *)arg)->app_held;
+}
+
 static double conns_handshaking(void *arg)
 {
     return (double)((kv_grpc_server *)arg)->hs.n;
@@ -492,6 +498,9 @@ static void register_listener_metrics(kv_grpc_server *s, const char *host, int p
         s->metrics, "kvd_grpc_buffered_bytes_limit",
         "Cap on buffered bytes over all connections (--max-buffered-bytes).", labels,
         buffered_limit, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_pending_request_bytes",
+                                "Unary request bytes handed to the app and not yet answered.",
+                                labels, pending_requests, s);
     kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_connections_handshaking",
                                 "Connections that have not completed a request yet.", labels,
                                 conns_handshaking, s);
@@ -546,6 +555,8 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
         s->cfg.keepalive_min_time_ms = def.keepalive_min_time_ms;
     if (!s->cfg.send_stall_timeout_ms)
         s->cfg.send_stall_timeout_ms = def.send_stall_timeout_ms;
+    if (!s->cfg.max_pending_request_bytes)
+        s->cfg.max_pending_request_bytes = def.max_pending_request_bytes;
     s->loop = loop;
     s->methods = methods;
     s->n_methods = n_methods;

@@ -77,20 +77,24 @@ typedef struct kv_grpc_config {
                                         requests before the connection window stops being
                                         credited; default 16 MiB */
     /* Hardening (issue 8) additions; 0 = default unless stated. */
-    size_t max_response_bytes;       /* one response message; default 256 MiB, at most
-                                        max_buffered_bytes; larger -> kv_grpc_call_send -EMSGSIZE */
-    size_t max_buffered_bytes;       /* cap on in + out bytes over all connections; 512 MiB */
-    uint32_t handshake_timeout_ms;   /* close a connection that completes no request header
-                                        block within this after accept; default 10 s */
-    uint32_t max_connection_idle_ms; /* GOAWAY + close a connection without calls for this
-                                        long (grpc-go MaxConnectionIdle); 0 = never */
-    uint32_t keepalive_min_time_ms;  /* grpc-go EnforcementPolicy.MinTime: more than 2 PINGs
-                                        closer than this -> GOAWAY ENHANCE_YOUR_CALM
-                                        "too_many_pings"; default 5 s (etcd's) */
-    uint32_t ping_timeout_ms;        /* our keepalive PING unanswered this long closes the
-                                        connection; 0 = ping_interval_ms */
-    uint32_t send_stall_timeout_ms;  /* a stream whose queued output makes no progress this long
-                                        is reset; a socket write this long closes; 30 s */
+    size_t max_response_bytes;        /* one response message; default 256 MiB, at most
+                                         max_buffered_bytes; larger -> kv_grpc_call_send -EMSGSIZE */
+    size_t max_buffered_bytes;        /* cap on in + out bytes over all connections; 512 MiB */
+    uint32_t handshake_timeout_ms;    /* close a connection that completes no request header
+                                         block within this after accept; default 10 s */
+    uint32_t max_connection_idle_ms;  /* GOAWAY + close a connection without calls for this
+                                         long (grpc-go MaxConnectionIdle); 0 = never */
+    uint32_t keepalive_min_time_ms;   /* grpc-go EnforcementPolicy.MinTime: more than 2 PINGs
+                                         closer than this -> GOAWAY ENHANCE_YOUR_CALM
+                                         "too_many_pings"; default 5 s (etcd's) */
+    uint32_t ping_timeout_ms;         /* our keepalive PING unanswered this long closes the
+                                         connection; 0 = ping_interval_ms */
+    uint32_t send_stall_timeout_ms;   /* a stream whose queued output makes no progress this long
+                                         is reset; a socket write this long closes; 30 s */
+    size_t max_pending_request_bytes; /* unary requests handed to the app and not yet answered
+                                         (e.g. queued proposals), all connections: past it no
+                                         unary request is delivered (its DATA stays unconsumed)
+                                         until the app drains to 3/4; default 64 MiB */
 } kv_grpc_config;
 
 #define KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES ((size_t)256 * 1024 * 1024)
