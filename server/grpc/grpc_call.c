@@ -383,6 +383,7 @@ static int deliver_msg(void *arg, const uint8_t *msg, size_t len)
     }
     call->n_msgs++;
     call->app_owned = 1;
+    call->conn->last_delivery = uv_now(call->conn->srv->loop);
     call->method->on_message(call, msg, len);
     return call->finished || call->app_done || held(call);
 }
@@ -445,6 +446,7 @@ static void deliver_half_close(kv_grpc_call *call)
         kv_grpc_call_set_app_held(call, len); /* the app (proposal queue) holds a copy */
         kv_grpc_call_account(call);
         call->app_owned = 1;
+        call->conn->last_delivery = uv_now(call->conn->srv->loop);
         call->method->on_message(call, m, len);
         free(m);
         return;

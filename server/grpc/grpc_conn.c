@@ -270,10 +270,23 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
     /* Admission hysteresis: once full, newcomers wait until half the budget is free, so the
      * window goes to requests already admitted (a client scheduling streams fairly would
      * otherwise hand most of it to each new stream, which would then be shed). */
-    if (c->in_bytes >= s->cfg.max_recv_buffer_bytes || c->owed)
+    if (!c->saturated && (c->in_bytes >= s->cfg.max_recv_buffer_bytes || c->owed)) {
         c->saturated = 1;
-    else if (c->in_bytes < s->cfg.max_recv_buffer_bytes / 2)
+        /* Also stop the peer from opening streams (SETTINGS_MAX_CONCURRENT_STREAMS = the
+         * calls still in progress): its scheduler would hand new streams the window first. */
+        uint32_t live = 0;
+        for (kv_grpc_call *x = c->calls; x; x = x->next)
+            live += !x->finished;
+        nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, live ? live : 1};
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
+            kv_grpc_srv_mark_dirty(c);
+    } else if (c->saturated && c->in_bytes < s->cfg.max_recv_buffer_bytes / 2 && !c->owed) {
         c->saturated = 0;
+        nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+                                     s->cfg.max_concurrent_streams};
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
+            kv_grpc_srv_mark_dirty(c);
+    }
     /* Withheld window: credited once the connection's held input drops under its budget. */
     if (c->owed && c->in_bytes < s->cfg.max_recv_buffer_bytes &&
         s->buffered < s->cfg.max_buffered_bytes) {
@@ -303,12 +316,13 @@ static int shed_cmp(const void *a, const void *b)
  * without more window (e.g. a client interleaving 1000 streams' bodies): fail the partial
  * requests furthest from completion until the withheld window can be credited again. Those
  * requests were never delivered, so RESOURCE_EXHAUSTED is true: they were not applied. */
-static void conn_relieve(kv_grpc_conn *c)
+void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated)
 {
     kv_grpc_server *s = c->srv;
     size_t n = 0, partial = 0;
     for (kv_grpc_call *x = c->calls; x; x = x->next)
-        if (!x->finished && kv_grpc_call_partial_bytes(x)) {
+        if (!x->finished && kv_grpc_call_partial_bytes(x) &&
+            !(until_unsaturated && x->method && x->method->streaming)) {
             n++;
             partial += kv_grpc_call_partial_bytes(x);
         }
@@ -321,7 +335,8 @@ static void conn_relieve(kv_grpc_conn *c)
         return;
     size_t k = 0;
     for (kv_grpc_call *x = c->calls; x && k < n; x = x->next) {
-        if (x->finished || !kv_grpc_call_partial_bytes(x))
+        if (x->finished || !kv_grpc_call_partial_bytes(x) ||
+            (until_unsaturated && x->method && x->method->streaming))
             continue;
         size_t have = x->df.have;
         size_t want = x->df.in_body ? x->df.msg_len : s->cfg.max_request_bytes;
@@ -332,7 +347,8 @@ static void conn_relieve(kv_grpc_conn *c)
         k++;
     }
     qsort(v, k, sizeof(*v), shed_cmp);
-    for (size_t i = 0; i < k && !c->closing && c->owed; i++) {
+    for (size_t i = 0; i < k && !c->closing && (until_unsaturated ? c->saturated : c->owed != 0);
+         i++) {
         if (v[i].call->finished)
             continue;
         kv_metric_inc(s->m_ref_recvbuf);
@@ -357,7 +373,7 @@ void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n)
     int32_t local = nghttp2_session_get_effective_local_window_size(c->h2);
     int32_t recvd = nghttp2_session_get_effective_recv_data_length(c->h2);
     if (c->owed && local - recvd < KV_GRPC_CONN_WINDOW / 4)
-        conn_relieve(c);
+        kv_grpc_conn_relieve(c, 0);
     if (s->buffered > s->cfg.max_buffered_bytes)
         kv_grpc_srv_shed_inbound(s);
 }

@@ -103,6 +103,7 @@ struct kv_grpc_conn {
     uint64_t ping_sent_at;   /* uv_now() of our outstanding keepalive PING */
     uint64_t last_ping_recv; /* uv_now() of the peer's last PING, 0 = none */
     uint64_t close_at;       /* nonzero: close by then even if the GOAWAY is not written */
+    uint64_t last_delivery;  /* uv_now() when a request message last reached the app */
     size_t owed;             /* DATA bytes received, not yet credited to the connection window */
     size_t acct;             /* bytes this connection counts in srv->buffered */
     kv_grpc_conn *lnext, *lprev;           /* srv->hs or srv->idle_conns (oldest first) */
@@ -185,6 +186,10 @@ void kv_grpc_conn_goaway_close(kv_grpc_conn *c, uint32_t error_code, const char 
 void kv_grpc_conn_sync(kv_grpc_conn *c);
 /* Credits n received bytes to the connection window (now, or once buffers drain). */
 void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n);
+/* Sheds partial requests furthest from completion: until the withheld window can be credited
+ * (until_unsaturated 0: the peer's window is used up), or (1: saturated and nothing delivered
+ * lately, from housekeeping; unary requests only) until admission reopens. */
+void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated);
 int kv_grpc_session_callbacks(nghttp2_session_callbacks **out);
 
 /* grpc_call.c */

@@ -338,6 +338,12 @@ static void housekeep_cb(uv_timer_t *t)
         }
         if (c->owed && !c->closing)
             kv_grpc_conn_sync(c); /* the cap may have room again */
+        /* Saturated and nothing delivered for a while: the peer may be spending its window on
+         * streams refused at admission while the admitted ones starve (nghttp2's scheduler,
+         * e.g. h2load's, favours new streams). Shed the partial unary requests furthest from
+         * done until admission reopens. */
+        if (c->saturated && !c->closing && c->last_delivery + KV_GRPC_HOUSEKEEP_MS <= now)
+            kv_grpc_conn_relieve(c, 1);
     }
 }
 
