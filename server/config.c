@@ -32,6 +32,16 @@ void kv_config_default(kv_config *cfg)
     cfg->max_health_probes = 64;
     cfg->metrics_max_connections = 256;
     cfg->metrics_request_timeout_ms = 5000;
+    cfg->max_response_bytes = 256u << 20;
+    cfg->max_buffered_bytes = 512u << 20;
+    cfg->max_recv_buffer_bytes = 16u << 20;
+    cfg->grpc_handshake_timeout_ms = 10000;
+    cfg->grpc_max_connection_idle_ms = 0;
+    cfg->grpc_keepalive_min_time_ms = 5000;
+    cfg->grpc_keepalive_interval_ms = 2u * 3600 * 1000;
+    cfg->grpc_keepalive_timeout_ms = 20000;
+    cfg->send_stall_timeout_ms = 30000;
+    cfg->max_pending_request_bytes = 64u << 20;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -226,6 +236,17 @@ static const flag_def FLAGS[] = {
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
     {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
     {"metrics-request-timeout", F_DUR, OFF(metrics_request_timeout_ms), 0, 0, 0, 0},
+    {"max-response-bytes", F_SIZE, OFF(max_response_bytes), 0, 0, 65536, UINT32_MAX},
+    {"max-buffered-bytes", F_SIZE, OFF(max_buffered_bytes), 0, 0, 1u << 20, 1ULL << 40},
+    {"max-recv-buffer-bytes", F_SIZE, OFF(max_recv_buffer_bytes), 0, 0, 65536, 1ULL << 32},
+    {"grpc-handshake-timeout", F_DUR, OFF(grpc_handshake_timeout_ms), 0, 0, 0, 0},
+    {"grpc-max-connection-idle", F_DUR, OFF(grpc_max_connection_idle_ms), 0, 0, 0, 0},
+    {"grpc-keepalive-min-time", F_DUR, OFF(grpc_keepalive_min_time_ms), 0, 0, 0, 0},
+    {"grpc-keepalive-interval", F_DUR, OFF(grpc_keepalive_interval_ms), 0, 0, 0, 0},
+    {"grpc-keepalive-timeout", F_DUR, OFF(grpc_keepalive_timeout_ms), 0, 0, 0, 0},
+    {"send-stall-timeout", F_DUR, OFF(send_stall_timeout_ms), 0, 0, 0, 0},
+    {"max-pending-request-bytes", F_SIZE, OFF(max_pending_request_bytes), 0, 0, 1u << 20,
+     1ULL << 40},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -268,6 +289,18 @@ const char *kv_config_usage(void)
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
+           "  --max-response-bytes N          largest response message (default 256 MiB)\n"
+           "  --max-buffered-bytes N          gRPC in+out buffers, whole process (512 MiB)\n"
+           "  --max-recv-buffer-bytes N       input held per connection before its HTTP/2\n"
+           "                                  window stops being credited (16 MiB)\n"
+           "  --grpc-handshake-timeout D      close a connection with no request by then (10s)\n"
+           "  --grpc-max-connection-idle D    close a connection idle this long (0 = never)\n"
+           "  --grpc-keepalive-min-time D     min interval between client PINGs (5s)\n"
+           "  --grpc-keepalive-interval D     server keepalive PING period (2h)\n"
+           "  --grpc-keepalive-timeout D      close if our PING is unanswered (20s)\n"
+           "  --send-stall-timeout D          reset a stream whose output stalls (30s)\n"
+           "  --max-pending-request-bytes N   unanswered requests held by the server before\n"
+           "                                  request delivery waits (64 MiB)\n"
            "  --version | --help\n";
 }
 

@@ -76,6 +76,17 @@ typedef struct kv_config {
     uint32_t max_health_probes;          /* --max-health-probes, default 64 */
     uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
     uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
+    /* gRPC transport under load and abuse (issue 8, D5/D6/D8; see server/grpc/README.md). */
+    size_t max_response_bytes;          /* --max-response-bytes, default 256 MiB */
+    size_t max_buffered_bytes;          /* --max-buffered-bytes, default 512 MiB (process) */
+    size_t max_recv_buffer_bytes;       /* --max-recv-buffer-bytes, default 16 MiB per connection */
+    uint32_t grpc_handshake_timeout_ms; /* --grpc-handshake-timeout, default 10s */
+    uint32_t grpc_max_connection_idle_ms; /* --grpc-max-connection-idle, default 0 (never) */
+    uint32_t grpc_keepalive_min_time_ms;  /* --grpc-keepalive-min-time, default 5s (etcd) */
+    uint32_t grpc_keepalive_interval_ms;  /* --grpc-keepalive-interval, default 2h (etcd) */
+    uint32_t grpc_keepalive_timeout_ms;   /* --grpc-keepalive-timeout, default 20s (etcd) */
+    uint32_t send_stall_timeout_ms;       /* --send-stall-timeout, default 30s */
+    size_t max_pending_request_bytes;     /* --max-pending-request-bytes, default 64 MiB */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -165,6 +165,19 @@ static int start_listeners(kvd_main *m)
     gc.max_concurrent_streams = cfg->max_concurrent_streams;
     gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
     gc.max_connections = cfg->max_connections;
+    /* Transport hardening (issue 8). The buffer cap is process-wide: split across listeners. */
+    gc.max_response_bytes = cfg->max_response_bytes;
+    gc.max_buffered_bytes =
+        cfg->max_buffered_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
+    gc.max_recv_buffer_bytes = cfg->max_recv_buffer_bytes;
+    gc.handshake_timeout_ms = cfg->grpc_handshake_timeout_ms;
+    gc.max_connection_idle_ms = cfg->grpc_max_connection_idle_ms;
+    gc.keepalive_min_time_ms = cfg->grpc_keepalive_min_time_ms;
+    gc.ping_interval_ms = cfg->grpc_keepalive_interval_ms;
+    gc.ping_timeout_ms = cfg->grpc_keepalive_timeout_ms;
+    gc.send_stall_timeout_ms = cfg->send_stall_timeout_ms;
+    gc.max_pending_request_bytes =
+        cfg->max_pending_request_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
     m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
     if (m->n_methods == 0)
         return -E2BIG;

@@ -5,6 +5,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,14 +36,51 @@ void kv_reply_error(kv_grpc_call *call, int code, const char *msg)
     kv_grpc_call_finish(call, code, msg);
 }
 
+/* A response that could not be queued, for a request that changed nothing: say why. */
+static void reply_send_failed(kv_grpc_call *call, int rc, size_t len)
+{
+    char msg[128];
+    switch (rc) {
+    case -EMSGSIZE: /* grpc-go's wording (rpc_util.go) */
+        snprintf(msg, sizeof(msg), "grpc: trying to send message larger than max (%zu vs. %zu)",
+                 len, kv_grpc_call_max_response_bytes(call));
+        kv_grpc_call_finish(call, 8, msg);
+        break;
+    case -ECONNRESET: /* the connection is going away: nobody to answer */
+    case -EINVAL:
+        kv_grpc_call_finish(call, 1, "context canceled");
+        break;
+    default: /* -ENOBUFS (process-wide buffer cap), -ENOMEM */
+        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+        break;
+    }
+}
+
 void kv_reply_result(kv_grpc_call *call, const kv_result *res)
 {
     if (res->code != 0) {
         kv_grpc_call_finish(call, res->code, res->msg);
         return;
     }
+    int rc = kv_grpc_call_send(call, res->resp ? res->resp : (const uint8_t *)"", res->resp_len);
+    if (rc < 0) {
+        reply_send_failed(call, rc, res->resp_len);
+        return;
+    }
+    kv_grpc_call_finish(call, 0, NULL);
+}
+
+/* The completion of an applied write. Its effect is committed: if the response cannot be
+ * queued the stream is reset (the client learns "outcome unknown"), never answered with a
+ * status such as RESOURCE_EXHAUSTED that means "not applied". */
+static void reply_committed(kv_grpc_call *call, const kv_result *res)
+{
+    if (res->code != 0) {
+        kv_grpc_call_finish(call, res->code, res->msg);
+        return;
+    }
     if (kv_grpc_call_send(call, res->resp ? res->resp : (const uint8_t *)"", res->resp_len) < 0) {
-        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+        kv_grpc_call_abort(call);
         return;
     }
     kv_grpc_call_finish(call, 0, NULL);
@@ -64,8 +102,9 @@ int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m)
 
 void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m)
 {
-    if (kv_send_message(call, m) < 0)
-        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+    int rc = kv_send_message(call, m);
+    if (rc < 0)
+        reply_send_failed(call, rc, protobuf_c_message_get_packed_size(m));
     else
         kv_grpc_call_finish(call, 0, NULL);
 }
@@ -88,7 +127,7 @@ void kv_reply_propose_error(kv_grpc_call *call, int rc)
 static void on_write_done(void *arg, kv_result *res)
 {
     kv_grpc_call *call = arg;
-    kv_reply_result(call, res);
+    reply_committed(call, res);
 }
 
 void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len)

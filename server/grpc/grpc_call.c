@@ -14,7 +14,12 @@
 static size_t call_in_bytes(const kv_grpc_call *call)
 {
     return kv_grpc_deframer_buffered(&call->df) + kv_grpc_buf_size(&call->in_pending) +
-           call->unary_len;
+           call->unary_len + call->app_held;
+}
+
+size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call)
+{
+    return kv_grpc_deframer_buffered(&call->df) + call->unary_len;
 }
 
 void kv_grpc_call_account(kv_grpc_call *call)
@@ -22,6 +27,31 @@ void kv_grpc_call_account(kv_grpc_call *call)
     size_t now = call_in_bytes(call);
     call->conn->in_bytes = call->conn->in_bytes - call->in_acct + now;
     call->in_acct = now;
+    kv_grpc_conn_sync(call->conn);
+}
+
+/* Delivery of this call's input waits: paused by the app, the connection is gated, or (unary)
+ * the app has max_pending_request_bytes of requests to answer. */
+static int held(const kv_grpc_call *call)
+{
+    return call->paused || call->conn->gated ||
+           (call->conn->srv->app_full && call->method && !call->method->streaming);
+}
+
+void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n)
+{
+    kv_grpc_server *s = call->conn->srv;
+    s->app_held = s->app_held - call->app_held + n;
+    call->app_held = n;
+    size_t lim = s->cfg.max_pending_request_bytes;
+    if (!s->app_full && s->app_held >= lim) {
+        s->app_full = 1;
+    } else if (s->app_full && s->app_held < lim - lim / 4) {
+        s->app_full = 0;
+        for (kv_grpc_conn *c = s->conns; c; c = c->next)
+            if (!c->closing && !c->gated)
+                kv_grpc_conn_ungate(c);
+    }
 }
 
 kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id)
@@ -32,6 +62,8 @@ kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id)
     call->conn = c;
     call->stream_id = stream_id;
     kv_grpc_deframer_init(&call->df, c->srv->cfg.max_request_bytes);
+    if (c->in_idle)
+        kv_grpc_list_remove(&c->srv->idle_conns, c);
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;
@@ -52,6 +84,7 @@ static void drop_input(kv_grpc_call *call)
     free(call->unary_msg);
     call->unary_msg = NULL;
     call->unary_len = 0;
+    kv_grpc_call_set_app_held(call, 0);
     kv_grpc_call_account(call);
 }
 
@@ -66,6 +99,7 @@ void kv_grpc_call_free(kv_grpc_call *call)
     free(call->unary_msg);
     call->unary_msg = NULL;
     call->unary_len = 0;
+    kv_grpc_call_set_app_held(call, 0);
     kv_grpc_call_account(call);
     free(call->path);
     free(call->content_type);
@@ -84,8 +118,9 @@ static void remove_from_resume(kv_grpc_call *call)
     kv_grpc_call **pp = &call->conn->resume_head;
     while (*pp && *pp != call)
         pp = &(*pp)->resume_next;
-    if (*pp)
-        *pp = call->resume_next;
+    if (!*pp)
+        return; /* in the list kv_grpc_conn_flush is walking: it skips finished calls */
+    *pp = call->resume_next;
     call->in_resume = 0;
     call->resume_next = NULL;
 }
@@ -277,6 +312,12 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
     if (call->started)
         return;
     call->started = 1;
+    kv_grpc_conn *c = call->conn;
+    if (!c->got_request) {
+        c->got_request = 1;
+        if (c->in_hs)
+            kv_grpc_list_remove(&c->srv->hs, c);
+    }
     if (!call->saw_post) {
         early_abort(call, 405, "transport: :method must be POST");
         return;
@@ -300,6 +341,18 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
     route(call);
     if (call->finished)
         return;
+    /* Admission: a connection that holds its budget of partial and unanswered requests (see
+     * kv_grpc_conn_sync: until half of it is free again) takes no new unary request. Refusing it at
+     * the headers costs no window (its DATA is discarded and credited at once), so the requests
+     * already admitted can complete instead of sharing the window with newcomers. */
+    kv_grpc_server *s = c->srv;
+    if (!call->method->streaming && c->saturated) {
+        kv_metric_inc(s->m_ref_recvbuf);
+        call->app_done = 1;
+        finish_internal(call, 200, KV_GRPC_RESOURCE_EXHAUSTED,
+                        "grpc: connection receive buffer limit exceeded");
+        return;
+    }
     if (call->deadline) {
         if (call->deadline <= uv_now(call->conn->srv->loop)) {
             call->app_done = 1;
@@ -330,8 +383,9 @@ static int deliver_msg(void *arg, const uint8_t *msg, size_t len)
     }
     call->n_msgs++;
     call->app_owned = 1;
+    call->conn->last_delivery = uv_now(call->conn->srv->loop);
     call->method->on_message(call, msg, len);
-    return call->finished || call->app_done || call->paused;
+    return call->finished || call->app_done || held(call);
 }
 
 /* Runs bytes through the deframer; returns how many were processed (the rest, if any, must
@@ -370,11 +424,6 @@ static size_t process_input(kv_grpc_call *call, const uint8_t *data, size_t len)
         return len;
     }
     kv_grpc_call_account(call);
-    if (c->in_bytes > s->cfg.max_recv_buffer_bytes) {
-        kv_metric_inc(s->m_ref_recvbuf);
-        kv_grpc_call_fail(call, KV_GRPC_RESOURCE_EXHAUSTED,
-                          "grpc: connection receive buffer limit exceeded");
-    }
     return len;
 }
 
@@ -394,8 +443,10 @@ static void deliver_half_close(kv_grpc_call *call)
         size_t len = call->unary_len;
         call->unary_msg = NULL;
         call->unary_len = 0;
+        kv_grpc_call_set_app_held(call, len); /* the app (proposal queue) holds a copy */
         kv_grpc_call_account(call);
         call->app_owned = 1;
+        call->conn->last_delivery = uv_now(call->conn->srv->loop);
         call->method->on_message(call, m, len);
         free(m);
         return;
@@ -416,7 +467,8 @@ void kv_grpc_call_on_data(kv_grpc_call *call, const uint8_t *data, size_t len)
         nghttp2_session_consume(c->h2, call->stream_id, len);
         return;
     }
-    if (call->paused || kv_grpc_buf_size(&call->in_pending)) {
+    /* Held input stays unconsumed: the peer is stopped by its stream/connection window. */
+    if (held(call) || kv_grpc_buf_size(&call->in_pending)) {
         if (kv_grpc_buf_append(&call->in_pending, data, len) != 0) {
             nghttp2_session_consume(c->h2, call->stream_id, len);
             kv_grpc_call_fail(call, KV_GRPC_RESOURCE_EXHAUSTED, "grpc: out of memory");
@@ -426,17 +478,22 @@ void kv_grpc_call_on_data(kv_grpc_call *call, const uint8_t *data, size_t len)
         return;
     }
     size_t used = process_input(call, data, len);
-    nghttp2_session_consume(c->h2, call->stream_id, used);
-    if (used < len && !call->finished) {
+    if (call->finished) { /* everything was delivered or dropped */
+        nghttp2_session_consume(c->h2, call->stream_id, len);
+        return;
+    }
+    /* Taken bytes: the stream window reopens now (a message may exceed it); the connection
+     * window only while the connection's buffers are under budget (kv_grpc_conn_credit). */
+    nghttp2_session_consume_stream(c->h2, call->stream_id, used);
+    if (used < len) {
         if (kv_grpc_buf_append(&call->in_pending, data + used, len - used) != 0) {
             nghttp2_session_consume(c->h2, call->stream_id, len - used);
             kv_grpc_call_fail(call, KV_GRPC_RESOURCE_EXHAUSTED, "grpc: out of memory");
-            return;
+        } else {
+            kv_grpc_call_account(call);
         }
-        kv_grpc_call_account(call);
-    } else if (used < len) {
-        nghttp2_session_consume(c->h2, call->stream_id, len - used);
     }
+    kv_grpc_conn_credit(c, used);
 }
 
 void kv_grpc_call_on_remote_close(kv_grpc_call *call)
@@ -446,15 +503,15 @@ void kv_grpc_call_on_remote_close(kv_grpc_call *call)
     call->remote_closed = 1;
     if (!call->started || call->finished || !call->method)
         return;
-    if (call->paused || kv_grpc_buf_size(&call->in_pending))
-        return; /* delivered after the held input, on resume */
+    if (held(call) || kv_grpc_buf_size(&call->in_pending))
+        return; /* delivered after the held input, on resume / ungate */
     deliver_half_close(call);
 }
 
 void kv_grpc_call_process_pending(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
-    if (call->finished || call->stream_closed || call->paused || !call->method)
+    if (call->finished || call->stream_closed || held(call) || !call->method)
         return;
     size_t n = kv_grpc_buf_size(&call->in_pending);
     if (n) {
@@ -471,12 +528,13 @@ void kv_grpc_call_process_pending(kv_grpc_call *call)
         if (call->finished)
             return; /* drop_input already returned the credit */
         kv_grpc_buf_consume(&call->in_pending, used);
-        nghttp2_session_consume(c->h2, call->stream_id, used);
+        nghttp2_session_consume_stream(c->h2, call->stream_id, used);
         kv_grpc_call_account(call);
-        if (kv_grpc_buf_size(&call->in_pending))
+        kv_grpc_conn_credit(c, used);
+        if (call->finished || kv_grpc_buf_size(&call->in_pending))
             return;
     }
-    if (call->remote_closed && !call->half_close_done && !call->paused)
+    if (call->remote_closed && !call->half_close_done && !held(call))
         deliver_half_close(call);
 }
 
@@ -491,6 +549,10 @@ static void unlink_call(kv_grpc_call *call)
         call->next->prev = call->prev;
     call->next = call->prev = NULL;
     c->n_calls--;
+    if (c->n_calls == 0 && c->got_request && !c->closing && !c->in_idle) {
+        c->idle_since = uv_now(c->srv->loop);
+        kv_grpc_list_push(&c->srv->idle_conns, c);
+    }
 }
 
 void kv_grpc_call_on_stream_close(kv_grpc_call *call)
@@ -546,12 +608,15 @@ ssize_t kv_grpc_call_read_data(kv_grpc_call *call, uint8_t *buf, size_t length,
                                uint32_t *data_flags)
 {
     kv_grpc_conn *c = call->conn;
+    if (call->reset)
+        return NGHTTP2_ERR_DEFERRED; /* RST_STREAM is queued ahead and closes the stream */
     size_t avail = kv_grpc_buf_size(&call->outq);
     size_t n = avail < length ? avail : length;
     if (n) {
         memcpy(buf, call->outq.p + call->outq.off, n);
         kv_grpc_buf_consume(&call->outq, n);
         c->out_app_bytes -= n;
+        call->out_progress = uv_now(c->srv->loop);
     }
     if (kv_grpc_buf_size(&call->outq) == 0 && call->finished) {
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -632,11 +697,24 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return -EINVAL;
     if (c->closing || call->stream_closed)
         return -ECONNRESET;
-    if (len > UINT32_MAX)
+    if (len > s->cfg.max_response_bytes) {
+        kv_metric_inc(s->m_ref_resp_size);
         return -EMSGSIZE;
-    size_t buffered = c->out_app_bytes + kv_grpc_buf_size(&c->out) + kv_grpc_buf_size(&c->wbuf);
-    if (buffered + 5 + len > s->cfg.max_send_buffer_bytes) {
+    }
+    /* A streaming call's reader that does not read: end it rather than queue without end. A
+     * unary call sends one message, whatever its size; the connection is gated instead. */
+    if (call->method && call->method->streaming && kv_grpc_buf_size(&call->outq) &&
+        kv_grpc_buf_size(&call->outq) + 5 + len > s->cfg.max_send_buffer_bytes) {
         kv_metric_inc(s->m_ref_sendbuf);
+        return -ENOBUFS;
+    }
+    if (call->app_held) { /* answering: the request's bytes no longer count */
+        kv_grpc_call_set_app_held(call, 0);
+        kv_grpc_call_account(call);
+    }
+    if (s->buffered + 5 + len > s->cfg.max_buffered_bytes &&
+        !kv_grpc_srv_make_room(s, 5 + len, call)) {
+        kv_metric_inc(s->m_ref_cap_send);
         return -ENOBUFS;
     }
     uint8_t hdr[5] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
@@ -648,6 +726,9 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return -ENOMEM;
     }
     c->out_app_bytes += 5 + len;
+    if (before == 0)
+        call->out_progress = uv_now(s->loop);
+    kv_grpc_conn_sync(c);
     if (!call->headers_sent) {
         nghttp2_nv nva[] = {
             MAKE_NV(":status", "200", 3),
@@ -664,6 +745,64 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         nghttp2_session_resume_data(c->h2, call->stream_id);
     }
     kv_grpc_srv_mark_dirty(c);
+    return 0;
+}
+
+void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric)
+{
+    kv_grpc_conn *c = call->conn;
+    if (call->reset)
+        return;
+    call->reset = 1;
+    kv_metric_inc(metric);
+    if (!call->finished) {
+        if (call->app_owned && !call->app_done) {
+            call->app_done = 1;
+            if (call->method && call->method->on_cancel)
+                call->method->on_cancel(call);
+        }
+        call->app_done = 1;
+        call->finished = 1;
+        if (!call->counted) {
+            call->counted = 1;
+            kv_grpc_srv_count_request(c->srv, call->method, KV_GRPC_CANCELLED);
+        }
+    }
+    kv_grpc_srv_deadline_remove(call);
+    remove_from_resume(call);
+    c->out_app_bytes -= kv_grpc_buf_size(&call->outq);
+    kv_grpc_buf_free(&call->outq);
+    drop_input(call); /* also re-accounts the connection */
+    if (!c->closing && !call->stream_closed) {
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id, error_code);
+        kv_grpc_srv_mark_dirty(c);
+    }
+}
+
+void kv_grpc_conn_ungate(kv_grpc_conn *c)
+{
+    for (kv_grpc_call *x = c->calls; x; x = x->next)
+        if (!x->finished && !x->paused &&
+            (kv_grpc_buf_size(&x->in_pending) || (x->remote_closed && !x->half_close_done)))
+            add_to_resume(x);
+}
+
+size_t kv_grpc_call_max_response_bytes(kv_grpc_call *call)
+{
+    return call->conn->srv->cfg.max_response_bytes;
+}
+
+int kv_grpc_call_abort(kv_grpc_call *call)
+{
+    if (call->app_done)
+        return -EINVAL;
+    call->app_done = 1;
+    call->app_owned = 1;
+    if (!call->counted) {
+        call->counted = 1;
+        kv_grpc_srv_count_request(call->conn->srv, call->method, KV_GRPC_INTERNAL);
+    }
+    kv_grpc_call_reset(call, NGHTTP2_INTERNAL_ERROR, call->conn->srv->m_reset_undeliverable);
     return 0;
 }
 

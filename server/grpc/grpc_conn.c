@@ -39,6 +39,34 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint
     return 0;
 }
 
+/* grpc-go's keepalive enforcement (http2_server.go handlePing): a PING closer than
+ * keepalive_min_time to the previous one (2 h when no call is open: PermitWithoutStream is
+ * false, as in etcd) is a strike, unless we sent HEADERS or DATA since; more than 2 strikes ->
+ * GOAWAY ENHANCE_YOUR_CALM "too_many_pings". nghttp2 acks the PING itself. */
+static void on_client_ping(kv_grpc_conn *c)
+{
+    kv_grpc_server *s = c->srv;
+    uint64_t now = uv_now(s->loop);
+    uint64_t last = c->last_ping_recv;
+    c->last_ping_recv = now ? now : 1;
+    if (c->reset_strikes) {
+        c->reset_strikes = 0;
+        c->ping_strikes = 0;
+        return;
+    }
+    uint64_t min = c->n_calls ? s->cfg.keepalive_min_time_ms : KV_GRPC_PING_NOSTREAM_MS;
+    if (last && last + min > now)
+        c->ping_strikes++;
+    if (c->ping_strikes > KV_GRPC_MAX_PING_STRIKES) {
+        kv_metric_inc(s->m_close_pings);
+        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2),
+                              NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)"too_many_pings", 14);
+        c->close_after_write = 1;
+        c->close_at = now + KV_GRPC_CLOSE_GRACE_MS;
+    }
+}
+
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
 {
     kv_grpc_conn *c = ud;
@@ -63,6 +91,8 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *
     case NGHTTP2_PING:
         if (frame->hd.flags & NGHTTP2_FLAG_ACK)
             c->ping_outstanding = 0;
+        else
+            on_client_ping(c);
         break;
     default:
         break;
@@ -86,7 +116,9 @@ static int on_data_chunk_recv(nghttp2_session *h2, uint8_t flags, int32_t stream
 
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
 {
-    (void)ud;
+    kv_grpc_conn *c = ud;
+    if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA)
+        c->reset_strikes = 1;
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -162,6 +194,7 @@ static void conn_closed_cb(uv_handle_t *h)
     if (c->next)
         c->next->prev = c->prev;
     s->n_conns--;
+    s->n_closing--;
     kv_metric_gauge_add(s->m_conn_open, -1);
     free(c);
     kv_grpc_srv_conn_freed(s);
@@ -172,13 +205,177 @@ void kv_grpc_conn_close(kv_grpc_conn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    kv_grpc_server *s = c->srv;
+    s->n_closing++;
+    if (c->in_hs)
+        kv_grpc_list_remove(&s->hs, c);
+    if (c->in_idle)
+        kv_grpc_list_remove(&s->idle_conns, c);
     kv_grpc_srv_unmark_dirty(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     /* on_cancel may finish other calls of this connection; they see c->closing. */
     for (kv_grpc_call *call = c->calls; call; call = call->next)
         kv_grpc_call_on_conn_close(call);
     c->resume_head = NULL;
+    /* Its buffers are freed in the close callback; stop counting them against the cap now. */
+    s->buffered -= c->acct;
+    c->acct = 0;
     uv_close((uv_handle_t *)&c->tcp, conn_closed_cb);
+}
+
+void kv_grpc_conn_goaway_close(kv_grpc_conn *c, uint32_t error_code, const char *debug)
+{
+    if (c->closing)
+        return;
+    if (c->h2 && !c->writing &&
+        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2), error_code,
+                              (const uint8_t *)debug, debug ? strlen(debug) : 0) == 0) {
+        for (;;) {
+            const uint8_t *p;
+            ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+            if (n <= 0 || c->io_ops->send(c->io, c, p, (size_t)n, &c->out) != 0)
+                break;
+            if (kv_grpc_buf_size(&c->out) >= KV_GRPC_OUT_HIGH_WATER)
+                break;
+        }
+        if (kv_grpc_buf_size(&c->out)) {
+            uv_buf_t b =
+                uv_buf_init((char *)c->out.p + c->out.off, (unsigned)kv_grpc_buf_size(&c->out));
+            (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1); /* best effort */
+        }
+    }
+    kv_grpc_conn_close(c);
+}
+
+/* ---- accounting, output gate, connection window credit ---- */
+
+void kv_grpc_conn_sync(kv_grpc_conn *c)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->closing || !c->h2)
+        return;
+    size_t out = c->out_app_bytes + kv_grpc_buf_size(&c->out) + kv_grpc_buf_size(&c->wbuf);
+    size_t now = c->in_bytes + out;
+    s->buffered = s->buffered - c->acct + now;
+    c->acct = now;
+    /* Backpressure: no new request is delivered while the peer has this much to read. */
+    if (!c->gated && out > s->cfg.max_send_buffer_bytes) {
+        c->gated = 1;
+        kv_metric_inc(s->m_gated_total);
+    } else if (c->gated && out <= s->cfg.max_send_buffer_bytes / 2) {
+        c->gated = 0;
+        kv_grpc_conn_ungate(c);
+    }
+    /* Admission hysteresis: once full, newcomers wait until half the budget is free, so the
+     * window goes to requests already admitted (a client scheduling streams fairly would
+     * otherwise hand most of it to each new stream, which would then be shed). */
+    if (!c->saturated && (c->in_bytes >= s->cfg.max_recv_buffer_bytes || c->owed)) {
+        c->saturated = 1;
+        /* Also stop the peer from opening streams (SETTINGS_MAX_CONCURRENT_STREAMS = the
+         * calls still in progress): its scheduler would hand new streams the window first. */
+        uint32_t live = 0;
+        for (kv_grpc_call *x = c->calls; x; x = x->next)
+            live += !x->finished;
+        nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, live ? live : 1};
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
+            kv_grpc_srv_mark_dirty(c);
+    } else if (c->saturated && c->in_bytes < s->cfg.max_recv_buffer_bytes / 2 && !c->owed) {
+        c->saturated = 0;
+        nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+                                     s->cfg.max_concurrent_streams};
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
+            kv_grpc_srv_mark_dirty(c);
+    }
+    /* Withheld window: credited once the connection's held input drops under its budget. */
+    if (c->owed && c->in_bytes < s->cfg.max_recv_buffer_bytes &&
+        s->buffered < s->cfg.max_buffered_bytes) {
+        size_t n = c->owed;
+        c->owed = 0;
+        kv_metric_gauge_add(s->m_window_withheld, -(double)n);
+        nghttp2_session_consume_connection(c->h2, n);
+        kv_grpc_srv_mark_dirty(c); /* a WINDOW_UPDATE may be due */
+    }
+}
+
+/* Orders shedding candidates: furthest from completion first, then the newest stream. */
+typedef struct shed_cand {
+    kv_grpc_call *call;
+    size_t remaining;
+} shed_cand;
+
+static int shed_cmp(const void *a, const void *b)
+{
+    const shed_cand *x = a, *y = b;
+    if (x->remaining != y->remaining)
+        return x->remaining < y->remaining ? 1 : -1;
+    return x->call->stream_id < y->call->stream_id ? 1 : -1;
+}
+
+/* The peer's connection window is (almost) all held in partial messages that cannot complete
+ * without more window (e.g. a client interleaving 1000 streams' bodies): fail the partial
+ * requests furthest from completion until the withheld window can be credited again. Those
+ * requests were never delivered, so RESOURCE_EXHAUSTED is true: they were not applied. */
+void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated)
+{
+    kv_grpc_server *s = c->srv;
+    size_t n = 0, partial = 0;
+    for (kv_grpc_call *x = c->calls; x; x = x->next)
+        if (!x->finished && kv_grpc_call_partial_bytes(x) &&
+            !(until_unsaturated && x->method && x->method->streaming)) {
+            n++;
+            partial += kv_grpc_call_partial_bytes(x);
+        }
+    /* If requests the app is still answering (and paused input) fill the budget alone,
+     * shedding partial requests would not reopen the window: wait for the app instead. */
+    if (!n || c->in_bytes - partial >= s->cfg.max_recv_buffer_bytes)
+        return;
+    shed_cand *v = malloc(n * sizeof(*v));
+    if (!v)
+        return;
+    size_t k = 0;
+    for (kv_grpc_call *x = c->calls; x && k < n; x = x->next) {
+        if (x->finished || !kv_grpc_call_partial_bytes(x) ||
+            (until_unsaturated && x->method && x->method->streaming))
+            continue;
+        size_t have = x->df.have;
+        size_t want = x->df.in_body ? x->df.msg_len : s->cfg.max_request_bytes;
+        v[k].call = x;
+        v[k].remaining = want > have ? want - have : 0;
+        if (x->method && !x->method->streaming && x->n_msgs)
+            v[k].remaining = 0; /* complete, only END_STREAM missing */
+        k++;
+    }
+    qsort(v, k, sizeof(*v), shed_cmp);
+    for (size_t i = 0; i < k && !c->closing && (until_unsaturated ? c->saturated : c->owed != 0);
+         i++) {
+        if (v[i].call->finished)
+            continue;
+        kv_metric_inc(s->m_ref_recvbuf);
+        kv_grpc_call_fail(v[i].call, KV_GRPC_RESOURCE_EXHAUSTED,
+                          "grpc: connection receive buffer limit exceeded");
+        kv_grpc_conn_sync(c);
+    }
+    free(v);
+}
+
+void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n)
+{
+    kv_grpc_server *s = c->srv;
+    if (!n || c->closing)
+        return;
+    c->owed += n;
+    kv_metric_gauge_add(s->m_window_withheld, (double)n);
+    kv_grpc_conn_sync(c);
+    /* What the peer may still send: our window minus what it sent that we have not yet
+     * announced back (withheld bytes, and consumed bytes nghttp2 batches into the next
+     * WINDOW_UPDATE). Nearly nothing left while we withhold: shed so the rest can complete. */
+    int32_t local = nghttp2_session_get_effective_local_window_size(c->h2);
+    int32_t recvd = nghttp2_session_get_effective_recv_data_length(c->h2);
+    if (c->owed && local - recvd < KV_GRPC_CONN_WINDOW / 4)
+        kv_grpc_conn_relieve(c, 0);
+    if (s->buffered > s->cfg.max_buffered_bytes)
+        kv_grpc_srv_shed_inbound(s);
 }
 
 static void start_write(kv_grpc_conn *c);
@@ -190,6 +387,7 @@ static void write_cb(uv_write_t *req, int status)
     kv_grpc_buf_consume(&c->wbuf, kv_grpc_buf_size(&c->wbuf));
     if (c->closing)
         return;
+    c->wire_progress = uv_now(c->srv->loop);
     if (status < 0) {
         kv_grpc_conn_close(c);
         return;
@@ -201,6 +399,8 @@ static void start_write(kv_grpc_conn *c)
 {
     if (c->writing || kv_grpc_buf_size(&c->out) == 0)
         return;
+    if (!c->writing)
+        c->wire_progress = uv_now(c->srv->loop);
     kv_grpc_buf tmp = c->wbuf; /* empty spare */
     c->wbuf = c->out;
     c->out = tmp;
@@ -212,6 +412,8 @@ static void start_write(kv_grpc_conn *c)
         return;
     }
     c->writing = 1;
+    if (!kv_grpc_buf_size(&c->out) && c->out.cap > 16384) /* idle connections keep no spare */
+        kv_grpc_buf_free(&c->out);
 }
 
 void kv_grpc_conn_flush(kv_grpc_conn *c)
@@ -257,6 +459,7 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
     start_write(c);
     if (c->closing)
         return;
+    kv_grpc_conn_sync(c);
     int idle_out = !c->writing && kv_grpc_buf_size(&c->out) == 0;
     if (idle_out && (c->close_after_write ||
                      (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))))
@@ -276,17 +479,19 @@ int kv_grpc_conn_recv_plain(kv_grpc_conn *c, const uint8_t *in, size_t len)
     return 0;
 }
 
+/* One read buffer per server: libuv calls alloc_cb, read(2), read_cb for one stream at a time
+ * on the loop thread, and nghttp2_session_mem_recv consumes all input before read_cb returns,
+ * so nothing refers to the buffer between reads (an idle connection holds no read buffer). */
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     kv_grpc_conn *c = h->data;
-    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init((char *)c->srv->rbuf, KV_GRPC_READ_BUF);
 }
 
 static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     kv_grpc_conn *c = stream->data;
-    (void)buf;
     if (c->closing)
         return;
     if (nread < 0) {
@@ -295,7 +500,7 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    if (c->io_ops->recv(c->io, c, c->rbuf, (size_t)nread) != 0) {
+    if (c->io_ops->recv(c->io, c, (const uint8_t *)buf->base, (size_t)nread) != 0) {
         kv_grpc_conn_close(c);
         return;
     }
@@ -348,6 +553,9 @@ int kv_grpc_conn_begin(kv_grpc_conn *c)
         0)
         return -ENOMEM;
     uv_tcp_nodelay(&c->tcp, 1);
+    c->accepted_at = c->wire_progress = uv_now(s->loop);
+    kv_grpc_list_push(&s->hs, c);
+    c->in_hs = 1;
     rv = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rv < 0)
         return rv;

@@ -18,13 +18,18 @@
 #include "grpc/grpc_server.h"
 #include "grpc/grpc_wire.h"
 
-#define KV_GRPC_READ_BUF 65536
+#define KV_GRPC_READ_BUF 65536 /* one per server, shared by its connections (see alloc_cb) */
 #define KV_GRPC_OUT_HIGH_WATER (256 * 1024) /* stop pulling from nghttp2 past this */
 #define KV_GRPC_STREAM_WINDOW (1024 * 1024)
 #define KV_GRPC_CONN_WINDOW (4 * 1024 * 1024)
 #define KV_GRPC_MAX_PATH 1024
 #define KV_GRPC_MAX_META_VALUE 4096
-#define KV_GRPC_N_META 3 /* see kv_grpc_call_header() */
+#define KV_GRPC_N_META 3            /* see kv_grpc_call_header() */
+#define KV_GRPC_HOUSEKEEP_MS 250    /* period of the timeout / stall / cap scan */
+#define KV_GRPC_STALL_GRACE_MS 1000 /* output without progress this long may be shed at the cap */
+#define KV_GRPC_CLOSE_GRACE_MS 2000 /* a GOAWAY that cannot be written within this is dropped */
+#define KV_GRPC_MAX_PING_STRIKES 2  /* grpc-go maxPingStrikes */
+#define KV_GRPC_PING_NOSTREAM_MS (2ULL * 3600 * 1000) /* grpc-go defaultPingTimeout */
 
 struct kv_grpc_call {
     kv_grpc_conn *conn;
@@ -47,6 +52,7 @@ struct kv_grpc_call {
     unsigned paused : 1;
     unsigned in_resume : 1;
     unsigned counted : 1; /* requests_total incremented */
+    unsigned reset : 1;   /* the transport reset the stream (RST_STREAM); outq dropped */
     uint64_t deadline;
     int status;
     char *status_msg; /* percent-encoded */
@@ -57,6 +63,8 @@ struct kv_grpc_call {
     kv_grpc_buf in_pending; /* raw DATA held while paused, not yet consumed */
     size_t in_acct;         /* bytes accounted in conn->in_bytes */
     kv_grpc_buf outq;       /* framed response bytes not yet pulled by nghttp2 */
+    uint64_t out_progress;  /* uv_now() when outq last became non-empty or was pulled from */
+    size_t app_held;        /* unary request bytes handed to the app and not yet answered */
     void *data;
     kv_grpc_call *next, *prev; /* conn->calls or conn->zombies */
     kv_grpc_call *dl_next, *dl_prev;
@@ -82,10 +90,32 @@ struct kv_grpc_conn {
     kv_grpc_call *resume_head;
     size_t n_calls;
     unsigned closing : 1, close_after_write : 1, dirty : 1, ping_outstanding : 1, read_stopped : 1;
+    unsigned got_request : 1;   /* a request's headers completed on this connection */
+    unsigned gated : 1;         /* outbound over max_send_buffer_bytes: no request delivery */
+    unsigned saturated : 1;     /* input budget reached: no new unary request admitted until held
+                                   input drops under half the budget */
+    unsigned reset_strikes : 1; /* we sent HEADERS/DATA since the last PING (grpc-go) */
+    unsigned in_hs : 1, in_idle : 1; /* member of srv->hs / srv->idle_conns */
+    unsigned ping_strikes;
+    uint64_t accepted_at;    /* uv_now() at accept */
+    uint64_t idle_since;     /* uv_now() when the last call ended */
+    uint64_t wire_progress;  /* uv_now() when a write was started from idle or completed */
+    uint64_t ping_sent_at;   /* uv_now() of our outstanding keepalive PING */
+    uint64_t last_ping_recv; /* uv_now() of the peer's last PING, 0 = none */
+    uint64_t close_at;       /* nonzero: close by then even if the GOAWAY is not written */
+    uint64_t last_delivery;  /* uv_now() when a request message last reached the app */
+    size_t owed;             /* DATA bytes received, not yet credited to the connection window */
+    size_t acct;             /* bytes this connection counts in srv->buffered */
+    kv_grpc_conn *lnext, *lprev;           /* srv->hs or srv->idle_conns (oldest first) */
     kv_grpc_conn *next, *prev;             /* srv->conns */
     kv_grpc_conn *dirty_next, *dirty_prev; /* srv->dirty */
-    uint8_t rbuf[KV_GRPC_READ_BUF];
 };
+
+/* An intrusive FIFO of connections (oldest at head). */
+typedef struct kv_grpc_conn_list {
+    kv_grpc_conn *head, *tail;
+    size_t n;
+} kv_grpc_conn_list;
 
 struct kv_grpc_server {
     uv_loop_t *loop;
@@ -99,8 +129,16 @@ struct kv_grpc_server {
     uv_idle_t idle;
     uv_timer_t deadline_timer;
     uv_timer_t ping_timer;
-    int open_handles;   /* server-level handles not yet closed */
-    size_t n_rejecting; /* over-limit sockets being closed */
+    uv_timer_t housekeep_timer;
+    uint8_t *rbuf;        /* KV_GRPC_READ_BUF bytes shared by every connection's reads */
+    size_t buffered;      /* sum of connections' acct (in + out bytes) */
+    size_t app_held;      /* sum of calls' app_held: requests the app is still answering */
+    int app_full;         /* app_held reached max_pending_request_bytes: unary delivery waits */
+    size_t n_closing;     /* connections closed but not yet freed */
+    kv_grpc_conn_list hs; /* connections that never completed a request header block */
+    kv_grpc_conn_list idle_conns; /* connections with requests before and no call now */
+    int open_handles;             /* server-level handles not yet closed */
+    size_t n_rejecting;           /* over-limit sockets being closed */
     kv_grpc_conn *conns;
     size_t n_conns;
     uint64_t next_conn_id;
@@ -113,6 +151,11 @@ struct kv_grpc_server {
     nghttp2_option *opt;
     kv_metric *m_conn_open, *m_conn_total, *m_streams_open;
     kv_metric *m_ref_oversized, *m_ref_streams, *m_ref_conn, *m_ref_sendbuf, *m_ref_recvbuf;
+    kv_metric *m_ref_resp_size, *m_ref_cap_send, *m_ref_cap_recv;
+    kv_metric *m_close_handshake, *m_close_idle, *m_close_evicted, *m_close_pings,
+        *m_close_ping_timeout, *m_close_stalled;
+    kv_metric *m_reset_stalled, *m_reset_cap, *m_reset_undeliverable;
+    kv_metric *m_gated_total, *m_window_withheld;
 };
 
 /* grpc_server.c */
@@ -122,6 +165,13 @@ void kv_grpc_srv_deadline_add(kv_grpc_call *call);
 void kv_grpc_srv_deadline_remove(kv_grpc_call *call);
 void kv_grpc_srv_conn_freed(kv_grpc_server *s);
 void kv_grpc_srv_count_request(kv_grpc_server *s, const kv_grpc_method *m, int status);
+void kv_grpc_list_push(kv_grpc_conn_list *l, kv_grpc_conn *c);
+void kv_grpc_list_remove(kv_grpc_conn_list *l, kv_grpc_conn *c);
+/* Process-wide cap: resets stalled outbound streams (largest first) until need more bytes
+ * fit under max_buffered_bytes; skip is never chosen. Returns 1 if they fit. */
+int kv_grpc_srv_make_room(kv_grpc_server *s, size_t need, kv_grpc_call *skip);
+/* Over the cap because of inbound bytes: fails the largest partially received calls. */
+void kv_grpc_srv_shed_inbound(kv_grpc_server *s);
 
 /* grpc_conn.c */
 /* Allocates a connection and inits its TCP handle (then always released via uv_close). */
@@ -130,6 +180,16 @@ int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out);
 int kv_grpc_conn_begin(kv_grpc_conn *c);
 void kv_grpc_conn_flush(kv_grpc_conn *c);
 void kv_grpc_conn_close(kv_grpc_conn *c);
+/* Best-effort GOAWAY (written now if the socket takes it), then close. */
+void kv_grpc_conn_goaway_close(kv_grpc_conn *c, uint32_t error_code, const char *debug);
+/* Recomputes c's buffered bytes into srv->buffered, the output gate and the window credit. */
+void kv_grpc_conn_sync(kv_grpc_conn *c);
+/* Credits n received bytes to the connection window (now, or once buffers drain). */
+void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n);
+/* Sheds partial requests furthest from completion: until the withheld window can be credited
+ * (until_unsaturated 0: the peer's window is used up), or (1: saturated and nothing delivered
+ * lately, from housekeeping; unary requests only) until admission reopens. */
+void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated);
 int kv_grpc_session_callbacks(nghttp2_session_callbacks **out);
 
 /* grpc_call.c */
@@ -148,5 +208,14 @@ void kv_grpc_call_fail(kv_grpc_call *call, int status, const char *msg);
 ssize_t kv_grpc_call_read_data(kv_grpc_call *call, uint8_t *buf, size_t length,
                                uint32_t *data_flags);
 void kv_grpc_call_account(kv_grpc_call *call);
+/* Transport-initiated RST_STREAM (error_code): on_cancel if the app owns the call, outq and
+ * held input dropped. metric (may be NULL) is incremented. */
+void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric);
+/* Bytes of partially received messages (deframer + unary body not yet delivered). */
+size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call);
+/* Streams on c that hold input only because c is gated: queue them for delivery. */
+void kv_grpc_conn_ungate(kv_grpc_conn *c);
+/* Sets call->app_held (and the server's sum); reopens unary delivery when the app drains. */
+void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n);
 
 #endif

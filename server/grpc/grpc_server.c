@@ -4,6 +4,7 @@
 #include "net/listen.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,51 @@ void kv_grpc_config_default(kv_grpc_config *cfg)
     cfg->max_send_buffer_bytes = 16u * 1024 * 1024;
     cfg->max_connections = 10000;
     cfg->ping_interval_ms = 0;
-    cfg->max_recv_buffer_bytes = 64u * 1024 * 1024;
+    cfg->max_recv_buffer_bytes = 16u * 1024 * 1024;
+    cfg->max_response_bytes = KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES;
+    cfg->max_buffered_bytes = KV_GRPC_DEFAULT_MAX_BUFFERED_BYTES;
+    cfg->handshake_timeout_ms = 10000;
+    cfg->max_connection_idle_ms = 0;
+    cfg->keepalive_min_time_ms = 5000;
+    cfg->ping_timeout_ms = 0;
+    cfg->send_stall_timeout_ms = 30000;
+    cfg->max_pending_request_bytes = 64u * 1024 * 1024;
+}
+
+/* ---- connection FIFOs (handshaking, idle) ---- */
+
+void kv_grpc_list_push(kv_grpc_conn_list *l, kv_grpc_conn *c)
+{
+    c->lnext = NULL;
+    c->lprev = l->tail;
+    if (l->tail)
+        l->tail->lnext = c;
+    else
+        l->head = c;
+    l->tail = c;
+    l->n++;
+    if (&c->srv->hs == l)
+        c->in_hs = 1;
+    else
+        c->in_idle = 1;
+}
+
+void kv_grpc_list_remove(kv_grpc_conn_list *l, kv_grpc_conn *c)
+{
+    if (c->lprev)
+        c->lprev->lnext = c->lnext;
+    else
+        l->head = c->lnext;
+    if (c->lnext)
+        c->lnext->lprev = c->lprev;
+    else
+        l->tail = c->lprev;
+    c->lnext = c->lprev = NULL;
+    l->n--;
+    if (&c->srv->hs == l)
+        c->in_hs = 0;
+    else
+        c->in_idle = 0;
 }
 
 /* ---- dirty list + idle flush ---- */
@@ -140,13 +185,165 @@ static void ping_cb(uv_timer_t *t)
         if (c->closing)
             continue;
         if (c->ping_outstanding) { /* unanswered for a whole interval */
-            kv_grpc_conn_close(c);
+            if (!s->cfg.ping_timeout_ms) {
+                kv_metric_inc(s->m_close_ping_timeout);
+                kv_grpc_conn_close(c);
+            }
             continue;
         }
         if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
             c->ping_outstanding = 1;
+            c->ping_sent_at = uv_now(s->loop);
             kv_grpc_srv_mark_dirty(c);
         }
+    }
+}
+
+/* ---- process-wide cap ---- */
+
+typedef struct cand {
+    kv_grpc_call *call;
+    size_t bytes;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return 0;
+}
+
+/* Collects calls with bytes(call) > 0, largest first. *out is malloc'd (may be NULL if n=0). */
+static size_t collect(kv_grpc_server *s, size_t (*bytes)(kv_grpc_call *, uint64_t), cand **out)
+{
+    uint64_t now = uv_now(s->loop);
+    size_t n = 0, cap = 0;
+    cand *v = NULL;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+        if (c->closing)
+            continue;
+        for (kv_grpc_call *x = c->calls; x; x = x->next) {
+            size_t b = bytes(x, now);
+            if (!b)
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                cand *nv = realloc(v, nc * sizeof(*v));
+                if (!nv)
+                    goto done;
+                v = nv;
+                cap = nc;
+            }
+            v[n].call = x;
+            v[n].bytes = b;
+            n++;
+        }
+    }
+done:
+    if (n)
+        qsort(v, n, sizeof(*v), cand_cmp);
+    *out = v;
+    return n;
+}
+
+/* Output that made no progress for a while (a reader that does not read). */
+static size_t stalled_out(kv_grpc_call *x, uint64_t now)
+{
+    if (x->reset || !kv_grpc_buf_size(&x->outq) || x->out_progress + KV_GRPC_STALL_GRACE_MS > now)
+        return 0;
+    return kv_grpc_buf_size(&x->outq);
+}
+
+int kv_grpc_srv_make_room(kv_grpc_server *s, size_t need, kv_grpc_call *skip)
+{
+    size_t cap = s->cfg.max_buffered_bytes;
+    if (s->buffered + need <= cap)
+        return 1;
+    cand *v;
+    size_t n = collect(s, stalled_out, &v);
+    for (size_t i = 0; i < n && s->buffered + need > cap; i++) {
+        if (v[i].call == skip || v[i].call->reset)
+            continue;
+        kv_grpc_call_reset(v[i].call, NGHTTP2_INTERNAL_ERROR, s->m_reset_cap);
+    }
+    free(v);
+    return s->buffered + need <= cap;
+}
+
+static size_t inbound(kv_grpc_call *x, uint64_t now)
+{
+    (void)now;
+    if (x->finished)
+        return 0;
+    return kv_grpc_call_partial_bytes(x) + kv_grpc_buf_size(&x->in_pending);
+}
+
+void kv_grpc_srv_shed_inbound(kv_grpc_server *s)
+{
+    size_t cap = s->cfg.max_buffered_bytes;
+    if (s->buffered <= cap)
+        return;
+    size_t target = cap - cap / 8; /* hysteresis: one scan sheds a batch */
+    cand *v;
+    size_t n = collect(s, inbound, &v);
+    for (size_t i = 0; i < n && s->buffered > target; i++) {
+        if (v[i].call->finished)
+            continue;
+        kv_metric_inc(s->m_ref_cap_recv);
+        kv_grpc_call_fail(v[i].call, KV_GRPC_RESOURCE_EXHAUSTED,
+                          "grpc: server receive buffer limit exceeded");
+    }
+    free(v);
+}
+
+/* ---- housekeeping: handshake / idle / keepalive timeouts, stalled output ---- */
+
+static void housekeep_cb(uv_timer_t *t)
+{
+    kv_grpc_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    while (s->hs.head && s->hs.head->accepted_at + s->cfg.handshake_timeout_ms <= now) {
+        kv_metric_inc(s->m_close_handshake);
+        kv_grpc_conn_goaway_close(s->hs.head, NGHTTP2_NO_ERROR, "handshake timeout");
+    }
+    while (s->cfg.max_connection_idle_ms && s->idle_conns.head &&
+           s->idle_conns.head->idle_since + s->cfg.max_connection_idle_ms <= now) {
+        kv_metric_inc(s->m_close_idle);
+        kv_grpc_conn_goaway_close(s->idle_conns.head, NGHTTP2_NO_ERROR, "max_idle");
+    }
+    uint64_t stall = s->cfg.send_stall_timeout_ms;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+        if (c->closing || !c->h2)
+            continue;
+        if (c->close_at && now >= c->close_at) {
+            kv_grpc_conn_close(c);
+            continue;
+        }
+        if (s->cfg.ping_timeout_ms && c->ping_outstanding &&
+            c->ping_sent_at + s->cfg.ping_timeout_ms <= now) {
+            kv_metric_inc(s->m_close_ping_timeout);
+            kv_grpc_conn_close(c);
+            continue;
+        }
+        if (c->writing && c->wire_progress + stall <= now) { /* the socket takes nothing */
+            kv_metric_inc(s->m_close_stalled);
+            kv_grpc_conn_close(c);
+            continue;
+        }
+        if (c->out_app_bytes) {
+            for (kv_grpc_call *x = c->calls; x && !c->closing; x = x->next)
+                if (!x->reset && kv_grpc_buf_size(&x->outq) && x->out_progress + stall <= now)
+                    kv_grpc_call_reset(x, NGHTTP2_INTERNAL_ERROR, s->m_reset_stalled);
+        }
+        if (c->owed && !c->closing)
+            kv_grpc_conn_sync(c); /* the cap may have room again */
+        /* Saturated and nothing delivered for a while: the peer may be spending its window on
+         * streams refused at admission while the admitted ones starve (nghttp2's scheduler,
+         * e.g. h2load's, favours new streams). Shed the partial unary requests furthest from
+         * done until admission reopens. */
+        if (c->saturated && !c->closing && c->last_delivery + KV_GRPC_HOUSEKEEP_MS <= now)
+            kv_grpc_conn_relieve(c, 1);
     }
 }
 
@@ -175,6 +372,35 @@ static double buffered_total(void *arg)
     for (kv_grpc_conn *c = s->conns; c; c = c->next)
         t += conn_bytes(c);
     return t;
+}
+
+static double buffered_limit(void *arg)
+{
+    return (double)((kv_grpc_server *)arg)->cfg.max_buffered_bytes;
+}
+
+static double pending_requests(void *arg)
+{
+    return (double)((kv_grpc_server *)arg)->app_held;
+}
+
+static double conns_handshaking(void *arg)
+{
+    return (double)((kv_grpc_server *)arg)->hs.n;
+}
+
+static double conns_idle(void *arg)
+{
+    return (double)((kv_grpc_server *)arg)->idle_conns.n;
+}
+
+static double conns_gated(void *arg)
+{
+    kv_grpc_server *s = arg;
+    double n = 0;
+    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+        n += c->gated && !c->closing;
+    return n;
 }
 
 void kv_grpc_srv_count_request(kv_grpc_server *s, const kv_grpc_method *m, int status)
@@ -213,6 +439,49 @@ static void register_metrics(kv_grpc_server *s)
     s->m_ref_conn = refused(m, "conn_limit");
     s->m_ref_sendbuf = refused(m, "send_buffer");
     s->m_ref_recvbuf = refused(m, "recv_buffer");
+    s->m_ref_resp_size = refused(m, "response_size");
+    s->m_ref_cap_send = refused(m, "buffered_cap_send");
+    s->m_ref_cap_recv = refused(m, "buffered_cap_recv");
+    static const struct {
+        const char *reason;
+        size_t off;
+    } closed[] = {
+        {"handshake_timeout", offsetof(kv_grpc_server, m_close_handshake)},
+        {"idle_timeout", offsetof(kv_grpc_server, m_close_idle)},
+        {"evicted", offsetof(kv_grpc_server, m_close_evicted)},
+        {"too_many_pings", offsetof(kv_grpc_server, m_close_pings)},
+        {"ping_timeout", offsetof(kv_grpc_server, m_close_ping_timeout)},
+        {"send_stalled", offsetof(kv_grpc_server, m_close_stalled)},
+    };
+    char labels[64];
+    for (size_t i = 0; i < sizeof(closed) / sizeof(closed[0]); i++) {
+        snprintf(labels, sizeof(labels), "reason=\"%s\"", closed[i].reason);
+        *(kv_metric **)((char *)s + closed[i].off) = kv_metrics_counter(
+            m, "kvd_grpc_connections_closed_total",
+            "gRPC connections closed by the server's timeouts and limits.", labels);
+    }
+    static const struct {
+        const char *reason;
+        size_t off;
+    } resets[] = {
+        {"send_stalled", offsetof(kv_grpc_server, m_reset_stalled)},
+        {"buffered_cap", offsetof(kv_grpc_server, m_reset_cap)},
+        {"undeliverable", offsetof(kv_grpc_server, m_reset_undeliverable)},
+    };
+    for (size_t i = 0; i < sizeof(resets) / sizeof(resets[0]); i++) {
+        snprintf(labels, sizeof(labels), "reason=\"%s\"", resets[i].reason);
+        *(kv_metric **)((char *)s + resets[i].off) =
+            kv_metrics_counter(m, "kvd_grpc_streams_reset_total",
+                               "gRPC streams reset (RST_STREAM) by the server.", labels);
+    }
+    s->m_gated_total = kv_metrics_counter(
+        m, "kvd_grpc_conn_backpressure_total",
+        "Times a connection's request delivery paused because its output was over "
+        "max_send_buffer_bytes.",
+        NULL);
+    s->m_window_withheld =
+        kv_metrics_gauge(m, "kvd_grpc_recv_window_withheld_bytes",
+                         "Received bytes not yet credited to the peers' connection windows.", NULL);
 }
 
 /* Per-listener callback gauges, so several servers can share one registry. */
@@ -231,6 +500,21 @@ static void register_listener_metrics(kv_grpc_server *s, const char *host, int p
     kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_conn_buffered_bytes_total",
                                 "Buffered bytes (in + out) over all connections.", labels,
                                 buffered_total, s);
+    kv_metrics_gauge_fn_labeled(
+        s->metrics, "kvd_grpc_buffered_bytes_limit",
+        "Cap on buffered bytes over all connections (--max-buffered-bytes).", labels,
+        buffered_limit, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_pending_request_bytes",
+                                "Unary request bytes handed to the app and not yet answered.",
+                                labels, pending_requests, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_connections_handshaking",
+                                "Connections that have not completed a request yet.", labels,
+                                conns_handshaking, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_connections_idle",
+                                "Connections with no open call.", labels, conns_idle, s);
+    kv_metrics_gauge_fn_labeled(s->metrics, "kvd_grpc_connections_backpressured",
+                                "Connections whose request delivery is paused (output full).",
+                                labels, conns_gated, s);
 }
 
 /* ---- lifecycle ---- */
@@ -263,12 +547,32 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
         s->cfg.max_connections = def.max_connections;
     if (!s->cfg.max_recv_buffer_bytes)
         s->cfg.max_recv_buffer_bytes = def.max_recv_buffer_bytes;
+    if (!s->cfg.max_buffered_bytes)
+        s->cfg.max_buffered_bytes = def.max_buffered_bytes;
+    if (!s->cfg.max_response_bytes)
+        s->cfg.max_response_bytes = def.max_response_bytes;
+    if (s->cfg.max_response_bytes > s->cfg.max_buffered_bytes)
+        s->cfg.max_response_bytes = s->cfg.max_buffered_bytes;
+    if (s->cfg.max_response_bytes > UINT32_MAX) /* the gRPC length prefix is 32 bits */
+        s->cfg.max_response_bytes = UINT32_MAX;
+    if (!s->cfg.handshake_timeout_ms)
+        s->cfg.handshake_timeout_ms = def.handshake_timeout_ms;
+    if (!s->cfg.keepalive_min_time_ms)
+        s->cfg.keepalive_min_time_ms = def.keepalive_min_time_ms;
+    if (!s->cfg.send_stall_timeout_ms)
+        s->cfg.send_stall_timeout_ms = def.send_stall_timeout_ms;
+    if (!s->cfg.max_pending_request_bytes)
+        s->cfg.max_pending_request_bytes = def.max_pending_request_bytes;
     s->loop = loop;
     s->methods = methods;
     s->n_methods = n_methods;
     s->app = app;
     s->metrics = metrics;
-    int rv = kv_grpc_session_callbacks(&s->cbs);
+    int rv = -ENOMEM;
+    s->rbuf = malloc(KV_GRPC_READ_BUF);
+    if (!s->rbuf)
+        goto fail;
+    rv = kv_grpc_session_callbacks(&s->cbs);
     if (rv < 0)
         goto fail;
     rv = -ENOMEM;
@@ -294,7 +598,9 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     s->deadline_timer.data = s;
     uv_timer_init(loop, &s->ping_timer);
     s->ping_timer.data = s;
-    s->open_handles = 4;
+    uv_timer_init(loop, &s->housekeep_timer);
+    s->housekeep_timer.data = s;
+    s->open_handles = 5;
     register_metrics(s);
     *out = s;
     return 0;
@@ -303,6 +609,7 @@ fail:
         nghttp2_option_del(s->opt);
     if (s->cbs)
         nghttp2_session_callbacks_del(s->cbs);
+    free(s->rbuf);
     free(s);
     return rv;
 }
@@ -333,10 +640,17 @@ static void on_connection(uv_stream_t *l, int status)
     kv_grpc_server *s = l->data;
     if (status < 0 || s->closing)
         return;
-    if (s->n_conns >= s->cfg.max_connections) {
-        kv_metric_inc(s->m_ref_conn);
-        reject_one(s);
-        return;
+    if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
+        /* Idle sockets must not lock active clients out: make room by closing the oldest
+         * connection that never completed a request, else the longest idle one. */
+        kv_grpc_conn *victim = s->hs.head ? s->hs.head : s->idle_conns.head;
+        if (!victim) {
+            kv_metric_inc(s->m_ref_conn);
+            reject_one(s);
+            return;
+        }
+        kv_metric_inc(s->m_close_evicted);
+        kv_grpc_conn_goaway_close(victim, NGHTTP2_NO_ERROR, "evicted: connection limit");
     }
     kv_grpc_conn *c;
     if (kv_grpc_conn_start(s, &c) != 0) {
@@ -358,6 +672,7 @@ int kv_grpc_server_listen(kv_grpc_server *s, const char *host, int port)
     register_listener_metrics(s, host, kv_grpc_server_port(s));
     if (s->cfg.ping_interval_ms)
         uv_timer_start(&s->ping_timer, ping_cb, s->cfg.ping_interval_ms, s->cfg.ping_interval_ms);
+    uv_timer_start(&s->housekeep_timer, housekeep_cb, KV_GRPC_HOUSEKEEP_MS, KV_GRPC_HOUSEKEEP_MS);
     return 0;
 }
 
@@ -381,6 +696,7 @@ static void maybe_finalize(kv_grpc_server *s)
     void *arg = s->close_arg;
     nghttp2_option_del(s->opt);
     nghttp2_session_callbacks_del(s->cbs);
+    free(s->rbuf);
     free(s);
     if (cb)
         cb(arg);
@@ -410,6 +726,7 @@ void kv_grpc_server_close(kv_grpc_server *s, void (*cb)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
     uv_close((uv_handle_t *)&s->deadline_timer, handle_closed_cb);
     uv_close((uv_handle_t *)&s->ping_timer, handle_closed_cb);
+    uv_close((uv_handle_t *)&s->housekeep_timer, handle_closed_cb);
     for (kv_grpc_conn *c = s->conns; c; c = c->next)
         kv_grpc_conn_close(c);
 }

@@ -12,8 +12,17 @@
  *   Calls and connections are freed only from libuv callbacks outside nghttp2 callbacks
  *   (deferred free); handles are freed only in their close callbacks.
  * - Request messages are delivered synchronously (no queue of undelivered messages exists).
- *   Inbound memory per connection is bounded by max_recv_buffer_bytes plus the HTTP/2
- *   connection window (4 MiB); outbound app bytes per connection by max_send_buffer_bytes.
+ * - Memory bounds (see server/grpc/README.md "Backpressure and memory"):
+ *   inbound: DATA is credited to the peer's connection window only while the connection holds
+ *   less than max_recv_buffer_bytes of partial messages and unanswered unary requests, so a
+ *   connection holds at most that plus its window (4 MiB); a connection whose window is used
+ *   up by partial messages sheds the ones furthest from completion (RESOURCE_EXHAUSTED).
+ *   outbound: a response message may be up to max_response_bytes; it is streamed as the
+ *   peer's flow-control window allows. A connection whose queued output exceeds
+ *   max_send_buffer_bytes gets no further request delivered until it drains (backpressure);
+ *   a stream whose output makes no progress for send_stall_timeout_ms is reset.
+ *   process: the sum over all connections stays under max_buffered_bytes (stalled output
+ *   and the largest partial requests are shed first; a send that still does not fit fails).
  * - TLS: not implemented yet; connection I/O goes through a small vtable (grpc_io.h) so a TLS
  *   layer (OpenSSL memory BIOs) can sit between the socket and nghttp2.
  * - Error codes: functions return 0 or a negative errno (-EINVAL, -ENOMEM, -ENOBUFS,
@@ -64,9 +73,32 @@ typedef struct kv_grpc_config {
     uint32_t ping_interval_ms;       /* 0 = no keepalive pings; a ping unanswered by the next
                                         interval closes the connection */
     size_t max_recv_buffer_bytes;    /* (addition) per connection bytes held for partially
-                                        received messages and paused streams; default 64 MiB;
-                                        a stream that would exceed it gets RESOURCE_EXHAUSTED */
+                                        received messages, paused streams and unanswered unary
+                                        requests before the connection window stops being
+                                        credited; default 16 MiB */
+    /* Hardening (issue 8) additions; 0 = default unless stated. */
+    size_t max_response_bytes;        /* one response message; default 256 MiB, at most
+                                         max_buffered_bytes; larger -> kv_grpc_call_send -EMSGSIZE */
+    size_t max_buffered_bytes;        /* cap on in + out bytes over all connections; 512 MiB */
+    uint32_t handshake_timeout_ms;    /* close a connection that completes no request header
+                                         block within this after accept; default 10 s */
+    uint32_t max_connection_idle_ms;  /* GOAWAY + close a connection without calls for this
+                                         long (grpc-go MaxConnectionIdle); 0 = never */
+    uint32_t keepalive_min_time_ms;   /* grpc-go EnforcementPolicy.MinTime: more than 2 PINGs
+                                         closer than this -> GOAWAY ENHANCE_YOUR_CALM
+                                         "too_many_pings"; default 5 s (etcd's) */
+    uint32_t ping_timeout_ms;         /* our keepalive PING unanswered this long closes the
+                                         connection; 0 = ping_interval_ms */
+    uint32_t send_stall_timeout_ms;   /* a stream whose queued output makes no progress this long
+                                         is reset; a socket write this long closes; 30 s */
+    size_t max_pending_request_bytes; /* unary requests handed to the app and not yet answered
+                                         (e.g. queued proposals), all connections: past it no
+                                         unary request is delivered (its DATA stays unconsumed)
+                                         until the app drains to 3/4; default 64 MiB */
 } kv_grpc_config;
+
+#define KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES ((size_t)256 * 1024 * 1024)
+#define KV_GRPC_DEFAULT_MAX_BUFFERED_BYTES ((size_t)512 * 1024 * 1024)
 
 /* Fills cfg with the defaults above. */
 void kv_grpc_config_default(kv_grpc_config *cfg);
@@ -108,10 +140,21 @@ const char *kv_grpc_call_header(kv_grpc_call *c, const char *name);
  * cancels calls whose deadline passes (DEADLINE_EXCEEDED trailers + on_cancel). */
 uint64_t kv_grpc_call_deadline(kv_grpc_call *c);
 /* Queue one response message (copied; 5-byte prefix added). Sends response HEADERS first if
- * not yet sent. Returns 0, -ENOBUFS if the connection's outbound buffer would exceed
- * max_send_buffer_bytes (counted as refused{reason="send_buffer"}), -ECONNRESET if the
- * connection is closing, -EINVAL if the call is finished. */
+ * not yet sent. The message is streamed under HTTP/2 flow control; a full connection is not an
+ * error (it stops the connection's request delivery instead). Returns 0, -EMSGSIZE if len >
+ * max_response_bytes (refused{reason="response_size"}), -ENOBUFS if the process-wide cap
+ * cannot fit it (refused{reason="buffered_cap_send"}) or, for streaming calls only, if this
+ * call's own unsent output (not empty) would exceed max_send_buffer_bytes (its reader is not
+ * reading; refused{reason="send_buffer"}), -ECONNRESET if the connection is closing, -EINVAL if the
+ * call is finished. On any error nothing was queued. */
 int kv_grpc_call_send(kv_grpc_call *c, const uint8_t *msg, size_t len);
+/* (addition) End the RPC with RST_STREAM(INTERNAL_ERROR) instead of a status: for a request
+ * whose effect is committed but whose response cannot be delivered (a gRPC status would claim
+ * an outcome; a reset says "unknown"). The call is invalid after this returns. Returns 0 or
+ * -EINVAL if the call is already finished. */
+int kv_grpc_call_abort(kv_grpc_call *c);
+/* (addition) The server's max_response_bytes (for error messages). */
+size_t kv_grpc_call_max_response_bytes(kv_grpc_call *c);
 /* End the RPC: trailers grpc-status/grpc-message (message percent-encoded; trailers-only
  * response if nothing was sent). The call is invalid after this returns (freed when the
  * stream closes). status 0 = OK. grpc_message may be NULL. Returns 0, -ECONNRESET (connection

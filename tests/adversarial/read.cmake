@@ -8,3 +8,4 @@ kv_add_test(adv_read
   TIMEOUT 600)
 target_include_directories(adv_read PRIVATE ${KV_ADV_READ_LI})
 add_dependencies(adv_read kvd)
+set_tests_properties(adv_read PROPERTIES RUN_SERIAL TRUE) # asserts a latency bound: no other test may share the 2 cores

@@ -76,6 +76,10 @@ static void echo_unary(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     if (len == 4 && memcmp(msg, "hold", 4) == 0)
         return; /* never answered: deadline or cancel ends it */
+    if (len == 5 && memcmp(msg, "abort", 5) == 0) {
+        kv_grpc_call_abort(call); /* e.g. a committed write whose response cannot be sent */
+        return;
+    }
     if (kv_grpc_call_send(call, msg, len) != 0) {
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "send buffer full");
         return;
@@ -316,6 +320,15 @@ static int cl_on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud
     return 0;
 }
 
+int h2c_connect_window(h2client *c, int port, uint32_t window)
+{
+    if (h2c_connect(c, port) != 0)
+        return -1;
+    nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window};
+    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, &iv, 1);
+    return 0;
+}
+
 int h2c_connect(h2client *c, int port)
 {
     memset(c, 0, sizeof(*c));
@@ -373,7 +386,7 @@ h2stream *h2c_start(h2client *c, const char *path, const char *content_type, con
 h2stream *h2c_start_md(h2client *c, const char *path, const char *content_type, const char *timeout,
                        const char *md_name, const char *md_value)
 {
-    if (c->n >= 32)
+    if (c->n >= (int)(sizeof(c->streams) / sizeof(c->streams[0])))
         return NULL;
     h2stream *st = &c->streams[c->n++];
     memset(st, 0, sizeof(*st));

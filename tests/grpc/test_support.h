@@ -57,7 +57,7 @@ typedef struct h2stream {
 typedef struct h2client {
     int fd;
     nghttp2_session *s;
-    h2stream streams[32];
+    h2stream streams[128];
     int n;
     int conn_closed;
     int goaway;
@@ -67,6 +67,9 @@ typedef struct h2client {
 
 int tcp_connect(int port); /* blocking socket with 5 s timeouts, or -1 */
 int h2c_connect(h2client *c, int port);
+/* Like h2c_connect, advertising SETTINGS_INITIAL_WINDOW_SIZE = window (0: a reader that
+ * never opens its stream windows, so the server can send no DATA). */
+int h2c_connect_window(h2client *c, int port, uint32_t window);
 void h2c_close(h2client *c);
 /* content_type NULL = "application/grpc"; timeout NULL = none. */
 h2stream *h2c_start(h2client *c, const char *path, const char *content_type, const char *timeout);
