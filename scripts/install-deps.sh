@@ -6,6 +6,11 @@ PKGS=(build-essential cmake pkg-config git curl procps iproute2
       libssl-dev libcriterion-dev
       clang libclang-rt-14-dev
       etcd-client etcd-server)
+# --with-test-extras (used by .ci/run): what only some tests need. golang-go and Debian's Go
+# etcd sources (~900 MB) let tests/go build a clientv3/concurrency program offline.
+if [ "${1:-}" = "--with-test-extras" ]; then
+  PKGS+=(golang-go golang-etcd-server-dev)
+fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()
