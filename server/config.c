@@ -26,6 +26,10 @@ void kv_config_default(kv_config *cfg)
     cfg->lease_revoke_rate = 1000;
     cfg->lease_checkpoint_interval_ms = 300000;
     cfg->lease_checkpoint_rate = 1000;
+    cfg->max_watchers_per_stream = 10000;
+    cfg->max_watch_streams_per_conn = 1000;
+    cfg->watch_send_buffer_bytes = 1u << 20;
+    cfg->watch_progress_interval_ms = 600000;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -214,6 +218,11 @@ static const flag_def FLAGS[] = {
     {"lease-checkpoint-interval", F_DUR, OFF(lease_checkpoint_interval_ms), 0, 0, 0, 0},
     {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
+    {"max-watchers-per-stream", F_U32, OFF(max_watchers_per_stream), 0, 0, 1, 1u << 24},
+    {"max-watch-streams-per-connection", F_U32, OFF(max_watch_streams_per_conn), 0, 0, 1,
+     1u << 20},
+    {"watch-send-buffer-bytes", F_SIZE, OFF(watch_send_buffer_bytes), 0, 0, 4096, 1ULL << 32},
+    {"watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -250,6 +259,11 @@ const char *kv_config_usage(void)
            "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
            "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
+           "  --max-watchers-per-stream N     watchers on one Watch stream (10000)\n"
+           "  --max-watch-streams-per-connection N  Watch streams per connection (1000)\n"
+           "  --watch-send-buffer-bytes N     unsent bytes per Watch stream before its watchers\n"
+           "                                  are caught up from disk instead (1 MiB)\n"
+           "  --watch-progress-notify-interval D  progress_notify period (default 10m)\n"
            "  --version | --help\n";
 }
 

@@ -68,6 +68,12 @@ typedef struct kv_config {
 
     /* Testing. */
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */
+
+    /* Watch (server/watch/watch_hub.h). */
+    uint32_t max_watchers_per_stream;    /* --max-watchers-per-stream, default 10000 */
+    uint32_t max_watch_streams_per_conn; /* --max-watch-streams-per-connection, default 1000 */
+    size_t watch_send_buffer_bytes;      /* --watch-send-buffer-bytes, default 1 MiB */
+    uint32_t watch_progress_interval_ms; /* --watch-progress-notify-interval, default 10m */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

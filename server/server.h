@@ -14,6 +14,7 @@
 #include <uv.h>
 
 struct kv_lessor;
+struct kv_watch_hub;
 
 typedef struct kv_server {
     uv_loop_t *loop;
@@ -25,6 +26,7 @@ typedef struct kv_server {
     struct kv_lessor *lessor;
     uint64_t keepalive_requests;    /* renewals received over LeaseKeepAlive streams */
     struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
+    struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
 } kv_server;
 
 #endif

@@ -10,6 +10,7 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/range.c
   ${CMAKE_CURRENT_LIST_DIR}/txn_check.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
+  ${CMAKE_CURRENT_LIST_DIR}/events.c
   ${CMAKE_CURRENT_LIST_DIR}/apply.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

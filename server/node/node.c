@@ -59,6 +59,8 @@ struct kv_node {
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metrics *metrics;
+    kv_node_commit_fn commit_fn; /* watch hub */
+    void *commit_arg;
 };
 
 static double gauge_pending(void *arg)
@@ -207,6 +209,7 @@ static void after_apply(uv_work_t *req, int status)
             batch = next;
         }
     } else {
+        int64_t rev_before = n->revision;
         n->next_index = w->first_index + w->nreq;
         if (w->revision > n->revision)
             n->revision = w->revision;
@@ -218,6 +221,8 @@ static void after_apply(uv_work_t *req, int status)
         kv_metric_inc(n->m_batches);
         kv_metric_set(n->m_batch_size_max, (double)n->st.max_batch_size);
         replay_events(n, w);
+        if (n->commit_fn && n->revision > rev_before)
+            n->commit_fn(n->commit_arg, n->revision);
 
         /* Durable: now acknowledge, in order. */
         size_t i = 0;
@@ -496,4 +501,10 @@ void kv_node_get_stats(const kv_node *n, kv_node_stats *st)
 {
     *st = n->st;
     st->pending = n->pending;
+}
+
+void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg)
+{
+    n->commit_fn = fn;
+    n->commit_arg = arg;
 }

@@ -91,4 +91,10 @@ int64_t kv_node_revision(const kv_node *n);
 void kv_node_set_term(kv_node *n, uint64_t term);
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
 
+/* (addition) Commit hook: called on the loop thread after each batch committed, after the
+ * lease events and before the completions, with the store revision after the batch (only when
+ * it moved). The watch hub reads the new revisions from LMDB (mvcc/events.h). NULL detaches. */
+typedef void (*kv_node_commit_fn)(void *arg, int64_t revision);
+void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg);
+
 #endif
