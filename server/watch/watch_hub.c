@@ -128,10 +128,13 @@ static size_t ev_wire(const Mvccpb__Event *e)
     return 1 + varint_len(l) + l; /* field 11, length-delimited: 1-byte tag */
 }
 
+/* A response may be queued while the stream's unsent bytes are at most half its bound (or it
+ * fits): a stream holds at most bound/2 + one response (one slice, or one batch revision). The
+ * catch-up uses the same test to pick watchers, so a picked watcher can always take its slice. */
 static bool has_room(const kv_watch_stream *st, size_t len)
 {
-    size_t q = st->ops->queued(st->sink);
-    return q == 0 || q + len <= st->hub->cfg.stream_send_buffer_bytes;
+    size_t q = st->ops->queued(st->sink), lim = st->hub->cfg.stream_send_buffer_bytes;
+    return q <= lim / 2 || q + len <= lim;
 }
 
 /* Sends evs[0..n) to w. 0 sent, 1 no room (nothing sent), < 0 stream broken. */
@@ -300,8 +303,8 @@ static int ensure_out(kv_watch_hub *h, size_t n)
 
 /* Delivers the slice [from, last] (already read into h->ev) to the watchers in set whose
  * next_rev lies in it (a watcher with next_rev < from missed an earlier slice: skipped).
- * Victims move to unsynced. */
-static void deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
+ * Victims move to unsynced. Returns the number of watchers that advanced. */
+static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
                     int64_t last)
 {
     if (ensure_out(h, h->n_ev) < 0) {
@@ -309,8 +312,9 @@ static void deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size
         for (size_t i = 0; i < n; i++)
             if (set[i]->state == W_SYNCED && set[i]->next_rev <= last)
                 to_unsynced(h, set[i]);
-        return;
+        return 0;
     }
+    size_t advanced = 0;
     for (size_t i = 0; i < n; i++) {
         kv_watcher *w = set[i];
         if (w->state == W_DEAD || w->st->broken || w->next_rev > last || w->next_rev < from)
@@ -345,17 +349,20 @@ static void deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size
             }
             continue;
         }
-        if (rc == 0)
+        if (rc == 0) {
             w->next_rev = last + 1;
+            advanced++;
+        }
     }
+    return advanced;
 }
 
 /* Reads slices of [from, to] (at most slice_bytes each) and delivers them to set; only the
  * first slice when one_slice. Returns 0 or a negative error. */
 static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n,
-                     int64_t from, int64_t to, bool one_slice, int64_t *done_to)
+                     int64_t from, int64_t to, bool one_slice, size_t *advanced)
 {
-    *done_to = from - 1;
+    *advanced = 0;
     while (from <= to) {
         int64_t last;
         int rc = kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
@@ -364,9 +371,8 @@ static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, siz
             return rc;
         }
         h->st.slices++;
-        deliver(h, rd, set, n, from, last);
+        *advanced += deliver(h, rd, set, n, from, last);
         slice_clear(h);
-        *done_to = last;
         from = last + 1;
         if (one_slice)
             break;
@@ -426,8 +432,8 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
             if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev)
                 to_unsynced(h, w); /* compaction in the same batch: answered by catch-up */
         }
-        int64_t done;
-        rc = run_range(h, &rd, h->set, n, old + 1, rev, false, &done);
+        size_t adv;
+        rc = run_range(h, &rd, h->set, n, old + 1, rev, false, &adv);
         kv_store_reader_end(&rd);
     }
     if (rc < 0) {
@@ -461,7 +467,7 @@ static int sync_slice(kv_watch_hub *h)
     while (w && scanned < total && n < SYNC_BATCH_WATCHERS) {
         kv_watcher *nx = w->gnext;
         scanned++;
-        if (!w->st->broken && has_room(w->st, h->cfg.slice_bytes / 2)) {
+        if (!w->st->broken && has_room(w->st, h->cfg.slice_bytes)) {
             if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev) {
                 progressed |= send_compacted(h, w, rd.compact_rev);
             } else if (w->next_rev > h->cur_rev) {
@@ -481,11 +487,11 @@ static int sync_slice(kv_watch_hub *h)
         int64_t to = from + h->cfg.slice_revs - 1;
         if (to > h->cur_rev)
             to = h->cur_rev;
-        int64_t done;
-        rc = run_range(h, &rd, h->set, n, from, to, true, &done);
+        size_t adv = 0;
+        rc = run_range(h, &rd, h->set, n, from, to, true, &adv);
         if (rc < 0)
             report_read_error(rc);
-        else
+        else if (adv > 0)
             progressed = 1;
         for (size_t i = 0; i < n; i++)
             if (h->set[i]->state == W_UNSYNCED && h->set[i]->next_rev > h->cur_rev)
