@@ -73,7 +73,7 @@ static const char *const scenarios[] = {
     /* history */
     E "put foo bar >/dev/null; " E "put foo baz >/dev/null; " E "put a/1 x >/dev/null; "
     E "put a/2 y >/dev/null; " E "del foo >/dev/null; " E "put b z >/dev/null; "
-    "printf 'put a/3 t1\\nput a/4 t2\\n\\n\\n' | " E "txn >/dev/null; "
+    "printf '\\nput a/3 t1\\nput a/4 t2\\n\\n\\n' | " E "txn 2>&1; "
     "timeout 1.5 " E "watch --rev=1 --prefix a 2>&1; echo rc=$?; "
     "timeout 1.5 " E "watch --rev=2 foo --prev-kv 2>&1; "
     "timeout 1.5 " E "watch --rev=1 a/2 c 2>&1; "
@@ -82,7 +82,7 @@ static const char *const scenarios[] = {
     /* live events: txn, delete range, prev_kv */
     "(timeout 3 " E "watch --prefix l --prev-kv > live.out 2>&1 &); sleep 1; "
     E "put l/1 one >/dev/null; " E "put l/1 two >/dev/null; "
-    "printf '\\nput l/2 a\\nput l/3 b\\ndel l/1\\n\\n' | " E "txn >/dev/null; "
+    "printf '\\nput l/2 a\\nput l/3 b\\ndel l/1\\n\\n\\n' | " E "txn 2>&1; "
     E "del --prefix l >/dev/null; " E "put other x >/dev/null; sleep 1.5; cat live.out; rm -f live.out",
     /* interactive */
     E "put i1 v >/dev/null; " E "put i2 w >/dev/null; "
