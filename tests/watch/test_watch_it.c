@@ -161,6 +161,7 @@ typedef struct h2w {
     int64_t events;
     int sub_seen; /* events seen of revision next_rev - 1 */
     int64_t want_rev;
+    size_t *body; /* request body source */
     int bad;
     char why[256];
 } h2w;
@@ -248,8 +249,10 @@ static void h2w_parse(h2w *h)
         etcdserverpb__watch_response__free_unpacked(r, NULL);
         off += 5 + ml;
     }
-    memmove(h->buf, h->buf + off, h->len - off);
-    h->len -= off;
+    if (off) {
+        memmove(h->buf, h->buf + off, h->len - off);
+        h->len -= off;
+    }
 }
 
 /* Reads and processes whatever arrives for up to ms (returns early when cond holds). */
@@ -329,7 +332,9 @@ static void h2w_open(h2w *h, uint16_t port, const char *prefix, int64_t start_re
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     r.create_request = &c;
     size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
-    size_t *body = malloc(2 * sizeof(size_t) + 5 + ml); /* leaked with the test process */
+    size_t *body = malloc(2 * sizeof(size_t) + 5 + ml);
+    cr_assert_not_null(body);
+    h->body = body;
     body[0] = 5 + ml;
     body[1] = 0;
     uint8_t *d = (uint8_t *)(body + 2);
@@ -357,6 +362,7 @@ static void h2w_close(h2w *h)
     nghttp2_session_del(h->s);
     close(h->fd);
     free(h->buf);
+    free(h->body);
 }
 
 static int64_t rss_anon(pid_t pid)
@@ -482,9 +488,12 @@ Test(watch_it, stalled_watcher_bounded_memory_then_caught_up_or_compacted, .time
                 "slow %.0f",
                 WRITE_TXNS * TXN_OPS, (long long)(grown / 1024), metric(&k, "kvd_watch_unsynced"),
                 metric(&k, "kvd_watch_slow_total"));
-    /* ~23 MB of responses per watcher were written; buffered they would be ~46 MB. */
+    /* ~23 MB of responses per watcher were written; buffered they would be ~46 MB. Under ASan
+     * the allocator's quarantine keeps freed memory resident, so only the release build checks. */
+#if !defined(__SANITIZE_ADDRESS__)
     cr_assert_lt(grown, 12 << 20, "kvd memory grew %lld bytes with two stalled watchers",
                  (long long)grown);
+#endif
     cr_assert_eq(metric(&k, "kvd_watch_unsynced"), 2);
     cr_assert_geq(metric(&k, "kvd_watch_slow_total"), 2);
 
