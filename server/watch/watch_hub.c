@@ -9,8 +9,12 @@
 #include <string.h>
 
 #define SYNC_BATCH_WATCHERS 512 /* etcd maxWatchersPerSync */
-#define SYNC_SLICES_PER_TURN 4
-#define SYNC_POLL_MS 20 /* unsynced watchers wait for their stream to drain */
+#define SYNC_TURN_NS 4000000ull    /* catch-up work per timer turn: 4 ms */
+#define NOTIFY_TURN_NS 10000000ull /* live delivery per commit: 10 ms, the rest catches up */
+#define TURN_BYTES (1u << 20)      /* response bytes queued per turn: the transport writes them
+                                      in the same loop turn, so this bounds that too */
+#define SYNC_POLL_MIN_MS 1         /* waiting for streams to drain: 1 ms, doubling ... */
+#define SYNC_POLL_MAX_MS 64        /* ... up to 64 ms while no stream has room */
 
 void kv_watch_config_default(kv_watch_config *c)
 {
@@ -185,6 +189,7 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, Mvccpb__Event **evs, size
         return rc;
     }
     h->st.events_sent += n;
+    h->turn_bytes += total;
     kv_metric_add(h->m_events, (int64_t)n);
     if (n > 0)
         w->progress_due = false;
@@ -319,6 +324,14 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
         kv_watcher *w = set[i];
         if (w->state == W_DEAD || w->st->broken || w->next_rev > last || w->next_rev < from)
             continue;
+        if (h->deadline_ns && (uv_hrtime() > h->deadline_ns || h->turn_bytes > TURN_BYTES))
+            h->over_budget = true;
+        if (h->over_budget) {
+            /* Out of time for this loop turn: the rest is caught up from LMDB later, so a
+             * burst of deliveries never holds the loop (writes, keepalives) for long. */
+            to_unsynced(h, w);
+            continue;
+        }
         size_t k = 0;
         for (size_t j = 0; j < h->n_ev; j++) {
             slice_ev *e = &h->ev[j];
@@ -425,6 +438,9 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
     if (n == 0)
         return;
     kv_store_reader rd;
+    h->deadline_ns = uv_hrtime() + NOTIFY_TURN_NS;
+    h->over_budget = false;
+    h->turn_bytes = 0;
     int rc = kv_store_reader_begin(h->store, &rd);
     if (rc == 0) {
         for (size_t i = 0; i < n; i++) {
@@ -442,8 +458,10 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
             if (h->set[i]->state == W_SYNCED && h->set[i]->next_rev <= rev)
                 to_unsynced(h, h->set[i]);
     }
+    h->deadline_ns = 0;
+    h->over_budget = false;
     if (h->unsynced.n)
-        arm_sync(h, SYNC_POLL_MS / 4);
+        arm_sync(h, SYNC_POLL_MIN_MS); /* no-op when a wake-up is already pending */
 }
 
 /* One catch-up slice. Returns 1 if it ran, 0 if no unsynced watcher could progress. */
@@ -513,9 +531,30 @@ static void on_sync_timer(uv_timer_t *t)
 {
     kv_watch_hub *h = t->data;
     h->sync_armed = false;
-    int ran = kv_watch_hub_sync_now(h, SYNC_SLICES_PER_TURN);
-    if (h->unsynced.n)
-        arm_sync(h, ran == SYNC_SLICES_PER_TURN ? 0 : SYNC_POLL_MS);
+    /* Slices until this turn's time budget is spent or no watcher can progress. */
+    uint64_t start = uv_hrtime();
+    h->deadline_ns = start + SYNC_TURN_NS;
+    h->over_budget = false;
+    h->turn_bytes = 0;
+    int ran = 0;
+    while (!h->over_budget && uv_hrtime() < h->deadline_ns && h->turn_bytes <= TURN_BYTES &&
+           sync_slice(h))
+        ran++;
+    bool more = h->over_budget ||
+                (ran > 0 && (uv_hrtime() >= h->deadline_ns || h->turn_bytes > TURN_BYTES));
+    h->deadline_ns = 0;
+    h->over_budget = false;
+    if (h->unsynced.n == 0)
+        return;
+    if (ran > 0 || more) {
+        h->poll_ms = SYNC_POLL_MIN_MS;
+        arm_sync(h, more ? 0 : SYNC_POLL_MIN_MS);
+    } else {
+        h->poll_ms = h->poll_ms ? h->poll_ms * 2 : SYNC_POLL_MIN_MS;
+        if (h->poll_ms > SYNC_POLL_MAX_MS)
+            h->poll_ms = SYNC_POLL_MAX_MS;
+        arm_sync(h, h->poll_ms);
+    }
 }
 
 void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)

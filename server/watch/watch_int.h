@@ -69,6 +69,10 @@ struct kv_watch_hub {
     int handles_open;
     bool closing;
     bool sync_armed;
+    uint64_t poll_ms;     /* catch-up back-off while no stream has room */
+    uint64_t deadline_ns; /* uv_hrtime() bound of the current delivery turn (0 = none) */
+    bool over_budget;     /* the turn ran out of time: remaining watchers go unsynced */
+    size_t turn_bytes;    /* response bytes queued in the current turn */
     /* scratch (grown, kept) */
     slice_ev *ev;
     size_t n_ev, cap_ev;

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Watch benchmarks, kvd vs etcd, same machine, same run (figures in docs/ARCHITECTURE.md).
+#   bench/watch/run.sh [build-dir]
+# WB_SERVER=kvd|etcd restricts to one server.
+set -e
+B=${1:-build}
+export KV_BUILD_DIR=$(cd "$B" && pwd)
+"$KV_BUILD_DIR/bench/watch/watchbench" catchup 1000 10 100000
+"$KV_BUILD_DIR/bench/watch/watchbench" stalled 1000000

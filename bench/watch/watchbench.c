@@ -1,0 +1,445 @@
+/*
+ * watchbench: Watch benchmarks, kvd vs etcd on the same machine (issue 11; not a test).
+ *
+ *   watchbench catchup [WATCHERS STREAMS EVENTS]   default 1000 10 100000
+ *     EVENTS events are written (txns of 128 puts), then WATCHERS watchers on one prefix,
+ *     spread over STREAMS streams of one connection, start from the first of them. Reports the
+ *     time until every watcher has received every event, the server's CPU time meanwhile, and
+ *     the latency of puts issued every 10 ms during the catch-up (writes must not stall).
+ *   watchbench stalled [EVENTS]                     default 1000000
+ *     One watcher stops reading its socket while EVENTS events are written. Reports the
+ *     server's anonymous memory growth (max over the run), then reads again and reports the
+ *     time to receive everything (or the compacted response), checking order and count.
+ *
+ * Each mode runs against kvd ($KV_BUILD_DIR/server/kvd) and etcd (/usr/bin/etcd), one after
+ * the other, started by the integration harness. Run: bench/watch/run.sh.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "grpc_raw.h"
+#include "harness.h"
+#include "rpc.pb-c.h"
+
+#define TXN_OPS 128
+#define VALUE_LEN 100
+
+typedef struct wstream {
+    struct wconn *c;
+    int32_t sid;
+    uint8_t *body; /* create requests, sent once */
+    size_t body_len, body_off;
+    uint8_t *buf;
+    size_t len, cap;
+} wstream;
+
+typedef struct wconn {
+    int fd;
+    nghttp2_session *s;
+    wstream *st;
+    size_t n_st;
+    int64_t *count; /* events per watcher (index: stream * per + watch id) */
+    size_t per;     /* watchers per stream */
+    int64_t *next_rev;
+    int compacted, bad, closed;
+    int64_t total;
+} wconn;
+
+static ssize_t c_send(nghttp2_session *s, const uint8_t *d, size_t len, int flags, void *u)
+{
+    (void)s;
+    (void)flags;
+    wconn *c = u;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(c->fd, d + off, len - off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        off += (size_t)n;
+    }
+    return (ssize_t)len;
+}
+
+static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
+{
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, m);
+    if (r == NULL) {
+        c->bad = 1;
+        return;
+    }
+    if (r->compact_revision)
+        c->compacted = 1;
+    if (r->n_events && r->watch_id >= 0 && (size_t)r->watch_id < c->per) {
+        size_t w = si * c->per + (size_t)r->watch_id;
+        for (size_t i = 0; i < r->n_events; i++) {
+            int64_t rev = r->events[i]->kv->mod_revision;
+            if (rev < c->next_rev[w])
+                c->bad = 1;
+            c->next_rev[w] = rev;
+        }
+        c->count[w] += (int64_t)r->n_events;
+        c->total += (int64_t)r->n_events;
+    }
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+}
+
+static int c_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *d, size_t len,
+                  void *u)
+{
+    (void)flags;
+    wconn *c = u;
+    wstream *st = nghttp2_session_get_stream_user_data(s, sid);
+    if (st == NULL)
+        return 0;
+    if (st->len + len > st->cap) {
+        st->cap = (st->len + len) * 2;
+        st->buf = realloc(st->buf, st->cap);
+    }
+    memcpy(st->buf + st->len, d, len);
+    st->len += len;
+    size_t off = 0;
+    while (st->len - off >= 5) {
+        const uint8_t *p = st->buf + off;
+        size_t ml = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (st->len - off < 5 + ml)
+            break;
+        handle(c, (size_t)(st - c->st), p + 5, ml);
+        off += 5 + ml;
+    }
+    if (off) {
+        memmove(st->buf, st->buf + off, st->len - off);
+        st->len -= off;
+    }
+    return 0;
+}
+
+static int c_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
+{
+    (void)s;
+    (void)sid;
+    (void)ec;
+    ((wconn *)u)->closed = 1;
+    return 0;
+}
+
+static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len,
+                         uint32_t *flags, nghttp2_data_source *src, void *u)
+{
+    (void)s;
+    (void)sid;
+    (void)u;
+    (void)flags;
+    wstream *st = src->ptr;
+    if (st->body_off == st->body_len)
+        return NGHTTP2_ERR_DEFERRED;
+    size_t n = st->body_len - st->body_off < len ? st->body_len - st->body_off : len;
+    memcpy(buf, st->body + st->body_off, n);
+    st->body_off += n;
+    return (ssize_t)n;
+}
+
+static void append_create(wstream *st, const char *prefix, int64_t start)
+{
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    char end[64];
+    snprintf(end, sizeof(end), "%s", prefix);
+    end[strlen(end) - 1]++;
+    c.key = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
+    c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    c.start_revision = start;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
+    st->body = realloc(st->body, st->body_len + 5 + ml);
+    uint8_t *d = st->body + st->body_len;
+    d[0] = 0;
+    d[1] = (uint8_t)(ml >> 24);
+    d[2] = (uint8_t)(ml >> 16);
+    d[3] = (uint8_t)(ml >> 8);
+    d[4] = (uint8_t)ml;
+    etcdserverpb__watch_request__pack(&r, d + 5);
+    st->body_len += 5 + ml;
+}
+
+static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const char *prefix,
+                     int64_t start)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        return -errno;
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_send_callback(cb, c_send);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_close);
+    nghttp2_session_client_new(&c->s, cb, c);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
+    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 1);
+    nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
+    c->n_st = streams;
+    c->per = per;
+    c->st = calloc(streams, sizeof(wstream));
+    c->count = calloc(streams * per, sizeof(int64_t));
+    c->next_rev = calloc(streams * per, sizeof(int64_t));
+    char auth[64];
+    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
+#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", auth),
+                        NV(":path", "/etcdserverpb.Watch/Watch"),
+                        NV("content-type", "application/grpc"), NV("te", "trailers")};
+    for (size_t i = 0; i < streams; i++) {
+        wstream *st = &c->st[i];
+        st->c = c;
+        for (size_t w = 0; w < per; w++)
+            append_create(st, prefix, start);
+        nghttp2_data_provider prd = {.source.ptr = st, .read_callback = body_read};
+        st->sid = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
+    }
+    nghttp2_session_send(c->s);
+    return 0;
+}
+
+static void conn_free(wconn *c)
+{
+    for (size_t i = 0; i < c->n_st; i++) {
+        free(c->st[i].body);
+        free(c->st[i].buf);
+    }
+    free(c->st);
+    free(c->count);
+    free(c->next_rev);
+    nghttp2_session_del(c->s);
+    close(c->fd);
+}
+
+/* Reads for up to ms or until every watcher has `want` events (or a compaction). */
+static void conn_pump(wconn *c, int ms, int64_t want)
+{
+    uint64_t end = kv_it_now_ms() + (uint64_t)ms;
+    static uint8_t rb[1 << 16];
+    while (kv_it_now_ms() < end && !c->closed && !c->compacted) {
+        if (want >= 0 && c->total >= want * (int64_t)(c->n_st * c->per))
+            break;
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        ssize_t n = read(c->fd, rb, sizeof(rb));
+        if (n <= 0)
+            break;
+        nghttp2_session_mem_recv(c->s, rb, (size_t)n);
+        nghttp2_session_send(c->s);
+    }
+}
+
+static int64_t write_txns(kv_it_grpc *g, int64_t events, const char *prefix)
+{
+    char val[VALUE_LEN];
+    memset(val, 'v', sizeof(val));
+    int64_t rev = 0;
+    for (int64_t t = 0; t * TXN_OPS < events; t++) {
+        Etcdserverpb__PutRequest puts[TXN_OPS];
+        Etcdserverpb__RequestOp ops[TXN_OPS], *pops[TXN_OPS];
+        char keys[TXN_OPS][48];
+        for (int i = 0; i < TXN_OPS; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "%s%lld/%d", prefix, (long long)t, i);
+            etcdserverpb__put_request__init(&puts[i]);
+            puts[i].key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+            puts[i].value = (ProtobufCBinaryData){sizeof(val), (uint8_t *)val};
+            etcdserverpb__request_op__init(&ops[i]);
+            ops[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+            ops[i].request_put = &puts[i];
+            pops[i] = &ops[i];
+        }
+        Etcdserverpb__TxnRequest x = ETCDSERVERPB__TXN_REQUEST__INIT;
+        x.success = pops;
+        x.n_success = TXN_OPS;
+        size_t len = etcdserverpb__txn_request__get_packed_size(&x);
+        uint8_t *buf = malloc(len), *resp = NULL;
+        etcdserverpb__txn_request__pack(&x, buf);
+        size_t rlen = 0;
+        int st;
+        char msg[128];
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st,
+                                 msg, sizeof(msg));
+        free(buf);
+        if (rc == 0) {
+            Etcdserverpb__TxnResponse *r = etcdserverpb__txn_response__unpack(NULL, rlen, resp);
+            if (r) {
+                rev = r->header->revision;
+                etcdserverpb__txn_response__free_unpacked(r, NULL);
+            }
+        } else {
+            fprintf(stderr, "txn failed: %d %s\n", rc, msg);
+        }
+        free(resp);
+    }
+    return rev;
+}
+
+static int64_t rss_anon(pid_t pid)
+{
+    char p[64], line[256];
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    long long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "RssAnon: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* ---- put latency probe (its own thread and connection) ---- */
+
+typedef struct probe {
+    uint16_t port;
+    volatile int stop;
+    double lat[100000];
+    size_t n;
+} probe;
+
+static void *probe_main(void *arg)
+{
+    probe *p = arg;
+    kv_it_grpc *g;
+    if (kv_it_grpc_open(&g, "127.0.0.1", p->port, 5000) != 0)
+        return NULL;
+    while (!p->stop && p->n < 100000) {
+        Etcdserverpb__PutRequest r = ETCDSERVERPB__PUT_REQUEST__INIT;
+        r.key = (ProtobufCBinaryData){5, (uint8_t *)"probe"};
+        uint8_t buf[64], *resp = NULL;
+        size_t len = etcdserverpb__put_request__pack(&r, buf), rlen;
+        int st;
+        char msg[64];
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        free(resp);
+        p->lat[p->n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        usleep(10000);
+    }
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void run_catchup(kv_it_kind kind, size_t watchers, size_t streams, int64_t events)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    kv_it_grpc *g;
+    kv_it_grpc_open(&g, "127.0.0.1", s.client_port, 5000);
+    int64_t last = write_txns(g, events, "w/");
+    int64_t first = last - (events / TXN_OPS) + 1;
+    probe *pr = calloc(1, sizeof(*pr));
+    pr->port = s.client_port;
+    pthread_t th;
+    pthread_create(&th, NULL, probe_main, pr);
+    double cpu0 = 0, cpu1 = 0;
+    kv_it_proc_cpu(s.pid, &cpu0);
+    uint64_t t0 = kv_it_now_ms();
+    wconn c;
+    conn_open(&c, s.client_port, streams, watchers / streams, "w/", first);
+    conn_pump(&c, 600000, (events / TXN_OPS) * TXN_OPS);
+    uint64_t ms = kv_it_now_ms() - t0;
+    kv_it_proc_cpu(s.pid, &cpu1);
+    pr->stop = 1;
+    pthread_join(th, NULL);
+    qsort(pr->lat, pr->n, sizeof(double), cmpd);
+    printf("catchup %-4s watchers=%zu streams=%zu events=%lld: all received %lld/%lld events in "
+           "%llu ms, server cpu %.2f s, %s; puts meanwhile n=%zu p50=%.2f ms p99=%.2f ms max=%.2f "
+           "ms\n",
+           kv_it_kind_name(kind), watchers, streams, (long long)events, (long long)c.total,
+           (long long)(events / TXN_OPS * TXN_OPS * (int64_t)watchers), (unsigned long long)ms,
+           cpu1 - cpu0, c.bad ? "ORDER ERROR" : "in order", pr->n,
+           pr->n ? pr->lat[pr->n / 2] : 0, pr->n ? pr->lat[pr->n * 99 / 100] : 0,
+           pr->n ? pr->lat[pr->n - 1] : 0);
+    fflush(stdout);
+    free(pr);
+    conn_free(&c);
+    kv_it_grpc_close(g);
+    kv_it_server_destroy(&s);
+}
+
+static void run_stalled(kv_it_kind kind, int64_t events)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    kv_it_grpc *g;
+    kv_it_grpc_open(&g, "127.0.0.1", s.client_port, 5000);
+    wconn c;
+    conn_open(&c, s.client_port, 1, 1, "s/", 0);
+    conn_pump(&c, 1000, -1); /* created */
+    int64_t base = rss_anon(s.pid), peak = base;
+    uint64_t t0 = kv_it_now_ms();
+    for (int64_t done = 0; done < events; done += 128 * 100) {
+        write_txns(g, 128 * 100, "s/");
+        int64_t r = rss_anon(s.pid);
+        if (r > peak)
+            peak = r;
+    }
+    uint64_t wms = kv_it_now_ms() - t0;
+    t0 = kv_it_now_ms();
+    int64_t want = (events + 128 * 100 - 1) / (128 * 100) * 128 * 100;
+    conn_pump(&c, 600000, want);
+    printf("stalled %-4s events=%lld: writes took %llu ms, server RssAnon %lld KiB -> peak %lld "
+           "KiB (+%lld KiB); then received %lld events in %llu ms%s%s\n",
+           kv_it_kind_name(kind), (long long)want, (unsigned long long)wms,
+           (long long)(base / 1024), (long long)(peak / 1024), (long long)((peak - base) / 1024),
+           (long long)c.total, (unsigned long long)(kv_it_now_ms() - t0),
+           c.compacted ? ", compacted response" : "", c.bad ? ", ORDER ERROR" : "");
+    fflush(stdout);
+    conn_free(&c);
+    kv_it_grpc_close(g);
+    kv_it_server_destroy(&s);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "catchup";
+    const char *only = getenv("WB_SERVER"); /* kvd | etcd | unset = both */
+    kv_it_kind kinds[] = {KV_IT_KVD, KV_IT_ETCD};
+    for (int k = 0; k < 2; k++) {
+        if (only && strcmp(only, kv_it_kind_name(kinds[k])) != 0)
+            continue;
+        if (strcmp(mode, "stalled") == 0)
+            run_stalled(kinds[k], argc > 2 ? atoll(argv[2]) : 1000000);
+        else
+            run_catchup(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
+                        argc > 3 ? (size_t)atoll(argv[3]) : 10,
+                        argc > 4 ? atoll(argv[4]) : 100000);
+    }
+    return 0;
+}
