@@ -133,8 +133,8 @@ static int c_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
     return 0;
 }
 
-static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len,
-                         uint32_t *flags, nghttp2_data_source *src, void *u)
+static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *u)
 {
     (void)s;
     (void)sid;
@@ -202,9 +202,12 @@ static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const 
     char auth[64];
     snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
 #define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", auth),
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":authority", auth),
                         NV(":path", "/etcdserverpb.Watch/Watch"),
-                        NV("content-type", "application/grpc"), NV("te", "trailers")};
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers")};
     for (size_t i = 0; i < streams; i++) {
         wstream *st = &c->st[i];
         st->c = c;
@@ -277,8 +280,8 @@ static int64_t write_txns(kv_it_grpc *g, int64_t events, const char *prefix)
         size_t rlen = 0;
         int st;
         char msg[128];
-        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st,
-                                 msg, sizeof(msg));
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st, msg,
+                                 sizeof(msg));
         free(buf);
         if (rc == 0) {
             Etcdserverpb__TxnResponse *r = etcdserverpb__txn_response__unpack(NULL, rlen, resp);
@@ -315,6 +318,8 @@ typedef struct probe {
     volatile int stop;
     double lat[100000];
     size_t n;
+    double rlat[100000]; /* Range (served on the loop, no write path) */
+    size_t rn;
 } probe;
 
 static void *probe_main(void *arg)
@@ -336,7 +341,18 @@ static void *probe_main(void *arg)
                         sizeof(msg));
         clock_gettime(CLOCK_MONOTONIC, &b);
         free(resp);
-        p->lat[p->n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        p->lat[p->n++] =
+            (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        Etcdserverpb__RangeRequest rr = ETCDSERVERPB__RANGE_REQUEST__INIT;
+        rr.key = r.key;
+        len = etcdserverpb__range_request__pack(&rr, buf);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Range", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        free(resp);
+        p->rlat[p->rn++] =
+            (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
         usleep(10000);
     }
     kv_it_grpc_close(g);
@@ -375,14 +391,15 @@ static void run_catchup(kv_it_kind kind, size_t watchers, size_t streams, int64_
     pr->stop = 1;
     pthread_join(th, NULL);
     qsort(pr->lat, pr->n, sizeof(double), cmpd);
+    qsort(pr->rlat, pr->rn, sizeof(double), cmpd);
     printf("catchup %-4s watchers=%zu streams=%zu events=%lld: all received %lld/%lld events in "
            "%llu ms, server cpu %.2f s, %s; puts meanwhile n=%zu p50=%.2f ms p99=%.2f ms max=%.2f "
-           "ms\n",
+           "ms; ranges p50=%.2f ms p99=%.2f ms\n",
            kv_it_kind_name(kind), watchers, streams, (long long)events, (long long)c.total,
            (long long)(events / TXN_OPS * TXN_OPS * (int64_t)watchers), (unsigned long long)ms,
-           cpu1 - cpu0, c.bad ? "ORDER ERROR" : "in order", pr->n,
-           pr->n ? pr->lat[pr->n / 2] : 0, pr->n ? pr->lat[pr->n * 99 / 100] : 0,
-           pr->n ? pr->lat[pr->n - 1] : 0);
+           cpu1 - cpu0, c.bad ? "ORDER ERROR" : "in order", pr->n, pr->n ? pr->lat[pr->n / 2] : 0,
+           pr->n ? pr->lat[pr->n * 99 / 100] : 0, pr->n ? pr->lat[pr->n - 1] : 0,
+           pr->rn ? pr->rlat[pr->rn / 2] : 0, pr->rn ? pr->rlat[pr->rn * 99 / 100] : 0);
     fflush(stdout);
     free(pr);
     conn_free(&c);
@@ -438,8 +455,7 @@ int main(int argc, char **argv)
             run_stalled(kinds[k], argc > 2 ? atoll(argv[2]) : 1000000);
         else
             run_catchup(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
-                        argc > 3 ? (size_t)atoll(argv[3]) : 10,
-                        argc > 4 ? atoll(argv[4]) : 100000);
+                        argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoll(argv[4]) : 100000);
     }
     return 0;
 }

@@ -8,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SYNC_BATCH_WATCHERS 512 /* etcd maxWatchersPerSync */
+#define SYNC_BATCH_WATCHERS 512    /* etcd maxWatchersPerSync */
 #define SYNC_TURN_NS 4000000ull    /* catch-up work per timer turn: 4 ms */
 #define NOTIFY_TURN_NS 10000000ull /* live delivery per commit: 10 ms, the rest catches up */
-#define TURN_BYTES (1u << 20)      /* response bytes queued per turn: the transport writes them
-                                      in the same loop turn, so this bounds that too */
-#define SYNC_POLL_MIN_MS 1         /* waiting for streams to drain: 1 ms, doubling ... */
-#define SYNC_POLL_MAX_MS 64        /* ... up to 64 ms while no stream has room */
+#define TURN_BYTES                                                                                 \
+    (256u << 10)            /* response bytes queued per turn: the transport writes them           \
+                              in the same loop turn, so this bounds that too */
+#define SYNC_POLL_MIN_MS 1  /* waiting for streams to drain: 1 ms, doubling ... */
+#define SYNC_POLL_MAX_MS 64 /* ... up to 64 ms while no stream has room */
 
 void kv_watch_config_default(kv_watch_config *c)
 {
@@ -309,8 +310,8 @@ static int ensure_out(kv_watch_hub *h, size_t n)
 /* Delivers the slice [from, last] (already read into h->ev) to the watchers in set whose
  * next_rev lies in it (a watcher with next_rev < from missed an earlier slice: skipped).
  * Victims move to unsynced. Returns the number of watchers that advanced. */
-static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
-                    int64_t last)
+static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n,
+                      int64_t from, int64_t last)
 {
     if (ensure_out(h, h->n_ev) < 0) {
         fprintf(stderr, "kvd: watch: out of memory delivering events; retrying later\n");
@@ -372,8 +373,8 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
 
 /* Reads slices of [from, to] (at most slice_bytes each) and delivers them to set; only the
  * first slice when one_slice. Returns 0 or a negative error. */
-static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n,
-                     int64_t from, int64_t to, bool one_slice, size_t *advanced)
+static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
+                     int64_t to, bool one_slice, size_t *advanced)
 {
     *advanced = 0;
     while (from <= to) {

@@ -20,13 +20,13 @@ struct kv_watcher {
     int64_t id;
     uint8_t *key, *end; /* key (>= 1 byte); end for R_RANGE */
     size_t klen, elen;
-    int kind;           /* R_* */
-    int state;          /* W_* */
-    int64_t next_rev;   /* first revision not yet sent */
+    int kind;         /* R_* */
+    int state;        /* W_* */
+    int64_t next_rev; /* first revision not yet sent */
     bool noput, nodelete, prev_kv, progress, fragment;
-    bool progress_due;          /* etcd sws.progress[id] */
-    kv_watcher *gnext, *gprev;  /* hub->synced / hub->unsynced */
-    kv_watcher *snext, *sprev;  /* st->watchers */
+    bool progress_due;         /* etcd sws.progress[id] */
+    kv_watcher *gnext, *gprev; /* hub->synced / hub->unsynced */
+    kv_watcher *snext, *sprev; /* st->watchers */
 };
 
 struct kv_watch_stream {

@@ -143,8 +143,7 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
                 st->next_id++;
         id = st->next_id++;
     } else if (find(st, id)) {
-        return created_reply(st, -1, wsrev,
-                             "mvcc: duplicate watch ID provided on the WatchStream");
+        return created_reply(st, -1, wsrev, "mvcc: duplicate watch ID provided on the WatchStream");
     }
     if (st->n_watchers >= h->cfg.max_watchers_per_stream) {
         char msg[160];

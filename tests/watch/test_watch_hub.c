@@ -177,9 +177,9 @@ Test(watch_hub, created_ids_and_events_in_order)
 {
     fx f;
     fx_open(&f, NULL);
-    cr_assert_eq(create(&f, (wopts){.key = "a", .end = "b"}), 0);  /* prefix a */
-    cr_assert_eq(create(&f, (wopts){.key = "k"}), 0);              /* single key */
-    cr_assert_eq(create(&f, (wopts){.key = "m", .end = ""}), 0);   /* from key m */
+    cr_assert_eq(create(&f, (wopts){.key = "a", .end = "b"}), 0); /* prefix a */
+    cr_assert_eq(create(&f, (wopts){.key = "k"}), 0);             /* single key */
+    cr_assert_eq(create(&f, (wopts){.key = "m", .end = ""}), 0);  /* from key m */
     cr_assert_eq(f.sink.n, 3);
     for (int i = 0; i < 3; i++) {
         cr_assert(f.sink.msg[i]->created);

@@ -71,37 +71,38 @@ static char *run_script(const kv_it_server *s, const char *script, uint32_t time
 
 static const char *const scenarios[] = {
     /* history */
-    E "put foo bar >/dev/null; " E "put foo baz >/dev/null; " E "put a/1 x >/dev/null; "
-    E "put a/2 y >/dev/null; " E "del foo >/dev/null; " E "put b z >/dev/null; "
-    "printf '\\nput a/3 t1\\nput a/4 t2\\n\\n\\n' | " E "txn 2>&1; "
-    "timeout 1.5 " E "watch --rev=1 --prefix a 2>&1; echo rc=$?; "
-    "timeout 1.5 " E "watch --rev=2 foo --prev-kv 2>&1; "
-    "timeout 1.5 " E "watch --rev=1 a/2 c 2>&1; "
-    "timeout 1.5 " E "watch --rev=1 --prefix '' 2>&1; "
-    "timeout 1.5 " E "watch --rev=7 --prefix a --prev-kv 2>&1; true",
+    E "put foo bar >/dev/null; " E "put foo baz >/dev/null; " E "put a/1 x >/dev/null; " E
+      "put a/2 y >/dev/null; " E "del foo >/dev/null; " E "put b z >/dev/null; "
+      "printf '\\nput a/3 t1\\nput a/4 t2\\n\\n\\n' | " E "txn 2>&1; "
+      "timeout 1.5 " E "watch --rev=1 --prefix a 2>&1; echo rc=$?; "
+      "timeout 1.5 " E "watch --rev=2 foo --prev-kv 2>&1; "
+      "timeout 1.5 " E "watch --rev=1 a/2 c 2>&1; "
+      "timeout 1.5 " E "watch --rev=1 --prefix '' 2>&1; "
+      "timeout 1.5 " E "watch --rev=7 --prefix a --prev-kv 2>&1; true",
     /* live events: txn, delete range, prev_kv */
-    "(timeout 3 " E "watch --prefix l --prev-kv > live.out 2>&1 &); sleep 1; "
-    E "put l/1 one >/dev/null; " E "put l/1 two >/dev/null; "
-    "printf '\\nput l/2 a\\nput l/3 b\\ndel l/1\\n\\n\\n' | " E "txn 2>&1; "
-    E "del --prefix l >/dev/null; " E "put other x >/dev/null; sleep 1.5; cat live.out; rm -f live.out",
+    "(timeout 3 " E "watch --prefix l --prev-kv > live.out 2>&1 &); sleep 1; " E
+    "put l/1 one >/dev/null; " E "put l/1 two >/dev/null; "
+    "printf '\\nput l/2 a\\nput l/3 b\\ndel l/1\\n\\n\\n' | " E "txn 2>&1; " E
+    "del --prefix l >/dev/null; " E
+    "put other x >/dev/null; sleep 1.5; cat live.out; rm -f live.out",
     /* interactive */
     E "put i1 v >/dev/null; " E "put i2 w >/dev/null; "
-    "(printf 'watch --rev=1 i1\\nwatch --rev=1 --prefix i\\n'; sleep 2) | timeout 1.5 " E
-    "watch -i 2>&1 | sort; true",
+      "(printf 'watch --rev=1 i1\\nwatch --rev=1 --prefix i\\n'; sleep 2) | timeout 1.5 " E
+      "watch -i 2>&1 | sort; true",
     /* compacted start revision and a future one */
-    E "put c v1 >/dev/null; " E "put c v2 >/dev/null; " E "put c v3 >/dev/null; "
-    E "compaction 3 >/dev/null; "
-    "timeout 1.5 " E "watch --rev=2 c 2>&1; echo rc=$?; "
-    "timeout 1.5 " E "watch --rev=3 c 2>&1; "
-    "(timeout 2 " E "watch --rev=6 c > fut.out 2>&1 &); sleep 0.7; "
-    E "put c v4 >/dev/null; " E "put c v5 >/dev/null; sleep 1.6; cat fut.out; rm -f fut.out",
+    E "put c v1 >/dev/null; " E "put c v2 >/dev/null; " E "put c v3 >/dev/null; " E
+      "compaction 3 >/dev/null; "
+      "timeout 1.5 " E "watch --rev=2 c 2>&1; echo rc=$?; "
+      "timeout 1.5 " E "watch --rev=3 c 2>&1; "
+      "(timeout 2 " E "watch --rev=6 c > fut.out 2>&1 &); sleep 0.7; " E "put c v4 >/dev/null; " E
+      "put c v5 >/dev/null; sleep 1.6; cat fut.out; rm -f fut.out",
     /* lock and elect (clientv3/concurrency wait on watches) */
     E "lock mylock echo got-it" NOLEASE "; "
-    "(timeout 4 " E "lock mylock sleep 1.5 >/dev/null 2>&1 &); sleep 0.6; "
-    "timeout 5 " E "lock mylock echo second" NOLEASE "; "
-    "(timeout 2.5 " E "elect myelection p1 > el.out 2>&1 &); sleep 0.8; "
-    "timeout 1 " E "elect -l myelection" NOLEASE "; "
-    "sleep 2; sed -E 's#/[0-9a-f]+$#/LEASE#' el.out | grep -v '^{\"level\"'; rm -f el.out",
+      "(timeout 4 " E "lock mylock sleep 1.5 >/dev/null 2>&1 &); sleep 0.6; "
+      "timeout 5 " E "lock mylock echo second" NOLEASE "; "
+      "(timeout 2.5 " E "elect myelection p1 > el.out 2>&1 &); sleep 0.8; "
+      "timeout 1 " E "elect -l myelection" NOLEASE "; "
+      "sleep 2; sed -E 's#/[0-9a-f]+$#/LEASE#' el.out | grep -v '^{\"level\"'; rm -f el.out",
 };
 
 Test(watch_it, etcdctl_same_output_as_against_etcd, .timeout = 300)
@@ -135,8 +136,8 @@ Test(watch_it, lease_expiry_deletes_reach_prefix_watcher, .timeout = 120)
     start(&k, KV_IT_KVD, NULL);
     char script[4096];
     snprintf(script, sizeof(script),
-             "cd %s && L=$(" E "lease grant 2 | awk '{print $2}'); "
-             E "put svc/agent1 up --lease=$L >/dev/null; " E "put svc/static x >/dev/null; "
+             "cd %s && L=$(" E "lease grant 2 | awk '{print $2}'); " E
+             "put svc/agent1 up --lease=$L >/dev/null; " E "put svc/static x >/dev/null; "
              "(timeout 6 " E "watch --prefix svc/ > w.out 2>&1 &); sleep 5.5; cat w.out",
              k.dir);
     char *o = run_script(&k, script, 60000);
@@ -276,8 +277,8 @@ static void h2w_pump(h2w *h, int ms, int (*cond)(h2w *))
     }
 }
 
-static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len,
-                         uint32_t *flags, nghttp2_data_source *src, void *u)
+static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *u)
 {
     (void)s;
     (void)sid;
@@ -347,9 +348,12 @@ static void h2w_open(h2w *h, uint16_t port, const char *prefix, int64_t start_re
     char auth[64];
     snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
 #define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", auth),
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":authority", auth),
                         NV(":path", "/etcdserverpb.Watch/Watch"),
-                        NV("content-type", "application/grpc"), NV("te", "trailers")};
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers")};
     nghttp2_data_provider prd = {.source.ptr = body, .read_callback = body_read};
     h->sid = nghttp2_submit_request(h->s, NULL, nva, 6, &prd, NULL);
     cr_assert_gt(h->sid, 0);
@@ -411,8 +415,8 @@ static void write_events(kv_it_grpc *g, int txns, int base)
         size_t rlen = 0;
         int st = -1;
         char msg[128];
-        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 20000, &st,
-                                 msg, sizeof(msg));
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 20000, &st, msg,
+                                 sizeof(msg));
         free(buf);
         free(resp);
         cr_assert_eq(rc, 0, "txn failed: %d %d %s", rc, st, msg);
@@ -432,8 +436,8 @@ static int64_t put_one(kv_it_grpc *g, const char *k)
     size_t len = etcdserverpb__put_request__pack(&p, buf), rlen = 0;
     int st;
     char msg[128];
-    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 20000, &st,
-                                 msg, sizeof(msg)),
+    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 20000, &st, msg,
+                                 sizeof(msg)),
                  0);
     Etcdserverpb__PutResponse *r = etcdserverpb__put_response__unpack(NULL, rlen, resp);
     int64_t rev = r->header->revision;
@@ -450,8 +454,8 @@ static void compact(kv_it_grpc *g, int64_t rev)
     size_t len = etcdserverpb__compaction_request__pack(&c, buf), rlen = 0;
     int st;
     char msg[128];
-    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Compact", buf, len, &resp, &rlen, 60000,
-                                 &st, msg, sizeof(msg)),
+    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Compact", buf, len, &resp, &rlen, 60000, &st,
+                                 msg, sizeof(msg)),
                  0, "compact: %s", msg);
     free(resp);
 }
@@ -508,7 +512,8 @@ Test(watch_it, stalled_watcher_bounded_memory_then_caught_up_or_compacted, .time
         cr_assert_fail("kvd died: %s", log);
     }
     cr_assert(!a.compacted);
-    cr_assert_eq(a.next_rev, last + 1, "next_rev %lld (want %lld), %lld events, closed %d, unsynced %.0f",
+    cr_assert_eq(a.next_rev, last + 1,
+                 "next_rev %lld (want %lld), %lld events, closed %d, unsynced %.0f",
                  (long long)a.next_rev, (long long)last + 1, (long long)a.events, a.closed,
                  metric(&k, "kvd_watch_unsynced"));
     cr_assert_eq(a.events, (int64_t)WRITE_TXNS * TXN_OPS);
