@@ -142,8 +142,83 @@ static bool has_room(const kv_watch_stream *st, size_t len)
     return q <= lim / 2 || q + len <= lim;
 }
 
-/* Sends evs[0..n) to w. 0 sent, 1 no room (nothing sent), < 0 stream broken. */
-static int send_events(kv_watch_hub *h, kv_watcher *w, Mvccpb__Event **evs, size_t n)
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* The event's field-11 bytes, packed on first use. NULL on out-of-memory. */
+static const uint8_t *slice_wire(slice_ev *e, bool prev, size_t *len)
+{
+    uint8_t **wp = prev ? &e->wirep : &e->wire;
+    size_t *lp = prev ? &e->wirep_len : &e->wire_len;
+    if (*wp == NULL) {
+        const Mvccpb__Event *ev = prev ? &e->evp : &e->ev;
+        size_t l = mvccpb__event__get_packed_size(ev);
+        uint8_t *b = malloc(1 + 10 + l);
+        if (b == NULL)
+            return NULL;
+        b[0] = (11 << 3) | 2;
+        uint8_t *p = put_varint(b + 1, l);
+        mvccpb__event__pack(ev, p);
+        *wp = b;
+        *lp = (size_t)(p - b) + l;
+    }
+    *len = *lp;
+    return *wp;
+}
+
+/* Builds the response from the events' pre-packed bytes (same bytes protobuf-c would produce:
+ * header, watch_id, events) and sends it. 0, 1 no room, < 0 error. */
+static int send_prepacked(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Event **evs,
+                          size_t n, const uint8_t *hdr, size_t hlen, size_t total)
+{
+    if (total > h->cap_obuf) {
+        size_t cap = h->cap_obuf ? h->cap_obuf : 4096;
+        while (cap < total)
+            cap *= 2;
+        uint8_t *b = realloc(h->obuf, cap);
+        if (b == NULL)
+            return -ENOMEM;
+        h->obuf = b;
+        h->cap_obuf = cap;
+    }
+    uint8_t *p = h->obuf;
+    *p++ = (1 << 3) | 2;
+    p = put_varint(p, hlen);
+    memcpy(p, hdr, hlen);
+    p += hlen;
+    if (w->id != 0) {
+        *p++ = 2 << 3;
+        p = put_varint(p, (uint64_t)w->id);
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        const uint8_t *b = slice_wire(es[i], evs[i] == &es[i]->evp, &l);
+        memcpy(p, b, l);
+        p += l;
+    }
+    return w->st->ops->send(w->st->sink, h->obuf, (size_t)(p - h->obuf));
+}
+
+static size_t varint_len64(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Sends evs[0..n) (events of slice entries es[0..n)) to w. 0 sent, 1 no room (nothing sent),
+ * < 0 stream broken. */
+static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Event **evs, size_t n)
 {
     kv_watch_stream *st = w->st;
     Etcdserverpb__WatchResponse r = ETCDSERVERPB__WATCH_RESPONSE__INIT;
@@ -153,12 +228,20 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, Mvccpb__Event **evs, size
     r.watch_id = w->id;
     r.events = evs;
     r.n_events = n;
-    size_t total = etcdserverpb__watch_response__get_packed_size(&r);
+    uint8_t hdr[64];
+    size_t hlen = etcdserverpb__response_header__pack(&hd, hdr);
+    size_t total = 1 + varint_len64(hlen) + hlen + (w->id ? 1 + varint_len64((uint64_t)w->id) : 0);
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        if (slice_wire(es[i], evs[i] == &es[i]->evp, &l) == NULL)
+            return 1; /* out of memory: retried by the catch-up */
+        total += l;
+    }
     if (!has_room(st, total))
         return 1;
     int rc;
     if (!w->fragment || total < h->cfg.max_response_bytes || n < 2) {
-        rc = pack_send(st, &r);
+        rc = send_prepacked(h, w, es, evs, n, hdr, hlen, total);
     } else {
         /* etcd sendFragments: as many events as fit (at least one), fragment=true on all but
          * the last message. */
@@ -263,6 +346,8 @@ static void slice_clear(kv_watch_hub *h)
         slice_ev *e = &h->ev[i];
         if (e->evp.prev_kv)
             mvccpb__key_value__free_unpacked(e->evp.prev_kv, NULL);
+        free(e->wire);
+        free(e->wirep);
         mvccpb__key_value__free_unpacked(e->kv, NULL);
     }
     h->n_ev = 0;
@@ -303,6 +388,10 @@ static int ensure_out(kv_watch_hub *h, size_t n)
     if (o == NULL)
         return -ENOMEM;
     h->out = o;
+    slice_ev **os = realloc(h->outs, n * sizeof(*os));
+    if (os == NULL)
+        return -ENOMEM;
+    h->outs = os;
     h->cap_out = n;
     return 0;
 }
@@ -349,12 +438,14 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
                                        e->kv->mod_revision - 1, &p) == 0)
                         e->evp.prev_kv = p;
                 }
+                h->outs[k] = e;
                 h->out[k++] = &e->evp;
             } else {
+                h->outs[k] = e;
                 h->out[k++] = &e->ev;
             }
         }
-        int rc = k ? send_events(h, w, h->out, k) : 0;
+        int rc = k ? send_events(h, w, h->outs, h->out, k) : 0;
         if (rc == 1) {
             if (w->state == W_SYNCED) {
                 h->st.slow_total++;
@@ -671,6 +762,8 @@ static void on_closed(uv_handle_t *hd)
         free(h->ev);
         free(h->set);
         free(h->out);
+        free(h->outs);
+        free(h->obuf);
         free(h);
     }
 }

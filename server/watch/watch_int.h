@@ -54,6 +54,9 @@ typedef struct slice_ev {
     Mvccpb__Event evp; /* with prev_kv (loaded on first use) */
     bool prev_loaded;
     int64_t main;
+    uint8_t *wire, *wirep; /* field 11 of WatchResponse (tag, length, packed Event), packed
+                              once per slice and copied into every watcher's response */
+    size_t wire_len, wirep_len;
 } slice_ev;
 
 struct kv_watch_hub {
@@ -79,7 +82,10 @@ struct kv_watch_hub {
     kv_watcher **set;
     size_t cap_set;
     Mvccpb__Event **out;
+    slice_ev **outs; /* out[i] is outs[i]->ev or ->evp */
     size_t cap_out;
+    uint8_t *obuf; /* response being built */
+    size_t cap_obuf;
     kv_watch_stats st;
     kv_metrics *metrics;
     kv_metric *m_events, *m_slow;
