@@ -379,6 +379,18 @@ static void run_catchup(kv_it_kind kind, size_t watchers, size_t streams, int64_
     probe *pr = calloc(1, sizeof(*pr));
     pr->port = s.client_port;
     pthread_t th;
+    /* baseline: the same probe for 2 s without watchers */
+    pthread_create(&th, NULL, probe_main, pr);
+    usleep(2000000);
+    pr->stop = 1;
+    pthread_join(th, NULL);
+    qsort(pr->lat, pr->n, sizeof(double), cmpd);
+    qsort(pr->rlat, pr->rn, sizeof(double), cmpd);
+    printf("baseline %-4s (no watchers): puts n=%zu p50=%.2f ms p99=%.2f ms; ranges p50=%.2f ms\n",
+           kv_it_kind_name(kind), pr->n, pr->n ? pr->lat[pr->n / 2] : 0,
+           pr->n ? pr->lat[pr->n * 99 / 100] : 0, pr->rn ? pr->rlat[pr->rn / 2] : 0);
+    memset(pr, 0, sizeof(*pr));
+    pr->port = s.client_port;
     pthread_create(&th, NULL, probe_main, pr);
     double cpu0 = 0, cpu1 = 0;
     kv_it_proc_cpu(s.pid, &cpu0);

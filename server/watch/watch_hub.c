@@ -468,19 +468,41 @@ static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, siz
                      int64_t to, bool one_slice, size_t *advanced)
 {
     *advanced = 0;
+    if (!one_slice) {
+        slice_clear(h); /* live delivery does not use the catch-up's cached slice */
+        h->cache_valid = false;
+    }
     while (from <= to) {
         int64_t last;
-        int rc = kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
-        if (rc < 0) {
+        /* Catch-up: the last slice stays in memory (bounded by slice_bytes), so watchers that
+         * had no room for it are served from it next turn without reading LMDB again.
+         * History below the committed revision never changes (compaction only removes
+         * records; "compacted" is decided from the store's compact revision). */
+        if (one_slice && h->cache_valid && h->cache_from == from &&
+            (h->cache_last < h->cache_to || h->cache_to == to)) {
+            last = h->cache_last;
+        } else {
             slice_clear(h);
-            return rc;
+            h->cache_valid = false;
+            int rc =
+                kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
+            if (rc < 0) {
+                slice_clear(h);
+                return rc;
+            }
+            h->st.slices++;
+            if (one_slice) {
+                h->cache_valid = true;
+                h->cache_from = from;
+                h->cache_to = to;
+                h->cache_last = last;
+            }
         }
-        h->st.slices++;
         *advanced += deliver(h, rd, set, n, from, last);
-        slice_clear(h);
-        from = last + 1;
         if (one_slice)
             break;
+        slice_clear(h);
+        from = last + 1;
     }
     return 0;
 }
@@ -636,8 +658,11 @@ static void on_sync_timer(uv_timer_t *t)
                 (ran > 0 && (uv_hrtime() >= h->deadline_ns || h->turn_bytes > TURN_BYTES));
     h->deadline_ns = 0;
     h->over_budget = false;
-    if (h->unsynced.n == 0)
+    if (h->unsynced.n == 0) {
+        slice_clear(h); /* release the cached slice */
+        h->cache_valid = false;
         return;
+    }
     if (ran > 0 || more) {
         h->poll_ms = SYNC_POLL_MIN_MS;
         arm_sync(h, more ? 0 : SYNC_POLL_MIN_MS);
@@ -775,6 +800,8 @@ void kv_watch_hub_close(kv_watch_hub *h)
     h->closing = true;
     while (h->streams)
         kv_watch_stream_close(h->streams);
+    slice_clear(h);
+    h->cache_valid = false;
     if (h->metrics)
         kv_metrics_gauge_fn_remove(h->metrics, h);
     uv_close((uv_handle_t *)&h->sync_timer, on_closed);

@@ -79,6 +79,9 @@ struct kv_watch_hub {
     /* scratch (grown, kept) */
     slice_ev *ev;
     size_t n_ev, cap_ev;
+    bool cache_valid; /* ev holds the catch-up slice [cache_from, cache_last] read for
+                         [cache_from, cache_to] */
+    int64_t cache_from, cache_to, cache_last;
     kv_watcher **set;
     size_t cap_set;
     Mvccpb__Event **out;
