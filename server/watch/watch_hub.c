@@ -557,11 +557,15 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
     h->turn_bytes = 0;
     int rc = kv_store_reader_begin(h->store, &rd);
     if (rc == 0) {
+        size_t keep = 0;
         for (size_t i = 0; i < n; i++) {
             kv_watcher *w = h->set[i];
             if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev)
                 to_unsynced(h, w); /* compaction in the same batch: answered by catch-up */
+            else
+                h->set[keep++] = w;
         }
+        n = keep;
         size_t adv;
         rc = run_range(h, &rd, h->set, n, old + 1, rev, false, &adv);
         kv_store_reader_end(&rd);

@@ -473,3 +473,50 @@ Test(watch_hub, fragment_splits_large_responses)
     cr_assert_geq(frag, 4);
     fx_close(&f);
 }
+
+Test(watch_hub, limits_streams_per_connection_and_unread_control_responses)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.max_streams_per_conn = 2;
+    c.stream_send_buffer_bytes = 4096;
+    fx f;
+    fx_open(&f, &c); /* stream 1 on connection 1 */
+    fsink other = {0};
+    kv_watch_stream *s2 = NULL, *s3 = NULL, *s4 = NULL;
+    cr_assert_eq(kv_watch_stream_open(f.h, 1, &fops, &other, &s2), 0);
+    cr_assert_eq(kv_watch_stream_open(f.h, 1, &fops, &other, &s3), -EMFILE);
+    cr_assert_eq(kv_watch_stream_open(f.h, 2, &fops, &other, &s4), 0); /* other connection */
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.streams, 3);
+    kv_watch_stream_close(s2);
+    kv_watch_stream_close(s4);
+    /* a client that sends requests but never reads: control responses are bounded too */
+    f.sink.queued = 3 * 4096;
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), -ENOBUFS);
+    cr_assert_eq(f.sink.n, 0);
+    fx_close(&f);
+}
+
+Test(watch_hub, compaction_in_the_same_batch_gives_compacted_response)
+{
+    fx f;
+    fx_open(&f, NULL);
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0);
+    fx_clear(&f);
+    /* one "batch": writes and a compaction past them, then a single notify */
+    th_put(&f.t, "a", "1", 0);
+    th_put(&f.t, "a", "2", 0);
+    th_put(&f.t, "a", "3", 0);
+    kv_result res;
+    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 4, &res);
+    cr_assert_not_null(cr);
+    etcdserverpb__compaction_response__free_unpacked(cr, NULL);
+    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    kv_watch_hub_sync_now(f.h, 10);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert(f.sink.msg[0]->canceled);
+    cr_assert_eq(f.sink.msg[0]->compact_revision, 4);
+    fx_close(&f);
+}
