@@ -6,6 +6,9 @@
  *     spread over STREAMS streams of one connection, start from the first of them. Reports the
  *     time until every watcher has received every event, the server's CPU time meanwhile, and
  *     the latency of puts issued every 10 ms during the catch-up (writes must not stall).
+ *   watchbench live [WATCHERS STREAMS RATE SECONDS]  default 1000 10 100 10
+ *     WATCHERS watchers on one prefix; a writer puts RATE/s for SECONDS s (value = send time).
+ *     Reports delivery latency (first event of each response) and the server's CPU time.
  *   watchbench stalled [EVENTS]                     default 1000000
  *     One watcher stops reading its socket while EVENTS events are written. Reports the
  *     server's anonymous memory growth (max over the run), then reads again and reports the
@@ -51,7 +54,16 @@ typedef struct wconn {
     int64_t *next_rev;
     int compacted, bad, closed;
     int64_t total;
+    double *lat; /* live mode: delivery latency samples (ms) */
+    size_t n_lat, cap_lat;
 } wconn;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 static ssize_t c_send(nghttp2_session *s, const uint8_t *d, size_t len, int flags, void *u)
 {
@@ -89,6 +101,13 @@ static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
             c->next_rev[w] = rev;
         }
         c->count[w] += (int64_t)r->n_events;
+        if (c->lat && c->n_lat < c->cap_lat && r->events[0]->kv->value.len > 0 &&
+            r->events[0]->kv->value.len < 32) {
+            char tb[32];
+            memcpy(tb, r->events[0]->kv->value.data, r->events[0]->kv->value.len);
+            tb[r->events[0]->kv->value.len] = 0;
+            c->lat[c->n_lat++] = now_ms() - atof(tb);
+        }
         c->total += (int64_t)r->n_events;
     }
     etcdserverpb__watch_response__free_unpacked(r, NULL);
@@ -419,6 +438,80 @@ static void run_catchup(kv_it_kind kind, size_t watchers, size_t streams, int64_
     kv_it_server_destroy(&s);
 }
 
+typedef struct writer {
+    uint16_t port;
+    int rate, seconds;
+    int64_t done;
+} writer;
+
+static void *writer_main(void *arg)
+{
+    writer *wr = arg;
+    kv_it_grpc *g;
+    if (kv_it_grpc_open(&g, "127.0.0.1", wr->port, 5000) != 0)
+        return NULL;
+    double start = now_ms(), period = 1000.0 / wr->rate;
+    for (int64_t i = 0; i < (int64_t)wr->rate * wr->seconds; i++) {
+        double due = start + (double)i * period;
+        double d = due - now_ms();
+        if (d > 0)
+            usleep((useconds_t)(d * 1000));
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "live/%lld", (long long)(i % 1000));
+        snprintf(val, sizeof(val), "%.3f", now_ms());
+        Etcdserverpb__PutRequest r = ETCDSERVERPB__PUT_REQUEST__INIT;
+        r.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+        r.value = (ProtobufCBinaryData){strlen(val), (uint8_t *)val};
+        uint8_t buf[128], *resp = NULL;
+        size_t len = etcdserverpb__put_request__pack(&r, buf), rlen;
+        int st;
+        char msg[64];
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        free(resp);
+        wr->done++;
+    }
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+/* live: WATCHERS watchers on one prefix over STREAMS streams; a writer puts RATE/s for SECONDS s
+ * (value = send time); reports delivery latency (first event of each response) and server CPU. */
+static void run_live(kv_it_kind kind, size_t watchers, size_t streams, int rate, int seconds)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    wconn c;
+    conn_open(&c, s.client_port, streams, watchers / streams, "live/", 0);
+    conn_pump(&c, 3000, -1); /* creates */
+    c.cap_lat = 2000000;
+    c.lat = malloc(c.cap_lat * sizeof(double));
+    writer wr = {s.client_port, rate, seconds, 0};
+    double cpu0 = 0, cpu1 = 0;
+    kv_it_proc_cpu(s.pid, &cpu0);
+    pthread_t th;
+    pthread_create(&th, NULL, writer_main, &wr);
+    int64_t want = (int64_t)rate * seconds;
+    conn_pump(&c, seconds * 1000 + 30000, want);
+    pthread_join(th, NULL);
+    kv_it_proc_cpu(s.pid, &cpu1);
+    qsort(c.lat, c.n_lat, sizeof(double), cmpd);
+    printf("live    %-4s watchers=%zu streams=%zu puts=%d/s x %d s: received %lld/%lld events, "
+           "delivery p50=%.2f ms p99=%.2f ms (n=%zu), server cpu %.2f s%s\n",
+           kv_it_kind_name(kind), watchers, streams, rate, seconds, (long long)c.total,
+           (long long)(want * (int64_t)watchers), c.n_lat ? c.lat[c.n_lat / 2] : 0,
+           c.n_lat ? c.lat[c.n_lat * 99 / 100] : 0, c.n_lat, cpu1 - cpu0,
+           c.bad ? ", ORDER ERROR" : "");
+    fflush(stdout);
+    free(c.lat);
+    c.lat = NULL;
+    conn_free(&c);
+    kv_it_server_destroy(&s);
+}
+
 static void run_stalled(kv_it_kind kind, int64_t events)
 {
     kv_it_server s;
@@ -463,7 +556,11 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++) {
         if (only && strcmp(only, kv_it_kind_name(kinds[k])) != 0)
             continue;
-        if (strcmp(mode, "stalled") == 0)
+        if (strcmp(mode, "live") == 0)
+            run_live(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
+                     argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 100,
+                     argc > 5 ? atoi(argv[5]) : 10);
+        else if (strcmp(mode, "stalled") == 0)
             run_stalled(kinds[k], argc > 2 ? atoll(argv[2]) : 1000000);
         else
             run_catchup(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
