@@ -308,13 +308,25 @@ void kv_watch_hub_detach(kv_watch_hub *h, kv_watcher *w)
 }
 
 static void on_sync_timer(uv_timer_t *t);
+static void on_sync_idle(uv_idle_t *i);
 
+/* Schedules catch-up: delay 0 = next loop turn (an idle handle: a 0 ms libuv timer re-armed
+ * from its own callback would run again in the same timer phase and starve I/O), otherwise a
+ * timer unless a wake-up is already pending. */
 static void arm_sync(kv_watch_hub *h, uint64_t delay_ms)
 {
     if (h->closing || h->unsynced.n == 0)
         return;
-    if (h->sync_armed && delay_ms > 0)
-        return; /* an earlier (or equal) wake-up is pending */
+    if (delay_ms == 0) {
+        if (h->sync_armed) {
+            uv_timer_stop(&h->sync_timer);
+            h->sync_armed = false;
+        }
+        uv_idle_start(&h->sync_idle, on_sync_idle); /* no-op when active */
+        return;
+    }
+    if (h->sync_armed || uv_is_active((uv_handle_t *)&h->sync_idle))
+        return; /* an earlier wake-up is pending */
     h->sync_armed = true;
     uv_timer_start(&h->sync_timer, on_sync_timer, delay_ms, 0);
 }
@@ -645,11 +657,11 @@ int kv_watch_hub_sync_now(kv_watch_hub *h, int max_slices)
     return ran;
 }
 
-static void on_sync_timer(uv_timer_t *t)
+/* One catch-up turn: slices until the turn's time or byte budget is spent or no watcher can
+ * progress; then the next turn is scheduled (right away, or with back-off while no stream has
+ * room). */
+static void sync_turn(kv_watch_hub *h)
 {
-    kv_watch_hub *h = t->data;
-    h->sync_armed = false;
-    /* Slices until this turn's time budget is spent or no watcher can progress. */
     uint64_t start = uv_hrtime();
     h->deadline_ns = start + SYNC_TURN_NS;
     h->over_budget = false;
@@ -662,20 +674,38 @@ static void on_sync_timer(uv_timer_t *t)
                 (ran > 0 && (uv_hrtime() >= h->deadline_ns || h->turn_bytes > TURN_BYTES));
     h->deadline_ns = 0;
     h->over_budget = false;
+    if (!more)
+        uv_idle_stop(&h->sync_idle);
     if (h->unsynced.n == 0) {
+        uv_idle_stop(&h->sync_idle);
         slice_clear(h); /* release the cached slice */
         h->cache_valid = false;
         return;
     }
-    if (ran > 0 || more) {
+    if (more) {
         h->poll_ms = SYNC_POLL_MIN_MS;
-        arm_sync(h, more ? 0 : SYNC_POLL_MIN_MS);
+        arm_sync(h, 0);
+    } else if (ran > 0) {
+        h->poll_ms = SYNC_POLL_MIN_MS;
+        arm_sync(h, SYNC_POLL_MIN_MS);
     } else {
         h->poll_ms = h->poll_ms ? h->poll_ms * 2 : SYNC_POLL_MIN_MS;
         if (h->poll_ms > SYNC_POLL_MAX_MS)
             h->poll_ms = SYNC_POLL_MAX_MS;
         arm_sync(h, h->poll_ms);
     }
+}
+
+static void on_sync_timer(uv_timer_t *t)
+{
+    kv_watch_hub *h = t->data;
+    h->sync_armed = false;
+    sync_turn(h);
+}
+
+static void on_sync_idle(uv_idle_t *i)
+{
+    sync_turn(i->data);
 }
 
 void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)
@@ -759,8 +789,10 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
     h->cur_rev = rev;
     uv_timer_init(loop, &h->sync_timer);
     uv_timer_init(loop, &h->progress_timer);
+    uv_idle_init(loop, &h->sync_idle);
+    h->sync_idle.data = h;
     h->sync_timer.data = h->progress_timer.data = h;
-    h->handles_open = 2;
+    h->handles_open = 3;
     uv_timer_start(&h->progress_timer, on_progress_timer, h->cfg.progress_interval_ms,
                    h->cfg.progress_interval_ms);
     uv_unref((uv_handle_t *)&h->progress_timer);
@@ -809,6 +841,7 @@ void kv_watch_hub_close(kv_watch_hub *h)
     if (h->metrics)
         kv_metrics_gauge_fn_remove(h->metrics, h);
     uv_close((uv_handle_t *)&h->sync_timer, on_closed);
+    uv_close((uv_handle_t *)&h->sync_idle, on_closed);
     uv_close((uv_handle_t *)&h->progress_timer, on_closed);
 }
 

@@ -69,6 +69,7 @@ struct kv_watch_hub {
     size_t n_streams, n_watchers;
     wlist synced, unsynced;
     uv_timer_t sync_timer, progress_timer;
+    uv_idle_t sync_idle; /* catch-up on the next loop turn */
     int handles_open;
     bool closing;
     bool sync_armed;

@@ -136,6 +136,13 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
     /* mvcc watchStream.Watch */
     if (kind == R_RANGE && keycmp(key, klen, c->range_end.data, c->range_end.len) >= 0)
         return created_reply(st, -1, wsrev, "mvcc: watcher range is empty");
+    if (st->n_watchers >= h->cfg.max_watchers_per_stream) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "kvd: too many watchers on this stream (--max-watchers-per-stream %u)",
+                 h->cfg.max_watchers_per_stream);
+        return created_reply(st, -1, wsrev, msg);
+    }
     int64_t id = c->watch_id;
     if (id == 0) { /* AutoWatchID */
         if (st->next_id <= st->max_id)
@@ -144,13 +151,6 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
         id = st->next_id++;
     } else if (find(st, id)) {
         return created_reply(st, -1, wsrev, "mvcc: duplicate watch ID provided on the WatchStream");
-    }
-    if (st->n_watchers >= h->cfg.max_watchers_per_stream) {
-        char msg[160];
-        snprintf(msg, sizeof(msg),
-                 "kvd: too many watchers on this stream (--max-watchers-per-stream %u)",
-                 h->cfg.max_watchers_per_stream);
-        return created_reply(st, -1, wsrev, msg);
     }
     kv_watcher *w = calloc(1, sizeof(*w));
     if (w == NULL)
