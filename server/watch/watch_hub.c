@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SYNC_BATCH_WATCHERS 512    /* etcd maxWatchersPerSync */
-#define SYNC_TURN_NS 4000000ull    /* catch-up work per timer turn: 4 ms */
-#define NOTIFY_TURN_NS 10000000ull /* live delivery per commit: 10 ms, the rest catches up */
+#define SYNC_BATCH_WATCHERS 512      /* etcd maxWatchersPerSync */
+#define SYNC_TURN_NS 4000000ull      /* catch-up work per timer turn: 4 ms */
+#define NOTIFY_TURN_NS 20000000ull   /* live delivery per commit: 20 ms and ... */
+#define NOTIFY_TURN_BYTES (8u << 20) /* ... 8 MiB of responses; the rest catches up */
 #define TURN_BYTES                                                                                 \
     (256u << 10)            /* response bytes queued per turn: the transport writes them           \
                               in the same loop turn, so this bounds that too */
@@ -426,7 +427,7 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
         kv_watcher *w = set[i];
         if (w->state == W_DEAD || w->st->broken || w->next_rev > last || w->next_rev < from)
             continue;
-        if (h->deadline_ns && (uv_hrtime() > h->deadline_ns || h->turn_bytes > TURN_BYTES))
+        if (h->deadline_ns && (uv_hrtime() > h->deadline_ns || h->turn_bytes > h->turn_bytes_max))
             h->over_budget = true;
         if (h->over_budget) {
             /* Out of time for this loop turn: the rest is caught up from LMDB later, so a
@@ -565,6 +566,7 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
         return;
     kv_store_reader rd;
     h->deadline_ns = uv_hrtime() + NOTIFY_TURN_NS;
+    h->turn_bytes_max = NOTIFY_TURN_BYTES;
     h->over_budget = false;
     h->turn_bytes = 0;
     int rc = kv_store_reader_begin(h->store, &rd);
@@ -664,6 +666,7 @@ static void sync_turn(kv_watch_hub *h)
 {
     uint64_t start = uv_hrtime();
     h->deadline_ns = start + SYNC_TURN_NS;
+    h->turn_bytes_max = TURN_BYTES;
     h->over_budget = false;
     h->turn_bytes = 0;
     int ran = 0;

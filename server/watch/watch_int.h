@@ -77,6 +77,7 @@ struct kv_watch_hub {
     uint64_t deadline_ns; /* uv_hrtime() bound of the current delivery turn (0 = none) */
     bool over_budget;     /* the turn ran out of time: remaining watchers go unsynced */
     size_t turn_bytes;    /* response bytes queued in the current turn */
+    size_t turn_bytes_max;
     /* scratch (grown, kept) */
     slice_ev *ev;
     size_t n_ev, cap_ev;
