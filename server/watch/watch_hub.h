@@ -10,14 +10,17 @@
  *   revisions back in bounded slices and delivers them to the synced watchers.
  * - synced: next_rev > the hub's revision; gets events as batches commit.
  *   unsynced: behind (start_revision in the past, or its stream's send buffer was full: a
- *   "victim"). A timer catches unsynced watchers up from LMDB in slices (at most
- *   slice_revs revisions / slice_bytes bytes, up to 512 watchers, a few slices per loop
- *   turn), only for streams whose send buffer has room. A watcher whose next_rev is below
+ *   "victim", or live delivery ran out of its per-commit budget of 20 ms / 8 MiB). Catch-up
+ *   runs in loop turns (an idle handle, or a back-off timer while no stream has room) of at
+ *   most 4 ms / 256 KiB of responses: slices of at most slice_revs revisions / slice_bytes
+ *   bytes for up to 512 watchers whose streams have room; the last slice stays cached so
+ *   watchers served in later turns do not re-read LMDB. A watcher whose next_rev is below
  *   the store's compact revision gets etcd's compacted response (compact_revision set,
  *   canceled, header revision 0) when its stream has room. So memory per stream is bounded
  *   by its send buffer, whatever the write rate; a watcher is never silently skipped.
  * - Responses: one per watcher per slice (events of one revision always together; a slice
- *   never splits a revision). Header revision: the committed revision (etcd). With
+ *   never splits a revision), built from events packed once per slice. Header revision:
+ *   the committed revision (etcd). With
  *   fragment the response is cut into messages of at most max_response_bytes (etcd
  *   sendFragments); without it slices keep responses near slice_bytes.
  *
