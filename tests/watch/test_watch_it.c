@@ -163,6 +163,9 @@ typedef struct h2w {
     int sub_seen; /* events seen of revision next_rev - 1 */
     int64_t want_rev;
     size_t *body; /* request body source */
+    int32_t sid2; /* a second stream on the same connection (limits test) */
+    size_t *body2;
+    int status2; /* its grpc-status, -1 until the trailers arrive */
     int bad;
     char why[256];
 } h2w;
@@ -211,9 +214,25 @@ static int h2_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t
 static int h2_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
 {
     (void)s;
-    (void)sid;
     (void)ec;
-    ((h2w *)u)->closed = 1;
+    h2w *h = u;
+    if (sid == h->sid)
+        h->closed = 1;
+    return 0;
+}
+
+static int h2_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *u)
+{
+    (void)s;
+    (void)flags;
+    h2w *h = u;
+    if (f->hd.stream_id == h->sid2 && h->sid2 && nlen == 11 &&
+        memcmp(name, "grpc-status", 11) == 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%.*s", (int)(vlen < 15 ? vlen : 15), (const char *)value);
+        h->status2 = atoi(v);
+    }
     return 0;
 }
 
@@ -301,6 +320,54 @@ static int is_created(h2w *h)
     return h->created;
 }
 
+/* A gRPC-framed WatchRequest creating a watcher on prefix, as a body_read source. */
+static size_t *create_body(const char *prefix, int64_t start_rev)
+{
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    char end[64];
+    snprintf(end, sizeof(end), "%s", prefix);
+    end[strlen(end) - 1]++;
+    c.key = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
+    c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    c.start_revision = start_rev;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
+    size_t *body = malloc(2 * sizeof(size_t) + 5 + ml);
+    cr_assert_not_null(body);
+    body[0] = 5 + ml;
+    body[1] = 0;
+    uint8_t *d = (uint8_t *)(body + 2);
+    d[0] = 0;
+    d[1] = (uint8_t)(ml >> 24);
+    d[2] = (uint8_t)(ml >> 16);
+    d[3] = (uint8_t)(ml >> 8);
+    d[4] = (uint8_t)ml;
+    etcdserverpb__watch_request__pack(&r, d + 5);
+    return body;
+}
+
+static int32_t submit_watch(h2w *h, uint16_t port, size_t *body)
+{
+    char auth[64];
+    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
+#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":authority", auth),
+                        NV(":path", "/etcdserverpb.Watch/Watch"),
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers")};
+    nghttp2_data_provider prd = {.source.ptr = body, .read_callback = body_read};
+    return nghttp2_submit_request(h->s, NULL, nva, 6, &prd, NULL);
+}
+
+static int has_status2(h2w *h)
+{
+    return h->status2 >= 0;
+}
+
 static void h2w_open(h2w *h, uint16_t port, const char *prefix, int64_t start_rev)
 {
     memset(h, 0, sizeof(*h));
@@ -318,44 +385,14 @@ static void h2w_open(h2w *h, uint16_t port, const char *prefix, int64_t start_re
     nghttp2_session_callbacks_set_send_callback(cb, h2_send);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_close);
+    nghttp2_session_callbacks_set_on_header_callback(cb, h2_header);
     cr_assert_eq(nghttp2_session_client_new(&h->s, cb, h), 0);
     nghttp2_session_callbacks_del(cb);
     nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, NULL, 0);
 
-    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
-    char end[64];
-    snprintf(end, sizeof(end), "%s", prefix);
-    end[strlen(end) - 1]++;
-    c.key = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
-    c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
-    c.start_revision = start_rev;
-    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
-    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
-    r.create_request = &c;
-    size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
-    size_t *body = malloc(2 * sizeof(size_t) + 5 + ml);
-    cr_assert_not_null(body);
-    h->body = body;
-    body[0] = 5 + ml;
-    body[1] = 0;
-    uint8_t *d = (uint8_t *)(body + 2);
-    d[0] = 0;
-    d[1] = (uint8_t)(ml >> 24);
-    d[2] = (uint8_t)(ml >> 16);
-    d[3] = (uint8_t)(ml >> 8);
-    d[4] = (uint8_t)ml;
-    etcdserverpb__watch_request__pack(&r, d + 5);
-    char auth[64];
-    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
-#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"),
-                        NV(":scheme", "http"),
-                        NV(":authority", auth),
-                        NV(":path", "/etcdserverpb.Watch/Watch"),
-                        NV("content-type", "application/grpc"),
-                        NV("te", "trailers")};
-    nghttp2_data_provider prd = {.source.ptr = body, .read_callback = body_read};
-    h->sid = nghttp2_submit_request(h->s, NULL, nva, 6, &prd, NULL);
+    h->status2 = -1;
+    h->body = create_body(prefix, start_rev);
+    h->sid = submit_watch(h, port, h->body);
     cr_assert_gt(h->sid, 0);
     h2w_pump(h, 5000, is_created);
     cr_assert(h->created, "no created response");
@@ -367,6 +404,7 @@ static void h2w_close(h2w *h)
     close(h->fd);
     free(h->buf);
     free(h->body);
+    free(h->body2);
 }
 
 static int64_t rss_anon(pid_t pid)
@@ -421,6 +459,11 @@ static void write_events(kv_it_grpc *g, int txns, int base)
         free(resp);
         cr_assert_eq(rc, 0, "txn failed: %d %d %s", rc, st, msg);
     }
+}
+
+static int caught_up_one(h2w *h)
+{
+    return h->bad || h->next_rev > h->want_rev;
 }
 
 static int caught_up(h2w *h)
@@ -535,5 +578,31 @@ Test(watch_it, stalled_watcher_bounded_memory_then_caught_up_or_compacted, .time
     h2w_close(&a);
     h2w_close(&b);
     kv_it_grpc_close(g);
+    kv_it_server_destroy(&k);
+}
+
+Test(watch_it, watch_streams_per_connection_bound, .timeout = 120)
+{
+    kv_it_server k;
+    const char *extra[] = {"--max-watch-streams-per-connection=1", NULL};
+    start(&k, KV_IT_KVD, extra);
+    h2w a;
+    h2w_open(&a, k.client_port, "x/", 0);
+    a.body2 = create_body("y/", 0);
+    a.sid2 = submit_watch(&a, k.client_port, a.body2);
+    cr_assert_gt(a.sid2, 0);
+    h2w_pump(&a, 10000, has_status2);
+    cr_assert_eq(a.status2, 8, "second watch stream on the connection: grpc-status %d", a.status2);
+    cr_assert_eq(metric(&k, "kvd_watch_streams"), 1);
+    /* the first stream still works */
+    kv_it_grpc *g;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", k.client_port, 5000), 0);
+    int64_t rev = put_one(g, "x/1");
+    a.want_rev = rev;
+    h2w_pump(&a, 10000, caught_up_one);
+    cr_assert_eq(a.events, 1);
+    cr_assert_eq(a.next_rev, rev + 1);
+    kv_it_grpc_close(g);
+    h2w_close(&a);
     kv_it_server_destroy(&k);
 }
