@@ -265,6 +265,11 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
             idx += k;
             r.fragment = idx < n;
             rc = pack_send(st, &r);
+            if (rc == -ENOBUFS && idx > k) {
+                /* the connection filled up between fragments: resending would duplicate
+                 * the fragments already queued, so this stream gets nothing more */
+                rc = -ECONNRESET;
+            }
         }
     }
     if (rc == -ENOBUFS)
