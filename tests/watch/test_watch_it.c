@@ -165,7 +165,10 @@ typedef struct h2w {
     size_t *body; /* request body source */
     int32_t sid2; /* a second stream on the same connection (limits test) */
     size_t *body2;
-    int status2; /* its grpc-status, -1 until the trailers arrive */
+    int status2;    /* its grpc-status, -1 until the trailers arrive */
+    char log[8192]; /* transcript of the responses (protocol comparison test) */
+    size_t log_len;
+    int n_resp;
     int bad;
     char why[256];
 } h2w;
@@ -246,6 +249,27 @@ static void h2w_parse(h2w *h)
             break;
         Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, p + 5);
         cr_assert_not_null(r);
+        h->n_resp++;
+        if (h->log_len < sizeof(h->log) - 512) {
+            int w = snprintf(h->log + h->log_len, sizeof(h->log) - h->log_len,
+                             "id=%lld created=%d canceled=%d compact=%lld reason='%s' "
+                             "fragment=%d rev=%lld events=",
+                             (long long)r->watch_id, r->created, r->canceled,
+                             (long long)r->compact_revision, r->cancel_reason, r->fragment,
+                             r->header ? (long long)r->header->revision : -1LL);
+            h->log_len += (size_t)w;
+            for (size_t i = 0; i < r->n_events && h->log_len < sizeof(h->log) - 128; i++) {
+                Mvccpb__Event *e = r->events[i];
+                w = snprintf(h->log + h->log_len, sizeof(h->log) - h->log_len,
+                             "[%d %.*s=%.*s c%lld m%lld v%lld]", e->type, (int)e->kv->key.len,
+                             e->kv->key.data, (int)e->kv->value.len, e->kv->value.data,
+                             (long long)e->kv->create_revision, (long long)e->kv->mod_revision,
+                             (long long)e->kv->version);
+                h->log_len += (size_t)w;
+            }
+            h->log[h->log_len++] = '\n';
+            h->log[h->log_len] = 0;
+        }
         if (r->created)
             h->created = 1;
         if (r->compact_revision) {
@@ -605,4 +629,133 @@ Test(watch_it, watch_streams_per_connection_bound, .timeout = 120)
     kv_it_grpc_close(g);
     h2w_close(&a);
     kv_it_server_destroy(&k);
+}
+
+static size_t append_req(uint8_t *buf, size_t off, const Etcdserverpb__WatchRequest *r)
+{
+    size_t ml = etcdserverpb__watch_request__get_packed_size(r);
+    buf[off] = 0;
+    buf[off + 1] = (uint8_t)(ml >> 24);
+    buf[off + 2] = (uint8_t)(ml >> 16);
+    buf[off + 3] = (uint8_t)(ml >> 8);
+    buf[off + 4] = (uint8_t)ml;
+    etcdserverpb__watch_request__pack(r, buf + off + 5);
+    return off + 5 + ml;
+}
+
+static size_t add_create(uint8_t *buf, size_t off, const char *key, const char *end, int64_t id)
+{
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    c.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    if (end)
+        c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    c.watch_id = id;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    return append_req(buf, off, &r);
+}
+
+static int got8(h2w *h)
+{
+    return h->n_resp >= 8;
+}
+
+static int got10(h2w *h)
+{
+    return h->n_resp >= 10;
+}
+
+static int cmp_lines(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The control protocol and one event, as a transcript; event responses (one per watcher, in an
+ * order etcd does not define) sorted. Caller frees. */
+static char *protocol_transcript(kv_it_kind kind)
+{
+    kv_it_server k;
+    start(&k, kind, NULL);
+    h2w h;
+    memset(&h, 0, sizeof(h));
+    h.status2 = -1;
+    h.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(k.client_port);
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    cr_assert_eq(connect(h.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_send_callback(cb, h2_send);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_close);
+    cr_assert_eq(nghttp2_session_client_new(&h.s, cb, &h), 0);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_submit_settings(h.s, NGHTTP2_FLAG_NONE, NULL, 0);
+
+    uint8_t *buf = malloc(4096);
+    size_t off = 0;
+    off = add_create(buf, off, "a", NULL, 0); /* auto id 0 */
+    off = add_create(buf, off, "a", "b", 0);  /* auto id 1 */
+    off = add_create(buf, off, "c", NULL, 5); /* client id 5 */
+    off = add_create(buf, off, "c", NULL, 5); /* duplicate id */
+    off = add_create(buf, off, "b", "a", 0);  /* empty range */
+    Etcdserverpb__WatchCancelRequest cc = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+    r.cancel_request = &cc;
+    cc.watch_id = 1;
+    off = append_req(buf, off, &r);
+    cc.watch_id = 42; /* unknown: no answer */
+    off = append_req(buf, off, &r);
+    Etcdserverpb__WatchProgressRequest pr = ETCDSERVERPB__WATCH_PROGRESS_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_PROGRESS_REQUEST;
+    r.progress_request = &pr;
+    off = append_req(buf, off, &r);
+    off = add_create(buf, off, "a", NULL, 0); /* auto: next free id */
+    size_t *body = malloc(2 * sizeof(size_t) + off);
+    body[0] = off;
+    body[1] = 0;
+    memcpy(body + 2, buf, off);
+    free(buf);
+    h.body = body;
+    h.sid = submit_watch(&h, k.client_port, body);
+    h2w_pump(&h, 10000, got8);
+    kv_it_grpc *g;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", k.client_port, 5000), 0);
+    put_one(g, "a");
+    h2w_pump(&h, 10000, got10);
+    usleep(300000);
+    h2w_pump(&h, 300, NULL); /* nothing more may come */
+    kv_it_grpc_close(g);
+    /* sort the lines after the 8th (event responses) */
+    char *lines[64];
+    size_t n = 0;
+    for (char *p = strtok(h.log, "\n"); p && n < 64; p = strtok(NULL, "\n"))
+        lines[n++] = p;
+    if (n > 8)
+        qsort(lines + 8, n - 8, sizeof(char *), cmp_lines);
+    size_t cap = 16384, len = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+    h2w_close(&h);
+    kv_it_server_destroy(&k);
+    return out;
+}
+
+Test(watch_it, protocol_same_as_etcd, .timeout = 120)
+{
+    char etcd[PATH_MAX];
+    if (kv_it_server_bin(KV_IT_ETCD, etcd, sizeof(etcd)) != 0)
+        cr_skip_test("no reference etcd at %s", etcd);
+    char *ok = protocol_transcript(KV_IT_KVD);
+    char *oe = protocol_transcript(KV_IT_ETCD);
+    cr_log_info("etcd transcript:\n%s", oe);
+    cr_expect_str_eq(ok, oe, "--- kvd\n%s\n--- etcd\n%s", ok, oe);
+    free(ok);
+    free(oe);
 }
