@@ -42,6 +42,10 @@ void kv_config_default(kv_config *cfg)
     cfg->grpc_keepalive_timeout_ms = 20000;
     cfg->send_stall_timeout_ms = 30000;
     cfg->max_pending_request_bytes = 64u << 20;
+    cfg->max_watchers_per_stream = 10000;
+    cfg->max_watch_streams_per_conn = 1000;
+    cfg->watch_send_buffer_bytes = 1u << 20;
+    cfg->watch_progress_interval_ms = 600000;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -247,6 +251,11 @@ static const flag_def FLAGS[] = {
     {"send-stall-timeout", F_DUR, OFF(send_stall_timeout_ms), 0, 0, 0, 0},
     {"max-pending-request-bytes", F_SIZE, OFF(max_pending_request_bytes), 0, 0, 1u << 20,
      1ULL << 40},
+    {"max-watchers-per-stream", F_U32, OFF(max_watchers_per_stream), 0, 0, 1, 1u << 24},
+    {"max-watch-streams-per-connection", F_U32, OFF(max_watch_streams_per_conn), 0, 0, 1,
+     1u << 20},
+    {"watch-send-buffer-bytes", F_SIZE, OFF(watch_send_buffer_bytes), 0, 0, 4096, 1ULL << 32},
+    {"watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -301,6 +310,11 @@ const char *kv_config_usage(void)
            "  --send-stall-timeout D          reset a stream whose output stalls (30s)\n"
            "  --max-pending-request-bytes N   unanswered requests held by the server before\n"
            "                                  request delivery waits (64 MiB)\n"
+           "  --max-watchers-per-stream N     watchers on one Watch stream (10000)\n"
+           "  --max-watch-streams-per-connection N  Watch streams per connection (1000)\n"
+           "  --watch-send-buffer-bytes N     unsent bytes per Watch stream before its watchers\n"
+           "                                  are caught up from disk instead (1 MiB)\n"
+           "  --watch-progress-notify-interval D  progress_notify period (default 10m)\n"
            "  --version | --help\n";
 }
 

@@ -87,6 +87,11 @@ typedef struct kv_config {
     uint32_t grpc_keepalive_timeout_ms;   /* --grpc-keepalive-timeout, default 20s (etcd) */
     uint32_t send_stall_timeout_ms;       /* --send-stall-timeout, default 30s */
     size_t max_pending_request_bytes;     /* --max-pending-request-bytes, default 64 MiB */
+    /* Watch (server/watch/watch_hub.h). */
+    uint32_t max_watchers_per_stream;    /* --max-watchers-per-stream, default 10000 */
+    uint32_t max_watch_streams_per_conn; /* --max-watch-streams-per-connection, default 1000 */
+    size_t watch_send_buffer_bytes;      /* --watch-send-buffer-bytes, default 1 MiB */
+    uint32_t watch_progress_interval_ms; /* --watch-progress-notify-interval, default 10m */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -19,6 +19,7 @@
 #include "node/node.h"
 #include "node/read_pool.h"
 #include "server.h"
+#include "watch/watch_hub.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -112,6 +113,9 @@ static void on_signal(uv_signal_t *sig, int signum)
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
     kv_leases_stop(&m->srv);
+    kv_node_set_commit_hook(m->srv.node, NULL, NULL);
+    kv_watch_hub_close(m->srv.watch);
+    m->srv.watch = NULL;
     kv_node_close(m->srv.node);
     kv_read_pool_close(m->srv.read_pool); /* joins the reader threads */
     m->srv.read_pool = NULL;
@@ -154,6 +158,29 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
         snprintf(err, errlen, "data dir %s: cannot check the member identity: %s", m->cfg.data_dir,
                  strerror(-rc));
     return rc < 0 ? rc : 0;
+}
+
+static void on_commit(void *arg, int64_t revision)
+{
+    kv_watch_hub_notify(arg, revision);
+}
+
+/* The watch hub reads committed revisions back from LMDB after each batch (node hook). */
+static int start_watch(kv_server *s)
+{
+    kv_watch_config wc;
+    kv_watch_config_default(&wc);
+    wc.max_watchers_per_stream = s->cfg->max_watchers_per_stream;
+    wc.max_streams_per_conn = s->cfg->max_watch_streams_per_conn;
+    wc.stream_send_buffer_bytes = s->cfg->watch_send_buffer_bytes;
+    wc.max_response_bytes = s->cfg->max_request_bytes;
+    wc.progress_interval_ms = s->cfg->watch_progress_interval_ms;
+    int rc = kv_watch_hub_init(&s->watch, s->loop, s->store, &wc, kv_node_header(s->node),
+                               kv_node_revision(s->node), s->metrics);
+    if (rc < 0)
+        return rc;
+    kv_node_set_commit_hook(s->node, on_commit, s->watch);
+    return 0;
 }
 
 static int start_listeners(kvd_main *m)
@@ -299,6 +326,9 @@ int main(int argc, char **argv)
         goto fail;
     rc = kv_read_pool_init(&s->read_pool, &m.loop, m.cfg.read_workers, m.cfg.max_pending_reads,
                            s->metrics);
+    if (rc < 0)
+        goto fail;
+    rc = start_watch(s);
     if (rc < 0)
         goto fail;
 

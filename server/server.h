@@ -15,6 +15,7 @@
 
 struct kv_lessor;
 struct kv_read_pool;
+struct kv_watch_hub;
 
 typedef struct kv_server {
     uv_loop_t *loop;
@@ -27,6 +28,7 @@ typedef struct kv_server {
     uint64_t keepalive_requests;    /* renewals received over LeaseKeepAlive streams */
     struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
     struct kv_read_pool *read_pool; /* reader threads for Range/HashKV (NULL: inline) */
+    struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
 } kv_server;
 
 #endif

@@ -16,7 +16,8 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_io.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
-  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c)
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net PkgConfig::UV PkgConfig::NGHTTP2)
 

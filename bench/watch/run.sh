@@ -1,8 +1,10 @@
 #!/bin/sh
-# Runs the Watch benchmark (kvd vs etcd). Builds nothing: build first, e.g.
-#   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2
-# Usage: bench/watch/run.sh [build-dir] [watchbench options]
-#   full run (issue 11): defaults (10,000 watchers / 100 streams, 1,000 puts/s for 10 s;
-#   catch-up of 1,000 watchers from 100,000 events ago)
-set -- watch/watchbench "$@"
-. "$(dirname "$0")/../run-common.sh"
+# Watch benchmarks, kvd vs etcd, same machine, same run (figures in docs/ARCHITECTURE.md).
+#   bench/watch/run.sh [build-dir]
+# WB_SERVER=kvd|etcd restricts to one server.
+set -e
+B=${1:-build}
+export KV_BUILD_DIR=$(cd "$B" && pwd)
+"$KV_BUILD_DIR/bench/watch/watchbench" live 1000 10 100 10
+"$KV_BUILD_DIR/bench/watch/watchbench" catchup 1000 10 100000
+"$KV_BUILD_DIR/bench/watch/watchbench" stalled 1000000

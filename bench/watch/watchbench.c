@@ -1,510 +1,570 @@
 /*
- * watchbench: Watch fan-out and catch-up, kvd vs etcd 3.4 (issue 11 section 6; not a test).
+ * watchbench: Watch benchmarks, kvd vs etcd on the same machine (issue 11; not a test).
  *
- * 1. Fan-out: --watchers watchers on one prefix spread over --streams client connections
- *    (one libkvclient client = one connection = one Watch stream), a writer putting
- *    --rate puts/s for --duration s (async, paced). Each value carries its send time, so
- *    every delivered event gives a latency (histogram, ~3% buckets). Reported: events
- *    delivered / expected, p50 / p99 delivery latency, server CPU (utime+stime delta) over
- *    the window plus the drain, CPU per delivered event.
- * 2. Catch-up: --catchup-events puts, then --catchup-watchers watchers created from the
- *    revision before them: time until every watcher has received every event.
+ *   watchbench catchup [WATCHERS STREAMS EVENTS]   default 1000 10 100000
+ *     EVENTS events are written (txns of 128 puts), then WATCHERS watchers on one prefix,
+ *     spread over STREAMS streams of one connection, start from the first of them. Reports the
+ *     time until every watcher has received every event, the server's CPU time meanwhile, and
+ *     the latency of puts issued every 10 ms during the catch-up (writes must not stall).
+ *   watchbench live [WATCHERS STREAMS RATE SECONDS]  default 1000 10 100 10
+ *     WATCHERS watchers on one prefix; a writer puts RATE/s for SECONDS s (value = send time).
+ *     Reports delivery latency (first event of each response) and the server's CPU time.
+ *   watchbench stalled [EVENTS]                     default 1000000
+ *     One watcher stops reading its socket while EVENTS events are written. Reports the
+ *     server's anonymous memory growth (max over the run), then reads again and reports the
+ *     time to receive everything (or the compacted response), checking order and count.
  *
- * Servers are started by the integration harness (same flags as the tests, fresh data dir).
- * Client callbacks run on --loops shared I/O threads; the client competes with the server
- * for the same CPUs, so compare kvd and etcd within one run.
+ * Each mode runs against kvd ($KV_BUILD_DIR/server/kvd) and etcd (/usr/bin/etcd), one after
+ * the other, started by the integration harness. Run: bench/watch/run.sh.
  */
-#include <getopt.h>
-#include <inttypes.h>
-#include <math.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "grpc_raw.h"
 #include "harness.h"
-#include "kvclient.h"
+#include "rpc.pb-c.h"
 
-typedef struct opts {
-    int watchers, streams, rate, duration, catchup_watchers, catchup_events, value_size;
-    int loops, drain;
-    int do_kvd, do_etcd, do_fanout, do_catchup;
-} opts;
+#define TXN_OPS 128
+#define VALUE_LEN 100
 
-static uint64_t now_ns(void)
+typedef struct wstream {
+    struct wconn *c;
+    int32_t sid;
+    uint8_t *body; /* create requests, sent once */
+    size_t body_len, body_off;
+    uint8_t *buf;
+    size_t len, cap;
+} wstream;
+
+typedef struct wconn {
+    int fd;
+    nghttp2_session *s;
+    wstream *st;
+    size_t n_st;
+    int64_t *count; /* events per watcher (index: stream * per + watch id) */
+    size_t per;     /* watchers per stream */
+    int64_t *next_rev;
+    int compacted, bad, closed;
+    int64_t total;
+    double *lat; /* live mode: delivery latency samples (ms) */
+    size_t n_lat, cap_lat;
+} wconn;
+
+static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* ---- latency histogram: 32 sub-buckets per power of two of microseconds ---- */
-
-#define HB 32
-#define HN (40 * HB)
-struct hist {
-    atomic_uint_least64_t b[HN];
-    atomic_uint_least64_t n;
-};
-
-static int hidx(uint64_t us)
+static ssize_t c_send(nghttp2_session *s, const uint8_t *d, size_t len, int flags, void *u)
 {
-    if (us < HB)
-        return (int)us;
-    int e = 63 - __builtin_clzll(us); /* us in [2^e, 2^(e+1)) */
-    int sub = (int)((us >> (e - 5)) & (HB - 1));
-    int i = (e - 4) * HB + sub;
-    return i < HN ? i : HN - 1;
+    (void)s;
+    (void)flags;
+    wconn *c = u;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(c->fd, d + off, len - off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        off += (size_t)n;
+    }
+    return (ssize_t)len;
 }
 
-static double hval(int i)
+static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
 {
-    if (i < HB)
-        return i;
-    int e = i / HB + 4, sub = i % HB;
-    return (double)(1ull << e) * (1.0 + (sub + 0.5) / HB);
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, m);
+    if (r == NULL) {
+        c->bad = 1;
+        return;
+    }
+    if (r->compact_revision)
+        c->compacted = 1;
+    if (r->n_events && r->watch_id >= 0 && (size_t)r->watch_id < c->per) {
+        size_t w = si * c->per + (size_t)r->watch_id;
+        for (size_t i = 0; i < r->n_events; i++) {
+            int64_t rev = r->events[i]->kv->mod_revision;
+            if (rev < c->next_rev[w])
+                c->bad = 1;
+            c->next_rev[w] = rev;
+        }
+        c->count[w] += (int64_t)r->n_events;
+        if (c->lat && c->n_lat < c->cap_lat && r->events[0]->kv->value.len > 0 &&
+            r->events[0]->kv->value.len < 32) {
+            char tb[32];
+            memcpy(tb, r->events[0]->kv->value.data, r->events[0]->kv->value.len);
+            tb[r->events[0]->kv->value.len] = 0;
+            c->lat[c->n_lat++] = now_ms() - atof(tb);
+        }
+        c->total += (int64_t)r->n_events;
+    }
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
 }
 
-static double hquant(struct hist *h, double q)
+static int c_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *d, size_t len,
+                  void *u)
 {
-    uint64_t n = atomic_load(&h->n), want = (uint64_t)ceil(q * (double)n), acc = 0;
-    for (int i = 0; i < HN; i++) {
-        acc += atomic_load(&h->b[i]);
-        if (acc >= want && acc > 0)
-            return hval(i) / 1000.0; /* ms */
+    (void)flags;
+    wconn *c = u;
+    wstream *st = nghttp2_session_get_stream_user_data(s, sid);
+    if (st == NULL)
+        return 0;
+    if (st->len + len > st->cap) {
+        st->cap = (st->len + len) * 2;
+        st->buf = realloc(st->buf, st->cap);
+    }
+    memcpy(st->buf + st->len, d, len);
+    st->len += len;
+    size_t off = 0;
+    while (st->len - off >= 5) {
+        const uint8_t *p = st->buf + off;
+        size_t ml = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (st->len - off < 5 + ml)
+            break;
+        handle(c, (size_t)(st - c->st), p + 5, ml);
+        off += 5 + ml;
+    }
+    if (off) {
+        memmove(st->buf, st->buf + off, st->len - off);
+        st->len -= off;
     }
     return 0;
 }
 
-/* ---- fan-out ---- */
-
-struct fan {
-    struct hist h;
-    atomic_uint_least64_t delivered;
-    atomic_uint_least64_t canceled;
-};
-
-static void on_fan(void *arg, const kvc_watch_response *r)
+static int c_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
 {
-    struct fan *f = arg;
-    uint64_t t = now_ns();
-    for (size_t i = 0; i < r->n_events; i++) {
-        const kvc_event *e = &r->events[i];
-        if (e->kv.value_len >= 8) {
-            uint64_t sent;
-            memcpy(&sent, e->kv.value, 8);
-            uint64_t us = t > sent ? (t - sent) / 1000 : 0;
-            atomic_fetch_add_explicit(&f->h.b[hidx(us)], 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&f->h.n, 1, memory_order_relaxed);
-        }
-    }
-    atomic_fetch_add_explicit(&f->delivered, r->n_events, memory_order_relaxed);
-    if (r->canceled)
-        atomic_fetch_add(&f->canceled, 1);
+    (void)s;
+    (void)sid;
+    (void)ec;
+    ((wconn *)u)->closed = 1;
+    return 0;
 }
 
-struct writer {
-    kvc_client *c;
-    int rate, duration, value_size;
-    atomic_int inflight;
-    atomic_uint_least64_t failed, done;
-    uint64_t sent;
-};
-
-static void on_put(void *arg, int status, const kvc_error *err, kvc_put_result *r)
+static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *u)
 {
-    struct writer *w = arg;
-    (void)err;
-    if (status)
-        atomic_fetch_add(&w->failed, 1);
-    else
-        kvc_put_result_free(r);
-    atomic_fetch_add(&w->done, 1);
-    atomic_fetch_sub(&w->inflight, 1);
+    (void)s;
+    (void)sid;
+    (void)u;
+    (void)flags;
+    wstream *st = src->ptr;
+    if (st->body_off == st->body_len)
+        return NGHTTP2_ERR_DEFERRED;
+    size_t n = st->body_len - st->body_off < len ? st->body_len - st->body_off : len;
+    memcpy(buf, st->body + st->body_off, n);
+    st->body_off += n;
+    return (ssize_t)n;
 }
 
-static void *writer_main(void *arg)
+static void append_create(wstream *st, const char *prefix, int64_t start)
 {
-    struct writer *w = arg;
-    uint8_t *val = calloc(1, (size_t)w->value_size);
-    uint64_t start = now_ns(), period = 1000000000ull / (uint64_t)w->rate;
-    uint64_t total = (uint64_t)w->rate * (uint64_t)w->duration;
-    for (uint64_t i = 0; i < total; i++) {
-        uint64_t at = start + i * period, t = now_ns();
-        if (at > t) {
-            struct timespec ts = {.tv_sec = (time_t)((at - t) / 1000000000ull),
-                                  .tv_nsec = (long)((at - t) % 1000000000ull)};
-            nanosleep(&ts, NULL);
-        }
-        if (atomic_load(&w->inflight) > 5000) /* server far behind: don't queue unboundedly */
-            continue;
-        char key[32];
-        snprintf(key, sizeof key, "bw/%" PRIu64, i % 1000);
-        uint64_t ts = now_ns();
-        memcpy(val, &ts, 8);
-        atomic_fetch_add(&w->inflight, 1);
-        if (kvc_put_async(w->c, key, strlen(key), val, (size_t)w->value_size, NULL, 10000, on_put,
-                          w, NULL) != 0) {
-            atomic_fetch_sub(&w->inflight, 1);
-            atomic_fetch_add(&w->failed, 1);
-            continue;
-        }
-        w->sent++;
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    char end[64];
+    snprintf(end, sizeof(end), "%s", prefix);
+    end[strlen(end) - 1]++;
+    c.key = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
+    c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    c.start_revision = start;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
+    st->body = realloc(st->body, st->body_len + 5 + ml);
+    uint8_t *d = st->body + st->body_len;
+    d[0] = 0;
+    d[1] = (uint8_t)(ml >> 24);
+    d[2] = (uint8_t)(ml >> 16);
+    d[3] = (uint8_t)(ml >> 8);
+    d[4] = (uint8_t)ml;
+    etcdserverpb__watch_request__pack(&r, d + 5);
+    st->body_len += 5 + ml;
+}
+
+static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const char *prefix,
+                     int64_t start)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        return -errno;
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_send_callback(cb, c_send);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_close);
+    nghttp2_session_client_new(&c->s, cb, c);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
+    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 1);
+    nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
+    c->n_st = streams;
+    c->per = per;
+    c->st = calloc(streams, sizeof(wstream));
+    c->count = calloc(streams * per, sizeof(int64_t));
+    c->next_rev = calloc(streams * per, sizeof(int64_t));
+    char auth[64];
+    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
+#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":authority", auth),
+                        NV(":path", "/etcdserverpb.Watch/Watch"),
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers")};
+    for (size_t i = 0; i < streams; i++) {
+        wstream *st = &c->st[i];
+        st->c = c;
+        for (size_t w = 0; w < per; w++)
+            append_create(st, prefix, start);
+        nghttp2_data_provider prd = {.source.ptr = st, .read_callback = body_read};
+        st->sid = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
     }
-    free(val);
+    nghttp2_session_send(c->s);
+    return 0;
+}
+
+static void conn_free(wconn *c)
+{
+    for (size_t i = 0; i < c->n_st; i++) {
+        free(c->st[i].body);
+        free(c->st[i].buf);
+    }
+    free(c->st);
+    free(c->count);
+    free(c->next_rev);
+    nghttp2_session_del(c->s);
+    close(c->fd);
+}
+
+/* Reads for up to ms or until every watcher has `want` events (or a compaction). */
+static void conn_pump(wconn *c, int ms, int64_t want)
+{
+    uint64_t end = kv_it_now_ms() + (uint64_t)ms;
+    static uint8_t rb[1 << 16];
+    while (kv_it_now_ms() < end && !c->closed && !c->compacted) {
+        if (want >= 0 && c->total >= want * (int64_t)(c->n_st * c->per))
+            break;
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        ssize_t n = read(c->fd, rb, sizeof(rb));
+        if (n <= 0)
+            break;
+        nghttp2_session_mem_recv(c->s, rb, (size_t)n);
+        nghttp2_session_send(c->s);
+    }
+}
+
+static int64_t write_txns(kv_it_grpc *g, int64_t events, const char *prefix)
+{
+    char val[VALUE_LEN];
+    memset(val, 'v', sizeof(val));
+    int64_t rev = 0;
+    for (int64_t t = 0; t * TXN_OPS < events; t++) {
+        Etcdserverpb__PutRequest puts[TXN_OPS];
+        Etcdserverpb__RequestOp ops[TXN_OPS], *pops[TXN_OPS];
+        char keys[TXN_OPS][48];
+        for (int i = 0; i < TXN_OPS; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "%s%lld/%d", prefix, (long long)t, i);
+            etcdserverpb__put_request__init(&puts[i]);
+            puts[i].key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+            puts[i].value = (ProtobufCBinaryData){sizeof(val), (uint8_t *)val};
+            etcdserverpb__request_op__init(&ops[i]);
+            ops[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+            ops[i].request_put = &puts[i];
+            pops[i] = &ops[i];
+        }
+        Etcdserverpb__TxnRequest x = ETCDSERVERPB__TXN_REQUEST__INIT;
+        x.success = pops;
+        x.n_success = TXN_OPS;
+        size_t len = etcdserverpb__txn_request__get_packed_size(&x);
+        uint8_t *buf = malloc(len), *resp = NULL;
+        etcdserverpb__txn_request__pack(&x, buf);
+        size_t rlen = 0;
+        int st;
+        char msg[128];
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st, msg,
+                                 sizeof(msg));
+        free(buf);
+        if (rc == 0) {
+            Etcdserverpb__TxnResponse *r = etcdserverpb__txn_response__unpack(NULL, rlen, resp);
+            if (r) {
+                rev = r->header->revision;
+                etcdserverpb__txn_response__free_unpacked(r, NULL);
+            }
+        } else {
+            fprintf(stderr, "txn failed: %d %s\n", rc, msg);
+        }
+        free(resp);
+    }
+    return rev;
+}
+
+static int64_t rss_anon(pid_t pid)
+{
+    char p[64], line[256];
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    long long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "RssAnon: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* ---- put latency probe (its own thread and connection) ---- */
+
+typedef struct probe {
+    uint16_t port;
+    volatile int stop;
+    double lat[100000];
+    size_t n;
+    double rlat[100000]; /* Range (served on the loop, no write path) */
+    size_t rn;
+} probe;
+
+static void *probe_main(void *arg)
+{
+    probe *p = arg;
+    kv_it_grpc *g;
+    if (kv_it_grpc_open(&g, "127.0.0.1", p->port, 5000) != 0)
+        return NULL;
+    while (!p->stop && p->n < 100000) {
+        Etcdserverpb__PutRequest r = ETCDSERVERPB__PUT_REQUEST__INIT;
+        r.key = (ProtobufCBinaryData){5, (uint8_t *)"probe"};
+        uint8_t buf[64], *resp = NULL;
+        size_t len = etcdserverpb__put_request__pack(&r, buf), rlen;
+        int st;
+        char msg[64];
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        free(resp);
+        p->lat[p->n++] =
+            (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        Etcdserverpb__RangeRequest rr = ETCDSERVERPB__RANGE_REQUEST__INIT;
+        rr.key = r.key;
+        len = etcdserverpb__range_request__pack(&rr, buf);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Range", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        free(resp);
+        p->rlat[p->rn++] =
+            (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        usleep(10000);
+    }
+    kv_it_grpc_close(g);
     return NULL;
 }
 
-static kvc_client *open_client(const char *ep, kvc_loop_group *lg)
+static int cmpd(const void *a, const void *b)
 {
-    const char *eps[] = {ep};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    cfg.loop_group = lg;
-    cfg.dial_timeout_ms = 10000;
-    kvc_client *c = NULL;
-    kvc_error e;
-    if (kvc_open(&c, &cfg, &e) != 0) {
-        fprintf(stderr, "watchbench: kvc_open: %s\n", e.message);
-        exit(1);
-    }
-    return c;
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
-struct result {
-    double p50, p99, cpu_s, cpu_us_per_event, delivered_ratio, puts_per_s, catchup_s;
-    uint64_t delivered, expected;
-    int ok;
-};
-
-static int create_watchers(kvc_client **cs, int nc, int nw, int64_t rev, kvc_watch_cb cb,
-                           void *args, size_t arg_size, kvc_watch **ws)
-{
-    for (int i = 0; i < nw; i++) {
-        kvc_watch_opts o = {.prefix = 1, .start_revision = rev};
-        kvc_error e;
-        void *arg = (char *)args + (size_t)i * arg_size;
-        if (kvc_watch_create(cs[i % nc], "bw/", 3, &o, 30000, cb, arg, &ws[i], NULL, &e) != 0) {
-            fprintf(stderr, "watchbench: watch %d: %s (code %d)%s\n", i, e.message, e.code,
-                    e.code == KVC_UNIMPLEMENTED ? " -- the server does not implement Watch" : "");
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int fanout(const opts *o, kv_it_server *s, kvc_loop_group **lgs, struct result *res)
-{
-    memset(res, 0, sizeof *res);
-    kvc_client **cs = calloc((size_t)o->streams, sizeof *cs);
-    kvc_watch **ws = calloc((size_t)o->watchers, sizeof *ws);
-    struct fan *f = calloc(1, sizeof *f);
-    for (int i = 0; i < o->streams; i++)
-        cs[i] = open_client(s->endpoint, lgs[i % o->loops]);
-    uint64_t t0 = now_ns();
-    if (create_watchers(cs, o->streams, o->watchers, 0, on_fan, f, 0, ws) != 0)
-        return -1;
-    fprintf(stderr, "  %d watchers on %d streams created in %.1f s\n", o->watchers, o->streams,
-            (double)(now_ns() - t0) / 1e9);
-    struct writer w = {.c = open_client(s->endpoint, NULL),
-                       .rate = o->rate,
-                       .duration = o->duration,
-                       .value_size = o->value_size < 8 ? 8 : o->value_size};
-    double cpu0 = 0, cpu1 = 0;
-    kv_it_proc_cpu(s->pid, &cpu0);
-    pthread_t th;
-    uint64_t w0 = now_ns();
-    pthread_create(&th, NULL, writer_main, &w);
-    pthread_join(th, NULL);
-    while (atomic_load(&w.inflight) > 0 &&
-           now_ns() - w0 < (uint64_t)(o->duration + 30) * 1000000000ull)
-        usleep(10000);
-    double put_s = (double)(now_ns() - w0) / 1e9;
-    uint64_t ok_puts = atomic_load(&w.done) - atomic_load(&w.failed);
-    uint64_t expected = ok_puts * (uint64_t)o->watchers;
-    uint64_t dl = now_ns() + (uint64_t)o->drain * 1000000000ull;
-    while (atomic_load(&f->delivered) < expected && now_ns() < dl)
-        usleep(20000);
-    kv_it_proc_cpu(s->pid, &cpu1);
-    res->delivered = atomic_load(&f->delivered);
-    res->expected = expected;
-    res->delivered_ratio = expected ? (double)res->delivered / (double)expected : 0;
-    res->p50 = hquant(&f->h, 0.50);
-    res->p99 = hquant(&f->h, 0.99);
-    res->cpu_s = cpu1 - cpu0;
-    res->cpu_us_per_event = res->delivered ? res->cpu_s * 1e6 / (double)res->delivered : 0;
-    res->puts_per_s = (double)ok_puts / put_s;
-    res->ok = atomic_load(&w.failed) == 0 && atomic_load(&f->canceled) == 0;
-    if (atomic_load(&w.failed))
-        fprintf(stderr, "  %" PRIu64 " puts failed\n", (uint64_t)atomic_load(&w.failed));
-    for (int i = 0; i < o->watchers; i++)
-        kvc_watch_cancel(ws[i]);
-    for (int i = 0; i < o->streams; i++)
-        kvc_close(cs[i]);
-    kvc_close(w.c);
-    free(cs);
-    free(ws);
-    free(f);
-    return 0;
-}
-
-/* ---- catch-up ---- */
-
-struct cu {
-    atomic_uint_least64_t got;
-    uint64_t want;
-    atomic_int *synced;
-};
-
-static void on_cu(void *arg, const kvc_watch_response *r)
-{
-    struct cu *c = arg;
-    uint64_t g =
-        atomic_fetch_add_explicit(&c->got, r->n_events, memory_order_relaxed) + r->n_events;
-    if (g >= c->want && g - r->n_events < c->want)
-        atomic_fetch_add(c->synced, 1);
-}
-
-static int load(kv_it_server *s, int n, int value_size)
-{
-    struct writer w = {.c = open_client(s->endpoint, NULL)};
-    uint8_t *val = calloc(1, (size_t)value_size);
-    for (int i = 0; i < n; i++) {
-        while (atomic_load(&w.inflight) >= 256)
-            usleep(200);
-        char key[32];
-        snprintf(key, sizeof key, "bw/%d", i % 1000);
-        atomic_fetch_add(&w.inflight, 1);
-        if (kvc_put_async(w.c, key, strlen(key), val, (size_t)value_size, NULL, 30000, on_put, &w,
-                          NULL) != 0) {
-            atomic_fetch_sub(&w.inflight, 1);
-            i--;
-            usleep(1000);
-        }
-    }
-    while (atomic_load(&w.inflight) > 0)
-        usleep(1000);
-    kvc_close(w.c);
-    free(val);
-    if (atomic_load(&w.failed)) {
-        fprintf(stderr, "watchbench: %" PRIu64 " loading puts failed\n",
-                (uint64_t)atomic_load(&w.failed));
-        return -1;
-    }
-    return 0;
-}
-
-static int catchup(const opts *o, kv_it_server *s, kvc_loop_group **lgs, struct result *res)
-{
-    kvc_client *c0 = open_client(s->endpoint, NULL);
-    kvc_range_result rr;
-    kvc_error e;
-    if (kvc_get(c0, "x", 1, NULL, 10000, &rr, &e) != 0) {
-        fprintf(stderr, "watchbench: get: %s\n", e.message);
-        return -1;
-    }
-    int64_t start_rev = rr.header.revision + 1;
-    kvc_range_result_free(&rr);
-    kvc_close(c0);
-    uint64_t l0 = now_ns();
-    if (load(s, o->catchup_events, o->value_size) != 0)
-        return -1;
-    fprintf(stderr, "  loaded %d events in %.1f s\n", o->catchup_events,
-            (double)(now_ns() - l0) / 1e9);
-    int nc = o->streams < o->catchup_watchers ? o->streams : o->catchup_watchers;
-    kvc_client **cs = calloc((size_t)nc, sizeof *cs);
-    kvc_watch **ws = calloc((size_t)o->catchup_watchers, sizeof *ws);
-    struct cu *cus = calloc((size_t)o->catchup_watchers, sizeof *cus);
-    atomic_int synced = 0;
-    for (int i = 0; i < o->catchup_watchers; i++) {
-        cus[i].want = (uint64_t)o->catchup_events;
-        cus[i].synced = &synced;
-    }
-    for (int i = 0; i < nc; i++)
-        cs[i] = open_client(s->endpoint, lgs[i % o->loops]);
-    double cpu0 = 0, cpu1 = 0;
-    kv_it_proc_cpu(s->pid, &cpu0);
-    uint64_t t0 = now_ns();
-    if (create_watchers(cs, nc, o->catchup_watchers, start_rev, on_cu, cus, sizeof *cus, ws) != 0)
-        return -1;
-    uint64_t dl = t0 + 600ull * 1000000000ull;
-    while (atomic_load(&synced) < o->catchup_watchers && now_ns() < dl)
-        usleep(10000);
-    res->catchup_s = (double)(now_ns() - t0) / 1e9;
-    kv_it_proc_cpu(s->pid, &cpu1);
-    res->cpu_s = cpu1 - cpu0;
-    res->ok = atomic_load(&synced) == o->catchup_watchers;
-    uint64_t got = 0;
-    for (int i = 0; i < o->catchup_watchers; i++)
-        got += atomic_load(&cus[i].got);
-    res->delivered = got;
-    res->expected = (uint64_t)o->catchup_watchers * (uint64_t)o->catchup_events;
-    for (int i = 0; i < o->catchup_watchers; i++)
-        kvc_watch_cancel(ws[i]);
-    for (int i = 0; i < nc; i++)
-        kvc_close(cs[i]);
-    free(cs);
-    free(ws);
-    free(cus);
-    return 0;
-}
-
-static int parse(int argc, char **argv, opts *o)
-{
-    *o = (opts){.watchers = 10000,
-                .streams = 100,
-                .rate = 1000,
-                .duration = 10,
-                .catchup_watchers = 1000,
-                .catchup_events = 100000,
-                .value_size = 64,
-                .loops = 2,
-                .drain = 60,
-                .do_kvd = 1,
-                .do_etcd = 1,
-                .do_fanout = 1,
-                .do_catchup = 1};
-    static const struct option lo[] = {{"watchers", 1, 0, 'w'},
-                                       {"streams", 1, 0, 's'},
-                                       {"rate", 1, 0, 'r'},
-                                       {"duration", 1, 0, 'd'},
-                                       {"catchup-watchers", 1, 0, 'W'},
-                                       {"catchup-events", 1, 0, 'E'},
-                                       {"value-size", 1, 0, 'v'},
-                                       {"loops", 1, 0, 'l'},
-                                       {"drain", 1, 0, 'D'},
-                                       {"server", 1, 0, 'S'},
-                                       {"only", 1, 0, 'o'},
-                                       {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'w':
-            o->watchers = atoi(optarg);
-            break;
-        case 's':
-            o->streams = atoi(optarg);
-            break;
-        case 'r':
-            o->rate = atoi(optarg);
-            break;
-        case 'd':
-            o->duration = atoi(optarg);
-            break;
-        case 'W':
-            o->catchup_watchers = atoi(optarg);
-            break;
-        case 'E':
-            o->catchup_events = atoi(optarg);
-            break;
-        case 'v':
-            o->value_size = atoi(optarg);
-            break;
-        case 'l':
-            o->loops = atoi(optarg);
-            break;
-        case 'D':
-            o->drain = atoi(optarg);
-            break;
-        case 'S':
-            o->do_kvd = strcmp(optarg, "etcd") != 0;
-            o->do_etcd = strcmp(optarg, "kvd") != 0;
-            break;
-        case 'o':
-            o->do_fanout = strcmp(optarg, "catchup") != 0;
-            o->do_catchup = strcmp(optarg, "fanout") != 0;
-            break;
-        default:
-            fprintf(stderr, "usage: watchbench [--watchers 10000] [--streams 100] [--rate 1000] "
-                            "[--duration 10] [--catchup-watchers 1000] [--catchup-events 100000] "
-                            "[--value-size 64] [--loops 2] [--drain 60] [--server kvd|etcd|both] "
-                            "[--only fanout|catchup]\n");
-            return -1;
-        }
-    }
-    if (o->watchers < 1 || o->streams < 1 || o->rate < 1 || o->duration < 1 || o->loops < 1 ||
-        o->catchup_watchers < 1 || o->catchup_events < 1)
-        return -1;
-    return 0;
-}
-
-static int run_server(const opts *o, kv_it_kind kind, kvc_loop_group **lgs, struct result *fr,
-                      struct result *cr)
+static void run_catchup(kv_it_kind kind, size_t watchers, size_t streams, int64_t events)
 {
     kv_it_server s;
-    memset(fr, 0, sizeof *fr);
-    memset(cr, 0, sizeof *cr);
-    for (int phase = 0; phase < 2; phase++) {
-        if ((phase == 0 && !o->do_fanout) || (phase == 1 && !o->do_catchup))
-            continue;
-        if (kv_it_server_init(&s, kind, NULL) != 0 || kv_it_server_start(&s, 30000) != 0) {
-            fprintf(stderr, "watchbench: cannot start %s\n", kv_it_kind_name(kind));
-            return -1;
-        }
-        fprintf(stderr, "%s: %s\n", kv_it_kind_name(kind), phase == 0 ? "fan-out" : "catch-up");
-        int rc = phase == 0 ? fanout(o, &s, lgs, fr) : catchup(o, &s, lgs, cr);
-        kv_it_server_destroy(&s);
-        if (rc != 0)
-            return -1;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
     }
-    return 0;
+    kv_it_grpc *g;
+    kv_it_grpc_open(&g, "127.0.0.1", s.client_port, 5000);
+    int64_t last = write_txns(g, events, "w/");
+    int64_t first = last - (events / TXN_OPS) + 1;
+    probe *pr = calloc(1, sizeof(*pr));
+    pr->port = s.client_port;
+    pthread_t th;
+    /* baseline: the same probe for 2 s without watchers */
+    pthread_create(&th, NULL, probe_main, pr);
+    usleep(2000000);
+    pr->stop = 1;
+    pthread_join(th, NULL);
+    qsort(pr->lat, pr->n, sizeof(double), cmpd);
+    qsort(pr->rlat, pr->rn, sizeof(double), cmpd);
+    printf("baseline %-4s (no watchers): puts n=%zu p50=%.2f ms p99=%.2f ms; ranges p50=%.2f ms\n",
+           kv_it_kind_name(kind), pr->n, pr->n ? pr->lat[pr->n / 2] : 0,
+           pr->n ? pr->lat[pr->n * 99 / 100] : 0, pr->rn ? pr->rlat[pr->rn / 2] : 0);
+    memset(pr, 0, sizeof(*pr));
+    pr->port = s.client_port;
+    pthread_create(&th, NULL, probe_main, pr);
+    double cpu0 = 0, cpu1 = 0;
+    kv_it_proc_cpu(s.pid, &cpu0);
+    uint64_t t0 = kv_it_now_ms();
+    wconn c;
+    conn_open(&c, s.client_port, streams, watchers / streams, "w/", first);
+    conn_pump(&c, 600000, (events / TXN_OPS) * TXN_OPS);
+    uint64_t ms = kv_it_now_ms() - t0;
+    kv_it_proc_cpu(s.pid, &cpu1);
+    pr->stop = 1;
+    pthread_join(th, NULL);
+    qsort(pr->lat, pr->n, sizeof(double), cmpd);
+    qsort(pr->rlat, pr->rn, sizeof(double), cmpd);
+    printf("catchup %-4s watchers=%zu streams=%zu events=%lld: all received %lld/%lld events in "
+           "%llu ms, server cpu %.2f s, %s; puts meanwhile n=%zu p50=%.2f ms p99=%.2f ms max=%.2f "
+           "ms; ranges p50=%.2f ms p99=%.2f ms\n",
+           kv_it_kind_name(kind), watchers, streams, (long long)events, (long long)c.total,
+           (long long)(events / TXN_OPS * TXN_OPS * (int64_t)watchers), (unsigned long long)ms,
+           cpu1 - cpu0, c.bad ? "ORDER ERROR" : "in order", pr->n, pr->n ? pr->lat[pr->n / 2] : 0,
+           pr->n ? pr->lat[pr->n * 99 / 100] : 0, pr->n ? pr->lat[pr->n - 1] : 0,
+           pr->rn ? pr->rlat[pr->rn / 2] : 0, pr->rn ? pr->rlat[pr->rn * 99 / 100] : 0);
+    fflush(stdout);
+    free(pr);
+    conn_free(&c);
+    kv_it_grpc_close(g);
+    kv_it_server_destroy(&s);
 }
 
-static void print(const char *name, const opts *o, const struct result *f, const struct result *c)
+typedef struct writer {
+    uint16_t port;
+    int rate, seconds;
+    int64_t done;
+} writer;
+
+static void *writer_main(void *arg)
 {
-    if (o->do_fanout)
-        printf("%-5s fan-out : puts/s %.0f, events %" PRIu64 "/%" PRIu64
-               " (%.3f), latency p50 %.2f ms p99 %.2f ms, server CPU %.2f s (%.2f us/event)%s\n",
-               name, f->puts_per_s, f->delivered, f->expected, f->delivered_ratio, f->p50, f->p99,
-               f->cpu_s, f->cpu_us_per_event, f->ok ? "" : "  [errors]");
-    if (o->do_catchup)
-        printf("%-5s catch-up: %d watchers x %d events: %s %.2f s (events %" PRIu64 "/%" PRIu64
-               "), server CPU %.2f s\n",
-               name, o->catchup_watchers, o->catchup_events,
-               c->ok ? "all synced in" : "NOT all synced after", c->catchup_s, c->delivered,
-               c->expected, c->cpu_s);
+    writer *wr = arg;
+    kv_it_grpc *g;
+    if (kv_it_grpc_open(&g, "127.0.0.1", wr->port, 5000) != 0)
+        return NULL;
+    double start = now_ms(), period = 1000.0 / wr->rate;
+    for (int64_t i = 0; i < (int64_t)wr->rate * wr->seconds; i++) {
+        double due = start + (double)i * period;
+        double d = due - now_ms();
+        if (d > 0)
+            usleep((useconds_t)(d * 1000));
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "live/%lld", (long long)(i % 1000));
+        snprintf(val, sizeof(val), "%.3f", now_ms());
+        Etcdserverpb__PutRequest r = ETCDSERVERPB__PUT_REQUEST__INIT;
+        r.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+        r.value = (ProtobufCBinaryData){strlen(val), (uint8_t *)val};
+        uint8_t buf[128], *resp = NULL;
+        size_t len = etcdserverpb__put_request__pack(&r, buf), rlen;
+        int st;
+        char msg[64];
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 30000, &st, msg,
+                        sizeof(msg));
+        free(resp);
+        wr->done++;
+    }
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+/* live: WATCHERS watchers on one prefix over STREAMS streams; a writer puts RATE/s for SECONDS s
+ * (value = send time); reports delivery latency (first event of each response) and server CPU. */
+static void run_live(kv_it_kind kind, size_t watchers, size_t streams, int rate, int seconds)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    wconn c;
+    conn_open(&c, s.client_port, streams, watchers / streams, "live/", 0);
+    conn_pump(&c, 3000, -1); /* creates */
+    c.cap_lat = 2000000;
+    c.lat = malloc(c.cap_lat * sizeof(double));
+    writer wr = {s.client_port, rate, seconds, 0};
+    double cpu0 = 0, cpu1 = 0;
+    kv_it_proc_cpu(s.pid, &cpu0);
+    pthread_t th;
+    pthread_create(&th, NULL, writer_main, &wr);
+    int64_t want = (int64_t)rate * seconds;
+    conn_pump(&c, seconds * 1000 + 30000, want);
+    pthread_join(th, NULL);
+    kv_it_proc_cpu(s.pid, &cpu1);
+    qsort(c.lat, c.n_lat, sizeof(double), cmpd);
+    printf("live    %-4s watchers=%zu streams=%zu puts=%d/s x %d s: received %lld/%lld events, "
+           "delivery p50=%.2f ms p99=%.2f ms (n=%zu), server cpu %.2f s%s\n",
+           kv_it_kind_name(kind), watchers, streams, rate, seconds, (long long)c.total,
+           (long long)(want * (int64_t)watchers), c.n_lat ? c.lat[c.n_lat / 2] : 0,
+           c.n_lat ? c.lat[c.n_lat * 99 / 100] : 0, c.n_lat, cpu1 - cpu0,
+           c.bad ? ", ORDER ERROR" : "");
+    fflush(stdout);
+    free(c.lat);
+    c.lat = NULL;
+    conn_free(&c);
+    kv_it_server_destroy(&s);
+}
+
+static void run_stalled(kv_it_kind kind, int64_t events)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    kv_it_grpc *g;
+    kv_it_grpc_open(&g, "127.0.0.1", s.client_port, 5000);
+    wconn c;
+    conn_open(&c, s.client_port, 1, 1, "s/", 0);
+    conn_pump(&c, 1000, -1); /* created */
+    int64_t base = rss_anon(s.pid), peak = base;
+    uint64_t t0 = kv_it_now_ms();
+    for (int64_t done = 0; done < events; done += 128 * 100) {
+        write_txns(g, 128 * 100, "s/");
+        int64_t r = rss_anon(s.pid);
+        if (r > peak)
+            peak = r;
+    }
+    uint64_t wms = kv_it_now_ms() - t0;
+    t0 = kv_it_now_ms();
+    int64_t want = (events + 128 * 100 - 1) / (128 * 100) * 128 * 100;
+    conn_pump(&c, 600000, want);
+    printf("stalled %-4s events=%lld: writes took %llu ms, server RssAnon %lld KiB -> peak %lld "
+           "KiB (+%lld KiB); then received %lld events in %llu ms%s%s\n",
+           kv_it_kind_name(kind), (long long)want, (unsigned long long)wms,
+           (long long)(base / 1024), (long long)(peak / 1024), (long long)((peak - base) / 1024),
+           (long long)c.total, (unsigned long long)(kv_it_now_ms() - t0),
+           c.compacted ? ", compacted response" : "", c.bad ? ", ORDER ERROR" : "");
+    fflush(stdout);
+    conn_free(&c);
+    kv_it_grpc_close(g);
+    kv_it_server_destroy(&s);
 }
 
 int main(int argc, char **argv)
 {
-    opts o;
-    if (parse(argc, argv, &o) != 0)
-        return 2;
-    kvc_loop_group **lgs = calloc((size_t)o.loops, sizeof *lgs);
-    for (int i = 0; i < o.loops; i++)
-        if (kvc_loop_group_new(&lgs[i], NULL) != 0)
-            return 1;
-    printf("watchbench: fan-out %d watchers / %d streams, %d puts/s x %d s; catch-up %d "
-           "watchers x %d events; %d client I/O threads\n",
-           o.watchers, o.streams, o.rate, o.duration, o.catchup_watchers, o.catchup_events,
-           o.loops);
-    struct result kf, kc, ef, ec;
-    int have_k = 0, have_e = 0;
-    char bin[4096];
-    if (o.do_etcd && kv_it_server_bin(KV_IT_ETCD, bin, sizeof bin) == 0)
-        have_e = run_server(&o, KV_IT_ETCD, lgs, &ef, &ec) == 0;
-    if (o.do_kvd && kv_it_server_bin(KV_IT_KVD, bin, sizeof bin) == 0)
-        have_k = run_server(&o, KV_IT_KVD, lgs, &kf, &kc) == 0;
-    if (have_e)
-        print("etcd", &o, &ef, &ec);
-    if (have_k)
-        print("kvd", &o, &kf, &kc);
-    if (have_k && have_e) {
-        if (o.do_fanout)
-            printf("kvd/etcd fan-out: p99 %.2f (target <= 1), CPU %.2f (target <= 0.33)\n",
-                   ef.p99 > 0 ? kf.p99 / ef.p99 : 0, ef.cpu_s > 0 ? kf.cpu_s / ef.cpu_s : 0);
-        if (o.do_catchup)
-            printf("kvd/etcd catch-up time: %.2f\n",
-                   ec.catchup_s > 0 ? kc.catchup_s / ec.catchup_s : 0);
+    const char *mode = argc > 1 ? argv[1] : "catchup";
+    const char *only = getenv("WB_SERVER"); /* kvd | etcd | unset = both */
+    kv_it_kind kinds[] = {KV_IT_KVD, KV_IT_ETCD};
+    for (int k = 0; k < 2; k++) {
+        if (only && strcmp(only, kv_it_kind_name(kinds[k])) != 0)
+            continue;
+        if (strcmp(mode, "live") == 0)
+            run_live(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
+                     argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 100,
+                     argc > 5 ? atoi(argv[5]) : 10);
+        else if (strcmp(mode, "stalled") == 0)
+            run_stalled(kinds[k], argc > 2 ? atoll(argv[2]) : 1000000);
+        else
+            run_catchup(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
+                        argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoll(argv[4]) : 100000);
     }
-    for (int i = 0; i < o.loops; i++)
-        kvc_loop_group_free(lgs[i]);
-    free(lgs);
-    return have_k || have_e ? 0 : 1;
+    return 0;
 }

@@ -20,6 +20,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
         {kv_service_maintenance, kv_service_maintenance_len},
         {kv_service_cluster, kv_service_cluster_len},
         {kv_service_unimplemented, kv_service_unimplemented_len},
+        {kv_service_watch, kv_service_watch_len},
     };
     size_t len = 0;
     for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)

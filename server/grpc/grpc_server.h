@@ -167,4 +167,8 @@ void kv_grpc_call_pause_recv(kv_grpc_call *c);
 /* Resumes delivery; held messages are delivered from the loop (not from inside this call). */
 void kv_grpc_call_resume_recv(kv_grpc_call *c);
 
+/* (addition) Response bytes of this call queued in the transport and not yet taken by HTTP/2
+ * (the peer's stream window or the socket is full): the call's own send buffer. */
+size_t kv_grpc_call_send_queued(kv_grpc_call *c);
+
 #endif

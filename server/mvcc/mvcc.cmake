@@ -13,6 +13,7 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/pb_wire.c
   ${CMAKE_CURRENT_LIST_DIR}/pb_strip.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
+  ${CMAKE_CURRENT_LIST_DIR}/events.c
   ${CMAKE_CURRENT_LIST_DIR}/apply.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/identity_meta.c

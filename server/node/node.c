@@ -108,6 +108,8 @@ struct kv_node {
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metrics *metrics;
+    kv_node_commit_fn commit_fn; /* watch hub */
+    void *commit_arg;
 };
 
 static double gauge_pending(void *arg)
@@ -415,6 +417,7 @@ static void after_apply(uv_work_t *req, int status)
             fire_waiters(n, rc);
         }
     } else {
+        int64_t rev_before = n->revision;
         n->next_index = w->first_index + w->nreq;
         if (w->revision > n->revision)
             n->revision = w->revision;
@@ -432,6 +435,8 @@ static void after_apply(uv_work_t *req, int status)
         }
         replay_events(n, w);
         compaction_progress(n, w);
+        if (n->commit_fn && n->revision > rev_before)
+            n->commit_fn(n->commit_arg, n->revision);
 
         /* Durable: now acknowledge, in order. */
         size_t i = 0;
@@ -921,4 +926,10 @@ void kv_node_compact_wait_detach(kv_node_compact_waiter *h)
 int kv_node_compact_pending(const kv_node *n)
 {
     return n->compact_pending;
+}
+
+void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg)
+{
+    n->commit_fn = fn;
+    n->commit_arg = arg;
 }

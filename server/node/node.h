@@ -130,5 +130,10 @@ int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *ar
                          kv_node_compact_waiter **handle);
 void kv_node_compact_wait_detach(kv_node_compact_waiter *h);
 int kv_node_compact_pending(const kv_node *n);
+/* (addition) Commit hook: called on the loop thread after each batch committed, after the
+ * lease events and before the completions, with the store revision after the batch (only when
+ * it moved). The watch hub reads the new revisions from LMDB (mvcc/events.h). NULL detaches. */
+typedef void (*kv_node_commit_fn)(void *arg, int64_t revision);
+void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg);
 
 #endif

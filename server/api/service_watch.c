@@ -1,0 +1,84 @@
+/*
+ * service_watch: etcdserverpb.Watch/Watch, the gRPC glue of the watch hub
+ * (server/watch/watch_hub.h has the model, bounds and etcd semantics).
+ *
+ * The stream is opened on its first message. Requests are handled as they arrive (no
+ * receive queue). The client half-closing does not end the stream (etcd keeps sending
+ * events until the client cancels the call). Errors end the call:
+ *   too many watch streams on the connection -> RESOURCE_EXHAUSTED
+ *   a control response that cannot be queued  -> RESOURCE_EXHAUSTED
+ *   malformed request                          -> INTERNAL (grpc-go's unmarshal error)
+ */
+#include "api/services.h"
+#include "server.h"
+#include "watch/watch_hub.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+static int sink_send(void *sink, const uint8_t *msg, size_t len)
+{
+    return kv_grpc_call_send(sink, msg, len);
+}
+
+static size_t sink_queued(void *sink)
+{
+    return kv_grpc_call_send_queued(sink);
+}
+
+static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued};
+
+static void end_stream(kv_grpc_call *call, kv_watch_stream *st, int code, const char *msg)
+{
+    kv_watch_stream_close(st);
+    kv_grpc_call_set_data(call, NULL);
+    kv_grpc_call_finish(call, code, msg);
+}
+
+static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    kv_watch_stream *st = kv_grpc_call_data(call);
+    if (st == NULL) {
+        if (s->watch == NULL) {
+            kv_reply_error(call, 14, "etcdserver: server stopped");
+            return;
+        }
+        int rc = kv_watch_stream_open(s->watch, kv_grpc_call_conn_id(call), &sink_ops, call, &st);
+        if (rc == -EMFILE) {
+            char m[160];
+            snprintf(m, sizeof(m),
+                     "kvd: too many watch streams on this connection "
+                     "(--max-watch-streams-per-connection %u)",
+                     s->cfg->max_watch_streams_per_conn);
+            kv_reply_error(call, 8, m);
+            return;
+        }
+        if (rc < 0) {
+            kv_reply_error(call, 8, "kvd: out of memory opening a watch stream");
+            return;
+        }
+        kv_grpc_call_set_data(call, st);
+    }
+    int rc = kv_watch_stream_request(st, msg, len);
+    if (rc == -EBADMSG)
+        end_stream(call, st, 13, "grpc: error unmarshalling request: malformed protobuf");
+    else if (rc == -ENOBUFS || rc == -ENOMEM)
+        end_stream(call, st, 8, "kvd: watch responses not read (--watch-send-buffer-bytes)");
+    /* other errors: the stream is going away and the transport cancels it */
+}
+
+static void on_watch_half_close(kv_grpc_call *call)
+{
+    (void)call; /* etcd keeps a half-closed watch stream open */
+}
+
+static void on_watch_cancel(kv_grpc_call *call)
+{
+    kv_watch_stream_close(kv_grpc_call_data(call));
+}
+
+const kv_grpc_method kv_service_watch[] = {
+    {"/etcdserverpb.Watch/Watch", 1, on_watch_message, on_watch_half_close, on_watch_cancel},
+};
+const size_t kv_service_watch_len = sizeof(kv_service_watch) / sizeof(kv_service_watch[0]);

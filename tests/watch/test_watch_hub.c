@@ -1,0 +1,569 @@
+/*
+ * Unit tests of the watch hub (server/watch): range matching, synced/unsynced transitions,
+ * the bounded per-stream send buffer, catch-up from LMDB, compaction, the per-stream protocol
+ * (ids, errors, cancel, progress) and fragmentation. A real store in a temporary directory;
+ * the transport is a fake sink whose "queued bytes" the test controls.
+ */
+#include <criterion/criterion.h>
+
+#include "../mvcc/helpers.h"
+#include "watch/watch_hub.h"
+#include "watch/watch_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fsink {
+    Etcdserverpb__WatchResponse *msg[4096];
+    size_t n;
+    size_t queued; /* what the sink reports as unsent */
+    size_t sent_bytes;
+} fsink;
+
+static int f_send(void *arg, const uint8_t *m, size_t len)
+{
+    fsink *f = arg;
+    cr_assert(f->n < 4096);
+    f->msg[f->n] = etcdserverpb__watch_response__unpack(NULL, len, m);
+    cr_assert_not_null(f->msg[f->n]);
+    f->n++;
+    f->sent_bytes += len;
+    return 0;
+}
+
+static size_t f_queued(void *arg)
+{
+    return ((fsink *)arg)->queued;
+}
+
+static const kv_watch_sink_ops fops = {f_send, f_queued};
+
+typedef struct fx {
+    th t;
+    uv_loop_t loop;
+    kv_header_info hdr;
+    kv_watch_hub *h;
+    fsink sink;
+    kv_watch_stream *st;
+} fx;
+
+static void fx_open(fx *f, const kv_watch_config *cfg)
+{
+    memset(f, 0, sizeof(*f));
+    th_open(&f->t, NULL);
+    cr_assert_eq(uv_loop_init(&f->loop), 0);
+    f->hdr = (kv_header_info){.cluster_id = 7, .member_id = 9, .raft_term = 3};
+    cr_assert_eq(kv_watch_hub_init(&f->h, &f->loop, f->t.s, cfg, &f->hdr, th_rev(&f->t), NULL), 0);
+    cr_assert_eq(kv_watch_stream_open(f->h, 1, &fops, &f->sink, &f->st), 0);
+}
+
+static void fx_clear(fx *f)
+{
+    for (size_t i = 0; i < f->sink.n; i++)
+        etcdserverpb__watch_response__free_unpacked(f->sink.msg[i], NULL);
+    f->sink.n = 0;
+}
+
+static void fx_close(fx *f)
+{
+    fx_clear(f);
+    kv_watch_stream_close(f->st);
+    kv_watch_hub_close(f->h);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&f->loop);
+    th_close(&f->t);
+}
+
+/* A write through the store, then the hub is told (as the node's commit hook does). */
+static int64_t put(fx *f, const char *k, const char *v)
+{
+    int64_t r = th_put(&f->t, k, v, 0);
+    kv_watch_hub_notify(f->h, th_rev(&f->t));
+    return r;
+}
+
+static void del(fx *f, const char *k, const char *end)
+{
+    th_del(&f->t, k, end);
+    kv_watch_hub_notify(f->h, th_rev(&f->t));
+}
+
+typedef struct wopts {
+    const char *key, *end;
+    int64_t start, id;
+    int prev_kv, noput, nodelete, fragment, progress;
+} wopts;
+
+static int create(fx *f, wopts o)
+{
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    c.key = th_bin(o.key ? o.key : "");
+    if (o.end)
+        c.range_end = o.end[0] ? th_bin(o.end) : (ProtobufCBinaryData){1, (uint8_t *)"\0"};
+    c.start_revision = o.start;
+    c.watch_id = o.id;
+    c.prev_kv = o.prev_kv;
+    c.fragment = o.fragment;
+    c.progress_notify = o.progress;
+    Etcdserverpb__WatchCreateRequest__FilterType ft[2];
+    if (o.noput)
+        ft[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT;
+    if (o.nodelete)
+        ft[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE;
+    c.filters = ft;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    uint8_t buf[1024];
+    size_t len = etcdserverpb__watch_request__pack(&r, buf);
+    return kv_watch_stream_request(f->st, buf, len);
+}
+
+static int cancel(fx *f, int64_t id)
+{
+    Etcdserverpb__WatchCancelRequest c = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+    c.watch_id = id;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+    r.cancel_request = &c;
+    uint8_t buf[64];
+    size_t len = etcdserverpb__watch_request__pack(&r, buf);
+    return kv_watch_stream_request(f->st, buf, len);
+}
+
+/* Every event received for watch id, in order, flattened: "P key value rev" / "D key rev". */
+static size_t events_of(fx *f, int64_t id, char out[][64], size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->sink.n; i++) {
+        Etcdserverpb__WatchResponse *r = f->sink.msg[i];
+        if (r->watch_id != id)
+            continue;
+        for (size_t j = 0; j < r->n_events && n < cap; j++) {
+            Mvccpb__Event *e = r->events[j];
+            if (e->type == MVCCPB__EVENT__EVENT_TYPE__PUT)
+                snprintf(out[n++], 64, "P %.*s %.*s %lld", (int)e->kv->key.len, e->kv->key.data,
+                         (int)e->kv->value.len, e->kv->value.data, (long long)e->kv->mod_revision);
+            else
+                snprintf(out[n++], 64, "D %.*s %lld", (int)e->kv->key.len, e->kv->key.data,
+                         (long long)e->kv->mod_revision);
+        }
+    }
+    return n;
+}
+
+Test(watch_hub, range_matching)
+{
+    kv_watcher w = {0};
+    w.key = (uint8_t *)"b";
+    w.klen = 1;
+    w.kind = R_SINGLE;
+    cr_assert(kv_watch_match(&w, (const uint8_t *)"b", 1));
+    cr_assert(!kv_watch_match(&w, (const uint8_t *)"ba", 2));
+    w.kind = R_FROM;
+    cr_assert(kv_watch_match(&w, (const uint8_t *)"ba", 2));
+    cr_assert(kv_watch_match(&w, (const uint8_t *)"z", 1));
+    cr_assert(!kv_watch_match(&w, (const uint8_t *)"a", 1));
+    w.kind = R_RANGE;
+    w.end = (uint8_t *)"c";
+    w.elen = 1;
+    cr_assert(kv_watch_match(&w, (const uint8_t *)"b", 1));
+    cr_assert(kv_watch_match(&w, (const uint8_t *)"bzz", 3));
+    cr_assert(!kv_watch_match(&w, (const uint8_t *)"c", 1));
+    cr_assert(!kv_watch_match(&w, (const uint8_t *)"a", 1));
+}
+
+Test(watch_hub, created_ids_and_events_in_order)
+{
+    fx f;
+    fx_open(&f, NULL);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .end = "b"}), 0); /* prefix a */
+    cr_assert_eq(create(&f, (wopts){.key = "k"}), 0);             /* single key */
+    cr_assert_eq(create(&f, (wopts){.key = "m", .end = ""}), 0);  /* from key m */
+    cr_assert_eq(f.sink.n, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(f.sink.msg[i]->created);
+        cr_assert_eq(f.sink.msg[i]->watch_id, i); /* auto ids from 0 (etcd 3.4) */
+        cr_assert_eq(f.sink.msg[i]->header->revision, 1);
+        cr_assert_eq(f.sink.msg[i]->header->cluster_id, 7);
+    }
+    fx_clear(&f);
+    put(&f, "a1", "x");
+    put(&f, "k", "v");
+    put(&f, "kk", "no");
+    put(&f, "z", "zz");
+    del(&f, "a1", NULL);
+    char ev[16][64];
+    cr_assert_eq(events_of(&f, 0, ev, 16), 2);
+    cr_assert_str_eq(ev[0], "P a1 x 2");
+    cr_assert_str_eq(ev[1], "D a1 6");
+    cr_assert_eq(events_of(&f, 1, ev, 16), 1);
+    cr_assert_str_eq(ev[0], "P k v 3");
+    cr_assert_eq(events_of(&f, 2, ev, 16), 1);
+    cr_assert_str_eq(ev[0], "P z zz 5");
+    cr_assert_eq(f.sink.msg[f.sink.n - 1]->header->revision, 6);
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.watchers, 3);
+    cr_assert_eq(s.unsynced, 0);
+    cr_assert_eq(s.events_sent, 4);
+    fx_close(&f);
+}
+
+Test(watch_hub, txn_events_together_prev_kv_and_filters)
+{
+    fx f;
+    fx_open(&f, NULL);
+    put(&f, "a", "0");
+    cr_assert_eq(create(&f, (wopts){.key = "a", .end = "b", .prev_kv = 1}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .end = "b", .noput = 1}), 0);
+    fx_clear(&f);
+    /* one txn: put a, put ab, delete a... -> same revision, sub-revision order */
+    Etcdserverpb__PutRequest p1 = ETCDSERVERPB__PUT_REQUEST__INIT, p2 = p1;
+    p1.key = th_bin("a");
+    p1.value = th_bin("1");
+    p2.key = th_bin("ab");
+    p2.value = th_bin("2");
+    Etcdserverpb__RequestOp o1 = ETCDSERVERPB__REQUEST_OP__INIT, o2 = o1;
+    o1.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+    o1.request_put = &p1;
+    o2.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+    o2.request_put = &p2;
+    Etcdserverpb__RequestOp *ops[] = {&o1, &o2};
+    Etcdserverpb__TxnRequest x = ETCDSERVERPB__TXN_REQUEST__INIT;
+    x.success = ops;
+    x.n_success = 2;
+    kv_result res;
+    Etcdserverpb__TxnResponse *tr = th_txn(&f.t, &x, &res);
+    cr_assert_not_null(tr);
+    etcdserverpb__txn_response__free_unpacked(tr, NULL);
+    del(&f, "a", "b"); /* notify covers both revisions in one batch-like step */
+    cr_assert_eq(f.sink.n, 2);
+    Etcdserverpb__WatchResponse *r = f.sink.msg[0];
+    cr_assert_eq(r->watch_id, 0);
+    cr_assert_eq(r->n_events, 4);
+    cr_assert_eq(r->events[0]->kv->mod_revision, 3);
+    cr_assert_eq(r->events[1]->kv->mod_revision, 3);
+    cr_assert(r->events[1]->kv->key.len == 2 && memcmp(r->events[1]->kv->key.data, "ab", 2) == 0);
+    cr_assert_not_null(r->events[0]->prev_kv);
+    cr_assert_eq(r->events[0]->prev_kv->value.data[0], '0');
+    cr_assert_null(r->events[1]->prev_kv);
+    cr_assert_eq(r->events[2]->type, MVCCPB__EVENT__EVENT_TYPE__DELETE);
+    cr_assert_eq(r->events[2]->prev_kv->value.data[0], '1');
+    cr_assert_eq(r->events[2]->kv->mod_revision, 4);
+    r = f.sink.msg[1]; /* NOPUT: deletes only */
+    cr_assert_eq(r->watch_id, 1);
+    cr_assert_eq(r->n_events, 2);
+    cr_assert_eq(r->events[0]->type, MVCCPB__EVENT__EVENT_TYPE__DELETE);
+    fx_close(&f);
+}
+
+Test(watch_hub, past_start_replays_future_waits)
+{
+    fx f;
+    fx_open(&f, NULL);
+    put(&f, "a", "1");
+    put(&f, "a", "2");
+    put(&f, "a", "3");
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = 3}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = 6}), 0);
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 1);
+    kv_watch_hub_sync_now(f.h, 10);
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 0);
+    char ev[16][64];
+    cr_assert_eq(events_of(&f, 0, ev, 16), 2);
+    cr_assert_str_eq(ev[0], "P a 2 3");
+    cr_assert_str_eq(ev[1], "P a 3 4");
+    cr_assert_eq(events_of(&f, 1, ev, 16), 0);
+    put(&f, "a", "4"); /* rev 5: before the future watcher's start */
+    put(&f, "a", "5"); /* rev 6 */
+    cr_assert_eq(events_of(&f, 1, ev, 16), 1);
+    cr_assert_str_eq(ev[0], "P a 5 6");
+    cr_assert_eq(events_of(&f, 0, ev, 16), 4);
+    fx_close(&f);
+}
+
+Test(watch_hub, full_stream_goes_unsynced_then_catches_up_without_gaps)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.stream_send_buffer_bytes = 4096;
+    c.slice_revs = 7; /* several slices */
+    fx f;
+    fx_open(&f, &c);
+    cr_assert_eq(create(&f, (wopts){.key = "k", .end = "l"}), 0);
+    fx_clear(&f);
+    put(&f, "k0", "v");
+    cr_assert_eq(f.sink.n, 1);
+    f.sink.queued = 100000; /* the client stopped reading */
+    size_t before = f.sink.n;
+    for (int i = 1; i < 100; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        put(&f, k, "v");
+    }
+    cr_assert_eq(f.sink.n, before, "nothing is queued past the stream bound");
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 1);
+    cr_assert_eq(s.slow_total, 1);
+    cr_assert_eq(kv_watch_hub_sync_now(f.h, 100), 0, "no catch-up while the stream is full");
+    f.sink.queued = 0; /* reading again */
+    int slices = kv_watch_hub_sync_now(f.h, 1000);
+    cr_assert_geq(slices, 14, "catch-up runs in bounded slices (%d)", slices);
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 0);
+    put(&f, "k100", "v"); /* synced again: live delivery */
+    char ev[128][64];
+    size_t n = events_of(&f, 0, ev, 128);
+    cr_assert_eq(n, 101);
+    for (size_t i = 0; i < n; i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "P k%zu v %zu", i, i + 2);
+        cr_assert_str_eq(ev[i], want);
+    }
+    fx_close(&f);
+}
+
+Test(watch_hub, behind_compaction_gets_compacted_response)
+{
+    fx f;
+    fx_open(&f, NULL);
+    for (int i = 0; i < 10; i++)
+        put(&f, "a", "v");
+    kv_result res;
+    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 8, &res);
+    cr_assert_not_null(cr);
+    etcdserverpb__compaction_response__free_unpacked(cr, NULL);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = 3}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = 8}), 0); /* == compact: allowed */
+    fx_clear(&f);
+    kv_watch_hub_sync_now(f.h, 10);
+    Etcdserverpb__WatchResponse *r = NULL, *ok = NULL;
+    for (size_t i = 0; i < f.sink.n; i++) {
+        if (f.sink.msg[i]->watch_id == 0)
+            r = f.sink.msg[i];
+        else
+            ok = f.sink.msg[i];
+    }
+    cr_assert_not_null(r);
+    cr_assert(r->canceled);
+    cr_assert_eq(r->compact_revision, 8);
+    cr_assert_eq(r->header->revision, 0); /* as etcd 3.4 */
+    cr_assert_eq(r->n_events, 0);
+    cr_assert_not_null(ok);
+    cr_assert_eq(ok->n_events, 4); /* revisions 8..11 */
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.compacted_total, 1);
+    cr_assert_eq(s.unsynced, 0);
+    fx_close(&f);
+}
+
+Test(watch_hub, protocol_errors_cancel_progress)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.max_watchers_per_stream = 3;
+    fx f;
+    fx_open(&f, &c);
+    cr_assert_eq(create(&f, (wopts){.key = "b", .end = "a"}), 0);
+    cr_assert_eq(f.sink.msg[0]->watch_id, -1);
+    cr_assert(f.sink.msg[0]->created && f.sink.msg[0]->canceled);
+    cr_assert_str_eq(f.sink.msg[0]->cancel_reason, "mvcc: watcher range is empty");
+    cr_assert_eq(create(&f, (wopts){.key = "a", .id = 1}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "a", .id = 1}), 0);
+    cr_assert_str_eq(f.sink.msg[2]->cancel_reason,
+                     "mvcc: duplicate watch ID provided on the WatchStream");
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0); /* auto: 0 */
+    cr_assert_eq(f.sink.msg[3]->watch_id, 0);
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0); /* auto: 1 taken -> 2 */
+    cr_assert_eq(f.sink.msg[4]->watch_id, 2);
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0); /* over the limit */
+    cr_assert(f.sink.msg[5]->canceled);
+    cr_assert(strstr(f.sink.msg[5]->cancel_reason, "--max-watchers-per-stream") != NULL);
+    fx_clear(&f);
+    cr_assert_eq(cancel(&f, 1), 0);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert(f.sink.msg[0]->canceled && !f.sink.msg[0]->created);
+    cr_assert_eq(f.sink.msg[0]->watch_id, 1);
+    cr_assert_eq(cancel(&f, 42), 0); /* unknown: no answer */
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert_eq(kv_watch_stream_watchers(f.st), 2);
+    put(&f, "a", "v");
+    fx_clear(&f);
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    Etcdserverpb__WatchProgressRequest pr = ETCDSERVERPB__WATCH_PROGRESS_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_PROGRESS_REQUEST;
+    r.progress_request = &pr;
+    uint8_t buf[16];
+    size_t len = etcdserverpb__watch_request__pack(&r, buf);
+    cr_assert_eq(kv_watch_stream_request(f.st, buf, len), 0);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert_eq(f.sink.msg[0]->watch_id, -1);
+    cr_assert_eq(f.sink.msg[0]->header->revision, 2);
+    cr_assert_eq(kv_watch_stream_request(f.st, (const uint8_t *)"\xff\xff", 2), -EBADMSG);
+    fx_close(&f);
+}
+
+Test(watch_hub, periodic_progress_only_when_idle_and_synced)
+{
+    fx f;
+    fx_open(&f, NULL);
+    cr_assert_eq(create(&f, (wopts){.key = "p", .progress = 1}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "q"}), 0);
+    fx_clear(&f);
+    kv_watch_hub_progress_tick(f.h);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert_eq(f.sink.msg[0]->watch_id, 0);
+    cr_assert_eq(f.sink.msg[0]->n_events, 0);
+    put(&f, "p", "v"); /* an event elides the next notification */
+    fx_clear(&f);
+    kv_watch_hub_progress_tick(f.h);
+    cr_assert_eq(f.sink.n, 0);
+    kv_watch_hub_progress_tick(f.h);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert_eq(f.sink.msg[0]->header->revision, 2);
+    fx_close(&f);
+}
+
+Test(watch_hub, fragment_splits_large_responses)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.max_response_bytes = 1000;
+    fx f;
+    fx_open(&f, &c);
+    cr_assert_eq(create(&f, (wopts){.key = "f", .end = "g", .fragment = 1}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "f", .end = "g"}), 0);
+    fx_clear(&f);
+    char big[301];
+    memset(big, 'x', 300);
+    big[300] = 0;
+    for (int i = 0; i < 10; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "f%d", i);
+        th_put(&f.t, k, big, 0);
+    }
+    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    size_t frag = 0, whole = 0, evs = 0;
+    Etcdserverpb__WatchResponse *lastf = NULL;
+    for (size_t i = 0; i < f.sink.n; i++) {
+        Etcdserverpb__WatchResponse *r = f.sink.msg[i];
+        if (r->watch_id == 1) {
+            whole++;
+            cr_assert(!r->fragment);
+            continue;
+        }
+        if (lastf)
+            cr_assert(lastf->fragment, "every fragment but the last is marked");
+        evs += r->n_events;
+        size_t len = etcdserverpb__watch_response__get_packed_size(r);
+        cr_assert(len < 1000 + 400, "fragment of %zu bytes", len);
+        lastf = r;
+        frag++;
+    }
+    cr_assert_not_null(lastf);
+    cr_assert(!lastf->fragment);
+    cr_assert_eq(whole, 1);
+    cr_assert_eq(evs, 10);
+    cr_assert_geq(frag, 4);
+    fx_close(&f);
+}
+
+Test(watch_hub, limits_streams_per_connection_and_unread_control_responses)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.max_streams_per_conn = 2;
+    c.stream_send_buffer_bytes = 4096;
+    fx f;
+    fx_open(&f, &c); /* stream 1 on connection 1 */
+    fsink other = {0};
+    kv_watch_stream *s2 = NULL, *s3 = NULL, *s4 = NULL;
+    cr_assert_eq(kv_watch_stream_open(f.h, 1, &fops, &other, &s2), 0);
+    cr_assert_eq(kv_watch_stream_open(f.h, 1, &fops, &other, &s3), -EMFILE);
+    cr_assert_eq(kv_watch_stream_open(f.h, 2, &fops, &other, &s4), 0); /* other connection */
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.streams, 3);
+    kv_watch_stream_close(s2);
+    kv_watch_stream_close(s4);
+    /* a client that sends requests but never reads: control responses are bounded too */
+    f.sink.queued = 3 * 4096;
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), -ENOBUFS);
+    cr_assert_eq(f.sink.n, 0);
+    fx_close(&f);
+}
+
+Test(watch_hub, compaction_in_the_same_batch_gives_compacted_response)
+{
+    fx f;
+    fx_open(&f, NULL);
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0);
+    fx_clear(&f);
+    /* one "batch": writes and a compaction past them, then a single notify */
+    th_put(&f.t, "a", "1", 0);
+    th_put(&f.t, "a", "2", 0);
+    th_put(&f.t, "a", "3", 0);
+    kv_result res;
+    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 4, &res);
+    cr_assert_not_null(cr);
+    etcdserverpb__compaction_response__free_unpacked(cr, NULL);
+    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    kv_watch_hub_sync_now(f.h, 10);
+    cr_assert_eq(f.sink.n, 1);
+    cr_assert(f.sink.msg[0]->canceled);
+    cr_assert_eq(f.sink.msg[0]->compact_revision, 4);
+    fx_close(&f);
+}
+
+/* Catch-up is spread over loop turns (bounded bytes per turn) and I/O runs between them: a
+ * 0 ms timer re-armed from its own callback would run again inside the same timer phase. */
+Test(watch_hub, catch_up_yields_to_the_loop_between_turns)
+{
+    fx f;
+    fx_open(&f, NULL);
+    char big[1025];
+    memset(big, 'x', 1024);
+    big[1024] = 0;
+    for (int t = 0; t < 12; t++) {
+        Etcdserverpb__PutRequest p[100];
+        Etcdserverpb__RequestOp o[100], *ops[100];
+        char keys[100][16];
+        for (int i = 0; i < 100; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "y/%d/%d", t, i);
+            etcdserverpb__put_request__init(&p[i]);
+            p[i].key = th_bin(keys[i]);
+            p[i].value = th_bin(big);
+            etcdserverpb__request_op__init(&o[i]);
+            o[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+            o[i].request_put = &p[i];
+            ops[i] = &o[i];
+        }
+        Etcdserverpb__TxnRequest x = ETCDSERVERPB__TXN_REQUEST__INIT;
+        x.success = ops;
+        x.n_success = 100;
+        kv_result res;
+        Etcdserverpb__TxnResponse *tr = th_txn(&f.t, &x, &res);
+        cr_assert_not_null(tr);
+        etcdserverpb__txn_response__free_unpacked(tr, NULL);
+    }
+    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    cr_assert_eq(create(&f, (wopts){.key = "y/", .end = "y0", .start = 2}), 0);
+    kv_watch_stats s;
+    int turns = 0;
+    do {
+        uv_run(&f.loop, UV_RUN_NOWAIT);
+        turns++;
+        kv_watch_hub_get_stats(f.h, &s);
+        /* the test's sink takes everything at once: the watcher always has room */
+    } while (s.unsynced > 0 && turns < 10000);
+    cr_assert_eq(s.unsynced, 0);
+    cr_assert_eq(s.events_sent, 1200);
+    cr_assert_geq(turns, 4, "1.2 MB of catch-up took %d loop turn(s)", turns);
+    fx_close(&f);
+}
