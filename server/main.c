@@ -12,14 +12,10 @@
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
 #include "identity.h"
-#include "leases.h"
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
-#include "node/node.h"
-#include "node/read_pool.h"
 #include "server.h"
-#include "watch/watch_hub.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -112,13 +108,7 @@ static void on_signal(uv_signal_t *sig, int signum)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
-    kv_leases_stop(&m->srv);
-    kv_node_set_commit_hook(m->srv.node, NULL, NULL);
-    kv_watch_hub_close(m->srv.watch);
-    m->srv.watch = NULL;
-    kv_node_close(m->srv.node);
-    kv_read_pool_close(m->srv.read_pool); /* joins the reader threads */
-    m->srv.read_pool = NULL;
+    kv_server_stop_core(&m->srv);
     uv_close((uv_handle_t *)&m->sigint, NULL);
     uv_close((uv_handle_t *)&m->sigterm, NULL);
     if (m->cfg.enable_failpoints)
@@ -158,29 +148,6 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
         snprintf(err, errlen, "data dir %s: cannot check the member identity: %s", m->cfg.data_dir,
                  strerror(-rc));
     return rc < 0 ? rc : 0;
-}
-
-static void on_commit(void *arg, int64_t revision)
-{
-    kv_watch_hub_notify(arg, revision);
-}
-
-/* The watch hub reads committed revisions back from LMDB after each batch (node hook). */
-static int start_watch(kv_server *s)
-{
-    kv_watch_config wc;
-    kv_watch_config_default(&wc);
-    wc.max_watchers_per_stream = s->cfg->max_watchers_per_stream;
-    wc.max_streams_per_conn = s->cfg->max_watch_streams_per_conn;
-    wc.stream_send_buffer_bytes = s->cfg->watch_send_buffer_bytes;
-    wc.max_response_bytes = s->cfg->max_request_bytes;
-    wc.progress_interval_ms = s->cfg->watch_progress_interval_ms;
-    int rc = kv_watch_hub_init(&s->watch, s->loop, s->store, &wc, kv_node_header(s->node),
-                               kv_node_revision(s->node), s->metrics);
-    if (rc < 0)
-        return rc;
-    kv_node_set_commit_hook(s->node, on_commit, s->watch);
-    return 0;
 }
 
 static int start_listeners(kvd_main *m)
@@ -314,21 +281,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    kv_header_info hdr = {
-        .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
-    kv_node_config nc = {.max_pending = m.cfg.max_pending_proposals,
-                         .max_health_waiters = m.cfg.max_health_probes};
-    rc = kv_node_init(&s->node, &m.loop, s->store, &nc, &hdr, s->metrics);
-    if (rc < 0)
-        goto fail;
-    rc = kv_leases_start(s);
-    if (rc < 0)
-        goto fail;
-    rc = kv_read_pool_init(&s->read_pool, &m.loop, m.cfg.read_workers, m.cfg.max_pending_reads,
-                           s->metrics);
-    if (rc < 0)
-        goto fail;
-    rc = start_watch(s);
+    rc = kv_server_start_core(s);
     if (rc < 0)
         goto fail;
 

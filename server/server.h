@@ -31,4 +31,15 @@ typedef struct kv_server {
     struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
 } kv_server;
 
+/* Starts the member's core on s->loop: the node (ordered write path), the lessor, the reader
+ * pool and the watch hub, configured from s->cfg. Preconditions: s->loop, s->cfg, s->id,
+ * s->metrics and an open s->store are set; the rest is zero. On error everything it started
+ * is stopped again (kv_server_stop_core) and a negative errno is returned. */
+int kv_server_start_core(kv_server *s);
+/* Stops what kv_server_start_core started (any part of it; idempotent), in reverse order:
+ * queued writes fail, reader threads are joined, handles close on the loop (run the loop
+ * afterwards to free them). Every client stream of the watch hub must be gone first (close
+ * the gRPC servers before). The store stays open: the caller closes it after the loop ran. */
+void kv_server_stop_core(kv_server *s);
+
 #endif

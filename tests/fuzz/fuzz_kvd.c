@@ -80,13 +80,8 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
         return rc;
     /* Speed, not durability: nothing here survives the process. */
     mdb_env_set_flags(kv_store_env(s->store), MDB_NOSYNC | MDB_NOMETASYNC, 1);
-    kv_header_info hdr = {
-        .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
-    kv_node_config nc = {.max_pending = k->cfg.max_pending_proposals};
-    rc = kv_node_init(&s->node, &k->loop, s->store, &nc, &hdr, s->metrics);
-    if (rc < 0)
-        return rc;
-    rc = kv_leases_start(s);
+    /* The member's core exactly as kvd starts it: node, lessor, reader pool, watch hub. */
+    rc = kv_server_start_core(s);
     if (rc < 0)
         return rc;
     kv_grpc_config gc;
@@ -111,11 +106,7 @@ void kv_fuzz_kvd_stop(kv_fuzz_kvd *k)
     if (k->grpc)
         kv_grpc_server_close(k->grpc, NULL, NULL);
     k->grpc = NULL;
-    if (s->lessor)
-        kv_leases_stop(s);
-    if (s->node)
-        kv_node_close(s->node);
-    s->node = NULL;
+    kv_server_stop_core(s);
     uv_run(&k->loop, UV_RUN_DEFAULT);
     kv_store_close(s->store);
     s->store = NULL;
