@@ -81,7 +81,7 @@ int kv_compact_schedule(kv_store *s, MDB_txn *txn, int64_t rev)
 
 int kv_compact_pending(kv_store *s, MDB_txn *txn, int64_t *rev)
 {
-    cmpct c;
+    cmpct c = {0};
     int rc = cmpct_read(s, txn, &c);
     if (rc == -ENOENT)
         return 0;
