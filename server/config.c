@@ -32,6 +32,9 @@ void kv_config_default(kv_config *cfg)
     cfg->max_health_probes = 64;
     cfg->metrics_max_connections = 256;
     cfg->metrics_request_timeout_ms = 5000;
+    snprintf(cfg->auto_compaction_mode, sizeof(cfg->auto_compaction_mode), "periodic");
+    snprintf(cfg->auto_compaction_retention, sizeof(cfg->auto_compaction_retention), "0");
+    cfg->auto_compaction_interval_ms = 300000;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -226,12 +229,16 @@ static const flag_def FLAGS[] = {
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
     {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
     {"metrics-request-timeout", F_DUR, OFF(metrics_request_timeout_ms), 0, 0, 0, 0},
+    {"auto-compaction-mode", F_STR, OFF(auto_compaction_mode), 0,
+     sizeof(((kv_config *)0)->auto_compaction_mode), 0, 0},
+    {"auto-compaction-retention", F_STR, OFF(auto_compaction_retention), 0,
+     sizeof(((kv_config *)0)->auto_compaction_retention), 0, 0},
+    {"auto-compaction-interval", F_DUR, OFF(auto_compaction_interval_ms), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
     {"log-level", F_IGNORED, 0, 0, 0, 0, 0},
     {"snapshot-count", F_IGNORED, 0, 0, 0, 0, 0},
-    {"auto-compaction-retention", F_IGNORED, 0, 0, 0, 0, 0},
 };
 
 const char *kv_config_usage(void)
@@ -268,6 +275,10 @@ const char *kv_config_usage(void)
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
+           "  --auto-compaction-mode M        periodic|revision (periodic)\n"
+           "  --auto-compaction-retention R   periodic: duration (1h, 30m) or hours; revision: N\n"
+           "                                  revisions to keep; 0 = off (0)\n"
+           "  --auto-compaction-interval D    revision mode: check period (5m)\n"
            "  --version | --help\n";
 }
 

@@ -76,6 +76,12 @@ typedef struct kv_config {
     uint32_t max_health_probes;          /* --max-health-probes, default 64 */
     uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
     uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
+
+    /* Auto-compaction (issue 14, api/auto_compact.h). */
+    char auto_compaction_mode[16];        /* --auto-compaction-mode periodic|revision */
+    char auto_compaction_retention[32];   /* --auto-compaction-retention, "0" = off (default) */
+    uint32_t auto_compaction_interval_ms; /* --auto-compaction-interval (kvd): revision mode's
+                                             check period, default 5m as etcd's */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -18,6 +18,7 @@
 #include "mvcc/verify.h"
 #include "node/node.h"
 #include "node/read_pool.h"
+#include "api/auto_compact.h"
 #include "server.h"
 
 #include <errno.h>
@@ -41,6 +42,7 @@ typedef struct kvd_main {
     uv_signal_t sigint, sigterm, sigusr1;
     int stopping;
     int lock_fd; /* data dir lock (datadir_lock.h), held for the process lifetime */
+    kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -112,6 +114,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
     kv_leases_stop(&m->srv);
+    kv_auto_compact_stop(m->autoc);
+    m->autoc = NULL;
     kv_node_close(m->srv.node);
     kv_read_pool_close(m->srv.read_pool); /* joins the reader threads */
     m->srv.read_pool = NULL;
@@ -286,6 +290,13 @@ int main(int argc, char **argv)
         goto fail;
     rc = kv_read_pool_init(&s->read_pool, &m.loop, m.cfg.read_workers, m.cfg.max_pending_reads,
                            s->metrics);
+    if (rc < 0)
+        goto fail;
+    rc = kv_auto_compact_start(&m.autoc, s, err, sizeof(err));
+    if (rc == -EINVAL) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
     if (rc < 0)
         goto fail;
 

@@ -38,8 +38,8 @@ static void on_half_close(kv_grpc_call *call)
 const kv_grpc_method kv_service_unimplemented[] = {
     STREAM("/etcdserverpb.Watch/Watch"),          UNARY("/etcdserverpb.Cluster/MemberAdd"),
     UNARY("/etcdserverpb.Cluster/MemberRemove"),  UNARY("/etcdserverpb.Cluster/MemberUpdate"),
-    UNARY("/etcdserverpb.Cluster/MemberPromote"), UNARY("/etcdserverpb.Maintenance/Hash"),
-    STREAM("/etcdserverpb.Maintenance/Snapshot"), UNARY("/etcdserverpb.Maintenance/MoveLeader"),
+    UNARY("/etcdserverpb.Cluster/MemberPromote"),
+    UNARY("/etcdserverpb.Maintenance/MoveLeader"),
     UNARY("/etcdserverpb.Auth/AuthEnable"),       UNARY("/etcdserverpb.Auth/AuthDisable"),
     UNARY("/etcdserverpb.Auth/Authenticate"),
 };
