@@ -320,12 +320,12 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     }
     int rc = copy_prefix(snap, data_len, path, msg, msglen);
     if (rc)
-        return rc;
+        goto cleanup;
     MDB_env *env;
     rc = env_open_file(path, 0, &env);
     if (rc) {
         setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", snap);
-        return rc;
+        goto cleanup;
     }
     MDB_txn *txn;
     MDB_dbi dbis[N_HASH_DBS];
@@ -360,5 +360,8 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
 fail:
     mdb_env_close(env);
     setmsg(msg, msglen, "restoring %s into %s: %s", snap, dir, strerror(-rc));
+cleanup: /* leave no half-restored data dir behind */
+    unlink(path);
+    rmdir(dir);
     return rc;
 }

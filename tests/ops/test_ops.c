@@ -29,6 +29,8 @@
 #include "leaseint_util.h"
 #include "rpc.pb-c.h"
 
+#include <openssl/sha.h>
+
 #if defined(__SANITIZE_ADDRESS__)
 #define OPS_ASAN 1
 #elif defined(__has_feature)
@@ -360,6 +362,19 @@ Test(ops, corrupt_snapshot_is_refused, .timeout = 60)
     cr_assert_not_null(strstr(r.err, "hash"), "%s", r.err);
     kv_it_cmd_result_free(&r);
     cr_assert_neq(access(dir, F_OK), 0);
+    /* a file with a valid checksum that is not a kvd store */
+    uint8_t junk[8192 + SHA256_DIGEST_LENGTH];
+    cr_assert_eq(kv_it_random_bytes(junk, 8192), 0);
+    SHA256(junk, 8192, junk + 8192);
+    FILE *fp = fopen(f, "wb");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fwrite(junk, 1, sizeof junk, fp), sizeof junk);
+    fclose(fp);
+    cr_assert_eq(kv_it_run(argv_rs, NULL, NULL, 0, 30000, &r), 0);
+    cr_assert_neq(r.exit_code, 0, "a non-kvd file was restored");
+    cr_assert_not_null(strstr(r.err, "not a kvd snapshot"), "%s", r.err);
+    kv_it_cmd_result_free(&r);
+    cr_assert_neq(access(dir, F_OK), 0, "restore left a data dir behind");
     kv_it_grpc_close(c);
     kv_it_server_destroy(&s);
 }
