@@ -9,7 +9,7 @@
  *  2. Chunks of KV_SNAPSHOT_CHUNK bytes are read and hashed on a worker thread (one read in
  *     flight), then handed to the transport on the loop. The next chunk is read only after the
  *     previous one was accepted; when the connection's send buffer is full (-ENOBUFS) the same
- *     chunk is retried from a timer (KV_SNAPSHOT_RETRY_MS): memory per snapshot is one chunk,
+ *     chunk is retried from a timer (1 ms, doubling up to 32 ms): memory per snapshot is one chunk,
  *     and the loop never reads the disk nor hashes.
  * Bounds: at most KV_SNAPSHOT_MAX_RUNNING snapshots at once (each holds a temporary copy of the
  * store on disk); beyond it RESOURCE_EXHAUSTED "etcdserver: too many requests"
@@ -36,7 +36,8 @@
 #include <unistd.h>
 
 #define KV_SNAPSHOT_CHUNK (256 * 1024)
-#define KV_SNAPSHOT_RETRY_MS 2
+#define KV_SNAPSHOT_RETRY_MS 1      /* first retry after -ENOBUFS; doubles up to: */
+#define KV_SNAPSHOT_RETRY_MAX_MS 32
 #define KV_SNAPSHOT_MAX_RUNNING 2
 
 typedef struct snap_ctx {
@@ -57,6 +58,7 @@ typedef struct snap_ctx {
     uv_timer_t timer;
     int timer_init, busy; /* busy: a worker job or timer owns the ctx */
     int copied;
+    uint64_t retry_ms; /* current -ENOBUFS retry delay */
     kv_metric *running;
 } snap_ctx;
 
@@ -184,10 +186,14 @@ static void step(snap_ctx *c)
     if (c->packed) {
         int rc = kv_grpc_call_send(c->call, c->packed, c->packed_len);
         if (rc == -ENOBUFS) {
+            c->retry_ms = c->retry_ms ? c->retry_ms * 2 : KV_SNAPSHOT_RETRY_MS;
+            if (c->retry_ms > KV_SNAPSHOT_RETRY_MAX_MS)
+                c->retry_ms = KV_SNAPSHOT_RETRY_MAX_MS;
             c->busy = 1;
-            uv_timer_start(&c->timer, on_timer, KV_SNAPSHOT_RETRY_MS, 0);
+            uv_timer_start(&c->timer, on_timer, c->retry_ms, 0);
             return;
         }
+        c->retry_ms = 0;
         if (rc < 0) { /* connection closing: on_cancel follows (or already ran) */
             kv_grpc_call_set_data(c->call, NULL);
             kv_grpc_call_finish(c->call, 14, "etcdserver: snapshot stream closed");
