@@ -6,8 +6,8 @@
  * (remaining_bytes 0). The file format is in mvcc/snapshot.h.
  *  1. A copy of the store from ONE LMDB read transaction (mdb_env_copyfd2, consistent, writes go
  *     on meanwhile) into an unlinked temporary file in the data dir, on a libuv worker thread.
- *  2. Chunks of KV_SNAPSHOT_CHUNK bytes are read and hashed on a worker thread (one read in
- *     flight), then handed to the transport on the loop. The next chunk is read only after the
+ *  2. Chunks of KV_SNAPSHOT_CHUNK bytes (at most a quarter of --max-send-buffer-bytes, so that
+ *     one always fits) are read and hashed on a worker thread (one read in flight), then handed to the transport on the loop. The next chunk is read only after the
  *     previous one was accepted; when the connection's send buffer is full (-ENOBUFS) the same
  *     chunk is retried from a timer (1 ms, doubling up to 32 ms): memory per snapshot is one chunk,
  *     and the loop never reads the disk nor hashes.
@@ -49,8 +49,8 @@ typedef struct snap_ctx {
     uint64_t t0;     /* uv_now at start */
     uint64_t copy_ms;
     EVP_MD_CTX *md;
-    uint8_t *chunk;  /* KV_SNAPSHOT_CHUNK bytes */
-    size_t chunk_len;
+    uint8_t *chunk;  /* chunk_max bytes */
+    size_t chunk_len, chunk_max;
     uint8_t *packed; /* the SnapshotResponse waiting to be accepted */
     size_t packed_len;
     int final;       /* packed is the checksum message */
@@ -106,7 +106,7 @@ static void read_work(uv_work_t *w)
 {
     snap_ctx *c = w->data;
     int64_t left = c->size - c->off;
-    size_t want = left < KV_SNAPSHOT_CHUNK ? (size_t)left : KV_SNAPSHOT_CHUNK;
+    size_t want = left < (int64_t)c->chunk_max ? (size_t)left : c->chunk_max;
     size_t got = 0;
     c->rc = 0;
     while (got < want) {
@@ -236,6 +236,16 @@ static void step(snap_ctx *c)
     }
 }
 
+/* A message must fit in the connection's send buffer (--max-send-buffer-bytes, at least 64 KiB)
+ * or it would be refused forever: at most a quarter of it. */
+static size_t chunk_size(const kv_server *s)
+{
+    size_t max = s->cfg->max_send_buffer_bytes / 4;
+    if (max == 0 || max > KV_SNAPSHOT_CHUNK)
+        max = KV_SNAPSHOT_CHUNK;
+    return max < 4096 ? 4096 : max;
+}
+
 void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
@@ -266,7 +276,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         unlink(path);
     if (c == NULL || fd < 0 || (c->md = EVP_MD_CTX_new()) == NULL ||
         EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1 ||
-        (c->chunk = malloc(KV_SNAPSHOT_CHUNK)) == NULL ||
+        (c->chunk = malloc(chunk_size(s))) == NULL ||
         uv_timer_init(s->loop, &c->timer) < 0) {
         if (fd >= 0)
             close(fd);
@@ -279,6 +289,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     c->timer_init = 1;
+    c->chunk_max = chunk_size(s);
     c->timer.data = c;
     c->s = s;
     c->call = call;
