@@ -50,8 +50,7 @@ static int snapshot_save(struct kvctl *k, const char *path)
         char list[1024] = "";
         size_t o = 0;
         for (size_t i = 0; i < k->n_endpoints && o < sizeof list; i++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? " " : "",
-                                  k->endpoints[i]);
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? " " : "", k->endpoints[i]);
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE,
                           "snapshot must be requested to one selected node, not multiple [%s]",
                           list);
@@ -63,9 +62,10 @@ static int snapshot_save(struct kvctl *k, const char *path)
     int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return kvctl_fail(KVCTL_EXIT_ERROR, "could not open %s (%s)", part, strerror(errno));
-    fprintf(stderr,
-            "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"created temporary db file\",\"path\":\"%s\"}\n",
-            now_s(), part);
+    fprintf(
+        stderr,
+        "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"created temporary db file\",\"path\":\"%s\"}\n",
+        now_s(), part);
     fprintf(stderr,
             "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"fetching snapshot\",\"endpoint\":\"%s\"}\n",
             now_s(), k->endpoints[0]);
@@ -98,8 +98,8 @@ static int snapshot_save(struct kvctl *k, const char *path)
             "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"fetched snapshot\",\"endpoint\":\"%s\","
             "\"size\":\"%s\",\"took\":%.9f}\n",
             now_s(), k->endpoints[0], hs, mono_s() - t0);
-    fprintf(stderr, "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"saved\",\"path\":\"%s\"}\n",
-            now_s(), path);
+    fprintf(stderr, "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"saved\",\"path\":\"%s\"}\n", now_s(),
+            path);
     printf("Snapshot saved at %s\n", path);
     return 0;
 }
@@ -179,8 +179,8 @@ static int check_cluster(const restore_opts *o, char *err, size_t errlen)
             p++;
     }
     if (!found) {
-        snprintf(err, errlen, "couldn't find local name \"%s\" in the initial cluster configuration",
-                 o->name);
+        snprintf(err, errlen,
+                 "couldn't find local name \"%s\" in the initial cluster configuration", o->name);
         return -1;
     }
     return 0;
@@ -211,8 +211,7 @@ static int snapshot_restore(const restore_opts *o, const char *path)
         if (rc < 0)
             return kvctl_fail(KVCTL_EXIT_ERROR, "%s: %s", path, strerror(-rc));
     } else if (rc == -ENODATA) {
-        return kvctl_fail(KVCTL_EXIT_ERROR,
-                          "snapshot missing hash but --skip-hash-check=false");
+        return kvctl_fail(KVCTL_EXIT_ERROR, "snapshot missing hash but --skip-hash-check=false");
     } else if (rc < 0) {
         return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
     }
@@ -222,8 +221,9 @@ static int snapshot_restore(const restore_opts *o, const char *path)
             now_s(), path, dir, o->name, o->token);
     if (kv_snapshot_restore_dir(path, len, dir, err, sizeof err) < 0)
         return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
-    fprintf(stderr, "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"restored snapshot\",\"path\":\"%s\","
-                    "\"data-dir\":\"%s\"}\n",
+    fprintf(stderr,
+            "{\"level\":\"info\",\"ts\":%.7f,\"msg\":\"restored snapshot\",\"path\":\"%s\","
+            "\"data-dir\":\"%s\"}\n",
             now_s(), path, dir);
     return 0;
 }

@@ -301,8 +301,8 @@ int kvctl_snapshot_download(const char *endpoint, int fd, uint32_t timeout_ms, u
     };
 #undef NV
     nghttp2_data_provider dp = {.read_callback = read_body};
-    d.stream_id = nghttp2_submit_request(d.sess, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &dp,
-                                         NULL);
+    d.stream_id =
+        nghttp2_submit_request(d.sess, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &dp, NULL);
     rc = -EPROTO;
     if (d.stream_id < 0)
         goto out;

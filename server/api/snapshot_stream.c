@@ -7,10 +7,11 @@
  *  1. A copy of the store from ONE LMDB read transaction (mdb_env_copyfd2, consistent, writes go
  *     on meanwhile) into an unlinked temporary file in the data dir, on a libuv worker thread.
  *  2. Chunks of KV_SNAPSHOT_CHUNK bytes (at most a quarter of --max-send-buffer-bytes, so that
- *     one always fits) are read and hashed on a worker thread (one read in flight), then handed to the transport on the loop. The next chunk is read only after the
- *     previous one was accepted; when the connection's send buffer is full (-ENOBUFS) the same
- *     chunk is retried from a timer (1 ms, doubling up to 32 ms): memory per snapshot is one chunk,
- *     and the loop never reads the disk nor hashes.
+ *     one always fits) are read and hashed on a worker thread (one read in flight), then
+ *     handed to the transport on the loop. The next chunk is read only after the previous one
+ *     was accepted; when the connection's send buffer is full (-ENOBUFS) the same chunk is
+ *     retried from a timer (1 ms, doubling up to 32 ms): memory per snapshot is one chunk, and
+ *     the loop never reads the disk nor hashes.
  * Bounds: at most KV_SNAPSHOT_MAX_RUNNING snapshots at once (each holds a temporary copy of the
  * store on disk); beyond it RESOURCE_EXHAUSTED "etcdserver: too many requests"
  * (gauge kvd_snapshots_running, counter kvd_snapshots_refused_total).
@@ -36,7 +37,7 @@
 #include <unistd.h>
 
 #define KV_SNAPSHOT_CHUNK (256 * 1024)
-#define KV_SNAPSHOT_RETRY_MS 1      /* first retry after -ENOBUFS; doubles up to: */
+#define KV_SNAPSHOT_RETRY_MS 1 /* first retry after -ENOBUFS; doubles up to: */
 #define KV_SNAPSHOT_RETRY_MAX_MS 32
 #define KV_SNAPSHOT_MAX_RUNNING 2
 
@@ -45,15 +46,15 @@ typedef struct snap_ctx {
     kv_grpc_call *call; /* NULL once cancelled */
     int fd;
     int64_t size, off;
-    int rc;          /* worker result */
-    uint64_t t0;     /* uv_now at start */
+    int rc;      /* worker result */
+    uint64_t t0; /* uv_now at start */
     uint64_t copy_ms;
     EVP_MD_CTX *md;
-    uint8_t *chunk;  /* chunk_max bytes */
+    uint8_t *chunk; /* chunk_max bytes */
     size_t chunk_len, chunk_max;
     uint8_t *packed; /* the SnapshotResponse waiting to be accepted */
     size_t packed_len;
-    int final;       /* packed is the checksum message */
+    int final; /* packed is the checksum message */
     uv_work_t work;
     uv_timer_t timer;
     int timer_init, busy; /* busy: a worker job or timer owns the ctx */
@@ -156,8 +157,10 @@ static void after_work(uv_work_t *w, int status)
     if (!c->copied) {
         c->copied = 1;
         c->copy_ms = uv_now(c->s->loop) - c->t0;
-        fprintf(stderr, "kvd: snapshot: copied %lld bytes from one read transaction in %llu ms, "
-                        "streaming\n", (long long)c->size, (unsigned long long)c->copy_ms);
+        fprintf(stderr,
+                "kvd: snapshot: copied %lld bytes from one read transaction in %llu ms, "
+                "streaming\n",
+                (long long)c->size, (unsigned long long)c->copy_ms);
     } else {
         c->off += (int64_t)c->chunk_len;
         if (pack_response(c, c->chunk, c->chunk_len, (uint64_t)(c->size - c->off)) < 0) {
@@ -218,8 +221,7 @@ static void step(snap_ctx *c)
     if (c->off >= c->size) {
         uint8_t sum[EVP_MAX_MD_SIZE];
         unsigned sl = 0;
-        if (EVP_DigestFinal_ex(c->md, sum, &sl) != 1 ||
-            pack_response(c, sum, sl, 0) < 0) {
+        if (EVP_DigestFinal_ex(c->md, sum, &sl) != 1 || pack_response(c, sum, sl, 0) < 0) {
             fail(c, 13, "etcdserver: snapshot failed: checksum");
             return;
         }
@@ -276,8 +278,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         unlink(path);
     if (c == NULL || fd < 0 || (c->md = EVP_MD_CTX_new()) == NULL ||
         EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1 ||
-        (c->chunk = malloc(chunk_size(s))) == NULL ||
-        uv_timer_init(s->loop, &c->timer) < 0) {
+        (c->chunk = malloc(chunk_size(s))) == NULL || uv_timer_init(s->loop, &c->timer) < 0) {
         if (fd >= 0)
             close(fd);
         if (c) {
@@ -335,7 +336,8 @@ static int hash_read(kv_store *store, const uint8_t *msg, size_t len, const kv_h
     Etcdserverpb__HashRequest *req = etcdserverpb__hash_request__unpack(NULL, len, msg);
     if (req == NULL) {
         res->code = 13;
-        snprintf(res->msg, sizeof res->msg, "grpc: error unmarshalling request: malformed protobuf");
+        snprintf(res->msg, sizeof res->msg,
+                 "grpc: error unmarshalling request: malformed protobuf");
         return 0;
     }
     etcdserverpb__hash_request__free_unpacked(req, NULL);
@@ -365,4 +367,3 @@ void kv_hash_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_read_unary(call, hash_read, msg, len);
 }
-

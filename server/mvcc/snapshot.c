@@ -107,8 +107,8 @@ static int state_revision(MDB_txn *txn, MDB_dbi meta, int64_t *rev)
 
 int kv_store_hash_all(kv_store *s, uint32_t *hash, int64_t *revision)
 {
-    MDB_dbi dbis[N_HASH_DBS] = {s->meta, s->rev, s->kidx, s->leases.leases, s->leases.keys,
-                                s->alarm};
+    MDB_dbi dbis[N_HASH_DBS] = {s->meta,          s->rev,         s->kidx,
+                                s->leases.leases, s->leases.keys, s->alarm};
     MDB_txn *txn;
     pthread_rwlock_rdlock(&s->swap);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
@@ -176,8 +176,10 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
     if (sl != KV_SNAPSHOT_SHA_LEN || memcmp(sum, want_sum, KV_SNAPSHOT_SHA_LEN) != 0) {
         rc = -EBADMSG;
         /* etcd's restore: "expected sha256 %v, got %v" */
-        setmsg(msg, msglen, "snapshot %s is corrupt: SHA-256 mismatch (the data does not match "
-                            "the checksum at its end)", path);
+        setmsg(msg, msglen,
+               "snapshot %s is corrupt: SHA-256 mismatch (the data does not match "
+               "the checksum at its end)",
+               path);
         goto out;
     }
     *data_len = len;

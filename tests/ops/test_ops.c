@@ -91,8 +91,8 @@ static void load(kv_it_grpc *c, size_t n, size_t vsize, unsigned round)
         size_t rlen = 0;
         int st = -1;
         char msg[128];
-        int rc = kv_it_grpc_call(c, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st,
-                                 msg, sizeof msg);
+        int rc = kv_it_grpc_call(c, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &st, msg,
+                                 sizeof msg);
         free(buf);
         free(resp);
         cr_assert_eq(rc, 0, "load txn: %d %s", rc, msg);
@@ -101,8 +101,7 @@ static void load(kv_it_grpc *c, size_t n, size_t vsize, unsigned round)
 }
 
 static int call(kv_it_grpc *c, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *rd, ProtobufCMessage **out, char *msg,
-                size_t cap)
+                const ProtobufCMessageDescriptor *rd, ProtobufCMessage **out, char *msg, size_t cap)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
     uint8_t *buf = malloc(len ? len : 1), *resp = NULL;
@@ -124,9 +123,9 @@ static void hash(kv_it_grpc *c, uint32_t *h, int64_t *rev)
     Etcdserverpb__HashRequest req = ETCDSERVERPB__HASH_REQUEST__INIT;
     Etcdserverpb__HashResponse *r = NULL;
     char msg[256] = "";
-    int rc = call(c, "/etcdserverpb.Maintenance/Hash", &req.base,
-                  &etcdserverpb__hash_response__descriptor, (ProtobufCMessage **)&r, msg,
-                  sizeof msg);
+    int rc =
+        call(c, "/etcdserverpb.Maintenance/Hash", &req.base,
+             &etcdserverpb__hash_response__descriptor, (ProtobufCMessage **)&r, msg, sizeof msg);
     cr_assert_eq(rc, 0, "Hash: %d %s", rc, msg);
     *h = r->hash;
     *rev = r->header->revision;
@@ -138,9 +137,9 @@ static Etcdserverpb__StatusResponse *status(kv_it_grpc *c)
     Etcdserverpb__StatusRequest req = ETCDSERVERPB__STATUS_REQUEST__INIT;
     Etcdserverpb__StatusResponse *r = NULL;
     char msg[256] = "";
-    int rc = call(c, "/etcdserverpb.Maintenance/Status", &req.base,
-                  &etcdserverpb__status_response__descriptor, (ProtobufCMessage **)&r, msg,
-                  sizeof msg);
+    int rc =
+        call(c, "/etcdserverpb.Maintenance/Status", &req.base,
+             &etcdserverpb__status_response__descriptor, (ProtobufCMessage **)&r, msg, sizeof msg);
     cr_assert_eq(rc, 0, "Status: %d %s", rc, msg);
     return r;
 }
@@ -273,8 +272,16 @@ Test(ops, snapshot_save_status_restore_round_trip, .timeout = 120)
     snprintf(ic, sizeof ic, "--initial-cluster=kvit=http://127.0.0.1:%u", s2.peer_port);
     snprintf(ap, sizeof ap, "--initial-advertise-peer-urls=http://127.0.0.1:%u", s2.peer_port);
     snprintf(dd, sizeof dd, "--data-dir=%s", s2.data_dir);
-    const char *argv_rs[] = {kvctl_bin, "snapshot", "restore", f1, "--name=kvit", ic, ap, dd,
-                             "--initial-cluster-token=ops-restored", NULL};
+    const char *argv_rs[] = {kvctl_bin,
+                             "snapshot",
+                             "restore",
+                             f1,
+                             "--name=kvit",
+                             ic,
+                             ap,
+                             dd,
+                             "--initial-cluster-token=ops-restored",
+                             NULL};
     cr_assert_eq(kv_it_run(argv_rs, NULL, NULL, 0, 60000, &r), 0);
     cr_assert_eq(r.exit_code, 0, "kvctl snapshot restore: %s", r.err);
     kv_it_cmd_result_free(&r);
@@ -527,10 +534,9 @@ Test(ops, snapshot_does_not_stall_writes_or_keepalives, .timeout = 180)
     const char *mb = log ? strstr(log, "kvd: snapshot: sent") : NULL;
     cr_log_info("%d snapshots in %llu ms (%.80s); %llu puts meanwhile, put max %llu ms; "
                 "keepalive p50 %llu ms p99 %llu ms max %llu ms (%d renewals)",
-                sn.ok, (unsigned long long)sn.ms,
-                mb ? mb : "?", (unsigned long long)puts_during, (unsigned long long)w.max_ms,
-                (unsigned long long)lat[n_lat / 2], (unsigned long long)p99,
-                (unsigned long long)lat[n_lat - 1], n_lat);
+                sn.ok, (unsigned long long)sn.ms, mb ? mb : "?", (unsigned long long)puts_during,
+                (unsigned long long)w.max_ms, (unsigned long long)lat[n_lat / 2],
+                (unsigned long long)p99, (unsigned long long)lat[n_lat - 1], n_lat);
     free(log);
     cr_assert_eq(dead, 0, "a renewal answered TTL 0");
     cr_assert_gt(puts_during, 0, "no write completed during the snapshots");
@@ -733,7 +739,8 @@ static void slow_pump(slow *w, int do_read, uint64_t deadline)
     uint8_t buf[65536];
     struct pollfd p = {.fd = w->sock, .events = POLLIN};
     uint64_t t = kv_it_now_ms();
-    cr_assert_lt(t, deadline, "snapshot stream stalled after %llu bytes", (unsigned long long)w->bytes);
+    cr_assert_lt(t, deadline, "snapshot stream stalled after %llu bytes",
+                 (unsigned long long)w->bytes);
     if (poll(&p, 1, (int)(deadline - t)) <= 0)
         return;
     ssize_t r = recv(w->sock, buf, sizeof buf, 0);
@@ -777,9 +784,12 @@ Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
     char auth[64];
     snprintf(auth, sizeof auth, "127.0.0.1:%u", s.client_port);
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"),
-                         NV(":path", "/etcdserverpb.Maintenance/Snapshot"), NV(":authority", auth),
-                         NV("content-type", "application/grpc"), NV("te", "trailers")};
+    nghttp2_nv hdrs[] = {NV(":method", "POST"),
+                         NV(":scheme", "http"),
+                         NV(":path", "/etcdserverpb.Maintenance/Snapshot"),
+                         NV(":authority", auth),
+                         NV("content-type", "application/grpc"),
+                         NV("te", "trailers")};
 #undef NV
     nghttp2_data_provider dp = {.read_callback = slow_body};
     w.sid = nghttp2_submit_request(w.sess, NULL, hdrs, 6, &dp, NULL);
@@ -801,14 +811,15 @@ Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
             kvli_sleep_ms((unsigned)(100 - d));
     }
     double refused = 0, running = 0;
-    cr_assert_eq(kvli_metric(&s, "kvd_grpc_requests_refused_total{reason=\"send_buffer\"}",
-                             &refused), 0);
+    cr_assert_eq(
+        kvli_metric(&s, "kvd_grpc_requests_refused_total{reason=\"send_buffer\"}", &refused), 0);
     cr_assert_eq(kvli_metric(&s, "kvd_snapshots_running", &running), 0);
     cr_log_info("slow reader: keepalive worst %llu ms; send-buffer refusals %.0f",
                 (unsigned long long)worst, refused);
     cr_assert_gt(refused, 0, "the send buffer never filled: the test did not exercise the wait");
     cr_assert_eq(running, 1);
-    cr_assert_lt(worst, OPS_ASAN ? 300 : 100, "keepalive waited %llu ms", (unsigned long long)worst);
+    cr_assert_lt(worst, OPS_ASAN ? 300 : 100, "keepalive waited %llu ms",
+                 (unsigned long long)worst);
 
     /* now read it all: the stream completes with a valid checksum */
     uint64_t deadline = kv_it_now_ms() + 15000;
