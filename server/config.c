@@ -35,6 +35,7 @@ void kv_config_default(kv_config *cfg)
     snprintf(cfg->auto_compaction_mode, sizeof(cfg->auto_compaction_mode), "periodic");
     snprintf(cfg->auto_compaction_retention, sizeof(cfg->auto_compaction_retention), "0");
     cfg->auto_compaction_interval_ms = 300000;
+    cfg->max_snapshots = 2;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -234,6 +235,7 @@ static const flag_def FLAGS[] = {
     {"auto-compaction-retention", F_STR, OFF(auto_compaction_retention), 0,
      sizeof(((kv_config *)0)->auto_compaction_retention), 0, 0},
     {"auto-compaction-interval", F_DUR, OFF(auto_compaction_interval_ms), 0, 0, 0, 0},
+    {"max-snapshots", F_U32, OFF(max_snapshots), 0, 0, 1, 64},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -279,6 +281,7 @@ const char *kv_config_usage(void)
            "  --auto-compaction-retention R   periodic: duration (1h, 30m) or hours; revision: N\n"
            "                                  revisions to keep; 0 = off (0)\n"
            "  --auto-compaction-interval D    revision mode: check period (5m)\n"
+           "  --max-snapshots N               Maintenance.Snapshot streams at once (2)\n"
            "  --version | --help\n";
 }
 

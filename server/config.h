@@ -82,6 +82,7 @@ typedef struct kv_config {
     char auto_compaction_retention[32];   /* --auto-compaction-retention, "0" = off (default) */
     uint32_t auto_compaction_interval_ms; /* --auto-compaction-interval (kvd): revision mode's
                                              check period, default 5m as etcd's */
+    uint32_t max_snapshots; /* --max-snapshots: Maintenance.Snapshot streams at once, default 2 */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

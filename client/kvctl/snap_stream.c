@@ -332,7 +332,28 @@ out:
         return -1;
     }
     if (d.grpc_status != 0) {
-        snprintf(err, errlen, "rpc error: code = %d desc = %s", d.grpc_status, d.grpc_message);
+        static const char *const names[] = {"OK",
+                                            "Canceled",
+                                            "Unknown",
+                                            "InvalidArgument",
+                                            "DeadlineExceeded",
+                                            "NotFound",
+                                            "AlreadyExists",
+                                            "PermissionDenied",
+                                            "ResourceExhausted",
+                                            "FailedPrecondition",
+                                            "Aborted",
+                                            "OutOfRange",
+                                            "Unimplemented",
+                                            "Internal",
+                                            "Unavailable",
+                                            "DataLoss",
+                                            "Unauthenticated"};
+        if (d.grpc_status > 0 && d.grpc_status <= 16)
+            snprintf(err, errlen, "rpc error: code = %s desc = %s", names[d.grpc_status],
+                     d.grpc_message);
+        else
+            snprintf(err, errlen, "rpc error: code = %d desc = %s", d.grpc_status, d.grpc_message);
         return -1;
     }
     return 0;

@@ -12,7 +12,7 @@
  *     was accepted; when the connection's send buffer is full (-ENOBUFS) the same chunk is
  *     retried from a timer (1 ms, doubling up to 32 ms): memory per snapshot is one chunk, and
  *     the loop never reads the disk nor hashes.
- * Bounds: at most KV_SNAPSHOT_MAX_RUNNING snapshots at once (each holds a temporary copy of the
+ * Bounds: at most --max-snapshots (default 2) snapshots at once (each holds a temporary copy of the
  * store on disk); beyond it RESOURCE_EXHAUSTED "etcdserver: too many requests"
  * (gauge kvd_snapshots_running, counter kvd_snapshots_refused_total).
  * A cancelled call (client gone) stops at the next step; the temporary file is unlinked from
@@ -39,7 +39,6 @@
 #define KV_SNAPSHOT_CHUNK (256 * 1024)
 #define KV_SNAPSHOT_RETRY_MS 1 /* first retry after -ENOBUFS; doubles up to: */
 #define KV_SNAPSHOT_RETRY_MAX_MS 32
-#define KV_SNAPSHOT_MAX_RUNNING 2
 
 typedef struct snap_ctx {
     kv_server *s;
@@ -259,7 +258,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (s->metrics) {
         running = kv_metrics_gauge(s->metrics, "kvd_snapshots_running",
                                    "Maintenance.Snapshot streams in progress", NULL);
-        if (running && kv_metric_value(running) >= KV_SNAPSHOT_MAX_RUNNING) {
+        if (running && kv_metric_value(running) >= (double)s->cfg->max_snapshots) {
             kv_metric *ref = kv_metrics_counter(s->metrics, "kvd_snapshots_refused_total",
                                                 "Snapshots refused (too many at once)", NULL);
             if (ref)

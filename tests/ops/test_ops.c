@@ -748,6 +748,54 @@ static void slow_pump(slow *w, int do_read, uint64_t deadline)
     cr_assert_geq(nghttp2_session_mem_recv(w->sess, buf, (size_t)r), 0);
 }
 
+/* Opens a Snapshot stream on its own connection and sends the request; reads nothing. */
+static void slow_open(slow *w, uint16_t port, const char *f)
+{
+    memset(w, 0, sizeof *w);
+    w->status = -1;
+    w->out = fopen(f, "wb");
+    cr_assert_not_null(w->out);
+    w->sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(connect(w->sock, (struct sockaddr *)&sa, sizeof sa), 0);
+    int small = 16384;
+    setsockopt(w->sock, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, slow_data);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, slow_header);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, slow_close);
+    nghttp2_session_client_new(&w->sess, cbs, w);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(w->sess, NGHTTP2_FLAG_NONE, NULL, 0);
+    char auth[64];
+    snprintf(auth, sizeof auth, "127.0.0.1:%u", port);
+#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv hdrs[] = {NV(":method", "POST"),
+                         NV(":scheme", "http"),
+                         NV(":path", "/etcdserverpb.Maintenance/Snapshot"),
+                         NV(":authority", auth),
+                         NV("content-type", "application/grpc"),
+                         NV("te", "trailers")};
+#undef NV
+    nghttp2_data_provider dp = {.read_callback = slow_body};
+    w->sid = nghttp2_submit_request(w->sess, NULL, hdrs, 6, &dp, NULL);
+    cr_assert_gt(w->sid, 0);
+    slow_pump(w, 0, 0);
+}
+
+static void slow_drain(slow *w)
+{
+    uint64_t deadline = kv_it_now_ms() + 15000;
+    while (!w->closed)
+        slow_pump(w, 1, deadline);
+    fclose(w->out);
+    nghttp2_session_del(w->sess);
+    close(w->sock);
+    free(w->msg);
+}
+
 Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
 {
     kv_it_server s;
@@ -764,37 +812,8 @@ Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
 
     char f[2048];
     snprintf(f, sizeof f, "%s/slow.db", s.dir);
-    slow w = {.status = -1};
-    w.out = fopen(f, "wb");
-    cr_assert_not_null(w.out);
-    w.sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(s.client_port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(w.sock, (struct sockaddr *)&sa, sizeof sa), 0);
-    int small = 16384;
-    setsockopt(w.sock, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, slow_data);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, slow_header);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, slow_close);
-    nghttp2_session_client_new(&w.sess, cbs, &w);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(w.sess, NGHTTP2_FLAG_NONE, NULL, 0);
-    char auth[64];
-    snprintf(auth, sizeof auth, "127.0.0.1:%u", s.client_port);
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv hdrs[] = {NV(":method", "POST"),
-                         NV(":scheme", "http"),
-                         NV(":path", "/etcdserverpb.Maintenance/Snapshot"),
-                         NV(":authority", auth),
-                         NV("content-type", "application/grpc"),
-                         NV("te", "trailers")};
-#undef NV
-    nghttp2_data_provider dp = {.read_callback = slow_body};
-    w.sid = nghttp2_submit_request(w.sess, NULL, hdrs, 6, &dp, NULL);
-    cr_assert_gt(w.sid, 0);
-    slow_pump(&w, 0, 0);
+    slow w;
+    slow_open(&w, s.client_port, f);
 
     /* do not read for 1.5 s: the server's send buffer fills; renewals must still be prompt */
     uint64_t worst = 0;
@@ -822,13 +841,7 @@ Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
                  (unsigned long long)worst);
 
     /* now read it all: the stream completes with a valid checksum */
-    uint64_t deadline = kv_it_now_ms() + 15000;
-    while (!w.closed)
-        slow_pump(&w, 1, deadline);
-    fclose(w.out);
-    nghttp2_session_del(w.sess);
-    close(w.sock);
-    free(w.msg);
+    slow_drain(&w);
     cr_assert_eq(w.status, 0, "grpc-status %d", w.status);
     cr_assert_gt(w.bytes, 1 << 20);
     cr_assert_eq(w.bytes % 512, 32);
@@ -843,6 +856,43 @@ Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
     cr_assert_eq(kvli_metric(&s, "kvd_snapshots_running", &running), 0);
     cr_assert_eq(running, 0);
     kvli_ka_close(ka);
+    kv_it_grpc_close(c);
+    kv_it_server_destroy(&s);
+}
+
+Test(ops, concurrent_snapshots_are_bounded, .timeout = 120)
+{
+    bins();
+    kv_it_server s;
+    const char *extra[] = {"--max-snapshots=1", "--max-send-buffer-bytes=262144", NULL};
+    start(&s, extra);
+    kv_it_grpc *c = NULL;
+    cr_assert_eq(kvli_connect(&s, &c), 0);
+    load(c, 8000, 200, 0);
+    char f[2048], f2[2100];
+    snprintf(f, sizeof f, "%s/slow.db", s.dir);
+    snprintf(f2, sizeof f2, "%s/second.db", s.dir);
+    slow w;
+    slow_open(&w, s.client_port, f);
+    double running = 0;
+    uint64_t deadline = kv_it_now_ms() + 10000;
+    while (kvli_metric(&s, "kvd_snapshots_running", &running) != 0 || running < 1) {
+        cr_assert_lt(kv_it_now_ms(), deadline, "the first snapshot did not start");
+        kvli_sleep_ms(20);
+    }
+    kv_it_cmd_result r;
+    ctl(&s, kvctl_bin, &r, "snapshot", "save", f2, NULL);
+    cr_assert_neq(r.exit_code, 0, "a second snapshot ran beyond --max-snapshots=1");
+    cr_assert_not_null(strstr(r.err, "too many requests"), "%s", r.err);
+    kv_it_cmd_result_free(&r);
+    double refused = 0;
+    cr_assert_eq(kvli_metric(&s, "kvd_snapshots_refused_total", &refused), 0);
+    cr_assert_eq(refused, 1);
+    slow_drain(&w);
+    cr_assert_eq(w.status, 0);
+    ctl(&s, kvctl_bin, &r, "snapshot", "save", f2, NULL);
+    cr_assert_eq(r.exit_code, 0, "snapshot after the first one ended: %s", r.err);
+    kv_it_cmd_result_free(&r);
     kv_it_grpc_close(c);
     kv_it_server_destroy(&s);
 }
