@@ -896,3 +896,48 @@ Test(ops, concurrent_snapshots_are_bounded, .timeout = 120)
     kv_it_grpc_close(c);
     kv_it_server_destroy(&s);
 }
+
+Test(ops, cancelled_snapshot_releases_its_slot, .timeout = 120)
+{
+    bins();
+    kv_it_server s;
+    const char *extra[] = {"--max-snapshots=1", "--max-send-buffer-bytes=262144", NULL};
+    start(&s, extra);
+    kv_it_grpc *c = NULL;
+    cr_assert_eq(kvli_connect(&s, &c), 0);
+    load(c, 8000, 200, 0);
+    char f[2048], f2[2100];
+    snprintf(f, sizeof f, "%s/slow.db", s.dir);
+    snprintf(f2, sizeof f2, "%s/after.db", s.dir);
+    for (int round = 0; round < 2; round++) {
+        slow w;
+        slow_open(&w, s.client_port, f);
+        double running = 0, refused = 0;
+        uint64_t deadline = kv_it_now_ms() + 10000;
+        /* round 0: the stream waits on a full send buffer; round 1: cancelled at once */
+        while (round == 0 &&
+               (kvli_metric(&s, "kvd_grpc_requests_refused_total{reason=\"send_buffer\"}",
+                            &refused) != 0 ||
+                refused < 1)) {
+            cr_assert_lt(kv_it_now_ms(), deadline, "the stream never waited");
+            kvli_sleep_ms(20);
+        }
+        /* the client goes away mid-stream */
+        nghttp2_session_del(w.sess);
+        close(w.sock);
+        fclose(w.out);
+        free(w.msg);
+        deadline = kv_it_now_ms() + 10000;
+        while (kvli_metric(&s, "kvd_snapshots_running", &running) != 0 || running != 0) {
+            cr_assert_lt(kv_it_now_ms(), deadline, "the cancelled snapshot kept its slot");
+            kvli_sleep_ms(20);
+        }
+    }
+    kv_it_cmd_result r;
+    ctl(&s, kvctl_bin, &r, "snapshot", "save", f2, NULL);
+    cr_assert_eq(r.exit_code, 0, "snapshot after cancelled ones: %s", r.err);
+    kv_it_cmd_result_free(&r);
+    cr_assert_eq(kv_it_server_alive(&s), 1);
+    kv_it_grpc_close(c);
+    kv_it_server_destroy(&s);
+}
