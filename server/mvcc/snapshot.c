@@ -226,7 +226,11 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
     struct stat fs;
     if (stat(path, &fs) < 0) {
         int e = errno;
+        /* Go's wording (etcdctl: "stat x: no such file or directory") */
         setmsg(msg, msglen, "stat %s: %s", path, strerror(e));
+        char *colon = msg ? strrchr(msg, ':') : NULL;
+        if (colon && colon[1] == ' ' && colon[2] >= 'A' && colon[2] <= 'Z')
+            colon[2] = (char)(colon[2] - 'A' + 'a');
         return -e;
     }
     st->has_sha = fs.st_size % 512 == KV_SNAPSHOT_SHA_LEN;
