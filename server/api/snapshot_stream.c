@@ -5,7 +5,8 @@
  * blob}, then one last message whose blob is the SHA-256 of all the bytes before it
  * (remaining_bytes 0). The file format is in mvcc/snapshot.h.
  *  1. A copy of the store from ONE LMDB read transaction (mdb_env_copyfd2, consistent, writes go
- *     on meanwhile) into an unlinked temporary file in the data dir, on a libuv worker thread.
+ *     on meanwhile) into an anonymous temporary file (O_TMPFILE) in the data dir, on a libuv
+ *     worker thread.
  *  2. Chunks of KV_SNAPSHOT_CHUNK bytes (at most a quarter of --max-send-buffer-bytes, so that
  *     one always fits) are read and hashed on a worker thread (one read in flight), then
  *     handed to the transport on the loop. The next chunk is read only after the previous one
@@ -270,11 +271,17 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     snap_ctx *c = calloc(1, sizeof(*c));
     char path[4096];
     int fd = -1;
-    if (c && (size_t)snprintf(path, sizeof path, "%s/snapshot.tmp.XXXXXX", s->cfg->data_dir) <
-                 sizeof path)
+    /* an anonymous file (O_TMPFILE): nothing is left behind even after a crash; else a named
+     * one, unlinked at once */
+    if (c)
+        fd = open(s->cfg->data_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (c && fd < 0 &&
+        (size_t)snprintf(path, sizeof path, "%s/snapshot.tmp.XXXXXX", s->cfg->data_dir) <
+            sizeof path) {
         fd = mkostemp(path, O_CLOEXEC);
-    if (fd >= 0)
-        unlink(path);
+        if (fd >= 0)
+            unlink(path);
+    }
     if (c == NULL || fd < 0 || (c->md = EVP_MD_CTX_new()) == NULL ||
         EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1 ||
         (c->chunk = malloc(chunk_size(s))) == NULL || uv_timer_init(s->loop, &c->timer) < 0) {
