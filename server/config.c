@@ -46,6 +46,10 @@ void kv_config_default(kv_config *cfg)
     cfg->max_watch_streams_per_conn = 1000;
     cfg->watch_send_buffer_bytes = 1u << 20;
     cfg->watch_progress_interval_ms = 600000;
+    snprintf(cfg->auto_compaction_mode, sizeof(cfg->auto_compaction_mode), "periodic");
+    snprintf(cfg->auto_compaction_retention, sizeof(cfg->auto_compaction_retention), "0");
+    cfg->auto_compaction_interval_ms = 300000;
+    cfg->max_snapshots = 2;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -256,12 +260,17 @@ static const flag_def FLAGS[] = {
      1u << 20},
     {"watch-send-buffer-bytes", F_SIZE, OFF(watch_send_buffer_bytes), 0, 0, 4096, 1ULL << 32},
     {"watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0, 0},
+    {"auto-compaction-mode", F_STR, OFF(auto_compaction_mode), 0,
+     sizeof(((kv_config *)0)->auto_compaction_mode), 0, 0},
+    {"auto-compaction-retention", F_STR, OFF(auto_compaction_retention), 0,
+     sizeof(((kv_config *)0)->auto_compaction_retention), 0, 0},
+    {"auto-compaction-interval", F_DUR, OFF(auto_compaction_interval_ms), 0, 0, 0, 0},
+    {"max-snapshots", F_U32, OFF(max_snapshots), 0, 0, 1, 64},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
     {"log-level", F_IGNORED, 0, 0, 0, 0, 0},
     {"snapshot-count", F_IGNORED, 0, 0, 0, 0, 0},
-    {"auto-compaction-retention", F_IGNORED, 0, 0, 0, 0, 0},
 };
 
 const char *kv_config_usage(void)
@@ -315,6 +324,11 @@ const char *kv_config_usage(void)
            "  --watch-send-buffer-bytes N     unsent bytes per Watch stream before its watchers\n"
            "                                  are caught up from disk instead (1 MiB)\n"
            "  --watch-progress-notify-interval D  progress_notify period (default 10m)\n"
+           "  --auto-compaction-mode M        periodic|revision (periodic)\n"
+           "  --auto-compaction-retention R   periodic: duration (1h, 30m) or hours; revision: N\n"
+           "                                  revisions to keep; 0 = off (0)\n"
+           "  --auto-compaction-interval D    revision mode: check period (5m)\n"
+           "  --max-snapshots N               Maintenance.Snapshot streams at once (2)\n"
            "  --version | --help\n";
 }
 

@@ -92,6 +92,13 @@ typedef struct kv_config {
     uint32_t max_watch_streams_per_conn; /* --max-watch-streams-per-connection, default 1000 */
     size_t watch_send_buffer_bytes;      /* --watch-send-buffer-bytes, default 1 MiB */
     uint32_t watch_progress_interval_ms; /* --watch-progress-notify-interval, default 10m */
+
+    /* Auto-compaction (issue 14, api/auto_compact.h). */
+    char auto_compaction_mode[16];        /* --auto-compaction-mode periodic|revision */
+    char auto_compaction_retention[32];   /* --auto-compaction-retention, "0" = off (default) */
+    uint32_t auto_compaction_interval_ms; /* --auto-compaction-interval (kvd): revision mode's
+                                             check period, default 5m as etcd's */
+    uint32_t max_snapshots; /* --max-snapshots: Maintenance.Snapshot streams at once, default 2 */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

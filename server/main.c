@@ -15,6 +15,7 @@
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
+#include "api/auto_compact.h"
 #include "server.h"
 
 #include <errno.h>
@@ -38,6 +39,7 @@ typedef struct kvd_main {
     uv_signal_t sigint, sigterm, sigusr1;
     int stopping;
     int lock_fd; /* data dir lock (datadir_lock.h), held for the process lifetime */
+    kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -108,6 +110,8 @@ static void on_signal(uv_signal_t *sig, int signum)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
+    kv_auto_compact_stop(m->autoc); /* before the node closes */
+    m->autoc = NULL;
     kv_server_stop_core(&m->srv);
     uv_close((uv_handle_t *)&m->sigint, NULL);
     uv_close((uv_handle_t *)&m->sigterm, NULL);
@@ -282,6 +286,13 @@ int main(int argc, char **argv)
     }
 
     rc = kv_server_start_core(s);
+    if (rc < 0)
+        goto fail;
+    rc = kv_auto_compact_start(&m.autoc, s, err, sizeof(err));
+    if (rc == -EINVAL) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
     if (rc < 0)
         goto fail;
 

@@ -132,5 +132,6 @@ int kvctl_cmd_lease(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_watch(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_elect(struct kvctl *k, int argc, char **argv);
+int kvctl_cmd_snapshot(struct kvctl *k, int argc, char **argv);
 
 #endif

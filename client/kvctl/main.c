@@ -84,7 +84,13 @@ static bool takes_value(const char *a)
                                     "--consistency",
                                     "--order",
                                     "--sort-by",
-                                    "--ttl"};
+                                    "--ttl",
+                                    "--data-dir",
+                                    "--wal-dir",
+                                    "--name",
+                                    "--initial-cluster",
+                                    "--initial-cluster-token",
+                                    "--initial-advertise-peer-urls"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (strcmp(a, v[i]) == 0)
             return true;
@@ -96,8 +102,9 @@ static void command_path(int argc, char **argv, char *out, size_t len)
 {
     static const char *const top[] = {"get",   "put",      "del",   "txn",   "compaction",
                                       "watch", "lock",     "elect", "endpoint", "member",
-                                      "lease"};
+                                      "lease", "snapshot"};
     static const char *const ep[] = {"health", "status"};
+    static const char *const snap[] = {"save", "status", "restore"};
     static const char *const mem[] = {"list"};
     static const char *const lease[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
     out[0] = '\0';
@@ -110,7 +117,7 @@ static void command_path(int argc, char **argv, char *out, size_t len)
             continue;
         }
         if (t < 0) {
-            t = kvctl_match(argv[i], top, 11);
+            t = kvctl_match(argv[i], top, 12);
             if (t < 0)
                 return;
             snprintf(out, len, "%s", top[t]);
@@ -118,8 +125,8 @@ static void command_path(int argc, char **argv, char *out, size_t len)
                 return;
             continue;
         }
-        const char *const *subs = t == 8 ? ep : t == 9 ? mem : lease;
-        size_t ns = t == 8 ? 2 : t == 9 ? 1 : 5;
+        const char *const *subs = t == 8 ? ep : t == 9 ? mem : t == 11 ? snap : lease;
+        size_t ns = t == 8 ? 2 : t == 9 ? 1 : t == 11 ? 3 : 5;
         int s = kvctl_match(argv[i], subs, ns);
         if (s >= 0)
             snprintf(out, len, "%s %s", top[t], subs[s]);
@@ -267,11 +274,11 @@ int main(int argc, char **argv)
     }
     static const char *const names[] = {"get",      "put",    "del",   "txn",   "compaction",
                                         "endpoint", "member", "lease", "watch", "lock",
-                                        "elect"};
+                                        "elect",    "snapshot"};
     int (*const fns[])(struct kvctl *, int, char **) = {
         kvctl_cmd_get,      kvctl_cmd_put,    kvctl_cmd_del,   kvctl_cmd_txn,
         kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
-        kvctl_cmd_watch,    kvctl_cmd_lock,   kvctl_cmd_elect};
+        kvctl_cmd_watch,    kvctl_cmd_lock,   kvctl_cmd_elect, kvctl_cmd_snapshot};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {

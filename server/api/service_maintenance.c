@@ -1,6 +1,6 @@
 /*
  * service_maintenance: etcdserverpb.Maintenance (Status, Alarm, HashKV, Defragment).
- * Snapshot, Hash and MoveLeader are not implemented yet and say so.
+ * Snapshot and Hash: api/snapshot_stream.c. MoveLeader is not implemented yet and says so.
  *
  * Alarm: every action (GET, ACTIVATE, DEACTIVATE) travels the ordered write path, as etcd
  * proposes AlarmRequests through raft; the store applies it (mvcc/alarm.c).
@@ -9,6 +9,7 @@
  */
 #include "api/internal_req.h"
 #include "api/read_req.h"
+#include "api/snapshot_stream.h"
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
@@ -216,6 +217,9 @@ const kv_grpc_method kv_service_maintenance[] = {
     {"/etcdserverpb.Maintenance/Alarm", 0, on_alarm, NULL, kv_propose_cancel},
     {"/etcdserverpb.Maintenance/HashKV", 0, on_hash_kv, NULL, kv_read_cancel},
     {"/etcdserverpb.Maintenance/Defragment", 0, on_defragment, NULL, on_defragment_cancel},
+    {"/etcdserverpb.Maintenance/Snapshot", 1, kv_snapshot_on_message, kv_snapshot_on_half_close,
+     kv_snapshot_on_cancel},
+    {"/etcdserverpb.Maintenance/Hash", 0, kv_hash_on_message, NULL, kv_read_cancel},
 };
 const size_t kv_service_maintenance_len =
     sizeof(kv_service_maintenance) / sizeof(kv_service_maintenance[0]);

@@ -21,25 +21,16 @@ static void on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     finish_unimplemented(call);
 }
 
-static void on_half_close(kv_grpc_call *call)
-{
-    finish_unimplemented(call);
-}
-
 #define UNARY(path)                                                                                \
     {                                                                                              \
         path, 0, on_message, NULL, NULL                                                            \
-    }
-#define STREAM(path)                                                                               \
-    {                                                                                              \
-        path, 1, on_message, on_half_close, NULL                                                   \
     }
 
 const kv_grpc_method kv_service_unimplemented[] = {
     UNARY("/etcdserverpb.Cluster/MemberAdd"),
     UNARY("/etcdserverpb.Cluster/MemberRemove"),  UNARY("/etcdserverpb.Cluster/MemberUpdate"),
-    UNARY("/etcdserverpb.Cluster/MemberPromote"), UNARY("/etcdserverpb.Maintenance/Hash"),
-    STREAM("/etcdserverpb.Maintenance/Snapshot"), UNARY("/etcdserverpb.Maintenance/MoveLeader"),
+    UNARY("/etcdserverpb.Cluster/MemberPromote"),
+    UNARY("/etcdserverpb.Maintenance/MoveLeader"),
     UNARY("/etcdserverpb.Auth/AuthEnable"),       UNARY("/etcdserverpb.Auth/AuthDisable"),
     UNARY("/etcdserverpb.Auth/Authenticate"),
 };

@@ -1,0 +1,64 @@
+/*
+ * snapshot: consistent copies of the store for Maintenance.Snapshot, the whole-store hash of
+ * Maintenance.Hash, and the offline helpers `kvctl snapshot status|restore` use.
+ *
+ * Snapshot file format (as etcd's, with LMDB instead of bbolt): the bytes of an LMDB data file
+ * (data.mdb, copied from one read transaction with mdb_env_copyfd2, not compacted), followed
+ * by the SHA-256 (32 bytes) of those bytes. LMDB files are a whole number of pages, so
+ * size % 512 == 32 tells a file with its checksum, as etcd's restore checks.
+ * etcdctl `snapshot save` accepts it (it only writes the stream); etcdctl `snapshot status`
+ * and `snapshot restore` open the file as a bbolt database and fail: use kvctl's.
+ *
+ * Hash (kvd's definition; etcd's is a CRC-32C over bbolt's buckets and etcdctl only prints
+ * it): CRC-32C (Castagnoli) over the databases "meta", "rev", "kidx", "lease", "lease_keys",
+ * "alarm", in that order, each contributing its name, then every record in key order (for
+ * dupsort databases every duplicate) as key then value. The meta records that are per member
+ * or per process ("identity", "state" = applied index, "cmpct" = physical compaction
+ * progress) are skipped. A snapshot's `kvctl snapshot status` hash equals the Hash answered
+ * at the revision it was taken (same records, same function).
+ *
+ * Threads: kv_store_snapshot_copy and kv_store_hash_all use their own read transaction (any
+ * thread, concurrently with writes; they wait for a defragment swap like the other readers).
+ * The kv_snapshot_file_* functions work on files only (no store open), for kvctl.
+ * Return values: 0 or a negative errno (-EBADMSG: not a kvd snapshot / checksum mismatch).
+ */
+#ifndef KV_MVCC_SNAPSHOT_H
+#define KV_MVCC_SNAPSHOT_H
+
+#include "mvcc/store.h"
+
+#include <stdint.h>
+
+#define KV_SNAPSHOT_SHA_LEN 32
+
+/* Copies the committed store into fd (a regular file open for writing, at offset 0) from one
+ * read transaction; *size gets the bytes written. Blocks for the copy: call off the loop. */
+int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size);
+
+/* Hash (above) of the committed store; *revision gets its revision. Any thread. */
+int kv_store_hash_all(kv_store *s, uint32_t *hash, int64_t *revision);
+
+typedef struct kv_snapshot_status {
+    uint32_t hash;
+    int64_t revision;
+    uint64_t total_keys; /* records in all databases (as etcd counts bbolt keys) */
+    int64_t total_size;  /* LMDB data size: (last page + 1) * page size */
+    int has_sha;         /* the file ends with its SHA-256 */
+} kv_snapshot_status;
+
+/* Verifies the trailing SHA-256 of a snapshot file: 0 if it matches, -EBADMSG if it does not
+ * (msg explains), -ENOENT/-EIO... on I/O errors. *data_len gets the size without the trailer.
+ * A file without a trailer (size % 512 != 32) gives -ENODATA. Streams the file (O(1) memory). */
+int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size_t msglen);
+
+/* Opens the snapshot file read-only (no lock file) and fills *st. */
+int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg, size_t msglen);
+
+/* Restore: copies the first data_len bytes of the snapshot into <dir>/data.mdb (dir must not
+ * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity")
+ * and every alarm, so that kvd started on dir stores the ids computed from its own flags (a
+ * new member of a new cluster). Keys, revisions, compaction point and leases are kept. */
+int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
+                            size_t msglen);
+
+#endif
