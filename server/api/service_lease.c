@@ -12,6 +12,7 @@
  * with RESOURCE_EXHAUSTED instead of growing our memory.
  */
 #include "api/internal_req.h"
+#include "api/read_req.h"
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "lease/lessor.h"
@@ -160,6 +161,43 @@ oom:
     return -ENOMEM;
 }
 
+/* Reader thread: msg is the packed LeaseTimeToLiveResponse the loop built from the lessor
+ * (TTLs, header); adds the lease's keys from LMDB. A lease with many keys costs O(keys), so
+ * this never runs on the loop (issue 8, D4). */
+static int ttl_add_keys(kv_store *store, const uint8_t *msg, size_t len, const kv_header_info *h,
+                        kv_result *res)
+{
+    (void)h;
+    memset(res, 0, sizeof(*res));
+    Etcdserverpb__LeaseTimeToLiveResponse *r =
+        etcdserverpb__lease_time_to_live_response__unpack(NULL, len, msg);
+    if (r == NULL)
+        return -ENOMEM; /* we packed it ourselves: only allocation can fail */
+    keys_acc acc = {0};
+    int rc = kv_store_lease_keys(store, r->id, collect_key, &acc);
+    if (rc == 0 && acc.oom)
+        rc = -ENOMEM;
+    if (rc < 0)
+        goto out;
+    r->keys = acc.keys;
+    r->n_keys = acc.n;
+    size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(r);
+    res->resp = malloc(n ? n : 1);
+    if (res->resp == NULL) {
+        rc = -ENOMEM;
+    } else {
+        res->resp_len = etcdserverpb__lease_time_to_live_response__pack(r, res->resp);
+    }
+    r->keys = NULL;
+    r->n_keys = 0;
+out:
+    for (size_t i = 0; i < acc.n; i++)
+        free(acc.keys[i].data);
+    free(acc.keys);
+    etcdserverpb__lease_time_to_live_response__free_unpacked(r, NULL);
+    return rc;
+}
+
 static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
@@ -185,31 +223,25 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_error(call, 14, "etcdserver: no leader");
         return;
     }
-    keys_acc acc = {0};
     if (rc < 0) {
         r.ttl = -1; /* not found: TTL -1, as etcd */
     } else {
         r.ttl = remaining;
         r.grantedttl = granted;
-        if (want_keys) {
-            MDB_txn *txn;
-            if (mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn) == 0) {
-                kv_lease_table_keys(kv_store_leases(s->store), txn, id, collect_key, &acc);
-                mdb_txn_abort(txn);
-            }
-            if (acc.oom) {
-                kv_reply_error(call, 13, "etcdserver: out of memory");
-                goto out;
-            }
-            r.keys = acc.keys;
-            r.n_keys = acc.n;
-        }
     }
-    kv_reply_message(call, &r.base);
-out:
-    for (size_t i = 0; i < acc.n; i++)
-        free(acc.keys[i].data);
-    free(acc.keys);
+    if (rc < 0 || !want_keys) {
+        kv_reply_message(call, &r.base);
+        return;
+    }
+    /* The TTLs come from the lessor (loop only); the keys from a reader thread. */
+    uint8_t buf[128];
+    size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(&r);
+    if (n > sizeof(buf)) {
+        kv_reply_error(call, 13, "etcdserver: request failed: internal error");
+        return;
+    }
+    n = etcdserverpb__lease_time_to_live_response__pack(&r, buf);
+    kv_read_unary(call, ttl_add_keys, buf, n);
 }
 
 typedef struct leases_acc {
@@ -261,7 +293,7 @@ const kv_grpc_method kv_service_lease[] = {
     {"/etcdserverpb.Lease/LeaseGrant", 0, on_grant, NULL, kv_propose_cancel},
     {"/etcdserverpb.Lease/LeaseRevoke", 0, on_revoke, NULL, kv_propose_cancel},
     {"/etcdserverpb.Lease/LeaseKeepAlive", 1, on_keepalive, on_keepalive_half_close, NULL},
-    {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, NULL},
+    {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, kv_read_cancel},
     {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, NULL},
 };
 const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);

@@ -174,6 +174,20 @@ const kv_lease_table *kv_store_leases(kv_store *s)
     return &s->leases;
 }
 
+int kv_store_lease_keys(kv_store *s, int64_t id,
+                        int (*fn)(void *arg, const uint8_t *key, size_t klen), void *arg)
+{
+    MDB_txn *txn;
+    pthread_rwlock_rdlock(&s->swap);
+    int rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+    if (rc == 0) {
+        rc = kv_lease_table_keys(&s->leases, txn, id, fn, arg);
+        mdb_txn_abort(txn);
+    }
+    pthread_rwlock_unlock(&s->swap);
+    return rc;
+}
+
 size_t kv_store_max_key_size(kv_store *s)
 {
     return s->maxkey;

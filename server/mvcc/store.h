@@ -200,6 +200,14 @@ typedef struct kv_store_lease_observer {
 } kv_store_lease_observer;
 void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs);
 
+/* Calls fn for every key attached to lease id, in key order, from its own read transaction
+ * (any thread; waits for a Defragment swap like kv_store_range). key is valid only during
+ * the call; a non-zero return of fn stops the walk and is returned. 0 if the lease has no
+ * keys (or does not exist), < 0 on storage failure. */
+int kv_store_lease_keys(kv_store *s, int64_t id, int (*fn)(void *arg, const uint8_t *key,
+                                                           size_t klen),
+                        void *arg);
+
 /* CRC-32C (Castagnoli) of all MVCC records with main revision <= rev (0 = current), in
  * revision order: for each record, its 16-byte revision key followed by its stored value
  * (checksum, flags, packed KeyValue). Compaction removes records deterministically, so
