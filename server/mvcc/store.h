@@ -61,14 +61,14 @@
  * alarm), a growing request that would take the store past the quota plus half the headroom
  * (estimated: committed size + 2 x the batch's growing request bytes) is refused with the
  * no-space error below and raises NOSPACE (kvd-specific: etcd's bbolt has no hard limit).
- * MDB_MAP_FULL (past the headroom) fails the request with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" and asks for
- * the NOSPACE alarm (kv_store_take_alarms).
- * A single request that dirties more pages than one LMDB transaction can hold
- * (MDB_TXN_FULL, ~512 MiB of pages) fails with RESOURCE_EXHAUSTED "kvd: mvcc: request
- * changes too many pages for one transaction". Both depend on the member's file layout:
- * members with different quotas could diverge, which the hash check (lesson 5) detects.
- * max_keys_per_lease: a put that would attach one key more gives FAILED_PRECONDITION
- * "etcdserver: too many keys attached to lease" (kvd-specific, etcd has no such limit).
+ * MDB_MAP_FULL (past the headroom) fails the request with RESOURCE_EXHAUSTED "etcdserver: mvcc:
+ * database space exceeded" and asks for the NOSPACE alarm (kv_store_take_alarms). A single request
+ * that dirties more pages than one LMDB transaction can hold (MDB_TXN_FULL, ~512 MiB of pages)
+ * fails with RESOURCE_EXHAUSTED "kvd: mvcc: request changes too many pages for one transaction".
+ * Both depend on the member's file layout: members with different quotas could diverge, which the
+ * hash check (lesson 5) detects. max_keys_per_lease: a put that would attach one key more gives
+ * FAILED_PRECONDITION "etcdserver: too many keys attached to lease" (kvd-specific, etcd has no such
+ * limit).
  *
  * Threads: the write path (batch_begin/apply/commit/abort, compact_step,
  * set_lease_observer) runs on one thread (the apply thread). kv_store_range,
@@ -204,9 +204,8 @@ void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs
  * (any thread; waits for a Defragment swap like kv_store_range). key is valid only during
  * the call; a non-zero return of fn stops the walk and is returned. 0 if the lease has no
  * keys (or does not exist), < 0 on storage failure. */
-int kv_store_lease_keys(kv_store *s, int64_t id, int (*fn)(void *arg, const uint8_t *key,
-                                                           size_t klen),
-                        void *arg);
+int kv_store_lease_keys(kv_store *s, int64_t id,
+                        int (*fn)(void *arg, const uint8_t *key, size_t klen), void *arg);
 
 /* CRC-32C (Castagnoli) of all MVCC records with main revision <= rev (0 = current), in
  * revision order: for each record, its 16-byte revision key followed by its stored value
