@@ -38,7 +38,7 @@ typedef struct kvd_main {
     size_t n_http;
     uv_signal_t sigint, sigterm, sigusr1;
     int stopping;
-    int lock_fd; /* data dir lock (datadir_lock.h), held for the process lifetime */
+    int lock_fd;            /* data dir lock (datadir_lock.h), held for the process lifetime */
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
 } kvd_main;
 

@@ -31,7 +31,7 @@ struct kv_store_batch {
     MDB_txn *txn;
     kv_meta meta;
     bool open;
-    unsigned alarms; /* alarm mask as of this batch (alarm.c) */
+    unsigned alarms;   /* alarm mask as of this batch (alarm.c) */
     int64_t base_size; /* committed backend size when the batch began */
     int64_t grown;     /* estimated bytes added by the batch's growing requests */
 };

@@ -20,10 +20,9 @@
 /* Runs watch command line `cmd` (a string literal) in the background as job `i`: its
  * stdout, stderr and exit status end up in $W/o<i>, $W/e<i>. The jobs of one step run
  * concurrently, so the step costs one timeout, not one per watch. */
-#define JOB(i, cmd)                                                                            \
-    "(timeout 3 " cmd " > $W/o" #i " 2> $W/e" #i "; echo rc=$? >> $W/o" #i ") & "
-#define SHOW(n)                                                                                \
-    "wait; for i in $(seq " #n "); do echo \"== $i\"; cat $W/o$i; echo '-- stderr'; "            \
+#define JOB(i, cmd) "(timeout 3 " cmd " > $W/o" #i " 2> $W/e" #i "; echo rc=$? >> $W/o" #i ") & "
+#define SHOW(n)                                                                                    \
+    "wait; for i in $(seq " #n "); do echo \"== $i\"; cat $W/o$i; echo '-- stderr'; "              \
     "cat $W/e$i; done"
 
 Test(kvctl_watch, history_and_formats)
@@ -40,8 +39,8 @@ Test(kvctl_watch, history_and_formats)
                                      JOB(11, "$CTL watch wk --rev 1 -- sh -c 'echo "
                                              "$ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY "
                                              "$ETCD_WATCH_VALUE $ETCD_WATCH_REVISION'")
-                                         JOB(12, "$CTL watch wk --rev 2 -w protobuf") SHOW(12)
-                                             " | od -c",
+                                         JOB(12, "$CTL watch wk --rev 2 -w protobuf")
+                                             SHOW(12) " | od -c",
          0},
         {"$CTL compaction 4 >/dev/null; " JOB(1, "$CTL watch wk --rev 2")
              JOB(2, "$CTL watch wk --rev 2 -w json") JOB(3, "$CTL watch wk --rev 4") SHOW(3),

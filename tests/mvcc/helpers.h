@@ -18,7 +18,7 @@ typedef struct th {
     char dir[256];
     kv_store *s;
     kv_store_config cfg;
-    uint64_t index; /* last index applied */
+    uint64_t index;       /* last index applied */
     int defer_compaction; /* 1: th_apply does not run kv_store_compact_step */
 } th;
 
