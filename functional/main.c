@@ -1,0 +1,2 @@
+int kv_fn_stub_main;
+int main(void){return 0;}

@@ -1,0 +1,1 @@
+int kv_fn_stub_proxy;
