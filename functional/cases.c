@@ -218,7 +218,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     verdicts v;
     memset(&v, 0, sizeof(v));
     v.lin = v.lease = v.hash = KV_FN_UNKNOWN;
-    char fault_desc[160] = "";
+    char fault_desc[256] = "";
     char err[256] = "";
     int live_ms = -1;
     uint64_t n_ok = 0, n_fail = 0;
@@ -279,6 +279,19 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         }
     }
     sleep_ms(o->hold_ms);
+    if (is_network(k->fault)) { /* evidence that the fault bit: bytes dropped/relayed */
+        uint64_t dropped = 0, relayed = 0;
+        for (int i = 0; i < nt; i++) {
+            uint64_t b, d;
+            uint32_t nc;
+            kv_fn_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
+            dropped += d;
+            relayed += b;
+        }
+        fl += (size_t)snprintf(fault_desc + fl, sizeof(fault_desc) - fl,
+                               " proxy:%" PRIu64 "B relayed,%" PRIu64 "B dropped", relayed,
+                               dropped);
+    }
     for (int i = 0; i < nt; i++) {
         kv_fn_member *m = &c->m[targets[i]];
         switch (k->fault) {
