@@ -126,7 +126,9 @@ Test(lin, large_concurrent_history_is_fast)
     for (int i = 2000; i < n; i++)
         if (h[i].type == KV_FN_OP_GET && strcmp(h[i].value, h[i - 8].value) != 0 &&
             h[i - 8].type == KV_FN_OP_PUT) {
-            snprintf(h[i + 8].value, sizeof(h[i + 8].value), "%s", h[i - 8].value);
+            char stale[sizeof(h[0].value)];
+            memcpy(stale, h[i - 8].value, sizeof(stale));
+            memcpy(h[i + 8].value, stale, sizeof(stale));
             h[i + 8].type = KV_FN_OP_GET;
             break;
         }
