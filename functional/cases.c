@@ -249,6 +249,15 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         fl += (size_t)snprintf(fault_desc + fl, sizeof(fault_desc) - fl, "%sm%d%s",
                                i ? "," : " on ", targets[i],
                                targets[i] == leader ? "(L)" : "");
+    uint64_t base_relayed = 0, base_dropped = 0;
+    if (is_network(k->fault))
+        for (int i = 0; i < nt; i++) {
+            uint64_t b, d;
+            uint32_t nc;
+            kv_fn_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
+            base_relayed += b;
+            base_dropped += d;
+        }
     win.start_us = kv_fn_now_us();
     for (int i = 0; i < nt; i++) {
         kv_fn_member *m = &c->m[targets[i]];
@@ -289,8 +298,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             relayed += b;
         }
         fl += (size_t)snprintf(fault_desc + fl, sizeof(fault_desc) - fl,
-                               " proxy:%" PRIu64 "B relayed,%" PRIu64 "B dropped", relayed,
-                               dropped);
+                               " proxy:%" PRIu64 "B relayed,%" PRIu64 "B dropped",
+                               relayed - base_relayed, dropped - base_dropped);
     }
     for (int i = 0; i < nt; i++) {
         kv_fn_member *m = &c->m[targets[i]];
