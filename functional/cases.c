@@ -164,6 +164,7 @@ static void inject_history(kv_fn_inject inj, kv_fn_op **ops, size_t *n_ops,
                     kv_fn_op g = *p1;
                     g.type = KV_FN_OP_GET;
                     g.client = 999;
+                    g.mod_rev = p1->rev; /* as a stale snapshot would report it */
                     g.call_us = end + 1000;
                     g.ret_us = end + 2000;
                     (*ops)[(*n_ops)++] = g;
@@ -197,8 +198,8 @@ static void inject_history(kv_fn_inject inj, kv_fn_op **ops, size_t *n_ops,
 }
 
 typedef struct verdicts {
-    kv_fn_verdict lin, lease, hash;
-    char lin_rep[4096], lease_rep[4096], hash_rep[512];
+    kv_fn_verdict lin, rev, lease, hash;
+    char lin_rep[4096], rev_rep[2048], lease_rep[4096], hash_rep[512];
 } verdicts;
 
 static void run_checkers(const kv_fn_op *ops, size_t n_ops, const kv_fn_lease_info *leases,
@@ -206,6 +207,7 @@ static void run_checkers(const kv_fn_op *ops, size_t n_ops, const kv_fn_lease_in
                          const kv_fn_window *w, size_t n_w, const kv_fn_run_opts *o, verdicts *v)
 {
     v->lin = kv_fn_lin_check(ops, n_ops, o->lin_budget_ms, v->lin_rep, sizeof(v->lin_rep));
+    v->rev = kv_fn_rev_check(ops, n_ops, v->rev_rep, sizeof(v->rev_rep));
     v->lease = kv_fn_lease_check(leases, n_leases, lev, n_lev, w, n_w, o->lease_slack_us,
                                  v->lease_rep, sizeof(v->lease_rep));
 }
@@ -217,7 +219,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     snprintf(prefix, sizeof(prefix), "/fn/%s", k->name);
     verdicts v;
     memset(&v, 0, sizeof(v));
-    v.lin = v.lease = v.hash = KV_FN_UNKNOWN;
+    v.lin = v.rev = v.lease = v.hash = KV_FN_UNKNOWN;
     char fault_desc[256] = "";
     char err[256] = "";
     int live_ms = -1;
@@ -358,8 +360,8 @@ stop:
             kv_fn_window wins[1] = {win};
             size_t n_w = win.start_us ? 1 : 0;
             run_checkers(ops, n_ops, cl, n_l, ev, n_ev, wins, n_w, o, &v);
-            int failed = err[0] || v.lin != KV_FN_PASS || v.lease != KV_FN_PASS ||
-                         v.hash != KV_FN_PASS;
+            int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS ||
+                         v.lease != KV_FN_PASS || v.hash != KV_FN_PASS;
             if (failed || o->keep_all) {
                 char path[PATH_MAX];
                 snprintf(path, sizeof(path), "%s/%s.history", o->root, k->name);
@@ -371,22 +373,25 @@ stop:
     }
     kv_fn_workload_free(w);
 report:;
-    int failed = err[0] || v.lin != KV_FN_PASS || v.lease != KV_FN_PASS || v.hash != KV_FN_PASS;
+    int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS ||
+                 v.lease != KV_FN_PASS || v.hash != KV_FN_PASS;
     char live[32];
     if (live_ms >= 0)
         snprintf(live, sizeof(live), "%dms", live_ms);
     else
         snprintf(live, sizeof(live), "FAIL");
-    printf("%-42s %s  fault=[%s] ops=%" PRIu64 " (failed %" PRIu64 ")  lin=%s lease=%s "
-           "hash=%s live=%s  %.1fs\n",
+    printf("%-42s %s  fault=[%s] ops=%" PRIu64 " (failed %" PRIu64 ")  lin=%s rev=%s "
+           "lease=%s hash=%s live=%s  %.1fs\n",
            k->name, failed ? "FAIL" : "PASS", fault_desc[0] ? fault_desc : "-", n_ok, n_fail,
-           kv_fn_verdict_name(v.lin), kv_fn_verdict_name(v.lease), kv_fn_verdict_name(v.hash),
-           live, (kv_fn_now_us() - t0) / 1e6);
+           kv_fn_verdict_name(v.lin), kv_fn_verdict_name(v.rev), kv_fn_verdict_name(v.lease),
+           kv_fn_verdict_name(v.hash), live, (kv_fn_now_us() - t0) / 1e6);
     if (failed) {
         if (err[0])
             printf("    error: %s\n", err);
         if (v.lin != KV_FN_PASS)
             printf("    lin: %s\n", v.lin_rep);
+        if (v.rev != KV_FN_PASS)
+            printf("    rev: %s\n", v.rev_rep);
         if (v.lease != KV_FN_PASS)
             printf("    lease: %s\n", v.lease_rep);
         if (v.hash != KV_FN_PASS)
@@ -414,11 +419,11 @@ int kv_fn_check_file(const char *path, const kv_fn_run_opts *o)
     verdicts v;
     memset(&v, 0, sizeof(v));
     run_checkers(ops, n_ops, l, n_l, ev, n_ev, w, n_w, o, &v);
-    printf("lin=%s: %s\nlease=%s: %s\n", kv_fn_verdict_name(v.lin), v.lin_rep,
-           kv_fn_verdict_name(v.lease), v.lease_rep);
+    printf("lin=%s: %s\nrev=%s: %s\nlease=%s: %s\n", kv_fn_verdict_name(v.lin), v.lin_rep,
+           kv_fn_verdict_name(v.rev), v.rev_rep, kv_fn_verdict_name(v.lease), v.lease_rep);
     free(ops);
     free(l);
     free(ev);
     free(w);
-    return v.lin == KV_FN_PASS && v.lease == KV_FN_PASS ? 0 : 1;
+    return v.lin == KV_FN_PASS && v.rev == KV_FN_PASS && v.lease == KV_FN_PASS ? 0 : 1;
 }

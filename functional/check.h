@@ -38,12 +38,25 @@ typedef struct kv_fn_op {
     int type;    /* kv_fn_op_type */
     int client;  /* for reports */
     int64_t call_us, ret_us;
+    int64_t rev;     /* put: revision of the write (0 unknown); get: header revision */
+    int64_t mod_rev; /* get: mod_revision of the value read (0 absent / not recorded) */
     char value[48];
 } kv_fn_op;
 
 /* Checks ops[0..n) (any order, any keys). Returns the worst verdict over all keys. */
 kv_fn_verdict kv_fn_lin_check(const kv_fn_op *ops, size_t n, uint32_t budget_ms, char *report,
                               size_t cap);
+
+/* Revision model (all keys together; ops with rev 0 are ignored):
+ *  V1 unique: two acknowledged puts never share a revision.
+ *  V2 real-time order: a put acknowledged before another put was invoked has a smaller
+ *     revision.
+ *  V3 value/revision agree: a get returning the value of an acknowledged put returns that
+ *     put's revision as mod_revision, and its header revision is not below it.
+ *  V4 no stale snapshot: a get's header revision is at least the revision of every put
+ *     acknowledged before the get was invoked (on any key).
+ */
+kv_fn_verdict kv_fn_rev_check(const kv_fn_op *ops, size_t n, char *report, size_t cap);
 
 /* ---- lease model ---- */
 

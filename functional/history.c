@@ -16,12 +16,13 @@ int kv_fn_history_write(const char *path, const kv_fn_op *ops, size_t n_ops,
     if (!f)
         return -errno;
     fprintf(f, "# kvfunctional history v1: op key type(0 put,1 get) client call_us ret_us "
-               "value(- absent; ret -1 unknown) | lease idx ttl_us abandoned | lev lease "
+               "value(- absent; ret -1 unknown) rev mod_rev | lease idx ttl_us abandoned | lev lease "
                "type(0 renew,1 read) present call_us ret_us | win start_us heal_us\n");
     for (size_t i = 0; i < n_ops; i++)
-        fprintf(f, "op %d %d %d %" PRId64 " %" PRId64 " %s\n", ops[i].key, ops[i].type,
-                ops[i].client, ops[i].call_us, ops[i].ret_us == KV_FN_INF ? -1 : ops[i].ret_us,
-                ops[i].value[0] ? ops[i].value : "-");
+        fprintf(f, "op %d %d %d %" PRId64 " %" PRId64 " %s %" PRId64 " %" PRId64 "\n",
+                ops[i].key, ops[i].type, ops[i].client, ops[i].call_us,
+                ops[i].ret_us == KV_FN_INF ? -1 : ops[i].ret_us,
+                ops[i].value[0] ? ops[i].value : "-", ops[i].rev, ops[i].mod_rev);
     for (size_t i = 0; i < n_leases; i++)
         fprintf(f, "lease %zu %" PRId64 " %d\n", i, leases[i].ttl_us, leases[i].abandoned);
     for (size_t i = 0; i < n_lev; i++)
@@ -67,8 +68,10 @@ int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops,
             kv_fn_op *o = &(*ops)[*n_ops];
             memset(o, 0, sizeof(*o));
             char v[48];
-            if (sscanf(line, "op %d %d %d %" SCNd64 " %" SCNd64 " %47s", &o->key, &o->type,
-                       &o->client, &o->call_us, &o->ret_us, v) != 6) {
+            int got = sscanf(line, "op %d %d %d %" SCNd64 " %" SCNd64 " %47s %" SCNd64
+                                   " %" SCNd64, &o->key, &o->type, &o->client, &o->call_us,
+                             &o->ret_us, v, &o->rev, &o->mod_rev);
+            if (got != 6 && got != 8) {
                 r = -EINVAL;
                 break;
             }

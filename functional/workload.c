@@ -97,11 +97,15 @@ static void *kv_main(void *arg)
         if (rnd(k) % 2 == 0) {
             op.type = KV_FN_OP_PUT;
             snprintf(op.value, sizeof(op.value), "c%d-%llu", k->id, (unsigned long long)++seq);
+            kvc_put_result pr = {0};
             op.call_us = kv_fn_now_us();
             int r = kvc_put(k->kc, kb, (size_t)kl, op.value, strlen(op.value), NULL,
-                            cfg->op_timeout_ms, NULL, NULL);
+                            cfg->op_timeout_ms, &pr, NULL);
             op.ret_us = r == 0 ? kv_fn_now_us() : KV_FN_INF;
             ok = r == 0;
+            if (ok)
+                op.rev = pr.header.revision;
+            kvc_put_result_free(&pr);
             vec_push(&k->ops, &op);
         } else {
             op.type = KV_FN_OP_GET;
@@ -111,7 +115,9 @@ static void *kv_main(void *arg)
             op.ret_us = kv_fn_now_us();
             ok = r == 0;
             if (ok) {
+                op.rev = rr.header.revision;
                 if (rr.n_kvs > 0) {
+                    op.mod_rev = rr.kvs[0].mod_revision;
                     size_t l = rr.kvs[0].value_len < sizeof(op.value) - 1
                                    ? rr.kvs[0].value_len
                                    : sizeof(op.value) - 1;
