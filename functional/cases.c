@@ -37,6 +37,7 @@ const kv_fn_case kv_fn_cases[] = {
     C("RANDOM_DELAY_PEER_PORT_TX_RX_QUORUM", KV_FN_F_RANDOM_DELAY, KV_FN_T_QUORUM, 0),
     C("RANDOM_DELAY_PEER_PORT_TX_RX_ALL", KV_FN_F_RANDOM_DELAY, KV_FN_T_ALL, 0),
     C("FAILPOINTS", KV_FN_F_FAILPOINT_STALL, KV_FN_T_LEADER, 1),
+    C("LEADER_TRANSFER_UNDER_LOAD", KV_FN_F_MOVE_LEADER, KV_FN_T_LEADER, 0),
 };
 const size_t kv_fn_n_cases = sizeof(kv_fn_cases) / sizeof(kv_fn_cases[0]);
 
@@ -57,6 +58,8 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
         return "no follower in a 1-member cluster";
     if (is_network(k->fault) && c->n < 2)
         return "no peer traffic to proxy in a 1-member cluster";
+    if (k->fault == KV_FN_F_MOVE_LEADER && c->n < 2)
+        return "no follower to transfer leadership to in a 1-member cluster";
     if (k->fault == KV_FN_F_FAILPOINT_STALL && c->target == KV_FN_TARGET_ETCD)
         return "etcd 3.4 from Debian is built without gofail failpoints";
     return NULL;
@@ -79,6 +82,8 @@ static const char *fault_name(kv_fn_fault f)
         return "delay peer tx+rx 1000ms";
     case KV_FN_F_RANDOM_DELAY:
         return "delay peer tx+rx 600+-500ms";
+    case KV_FN_F_MOVE_LEADER:
+        return "MoveLeader";
     default:
         return "apply stall (SIGUSR1 failpoint)";
     }
@@ -285,6 +290,17 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall on */
             break;
+        case KV_FN_F_MOVE_LEADER: {
+            int to = (targets[i] + 1 + (int)((rng >> 33) % (uint64_t)(c->n - 1))) % c->n;
+            int r = kv_fn_cluster_move_leader(c, targets[i], to, 5000);
+            int now_leader = kv_fn_cluster_leader(c, 1000);
+            fl += (size_t)snprintf(fault_desc + fl, sizeof(fault_desc) - fl,
+                                   " to m%d: %s, leader now m%d", to, r ? "refused" : "ok",
+                                   now_leader);
+            if (r)
+                snprintf(err, sizeof(err), "MoveLeader to m%d failed (%d)", to, r);
+            break;
+        }
         default:
             break;
         }

@@ -13,6 +13,7 @@ typedef enum {
     KV_FN_F_DELAY,
     KV_FN_F_RANDOM_DELAY,
     KV_FN_F_FAILPOINT_STALL,
+    KV_FN_F_MOVE_LEADER,
 } kv_fn_fault;
 
 typedef enum { KV_FN_T_NONE, KV_FN_T_ONE_FOLLOWER, KV_FN_T_LEADER, KV_FN_T_QUORUM, KV_FN_T_ALL } kv_fn_sel;

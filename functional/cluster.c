@@ -407,3 +407,28 @@ int kv_fn_cluster_hash(kv_fn_cluster *c, kv_fn_hash_obs *obs, uint32_t timeout_m
     }
     return rev > 0 ? 0 : -EIO;
 }
+
+int kv_fn_cluster_move_leader(kv_fn_cluster *c, int from, int to, uint32_t timeout_ms)
+{
+    uint64_t l, id;
+    if (!c->m[to].member_id) {
+        if (member_status(&c->m[to], timeout_ms, &l, &id) != 0)
+            return -EIO;
+        c->m[to].member_id = id;
+    }
+    kvc_client *kc = NULL;
+    int r = open_client(&kc, c->m[from].endpoint, timeout_ms);
+    if (r)
+        return r;
+    Etcdserverpb__MoveLeaderRequest req = ETCDSERVERPB__MOVE_LEADER_REQUEST__INIT;
+    req.targetid = c->m[to].member_id;
+    uint8_t buf[32];
+    size_t len = etcdserverpb__move_leader_request__pack(&req, buf);
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    r = kvc_call_unary(kc, "/etcdserverpb.Maintenance/MoveLeader", buf, len, &resp, &resp_len,
+                       timeout_ms, 0, NULL);
+    kvc_free(resp);
+    kvc_close(kc);
+    return r;
+}

@@ -76,6 +76,8 @@ void kv_fn_cluster_stop(kv_fn_cluster *c);
 int kv_fn_cluster_leader(kv_fn_cluster *c, uint32_t timeout_ms);
 /* Waits until a Put through any member succeeds; returns ms waited or negative. */
 int kv_fn_cluster_wait_writable(kv_fn_cluster *c, uint32_t timeout_ms);
+/* Maintenance.MoveLeader sent to member `from` (the leader) with member `to` as target. */
+int kv_fn_cluster_move_leader(kv_fn_cluster *c, int from, int to, uint32_t timeout_ms);
 /* HashKV of every member at one revision. */
 int kv_fn_cluster_hash(kv_fn_cluster *c, kv_fn_hash_obs *obs, uint32_t timeout_ms);
 
