@@ -10,7 +10,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define C(name, f, s, q) {name, f, s, q, 0}
+#define C(name, f, s, q)                                                                           \
+    {                                                                                              \
+        name, f, s, q, 0                                                                           \
+    }
 const kv_fn_case kv_fn_cases[] = {
     C("NO_FAIL_WITH_STRESS", KV_FN_F_NONE, KV_FN_T_NONE, 1),
     {"NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS", KV_FN_F_NONE, KV_FN_T_NONE, 0, 1},
@@ -145,8 +148,8 @@ static int pick_targets(const kv_fn_case *k, kv_fn_cluster *c, uint64_t *rng, in
     return -1;
 }
 
-static void inject_history(kv_fn_inject inj, kv_fn_op **ops, size_t *n_ops,
-                           kv_fn_lease_ev **lev, size_t *n_lev, const kv_fn_lease_info *leases)
+static void inject_history(kv_fn_inject inj, kv_fn_op **ops, size_t *n_ops, kv_fn_lease_ev **lev,
+                           size_t *n_lev, const kv_fn_lease_info *leases)
 {
     if (inj == KV_FN_INJECT_STALE_READ) {
         /* A get after everything, returning a value that a later completed put overwrote. */
@@ -237,9 +240,14 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         snprintf(err, sizeof(err), "cluster not writable before the case");
         goto report;
     }
-    kv_fn_workload_cfg wc = {.cluster = c, .prefix = prefix, .kv_clients = k->no_stress ? 0 : 4,
-                             .keys = 8, .lease_clients = k->no_stress ? 0 : 1,
-                             .lease_ttl_s = 3, .op_timeout_ms = 2000, .seed = rng};
+    kv_fn_workload_cfg wc = {.cluster = c,
+                             .prefix = prefix,
+                             .kv_clients = k->no_stress ? 0 : 4,
+                             .keys = 8,
+                             .lease_clients = k->no_stress ? 0 : 1,
+                             .lease_ttl_s = 3,
+                             .op_timeout_ms = 2000,
+                             .seed = rng};
     if (wc.kv_clients + wc.lease_clients > 0 && kv_fn_workload_start(&w, &wc) != 0) {
         snprintf(err, sizeof(err), "cannot start the stressers");
         goto report;
@@ -254,8 +262,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     size_t fl = (size_t)snprintf(fault_desc, sizeof(fault_desc), "%s", fault_name(k->fault));
     for (int i = 0; i < nt; i++)
         fl += (size_t)snprintf(fault_desc + fl, sizeof(fault_desc) - fl, "%sm%d%s",
-                               i ? "," : " on ", targets[i],
-                               targets[i] == leader ? "(L)" : "");
+                               i ? "," : " on ", targets[i], targets[i] == leader ? "(L)" : "");
     uint64_t base_relayed = 0, base_dropped = 0;
     if (is_network(k->fault))
         for (int i = 0; i < nt; i++) {
@@ -389,8 +396,8 @@ stop:
     }
     kv_fn_workload_free(w);
 report:;
-    int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS ||
-                 v.lease != KV_FN_PASS || v.hash != KV_FN_PASS;
+    int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS || v.lease != KV_FN_PASS ||
+                 v.hash != KV_FN_PASS;
     char live[32];
     if (live_ms >= 0)
         snprintf(live, sizeof(live), "%dms", live_ms);

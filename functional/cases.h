@@ -16,21 +16,31 @@ typedef enum {
     KV_FN_F_MOVE_LEADER,
 } kv_fn_fault;
 
-typedef enum { KV_FN_T_NONE, KV_FN_T_ONE_FOLLOWER, KV_FN_T_LEADER, KV_FN_T_QUORUM, KV_FN_T_ALL } kv_fn_sel;
+typedef enum {
+    KV_FN_T_NONE,
+    KV_FN_T_ONE_FOLLOWER,
+    KV_FN_T_LEADER,
+    KV_FN_T_QUORUM,
+    KV_FN_T_ALL
+} kv_fn_sel;
 
 typedef struct kv_fn_case {
     const char *name;
     kv_fn_fault fault;
     kv_fn_sel sel;
-    int quick;        /* part of the quick profile */
-    int no_stress;    /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
+    int quick;     /* part of the quick profile */
+    int no_stress; /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
 } kv_fn_case;
 
 extern const kv_fn_case kv_fn_cases[];
 extern const size_t kv_fn_n_cases;
 
-typedef enum { KV_FN_INJECT_NONE, KV_FN_INJECT_STALE_READ, KV_FN_INJECT_LEASE_VANISH,
-               KV_FN_INJECT_LEASE_OUTLIVE } kv_fn_inject;
+typedef enum {
+    KV_FN_INJECT_NONE,
+    KV_FN_INJECT_STALE_READ,
+    KV_FN_INJECT_LEASE_VANISH,
+    KV_FN_INJECT_LEASE_OUTLIVE
+} kv_fn_inject;
 
 typedef struct kv_fn_run_opts {
     uint64_t seed;

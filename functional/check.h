@@ -34,9 +34,9 @@ typedef enum { KV_FN_OP_PUT = 0, KV_FN_OP_GET = 1 } kv_fn_op_type;
 /* One register operation. value: for a put the value written, for a get the value read
  * (NULL or "" = key absent). ret_us == KV_FN_INF: a put whose outcome is unknown. */
 typedef struct kv_fn_op {
-    int key;     /* register index (ops of different keys are checked independently) */
-    int type;    /* kv_fn_op_type */
-    int client;  /* for reports */
+    int key;    /* register index (ops of different keys are checked independently) */
+    int type;   /* kv_fn_op_type */
+    int client; /* for reports */
     int64_t call_us, ret_us;
     int64_t rev;     /* put: revision of the write (0 unknown); get: header revision */
     int64_t mod_rev; /* get: mod_revision of the value read (0 absent / not recorded) */
@@ -75,8 +75,8 @@ typedef struct kv_fn_lease_ev {
 } kv_fn_lease_ev;
 
 typedef struct kv_fn_lease_info {
-    int64_t ttl_us;  /* granted TTL */
-    int abandoned;   /* 1: never renewed after the grant */
+    int64_t ttl_us; /* granted TTL */
+    int abandoned;  /* 1: never renewed after the grant */
 } kv_fn_lease_info;
 
 /* A window during which the cluster had a fault injected, [start_us, heal_us]: heal_us is
@@ -100,16 +100,15 @@ typedef struct kv_fn_window {
  *     read with present == 0 of the same lease's key (the key is written once, at grant).
  */
 kv_fn_verdict kv_fn_lease_check(const kv_fn_lease_info *leases, size_t n_leases,
-                                const kv_fn_lease_ev *evs, size_t n_evs,
-                                const kv_fn_window *wins, size_t n_wins, int64_t slack_us,
-                                char *report, size_t cap);
+                                const kv_fn_lease_ev *evs, size_t n_evs, const kv_fn_window *wins,
+                                size_t n_wins, int64_t slack_us, char *report, size_t cap);
 
 /* ---- hash ---- */
 
 typedef struct kv_fn_hash_obs {
     int member;
-    int ok;            /* 0: the member did not answer (reported, counts as a failure) */
-    int64_t revision;  /* revision the hash was computed at (response header) */
+    int ok;           /* 0: the member did not answer (reported, counts as a failure) */
+    int64_t revision; /* revision the hash was computed at (response header) */
     uint32_t hash;
     int64_t compact_revision;
 } kv_fn_hash_obs;

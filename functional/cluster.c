@@ -104,7 +104,8 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     kv_fn_member *m = &c->m[i];
     if (m->pid)
         return 0;
-    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024], a_log[PATH_MAX];
+    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024],
+        a_log[PATH_MAX];
     snprintf(a_data, sizeof(a_data), "--data-dir=%s/data", m->dir);
     snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=http://127.0.0.1:%u", m->client_port);
     snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u", m->client_port);
@@ -114,8 +115,7 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     size_t len = (size_t)snprintf(a_ic, sizeof(a_ic), "--initial-cluster=");
     for (int k = 0; k < c->n; k++)
         len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%sm%d=http://127.0.0.1:%u",
-                                k ? "," : "", k,
-                                c->n > 1 ? c->m[k].proxy_port : c->m[k].peer_port);
+                                k ? "," : "", k, c->n > 1 ? c->m[k].proxy_port : c->m[k].peer_port);
     snprintf(a_log, sizeof(a_log), "%s/member.log", m->dir);
     const char *argv[24];
     int n = 0;
@@ -348,8 +348,7 @@ int kv_fn_cluster_wait_writable(kv_fn_cluster *c, uint32_t timeout_ms)
     return -ETIMEDOUT;
 }
 
-static int member_hash(const kv_fn_member *m, int64_t rev, uint32_t timeout_ms,
-                       kv_fn_hash_obs *o)
+static int member_hash(const kv_fn_member *m, int64_t rev, uint32_t timeout_ms, kv_fn_hash_obs *o)
 {
     kvc_client *kc = NULL;
     int r = open_client(&kc, m->endpoint, timeout_ms);

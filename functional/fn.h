@@ -44,12 +44,12 @@ typedef enum { KV_FN_TARGET_KVD = 0, KV_FN_TARGET_ETCD = 1 } kv_fn_target;
 typedef struct kv_fn_member {
     int idx;
     char name[16];
-    char dir[PATH_MAX];      /* member directory: data/ and member.log */
+    char dir[PATH_MAX]; /* member directory: data/ and member.log */
     uint16_t client_port, peer_port, proxy_port;
-    char endpoint[32];       /* 127.0.0.1:<client_port> */
-    pid_t pid;               /* 0 when not running */
-    int stopped;             /* SIGSTOP'd */
-    kv_fn_proxy *proxy;      /* NULL for a 1-member cluster */
+    char endpoint[32];  /* 127.0.0.1:<client_port> */
+    pid_t pid;          /* 0 when not running */
+    int stopped;        /* SIGSTOP'd */
+    kv_fn_proxy *proxy; /* NULL for a 1-member cluster */
     uint64_t member_id;
 } kv_fn_member;
 
@@ -57,10 +57,10 @@ typedef struct kv_fn_cluster {
     kv_fn_target target;
     int n;
     char bin[PATH_MAX];
-    char root[PATH_MAX];     /* run directory */
-    int failpoints;          /* kvd started with --enable-failpoints */
+    char root[PATH_MAX]; /* run directory */
+    int failpoints;      /* kvd started with --enable-failpoints */
     kv_fn_member m[KV_FN_MAX_MEMBERS];
-    char start_error[512];   /* first line(s) of a member's log when it refused to start */
+    char start_error[512]; /* first line(s) of a member's log when it refused to start */
 } kv_fn_cluster;
 
 /* Resolves the binary, picks ports, creates <root>/m<i>/. */
@@ -87,10 +87,10 @@ typedef struct kv_fn_workload kv_fn_workload;
 
 typedef struct kv_fn_workload_cfg {
     const kv_fn_cluster *cluster;
-    const char *prefix;   /* keys live under <prefix>/ */
-    int kv_clients;       /* register writers/readers */
-    int keys;             /* registers */
-    int lease_clients;    /* lease stressers (kept + abandoned leases) */
+    const char *prefix; /* keys live under <prefix>/ */
+    int kv_clients;     /* register writers/readers */
+    int keys;           /* registers */
+    int lease_clients;  /* lease stressers (kept + abandoned leases) */
     int64_t lease_ttl_s;
     uint32_t op_timeout_ms;
     uint64_t seed;
@@ -108,11 +108,10 @@ void kv_fn_workload_free(kv_fn_workload *w);
 
 /* History files: one record per line, text; read back by --check-history. */
 int kv_fn_history_write(const char *path, const kv_fn_op *ops, size_t n_ops,
-                        const kv_fn_lease_info *leases, size_t n_leases,
-                        const kv_fn_lease_ev *lev, size_t n_lev, const kv_fn_window *w,
-                        size_t n_w);
-int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops,
-                       kv_fn_lease_info **leases, size_t *n_leases, kv_fn_lease_ev **lev,
-                       size_t *n_lev, kv_fn_window **w, size_t *n_w);
+                        const kv_fn_lease_info *leases, size_t n_leases, const kv_fn_lease_ev *lev,
+                        size_t n_lev, const kv_fn_window *w, size_t n_w);
+int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops, kv_fn_lease_info **leases,
+                       size_t *n_leases, kv_fn_lease_ev **lev, size_t *n_lev, kv_fn_window **w,
+                       size_t *n_w);
 
 #endif

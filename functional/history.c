@@ -8,19 +8,19 @@
 #include <string.h>
 
 int kv_fn_history_write(const char *path, const kv_fn_op *ops, size_t n_ops,
-                        const kv_fn_lease_info *leases, size_t n_leases,
-                        const kv_fn_lease_ev *lev, size_t n_lev, const kv_fn_window *w,
-                        size_t n_w)
+                        const kv_fn_lease_info *leases, size_t n_leases, const kv_fn_lease_ev *lev,
+                        size_t n_lev, const kv_fn_window *w, size_t n_w)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return -errno;
-    fprintf(f, "# kvfunctional history v1: op key type(0 put,1 get) client call_us ret_us "
-               "value(- absent; ret -1 unknown) rev mod_rev | lease idx ttl_us abandoned | lev lease "
-               "type(0 renew,1 read) present call_us ret_us | win start_us heal_us\n");
+    fprintf(f,
+            "# kvfunctional history v1: op key type(0 put,1 get) client call_us ret_us "
+            "value(- absent; ret -1 unknown) rev mod_rev | lease idx ttl_us abandoned | lev lease "
+            "type(0 renew,1 read) present call_us ret_us | win start_us heal_us\n");
     for (size_t i = 0; i < n_ops; i++)
-        fprintf(f, "op %d %d %d %" PRId64 " %" PRId64 " %s %" PRId64 " %" PRId64 "\n",
-                ops[i].key, ops[i].type, ops[i].client, ops[i].call_us,
+        fprintf(f, "op %d %d %d %" PRId64 " %" PRId64 " %s %" PRId64 " %" PRId64 "\n", ops[i].key,
+                ops[i].type, ops[i].client, ops[i].call_us,
                 ops[i].ret_us == KV_FN_INF ? -1 : ops[i].ret_us,
                 ops[i].value[0] ? ops[i].value : "-", ops[i].rev, ops[i].mod_rev);
     for (size_t i = 0; i < n_leases; i++)
@@ -46,9 +46,9 @@ static int grow(void **a, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
-int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops,
-                       kv_fn_lease_info **leases, size_t *n_leases, kv_fn_lease_ev **lev,
-                       size_t *n_lev, kv_fn_window **w, size_t *n_w)
+int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops, kv_fn_lease_info **leases,
+                       size_t *n_leases, kv_fn_lease_ev **lev, size_t *n_lev, kv_fn_window **w,
+                       size_t *n_w)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -68,9 +68,9 @@ int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops,
             kv_fn_op *o = &(*ops)[*n_ops];
             memset(o, 0, sizeof(*o));
             char v[48];
-            int got = sscanf(line, "op %d %d %d %" SCNd64 " %" SCNd64 " %47s %" SCNd64
-                                   " %" SCNd64, &o->key, &o->type, &o->client, &o->call_us,
-                             &o->ret_us, v, &o->rev, &o->mod_rev);
+            int got = sscanf(line, "op %d %d %d %" SCNd64 " %" SCNd64 " %47s %" SCNd64 " %" SCNd64,
+                             &o->key, &o->type, &o->client, &o->call_us, &o->ret_us, v, &o->rev,
+                             &o->mod_rev);
             if (got != 6 && got != 8) {
                 r = -EINVAL;
                 break;
@@ -93,8 +93,8 @@ int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops,
             if ((r = grow((void **)lev, &c3, *n_lev, sizeof(**lev))))
                 break;
             kv_fn_lease_ev *e = &(*lev)[*n_lev];
-            if (sscanf(line, "lev %d %d %d %" SCNd64 " %" SCNd64, &e->lease, &e->type,
-                       &e->present, &e->call_us, &e->ret_us) != 5) {
+            if (sscanf(line, "lev %d %d %d %" SCNd64 " %" SCNd64, &e->lease, &e->type, &e->present,
+                       &e->call_us, &e->ret_us) != 5) {
                 r = -EINVAL;
                 break;
             }

@@ -30,9 +30,8 @@ static int ev_cmp(const void *a, const void *b)
 }
 
 kv_fn_verdict kv_fn_lease_check(const kv_fn_lease_info *leases, size_t n_leases,
-                                const kv_fn_lease_ev *evs, size_t n_evs,
-                                const kv_fn_window *wins, size_t n_wins, int64_t slack_us,
-                                char *report, size_t cap)
+                                const kv_fn_lease_ev *evs, size_t n_evs, const kv_fn_window *wins,
+                                size_t n_wins, int64_t slack_us, char *report, size_t cap)
 {
     if (report && cap)
         report[0] = '\0';
@@ -81,8 +80,7 @@ kv_fn_verdict kv_fn_lease_check(const kv_fn_lease_info *leases, size_t n_leases,
             }
             if (rd->present) {
                 for (size_t q = i; q < j; q++)
-                    if (s[q].type == KV_FN_LEV_READ && !s[q].present &&
-                        s[q].ret_us < rd->call_us) {
+                    if (s[q].type == KV_FN_LEV_READ && !s[q].present && s[q].ret_us < rd->call_us) {
                         rep(report, cap,
                             "R3 lease %d: key present in read [%.3f, %.3f] after it was "
                             "observed gone in read [%.3f, %.3f]; ",

@@ -150,9 +150,8 @@ static void fmt_op(char *buf, size_t cap, const kv_fn_op *o)
     else
         snprintf(ret, sizeof(ret), "%.6f", o->ret_us / 1e6);
     snprintf(buf, cap, "c%d %s(k%d)%s%s [%.6f, %s]", o->client,
-             o->type == KV_FN_OP_PUT ? "put" : "get", o->key,
-             o->type == KV_FN_OP_PUT ? "=" : "->", o->value[0] ? o->value : "<absent>",
-             o->call_us / 1e6, ret);
+             o->type == KV_FN_OP_PUT ? "put" : "get", o->key, o->type == KV_FN_OP_PUT ? "=" : "->",
+             o->value[0] ? o->value : "<absent>", o->call_us / 1e6, ret);
 }
 
 /* Caps the memoisation cache (entries); beyond it the verdict is UNKNOWN. */
@@ -317,9 +316,10 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
     {
         char b[160];
         fmt_op(b, sizeof(b), &ops[best_op]);
-        rep(report, cap, "not linearizable: %s cannot be placed (best partial order linearized %d of %zu ops, register then held %s); concurrent window:",
-            b, best, n,
-            best_state ? ops[best_state - 1].value : "<absent>");
+        rep(report, cap,
+            "not linearizable: %s cannot be placed (best partial order linearized %d of %zu ops, "
+            "register then held %s); concurrent window:",
+            b, best, n, best_state ? ops[best_state - 1].value : "<absent>");
         int shown = 0;
         for (size_t i = 0; i < n && shown < 8; i++) {
             const kv_fn_op *o = &ops[i];

@@ -16,11 +16,10 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
-            "                    [--seed N] [--target kvd|etcd] [--keep]\n"
-            "                    [--inject-bug stale-read|lease-vanish|lease-outlive]\n"
-            "                    [--list] [--check-history FILE]\n");
+    fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
+               "                    [--seed N] [--target kvd|etcd] [--keep]\n"
+               "                    [--inject-bug stale-read|lease-vanish|lease-outlive]\n"
+               "                    [--list] [--check-history FILE]\n");
 }
 
 static int rm_cb(const char *p, const struct stat *s, int flag, struct FTW *f)
@@ -35,8 +34,12 @@ int main(int argc, char **argv)
 {
     const char *cases_re = NULL, *profile = "quick", *target = "kvd", *check = NULL;
     int members = 3, list = 0;
-    kv_fn_run_opts o = {.seed = 1, .pre_ms = 1500, .hold_ms = 3000, .post_ms = 1500,
-                        .live_bound_ms = 20000, .lin_budget_ms = 20000,
+    kv_fn_run_opts o = {.seed = 1,
+                        .pre_ms = 1500,
+                        .hold_ms = 3000,
+                        .post_ms = 1500,
+                        .live_bound_ms = 20000,
+                        .lin_budget_ms = 20000,
                         .lease_slack_us = 3000000};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -129,8 +132,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const char *tmp = getenv("TMPDIR");
     char root[512];
-    snprintf(root, sizeof(root), "%s/kvfunctional-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
-             target);
+    snprintf(root, sizeof(root), "%s/kvfunctional-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", target);
     if (!mkdtemp(root)) {
         perror("kvfunctional: mkdtemp");
         return 2;

@@ -94,8 +94,8 @@ kv_fn_verdict kv_fn_rev_check(const kv_fn_op *ops, size_t n, char *report, size_
             bad++;
         } else if (o->type == KV_FN_OP_GET && o->rev < need) {
             rep(report, cap,
-                "V4 stale read: get(k%d) [%.6f, %.6f] saw revision %" PRId64 " but revision %" PRId64
-                " was acknowledged before it was invoked; ",
+                "V4 stale read: get(k%d) [%.6f, %.6f] saw revision %" PRId64
+                " but revision %" PRId64 " was acknowledged before it was invoked; ",
                 o->key, o->call_us / 1e6, o->ret_us / 1e6, o->rev, need);
             bad++;
         }

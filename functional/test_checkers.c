@@ -13,16 +13,16 @@
 
 static kv_fn_op P(int key, int client, int64_t call, int64_t ret, const char *v)
 {
-    kv_fn_op o = {.key = key, .type = KV_FN_OP_PUT, .client = client, .call_us = call,
-                  .ret_us = ret};
+    kv_fn_op o = {
+        .key = key, .type = KV_FN_OP_PUT, .client = client, .call_us = call, .ret_us = ret};
     snprintf(o.value, sizeof(o.value), "%s", v);
     return o;
 }
 
 static kv_fn_op G(int key, int client, int64_t call, int64_t ret, const char *v)
 {
-    kv_fn_op o = {.key = key, .type = KV_FN_OP_GET, .client = client, .call_us = call,
-                  .ret_us = ret};
+    kv_fn_op o = {
+        .key = key, .type = KV_FN_OP_GET, .client = client, .call_us = call, .ret_us = ret};
     snprintf(o.value, sizeof(o.value), "%s", v ? v : "");
     return o;
 }
@@ -32,7 +32,7 @@ static char rep[4096];
 Test(lin, sequential_history_passes)
 {
     kv_fn_op h[] = {G(0, 0, 0, 10, NULL), P(0, 0, 20, 30, "a"), G(0, 1, 40, 50, "a"),
-                    P(0, 1, 60, 70, "b"),  G(0, 0, 80, 90, "b")};
+                    P(0, 1, 60, 70, "b"), G(0, 0, 80, 90, "b")};
     cr_assert_eq(kv_fn_lin_check(h, 5, 1000, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
 }
 
@@ -69,16 +69,13 @@ Test(lin, lost_write_is_caught)
 
 Test(lin, unknown_put_may_or_may_not_apply)
 {
-    kv_fn_op applied[] = {P(0, 0, 0, 10, "a"), P(0, 1, 20, KV_FN_INF, "x"),
-                          G(0, 2, 500, 510, "x")};
+    kv_fn_op applied[] = {P(0, 0, 0, 10, "a"), P(0, 1, 20, KV_FN_INF, "x"), G(0, 2, 500, 510, "x")};
     cr_assert_eq(kv_fn_lin_check(applied, 3, 1000, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
     kv_fn_op not_applied[] = {P(0, 0, 0, 10, "a"), P(0, 1, 20, KV_FN_INF, "x"),
                               G(0, 2, 500, 510, "a")};
-    cr_assert_eq(kv_fn_lin_check(not_applied, 3, 1000, rep, sizeof(rep)), KV_FN_PASS, "%s",
-                 rep);
+    cr_assert_eq(kv_fn_lin_check(not_applied, 3, 1000, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
     /* ...but not before it was invoked. */
-    kv_fn_op early[] = {P(0, 0, 0, 10, "a"), G(0, 2, 11, 15, "x"),
-                        P(0, 1, 20, KV_FN_INF, "x")};
+    kv_fn_op early[] = {P(0, 0, 0, 10, "a"), G(0, 2, 11, 15, "x"), P(0, 1, 20, KV_FN_INF, "x")};
     cr_assert_eq(kv_fn_lin_check(early, 3, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
 }
 
@@ -146,16 +143,21 @@ static kv_fn_lease_ev R(int l, int64_t c, int64_t r)
 
 static kv_fn_lease_ev Rd(int l, int present, int64_t c, int64_t r)
 {
-    return (kv_fn_lease_ev){.lease = l, .type = KV_FN_LEV_READ, .present = present,
-                            .call_us = c, .ret_us = r};
+    return (kv_fn_lease_ev){
+        .lease = l, .type = KV_FN_LEV_READ, .present = present, .call_us = c, .ret_us = r};
 }
 
 Test(lease, renewed_lease_and_expired_abandoned_lease_pass)
 {
     kv_fn_lease_info li[] = {{.ttl_us = 3 * S}, {.ttl_us = 3 * S, .abandoned = 1}};
-    kv_fn_lease_ev ev[] = {R(0, 0, S / 100), R(0, S, S + 1000), Rd(0, 1, 2 * S, 2 * S + 1000),
-                           R(0, 2 * S, 2 * S + 500), Rd(0, 1, 4 * S, 4 * S + 1000),
-                           R(1, 0, 1000), Rd(1, 1, S, S + 100), Rd(1, 0, 4 * S, 4 * S + 100),
+    kv_fn_lease_ev ev[] = {R(0, 0, S / 100),
+                           R(0, S, S + 1000),
+                           Rd(0, 1, 2 * S, 2 * S + 1000),
+                           R(0, 2 * S, 2 * S + 500),
+                           Rd(0, 1, 4 * S, 4 * S + 1000),
+                           R(1, 0, 1000),
+                           Rd(1, 1, S, S + 100),
+                           Rd(1, 0, 4 * S, 4 * S + 100),
                            Rd(1, 0, 5 * S, 5 * S + 100)};
     cr_assert_eq(kv_fn_lease_check(li, 2, ev, 9, NULL, 0, 2 * S, rep, sizeof(rep)), KV_FN_PASS,
                  "%s", rep);
@@ -188,11 +190,11 @@ Test(lease, abandoned_lease_outliving_ttl_is_caught)
                  "%s", rep);
     /* A fault healed at 4s restarts the clock: present at 6s is allowed, at 10s not. */
     kv_fn_window w[] = {{.start_us = 2 * S, .heal_us = 4 * S}};
-    cr_assert_eq(kv_fn_lease_check(li, 1, ev, 2, w, 1, 2 * S, rep, sizeof(rep)), KV_FN_PASS,
-                 "%s", rep);
+    cr_assert_eq(kv_fn_lease_check(li, 1, ev, 2, w, 1, 2 * S, rep, sizeof(rep)), KV_FN_PASS, "%s",
+                 rep);
     kv_fn_lease_ev late[] = {R(0, 0, 1000), Rd(0, 1, 10 * S, 10 * S + 1000)};
-    cr_assert_eq(kv_fn_lease_check(li, 1, late, 2, w, 1, 2 * S, rep, sizeof(rep)), KV_FN_FAIL,
-                 "%s", rep);
+    cr_assert_eq(kv_fn_lease_check(li, 1, late, 2, w, 1, 2 * S, rep, sizeof(rep)), KV_FN_FAIL, "%s",
+                 rep);
 }
 
 Test(lease, revoked_key_coming_back_is_caught)
@@ -209,11 +211,11 @@ Test(lease, revoked_key_coming_back_is_caught)
 
 Test(hash, equal_hashes_pass_and_mismatch_is_caught)
 {
-    kv_fn_hash_obs ok[] = {{0, 1, 100, 0xdeadbeef, 0}, {1, 1, 100, 0xdeadbeef, 0},
-                           {2, 1, 100, 0xdeadbeef, 0}};
+    kv_fn_hash_obs ok[] = {
+        {0, 1, 100, 0xdeadbeef, 0}, {1, 1, 100, 0xdeadbeef, 0}, {2, 1, 100, 0xdeadbeef, 0}};
     cr_assert_eq(kv_fn_hash_check(ok, 3, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
-    kv_fn_hash_obs bad[] = {{0, 1, 100, 0xdeadbeef, 0}, {1, 1, 100, 0xdeadbeee, 0},
-                            {2, 1, 100, 0xdeadbeef, 0}};
+    kv_fn_hash_obs bad[] = {
+        {0, 1, 100, 0xdeadbeef, 0}, {1, 1, 100, 0xdeadbeee, 0}, {2, 1, 100, 0xdeadbeef, 0}};
     cr_assert_eq(kv_fn_hash_check(bad, 3, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
     cr_assert(strstr(rep, "MISMATCH") != NULL, "%s", rep);
     kv_fn_hash_obs rev[] = {{0, 1, 100, 1, 0}, {1, 1, 99, 1, 0}};
@@ -228,18 +230,19 @@ Test(lease, replay_of_etcd_stale_leader_revoke_is_caught)
 {
     const char *src = getenv("KV_SOURCE_DIR");
     char path[4096];
-    snprintf(path, sizeof(path), "%s/functional/testdata/etcd-3.4.23-sigstop-leader-lease-revoked.history",
+    snprintf(path, sizeof(path),
+             "%s/functional/testdata/etcd-3.4.23-sigstop-leader-lease-revoked.history",
              src ? src : ".");
     kv_fn_op *ops;
     kv_fn_lease_info *l;
     kv_fn_lease_ev *ev;
     kv_fn_window *w;
     size_t n_ops, n_l, n_ev, n_w;
-    cr_assert_eq(kv_fn_history_read(path, &ops, &n_ops, &l, &n_l, &ev, &n_ev, &w, &n_w), 0,
-                 "%s", path);
+    cr_assert_eq(kv_fn_history_read(path, &ops, &n_ops, &l, &n_l, &ev, &n_ev, &w, &n_w), 0, "%s",
+                 path);
     cr_assert(n_l > 0 && n_ev > 0 && n_w == 1);
-    cr_assert_eq(kv_fn_lease_check(l, n_l, ev, n_ev, w, n_w, 3 * S, rep, sizeof(rep)),
-                 KV_FN_FAIL, "%s", rep);
+    cr_assert_eq(kv_fn_lease_check(l, n_l, ev, n_ev, w, n_w, 3 * S, rep, sizeof(rep)), KV_FN_FAIL,
+                 "%s", rep);
     cr_assert(strstr(rep, "R1 lease 0") && strstr(rep, "R1 lease 1") && strstr(rep, "R1 lease 2"),
               "%s", rep);
     /* Without the three reads that saw the keys gone, the rest of the history is clean. */
@@ -276,9 +279,8 @@ static kv_fn_op GR(int key, int64_t call, int64_t ret, const char *v, int64_t re
 
 Test(rev, consistent_history_passes)
 {
-    kv_fn_op h[] = {PR(0, 0, 10, "a", 2), PR(1, 5, 20, "b", 3), GR(0, 30, 40, "a", 3, 2),
-                    PR(0, 35, 50, "c", 4), GR(1, 60, 70, "b", 4, 3),
-                    PR(1, 80, KV_FN_INF, "d", 0)};
+    kv_fn_op h[] = {PR(0, 0, 10, "a", 2),  PR(1, 5, 20, "b", 3),     GR(0, 30, 40, "a", 3, 2),
+                    PR(0, 35, 50, "c", 4), GR(1, 60, 70, "b", 4, 3), PR(1, 80, KV_FN_INF, "d", 0)};
     cr_assert_eq(kv_fn_rev_check(h, 6, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
 }
 

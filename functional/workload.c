@@ -118,9 +118,8 @@ static void *kv_main(void *arg)
                 op.rev = rr.header.revision;
                 if (rr.n_kvs > 0) {
                     op.mod_rev = rr.kvs[0].mod_revision;
-                    size_t l = rr.kvs[0].value_len < sizeof(op.value) - 1
-                                   ? rr.kvs[0].value_len
-                                   : sizeof(op.value) - 1;
+                    size_t l = rr.kvs[0].value_len < sizeof(op.value) - 1 ? rr.kvs[0].value_len
+                                                                          : sizeof(op.value) - 1;
                     memcpy(op.value, rr.kvs[0].value, l);
                     op.value[l] = '\0';
                 }
@@ -215,8 +214,8 @@ static void *lease_main(void *arg)
                 int64_t c1 = kv_fn_now_us();
                 count(k, r == 0);
                 if (r == 0 && kr.ttl > 0) {
-                    kv_fn_lease_ev e = {.lease = s->idx, .type = KV_FN_LEV_RENEW, .call_us = c0,
-                                        .ret_us = c1};
+                    kv_fn_lease_ev e = {
+                        .lease = s->idx, .type = KV_FN_LEV_RENEW, .call_us = c0, .ret_us = c1};
                     vec_push(&k->lev, &e);
                     s->next_renew_us = c0 + s->ttl_us / 3;
                 } else if (r == 0) {
@@ -232,8 +231,11 @@ static void *lease_main(void *arg)
                 int64_t c1 = kv_fn_now_us();
                 count(k, r == 0);
                 if (r == 0) {
-                    kv_fn_lease_ev e = {.lease = s->idx, .type = KV_FN_LEV_READ,
-                                        .present = rr.n_kvs > 0, .call_us = c0, .ret_us = c1};
+                    kv_fn_lease_ev e = {.lease = s->idx,
+                                        .type = KV_FN_LEV_READ,
+                                        .present = rr.n_kvs > 0,
+                                        .call_us = c0,
+                                        .ret_us = c1};
                     vec_push(&k->lev, &e);
                     if (abandoned && !e.present) {
                         if (s->gone_seen)
