@@ -1,0 +1,65 @@
+/* cases: the fault cases of the functional suite and how one is run (see README.md). */
+#ifndef KV_FN_CASES_H
+#define KV_FN_CASES_H
+
+#include "fn.h"
+
+typedef enum {
+    KV_FN_F_NONE,
+    KV_FN_F_SIGTERM,
+    KV_FN_F_SIGKILL,
+    KV_FN_F_SIGSTOP,
+    KV_FN_F_BLACKHOLE,
+    KV_FN_F_DELAY,
+    KV_FN_F_RANDOM_DELAY,
+    KV_FN_F_FAILPOINT_STALL,
+    KV_FN_F_MOVE_LEADER,
+} kv_fn_fault;
+
+typedef enum {
+    KV_FN_T_NONE,
+    KV_FN_T_ONE_FOLLOWER,
+    KV_FN_T_LEADER,
+    KV_FN_T_QUORUM,
+    KV_FN_T_ALL
+} kv_fn_sel;
+
+typedef struct kv_fn_case {
+    const char *name;
+    kv_fn_fault fault;
+    kv_fn_sel sel;
+    int quick;     /* part of the quick profile */
+    int no_stress; /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
+} kv_fn_case;
+
+extern const kv_fn_case kv_fn_cases[];
+extern const size_t kv_fn_n_cases;
+
+typedef enum {
+    KV_FN_INJECT_NONE,
+    KV_FN_INJECT_STALE_READ,
+    KV_FN_INJECT_LEASE_VANISH,
+    KV_FN_INJECT_LEASE_OUTLIVE
+} kv_fn_inject;
+
+typedef struct kv_fn_run_opts {
+    uint64_t seed;
+    uint32_t pre_ms, hold_ms, post_ms, live_bound_ms, lin_budget_ms;
+    int64_t lease_slack_us;
+    kv_fn_inject inject;
+    int keep_all;
+    const char *root;
+} kv_fn_run_opts;
+
+typedef enum { KV_FN_RES_PASS, KV_FN_RES_FAIL, KV_FN_RES_SKIP } kv_fn_result;
+
+/* Reason a case cannot run on this cluster (NULL: it can). */
+const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c);
+
+/* Runs one case on a running cluster; prints its line to stdout. */
+kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_run_opts *o);
+
+/* Runs the checkers on a history file and prints the verdicts; 0 if all pass. */
+int kv_fn_check_file(const char *path, const kv_fn_run_opts *o);
+
+#endif

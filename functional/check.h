@@ -1,0 +1,119 @@
+/*
+ * check: the functional suite's checkers, pure functions over recorded histories (no I/O,
+ * no threads), so they are unit-tested with hand-made histories (test_checkers.c) and can be
+ * re-run offline on a history file kept from a failed case (kvfunctional --check-history).
+ *
+ * - Linearizability of single-key registers (put / linearizable get with unique values):
+ *   Wing-Gong / Lowe search with memoisation of (linearized set, state), per key
+ *   (P-compositionality, as Porcupine does). A put whose outcome is unknown (timeout, lost
+ *   connection) may or may not have taken effect: it is given an infinite completion time.
+ *   Bounded: the search gives up after budget_ms (verdict KV_FN_UNKNOWN, never "pass").
+ * - Lease model: a key on a lease renewed in time is never observed missing; a key on an
+ *   abandoned lease is observed gone by deadline (see kv_fn_lease_check); a key that was
+ *   observed gone never comes back.
+ * - Hash: all members report the same HashKV at the same revision.
+ *
+ * Times are microseconds on one monotonic clock. Functions return a kv_fn_verdict and write
+ * a human-readable report (NUL-terminated, truncated to cap) naming the offending operations.
+ * Threads: none; callers own all memory passed in.
+ */
+#ifndef KV_FN_CHECK_H
+#define KV_FN_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { KV_FN_PASS = 0, KV_FN_FAIL = 1, KV_FN_UNKNOWN = 2 } kv_fn_verdict;
+
+const char *kv_fn_verdict_name(kv_fn_verdict v);
+
+#define KV_FN_INF INT64_MAX
+
+typedef enum { KV_FN_OP_PUT = 0, KV_FN_OP_GET = 1 } kv_fn_op_type;
+
+/* One register operation. value: for a put the value written, for a get the value read
+ * (NULL or "" = key absent). ret_us == KV_FN_INF: a put whose outcome is unknown. */
+typedef struct kv_fn_op {
+    int key;    /* register index (ops of different keys are checked independently) */
+    int type;   /* kv_fn_op_type */
+    int client; /* for reports */
+    int64_t call_us, ret_us;
+    int64_t rev;     /* put: revision of the write (0 unknown); get: header revision */
+    int64_t mod_rev; /* get: mod_revision of the value read (0 absent / not recorded) */
+    char value[48];
+} kv_fn_op;
+
+/* Checks ops[0..n) (any order, any keys). Returns the worst verdict over all keys. */
+kv_fn_verdict kv_fn_lin_check(const kv_fn_op *ops, size_t n, uint32_t budget_ms, char *report,
+                              size_t cap);
+
+/* Revision model (all keys together; ops with rev 0 are ignored):
+ *  V1 unique: two acknowledged puts never share a revision.
+ *  V2 real-time order: a put acknowledged before another put was invoked has a smaller
+ *     revision.
+ *  V3 value/revision agree: a get returning the value of an acknowledged put returns that
+ *     put's revision as mod_revision, and its header revision is not below it.
+ *  V4 no stale snapshot: a get's header revision is at least the revision of every put
+ *     acknowledged before the get was invoked (on any key).
+ */
+kv_fn_verdict kv_fn_rev_check(const kv_fn_op *ops, size_t n, char *report, size_t cap);
+
+/* ---- lease model ---- */
+
+typedef enum {
+    KV_FN_LEV_RENEW = 0, /* a renewal sent at call_us was acknowledged (ttl > 0) at ret_us;
+                            the grant counts as the first renewal */
+    KV_FN_LEV_READ = 1   /* a linearizable read of the lease's key in [call_us, ret_us]:
+                            present = 1 if the key existed */
+} kv_fn_lev_type;
+
+typedef struct kv_fn_lease_ev {
+    int lease; /* index of the lease in this history */
+    int type;  /* kv_fn_lev_type */
+    int present;
+    int64_t call_us, ret_us;
+} kv_fn_lease_ev;
+
+typedef struct kv_fn_lease_info {
+    int64_t ttl_us; /* granted TTL */
+    int abandoned;  /* 1: never renewed after the grant */
+} kv_fn_lease_info;
+
+/* A window during which the cluster had a fault injected, [start_us, heal_us]: heal_us is
+ * when the cluster served a write again after the fault was removed. A lease's expiry clock
+ * may restart at heal_us (a restarted or newly elected leader re-arms every lease with its
+ * full TTL, as etcd does), so abandoned-lease deadlines are taken from max(last renewal,
+ * last heal) and no deadline applies to reads inside a window. */
+typedef struct kv_fn_window {
+    int64_t start_us, heal_us;
+} kv_fn_window;
+
+/* Rules (per lease):
+ *  R1 renewed-never-missing: a read with present == 0 whose ret_us is earlier than
+ *     (call_us of the latest renewal acknowledged before the read's call_us) + ttl.
+ *     (The server re-arms the lease at some time after the renewal was sent, so the lease
+ *     is alive at least until send time + ttl.)
+ *  R2 abandoned-vanishes: for an abandoned lease, a read with present == 1 whose call_us is
+ *     later than max(last acknowledged renewal ret_us, heal_us of the last window that
+ *     ended before the read) + ttl + slack_us, unless the read started inside a window.
+ *  R3 never-comes-back: a read with present == 1 whose call_us is after the ret_us of a
+ *     read with present == 0 of the same lease's key (the key is written once, at grant).
+ */
+kv_fn_verdict kv_fn_lease_check(const kv_fn_lease_info *leases, size_t n_leases,
+                                const kv_fn_lease_ev *evs, size_t n_evs, const kv_fn_window *wins,
+                                size_t n_wins, int64_t slack_us, char *report, size_t cap);
+
+/* ---- hash ---- */
+
+typedef struct kv_fn_hash_obs {
+    int member;
+    int ok;           /* 0: the member did not answer (reported, counts as a failure) */
+    int64_t revision; /* revision the hash was computed at (response header) */
+    uint32_t hash;
+    int64_t compact_revision;
+} kv_fn_hash_obs;
+
+/* PASS when every member answered with the same revision and hash. */
+kv_fn_verdict kv_fn_hash_check(const kv_fn_hash_obs *obs, size_t n, char *report, size_t cap);
+
+#endif

@@ -1,0 +1,366 @@
+/*
+ * workload: the stressers of a case (fn.h). KV clients put unique values to and read
+ * (linearizable) a few register keys through libkvclient, each client preferring a different
+ * member (all members listed, so the client fails over). Lease clients grant leases with one
+ * key each: "kept" leases are renewed every TTL/3 with a single keepalive round trip whose
+ * send and acknowledgement times are recorded, "abandoned" leases are never renewed; both
+ * kinds of keys are read back to feed the lease model.
+ * Every operation records its invocation and completion time; a put that failed has an
+ * unknown outcome (KV_FN_INF completion). After a failure a client pauses 100 ms so that an
+ * outage does not flood the history with unknown ops.
+ */
+#include "fn.h"
+
+#include "kvclient.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct vec {
+    void *a;
+    size_t n, cap, sz;
+} vec;
+
+static int vec_push(vec *v, const void *x)
+{
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? v->cap * 2 : 256;
+        void *na = realloc(v->a, nc * v->sz);
+        if (!na)
+            return -ENOMEM;
+        v->a = na;
+        v->cap = nc;
+    }
+    memcpy((char *)v->a + v->n * v->sz, x, v->sz);
+    v->n++;
+    return 0;
+}
+
+typedef struct worker {
+    struct kv_fn_workload *w;
+    int id;
+    int is_lease;
+    pthread_t th;
+    kvc_client *kc;
+    uint64_t rng;
+    vec ops;    /* kv_fn_op */
+    vec leases; /* kv_fn_lease_info (lease workers; indices local) */
+    vec lev;    /* kv_fn_lease_ev */
+    uint64_t attempts;
+} worker;
+
+struct kv_fn_workload {
+    kv_fn_workload_cfg cfg;
+    atomic_int stop;
+    atomic_uint_fast64_t n_ok, n_failed;
+    worker *workers;
+    int n_workers;
+    /* merged at stop */
+    vec ops, leases, lev;
+};
+
+static uint64_t rnd(worker *k)
+{
+    k->rng = k->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return k->rng >> 33;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void count(worker *k, int ok)
+{
+    if (ok)
+        atomic_fetch_add(&k->w->n_ok, 1);
+    else
+        atomic_fetch_add(&k->w->n_failed, 1);
+}
+
+static void *kv_main(void *arg)
+{
+    worker *k = arg;
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    uint64_t seq = 0;
+    while (!atomic_load(&k->w->stop)) {
+        int key = (int)(rnd(k) % (uint64_t)cfg->keys);
+        char kb[128];
+        int kl = snprintf(kb, sizeof(kb), "%s/reg/%d", cfg->prefix, key);
+        kv_fn_op op = {.key = key, .client = k->id};
+        int ok;
+        if (rnd(k) % 2 == 0) {
+            op.type = KV_FN_OP_PUT;
+            snprintf(op.value, sizeof(op.value), "c%d-%llu", k->id, (unsigned long long)++seq);
+            kvc_put_result pr = {0};
+            op.call_us = kv_fn_now_us();
+            int r = kvc_put(k->kc, kb, (size_t)kl, op.value, strlen(op.value), NULL,
+                            cfg->op_timeout_ms, &pr, NULL);
+            op.ret_us = r == 0 ? kv_fn_now_us() : KV_FN_INF;
+            ok = r == 0;
+            if (ok)
+                op.rev = pr.header.revision;
+            kvc_put_result_free(&pr);
+            vec_push(&k->ops, &op);
+        } else {
+            op.type = KV_FN_OP_GET;
+            kvc_range_result rr = {0};
+            op.call_us = kv_fn_now_us();
+            int r = kvc_get(k->kc, kb, (size_t)kl, NULL, cfg->op_timeout_ms, &rr, NULL);
+            op.ret_us = kv_fn_now_us();
+            ok = r == 0;
+            if (ok) {
+                op.rev = rr.header.revision;
+                if (rr.n_kvs > 0) {
+                    op.mod_rev = rr.kvs[0].mod_revision;
+                    size_t l = rr.kvs[0].value_len < sizeof(op.value) - 1 ? rr.kvs[0].value_len
+                                                                          : sizeof(op.value) - 1;
+                    memcpy(op.value, rr.kvs[0].value, l);
+                    op.value[l] = '\0';
+                }
+                vec_push(&k->ops, &op);
+            }
+            kvc_range_result_free(&rr);
+        }
+        count(k, ok);
+        if (!ok)
+            sleep_ms(100);
+    }
+    return NULL;
+}
+
+typedef struct lease_slot {
+    int idx; /* local lease index */
+    int64_t id;
+    int64_t ttl_us;
+    int abandoned;
+    int64_t next_renew_us, next_read_us;
+    int gone_seen; /* abandoned: observed gone; read once more then retire */
+    int active;
+    char key[128];
+} lease_slot;
+
+#define LEASE_KEPT 3
+#define LEASE_ABANDONED 4
+
+static int lease_new(worker *k, lease_slot *s, int abandoned)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kvc_lease_grant_result g = {0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_lease_grant(k->kc, cfg->lease_ttl_s, 0, 0, cfg->op_timeout_ms, &g, NULL);
+    int64_t c1 = kv_fn_now_us();
+    count(k, r == 0);
+    if (r != 0 || g.ttl <= 0)
+        return -EIO;
+    /* A fresh key per attempt: a put with an unknown outcome never aliases a later one. */
+    int kl = snprintf(s->key, sizeof(s->key), "%s/lease/%d-%llu", cfg->prefix, k->id,
+                      (unsigned long long)(++k->attempts));
+    kvc_put_opts po = {.lease = g.id};
+    r = kvc_put(k->kc, s->key, (size_t)kl, "v", 1, &po, cfg->op_timeout_ms, NULL, NULL);
+    count(k, r == 0);
+    if (r != 0) {
+        kvc_lease_revoke(k->kc, g.id, cfg->op_timeout_ms, NULL, NULL);
+        return -EIO;
+    }
+    kv_fn_lease_info li = {.ttl_us = g.ttl * 1000000, .abandoned = abandoned};
+    s->idx = (int)k->leases.n;
+    vec_push(&k->leases, &li);
+    kv_fn_lease_ev e = {.lease = s->idx, .type = KV_FN_LEV_RENEW, .call_us = c0, .ret_us = c1};
+    vec_push(&k->lev, &e);
+    s->id = g.id;
+    s->ttl_us = li.ttl_us;
+    s->abandoned = abandoned;
+    s->next_renew_us = c0 + li.ttl_us / 3;
+    s->next_read_us = c1 + 100000;
+    s->gone_seen = 0;
+    s->active = 1;
+    return 0;
+}
+
+static void *lease_main(void *arg)
+{
+    worker *k = arg;
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    lease_slot slots[LEASE_KEPT + LEASE_ABANDONED];
+    memset(slots, 0, sizeof(slots));
+    int64_t next_abandon = 0;
+    while (!atomic_load(&k->w->stop)) {
+        int64_t now = kv_fn_now_us();
+        for (int i = 0; i < LEASE_KEPT + LEASE_ABANDONED && !atomic_load(&k->w->stop); i++) {
+            lease_slot *s = &slots[i];
+            int abandoned = i >= LEASE_KEPT;
+            if (!s->active) {
+                if (abandoned && now < next_abandon)
+                    continue;
+                if (lease_new(k, s, abandoned) != 0) {
+                    sleep_ms(100);
+                    continue;
+                }
+                if (abandoned)
+                    next_abandon = now + 700000;
+                continue;
+            }
+            now = kv_fn_now_us();
+            if (!abandoned && now >= s->next_renew_us) {
+                kvc_keepalive_result kr = {0};
+                int64_t c0 = kv_fn_now_us();
+                int r = kvc_lease_keepalive_once(k->kc, s->id, cfg->op_timeout_ms, &kr, NULL);
+                int64_t c1 = kv_fn_now_us();
+                count(k, r == 0);
+                if (r == 0 && kr.ttl > 0) {
+                    kv_fn_lease_ev e = {
+                        .lease = s->idx, .type = KV_FN_LEV_RENEW, .call_us = c0, .ret_us = c1};
+                    vec_push(&k->lev, &e);
+                    s->next_renew_us = c0 + s->ttl_us / 3;
+                } else if (r == 0) {
+                    s->active = 0; /* lease gone (expired during an outage): replace it */
+                } else {
+                    s->next_renew_us = kv_fn_now_us() + 100000;
+                }
+            }
+            if (s->active && now >= s->next_read_us) {
+                kvc_range_result rr = {0};
+                int64_t c0 = kv_fn_now_us();
+                int r = kvc_get(k->kc, s->key, strlen(s->key), NULL, cfg->op_timeout_ms, &rr, NULL);
+                int64_t c1 = kv_fn_now_us();
+                count(k, r == 0);
+                if (r == 0) {
+                    kv_fn_lease_ev e = {.lease = s->idx,
+                                        .type = KV_FN_LEV_READ,
+                                        .present = rr.n_kvs > 0,
+                                        .call_us = c0,
+                                        .ret_us = c1};
+                    vec_push(&k->lev, &e);
+                    if (abandoned && !e.present) {
+                        if (s->gone_seen)
+                            s->active = 0;
+                        s->gone_seen = 1;
+                    }
+                }
+                kvc_range_result_free(&rr);
+                s->next_read_us = kv_fn_now_us() + 150000 + (int64_t)(rnd(k) % 150000);
+            }
+        }
+        sleep_ms(20);
+    }
+    return NULL;
+}
+
+int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
+{
+    kv_fn_workload *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->cfg = *cfg;
+    w->ops.sz = sizeof(kv_fn_op);
+    w->leases.sz = sizeof(kv_fn_lease_info);
+    w->lev.sz = sizeof(kv_fn_lease_ev);
+    int n = cfg->kv_clients + cfg->lease_clients;
+    w->workers = calloc((size_t)n, sizeof(worker));
+    if (!w->workers) {
+        free(w);
+        return -ENOMEM;
+    }
+    const kv_fn_cluster *c = cfg->cluster;
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        worker *k = &w->workers[i];
+        k->w = w;
+        k->id = i;
+        k->is_lease = i >= cfg->kv_clients;
+        k->rng = cfg->seed * 1000003ULL + (uint64_t)i * 7919 + 1;
+        k->ops.sz = sizeof(kv_fn_op);
+        k->leases.sz = sizeof(kv_fn_lease_info);
+        k->lev.sz = sizeof(kv_fn_lease_ev);
+        const char *eps[KV_FN_MAX_MEMBERS];
+        for (int m = 0; m < c->n; m++)
+            eps[m] = c->m[(i + m) % c->n].endpoint;
+        kvc_config kcfg;
+        kvc_config_default(&kcfg);
+        kcfg.endpoints = eps;
+        kcfg.n_endpoints = (size_t)c->n;
+        kcfg.dial_timeout_ms = cfg->op_timeout_ms;
+        kcfg.seed = k->rng;
+        r = kvc_open(&k->kc, &kcfg, NULL);
+        if (r)
+            break;
+        w->n_workers = i + 1;
+        if (pthread_create(&k->th, NULL, k->is_lease ? lease_main : kv_main, k) != 0) {
+            kvc_close(k->kc);
+            k->kc = NULL;
+            w->n_workers = i;
+            r = -EAGAIN;
+            break;
+        }
+    }
+    if (r) {
+        kv_fn_workload_stop(w);
+        kv_fn_workload_free(w);
+        return r;
+    }
+    *out = w;
+    return 0;
+}
+
+void kv_fn_workload_stop(kv_fn_workload *w)
+{
+    atomic_store(&w->stop, 1);
+    for (int i = 0; i < w->n_workers; i++) {
+        worker *k = &w->workers[i];
+        if (!k->kc)
+            continue;
+        pthread_join(k->th, NULL);
+        kvc_close(k->kc);
+        k->kc = NULL;
+        for (size_t j = 0; j < k->ops.n; j++)
+            vec_push(&w->ops, (kv_fn_op *)k->ops.a + j);
+        int base = (int)w->leases.n;
+        for (size_t j = 0; j < k->leases.n; j++)
+            vec_push(&w->leases, (kv_fn_lease_info *)k->leases.a + j);
+        for (size_t j = 0; j < k->lev.n; j++) {
+            kv_fn_lease_ev e = ((kv_fn_lease_ev *)k->lev.a)[j];
+            e.lease += base;
+            vec_push(&w->lev, &e);
+        }
+    }
+}
+
+void kv_fn_workload_history(kv_fn_workload *w, const kv_fn_op **ops, size_t *n_ops,
+                            const kv_fn_lease_info **leases, size_t *n_leases,
+                            const kv_fn_lease_ev **lev, size_t *n_lev)
+{
+    *ops = w->ops.a;
+    *n_ops = w->ops.n;
+    *leases = w->leases.a;
+    *n_leases = w->leases.n;
+    *lev = w->lev.a;
+    *n_lev = w->lev.n;
+}
+
+void kv_fn_workload_counts(kv_fn_workload *w, uint64_t *ok, uint64_t *failed)
+{
+    *ok = atomic_load(&w->n_ok);
+    *failed = atomic_load(&w->n_failed);
+}
+
+void kv_fn_workload_free(kv_fn_workload *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < w->n_workers; i++) {
+        free(w->workers[i].ops.a);
+        free(w->workers[i].leases.a);
+        free(w->workers[i].lev.a);
+    }
+    free(w->workers);
+    free(w->ops.a);
+    free(w->leases.a);
+    free(w->lev.a);
+    free(w);
+}
