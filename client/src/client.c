@@ -183,7 +183,7 @@ void kvc_close(kvc_client *c)
     if (c->own_lg)
         kvc_loop_group_free(c->lg);
     free(c->ka.heap);
-    free(c->ka.map);
+    kvc_idmap_free(&c->ka.map);
     free(c->ka.sendbuf);
     kvc_rbuf_free(&c->ka.s.rb);
     kvc_watch_free_sched(c);

@@ -9,6 +9,7 @@
 #define KVC_INTERNAL_H
 
 #include "kvclient.h"
+#include "idmap.h"
 
 #include <nghttp2/nghttp2.h>
 #include <pthread.h>
@@ -214,7 +215,7 @@ uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt);
 
 struct kvc_keepalive {
     kvc_client *c;
-    int64_t id;
+    kvc_idmap_node hn; /* hn.id: the lease id; hn.next: loop, map chain */
     int64_t ttl_ms;
     uint64_t next_send;                  /* loop */
     uint64_t deadline;                   /* loop */
@@ -222,7 +223,6 @@ struct kvc_keepalive {
     int in_heap;                         /* loop */
     int want_send;                       /* loop: a renewal is due but the stream is down */
     int registered;                      /* loop: in the map */
-    struct kvc_keepalive *hnext;         /* loop: map chain */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
     void *arg;
@@ -240,8 +240,7 @@ struct kvc_keepalive {
 struct kvc_ka_sched {
     struct kvc_keepalive **heap; /* min-heap on kvc_ka_key() */
     size_t n, cap;
-    struct kvc_keepalive **map; /* id -> lease, chained */
-    size_t map_cap, map_n;
+    kvc_idmap map; /* lease id -> lease (registered ones) */
     size_t want_send;
     struct kvc_keepalive *all;
     uv_timer_t timer;       /* armed for the heap top */
@@ -275,13 +274,13 @@ struct kvc_watch {
     kvc_watch_opts opts; /* range_end pointer cleared */
     kvc_watch_cb cb;
     void *arg;
-    int64_t id;                          /* loop: server watch id on the current stream */
+    kvc_idmap_node hn;                   /* loop: hn.id, the server watch id on the current
+                                          * stream; hn.next, the id map chain */
     atomic_int_least64_t next_rev;       /* loop writes, any reads: resume revision */
     int state;                           /* loop: enum kvc_watch_state */
     int user_cancelled;                  /* loop */
     int created_once;                    /* loop: the first ack was seen */
     struct kvc_watch *qnext;             /* loop: create queue */
-    struct kvc_watch *hnext;             /* loop: id map chain */
     struct kvc_watch *aprev, *anext;     /* loop: every watcher not yet freed by the user */
     void **frags;                        /* loop: unpacked fragments of one response */
     size_t n_frags, frag_cap, frag_bytes;
@@ -308,8 +307,7 @@ struct kvc_watch_sched {
     size_t n_live;                  /* watchers not W_DONE: demand for the stream */
     struct kvc_watch *qhead, *qtail; /* waiting to be (re)created */
     struct kvc_watch *creating;     /* create request sent, ack pending */
-    struct kvc_watch **map;         /* server id -> watcher (W_ACTIVE), chained */
-    size_t map_cap, map_n;
+    kvc_idmap map;                  /* server id -> watcher (W_ACTIVE) */
 };
 
 int kvc_watch_init(kvc_client *c); /* loop: handles */

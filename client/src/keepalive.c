@@ -104,61 +104,10 @@ static void heap_remove(struct kvc_ka_sched *s, struct kvc_keepalive *k)
 
 /* ---- id map ---- */
 
-static size_t map_slot(const struct kvc_ka_sched *s, int64_t id)
-{
-    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ULL) >> 20) & (s->map_cap - 1);
-}
-
 static struct kvc_keepalive *map_find(const struct kvc_ka_sched *s, int64_t id)
 {
-    if (!s->map_cap)
-        return NULL;
-    for (struct kvc_keepalive *k = s->map[map_slot(s, id)]; k; k = k->hnext)
-        if (k->id == id)
-            return k;
-    return NULL;
-}
-
-static int map_insert(struct kvc_ka_sched *s, struct kvc_keepalive *k)
-{
-    if (s->map_n + 1 > s->map_cap) {
-        size_t cap = s->map_cap ? s->map_cap * 2 : 16;
-        struct kvc_keepalive **m = calloc(cap, sizeof *m);
-        if (!m)
-            return -1;
-        struct kvc_keepalive **old = s->map;
-        size_t oldcap = s->map_cap;
-        s->map = m;
-        s->map_cap = cap;
-        for (size_t i = 0; i < oldcap; i++) {
-            struct kvc_keepalive *e = old[i];
-            while (e) {
-                struct kvc_keepalive *nx = e->hnext;
-                size_t j = map_slot(s, e->id);
-                e->hnext = m[j];
-                m[j] = e;
-                e = nx;
-            }
-        }
-        free(old);
-    }
-    size_t j = map_slot(s, k->id);
-    k->hnext = s->map[j];
-    s->map[j] = k;
-    s->map_n++;
-    return 0;
-}
-
-static void map_remove(struct kvc_ka_sched *s, struct kvc_keepalive *k)
-{
-    struct kvc_keepalive **pp = &s->map[map_slot(s, k->id)];
-    while (*pp && *pp != k)
-        pp = &(*pp)->hnext;
-    if (*pp) {
-        *pp = k->hnext;
-        s->map_n--;
-    }
-    k->hnext = NULL;
+    kvc_idmap_node *n = kvc_idmap_find(&s->map, id);
+    return n ? KVC_IDMAP_ENTRY(n, struct kvc_keepalive, hn) : NULL;
 }
 
 /* ---- handles ---- */
@@ -190,7 +139,7 @@ static void unregister(kvc_client *c, struct kvc_keepalive *k)
     if (!k->registered)
         return;
     heap_remove(&c->ka, k);
-    map_remove(&c->ka, k);
+    kvc_idmap_remove(&c->ka.map, &k->hn);
     if (k->want_send) {
         k->want_send = 0;
         c->ka.want_send--;
@@ -238,7 +187,7 @@ static void lost(kvc_client *c, struct kvc_keepalive *k, const kvc_header *h, in
     kvc_ka_event ev;
     memset(&ev, 0, sizeof ev);
     ev.type = KVC_KA_LOST;
-    ev.id = k->id;
+    ev.id = k->hn.id;
     ev.ttl = ttl;
     if (h)
         ev.header = *h;
@@ -323,7 +272,7 @@ static void set_want(kvc_client *c, struct kvc_keepalive *k, int want)
 /* Send a renewal for k now, or remember that one is due. Caller fixes the heap. */
 static void send_renewal(kvc_client *c, struct kvc_keepalive *k, uint64_t now)
 {
-    if (!stream_ready(c) || append_renewal(&c->ka, k->id) != 0) {
+    if (!stream_ready(c) || append_renewal(&c->ka, k->hn.id) != 0) {
         set_want(c, k, 1);
         return;
     }
@@ -399,7 +348,7 @@ static void retry_cb(uv_timer_t *t)
 static void stream_open(kvc_client *c)
 {
     struct kvc_ka_sched *s = &c->ka;
-    if (s->stream_open || !kvc_conn_usable(c) || s->map_n == 0 || c->closing)
+    if (s->stream_open || !kvc_conn_usable(c) || s->map.n == 0 || c->closing)
         return;
     if (uv_is_active((uv_handle_t *)&s->retry_timer))
         return;
@@ -533,17 +482,17 @@ int kvc_ka_add(kvc_client *c, struct kvc_keepalive *k, kvc_error *err)
     struct kvc_ka_sched *s = &c->ka;
     if (c->closing)
         return kvc_fail(err, KVC_CANCELLED, "kvclient: client closed");
-    if (map_find(s, k->id))
+    if (map_find(s, k->hn.id))
         return kvc_fail(err, KVC_ALREADY_EXISTS,
                         "kvclient: lease %lld is already kept alive by this client",
-                        (long long)k->id);
-    if (map_insert(s, k) != 0)
+                        (long long)k->hn.id);
+    if (kvc_idmap_insert(&s->map, &k->hn) != 0)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     uint64_t now = kvc_now_ms();
     k->next_send = now; /* first renewal right away */
     k->deadline = now + (uint64_t)k->ttl_ms;
     if (heap_push(s, k) != 0) {
-        map_remove(s, k);
+        kvc_idmap_remove(&s->map, &k->hn);
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     }
     k->registered = 1;
@@ -600,7 +549,7 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
     if (!k)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     k->c = c;
-    k->id = id;
+    k->hn.id = id;
     k->ttl_ms = ttl_s > 0 ? ttl_s * 1000 : KVC_DEFAULT_LEASE_TTL_MS;
     k->cb = cb;
     k->arg = arg;

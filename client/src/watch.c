@@ -65,63 +65,9 @@ static void ack(struct kvc_watch *w, int status, const char *msg, const kvc_head
 
 /* ---- id map ---- */
 
-static size_t map_slot(const struct kvc_watch_sched *s, int64_t id)
+static struct kvc_watch *map_entry(kvc_idmap_node *n)
 {
-    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ULL) >> 20) & (s->map_cap - 1);
-}
-
-static struct kvc_watch *map_find(const struct kvc_watch_sched *s, int64_t id)
-{
-    if (!s->map_cap)
-        return NULL;
-    for (struct kvc_watch *w = s->map[map_slot(s, id)]; w; w = w->hnext)
-        if (w->id == id)
-            return w;
-    return NULL;
-}
-
-static int map_insert(struct kvc_watch_sched *s, struct kvc_watch *w)
-{
-    if (s->map_n + 1 > s->map_cap) {
-        size_t cap = s->map_cap ? s->map_cap * 2 : 16;
-        struct kvc_watch **m = calloc(cap, sizeof *m);
-        if (!m)
-            return -1;
-        struct kvc_watch **old = s->map;
-        size_t oldcap = s->map_cap;
-        s->map = m;
-        s->map_cap = cap;
-        for (size_t i = 0; i < oldcap; i++) {
-            struct kvc_watch *e = old[i];
-            while (e) {
-                struct kvc_watch *nx = e->hnext;
-                size_t k = map_slot(s, e->id);
-                e->hnext = m[k];
-                m[k] = e;
-                e = nx;
-            }
-        }
-        free(old);
-    }
-    size_t k = map_slot(s, w->id);
-    w->hnext = s->map[k];
-    s->map[k] = w;
-    s->map_n++;
-    return 0;
-}
-
-static void map_remove(struct kvc_watch_sched *s, struct kvc_watch *w)
-{
-    if (!s->map_cap)
-        return;
-    struct kvc_watch **pp = &s->map[map_slot(s, w->id)];
-    while (*pp && *pp != w)
-        pp = &(*pp)->hnext;
-    if (*pp) {
-        *pp = w->hnext;
-        s->map_n--;
-    }
-    w->hnext = NULL;
+    return n ? KVC_IDMAP_ENTRY(n, struct kvc_watch, hn) : NULL;
 }
 
 /* ---- create queue ---- */
@@ -178,7 +124,7 @@ static void w_done(kvc_client *c, struct kvc_watch *w)
             s->creating = NULL;
         break;
     case W_ACTIVE:
-        map_remove(s, w);
+        kvc_idmap_remove(&s->map, &w->hn);
         break;
     default:
         return;
@@ -356,7 +302,7 @@ static void fail_watch(kvc_client *c, struct kvc_watch *w, int code, const char 
     } else {
         kvc_watch_response r;
         memset(&r, 0, sizeof r);
-        r.watch_id = w->id;
+        r.watch_id = w->hn.id;
         r.canceled = 1;
         r.status = -code;
         r.cancel_reason = msg;
@@ -392,7 +338,7 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
     }
     kvc_header h;
     header_from(&h, r->header);
-    w->id = r->watch_id;
+    w->hn.id = r->watch_id;
     if (r->canceled && r->compact_revision == 0) {
         char msg[300];
         snprintf(msg, sizeof msg, "%s", r->cancel_reason[0] ? r->cancel_reason : ERR_FUTURE_REV);
@@ -423,7 +369,7 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
         w_unref(w);
         return;
     }
-    if (map_insert(s, w) != 0) {
+    if (kvc_idmap_insert(&s->map, &w->hn) != 0) {
         send_cancel(c, r->watch_id);
         w->state = W_CREATING;
         s->creating = w;
@@ -448,17 +394,17 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
 static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse *r)
 {
     struct kvc_watch_sched *s = &c->wt;
-    if (s->map_n == 0)
+    if (s->map.n == 0)
         return;
-    struct kvc_watch **v = malloc(s->map_n * sizeof *v);
+    struct kvc_watch **v = malloc(s->map.n * sizeof *v);
     if (!v)
         return;
     size_t n = 0;
-    for (size_t i = 0; i < s->map_cap; i++)
-        for (struct kvc_watch *w = s->map[i]; w; w = w->hnext) {
-            atomic_fetch_add(&w->refs, 1);
-            v[n++] = w;
-        }
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map); e; e = kvc_idmap_next(&s->map, e)) {
+        struct kvc_watch *w = map_entry(e);
+        atomic_fetch_add(&w->refs, 1);
+        v[n++] = w;
+    }
     kvc_watch_response out;
     memset(&out, 0, sizeof out);
     header_from(&out.header, r->header);
@@ -469,7 +415,7 @@ static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse 
             /* next_rev is not moved: etcd 3.4 answers a WatchProgressRequest at once, even
              * while some watchers are still catching up (unsynced), so this revision does
              * not prove that every earlier event of this watcher was delivered. */
-            out.watch_id = v[i]->id;
+            out.watch_id = v[i]->hn.id;
             deliver(v[i], &out);
         }
         w_unref(v[i]);
@@ -485,7 +431,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
     if (r->fragment) {
         if (w->frag_bytes + wire_len > c->cfg.max_response_bytes) {
             etcdserverpb__watch_response__free_unpacked(r, NULL);
-            send_cancel(c, w->id);
+            send_cancel(c, w->hn.id);
             char msg[160];
             snprintf(msg, sizeof msg,
                      "kvclient: fragmented watch response exceeds max_response_bytes (%u)",
@@ -498,7 +444,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
             void **p = realloc(w->frags, cap * sizeof *p);
             if (!p) {
                 etcdserverpb__watch_response__free_unpacked(r, NULL);
-                send_cancel(c, w->id);
+                send_cancel(c, w->hn.id);
                 fail_watch(c, w, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
                 return;
             }
@@ -515,7 +461,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
     kvc_event *ev = nev ? calloc(nev, sizeof *ev) : NULL;
     if (nev && !ev) {
         etcdserverpb__watch_response__free_unpacked(r, NULL);
-        send_cancel(c, w->id);
+        send_cancel(c, w->hn.id);
         fail_watch(c, w, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
         return;
     }
@@ -597,7 +543,7 @@ static void on_msg(void *ctx, const uint8_t *m, size_t n)
         etcdserverpb__watch_response__free_unpacked(r, NULL);
         return;
     }
-    struct kvc_watch *w = map_find(s, r->watch_id);
+    struct kvc_watch *w = map_entry(kvc_idmap_find(&s->map, r->watch_id));
     if (!w) {
         etcdserverpb__watch_response__free_unpacked(r, NULL);
         return;
@@ -611,7 +557,7 @@ static void retry_cb(uv_timer_t *t);
 
 static int has_work(const struct kvc_watch_sched *s)
 {
-    return s->qhead || s->creating || s->map_n;
+    return s->qhead || s->creating || s->map.n;
 }
 
 static void stream_open(kvc_client *c)
@@ -665,19 +611,14 @@ static void requeue_all(kvc_client *c)
             q_push(s, w);
         }
     }
-    for (size_t i = 0; i < s->map_cap; i++) {
-        struct kvc_watch *w = s->map[i];
-        s->map[i] = NULL;
-        while (w) {
-            struct kvc_watch *nx = w->hnext;
-            w->hnext = NULL;
-            drop_frags(w);
-            w->state = W_QUEUED;
-            q_push(s, w);
-            w = nx;
-        }
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map), *nx; e; e = nx) {
+        struct kvc_watch *w = map_entry(e);
+        nx = kvc_idmap_next(&s->map, e);
+        kvc_idmap_remove(&s->map, e);
+        drop_frags(w);
+        w->state = W_QUEUED;
+        q_push(s, w);
     }
-    s->map_n = 0;
     while (old) {
         struct kvc_watch *nx = old->qnext;
         q_push(s, old);
@@ -822,7 +763,7 @@ void kvc_watch_cancel_loop(kvc_client *c, struct kvc_watch *w)
     w->user_cancelled = 1;
     switch (w->state) {
     case W_ACTIVE:
-        send_cancel(c, w->id);
+        send_cancel(c, w->hn.id);
         w_done(c, w);
         break;
     case W_QUEUED:
@@ -860,9 +801,10 @@ void kvc_watch_close_all(kvc_client *c)
         ack(s->qhead, -KVC_CANCELLED, "kvclient: client closed", NULL);
         w_done(c, s->qhead);
     }
-    for (size_t i = 0; i < s->map_cap; i++)
-        while (s->map[i])
-            w_done(c, s->map[i]);
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map), *nx; e; e = nx) {
+        nx = kvc_idmap_next(&s->map, e);
+        w_done(c, map_entry(e)); /* removes e; may free its watcher */
+    }
     while (s->all) {
         struct kvc_watch *w = s->all;
         all_remove(c, w);
@@ -875,7 +817,7 @@ void kvc_watch_close_all(kvc_client *c)
 
 void kvc_watch_free_sched(kvc_client *c)
 {
-    free(c->wt.map);
+    kvc_idmap_free(&c->wt.map);
     free(c->wt.sendbuf);
     kvc_rbuf_free(&c->wt.s.rb);
 }
