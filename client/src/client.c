@@ -184,7 +184,7 @@ void kvc_close(kvc_client *c)
         kvc_loop_group_free(c->lg);
     free(c->ka.heap);
     kvc_idmap_free(&c->ka.map);
-    free(c->ka.sendbuf);
+    kvc_sendbuf_free(&c->ka.out);
     kvc_rbuf_free(&c->ka.s.rb);
     kvc_watch_free_sched(c);
     free(c->eps);

@@ -10,12 +10,14 @@
 
 #include "kvclient.h"
 #include "idmap.h"
+#include "sendbuf.h"
 
 #include <nghttp2/nghttp2.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <uv.h>
 
 #define KVC_DEFAULT_DIAL_TIMEOUT_MS 5000u
@@ -64,6 +66,10 @@ void kvc_waiter_init(struct kvc_waiter *w);
 void kvc_waiter_wait(struct kvc_waiter *w);
 void kvc_waiter_signal(struct kvc_waiter *w, int status, const kvc_error *err);
 void kvc_waiter_destroy(struct kvc_waiter *w);
+/* pthread_cond_init with CLOCK_MONOTONIC, for timed waits on kvc_deadline_after(). */
+void kvc_cond_init_monotonic(pthread_cond_t *cv);
+/* *ts = now + ms on CLOCK_MONOTONIC (an absolute pthread_cond_timedwait deadline). */
+void kvc_deadline_after(struct timespec *ts, uint64_t ms);
 
 struct kvc_loop_group {
     uv_loop_t loop;
@@ -120,6 +126,8 @@ struct kvc_h2stream {
 int kvc_grpc_parse(struct kvc_h2stream *s, uint32_t max_msg,
                    void (*on_msg)(void *ctx, const uint8_t *m, size_t n), void *ctx);
 /* Record a response header; returns 0. */
+/* Reset the per-call response state before s is submitted again (shared streams). */
+void kvc_grpc_stream_reset(struct kvc_h2stream *s);
 void kvc_grpc_on_header(struct kvc_h2stream *s, const uint8_t *name, size_t namelen,
                         const uint8_t *value, size_t valuelen);
 /* Final status of a stream closed with h2 error code h2err: returns the gRPC code and fills
@@ -247,10 +255,8 @@ struct kvc_ka_sched {
     uv_timer_t retry_timer; /* reopen the stream after it failed */
     struct kvc_h2stream s;  /* the shared LeaseKeepAlive stream */
     int stream_open;
-    int stream_deferred;
     unsigned stream_failures;
-    uint8_t *sendbuf;
-    size_t send_len, send_off, send_cap;
+    struct kvc_sendbuf out; /* to the stream */
 };
 
 int kvc_ka_init(kvc_client *c); /* loop: handles */
@@ -274,15 +280,15 @@ struct kvc_watch {
     kvc_watch_opts opts; /* range_end pointer cleared */
     kvc_watch_cb cb;
     void *arg;
-    kvc_idmap_node hn;                   /* loop: hn.id, the server watch id on the current
-                                          * stream; hn.next, the id map chain */
-    atomic_int_least64_t next_rev;       /* loop writes, any reads: resume revision */
-    int state;                           /* loop: enum kvc_watch_state */
-    int user_cancelled;                  /* loop */
-    int created_once;                    /* loop: the first ack was seen */
-    struct kvc_watch *qnext;             /* loop: create queue */
-    struct kvc_watch *aprev, *anext;     /* loop: every watcher not yet freed by the user */
-    void **frags;                        /* loop: unpacked fragments of one response */
+    kvc_idmap_node hn;               /* loop: hn.id, the server watch id on the current
+                                      * stream; hn.next, the id map chain */
+    atomic_int_least64_t next_rev;   /* loop writes, any reads: resume revision */
+    int state;                       /* loop: enum kvc_watch_state */
+    int user_cancelled;              /* loop */
+    int created_once;                /* loop: the first ack was seen */
+    struct kvc_watch *qnext;         /* loop: create queue */
+    struct kvc_watch *aprev, *anext; /* loop: every watcher not yet freed by the user */
+    void **frags;                    /* loop: unpacked fragments of one response */
     size_t n_frags, frag_cap, frag_bytes;
     atomic_int refs;
     /* creation handshake with the creating thread */
@@ -298,16 +304,14 @@ struct kvc_watch {
 struct kvc_watch_sched {
     struct kvc_h2stream s; /* the shared Watch stream */
     int stream_open;
-    int stream_deferred;
     unsigned failures;
     uv_timer_t retry_timer;
-    uint8_t *sendbuf;
-    size_t send_len, send_off, send_cap;
-    struct kvc_watch *all;          /* every live watcher */
-    size_t n_live;                  /* watchers not W_DONE: demand for the stream */
+    struct kvc_sendbuf out;          /* to the stream */
+    struct kvc_watch *all;           /* every live watcher */
+    size_t n_live;                   /* watchers not W_DONE: demand for the stream */
     struct kvc_watch *qhead, *qtail; /* waiting to be (re)created */
-    struct kvc_watch *creating;     /* create request sent, ack pending */
-    kvc_idmap map;                  /* server id -> watcher (W_ACTIVE) */
+    struct kvc_watch *creating;      /* create request sent, ack pending */
+    kvc_idmap map;                   /* server id -> watcher (W_ACTIVE) */
 };
 
 int kvc_watch_init(kvc_client *c); /* loop: handles */
@@ -318,7 +322,7 @@ void kvc_watch_on_ready(kvc_client *c);
 void kvc_watch_on_conn_lost(kvc_client *c);
 void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err);
 void kvc_watch_on_data(kvc_client *c, const uint8_t *d, size_t n);
-void kvc_watch_close_all(kvc_client *c); /* kvc_close */
+void kvc_watch_close_all(kvc_client *c);  /* kvc_close */
 void kvc_watch_free_sched(kvc_client *c); /* kvc_close, after the loop is done */
 
 /* ---- client ---- */

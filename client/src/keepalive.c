@@ -11,6 +11,7 @@
  * leaves the scheduler.
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -168,17 +169,6 @@ static void deliver(kvc_client *c, struct kvc_keepalive *k, const kvc_ka_event *
     pthread_mutex_unlock(&k->mu);
 }
 
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
-
 static void lost(kvc_client *c, struct kvc_keepalive *k, const kvc_header *h, int64_t ttl)
 {
     unregister(c, k);
@@ -211,17 +201,7 @@ static ssize_t ka_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf
     (void)source;
     kvc_client *c = ((struct kvc_conn *)user_data)->c; /* session user data */
     struct kvc_ka_sched *s = &c->ka;
-    size_t left = s->send_len - s->send_off;
-    if (left == 0) {
-        s->stream_deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    size_t n = left < length ? left : length;
-    memcpy(buf, s->sendbuf + s->send_off, n);
-    s->send_off += n;
-    if (s->send_off == s->send_len)
-        s->send_off = s->send_len = 0;
-    return (ssize_t)n;
+    return kvc_sendbuf_read(&s->out, buf, length);
 }
 
 /* Append one framed LeaseKeepAliveRequest{ID}; hand-encoded (field 1, varint). */
@@ -236,25 +216,10 @@ static int append_renewal(struct kvc_ka_sched *s, int64_t id)
         v >>= 7;
         msg[n++] = v ? (uint8_t)(b | 0x80) : b;
     } while (v);
-    size_t need = 5 + n;
-    if (s->send_len + need > KVC_KA_SENDBUF_MAX)
+    uint8_t *d = kvc_sendbuf_frame(&s->out, n, KVC_KA_SENDBUF_MAX);
+    if (!d)
         return -1;
-    if (s->send_len + need > s->send_cap) {
-        size_t cap = s->send_cap ? s->send_cap * 2 : 256;
-        while (cap < s->send_len + need)
-            cap *= 2;
-        uint8_t *p = realloc(s->sendbuf, cap);
-        if (!p)
-            return -1;
-        s->sendbuf = p;
-        s->send_cap = cap;
-    }
-    uint8_t *d = s->sendbuf + s->send_len;
-    d[0] = 0;
-    d[1] = d[2] = d[3] = 0;
-    d[4] = (uint8_t)n;
-    memcpy(d + 5, msg, n);
-    s->send_len += need;
+    memcpy(d, msg, n);
     return 0;
 }
 
@@ -284,8 +249,8 @@ static void send_renewal(kvc_client *c, struct kvc_keepalive *k, uint64_t now)
 static void stream_kick(kvc_client *c)
 {
     struct kvc_ka_sched *s = &c->ka;
-    if (s->send_len > s->send_off && stream_ready(c) && s->stream_deferred) {
-        s->stream_deferred = 0;
+    if (s->out.len > s->out.off && stream_ready(c) && s->out.deferred) {
+        s->out.deferred = 0;
         nghttp2_session_resume_data(c->conn->h2, s->s.id);
     }
 }
@@ -352,14 +317,9 @@ static void stream_open(kvc_client *c)
         return;
     if (uv_is_active((uv_handle_t *)&s->retry_timer))
         return;
-    s->s.http_status = 0;
-    s->s.grpc_status = -1;
-    s->s.grpc_message[0] = '\0';
-    s->s.rb.len = 0;
-    s->s.nmsgs = 0;
-    s->s.bad = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_grpc_stream_reset(&s->s);
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     int32_t id = kvc_conn_submit(c, KA_PATH, 0, ka_read, &s->s);
     if (id < 0) {
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->stream_failures++), 0);
@@ -395,8 +355,8 @@ void kvc_ka_on_conn_lost(kvc_client *c)
     struct kvc_ka_sched *s = &c->ka;
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     kvc_rbuf_free(&s->s.rb);
 }
 
@@ -407,7 +367,7 @@ void kvc_ka_on_stream_close(kvc_client *c, uint32_t h2err)
     int code = kvc_grpc_final_status(&s->s, h2err, 1, msg, sizeof msg);
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
+    kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     snprintf(c->last_err, sizeof c->last_err, "keepalive stream ended: %s (code %d)", msg, code);
     if (code == KVC_UNAVAILABLE || strstr(msg, "no leader"))
@@ -428,7 +388,7 @@ static void on_ka_msg(void *ctx, const uint8_t *m, size_t n)
     struct kvc_keepalive *k = map_find(&c->ka, r->id);
     if (k) {
         kvc_header h;
-        header_from(&h, r->header);
+        kvc_header_from(&h, r->header);
         if (r->ttl <= 0) {
             lost(c, k, &h, r->ttl);
         } else {
@@ -555,11 +515,7 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
     k->arg = arg;
     atomic_init(&k->refs, 1);
     pthread_mutex_init(&k->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvc_cond_init_monotonic(&k->cv);
     if (!cb) {
         k->qcap = c->cfg.keepalive_queue_len;
         k->q = calloc(k->qcap, sizeof *k->q);
@@ -601,13 +557,7 @@ int kvc_keepalive_next(kvc_keepalive *k, kvc_ka_event *ev, uint32_t timeout_ms)
     if (k->cb)
         return -KVC_FAILED_PRECONDITION;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kvc_deadline_after(&ts, timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&k->mu);
     while (k->qcount == 0) {

@@ -11,6 +11,7 @@
  * the public functions at the end.
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -150,24 +151,14 @@ static ssize_t wt_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf
     (void)source;
     kvc_client *c = ((struct kvc_conn *)user_data)->c;
     struct kvc_watch_sched *s = &c->wt;
-    size_t left = s->send_len - s->send_off;
-    if (left == 0) {
-        s->stream_deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    size_t n = left < length ? left : length;
-    memcpy(buf, s->sendbuf + s->send_off, n);
-    s->send_off += n;
-    if (s->send_off == s->send_len)
-        s->send_off = s->send_len = 0;
-    return (ssize_t)n;
+    return kvc_sendbuf_read(&s->out, buf, length);
 }
 
 static void kick(kvc_client *c)
 {
     struct kvc_watch_sched *s = &c->wt;
-    if (s->send_len > s->send_off && stream_ready(c) && s->stream_deferred) {
-        s->stream_deferred = 0;
+    if (s->out.len > s->out.off && stream_ready(c) && s->out.deferred) {
+        s->out.deferred = 0;
         nghttp2_session_resume_data(c->conn->h2, s->s.id);
     }
 }
@@ -177,27 +168,10 @@ static int append_req(kvc_client *c, const Etcdserverpb__WatchRequest *req)
 {
     struct kvc_watch_sched *s = &c->wt;
     size_t n = etcdserverpb__watch_request__get_packed_size(req);
-    size_t need = 5 + n;
-    if (s->send_len + need > KVC_WATCH_SENDBUF_MAX)
+    uint8_t *d = kvc_sendbuf_frame(&s->out, n, KVC_WATCH_SENDBUF_MAX);
+    if (!d)
         return -1;
-    if (s->send_len + need > s->send_cap) {
-        size_t cap = s->send_cap ? s->send_cap * 2 : 256;
-        while (cap < s->send_len + need)
-            cap *= 2;
-        uint8_t *p = realloc(s->sendbuf, cap);
-        if (!p)
-            return -1;
-        s->sendbuf = p;
-        s->send_cap = cap;
-    }
-    uint8_t *d = s->sendbuf + s->send_len;
-    d[0] = 0;
-    d[1] = (uint8_t)(n >> 24);
-    d[2] = (uint8_t)(n >> 16);
-    d[3] = (uint8_t)(n >> 8);
-    d[4] = (uint8_t)n;
-    etcdserverpb__watch_request__pack(req, d + 5);
-    s->send_len += need;
+    etcdserverpb__watch_request__pack(req, d);
     kick(c);
     return 0;
 }
@@ -255,32 +229,6 @@ static void send_next_create(kvc_client *c)
 
 /* ---- delivery ---- */
 
-static void kv_from(kvc_kv *o, const Mvccpb__KeyValue *k)
-{
-    memset(o, 0, sizeof *o);
-    if (!k)
-        return;
-    o->key = k->key.data;
-    o->key_len = k->key.len;
-    o->value = k->value.data;
-    o->value_len = k->value.len;
-    o->create_revision = k->create_revision;
-    o->mod_revision = k->mod_revision;
-    o->version = k->version;
-    o->lease = k->lease;
-}
-
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
-
 static void deliver(struct kvc_watch *w, const kvc_watch_response *r)
 {
     if (w->user_cancelled || !w->cb)
@@ -337,7 +285,7 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
         return;
     }
     kvc_header h;
-    header_from(&h, r->header);
+    kvc_header_from(&h, r->header);
     w->hn.id = r->watch_id;
     if (r->canceled && r->compact_revision == 0) {
         char msg[300];
@@ -407,7 +355,7 @@ static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse 
     }
     kvc_watch_response out;
     memset(&out, 0, sizeof out);
-    header_from(&out.header, r->header);
+    kvc_header_from(&out.header, r->header);
     out.progress_notify = 1;
     out.cancel_reason = "";
     for (size_t i = 0; i < n; i++) {
@@ -473,17 +421,17 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
             const Mvccpb__Event *e = m->events[i];
             ev[k].type =
                 e->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? KVC_EVENT_DELETE : KVC_EVENT_PUT;
-            kv_from(&ev[k].kv, e->kv);
+            kvc_kv_from(&ev[k].kv, e->kv);
             if (e->prev_kv) {
                 ev[k].has_prev_kv = 1;
-                kv_from(&ev[k].prev_kv, e->prev_kv);
+                kvc_kv_from(&ev[k].prev_kv, e->prev_kv);
             }
             k++;
         }
     }
     kvc_watch_response out;
     memset(&out, 0, sizeof out);
-    header_from(&out.header, r->header);
+    kvc_header_from(&out.header, r->header);
     out.watch_id = r->watch_id;
     out.events = ev;
     out.n_events = nev;
@@ -567,14 +515,9 @@ static void stream_open(kvc_client *c)
         return;
     if (uv_is_active((uv_handle_t *)&s->retry_timer))
         return;
-    s->s.http_status = 0;
-    s->s.grpc_status = -1;
-    s->s.grpc_message[0] = '\0';
-    s->s.rb.len = 0;
-    s->s.nmsgs = 0;
-    s->s.bad = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_grpc_stream_reset(&s->s);
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     int32_t id = kvc_conn_submit(c, WATCH_PATH, 0, wt_read, &s->s);
     if (id < 0) {
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->failures++), 0);
@@ -644,8 +587,8 @@ void kvc_watch_on_conn_lost(kvc_client *c)
     struct kvc_watch_sched *s = &c->wt;
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     kvc_rbuf_free(&s->s.rb);
     requeue_all(c);
 }
@@ -677,7 +620,7 @@ void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err)
     int code = kvc_grpc_final_status(&s->s, h2err, 1, msg, sizeof msg);
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
+    kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     requeue_all(c);
     if (final_code(code)) {
@@ -818,7 +761,7 @@ void kvc_watch_close_all(kvc_client *c)
 void kvc_watch_free_sched(kvc_client *c)
 {
     kvc_idmap_free(&c->wt.map);
-    free(c->wt.sendbuf);
+    kvc_sendbuf_free(&c->wt.out);
     kvc_rbuf_free(&c->wt.s.rb);
 }
 
@@ -902,11 +845,7 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     atomic_init(&w->refs, 1);
     atomic_init(&w->next_rev, o.start_revision > 0 ? o.start_revision : 0);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvc_cond_init_monotonic(&w->cv);
     if (make_range(w, key, key_len, &o) != 0) {
         w_unref(w);
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
@@ -921,13 +860,7 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     kvc_loop_post(c->lg, &w->cmd);
 
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kvc_deadline_after(&ts, timeout_ms);
     int rc;
     pthread_mutex_lock(&w->mu);
     while (!w->ack_done) {
