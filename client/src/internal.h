@@ -85,6 +85,10 @@ struct kvc_loop_group {
 };
 
 /* Post a command to the I/O thread (never blocks on the loop). */
+/* From a thread other than g's I/O thread: fill cmd (type, c, p), post it to c's loop and
+ * block until its handler has signalled; returns that status and, when nonzero, copies the
+ * error to *err (err may be NULL). cmd is the caller's and must not be queued already. */
+int kvc_loop_run_cmd(kvc_client *c, struct kvc_cmd *cmd, int type, void *p, kvc_error *err);
 void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd);
 int kvc_loop_on_thread(const kvc_loop_group *g);
 

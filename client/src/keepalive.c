@@ -529,18 +529,7 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
         rc = kvc_ka_add(c, k, err);
         kvc_conn_flush(c);
     } else {
-        struct kvc_waiter w;
-        kvc_waiter_init(&w);
-        k->cmd.type = CMD_KA_ADD;
-        k->cmd.c = c;
-        k->cmd.p = k;
-        k->cmd.w = &w;
-        kvc_loop_post(c->lg, &k->cmd);
-        kvc_waiter_wait(&w);
-        rc = w.status;
-        if (rc && err)
-            *err = w.err;
-        kvc_waiter_destroy(&w);
+        rc = kvc_loop_run_cmd(c, &k->cmd, CMD_KA_ADD, k, err);
     }
     if (rc != 0) {
         kvc_ka_unref(k);
@@ -600,15 +589,7 @@ void kvc_keepalive_stop(kvc_keepalive *k)
     if (kvc_loop_on_thread(c->lg)) {
         kvc_ka_stop_loop(c, k);
     } else {
-        struct kvc_waiter w;
-        kvc_waiter_init(&w);
-        k->cmd.type = CMD_KA_STOP;
-        k->cmd.c = c;
-        k->cmd.p = k;
-        k->cmd.w = &w;
-        kvc_loop_post(c->lg, &k->cmd);
-        kvc_waiter_wait(&w);
-        kvc_waiter_destroy(&w);
+        (void)kvc_loop_run_cmd(c, &k->cmd, CMD_KA_STOP, k, NULL);
     }
     kvc_ka_unref(k);
 }

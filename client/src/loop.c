@@ -59,6 +59,23 @@ void kvc_waiter_destroy(struct kvc_waiter *w)
     pthread_cond_destroy(&w->cv);
 }
 
+int kvc_loop_run_cmd(kvc_client *c, struct kvc_cmd *cmd, int type, void *p, kvc_error *err)
+{
+    struct kvc_waiter w;
+    kvc_waiter_init(&w);
+    cmd->type = type;
+    cmd->c = c;
+    cmd->p = p;
+    cmd->w = &w;
+    kvc_loop_post(c->lg, cmd);
+    kvc_waiter_wait(&w);
+    int rc = w.status;
+    if (rc && err)
+        *err = w.err;
+    kvc_waiter_destroy(&w);
+    return rc;
+}
+
 int kvc_loop_on_thread(const kvc_loop_group *g)
 {
     uv_thread_t self = uv_thread_self();

@@ -900,15 +900,7 @@ void kvc_watch_cancel(kvc_watch *w)
     if (kvc_loop_on_thread(c->lg)) {
         kvc_watch_cancel_loop(c, w);
     } else {
-        struct kvc_waiter wt;
-        kvc_waiter_init(&wt);
-        w->ccmd.type = CMD_WATCH_CANCEL;
-        w->ccmd.c = c;
-        w->ccmd.p = w;
-        w->ccmd.w = &wt;
-        kvc_loop_post(c->lg, &w->ccmd);
-        kvc_waiter_wait(&wt);
-        kvc_waiter_destroy(&wt);
+        (void)kvc_loop_run_cmd(c, &w->ccmd, CMD_WATCH_CANCEL, w, NULL);
     }
     w_unref(w);
 }
@@ -919,20 +911,9 @@ int kvc_watch_progress(kvc_client *c, kvc_error *err)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     if (kvc_loop_on_thread(c->lg))
         return kvc_watch_progress_loop(c, err);
-    struct kvc_waiter wt;
     struct kvc_cmd cmd;
     memset(&cmd, 0, sizeof cmd);
-    kvc_waiter_init(&wt);
-    cmd.type = CMD_WATCH_PROGRESS;
-    cmd.c = c;
-    cmd.w = &wt;
-    kvc_loop_post(c->lg, &cmd);
-    kvc_waiter_wait(&wt);
-    int rc = wt.status;
-    if (rc && err)
-        *err = wt.err;
-    kvc_waiter_destroy(&wt);
-    return rc;
+    return kvc_loop_run_cmd(c, &cmd, CMD_WATCH_PROGRESS, NULL, err);
 }
 
 int64_t kvc_watch_next_revision(const kvc_watch *w)
