@@ -453,11 +453,7 @@ int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t
     if (!s)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvc_cond_init_monotonic(&s->cv);
     atomic_init(&s->refs, 2);
     int rc = kvc_call_unary_async(c, method, req, req_len, timeout_ms, flags, sync_cb, s, err);
     if (rc != 0) {
@@ -465,17 +461,10 @@ int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t
         sync_unref(s);
         return rc;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     /* The I/O thread enforces the deadline; the grace period only guards against a stuck
      * loop so that a caller never waits forever. */
-    uint64_t wait_ms = (uint64_t)timeout_ms + 2000u;
-    ts.tv_sec += (time_t)(wait_ms / 1000);
-    ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts;
+    kvc_deadline_after(&ts, (uint64_t)timeout_ms + 2000u);
     pthread_mutex_lock(&s->mu);
     while (!s->done) {
         if (timeout_ms == 0) {

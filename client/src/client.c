@@ -152,14 +152,7 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
             goto fail;
         c->own_lg = 1;
     }
-    struct kvc_waiter w;
-    kvc_waiter_init(&w);
-    c->open_cmd.type = CMD_OPEN;
-    c->open_cmd.c = c;
-    c->open_cmd.w = &w;
-    kvc_loop_post(c->lg, &c->open_cmd);
-    kvc_waiter_wait(&w);
-    kvc_waiter_destroy(&w);
+    (void)kvc_loop_run_cmd(c, &c->open_cmd, CMD_OPEN, NULL, NULL);
     *out = c;
     return 0;
 fail:
@@ -172,19 +165,12 @@ void kvc_close(kvc_client *c)
 {
     if (!c)
         return;
-    struct kvc_waiter w;
-    kvc_waiter_init(&w);
-    c->close_cmd.type = CMD_CLOSE;
-    c->close_cmd.c = c;
-    c->close_cmd.w = &w;
-    kvc_loop_post(c->lg, &c->close_cmd);
-    kvc_waiter_wait(&w);
-    kvc_waiter_destroy(&w);
+    (void)kvc_loop_run_cmd(c, &c->close_cmd, CMD_CLOSE, NULL, NULL);
     if (c->own_lg)
         kvc_loop_group_free(c->lg);
     free(c->ka.heap);
-    free(c->ka.map);
-    free(c->ka.sendbuf);
+    kvc_idmap_free(&c->ka.map);
+    kvc_sendbuf_free(&c->ka.out);
     kvc_rbuf_free(&c->ka.s.rb);
     kvc_watch_free_sched(c);
     free(c->eps);

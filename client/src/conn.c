@@ -45,8 +45,8 @@ uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt)
 
 static int has_demand(const kvc_client *c)
 {
-    return c->waiting.n > 0 || c->retrying.n > 0 || c->ka.map_n > 0 || c->wt.qhead ||
-           c->wt.creating || c->wt.map_n > 0;
+    return c->waiting.n > 0 || c->retrying.n > 0 || c->ka.map.n > 0 || c->wt.qhead ||
+           c->wt.creating || c->wt.map.n > 0;
 }
 
 static void conn_start(kvc_client *c);

@@ -10,6 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+void kvc_grpc_stream_reset(struct kvc_h2stream *s)
+{
+    s->http_status = 0;
+    s->grpc_status = -1;
+    s->grpc_message[0] = '\0';
+    s->rb.len = 0;
+    s->nmsgs = 0;
+    s->bad = 0;
+}
+
 uint64_t kvc_now_ms(void)
 {
     return uv_hrtime() / 1000000u;

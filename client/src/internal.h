@@ -9,12 +9,15 @@
 #define KVC_INTERNAL_H
 
 #include "kvclient.h"
+#include "idmap.h"
+#include "sendbuf.h"
 
 #include <nghttp2/nghttp2.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <uv.h>
 
 #define KVC_DEFAULT_DIAL_TIMEOUT_MS 5000u
@@ -63,6 +66,10 @@ void kvc_waiter_init(struct kvc_waiter *w);
 void kvc_waiter_wait(struct kvc_waiter *w);
 void kvc_waiter_signal(struct kvc_waiter *w, int status, const kvc_error *err);
 void kvc_waiter_destroy(struct kvc_waiter *w);
+/* pthread_cond_init with CLOCK_MONOTONIC, for timed waits on kvc_deadline_after(). */
+void kvc_cond_init_monotonic(pthread_cond_t *cv);
+/* *ts = now + ms on CLOCK_MONOTONIC (an absolute pthread_cond_timedwait deadline). */
+void kvc_deadline_after(struct timespec *ts, uint64_t ms);
 
 struct kvc_loop_group {
     uv_loop_t loop;
@@ -78,6 +85,10 @@ struct kvc_loop_group {
 };
 
 /* Post a command to the I/O thread (never blocks on the loop). */
+/* From a thread other than g's I/O thread: fill cmd (type, c, p), post it to c's loop and
+ * block until its handler has signalled; returns that status and, when nonzero, copies the
+ * error to *err (err may be NULL). cmd is the caller's and must not be queued already. */
+int kvc_loop_run_cmd(kvc_client *c, struct kvc_cmd *cmd, int type, void *p, kvc_error *err);
 void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd);
 int kvc_loop_on_thread(const kvc_loop_group *g);
 
@@ -119,6 +130,8 @@ struct kvc_h2stream {
 int kvc_grpc_parse(struct kvc_h2stream *s, uint32_t max_msg,
                    void (*on_msg)(void *ctx, const uint8_t *m, size_t n), void *ctx);
 /* Record a response header; returns 0. */
+/* Reset the per-call response state before s is submitted again (shared streams). */
+void kvc_grpc_stream_reset(struct kvc_h2stream *s);
 void kvc_grpc_on_header(struct kvc_h2stream *s, const uint8_t *name, size_t namelen,
                         const uint8_t *value, size_t valuelen);
 /* Final status of a stream closed with h2 error code h2err: returns the gRPC code and fills
@@ -214,7 +227,7 @@ uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt);
 
 struct kvc_keepalive {
     kvc_client *c;
-    int64_t id;
+    kvc_idmap_node hn; /* hn.id: the lease id; hn.next: loop, map chain */
     int64_t ttl_ms;
     uint64_t next_send;                  /* loop */
     uint64_t deadline;                   /* loop */
@@ -222,7 +235,6 @@ struct kvc_keepalive {
     int in_heap;                         /* loop */
     int want_send;                       /* loop: a renewal is due but the stream is down */
     int registered;                      /* loop: in the map */
-    struct kvc_keepalive *hnext;         /* loop: map chain */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
     void *arg;
@@ -240,18 +252,15 @@ struct kvc_keepalive {
 struct kvc_ka_sched {
     struct kvc_keepalive **heap; /* min-heap on kvc_ka_key() */
     size_t n, cap;
-    struct kvc_keepalive **map; /* id -> lease, chained */
-    size_t map_cap, map_n;
+    kvc_idmap map; /* lease id -> lease (registered ones) */
     size_t want_send;
     struct kvc_keepalive *all;
     uv_timer_t timer;       /* armed for the heap top */
     uv_timer_t retry_timer; /* reopen the stream after it failed */
     struct kvc_h2stream s;  /* the shared LeaseKeepAlive stream */
     int stream_open;
-    int stream_deferred;
     unsigned stream_failures;
-    uint8_t *sendbuf;
-    size_t send_len, send_off, send_cap;
+    struct kvc_sendbuf out; /* to the stream */
 };
 
 int kvc_ka_init(kvc_client *c); /* loop: handles */
@@ -275,15 +284,15 @@ struct kvc_watch {
     kvc_watch_opts opts; /* range_end pointer cleared */
     kvc_watch_cb cb;
     void *arg;
-    int64_t id;                          /* loop: server watch id on the current stream */
-    atomic_int_least64_t next_rev;       /* loop writes, any reads: resume revision */
-    int state;                           /* loop: enum kvc_watch_state */
-    int user_cancelled;                  /* loop */
-    int created_once;                    /* loop: the first ack was seen */
-    struct kvc_watch *qnext;             /* loop: create queue */
-    struct kvc_watch *hnext;             /* loop: id map chain */
-    struct kvc_watch *aprev, *anext;     /* loop: every watcher not yet freed by the user */
-    void **frags;                        /* loop: unpacked fragments of one response */
+    kvc_idmap_node hn;               /* loop: hn.id, the server watch id on the current
+                                      * stream; hn.next, the id map chain */
+    atomic_int_least64_t next_rev;   /* loop writes, any reads: resume revision */
+    int state;                       /* loop: enum kvc_watch_state */
+    int user_cancelled;              /* loop */
+    int created_once;                /* loop: the first ack was seen */
+    struct kvc_watch *qnext;         /* loop: create queue */
+    struct kvc_watch *aprev, *anext; /* loop: every watcher not yet freed by the user */
+    void **frags;                    /* loop: unpacked fragments of one response */
     size_t n_frags, frag_cap, frag_bytes;
     atomic_int refs;
     /* creation handshake with the creating thread */
@@ -299,17 +308,14 @@ struct kvc_watch {
 struct kvc_watch_sched {
     struct kvc_h2stream s; /* the shared Watch stream */
     int stream_open;
-    int stream_deferred;
     unsigned failures;
     uv_timer_t retry_timer;
-    uint8_t *sendbuf;
-    size_t send_len, send_off, send_cap;
-    struct kvc_watch *all;          /* every live watcher */
-    size_t n_live;                  /* watchers not W_DONE: demand for the stream */
+    struct kvc_sendbuf out;          /* to the stream */
+    struct kvc_watch *all;           /* every live watcher */
+    size_t n_live;                   /* watchers not W_DONE: demand for the stream */
     struct kvc_watch *qhead, *qtail; /* waiting to be (re)created */
-    struct kvc_watch *creating;     /* create request sent, ack pending */
-    struct kvc_watch **map;         /* server id -> watcher (W_ACTIVE), chained */
-    size_t map_cap, map_n;
+    struct kvc_watch *creating;      /* create request sent, ack pending */
+    kvc_idmap map;                   /* server id -> watcher (W_ACTIVE) */
 };
 
 int kvc_watch_init(kvc_client *c); /* loop: handles */
@@ -320,7 +326,7 @@ void kvc_watch_on_ready(kvc_client *c);
 void kvc_watch_on_conn_lost(kvc_client *c);
 void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err);
 void kvc_watch_on_data(kvc_client *c, const uint8_t *d, size_t n);
-void kvc_watch_close_all(kvc_client *c); /* kvc_close */
+void kvc_watch_close_all(kvc_client *c);  /* kvc_close */
 void kvc_watch_free_sched(kvc_client *c); /* kvc_close, after the loop is done */
 
 /* ---- client ---- */

@@ -11,6 +11,7 @@
  * leaves the scheduler.
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -104,61 +105,10 @@ static void heap_remove(struct kvc_ka_sched *s, struct kvc_keepalive *k)
 
 /* ---- id map ---- */
 
-static size_t map_slot(const struct kvc_ka_sched *s, int64_t id)
-{
-    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ULL) >> 20) & (s->map_cap - 1);
-}
-
 static struct kvc_keepalive *map_find(const struct kvc_ka_sched *s, int64_t id)
 {
-    if (!s->map_cap)
-        return NULL;
-    for (struct kvc_keepalive *k = s->map[map_slot(s, id)]; k; k = k->hnext)
-        if (k->id == id)
-            return k;
-    return NULL;
-}
-
-static int map_insert(struct kvc_ka_sched *s, struct kvc_keepalive *k)
-{
-    if (s->map_n + 1 > s->map_cap) {
-        size_t cap = s->map_cap ? s->map_cap * 2 : 16;
-        struct kvc_keepalive **m = calloc(cap, sizeof *m);
-        if (!m)
-            return -1;
-        struct kvc_keepalive **old = s->map;
-        size_t oldcap = s->map_cap;
-        s->map = m;
-        s->map_cap = cap;
-        for (size_t i = 0; i < oldcap; i++) {
-            struct kvc_keepalive *e = old[i];
-            while (e) {
-                struct kvc_keepalive *nx = e->hnext;
-                size_t j = map_slot(s, e->id);
-                e->hnext = m[j];
-                m[j] = e;
-                e = nx;
-            }
-        }
-        free(old);
-    }
-    size_t j = map_slot(s, k->id);
-    k->hnext = s->map[j];
-    s->map[j] = k;
-    s->map_n++;
-    return 0;
-}
-
-static void map_remove(struct kvc_ka_sched *s, struct kvc_keepalive *k)
-{
-    struct kvc_keepalive **pp = &s->map[map_slot(s, k->id)];
-    while (*pp && *pp != k)
-        pp = &(*pp)->hnext;
-    if (*pp) {
-        *pp = k->hnext;
-        s->map_n--;
-    }
-    k->hnext = NULL;
+    kvc_idmap_node *n = kvc_idmap_find(&s->map, id);
+    return n ? KVC_IDMAP_ENTRY(n, struct kvc_keepalive, hn) : NULL;
 }
 
 /* ---- handles ---- */
@@ -190,7 +140,7 @@ static void unregister(kvc_client *c, struct kvc_keepalive *k)
     if (!k->registered)
         return;
     heap_remove(&c->ka, k);
-    map_remove(&c->ka, k);
+    kvc_idmap_remove(&c->ka.map, &k->hn);
     if (k->want_send) {
         k->want_send = 0;
         c->ka.want_send--;
@@ -219,17 +169,6 @@ static void deliver(kvc_client *c, struct kvc_keepalive *k, const kvc_ka_event *
     pthread_mutex_unlock(&k->mu);
 }
 
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
-
 static void lost(kvc_client *c, struct kvc_keepalive *k, const kvc_header *h, int64_t ttl)
 {
     unregister(c, k);
@@ -238,7 +177,7 @@ static void lost(kvc_client *c, struct kvc_keepalive *k, const kvc_header *h, in
     kvc_ka_event ev;
     memset(&ev, 0, sizeof ev);
     ev.type = KVC_KA_LOST;
-    ev.id = k->id;
+    ev.id = k->hn.id;
     ev.ttl = ttl;
     if (h)
         ev.header = *h;
@@ -262,17 +201,7 @@ static ssize_t ka_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf
     (void)source;
     kvc_client *c = ((struct kvc_conn *)user_data)->c; /* session user data */
     struct kvc_ka_sched *s = &c->ka;
-    size_t left = s->send_len - s->send_off;
-    if (left == 0) {
-        s->stream_deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    size_t n = left < length ? left : length;
-    memcpy(buf, s->sendbuf + s->send_off, n);
-    s->send_off += n;
-    if (s->send_off == s->send_len)
-        s->send_off = s->send_len = 0;
-    return (ssize_t)n;
+    return kvc_sendbuf_read(&s->out, buf, length);
 }
 
 /* Append one framed LeaseKeepAliveRequest{ID}; hand-encoded (field 1, varint). */
@@ -287,25 +216,10 @@ static int append_renewal(struct kvc_ka_sched *s, int64_t id)
         v >>= 7;
         msg[n++] = v ? (uint8_t)(b | 0x80) : b;
     } while (v);
-    size_t need = 5 + n;
-    if (s->send_len + need > KVC_KA_SENDBUF_MAX)
+    uint8_t *d = kvc_sendbuf_frame(&s->out, n, KVC_KA_SENDBUF_MAX);
+    if (!d)
         return -1;
-    if (s->send_len + need > s->send_cap) {
-        size_t cap = s->send_cap ? s->send_cap * 2 : 256;
-        while (cap < s->send_len + need)
-            cap *= 2;
-        uint8_t *p = realloc(s->sendbuf, cap);
-        if (!p)
-            return -1;
-        s->sendbuf = p;
-        s->send_cap = cap;
-    }
-    uint8_t *d = s->sendbuf + s->send_len;
-    d[0] = 0;
-    d[1] = d[2] = d[3] = 0;
-    d[4] = (uint8_t)n;
-    memcpy(d + 5, msg, n);
-    s->send_len += need;
+    memcpy(d, msg, n);
     return 0;
 }
 
@@ -323,7 +237,7 @@ static void set_want(kvc_client *c, struct kvc_keepalive *k, int want)
 /* Send a renewal for k now, or remember that one is due. Caller fixes the heap. */
 static void send_renewal(kvc_client *c, struct kvc_keepalive *k, uint64_t now)
 {
-    if (!stream_ready(c) || append_renewal(&c->ka, k->id) != 0) {
+    if (!stream_ready(c) || append_renewal(&c->ka, k->hn.id) != 0) {
         set_want(c, k, 1);
         return;
     }
@@ -335,8 +249,8 @@ static void send_renewal(kvc_client *c, struct kvc_keepalive *k, uint64_t now)
 static void stream_kick(kvc_client *c)
 {
     struct kvc_ka_sched *s = &c->ka;
-    if (s->send_len > s->send_off && stream_ready(c) && s->stream_deferred) {
-        s->stream_deferred = 0;
+    if (s->out.len > s->out.off && stream_ready(c) && s->out.deferred) {
+        s->out.deferred = 0;
         nghttp2_session_resume_data(c->conn->h2, s->s.id);
     }
 }
@@ -399,18 +313,13 @@ static void retry_cb(uv_timer_t *t)
 static void stream_open(kvc_client *c)
 {
     struct kvc_ka_sched *s = &c->ka;
-    if (s->stream_open || !kvc_conn_usable(c) || s->map_n == 0 || c->closing)
+    if (s->stream_open || !kvc_conn_usable(c) || s->map.n == 0 || c->closing)
         return;
     if (uv_is_active((uv_handle_t *)&s->retry_timer))
         return;
-    s->s.http_status = 0;
-    s->s.grpc_status = -1;
-    s->s.grpc_message[0] = '\0';
-    s->s.rb.len = 0;
-    s->s.nmsgs = 0;
-    s->s.bad = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_grpc_stream_reset(&s->s);
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     int32_t id = kvc_conn_submit(c, KA_PATH, 0, ka_read, &s->s);
     if (id < 0) {
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->stream_failures++), 0);
@@ -446,8 +355,8 @@ void kvc_ka_on_conn_lost(kvc_client *c)
     struct kvc_ka_sched *s = &c->ka;
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     kvc_rbuf_free(&s->s.rb);
 }
 
@@ -458,7 +367,7 @@ void kvc_ka_on_stream_close(kvc_client *c, uint32_t h2err)
     int code = kvc_grpc_final_status(&s->s, h2err, 1, msg, sizeof msg);
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
+    kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     snprintf(c->last_err, sizeof c->last_err, "keepalive stream ended: %s (code %d)", msg, code);
     if (code == KVC_UNAVAILABLE || strstr(msg, "no leader"))
@@ -479,7 +388,7 @@ static void on_ka_msg(void *ctx, const uint8_t *m, size_t n)
     struct kvc_keepalive *k = map_find(&c->ka, r->id);
     if (k) {
         kvc_header h;
-        header_from(&h, r->header);
+        kvc_header_from(&h, r->header);
         if (r->ttl <= 0) {
             lost(c, k, &h, r->ttl);
         } else {
@@ -533,17 +442,17 @@ int kvc_ka_add(kvc_client *c, struct kvc_keepalive *k, kvc_error *err)
     struct kvc_ka_sched *s = &c->ka;
     if (c->closing)
         return kvc_fail(err, KVC_CANCELLED, "kvclient: client closed");
-    if (map_find(s, k->id))
+    if (map_find(s, k->hn.id))
         return kvc_fail(err, KVC_ALREADY_EXISTS,
                         "kvclient: lease %lld is already kept alive by this client",
-                        (long long)k->id);
-    if (map_insert(s, k) != 0)
+                        (long long)k->hn.id);
+    if (kvc_idmap_insert(&s->map, &k->hn) != 0)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     uint64_t now = kvc_now_ms();
     k->next_send = now; /* first renewal right away */
     k->deadline = now + (uint64_t)k->ttl_ms;
     if (heap_push(s, k) != 0) {
-        map_remove(s, k);
+        kvc_idmap_remove(&s->map, &k->hn);
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     }
     k->registered = 1;
@@ -600,17 +509,13 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
     if (!k)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     k->c = c;
-    k->id = id;
+    k->hn.id = id;
     k->ttl_ms = ttl_s > 0 ? ttl_s * 1000 : KVC_DEFAULT_LEASE_TTL_MS;
     k->cb = cb;
     k->arg = arg;
     atomic_init(&k->refs, 1);
     pthread_mutex_init(&k->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvc_cond_init_monotonic(&k->cv);
     if (!cb) {
         k->qcap = c->cfg.keepalive_queue_len;
         k->q = calloc(k->qcap, sizeof *k->q);
@@ -624,18 +529,7 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
         rc = kvc_ka_add(c, k, err);
         kvc_conn_flush(c);
     } else {
-        struct kvc_waiter w;
-        kvc_waiter_init(&w);
-        k->cmd.type = CMD_KA_ADD;
-        k->cmd.c = c;
-        k->cmd.p = k;
-        k->cmd.w = &w;
-        kvc_loop_post(c->lg, &k->cmd);
-        kvc_waiter_wait(&w);
-        rc = w.status;
-        if (rc && err)
-            *err = w.err;
-        kvc_waiter_destroy(&w);
+        rc = kvc_loop_run_cmd(c, &k->cmd, CMD_KA_ADD, k, err);
     }
     if (rc != 0) {
         kvc_ka_unref(k);
@@ -652,13 +546,7 @@ int kvc_keepalive_next(kvc_keepalive *k, kvc_ka_event *ev, uint32_t timeout_ms)
     if (k->cb)
         return -KVC_FAILED_PRECONDITION;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kvc_deadline_after(&ts, timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&k->mu);
     while (k->qcount == 0) {
@@ -701,15 +589,7 @@ void kvc_keepalive_stop(kvc_keepalive *k)
     if (kvc_loop_on_thread(c->lg)) {
         kvc_ka_stop_loop(c, k);
     } else {
-        struct kvc_waiter w;
-        kvc_waiter_init(&w);
-        k->cmd.type = CMD_KA_STOP;
-        k->cmd.c = c;
-        k->cmd.p = k;
-        k->cmd.w = &w;
-        kvc_loop_post(c->lg, &k->cmd);
-        kvc_waiter_wait(&w);
-        kvc_waiter_destroy(&w);
+        (void)kvc_loop_run_cmd(c, &k->cmd, CMD_KA_STOP, k, NULL);
     }
     kvc_ka_unref(k);
 }

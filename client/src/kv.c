@@ -6,6 +6,7 @@
  * functions release both.
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <stdlib.h>
@@ -174,36 +175,13 @@ static uint8_t *pack_msg(const ProtobufCMessage *m, size_t *len)
     return buf;
 }
 
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
-
-static void kv_from(kvc_kv *o, const Mvccpb__KeyValue *k)
-{
-    o->key = k->key.data;
-    o->key_len = k->key.len;
-    o->value = k->value.data;
-    o->value_len = k->value.len;
-    o->create_revision = k->create_revision;
-    o->mod_revision = k->mod_revision;
-    o->version = k->version;
-    o->lease = k->lease;
-}
-
 static kvc_kv *kvs_from(Mvccpb__KeyValue **kvs, size_t n)
 {
     kvc_kv *a = calloc(n ? n : 1, sizeof *a);
     if (!a)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        kv_from(&a[i], kvs[i]);
+        kvc_kv_from(&a[i], kvs[i]);
     return a;
 }
 
@@ -212,7 +190,7 @@ static kvc_kv *kvs_from(Mvccpb__KeyValue **kvs, size_t n)
 static int range_fill(kvc_range_result *out, Etcdserverpb__RangeResponse *r, int own)
 {
     memset(out, 0, sizeof *out);
-    header_from(&out->header, r->header);
+    kvc_header_from(&out->header, r->header);
     out->kvs = kvs_from(r->kvs, r->n_kvs);
     if (!out->kvs)
         return -1;
@@ -226,10 +204,10 @@ static int range_fill(kvc_range_result *out, Etcdserverpb__RangeResponse *r, int
 static int put_fill(kvc_put_result *out, Etcdserverpb__PutResponse *r, int own)
 {
     memset(out, 0, sizeof *out);
-    header_from(&out->header, r->header);
+    kvc_header_from(&out->header, r->header);
     if (r->prev_kv) {
         out->has_prev_kv = 1;
-        kv_from(&out->prev_kv, r->prev_kv);
+        kvc_kv_from(&out->prev_kv, r->prev_kv);
     }
     out->priv_ = own ? r : NULL;
     return 0;
@@ -238,7 +216,7 @@ static int put_fill(kvc_put_result *out, Etcdserverpb__PutResponse *r, int own)
 static int del_fill(kvc_delete_result *out, Etcdserverpb__DeleteRangeResponse *r, int own)
 {
     memset(out, 0, sizeof *out);
-    header_from(&out->header, r->header);
+    kvc_header_from(&out->header, r->header);
     out->deleted = r->deleted;
     out->prev_kvs = kvs_from(r->prev_kvs, r->n_prev_kvs);
     if (!out->prev_kvs)
@@ -295,7 +273,7 @@ void kvc_txn_result_free(kvc_txn_result *r)
 static int txn_fill(kvc_txn_result *out, Etcdserverpb__TxnResponse *r)
 {
     memset(out, 0, sizeof *out);
-    header_from(&out->header, r->header);
+    kvc_header_from(&out->header, r->header);
     out->succeeded = r->succeeded;
     out->priv_ = r;
     out->responses = calloc(r->n_responses ? r->n_responses : 1, sizeof *out->responses);
@@ -582,7 +560,7 @@ int kvc_compact(kvc_client *c, int64_t revision, int physical, int flags, uint32
     if (!cr)
         return kvc_fail(err, KVC_INTERNAL, "kvclient: cannot decode the response");
     if (out)
-        header_from(out, cr->header);
+        kvc_header_from(out, cr->header);
     etcdserverpb__compaction_response__free_unpacked(cr, NULL);
     return 0;
 }

@@ -3,22 +3,12 @@
  * (The shared keepalive stream and its scheduler live in keepalive.c.)
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
 
 /* Pack m, call path, return the packed response in *resp. */
 static int call_msg(kvc_client *c, const char *path, const ProtobufCMessage *m, int flags,
@@ -58,7 +48,7 @@ int kvc_lease_grant(kvc_client *c, int64_t ttl_s, int64_t id, int flags, uint32_
     if (!g)
         return DECODE_FAIL();
     if (out) {
-        header_from(&out->header, g->header);
+        kvc_header_from(&out->header, g->header);
         out->id = g->id;
         out->ttl = g->ttl;
         snprintf(out->error, sizeof out->error, "%s", g->error ? g->error : "");
@@ -86,7 +76,7 @@ int kvc_lease_revoke(kvc_client *c, int64_t id, uint32_t timeout_ms, kvc_header 
     if (!v)
         return DECODE_FAIL();
     if (out)
-        header_from(out, v->header);
+        kvc_header_from(out, v->header);
     etcdserverpb__lease_revoke_response__free_unpacked(v, NULL);
     return 0;
 }
@@ -125,7 +115,7 @@ int kvc_lease_time_to_live(kvc_client *c, int64_t id, int with_keys, uint32_t ti
         etcdserverpb__lease_time_to_live_response__free_unpacked(t, NULL);
         return 0;
     }
-    header_from(&out->header, t->header);
+    kvc_header_from(&out->header, t->header);
     out->id = t->id;
     out->ttl = t->ttl;
     out->granted_ttl = t->grantedttl;
@@ -172,7 +162,7 @@ int kvc_lease_leases(kvc_client *c, uint32_t timeout_ms, kvc_lease_leases_result
         return DECODE_FAIL();
     rc = 0;
     if (out) {
-        header_from(&out->header, l->header);
+        kvc_header_from(&out->header, l->header);
         out->ids = calloc(l->n_leases ? l->n_leases : 1, sizeof *out->ids);
         if (!out->ids) {
             rc = kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
@@ -207,7 +197,7 @@ int kvc_lease_keepalive_once(kvc_client *c, int64_t id, uint32_t timeout_ms,
     if (!k)
         return DECODE_FAIL();
     if (out) {
-        header_from(&out->header, k->header);
+        kvc_header_from(&out->header, k->header);
         out->id = k->id;
         out->ttl = k->ttl;
     }

@@ -14,6 +14,26 @@ void kvc_waiter_init(struct kvc_waiter *w)
     pthread_cond_init(&w->cv, NULL);
 }
 
+void kvc_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void kvc_deadline_after(struct timespec *ts, uint64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 void kvc_waiter_wait(struct kvc_waiter *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -37,6 +57,23 @@ void kvc_waiter_destroy(struct kvc_waiter *w)
 {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+}
+
+int kvc_loop_run_cmd(kvc_client *c, struct kvc_cmd *cmd, int type, void *p, kvc_error *err)
+{
+    struct kvc_waiter w;
+    kvc_waiter_init(&w);
+    cmd->type = type;
+    cmd->c = c;
+    cmd->p = p;
+    cmd->w = &w;
+    kvc_loop_post(c->lg, cmd);
+    kvc_waiter_wait(&w);
+    int rc = w.status;
+    if (rc && err)
+        *err = w.err;
+    kvc_waiter_destroy(&w);
+    return rc;
 }
 
 int kvc_loop_on_thread(const kvc_loop_group *g)

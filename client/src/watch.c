@@ -11,6 +11,7 @@
  * the public functions at the end.
  */
 #include "internal.h"
+#include "pbconv.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -65,63 +66,9 @@ static void ack(struct kvc_watch *w, int status, const char *msg, const kvc_head
 
 /* ---- id map ---- */
 
-static size_t map_slot(const struct kvc_watch_sched *s, int64_t id)
+static struct kvc_watch *map_entry(kvc_idmap_node *n)
 {
-    return (size_t)(((uint64_t)id * 0x9E3779B97F4A7C15ULL) >> 20) & (s->map_cap - 1);
-}
-
-static struct kvc_watch *map_find(const struct kvc_watch_sched *s, int64_t id)
-{
-    if (!s->map_cap)
-        return NULL;
-    for (struct kvc_watch *w = s->map[map_slot(s, id)]; w; w = w->hnext)
-        if (w->id == id)
-            return w;
-    return NULL;
-}
-
-static int map_insert(struct kvc_watch_sched *s, struct kvc_watch *w)
-{
-    if (s->map_n + 1 > s->map_cap) {
-        size_t cap = s->map_cap ? s->map_cap * 2 : 16;
-        struct kvc_watch **m = calloc(cap, sizeof *m);
-        if (!m)
-            return -1;
-        struct kvc_watch **old = s->map;
-        size_t oldcap = s->map_cap;
-        s->map = m;
-        s->map_cap = cap;
-        for (size_t i = 0; i < oldcap; i++) {
-            struct kvc_watch *e = old[i];
-            while (e) {
-                struct kvc_watch *nx = e->hnext;
-                size_t k = map_slot(s, e->id);
-                e->hnext = m[k];
-                m[k] = e;
-                e = nx;
-            }
-        }
-        free(old);
-    }
-    size_t k = map_slot(s, w->id);
-    w->hnext = s->map[k];
-    s->map[k] = w;
-    s->map_n++;
-    return 0;
-}
-
-static void map_remove(struct kvc_watch_sched *s, struct kvc_watch *w)
-{
-    if (!s->map_cap)
-        return;
-    struct kvc_watch **pp = &s->map[map_slot(s, w->id)];
-    while (*pp && *pp != w)
-        pp = &(*pp)->hnext;
-    if (*pp) {
-        *pp = w->hnext;
-        s->map_n--;
-    }
-    w->hnext = NULL;
+    return n ? KVC_IDMAP_ENTRY(n, struct kvc_watch, hn) : NULL;
 }
 
 /* ---- create queue ---- */
@@ -178,7 +125,7 @@ static void w_done(kvc_client *c, struct kvc_watch *w)
             s->creating = NULL;
         break;
     case W_ACTIVE:
-        map_remove(s, w);
+        kvc_idmap_remove(&s->map, &w->hn);
         break;
     default:
         return;
@@ -204,24 +151,14 @@ static ssize_t wt_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf
     (void)source;
     kvc_client *c = ((struct kvc_conn *)user_data)->c;
     struct kvc_watch_sched *s = &c->wt;
-    size_t left = s->send_len - s->send_off;
-    if (left == 0) {
-        s->stream_deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    size_t n = left < length ? left : length;
-    memcpy(buf, s->sendbuf + s->send_off, n);
-    s->send_off += n;
-    if (s->send_off == s->send_len)
-        s->send_off = s->send_len = 0;
-    return (ssize_t)n;
+    return kvc_sendbuf_read(&s->out, buf, length);
 }
 
 static void kick(kvc_client *c)
 {
     struct kvc_watch_sched *s = &c->wt;
-    if (s->send_len > s->send_off && stream_ready(c) && s->stream_deferred) {
-        s->stream_deferred = 0;
+    if (s->out.len > s->out.off && stream_ready(c) && s->out.deferred) {
+        s->out.deferred = 0;
         nghttp2_session_resume_data(c->conn->h2, s->s.id);
     }
 }
@@ -231,27 +168,10 @@ static int append_req(kvc_client *c, const Etcdserverpb__WatchRequest *req)
 {
     struct kvc_watch_sched *s = &c->wt;
     size_t n = etcdserverpb__watch_request__get_packed_size(req);
-    size_t need = 5 + n;
-    if (s->send_len + need > KVC_WATCH_SENDBUF_MAX)
+    uint8_t *d = kvc_sendbuf_frame(&s->out, n, KVC_WATCH_SENDBUF_MAX);
+    if (!d)
         return -1;
-    if (s->send_len + need > s->send_cap) {
-        size_t cap = s->send_cap ? s->send_cap * 2 : 256;
-        while (cap < s->send_len + need)
-            cap *= 2;
-        uint8_t *p = realloc(s->sendbuf, cap);
-        if (!p)
-            return -1;
-        s->sendbuf = p;
-        s->send_cap = cap;
-    }
-    uint8_t *d = s->sendbuf + s->send_len;
-    d[0] = 0;
-    d[1] = (uint8_t)(n >> 24);
-    d[2] = (uint8_t)(n >> 16);
-    d[3] = (uint8_t)(n >> 8);
-    d[4] = (uint8_t)n;
-    etcdserverpb__watch_request__pack(req, d + 5);
-    s->send_len += need;
+    etcdserverpb__watch_request__pack(req, d);
     kick(c);
     return 0;
 }
@@ -309,32 +229,6 @@ static void send_next_create(kvc_client *c)
 
 /* ---- delivery ---- */
 
-static void kv_from(kvc_kv *o, const Mvccpb__KeyValue *k)
-{
-    memset(o, 0, sizeof *o);
-    if (!k)
-        return;
-    o->key = k->key.data;
-    o->key_len = k->key.len;
-    o->value = k->value.data;
-    o->value_len = k->value.len;
-    o->create_revision = k->create_revision;
-    o->mod_revision = k->mod_revision;
-    o->version = k->version;
-    o->lease = k->lease;
-}
-
-static void header_from(kvc_header *h, const Etcdserverpb__ResponseHeader *ph)
-{
-    memset(h, 0, sizeof *h);
-    if (!ph)
-        return;
-    h->cluster_id = ph->cluster_id;
-    h->member_id = ph->member_id;
-    h->revision = ph->revision;
-    h->raft_term = ph->raft_term;
-}
-
 static void deliver(struct kvc_watch *w, const kvc_watch_response *r)
 {
     if (w->user_cancelled || !w->cb)
@@ -356,7 +250,7 @@ static void fail_watch(kvc_client *c, struct kvc_watch *w, int code, const char 
     } else {
         kvc_watch_response r;
         memset(&r, 0, sizeof r);
-        r.watch_id = w->id;
+        r.watch_id = w->hn.id;
         r.canceled = 1;
         r.status = -code;
         r.cancel_reason = msg;
@@ -391,8 +285,8 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
         return;
     }
     kvc_header h;
-    header_from(&h, r->header);
-    w->id = r->watch_id;
+    kvc_header_from(&h, r->header);
+    w->hn.id = r->watch_id;
     if (r->canceled && r->compact_revision == 0) {
         char msg[300];
         snprintf(msg, sizeof msg, "%s", r->cancel_reason[0] ? r->cancel_reason : ERR_FUTURE_REV);
@@ -423,7 +317,7 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
         w_unref(w);
         return;
     }
-    if (map_insert(s, w) != 0) {
+    if (kvc_idmap_insert(&s->map, &w->hn) != 0) {
         send_cancel(c, r->watch_id);
         w->state = W_CREATING;
         s->creating = w;
@@ -448,20 +342,20 @@ static void on_created(kvc_client *c, Etcdserverpb__WatchResponse *r)
 static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse *r)
 {
     struct kvc_watch_sched *s = &c->wt;
-    if (s->map_n == 0)
+    if (s->map.n == 0)
         return;
-    struct kvc_watch **v = malloc(s->map_n * sizeof *v);
+    struct kvc_watch **v = malloc(s->map.n * sizeof *v);
     if (!v)
         return;
     size_t n = 0;
-    for (size_t i = 0; i < s->map_cap; i++)
-        for (struct kvc_watch *w = s->map[i]; w; w = w->hnext) {
-            atomic_fetch_add(&w->refs, 1);
-            v[n++] = w;
-        }
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map); e; e = kvc_idmap_next(&s->map, e)) {
+        struct kvc_watch *w = map_entry(e);
+        atomic_fetch_add(&w->refs, 1);
+        v[n++] = w;
+    }
     kvc_watch_response out;
     memset(&out, 0, sizeof out);
-    header_from(&out.header, r->header);
+    kvc_header_from(&out.header, r->header);
     out.progress_notify = 1;
     out.cancel_reason = "";
     for (size_t i = 0; i < n; i++) {
@@ -469,7 +363,7 @@ static void broadcast_progress(kvc_client *c, const Etcdserverpb__WatchResponse 
             /* next_rev is not moved: etcd 3.4 answers a WatchProgressRequest at once, even
              * while some watchers are still catching up (unsynced), so this revision does
              * not prove that every earlier event of this watcher was delivered. */
-            out.watch_id = v[i]->id;
+            out.watch_id = v[i]->hn.id;
             deliver(v[i], &out);
         }
         w_unref(v[i]);
@@ -485,7 +379,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
     if (r->fragment) {
         if (w->frag_bytes + wire_len > c->cfg.max_response_bytes) {
             etcdserverpb__watch_response__free_unpacked(r, NULL);
-            send_cancel(c, w->id);
+            send_cancel(c, w->hn.id);
             char msg[160];
             snprintf(msg, sizeof msg,
                      "kvclient: fragmented watch response exceeds max_response_bytes (%u)",
@@ -498,7 +392,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
             void **p = realloc(w->frags, cap * sizeof *p);
             if (!p) {
                 etcdserverpb__watch_response__free_unpacked(r, NULL);
-                send_cancel(c, w->id);
+                send_cancel(c, w->hn.id);
                 fail_watch(c, w, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
                 return;
             }
@@ -515,7 +409,7 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
     kvc_event *ev = nev ? calloc(nev, sizeof *ev) : NULL;
     if (nev && !ev) {
         etcdserverpb__watch_response__free_unpacked(r, NULL);
-        send_cancel(c, w->id);
+        send_cancel(c, w->hn.id);
         fail_watch(c, w, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
         return;
     }
@@ -527,17 +421,17 @@ static void on_watch_msg(kvc_client *c, struct kvc_watch *w, Etcdserverpb__Watch
             const Mvccpb__Event *e = m->events[i];
             ev[k].type =
                 e->type == MVCCPB__EVENT__EVENT_TYPE__DELETE ? KVC_EVENT_DELETE : KVC_EVENT_PUT;
-            kv_from(&ev[k].kv, e->kv);
+            kvc_kv_from(&ev[k].kv, e->kv);
             if (e->prev_kv) {
                 ev[k].has_prev_kv = 1;
-                kv_from(&ev[k].prev_kv, e->prev_kv);
+                kvc_kv_from(&ev[k].prev_kv, e->prev_kv);
             }
             k++;
         }
     }
     kvc_watch_response out;
     memset(&out, 0, sizeof out);
-    header_from(&out.header, r->header);
+    kvc_header_from(&out.header, r->header);
     out.watch_id = r->watch_id;
     out.events = ev;
     out.n_events = nev;
@@ -597,7 +491,7 @@ static void on_msg(void *ctx, const uint8_t *m, size_t n)
         etcdserverpb__watch_response__free_unpacked(r, NULL);
         return;
     }
-    struct kvc_watch *w = map_find(s, r->watch_id);
+    struct kvc_watch *w = map_entry(kvc_idmap_find(&s->map, r->watch_id));
     if (!w) {
         etcdserverpb__watch_response__free_unpacked(r, NULL);
         return;
@@ -611,7 +505,7 @@ static void retry_cb(uv_timer_t *t);
 
 static int has_work(const struct kvc_watch_sched *s)
 {
-    return s->qhead || s->creating || s->map_n;
+    return s->qhead || s->creating || s->map.n;
 }
 
 static void stream_open(kvc_client *c)
@@ -621,14 +515,9 @@ static void stream_open(kvc_client *c)
         return;
     if (uv_is_active((uv_handle_t *)&s->retry_timer))
         return;
-    s->s.http_status = 0;
-    s->s.grpc_status = -1;
-    s->s.grpc_message[0] = '\0';
-    s->s.rb.len = 0;
-    s->s.nmsgs = 0;
-    s->s.bad = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_grpc_stream_reset(&s->s);
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     int32_t id = kvc_conn_submit(c, WATCH_PATH, 0, wt_read, &s->s);
     if (id < 0) {
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->failures++), 0);
@@ -665,19 +554,14 @@ static void requeue_all(kvc_client *c)
             q_push(s, w);
         }
     }
-    for (size_t i = 0; i < s->map_cap; i++) {
-        struct kvc_watch *w = s->map[i];
-        s->map[i] = NULL;
-        while (w) {
-            struct kvc_watch *nx = w->hnext;
-            w->hnext = NULL;
-            drop_frags(w);
-            w->state = W_QUEUED;
-            q_push(s, w);
-            w = nx;
-        }
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map), *nx; e; e = nx) {
+        struct kvc_watch *w = map_entry(e);
+        nx = kvc_idmap_next(&s->map, e);
+        kvc_idmap_remove(&s->map, e);
+        drop_frags(w);
+        w->state = W_QUEUED;
+        q_push(s, w);
     }
-    s->map_n = 0;
     while (old) {
         struct kvc_watch *nx = old->qnext;
         q_push(s, old);
@@ -703,8 +587,8 @@ void kvc_watch_on_conn_lost(kvc_client *c)
     struct kvc_watch_sched *s = &c->wt;
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
-    s->stream_deferred = 0;
+    kvc_sendbuf_clear(&s->out);
+    s->out.deferred = 0;
     kvc_rbuf_free(&s->s.rb);
     requeue_all(c);
 }
@@ -736,7 +620,7 @@ void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err)
     int code = kvc_grpc_final_status(&s->s, h2err, 1, msg, sizeof msg);
     s->stream_open = 0;
     s->s.id = 0;
-    s->send_len = s->send_off = 0;
+    kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     requeue_all(c);
     if (final_code(code)) {
@@ -822,7 +706,7 @@ void kvc_watch_cancel_loop(kvc_client *c, struct kvc_watch *w)
     w->user_cancelled = 1;
     switch (w->state) {
     case W_ACTIVE:
-        send_cancel(c, w->id);
+        send_cancel(c, w->hn.id);
         w_done(c, w);
         break;
     case W_QUEUED:
@@ -860,9 +744,10 @@ void kvc_watch_close_all(kvc_client *c)
         ack(s->qhead, -KVC_CANCELLED, "kvclient: client closed", NULL);
         w_done(c, s->qhead);
     }
-    for (size_t i = 0; i < s->map_cap; i++)
-        while (s->map[i])
-            w_done(c, s->map[i]);
+    for (kvc_idmap_node *e = kvc_idmap_first(&s->map), *nx; e; e = nx) {
+        nx = kvc_idmap_next(&s->map, e);
+        w_done(c, map_entry(e)); /* removes e; may free its watcher */
+    }
     while (s->all) {
         struct kvc_watch *w = s->all;
         all_remove(c, w);
@@ -875,8 +760,8 @@ void kvc_watch_close_all(kvc_client *c)
 
 void kvc_watch_free_sched(kvc_client *c)
 {
-    free(c->wt.map);
-    free(c->wt.sendbuf);
+    kvc_idmap_free(&c->wt.map);
+    kvc_sendbuf_free(&c->wt.out);
     kvc_rbuf_free(&c->wt.s.rb);
 }
 
@@ -960,11 +845,7 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     atomic_init(&w->refs, 1);
     atomic_init(&w->next_rev, o.start_revision > 0 ? o.start_revision : 0);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvc_cond_init_monotonic(&w->cv);
     if (make_range(w, key, key_len, &o) != 0) {
         w_unref(w);
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
@@ -979,13 +860,7 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     kvc_loop_post(c->lg, &w->cmd);
 
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kvc_deadline_after(&ts, timeout_ms);
     int rc;
     pthread_mutex_lock(&w->mu);
     while (!w->ack_done) {
@@ -1025,15 +900,7 @@ void kvc_watch_cancel(kvc_watch *w)
     if (kvc_loop_on_thread(c->lg)) {
         kvc_watch_cancel_loop(c, w);
     } else {
-        struct kvc_waiter wt;
-        kvc_waiter_init(&wt);
-        w->ccmd.type = CMD_WATCH_CANCEL;
-        w->ccmd.c = c;
-        w->ccmd.p = w;
-        w->ccmd.w = &wt;
-        kvc_loop_post(c->lg, &w->ccmd);
-        kvc_waiter_wait(&wt);
-        kvc_waiter_destroy(&wt);
+        (void)kvc_loop_run_cmd(c, &w->ccmd, CMD_WATCH_CANCEL, w, NULL);
     }
     w_unref(w);
 }
@@ -1044,20 +911,9 @@ int kvc_watch_progress(kvc_client *c, kvc_error *err)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     if (kvc_loop_on_thread(c->lg))
         return kvc_watch_progress_loop(c, err);
-    struct kvc_waiter wt;
     struct kvc_cmd cmd;
     memset(&cmd, 0, sizeof cmd);
-    kvc_waiter_init(&wt);
-    cmd.type = CMD_WATCH_PROGRESS;
-    cmd.c = c;
-    cmd.w = &wt;
-    kvc_loop_post(c->lg, &cmd);
-    kvc_waiter_wait(&wt);
-    int rc = wt.status;
-    if (rc && err)
-        *err = wt.err;
-    kvc_waiter_destroy(&wt);
-    return rc;
+    return kvc_loop_run_cmd(c, &cmd, CMD_WATCH_PROGRESS, NULL, err);
 }
 
 int64_t kvc_watch_next_revision(const kvc_watch *w)
