@@ -470,8 +470,8 @@ KVC_API void kvc_keepalive_stop(kvc_keepalive *ka);
  * When the stream or the connection is lost, every watcher is re-created on a new stream
  * (after the reconnect backoff) from its next revision: the last event's mod_revision + 1
  * (or the header revision + 1 of its creation / of a periodic progress notification, which
- * the server sends only to synced watchers), so events are neither repeated nor missed. If that revision was compacted meanwhile, the final
- * response has compact_revision set.
+ * the server sends only to synced watchers), so events are neither repeated nor missed. If that
+ * revision was compacted meanwhile, the final response has compact_revision set.
  */
 
 typedef struct kvc_watch kvc_watch;
@@ -479,22 +479,22 @@ typedef struct kvc_watch kvc_watch;
 enum kvc_event_type { KVC_EVENT_PUT = 0, KVC_EVENT_DELETE = 1 };
 
 typedef struct kvc_event {
-    int type;    /* enum kvc_event_type */
-    kvc_kv kv;   /* for DELETE: key and mod_revision only */
+    int type;  /* enum kvc_event_type */
+    kvc_kv kv; /* for DELETE: key and mod_revision only */
     int has_prev_kv;
     kvc_kv prev_kv; /* when the watcher asked for prev_kv and the key existed */
 } kvc_event;
 
 typedef struct kvc_watch_response {
     kvc_header header;
-    int64_t watch_id;         /* server-assigned id on the current stream */
-    int created;              /* creation ack (only delivered with opts.created_notify) */
-    int progress_notify;      /* no events: everything up to header.revision was sent */
-    int canceled;             /* FINAL response: no callback follows */
-    int64_t compact_revision; /* canceled because the start revision was compacted */
-    int status;               /* 0, or -code when canceled for an error */
+    int64_t watch_id;          /* server-assigned id on the current stream */
+    int created;               /* creation ack (only delivered with opts.created_notify) */
+    int progress_notify;       /* no events: everything up to header.revision was sent */
+    int canceled;              /* FINAL response: no callback follows */
+    int64_t compact_revision;  /* canceled because the start revision was compacted */
+    int status;                /* 0, or -code when canceled for an error */
     const char *cancel_reason; /* "" or the server's / library's reason (valid in the cb) */
-    const kvc_event *events;  /* n_events events in revision order (valid in the cb) */
+    const kvc_event *events;   /* n_events events in revision order (valid in the cb) */
     size_t n_events;
 } kvc_watch_response;
 
@@ -509,14 +509,14 @@ enum kvc_watch_filter { KVC_FILTER_NOPUT = 1, KVC_FILTER_NODELETE = 2 };
 typedef struct kvc_watch_opts {
     const uint8_t *range_end; /* explicit [key, range_end); overrides prefix/from_key */
     size_t range_end_len;
-    int prefix;               /* every key starting with key */
-    int from_key;             /* every key >= key */
-    int64_t start_revision;   /* <= 0: from the next revision */
+    int prefix;             /* every key starting with key */
+    int from_key;           /* every key >= key */
+    int64_t start_revision; /* <= 0: from the next revision */
     int prev_kv;
-    int filters;              /* KVC_FILTER_* bits */
-    int progress_notify;      /* periodic progress notifications from the server */
-    int fragment;             /* let the server split large responses (reassembled here) */
-    int created_notify;       /* also deliver the creation ack (created = 1) */
+    int filters;         /* KVC_FILTER_* bits */
+    int progress_notify; /* periodic progress notifications from the server */
+    int fragment;        /* let the server split large responses (reassembled here) */
+    int created_notify;  /* also deliver the creation ack (created = 1) */
 } kvc_watch_opts;
 
 /*
