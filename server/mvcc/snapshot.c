@@ -192,7 +192,7 @@ out:
 
 static int env_open_file(const char *path, unsigned flags, MDB_env **out)
 {
-    MDB_env *env;
+    MDB_env *env = NULL;
     int rc = mdb_env_create(&env);
     if (rc)
         return kv_mdb_err(rc);
@@ -234,7 +234,7 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
         return -e;
     }
     st->has_sha = fs.st_size % 512 == KV_SNAPSHOT_SHA_LEN;
-    MDB_env *env;
+    MDB_env *env = NULL;
     int rc = env_open_file(path, MDB_RDONLY, &env);
     if (rc) {
         setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", path);
@@ -327,7 +327,7 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     int rc = copy_prefix(snap, data_len, path, msg, msglen);
     if (rc)
         goto cleanup;
-    MDB_env *env;
+    MDB_env *env = NULL;
     rc = env_open_file(path, 0, &env);
     if (rc) {
         setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", snap);
