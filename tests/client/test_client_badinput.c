@@ -50,7 +50,7 @@ Test(client_badinput, bad_endpoint_strings)
     cr_assert_eq(kvc_open(&c, &cfg, &e), -KVC_INVALID_ARGUMENT);
     cr_assert_str_eq(e.message, "kvclient: no endpoints configured");
     cr_assert_eq(kvt_count_fds(), fds);
-    cr_assert_eq(kvt_count_threads(), threads);
+    cr_assert_eq(kvt_threads_settle(threads, 2000), threads);
 
     /* Good forms are accepted. */
     const char *good[] = {"http://127.0.0.1:1", "localhost:1", "[::1]:1", "127.0.0.1:1/"};
@@ -59,7 +59,7 @@ Test(client_badinput, bad_endpoint_strings)
     cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
     kvc_close(c);
     cr_assert_eq(kvt_count_fds(), fds);
-    cr_assert_eq(kvt_count_threads(), threads);
+    cr_assert_eq(kvt_threads_settle(threads, 2000), threads);
     cr_assert_eq(kvt_leaks(), 0, "LeakSanitizer found leaks");
 }
 
@@ -104,7 +104,7 @@ Test(client_badinput, server_accepts_and_closes)
     cr_assert_geq(accepted, 2, "it keeps retrying with backoff within the dial timeout");
     cr_assert_lt(accepted, 40, "backoff bounds the reconnect rate (%d connects)", accepted);
     cr_assert_eq(kvt_count_fds(), fds);
-    cr_assert_eq(kvt_count_threads(), threads);
+    cr_assert_eq(kvt_threads_settle(threads, 2000), threads);
     cr_assert_eq(kvt_leaks(), 0, "LeakSanitizer found leaks");
 }
 
@@ -118,7 +118,7 @@ Test(client_badinput, server_speaks_http1)
     cr_assert(strstr(e.message, "server speaks HTTP/1.x, not HTTP/2"), "message: %s", e.message);
     cr_assert(strstr(e.message, "HTTP/1.1 400 Bad Request"), "message: %s", e.message);
     cr_assert_eq(kvt_count_fds(), fds);
-    cr_assert_eq(kvt_count_threads(), threads);
+    cr_assert_eq(kvt_threads_settle(threads, 2000), threads);
     cr_assert_eq(kvt_leaks(), 0, "LeakSanitizer found leaks");
 }
 

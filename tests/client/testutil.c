@@ -402,6 +402,16 @@ int kvt_count_threads(void)
     return count_dir("/proc/self/task");
 }
 
+int kvt_threads_settle(int expected, int timeout_ms)
+{
+    int n = kvt_count_threads();
+    for (int waited = 0; n != expected && waited < timeout_ms; waited += 5) {
+        poll(NULL, 0, 5);
+        n = kvt_count_threads();
+    }
+    return n;
+}
+
 kvc_client *kvt_client(const char *endpoint)
 {
     const char *eps[] = {endpoint};

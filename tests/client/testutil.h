@@ -47,6 +47,10 @@ int kvt_count_established(int port);
 void kvt_warmup(void);
 int kvt_count_fds(void);
 int kvt_count_threads(void);
+/* The thread count once it has settled at `expected`, polling up to timeout_ms. A joined
+ * thread can stay listed in /proc/self/task for a moment after pthread_join returns (the
+ * kernel wakes the joiner before it reaps the task), so compare counts only through this. */
+int kvt_threads_settle(int expected, int timeout_ms);
 
 /* A client for endpoint with defaults (dial timeout 3 s). Aborts the test on failure. */
 kvc_client *kvt_client(const char *endpoint);
