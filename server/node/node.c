@@ -933,3 +933,34 @@ void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg)
     n->commit_fn = fn;
     n->commit_arg = arg;
 }
+
+/* ---- raft (issue 9): placeholders until the raft driver lands ---- */
+
+void kv_node_raft_status(const kv_node *n, kv_node_raft_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->term = n->hdr.raft_term;
+    st->leader = n->hdr.member_id;
+    st->commit_index = st->applied_index = st->last_index = n->st.applied_index;
+    st->role = 3;
+}
+
+int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *arg)
+{
+    return kv_node_barrier(n, done, arg);
+}
+
+int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size_t record_len,
+                          kv_node_done_fn done, void *arg)
+{
+    (void)n, (void)op, (void)id, (void)record_len, (void)done, (void)arg;
+    free(record);
+    return -ENOTSUP;
+}
+
+int kv_node_move_leader(kv_node *n, uint64_t target, void (*done)(void *arg, int status),
+                        void *arg)
+{
+    (void)n, (void)target, (void)done, (void)arg;
+    return -ENOTSUP;
+}

@@ -136,4 +136,40 @@ int kv_node_compact_pending(const kv_node *n);
 typedef void (*kv_node_commit_fn)(void *arg, int64_t revision);
 void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg);
 
+/* ---- raft (issue 9) ---- */
+
+/* The member's raft state as Status and /health report it. role: enum raft_role values
+ * (0 follower, 1 pre-candidate, 2 candidate, 3 leader). leader 0 = none known. */
+typedef struct kv_node_raft_status {
+    uint64_t term, leader, commit_index, applied_index, last_index;
+    int role;
+    int is_learner;
+} kv_node_raft_status;
+void kv_node_raft_status(const kv_node *n, kv_node_raft_status *st);
+
+/* Linearizable read barrier (ReadIndex): done(arg, 0) once this member has applied at least
+ * the leader's commit index as of a moment after the call (a heartbeat quorum confirmed the
+ * leadership). Concurrent calls share one round. On a follower the read index comes from the
+ * leader over the peer transport. Errors passed to done: -EAGAIN no leader ("etcdserver: no
+ * leader"), -ETIMEDOUT ("etcdserver: request timed out"), -ECANCELED (closing), -EBUSY (bound).
+ * Returns 0 or -EBUSY/-ENOMEM/-ESHUTDOWN (done not called then). */
+int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *arg);
+
+/* Membership changes (Cluster service). op: */
+enum { KV_NODE_MEMBER_ADD = 1, KV_NODE_MEMBER_ADD_LEARNER, KV_NODE_MEMBER_REMOVE,
+       KV_NODE_MEMBER_PROMOTE };
+/* Proposes the change for member id. record: a packed kvdpb.Member (peer URLs, learner flag)
+ * stored in the members table when the change applies (ADD/ADD_LEARNER; NULL otherwise). done
+ * gets res->code 0 once the configuration entry applied on this member, or etcd's error
+ * (e.g. FAILED_PRECONDITION "etcdserver: unhealthy cluster", NOT_FOUND "etcdserver: member not
+ * found"). Takes ownership of record (malloc'd). Returns 0 or a negative errno. */
+int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size_t record_len,
+                          kv_node_done_fn done, void *arg);
+
+/* Leader transfer (MoveLeader): done(arg, 0) once target leads, -ETIMEDOUT after an election
+ * timeout, -EPERM when this member is not the leader ("etcdserver: not leader"), -EINVAL when
+ * target is not a voter. */
+int kv_node_move_leader(kv_node *n, uint64_t target, void (*done)(void *arg, int status),
+                        void *arg);
+
 #endif
