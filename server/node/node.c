@@ -936,7 +936,7 @@ void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg)
 
 /* ---- raft (issue 9): placeholders until the raft driver lands ---- */
 
-void kv_node_raft_status(const kv_node *n, kv_node_raft_status *st)
+void kv_node_get_raft_status(const kv_node *n, kv_node_raft_status *st)
 {
     memset(st, 0, sizeof(*st));
     st->term = n->hdr.raft_term;

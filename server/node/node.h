@@ -145,7 +145,7 @@ typedef struct kv_node_raft_status {
     int role;
     int is_learner;
 } kv_node_raft_status;
-void kv_node_raft_status(const kv_node *n, kv_node_raft_status *st);
+void kv_node_get_raft_status(const kv_node *n, kv_node_raft_status *st);
 
 /* Linearizable read barrier (ReadIndex): done(arg, 0) once this member has applied at least
  * the leader's commit index as of a moment after the call (a heartbeat quorum confirmed the
