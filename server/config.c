@@ -13,6 +13,8 @@ void kv_config_default(kv_config *cfg)
     snprintf(cfg->initial_cluster_token, sizeof(cfg->initial_cluster_token), "etcd-cluster");
     snprintf(cfg->initial_cluster_state, sizeof(cfg->initial_cluster_state), "new");
     cfg->heartbeat_interval_ms = 100;
+    cfg->snapshot_count = 100000;
+    cfg->peer_max_queue_bytes = 16u << 20;
     cfg->election_timeout_ms = 1000;
     cfg->max_request_bytes = 1572864;
     cfg->max_txn_ops = 128;
@@ -265,11 +267,12 @@ static const flag_def FLAGS[] = {
      sizeof(((kv_config *)0)->auto_compaction_retention), 0, 0},
     {"auto-compaction-interval", F_DUR, OFF(auto_compaction_interval_ms), 0, 0, 0, 0},
     {"max-snapshots", F_U32, OFF(max_snapshots), 0, 0, 1, 64},
+    {"snapshot-count", F_U64, OFF(snapshot_count), 0, 0, 1, 1ULL << 40},
+    {"peer-max-queue-bytes", F_SIZE, OFF(peer_max_queue_bytes), 0, 0, 65536, 1ULL << 32},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
     {"log-level", F_IGNORED, 0, 0, 0, 0, 0},
-    {"snapshot-count", F_IGNORED, 0, 0, 0, 0, 0},
 };
 
 const char *kv_config_usage(void)
@@ -328,6 +331,10 @@ const char *kv_config_usage(void)
            "                                  revisions to keep; 0 = off (0)\n"
            "  --auto-compaction-interval D    revision mode: check period (5m)\n"
            "  --max-snapshots N               Maintenance.Snapshot streams at once (2)\n"
+           "  --snapshot-count N              applied entries between raft log compactions\n"
+           "                                  (100000)\n"
+           "  --peer-max-queue-bytes N        send queue per peer; raft messages beyond it\n"
+           "                                  are dropped (16 MiB)\n"
            "  --version | --help\n";
 }
 
@@ -463,12 +470,6 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     if (!found) {
         snprintf(err, errlen, "--initial-cluster has no member named '%s' (--name)", cfg->name);
         return -EINVAL;
-    }
-    if (cfg->n_initial_cluster > 1) {
-        snprintf(err, errlen,
-                 "multi-member clusters are not available yet: raft transport is not wired in "
-                 "(run a single member)");
-        return -ENOTSUP;
     }
     return 0;
 }

@@ -49,6 +49,8 @@ typedef struct kv_config {
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;
     uint32_t election_timeout_ms;
+    uint64_t snapshot_count;     /* --snapshot-count: entries between log compactions (100000) */
+    size_t peer_max_queue_bytes; /* --peer-max-queue-bytes: send queue per peer (16 MiB) */
 
     /* Limits. */
     size_t max_request_bytes;        /* --max-request-bytes, default 1.5 MiB */
@@ -69,7 +71,8 @@ typedef struct kv_config {
     uint32_t lease_checkpoint_rate;        /* --lease-checkpoint-rate, default 1000 */
 
     /* Testing. */
-    int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall */
+    int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall,
+                              SIGUSR2 isolates the member from its peers */
 
     /* Startup checks and /health (issue 8: D10, D7). */
     uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */

@@ -116,6 +116,34 @@ static void register_metrics(kv_server *s)
                         s);
 }
 
+static int promote(kv_server *s)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: lease recovery: %s\n", mdb_strerror(rc));
+        return -EIO;
+    }
+    rc = kv_lessor_promote(s->lessor, (int64_t)s->cfg->election_timeout_ms, txn,
+                           kv_store_leases(s->store));
+    mdb_txn_abort(txn);
+    if (rc < 0)
+        fprintf(stderr, "kvd: lease recovery failed: %s\n", strerror(-rc));
+    return rc;
+}
+
+static void on_leader(void *arg, int primary)
+{
+    kv_server *s = arg;
+    if (primary && !kv_lessor_is_primary(s->lessor)) {
+        if (promote(s) == 0)
+            fprintf(stderr, "kvd: leader: lease expiry runs here now\n");
+    } else if (!primary && kv_lessor_is_primary(s->lessor)) {
+        kv_lessor_demote(s->lessor);
+        fprintf(stderr, "kvd: not leader: lease expiry stopped here\n");
+    }
+}
+
 int kv_leases_start(kv_server *s)
 {
     const kv_config *cfg = s->cfg;
@@ -144,25 +172,22 @@ int kv_leases_start(kv_server *s)
     };
     kv_node_set_lease_observer(s->node, &obs);
 
-    MDB_txn *txn;
-    rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        fprintf(stderr, "kvd: lease recovery: %s\n", mdb_strerror(rc));
-        return -EIO;
+    /* A single member leads its one-member cluster from the start; in a cluster the lessor
+     * promotes when raft makes this member the leader and it applied an entry of its term
+     * (kv_node_set_leader_hook), and demotes as soon as it stops leading (lesson 4). */
+    if (s->id.n_members <= 1 && strcmp(cfg->initial_cluster_state, "existing") != 0) {
+        rc = promote(s);
+        if (rc < 0)
+            return rc;
     }
-    rc = kv_lessor_promote(s->lessor, (int64_t)cfg->election_timeout_ms, txn,
-                           kv_store_leases(s->store));
-    mdb_txn_abort(txn);
-    if (rc < 0) {
-        fprintf(stderr, "kvd: lease recovery failed: %s\n", strerror(-rc));
-        return rc;
-    }
+    kv_node_set_leader_hook(s->node, on_leader, s);
     register_metrics(s);
     return 0;
 }
 
 void kv_leases_stop(kv_server *s)
 {
+    kv_node_set_leader_hook(s->node, NULL, NULL);
     kv_node_set_lease_observer(s->node, NULL);
     if (s->metrics)
         kv_metrics_gauge_fn_remove(s->metrics, s);

@@ -7,7 +7,13 @@
 
 #include "leases.h"
 #include "node/read_pool.h"
+#include "peer/peer_net.h"
 #include "watch/watch_hub.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 static void on_commit(void *arg, int64_t revision)
 {
@@ -32,16 +38,110 @@ static int start_watch(kv_server *s)
     return 0;
 }
 
+static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8_t *buf,
+                            size_t len)
+{
+    kv_node_on_peer_message(((kv_server *)arg)->node, from, type, buf, len);
+}
+
+static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_t hdr_len,
+                             const char *path)
+{
+    kv_node_on_peer_snapshot(((kv_server *)arg)->node, from, hdr, hdr_len, path);
+}
+
+/* The first peer URL --initial-cluster gives the k-th member (identity.c's order). */
+static const char *member_url(const kv_config *cfg, size_t k)
+{
+    size_t seen = 0;
+    for (size_t i = 0; i < cfg->n_initial_cluster; i++) {
+        int first = 1;
+        for (size_t j = 0; j < i; j++)
+            first &= strcmp(cfg->initial_cluster[j].name, cfg->initial_cluster[i].name) != 0;
+        if (!first)
+            continue;
+        if (seen++ == k)
+            return cfg->initial_cluster[i].url.text;
+    }
+    return NULL;
+}
+
+/* A configuration change applied: connect to an added member (its peer URL is in the members
+ * table by then), drop a removed one. */
+static void on_conf_change(void *arg, int op, uint64_t id)
+{
+    kv_server *s = arg;
+    if (s->peers == NULL || id == s->id.member_id)
+        return;
+    if (op == KV_NODE_MEMBER_REMOVE) {
+        kv_peer_net_remove_peer(s->peers, id);
+        return;
+    }
+    char url[256];
+    if (kv_store_member_peer_url(s->store, id, url, sizeof(url)) == 0)
+        kv_peer_net_add_peer(s->peers, id, url);
+}
+
+static int start_peers(kv_server *s, const char *snap_dir)
+{
+    const kv_config *cfg = s->cfg;
+    kv_peer_net_config pc;
+    kv_peer_net_config_default(&pc);
+    pc.self_id = s->id.member_id;
+    pc.cluster_id = s->id.cluster_id;
+    for (size_t i = 0; i < cfg->n_listen_peer && i < 8; i++)
+        pc.listen_urls[pc.n_listen++] = cfg->listen_peer[i].text;
+    for (size_t k = 0; k < s->id.n_members && pc.n_peers < 16; k++) {
+        const char *url = member_url(cfg, k);
+        if (s->id.member_ids[k] == s->id.member_id || url == NULL)
+            continue;
+        pc.peers[pc.n_peers].id = s->id.member_ids[k];
+        snprintf(pc.peers[pc.n_peers].url, sizeof(pc.peers[pc.n_peers].url), "%s", url);
+        pc.n_peers++;
+    }
+    pc.snap_dir = snap_dir;
+    if (cfg->peer_max_queue_bytes)
+        pc.max_queue_bytes = cfg->peer_max_queue_bytes;
+    pc.seed = s->id.member_id;
+    kv_peer_handler h = {
+        .arg = s, .on_message = peer_on_message, .on_snapshot = peer_on_snapshot};
+    int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: cannot start the peer transport: %s\n", strerror(-rc));
+        return rc;
+    }
+    kv_node_attach_peers(s->node, s->peers);
+    kv_node_set_conf_hook(s->node, on_conf_change, s);
+    return 0;
+}
+
 int kv_server_start_core(kv_server *s)
 {
     const kv_config *cfg = s->cfg;
     kv_header_info hdr = {
         .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
+    char snap_dir[600];
+    snprintf(snap_dir, sizeof(snap_dir), "%s/snap", cfg->data_dir);
+    if (mkdir(snap_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kvd: cannot create %s: %s\n", snap_dir, strerror(errno));
+        return -errno;
+    }
     kv_node_config nc = {.max_pending = cfg->max_pending_proposals,
-                         .max_health_waiters = cfg->max_health_probes};
+                         .max_health_waiters = cfg->max_health_probes,
+                         .voters = s->id.member_ids,
+                         .n_voters = s->id.n_members,
+                         .heartbeat_ms = cfg->heartbeat_interval_ms,
+                         .election_ms = cfg->election_timeout_ms,
+                         .snapshot_count = cfg->snapshot_count,
+                         .snap_dir = snap_dir};
     int rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)
         goto fail;
+    if (s->id.n_members > 1 || strcmp(cfg->initial_cluster_state, "existing") == 0) {
+        rc = start_peers(s, snap_dir);
+        if (rc < 0)
+            goto fail;
+    }
     rc = kv_leases_start(s);
     if (rc < 0)
         goto fail;
@@ -69,6 +169,10 @@ void kv_server_stop_core(kv_server *s)
     if (s->node)
         kv_node_close(s->node);
     s->node = NULL;
+    if (s->node)
+        kv_node_attach_peers(s->node, NULL);
+    kv_peer_net_close(s->peers);
+    s->peers = NULL;
     kv_read_pool_close(s->read_pool); /* joins the reader threads */
     s->read_pool = NULL;
 }

@@ -16,6 +16,7 @@
 struct kv_lessor;
 struct kv_read_pool;
 struct kv_watch_hub;
+struct kv_peer_net;
 
 typedef struct kv_server {
     uv_loop_t *loop;
@@ -29,10 +30,11 @@ typedef struct kv_server {
     struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
     struct kv_read_pool *read_pool; /* reader threads for Range/HashKV (NULL: inline) */
     struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
+    struct kv_peer_net *peers;      /* peer transport (server/peer/peer_net.h); NULL alone */
 } kv_server;
 
-/* Starts the member's core on s->loop: the node (ordered write path), the lessor, the reader
- * pool and the watch hub, configured from s->cfg. Preconditions: s->loop, s->cfg, s->id,
+/* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer
+ * transport (when the cluster has other members), the lessor, the reader pool and the watch hub, configured from s->cfg. Preconditions: s->loop, s->cfg, s->id,
  * s->metrics and an open s->store are set; the rest is zero. On error everything it started
  * is stopped again (kv_server_stop_core) and a negative errno is returned. */
 int kv_server_start_core(kv_server *s);

@@ -18,6 +18,7 @@ typedef struct read_req {
     kv_header_info hdr;
     int rc;
     kv_result res;
+    int point; /* after the barrier: run inline */
     size_t len;
     uint8_t msg[]; /* copy of the request message */
 } read_req;
@@ -91,4 +92,67 @@ void kv_read_cancel(kv_grpc_call *call)
         r->call = NULL;
         atomic_store(&r->cancelled, 1);
     }
+}
+
+/* The read index is applied here (or the barrier failed): run the read. */
+static void on_read_index(void *arg, int status)
+{
+    read_req *r = arg;
+    kv_grpc_call *call = r->call;
+    if (call == NULL) { /* cancelled while waiting */
+        free(r);
+        return;
+    }
+    kv_grpc_call_set_data(call, NULL);
+    if (status < 0) {
+        const char *msg = status == -EAGAIN      ? "etcdserver: no leader"
+                          : status == -EBUSY     ? "etcdserver: too many requests"
+                          : status == -ECANCELED ? "etcdserver: server stopped"
+                                                 : "etcdserver: request timed out";
+        kv_reply_error(call, status == -EBUSY ? 8 : 14, msg);
+        free(r);
+        return;
+    }
+    kv_server *s = kv_grpc_call_app(call);
+    if (r->point || s->read_pool == NULL) {
+        kv_result res = {0};
+        int rc = r->fn(s->store, r->msg, r->len, kv_node_header(s->node), &res);
+        reply(call, rc, &res);
+        free(res.resp);
+        free(r);
+        return;
+    }
+    r->hdr = *kv_node_header(s->node);
+    int rc = kv_read_pool_submit(s->read_pool, work, done, r);
+    if (rc < 0) {
+        free(r);
+        kv_reply_propose_error(call, rc);
+        return;
+    }
+    kv_grpc_call_set_data(call, r);
+}
+
+void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                                int point)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    read_req *r = calloc(1, sizeof(*r) + len);
+    if (r == NULL) {
+        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        return;
+    }
+    r->call = call;
+    r->store = s->store;
+    r->fn = fn;
+    r->point = point;
+    r->len = len;
+    if (len)
+        memcpy(r->msg, msg, len);
+    int rc = kv_node_read_index(s->node, on_read_index, r);
+    if (rc < 0) {
+        free(r);
+        kv_reply_propose_error(call, rc);
+        return;
+    }
+    kv_grpc_call_set_data(call, r);
 }

@@ -30,6 +30,13 @@ typedef int (*kv_read_fn)(kv_store *store, const uint8_t *msg, size_t len, const
                           kv_result *res);
 
 void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len);
+/* The same after a ReadIndex barrier (kv_node_read_index): the read starts once this member
+ * applied everything the leader had committed when the read arrived, so it is linearizable on
+ * a follower too. point: run fn inline on the loop (O(log n) reads) instead of the pool.
+ * Errors of the barrier: UNAVAILABLE "etcdserver: no leader" / "etcdserver: request timed
+ * out", RESOURCE_EXHAUSTED "etcdserver: too many requests". kv_read_cancel covers both phases. */
+void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                                int point);
 /* on_cancel for calls started with kv_read_unary. */
 void kv_read_cancel(kv_grpc_call *call);
 

@@ -7,7 +7,9 @@
  * loop: its cost grows with the data (sorts, counts, unlimited ranges). A single-key Range is
  * O(log n) and answered inline (a worker round trip would cost more than the read). On a
  * single member every acknowledged write is already applied, so a local read is
- * linearizable. (With raft, non-serializable reads will wait for ReadIndex.)
+ * linearizable. In a cluster a Range that is not serializable first passes a ReadIndex barrier
+ * (node.h kv_node_read_index): concurrent reads share one heartbeat round, then wait until this
+ * member applied the leader's commit index. Serializable reads are served locally at once.
  */
 #include "api/internal_req.h"
 #include "api/read_req.h"
@@ -22,8 +24,11 @@
 /* A Range of one key (range_end empty) costs O(log n) whatever the data size: one index
  * probe and at most one record. Found by scanning the wire bytes for field 2 (range_end),
  * without unpacking. Anything else, or bytes that do not parse, goes to the pool. */
-static int range_is_point(const uint8_t *p, size_t len)
+/* 1 when the Range names one key; *serializable = field 7 (serializable) set. */
+static int range_scan(const uint8_t *p, size_t len, int *serializable)
 {
+    int point = 1;
+    *serializable = 0;
     const uint8_t *end = p + len;
     while (p < end) {
         uint64_t tag = 0, v = 0;
@@ -36,6 +41,8 @@ static int range_is_point(const uint8_t *p, size_t len)
         } while (*p++ & 0x80);
         switch (tag & 7) {
         case 0:
+            if ((tag >> 3) == 7 && p < end && *p != 0)
+                *serializable = 1;
             do {
                 if (p >= end)
                     return 0;
@@ -62,19 +69,26 @@ static int range_is_point(const uint8_t *p, size_t len)
             if (v > (uint64_t)(end - p))
                 return 0;
             if ((tag >> 3) == 2 && v > 0)
-                return 0; /* a range_end: proportional to the data */
+                point = 0; /* a range_end: proportional to the data */
             p += v;
             break;
         default:
             return 0;
         }
     }
-    return 1;
+    return point;
 }
 
 static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    if (range_is_point(msg, len)) {
+    kv_server *srv = kv_grpc_call_app(call);
+    int serializable;
+    int point = range_scan(msg, len, &serializable);
+    if (!serializable && srv->peers != NULL) {
+        kv_read_unary_linearizable(call, kv_store_range, msg, len, point);
+        return;
+    }
+    if (point) {
         /* Bounded: answered inline (measured: 5x lower latency than a pool round trip). */
         kv_server *s = kv_grpc_call_app(call);
         kv_result res = {0};

@@ -53,7 +53,7 @@ int kv_store_env_open(kv_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(s->env, 8)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
+    if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0644))) {
         mdb_env_close(s->env);
         s->env = NULL;
@@ -259,6 +259,20 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
     b->txn = NULL;
     b->open = false;
     return rc;
+}
+
+MDB_txn *kv_store_batch_txn(kv_store_batch *b)
+{
+    return b && b->open ? b->txn : NULL;
+}
+
+int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index)
+{
+    if (!b || b != &s->batch || !b->open)
+        return -EINVAL;
+    if (index > b->meta.applied)
+        b->meta.applied = index;
+    return 0;
 }
 
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b)

@@ -106,6 +106,7 @@ enum {
     KV_CODE_OUT_OF_RANGE = 11,
     KV_CODE_UNIMPLEMENTED = 12,
     KV_CODE_INTERNAL = 13,
+    KV_CODE_UNAVAILABLE = 14,
     KV_CODE_DATA_LOSS = 15,
 };
 
@@ -167,6 +168,17 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
 /* Stores the applied index (the last index applied) in the same txn and commits (fsync).
  * b is released whatever the result; on failure nothing of the batch is kept. */
 int kv_store_batch_commit(kv_store *s, kv_store_batch *b);
+/* The batch's LMDB write transaction, for modules that keep their own databases in the same
+ * environment and commit with the batch (the raft log: server/raftlog/raftlog.h). Valid until
+ * the batch commits or aborts; apply thread only. */
+MDB_txn *kv_store_batch_txn(kv_store_batch *b);
+/* Marks log index `index` applied without a request (a leader's empty entry, a configuration
+ * change): the applied index moves, nothing else. index <= applied -> no-op. */
+int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index);
+/* Replaces the store's state (keyspace, leases, alarms, members, meta state) by the one in
+ * the LMDB file at path (a snapshot from the raft leader), inside batch b (mvcc/restore.c).
+ * This member's identity and the raft log are kept. Apply thread only. */
+int kv_store_restore_from(kv_store *s, kv_store_batch *b, const char *path);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 

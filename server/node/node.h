@@ -37,10 +37,21 @@ typedef struct kv_node_req kv_node_req;
  * (and must then set it to NULL) to avoid a copy. */
 typedef void (*kv_node_done_fn)(void *arg, kv_result *res);
 
+struct kv_peer_net;
+
 typedef struct kv_node_config {
     uint32_t max_pending;        /* queued proposals; default 10000 */
     uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
     uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
+    /* raft (issue 9). Zero values give a single member whose raft id is hdr->member_id. */
+    const uint64_t *voters;   /* bootstrap configuration (every --initial-cluster member) */
+    size_t n_voters;
+    uint32_t heartbeat_ms;    /* --heartbeat-interval; default 100 */
+    uint32_t election_ms;     /* --election-timeout; default 1000 */
+    uint32_t max_pending_reads; /* linearizable reads waiting (--max-pending-reads); default 10000 */
+    uint64_t snapshot_count;  /* applied entries between log compactions; default 10000 */
+    const char *snap_dir;     /* where snapshots are prepared/received; NULL: no snapshots */
+    uint64_t seed;            /* raft PRNG seed; 0: derived from the member id and the clock */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -91,6 +102,23 @@ int kv_node_health_barrier(kv_node *n, void (*done)(void *arg, int status), void
  * runs on a worker) and forwards each batch's events here, on the loop thread, after the batch
  * committed and before its completions run. NULL detaches. */
 void kv_node_set_lease_observer(kv_node *n, const kv_store_lease_observer *obs);
+
+/* The peer transport (NULL: none, a single member). Borrowed; the node sends raft messages,
+ * forwarded proposals and read-index requests through it. Its handler must call
+ * kv_node_on_peer_message / kv_node_on_peer_snapshot. */
+void kv_node_attach_peers(kv_node *n, struct kv_peer_net *peers);
+void kv_node_on_peer_message(kv_node *n, uint64_t from, uint32_t type, const uint8_t *buf,
+                             size_t len);
+/* A snapshot file received from `from` (the transport handed over its ownership). */
+void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, size_t hdr_len,
+                              const char *path);
+/* Called on the loop with primary = 1 once this member leads and has applied an entry of its
+ * own term (the lessor promotes then), and with 0 when it stops leading. */
+void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), void *arg);
+
+/* Called on the loop when a configuration change applied (op KV_NODE_MEMBER_ADD,
+ * _ADD_LEARNER or _REMOVE for member id): the server connects or drops the peer. */
+void kv_node_set_conf_hook(kv_node *n, void (*fn)(void *arg, int op, uint64_t id), void *arg);
 
 /* Failpoint (tests only): while stalled, queued requests are not applied, so writes and
  * /health hang until the queue bound sheds them. */

@@ -80,14 +80,17 @@ Test(config, bad_input_gives_clear_errors)
     cr_assert(strstr(err, "n9") != NULL, "%s", err);
 }
 
-Test(config, multi_member_is_refused_until_raft_is_wired)
+Test(config, multi_member_cluster_flags)
 {
     kv_config c;
     char err[256];
     char *argv[] = {"kvd", "--name", "n1", "--peers",
-                    "n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2381"};
-    cr_assert_eq(parse(&c, err, sizeof(err), 5, argv), -ENOTSUP);
-    cr_assert(strstr(err, "multi-member") != NULL, "%s", err);
+                    "n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2381", "--snapshot-count", "500",
+                    "--peer-max-queue-bytes", "1048576"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 9, argv), 0, "%s", err);
+    cr_assert_eq(c.n_initial_cluster, 2);
+    cr_assert_eq(c.snapshot_count, 500);
+    cr_assert_eq(c.peer_max_queue_bytes, 1048576);
 }
 
 Test(config, help_and_version)

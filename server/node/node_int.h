@@ -1,0 +1,261 @@
+/*
+ * node_int.h: the node's private state, shared by its files (not a public header).
+ *
+ *   node.c        public API: the request queue, barriers, exclusive items, compaction waiters,
+ *                 metrics, init and close.
+ *   node_ready.c  the raft driver: feeds raft (messages, ticks, proposals, reads), takes each
+ *                 ready, persists and applies it on a worker thread in ONE LMDB transaction,
+ *                 then sends, acknowledges and advances (raft.h's loop).
+ *   node_peer.c   what crosses the peer transport: raft messages, proposals forwarded to the
+ *                 leader, read-index requests and answers, snapshots.
+ *
+ * Everything here is loop-thread state except what a ready_work hands to the worker (the
+ * store's write path and the ready_work itself).
+ */
+#ifndef KV_NODE_INT_H
+#define KV_NODE_INT_H
+
+#include "node/node.h"
+#include "raft/raft.h"
+#include "raftlog/msg_codec.h"
+#include "raftlog/raftlog.h"
+
+#include <stdbool.h>
+
+struct kv_peer_net;
+
+/* Frame types on the peer transport (server/peer/peer_net.h moves them opaquely). */
+enum {
+    KV_PEER_T_RAFT = 1,         /* kvdraftpb.Message */
+    KV_PEER_T_FORWARD = 2,      /* kvdraftpb.Forward: a follower's proposal for the leader */
+    KV_PEER_T_FORWARD_RESP = 3, /* kvdraftpb.ForwardResp: the leader refused it */
+    KV_PEER_T_READ_REQ = 4,     /* kvdraftpb.ReadIndexReq */
+    KV_PEER_T_READ_RESP = 5,    /* kvdraftpb.ReadIndexResp */
+};
+
+/* One /health probe waiting on a shared health barrier. */
+typedef struct health_waiter {
+    struct health_waiter *next;
+    void (*done)(void *arg, int status);
+    void *arg;
+} health_waiter;
+
+enum req_kind {
+    REQ_WRITE = 0,   /* a client's write: done(arg, result) */
+    REQ_BARRIER,     /* barrier_done(arg, status) once applied */
+    REQ_HEALTH,      /* coalesced health barrier: waiters */
+    REQ_EXCL,        /* exclusive item: runs alone on the worker */
+    REQ_FORWARDED,   /* a follower's proposal on the leader: nobody waits here */
+    REQ_CONF,        /* a membership change: raft_change_membership, done when applied */
+    REQ_MOVE_LEADER, /* leader transfer */
+};
+
+struct kv_node_req {
+    kv_node_req *next;
+    int kind;
+    uint8_t *data; /* packed InternalRequest with id/proposer prefixed; NULL for EXCL */
+    size_t len;
+    uint64_t id;          /* InternalRequest.id (0 for EXCL) */
+    uint64_t deadline_ms; /* fail past it (request timeout) */
+    int proposed;         /* handed to raft or forwarded to the leader */
+    kv_node_done_fn done;
+    void (*barrier_done)(void *arg, int status);
+    void *arg;
+    kv_node *health; /* REQ_HEALTH: its waiters are health_waiters */
+    health_waiter *waiters;
+    int (*excl_work)(void *arg);
+    void (*excl_done)(void *arg, int status);
+    int conf_op; /* REQ_CONF: KV_NODE_MEMBER_*; REQ_MOVE_LEADER: target in conf_id */
+    uint64_t conf_id;
+    raft_index conf_index; /* index of the configuration entry once proposed */
+    int has_record;        /* REQ_CONF: a member record entry goes first */
+};
+
+/* Lease observer events of one ready, recorded on the worker and replayed on the loop. */
+typedef struct obs_event {
+    int type; /* 0 granted, 1 revoked, 2 checkpointed */
+    int64_t id, ttl, remaining;
+} obs_event;
+
+/* One ready (or a compaction-only step) in flight on the worker. */
+typedef struct ready_work {
+    uv_work_t req;
+    kv_node *node;
+    int has_ready;
+    struct raft_ready rd;
+    kv_result *results; /* per committed entry */
+    uint64_t *ids;      /* per committed entry: InternalRequest.id if proposed by us, else 0 */
+    int64_t revision;
+    int rc;
+    obs_event *ev;
+    size_t nev, cap_ev;
+    int ev_oom;
+    int cstep_rc;
+    uint64_t ckeys, cremoved;
+    const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
+    int has_compact;       /* persist compact (log compaction) in this commit */
+    struct raft_snapshot_meta compact;
+    int synced;            /* number of fdatasyncs this commit issued (metric) */
+} ready_work;
+
+/* A linearizable read waiting for its read index, then for apply. */
+typedef struct read_waiter {
+    struct read_waiter *next;
+    void (*done)(void *arg, int status);
+    void *arg;
+    uint64_t ctx;         /* read round it belongs to (0: not yet requested) */
+    raft_index index;     /* read index once known */
+    uint64_t deadline_ms; /* -ETIMEDOUT past it */
+} read_waiter;
+
+/* A read index asked by a follower, pending in raft on the leader. */
+typedef struct remote_read {
+    struct remote_read *next;
+    uint64_t from, their_ctx, our_ctx;
+    uint64_t deadline_ms;
+} remote_read;
+
+/* A Physical Compact waiting for the physical compaction to finish. */
+typedef struct compact_waiter {
+    struct compact_waiter *next;
+    void (*fn)(void *arg, int status);
+    void *arg;
+} compact_waiter;
+
+struct kv_node {
+    uv_loop_t *loop;
+    kv_store *store;
+    kv_header_info hdr;
+    uint32_t max_pending;
+    int64_t revision; /* store revision after the last committed ready */
+
+    /* ---- requests ---- */
+    kv_node_req *head, *tail; /* queued, not yet proposed (FIFO) */
+    uint64_t pending;
+    kv_node_req *wait_head, *wait_tail; /* proposed by this member, by increasing id */
+    uint64_t waiting;
+    kv_node_req *grave; /* completed; freed after the next raft_advance (raft.h ownership) */
+    uint64_t next_id;
+    kv_store_lease_observer target;
+
+    /* ---- raft ---- */
+    struct raft raft;
+    int raft_ok;
+    kv_raftlog *log;
+    struct kv_peer_net *peers;
+    uint64_t self;
+    uint32_t heartbeat_ms, election_ms;
+    uint64_t request_timeout_ms;
+    unsigned ticks_due;
+    uint64_t leader;
+    int role;
+    raft_index lead_start; /* leader: index of the first entry of our term (0: not leader) */
+    int primary;           /* leader that has applied an entry of its own term */
+    void (*leader_fn)(void *arg, int primary);
+    void *leader_arg;
+    kv_raft_msg_owned *inbox; /* raft messages received while a ready is in flight */
+    size_t inbox_n, inbox_cap;
+    char **inbox_snap; /* parallel to inbox: snapshot file of a SNAPSHOT message, or NULL */
+    kv_raft_msg_owned *stepped; /* stepped this cycle: freed after raft_advance */
+    size_t stepped_n, stepped_cap;
+    char *snap_pending; /* snapshot file of the message stepped this cycle */
+    uint64_t inbox_dropped;
+    char *snap_dir;          /* snapshots prepared / received here (NULL: none) */
+    uint64_t snapshot_count; /* applied entries between log compactions */
+    raft_index snap_index;   /* index of the last log compaction (snapshot meta) */
+    int compact_log;         /* a raft_compact() meta waits for the next commit */
+    struct raft_snapshot_meta compact_meta;
+    kv_node_req *conf_req;     /* membership change waiting for its configuration entry */
+    kv_node_req *transfer_req; /* MoveLeader waiting for the target to lead */
+    void (*conf_fn)(void *arg, int op, uint64_t id); /* server: peers / members table */
+    void *conf_arg;
+    int snap_sending; /* a snapshot is being prepared or streamed */
+    uint64_t snap_sends;
+    raft_id snap_report_id; /* deferred raft_report_snapshot */
+    int snap_report_pending, snap_report_failed;
+
+    /* ---- reads (ReadIndex) ---- */
+    read_waiter *reads_new;       /* not yet assigned to a round */
+    read_waiter *reads_round;     /* in the current round (ctx = round_ctx) */
+    read_waiter *reads_apply;     /* read index known, waiting for apply */
+    uint64_t round_ctx, next_ctx; /* round in flight (0: none) */
+    uint64_t round_started_ms;
+    uint64_t reads_waiting, max_reads;
+    remote_read *rreads; /* followers' read index requests pending in raft */
+    uint64_t rreads_n;
+
+    /* ---- worker ---- */
+    ready_work *inflight;
+    uv_check_t check;
+    uv_idle_t idle;
+    uv_timer_t tick;
+    int handles_open;
+    int closing;
+    int stalled;
+    int excl_busy;
+    int disk_full;
+    unsigned alarm_pending;
+    kv_metric *m_alarm[3];
+
+    uint32_t max_health_waiters;
+    uint64_t health_waiting;
+    kv_node_req *health_q;
+    kv_metric *m_health_barriers, *m_health_coalesced, *m_health_refused;
+
+    int compact_pending;
+    int compact_error;
+    uint32_t compact_batch_keys;
+    compact_waiter *cwait;
+    kv_metric *m_ckeys, *m_cremoved, *m_cbatches;
+
+    kv_node_stats st;
+    kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
+    kv_metric *m_fsyncs, *m_entries, *m_forwarded, *m_leader_changes, *m_reads;
+    kv_metric *m_inbox_dropped;
+    kv_metrics *metrics;
+    kv_node_commit_fn commit_fn;
+    void *commit_arg;
+};
+
+/* node.c */
+uint64_t kv_node__now_ms(void);
+void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg);
+void kv_node__finish_req(kv_node *n, kv_node_req *r, kv_result *res);
+void kv_node__kick(kv_node *n);
+void kv_node__maybe_free(kv_node *n);
+void kv_node__raise_requested_alarms(kv_node *n);
+void kv_node__update_alarm_metrics(kv_node *n);
+int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved);
+
+/* node_ready.c */
+int kv_node__raft_start(kv_node *n, const kv_node_config *cfg);
+void kv_node__raft_stop(kv_node *n);
+void kv_node__drive(kv_node *n);
+void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
+
+/* node_conf.c */
+int kv_node__conf_start(kv_node *n, kv_node_req *r);
+int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);
+void kv_node__conf_applied(kv_node *n, const struct raft_entry *e);
+void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r);
+void kv_node__conf_check(kv_node *n);
+
+/* node_snap.c */
+int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters);
+void kv_node__maybe_compact_log(kv_node *n);
+void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m);
+/* worker thread, inside the ready's batch */
+int kv_node__install_snapshot(kv_node *n, kv_store_batch *b, const struct raft_snapshot_meta *m,
+                              const char *path);
+int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snapshot_meta *m);
+
+/* node_peer.c */
+void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count);
+int kv_node__forward(kv_node *n, kv_node_req *r);
+void kv_node__reads_drive(kv_node *n);
+void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t count);
+void kv_node__reads_applied(kv_node *n);
+void kv_node__reads_expire(kv_node *n, uint64_t now);
+void kv_node__reads_fail_all(kv_node *n, int status);
+
+#endif

@@ -1,0 +1,388 @@
+/*
+ * node_peer.c: the node's side of the peer transport (server/peer/peer_net.h).
+ *
+ * Out: raft messages (rd.msgs / rd.msgs_after), proposals forwarded to the leader, read-index
+ * requests and answers. In: the same, from kv_node_on_peer_message. Nothing here blocks or
+ * grows without bound: the transport drops when a peer's queue is full (raft retransmits), the
+ * inbox of raft messages is bounded (drops are counted), read requests are bounded by
+ * --max-pending-reads.
+ *
+ * ReadIndex (issue 9, reads): linearizable reads of this member gather in reads_new; one round
+ * at a time asks for a read index (the leader: raft_read_index, confirmed by one heartbeat
+ * quorum for the whole round; a follower: a READ_REQ to the leader, which batches the
+ * followers' requests into its own rounds). When the index is known the round's reads wait
+ * until this member applied it, then proceed.
+ */
+#include "node/node_int.h"
+
+#include "peer/peer_net.h"
+#include "raft.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m);
+int kv_node__propose_forwarded(kv_node *n, const uint8_t *data, size_t len);
+
+void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (n->peers == NULL || m[i].to == n->self)
+            continue;
+        if (m[i].type == RAFT_MSG_SNAPSHOT) {
+            kv_node__send_snapshot(n, &m[i]);
+            continue;
+        }
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (kv_raft_msg_encode(&m[i], &buf, &len) != 0)
+            continue; /* out of memory: raft retransmits */
+        (void)kv_peer_net_send(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len);
+        free(buf);
+    }
+}
+
+static int send_pb(kv_node *n, uint64_t to, uint32_t type, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return -ENOMEM;
+    protobuf_c_message_pack(msg, buf);
+    int rc = kv_peer_net_send(n->peers, to, type, buf, len);
+    free(buf);
+    return rc;
+}
+
+int kv_node__forward(kv_node *n, kv_node_req *r)
+{
+    Kvdraftpb__Forward f = KVDRAFTPB__FORWARD__INIT;
+    f.id = r->id;
+    f.data.data = r->data;
+    f.data.len = r->len;
+    int rc = send_pb(n, n->leader, KV_PEER_T_FORWARD, &f.base);
+    if (rc == 0)
+        kv_metric_inc(n->m_forwarded);
+    return rc;
+}
+
+static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len)
+{
+    Kvdraftpb__Forward *f = kvdraftpb__forward__unpack(NULL, len, buf);
+    if (f == NULL)
+        return;
+    int rc = -EAGAIN;
+    if (n->role == RAFT_LEADER)
+        rc = kv_node__propose_forwarded(n, f->data.data, f->data.len);
+    if (rc < 0) {
+        Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
+        fr.id = f->id;
+        fr.code = rc == -EBUSY ? KV_CODE_RESOURCE_EXHAUSTED : KV_CODE_UNAVAILABLE;
+        fr.msg = rc == -EBUSY ? "etcdserver: too many requests" : "etcdserver: leader changed";
+        (void)send_pb(n, from, KV_PEER_T_FORWARD_RESP, &fr.base);
+    }
+    kvdraftpb__forward__free_unpacked(f, NULL);
+}
+
+/* The leader refused a forwarded proposal: fail its waiter now. */
+static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
+{
+    Kvdraftpb__ForwardResp *fr = kvdraftpb__forward_resp__unpack(NULL, len, buf);
+    if (fr == NULL)
+        return;
+    kv_node_req *prev = NULL;
+    for (kv_node_req *r = n->wait_head; r; prev = r, r = r->next) {
+        if (r->id != fr->id)
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            n->wait_head = r->next;
+        if (n->wait_tail == r)
+            n->wait_tail = prev;
+        n->waiting--;
+        kv_node__fail_req(n, r, (int)fr->code, fr->msg ? fr->msg : "etcdserver: leader changed");
+        break;
+    }
+    kvdraftpb__forward_resp__free_unpacked(fr, NULL);
+}
+
+/* ---- reads ---- */
+
+int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *arg)
+{
+    if (n->closing)
+        return -ESHUTDOWN;
+    if (n->reads_waiting >= n->max_reads)
+        return -EBUSY;
+    read_waiter *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->done = done;
+    w->arg = arg;
+    w->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
+    w->next = n->reads_new;
+    n->reads_new = w;
+    n->reads_waiting++;
+    kv_node__kick(n);
+    return 0;
+}
+
+static void move_all(read_waiter **from, read_waiter **to, uint64_t ctx)
+{
+    while (*from) {
+        read_waiter *w = *from;
+        *from = w->next;
+        w->ctx = ctx;
+        w->next = *to;
+        *to = w;
+    }
+}
+
+/* The round `ctx` got read index `index`. */
+static void round_done(kv_node *n, uint64_t ctx, raft_index index)
+{
+    if (ctx == 0 || ctx != n->round_ctx)
+        return;
+    for (read_waiter *w = n->reads_round; w; w = w->next)
+        w->index = index;
+    move_all(&n->reads_round, &n->reads_apply, ctx);
+    n->round_ctx = 0;
+}
+
+void kv_node__reads_drive(kv_node *n)
+{
+    uint64_t now = kv_node__now_ms();
+    if (n->round_ctx && now - n->round_started_ms > n->election_ms) {
+        move_all(&n->reads_round, &n->reads_new, 0); /* lost (leader change): ask again */
+        n->round_ctx = 0;
+    }
+    int remote = 0;
+    for (remote_read *rr = n->rreads; rr; rr = rr->next)
+        remote |= rr->our_ctx == 0;
+    if (n->round_ctx || (!n->reads_new && !remote))
+        return;
+    uint64_t ctx = ++n->next_ctx;
+    if (n->role == RAFT_LEADER) {
+        int rc = raft_read_index(&n->raft, ctx);
+        if (rc != 0)
+            return; /* RAFT_EAGAIN: no entry of our term committed yet; retried next turn */
+        for (remote_read *rr = n->rreads; rr; rr = rr->next)
+            if (rr->our_ctx == 0)
+                rr->our_ctx = ctx;
+        if (!n->reads_new)
+            return; /* a round for followers only */
+    } else if (n->leader && n->peers) {
+        Kvdraftpb__ReadIndexReq q = KVDRAFTPB__READ_INDEX_REQ__INIT;
+        q.ctx = ctx;
+        if (send_pb(n, n->leader, KV_PEER_T_READ_REQ, &q.base) != 0)
+            return;
+    } else {
+        return;
+    }
+    n->round_ctx = ctx;
+    n->round_started_ms = now;
+    move_all(&n->reads_new, &n->reads_round, ctx);
+}
+
+void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        round_done(n, rs[i].ctx, rs[i].index);
+        remote_read **pp = &n->rreads;
+        while (*pp) {
+            remote_read *rr = *pp;
+            if (rr->our_ctx != rs[i].ctx) {
+                pp = &rr->next;
+                continue;
+            }
+            Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
+            a.ctx = rr->their_ctx;
+            a.index = rs[i].index;
+            (void)send_pb(n, rr->from, KV_PEER_T_READ_RESP, &a.base);
+            *pp = rr->next;
+            n->rreads_n--;
+            free(rr);
+        }
+    }
+}
+
+void kv_node__reads_applied(kv_node *n)
+{
+    read_waiter **pp = &n->reads_apply;
+    while (*pp) {
+        read_waiter *w = *pp;
+        if (w->index > n->st.applied_index) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        n->reads_waiting--;
+        kv_metric_inc(n->m_reads);
+        w->done(w->arg, 0);
+        free(w);
+    }
+}
+
+static void expire_list(kv_node *n, read_waiter **pp, uint64_t now, int all, int status)
+{
+    while (*pp) {
+        read_waiter *w = *pp;
+        if (!all && w->deadline_ms > now) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        n->reads_waiting--;
+        w->done(w->arg, status);
+        free(w);
+    }
+}
+
+void kv_node__reads_expire(kv_node *n, uint64_t now)
+{
+    int st = n->leader ? -ETIMEDOUT : -EAGAIN;
+    expire_list(n, &n->reads_new, now, 0, st);
+    expire_list(n, &n->reads_round, now, 0, st);
+    expire_list(n, &n->reads_apply, now, 0, -ETIMEDOUT);
+    remote_read **pp = &n->rreads;
+    while (*pp) {
+        remote_read *rr = *pp;
+        if (rr->deadline_ms > now) {
+            pp = &rr->next;
+            continue;
+        }
+        *pp = rr->next;
+        n->rreads_n--;
+        free(rr);
+    }
+}
+
+void kv_node__reads_fail_all(kv_node *n, int status)
+{
+    expire_list(n, &n->reads_new, 0, 1, status);
+    expire_list(n, &n->reads_round, 0, 1, status);
+    expire_list(n, &n->reads_apply, 0, 1, status);
+    n->round_ctx = 0;
+    while (n->rreads) {
+        remote_read *rr = n->rreads;
+        n->rreads = rr->next;
+        free(rr);
+    }
+    n->rreads_n = 0;
+}
+
+static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t len)
+{
+    Kvdraftpb__ReadIndexReq *q = kvdraftpb__read_index_req__unpack(NULL, len, buf);
+    if (q == NULL)
+        return;
+    if (n->role != RAFT_LEADER || n->rreads_n >= n->max_reads) {
+        Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
+        a.ctx = q->ctx;
+        a.code = n->role != RAFT_LEADER ? KV_CODE_UNAVAILABLE : KV_CODE_RESOURCE_EXHAUSTED;
+        a.msg = n->role != RAFT_LEADER ? "etcdserver: not leader" : "etcdserver: too many requests";
+        (void)send_pb(n, from, KV_PEER_T_READ_RESP, &a.base);
+    } else {
+        remote_read *rr = calloc(1, sizeof(*rr));
+        if (rr) {
+            rr->from = from;
+            rr->their_ctx = q->ctx;
+            rr->deadline_ms = kv_node__now_ms() + n->election_ms;
+            rr->next = n->rreads;
+            n->rreads = rr;
+            n->rreads_n++;
+            kv_node__kick(n);
+        }
+    }
+    kvdraftpb__read_index_req__free_unpacked(q, NULL);
+}
+
+static void on_read_resp(kv_node *n, const uint8_t *buf, size_t len)
+{
+    Kvdraftpb__ReadIndexResp *a = kvdraftpb__read_index_resp__unpack(NULL, len, buf);
+    if (a == NULL)
+        return;
+    if (a->ctx == n->round_ctx) {
+        if (a->code == 0) {
+            round_done(n, a->ctx, a->index);
+            kv_node__reads_applied(n);
+        } else {
+            move_all(&n->reads_round, &n->reads_new, 0); /* ask again (new leader) */
+            n->round_ctx = 0;
+        }
+    }
+    kvdraftpb__read_index_resp__free_unpacked(a, NULL);
+    kv_node__kick(n);
+}
+
+/* ---- in ---- */
+
+static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
+{
+    if (n->inbox_n == n->inbox_cap) {
+        n->inbox_dropped++;
+        kv_metric_inc(n->m_inbox_dropped);
+        goto drop;
+    }
+    kv_raft_msg_owned *m = &n->inbox[n->inbox_n];
+    if (kv_raft_msg_decode(buf, len, 1u << 20, m) != 0) {
+        fprintf(stderr, "kvd: peer: malformed raft message dropped\n");
+        goto drop;
+    }
+    if (m->msg.to != n->self) {
+        kv_raft_msg_free(m);
+        goto drop;
+    }
+    n->inbox_snap[n->inbox_n] = snap_path;
+    n->inbox_n++;
+    kv_node__kick(n);
+    return;
+drop:
+    if (snap_path) {
+        unlink(snap_path);
+        free(snap_path);
+    }
+}
+
+void kv_node_on_peer_message(kv_node *n, uint64_t from, uint32_t type, const uint8_t *buf,
+                             size_t len)
+{
+    if (n->closing || !n->raft_ok)
+        return;
+    switch (type) {
+    case KV_PEER_T_RAFT:
+        on_raft(n, buf, len, NULL);
+        break;
+    case KV_PEER_T_FORWARD:
+        on_forward(n, from, buf, len);
+        break;
+    case KV_PEER_T_FORWARD_RESP:
+        on_forward_resp(n, buf, len);
+        break;
+    case KV_PEER_T_READ_REQ:
+        on_read_req(n, from, buf, len);
+        break;
+    case KV_PEER_T_READ_RESP:
+        on_read_resp(n, buf, len);
+        break;
+    default:
+        break;
+    }
+}
+
+void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, size_t hdr_len,
+                              const char *path)
+{
+    (void)from;
+    char *p = strdup(path);
+    if (n->closing || !n->raft_ok || p == NULL) {
+        unlink(path);
+        free(p);
+        return;
+    }
+    on_raft(n, hdr, hdr_len, p); /* the header is the SNAPSHOT raft message itself */
+}

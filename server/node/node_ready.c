@@ -1,0 +1,817 @@
+/*
+ * node_ready.c: the raft driver (raft.h's loop, on the libuv loop thread).
+ *
+ *   drive():  1. feed raft: step the peer messages that arrived, tick, propose the queued
+ *                requests (leader) or forward them (follower), start read rounds;
+ *             2. take the ready; send rd.msgs at once (they may precede persistence);
+ *             3. if it has anything to persist or apply, hand it to ONE worker job: one LMDB
+ *                write transaction holds the new log entries, the hard state, every committed
+ *                request's effects and the applied index; one commit. Otherwise go on inline;
+ *             4. after the commit (loop): send rd.msgs_after, acknowledge the requests whose
+ *                entries applied (by request id), publish read states, raft_advance(), free
+ *                what raft no longer references, and drive again.
+ *
+ * While a ready is in flight raft is not touched (raft.h forbids it between ready and advance):
+ * peer messages wait in the inbox (bounded; raft tolerates the loss of what is dropped),
+ * ticks are counted, requests stay queued.
+ *
+ * Routing results: each entry starts with the InternalRequest fields id and proposer
+ * (node.c make_entry). When an entry proposed by this member applies, the waiter with that id
+ * is completed; the waiters are in id order and the log keeps each proposer's order (entries
+ * of an earlier leader that survive precede those of a later one), so every waiter older than
+ * an applied id was lost (leader change) and fails with "etcdserver: leader changed".
+ */
+#include "node/node_int.h"
+
+#include "peer/peer_net.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void kv_node__fire_compact_waiters(kv_node *n, int status);
+
+/* ---- entry prefix ---- */
+
+static int read_varint(const uint8_t *p, size_t len, size_t *o, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *o < len; shift += 7) {
+        uint8_t b = p[(*o)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
+/* id and proposer from the first fields of an entry (0 when absent). */
+static void entry_origin(const uint8_t *p, size_t len, uint64_t *id, uint64_t *proposer)
+{
+    size_t o = 0;
+    *id = *proposer = 0;
+    for (int i = 0; i < 2 && o < len; i++) {
+        uint64_t v;
+        if (p[o] == 0x08) {
+            o++;
+            if (read_varint(p, len, &o, &v) < 0)
+                return;
+            *id = v;
+        } else if (p[o] == 0x10) {
+            o++;
+            if (read_varint(p, len, &o, &v) < 0)
+                return;
+            *proposer = v;
+        } else {
+            return;
+        }
+    }
+}
+
+/* ---- worker ---- */
+
+static void record_event(void *arg, int type, int64_t id, int64_t ttl, int64_t remaining)
+{
+    ready_work *w = ((kv_node *)arg)->inflight;
+    if (w->nev == w->cap_ev) {
+        size_t cap = w->cap_ev ? w->cap_ev * 2 : 16;
+        obs_event *ev = realloc(w->ev, cap * sizeof(*ev));
+        if (ev == NULL) {
+            w->ev_oom = 1;
+            return;
+        }
+        w->ev = ev;
+        w->cap_ev = cap;
+    }
+    w->ev[w->nev++] = (obs_event){type, id, ttl, remaining};
+}
+
+static void rec_granted(void *arg, int64_t id, int64_t ttl, int64_t remaining)
+{
+    record_event(arg, 0, id, ttl, remaining);
+}
+
+static void rec_revoked(void *arg, int64_t id)
+{
+    record_event(arg, 1, id, 0, 0);
+}
+
+static void rec_checkpointed(void *arg, int64_t id, int64_t remaining)
+{
+    record_event(arg, 2, id, 0, remaining);
+}
+
+/* Applies the committed entries of the ready inside the batch b. */
+static int apply_committed(kv_node *n, ready_work *w, kv_store_batch *b)
+{
+    for (size_t i = 0; i < w->rd.n_committed; i++) {
+        const struct raft_entry *e = &w->rd.committed[i];
+        int rc;
+        if (e->type != RAFT_ENTRY_NORMAL || e->len == 0) {
+            rc = kv_store_apply_noop(n->store, b, e->index); /* no-op / configuration entry */
+        } else {
+            uint64_t id, proposer;
+            entry_origin(e->data, e->len, &id, &proposer);
+            rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);
+            if (rc == 0 && proposer == n->self)
+                w->ids[i] = id;
+            if (rc == 0 && !w->results[i].skipped && w->results[i].revision > w->revision)
+                w->revision = w->results[i].revision;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void work_ready(uv_work_t *req)
+{
+    ready_work *w = req->data;
+    kv_node *n = w->node;
+    kv_store_batch *b = NULL;
+    int rc = kv_store_batch_begin(n->store, &b);
+    if (rc == 0 && w->has_ready) {
+        MDB_txn *txn = kv_store_batch_txn(b);
+        if (w->rd.has_snapshot)
+            rc = kv_node__install_snapshot(n, b, &w->rd.snapshot.meta, w->snap_path);
+        if (rc == 0 && w->rd.n_entries)
+            rc = kv_raftlog_append(n->log, txn, w->rd.entries, w->rd.n_entries);
+        if (rc == 0 && w->rd.hs_changed)
+            rc = kv_raftlog_set_hard_state(n->log, txn, &w->rd.hs);
+        if (rc == 0)
+            rc = apply_committed(n, w, b);
+    }
+    if (rc == 0 && w->has_compact)
+        rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
+    if (b != NULL && rc == 0)
+        w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys,
+                                            &w->cremoved);
+    if (b != NULL) {
+        if (rc == 0) {
+            rc = kv_store_batch_commit(n->store, b);
+            w->synced = 2; /* LMDB: data pages, then the meta page */
+        } else {
+            kv_store_batch_abort(n->store, b);
+        }
+    }
+    w->rc = rc;
+}
+
+/* ---- loop ---- */
+
+static void replay_events(kv_node *n, const ready_work *w)
+{
+    const kv_store_lease_observer *o = &n->target;
+    for (size_t i = 0; i < w->nev; i++) {
+        const obs_event *e = &w->ev[i];
+        if (e->type == 0 && o->granted)
+            o->granted(o->arg, e->id, e->ttl, e->remaining);
+        else if (e->type == 1 && o->revoked)
+            o->revoked(o->arg, e->id);
+        else if (e->type == 2 && o->checkpointed)
+            o->checkpointed(o->arg, e->id, e->remaining);
+    }
+    if (w->ev_oom)
+        fprintf(stderr, "kvd: out of memory recording lease events; lessor may lag until the "
+                        "next promote\n");
+}
+
+static void compaction_progress(kv_node *n, const ready_work *w)
+{
+    kv_metric_add(n->m_ckeys, (int64_t)w->ckeys);
+    kv_metric_add(n->m_cremoved, (int64_t)w->cremoved);
+    if (w->ckeys)
+        kv_metric_inc(n->m_cbatches);
+    if (w->cstep_rc < 0) {
+        if (!n->compact_error)
+            fprintf(stderr, "kvd: compaction step failed: %s; retrying with the next writes\n",
+                    strerror(-w->cstep_rc));
+        n->compact_error = 1;
+        n->compact_pending = 1;
+        kv_node__fire_compact_waiters(n, w->cstep_rc);
+        return;
+    }
+    n->compact_error = 0;
+    n->compact_pending = w->cstep_rc == 1;
+    if (!n->compact_pending)
+        kv_node__fire_compact_waiters(n, 0);
+}
+
+static void free_work(ready_work *w)
+{
+    if (w->results) {
+        size_t cnt = w->has_ready ? w->rd.n_committed : 0;
+        for (size_t k = 0; k < cnt; k++)
+            free(w->results[k].resp);
+    }
+    free(w->results);
+    free(w->ids);
+    free(w->ev);
+    free(w);
+}
+
+/* The waiter for our entry `id` applied with res: older waiters were lost. */
+static void complete_id(kv_node *n, uint64_t id, kv_result *res)
+{
+    while (n->wait_head && n->wait_head->id <= id) {
+        kv_node_req *r = n->wait_head;
+        n->wait_head = r->next;
+        if (n->wait_head == NULL)
+            n->wait_tail = NULL;
+        n->waiting--;
+        if (r->id == id)
+            kv_node__finish_req(n, r, res);
+        else
+            kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: leader changed");
+    }
+}
+
+void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg)
+{
+    while (n->wait_head) {
+        kv_node_req *r = n->wait_head;
+        n->wait_head = r->next;
+        kv_node__fail_req(n, r, code, msg);
+    }
+    n->wait_tail = NULL;
+    n->waiting = 0;
+}
+
+static void add_waiting(kv_node *n, kv_node_req *r)
+{
+    r->next = NULL;
+    if (n->wait_tail)
+        n->wait_tail->next = r;
+    else
+        n->wait_head = r;
+    n->wait_tail = r;
+    n->waiting++;
+}
+
+static void empty_grave(kv_node *n)
+{
+    while (n->grave) {
+        kv_node_req *r = n->grave;
+        n->grave = r->next;
+        free(r->data);
+        free(r);
+    }
+    for (size_t i = 0; i < n->stepped_n; i++)
+        kv_raft_msg_free(&n->stepped[i]);
+    n->stepped_n = 0;
+    if (n->snap_pending) {
+        unlink(n->snap_pending); /* installed (copied into the store) or refused by raft */
+        free(n->snap_pending);
+        n->snap_pending = NULL;
+    }
+}
+
+static void set_primary(kv_node *n, int primary)
+{
+    if (n->primary == primary)
+        return;
+    n->primary = primary;
+    if (n->leader_fn)
+        n->leader_fn(n->leader_arg, primary);
+}
+
+static void on_soft_state(kv_node *n, const struct raft_ready *rd)
+{
+    if (!rd->ss_changed)
+        return;
+    if (rd->ss.leader != n->leader) {
+        kv_metric_inc(n->m_leader_changes);
+        fprintf(stderr, "kvd: raft: leader is now %016llx (term %llu)\n",
+                (unsigned long long)rd->ss.leader,
+                (unsigned long long)raft_current_term(&n->raft));
+    }
+    n->leader = rd->ss.leader;
+    int was_leader = n->role == RAFT_LEADER;
+    n->role = rd->ss.role;
+    if (n->role == RAFT_LEADER && !was_leader)
+        n->lead_start = raft_last_index(&n->raft); /* our term's first (empty) entry */
+    if (n->role != RAFT_LEADER) {
+        n->lead_start = 0;
+        set_primary(n, 0);
+    }
+}
+
+/* After the apply: a leader that applied an entry of its own term may expire leases. */
+static void check_primary(kv_node *n)
+{
+    if (n->role == RAFT_LEADER && n->lead_start && n->st.applied_index >= n->lead_start)
+        set_primary(n, 1);
+}
+
+static void advance(kv_node *n, struct raft_ready *rd)
+{
+    int rc = raft_advance(&n->raft, rd);
+    kv_raftlog_end_cycle(n->log);
+    empty_grave(n);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: raft: advance failed: %s; stopping this member\n",
+                raft_strerror(rc));
+        abort();
+    }
+    n->hdr.raft_term = raft_current_term(&n->raft);
+}
+
+static void after_ready(uv_work_t *req, int status)
+{
+    ready_work *w = req->data;
+    kv_node *n = w->node;
+    int rc = status < 0 ? status : w->rc;
+    n->inflight = NULL;
+    if (rc < 0) {
+        /* The log, hard state or apply did not reach the disk. Raft's contract cannot be kept
+         * (messages acknowledging these entries may already be expected): this member stops
+         * rather than diverge (issue 9: a failure at apply is fatal for the member). */
+        fprintf(stderr, "kvd: persisting a raft ready failed: %s; stopping this member\n",
+                strerror(-rc));
+        abort();
+    }
+    kv_metric_add(n->m_fsyncs, w->synced);
+    if (w->has_ready && w->rd.has_snapshot) {
+        kv_store_status ss;
+        if (kv_store_get_status(n->store, &ss) == 0) {
+            w->revision = ss.revision;
+            n->st.applied_index = ss.applied_index;
+        }
+        n->compact_pending = kv_store_compact_pending(n->store, NULL) > 0;
+        n->snap_index = w->rd.snapshot.meta.index;
+        fprintf(stderr, "kvd: installed a snapshot at index %llu (applied %llu)\n",
+                (unsigned long long)w->rd.snapshot.meta.index,
+                (unsigned long long)n->st.applied_index);
+    }
+    if (w->has_compact)
+        n->snap_index = w->compact.index;
+    kv_raftlog_rotate(n->log);
+    if (w->has_ready)
+        kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
+
+    int64_t rev_before = n->revision;
+    if (w->revision > n->revision)
+        n->revision = w->revision;
+    n->st.batches_total++;
+    kv_metric_inc(n->m_batches);
+    if (w->has_ready && w->rd.n_committed) {
+        if (w->rd.committed[w->rd.n_committed - 1].index > n->st.applied_index)
+            n->st.applied_index = w->rd.committed[w->rd.n_committed - 1].index;
+        n->st.last_batch_size = w->rd.n_committed;
+        if (w->rd.n_committed > n->st.max_batch_size)
+            n->st.max_batch_size = w->rd.n_committed;
+        kv_metric_set(n->m_batch_size_max, (double)n->st.max_batch_size);
+        kv_metric_add(n->m_entries, (int64_t)w->rd.n_committed);
+    }
+    if (n->disk_full) {
+        n->disk_full = 0;
+        if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
+            kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
+    }
+    replay_events(n, w);
+    compaction_progress(n, w);
+    if (n->commit_fn && n->revision > rev_before)
+        n->commit_fn(n->commit_arg, n->revision);
+
+    /* Durable: now acknowledge, in order. */
+    if (w->has_ready) {
+        for (size_t i = 0; i < w->rd.n_committed; i++) {
+            const struct raft_entry *e = &w->rd.committed[i];
+            if (w->ids[i])
+                complete_id(n, w->ids[i], &w->results[i]);
+            else if (e->type == RAFT_ENTRY_CONF)
+                kv_node__conf_applied(n, e);
+        }
+        kv_node__reads_ready(n, w->rd.reads, w->rd.n_reads);
+        advance(n, &w->rd);
+    }
+    free_work(w);
+    if (n->closing) {
+        kv_node__maybe_free(n);
+        return;
+    }
+    check_primary(n);
+    kv_node__conf_check(n);
+    kv_node__reads_applied(n);
+    kv_node__update_alarm_metrics(n);
+    kv_node__raise_requested_alarms(n);
+    kv_node__kick(n);
+}
+
+static int needs_worker(const struct raft_ready *rd)
+{
+    return rd->n_entries || rd->hs_changed || rd->has_snapshot || rd->n_committed;
+}
+
+static int start_work(kv_node *n, const struct raft_ready *rd)
+{
+    ready_work *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->req.data = w;
+    w->node = n;
+    w->revision = n->revision;
+    if (rd) {
+        w->has_ready = 1;
+        w->rd = *rd;
+        size_t k = rd->n_committed ? rd->n_committed : 1;
+        w->results = calloc(k, sizeof(*w->results));
+        w->ids = calloc(k, sizeof(*w->ids));
+        if (w->results == NULL || w->ids == NULL) {
+            free_work(w);
+            return -ENOMEM;
+        }
+        w->snap_path = n->snap_pending;
+    }
+    if (n->compact_log) {
+        w->has_compact = 1;
+        w->compact = n->compact_meta;
+        n->compact_log = 0;
+    }
+    n->inflight = w;
+    int rc = uv_queue_work(n->loop, &w->req, work_ready, after_ready);
+    if (rc < 0) {
+        n->inflight = NULL;
+        free_work(w);
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- exclusive items ---- */
+
+typedef struct excl_work {
+    uv_work_t req;
+    kv_node *node;
+    kv_node_req *r;
+    int rc;
+} excl_work;
+
+static void excl_run(uv_work_t *req)
+{
+    excl_work *e = req->data;
+    e->rc = e->r->excl_work(e->r->arg);
+}
+
+static void excl_after(uv_work_t *req, int status)
+{
+    excl_work *e = req->data;
+    kv_node *n = e->node;
+    n->excl_busy = 0;
+    if (e->r->excl_done)
+        e->r->excl_done(e->r->arg, status < 0 ? status : e->rc);
+    free(e->r);
+    free(e);
+    if (n->closing) {
+        kv_node__maybe_free(n);
+        return;
+    }
+    kv_node__kick(n);
+}
+
+/* The exclusive item at the head runs once everything before it applied. */
+static void start_exclusive(kv_node *n)
+{
+    kv_node_req *r = n->head;
+    n->head = r->next;
+    if (n->head == NULL)
+        n->tail = NULL;
+    n->pending--;
+    r->next = NULL;
+    excl_work *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        kv_node__fail_req(n, r, KV_CODE_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    e->req.data = e;
+    e->node = n;
+    e->r = r;
+    n->excl_busy = 1;
+    if (uv_queue_work(n->loop, &e->req, excl_run, excl_after) < 0) {
+        n->excl_busy = 0;
+        free(e);
+        kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "cannot schedule");
+    }
+}
+
+/* ---- feeding raft ---- */
+
+static void step_inbox(kv_node *n)
+{
+    for (size_t i = 0; i < n->inbox_n; i++) {
+        kv_raft_msg_owned *m = &n->inbox[i];
+        char *snap = n->inbox_snap[i];
+        n->inbox_snap[i] = NULL;
+        if (snap) {
+            if (n->snap_pending) { /* one per cycle: a later one replaces it */
+                unlink(n->snap_pending);
+                free(n->snap_pending);
+            }
+            n->snap_pending = snap;
+        }
+        int rc = raft_step(&n->raft, &m->msg);
+        if (rc == RAFT_ENOMEM) {
+            fprintf(stderr, "kvd: raft: out of memory; stopping this member\n");
+            abort();
+        }
+        if (n->stepped_n == n->stepped_cap) {
+            size_t cap = n->stepped_cap ? n->stepped_cap * 2 : 64;
+            kv_raft_msg_owned *s = realloc(n->stepped, cap * sizeof(*s));
+            if (s == NULL) {
+                fprintf(stderr, "kvd: out of memory; stopping this member\n");
+                abort();
+            }
+            n->stepped = s;
+            n->stepped_cap = cap;
+        }
+        n->stepped[n->stepped_n++] = *m;
+    }
+    n->inbox_n = 0;
+}
+
+static const char *propose_error(int rc, int *code)
+{
+    *code = KV_CODE_UNAVAILABLE;
+    switch (rc) {
+    case RAFT_EBUSY:
+        *code = KV_CODE_RESOURCE_EXHAUSTED;
+        return "etcdserver: too many requests";
+    case RAFT_ENOLEADER:
+        return "etcdserver: no leader";
+    default:
+        return "etcdserver: leader changed";
+    }
+}
+
+/* Takes queued requests: the leader proposes them, a follower forwards them. */
+static void take_requests(kv_node *n)
+{
+    while (n->head) {
+        kv_node_req *r = n->head;
+        if (r->kind == REQ_EXCL) {
+            if (n->wait_head == NULL && n->inflight == NULL && !raft_has_ready(&n->raft))
+                start_exclusive(n);
+            return;
+        }
+        if (r->kind == REQ_MOVE_LEADER) {
+            if (n->role != RAFT_LEADER)
+                return;
+            int rc = raft_transfer_leader(&n->raft, r->conf_id);
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            if (rc != 0) {
+                if (r->barrier_done)
+                    r->barrier_done(r->arg, rc == RAFT_EINVAL ? -EINVAL : -EPERM);
+                r->barrier_done = NULL;
+                kv_node__fail_req(n, r, 0, "");
+            } else {
+                kv_node__conf_track_transfer(n, r);
+            }
+            continue;
+        }
+        if (r->kind == REQ_CONF && !r->has_record && n->role == RAFT_LEADER) {
+            /* no record to store first (remove, promote): the configuration change itself */
+            int rc = kv_node__conf_start(n, r);
+            if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)
+                return; /* retried next turn */
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            continue;
+        }
+        if (r->kind == REQ_CONF && n->role != RAFT_LEADER) {
+            if (!n->leader)
+                return;
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: not leader");
+            continue;
+        }
+        if (n->role == RAFT_LEADER) {
+            raft_index idx = 0;
+            int rc = raft_propose(&n->raft, r->data, r->len, &idx);
+            if (rc == RAFT_ETRANSFER)
+                return; /* wait for the transfer to end */
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            if (r == n->health_q)
+                n->health_q = NULL;
+            else
+                n->pending--;
+            if (rc != 0) {
+                int code;
+                const char *msg = propose_error(rc, &code);
+                kv_node__fail_req(n, r, code, msg);
+                continue;
+            }
+            r->proposed = 1;
+            if (r->kind == REQ_FORWARDED)
+                kv_node__finish_req(n, r, NULL); /* to the grave: raft reads it until advance */
+            else
+                add_waiting(n, r);
+        } else if (n->leader && n->peers) {
+            if (r->kind == REQ_FORWARDED) { /* we are not the leader any more */
+                n->head = r->next;
+                if (n->head == NULL)
+                    n->tail = NULL;
+                n->pending--;
+                kv_node__fail_req(n, r, 0, "");
+                continue;
+            }
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            if (r == n->health_q)
+                n->health_q = NULL;
+            else
+                n->pending--;
+            if (kv_node__forward(n, r) != 0) {
+                /* not connected / queue full: stays queued, retried next turn until its
+                 * deadline */
+                n->head = r;
+                if (n->tail == NULL)
+                    n->tail = r;
+                if (r->kind == REQ_HEALTH)
+                    n->health_q = r;
+                else
+                    n->pending++;
+                return;
+            }
+            r->proposed = 1;
+            add_waiting(n, r);
+        } else {
+            return; /* no leader yet: wait (the deadline fails them) */
+        }
+    }
+}
+
+static void feed(kv_node *n)
+{
+    step_inbox(n);
+    if (n->snap_report_pending) {
+        n->snap_report_pending = 0;
+        raft_report_snapshot(&n->raft, n->snap_report_id, n->snap_report_failed);
+    }
+    while (n->ticks_due) {
+        n->ticks_due--;
+        raft_tick(&n->raft);
+    }
+    take_requests(n);
+    kv_node__reads_drive(n);
+    kv_node__maybe_compact_log(n);
+}
+
+void kv_node__drive(kv_node *n)
+{
+    if (!n->raft_ok || n->closing || n->inflight || n->excl_busy || n->stalled)
+        return;
+    for (int cycles = 0; cycles < 16; cycles++) {
+        feed(n);
+        if (n->excl_busy)
+            return;
+        if (!raft_has_ready(&n->raft)) {
+            if ((n->compact_pending && !n->compact_error && n->head == NULL) || n->compact_log) {
+                if (start_work(n, NULL) == 0)
+                    return;
+            }
+            if (n->head == NULL && n->inbox_n == 0)
+                uv_idle_stop(&n->idle);
+            return;
+        }
+        struct raft_ready rd;
+        int rc = raft_ready(&n->raft, &rd);
+        if (rc != 0) {
+            fprintf(stderr, "kvd: raft: ready failed: %s; stopping this member\n",
+                    raft_strerror(rc));
+            abort();
+        }
+        on_soft_state(n, &rd);
+        kv_node__send_msgs(n, rd.msgs, rd.n_msgs);
+        if (needs_worker(&rd)) {
+            if (start_work(n, &rd) < 0) {
+                fprintf(stderr, "kvd: cannot schedule the apply worker; stopping this member\n");
+                abort();
+            }
+            return;
+        }
+        kv_node__send_msgs(n, rd.msgs_after, rd.n_msgs_after);
+        kv_node__reads_ready(n, rd.reads, rd.n_reads);
+        advance(n, &rd);
+        check_primary(n);
+        kv_node__conf_check(n);
+        kv_node__reads_applied(n);
+    }
+    kv_node__kick(n); /* more next turn: let I/O in */
+}
+
+/* ---- start / stop ---- */
+
+int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
+{
+    n->heartbeat_ms = cfg && cfg->heartbeat_ms ? cfg->heartbeat_ms : 100;
+    n->election_ms = cfg && cfg->election_ms ? cfg->election_ms : 1000;
+    if (n->election_ms < 2 * n->heartbeat_ms)
+        n->election_ms = 2 * n->heartbeat_ms;
+    n->request_timeout_ms = 5000u + 2u * n->election_ms; /* etcd: 5 s + 2 x election timeout */
+    n->max_reads = cfg && cfg->max_pending_reads ? cfg->max_pending_reads : 10000;
+    n->snapshot_count = cfg && cfg->snapshot_count ? cfg->snapshot_count : 10000;
+    n->self = n->hdr.member_id ? n->hdr.member_id : 1;
+    uint64_t self_only[1] = {n->self};
+    const uint64_t *voters = cfg && cfg->n_voters ? cfg->voters : self_only;
+    size_t n_voters = cfg && cfg->n_voters ? cfg->n_voters : 1;
+    if (n_voters > RAFT_MAX_NODES)
+        return -EINVAL;
+    if (cfg && cfg->snap_dir) {
+        n->snap_dir = strdup(cfg->snap_dir);
+        if (n->snap_dir == NULL)
+            return -ENOMEM;
+    }
+    int rc = kv_raftlog_open(&n->log, kv_store_env(n->store));
+    if (rc < 0)
+        return rc;
+    rc = kv_node__seed_log(n, voters, n_voters);
+    if (rc < 0)
+        goto fail;
+    struct raft_config rcfg;
+    raft_config_default(&rcfg);
+    rcfg.id = n->self;
+    rcfg.voters = voters;
+    rcfg.n_voters = n_voters;
+    rcfg.heartbeat_ticks = 1;
+    rcfg.election_ticks = n->election_ms / n->heartbeat_ms;
+    rcfg.seed = cfg && cfg->seed ? cfg->seed : (n->self ^ n->next_id);
+    rcfg.applied = n->st.applied_index;
+    rcfg.storage = kv_raftlog_storage(n->log);
+    rcfg.max_pending_reads = 4096;
+    rc = raft_init(&n->raft, &rcfg);
+    kv_raftlog_end_cycle(n->log);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: raft: cannot start: %s\n", raft_strerror(rc));
+        rc = rc == RAFT_ENOMEM ? -ENOMEM : -EINVAL;
+        goto fail;
+    }
+    n->raft_ok = 1;
+    n->inbox_cap = 4096;
+    n->inbox = calloc(n->inbox_cap, sizeof(*n->inbox));
+    n->inbox_snap = calloc(n->inbox_cap, sizeof(*n->inbox_snap));
+    if (n->inbox == NULL || n->inbox_snap == NULL) {
+        rc = -ENOMEM;
+        goto fail_raft;
+    }
+    kv_store_lease_observer rec = {
+        .arg = n, .granted = rec_granted, .revoked = rec_revoked, .checkpointed = rec_checkpointed};
+    kv_store_set_lease_observer(n->store, &rec);
+    return 0;
+fail_raft:
+    raft_close(&n->raft);
+    n->raft_ok = 0;
+fail:
+    free(n->inbox);
+    free(n->inbox_snap);
+    n->inbox = NULL;
+    n->inbox_snap = NULL;
+    kv_raftlog_close(n->log);
+    n->log = NULL;
+    free(n->snap_dir);
+    n->snap_dir = NULL;
+    return rc;
+}
+
+void kv_node__raft_stop(kv_node *n)
+{
+    if (n->raft_ok) {
+        raft_close(&n->raft);
+        n->raft_ok = 0;
+    }
+    for (size_t i = 0; i < n->inbox_n; i++) {
+        kv_raft_msg_free(&n->inbox[i]);
+        if (n->inbox_snap[i]) {
+            unlink(n->inbox_snap[i]);
+            free(n->inbox_snap[i]);
+        }
+    }
+    n->inbox_n = 0;
+    for (size_t i = 0; i < n->stepped_n; i++)
+        kv_raft_msg_free(&n->stepped[i]);
+    free(n->stepped);
+    free(n->inbox);
+    free(n->inbox_snap);
+    free(n->snap_pending);
+    free(n->snap_dir);
+    n->stepped = NULL;
+    n->inbox = NULL;
+    n->inbox_snap = NULL;
+    n->snap_pending = NULL;
+    n->snap_dir = NULL;
+    kv_store_set_lease_observer(n->store, NULL);
+    kv_raftlog_close(n->log);
+    n->log = NULL;
+}
