@@ -48,8 +48,7 @@ int kv_raft_msg_encode(const struct raft_msg *m, uint8_t **out, size_t *len)
         pm.n_entries = m->n_entries;
         pm.entries = eptr;
     }
-    if (m->type == RAFT_MSG_SNAPSHOT || meta->index || meta->term || meta->conf.n_voters ||
-        meta->conf.n_learners) {
+    if (meta->index || meta->term || meta->conf.n_voters || meta->conf.n_learners) {
         sm.index = meta->index;
         sm.term = meta->term;
         cs.n_voters = meta->conf.n_voters;
@@ -90,8 +89,7 @@ static int conf_ids(const uint64_t *src, size_t n, uint32_t *dn, raft_id *dst)
     return 0;
 }
 
-int kv_raft_msg_decode(const uint8_t *buf, size_t len, size_t max_entries,
-                       kv_raft_msg_owned *out)
+int kv_raft_msg_decode(const uint8_t *buf, size_t len, size_t max_entries, kv_raft_msg_owned *out)
 {
     struct owned_mem *mem = NULL;
     struct raft_msg *m = &out->msg;
@@ -141,8 +139,7 @@ int kv_raft_msg_decode(const uint8_t *buf, size_t len, size_t max_entries,
         sm->term = pm->snapshot->term;
         const Kvdraftpb__ConfState *cs = pm->snapshot->conf;
         if (cs && (conf_ids(cs->voters, cs->n_voters, &sm->conf.n_voters, sm->conf.voters) ||
-                   conf_ids(cs->learners, cs->n_learners, &sm->conf.n_learners,
-                            sm->conf.learners)))
+                   conf_ids(cs->learners, cs->n_learners, &sm->conf.n_learners, sm->conf.learners)))
             goto fail;
     }
     out->mem_ = mem;

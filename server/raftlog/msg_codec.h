@@ -29,8 +29,7 @@ typedef struct kv_raft_msg_owned {
  * entries only on APPEND, n_entries <= max_entries, entries contiguous and increasing from
  * index + 1, entry types NORMAL or CONF, conf sizes <= RAFT_MAX_NODES with non-zero ids
  * -> else -EBADMSG (out zeroed). -ENOMEM. On success free with kv_raft_msg_free. */
-int kv_raft_msg_decode(const uint8_t *buf, size_t len, size_t max_entries,
-                       kv_raft_msg_owned *out);
+int kv_raft_msg_decode(const uint8_t *buf, size_t len, size_t max_entries, kv_raft_msg_owned *out);
 /* Releases what decode allocated; m may be zeroed (then a no-op). */
 void kv_raft_msg_free(kv_raft_msg_owned *m);
 
