@@ -1,0 +1,52 @@
+/*
+ * raftlog_int.h - private to server/raftlog/: the log object and the record codec (the byte
+ * layouts are documented in raftlog.h). Records are checked on every read.
+ */
+#ifndef KV_RAFTLOG_INT_H
+#define KV_RAFTLOG_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "raftlog/raftlog.h"
+
+/* Spare reset read txns kept for mdb_txn_renew (no allocation per cycle). */
+#define KV_RAFTLOG_SPARE 4
+
+struct kv_raftlog {
+    MDB_env *env;
+    MDB_dbi rlog, rmeta;
+    MDB_txn *cur;      /* read txn of the current commit (NULL until first use) */
+    MDB_txn **retired; /* read txns rotated out this cycle, released at end_cycle */
+    size_t n_retired, cap_retired;
+    MDB_txn *spare[KV_RAFTLOG_SPARE]; /* reset read txns */
+    size_t n_spare;
+    int err; /* first storage failure seen by the vtable */
+    struct raft_storage vt;
+};
+
+#define KV_RLOG_HDR 13 /* crc 4 | term 8 | type 1 */
+
+/* LMDB status -> negative errno. */
+int kv_raftlog_mdb_err(int rc);
+
+void kv_rl_put64(uint8_t *p, uint64_t v);
+uint64_t kv_rl_get64(const uint8_t *p);
+
+/* Fills the header of an "rlog" value of 13 + e->len bytes at v and copies the data. */
+void kv_rl_entry_encode(const struct raft_entry *e, uint8_t *v);
+/* Decodes and verifies an "rlog" record (key = 8 BE index); data points into val.
+ * -EBADMSG on a bad key, size or CRC. */
+int kv_rl_entry_decode(const MDB_val *key, const MDB_val *val, struct raft_entry *e);
+
+/* Reads "hs" / "snap" in txn: 0 and filled, -ENOENT if absent (out zeroed), -EBADMSG. */
+int kv_rl_hs_get(kv_raftlog *l, MDB_txn *txn, struct raft_hard_state *hs);
+int kv_rl_snap_get(kv_raftlog *l, MDB_txn *txn, struct raft_snapshot_meta *m);
+int kv_rl_hs_put(kv_raftlog *l, MDB_txn *txn, const struct raft_hard_state *hs);
+int kv_rl_snap_put(kv_raftlog *l, MDB_txn *txn, const struct raft_snapshot_meta *m);
+
+/* Index of the last / first stored entry in txn: 0 and *idx, -ENOENT if the log is empty. */
+int kv_rl_last_key(kv_raftlog *l, MDB_txn *txn, raft_index *idx);
+int kv_rl_first_key(kv_raftlog *l, MDB_txn *txn, raft_index *idx);
+
+#endif
