@@ -708,25 +708,30 @@ void kv_peer_conn_flush(peer_conn *c)
         kv_peer_conn_close(c, NULL);
 }
 
+/* One read buffer per net: read_cb consumes it synchronously (single loop thread). */
 static void alloc_cb(uv_handle_t *h, size_t sz, uv_buf_t *b)
 {
     (void)sz;
     peer_conn *c = h->data;
-    static const size_t rsz = 64 * 1024;
-    (void)c;
-    b->base = malloc(rsz);
-    b->len = b->base ? rsz : 0;
+    kv_peer_net *n = c->net;
+    if (n->rbuf_busy) { /* cannot happen with one loop thread; be safe */
+        b->base = NULL;
+        b->len = 0;
+        return;
+    }
+    n->rbuf_busy = 1;
+    b->base = (char *)n->rbuf;
+    b->len = sizeof(n->rbuf);
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
 {
     peer_conn *c = st->data;
-    if (nread == 0 || c->closing) {
-        free(b->base);
+    if (b->base)
+        c->net->rbuf_busy = 0;
+    if (nread == 0 || c->closing)
         return;
-    }
     if (nread < 0) {
-        free(b->base);
         kv_peer_conn_close(c, nread == UV_EOF ? "connection closed by the peer"
                                               : uv_strerror((int)nread));
         return;
@@ -736,7 +741,6 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     c->in_recv = 1;
     ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
     c->in_recv = 0;
-    free(b->base);
     if (c->closing)
         return;
     if (rv < 0) {

@@ -149,6 +149,8 @@ struct kv_peer_net {
     uint64_t snap_seq;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
+    int rbuf_busy;
+    uint8_t rbuf[64 * 1024];
 };
 
 /* peer_net.c */
