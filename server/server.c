@@ -66,6 +66,19 @@ static const char *member_url(const kv_config *cfg, size_t k)
     return NULL;
 }
 
+/* The peer URL of member id: --initial-cluster first, then the members table. */
+static int member_peer_url(kv_server *s, uint64_t id, char *url, size_t cap)
+{
+    for (size_t k = 0; k < s->id.n_members; k++) {
+        const char *u = member_url(s->cfg, k);
+        if (s->id.member_ids[k] == id && u) {
+            snprintf(url, cap, "%s", u);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
 /* A configuration change applied: connect to an added member (its peer URL is in the members
  * table by then), drop a removed one. */
 static void on_conf_change(void *arg, int op, uint64_t id)
@@ -78,7 +91,7 @@ static void on_conf_change(void *arg, int op, uint64_t id)
         return;
     }
     char url[256];
-    if (kv_store_member_peer_url(s->store, id, url, sizeof(url)) == 0)
+    if (member_peer_url(s, id, url, sizeof(url)) == 0)
         kv_peer_net_add_peer(s->peers, id, url);
 }
 

@@ -1,0 +1,201 @@
+/*
+ * peer_internal.h - shared state of the peer transport (server/peer/); not a public API.
+ *
+ * Ownership: kv_peer_net owns its peers (array of pointers), connections (list) and handles.
+ * A peer owns its send queue, its dial timer and at most one outgoing snapshot. A connection
+ * owns its socket, nghttp2 session and streams; conn->peer is set once the handshake is done
+ * (or at dial time for the dialer) and cleared when the peer is removed. Everything is freed
+ * from libuv close callbacks; net->n_handles counts open handles so the net is freed last.
+ * Loop thread only.
+ */
+#ifndef KV_PEER_INTERNAL_H
+#define KV_PEER_INTERNAL_H
+
+#include <nghttp2/nghttp2.h>
+#include <sys/socket.h>
+
+#include "peer/peer_net.h"
+
+#define PEER_CTL_SNAP_OFFER (KV_PEER_TYPE_RESERVED + 1) /* payload: u64 snapshot id */
+#define PEER_CTL_SNAP_DONE (KV_PEER_TYPE_RESERVED + 2)  /* payload: u64 id, i32 status */
+#define PEER_MAX_MISSED_PINGS 5
+#define PEER_WRITE_CHUNK (64 * 1024)
+#define PEER_STREAM_WINDOW (1 << 20)
+#define PEER_CONN_WINDOW (4 << 20)
+#define PEER_PATH_STREAM "/kvd/peer/stream"
+#define PEER_PATH_SNAP "/kvd/peer/snapshot"
+
+typedef struct peer_conn peer_conn;
+typedef struct peer_stream peer_stream;
+
+/* One queued frame: 8-byte header + payload in data[]. */
+typedef struct peer_qframe {
+    struct peer_qframe *next;
+    size_t len, off;
+    uint8_t data[];
+} peer_qframe;
+
+/* An outgoing snapshot (one per peer). Body = 4-byte BE hdr_len, hdr, file. */
+typedef struct peer_snap_out {
+    struct kv_peer *peer;
+    uint64_t id;
+    int fd;
+    uint8_t *prefix;
+    size_t prefix_len, prefix_off;
+    uint64_t file_size, file_off;
+    int32_t stream_id; /* 0 until a stream carries it */
+    int http_status;   /* dialer-sender: the response's :status */
+    void (*done)(void *arg, int status);
+    void *arg;
+} peer_snap_out;
+
+/* An incoming snapshot being written to snap_dir. */
+typedef struct peer_snap_in {
+    int fd;
+    char tmp[4096];
+    uint8_t lenb[4];
+    size_t len_got;
+    uint8_t *hdr;
+    size_t hdr_len, hdr_got;
+    uint64_t id; /* acceptor-sender snapshots: the offer id (0 otherwise) */
+    int err;     /* first write error */
+} peer_snap_in;
+
+enum { PS_PENDING, PS_MSG, PS_SNAP_OUT, PS_SNAP_IN, PS_REJECTED };
+
+/* Per-stream state (nghttp2 stream user data). Owned by the connection's list. */
+struct peer_stream {
+    peer_stream *next;
+    int kind;
+    int32_t id;
+    /* request / response headers */
+    char path[32], method[8];
+    uint64_t h_cluster, h_from, h_to, h_snap_id;
+    int h_seen; /* bitmask: 1 cluster, 2 from, 4 to, 8 snap id */
+    int status;
+    int remote_closed;
+    /* frame parser (PS_MSG) */
+    uint8_t fh[8];
+    size_t fh_got;
+    uint8_t *body;
+    size_t body_len, body_got;
+    uint32_t type;
+    /* snapshots */
+    peer_snap_out *sout; /* borrowed from the peer */
+    peer_snap_in *sin;   /* owned */
+};
+
+typedef struct kv_peer {
+    kv_peer_net *net;
+    uint64_t id;
+    char url[256];
+    struct sockaddr_storage addr;
+    int dialer; /* 1 when self_id < id */
+    peer_conn *conn;     /* the established (or, for the dialer, in-progress) connection */
+    int up;
+    peer_qframe *qhead, *qtail;
+    size_t queued_bytes;
+    uv_timer_t dial_timer;
+    uint32_t backoff_ms;
+    peer_snap_out *sout;
+    int removed;
+    char label[40];
+    kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
+        *m_snap_recv;
+} kv_peer;
+
+struct peer_conn {
+    kv_peer_net *net;
+    peer_conn *prev, *next;
+    uv_tcp_t tcp;
+    uv_connect_t connect_req;
+    uv_write_t write_req;
+    nghttp2_session *h2;
+    kv_peer *peer;
+    int dialer;
+    int connected; /* TCP up */
+    int closing;
+    int writing;
+    int in_recv;
+    int dirty;
+    int close_after_write;
+    int32_t msg_stream;
+    peer_stream *streams;
+    uint8_t *wbuf;
+    size_t wlen;
+    uint64_t last_rx, created;
+    int missed_pings;
+    char where[64]; /* for logs: "peer 2" or "127.0.0.1:1234" */
+};
+
+struct kv_peer_net {
+    uv_loop_t *loop;
+    kv_peer_net_config cfg;
+    char *snap_dir;
+    kv_peer_handler h;
+    kv_metrics *metrics;
+    kv_peer *peers[KV_PEER_MAX_PEERS];
+    size_t n_peers;
+    uv_tcp_t listeners[8];
+    size_t n_listeners;
+    uv_timer_t ping_timer;
+    uv_prepare_t flush_prep;
+    peer_conn *conns;
+    size_t n_conns;
+    int n_handles;
+    int closing;
+    int isolated;
+    uint64_t rng;
+    uint64_t snap_seq;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
+    int rbuf_busy;
+    uint8_t rbuf[64 * 1024];
+};
+
+/* peer_net.c */
+kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id);
+void kv_peer_handle_closed(kv_peer_net *n);
+/* The connection of peer finished its handshake: becomes peer->conn, up. */
+void kv_peer_on_up(kv_peer *p, peer_conn *c);
+/* peer's connection c is going away (called once, before close). */
+void kv_peer_on_down(kv_peer *p, peer_conn *c);
+void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
+/* Queues a frame ignoring the bound (control frames). Returns 0 or -ENOMEM. */
+int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
+void kv_peer_log(const kv_peer_net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* peer_conn.c */
+int kv_peer_conn_callbacks(nghttp2_session_callbacks **out);
+/* Starts a connection: dialer (p != NULL) connects to p->addr; else accepts on server. */
+int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p);
+int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server);
+void kv_peer_conn_close(peer_conn *c, const char *why);
+/* Marks c as having output to flush (done from the net's prepare handle). */
+void kv_peer_conn_mark_dirty(peer_conn *c);
+void kv_peer_conn_flush(peer_conn *c);
+void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now);
+/* Resumes the message stream's data provider after frames were queued. */
+void kv_peer_conn_resume_msg(peer_conn *c);
+/* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
+int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
+peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind);
+
+/* peer_snap.c */
+int kv_peer_snap_out_open(kv_peer *p, const uint8_t *hdr, size_t hdr_len, const char *path,
+                          void (*done)(void *, int), void *arg, peer_snap_out **out);
+/* Completes and frees p->sout with status (calls done). */
+void kv_peer_snap_out_finish(kv_peer *p, int status);
+/* Frees so without calling done (so never reached a stream). NULL is a no-op. */
+void kv_peer_snap_out_free(peer_snap_out *so);
+/* Fills the data provider for a PS_SNAP_OUT stream. */
+void kv_peer_snap_data_provider(nghttp2_data_provider *prd, peer_stream *s);
+int kv_peer_snap_in_open(kv_peer_net *n, peer_snap_in **out);
+/* Consumes body bytes of an incoming snapshot. */
+void kv_peer_snap_in_data(kv_peer_net *n, peer_snap_in *in, const uint8_t *d, size_t len);
+/* fsync + rename + on_snapshot; frees in. Returns 0 or negative errno. */
+int kv_peer_snap_in_finish(kv_peer *p, peer_snap_in *in);
+/* Aborts (unlinks the temp file) and frees in. NULL is a no-op. */
+void kv_peer_snap_in_abort(peer_snap_in *in);
+
+#endif

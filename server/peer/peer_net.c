@@ -1,0 +1,635 @@
+/* peer_net.c - the peer transport's top level: peers, queues, dialing, timers, metrics. */
+#include "peer/peer_internal.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "net/listen.h"
+
+void kv_peer_net_config_default(kv_peer_net_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->max_queue_bytes = 16u << 20;
+    c->max_frame_bytes = 64u << 20;
+    c->dial_backoff_min_ms = 100;
+    c->dial_backoff_max_ms = 5000;
+    c->ping_interval_ms = 1000;
+}
+
+void kv_peer_log(const kv_peer_net *n, const char *fmt, ...)
+{
+    va_list ap;
+    char msg[512];
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kvd: peer transport (member %llx): %s\n", (unsigned long long)n->cfg.self_id,
+            msg);
+}
+
+/* splitmix64: the jitter PRNG (state in the net, seeded from cfg.seed). */
+static uint64_t rng_next(kv_peer_net *n)
+{
+    uint64_t z = (n->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id)
+{
+    for (size_t i = 0; i < n->n_peers; i++)
+        if (n->peers[i]->id == id)
+            return n->peers[i];
+    return NULL;
+}
+
+static void maybe_free_net(kv_peer_net *n)
+{
+    if (!n->closing || n->n_handles > 0)
+        return;
+    nghttp2_session_callbacks_del(n->cbs);
+    nghttp2_option_del(n->opt);
+    free(n->snap_dir);
+    free(n);
+}
+
+void kv_peer_handle_closed(kv_peer_net *n)
+{
+    n->n_handles--;
+    maybe_free_net(n);
+}
+
+static void simple_handle_closed(uv_handle_t *h)
+{
+    kv_peer_handle_closed(h->data);
+}
+
+/* ---- url parsing ---- */
+
+/* Parses http://host:port into host (no brackets) and port. */
+static int parse_url(const char *url, char *host, size_t host_sz, int *port)
+{
+    const char *p = url;
+    if (strncmp(p, "http://", 7) != 0)
+        return -EINVAL;
+    p += 7;
+    const char *hs, *he, *colon;
+    if (*p == '[') {
+        hs = p + 1;
+        he = strchr(hs, ']');
+        if (!he || he[1] != ':')
+            return -EINVAL;
+        colon = he + 1;
+    } else {
+        hs = p;
+        colon = strrchr(p, ':');
+        if (!colon)
+            return -EINVAL;
+        he = colon;
+    }
+    size_t hl = (size_t)(he - hs);
+    if (hl == 0 || hl >= host_sz)
+        return -EINVAL;
+    memcpy(host, hs, hl);
+    host[hl] = 0;
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || (*end && strcmp(end, "/") != 0) || v < 0 || v > 65535)
+        return -EINVAL;
+    *port = (int)v;
+    return 0;
+}
+
+static int resolve(const char *url, struct sockaddr_storage *ss)
+{
+    char host[256], ports[8];
+    int port;
+    int rc = parse_url(url, host, sizeof(host), &port);
+    if (rc != 0 || port == 0)
+        return -EINVAL;
+    snprintf(ports, sizeof(ports), "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, ports, &hints, &res) != 0 || !res)
+        return -EINVAL;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* ---- queue ---- */
+
+static void queue_drop_all(kv_peer *p)
+{
+    peer_qframe *f, *next;
+    int64_t n = 0;
+    for (f = p->qhead; f; f = next) {
+        next = f->next;
+        uint32_t type = ((uint32_t)f->data[4] << 24) | ((uint32_t)f->data[5] << 16) |
+                        ((uint32_t)f->data[6] << 8) | f->data[7];
+        if (type < KV_PEER_TYPE_RESERVED)
+            n++;
+        free(f);
+    }
+    p->qhead = p->qtail = NULL;
+    p->queued_bytes = 0;
+    kv_metric_add(p->m_dropped, n);
+    kv_metric_set(p->m_queued, 0);
+}
+
+int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+{
+    peer_qframe *f = malloc(sizeof(*f) + 8 + len);
+    if (!f)
+        return -ENOMEM;
+    f->next = NULL;
+    f->len = 8 + len;
+    f->off = 0;
+    uint32_t l = (uint32_t)len;
+    uint8_t *d = f->data;
+    d[0] = (uint8_t)(l >> 24), d[1] = (uint8_t)(l >> 16), d[2] = (uint8_t)(l >> 8);
+    d[3] = (uint8_t)l;
+    d[4] = (uint8_t)(type >> 24), d[5] = (uint8_t)(type >> 16), d[6] = (uint8_t)(type >> 8);
+    d[7] = (uint8_t)type;
+    if (len)
+        memcpy(d + 8, buf, len);
+    if (p->qtail)
+        p->qtail->next = f;
+    else
+        p->qhead = f;
+    p->qtail = f;
+    p->queued_bytes += f->len;
+    kv_metric_set(p->m_queued, (double)p->queued_bytes);
+    if (p->conn)
+        kv_peer_conn_resume_msg(p->conn);
+    return 0;
+}
+
+int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    if (!n || n->closing)
+        return -ENOTCONN;
+    kv_peer *p = kv_peer_find(n, to);
+    if (!p)
+        return -ENOENT;
+    if (type >= KV_PEER_TYPE_RESERVED || (len && !buf))
+        return -EINVAL;
+    if (len > n->cfg.max_frame_bytes || len + 8 > n->cfg.max_queue_bytes)
+        return -EMSGSIZE;
+    if (n->isolated) {
+        kv_metric_inc(p->m_dropped);
+        return 0;
+    }
+    if (!p->up) {
+        kv_metric_inc(p->m_dropped);
+        return -ENOTCONN;
+    }
+    if (p->queued_bytes + 8 + len > n->cfg.max_queue_bytes) {
+        kv_metric_inc(p->m_dropped);
+        return -EAGAIN;
+    }
+    int rc = kv_peer_enqueue(p, type, buf, len);
+    if (rc != 0)
+        kv_metric_inc(p->m_dropped);
+    else
+        kv_metric_inc(p->m_sent);
+    return rc;
+}
+
+void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+{
+    kv_peer_net *n = p->net;
+    if (type >= KV_PEER_TYPE_RESERVED) {
+        if (type == PEER_CTL_SNAP_DONE && len == 12 && p->sout) {
+            uint64_t id = 0;
+            for (int i = 0; i < 8; i++)
+                id = (id << 8) | buf[i];
+            int32_t st = (int32_t)(((uint32_t)buf[8] << 24) | ((uint32_t)buf[9] << 16) |
+                                   ((uint32_t)buf[10] << 8) | buf[11]);
+            if (id == p->sout->id)
+                kv_peer_snap_out_finish(p, st > 0 ? -EIO : st);
+        }
+        /* PEER_CTL_SNAP_OFFER is handled by the connection (it opens a stream). */
+        return;
+    }
+    if (n->isolated) {
+        kv_metric_inc(p->m_dropped);
+        return;
+    }
+    kv_metric_inc(p->m_recv);
+    if (n->h.on_message)
+        n->h.on_message(n->h.arg, p->id, type, buf, len);
+}
+
+/* ---- connection state ---- */
+
+static void schedule_dial(kv_peer *p);
+
+void kv_peer_on_up(kv_peer *p, peer_conn *c)
+{
+    kv_peer_net *n = p->net;
+    if (p->conn && p->conn != c) {
+        peer_conn *old = p->conn;
+        kv_peer_on_down(p, old);
+        kv_peer_conn_close(old, "replaced by a new connection");
+    }
+    p->conn = c;
+    c->peer = p;
+    p->up = 1;
+    p->backoff_ms = n->cfg.dial_backoff_min_ms;
+    kv_metric_set(p->m_connected, 1);
+    kv_metric_inc(p->m_connects);
+    kv_peer_log(n, "connected to peer %llx (%s)", (unsigned long long)p->id,
+                c->dialer ? "dialed" : "accepted");
+    if (n->h.on_peer_state)
+        n->h.on_peer_state(n->h.arg, p->id, 1);
+}
+
+void kv_peer_on_down(kv_peer *p, peer_conn *c)
+{
+    kv_peer_net *n = p->net;
+    if (p->conn != c)
+        return;
+    int was_up = p->up;
+    p->up = 0;
+    if (p->sout) /* while p->conn is still c: detaches the stream */
+        kv_peer_snap_out_finish(p, -ECONNRESET);
+    p->conn = NULL;
+    c->peer = NULL;
+    queue_drop_all(p);
+    kv_metric_set(p->m_connected, 0);
+    if (was_up && n->h.on_peer_state)
+        n->h.on_peer_state(n->h.arg, p->id, 0);
+    if (p->dialer && !p->removed && !n->closing)
+        schedule_dial(p);
+}
+
+/* ---- dialing ---- */
+
+static void dial_timer_cb(uv_timer_t *t)
+{
+    kv_peer *p = t->data;
+    if (p->conn || p->removed || p->net->closing)
+        return;
+    int rc = kv_peer_conn_dial(p->net, p);
+    if (rc != 0) {
+        kv_peer_log(p->net, "dialing peer %llx (%s) failed: %s", (unsigned long long)p->id,
+                    p->url, uv_strerror(rc));
+        schedule_dial(p);
+    }
+}
+
+static void schedule_dial(kv_peer *p)
+{
+    kv_peer_net *n = p->net;
+    uint32_t b = p->backoff_ms ? p->backoff_ms : n->cfg.dial_backoff_min_ms;
+    /* full range jitter in [b/2, b] */
+    uint64_t delay = b / 2 + (b > 1 ? rng_next(n) % (b / 2 + 1) : 0);
+    uint64_t nb = (uint64_t)b * 2;
+    p->backoff_ms = nb > n->cfg.dial_backoff_max_ms ? n->cfg.dial_backoff_max_ms : (uint32_t)nb;
+    uv_timer_start(&p->dial_timer, dial_timer_cb, delay, 0);
+}
+
+/* ---- peers ---- */
+
+static kv_metric *peer_metric(kv_peer_net *n, int counter, const char *name, const char *help,
+                              const char *labels)
+{
+    if (!n->metrics)
+        return NULL;
+    return counter ? kv_metrics_counter(n->metrics, name, help, labels)
+                   : kv_metrics_gauge(n->metrics, name, help, labels);
+}
+
+static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
+{
+    char l[64];
+    snprintf(l, sizeof(l), "peer=\"%llx\"", (unsigned long long)p->id);
+    p->m_connected = peer_metric(n, 0, "kvd_peer_connected",
+                                 "1 while the connection to the peer is established.", l);
+    p->m_connects = peer_metric(n, 1, "kvd_peer_connects_total",
+                                "Connections to the peer established (dialed or accepted).", l);
+    p->m_sent = peer_metric(n, 1, "kvd_peer_frames_sent_total", "Frames queued to the peer.", l);
+    p->m_recv = peer_metric(n, 1, "kvd_peer_frames_received_total",
+                            "Frames received from the peer.", l);
+    p->m_dropped = peer_metric(n, 1, "kvd_peer_frames_dropped_total",
+                               "Frames to or from the peer dropped (queue full, not connected, "
+                               "isolated, connection lost).",
+                               l);
+    p->m_queued = peer_metric(n, 0, "kvd_peer_queued_bytes",
+                              "Bytes queued for the peer (bounded by --peer-max-queue-bytes).", l);
+    p->m_snap_sent = peer_metric(n, 1, "kvd_peer_snapshots_sent_total",
+                                 "Snapshots sent to the peer and acknowledged.", l);
+    p->m_snap_recv = peer_metric(n, 1, "kvd_peer_snapshots_received_total",
+                                 "Snapshots received from the peer.", l);
+}
+
+int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
+{
+    if (!n || n->closing || !url || id == n->cfg.self_id || id == 0)
+        return -EINVAL;
+    if (kv_peer_find(n, id))
+        return -EEXIST;
+    if (n->n_peers >= KV_PEER_MAX_PEERS)
+        return -ENOSPC;
+    if (strlen(url) >= sizeof(((kv_peer *)0)->url))
+        return -EINVAL;
+    kv_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    int rc = resolve(url, &p->addr);
+    if (rc != 0) {
+        free(p);
+        return rc;
+    }
+    p->net = n;
+    p->id = id;
+    snprintf(p->url, sizeof(p->url), "%s", url);
+    p->dialer = n->cfg.self_id < id;
+    p->backoff_ms = n->cfg.dial_backoff_min_ms;
+    peer_metrics_init(n, p);
+    kv_metric_set(p->m_connected, 0);
+    kv_metric_set(p->m_queued, 0);
+    uv_timer_init(n->loop, &p->dial_timer);
+    p->dial_timer.data = p;
+    n->n_handles++;
+    n->peers[n->n_peers++] = p;
+    if (p->dialer)
+        uv_timer_start(&p->dial_timer, dial_timer_cb, 0, 0);
+    return 0;
+}
+
+static void peer_timer_closed(uv_handle_t *h)
+{
+    kv_peer *p = h->data;
+    kv_peer_net *n = p->net;
+    free(p);
+    kv_peer_handle_closed(n);
+}
+
+static void peer_destroy(kv_peer *p)
+{
+    p->removed = 1;
+    if (p->conn) {
+        peer_conn *c = p->conn;
+        kv_peer_on_down(p, c);
+        kv_peer_conn_close(c, "peer removed");
+    }
+    queue_drop_all(p);
+    if (p->sout)
+        kv_peer_snap_out_finish(p, p->net->closing ? -ECANCELED : -ECONNRESET);
+    kv_metric_set(p->m_connected, 0);
+    uv_close((uv_handle_t *)&p->dial_timer, peer_timer_closed);
+}
+
+int kv_peer_net_remove_peer(kv_peer_net *n, uint64_t id)
+{
+    if (!n || n->closing)
+        return -ENOENT;
+    for (size_t i = 0; i < n->n_peers; i++) {
+        kv_peer *p = n->peers[i];
+        if (p->id != id)
+            continue;
+        memmove(&n->peers[i], &n->peers[i + 1], (n->n_peers - i - 1) * sizeof(n->peers[0]));
+        n->n_peers--;
+        /* connections of this peer not yet adopted (pending) finish their handshake and are
+         * refused as unknown. */
+        peer_destroy(p);
+        return 0;
+    }
+    return -ENOENT;
+}
+
+int kv_peer_net_is_up(const kv_peer_net *n, uint64_t id)
+{
+    if (!n)
+        return 0;
+    for (size_t i = 0; i < n->n_peers; i++)
+        if (n->peers[i]->id == id)
+            return n->peers[i]->up;
+    return 0;
+}
+
+void kv_peer_net_set_isolated(kv_peer_net *n, int isolated)
+{
+    if (n)
+        n->isolated = isolated ? 1 : 0;
+}
+
+/* acceptor -> dialer: offer it; the dialer fetches it with a GET stream. */
+static int offer_snapshot(kv_peer *p, peer_snap_out *so)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(so->id >> (56 - 8 * i));
+    return kv_peer_enqueue(p, PEER_CTL_SNAP_OFFER, b, 8);
+}
+
+int kv_peer_net_send_snapshot(kv_peer_net *n, uint64_t to, const uint8_t *hdr, size_t hdr_len,
+                              const char *path, void (*done)(void *arg, int status), void *arg)
+{
+    if (!n || n->closing)
+        return -ENOTCONN;
+    kv_peer *p = kv_peer_find(n, to);
+    if (!p)
+        return -ENOENT;
+    if (!path || !done || (hdr_len && !hdr))
+        return -EINVAL;
+    if (hdr_len > n->cfg.max_frame_bytes || hdr_len > UINT32_MAX)
+        return -EMSGSIZE;
+    if (!p->up || n->isolated)
+        return -ENOTCONN;
+    if (p->sout)
+        return -EBUSY;
+    peer_snap_out *so;
+    int rc = kv_peer_snap_out_open(p, hdr, hdr_len, path, done, arg, &so);
+    if (rc != 0)
+        return rc;
+    so->id = ++n->snap_seq;
+    p->sout = so;
+    rc = p->dialer ? kv_peer_conn_post_snapshot(p->conn, so) : offer_snapshot(p, so);
+    if (rc != 0) {
+        p->sout = NULL;
+        kv_peer_snap_out_free(so);
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- timers, flushing, listeners ---- */
+
+static void ping_timer_cb(uv_timer_t *t)
+{
+    kv_peer_net *n = t->data;
+    uint64_t now = uv_now(n->loop);
+    peer_conn *c, *next;
+    for (c = n->conns; c; c = next) {
+        next = c->next;
+        kv_peer_conn_ping_tick(c, now);
+    }
+}
+
+static void flush_prep_cb(uv_prepare_t *h)
+{
+    kv_peer_net *n = h->data;
+    uv_prepare_stop(h);
+    peer_conn *c, *next;
+    for (c = n->conns; c; c = next) {
+        next = c->next;
+        if (c->dirty) {
+            c->dirty = 0;
+            kv_peer_conn_flush(c);
+        }
+    }
+}
+
+void kv_peer_conn_mark_dirty(peer_conn *c)
+{
+    c->dirty = 1;
+    uv_prepare_start(&c->net->flush_prep, flush_prep_cb);
+}
+
+static void on_accept(uv_stream_t *server, int status)
+{
+    kv_peer_net *n = server->data;
+    if (status < 0 || n->closing)
+        return;
+    int rc = kv_peer_conn_accept(n, server);
+    if (rc != 0)
+        kv_peer_log(n, "accepting a peer connection failed: %s", uv_strerror(rc));
+}
+
+int kv_peer_net_listen_port(const kv_peer_net *n, size_t i)
+{
+    if (!n || i >= n->n_listeners)
+        return -EINVAL;
+    return kv_net_bound_port((uv_tcp_t *)&n->listeners[i]);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    for (char *s = tmp + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_config *cfg,
+                      const kv_peer_handler *h, kv_metrics *metrics)
+{
+    int rc;
+    if (!out || !loop || !cfg || !h || !cfg->snap_dir || cfg->self_id == 0 || cfg->n_listen > 8 ||
+        cfg->n_peers > KV_PEER_MAX_PEERS || cfg->max_queue_bytes < 16 ||
+        cfg->max_frame_bytes == 0 || cfg->max_frame_bytes > UINT32_MAX ||
+        cfg->ping_interval_ms == 0 || cfg->dial_backoff_min_ms == 0 ||
+        cfg->dial_backoff_max_ms < cfg->dial_backoff_min_ms)
+        return -EINVAL;
+    kv_peer_net *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    n->loop = loop;
+    n->cfg = *cfg;
+    n->cfg.n_peers = 0;
+    n->h = *h;
+    n->metrics = metrics;
+    n->rng = cfg->seed ^ cfg->self_id;
+    n->snap_dir = strdup(cfg->snap_dir);
+    n->cfg.snap_dir = n->snap_dir;
+    if (!n->snap_dir) {
+        free(n);
+        return -ENOMEM;
+    }
+    rc = mkdir_p(n->snap_dir);
+    if (rc != 0)
+        goto fail_early;
+    rc = kv_peer_conn_callbacks(&n->cbs);
+    if (rc != 0)
+        goto fail_early;
+    if (nghttp2_option_new(&n->opt) != 0) {
+        nghttp2_session_callbacks_del(n->cbs);
+        rc = -ENOMEM;
+        goto fail_early;
+    }
+    /* we speak plain HTTP/2 between members: skip nghttp2's HTTP messaging checks that would
+     * reject our long-lived bodies; the handshake headers are validated by hand. */
+    nghttp2_option_set_no_closed_streams(n->opt, 1);
+    nghttp2_option_set_peer_max_concurrent_streams(n->opt, 16);
+    uv_timer_init(loop, &n->ping_timer);
+    n->ping_timer.data = n;
+    n->n_handles++;
+    uv_prepare_init(loop, &n->flush_prep);
+    n->flush_prep.data = n;
+    n->n_handles++;
+    for (size_t i = 0; i < cfg->n_listen; i++) {
+        char host[256];
+        int port;
+        rc = cfg->listen_urls[i] ? parse_url(cfg->listen_urls[i], host, sizeof(host), &port)
+                                 : -EINVAL;
+        if (rc != 0)
+            goto fail;
+        uv_tcp_init(loop, &n->listeners[i]);
+        n->listeners[i].data = n;
+        n->n_handles++;
+        n->n_listeners++;
+        rc = kv_net_listen(&n->listeners[i], host, port, 128, on_accept);
+        if (rc != 0) {
+            kv_peer_log(n, "cannot listen on %s: %s", cfg->listen_urls[i], uv_strerror(rc));
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < cfg->n_peers; i++) {
+        rc = kv_peer_net_add_peer(n, cfg->peers[i].id, cfg->peers[i].url);
+        if (rc != 0) {
+            kv_peer_log(n, "bad peer %llx url '%s'", (unsigned long long)cfg->peers[i].id,
+                        cfg->peers[i].url);
+            goto fail;
+        }
+    }
+    uv_timer_start(&n->ping_timer, ping_timer_cb, cfg->ping_interval_ms, cfg->ping_interval_ms);
+    *out = n;
+    return 0;
+fail:
+    kv_peer_net_close(n);
+    return rc;
+fail_early:
+    free(n->snap_dir);
+    free(n);
+    return rc;
+}
+
+void kv_peer_net_close(kv_peer_net *n)
+{
+    if (!n || n->closing)
+        return;
+    n->closing = 1;
+    n->n_handles++; /* hold the net while closing */
+    while (n->n_peers > 0) {
+        kv_peer *p = n->peers[--n->n_peers];
+        peer_destroy(p);
+    }
+    peer_conn *c, *next;
+    for (c = n->conns; c; c = next) {
+        next = c->next;
+        kv_peer_conn_close(c, NULL);
+    }
+    for (size_t i = 0; i < n->n_listeners; i++)
+        uv_close((uv_handle_t *)&n->listeners[i], simple_handle_closed);
+    uv_close((uv_handle_t *)&n->ping_timer, simple_handle_closed);
+    uv_close((uv_handle_t *)&n->flush_prep, simple_handle_closed);
+    kv_peer_handle_closed(n);
+}
