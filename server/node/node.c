@@ -387,7 +387,8 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->handles_open = 3;
     uv_check_start(&n->check, on_check);
     uv_timer_start(&n->tick, on_tick, n->heartbeat_ms, n->heartbeat_ms);
-    kv_node__kick(n); /* the first check drives raft (single member: elects) */
+    kv_node__elect_single(n);
+    kv_node__kick(n); /* the first check drives raft */
     kv_node__update_alarm_metrics(n);
     *out = n;
     return 0;

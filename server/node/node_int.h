@@ -84,7 +84,10 @@ typedef struct ready_work {
     int has_ready;
     struct raft_ready rd;
     kv_result *results; /* per committed entry */
-    uint64_t *ids;      /* per committed entry: InternalRequest.id if proposed by us, else 0 */
+    uint64_t *ids;      /* per applied entry: InternalRequest.id if proposed by us, else 0 */
+    uint8_t *fresh;     /* per applied entry: a no-op/conf entry applied now (not skipped) */
+    int spec;           /* single voter: rd.entries are applied in this commit too */
+    uint64_t applied;   /* highest index applied by this commit */
     int64_t revision;
     int rc;
     obs_event *ev;
@@ -141,6 +144,7 @@ struct kv_node {
     /* ---- raft ---- */
     struct raft raft;
     int raft_ok;
+    struct raft_hard_state persisted_hs;
     kv_raftlog *log;
     struct kv_peer_net *peers;
     uint64_t self;
@@ -231,6 +235,7 @@ int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved);
 int kv_node__raft_start(kv_node *n, const kv_node_config *cfg);
 void kv_node__raft_stop(kv_node *n);
 void kv_node__drive(kv_node *n);
+void kv_node__elect_single(kv_node *n);
 void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
 
 /* node_conf.c */

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 void kv_node__fire_compact_waiters(kv_node *n, int status);
+static int single_voter(const kv_node *n);
 
 /* ---- entry prefix ---- */
 
@@ -103,22 +104,46 @@ static void rec_checkpointed(void *arg, int64_t id, int64_t remaining)
     record_event(arg, 2, id, 0, remaining);
 }
 
-/* Applies the committed entries of the ready inside the batch b. */
-static int apply_committed(kv_node *n, ready_work *w, kv_store_batch *b)
+/* Entry i of what the worker applies: the committed entries, then (single voter) the new
+ * ones. */
+static const struct raft_entry *apply_entry(const ready_work *w, size_t i)
 {
-    for (size_t i = 0; i < w->rd.n_committed; i++) {
-        const struct raft_entry *e = &w->rd.committed[i];
+    return i < w->rd.n_committed ? &w->rd.committed[i] : &w->rd.entries[i - w->rd.n_committed];
+}
+
+static size_t apply_count(const ready_work *w)
+{
+    return w->rd.n_committed + (w->spec ? w->rd.n_entries : 0);
+}
+
+/* Applies the entries of the ready inside the batch b. A single voter also applies the entries
+ * it persists in this same transaction: they are committed exactly when they are durable, and
+ * the transaction makes both happen at once, so a write costs one commit (issue 9: one sync on
+ * the critical path). Raft hands them out again as committed later; the store skips them. */
+static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
+{
+    size_t cnt = apply_count(w);
+    for (size_t i = 0; i < cnt; i++) {
+        const struct raft_entry *e = apply_entry(w, i);
         int rc;
         if (e->type != RAFT_ENTRY_NORMAL || e->len == 0) {
             rc = kv_store_apply_noop(n->store, b, e->index); /* no-op / configuration entry */
+            if (rc == 0 && e->index > w->applied) {
+                w->applied = e->index;
+                w->fresh[i] = 1;
+            }
         } else {
             uint64_t id, proposer;
             entry_origin(e->data, e->len, &id, &proposer);
             rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);
-            if (rc == 0 && proposer == n->self)
-                w->ids[i] = id;
-            if (rc == 0 && !w->results[i].skipped && w->results[i].revision > w->revision)
-                w->revision = w->results[i].revision;
+            if (rc == 0 && !w->results[i].skipped) {
+                if (proposer == n->self)
+                    w->ids[i] = id;
+                if (e->index > w->applied)
+                    w->applied = e->index;
+                if (w->results[i].revision > w->revision)
+                    w->revision = w->results[i].revision;
+            }
         }
         if (rc < 0)
             return rc;
@@ -141,7 +166,7 @@ static void work_ready(uv_work_t *req)
         if (rc == 0 && w->rd.hs_changed)
             rc = kv_raftlog_set_hard_state(n->log, txn, &w->rd.hs);
         if (rc == 0)
-            rc = apply_committed(n, w, b);
+            rc = apply_entries(n, w, b);
     }
     if (rc == 0 && w->has_compact)
         rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
@@ -202,12 +227,13 @@ static void compaction_progress(kv_node *n, const ready_work *w)
 static void free_work(ready_work *w)
 {
     if (w->results) {
-        size_t cnt = w->has_ready ? w->rd.n_committed : 0;
+        size_t cnt = w->has_ready ? apply_count(w) : 0;
         for (size_t k = 0; k < cnt; k++)
             free(w->results[k].resp);
     }
     free(w->results);
     free(w->ids);
+    free(w->fresh);
     free(w->ev);
     free(w);
 }
@@ -333,6 +359,8 @@ static void after_ready(uv_work_t *req, int status)
         abort();
     }
     kv_metric_add(n->m_fsyncs, w->synced);
+    if (w->has_ready && w->rd.hs_changed)
+        n->persisted_hs = w->rd.hs;
     if (w->has_ready && w->rd.has_snapshot) {
         kv_store_status ss;
         if (kv_store_get_status(n->store, &ss) == 0) {
@@ -356,14 +384,14 @@ static void after_ready(uv_work_t *req, int status)
         n->revision = w->revision;
     n->st.batches_total++;
     kv_metric_inc(n->m_batches);
-    if (w->has_ready && w->rd.n_committed) {
-        if (w->rd.committed[w->rd.n_committed - 1].index > n->st.applied_index)
-            n->st.applied_index = w->rd.committed[w->rd.n_committed - 1].index;
-        n->st.last_batch_size = w->rd.n_committed;
-        if (w->rd.n_committed > n->st.max_batch_size)
-            n->st.max_batch_size = w->rd.n_committed;
+    if (w->has_ready && w->applied > n->st.applied_index) {
+        uint64_t cnt = w->applied - n->st.applied_index;
+        n->st.applied_index = w->applied;
+        n->st.last_batch_size = cnt;
+        if (cnt > n->st.max_batch_size)
+            n->st.max_batch_size = cnt;
         kv_metric_set(n->m_batch_size_max, (double)n->st.max_batch_size);
-        kv_metric_add(n->m_entries, (int64_t)w->rd.n_committed);
+        kv_metric_add(n->m_entries, (int64_t)cnt);
     }
     if (n->disk_full) {
         n->disk_full = 0;
@@ -377,11 +405,12 @@ static void after_ready(uv_work_t *req, int status)
 
     /* Durable: now acknowledge, in order. */
     if (w->has_ready) {
-        for (size_t i = 0; i < w->rd.n_committed; i++) {
-            const struct raft_entry *e = &w->rd.committed[i];
+        size_t cnt = apply_count(w);
+        for (size_t i = 0; i < cnt; i++) {
+            const struct raft_entry *e = apply_entry(w, i);
             if (w->ids[i])
                 complete_id(n, w->ids[i], &w->results[i]);
-            else if (e->type == RAFT_ENTRY_CONF)
+            else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
                 kv_node__conf_applied(n, e);
         }
         kv_node__reads_ready(n, w->rd.reads, w->rd.n_reads);
@@ -400,9 +429,23 @@ static void after_ready(uv_work_t *req, int status)
     kv_node__kick(n);
 }
 
-static int needs_worker(const struct raft_ready *rd)
+/* A ready needs the disk when it carries entries, a snapshot, a new term or vote, or
+ * committed entries not applied yet. A commit index alone is not persisted (raft_init: it
+ * need not be; it is rebuilt from the quorum, and the store skips what it applied). */
+static int needs_worker(const kv_node *n, const struct raft_ready *rd)
 {
-    return rd->n_entries || rd->hs_changed || rd->has_snapshot || rd->n_committed;
+    if (rd->n_entries || rd->has_snapshot)
+        return 1;
+    if (rd->hs_changed &&
+        (rd->hs.term != n->persisted_hs.term || rd->hs.vote != n->persisted_hs.vote))
+        return 1;
+    return rd->n_committed && rd->committed[rd->n_committed - 1].index > n->st.applied_index;
+}
+
+static int single_voter(const kv_node *n)
+{
+    const struct raft_conf *c = raft_configuration(&n->raft);
+    return c->n_voters == 1 && c->n_learners == 0 && c->voters[0] == n->self;
 }
 
 static int start_work(kv_node *n, const struct raft_ready *rd)
@@ -416,10 +459,13 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
     if (rd) {
         w->has_ready = 1;
         w->rd = *rd;
-        size_t k = rd->n_committed ? rd->n_committed : 1;
+        w->spec = single_voter(n);
+        w->applied = n->st.applied_index;
+        size_t k = apply_count(w) ? apply_count(w) : 1;
         w->results = calloc(k, sizeof(*w->results));
         w->ids = calloc(k, sizeof(*w->ids));
-        if (w->results == NULL || w->ids == NULL) {
+        w->fresh = calloc(k, 1);
+        if (w->results == NULL || w->ids == NULL || w->fresh == NULL) {
             free_work(w);
             return -ENOMEM;
         }
@@ -437,6 +483,33 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
         free_work(w);
         return rc;
     }
+    return 0;
+}
+
+/* The same as start_work + the worker + after_ready, on the calling thread. */
+static int start_work_sync(kv_node *n, const struct raft_ready *rd)
+{
+    ready_work *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->req.data = w;
+    w->node = n;
+    w->revision = n->revision;
+    w->has_ready = 1;
+    w->rd = *rd;
+    w->spec = single_voter(n);
+    w->applied = n->st.applied_index;
+    size_t k = apply_count(w) ? apply_count(w) : 1;
+    w->results = calloc(k, sizeof(*w->results));
+    w->ids = calloc(k, sizeof(*w->ids));
+    w->fresh = calloc(k, 1);
+    if (w->results == NULL || w->ids == NULL || w->fresh == NULL) {
+        free_work(w);
+        return -ENOMEM;
+    }
+    n->inflight = w;
+    work_ready(&w->req);
+    after_ready(&w->req, 0);
     return 0;
 }
 
@@ -555,6 +628,16 @@ static void take_requests(kv_node *n)
                 start_exclusive(n);
             return;
         }
+        if (r->kind == REQ_BARRIER && n->wait_head == NULL && n->inflight == NULL &&
+            (n->role == RAFT_LEADER || single_voter(n))) {
+            /* Everything queued before it is applied already: nothing to wait for. */
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            kv_node__finish_req(n, r, NULL);
+            continue;
+        }
         if (r->kind == REQ_MOVE_LEADER) {
             if (n->role != RAFT_LEADER)
                 return;
@@ -671,16 +754,22 @@ static void feed(kv_node *n)
 
 void kv_node__drive(kv_node *n)
 {
-    if (!n->raft_ok || n->closing || n->inflight || n->excl_busy || n->stalled)
+    if (!n->raft_ok || n->closing)
         return;
+    if (n->inflight || n->excl_busy || n->stalled) {
+        uv_idle_stop(&n->idle); /* the worker's completion wakes the loop: no spinning */
+        return;
+    }
     for (int cycles = 0; cycles < 16; cycles++) {
         feed(n);
         if (n->excl_busy)
             return;
         if (!raft_has_ready(&n->raft)) {
             if ((n->compact_pending && !n->compact_error && n->head == NULL) || n->compact_log) {
-                if (start_work(n, NULL) == 0)
+                if (start_work(n, NULL) == 0) {
+                    uv_idle_stop(&n->idle);
                     return;
+                }
             }
             if (n->head == NULL && n->inbox_n == 0)
                 uv_idle_stop(&n->idle);
@@ -695,11 +784,12 @@ void kv_node__drive(kv_node *n)
         }
         on_soft_state(n, &rd);
         kv_node__send_msgs(n, rd.msgs, rd.n_msgs);
-        if (needs_worker(&rd)) {
+        if (needs_worker(n, &rd)) {
             if (start_work(n, &rd) < 0) {
                 fprintf(stderr, "kvd: cannot schedule the apply worker; stopping this member\n");
                 abort();
             }
+            uv_idle_stop(&n->idle);
             return;
         }
         kv_node__send_msgs(n, rd.msgs_after, rd.n_msgs_after);
@@ -710,6 +800,26 @@ void kv_node__drive(kv_node *n)
         kv_node__reads_applied(n);
     }
     kv_node__kick(n); /* more next turn: let I/O in */
+}
+
+/* A single voter elects itself at once, synchronously (start-up only): it waits for no one,
+ * and clients connecting right after start find a leader, not an election timeout. */
+void kv_node__elect_single(kv_node *n)
+{
+    const struct raft_conf *c = raft_configuration(&n->raft);
+    if (c->n_voters != 1 || c->voters[0] != n->self)
+        return;
+    for (unsigned i = 0; i < 4 * n->raft.cfg.election_ticks && !n->primary; i++) {
+        raft_tick(&n->raft);
+        while (raft_has_ready(&n->raft) && !n->closing) {
+            struct raft_ready rd;
+            if (raft_ready(&n->raft, &rd) != 0)
+                return;
+            on_soft_state(n, &rd);
+            if (start_work_sync(n, &rd) != 0)
+                return;
+        }
+    }
 }
 
 /* ---- start / stop ---- */
@@ -759,6 +869,8 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         goto fail;
     }
     n->raft_ok = 1;
+    rcfg.storage->initial_state(rcfg.storage->ctx, &n->persisted_hs);
+    kv_raftlog_end_cycle(n->log);
     n->inbox_cap = 4096;
     n->inbox = calloc(n->inbox_cap, sizeof(*n->inbox));
     n->inbox_snap = calloc(n->inbox_cap, sizeof(*n->inbox_snap));
