@@ -232,6 +232,15 @@ static bool disk_nearly_full(kv_store *s)
     return (uint64_t)v.f_bavail * v.f_frsize < ((uint64_t)1 << 20);
 }
 
+int kv_store_disk_free_below(kv_store *s, uint64_t bytes)
+{
+    const char *dir = NULL;
+    struct statvfs v;
+    if (mdb_env_get_path(s->env, &dir) || !dir || statvfs(dir, &v) != 0)
+        return 0;
+    return (uint64_t)v.f_bavail * v.f_frsize < bytes;
+}
+
 int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
 {
     if (!b || b != &s->batch || !b->open)

@@ -179,6 +179,8 @@ int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index);
  * the LMDB file at path (a snapshot from the raft leader), inside batch b (mvcc/restore.c).
  * This member's identity and the raft log are kept. Apply thread only. */
 int kv_store_restore_from(kv_store *s, kv_store_batch *b, const char *path);
+/* 1 when less than `bytes` are available to kvd on the data dir's file system (statvfs). */
+int kv_store_disk_free_below(kv_store *s, uint64_t bytes);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 

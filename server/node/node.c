@@ -207,7 +207,10 @@ static void raise_alarm(kv_node *n, int type)
         return;
     }
     kvdpb__internal_request__pack(&ir, buf);
-    if (kv_node_propose(n, buf, len, on_alarm_proposed, n, NULL) < 0) {
+    kv_node_req *h = NULL;
+    if (kv_node_propose(n, buf, len, on_alarm_proposed, n, &h) == 0)
+        h->essential = 1;
+    else {
         kv_store_request_alarm(n->store, type);
         return;
     }

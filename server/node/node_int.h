@@ -69,6 +69,7 @@ struct kv_node_req {
     uint64_t conf_id;
     raft_index conf_index; /* index of the configuration entry once proposed */
     int has_record;        /* REQ_CONF: a member record entry goes first */
+    int essential;         /* an alarm: proposed even when the disk is nearly full */
 };
 
 /* Lease observer events of one ready, recorded on the worker and replayed on the loop. */
@@ -198,6 +199,8 @@ struct kv_node {
     int stalled;
     int excl_busy;
     int disk_full;
+    int disk_low;
+    uint64_t disk_checked_ms;
     unsigned alarm_pending;
     kv_metric *m_alarm[3];
 

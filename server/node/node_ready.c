@@ -163,6 +163,14 @@ static void work_ready(uv_work_t *req)
             rc = kv_node__install_snapshot(n, b, &w->rd.snapshot.meta, w->snap_path);
         if (rc == 0 && w->rd.n_entries)
             rc = kv_raftlog_append(n->log, txn, w->rd.entries, w->rd.n_entries);
+        if (rc == 0 && w->spec && w->rd.n_entries) {
+            /* single voter: these entries are committed by this very commit; recording it
+             * keeps a restart from handing them out again */
+            w->rd.hs_changed = true;
+            raft_index last = w->rd.entries[w->rd.n_entries - 1].index;
+            if (w->rd.hs.commit < last)
+                w->rd.hs.commit = last;
+        }
         if (rc == 0 && w->rd.hs_changed)
             rc = kv_raftlog_set_hard_state(n->log, txn, &w->rd.hs);
         if (rc == 0)
@@ -356,7 +364,7 @@ static void after_ready(uv_work_t *req, int status)
          * rather than diverge (issue 9: a failure at apply is fatal for the member). */
         fprintf(stderr, "kvd: persisting a raft ready failed: %s; stopping this member\n",
                 strerror(-rc));
-        abort();
+        exit(2);
     }
     kv_metric_add(n->m_fsyncs, w->synced);
     if (w->has_ready && w->rd.hs_changed)
@@ -392,11 +400,6 @@ static void after_ready(uv_work_t *req, int status)
             n->st.max_batch_size = cnt;
         kv_metric_set(n->m_batch_size_max, (double)n->st.max_batch_size);
         kv_metric_add(n->m_entries, (int64_t)cnt);
-    }
-    if (n->disk_full) {
-        n->disk_full = 0;
-        if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
-            kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
     }
     replay_events(n, w);
     compaction_progress(n, w);
@@ -533,8 +536,14 @@ static void excl_after(uv_work_t *req, int status)
     excl_work *e = req->data;
     kv_node *n = e->node;
     n->excl_busy = 0;
-    if (e->r->excl_done)
+    if (e->r->excl_done) /* Defragment swaps the environment here */
         e->r->excl_done(e->r->arg, status < 0 ? status : e->rc);
+    int rrc = kv_raftlog_reattach(n->log, kv_store_env(n->store));
+    if (rrc != 0) {
+        fprintf(stderr, "kvd: reopening the raft log after %s failed: %s; stopping this member\n",
+                "an exclusive operation", strerror(-rrc));
+        exit(2);
+    }
     free(e->r);
     free(e);
     if (n->closing) {
@@ -562,6 +571,7 @@ static void start_exclusive(kv_node *n)
     e->node = n;
     e->r = r;
     n->excl_busy = 1;
+    kv_raftlog_detach(n->log); /* the item may reopen the environment (Defragment) */
     if (uv_queue_work(n->loop, &e->req, excl_run, excl_after) < 0) {
         n->excl_busy = 0;
         free(e);
@@ -618,11 +628,50 @@ static const char *propose_error(int rc, int *code)
     }
 }
 
+/* The disk (issue 8, D12): with less than KV_DISK_RESERVE free on the data dir's file system
+ * the leader refuses writes with etcd's no-space error and raises NOSPACE, before a commit can
+ * fail (raft cannot take back an entry it handed out; a failed persist stops the member). */
+#define KV_DISK_RESERVE (2u << 20)
+
+static int disk_low(kv_node *n)
+{
+    uint64_t now = kv_node__now_ms();
+    if (now - n->disk_checked_ms < 10)
+        return n->disk_low;
+    n->disk_checked_ms = now;
+    int low = kv_store_disk_free_below(n->store, KV_DISK_RESERVE);
+    if (low && !n->disk_low) {
+        fprintf(stderr, "kvd: less than %u MiB free on the data dir's file system: writes are "
+                        "refused (NOSPACE)\n",
+                KV_DISK_RESERVE >> 20);
+        if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
+            kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
+    }
+    n->disk_low = low;
+    n->disk_full = low;
+    return low;
+}
+
 /* Takes queued requests: the leader proposes them, a follower forwards them. */
+/* Bytes proposed per ready: bounds one commit's dirty pages (log + state, both in the LMDB
+ * transaction's memory until it commits) whatever the queue holds. */
+#define KV_READY_MAX_BYTES (4u << 20)
+
 static void take_requests(kv_node *n)
 {
-    while (n->head) {
+    size_t budget = KV_READY_MAX_BYTES;
+    while (n->head && budget > 0) {
         kv_node_req *r = n->head;
+        if ((r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) && !r->essential &&
+            n->role == RAFT_LEADER && disk_low(n)) {
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            kv_node__fail_req(n, r, KV_CODE_RESOURCE_EXHAUSTED,
+                              "etcdserver: mvcc: database space exceeded");
+            continue;
+        }
         if (r->kind == REQ_EXCL) {
             if (n->wait_head == NULL && n->inflight == NULL && !raft_has_ready(&n->raft))
                 start_exclusive(n);
@@ -696,6 +745,7 @@ static void take_requests(kv_node *n)
                 continue;
             }
             r->proposed = 1;
+            budget = r->len >= budget ? 0 : budget - r->len;
             if (r->kind == REQ_FORWARDED)
                 kv_node__finish_req(n, r, NULL); /* to the grave: raft reads it until advance */
             else
@@ -778,9 +828,11 @@ void kv_node__drive(kv_node *n)
         struct raft_ready rd;
         int rc = raft_ready(&n->raft, &rd);
         if (rc != 0) {
-            fprintf(stderr, "kvd: raft: ready failed: %s; stopping this member\n",
-                    raft_strerror(rc));
-            abort();
+            int serr = kv_raftlog_error(n->log);
+            fprintf(stderr, "kvd: raft: ready failed: %s%s%s; stopping this member\n",
+                    raft_strerror(rc), serr ? ": raft log storage: " : "",
+                    serr ? strerror(-serr) : "");
+            exit(2);
         }
         on_soft_state(n, &rd);
         kv_node__send_msgs(n, rd.msgs, rd.n_msgs);
@@ -824,6 +876,40 @@ void kv_node__elect_single(kv_node *n)
 
 /* ---- start / stop ---- */
 
+/* Start-up check of the log entries not applied yet (the ones this member will apply or send):
+ * each record's checksum, so a corrupted log refuses to start with a clear line instead of
+ * failing in the middle of a ready. Bounded by the unapplied tail. */
+static int verify_tail(kv_node *n)
+{
+    const struct raft_storage *st = kv_raftlog_storage(n->log);
+    raft_index first = st->first_index(st->ctx), last = st->last_index(st->ctx);
+    struct raft_hard_state hs;
+    if (st->initial_state(st->ctx, &hs) != 0)
+        hs.commit = 0;
+    /* raft hands out again everything above min(applied, persisted commit) */
+    raft_index from = n->st.applied_index < hs.commit ? n->st.applied_index : hs.commit;
+    raft_index i = from + 1 > first ? from + 1 : first;
+    struct raft_entry buf[64];
+    int rc = 0;
+    while (i <= last && rc == 0) {
+        size_t cnt = 0;
+        raft_index hi = last + 1 - i > 64 ? i + 64 : last + 1;
+        rc = st->entries(st->ctx, i, hi, SIZE_MAX, buf, &cnt);
+        if (rc == 0 && cnt == 0)
+            rc = -EBADMSG;
+        i += cnt;
+    }
+    if (rc == 0)
+        rc = kv_raftlog_error(n->log);
+    kv_raftlog_end_cycle(n->log);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: refusing to start: the raft log is corrupt near index %llu (%s)\n",
+                (unsigned long long)i, rc < -999 ? raft_strerror(rc) : strerror(-rc));
+        return -EBADMSG;
+    }
+    return 0;
+}
+
 int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
 {
     n->heartbeat_ms = cfg && cfg->heartbeat_ms ? cfg->heartbeat_ms : 100;
@@ -850,6 +936,9 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     rc = kv_node__seed_log(n, voters, n_voters);
     if (rc < 0)
         goto fail;
+    rc = verify_tail(n);
+    if (rc < 0)
+        goto fail;
     struct raft_config rcfg;
     raft_config_default(&rcfg);
     rcfg.id = n->self;
@@ -863,6 +952,12 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     rcfg.max_pending_reads = 4096;
     rc = raft_init(&n->raft, &rcfg);
     kv_raftlog_end_cycle(n->log);
+    if (rc != 0 && kv_raftlog_error(n->log)) {
+        fprintf(stderr, "kvd: refusing to start: the raft log is corrupt (%s)\n",
+                strerror(-kv_raftlog_error(n->log)));
+        rc = -EBADMSG;
+        goto fail;
+    }
     if (rc != 0) {
         fprintf(stderr, "kvd: raft: cannot start: %s\n", raft_strerror(rc));
         rc = rc == RAFT_ENOMEM ? -ENOMEM : -EINVAL;

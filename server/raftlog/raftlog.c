@@ -69,6 +69,30 @@ fail:
     return rc;
 }
 
+void kv_raftlog_detach(kv_raftlog *l)
+{
+    kv_raftlog_end_cycle(l);
+    for (size_t i = 0; i < l->n_spare; i++)
+        mdb_txn_abort(l->spare[i]);
+    l->n_spare = 0;
+}
+
+int kv_raftlog_reattach(kv_raftlog *l, MDB_env *env)
+{
+    MDB_txn *txn = NULL;
+    kv_raftlog_detach(l);
+    l->env = env;
+    int rc = kv_raftlog_mdb_err(mdb_txn_begin(env, NULL, 0, &txn));
+    if (rc)
+        return rc;
+    if ((rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rlog", MDB_CREATE, &l->rlog))) ||
+        (rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rmeta", MDB_CREATE, &l->rmeta)))) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return kv_raftlog_mdb_err(mdb_txn_commit(txn));
+}
+
 void kv_raftlog_close(kv_raftlog *l)
 {
     if (!l)

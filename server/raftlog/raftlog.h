@@ -40,6 +40,11 @@ typedef struct kv_raftlog kv_raftlog;
 int kv_raftlog_open(kv_raftlog **out, MDB_env *env);
 /* Releases every read txn and the log. l may be NULL. The DBIs stay open in env. */
 void kv_raftlog_close(kv_raftlog *l);
+/* Before the environment is closed and reopened under the log (Defragment swaps data.mdb):
+ * releases every read transaction. After: kv_raftlog_reattach binds the log to the new
+ * environment (same object, so the storage vtable stays valid). Loop thread, no cycle open. */
+void kv_raftlog_detach(kv_raftlog *l);
+int kv_raftlog_reattach(kv_raftlog *l, MDB_env *env);
 /* 1 when no hard state, no snapshot meta and no entry was ever stored (fresh member:
  * bootstrap), 0 otherwise, negative errno on storage failure. Loop thread. */
 int kv_raftlog_is_empty(kv_raftlog *l);
