@@ -20,6 +20,7 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net PkgConfig::UV PkgConfig::NGHTTP2)
+target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC status enum
 
 add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
 target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})

@@ -84,7 +84,7 @@ static void on_compacted(void *arg, kv_result *res)
     kv_auto_compact *a = arg;
     a->inflight = NULL;
     /* OUT_OF_RANGE "mvcc: required revision has been compacted": already done (as etcd) */
-    if (res->code == 0 || res->code == KV_CODE_OUT_OF_RANGE) {
+    if (res->code == 0 || res->code == KV_GRPC_OUT_OF_RANGE) {
         if (a->m_ok)
             kv_metric_inc(a->m_ok);
         a->last_success = uv_now(a->s->loop);

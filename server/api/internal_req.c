@@ -1,5 +1,7 @@
 #include "api/internal_req.h"
 
+#include "common/etcd_errors.h"
+
 #include "mvcc/pb_scan.h"
 #include "mvcc/pb_strip.h"
 #include "internal.pb-c.h"
@@ -97,12 +99,12 @@ int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, 
     case KV_PB_SCAN_OK:
         return 0;
     case KV_PB_SCAN_TOO_MANY_OPS:
-        *code = 3; /* INVALID_ARGUMENT, etcd's ErrGRPCTooManyOps */
-        *emsg = KV_TXN_TOO_MANY_OPS_MSG;
+        *code = kv_etcd_err_code(KV_ERR_TOO_MANY_OPS);
+        *emsg = kv_etcd_err_msg(KV_ERR_TOO_MANY_OPS);
         return 1;
     default:
-        *code = 13;
-        *emsg = "grpc: error unmarshalling request: malformed protobuf";
+        *code = kv_etcd_err_code(KV_ERR_GRPC_UNMARSHAL);
+        *emsg = kv_etcd_err_msg(KV_ERR_GRPC_UNMARSHAL);
         return 1;
     }
 }

@@ -19,7 +19,7 @@ int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
         case KV_IREQ_COMPACTION:
         case KV_IREQ_LEASE_GRANT:
         case KV_IREQ_LEASE_REVOKE:
-            kv_reply_error(call, KV_CODE_DATA_LOSS, "etcdserver: corrupt cluster");
+            kv_reply_etcd_err(call, KV_ERR_CORRUPT);
             return 1;
         default:
             break;
@@ -45,6 +45,6 @@ int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
         return 0;
     if (!(alarms & (1u << KV_ALARM_NOSPACE)))
         kv_store_request_alarm(s->store, KV_ALARM_NOSPACE); /* proposed by the node */
-    kv_reply_error(call, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+    kv_reply_etcd_err(call, KV_ERR_NO_SPACE);
     return 1;
 }

@@ -26,8 +26,8 @@ typedef struct read_req {
 static void reply(kv_grpc_call *call, int rc, kv_result *res)
 {
     if (rc < 0)
-        kv_reply_error(call, res->code ? res->code : 13,
-                       res->code ? res->msg : "etcdserver: request failed: storage error");
+        kv_reply_error(call, res->code ? res->code : kv_etcd_err_code(KV_ERR_STORAGE),
+                       res->code ? res->msg : kv_etcd_err_msg(KV_ERR_STORAGE));
     else
         kv_reply_result(call, res);
 }
@@ -46,7 +46,7 @@ static void done(void *arg, int status)
     if (r->call) {
         kv_grpc_call_set_data(r->call, NULL);
         if (status < 0)
-            kv_reply_error(r->call, 14, "etcdserver: server stopped");
+            kv_reply_etcd_err(r->call, KV_ERR_STOPPED);
         else
             reply(r->call, r->rc, &r->res);
     }
@@ -66,7 +66,7 @@ void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t
     }
     read_req *r = calloc(1, sizeof(*r) + len);
     if (r == NULL) {
-        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         return;
     }
     r->call = call;

@@ -94,8 +94,8 @@ static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_result res = {0};
         int rc = kv_store_range(s->store, msg, len, kv_node_header(s->node), &res);
         if (rc < 0)
-            kv_reply_error(call, res.code ? res.code : 13,
-                           res.code ? res.msg : "etcdserver: request failed: storage error");
+            kv_reply_error(call, res.code ? res.code : kv_etcd_err_code(KV_ERR_STORAGE),
+                           res.code ? res.msg : kv_etcd_err_msg(KV_ERR_STORAGE));
         else
             kv_reply_result(call, &res);
         free(res.resp);
@@ -161,10 +161,10 @@ static void on_physical_done(void *arg, int status)
     cr->w = NULL;
     if (status == -ECANCELED) {
         kv_grpc_call_set_data(cr->call, NULL);
-        kv_reply_error(cr->call, 14, "etcdserver: server stopped");
+        kv_reply_etcd_err(cr->call, KV_ERR_STOPPED);
     } else if (status < 0) {
         kv_grpc_call_set_data(cr->call, NULL);
-        kv_reply_error(cr->call, 13, "etcdserver: request failed: storage error");
+        kv_reply_etcd_err(cr->call, KV_ERR_STORAGE);
     } else {
         compact_reply(cr);
     }

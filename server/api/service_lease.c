@@ -34,7 +34,7 @@ static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
 
 static void reply_malformed(kv_grpc_call *call)
 {
-    kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
+    kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
 }
 
 static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -50,20 +50,20 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int64_t id = req->id ? req->id : kv_lessor_new_id(s->lessor);
     etcdserverpb__lease_grant_request__free_unpacked(req, NULL);
     if (ttl == -ERANGE) {
-        kv_reply_error(call, 11, "etcdserver: too large lease TTL");
+        kv_reply_etcd_err(call, KV_ERR_LEASE_TTL_TOO_LARGE);
         return;
     }
     switch (kv_lessor_check_grant(s->lessor, id)) {
     case 0:
         break;
     case -EEXIST:
-        kv_reply_error(call, 9, "etcdserver: lease already exists");
+        kv_reply_etcd_err(call, KV_ERR_LEASE_EXIST);
         return;
     case -ENOSPC:
-        kv_reply_error(call, 8, "etcdserver: too many leases");
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_LEASES);
         return;
     default:
-        kv_reply_error(call, 3, "etcdserver: invalid lease ID");
+        kv_reply_etcd_err(call, KV_ERR_INVALID_LEASE_ID);
         return;
     }
     /* The applied request carries the final id and TTL so every member applies the same. */
@@ -87,7 +87,7 @@ static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int64_t id = req->id;
     etcdserverpb__lease_revoke_request__free_unpacked(req, NULL);
     if (!kv_lessor_exists(s->lessor, id)) {
-        kv_reply_error(call, 5, "etcdserver: requested lease not found");
+        kv_reply_etcd_err(call, KV_ERR_LEASE_NOT_FOUND);
         return;
     }
     kv_propose_unary(call, KV_IREQ_LEASE_REVOKE, msg, len);
@@ -110,7 +110,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int64_t ttl = 0;
     int rc = kv_lessor_renew(s->lessor, id, &ttl);
     if (rc == -EAGAIN) {
-        kv_reply_error(call, 14, "etcdserver: no leader");
+        kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
         return;
     }
     if (rc < 0)
@@ -123,12 +123,12 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     r.id = id;
     r.ttl = ttl;
     if (kv_send_message(call, &r.base) < 0)
-        kv_reply_error(call, 8, "etcdserver: too many requests: keepalive responses not read");
+        kv_reply_etcd_err(call, KV_ERR_KEEPALIVE_BACKLOG);
 }
 
 static void on_keepalive_half_close(kv_grpc_call *call)
 {
-    kv_grpc_call_finish(call, 0, NULL);
+    kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
 }
 
 typedef struct keys_acc {
@@ -220,7 +220,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int64_t remaining = 0, granted = 0;
     int rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
     if (rc == -EAGAIN) {
-        kv_reply_error(call, 14, "etcdserver: no leader");
+        kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
         return;
     }
     if (rc < 0) {
@@ -237,7 +237,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
     uint8_t buf[128];
     size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(&r);
     if (n > sizeof(buf)) {
-        kv_reply_error(call, 13, "etcdserver: request failed: internal error");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
         return;
     }
     n = etcdserverpb__lease_time_to_live_response__pack(&r, buf);
@@ -273,7 +273,7 @@ static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
     a.st = calloc(a.cap ? a.cap : 1, sizeof(*a.st));
     a.ptrs = calloc(a.cap ? a.cap : 1, sizeof(*a.ptrs));
     if (a.st == NULL || a.ptrs == NULL) {
-        kv_reply_error(call, 13, "etcdserver: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
         goto out;
     }
     kv_lessor_each(s->lessor, collect_lease, &a);

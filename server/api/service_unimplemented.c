@@ -11,7 +11,7 @@ static void finish_unimplemented(kv_grpc_call *call)
 {
     char msg[160];
     snprintf(msg, sizeof(msg), "kvd: %s is not implemented yet", kv_grpc_call_method(call));
-    kv_reply_error(call, 12, msg);
+    kv_reply_error(call, KV_GRPC_UNIMPLEMENTED, msg);
 }
 
 static void on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)

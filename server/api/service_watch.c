@@ -28,11 +28,11 @@ static size_t sink_queued(void *sink)
 
 static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued};
 
-static void end_stream(kv_grpc_call *call, kv_watch_stream *st, int code, const char *msg)
+static void end_stream(kv_grpc_call *call, kv_watch_stream *st, kv_etcd_err e)
 {
     kv_watch_stream_close(st);
     kv_grpc_call_set_data(call, NULL);
-    kv_grpc_call_finish(call, code, msg);
+    kv_reply_etcd_err(call, e);
 }
 
 static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -41,30 +41,29 @@ static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_watch_stream *st = kv_grpc_call_data(call);
     if (st == NULL) {
         if (s->watch == NULL) {
-            kv_reply_error(call, 14, "etcdserver: server stopped");
+            kv_reply_etcd_err(call, KV_ERR_STOPPED);
             return;
         }
         int rc = kv_watch_stream_open(s->watch, kv_grpc_call_conn_id(call), &sink_ops, call, &st);
         if (rc == -EMFILE) {
             char m[160];
-            snprintf(m, sizeof(m),
-                     "kvd: too many watch streams on this connection "
-                     "(--max-watch-streams-per-connection %u)",
+            snprintf(m, sizeof(m), "%s (--max-watch-streams-per-connection %u)",
+                     kv_etcd_err_msg(KV_ERR_TOO_MANY_WATCH_STREAMS),
                      s->cfg->max_watch_streams_per_conn);
-            kv_reply_error(call, 8, m);
+            kv_reply_error(call, kv_etcd_err_code(KV_ERR_TOO_MANY_WATCH_STREAMS), m);
             return;
         }
         if (rc < 0) {
-            kv_reply_error(call, 8, "kvd: out of memory opening a watch stream");
+            kv_reply_etcd_err(call, KV_ERR_WATCH_OPEN_NOMEM);
             return;
         }
         kv_grpc_call_set_data(call, st);
     }
     int rc = kv_watch_stream_request(st, msg, len);
     if (rc == -EBADMSG)
-        end_stream(call, st, 13, "grpc: error unmarshalling request: malformed protobuf");
+        end_stream(call, st, KV_ERR_GRPC_UNMARSHAL);
     else if (rc == -ENOBUFS || rc == -ENOMEM)
-        end_stream(call, st, 8, "kvd: watch responses not read (--watch-send-buffer-bytes)");
+        end_stream(call, st, KV_ERR_WATCH_SLOW_READER);
     /* other errors: the stream is going away and the transport cancels it */
 }
 

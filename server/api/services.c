@@ -37,6 +37,11 @@ void kv_reply_error(kv_grpc_call *call, int code, const char *msg)
     kv_grpc_call_finish(call, code, msg);
 }
 
+void kv_reply_etcd_err(kv_grpc_call *call, kv_etcd_err e)
+{
+    kv_grpc_call_finish(call, kv_etcd_err_code(e), kv_etcd_err_msg(e));
+}
+
 /* A response that could not be queued, for a request that changed nothing: say why. */
 static void reply_send_failed(kv_grpc_call *call, int rc, size_t len)
 {
@@ -45,14 +50,14 @@ static void reply_send_failed(kv_grpc_call *call, int rc, size_t len)
     case -EMSGSIZE: /* grpc-go's wording (rpc_util.go) */
         snprintf(msg, sizeof(msg), "grpc: trying to send message larger than max (%zu vs. %zu)",
                  len, kv_grpc_call_max_response_bytes(call));
-        kv_grpc_call_finish(call, 8, msg);
+        kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, msg);
         break;
     case -ECONNRESET: /* the connection is going away: nobody to answer */
     case -EINVAL:
-        kv_grpc_call_finish(call, 1, "context canceled");
+        kv_reply_etcd_err(call, KV_ERR_CANCELED);
         break;
     default: /* -ENOBUFS (process-wide buffer cap), -ENOMEM */
-        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
         break;
     }
 }
@@ -68,7 +73,7 @@ void kv_reply_result(kv_grpc_call *call, const kv_result *res)
         reply_send_failed(call, rc, res->resp_len);
         return;
     }
-    kv_grpc_call_finish(call, 0, NULL);
+    kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
 }
 
 /* The completion of an applied write. Its effect is committed: if the response cannot be
@@ -84,7 +89,7 @@ static void reply_committed(kv_grpc_call *call, const kv_result *res)
         kv_grpc_call_abort(call);
         return;
     }
-    kv_grpc_call_finish(call, 0, NULL);
+    kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
 }
 
 int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m)
@@ -107,20 +112,20 @@ void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m)
     if (rc < 0)
         reply_send_failed(call, rc, protobuf_c_message_get_packed_size(m));
     else
-        kv_grpc_call_finish(call, 0, NULL);
+        kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
 }
 
 void kv_reply_propose_error(kv_grpc_call *call, int rc)
 {
     switch (rc) {
     case -EBUSY:
-        kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
         break;
     case -ESHUTDOWN:
-        kv_grpc_call_finish(call, 14, "etcdserver: server stopped");
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
         break;
     default:
-        kv_grpc_call_finish(call, 13, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         break;
     }
 }

@@ -11,6 +11,7 @@
 #ifndef KV_SERVICES_H
 #define KV_SERVICES_H
 
+#include "common/etcd_errors.h"
 #include "grpc/grpc_server.h"
 #include "mvcc/store.h"
 
@@ -47,6 +48,8 @@ int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m);
 void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m);
 /* Finishes with an error status. */
 void kv_reply_error(kv_grpc_call *call, int code, const char *msg);
+/* Finishes with the code and exact message of e (common/etcd_errors.h). */
+void kv_reply_etcd_err(kv_grpc_call *call, kv_etcd_err e);
 /* Maps a negative errno from kv_node_propose to the etcd error. */
 void kv_reply_propose_error(kv_grpc_call *call, int rc);
 /* Unary write: wraps msg as the given InternalRequest field and proposes it; the response goes

@@ -87,11 +87,19 @@ static void snap_free(snap_ctx *c)
     }
 }
 
-static void fail(snap_ctx *c, int code, const char *msg)
+/* Finishes with KV_ERR_SNAPSHOT_FAILED, "etcdserver: snapshot failed: <why>". */
+static void reply_snapshot_failed(kv_grpc_call *call, const char *why)
+{
+    char m[160];
+    snprintf(m, sizeof m, "%s: %s", kv_etcd_err_msg(KV_ERR_SNAPSHOT_FAILED), why);
+    kv_reply_error(call, kv_etcd_err_code(KV_ERR_SNAPSHOT_FAILED), m);
+}
+
+static void fail(snap_ctx *c, const char *why)
 {
     if (c->call) {
         kv_grpc_call_set_data(c->call, NULL);
-        kv_reply_error(c->call, code, msg);
+        reply_snapshot_failed(c->call, why);
         c->call = NULL;
     }
     snap_free(c);
@@ -148,10 +156,8 @@ static void after_work(uv_work_t *w, int status)
     }
     if (status < 0 || c->rc < 0) {
         int e = status < 0 ? status : c->rc;
-        char m[128];
-        snprintf(m, sizeof m, "etcdserver: snapshot failed: %s", strerror(-e));
         fprintf(stderr, "kvd: snapshot failed: %s\n", strerror(-e));
-        fail(c, 13, m);
+        fail(c, strerror(-e));
         return;
     }
     if (!c->copied) {
@@ -164,7 +170,7 @@ static void after_work(uv_work_t *w, int status)
     } else {
         c->off += (int64_t)c->chunk_len;
         if (pack_response(c, c->chunk, c->chunk_len, (uint64_t)(c->size - c->off)) < 0) {
-            fail(c, 13, "etcdserver: snapshot failed: out of memory");
+            fail(c, "out of memory");
             return;
         }
         c->chunk_len = 0;
@@ -199,7 +205,7 @@ static void step(snap_ctx *c)
         c->retry_ms = 0;
         if (rc < 0) { /* connection closing: on_cancel follows (or already ran) */
             kv_grpc_call_set_data(c->call, NULL);
-            kv_grpc_call_finish(c->call, 14, "etcdserver: snapshot stream closed");
+            kv_reply_etcd_err(c->call, KV_ERR_SNAPSHOT_CLOSED);
             c->call = NULL;
             snap_free(c);
             return;
@@ -212,7 +218,7 @@ static void step(snap_ctx *c)
                     (long long)c->size, (unsigned long long)ms,
                     ms ? (double)c->size / 1e3 / (double)ms : 0.0);
             kv_grpc_call_set_data(c->call, NULL);
-            kv_grpc_call_finish(c->call, 0, NULL);
+            kv_grpc_call_finish(c->call, KV_GRPC_OK, NULL);
             c->call = NULL;
             snap_free(c);
             return;
@@ -222,7 +228,7 @@ static void step(snap_ctx *c)
         uint8_t sum[EVP_MAX_MD_SIZE];
         unsigned sl = 0;
         if (EVP_DigestFinal_ex(c->md, sum, &sl) != 1 || pack_response(c, sum, sl, 0) < 0) {
-            fail(c, 13, "etcdserver: snapshot failed: checksum");
+            fail(c, "checksum");
             return;
         }
         c->final = 1;
@@ -234,7 +240,7 @@ static void step(snap_ctx *c)
     int rc = uv_queue_work(c->s->loop, &c->work, read_work, after_work);
     if (rc < 0) {
         c->busy = 0;
-        fail(c, 13, "etcdserver: snapshot failed: cannot queue work");
+        fail(c, "cannot queue work");
     }
 }
 
@@ -264,7 +270,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
                                                 "Snapshots refused (too many at once)", NULL);
             if (ref)
                 kv_metric_inc(ref);
-            kv_grpc_call_finish(call, 8, "etcdserver: too many requests");
+            kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
             return;
         }
     }
@@ -292,7 +298,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
             free(c->chunk);
             free(c);
         }
-        kv_grpc_call_finish(call, 13, "etcdserver: snapshot failed: cannot create temporary file");
+        reply_snapshot_failed(call, "cannot create temporary file");
         return;
     }
     c->timer_init = 1;
@@ -310,7 +316,7 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     c->work.data = c;
     if (uv_queue_work(s->loop, &c->work, copy_work, after_work) < 0) {
         c->busy = 0;
-        fail(c, 13, "etcdserver: snapshot failed: cannot queue work");
+        fail(c, "cannot queue work");
     }
 }
 
@@ -341,9 +347,8 @@ static int hash_read(kv_store *store, const uint8_t *msg, size_t len, const kv_h
     memset(res, 0, sizeof(*res));
     Etcdserverpb__HashRequest *req = etcdserverpb__hash_request__unpack(NULL, len, msg);
     if (req == NULL) {
-        res->code = 13;
-        snprintf(res->msg, sizeof res->msg,
-                 "grpc: error unmarshalling request: malformed protobuf");
+        res->code = kv_etcd_err_code(KV_ERR_GRPC_UNMARSHAL);
+        snprintf(res->msg, sizeof res->msg, "%s", kv_etcd_err_msg(KV_ERR_GRPC_UNMARSHAL));
         return 0;
     }
     etcdserverpb__hash_request__free_unpacked(req, NULL);

@@ -17,26 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* gRPC status codes. */
-enum {
-    KV_GRPC_OK = 0,
-    KV_GRPC_CANCELLED = 1,
-    KV_GRPC_UNKNOWN = 2,
-    KV_GRPC_INVALID_ARGUMENT = 3,
-    KV_GRPC_DEADLINE_EXCEEDED = 4,
-    KV_GRPC_NOT_FOUND = 5,
-    KV_GRPC_ALREADY_EXISTS = 6,
-    KV_GRPC_PERMISSION_DENIED = 7,
-    KV_GRPC_RESOURCE_EXHAUSTED = 8,
-    KV_GRPC_FAILED_PRECONDITION = 9,
-    KV_GRPC_ABORTED = 10,
-    KV_GRPC_OUT_OF_RANGE = 11,
-    KV_GRPC_UNIMPLEMENTED = 12,
-    KV_GRPC_INTERNAL = 13,
-    KV_GRPC_UNAVAILABLE = 14,
-    KV_GRPC_DATA_LOSS = 15,
-    KV_GRPC_UNAUTHENTICATED = 16,
-};
+#include "common/status.h"
+
+/* gRPC status codes: KV_GRPC_OK .. KV_GRPC_UNAUTHENTICATED come from common/status.h, the one
+ * status enum of the server (it lives below this transport so mvcc can use it too). */
 
 /* "OK", "CANCELLED", ... ; "UNKNOWN" for out-of-range codes. Static storage. */
 const char *kv_grpc_code_name(int code);

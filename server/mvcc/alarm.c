@@ -136,7 +136,7 @@ int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
         if (type == KV_ALARM_NONE)
             break; /* as etcd: nothing to activate */
         if (type != KV_ALARM_NOSPACE && type != KV_ALARM_CORRUPT) {
-            kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "kvd: unknown alarm type %u", type);
+            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "kvd: unknown alarm type %u", type);
             rc = 1;
             break;
         }
@@ -153,7 +153,7 @@ int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
         if ((rc = kv_mdb_err(mdb_stat(txn, s->alarm, &st))))
             break;
         if (st.ms_entries >= KV_MAX_ALARMS) {
-            kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "kvd: too many alarms (limit %d)",
+            kv_res_err(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many alarms (limit %d)",
                        KV_MAX_ALARMS);
             rc = 1;
             break;
@@ -234,7 +234,7 @@ int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *re
         case KVDPB__INTERNAL_REQUEST__REQUEST_COMPACTION:
         case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT:
         case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE:
-            kv_res_err(res, KV_CODE_DATA_LOSS, "etcdserver: corrupt cluster");
+            kv_res_etcd_err(res, KV_ERR_CORRUPT);
             return 1;
         default:
             return 0;
@@ -242,8 +242,7 @@ int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *re
     }
     if (mask & (1u << KV_ALARM_NOSPACE)) {
         if (kv_alarm_is_growth(ir)) {
-            kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
-                       "etcdserver: mvcc: database space exceeded");
+            kv_res_etcd_err(res, KV_ERR_NO_SPACE);
             return 1;
         }
     }

@@ -42,7 +42,7 @@ static int lease_exists(kv_wctx *w, int64_t id)
     kv_lease_rec rec;
     int rc = kv_lease_table_get(&w->s->leases, w->txn, id, &rec);
     if (rc == -ENOENT) {
-        kv_res_err(w->res, KV_CODE_NOT_FOUND, "etcdserver: requested lease not found");
+        kv_res_etcd_err(w->res, KV_ERR_LEASE_NOT_FOUND);
         return 1;
     }
     return rc;
@@ -77,7 +77,7 @@ static int do_put(kv_wctx *w, const Etcdserverpb__PutRequest *p, bool in_txn,
             return rc;
     }
     if ((p->ignore_value || p->ignore_lease) && !prev) {
-        kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "etcdserver: key not found");
+        kv_res_etcd_err(w->res, KV_ERR_KEY_NOT_FOUND);
         return 1;
     }
     const ProtobufCBinaryData *val = p->ignore_value ? &prev->value : &p->value;
@@ -114,7 +114,7 @@ static int do_delete(kv_wctx *w, const Etcdserverpb__DeleteRangeRequest *d, bool
                      Etcdserverpb__DeleteRangeResponse **out)
 {
     if (!in_txn && d->key.len == 0) {
-        kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "etcdserver: key is not provided");
+        kv_res_etcd_err(w->res, KV_ERR_EMPTY_KEY);
         return 1;
     }
     Etcdserverpb__DeleteRangeResponse *resp = malloc(sizeof *resp);
@@ -279,7 +279,7 @@ static int check_requests(kv_wctx *w, const Etcdserverpb__TxnRequest *t, const p
                 if ((rc = get_live(w, &pr->key, &kv)))
                     return rc;
                 if (!kv) {
-                    kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "etcdserver: key not found");
+                    kv_res_etcd_err(w->res, KV_ERR_KEY_NOT_FOUND);
                     return 1;
                 }
                 mvccpb__key_value__free_unpacked(kv, NULL);
@@ -291,13 +291,11 @@ static int check_requests(kv_wctx *w, const Etcdserverpb__TxnRequest *t, const p
             if (rev == 0)
                 continue;
             if (rev > kv_wctx_read_rev(w)) {
-                kv_res_err(w->res, KV_CODE_OUT_OF_RANGE,
-                           "etcdserver: mvcc: required revision is a future revision");
+                kv_res_etcd_err(w->res, KV_ERR_FUTURE_REV);
                 return 1;
             }
             if (rev < w->m->compact_rev) {
-                kv_res_err(w->res, KV_CODE_OUT_OF_RANGE,
-                           "etcdserver: mvcc: required revision has been compacted");
+                kv_res_etcd_err(w->res, KV_ERR_COMPACTED);
                 return 1;
             }
         }
@@ -353,7 +351,7 @@ static int exec_txn(kv_wctx *w, const Etcdserverpb__TxnRequest *t, const path *p
             break;
         }
         default:
-            kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "etcdserver: key not found");
+            kv_res_etcd_err(w->res, KV_ERR_KEY_NOT_FOUND);
             rc = 1;
             break;
         }
@@ -403,13 +401,11 @@ static int do_compact(kv_wctx *w, const Etcdserverpb__CompactionRequest *c,
                       Etcdserverpb__CompactionResponse **out)
 {
     if (c->revision <= w->m->compact_rev) {
-        kv_res_err(w->res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision has been compacted");
+        kv_res_etcd_err(w->res, KV_ERR_COMPACTED);
         return 1;
     }
     if (c->revision > w->m->rev) {
-        kv_res_err(w->res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision is a future revision");
+        kv_res_etcd_err(w->res, KV_ERR_FUTURE_REV);
         return 1;
     }
     /* O(1): the records go in bounded batches (kv_store_compact_step). */
@@ -436,17 +432,17 @@ static int do_lease_grant(actx *a, const Etcdserverpb__LeaseGrantRequest *g,
 {
     kv_wctx *w = &a->w;
     if (g->id == 0) {
-        kv_res_err(w->res, KV_CODE_NOT_FOUND, "etcdserver: requested lease not found");
+        kv_res_etcd_err(w->res, KV_ERR_LEASE_NOT_FOUND);
         return 1;
     }
     if (g->ttl > KV_MAX_LEASE_TTL) {
-        kv_res_err(w->res, KV_CODE_OUT_OF_RANGE, "etcdserver: too large lease TTL");
+        kv_res_etcd_err(w->res, KV_ERR_LEASE_TTL_TOO_LARGE);
         return 1;
     }
     kv_lease_rec rec;
     int rc = kv_lease_table_get(&w->s->leases, w->txn, g->id, &rec);
     if (rc == 0) {
-        kv_res_err(w->res, KV_CODE_FAILED_PRECONDITION, "etcdserver: lease already exists");
+        kv_res_etcd_err(w->res, KV_ERR_LEASE_EXIST);
         return 1;
     }
     if (rc != -ENOENT)
@@ -639,7 +635,7 @@ static int dispatch(actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage 
         return 0;
     }
     default:
-        kv_res_err(w->res, KV_CODE_INVALID_ARGUMENT, "kvd: empty internal request");
+        kv_res_etcd_err(w->res, KV_ERR_EMPTY_INTERNAL_REQ);
         return 1;
     }
 }
@@ -682,7 +678,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     kv_txn_limits_init(&lim, s->cfg.max_txn_ops);
     int scan = kv_pb_scan_internal(req, len, &lim, NULL);
     if (scan == KV_PB_SCAN_TOO_MANY_OPS) {
-        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, KV_TXN_TOO_MANY_OPS_MSG);
+        kv_res_etcd_err(res, KV_ERR_TOO_MANY_OPS);
         b->meta.applied = index;
         res->revision = b->meta.rev;
         return 0;
@@ -690,7 +686,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     Kvdpb__InternalRequest *ir =
         scan == KV_PB_SCAN_OK ? kvdpb__internal_request__unpack(NULL, len, req) : NULL;
     if (!ir) {
-        kv_res_err(res, KV_CODE_INTERNAL, "kvd: cannot decode internal request");
+        kv_res_etcd_err(res, KV_ERR_DECODE_INTERNAL_REQ);
         b->meta.applied = index;
         res->revision = b->meta.rev;
         return 0;
@@ -710,7 +706,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (grow && b->base_size + b->grown > (int64_t)batch_growth_limit(s)) {
         /* One batch of requests admitted under the quota must not eat the headroom that
          * deletes and compaction need: refuse growth past half of it (kvd-specific). */
-        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_res_etcd_err(res, KV_ERR_NO_SPACE);
         kv_store_request_alarm(s, KV_ALARM_NOSPACE);
         rc = 1;
     }
@@ -750,17 +746,16 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (child)
         mdb_txn_abort(child);
     if (rc == -ENOSPC) {
-        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "etcdserver: mvcc: database space exceeded");
+        kv_res_etcd_err(res, KV_ERR_NO_SPACE);
         kv_store_request_alarm(s, KV_ALARM_NOSPACE); /* past the headroom: raise NOSPACE */
         rc = 1;
     } else if (rc == -EBADMSG) {
         /* Corruption fails this request only; the member stops serving (CORRUPT). */
-        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_res_etcd_err(res, KV_ERR_RECORD_CHECKSUM);
         kv_store_note_corrupt(s, what);
         rc = 1;
     } else if (rc == -E2BIG) {
-        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED,
-                   "kvd: mvcc: request changes too many pages for one transaction");
+        kv_res_etcd_err(res, KV_ERR_TXN_TOO_MANY_PAGES);
         rc = 1;
     }
     if (rc < 0 || rc == 1) {

@@ -25,3 +25,5 @@ add_library(kv_mvcc STATIC
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB PkgConfig::OPENSSL
                       $<TARGET_NAME_IF_EXISTS:kv_lease_table>)
+# gRPC status codes and the etcd error table (server/common/common.cmake).
+target_link_libraries(kv_mvcc PUBLIC kv_common)

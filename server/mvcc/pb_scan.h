@@ -9,7 +9,7 @@
  * scan walks the bytes with an explicit stack whose size is fixed by KV_TXN_MAX_DEPTH and
  * never recurses, so a request that passes it is safe to unpack and to process recursively.
  *
- * What it enforces, answered as etcd's ErrGRPCTooManyOps (INVALID_ARGUMENT
+ * What it enforces, answered as etcd's ErrGRPCTooManyOps (KV_ERR_TOO_MANY_OPS: INVALID_ARGUMENT
  * "etcdserver: too many operations in txn request"):
  * - etcd's checkTxnRequest budget: a txn's opc = max(#compare, #success, #failure) must not
  *   exceed its budget; the top level's budget is max_ops (--max-txn-ops), a nested txn's is
@@ -56,8 +56,6 @@
  * half puts, half deletes (linear interval scan) ~30 ms. Without a cap a 2 MiB request holds
  * ~500,000 ops. */
 #define KV_TXN_MAX_TOTAL_OPS 4096
-
-#define KV_TXN_TOO_MANY_OPS_MSG "etcdserver: too many operations in txn request"
 
 typedef struct kv_txn_limits {
     uint32_t max_ops;   /* etcd --max-txn-ops: budget of the top-level txn */

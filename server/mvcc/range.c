@@ -21,11 +21,11 @@ Etcdserverpb__ResponseHeader *kv_header_new(int64_t rev)
 int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res)
 {
     if (r->key.len == 0) {
-        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "etcdserver: key is not provided");
+        kv_res_etcd_err(res, KV_ERR_EMPTY_KEY);
         return 1;
     }
     if ((unsigned)r->sort_order > 2u || (unsigned)r->sort_target > 4u) {
-        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "etcdserver: invalid sort option");
+        kv_res_etcd_err(res, KV_ERR_INVALID_SORT);
         return 1;
     }
     return 0;
@@ -35,13 +35,11 @@ int kv_range_check_rev(const Etcdserverpb__RangeRequest *r, int64_t cur, int64_t
                        kv_result *res)
 {
     if (r->revision > cur) {
-        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision is a future revision");
+        kv_res_etcd_err(res, KV_ERR_FUTURE_REV);
         return 1;
     }
     if (r->revision > 0 && r->revision < compact) {
-        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision has been compacted");
+        kv_res_etcd_err(res, KV_ERR_COMPACTED);
         return 1;
     }
     return 0;

@@ -208,3 +208,8 @@ void kv_res_err(kv_result *res, int code, const char *fmt, ...)
     vsnprintf(res->msg, sizeof res->msg, fmt, ap);
     va_end(ap);
 }
+
+void kv_res_etcd_err(kv_result *res, kv_etcd_err e)
+{
+    kv_res_err(res, kv_etcd_err_code(e), "%s", kv_etcd_err_msg(e));
+}

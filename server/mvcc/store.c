@@ -310,7 +310,7 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     Etcdserverpb__RangeRequest *r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(
         &etcdserverpb__range_request__descriptor, req, len);
     if (!r) {
-        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "kvd: cannot decode RangeRequest");
+        kv_res_etcd_err(res, KV_ERR_DECODE_RANGE);
         return 0;
     }
     int rc = kv_range_check(r, res);
@@ -320,7 +320,7 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     }
     if (kv_store_alarms(s) & (1u << KV_ALARM_CORRUPT)) {
         etcdserverpb__range_request__free_unpacked(r, NULL);
-        kv_res_err(res, KV_CODE_DATA_LOSS, "etcdserver: corrupt cluster");
+        kv_res_etcd_err(res, KV_ERR_CORRUPT);
         return 0;
     }
     MDB_txn *txn;
@@ -357,7 +357,7 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     if (rc == 1)
         return 0;
     if (rc == -EBADMSG) {
-        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_res_etcd_err(res, KV_ERR_RECORD_CHECKSUM);
         kv_store_note_corrupt(s, what);
         return 0;
     }
@@ -496,7 +496,7 @@ int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const 
     memset(res, 0, sizeof *res);
     Etcdserverpb__HashKVRequest *r = etcdserverpb__hash_kvrequest__unpack(NULL, len, req);
     if (!r) {
-        kv_res_err(res, KV_CODE_INTERNAL, "grpc: error unmarshalling request: malformed protobuf");
+        kv_res_etcd_err(res, KV_ERR_GRPC_UNMARSHAL);
         return 0;
     }
     int64_t rev = r->revision, cur = 0, compact_rev = 0;
@@ -504,17 +504,15 @@ int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const 
     uint32_t hash = 0;
     int rc = hash_kv(s, rev, &hash, &compact_rev, &cur);
     if (rc == KV_STORE_ERR_COMPACTED) {
-        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision has been compacted");
+        kv_res_etcd_err(res, KV_ERR_COMPACTED);
         return 0;
     }
     if (rc == KV_STORE_ERR_FUTURE_REV) {
-        kv_res_err(res, KV_CODE_OUT_OF_RANGE,
-                   "etcdserver: mvcc: required revision is a future revision");
+        kv_res_etcd_err(res, KV_ERR_FUTURE_REV);
         return 0;
     }
     if (rc == -EBADMSG)
-        kv_res_err(res, KV_CODE_DATA_LOSS, "kvd: mvcc: stored record failed its checksum");
+        kv_res_etcd_err(res, KV_ERR_RECORD_CHECKSUM);
     if (rc < 0)
         return rc;
     Etcdserverpb__HashKVResponse resp = ETCDSERVERPB__HASH_KVRESPONSE__INIT;

@@ -90,25 +90,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/status.h"
 #include "lease/lease_table.h"
 
 #define KV_STORE_FORMAT_VERSION 1u
 #define KV_STORE_ERR_COMPACTED (-10001)
 #define KV_STORE_ERR_FUTURE_REV (-10002)
-
-/* gRPC status codes used in kv_result.code (etcd's rpctypes). */
-enum {
-    KV_CODE_OK = 0,
-    KV_CODE_INVALID_ARGUMENT = 3,
-    KV_CODE_NOT_FOUND = 5,
-    KV_CODE_RESOURCE_EXHAUSTED = 8,
-    KV_CODE_FAILED_PRECONDITION = 9,
-    KV_CODE_OUT_OF_RANGE = 11,
-    KV_CODE_UNIMPLEMENTED = 12,
-    KV_CODE_INTERNAL = 13,
-    KV_CODE_UNAVAILABLE = 14,
-    KV_CODE_DATA_LOSS = 15,
-};
 
 typedef struct kv_store kv_store;
 typedef struct kv_store_batch kv_store_batch;
@@ -128,7 +115,7 @@ typedef struct kv_header_info {
 } kv_header_info;
 
 typedef struct kv_result {
-    int code;         /* gRPC status code; 0 = OK */
+    int code;         /* kv_grpc_code (common/status.h); KV_GRPC_OK = 0 */
     char msg[160];    /* etcd's error message when code != 0 */
     uint8_t *resp;    /* packed etcdserverpb response (malloc'd, caller frees) when code == 0 */
     size_t resp_len;  /* (resp may be NULL when resp_len == 0 or skipped) */

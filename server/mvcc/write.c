@@ -43,8 +43,7 @@ int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, si
             if (rc)
                 return rc;
             if (n >= s->cfg.max_keys_per_lease) {
-                kv_res_err(w->res, KV_CODE_FAILED_PRECONDITION,
-                           "etcdserver: too many keys attached to lease");
+                kv_res_etcd_err(w->res, KV_ERR_TOO_MANY_LEASE_KEYS);
                 return 1;
             }
         }

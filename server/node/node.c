@@ -94,7 +94,7 @@ void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
         break;
     case REQ_BARRIER:
     case REQ_HEALTH:
-        finish_barrier(r, code == KV_CODE_UNAVAILABLE ? -ETIMEDOUT : -ECANCELED);
+        finish_barrier(r, code == KV_GRPC_UNAVAILABLE ? -ETIMEDOUT : -ECANCELED);
         break;
     case REQ_MOVE_LEADER:
         if (r->barrier_done)
@@ -261,7 +261,7 @@ static void on_tick(uv_timer_t *h)
             n->health_q = NULL;
         else
             n->pending--;
-        kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE,
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE,
                           n->leader ? "etcdserver: request timed out" : "etcdserver: no leader");
     }
     while (n->wait_head && n->wait_head->deadline_ms <= now) {
@@ -270,7 +270,7 @@ static void on_tick(uv_timer_t *h)
         if (n->wait_head == NULL)
             n->wait_tail = NULL;
         n->waiting--;
-        kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: request timed out");
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
     }
     kv_node__reads_expire(n, now);
     kv_node__kick(n);
@@ -430,18 +430,18 @@ void kv_node_close(kv_node *n)
     while (n->head) {
         kv_node_req *r = n->head;
         n->head = r->next;
-        kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
     }
     n->tail = NULL;
     n->pending = 0;
     n->health_q = NULL;
-    kv_node__fail_all_waiting(n, KV_CODE_UNAVAILABLE, "etcdserver: server stopped");
+    kv_node__fail_all_waiting(n, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
     if (n->conf_req) {
-        kv_node__fail_req(n, n->conf_req, KV_CODE_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_req(n, n->conf_req, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
         n->conf_req = NULL;
     }
     if (n->transfer_req) {
-        kv_node__fail_req(n, n->transfer_req, KV_CODE_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_req(n, n->transfer_req, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
         n->transfer_req = NULL;
     }
     kv_node__reads_fail_all(n, -ECANCELED);

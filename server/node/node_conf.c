@@ -31,13 +31,13 @@ static int raft_op(int op)
 
 static void fail_conf(kv_node *n, kv_node_req *r, int rc)
 {
-    int code = KV_CODE_FAILED_PRECONDITION;
+    int code = KV_GRPC_FAILED_PRECONDITION;
     const char *msg = "etcdserver: unhealthy cluster";
     if (rc == RAFT_ENOTLEADER || rc == RAFT_ENOLEADER) {
-        code = KV_CODE_UNAVAILABLE;
+        code = KV_GRPC_UNAVAILABLE;
         msg = "etcdserver: not leader";
     } else if (rc == RAFT_EINVAL) {
-        code = KV_CODE_NOT_FOUND;
+        code = KV_GRPC_NOT_FOUND;
         msg = "etcdserver: member not found";
     }
     r->kind = REQ_WRITE;

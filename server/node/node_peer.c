@@ -80,7 +80,7 @@ static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len
     if (rc < 0) {
         Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
         fr.id = f->id;
-        fr.code = rc == -EBUSY ? KV_CODE_RESOURCE_EXHAUSTED : KV_CODE_UNAVAILABLE;
+        fr.code = rc == -EBUSY ? KV_GRPC_RESOURCE_EXHAUSTED : KV_GRPC_UNAVAILABLE;
         fr.msg = rc == -EBUSY ? "etcdserver: too many requests" : "etcdserver: leader changed";
         (void)send_pb(n, from, KV_PEER_T_FORWARD_RESP, &fr.base);
     }
@@ -283,7 +283,7 @@ static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t le
     if (n->role != RAFT_LEADER || n->rreads_n >= n->max_reads) {
         Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
         a.ctx = q->ctx;
-        a.code = n->role != RAFT_LEADER ? KV_CODE_UNAVAILABLE : KV_CODE_RESOURCE_EXHAUSTED;
+        a.code = n->role != RAFT_LEADER ? KV_GRPC_UNAVAILABLE : KV_GRPC_RESOURCE_EXHAUSTED;
         a.msg = n->role != RAFT_LEADER ? "etcdserver: not leader" : "etcdserver: too many requests";
         (void)send_pb(n, from, KV_PEER_T_READ_RESP, &a.base);
     } else {

@@ -258,7 +258,7 @@ static void complete_id(kv_node *n, uint64_t id, kv_result *res)
         if (r->id == id)
             kv_node__finish_req(n, r, res);
         else
-            kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: leader changed");
+            kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: leader changed");
     }
 }
 
@@ -564,7 +564,7 @@ static void start_exclusive(kv_node *n)
     r->next = NULL;
     excl_work *e = calloc(1, sizeof(*e));
     if (e == NULL) {
-        kv_node__fail_req(n, r, KV_CODE_RESOURCE_EXHAUSTED, "out of memory");
+        kv_node__fail_req(n, r, KV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     e->req.data = e;
@@ -575,7 +575,7 @@ static void start_exclusive(kv_node *n)
     if (uv_queue_work(n->loop, &e->req, excl_run, excl_after) < 0) {
         n->excl_busy = 0;
         free(e);
-        kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "cannot schedule");
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "cannot schedule");
     }
 }
 
@@ -616,10 +616,10 @@ static void step_inbox(kv_node *n)
 
 static const char *propose_error(int rc, int *code)
 {
-    *code = KV_CODE_UNAVAILABLE;
+    *code = KV_GRPC_UNAVAILABLE;
     switch (rc) {
     case RAFT_EBUSY:
-        *code = KV_CODE_RESOURCE_EXHAUSTED;
+        *code = KV_GRPC_RESOURCE_EXHAUSTED;
         return "etcdserver: too many requests";
     case RAFT_ENOLEADER:
         return "etcdserver: no leader";
@@ -668,7 +668,7 @@ static void take_requests(kv_node *n)
             if (n->head == NULL)
                 n->tail = NULL;
             n->pending--;
-            kv_node__fail_req(n, r, KV_CODE_RESOURCE_EXHAUSTED,
+            kv_node__fail_req(n, r, KV_GRPC_RESOURCE_EXHAUSTED,
                               "etcdserver: mvcc: database space exceeded");
             continue;
         }
@@ -723,7 +723,7 @@ static void take_requests(kv_node *n)
             if (n->head == NULL)
                 n->tail = NULL;
             n->pending--;
-            kv_node__fail_req(n, r, KV_CODE_UNAVAILABLE, "etcdserver: not leader");
+            kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: not leader");
             continue;
         }
         if (n->role == RAFT_LEADER) {

@@ -5,6 +5,8 @@
  */
 #include "watch/watch_int.h"
 
+#include "common/etcd_errors.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,12 +137,11 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
 
     /* mvcc watchStream.Watch */
     if (kind == R_RANGE && keycmp(key, klen, c->range_end.data, c->range_end.len) >= 0)
-        return created_reply(st, -1, wsrev, "mvcc: watcher range is empty");
+        return created_reply(st, -1, wsrev, kv_etcd_err_msg(KV_ERR_WATCHER_RANGE_EMPTY));
     if (st->n_watchers >= h->cfg.max_watchers_per_stream) {
         char msg[160];
-        snprintf(msg, sizeof(msg),
-                 "kvd: too many watchers on this stream (--max-watchers-per-stream %u)",
-                 h->cfg.max_watchers_per_stream);
+        snprintf(msg, sizeof(msg), "%s (--max-watchers-per-stream %u)",
+                 kv_etcd_err_msg(KV_ERR_TOO_MANY_WATCHERS), h->cfg.max_watchers_per_stream);
         return created_reply(st, -1, wsrev, msg);
     }
     int64_t id = c->watch_id;
@@ -150,11 +151,11 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
                 st->next_id++;
         id = st->next_id++;
     } else if (find(st, id)) {
-        return created_reply(st, -1, wsrev, "mvcc: duplicate watch ID provided on the WatchStream");
+        return created_reply(st, -1, wsrev, kv_etcd_err_msg(KV_ERR_WATCHER_DUPLICATE_ID));
     }
     kv_watcher *w = calloc(1, sizeof(*w));
     if (w == NULL)
-        return created_reply(st, -1, wsrev, "kvd: out of memory");
+        return created_reply(st, -1, wsrev, kv_etcd_err_msg(KV_ERR_KVD_NOMEM));
     w->st = st;
     w->id = id;
     w->kind = kind;
@@ -166,7 +167,7 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
     }
     if (w->key == NULL || (kind == R_RANGE && w->end == NULL)) {
         watcher_free(w);
-        return created_reply(st, -1, wsrev, "kvd: out of memory");
+        return created_reply(st, -1, wsrev, kv_etcd_err_msg(KV_ERR_KVD_NOMEM));
     }
     for (size_t i = 0; i < c->n_filters; i++) {
         if (c->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT)

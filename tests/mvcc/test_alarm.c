@@ -78,7 +78,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 1);
     cr_assert_null(alarm(ACTIVATE, 7, 9, &res));
-    cr_assert_eq(res.code, KV_CODE_INVALID_ARGUMENT);
+    cr_assert_eq(res.code, KV_GRPC_INVALID_ARGUMENT);
 
     /* a second member's alarm of the same type keeps the type active */
     r = alarm(ACTIVATE, 8, KV_ALARM_NOSPACE, &res);
@@ -108,7 +108,7 @@ Test(mvcc_alarm, alarm_table_is_bounded)
         etcdserverpb__alarm_response__free_unpacked(r, NULL);
     }
     cr_assert_null(alarm(ACTIVATE, 65, KV_ALARM_NOSPACE, &res));
-    cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 64);
 }
 
@@ -129,10 +129,10 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     p.key = th_bin("c");
     p.value = th_bin("1");
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
     cr_assert_str_eq(res.msg, NOSPACE);
     cr_assert_null(th_grant(&t, 6, 100, &res));
-    cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
     cr_assert_str_eq(res.msg, NOSPACE);
     /* a txn with a put is refused, a read-only txn is not (etcd's capped applier) */
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
@@ -143,7 +143,7 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     x.n_success = 1;
     x.success = ops;
     cr_assert_null(th_txn(&t, &x, &res));
-    cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     q.key = th_bin("a");
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
@@ -182,20 +182,20 @@ Test(mvcc_alarm, corrupt_refuses_reads_and_writes)
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
     p.key = th_bin("c");
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
     d.key = th_bin("a");
     cr_assert_null(th_del_req(&t, &d, &res));
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     cr_assert_null(th_compact(&t, 1, &res));
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     q.key = th_bin("a");
     uint8_t buf[64];
     size_t n = etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
     cr_assert_eq(count_alarms(KV_ALARM_CORRUPT), 1, "alarms are still served");
     r = alarm(DEACTIVATE, 1, KV_ALARM_CORRUPT, &res);
@@ -284,7 +284,7 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
         free(buf);
         free(res.resp);
         if (res.code != 0) {
-            cr_assert_eq(res.code, KV_CODE_RESOURCE_EXHAUSTED);
+            cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
             cr_assert_str_eq(res.msg, NOSPACE);
             refused = 1;
         }

@@ -303,7 +303,7 @@ Test(mvcc_store, checksum_corruption_is_detected)
     size_t plen;
     uint8_t *p = pack_put("a", "x", &plen);
     cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS, "%d %s", res.code, res.msg);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS, "%d %s", res.code, res.msg);
     free(p);
     kv_store_batch_abort(t.s, b);
     cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
@@ -315,7 +315,7 @@ Test(mvcc_store, checksum_corruption_is_detected)
     mvccpb__key_value__free_unpacked(kv, NULL);
     cr_assert_eq(kv_store_alarms(t.s), 0u);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     cr_assert_null(res.resp, "the corrupted record is not returned");
     /* from now on this member refuses to serve (D10), and asks for the CORRUPT alarm */
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_CORRUPT);
@@ -325,7 +325,7 @@ Test(mvcc_store, checksum_corruption_is_detected)
     n = etcdserverpb__range_request__get_packed_size(&q);
     etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
+    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
     cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
 }
@@ -463,7 +463,7 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     for (i = 1; i < 400 && !got; i++) {
         snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
         apply_put(b, i, k, big, &res);
-        if (res.code == KV_CODE_RESOURCE_EXHAUSTED)
+        if (res.code == KV_GRPC_RESOURCE_EXHAUSTED)
             got = 1;
         else
             cr_assert_eq(res.code, 0, "%s", res.msg);
@@ -749,7 +749,7 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     uint8_t junk[] = {0xff, 0xff, 0xff};
     cr_assert_eq(kv_store_apply(t.s, b, 1, junk, sizeof junk, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_CODE_INTERNAL);
+    cr_assert_eq(res.code, KV_GRPC_INTERNAL);
     Etcdserverpb__AlarmRequest a = ETCDSERVERPB__ALARM_REQUEST__INIT;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
