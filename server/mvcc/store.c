@@ -35,7 +35,9 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
         (rc = mdb_dbi_open(txn, "rev", MDB_CREATE, &s->rev)) ||
         (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)) ||
-        (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)))
+        (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)) ||
+        (rc = mdb_dbi_open(txn, "members", MDB_CREATE, &s->members)) ||
+        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
 }
@@ -53,7 +55,7 @@ int kv_store_env_open(kv_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(s->env, 8)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
+    if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0644))) {
         mdb_env_close(s->env);
         s->env = NULL;
