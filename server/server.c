@@ -6,6 +6,7 @@
 #include "server.h"
 
 #include "leases.h"
+#include "members_boot.h"
 #include "node/read_pool.h"
 #include "watch/watch_hub.h"
 
@@ -39,7 +40,11 @@ int kv_server_start_core(kv_server *s)
         .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
     kv_node_config nc = {.max_pending = cfg->max_pending_proposals,
                          .max_health_waiters = cfg->max_health_probes};
-    int rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
+    /* The initial membership from the flags (idempotent; issue 9 section 5). */
+    int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
+    if (rc < 0)
+        goto fail;
+    rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)
         goto fail;
     rc = kv_leases_start(s);
