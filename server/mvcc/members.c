@@ -405,6 +405,26 @@ static int list_response(kv_store *s, MDB_txn *txn, int64_t rev,
     return 0;
 }
 
+/* 1 if a member other than id has one of urls as a peer URL, 0 if not, < 0 on error. */
+static int url_in_use(kv_store *s, MDB_txn *txn, uint64_t id, char **urls, size_t n)
+{
+    Kvdpb__Member **v;
+    size_t cnt;
+    int rc = list_txn(s, txn, &v, &cnt);
+    if (rc)
+        return rc;
+    int used = 0;
+    for (size_t i = 0; i < cnt && !used; i++) {
+        if (v[i]->id == id)
+            continue;
+        for (size_t j = 0; j < v[i]->n_peer_urls && !used; j++)
+            for (size_t k = 0; k < n && !used; k++)
+                used = strcmp(v[i]->peer_urls[j], urls[k]) == 0;
+    }
+    kv_store_members_free(v, cnt);
+    return used;
+}
+
 int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__InternalRequest *ir,
                      kv_result *res, Etcdserverpb__MemberUpdateResponse **out)
 {
@@ -444,6 +464,16 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
     }
     if (rc)
         return rc;
+    if (!publish) { /* etcd ValidateConfigurationChange (update): URLs of another member */
+        int used = url_in_use(s, txn, id, urls, n_urls);
+        if (used) {
+            kvdpb__member__free_unpacked(m, NULL);
+            if (used < 0)
+                return used;
+            kv_res_err(res, KV_CODE_FAILED_PRECONDITION, "etcdserver: Peer URLs already exists");
+            return 1;
+        }
+    }
     char **nv = dup_strs(urls, n_urls);
     char *name = publish ? strdup(ir->member_publish->name ? ir->member_publish->name : "")
                          : NULL;

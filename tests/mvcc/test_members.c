@@ -278,6 +278,11 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
     cr_assert_eq(th_rev(&t), rev);
 
+    /* Another member's peer URL: refused, as etcd's ValidateConfigurationChange. */
+    cr_assert_null(apply_update(0x2222, peer_a, 1, &res));
+    cr_assert_eq(res.code, KV_CODE_FAILED_PRECONDITION);
+    cr_assert_str_eq(res.msg, "etcdserver: Peer URLs already exists");
+
     th_reopen(&t);
     Kvdpb__Member *g;
     cr_assert_eq(kv_store_member_get(t.s, 0x2222, &g), 0);
