@@ -41,7 +41,11 @@
 #define ERR_NOT_STARTED "etcdserver: re-configuration failed due to not enough started members"
 #define ERR_NOT_LEARNER "etcdserver: can only promote a learner member"
 #define ERR_TOO_MANY_LEARNERS "etcdserver: too many learner members in cluster"
-#define MAX_LEARNERS 1 /* etcd 3.4 membership.maxLearners */
+_Static_assert((int)KV_NODE_MEMBER_ADD == (int)KV_MEMBER_OP_ADD &&
+                   (int)KV_NODE_MEMBER_ADD_LEARNER == (int)KV_MEMBER_OP_ADD_LEARNER &&
+                   (int)KV_NODE_MEMBER_REMOVE == (int)KV_MEMBER_OP_REMOVE &&
+                   (int)KV_NODE_MEMBER_PROMOTE == (int)KV_MEMBER_OP_PROMOTE,
+               "node.h and mvcc/members.h agree on the membership change ops");
 
 /* ---- the member list ---- */
 
@@ -330,7 +334,7 @@ static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const cha
                     return 1;
                 }
     }
-    if (c->learner && learners + 1 > MAX_LEARNERS) {
+    if (c->learner && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
         kv_reply_error(call, KV_CODE_FAILED_PRECONDITION, ERR_TOO_MANY_LEARNERS);
         return 1;
     }

@@ -122,6 +122,8 @@ static int count(MDB_txn *txn, MDB_dbi dbi, size_t *n)
     return rc;
 }
 
+static int list_txn(kv_store *s, MDB_txn *txn, Kvdpb__Member ***out, size_t *n);
+
 static MDB_txn *batch_txn(kv_store *s, kv_store_batch *b)
 {
     return s && b && b->open && b == &s->batch ? b->txn : NULL;
@@ -220,6 +222,78 @@ int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int
     m->is_learner = learner != 0;
     rc = rec_put(s, txn, id, m);
     kvdpb__member__free_unpacked(m, NULL);
+    return rc;
+}
+
+int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                           const uint8_t *record, size_t len, kv_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn || op < KV_MEMBER_OP_ADD || op > KV_MEMBER_OP_PROMOTE)
+        return -EINVAL;
+    int rc = removed_get(s, txn, id);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        kv_res_err(res, KV_CODE_NOT_FOUND, "etcdserver: member not found");
+        return 0;
+    }
+    Kvdpb__Member **v = NULL, *m = NULL;
+    size_t n = 0;
+    if ((rc = list_txn(s, txn, &v, &n)))
+        return rc;
+    const Kvdpb__Member *cur = NULL;
+    size_t learners = 0;
+    for (size_t i = 0; i < n; i++) {
+        learners += v[i]->is_learner;
+        if (v[i]->id == id)
+            cur = v[i];
+    }
+    if (op == KV_MEMBER_OP_REMOVE || op == KV_MEMBER_OP_PROMOTE) {
+        if (!cur)
+            kv_res_err(res, KV_CODE_NOT_FOUND, "etcdserver: member not found");
+        else if (op == KV_MEMBER_OP_PROMOTE && !cur->is_learner)
+            kv_res_err(res, KV_CODE_FAILED_PRECONDITION,
+                       "etcdserver: can only promote a learner member");
+        else if (op == KV_MEMBER_OP_REMOVE)
+            rc = kv_store_member_remove(s, b, id);
+        else
+            rc = kv_store_member_set_learner(s, b, id, 0);
+        goto out;
+    }
+    if (cur) {
+        kv_res_err(res, KV_CODE_FAILED_PRECONDITION, "etcdserver: member ID already exist");
+        goto out;
+    }
+    if (!(m = kvdpb__member__unpack(NULL, len, record)) || !member_ok(m)) {
+        kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < v[i]->n_peer_urls; j++)
+            for (size_t k = 0; k < m->n_peer_urls; k++)
+                if (strcmp(v[i]->peer_urls[j], m->peer_urls[k]) == 0) {
+                    kv_res_err(res, KV_CODE_FAILED_PRECONDITION,
+                               "etcdserver: Peer URLs already exists");
+                    goto out;
+                }
+    if (op == KV_MEMBER_OP_ADD_LEARNER && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
+        kv_res_err(res, KV_CODE_FAILED_PRECONDITION,
+                   "etcdserver: too many learner members in cluster");
+        goto out;
+    }
+    if (n >= KV_MEMBERS_MAX) {
+        kv_res_err(res, KV_CODE_RESOURCE_EXHAUSTED, "kvd: too many members (limit %d)",
+                   KV_MEMBERS_MAX);
+        goto out;
+    }
+    m->is_learner = op == KV_MEMBER_OP_ADD_LEARNER;
+    rc = rec_put(s, txn, id, m);
+out:
+    if (m)
+        kvdpb__member__free_unpacked(m, NULL);
+    kv_store_members_free(v, n);
     return rc;
 }
 

@@ -351,3 +351,77 @@ Test(mvcc_members, a_record_failing_its_crc_is_never_returned)
     cr_assert_null(apply_publish(0x2222, "b", NULL, 0, &res));
     cr_assert_eq(res.code, KV_CODE_DATA_LOSS);
 }
+
+/* ---- configuration changes as they apply (kv_store_member_change) ---- */
+
+typedef struct chg {
+    int op;
+    uint64_t id;
+    const Kvdpb__Member *m;
+    kv_result res;
+} chg;
+
+static int chg_fn(kv_store_batch *b, void *arg)
+{
+    chg *c = arg;
+    uint8_t buf[512];
+    size_t len = c->m ? kvdpb__member__pack(c->m, buf) : 0;
+    return kv_store_member_change(t.s, b, c->op, c->id, c->m ? buf : NULL, len, &c->res);
+}
+
+/* Applies one change; returns res.code (asserting no storage error) and its message. */
+static int change(int op, uint64_t id, const Kvdpb__Member *m, char *msg)
+{
+    chg c = {op, id, m, {0}};
+    cr_assert_eq(in_batch(chg_fn, &c), 0);
+    strcpy(msg, c.res.msg);
+    return c.res.code;
+}
+
+Test(mvcc_members, configuration_changes_are_validated_as_etcd)
+{
+    bootstrap_two();
+    char msg[160];
+    Kvdpb__Member c, d, dup;
+    mk(&c, 0, "", peer_c, 1);
+    char *peer_d[] = {"http://10.0.0.4:2380"};
+    mk(&d, 0, "", peer_d, 1);
+    mk(&dup, 0, "", peer_b + 1, 1); /* one of member 0x2222's URLs */
+
+    cr_assert_eq(change(KV_MEMBER_OP_ADD, 0x2222, &c, msg), KV_CODE_FAILED_PRECONDITION);
+    cr_assert_str_eq(msg, "etcdserver: member ID already exist");
+    cr_assert_eq(change(KV_MEMBER_OP_ADD, 0x3333, &dup, msg), KV_CODE_FAILED_PRECONDITION);
+    cr_assert_str_eq(msg, "etcdserver: Peer URLs already exists");
+    cr_assert_eq(change(KV_MEMBER_OP_ADD_LEARNER, 0x3333, &c, msg), 0, "%s", msg);
+    cr_assert_eq(change(KV_MEMBER_OP_ADD_LEARNER, 0x4444, &d, msg), KV_CODE_FAILED_PRECONDITION);
+    cr_assert_str_eq(msg, "etcdserver: too many learner members in cluster");
+    cr_assert_eq(change(KV_MEMBER_OP_PROMOTE, 0x1111, NULL, msg), KV_CODE_FAILED_PRECONDITION);
+    cr_assert_str_eq(msg, "etcdserver: can only promote a learner member");
+    cr_assert_eq(change(KV_MEMBER_OP_PROMOTE, 0x9999, NULL, msg), KV_CODE_NOT_FOUND);
+    cr_assert_str_eq(msg, "etcdserver: member not found");
+    cr_assert_eq(change(KV_MEMBER_OP_PROMOTE, 0x3333, NULL, msg), 0, "%s", msg);
+    Kvdpb__Member *g;
+    cr_assert_eq(kv_store_member_get(t.s, 0x3333, &g), 0);
+    cr_assert_eq(g->is_learner, 0);
+    cr_assert_str_eq(g->peer_urls[0], peer_c[0]);
+    kvdpb__member__free_unpacked(g, NULL);
+    /* Now a voter: a new learner fits again. */
+    cr_assert_eq(change(KV_MEMBER_OP_ADD_LEARNER, 0x4444, &d, msg), 0, "%s", msg);
+
+    cr_assert_eq(change(KV_MEMBER_OP_REMOVE, 0x9999, NULL, msg), KV_CODE_NOT_FOUND);
+    cr_assert_eq(change(KV_MEMBER_OP_REMOVE, 0x4444, NULL, msg), 0, "%s", msg);
+    /* A removed id never comes back, whatever the change. */
+    cr_assert_eq(change(KV_MEMBER_OP_ADD, 0x4444, &d, msg), KV_CODE_NOT_FOUND);
+    cr_assert_str_eq(msg, "etcdserver: member not found");
+    cr_assert_eq(change(KV_MEMBER_OP_REMOVE, 0x4444, NULL, msg), KV_CODE_NOT_FOUND);
+    Kvdpb__Member **v;
+    size_t n;
+    list(&v, &n);
+    cr_assert_eq(n, 3);
+    kv_store_members_free(v, n);
+    kv_result res;
+    kv_store_batch *b;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    cr_assert_eq(kv_store_member_change(t.s, b, 99, 1, NULL, 0, &res), -EINVAL);
+    kv_store_batch_abort(t.s, b);
+}
