@@ -82,3 +82,25 @@ int kv_members_bootstrap_config(kv_store *st, const kv_config *cfg, const kv_ide
     kv_store_members_free(v, n);
     return rc;
 }
+
+int kv_members_publish_request(const kv_config *cfg, const kv_identity *id, uint8_t **out,
+                               size_t *len)
+{
+    char *urls[KV_MAX_URLS];
+    size_t n = cfg->n_advertise_client < KV_MAX_URLS ? cfg->n_advertise_client : KV_MAX_URLS;
+    for (size_t i = 0; i < n; i++)
+        urls[i] = (char *)cfg->advertise_client[i].text;
+    Kvdpb__Member m = KVDPB__MEMBER__INIT;
+    m.id = id->member_id;
+    m.name = (char *)cfg->name;
+    m.client_urls = urls;
+    m.n_client_urls = n;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
+    ir.member_publish = &m;
+    size_t sz = kvdpb__internal_request__get_packed_size(&ir);
+    if (!(*out = malloc(sz)))
+        return -ENOMEM;
+    *len = kvdpb__internal_request__pack(&ir, *out);
+    return 0;
+}

@@ -26,4 +26,11 @@ int kv_members_from_config(const kv_config *cfg, const kv_identity *id, Kvdpb__M
  * 0 if the table was already initialised, < 0 on error. */
 int kv_members_bootstrap_config(kv_store *st, const kv_config *cfg, const kv_identity *id);
 
+/* The packed kvdpb.InternalRequest member_publish of this member (etcd's publish: its id, its
+ * name and its advertised client URLs), which the node proposes once it has a leader so that
+ * every member lists this one as started with its client URLs. *out is malloc'd (the caller
+ * owns it, e.g. passes it to kv_node_propose). 0 or -ENOMEM. */
+int kv_members_publish_request(const kv_config *cfg, const kv_identity *id, uint8_t **out,
+                               size_t *len);
+
 #endif
