@@ -49,6 +49,7 @@
  *   "lease", "lease_keys": the lease table (lease/lease_table.h), same transactions.
  *   "alarm" member id(8 BE) | alarm type(4 BE) -> crc32c of the 12-byte key (4, BE).
  *           One record per active alarm (etcd's alarm bucket); at most 64 (KV_MAX_ALARMS).
+ *   "members", "members_removed": the membership table (mvcc/members.h), same transactions.
  *
  * Limits: keys are limited to the LMDB maximum key size (511 bytes with the default LMDB
  * build): a longer key in a write gives INVALID_ARGUMENT "etcdserver: key is too long (kvd
