@@ -39,7 +39,7 @@
 #include "mvcc/store.h"
 
 #define KV_MEMBERS_MAX 64
-#define KV_MEMBER_MAX_URLS 16
+#define KV_MEMBER_MAX_URLS 8 /* = config.h KV_MAX_URLS (member ids hash at most 8 URLs) */
 #define KV_MEMBER_MAX_STR 512
 
 /* Writes the n initial members (each with its id set) if the table is empty and no member
