@@ -9,7 +9,7 @@
  *
  * Changes: MemberAdd/Remove/Promote are raft configuration changes (kv_node_change_member);
  * MemberUpdate is an ordered member_update request (kv_node_propose; mvcc/members.c applies
- * it). The checks etcd makes before proposing (URLs, --strict-reconfig-check's started-member
+ * it); its URLs are checked here too (etcd 3.4 leaves that to clientv3). The checks etcd makes before proposing (URLs, --strict-reconfig-check's started-member
  * quorum) and the ones its apply makes (id exists/removed, peer URL in use, learner count,
  * promote of a voter) are made here against the committed table, with etcd's errors; the
  * node re-validates a change when it applies (two concurrent changes). Health of the peers
@@ -500,6 +500,13 @@ static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_error(call, KV_CODE_INVALID_ARGUMENT, m);
         goto done;
     }
+    /* etcd 3.4 leaves this check to clientv3 (types.NewURLs); kvd also makes it here so that
+     * a raw client cannot store peer URLs the transport cannot dial. */
+    int rc = kv_member_urls_parse(u->peer_urls, u->n_peer_urls, NULL, 0);
+    if (rc < 0) {
+        kv_reply_error(call, KV_CODE_INVALID_ARGUMENT, ERR_BAD_URLS);
+        goto done;
+    }
     if (!(c = ctx_new(call)))
         goto done;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
@@ -514,7 +521,7 @@ static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
     c->call = call;
     c->id = u->id;
     kv_grpc_call_set_data(call, c);
-    int rc = kv_node_propose(s->node, buf, n, on_change_done, c, NULL);
+    rc = kv_node_propose(s->node, buf, n, on_change_done, c, NULL);
     buf = NULL; /* the node owns it in every case */
     if (rc < 0) {
         kv_grpc_call_set_data(call, NULL);

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grpc_raw.h"
 #include "harness.h"
+#include "rpc.pb-c.h"
 
 #define CMD_TIMEOUT_MS 20000
 #define READY_TIMEOUT_MS 20000
@@ -311,5 +313,51 @@ Test(it_members, status_reports_raft_state_and_move_leader_to_self)
     free(out);
     out = BOTH("move-leader", "zz");
     cr_expect_str_eq(out, "exit=128\n--\nError: strconv.ParseUint: parsing \"zz\": invalid syntax\n");
+    free(out);
+}
+
+/* Raw gRPC (etcdctl checks URLs before sending): the server refuses bad peer URLs itself. */
+static void raw_call(const char *method, const ProtobufCMessage *req, int *status, char *msg,
+                     size_t cap)
+{
+    kv_it_grpc *g;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", srv.client_port, 5000), 0);
+    uint8_t buf[1024];
+    size_t len = protobuf_c_message_pack(req, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int rc = kv_it_grpc_call(g, method, buf, len, &resp, &rlen, 5000, status, msg, cap);
+    cr_assert(rc == 0 || rc == KV_IT_GRPC_STATUS, "transport error %d", rc);
+    free(resp);
+    kv_it_grpc_close(g);
+}
+
+Test(it_members, server_refuses_bad_peer_urls)
+{
+    ids id = my_ids();
+    char *bad[] = {"foo"}, *path[] = {"http://127.0.0.1:1/x"};
+    char msg[256];
+    int status;
+    Etcdserverpb__MemberAddRequest add = ETCDSERVERPB__MEMBER_ADD_REQUEST__INIT;
+    add.peerurls = bad;
+    add.n_peerurls = 1;
+    raw_call("/etcdserverpb.Cluster/MemberAdd", &add.base, &status, msg, sizeof(msg));
+    cr_expect_eq(status, 3);
+    cr_expect_str_eq(msg, "etcdserver: given member URLs are invalid");
+    add.n_peerurls = 0; /* "no valid URLs given" */
+    raw_call("/etcdserverpb.Cluster/MemberAdd", &add.base, &status, msg, sizeof(msg));
+    cr_expect_eq(status, 3);
+    cr_expect_str_eq(msg, "etcdserver: given member URLs are invalid");
+    if (kv_it_kind_from_env() == KV_IT_ETCD)
+        return; /* etcd 3.4 stores whatever MemberUpdate sends (clientv3 checks) */
+    Etcdserverpb__MemberUpdateRequest up = ETCDSERVERPB__MEMBER_UPDATE_REQUEST__INIT;
+    up.id = id.member;
+    up.peerurls = path;
+    up.n_peerurls = 1;
+    raw_call("/etcdserverpb.Cluster/MemberUpdate", &up.base, &status, msg, sizeof(msg));
+    cr_expect_eq(status, 3);
+    cr_expect_str_eq(msg, "etcdserver: given member URLs are invalid");
+    char *out = BOTH("member", "list", "-w", "json");
+    cr_expect(!strstr(out, "/x\""), "%s", out);
     free(out);
 }
