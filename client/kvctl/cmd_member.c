@@ -24,10 +24,10 @@ static int parse_hex_id(const char *s, uint64_t *out, char *err, size_t len)
     uint64_t v = 0;
     int rc = *s ? 0 : -EINVAL;
     for (const char *p = s; *p && rc == 0; p++) {
-        int d = isdigit((unsigned char)*p)               ? *p - '0'
-                : (*p >= 'a' && *p <= 'f')               ? *p - 'a' + 10
-                : (*p >= 'A' && *p <= 'F')               ? *p - 'A' + 10
-                                                         : -1;
+        int d = isdigit((unsigned char)*p) ? *p - '0'
+                : (*p >= 'a' && *p <= 'f') ? *p - 'a' + 10
+                : (*p >= 'A' && *p <= 'F') ? *p - 'A' + 10
+                                           : -1;
         if (d < 0)
             rc = -EINVAL;
         else if (v >> 60)
@@ -124,10 +124,10 @@ static int check_urls(const url_list *l)
         char *sep = strstr(u, "://");
         const char *scheme_end = sep ? sep : u + strcspn(u, ":");
         size_t sl = (size_t)(scheme_end - u);
-        int scheme_ok = sep && ((sl == 4 && strncmp(u, "http", 4) == 0) ||
-                                (sl == 5 && strncmp(u, "https", 5) == 0) ||
-                                (sl == 4 && strncmp(u, "unix", 4) == 0) ||
-                                (sl == 5 && strncmp(u, "unixs", 5) == 0));
+        int scheme_ok =
+            sep &&
+            ((sl == 4 && strncmp(u, "http", 4) == 0) || (sl == 5 && strncmp(u, "https", 5) == 0) ||
+             (sl == 4 && strncmp(u, "unix", 4) == 0) || (sl == 5 && strncmp(u, "unixs", 5) == 0));
         if (!scheme_ok)
             return kvctl_fail(KVCTL_EXIT_ERROR,
                               "URL scheme must be http, https, unix, or unixs: %s", u);
@@ -385,8 +385,7 @@ int kvctl_cmd_move_leader(struct kvctl *k, int argc, char **argv)
         struct kvctl_buf b = {0};
         for (size_t i = 0; i < k->n_endpoints; i++)
             kvctl_buf_printf(&b, "%s%s", i ? " " : "", k->endpoints[i]);
-        rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS, "no leader endpoint given at [%s]",
-                        kvctl_buf_str(&b));
+        rc = kvctl_fail(KVCTL_EXIT_BAD_ARGS, "no leader endpoint given at [%s]", kvctl_buf_str(&b));
         kvctl_buf_free(&b);
         goto out;
     }
@@ -404,8 +403,8 @@ int kvctl_cmd_move_leader(struct kvctl *k, int argc, char **argv)
     rc = print_other(k, &r->base);
     if (rc == 1) {
         struct kvctl_buf b = {0};
-        kvctl_buf_printf(&b, "Leadership transferred from %" PRIx64 " to %" PRIx64 "\n",
-                         leader_id, target);
+        kvctl_buf_printf(&b, "Leadership transferred from %" PRIx64 " to %" PRIx64 "\n", leader_id,
+                         target);
         rc = emit(&b);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);

@@ -102,9 +102,9 @@ static bool takes_value(const char *a)
 /* The command path ("get", "lease grant") named by a command line, for its usage text. */
 static void command_path(int argc, char **argv, char *out, size_t len)
 {
-    static const char *const top[] = {"get",        "put",    "del",   "txn",
-                                      "compaction", "watch",  "lock",  "elect",
-                                      "move-leader", "endpoint", "member", "lease", "snapshot"};
+    static const char *const top[] = {"get",    "put",   "del",     "txn",         "compaction",
+                                      "watch",  "lock",  "elect",   "move-leader", "endpoint",
+                                      "member", "lease", "snapshot"};
     static const char *const ep[] = {"health", "status"};
     static const char *const snap[] = {"save", "status", "restore"};
     static const char *const mem[] = {"list", "add", "remove", "update", "promote"};
@@ -273,10 +273,9 @@ int main(int argc, char **argv)
         kvctl_usage("", stdout);
         return 0;
     }
-    static const char *const names[] = {"get",        "put",      "del",    "txn",
-                                        "compaction", "endpoint", "member", "lease",
-                                        "watch",      "lock",     "elect",  "snapshot",
-                                        "move-leader"};
+    static const char *const names[] = {"get",      "put",      "del",        "txn",   "compaction",
+                                        "endpoint", "member",   "lease",      "watch", "lock",
+                                        "elect",    "snapshot", "move-leader"};
     int (*const fns[])(struct kvctl *, int, char **) = {
         kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
         kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,

@@ -28,8 +28,8 @@ static int host_port_ok(const char *h, size_t n)
         size_t rest = n - (size_t)(close - h) - 1;
         if (rest == 0 || close[1] != ':')
             return 0;
-        return memchr(close + 2, ':', rest - 1) == NULL && memchr(close + 2, '[', rest - 1) == NULL &&
-               memchr(close + 2, ']', rest - 1) == NULL;
+        return memchr(close + 2, ':', rest - 1) == NULL &&
+               memchr(close + 2, '[', rest - 1) == NULL && memchr(close + 2, ']', rest - 1) == NULL;
     }
     const char *colon = memchr(h, ':', n);
     if (!colon)
@@ -55,7 +55,7 @@ static int url_ok(const char *u, size_t n)
     while (auth + alen < u + n && auth[alen] != '/' && auth[alen] != '?' && auth[alen] != '#')
         alen++;
     if (auth + alen < u + n && auth[alen] == '/')
-        return 0; /* "URL must not contain a path" */
+        return 0;          /* "URL must not contain a path" */
     const char *at = NULL; /* userinfo@host:port */
     for (size_t i = 0; i < alen; i++)
         if (auth[i] == '@')

@@ -9,10 +9,11 @@
  *
  * Changes: MemberAdd/Remove/Promote are raft configuration changes (kv_node_change_member);
  * MemberUpdate is an ordered member_update request (kv_node_propose; mvcc/members.c applies
- * it); its URLs are checked here too (etcd 3.4 leaves that to clientv3). The checks etcd makes before proposing (URLs, --strict-reconfig-check's started-member
- * quorum) and the ones its apply makes (id exists/removed, peer URL in use, learner count,
- * promote of a voter) are made here against the committed table, with etcd's errors; the
- * node re-validates a change when it applies (two concurrent changes). Health of the peers
+ * it); its URLs are checked here too (etcd 3.4 leaves that to clientv3). The checks etcd makes
+ * before proposing (URLs, --strict-reconfig-check's started-member quorum) and the ones its apply
+ * makes (id exists/removed, peer URL in use, learner count, promote of a voter) are made here
+ * against the committed table, with etcd's errors; the node re-validates a change when it applies
+ * (two concurrent changes). Health of the peers
  * ("etcdserver: unhealthy cluster") and learner catch-up are the node's checks.
  * Responses carry the header etcd's ClusterServer gives (cluster id, member id, raft term; no
  * revision) and the members after the change.

@@ -508,8 +508,7 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
     int publish = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
     if (publish) {
         if (!member_ok(ir->member_publish)) {
-            kv_res_err(res, KV_CODE_INVALID_ARGUMENT,
-                       "etcdserver: given member URLs are invalid");
+            kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
             return 1;
         }
         id = ir->member_publish->id;
@@ -520,8 +519,7 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
         urls = ir->member_update->peer_urls;
         n_urls = ir->member_update->n_peer_urls;
         if (!strs_ok(urls, n_urls)) {
-            kv_res_err(res, KV_CODE_INVALID_ARGUMENT,
-                       "etcdserver: given member URLs are invalid");
+            kv_res_err(res, KV_CODE_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
             return 1;
         }
     }
@@ -549,8 +547,7 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
         }
     }
     char **nv = dup_strs(urls, n_urls);
-    char *name = publish ? strdup(ir->member_publish->name ? ir->member_publish->name : "")
-                         : NULL;
+    char *name = publish ? strdup(ir->member_publish->name ? ir->member_publish->name : "") : NULL;
     if (!nv || (publish && !name)) {
         free_strs(nv, n_urls);
         free(name);

@@ -220,7 +220,8 @@ int kv_alarm_is_growth(const struct Kvdpb__InternalRequest *ir);
 /* Applies a member_publish or member_update request (members.h). 0 (*out set: header with
  * revision rev and every member after the change), 1 = request error in res, < 0 storage
  * error or -EBADMSG. */
-int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const struct Kvdpb__InternalRequest *ir,
-                     kv_result *res, Etcdserverpb__MemberUpdateResponse **out);
+int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev,
+                     const struct Kvdpb__InternalRequest *ir, kv_result *res,
+                     Etcdserverpb__MemberUpdateResponse **out);
 
 #endif

@@ -85,7 +85,7 @@ static char *run(const char *bin, ...)
     ({                                                                                             \
         char *e_ = run(etcdctl, __VA_ARGS__, NULL);                                                \
         char *k_ = run(kvctl, __VA_ARGS__, NULL);                                                  \
-        cr_expect_str_eq(k_, e_, "kvctl and etcdctl differ:\n--- kvctl:\n%s\n--- etcdctl:\n%s",   \
+        cr_expect_str_eq(k_, e_, "kvctl and etcdctl differ:\n--- kvctl:\n%s\n--- etcdctl:\n%s",    \
                          k_, e_);                                                                  \
         free(k_);                                                                                  \
         e_;                                                                                        \
@@ -152,8 +152,9 @@ Test(it_members, member_update_changes_peer_urls_durably)
     snprintf(urls, sizeof(urls), "--peer-urls=http://127.0.0.1:%u,http://127.0.0.2:%u",
              srv.peer_port, srv.peer_port);
     char *out = run(etcdctl, "member", "update", hex, urls, NULL);
-    snprintf(want, sizeof(want), "exit=0\nMember %16" PRIx64 " updated in cluster %16" PRIx64 "\n--\n",
-             id.member, id.cluster);
+    snprintf(want, sizeof(want),
+             "exit=0\nMember %16" PRIx64 " updated in cluster %16" PRIx64 "\n--\n", id.member,
+             id.cluster);
     cr_expect_str_eq(out, want);
     free(out);
     out = run(kvctl, "member", "update", hex, urls, NULL);
@@ -189,8 +190,8 @@ Test(it_members, member_add_of_a_member_that_never_starts)
     cr_expect_str_eq(out, "exit=1\n--\nError: etcdserver: Peer URLs already exists\n");
     free(out);
     out = BOTH("member", "add", "bad", "--peer-urls=ftp://x:1");
-    cr_expect_str_eq(out,
-                     "exit=1\n--\nError: URL scheme must be http, https, unix, or unixs: ftp://x:1\n");
+    cr_expect_str_eq(
+        out, "exit=1\n--\nError: URL scheme must be http, https, unix, or unixs: ftp://x:1\n");
     free(out);
 
     out = run(etcdctl, "member", "add", "newbie", "--learner", urls, NULL);
@@ -312,7 +313,8 @@ Test(it_members, status_reports_raft_state_and_move_leader_to_self)
     cr_expect_str_eq(out, "exit=1\n--\nError: etcdserver: bad leader transferee\n");
     free(out);
     out = BOTH("move-leader", "zz");
-    cr_expect_str_eq(out, "exit=128\n--\nError: strconv.ParseUint: parsing \"zz\": invalid syntax\n");
+    cr_expect_str_eq(out,
+                     "exit=128\n--\nError: strconv.ParseUint: parsing \"zz\": invalid syntax\n");
     free(out);
 }
 
