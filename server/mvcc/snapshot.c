@@ -196,7 +196,7 @@ static int env_open_file(const char *path, unsigned flags, MDB_env **out)
     int rc = mdb_env_create(&env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(env, 8)) ||
+    if ((rc = mdb_env_set_maxdbs(env, 16)) ||
         (rc = mdb_env_open(env, path, flags | MDB_NOSUBDIR | MDB_NOLOCK, 0600))) {
         mdb_env_close(env);
         return rc > 0 ? -rc : -EBADMSG;
@@ -350,6 +350,17 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     if (rc == 0 && dbis[5] != 0) {
         int r = mdb_drop(txn, dbis[5], 0); /* alarms belonged to the old members */
         if (r)
+            rc = kv_mdb_err(r);
+    }
+    /* So does the membership: kvd bootstraps it again from its flags (etcd's restore writes
+     * a new membership from --initial-cluster). */
+    static const char *const membership[] = {"members", "members_removed"};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        MDB_dbi d;
+        int r = mdb_dbi_open(txn, membership[i], 0, &d);
+        if (r == 0)
+            r = mdb_drop(txn, d, 0);
+        if (r && r != MDB_NOTFOUND)
             rc = kv_mdb_err(r);
     }
     if (rc) {

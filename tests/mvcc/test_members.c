@@ -6,6 +6,9 @@
 
 #include "helpers.h"
 #include "mvcc/members.h"
+#include "mvcc/snapshot.h"
+
+#include <sys/stat.h>
 
 static th t;
 static void setup(void)
@@ -424,4 +427,34 @@ Test(mvcc_members, configuration_changes_are_validated_as_etcd)
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     cr_assert_eq(kv_store_member_change(t.s, b, 99, 1, NULL, 0, &res), -EINVAL);
     kv_store_batch_abort(t.s, b);
+}
+
+/* A restored snapshot starts a new cluster: the old membership (and removed ids) are gone, so
+ * kvd bootstraps the one of its flags. */
+Test(mvcc_members, snapshot_restore_drops_the_membership)
+{
+    bootstrap_two();
+    cr_assert_eq(do_remove(0x1111), 0);
+    th_put(&t, "k", "v", 0);
+    char src[300], dst[300];
+    snprintf(src, sizeof(src), "%s/data.mdb", t.dir);
+    snprintf(dst, sizeof(dst), "%s-restored", t.dir);
+    struct stat sb;
+    cr_assert_eq(stat(src, &sb), 0);
+    char msg[256] = "";
+    cr_assert_eq(kv_snapshot_restore_dir(src, sb.st_size, dst, msg, sizeof(msg)), 0, "%s", msg);
+    kv_store_config sc;
+    kv_store_config_default(&sc);
+    sc.dir = dst;
+    kv_store *r;
+    cr_assert_eq(kv_store_open(&r, &sc), 0);
+    Kvdpb__Member **v;
+    size_t n;
+    cr_assert_eq(kv_store_members_list(r, &v, &n), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(kv_store_member_is_removed(r, 0x1111), 0);
+    kv_store_close(r);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
+    cr_assert_eq(system(cmd), 0);
 }
