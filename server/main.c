@@ -15,6 +15,7 @@
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
+#include "peer/peer_net.h"
 #include "api/auto_compact.h"
 #include "server.h"
 
@@ -36,7 +37,8 @@ typedef struct kvd_main {
     size_t n_grpc;
     kv_http_server *http[KV_MAX_URLS];
     size_t n_http;
-    uv_signal_t sigint, sigterm, sigusr1;
+    uv_signal_t sigint, sigterm, sigusr1, sigusr2;
+    int isolated; /* failpoint: cut off from the peers (SIGUSR2) */
     int stopping;
     int lock_fd;            /* data dir lock (datadir_lock.h), held for the process lifetime */
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
@@ -64,6 +66,13 @@ typedef struct health_req {
 static void on_health_barrier(void *arg, int status)
 {
     health_req *h = arg;
+    kv_node_raft_status rs;
+    kv_node_get_raft_status(h->s->node, &rs);
+    if (status == 0 && rs.leader == 0) { /* etcd 3.4: no leader, not healthy */
+        h->done(h->ctx, 0, "no leader");
+        free(h);
+        return;
+    }
     /* etcd 3.4: /health is false while any alarm is active. */
     unsigned alarms = status == 0 ? kv_node_alarms(h->s->node) : 0;
     if (alarms)
@@ -117,6 +126,21 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_close((uv_handle_t *)&m->sigterm, NULL);
     if (m->cfg.enable_failpoints)
         uv_close((uv_handle_t *)&m->sigusr1, NULL);
+    if (m->cfg.enable_failpoints)
+        uv_close((uv_handle_t *)&m->sigusr2, NULL);
+}
+
+/* SIGUSR2 (--enable-failpoints): isolates the member from its peers, or heals it (partition
+ * tests: every peer frame in and out is dropped, connections stay up). */
+static void on_isolate_signal(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    kvd_main *m = sig->data;
+    if (m->srv.peers == NULL)
+        return;
+    m->isolated = !m->isolated;
+    kv_peer_net_set_isolated(m->srv.peers, m->isolated);
+    fprintf(stderr, "kvd: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
 }
 
 static void on_failpoint_signal(uv_signal_t *sig, int signum)
@@ -325,6 +349,9 @@ int main(int argc, char **argv)
         uv_signal_init(&m.loop, &m.sigusr1);
         m.sigusr1.data = &m;
         uv_signal_start(&m.sigusr1, on_failpoint_signal, SIGUSR1);
+        uv_signal_init(&m.loop, &m.sigusr2);
+        m.sigusr2.data = &m;
+        uv_signal_start(&m.sigusr2, on_isolate_signal, SIGUSR2);
     }
     fprintf(stderr, "kvd: ready to serve client requests\n");
 

@@ -6,6 +6,8 @@
 #include "server.h"
 
 #include "leases.h"
+#include "members_boot.h"
+#include "mvcc/members.h"
 #include "node/read_pool.h"
 #include "peer/peer_net.h"
 #include "watch/watch_hub.h"
@@ -76,7 +78,14 @@ static int member_peer_url(kv_server *s, uint64_t id, char *url, size_t cap)
             return 0;
         }
     }
-    return -ENOENT;
+    Kvdpb__Member *m = NULL;
+    if (kv_store_member_get(s->store, id, &m) != 0 || m == NULL)
+        return -ENOENT;
+    int rc = m->n_peer_urls ? 0 : -ENOENT;
+    if (rc == 0)
+        snprintf(url, cap, "%s", m->peer_urls[0]);
+    kvdpb__member__free_unpacked(m, NULL);
+    return rc;
 }
 
 /* A configuration change applied: connect to an added member (its peer URL is in the members
@@ -147,7 +156,11 @@ int kv_server_start_core(kv_server *s)
                          .election_ms = cfg->election_timeout_ms,
                          .snapshot_count = cfg->snapshot_count,
                          .snap_dir = snap_dir};
-    int rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
+    /* The initial membership from the flags (idempotent; issue 9 section 5). */
+    int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
+    if (rc < 0)
+        goto fail;
+    rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)
         goto fail;
     if (s->id.n_members > 1 || strcmp(cfg->initial_cluster_state, "existing") == 0) {
@@ -155,6 +168,10 @@ int kv_server_start_core(kv_server *s)
         if (rc < 0)
             goto fail;
     }
+    uint8_t *pub = NULL;
+    size_t pub_len = 0;
+    if (kv_members_publish_request(cfg, &s->id, &pub, &pub_len) == 0)
+        kv_node_set_publish(s->node, pub, pub_len); /* takes pub */
     rc = kv_leases_start(s);
     if (rc < 0)
         goto fail;

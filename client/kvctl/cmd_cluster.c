@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd_member.h"
 #include "kvctl.h"
 #include "out.h"
 #include "print_kv.h"
@@ -122,12 +123,31 @@ int kvctl_cmd_member(struct kvctl *k, int argc, char **argv)
     Etcdserverpb__MemberListResponse *resp = NULL;
     if (!pos)
         return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
-    int rc = kvctl_parse_cmd(k, argc, argv, NULL, pos, &np);
+    const char *peer_urls = NULL;
+    bool learner = false;
+    struct kvctl_flag fl[] = {
+        {"peer-urls", 0, KVCTL_FLAG_STRING, &peer_urls, false},
+        {"learner", 0, KVCTL_FLAG_BOOL, &learner, false},
+        {NULL, 0, KVCTL_FLAG_BOOL, NULL, false},
+    };
+    int rc = kvctl_parse_cmd(k, argc, argv, fl, pos, &np);
     if (rc)
         goto out;
-    static const char *const subs[] = {"list"};
-    if (np < 2 || kvctl_match(pos[1], subs, 1) < 0) {
+    static const char *const subs[] = {"list", "add", "remove", "update", "promote"};
+    int sub = np >= 2 ? kvctl_match(pos[1], subs, 5) : -1;
+    if (sub < 0) {
         rc = kvctl_group_help("member", np >= 2 ? pos[1] : NULL);
+        goto out;
+    }
+    /* The flags belong to add (both) and update (--peer-urls) only, as etcdctl's. */
+    if ((fl[0].changed && sub != 1 && sub != 3) || (fl[1].changed && sub != 1)) {
+        rc = kvctl_flag_error(argc, argv,
+                              fl[0].changed && sub != 1 && sub != 3 ? "unknown flag: --peer-urls"
+                                                                    : "unknown flag: --learner");
+        goto out;
+    }
+    if (sub > 0) {
+        rc = kvctl_member_change(k, subs[sub], np - 2, pos + 2, peer_urls, learner);
         goto out;
     }
     if (member_list(k, &resp, &rc) < 0)

@@ -17,6 +17,7 @@ if(TARGET kvclient_static AND TARGET kvproto)
     ${KVCTL_DIR}/cmd_kv.c
     ${KVCTL_DIR}/cmd_txn.c
     ${KVCTL_DIR}/cmd_cluster.c
+    ${KVCTL_DIR}/cmd_member.c
     ${KVCTL_DIR}/cmd_lease.c
     ${KVCTL_DIR}/cmd_watch.c
     ${KVCTL_DIR}/cmd_lock.c

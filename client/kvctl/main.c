@@ -1,4 +1,5 @@
 /* kvctl entry point: global flags, environment, command dispatch. See kvctl.h. */
+#include "cmd_member.h"
 #include "kvctl.h"
 #include "usage.h"
 
@@ -90,7 +91,8 @@ static bool takes_value(const char *a)
                                     "--name",
                                     "--initial-cluster",
                                     "--initial-cluster-token",
-                                    "--initial-advertise-peer-urls"};
+                                    "--initial-advertise-peer-urls",
+                                    "--peer-urls"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (strcmp(a, v[i]) == 0)
             return true;
@@ -100,12 +102,12 @@ static bool takes_value(const char *a)
 /* The command path ("get", "lease grant") named by a command line, for its usage text. */
 static void command_path(int argc, char **argv, char *out, size_t len)
 {
-    static const char *const top[] = {"get",        "put",    "del",   "txn",
-                                      "compaction", "watch",  "lock",  "elect",
-                                      "endpoint",   "member", "lease", "snapshot"};
+    static const char *const top[] = {"get",    "put",   "del",     "txn",         "compaction",
+                                      "watch",  "lock",  "elect",   "move-leader", "endpoint",
+                                      "member", "lease", "snapshot"};
     static const char *const ep[] = {"health", "status"};
     static const char *const snap[] = {"save", "status", "restore"};
-    static const char *const mem[] = {"list"};
+    static const char *const mem[] = {"list", "add", "remove", "update", "promote"};
     static const char *const lease[] = {"grant", "revoke", "timetolive", "list", "keep-alive"};
     out[0] = '\0';
     int t = -1;
@@ -117,16 +119,16 @@ static void command_path(int argc, char **argv, char *out, size_t len)
             continue;
         }
         if (t < 0) {
-            t = kvctl_match(argv[i], top, 12);
+            t = kvctl_match(argv[i], top, 13);
             if (t < 0)
                 return;
             snprintf(out, len, "%s", top[t]);
-            if (t < 8)
+            if (t < 9)
                 return;
             continue;
         }
-        const char *const *subs = t == 8 ? ep : t == 9 ? mem : t == 11 ? snap : lease;
-        size_t ns = t == 8 ? 2 : t == 9 ? 1 : t == 11 ? 3 : 5;
+        const char *const *subs = t == 9 ? ep : t == 10 ? mem : t == 12 ? snap : lease;
+        size_t ns = t == 9 ? 2 : t == 10 ? 5 : t == 12 ? 3 : 5;
         int s = kvctl_match(argv[i], subs, ns);
         if (s >= 0)
             snprintf(out, len, "%s %s", top[t], subs[s]);
@@ -149,8 +151,7 @@ int kvctl_flag_error(int argc, char **argv, const char *msg)
 
 int kvctl_group_help(const char *group, const char *word)
 {
-    static const char *const missing[] = {"member add", "member remove", "member update",
-                                          "member promote", "endpoint hashkv"};
+    static const char *const missing[] = {"endpoint hashkv"};
     if (word) {
         for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
             size_t gl = strlen(group);
@@ -272,13 +273,14 @@ int main(int argc, char **argv)
         kvctl_usage("", stdout);
         return 0;
     }
-    static const char *const names[] = {"get",        "put",      "del",    "txn",
-                                        "compaction", "endpoint", "member", "lease",
-                                        "watch",      "lock",     "elect",  "snapshot"};
+    static const char *const names[] = {"get",      "put",      "del",        "txn",   "compaction",
+                                        "endpoint", "member",   "lease",      "watch", "lock",
+                                        "elect",    "snapshot", "move-leader"};
     int (*const fns[])(struct kvctl *, int, char **) = {
         kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
         kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
-        kvctl_cmd_watch,      kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot};
+        kvctl_cmd_watch,      kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot,
+        kvctl_cmd_move_leader};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {

@@ -1,74 +1,549 @@
 /*
- * service_cluster: etcdserverpb.Cluster. MemberList answers from the configured membership
- * (a single member until the raft transport is wired in); changes are not implemented yet.
+ * service_cluster: etcdserverpb.Cluster (etcd 3.4 etcdserver/api/v3rpc/member.go,
+ * etcdserver/server.go, membership/cluster.go).
+ *
+ * The membership is the store's members table (mvcc/members.h). Before it is initialised
+ * (main bootstraps it from the flags, members_boot.h) MemberList answers from the flags.
+ * This member is serving, so it is started: while its own record has no client URLs (its
+ * publish has not applied) the list shows the client URLs (and name) of its flags.
+ *
+ * Changes: MemberAdd/Remove/Promote are raft configuration changes (kv_node_change_member);
+ * MemberUpdate is an ordered member_update request (kv_node_propose; mvcc/members.c applies
+ * it); its URLs are checked here too (etcd 3.4 leaves that to clientv3). The checks etcd makes
+ * before proposing (URLs, --strict-reconfig-check's started-member quorum) and the ones its apply
+ * makes (id exists/removed, peer URL in use, learner count, promote of a voter) are made here
+ * against the committed table, with etcd's errors; the node re-validates a change when it applies
+ * (two concurrent changes). Health of the peers
+ * ("etcdserver: unhealthy cluster") and learner catch-up are the node's checks.
+ * Responses carry the header etcd's ClusterServer gives (cluster id, member id, raft term; no
+ * revision) and the members after the change.
+ * Loop thread only. A call cancelled while its change is in flight: the change still applies,
+ * the completion finds no call and only frees its context.
  */
+#include "api/member_urls.h"
 #include "api/services.h"
+#include "internal.pb-c.h"
+#include "members_boot.h"
+#include "mvcc/members.h"
 #include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#define ERR_BAD_URLS "etcdserver: given member URLs are invalid"
+#define ERR_NOT_FOUND "etcdserver: member not found"
+#define ERR_EXIST "etcdserver: member ID already exist"
+#define ERR_PEER_EXIST "etcdserver: Peer URLs already exists"
+#define ERR_NOT_STARTED "etcdserver: re-configuration failed due to not enough started members"
+#define ERR_NOT_LEARNER "etcdserver: can only promote a learner member"
+#define ERR_TOO_MANY_LEARNERS "etcdserver: too many learner members in cluster"
+_Static_assert((int)KV_NODE_MEMBER_ADD == (int)KV_MEMBER_OP_ADD &&
+                   (int)KV_NODE_MEMBER_ADD_LEARNER == (int)KV_MEMBER_OP_ADD_LEARNER &&
+                   (int)KV_NODE_MEMBER_REMOVE == (int)KV_MEMBER_OP_REMOVE &&
+                   (int)KV_NODE_MEMBER_PROMOTE == (int)KV_MEMBER_OP_PROMOTE,
+               "node.h and mvcc/members.h agree on the membership change ops");
+
+/* ---- the member list ---- */
+
+typedef struct mlist {
+    Kvdpb__Member **m;
+    size_t n;
+} mlist;
+
+/* The committed table, or the flags' view while the table is empty. */
+static int mlist_load(kv_server *s, mlist *l)
+{
+    int rc = kv_store_members_list(s->store, &l->m, &l->n);
+    if (rc == 0 && l->n == 0)
+        rc = kv_members_from_config(s->cfg, &s->id, &l->m, &l->n);
+    return rc;
+}
+
+static void mlist_free(mlist *l)
+{
+    kv_store_members_free(l->m, l->n);
+    l->m = NULL;
+    l->n = 0;
+}
+
+static const Kvdpb__Member *mlist_find(const mlist *l, uint64_t id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->m[i]->id == id)
+            return l->m[i];
+    return NULL;
+}
+
+static int started(const Kvdpb__Member *m, uint64_t self)
+{
+    return m->id == self || (m->name && m->name[0]);
+}
+
+/* etcd RaftCluster.IsReadyToAddVotingMember / IsReadyToRemoveVotingMember /
+ * IsReadyToPromoteMember: the started voters must keep a quorum of the new configuration. */
+enum { READY_ADD, READY_REMOVE, READY_PROMOTE };
+static int ready(const mlist *l, int what, uint64_t id, uint64_t self)
+{
+    int nmembers = what == READY_REMOVE ? 0 : 1, nstarted = what == READY_PROMOTE ? 1 : 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const Kvdpb__Member *m = l->m[i];
+        if (m->is_learner || (what == READY_REMOVE && m->id == id))
+            continue;
+        nstarted += started(m, self);
+        nmembers++;
+    }
+    if (what == READY_ADD && nstarted == 1 && nmembers == 2)
+        return 1; /* adding a member to a 1-member cluster (etcd: restoring cluster data) */
+    return nstarted >= nmembers / 2 + 1;
+}
+
+/* Borrowed etcdserverpb view of a list (pointers into l and s->cfg). */
+typedef struct pb_list {
+    Etcdserverpb__Member *m;
+    Etcdserverpb__Member **p;
+    char *self_urls[KV_MAX_URLS];
+    size_t n;
+} pb_list;
+
+static int pb_list_make(kv_server *s, const mlist *l, pb_list *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (l->n == 0)
+        return 0;
+    out->m = calloc(l->n, sizeof(*out->m));
+    out->p = calloc(l->n, sizeof(*out->p));
+    if (!out->m || !out->p) {
+        free(out->m);
+        free(out->p);
+        return -ENOMEM;
+    }
+    const kv_config *cfg = s->cfg;
+    for (size_t i = 0; i < cfg->n_advertise_client && i < KV_MAX_URLS; i++)
+        out->self_urls[i] = (char *)cfg->advertise_client[i].text;
+    for (size_t i = 0; i < l->n; i++) {
+        const Kvdpb__Member *k = l->m[i];
+        Etcdserverpb__Member *m = &out->m[i];
+        etcdserverpb__member__init(m);
+        m->id = k->id;
+        m->name = k->name;
+        m->peerurls = k->peer_urls;
+        m->n_peerurls = k->n_peer_urls;
+        m->clienturls = k->client_urls;
+        m->n_clienturls = k->n_client_urls;
+        m->islearner = k->is_learner;
+        if (k->id == s->id.member_id && k->n_client_urls == 0) {
+            if (!k->name || !k->name[0])
+                m->name = (char *)cfg->name; /* serving, so started (see the top) */
+            m->clienturls = out->self_urls;
+            m->n_clienturls = cfg->n_advertise_client;
+        }
+        out->p[i] = m;
+    }
+    out->n = l->n;
+    return 0;
+}
+
+static void pb_list_free(pb_list *p)
+{
+    free(p->m);
+    free(p->p);
+}
+
+static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
+{
+    const kv_header_info *hi = kv_node_header(s->node);
+    h->cluster_id = hi->cluster_id;
+    h->member_id = hi->member_id;
+    h->raft_term = hi->raft_term; /* etcd's ClusterServer header carries no revision */
+}
+
+static void reply_load_error(kv_grpc_call *call, int rc)
+{
+    if (rc == -EBADMSG)
+        kv_reply_error(call, KV_GRPC_DATA_LOSS, "etcdserver: corrupt cluster");
+    else
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: storage error");
+}
+
+/* Answers header + members (MemberList/Remove/Update/Promote responses share this wire
+ * layout: header = 1, members = 2). added: MemberAdd's member (MemberAddResponse). */
+static void reply_members(kv_grpc_call *call, const Etcdserverpb__Member *added)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    mlist l = {0};
+    pb_list p;
+    int rc = mlist_load(s, &l);
+    if (rc) {
+        reply_load_error(call, rc);
+        return;
+    }
+    if (pb_list_make(s, &l, &p)) {
+        mlist_free(&l);
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    if (added) {
+        Etcdserverpb__MemberAddResponse r = ETCDSERVERPB__MEMBER_ADD_RESPONSE__INIT;
+        r.header = &h;
+        r.member = (Etcdserverpb__Member *)added;
+        r.members = p.p;
+        r.n_members = p.n;
+        kv_reply_message(call, &r.base);
+    } else {
+        Etcdserverpb__MemberListResponse r = ETCDSERVERPB__MEMBER_LIST_RESPONSE__INIT;
+        r.header = &h;
+        r.members = p.p;
+        r.n_members = p.n;
+        kv_reply_message(call, &r.base);
+    }
+    pb_list_free(&p);
+    mlist_free(&l);
+}
+
+static void *unpack(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
+                    size_t len)
+{
+    void *r = kv_pb_unpack(d, msg, len);
+    if (!r)
+        kv_reply_error(call, KV_GRPC_INTERNAL,
+                       "grpc: error unmarshalling request: malformed protobuf");
+    return r;
+}
 
 static void on_member_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
+    Etcdserverpb__MemberListRequest *req =
+        unpack(call, &etcdserverpb__member_list_request__descriptor, msg, len);
+    if (!req)
+        return;
+    etcdserverpb__member_list_request__free_unpacked(req, NULL);
+    reply_members(call, NULL);
+}
+
+/* ---- changes in flight ---- */
+
+typedef struct change_ctx {
+    kv_grpc_call *call; /* NULL once the client went away */
+    int add;            /* MemberAdd: answer with the new member */
+    uint64_t id;
+    int learner;
+    char *urls[KV_MEMBER_MAX_URLS];
+    size_t n_urls;
+} change_ctx;
+
+static void ctx_free(change_ctx *c)
+{
+    kv_member_urls_free(c->urls, c->n_urls);
+    free(c);
+}
+
+static void on_change_done(void *arg, kv_result *res)
+{
+    change_ctx *c = arg;
+    if (c->call) {
+        kv_grpc_call_set_data(c->call, NULL);
+        if (res->code) {
+            kv_reply_error(c->call, res->code, res->msg);
+        } else if (c->add) {
+            Etcdserverpb__Member m = ETCDSERVERPB__MEMBER__INIT;
+            m.id = c->id;
+            m.peerurls = c->urls;
+            m.n_peerurls = c->n_urls;
+            m.islearner = c->learner;
+            reply_members(c->call, &m);
+        } else {
+            reply_members(c->call, NULL);
+        }
+    }
+    ctx_free(c);
+}
+
+static void on_change_cancel(kv_grpc_call *call)
+{
+    change_ctx *c = kv_grpc_call_data(call);
+    if (c)
+        c->call = NULL;
+}
+
+static void reply_node_error(kv_grpc_call *call, int rc)
+{
+    if (rc == -ENOTSUP)
+        kv_reply_error(call, KV_GRPC_UNIMPLEMENTED,
+                       "kvd: membership changes need the raft node (not wired in yet)");
+    else
+        kv_reply_propose_error(call, rc);
+}
+
+/* Hands c to the node (which owns record); on failure answers and frees c. */
+static void start_change(kv_grpc_call *call, change_ctx *c, int op, uint8_t *record, size_t len)
+{
     kv_server *s = kv_grpc_call_app(call);
-    const kv_config *cfg = s->cfg;
-    Etcdserverpb__MemberListRequest *req = (Etcdserverpb__MemberListRequest *)kv_pb_unpack(
-        &etcdserverpb__member_list_request__descriptor, msg, len);
-    if (req == NULL) {
-        kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
+    c->call = call;
+    kv_grpc_call_set_data(call, c);
+    int rc = kv_node_change_member(s->node, op, c->id, record, len, on_change_done, c);
+    if (rc < 0) {
+        kv_grpc_call_set_data(call, NULL);
+        ctx_free(c);
+        reply_node_error(call, rc);
+    }
+}
+
+static change_ctx *ctx_new(kv_grpc_call *call)
+{
+    change_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+    return c;
+}
+
+/* ---- MemberAdd ---- */
+
+/* The new member's id: SHA-1 of the sorted peer URLs and the cluster token, exactly as the
+ * member itself derives it at start (identity.c), so a member started with
+ * --initial-cluster-state existing and the same --initial-cluster-token knows its id without
+ * asking the cluster. etcd instead mixes in the current time and lets the joiner look its id
+ * up from a running member; the price here: a removed member cannot come back with the same
+ * peer URLs and token (its id stays removed, as etcd's). */
+static uint64_t new_member_id(char *const *urls, size_t n, const char *token)
+{
+    return kv_identity_member_id((const char *const *)urls, n, token);
+}
+
+/* etcd ValidateConfigurationChange for an add: 0 or the error answered (returns 1). */
+static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const change_ctx *c)
+{
+    if (kv_store_member_is_removed(s->store, c->id) == 1) {
+        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND); /* ErrIDRemoved */
+        return 1;
+    }
+    if (mlist_find(l, c->id)) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
+        return 1;
+    }
+    size_t learners = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        learners += l->m[i]->is_learner;
+        for (size_t j = 0; j < l->m[i]->n_peer_urls; j++)
+            for (size_t k = 0; k < c->n_urls; k++)
+                if (strcmp(l->m[i]->peer_urls[j], c->urls[k]) == 0) {
+                    kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_PEER_EXIST);
+                    return 1;
+                }
+    }
+    if (c->learner && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_TOO_MANY_LEARNERS);
+        return 1;
+    }
+    if (l->n >= KV_MEMBERS_MAX) {
+        char m[96];
+        snprintf(m, sizeof(m), "kvd: too many members (limit %d)", KV_MEMBERS_MAX);
+        kv_reply_error(call, KV_GRPC_RESOURCE_EXHAUSTED, m);
+        return 1;
+    }
+    return 0;
+}
+
+static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__MemberAddRequest *req =
+        unpack(call, &etcdserverpb__member_add_request__descriptor, msg, len);
+    if (!req)
+        return;
+    change_ctx *c = ctx_new(call);
+    mlist l = {0};
+    uint8_t *record = NULL;
+    if (!c)
+        goto done;
+    int rc = kv_member_urls_parse(req->peerurls, req->n_peerurls, c->urls, KV_MEMBER_MAX_URLS);
+    if (rc == -ENOMEM) {
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        goto done;
+    }
+    if (rc < 0) {
+        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+        goto done;
+    }
+    c->n_urls = req->n_peerurls;
+    c->learner = req->islearner;
+    c->add = 1;
+    for (size_t i = 0; i < c->n_urls; i++)
+        if (strlen(c->urls[i]) > KV_MEMBER_MAX_STR) {
+            kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+            goto done;
+        }
+    if ((rc = mlist_load(s, &l))) {
+        reply_load_error(call, rc);
+        goto done;
+    }
+    /* --strict-reconfig-check (etcd's default): mayAddMember. */
+    if (!c->learner && !ready(&l, READY_ADD, 0, s->id.member_id)) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        goto done;
+    }
+    c->id = new_member_id(c->urls, c->n_urls, s->cfg->initial_cluster_token);
+    if (check_add(call, s, &l, c))
+        goto done;
+    Kvdpb__Member m = KVDPB__MEMBER__INIT;
+    m.id = c->id;
+    m.peer_urls = c->urls;
+    m.n_peer_urls = c->n_urls;
+    m.is_learner = c->learner;
+    size_t rlen = kvdpb__member__get_packed_size(&m);
+    if (!(record = malloc(rlen ? rlen : 1))) {
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        goto done;
+    }
+    kvdpb__member__pack(&m, record);
+    start_change(call, c, c->learner ? KV_NODE_MEMBER_ADD_LEARNER : KV_NODE_MEMBER_ADD, record,
+                 rlen);
+    c = NULL; /* owned by start_change */
+done:
+    if (c)
+        ctx_free(c);
+    mlist_free(&l);
+    etcdserverpb__member_add_request__free_unpacked(req, NULL);
+}
+
+/* ---- MemberRemove / MemberPromote ---- */
+
+static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__MemberRemoveRequest *req =
+        unpack(call, &etcdserverpb__member_remove_request__descriptor, msg, len);
+    if (!req)
+        return;
+    uint64_t id = req->id;
+    etcdserverpb__member_remove_request__free_unpacked(req, NULL);
+    mlist l = {0};
+    int rc = mlist_load(s, &l);
+    if (rc) {
+        reply_load_error(call, rc);
         return;
     }
-    etcdserverpb__member_list_request__free_unpacked(req, NULL);
-
-    Etcdserverpb__Member members[KV_MAX_MEMBERS];
-    Etcdserverpb__Member *mp[KV_MAX_MEMBERS];
-    char *peer_urls[KV_MAX_MEMBERS][KV_MAX_MEMBERS];
-    char *client_urls[KV_MAX_URLS];
-    for (size_t i = 0; i < cfg->n_advertise_client; i++)
-        client_urls[i] = (char *)cfg->advertise_client[i].text;
-
-    size_t n = 0;
-    for (size_t i = 0; i < cfg->n_initial_cluster; i++) {
-        const char *name = cfg->initial_cluster[i].name;
-        int seen = 0;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(cfg->initial_cluster[j].name, name) == 0;
-        if (seen)
-            continue;
-        Etcdserverpb__Member *m = &members[n];
-        etcdserverpb__member__init(m);
-        m->id = s->id.member_ids[n];
-        m->name = (char *)name;
-        size_t np = 0;
-        for (size_t j = i; j < cfg->n_initial_cluster; j++)
-            if (strcmp(cfg->initial_cluster[j].name, name) == 0)
-                peer_urls[n][np++] = (char *)cfg->initial_cluster[j].url.text;
-        m->peerurls = peer_urls[n];
-        m->n_peerurls = np;
-        if (m->id == s->id.member_id) { /* only started members advertise client URLs */
-            m->clienturls = client_urls;
-            m->n_clienturls = cfg->n_advertise_client;
-        }
-        mp[n] = m;
-        n++;
+    const Kvdpb__Member *m = mlist_find(&l, id);
+    /* mayRemoveMember: removing a voter must leave a started quorum. */
+    if (!(m && m->is_learner) && !ready(&l, READY_REMOVE, id, s->id.member_id)) {
+        mlist_free(&l);
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        return;
     }
+    mlist_free(&l);
+    if (!m) { /* ErrIDNotFound / ErrIDRemoved */
+        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND);
+        return;
+    }
+    change_ctx *c = ctx_new(call);
+    if (!c)
+        return;
+    c->id = id;
+    start_change(call, c, KV_NODE_MEMBER_REMOVE, NULL, 0);
+}
 
-    Etcdserverpb__MemberListResponse r = ETCDSERVERPB__MEMBER_LIST_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    const kv_header_info *hi = kv_node_header(s->node);
-    h.cluster_id = hi->cluster_id;
-    h.member_id = hi->member_id;
-    h.raft_term = hi->raft_term; /* etcd's MemberList header carries no revision */
-    r.header = &h;
-    r.members = mp;
-    r.n_members = n;
+static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__MemberPromoteRequest *req =
+        unpack(call, &etcdserverpb__member_promote_request__descriptor, msg, len);
+    if (!req)
+        return;
+    uint64_t id = req->id;
+    etcdserverpb__member_promote_request__free_unpacked(req, NULL);
+    mlist l = {0};
+    int rc = mlist_load(s, &l);
+    if (rc) {
+        reply_load_error(call, rc);
+        return;
+    }
+    const Kvdpb__Member *m = mlist_find(&l, id);
+    int is_ready = ready(&l, READY_PROMOTE, id, s->id.member_id);
+    int learner = m && m->is_learner;
+    mlist_free(&l);
+    if (!is_ready) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        return;
+    }
+    if (!m) {
+        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND);
+        return;
+    }
+    if (!learner) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_LEARNER);
+        return;
+    }
+    change_ctx *c = ctx_new(call);
+    if (!c)
+        return;
+    c->id = id;
+    start_change(call, c, KV_NODE_MEMBER_PROMOTE, NULL, 0);
+}
 
-    kv_reply_message(call, &r.base);
+/* ---- MemberUpdate: an ordered member_update request ---- */
+
+static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    /* MemberUpdateRequest and kvdpb.MemberUpdate have the same fields (id 1, peer URLs 2). */
+    Kvdpb__MemberUpdate *u = unpack(call, &kvdpb__member_update__descriptor, msg, len);
+    if (!u)
+        return;
+    change_ctx *c = NULL;
+    uint8_t *buf = NULL;
+    if (u->n_peer_urls > KV_MEMBER_MAX_URLS) {
+        char m[96];
+        snprintf(m, sizeof(m), "kvd: too many peer URLs (limit %d)", KV_MEMBER_MAX_URLS);
+        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, m);
+        goto done;
+    }
+    /* etcd 3.4 leaves this check to clientv3 (types.NewURLs); kvd also makes it here so that
+     * a raw client cannot store peer URLs the transport cannot dial. */
+    int rc = kv_member_urls_parse(u->peer_urls, u->n_peer_urls, NULL, 0);
+    if (rc < 0) {
+        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+        goto done;
+    }
+    if (!(c = ctx_new(call)))
+        goto done;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE;
+    ir.member_update = u;
+    size_t n = kvdpb__internal_request__get_packed_size(&ir);
+    if (!(buf = malloc(n))) {
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        goto done;
+    }
+    kvdpb__internal_request__pack(&ir, buf);
+    c->call = call;
+    c->id = u->id;
+    kv_grpc_call_set_data(call, c);
+    rc = kv_node_propose(s->node, buf, n, on_change_done, c, NULL);
+    buf = NULL; /* the node owns it in every case */
+    if (rc < 0) {
+        kv_grpc_call_set_data(call, NULL);
+        reply_node_error(call, rc);
+        goto done;
+    }
+    c = NULL;
+done:
+    if (c)
+        ctx_free(c);
+    free(buf);
+    kvdpb__member_update__free_unpacked(u, NULL);
 }
 
 const kv_grpc_method kv_service_cluster[] = {
     {"/etcdserverpb.Cluster/MemberList", 0, on_member_list, NULL, NULL},
+    {"/etcdserverpb.Cluster/MemberAdd", 0, on_member_add, NULL, on_change_cancel},
+    {"/etcdserverpb.Cluster/MemberRemove", 0, on_member_remove, NULL, on_change_cancel},
+    {"/etcdserverpb.Cluster/MemberUpdate", 0, on_member_update, NULL, on_change_cancel},
+    {"/etcdserverpb.Cluster/MemberPromote", 0, on_member_promote, NULL, on_change_cancel},
 };
 const size_t kv_service_cluster_len = sizeof(kv_service_cluster) / sizeof(kv_service_cluster[0]);

@@ -1,6 +1,6 @@
 /*
  * service_maintenance: etcdserverpb.Maintenance (Status, Alarm, HashKV, Defragment).
- * Snapshot and Hash: api/snapshot_stream.c. MoveLeader is not implemented yet and says so.
+ * Snapshot and Hash: api/snapshot_stream.c. MoveLeader: api/move_leader.c.
  *
  * Alarm: every action (GET, ACTIVATE, DEACTIVATE) travels the ordered write path, as etcd
  * proposes AlarmRequests through raft; the store applies it (mvcc/alarm.c).
@@ -8,6 +8,7 @@
  * the apply worker, then the swap on the loop (mvcc/store.h kv_store_defrag_*).
  */
 #include "api/internal_req.h"
+#include "api/move_leader.h"
 #include "api/read_req.h"
 #include "api/snapshot_stream.h"
 #include "api/services.h"
@@ -47,11 +48,9 @@ typedef struct status_errors {
     size_t n, cap;
 } status_errors;
 
-/* etcd's Status lists the active alarms as AlarmMember.String() in `errors`. */
-static int add_status_error(void *arg, uint64_t member, int type)
+static int add_status_text(status_errors *e, const char *text)
 {
-    status_errors *e = arg;
-    if (e->n == 64)
+    if (e->n == 65) /* the no-leader line and up to 64 alarms */
         return 0;
     if (e->n == e->cap) {
         size_t cap = e->cap ? e->cap * 2 : 4;
@@ -61,13 +60,19 @@ static int add_status_error(void *arg, uint64_t member, int type)
         e->v = v;
         e->cap = cap;
     }
-    char buf[64];
-    snprintf(buf, sizeof(buf), "memberID:%llu alarm:%s ", (unsigned long long)member,
-             kv_alarm_name(type));
-    if ((e->v[e->n] = strdup(buf)) == NULL)
+    if ((e->v[e->n] = strdup(text)) == NULL)
         return -ENOMEM;
     e->n++;
     return 0;
+}
+
+/* etcd's Status lists the active alarms as AlarmMember.String() in `errors`. */
+static int add_status_error(void *arg, uint64_t member, int type)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "memberID:%llu alarm:%s ", (unsigned long long)member,
+             kv_alarm_name(type));
+    return add_status_text(arg, buf);
 }
 
 static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -82,19 +87,30 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_error(call, 13, "etcdserver: request failed: storage error");
         return;
     }
+    /* etcd 3.4 maintenanceServer.Status: leader, raftIndex = the raft commit index,
+     * raftAppliedIndex, raftTerm and isLearner from raft; "etcdserver: no leader" first in
+     * errors when no leader is known, then the alarms. */
+    kv_node_raft_status rs;
+    kv_node_get_raft_status(s->node, &rs);
     Etcdserverpb__StatusResponse r = ETCDSERVERPB__STATUS_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     fill_header(s, &h, ss.revision);
+    if (rs.term)
+        h.raft_term = rs.term;
     r.header = &h;
     r.version = (char *)KVD_API_VERSION;
     r.dbsize = ss.db_size;
     r.dbsizeinuse = ss.db_size_in_use;
-    r.leader = s->id.member_id; /* a single member is its own leader */
-    r.raftindex = ss.applied_index;
-    r.raftappliedindex = ss.applied_index;
+    r.leader = rs.leader;
+    r.raftindex = rs.commit_index;
+    r.raftappliedindex = rs.applied_index;
     r.raftterm = h.raft_term;
+    r.islearner = rs.is_learner != 0;
     status_errors errs = {0};
-    if (kv_store_alarms(s->store) != 0)
+    int rc = 0;
+    if (rs.leader == 0)
+        rc = add_status_text(&errs, "etcdserver: no leader");
+    if (rc == 0 && kv_store_alarms(s->store) != 0)
         kv_store_alarm_list(s->store, add_status_error, &errs);
     r.errors = errs.v;
     r.n_errors = errs.n;
@@ -220,6 +236,8 @@ const kv_grpc_method kv_service_maintenance[] = {
     {"/etcdserverpb.Maintenance/Snapshot", 1, kv_snapshot_on_message, kv_snapshot_on_half_close,
      kv_snapshot_on_cancel},
     {"/etcdserverpb.Maintenance/Hash", 0, kv_hash_on_message, NULL, kv_read_cancel},
+    {"/etcdserverpb.Maintenance/MoveLeader", 0, kv_move_leader_on_message, NULL,
+     kv_move_leader_on_cancel},
 };
 const size_t kv_service_maintenance_len =
     sizeof(kv_service_maintenance) / sizeof(kv_service_maintenance[0]);

@@ -27,9 +27,7 @@ static void on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
 
 const kv_grpc_method kv_service_unimplemented[] = {
-    UNARY("/etcdserverpb.Cluster/MemberAdd"),      UNARY("/etcdserverpb.Cluster/MemberRemove"),
-    UNARY("/etcdserverpb.Cluster/MemberUpdate"),   UNARY("/etcdserverpb.Cluster/MemberPromote"),
-    UNARY("/etcdserverpb.Maintenance/MoveLeader"), UNARY("/etcdserverpb.Auth/AuthEnable"),
+    UNARY("/etcdserverpb.Auth/AuthEnable"),
     UNARY("/etcdserverpb.Auth/AuthDisable"),       UNARY("/etcdserverpb.Auth/Authenticate"),
 };
 const size_t kv_service_unimplemented_len =

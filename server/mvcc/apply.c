@@ -634,6 +634,15 @@ static int dispatch(actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage 
         *hdr = r->header;
         return 0;
     }
+    case KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE: {
+        Etcdserverpb__MemberUpdateResponse *r = NULL;
+        if ((rc = kv_members_apply(w->s, w->txn, w->m->rev, ir, w->res, &r)))
+            return rc;
+        *msg = &r->base;
+        *hdr = r->header;
+        return 0;
+    }
     default:
         kv_res_etcd_err(w->res, KV_ERR_EMPTY_INTERNAL_REQ);
         return 1;

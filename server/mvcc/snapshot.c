@@ -352,6 +352,17 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
         if (r)
             rc = kv_mdb_err(r);
     }
+    /* So does the membership: kvd bootstraps it again from its flags (etcd's restore writes
+     * a new membership from --initial-cluster). */
+    static const char *const membership[] = {"members", "members_removed"};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        MDB_dbi d;
+        int r = mdb_dbi_open(txn, membership[i], 0, &d);
+        if (r == 0)
+            r = mdb_drop(txn, d, 0);
+        if (r && r != MDB_NOTFOUND)
+            rc = kv_mdb_err(r);
+    }
     if (rc) {
         mdb_txn_abort(txn);
         goto fail;

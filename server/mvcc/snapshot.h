@@ -55,9 +55,9 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
 int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg, size_t msglen);
 
 /* Restore: copies the first data_len bytes of the snapshot into <dir>/data.mdb (dir must not
- * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity")
- * and every alarm, so that kvd started on dir stores the ids computed from its own flags (a
- * new member of a new cluster). Keys, revisions, compaction point and leases are kept. */
+ * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity"),
+ * every alarm and the membership table (mvcc/members.h), so that kvd started on dir stores the
+ * ids and members computed from its own flags (a new member of a new cluster). Keys, revisions, compaction point and leases are kept. */
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
                             size_t msglen);
 

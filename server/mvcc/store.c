@@ -35,7 +35,9 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
         (rc = mdb_dbi_open(txn, "rev", MDB_CREATE, &s->rev)) ||
         (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)) ||
-        (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)))
+        (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)) ||
+        (rc = mdb_dbi_open(txn, "members", MDB_CREATE, &s->members)) ||
+        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
 }
@@ -273,6 +275,11 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
 MDB_txn *kv_store_batch_txn(kv_store_batch *b)
 {
     return b && b->open ? b->txn : NULL;
+}
+
+uint64_t kv_store_batch_applied(const kv_store_batch *b)
+{
+    return b ? b->meta.applied : 0;
 }
 
 int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index)

@@ -49,6 +49,7 @@
  *   "lease", "lease_keys": the lease table (lease/lease_table.h), same transactions.
  *   "alarm" member id(8 BE) | alarm type(4 BE) -> crc32c of the 12-byte key (4, BE).
  *           One record per active alarm (etcd's alarm bucket); at most 64 (KV_MAX_ALARMS).
+ *   "members", "members_removed": the membership table (mvcc/members.h), same transactions.
  *
  * Limits: keys are limited to the LMDB maximum key size (511 bytes with the default LMDB
  * build): a longer key in a write gives INVALID_ARGUMENT "etcdserver: key is too long (kvd
@@ -162,6 +163,8 @@ MDB_txn *kv_store_batch_txn(kv_store_batch *b);
 /* Marks log index `index` applied without a request (a leader's empty entry, a configuration
  * change): the applied index moves, nothing else. index <= applied -> no-op. */
 int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index);
+/* The applied index as of the batch (stored, or moved by the batch so far). */
+uint64_t kv_store_batch_applied(const kv_store_batch *b);
 /* Replaces the store's state (keyspace, leases, alarms, members, meta state) by the one in
  * the LMDB file at path (a snapshot from the raft leader), inside batch b (mvcc/restore.c).
  * This member's identity and the raft log are kept. Apply thread only. */

@@ -54,6 +54,8 @@ struct kv_store {
     _Atomic unsigned sticky;   /* corruption seen by this process (refuse until disarmed) */
     _Atomic unsigned to_raise; /* alarms detected, not yet proposed (kv_store_take_alarms) */
     pthread_rwlock_t swap;     /* readers of the env vs the defragment swap */
+    /* membership (members.c) */
+    MDB_dbi members, members_removed;
 };
 
 /* One index entry (kidx dup). */
@@ -216,5 +218,13 @@ int kv_alarm_gate(unsigned mask, const struct Kvdpb__InternalRequest *ir, kv_res
 /* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
  * NOSPACE refuse. */
 int kv_alarm_is_growth(const struct Kvdpb__InternalRequest *ir);
+
+/* ---- members.c ---- */
+/* Applies a member_publish or member_update request (members.h). 0 (*out set: header with
+ * revision rev and every member after the change), 1 = request error in res, < 0 storage
+ * error or -EBADMSG. */
+int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev,
+                     const struct Kvdpb__InternalRequest *ir, kv_result *res,
+                     Etcdserverpb__MemberUpdateResponse **out);
 
 #endif

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+void kv_node__maybe_publish(kv_node *n);
+
 uint64_t kv_node__now_ms(void)
 {
     struct timespec ts;
@@ -273,6 +275,7 @@ static void on_tick(uv_timer_t *h)
         kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
     }
     kv_node__reads_expire(n, now);
+    kv_node__maybe_publish(n);
     kv_node__kick(n);
 }
 
@@ -446,6 +449,8 @@ void kv_node_close(kv_node *n)
     }
     kv_node__reads_fail_all(n, -ECANCELED);
     fire_compact_waiters(n, -ECANCELED);
+    free(n->publish);
+    n->publish = NULL;
     if (n->metrics)
         kv_metrics_gauge_fn_remove(n->metrics, n);
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
@@ -833,4 +838,40 @@ void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg)
 void kv_node_attach_peers(kv_node *n, struct kv_peer_net *peers)
 {
     n->peers = peers;
+}
+
+static void on_published(void *arg, kv_result *res)
+{
+    kv_node *n = arg;
+    n->publish_inflight = 0;
+    if (res->code == 0) {
+        free(n->publish);
+        n->publish = NULL;
+    } else {
+        n->publish_next_ms = kv_node__now_ms() + 1000; /* retried */
+    }
+}
+
+void kv_node_set_publish(kv_node *n, uint8_t *req, size_t len)
+{
+    free(n->publish);
+    n->publish = req;
+    n->publish_len = len;
+}
+
+/* Proposes the publish request once a leader is known (called each tick). */
+void kv_node__maybe_publish(kv_node *n)
+{
+    if (!n->publish || n->publish_inflight || !n->leader || n->closing ||
+        kv_node__now_ms() < n->publish_next_ms)
+        return;
+    uint8_t *copy = malloc(n->publish_len ? n->publish_len : 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, n->publish, n->publish_len);
+    kv_node_req *h = NULL;
+    if (kv_node_propose(n, copy, n->publish_len, on_published, n, &h) == 0) {
+        h->essential = 1;
+        n->publish_inflight = 1;
+    }
 }

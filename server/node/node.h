@@ -120,6 +120,10 @@ void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), voi
  * _ADD_LEARNER or _REMOVE for member id): the server connects or drops the peer. */
 void kv_node_set_conf_hook(kv_node *n, void (*fn)(void *arg, int op, uint64_t id), void *arg);
 
+/* The member's publish request (its name and client URLs, members_boot.h): proposed once a
+ * leader is known, retried until it applied (etcd's publish). Takes ownership of req. */
+void kv_node_set_publish(kv_node *n, uint8_t *req, size_t len);
+
 /* Failpoint (tests only): while stalled, queued requests are not applied, so writes and
  * /health hang until the queue bound sheds them. */
 void kv_node_set_stalled(kv_node *n, int stalled);

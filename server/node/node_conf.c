@@ -84,7 +84,7 @@ int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res)
     return 1;
 }
 
-void kv_node__conf_applied(kv_node *n, const struct raft_entry *e)
+void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *cres)
 {
     int op;
     raft_id id;
@@ -104,10 +104,8 @@ void kv_node__conf_applied(kv_node *n, const struct raft_entry *e)
     kv_node_req *r = n->conf_req;
     if (r && e->index >= r->conf_index) {
         n->conf_req = NULL;
-        kv_result res;
-        memset(&res, 0, sizeof(res));
         r->kind = REQ_WRITE;
-        kv_node__finish_req(n, r, &res);
+        kv_node__finish_req(n, r, cres);
     }
 }
 

@@ -24,6 +24,8 @@
 
 struct kv_peer_net;
 
+#define KV_NODE_MAX_RECORDS 8
+
 /* Frame types on the peer transport (server/peer/peer_net.h moves them opaquely). */
 enum {
     KV_PEER_T_RAFT = 1,         /* kvdraftpb.Message */
@@ -171,6 +173,17 @@ struct kv_node {
     int compact_log;         /* a raft_compact() meta waits for the next commit */
     struct raft_snapshot_meta compact_meta;
     kv_node_req *conf_req;     /* membership change waiting for its configuration entry */
+    struct {
+        uint64_t id;
+        uint8_t *data;
+        size_t len;
+    } records[KV_NODE_MAX_RECORDS]; /* member records awaiting their configuration entry
+                                       (worker thread only) */
+    size_t n_records;
+    uint8_t *publish; /* publish request until it applied */
+    size_t publish_len;
+    int publish_inflight;
+    uint64_t publish_next_ms;
     kv_node_req *transfer_req; /* MoveLeader waiting for the target to lead */
     void (*conf_fn)(void *arg, int op, uint64_t id); /* server: peers / members table */
     void *conf_arg;
@@ -244,7 +257,7 @@ void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
 /* node_conf.c */
 int kv_node__conf_start(kv_node *n, kv_node_req *r);
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);
-void kv_node__conf_applied(kv_node *n, const struct raft_entry *e);
+void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *res);
 void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r);
 void kv_node__conf_check(kv_node *n);
 

@@ -23,6 +23,8 @@
  */
 #include "node/node_int.h"
 
+#include "internal.pb-c.h"
+#include "mvcc/members.h"
 #include "peer/peer_net.h"
 
 #include <errno.h>
@@ -104,6 +106,101 @@ static void rec_checkpointed(void *arg, int64_t id, int64_t remaining)
     record_event(arg, 2, id, 0, remaining);
 }
 
+/* ---- membership records (worker thread) ---- */
+
+/* The InternalRequest field 20 (member_add) right after the id/proposer prefix. */
+static const uint8_t *member_record(const struct raft_entry *e, size_t *len)
+{
+    const uint8_t *p = e->data;
+    size_t o = 0;
+    uint64_t v;
+    for (int i = 0; i < 2 && o < e->len && (p[o] == 0x08 || p[o] == 0x10); i++) {
+        o++;
+        if (read_varint(p, e->len, &o, &v) < 0)
+            return NULL;
+    }
+    if (o + 2 > e->len || p[o] != 0xA2 || p[o + 1] != 0x01)
+        return NULL;
+    o += 2;
+    if (read_varint(p, e->len, &o, &v) < 0 || v > e->len - o)
+        return NULL;
+    *len = (size_t)v;
+    return p + o;
+}
+
+static int is_member_record(const struct raft_entry *e)
+{
+    size_t len;
+    return member_record(e, &len) != NULL;
+}
+
+/* Remembers the record until the configuration entry that adds its member applies (on every
+ * member: both entries are in the log). Bounded: the oldest is dropped. */
+static void keep_record(kv_node *n, const struct raft_entry *e)
+{
+    size_t len;
+    const uint8_t *rec = member_record(e, &len);
+    Kvdpb__Member *m = rec ? kvdpb__member__unpack(NULL, len, rec) : NULL;
+    if (m == NULL)
+        return;
+    uint64_t id = m->id;
+    kvdpb__member__free_unpacked(m, NULL);
+    uint8_t *copy = malloc(len ? len : 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, rec, len);
+    size_t slot = n->n_records < KV_NODE_MAX_RECORDS ? n->n_records++ : 0;
+    if (slot == 0 && n->n_records == KV_NODE_MAX_RECORDS) {
+        free(n->records[0].data);
+        memmove(&n->records[0], &n->records[1],
+                (KV_NODE_MAX_RECORDS - 1) * sizeof(n->records[0]));
+        slot = KV_NODE_MAX_RECORDS - 1;
+    }
+    n->records[slot].id = id;
+    n->records[slot].data = copy;
+    n->records[slot].len = len;
+}
+
+/* Takes the kept record of member id (caller frees), or NULL. */
+static uint8_t *take_record(kv_node *n, uint64_t id, size_t *len)
+{
+    for (size_t i = 0; i < n->n_records; i++) {
+        if (n->records[i].id != id)
+            continue;
+        uint8_t *d = n->records[i].data;
+        *len = n->records[i].len;
+        memmove(&n->records[i], &n->records[i + 1], (n->n_records - i - 1) * sizeof(n->records[0]));
+        n->n_records--;
+        return d;
+    }
+    return NULL;
+}
+
+/* A configuration entry: the members table follows raft's configuration (members.h). */
+static int apply_conf(kv_node *n, ready_work *w, kv_store_batch *b, const struct raft_entry *e,
+                      kv_result *res)
+{
+    (void)w;
+    int op;
+    raft_id id;
+    int fresh = e->index > kv_store_batch_applied(b);
+    int rc = kv_store_apply_noop(n->store, b, e->index);
+    if (rc < 0 || !fresh || raft_conf_change_decode(e, &op, &id) != 0)
+        return rc;
+    size_t len = 0;
+    uint8_t *rec = take_record(n, id, &len);
+    int mop = op == RAFT_CONF_REMOVE        ? KV_NODE_MEMBER_REMOVE
+              : op == RAFT_CONF_ADD_LEARNER ? KV_NODE_MEMBER_ADD_LEARNER
+              : rec                         ? KV_NODE_MEMBER_ADD
+                                            : KV_NODE_MEMBER_PROMOTE;
+    rc = kv_store_member_change(n->store, b, mop, id, rec, len, res);
+    free(rec);
+    if (rc == 0 && res->code != 0)
+        fprintf(stderr, "kvd: members table refused configuration change at %llu: %s\n",
+                (unsigned long long)e->index, res->msg);
+    return rc;
+}
+
 /* Entry i of what the worker applies: the committed entries, then (single voter) the new
  * ones. */
 static const struct raft_entry *apply_entry(const ready_work *w, size_t i)
@@ -126,11 +223,24 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
     for (size_t i = 0; i < cnt; i++) {
         const struct raft_entry *e = apply_entry(w, i);
         int rc;
-        if (e->type != RAFT_ENTRY_NORMAL || e->len == 0) {
-            rc = kv_store_apply_noop(n->store, b, e->index); /* no-op / configuration entry */
+        if (e->type == RAFT_ENTRY_CONF) {
+            rc = apply_conf(n, w, b, e, &w->results[i]);
             if (rc == 0 && e->index > w->applied) {
                 w->applied = e->index;
                 w->fresh[i] = 1;
+            }
+        } else if (e->len == 0 || is_member_record(e)) {
+            /* a leader's empty entry, or a member record (kept until its configuration entry) */
+            if (e->len && e->index > kv_store_batch_applied(b))
+                keep_record(n, e);
+            uint64_t id, proposer;
+            entry_origin(e->data, e->len, &id, &proposer);
+            rc = kv_store_apply_noop(n->store, b, e->index);
+            if (rc == 0 && e->index > w->applied) {
+                w->applied = e->index;
+                w->fresh[i] = 1;
+                if (e->len && proposer == n->self)
+                    w->ids[i] = id;
             }
         } else {
             uint64_t id, proposer;
@@ -414,7 +524,7 @@ static void after_ready(uv_work_t *req, int status)
             if (w->ids[i])
                 complete_id(n, w->ids[i], &w->results[i]);
             else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
-                kv_node__conf_applied(n, e);
+                kv_node__conf_applied(n, e, &w->results[i]);
         }
         kv_node__reads_ready(n, w->rd.reads, w->rd.n_reads);
         advance(n, &w->rd);
@@ -994,6 +1104,9 @@ fail:
 
 void kv_node__raft_stop(kv_node *n)
 {
+    for (size_t i = 0; i < n->n_records; i++)
+        free(n->records[i].data);
+    n->n_records = 0;
     if (n->raft_ok) {
         raft_close(&n->raft);
         n->raft_ok = 0;

@@ -1,0 +1,122 @@
+/* move_leader: Maintenance.MoveLeader (see move_leader.h). */
+#include "api/move_leader.h"
+
+#include "api/services.h"
+#include "mvcc/members.h"
+#include "mvcc/pb_strip.h"
+#include "rpc.pb-c.h"
+#include "server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+typedef struct move_ctx {
+    kv_grpc_call *call; /* NULL once the client went away */
+} move_ctx;
+
+static void reply_ok(kv_grpc_call *call)
+{
+    Etcdserverpb__MoveLeaderResponse r = ETCDSERVERPB__MOVE_LEADER_RESPONSE__INIT;
+    kv_reply_message(call, &r.base);
+}
+
+static void reply_status(kv_grpc_call *call, int status)
+{
+    switch (status) {
+    case 0:
+        reply_ok(call);
+        break;
+    case -EPERM:
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, "etcdserver: not leader");
+        break;
+    case -EINVAL:
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, "etcdserver: bad leader transferee");
+        break;
+    case -ETIMEDOUT: /* etcd's ErrTimeoutLeaderTransfer has no gRPC mapping: codes.Unknown */
+        kv_reply_error(call, 2, "etcdserver: request timed out, leader transfer took too long");
+        break;
+    case -ECANCELED:
+    case -ESHUTDOWN:
+        kv_reply_error(call, 14, "etcdserver: server stopped");
+        break;
+    case -ENOTSUP:
+        kv_reply_error(call, KV_GRPC_UNIMPLEMENTED,
+                       "kvd: leader transfer needs the raft node (not wired in yet)");
+        break;
+    default:
+        kv_reply_propose_error(call, status);
+        break;
+    }
+}
+
+static void on_done(void *arg, int status)
+{
+    move_ctx *c = arg;
+    if (c->call) {
+        kv_grpc_call_set_data(c->call, NULL);
+        reply_status(c->call, status);
+    }
+    free(c);
+}
+
+void kv_move_leader_on_cancel(kv_grpc_call *call)
+{
+    move_ctx *c = kv_grpc_call_data(call);
+    if (c)
+        c->call = NULL;
+}
+
+void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__MoveLeaderRequest *req = (Etcdserverpb__MoveLeaderRequest *)kv_pb_unpack(
+        &etcdserverpb__move_leader_request__descriptor, msg, len);
+    if (!req) {
+        kv_reply_error(call, KV_GRPC_INTERNAL,
+                       "grpc: error unmarshalling request: malformed protobuf");
+        return;
+    }
+    uint64_t target = req->targetid;
+    etcdserverpb__move_leader_request__free_unpacked(req, NULL);
+    kv_node_raft_status rs;
+    kv_node_get_raft_status(s->node, &rs);
+    if (rs.leader != s->id.member_id) {
+        reply_status(call, -EPERM);
+        return;
+    }
+    Kvdpb__Member *m = NULL;
+    int rc = kv_store_member_get(s->store, target, &m);
+    if (rc == -ENOENT && target == s->id.member_id)
+        rc = 0; /* a table not initialised yet still knows this member */
+    else if (rc == 0 && m->is_learner)
+        rc = -ENOENT;
+    if (m)
+        kvdpb__member__free_unpacked(m, NULL);
+    if (rc == -ENOENT) {
+        reply_status(call, -EINVAL);
+        return;
+    }
+    if (rc < 0) {
+        kv_reply_error(call, rc == -EBADMSG ? KV_GRPC_DATA_LOSS : KV_GRPC_INTERNAL,
+                       rc == -EBADMSG ? "etcdserver: corrupt cluster"
+                                      : "etcdserver: request failed: storage error");
+        return;
+    }
+    if (target == s->id.member_id) {
+        reply_ok(call);
+        return;
+    }
+    move_ctx *c = calloc(1, sizeof(*c));
+    if (!c) {
+        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        return;
+    }
+    c->call = call;
+    kv_grpc_call_set_data(call, c);
+    rc = kv_node_move_leader(s->node, target, on_done, c);
+    if (rc < 0) {
+        kv_grpc_call_set_data(call, NULL);
+        free(c);
+        reply_status(call, rc);
+    }
+}

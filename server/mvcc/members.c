@@ -1,0 +1,573 @@
+/* members: the membership table (see members.h). kvdpb.Member has the field numbers and
+ * types of etcdserverpb.Member, so a stored payload unpacks as either. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mvcc/crc32c.h"
+#include "mvcc/members.h"
+#include "mvcc/store_int.h"
+
+static uint32_t rec_crc(const uint8_t key[8], const uint8_t *payload, size_t len)
+{
+    return kv_crc32c(kv_crc32c(0, key, 8), payload, len);
+}
+
+static uint32_t be32_get(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void be32_put(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Checks a stored record; on success payload and plen point at the packed Member. */
+static int rec_check(const MDB_val *k, const MDB_val *v, const uint8_t **payload, size_t *plen)
+{
+    if (k->mv_size != 8 || v->mv_size < 4)
+        return -EBADMSG;
+    const uint8_t *p = v->mv_data;
+    if (be32_get(p) != rec_crc(k->mv_data, p + 4, v->mv_size - 4))
+        return -EBADMSG;
+    if (payload) {
+        *payload = p + 4;
+        *plen = v->mv_size - 4;
+    }
+    return 0;
+}
+
+static int strs_ok(char **v, size_t n)
+{
+    if (n > KV_MEMBER_MAX_URLS)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!v[i] || strlen(v[i]) > KV_MEMBER_MAX_STR)
+            return 0;
+    return 1;
+}
+
+static int member_ok(const Kvdpb__Member *m)
+{
+    return (!m->name || strlen(m->name) <= KV_MEMBER_MAX_STR) &&
+           strs_ok(m->peer_urls, m->n_peer_urls) && strs_ok(m->client_urls, m->n_client_urls);
+}
+
+/* Writes m under id (m->id is overridden in the stored bytes). */
+static int rec_put(kv_store *s, MDB_txn *txn, uint64_t id, const Kvdpb__Member *m)
+{
+    Kvdpb__Member c = *m;
+    c.id = id;
+    size_t n = kvdpb__member__get_packed_size(&c);
+    uint8_t *buf = malloc(4 + n);
+    if (!buf)
+        return -ENOMEM;
+    kvdpb__member__pack(&c, buf + 4);
+    uint8_t key[8];
+    kv_be64_put(key, id);
+    be32_put(buf, rec_crc(key, buf + 4, n));
+    MDB_val k = {8, key}, v = {4 + n, buf};
+    int rc = kv_mdb_err(mdb_put(txn, s->members, &k, &v, 0));
+    free(buf);
+    return rc;
+}
+
+/* Loads member id from txn: 0 (*out malloc'd), -ENOENT, -EBADMSG, < 0. */
+static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
+{
+    uint8_t key[8];
+    kv_be64_put(key, id);
+    MDB_val k = {8, key}, v;
+    int g = mdb_get(txn, s->members, &k, &v);
+    if (g == MDB_NOTFOUND)
+        return -ENOENT;
+    if (g)
+        return kv_mdb_err(g);
+    const uint8_t *p;
+    size_t n;
+    int rc = rec_check(&k, &v, &p, &n);
+    if (rc)
+        return rc;
+    Kvdpb__Member *m = kvdpb__member__unpack(NULL, n, p);
+    if (!m)
+        return -EBADMSG;
+    m->id = id;
+    *out = m;
+    return 0;
+}
+
+static int removed_get(kv_store *s, MDB_txn *txn, uint64_t id)
+{
+    uint8_t key[8];
+    kv_be64_put(key, id);
+    MDB_val k = {8, key}, v;
+    int g = mdb_get(txn, s->members_removed, &k, &v);
+    if (g == MDB_NOTFOUND)
+        return 0;
+    if (g)
+        return kv_mdb_err(g);
+    return rec_check(&k, &v, NULL, NULL) ? -EBADMSG : 1;
+}
+
+static int count(MDB_txn *txn, MDB_dbi dbi, size_t *n)
+{
+    MDB_stat st;
+    int rc = kv_mdb_err(mdb_stat(txn, dbi, &st));
+    if (rc == 0)
+        *n = st.ms_entries;
+    return rc;
+}
+
+static int list_txn(kv_store *s, MDB_txn *txn, Kvdpb__Member ***out, size_t *n);
+
+static MDB_txn *batch_txn(kv_store *s, kv_store_batch *b)
+{
+    return s && b && b->open && b == &s->batch ? b->txn : NULL;
+}
+
+int kv_store_members_bootstrap(kv_store *s, kv_store_batch *b, const Kvdpb__Member *const *m,
+                               size_t n)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn || (n && !m) || n > KV_MEMBERS_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (!m[i] || m[i]->id == 0 || !member_ok(m[i]))
+            return -EINVAL;
+        for (size_t j = 0; j < i; j++)
+            if (m[j]->id == m[i]->id)
+                return -EINVAL;
+    }
+    size_t have = 0, gone = 0;
+    int rc;
+    if ((rc = count(txn, s->members, &have)) || (rc = count(txn, s->members_removed, &gone)))
+        return rc;
+    if (have || gone)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((rc = rec_put(s, txn, m[i]->id, m[i])))
+            return rc;
+    return n ? 1 : 0;
+}
+
+int kv_store_member_put(kv_store *s, kv_store_batch *b, uint64_t id, const uint8_t *record,
+                        size_t len)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn || id == 0 || (len && !record))
+        return -EINVAL;
+    int rc = removed_get(s, txn, id);
+    if (rc)
+        return rc < 0 ? rc : -EPERM;
+    Kvdpb__Member *m = kvdpb__member__unpack(NULL, len, record);
+    if (!m)
+        return -EINVAL;
+    if (!member_ok(m)) {
+        rc = -EINVAL;
+        goto out;
+    }
+    Kvdpb__Member *old = NULL;
+    rc = rec_get(s, txn, id, &old);
+    if (rc == -ENOENT) {
+        size_t have = 0;
+        if ((rc = count(txn, s->members, &have)))
+            goto out;
+        if (have >= KV_MEMBERS_MAX) {
+            rc = -ENOSPC;
+            goto out;
+        }
+    } else if (rc) {
+        goto out;
+    } else {
+        kvdpb__member__free_unpacked(old, NULL);
+    }
+    rc = rec_put(s, txn, id, m);
+out:
+    kvdpb__member__free_unpacked(m, NULL);
+    return rc;
+}
+
+int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn)
+        return -EINVAL;
+    uint8_t key[8];
+    kv_be64_put(key, id);
+    MDB_val k = {8, key};
+    int d = mdb_del(txn, s->members, &k, NULL);
+    if (d == MDB_NOTFOUND)
+        return -ENOENT;
+    if (d)
+        return kv_mdb_err(d);
+    uint8_t crc[4];
+    be32_put(crc, rec_crc(key, NULL, 0));
+    MDB_val v = {4, crc};
+    return kv_mdb_err(mdb_put(txn, s->members_removed, &k, &v, 0));
+}
+
+int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int learner)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn)
+        return -EINVAL;
+    Kvdpb__Member *m = NULL;
+    int rc = rec_get(s, txn, id, &m);
+    if (rc)
+        return rc;
+    m->is_learner = learner != 0;
+    rc = rec_put(s, txn, id, m);
+    kvdpb__member__free_unpacked(m, NULL);
+    return rc;
+}
+
+int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                           const uint8_t *record, size_t len, kv_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn || op < KV_MEMBER_OP_ADD || op > KV_MEMBER_OP_PROMOTE)
+        return -EINVAL;
+    int rc = removed_get(s, txn, id);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+        return 0;
+    }
+    Kvdpb__Member **v = NULL, *m = NULL;
+    size_t n = 0;
+    if ((rc = list_txn(s, txn, &v, &n)))
+        return rc;
+    const Kvdpb__Member *cur = NULL;
+    size_t learners = 0;
+    for (size_t i = 0; i < n; i++) {
+        learners += v[i]->is_learner;
+        if (v[i]->id == id)
+            cur = v[i];
+    }
+    if (op == KV_MEMBER_OP_REMOVE || op == KV_MEMBER_OP_PROMOTE) {
+        if (!cur)
+            kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+        else if (op == KV_MEMBER_OP_PROMOTE && !cur->is_learner)
+            kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
+                       "etcdserver: can only promote a learner member");
+        else if (op == KV_MEMBER_OP_REMOVE)
+            rc = kv_store_member_remove(s, b, id);
+        else
+            rc = kv_store_member_set_learner(s, b, id, 0);
+        goto out;
+    }
+    if (cur) {
+        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION, "etcdserver: member ID already exist");
+        goto out;
+    }
+    if (!(m = kvdpb__member__unpack(NULL, len, record)) || !member_ok(m)) {
+        kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < v[i]->n_peer_urls; j++)
+            for (size_t k = 0; k < m->n_peer_urls; k++)
+                if (strcmp(v[i]->peer_urls[j], m->peer_urls[k]) == 0) {
+                    kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
+                               "etcdserver: Peer URLs already exists");
+                    goto out;
+                }
+    if (op == KV_MEMBER_OP_ADD_LEARNER && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
+        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
+                   "etcdserver: too many learner members in cluster");
+        goto out;
+    }
+    if (n >= KV_MEMBERS_MAX) {
+        kv_res_err(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many members (limit %d)",
+                   KV_MEMBERS_MAX);
+        goto out;
+    }
+    m->is_learner = op == KV_MEMBER_OP_ADD_LEARNER;
+    rc = rec_put(s, txn, id, m);
+out:
+    if (m)
+        kvdpb__member__free_unpacked(m, NULL);
+    kv_store_members_free(v, n);
+    return rc;
+}
+
+/* ---- reads ---- */
+
+void kv_store_members_free(Kvdpb__Member **m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++)
+        kvdpb__member__free_unpacked(m[i], NULL);
+    free(m);
+}
+
+/* Every member in txn, id order. */
+static int list_txn(kv_store *s, MDB_txn *txn, Kvdpb__Member ***out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    MDB_cursor *c;
+    int rc = kv_mdb_err(mdb_cursor_open(txn, s->members, &c));
+    if (rc)
+        return rc;
+    Kvdpb__Member **v = NULL;
+    size_t cnt = 0;
+    MDB_val k, val;
+    int g;
+    for (g = mdb_cursor_get(c, &k, &val, MDB_FIRST); g == 0 && rc == 0;
+         g = mdb_cursor_get(c, &k, &val, MDB_NEXT)) {
+        const uint8_t *p;
+        size_t plen;
+        if ((rc = rec_check(&k, &val, &p, &plen)))
+            break;
+        if (cnt == KV_MEMBERS_MAX) { /* put refuses more: the table is not ours */
+            rc = -EBADMSG;
+            break;
+        }
+        Kvdpb__Member **nv = realloc(v, (cnt + 1) * sizeof(*nv));
+        if (!nv) {
+            rc = -ENOMEM;
+            break;
+        }
+        v = nv;
+        if (!(v[cnt] = kvdpb__member__unpack(NULL, plen, p))) {
+            rc = -EBADMSG;
+            break;
+        }
+        v[cnt]->id = kv_be64_get(k.mv_data);
+        cnt++;
+    }
+    mdb_cursor_close(c);
+    if (rc == 0 && g != 0 && g != MDB_NOTFOUND)
+        rc = kv_mdb_err(g);
+    if (rc) {
+        kv_store_members_free(v, cnt);
+        return rc;
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+/* Runs fn in a read transaction of the committed state. */
+static int with_read_txn(kv_store *s, int (*fn)(kv_store *s, MDB_txn *txn, void *arg), void *arg)
+{
+    if (!s)
+        return -EINVAL;
+    MDB_txn *txn;
+    pthread_rwlock_rdlock(&s->swap);
+    int rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+    if (rc == 0) {
+        rc = fn(s, txn, arg);
+        mdb_txn_abort(txn);
+    }
+    pthread_rwlock_unlock(&s->swap);
+    if (rc == -EBADMSG)
+        kv_store_note_corrupt(s, "reading the members table");
+    return rc;
+}
+
+typedef struct list_args {
+    Kvdpb__Member ***out;
+    size_t *n;
+} list_args;
+
+static int list_fn(kv_store *s, MDB_txn *txn, void *arg)
+{
+    list_args *a = arg;
+    return list_txn(s, txn, a->out, a->n);
+}
+
+int kv_store_members_list(kv_store *s, Kvdpb__Member ***out, size_t *n)
+{
+    list_args a = {out, n};
+    return with_read_txn(s, list_fn, &a);
+}
+
+typedef struct get_args {
+    uint64_t id;
+    Kvdpb__Member **out;
+} get_args;
+
+static int get_fn(kv_store *s, MDB_txn *txn, void *arg)
+{
+    get_args *a = arg;
+    return rec_get(s, txn, a->id, a->out);
+}
+
+int kv_store_member_get(kv_store *s, uint64_t id, Kvdpb__Member **out)
+{
+    get_args a = {id, out};
+    return with_read_txn(s, get_fn, &a);
+}
+
+static int removed_fn(kv_store *s, MDB_txn *txn, void *arg)
+{
+    return removed_get(s, txn, *(uint64_t *)arg);
+}
+
+int kv_store_member_is_removed(kv_store *s, uint64_t id)
+{
+    return with_read_txn(s, removed_fn, &id);
+}
+
+/* ---- apply of member_publish / member_update (store_int.h) ---- */
+
+static char **dup_strs(char **v, size_t n)
+{
+    char **o = calloc(n ? n : 1, sizeof(*o));
+    for (size_t i = 0; o && i < n; i++) {
+        if (!(o[i] = strdup(v[i]))) {
+            while (i--)
+                free(o[i]);
+            free(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+static void free_strs(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Member list response (kvdpb.Member -> etcdserverpb.Member through the wire format). */
+static int list_response(kv_store *s, MDB_txn *txn, int64_t rev,
+                         Etcdserverpb__MemberUpdateResponse **out)
+{
+    Kvdpb__Member **v;
+    size_t n;
+    int rc = list_txn(s, txn, &v, &n);
+    if (rc)
+        return rc;
+    Etcdserverpb__MemberUpdateResponse *r = calloc(1, sizeof(*r));
+    if (!r) {
+        kv_store_members_free(v, n);
+        return -ENOMEM;
+    }
+    etcdserverpb__member_update_response__init(r);
+    if (!(r->header = kv_header_new(rev)) || (n && !(r->members = calloc(n, sizeof(*r->members)))))
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint8_t *buf = malloc(kvdpb__member__get_packed_size(v[i]) + 1);
+        if (!buf) {
+            rc = -ENOMEM;
+            break;
+        }
+        size_t len = kvdpb__member__pack(v[i], buf);
+        r->members[i] = etcdserverpb__member__unpack(NULL, len, buf);
+        free(buf);
+        if (!r->members[i])
+            rc = -ENOMEM;
+        else
+            r->n_members = i + 1;
+    }
+    kv_store_members_free(v, n);
+    if (rc) {
+        etcdserverpb__member_update_response__free_unpacked(r, NULL);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* 1 if a member other than id has one of urls as a peer URL, 0 if not, < 0 on error. */
+static int url_in_use(kv_store *s, MDB_txn *txn, uint64_t id, char **urls, size_t n)
+{
+    Kvdpb__Member **v;
+    size_t cnt;
+    int rc = list_txn(s, txn, &v, &cnt);
+    if (rc)
+        return rc;
+    int used = 0;
+    for (size_t i = 0; i < cnt && !used; i++) {
+        if (v[i]->id == id)
+            continue;
+        for (size_t j = 0; j < v[i]->n_peer_urls && !used; j++)
+            for (size_t k = 0; k < n && !used; k++)
+                used = strcmp(v[i]->peer_urls[j], urls[k]) == 0;
+    }
+    kv_store_members_free(v, cnt);
+    return used;
+}
+
+int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__InternalRequest *ir,
+                     kv_result *res, Etcdserverpb__MemberUpdateResponse **out)
+{
+    uint64_t id;
+    char **urls;
+    size_t n_urls;
+    int publish = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
+    if (publish) {
+        if (!member_ok(ir->member_publish)) {
+            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+            return 1;
+        }
+        id = ir->member_publish->id;
+        urls = ir->member_publish->client_urls;
+        n_urls = ir->member_publish->n_client_urls;
+    } else {
+        id = ir->member_update->id;
+        urls = ir->member_update->peer_urls;
+        n_urls = ir->member_update->n_peer_urls;
+        if (!strs_ok(urls, n_urls)) {
+            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+            return 1;
+        }
+    }
+    Kvdpb__Member *m = NULL;
+    int rc = rec_get(s, txn, id, &m);
+    if (rc == -ENOENT) {
+        int r = removed_get(s, txn, id);
+        if (r < 0)
+            return r;
+        if (r == 1 && publish) /* etcd: "skipped updating attributes of removed member" */
+            return list_response(s, txn, rev, out);
+        kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+        return 1;
+    }
+    if (rc)
+        return rc;
+    if (!publish) { /* etcd ValidateConfigurationChange (update): URLs of another member */
+        int used = url_in_use(s, txn, id, urls, n_urls);
+        if (used) {
+            kvdpb__member__free_unpacked(m, NULL);
+            if (used < 0)
+                return used;
+            kv_res_err(res, KV_GRPC_FAILED_PRECONDITION, "etcdserver: Peer URLs already exists");
+            return 1;
+        }
+    }
+    char **nv = dup_strs(urls, n_urls);
+    char *name = publish ? strdup(ir->member_publish->name ? ir->member_publish->name : "") : NULL;
+    if (!nv || (publish && !name)) {
+        free_strs(nv, n_urls);
+        free(name);
+        kvdpb__member__free_unpacked(m, NULL);
+        return -ENOMEM;
+    }
+    if (publish) {
+        free(m->name);
+        m->name = name;
+        free_strs(m->client_urls, m->n_client_urls);
+        m->client_urls = nv;
+        m->n_client_urls = n_urls;
+    } else {
+        free_strs(m->peer_urls, m->n_peer_urls);
+        m->peer_urls = nv;
+        m->n_peer_urls = n_urls;
+    }
+    rc = rec_put(s, txn, id, m);
+    kvdpb__member__free_unpacked(m, NULL);
+    if (rc)
+        return rc;
+    return list_response(s, txn, rev, out);
+}

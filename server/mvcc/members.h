@@ -1,0 +1,93 @@
+/*
+ * members: the cluster membership table (etcd 3.4 etcdserver/api/membership: the "members"
+ * and "members_removed" buckets), kept in the store's LMDB environment so that it changes in
+ * the same transaction as the applied index of the entry that changed it.
+ *
+ * Storage (named LMDB databases of the store, see store.h):
+ *   "members"         id (8, BE) -> crc32c(4, BE) | packed kvdpb.Member
+ *   "members_removed" id (8, BE) -> crc32c(4, BE)
+ *   The CRC covers the 8-byte key followed by the payload (the packed Member, or nothing);
+ *   a record failing it is reported as -EBADMSG, never returned. The Member's own id field is
+ *   always the key's.
+ *
+ * Who writes what (as etcd):
+ *   - configuration (id, peer URLs, learner flag): the initial cluster (bootstrap) and raft
+ *     configuration changes, applied by the node with kv_store_member_put / _remove /
+ *     _set_learner inside its open batch;
+ *   - name and client URLs: each member's publish (InternalRequest member_publish), once it
+ *     has a leader; peer URLs also by MemberUpdate (InternalRequest member_update). Both are
+ *     applied by kv_store_apply, change no revision and answer a packed
+ *     etcdserverpb.MemberUpdateResponse (header + every member after the change).
+ *   - a removed id is remembered for ever: it can not be put again (-EPERM) and a publish
+ *     for it is ignored (as etcd's UpdateAttributes).
+ * Limits: at most KV_MEMBERS_MAX members (a MemberAdd beyond it is refused by the API), at
+ * most KV_MEMBER_MAX_URLS URLs per list and KV_MEMBER_MAX_STR bytes per name or URL (-EINVAL
+ * from put, INVALID_ARGUMENT from apply).
+ *
+ * Threads: the batch functions run on the apply thread with the batch open (as
+ * kv_store_apply); kv_store_members_list / _member_get / _member_is_removed use their own read
+ * transaction and may run on any thread.
+ * Return values: 0 or a negative errno; -EBADMSG for a record failing its check.
+ */
+#ifndef KV_MVCC_MEMBERS_H
+#define KV_MVCC_MEMBERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.pb-c.h"
+#include "mvcc/store.h"
+
+#define KV_MEMBERS_MAX 64
+#define KV_MEMBER_MAX_URLS 8 /* = config.h KV_MAX_URLS (member ids hash at most 8 URLs) */
+#define KV_MEMBER_MAX_STR 512
+
+/* Writes the n initial members (each with its id set) if the table is empty and no member
+ * was ever removed; otherwise does nothing (idempotent: a restart passes the same list).
+ * Returns 1 when it wrote them, 0 when the table was already initialised, < 0 on error
+ * (-EINVAL: a member with id 0, a duplicate id or over the limits). Apply thread, batch open. */
+int kv_store_members_bootstrap(kv_store *s, kv_store_batch *b, const Kvdpb__Member *const *m,
+                               size_t n);
+
+/* Adds or replaces member id from a packed kvdpb.Member (the record of a membership change;
+ * its id field is ignored, id wins). -EPERM if id was removed, -EINVAL for a record that does
+ * not decode or is over the limits, -ENOSPC past KV_MEMBERS_MAX members. Apply thread. */
+int kv_store_member_put(kv_store *s, kv_store_batch *b, uint64_t id, const uint8_t *record,
+                        size_t len);
+/* Removes member id and remembers the id as removed. -ENOENT if id is not a member. */
+int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id);
+/* Sets the learner flag (promote: learner = 0). -ENOENT if id is not a member. */
+int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int learner);
+
+/* A raft configuration change as it applies, validated as etcd's
+ * RaftCluster.ValidateConfigurationChange then applied (the node calls it when the
+ * configuration entry applies, inside its batch; deterministic on every member). op values
+ * equal node.h's KV_NODE_MEMBER_*. record: the packed kvdpb.Member of an add (NULL otherwise).
+ * Refusals set res->code/res->msg to etcd's error and change nothing:
+ *   id removed before            NOT_FOUND "etcdserver: member not found" (ErrIDRemoved)
+ *   add of an existing id        FAILED_PRECONDITION "etcdserver: member ID already exist"
+ *   add with a peer URL in use   FAILED_PRECONDITION "etcdserver: Peer URLs already exists"
+ *   a second learner             FAILED_PRECONDITION "etcdserver: too many learner members in
+ *                                cluster" (etcd 3.4 allows one)
+ *   remove/promote of no member  NOT_FOUND "etcdserver: member not found"
+ *   promote of a voter           FAILED_PRECONDITION "etcdserver: can only promote a learner
+ *                                member"
+ *   more than KV_MEMBERS_MAX     RESOURCE_EXHAUSTED "kvd: too many members (limit 64)"
+ *   a record that does not decode INVALID_ARGUMENT "etcdserver: given member URLs are invalid"
+ * Returns 0 (res->code 0 = applied), or < 0 on storage failure / -EBADMSG / -EINVAL (bad op). */
+enum { KV_MEMBER_OP_ADD = 1, KV_MEMBER_OP_ADD_LEARNER, KV_MEMBER_OP_REMOVE, KV_MEMBER_OP_PROMOTE };
+#define KV_MEMBERS_MAX_LEARNERS 1
+int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                           const uint8_t *record, size_t len, kv_result *res);
+
+/* Committed members in id order (own read txn, any thread). *out is a malloc'd array of *n
+ * malloc'd members (free with kv_store_members_free); an empty table gives *out NULL, *n 0. */
+int kv_store_members_list(kv_store *s, Kvdpb__Member ***out, size_t *n);
+void kv_store_members_free(Kvdpb__Member **m, size_t n);
+/* One committed member (own read txn): *out malloc'd (kvdpb__member__free_unpacked) or
+ * -ENOENT. */
+int kv_store_member_get(kv_store *s, uint64_t id, Kvdpb__Member **out);
+/* 1 if id was removed from the cluster, 0 if not, < 0 on error (own read txn). */
+int kv_store_member_is_removed(kv_store *s, uint64_t id);
+
+#endif
