@@ -265,6 +265,7 @@ static const flag_def FLAGS[] = {
      sizeof(((kv_config *)0)->auto_compaction_retention), 0, 0},
     {"auto-compaction-interval", F_DUR, OFF(auto_compaction_interval_ms), 0, 0, 0, 0},
     {"max-snapshots", F_U32, OFF(max_snapshots), 0, 0, 1, 64},
+    {"unsafe-no-fsync", F_BOOL, OFF(unsafe_no_fsync), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -328,6 +329,7 @@ const char *kv_config_usage(void)
            "                                  revisions to keep; 0 = off (0)\n"
            "  --auto-compaction-interval D    revision mode: check period (5m)\n"
            "  --max-snapshots N               Maintenance.Snapshot streams at once (2)\n"
+           "  --unsafe-no-fsync               Disables fsync, unsafe, will cause data loss.\n"
            "  --version | --help\n";
 }
 
