@@ -382,7 +382,7 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
         }
     }
     if (lost || wrong)
-        cr_log_warn("round %d: %zu acknowledged puts lost, %zu changed (of %zu)", round, lost,
+        cr_log_info("round %d: %zu acknowledged puts lost, %zu changed (of %zu)", round, lost,
                     wrong, out->acked);
     if (out->found > out->sent)
         pc_problem(out, "%zu keys for %zu puts sent", out->found, out->sent);
