@@ -213,6 +213,7 @@ static int pc_parse(pc_replay *r, kv_pc_stats *st, char *err, size_t errcap)
             memcpy(&b, r->buf + p + 8, 8);
             memcpy(&end, r->buf + p + 16, 8);
             pc_undo_drop(f, a, b);
+            st->durs++;
             if (end > f->base)
                 f->base = end;
             pos = p + 24;

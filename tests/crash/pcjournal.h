@@ -52,6 +52,7 @@ typedef struct kv_pc_stats {
     uint32_t files;          /* files the journal names */
     uint64_t records;        /* complete records read */
     uint64_t syncs;          /* SYNC records */
+    uint64_t durs;           /* DUR records (O_DSYNC writes, msync) */
     uint64_t unsynced_pages; /* pages with a live pre-image at the cut */
     uint64_t restored_pages; /* pages rolled back to their pre-image */
     uint32_t truncated;      /* files cut back to their synced size */

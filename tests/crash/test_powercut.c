@@ -468,7 +468,7 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     int64_t prev_rev = 0;
     uint32_t prev_hash = 0;
     size_t keys = 0, acked = 0;
-    uint64_t unsynced = 0, restored = 0;
+    uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0;
     char fatal[1024] = "";
     int failed = 0;
     for (int i = 0; i < rounds && !failed; i++) {
@@ -492,6 +492,8 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
         acked += r.acked;
         unsynced += r.pc.unsynced_pages;
         restored += r.pc.restored_pages;
+        syncs += r.pc.syncs;
+        durs += r.pc.durs;
         prev_rev = r.rev;
         prev_hash = r.hash;
     }
@@ -503,6 +505,9 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     cr_assert_eq(pc_hash_kv(m, prev_rev, &h, &at, err, sizeof err), 0, "%s", err);
     cr_assert_eq(h, prev_hash, "HashKV changed across the final restart");
     cr_assert(acked > 0, "no put was acknowledged in %d rounds: the load never ran", rounds);
+    /* The shim saw LMDB's fdatasync and its O_DSYNC meta writes, or it saw nothing. */
+    cr_assert(syncs > 0 && durs > 0, "journals hold %" PRIu64 " syncs, %" PRIu64 " durable writes",
+              syncs, durs);
     cr_assert(unsynced > 0 && restored > 0,
               "no unsynced page was ever rolled back: the cuts tested nothing");
     cr_log_info("powercut: %d rounds passed: %zu acknowledged puts checked, %" PRIu64
