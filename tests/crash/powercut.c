@@ -3,7 +3,7 @@
  * loss could undo. Built as libkvd_powercut.so; the journal format and the model are in
  * pcjournal.h, the replay in pcjournal.c, the story in README.md.
  *
- * Environment (read once, at the first intercepted call):
+ * Environment (read once, by the shim's constructor):
  *   POWERCUT_DIR      directory whose regular files are tracked (unset: the shim is inert)
  *   POWERCUT_JOURNAL  journal path (created/truncated; must not be inside POWERCUT_DIR)
  *   POWERCUT_EXCLUDE  comma-separated base names not tracked (default "lock.mdb": LMDB's
@@ -95,6 +95,7 @@ typedef struct pc_real {
 typedef struct pc_state {
     pthread_mutex_t mu;
     int inited;
+    int ctor_done;
     int active;
     int jfd;
     size_t page;
@@ -199,9 +200,12 @@ static void pc_record(uint32_t type, uint32_t file_id, const void *a, size_t ale
     pc_jwrite((const uint8_t *)b + ((size_t)n - 8 - alen), total - (size_t)n);
 }
 
+/* Reads the environment once the shim's constructor ran: calls made earlier (a sanitizer
+ * runtime's own initialisation, before the environment is reliable) pass through untracked;
+ * none of them can concern POWERCUT_DIR, which only the program opens. */
 static void pc_init_locked(void)
 {
-    if (g_pc.inited)
+    if (g_pc.inited || !g_pc.ctor_done)
         return;
     g_pc.inited = 1;
     const char *dir = getenv("POWERCUT_DIR");
@@ -457,6 +461,14 @@ static void pc_after_write(pc_fd *e, uint64_t at, ssize_t done, int dsync_call)
 {
     if ((e->dsync || dsync_call) && done > 0)
         pc_durable(e->file, at, (uint64_t)done);
+    pthread_mutex_unlock(&g_pc.mu);
+}
+
+__attribute__((constructor)) static void pc_ctor(void)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    g_pc.ctor_done = 1;
+    pc_init_locked();
     pthread_mutex_unlock(&g_pc.mu);
 }
 

@@ -213,6 +213,8 @@ static Mvccpb__KeyValue *pc_find(Etcdserverpb__RangeResponse *r, const char *key
     Mvccpb__KeyValue probe = MVCCPB__KEY_VALUE__INIT, *pp = &probe;
     probe.key.data = (uint8_t *)key;
     probe.key.len = strlen(key);
+    if (!r->n_kvs)
+        return NULL;
     Mvccpb__KeyValue **hit = bsearch(&pp, r->kvs, r->n_kvs, sizeof *r->kvs, pc_kv_cmp);
     return hit ? *hit : NULL;
 }
@@ -358,7 +360,8 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
         rc = 0;
         goto stop;
     }
-    qsort(r->kvs, r->n_kvs, sizeof *r->kvs, pc_kv_cmp);
+    if (r->n_kvs > 1)
+        qsort(r->kvs, r->n_kvs, sizeof *r->kvs, pc_kv_cmp);
     out->found = r->n_kvs;
     out->rev = r->header ? r->header->revision : 0;
     size_t lost = 0, wrong = 0;
@@ -454,6 +457,29 @@ static const char *pc_mode_name(kv_pc_mode m)
     return m == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset";
 }
 
+/* The member under test; the suite's fini destroys it even when an assertion failed. */
+static kv_it_server *member;
+
+static kv_it_server *pc_member_new(const char *const *extra)
+{
+    kv_it_server *m = calloc(1, sizeof *m);
+    cr_assert(m);
+    member = m;
+    cr_assert_eq(kv_it_server_init(m, KV_IT_KVD, extra), 0, "init kvd (%s)", m->bin);
+    return m;
+}
+
+static void pc_member_free(void)
+{
+    if (member) {
+        kv_it_server_destroy(member);
+        free(member);
+        member = NULL;
+    }
+}
+
+TestSuite(powercut, .fini = pc_member_free);
+
 #if !KV_PC_UNSAFE
 
 Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
@@ -462,9 +488,7 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     uint64_t seed = pc_seed();
     cr_log_info("powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64, rounds, seed);
     fprintf(stderr, "powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64 "\n", rounds, seed);
-    kv_it_server *m = calloc(1, sizeof *m);
-    cr_assert(m);
-    cr_assert_eq(kv_it_server_init(m, KV_IT_KVD, NULL), 0, "init kvd (%s)", m->bin);
+    kv_it_server *m = pc_member_new(NULL);
     int64_t prev_rev = 0;
     uint32_t prev_hash = 0;
     size_t keys = 0, acked = 0;
@@ -513,8 +537,7 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     cr_log_info("powercut: %d rounds passed: %zu acknowledged puts checked, %" PRIu64
                 " unsynced pages seen, %" PRIu64 " rolled back",
                 rounds, acked, unsynced, restored);
-    kv_it_server_destroy(m);
-    free(m);
+    pc_member_free();
 }
 
 #else
@@ -534,9 +557,7 @@ Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
         kv_pc_mode mode = (i % 2) ? KV_PC_ROLLBACK_SUBSET : KV_PC_ROLLBACK_ALL;
         if (detected[mode])
             continue;
-        kv_it_server *m = calloc(1, sizeof *m);
-        cr_assert(m);
-        cr_assert_eq(kv_it_server_init(m, KV_IT_KVD, extra), 0, "init kvd (%s)", m->bin);
+        kv_it_server *m = pc_member_new(extra);
         pc_round r;
         uint64_t s = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         int rc = pc_round_run(m, i, mode, s, 0, 0, 0, &r, fatal, sizeof fatal);
@@ -548,8 +569,7 @@ Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
                     r.pc.restored_pages, r.problem[0] ? r.problem : "NOT detected");
         if (r.problem[0] && r.acked > 0)
             detected[mode] = 1;
-        kv_it_server_destroy(m);
-        free(m);
+        pc_member_free();
     }
     cr_assert(detected[KV_PC_ROLLBACK_ALL],
               "rollback-all: no loss detected in %d rounds with --unsafe-no-fsync (seed %" PRIu64
