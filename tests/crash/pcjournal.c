@@ -293,7 +293,7 @@ static int pc_apply(pc_replay *r, pc_rfile *f, kv_pc_mode mode, kv_pc_stats *st,
         st->restored_pages++;
     }
     if (final != size) {
-        if (ftruncate(fd, (off_t)final) != 0) {
+        if (ftruncate(fd, (off_t) final) != 0) {
             rc = -errno;
             pc_err(err, errcap, "ftruncate %s: %s", f->path, strerror(errno));
             goto out;

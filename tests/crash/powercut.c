@@ -48,9 +48,9 @@ typedef struct pc_file {
     dev_t dev;
     ino_t ino;
     uint32_t id;
-    int dirty;         /* a BASE record was written since the last sync */
-    uint8_t *saved;    /* bitmap: page has a pre-image since the last sync */
-    size_t saved_cap;  /* bytes in saved */
+    int dirty;        /* a BASE record was written since the last sync */
+    uint8_t *saved;   /* bitmap: page has a pre-image since the last sync */
+    size_t saved_cap; /* bytes in saved */
 } pc_file;
 
 typedef struct pc_fd {
@@ -317,7 +317,7 @@ static void pc_saved_clear(pc_file *f, uint64_t page)
 {
     size_t byte = (size_t)(page / 8);
     if (byte < f->saved_cap)
-        f->saved[byte] &= (uint8_t)~(1u << (page % 8));
+        f->saved[byte] &= (uint8_t) ~(1u << (page % 8));
 }
 
 static void pc_mark_dirty(int fd, pc_file *f)
@@ -356,8 +356,7 @@ static void pc_save_range(int fd, pc_file *f, uint64_t off, uint64_t len)
                     pc_die("cannot read a pre-image");
                 got = 0;
                 while (got < g_pc.page) {
-                    n = pread(rfd, g_pc.buf + got, g_pc.page - got,
-                              (off_t)(p * g_pc.page + got));
+                    n = pread(rfd, g_pc.buf + got, g_pc.page - got, (off_t)(p * g_pc.page + got));
                     if (n < 0 && errno == EINTR)
                         continue;
                     if (n < 0)
@@ -535,7 +534,7 @@ static ssize_t pc_pwritev_common(int fd, const struct iovec *iov, int cnt, off_t
     uint64_t at;
     /* pwritev2 with off == -1 writes at the file position. */
     pc_fd *e = pc_before_write(fd, off >= 0 ? off : -1, pc_iov_len(iov, cnt), &at);
-    ssize_t n = which == 0 ? rv(fd, iov, cnt, off)
+    ssize_t n = which == 0   ? rv(fd, iov, cnt, off)
                 : which == 1 ? rv64(fd, iov, cnt, off)
                              : rv2(fd, iov, cnt, off, flags);
     if (e) {
