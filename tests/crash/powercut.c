@@ -8,6 +8,9 @@
  *   POWERCUT_JOURNAL  journal path (created/truncated; must not be inside POWERCUT_DIR)
  *   POWERCUT_EXCLUDE  comma-separated base names not tracked (default "lock.mdb": LMDB's
  *                     lock file is a shared-memory region it rebuilds at the first open)
+ *   POWERCUT_KILL_AT  N > 0: the process SIGKILLs itself as its N-th tracked operation (write,
+ *                     size change or sync of a tracked file) starts, before any of it happens:
+ *                     a cut point exactly between two file operations
  *
  * Interposed: write, pwrite, pwrite64, writev, pwritev, pwritev64, pwritev2, ftruncate,
  * ftruncate64, fsync, fdatasync, sync, syncfs, msync, sync_file_range, mmap, mmap64,
@@ -26,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +100,8 @@ typedef struct pc_state {
     pthread_mutex_t mu;
     int inited;
     int ctor_done;
+    uint64_t ops;     /* tracked operations started (writes, size changes, syncs) */
+    uint64_t kill_at; /* POWERCUT_KILL_AT: SIGKILL the process as operation kill_at starts */
     int active;
     int jfd;
     size_t page;
@@ -219,6 +225,8 @@ static void pc_init_locked(void)
     g_pc.dir_len = strlen(g_pc.dir);
     while (g_pc.dir_len > 1 && g_pc.dir[g_pc.dir_len - 1] == '/')
         g_pc.dir[--g_pc.dir_len] = '\0';
+    const char *ka = getenv("POWERCUT_KILL_AT");
+    g_pc.kill_at = ka && *ka ? strtoull(ka, NULL, 10) : 0;
     const char *ex = getenv("POWERCUT_EXCLUDE");
     snprintf(g_pc.exclude, sizeof g_pc.exclude, ",%s,", ex ? ex : "lock.mdb");
     long ps = sysconf(_SC_PAGESIZE);
@@ -291,6 +299,16 @@ static pc_fd *pc_fd_get(int fd)
     e->file = pc_file_get(&sb, path);
     e->state = 1;
     return e;
+}
+
+/* Counts a tracked operation about to start; the cut point when it is the chosen one. */
+static void pc_tick(void)
+{
+    if (++g_pc.ops != g_pc.kill_at)
+        return;
+    kill(getpid(), SIGKILL);
+    for (;;)
+        pause();
 }
 
 static int pc_saved_test_set(pc_file *f, uint64_t page)
@@ -452,6 +470,7 @@ static pc_fd *pc_before_write(int fd, int64_t off, uint64_t len, uint64_t *at)
             pc_die("lseek");
     }
     *at = (uint64_t)off;
+    pc_tick();
     pc_save_range(fd, e->file, (uint64_t)off, len);
     return e;
 }
@@ -569,6 +588,7 @@ static int pc_ftruncate_common(__typeof__(g_pc.real.ftruncate) real, int fd, off
     pc_fd *e = pc_fd_get(fd);
     if (e) {
         struct stat sb;
+        pc_tick();
         if (fstat(fd, &sb) != 0)
             pc_die("fstat");
         pc_mark_dirty(fd, e->file);
@@ -633,6 +653,8 @@ static int pc_sync_common(__typeof__(g_pc.real.fsync) real, int fd)
     pthread_mutex_lock(&g_pc.mu);
     pc_init_locked();
     pc_fd *e = pc_fd_get(fd);
+    if (e)
+        pc_tick();
     int rc = real(fd);
     int saved = errno;
     if (e && rc == 0)

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,12 +73,14 @@ typedef struct pc_writer {
 typedef struct pc_round {
     size_t acked;
     size_t sent;
-    size_t found;      /* keys of this round present after the cut */
-    int64_t max_rev;   /* highest acknowledged revision */
-    int64_t rev;       /* store revision after restart */
-    uint32_t hash;     /* HashKV at rev */
-    kv_pc_stats pc;    /* replay statistics */
-    char problem[512]; /* empty: the round passed */
+    size_t found;       /* keys of this round present after the cut */
+    int64_t max_rev;    /* highest acknowledged revision */
+    int64_t rev;        /* store revision after restart */
+    uint32_t hash;      /* HashKV at rev */
+    kv_pc_stats pc;     /* replay statistics */
+    int cut_in_startup; /* the operation cut fell before the member was ready */
+    int self_cut;       /* the member died at its chosen operation (not by the timer) */
+    char problem[512];  /* empty: the round passed */
 } pc_round;
 
 static uint64_t pc_rng(uint64_t *s)
@@ -221,7 +224,7 @@ static Mvccpb__KeyValue *pc_find(Etcdserverpb__RangeResponse *r, const char *key
 }
 
 /* Starts the member with the shim journaling into `journal`. */
-static int pc_start_cut(kv_it_server *m, const char *journal)
+static int pc_start_cut(kv_it_server *m, const char *journal, uint64_t kill_at)
 {
     const char *asan = getenv("ASAN_OPTIONS");
     char *asan_saved = asan ? strdup(asan) : NULL;
@@ -233,7 +236,11 @@ static int pc_start_cut(kv_it_server *m, const char *journal)
     setenv("LD_PRELOAD", KV_POWERCUT_SO, 1);
     setenv("POWERCUT_DIR", m->data_dir, 1);
     setenv("POWERCUT_JOURNAL", journal, 1);
+    char ka[32];
+    snprintf(ka, sizeof ka, "%" PRIu64, kill_at);
+    setenv("POWERCUT_KILL_AT", ka, 1);
     int rc = kv_it_server_start(m, READY_MS);
+    unsetenv("POWERCUT_KILL_AT");
     unsetenv("LD_PRELOAD");
     unsetenv("POWERCUT_DIR");
     unsetenv("POWERCUT_JOURNAL");
@@ -268,20 +275,30 @@ static void pc_log_tail(const kv_it_server *m, char *dst, size_t cap)
 }
 
 /*
- * One cut on member m (running or not; it is stopped on return). prev_rev/prev_hash: the
- * HashKV the previous round recorded (prev_rev 0: none). Fills out; out->problem is empty
- * when every check passed. Returns -1 only for a failure of the test machinery itself
- * (shim start, replay), 0 otherwise.
+ * One cut on member m (running or not; it is stopped on return). kill_at 0: the cut is
+ * SIGKILL after a random load time; kill_at N: the member kills itself as its N-th file
+ * operation starts (the shim's POWERCUT_KILL_AT; timer as a fallback), which may fall in its
+ * startup. prev_rev/prev_hash: the HashKV the previous round recorded (prev_rev 0: none). Fills
+ * out; out->problem is empty when every check passed. Returns -1 only for a failure of the test
+ * machinery itself (shim start, replay), 0 otherwise.
  */
 static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t seed,
-                        int64_t prev_rev, uint32_t prev_hash, size_t keys_before, pc_round *out,
-                        char *fatal, size_t fatal_cap)
+                        uint64_t kill_at, int64_t prev_rev, uint32_t prev_hash, size_t keys_before,
+                        pc_round *out, char *fatal, size_t fatal_cap)
 {
     char journal[1200], err[512] = "";
     snprintf(journal, sizeof journal, "%s/journal.%03d", m->dir, round);
     memset(out, 0, sizeof *out);
     uint64_t rng = seed;
-    int rc = pc_start_cut(m, journal);
+    int rc = pc_start_cut(m, journal, kill_at);
+    atomic_int stop = 0;
+    pc_writer w[N_WRITERS];
+    memset(w, 0, sizeof w);
+    if (rc == -ECHILD && kill_at) {
+        out->cut_in_startup = out->self_cut = 1; /* a cut point inside kvd's startup */
+        kv_it_server_kill9(m);
+        goto replay;
+    }
     if (rc) {
         char tail[1024];
         pc_log_tail(m, tail, sizeof tail);
@@ -305,9 +322,6 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
                        "rev %" PRId64 " hash %08x",
                        prev_rev, prev_hash, at, h);
     }
-    atomic_int stop = 0;
-    pc_writer w[N_WRITERS];
-    memset(w, 0, sizeof w);
     for (int i = 0; i < N_WRITERS; i++) {
         w[i].endpoint = m->endpoint;
         w[i].round = round;
@@ -317,7 +331,15 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
         cr_assert_eq(pthread_create(&w[i].th, NULL, pc_writer_main, &w[i]), 0);
     }
     uint32_t load_ms = 100 + (uint32_t)(pc_rng(&rng) % 700);
-    usleep(load_ms * 1000u);
+    if (kill_at) {
+        /* The member cuts itself at its chosen operation; the timer only bounds the wait. */
+        uint64_t until = kv_it_now_ms() + 3000;
+        while (kv_it_server_alive(m) && kv_it_now_ms() < until)
+            usleep(5000);
+        out->self_cut = !kv_it_server_alive(m);
+    } else {
+        usleep(load_ms * 1000u);
+    }
     kv_it_server_kill9(m); /* the power goes; puts in flight stay unacknowledged */
     atomic_store(&stop, 1);
     for (int i = 0; i < N_WRITERS; i++)
@@ -330,6 +352,7 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
                 out->max_rev = w[i].acks[j].rev;
     }
 
+replay:
     rc = kv_pc_replay(journal, mode, pc_rng(&rng), &out->pc, err, sizeof err);
     if (rc) {
         snprintf(fatal, fatal_cap, "replay %.500s: %.400s", journal, err);
@@ -463,6 +486,9 @@ static kv_it_server *member;
 
 static kv_it_server *pc_member_new(const char *const *extra)
 {
+    /* libkvclient writes with libuv (plain write/writev, no MSG_NOSIGNAL): a member dying
+     * under the load would otherwise kill this process with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     kv_it_server *m = calloc(1, sizeof *m);
     cr_assert(m);
     member = m;
@@ -494,17 +520,30 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     uint32_t prev_hash = 0;
     size_t keys = 0, acked = 0;
     uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0;
+    int self_cuts = 0;
     char fatal[1024] = "";
     int failed = 0;
     for (int i = 0; i < rounds && !failed; i++) {
         uint64_t s = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         kv_pc_mode mode = (i % 2) ? KV_PC_ROLLBACK_SUBSET : KV_PC_ROLLBACK_ALL;
+        /* Rounds 2,3 of every 4 cut at a chosen file operation, the others on a timer. */
+        uint64_t kill_at = (i / 2) % 2 ? 1 + pc_rng(&s) % 600 : 0;
         pc_round r;
-        int rc = pc_round_run(m, i, mode, s, prev_rev, prev_hash, keys, &r, fatal, sizeof fatal);
-        cr_log_info("round %d (%s): %zu acked / %zu sent, %zu found, rev %" PRId64 ", %" PRIu64
-                    " unsynced pages, %" PRIu64 " restored%s%s",
-                    i, pc_mode_name(mode), r.acked, r.sent, r.found, r.rev, r.pc.unsynced_pages,
-                    r.pc.restored_pages, r.problem[0] ? ": " : "", r.problem);
+        int rc = pc_round_run(m, i, mode, s, kill_at, prev_rev, prev_hash, keys, &r, fatal,
+                              sizeof fatal);
+        char cut[64];
+        if (kill_at)
+            snprintf(cut, sizeof cut, "op %" PRIu64 "%s", kill_at,
+                     r.cut_in_startup ? " in startup"
+                     : r.self_cut     ? ""
+                                      : " (timer)");
+        else
+            snprintf(cut, sizeof cut, "timer");
+        cr_log_info("round %d (%s, cut: %s): %zu acked / %zu sent, %zu found, rev %" PRId64
+                    ", %" PRIu64 " unsynced pages, %" PRIu64 " restored%s%s",
+                    i, pc_mode_name(mode), cut, r.acked, r.sent, r.found, r.rev,
+                    r.pc.unsynced_pages, r.pc.restored_pages, r.problem[0] ? ": " : "", r.problem);
+        self_cuts += kill_at && r.self_cut;
         cr_assert_eq(rc, 0, "round %d: %s (seed %" PRIu64 ")", i, fatal, seed);
         if (r.problem[0]) {
             failed = 1;
@@ -535,9 +574,9 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
               syncs, durs);
     cr_assert(unsynced > 0 && restored > 0,
               "no unsynced page was ever rolled back: the cuts tested nothing");
-    cr_log_info("powercut: %d rounds passed: %zu acknowledged puts checked, %" PRIu64
-                " unsynced pages seen, %" PRIu64 " rolled back",
-                rounds, acked, unsynced, restored);
+    cr_log_info("powercut: %d rounds passed (%d cut at a file operation): %zu acknowledged puts "
+                "checked, %" PRIu64 " unsynced pages seen, %" PRIu64 " rolled back",
+                rounds, self_cuts, acked, unsynced, restored);
     pc_member_free();
 }
 
@@ -583,7 +622,7 @@ Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
         size_t base = pc_populate(m, 300);
         pc_round r;
         uint64_t s = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-        int rc = pc_round_run(m, i, mode, s, 0, 0, base, &r, fatal, sizeof fatal);
+        int rc = pc_round_run(m, i, mode, s, 0, 0, 0, base, &r, fatal, sizeof fatal);
         cr_assert_eq(rc, 0, "round %d: %s", i, fatal);
         ran[mode]++;
         cr_log_info("round %d (%s): %zu acked, %zu found, %" PRIu64 " unsynced pages, %" PRIu64
