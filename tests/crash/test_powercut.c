@@ -568,6 +568,18 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     char err[256] = "";
     cr_assert_eq(pc_hash_kv(m, prev_rev, &h, &at, err, sizeof err), 0, "%s", err);
     cr_assert_eq(h, prev_hash, "HashKV changed across the final restart");
+    /* And a real etcdctl sees the same number of keys. */
+    char ctl[4096];
+    cr_assert_eq(kv_it_etcdctl_bin(ctl, sizeof ctl), 0, "etcdctl not found at %s", ctl);
+    kv_it_cmd_result res;
+    cr_assert_eq(
+        kv_it_ctl(m, ctl, NULL, 60000, &res, "get", PREFIX, "--prefix", "--keys-only", NULL), 0);
+    cr_assert(res.exit_code == 0 && res.out, "etcdctl get: %s", res.err ? res.err : "");
+    size_t n = 0;
+    for (const char *l = res.out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        n += strncmp(l, PREFIX, strlen(PREFIX)) == 0;
+    kv_it_cmd_result_free(&res);
+    cr_assert_eq(n, keys, "etcdctl counts %zu keys, the rounds found %zu", n, keys);
     cr_assert(acked > 0, "no put was acknowledged in %d rounds: the load never ran", rounds);
     /* The shim saw LMDB's fdatasync and its O_DSYNC meta writes, or it saw nothing. */
     cr_assert(syncs > 0 && durs > 0, "journals hold %" PRIu64 " syncs, %" PRIu64 " durable writes",
