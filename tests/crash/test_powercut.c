@@ -36,12 +36,10 @@
 
 #include "harness.h"
 #include "pcjournal.h"
+#include "pcmember.h"
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
 
-#ifndef KV_POWERCUT_SO
-#error "KV_POWERCUT_SO must name libkvd_powercut.so"
-#endif
 #ifndef KV_PC_UNSAFE
 #define KV_PC_UNSAFE 0
 #endif
@@ -223,35 +221,6 @@ static Mvccpb__KeyValue *pc_find(Etcdserverpb__RangeResponse *r, const char *key
     return hit ? *hit : NULL;
 }
 
-/* Starts the member with the shim journaling into `journal`. */
-static int pc_start_cut(kv_it_server *m, const char *journal, uint64_t kill_at)
-{
-    const char *asan = getenv("ASAN_OPTIONS");
-    char *asan_saved = asan ? strdup(asan) : NULL;
-    char asan_new[1024];
-    /* A sanitized kvd refuses a preloaded library ahead of its runtime unless told not to. */
-    snprintf(asan_new, sizeof asan_new, "%s%sverify_asan_link_order=0", asan ? asan : "",
-             asan && *asan ? ":" : "");
-    setenv("ASAN_OPTIONS", asan_new, 1);
-    setenv("LD_PRELOAD", KV_POWERCUT_SO, 1);
-    setenv("POWERCUT_DIR", m->data_dir, 1);
-    setenv("POWERCUT_JOURNAL", journal, 1);
-    char ka[32];
-    snprintf(ka, sizeof ka, "%" PRIu64, kill_at);
-    setenv("POWERCUT_KILL_AT", ka, 1);
-    int rc = kv_it_server_start(m, READY_MS);
-    unsetenv("POWERCUT_KILL_AT");
-    unsetenv("LD_PRELOAD");
-    unsetenv("POWERCUT_DIR");
-    unsetenv("POWERCUT_JOURNAL");
-    if (asan_saved)
-        setenv("ASAN_OPTIONS", asan_saved, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
-    free(asan_saved);
-    return rc;
-}
-
 static void pc_problem(pc_round *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void pc_problem(pc_round *out, const char *fmt, ...)
 {
@@ -290,7 +259,7 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
     snprintf(journal, sizeof journal, "%s/journal.%03d", m->dir, round);
     memset(out, 0, sizeof *out);
     uint64_t rng = seed;
-    int rc = pc_start_cut(m, journal, kill_at);
+    int rc = kv_pc_member_start(m, journal, kill_at, READY_MS);
     atomic_int stop = 0;
     pc_writer w[N_WRITERS];
     memset(w, 0, sizeof w);
