@@ -269,6 +269,7 @@ static const flag_def FLAGS[] = {
     {"max-snapshots", F_U32, OFF(max_snapshots), 0, 0, 1, 64},
     {"snapshot-count", F_U64, OFF(snapshot_count), 0, 0, 1, 1ULL << 40},
     {"peer-max-queue-bytes", F_SIZE, OFF(peer_max_queue_bytes), 0, 0, 65536, 1ULL << 32},
+    {"unsafe-no-fsync", F_BOOL, OFF(unsafe_no_fsync), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -335,6 +336,7 @@ const char *kv_config_usage(void)
            "                                  (100000)\n"
            "  --peer-max-queue-bytes N        send queue per peer; raft messages beyond it\n"
            "                                  are dropped (16 MiB)\n"
+           "  --unsafe-no-fsync               Disables fsync, unsafe, will cause data loss.\n"
            "  --version | --help\n";
 }
 

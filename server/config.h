@@ -102,6 +102,7 @@ typedef struct kv_config {
     uint32_t auto_compaction_interval_ms; /* --auto-compaction-interval (kvd): revision mode's
                                              check period, default 5m as etcd's */
     uint32_t max_snapshots; /* --max-snapshots: Maintenance.Snapshot streams at once, default 2 */
+    int unsafe_no_fsync;    /* --unsafe-no-fsync (etcd 3.5): LMDB MDB_NOSYNC; testing only */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

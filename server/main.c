@@ -295,6 +295,7 @@ int main(int argc, char **argv)
     sc.quota_bytes = m.cfg.quota_backend_bytes ? m.cfg.quota_backend_bytes : sc.quota_bytes;
     sc.max_txn_ops = m.cfg.max_txn_ops;
     sc.max_keys_per_lease = m.cfg.max_keys_per_lease;
+    sc.unsafe_no_fsync = m.cfg.unsafe_no_fsync;
     rc = kv_store_open(&s->store, &sc);
     if (rc < 0) {
         fprintf(stderr, "kvd: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));

@@ -56,7 +56,8 @@ int kv_store_env_open(kv_store *s, const char *dir)
     if (rc)
         return kv_mdb_err(rc);
     if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
-        (rc = mdb_env_open(s->env, dir, MDB_NOTLS, 0644))) {
+        (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (s->cfg.unsafe_no_fsync ? MDB_NOSYNC : 0),
+                           0644))) {
         mdb_env_close(s->env);
         s->env = NULL;
         return kv_mdb_err(rc);

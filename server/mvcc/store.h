@@ -106,6 +106,7 @@ typedef struct kv_store_config {
     size_t quota_bytes;          /* LMDB map size; default 2 GiB (--quota-backend-bytes) */
     uint32_t max_txn_ops;        /* default 128 (--max-txn-ops) */
     uint32_t max_keys_per_lease; /* 0 = unlimited */
+    int unsafe_no_fsync;         /* 1: LMDB MDB_NOSYNC, commits not durable (--unsafe-no-fsync) */
 } kv_store_config;
 
 /* Fills the defaults above (dir = NULL: the caller sets it). */

@@ -770,3 +770,23 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     cr_assert_eq(st.applied_index, 2, "failed requests still count as applied");
     cr_assert_eq(st.revision, 1);
 }
+
+/* --unsafe-no-fsync: the environment is opened MDB_NOSYNC only when asked, and a defragment
+ * reopen keeps it (both use kv_store_env_open with the store's own config). */
+Test(mvcc_store, unsafe_no_fsync_opens_nosync)
+{
+    unsigned flags = 0;
+    cr_assert_eq(mdb_env_get_flags(kv_store_env(t.s), &flags), 0);
+    cr_assert_eq(flags & MDB_NOSYNC, 0, "default store must sync its commits");
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.unsafe_no_fsync = 1;
+    th_close(&t);
+    th_open(&t, &cfg);
+    cr_assert_eq(mdb_env_get_flags(kv_store_env(t.s), &flags), 0);
+    cr_assert_neq(flags & MDB_NOSYNC, 0, "unsafe_no_fsync must open MDB_NOSYNC");
+    th_put(&t, "k", "v", 0);
+    Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
+    th_expect_kv(kv, "k", "v");
+    mvccpb__key_value__free_unpacked(kv, NULL);
+}

@@ -101,3 +101,19 @@ Test(config, help_and_version)
     cr_assert_eq(parse(&c, err, sizeof(err), 2, argv), 1);
     cr_assert(strstr(kv_config_usage(), "--max-request-bytes") != NULL);
 }
+
+Test(config, unsafe_no_fsync_is_off_unless_given)
+{
+    kv_config c;
+    char err[256] = "";
+    char *none[] = {"kvd"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 1, none), 0, "%s", err);
+    cr_assert_eq(c.unsafe_no_fsync, 0);
+    char *on[] = {"kvd", "--unsafe-no-fsync"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, on), 0, "%s", err);
+    cr_assert_eq(c.unsafe_no_fsync, 1);
+    char *off[] = {"kvd", "--unsafe-no-fsync=false"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, off), 0, "%s", err);
+    cr_assert_eq(c.unsafe_no_fsync, 0);
+    cr_assert(strstr(kv_config_usage(), "--unsafe-no-fsync"));
+}
