@@ -47,6 +47,7 @@ typedef struct opts {
     int members;
     int do_server[N_SERVERS];
     int do_single;
+    int serializable; /* the range workload reads serializably */
 } opts;
 
 typedef struct cell {
@@ -85,6 +86,11 @@ typedef struct sync_window {
     int ok_before, ok_after;
 } sync_window;
 
+static const char *wlabel(const opts *o, int w)
+{
+    return w == W_RANGE64 && o->serializable ? "serializable range, 64 clients" : work[w].label;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: clusterbench [options]\n"
@@ -96,6 +102,7 @@ static void usage(FILE *f)
                "  --value-size N    bytes per value (default 256)\n"
                "  --server kvd|etcd|both   (default both; etcd only if found)\n"
                "  --no-single       skip the single-member put\n"
+               "  --serializable    range reads are serializable (default linearizable)\n"
                "  --start-timeout S seconds for a cluster to elect a leader (default 30)\n"
                "Binaries: kvd from $KV_BUILD_DIR/server/kvd (or $KV_KVD_BIN), etcd from\n"
                "$KV_ETCD_BIN or /usr/bin/etcd. Peer connections are counted with ss(8).\n");
@@ -120,6 +127,7 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"value-size", required_argument, NULL, 'v'},
                                        {"server", required_argument, NULL, 's'},
                                        {"no-single", no_argument, NULL, 'N'},
+                                       {"serializable", no_argument, NULL, 'S'},
                                        {"start-timeout", required_argument, NULL, 't'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -150,6 +158,9 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 'N':
             o->do_single = 0;
+            break;
+        case 'S':
+            o->serializable = 1;
             break;
         case 't':
             o->start_timeout_ms = (uint32_t)(atof(optarg) * 1000);
@@ -327,7 +338,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
                              .keyspace = o->keyspace,
                              .value_size = o->value_size,
                              .timeout_ms = 30000,
-                             .serializable = 0,
+                             .serializable = o->serializable,
                              .endpoints = c->endpoints,
                              .n_endpoints = (uint32_t)n,
                              .pids = c->pids,
@@ -338,7 +349,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
         kv_bench_result r;
         rc = kv_bench_run(&p, &r, err, sizeof(err));
         if (rc) {
-            printf("  run %u: %s: %s %s failed: %s\n", rep + 1, work[w].label, name,
+            printf("  run %u: %s: %s %s failed: %s\n", rep + 1, wlabel(o, w), name,
                    n > 1 ? "cluster" : "member", err);
             fflush(stdout);
             ce->failed = 1;
@@ -358,7 +369,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
                 snprintf(sbuf, sizeof(sbuf), "  syncs/put/member %.3f", syncs);
         }
         printf("  run %u: %-30s %-4s %9.0f ops/s  p50 %7.3f ms  p99 %8.3f ms  cpu %5.2f s%s\n",
-               rep + 1, work[w].label, name, r.ops_per_s, r.p50_ms, r.p99_ms, r.cpu_s, sbuf);
+               rep + 1, wlabel(o, w), name, r.ops_per_s, r.p50_ms, r.p99_ms, r.cpu_s, sbuf);
         fflush(stdout);
     }
     if (n > 1)
@@ -511,9 +522,10 @@ int main(int argc, char **argv)
     int pairs = o.members * (o.members - 1) / 2;
     printf("clusterbench: %d-member clusters on loopback, %u x %.1f s runs (+%.1f s warm-up), "
            "medians; keyspace %u, value %u B; clients round-robin over the members; client "
-           "backend %s; %ld CPUs; etcd %s\n",
+           "backend %s; %ld CPUs; etcd %s%s\n",
            o.members, o.repeats, o.duration_ms / 1000.0, o.warmup_ms / 1000.0, o.keyspace,
-           o.value_size, kv_it_rpc_backend(), sysconf(_SC_NPROCESSORS_ONLN), ever);
+           o.value_size, kv_it_rpc_backend(), sysconf(_SC_NPROCESSORS_ONLN), ever,
+           o.serializable ? "; range reads SERIALIZABLE" : "");
     fflush(stdout);
 
     static cell cells[N_WORK][N_SERVERS];
@@ -558,7 +570,7 @@ int main(int argc, char **argv)
             if (!c->n)
                 continue;
             double ops = MED(c, ops_per_s) * MED(c, seconds);
-            printf("%-32s %-5s %4d %10.0f %9.3f %9.3f %8.2f %10.1f\n", work[w].label,
+            printf("%-32s %-5s %4d %10.0f %9.3f %9.3f %8.2f %10.1f\n", wlabel(&o, w),
                    kv_it_kind_name((kv_it_kind)k), c->n, MED(c, ops_per_s), MED(c, p50_ms),
                    MED(c, p99_ms), MED(c, cpu_s), ops > 0 ? MED(c, cpu_s) / ops * 1e6 : 0);
         }
@@ -605,8 +617,7 @@ int main(int argc, char **argv)
             snprintf(res, sizeof(res), "not evaluated");
         }
         printf("| %s | %s | %s | %s | %s | %s |\n",
-               w == W_SINGLE_PUT1 ? "single member, put, 1 client" : work[w].label, kb, eb, ratio,
-               tg, res);
+               wlabel(&o, w), kb, eb, ratio, tg, res);
     }
     fmt_syncs(kb, sizeof(kb), cells, KV_IT_KVD);
     fmt_syncs(eb, sizeof(eb), cells, KV_IT_ETCD);
@@ -623,8 +634,9 @@ int main(int argc, char **argv)
                 snprintf(b, sizeof(kb), "n/a");
                 continue;
             }
-            int mx = 0, dist = 0, overflow = 0;
+            int mx = 0, dist = 0, overflow = 0, unsampled = 0;
             for (int r = 0; r < s->cluster_runs; r++) {
+                unsampled |= s->peer_samples[r] == 0;
                 if (s->peer_max[r] > mx)
                     mx = s->peer_max[r];
                 if (s->peer_distinct[r] < 0)
@@ -632,8 +644,11 @@ int main(int argc, char **argv)
                 else if (s->peer_distinct[r] > dist)
                     dist = s->peer_distinct[r];
             }
-            snprintf(b, sizeof(kb), "%d / %s%d", mx, overflow ? ">" : "",
-                     overflow ? KV_BC_MAX_CONNS : dist);
+            if (unsampled)
+                snprintf(b, sizeof(kb), "n/a (ss failed)");
+            else
+                snprintf(b, sizeof(kb), "%d / %s%d", mx, overflow ? ">" : "",
+                         overflow ? KV_BC_MAX_CONNS : dist);
         }
         const char *pres = "not evaluated";
         if (st[KV_IT_KVD].cluster_runs) {
