@@ -145,8 +145,26 @@ static void log_head(const kv_bc_member *m, char *buf, size_t cap)
     fclose(f);
 }
 
-static int start_members(kv_bc_cluster *c, char *why, size_t why_cap)
+static int start_members(kv_bc_cluster *c, const char *extra, char *why, size_t why_cap)
 {
+    char words[512] = "";
+    const char *ex[KV_BC_MAX_EXTRA];
+    int n_ex = 0;
+    if (extra) {
+        if (strlen(extra) >= sizeof(words)) {
+            snprintf(why, why_cap, "extra arguments too long");
+            return -E2BIG;
+        }
+        snprintf(words, sizeof(words), "%s", extra);
+        char *save = NULL;
+        for (char *t = strtok_r(words, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+            if (n_ex == KV_BC_MAX_EXTRA) {
+                snprintf(why, why_cap, "more than %d extra arguments", KV_BC_MAX_EXTRA);
+                return -E2BIG;
+            }
+            ex[n_ex++] = t;
+        }
+    }
     char initial[KV_BC_MAX_MEMBERS * 48] = "";
     size_t used = 0;
     for (int i = 0; i < c->n; i++)
@@ -162,15 +180,18 @@ static int start_members(kv_bc_cluster *c, char *why, size_t why_cap)
         snprintf(a_name, sizeof(a_name), "--name=%s", m->name);
         snprintf(a_data, sizeof(a_data), "--data-dir=%s", m->data_dir);
         snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=http://127.0.0.1:%u", m->client_port);
-        snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u",
-                 m->client_port);
+        snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u", m->client_port);
         snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", m->peer_port);
         snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
                  m->peer_port);
-        snprintf(a_lm, sizeof(a_lm), "--listen-metrics-urls=http://127.0.0.1:%u",
-                 m->metrics_port);
-        const char *argv[] = {c->bin, a_name, a_data, a_lc, a_ac, a_lp, a_iap, a_lm, a_ic,
-                              "--initial-cluster-state=new", a_tok, NULL};
+        snprintf(a_lm, sizeof(a_lm), "--listen-metrics-urls=http://127.0.0.1:%u", m->metrics_port);
+        const char *argv[12 + KV_BC_MAX_EXTRA] = {
+            c->bin, a_name, a_data, a_lc, a_ac,
+            a_lp,   a_iap,  a_lm,   a_ic, "--initial-cluster-state=new",
+            a_tok};
+        for (int k = 0; k < n_ex; k++)
+            argv[11 + k] = ex[k];
+        argv[11 + n_ex] = NULL;
         int rc = spawn(m, argv);
         if (rc) {
             snprintf(why, why_cap, "fork %s: %s", m->name, strerror(-rc));
@@ -212,8 +233,8 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
     return 0;
 }
 
-int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, uint32_t timeout_ms, char *why,
-                        size_t why_cap)
+int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
+                        uint32_t timeout_ms, char *why, size_t why_cap)
 {
     int rc;
     memset(c, 0, sizeof(*c));
@@ -249,7 +270,8 @@ int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, uint32_t timeo
         snprintf(m->endpoint, sizeof(m->endpoint), "127.0.0.1:%u", m->client_port);
         c->endpoints[i] = m->endpoint;
     }
-    if ((rc = start_members(c, why, why_cap)) || (rc = wait_ready(c, timeout_ms, why, why_cap))) {
+    if ((rc = start_members(c, extra, why, why_cap)) ||
+        (rc = wait_ready(c, timeout_ms, why, why_cap))) {
         for (int i = 0; i < n; i++)
             stop_member(&c->m[i], 0);
         return rc;

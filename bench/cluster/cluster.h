@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #define KV_BC_MAX_MEMBERS 5
+#define KV_BC_MAX_EXTRA 16
 #define KV_BC_MAX_CONNS 4096 /* distinct peer connections remembered per cluster */
 
 typedef struct kv_bc_member {
@@ -53,12 +54,13 @@ typedef struct kv_bc_cluster {
     int samples;          /* successful samples */
 } kv_bc_cluster;
 
-/* Starts n (1..KV_BC_MAX_MEMBERS) members of kind and waits until every member answers a
+/* Starts n (1..KV_BC_MAX_MEMBERS) members of kind (extra: NULL or more flags for every
+ * member, split on blanks, at most KV_BC_MAX_EXTRA words) and waits until every member answers a
  * linearizable Range (so the cluster has a leader), for at most timeout_ms. On failure the
  * members are killed and why[] holds a one-line reason (with the first log lines of a
  * member that exited); the caller still calls kv_bc_cluster_destroy. */
-int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, uint32_t timeout_ms, char *why,
-                        size_t why_cap);
+int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
+                        uint32_t timeout_ms, char *why, size_t why_cap);
 
 /* Stops every member (SIGTERM, then SIGKILL after 5 s) and removes the directory. */
 void kv_bc_cluster_destroy(kv_bc_cluster *c);

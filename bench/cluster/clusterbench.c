@@ -47,7 +47,8 @@ typedef struct opts {
     int members;
     int do_server[N_SERVERS];
     int do_single;
-    int serializable; /* the range workload reads serializably */
+    int serializable;             /* the range workload reads serializably */
+    const char *extra[N_SERVERS]; /* --kvd-args / --etcd-args */
 } opts;
 
 typedef struct cell {
@@ -66,7 +67,7 @@ typedef struct server_stats {
     int peer_samples[MAX_REPEATS];
     int single_runs;
     double single_rss_mb[MAX_REPEATS];
-    int cluster_down;           /* did not start: skipped from then on */
+    int cluster_down; /* did not start: skipped from then on */
     int single_down;
     char cluster_why[1024];
 } server_stats;
@@ -103,6 +104,8 @@ static void usage(FILE *f)
                "  --server kvd|etcd|both   (default both; etcd only if found)\n"
                "  --no-single       skip the single-member put\n"
                "  --serializable    range reads are serializable (default linearizable)\n"
+               "  --kvd-args 'A B'  more flags for every kvd member (split on blanks)\n"
+               "  --etcd-args 'A B' more flags for every etcd member\n"
                "  --start-timeout S seconds for a cluster to elect a leader (default 30)\n"
                "Binaries: kvd from $KV_BUILD_DIR/server/kvd (or $KV_KVD_BIN), etcd from\n"
                "$KV_ETCD_BIN or /usr/bin/etcd. Peer connections are counted with ss(8).\n");
@@ -128,6 +131,8 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"server", required_argument, NULL, 's'},
                                        {"no-single", no_argument, NULL, 'N'},
                                        {"serializable", no_argument, NULL, 'S'},
+                                       {"kvd-args", required_argument, NULL, 'K'},
+                                       {"etcd-args", required_argument, NULL, 'E'},
                                        {"start-timeout", required_argument, NULL, 't'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -161,6 +166,12 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 'S':
             o->serializable = 1;
+            break;
+        case 'K':
+            o->extra[KV_IT_KVD] = optarg;
+            break;
+        case 'E':
+            o->extra[KV_IT_ETCD] = optarg;
             break;
         case 't':
             o->start_timeout_ms = (uint32_t)(atof(optarg) * 1000);
@@ -297,7 +308,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
         fprintf(stderr, "clusterbench: out of memory\n");
         return;
     }
-    int rc = kv_bc_cluster_start(c, k, n, o->start_timeout_ms, why, sizeof(why));
+    int rc = kv_bc_cluster_start(c, k, n, o->extra[k], o->start_timeout_ms, why, sizeof(why));
     if (rc) {
         if (is_cluster) {
             printf("%s cluster did not start (%d members): %s\n", name, n, why);
@@ -384,8 +395,8 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
     printf("  run %u: %s RSS at the end:", rep + 1, name);
     for (int i = 0; i < n; i++) {
         uint64_t b = 0;
-        rss[i] = c->m[i].pid > 0 && kv_it_proc_rss(c->m[i].pid, &b) == 0 ? (double)b / 1048576.0
-                                                                         : NAN;
+        rss[i] =
+            c->m[i].pid > 0 && kv_it_proc_rss(c->m[i].pid, &b) == 0 ? (double)b / 1048576.0 : NAN;
         printf(" %s %.1f MB", c->m[i].name, rss[i]);
     }
     if (n > 1) {
@@ -590,8 +601,7 @@ int main(int argc, char **argv)
         E = &cells[w][KV_IT_ETCD];
         int kdown = w == W_SINGLE_PUT1 ? st[KV_IT_KVD].single_down : st[KV_IT_KVD].cluster_down;
         int edown = w == W_SINGLE_PUT1 ? st[KV_IT_ETCD].single_down : st[KV_IT_ETCD].cluster_down;
-        fmt_cell(kb, sizeof(kb), K, w, kdown,
-                 w == W_SINGLE_PUT1 ? "kvd did not start" : kvd_why);
+        fmt_cell(kb, sizeof(kb), K, w, kdown, w == W_SINGLE_PUT1 ? "kvd did not start" : kvd_why);
         fmt_cell(eb, sizeof(eb), E, w, edown,
                  w == W_SINGLE_PUT1 ? "etcd did not start" : "etcd cluster did not start");
         if (!have[KV_IT_KVD])
@@ -616,8 +626,7 @@ int main(int argc, char **argv)
             snprintf(ratio, sizeof(ratio), "n/a");
             snprintf(res, sizeof(res), "not evaluated");
         }
-        printf("| %s | %s | %s | %s | %s | %s |\n",
-               wlabel(&o, w), kb, eb, ratio, tg, res);
+        printf("| %s | %s | %s | %s | %s | %s |\n", wlabel(&o, w), kb, eb, ratio, tg, res);
     }
     fmt_syncs(kb, sizeof(kb), cells, KV_IT_KVD);
     fmt_syncs(eb, sizeof(eb), cells, KV_IT_ETCD);
@@ -658,9 +667,10 @@ int main(int argc, char **argv)
                      st[KV_IT_KVD].peer_distinct[r] == pairs && st[KV_IT_KVD].peer_samples[r] > 0;
             pres = ok ? "**met**" : "**missed**";
         }
-        printf("| peer TCP connections (most at once / distinct over a run; %d pairs) | %s | %s | | "
-               "one per pair (%d) | %s |\n",
-               pairs, kb, eb, pairs, pres);
+        printf(
+            "| peer TCP connections (most at once / distinct over a run; %d pairs) | %s | %s | | "
+            "one per pair (%d) | %s |\n",
+            pairs, kb, eb, pairs, pres);
         fmt_rss(kb, sizeof(kb), &st[KV_IT_KVD], o.members);
         fmt_rss(eb, sizeof(eb), &st[KV_IT_ETCD], o.members);
         printf("| RSS of each member at the end | %s | %s | | | reported |\n", kb, eb);
