@@ -260,9 +260,11 @@ int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *ex
     c->n = n;
     for (int i = 0; i < n; i++) {
         kv_bc_member *m = &c->m[i];
+        char dir[sizeof(c->dir)];
+        memcpy(dir, c->dir, sizeof(dir));
         snprintf(m->name, sizeof(m->name), "m%d", i + 1);
-        snprintf(m->data_dir, sizeof(m->data_dir), "%s/%s.data", c->dir, m->name);
-        snprintf(m->log_path, sizeof(m->log_path), "%s/%s.log", c->dir, m->name);
+        snprintf(m->data_dir, sizeof(m->data_dir), "%s/m%d.data", dir, i + 1);
+        snprintf(m->log_path, sizeof(m->log_path), "%s/m%d.log", dir, i + 1);
         if ((rc = pick_ports(c, i))) {
             snprintf(why, why_cap, "no free ports: %s", strerror(-rc));
             return rc;
