@@ -1,6 +1,7 @@
 /* cluster: see cluster.h. */
 #include "cluster.h"
 #include "grpc_raw.h"
+#include "rpc.pb-c.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -281,6 +282,33 @@ int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *ex
     for (int i = 0; i < n; i++)
         c->pids[i] = c->m[i].pid;
     return 0;
+}
+
+int kv_bc_leader(const kv_bc_cluster *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        kv_it_grpc *g = NULL;
+        if (kv_it_grpc_open(&g, "127.0.0.1", c->m[i].client_port, 1000))
+            continue;
+        uint8_t *resp = NULL;
+        size_t rl = 0;
+        int status = -1, is_leader = 0;
+        /* StatusRequest has no fields: an empty message. */
+        if (kv_it_grpc_call(g, "/etcdserverpb.Maintenance/Status", NULL, 0, &resp, &rl, 2000,
+                            &status, NULL, 0) == 0) {
+            Etcdserverpb__StatusResponse *sr =
+                etcdserverpb__status_response__unpack(NULL, rl, resp);
+            if (sr && sr->header && sr->leader != 0 && sr->leader == sr->header->member_id)
+                is_leader = 1;
+            if (sr)
+                etcdserverpb__status_response__free_unpacked(sr, NULL);
+        }
+        free(resp);
+        kv_it_grpc_close(g);
+        if (is_leader)
+            return i;
+    }
+    return -ENOENT;
 }
 
 int kv_bc_cluster_alive(kv_bc_cluster *c)

@@ -62,6 +62,10 @@ typedef struct kv_bc_cluster {
 int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
                         uint32_t timeout_ms, char *why, size_t why_cap);
 
+/* Index of the member that is the leader by its own Status (leader == its member id), or
+ * -ENOENT when no member says so (for instance during an election). */
+int kv_bc_leader(const kv_bc_cluster *c);
+
 /* Stops every member (SIGTERM, then SIGKILL after 5 s) and removes the directory. */
 void kv_bc_cluster_destroy(kv_bc_cluster *c);
 

@@ -49,6 +49,7 @@ typedef struct opts {
     int do_single;
     int serializable;             /* the range workload reads serializably */
     const char *extra[N_SERVERS]; /* --kvd-args / --etcd-args */
+    int one_on_leader;            /* 1-client runs talk to the leader (default: a follower) */
 } opts;
 
 typedef struct cell {
@@ -104,6 +105,8 @@ static void usage(FILE *f)
                "  --server kvd|etcd|both   (default both; etcd only if found)\n"
                "  --no-single       skip the single-member put\n"
                "  --serializable    range reads are serializable (default linearizable)\n"
+               "  --one-client leader|follower  member of the 1-client cluster runs\n"
+               "                    (default follower: its writes are forwarded)\n"
                "  --kvd-args 'A B'  more flags for every kvd member (split on blanks)\n"
                "  --etcd-args 'A B' more flags for every etcd member\n"
                "  --start-timeout S seconds for a cluster to elect a leader (default 30)\n"
@@ -132,6 +135,7 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"no-single", no_argument, NULL, 'N'},
                                        {"serializable", no_argument, NULL, 'S'},
                                        {"kvd-args", required_argument, NULL, 'K'},
+                                       {"one-client", required_argument, NULL, 'O'},
                                        {"etcd-args", required_argument, NULL, 'E'},
                                        {"start-timeout", required_argument, NULL, 't'},
                                        {"help", no_argument, NULL, 'h'},
@@ -166,6 +170,13 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 'S':
             o->serializable = 1;
+            break;
+        case 'O':
+            if (strcmp(optarg, "leader") && strcmp(optarg, "follower")) {
+                fprintf(stderr, "clusterbench: --one-client leader|follower\n");
+                return -EINVAL;
+            }
+            o->one_on_leader = strcmp(optarg, "leader") == 0;
             break;
         case 'K':
             o->extra[KV_IT_KVD] = optarg;
@@ -329,8 +340,23 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
             st->single_down = 1;
         goto out;
     }
-    printf("  run %u: %s %d member%s up, %u keys loaded in %.1f s\n", rep + 1, name, n,
+    /* Clients go round-robin over eps; eps[0] (the only member a 1-client run talks to)
+     * is the leader or a follower as asked, so both servers are measured the same way. */
+    const char *eps[KV_BC_MAX_MEMBERS];
+    int leader = n > 1 ? kv_bc_leader(c) : 0, first = 0;
+    if (n > 1 && leader >= 0)
+        first = o->one_on_leader ? leader : (leader + 1) % n;
+    for (int i = 0; i < n; i++)
+        eps[i] = c->endpoints[(first + i) % n];
+    printf("  run %u: %s %d member%s up, %u keys loaded in %.1f s", rep + 1, name, n,
            n > 1 ? "s" : "", o->keyspace, (double)(kv_it_now_ms() - t0) / 1000.0);
+    if (n > 1 && leader < 0)
+        printf("; leader unknown (no member's Status names itself), 1-client runs on %s",
+               c->m[first].name);
+    else if (n > 1)
+        printf("; leader %s, 1-client runs on %s (%s)", c->m[leader].name, c->m[first].name,
+               first == leader ? "leader" : "follower");
+    printf("\n");
     fflush(stdout);
     if (n > 1)
         sampler_set(smp, c);
@@ -341,7 +367,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
             continue;
         sync_window sw = {.c = c};
         kv_bench_params p = {.kind = work[w].kind,
-                             .endpoint = c->endpoints[0],
+                             .endpoint = eps[0],
                              .server_pid = 0,
                              .clients = work[w].clients,
                              .duration_ms = o->duration_ms,
@@ -350,7 +376,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
                              .value_size = o->value_size,
                              .timeout_ms = 30000,
                              .serializable = o->serializable,
-                             .endpoints = c->endpoints,
+                             .endpoints = eps,
                              .n_endpoints = (uint32_t)n,
                              .pids = c->pids,
                              .n_pids = (uint32_t)n,
