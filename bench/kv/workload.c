@@ -219,7 +219,8 @@ join:
     }
     size_t o = 0;
     for (uint32_t i = 0; i < started; i++) {
-        memcpy(all + o, cs[i].lat_us, cs[i].n * sizeof(*all));
+        if (cs[i].n) /* lat_us is NULL for a client that completed no call in the window */
+            memcpy(all + o, cs[i].lat_us, cs[i].n * sizeof(*all));
         o += cs[i].n;
     }
     qsort(all, total, sizeof(*all), cmp_u32);
