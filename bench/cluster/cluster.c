@@ -225,8 +225,16 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
         if (n_ready == c->n)
             break;
         if (kv_it_now_ms() >= deadline) {
-            snprintf(why, why_cap, "%d of %d members answered a linearizable Range within %u ms",
-                     n_ready, c->n, timeout_ms);
+            char missing[KV_BC_MAX_MEMBERS * 8] = "";
+            size_t used = 0;
+            for (int i = 0; i < c->n; i++)
+                if (!ready[i])
+                    used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                             used ? "," : "", c->m[i].name);
+            snprintf(why, why_cap,
+                     "%d of %d members answered a linearizable Range within %u ms (not: %s; "
+                     "logs in %s unless it is removed, KV_TEST_KEEP_DIRS=1 keeps it)",
+                     n_ready, c->n, timeout_ms, missing, c->dir);
             return -ETIMEDOUT;
         }
         sleep_ms(100);
