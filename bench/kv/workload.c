@@ -65,8 +65,8 @@ static void *client_main(void *arg)
     uint8_t *buf = NULL;
     char *value = NULL;
     uint64_t x = 0x9E3779B97F4A7C15ull * (c->id + 1);
-    c->rc = kv_it_rpc_open_in(&conn, c->sh->group, p->endpoint, p->timeout_ms, c->err,
-                              sizeof(c->err));
+    const char *ep = p->n_endpoints ? p->endpoints[c->id % p->n_endpoints] : p->endpoint;
+    c->rc = kv_it_rpc_open_in(&conn, c->sh->group, ep, p->timeout_ms, c->err, sizeof(c->err));
     atomic_fetch_add(&c->sh->ready, 1);
     if (c->rc)
         return NULL;
@@ -126,6 +126,18 @@ out:
     return NULL;
 }
 
+/* utime+stime of the server process(es) in seconds. */
+static double server_cpu(const kv_bench_params *p)
+{
+    double total = 0, v = 0;
+    if (p->n_pids == 0)
+        return kv_it_proc_cpu(p->server_pid, &v) == 0 ? v : 0;
+    for (uint32_t i = 0; i < p->n_pids; i++)
+        if (kv_it_proc_cpu(p->pids[i], &v) == 0)
+            total += v;
+    return total;
+}
+
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -172,15 +184,19 @@ int kv_bench_run(const kv_bench_params *p, kv_bench_result *r, char *errbuf, siz
     while (atomic_load(&sh.ready) < p->clients && kv_it_now_ms() < deadline)
         sleep_ms(5);
     sleep_ms(p->warmup_ms);
-    double cpu0 = 0, cpu1 = 0;
-    kv_it_proc_cpu(p->server_pid, &cpu0);
+    if (p->window_cb)
+        p->window_cb(p->window_arg, 1);
+    double cpu0 = server_cpu(p);
     uint64_t t0 = now_us();
     atomic_store(&sh.phase, PHASE_MEASURE);
     sleep_ms(p->duration_ms);
     atomic_store(&sh.phase, PHASE_STOP);
     uint64_t t1 = now_us();
-    kv_it_proc_cpu(p->server_pid, &cpu1);
-    kv_it_proc_rss(p->server_pid, &r->rss);
+    double cpu1 = server_cpu(p);
+    if (p->window_cb)
+        p->window_cb(p->window_arg, 0);
+    if (p->server_pid > 0)
+        kv_it_proc_rss(p->server_pid, &r->rss);
     r->seconds = (double)(t1 - t0) / 1e6;
     r->cpu_s = cpu1 - cpu0;
 join:
@@ -203,7 +219,8 @@ join:
     }
     size_t o = 0;
     for (uint32_t i = 0; i < started; i++) {
-        memcpy(all + o, cs[i].lat_us, cs[i].n * sizeof(*all));
+        if (cs[i].n) /* lat_us is NULL for a client that completed no call in the window */
+            memcpy(all + o, cs[i].lat_us, cs[i].n * sizeof(*all));
         o += cs[i].n;
     }
     qsort(all, total, sizeof(*all), cmp_u32);

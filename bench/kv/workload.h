@@ -6,7 +6,8 @@
  *
  * Contract: kv_bench_run() blocks for warmup_ms + duration_ms (+ connection set-up) and
  * returns 0 or a negative errno-style code with errbuf set. Any failed call aborts the
- * run (a benchmark that hides errors is a lie).
+ * run (a benchmark that hides errors is a lie). The callback (if any) runs on the calling
+ * thread; the params (and endpoints/pids arrays) must outlive the call.
  */
 #ifndef KV_BENCH_WORKLOAD_H
 #define KV_BENCH_WORKLOAD_H
@@ -28,6 +29,18 @@ typedef struct kv_bench_params {
     uint32_t value_size; /* put value size */
     uint32_t timeout_ms; /* per call */
     int serializable;    /* range: serializable instead of linearizable reads */
+    /* Optional, for clusters: when n_endpoints > 0, client i connects to
+     * endpoints[i % n_endpoints] (round-robin over the members) instead of endpoint. */
+    const char *const *endpoints;
+    uint32_t n_endpoints;
+    /* Optional: when n_pids > 0, cpu_s is the sum over these processes instead of
+     * server_pid (rss still comes from server_pid when it is not 0). */
+    const pid_t *pids;
+    uint32_t n_pids;
+    /* Optional: called on the calling thread right before the measured window opens
+     * (begin = 1) and right after it closes (begin = 0), e.g. to sample server metrics. */
+    void (*window_cb)(void *arg, int begin);
+    void *window_arg;
 } kv_bench_params;
 
 typedef struct kv_bench_result {
