@@ -323,10 +323,8 @@ static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const cha
         kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND); /* ErrIDRemoved */
         return 1;
     }
-    if (mlist_find(l, c->id)) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
-        return 1;
-    }
+    /* Peer URLs before the id: ids derive from the URLs (new_member_id), so a URL in use would
+     * otherwise show up as "member ID already exist". */
     size_t learners = 0;
     for (size_t i = 0; i < l->n; i++) {
         learners += l->m[i]->is_learner;
@@ -336,6 +334,10 @@ static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const cha
                     kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_PEER_EXIST);
                     return 1;
                 }
+    }
+    if (mlist_find(l, c->id)) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
+        return 1;
     }
     if (c->learner && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
         kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_TOO_MANY_LEARNERS);

@@ -50,6 +50,20 @@ int kv_node__conf_start(kv_node *n, kv_node_req *r)
 {
     if (n->conf_req)
         return RAFT_ECONFPENDING;
+    if (r->conf_op == KV_NODE_MEMBER_PROMOTE) {
+        /* etcd isLearnerReady: the learner's match index is at least 90% of ours */
+        raft_index match = raft_peer_match(&n->raft, r->conf_id);
+        raft_index mine = raft_last_index(&n->raft);
+        if (match == 0 || match < mine - mine / 10) {
+            r->kind = REQ_WRITE;
+            kv_node__fail_req(n, r, KV_GRPC_FAILED_PRECONDITION,
+                              "etcdserver: can only promote a learner member which is in sync "
+                              "with leader");
+            return 0;
+        }
+    }
+    if (r->conf_op == KV_NODE_MEMBER_ADD || r->conf_op == KV_NODE_MEMBER_ADD_LEARNER)
+        kv_node__compact_for_join(n); /* the new member starts from a snapshot */
     raft_index idx = 0;
     int rc = raft_change_membership(&n->raft, raft_op(r->conf_op), r->conf_id, &idx);
     if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)

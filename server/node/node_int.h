@@ -264,6 +264,7 @@ void kv_node__conf_check(kv_node *n);
 /* node_snap.c */
 int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters);
 void kv_node__maybe_compact_log(kv_node *n);
+void kv_node__compact_for_join(kv_node *n);
 void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m);
 /* worker thread, inside the ready's batch */
 int kv_node__install_snapshot(kv_node *n, kv_store_batch *b, const struct raft_snapshot_meta *m,

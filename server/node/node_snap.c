@@ -76,6 +76,21 @@ void kv_node__maybe_compact_log(kv_node *n)
     n->compact_log = 1;
 }
 
+/* A member joins with an empty log and a bootstrap configuration that is not the cluster's:
+ * it must start from a snapshot (whose meta carries the configuration). Compacting the log up
+ * to what is applied makes raft send one. */
+void kv_node__compact_for_join(kv_node *n)
+{
+    raft_index idx = raft_applied_index(&n->raft);
+    if (n->compact_log || idx <= n->snap_index)
+        return;
+    struct raft_snapshot_meta m;
+    if (raft_compact(&n->raft, idx, &m) == 0) {
+        n->compact_meta = m;
+        n->compact_log = 1;
+    }
+}
+
 int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snapshot_meta *m)
 {
     return kv_raftlog_set_snapshot(n->log, txn, m);
