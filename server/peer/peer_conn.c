@@ -62,6 +62,23 @@ static void fmt_hex(char *out, size_t sz, uint64_t v)
     snprintf(out, sz, "%llx", (unsigned long long)v);
 }
 
+/* Submits a request carrying our identity (kvd-cluster-id, kvd-from) and one more header
+ * (key: hex value). Returns the stream id or a negative nghttp2 error. */
+static int32_t submit_request(peer_conn *c, const char *method, const char *path, const char *key,
+                              uint64_t val, nghttp2_data_provider *prd, peer_stream *s)
+{
+    kv_peer_net *n = c->net;
+    char v[3][24];
+    fmt_hex(v[0], sizeof(v[0]), n->cfg.cluster_id);
+    fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
+    fmt_hex(v[2], sizeof(v[2]), val);
+    nghttp2_nv nva[] = {
+        NV(":method", method),      NV(":scheme", "http"), NV(":path", path),
+        NV(":authority", "kvd"),    NV("kvd-cluster-id", v[0]), NV("kvd-from", v[1]),
+        {(uint8_t *)key, (uint8_t *)v[2], strlen(key), strlen(v[2]), NGHTTP2_NV_FLAG_NONE}};
+    return nghttp2_submit_request(c->h2, NULL, nva, sizeof(nva) / sizeof(nva[0]), prd, s);
+}
+
 /* ---- the message stream: queue -> DATA ---- */
 
 static ssize_t msg_read_cb(nghttp2_session *h2, int32_t stream_id, uint8_t *buf, size_t length,
@@ -180,7 +197,6 @@ static void open_snap_fetch(peer_conn *c, uint64_t id)
     kv_peer *p = c->peer;
     peer_snap_in *in = NULL;
     peer_stream *s = NULL;
-    char v[3][24];
     if (kv_peer_snap_in_open(n, &in) != 0)
         goto fail;
     in->id = id;
@@ -189,14 +205,7 @@ static void open_snap_fetch(peer_conn *c, uint64_t id)
         goto fail;
     s->sin = in;
     in = NULL;
-    fmt_hex(v[0], sizeof(v[0]), n->cfg.cluster_id);
-    fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
-    fmt_hex(v[2], sizeof(v[2]), id);
-    nghttp2_nv nva[] = {NV(":method", "GET"),          NV(":scheme", "http"),
-                        NV(":path", PEER_PATH_SNAP),   NV(":authority", "kvd"),
-                        NV("kvd-cluster-id", v[0]),    NV("kvd-from", v[1]),
-                        NV("kvd-snap-id", v[2])};
-    int32_t sid = nghttp2_submit_request(c->h2, NULL, nva, sizeof(nva) / sizeof(nva[0]), NULL, s);
+    int32_t sid = submit_request(c, "GET", PEER_PATH_SNAP, "kvd-snap-id", id, NULL, s);
     if (sid < 0)
         goto fail;
     s->id = sid;
@@ -213,22 +222,13 @@ fail:
 
 int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so)
 {
-    kv_peer_net *n = c->net;
-    char v[3][24];
-    fmt_hex(v[0], sizeof(v[0]), n->cfg.cluster_id);
-    fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
-    fmt_hex(v[2], sizeof(v[2]), c->peer->id);
-    nghttp2_nv nva[] = {NV(":method", "POST"),        NV(":scheme", "http"),
-                        NV(":path", PEER_PATH_SNAP),  NV(":authority", "kvd"),
-                        NV("kvd-cluster-id", v[0]),   NV("kvd-from", v[1]),
-                        NV("kvd-to", v[2])};
     peer_stream *s = kv_peer_stream_new(c, 0, PS_SNAP_OUT);
     if (!s)
         return -ENOMEM;
     s->sout = so;
     nghttp2_data_provider prd;
     kv_peer_snap_data_provider(&prd, s);
-    int32_t sid = nghttp2_submit_request(c->h2, NULL, nva, sizeof(nva) / sizeof(nva[0]), &prd, s);
+    int32_t sid = submit_request(c, "POST", PEER_PATH_SNAP, "kvd-to", c->peer->id, &prd, s);
     if (sid < 0) {
         stream_free(c, s);
         return -ENOMEM;
@@ -808,21 +808,13 @@ static void on_connect(uv_connect_t *req, int status)
         kv_peer_conn_close(c, "cannot start the HTTP/2 session");
         return;
     }
-    char v[3][24];
-    fmt_hex(v[0], sizeof(v[0]), n->cfg.cluster_id);
-    fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
-    fmt_hex(v[2], sizeof(v[2]), c->peer->id);
-    nghttp2_nv nva[] = {NV(":method", "POST"),        NV(":scheme", "http"),
-                        NV(":path", PEER_PATH_STREAM), NV(":authority", "kvd"),
-                        NV("kvd-cluster-id", v[0]),   NV("kvd-from", v[1]),
-                        NV("kvd-to", v[2])};
     peer_stream *s = kv_peer_stream_new(c, 0, PS_MSG);
     if (!s) {
         kv_peer_conn_close(c, "out of memory");
         return;
     }
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = msg_read_cb};
-    int32_t sid = nghttp2_submit_request(c->h2, NULL, nva, sizeof(nva) / sizeof(nva[0]), &prd, s);
+    int32_t sid = submit_request(c, "POST", PEER_PATH_STREAM, "kvd-to", c->peer->id, &prd, s);
     if (sid < 0) {
         kv_peer_conn_close(c, "cannot open the message stream");
         return;

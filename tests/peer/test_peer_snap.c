@@ -72,12 +72,6 @@ static int snap_done(void *arg)
     return w->d->calls > 0 && w->rx->snaps >= w->snaps;
 }
 
-static int both_up(void *arg)
-{
-    fx *f = arg;
-    return kv_peer_net_is_up(f->n[0].net, 2) && kv_peer_net_is_up(f->n[1].net, 1);
-}
-
 /* Sends a SNAP_SIZE file from member `from` to member `to`; frames keep flowing meanwhile. */
 static void send_one(fx *f, int from, int to, uint64_t seed)
 {
@@ -130,22 +124,10 @@ static void send_one(fx *f, int from, int to, uint64_t seed)
     unlink(src);
 }
 
-static void start_pair(fx *f)
-{
-    fx_init(f);
-    fx_config(f, 0, 0xc1);
-    fx_config(f, 1, 0xc1);
-    fx_start(f, 0);
-    fx_start(f, 1);
-    fx_add(f, 0, 1);
-    fx_add(f, 1, 0);
-    cr_assert(fx_run_until(f, both_up, f, 10000));
-}
-
 Test(peer_snap, fifty_mb_both_directions_byte_identical_with_flat_rss)
 {
     fx f;
-    start_pair(&f);
+    fx_start_pair(&f);
     send_one(&f, 0, 1, 1001); /* member 1 dials: POST */
     send_one(&f, 1, 0, 2002); /* member 2 accepted: offer + GET */
     /* no temp files left behind */
@@ -156,10 +138,6 @@ Test(peer_snap, fifty_mb_both_directions_byte_identical_with_flat_rss)
     fx_fini(&f);
 }
 
-typedef struct down_arg {
-    done_arg *d;
-} down_arg;
-
 static int done_called(void *arg)
 {
     return ((done_arg *)arg)->calls > 0;
@@ -168,7 +146,7 @@ static int done_called(void *arg)
 Test(peer_snap, peer_lost_mid_snapshot_fails_the_send_and_leaves_no_temp_file)
 {
     fx f;
-    start_pair(&f);
+    fx_start_pair(&f);
     char src[400];
     snprintf(src, sizeof(src), "%s/src.bin", f.dir);
     make_file(src, 7, 20ull * 1000 * 1000);
