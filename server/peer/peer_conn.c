@@ -239,12 +239,11 @@ int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so)
     return 0;
 }
 
-static void respond(peer_conn *c, peer_stream *s, const char *status, int end)
+static void respond(peer_conn *c, peer_stream *s, const char *status)
 {
     char cid[24];
     fmt_hex(cid, sizeof(cid), c->net->cfg.cluster_id);
     nghttp2_nv nva[] = {NV(":status", status), NV("kvd-cluster-id", cid)};
-    (void)end;
     nghttp2_submit_response(c->h2, s->id, nva, 2, NULL);
     kv_peer_conn_mark_dirty(c);
 }
@@ -255,7 +254,7 @@ static void reject(peer_conn *c, peer_stream *s, const char *why)
 {
     kv_peer_log(c->net, "rejected peer %llx: %s", (unsigned long long)s->h_from, why);
     s->kind = PS_REJECTED;
-    respond(c, s, "403", 1);
+    respond(c, s, "403");
     nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR, NULL, 0);
     c->close_after_write = 1;
 }
@@ -268,7 +267,7 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
     int is_snap = strcmp(s->path, PEER_PATH_SNAP) == 0;
     if (!is_stream && !is_snap) {
         s->kind = PS_REJECTED;
-        respond(c, s, "404", 1);
+        respond(c, s, "404");
         return;
     }
     if ((s->h_seen & 3) != 3) {
@@ -319,13 +318,13 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
     /* snapshot streams: only on an established connection, from that peer */
     if (!c->peer || !c->peer->up || s->h_from != c->peer->id) {
         s->kind = PS_REJECTED;
-        respond(c, s, "403", 1);
+        respond(c, s, "403");
         return;
     }
     if (strcmp(s->method, "POST") == 0) {
         if (kv_peer_snap_in_open(n, &s->sin) != 0) {
             s->kind = PS_REJECTED;
-            respond(c, s, "500", 1);
+            respond(c, s, "500");
             return;
         }
         s->kind = PS_SNAP_IN;
@@ -335,7 +334,7 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
     if (strcmp(s->method, "GET") != 0 || !(s->h_seen & 8) || !so || so->id != s->h_snap_id ||
         so->stream_id != 0) {
         s->kind = PS_REJECTED;
-        respond(c, s, "404", 1);
+        respond(c, s, "404");
         return;
     }
     s->kind = PS_SNAP_OUT;
@@ -397,7 +396,7 @@ static void on_remote_end(peer_conn *c, peer_stream *s)
     if (c->dialer)
         send_snap_done(p, id, rc);
     else
-        respond(c, s, rc == 0 ? "200" : "500", 1);
+        respond(c, s, rc == 0 ? "200" : "500");
 }
 
 /* ---- nghttp2 callbacks ---- */
@@ -797,7 +796,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->closing)
         return;
     if (status < 0) {
-        kv_peer_log(n, "dialing %s failed: %s", c->where, uv_strerror(status));
+        kv_peer_dial_failed(c->peer, uv_strerror(status));
         kv_peer_conn_close(c, NULL);
         return;
     }

@@ -97,6 +97,7 @@ typedef struct kv_peer {
     size_t queued_bytes;
     uv_timer_t dial_timer;
     uint32_t backoff_ms;
+    uint64_t dial_failures; /* since the last successful connection */
     peer_snap_out *sout;
     int removed;
     char label[40];
@@ -156,6 +157,8 @@ struct kv_peer_net {
 /* peer_net.c */
 kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id);
 void kv_peer_handle_closed(kv_peer_net *n);
+/* Logs a failed dial of p (rate-limited). p may be NULL. */
+void kv_peer_dial_failed(kv_peer *p, const char *why);
 /* The connection of peer finished its handshake: becomes peer->conn, up. */
 void kv_peer_on_up(kv_peer *p, peer_conn *c);
 /* peer's connection c is going away (called once, before close). */

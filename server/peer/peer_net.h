@@ -2,7 +2,7 @@
  * peer_net.h - the member-to-member transport: typed byte frames and streamed snapshot files
  * over one long-lived HTTP/2 (h2c, prior knowledge) connection per peer pair.
  *
- * Wire protocol (docs/ARCHITECTURE.md, "Peer transport"):
+ * Wire protocol (server/peer/README.md):
  * - The member with the LOWER id dials; the other only accepts. The dialer opens
  *   POST /kvd/peer/stream with headers kvd-cluster-id, kvd-from, kvd-to (lower-case hex). Its
  *   request body carries dialer->acceptor frames; the 200 response body acceptor->dialer frames.
