@@ -73,8 +73,12 @@ static int32_t submit_request(peer_conn *c, const char *method, const char *path
     fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
     fmt_hex(v[2], sizeof(v[2]), val);
     nghttp2_nv nva[] = {
-        NV(":method", method),      NV(":scheme", "http"), NV(":path", path),
-        NV(":authority", "kvd"),    NV("kvd-cluster-id", v[0]), NV("kvd-from", v[1]),
+        NV(":method", method),
+        NV(":scheme", "http"),
+        NV(":path", path),
+        NV(":authority", "kvd"),
+        NV("kvd-cluster-id", v[0]),
+        NV("kvd-from", v[1]),
         {(uint8_t *)key, (uint8_t *)v[2], strlen(key), strlen(v[2]), NGHTTP2_NV_FLAG_NONE}};
     return nghttp2_submit_request(c->h2, NULL, nva, sizeof(nva) / sizeof(nva[0]), prd, s);
 }
@@ -146,8 +150,9 @@ static int msg_data(peer_conn *c, peer_stream *s, const uint8_t *d, size_t len)
                       ((uint32_t)s->fh[6] << 8) | s->fh[7];
             s->body_got = 0;
             if (s->body_len > n->cfg.max_frame_bytes) {
-                kv_peer_log(n, "closing connection to peer %llx: frame of %zu bytes exceeds "
-                               "the limit of %zu",
+                kv_peer_log(n,
+                            "closing connection to peer %llx: frame of %zu bytes exceeds "
+                            "the limit of %zu",
                             (unsigned long long)c->peer->id, s->body_len, n->cfg.max_frame_bytes);
                 return -1;
             }
@@ -440,8 +445,7 @@ static int hdr_is(const uint8_t *name, size_t len, const char *lit)
 }
 
 static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
-                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
-                     void *ud)
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
 {
     (void)flags;
     (void)ud;
@@ -459,9 +463,8 @@ static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
         memcpy(s->method, value, l);
         s->method[l] = 0;
     } else if (hdr_is(name, namelen, ":status")) {
-        s->status = valuelen == 3 ? (value[0] - '0') * 100 + (value[1] - '0') * 10 +
-                                        (value[2] - '0')
-                                  : 0;
+        s->status =
+            valuelen == 3 ? (value[0] - '0') * 100 + (value[1] - '0') * 10 + (value[2] - '0') : 0;
     } else if (hdr_is(name, namelen, "kvd-cluster-id")) {
         if (parse_hex(value, valuelen, &s->h_cluster) == 0)
             s->h_seen |= 1;
@@ -553,8 +556,8 @@ static int cb_stream_close(nghttp2_session *h2, int32_t stream_id, uint32_t err,
     case PS_SNAP_OUT:
         if (s->sout && p && p->sout == s->sout) {
             if (c->dialer)
-                kv_peer_snap_out_finish(p, (s->status == 200 && err == NGHTTP2_NO_ERROR) ? 0
-                                                                                        : -EIO);
+                kv_peer_snap_out_finish(p,
+                                        (s->status == 200 && err == NGHTTP2_NO_ERROR) ? 0 : -EIO);
             else if (err != NGHTTP2_NO_ERROR)
                 kv_peer_snap_out_finish(p, -EIO);
         }
@@ -835,8 +838,8 @@ int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p)
     p->conn = c;
     snprintf(c->where, sizeof(c->where), "peer %llx", (unsigned long long)p->id);
     c->connect_req.data = c;
-    int rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&p->addr,
-                            on_connect);
+    int rc =
+        uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&p->addr, on_connect);
     if (rc != 0) {
         p->conn = NULL;
         c->peer = NULL;
@@ -899,8 +902,8 @@ void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now)
     if (now - c->last_rx < n->cfg.ping_interval_ms)
         return;
     if (++c->missed_pings > PEER_MAX_MISSED_PINGS) {
-        kv_peer_conn_close(c, c->connected ? "the peer stopped answering PINGs"
-                                           : "connect timed out");
+        kv_peer_conn_close(c,
+                           c->connected ? "the peer stopped answering PINGs" : "connect timed out");
         return;
     }
     if (!c->connected || !c->h2)

@@ -90,8 +90,8 @@ typedef struct kv_peer {
     uint64_t id;
     char url[256];
     struct sockaddr_storage addr;
-    int dialer; /* 1 when self_id < id */
-    peer_conn *conn;     /* the established (or, for the dialer, in-progress) connection */
+    int dialer;      /* 1 when self_id < id */
+    peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;
     peer_qframe *qhead, *qtail;
     size_t queued_bytes;

@@ -259,7 +259,7 @@ void kv_peer_on_down(kv_peer *p, peer_conn *c)
     int was_up = p->up;
     p->up = 0;
     if (p->sout) /* while p->conn is still c: detaches the stream */
-        kv_peer_snap_out_finish(p, -ECONNRESET);
+        kv_peer_snap_out_finish(p, n->closing ? -ECANCELED : -ECONNRESET);
     p->conn = NULL;
     c->peer = NULL;
     queue_drop_all(p);
@@ -279,8 +279,7 @@ void kv_peer_dial_failed(kv_peer *p, const char *why)
     /* the first failure and then every 20th: a member that is down for long does not flood */
     if (p->dial_failures++ % 20 == 0)
         kv_peer_log(p->net, "dialing peer %llx (%s) failed: %s (%llu attempts so far)",
-                    (unsigned long long)p->id, p->url, why,
-                    (unsigned long long)p->dial_failures);
+                    (unsigned long long)p->id, p->url, why, (unsigned long long)p->dial_failures);
 }
 
 static void dial_timer_cb(uv_timer_t *t)
@@ -326,8 +325,8 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
     p->m_connects = peer_metric(n, 1, "kvd_peer_connects_total",
                                 "Connections to the peer established (dialed or accepted).", l);
     p->m_sent = peer_metric(n, 1, "kvd_peer_frames_sent_total", "Frames queued to the peer.", l);
-    p->m_recv = peer_metric(n, 1, "kvd_peer_frames_received_total",
-                            "Frames received from the peer.", l);
+    p->m_recv =
+        peer_metric(n, 1, "kvd_peer_frames_received_total", "Frames received from the peer.", l);
     p->m_dropped = peer_metric(n, 1, "kvd_peer_frames_dropped_total",
                                "Frames to or from the peer dropped (queue full, not connected, "
                                "isolated, connection lost).",
