@@ -264,6 +264,15 @@ static void reject(peer_conn *c, peer_stream *s, const char *why)
     c->close_after_write = 1;
 }
 
+/* Incoming snapshots being written for this connection (each holds a temp file). */
+static int snaps_in_progress(const peer_conn *c)
+{
+    int k = 0;
+    for (const peer_stream *s = c->streams; s; s = s->next)
+        k += s->kind == PS_SNAP_IN && s->sin;
+    return k;
+}
+
 static void on_stream_request(peer_conn *c, peer_stream *s)
 {
     kv_peer_net *n = c->net;
@@ -327,6 +336,13 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
         return;
     }
     if (strcmp(s->method, "POST") == 0) {
+        if (snaps_in_progress(c) >= PEER_MAX_SNAP_IN) {
+            kv_peer_log(n, "refusing a snapshot from peer %llx: %d already in progress",
+                        (unsigned long long)c->peer->id, PEER_MAX_SNAP_IN);
+            s->kind = PS_REJECTED;
+            respond(c, s, "503");
+            return;
+        }
         if (kv_peer_snap_in_open(n, &s->sin) != 0) {
             s->kind = PS_REJECTED;
             respond(c, s, "500");

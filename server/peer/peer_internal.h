@@ -19,6 +19,7 @@
 #define PEER_CTL_SNAP_OFFER (KV_PEER_TYPE_RESERVED + 1) /* payload: u64 snapshot id */
 #define PEER_CTL_SNAP_DONE (KV_PEER_TYPE_RESERVED + 2)  /* payload: u64 id, i32 status */
 #define PEER_MAX_MISSED_PINGS 5
+#define PEER_MAX_SNAP_IN 2 /* snapshots received at once per connection */
 #define PEER_WRITE_CHUNK (64 * 1024)
 #define PEER_STREAM_WINDOW (1 << 20)
 #define PEER_CONN_WINDOW (4 << 20)

@@ -401,3 +401,28 @@ Test(peer_net, silent_peer_is_closed_after_missed_pings_and_redialed)
     close(lfd);
     fx_fini(&f);
 }
+
+Test(peer_net, remove_and_add_peer)
+{
+    fx f;
+    fx_start_pair(&f);
+    cr_assert_eq(kv_peer_net_add_peer(f.n[0].net, 2, "http://127.0.0.1:1"), -EEXIST);
+    cr_assert_eq(kv_peer_net_add_peer(f.n[0].net, 1, "http://127.0.0.1:1"), -EINVAL);
+    cr_assert_eq(kv_peer_net_add_peer(f.n[0].net, 9, "127.0.0.1:1"), -EINVAL);
+    cr_assert_eq(kv_peer_net_remove_peer(f.n[0].net, 2), 0);
+    cr_assert_eq(kv_peer_net_remove_peer(f.n[0].net, 2), -ENOENT);
+    cr_assert_eq(fx_send(&f, 0, 1, 1, 0, 8), -ENOENT);
+    cr_assert_not(kv_peer_net_is_up(f.n[0].net, 2));
+    pair_arg p = {&f, 1, 0};
+    cr_assert(fx_run_until(&f, down_seen, &p, 5000));
+    fx_run_for(&f, 300); /* member 2 has no connection and does not dial (it has the higher id) */
+    cr_assert_not(kv_peer_net_is_up(f.n[1].net, 1));
+    fx_add(&f, 0, 1);
+    fx_wait_up(&f, 0, 1);
+    f.n[1].next_seq[1] = 3;
+    cr_assert_eq(fx_send(&f, 0, 1, 1, 3, 8), 0);
+    count_arg c = {&f.n[1], 1};
+    cr_assert(fx_run_until(&f, got_msgs, &c, 5000));
+    cr_assert_eq(f.n[1].order_errors, 0);
+    fx_fini(&f);
+}
