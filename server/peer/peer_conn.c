@@ -779,10 +779,10 @@ static int session_start(peer_conn *c)
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 16},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, PEER_STREAM_WINDOW},
-        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16 * 1024},
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0}, /* client only */
     };
-    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, c->dialer ? 4 : 2) != 0)
+    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, c->dialer ? 4 : 3) != 0)
         return -ENOMEM;
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, PEER_CONN_WINDOW);
     rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
