@@ -169,8 +169,19 @@ void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
 int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
 void kv_peer_log(const kv_peer_net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* peer_conn.c */
+/* peer_session.c */
 int kv_peer_conn_callbacks(nghttp2_session_callbacks **out);
+peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind);
+/* Unlinks and frees s (aborting an incoming snapshot). */
+void kv_peer_stream_free(peer_conn *c, peer_stream *s);
+/* Dialer: opens POST /kvd/peer/stream with the handshake headers. Returns 0 or -ENOMEM. */
+int kv_peer_session_open_stream(peer_conn *c);
+/* Resumes the message stream's data provider after frames were queued. */
+void kv_peer_conn_resume_msg(peer_conn *c);
+/* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
+int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
+
+/* peer_conn.c */
 /* Starts a connection: dialer (p != NULL) connects to p->addr; else accepts on server. */
 int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p);
 int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server);
@@ -179,11 +190,6 @@ void kv_peer_conn_close(peer_conn *c, const char *why);
 void kv_peer_conn_mark_dirty(peer_conn *c);
 void kv_peer_conn_flush(peer_conn *c);
 void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now);
-/* Resumes the message stream's data provider after frames were queued. */
-void kv_peer_conn_resume_msg(peer_conn *c);
-/* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
-int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
-peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind);
 
 /* peer_snap.c */
 int kv_peer_snap_out_open(kv_peer *p, const uint8_t *hdr, size_t hdr_len, const char *path,
