@@ -19,6 +19,7 @@
 #define PEER_CTL_SNAP_OFFER (KV_PEER_TYPE_RESERVED + 1) /* payload: u64 snapshot id */
 #define PEER_CTL_SNAP_DONE (KV_PEER_TYPE_RESERVED + 2)  /* payload: u64 id, i32 status */
 #define PEER_MAX_MISSED_PINGS 5
+#define PEER_MAX_SNAP_IN 2 /* snapshots received at once per connection */
 #define PEER_WRITE_CHUNK (64 * 1024)
 #define PEER_STREAM_WINDOW (1 << 20)
 #define PEER_CONN_WINDOW (4 << 20)
@@ -90,13 +91,14 @@ typedef struct kv_peer {
     uint64_t id;
     char url[256];
     struct sockaddr_storage addr;
-    int dialer; /* 1 when self_id < id */
-    peer_conn *conn;     /* the established (or, for the dialer, in-progress) connection */
+    int dialer;      /* 1 when self_id < id */
+    peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;
     peer_qframe *qhead, *qtail;
     size_t queued_bytes;
     uv_timer_t dial_timer;
     uint32_t backoff_ms;
+    uint64_t dial_failures; /* since the last successful connection */
     peer_snap_out *sout;
     int removed;
     char label[40];
@@ -156,6 +158,8 @@ struct kv_peer_net {
 /* peer_net.c */
 kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id);
 void kv_peer_handle_closed(kv_peer_net *n);
+/* Logs a failed dial of p (rate-limited). p may be NULL. */
+void kv_peer_dial_failed(kv_peer *p, const char *why);
 /* The connection of peer finished its handshake: becomes peer->conn, up. */
 void kv_peer_on_up(kv_peer *p, peer_conn *c);
 /* peer's connection c is going away (called once, before close). */
@@ -165,8 +169,19 @@ void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
 int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
 void kv_peer_log(const kv_peer_net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* peer_conn.c */
+/* peer_session.c */
 int kv_peer_conn_callbacks(nghttp2_session_callbacks **out);
+peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind);
+/* Unlinks and frees s (aborting an incoming snapshot). */
+void kv_peer_stream_free(peer_conn *c, peer_stream *s);
+/* Dialer: opens POST /kvd/peer/stream with the handshake headers. Returns 0 or -ENOMEM. */
+int kv_peer_session_open_stream(peer_conn *c);
+/* Resumes the message stream's data provider after frames were queued. */
+void kv_peer_conn_resume_msg(peer_conn *c);
+/* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
+int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
+
+/* peer_conn.c */
 /* Starts a connection: dialer (p != NULL) connects to p->addr; else accepts on server. */
 int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p);
 int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server);
@@ -175,11 +190,6 @@ void kv_peer_conn_close(peer_conn *c, const char *why);
 void kv_peer_conn_mark_dirty(peer_conn *c);
 void kv_peer_conn_flush(peer_conn *c);
 void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now);
-/* Resumes the message stream's data provider after frames were queued. */
-void kv_peer_conn_resume_msg(peer_conn *c);
-/* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
-int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
-peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind);
 
 /* peer_snap.c */
 int kv_peer_snap_out_open(kv_peer *p, const uint8_t *hdr, size_t hdr_len, const char *path,

@@ -242,6 +242,7 @@ void kv_peer_on_up(kv_peer *p, peer_conn *c)
     c->peer = p;
     p->up = 1;
     p->backoff_ms = n->cfg.dial_backoff_min_ms;
+    p->dial_failures = 0;
     kv_metric_set(p->m_connected, 1);
     kv_metric_inc(p->m_connects);
     kv_peer_log(n, "connected to peer %llx (%s)", (unsigned long long)p->id,
@@ -258,7 +259,7 @@ void kv_peer_on_down(kv_peer *p, peer_conn *c)
     int was_up = p->up;
     p->up = 0;
     if (p->sout) /* while p->conn is still c: detaches the stream */
-        kv_peer_snap_out_finish(p, -ECONNRESET);
+        kv_peer_snap_out_finish(p, n->closing ? -ECANCELED : -ECONNRESET);
     p->conn = NULL;
     c->peer = NULL;
     queue_drop_all(p);
@@ -271,6 +272,16 @@ void kv_peer_on_down(kv_peer *p, peer_conn *c)
 
 /* ---- dialing ---- */
 
+void kv_peer_dial_failed(kv_peer *p, const char *why)
+{
+    if (!p)
+        return;
+    /* the first failure and then every 20th: a member that is down for long does not flood */
+    if (p->dial_failures++ % 20 == 0)
+        kv_peer_log(p->net, "dialing peer %llx (%s) failed: %s (%llu attempts so far)",
+                    (unsigned long long)p->id, p->url, why, (unsigned long long)p->dial_failures);
+}
+
 static void dial_timer_cb(uv_timer_t *t)
 {
     kv_peer *p = t->data;
@@ -278,8 +289,7 @@ static void dial_timer_cb(uv_timer_t *t)
         return;
     int rc = kv_peer_conn_dial(p->net, p);
     if (rc != 0) {
-        kv_peer_log(p->net, "dialing peer %llx (%s) failed: %s", (unsigned long long)p->id,
-                    p->url, uv_strerror(rc));
+        kv_peer_dial_failed(p, uv_strerror(rc));
         schedule_dial(p);
     }
 }
@@ -315,8 +325,8 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
     p->m_connects = peer_metric(n, 1, "kvd_peer_connects_total",
                                 "Connections to the peer established (dialed or accepted).", l);
     p->m_sent = peer_metric(n, 1, "kvd_peer_frames_sent_total", "Frames queued to the peer.", l);
-    p->m_recv = peer_metric(n, 1, "kvd_peer_frames_received_total",
-                            "Frames received from the peer.", l);
+    p->m_recv =
+        peer_metric(n, 1, "kvd_peer_frames_received_total", "Frames received from the peer.", l);
     p->m_dropped = peer_metric(n, 1, "kvd_peer_frames_dropped_total",
                                "Frames to or from the peer dropped (queue full, not connected, "
                                "isolated, connection lost).",
@@ -378,7 +388,7 @@ static void peer_destroy(kv_peer *p)
     if (p->conn) {
         peer_conn *c = p->conn;
         kv_peer_on_down(p, c);
-        kv_peer_conn_close(c, "peer removed");
+        kv_peer_conn_close(c, p->net->closing ? NULL : "peer removed");
     }
     queue_drop_all(p);
     if (p->sout)

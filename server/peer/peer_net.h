@@ -2,7 +2,7 @@
  * peer_net.h - the member-to-member transport: typed byte frames and streamed snapshot files
  * over one long-lived HTTP/2 (h2c, prior knowledge) connection per peer pair.
  *
- * Wire protocol (docs/ARCHITECTURE.md, "Peer transport"):
+ * Wire protocol (server/peer/README.md):
  * - The member with the LOWER id dials; the other only accepts. The dialer opens
  *   POST /kvd/peer/stream with headers kvd-cluster-id, kvd-from, kvd-to (lower-case hex). Its
  *   request body carries dialer->acceptor frames; the 200 response body acceptor->dialer frames.
@@ -60,10 +60,10 @@ typedef struct kv_peer_net_config {
     const char *listen_urls[8];
     size_t n_listen; /* --listen-peer-urls (http://h:p) */
     kv_peer_addr peers[KV_PEER_MAX_PEERS];
-    size_t n_peers;                /* other members (self excluded) */
-    const char *snap_dir;          /* received snapshots are written here (created if missing) */
-    size_t max_queue_bytes;        /* per peer send queue; default 16 MiB (--peer-max-queue-bytes) */
-    size_t max_frame_bytes;        /* largest frame accepted/sent; default 64 MiB */
+    size_t n_peers;         /* other members (self excluded) */
+    const char *snap_dir;   /* received snapshots are written here (created if missing) */
+    size_t max_queue_bytes; /* per peer send queue; default 16 MiB (--peer-max-queue-bytes) */
+    size_t max_frame_bytes; /* largest frame accepted/sent; default 64 MiB */
     uint32_t dial_backoff_min_ms, dial_backoff_max_ms; /* default 100, 5000; jittered */
     uint32_t ping_interval_ms; /* HTTP/2 PING when idle; default 1000; dead after 5 missed */
     uint64_t seed;             /* PRNG seed for jitter (no global RNG) */
@@ -74,7 +74,8 @@ void kv_peer_net_config_default(kv_peer_net_config *c);
 
 /* Binds the listeners and starts dialing. h is copied; metrics may be NULL (borrowed; must
  * outlive the net). Peer host names are resolved here (blocking getaddrinfo: startup only).
- * Returns 0, -EINVAL (bad url/config), -ENOMEM or a libuv error. Loop thread only. */
+ * Returns 0, -EINVAL (bad url/config), -ENOMEM or a libuv error; on error the handles already
+ * opened are closing: run the loop to free them. Loop thread only. */
 int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_config *cfg,
                       const kv_peer_handler *h, kv_metrics *metrics);
 /* Closes everything; frees in close callbacks (run the loop afterwards). Pending snapshot

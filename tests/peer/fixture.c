@@ -254,3 +254,34 @@ void fx_reset_hwm(void)
         close(fd);
     }
 }
+
+typedef struct pair_arg {
+    fx *f;
+    int a, b;
+} pair_arg;
+
+static int both_up(void *arg)
+{
+    pair_arg *p = arg;
+    fx *f = p->f;
+    return kv_peer_net_is_up(f->n[p->a].net, f->n[p->b].id) &&
+           kv_peer_net_is_up(f->n[p->b].net, f->n[p->a].id);
+}
+
+void fx_wait_up(fx *f, int a, int b)
+{
+    pair_arg p = {f, a, b};
+    cr_assert(fx_run_until(f, both_up, &p, 10000), "members %d and %d never connected", a, b);
+}
+
+void fx_start_pair(fx *f)
+{
+    fx_init(f);
+    fx_config(f, 0, 0xc1);
+    fx_config(f, 1, 0xc1);
+    fx_start(f, 0);
+    fx_start(f, 1);
+    fx_add(f, 0, 1);
+    fx_add(f, 1, 0);
+    fx_wait_up(f, 0, 1);
+}

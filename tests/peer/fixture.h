@@ -56,6 +56,10 @@ void fx_stop(fx *f, int i);
 void fx_add(fx *f, int i, int j);
 /* Runs the loop until cond(arg) or timeout_ms. Returns cond's last value. */
 int fx_run_until(fx *f, int (*cond)(void *), void *arg, int timeout_ms);
+/* Runs the loop until members a and b both see the other up (asserts within 10 s). */
+void fx_wait_up(fx *f, int a, int b);
+/* fx_init + members 0 and 1 (cluster 0xc1) started, peered and connected. */
+void fx_start_pair(fx *f);
 /* Runs the loop for ms. */
 void fx_run_for(fx *f, int ms);
 /* Sends frame number seq (len bytes, len >= 8) from member i to member j. */

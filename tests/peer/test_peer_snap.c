@@ -72,12 +72,6 @@ static int snap_done(void *arg)
     return w->d->calls > 0 && w->rx->snaps >= w->snaps;
 }
 
-static int both_up(void *arg)
-{
-    fx *f = arg;
-    return kv_peer_net_is_up(f->n[0].net, 2) && kv_peer_net_is_up(f->n[1].net, 1);
-}
-
 /* Sends a SNAP_SIZE file from member `from` to member `to`; frames keep flowing meanwhile. */
 static void send_one(fx *f, int from, int to, uint64_t seed)
 {
@@ -92,11 +86,11 @@ static void send_one(fx *f, int from, int to, uint64_t seed)
     uint64_t rss0 = fx_rss();
     fx_reset_hwm();
     uint64_t t0 = uv_hrtime();
-    cr_assert_eq(kv_peer_net_send_snapshot(f->n[from].net, rx->id, (const uint8_t *)hdr,
-                                           (size_t)hl, src, on_done, &d),
+    cr_assert_eq(kv_peer_net_send_snapshot(f->n[from].net, rx->id, (const uint8_t *)hdr, (size_t)hl,
+                                           src, on_done, &d),
                  0);
-    cr_assert_eq(kv_peer_net_send_snapshot(f->n[from].net, rx->id, (const uint8_t *)hdr,
-                                           (size_t)hl, src, on_done, &d),
+    cr_assert_eq(kv_peer_net_send_snapshot(f->n[from].net, rx->id, (const uint8_t *)hdr, (size_t)hl,
+                                           src, on_done, &d),
                  -EBUSY);
     /* raft frames share the connection with the snapshot stream */
     rx->next_seq[f->n[from].id] = 0;
@@ -118,8 +112,8 @@ static void send_one(fx *f, int from, int to, uint64_t seed)
     cr_assert_eq(unlink(rx->snap_path), 0); /* the callee owns it */
     cr_assert_eq(fx_metric(f, from, "kvd_peer_snapshots_sent_total", rx->id), 1);
     cr_assert_eq(fx_metric(f, to, "kvd_peer_snapshots_received_total", f->n[from].id), 1);
-    cr_log_info("snapshot %d->%d: %.0f MB in %.2f s; RSS %llu KiB, peak %llu KiB", from + 1,
-                to + 1, SNAP_SIZE / 1e6, secs, (unsigned long long)rss0 / 1024,
+    cr_log_info("snapshot %d->%d: %.0f MB in %.2f s; RSS %llu KiB, peak %llu KiB", from + 1, to + 1,
+                SNAP_SIZE / 1e6, secs, (unsigned long long)rss0 / 1024,
                 (unsigned long long)hwm / 1024);
     fprintf(stderr, "snapshot %d->%d: %.0f MB in %.2f s; RSS %llu KiB, peak %llu KiB\n", from + 1,
             to + 1, SNAP_SIZE / 1e6, secs, (unsigned long long)rss0 / 1024,
@@ -130,35 +124,19 @@ static void send_one(fx *f, int from, int to, uint64_t seed)
     unlink(src);
 }
 
-static void start_pair(fx *f)
-{
-    fx_init(f);
-    fx_config(f, 0, 0xc1);
-    fx_config(f, 1, 0xc1);
-    fx_start(f, 0);
-    fx_start(f, 1);
-    fx_add(f, 0, 1);
-    fx_add(f, 1, 0);
-    cr_assert(fx_run_until(f, both_up, f, 10000));
-}
-
 Test(peer_snap, fifty_mb_both_directions_byte_identical_with_flat_rss)
 {
     fx f;
-    start_pair(&f);
+    fx_start_pair(&f);
     send_one(&f, 0, 1, 1001); /* member 1 dials: POST */
     send_one(&f, 1, 0, 2002); /* member 2 accepted: offer + GET */
     /* no temp files left behind */
     char cmd[800];
-    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/snap0 %s/snap1 | grep -v : | grep .)\"",
-             f.dir, f.dir);
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/snap0 %s/snap1 | grep -v : | grep .)\"", f.dir,
+             f.dir);
     cr_assert_eq(system(cmd), 0, "temp files left in the snapshot dirs");
     fx_fini(&f);
 }
-
-typedef struct down_arg {
-    done_arg *d;
-} down_arg;
 
 static int done_called(void *arg)
 {
@@ -168,7 +146,7 @@ static int done_called(void *arg)
 Test(peer_snap, peer_lost_mid_snapshot_fails_the_send_and_leaves_no_temp_file)
 {
     fx f;
-    start_pair(&f);
+    fx_start_pair(&f);
     char src[400];
     snprintf(src, sizeof(src), "%s/src.bin", f.dir);
     make_file(src, 7, 20ull * 1000 * 1000);
