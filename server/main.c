@@ -156,11 +156,25 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
  * with, or this process would serve another member's data under a new identity. */
 static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t errlen)
 {
-    const kv_server *s = &m->srv;
+    kv_server *s = &m->srv;
     kv_store_identity want = {.member_id = s->id.member_id, .cluster_id = s->id.cluster_id};
     snprintf(want.name, sizeof(want.name), "%s", m->cfg.name);
     kv_store_identity have;
+    if (store_if_missing && m->srv.joining)
+        return 0; /* stored once the cluster id is known (server.c on_cluster_id) */
     int rc = kv_store_identity_check(s->store, &want, &have, store_if_missing);
+    if (strcmp(m->cfg.initial_cluster_state, "existing") == 0) {
+        /* A member that joined an existing cluster took the cluster's id from its peers: the
+         * stored one is authoritative; a fresh one learns it from the first peer (joining). */
+        if (rc == -EEXIST && have.member_id == want.member_id) {
+            m->srv.id.cluster_id = have.cluster_id;
+            return 0;
+        }
+        if (rc == 1 && !store_if_missing) {
+            m->srv.joining = 1;
+            return 0;
+        }
+    }
     if (rc == -EEXIST)
         snprintf(err, errlen,
                  "data dir %s belongs to member %016llx (name \"%s\") of cluster %016llx, but "

@@ -52,6 +52,35 @@ static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_
     kv_node_on_peer_snapshot(((kv_server *)arg)->node, from, hdr, hdr_len, path);
 }
 
+static int store_identity(void *arg)
+{
+    kv_server *s = arg;
+    kv_store_identity want = {.member_id = s->id.member_id, .cluster_id = s->id.cluster_id}, have;
+    snprintf(want.name, sizeof(want.name), "%s", s->cfg->name);
+    int rc = kv_store_identity_check(s->store, &want, &have, 1);
+    return rc < 0 ? rc : 0;
+}
+
+static void identity_stored(void *arg, int status)
+{
+    (void)arg;
+    if (status < 0)
+        fprintf(stderr, "kvd: storing the member identity failed: %s\n", strerror(-status));
+}
+
+/* A joining member learned the cluster id from its peers: adopt it and record it. */
+static void peer_on_cluster_id(void *arg, uint64_t cluster_id)
+{
+    kv_server *s = arg;
+    s->id.cluster_id = cluster_id;
+    s->joining = 0;
+    kv_node_set_cluster_id(s->node, cluster_id);
+    fprintf(stderr, "kvd: joined cluster %016llx\n", (unsigned long long)cluster_id);
+    if (kv_node_exclusive(s->node, store_identity, identity_stored, s) < 0)
+        fprintf(stderr, "kvd: cannot record the member identity now; it is recorded at the "
+                        "next start\n");
+}
+
 /* The first peer URL --initial-cluster gives the k-th member (identity.c's order). */
 static const char *member_url(const kv_config *cfg, size_t k)
 {
@@ -125,8 +154,11 @@ static int start_peers(kv_server *s, const char *snap_dir)
     if (cfg->peer_max_queue_bytes)
         pc.max_queue_bytes = cfg->peer_max_queue_bytes;
     pc.seed = s->id.member_id;
-    kv_peer_handler h = {
-        .arg = s, .on_message = peer_on_message, .on_snapshot = peer_on_snapshot};
+    pc.joining = s->joining;
+    kv_peer_handler h = {.arg = s,
+                         .on_message = peer_on_message,
+                         .on_snapshot = peer_on_snapshot,
+                         .on_cluster_id = peer_on_cluster_id};
     int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);
     if (rc < 0) {
         fprintf(stderr, "kvd: cannot start the peer transport: %s\n", strerror(-rc));

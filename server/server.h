@@ -31,6 +31,7 @@ typedef struct kv_server {
     struct kv_read_pool *read_pool; /* reader threads for Range/HashKV (NULL: inline) */
     struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
     struct kv_peer_net *peers;      /* peer transport (server/peer/peer_net.h); NULL alone */
+    int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer

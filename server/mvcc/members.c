@@ -555,7 +555,8 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
         return -ENOMEM;
     }
     if (publish) {
-        free(m->name);
+        if (m->name != protobuf_c_empty_string) /* unpack leaves "" as the shared default */
+            free(m->name);
         m->name = name;
         free_strs(m->client_urls, m->n_client_urls);
         m->client_urls = nv;

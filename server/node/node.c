@@ -439,9 +439,10 @@ void kv_node_close(kv_node *n)
     n->pending = 0;
     n->health_q = NULL;
     kv_node__fail_all_waiting(n, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
-    if (n->conf_req) {
-        kv_node__fail_req(n, n->conf_req, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
-        n->conf_req = NULL;
+    while (n->conf_waiters) {
+        kv_node_req *r = n->conf_waiters;
+        n->conf_waiters = r->next;
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
     }
     if (n->transfer_req) {
         kv_node__fail_req(n, n->transfer_req, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
@@ -478,6 +479,16 @@ int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved)
         n->pending++;
     kv_node__kick(n);
     return 0;
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t o = 0;
+    for (;; v >>= 7) {
+        p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            return o;
+    }
 }
 
 /* Returns the entry data for body: the InternalRequest fields id (1) and proposer (2) first,
@@ -672,30 +683,44 @@ int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size
     }
     /* The record (peer URLs) travels as a normal entry first; the configuration entry follows
      * once it applied (node_ready.c). */
-    /* InternalRequest field 20 (member_add, a kvdpb.Member): the members table entry. */
-    uint8_t *body = NULL;
+    /* The change travels as a normal entry (any member can propose it; a follower forwards it
+     * like a write): InternalRequest field 20 (member_add: the kvdpb.Member record) for an add,
+     * field 21 (member_change: op and id) otherwise. The leader turns it into the raft
+     * configuration change when it applies (node_conf.c). */
+    uint8_t *body = malloc((record ? record_len : 0) + 32);
     size_t blen = 0;
-    if (record && record_len) {
-        body = malloc(record_len + 12);
-        if (body == NULL) {
+    if (body == NULL) {
+        free(record);
+        return -ENOMEM;
+    }
+    if (op == KV_NODE_MEMBER_ADD || op == KV_NODE_MEMBER_ADD_LEARNER) {
+        if (record == NULL || record_len == 0) {
+            free(body);
             free(record);
-            return -ENOMEM;
+            return -EINVAL;
         }
         body[blen++] = 0xA2;
         body[blen++] = 0x01;
-        for (uint64_t v = record_len;; v >>= 7) {
-            body[blen++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-            if (v < 0x80)
-                break;
-        }
+        blen += put_varint(body + blen, record_len);
         memcpy(body + blen, record, record_len);
         blen += record_len;
+    } else {
+        uint8_t inner[24];
+        size_t il = 0;
+        inner[il++] = 0x08;
+        il += put_varint(inner + il, (uint64_t)op);
+        inner[il++] = 0x10;
+        il += put_varint(inner + il, id);
+        body[blen++] = 0xAA;
+        body[blen++] = 0x01;
+        blen += put_varint(body + blen, il);
+        memcpy(body + blen, inner, il);
+        blen += il;
     }
     free(record);
     kv_node_req *r = new_req(n, REQ_CONF, body, blen);
     if (r == NULL)
         return -ENOMEM;
-    r->has_record = blen > 0;
     r->conf_op = op;
     r->conf_id = id;
     r->done = done;
@@ -770,6 +795,11 @@ int64_t kv_node_revision(const kv_node *n)
 void kv_node_set_term(kv_node *n, uint64_t term)
 {
     n->hdr.raft_term = term;
+}
+
+void kv_node_set_cluster_id(kv_node *n, uint64_t cluster_id)
+{
+    n->hdr.cluster_id = cluster_id;
 }
 
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st)

@@ -133,6 +133,8 @@ const kv_header_info *kv_node_header(const kv_node *n);
 /* Store revision after the last committed batch (cached: no read transaction). */
 int64_t kv_node_revision(const kv_node *n);
 void kv_node_set_term(kv_node *n, uint64_t term);
+/* A joining member learned its cluster's id (response headers carry it). */
+void kv_node_set_cluster_id(kv_node *n, uint64_t cluster_id);
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
 
 /* ---- alarms and exclusive items (issue 8: D3, D10, D12) ---- */

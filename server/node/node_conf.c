@@ -2,14 +2,19 @@
  * node_conf.c: membership changes and leader transfer through raft (issue 9, cluster
  * operations).
  *
- * MemberAdd: the member record (peer URLs) is first proposed as a normal entry (the members
- * table gets it on every member); once it applied, the leader proposes the single-server
- * configuration change (raft_change_membership); the request completes when that entry
- * applies. Remove and promote go straight to the configuration change. Changes run on the
- * leader, one at a time (raft's rule); a follower answers "etcdserver: not leader" and
- * clients retry on another endpoint (etcdctl and clientv3 do).
+ * A change (MemberAdd/Remove/Promote) is a normal log entry that any member may propose (a
+ * follower forwards it like a write): an add carries the member record (peer URLs), the others
+ * op and id. When that entry applies, every member remembers the record; the LEADER then
+ * proposes the single-server configuration change (raft_change_membership), one at a time,
+ * after the checks only it can make (a learner must be in sync to be promoted). The member
+ * that took the request answers once the configuration entry for that member id applied on
+ * it, with the members table's verdict (mvcc/members.h), or etcd's error if the leader
+ * refused (a ForwardResp to a remote proposer), or "request timed out" at its deadline.
  */
 #include "node/node_int.h"
+
+#include "peer/peer_net.h"
+#include "raft.pb-c.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,73 +34,105 @@ static int raft_op(int op)
     }
 }
 
-static void fail_conf(kv_node *n, kv_node_req *r, int rc)
-{
-    int code = KV_GRPC_FAILED_PRECONDITION;
-    const char *msg = "etcdserver: unhealthy cluster";
-    if (rc == RAFT_ENOTLEADER || rc == RAFT_ENOLEADER) {
-        code = KV_GRPC_UNAVAILABLE;
-        msg = "etcdserver: not leader";
-    } else if (rc == RAFT_EINVAL) {
-        code = KV_GRPC_NOT_FOUND;
-        msg = "etcdserver: member not found";
-    }
-    r->kind = REQ_WRITE;
-    kv_node__fail_req(n, r, code, msg);
-}
-
-/* Proposes r's configuration change. Returns 0 (r is tracked or failed), or RAFT_EAGAIN /
- * RAFT_ECONFPENDING: try again later (r untouched). */
-int kv_node__conf_start(kv_node *n, kv_node_req *r)
-{
-    if (n->conf_req)
-        return RAFT_ECONFPENDING;
-    if (r->conf_op == KV_NODE_MEMBER_PROMOTE) {
-        /* etcd isLearnerReady: the learner's match index is at least 90% of ours */
-        raft_index match = raft_peer_match(&n->raft, r->conf_id);
-        raft_index mine = raft_last_index(&n->raft);
-        if (match == 0 || match < mine - mine / 10) {
-            r->kind = REQ_WRITE;
-            kv_node__fail_req(n, r, KV_GRPC_FAILED_PRECONDITION,
-                              "etcdserver: can only promote a learner member which is in sync "
-                              "with leader");
-            return 0;
-        }
-    }
-    if (r->conf_op == KV_NODE_MEMBER_ADD || r->conf_op == KV_NODE_MEMBER_ADD_LEARNER)
-        kv_node__compact_for_join(n); /* the new member starts from a snapshot */
-    raft_index idx = 0;
-    int rc = raft_change_membership(&n->raft, raft_op(r->conf_op), r->conf_id, &idx);
-    if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)
-        return rc;
-    if (rc != 0) {
-        fail_conf(n, r, rc);
-        return 0;
-    }
-    r->conf_index = idx;
-    r->next = NULL;
-    n->conf_req = r;
-    return 0;
-}
-
-/* r's member record applied (res): now the configuration change. Returns 1 if r is kept. */
+/* Our change entry applied: wait for its configuration entry. Returns 1 (r is kept) or 0. */
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res)
 {
     if (res && res->code != 0)
-        return 0; /* the record was refused: done(arg, res) reports it */
-    if (n->role != RAFT_LEADER) {
-        fail_conf(n, r, RAFT_ENOTLEADER);
+        return 0; /* refused as an entry: done(arg, res) reports it */
+    r->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
+    r->next = n->conf_waiters;
+    n->conf_waiters = r;
+    return 1;
+}
+
+/* Fails our waiter for request req_id (the leader refused the change). 1 if found. */
+int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, int code, const char *msg)
+{
+    for (kv_node_req **pp = &n->conf_waiters; *pp; pp = &(*pp)->next) {
+        kv_node_req *r = *pp;
+        if (r->id != req_id)
+            continue;
+        *pp = r->next;
+        r->kind = REQ_WRITE;
+        kv_node__fail_req(n, r, code, msg);
         return 1;
     }
-    r->has_record = 0;
-    /* Back to the head of the queue: proposed when the previous change (if any) is done. */
-    r->next = n->head;
-    n->head = r;
-    if (n->tail == NULL)
-        n->tail = r;
-    n->pending++;
+    return 0;
+}
+
+/* A change entry applied (every member; the leader acts on it). */
+void kv_node__conf_change_applied(kv_node *n, int op, uint64_t id, uint64_t proposer,
+                                  uint64_t req_id)
+{
+    if (n->role != RAFT_LEADER || n->n_conf_todo == KV_NODE_MAX_RECORDS)
+        return; /* a follower: the leader acts; a full list: the proposer times out */
+    n->conf_todo[n->n_conf_todo++] = (struct conf_todo){op, id, proposer, req_id};
     kv_node__kick(n);
-    return 1;
+}
+
+static void refuse(kv_node *n, const struct conf_todo *t, int code, const char *msg)
+{
+    if (t->proposer == n->self) {
+        kv_node__conf_fail_waiter(n, t->req_id, code, msg);
+        return;
+    }
+    if (n->peers == NULL)
+        return;
+    Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
+    fr.id = t->req_id;
+    fr.code = (uint32_t)code;
+    fr.msg = (char *)msg;
+    size_t len = kvdraftpb__forward_resp__get_packed_size(&fr);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return;
+    kvdraftpb__forward_resp__pack(&fr, buf);
+    (void)kv_peer_net_send(n->peers, t->proposer, KV_PEER_T_FORWARD_RESP, buf, len);
+    free(buf);
+}
+
+static void pop_todo(kv_node *n)
+{
+    memmove(&n->conf_todo[0], &n->conf_todo[1], (n->n_conf_todo - 1) * sizeof(n->conf_todo[0]));
+    n->n_conf_todo--;
+}
+
+/* Leader: proposes the next configuration change (one pending at a time). */
+void kv_node__conf_drive(kv_node *n)
+{
+    if (n->role != RAFT_LEADER) {
+        n->n_conf_todo = 0; /* the new leader did not see them: proposers time out */
+        n->conf_pending_index = 0;
+        return;
+    }
+    if (n->n_conf_todo == 0 || (n->conf_pending_index &&
+                                n->conf_pending_index > n->st.applied_index))
+        return;
+    const struct conf_todo *t = &n->conf_todo[0];
+    if (t->op == KV_NODE_MEMBER_PROMOTE) {
+        /* etcd isLearnerReady: the learner's match index is at least 90% of ours */
+        raft_index match = raft_peer_match(&n->raft, t->id);
+        raft_index mine = raft_last_index(&n->raft);
+        if (match == 0 || match < mine - mine / 10) {
+            refuse(n, t, KV_GRPC_FAILED_PRECONDITION,
+                   "etcdserver: can only promote a learner member which is in sync with leader");
+            pop_todo(n);
+            return;
+        }
+    }
+    if (t->op == KV_NODE_MEMBER_ADD || t->op == KV_NODE_MEMBER_ADD_LEARNER)
+        kv_node__compact_for_join(n); /* the new member starts from a snapshot */
+    raft_index idx = 0;
+    int rc = raft_change_membership(&n->raft, raft_op(t->op), t->id, &idx);
+    if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)
+        return; /* next turn */
+    if (rc != 0)
+        refuse(n, t, rc == RAFT_EINVAL ? KV_GRPC_NOT_FOUND : KV_GRPC_FAILED_PRECONDITION,
+               rc == RAFT_EINVAL ? "etcdserver: member not found"
+                                 : "etcdserver: unhealthy cluster");
+    else
+        n->conf_pending_index = idx;
+    pop_todo(n);
 }
 
 void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *cres)
@@ -106,18 +143,26 @@ void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *cr
         return;
     fprintf(stderr, "kvd: raft: configuration change applied at index %llu: %s %016llx\n",
             (unsigned long long)e->index,
-            op == RAFT_CONF_REMOVE ? "remove" : op == RAFT_CONF_ADD_LEARNER ? "add learner"
-                                                                            : "add voter",
+            op == RAFT_CONF_REMOVE        ? "remove"
+            : op == RAFT_CONF_ADD_LEARNER ? "add learner"
+                                          : "add voter",
             (unsigned long long)id);
+    if (n->conf_pending_index && e->index >= n->conf_pending_index)
+        n->conf_pending_index = 0;
     if (n->conf_fn)
         n->conf_fn(n->conf_arg,
                    op == RAFT_CONF_REMOVE        ? KV_NODE_MEMBER_REMOVE
                    : op == RAFT_CONF_ADD_LEARNER ? KV_NODE_MEMBER_ADD_LEARNER
                                                  : KV_NODE_MEMBER_ADD,
                    id);
-    kv_node_req *r = n->conf_req;
-    if (r && e->index >= r->conf_index) {
-        n->conf_req = NULL;
+    kv_node_req **pp = &n->conf_waiters;
+    while (*pp) {
+        kv_node_req *r = *pp;
+        if (r->conf_id != id) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
         r->kind = REQ_WRITE;
         kv_node__finish_req(n, r, cres);
     }
@@ -138,17 +183,24 @@ void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r)
 void kv_node__conf_check(kv_node *n)
 {
     kv_node_req *r = n->transfer_req;
+    uint64_t now = kv_node__now_ms();
     if (r && n->leader == r->conf_id) {
         n->transfer_req = NULL;
         kv_node__finish_req(n, r, NULL);
-    } else if (r && kv_node__now_ms() >= r->deadline_ms) {
+    } else if (r && now >= r->deadline_ms) {
         n->transfer_req = NULL;
         kv_node__fail_req(n, r, 0, "");
     }
-    r = n->conf_req;
-    if (r && n->role != RAFT_LEADER && kv_node__now_ms() >= r->deadline_ms) {
-        n->conf_req = NULL;
-        fail_conf(n, r, RAFT_ENOTLEADER);
+    kv_node_req **pp = &n->conf_waiters;
+    while (*pp) {
+        r = *pp;
+        if (r->deadline_ms > now) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->kind = REQ_WRITE;
+        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
     }
 }
 

@@ -70,7 +70,6 @@ struct kv_node_req {
     int conf_op; /* REQ_CONF: KV_NODE_MEMBER_*; REQ_MOVE_LEADER: target in conf_id */
     uint64_t conf_id;
     raft_index conf_index; /* index of the configuration entry once proposed */
-    int has_record;        /* REQ_CONF: a member record entry goes first */
     int essential;         /* an alarm: proposed even when the disk is nearly full */
 };
 
@@ -89,6 +88,11 @@ typedef struct ready_work {
     kv_result *results; /* per committed entry */
     uint64_t *ids;      /* per applied entry: InternalRequest.id if proposed by us, else 0 */
     uint8_t *fresh;     /* per applied entry: a no-op/conf entry applied now (not skipped) */
+    struct {
+        int op;
+        uint64_t id, proposer, req_id;
+    } changes[KV_NODE_MAX_RECORDS]; /* membership change entries applied by this commit */
+    size_t n_changes;
     int spec;           /* single voter: rd.entries are applied in this commit too */
     uint64_t applied;   /* highest index applied by this commit */
     int64_t revision;
@@ -172,7 +176,13 @@ struct kv_node {
     raft_index snap_index;   /* index of the last log compaction (snapshot meta) */
     int compact_log;         /* a raft_compact() meta waits for the next commit */
     struct raft_snapshot_meta compact_meta;
-    kv_node_req *conf_req;     /* membership change waiting for its configuration entry */
+    kv_node_req *conf_waiters; /* our membership changes waiting for their configuration entry */
+    struct conf_todo {
+        int op;
+        uint64_t id, proposer, req_id;
+    } conf_todo[KV_NODE_MAX_RECORDS]; /* leader: changes applied, configuration to propose */
+    size_t n_conf_todo;
+    raft_index conf_pending_index; /* leader: configuration entry proposed, not applied */
     struct {
         uint64_t id;
         uint8_t *data;
@@ -255,8 +265,11 @@ void kv_node__elect_single(kv_node *n);
 void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
 
 /* node_conf.c */
-int kv_node__conf_start(kv_node *n, kv_node_req *r);
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);
+void kv_node__conf_change_applied(kv_node *n, int op, uint64_t id, uint64_t proposer,
+                                  uint64_t req_id);
+void kv_node__conf_drive(kv_node *n);
+int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, int code, const char *msg);
 void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *res);
 void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r);
 void kv_node__conf_check(kv_node *n);

@@ -107,6 +107,8 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
         kv_node__fail_req(n, r, (int)fr->code, fr->msg ? fr->msg : "etcdserver: leader changed");
         break;
     }
+    kv_node__conf_fail_waiter(n, fr->id, (int)fr->code,
+                              fr->msg ? fr->msg : "etcdserver: leader changed");
     kvdraftpb__forward_resp__free_unpacked(fr, NULL);
 }
 

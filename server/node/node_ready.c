@@ -128,22 +128,76 @@ static const uint8_t *member_record(const struct raft_entry *e, size_t *len)
     return p + o;
 }
 
+/* The InternalRequest field 21 (member_change: op, id) after the prefix: 0 and op/id. */
+static int member_op(const struct raft_entry *e, int *op, uint64_t *id)
+{
+    const uint8_t *p = e->data;
+    size_t o = 0;
+    uint64_t v;
+    for (int i = 0; i < 2 && o < e->len && (p[o] == 0x08 || p[o] == 0x10); i++) {
+        o++;
+        if (read_varint(p, e->len, &o, &v) < 0)
+            return -1;
+    }
+    if (o + 2 > e->len || p[o] != 0xAA || p[o + 1] != 0x01)
+        return -1;
+    o += 2;
+    uint64_t l;
+    if (read_varint(p, e->len, &o, &l) < 0 || l > e->len - o)
+        return -1;
+    size_t end = o + (size_t)l;
+    *op = 0;
+    *id = 0;
+    while (o < end) {
+        uint8_t tag = p[o++];
+        if (read_varint(p, end, &o, &v) < 0)
+            return -1;
+        if (tag == 0x08)
+            *op = (int)v;
+        else if (tag == 0x10)
+            *id = v;
+    }
+    return *op >= KV_NODE_MEMBER_ADD && *op <= KV_NODE_MEMBER_PROMOTE && *id ? 0 : -1;
+}
+
 static int is_member_record(const struct raft_entry *e)
 {
     size_t len;
-    return member_record(e, &len) != NULL;
+    int op;
+    uint64_t id;
+    return member_record(e, &len) != NULL || member_op(e, &op, &id) == 0;
 }
 
 /* Remembers the record until the configuration entry that adds its member applies (on every
  * member: both entries are in the log). Bounded: the oldest is dropped. */
-static void keep_record(kv_node *n, const struct raft_entry *e)
+static void note_change(ready_work *w, const struct raft_entry *e, int op, uint64_t id)
+{
+    if (w->n_changes == KV_NODE_MAX_RECORDS)
+        return;
+    uint64_t req_id, proposer;
+    entry_origin(e->data, e->len, &req_id, &proposer);
+    w->changes[w->n_changes].op = op;
+    w->changes[w->n_changes].id = id;
+    w->changes[w->n_changes].proposer = proposer;
+    w->changes[w->n_changes].req_id = req_id;
+    w->n_changes++;
+}
+
+static void keep_record(kv_node *n, ready_work *w, const struct raft_entry *e)
 {
     size_t len;
+    int op;
+    uint64_t mid;
+    if (member_op(e, &op, &mid) == 0) {
+        note_change(w, e, op, mid);
+        return;
+    }
     const uint8_t *rec = member_record(e, &len);
     Kvdpb__Member *m = rec ? kvdpb__member__unpack(NULL, len, rec) : NULL;
     if (m == NULL)
         return;
     uint64_t id = m->id;
+    note_change(w, e, m->is_learner ? KV_NODE_MEMBER_ADD_LEARNER : KV_NODE_MEMBER_ADD, id);
     kvdpb__member__free_unpacked(m, NULL);
     uint8_t *copy = malloc(len ? len : 1);
     if (copy == NULL)
@@ -232,7 +286,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
         } else if (e->len == 0 || is_member_record(e)) {
             /* a leader's empty entry, or a member record (kept until its configuration entry) */
             if (e->len && e->index > kv_store_batch_applied(b))
-                keep_record(n, e);
+                keep_record(n, w, e);
             uint64_t id, proposer;
             entry_origin(e->data, e->len, &id, &proposer);
             rc = kv_store_apply_noop(n->store, b, e->index);
@@ -526,6 +580,9 @@ static void after_ready(uv_work_t *req, int status)
             else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
                 kv_node__conf_applied(n, e, &w->results[i]);
         }
+        for (size_t i = 0; i < w->n_changes; i++)
+            kv_node__conf_change_applied(n, w->changes[i].op, w->changes[i].id,
+                                         w->changes[i].proposer, w->changes[i].req_id);
         kv_node__reads_ready(n, w->rd.reads, w->rd.n_reads);
         advance(n, &w->rd);
     }
@@ -815,27 +872,6 @@ static void take_requests(kv_node *n)
             }
             continue;
         }
-        if (r->kind == REQ_CONF && !r->has_record && n->role == RAFT_LEADER) {
-            /* no record to store first (remove, promote): the configuration change itself */
-            int rc = kv_node__conf_start(n, r);
-            if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)
-                return; /* retried next turn */
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
-            n->pending--;
-            continue;
-        }
-        if (r->kind == REQ_CONF && n->role != RAFT_LEADER) {
-            if (!n->leader)
-                return;
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
-            n->pending--;
-            kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: not leader");
-            continue;
-        }
         if (n->role == RAFT_LEADER) {
             raft_index idx = 0;
             int rc = raft_propose(&n->raft, r->data, r->len, &idx);
@@ -908,6 +944,7 @@ static void feed(kv_node *n)
         raft_tick(&n->raft);
     }
     take_requests(n);
+    kv_node__conf_drive(n);
     kv_node__reads_drive(n);
     kv_node__maybe_compact_log(n);
 }

@@ -272,7 +272,7 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
     int len = sizeof(ss);
     snprintf(c->where, sizeof(c->where), "an unidentified peer");
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[64] = "?";
+        char ip[46] = "?"; /* INET6_ADDRSTRLEN */
         int port = 0;
         if (ss.ss_family == AF_INET) {
             uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));

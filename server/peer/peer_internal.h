@@ -157,6 +157,9 @@ struct kv_peer_net {
 
 /* peer_net.c */
 kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id);
+/* A joining member learned the cluster id from a peer (cfg.joining): adopt it, tell the
+ * handler, stop joining. */
+void kv_peer_adopt_cluster(kv_peer_net *n, uint64_t cluster_id);
 void kv_peer_handle_closed(kv_peer_net *n);
 /* Logs a failed dial of p (rate-limited). p may be NULL. */
 void kv_peer_dial_failed(kv_peer *p, const char *why);

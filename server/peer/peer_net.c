@@ -49,6 +49,17 @@ kv_peer *kv_peer_find(kv_peer_net *n, uint64_t id)
     return NULL;
 }
 
+void kv_peer_adopt_cluster(kv_peer_net *n, uint64_t cluster_id)
+{
+    if (!n->cfg.joining)
+        return;
+    n->cfg.joining = 0;
+    n->cfg.cluster_id = cluster_id;
+    kv_peer_log(n, "joined cluster %llx", (unsigned long long)cluster_id);
+    if (n->h.on_cluster_id)
+        n->h.on_cluster_id(n->h.arg, cluster_id);
+}
+
 static void maybe_free_net(kv_peer_net *n)
 {
     if (!n->closing || n->n_handles > 0)

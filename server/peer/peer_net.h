@@ -48,6 +48,9 @@ typedef struct kv_peer_handler {
                         const char *path);
     /* Connection to peer id went up (1) or down (0). May be NULL. */
     void (*on_peer_state)(void *arg, uint64_t id, int up);
+    /* Joining members only (cfg.joining): the cluster id learned from the first peer that
+     * accepted us. May be NULL. */
+    void (*on_cluster_id)(void *arg, uint64_t cluster_id);
 } kv_peer_handler;
 
 typedef struct kv_peer_addr {
@@ -67,6 +70,9 @@ typedef struct kv_peer_net_config {
     uint32_t dial_backoff_min_ms, dial_backoff_max_ms; /* default 100, 5000; jittered */
     uint32_t ping_interval_ms; /* HTTP/2 PING when idle; default 1000; dead after 5 missed */
     uint64_t seed;             /* PRNG seed for jitter (no global RNG) */
+    int joining; /* --initial-cluster-state existing on a fresh member: the cluster id is not
+                    known yet; it is taken from the first known peer that answers (handler
+                    on_cluster_id) and our handshakes carry 0 until then */
 } kv_peer_net_config;
 
 /* Fills c with the defaults above (no listeners, no peers, snap_dir NULL). */

@@ -70,7 +70,7 @@ static int32_t submit_request(peer_conn *c, const char *method, const char *path
 {
     kv_peer_net *n = c->net;
     char v[3][24];
-    fmt_hex(v[0], sizeof(v[0]), n->cfg.cluster_id);
+    fmt_hex(v[0], sizeof(v[0]), n->cfg.joining ? 0 : n->cfg.cluster_id);
     fmt_hex(v[1], sizeof(v[1]), n->cfg.self_id);
     fmt_hex(v[2], sizeof(v[2]), val);
     nghttp2_nv nva[] = {
@@ -301,7 +301,13 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
         reject(c, s, "missing kvd-cluster-id / kvd-from headers");
         return;
     }
-    if (s->h_cluster != n->cfg.cluster_id) {
+    if (n->cfg.joining && s->h_cluster != 0 && kv_peer_find(n, s->h_from)) {
+        kv_peer_adopt_cluster(n, s->h_cluster); /* we joined it: its id is ours */
+    } else if (s->h_cluster == 0 && kv_peer_find(n, s->h_from)) {
+        /* a member joining (--initial-cluster-state existing) that does not know the cluster
+         * id yet; it is one of ours (added by a configuration change) and learns it from our
+         * answer */
+    } else if (s->h_cluster != n->cfg.cluster_id) {
         snprintf(why, sizeof(why), "cluster id mismatch (theirs %llx, ours %llx)",
                  (unsigned long long)s->h_cluster, (unsigned long long)n->cfg.cluster_id);
         reject(c, s, why);
@@ -391,6 +397,8 @@ static void on_stream_response(peer_conn *c, peer_stream *s)
     if (s->kind != PS_MSG || !p)
         return;
     if (s->status == 200) {
+        if (n->cfg.joining && (s->h_seen & 1) && s->h_cluster != 0)
+            kv_peer_adopt_cluster(n, s->h_cluster);
         kv_peer_on_up(p, c);
         return;
     }
