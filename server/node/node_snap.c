@@ -6,7 +6,7 @@
  *    index, so raft never asks for entries the state already holds.
  *  - compaction: every snapshot_count applied entries the log's prefix goes (raft_compact()
  *    gives the snapshot meta; the deletion commits with the next ready). The last
- *    KV_CATCHUP_ENTRIES entries stay so a follower slightly behind still gets entries.
+ *    min(5000, snapshot_count) entries stay so a follower slightly behind still gets entries.
  *  - send: a follower that needs entries the log no longer has gets the state itself: a
  *    compacted copy of the LMDB environment (mdb_env_copyfd2 on a worker thread, into
  *    <snap_dir>), streamed by the peer transport on its own HTTP/2 stream, never held in
@@ -27,6 +27,12 @@
 #include <unistd.h>
 
 #define KV_CATCHUP_ENTRIES 5000u /* etcd 3.4: snapshot-catchup-entries */
+
+/* Entries kept behind a compaction: etcd's 5000, or fewer with a small --snapshot-count. */
+static uint64_t catchup(const kv_node *n)
+{
+    return n->snapshot_count < KV_CATCHUP_ENTRIES ? n->snapshot_count : KV_CATCHUP_ENTRIES;
+}
 
 int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters)
 {
@@ -60,10 +66,9 @@ int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters)
 
 void kv_node__maybe_compact_log(kv_node *n)
 {
-    if (n->compact_log || n->st.applied_index < n->snap_index + n->snapshot_count +
-                                                   KV_CATCHUP_ENTRIES)
+    if (n->compact_log || n->st.applied_index < n->snap_index + n->snapshot_count + catchup(n))
         return;
-    raft_index idx = n->st.applied_index - KV_CATCHUP_ENTRIES;
+    raft_index idx = n->st.applied_index - catchup(n);
     if (idx > raft_applied_index(&n->raft))
         idx = raft_applied_index(&n->raft);
     if (idx <= n->snap_index)
