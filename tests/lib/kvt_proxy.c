@@ -39,6 +39,8 @@ typedef struct pair {
     int down, up; /* dialer side, member side */
     int tagged;   /* first bytes from the dialer inspected */
     char from[KVT_PROXY_ID_LEN]; /* X-Server-From of the dialer's first request, or "" */
+    int tainted; /* bytes were dropped: closed once the blackhole is lifted (TCP never
+                  * loses bytes inside a live stream, so the peers must redial) */
     dirq rx;      /* down -> up: into the member */
     dirq tx;      /* up -> down: out of the member */
 } pair;
@@ -163,8 +165,10 @@ static int pump_in(kvt_proxy *p, pair *pr, int src, dirq *q, int blackhole, int6
     else
         p->bytes += (uint64_t)r;
     pthread_mutex_unlock(&p->mu);
-    if (blackhole)
+    if (blackhole) {
+        pr->tainted = 1;
         return 0;
+    }
     int64_t delay = (int64_t)d * 1000;
     if (j)
         delay += (int64_t)(rnd % (2ULL * j * 1000 + 1)) - (int64_t)j * 1000;
@@ -258,7 +262,12 @@ static void *proxy_main(void *arg)
             pair *pr = &p->pairs[i];
             short rd = pf[1 + 2 * i].revents, ru = pf[2 + 2 * i].revents;
             int bad = 0;
-            if (rd & (POLLIN | POLLHUP | POLLERR))
+            if (pr->tainted) {
+                pthread_mutex_lock(&p->mu);
+                bad = !bh_rx && !bh_tx && !pair_blocked(p, pr);
+                pthread_mutex_unlock(&p->mu);
+            }
+            if (!bad && (rd & (POLLIN | POLLHUP | POLLERR)))
                 bad |= pump_in(p, pr, pr->down, &pr->rx, bh_rx, now) < 0;
             if (!bad && (ru & (POLLIN | POLLHUP | POLLERR)))
                 bad |= pump_in(p, pr, pr->up, &pr->tx, bh_tx, now) < 0;

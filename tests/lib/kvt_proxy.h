@@ -26,7 +26,9 @@ void kvt_proxy_stop(kvt_proxy *p);
 
 /* Fault settings, applied to traffic from now on. tx = bytes leaving the member (to the
  * dialer), rx = bytes entering it. blackhole: bytes are read and dropped (connections stay
- * open, as etcd's functional proxy does). delay: each chunk is held delay_ms +- jitter_ms
+ * open, as etcd's functional proxy does); a connection that lost bytes is closed as soon as
+ * no blackhole applies to it any more (TCP never loses bytes inside a live stream, so the
+ * peers must redial and resynchronise their framing). delay: each chunk is held delay_ms +- jitter_ms
  * (order preserved). */
 void kvt_proxy_set(kvt_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
                    uint32_t jitter_ms);
