@@ -645,7 +645,7 @@ int kvt_ctl(kvt_cluster *c, int i, uint32_t timeout_ms, kvt_cmd_result *res, ...
     size_t len = (size_t)snprintf(ep, sizeof(ep), "--endpoints=");
     int first = 1;
     for (int k = 0; k < c->n; k++) {
-        if (i >= 0 ? k != i : !kvt_proc_alive(&c->m[k].proc))
+        if (i >= 0 ? k != i : !c->m[k].in_config || !kvt_proc_alive(&c->m[k].proc))
             continue;
         len += (size_t)snprintf(ep + len, sizeof(ep) - len, "%s%s", first ? "" : ",",
                                 c->m[k].endpoint);

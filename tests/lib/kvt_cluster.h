@@ -147,7 +147,8 @@ int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev,
 int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *err,
                             size_t err_cap);
 
-/* Runs etcdctl (ETCDCTL_API=3) with --endpoints=<member i> (i < 0: every running member)
+/* Runs etcdctl (ETCDCTL_API=3) with --endpoints=<member i> (i < 0: every running member
+ * in the configuration)
  * and the NULL-terminated arguments. */
 int kvt_ctl(kvt_cluster *c, int i, uint32_t timeout_ms, kvt_cmd_result *res, ...);
 
