@@ -63,7 +63,8 @@ int cl_endpoint_status(kvt_cluster *c, cl_ep_status *st, int cap, int *n)
         memset(s, 0, sizeof(*s));
         size_t l = strcspn(p, "\"");
         snprintf(s->endpoint, sizeof(s->endpoint), "%.*s", (int)(l < 63 ? l : 63), p);
-        if (json_u64(p, next, "member_id", &s->member_id) || json_u64(p, next, "leader", &s->leader) ||
+        if (json_u64(p, next, "member_id", &s->member_id) ||
+            json_u64(p, next, "leader", &s->leader) ||
             json_u64(p, next, "raftTerm", &s->raft_term) ||
             json_u64(p, next, "raftIndex", &s->raft_index)) {
             fprintf(stderr, "endpoint status: cannot parse: %s\n", res.out);
@@ -83,8 +84,7 @@ int cl_wait_value(kvt_cluster *c, int i, const char *key, const char *want, int 
     for (;;) {
         char val[128];
         int found = 0;
-        if (kvt_get(c, i, key, serializable, 2000, val, sizeof(val), &found, NULL, NULL, 0) ==
-                0 &&
+        if (kvt_get(c, i, key, serializable, 2000, val, sizeof(val), &found, NULL, NULL, 0) == 0 &&
             found && strcmp(val, want) == 0)
             return (int)(kvt_now_ms() - t0);
         if (kvt_now_ms() - t0 >= timeout_ms)
@@ -126,8 +126,7 @@ int cl_verify_acks(kvt_cluster *c, const cl_acks *a, int i)
             continue;
         char val[64], err[256];
         int found = 0;
-        int r = kvt_get(c, i, a->key[k], 0, 5000, val, sizeof(val), &found, NULL, err,
-                        sizeof(err));
+        int r = kvt_get(c, i, a->key[k], 0, 5000, val, sizeof(val), &found, NULL, err, sizeof(err));
         if (r || !found || strcmp(val, a->val[k]) != 0) {
             fprintf(stderr, "acknowledged %s=%s: rc %d found %d value '%s' %s\n", a->key[k],
                     a->val[k], r, found, found ? val : "", r ? err : "");

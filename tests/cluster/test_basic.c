@@ -79,8 +79,8 @@ Test(cluster_basic, write_every_member_read_every_other, .fini = fini, .timeout 
             r = kvt_get(&g_c, rd, key, 0, 5000, got, sizeof(got), &found, NULL, err, sizeof(err));
             cr_assert_eq(r, 0, "get %s through %s: %d %s", key, g_c.m[rd].name, r, err);
             cr_assert(found && strcmp(got, val) == 0,
-                      "linearizable get %s through %s after put through %s: '%s', want '%s'",
-                      key, g_c.m[rd].name, g_c.m[w].name, found ? got : "(none)", val);
+                      "linearizable get %s through %s after put through %s: '%s', want '%s'", key,
+                      g_c.m[rd].name, g_c.m[w].name, found ? got : "(none)", val);
         }
     }
 }

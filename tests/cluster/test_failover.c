@@ -82,8 +82,8 @@ Test(cluster_failover, kill_leader, .init = init, .fini = fini, .timeout = 180)
     uint64_t ms = kvt_now_ms() - t0;
     cr_assert_geq(nl, 0, "no new leader within 15 s of killing %s", g_c.m[l].name);
     cr_assert_neq(nl, l);
-    fprintf(stderr, "  leader %s killed: new leader %s after %" PRIu64
-                    " ms (election timeout %u ms)\n",
+    fprintf(stderr,
+            "  leader %s killed: new leader %s after %" PRIu64 " ms (election timeout %u ms)\n",
             g_c.m[l].name, g_c.m[nl].name, ms, CL_ELECTION_MS);
     /* 2 election timeouts plus a generous margin for a loaded 2-core machine. */
     cr_assert_lt(ms, 2 * CL_ELECTION_MS + 4000, "election took %" PRIu64 " ms", ms);

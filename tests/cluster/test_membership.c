@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kvt_cluster g_c; /* fixture of the running test */
+static kvt_cluster g_c;    /* fixture of the running test */
 static int g_learner = -1; /* a learner rejects MemberList (etcd 3.4): not asked */
 
 static void fini(void)
@@ -144,8 +144,8 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     char err[256];
-    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "before-add", 5000, NULL, err, sizeof(err)), 0,
-                 "%s", err);
+    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "before-add", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
     wait_member_lists(3, NULL);
 
     /* Add a 4th voting member; it catches up. */
@@ -169,8 +169,8 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
     wait_member_lists(3, NULL);
     l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
-    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "after-remove", 5000, NULL, err, sizeof(err)), 0,
-                 "%s", err);
+    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "after-remove", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
 
     /* Learner, then promote (retried until the learner is in sync). */
     int ln = -1;
@@ -213,8 +213,8 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
     while (kvt_now_ms() - t0 < 10000 && (nl = kvt_cluster_leader(&g_c)) != t)
         kvt_sleep_ms(20);
     cr_assert_eq(nl, t, "leader is %d after move-leader to %s", nl, g_c.m[t].name);
-    fprintf(stderr, "  leadership moved %s -> %s in %" PRIu64 " ms\n", g_c.m[l].name,
-            g_c.m[t].name, kvt_now_ms() - t0);
+    fprintf(stderr, "  leadership moved %s -> %s in %" PRIu64 " ms\n", g_c.m[l].name, g_c.m[t].name,
+            kvt_now_ms() - t0);
     cr_assert_eq(kvt_put(&g_c, t, "/mem/k", "after-move", 5000, NULL, err, sizeof(err)), 0, "%s",
                  err);
     for (int i = 0; i < g_c.n; i++)

@@ -28,8 +28,7 @@ Test(cluster_partition, follower_rejoins_without_disruption, .fini = fini, .time
     kvt_status before, st;
     cr_assert_eq(kvt_member_status(&g_c, l, &before, 5000), 0);
     char err[256];
-    cr_assert_eq(kvt_put(&g_c, l, "/part/before", "b", 5000, NULL, err, sizeof(err)), 0, "%s",
-                 err);
+    cr_assert_eq(kvt_put(&g_c, l, "/part/before", "b", 5000, NULL, err, sizeof(err)), 0, "%s", err);
     cr_assert_geq(cl_wait_value(&g_c, f, "/part/before", "b", 1, 10000), 0);
 
     cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
@@ -54,15 +53,14 @@ Test(cluster_partition, follower_rejoins_without_disruption, .fini = fini, .time
     uint64_t t1 = kvt_now_ms();
     int w = cl_wait_value(&g_c, f, key, val, 1, 20000);
     cr_assert_geq(w, 0, "%s did not catch up after the partition healed", g_c.m[f].name);
-    fprintf(stderr, "  %d writes during a 3 s partition of %s; caught up %" PRIu64
-                    " ms after healing\n",
-            k, g_c.m[f].name, kvt_now_ms() - t1);
+    fprintf(stderr,
+            "  %d writes during a 3 s partition of %s; caught up %" PRIu64 " ms after healing\n", k,
+            g_c.m[f].name, kvt_now_ms() - t1);
     /* Let a rejoining member with a higher term (no pre-vote) show itself. */
     kvt_sleep_ms(4 * CL_ELECTION_MS);
     cr_assert_eq(kvt_cluster_wait_leader(&g_c, 10000, NULL), l, "leadership moved");
     cr_assert_eq(kvt_member_status(&g_c, l, &st, 5000), 0);
-    fprintf(stderr, "  leader term before %" PRIu64 ", after %" PRIu64 "\n", before.term,
-            st.term);
+    fprintf(stderr, "  leader term before %" PRIu64 ", after %" PRIu64 "\n", before.term, st.term);
     cr_assert_eq(st.term, before.term, "the leader's term changed: %" PRIu64 " -> %" PRIu64,
                  before.term, st.term);
     cr_assert_eq(kvt_member_status(&g_c, f, &st, 5000), 0);

@@ -51,8 +51,7 @@ Test(cluster_snapshot, lagging_follower_catches_up_by_snapshot, .fini = fini, .t
     cr_assert_geq(l, 0);
     int f = cl_other(&g_c, l, -1);
     char err[256];
-    cr_assert_eq(kvt_put(&g_c, l, "/snap/first", "1", 5000, NULL, err, sizeof(err)), 0, "%s",
-                 err);
+    cr_assert_eq(kvt_put(&g_c, l, "/snap/first", "1", 5000, NULL, err, sizeof(err)), 0, "%s", err);
     cr_assert_geq(cl_wait_value(&g_c, f, "/snap/first", "1", 1, 10000), 0);
     cr_assert_eq(kvt_member_stop(&g_c, f, 10000), 0);
 

@@ -74,8 +74,7 @@ static int slot_init(kvt_cluster *c, int i)
         m->peer_port = p[1];
         m->proxy_port = p[2];
         m->metrics_port = p[3];
-        r = kvt_proxy_start(&m->proxy, m->proxy_port, m->peer_port,
-                            c->o.seed + (uint64_t)i * 7919);
+        r = kvt_proxy_start(&m->proxy, m->proxy_port, m->peer_port, c->o.seed + (uint64_t)i * 7919);
         if (r == 0)
             break;
         if (attempt == 4)
@@ -225,8 +224,7 @@ static int call(kvt_cluster *c, int i, const char *method, const uint8_t *req, s
         return r;
     }
     int status = -1;
-    r = kv_it_grpc_call(g, method, req, req_len, resp, resp_len, timeout_ms, &status, err,
-                        err_cap);
+    r = kv_it_grpc_call(g, method, req, req_len, resp, resp_len, timeout_ms, &status, err, err_cap);
     kv_it_grpc_close(g);
     if (r == KV_IT_GRPC_STATUS)
         return KVT_GRPC_ERR;
@@ -242,8 +240,8 @@ int kvt_member_status(kvt_cluster *c, int i, kvt_status *st, uint32_t timeout_ms
     size_t len = etcdserverpb__status_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    int r = call(c, i, "/etcdserverpb.Maintenance/Status", buf, len, &resp, &resp_len,
-                 timeout_ms, NULL, 0);
+    int r = call(c, i, "/etcdserverpb.Maintenance/Status", buf, len, &resp, &resp_len, timeout_ms,
+                 NULL, 0);
     if (r)
         return r;
     Etcdserverpb__StatusResponse *s = etcdserverpb__status_response__unpack(NULL, resp_len, resp);
@@ -473,8 +471,8 @@ int kvt_put(kvt_cluster *c, int i, const char *key, const char *val, uint32_t ti
     etcdserverpb__put_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    int r = call(c, i, "/etcdserverpb.KV/Put", buf, len, &resp, &resp_len, timeout_ms, err,
-                 err_cap);
+    int r =
+        call(c, i, "/etcdserverpb.KV/Put", buf, len, &resp, &resp_len, timeout_ms, err, err_cap);
     free(buf);
     if (r)
         return r;
@@ -502,8 +500,8 @@ int kvt_get(kvt_cluster *c, int i, const char *key, int serializable, uint32_t t
     etcdserverpb__range_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    int r = call(c, i, "/etcdserverpb.KV/Range", buf, len, &resp, &resp_len, timeout_ms, err,
-                 err_cap);
+    int r =
+        call(c, i, "/etcdserverpb.KV/Range", buf, len, &resp, &resp_len, timeout_ms, err, err_cap);
     free(buf);
     if (r)
         return r;
@@ -544,8 +542,7 @@ int kvt_cluster_wait_writable(kvt_cluster *c, uint32_t timeout_ms)
     }
 }
 
-int kvt_compact(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, char *err,
-                size_t err_cap)
+int kvt_compact(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, char *err, size_t err_cap)
 {
     Etcdserverpb__CompactionRequest req = ETCDSERVERPB__COMPACTION_REQUEST__INIT;
     req.revision = rev;
@@ -569,8 +566,8 @@ int kvt_member_hash(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, uin
     size_t len = etcdserverpb__hash_kvrequest__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t resp_len = 0;
-    int r = call(c, i, "/etcdserverpb.Maintenance/HashKV", buf, len, &resp, &resp_len,
-                 timeout_ms, err, err_cap);
+    int r = call(c, i, "/etcdserverpb.Maintenance/HashKV", buf, len, &resp, &resp_len, timeout_ms,
+                 err, err_cap);
     if (r)
         return r;
     Etcdserverpb__HashKVResponse *h = etcdserverpb__hash_kvresponse__unpack(NULL, resp_len, resp);
@@ -582,13 +579,12 @@ int kvt_member_hash(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, uin
     return 0;
 }
 
-int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev,
-                     uint32_t timeout_ms)
+int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev, uint32_t timeout_ms)
 {
     char err[256];
     int64_t r_rev = 0;
-    int r = kvt_get(c, via, "/kvt/liveness", 0, timeout_ms, NULL, 0, NULL, &r_rev, err,
-                    sizeof(err));
+    int r =
+        kvt_get(c, via, "/kvt/liveness", 0, timeout_ms, NULL, 0, NULL, &r_rev, err, sizeof(err));
     if (r) {
         fprintf(stderr, "kvt: hash: range via %s: %d %s\n", c->m[via].name, r, err);
         return r < 0 ? r : -EIO;
@@ -614,8 +610,7 @@ int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev,
     return 0;
 }
 
-int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *err,
-                            size_t err_cap)
+int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *err, size_t err_cap)
 {
     int l = kvt_cluster_wait_leader(c, timeout_ms, NULL);
     if (l < 0)

@@ -133,19 +133,16 @@ int kvt_put(kvt_cluster *c, int i, const char *key, const char *val, uint32_t ti
 int kvt_get(kvt_cluster *c, int i, const char *key, int serializable, uint32_t timeout_ms,
             char *val, size_t val_cap, int *found, int64_t *rev, char *err, size_t err_cap);
 /* KV.Compact at rev (physical=1). */
-int kvt_compact(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, char *err,
-                size_t err_cap);
+int kvt_compact(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, char *err, size_t err_cap);
 /* Maintenance.HashKV of member i at rev. */
 int kvt_member_hash(kvt_cluster *c, int i, int64_t rev, uint32_t timeout_ms, uint32_t *hash,
                     char *err, size_t err_cap);
 /* HashKV of every running member at one revision (the latest, read linearizably through
  * member `via`): hashes[i] for running members (0 for others), retried until each member
  * has applied it or timeout_ms passes (-ETIMEDOUT). *rev receives the revision. */
-int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev,
-                     uint32_t timeout_ms);
+int kvt_cluster_hash(kvt_cluster *c, int via, uint32_t *hashes, int64_t *rev, uint32_t timeout_ms);
 /* Maintenance.MoveLeader sent to the current leader with member `to` as target. */
-int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *err,
-                            size_t err_cap);
+int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *err, size_t err_cap);
 
 /* Runs etcdctl (ETCDCTL_API=3) with --endpoints=<member i> (i < 0: every running member
  * in the configuration)

@@ -164,7 +164,7 @@ static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t
 }
 
 int kvt_run(const char *const *argv, const char *const *env_add, const void *stdin_data,
-              size_t stdin_len, uint32_t timeout_ms, kvt_cmd_result *res)
+            size_t stdin_len, uint32_t timeout_ms, kvt_cmd_result *res)
 {
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
     int rc = 0;

@@ -17,8 +17,8 @@
 #include <sys/types.h>
 
 typedef struct kvt_proc {
-    pid_t pid;     /* 0 when not running */
-    int stopped;   /* SIGSTOP'd by kvt_proc_pause */
+    pid_t pid;       /* 0 when not running */
+    int stopped;     /* SIGSTOP'd by kvt_proc_pause */
     int last_status; /* wait status of the last reaped process, -1 if none */
     char log_path[PATH_MAX];
 } kvt_proc;

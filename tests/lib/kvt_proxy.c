@@ -36,13 +36,13 @@ typedef struct dirq {
 } dirq;
 
 typedef struct pair {
-    int down, up; /* dialer side, member side */
-    int tagged;   /* first bytes from the dialer inspected */
+    int down, up;                /* dialer side, member side */
+    int tagged;                  /* first bytes from the dialer inspected */
     char from[KVT_PROXY_ID_LEN]; /* X-Server-From of the dialer's first request, or "" */
     int tainted; /* bytes were dropped: closed once the blackhole is lifted (TCP never
                   * loses bytes inside a live stream, so the peers must redial) */
-    dirq rx;      /* down -> up: into the member */
-    dirq tx;      /* up -> down: out of the member */
+    dirq rx;     /* down -> up: into the member */
+    dirq tx;     /* up -> down: out of the member */
 } pair;
 
 struct kvt_proxy {
@@ -331,7 +331,7 @@ void kvt_proxy_stop(kvt_proxy *p)
 }
 
 void kvt_proxy_set(kvt_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
-                     uint32_t jitter_ms)
+                   uint32_t jitter_ms)
 {
     pthread_mutex_lock(&p->mu);
     p->bh_tx = blackhole_tx;

@@ -15,7 +15,7 @@
 
 typedef struct kvt_proxy kvt_proxy;
 
-#define KVT_PROXY_ID_LEN 24  /* a member id in hex, NUL-terminated */
+#define KVT_PROXY_ID_LEN 24 /* a member id in hex, NUL-terminated */
 #define KVT_PROXY_MAX_BLOCK 8
 
 /* Listens on 127.0.0.1:listen_port and relays every connection to 127.0.0.1:to_port.
@@ -28,8 +28,8 @@ void kvt_proxy_stop(kvt_proxy *p);
  * dialer), rx = bytes entering it. blackhole: bytes are read and dropped (connections stay
  * open, as etcd's functional proxy does); a connection that lost bytes is closed as soon as
  * no blackhole applies to it any more (TCP never loses bytes inside a live stream, so the
- * peers must redial and resynchronise their framing). delay: each chunk is held delay_ms +- jitter_ms
- * (order preserved). */
+ * peers must redial and resynchronise their framing). delay: each chunk is held delay_ms +-
+ * jitter_ms (order preserved). */
 void kvt_proxy_set(kvt_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
                    uint32_t jitter_ms);
 void kvt_proxy_stats(kvt_proxy *p, uint64_t *bytes, uint64_t *dropped, uint32_t *conns);

@@ -251,4 +251,3 @@ int kvt_metric_value(const char *text, const char *series, double *value)
     }
     return -ENOENT;
 }
-
