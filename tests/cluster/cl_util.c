@@ -23,8 +23,8 @@ int cl_start(kvt_cluster *c, int n, uint64_t snapshot_count)
     }
     uint64_t t0 = kvt_now_ms();
     r = kvt_cluster_start(c, 60000);
-    fprintf(stderr, "[%s] %d members started in %" PRIu64 " ms (rc %d), dir %s\n",
-            kvt_target_name(o.target), n, kvt_now_ms() - t0, r, c->root.path);
+    fprintf(stderr, "[%s] start of %d members: rc %d after %" PRIu64 " ms, dir %s\n",
+            kvt_target_name(o.target), n, r, kvt_now_ms() - t0, c->root.path);
     return r;
 }
 
