@@ -120,7 +120,7 @@ static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t
     return 0;
 }
 
-static int connect_loopback(uint16_t port, uint32_t timeout_ms)
+int kvt_connect_loopback(uint16_t port, uint32_t timeout_ms)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -149,8 +149,7 @@ static int connect_loopback(uint16_t port, uint32_t timeout_ms)
     return fd;
 }
 
-/* Sends all of data (bounded); 1 if the peer closed/reset while sending. */
-static int send_all(int fd, const char *data, size_t len, uint64_t deadline)
+int kvt_send_all(int fd, const char *data, size_t len, uint64_t deadline)
 {
     size_t off = 0;
     while (off < len) {
@@ -177,14 +176,14 @@ int kvt_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *stat
     uint64_t deadline = kvt_now_ms() + timeout_ms;
     *body = NULL;
     *status = 0;
-    int fd = connect_loopback(port, timeout_ms);
+    int fd = kvt_connect_loopback(port, timeout_ms);
     if (fd < 0)
         return fd;
     char req[512];
     int n =
         snprintf(req, sizeof(req),
                  "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", path, port);
-    int rc = send_all(fd, req, (size_t)n, deadline);
+    int rc = kvt_send_all(fd, req, (size_t)n, deadline);
     if (rc) {
         close(fd);
         return rc < 0 ? rc : -ECONNRESET;

@@ -31,6 +31,12 @@ void kvt_tmpdir_destroy(kvt_tmpdir *d);
 /* rm -rf path (no-op if absent). */
 int kvt_rmtree(const char *path);
 
+/* A non-blocking TCP socket connected to 127.0.0.1:port within timeout_ms, or -errno. */
+int kvt_connect_loopback(uint16_t port, uint32_t timeout_ms);
+/* Sends all of data on a non-blocking socket before deadline (kvt_now_ms() clock): 0, 1 if
+ * the peer closed/reset the connection meanwhile, or -errno (-ETIMEDOUT). */
+int kvt_send_all(int fd, const char *data, size_t len, uint64_t deadline);
+
 /* HTTP GET http://127.0.0.1:<port><path>, HTTP/1.0, bounded by timeout_ms. *status is the
  * HTTP status, *body (malloc'd, NUL-terminated, caller frees) the body. */
 int kvt_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *status, char **body);
