@@ -288,7 +288,6 @@ int kv_it_server_kill9(kv_it_server *s)
     return 0;
 }
 
-
 void kv_it_server_destroy(kv_it_server *s)
 {
     kv_it_server_stop(s, 5000);
@@ -319,7 +318,6 @@ int kv_it_server_log(const kv_it_server *s, char **out)
     *out = buf;
     return 0;
 }
-
 
 int kv_it_run(const char *const *argv, const char *const *env_add, const void *stdin_data,
               size_t stdin_len, uint32_t timeout_ms, kv_it_cmd_result *res)
@@ -400,8 +398,6 @@ int kv_it_proc_cpu(pid_t pid, double *seconds)
     *seconds = (double)(ut + stt) / (double)(hz > 0 ? hz : 100);
     return 0;
 }
-
-
 
 int kv_it_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *status, char **body)
 {
