@@ -36,8 +36,6 @@ int kvt_leaks(void)
 #endif
 }
 
-
-
 int kvt_free_port(void)
 {
     uint16_t port;
@@ -180,13 +178,21 @@ static int spawn(struct kvt_server *s)
     } else {
         snprintf(bin, sizeof bin, "/usr/bin/etcd");
     }
-    const char *kvd_argv[] = {bin, "--name", "default", "--data-dir", s->dir,
-                              "--listen-client-urls", curl, "--listen-peer-urls", purl,
-                              "--listen-metrics-urls", murl, NULL};
-    const char *etcd_argv[] = {bin, "--name", "default", "--data-dir", s->dir,
-                               "--listen-client-urls", curl, "--advertise-client-urls", curl,
-                               "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-                               "--initial-cluster", cluster, "--listen-metrics-urls", murl, NULL};
+    const char *kvd_argv[] = {bin,       "--name",
+                              "default", "--data-dir",
+                              s->dir,    "--listen-client-urls",
+                              curl,      "--listen-peer-urls",
+                              purl,      "--listen-metrics-urls",
+                              murl,      NULL};
+    const char *etcd_argv[] = {bin,       "--name",
+                               "default", "--data-dir",
+                               s->dir,    "--listen-client-urls",
+                               curl,      "--advertise-client-urls",
+                               curl,      "--listen-peer-urls",
+                               purl,      "--initial-advertise-peer-urls",
+                               purl,      "--initial-cluster",
+                               cluster,   "--listen-metrics-urls",
+                               murl,      NULL};
     /* tests/lib's launcher: log file, PR_SET_PDEATHSIG; this file keeps reaping by pid. */
     kvt_proc p;
     kvt_proc_init(&p, log);
