@@ -231,32 +231,15 @@ static int start_once(kv_it_server *s, uint32_t ready_timeout_ms)
         argv[n++] = s->extra[i];
     argv[n] = NULL;
 
-    int logfd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
-        return -errno;
     struct stat st;
-    s->log_offset = fstat(logfd, &st) == 0 ? st.st_size : 0;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(logfd);
-        return -e;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(logfd);
-    s->pid = pid;
+    s->log_offset = stat(s->log_path, &st) == 0 ? st.st_size : 0;
+    kvt_proc p;
+    kvt_proc_init(&p, s->log_path);
+    p.no_banner = 1; /* kv_it_server_log() returns exactly the server's output */
+    int rc0 = kvt_proc_spawn(&p, argv);
+    if (rc0)
+        return rc0;
+    s->pid = p.pid;
     int rc = kv_it_server_wait_ready(s, ready_timeout_ms);
     if (rc) {
         kv_it_server_kill9(s);

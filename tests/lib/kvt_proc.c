@@ -30,7 +30,8 @@ int kvt_proc_spawn(kvt_proc *p, const char *const *argv)
                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0)
         return -errno;
-    dprintf(logfd, "=== kvt: start %s\n", argv[0]);
+    if (!p->no_banner)
+        dprintf(logfd, "=== kvt: start %s\n", argv[0]);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {

@@ -20,13 +20,15 @@ typedef struct kvt_proc {
     pid_t pid;       /* 0 when not running */
     int stopped;     /* SIGSTOP'd by kvt_proc_pause */
     int last_status; /* wait status of the last reaped process, -1 if none */
+    int no_banner;   /* 1: kvt_proc_spawn writes no "=== kvt: start" line to the log */
     char log_path[PATH_MAX];
 } kvt_proc;
 
 void kvt_proc_init(kvt_proc *p, const char *log_path);
 
 /* fork/exec argv[0] (absolute path) with argv; stdin is /dev/null, stdout and stderr are
- * appended to p->log_path (a "=== kvt: start <argv0>" line is written first). -EBUSY if p
+ * appended to p->log_path (a "=== kvt: start <argv0>" line is written first unless
+ * p->no_banner); the child gets its own process group. -EBUSY if p
  * is running. */
 int kvt_proc_spawn(kvt_proc *p, const char *const *argv);
 
