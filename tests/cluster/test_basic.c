@@ -49,16 +49,41 @@ static void check_status(int n)
     cr_assert(ok, "raft indexes of the members never came within 2 of each other");
 }
 
+/* `endpoint status --cluster` and `endpoint health --cluster` through ONE member reach all. */
+static void check_cluster_flag(int n)
+{
+    kvt_cmd_result res;
+    cr_assert_eq(
+        kvt_ctl(&g_c, 0, 20000, &res, "endpoint", "status", "--cluster", "-w", "json", NULL), 0);
+    cr_assert_eq(res.exit_code, 0, "endpoint status --cluster: %s%s", res.out, res.err);
+    int count = 0;
+    for (const char *p = res.out; (p = strstr(p, "\"Endpoint\"")) != NULL; p++)
+        count++;
+    cr_assert_eq(count, n, "endpoint status --cluster lists %d, want %d: %s", count, n, res.out);
+    kvt_cmd_result_free(&res);
+    cr_assert_eq(kvt_ctl(&g_c, 0, 20000, &res, "endpoint", "health", "--cluster", NULL), 0);
+    cr_assert_eq(res.exit_code, 0, "endpoint health --cluster: %s%s", res.out, res.err);
+    count = 0;
+    for (const char *p = res.out; (p = strstr(p, "is healthy")) != NULL; p++)
+        count++;
+    for (const char *p = res.err; (p = strstr(p, "is healthy")) != NULL; p++)
+        count++;
+    cr_assert_eq(count, n, "endpoint health --cluster: %s%s", res.out, res.err);
+    kvt_cmd_result_free(&res);
+}
+
 Test(cluster_basic, start3, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(cl_start(&g_c, 3, 0), 0);
     check_status(3);
+    check_cluster_flag(3);
 }
 
 Test(cluster_basic, start5, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(cl_start(&g_c, 5, 0), 0);
     check_status(5);
+    check_cluster_flag(5);
 }
 
 Test(cluster_basic, write_every_member_read_every_other, .fini = fini, .timeout = 120)

@@ -127,6 +127,14 @@ Test(cluster_failover, kill_majority, .init = init, .fini = fini, .timeout = 180
      * timed out" or "etcdserver: no leader" (either is accepted). */
     put_fails(s, "/fo/minority1");
     put_fails(s, "/fo/minority2");
+    /* /health is false on a member with no leader. */
+    int status = 0;
+    char *body = NULL;
+    cr_assert_eq(kvt_http_get(g_c.m[s].metrics_port, "/health", 15000, &status, &body), 0);
+    fprintf(stderr, "  /health of the minority member: %d %s\n", status, body);
+    cr_assert(status == 503 && strstr(body, "\"health\":\"false\"") != NULL,
+              "/health of a member without quorum: %d %s", status, body);
+    free(body);
     cr_assert_eq(kvt_member_restart(&g_c, l, 30000), 0);
     cr_assert_eq(kvt_member_restart(&g_c, f, 30000), 0);
     int ms = kvt_cluster_wait_writable(&g_c, 20000);
