@@ -7,7 +7,11 @@
 
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -108,4 +112,26 @@ Test(cluster_basic, write_every_member_read_every_other, .fini = fini, .timeout 
                       g_c.m[rd].name, g_c.m[w].name, found ? got : "(none)", val);
         }
     }
+}
+
+/* The fixture: a member whose port was taken by another process between the pick and its
+ * bind is moved to new ports (its advertised peer URL, the proxy, stays). */
+Test(cluster_basic, member_moved_when_its_port_is_taken, .fini = fini, .timeout = 120)
+{
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    uint16_t taken = g_c.m[1].client_port;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(taken)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 1), 0);
+    int r = kvt_cluster_start(&g_c, 60000);
+    close(fd);
+    cr_assert_eq(r, 0, "start with a taken port: %d", r);
+    cr_assert_neq(g_c.m[1].client_port, taken);
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, 1, "/basic/moved", "yes", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
 }

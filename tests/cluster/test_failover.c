@@ -80,6 +80,8 @@ Test(cluster_failover, kill_leader, .init = init, .fini = fini, .timeout = 180)
     uint64_t waited = 0;
     int nl = kvt_cluster_wait_leader(&g_c, 15000, &waited);
     uint64_t ms = kvt_now_ms() - t0;
+    if (nl < 0)
+        kvt_cluster_dump(&g_c);
     cr_assert_geq(nl, 0, "no new leader within 15 s of killing %s", g_c.m[l].name);
     cr_assert_neq(nl, l);
     fprintf(stderr,
@@ -157,6 +159,8 @@ Test(cluster_failover, five_members, .init = init, .fini = fini, .timeout = 180)
     kvt_member_kill9(&g_c, l);
     kvt_member_kill9(&g_c, f);
     int ms = kvt_cluster_wait_writable(&g_c, 15000);
+    if (ms < 0)
+        kvt_cluster_dump(&g_c);
     cr_assert_geq(ms, 0, "5 members minus 2 not writable");
     fprintf(stderr, "  5 members, leader and a follower killed: writable after %d ms\n", ms);
     int s = cl_other(&g_c, -1, -1);

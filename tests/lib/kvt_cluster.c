@@ -43,6 +43,58 @@ static void env_path(char *buf, size_t cap, const char *env, const char *dflt)
     snprintf(buf, cap, "%s", e && *e ? e : dflt);
 }
 
+/* 1 if port is one of the ports of a slot other than i (or of slot i's proxy). */
+static int port_in_use(const kvt_cluster *c, int i, uint16_t port)
+{
+    for (int k = 0; k < c->n || k <= i; k++) {
+        const kvt_member *o = &c->m[k];
+        if (port == o->proxy_port ||
+            (k != i && (port == o->client_port || port == o->peer_port || port == o->metrics_port)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Picks distinct free ports for slot i: client, peer, metrics (and the proxy's if
+ * with_proxy), none used by another slot. */
+static int pick_ports(kvt_cluster *c, int i, int with_proxy)
+{
+    kvt_member *m = &c->m[i];
+    uint16_t p[4] = {0, 0, 0, 0};
+    int want = with_proxy ? 4 : 3;
+    if (!with_proxy)
+        p[3] = m->proxy_port;
+    m->client_port = m->peer_port = m->metrics_port = 0;
+    if (with_proxy)
+        m->proxy_port = 0;
+    for (int k = 0, tries = 0; k < want; tries++) {
+        if (tries > 1000)
+            return -EADDRINUSE;
+        int r = kvt_port_free(&p[k]);
+        if (r)
+            return r;
+        int dup = port_in_use(c, i, p[k]);
+        for (int q = 0; q < k && !dup; q++)
+            dup = p[q] == p[k];
+        if (!with_proxy)
+            dup |= p[k] == p[3];
+        if (!dup)
+            k++;
+    }
+    m->client_port = p[0];
+    m->peer_port = p[1];
+    m->metrics_port = p[2];
+    m->proxy_port = p[3];
+    return 0;
+}
+
+static void set_urls(kvt_member *m)
+{
+    snprintf(m->endpoint, sizeof(m->endpoint), "127.0.0.1:%u", m->client_port);
+    snprintf(m->client_url, sizeof(m->client_url), "http://127.0.0.1:%u", m->client_port);
+    snprintf(m->peer_url, sizeof(m->peer_url), "http://127.0.0.1:%u", m->proxy_port);
+}
+
 static int slot_init(kvt_cluster *c, int i)
 {
     kvt_member *m = &c->m[i];
@@ -59,31 +111,48 @@ static int slot_init(kvt_cluster *c, int i)
     snprintf(log, sizeof(log), "%s/member.log", m->dir);
     kvt_proc_init(&m->proc, log);
     /* Ports are picked then released; a proxy that cannot bind its port retries. */
-    for (int attempt = 0; attempt < 5; attempt++) {
-        uint16_t p[4];
-        int r = 0;
-        for (int k = 0; k < 4 && r == 0; k++) {
-            r = kvt_port_free(&p[k]);
-            for (int q = 0; q < k && r == 0; q++)
-                if (p[q] == p[k])
-                    k--; /* duplicate: pick again */
-        }
+    for (int attempt = 0;; attempt++) {
+        int r = pick_ports(c, i, 1);
         if (r)
             return r;
-        m->client_port = p[0];
-        m->peer_port = p[1];
-        m->proxy_port = p[2];
-        m->metrics_port = p[3];
         r = kvt_proxy_start(&m->proxy, m->proxy_port, m->peer_port, c->o.seed + (uint64_t)i * 7919);
         if (r == 0)
             break;
         if (attempt == 4)
             return r;
     }
-    snprintf(m->endpoint, sizeof(m->endpoint), "127.0.0.1:%u", m->client_port);
-    snprintf(m->client_url, sizeof(m->client_url), "http://127.0.0.1:%u", m->client_port);
-    snprintf(m->peer_url, sizeof(m->peer_url), "http://127.0.0.1:%u", m->proxy_port);
+    set_urls(m);
     return 0;
+}
+
+/* Re-picks member i's client, peer and metrics ports (its advertised peer URL, the proxy,
+ * stays) after another process took one of them. */
+static int move_member(kvt_cluster *c, int i)
+{
+    kvt_member *m = &c->m[i];
+    int r = pick_ports(c, i, 0);
+    if (r)
+        return r;
+    kvt_proxy_set_target(m->proxy, m->peer_port);
+    set_urls(m);
+    fprintf(stderr, "kvt: %s: a port was taken, moved to client %u peer %u metrics %u\n", m->name,
+            m->client_port, m->peer_port, m->metrics_port);
+    return 0;
+}
+
+/* 1 if member i's last run exited because a port was in use. */
+static int port_was_taken(const kvt_cluster *c, int i)
+{
+    char *log = NULL;
+    if (kvt_member_log(c, i, 16384, &log) != 0)
+        return 0;
+    const char *last = log, *p = log;
+    while ((p = strstr(p, "=== kvt: start")) != NULL)
+        last = p++;
+    int taken = strstr(last, "address already in use") || strstr(last, "Address in use") ||
+                strstr(last, "EADDRINUSE");
+    free(log);
+    return taken;
 }
 
 int kvt_cluster_init(kvt_cluster *c, const kvt_cluster_opts *o)
@@ -290,8 +359,14 @@ int kvt_member_stop(kvt_cluster *c, int i, uint32_t grace_ms)
 int kvt_member_restart(kvt_cluster *c, int i, uint32_t timeout_ms)
 {
     kvt_proc_kill9(&c->m[i].proc);
-    int r = kvt_member_start(c, i);
-    return r ? r : kvt_member_wait_ready(c, i, timeout_ms);
+    for (int attempt = 0;; attempt++) {
+        int r = kvt_member_start(c, i);
+        if (r == 0)
+            r = kvt_member_wait_ready(c, i, timeout_ms);
+        /* Another process took one of its ports while it was down: move it (3x). */
+        if (r != -ECHILD || attempt == 3 || !port_was_taken(c, i) || move_member(c, i) != 0)
+            return r;
+    }
 }
 
 int kvt_member_pause(kvt_cluster *c, int i)
@@ -379,9 +454,16 @@ int kvt_cluster_start(kvt_cluster *c, uint32_t timeout_ms)
             return r;
     }
     uint64_t deadline = kvt_now_ms() + timeout_ms;
+    int moves = 0;
     for (;;) {
         for (int i = 0; i < c->n; i++) {
             if (c->m[i].in_config && !kvt_proc_alive(&c->m[i].proc)) {
+                /* A port picked free was taken before the member bound it: move it. */
+                if (moves < 3 * c->n && port_was_taken(c, i) && move_member(c, i) == 0 &&
+                    kvt_member_start(c, i) == 0) {
+                    moves++;
+                    continue;
+                }
                 fprintf(stderr, "kvt: %s exited at start\n", c->m[i].name);
                 dump_log(c, i);
                 return -ECHILD;
@@ -391,17 +473,21 @@ int kvt_cluster_start(kvt_cluster *c, uint32_t timeout_ms)
         if (now >= deadline)
             return -ETIMEDOUT;
         if (kvt_cluster_leader(c) >= 0 &&
-            kvt_cluster_wait_writable(c, (uint32_t)(deadline - now)) >= 0)
-            break;
+            kvt_cluster_wait_writable(c, (uint32_t)(deadline - now)) >= 0) {
+            int all = 1; /* every member up and answering (a late exit is handled above) */
+            for (int i = 0; i < c->n && all; i++) {
+                kvt_status st;
+                all = !c->m[i].in_config ||
+                      (kvt_proc_alive(&c->m[i].proc) && kvt_member_status(c, i, &st, 1000) == 0);
+            }
+            if (all)
+                break;
+            kvt_sleep_ms(50);
+            continue;
+        }
         kvt_sleep_ms(100);
     }
-    /* Learn every member's id. */
-    for (int i = 0; i < c->n; i++) {
-        kvt_status st;
-        if (c->m[i].in_config)
-            kvt_member_status(c, i, &st, 2000);
-    }
-    return 0;
+    return 0; /* every member's id is known (Status) */
 }
 
 int kvt_cluster_index_of(kvt_cluster *c, uint64_t id)
@@ -677,4 +763,25 @@ int kvt_member_metrics(kvt_cluster *c, int i, char **body)
         return -EPROTO;
     }
     return 0;
+}
+
+void kvt_cluster_dump(kvt_cluster *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        kvt_member *m = &c->m[i];
+        kvt_status st;
+        int alive = kvt_proc_alive(&m->proc);
+        int r = alive && !m->proc.stopped ? kvt_member_status(c, i, &st, 1000) : -ESRCH;
+        if (r == 0)
+            fprintf(stderr,
+                    "kvt: %s id %" PRIx64 " leader %" PRIx64 " term %" PRIu64 " index %" PRIu64
+                    " applied %" PRIu64 "%s\n",
+                    m->name, st.id, st.leader, st.term, st.index, st.applied,
+                    m->partitioned ? " (partitioned)" : "");
+        else
+            fprintf(stderr, "kvt: %s: %s, Status: %d\n", m->name,
+                    !alive ? "not running" : (m->proc.stopped ? "paused" : "running"), r);
+        if (alive)
+            dump_log(c, i);
+    }
 }

@@ -88,8 +88,10 @@ typedef struct kvt_status {
 /* Resolves the binaries, creates the run directory, picks ports, starts the proxies.
  * -ENOENT if the server binary is missing. Starts nothing. */
 int kvt_cluster_init(kvt_cluster *c, const kvt_cluster_opts *o);
-/* Starts every configured member, then waits (timeout_ms) for a leader and a successful Put.
- * -ECHILD if a member exited (its log is printed to stderr). */
+/* Starts every configured member, then waits (timeout_ms) for a leader, a successful Put and
+ * every member answering Status. A member that exits because one of its ports was taken
+ * meanwhile is moved to new ports (its peer URL, the proxy, stays) and started again;
+ * -ECHILD if a member exited otherwise (its log is printed to stderr). */
 int kvt_cluster_start(kvt_cluster *c, uint32_t timeout_ms);
 void kvt_cluster_destroy(kvt_cluster *c);
 
@@ -148,6 +150,10 @@ int kvt_cluster_move_leader(kvt_cluster *c, int to, uint32_t timeout_ms, char *e
  * in the configuration)
  * and the NULL-terminated arguments. */
 int kvt_ctl(kvt_cluster *c, int i, uint32_t timeout_ms, kvt_cmd_result *res, ...);
+
+/* Prints every member's Status and the tail of each running member's log to stderr (for a
+ * failing test's diagnosis). */
+void kvt_cluster_dump(kvt_cluster *c);
 
 /* GET /metrics of member i (body malloc'd, caller frees). */
 int kvt_member_metrics(kvt_cluster *c, int i, char **body);

@@ -99,7 +99,10 @@ static void do_accept(kvt_proxy *p)
         return;
     }
     int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p->to_port)};
+    pthread_mutex_lock(&p->mu);
+    uint16_t to_port = p->to_port;
+    pthread_mutex_unlock(&p->mu);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(to_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (up < 0 || connect(up, (struct sockaddr *)&a, sizeof(a)) != 0) {
         if (up >= 0)
@@ -371,4 +374,11 @@ int kvt_proxy_block_from(kvt_proxy *p, const char *from_id, int on)
     }
     pthread_mutex_unlock(&p->mu);
     return rc;
+}
+
+void kvt_proxy_set_target(kvt_proxy *p, uint16_t to_port)
+{
+    pthread_mutex_lock(&p->mu);
+    p->to_port = to_port;
+    pthread_mutex_unlock(&p->mu);
 }

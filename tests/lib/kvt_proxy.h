@@ -24,6 +24,9 @@ int kvt_proxy_start(kvt_proxy **out, uint16_t listen_port, uint16_t to_port, uin
 /* Closes every connection, joins the thread and frees p (NULL is allowed). */
 void kvt_proxy_stop(kvt_proxy *p);
 
+/* Connections accepted from now on are relayed to 127.0.0.1:to_port (the member moved). */
+void kvt_proxy_set_target(kvt_proxy *p, uint16_t to_port);
+
 /* Fault settings, applied to traffic from now on. tx = bytes leaving the member (to the
  * dialer), rx = bytes entering it. blackhole: bytes are read and dropped (connections stay
  * open, as etcd's functional proxy does); a connection that lost bytes is closed as soon as
