@@ -97,10 +97,10 @@ static int heal_all(kv_fn_cluster *c)
 {
     for (int i = 0; i < c->n; i++) {
         if (c->m[i].proxy)
-            kv_fn_proxy_set(c->m[i].proxy, 0, 0, 0, 0);
-        if (c->m[i].pid && c->m[i].stopped)
+            kvt_proxy_set(c->m[i].proxy, 0, 0, 0, 0);
+        if (c->m[i].proc.pid && c->m[i].proc.stopped)
             kv_fn_member_signal(c, i, SIGCONT);
-        if (!c->m[i].pid)
+        if (!c->m[i].proc.pid)
             kv_fn_member_start(c, i);
     }
     return kv_fn_cluster_wait_writable(c, 20000);
@@ -268,7 +268,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         for (int i = 0; i < nt; i++) {
             uint64_t b, d;
             uint32_t nc;
-            kv_fn_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
+            kvt_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
             base_relayed += b;
             base_dropped += d;
         }
@@ -286,13 +286,13 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             kv_fn_member_signal(c, targets[i], SIGSTOP);
             break;
         case KV_FN_F_BLACKHOLE:
-            kv_fn_proxy_set(m->proxy, 1, 1, 0, 0);
+            kvt_proxy_set(m->proxy, 1, 1, 0, 0);
             break;
         case KV_FN_F_DELAY:
-            kv_fn_proxy_set(m->proxy, 0, 0, 1000, 0);
+            kvt_proxy_set(m->proxy, 0, 0, 1000, 0);
             break;
         case KV_FN_F_RANDOM_DELAY:
-            kv_fn_proxy_set(m->proxy, 0, 0, 600, 500);
+            kvt_proxy_set(m->proxy, 0, 0, 600, 500);
             break;
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall on */
@@ -318,7 +318,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         for (int i = 0; i < nt; i++) {
             uint64_t b, d;
             uint32_t nc;
-            kv_fn_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
+            kvt_proxy_stats(c->m[targets[i]].proxy, &b, &d, &nc);
             dropped += d;
             relayed += b;
         }
@@ -340,7 +340,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         case KV_FN_F_BLACKHOLE:
         case KV_FN_F_DELAY:
         case KV_FN_F_RANDOM_DELAY:
-            kv_fn_proxy_set(m->proxy, 0, 0, 0, 0);
+            kvt_proxy_set(m->proxy, 0, 0, 0, 0);
             break;
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall off */

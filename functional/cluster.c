@@ -1,5 +1,6 @@
 /* cluster: member processes of kvd or etcd on loopback, each behind a peer proxy (fn.h). */
 #include "fn.h"
+#include "kvt_util.h"
 
 #include "kvclient.h"
 #include "rpc.pb-c.h"
@@ -19,29 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static void sleep_ms(uint32_t ms)
+int64_t kv_fn_now_us(void)
 {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    return kvt_now_us();
 }
 
-static int free_port(uint16_t *port)
+static void sleep_ms(uint32_t ms)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    *port = ntohs(a.sin_port);
-    close(fd);
-    return 0;
+    kvt_sleep_ms(ms);
 }
 
 int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root, uint64_t seed)
@@ -75,9 +61,12 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
         snprintf(m->dir, sizeof(m->dir), "%s/m%d", root, i);
         if (mkdir(m->dir, 0755) != 0 && errno != EEXIST)
             return -errno;
+        char log[PATH_MAX + 16];
+        snprintf(log, sizeof(log), "%s/member.log", m->dir);
+        kvt_proc_init(&m->proc, log);
         uint16_t ports[3];
         for (int k = 0; k < 3; k++) {
-            int r = free_port(&ports[k]);
+            int r = kvt_port_free(&ports[k]);
             if (r)
                 return r;
             for (int q = 0; q < k; q++)
@@ -91,7 +80,7 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
     }
     if (n > 1)
         for (int i = 0; i < n; i++) {
-            int r = kv_fn_proxy_start(&c->m[i].proxy, c->m[i].proxy_port, c->m[i].peer_port,
+            int r = kvt_proxy_start(&c->m[i].proxy, c->m[i].proxy_port, c->m[i].peer_port,
                                       seed + (uint64_t)i * 7919);
             if (r)
                 return r;
@@ -102,10 +91,9 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
 int kv_fn_member_start(kv_fn_cluster *c, int i)
 {
     kv_fn_member *m = &c->m[i];
-    if (m->pid)
+    if (m->proc.pid)
         return 0;
-    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024],
-        a_log[PATH_MAX];
+    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024];
     snprintf(a_data, sizeof(a_data), "--data-dir=%s/data", m->dir);
     snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=http://127.0.0.1:%u", m->client_port);
     snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u", m->client_port);
@@ -116,7 +104,6 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     for (int k = 0; k < c->n; k++)
         len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%sm%d=http://127.0.0.1:%u",
                                 k ? "," : "", k, c->n > 1 ? c->m[k].proxy_port : c->m[k].peer_port);
-    snprintf(a_log, sizeof(a_log), "%s/member.log", m->dir);
     const char *argv[24];
     int n = 0;
     argv[n++] = c->bin;
@@ -133,78 +120,34 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     if (c->target == KV_FN_TARGET_KVD && c->failpoints)
         argv[n++] = "--enable-failpoints";
     argv[n] = NULL;
-    int logfd = open(a_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
-        return -errno;
-    dprintf(logfd, "=== kvfunctional: starting %s\n", m->name);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(logfd);
-        return -errno;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0)
-            dup2(nul, 0);
-        setpgid(0, 0);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(logfd);
-    m->pid = pid;
-    m->stopped = 0;
-    return 0;
-}
-
-static int reap(kv_fn_member *m, uint32_t wait_ms)
-{
-    for (uint32_t t = 0;; t += 10) {
-        int st;
-        pid_t r = waitpid(m->pid, &st, WNOHANG);
-        if (r == m->pid || (r < 0 && errno == ECHILD)) {
-            m->pid = 0;
-            m->stopped = 0;
-            return 0;
-        }
-        if (t >= wait_ms)
-            return -ETIMEDOUT;
-        sleep_ms(10);
-    }
+    return kvt_proc_spawn(&m->proc, argv);
 }
 
 int kv_fn_member_signal(kv_fn_cluster *c, int i, int sig)
 {
-    kv_fn_member *m = &c->m[i];
-    if (!m->pid)
+    kvt_proc *p = &c->m[i].proc;
+    if (!p->pid)
         return -ESRCH;
-    if (sig == SIGCONT)
-        m->stopped = 0;
-    if (m->stopped && sig == SIGTERM)
-        kill(m->pid, SIGCONT);
-    if (kill(m->pid, sig) != 0)
-        return -errno;
-    if (sig == SIGSTOP)
-        m->stopped = 1;
-    if (sig == SIGKILL)
-        return reap(m, 10000);
-    if (sig == SIGTERM) {
-        if (reap(m, 10000) == 0)
-            return 0;
-        kill(m->pid, SIGKILL);
-        return reap(m, 10000);
+    switch (sig) {
+    case SIGKILL:
+        return kvt_proc_kill9(p);
+    case SIGTERM:
+        return kvt_proc_term(p, 10000);
+    case SIGSTOP:
+        return kvt_proc_pause(p);
+    case SIGCONT:
+        return kvt_proc_resume(p);
+    default:
+        return kvt_proc_signal(p, sig);
     }
-    return 0;
 }
 
 void kv_fn_cluster_stop(kv_fn_cluster *c)
 {
     for (int i = 0; i < c->n; i++) {
-        if (c->m[i].pid)
+        if (c->m[i].proc.pid)
             kv_fn_member_signal(c, i, SIGKILL);
-        kv_fn_proxy_stop(c->m[i].proxy);
+        kvt_proxy_stop(c->m[i].proxy);
         c->m[i].proxy = NULL;
     }
 }
@@ -255,7 +198,7 @@ int kv_fn_cluster_leader(kv_fn_cluster *c, uint32_t timeout_ms)
 {
     for (int i = 0; i < c->n; i++) {
         kv_fn_member *m = &c->m[i];
-        if (!m->pid || m->stopped)
+        if (!m->proc.pid || m->proc.stopped)
             continue;
         uint64_t leader = 0, id = 0;
         if (member_status(m, timeout_ms, &leader, &id) != 0)
@@ -269,7 +212,7 @@ int kv_fn_cluster_leader(kv_fn_cluster *c, uint32_t timeout_ms)
         /* The leader's id is not known yet: ask the others. */
         for (int k = 0; k < c->n; k++) {
             uint64_t l2, id2;
-            if (!c->m[k].member_id && c->m[k].pid && !c->m[k].stopped &&
+            if (!c->m[k].member_id && c->m[k].proc.pid && !c->m[k].proc.stopped &&
                 member_status(&c->m[k], timeout_ms, &l2, &id2) == 0) {
                 c->m[k].member_id = id2;
                 if (id2 == leader)
@@ -313,9 +256,7 @@ int kv_fn_cluster_start(kv_fn_cluster *c, uint32_t timeout_ms)
     while (kv_fn_now_us() < deadline) {
         for (int i = 0; i < c->n; i++) {
             kv_fn_member *m = &c->m[i];
-            int st;
-            if (m->pid && waitpid(m->pid, &st, WNOHANG) == m->pid) {
-                m->pid = 0;
+            if (m->proc.pid && !kvt_proc_alive(&m->proc)) {
                 log_head(m, c->start_error, sizeof(c->start_error));
                 return -ENOTSUP;
             }
@@ -333,7 +274,7 @@ int kv_fn_cluster_wait_writable(kv_fn_cluster *c, uint32_t timeout_ms)
     while (kv_fn_now_us() < deadline) {
         for (int i = 0; i < c->n; i++) {
             kv_fn_member *m = &c->m[i];
-            if (!m->pid || m->stopped)
+            if (!m->proc.pid || m->proc.stopped)
                 continue;
             kvc_client *kc = NULL;
             if (open_client(&kc, m->endpoint, 1000) != 0)
@@ -387,7 +328,7 @@ int kv_fn_cluster_hash(kv_fn_cluster *c, kv_fn_hash_obs *obs, uint32_t timeout_m
     int64_t rev = 0;
     for (int i = 0; i < c->n && rev == 0; i++) {
         kvc_client *kc = NULL;
-        if (!c->m[i].pid || open_client(&kc, c->m[i].endpoint, 2000) != 0)
+        if (!c->m[i].proc.pid || open_client(&kc, c->m[i].endpoint, 2000) != 0)
             continue;
         kvc_range_result rr = {0};
         if (kvc_get(kc, "/fn/liveness", 12, NULL, 2000, &rr, NULL) == 0)

@@ -9,6 +9,8 @@
 #define KV_FN_H
 
 #include "check.h"
+#include "kvt_proc.h"
+#include "kvt_proxy.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -17,23 +19,7 @@
 
 int64_t kv_fn_now_us(void);
 
-/* ---- proxy: a TCP relay in front of one member's peer port ---- */
-
-typedef struct kv_fn_proxy kv_fn_proxy;
-
-/* Listens on 127.0.0.1:listen_port and relays every connection to 127.0.0.1:to_port.
- * Bounded: at most 64 connection pairs and 8 MiB queued per direction (reads pause beyond).
- * seed drives the jitter. */
-int kv_fn_proxy_start(kv_fn_proxy **out, uint16_t listen_port, uint16_t to_port, uint64_t seed);
-void kv_fn_proxy_stop(kv_fn_proxy *p); /* closes every connection and frees p */
-
-/* Fault settings, applied to traffic from now on. tx = bytes leaving the member (upstream
- * to the dialer), rx = bytes entering it. blackhole: bytes are read and dropped (connections
- * stay open, as etcd's proxy does). delay: each chunk is held delay_ms +- jitter_ms (order
- * preserved). */
-void kv_fn_proxy_set(kv_fn_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
-                     uint32_t jitter_ms);
-void kv_fn_proxy_stats(kv_fn_proxy *p, uint64_t *bytes, uint64_t *dropped, uint32_t *conns);
+/* ---- proxy: kvt_proxy (tests/lib/kvt_proxy.h), one in front of each member's peer port ---- */
 
 /* ---- cluster ---- */
 
@@ -47,9 +33,8 @@ typedef struct kv_fn_member {
     char dir[PATH_MAX]; /* member directory: data/ and member.log */
     uint16_t client_port, peer_port, proxy_port;
     char endpoint[32];  /* 127.0.0.1:<client_port> */
-    pid_t pid;          /* 0 when not running */
-    int stopped;        /* SIGSTOP'd */
-    kv_fn_proxy *proxy; /* NULL for a 1-member cluster */
+    kvt_proc proc;    /* proc.pid is 0 when not running; proc.stopped when SIGSTOP'd */
+    kvt_proxy *proxy; /* NULL for a 1-member cluster */
     uint64_t member_id;
 } kv_fn_member;
 

@@ -2,6 +2,8 @@
  * testutil.c - see testutil.h.
  */
 #include "testutil.h"
+#include "kvt_proc.h"
+#include "kvt_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -34,37 +36,10 @@ int kvt_leaks(void)
 #endif
 }
 
-uint64_t kvt_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void kvt_sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 int kvt_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    int port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    uint16_t port;
+    return kvt_port_free(&port) == 0 ? port : -1;
 }
 
 int kvt_wait_port(int port, int timeout_ms)
@@ -203,27 +178,27 @@ static int spawn(struct kvt_server *s)
     } else {
         snprintf(bin, sizeof bin, "/usr/bin/etcd");
     }
-    pid_t pid = fork();
-    if (pid < 0)
+    const char *kvd_argv[] = {bin,       "--name",
+                              "default", "--data-dir",
+                              s->dir,    "--listen-client-urls",
+                              curl,      "--listen-peer-urls",
+                              purl,      "--listen-metrics-urls",
+                              murl,      NULL};
+    const char *etcd_argv[] = {bin,       "--name",
+                               "default", "--data-dir",
+                               s->dir,    "--listen-client-urls",
+                               curl,      "--advertise-client-urls",
+                               curl,      "--listen-peer-urls",
+                               purl,      "--initial-advertise-peer-urls",
+                               purl,      "--initial-cluster",
+                               cluster,   "--listen-metrics-urls",
+                               murl,      NULL};
+    /* tests/lib's launcher: log file, PR_SET_PDEATHSIG; this file keeps reaping by pid. */
+    kvt_proc p;
+    kvt_proc_init(&p, log);
+    if (kvt_proc_spawn(&p, strcmp(s->kind, "kvd") == 0 ? kvd_argv : etcd_argv) != 0)
         return -1;
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (strcmp(s->kind, "kvd") == 0)
-            execl(bin, "kvd", "--name", "default", "--data-dir", s->dir, "--listen-client-urls",
-                  curl, "--listen-peer-urls", purl, "--listen-metrics-urls", murl, (char *)NULL);
-        else
-            execl(bin, "etcd", "--name", "default", "--data-dir", s->dir, "--listen-client-urls",
-                  curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-                  "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-                  "--listen-metrics-urls", murl, (char *)NULL);
-        _exit(127);
-    }
-    s->pid = pid;
+    s->pid = p.pid;
     return 0;
 }
 
@@ -300,9 +275,9 @@ void kvt_server_stop(struct kvt_server *s)
         kvt_server_signal(s, SIGKILL);
     }
     if (s->dir[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.log'", s->dir, s->dir);
-        if (system(cmd) != 0)
+        char log[300];
+        snprintf(log, sizeof log, "%s.log", s->dir);
+        if (kvt_rmtree(s->dir) != 0 || kvt_rmtree(log) != 0)
             fprintf(stderr, "cleanup of %s failed\n", s->dir);
         s->dir[0] = '\0';
     }

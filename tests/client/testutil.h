@@ -66,6 +66,7 @@ void kvt_fake_stop(struct kvt_fake *f);
  * without ASan: 0. (Criterion ignores LSan's report at a test process's exit.) */
 int kvt_leaks(void);
 
+/* Defined by tests/lib (kvt_util.h). */
 uint64_t kvt_now_ms(void);
 void kvt_sleep_ms(unsigned ms);
 

@@ -1,6 +1,8 @@
 /* harness: see harness.h. */
 #include "harness.h"
 #include "grpc_raw.h"
+#include "kvt_proc.h"
+#include "kvt_util.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -21,20 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CAPTURE_LIMIT (64u * 1024u * 1024u)
-
 uint64_t kv_it_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return kvt_now_ms();
 }
 
 static void sleep_ms(unsigned ms)
 {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    kvt_sleep_ms(ms);
 }
 
 kv_it_kind kv_it_kind_from_env(void)
@@ -87,20 +83,7 @@ int kv_it_etcdctl_bin(char *buf, size_t cap)
 
 int kv_it_free_port(uint16_t *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    int rc = 0;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
-        rc = -errno;
-    else
-        *port = ntohs(sa.sin_port);
-    close(fd);
-    return rc;
+    return kvt_port_free(port);
 }
 
 static int pick_ports(kv_it_server *s);
@@ -248,32 +231,15 @@ static int start_once(kv_it_server *s, uint32_t ready_timeout_ms)
         argv[n++] = s->extra[i];
     argv[n] = NULL;
 
-    int logfd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
-        return -errno;
     struct stat st;
-    s->log_offset = fstat(logfd, &st) == 0 ? st.st_size : 0;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(logfd);
-        return -e;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(logfd);
-    s->pid = pid;
+    s->log_offset = stat(s->log_path, &st) == 0 ? st.st_size : 0;
+    kvt_proc p;
+    kvt_proc_init(&p, s->log_path);
+    p.no_banner = 1; /* kv_it_server_log() returns exactly the server's output */
+    int rc0 = kvt_proc_spawn(&p, argv);
+    if (rc0)
+        return rc0;
+    s->pid = p.pid;
     int rc = kv_it_server_wait_ready(s, ready_timeout_ms);
     if (rc) {
         kv_it_server_kill9(s);
@@ -305,20 +271,11 @@ int kv_it_server_kill9(kv_it_server *s)
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void kv_it_server_destroy(kv_it_server *s)
 {
     kv_it_server_stop(s, 5000);
     if (s->dir[0] && !getenv("KV_TEST_KEEP_DIRS"))
-        nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        kvt_rmtree(s->dir);
     s->dir[0] = 0;
 }
 
@@ -345,164 +302,10 @@ int kv_it_server_log(const kv_it_server *s, char **out)
     return 0;
 }
 
-static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
-{
-    if (*len >= CAPTURE_LIMIT)
-        n = 0;
-    else if (n > CAPTURE_LIMIT - *len)
-        n = CAPTURE_LIMIT - *len;
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 4096;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return -ENOMEM;
-        *buf = p;
-        *cap = c;
-    }
-    if (n > 0)
-        memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
 int kv_it_run(const char *const *argv, const char *const *env_add, const void *stdin_data,
               size_t stdin_len, uint32_t timeout_ms, kv_it_cmd_result *res)
 {
-    int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-    int rc = 0;
-    memset(res, 0, sizeof(*res));
-    /* A command that exits without reading its stdin must not kill us with SIGPIPE. */
-    struct sigaction old_pipe;
-    if (sigaction(SIGPIPE, NULL, &old_pipe) == 0 && old_pipe.sa_handler == SIG_DFL)
-        signal(SIGPIPE, SIG_IGN);
-    size_t out_cap = 0, err_cap = 0;
-    if (append(&res->out, &res->out_len, &out_cap, "", 0) ||
-        append(&res->err, &res->err_len, &err_cap, "", 0)) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC)) {
-        rc = -errno;
-        goto fail;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        dup2(pin[0], 0);
-        dup2(pout[1], 1);
-        dup2(perr[1], 2);
-        for (int i = 0; env_add && env_add[i]; i++)
-            putenv((char *)env_add[i]);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(pin[0]);
-    close(pout[1]);
-    close(perr[1]);
-    pin[0] = pout[1] = perr[1] = -1;
-    fcntl(pin[1], F_SETFL, O_NONBLOCK);
-    size_t in_off = 0;
-    if (!stdin_data || stdin_len == 0) {
-        close(pin[1]);
-        pin[1] = -1;
-    }
-    uint64_t deadline = kv_it_now_ms() + timeout_ms;
-    while (pout[0] >= 0 || perr[0] >= 0) {
-        struct pollfd p[3];
-        int np = 0, iout = -1, ierr = -1, iin = -1;
-        if (pout[0] >= 0) {
-            iout = np;
-            p[np++] = (struct pollfd){.fd = pout[0], .events = POLLIN};
-        }
-        if (perr[0] >= 0) {
-            ierr = np;
-            p[np++] = (struct pollfd){.fd = perr[0], .events = POLLIN};
-        }
-        if (pin[1] >= 0) {
-            iin = np;
-            p[np++] = (struct pollfd){.fd = pin[1], .events = POLLOUT};
-        }
-        uint64_t t = kv_it_now_ms();
-        if (t >= deadline) {
-            res->timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        int pr = poll(p, (nfds_t)np, (int)(deadline - t));
-        if (pr < 0 && errno != EINTR)
-            break;
-        char buf[65536];
-        if (iout >= 0 && p[iout].revents) {
-            ssize_t r = read(pout[0], buf, sizeof(buf));
-            if (r > 0)
-                append(&res->out, &res->out_len, &out_cap, buf, (size_t)r);
-            else if (r == 0 || errno != EINTR) {
-                close(pout[0]);
-                pout[0] = -1;
-            }
-        }
-        if (ierr >= 0 && p[ierr].revents) {
-            ssize_t r = read(perr[0], buf, sizeof(buf));
-            if (r > 0)
-                append(&res->err, &res->err_len, &err_cap, buf, (size_t)r);
-            else if (r == 0 || errno != EINTR) {
-                close(perr[0]);
-                perr[0] = -1;
-            }
-        }
-        if (iin >= 0 && p[iin].revents) {
-            ssize_t w = write(pin[1], (const char *)stdin_data + in_off, stdin_len - in_off);
-            if (w > 0)
-                in_off += (size_t)w;
-            if ((w < 0 && errno != EAGAIN && errno != EINTR) || in_off == stdin_len) {
-                close(pin[1]);
-                pin[1] = -1;
-            }
-        }
-    }
-    int st = 0;
-    /* The pipes are closed (or we timed out and killed it); wait, bounded. */
-    uint64_t wdl = kv_it_now_ms() + 5000;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0) {
-            st = 0;
-            break;
-        }
-        if (kv_it_now_ms() >= wdl) {
-            res->timed_out = 1;
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            break;
-        }
-        sleep_ms(5);
-    }
-    res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-fail:
-    for (int i = 0; i < 2; i++) {
-        if (pin[i] >= 0)
-            close(pin[i]);
-        if (pout[i] >= 0)
-            close(pout[i]);
-        if (perr[i] >= 0)
-            close(perr[i]);
-    }
-    if (rc)
-        kv_it_cmd_result_free(res);
-    return rc;
+    return kvt_run(argv, env_add, stdin_data, stdin_len, timeout_ms, res);
 }
 
 int kv_it_ctl(const kv_it_server *s, const char *ctl_bin, const char *stdin_data,
@@ -532,10 +335,7 @@ int kv_it_ctl(const kv_it_server *s, const char *ctl_bin, const char *stdin_data
 
 void kv_it_cmd_result_free(kv_it_cmd_result *res)
 {
-    free(res->out);
-    free(res->err);
-    res->out = res->err = NULL;
-    res->out_len = res->err_len = 0;
+    kvt_cmd_result_free(res);
 }
 
 int kv_it_proc_rss(pid_t pid, uint64_t *bytes)
@@ -582,136 +382,14 @@ int kv_it_proc_cpu(pid_t pid, double *seconds)
     return 0;
 }
 
-static int connect_loopback(uint16_t port, uint32_t timeout_ms)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        if (errno != EINPROGRESS) {
-            int e = errno;
-            close(fd);
-            return -e;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int soerr = 0;
-        socklen_t sl = sizeof(soerr);
-        if (poll(&p, 1, (int)timeout_ms) <= 0) {
-            close(fd);
-            return -ETIMEDOUT;
-        }
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-        if (soerr) {
-            close(fd);
-            return -soerr;
-        }
-    }
-    return fd;
-}
-
-/* Sends all of data (bounded); 1 if the peer closed/reset while sending. */
-static int send_all(int fd, const char *data, size_t len, uint64_t deadline)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
-        if (w > 0) {
-            off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
-            return 1;
-        if (w < 0 && errno != EAGAIN && errno != EINTR)
-            return -errno;
-        uint64_t t = kv_it_now_ms();
-        if (t >= deadline)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        poll(&p, 1, (int)(deadline - t));
-    }
-    return 0;
-}
-
 int kv_it_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *status, char **body)
 {
-    uint64_t deadline = kv_it_now_ms() + timeout_ms;
-    *body = NULL;
-    *status = 0;
-    int fd = connect_loopback(port, timeout_ms);
-    if (fd < 0)
-        return fd;
-    char req[512];
-    int n =
-        snprintf(req, sizeof(req),
-                 "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", path, port);
-    int rc = send_all(fd, req, (size_t)n, deadline);
-    if (rc) {
-        close(fd);
-        return rc < 0 ? rc : -ECONNRESET;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    append(&buf, &len, &cap, "", 0);
-    for (;;) {
-        char tmp[65536];
-        ssize_t r = recv(fd, tmp, sizeof(tmp), 0);
-        if (r > 0) {
-            append(&buf, &len, &cap, tmp, (size_t)r);
-            continue;
-        }
-        if (r == 0)
-            break;
-        if (errno != EAGAIN && errno != EINTR) {
-            rc = -errno;
-            break;
-        }
-        uint64_t t = kv_it_now_ms();
-        if (t >= deadline) {
-            rc = -ETIMEDOUT;
-            break;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        poll(&p, 1, (int)(deadline - t));
-    }
-    close(fd);
-    if (rc || !buf) {
-        free(buf);
-        return rc ? rc : -ENOMEM;
-    }
-    if (sscanf(buf, "HTTP/%*d.%*d %d", status) != 1) {
-        free(buf);
-        return -EPROTO;
-    }
-    char *sep = strstr(buf, "\r\n\r\n");
-    const char *b = sep ? sep + 4 : "";
-    char *out = strdup(b);
-    free(buf);
-    if (!out)
-        return -ENOMEM;
-    *body = out;
-    return 0;
+    return kvt_http_get(port, path, timeout_ms, status, body);
 }
 
 int kv_it_metric_value(const char *text, const char *series, double *value)
 {
-    size_t sl = strlen(series);
-    const char *p = text;
-    while (p && *p) {
-        const char *eol = strchr(p, '\n');
-        size_t ll = eol ? (size_t)(eol - p) : strlen(p);
-        if (p[0] != '#' && ll > sl && strncmp(p, series, sl) == 0 && p[sl] == ' ') {
-            char *end;
-            double v = strtod(p + sl + 1, &end);
-            if (end != p + sl + 1) {
-                *value = v;
-                return 0;
-            }
-        }
-        p = eol ? eol + 1 : NULL;
-    }
-    return -ENOENT;
+    return kvt_metric_value(text, series, value);
 }
 
 int kv_it_metric_sum(const char *text, const char *name, const char *label_substr, double *sum,
@@ -784,10 +462,10 @@ int kv_it_random_bytes(void *buf, size_t len)
 int kv_it_send_raw(uint16_t port, const void *data, size_t len, uint32_t timeout_ms)
 {
     uint64_t deadline = kv_it_now_ms() + timeout_ms;
-    int fd = connect_loopback(port, timeout_ms);
+    int fd = kvt_connect_loopback(port, timeout_ms);
     if (fd < 0)
         return fd;
-    int rc = send_all(fd, data, len, deadline);
+    int rc = kvt_send_all(fd, data, len, deadline);
     if (rc < 0) {
         close(fd);
         return rc;

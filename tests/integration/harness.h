@@ -18,6 +18,8 @@
 #ifndef KV_IT_HARNESS_H
 #define KV_IT_HARNESS_H
 
+#include "kvt_proc.h"
+
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,14 +44,9 @@ typedef struct kv_it_server {
     int n_extra;
 } kv_it_server;
 
-typedef struct kv_it_cmd_result {
-    int exit_code; /* exit status, or 128+signal if killed by a signal */
-    int timed_out; /* 1 if the command was killed because of the timeout */
-    char *out;     /* NUL-terminated captured stdout (owned; kv_it_cmd_result_free) */
-    size_t out_len;
-    char *err; /* NUL-terminated captured stderr (owned) */
-    size_t err_len;
-} kv_it_cmd_result;
+/* Captured output of kv_it_run: exit_code, timed_out, out/out_len, err/err_len (owned;
+ * kv_it_cmd_result_free). The same struct as tests/lib's kvt_cmd_result. */
+typedef kvt_cmd_result kv_it_cmd_result;
 
 /* Reads KV_TEST_SERVER; returns KV_IT_KVD unless it is "etcd". */
 kv_it_kind kv_it_kind_from_env(void);

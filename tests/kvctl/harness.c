@@ -1,5 +1,7 @@
 /* kvctl test harness: see harness.h. */
 #include "harness.h"
+#include "kvt_proc.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 
@@ -65,15 +67,9 @@ void h_require_tools(void)
 
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    socklen_t l = sizeof(a);
-    cr_assert(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    uint16_t port = 0;
+    cr_assert(kvt_port_free(&port) == 0);
+    return port;
 }
 
 static char *slurp(const char *path)
@@ -116,7 +112,7 @@ static int wait_for(pid_t pid, int timeout_s)
 }
 
 struct server {
-    pid_t pid;
+    kvt_proc proc; /* tests/lib's launcher */
     char dir[256];
     char ep[64];
 };
@@ -166,24 +162,17 @@ static void server_start(struct server *s, int cport, int pport)
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
     snprintf(cluster, sizeof(cluster), "kvctl-test=%s", purl);
     snprintf(s->ep, sizeof(s->ep), "127.0.0.1:%d", cport);
-    s->pid = fork();
-    cr_assert(s->pid >= 0);
-    if (s->pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        if (is_etcd)
-            execl(bin, bin, "--data-dir", data, "--name", "kvctl-test", "--listen-client-urls",
-                  curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-                  "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-                  (char *)NULL);
-        else
-            execl(bin, bin, "--data-dir", data, "--name", "kvctl-test", "--listen-client-urls",
-                  curl, "--listen-peer-urls", purl, (char *)NULL);
-        _exit(127);
-    }
+    const char *etcd_argv[] = {
+        bin,          "--data-dir",           data,    "--name",
+        "kvctl-test", "--listen-client-urls", curl,    "--advertise-client-urls",
+        curl,         "--listen-peer-urls",   purl,    "--initial-advertise-peer-urls",
+        purl,         "--initial-cluster",    cluster, NULL};
+    const char *kvd_argv[] = {
+        bin,  "--data-dir",         data, "--name", "kvctl-test", "--listen-client-urls",
+        curl, "--listen-peer-urls", purl, NULL};
+    kvt_proc_init(&s->proc, log);
+    int rc = kvt_proc_spawn(&s->proc, is_etcd ? etcd_argv : kvd_argv);
+    cr_assert(rc == 0, "spawn %s: %s", bin, strerror(-rc));
     /* ready when etcdctl's health check (a linearizable read) succeeds */
     char script[512], o[400], e[400];
     snprintf(script, sizeof(script),
@@ -192,8 +181,7 @@ static void server_start(struct server *s, int cport, int pport)
     snprintf(o, sizeof(o), "%s/ready.out", s->dir);
     snprintf(e, sizeof(e), "%s/ready.err", s->dir);
     for (int i = 0; i < 60; i++) {
-        int st;
-        cr_assert(waitpid(s->pid, &st, WNOHANG) == 0, "server exited; see %s", log);
+        cr_assert(kvt_proc_alive(&s->proc), "server exited; see %s", log);
         if (run_sh(s->dir, ETCDCTL, s->ep, script, o, e) == 0)
             return;
         usleep(250000);
@@ -203,15 +191,15 @@ static void server_start(struct server *s, int cport, int pport)
 
 static void server_stop(struct server *s)
 {
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        if (wait_for(s->pid, 10) < 0)
-            cr_log_warn("server %d needed SIGKILL", (int)s->pid);
-        s->pid = 0;
+    if (s->proc.pid > 0) {
+        pid_t pid = s->proc.pid;
+        kill(pid, SIGTERM);
+        if (kvt_proc_wait(&s->proc, 10000) != 0) {
+            cr_log_warn("server %d needed SIGKILL", (int)pid);
+            kvt_proc_kill9(&s->proc);
+        }
     }
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
-    if (system(cmd) != 0)
+    if (kvt_rmtree(s->dir) != 0)
         cr_log_warn("could not remove %s", s->dir);
 }
 

@@ -1,91 +1,62 @@
 /* Lesson 13: health must not lie. A member whose apply path is stalled answers /health with
  * 503, because /health goes through the same queue as writes; it recovers when apply resumes. */
-#include <arpa/inet.h>
+#include "kvt_proc.h"
+#include "kvt_util.h"
+
 #include <criterion/criterion.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
+    uint16_t port = 0;
+    cr_assert_eq(kvt_port_free(&port), 0);
+    return port;
 }
 
 /* GET path; returns the HTTP status or -1. body gets the response body. */
 static int http_get(int port, const char *path, char *body, size_t cap)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct timeval tv = {.tv_sec = 15};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    char req[256];
-    int n =
-        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    char buf[8192];
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(buf) - 1 && (r = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
-        got += (size_t)r;
-    close(fd);
-    buf[got] = '\0';
     int status = -1;
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+    char *b = NULL;
+    if (kvt_http_get((uint16_t)port, path, 15000, &status, &b) != 0)
         return -1;
-    const char *b = strstr(buf, "\r\n\r\n");
-    snprintf(body, cap, "%s", b ? b + 4 : "");
+    snprintf(body, cap, "%s", b);
+    free(b);
     return status;
 }
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)kvt_now_us() / 1e6;
 }
 
 Test(health, stalled_apply_makes_health_fail, .timeout = 90)
 {
     const char *bd = getenv("KV_BUILD_DIR");
     cr_assert_not_null(bd, "KV_BUILD_DIR must point at the build tree");
-    char kvd[512], dir[64] = "/tmp/kvd-health-XXXXXX";
+    char kvd[512];
     snprintf(kvd, sizeof(kvd), "%s/server/kvd", bd);
-    cr_assert_not_null(mkdtemp(dir));
+    kvt_tmpdir tmp;
+    cr_assert_eq(kvt_tmpdir_create(&tmp, "kvd-health"), 0);
+    const char *dir = tmp.path;
     int cport = free_port(), pport = free_port(), mport = free_port();
     char curl[64], purl[64], murl[64];
     snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", cport);
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
     snprintf(murl, sizeof(murl), "http://127.0.0.1:%d", mport);
 
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        execl(kvd, kvd, "--data-dir", dir, "--listen-client-urls", curl, "--listen-peer-urls", purl,
-              "--listen-metrics-urls", murl, "--enable-failpoints", (char *)NULL);
-        _exit(127);
-    }
+    const char *argv[] = {kvd,  "--data-dir",          dir,  "--listen-client-urls",
+                          curl, "--listen-peer-urls",  purl, "--listen-metrics-urls",
+                          murl, "--enable-failpoints", NULL};
+    kvt_proc proc;
+    kvt_proc_init(&proc, NULL); /* output to /dev/null */
+    cr_assert_eq(kvt_proc_spawn(&proc, argv), 0);
+    pid_t pid = proc.pid;
     char body[1024];
     int status = -1;
     for (int i = 0; i < 100 && status != 200; i++) {
@@ -112,10 +83,8 @@ Test(health, stalled_apply_makes_health_fail, .timeout = 90)
     cr_assert_eq(status, 200, "resumed member is healthy again: %d", status);
 
     kill(pid, SIGTERM);
-    int ws;
-    waitpid(pid, &ws, 0);
+    cr_assert_eq(kvt_proc_wait(&proc, 30000), 0, "no exit within 30 s of SIGTERM");
+    int ws = proc.last_status;
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "clean shutdown on SIGTERM");
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    kvt_tmpdir_destroy(&tmp);
 }

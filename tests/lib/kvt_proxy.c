@@ -1,5 +1,10 @@
-/* proxy: a small TCP relay with blackhole and delay faults (see fn.h). One thread, poll(). */
-#include "fn.h"
+/* kvt_proxy: a small TCP relay with blackhole and delay faults (see kvt_proxy.h). One thread,
+ * poll(). Moved here from functional/proxy.c. */
+#include "kvt_proxy.h"
+#include "kvt_util.h"
+
+#include <pthread.h>
+#include <stdio.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,12 +36,16 @@ typedef struct dirq {
 } dirq;
 
 typedef struct pair {
-    int down, up; /* dialer side, member side */
-    dirq rx;      /* down -> up: into the member */
-    dirq tx;      /* up -> down: out of the member */
+    int down, up;                /* dialer side, member side */
+    int tagged;                  /* first bytes from the dialer inspected */
+    char from[KVT_PROXY_ID_LEN]; /* X-Server-From of the dialer's first request, or "" */
+    int tainted; /* bytes were dropped: closed once the blackhole is lifted (TCP never
+                  * loses bytes inside a live stream, so the peers must redial) */
+    dirq rx;     /* down -> up: into the member */
+    dirq tx;     /* up -> down: out of the member */
 } pair;
 
-struct kv_fn_proxy {
+struct kvt_proxy {
     int lfd;
     uint16_t to_port;
     pthread_t th;
@@ -46,16 +55,10 @@ struct kv_fn_proxy {
     uint32_t delay_ms, jitter_ms;
     uint64_t rng;
     uint64_t bytes, dropped;
+    char block_from[KVT_PROXY_MAX_BLOCK][KVT_PROXY_ID_LEN];
     pair pairs[PX_MAX_PAIRS];
     int n_pairs;
 };
-
-int64_t kv_fn_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void q_clear(dirq *q)
 {
@@ -68,7 +71,7 @@ static void q_clear(dirq *q)
     memset(q, 0, sizeof(*q));
 }
 
-static void pair_close(kv_fn_proxy *p, int i)
+static void pair_close(kvt_proxy *p, int i)
 {
     pair *pr = &p->pairs[i];
     close(pr->down);
@@ -86,7 +89,7 @@ static void set_nb(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static void do_accept(kv_fn_proxy *p)
+static void do_accept(kvt_proxy *p)
 {
     int fd = accept(p->lfd, NULL, NULL);
     if (fd < 0)
@@ -96,7 +99,10 @@ static void do_accept(kv_fn_proxy *p)
         return;
     }
     int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p->to_port)};
+    pthread_mutex_lock(&p->mu);
+    uint16_t to_port = p->to_port;
+    pthread_mutex_unlock(&p->mu);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(to_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (up < 0 || connect(up, (struct sockaddr *)&a, sizeof(a)) != 0) {
         if (up >= 0)
@@ -112,8 +118,37 @@ static void do_accept(kv_fn_proxy *p)
     pr->up = up;
 }
 
+/* Records the dialer's member id from the first request on a connection (etcd's peer
+ * requests carry "X-Server-From: <hex id>"). */
+static void tag_pair(pair *pr, const uint8_t *buf, size_t len)
+{
+    static const char hdr[] = "X-Server-From: ";
+    pr->tagged = 1;
+    for (size_t i = 0; i + sizeof(hdr) - 1 < len; i++) {
+        if (memcmp(buf + i, hdr, sizeof(hdr) - 1) != 0)
+            continue;
+        size_t o = 0;
+        for (size_t k = i + sizeof(hdr) - 1;
+             k < len && buf[k] != '\r' && buf[k] != '\n' && o + 1 < sizeof(pr->from); k++)
+            pr->from[o++] = (char)buf[k];
+        pr->from[o] = '\0';
+        return;
+    }
+}
+
+/* 1 if the pair's dialer is blocked (caller holds p->mu). */
+static int pair_blocked(const kvt_proxy *p, const pair *pr)
+{
+    if (!pr->from[0])
+        return 0;
+    for (int i = 0; i < KVT_PROXY_MAX_BLOCK; i++)
+        if (p->block_from[i][0] && strcmp(p->block_from[i], pr->from) == 0)
+            return 1;
+    return 0;
+}
+
 /* Reads from src into q. Returns -1 when the connection ended. */
-static int pump_in(kv_fn_proxy *p, int src, dirq *q, int blackhole, int64_t now)
+static int pump_in(kvt_proxy *p, pair *pr, int src, dirq *q, int blackhole, int64_t now)
 {
     uint8_t buf[PX_CHUNK];
     ssize_t r = read(src, buf, sizeof(buf));
@@ -121,7 +156,10 @@ static int pump_in(kv_fn_proxy *p, int src, dirq *q, int blackhole, int64_t now)
         return -1;
     if (r < 0)
         return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+    if (!pr->tagged && src == pr->down)
+        tag_pair(pr, buf, (size_t)r);
     pthread_mutex_lock(&p->mu);
+    blackhole |= pair_blocked(p, pr);
     uint32_t d = p->delay_ms, j = p->jitter_ms;
     p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
     uint64_t rnd = p->rng >> 33;
@@ -130,8 +168,10 @@ static int pump_in(kv_fn_proxy *p, int src, dirq *q, int blackhole, int64_t now)
     else
         p->bytes += (uint64_t)r;
     pthread_mutex_unlock(&p->mu);
-    if (blackhole)
+    if (blackhole) {
+        pr->tainted = 1;
         return 0;
+    }
     int64_t delay = (int64_t)d * 1000;
     if (j)
         delay += (int64_t)(rnd % (2ULL * j * 1000 + 1)) - (int64_t)j * 1000;
@@ -178,7 +218,7 @@ static int pump_out(int dst, dirq *q, int64_t now)
 
 static void *proxy_main(void *arg)
 {
-    kv_fn_proxy *p = arg;
+    kvt_proxy *p = arg;
     struct pollfd pf[1 + 2 * PX_MAX_PAIRS];
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -186,7 +226,7 @@ static void *proxy_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         if (stop)
             break;
-        int64_t now = kv_fn_now_us();
+        int64_t now = kvt_now_us();
         int timeout = 20;
         int n = 0;
         pf[n++] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
@@ -215,7 +255,7 @@ static void *proxy_main(void *arg)
         int r = poll(pf, (nfds_t)n, timeout);
         if (r < 0 && errno != EINTR)
             break;
-        now = kv_fn_now_us();
+        now = kvt_now_us();
         if (pf[0].revents & POLLIN)
             do_accept(p);
         /* Walk pairs from the end so pair_close (swap with last) is safe; pairs accepted
@@ -225,10 +265,15 @@ static void *proxy_main(void *arg)
             pair *pr = &p->pairs[i];
             short rd = pf[1 + 2 * i].revents, ru = pf[2 + 2 * i].revents;
             int bad = 0;
-            if (rd & (POLLIN | POLLHUP | POLLERR))
-                bad |= pump_in(p, pr->down, &pr->rx, bh_rx, now) < 0;
+            if (pr->tainted) {
+                pthread_mutex_lock(&p->mu);
+                bad = !bh_rx && !bh_tx && !pair_blocked(p, pr);
+                pthread_mutex_unlock(&p->mu);
+            }
+            if (!bad && (rd & (POLLIN | POLLHUP | POLLERR)))
+                bad |= pump_in(p, pr, pr->down, &pr->rx, bh_rx, now) < 0;
             if (!bad && (ru & (POLLIN | POLLHUP | POLLERR)))
-                bad |= pump_in(p, pr->up, &pr->tx, bh_tx, now) < 0;
+                bad |= pump_in(p, pr, pr->up, &pr->tx, bh_tx, now) < 0;
             if (!bad)
                 bad |= pump_out(pr->up, &pr->rx, now) < 0;
             if (!bad)
@@ -242,9 +287,9 @@ static void *proxy_main(void *arg)
     return NULL;
 }
 
-int kv_fn_proxy_start(kv_fn_proxy **out, uint16_t listen_port, uint16_t to_port, uint64_t seed)
+int kvt_proxy_start(kvt_proxy **out, uint16_t listen_port, uint16_t to_port, uint64_t seed)
 {
-    kv_fn_proxy *p = calloc(1, sizeof(*p));
+    kvt_proxy *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->to_port = to_port;
@@ -275,7 +320,7 @@ int kv_fn_proxy_start(kv_fn_proxy **out, uint16_t listen_port, uint16_t to_port,
     return 0;
 }
 
-void kv_fn_proxy_stop(kv_fn_proxy *p)
+void kvt_proxy_stop(kvt_proxy *p)
 {
     if (!p)
         return;
@@ -288,8 +333,8 @@ void kv_fn_proxy_stop(kv_fn_proxy *p)
     free(p);
 }
 
-void kv_fn_proxy_set(kv_fn_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
-                     uint32_t jitter_ms)
+void kvt_proxy_set(kvt_proxy *p, int blackhole_tx, int blackhole_rx, uint32_t delay_ms,
+                   uint32_t jitter_ms)
 {
     pthread_mutex_lock(&p->mu);
     p->bh_tx = blackhole_tx;
@@ -299,11 +344,41 @@ void kv_fn_proxy_set(kv_fn_proxy *p, int blackhole_tx, int blackhole_rx, uint32_
     pthread_mutex_unlock(&p->mu);
 }
 
-void kv_fn_proxy_stats(kv_fn_proxy *p, uint64_t *bytes, uint64_t *dropped, uint32_t *conns)
+void kvt_proxy_stats(kvt_proxy *p, uint64_t *bytes, uint64_t *dropped, uint32_t *conns)
 {
     pthread_mutex_lock(&p->mu);
     *bytes = p->bytes;
     *dropped = p->dropped;
     *conns = (uint32_t)p->n_pairs;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int kvt_proxy_block_from(kvt_proxy *p, const char *from_id, int on)
+{
+    int rc = on ? -ENOSPC : 0;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < KVT_PROXY_MAX_BLOCK; i++) {
+        if (strcmp(p->block_from[i], from_id) == 0) {
+            if (!on)
+                p->block_from[i][0] = '\0';
+            rc = 0;
+            if (on)
+                break;
+        }
+    }
+    for (int i = 0; on && rc && i < KVT_PROXY_MAX_BLOCK; i++) {
+        if (!p->block_from[i][0]) {
+            snprintf(p->block_from[i], sizeof(p->block_from[i]), "%s", from_id);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+void kvt_proxy_set_target(kvt_proxy *p, uint16_t to_port)
+{
+    pthread_mutex_lock(&p->mu);
+    p->to_port = to_port;
     pthread_mutex_unlock(&p->mu);
 }

@@ -1,0 +1,58 @@
+/*
+ * cl_util: helpers shared by the cluster tests (tests/cluster/test_*.c) on top of kvt_cluster:
+ * start a cluster or fail the test with the member logs, etcdctl endpoint status parsing,
+ * "wait until member i serves key=value", acknowledged-write bookkeeping.
+ * Threads: test thread only. Every wait is bounded.
+ */
+#ifndef CL_UTIL_H
+#define CL_UTIL_H
+
+#include "kvt_cluster.h"
+
+#include <stdint.h>
+
+/* Election timeout used by every cluster test (ms) and the bound margin on it. */
+#define CL_ELECTION_MS 500u
+#define CL_HEARTBEAT_MS 50u
+
+/* Inits and starts n members (snapshot_count 0: default), 60 s to a writable leader.
+ * Returns 0 or the failing code (logs printed). */
+int cl_start(kvt_cluster *c, int n, uint64_t snapshot_count);
+
+/* One member's line of `etcdctl endpoint status -w json`. */
+typedef struct cl_ep_status {
+    char endpoint[64];
+    uint64_t member_id, leader, raft_term, raft_index;
+} cl_ep_status;
+
+/* Runs `etcdctl endpoint status -w json` over every running member; fills up to cap entries,
+ * *n receives the count. */
+int cl_endpoint_status(kvt_cluster *c, cl_ep_status *st, int cap, int *n);
+
+/* Polls (serializable if serializable, else linearizable) Range of key through member i until
+ * it returns want; returns ms waited or -ETIMEDOUT. */
+int cl_wait_value(kvt_cluster *c, int i, const char *key, const char *want, int serializable,
+                  uint32_t timeout_ms);
+
+/* Some running, non-partitioned member other than `not` (-1: any), -1 if none. */
+int cl_other(kvt_cluster *c, int not1, int not2);
+
+/* Acknowledged writes, verified at the end of a test. Bounded by CL_ACK_MAX. */
+#define CL_ACK_MAX 8192
+typedef struct cl_acks {
+    int n;
+    char key[CL_ACK_MAX][32];
+    char val[CL_ACK_MAX][32];
+} cl_acks;
+
+/* Puts key=val through member i; on success records it in a (a may be NULL). */
+int cl_put_ack(kvt_cluster *c, cl_acks *a, int i, const char *key, const char *val,
+               uint32_t timeout_ms, char *err, size_t err_cap);
+/* Every acknowledged key has (at least) its last acknowledged value, read linearizably
+ * through member i; returns the number of mismatches (printed). */
+int cl_verify_acks(kvt_cluster *c, const cl_acks *a, int i);
+
+/* Asserts HashKV of every running member is equal at one revision (read via member via). */
+void cl_assert_hash_equal(kvt_cluster *c, int via);
+
+#endif

@@ -1,0 +1,225 @@
+/*
+ * cluster_membership: etcdctl member add (the new member joins with
+ * --initial-cluster-state existing and catches up), member remove, member add --learner +
+ * member promote, etcdctl move-leader to a chosen follower; `member list` is the same on
+ * every member after each step.
+ */
+#include "cl_util.h"
+
+#include <criterion/criterion.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kvt_cluster g_c;    /* fixture of the running test */
+static int g_learner = -1; /* a learner rejects MemberList (etcd 3.4): not asked */
+
+static void fini(void)
+{
+    kvt_cluster_destroy(&g_c);
+}
+
+/* Runs etcdctl through every running configured member; asserts exit 0; returns stdout
+ * (caller frees). */
+static char *ctl_ok(const char *what, const char *a1, const char *a2, const char *a3,
+                    const char *a4)
+{
+    kvt_cmd_result res;
+    int r = kvt_ctl(&g_c, -1, 20000, &res, a1, a2, a3, a4, NULL);
+    cr_assert_eq(r, 0, "%s: spawn %d", what, r);
+    cr_assert_eq(res.exit_code, 0, "%s: exit %d: %s%s", what, res.exit_code, res.out, res.err);
+    free(res.err);
+    return res.out;
+}
+
+static int cmp_lines(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* `member list` through member i, lines sorted and joined; *count receives the line count. */
+static char *member_list(int i, int *count)
+{
+    kvt_cmd_result res;
+    if (kvt_ctl(&g_c, i, 10000, &res, "member", "list", NULL) != 0)
+        return NULL;
+    if (res.exit_code != 0) {
+        kvt_cmd_result_free(&res);
+        return NULL;
+    }
+    char *lines[32];
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(res.out, "\n", &save); t && n < 32;
+         t = strtok_r(NULL, "\n", &save))
+        lines[n++] = t;
+    qsort(lines, (size_t)n, sizeof(lines[0]), cmp_lines);
+    char *out = calloc(1, res.out_len + (size_t)n + 1);
+    for (int k = 0; out && k < n; k++) {
+        strcat(out, lines[k]);
+        strcat(out, "\n");
+    }
+    kvt_cmd_result_free(&res);
+    *count = n;
+    return out;
+}
+
+/* Waits until every running configured member lists the same `want` members, all
+ * "started", and the listing contains `must` (may be NULL). */
+static void wait_member_lists(int want, const char *must)
+{
+    uint64_t deadline = kvt_now_ms() + 20000;
+    char *last = NULL;
+    for (;;) {
+        free(last);
+        last = NULL;
+        int same = 1;
+        for (int i = 0; i < g_c.n && same; i++) {
+            if (!g_c.m[i].in_config || !kvt_member_running(&g_c, i) || i == g_learner)
+                continue;
+            int cnt = 0;
+            char *l = member_list(i, &cnt);
+            same = l && cnt == want && !strstr(l, "unstarted") && (!must || strstr(l, must)) &&
+                   (!last || strcmp(l, last) == 0);
+            free(last);
+            last = l;
+        }
+        if (same) {
+            fprintf(stderr, "  member list on every member:\n%s", last);
+            free(last);
+            return;
+        }
+        if (kvt_now_ms() >= deadline) {
+            fprintf(stderr, "  member list never settled; last seen:\n%s\n",
+                    last ? last : "(none)");
+            free(last);
+            cr_assert_fail("member list not consistent with %d started members", want);
+        }
+        kvt_sleep_ms(200);
+    }
+}
+
+/* Adds a member in a new slot *j (etcdctl member add [--learner]), starts it with
+ * --initial-cluster-state existing; returns its id. etcd refuses a new member ("unhealthy
+ * cluster") until every member has been connected for 5 s: retried for 30 s. */
+static uint64_t add_member(int *j, int learner)
+{
+    cr_assert_eq(kvt_cluster_add_slot(&g_c, j), 0);
+    kvt_member *m = &g_c.m[*j];
+    char purl[80];
+    snprintf(purl, sizeof(purl), "--peer-urls=%s", m->peer_url);
+    uint64_t t0 = kvt_now_ms(), id = 0;
+    for (;;) {
+        kvt_cmd_result res;
+        int r = kvt_ctl(&g_c, -1, 20000, &res, "member", "add", m->name, purl,
+                        learner ? "--learner" : NULL, NULL);
+        cr_assert_eq(r, 0);
+        if (res.exit_code == 0) {
+            const char *p = strstr(res.out, "Member ");
+            cr_assert(p && sscanf(p, "Member %" SCNx64, &id) == 1, "member add output: %s",
+                      res.out);
+            kvt_cmd_result_free(&res);
+            break;
+        }
+        if (kvt_now_ms() - t0 > 30000)
+            cr_assert_fail("member add: exit %d: %s%s", res.exit_code, res.out, res.err);
+        kvt_cmd_result_free(&res);
+        kvt_sleep_ms(500);
+    }
+    fprintf(stderr, "  member add %s%s accepted after %" PRIu64 " ms\n", m->name,
+            learner ? " --learner" : "", kvt_now_ms() - t0);
+    m->in_config = 1;
+    t0 = kvt_now_ms();
+    cr_assert_eq(kvt_member_start(&g_c, *j), 0);
+    cr_assert_eq(kvt_member_wait_ready(&g_c, *j, 30000), 0, "%s did not start", m->name);
+    fprintf(stderr, "  %s (%" PRIx64 ") serving %" PRIu64 " ms after its start\n", m->name, id,
+            kvt_now_ms() - t0);
+    return id;
+}
+
+Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "before-add", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+    wait_member_lists(3, NULL);
+
+    /* Add a 4th voting member; it catches up. */
+    int j = -1;
+    uint64_t id = add_member(&j, 0);
+    int w = cl_wait_value(&g_c, j, "/mem/k", "before-add", 1, 30000);
+    cr_assert_geq(w, 0, "the added member did not catch up");
+    fprintf(stderr, "  %s caught up in %d ms\n", g_c.m[j].name, w);
+    cr_assert_eq(kvt_put(&g_c, j, "/mem/k", "through-m3", 5000, NULL, err, sizeof(err)), 0,
+                 "put through the added member: %s", err);
+    wait_member_lists(4, g_c.m[j].name);
+
+    /* Remove it. */
+    char hex[32];
+    snprintf(hex, sizeof(hex), "%" PRIx64, id);
+    g_c.m[j].in_config = 0;
+    free(ctl_ok("member remove", "member", "remove", hex, NULL));
+    if (kvt_proc_wait(&g_c.m[j].proc, 10000) == 0)
+        fprintf(stderr, "  removed member %s exited by itself\n", g_c.m[j].name);
+    kvt_member_kill9(&g_c, j);
+    wait_member_lists(3, NULL);
+    l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    cr_assert_eq(kvt_put(&g_c, l, "/mem/k", "after-remove", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+
+    /* Learner, then promote (retried until the learner is in sync). */
+    int ln = -1;
+    uint64_t lid = add_member(&ln, 1);
+    g_learner = ln;
+    wait_member_lists(4, "true");
+    cr_assert_geq(cl_wait_value(&g_c, ln, "/mem/k", "after-remove", 1, 30000), 0,
+                  "the learner did not catch up");
+    snprintf(hex, sizeof(hex), "%" PRIx64, lid);
+    uint64_t t0 = kvt_now_ms();
+    for (;;) {
+        kvt_cmd_result res;
+        cr_assert_eq(kvt_ctl(&g_c, -1, 20000, &res, "member", "promote", hex, NULL), 0);
+        int ok = res.exit_code == 0;
+        if (!ok && kvt_now_ms() - t0 > 20000)
+            cr_assert_fail("member promote: %s%s", res.out, res.err);
+        kvt_cmd_result_free(&res);
+        if (ok)
+            break;
+        kvt_sleep_ms(200);
+    }
+    g_learner = -1;
+    fprintf(stderr, "  learner %s promoted after %" PRIu64 " ms\n", g_c.m[ln].name,
+            kvt_now_ms() - t0);
+    wait_member_lists(4, NULL);
+    int cnt = 0;
+    char *list = member_list(ln, &cnt);
+    cr_assert_not_null(list);
+    cr_assert_null(strstr(list, "true"), "a learner is still listed: %s", list);
+    free(list);
+
+    /* Leader transfer to a chosen follower (the promoted member). */
+    l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int t = l == ln ? cl_other(&g_c, l, -1) : ln;
+    snprintf(hex, sizeof(hex), "%" PRIx64, g_c.m[t].id);
+    t0 = kvt_now_ms();
+    free(ctl_ok("move-leader", "move-leader", hex, NULL, NULL));
+    int nl = -1;
+    while (kvt_now_ms() - t0 < 10000 && (nl = kvt_cluster_leader(&g_c)) != t)
+        kvt_sleep_ms(20);
+    cr_assert_eq(nl, t, "leader is %d after move-leader to %s", nl, g_c.m[t].name);
+    fprintf(stderr, "  leadership moved %s -> %s in %" PRIu64 " ms\n", g_c.m[l].name, g_c.m[t].name,
+            kvt_now_ms() - t0);
+    cr_assert_eq(kvt_put(&g_c, t, "/mem/k", "after-move", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+    for (int i = 0; i < g_c.n; i++)
+        if (g_c.m[i].in_config)
+            cr_assert_geq(cl_wait_value(&g_c, i, "/mem/k", "after-move", 0, 10000), 0);
+    wait_member_lists(4, NULL);
+    cl_assert_hash_equal(&g_c, t);
+}

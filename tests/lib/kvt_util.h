@@ -1,0 +1,48 @@
+/*
+ * kvt_util: small helpers shared by the test fixtures: clocks, free loopback ports,
+ * temporary directories, a bounded HTTP/1.0 GET and Prometheus sample lookup.
+ * No global state; every function is thread-safe. Functions return 0 or a negative errno.
+ */
+#ifndef KVT_UTIL_H
+#define KVT_UTIL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic clocks (arbitrary origin). */
+int64_t kvt_now_us(void);
+uint64_t kvt_now_ms(void);
+void kvt_sleep_ms(uint32_t ms);
+
+/* A free TCP port on 127.0.0.1 (bind to port 0, then released: a small race with other
+ * processes is accepted; callers that fail to bind retry on new ports). */
+int kvt_port_free(uint16_t *port);
+
+/* A private directory created with mkdtemp under $TMPDIR (else /tmp), named
+ * <prefix>.XXXXXX. kvt_tmpdir_destroy() removes it recursively unless the environment sets
+ * KVT_KEEP=1 (then it prints the path to stderr so a failed run can be inspected). */
+typedef struct kvt_tmpdir {
+    char path[PATH_MAX];
+} kvt_tmpdir;
+
+int kvt_tmpdir_create(kvt_tmpdir *d, const char *prefix);
+void kvt_tmpdir_destroy(kvt_tmpdir *d);
+/* rm -rf path (no-op if absent). */
+int kvt_rmtree(const char *path);
+
+/* A non-blocking TCP socket connected to 127.0.0.1:port within timeout_ms, or -errno. */
+int kvt_connect_loopback(uint16_t port, uint32_t timeout_ms);
+/* Sends all of data on a non-blocking socket before deadline (kvt_now_ms() clock): 0, 1 if
+ * the peer closed/reset the connection meanwhile, or -errno (-ETIMEDOUT). */
+int kvt_send_all(int fd, const char *data, size_t len, uint64_t deadline);
+
+/* HTTP GET http://127.0.0.1:<port><path>, HTTP/1.0, bounded by timeout_ms. *status is the
+ * HTTP status, *body (malloc'd, NUL-terminated, caller frees) the body. */
+int kvt_http_get(uint16_t port, const char *path, uint32_t timeout_ms, int *status, char **body);
+
+/* Value of Prometheus sample `series` (metric name, optionally with its exact label set as
+ * printed) in text. -ENOENT if absent. */
+int kvt_metric_value(const char *text, const char *series, double *value);
+
+#endif

@@ -1,0 +1,174 @@
+/*
+ * kvt_lib unit tests: the peer proxy (relay, blackhole, per-dialer blocking by X-Server-From,
+ * closing connections that lost bytes once healed), the process launcher and the temp dir.
+ */
+#include "kvt_proc.h"
+#include "kvt_proxy.h"
+#include "kvt_util.h"
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A one-connection echo server on a free port (its own thread). */
+typedef struct echo {
+    int lfd;
+    uint16_t port;
+    pthread_t th;
+} echo;
+
+static void *echo_main(void *arg)
+{
+    echo *e = arg;
+    int fd = accept(e->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char buf[4096];
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        if (write(fd, buf, (size_t)r) != r)
+            break;
+    close(fd);
+    return NULL;
+}
+
+static void echo_start(echo *e)
+{
+    e->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof(a);
+    cr_assert_eq(bind(e->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(getsockname(e->lfd, (struct sockaddr *)&a, &l), 0);
+    cr_assert_eq(listen(e->lfd, 4), 0);
+    e->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&e->th, NULL, echo_main, e), 0);
+}
+
+static void echo_stop(echo *e)
+{
+    shutdown(e->lfd, SHUT_RDWR);
+    close(e->lfd);
+    pthread_join(e->th, NULL);
+}
+
+/* Reads up to cap-1 bytes within timeout_ms: bytes read, 0 on EOF, -ETIMEDOUT, -errno. */
+static int read_some(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, timeout_ms);
+    if (r == 0)
+        return -ETIMEDOUT;
+    ssize_t n = read(fd, buf, cap - 1);
+    if (n < 0)
+        return -errno;
+    buf[n] = '\0';
+    return (int)n;
+}
+
+static void write_str(int fd, const char *s)
+{
+    cr_assert_eq(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+}
+
+Test(kvt_proxy, relays_blocks_a_dialer_and_closes_tainted_connections)
+{
+    echo e;
+    echo_start(&e);
+    uint16_t pport;
+    cr_assert_eq(kvt_port_free(&pport), 0);
+    kvt_proxy *p = NULL;
+    cr_assert_eq(kvt_proxy_start(&p, pport, e.port, 1), 0);
+    int fd = kvt_connect_loopback(pport, 2000);
+    cr_assert_geq(fd, 0);
+    char buf[256];
+    write_str(fd, "GET /raft/stream HTTP/1.1\r\nX-Server-From: 1a2b\r\n\r\n");
+    int n = read_some(fd, buf, sizeof(buf), 3000);
+    cr_assert_gt(n, 0, "relay: %d", n);
+    cr_assert(strstr(buf, "X-Server-From: 1a2b") != NULL);
+
+    /* Another dialer's id: no effect. */
+    cr_assert_eq(kvt_proxy_block_from(p, "ffff", 1), 0);
+    write_str(fd, "ping1");
+    cr_assert_eq(read_some(fd, buf, sizeof(buf), 3000), 5);
+    cr_assert_eq(kvt_proxy_block_from(p, "ffff", 0), 0);
+
+    /* This dialer blocked: bytes are dropped, the connection stays open. */
+    cr_assert_eq(kvt_proxy_block_from(p, "1a2b", 1), 0);
+    write_str(fd, "ping2");
+    cr_assert_eq(read_some(fd, buf, sizeof(buf), 500), -ETIMEDOUT);
+    uint64_t bytes, dropped;
+    uint32_t conns;
+    kvt_proxy_stats(p, &bytes, &dropped, &conns);
+    cr_assert_geq(dropped, 5);
+    cr_assert_eq(conns, 1);
+
+    /* Healed: the connection lost bytes, so it is closed (the peer must redial). */
+    cr_assert_eq(kvt_proxy_block_from(p, "1a2b", 0), 0);
+    n = read_some(fd, buf, sizeof(buf), 3000);
+    cr_assert(n == 0 || n == -ECONNRESET, "tainted connection not closed: %d", n);
+    close(fd);
+    kvt_proxy_stop(p);
+    echo_stop(&e);
+}
+
+Test(kvt_proc, spawn_log_pause_kill_and_run)
+{
+    kvt_tmpdir d;
+    cr_assert_eq(kvt_tmpdir_create(&d, "kvt-test"), 0);
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof(log), "%s/sleep.log", d.path);
+    kvt_proc p;
+    kvt_proc_init(&p, log);
+    const char *argv[] = {"/bin/sh", "-c", "echo hello; exec sleep 30", NULL};
+    cr_assert_eq(kvt_proc_spawn(&p, argv), 0);
+    cr_assert(kvt_proc_alive(&p));
+    /* The child's output reaches the log (wait for it before pausing the child). */
+    char got[256] = "";
+    for (uint64_t t0 = kvt_now_ms(); !strstr(got, "hello") && kvt_now_ms() - t0 < 10000;) {
+        FILE *f = fopen(log, "r");
+        size_t n = f ? fread(got, 1, sizeof(got) - 1, f) : 0;
+        got[n] = '\0';
+        if (f)
+            fclose(f);
+        kvt_sleep_ms(10);
+    }
+    cr_assert(strstr(got, "=== kvt: start /bin/sh\nhello\n") != NULL, "log: %s", got);
+    cr_assert_eq(kvt_proc_pause(&p), 0);
+    cr_assert(p.stopped);
+    cr_assert_eq(kvt_proc_wait(&p, 200), -ETIMEDOUT);
+    /* SIGTERM reaches a paused process (it is continued first). */
+    cr_assert_eq(kvt_proc_term(&p, 5000), 0);
+    cr_assert_not(kvt_proc_alive(&p));
+    cr_assert(WIFSIGNALED(p.last_status) && WTERMSIG(p.last_status) == SIGTERM);
+
+    kvt_cmd_result r;
+    const char *cat[] = {"/bin/cat", "-", NULL};
+    cr_assert_eq(kvt_run(cat, NULL, "in", 2, 5000, &r), 0);
+    cr_assert_eq(r.exit_code, 0);
+    cr_assert_str_eq(r.out, "in");
+    kvt_cmd_result_free(&r);
+    const char *slow[] = {"/bin/sleep", "10", NULL};
+    uint64_t t0 = kvt_now_ms();
+    cr_assert_eq(kvt_run(slow, NULL, NULL, 0, 300, &r), 0);
+    cr_assert(r.timed_out);
+    cr_assert_lt(kvt_now_ms() - t0, 8000);
+    kvt_cmd_result_free(&r);
+
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s", d.path);
+    kvt_tmpdir_destroy(&d);
+    struct stat st;
+    cr_assert_neq(stat(path, &st), 0, "tmpdir not removed");
+}
