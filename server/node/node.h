@@ -124,6 +124,20 @@ void kv_node_set_conf_hook(kv_node *n, void (*fn)(void *arg, int op, uint64_t id
  * leader is known, retried until it applied (etcd's publish). Takes ownership of req. */
 void kv_node_set_publish(kv_node *n, uint8_t *req, size_t len);
 
+/* Other users of the peer transport (leases in a cluster, issue 10): frame types >= 16 are
+ * theirs. The handler runs on the loop for every such frame from a peer; buf is valid only
+ * during the call. kv_node_peer_send queues a frame (peer_net.h semantics: 0, -EAGAIN queue
+ * full, -ENOTCONN, -ENOENT no such peer, -ENODEV no transport). kv_node_leader: the leader's
+ * member id, 0 if none known; kv_node_is_leader: this member leads. */
+#define KV_NODE_PEER_TYPE_MIN 16u
+int kv_node_set_peer_handler(kv_node *n, uint32_t type,
+                             void (*fn)(void *arg, uint64_t from, const uint8_t *buf, size_t len),
+                             void *arg);
+int kv_node_peer_send(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len);
+uint64_t kv_node_leader(const kv_node *n);
+int kv_node_is_leader(const kv_node *n);
+uint64_t kv_node_self(const kv_node *n);
+
 /* Failpoint (tests only): while stalled, queued requests are not applied, so writes and
  * /health hang until the queue bound sheds them. */
 void kv_node_set_stalled(kv_node *n, int stalled);

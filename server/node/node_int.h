@@ -195,6 +195,12 @@ struct kv_node {
     int publish_inflight;
     uint64_t publish_next_ms;
     kv_node_req *transfer_req; /* MoveLeader waiting for the target to lead */
+    struct {
+        uint32_t type;
+        void (*fn)(void *arg, uint64_t from, const uint8_t *buf, size_t len);
+        void *arg;
+    } peer_handlers[8]; /* frame types >= KV_NODE_PEER_TYPE_MIN (node.h) */
+    size_t n_peer_handlers;
     void (*conf_fn)(void *arg, int op, uint64_t id); /* server: peers / members table */
     void *conf_arg;
     int snap_sending; /* a snapshot is being prepared or streamed */

@@ -372,8 +372,54 @@ void kv_node_on_peer_message(kv_node *n, uint64_t from, uint32_t type, const uin
         on_read_resp(n, buf, len);
         break;
     default:
+        for (size_t i = 0; i < n->n_peer_handlers; i++)
+            if (n->peer_handlers[i].type == type)
+                n->peer_handlers[i].fn(n->peer_handlers[i].arg, from, buf, len);
         break;
     }
+}
+
+int kv_node_set_peer_handler(kv_node *n, uint32_t type,
+                             void (*fn)(void *arg, uint64_t from, const uint8_t *buf, size_t len),
+                             void *arg)
+{
+    if (type < KV_NODE_PEER_TYPE_MIN)
+        return -EINVAL;
+    for (size_t i = 0; i < n->n_peer_handlers; i++)
+        if (n->peer_handlers[i].type == type) {
+            n->peer_handlers[i].fn = fn;
+            n->peer_handlers[i].arg = arg;
+            return 0;
+        }
+    if (n->n_peer_handlers == sizeof(n->peer_handlers) / sizeof(n->peer_handlers[0]))
+        return -ENOSPC;
+    n->peer_handlers[n->n_peer_handlers].type = type;
+    n->peer_handlers[n->n_peer_handlers].fn = fn;
+    n->peer_handlers[n->n_peer_handlers].arg = arg;
+    n->n_peer_handlers++;
+    return 0;
+}
+
+int kv_node_peer_send(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    if (n->peers == NULL)
+        return -ENODEV;
+    return kv_peer_net_send(n->peers, to, type, buf, len);
+}
+
+uint64_t kv_node_leader(const kv_node *n)
+{
+    return n->leader;
+}
+
+int kv_node_is_leader(const kv_node *n)
+{
+    return n->role == RAFT_LEADER;
+}
+
+uint64_t kv_node_self(const kv_node *n)
+{
+    return n->self;
 }
 
 void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, size_t hdr_len,
