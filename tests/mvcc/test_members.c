@@ -295,6 +295,26 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
     kvdpb__member__free_unpacked(g, NULL);
 }
 
+/* A member added by MemberAdd has no name until it publishes: the unpacked record's empty name
+ * is protobuf-c's shared default string, which publish must not free (it crashed every member
+ * when a joiner published). */
+Test(mvcc_members, publish_of_a_member_added_without_a_name)
+{
+    bootstrap_two();
+    Kvdpb__Member c;
+    mk(&c, 0x3333, "", peer_c, 1);
+    cr_assert_eq(do_put(0x3333, &c), 0);
+    char *curls[] = {"http://10.0.0.3:2379"};
+    kv_result res;
+    Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x3333, "cee", curls, 1, &res);
+    cr_assert_not_null(r, "%s", res.msg);
+    etcdserverpb__member_update_response__free_unpacked(r, NULL);
+    Kvdpb__Member *g;
+    cr_assert_eq(kv_store_member_get(t.s, 0x3333, &g), 0);
+    cr_assert_str_eq(g->name, "cee");
+    kvdpb__member__free_unpacked(g, NULL);
+}
+
 Test(mvcc_members, publish_or_update_of_unknown_member_is_not_found)
 {
     bootstrap_two();
