@@ -292,6 +292,16 @@ int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index)
     return 0;
 }
 
+int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b)
+{
+    if (s->cfg.unsafe_no_fsync)
+        return kv_store_batch_commit(s, b);
+    mdb_env_set_flags(s->env, MDB_NOMETASYNC, 1);
+    int rc = kv_store_batch_commit(s, b);
+    mdb_env_set_flags(s->env, MDB_NOMETASYNC, 0);
+    return rc;
+}
+
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b)
 {
     if (!b || b != &s->batch || !b->open)

@@ -172,6 +172,11 @@ uint64_t kv_store_batch_applied(const kv_store_batch *b);
 int kv_store_restore_from(kv_store *s, kv_store_batch *b, const char *path);
 /* 1 when less than `bytes` are available to kvd on the data dir's file system (statvfs). */
 int kv_store_disk_free_below(kv_store *s, uint64_t bytes);
+/* kv_store_batch_commit without syncing LMDB's meta page (MDB_NOMETASYNC for this commit):
+ * one fdatasync instead of two. Integrity holds after a power loss (LMDB's guarantee), but the
+ * commit itself may be undone by one: use it only for what is derivable from durable data
+ * (the raft driver: applying entries already durable in the log). */
+int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 

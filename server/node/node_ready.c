@@ -315,6 +315,21 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
     return 0;
 }
 
+/* Does this commit carry something raft needs durable before it goes on (log entries, a new
+ * term or vote, a snapshot, a log compaction)? A single voter's entries are applied in the
+ * same commit, so they need it too. */
+static int durable_needed(const ready_work *w)
+{
+    if (w->has_compact)
+        return 1;
+    if (!w->has_ready)
+        return 0;
+    const struct raft_ready *rd = &w->rd;
+    return rd->n_entries || rd->has_snapshot ||
+           (rd->hs_changed && (rd->hs.term != w->node->persisted_hs.term ||
+                               rd->hs.vote != w->node->persisted_hs.vote));
+}
+
 static void work_ready(uv_work_t *req)
 {
     ready_work *w = req->data;
@@ -346,7 +361,12 @@ static void work_ready(uv_work_t *req)
         w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys,
                                             &w->cremoved);
     if (b != NULL) {
-        if (rc == 0) {
+        if (rc == 0 && !durable_needed(w)) {
+            /* Only applies (and compaction): derivable from the log, already durable. LMDB's
+             * integrity still holds after a power loss; a lost commit is replayed. */
+            rc = kv_store_batch_commit_nometasync(n->store, b);
+            w->synced = 1;
+        } else if (rc == 0) {
             rc = kv_store_batch_commit(n->store, b);
             w->synced = 2; /* LMDB: data pages, then the meta page */
         } else {
