@@ -144,6 +144,22 @@ static void on_leader(void *arg, int primary)
     }
 }
 
+void kv_leases_resync(kv_server *s)
+{
+    MDB_txn *txn;
+    if (mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn) != 0)
+        return;
+    int rc = kv_lessor_recover(s->lessor, txn, kv_store_leases(s->store));
+    mdb_txn_abort(txn);
+    if (rc < 0)
+        fprintf(stderr, "kvd: reloading leases after a snapshot failed: %s\n", strerror(-rc));
+}
+
+static void on_snapshot_installed(void *arg)
+{
+    kv_leases_resync(arg);
+}
+
 int kv_leases_start(kv_server *s)
 {
     const kv_config *cfg = s->cfg;
@@ -181,6 +197,7 @@ int kv_leases_start(kv_server *s)
             return rc;
     }
     kv_node_set_leader_hook(s->node, on_leader, s);
+    kv_node_set_snapshot_hook(s->node, on_snapshot_installed, s);
     register_metrics(s);
     return 0;
 }
@@ -188,6 +205,7 @@ int kv_leases_start(kv_server *s)
 void kv_leases_stop(kv_server *s)
 {
     kv_node_set_leader_hook(s->node, NULL, NULL);
+    kv_node_set_snapshot_hook(s->node, NULL, NULL);
     kv_node_set_lease_observer(s->node, NULL);
     if (s->metrics)
         kv_metrics_gauge_fn_remove(s->metrics, s);

@@ -15,6 +15,9 @@
 /* Creates s->lessor, loads the lease table, and promotes (extend = election timeout).
  * Requires s->store, s->node, s->cfg, s->metrics. */
 int kv_leases_start(kv_server *s);
+/* The store's lease table changed under the lessor (a snapshot was installed): reload the map
+ * (and the heap on the leader). */
+void kv_leases_resync(kv_server *s);
 /* Detaches observers and frees the lessor (its timer closes on the next loop turn). */
 void kv_leases_stop(kv_server *s);
 

@@ -13,6 +13,7 @@
 #include "watch/watch_hub.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -122,6 +123,13 @@ static int member_peer_url(kv_server *s, uint64_t id, char *url, size_t cap)
 static void on_conf_change(void *arg, int op, uint64_t id)
 {
     kv_server *s = arg;
+    if (op == KV_NODE_MEMBER_REMOVE && id == s->id.member_id) {
+        /* etcd: a removed member stops ("the member has been permanently removed from the
+         * cluster"); its data dir cannot rejoin (the id stays removed). */
+        fprintf(stderr, "kvd: this member was removed from the cluster; shutting down\n");
+        raise(SIGTERM);
+        return;
+    }
     if (s->peers == NULL || id == s->id.member_id)
         return;
     if (op == KV_NODE_MEMBER_REMOVE) {

@@ -138,6 +138,10 @@ uint64_t kv_node_leader(const kv_node *n);
 int kv_node_is_leader(const kv_node *n);
 uint64_t kv_node_self(const kv_node *n);
 
+/* Called on the loop after this member installed a snapshot from the leader (its state was
+ * replaced: the lessor reloads its map, mvcc/restore.c). NULL detaches. */
+void kv_node_set_snapshot_hook(kv_node *n, void (*fn)(void *arg), void *arg);
+
 /* Failpoint (tests only): while stalled, queued requests are not applied, so writes and
  * /health hang until the queue bound sheds them. */
 void kv_node_set_stalled(kv_node *n, int stalled);

@@ -201,6 +201,8 @@ struct kv_node {
         void *arg;
     } peer_handlers[8]; /* frame types >= KV_NODE_PEER_TYPE_MIN (node.h) */
     size_t n_peer_handlers;
+    void (*snap_fn)(void *arg); /* server: a snapshot was installed */
+    void *snap_arg;
     void (*conf_fn)(void *arg, int op, uint64_t id); /* server: peers / members table */
     void *conf_arg;
     int snap_sending; /* a snapshot is being prepared or streamed */

@@ -564,6 +564,8 @@ static void after_ready(uv_work_t *req, int status)
         fprintf(stderr, "kvd: installed a snapshot at index %llu (applied %llu)\n",
                 (unsigned long long)w->rd.snapshot.meta.index,
                 (unsigned long long)n->st.applied_index);
+        if (n->snap_fn)
+            n->snap_fn(n->snap_arg);
     }
     if (w->has_compact)
         n->snap_index = w->compact.index;

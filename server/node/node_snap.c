@@ -230,3 +230,9 @@ void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m)
     }
     n->snap_sending = 1;
 }
+
+void kv_node_set_snapshot_hook(kv_node *n, void (*fn)(void *arg), void *arg)
+{
+    n->snap_fn = fn;
+    n->snap_arg = arg;
+}
