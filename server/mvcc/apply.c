@@ -727,14 +727,19 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
             hdr->member_id = h->member_id;
             hdr->raft_term = h->raft_term;
         }
-        size_t n = protobuf_c_message_get_packed_size(msg);
-        res->resp = malloc(n ? n : 1);
-        if (!res->resp) {
-            rc = -ENOMEM;
-        } else {
-            res->resp_len = protobuf_c_message_pack(msg, res->resp);
+        if (b->quiet) { /* nobody waits for this response on this member */
             rc = kv_mdb_err(mdb_txn_commit(child));
             child = NULL;
+        } else {
+            size_t n = protobuf_c_message_get_packed_size(msg);
+            res->resp = malloc(n ? n : 1);
+            if (!res->resp) {
+                rc = -ENOMEM;
+            } else {
+                res->resp_len = protobuf_c_message_pack(msg, res->resp);
+                rc = kv_mdb_err(mdb_txn_commit(child));
+                child = NULL;
+            }
         }
     }
     if (msg)

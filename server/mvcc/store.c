@@ -220,6 +220,7 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
     s->batch.alarms = atomic_load(&s->alarms);
     s->batch.base_size = kv_store_db_size(s);
     s->batch.grown = 0;
+    s->batch.quiet = false;
     s->batch.open = true;
     *out = &s->batch;
     return 0;
@@ -276,6 +277,12 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
 MDB_txn *kv_store_batch_txn(kv_store_batch *b)
 {
     return b && b->open ? b->txn : NULL;
+}
+
+void kv_store_batch_set_quiet(kv_store_batch *b, int quiet)
+{
+    if (b)
+        b->quiet = quiet != 0;
 }
 
 uint64_t kv_store_batch_applied(const kv_store_batch *b)

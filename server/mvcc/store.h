@@ -177,6 +177,10 @@ int kv_store_disk_free_below(kv_store *s, uint64_t bytes);
  * commit itself may be undone by one: use it only for what is derivable from durable data
  * (the raft driver: applying entries already durable in the log). */
 int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b);
+/* Quiet apply: the following kv_store_apply calls of this batch leave res->resp NULL (the
+ * result code, message and revision are still set). The raft driver applies other members'
+ * entries quietly: nobody here waits for their responses. Reset at batch_begin. */
+void kv_store_batch_set_quiet(kv_store_batch *b, int quiet);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 

@@ -35,6 +35,7 @@ struct kv_store_batch {
     unsigned alarms;   /* alarm mask as of this batch (alarm.c) */
     int64_t base_size; /* committed backend size when the batch began */
     int64_t grown;     /* estimated bytes added by the batch's growing requests */
+    bool quiet;        /* kv_store_batch_set_quiet: apply without building responses */
 };
 
 struct kv_store {

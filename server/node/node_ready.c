@@ -299,6 +299,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
         } else {
             uint64_t id, proposer;
             entry_origin(e->data, e->len, &id, &proposer);
+            kv_store_batch_set_quiet(b, proposer != n->self); /* responses for our waiters only */
             rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);
             if (rc == 0 && !w->results[i].skipped) {
                 if (proposer == n->self)
