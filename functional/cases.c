@@ -287,6 +287,11 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             break;
         case KV_FN_F_BLACKHOLE:
             kvt_proxy_set(m->proxy, 1, 1, 0, 0);
+            /* kvd keeps one connection per pair, dialed by the lower id: the member's own
+             * proxy only carries the pairs it accepts. Its isolation failpoint (SIGUSR2: every
+             * peer frame in and out dropped) covers the pairs it dialed too. */
+            if (c->target == KV_FN_TARGET_KVD && c->failpoints)
+                kv_fn_member_signal(c, targets[i], SIGUSR2);
             break;
         case KV_FN_F_DELAY:
             kvt_proxy_set(m->proxy, 0, 0, 1000, 0);
@@ -338,6 +343,10 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             kv_fn_member_signal(c, targets[i], SIGCONT);
             break;
         case KV_FN_F_BLACKHOLE:
+            kvt_proxy_set(m->proxy, 0, 0, 0, 0);
+            if (c->target == KV_FN_TARGET_KVD && c->failpoints)
+                kv_fn_member_signal(c, targets[i], SIGUSR2); /* heal */
+            break;
         case KV_FN_F_DELAY:
         case KV_FN_F_RANDOM_DELAY:
             kvt_proxy_set(m->proxy, 0, 0, 0, 0);
