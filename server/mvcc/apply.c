@@ -712,7 +712,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     Etcdserverpb__ResponseHeader *hdr = NULL;
     rc = kv_alarm_gate(b->alarms, ir, res);
     int grow = rc == 0 && kv_alarm_is_growth(ir);
-    if (grow && b->base_size + b->grown > (int64_t)batch_growth_limit(s)) {
+    if (grow && !s->deterministic && b->base_size + b->grown > (int64_t)batch_growth_limit(s)) {
         /* One batch of requests admitted under the quota must not eat the headroom that
          * deletes and compaction need: refuse growth past half of it (kvd-specific). */
         kv_res_etcd_err(res, KV_ERR_NO_SPACE);
@@ -759,6 +759,14 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     kvdpb__internal_request__free_unpacked(ir, NULL);
     if (child)
         mdb_txn_abort(child);
+    if (s->deterministic && (rc == -ENOSPC || rc == -E2BIG)) {
+        /* a per-member limit must not become a per-member result: fail the batch */
+        fprintf(stderr, "kvd: apply at index %llu: %s; this member cannot apply the log\n",
+                (unsigned long long)index,
+                rc == -ENOSPC ? "the LMDB map is full" : "too many pages for one transaction");
+        free(a.ev);
+        return rc;
+    }
     if (rc == -ENOSPC) {
         kv_res_etcd_err(res, KV_ERR_NO_SPACE);
         kv_store_request_alarm(s, KV_ALARM_NOSPACE); /* past the headroom: raise NOSPACE */

@@ -279,6 +279,11 @@ MDB_txn *kv_store_batch_txn(kv_store_batch *b)
     return b && b->open ? b->txn : NULL;
 }
 
+void kv_store_set_deterministic(kv_store *s, int on)
+{
+    s->deterministic = on != 0;
+}
+
 void kv_store_batch_set_quiet(kv_store_batch *b, int quiet)
 {
     if (b)

@@ -181,6 +181,12 @@ int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b);
  * result code, message and revision are still set). The raft driver applies other members'
  * entries quietly: nobody here waits for their responses. Reset at batch_begin. */
 void kv_store_batch_set_quiet(kv_store_batch *b, int quiet);
+/* In a replicated cluster the apply must give the same result on every member, whatever its
+ * file layout: with deterministic set, the batch growth guard (the headroom check above) does
+ * not refuse requests, and MDB_MAP_FULL / MDB_TXN_FULL during an apply are storage failures
+ * (kv_store_apply returns < 0: the member stops) instead of request errors. The quota is
+ * checked before proposing (api/quota.c). Set once, before the first batch. */
+void kv_store_set_deterministic(kv_store *s, int on);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
 

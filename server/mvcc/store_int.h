@@ -55,6 +55,7 @@ struct kv_store {
     _Atomic unsigned sticky;   /* corruption seen by this process (refuse until disarmed) */
     _Atomic unsigned to_raise; /* alarms detected, not yet proposed (kv_store_take_alarms) */
     pthread_rwlock_t swap;     /* readers of the env vs the defragment swap */
+    bool deterministic;        /* kv_store_set_deterministic: no file-size dependent results */
     /* membership (members.c) */
     MDB_dbi members, members_removed;
 };

@@ -535,6 +535,9 @@ static void advance(kv_node *n, struct raft_ready *rd)
         abort();
     }
     n->hdr.raft_term = raft_current_term(&n->raft);
+    const struct raft_conf *c = raft_configuration(&n->raft);
+    if (c->n_voters + c->n_learners > 1) /* a member joined: results must match everywhere */
+        kv_store_set_deterministic(n->store, 1);
 }
 
 static void after_ready(uv_work_t *req, int status)
@@ -1134,6 +1137,8 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         goto fail;
     }
     n->raft_ok = 1;
+    if (n_voters > 1) /* replicated: every member must reach the same bytes */
+        kv_store_set_deterministic(n->store, 1);
     rcfg.storage->initial_state(rcfg.storage->ctx, &n->persisted_hs);
     kv_raftlog_end_cycle(n->log);
     n->inbox_cap = 4096;

@@ -442,6 +442,45 @@ Test(mvcc_store, key_size_limit)
     free(shorter);
 }
 
+/* In a cluster (deterministic apply) a per-member limit must not become a per-member result:
+ * the growth guard refuses nothing, and a full LMDB map fails the batch (the member stops)
+ * instead of one request. */
+Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
+{
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.quota_bytes = 1 << 20;
+    th_close(&t);
+    th_open(&t, &cfg);
+    kv_store_set_deterministic(t.s, 1);
+    char *big = malloc(100000);
+    memset(big, 'x', 99999);
+    big[99999] = 0;
+    kv_store_batch *b;
+    kv_result res;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    int rc = 0;
+    uint64_t i;
+    for (i = 1; i < 400 && rc == 0; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
+        size_t n;
+        uint8_t *buf = pack_put(k, big, &n);
+        rc = kv_store_apply(t.s, b, i, buf, n, NULL, &res);
+        free(buf);
+        if (rc == 0) {
+            cr_assert_eq(res.code, 0, "request %llu refused: %s", (unsigned long long)i,
+                         res.msg);
+            free(res.resp);
+        }
+    }
+    cr_assert_eq(rc, -ENOSPC, "a full map is a storage failure (%d after %llu puts)", rc,
+                 (unsigned long long)i);
+    cr_assert_gt(i, 100, "past the quota plus half the headroom: nothing refused early");
+    kv_store_batch_abort(t.s, b);
+    free(big);
+}
+
 Test(mvcc_store, quota_exceeded_fails_the_request_only)
 {
     kv_store_config cfg;
