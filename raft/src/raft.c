@@ -360,6 +360,17 @@ int raft_report_snapshot(struct raft *r, raft_id id, bool failed)
     return 0;
 }
 
+int raft_report_unreachable(struct raft *r, raft_id id)
+{
+    int rv = leader_check(r);
+    if (rv)
+        return rv;
+    struct raft_progress *p = raft__pr_get(r, id);
+    if (p && p->state == RAFT_PR_REPLICATE)
+        raft__pr_become_probe(p); /* stop pipelining; probe again on the next heartbeat */
+    return 0;
+}
+
 int raft_compact(struct raft *r, raft_index index, struct raft_snapshot_meta *meta)
 {
     if (r->poisoned)

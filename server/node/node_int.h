@@ -171,6 +171,8 @@ struct kv_node {
     size_t stepped_n, stepped_cap;
     char *snap_pending; /* snapshot file of the message stepped this cycle */
     uint64_t inbox_dropped;
+    raft_id unreachable[16]; /* peers whose message the transport dropped this cycle */
+    size_t n_unreachable;
     char *snap_dir;          /* snapshots prepared / received here (NULL: none) */
     uint64_t snapshot_count; /* applied entries between log compactions */
     raft_index snap_index;   /* index of the last log compaction (snapshot meta) */

@@ -40,8 +40,10 @@ void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count)
         size_t len = 0;
         if (kv_raft_msg_encode(&m[i], &buf, &len) != 0)
             continue; /* out of memory: raft retransmits */
-        (void)kv_peer_net_send(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len);
+        int rc = kv_peer_net_send(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len);
         free(buf);
+        if (rc == -EAGAIN || rc == -ENOTCONN)
+            n->unreachable[n->n_unreachable < 16 ? n->n_unreachable++ : 15] = m[i].to;
     }
 }
 

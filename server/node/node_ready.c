@@ -965,6 +965,9 @@ static void feed(kv_node *n)
         n->snap_report_pending = 0;
         raft_report_snapshot(&n->raft, n->snap_report_id, n->snap_report_failed);
     }
+    for (size_t i = 0; i < n->n_unreachable; i++) /* the transport dropped: stop pipelining */
+        raft_report_unreachable(&n->raft, n->unreachable[i]);
+    n->n_unreachable = 0;
     while (n->ticks_due) {
         n->ticks_due--;
         raft_tick(&n->raft);

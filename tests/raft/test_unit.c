@@ -586,6 +586,29 @@ Test(raft_transfer, blocks_proposals_then_times_out)
     done(s);
 }
 
+/* A peer whose message could not be sent stops receiving pipelined appends (probe: at most
+ * one append per heartbeat) until it answers again; a follower may report harmlessly. */
+Test(raft_progress, report_unreachable_stops_pipelining)
+{
+    struct sim *s = mk(3, true, true);
+    raft_id l = leader(s);
+    commit_some(s, l, 2);
+    raft_id f = other(l, 0, 3);
+    struct raft *r = R(s, l);
+    int slot = -1;
+    for (unsigned i = 0; i < r->n_prs; i++)
+        if (r->prs[i].id == f)
+            slot = (int)i;
+    cr_assert_geq(slot, 0);
+    cr_assert_eq(r->prs[slot].state, RAFT_PR_REPLICATE);
+    cr_assert_eq(raft_report_unreachable(r, f), 0);
+    cr_assert_eq(r->prs[slot].state, RAFT_PR_PROBE);
+    cr_assert_eq(raft_report_unreachable(R(s, f), l), RAFT_ENOTLEADER);
+    commit_some(s, l, 2); /* it answers: replication resumes and commits */
+    cr_assert_eq(r->prs[slot].state, RAFT_PR_REPLICATE);
+    done(s);
+}
+
 /* ---- membership (thesis §4.1) ---- */
 
 Test(raft_membership, learner_catches_up_without_voting_then_promoted)

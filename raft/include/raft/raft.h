@@ -394,6 +394,12 @@ int raft_conf_change_decode(const struct raft_entry *e, int *op, raft_id *id);
  * stops waiting and probes the follower again. */
 int raft_report_snapshot(struct raft *r, raft_id id, bool failed);
 
+/* Report that a message to `id` could not be sent (its transport queue was full or the
+ * connection is down): a peer the leader was pipelining appends to goes back to probing, so
+ * the leader stops streaming into a void (etcd-io/raft's ReportUnreachable). Leader only;
+ * harmless otherwise (RAFT_ENOTLEADER / RAFT_ENOLEADER). */
+int raft_report_unreachable(struct raft *r, raft_id id);
+
 /* The application is saving a snapshot covering [1, index].  Requires
  * index <= applied index and index >= the index of the last applied
  * configuration change.  Fills meta, which the application stores with the
