@@ -87,6 +87,12 @@ static void on_health_barrier(void *arg, int status)
 static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
 {
     kv_server *s = app;
+    kv_node_raft_status rs;
+    kv_node_get_raft_status(s->node, &rs);
+    if (rs.leader == 0) { /* etcd 3.4: no leader, not healthy; nothing to wait for */
+        done(ctx, 0, "no leader");
+        return;
+    }
     health_req *h = malloc(sizeof(*h));
     if (h == NULL) {
         done(ctx, 0, "out of memory");
