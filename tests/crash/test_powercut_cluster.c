@@ -67,6 +67,9 @@ typedef struct cc_round {
     int target;              /* member cut */
     int want_leader;         /* the round cuts the leader */
     int was_leader;          /* t was the leader just before the cut */
+    uint64_t kill_at;        /* 0: timer cut; N: t SIGKILLs itself at its N-th file operation */
+    int self_cut;            /* t died at its chosen operation */
+    int early_cut;           /* ... before the load started (startup, leader move) */
     kv_pc_mode mode;
     size_t acked, sent, found;
     int64_t max_rev;         /* highest acknowledged revision */
@@ -253,12 +256,15 @@ static void cc_log_tail(int i, char *dst, size_t cap)
     free(log);
 }
 
-/* Makes member t the leader (want_leader) or not; bounded. 0 or a negative errno. */
+/* Makes member t the leader (want_leader) or not; bounded. 0 or a negative errno (-ECHILD:
+ * t died meanwhile). */
 static int cc_set_role(int t, int want_leader)
 {
     uint64_t deadline = kvt_now_ms() + 30000;
     char err[256];
     for (;;) {
+        if (!kvt_member_running(&g_c, t))
+            return -ECHILD;
         int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
         if (l >= 0 && (l == t) == !!want_leader)
             return 0;
@@ -287,8 +293,9 @@ static int cc_leader_rev(int64_t *rev)
 
 /* One round on member t. Returns -1 for a failure of the test machinery (fatal), else 0 with
  * out->problem empty when every check passed. */
-static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint64_t seed,
-                        size_t keys_before, cc_round *out, char *fatal, size_t fatal_cap)
+static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint64_t kill_at,
+                        uint64_t seed, size_t keys_before, cc_round *out, char *fatal,
+                        size_t fatal_cap)
 {
     kvt_member *m = &g_c.m[t];
     char journal[PATH_MAX + 32], err[512] = "";
@@ -297,6 +304,7 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     out->target = t;
     out->want_leader = want_leader;
     out->mode = mode;
+    out->kill_at = kill_at;
     uint64_t rng = seed;
     cc_writer w[N_WRITERS];
     memset(w, 0, sizeof w);
@@ -312,7 +320,9 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     snprintf(e_pre, sizeof e_pre, "LD_PRELOAD=%s", kv_pc_shim_path());
     snprintf(e_dir, sizeof e_dir, "POWERCUT_DIR=%s", m->data_dir);
     snprintf(e_jnl, sizeof e_jnl, "POWERCUT_JOURNAL=%s", journal);
-    const char *env[] = {e_pre, e_dir, e_jnl, "POWERCUT_KILL_AT=0", e_asan, NULL};
+    char e_kill[64];
+    snprintf(e_kill, sizeof e_kill, "POWERCUT_KILL_AT=%" PRIu64, kill_at);
+    const char *env[] = {e_pre, e_dir, e_jnl, e_kill, e_asan, NULL};
     if ((rc = kvt_member_stop(&g_c, t, 10000)) != 0) {
         snprintf(fatal, fatal_cap, "stop %s: %d", m->name, rc);
         return -1;
@@ -322,13 +332,16 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     m->env = NULL;
     if (rc == 0)
         rc = kvt_member_wait_ready(&g_c, t, READY_MS);
-    if (rc) {
+    if (rc == -ECHILD && kill_at) {
+        out->early_cut = 1; /* the cut fell inside t's startup */
+    } else if (rc) {
         char tail[1024];
         cc_log_tail(t, tail, sizeof tail);
         cc_problem(out, "%s does not start under the shim: %d; log: %s", m->name, rc, tail);
         return 0;
-    }
-    if ((rc = cc_set_role(t, want_leader)) != 0) {
+    } else if ((rc = cc_set_role(t, want_leader)) == -ECHILD && kill_at) {
+        out->early_cut = 1; /* ... or while it was made leader or follower */
+    } else if (rc) {
         snprintf(fatal, fatal_cap, "could not make %s %s: %d", m->name,
                  want_leader ? "the leader" : "a follower", rc);
         return -1;
@@ -346,9 +359,19 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     }
     uint32_t load_ms = 200 + (uint32_t)(cc_rng(&rng) % 800);
     uint32_t after_ms = 500 + (uint32_t)(cc_rng(&rng) % 700);
-    kvt_sleep_ms(load_ms);
     kvt_status st;
-    out->was_leader = kvt_member_status(&g_c, t, &st, 1000) == 0 && st.leader == st.id;
+    if (kill_at) {
+        /* t cuts itself at its chosen operation; the timer only bounds the wait. */
+        out->was_leader = !out->early_cut && kvt_member_status(&g_c, t, &st, 1000) == 0 &&
+                          st.leader == st.id;
+        uint64_t until = kvt_now_ms() + 3000;
+        while (kvt_member_running(&g_c, t) && kvt_now_ms() < until)
+            kvt_sleep_ms(5);
+        out->self_cut = !kvt_member_running(&g_c, t);
+    } else {
+        kvt_sleep_ms(load_ms);
+        out->was_leader = kvt_member_status(&g_c, t, &st, 1000) == 0 && st.leader == st.id;
+    }
     kvt_member_kill9(&g_c, t); /* the power goes; puts in flight stay unacknowledged */
     kvt_sleep_ms(after_ms);    /* the others go on (after an election if t led) */
     atomic_store(&stop, 1);
@@ -524,16 +547,28 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         uint64_t s = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         int t = i % N_MEMBERS, want_leader = i % 2;
         kv_pc_mode mode = (i / 2) % 2 ? KV_PC_ROLLBACK_SUBSET : KV_PC_ROLLBACK_ALL;
+        /* Rounds 3,4,5 (mod 6) cut at a chosen file operation (e.g. between a data page's
+         * write and its fdatasync), the others on a timer. */
+        uint64_t kill_at = (i / 3) % 2 ? 1 + cc_rng(&s) % 1500 : 0;
         cc_round r;
         uint64_t r0 = kvt_now_ms();
-        rc = cc_round_run(i, t, want_leader, mode, s, keys, &r, fatal, sizeof fatal);
+        rc = cc_round_run(i, t, want_leader, mode, kill_at, s, keys, &r, fatal, sizeof fatal);
+        char cut[64];
+        if (kill_at)
+            snprintf(cut, sizeof cut, "op %" PRIu64 "%s", kill_at,
+                     r.early_cut ? " before the load"
+                     : r.self_cut ? ""
+                                  : " (timer)");
+        else
+            snprintf(cut, sizeof cut, "timer");
         char line[1400];
         snprintf(line, sizeof line,
-                 "round %d (%s %s, %s): %zu acked / %zu sent, %zu found, rev %" PRId64
+                 "round %d (%s %s, %s, cut: %s): %zu acked / %zu sent, %zu found, rev %" PRId64
                  ", %" PRIu64 " unsynced pages, %" PRIu64 " rolled back; restart %" PRIu64
                  " ms, catch-up %" PRIu64 " ms; round %" PRIu64 " ms%s%s",
                  i, g_c.m[t].name, r.was_leader ? "leader" : "follower",
-                 mode == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset", r.acked, r.sent, r.found,
+                 mode == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset", cut, r.acked, r.sent,
+                 r.found,
                  r.rev, r.pc.unsynced_pages, r.pc.restored_pages, r.start_ms, r.catchup_ms,
                  kvt_now_ms() - r0, r.problem[0] ? ": " : "", r.problem);
         fprintf(stderr, "%s\n", line);
