@@ -57,6 +57,7 @@ typedef struct cc_writer {
     uint16_t port;
     int round, idx;
     atomic_int *stop;
+    atomic_size_t *acked; /* acknowledged puts of every writer */
     uint64_t rng;
     cc_ack *acks;
     size_t n, cap;
@@ -74,6 +75,8 @@ typedef struct cc_round {
     size_t acked, sent, found;
     int64_t max_rev;         /* highest acknowledged revision */
     int64_t rev;             /* store revision of the Range through t */
+    uint64_t prep_ms;        /* clean stop, start under the shim, leader move */
+    size_t acked_after;      /* puts acknowledged by the others after the cut */
     uint64_t start_ms;       /* restart without the shim: spawn to Status */
     uint64_t catchup_ms;     /* Status answered to revision == leader's */
     kv_pc_stats pc;
@@ -186,6 +189,7 @@ static void *cc_writer_main(void *arg)
         a->vlen = len;
         a->rev = rev;
         w->n++;
+        atomic_fetch_add(w->acked, 1);
     }
     kv_it_grpc_close(g);
     return NULL;
@@ -309,7 +313,9 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     cc_writer w[N_WRITERS];
     memset(w, 0, sizeof w);
     atomic_int stop = 0;
+    atomic_size_t acked = 0;
     int rc = 0, nthreads = 0;
+    uint64_t t_prep = kvt_now_ms();
 
     /* 1. t restarts under the shim (a clean stop first: its state so far is on disk). */
     char e_pre[PATH_MAX + 16], e_dir[PATH_MAX + 16], e_jnl[PATH_MAX + 64], e_asan[1100];
@@ -347,12 +353,15 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
         return -1;
     }
 
+    out->prep_ms = kvt_now_ms() - t_prep;
+
     /* 2. The load through every member (writers 0 and 3 through t); the cut. */
     for (int i = 0; i < N_WRITERS; i++) {
         w[i].port = g_c.m[(t + i) % N_MEMBERS].client_port;
         w[i].round = round;
         w[i].idx = i;
         w[i].stop = &stop;
+        w[i].acked = &acked;
         w[i].rng = cc_rng(&rng);
         cr_assert_eq(pthread_create(&w[i].th, NULL, cc_writer_main, &w[i]), 0);
         nthreads++;
@@ -373,10 +382,17 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
         out->was_leader = kvt_member_status(&g_c, t, &st, 1000) == 0 && st.leader == st.id;
     }
     kvt_member_kill9(&g_c, t); /* the power goes; puts in flight stay unacknowledged */
-    kvt_sleep_ms(after_ms);    /* the others go on (after an election if t led) */
+    /* The others go on (after an election if t led): for after_ms and until at least 50
+     * more puts were acknowledged (10 s bound), so that t has something to catch up on. */
+    size_t at_cut = atomic_load(&acked);
+    uint64_t t_cut = kvt_now_ms();
+    while (kvt_now_ms() - t_cut < after_ms ||
+           (atomic_load(&acked) < at_cut + 50 && kvt_now_ms() - t_cut < 10000))
+        kvt_sleep_ms(10);
     atomic_store(&stop, 1);
     for (int i = 0; i < nthreads; i++)
         pthread_join(w[i].th, NULL);
+    out->acked_after = atomic_load(&acked) - at_cut;
     for (int i = 0; i < N_WRITERS; i++) {
         out->acked += w[i].n;
         out->sent += w[i].sent;
@@ -564,12 +580,14 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         char line[1400];
         snprintf(line, sizeof line,
                  "round %d (%s %s, %s, cut: %s): %zu acked / %zu sent, %zu found, rev %" PRId64
-                 ", %" PRIu64 " unsynced pages, %" PRIu64 " rolled back; restart %" PRIu64
-                 " ms, catch-up %" PRIu64 " ms; round %" PRIu64 " ms%s%s",
+                 ", %zu acked after the cut, %" PRIu64 " unsynced pages, %" PRIu64
+                 " rolled back; prepare %" PRIu64 " ms, restart %" PRIu64 " ms, catch-up %" PRIu64
+                 " ms; round %" PRIu64 " ms%s%s",
                  i, g_c.m[t].name, r.was_leader ? "leader" : "follower",
                  mode == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset", cut, r.acked, r.sent,
                  r.found,
-                 r.rev, r.pc.unsynced_pages, r.pc.restored_pages, r.start_ms, r.catchup_ms,
+                 r.rev, r.acked_after, r.pc.unsynced_pages, r.pc.restored_pages, r.prep_ms,
+                 r.start_ms, r.catchup_ms,
                  kvt_now_ms() - r0, r.problem[0] ? ": " : "", r.problem);
         fprintf(stderr, "%s\n", line);
         cr_log_info("%s", line);
