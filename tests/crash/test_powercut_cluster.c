@@ -65,20 +65,20 @@ typedef struct cc_writer {
 } cc_writer;
 
 typedef struct cc_round {
-    int target;              /* member cut */
-    int want_leader;         /* the round cuts the leader */
-    int was_leader;          /* t was the leader just before the cut */
-    uint64_t kill_at;        /* 0: timer cut; N: t SIGKILLs itself at its N-th file operation */
-    int self_cut;            /* t died at its chosen operation */
-    int early_cut;           /* ... before the load started (startup, leader move) */
+    int target;       /* member cut */
+    int want_leader;  /* the round cuts the leader */
+    int was_leader;   /* t was the leader just before the cut */
+    uint64_t kill_at; /* 0: timer cut; N: t SIGKILLs itself at its N-th file operation */
+    int self_cut;     /* t died at its chosen operation */
+    int early_cut;    /* ... before the load started (startup, leader move) */
     kv_pc_mode mode;
     size_t acked, sent, found;
-    int64_t max_rev;         /* highest acknowledged revision */
-    int64_t rev;             /* store revision of the Range through t */
-    uint64_t prep_ms;        /* clean stop, start under the shim, leader move */
-    size_t acked_after;      /* puts acknowledged by the others after the cut */
-    uint64_t start_ms;       /* restart without the shim: spawn to Status */
-    uint64_t catchup_ms;     /* Status answered to revision == leader's */
+    int64_t max_rev;     /* highest acknowledged revision */
+    int64_t rev;         /* store revision of the Range through t */
+    uint64_t prep_ms;    /* clean stop, start under the shim, leader move */
+    size_t acked_after;  /* puts acknowledged by the others after the cut */
+    uint64_t start_ms;   /* restart without the shim: spawn to Status */
+    uint64_t catchup_ms; /* Status answered to revision == leader's */
     kv_pc_stats pc;
     char problem[768];
 } cc_round;
@@ -321,8 +321,8 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     char e_pre[PATH_MAX + 16], e_dir[PATH_MAX + 16], e_jnl[PATH_MAX + 64], e_asan[1100];
     const char *asan = getenv("ASAN_OPTIONS");
     /* A sanitized kvd refuses a preloaded library ahead of its runtime unless told not to. */
-    snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
-             asan ? asan : "", asan && *asan ? ":" : "");
+    snprintf(e_asan, sizeof e_asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && *asan ? ":" : "");
     snprintf(e_pre, sizeof e_pre, "LD_PRELOAD=%s", kv_pc_shim_path());
     snprintf(e_dir, sizeof e_dir, "POWERCUT_DIR=%s", m->data_dir);
     snprintf(e_jnl, sizeof e_jnl, "POWERCUT_JOURNAL=%s", journal);
@@ -371,8 +371,8 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     kvt_status st;
     if (kill_at) {
         /* t cuts itself at its chosen operation; the timer only bounds the wait. */
-        out->was_leader = !out->early_cut && kvt_member_status(&g_c, t, &st, 1000) == 0 &&
-                          st.leader == st.id;
+        out->was_leader =
+            !out->early_cut && kvt_member_status(&g_c, t, &st, 1000) == 0 && st.leader == st.id;
         uint64_t until = kvt_now_ms() + 3000;
         while (kvt_member_running(&g_c, t) && kvt_now_ms() < until)
             kvt_sleep_ms(5);
@@ -404,8 +404,7 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     /* 3. The power loss on t's data dir. */
     rc = kv_pc_replay(journal, mode, cc_rng(&rng), &out->pc, err, sizeof err);
     if (rc || out->pc.escapes) {
-        snprintf(fatal, fatal_cap, "replay %.400s: %.400s", journal,
-                 rc ? err : out->pc.escape);
+        snprintf(fatal, fatal_cap, "replay %.400s: %.400s", journal, rc ? err : out->pc.escape);
         rc = -1;
         goto out;
     }
@@ -419,8 +418,7 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     if (rc) {
         char tail[1024];
         cc_log_tail(t, tail, sizeof tail);
-        cc_problem(out, "%s does not start after the power loss (%d); log: %s", m->name, rc,
-                   tail);
+        cc_problem(out, "%s does not start after the power loss (%d); log: %s", m->name, rc, tail);
         rc = 0;
         goto out;
     }
@@ -572,7 +570,7 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         char cut[64];
         if (kill_at)
             snprintf(cut, sizeof cut, "op %" PRIu64 "%s", kill_at,
-                     r.early_cut ? " before the load"
+                     r.early_cut  ? " before the load"
                      : r.self_cut ? ""
                                   : " (timer)");
         else
@@ -585,10 +583,8 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
                  " ms; round %" PRIu64 " ms%s%s",
                  i, g_c.m[t].name, r.was_leader ? "leader" : "follower",
                  mode == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset", cut, r.acked, r.sent,
-                 r.found,
-                 r.rev, r.acked_after, r.pc.unsynced_pages, r.pc.restored_pages, r.prep_ms,
-                 r.start_ms, r.catchup_ms,
-                 kvt_now_ms() - r0, r.problem[0] ? ": " : "", r.problem);
+                 r.found, r.rev, r.acked_after, r.pc.unsynced_pages, r.pc.restored_pages, r.prep_ms,
+                 r.start_ms, r.catchup_ms, kvt_now_ms() - r0, r.problem[0] ? ": " : "", r.problem);
         fprintf(stderr, "%s\n", line);
         cr_log_info("%s", line);
         cr_assert_eq(rc, 0, "round %d: %s [KVD_POWERCUT_SEED=%" PRIu64 "]", i, fatal, seed);
