@@ -267,7 +267,7 @@ int kvt_member_start(kvt_cluster *c, int i)
         argv[n++] = "--pre-vote=true";
     argv[n] = NULL;
     m->partitioned = 0; /* a fresh kvd process starts connected */
-    return kvt_proc_spawn(&m->proc, argv);
+    return kvt_proc_spawn_env(&m->proc, argv, m->env);
 }
 
 int kvt_member_running(kvt_cluster *c, int i)

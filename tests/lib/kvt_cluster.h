@@ -68,6 +68,10 @@ typedef struct kvt_member {
     int in_config;   /* part of the cluster configuration (listed in --initial-cluster) */
     int join;        /* start with --initial-cluster-state existing */
     int partitioned; /* kvt_member_partition(on) in effect */
+    /* Extra environment ("NAME=value", NULL-terminated, borrowed; NULL: none) given to every
+     * kvt_member_start of this member while set (e.g. LD_PRELOAD for a crash test's shim;
+     * the caller sets it around one start and clears it). */
+    const char *const *env;
 } kvt_member;
 
 typedef struct kvt_cluster {

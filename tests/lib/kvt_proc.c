@@ -24,12 +24,54 @@ void kvt_proc_init(kvt_proc *p, const char *log_path)
 
 int kvt_proc_spawn(kvt_proc *p, const char *const *argv)
 {
+    return kvt_proc_spawn_env(p, argv, NULL);
+}
+
+/* environ with env_add's entries replacing or appended (a malloc'd array of borrowed
+ * strings), NULL on ENOMEM. */
+static char **env_merge(const char *const *env_add)
+{
+    extern char **environ;
+    size_t n = 0, k = 0;
+    while (environ && environ[n])
+        n++;
+    while (env_add && env_add[k])
+        k++;
+    char **env = calloc(n + k + 1, sizeof(*env));
+    if (!env)
+        return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int replaced = 0;
+        for (size_t j = 0; j < k && !replaced; j++)
+            replaced = strncmp(env_add[j], environ[i], nl) == 0 && env_add[j][nl] == '=';
+        if (!replaced)
+            env[m++] = environ[i];
+    }
+    for (size_t j = 0; j < k; j++)
+        env[m++] = (char *)env_add[j];
+    env[m] = NULL;
+    return env;
+}
+
+int kvt_proc_spawn_env(kvt_proc *p, const char *const *argv, const char *const *env_add)
+{
     if (p->pid > 0)
         return -EBUSY;
+    extern char **environ;
+    char **env = environ;
+    if (env_add && env_add[0] && !(env = env_merge(env_add)))
+        return -ENOMEM;
     int logfd = open(p->log_path[0] ? p->log_path : "/dev/null",
                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
-        return -errno;
+    if (logfd < 0) {
+        int e = -errno;
+        if (env != environ)
+            free(env);
+        return e;
+    }
     if (!p->no_banner)
         dprintf(logfd, "=== kvt: start %s\n", argv[0]);
     pid_t parent = getpid();
@@ -37,6 +79,8 @@ int kvt_proc_spawn(kvt_proc *p, const char *const *argv)
     if (pid < 0) {
         int e = -errno;
         close(logfd);
+        if (env != environ)
+            free(env);
         return e;
     }
     if (pid == 0) {
@@ -49,11 +93,13 @@ int kvt_proc_spawn(kvt_proc *p, const char *const *argv)
         dup2(logfd, 1);
         dup2(logfd, 2);
         setpgid(0, 0);
-        execv(argv[0], (char *const *)argv);
+        execve(argv[0], (char *const *)argv, env);
         dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     close(logfd);
+    if (env != environ)
+        free(env);
     p->pid = pid;
     p->stopped = 0;
     return 0;

@@ -31,6 +31,10 @@ void kvt_proc_init(kvt_proc *p, const char *log_path);
  * p->no_banner); the child gets its own process group. -EBUSY if p
  * is running. */
 int kvt_proc_spawn(kvt_proc *p, const char *const *argv);
+/* kvt_proc_spawn with extra environment entries env_add ("NAME=value", NULL-terminated, may
+ * be NULL; an entry replaces the inherited variable of the same name) for this child only:
+ * the environment is built before the fork, the caller's is not modified. */
+int kvt_proc_spawn_env(kvt_proc *p, const char *const *argv, const char *const *env_add);
 
 /* 1 if running (reaps the child if it exited), 0 otherwise. */
 int kvt_proc_alive(kvt_proc *p);
