@@ -162,6 +162,10 @@ static int start_peers(kv_server *s, const char *snap_dir)
     if (cfg->peer_max_queue_bytes)
         pc.max_queue_bytes = cfg->peer_max_queue_bytes;
     pc.seed = s->id.member_id;
+    /* Redial a lost peer at least once per election timeout: a restarted member must hear
+     * from the leader (the lower id dials) long before it would give up and campaign. */
+    if (cfg->election_timeout_ms && pc.dial_backoff_max_ms > cfg->election_timeout_ms)
+        pc.dial_backoff_max_ms = cfg->election_timeout_ms;
     pc.joining = s->joining;
     kv_peer_handler h = {.arg = s,
                          .on_message = peer_on_message,
