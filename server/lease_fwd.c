@@ -29,6 +29,7 @@ typedef struct fwd_item {
     int64_t id;
     unsigned ttl : 1;
     unsigned want_keys : 1;
+    unsigned retried : 1;
     kv_lease_fwd_renew_fn renew_done;
     kv_lease_fwd_ttl_fn ttl_done;
 } fwd_item;
@@ -37,7 +38,8 @@ typedef struct fwd_batch {
     struct fwd_batch *next;
     uint64_t seq;
     uint64_t leader;   /* member it was sent to, 0 while unsent */
-    uint64_t deadline; /* uv_now() ms */
+    uint64_t deadline;   /* uv_now() ms */
+    uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
     int resent;
     size_t n, cap, n_ttl;
     fwd_item *items;
@@ -48,11 +50,13 @@ struct kv_lease_fwd {
     uv_idle_t idle;
     uv_timer_t timer;
     int idle_on, timer_on, handles_open;
-    fwd_batch *head, *tail, *open; /* open: accepting requests (== tail) or NULL */
+    fwd_batch *head, *tail;
+    fwd_batch *open;  /* accepting this loop turn's requests, or NULL */
+    fwd_batch *retry; /* accepting retries of "unknown lease" answers, or NULL */
     size_t pending, max_pending;
     uint64_t next_seq, timeout_ms;
     fwd_owner *streams, *ttls; /* owner lists */
-    kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served;
+    kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
 };
 
 /* ---- owners ---- */
@@ -140,6 +144,27 @@ static void batch_unlink(kv_lease_fwd *f, fwd_batch *b)
         f->tail = prev;
     if (f->open == b)
         f->open = NULL;
+    if (f->retry == b)
+        f->retry = NULL;
+}
+
+static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry);
+
+/* The leader did not know lease it->id although this member's table has it: the leader may
+ * not have applied the grant yet (a follower can apply an entry first). Asks once more, a
+ * timer period later. 1 if re-queued. */
+static int retry_unknown(kv_lease_fwd *f, fwd_item *it)
+{
+    if (it->retried || !kv_lessor_exists(f->s->lessor, it->id))
+        return 0;
+    fwd_item copy = *it;
+    copy.retried = 1;
+    if (enqueue(f, it->o, &copy, 1) < 0)
+        return 0;
+    kv_metric_inc(f->m_retried);
+    f->pending--; /* enqueue counted it again */
+    it->o->pending--;
+    return 1;
 }
 
 /* Completes every item of b with status (answers from `ans` if status is 0: index-aligned
@@ -154,10 +179,13 @@ static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_
         if (status < 0)
             item_done(f, it, status, 0, 0);
         else if (it->ttl) {
-            item_done(f, it, 0, rem[t], granted[t]);
+            if (rem[t] >= 0 || !retry_unknown(f, it))
+                item_done(f, it, 0, rem[t], granted[t]);
             t++;
         } else {
-            item_done(f, it, 0, ttls[r++], 0);
+            if (ttls[r] > 0 || !retry_unknown(f, it))
+                item_done(f, it, 0, ttls[r], 0);
+            r++;
         }
     }
     free(b->items);
@@ -258,10 +286,11 @@ static void on_idle(uv_idle_t *h)
     uv_idle_stop(&f->idle);
     f->idle_on = 0;
     f->open = NULL;
+    uint64_t now = uv_now(f->s->loop);
     fwd_batch *b = f->head;
     while (b) {
         fwd_batch *next = b->next;
-        if (b->leader == 0)
+        if (b->leader == 0 && b != f->retry && b->not_before <= now)
             batch_dispatch(f, b);
         b = next;
     }
@@ -277,10 +306,12 @@ static void on_timer(uv_timer_t *h)
     fwd_batch *b = f->head;
     while (b) {
         fwd_batch *next = b->next;
-        if (b == f->open) {
+        if (b == f->open || b->not_before > now) {
             b = next;
             continue;
         }
+        if (b == f->retry)
+            f->retry = NULL; /* closed: later retries start a new batch */
         if (now >= b->deadline) {
             kv_metric_add(f->m_timeouts, (int64_t)b->n);
             batch_finish(f, b, -ETIMEDOUT, NULL, NULL, NULL);
@@ -362,21 +393,25 @@ static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_
 
 /* ---- queueing ---- */
 
-static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it)
+/* Adds it to the open batch (retry: to the retry batch, sent a timer period later). */
+static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry)
 {
-    fwd_batch *b = f->open;
+    fwd_batch **slot = retry ? &f->retry : &f->open;
+    fwd_batch *b = *slot;
     if (b == NULL || b->n == BATCH_MAX_ITEMS) {
         b = calloc(1, sizeof(*b));
         if (b == NULL)
             return -ENOMEM;
         b->seq = ++f->next_seq;
         b->deadline = uv_now(f->s->loop) + f->timeout_ms;
+        if (retry)
+            b->not_before = uv_now(f->s->loop) + 1;
         if (f->tail)
             f->tail->next = b;
         else
             f->head = b;
         f->tail = b;
-        f->open = b;
+        *slot = b;
     }
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 16;
@@ -393,7 +428,9 @@ static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it)
         b->n_ttl++;
     o->pending++;
     f->pending++;
-    if (!f->idle_on) {
+    if (retry)
+        timer_ensure(f);
+    else if (!f->idle_on) {
         uv_idle_start(&f->idle, on_idle);
         f->idle_on = 1;
     }
@@ -428,7 +465,7 @@ int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease
         fresh = 1;
     }
     fwd_item it = {.id = id, .renew_done = done};
-    rc = enqueue(f, o, &it);
+    rc = enqueue(f, o, &it, 0);
     if (rc < 0 && fresh)
         owner_detach(f, o);
     return rc;
@@ -444,7 +481,7 @@ int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_k
     if (o == NULL)
         return -ENOMEM;
     fwd_item it = {.id = id, .ttl = 1, .want_keys = want_keys ? 1u : 0u, .ttl_done = done};
-    rc = enqueue(f, o, &it);
+    rc = enqueue(f, o, &it, 0);
     if (rc < 0)
         owner_detach(f, o);
     return rc;
@@ -518,6 +555,9 @@ static void register_metrics(kv_lease_fwd *f)
                                        "Forwarded lease requests that timed out.", NULL);
     f->m_served = kv_metrics_counter(m, "kvd_lease_fwd_served_total",
                                      "Forwarded lease requests answered as leader.", NULL);
+    f->m_retried = kv_metrics_counter(
+        m, "kvd_lease_fwd_retried_total",
+        "Forwarded requests asked again: the leader had not applied the lease's grant yet.", NULL);
     kv_metrics_gauge_fn(m, "kvd_lease_fwd_pending",
                         "Lease requests queued or in flight to the leader.", gauge_pending, f);
 }
