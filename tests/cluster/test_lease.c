@@ -205,9 +205,11 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 240)
     cr_assert_eq(cl_start(&g_c, 3, 0), 0);
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
+    /* The followers' clients talk to their follower only (renewals must be forwarded); the
+     * leader's client fails over to the others when it is killed. */
     kvc_client *cl[3];
     for (int i = 0; i < 3; i++)
-        cl[i] = client_on(i);
+        cl[i] = i == l ? client_on(i) : client_only(i);
     const int64_t ttl = 3;
     static int64_t ids[N_LEASES];
     static kvc_keepalive *ka[N_LEASES];
