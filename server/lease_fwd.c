@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define BATCH_MAX_ITEMS 8192u /* one peer frame stays well under 200 KB */
+#define RETRY_MAX 20u         /* timer periods an unknown-lease answer is retried */
 
 typedef struct fwd_owner {
     kv_grpc_call *call; /* NULL once the call went away or was ended */
@@ -29,7 +30,7 @@ typedef struct fwd_item {
     int64_t id;
     unsigned ttl : 1;
     unsigned want_keys : 1;
-    unsigned retried : 1;
+    unsigned retries : 5; /* "unknown lease" answers asked again (RETRY_MAX) */
     kv_lease_fwd_renew_fn renew_done;
     kv_lease_fwd_ttl_fn ttl_done;
 } fwd_item;
@@ -109,7 +110,10 @@ static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int6
     fwd_owner *o = it->o;
     f->pending--;
     o->pending--;
-    if (o->call) {
+    if (o->call && status == -ETIMEDOUT && !it->ttl && !o->half_closed) {
+        /* No answer in time on an open stream: drop the renewal (no error, which would end
+         * the stream); the client renews again on its TTL/3 schedule. */
+    } else if (o->call) {
         kv_grpc_call *call = o->call;
         if (it->ttl) {
             o->call = NULL; /* the unary call is answered or handed on by the callback */
@@ -151,14 +155,15 @@ static void batch_unlink(kv_lease_fwd *f, fwd_batch *b)
 static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry);
 
 /* The leader did not know lease it->id although this member's table has it: the leader may
- * not have applied the grant yet (a follower can apply an entry first). Asks once more, a
- * timer period later. 1 if re-queued. */
+ * not have applied the grant yet (a follower can apply an entry first), or this member has
+ * not applied the revoke yet. Asks again a timer period later, while the table holds the
+ * lease, at most RETRY_MAX times. 1 if re-queued. */
 static int retry_unknown(kv_lease_fwd *f, fwd_item *it)
 {
-    if (it->retried || !kv_lessor_exists(f->s->lessor, it->id))
+    if (it->retries >= RETRY_MAX || !kv_lessor_exists(f->s->lessor, it->id))
         return 0;
     fwd_item copy = *it;
-    copy.retried = 1;
+    copy.retries++;
     if (enqueue(f, it->o, &copy, 1) < 0)
         return 0;
     kv_metric_inc(f->m_retried);
@@ -313,14 +318,15 @@ static void on_timer(uv_timer_t *h)
         if (b == f->retry)
             f->retry = NULL; /* closed: later retries start a new batch */
         if (now >= b->deadline) {
+            /* Still no leader: "no leader" (a client may fail over); else a timeout. */
             kv_metric_add(f->m_timeouts, (int64_t)b->n);
-            batch_finish(f, b, -ETIMEDOUT, NULL, NULL, NULL);
+            batch_finish(f, b, leader == 0 ? -EAGAIN : -ETIMEDOUT, NULL, NULL, NULL);
         } else if (b->leader == 0) {
             batch_dispatch(f, b);
         } else if (leader != 0 && leader != b->leader) {
             /* Leader changed with the batch in flight: re-send once to the new leader. */
             if (b->resent) {
-                batch_finish(f, b, -EAGAIN, NULL, NULL, NULL);
+                batch_finish(f, b, -ETIMEDOUT, NULL, NULL, NULL);
             } else {
                 b->resent = 1;
                 b->leader = 0;
@@ -445,9 +451,7 @@ static int admit(kv_lease_fwd *f)
         kv_metric_inc(f->m_shed);
         return -EBUSY;
     }
-    if (kv_node_leader(f->s->node) == 0)
-        return -EAGAIN;
-    return 0;
+    return 0; /* without a leader the request waits for one, up to the time bound */
 }
 
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done)
@@ -570,7 +574,8 @@ int kv_lease_fwd_start(kv_server *s)
     f->s = s;
     f->max_pending = s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards
                                                         : 10000;
-    f->timeout_ms = s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000;
+    /* An election takes one to two election timeouts (randomized): wait that long. */
+    f->timeout_ms = 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
     uv_idle_init(s->loop, &f->idle);
     uv_timer_init(s->loop, &f->timer);
     f->idle.data = f;

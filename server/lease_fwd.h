@@ -11,11 +11,18 @@
  * Bounds: at most cfg->max_pending_lease_forwards requests queued or in flight
  * (--max-pending-lease-forwards); past it kv_lease_fwd_renew/_ttl return -EBUSY and the
  * service answers RESOURCE_EXHAUSTED "etcdserver: too many requests" (metric
- * kvd_lease_fwd_shed_total). A batch in flight when the leader changes is re-sent once to the
- * new leader (kvd_lease_fwd_resent_total); a batch that could not be sent is retried until
- * the bound; every batch fails with -ETIMEDOUT ("etcdserver: request timed out") one election
- * timeout after it was queued, and with -EAGAIN ("etcdserver: no leader") if the leader
- * changes again or this member became leader without serving leases yet.
+ * kvd_lease_fwd_shed_total). Requests wait for a leader; a batch in flight when the leader
+ * changes is re-sent once to the new leader (kvd_lease_fwd_resent_total); a batch that could
+ * not be sent, or that the leader refused because it does not serve leases yet, is retried
+ * every timer period. The time bound is two election timeouts (an election takes one to two)
+ * from queueing, renewed once by the re-send: then the batch fails with -EAGAIN ("etcdserver:
+ * no leader") if no leader is known, else -ETIMEDOUT (a second leader change counts as one).
+ * A timed-out renewal on an open keepalive stream is dropped without an answer (an error would
+ * end the stream; the client renews on its TTL/3 schedule); a half-closed stream or a
+ * TimeToLive gets "etcdserver: request timed out". A leader answering "unknown lease" for a
+ * lease this member's table holds (the leader had not applied the grant yet, or this member
+ * not the revoke) is asked again every timer period while the table holds it, at most 20
+ * times (kvd_lease_fwd_retried_total).
  *
  * Calls: a request belongs to a gRPC call. The forwarder keeps a small owner record per call
  * (for keepalive streams in the call's data pointer); the service must tell it when the call
@@ -39,7 +46,8 @@
 typedef struct kv_lease_fwd kv_lease_fwd;
 
 /* Result of one forwarded renewal: status 0 and ttl (0 = unknown lease), or -EAGAIN (no
- * leader), -ETIMEDOUT, -ECANCELED (server closing). Returns 1 if it ended the call (finish
+ * leader), -ETIMEDOUT (half-closed streams only), -EBUSY (the peer's queue is full),
+ * -ECANCELED (server closing). Returns 1 if it ended the call (finish
  * or error), else 0. Never called for a call that went away. */
 typedef int (*kv_lease_fwd_renew_fn)(kv_grpc_call *call, int64_t id, int status, int64_t ttl);
 /* Result of one forwarded TimeToLive: status 0 and remaining (-1 = unknown lease), granted,
@@ -56,7 +64,7 @@ void kv_lease_fwd_stop(kv_server *s);
 
 /* Queues a renewal of lease id for keepalive stream call (this member must not lead). 0
  * queued (done runs later, never from inside this call), -EBUSY bound reached (shed),
- * -EAGAIN no leader known, -ENOMEM. */
+ * -EAGAIN forwarder stopped, -ENOMEM. */
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
 /* Queues a TimeToLive query of lease id for unary call; same returns. */
 int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,

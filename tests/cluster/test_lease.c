@@ -235,9 +235,15 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 240)
     while (kvt_now_ms() - t0 < (uint64_t)(3 * ttl * 1000))
         kvt_sleep_ms(200);
 
-    int lost = 0;
+    int lost = 0, lost_by[3] = {0, 0, 0};
     for (int k = 0; k < N_LEASES; k++)
-        lost += kvc_keepalive_lost(ka[k]) ? 1 : 0;
+        if (kvc_keepalive_lost(ka[k])) {
+            lost++;
+            lost_by[k % 3]++;
+        }
+    if (lost)
+        fprintf(stderr, "  lost per client (member m0..m2, leader was m%d, now m%d): %d %d %d\n", l, nl,
+                lost_by[0], lost_by[1], lost_by[2]);
     kvc_client *chk = client_only(nl);
     int expired = 0;
     for (int k = 0; k < N_LEASES; k++)
