@@ -190,6 +190,18 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     cr_assert(left >= 0 && left <= ttl && granted == ttl, "TimeToLive via follower: %" PRId64
               " of %" PRId64, left, granted);
     cr_assert(key_exists(c, "/lease/a"), "key of the kept-alive lease vanished");
+    /* With keys: the TTLs from the leader, the keys from the follower's own store. */
+    kvc_lease_ttl_result tk;
+    cr_assert_eq(kvc_lease_time_to_live(c, id, 1, 10000, &tk, &err), 0, "%s", err.message);
+    cr_assert(tk.ttl > 0 && tk.n_keys == 1 && tk.key_lens[0] == 8 &&
+                  memcmp(tk.keys[0], "/lease/a", 8) == 0,
+              "TimeToLive with keys via follower: ttl %" PRId64 ", %zu keys", tk.ttl, tk.n_keys);
+    kvc_lease_ttl_result_free(&tk);
+    /* LeaseLeases on a follower: its replicated table. */
+    kvc_lease_leases_result ll;
+    cr_assert_eq(kvc_lease_leases(c, 10000, &ll, &err), 0, "%s", err.message);
+    cr_assert(ll.n_ids == 1 && ll.ids[0] == id, "leases via follower: %zu", ll.n_ids);
+    kvc_lease_leases_result_free(&ll);
     double fwd = metric(f, "kvd_lease_fwd_renewals_total");
     double batches = metric(f, "kvd_lease_fwd_batches_total");
     double served = metric(l, "kvd_lease_fwd_served_total");
