@@ -6,16 +6,20 @@
  *     nobody renews still expires;
  *   - expiry state lives on the leader only (kvd_lease_heap_size 0 on followers) and moves
  *     with a leader transfer;
- *   - the peer connections stay one per member pair under keepalive load.
+ *   - the peer connections stay one per member pair under keepalive load;
+ *   - a full forward queue (--max-pending-lease-forwards) sheds with RESOURCE_EXHAUSTED.
  * Clients: libkvclient (one shared keepalive stream per client) and etcdctl 3.4.
  * Figures (renewals forwarded, batches, time to expiry) are logged to stderr.
  */
 #include "cl_util.h"
+#include "grpc_raw.h"
 #include "kvclient.h"
+#include "rpc.pb-c.h"
 
 #include <criterion/criterion.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,4 +426,99 @@ Test(cluster_lease, one_peer_connection_per_pair, .fini = fini, .timeout = 180)
         kvc_keepalive_stop(ka[k]);
     kvc_close(cl[0]);
     kvc_close(cl[1]);
+}
+
+/* One renewal on its own LeaseKeepAlive stream (send, half-close, read): grpc status and
+ * message of the answer. */
+typedef struct ka_call {
+    uint16_t port;
+    int64_t id;
+    int rc, status;
+    int64_t ttl;
+    char msg[160];
+} ka_call;
+
+static void *ka_call_run(void *arg)
+{
+    ka_call *k = arg;
+    kv_it_grpc *g = NULL;
+    k->rc = kv_it_grpc_open(&g, "127.0.0.1", k->port, 5000);
+    if (k->rc)
+        return NULL;
+    Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+    req.id = k->id;
+    uint8_t buf[32];
+    size_t len = etcdserverpb__lease_keep_alive_request__pack(&req, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen,
+                            8000, &k->status, k->msg, sizeof(k->msg));
+    if (k->rc == 0) {
+        Etcdserverpb__LeaseKeepAliveResponse *r =
+            etcdserverpb__lease_keep_alive_response__unpack(NULL, rlen, resp);
+        k->ttl = r ? r->ttl : -100;
+        if (r)
+            etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+    }
+    free(resp);
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
+{
+    static const char *const args[] = {"--max-pending-lease-forwards=4", NULL};
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    o.heartbeat_ms = CL_HEARTBEAT_MS;
+    o.election_ms = CL_ELECTION_MS;
+    o.kvd_args = args;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = follower_of(l);
+    kvc_client *c = client_only(f);
+    int64_t id = grant(c, 60);
+    kvc_close(c);
+
+    /* Cut the follower off: its forwarded renewals wait (up to two election timeouts). */
+    cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
+    ka_call held[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        memset(&held[k], 0, sizeof(held[k]));
+        held[k].port = g_c.m[f].client_port;
+        held[k].id = id;
+        cr_assert_eq(pthread_create(&th[k], NULL, ka_call_run, &held[k]), 0);
+    }
+    kvt_sleep_ms(250);
+    ka_call extra = {.port = g_c.m[f].client_port, .id = id};
+    ka_call_run(&extra);
+    for (int k = 0; k < 4; k++)
+        pthread_join(th[k], NULL);
+    fprintf(stderr, "  fifth renewal: rc %d status %d '%s'; held ones: status %d '%s'\n",
+            extra.rc, extra.status, extra.msg, held[0].status, held[0].msg);
+    cr_assert_eq(extra.rc, KV_IT_GRPC_STATUS);
+    cr_assert_eq(extra.status, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", extra.status,
+                 extra.msg);
+    cr_assert_str_eq(extra.msg, "etcdserver: too many requests");
+    for (int k = 0; k < 4; k++)
+        cr_assert(held[k].rc == KV_IT_GRPC_STATUS && held[k].status == 14,
+                  "held renewal %d: rc %d status %d '%s' (want UNAVAILABLE)", k, held[k].rc,
+                  held[k].status, held[k].msg);
+    cr_assert_geq(metric(f, "kvd_lease_fwd_shed_total"), 1);
+    cr_assert_eq(metric(f, "kvd_lease_fwd_pending"), 0);
+
+    /* Healed: renewals through the follower work again. */
+    cr_assert_eq(kvt_member_partition(&g_c, f, 0), 0);
+    uint64_t t0 = kvt_now_ms();
+    ka_call ok;
+    do {
+        kvt_sleep_ms(200);
+        ok = (ka_call){.port = g_c.m[f].client_port, .id = id};
+        ka_call_run(&ok);
+    } while ((ok.rc != 0 || ok.ttl != 60) && kvt_now_ms() - t0 < 15000);
+    cr_assert(ok.rc == 0 && ok.ttl == 60, "renewal after healing: rc %d ttl %" PRId64 " '%s'",
+              ok.rc, ok.ttl, ok.msg);
 }
