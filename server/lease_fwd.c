@@ -38,7 +38,7 @@ typedef struct fwd_item {
 typedef struct fwd_batch {
     struct fwd_batch *next;
     uint64_t seq;
-    uint64_t leader;   /* member it was sent to, 0 while unsent */
+    uint64_t leader;     /* member it was sent to, 0 while unsent */
     uint64_t deadline;   /* uv_now() ms */
     uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
     int resent;
@@ -572,8 +572,8 @@ int kv_lease_fwd_start(kv_server *s)
     if (f == NULL)
         return -ENOMEM;
     f->s = s;
-    f->max_pending = s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards
-                                                        : 10000;
+    f->max_pending =
+        s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards : 10000;
     /* An election takes one to two election timeouts (randomized): wait that long. */
     f->timeout_ms = 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
     uv_idle_init(s->loop, &f->idle);

@@ -191,8 +191,8 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     /* TimeToLive through the follower is answered by the leader (forwarded). */
     int64_t granted = 0;
     int64_t left = ttl_of(c, id, &granted);
-    cr_assert(left >= 0 && left <= ttl && granted == ttl, "TimeToLive via follower: %" PRId64
-              " of %" PRId64, left, granted);
+    cr_assert(left >= 0 && left <= ttl && granted == ttl,
+              "TimeToLive via follower: %" PRId64 " of %" PRId64, left, granted);
     cr_assert(key_exists(c, "/lease/a"), "key of the kept-alive lease vanished");
     /* With keys: the TTLs from the leader, the keys from the follower's own store. */
     kvc_lease_ttl_result tk;
@@ -220,10 +220,10 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     while (key_exists(c, "/lease/a") && kvt_now_ms() - t1 < 10000)
         kvt_sleep_ms(50);
     uint64_t gone = kvt_now_ms() - t1;
-    fprintf(stderr, "  key gone %" PRIu64 " ms after the last renewal stopped (TTL %" PRId64
-            " s)\n", gone, ttl);
-    cr_assert_lt(gone, (uint64_t)(ttl * 1000 + 2000), "key still there after %" PRIu64 " ms",
-                 gone);
+    fprintf(stderr,
+            "  key gone %" PRIu64 " ms after the last renewal stopped (TTL %" PRId64 " s)\n", gone,
+            ttl);
+    cr_assert_lt(gone, (uint64_t)(ttl * 1000 + 2000), "key still there after %" PRIu64 " ms", gone);
     cr_assert_eq(ttl_of(c, id, NULL), -1);
     kvc_close(c);
     stop_clean(f);
@@ -273,8 +273,8 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 240)
             lost_by[k % 3]++;
         }
     if (lost)
-        fprintf(stderr, "  lost per client (member m0..m2, leader was m%d, now m%d): %d %d %d\n", l, nl,
-                lost_by[0], lost_by[1], lost_by[2]);
+        fprintf(stderr, "  lost per client (member m0..m2, leader was m%d, now m%d): %d %d %d\n", l,
+                nl, lost_by[0], lost_by[1], lost_by[2]);
     kvc_client *chk = client_only(nl);
     int expired = 0;
     for (int k = 0; k < N_LEASES; k++)
@@ -287,7 +287,8 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 240)
             fwd += metric(i, "kvd_lease_fwd_renewals_total");
             resent += metric(i, "kvd_lease_fwd_resent_total");
         }
-    fprintf(stderr, "  %d of %d leases expired, %d reported lost by clients; revocations %.0f; "
+    fprintf(stderr,
+            "  %d of %d leases expired, %d reported lost by clients; revocations %.0f; "
             "forwarded %.0f, batches re-sent %.0f\n",
             expired, N_LEASES, lost, revoked, fwd, resent);
     cr_assert_eq(expired, 0, "%d leases expired", expired);
@@ -406,16 +407,20 @@ Test(cluster_lease, one_peer_connection_per_pair, .fini = fini, .timeout = 180)
     int lost = 0;
     for (int k = 0; k < N; k++)
         lost += kvc_keepalive_lost(ka[k]) ? 1 : 0;
-    fprintf(stderr, "  peer connections: %d at rest, at most %d under load, %d in TIME_WAIT; "
+    fprintf(stderr,
+            "  peer connections: %d at rest, at most %d under load, %d in TIME_WAIT; "
             "%.0f renewals/s forwarded (%.1f per batch on average); %d lost\n",
             before, max_est, tw, (fwd - f0) / 5.0, batches > 0 ? fwd / batches : 0.0, lost);
-    fprintf(stderr, "  leader: expired %.0f, revoked %.0f; followers retried %.0f+%.0f, shed "
+    fprintf(stderr,
+            "  leader: expired %.0f, revoked %.0f; followers retried %.0f+%.0f, shed "
             "%.0f+%.0f, timeouts %.0f+%.0f\n",
             metric(l, "kvd_lease_expired_total"), metric(l, "kvd_lease_revoked_total"),
             metric((l + 1) % 3, "kvd_lease_fwd_retried_total"),
             metric((l + 2) % 3, "kvd_lease_fwd_retried_total"),
-            metric((l + 1) % 3, "kvd_lease_fwd_shed_total"), metric((l + 2) % 3, "kvd_lease_fwd_shed_total"),
-            metric((l + 1) % 3, "kvd_lease_fwd_timeouts_total"), metric((l + 2) % 3, "kvd_lease_fwd_timeouts_total"));
+            metric((l + 1) % 3, "kvd_lease_fwd_shed_total"),
+            metric((l + 2) % 3, "kvd_lease_fwd_shed_total"),
+            metric((l + 1) % 3, "kvd_lease_fwd_timeouts_total"),
+            metric((l + 2) % 3, "kvd_lease_fwd_timeouts_total"));
     cr_assert_eq(max_est, 3, "peer connections under keepalive load: %d", max_est);
     cr_assert_eq(tw, 0, "peer connections in TIME_WAIT: %d", tw);
     cr_assert_eq(lost, 0);
@@ -451,8 +456,8 @@ static void *ka_call_run(void *arg)
     size_t len = etcdserverpb__lease_keep_alive_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t rlen = 0;
-    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen,
-                            8000, &k->status, k->msg, sizeof(k->msg));
+    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 8000,
+                            &k->status, k->msg, sizeof(k->msg));
     if (k->rc == 0) {
         Etcdserverpb__LeaseKeepAliveResponse *r =
             etcdserverpb__lease_keep_alive_response__unpack(NULL, rlen, resp);
@@ -497,11 +502,10 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
     ka_call_run(&extra);
     for (int k = 0; k < 4; k++)
         pthread_join(th[k], NULL);
-    fprintf(stderr, "  fifth renewal: rc %d status %d '%s'; held ones: status %d '%s'\n",
-            extra.rc, extra.status, extra.msg, held[0].status, held[0].msg);
+    fprintf(stderr, "  fifth renewal: rc %d status %d '%s'; held ones: status %d '%s'\n", extra.rc,
+            extra.status, extra.msg, held[0].status, held[0].msg);
     cr_assert_eq(extra.rc, KV_IT_GRPC_STATUS);
-    cr_assert_eq(extra.status, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", extra.status,
-                 extra.msg);
+    cr_assert_eq(extra.status, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", extra.status, extra.msg);
     cr_assert_str_eq(extra.msg, "etcdserver: too many requests");
     for (int k = 0; k < 4; k++)
         cr_assert(held[k].rc == KV_IT_GRPC_STATUS && held[k].status == 14,
