@@ -30,6 +30,7 @@ void kv_config_default(kv_config *cfg)
     cfg->lease_revoke_rate = 1000;
     cfg->lease_checkpoint_interval_ms = 300000;
     cfg->lease_checkpoint_rate = 1000;
+    cfg->max_pending_lease_forwards = 10000;
     cfg->startup_verify_records = 10000;
     cfg->max_health_probes = 64;
     cfg->metrics_max_connections = 256;
@@ -241,6 +242,7 @@ static const flag_def FLAGS[] = {
     {"lease-revoke-rate", F_U32, OFF(lease_revoke_rate), 0, 0, 1, 1u << 24},
     {"lease-checkpoint-interval", F_DUR, OFF(lease_checkpoint_interval_ms), 0, 0, 0, 0},
     {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
+    {"max-pending-lease-forwards", F_U32, OFF(max_pending_lease_forwards), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
     {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
@@ -305,6 +307,8 @@ const char *kv_config_usage(void)
            "  --lease-revoke-rate N           expired leases revoked per second (1000)\n"
            "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
            "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
+           "  --max-pending-lease-forwards N  renewals/TTL queries a follower has queued or in\n"
+           "                                  flight to the leader (10000)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"

@@ -5,6 +5,7 @@
  */
 #include "server.h"
 
+#include "lease_fwd.h"
 #include "leases.h"
 #include "members_boot.h"
 #include "mvcc/members.h"
@@ -219,6 +220,9 @@ int kv_server_start_core(kv_server *s)
     rc = kv_leases_start(s);
     if (rc < 0)
         goto fail;
+    rc = kv_lease_fwd_start(s);
+    if (rc < 0)
+        goto fail;
     rc = kv_read_pool_init(&s->read_pool, s->loop, cfg->read_workers, cfg->max_pending_reads,
                            s->metrics);
     if (rc < 0)
@@ -234,6 +238,7 @@ fail:
 
 void kv_server_stop_core(kv_server *s)
 {
+    kv_lease_fwd_stop(s);
     if (s->lessor)
         kv_leases_stop(s);
     if (s->node)

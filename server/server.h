@@ -17,6 +17,7 @@ struct kv_lessor;
 struct kv_read_pool;
 struct kv_watch_hub;
 struct kv_peer_net;
+struct kv_lease_fwd;
 
 typedef struct kv_server {
     uv_loop_t *loop;
@@ -32,6 +33,7 @@ typedef struct kv_server {
     struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
     struct kv_peer_net *peers;      /* peer transport (server/peer/peer_net.h); NULL alone */
     int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
+    struct kv_lease_fwd *lease_fwd; /* follower renewals forwarded to the leader (lease_fwd.h) */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer

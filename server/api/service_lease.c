@@ -6,6 +6,9 @@
  * TimeToLive are answered from the lessor's memory on the primary, never through the log:
  * a renewal costs one heap sift, and renewals never wait behind bulk writes (lesson 3).
  *
+ * On a follower (no deadlines there) renewals and TimeToLive queries are forwarded to the
+ * leader in batches (lease_fwd.h); LeaseLeases answers from the local, replicated table.
+ *
  * Keepalive streams hold no receive queue: each renewal is answered as soon as the transport
  * delivers it. The one buffer is the connection's outbound queue, bounded by
  * --max-send-buffer-bytes; a client that stops reading its responses gets its stream ended
@@ -16,6 +19,7 @@
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "lease/lessor.h"
+#include "lease_fwd.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
@@ -93,12 +97,62 @@ static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_propose_unary(call, KV_IREQ_LEASE_REVOKE, msg, len);
 }
 
+/* Ends keepalive stream call with e (the forwarder forgets it first). */
+static void ka_end(kv_server *s, kv_grpc_call *call, kv_etcd_err e)
+{
+    kv_lease_fwd_call_gone(s->lease_fwd, call);
+    kv_reply_etcd_err(call, e);
+}
+
+static int ka_send(kv_server *s, kv_grpc_call *call, int64_t id, int64_t ttl)
+{
+    Etcdserverpb__LeaseKeepAliveResponse r = ETCDSERVERPB__LEASE_KEEP_ALIVE_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    r.header = &h;
+    r.id = id;
+    r.ttl = ttl;
+    return kv_send_message(call, &r.base);
+}
+
+static kv_etcd_err fwd_err(int status)
+{
+    switch (status) {
+    case -ETIMEDOUT:
+        return KV_ERR_TIMEOUT;
+    case -EBUSY:
+        return KV_ERR_TOO_MANY_REQUESTS;
+    case -ECANCELED:
+        return KV_ERR_STOPPED;
+    case -ENOMEM:
+        return KV_ERR_NOMEM;
+    default:
+        return KV_ERR_NO_LEADER;
+    }
+}
+
+/* The leader answered a renewal this follower forwarded (lease_fwd.h). */
+static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (status < 0) {
+        kv_reply_etcd_err(call, fwd_err(status));
+        return 1;
+    }
+    if (ka_send(s, call, id, ttl) < 0) {
+        kv_reply_etcd_err(call, KV_ERR_KEEPALIVE_BACKLOG);
+        return 1;
+    }
+    return 0;
+}
+
 static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__LeaseKeepAliveRequest *req = (Etcdserverpb__LeaseKeepAliveRequest *)kv_pb_unpack(
         &etcdserverpb__lease_keep_alive_request__descriptor, msg, len);
     if (req == NULL) {
+        kv_lease_fwd_call_gone(s->lease_fwd, call);
         reply_malformed(call);
         return;
     }
@@ -109,26 +163,36 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
     int64_t ttl = 0;
     int rc = kv_lessor_renew(s->lessor, id, &ttl);
+    if (rc == -EAGAIN && s->lease_fwd != NULL && !kv_node_is_leader(s->node)) {
+        /* A follower: the leader renews; this loop turn's renewals travel as one frame. */
+        rc = kv_lease_fwd_renew(s->lease_fwd, call, id, ka_forwarded);
+        if (rc == 0)
+            return;
+        ka_end(s, call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : fwd_err(rc));
+        return;
+    }
     if (rc == -EAGAIN) {
-        kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
+        ka_end(s, call, KV_ERR_NO_LEADER);
         return;
     }
     if (rc < 0)
         ttl = 0; /* unknown or expired: TTL 0, as etcd */
-
-    Etcdserverpb__LeaseKeepAliveResponse r = ETCDSERVERPB__LEASE_KEEP_ALIVE_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
-    r.header = &h;
-    r.id = id;
-    r.ttl = ttl;
-    if (kv_send_message(call, &r.base) < 0)
-        kv_reply_etcd_err(call, KV_ERR_KEEPALIVE_BACKLOG);
+    if (ka_send(s, call, id, ttl) < 0)
+        ka_end(s, call, KV_ERR_KEEPALIVE_BACKLOG);
 }
 
 static void on_keepalive_half_close(kv_grpc_call *call)
 {
+    kv_server *s = kv_grpc_call_app(call);
+    if (kv_lease_fwd_half_close(s->lease_fwd, call))
+        return; /* forwarded renewals pending: the forwarder finishes the call after them */
     kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
+}
+
+static void on_keepalive_cancel(kv_grpc_call *call)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    kv_lease_fwd_call_gone(s->lease_fwd, call);
 }
 
 typedef struct keys_acc {
@@ -198,6 +262,49 @@ out:
     return rc;
 }
 
+/* Answers TimeToLive of id from rc/remaining/granted (rc: kv_lessor_time_to_live's). */
+static void ttl_reply(kv_server *s, kv_grpc_call *call, int64_t id, int want_keys, int rc,
+                      int64_t remaining, int64_t granted)
+{
+    Etcdserverpb__LeaseTimeToLiveResponse r = ETCDSERVERPB__LEASE_TIME_TO_LIVE_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    r.header = &h;
+    r.id = id;
+    if (rc < 0) {
+        r.ttl = -1; /* not found: TTL -1, as etcd */
+    } else {
+        r.ttl = remaining;
+        r.grantedttl = granted;
+    }
+    if (rc < 0 || !want_keys) {
+        kv_reply_message(call, &r.base);
+        return;
+    }
+    /* The TTLs come from the lessor (loop only); the keys from a reader thread (on a
+     * follower from its own replicated store). */
+    uint8_t buf[128];
+    size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(&r);
+    if (n > sizeof(buf)) {
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
+        return;
+    }
+    n = etcdserverpb__lease_time_to_live_response__pack(&r, buf);
+    kv_read_unary(call, ttl_add_keys, buf, n);
+}
+
+/* The leader answered a TimeToLive this follower forwarded (remaining -1: unknown). */
+static void ttl_forwarded(kv_grpc_call *call, int64_t id, int want_keys, int status,
+                          int64_t remaining, int64_t granted)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (status < 0) {
+        kv_reply_etcd_err(call, fwd_err(status));
+        return;
+    }
+    ttl_reply(s, call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted);
+}
+
 static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
@@ -212,36 +319,27 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int want_keys = req->keys;
     etcdserverpb__lease_time_to_live_request__free_unpacked(req, NULL);
 
-    Etcdserverpb__LeaseTimeToLiveResponse r = ETCDSERVERPB__LEASE_TIME_TO_LIVE_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
-    r.header = &h;
-    r.id = id;
     int64_t remaining = 0, granted = 0;
     int rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
+    if (rc == -EAGAIN && s->lease_fwd != NULL && !kv_node_is_leader(s->node)) {
+        /* A follower has no deadlines: ask the leader (batched with the renewals). */
+        rc = kv_lease_fwd_ttl(s->lease_fwd, call, id, want_keys, ttl_forwarded);
+        if (rc < 0)
+            kv_reply_etcd_err(call, fwd_err(rc));
+        return;
+    }
     if (rc == -EAGAIN) {
         kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
         return;
     }
-    if (rc < 0) {
-        r.ttl = -1; /* not found: TTL -1, as etcd */
-    } else {
-        r.ttl = remaining;
-        r.grantedttl = granted;
-    }
-    if (rc < 0 || !want_keys) {
-        kv_reply_message(call, &r.base);
-        return;
-    }
-    /* The TTLs come from the lessor (loop only); the keys from a reader thread. */
-    uint8_t buf[128];
-    size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(&r);
-    if (n > sizeof(buf)) {
-        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
-        return;
-    }
-    n = etcdserverpb__lease_time_to_live_response__pack(&r, buf);
-    kv_read_unary(call, ttl_add_keys, buf, n);
+    ttl_reply(s, call, id, want_keys, rc, remaining, granted);
+}
+
+static void on_time_to_live_cancel(kv_grpc_call *call)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (!kv_lease_fwd_ttl_gone(s->lease_fwd, call))
+        kv_read_cancel(call);
 }
 
 typedef struct leases_acc {
@@ -292,8 +390,9 @@ out:
 const kv_grpc_method kv_service_lease[] = {
     {"/etcdserverpb.Lease/LeaseGrant", 0, on_grant, NULL, kv_propose_cancel},
     {"/etcdserverpb.Lease/LeaseRevoke", 0, on_revoke, NULL, kv_propose_cancel},
-    {"/etcdserverpb.Lease/LeaseKeepAlive", 1, on_keepalive, on_keepalive_half_close, NULL},
-    {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, kv_read_cancel},
+    {"/etcdserverpb.Lease/LeaseKeepAlive", 1, on_keepalive, on_keepalive_half_close,
+     on_keepalive_cancel},
+    {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, on_time_to_live_cancel},
     {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, NULL},
 };
 const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);

@@ -243,7 +243,7 @@ int kvt_member_start(kvt_cluster *c, int i)
     snprintf(a_el, sizeof(a_el), "--election-timeout=%u", c->o.election_ms);
     snprintf(a_sc, sizeof(a_sc), "--snapshot-count=%" PRIu64, c->o.snapshot_count);
     snprintf(a_tok, sizeof(a_tok), "--initial-cluster-token=%s", c->o.token);
-    const char *argv[32];
+    const char *argv[48];
     int n = 0;
     argv[n++] = c->bin;
     argv[n++] = "--name";
@@ -265,6 +265,9 @@ int kvt_member_start(kvt_cluster *c, int i)
         argv[n++] = "--enable-failpoints";
     else
         argv[n++] = "--pre-vote=true";
+    for (int k = 0; c->o.target == KVT_TARGET_KVD && c->o.kvd_args && c->o.kvd_args[k] && n < 47;
+         k++)
+        argv[n++] = c->o.kvd_args[k];
     argv[n] = NULL;
     m->partitioned = 0; /* a fresh kvd process starts connected */
     return kvt_proc_spawn_env(&m->proc, argv, m->env);

@@ -48,6 +48,7 @@ typedef struct kvt_cluster_opts {
     uint64_t snapshot_count; /* --snapshot-count, 0: server default */
     const char *token;       /* --initial-cluster-token (default "kvt") */
     uint64_t seed;           /* proxy jitter seed */
+    const char *const *kvd_args; /* (addition) NULL-terminated extra flags for kvd members */
 } kvt_cluster_opts;
 
 /* Defaults for n members with the target from the environment. */

@@ -1,0 +1,618 @@
+/*
+ * lease_fwd: the follower side of forwarded renewals and TimeToLive queries (see
+ * lease_fwd.h). Batches live in one list ordered by sequence number; the newest may still be
+ * open (accumulating this loop turn's requests). The uv_idle handle closes and sends it at the
+ * next loop turn; a repeating timer re-sends unsent batches, follows leader changes and
+ * enforces the time bound.
+ */
+#include "lease_fwd.h"
+
+#include "lease/lessor.h"
+#include "raft.pb-c.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_MAX_ITEMS 8192u /* one peer frame stays well under 200 KB */
+#define RETRY_MAX 20u         /* timer periods an unknown-lease answer is retried */
+
+typedef struct fwd_owner {
+    kv_grpc_call *call; /* NULL once the call went away or was ended */
+    struct fwd_owner *prev, *next;
+    uint32_t pending;
+    unsigned half_closed : 1;
+    unsigned stream : 1; /* keepalive stream: registered as the call's data */
+} fwd_owner;
+
+typedef struct fwd_item {
+    fwd_owner *o;
+    int64_t id;
+    unsigned ttl : 1;
+    unsigned want_keys : 1;
+    unsigned retries : 5; /* "unknown lease" answers asked again (RETRY_MAX) */
+    kv_lease_fwd_renew_fn renew_done;
+    kv_lease_fwd_ttl_fn ttl_done;
+} fwd_item;
+
+typedef struct fwd_batch {
+    struct fwd_batch *next;
+    uint64_t seq;
+    uint64_t leader;     /* member it was sent to, 0 while unsent */
+    uint64_t deadline;   /* uv_now() ms */
+    uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
+    int resent;
+    size_t n, cap, n_ttl;
+    fwd_item *items;
+} fwd_batch;
+
+struct kv_lease_fwd {
+    kv_server *s;
+    uv_idle_t idle;
+    uv_timer_t timer;
+    int idle_on, timer_on, handles_open;
+    fwd_batch *head, *tail;
+    fwd_batch *open;  /* accepting this loop turn's requests, or NULL */
+    fwd_batch *retry; /* accepting retries of "unknown lease" answers, or NULL */
+    size_t pending, max_pending;
+    uint64_t next_seq, timeout_ms;
+    fwd_owner *streams, *ttls; /* owner lists */
+    kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
+};
+
+/* ---- owners ---- */
+
+static fwd_owner **owner_list(kv_lease_fwd *f, fwd_owner *o)
+{
+    return o->stream ? &f->streams : &f->ttls;
+}
+
+static fwd_owner *owner_new(kv_lease_fwd *f, kv_grpc_call *call, int stream)
+{
+    fwd_owner *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->call = call;
+    o->stream = stream ? 1u : 0u;
+    fwd_owner **l = owner_list(f, o);
+    o->next = *l;
+    if (*l)
+        (*l)->prev = o;
+    *l = o;
+    return o;
+}
+
+static void owner_free(kv_lease_fwd *f, fwd_owner *o)
+{
+    if (o->prev)
+        o->prev->next = o->next;
+    else
+        *owner_list(f, o) = o->next;
+    if (o->next)
+        o->next->prev = o->prev;
+    free(o);
+}
+
+/* The call is gone (or ended by us): forget it; free once nothing refers to the owner. */
+static void owner_detach(kv_lease_fwd *f, fwd_owner *o)
+{
+    if (o->call && o->stream)
+        kv_grpc_call_set_data(o->call, NULL);
+    o->call = NULL;
+    if (o->pending == 0)
+        owner_free(f, o);
+}
+
+/* ---- completing requests ---- */
+
+static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int64_t b)
+{
+    fwd_owner *o = it->o;
+    f->pending--;
+    o->pending--;
+    if (o->call && status == -ETIMEDOUT && !it->ttl && !o->half_closed) {
+        /* No answer in time on an open stream: drop the renewal (no error, which would end
+         * the stream); the client renews again on its TTL/3 schedule. */
+    } else if (o->call) {
+        kv_grpc_call *call = o->call;
+        if (it->ttl) {
+            o->call = NULL; /* the unary call is answered or handed on by the callback */
+            it->ttl_done(call, it->id, it->want_keys, status, a, b);
+        } else if (it->renew_done(call, it->id, status, a)) {
+            kv_grpc_call_set_data(call, NULL);
+            o->call = NULL;
+        }
+    }
+    if (o->pending > 0)
+        return;
+    if (o->call && o->half_closed) {
+        kv_grpc_call_set_data(o->call, NULL);
+        kv_grpc_call_finish(o->call, KV_GRPC_OK, NULL);
+        o->call = NULL;
+    }
+    if (o->call == NULL)
+        owner_free(f, o);
+}
+
+static void batch_unlink(kv_lease_fwd *f, fwd_batch *b)
+{
+    fwd_batch **pp = &f->head, *prev = NULL;
+    while (*pp && *pp != b) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = b->next;
+    if (f->tail == b)
+        f->tail = prev;
+    if (f->open == b)
+        f->open = NULL;
+    if (f->retry == b)
+        f->retry = NULL;
+}
+
+static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry);
+
+/* The leader did not know lease it->id although this member's table has it: the leader may
+ * not have applied the grant yet (a follower can apply an entry first), or this member has
+ * not applied the revoke yet. Asks again a timer period later, while the table holds the
+ * lease, at most RETRY_MAX times. 1 if re-queued. */
+static int retry_unknown(kv_lease_fwd *f, fwd_item *it)
+{
+    if (it->retries >= RETRY_MAX || !kv_lessor_exists(f->s->lessor, it->id))
+        return 0;
+    fwd_item copy = *it;
+    copy.retries++;
+    if (enqueue(f, it->o, &copy, 1) < 0)
+        return 0;
+    kv_metric_inc(f->m_retried);
+    f->pending--; /* enqueue counted it again */
+    it->o->pending--;
+    return 1;
+}
+
+/* Completes every item of b with status (answers from `ans` if status is 0: index-aligned
+ * renew TTLs and TimeToLive pairs) and frees b. */
+static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_t *ttls,
+                         const int64_t *rem, const int64_t *granted)
+{
+    batch_unlink(f, b);
+    size_t r = 0, t = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        fwd_item *it = &b->items[i];
+        if (status < 0)
+            item_done(f, it, status, 0, 0);
+        else if (it->ttl) {
+            if (rem[t] >= 0 || !retry_unknown(f, it))
+                item_done(f, it, 0, rem[t], granted[t]);
+            t++;
+        } else {
+            if (ttls[r] > 0 || !retry_unknown(f, it))
+                item_done(f, it, 0, ttls[r], 0);
+            r++;
+        }
+    }
+    free(b->items);
+    free(b);
+}
+
+/* This member leads and serves leases now: answer b from the local lessor. */
+static int batch_serve_local(kv_lease_fwd *f, fwd_batch *b)
+{
+    kv_lessor *l = f->s->lessor;
+    if (!kv_lessor_is_primary(l))
+        return -EAGAIN;
+    batch_unlink(f, b);
+    for (size_t i = 0; i < b->n; i++) {
+        fwd_item *it = &b->items[i];
+        int64_t x = 0, y = 0;
+        int rc;
+        if (it->ttl) {
+            rc = kv_lessor_time_to_live(l, it->id, &x, &y);
+            if (rc == -ENOENT)
+                x = -1, y = 0, rc = 0;
+        } else {
+            rc = kv_lessor_renew(l, it->id, &x);
+            if (rc == -ENOENT)
+                x = 0, rc = 0;
+        }
+        item_done(f, it, rc, x, y);
+    }
+    free(b->items);
+    free(b);
+    return 0;
+}
+
+/* ---- sending ---- */
+
+static int batch_send(kv_lease_fwd *f, fwd_batch *b, uint64_t leader)
+{
+    size_t nr = b->n - b->n_ttl;
+    int64_t *ids = malloc((nr ? nr : 1) * sizeof(*ids));
+    int64_t *tids = malloc((b->n_ttl ? b->n_ttl : 1) * sizeof(*tids));
+    uint8_t *buf = NULL;
+    int rc = -ENOMEM;
+    if (ids == NULL || tids == NULL)
+        goto out;
+    size_t r = 0, t = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->items[i].ttl)
+            tids[t++] = b->items[i].id;
+        else
+            ids[r++] = b->items[i].id;
+    }
+    Kvdraftpb__LeaseRenewBatch m = KVDRAFTPB__LEASE_RENEW_BATCH__INIT;
+    m.seq = b->seq;
+    m.ids = ids;
+    m.n_ids = nr;
+    m.ttl_ids = tids;
+    m.n_ttl_ids = b->n_ttl;
+    size_t len = kvdraftpb__lease_renew_batch__get_packed_size(&m);
+    buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        goto out;
+    kvdraftpb__lease_renew_batch__pack(&m, buf);
+    rc = kv_node_peer_send(f->s->node, leader, KV_LEASE_FWD_REQ, buf, len);
+    if (rc == 0) {
+        b->leader = leader;
+        kv_metric_inc(f->m_batches);
+        kv_metric_add(f->m_fwd, (int64_t)b->n);
+    }
+out:
+    free(ids);
+    free(tids);
+    free(buf);
+    return rc;
+}
+
+static void timer_ensure(kv_lease_fwd *f);
+
+/* Sends (or serves locally, or fails) batch b according to the current leader. */
+static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
+{
+    kv_node *n = f->s->node;
+    uint64_t leader = kv_node_leader(n);
+    if (leader == 0)
+        return; /* the timer retries until the bound */
+    if (leader == kv_node_self(n)) {
+        (void)batch_serve_local(f, b); /* -EAGAIN: not serving yet, the timer retries */
+        return;
+    }
+    int rc = batch_send(f, b, leader);
+    if (rc == -EAGAIN) /* the peer's send queue is full: shed this batch */
+        batch_finish(f, b, -EBUSY, NULL, NULL, NULL);
+    /* other errors (no connection yet, ...): unsent, the timer retries */
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    kv_lease_fwd *f = h->data;
+    uv_idle_stop(&f->idle);
+    f->idle_on = 0;
+    f->open = NULL;
+    uint64_t now = uv_now(f->s->loop);
+    fwd_batch *b = f->head;
+    while (b) {
+        fwd_batch *next = b->next;
+        if (b->leader == 0 && b != f->retry && b->not_before <= now)
+            batch_dispatch(f, b);
+        b = next;
+    }
+    timer_ensure(f);
+}
+
+static void on_timer(uv_timer_t *h)
+{
+    kv_lease_fwd *f = h->data;
+    kv_node *n = f->s->node;
+    uint64_t now = uv_now(f->s->loop);
+    uint64_t leader = kv_node_leader(n);
+    fwd_batch *b = f->head;
+    while (b) {
+        fwd_batch *next = b->next;
+        if (b == f->open || b->not_before > now) {
+            b = next;
+            continue;
+        }
+        if (b == f->retry)
+            f->retry = NULL; /* closed: later retries start a new batch */
+        if (now >= b->deadline) {
+            /* Still no leader: "no leader" (a client may fail over); else a timeout. */
+            kv_metric_add(f->m_timeouts, (int64_t)b->n);
+            batch_finish(f, b, leader == 0 ? -EAGAIN : -ETIMEDOUT, NULL, NULL, NULL);
+        } else if (b->leader == 0) {
+            batch_dispatch(f, b);
+        } else if (leader != 0 && leader != b->leader) {
+            /* Leader changed with the batch in flight: re-send once to the new leader. */
+            if (b->resent) {
+                batch_finish(f, b, -ETIMEDOUT, NULL, NULL, NULL);
+            } else {
+                b->resent = 1;
+                b->leader = 0;
+                b->deadline = now + f->timeout_ms;
+                kv_metric_inc(f->m_resent);
+                batch_dispatch(f, b);
+            }
+        }
+        b = next;
+    }
+    if (f->head == NULL) {
+        uv_timer_stop(&f->timer);
+        f->timer_on = 0;
+    }
+}
+
+static void timer_ensure(kv_lease_fwd *f)
+{
+    if (f->timer_on || f->head == NULL)
+        return;
+    uint64_t period = f->s->cfg->heartbeat_interval_ms;
+    if (period < 10)
+        period = 10;
+    if (period > 100)
+        period = 100;
+    uv_timer_start(&f->timer, on_timer, period, period);
+    f->timer_on = 1;
+}
+
+/* ---- peer frames ---- */
+
+static void on_resp(void *arg, uint64_t from, const uint8_t *buf, size_t len)
+{
+    kv_lease_fwd *f = arg;
+    (void)from;
+    Kvdraftpb__LeaseRenewResp *m = kvdraftpb__lease_renew_resp__unpack(NULL, len, buf);
+    if (m == NULL)
+        return;
+    fwd_batch *b = f->head;
+    while (b && b->seq != m->seq)
+        b = b->next;
+    if (b == NULL || b->leader == 0)
+        goto out; /* late answer to a batch already answered, re-sent or failed */
+    size_t nr = b->n - b->n_ttl;
+    if (m->code != 0 || m->n_ttls != nr || m->n_ttl_remaining != b->n_ttl ||
+        m->n_ttl_granted != b->n_ttl) {
+        b->leader = 0; /* the leader does not serve leases yet: the timer retries */
+        goto out;
+    }
+    batch_finish(f, b, 0, m->ttls, m->ttl_remaining, m->ttl_granted);
+out:
+    kvdraftpb__lease_renew_resp__free_unpacked(m, NULL);
+}
+
+static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
+{
+    kv_lease_fwd *f = arg;
+    int n = kv_lease_fwd_serve(f->s, from, buf, len);
+    if (n > 0)
+        kv_metric_add(f->m_served, n);
+}
+
+static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_t len)
+{
+    (void)arg;
+    (void)from;
+    (void)buf;
+    (void)len;
+}
+
+/* ---- queueing ---- */
+
+/* Adds it to the open batch (retry: to the retry batch, sent a timer period later). */
+static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry)
+{
+    fwd_batch **slot = retry ? &f->retry : &f->open;
+    fwd_batch *b = *slot;
+    if (b == NULL || b->n == BATCH_MAX_ITEMS) {
+        b = calloc(1, sizeof(*b));
+        if (b == NULL)
+            return -ENOMEM;
+        b->seq = ++f->next_seq;
+        b->deadline = uv_now(f->s->loop) + f->timeout_ms;
+        if (retry)
+            b->not_before = uv_now(f->s->loop) + 1;
+        if (f->tail)
+            f->tail->next = b;
+        else
+            f->head = b;
+        f->tail = b;
+        *slot = b;
+    }
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        fwd_item *items = realloc(b->items, cap * sizeof(*items));
+        if (items == NULL)
+            return -ENOMEM;
+        b->items = items;
+        b->cap = cap;
+    }
+    b->items[b->n] = *it;
+    b->items[b->n].o = o;
+    b->n++;
+    if (it->ttl)
+        b->n_ttl++;
+    o->pending++;
+    f->pending++;
+    if (retry)
+        timer_ensure(f);
+    else if (!f->idle_on) {
+        uv_idle_start(&f->idle, on_idle);
+        f->idle_on = 1;
+    }
+    return 0;
+}
+
+static int admit(kv_lease_fwd *f)
+{
+    if (f == NULL || f->handles_open == 0)
+        return -EAGAIN;
+    if (f->pending >= f->max_pending) {
+        kv_metric_inc(f->m_shed);
+        return -EBUSY;
+    }
+    return 0; /* without a leader the request waits for one, up to the time bound */
+}
+
+int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done)
+{
+    int rc = admit(f);
+    if (rc < 0)
+        return rc;
+    fwd_owner *o = kv_grpc_call_data(call);
+    int fresh = 0;
+    if (o == NULL) {
+        o = owner_new(f, call, 1);
+        if (o == NULL)
+            return -ENOMEM;
+        kv_grpc_call_set_data(call, o);
+        fresh = 1;
+    }
+    fwd_item it = {.id = id, .renew_done = done};
+    rc = enqueue(f, o, &it, 0);
+    if (rc < 0 && fresh)
+        owner_detach(f, o);
+    return rc;
+}
+
+int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
+                     kv_lease_fwd_ttl_fn done)
+{
+    int rc = admit(f);
+    if (rc < 0)
+        return rc;
+    fwd_owner *o = owner_new(f, call, 0);
+    if (o == NULL)
+        return -ENOMEM;
+    fwd_item it = {.id = id, .ttl = 1, .want_keys = want_keys ? 1u : 0u, .ttl_done = done};
+    rc = enqueue(f, o, &it, 0);
+    if (rc < 0)
+        owner_detach(f, o);
+    return rc;
+}
+
+int kv_lease_fwd_call_gone(kv_lease_fwd *f, kv_grpc_call *call)
+{
+    if (f == NULL)
+        return 0;
+    fwd_owner *o = kv_grpc_call_data(call);
+    if (o == NULL)
+        return 0;
+    owner_detach(f, o);
+    return 1;
+}
+
+int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call)
+{
+    if (f == NULL)
+        return 0;
+    for (fwd_owner *o = f->ttls; o; o = o->next)
+        if (o->call == call) {
+            owner_detach(f, o);
+            return 1;
+        }
+    return 0;
+}
+
+int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call)
+{
+    if (f == NULL)
+        return 0;
+    fwd_owner *o = kv_grpc_call_data(call);
+    if (o == NULL)
+        return 0;
+    if (o->pending == 0) {
+        owner_detach(f, o);
+        return 0;
+    }
+    o->half_closed = 1;
+    return 1;
+}
+
+size_t kv_lease_fwd_pending(const kv_lease_fwd *f)
+{
+    return f ? f->pending : 0;
+}
+
+/* ---- lifecycle ---- */
+
+static double gauge_pending(void *arg)
+{
+    return (double)kv_lease_fwd_pending(arg);
+}
+
+static void register_metrics(kv_lease_fwd *f)
+{
+    kv_metrics *m = f->s->metrics;
+    if (m == NULL)
+        return;
+    f->m_fwd = kv_metrics_counter(m, "kvd_lease_fwd_renewals_total",
+                                  "Renewals and TimeToLive queries forwarded to the leader.", NULL);
+    f->m_batches = kv_metrics_counter(m, "kvd_lease_fwd_batches_total",
+                                      "Peer frames carrying forwarded lease requests.", NULL);
+    f->m_shed = kv_metrics_counter(
+        m, "kvd_lease_fwd_shed_total",
+        "Lease requests refused: --max-pending-lease-forwards reached or peer queue full.", NULL);
+    f->m_resent = kv_metrics_counter(m, "kvd_lease_fwd_resent_total",
+                                     "Forwarded batches re-sent after a leader change.", NULL);
+    f->m_timeouts = kv_metrics_counter(m, "kvd_lease_fwd_timeouts_total",
+                                       "Forwarded lease requests that timed out.", NULL);
+    f->m_served = kv_metrics_counter(m, "kvd_lease_fwd_served_total",
+                                     "Forwarded lease requests answered as leader.", NULL);
+    f->m_retried = kv_metrics_counter(
+        m, "kvd_lease_fwd_retried_total",
+        "Forwarded requests asked again: the leader had not applied the lease's grant yet.", NULL);
+    kv_metrics_gauge_fn(m, "kvd_lease_fwd_pending",
+                        "Lease requests queued or in flight to the leader.", gauge_pending, f);
+}
+
+int kv_lease_fwd_start(kv_server *s)
+{
+    kv_lease_fwd *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    f->s = s;
+    f->max_pending =
+        s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards : 10000;
+    /* An election takes one to two election timeouts (randomized): wait that long. */
+    f->timeout_ms = 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+    uv_idle_init(s->loop, &f->idle);
+    uv_timer_init(s->loop, &f->timer);
+    f->idle.data = f;
+    f->timer.data = f;
+    f->handles_open = 2;
+    register_metrics(f);
+    kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_req, f);
+    kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_resp, f);
+    s->lease_fwd = f;
+    return 0;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    kv_lease_fwd *f = h->data;
+    if (--f->handles_open == 0)
+        free(f);
+}
+
+void kv_lease_fwd_stop(kv_server *s)
+{
+    kv_lease_fwd *f = s->lease_fwd;
+    if (f == NULL)
+        return;
+    s->lease_fwd = NULL;
+    if (s->node) {
+        kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_frame_ignored, NULL);
+        kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_frame_ignored, NULL);
+    }
+    while (f->head)
+        batch_finish(f, f->head, -ECANCELED, NULL, NULL, NULL);
+    while (f->streams)
+        owner_detach(f, f->streams);
+    while (f->ttls)
+        owner_detach(f, f->ttls);
+    if (s->metrics)
+        kv_metrics_gauge_fn_remove(s->metrics, f);
+    uv_close((uv_handle_t *)&f->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&f->timer, on_handle_closed);
+}

@@ -1,0 +1,90 @@
+/*
+ * lease_fwd: lease renewals and TimeToLive queries from any member (issue 10, section 2).
+ *
+ * Only the leader's lessor knows deadlines. A follower's LeaseKeepAlive / LeaseTimeToLive
+ * requests are queued here and, once per loop turn (a uv_idle handle), everything queued
+ * travels to the leader as ONE peer frame (LeaseRenewBatch, type 16) over the one peer
+ * connection; the leader answers with one LeaseRenewResp (type 17) carrying each lease's new
+ * TTL (0 = unknown lease) or remaining/granted TTL (-1 = unknown), and the follower answers
+ * each client call through its done callback. The leader side is lease_fwd_serve.c.
+ *
+ * Bounds: at most cfg->max_pending_lease_forwards requests queued or in flight
+ * (--max-pending-lease-forwards); past it kv_lease_fwd_renew/_ttl return -EBUSY and the
+ * service answers RESOURCE_EXHAUSTED "etcdserver: too many requests" (metric
+ * kvd_lease_fwd_shed_total). Requests wait for a leader; a batch in flight when the leader
+ * changes is re-sent once to the new leader (kvd_lease_fwd_resent_total); a batch that could
+ * not be sent, or that the leader refused because it does not serve leases yet, is retried
+ * every timer period. The time bound is two election timeouts (an election takes one to two)
+ * from queueing, renewed once by the re-send: then the batch fails with -EAGAIN ("etcdserver:
+ * no leader") if no leader is known, else -ETIMEDOUT (a second leader change counts as one).
+ * A timed-out renewal on an open keepalive stream is dropped without an answer (an error would
+ * end the stream; the client renews on its TTL/3 schedule); a half-closed stream or a
+ * TimeToLive gets "etcdserver: request timed out". A leader answering "unknown lease" for a
+ * lease this member's table holds (the leader had not applied the grant yet, or this member
+ * not the revoke) is asked again every timer period while the table holds it, at most 20
+ * times (kvd_lease_fwd_retried_total).
+ *
+ * Calls: a request belongs to a gRPC call. The forwarder keeps a small owner record per call
+ * (for keepalive streams in the call's data pointer); the service must tell it when the call
+ * ends other than through a done callback (kv_lease_fwd_call_gone: on_cancel, or before the
+ * service itself finishes the stream). A keepalive stream half-closed with renewals in flight
+ * is finished (OK) by the forwarder after the last one was answered.
+ *
+ * Threads: loop thread only. Ownership: s->lease_fwd belongs to the server.
+ */
+#ifndef KV_LEASE_FWD_H
+#define KV_LEASE_FWD_H
+
+#include "grpc/grpc_server.h"
+#include "server.h"
+
+#include <stdint.h>
+
+#define KV_LEASE_FWD_REQ 16u  /* LeaseRenewBatch, follower -> leader */
+#define KV_LEASE_FWD_RESP 17u /* LeaseRenewResp, leader -> follower */
+
+typedef struct kv_lease_fwd kv_lease_fwd;
+
+/* Result of one forwarded renewal: status 0 and ttl (0 = unknown lease), or -EAGAIN (no
+ * leader), -ETIMEDOUT (half-closed streams only), -EBUSY (the peer's queue is full),
+ * -ECANCELED (server closing). Returns 1 if it ended the call (finish
+ * or error), else 0. Never called for a call that went away. */
+typedef int (*kv_lease_fwd_renew_fn)(kv_grpc_call *call, int64_t id, int status, int64_t ttl);
+/* Result of one forwarded TimeToLive: status 0 and remaining (-1 = unknown lease), granted,
+ * or a negative errno as above. The unary call must be ended (or handed on) by fn. */
+typedef void (*kv_lease_fwd_ttl_fn)(kv_grpc_call *call, int64_t id, int want_keys, int status,
+                                    int64_t remaining, int64_t granted);
+
+/* Creates s->lease_fwd, registers both peer frame handlers and the metrics. Requires s->node,
+ * s->lessor, s->cfg, s->loop (s->metrics optional). 0 or -ENOMEM. */
+int kv_lease_fwd_start(kv_server *s);
+/* Fails every queued request with -ECANCELED (calls still attached get their done callback),
+ * detaches the handlers, closes the handles (freed on the next loop turn). Idempotent. */
+void kv_lease_fwd_stop(kv_server *s);
+
+/* Queues a renewal of lease id for keepalive stream call (this member must not lead). 0
+ * queued (done runs later, never from inside this call), -EBUSY bound reached (shed),
+ * -EAGAIN forwarder stopped, -ENOMEM. */
+int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
+/* Queues a TimeToLive query of lease id for unary call; same returns. */
+int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
+                     kv_lease_fwd_ttl_fn done);
+
+/* The call went away or the service is about to end it: its pending requests are dropped
+ * silently. Returns 1 if the forwarder knew the call. */
+int kv_lease_fwd_call_gone(kv_lease_fwd *f, kv_grpc_call *call);
+/* The unary TimeToLive call went away (its on_cancel): returns 1 if it was waiting here. */
+int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call);
+/* The client half-closed keepalive stream call: returns 1 if renewals are still pending (the
+ * forwarder finishes the call OK after the last answer), 0 if the caller should finish now. */
+int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
+
+/* Requests queued or in flight (tests, metrics). */
+size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
+
+/* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the
+ * local lessor (code EAGAIN while it does not serve leases). Returns the number of requests
+ * answered or a negative errno. */
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len);
+
+#endif

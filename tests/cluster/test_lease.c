@@ -1,0 +1,528 @@
+/*
+ * cluster_lease: leases in a 3-member cluster (issue 10, sections 1, 2 and 4).
+ *   - a lease renewed only through a follower stays alive through 5x its TTL (renewals are
+ *     forwarded to the leader in batches) and its key vanishes within TTL + 2 s once they stop;
+ *   - 200 leases kept alive through all members survive a kill -9 of the leader; a lease
+ *     nobody renews still expires;
+ *   - expiry state lives on the leader only (kvd_lease_heap_size 0 on followers) and moves
+ *     with a leader transfer;
+ *   - the peer connections stay one per member pair under keepalive load;
+ *   - a full forward queue (--max-pending-lease-forwards) sheds with RESOURCE_EXHAUSTED.
+ * Clients: libkvclient (one shared keepalive stream per client) and etcdctl 3.4.
+ * Figures (renewals forwarded, batches, time to expiry) are logged to stderr.
+ */
+#include "cl_util.h"
+#include "grpc_raw.h"
+#include "kvclient.h"
+#include "rpc.pb-c.h"
+
+#include <criterion/criterion.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kvt_cluster g_c;
+
+static void fini(void)
+{
+    kvt_cluster_destroy(&g_c);
+}
+
+/* A libkvclient client on member i first, then (failover) the other running members. */
+static kvc_client *client_on(int i)
+{
+    const char *eps[KVT_MAX_MEMBERS];
+    size_t n = 0;
+    for (int k = 0; k < g_c.n; k++) {
+        int j = (i + k) % g_c.n;
+        if (g_c.m[j].in_config)
+            eps[n++] = g_c.m[j].endpoint;
+    }
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = n;
+    cfg.dial_timeout_ms = 3000;
+    kvc_client *c = NULL;
+    kvc_error err;
+    int r = kvc_open(&c, &cfg, &err);
+    cr_assert_eq(r, 0, "kvc_open(%s): %s", g_c.m[i].endpoint, err.message);
+    return c;
+}
+
+/* A client talking to member i only. */
+static kvc_client *client_only(int i)
+{
+    const char *eps[1] = {g_c.m[i].endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    kvc_client *c = NULL;
+    kvc_error err;
+    cr_assert_eq(kvc_open(&c, &cfg, &err), 0, "kvc_open: %s", err.message);
+    return c;
+}
+
+static int64_t grant(kvc_client *c, int64_t ttl)
+{
+    kvc_lease_grant_result g;
+    kvc_error err;
+    int r = kvc_lease_grant(c, ttl, 0, 0, 10000, &g, &err);
+    cr_assert_eq(r, 0, "grant: %d %s", r, err.message);
+    return g.id;
+}
+
+/* TimeToLive through client c: remaining TTL (-1 unknown), *granted (optional). */
+static int64_t ttl_of(kvc_client *c, int64_t id, int64_t *granted)
+{
+    kvc_lease_ttl_result t;
+    kvc_error err;
+    int r = kvc_lease_time_to_live(c, id, 0, 10000, &t, &err);
+    cr_assert_eq(r, 0, "timetolive %" PRIx64 ": %d %s", (uint64_t)id, r, err.message);
+    int64_t ttl = t.ttl;
+    if (granted)
+        *granted = t.granted_ttl;
+    kvc_lease_ttl_result_free(&t);
+    return ttl;
+}
+
+static int key_exists(kvc_client *c, const char *key)
+{
+    kvc_range_result res;
+    kvc_error err;
+    int r = kvc_get(c, key, strlen(key), NULL, 10000, &res, &err);
+    cr_assert_eq(r, 0, "get %s: %d %s", key, r, err.message);
+    int found = res.n_kvs > 0;
+    kvc_range_result_free(&res);
+    return found;
+}
+
+/* Metric `series` of member i (-1 if absent). */
+static double metric(int i, const char *series)
+{
+    char *body = NULL;
+    int r = kvt_member_metrics(&g_c, i, &body);
+    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
+    double v = -1;
+    if (kvt_metric_value(body, series, &v) != 0)
+        v = -1;
+    free(body);
+    return v;
+}
+
+/* Polls until metric `series` of member i equals want; returns ms waited or -1. */
+static int wait_metric(int i, const char *series, double want, uint32_t timeout_ms)
+{
+    uint64_t t0 = kvt_now_ms();
+    for (;;) {
+        if (metric(i, series) == want)
+            return (int)(kvt_now_ms() - t0);
+        if (kvt_now_ms() - t0 > timeout_ms)
+            return -1;
+        kvt_sleep_ms(100);
+    }
+}
+
+/* SIGTERM member i (its keepalive streams may still be open) and check its log for
+ * sanitizer reports (leaks show only at a clean exit; the fixture kills with SIGKILL). */
+static void stop_clean(int i)
+{
+    cr_assert_eq(kvt_member_stop(&g_c, i, 10000), 0, "stop %s", g_c.m[i].name);
+    char *log = NULL;
+    cr_assert_eq(kvt_member_log(&g_c, i, 1 << 20, &log), 0);
+    int bad = strstr(log, "Sanitizer") != NULL || strstr(log, "runtime error") != NULL;
+    if (bad)
+        fprintf(stderr, "%s log:\n%s\n", g_c.m[i].name, log);
+    free(log);
+    cr_assert(!bad, "sanitizer report in %s's log", g_c.m[i].name);
+}
+
+static int follower_of(int leader)
+{
+    for (int i = 0; i < g_c.n; i++)
+        if (i != leader && kvt_member_running(&g_c, i))
+            return i;
+    return -1;
+}
+
+Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = follower_of(l);
+    kvc_client *c = client_only(f);
+    const int64_t ttl = 2;
+    int64_t id = grant(c, ttl);
+    kvc_put_opts po = {.lease = id};
+    kvc_error err;
+    cr_assert_eq(kvc_put(c, "/lease/a", 8, "v", 1, &po, 10000, NULL, &err), 0, "put: %s",
+                 err.message);
+
+    /* etcdctl 3.4 against the follower: one renewal on its own stream (send, half-close,
+     * read), answered after the leader did. */
+    char hex[32];
+    snprintf(hex, sizeof(hex), "%" PRIx64, (uint64_t)id);
+    kvt_cmd_result res;
+    cr_assert_eq(kvt_ctl(&g_c, f, 20000, &res, "lease", "keep-alive", "--once", hex, NULL), 0);
+    char want[96];
+    snprintf(want, sizeof(want), "lease %s keepalived with TTL(%" PRId64 ")", hex, ttl);
+    cr_assert(res.exit_code == 0 && strstr(res.out, want) != NULL,
+              "etcdctl lease keep-alive --once via follower: exit %d out '%s' err '%s'",
+              res.exit_code, res.out, res.err ? res.err : "");
+    kvt_cmd_result_free(&res);
+
+    kvc_keepalive *ka = NULL;
+    cr_assert_eq(kvc_lease_keepalive(c, id, ttl, NULL, NULL, &ka, &err), 0, "keepalive: %s",
+                 err.message);
+    uint64_t t0 = kvt_now_ms();
+    while (kvt_now_ms() - t0 < (uint64_t)(5 * ttl * 1000)) {
+        kvc_ka_event ev;
+        int r = kvc_keepalive_next(ka, &ev, 200);
+        if (r == 0)
+            cr_assert_eq(ev.type, KVC_KA_RESPONSE, "lease lost after %" PRIu64 " ms",
+                         kvt_now_ms() - t0);
+    }
+    cr_assert_eq(kvc_keepalive_lost(ka), 0);
+    /* TimeToLive through the follower is answered by the leader (forwarded). */
+    int64_t granted = 0;
+    int64_t left = ttl_of(c, id, &granted);
+    cr_assert(left >= 0 && left <= ttl && granted == ttl,
+              "TimeToLive via follower: %" PRId64 " of %" PRId64, left, granted);
+    cr_assert(key_exists(c, "/lease/a"), "key of the kept-alive lease vanished");
+    /* With keys: the TTLs from the leader, the keys from the follower's own store. */
+    kvc_lease_ttl_result tk;
+    cr_assert_eq(kvc_lease_time_to_live(c, id, 1, 10000, &tk, &err), 0, "%s", err.message);
+    cr_assert(tk.ttl > 0 && tk.n_keys == 1 && tk.key_lens[0] == 8 &&
+                  memcmp(tk.keys[0], "/lease/a", 8) == 0,
+              "TimeToLive with keys via follower: ttl %" PRId64 ", %zu keys", tk.ttl, tk.n_keys);
+    kvc_lease_ttl_result_free(&tk);
+    /* LeaseLeases on a follower: its replicated table. */
+    kvc_lease_leases_result ll;
+    cr_assert_eq(kvc_lease_leases(c, 10000, &ll, &err), 0, "%s", err.message);
+    cr_assert(ll.n_ids == 1 && ll.ids[0] == id, "leases via follower: %zu", ll.n_ids);
+    kvc_lease_leases_result_free(&ll);
+    double fwd = metric(f, "kvd_lease_fwd_renewals_total");
+    double batches = metric(f, "kvd_lease_fwd_batches_total");
+    double served = metric(l, "kvd_lease_fwd_served_total");
+    fprintf(stderr, "  follower %s forwarded %.0f requests in %.0f batches; leader served %.0f\n",
+            g_c.m[f].name, fwd, batches, served);
+    cr_assert(fwd >= 5 && batches >= 1 && served >= fwd - 1, "forwarding metrics");
+    cr_assert_eq(metric(f, "kvd_lease_heap_size"), 0, "a follower keeps an expiry heap");
+
+    /* Renewals stop: the key vanishes within TTL + 2 s. */
+    kvc_keepalive_stop(ka);
+    uint64_t t1 = kvt_now_ms();
+    while (key_exists(c, "/lease/a") && kvt_now_ms() - t1 < 10000)
+        kvt_sleep_ms(50);
+    uint64_t gone = kvt_now_ms() - t1;
+    fprintf(stderr,
+            "  key gone %" PRIu64 " ms after the last renewal stopped (TTL %" PRId64 " s)\n", gone,
+            ttl);
+    cr_assert_lt(gone, (uint64_t)(ttl * 1000 + 2000), "key still there after %" PRIu64 " ms", gone);
+    cr_assert_eq(ttl_of(c, id, NULL), -1);
+    kvc_close(c);
+    stop_clean(f);
+}
+
+#define N_LEASES 200
+
+Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 240)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    /* The followers' clients talk to their follower only (renewals must be forwarded); the
+     * leader's client fails over to the others when it is killed. */
+    kvc_client *cl[3];
+    for (int i = 0; i < 3; i++)
+        cl[i] = i == l ? client_on(i) : client_only(i);
+    const int64_t ttl = 3;
+    static int64_t ids[N_LEASES];
+    static kvc_keepalive *ka[N_LEASES];
+    kvc_error err;
+    for (int k = 0; k < N_LEASES; k++) {
+        ids[k] = grant(cl[k % 3], ttl);
+        int r = kvc_lease_keepalive(cl[k % 3], ids[k], ttl, NULL, NULL, &ka[k], &err);
+        cr_assert_eq(r, 0, "keepalive %d: %s", k, err.message);
+    }
+    int64_t lonely = grant(cl[(l + 1) % 3], ttl); /* nobody renews it */
+    kvt_sleep_ms(2000);
+    for (int i = 0; i < 3; i++)
+        if (i != l)
+            cr_assert_eq(metric(i, "kvd_lease_heap_size"), 0, "follower %s has a heap",
+                         g_c.m[i].name);
+
+    uint64_t t0 = kvt_now_ms();
+    cr_assert_eq(kvt_member_kill9(&g_c, l), 0);
+    int nl = kvt_cluster_wait_leader(&g_c, 15000, NULL);
+    cr_assert_geq(nl, 0, "no new leader");
+    fprintf(stderr, "  new leader %s after %" PRIu64 " ms\n", g_c.m[nl].name, kvt_now_ms() - t0);
+    /* Three TTLs after the kill. */
+    while (kvt_now_ms() - t0 < (uint64_t)(3 * ttl * 1000))
+        kvt_sleep_ms(200);
+
+    int lost = 0, lost_by[3] = {0, 0, 0};
+    for (int k = 0; k < N_LEASES; k++)
+        if (kvc_keepalive_lost(ka[k])) {
+            lost++;
+            lost_by[k % 3]++;
+        }
+    if (lost)
+        fprintf(stderr, "  lost per client (member m0..m2, leader was m%d, now m%d): %d %d %d\n", l,
+                nl, lost_by[0], lost_by[1], lost_by[2]);
+    kvc_client *chk = client_only(nl);
+    int expired = 0;
+    for (int k = 0; k < N_LEASES; k++)
+        if (ttl_of(chk, ids[k], NULL) < 0)
+            expired++;
+    double revoked = metric(nl, "kvd_lease_revoked_total");
+    double fwd = 0, resent = 0;
+    for (int i = 0; i < 3; i++)
+        if (i != l) {
+            fwd += metric(i, "kvd_lease_fwd_renewals_total");
+            resent += metric(i, "kvd_lease_fwd_resent_total");
+        }
+    fprintf(stderr,
+            "  %d of %d leases expired, %d reported lost by clients; revocations %.0f; "
+            "forwarded %.0f, batches re-sent %.0f\n",
+            expired, N_LEASES, lost, revoked, fwd, resent);
+    cr_assert_eq(expired, 0, "%d leases expired", expired);
+    cr_assert_eq(lost, 0, "%d leases reported lost", lost);
+    /* The lease nobody renewed did expire (TTL + election timeout after the new leader). */
+    cr_assert_eq(ttl_of(chk, lonely, NULL), -1, "an unrenewed lease survived");
+    cr_assert_eq(revoked, 1, "revocations on the new leader: %.0f, want 1 (the lonely lease)",
+                 revoked);
+    for (int k = 0; k < N_LEASES; k++)
+        kvc_keepalive_stop(ka[k]);
+    kvc_close(chk);
+    for (int i = 0; i < 3; i++)
+        kvc_close(cl[i]);
+}
+
+Test(cluster_lease, heap_on_leader_only, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    kvc_client *c = client_on(follower_of(l));
+    const int n = 50;
+    for (int k = 0; k < n; k++)
+        (void)grant(c, 60);
+    cr_assert_geq(wait_metric(l, "kvd_lease_heap_size", n, 10000), 0, "leader heap %.0f",
+                  metric(l, "kvd_lease_heap_size"));
+    for (int i = 0; i < 3; i++) {
+        cr_assert_geq(wait_metric(i, "kvd_lease_active", n, 10000), 0, "%s holds %.0f leases",
+                      g_c.m[i].name, metric(i, "kvd_lease_active"));
+        if (i != l)
+            cr_assert_eq(metric(i, "kvd_lease_heap_size"), 0, "follower %s heap %.0f",
+                         g_c.m[i].name, metric(i, "kvd_lease_heap_size"));
+    }
+    int to = follower_of(l);
+    char err[256] = "";
+    cr_assert_eq(kvt_cluster_move_leader(&g_c, to, 10000, err, sizeof(err)), 0, "move: %s", err);
+    int w = wait_metric(to, "kvd_lease_heap_size", n, 10000);
+    cr_assert_geq(w, 0, "new leader %s heap %.0f", g_c.m[to].name,
+                  metric(to, "kvd_lease_heap_size"));
+    cr_assert_geq(wait_metric(l, "kvd_lease_heap_size", 0, 5000), 0, "old leader heap %.0f",
+                  metric(l, "kvd_lease_heap_size"));
+    for (int i = 0; i < 3; i++)
+        if (i != to)
+            cr_assert_eq(metric(i, "kvd_lease_heap_size"), 0);
+    fprintf(stderr, "  heap moved to %s within %d ms of the transfer\n", g_c.m[to].name, w);
+    kvc_close(c);
+}
+
+/* ESTABLISHED (state 01) or TIME_WAIT (06) IPv4 connections whose remote port is a member's
+ * advertised peer port (the proxy in front of it): member-to-member connections. */
+static int count_peer_conns(int state)
+{
+    FILE *fp = fopen("/proc/net/tcp", "r");
+    cr_assert_not_null(fp);
+    char line[512];
+    int n = 0;
+    if (fgets(line, sizeof(line), fp) == NULL) {
+        fclose(fp);
+        return 0;
+    }
+    while (fgets(line, sizeof(line), fp)) {
+        unsigned lport, rport, st;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &lport, &rport, &st) != 3)
+            continue;
+        if ((int)st != state)
+            continue;
+        for (int i = 0; i < g_c.n; i++)
+            if (rport == g_c.m[i].proxy_port)
+                n++;
+    }
+    fclose(fp);
+    return n;
+}
+
+Test(cluster_lease, one_peer_connection_per_pair, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int before = count_peer_conns(1);
+    cr_assert_eq(before, 3, "peer connections at rest: %d, want 3", before);
+    /* 300 leases kept alive through the two followers with the minimum TTL (renewal every
+     * ~1/3 s each): ~600 forwarded renewals/s. */
+    kvc_client *cl[2];
+    int fi = 0;
+    for (int i = 0; i < 3; i++)
+        if (i != l)
+            cl[fi++] = client_only(i);
+    enum { N = 300 };
+    static kvc_keepalive *ka[N];
+    kvc_error err;
+    for (int k = 0; k < N; k++) {
+        int64_t id = grant(cl[k % 2], 1);
+        cr_assert_eq(kvc_lease_keepalive(cl[k % 2], id, 1, NULL, NULL, &ka[k], &err), 0, "%s",
+                     err.message);
+    }
+    uint64_t t0 = kvt_now_ms();
+    int max_est = 0;
+    double f0 = 0;
+    for (int i = 0; i < 3; i++)
+        if (i != l)
+            f0 += metric(i, "kvd_lease_fwd_renewals_total");
+    while (kvt_now_ms() - t0 < 5000) {
+        int e = count_peer_conns(1);
+        if (e > max_est)
+            max_est = e;
+        kvt_sleep_ms(250);
+    }
+    double fwd = 0, batches = 0;
+    for (int i = 0; i < 3; i++)
+        if (i != l) {
+            fwd += metric(i, "kvd_lease_fwd_renewals_total");
+            batches += metric(i, "kvd_lease_fwd_batches_total");
+        }
+    int tw = count_peer_conns(6);
+    int lost = 0;
+    for (int k = 0; k < N; k++)
+        lost += kvc_keepalive_lost(ka[k]) ? 1 : 0;
+    fprintf(stderr,
+            "  peer connections: %d at rest, at most %d under load, %d in TIME_WAIT; "
+            "%.0f renewals/s forwarded (%.1f per batch on average); %d lost\n",
+            before, max_est, tw, (fwd - f0) / 5.0, batches > 0 ? fwd / batches : 0.0, lost);
+    fprintf(stderr,
+            "  leader: expired %.0f, revoked %.0f; followers retried %.0f+%.0f, shed "
+            "%.0f+%.0f, timeouts %.0f+%.0f\n",
+            metric(l, "kvd_lease_expired_total"), metric(l, "kvd_lease_revoked_total"),
+            metric((l + 1) % 3, "kvd_lease_fwd_retried_total"),
+            metric((l + 2) % 3, "kvd_lease_fwd_retried_total"),
+            metric((l + 1) % 3, "kvd_lease_fwd_shed_total"),
+            metric((l + 2) % 3, "kvd_lease_fwd_shed_total"),
+            metric((l + 1) % 3, "kvd_lease_fwd_timeouts_total"),
+            metric((l + 2) % 3, "kvd_lease_fwd_timeouts_total"));
+    cr_assert_eq(max_est, 3, "peer connections under keepalive load: %d", max_est);
+    cr_assert_eq(tw, 0, "peer connections in TIME_WAIT: %d", tw);
+    cr_assert_eq(lost, 0);
+    cr_assert_gt(fwd - f0, 0);
+    /* A follower stops while its keepalive streams are busy forwarding. */
+    stop_clean((l + 1) % 3);
+    for (int k = 0; k < N; k++)
+        kvc_keepalive_stop(ka[k]);
+    kvc_close(cl[0]);
+    kvc_close(cl[1]);
+}
+
+/* One renewal on its own LeaseKeepAlive stream (send, half-close, read): grpc status and
+ * message of the answer. */
+typedef struct ka_call {
+    uint16_t port;
+    int64_t id;
+    int rc, status;
+    int64_t ttl;
+    char msg[160];
+} ka_call;
+
+static void *ka_call_run(void *arg)
+{
+    ka_call *k = arg;
+    kv_it_grpc *g = NULL;
+    k->rc = kv_it_grpc_open(&g, "127.0.0.1", k->port, 5000);
+    if (k->rc)
+        return NULL;
+    Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+    req.id = k->id;
+    uint8_t buf[32];
+    size_t len = etcdserverpb__lease_keep_alive_request__pack(&req, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 8000,
+                            &k->status, k->msg, sizeof(k->msg));
+    if (k->rc == 0) {
+        Etcdserverpb__LeaseKeepAliveResponse *r =
+            etcdserverpb__lease_keep_alive_response__unpack(NULL, rlen, resp);
+        k->ttl = r ? r->ttl : -100;
+        if (r)
+            etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+    }
+    free(resp);
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
+{
+    static const char *const args[] = {"--max-pending-lease-forwards=4", NULL};
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    o.heartbeat_ms = CL_HEARTBEAT_MS;
+    o.election_ms = CL_ELECTION_MS;
+    o.kvd_args = args;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = follower_of(l);
+    kvc_client *c = client_only(f);
+    int64_t id = grant(c, 60);
+    kvc_close(c);
+
+    /* Cut the follower off: its forwarded renewals wait (up to two election timeouts). */
+    cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
+    ka_call held[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        memset(&held[k], 0, sizeof(held[k]));
+        held[k].port = g_c.m[f].client_port;
+        held[k].id = id;
+        cr_assert_eq(pthread_create(&th[k], NULL, ka_call_run, &held[k]), 0);
+    }
+    kvt_sleep_ms(250);
+    ka_call extra = {.port = g_c.m[f].client_port, .id = id};
+    ka_call_run(&extra);
+    for (int k = 0; k < 4; k++)
+        pthread_join(th[k], NULL);
+    fprintf(stderr, "  fifth renewal: rc %d status %d '%s'; held ones: status %d '%s'\n", extra.rc,
+            extra.status, extra.msg, held[0].status, held[0].msg);
+    cr_assert_eq(extra.rc, KV_IT_GRPC_STATUS);
+    cr_assert_eq(extra.status, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", extra.status, extra.msg);
+    cr_assert_str_eq(extra.msg, "etcdserver: too many requests");
+    for (int k = 0; k < 4; k++)
+        cr_assert(held[k].rc == KV_IT_GRPC_STATUS && held[k].status == 14,
+                  "held renewal %d: rc %d status %d '%s' (want UNAVAILABLE)", k, held[k].rc,
+                  held[k].status, held[k].msg);
+    cr_assert_geq(metric(f, "kvd_lease_fwd_shed_total"), 1);
+    cr_assert_eq(metric(f, "kvd_lease_fwd_pending"), 0);
+
+    /* Healed: renewals through the follower work again. */
+    cr_assert_eq(kvt_member_partition(&g_c, f, 0), 0);
+    uint64_t t0 = kvt_now_ms();
+    ka_call ok;
+    do {
+        kvt_sleep_ms(200);
+        ok = (ka_call){.port = g_c.m[f].client_port, .id = id};
+        ka_call_run(&ok);
+    } while ((ok.rc != 0 || ok.ttl != 60) && kvt_now_ms() - t0 < 15000);
+    cr_assert(ok.rc == 0 && ok.ttl == 60, "renewal after healing: rc %d ttl %" PRId64 " '%s'",
+              ok.rc, ok.ttl, ok.msg);
+}
