@@ -644,11 +644,13 @@ static int single_voter(const kv_node *n)
     return c->n_voters == 1 && c->n_learners == 0 && c->voters[0] == n->self;
 }
 
-static int start_work(kv_node *n, const struct raft_ready *rd)
+/* The worker's job for ready rd (NULL: a compaction-only commit), with a pending log
+ * compaction and snapshot file folded in. NULL on allocation failure. */
+static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
 {
     ready_work *w = calloc(1, sizeof(*w));
     if (w == NULL)
-        return -ENOMEM;
+        return NULL;
     w->req.data = w;
     w->node = n;
     w->revision = n->revision;
@@ -663,7 +665,7 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
         w->fresh = calloc(k, 1);
         if (w->results == NULL || w->ids == NULL || w->fresh == NULL) {
             free_work(w);
-            return -ENOMEM;
+            return NULL;
         }
         w->snap_path = n->snap_pending;
     }
@@ -672,6 +674,14 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
         w->compact = n->compact_meta;
         n->compact_log = 0;
     }
+    return w;
+}
+
+static int start_work(kv_node *n, const struct raft_ready *rd)
+{
+    ready_work *w = new_work(n, rd);
+    if (w == NULL)
+        return -ENOMEM;
     n->inflight = w;
     int rc = uv_queue_work(n->loop, &w->req, work_ready, after_ready);
     if (rc < 0) {
@@ -682,27 +692,12 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
     return 0;
 }
 
-/* The same as start_work + the worker + after_ready, on the calling thread. */
+/* The same as start_work + the worker + after_ready, on the calling thread (start-up). */
 static int start_work_sync(kv_node *n, const struct raft_ready *rd)
 {
-    ready_work *w = calloc(1, sizeof(*w));
+    ready_work *w = new_work(n, rd);
     if (w == NULL)
         return -ENOMEM;
-    w->req.data = w;
-    w->node = n;
-    w->revision = n->revision;
-    w->has_ready = 1;
-    w->rd = *rd;
-    w->spec = single_voter(n);
-    w->applied = n->st.applied_index;
-    size_t k = apply_count(w) ? apply_count(w) : 1;
-    w->results = calloc(k, sizeof(*w->results));
-    w->ids = calloc(k, sizeof(*w->ids));
-    w->fresh = calloc(k, 1);
-    if (w->results == NULL || w->ids == NULL || w->fresh == NULL) {
-        free_work(w);
-        return -ENOMEM;
-    }
     n->inflight = w;
     work_ready(&w->req);
     after_ready(&w->req, 0);
