@@ -4,8 +4,11 @@
  *   node.c        public API: the request queue, barriers, exclusive items, compaction waiters,
  *                 metrics, init and close.
  *   node_ready.c  the raft driver: feeds raft (messages, ticks, proposals, reads), takes each
- *                 ready, persists and applies it on a worker thread in ONE LMDB transaction,
- *                 then sends, acknowledges and advances (raft.h's loop).
+ *                 ready, hands it to the worker, then sends, acknowledges and advances
+ *                 (raft.h's loop).
+ *   node_apply.c  the worker: one ready -> ONE LMDB transaction (log, hard state, applies).
+ *   node_conf.c   membership changes and leader transfer.
+ *   node_snap.c   the log's lower end: seeding, compaction, snapshots sent and installed.
  *   node_peer.c   what crosses the peer transport: raft messages, proposals forwarded to the
  *                 leader, read-index requests and answers, snapshots.
  *
@@ -273,6 +276,13 @@ void kv_node__raft_stop(kv_node *n);
 void kv_node__drive(kv_node *n);
 void kv_node__elect_single(kv_node *n);
 void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
+
+/* node_apply.c (worker thread, except record_lease_events/free_records: start and stop) */
+void kv_node__work_ready(uv_work_t *req);
+size_t kv_node__apply_count(const ready_work *w);
+const struct raft_entry *kv_node__apply_entry(const ready_work *w, size_t i);
+void kv_node__record_lease_events(kv_node *n, int on);
+void kv_node__free_records(kv_node *n);
 
 /* node_conf.c */
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);

@@ -23,8 +23,6 @@
  */
 #include "node/node_int.h"
 
-#include "internal.pb-c.h"
-#include "mvcc/members.h"
 #include "peer/peer_net.h"
 
 #include <errno.h>
@@ -35,347 +33,6 @@
 
 void kv_node__fire_compact_waiters(kv_node *n, int status);
 static int single_voter(const kv_node *n);
-
-/* ---- entry prefix ---- */
-
-static int read_varint(const uint8_t *p, size_t len, size_t *o, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *o < len; shift += 7) {
-        uint8_t b = p[(*o)++];
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 0;
-    }
-    return -1;
-}
-
-/* id and proposer from the first fields of an entry (0 when absent). */
-static void entry_origin(const uint8_t *p, size_t len, uint64_t *id, uint64_t *proposer)
-{
-    size_t o = 0;
-    *id = *proposer = 0;
-    for (int i = 0; i < 2 && o < len; i++) {
-        uint64_t v;
-        if (p[o] == 0x08) {
-            o++;
-            if (read_varint(p, len, &o, &v) < 0)
-                return;
-            *id = v;
-        } else if (p[o] == 0x10) {
-            o++;
-            if (read_varint(p, len, &o, &v) < 0)
-                return;
-            *proposer = v;
-        } else {
-            return;
-        }
-    }
-}
-
-/* ---- worker ---- */
-
-static void record_event(void *arg, int type, int64_t id, int64_t ttl, int64_t remaining)
-{
-    ready_work *w = ((kv_node *)arg)->inflight;
-    if (w->nev == w->cap_ev) {
-        size_t cap = w->cap_ev ? w->cap_ev * 2 : 16;
-        obs_event *ev = realloc(w->ev, cap * sizeof(*ev));
-        if (ev == NULL) {
-            w->ev_oom = 1;
-            return;
-        }
-        w->ev = ev;
-        w->cap_ev = cap;
-    }
-    w->ev[w->nev++] = (obs_event){type, id, ttl, remaining};
-}
-
-static void rec_granted(void *arg, int64_t id, int64_t ttl, int64_t remaining)
-{
-    record_event(arg, 0, id, ttl, remaining);
-}
-
-static void rec_revoked(void *arg, int64_t id)
-{
-    record_event(arg, 1, id, 0, 0);
-}
-
-static void rec_checkpointed(void *arg, int64_t id, int64_t remaining)
-{
-    record_event(arg, 2, id, 0, remaining);
-}
-
-/* ---- membership records (worker thread) ---- */
-
-/* The InternalRequest field 20 (member_add) right after the id/proposer prefix. */
-static const uint8_t *member_record(const struct raft_entry *e, size_t *len)
-{
-    const uint8_t *p = e->data;
-    size_t o = 0;
-    uint64_t v;
-    for (int i = 0; i < 2 && o < e->len && (p[o] == 0x08 || p[o] == 0x10); i++) {
-        o++;
-        if (read_varint(p, e->len, &o, &v) < 0)
-            return NULL;
-    }
-    if (o + 2 > e->len || p[o] != 0xA2 || p[o + 1] != 0x01)
-        return NULL;
-    o += 2;
-    if (read_varint(p, e->len, &o, &v) < 0 || v > e->len - o)
-        return NULL;
-    *len = (size_t)v;
-    return p + o;
-}
-
-/* The InternalRequest field 21 (member_change: op, id) after the prefix: 0 and op/id. */
-static int member_op(const struct raft_entry *e, int *op, uint64_t *id)
-{
-    const uint8_t *p = e->data;
-    size_t o = 0;
-    uint64_t v;
-    for (int i = 0; i < 2 && o < e->len && (p[o] == 0x08 || p[o] == 0x10); i++) {
-        o++;
-        if (read_varint(p, e->len, &o, &v) < 0)
-            return -1;
-    }
-    if (o + 2 > e->len || p[o] != 0xAA || p[o + 1] != 0x01)
-        return -1;
-    o += 2;
-    uint64_t l;
-    if (read_varint(p, e->len, &o, &l) < 0 || l > e->len - o)
-        return -1;
-    size_t end = o + (size_t)l;
-    *op = 0;
-    *id = 0;
-    while (o < end) {
-        uint8_t tag = p[o++];
-        if (read_varint(p, end, &o, &v) < 0)
-            return -1;
-        if (tag == 0x08)
-            *op = (int)v;
-        else if (tag == 0x10)
-            *id = v;
-    }
-    return *op >= KV_NODE_MEMBER_ADD && *op <= KV_NODE_MEMBER_PROMOTE && *id ? 0 : -1;
-}
-
-static int is_member_record(const struct raft_entry *e)
-{
-    size_t len;
-    int op;
-    uint64_t id;
-    return member_record(e, &len) != NULL || member_op(e, &op, &id) == 0;
-}
-
-/* Remembers the record until the configuration entry that adds its member applies (on every
- * member: both entries are in the log). Bounded: the oldest is dropped. */
-static void note_change(ready_work *w, const struct raft_entry *e, int op, uint64_t id)
-{
-    if (w->n_changes == KV_NODE_MAX_RECORDS)
-        return;
-    uint64_t req_id, proposer;
-    entry_origin(e->data, e->len, &req_id, &proposer);
-    w->changes[w->n_changes].op = op;
-    w->changes[w->n_changes].id = id;
-    w->changes[w->n_changes].proposer = proposer;
-    w->changes[w->n_changes].req_id = req_id;
-    w->n_changes++;
-}
-
-static void keep_record(kv_node *n, ready_work *w, const struct raft_entry *e)
-{
-    size_t len;
-    int op;
-    uint64_t mid;
-    if (member_op(e, &op, &mid) == 0) {
-        note_change(w, e, op, mid);
-        return;
-    }
-    const uint8_t *rec = member_record(e, &len);
-    Kvdpb__Member *m = rec ? kvdpb__member__unpack(NULL, len, rec) : NULL;
-    if (m == NULL)
-        return;
-    uint64_t id = m->id;
-    note_change(w, e, m->is_learner ? KV_NODE_MEMBER_ADD_LEARNER : KV_NODE_MEMBER_ADD, id);
-    kvdpb__member__free_unpacked(m, NULL);
-    uint8_t *copy = malloc(len ? len : 1);
-    if (copy == NULL)
-        return;
-    memcpy(copy, rec, len);
-    size_t slot = n->n_records < KV_NODE_MAX_RECORDS ? n->n_records++ : 0;
-    if (slot == 0 && n->n_records == KV_NODE_MAX_RECORDS) {
-        free(n->records[0].data);
-        memmove(&n->records[0], &n->records[1],
-                (KV_NODE_MAX_RECORDS - 1) * sizeof(n->records[0]));
-        slot = KV_NODE_MAX_RECORDS - 1;
-    }
-    n->records[slot].id = id;
-    n->records[slot].data = copy;
-    n->records[slot].len = len;
-}
-
-/* Takes the kept record of member id (caller frees), or NULL. */
-static uint8_t *take_record(kv_node *n, uint64_t id, size_t *len)
-{
-    for (size_t i = 0; i < n->n_records; i++) {
-        if (n->records[i].id != id)
-            continue;
-        uint8_t *d = n->records[i].data;
-        *len = n->records[i].len;
-        memmove(&n->records[i], &n->records[i + 1], (n->n_records - i - 1) * sizeof(n->records[0]));
-        n->n_records--;
-        return d;
-    }
-    return NULL;
-}
-
-/* A configuration entry: the members table follows raft's configuration (members.h). */
-static int apply_conf(kv_node *n, ready_work *w, kv_store_batch *b, const struct raft_entry *e,
-                      kv_result *res)
-{
-    (void)w;
-    int op;
-    raft_id id;
-    int fresh = e->index > kv_store_batch_applied(b);
-    int rc = kv_store_apply_noop(n->store, b, e->index);
-    if (rc < 0 || !fresh || raft_conf_change_decode(e, &op, &id) != 0)
-        return rc;
-    size_t len = 0;
-    uint8_t *rec = take_record(n, id, &len);
-    int mop = op == RAFT_CONF_REMOVE        ? KV_NODE_MEMBER_REMOVE
-              : op == RAFT_CONF_ADD_LEARNER ? KV_NODE_MEMBER_ADD_LEARNER
-              : rec                         ? KV_NODE_MEMBER_ADD
-                                            : KV_NODE_MEMBER_PROMOTE;
-    rc = kv_store_member_change(n->store, b, mop, id, rec, len, res);
-    free(rec);
-    if (rc == 0 && res->code != 0)
-        fprintf(stderr, "kvd: members table refused configuration change at %llu: %s\n",
-                (unsigned long long)e->index, res->msg);
-    return rc;
-}
-
-/* Entry i of what the worker applies: the committed entries, then (single voter) the new
- * ones. */
-static const struct raft_entry *apply_entry(const ready_work *w, size_t i)
-{
-    return i < w->rd.n_committed ? &w->rd.committed[i] : &w->rd.entries[i - w->rd.n_committed];
-}
-
-static size_t apply_count(const ready_work *w)
-{
-    return w->rd.n_committed + (w->spec ? w->rd.n_entries : 0);
-}
-
-/* Applies the entries of the ready inside the batch b. A single voter also applies the entries
- * it persists in this same transaction: they are committed exactly when they are durable, and
- * the transaction makes both happen at once, so a write costs one commit (issue 9: one sync on
- * the critical path). Raft hands them out again as committed later; the store skips them. */
-static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
-{
-    size_t cnt = apply_count(w);
-    for (size_t i = 0; i < cnt; i++) {
-        const struct raft_entry *e = apply_entry(w, i);
-        int rc;
-        if (e->type == RAFT_ENTRY_CONF) {
-            rc = apply_conf(n, w, b, e, &w->results[i]);
-            if (rc == 0 && e->index > w->applied) {
-                w->applied = e->index;
-                w->fresh[i] = 1;
-            }
-        } else if (e->len == 0 || is_member_record(e)) {
-            /* a leader's empty entry, or a member record (kept until its configuration entry) */
-            if (e->len && e->index > kv_store_batch_applied(b))
-                keep_record(n, w, e);
-            uint64_t id, proposer;
-            entry_origin(e->data, e->len, &id, &proposer);
-            rc = kv_store_apply_noop(n->store, b, e->index);
-            if (rc == 0 && e->index > w->applied) {
-                w->applied = e->index;
-                w->fresh[i] = 1;
-                if (e->len && proposer == n->self)
-                    w->ids[i] = id;
-            }
-        } else {
-            uint64_t id, proposer;
-            entry_origin(e->data, e->len, &id, &proposer);
-            kv_store_batch_set_quiet(b, proposer != n->self); /* responses for our waiters only */
-            rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);
-            if (rc == 0 && !w->results[i].skipped) {
-                if (proposer == n->self)
-                    w->ids[i] = id;
-                if (e->index > w->applied)
-                    w->applied = e->index;
-                if (w->results[i].revision > w->revision)
-                    w->revision = w->results[i].revision;
-            }
-        }
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* Does this commit carry something raft needs durable before it goes on (log entries, a new
- * term or vote, a snapshot, a log compaction)? A single voter's entries are applied in the
- * same commit, so they need it too. */
-static int durable_needed(const ready_work *w)
-{
-    if (w->has_compact)
-        return 1;
-    if (!w->has_ready)
-        return 0;
-    const struct raft_ready *rd = &w->rd;
-    return rd->n_entries || rd->has_snapshot ||
-           (rd->hs_changed && (rd->hs.term != w->node->persisted_hs.term ||
-                               rd->hs.vote != w->node->persisted_hs.vote));
-}
-
-static void work_ready(uv_work_t *req)
-{
-    ready_work *w = req->data;
-    kv_node *n = w->node;
-    kv_store_batch *b = NULL;
-    int rc = kv_store_batch_begin(n->store, &b);
-    if (rc == 0 && w->has_ready) {
-        MDB_txn *txn = kv_store_batch_txn(b);
-        if (w->rd.has_snapshot)
-            rc = kv_node__install_snapshot(n, b, &w->rd.snapshot.meta, w->snap_path);
-        if (rc == 0 && w->rd.n_entries)
-            rc = kv_raftlog_append(n->log, txn, w->rd.entries, w->rd.n_entries);
-        if (rc == 0 && w->spec && w->rd.n_entries) {
-            /* single voter: these entries are committed by this very commit; recording it
-             * keeps a restart from handing them out again */
-            w->rd.hs_changed = true;
-            raft_index last = w->rd.entries[w->rd.n_entries - 1].index;
-            if (w->rd.hs.commit < last)
-                w->rd.hs.commit = last;
-        }
-        if (rc == 0 && w->rd.hs_changed)
-            rc = kv_raftlog_set_hard_state(n->log, txn, &w->rd.hs);
-        if (rc == 0)
-            rc = apply_entries(n, w, b);
-    }
-    if (rc == 0 && w->has_compact)
-        rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
-    if (b != NULL && rc == 0)
-        w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys,
-                                            &w->cremoved);
-    if (b != NULL) {
-        if (rc == 0 && !durable_needed(w)) {
-            /* Only applies (and compaction): derivable from the log, already durable. LMDB's
-             * integrity still holds after a power loss; a lost commit is replayed. */
-            rc = kv_store_batch_commit_nometasync(n->store, b);
-            w->synced = 1;
-        } else if (rc == 0) {
-            rc = kv_store_batch_commit(n->store, b);
-            w->synced = 2; /* LMDB: data pages, then the meta page */
-        } else {
-            kv_store_batch_abort(n->store, b);
-        }
-    }
-    w->rc = rc;
-}
 
 /* ---- loop ---- */
 
@@ -420,7 +77,7 @@ static void compaction_progress(kv_node *n, const ready_work *w)
 static void free_work(ready_work *w)
 {
     if (w->results) {
-        size_t cnt = w->has_ready ? apply_count(w) : 0;
+        size_t cnt = w->has_ready ? kv_node__apply_count(w) : 0;
         for (size_t k = 0; k < cnt; k++)
             free(w->results[k].resp);
     }
@@ -598,9 +255,9 @@ static void after_ready(uv_work_t *req, int status)
 
     /* Durable: now acknowledge, in order. */
     if (w->has_ready) {
-        size_t cnt = apply_count(w);
+        size_t cnt = kv_node__apply_count(w);
         for (size_t i = 0; i < cnt; i++) {
-            const struct raft_entry *e = apply_entry(w, i);
+            const struct raft_entry *e = kv_node__apply_entry(w, i);
             if (w->ids[i])
                 complete_id(n, w->ids[i], &w->results[i]);
             else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
@@ -659,7 +316,7 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
         w->rd = *rd;
         w->spec = single_voter(n);
         w->applied = n->st.applied_index;
-        size_t k = apply_count(w) ? apply_count(w) : 1;
+        size_t k = kv_node__apply_count(w) ? kv_node__apply_count(w) : 1;
         w->results = calloc(k, sizeof(*w->results));
         w->ids = calloc(k, sizeof(*w->ids));
         w->fresh = calloc(k, 1);
@@ -683,7 +340,7 @@ static int start_work(kv_node *n, const struct raft_ready *rd)
     if (w == NULL)
         return -ENOMEM;
     n->inflight = w;
-    int rc = uv_queue_work(n->loop, &w->req, work_ready, after_ready);
+    int rc = uv_queue_work(n->loop, &w->req, kv_node__work_ready, after_ready);
     if (rc < 0) {
         n->inflight = NULL;
         free_work(w);
@@ -699,7 +356,7 @@ static int start_work_sync(kv_node *n, const struct raft_ready *rd)
     if (w == NULL)
         return -ENOMEM;
     n->inflight = w;
-    work_ready(&w->req);
+    kv_node__work_ready(&w->req);
     after_ready(&w->req, 0);
     return 0;
 }
@@ -1146,9 +803,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         rc = -ENOMEM;
         goto fail_raft;
     }
-    kv_store_lease_observer rec = {
-        .arg = n, .granted = rec_granted, .revoked = rec_revoked, .checkpointed = rec_checkpointed};
-    kv_store_set_lease_observer(n->store, &rec);
+    kv_node__record_lease_events(n, 1);
     return 0;
 fail_raft:
     raft_close(&n->raft);
@@ -1167,9 +822,7 @@ fail:
 
 void kv_node__raft_stop(kv_node *n)
 {
-    for (size_t i = 0; i < n->n_records; i++)
-        free(n->records[i].data);
-    n->n_records = 0;
+    kv_node__free_records(n);
     if (n->raft_ok) {
         raft_close(&n->raft);
         n->raft_ok = 0;
@@ -1194,7 +847,7 @@ void kv_node__raft_stop(kv_node *n)
     n->inbox_snap = NULL;
     n->snap_pending = NULL;
     n->snap_dir = NULL;
-    kv_store_set_lease_observer(n->store, NULL);
+    kv_node__record_lease_events(n, 0);
     kv_raftlog_close(n->log);
     n->log = NULL;
 }
