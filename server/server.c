@@ -42,8 +42,7 @@ static int start_watch(kv_server *s)
     return 0;
 }
 
-static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8_t *buf,
-                            size_t len)
+static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8_t *buf, size_t len)
 {
     kv_node_on_peer_message(((kv_server *)arg)->node, from, type, buf, len);
 }

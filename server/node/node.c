@@ -319,12 +319,10 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                         gauge_pending, n);
     kv_metrics_gauge_fn(metrics, "kvd_proposals_waiting",
                         "Proposals of this member waiting to be applied.", gauge_waiting, n);
-    kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied,
-                        n);
+    kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied, n);
     kv_metrics_gauge_fn(metrics, "kvd_raft_term", "Current raft term.", gauge_term, n);
     kv_metrics_gauge_fn(metrics, "kvd_raft_commit_index", "Raft commit index.", gauge_commit, n);
-    kv_metrics_gauge_fn(metrics, "kvd_has_leader", "1 if a leader is known.", gauge_has_leader,
-                        n);
+    kv_metrics_gauge_fn(metrics, "kvd_has_leader", "1 if a leader is known.", gauge_has_leader, n);
     n->m_health_barriers = kv_metrics_counter(metrics, "kvd_health_barriers_total",
                                               "Health barriers queued through the log (reserved, "
                                               "outside --max-pending-proposals).",
@@ -340,9 +338,8 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
     for (int t = 1; t < 3; t++) {
         char labels[32];
         snprintf(labels, sizeof(labels), "type=\"%s\"", kv_alarm_name(t));
-        n->m_alarm[t] = kv_metrics_gauge(metrics, "kvd_alarms",
-                                         "Active alarms by type (1 = raised on any member).",
-                                         labels);
+        n->m_alarm[t] = kv_metrics_gauge(
+            metrics, "kvd_alarms", "Active alarms by type (1 = raised on any member).", labels);
     }
     n->m_ckeys = kv_metrics_counter(metrics, "kvd_compaction_keys_total",
                                     "Keys visited by batched physical compaction.", NULL);
@@ -503,13 +500,13 @@ static uint8_t *make_entry(kv_node *n, uint8_t *body, size_t blen, uint64_t id, 
     }
     size_t o = 0;
     p[o++] = 0x08;
-    for (uint64_t v = id; ; v >>= 7) {
+    for (uint64_t v = id;; v >>= 7) {
         p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
         if (v < 0x80)
             break;
     }
     p[o++] = 0x10;
-    for (uint64_t v = n->self; ; v >>= 7) {
+    for (uint64_t v = n->self;; v >>= 7) {
         p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
         if (v < 0x80)
             break;
@@ -733,8 +730,7 @@ int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size
     return rc;
 }
 
-int kv_node_move_leader(kv_node *n, uint64_t target, void (*done)(void *arg, int status),
-                        void *arg)
+int kv_node_move_leader(kv_node *n, uint64_t target, void (*done)(void *arg, int status), void *arg)
 {
     if (n->closing)
         return -ESHUTDOWN;

@@ -44,14 +44,15 @@ typedef struct kv_node_config {
     uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
     uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
     /* raft (issue 9). Zero values give a single member whose raft id is hdr->member_id. */
-    const uint64_t *voters;   /* bootstrap configuration (every --initial-cluster member) */
+    const uint64_t *voters; /* bootstrap configuration (every --initial-cluster member) */
     size_t n_voters;
-    uint32_t heartbeat_ms;    /* --heartbeat-interval; default 100 */
-    uint32_t election_ms;     /* --election-timeout; default 1000 */
-    uint32_t max_pending_reads; /* linearizable reads waiting (--max-pending-reads); default 10000 */
-    uint64_t snapshot_count;  /* applied entries between log compactions; default 10000 */
-    const char *snap_dir;     /* where snapshots are prepared/received; NULL: no snapshots */
-    uint64_t seed;            /* raft PRNG seed; 0: derived from the member id and the clock */
+    uint32_t heartbeat_ms; /* --heartbeat-interval; default 100 */
+    uint32_t election_ms;  /* --election-timeout; default 1000 */
+    uint32_t
+        max_pending_reads;   /* linearizable reads waiting (--max-pending-reads); default 10000 */
+    uint64_t snapshot_count; /* applied entries between log compactions; default 10000 */
+    const char *snap_dir;    /* where snapshots are prepared/received; NULL: no snapshots */
+    uint64_t seed;           /* raft PRNG seed; 0: derived from the member id and the clock */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -208,8 +209,12 @@ void kv_node_get_raft_status(const kv_node *n, kv_node_raft_status *st);
 int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *arg);
 
 /* Membership changes (Cluster service). op: */
-enum { KV_NODE_MEMBER_ADD = 1, KV_NODE_MEMBER_ADD_LEARNER, KV_NODE_MEMBER_REMOVE,
-       KV_NODE_MEMBER_PROMOTE };
+enum {
+    KV_NODE_MEMBER_ADD = 1,
+    KV_NODE_MEMBER_ADD_LEARNER,
+    KV_NODE_MEMBER_REMOVE,
+    KV_NODE_MEMBER_PROMOTE
+};
 /* Proposes the change for member id. record: a packed kvdpb.Member (peer URLs, learner flag)
  * stored in the members table when the change applies (ADD/ADD_LEARNER; NULL otherwise). done
  * gets res->code 0 once the configuration entry applied on this member, or etcd's error

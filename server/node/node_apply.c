@@ -190,8 +190,7 @@ static void keep_record(kv_node *n, ready_work *w, const struct raft_entry *e)
     size_t slot = n->n_records < KV_NODE_MAX_RECORDS ? n->n_records++ : 0;
     if (slot == 0 && n->n_records == KV_NODE_MAX_RECORDS) {
         free(n->records[0].data);
-        memmove(&n->records[0], &n->records[1],
-                (KV_NODE_MAX_RECORDS - 1) * sizeof(n->records[0]));
+        memmove(&n->records[0], &n->records[1], (KV_NODE_MAX_RECORDS - 1) * sizeof(n->records[0]));
         slot = KV_NODE_MAX_RECORDS - 1;
     }
     n->records[slot].id = id;
@@ -343,8 +342,8 @@ void kv_node__work_ready(uv_work_t *req)
     if (rc == 0 && w->has_compact)
         rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
     if (b != NULL && rc == 0)
-        w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys,
-                                            &w->cremoved);
+        w->cstep_rc =
+            kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys, &w->cremoved);
     if (b != NULL) {
         if (rc == 0 && !durable_needed(w)) {
             /* Only applies (and compaction): derivable from the log, already durable. LMDB's

@@ -105,8 +105,8 @@ void kv_node__conf_drive(kv_node *n)
         n->conf_pending_index = 0;
         return;
     }
-    if (n->n_conf_todo == 0 || (n->conf_pending_index &&
-                                n->conf_pending_index > n->st.applied_index))
+    if (n->n_conf_todo == 0 ||
+        (n->conf_pending_index && n->conf_pending_index > n->st.applied_index))
         return;
     const struct conf_todo *t = &n->conf_todo[0];
     if (t->op == KV_NODE_MEMBER_PROMOTE) {

@@ -96,8 +96,8 @@ typedef struct ready_work {
         uint64_t id, proposer, req_id;
     } changes[KV_NODE_MAX_RECORDS]; /* membership change entries applied by this commit */
     size_t n_changes;
-    int spec;           /* single voter: rd.entries are applied in this commit too */
-    uint64_t applied;   /* highest index applied by this commit */
+    int spec;         /* single voter: rd.entries are applied in this commit too */
+    uint64_t applied; /* highest index applied by this commit */
     int64_t revision;
     int rc;
     obs_event *ev;
@@ -108,7 +108,7 @@ typedef struct ready_work {
     const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
     int has_compact;       /* persist compact (log compaction) in this commit */
     struct raft_snapshot_meta compact;
-    int synced;            /* number of fdatasyncs this commit issued (metric) */
+    int synced; /* number of fdatasyncs this commit issued (metric) */
 } ready_work;
 
 /* A linearizable read waiting for its read index, then for apply. */

@@ -160,8 +160,7 @@ static void on_soft_state(kv_node *n, const struct raft_ready *rd)
     if (rd->ss.leader != n->leader) {
         kv_metric_inc(n->m_leader_changes);
         fprintf(stderr, "kvd: raft: leader is now %016llx (term %llu)\n",
-                (unsigned long long)rd->ss.leader,
-                (unsigned long long)raft_current_term(&n->raft));
+                (unsigned long long)rd->ss.leader, (unsigned long long)raft_current_term(&n->raft));
     }
     n->leader = rd->ss.leader;
     int was_leader = n->role == RAFT_LEADER;
@@ -187,8 +186,7 @@ static void advance(kv_node *n, struct raft_ready *rd)
     kv_raftlog_end_cycle(n->log);
     empty_grave(n);
     if (rc != 0) {
-        fprintf(stderr, "kvd: raft: advance failed: %s; stopping this member\n",
-                raft_strerror(rc));
+        fprintf(stderr, "kvd: raft: advance failed: %s; stopping this member\n", raft_strerror(rc));
         abort();
     }
     n->hdr.raft_term = raft_current_term(&n->raft);
@@ -486,8 +484,9 @@ static int disk_low(kv_node *n)
     n->disk_checked_ms = now;
     int low = kv_store_disk_free_below(n->store, KV_DISK_RESERVE);
     if (low && !n->disk_low) {
-        fprintf(stderr, "kvd: less than %u MiB free on the data dir's file system: writes are "
-                        "refused (NOSPACE)\n",
+        fprintf(stderr,
+                "kvd: less than %u MiB free on the data dir's file system: writes are "
+                "refused (NOSPACE)\n",
                 KV_DISK_RESERVE >> 20);
         if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
             kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
