@@ -118,7 +118,7 @@ static void register_metrics(kv_server *s)
 
 static int promote(kv_server *s)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
     if (rc != 0) {
         fprintf(stderr, "kvd: lease recovery: %s\n", mdb_strerror(rc));
@@ -146,7 +146,7 @@ static void on_leader(void *arg, int primary)
 
 void kv_leases_resync(kv_server *s)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     if (mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn) != 0)
         return;
     int rc = kv_lessor_recover(s->lessor, txn, kv_store_leases(s->store));

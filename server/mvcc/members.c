@@ -359,7 +359,7 @@ static int with_read_txn(kv_store *s, int (*fn)(kv_store *s, MDB_txn *txn, void 
 {
     if (!s)
         return -EINVAL;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     pthread_rwlock_rdlock(&s->swap);
     int rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
     if (rc == 0) {

@@ -198,7 +198,7 @@ static int cur_snap(kv_raftlog *l, MDB_txn **txn, struct raft_snapshot_meta *m)
 static int st_initial_state(void *ctx, struct raft_hard_state *hs)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     memset(hs, 0, sizeof *hs);
     int rc = rtxn(l, &txn);
     if (rc)
@@ -210,7 +210,7 @@ static int st_initial_state(void *ctx, struct raft_hard_state *hs)
 static raft_index st_first_index(void *ctx)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     struct raft_snapshot_meta m;
     cur_snap(l, &txn, &m);
     return m.index + 1;
@@ -219,7 +219,7 @@ static raft_index st_first_index(void *ctx)
 static raft_index st_last_index(void *ctx)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     struct raft_snapshot_meta m;
     raft_index last;
     if (cur_snap(l, &txn, &m))
@@ -236,7 +236,7 @@ static raft_index st_last_index(void *ctx)
 static int st_term(void *ctx, raft_index i, raft_term *term)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     struct raft_snapshot_meta m;
     int rc = cur_snap(l, &txn, &m);
     if (rc)
@@ -271,7 +271,7 @@ static int st_entries(void *ctx, raft_index lo, raft_index hi, size_t max_bytes,
                       struct raft_entry *out, size_t *n)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     MDB_cursor *c = NULL;
     struct raft_snapshot_meta m;
     raft_index last;
@@ -324,7 +324,7 @@ out:
 static int st_snapshot(void *ctx, struct raft_snapshot *snap)
 {
     kv_raftlog *l = ctx;
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     memset(snap, 0, sizeof *snap);
     return cur_snap(l, &txn, &snap->meta);
 }
@@ -340,7 +340,7 @@ static const struct raft_storage vtable = {
 
 int kv_raftlog_is_empty(kv_raftlog *l)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     struct raft_hard_state hs;
     struct raft_snapshot_meta m;
     raft_index first;
@@ -364,7 +364,7 @@ int kv_raftlog_is_empty(kv_raftlog *l)
 
 int kv_raftlog_stats(kv_raftlog *l, raft_index *first, raft_index *last, uint64_t *bytes)
 {
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     MDB_stat st;
     struct raft_snapshot_meta m;
     int rc = kv_raftlog_mdb_err(mdb_txn_begin(l->env, NULL, MDB_RDONLY, &txn));
