@@ -353,9 +353,11 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
             rc = kv_mdb_err(r);
     }
     /* So does the membership: kvd bootstraps it again from its flags (etcd's restore writes
-     * a new membership from --initial-cluster). */
-    static const char *const membership[] = {"members", "members_removed"};
-    for (size_t i = 0; rc == 0 && i < 2; i++) {
+     * a new membership from --initial-cluster). And the old cluster's raft log and hard state
+     * (votes, configuration entries of other members): the restored member starts a new log
+     * at its applied index (etcd's restore writes a new WAL; server/node/node_snap.c). */
+    static const char *const membership[] = {"members", "members_removed", "rlog", "rmeta"};
+    for (size_t i = 0; rc == 0 && i < 4; i++) {
         MDB_dbi d;
         int r = mdb_dbi_open(txn, membership[i], 0, &d);
         if (r == 0)
