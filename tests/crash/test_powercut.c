@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "pcacks.h"
 #include "pcjournal.h"
 #include "pcmember.h"
 #include "rpc.pb-c.h"
@@ -49,20 +50,13 @@
 #define N_WRITERS 4
 #define PREFIX "pc/"
 
-typedef struct pc_ack {
-    char key[40];
-    uint8_t *val;
-    uint32_t vlen;
-    int64_t rev;
-} pc_ack;
-
 typedef struct pc_writer {
     pthread_t th;
     const char *endpoint;
     int round, idx;
     atomic_int *stop;
     uint64_t rng;
-    pc_ack *acks;
+    kv_pc_ack *acks;
     size_t n, cap;
     size_t sent; /* puts sent (acknowledged or not) */
 } pc_writer;
@@ -81,14 +75,6 @@ typedef struct pc_round {
     char problem[512];  /* empty: the round passed */
 } pc_round;
 
-static uint64_t pc_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void *pc_writer_main(void *arg)
 {
     pc_writer *w = arg;
@@ -100,20 +86,20 @@ static void *pc_writer_main(void *arg)
     for (size_t seq = 0; !atomic_load(w->stop); seq++) {
         if (w->n == w->cap) {
             size_t cap = w->cap ? w->cap * 2 : 256;
-            pc_ack *a = realloc(w->acks, cap * sizeof *a);
+            kv_pc_ack *a = realloc(w->acks, cap * sizeof *a);
             if (!a)
                 break;
             w->acks = a;
             w->cap = cap;
         }
-        pc_ack *a = &w->acks[w->n];
+        kv_pc_ack *a = &w->acks[w->n];
         snprintf(a->key, sizeof a->key, PREFIX "r%03d/t%d/%06zu", w->round, w->idx, seq);
         /* Mostly small values, some spanning LMDB overflow pages. */
-        uint64_t r = pc_rng(&w->rng);
+        uint64_t r = kv_pc_rng(&w->rng);
         uint32_t len =
             (r % 8 == 0) ? 1500 + (uint32_t)(r >> 8) % 2500 : 8 + (uint32_t)(r >> 8) % 200;
         for (uint32_t i = 0; i < len; i++)
-            val[i] = (uint8_t)('a' + pc_rng(&w->rng) % 26);
+            val[i] = (uint8_t)('a' + kv_pc_rng(&w->rng) % 26);
         int64_t rev = 0;
         w->sent++;
         int rc = kv_it_rpc_put(c, a->key, strlen(a->key), val, len, RPC_MS, &rev, err, sizeof err);
@@ -196,29 +182,10 @@ static int pc_range(const kv_it_server *m, const char *key, const char *end, int
     return 0;
 }
 
-static int pc_kv_cmp(const void *a, const void *b)
-{
-    const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
-    int c = memcmp(x->key.data, y->key.data, n);
-    return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
-}
-
 static int pc_i64_cmp(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
-}
-
-static Mvccpb__KeyValue *pc_find(Etcdserverpb__RangeResponse *r, const char *key)
-{
-    Mvccpb__KeyValue probe = MVCCPB__KEY_VALUE__INIT, *pp = &probe;
-    probe.key.data = (uint8_t *)key;
-    probe.key.len = strlen(key);
-    if (!r->n_kvs)
-        return NULL;
-    Mvccpb__KeyValue **hit = bsearch(&pp, r->kvs, r->n_kvs, sizeof *r->kvs, pc_kv_cmp);
-    return hit ? *hit : NULL;
 }
 
 static void pc_problem(pc_round *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -230,6 +197,11 @@ static void pc_problem(pc_round *out, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(out->problem, sizeof out->problem, fmt, ap);
     va_end(ap);
+}
+
+static void pc_problem_text(void *arg, const char *text)
+{
+    pc_problem(arg, "%s", text);
 }
 
 static void pc_log_tail(const kv_it_server *m, char *dst, size_t cap)
@@ -296,10 +268,10 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
         w[i].round = round;
         w[i].idx = i;
         w[i].stop = &stop;
-        w[i].rng = pc_rng(&rng);
+        w[i].rng = kv_pc_rng(&rng);
         cr_assert_eq(pthread_create(&w[i].th, NULL, pc_writer_main, &w[i]), 0);
     }
-    uint32_t load_ms = 100 + (uint32_t)(pc_rng(&rng) % 700);
+    uint32_t load_ms = 100 + (uint32_t)(kv_pc_rng(&rng) % 700);
     if (kill_at) {
         /* The member cuts itself at its chosen operation; the timer only bounds the wait. */
         uint64_t until = kv_it_now_ms() + 3000;
@@ -322,7 +294,7 @@ static int pc_round_run(kv_it_server *m, int round, kv_pc_mode mode, uint64_t se
     }
 
 replay:
-    rc = kv_pc_replay(journal, mode, pc_rng(&rng), &out->pc, err, sizeof err);
+    rc = kv_pc_replay(journal, mode, kv_pc_rng(&rng), &out->pc, err, sizeof err);
     if (rc) {
         snprintf(fatal, fatal_cap, "replay %.500s: %.400s", journal, err);
         rc = -1;
@@ -353,30 +325,17 @@ replay:
         rc = 0;
         goto stop;
     }
-    if (r->n_kvs > 1)
-        qsort(r->kvs, r->n_kvs, sizeof *r->kvs, pc_kv_cmp);
+    kv_pc_sort(r);
     out->found = r->n_kvs;
     out->rev = r->header ? r->header->revision : 0;
-    size_t lost = 0, wrong = 0;
+    kv_pc_ack *lists[N_WRITERS];
+    size_t counts[N_WRITERS];
     for (int i = 0; i < N_WRITERS; i++) {
-        for (size_t j = 0; j < w[i].n; j++) {
-            pc_ack *a = &w[i].acks[j];
-            Mvccpb__KeyValue *kv = pc_find(r, a->key);
-            if (!kv) {
-                if (!lost++)
-                    pc_problem(out, "acknowledged put lost: %s (rev %" PRId64 ")", a->key, a->rev);
-            } else if (kv->value.len != a->vlen || memcmp(kv->value.data, a->val, a->vlen) != 0 ||
-                       kv->mod_revision != a->rev || kv->create_revision != a->rev ||
-                       kv->version != 1) {
-                if (!wrong++)
-                    pc_problem(out,
-                               "acknowledged put changed: %s rev %" PRId64 " len %u, now mod "
-                               "%" PRId64 " create %" PRId64 " version %" PRId64 " len %zu",
-                               a->key, a->rev, a->vlen, kv->mod_revision, kv->create_revision,
-                               kv->version, kv->value.len);
-            }
-        }
+        lists[i] = w[i].acks;
+        counts[i] = w[i].n;
     }
+    size_t lost, wrong;
+    kv_pc_check(r, lists, counts, N_WRITERS, &lost, &wrong, pc_problem_text, out);
     if (lost || wrong)
         cr_log_info("round %d: %zu acknowledged puts lost, %zu changed (of %zu)", round, lost,
                     wrong, out->acked);
@@ -429,22 +388,6 @@ out:
     return rc;
 }
 
-static int pc_env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
-
-static uint64_t pc_seed(void)
-{
-    const char *v = getenv("KVD_POWERCUT_SEED");
-    if (v && *v)
-        return strtoull(v, NULL, 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-}
-
 static const char *pc_mode_name(kv_pc_mode m)
 {
     return m == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset";
@@ -480,8 +423,8 @@ TestSuite(powercut, .fini = pc_member_free);
 
 Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
 {
-    int rounds = pc_env_int("KVD_POWERCUT_ROUNDS", 20);
-    uint64_t seed = pc_seed();
+    int rounds = kv_pc_env_int("KVD_POWERCUT_ROUNDS", 20);
+    uint64_t seed = kv_pc_seed();
     cr_log_info("powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64, rounds, seed);
     fprintf(stderr, "powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64 "\n", rounds, seed);
     kv_it_server *m = pc_member_new(NULL);
@@ -496,7 +439,7 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
         uint64_t s = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
         kv_pc_mode mode = (i % 2) ? KV_PC_ROLLBACK_SUBSET : KV_PC_ROLLBACK_ALL;
         /* Rounds 2,3 of every 4 cut at a chosen file operation, the others on a timer. */
-        uint64_t kill_at = (i / 2) % 2 ? 1 + pc_rng(&s) % 600 : 0;
+        uint64_t kill_at = (i / 2) % 2 ? 1 + kv_pc_rng(&s) % 600 : 0;
         pc_round r;
         int rc = pc_round_run(m, i, mode, s, kill_at, prev_rev, prev_hash, keys, &r, fatal,
                               sizeof fatal);
@@ -585,8 +528,8 @@ static size_t pc_populate(kv_it_server *m, size_t n)
 /* The negative control: without fsync the same checks must catch the loss. */
 Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
 {
-    int rounds = pc_env_int("KVD_POWERCUT_ROUNDS", 20);
-    uint64_t seed = pc_seed();
+    int rounds = kv_pc_env_int("KVD_POWERCUT_ROUNDS", 20);
+    uint64_t seed = kv_pc_seed();
     cr_log_info("powercut (--unsafe-no-fsync): up to %d rounds, KVD_POWERCUT_SEED=%" PRIu64, rounds,
                 seed);
     fprintf(stderr, "powercut unsafe: KVD_POWERCUT_SEED=%" PRIu64 "\n", seed);

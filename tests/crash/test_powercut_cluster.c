@@ -35,6 +35,7 @@
 
 #include "grpc_raw.h"
 #include "kvt_cluster.h"
+#include "pcacks.h"
 #include "pcjournal.h"
 #include "pcmember.h"
 #include "rpc.pb-c.h"
@@ -45,13 +46,6 @@
 #define RPC_MS 5000
 #define PREFIX "pcc/"
 
-typedef struct cc_ack {
-    char key[40];
-    uint8_t *val;
-    uint32_t vlen;
-    int64_t rev;
-} cc_ack;
-
 typedef struct cc_writer {
     pthread_t th;
     uint16_t port;
@@ -59,7 +53,7 @@ typedef struct cc_writer {
     atomic_int *stop;
     atomic_size_t *acked; /* acknowledged puts of every writer */
     uint64_t rng;
-    cc_ack *acks;
+    kv_pc_ack *acks;
     size_t n, cap;
     size_t sent;
 } cc_writer;
@@ -92,14 +86,6 @@ static void cc_fini(void)
 
 TestSuite(powercut_cluster, .fini = cc_fini);
 
-static uint64_t cc_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void cc_problem(cc_round *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void cc_problem(cc_round *out, const char *fmt, ...)
 {
@@ -109,6 +95,11 @@ static void cc_problem(cc_round *out, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(out->problem, sizeof out->problem, fmt, ap);
     va_end(ap);
+}
+
+static void cc_problem_text(void *arg, const char *text)
+{
+    cc_problem(arg, "%s", text);
 }
 
 /* One Put on an open connection; 0 and *rev, or an error (the connection is then closed). */
@@ -162,20 +153,20 @@ static void *cc_writer_main(void *arg)
         }
         if (w->n == w->cap) {
             size_t cap = w->cap ? w->cap * 2 : 256;
-            cc_ack *a = realloc(w->acks, cap * sizeof *a);
+            kv_pc_ack *a = realloc(w->acks, cap * sizeof *a);
             if (!a)
                 break;
             w->acks = a;
             w->cap = cap;
         }
-        cc_ack *a = &w->acks[w->n];
+        kv_pc_ack *a = &w->acks[w->n];
         snprintf(a->key, sizeof a->key, PREFIX "r%03d/t%d/%06zu", w->round, w->idx, seq);
         /* Mostly small values, every eighth spanning LMDB overflow pages. */
-        uint64_t r = cc_rng(&w->rng);
+        uint64_t r = kv_pc_rng(&w->rng);
         uint32_t len =
             (r % 8 == 0) ? 1500 + (uint32_t)(r >> 8) % 2500 : 8 + (uint32_t)(r >> 8) % 200;
         for (uint32_t i = 0; i < len; i++)
-            val[i] = (uint8_t)('a' + cc_rng(&w->rng) % 26);
+            val[i] = (uint8_t)('a' + kv_pc_rng(&w->rng) % 26);
         int64_t rev = 0;
         w->sent++;
         if (cc_put(&g, a->key, val, len, &rev) != 0) {
@@ -230,25 +221,6 @@ static int cc_range(int i, const char *key, const char *end, int count_only,
         return -EPROTO;
     }
     return 0;
-}
-
-static int cc_kv_cmp(const void *a, const void *b)
-{
-    const Mvccpb__KeyValue *x = *(Mvccpb__KeyValue *const *)a, *y = *(Mvccpb__KeyValue *const *)b;
-    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
-    int c = memcmp(x->key.data, y->key.data, n);
-    return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
-}
-
-static Mvccpb__KeyValue *cc_find(Etcdserverpb__RangeResponse *r, const char *key)
-{
-    Mvccpb__KeyValue probe = MVCCPB__KEY_VALUE__INIT, *pp = &probe;
-    probe.key.data = (uint8_t *)key;
-    probe.key.len = strlen(key);
-    if (!r->n_kvs)
-        return NULL;
-    Mvccpb__KeyValue **hit = bsearch(&pp, r->kvs, r->n_kvs, sizeof *r->kvs, cc_kv_cmp);
-    return hit ? *hit : NULL;
 }
 
 static void cc_log_tail(int i, char *dst, size_t cap)
@@ -362,12 +334,12 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
         w[i].idx = i;
         w[i].stop = &stop;
         w[i].acked = &acked;
-        w[i].rng = cc_rng(&rng);
+        w[i].rng = kv_pc_rng(&rng);
         cr_assert_eq(pthread_create(&w[i].th, NULL, cc_writer_main, &w[i]), 0);
         nthreads++;
     }
-    uint32_t load_ms = 200 + (uint32_t)(cc_rng(&rng) % 800);
-    uint32_t after_ms = 500 + (uint32_t)(cc_rng(&rng) % 700);
+    uint32_t load_ms = 200 + (uint32_t)(kv_pc_rng(&rng) % 800);
+    uint32_t after_ms = 500 + (uint32_t)(kv_pc_rng(&rng) % 700);
     kvt_status st;
     if (kill_at) {
         /* t cuts itself at its chosen operation; the timer only bounds the wait. */
@@ -402,7 +374,7 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
     }
 
     /* 3. The power loss on t's data dir. */
-    rc = kv_pc_replay(journal, mode, cc_rng(&rng), &out->pc, err, sizeof err);
+    rc = kv_pc_replay(journal, mode, kv_pc_rng(&rng), &out->pc, err, sizeof err);
     if (rc || out->pc.escapes) {
         snprintf(fatal, fatal_cap, "replay %.400s: %.400s", journal, rc ? err : out->pc.escape);
         rc = -1;
@@ -455,30 +427,17 @@ static int cc_round_run(int round, int t, int want_leader, kv_pc_mode mode, uint
         rc = 0;
         goto out;
     }
-    if (r->n_kvs > 1)
-        qsort(r->kvs, r->n_kvs, sizeof *r->kvs, cc_kv_cmp);
+    kv_pc_sort(r);
     out->found = r->n_kvs;
     out->rev = r->header ? r->header->revision : 0;
-    size_t lost = 0, wrong = 0;
+    kv_pc_ack *lists[N_WRITERS];
+    size_t counts[N_WRITERS];
     for (int i = 0; i < N_WRITERS; i++) {
-        for (size_t j = 0; j < w[i].n; j++) {
-            cc_ack *a = &w[i].acks[j];
-            Mvccpb__KeyValue *kv = cc_find(r, a->key);
-            if (!kv) {
-                if (!lost++)
-                    cc_problem(out, "acknowledged put lost: %s (rev %" PRId64 ")", a->key, a->rev);
-            } else if (kv->value.len != a->vlen || memcmp(kv->value.data, a->val, a->vlen) != 0 ||
-                       kv->mod_revision != a->rev || kv->create_revision != a->rev ||
-                       kv->version != 1) {
-                if (!wrong++)
-                    cc_problem(out,
-                               "acknowledged put changed: %s rev %" PRId64 " len %u, now mod "
-                               "%" PRId64 " create %" PRId64 " version %" PRId64 " len %zu",
-                               a->key, a->rev, a->vlen, kv->mod_revision, kv->create_revision,
-                               kv->version, kv->value.len);
-            }
-        }
+        lists[i] = w[i].acks;
+        counts[i] = w[i].n;
     }
+    size_t lost, wrong;
+    kv_pc_check(r, lists, counts, N_WRITERS, &lost, &wrong, cc_problem_text, out);
     if (lost || wrong)
         cr_log_error("round %d: %zu acknowledged puts lost, %zu changed (of %zu)", round, lost,
                      wrong, out->acked);
@@ -518,26 +477,10 @@ out:
     return rc;
 }
 
-static int cc_env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
-
-static uint64_t cc_seed(void)
-{
-    const char *v = getenv("KVD_POWERCUT_SEED");
-    if (v && *v)
-        return strtoull(v, NULL, 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-}
-
 Test(powercut_cluster, one_member_loses_power, .timeout = 590)
 {
-    int rounds = cc_env_int("KVD_POWERCUT_CLUSTER_ROUNDS", 6);
-    uint64_t seed = cc_seed();
+    int rounds = kv_pc_env_int("KVD_POWERCUT_CLUSTER_ROUNDS", 6);
+    uint64_t seed = kv_pc_seed();
     fprintf(stderr, "powercut_cluster: %d rounds, KVD_POWERCUT_SEED=%" PRIu64 "\n", rounds, seed);
     /* A member dying under the load must not kill this process through a write. */
     signal(SIGPIPE, SIG_IGN);
@@ -563,7 +506,7 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         kv_pc_mode mode = (i / 2) % 2 ? KV_PC_ROLLBACK_SUBSET : KV_PC_ROLLBACK_ALL;
         /* Rounds 3,4,5 (mod 6) cut at a chosen file operation (e.g. between a data page's
          * write and its fdatasync), the others on a timer. */
-        uint64_t kill_at = (i / 3) % 2 ? 1 + cc_rng(&s) % 1500 : 0;
+        uint64_t kill_at = (i / 3) % 2 ? 1 + kv_pc_rng(&s) % 1500 : 0;
         cc_round r;
         uint64_t r0 = kvt_now_ms();
         rc = cc_round_run(i, t, want_leader, mode, kill_at, s, keys, &r, fatal, sizeof fatal);
