@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 void kv_node__fire_compact_waiters(kv_node *n, int status);
+void kv_node__maybe_publish(kv_node *n);
 static int single_voter(const kv_node *n);
 
 /* ---- loop ---- */
@@ -163,6 +164,9 @@ static void on_soft_state(kv_node *n, const struct raft_ready *rd)
                 (unsigned long long)rd->ss.leader, (unsigned long long)raft_current_term(&n->raft));
     }
     n->leader = rd->ss.leader;
+    if (n->leader)
+        n->publish_next_ms = 0; /* publish at once (node.c on the next tick is too late for
+                                   clients that list members right after start) */
     int was_leader = n->role == RAFT_LEADER;
     n->role = rd->ss.role;
     if (n->role == RAFT_LEADER && !was_leader)
@@ -623,6 +627,7 @@ static void feed(kv_node *n)
         n->ticks_due--;
         raft_tick(&n->raft);
     }
+    kv_node__maybe_publish(n);
     take_requests(n);
     kv_node__conf_drive(n);
     kv_node__reads_drive(n);
