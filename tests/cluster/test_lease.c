@@ -170,7 +170,10 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     kvt_cmd_result res;
     cr_assert_eq(kvt_ctl(&g_c, f, 20000, &res, "lease", "keep-alive", "--once", hex, NULL), 0);
     char want[96];
-    snprintf(want, sizeof(want), "lease %s keepalived with TTL(%" PRId64 ")", hex, ttl);
+    /* etcdctl prints ids as %016x; hex (no leading zeros) is what it reads */
+    char hex16[32];
+    snprintf(hex16, sizeof(hex16), "%016" PRIx64, (uint64_t)id);
+    snprintf(want, sizeof(want), "lease %s keepalived with TTL(%" PRId64 ")", hex16, ttl);
     cr_assert(res.exit_code == 0 && strstr(res.out, want) != NULL,
               "etcdctl lease keep-alive --once via follower: exit %d out '%s' err '%s'",
               res.exit_code, res.out, res.err ? res.err : "");
