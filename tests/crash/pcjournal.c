@@ -160,9 +160,13 @@ static int pc_parse(pc_replay *r, kv_pc_stats *st, char *err, size_t errcap)
             r->files = fs;
             pc_rfile *f = &fs[r->n_files];
             memset(f, 0, sizeof *f);
-            f->path = strndup((const char *)r->buf + p + 4, n32);
+            /* The name may end at the end of the buffer (a torn journal), so copy
+             * exactly n32 bytes; strndup may look one byte past them. */
+            f->path = malloc((size_t)n32 + 1);
             if (!f->path)
                 return -ENOMEM;
+            memcpy(f->path, r->buf + p + 4, n32);
+            f->path[n32] = '\0';
             r->n_files++;
             pos = p + 4 + n32;
             st->records++;
