@@ -16,7 +16,8 @@
  *     _set_learner inside its open batch;
  *   - name and client URLs: each member's publish (InternalRequest member_publish), once it
  *     has a leader; peer URLs also by MemberUpdate (InternalRequest member_update). Both are
- *     applied by kv_store_apply, change no revision and answer a packed
+ *     applied by the applier (server/apply/) through kv_ks_member_publish / _update
+ *     (mvcc/keyspace.h), change no revision and answer a packed
  *     etcdserverpb.MemberUpdateResponse (header + every member after the change).
  *   - a removed id is remembered for ever: it can not be put again (-EPERM) and a publish
  *     for it is ignored (as etcd's UpdateAttributes).

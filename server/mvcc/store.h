@@ -141,6 +141,9 @@ const kv_lease_table *kv_store_leases(kv_store *s);
  * kv_store_batch_commit (whatever its result) or kv_store_batch_abort. */
 int kv_store_batch_begin(kv_store *s, kv_store_batch **out);
 /* Applies one packed kvdpb.InternalRequest at raft/log index `index` (strictly increasing).
+ * Implemented by the applier (server/apply/applier.c, library kv_apply, which kv_mvcc's link
+ * interface brings along) on the keyspace operations of mvcc/keyspace.h; declared here, its
+ * historic home, for the raft driver and the tools that apply entries.
  * index <= applied index (stored or earlier in this batch) -> skipped (res->skipped = 1,
  * code 0, no resp). Request-level errors return 0 with res->code/res->msg set (nothing of
  * the request is kept; the batch goes on and the index counts as applied). Returns < 0 only
