@@ -225,10 +225,10 @@ int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int
     return rc;
 }
 
-int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
-                           const uint8_t *record, size_t len, kv_result *res)
+int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                                const uint8_t *record, size_t len, int *refused)
 {
-    memset(res, 0, sizeof(*res));
+    *refused = 0;
     MDB_txn *txn = batch_txn(s, b);
     if (!txn || op < KV_MEMBER_OP_ADD || op > KV_MEMBER_OP_PROMOTE)
         return -EINVAL;
@@ -236,7 +236,7 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+        *refused = -ENOENT; /* etcd ErrIDRemoved */
         return 0;
     }
     Kvdpb__Member **v = NULL, *m = NULL;
@@ -252,10 +252,9 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
     }
     if (op == KV_MEMBER_OP_REMOVE || op == KV_MEMBER_OP_PROMOTE) {
         if (!cur)
-            kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+            *refused = -ENOENT;
         else if (op == KV_MEMBER_OP_PROMOTE && !cur->is_learner)
-            kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                       "etcdserver: can only promote a learner member");
+            *refused = -EALREADY;
         else if (op == KV_MEMBER_OP_REMOVE)
             rc = kv_store_member_remove(s, b, id);
         else
@@ -263,29 +262,26 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
         goto out;
     }
     if (cur) {
-        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION, "etcdserver: member ID already exist");
+        *refused = -EEXIST;
         goto out;
     }
     if (!(m = kvdpb__member__unpack(NULL, len, record)) || !member_ok(m)) {
-        kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+        *refused = -EINVAL;
         goto out;
     }
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < v[i]->n_peer_urls; j++)
             for (size_t k = 0; k < m->n_peer_urls; k++)
                 if (strcmp(v[i]->peer_urls[j], m->peer_urls[k]) == 0) {
-                    kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                               "etcdserver: Peer URLs already exists");
+                    *refused = -EADDRINUSE;
                     goto out;
                 }
     if (op == KV_MEMBER_OP_ADD_LEARNER && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
-        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                   "etcdserver: too many learner members in cluster");
+        *refused = -EMLINK;
         goto out;
     }
     if (n >= KV_MEMBERS_MAX) {
-        kv_res_err(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many members (limit %d)",
-                   KV_MEMBERS_MAX);
+        *refused = -EDQUOT;
         goto out;
     }
     m->is_learner = op == KV_MEMBER_OP_ADD_LEARNER;

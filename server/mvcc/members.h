@@ -80,6 +80,14 @@ enum { KV_MEMBER_OP_ADD = 1, KV_MEMBER_OP_ADD_LEARNER, KV_MEMBER_OP_REMOVE, KV_M
 #define KV_MEMBERS_MAX_LEARNERS 1
 int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
                            const uint8_t *record, size_t len, kv_result *res);
+/* The same change with plain results (mvcc): returns 0 or < 0 as above; *refused gets 0
+ * (applied) or the refusal, which changed nothing: -ENOENT id removed or not a member,
+ * -EEXIST add of an existing id, -EADDRINUSE peer URL in use, -EMLINK a second learner,
+ * -EALREADY promote of a voter, -EDQUOT more than KV_MEMBERS_MAX, -EINVAL a record that does
+ * not decode or is over the limits. kv_store_member_change (server/apply/apply_conf.c) maps
+ * the refusal to etcd's error. */
+int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                                const uint8_t *record, size_t len, int *refused);
 
 /* Committed members in id order (own read txn, any thread). *out is a malloc'd array of *n
  * malloc'd members (free with kv_store_members_free); an empty table gives *out NULL, *n 0. */
