@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "apply/apply_int.h"
-#include "mvcc/range_pb.h"
 
 int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res)
 {

@@ -59,6 +59,15 @@ int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMe
 int kv_apply_members(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
                      Etcdserverpb__ResponseHeader **hdr);
 
+/* ---- apply_range.c ---- */
+/* Static checks of a range request (empty key, sort options). 1 = error set in res. */
+int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res);
+/* A (validated) Range op of a txn at the request's read revision. out NULL: quiet (the range
+ * still runs: a corrupt record fails the txn on every member). 0 (*out malloc'd), 1 =
+ * request error in a->res, < 0 error. */
+int kv_apply_range_op(kv_actx *a, const Etcdserverpb__RangeRequest *r,
+                      Etcdserverpb__RangeResponse **out);
+
 /* ---- apply_check.c: static request validation (etcd api/v3rpc/key.go) ---- */
 /* etcd's checkTxnRequest + checkIntervals. maxkey: longest key a put may have.
  * 1 = error set in res, 0 ok, < 0 -ENOMEM. */

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "apply/apply_int.h"
-#include "mvcc/range_pb.h"
 
 /* A malloc'd mvccpb.KeyValue copy of kv (free with protobuf_c_message_free_unpacked). */
 static Mvccpb__KeyValue *kv_to_pb(const kv_ks_kv *kv)
@@ -321,17 +320,11 @@ static int exec_txn(kv_actx *a, const Etcdserverpb__TxnRequest *t, const path *p
         }
         const Etcdserverpb__RequestOp *op = ops[i];
         switch (op->request_case) {
-        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE: {
-            Etcdserverpb__RangeResponse *rr = NULL;
-            rc = kv_ks_range_pb(a->ks, op->request_range, a->res, &rr);
-            if (!rc && ro) {
-                ro->response_range = rr;
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE:
+            rc = kv_apply_range_op(a, op->request_range, ro ? &ro->response_range : NULL);
+            if (!rc && ro)
                 ro->response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE;
-            } else if (!rc) {
-                protobuf_c_message_free_unpacked(&rr->base, NULL);
-            }
             break;
-        }
         case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
             rc = do_put(a, op->request_put, true, ro ? &ro->response_put : NULL);
             if (!rc && ro)

@@ -345,11 +345,10 @@ int kv_ks_lease_checkpoint(kv_ks *ks, int64_t id, int64_t remaining_ttl)
     return ev_add(ks, EV_CHECKPOINT, id, rec.ttl, remaining_ttl);
 }
 
-/* ---- Range inside a txn (range_pb.h) ---- */
+/* ---- Range inside a txn (range.h) ---- */
 
-int kv_ks_range_pb(kv_ks *ks, const Etcdserverpb__RangeRequest *r, kv_result *res,
-                   Etcdserverpb__RangeResponse **out)
+int kv_ks_range(kv_ks *ks, const kv_range_opts *o, kv_range_result *out)
 {
-    return kv_range_exec(ks->s, ks->w.txn, kv_ks_read_rev(ks), ks->m.compact_rev, ks->m.keys, r,
-                         res, out);
+    return kv_range_run(ks->s, ks->w.txn, kv_ks_read_rev(ks), ks->m.compact_rev, ks->m.keys, o,
+                        out);
 }

@@ -13,10 +13,9 @@
 #include "common/etcd_errors.h"
 #include "kv.pb-c.h"
 #include "mvcc/keyspace.h"
-#include "mvcc/range_pb.h"
+#include "mvcc/range.h"
 #include "mvcc/store.h"
 #include "mvcc/valcheck.h"
-#include "rpc.pb-c.h"
 
 #define KV_REVKEY_LEN 16
 #define KV_DUP_LEN 17
@@ -175,18 +174,11 @@ int kv_w_delete_range(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t
                       int64_t *deleted, Mvccpb__KeyValue ***prev, size_t *n_prev);
 
 /* ---- range.c ---- */
-/* Executes a (validated) range at read revision cur with compaction point compact.
+/* Executes a range at read revision cur with compaction point compact (range.h results).
  * live_keys: the live key count at cur; a count over the whole keyspace at cur is answered
- * from it in O(1), and the walk then stops as soon as the returned keys are loaded.
- * On success *out is a malloc'd response (header with revision only; free with
- * protobuf_c_message_free_unpacked). Return 0, 1 = request error (res set), < 0 error. */
-int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
-                  const Etcdserverpb__RangeRequest *r, kv_result *res,
-                  Etcdserverpb__RangeResponse **out);
-/* Revision check of a range request against cur/compact (etcd checkRequestRange). */
-int kv_range_check_rev(const Etcdserverpb__RangeRequest *r, int64_t cur, int64_t compact,
-                       kv_result *res);
-Etcdserverpb__ResponseHeader *kv_header_new(int64_t rev);
+ * from it in O(1), and the walk then stops as soon as the returned keys are loaded. */
+int kv_range_run(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
+                 const kv_range_opts *r, kv_range_result *out);
 
 /* ---- compact.c: batched compaction (see compact.c) ---- */
 /* Records that revisions <= rev are to be removed physically (restarting any earlier walk). */
