@@ -10,7 +10,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "common/etcd_errors.h"
 #include "kv.pb-c.h"
 #include "mvcc/keyspace.h"
 #include "mvcc/range.h"
@@ -123,12 +122,6 @@ void kv_iter_close(kv_iter *it);
 /* Latest index entry of key at revision <= at_rev: 0, -ENOENT if none, < 0 on error. */
 int kv_index_get(kv_store *s, MDB_txn *txn, const uint8_t *key, size_t klen, int64_t at_rev,
                  kv_ent *out);
-
-/* ---- results ---- */
-void kv_res_err(kv_result *res, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Sets res to the code and exact message of e (common/etcd_errors.h). */
-void kv_res_etcd_err(kv_result *res, kv_etcd_err e);
 
 /* ---- write.c: key-level writes in a write context ---- */
 typedef struct kv_wctx {
