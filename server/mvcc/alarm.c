@@ -1,12 +1,11 @@
-/* alarm: the alarm table (etcd 3.4 etcdserver/api/v3alarm) in the "alarm" LMDB database and
- * the apply-time gates of the NOSPACE (capped) and CORRUPT appliers. See store.h. */
+/* alarm: the alarm table (etcd 3.4 etcdserver/api/v3alarm) in the "alarm" LMDB database
+ * (keyspace.h: kv_ks_alarm_*; the apply-time gates are in server/apply/apply_gate.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mvcc/crc32c.h"
-#include "internal.pb-c.h"
 #include "mvcc/store_int.h"
 
 #define ALARM_KEY_LEN 12
@@ -83,169 +82,58 @@ int kv_alarm_load(kv_store *s, MDB_txn *txn, unsigned *mask)
     return walk(s, txn, mask_fn, mask);
 }
 
-typedef struct list_ctx {
-    uint32_t type; /* 0 = all */
-    Etcdserverpb__AlarmResponse *resp;
-    int err;
-} list_ctx;
-
-static int add_member(Etcdserverpb__AlarmResponse *r, uint64_t m, uint32_t t)
+int kv_ks_alarm_activate(kv_ks *ks, uint64_t member, int type)
 {
-    Etcdserverpb__AlarmMember **a = realloc(r->alarms, (r->n_alarms + 1) * sizeof *a);
-    if (!a)
-        return -ENOMEM;
-    r->alarms = a;
-    Etcdserverpb__AlarmMember *am = malloc(sizeof *am);
-    if (!am)
-        return -ENOMEM;
-    etcdserverpb__alarm_member__init(am);
-    am->memberid = m;
-    am->alarm = (Etcdserverpb__AlarmType)t;
-    r->alarms[r->n_alarms++] = am;
-    return 0;
-}
-
-static int list_fn(void *arg, uint64_t m, uint32_t t)
-{
-    list_ctx *l = arg;
-    if (l->type != 0 && l->type != t)
-        return 0;
-    return add_member(l->resp, m, t);
-}
-
-int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
-                   const Etcdserverpb__AlarmRequest *ar, kv_result *res,
-                   Etcdserverpb__AlarmResponse **out)
-{
-    Etcdserverpb__AlarmResponse *resp = malloc(sizeof *resp);
-    if (!resp)
-        return -ENOMEM;
-    etcdserverpb__alarm_response__init(resp);
-    int rc = 0;
-    uint32_t type = (uint32_t)ar->alarm;
+    kv_store *s = ks->s;
+    MDB_txn *txn = ks->w.txn;
+    if (type != KV_ALARM_NOSPACE && type != KV_ALARM_CORRUPT)
+        return -EINVAL;
     uint8_t k[ALARM_KEY_LEN];
-    alarm_key(k, ar->memberid, type);
+    alarm_key(k, member, (uint32_t)type);
     MDB_val key = {ALARM_KEY_LEN, k}, val;
-    switch (ar->action) {
-    case ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET: {
-        list_ctx l = {type, resp, 0};
-        rc = walk(s, txn, list_fn, &l);
-        break;
-    }
-    case ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__ACTIVATE: {
-        if (type == KV_ALARM_NONE)
-            break; /* as etcd: nothing to activate */
-        if (type != KV_ALARM_NOSPACE && type != KV_ALARM_CORRUPT) {
-            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "kvd: unknown alarm type %u", type);
-            rc = 1;
-            break;
-        }
-        int g = mdb_get(txn, s->alarm, &key, &val);
-        if (g == 0) { /* already active: etcd answers with the existing alarm */
-            rc = add_member(resp, ar->memberid, type);
-            break;
-        }
-        if (g != MDB_NOTFOUND) {
-            rc = kv_mdb_err(g);
-            break;
-        }
-        MDB_stat st;
-        if ((rc = kv_mdb_err(mdb_stat(txn, s->alarm, &st))))
-            break;
-        if (st.ms_entries >= KV_MAX_ALARMS) {
-            kv_res_err(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many alarms (limit %d)",
-                       KV_MAX_ALARMS);
-            rc = 1;
-            break;
-        }
-        uint32_t c = kv_crc32c(0, k, ALARM_KEY_LEN);
-        uint8_t v[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
-        val = (MDB_val){4, v};
-        if ((rc = kv_mdb_err(mdb_put(txn, s->alarm, &key, &val, 0))))
-            break;
-        if (!(*mask & (1u << type)))
-            fprintf(stderr, "kvd: alarm raised: %s (member %016llx)\n", kv_alarm_name((int)type),
-                    (unsigned long long)ar->memberid);
-        *mask |= 1u << type;
-        rc = add_member(resp, ar->memberid, type);
-        break;
-    }
-    case ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__DEACTIVATE: {
-        int d = mdb_del(txn, s->alarm, &key, NULL);
-        if (d == MDB_NOTFOUND)
-            break; /* as etcd: nothing to answer */
-        if ((rc = kv_mdb_err(d)))
-            break;
-        unsigned m = 0;
-        if ((rc = kv_alarm_load(s, txn, &m)))
-            break;
-        if ((*mask & (1u << type)) && !(m & (1u << type)))
-            fprintf(stderr, "kvd: alarm cleared: %s (member %016llx)\n", kv_alarm_name((int)type),
-                    (unsigned long long)ar->memberid);
-        *mask = m;
-        rc = add_member(resp, ar->memberid, type);
-        break;
-    }
-    default:
-        break; /* etcd answers nothing for an unknown action */
-    }
-    if (rc == 0 && !(resp->header = kv_header_new(rev)))
-        rc = -ENOMEM;
-    if (rc) {
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    int g = mdb_get(txn, s->alarm, &key, &val);
+    if (g == 0) /* already active: etcd answers with the existing alarm */
+        return 0;
+    if (g != MDB_NOTFOUND)
+        return kv_mdb_err(g);
+    MDB_stat st;
+    int rc = kv_mdb_err(mdb_stat(txn, s->alarm, &st));
+    if (rc)
         return rc;
-    }
-    *out = resp;
+    if (st.ms_entries >= KV_MAX_ALARMS)
+        return -EMLINK;
+    uint32_t c = kv_crc32c(0, k, ALARM_KEY_LEN);
+    uint8_t v[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
+    val = (MDB_val){4, v};
+    if ((rc = kv_mdb_err(mdb_put(txn, s->alarm, &key, &val, 0))))
+        return rc;
+    if (!(ks->alarms & (1u << type)))
+        fprintf(stderr, "kvd: alarm raised: %s (member %016llx)\n", kv_alarm_name(type),
+                (unsigned long long)member);
+    ks->alarms |= 1u << type;
     return 0;
 }
 
-static int txn_has_put(const Etcdserverpb__TxnRequest *t, int depth)
+int kv_ks_alarm_deactivate(kv_ks *ks, uint64_t member, int type)
 {
-    if (depth > 64)
-        return 1; /* deeper than any accepted txn: treat as growing */
-    for (int side = 0; side < 2; side++) {
-        size_t n = side ? t->n_failure : t->n_success;
-        Etcdserverpb__RequestOp **ops = side ? t->failure : t->success;
-        for (size_t i = 0; i < n; i++) {
-            if (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT)
-                return 1;
-            if (ops[i]->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN &&
-                txn_has_put(ops[i]->request_txn, depth + 1))
-                return 1;
-        }
-    }
-    return 0;
-}
-
-int kv_alarm_is_growth(const Kvdpb__InternalRequest *ir)
-{
-    return ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_PUT ||
-           ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT ||
-           (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_TXN && txn_has_put(ir->txn, 0));
-}
-
-int kv_alarm_gate(unsigned mask, const Kvdpb__InternalRequest *ir, kv_result *res)
-{
-    if (mask & (1u << KV_ALARM_CORRUPT)) {
-        switch (ir->request_case) {
-        case KVDPB__INTERNAL_REQUEST__REQUEST_PUT:
-        case KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE:
-        case KVDPB__INTERNAL_REQUEST__REQUEST_TXN:
-        case KVDPB__INTERNAL_REQUEST__REQUEST_COMPACTION:
-        case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT:
-        case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE:
-            kv_res_etcd_err(res, KV_ERR_CORRUPT);
-            return 1;
-        default:
-            return 0;
-        }
-    }
-    if (mask & (1u << KV_ALARM_NOSPACE)) {
-        if (kv_alarm_is_growth(ir)) {
-            kv_res_etcd_err(res, KV_ERR_NO_SPACE);
-            return 1;
-        }
-    }
+    kv_store *s = ks->s;
+    MDB_txn *txn = ks->w.txn;
+    uint8_t k[ALARM_KEY_LEN];
+    alarm_key(k, member, (uint32_t)type);
+    MDB_val key = {ALARM_KEY_LEN, k};
+    int d = mdb_del(txn, s->alarm, &key, NULL);
+    if (d == MDB_NOTFOUND)
+        return -ENOENT;
+    int rc = kv_mdb_err(d);
+    if (rc)
+        return rc;
+    unsigned m = 0;
+    if ((rc = kv_alarm_load(s, txn, &m)))
+        return rc;
+    if (type >= 0 && type < 32 && (ks->alarms & (1u << type)) && !(m & (1u << type)))
+        fprintf(stderr, "kvd: alarm cleared: %s (member %016llx)\n", kv_alarm_name(type),
+                (unsigned long long)member);
+    ks->alarms = m;
     return 0;
 }
 
@@ -258,6 +146,12 @@ static int cb_fn(void *arg, uint64_t m, uint32_t t)
 {
     cb_ctx *c = arg;
     return c->fn(c->arg, m, (int)t);
+}
+
+int kv_ks_alarm_walk(kv_ks *ks, int (*fn)(void *arg, uint64_t member, int type), void *arg)
+{
+    cb_ctx c = {fn, arg};
+    return walk(ks->s, ks->w.txn, cb_fn, &c);
 }
 
 int kv_store_alarm_list(kv_store *s, int (*fn)(void *arg, uint64_t member, int type), void *arg)

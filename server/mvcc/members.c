@@ -225,10 +225,10 @@ int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int
     return rc;
 }
 
-int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
-                           const uint8_t *record, size_t len, kv_result *res)
+int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                                const uint8_t *record, size_t len, int *refused)
 {
-    memset(res, 0, sizeof(*res));
+    *refused = 0;
     MDB_txn *txn = batch_txn(s, b);
     if (!txn || op < KV_MEMBER_OP_ADD || op > KV_MEMBER_OP_PROMOTE)
         return -EINVAL;
@@ -236,7 +236,7 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+        *refused = -ENOENT; /* etcd ErrIDRemoved */
         return 0;
     }
     Kvdpb__Member **v = NULL, *m = NULL;
@@ -252,10 +252,9 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
     }
     if (op == KV_MEMBER_OP_REMOVE || op == KV_MEMBER_OP_PROMOTE) {
         if (!cur)
-            kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
+            *refused = -ENOENT;
         else if (op == KV_MEMBER_OP_PROMOTE && !cur->is_learner)
-            kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                       "etcdserver: can only promote a learner member");
+            *refused = -EALREADY;
         else if (op == KV_MEMBER_OP_REMOVE)
             rc = kv_store_member_remove(s, b, id);
         else
@@ -263,29 +262,26 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
         goto out;
     }
     if (cur) {
-        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION, "etcdserver: member ID already exist");
+        *refused = -EEXIST;
         goto out;
     }
     if (!(m = kvdpb__member__unpack(NULL, len, record)) || !member_ok(m)) {
-        kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
+        *refused = -EINVAL;
         goto out;
     }
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < v[i]->n_peer_urls; j++)
             for (size_t k = 0; k < m->n_peer_urls; k++)
                 if (strcmp(v[i]->peer_urls[j], m->peer_urls[k]) == 0) {
-                    kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                               "etcdserver: Peer URLs already exists");
+                    *refused = -EADDRINUSE;
                     goto out;
                 }
     if (op == KV_MEMBER_OP_ADD_LEARNER && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
-        kv_res_err(res, KV_GRPC_FAILED_PRECONDITION,
-                   "etcdserver: too many learner members in cluster");
+        *refused = -EMLINK;
         goto out;
     }
     if (n >= KV_MEMBERS_MAX) {
-        kv_res_err(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many members (limit %d)",
-                   KV_MEMBERS_MAX);
+        *refused = -EDQUOT;
         goto out;
     }
     m->is_learner = op == KV_MEMBER_OP_ADD_LEARNER;
@@ -439,23 +435,13 @@ static void free_strs(char **v, size_t n)
     free(v);
 }
 
-/* Member list response (kvdpb.Member -> etcdserverpb.Member through the wire format). */
-static int list_response(kv_store *s, MDB_txn *txn, int64_t rev,
-                         Etcdserverpb__MemberUpdateResponse **out)
+int kv_ks_member_walk(kv_ks *ks, int (*fn)(void *arg, const uint8_t *rec, size_t len), void *arg)
 {
     Kvdpb__Member **v;
     size_t n;
-    int rc = list_txn(s, txn, &v, &n);
+    int rc = list_txn(ks->s, ks->w.txn, &v, &n);
     if (rc)
         return rc;
-    Etcdserverpb__MemberUpdateResponse *r = calloc(1, sizeof(*r));
-    if (!r) {
-        kv_store_members_free(v, n);
-        return -ENOMEM;
-    }
-    etcdserverpb__member_update_response__init(r);
-    if (!(r->header = kv_header_new(rev)) || (n && !(r->members = calloc(n, sizeof(*r->members)))))
-        rc = -ENOMEM;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint8_t *buf = malloc(kvdpb__member__get_packed_size(v[i]) + 1);
         if (!buf) {
@@ -463,20 +449,11 @@ static int list_response(kv_store *s, MDB_txn *txn, int64_t rev,
             break;
         }
         size_t len = kvdpb__member__pack(v[i], buf);
-        r->members[i] = etcdserverpb__member__unpack(NULL, len, buf);
+        rc = fn(arg, buf, len);
         free(buf);
-        if (!r->members[i])
-            rc = -ENOMEM;
-        else
-            r->n_members = i + 1;
     }
     kv_store_members_free(v, n);
-    if (rc) {
-        etcdserverpb__member_update_response__free_unpacked(r, NULL);
-        return rc;
-    }
-    *out = r;
-    return 0;
+    return rc;
 }
 
 /* 1 if a member other than id has one of urls as a peer URL, 0 if not, < 0 on error. */
@@ -499,30 +476,12 @@ static int url_in_use(kv_store *s, MDB_txn *txn, uint64_t id, char **urls, size_
     return used;
 }
 
-int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__InternalRequest *ir,
-                     kv_result *res, Etcdserverpb__MemberUpdateResponse **out)
+/* Sets the name and client URLs (publish) or the peer URLs (update) of member id. */
+static int member_set(kv_ks *ks, uint64_t id, int publish, const char *name, char *const *urls,
+                      size_t n_urls)
 {
-    uint64_t id;
-    char **urls;
-    size_t n_urls;
-    int publish = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
-    if (publish) {
-        if (!member_ok(ir->member_publish)) {
-            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
-            return 1;
-        }
-        id = ir->member_publish->id;
-        urls = ir->member_publish->client_urls;
-        n_urls = ir->member_publish->n_client_urls;
-    } else {
-        id = ir->member_update->id;
-        urls = ir->member_update->peer_urls;
-        n_urls = ir->member_update->n_peer_urls;
-        if (!strs_ok(urls, n_urls)) {
-            kv_res_err(res, KV_GRPC_INVALID_ARGUMENT, "etcdserver: given member URLs are invalid");
-            return 1;
-        }
-    }
+    kv_store *s = ks->s;
+    MDB_txn *txn = ks->w.txn;
     Kvdpb__Member *m = NULL;
     int rc = rec_get(s, txn, id, &m);
     if (rc == -ENOENT) {
@@ -530,34 +489,30 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
         if (r < 0)
             return r;
         if (r == 1 && publish) /* etcd: "skipped updating attributes of removed member" */
-            return list_response(s, txn, rev, out);
-        kv_res_err(res, KV_GRPC_NOT_FOUND, "etcdserver: member not found");
-        return 1;
+            return 0;
+        return -ENOENT;
     }
     if (rc)
         return rc;
     if (!publish) { /* etcd ValidateConfigurationChange (update): URLs of another member */
-        int used = url_in_use(s, txn, id, urls, n_urls);
+        int used = url_in_use(s, txn, id, (char **)urls, n_urls);
         if (used) {
             kvdpb__member__free_unpacked(m, NULL);
-            if (used < 0)
-                return used;
-            kv_res_err(res, KV_GRPC_FAILED_PRECONDITION, "etcdserver: Peer URLs already exists");
-            return 1;
+            return used < 0 ? used : -EADDRINUSE;
         }
     }
-    char **nv = dup_strs(urls, n_urls);
-    char *name = publish ? strdup(ir->member_publish->name ? ir->member_publish->name : "") : NULL;
-    if (!nv || (publish && !name)) {
+    char **nv = dup_strs((char **)urls, n_urls);
+    char *nm = publish ? strdup(name ? name : "") : NULL;
+    if (!nv || (publish && !nm)) {
         free_strs(nv, n_urls);
-        free(name);
+        free(nm);
         kvdpb__member__free_unpacked(m, NULL);
         return -ENOMEM;
     }
     if (publish) {
         if (m->name != protobuf_c_empty_string) /* unpack leaves "" as the shared default */
             free(m->name);
-        m->name = name;
+        m->name = nm;
         free_strs(m->client_urls, m->n_client_urls);
         m->client_urls = nv;
         m->n_client_urls = n_urls;
@@ -568,7 +523,21 @@ int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev, const Kvdpb__Intern
     }
     rc = rec_put(s, txn, id, m);
     kvdpb__member__free_unpacked(m, NULL);
-    if (rc)
-        return rc;
-    return list_response(s, txn, rev, out);
+    return rc;
+}
+
+int kv_ks_member_publish(kv_ks *ks, uint64_t id, const char *name, char *const *client_urls,
+                         size_t n_client_urls, char *const *peer_urls, size_t n_peer_urls)
+{
+    if ((name && strlen(name) > KV_MEMBER_MAX_STR) || !strs_ok((char **)peer_urls, n_peer_urls) ||
+        !strs_ok((char **)client_urls, n_client_urls))
+        return -EINVAL;
+    return member_set(ks, id, 1, name, client_urls, n_client_urls);
+}
+
+int kv_ks_member_update(kv_ks *ks, uint64_t id, char *const *peer_urls, size_t n_peer_urls)
+{
+    if (!strs_ok((char **)peer_urls, n_peer_urls))
+        return -EINVAL;
+    return member_set(ks, id, 0, NULL, peer_urls, n_peer_urls);
 }

@@ -16,7 +16,8 @@
  *     _set_learner inside its open batch;
  *   - name and client URLs: each member's publish (InternalRequest member_publish), once it
  *     has a leader; peer URLs also by MemberUpdate (InternalRequest member_update). Both are
- *     applied by kv_store_apply, change no revision and answer a packed
+ *     applied by the applier (server/apply/) through kv_ks_member_publish / _update
+ *     (mvcc/keyspace.h), change no revision and answer a packed
  *     etcdserverpb.MemberUpdateResponse (header + every member after the change).
  *   - a removed id is remembered for ever: it can not be put again (-EPERM) and a publish
  *     for it is ignored (as etcd's UpdateAttributes).
@@ -79,6 +80,14 @@ enum { KV_MEMBER_OP_ADD = 1, KV_MEMBER_OP_ADD_LEARNER, KV_MEMBER_OP_REMOVE, KV_M
 #define KV_MEMBERS_MAX_LEARNERS 1
 int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
                            const uint8_t *record, size_t len, kv_result *res);
+/* The same change with plain results (mvcc): returns 0 or < 0 as above; *refused gets 0
+ * (applied) or the refusal, which changed nothing: -ENOENT id removed or not a member,
+ * -EEXIST add of an existing id, -EADDRINUSE peer URL in use, -EMLINK a second learner,
+ * -EALREADY promote of a voter, -EDQUOT more than KV_MEMBERS_MAX, -EINVAL a record that does
+ * not decode or is over the limits. kv_store_member_change (server/apply/apply_conf.c) maps
+ * the refusal to etcd's error. */
+int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
+                                const uint8_t *record, size_t len, int *refused);
 
 /* Committed members in id order (own read txn, any thread). *out is a malloc'd array of *n
  * malloc'd members (free with kv_store_members_free); an empty table gives *out NULL, *n 0. */

@@ -1,4 +1,4 @@
-# MVCC store on LMDB and the ordered apply function. Included from server/CMakeLists.txt;
+# MVCC store on LMDB and its keyspace operations (the applier is server/apply/). Included from server/CMakeLists.txt;
 # headers are included as "mvcc/<name>.h". Links the lease table (target kv_lease_table,
 # defined by lease/lease.cmake) when it exists; the generator expression is evaluated after
 # all targets are defined, so include order does not matter.
@@ -8,13 +8,12 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/index.c
   ${CMAKE_CURRENT_LIST_DIR}/write.c
   ${CMAKE_CURRENT_LIST_DIR}/range.c
-  ${CMAKE_CURRENT_LIST_DIR}/txn_check.c
   ${CMAKE_CURRENT_LIST_DIR}/pb_scan.c
   ${CMAKE_CURRENT_LIST_DIR}/pb_wire.c
   ${CMAKE_CURRENT_LIST_DIR}/pb_strip.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
   ${CMAKE_CURRENT_LIST_DIR}/events.c
-  ${CMAKE_CURRENT_LIST_DIR}/apply.c
+  ${CMAKE_CURRENT_LIST_DIR}/keyspace.c
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/identity_meta.c
   ${CMAKE_CURRENT_LIST_DIR}/verify.c

@@ -1,4 +1,5 @@
-/* range: etcd 3.4 Range semantics (apply.go Range + mvcc rangeKeys) over the kidx walk.
+/* range: etcd 3.4 Range semantics (apply.go Range + mvcc rangeKeys) over the kidx walk, in
+ * plain C (range.h).
  * limit is pushed into the walk (limit + 1 records loaded, to set `more`) unless a sort
  * order or a revision filter needs every record; count_only and `count` walk the index
  * only, without loading records (O(1) memory). */
@@ -8,41 +9,13 @@
 
 #include "mvcc/store_int.h"
 
-Etcdserverpb__ResponseHeader *kv_header_new(int64_t rev)
+void kv_range_result_free(kv_range_result *r)
 {
-    Etcdserverpb__ResponseHeader *h = malloc(sizeof *h);
-    if (!h)
-        return NULL;
-    etcdserverpb__response_header__init(h);
-    h->revision = rev;
-    return h;
-}
-
-int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res)
-{
-    if (r->key.len == 0) {
-        kv_res_etcd_err(res, KV_ERR_EMPTY_KEY);
-        return 1;
-    }
-    if ((unsigned)r->sort_order > 2u || (unsigned)r->sort_target > 4u) {
-        kv_res_etcd_err(res, KV_ERR_INVALID_SORT);
-        return 1;
-    }
-    return 0;
-}
-
-int kv_range_check_rev(const Etcdserverpb__RangeRequest *r, int64_t cur, int64_t compact,
-                       kv_result *res)
-{
-    if (r->revision > cur) {
-        kv_res_etcd_err(res, KV_ERR_FUTURE_REV);
-        return 1;
-    }
-    if (r->revision > 0 && r->revision < compact) {
-        kv_res_etcd_err(res, KV_ERR_COMPACTED);
-        return 1;
-    }
-    return 0;
+    for (size_t i = 0; i < r->n; i++)
+        mvccpb__key_value__free_unpacked(r->kvs[i], NULL);
+    free(r->kvs);
+    r->kvs = NULL;
+    r->n = 0;
 }
 
 static int bytes_cmp(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
@@ -86,7 +59,7 @@ static int cmp_value(const void *a, const void *b)
     return bytes_cmp(&x->value, &y->value);
 }
 
-static bool pruned(const Etcdserverpb__RangeRequest *r, const Mvccpb__KeyValue *kv)
+static bool pruned(const kv_range_opts *r, const Mvccpb__KeyValue *kv)
 {
     return (r->max_mod_revision && kv->mod_revision > r->max_mod_revision) ||
            (r->min_mod_revision && kv->mod_revision < r->min_mod_revision) ||
@@ -110,23 +83,25 @@ static int cmp_directed(const void *a, const void *b, void *arg)
 }
 
 /* [key, end) covers every possible key: key "\0" (the smallest non-empty key), end "\0". */
-static bool whole_keyspace(const Etcdserverpb__RangeRequest *r)
+static bool whole_keyspace(const kv_range_opts *r)
 {
-    return r->key.len == 1 && r->key.data[0] == 0 && r->range_end.len == 1 &&
-           r->range_end.data[0] == 0;
+    return r->key_len == 1 && r->key[0] == 0 && r->end_len == 1 && r->end[0] == 0;
 }
 
-int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
-                  const Etcdserverpb__RangeRequest *r, kv_result *res,
-                  Etcdserverpb__RangeResponse **out)
+int kv_range_run(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
+                 const kv_range_opts *r, kv_range_result *out)
 {
-    if (kv_range_check_rev(r, cur, compact, res))
-        return 1;
+    memset(out, 0, sizeof *out);
+    out->revision = cur;
+    if (r->revision > cur)
+        return KV_STORE_ERR_FUTURE_REV;
+    if (r->revision > 0 && r->revision < compact)
+        return KV_STORE_ERR_COMPACTED;
     int64_t rev = r->revision > 0 ? r->revision : cur;
     bool filters = r->min_mod_revision || r->max_mod_revision || r->min_create_revision ||
                    r->max_create_revision;
     int64_t limit = r->limit;
-    if (r->sort_order != ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE || filters)
+    if (r->sort_order != KV_RANGE_SORT_NONE || filters)
         limit = 0;
     /* One extra record sets `more`. etcd's limit+1 wraps to a negative (= no limit) at
      * INT64_MAX; a limit that large cannot truncate anything, so it is no limit here too
@@ -136,78 +111,72 @@ int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint6
     else
         limit = 0;
 
-    Etcdserverpb__RangeResponse *resp = malloc(sizeof *resp);
-    if (!resp)
-        return -ENOMEM;
-    etcdserverpb__range_response__init(resp);
     size_t cap = 0;
     int64_t count = 0;
     /* Counting the whole keyspace at the current revision: the live key counter. */
     bool counted = rev == cur && whole_keyspace(r);
     if (counted && r->count_only) {
-        resp->count = (int64_t)live_keys;
-        goto done;
+        out->count = (int64_t)live_keys;
+        return 0;
     }
     kv_iter it;
-    int rc = kv_iter_open(&it, s, txn, r->key.data, r->key.len, r->range_end.data, r->range_end.len,
-                          rev, false);
-    if (rc) {
-        free(resp);
+    int rc = kv_iter_open(&it, s, txn, r->key, r->key_len, r->end, r->end_len, rev, false);
+    if (rc)
         return rc;
-    }
     while ((rc = kv_iter_next(&it)) == 1) {
         count++;
-        if (r->count_only || (limit > 0 && (int64_t)resp->n_kvs >= limit)) {
+        if (r->count_only || (limit > 0 && (int64_t)out->n >= limit)) {
             if (counted)
                 break;
             continue;
         }
-        if (resp->n_kvs == cap) {
+        if (out->n == cap) {
             size_t nc = cap ? cap * 2 : 8;
-            Mvccpb__KeyValue **na = realloc(resp->kvs, nc * sizeof *na);
+            Mvccpb__KeyValue **na = realloc(out->kvs, nc * sizeof *na);
             if (!na) {
                 rc = -ENOMEM;
                 break;
             }
-            resp->kvs = na;
+            out->kvs = na;
             cap = nc;
         }
         Mvccpb__KeyValue *kv;
         if ((rc = kv_rec_load(s, txn, &it.ent, it.key, it.klen, &kv)))
             break;
-        resp->kvs[resp->n_kvs++] = kv;
+        out->kvs[out->n++] = kv;
     }
     kv_iter_close(&it);
-    if (rc < 0)
-        goto fail;
+    if (rc < 0) {
+        kv_range_result_free(out);
+        return rc;
+    }
 
     if (filters) {
         size_t j = 0;
-        for (size_t i = 0; i < resp->n_kvs; i++) {
-            if (pruned(r, resp->kvs[i]))
-                mvccpb__key_value__free_unpacked(resp->kvs[i], NULL);
+        for (size_t i = 0; i < out->n; i++) {
+            if (pruned(r, out->kvs[i]))
+                mvccpb__key_value__free_unpacked(out->kvs[i], NULL);
             else
-                resp->kvs[j++] = resp->kvs[i];
+                out->kvs[j++] = out->kvs[i];
         }
-        resp->n_kvs = j;
+        out->n = j;
     }
     int order = r->sort_order;
-    if (r->sort_target != ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY &&
-        order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE)
-        order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND; /* as etcd 3.4 */
-    if (order != ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE && resp->n_kvs > 1) {
+    if (r->sort_target != KV_RANGE_TARGET_KEY && order == KV_RANGE_SORT_NONE)
+        order = KV_RANGE_SORT_ASCEND; /* as etcd 3.4 */
+    if (order != KV_RANGE_SORT_NONE && out->n > 1) {
         int (*cmp)(const void *, const void *) = cmp_key;
         switch (r->sort_target) {
-        case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VERSION:
+        case KV_RANGE_TARGET_VERSION:
             cmp = cmp_version;
             break;
-        case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE:
+        case KV_RANGE_TARGET_CREATE:
             cmp = cmp_create;
             break;
-        case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD:
+        case KV_RANGE_TARGET_MOD:
             cmp = cmp_mod;
             break;
-        case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VALUE:
+        case KV_RANGE_TARGET_VALUE:
             cmp = cmp_value;
             break;
         default:
@@ -215,31 +184,22 @@ int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint6
         }
         /* Ties keep ascending key order in both directions, as etcd's sort does (the walk
          * yields keys in order, and Go's sort is stable on the small inputs clients see). */
-        sort_ctx sc = {cmp, order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND};
-        qsort_r(resp->kvs, resp->n_kvs, sizeof *resp->kvs, cmp_directed, &sc);
+        sort_ctx sc = {cmp, order == KV_RANGE_SORT_DESCEND};
+        qsort_r(out->kvs, out->n, sizeof *out->kvs, cmp_directed, &sc);
     }
-    if (r->limit > 0 && (int64_t)resp->n_kvs > r->limit) {
-        for (size_t i = (size_t)r->limit; i < resp->n_kvs; i++)
-            mvccpb__key_value__free_unpacked(resp->kvs[i], NULL);
-        resp->n_kvs = (size_t)r->limit;
-        resp->more = 1;
+    if (r->limit > 0 && (int64_t)out->n > r->limit) {
+        for (size_t i = (size_t)r->limit; i < out->n; i++)
+            mvccpb__key_value__free_unpacked(out->kvs[i], NULL);
+        out->n = (size_t)r->limit;
+        out->more = 1;
     }
     if (r->keys_only)
-        for (size_t i = 0; i < resp->n_kvs; i++)
-            resp->kvs[i]->value.len = 0; /* data stays owned by the kv, freed with it */
-    if (resp->n_kvs == 0) {
-        free(resp->kvs);
-        resp->kvs = NULL;
+        for (size_t i = 0; i < out->n; i++)
+            out->kvs[i]->value.len = 0; /* data stays owned by the kv, freed with it */
+    if (out->n == 0) {
+        free(out->kvs);
+        out->kvs = NULL;
     }
-    resp->count = counted ? (int64_t)live_keys : count;
-done:
-    if (!(resp->header = kv_header_new(cur))) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    *out = resp;
+    out->count = counted ? (int64_t)live_keys : count;
     return 0;
-fail:
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
 }

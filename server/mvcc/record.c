@@ -199,17 +199,3 @@ int kv_format_write(kv_store *s, MDB_txn *txn, uint32_t version)
     be32_put(b, version);
     return meta_set(s, txn, "format", b, sizeof b);
 }
-
-void kv_res_err(kv_result *res, int code, const char *fmt, ...)
-{
-    va_list ap;
-    res->code = code;
-    va_start(ap, fmt);
-    vsnprintf(res->msg, sizeof res->msg, fmt, ap);
-    va_end(ap);
-}
-
-void kv_res_etcd_err(kv_result *res, kv_etcd_err e)
-{
-    kv_res_err(res, kv_etcd_err_code(e), "%s", kv_etcd_err_msg(e));
-}

@@ -7,7 +7,6 @@
 #include <sys/statvfs.h>
 
 #include "mvcc/crc32c.h"
-#include "mvcc/pb_strip.h"
 #include "mvcc/store_int.h"
 #include "mvcc/valcheck.h"
 
@@ -323,74 +322,22 @@ void kv_store_batch_abort(kv_store *s, kv_store_batch *b)
     b->open = false;
 }
 
-static void fill_header(Etcdserverpb__ResponseHeader *hdr, const kv_header_info *h)
+int kv_store_range_read(kv_store *s, const kv_range_opts *o, kv_range_result *out)
 {
-    if (!h)
-        return;
-    hdr->cluster_id = h->cluster_id;
-    hdr->member_id = h->member_id;
-    hdr->raft_term = h->raft_term;
-}
-
-int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
-                   kv_result *res)
-{
-    memset(res, 0, sizeof *res);
-    /* unknown fields dropped first (pb_strip.h: 786,000 of them cost 200 ms to unpack) */
-    Etcdserverpb__RangeRequest *r = (Etcdserverpb__RangeRequest *)kv_pb_unpack(
-        &etcdserverpb__range_request__descriptor, req, len);
-    if (!r) {
-        kv_res_etcd_err(res, KV_ERR_DECODE_RANGE);
-        return 0;
-    }
-    int rc = kv_range_check(r, res);
-    if (rc) {
-        etcdserverpb__range_request__free_unpacked(r, NULL);
-        return 0;
-    }
-    if (kv_store_alarms(s) & (1u << KV_ALARM_CORRUPT)) {
-        etcdserverpb__range_request__free_unpacked(r, NULL);
-        kv_res_etcd_err(res, KV_ERR_CORRUPT);
-        return 0;
-    }
+    memset(out, 0, sizeof *out);
     MDB_txn *txn;
     pthread_rwlock_rdlock(&s->swap);
-    rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc) {
         pthread_rwlock_unlock(&s->swap);
-        etcdserverpb__range_request__free_unpacked(r, NULL);
         return kv_mdb_err(rc);
     }
     kv_meta m;
-    Etcdserverpb__RangeResponse *resp = NULL;
     rc = kv_meta_read(s, txn, &m);
-    if (!rc) {
-        res->revision = m.rev;
-        rc = kv_range_exec(s, txn, m.rev, m.compact_rev, m.keys, r, res, &resp);
-    }
+    if (!rc)
+        rc = kv_range_run(s, txn, m.rev, m.compact_rev, m.keys, o, out);
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&s->swap);
-    char what[128] = "range";
-    if (rc == -EBADMSG)
-        kv_describe_key(what, sizeof what, "a range from key", r->key.data, r->key.len);
-    etcdserverpb__range_request__free_unpacked(r, NULL);
-    if (rc == 0) {
-        fill_header(resp->header, h);
-        size_t n = etcdserverpb__range_response__get_packed_size(resp);
-        res->resp = malloc(n ? n : 1);
-        if (res->resp)
-            res->resp_len = etcdserverpb__range_response__pack(resp, res->resp);
-        else
-            rc = -ENOMEM;
-        etcdserverpb__range_response__free_unpacked(resp, NULL);
-    }
-    if (rc == 1)
-        return 0;
-    if (rc == -EBADMSG) {
-        kv_res_etcd_err(res, KV_ERR_RECORD_CHECKSUM);
-        kv_store_note_corrupt(s, what);
-        return 0;
-    }
     return rc;
 }
 
@@ -520,45 +467,10 @@ int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_
     return hash_kv(s, rev, hash, compact_rev, &cur);
 }
 
-int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
-                             kv_result *res)
+int kv_store_hash_kv_cur(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev,
+                         int64_t *cur)
 {
-    memset(res, 0, sizeof *res);
-    Etcdserverpb__HashKVRequest *r = etcdserverpb__hash_kvrequest__unpack(NULL, len, req);
-    if (!r) {
-        kv_res_etcd_err(res, KV_ERR_GRPC_UNMARSHAL);
-        return 0;
-    }
-    int64_t rev = r->revision, cur = 0, compact_rev = 0;
-    etcdserverpb__hash_kvrequest__free_unpacked(r, NULL);
-    uint32_t hash = 0;
-    int rc = hash_kv(s, rev, &hash, &compact_rev, &cur);
-    if (rc == KV_STORE_ERR_COMPACTED) {
-        kv_res_etcd_err(res, KV_ERR_COMPACTED);
-        return 0;
-    }
-    if (rc == KV_STORE_ERR_FUTURE_REV) {
-        kv_res_etcd_err(res, KV_ERR_FUTURE_REV);
-        return 0;
-    }
-    if (rc == -EBADMSG)
-        kv_res_etcd_err(res, KV_ERR_RECORD_CHECKSUM);
-    if (rc < 0)
-        return rc;
-    Etcdserverpb__HashKVResponse resp = ETCDSERVERPB__HASH_KVRESPONSE__INIT;
-    Etcdserverpb__ResponseHeader hdr = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(&hdr, h);
-    hdr.revision = cur;
-    resp.header = &hdr;
-    resp.hash = hash;
-    resp.compact_revision = compact_rev;
-    size_t n = etcdserverpb__hash_kvresponse__get_packed_size(&resp);
-    res->resp = malloc(n ? n : 1);
-    if (!res->resp)
-        return -ENOMEM;
-    res->resp_len = etcdserverpb__hash_kvresponse__pack(&resp, res->resp);
-    res->revision = cur;
-    return 0;
+    return hash_kv(s, rev, hash, compact_rev, cur);
 }
 
 int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint64_t *keys,

@@ -141,6 +141,9 @@ const kv_lease_table *kv_store_leases(kv_store *s);
  * kv_store_batch_commit (whatever its result) or kv_store_batch_abort. */
 int kv_store_batch_begin(kv_store *s, kv_store_batch **out);
 /* Applies one packed kvdpb.InternalRequest at raft/log index `index` (strictly increasing).
+ * Implemented by the applier (server/apply/applier.c, library kv_apply, which kv_mvcc's link
+ * interface brings along) on the keyspace operations of mvcc/keyspace.h; declared here, its
+ * historic home, for the raft driver and the tools that apply entries.
  * index <= applied index (stored or earlier in this batch) -> skipped (res->skipped = 1,
  * code 0, no resp). Request-level errors return 0 with res->code/res->msg set (nothing of
  * the request is kept; the batch goes on and the index counts as applied). Returns < 0 only
@@ -195,6 +198,8 @@ void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
  * A record failing its checksum gives 0 with res->code DATA_LOSS and asks for the CORRUPT
  * alarm; while CORRUPT is active (kv_store_alarms) every range gets DATA_LOSS "etcdserver:
  * corrupt cluster". Returns < 0 on storage failure. */
+/* Implemented by the request layer (server/apply/apply_range.c) on kv_store_range_read
+ * (mvcc/range.h), like kv_store_apply and kv_store_hash_kv_request. */
 int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
                    kv_result *res);
 
@@ -235,6 +240,9 @@ int kv_store_lease_keys(kv_store *s, int64_t id,
  * 3.4 HashByRev). KV_STORE_ERR_COMPACTED if 0 < rev <= compacted (as etcd 3.4),
  * KV_STORE_ERR_FUTURE_REV if rev > current, -EBADMSG if a record fails its checksum. */
 int kv_store_hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev);
+/* kv_store_hash_kv that also gives the current revision (*cur) of the hashed state. */
+int kv_store_hash_kv_cur(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_rev,
+                         int64_t *cur);
 
 /* ---- additions ---- */
 

@@ -10,11 +10,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "common/etcd_errors.h"
 #include "kv.pb-c.h"
+#include "mvcc/keyspace.h"
+#include "mvcc/range.h"
 #include "mvcc/store.h"
 #include "mvcc/valcheck.h"
-#include "rpc.pb-c.h"
 
 #define KV_REVKEY_LEN 16
 #define KV_DUP_LEN 17
@@ -36,6 +36,7 @@ struct kv_store_batch {
     int64_t base_size; /* committed backend size when the batch began */
     int64_t grown;     /* estimated bytes added by the batch's growing requests */
     bool quiet;        /* kv_store_batch_set_quiet: apply without building responses */
+    bool ks_open;      /* a request's kv_ks is open (keyspace.c) */
 };
 
 struct kv_store {
@@ -122,12 +123,6 @@ void kv_iter_close(kv_iter *it);
 int kv_index_get(kv_store *s, MDB_txn *txn, const uint8_t *key, size_t klen, int64_t at_rev,
                  kv_ent *out);
 
-/* ---- results ---- */
-void kv_res_err(kv_result *res, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Sets res to the code and exact message of e (common/etcd_errors.h). */
-void kv_res_etcd_err(kv_result *res, kv_etcd_err e);
-
 /* ---- write.c: key-level writes in a write context ---- */
 typedef struct kv_wctx {
     kv_store *s;
@@ -135,8 +130,23 @@ typedef struct kv_wctx {
     kv_meta *m;
     int64_t begin_rev;
     int64_t sub; /* changes so far at main revision begin_rev + 1 */
-    kv_result *res;
 } kv_wctx;
+
+/* One request's context (keyspace.h): the write context on its child transaction, its copy
+ * of the batch meta and alarm mask, and the lease events for the observer. */
+typedef struct kv_ks_ev {
+    int type; /* 1 grant, 2 revoke, 3 checkpoint */
+    int64_t id, ttl, rem;
+} kv_ks_ev;
+struct kv_ks {
+    kv_store *s;
+    kv_store_batch *b;
+    kv_wctx w;
+    kv_meta m;
+    unsigned alarms;
+    kv_ks_ev *ev;
+    size_t nev, cap;
+};
 
 /* Revision reads in this context see (etcd storeTxnWrite.Range). */
 static inline int64_t kv_wctx_read_rev(const kv_wctx *w)
@@ -148,7 +158,7 @@ static inline int64_t kv_wctx_end_rev(const kv_wctx *w)
 {
     return kv_wctx_read_rev(w);
 }
-/* Put key. Return 0, 1 = request error (res set), < 0 storage error. */
+/* Put key. Return 0, -EDQUOT (max_keys_per_lease), < 0 storage error. */
 int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
              int64_t lease);
 /* Deletes every live key in [key, end); *deleted gets the count; prev (optional) gets the
@@ -157,27 +167,11 @@ int kv_w_delete_range(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t
                       int64_t *deleted, Mvccpb__KeyValue ***prev, size_t *n_prev);
 
 /* ---- range.c ---- */
-/* Executes a (validated) range at read revision cur with compaction point compact.
+/* Executes a range at read revision cur with compaction point compact (range.h results).
  * live_keys: the live key count at cur; a count over the whole keyspace at cur is answered
- * from it in O(1), and the walk then stops as soon as the returned keys are loaded.
- * On success *out is a malloc'd response (header with revision only; free with
- * protobuf_c_message_free_unpacked). Return 0, 1 = request error (res set), < 0 error. */
-int kv_range_exec(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
-                  const Etcdserverpb__RangeRequest *r, kv_result *res,
-                  Etcdserverpb__RangeResponse **out);
-/* Static checks of a range request (empty key, sort options). 1 = error set in res. */
-int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res);
-/* Revision check of a range request against cur/compact (etcd checkRequestRange). */
-int kv_range_check_rev(const Etcdserverpb__RangeRequest *r, int64_t cur, int64_t compact,
-                       kv_result *res);
-Etcdserverpb__ResponseHeader *kv_header_new(int64_t rev);
-
-/* ---- txn_check.c ---- */
-/* etcd's checkTxnRequest + checkIntervals: static validation of a txn request.
- * maxkey: longest key a put may have. 1 = error set in res, 0 ok, < 0 -ENOMEM. */
-int kv_txn_check(const Etcdserverpb__TxnRequest *t, uint32_t max_ops, size_t maxkey,
-                 kv_result *res);
-int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res);
+ * from it in O(1), and the walk then stops as soon as the returned keys are loaded. */
+int kv_range_run(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64_t live_keys,
+                 const kv_range_opts *r, kv_range_result *out);
 
 /* ---- compact.c: batched compaction (see compact.c) ---- */
 /* Records that revisions <= rev are to be removed physically (restarting any earlier walk). */
@@ -199,34 +193,12 @@ int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const 
 int kv_store_env_open(kv_store *s, const char *dir);
 /* Opens every named database of the store in txn. */
 int kv_store_open_dbs(kv_store *s, MDB_txn *txn);
-/* A record failed its checksum while doing `what`: log it, refuse to serve (CORRUPT) and ask
- * for the CORRUPT alarm. Any thread. */
-void kv_store_note_corrupt(kv_store *s, const char *what);
-/* Writes prefix "key" (non-printable bytes as \xNN, truncated to cap) into out. */
-void kv_describe_key(char *out, size_t cap, const char *prefix, const uint8_t *key, size_t len);
+/* kv_store_note_corrupt, kv_describe_key: keyspace.h. */
 
 /* ---- alarm.c ---- */
-#define KV_MAX_ALARMS 64
-struct Kvdpb__InternalRequest;
+#define KV_MAX_ALARMS KV_KS_MAX_ALARMS
 /* Mask (1u << type) of the alarms stored in txn. */
 int kv_alarm_load(kv_store *s, MDB_txn *txn, unsigned *mask);
-/* Applies an AlarmRequest (etcd applierV3backend.Alarm); *mask follows the change.
- * 0 (*out set), 1 = request error in res, < 0 storage error. */
-int kv_alarm_apply(kv_store *s, MDB_txn *txn, unsigned *mask, int64_t rev,
-                   const Etcdserverpb__AlarmRequest *ar, kv_result *res,
-                   Etcdserverpb__AlarmResponse **out);
-/* The capped (NOSPACE) and corrupt appliers of etcd: 1 = refused (res set), 0 = go on. */
-int kv_alarm_gate(unsigned mask, const struct Kvdpb__InternalRequest *ir, kv_result *res);
-/* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
- * NOSPACE refuse. */
-int kv_alarm_is_growth(const struct Kvdpb__InternalRequest *ir);
-
-/* ---- members.c ---- */
-/* Applies a member_publish or member_update request (members.h). 0 (*out set: header with
- * revision rev and every member after the change), 1 = request error in res, < 0 storage
- * error or -EBADMSG. */
-int kv_members_apply(kv_store *s, MDB_txn *txn, int64_t rev,
-                     const struct Kvdpb__InternalRequest *ir, kv_result *res,
-                     Etcdserverpb__MemberUpdateResponse **out);
+/* Request validation (txn_check) and the alarm gates moved to the applier (server/apply/). */
 
 #endif

@@ -42,10 +42,8 @@ int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, si
             rc = kv_lease_table_key_count(&s->leases, w->txn, lease, &n);
             if (rc)
                 return rc;
-            if (n >= s->cfg.max_keys_per_lease) {
-                kv_res_etcd_err(w->res, KV_ERR_TOO_MANY_LEASE_KEYS);
-                return 1;
-            }
+            if (n >= s->cfg.max_keys_per_lease)
+                return -EDQUOT;
         }
         if (oldlease && (rc = kv_lease_table_detach(&s->leases, w->txn, oldlease, key, klen)))
             return rc;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apply/apply_int.h" /* kv_txn_check (was mvcc/txn_check.c) */
 #include "helpers.h"
 #include "mvcc/pb_scan.h"
 #include "mvcc/pb_strip.h"

@@ -1,29 +1,30 @@
-/* txn_check: static request validation as etcd's api/v3rpc/key.go (checkPutRequest,
- * checkTxnRequest with its shrinking op budget for nested txns, and checkIntervals for
- * duplicate put/delete keys across nesting levels), plus kvd's key length limit. */
+/* apply_check (was mvcc/txn_check.c): static request validation as etcd's api/v3rpc/key.go
+ * (checkPutRequest, checkTxnRequest with its shrinking op budget for nested txns, and
+ * checkIntervals for duplicate put/delete keys across nesting levels), plus kvd's key length limit.
+ */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mvcc/store_int.h"
+#include "apply/apply_int.h"
 
 int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res)
 {
     if (p->key.len == 0) {
-        kv_res_etcd_err(res, KV_ERR_EMPTY_KEY);
+        kv_apply_err(res, KV_ERR_EMPTY_KEY);
         return 1;
     }
     if (p->ignore_value && p->value.len != 0) {
-        kv_res_etcd_err(res, KV_ERR_VALUE_PROVIDED);
+        kv_apply_err(res, KV_ERR_VALUE_PROVIDED);
         return 1;
     }
     if (p->ignore_lease && p->lease != 0) {
-        kv_res_etcd_err(res, KV_ERR_LEASE_PROVIDED);
+        kv_apply_err(res, KV_ERR_LEASE_PROVIDED);
         return 1;
     }
     if (p->key.len > maxkey) {
-        kv_res_err(res, kv_etcd_err_code(KV_ERR_KEY_TOO_LONG), "%s (kvd limit: %zu bytes)",
-                   kv_etcd_err_msg(KV_ERR_KEY_TOO_LONG), maxkey);
+        kv_apply_errf(res, (kv_grpc_code)kv_etcd_err_code(KV_ERR_KEY_TOO_LONG),
+                      "%s (kvd limit: %zu bytes)", kv_etcd_err_msg(KV_ERR_KEY_TOO_LONG), maxkey);
         return 1;
     }
     return 0;
@@ -42,14 +43,14 @@ static int check_op(const Etcdserverpb__RequestOp *op, int64_t max_ops, size_t m
         return kv_put_check(op->request_put, maxkey, res);
     case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE:
         if (op->request_delete_range->key.len == 0) {
-            kv_res_etcd_err(res, KV_ERR_EMPTY_KEY);
+            kv_apply_err(res, KV_ERR_EMPTY_KEY);
             return 1;
         }
         return 0;
     case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
         return check_txn(op->request_txn, max_ops, maxkey, res);
     default:
-        kv_res_etcd_err(res, KV_ERR_KEY_NOT_FOUND);
+        kv_apply_err(res, KV_ERR_KEY_NOT_FOUND);
         return 1;
     }
 }
@@ -63,12 +64,12 @@ static int check_txn(const Etcdserverpb__TxnRequest *t, int64_t max_ops, size_t 
     if (opc < (int64_t)t->n_failure)
         opc = (int64_t)t->n_failure;
     if (opc > max_ops) {
-        kv_res_etcd_err(res, KV_ERR_TOO_MANY_OPS);
+        kv_apply_err(res, KV_ERR_TOO_MANY_OPS);
         return 1;
     }
     for (size_t i = 0; i < t->n_compare; i++) {
         if (t->compare[i]->key.len == 0) {
-            kv_res_etcd_err(res, KV_ERR_EMPTY_KEY);
+            kv_apply_err(res, KV_ERR_EMPTY_KEY);
             return 1;
         }
     }
@@ -278,6 +279,6 @@ int kv_txn_check(const Etcdserverpb__TxnRequest *t, uint32_t max_ops, size_t max
         ivset_free(&a);
     }
     if (rc == 1)
-        kv_res_etcd_err(res, KV_ERR_DUPLICATE_KEY);
+        kv_apply_err(res, KV_ERR_DUPLICATE_KEY);
     return rc;
 }

@@ -1,0 +1,85 @@
+/*
+ * apply_int: private declarations shared by the files of the applier (server/apply/).
+ * Not for use outside server/apply/. The contract of the entry point, kv_store_apply, is in
+ * mvcc/store.h (its historic home: the raft driver calls it); apply.cmake says why.
+ */
+#ifndef KV_APPLY_INT_H
+#define KV_APPLY_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/etcd_errors.h"
+#include "internal.pb-c.h"
+#include "kv.pb-c.h"
+#include "mvcc/keyspace.h"
+#include "mvcc/store.h"
+#include "rpc.pb-c.h"
+
+/* One entry being applied. quiet: nobody on this member waits for the response, so the
+ * handlers build none (*msg stays NULL); the keyspace operations are the same. */
+typedef struct kv_actx {
+    kv_ks *ks;
+    kv_result *res;
+    bool quiet;
+    uint32_t max_txn_ops;
+    size_t max_key;
+} kv_actx;
+
+/* Request errors: res->code and res->msg (the request changes nothing). */
+void kv_apply_errf(kv_result *res, kv_grpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sets res to the code and exact message of e (common/etcd_errors.h). */
+void kv_apply_err(kv_result *res, kv_etcd_err e);
+/* A response header with revision rev (malloc'd), NULL on -ENOMEM. */
+Etcdserverpb__ResponseHeader *kv_apply_header(int64_t rev);
+/* The lease must exist: 0, 1 = LEASE_NOT_FOUND set in res, < 0 storage error. */
+int kv_apply_lease_exists(kv_actx *a, int64_t id);
+
+/* Handlers of one request kind (apply_kv.c, apply_lease.c, apply_cluster.c). Each returns 0
+ * (with, unless a->quiet, *msg set to the malloc'd response and *hdr to its header), 1 =
+ * request error in a->res, or < 0 (storage failure, -EBADMSG corruption, -ENOMEM). */
+int kv_apply_put(kv_actx *a, const Etcdserverpb__PutRequest *p, ProtobufCMessage **msg,
+                 Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_delete(kv_actx *a, const Etcdserverpb__DeleteRangeRequest *d, ProtobufCMessage **msg,
+                    Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_txn(kv_actx *a, const Etcdserverpb__TxnRequest *t, ProtobufCMessage **msg,
+                 Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_compact(kv_actx *a, const Etcdserverpb__CompactionRequest *c, ProtobufCMessage **msg,
+                     Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_lease_grant(kv_actx *a, const Etcdserverpb__LeaseGrantRequest *g,
+                         ProtobufCMessage **msg, Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_lease_revoke(kv_actx *a, const Etcdserverpb__LeaseRevokeRequest *r,
+                          ProtobufCMessage **msg, Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_lease_checkpoint(kv_actx *a, const Etcdserverpb__LeaseCheckpointRequest *r,
+                              ProtobufCMessage **msg, Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMessage **msg,
+                   Etcdserverpb__ResponseHeader **hdr);
+int kv_apply_members(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
+                     Etcdserverpb__ResponseHeader **hdr);
+
+/* ---- apply_range.c ---- */
+/* Static checks of a range request (empty key, sort options). 1 = error set in res. */
+int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res);
+/* A (validated) Range op of a txn at the request's read revision. out NULL: quiet (the range
+ * still runs: a corrupt record fails the txn on every member). 0 (*out malloc'd), 1 =
+ * request error in a->res, < 0 error. */
+int kv_apply_range_op(kv_actx *a, const Etcdserverpb__RangeRequest *r,
+                      Etcdserverpb__RangeResponse **out);
+
+/* ---- apply_check.c: static request validation (etcd api/v3rpc/key.go) ---- */
+/* etcd's checkTxnRequest + checkIntervals. maxkey: longest key a put may have.
+ * 1 = error set in res, 0 ok, < 0 -ENOMEM. */
+int kv_txn_check(const Etcdserverpb__TxnRequest *t, uint32_t max_ops, size_t maxkey,
+                 kv_result *res);
+int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *res);
+
+/* ---- apply_gate.c: etcd's capped (NOSPACE) and corrupt appliers ---- */
+/* 1 = refused (res set), 0 = go on. */
+int kv_apply_gate(unsigned alarms, const Kvdpb__InternalRequest *ir, kv_result *res);
+/* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
+ * NOSPACE refuse. */
+int kv_apply_is_growth(const Kvdpb__InternalRequest *ir);
+
+#endif
