@@ -67,8 +67,8 @@ static void percent_decode(const uint8_t *v, size_t vl, char *out, size_t cap)
     out[o] = 0;
 }
 
-static int on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *name,
-                     size_t nl, const uint8_t *value, size_t vl, uint8_t flags, void *ud)
+static int on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *name, size_t nl,
+                     const uint8_t *value, size_t vl, uint8_t flags, void *ud)
 {
     (void)flags;
     (void)ud;
@@ -139,13 +139,25 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     kv_it_grpc_stream *st = stream_of(s, id);
     if (!st) /* freed by the caller */
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    size_t n = st->out_len_ - st->out_off_;
-    if (n > length)
-        n = length;
-    memcpy(buf, st->out_ + st->out_off_, n);
-    st->out_off_ += n;
-    if (st->out_off_ == st->out_len_) {
-        st->out_off_ = st->out_len_ = 0;
+    size_t n = 0;
+    if (st->out_off_ < st->out_len_) {
+        n = st->out_len_ - st->out_off_;
+        n = n < length ? n : length;
+        memcpy(buf, st->out_ + st->out_off_, n);
+        st->out_off_ += n;
+        if (st->out_off_ == st->out_len_)
+            st->out_off_ = st->out_len_ = 0;
+    } else if (st->ref_off_ < st->ref_len_) {
+        n = st->ref_len_ - st->ref_off_;
+        n = n < length ? n : length;
+        memcpy(buf, st->ref_ + st->ref_off_, n);
+        st->ref_off_ += n;
+        if (st->ref_off_ == st->ref_len_) {
+            st->ref_ = NULL;
+            st->ref_off_ = st->ref_len_ = 0;
+        }
+    }
+    if (st->out_len_ == 0 && st->ref_len_ == 0) {
         if (st->out_eof_)
             *data_flags |= NGHTTP2_DATA_FLAG_EOF;
         else if (n == 0)
@@ -394,16 +406,15 @@ int kv_it_grpc_open_opts(kv_it_grpc **out, const char *host, uint16_t port, uint
     nghttp2_settings_entry iv[2];
     size_t niv = 0;
     if (opts->max_concurrent)
-        iv[niv++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
-                                             opts->max_concurrent};
+        iv[niv++] =
+            (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, opts->max_concurrent};
     if (opts->set_window)
         iv[niv++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, opts->window};
     rc = -EPROTO;
     if (nghttp2_submit_settings(c->sess, NGHTTP2_FLAG_NONE, niv ? iv : NULL, niv))
         goto fail;
-    if (opts->conn_window &&
-        nghttp2_session_set_local_window_size(c->sess, NGHTTP2_FLAG_NONE, 0,
-                                              (int32_t)opts->conn_window))
+    if (opts->conn_window && nghttp2_session_set_local_window_size(c->sess, NGHTTP2_FLAG_NONE, 0,
+                                                                   (int32_t)opts->conn_window))
         goto fail;
     if ((rc = kv_it_grpc_flush(c, timeout_ms)))
         goto fail;
@@ -493,12 +504,29 @@ int kv_it_grpc_send_raw(kv_it_grpc_stream *st, const void *data, size_t n, int e
 {
     if (st->closed || st->out_eof_)
         return -EPIPE;
+    if (st->ref_len_)
+        return -EBUSY;
     if (n) {
         if (grow(&st->out_, &st->out_cap_, st->out_len_ + n))
             return -ENOMEM;
         memcpy(st->out_ + st->out_len_, data, n);
         st->out_len_ += n;
     }
+    if (eof)
+        st->out_eof_ = 1;
+    nghttp2_session_resume_data(st->conn_->sess, st->id);
+    return 0;
+}
+
+int kv_it_grpc_send_ref(kv_it_grpc_stream *st, const void *data, size_t n, int eof)
+{
+    if (st->closed || st->out_eof_)
+        return -EPIPE;
+    if (st->ref_len_ || st->out_len_)
+        return -EBUSY;
+    st->ref_ = data;
+    st->ref_len_ = n;
+    st->ref_off_ = 0;
     if (eof)
         st->out_eof_ = 1;
     nghttp2_session_resume_data(st->conn_->sess, st->id);
@@ -577,8 +605,7 @@ int kv_it_grpc_stream_next(kv_it_grpc_stream *st, uint8_t **msg, size_t *len)
     return 1;
 }
 
-int kv_it_grpc_stream_recv(kv_it_grpc_stream *st, uint8_t **msg, size_t *len,
-                           uint32_t timeout_ms)
+int kv_it_grpc_stream_recv(kv_it_grpc_stream *st, uint8_t **msg, size_t *len, uint32_t timeout_ms)
 {
     uint64_t deadline = now_ms() + timeout_ms;
     kv_it_grpc *c = st->conn_;

@@ -91,8 +91,8 @@ typedef struct kv_it_grpc_stream {
     char grpc_message[512]; /* percent-decoded grpc-message */
     uint8_t *data;          /* response DATA received and not yet taken (gRPC-framed) */
     size_t dlen;
-    uint64_t received; /* response DATA bytes received in total */
-    int closed;        /* the stream is closed (both ways, or reset) */
+    uint64_t received;   /* response DATA bytes received in total */
+    int closed;          /* the stream is closed (both ways, or reset) */
     uint32_t close_code; /* HTTP/2 error code it closed with (0 = NO_ERROR) */
     int discard;         /* set by the caller: count DATA in `received` but keep none */
     /* private */
@@ -100,6 +100,8 @@ typedef struct kv_it_grpc_stream {
     uint8_t *out_;
     size_t out_len_, out_off_, out_cap_;
     int out_eof_;
+    const uint8_t *ref_; /* borrowed request bytes (kv_it_grpc_send_ref) */
+    size_t ref_len_, ref_off_;
     size_t dcap_;
     struct kv_it_grpc_stream *next_;
 } kv_it_grpc_stream;
@@ -111,6 +113,10 @@ kv_it_grpc_stream *kv_it_grpc_stream_start(kv_it_grpc *c, const char *path,
                                            const kv_it_grpc_req *req);
 /* Queues raw DATA bytes (eof = END_STREAM after them; n may be 0). */
 int kv_it_grpc_send_raw(kv_it_grpc_stream *st, const void *data, size_t n, int eof);
+/* Like kv_it_grpc_send_raw without a copy: data is borrowed until it is sent (until the
+ * stream ends at the latest). -EBUSY while other request bytes are queued (and raw sends are
+ * refused with -EBUSY while borrowed bytes are). For load generators with large bodies. */
+int kv_it_grpc_send_ref(kv_it_grpc_stream *st, const void *data, size_t n, int eof);
 /* Queues one gRPC message (5-byte prefix + msg). */
 int kv_it_grpc_send_msg(kv_it_grpc_stream *st, const void *msg, size_t n, int eof);
 /* Resets the stream with RST_STREAM(CANCEL) (queued) if it is still open. */
@@ -125,8 +131,7 @@ int kv_it_grpc_stream_next(kv_it_grpc_stream *st, uint8_t **msg, size_t *len);
 /* kv_it_grpc_stream_next, pumping the connection for up to timeout_ms: 0 with a message;
  * -ECONNRESET once the stream has ended and holds no complete message (see grpc_status),
  * -ETIMEDOUT, or the connection's error. */
-int kv_it_grpc_stream_recv(kv_it_grpc_stream *st, uint8_t **msg, size_t *len,
-                           uint32_t timeout_ms);
+int kv_it_grpc_stream_recv(kv_it_grpc_stream *st, uint8_t **msg, size_t *len, uint32_t timeout_ms);
 /* Number of complete gRPC messages in st->data; if msg, *msg and *len point at message idx
  * (inside st->data). */
 size_t kv_it_grpc_stream_msgs(const kv_it_grpc_stream *st, size_t idx, const uint8_t **msg,
