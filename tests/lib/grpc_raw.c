@@ -22,7 +22,8 @@ struct kv_it_grpc {
     kv_it_grpc_stream *streams;
     int conn_closed;
     int goaway;
-    int failed; /* a callback's error (-EMSGSIZE, -ENOMEM) */
+    int failed;               /* a callback's error (-EMSGSIZE, -ENOMEM) */
+    uint64_t frames_recv[10]; /* frames received by type (DATA .. CONTINUATION) */
 };
 
 static uint64_t now_ms(void)
@@ -125,9 +126,12 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
 
 static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 {
+    kv_it_grpc *c = ud;
     (void)s;
+    if (f->hd.type < sizeof(c->frames_recv) / sizeof(c->frames_recv[0]))
+        c->frames_recv[f->hd.type]++;
     if (f->hd.type == NGHTTP2_GOAWAY)
-        ((kv_it_grpc *)ud)->goaway = 1;
+        c->goaway = 1;
     return 0;
 }
 
@@ -339,6 +343,20 @@ int kv_it_grpc_goaway(const kv_it_grpc *c)
 nghttp2_session *kv_it_grpc_session(kv_it_grpc *c)
 {
     return c->sess;
+}
+
+uint64_t kv_it_grpc_frames_received(const kv_it_grpc *c, uint8_t type)
+{
+    return type < sizeof(c->frames_recv) / sizeof(c->frames_recv[0]) ? c->frames_recv[type] : 0;
+}
+
+int kv_it_grpc_input(kv_it_grpc *c, const uint8_t *data, size_t len)
+{
+    if (c->conn_closed)
+        return conn_error(c, -ECONNRESET);
+    if (nghttp2_session_mem_recv(c->sess, data, len) < 0)
+        return conn_error(c, -EPROTO);
+    return 0;
 }
 
 size_t kv_it_grpc_output(kv_it_grpc *c, uint8_t *out, size_t cap)

@@ -164,6 +164,11 @@ int kv_it_grpc_goaway(const kv_it_grpc *c);
 /* The nghttp2 session, for tests that deliberately submit raw frames (they are written by
  * the next I/O call). */
 nghttp2_session *kv_it_grpc_session(kv_it_grpc *c);
+/* Frames of the given type (NGHTTP2_DATA, NGHTTP2_HEADERS, ...) received so far. */
+uint64_t kv_it_grpc_frames_received(const kv_it_grpc *c, uint8_t type);
+/* no_socket connections: feeds the server's bytes to the session as if read from a socket.
+ * 0, or -EPROTO (the connection is then closed; kv_it_grpc_conn_closed). */
+int kv_it_grpc_input(kv_it_grpc *c, const uint8_t *data, size_t len);
 /* no_socket connections: copies up to cap bytes of the frames produced so far (preface,
  * SETTINGS, requests) into out and returns how many. */
 size_t kv_it_grpc_output(kv_it_grpc *c, uint8_t *out, size_t cap);
