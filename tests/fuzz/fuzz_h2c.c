@@ -61,24 +61,26 @@ static kv_it_grpc_stream *handle(kv_fuzz_h2c *c, int h)
     return h < 0 || h >= c->n ? NULL : c->st[h];
 }
 
+/* The stream of handle h if the harness may still send on it: 0, -EINVAL or -EPIPE. */
+static int writable(kv_fuzz_h2c *c, int h, kv_it_grpc_stream **st)
+{
+    if ((*st = handle(c, h)) == NULL)
+        return -EINVAL;
+    return c->reset[h] ? -EPIPE : 0;
+}
+
 int kv_fuzz_h2c_send_raw(kv_fuzz_h2c *c, int h, const uint8_t *p, size_t len)
 {
-    kv_it_grpc_stream *st = handle(c, h);
-    if (st == NULL)
-        return -EINVAL;
-    if (c->reset[h])
-        return -EPIPE;
-    return kv_it_grpc_send_raw(st, p, len, 0);
+    kv_it_grpc_stream *st;
+    int rc = writable(c, h, &st);
+    return rc ? rc : kv_it_grpc_send_raw(st, p, len, 0);
 }
 
 int kv_fuzz_h2c_send(kv_fuzz_h2c *c, int h, const uint8_t *msg, size_t len)
 {
-    kv_it_grpc_stream *st = handle(c, h);
-    if (st == NULL)
-        return -EINVAL;
-    if (c->reset[h])
-        return -EPIPE;
-    return kv_it_grpc_send_msg(st, msg, len, 0);
+    kv_it_grpc_stream *st;
+    int rc = writable(c, h, &st);
+    return rc ? rc : kv_it_grpc_send_msg(st, msg, len, 0);
 }
 
 int kv_fuzz_h2c_end(kv_fuzz_h2c *c, int h)
