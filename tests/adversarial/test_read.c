@@ -26,19 +26,12 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
-
-#include <nghttp2/nghttp2.h>
 
 #include "grpc_raw.h"
 #include "harness.h"
@@ -136,113 +129,14 @@ static void load(const kv_it_server *s, size_t n, unsigned round)
     }
 }
 
-/* ---- a pipelining client: all requests of a burst leave in one write ---- */
+/* ---- pipelining: all requests of a burst leave in one write (tests/lib grpc_raw) ---- */
 
 typedef struct pipe_req {
     const char *path;
     uint8_t *body; /* framed */
-    size_t len, off;
-    int32_t stream;
-    int closed;
-    int status;
+    size_t len;
+    kv_it_grpc_stream *st; /* owned by the connection */
 } pipe_req;
-
-typedef struct pipe_cli {
-    int fd;
-    nghttp2_session *sess;
-    pipe_req *reqs;
-    size_t n, closed;
-} pipe_cli;
-
-static ssize_t pipe_read_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
-                              uint32_t *flags, nghttp2_data_source *src, void *ud)
-{
-    (void)s;
-    (void)sid;
-    (void)ud;
-    pipe_req *r = src->ptr;
-    size_t n = r->len - r->off;
-    if (n > length)
-        n = length;
-    memcpy(buf, r->body + r->off, n);
-    r->off += n;
-    if (r->off == r->len)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
-}
-
-static pipe_req *find_req(pipe_cli *c, int32_t sid)
-{
-    for (size_t i = 0; i < c->n; i++)
-        if (c->reqs[i].stream == sid)
-            return &c->reqs[i];
-    return NULL;
-}
-
-static int pipe_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
-                          size_t nl, const uint8_t *value, size_t vl, uint8_t flags, void *ud)
-{
-    (void)s;
-    (void)flags;
-    pipe_req *r = find_req(ud, f->hd.stream_id);
-    if (r && nl == 11 && memcmp(name, "grpc-status", 11) == 0) {
-        char tmp[8] = {0};
-        memcpy(tmp, value, vl < 7 ? vl : 7);
-        r->status = atoi(tmp);
-    }
-    return 0;
-}
-
-static int pipe_on_close(nghttp2_session *s, int32_t sid, uint32_t err, void *ud)
-{
-    (void)s;
-    (void)err;
-    pipe_cli *c = ud;
-    pipe_req *r = find_req(c, sid);
-    if (r && !r->closed) {
-        r->closed = 1;
-        c->closed++;
-    }
-    return 0;
-}
-
-static int send_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Flushes everything nghttp2 has queued in ONE send() (concatenated first). */
-static int pipe_flush(pipe_cli *c)
-{
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    for (;;) {
-        const uint8_t *d;
-        ssize_t n = nghttp2_session_mem_send(c->sess, &d);
-        if (n < 0) {
-            free(buf);
-            return -EPROTO;
-        }
-        if (n == 0)
-            break;
-        buf = realloc(buf, len + (size_t)n);
-        memcpy(buf + len, d, (size_t)n);
-        len += (size_t)n;
-    }
-    int rc = len ? send_all(c->fd, buf, len) : 0;
-    free(buf);
-    return rc;
-}
 
 static uint8_t *frame(const ProtobufCMessage *m, size_t *out)
 {
@@ -310,81 +204,50 @@ static int burst_ex(uint16_t port, size_t *refused, int close_early)
         reqs[n].body = frame(&h.base, &reqs[n].len);
         n++;
     }
-    for (size_t i = 0; i < n; i++)
-        reqs[i].status = -1;
-
-    pipe_cli c = {.fd = -1, .reqs = reqs, .n = n};
-    int rc = -EPROTO;
-    nghttp2_session_callbacks *cbs = NULL;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c.fd < 0 || connect(c.fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        rc = -errno;
+    /* Big windows; responses are counted, not kept. */
+    kv_it_grpc_opts o = {.set_window = 1, .window = 1u << 30, .conn_window = 1u << 30};
+    kv_it_grpc *c = NULL;
+    int rc = kv_it_grpc_open_opts(&c, "127.0.0.1", port, 5000, &o);
+    if (rc)
         goto out;
-    }
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, pipe_on_header);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, pipe_on_close);
-    nghttp2_session_client_new(&c.sess, cbs, &c);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30}};
-    nghttp2_submit_settings(c.sess, NGHTTP2_FLAG_NONE, iv, 1);
-    nghttp2_session_set_local_window_size(c.sess, NGHTTP2_FLAG_NONE, 0, 1 << 30);
-#define NV(a, b)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(a), (uint8_t *)(b), strlen(a), strlen(b), NGHTTP2_NV_FLAG_NONE                 \
-    }
+    kv_it_grpc_req rq = {.authority = "127.0.0.1"};
     for (size_t i = 0; i < n; i++) {
-        nghttp2_nv hdrs[] = {NV(":method", "POST"),
-                             NV(":scheme", "http"),
-                             NV(":path", reqs[i].path),
-                             NV(":authority", "127.0.0.1"),
-                             NV("content-type", "application/grpc"),
-                             NV("te", "trailers")};
-        nghttp2_data_provider dp = {.source.ptr = &reqs[i], .read_callback = pipe_read_body};
-        reqs[i].stream = nghttp2_submit_request(c.sess, NULL, hdrs, 6, &dp, NULL);
+        reqs[i].st = kv_it_grpc_stream_start(c, reqs[i].path, &rq);
+        if (!reqs[i].st || kv_it_grpc_send_raw(reqs[i].st, reqs[i].body, reqs[i].len, 1)) {
+            rc = -EPROTO;
+            goto out;
+        }
+        reqs[i].st->discard = 1;
     }
-#undef NV
-    if ((rc = pipe_flush(&c)))
+    /* every frame queued so far leaves in one send() */
+    if ((rc = kv_it_grpc_flush(c, 5000)))
         goto out;
     if (close_early) { /* the client goes away while its reads run: every call is cancelled */
         rc = 0;
         goto out;
     }
     uint64_t deadline = kv_it_now_ms() + 120000;
-    uint8_t *buf = malloc(1 << 16);
-    while (c.closed < n && kv_it_now_ms() < deadline) {
-        struct pollfd p = {.fd = c.fd, .events = POLLIN};
-        if (poll(&p, 1, 1000) <= 0)
-            continue;
-        ssize_t got = recv(c.fd, buf, 1 << 16, 0);
-        if (got <= 0) {
-            rc = -ECONNRESET;
+    size_t closed = 0;
+    while (kv_it_now_ms() < deadline) {
+        closed = 0;
+        for (size_t i = 0; i < n; i++)
+            closed += reqs[i].st->closed != 0;
+        if (closed == n || (rc = kv_it_grpc_pump(c, 1000)))
             break;
-        }
-        if (nghttp2_session_mem_recv(c.sess, buf, (size_t)got) < 0 || pipe_flush(&c) < 0) {
-            rc = -EPROTO;
-            break;
-        }
     }
-    free(buf);
-    if (c.closed == n) {
+    if (closed == n) {
         rc = 0;
         for (size_t i = 0; i < n; i++) {
-            if (reqs[i].status == 0)
+            if (reqs[i].st->grpc_status == 0)
                 rc++;
-            else if (reqs[i].status == 8 && refused)
+            else if (reqs[i].st->grpc_status == 8 && refused)
                 (*refused)++;
         }
     } else if (rc >= 0) {
         rc = -ETIMEDOUT;
     }
 out:
-    if (c.sess)
-        nghttp2_session_del(c.sess);
-    if (c.fd >= 0)
-        close(c.fd);
+    kv_it_grpc_close(c);
     for (size_t i = 0; i < n; i++)
         free(reqs[i].body);
     return rc;

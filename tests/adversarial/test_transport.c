@@ -17,8 +17,8 @@
  * - D8 overload: many streams of 100 KB puts keep a substantial goodput, the excess gets
  *   RESOURCE_EXHAUSTED, RSS stays bounded.
  *
- * The load is generated in C with nghttp2 (no h2load dependency): a small non-blocking
- * multi-connection client below (tc_*).
+ * The load is generated in C (no h2load dependency): tests/lib grpc_raw connections driven by
+ * one poll loop below (tc_*).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -58,107 +58,85 @@
 #endif
 
 /* ------------------------------------------------------------------------------------------
- * A small non-blocking nghttp2 client: many connections, many streams, one poll loop.
+ * Many connections, many streams, one poll loop: tests/lib grpc_raw connections driven with
+ * kv_it_grpc_io(). Responses are counted, not kept (st->discard); request bodies borrowed.
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct tstream {
-    int32_t id;
-    int status; /* grpc-status, -1 until seen */
-    char msg[256];
-    uint32_t rst; /* stream close error code */
-    int closed;
-    size_t got;          /* response DATA bytes */
-    const uint8_t *body; /* framed request (borrowed) */
-    size_t body_len;     /* bytes to send */
-    size_t off;
-    int eof; /* END_STREAM after body_len bytes (else the stream stays half-open) */
-    struct tstream *next;
-} tstream;
-
 typedef struct tconn {
-    int fd;
-    nghttp2_session *s;
-    int dead;
-    int goaway;
-    uint8_t *out; /* bytes nghttp2 produced that the socket has not taken */
-    size_t out_len, out_off;
-    tstream *streams;
-    size_t n_open;
+    kv_it_grpc *g;
+    kv_it_grpc_stream **open; /* streams started and not reaped (load_run) */
+    size_t n_open, cap;
 } tconn;
 
-static int tc_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nl,
-                        const uint8_t *v, size_t vl, uint8_t flags, void *ud)
+static int tc_dead(const tconn *c)
 {
-    (void)ud;
-    (void)flags;
-    tstream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+    return !c->g || kv_it_grpc_conn_closed(c->g);
+}
+
+/* window: SETTINGS_INITIAL_WINDOW_SIZE we advertise (0 = a reader that never lets the server
+ * send DATA; negative = nghttp2's default 64 KiB - 1). A reader with window > 0 opens its
+ * connection window to 16 MiB and consumes automatically. */
+static int tc_open(tconn *c, uint16_t port, int64_t window)
+{
+    memset(c, 0, sizeof(*c));
+    kv_it_grpc_opts o = {.max_concurrent = 1000};
+    if (window >= 0) {
+        o.set_window = 1;
+        o.window = (uint32_t)(window > (1 << 24) ? (1 << 24) : window);
+    }
+    if (window != 0)
+        o.conn_window = 16 * MB;
+    return kv_it_grpc_open_opts(&c->g, "127.0.0.1", port, 5000, &o) ? -1 : 0;
+}
+
+static void tc_close(tconn *c)
+{
+    kv_it_grpc_close(c->g);
+    free(c->open);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Starts a gRPC call; body = framed message bytes (borrowed until the stream ends); eof 0
+ * leaves the stream half-open after them. */
+static kv_it_grpc_stream *tc_call(tconn *c, const char *path, const uint8_t *body, size_t len,
+                                  int eof)
+{
+    if (c->n_open == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        kv_it_grpc_stream **p = realloc(c->open, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        c->open = p;
+        c->cap = cap;
+    }
+    kv_it_grpc_req rq = {.authority = "127.0.0.1"};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c->g, path, &rq);
     if (!st)
-        return 0;
-    if (nl == 11 && memcmp(name, "grpc-status", 11) == 0) {
-        char b[16] = {0};
-        memcpy(b, v, vl < 15 ? vl : 15);
-        st->status = atoi(b);
-    } else if (nl == 12 && memcmp(name, "grpc-message", 12) == 0) {
-        size_t n = vl < sizeof(st->msg) - 1 ? vl : sizeof(st->msg) - 1;
-        memcpy(st->msg, v, n);
-        st->msg[n] = 0;
+        return NULL;
+    st->discard = 1;
+    if (kv_it_grpc_send_ref(st, body, len, eof)) {
+        kv_it_grpc_stream_free(st);
+        return NULL;
     }
-    return 0;
+    c->open[c->n_open++] = st;
+    return st;
 }
 
-static int tc_on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *d, size_t len,
-                      void *ud)
+/* Frames msg as one gRPC message; caller frees. */
+static uint8_t *frame(const uint8_t *msg, size_t len, size_t *out_len)
 {
-    (void)flags;
-    (void)d;
-    (void)ud;
-    tstream *st = nghttp2_session_get_stream_user_data(s, id);
-    if (st)
-        st->got += len;
-    return 0;
+    uint8_t *b = malloc(len + 5);
+    b[0] = 0;
+    b[1] = (uint8_t)(len >> 24);
+    b[2] = (uint8_t)(len >> 16);
+    b[3] = (uint8_t)(len >> 8);
+    b[4] = (uint8_t)len;
+    memcpy(b + 5, msg, len);
+    *out_len = len + 5;
+    return b;
 }
 
-static int tc_on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
-{
-    tconn *c = ud;
-    tstream *st = nghttp2_session_get_stream_user_data(s, id);
-    if (st && !st->closed) {
-        st->closed = 1;
-        st->rst = code;
-        c->n_open--;
-    }
-    return 0;
-}
-
-static int tc_on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
-{
-    (void)s;
-    if (f->hd.type == NGHTTP2_GOAWAY)
-        ((tconn *)ud)->goaway = 1;
-    return 0;
-}
-
-static ssize_t tc_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-                       nghttp2_data_source *src, void *ud)
-{
-    (void)s;
-    (void)id;
-    (void)ud;
-    tstream *st = src->ptr;
-    size_t n = st->body_len - st->off;
-    if (n > length)
-        n = length;
-    memcpy(buf, st->body + st->off, n);
-    st->off += n;
-    if (st->off == st->body_len) {
-        if (st->eof)
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
-        else if (n == 0)
-            return NGHTTP2_ERR_DEFERRED;
-    }
-    return (ssize_t)n;
-}
-
+/* A blocking-connected, then non-blocking, raw TCP socket (idle-connection tests). */
 static int tcp_open(uint16_t port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -178,135 +156,6 @@ static int tcp_open(uint16_t port)
     return fd;
 }
 
-/* window: SETTINGS_INITIAL_WINDOW_SIZE we advertise (0 = a reader that never lets the server
- * send DATA; negative = nghttp2's default 64 KiB - 1). A reader with window > 0 opens its
- * connection window to 16 MiB and consumes automatically. */
-static int tc_open(tconn *c, uint16_t port, int64_t window)
-{
-    memset(c, 0, sizeof(*c));
-    c->fd = tcp_open(port);
-    if (c->fd < 0)
-        return -1;
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, tc_on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, tc_on_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, tc_on_close);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, tc_on_frame);
-    nghttp2_session_client_new(&c->s, cbs, c);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_settings_entry iv[2] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1000},
-                                    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
-    size_t niv = 1;
-    if (window >= 0) {
-        iv[1].value = (uint32_t)(window > (1 << 24) ? (1 << 24) : window);
-        niv = 2;
-    }
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, niv);
-    if (window != 0)
-        nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 * MB);
-    return 0;
-}
-
-static void tc_close(tconn *c)
-{
-    if (c->s)
-        nghttp2_session_del(c->s);
-    if (c->fd >= 0)
-        close(c->fd);
-    for (tstream *st = c->streams, *n; st; st = n) {
-        n = st->next;
-        free(st);
-    }
-    free(c->out);
-    memset(c, 0, sizeof(*c));
-    c->fd = -1;
-}
-
-/* Starts a gRPC call; body = framed message bytes (borrowed until the stream ends). */
-static tstream *tc_call(tconn *c, const char *path, const uint8_t *body, size_t len, int eof)
-{
-    tstream *st = calloc(1, sizeof(*st));
-    st->status = -1;
-    st->body = body;
-    st->body_len = len;
-    st->eof = eof;
-#define TNV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {TNV(":method", "POST"),
-                        TNV(":scheme", "http"),
-                        TNV(":authority", "127.0.0.1"),
-                        TNV(":path", path),
-                        TNV("content-type", "application/grpc"),
-                        TNV("te", "trailers")};
-    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = tc_read};
-    st->id = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
-    if (st->id < 0) {
-        free(st);
-        return NULL;
-    }
-    st->next = c->streams;
-    c->streams = st;
-    c->n_open++;
-    return st;
-}
-
-/* Frames msg as one gRPC message; caller frees. */
-static uint8_t *frame(const uint8_t *msg, size_t len, size_t *out_len)
-{
-    uint8_t *b = malloc(len + 5);
-    b[0] = 0;
-    b[1] = (uint8_t)(len >> 24);
-    b[2] = (uint8_t)(len >> 16);
-    b[3] = (uint8_t)(len >> 8);
-    b[4] = (uint8_t)len;
-    memcpy(b + 5, msg, len);
-    *out_len = len + 5;
-    return b;
-}
-
-/* Moves bytes between nghttp2 and the socket without blocking. */
-static void tc_io(tconn *c, int readable)
-{
-    if (c->dead)
-        return;
-    if (readable) {
-        uint8_t buf[65536];
-        for (;;) {
-            ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-                c->dead = 1;
-                return;
-            }
-            if (r < 0)
-                break;
-            if (nghttp2_session_mem_recv(c->s, buf, (size_t)r) < 0) {
-                c->dead = 1;
-                return;
-            }
-        }
-    }
-    for (;;) {
-        if (c->out_off == c->out_len) {
-            c->out_off = c->out_len = 0;
-            const uint8_t *p;
-            ssize_t n = nghttp2_session_mem_send(c->s, &p);
-            if (n <= 0)
-                return;
-            c->out = realloc(c->out, (size_t)n);
-            memcpy(c->out, p, (size_t)n);
-            c->out_len = (size_t)n;
-        }
-        ssize_t w =
-            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                c->dead = 1;
-            return;
-        }
-        c->out_off += (size_t)w;
-    }
-}
-
 /* Pumps every connection for up to ms, or until done(arg) returns nonzero. */
 static void tc_pump(tconn *cs, size_t n, uint32_t ms, int (*done)(void *), void *arg)
 {
@@ -316,9 +165,9 @@ static void tc_pump(tconn *cs, size_t n, uint32_t ms, int (*done)(void *), void 
         if (done && done(arg))
             break;
         for (size_t i = 0; i < n; i++) {
-            p[i].fd = cs[i].dead || cs[i].fd < 0 ? -1 : cs[i].fd;
+            p[i].fd = tc_dead(&cs[i]) ? -1 : kv_it_grpc_fd(cs[i].g);
             p[i].events = POLLIN;
-            if (cs[i].out_off < cs[i].out_len || (cs[i].s && nghttp2_session_want_write(cs[i].s)))
+            if (p[i].fd >= 0 && kv_it_grpc_want_write(cs[i].g))
                 p[i].events |= POLLOUT;
             p[i].revents = 0;
         }
@@ -327,7 +176,7 @@ static void tc_pump(tconn *cs, size_t n, uint32_t ms, int (*done)(void *), void 
             break;
         for (size_t i = 0; i < n; i++)
             if (p[i].fd >= 0)
-                tc_io(&cs[i], (p[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0);
+                kv_it_grpc_io(cs[i].g, (p[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0);
     }
     free(p);
 }
@@ -506,7 +355,7 @@ Test(transport, large_prefix_get_and_prev_kv_delete)
 
 typedef struct gets_state {
     tconn *c;
-    tstream **st;
+    kv_it_grpc_stream **st;
     int n;
 } gets_state;
 
@@ -515,7 +364,7 @@ static int all_closed(void *arg)
     gets_state *g = arg;
     for (int i = 0; i < g->n; i++)
         if (!g->st[i]->closed)
-            return g->c->dead;
+            return tc_dead(g->c);
     return 1;
 }
 
@@ -530,7 +379,7 @@ Test(transport, concurrent_1mb_gets_on_one_connection)
     uint8_t *body = frame(req, len, &flen);
     free(req);
     enum { N = 50 };
-    tstream *st[N];
+    kv_it_grpc_stream *st[N];
     for (int i = 0; i < N; i++) {
         st[i] = tc_call(&c, "/etcdserverpb.KV/Range", body, flen, 1);
         cr_assert_not_null(st[i]);
@@ -539,11 +388,12 @@ Test(transport, concurrent_1mb_gets_on_one_connection)
     tc_pump(&c, 1, 60000, all_closed, &g);
     int ok = 0;
     for (int i = 0; i < N; i++) {
-        if (st[i]->closed && st[i]->status == 0 && st[i]->got >= 1000 * 1000)
+        if (st[i]->closed && st[i]->grpc_status == 0 && st[i]->received >= 1000 * 1000)
             ok++;
         else
             cr_log_info("get %d: closed %d status %d rst %u got %zu %s", i, st[i]->closed,
-                        st[i]->status, st[i]->rst, st[i]->got, st[i]->msg);
+                        st[i]->grpc_status, st[i]->close_code, (size_t)st[i]->received,
+                        st[i]->grpc_message);
     }
     cr_assert_eq(ok, N, "%d of %d concurrent 1 MB gets succeeded", ok, N);
     tc_close(&c);
@@ -566,7 +416,7 @@ Test(transport, zero_window_readers_are_reset_and_bounded)
     free(req);
     enum { N = 60 }; /* 240 MB of responses nobody reads, cap 64 MiB */
     tconn *cs = calloc(N, sizeof(*cs));
-    tstream *st[N];
+    kv_it_grpc_stream *st[N];
     for (int i = 0; i < N; i++) {
         cr_assert_eq(tc_open(&cs[i], srv->client_port, 0), 0);
         st[i] = tc_call(&cs[i], "/etcdserverpb.KV/Range", body, flen, 1);
@@ -589,12 +439,12 @@ Test(transport, zero_window_readers_are_reset_and_bounded)
         buf_peak = b > buf_peak ? b : buf_peak;
         all = 1;
         for (int i = 0; i < N; i++)
-            all &= st[i]->closed || cs[i].dead;
+            all &= st[i]->closed || tc_dead(&cs[i]);
     }
     int reset = 0, refused = 0;
     for (int i = 0; i < N; i++) {
-        reset += st[i]->closed && st[i]->status == -1 && st[i]->rst != 0;
-        refused += st[i]->closed && st[i]->status == 8;
+        reset += st[i]->closed && st[i]->grpc_status == -1 && st[i]->close_code != 0;
+        refused += st[i]->closed && st[i]->grpc_status == 8;
     }
     cr_log_info("zero-window: RSS %llu -> peak %llu MB; reset %d, refused %d",
                 (unsigned long long)(base / MB), (unsigned long long)(peak / MB), reset, refused);
@@ -742,28 +592,28 @@ static void load_run(load *l, uint32_t ms)
     while (kv_it_now_ms() < end) {
         for (size_t i = 0; i < l->nc; i++) {
             tconn *c = &l->cs[i];
-            tstream **pp = &c->streams;
-            while (*pp) { /* reap finished streams */
-                tstream *st = *pp;
+            size_t keep = 0;
+            for (size_t j = 0; j < c->n_open; j++) { /* reap finished streams */
+                kv_it_grpc_stream *st = c->open[j];
                 if (!st->closed) {
-                    pp = &st->next;
+                    c->open[keep++] = st;
                     continue;
                 }
-                if (st->status == 0)
+                if (st->grpc_status == 0)
                     l->ok++;
-                else if (st->status == 8)
+                else if (st->grpc_status == 8)
                     l->exhausted++;
-                else if (st->status == -1 && st->rst == NGHTTP2_REFUSED_STREAM)
+                else if (st->grpc_status == -1 && st->close_code == NGHTTP2_REFUSED_STREAM)
                     l->refused++; /* not processed (SETTINGS_MAX_CONCURRENT_STREAMS lowered) */
                 else {
                     l->other++;
                     snprintf(l->other_msg, sizeof(l->other_msg), "status %d rst %u %.200s",
-                             st->status, st->rst, st->msg);
+                             st->grpc_status, st->close_code, st->grpc_message);
                 }
-                *pp = st->next;
-                free(st);
+                kv_it_grpc_stream_free(st);
             }
-            while (!c->dead && (int)c->n_open < l->per_conn)
+            c->n_open = keep;
+            while (!tc_dead(c) && (int)c->n_open < l->per_conn)
                 if (!tc_call(c, "/etcdserverpb.KV/Put", l->body, l->blen, 1))
                     break;
         }

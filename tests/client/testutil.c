@@ -23,7 +23,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,12 +192,11 @@ static int spawn(struct kvt_server *s)
                                purl,      "--initial-cluster",
                                cluster,   "--listen-metrics-urls",
                                murl,      NULL};
-    /* tests/lib's launcher: log file, PR_SET_PDEATHSIG; this file keeps reaping by pid. */
-    kvt_proc p;
-    kvt_proc_init(&p, log);
-    if (kvt_proc_spawn(&p, strcmp(s->kind, "kvd") == 0 ? kvd_argv : etcd_argv) != 0)
+    /* tests/lib's launcher: log file, PR_SET_PDEATHSIG, signals and reaping. */
+    kvt_proc_init(&s->proc, log);
+    if (kvt_proc_spawn(&s->proc, strcmp(s->kind, "kvd") == 0 ? kvd_argv : etcd_argv) != 0)
         return -1;
-    s->pid = p.pid;
+    s->pid = s->proc.pid;
     return 0;
 }
 
@@ -245,7 +243,14 @@ void kvt_server_signal(struct kvt_server *s, int sig)
 {
     if (s->pid <= 0)
         return;
-    kill(s->pid, sig);
+    if (sig == SIGSTOP)
+        kvt_proc_pause(&s->proc);
+    else if (sig == SIGCONT)
+        kvt_proc_resume(&s->proc);
+    else if (sig == SIGKILL)
+        kvt_proc_kill9(&s->proc);
+    else
+        kvt_proc_signal(&s->proc, sig);
     if (sig == SIGSTOP) {
         /* kill() returns before every thread has stopped: wait for state 'T'. */
         char path[64], buf[256];
@@ -262,16 +267,15 @@ void kvt_server_signal(struct kvt_server *s, int sig)
             kvt_sleep_ms(5);
         }
     }
-    if (sig == SIGKILL || sig == SIGTERM) {
-        waitpid(s->pid, NULL, 0);
-        s->pid = 0;
-    }
+    if (sig == SIGTERM && kvt_proc_wait(&s->proc, 60000) != 0)
+        kvt_proc_kill9(&s->proc);
+    s->pid = s->proc.pid;
 }
 
 void kvt_server_stop(struct kvt_server *s)
 {
     if (s->pid > 0) {
-        kill(s->pid, SIGCONT);
+        kvt_proc_resume(&s->proc);
         kvt_server_signal(s, SIGKILL);
     }
     if (s->dir[0]) {

@@ -9,8 +9,11 @@
 #include <kvclient.h>
 #include <sys/types.h>
 
+#include "kvt_proc.h"
+
 struct kvt_server {
-    pid_t pid;
+    pid_t pid;      /* 0 when not running (a copy of proc.pid) */
+    kvt_proc proc; /* tests/lib launcher: spawn, signals, reap */
     int client_port, peer_port, metrics_port;
     char dir[256];
     char endpoint[64];

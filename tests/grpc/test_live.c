@@ -1,4 +1,5 @@
-/* Live tests: a kv_grpc_server on a loop thread driven by a blocking nghttp2 client. */
+/* Live tests: a kv_grpc_server on a loop thread driven by tests/lib grpc_raw (the one HTTP/2
+ * test client). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grpc_raw.h"
 #include "test_support.h"
 
 static void expect_clean_stop(harness *h)
@@ -24,34 +26,72 @@ static int has(const harness *h, const char *s)
     return strstr(h->metrics_text, s) != NULL;
 }
 
-static void unary(h2client *c, const char *msg, h2stream **out)
+/* h2c with nghttp2's default windows (64 KiB). */
+static int connect_h2(kv_it_grpc **c, int port)
 {
-    h2stream *st = h2c_start(c, "/test.Echo/Unary", NULL, NULL);
+    return kv_it_grpc_open_opts(c, "127.0.0.1", (uint16_t)port, 5000, NULL);
+}
+
+/* Like connect_h2, advertising SETTINGS_INITIAL_WINDOW_SIZE = window (0: a reader that never
+ * opens its stream windows, so the server can send no DATA). */
+static int connect_h2_window(kv_it_grpc **c, int port, uint32_t window)
+{
+    kv_it_grpc_opts o = {.set_window = 1, .window = window};
+    return kv_it_grpc_open_opts(c, "127.0.0.1", (uint16_t)port, 5000, &o);
+}
+
+/* Starts a request; content_type NULL = "application/grpc"; timeout NULL = none; md_name
+ * (may be NULL) one extra metadata header. */
+static kv_it_grpc_stream *start_md(kv_it_grpc *c, const char *path, const char *content_type,
+                                   const char *timeout, const char *md_name, const char *md_value)
+{
+    const char *md[] = {md_name, md_value, NULL};
+    kv_it_grpc_req rq = {
+        .content_type = content_type, .timeout = timeout, .metadata = md_name ? md : NULL};
+    return kv_it_grpc_stream_start(c, path, &rq);
+}
+
+static kv_it_grpc_stream *start(kv_it_grpc *c, const char *path, const char *content_type,
+                                const char *timeout)
+{
+    return start_md(c, path, content_type, timeout, NULL, NULL);
+}
+
+/* One /test.Echo/Unary call with request headers rq (may be NULL), waited for. */
+static void unary_req(kv_it_grpc *c, const kv_it_grpc_req *rq, const char *msg,
+                      kv_it_grpc_stream **out)
+{
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c, "/test.Echo/Unary", rq);
     cr_assert_not_null(st);
-    h2c_send_msg(c, st, msg, strlen(msg), 1);
-    cr_assert(h2c_wait(c, st, 5000), "unary call did not complete");
+    kv_it_grpc_send_msg(st, msg, strlen(msg), 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000), "unary call did not complete");
     *out = st;
+}
+
+static void unary(kv_it_grpc *c, const char *msg, kv_it_grpc_stream **out)
+{
+    unary_req(c, NULL, msg, out);
 }
 
 Test(live, unary_ok)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "hello", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "hello", &st);
     cr_assert_eq(st->http_status, 200);
     cr_assert_eq(st->grpc_status, 0);
     const uint8_t *m;
     size_t len;
-    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, &m, &len), 1);
     cr_assert_eq(len, 5);
     cr_assert_eq(memcmp(m, "hello", 5), 0);
     /* a second call on the same connection */
-    unary(&c, "again", &st);
+    unary(c, "again", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_total{method=\"/test.Echo/Unary\",code=\"OK\"} 2\n"), "%s",
               h.metrics_text);
@@ -63,31 +103,31 @@ Test(live, unary_answered_asynchronously)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     /* several calls in flight at once, each answered later from a timer */
-    h2stream *st[4];
+    kv_it_grpc_stream *st[4];
     for (int i = 0; i < 4; i++) {
-        st[i] = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-        h2c_send_msg(&c, st[i], "later", 5, 1);
+        st[i] = start(c, "/test.Echo/Unary", NULL, NULL);
+        kv_it_grpc_send_msg(st[i], "later", 5, 1);
     }
     for (int i = 0; i < 4; i++) {
-        cr_assert(h2c_wait(&c, st[i], 5000));
+        cr_assert(kv_it_grpc_wait(c, st[i], 5000));
         cr_assert_eq(st[i]->grpc_status, 0);
         const uint8_t *m;
         size_t len;
-        cr_assert_eq(grpc_msgs(st[i], 0, &m, &len), 1);
+        cr_assert_eq(kv_it_grpc_stream_msgs(st[i], 0, &m, &len), 1);
         cr_assert_eq(len, 11);
         cr_assert_eq(memcmp(m, "async-reply", 11), 0);
     }
     /* a held call whose client goes away before the answer: on_cancel, no late use */
-    h2stream *gone = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, gone, "later", 5, 1);
-    h2c_wait(&c, NULL, 5);
-    nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE, gone->id, NGHTTP2_CANCEL);
-    h2c_wait(&c, gone, 1000);
+    kv_it_grpc_stream *gone = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(gone, "later", 5, 1);
+    kv_it_grpc_wait(c, NULL, 5);
+    nghttp2_submit_rst_stream(kv_it_grpc_session(c), NGHTTP2_FLAG_NONE, gone->id, NGHTTP2_CANCEL);
+    kv_it_grpc_wait(c, gone, 1000);
     usleep(300 * 1000); /* the timer fires after the cancel */
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.cancels), 1);
     free(h.metrics_text);
@@ -97,22 +137,22 @@ Test(live, metadata_header_is_exposed)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start_md(&c, "/test.Echo/Unary", NULL, NULL, "token", "abc.123");
-    h2c_send_msg(&c, st, "token", 5, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start_md(c, "/test.Echo/Unary", NULL, NULL, "token", "abc.123");
+    kv_it_grpc_send_msg(st, "token", 5, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     const uint8_t *m;
     size_t len;
-    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, &m, &len), 1);
     cr_assert_eq(len, 7);
     cr_assert_eq(memcmp(m, "abc.123", 7), 0);
-    st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, st, "token", 5, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
-    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    st = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(st, "token", 5, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, &m, &len), 1);
     cr_assert_eq(memcmp(m, "(none)", 6), 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -121,14 +161,14 @@ Test(live, unary_error_message_is_percent_encoded)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "fail", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "fail", &st);
     cr_assert_eq(st->grpc_status, 3);
     cr_assert_str_eq(st->grpc_message, "bad arg: \xc3\xbc 100%\n");
     cr_assert_eq(st->dlen, 0, "trailers-only response");
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "code=\"INVALID_ARGUMENT\"} 1\n"));
     free(h.metrics_text);
@@ -138,20 +178,20 @@ Test(live, unary_without_message_is_internal)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send(&c, st, "", 0, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_raw(st, "", 0, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 13);
     cr_assert_str_eq(st->grpc_message, "grpc: half-closed without a request");
     /* two messages on a unary call */
-    st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, st, "a", 1, 0);
-    h2c_send_msg(&c, st, "b", 1, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    st = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(st, "a", 1, 0);
+    kv_it_grpc_send_msg(st, "b", 1, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 13);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -160,35 +200,35 @@ Test(live, streaming_echo)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
-    h2c_send_msg(&c, st, "m1", 2, 0);
-    cr_assert(h2c_wait_bytes(&c, st, 7, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_send_msg(st, "m1", 2, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7, 5000));
     cr_assert_eq(st->http_status, 200);
-    cr_assert_eq(grpc_msgs(st, 0, NULL, NULL), 1);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, NULL, NULL), 1);
     /* two messages in one DATA frame */
     uint8_t two[] = {0, 0, 0, 0, 2, 'm', '2', 0, 0, 0, 0, 3, 'm', '3', '!'};
-    h2c_send(&c, st, two, sizeof(two), 0);
-    cr_assert(h2c_wait_bytes(&c, st, 7 + 7 + 8, 5000));
+    kv_it_grpc_send_raw(st, two, sizeof(two), 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7 + 7 + 8, 5000));
     /* one message split over two DATA frames */
     uint8_t split[] = {0, 0, 0, 0, 4, 'm', '4', 'x', 'y'};
-    h2c_send(&c, st, split, 6, 0);
+    kv_it_grpc_send_raw(st, split, 6, 0);
     for (int i = 0; i < 5; i++)
-        h2c_wait(&c, NULL, 20); /* flush the first part on its own */
-    h2c_send(&c, st, split + 6, 3, 0);
-    cr_assert(h2c_wait_bytes(&c, st, 7 + 7 + 8 + 9, 5000));
+        kv_it_grpc_wait(c, NULL, 20); /* flush the first part on its own */
+    kv_it_grpc_send_raw(st, split + 6, 3, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7 + 7 + 8 + 9, 5000));
     const uint8_t *m;
     size_t len;
-    cr_assert_eq(grpc_msgs(st, 3, &m, &len), 4);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 3, &m, &len), 4);
     cr_assert_eq(len, 4);
     cr_assert_eq(memcmp(m, "m4xy", 4), 0);
-    cr_assert_eq(grpc_msgs(st, 2, &m, &len), 4);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 2, &m, &len), 4);
     cr_assert_eq(memcmp(m, "m3!", 3), 0);
-    h2c_send(&c, st, "", 0, 1); /* half-close */
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc_send_raw(st, "", 0, 1); /* half-close */
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.half_closes), 1);
     cr_assert_eq(atomic_load(&h.cancels), 0);
@@ -206,26 +246,26 @@ Test(live, pause_and_resume)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
     /* "pause" makes the app pause for 100 ms; "after" arrives in the same frame and must be
      * held, not delivered, until the resume. The half-close must also wait. */
     uint8_t b[] = {0, 0, 0, 0, 5, 'p', 'a', 'u', 's', 'e', 0, 0, 0, 0, 5, 'a', 'f', 't', 'e', 'r'};
-    h2c_send(&c, st, b, sizeof(b), 1);
-    cr_assert(h2c_wait_bytes(&c, st, 10, 5000));
+    kv_it_grpc_send_raw(st, b, sizeof(b), 1);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 10, 5000));
     uint64_t t0 = mono_ms();
-    cr_assert_eq(grpc_msgs(st, 0, NULL, NULL), 1);
-    cr_assert(h2c_wait_bytes(&c, st, 20, 5000));
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, NULL, NULL), 1);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 20, 5000));
     uint64_t waited = mono_ms() - t0;
     cr_assert_geq(waited, 50, "held message delivered after %llu ms", (unsigned long long)waited);
-    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 0);
     const uint8_t *m;
     size_t len;
-    cr_assert_eq(grpc_msgs(st, 1, &m, &len), 2);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 1, &m, &len), 2);
     cr_assert_eq(memcmp(m, "after", 5), 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.half_closes), 1);
     free(h.metrics_text);
@@ -235,20 +275,20 @@ Test(live, unknown_method_and_service)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *a = h2c_start(&c, "/test.Echo/Nope", NULL, NULL);
-    h2c_send_msg(&c, a, "x", 1, 1);
-    h2stream *b = h2c_start(&c, "/foo.Bar/Baz", NULL, NULL);
-    h2c_send_msg(&c, b, "x", 1, 0); /* not half-closed: server must RST after trailers */
-    cr_assert(h2c_wait(&c, a, 5000));
-    cr_assert(h2c_wait(&c, b, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *a = start(c, "/test.Echo/Nope", NULL, NULL);
+    kv_it_grpc_send_msg(a, "x", 1, 1);
+    kv_it_grpc_stream *b = start(c, "/foo.Bar/Baz", NULL, NULL);
+    kv_it_grpc_send_msg(b, "x", 1, 0); /* not half-closed: server must RST after trailers */
+    cr_assert(kv_it_grpc_wait(c, a, 5000));
+    cr_assert(kv_it_grpc_wait(c, b, 5000));
     cr_assert_eq(a->http_status, 200);
     cr_assert_eq(a->grpc_status, 12);
     cr_assert_str_eq(a->grpc_message, "unknown method Nope for service test.Echo");
     cr_assert_eq(b->grpc_status, 12);
     cr_assert_str_eq(b->grpc_message, "unknown service foo.Bar");
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_total{method=\"unknown\",code=\"UNIMPLEMENTED\"} 2\n"),
               "%s", h.metrics_text);
@@ -260,22 +300,22 @@ Test(live, url_style_authority_is_accepted)
     /* etcdctl endpoint status --cluster dials "http://127.0.0.1:2379" as the authority */
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    c.authority = "http://127.0.0.1:2379";
-    h2stream *st;
-    unary(&c, "hi", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_req rq = {.authority = "http://127.0.0.1:2379"};
+    kv_it_grpc_stream *st;
+    unary_req(c, &rq, "hi", &st);
     cr_assert_eq(st->close_code, 0);
     cr_assert_eq(st->grpc_status, 0);
     /* GET is refused the way grpc-go does (405 + INTERNAL), the connection survives */
-    c.method = "GET";
-    unary(&c, "hi", &st);
+    rq.method = "GET";
+    unary_req(c, &rq, "hi", &st);
     cr_assert_eq(st->http_status, 405);
     cr_assert_eq(st->grpc_status, 13);
-    c.method = NULL;
-    unary(&c, "hi", &st);
+    rq.method = NULL;
+    unary_req(c, &rq, "hi", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -284,19 +324,19 @@ Test(live, bad_content_type_is_415)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Unary", "application/json", NULL);
-    h2c_send_msg(&c, st, "x", 1, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", "application/json", NULL);
+    kv_it_grpc_send_msg(st, "x", 1, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->http_status, 415);
     cr_assert_eq(st->grpc_status, 13);
     /* application/grpc+proto is fine */
-    st = h2c_start(&c, "/test.Echo/Unary", "application/grpc+proto", NULL);
-    h2c_send_msg(&c, st, "y", 1, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    st = start(c, "/test.Echo/Unary", "application/grpc+proto", NULL);
+    kv_it_grpc_send_msg(st, "y", 1, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -308,32 +348,32 @@ Test(live, oversized_refused_on_prefix)
     kv_grpc_config_default(&cfg);
     cfg.max_request_bytes = 1024;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     /* unary and streaming: only the 5-byte prefix is ever sent */
     const char *paths[] = {"/test.Echo/Unary", "/test.Echo/Stream"};
     for (int i = 0; i < 2; i++) {
-        h2stream *st = h2c_start(&c, paths[i], NULL, NULL);
+        kv_it_grpc_stream *st = start(c, paths[i], NULL, NULL);
         uint8_t prefix[5] = {0, 0, 0x10, 0, 0}; /* 1 MiB */
-        h2c_send(&c, st, prefix, 5, 0);
-        cr_assert(h2c_wait(&c, st, 5000), "error must arrive without the body");
+        kv_it_grpc_send_raw(st, prefix, 5, 0);
+        cr_assert(kv_it_grpc_wait(c, st, 5000), "error must arrive without the body");
         cr_assert_eq(st->grpc_status, 8);
         cr_assert_str_eq(st->grpc_message,
                          "grpc: received message larger than max (1048576 vs. 1024)");
     }
     /* a streaming call that got messages first: the app sees on_cancel */
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
-    h2c_send_msg(&c, st, "ok", 2, 0);
-    cr_assert(h2c_wait_bytes(&c, st, 7, 5000));
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_send_msg(st, "ok", 2, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7, 5000));
     char big[2000];
     memset(big, 'b', sizeof(big));
-    h2c_send_msg(&c, st, big, sizeof(big), 0);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc_send_msg(st, big, sizeof(big), 0);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 8);
     /* the connection still works */
-    unary(&c, "small", &st);
+    unary(c, "small", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.cancels), 1);
     cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"oversized\"} 3\n"), "%s",
@@ -346,15 +386,15 @@ Test(live, compressed_message_unimplemented)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", NULL, NULL);
     uint8_t m[] = {1, 0, 0, 0, 1, 'z'};
-    h2c_send(&c, st, m, sizeof(m), 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc_send_raw(st, m, sizeof(m), 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 12);
     cr_assert_str_eq(st->grpc_message, "grpc: compressed messages not supported");
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -363,19 +403,19 @@ Test(live, deadline_exceeded)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, "100m");
-    h2c_send_msg(&c, st, "hold", 4, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", NULL, "100m");
+    kv_it_grpc_send_msg(st, "hold", 4, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 4);
     cr_assert_str_eq(st->grpc_message, "context deadline exceeded");
     /* malformed timeout */
-    st = h2c_start(&c, "/test.Echo/Unary", NULL, "1x");
-    h2c_send_msg(&c, st, "hi", 2, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    st = start(c, "/test.Echo/Unary", NULL, "1x");
+    kv_it_grpc_send_msg(st, "hi", 2, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 13);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.cancels), 1, "the app learns about the expiry");
     cr_assert(has(&h, "code=\"DEADLINE_EXCEEDED\"} 1\n"));
@@ -386,18 +426,18 @@ Test(live, client_reset_cancels)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
-    h2c_send_msg(&c, st, "x", 1, 0);
-    cr_assert(h2c_wait_bytes(&c, st, 6, 5000));
-    nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-    h2c_wait(&c, st, 2000);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_send_msg(st, "x", 1, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 6, 5000));
+    nghttp2_submit_rst_stream(kv_it_grpc_session(c), NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+    kv_it_grpc_wait(c, st, 2000);
     /* a held unary call cancelled by closing the connection */
-    h2stream *u = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, u, "hold", 4, 1);
-    h2c_wait(&c, NULL, 300);
-    h2c_close(&c);
+    kv_it_grpc_stream *u = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(u, "hold", 4, 1);
+    kv_it_grpc_wait(c, NULL, 300);
+    kv_it_grpc_close(c);
     usleep(200 * 1000);
     expect_clean_stop(&h);
     cr_assert_eq(atomic_load(&h.cancels), 2);
@@ -411,14 +451,14 @@ Test(live, server_close_cancels_live_calls)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
-    h2c_send_msg(&c, st, "x", 1, 0);
-    cr_assert(h2c_wait_bytes(&c, st, 6, 5000));
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_send_msg(st, "x", 1, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 6, 5000));
     expect_clean_stop(&h); /* client still connected */
     cr_assert_eq(atomic_load(&h.cancels), 1);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     free(h.metrics_text);
 }
 
@@ -426,10 +466,10 @@ Test(live, garbage_closes_only_that_connection)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client good;
-    cr_assert_eq(h2c_connect(&good, h.grpc_port), 0);
-    h2stream *st;
-    unary(&good, "before", &st);
+    kv_it_grpc *good;
+    cr_assert_eq(connect_h2(&good, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(good, "before", &st);
     cr_assert_eq(st->grpc_status, 0);
 
     int fd = tcp_connect(h.grpc_port);
@@ -462,14 +502,14 @@ Test(live, garbage_closes_only_that_connection)
     cr_assert(closed, "server must close a connection that sends garbage");
     close(fd);
 
-    unary(&good, "after", &st);
+    unary(good, "after", &st);
     cr_assert_eq(st->grpc_status, 0, "other connections keep working");
-    h2client fresh;
-    cr_assert_eq(h2c_connect(&fresh, h.grpc_port), 0);
-    unary(&fresh, "new", &st);
+    kv_it_grpc *fresh;
+    cr_assert_eq(connect_h2(&fresh, h.grpc_port), 0);
+    unary(fresh, "new", &st);
     cr_assert_eq(st->grpc_status, 0, "new connections are served");
-    h2c_close(&fresh);
-    h2c_close(&good);
+    kv_it_grpc_close(fresh);
+    kv_it_grpc_close(good);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_connections_total 3\n"));
     free(h.metrics_text);
@@ -509,12 +549,12 @@ Test(live, truncated_frame_then_eof)
     cr_assert_eq(send(fd, bad, sizeof(bad), MSG_NOSIGNAL), (ssize_t)sizeof(bad));
     cr_assert(recv_until_closed(fd), "server sends GOAWAY and closes on a protocol error");
     close(fd);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "still", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "still", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -526,24 +566,24 @@ Test(live, too_many_streams_refused)
     kv_grpc_config_default(&cfg);
     cfg.max_concurrent_streams = 2;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     /* opened before the server's SETTINGS arrive, so the client does not hold them back */
-    h2stream *s[3];
+    kv_it_grpc_stream *s[3];
     for (int i = 0; i < 3; i++) {
-        s[i] = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
-        h2c_send_msg(&c, s[i], "x", 1, 0);
+        s[i] = start(c, "/test.Echo/Stream", NULL, NULL);
+        kv_it_grpc_send_msg(s[i], "x", 1, 0);
     }
-    cr_assert(h2c_wait(&c, s[2], 5000));
+    cr_assert(kv_it_grpc_wait(c, s[2], 5000));
     cr_assert_eq(s[2]->close_code, NGHTTP2_REFUSED_STREAM);
-    cr_assert(h2c_wait_bytes(&c, s[0], 6, 5000));
-    cr_assert(h2c_wait_bytes(&c, s[1], 6, 5000));
+    cr_assert(kv_it_grpc_wait_bytes(c, s[0], 6, 5000));
+    cr_assert(kv_it_grpc_wait_bytes(c, s[1], 6, 5000));
     for (int i = 0; i < 2; i++) {
-        h2c_send(&c, s[i], "", 0, 1);
-        cr_assert(h2c_wait(&c, s[i], 5000));
+        kv_it_grpc_send_raw(s[i], "", 0, 1);
+        cr_assert(kv_it_grpc_wait(c, s[i], 5000));
         cr_assert_eq(s[i]->grpc_status, 0);
     }
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"too_many_streams\"} 1\n"), "%s",
               h.metrics_text);
@@ -560,36 +600,36 @@ Test(live, send_buffer_bound_is_backpressure)
     cfg.max_send_buffer_bytes = 64 * 1024;
     cfg.max_response_bytes = 512 * 1024;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     size_t n = 300 * 1024;
     char *big = malloc(600 * 1024 + 1);
     memset(big, 'q', 600 * 1024);
     big[n] = 0;
-    h2stream *st[8];
+    kv_it_grpc_stream *st[8];
     for (int i = 0; i < 8; i++) { /* 8 x 300 KiB queued at once on one connection */
-        st[i] = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-        h2c_send_msg(&c, st[i], big, n, 1);
+        st[i] = start(c, "/test.Echo/Unary", NULL, NULL);
+        kv_it_grpc_send_msg(st[i], big, n, 1);
     }
     for (int i = 0; i < 8; i++) {
-        cr_assert(h2c_wait(&c, st[i], 10000));
+        cr_assert(kv_it_grpc_wait(c, st[i], 10000));
         cr_assert_eq(st[i]->grpc_status, 0, "stream %d: %s", i, st[i]->grpc_message);
         const uint8_t *m;
         size_t len;
-        cr_assert_eq(grpc_msgs(st[i], 0, &m, &len), 1);
+        cr_assert_eq(kv_it_grpc_stream_msgs(st[i], 0, &m, &len), 1);
         cr_assert_eq(len, n);
     }
     big[600 * 1024] = 0;
-    h2stream *too = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, too, big, 600 * 1024, 1);
+    kv_it_grpc_stream *too = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(too, big, 600 * 1024, 1);
     free(big);
-    cr_assert(h2c_wait(&c, too, 10000));
+    cr_assert(kv_it_grpc_wait(c, too, 10000));
     cr_assert_eq(too->grpc_status, 8);
     cr_assert_str_eq(too->grpc_message, "send buffer full");
-    h2stream *u;
-    unary(&c, "small", &u);
+    kv_it_grpc_stream *u;
+    unary(c, "small", &u);
     cr_assert_eq(u->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"response_size\"} 1\n"), "%s",
               h.metrics_text);
@@ -608,28 +648,28 @@ Test(live, zero_window_reader_is_bounded_then_reset)
     cfg.max_send_buffer_bytes = 64 * 1024;
     cfg.send_stall_timeout_ms = 600;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect_window(&c, h.grpc_port, 0), 0);
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2_window(&c, h.grpc_port, 0), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
     char chunk[20000];
     memset(chunk, 'z', sizeof(chunk));
     for (int i = 0; i < 5; i++) /* 100 KB of echoes > 64 KiB: the 4th send fails */
-        h2c_send_msg(&c, st, chunk, sizeof(chunk), 0);
+        kv_it_grpc_send_msg(st, chunk, sizeof(chunk), 0);
     /* The app ends it (RESOURCE_EXHAUSTED after -ENOBUFS), but its trailers queue behind
      * output that cannot move: the stalled stream is reset. */
-    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->close_code, NGHTTP2_INTERNAL_ERROR);
     /* A unary response that cannot move at all is reset once it stalls. */
-    h2stream *u = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, u, chunk, sizeof(chunk), 1);
+    kv_it_grpc_stream *u = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(u, chunk, sizeof(chunk), 1);
     uint64_t t0 = mono_ms();
-    cr_assert(h2c_wait(&c, u, 10000));
+    cr_assert(kv_it_grpc_wait(c, u, 10000));
     uint64_t took = mono_ms() - t0;
     cr_assert_eq(u->grpc_status, -1);
     cr_assert_eq(u->close_code, NGHTTP2_INTERNAL_ERROR);
     cr_assert_geq(took, 400, "reset after the stall timeout, not at once (%llu ms)",
                   (unsigned long long)took);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_streams_reset_total{reason=\"send_stalled\"} 2\n"), "%s",
               h.metrics_text);
@@ -646,19 +686,19 @@ Test(live, output_over_bound_stops_request_delivery)
     kv_grpc_config_default(&cfg);
     cfg.max_send_buffer_bytes = 64 * 1024;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect_window(&c, h.grpc_port, 0), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2_window(&c, h.grpc_port, 0), 0);
     char chunk[100000];
     memset(chunk, 'y', sizeof(chunk));
-    h2stream *a = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, a, chunk, sizeof(chunk), 1);
-    h2c_wait(&c, NULL, 300);
-    h2stream *b[4];
+    kv_it_grpc_stream *a = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(a, chunk, sizeof(chunk), 1);
+    kv_it_grpc_wait(c, NULL, 300);
+    kv_it_grpc_stream *b[4];
     for (int i = 0; i < 4; i++) {
-        b[i] = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-        h2c_send_msg(&c, b[i], "later-ok", 8, 1);
+        b[i] = start(c, "/test.Echo/Unary", NULL, NULL);
+        kv_it_grpc_send_msg(b[i], "later-ok", 8, 1);
     }
-    h2c_wait(&c, NULL, 300);
+    kv_it_grpc_wait(c, NULL, 300);
     char *m = http_get(h.http_port, "/metrics");
     cr_assert_not_null(m);
     cr_assert(strstr(m, "kvd_grpc_connections_backpressured{"), "%s", m);
@@ -666,15 +706,15 @@ Test(live, output_over_bound_stops_request_delivery)
     free(m);
     /* open the window: everything drains and the held requests are answered */
     nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20};
-    nghttp2_submit_settings(c.s, NGHTTP2_FLAG_NONE, &iv, 1);
-    nghttp2_submit_window_update(c.s, NGHTTP2_FLAG_NONE, 0, 1 << 20);
-    cr_assert(h2c_wait(&c, a, 5000));
+    nghttp2_submit_settings(kv_it_grpc_session(c), NGHTTP2_FLAG_NONE, &iv, 1);
+    nghttp2_submit_window_update(kv_it_grpc_session(c), NGHTTP2_FLAG_NONE, 0, 1 << 20);
+    cr_assert(kv_it_grpc_wait(c, a, 5000));
     cr_assert_eq(a->grpc_status, 0);
     for (int i = 0; i < 4; i++) {
-        cr_assert(h2c_wait(&c, b[i], 5000));
+        cr_assert(kv_it_grpc_wait(c, b[i], 5000));
         cr_assert_eq(b[i]->grpc_status, 0);
     }
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -683,15 +723,15 @@ Test(live, abort_resets_the_stream)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "abort", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "abort", &st);
     cr_assert_eq(st->grpc_status, -1, "no status: the outcome is unknown");
     cr_assert_eq(st->close_code, NGHTTP2_INTERNAL_ERROR);
-    unary(&c, "after", &st);
+    unary(c, "after", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_streams_reset_total{reason=\"undeliverable\"} 1\n"));
     free(h.metrics_text);
@@ -705,31 +745,31 @@ Test(live, connection_limit)
     kv_grpc_config_default(&cfg);
     cfg.max_connections = 1;
     harness_start(&h, &cfg, NULL);
-    h2client a;
-    cr_assert_eq(h2c_connect(&a, h.grpc_port), 0);
-    h2stream *st;
-    unary(&a, "first", &st);
+    kv_it_grpc *a;
+    cr_assert_eq(connect_h2(&a, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(a, "first", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2stream *hold = h2c_start(&a, "/test.Echo/Unary", NULL, "30S");
-    h2c_send_msg(&a, hold, "hold", 4, 1);
-    h2c_wait(&a, NULL, 200);
+    kv_it_grpc_stream *hold = start(a, "/test.Echo/Unary", NULL, "30S");
+    kv_it_grpc_send_msg(hold, "hold", 4, 1);
+    kv_it_grpc_wait(a, NULL, 200);
     int fd = tcp_connect(h.grpc_port);
     cr_assert_geq(fd, 0);
     cr_assert(recv_until_closed(fd), "excess connection is closed while the other is busy");
     close(fd);
-    unary(&a, "still", &st);
+    unary(a, "still", &st);
     cr_assert_eq(st->grpc_status, 0);
-    nghttp2_submit_rst_stream(a.s, NGHTTP2_FLAG_NONE, hold->id, NGHTTP2_CANCEL);
-    h2c_wait(&a, NULL, 200); /* a is idle now */
-    h2client b;
-    cr_assert_eq(h2c_connect(&b, h.grpc_port), 0);
-    unary(&b, "newcomer", &st);
+    nghttp2_submit_rst_stream(kv_it_grpc_session(a), NGHTTP2_FLAG_NONE, hold->id, NGHTTP2_CANCEL);
+    kv_it_grpc_wait(a, NULL, 200); /* a is idle now */
+    kv_it_grpc *b;
+    cr_assert_eq(connect_h2(&b, h.grpc_port), 0);
+    unary(b, "newcomer", &st);
     cr_assert_eq(st->grpc_status, 0, "a new client is served: the idle connection made room");
-    h2c_wait(&a, NULL, 1000);
-    cr_assert(a.conn_closed, "the idle connection was evicted");
-    cr_assert(a.goaway, "with a GOAWAY");
-    h2c_close(&a);
-    h2c_close(&b);
+    kv_it_grpc_wait(a, NULL, 1000);
+    cr_assert(kv_it_grpc_conn_closed(a), "the idle connection was evicted");
+    cr_assert(kv_it_grpc_goaway(a), "with a GOAWAY");
+    kv_it_grpc_close(a);
+    kv_it_grpc_close(b);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_requests_refused_total{reason=\"conn_limit\"} 1\n"));
     cr_assert(has(&h, "kvd_grpc_connections_closed_total{reason=\"evicted\"} 1\n"));
@@ -749,14 +789,14 @@ Test(live, handshake_timeout_closes_silent_connections)
     cr_assert(recv_until_closed(fd), "a preface-only connection is closed");
     cr_assert_geq(mono_ms() - t0, 250);
     close(fd);
-    h2client c; /* one that makes a request in time stays */
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "quick", &st);
+    kv_it_grpc *c; /* one that makes a request in time stays */
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "quick", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_wait(&c, NULL, 700);
-    cr_assert_not(c.conn_closed);
-    h2c_close(&c);
+    kv_it_grpc_wait(c, NULL, 700);
+    cr_assert_not(kv_it_grpc_conn_closed(c));
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_connections_closed_total{reason=\"handshake_timeout\"} 1\n"));
     free(h.metrics_text);
@@ -769,14 +809,14 @@ Test(live, max_connection_idle_sends_goaway)
     kv_grpc_config_default(&cfg);
     cfg.max_connection_idle_ms = 300;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "one", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "one", &st);
     cr_assert_eq(st->grpc_status, 0);
-    cr_assert(h2c_wait(&c, NULL, 3000));
-    cr_assert(c.goaway);
-    h2c_close(&c);
+    cr_assert(kv_it_grpc_wait(c, NULL, 3000));
+    cr_assert(kv_it_grpc_goaway(c));
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_connections_closed_total{reason=\"idle_timeout\"} 1\n"));
     free(h.metrics_text);
@@ -787,18 +827,18 @@ Test(live, ping_flood_gets_too_many_pings)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "one", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "one", &st);
     cr_assert_eq(st->grpc_status, 0);
     for (int i = 0; i < 5; i++) {
-        nghttp2_submit_ping(c.s, NGHTTP2_FLAG_NONE, NULL);
-        h2c_wait(&c, NULL, 30);
+        nghttp2_submit_ping(kv_it_grpc_session(c), NGHTTP2_FLAG_NONE, NULL);
+        kv_it_grpc_wait(c, NULL, 30);
     }
-    cr_assert(h2c_wait(&c, NULL, 3000));
-    cr_assert(c.goaway);
-    h2c_close(&c);
+    cr_assert(kv_it_grpc_wait(c, NULL, 3000));
+    cr_assert(kv_it_grpc_goaway(c));
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     cr_assert(has(&h, "kvd_grpc_connections_closed_total{reason=\"too_many_pings\"} 1\n"));
     free(h.metrics_text);
@@ -814,20 +854,20 @@ Test(live, buffered_cap_holds)
     cfg.max_buffered_bytes = 1 << 20;
     cfg.max_response_bytes = 1 << 20;
     harness_start(&h, &cfg, NULL);
-    h2client c[6];
+    kv_it_grpc *c[6];
     char *chunk = malloc(300 * 1024);
     memset(chunk, 'c', 300 * 1024);
-    h2stream *st[6];
+    kv_it_grpc_stream *st[6];
     for (int i = 0; i < 6; i++) {
-        cr_assert_eq(h2c_connect_window(&c[i], h.grpc_port, 0), 0);
-        st[i] = h2c_start(&c[i], "/test.Echo/Unary", NULL, NULL);
-        h2c_send_msg(&c[i], st[i], chunk, 300 * 1024, 1);
-        h2c_wait(&c[i], NULL, 100);
+        cr_assert_eq(connect_h2_window(&c[i], h.grpc_port, 0), 0);
+        st[i] = start(c[i], "/test.Echo/Unary", NULL, NULL);
+        kv_it_grpc_send_msg(st[i], chunk, 300 * 1024, 1);
+        kv_it_grpc_wait(c[i], NULL, 100);
     }
     free(chunk);
     int refused = 0;
     for (int i = 0; i < 6; i++) {
-        h2c_wait(&c[i], st[i], 200);
+        kv_it_grpc_wait(c[i], st[i], 200);
         refused += st[i]->closed && st[i]->grpc_status == 8;
     }
     cr_assert_geq(refused, 3, "3 x 300 KiB fit under 1 MiB, the rest are refused");
@@ -839,7 +879,7 @@ Test(live, buffered_cap_holds)
     cr_assert_leq(total, 1 << 20, "%s", m);
     free(m);
     for (int i = 0; i < 6; i++)
-        h2c_close(&c[i]);
+        kv_it_grpc_close(c[i]);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -854,31 +894,31 @@ Test(live, interleaved_bodies_make_progress)
     kv_grpc_config_default(&cfg);
     cfg.max_recv_buffer_bytes = 1 << 20;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     size_t n = 100 * 1024;
     char *body = malloc(n);
     memset(body, 'b', n);
     enum { N = 60 }; /* 6 MB > the 4 MiB connection window */
-    h2stream *st[N];
+    kv_it_grpc_stream *st[N];
     for (int i = 0; i < N; i++) {
-        st[i] = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
+        st[i] = start(c, "/test.Echo/Unary", NULL, NULL);
         cr_assert_not_null(st[i]);
-        h2c_send_msg(&c, st[i], body, n, 1);
+        kv_it_grpc_send_msg(st[i], body, n, 1);
     }
     free(body);
     int ok = 0, shed = 0;
     for (int i = 0; i < N; i++) {
-        cr_assert(h2c_wait(&c, st[i], 20000), "stream %d never ended", i);
+        cr_assert(kv_it_grpc_wait(c, st[i], 20000), "stream %d never ended", i);
         ok += st[i]->grpc_status == 0;
         shed += st[i]->grpc_status == 8;
     }
     cr_assert_eq(ok + shed, N);
     cr_assert_geq(ok, 5, "ok %d shed %d", ok, shed);
-    h2stream *u;
-    unary(&c, "after", &u);
+    kv_it_grpc_stream *u;
+    unary(c, "after", &u);
     cr_assert_eq(u->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -887,24 +927,24 @@ Test(live, large_messages_both_ways)
 {
     harness h;
     harness_start(&h, NULL, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     size_t n = 1536 * 1024; /* bigger than one stream window: needs WINDOW_UPDATEs */
     char *big = malloc(n + 1);
     for (size_t i = 0; i < n; i++)
         big[i] = (char)('a' + i % 26);
     big[n] = 0;
-    h2stream *st = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, st, big, n, 1);
-    cr_assert(h2c_wait(&c, st, 10000));
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(st, big, n, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 10000));
     cr_assert_eq(st->grpc_status, 0);
     const uint8_t *m;
     size_t len;
-    cr_assert_eq(grpc_msgs(st, 0, &m, &len), 1);
+    cr_assert_eq(kv_it_grpc_stream_msgs(st, 0, &m, &len), 1);
     cr_assert_eq(len, n);
     cr_assert_eq(memcmp(m, big, n), 0);
     free(big);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -925,14 +965,14 @@ Test(live, keepalive_ping_timeout_closes)
     cr_assert(recv_until_closed(fd), "unanswered keepalive ping closes the connection");
     close(fd);
     /* a live nghttp2 client answers pings and stays up */
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2c_wait(&c, NULL, 500);
-    cr_assert_not(c.conn_closed);
-    h2stream *st;
-    unary(&c, "alive", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_wait(c, NULL, 500);
+    cr_assert_not(kv_it_grpc_conn_closed(c));
+    kv_it_grpc_stream *st;
+    unary(c, "alive", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -948,15 +988,15 @@ Test(live, recv_buffer_limit_withholds_window)
     cfg.max_request_bytes = 1 << 20;
     cfg.max_recv_buffer_bytes = 64 * 1024;
     harness_start(&h, &cfg, NULL);
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
     /* announce 512 KiB (allowed) but send only 200 KiB of it */
-    h2stream *st = h2c_start(&c, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
     size_t total = 512 * 1024, n = 200 * 1024;
     uint8_t *body = calloc(1, total + 5);
     body[2] = 0x08; /* 0x00080000 = 512 KiB */
-    h2c_send(&c, st, body, n + 5, 0);
-    h2c_wait(&c, NULL, 300);
+    kv_it_grpc_send_raw(st, body, n + 5, 0);
+    kv_it_grpc_wait(c, NULL, 300);
     cr_assert_not(st->closed, "%d %s", st->grpc_status, st->grpc_message);
     char *m = http_get(h.http_port, "/metrics");
     double withheld = 0;
@@ -968,27 +1008,27 @@ Test(live, recv_buffer_limit_withholds_window)
     /* While saturated the connection takes no new stream (SETTINGS_MAX_CONCURRENT_STREAMS is
      * lowered to the calls in progress; the client queues the request), and would refuse a
      * new unary request with RESOURCE_EXHAUSTED; other connections are unaffected. */
-    h2stream *q = h2c_start(&c, "/test.Echo/Unary", NULL, NULL);
-    h2c_send_msg(&c, q, "queued", 6, 1);
-    h2c_wait(&c, NULL, 200);
+    kv_it_grpc_stream *q = start(c, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(q, "queued", 6, 1);
+    kv_it_grpc_wait(c, NULL, 200);
     cr_assert_not(q->closed);
-    h2stream *u;
-    h2client other;
-    cr_assert_eq(h2c_connect(&other, h.grpc_port), 0);
-    unary(&other, "fine", &u);
+    kv_it_grpc_stream *u;
+    kv_it_grpc *other;
+    cr_assert_eq(connect_h2(&other, h.grpc_port), 0);
+    unary(other, "fine", &u);
     cr_assert_eq(u->grpc_status, 0);
-    h2c_close(&other);
-    h2c_send(&c, st, body + n + 5, total - n, 0);
+    kv_it_grpc_close(other);
+    kv_it_grpc_send_raw(st, body + n + 5, total - n, 0);
     free(body);
-    cr_assert(h2c_wait_bytes(&c, st, total + 5, 5000), "the message completes");
-    h2c_send(&c, st, "", 0, 1);
-    cr_assert(h2c_wait(&c, st, 5000));
+    cr_assert(kv_it_grpc_wait_bytes(c, st, total + 5, 5000), "the message completes");
+    kv_it_grpc_send_raw(st, "", 0, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
     cr_assert_eq(st->grpc_status, 0);
-    cr_assert(h2c_wait(&c, q, 5000), "the queued request runs once the budget frees");
+    cr_assert(kv_it_grpc_wait(c, q, 5000), "the queued request runs once the budget frees");
     cr_assert_eq(q->grpc_status, 0);
-    unary(&c, "fine again", &u);
+    unary(c, "fine again", &u);
     cr_assert_eq(u->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     expect_clean_stop(&h);
     free(h.metrics_text);
 }
@@ -996,31 +1036,19 @@ Test(live, recv_buffer_limit_withholds_window)
 /* Captures what a well-behaved client would send for a few calls, as raw bytes. */
 static size_t client_bytes(uint8_t *out, size_t cap, unsigned seed)
 {
-    h2client c;
-    memset(&c, 0, sizeof(c));
-    c.fd = -1;
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_client_new(&c.s, cbs, &c);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(c.s, NGHTTP2_FLAG_NONE, NULL, 0);
+    kv_it_grpc *c;
+    kv_it_grpc_opts o = {.no_socket = 1};
+    cr_assert_eq(kv_it_grpc_open_opts(&c, NULL, 0, 0, &o), 0);
     const char *paths[] = {"/test.Echo/Unary", "/test.Echo/Stream", "/nope/x"};
     for (int i = 0; i < 4; i++) {
-        h2stream *st = h2c_start(&c, paths[(seed + (unsigned)i) % 3], NULL, i == 1 ? "50m" : NULL);
+        kv_it_grpc_stream *st =
+            start(c, paths[(seed + (unsigned)i) % 3], NULL, i == 1 ? "50m" : NULL);
         char msg[64];
         snprintf(msg, sizeof(msg), "msg-%u-%d", seed, i);
-        h2c_send_msg(&c, st, msg, strlen(msg), i != 2);
+        kv_it_grpc_send_msg(st, msg, strlen(msg), i != 2);
     }
-    size_t len = 0;
-    for (;;) {
-        const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c.s, &p);
-        if (n <= 0 || len + (size_t)n > cap)
-            break;
-        memcpy(out + len, p, (size_t)n);
-        len += (size_t)n;
-    }
-    h2c_close(&c);
+    size_t len = kv_it_grpc_output(c, out, cap);
+    kv_it_grpc_close(c);
     return len;
 }
 
@@ -1051,12 +1079,12 @@ Test(live, mutated_client_streams_do_not_hurt_the_server)
         }
         close(fd);
     }
-    h2client c;
-    cr_assert_eq(h2c_connect(&c, h.grpc_port), 0);
-    h2stream *st;
-    unary(&c, "survived", &st);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st;
+    unary(c, "survived", &st);
     cr_assert_eq(st->grpc_status, 0);
-    h2c_close(&c);
+    kv_it_grpc_close(c);
     usleep(100 * 1000);
     expect_clean_stop(&h);
     free(h.metrics_text);

@@ -5,17 +5,13 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
-
-#include "grpc/grpc_wire.h"
 
 /* ---------------- server side: test app ---------------- */
 
@@ -235,7 +231,8 @@ void harness_stop(harness *h)
     h->metrics = NULL;
 }
 
-/* ---------------- client side ---------------- */
+/* ---------------- client side (HTTP/1.1; the HTTP/2 client is tests/lib grpc_raw) ----------------
+ */
 
 int tcp_connect(int port)
 {
@@ -256,264 +253,6 @@ int tcp_connect(int port)
         return -1;
     }
     return fd;
-}
-
-static h2stream *find_stream(h2client *c, int32_t id)
-{
-    for (int i = 0; i < c->n; i++)
-        if (c->streams[i].id == id)
-            return &c->streams[i];
-    return NULL;
-}
-
-static int cl_on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nl,
-                        const uint8_t *value, size_t vl, uint8_t flags, void *ud)
-{
-    (void)s;
-    (void)flags;
-    h2stream *st = find_stream(ud, f->hd.stream_id);
-    if (!st)
-        return 0;
-    char v[512];
-    size_t n = vl < sizeof(v) - 1 ? vl : sizeof(v) - 1;
-    memcpy(v, value, n);
-    v[n] = 0;
-    if (nl == 7 && memcmp(name, ":status", 7) == 0)
-        st->http_status = atoi(v);
-    else if (nl == 11 && memcmp(name, "grpc-status", 11) == 0)
-        st->grpc_status = atoi(v);
-    else if (nl == 12 && memcmp(name, "grpc-message", 12) == 0)
-        kv_grpc_percent_decode(v, n, st->grpc_message);
-    return 0;
-}
-
-static int cl_on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data,
-                      size_t len, void *ud)
-{
-    (void)s;
-    (void)flags;
-    h2stream *st = find_stream(ud, id);
-    if (!st)
-        return 0;
-    st->data = realloc(st->data, st->dlen + len);
-    memcpy(st->data + st->dlen, data, len);
-    st->dlen += len;
-    return 0;
-}
-
-static int cl_on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
-{
-    (void)s;
-    h2stream *st = find_stream(ud, id);
-    if (st) {
-        st->closed = 1;
-        st->close_code = code;
-    }
-    return 0;
-}
-
-static int cl_on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
-{
-    (void)s;
-    if (f->hd.type == NGHTTP2_GOAWAY)
-        ((h2client *)ud)->goaway = 1;
-    return 0;
-}
-
-int h2c_connect_window(h2client *c, int port, uint32_t window)
-{
-    if (h2c_connect(c, port) != 0)
-        return -1;
-    nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window};
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, &iv, 1);
-    return 0;
-}
-
-int h2c_connect(h2client *c, int port)
-{
-    memset(c, 0, sizeof(*c));
-    c->fd = tcp_connect(port);
-    if (c->fd < 0)
-        return -1;
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, cl_on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, cl_on_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, cl_on_close);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, cl_on_frame_recv);
-    nghttp2_session_client_new(&c->s, cbs, c);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, NULL, 0);
-    return 0;
-}
-
-void h2c_close(h2client *c)
-{
-    for (int i = 0; i < c->n; i++) {
-        free(c->streams[i].data);
-        free(c->streams[i].out);
-    }
-    nghttp2_session_del(c->s);
-    if (c->fd >= 0)
-        close(c->fd);
-    memset(c, 0, sizeof(*c));
-    c->fd = -1;
-}
-
-static ssize_t cl_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-                       nghttp2_data_source *src, void *ud)
-{
-    (void)s;
-    (void)id;
-    (void)ud;
-    h2stream *st = src->ptr;
-    size_t avail = st->out_len - st->out_off;
-    size_t n = avail < length ? avail : length;
-    memcpy(buf, st->out + st->out_off, n);
-    st->out_off += n;
-    if (st->out_off == st->out_len && st->out_eof)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-    else if (n == 0)
-        return NGHTTP2_ERR_DEFERRED;
-    return (ssize_t)n;
-}
-
-h2stream *h2c_start(h2client *c, const char *path, const char *content_type, const char *timeout)
-{
-    return h2c_start_md(c, path, content_type, timeout, NULL, NULL);
-}
-
-h2stream *h2c_start_md(h2client *c, const char *path, const char *content_type, const char *timeout,
-                       const char *md_name, const char *md_value)
-{
-    if (c->n >= (int)(sizeof(c->streams) / sizeof(c->streams[0])))
-        return NULL;
-    h2stream *st = &c->streams[c->n++];
-    memset(st, 0, sizeof(*st));
-    st->grpc_status = -1;
-    const char *ct = content_type ? content_type : "application/grpc";
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {
-        NV(":method", c->method ? c->method : "POST"),
-        NV(":scheme", "http"),
-        NV(":authority", c->authority ? c->authority : "localhost"),
-        NV(":path", path),
-        NV("content-type", ct),
-        NV("te", "trailers"),
-        NV("grpc-timeout", timeout ? timeout : ""),
-        NV(md_name ? md_name : "x-none", md_value ? md_value : ""),
-    };
-    size_t nv = 6;
-    if (timeout)
-        nva[nv++] = nva[6];
-    if (md_name)
-        nva[nv++] = nva[7];
-    nghttp2_data_provider prd;
-    prd.source.ptr = st;
-    prd.read_callback = cl_read;
-    st->id = nghttp2_submit_request(c->s, NULL, nva, nv, &prd, st);
-    if (st->id < 0)
-        return NULL;
-    return st;
-}
-
-void h2c_send(h2client *c, h2stream *st, const void *data, size_t n, int eof)
-{
-    st->out = realloc(st->out, st->out_len + n + 1);
-    memcpy(st->out + st->out_len, data, n);
-    st->out_len += n;
-    if (eof)
-        st->out_eof = 1;
-    nghttp2_session_resume_data(c->s, st->id);
-}
-
-void h2c_send_msg(h2client *c, h2stream *st, const void *msg, size_t n, int eof)
-{
-    uint8_t hdr[5] = {0, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
-    h2c_send(c, st, hdr, 5, 0);
-    h2c_send(c, st, msg, n, eof);
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* One round: flush, then read for up to wait_ms. Returns -1 when the connection is gone. */
-static int pump_once(h2client *c, int wait_ms)
-{
-    for (;;) {
-        const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->s, &p);
-        if (n < 0)
-            return -1;
-        if (n == 0)
-            break;
-        size_t off = 0;
-        while (off < (size_t)n) {
-            ssize_t w = send(c->fd, p + off, (size_t)n - off, MSG_NOSIGNAL);
-            if (w <= 0) {
-                c->conn_closed = 1;
-                return -1;
-            }
-            off += (size_t)w;
-        }
-    }
-    struct pollfd pfd = {c->fd, POLLIN, 0};
-    if (poll(&pfd, 1, wait_ms) <= 0)
-        return 0;
-    uint8_t buf[65536];
-    ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
-    if (r <= 0) {
-        c->conn_closed = 1;
-        return -1;
-    }
-    if (nghttp2_session_mem_recv(c->s, buf, (size_t)r) < 0) {
-        c->conn_closed = 1;
-        return -1;
-    }
-    return 0;
-}
-
-int h2c_wait(h2client *c, h2stream *st, int timeout_ms)
-{
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    while (now_ms() < end) {
-        if (st && st->closed)
-            return 1;
-        if (c->conn_closed)
-            return st ? st->closed : 1;
-        pump_once(c, 20);
-    }
-    return st ? st->closed : c->conn_closed;
-}
-
-int h2c_wait_bytes(h2client *c, h2stream *st, size_t n, int timeout_ms)
-{
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    while (now_ms() < end && st->dlen < n && !st->closed && !c->conn_closed)
-        pump_once(c, 20);
-    return st->dlen >= n;
-}
-
-size_t grpc_msgs(const h2stream *st, size_t idx, const uint8_t **msg, size_t *len)
-{
-    size_t off = 0, count = 0;
-    while (off + 5 <= st->dlen) {
-        const uint8_t *p = st->data + off;
-        size_t l = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
-        if (off + 5 + l > st->dlen)
-            break;
-        if (count == idx && msg) {
-            *msg = p + 5;
-            *len = l;
-        }
-        count++;
-        off += 5 + l;
-    }
-    return count;
 }
 
 char *http_get(int port, const char *path)

@@ -11,7 +11,6 @@
 #include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +18,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,22 +113,11 @@ int kv_it_server_init(kv_it_server *s, kv_it_kind kind, const char *const *extra
     return 0;
 }
 
-static int reap(kv_it_server *s, int options)
-{
-    int st;
-    pid_t r = waitpid(s->pid, &st, options);
-    if (r == s->pid || (r < 0 && errno == ECHILD)) {
-        s->pid = 0;
-        return 1;
-    }
-    return 0;
-}
-
 int kv_it_server_alive(kv_it_server *s)
 {
-    if (s->pid <= 0)
-        return 0;
-    return reap(s, WNOHANG) ? 0 : 1;
+    int alive = kvt_proc_alive(&s->proc);
+    s->pid = s->proc.pid;
+    return alive;
 }
 
 int kv_it_server_wait_ready(kv_it_server *s, uint32_t timeout_ms)
@@ -233,13 +220,12 @@ static int start_once(kv_it_server *s, uint32_t ready_timeout_ms)
 
     struct stat st;
     s->log_offset = stat(s->log_path, &st) == 0 ? st.st_size : 0;
-    kvt_proc p;
-    kvt_proc_init(&p, s->log_path);
-    p.no_banner = 1; /* kv_it_server_log() returns exactly the server's output */
-    int rc0 = kvt_proc_spawn(&p, argv);
+    kvt_proc_init(&s->proc, s->log_path);
+    s->proc.no_banner = 1; /* kv_it_server_log() returns exactly the server's output */
+    int rc0 = kvt_proc_spawn(&s->proc, argv);
     if (rc0)
         return rc0;
-    s->pid = p.pid;
+    s->pid = s->proc.pid;
     int rc = kv_it_server_wait_ready(s, ready_timeout_ms);
     if (rc) {
         kv_it_server_kill9(s);
@@ -250,25 +236,16 @@ static int start_once(kv_it_server *s, uint32_t ready_timeout_ms)
 
 int kv_it_server_stop(kv_it_server *s, uint32_t grace_ms)
 {
-    if (s->pid <= 0)
-        return 0;
-    kill(s->pid, SIGTERM);
-    uint64_t deadline = kv_it_now_ms() + grace_ms;
-    while (kv_it_now_ms() < deadline) {
-        if (reap(s, WNOHANG))
-            return 0;
-        sleep_ms(10);
-    }
-    return kv_it_server_kill9(s);
+    int rc = kvt_proc_term(&s->proc, grace_ms);
+    s->pid = s->proc.pid;
+    return rc;
 }
 
 int kv_it_server_kill9(kv_it_server *s)
 {
-    if (s->pid <= 0)
-        return 0;
-    kill(s->pid, SIGKILL);
-    reap(s, 0);
-    return 0;
+    int rc = kvt_proc_kill9(&s->proc);
+    s->pid = s->proc.pid;
+    return rc;
 }
 
 void kv_it_server_destroy(kv_it_server *s)

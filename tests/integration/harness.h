@@ -37,7 +37,8 @@ typedef struct kv_it_server {
     char log_path[PATH_MAX]; /* <dir>/server.log (appended across restarts) */
     uint16_t client_port, peer_port, metrics_port;
     char endpoint[64]; /* "127.0.0.1:<client_port>" */
-    pid_t pid;         /* 0 when not running */
+    pid_t pid;         /* 0 when not running (a copy of proc.pid, for /proc lookups) */
+    kvt_proc proc;     /* tests/lib launcher: spawn, SIGTERM/kill -9, reap */
     off_t log_offset;  /* size of server.log when the current process started */
     int starts;        /* successful starts so far */
     char extra[KV_IT_MAX_EXTRA][256];

@@ -97,54 +97,47 @@ static char *slurp(const char *path)
 }
 
 /* Waits for pid up to timeout_s; kills it after. Returns exit status or 128+signal. */
-static int wait_for(pid_t pid, int timeout_s)
-{
-    int st = 0;
-    for (int i = 0; i < timeout_s * 100; i++) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
-
 struct server {
     kvt_proc proc; /* tests/lib's launcher */
     char dir[256];
     char ep[64];
 };
 
-/* Runs a shell script; stdout/stderr to files in dir. Returns the exit status. */
+/* Runs a shell script (tests/lib kvt_proc); stdout/stderr to files in dir. Returns the exit
+ * status, or -1 if it ran longer than STEP_TIMEOUT_S (then it is killed). */
 static int run_sh(const char *dir, const char *tool, const char *ep, const char *script,
                   const char *out_path, const char *err_path)
 {
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (in < 0 || out < 0 || err < 0)
-            _exit(127);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(err, 2);
-        char ctl[4400], w[300];
-        snprintf(ctl, sizeof(ctl), "%s --endpoints=%s", tool, ep);
-        snprintf(w, sizeof(w), "%s/w", dir);
-        setenv("CTL", ctl, 1);
-        setenv("TOOL", tool, 1);
-        setenv("EP", ep, 1);
-        setenv("W", w, 1);
-        setenv("ETCDCTL_API", "3", 1);
-        unsetenv("ETCDCTL_ENDPOINTS");
-        execl("/bin/sh", "sh", "-c", script, (char *)NULL);
-        _exit(127);
+    char ctl[4400], e_ctl[4500], e_tool[4200], e_ep[128], e_w[320], e_err[420];
+    snprintf(ctl, sizeof(ctl), "%s --endpoints=%s", tool, ep);
+    snprintf(e_ctl, sizeof(e_ctl), "CTL=%s", ctl);
+    snprintf(e_tool, sizeof(e_tool), "TOOL=%s", tool);
+    snprintf(e_ep, sizeof(e_ep), "EP=%s", ep);
+    snprintf(e_w, sizeof(e_w), "W=%s/w", dir);
+    snprintf(e_err, sizeof(e_err), "KVT_STEP_ERR=%s", err_path);
+    const char *env[] = {e_ctl, e_tool, e_ep, e_w, e_err, "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS",
+                         NULL};
+    /* stdout is the launcher's log file (truncated first); stderr goes to its own file */
+    size_t len = strlen(script) + 64;
+    char *sh = malloc(len);
+    cr_assert_not_null(sh);
+    snprintf(sh, len, "exec 2>\"$KVT_STEP_ERR\"\n%s", script);
+    int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0, "%s: %s", out_path, strerror(errno));
+    close(fd);
+    kvt_proc p;
+    kvt_proc_init(&p, out_path);
+    p.no_banner = 1;
+    const char *argv[] = {"/bin/sh", "-c", sh, NULL};
+    int rc = kvt_proc_spawn_env(&p, argv, env);
+    free(sh);
+    cr_assert_eq(rc, 0, "spawn /bin/sh: %s", strerror(-rc));
+    if (kvt_proc_wait(&p, STEP_TIMEOUT_S * 1000) != 0) {
+        kvt_proc_kill9(&p);
+        return -1;
     }
-    return wait_for(pid, STEP_TIMEOUT_S);
+    int st = p.last_status;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static void server_start(struct server *s, int cport, int pport)
@@ -193,7 +186,7 @@ static void server_stop(struct server *s)
 {
     if (s->proc.pid > 0) {
         pid_t pid = s->proc.pid;
-        kill(pid, SIGTERM);
+        kvt_proc_signal(&s->proc, SIGTERM);
         if (kvt_proc_wait(&s->proc, 10000) != 0) {
             cr_log_warn("server %d needed SIGKILL", (int)pid);
             kvt_proc_kill9(&s->proc);

@@ -4,12 +4,12 @@
  */
 #include <criterion/criterion.h>
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "kvt_proc.h"
 
 struct res {
     int status;
@@ -17,54 +17,28 @@ struct res {
     char err[8192];
 };
 
-static void read_all(int fd, char *buf, size_t cap)
-{
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-}
-
-/* Runs kvctl with argv (NULL-terminated) and stdin from /dev/null. */
+/* Runs kvctl with argv (NULL-terminated) and an empty stdin (tests/lib kvt_run). */
 static void run(struct res *r, const char *const *args)
 {
     char path[4096];
     const char *b = getenv("KV_BUILD_DIR");
     snprintf(path, sizeof(path), "%s/client/kvctl", b && *b ? b : ".");
     cr_assert(access(path, X_OK) == 0, "kvctl not built at %s", path);
-    char ofile[] = "/tmp/kvctl-cli-out-XXXXXX", efile[] = "/tmp/kvctl-cli-err-XXXXXX";
-    int of = mkstemp(ofile), ef = mkstemp(efile);
-    cr_assert(of >= 0 && ef >= 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        dup2(in, 0);
-        dup2(of, 1);
-        dup2(ef, 2);
-        const char *argv[32] = {path};
-        size_t i = 0;
-        for (; args[i] && i < 30; i++)
-            argv[i + 1] = args[i];
-        argv[i + 1] = NULL;
-        unsetenv("ETCDCTL_ENDPOINTS");
-        /* nothing listens on port 1: any attempt to connect fails fast */
-        setenv("ETCDCTL_DIAL_TIMEOUT", "1s", 1);
-        execv(path, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    cr_assert(waitpid(pid, &st, 0) == pid);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    lseek(of, 0, SEEK_SET);
-    lseek(ef, 0, SEEK_SET);
-    read_all(of, r->out, sizeof(r->out));
-    read_all(ef, r->err, sizeof(r->err));
-    close(of);
-    close(ef);
-    unlink(ofile);
-    unlink(efile);
+    const char *argv[32] = {path};
+    size_t i = 0;
+    for (; args[i] && i < 30; i++)
+        argv[i + 1] = args[i];
+    argv[i + 1] = NULL;
+    /* nothing listens on port 1: any attempt to connect fails fast */
+    static const char *const env[] = {"ETCDCTL_ENDPOINTS", "ETCDCTL_DIAL_TIMEOUT=1s", NULL};
+    kvt_cmd_result c;
+    int rc = kvt_run(argv, env, NULL, 0, 60000, &c);
+    cr_assert_eq(rc, 0, "run %s: %d", path, rc);
+    cr_assert_not(c.timed_out, "%s %s timed out", path, args[0]);
+    r->status = c.exit_code;
+    snprintf(r->out, sizeof(r->out), "%s", c.out);
+    snprintf(r->err, sizeof(r->err), "%s", c.err);
+    kvt_cmd_result_free(&c);
 }
 
 #define EXPECT(status_, err_, ...)                                                                 \

@@ -1,6 +1,6 @@
 /*
- * ka_stream: a minimal, synchronous LeaseKeepAlive (bidirectional gRPC stream) client over
- * h2c, for the lease integration tests. grpc_raw (tests/integration) only does unary calls.
+ * ka_stream: a LeaseKeepAlive (bidirectional gRPC stream) client for the lease integration
+ * tests, on tests/lib's grpc_raw streams (the one HTTP/2 test client).
  *
  * Contract:
  * - One kvli_ka object is one TCP connection carrying one LeaseKeepAlive stream. Not

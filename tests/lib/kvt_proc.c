@@ -46,12 +46,14 @@ static char **env_merge(const char *const *env_add)
         size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
         int replaced = 0;
         for (size_t j = 0; j < k && !replaced; j++)
-            replaced = strncmp(env_add[j], environ[i], nl) == 0 && env_add[j][nl] == '=';
+            replaced = strncmp(env_add[j], environ[i], nl) == 0 &&
+                       (env_add[j][nl] == '=' || env_add[j][nl] == 0);
         if (!replaced)
             env[m++] = environ[i];
     }
     for (size_t j = 0; j < k; j++)
-        env[m++] = (char *)env_add[j];
+        if (strchr(env_add[j], '=')) /* "NAME" alone only removes NAME */
+            env[m++] = (char *)env_add[j];
     env[m] = NULL;
     return env;
 }

@@ -32,7 +32,8 @@ void kvt_proc_init(kvt_proc *p, const char *log_path);
  * is running. */
 int kvt_proc_spawn(kvt_proc *p, const char *const *argv);
 /* kvt_proc_spawn with extra environment entries env_add ("NAME=value", NULL-terminated, may
- * be NULL; an entry replaces the inherited variable of the same name) for this child only:
+ * be NULL; an entry replaces the inherited variable of the same name, and an entry "NAME"
+ * without '=' removes it) for this child only:
  * the environment is built before the fork, the caller's is not modified. */
 int kvt_proc_spawn_env(kvt_proc *p, const char *const *argv, const char *const *env_add);
 
@@ -62,7 +63,7 @@ typedef struct kvt_cmd_result {
 } kvt_cmd_result;
 
 /* Runs argv[0] (absolute path) with argv, extra environment entries env_add ("NAME=value",
- * NULL-terminated, may be NULL) and optional stdin data, for at most timeout_ms; captures
+ * NULL-terminated, may be NULL; "NAME" without '=' removes NAME) and optional stdin data, for at most timeout_ms; captures
  * stdout/stderr (each capped at 64 MiB). 0 if the command ran (check exit_code/timed_out).
  * Side effect: SIGPIPE at its default disposition is set to SIG_IGN. */
 int kvt_run(const char *const *argv, const char *const *env_add, const void *stdin_data,

@@ -658,119 +658,18 @@ Test(ops, bad_auto_compaction_flags_refuse_to_start, .timeout = 60)
 
 /* ---- a slow snapshot reader: the server must wait (bounded buffer), not buffer the store ---- */
 
-#include <nghttp2/nghttp2.h>
 #include <openssl/evp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 
+/* A Snapshot stream on its own connection (tests/lib grpc_raw) with nghttp2's default 64 KiB
+ * windows and a small socket receive buffer: while the test does not pump it, the server's
+ * send buffer fills. */
 typedef struct slow {
-    int sock;
+    kv_it_grpc *conn;
+    kv_it_grpc_stream *st; /* owned by conn */
     FILE *out;
-    nghttp2_session *sess;
-    int32_t sid;
-    uint8_t hdr[5];
-    size_t hdr_len, need, have;
-    uint8_t *msg;
-    int closed, status;
+    int status;
     uint64_t bytes;
 } slow;
-
-static int slow_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *d, size_t len,
-                     void *ud)
-{
-    slow *w = ud;
-    (void)s;
-    (void)flags;
-    (void)sid;
-    while (len) {
-        if (w->hdr_len < 5) {
-            size_t n = 5 - w->hdr_len < len ? 5 - w->hdr_len : len;
-            memcpy(w->hdr + w->hdr_len, d, n);
-            w->hdr_len += n, d += n, len -= n;
-            if (w->hdr_len < 5)
-                break;
-            w->need = (size_t)w->hdr[1] << 24 | (size_t)w->hdr[2] << 16 | (size_t)w->hdr[3] << 8 |
-                      w->hdr[4];
-            w->msg = realloc(w->msg, w->need ? w->need : 1);
-            w->have = 0;
-        }
-        size_t n = w->need - w->have < len ? w->need - w->have : len;
-        memcpy(w->msg + w->have, d, n);
-        w->have += n, d += n, len -= n;
-        if (w->have == w->need) {
-            Etcdserverpb__SnapshotResponse *r =
-                etcdserverpb__snapshot_response__unpack(NULL, w->need, w->msg);
-            if (r == NULL)
-                return NGHTTP2_ERR_CALLBACK_FAILURE;
-            fwrite(r->blob.data, 1, r->blob.len, w->out);
-            w->bytes += r->blob.len;
-            etcdserverpb__snapshot_response__free_unpacked(r, NULL);
-            w->hdr_len = 0;
-        }
-    }
-    return 0;
-}
-
-static int slow_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nl,
-                       const uint8_t *value, size_t vl, uint8_t flags, void *ud)
-{
-    slow *w = ud;
-    (void)s;
-    (void)f;
-    (void)flags;
-    if (nl == 11 && memcmp(name, "grpc-status", 11) == 0)
-        w->status = atoi((const char *)value) * (vl > 0);
-    return 0;
-}
-
-static int slow_close(nghttp2_session *s, int32_t sid, uint32_t code, void *ud)
-{
-    slow *w = ud;
-    (void)s;
-    (void)code;
-    if (sid == w->sid)
-        w->closed = 1;
-    return 0;
-}
-
-static ssize_t slow_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
-                         uint32_t *flags, nghttp2_data_source *src, void *ud)
-{
-    (void)s;
-    (void)sid;
-    (void)src;
-    (void)ud;
-    cr_assert_geq(length, 5);
-    memset(buf, 0, 5); /* an empty SnapshotRequest */
-    *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return 5;
-}
-
-static void slow_pump(slow *w, int do_read, uint64_t deadline)
-{
-    for (;;) {
-        const uint8_t *data;
-        ssize_t n = nghttp2_session_mem_send(w->sess, &data);
-        cr_assert_geq(n, 0);
-        if (n == 0)
-            break;
-        cr_assert_eq(send(w->sock, data, (size_t)n, MSG_NOSIGNAL), n);
-    }
-    if (!do_read)
-        return;
-    uint8_t buf[65536];
-    struct pollfd p = {.fd = w->sock, .events = POLLIN};
-    uint64_t t = kv_it_now_ms();
-    cr_assert_lt(t, deadline, "snapshot stream stalled after %llu bytes",
-                 (unsigned long long)w->bytes);
-    if (poll(&p, 1, (int)(deadline - t)) <= 0)
-        return;
-    ssize_t r = recv(w->sock, buf, sizeof buf, 0);
-    cr_assert_gt(r, 0, "connection closed");
-    cr_assert_geq(nghttp2_session_mem_recv(w->sess, buf, (size_t)r), 0);
-}
 
 /* Opens a Snapshot stream on its own connection and sends the request; reads nothing. */
 static void slow_open(slow *w, uint16_t port, const char *f)
@@ -779,45 +678,44 @@ static void slow_open(slow *w, uint16_t port, const char *f)
     w->status = -1;
     w->out = fopen(f, "wb");
     cr_assert_not_null(w->out);
-    w->sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(w->sock, (struct sockaddr *)&sa, sizeof sa), 0);
-    int small = 16384;
-    setsockopt(w->sock, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, slow_data);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, slow_header);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, slow_close);
-    nghttp2_session_client_new(&w->sess, cbs, w);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(w->sess, NGHTTP2_FLAG_NONE, NULL, 0);
-    char auth[64];
-    snprintf(auth, sizeof auth, "127.0.0.1:%u", port);
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv hdrs[] = {NV(":method", "POST"),
-                         NV(":scheme", "http"),
-                         NV(":path", "/etcdserverpb.Maintenance/Snapshot"),
-                         NV(":authority", auth),
-                         NV("content-type", "application/grpc"),
-                         NV("te", "trailers")};
-#undef NV
-    nghttp2_data_provider dp = {.read_callback = slow_body};
-    w->sid = nghttp2_submit_request(w->sess, NULL, hdrs, 6, &dp, NULL);
-    cr_assert_gt(w->sid, 0);
-    slow_pump(w, 0, 0);
+    kv_it_grpc_opts o = {.rcvbuf = 16384};
+    cr_assert_eq(kv_it_grpc_open_opts(&w->conn, "127.0.0.1", port, 5000, &o), 0);
+    w->st = kv_it_grpc_stream_start(w->conn, "/etcdserverpb.Maintenance/Snapshot", NULL);
+    cr_assert_not_null(w->st);
+    cr_assert_eq(kv_it_grpc_send_msg(w->st, "", 0, 1), 0); /* an empty SnapshotRequest */
+    cr_assert_eq(kv_it_grpc_flush(w->conn, 5000), 0);
+}
+
+/* The client goes away mid-stream. */
+static void slow_abandon(slow *w)
+{
+    kv_it_grpc_close(w->conn);
+    fclose(w->out);
 }
 
 static void slow_drain(slow *w)
 {
     uint64_t deadline = kv_it_now_ms() + 15000;
-    while (!w->closed)
-        slow_pump(w, 1, deadline);
-    fclose(w->out);
-    nghttp2_session_del(w->sess);
-    close(w->sock);
-    free(w->msg);
+    for (;;) {
+        uint64_t t = kv_it_now_ms();
+        cr_assert_lt(t, deadline, "snapshot stream stalled after %llu bytes",
+                     (unsigned long long)w->bytes);
+        uint8_t *m = NULL;
+        size_t len = 0;
+        int rc = kv_it_grpc_stream_recv(w->st, &m, &len, (uint32_t)(deadline - t));
+        if (rc == -ECONNRESET && w->st->closed)
+            break;
+        cr_assert_eq(rc, 0, "snapshot stream: %d after %llu bytes", rc,
+                     (unsigned long long)w->bytes);
+        Etcdserverpb__SnapshotResponse *r = etcdserverpb__snapshot_response__unpack(NULL, len, m);
+        free(m);
+        cr_assert_not_null(r);
+        fwrite(r->blob.data, 1, r->blob.len, w->out);
+        w->bytes += r->blob.len;
+        etcdserverpb__snapshot_response__free_unpacked(r, NULL);
+    }
+    w->status = w->st->grpc_status;
+    slow_abandon(w);
 }
 
 Test(ops, slow_snapshot_reader_is_flow_controlled, .timeout = 120)
@@ -946,11 +844,7 @@ Test(ops, cancelled_snapshot_releases_its_slot, .timeout = 120)
             cr_assert_lt(kv_it_now_ms(), deadline, "the stream never waited");
             kvli_sleep_ms(20);
         }
-        /* the client goes away mid-stream */
-        nghttp2_session_del(w.sess);
-        close(w.sock);
-        fclose(w.out);
-        free(w.msg);
+        slow_abandon(&w); /* the client goes away mid-stream */
         deadline = kv_it_now_ms() + 10000;
         while (kvli_metric(&s, "kvd_snapshots_running", &running) != 0 || running != 0) {
             cr_assert_lt(kv_it_now_ms(), deadline, "the cancelled snapshot kept its slot");

@@ -5,7 +5,7 @@
  *   txn and a delete, watch -i, compacted start revision), lock and elect give the same output
  *   against kvd as against a real etcd running the same script (skipped without /usr/bin/etcd).
  * - Lease expiry produces a DELETE event to a prefix watcher.
- * - A watcher that never reads (a raw HTTP/2 client that stops reading its socket) while
+ * - A watcher that never reads (a grpc_raw stream whose socket the test stops reading) while
  *   WRITE_TXNS x TXN_OPS events are written: kvd's anonymous memory stays bounded, and once the
  *   client reads again it receives every event exactly once, in revision order; a second stalled
  *   watcher overtaken by a compaction gets the compacted response instead.
@@ -13,16 +13,9 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <nghttp2/nghttp2.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "grpc_raw.h"
@@ -148,12 +141,10 @@ Test(watch_it, lease_expiry_deletes_reach_prefix_watcher, .timeout = 120)
 
 /* ---- a raw HTTP/2 watcher that can stop reading ---- */
 
+/* A raw Watch stream (tests/lib grpc_raw) whose reader the test drives: no pump, no read. */
 typedef struct h2w {
-    int fd;
-    nghttp2_session *s;
-    int32_t sid;
-    uint8_t *buf; /* gRPC bytes of the stream not parsed yet */
-    size_t len, cap;
+    kv_it_grpc *conn;
+    kv_it_grpc_stream *st; /* owned by conn */
     int closed;
     /* what was received */
     int created, compacted;
@@ -162,92 +153,23 @@ typedef struct h2w {
     int64_t events;
     int sub_seen; /* events seen of revision next_rev - 1 */
     int64_t want_rev;
-    size_t *body; /* request body source */
-    int32_t sid2; /* a second stream on the same connection (limits test) */
-    size_t *body2;
-    int status2;    /* its grpc-status, -1 until the trailers arrive */
-    char log[8192]; /* transcript of the responses (protocol comparison test) */
+    kv_it_grpc_stream *st2; /* a second stream on the same connection (limits test) */
+    char log[8192];         /* transcript of the responses (protocol comparison test) */
     size_t log_len;
     int n_resp;
     int bad;
     char why[256];
 } h2w;
 
-static ssize_t h2_send(nghttp2_session *s, const uint8_t *d, size_t len, int flags, void *u)
-{
-    (void)s;
-    (void)flags;
-    h2w *h = u;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = write(h->fd, d + off, len - off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN) {
-                struct pollfd p = {h->fd, POLLOUT, 0};
-                poll(&p, 1, 1000);
-                continue;
-            }
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        }
-        off += (size_t)n;
-    }
-    return (ssize_t)len;
-}
-
-static int h2_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *d, size_t len,
-                   void *u)
-{
-    (void)s;
-    (void)flags;
-    (void)sid;
-    h2w *h = u;
-    if (h->len + len > h->cap) {
-        size_t cap = (h->len + len) * 2;
-        h->buf = realloc(h->buf, cap);
-        cr_assert_not_null(h->buf);
-        h->cap = cap;
-    }
-    memcpy(h->buf + h->len, d, len);
-    h->len += len;
-    return 0;
-}
-
-static int h2_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
-{
-    (void)s;
-    (void)ec;
-    h2w *h = u;
-    if (sid == h->sid)
-        h->closed = 1;
-    return 0;
-}
-
-static int h2_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
-                     const uint8_t *value, size_t vlen, uint8_t flags, void *u)
-{
-    (void)s;
-    (void)flags;
-    h2w *h = u;
-    if (f->hd.stream_id == h->sid2 && h->sid2 && nlen == 11 &&
-        memcmp(name, "grpc-status", 11) == 0) {
-        char v[16];
-        snprintf(v, sizeof(v), "%.*s", (int)(vlen < 15 ? vlen : 15), (const char *)value);
-        h->status2 = atoi(v);
-    }
-    return 0;
-}
-
+/* Processes every complete response the stream holds. */
 static void h2w_parse(h2w *h)
 {
-    size_t off = 0;
-    while (h->len - off >= 5) {
-        const uint8_t *p = h->buf + off;
-        size_t ml = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
-        if (h->len - off < 5 + ml)
-            break;
-        Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, p + 5);
+    uint8_t *m = NULL;
+    size_t ml = 0;
+    int rc;
+    while ((rc = kv_it_grpc_stream_next(h->st, &m, &ml)) == 1) {
+        Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, m);
+        free(m);
         cr_assert_not_null(r);
         h->n_resp++;
         if (h->log_len < sizeof(h->log) - 512) {
@@ -291,52 +213,20 @@ static void h2w_parse(h2w *h)
             h->events++;
         }
         etcdserverpb__watch_response__free_unpacked(r, NULL);
-        off += 5 + ml;
     }
-    if (off) {
-        memmove(h->buf, h->buf + off, h->len - off);
-        h->len -= off;
-    }
+    cr_assert_eq(rc, 0, "watch stream: bad gRPC frame");
 }
 
 /* Reads and processes whatever arrives for up to ms (returns early when cond holds). */
 static void h2w_pump(h2w *h, int ms, int (*cond)(h2w *))
 {
     uint64_t end = kv_it_now_ms() + (uint64_t)ms;
-    uint8_t rb[65536];
     while (kv_it_now_ms() < end && !(cond && cond(h)) && !h->closed) {
-        nghttp2_session_send(h->s);
-        struct pollfd p = {h->fd, POLLIN, 0};
-        if (poll(&p, 1, 50) <= 0)
-            continue;
-        ssize_t n = read(h->fd, rb, sizeof(rb));
-        if (n <= 0) {
-            h->closed = 1;
-            break;
-        }
-        cr_assert_geq(nghttp2_session_mem_recv(h->s, rb, (size_t)n), 0);
+        int rc = kv_it_grpc_pump(h->conn, 50);
         h2w_parse(h);
-        nghttp2_session_send(h->s);
+        if (rc || h->st->closed)
+            h->closed = 1;
     }
-}
-
-static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
-                         nghttp2_data_source *src, void *u)
-{
-    (void)s;
-    (void)sid;
-    (void)u;
-    /* src->ptr: {size_t len; bytes...} consumed once; the stream stays open (no EOF). */
-    size_t *rem = src->ptr;
-    if (*rem == 0)
-        return NGHTTP2_ERR_DEFERRED;
-    uint8_t *data = (uint8_t *)(rem + 2) + rem[1];
-    size_t n = *rem < len ? *rem : len;
-    memcpy(buf, data, n);
-    *rem -= n;
-    rem[1] += n;
-    (void)flags;
-    return (ssize_t)n;
 }
 
 static int is_created(h2w *h)
@@ -344,8 +234,8 @@ static int is_created(h2w *h)
     return h->created;
 }
 
-/* A gRPC-framed WatchRequest creating a watcher on prefix, as a body_read source. */
-static size_t *create_body(const char *prefix, int64_t start_rev)
+/* A gRPC-framed WatchRequest creating a watcher on prefix, queued on st (no END_STREAM). */
+static void send_create(kv_it_grpc_stream *st, const char *prefix, int64_t start_rev)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     char end[64];
@@ -357,78 +247,45 @@ static size_t *create_body(const char *prefix, int64_t start_rev)
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     r.create_request = &c;
+    uint8_t buf[256];
     size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
-    size_t *body = malloc(2 * sizeof(size_t) + 5 + ml);
-    cr_assert_not_null(body);
-    body[0] = 5 + ml;
-    body[1] = 0;
-    uint8_t *d = (uint8_t *)(body + 2);
-    d[0] = 0;
-    d[1] = (uint8_t)(ml >> 24);
-    d[2] = (uint8_t)(ml >> 16);
-    d[3] = (uint8_t)(ml >> 8);
-    d[4] = (uint8_t)ml;
-    etcdserverpb__watch_request__pack(&r, d + 5);
-    return body;
+    cr_assert_leq(ml, sizeof(buf));
+    etcdserverpb__watch_request__pack(&r, buf);
+    cr_assert_eq(kv_it_grpc_send_msg(st, buf, ml, 0), 0);
 }
 
-static int32_t submit_watch(h2w *h, uint16_t port, size_t *body)
+static kv_it_grpc_stream *start_watch(h2w *h)
 {
-    char auth[64];
-    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
-#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"),
-                        NV(":scheme", "http"),
-                        NV(":authority", auth),
-                        NV(":path", "/etcdserverpb.Watch/Watch"),
-                        NV("content-type", "application/grpc"),
-                        NV("te", "trailers")};
-    nghttp2_data_provider prd = {.source.ptr = body, .read_callback = body_read};
-    return nghttp2_submit_request(h->s, NULL, nva, 6, &prd, NULL);
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(h->conn, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_not_null(st);
+    return st;
+}
+
+/* Connects with nghttp2's default windows; rcvbuf > 0 sets a small socket receive buffer. */
+static void h2w_connect(h2w *h, uint16_t port, int rcvbuf)
+{
+    memset(h, 0, sizeof(*h));
+    kv_it_grpc_opts o = {.rcvbuf = rcvbuf};
+    cr_assert_eq(kv_it_grpc_open_opts(&h->conn, "127.0.0.1", port, 5000, &o), 0);
 }
 
 static int has_status2(h2w *h)
 {
-    return h->status2 >= 0;
+    return h->st2->grpc_status >= 0;
 }
 
 static void h2w_open(h2w *h, uint16_t port, const char *prefix, int64_t start_rev)
 {
-    memset(h, 0, sizeof(*h));
-    h->fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(h->fd, 0);
-    int small = 4096; /* a small receive buffer, so the stall shows at once */
-    setsockopt(h->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    cr_assert_eq(connect(h->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    nghttp2_session_callbacks *cb;
-    nghttp2_session_callbacks_new(&cb);
-    nghttp2_session_callbacks_set_send_callback(cb, h2_send);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_close);
-    nghttp2_session_callbacks_set_on_header_callback(cb, h2_header);
-    cr_assert_eq(nghttp2_session_client_new(&h->s, cb, h), 0);
-    nghttp2_session_callbacks_del(cb);
-    nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, NULL, 0);
-
-    h->status2 = -1;
-    h->body = create_body(prefix, start_rev);
-    h->sid = submit_watch(h, port, h->body);
-    cr_assert_gt(h->sid, 0);
+    h2w_connect(h, port, 4096); /* a small receive buffer, so the stall shows at once */
+    h->st = start_watch(h);
+    send_create(h->st, prefix, start_rev);
     h2w_pump(h, 5000, is_created);
     cr_assert(h->created, "no created response");
 }
 
 static void h2w_close(h2w *h)
 {
-    nghttp2_session_del(h->s);
-    close(h->fd);
-    free(h->buf);
-    free(h->body);
-    free(h->body2);
+    kv_it_grpc_close(h->conn);
 }
 
 static int64_t rss_anon(pid_t pid)
@@ -612,11 +469,11 @@ Test(watch_it, watch_streams_per_connection_bound, .timeout = 120)
     start(&k, KV_IT_KVD, extra);
     h2w a;
     h2w_open(&a, k.client_port, "x/", 0);
-    a.body2 = create_body("y/", 0);
-    a.sid2 = submit_watch(&a, k.client_port, a.body2);
-    cr_assert_gt(a.sid2, 0);
+    a.st2 = start_watch(&a);
+    send_create(a.st2, "y/", 0);
     h2w_pump(&a, 10000, has_status2);
-    cr_assert_eq(a.status2, 8, "second watch stream on the connection: grpc-status %d", a.status2);
+    cr_assert_eq(a.st2->grpc_status, 8, "second watch stream on the connection: grpc-status %d",
+                 a.st2->grpc_status);
     cr_assert_eq(metric(&k, "kvd_watch_streams"), 1);
     /* the first stream still works */
     kv_it_grpc *g;
@@ -678,22 +535,7 @@ static char *protocol_transcript(kv_it_kind kind)
     kv_it_server k;
     start(&k, kind, NULL);
     h2w h;
-    memset(&h, 0, sizeof(h));
-    h.status2 = -1;
-    h.fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(k.client_port);
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    cr_assert_eq(connect(h.fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    nghttp2_session_callbacks *cb;
-    nghttp2_session_callbacks_new(&cb);
-    nghttp2_session_callbacks_set_send_callback(cb, h2_send);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_close);
-    cr_assert_eq(nghttp2_session_client_new(&h.s, cb, &h), 0);
-    nghttp2_session_callbacks_del(cb);
-    nghttp2_submit_settings(h.s, NGHTTP2_FLAG_NONE, NULL, 0);
+    h2w_connect(&h, k.client_port, 0);
 
     uint8_t *buf = malloc(4096);
     size_t off = 0;
@@ -715,13 +557,9 @@ static char *protocol_transcript(kv_it_kind kind)
     r.progress_request = &pr;
     off = append_req(buf, off, &r);
     off = add_create(buf, off, "a", NULL, 0); /* auto: next free id */
-    size_t *body = malloc(2 * sizeof(size_t) + off);
-    body[0] = off;
-    body[1] = 0;
-    memcpy(body + 2, buf, off);
+    h.st = start_watch(&h);
+    cr_assert_eq(kv_it_grpc_send_raw(h.st, buf, off, 0), 0); /* the stream stays open */
     free(buf);
-    h.body = body;
-    h.sid = submit_watch(&h, k.client_port, body);
     h2w_pump(&h, 10000, got8);
     kv_it_grpc *g;
     cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", k.client_port, 5000), 0);
