@@ -161,6 +161,9 @@ static int start_peers(kv_server *s, const char *snap_dir)
     pc.snap_dir = snap_dir;
     if (cfg->peer_max_queue_bytes)
         pc.max_queue_bytes = cfg->peer_max_queue_bytes;
+    pc.max_snapshot_bytes = cfg->max_snapshot_bytes
+                                ? cfg->max_snapshot_bytes
+                                : 2 * (uint64_t)kv_store_map_size(kv_store_quota(s->store));
     pc.seed = s->id.member_id;
     /* Redial a lost peer at least once per election timeout: a restarted member must hear
      * from the leader (the lower id dials) long before it would give up and campaign. */
