@@ -118,7 +118,7 @@ int kv_store_install_begin(kv_store *s, const char *path, kv_store_install **out
                            0600)) ||
         (rc = mdb_txn_begin(in->env, NULL, 0, &in->txn))) {
         rc = rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? -EBADMSG
-                                                                            : kv_mdb_err(rc);
+                                                                             : kv_mdb_err(rc);
         goto fail;
     }
     MDB_dbi meta;
@@ -221,8 +221,9 @@ int kv_store_install_swap(kv_store *s)
         (rc = kv_store_open_dbs(s, txn)) || (rc = kv_meta_read(s, txn, &m)) ||
         (rc = kv_alarm_load(s, txn, &alarms)) || (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
         /* The renamed file is complete and durable; this process cannot go on safely. */
-        fprintf(stderr, "kvd: fatal: cannot reopen %s after installing a snapshot: %s; restart "
-                        "kvd\n",
+        fprintf(stderr,
+                "kvd: fatal: cannot reopen %s after installing a snapshot: %s; restart "
+                "kvd\n",
                 file, strerror(rc < 0 ? -rc : rc));
         abort();
     }

@@ -108,7 +108,7 @@ typedef struct ready_work {
     const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
     int has_compact;       /* persist compact (log compaction) in this commit */
     struct raft_snapshot_meta compact;
-    int synced; /* number of fdatasyncs this commit issued (metric) */
+    int synced;  /* number of fdatasyncs this commit issued (metric) */
     int install; /* the snapshot file became data.mdb: the loop swaps the environment */
     int old_fd;  /* the replaced data file, closed off the loop after the swap (or -1) */
 } ready_work;
@@ -116,11 +116,11 @@ typedef struct ready_work {
 /* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
 typedef struct snap_peer {
     raft_id id;
-    int inflight;          /* a copy or stream for this peer is running */
-    int report_pending;    /* raft_report_snapshot due on the next feed */
+    int inflight;       /* a copy or stream for this peer is running */
+    int report_pending; /* raft_report_snapshot due on the next feed */
     int report_failed;
-    uint32_t failures;     /* consecutive failed sends */
-    uint64_t next_ms;      /* no new send before (backoff) */
+    uint32_t failures; /* consecutive failed sends */
+    uint64_t next_ms;  /* no new send before (backoff) */
 } snap_peer;
 
 /* A linearizable read waiting for its read index, then for apply. */

@@ -199,8 +199,9 @@ void kv_node__install_swap(kv_node *n, ready_work *w)
     kv_store_install_swap(n->store); /* aborts if the new file cannot be opened */
     int rc = kv_raftlog_reattach(n->log, kv_store_env(n->store));
     if (rc != 0) {
-        fprintf(stderr, "kvd: reopening the raft log after a snapshot install failed: %s; "
-                        "stopping this member\n",
+        fprintf(stderr,
+                "kvd: reopening the raft log after a snapshot install failed: %s; "
+                "stopping this member\n",
                 strerror(-rc));
         exit(2);
     }

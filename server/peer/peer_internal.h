@@ -58,8 +58,8 @@ typedef struct peer_snap_in {
     size_t len_got;
     uint8_t *hdr;
     size_t hdr_len, hdr_got;
-    uint64_t id; /* acceptor-sender snapshots: the offer id (0 otherwise) */
-    int err;     /* first write error; -EFBIG: past cfg.max_snapshot_bytes */
+    uint64_t id;         /* acceptor-sender snapshots: the offer id (0 otherwise) */
+    int err;             /* first write error; -EFBIG: past cfg.max_snapshot_bytes */
     uint64_t file_bytes; /* written to the file so far */
 } peer_snap_in;
 

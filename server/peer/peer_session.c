@@ -451,8 +451,7 @@ void kv_peer_snap_in_refuse(peer_conn *c, peer_stream *s)
     kv_peer_log(n,
                 "refusing a snapshot from peer %llx: it exceeds --max-snapshot-bytes (%llu "
                 "bytes); stream reset, partial file removed",
-                (unsigned long long)(p ? p->id : 0),
-                (unsigned long long)n->cfg.max_snapshot_bytes);
+                (unsigned long long)(p ? p->id : 0), (unsigned long long)n->cfg.max_snapshot_bytes);
     kv_peer_snap_in_abort(in); /* unlinks the partial file */
     if (p)
         kv_metric_inc(p->m_snap_refused);

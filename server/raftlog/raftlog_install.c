@@ -22,8 +22,8 @@ int kv_raftlog_install_into(MDB_txn *txn, const struct raft_snapshot_meta *m,
     /* The sender's log: freed page by page (O(its pages), bounded by its compaction), the
      * state's pages are not touched. */
     if ((rc = kv_raftlog_mdb_err(mdb_drop(txn, l.rlog, 0))) ||
-        (rc = kv_raftlog_mdb_err(mdb_drop(txn, l.rmeta, 0))) ||
-        (rc = kv_rl_snap_put(&l, txn, m)) || (rc = kv_rl_hs_put(&l, txn, hs)))
+        (rc = kv_raftlog_mdb_err(mdb_drop(txn, l.rmeta, 0))) || (rc = kv_rl_snap_put(&l, txn, m)) ||
+        (rc = kv_rl_hs_put(&l, txn, hs)))
         return rc;
     return kv_raftlog_append(&l, txn, e, n);
 }

@@ -185,8 +185,8 @@ Test(cluster_snapshot, kill9_in_the_middle_of_an_install, .fini = fini, .timeout
     int w = cl_wait_value(&g_c, f, "/snap/last", "after-compaction", 1, 60000);
     cr_assert_geq(w, 0, "%s did not catch up", g_c.m[f].name);
     char err[256];
-    cr_assert_eq(kvt_put(&g_c, l, "/snap/after", "restart", 5000, NULL, err, sizeof(err)), 0,
-                 "%s", err);
+    cr_assert_eq(kvt_put(&g_c, l, "/snap/after", "restart", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
     cr_assert_geq(cl_wait_value(&g_c, f, "/snap/after", "restart", 1, 20000), 0);
     fprintf(stderr, "  %s caught up %" PRIu64 " ms after the last restart\n", g_c.m[f].name,
             kvt_now_ms() - t1);

@@ -94,8 +94,11 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
     m.conf.n_voters = 3;
     m.conf.voters[0] = 0x1111, m.conf.voters[1] = 0x2222, m.conf.voters[2] = 0x3333;
     struct raft_hard_state hs = {.term = 4, .vote = 0x2222, .commit = ls.applied_index + 1};
-    struct raft_entry e = {.index = ls.applied_index + 1, .term = 4, .type = RAFT_ENTRY_NORMAL,
-                           .data = NULL, .len = 0};
+    struct raft_entry e = {.index = ls.applied_index + 1,
+                           .term = 4,
+                           .type = RAFT_ENTRY_NORMAL,
+                           .data = NULL,
+                           .len = 0};
     kv_store_install *in = NULL;
     cr_assert_eq(kv_store_install_begin(follower.s, path, &in), 0);
     cr_assert_eq(kv_raftlog_install_into(kv_store_install_txn(in), &m, &hs, &e, 1), 0);
@@ -144,7 +147,7 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
     kv_raftlog_close(rl);
 
     /* the store goes on: a write after the install, and a reopen */
-    follower.index = fs.applied_index; /* th applies at the next index */
+    follower.index = fs.applied_index;         /* th applies at the next index */
     kv_store_set_deterministic(follower.s, 1); /* a cluster member: no file-size guard */
     th_put(&follower, "after", "1", 0);
     th_reopen(&follower);

@@ -179,6 +179,7 @@ static int done_and_snaps(void *arg)
 Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)
 {
     const uint64_t max = 1u << 20;
+    const uint8_t hdr[4] = {'m', 'e', 't', 'a'};
     fx f;
     fx_init(&f);
     for (int i = 0; i < 2; i++) {
@@ -198,8 +199,9 @@ Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)
         int to = 1 - from;
         fx_node *rx = &f.n[to];
         done_arg d = {0, 0};
-        cr_assert_eq(kv_peer_net_send_snapshot(f.n[from].net, rx->id, NULL, 0, big, on_done, &d),
-                     0);
+        cr_assert_eq(
+            kv_peer_net_send_snapshot(f.n[from].net, rx->id, hdr, sizeof(hdr), big, on_done, &d),
+            0);
         cr_assert(fx_run_until(&f, done_called, &d, 20000), "send %d->%d never ended", from + 1,
                   to + 1);
         cr_assert_lt(d.status, 0, "an oversized snapshot was accepted");
@@ -210,9 +212,9 @@ Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)
         cr_assert_eq(system(cmd), 0, "partial file left behind in snap%d", to);
         /* the bound itself passes, on the same connection */
         done_arg d2 = {0, 1};
-        cr_assert_eq(kv_peer_net_send_snapshot(f.n[from].net, rx->id, NULL, 0, exact, on_done,
-                                               &d2),
-                     0);
+        cr_assert_eq(
+            kv_peer_net_send_snapshot(f.n[from].net, rx->id, hdr, sizeof(hdr), exact, on_done, &d2),
+            0);
         wait_arg w = {&d2, rx, 1};
         cr_assert(fx_run_until(&f, done_and_snaps, &w, 20000), "exact-size snapshot %d->%d",
                   from + 1, to + 1);
