@@ -50,6 +50,15 @@ static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8
 static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_t hdr_len,
                              const char *path)
 {
+    /* A file install would refuse stops the member once raft took its message: drop it here
+     * (the leader sends another one after its next probe). */
+    int rc = kv_store_snapshot_check(path);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: dropping a snapshot from %016llx: %s is not a kvd data file (%s)\n",
+                (unsigned long long)from, path, strerror(-rc));
+        unlink(path);
+        return;
+    }
     kv_node_on_peer_snapshot(((kv_server *)arg)->node, from, hdr, hdr_len, path);
 }
 

@@ -237,6 +237,40 @@ int kv_store_install_swap(kv_store *s)
     return 0;
 }
 
+int kv_store_snapshot_check(const char *path)
+{
+    MDB_env *env = NULL;
+    MDB_txn *rt = NULL;
+    int rc = mdb_env_create(&env);
+    if (rc)
+        return kv_mdb_err(rc);
+    if ((rc = mdb_env_set_maxdbs(env, 16)) ||
+        (rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0600)) ||
+        (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &rt))) {
+        rc = rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? -EBADMSG
+                                                                            : kv_mdb_err(rc);
+        goto out;
+    }
+    MDB_dbi meta;
+    MDB_val fk = {6, (void *)"format"}, fv, sk = {5, (void *)"state"}, sv;
+    if ((rc = mdb_dbi_open(rt, "meta", 0, &meta)) || (rc = mdb_get(rt, meta, &fk, &fv)) ||
+        (rc = mdb_get(rt, meta, &sk, &sv))) {
+        rc = rc == MDB_NOTFOUND ? -EBADMSG : kv_mdb_err(rc);
+        goto out;
+    }
+    const uint8_t *fp = fv.mv_data;
+    if (fv.mv_size != 8)
+        rc = -EBADMSG;
+    else if (((uint32_t)fp[4] << 24 | (uint32_t)fp[5] << 16 | (uint32_t)fp[6] << 8 | fp[7]) !=
+             KV_STORE_FORMAT_VERSION)
+        rc = -EPROTONOSUPPORT;
+out:
+    if (rt)
+        mdb_txn_abort(rt);
+    mdb_env_close(env);
+    return rc;
+}
+
 int kv_store_copy_fd(kv_store *s, int fd, unsigned flags)
 {
     pthread_rwlock_rdlock(&s->swap);

@@ -192,6 +192,10 @@ int kv_store_install_commit(kv_store *s, kv_store_install *in);
 void kv_store_install_abort(kv_store_install *in);
 int kv_store_install_publish(kv_store *s, const char *path, int *old_fd);
 int kv_store_install_swap(kv_store *s);
+/* Cheap check of a received snapshot file before raft sees it (O(1): the meta pages and two
+ * records): 0 if it is a kvd data file of this format, -EBADMSG (not one), -EPROTONOSUPPORT
+ * (another format) or another negative errno. Any thread. */
+int kv_store_snapshot_check(const char *path);
 /* mdb_env_copyfd2(env, fd, flags) under the store's swap lock (so an install or defragment
  * swap waits for it). Any thread. */
 int kv_store_copy_fd(kv_store *s, int fd, unsigned flags);

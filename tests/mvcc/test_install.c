@@ -90,6 +90,7 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
             kv_store_map_size(fc.quota_bytes));
     cr_assert_gt((size_t)sb.st_size + ((size_t)7 << 20), kv_store_map_size(fc.quota_bytes));
 
+    cr_assert_eq(kv_store_snapshot_check(path), 0);
     struct raft_snapshot_meta m = {.index = ls.applied_index, .term = 3};
     m.conf.n_voters = 3;
     m.conf.voters[0] = 0x1111, m.conf.voters[1] = 0x2222, m.conf.voters[2] = 0x3333;
@@ -169,6 +170,7 @@ Test(mvcc_install, a_file_that_is_not_a_store_is_refused_and_nothing_changes, .f
     for (int i = 0; i < 4096; i++)
         fputs("not an lmdb file\n", f);
     fclose(f);
+    cr_assert_eq(kv_store_snapshot_check(path), -EBADMSG);
     kv_store_install *in = NULL;
     int rc = kv_store_install_begin(follower.s, path, &in);
     cr_assert_lt(rc, 0);
