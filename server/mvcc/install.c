@@ -248,7 +248,7 @@ int kv_store_snapshot_check(const char *path)
         (rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0600)) ||
         (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &rt))) {
         rc = rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? -EBADMSG
-                                                                            : kv_mdb_err(rc);
+                                                                             : kv_mdb_err(rc);
         goto out;
     }
     MDB_dbi meta;
