@@ -272,6 +272,7 @@ static const flag_def FLAGS[] = {
     {"snapshot-count", F_U64, OFF(snapshot_count), 0, 0, 1, 1ULL << 40},
     {"peer-max-queue-bytes", F_SIZE, OFF(peer_max_queue_bytes), 0, 0, 65536, 1ULL << 32},
     {"unsafe-no-fsync", F_BOOL, OFF(unsafe_no_fsync), 0, 0, 0, 0},
+    {"max-snapshot-bytes", F_U64, OFF(max_snapshot_bytes), 0, 0, 0, 1ULL << 44},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -341,6 +342,8 @@ const char *kv_config_usage(void)
            "  --peer-max-queue-bytes N        send queue per peer; raft messages beyond it\n"
            "                                  are dropped (16 MiB)\n"
            "  --unsafe-no-fsync               Disables fsync, unsafe, will cause data loss.\n"
+           "  --max-snapshot-bytes N          largest raft snapshot accepted from a peer\n"
+           "                                  (0: 2 x the data file's map size, the default)\n"
            "  --version | --help\n";
 }
 

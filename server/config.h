@@ -104,6 +104,8 @@ typedef struct kv_config {
                                              check period, default 5m as etcd's */
     uint32_t max_snapshots; /* --max-snapshots: Maintenance.Snapshot streams at once, default 2 */
     int unsafe_no_fsync;    /* --unsafe-no-fsync (etcd 3.5): LMDB MDB_NOSYNC; testing only */
+    uint64_t max_snapshot_bytes; /* --max-snapshot-bytes: largest raft snapshot received from a
+                                    peer; 0 (default) = 2 x the LMDB map size of the quota */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -50,6 +50,15 @@ static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8
 static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_t hdr_len,
                              const char *path)
 {
+    /* A file install would refuse stops the member once raft took its message: drop it here
+     * (the leader sends another one after its next probe). */
+    int rc = kv_store_snapshot_check(path);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: dropping a snapshot from %016llx: %s is not a kvd data file (%s)\n",
+                (unsigned long long)from, path, strerror(-rc));
+        unlink(path);
+        return;
+    }
     kv_node_on_peer_snapshot(((kv_server *)arg)->node, from, hdr, hdr_len, path);
 }
 
@@ -161,6 +170,9 @@ static int start_peers(kv_server *s, const char *snap_dir)
     pc.snap_dir = snap_dir;
     if (cfg->peer_max_queue_bytes)
         pc.max_queue_bytes = cfg->peer_max_queue_bytes;
+    pc.max_snapshot_bytes = cfg->max_snapshot_bytes
+                                ? cfg->max_snapshot_bytes
+                                : 2 * (uint64_t)kv_store_map_size(kv_store_quota(s->store));
     pc.seed = s->id.member_id;
     /* Redial a lost peer at least once per election timeout: a restarted member must hear
      * from the leader (the lower id dials) long before it would give up and campaign. */

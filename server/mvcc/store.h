@@ -169,10 +169,39 @@ MDB_txn *kv_store_batch_txn(kv_store_batch *b);
 int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index);
 /* The applied index as of the batch (stored, or moved by the batch so far). */
 uint64_t kv_store_batch_applied(const kv_store_batch *b);
-/* Replaces the store's state (keyspace, leases, alarms, members, meta state) by the one in
- * the LMDB file at path (a snapshot from the raft leader), inside batch b (mvcc/restore.c).
- * This member's identity and the raft log are kept. Apply thread only. */
-int kv_store_restore_from(kv_store *s, kv_store_batch *b, const char *path);
+/* Installing a snapshot from the raft leader (mvcc/install.c): the received LMDB data file
+ * (a copy of the leader's environment: keyspace, leases, alarms, members, meta state) becomes
+ * this store's data.mdb. No transaction of the store grows with the state (no MDB_TXN_FULL
+ * whatever its size). Steps, as Defragment (no batch may be open and none may start until the
+ * swap):
+ *  - kv_store_install_begin (worker): opens the file at path, checks its format, writes this
+ *    member's "identity" record into it and leaves ONE write txn of that file open
+ *    (kv_store_install_txn) for the caller's per-member records (the raft log:
+ *    kv_raftlog_install_into). -EBADMSG: not a store file; -EPROTONOSUPPORT: other format.
+ *  - kv_store_install_commit (worker): commits that txn (synced), fsyncs the file; frees in
+ *    whatever the result. kv_store_install_abort drops it instead (in may be NULL).
+ *  - kv_store_install_publish (worker): renames the file over <dir>/data.mdb (atomic: the
+ *    commit point of the install; directory fsync'd). *old_fd keeps the old file's blocks
+ *    until the caller closes it (off the loop: freeing them is slow). From here on
+ *    kv_store_install_swap MUST run before any read of the new state or any write.
+ *  - kv_store_install_swap (loop, as kv_store_defrag_swap): reopens the environment on the
+ *    new file. A failed reopen is fatal (a restart opens the new file).
+ * A crash before publish leaves the old state (the received file is garbage in snap/), after
+ * it the new one: nothing to finish at restart. */
+typedef struct kv_store_install kv_store_install;
+int kv_store_install_begin(kv_store *s, const char *path, kv_store_install **out);
+MDB_txn *kv_store_install_txn(kv_store_install *in);
+int kv_store_install_commit(kv_store *s, kv_store_install *in);
+void kv_store_install_abort(kv_store_install *in);
+int kv_store_install_publish(kv_store *s, const char *path, int *old_fd);
+int kv_store_install_swap(kv_store *s);
+/* Cheap check of a received snapshot file before raft sees it (O(1): the meta pages and two
+ * records): 0 if it is a kvd data file of this format, -EBADMSG (not one), -EPROTONOSUPPORT
+ * (another format) or another negative errno. Any thread. */
+int kv_store_snapshot_check(const char *path);
+/* mdb_env_copyfd2(env, fd, flags) under the store's swap lock (so an install or defragment
+ * swap waits for it). Any thread. */
+int kv_store_copy_fd(kv_store *s, int fd, unsigned flags);
 /* 1 when less than `bytes` are available to kvd on the data dir's file system (statvfs). */
 int kv_store_disk_free_below(kv_store *s, uint64_t bytes);
 /* kv_store_batch_commit without syncing LMDB's meta page (MDB_NOMETASYNC for this commit):

@@ -140,7 +140,7 @@ int kv_node_is_leader(const kv_node *n);
 uint64_t kv_node_self(const kv_node *n);
 
 /* Called on the loop after this member installed a snapshot from the leader (its state was
- * replaced: the lessor reloads its map, mvcc/restore.c). NULL detaches. */
+ * replaced: the lessor reloads its map, mvcc/install.c: a file swap). NULL detaches. */
 void kv_node_set_snapshot_hook(kv_node *n, void (*fn)(void *arg), void *arg);
 
 /* Failpoint (tests only): while stalled, queued requests are not applied, so writes and

@@ -319,6 +319,11 @@ void kv_node__work_ready(uv_work_t *req)
     ready_work *w = req->data;
     kv_node *n = w->node;
     kv_store_batch *b = NULL;
+    if (w->has_ready && w->rd.has_snapshot && w->snap_path) {
+        /* the received file replaces data.mdb, with this whole ready in it (node_snap.c) */
+        w->rc = kv_node__install_file(n, w);
+        return;
+    }
     int rc = kv_store_batch_begin(n->store, &b);
     if (rc == 0 && w->has_ready) {
         MDB_txn *txn = kv_store_batch_txn(b);

@@ -108,8 +108,20 @@ typedef struct ready_work {
     const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
     int has_compact;       /* persist compact (log compaction) in this commit */
     struct raft_snapshot_meta compact;
-    int synced; /* number of fdatasyncs this commit issued (metric) */
+    int synced;  /* number of fdatasyncs this commit issued (metric) */
+    int install; /* the snapshot file became data.mdb: the loop swaps the environment */
+    int old_fd;  /* the replaced data file, closed off the loop after the swap (or -1) */
 } ready_work;
+
+/* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
+typedef struct snap_peer {
+    raft_id id;
+    int inflight;       /* a copy or stream for this peer is running */
+    int report_pending; /* raft_report_snapshot due on the next feed */
+    int report_failed;
+    uint32_t failures; /* consecutive failed sends */
+    uint64_t next_ms;  /* no new send before (backoff) */
+} snap_peer;
 
 /* A linearizable read waiting for its read index, then for apply. */
 typedef struct read_waiter {
@@ -212,8 +224,6 @@ struct kv_node {
     void *conf_arg;
     int snap_sending; /* a snapshot is being prepared or streamed */
     uint64_t snap_sends;
-    raft_id snap_report_id; /* deferred raft_report_snapshot */
-    int snap_report_pending, snap_report_failed;
 
     /* ---- reads (ReadIndex) ---- */
     read_waiter *reads_new;       /* not yet assigned to a round */
@@ -258,6 +268,10 @@ struct kv_node {
     kv_metrics *metrics;
     kv_node_commit_fn commit_fn;
     void *commit_arg;
+
+    /* ---- snapshot sends (node_snap.c) ---- */
+    snap_peer snap_peers[RAFT_MAX_NODES];
+    kv_metric *m_snap_send_failed, *m_snap_send_deferred, *m_snap_installs;
 };
 
 /* node.c */
@@ -300,6 +314,15 @@ void kv_node__maybe_compact_log(kv_node *n);
 void kv_node__compact_for_join(kv_node *n);
 void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m);
 /* worker thread, inside the ready's batch */
+/* Worker: the ready carries a snapshot with its file: the whole ready goes into that file,
+ * which replaces data.mdb (w->install set). 0 or negative errno. */
+int kv_node__install_file(kv_node *n, ready_work *w);
+/* Loop, right after such a ready's worker returned: reopens the store and the raft log on the
+ * new file (fatal on failure). */
+void kv_node__install_swap(kv_node *n, ready_work *w);
+/* Loop: reports due to raft (feed), metrics and start-up cleanup of snap_dir. */
+void kv_node__snap_reports(kv_node *n);
+void kv_node__snap_init(kv_node *n);
 int kv_node__install_snapshot(kv_node *n, kv_store_batch *b, const struct raft_snapshot_meta *m,
                               const char *path);
 int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snapshot_meta *m);

@@ -86,6 +86,8 @@ static void free_work(ready_work *w)
     free(w->ids);
     free(w->fresh);
     free(w->ev);
+    if (w->old_fd >= 0)
+        close(w->old_fd);
     free(w);
 }
 
@@ -213,6 +215,8 @@ static void after_ready(uv_work_t *req, int status)
                 strerror(-rc));
         exit(2);
     }
+    if (w->install)
+        kv_node__install_swap(n, w); /* before anything reads the store or the log */
     kv_metric_add(n->m_fsyncs, w->synced);
     if (w->has_ready && w->rd.hs_changed)
         n->persisted_hs = w->rd.hs;
@@ -312,6 +316,7 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
         return NULL;
     w->req.data = w;
     w->node = n;
+    w->old_fd = -1;
     w->revision = n->revision;
     if (rd) {
         w->has_ready = 1;
@@ -616,10 +621,7 @@ static void take_requests(kv_node *n)
 static void feed(kv_node *n)
 {
     step_inbox(n);
-    if (n->snap_report_pending) {
-        n->snap_report_pending = 0;
-        raft_report_snapshot(&n->raft, n->snap_report_id, n->snap_report_failed);
-    }
+    kv_node__snap_reports(n);
     for (size_t i = 0; i < n->n_unreachable; i++) /* the transport dropped: stop pipelining */
         raft_report_unreachable(&n->raft, n->unreachable[i]);
     n->n_unreachable = 0;
@@ -762,6 +764,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         if (n->snap_dir == NULL)
             return -ENOMEM;
     }
+    kv_node__snap_init(n);
     int rc = kv_raftlog_open(&n->log, kv_store_env(n->store));
     if (rc < 0)
         return rc;

@@ -12,15 +12,22 @@
  *    <snap_dir>), streamed by the peer transport on its own HTTP/2 stream, never held in
  *    memory. The copy holds state at an applied index >= the snapshot's index; the entries in
  *    between are skipped by the store's apply (index <= applied).
- *  - install (worker, inside the ready's transaction): the state is copied from the received
- *    file (mvcc/restore.c) and the log records the snapshot, in one commit.
+ *  - install (worker, then loop): the received file IS a complete LMDB data file. Its
+ *    per-member records (identity, raft log: snapshot meta, hard state, the ready's new
+ *    entries) are rewritten in one small transaction of that file, it is synced and renamed
+ *    over data.mdb (mvcc/install.c; rename is the commit point), and the loop reopens the
+ *    store and the log on it, as Defragment does. No transaction grows with the state.
+ *  - bounds: one send per peer in flight, one copy at a time; a failed send backs off (1 s
+ *    doubling to 60 s) before the next copy (kvd_snapshot_send_failures_total).
  */
 #include "node/node_int.h"
 
 #include "peer/peer_net.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,30 +108,127 @@ int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snap
     return kv_raftlog_set_snapshot(n->log, txn, m);
 }
 
+/* A snapshot message without a file: only the metadata (a leader whose state is not ahead of
+ * ours), recorded in the ready's batch. The state must already cover it. */
 int kv_node__install_snapshot(kv_node *n, kv_store_batch *b, const struct raft_snapshot_meta *m,
                               const char *path)
 {
-    int rc = 0;
-    if (path) {
-        rc = kv_store_restore_from(n->store, b, path);
-        if (rc < 0) {
-            fprintf(stderr, "kvd: installing snapshot %s failed: %s\n", path, strerror(-rc));
-            return rc;
-        }
-    } else {
-        /* A snapshot message without a file: only the metadata (a leader whose state is not
-         * ahead of ours). The state must already cover it. */
-        kv_store_status ss;
-        if (kv_store_get_status(n->store, &ss) == 0 && ss.applied_index < m->index) {
-            fprintf(stderr, "kvd: snapshot at %llu arrived without its state file\n",
-                    (unsigned long long)m->index);
-            return -EBADMSG;
-        }
+    if (path)
+        return -EINVAL; /* kv_node__install_file */
+    kv_store_status ss;
+    if (kv_store_get_status(n->store, &ss) == 0 && ss.applied_index < m->index) {
+        fprintf(stderr, "kvd: snapshot at %llu arrived without its state file\n",
+                (unsigned long long)m->index);
+        return -EBADMSG;
     }
     return kv_raftlog_set_snapshot(n->log, kv_store_batch_txn(b), m);
 }
 
+/* Test hook (tests/cluster/test_snapshot.c): KVD_FAILPOINT_SNAPSHOT_INSTALL=<stage> kills the
+ * process with SIGKILL at that stage of an install ("before-publish": the file is prepared
+ * and synced, data.mdb not replaced yet; "after-publish": replaced, the environment not
+ * reopened yet). Read at each install (worker thread; nobody calls setenv). */
+static void failpoint(const char *stage)
+{
+    const char *fp = getenv("KVD_FAILPOINT_SNAPSHOT_INSTALL");
+    if (fp && strcmp(fp, stage) == 0) {
+        fprintf(stderr, "kvd: failpoint: killed %s the snapshot install\n", stage);
+        raise(SIGKILL);
+    }
+}
+
+/* The whole ready goes into the received file, in ONE small write transaction of that file:
+ * this member's identity, the raft log reset to the snapshot (meta, hard state, the ready's
+ * new entries). A ready with a snapshot has no committed entries (raft/src/ready.c), and a
+ * pending log compaction is superseded by the snapshot. Then the file is synced and renamed
+ * over data.mdb: the commit point. Nothing here grows with the state. */
+int kv_node__install_file(kv_node *n, ready_work *w)
+{
+    const struct raft_snapshot_meta *m = &w->rd.snapshot.meta;
+    struct raft_hard_state hs = w->rd.hs_changed ? w->rd.hs : n->persisted_hs;
+    if (hs.commit < m->index)
+        hs.commit = m->index;
+    kv_store_install *in = NULL;
+    int rc = kv_store_install_begin(n->store, w->snap_path, &in);
+    if (rc == 0)
+        rc = kv_raftlog_install_into(kv_store_install_txn(in), m, &hs, w->rd.entries,
+                                     w->rd.n_entries);
+    if (rc < 0) {
+        kv_store_install_abort(in);
+        goto fail;
+    }
+    if ((rc = kv_store_install_commit(n->store, in)) < 0)
+        goto fail;
+    failpoint("before-publish");
+    if ((rc = kv_store_install_publish(n->store, w->snap_path, &w->old_fd)) < 0)
+        goto fail;
+    failpoint("after-publish");
+    w->install = 1;
+    w->has_compact = 0;
+    w->rd.hs_changed = true;
+    w->rd.hs = hs;
+    w->synced = 2;
+    return 0;
+fail:
+    fprintf(stderr, "kvd: installing snapshot %s failed: %s\n", w->snap_path, strerror(-rc));
+    return rc;
+}
+
+typedef struct close_work {
+    uv_work_t req;
+    int fd;
+} close_work;
+
+static void close_run(uv_work_t *req)
+{
+    close_work *c = req->data;
+    close(c->fd); /* frees the replaced file's blocks: slow for a large file */
+}
+
+static void close_done(uv_work_t *req, int status)
+{
+    (void)status;
+    free(req->data);
+}
+
+void kv_node__install_swap(kv_node *n, ready_work *w)
+{
+    /* A ready with a snapshot references no log data (no committed entries; the follower's
+     * messages after it carry none): the log's read transactions can go. */
+    kv_raftlog_detach(n->log);
+    kv_store_install_swap(n->store); /* aborts if the new file cannot be opened */
+    int rc = kv_raftlog_reattach(n->log, kv_store_env(n->store));
+    if (rc != 0) {
+        fprintf(stderr,
+                "kvd: reopening the raft log after a snapshot install failed: %s; "
+                "stopping this member\n",
+                strerror(-rc));
+        exit(2);
+    }
+    kv_metric_inc(n->m_snap_installs);
+    if (w->old_fd >= 0) {
+        close_work *c = malloc(sizeof(*c));
+        if (c) {
+            c->req.data = c;
+            c->fd = w->old_fd;
+            if (uv_queue_work(n->loop, &c->req, close_run, close_done) != 0) {
+                free(c);
+                c = NULL;
+            }
+        }
+        if (c == NULL)
+            close(w->old_fd);
+        w->old_fd = -1;
+    }
+}
+
 /* ---- sending ---- */
+
+/* Snapshot sends that failed back off: 1 s after the first failure, doubling, at most 60 s
+ * (each attempt copies the whole state). Meanwhile raft's requests for that peer are
+ * answered "failed" at once, without a copy. */
+#define SNAP_BACKOFF_MIN_MS 1000u
+#define SNAP_BACKOFF_MAX_MS 60000u
 
 typedef struct snap_send {
     uv_work_t req;
@@ -136,13 +240,74 @@ typedef struct snap_send {
     int rc;
 } snap_send;
 
+static snap_peer *peer_slot(kv_node *n, raft_id id)
+{
+    snap_peer *free_slot = NULL;
+    for (size_t i = 0; i < RAFT_MAX_NODES; i++) {
+        if (n->snap_peers[i].id == id)
+            return &n->snap_peers[i];
+        if (n->snap_peers[i].id == 0 && free_slot == NULL)
+            free_slot = &n->snap_peers[i];
+    }
+    if (free_slot == NULL) { /* reuse an idle slot (a removed member's) */
+        for (size_t i = 0; i < RAFT_MAX_NODES && free_slot == NULL; i++)
+            if (!n->snap_peers[i].inflight && !n->snap_peers[i].report_pending)
+                free_slot = &n->snap_peers[i];
+        if (free_slot == NULL)
+            return NULL;
+    }
+    memset(free_slot, 0, sizeof(*free_slot));
+    free_slot->id = id;
+    return free_slot;
+}
+
 static void report(kv_node *n, raft_id to, int failed)
 {
-    n->snap_report_pending = 1;
-    n->snap_report_id = to;
-    n->snap_report_failed = failed;
-    n->snap_sending = 0;
+    snap_peer *p = peer_slot(n, to);
+    if (p) {
+        p->report_pending = 1;
+        p->report_failed = failed;
+    }
     kv_node__kick(n);
+}
+
+/* The outcome of a send that was started (copy or stream). */
+static void send_ended(kv_node *n, raft_id to, int failed)
+{
+    snap_peer *p = peer_slot(n, to);
+    n->snap_sending = 0;
+    if (p) {
+        p->inflight = 0;
+        if (failed) {
+            p->failures++;
+            uint32_t shift = p->failures - 1 < 6 ? p->failures - 1 : 6;
+            uint64_t wait = (uint64_t)SNAP_BACKOFF_MIN_MS << shift;
+            if (wait > SNAP_BACKOFF_MAX_MS)
+                wait = SNAP_BACKOFF_MAX_MS;
+            p->next_ms = kv_node__now_ms() + wait;
+            fprintf(stderr,
+                    "kvd: snapshot to %016llx failed %u time(s) in a row; next attempt in "
+                    "%llu ms at the earliest\n",
+                    (unsigned long long)to, p->failures, (unsigned long long)wait);
+        } else {
+            p->failures = 0;
+            p->next_ms = 0;
+        }
+    }
+    if (failed)
+        kv_metric_inc(n->m_snap_send_failed);
+    report(n, to, failed);
+}
+
+void kv_node__snap_reports(kv_node *n)
+{
+    for (size_t i = 0; i < RAFT_MAX_NODES; i++) {
+        snap_peer *p = &n->snap_peers[i];
+        if (p->id && p->report_pending) {
+            p->report_pending = 0;
+            raft_report_snapshot(&n->raft, p->id, p->report_failed);
+        }
+    }
 }
 
 static void snap_free(snap_send *s)
@@ -164,7 +329,7 @@ static void on_sent(void *arg, int status)
             fprintf(stderr, "kvd: snapshot to %016llx failed: %s\n", (unsigned long long)s->to,
                     strerror(-status));
         }
-        report(n, s->to, status != 0);
+        send_ended(n, s->to, status != 0);
     }
     snap_free(s);
 }
@@ -177,11 +342,11 @@ static void copy_work(uv_work_t *req)
         s->rc = -errno;
         return;
     }
-    int rc = mdb_env_copyfd2(kv_store_env(s->n->store), fd, MDB_CP_COMPACT);
+    int rc = kv_store_copy_fd(s->n->store, fd, MDB_CP_COMPACT);
     if (rc == 0 && fdatasync(fd) != 0)
-        rc = errno;
+        rc = -errno;
     close(fd);
-    s->rc = rc ? -rc : 0;
+    s->rc = rc;
 }
 
 static void copy_done(uv_work_t *req, int status)
@@ -198,17 +363,24 @@ static void copy_done(uv_work_t *req, int status)
     if (rc != 0) {
         fprintf(stderr, "kvd: snapshot to %016llx not sent: %s\n", (unsigned long long)s->to,
                 strerror(-rc));
-        report(n, s->to, 1);
+        send_ended(n, s->to, 1);
         snap_free(s);
     }
 }
 
 void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m)
 {
-    if (n->snap_dir == NULL || n->snap_sending) {
-        /* one at a time; raft retries the follower after the report */
-        if (!n->snap_sending)
-            report(n, m->to, 1);
+    snap_peer *p = peer_slot(n, m->to);
+    if (p && p->inflight)
+        return; /* one per peer: its outcome reports to raft */
+    if (n->snap_dir == NULL || n->snap_sending || p == NULL) {
+        /* one copy at a time: raft asks again after the report */
+        report(n, m->to, 1);
+        return;
+    }
+    if (p->failures && kv_node__now_ms() < p->next_ms) {
+        kv_metric_inc(n->m_snap_send_deferred); /* backing off: no copy */
+        report(n, m->to, 1);
         return;
     }
     snap_send *s = calloc(1, sizeof(*s));
@@ -229,6 +401,42 @@ void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m)
         return;
     }
     n->snap_sending = 1;
+    p->inflight = 1;
+}
+
+/* Start-up: metrics, and what a previous run left in snap_dir (snapshots received or being
+ * received, copies being sent, install files never published: all superseded). */
+void kv_node__snap_init(kv_node *n)
+{
+    if (n->metrics) {
+        n->m_snap_send_failed = kv_metrics_counter(
+            n->metrics, "kvd_snapshot_send_failures_total",
+            "Snapshot sends to a follower that failed (each is retried with backoff).", NULL);
+        n->m_snap_send_deferred = kv_metrics_counter(
+            n->metrics, "kvd_snapshot_send_deferred_total",
+            "Snapshot requests for a follower answered 'failed' at once (backoff after a "
+            "failed send).",
+            NULL);
+        n->m_snap_installs = kv_metrics_counter(n->metrics, "kvd_snapshot_installs_total",
+                                                "Snapshots from the leader installed.", NULL);
+    }
+    if (n->snap_dir == NULL)
+        return;
+    DIR *d = opendir(n->snap_dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char p[4096 + 256];
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name;
+        size_t l = strlen(nm);
+        int ours = (strncmp(nm, "peer-", 5) == 0 && l > 5 && strcmp(nm + l - 5, ".snap") == 0) ||
+                   strncmp(nm, ".peer-snap-", 11) == 0 ||
+                   (strncmp(nm, "send-", 5) == 0 && l > 4 && strcmp(nm + l - 4, ".mdb") == 0);
+        if (ours && (size_t)snprintf(p, sizeof(p), "%s/%s", n->snap_dir, nm) < sizeof(p))
+            unlink(p);
+    }
+    closedir(d);
 }
 
 void kv_node_set_snapshot_hook(kv_node *n, void (*fn)(void *arg), void *arg)

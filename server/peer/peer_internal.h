@@ -58,8 +58,9 @@ typedef struct peer_snap_in {
     size_t len_got;
     uint8_t *hdr;
     size_t hdr_len, hdr_got;
-    uint64_t id; /* acceptor-sender snapshots: the offer id (0 otherwise) */
-    int err;     /* first write error */
+    uint64_t id;         /* acceptor-sender snapshots: the offer id (0 otherwise) */
+    int err;             /* first write error; -EFBIG: past cfg.max_snapshot_bytes */
+    uint64_t file_bytes; /* written to the file so far */
 } peer_snap_in;
 
 enum { PS_PENDING, PS_MSG, PS_SNAP_OUT, PS_SNAP_IN, PS_REJECTED };
@@ -104,6 +105,7 @@ typedef struct kv_peer {
     char label[40];
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
         *m_snap_recv;
+    kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
 } kv_peer;
 
 struct peer_conn {
@@ -210,5 +212,11 @@ void kv_peer_snap_in_data(kv_peer_net *n, peer_snap_in *in, const uint8_t *d, si
 int kv_peer_snap_in_finish(kv_peer *p, peer_snap_in *in);
 /* Aborts (unlinks the temp file) and frees in. NULL is a no-op. */
 void kv_peer_snap_in_abort(peer_snap_in *in);
+/* The peer's snapshot metrics (peer_snap.c; labels: the peer's label set). */
+void kv_peer_snap_metrics_init(kv_peer_net *n, kv_peer *p, const char *labels);
+/* (peer_session.c) Data arrived on snapshot stream s and in->err is -EFBIG: logs, counts,
+ * removes the file and resets the stream (the sender sees a failure). s->sin is freed and
+ * cleared. */
+void kv_peer_snap_in_refuse(peer_conn *c, peer_stream *s);
 
 #endif

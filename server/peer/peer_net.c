@@ -348,6 +348,7 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
                                  "Snapshots sent to the peer and acknowledged.", l);
     p->m_snap_recv = peer_metric(n, 1, "kvd_peer_snapshots_received_total",
                                  "Snapshots received from the peer.", l);
+    kv_peer_snap_metrics_init(n, p, l);
 }
 
 int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)

@@ -73,6 +73,8 @@ typedef struct kv_peer_net_config {
     int joining; /* --initial-cluster-state existing on a fresh member: the cluster id is not
                     known yet; it is taken from the first known peer that answers (handler
                     on_cluster_id) and our handshakes carry 0 until then */
+    uint64_t max_snapshot_bytes; /* largest snapshot body accepted (--max-snapshot-bytes); 0:
+                                    unbounded. Past it: stream reset, file removed, counted */
 } kv_peer_net_config;
 
 /* Fills c with the defaults above (no listeners, no peers, snap_dir NULL). */

@@ -441,6 +441,28 @@ static void on_remote_end(peer_conn *c, peer_stream *s)
         respond(c, s, rc == 0 ? "200" : "500");
 }
 
+void kv_peer_snap_in_refuse(peer_conn *c, peer_stream *s)
+{
+    kv_peer_net *n = c->net;
+    kv_peer *p = c->peer;
+    peer_snap_in *in = s->sin;
+    s->sin = NULL;
+    uint64_t id = in->id;
+    kv_peer_log(n,
+                "refusing a snapshot from peer %llx: it exceeds --max-snapshot-bytes (%llu "
+                "bytes); stream reset, partial file removed",
+                (unsigned long long)(p ? p->id : 0), (unsigned long long)n->cfg.max_snapshot_bytes);
+    kv_peer_snap_in_abort(in); /* unlinks the partial file */
+    if (p)
+        kv_metric_inc(p->m_snap_refused);
+    if (!c->closing && c->h2 && s->id > 0) {
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_REFUSED_STREAM);
+        kv_peer_conn_mark_dirty(c);
+    }
+    if (c->dialer && p)
+        send_snap_done(p, id, -EFBIG);
+}
+
 /* ---- nghttp2 callbacks ---- */
 
 static int cb_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
@@ -571,6 +593,8 @@ static int cb_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id, 
             return NGHTTP2_ERR_CALLBACK_FAILURE;
     } else if (s->kind == PS_SNAP_IN && s->sin) {
         kv_peer_snap_in_data(c->net, s->sin, d, len);
+        if (s->sin->err == -EFBIG)
+            kv_peer_snap_in_refuse(c, s);
     }
     return 0;
 }

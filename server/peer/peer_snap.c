@@ -127,6 +127,14 @@ void kv_peer_snap_data_provider(nghttp2_data_provider *prd, peer_stream *s)
     prd->read_callback = snap_read_cb;
 }
 
+void kv_peer_snap_metrics_init(kv_peer_net *n, kv_peer *p, const char *labels)
+{
+    if (n->metrics)
+        p->m_snap_refused = kv_metrics_counter(
+            n->metrics, "kvd_peer_snapshots_refused_total",
+            "Snapshots from the peer refused: larger than --max-snapshot-bytes.", labels);
+}
+
 int kv_peer_snap_in_open(kv_peer_net *n, peer_snap_in **out)
 {
     peer_snap_in *in = calloc(1, sizeof(*in));
@@ -175,6 +183,12 @@ void kv_peer_snap_in_data(kv_peer_net *n, peer_snap_in *in, const uint8_t *d, si
         d += take;
         len -= take;
     }
+    if (len > 0 && n->cfg.max_snapshot_bytes &&
+        (uint64_t)len > n->cfg.max_snapshot_bytes - in->file_bytes) {
+        in->err = -EFBIG; /* the caller resets the stream (kv_peer_snap_in_refuse) */
+        return;
+    }
+    in->file_bytes += len;
     while (len > 0) {
         ssize_t w = write(in->fd, d, len);
         if (w < 0 && errno == EINTR)

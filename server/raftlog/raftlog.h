@@ -89,6 +89,14 @@ int kv_raftlog_set_snapshot(kv_raftlog *l, MDB_txn *txn, const struct raft_snaps
  * <= snap.index may go, the term of snap.index stays answerable from the meta. */
 int kv_raftlog_truncate_prefix(kv_raftlog *l, MDB_txn *txn, raft_index keep_from);
 
+/* Inside a write txn of ANOTHER environment (a received snapshot's data file that is about to
+ * replace the store's: node_snap.c): drops every stored entry and the meta records, then stores
+ * meta m, hard state hs and entries e[0..n) (contiguous, from m->index + 1; n may be 0). The
+ * pages of the state are not touched: the txn's size is the sender's log plus e. Worker
+ * thread; needs no kv_raftlog (opens "rlog"/"rmeta" in txn). */
+int kv_raftlog_install_into(MDB_txn *txn, const struct raft_snapshot_meta *m,
+                            const struct raft_hard_state *hs, const struct raft_entry *e, size_t n);
+
 /* Stats for metrics/status (loop thread; own read txn): first and last index as the vtable
  * reports them, and the bytes of LMDB pages used by "rlog" (O(1), from mdb_stat). */
 int kv_raftlog_stats(kv_raftlog *l, raft_index *first, raft_index *last, uint64_t *bytes);

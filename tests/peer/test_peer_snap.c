@@ -166,3 +166,64 @@ Test(peer_snap, peer_lost_mid_snapshot_fails_the_send_and_leaves_no_temp_file)
     unlink(src);
     fx_fini(&f);
 }
+
+static int done_and_snaps(void *arg)
+{
+    wait_arg *w = arg;
+    return w->d->calls > 0 && w->rx->snaps >= w->snaps;
+}
+
+/* --max-snapshot-bytes (issue 9): a body past the bound resets the stream and removes the
+ * partial file, in both directions (POST to the acceptor, GET by the dialer); a file of exactly
+ * the bound still passes, on the same connection. */
+Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)
+{
+    const uint64_t max = 1u << 20;
+    const uint8_t hdr[4] = {'m', 'e', 't', 'a'};
+    fx f;
+    fx_init(&f);
+    for (int i = 0; i < 2; i++) {
+        fx_config(&f, i, 0xc1);
+        f.n[i].cfg.max_snapshot_bytes = max;
+        fx_start(&f, i);
+    }
+    fx_add(&f, 0, 1);
+    fx_add(&f, 1, 0);
+    fx_wait_up(&f, 0, 1);
+    char big[400], exact[400];
+    snprintf(big, sizeof(big), "%s/big.bin", f.dir);
+    snprintf(exact, sizeof(exact), "%s/exact.bin", f.dir);
+    make_file(big, 11, 5 * max);
+    make_file(exact, 12, max);
+    for (int from = 0; from < 2; from++) {
+        int to = 1 - from;
+        fx_node *rx = &f.n[to];
+        done_arg d = {0, 0};
+        cr_assert_eq(
+            kv_peer_net_send_snapshot(f.n[from].net, rx->id, hdr, sizeof(hdr), big, on_done, &d),
+            0);
+        cr_assert(fx_run_until(&f, done_called, &d, 20000), "send %d->%d never ended", from + 1,
+                  to + 1);
+        cr_assert_lt(d.status, 0, "an oversized snapshot was accepted");
+        cr_assert_eq(rx->snaps, 0);
+        cr_assert_eq(fx_metric(&f, to, "kvd_peer_snapshots_refused_total", f.n[from].id), 1);
+        char cmd[800];
+        snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/snap%d)\"", f.dir, to);
+        cr_assert_eq(system(cmd), 0, "partial file left behind in snap%d", to);
+        /* the bound itself passes, on the same connection */
+        done_arg d2 = {0, 1};
+        cr_assert_eq(
+            kv_peer_net_send_snapshot(f.n[from].net, rx->id, hdr, sizeof(hdr), exact, on_done, &d2),
+            0);
+        wait_arg w = {&d2, rx, 1};
+        cr_assert(fx_run_until(&f, done_and_snaps, &w, 20000), "exact-size snapshot %d->%d",
+                  from + 1, to + 1);
+        cr_assert_eq(d2.status, 0);
+        check_file(rx->snap_path, 12, max);
+        cr_assert_eq(unlink(rx->snap_path), 0);
+        rx->snaps = 0;
+    }
+    unlink(big);
+    unlink(exact);
+    fx_fini(&f);
+}

@@ -117,3 +117,19 @@ Test(config, unsafe_no_fsync_is_off_unless_given)
     cr_assert_eq(c.unsafe_no_fsync, 0);
     cr_assert(strstr(kv_config_usage(), "--unsafe-no-fsync"));
 }
+
+Test(config, max_snapshot_bytes_defaults_to_automatic_and_parses)
+{
+    kv_config c;
+    char err[256] = "";
+    char *none[] = {"kvd"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 1, none), 0, "%s", err);
+    cr_assert_eq(c.max_snapshot_bytes, 0); /* 2 x the map size of the quota (server.c) */
+    char *set[] = {"kvd", "--max-snapshot-bytes=1048576"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, set), 0, "%s", err);
+    cr_assert_eq(c.max_snapshot_bytes, 1048576);
+    char *bad[] = {"kvd", "--max-snapshot-bytes", "lots"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 3, bad), 0);
+    cr_assert(strstr(err, "max-snapshot-bytes"), "%s", err);
+    cr_assert(strstr(kv_config_usage(), "--max-snapshot-bytes"));
+}
