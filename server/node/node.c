@@ -353,14 +353,12 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
     kv_metrics_gauge_fn(metrics, "kvd_proposals_pending", "Write requests queued, not proposed.",
                         gauge_pending, n);
     /* Bounds of what peers can grow (issue 9). */
-    n->m_inbox_dropped_msgs =
-        kv_metrics_counter(metrics, "kvd_raft_inbox_dropped_by_bound_total",
-                           "Raft messages dropped, by the inbox bound that was reached.",
-                           "bound=\"messages\"");
-    n->m_inbox_dropped_bytes =
-        kv_metrics_counter(metrics, "kvd_raft_inbox_dropped_by_bound_total",
-                           "Raft messages dropped, by the inbox bound that was reached.",
-                           "bound=\"bytes\"");
+    n->m_inbox_dropped_msgs = kv_metrics_counter(
+        metrics, "kvd_raft_inbox_dropped_by_bound_total",
+        "Raft messages dropped, by the inbox bound that was reached.", "bound=\"messages\"");
+    n->m_inbox_dropped_bytes = kv_metrics_counter(
+        metrics, "kvd_raft_inbox_dropped_by_bound_total",
+        "Raft messages dropped, by the inbox bound that was reached.", "bound=\"bytes\"");
     kv_metrics_gauge_fn(metrics, "kvd_raft_inbox_bytes",
                         "Wire bytes of the raft messages waiting to be stepped "
                         "(--max-raft-inbox-bytes).",
@@ -376,9 +374,10 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                         "Linearizable reads waiting for a read index or its apply "
                         "(--max-pending-read-index).",
                         gauge_reads_waiting, n);
-    kv_metrics_gauge_fn(metrics, "kvd_read_index_remote_pending",
-                        "Leader: followers' read-index requests pending (--max-pending-read-index).",
-                        gauge_rreads, n);
+    kv_metrics_gauge_fn(
+        metrics, "kvd_read_index_remote_pending",
+        "Leader: followers' read-index requests pending (--max-pending-read-index).", gauge_rreads,
+        n);
     n->m_reads_refused = kv_metrics_counter(
         metrics, "kvd_read_index_refused_total",
         "Read-index requests refused: too many requests (--max-pending-read-index).",

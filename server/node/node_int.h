@@ -175,12 +175,17 @@ struct kv_node {
     size_t stepped_n, stepped_cap;
     char *snap_pending; /* snapshot file of the message stepped this cycle */
     uint64_t inbox_dropped;
-    size_t inbox_alloc;     /* slots allocated in inbox / inbox_snap (grows up to inbox_cap) */
-    size_t inbox_bytes;     /* wire bytes + entry arrays of the messages in the inbox */
-    size_t max_inbox_bytes; /* --max-raft-inbox-bytes (inbox_cap: --max-raft-inbox-messages) */
+    /* Inbox bounds (node_peer.c on_raft): inbox_cap messages (--max-raft-inbox-messages),
+     * max_inbox_bytes wire bytes (--max-raft-inbox-bytes); inbox_alloc slots are allocated
+     * (grown up to inbox_cap); inbox_bytes held now; peaks for the metrics; the drop log is
+     * rate-limited (inbox_logged_*). fwd_waiting: forwarded proposals in the wait list
+     * (bounded by max_forwarded, --max-forwarded-proposals). */
+    size_t inbox_alloc;
+    size_t inbox_bytes;
+    size_t max_inbox_bytes;
     size_t inbox_peak_bytes, inbox_peak_n;
-    uint64_t inbox_logged_ms, inbox_logged_drops; /* rate-limited drop log */
-    uint64_t fwd_waiting, max_forwarded; /* forwarded proposals in the wait list and bound */
+    uint64_t inbox_logged_ms, inbox_logged_drops;
+    uint64_t fwd_waiting, max_forwarded;
     raft_id unreachable[16]; /* peers whose message the transport dropped this cycle */
     size_t n_unreachable;
     char *snap_dir;          /* snapshots prepared / received here (NULL: none) */

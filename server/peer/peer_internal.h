@@ -91,11 +91,14 @@ typedef struct kv_peer {
     kv_peer_net *net;
     uint64_t id;
     char url[256];
-    char host[256];                /* from url: name or IP literal, resolved at each dial */
+    /* host (name or IP literal, from url) is resolved before each dial (peer_dns.c) into
+     * addr, the address of the current / last dial; resolving: a resolution in flight;
+     * addr_rr rotates through a name's addresses, one per dial. */
+    char host[256];
     int port;
-    struct sockaddr_storage addr;  /* the address of the current / last dial */
-    peer_resolve *resolving;       /* a resolution in flight (peer_dns.c) */
-    uint64_t addr_rr;              /* rotates through a name's addresses, one per dial */
+    struct sockaddr_storage addr;
+    peer_resolve *resolving;
+    uint64_t addr_rr;
     int dialer;      /* 1 when self_id < id */
     peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;

@@ -117,7 +117,6 @@ static int parse_url(const char *url, char *host, size_t host_sz, int *port)
     return 0;
 }
 
-
 /* ---- queue ---- */
 
 static void queue_drop_all(kv_peer *p)
