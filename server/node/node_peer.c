@@ -349,11 +349,11 @@ static void inbox_drop(kv_node *n, int bytes, size_t len)
         return; /* at most one line per 10 s */
     fprintf(stderr,
             "kvd: raft inbox full (%zu messages, %zu bytes held; --max-raft-inbox-messages %zu, "
-            "--max-raft-inbox-bytes %zu): dropped a %zu-byte raft message, %llu dropped in the "
-            "last %llu s (raft retransmits)\n",
+            "--max-raft-inbox-bytes %zu): dropped a %zu-byte raft message; %llu dropped since "
+            "the previous such line, %llu in all (raft retransmits)\n",
             n->inbox_n, n->inbox_bytes, n->inbox_cap, n->max_inbox_bytes, len,
             (unsigned long long)(n->inbox_dropped - n->inbox_logged_drops),
-            (unsigned long long)(n->inbox_logged_ms ? (now - n->inbox_logged_ms) / 1000 : 0));
+            (unsigned long long)n->inbox_dropped);
     n->inbox_logged_ms = now;
     n->inbox_logged_drops = n->inbox_dropped;
 }
