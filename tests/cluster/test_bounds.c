@@ -306,4 +306,17 @@ Test(cluster_bounds, peer_urls_with_host_name, .fini = fini, .timeout = 180)
     cr_assert_eq(kvt_member_restart(&g_c, f, 30000), 0);
     cr_assert_eq(kvt_put(&g_c, l, "/dns/after", "w", 5000, NULL, err, sizeof(err)), 0, "%s", err);
     cr_assert_geq(cl_wait_value(&g_c, f, "/dns/after", "w", 1, 20000), 0);
+    /* the name was resolved at each dial: the lower id of (f, l) dials the other; a dialer that
+     * kept running resolved again to redial the restarted member */
+    kvt_status sf, sl;
+    cr_assert_eq(kvt_member_status(&g_c, f, &sf, 5000), 0);
+    cr_assert_eq(kvt_member_status(&g_c, l, &sl, 5000), 0);
+    int dialer = sf.id < sl.id ? f : l;
+    uint64_t peer = sf.id < sl.id ? sl.id : sf.id;
+    char series[96];
+    snprintf(series, sizeof(series), "kvd_peer_resolves_total{peer=\"%" PRIx64 "\"}", peer);
+    double resolves = metric(dialer, series);
+    fprintf(stderr, "  %s resolved the name of its peer %" PRIx64 " %.0f times\n",
+            g_c.m[dialer].name, peer, resolves);
+    cr_assert_geq(resolves, dialer == f ? 1 : 2);
 }
