@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,8 @@ typedef struct call_arg {
     char err[256];
 } call_arg;
 
+static atomic_int g_calls_done; /* calls answered so far */
+
 static void *call_thread(void *p)
 {
     call_arg *a = p;
@@ -182,18 +185,25 @@ static void *call_thread(void *p)
         a->rc = kvt_get(&g_c, a->member, a->key, 0, 8000, got, sizeof(got), &found, NULL, a->err,
                         sizeof(a->err));
     }
+    atomic_fetch_add(&g_calls_done, 1);
     return NULL;
 }
 
 /* Runs n calls at once; returns how many failed with exactly "etcdserver: too many requests";
  * every other call must succeed. */
-static int run_calls(call_arg *a, int n, int stalled, void (*while_blocked)(void))
+static int run_calls(call_arg *a, int n, int stalled, int want_refused, void (*while_blocked)(void))
 {
     pthread_t t[16];
     cr_assert_leq(n, 16);
+    atomic_store(&g_calls_done, 0);
     for (int i = 0; i < n; i++)
         cr_assert_eq(pthread_create(&t[i], NULL, call_thread, &a[i]), 0);
-    kvt_sleep_ms(800); /* all arrived; the refused ones were answered at once */
+    /* the refused calls are answered at once, the others wait for the stalled member; keep the
+     * stall well below the election timeout */
+    for (uint64_t end = kvt_now_ms() + 1500;
+         atomic_load(&g_calls_done) < want_refused && kvt_now_ms() < end;)
+        kvt_sleep_ms(20);
+    kvt_sleep_ms(100);
     while_blocked();
     toggle_stall(stalled); /* resume */
     int refused = 0;
@@ -233,7 +243,7 @@ Test(cluster_bounds, read_index_waiters_bounded, .fini = fini, .timeout = 180)
         snprintf(a[i].key, sizeof(a[i].key), "/ri/k");
     }
     g_member = l;
-    int refused = run_calls(a, 6, l, check_reads_waiting);
+    int refused = run_calls(a, 6, l, 4, check_reads_waiting);
     cr_assert_eq(refused, 4, "%d reads refused with too many requests, want 4", refused);
 }
 
@@ -266,7 +276,7 @@ Test(cluster_bounds, forwarded_proposals_bounded, .fini = fini, .timeout = 180)
         snprintf(a[i].key, sizeof(a[i].key), "/fwd/k%d", i);
     }
     g_member = f;
-    int refused = run_calls(a, 10, l, check_forwarded);
+    int refused = run_calls(a, 10, l, 4, check_forwarded);
     cr_assert_eq(refused, 4, "%d puts refused with too many requests, want 4", refused);
     for (int i = 0; i < 10; i++)
         if (a[i].rc == 0)
