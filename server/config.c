@@ -53,6 +53,10 @@ void kv_config_default(kv_config *cfg)
     snprintf(cfg->auto_compaction_retention, sizeof(cfg->auto_compaction_retention), "0");
     cfg->auto_compaction_interval_ms = 300000;
     cfg->max_snapshots = 2;
+    cfg->max_raft_inbox_bytes = 64u << 20;
+    cfg->max_raft_inbox_messages = 4096;
+    cfg->max_pending_read_index = 10000;
+    cfg->max_forwarded_proposals = 10000;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -273,6 +277,10 @@ static const flag_def FLAGS[] = {
     {"peer-max-queue-bytes", F_SIZE, OFF(peer_max_queue_bytes), 0, 0, 65536, 1ULL << 32},
     {"unsafe-no-fsync", F_BOOL, OFF(unsafe_no_fsync), 0, 0, 0, 0},
     {"max-snapshot-bytes", F_U64, OFF(max_snapshot_bytes), 0, 0, 0, 1ULL << 44},
+    {"max-raft-inbox-bytes", F_SIZE, OFF(max_raft_inbox_bytes), 0, 0, 1, 1ULL << 40},
+    {"max-raft-inbox-messages", F_U32, OFF(max_raft_inbox_messages), 0, 0, 1, 1u << 20},
+    {"max-pending-read-index", F_U32, OFF(max_pending_read_index), 0, 0, 1, 1u << 20},
+    {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -344,6 +352,13 @@ const char *kv_config_usage(void)
            "  --unsafe-no-fsync               Disables fsync, unsafe, will cause data loss.\n"
            "  --max-snapshot-bytes N          largest raft snapshot accepted from a peer\n"
            "                                  (0: 2 x the data file's map size, the default)\n"
+           "  --max-raft-inbox-bytes N        raft messages from peers waiting while a ready is\n"
+           "                                  in flight, in wire bytes; beyond: dropped (64 MiB)\n"
+           "  --max-raft-inbox-messages N     the same, in messages (4096)\n"
+           "  --max-pending-read-index N      linearizable reads waiting for a read index, and\n"
+           "                                  on the leader followers' requests (10000 each)\n"
+           "  --max-forwarded-proposals N     proposals a follower forwarded to the leader and\n"
+           "                                  not yet applied; the rest stays queued (10000)\n"
            "  --version | --help\n";
 }
 

@@ -106,6 +106,11 @@ typedef struct kv_config {
     int unsafe_no_fsync;    /* --unsafe-no-fsync (etcd 3.5): LMDB MDB_NOSYNC; testing only */
     uint64_t max_snapshot_bytes; /* --max-snapshot-bytes: largest raft snapshot received from a
                                     peer; 0 (default) = 2 x the LMDB map size of the quota */
+    /* Cluster bounds of what peers can grow (issue 9; docs/ARCHITECTURE.md, Bounds). */
+    size_t max_raft_inbox_bytes;      /* --max-raft-inbox-bytes, default 64 MiB */
+    uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
+    uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
+    uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -212,6 +212,10 @@ int kv_server_start_core(kv_server *s)
                          .election_ms = cfg->election_timeout_ms,
                          .snapshot_count = cfg->snapshot_count,
                          .snap_dir = snap_dir};
+    nc.max_pending_reads = cfg->max_pending_read_index;
+    nc.max_inbox_bytes = cfg->max_raft_inbox_bytes;
+    nc.max_inbox_msgs = cfg->max_raft_inbox_messages;
+    nc.max_forwarded = cfg->max_forwarded_proposals;
     /* The initial membership from the flags (idempotent; issue 9 section 5). */
     int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
     if (rc < 0)

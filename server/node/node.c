@@ -59,6 +59,41 @@ static double gauge_commit(void *arg)
     return n->raft_ok ? (double)raft_commit_index(&n->raft) : 0.0;
 }
 
+static double gauge_inbox_bytes(void *arg)
+{
+    return (double)((kv_node *)arg)->inbox_bytes;
+}
+
+static double gauge_inbox_msgs(void *arg)
+{
+    return (double)((kv_node *)arg)->inbox_n;
+}
+
+static double gauge_inbox_peak_bytes(void *arg)
+{
+    return (double)((kv_node *)arg)->inbox_peak_bytes;
+}
+
+static double gauge_inbox_peak_msgs(void *arg)
+{
+    return (double)((kv_node *)arg)->inbox_peak_n;
+}
+
+static double gauge_reads_waiting(void *arg)
+{
+    return (double)((kv_node *)arg)->reads_waiting;
+}
+
+static double gauge_rreads(void *arg)
+{
+    return (double)((kv_node *)arg)->rreads_n;
+}
+
+static double gauge_fwd_waiting(void *arg)
+{
+    return (double)((kv_node *)arg)->fwd_waiting;
+}
+
 static double gauge_has_leader(void *arg)
 {
     return ((kv_node *)arg)->leader != 0 ? 1.0 : 0.0;
@@ -271,7 +306,7 @@ static void on_tick(uv_timer_t *h)
         n->wait_head = r->next;
         if (n->wait_head == NULL)
             n->wait_tail = NULL;
-        n->waiting--;
+        kv_node__unwait(n, r);
         kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
     }
     kv_node__reads_expire(n, now);
@@ -317,6 +352,44 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                            "Raft messages dropped because the inbox bound was reached.", NULL);
     kv_metrics_gauge_fn(metrics, "kvd_proposals_pending", "Write requests queued, not proposed.",
                         gauge_pending, n);
+    /* Bounds of what peers can grow (issue 9). */
+    n->m_inbox_dropped_msgs = kv_metrics_counter(
+        metrics, "kvd_raft_inbox_dropped_by_bound_total",
+        "Raft messages dropped, by the inbox bound that was reached.", "bound=\"messages\"");
+    n->m_inbox_dropped_bytes = kv_metrics_counter(
+        metrics, "kvd_raft_inbox_dropped_by_bound_total",
+        "Raft messages dropped, by the inbox bound that was reached.", "bound=\"bytes\"");
+    kv_metrics_gauge_fn(metrics, "kvd_raft_inbox_bytes",
+                        "Wire bytes of the raft messages waiting to be stepped "
+                        "(--max-raft-inbox-bytes).",
+                        gauge_inbox_bytes, n);
+    kv_metrics_gauge_fn(metrics, "kvd_raft_inbox_messages",
+                        "Raft messages waiting to be stepped (--max-raft-inbox-messages).",
+                        gauge_inbox_msgs, n);
+    kv_metrics_gauge_fn(metrics, "kvd_raft_inbox_bytes_peak",
+                        "Most wire bytes the raft inbox held so far.", gauge_inbox_peak_bytes, n);
+    kv_metrics_gauge_fn(metrics, "kvd_raft_inbox_messages_peak",
+                        "Most messages the raft inbox held so far.", gauge_inbox_peak_msgs, n);
+    kv_metrics_gauge_fn(metrics, "kvd_read_index_waiting",
+                        "Linearizable reads waiting for a read index or its apply "
+                        "(--max-pending-read-index).",
+                        gauge_reads_waiting, n);
+    kv_metrics_gauge_fn(
+        metrics, "kvd_read_index_remote_pending",
+        "Leader: followers' read-index requests pending (--max-pending-read-index).", gauge_rreads,
+        n);
+    n->m_reads_refused = kv_metrics_counter(
+        metrics, "kvd_read_index_refused_total",
+        "Read-index requests refused: too many requests (--max-pending-read-index).",
+        "from=\"client\"");
+    n->m_rreads_refused = kv_metrics_counter(
+        metrics, "kvd_read_index_refused_total",
+        "Read-index requests refused: too many requests (--max-pending-read-index).",
+        "from=\"peer\"");
+    kv_metrics_gauge_fn(metrics, "kvd_proposals_forwarded_waiting",
+                        "Proposals forwarded to the leader, not applied yet "
+                        "(--max-forwarded-proposals).",
+                        gauge_fwd_waiting, n);
     kv_metrics_gauge_fn(metrics, "kvd_proposals_waiting",
                         "Proposals of this member waiting to be applied.", gauge_waiting, n);
     kv_metrics_gauge_fn(metrics, "kvd_applied_index", "Last applied log index.", gauge_applied, n);

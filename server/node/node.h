@@ -53,6 +53,12 @@ typedef struct kv_node_config {
     uint64_t snapshot_count; /* applied entries between log compactions; default 10000 */
     const char *snap_dir;    /* where snapshots are prepared/received; NULL: no snapshots */
     uint64_t seed;           /* raft PRNG seed; 0: derived from the member id and the clock */
+    /* Bounds of what peers can grow (issue 9). 0 = default. */
+    size_t max_inbox_bytes;  /* raft messages waiting to be stepped (--max-raft-inbox-bytes);
+                                default 64 MiB */
+    uint32_t max_inbox_msgs; /* same, in messages (--max-raft-inbox-messages); default 4096 */
+    uint32_t max_forwarded;  /* proposals this member forwarded to the leader, not applied
+                                yet (--max-forwarded-proposals); default 10000 */
 } kv_node_config;
 
 typedef struct kv_node_stats {

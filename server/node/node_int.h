@@ -74,6 +74,7 @@ struct kv_node_req {
     uint64_t conf_id;
     raft_index conf_index; /* index of the configuration entry once proposed */
     int essential;         /* an alarm: proposed even when the disk is nearly full */
+    int forwarded;         /* in the wait list as forwarded to the leader (fwd_waiting) */
 };
 
 /* Lease observer events of one ready, recorded on the worker and replayed on the loop. */
@@ -186,6 +187,17 @@ struct kv_node {
     size_t stepped_n, stepped_cap;
     char *snap_pending; /* snapshot file of the message stepped this cycle */
     uint64_t inbox_dropped;
+    /* Inbox bounds (node_peer.c on_raft): inbox_cap messages (--max-raft-inbox-messages),
+     * max_inbox_bytes wire bytes (--max-raft-inbox-bytes); inbox_alloc slots are allocated
+     * (grown up to inbox_cap); inbox_bytes held now; peaks for the metrics; the drop log is
+     * rate-limited (inbox_logged_*). fwd_waiting: forwarded proposals in the wait list
+     * (bounded by max_forwarded, --max-forwarded-proposals). */
+    size_t inbox_alloc;
+    size_t inbox_bytes;
+    size_t max_inbox_bytes;
+    size_t inbox_peak_bytes, inbox_peak_n;
+    uint64_t inbox_logged_ms, inbox_logged_drops;
+    uint64_t fwd_waiting, max_forwarded;
     raft_id unreachable[16]; /* peers whose message the transport dropped this cycle */
     size_t n_unreachable;
     char *snap_dir;          /* snapshots prepared / received here (NULL: none) */
@@ -265,6 +277,8 @@ struct kv_node {
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metric *m_fsyncs, *m_entries, *m_forwarded, *m_leader_changes, *m_reads;
     kv_metric *m_inbox_dropped;
+    kv_metric *m_inbox_dropped_bytes, *m_inbox_dropped_msgs;
+    kv_metric *m_reads_refused, *m_rreads_refused;
     kv_metrics *metrics;
     kv_node_commit_fn commit_fn;
     void *commit_arg;
@@ -290,6 +304,8 @@ void kv_node__raft_stop(kv_node *n);
 void kv_node__drive(kv_node *n);
 void kv_node__elect_single(kv_node *n);
 void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
+/* r left the wait list: n->waiting (and n->fwd_waiting if it was forwarded) drop by one. */
+void kv_node__unwait(kv_node *n, kv_node_req *r);
 
 /* node_apply.c (worker thread, except record_lease_events/free_records: start and stop) */
 void kv_node__work_ready(uv_work_t *req);

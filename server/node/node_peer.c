@@ -4,8 +4,11 @@
  * Out: raft messages (rd.msgs / rd.msgs_after), proposals forwarded to the leader, read-index
  * requests and answers. In: the same, from kv_node_on_peer_message. Nothing here blocks or
  * grows without bound: the transport drops when a peer's queue is full (raft retransmits), the
- * inbox of raft messages is bounded (drops are counted), read requests are bounded by
- * --max-pending-reads.
+ * inbox of raft messages is bounded in messages and bytes (--max-raft-inbox-messages,
+ * --max-raft-inbox-bytes; drops are counted and logged), linearizable reads waiting here and
+ * followers' read-index requests on the leader are each bounded by --max-pending-read-index
+ * ("etcdserver: too many requests"), proposals forwarded and not yet applied by
+ * --max-forwarded-proposals (node_ready.c take_requests).
  *
  * ReadIndex (issue 9, reads): linearizable reads of this member gather in reads_new; one round
  * at a time asks for a read index (the leader: raft_read_index, confirmed by one heartbeat
@@ -105,7 +108,7 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
             n->wait_head = r->next;
         if (n->wait_tail == r)
             n->wait_tail = prev;
-        n->waiting--;
+        kv_node__unwait(n, r);
         kv_node__fail_req(n, r, (int)fr->code, fr->msg ? fr->msg : "etcdserver: leader changed");
         break;
     }
@@ -120,8 +123,10 @@ int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *ar
 {
     if (n->closing)
         return -ESHUTDOWN;
-    if (n->reads_waiting >= n->max_reads)
+    if (n->reads_waiting >= n->max_reads) {
+        kv_metric_inc(n->m_reads_refused);
         return -EBUSY;
+    }
     read_waiter *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return -ENOMEM;
@@ -285,6 +290,8 @@ static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t le
     if (q == NULL)
         return;
     if (n->role != RAFT_LEADER || n->rreads_n >= n->max_reads) {
+        if (n->role == RAFT_LEADER)
+            kv_metric_inc(n->m_rreads_refused);
         Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
         a.ctx = q->ctx;
         a.code = n->role != RAFT_LEADER ? KV_GRPC_UNAVAILABLE : KV_GRPC_RESOURCE_EXHAUSTED;
@@ -314,6 +321,10 @@ static void on_read_resp(kv_node *n, const uint8_t *buf, size_t len)
         if (a->code == 0) {
             round_done(n, a->ctx, a->index);
             kv_node__reads_applied(n);
+        } else if (a->code == KV_GRPC_RESOURCE_EXHAUSTED) {
+            /* the leader's bound (--max-pending-read-index): "etcdserver: too many requests" */
+            expire_list(n, &n->reads_round, 0, 1, -EBUSY);
+            n->round_ctx = 0;
         } else {
             move_all(&n->reads_round, &n->reads_new, 0); /* ask again (new leader) */
             n->round_ctx = 0;
@@ -325,11 +336,62 @@ static void on_read_resp(kv_node *n, const uint8_t *buf, size_t len)
 
 /* ---- in ---- */
 
+/* Inbox bounds (--max-raft-inbox-messages, --max-raft-inbox-bytes). A dropped message is
+ * lost as on a lossy network: raft retransmits (heartbeats carry the commit, a follower's
+ * rejection or the leader's probe resends entries, a snapshot is re-sent after its timeout). */
+static void inbox_drop(kv_node *n, int bytes, size_t len)
+{
+    n->inbox_dropped++;
+    kv_metric_inc(n->m_inbox_dropped);
+    kv_metric_inc(bytes ? n->m_inbox_dropped_bytes : n->m_inbox_dropped_msgs);
+    uint64_t now = kv_node__now_ms();
+    if (n->inbox_logged_ms != 0 && now - n->inbox_logged_ms < 10000)
+        return; /* at most one line per 10 s */
+    fprintf(stderr,
+            "kvd: raft inbox full (%zu messages, %zu bytes held; --max-raft-inbox-messages %zu, "
+            "--max-raft-inbox-bytes %zu): dropped a %zu-byte raft message; %llu dropped since "
+            "the previous such line, %llu in all (raft retransmits)\n",
+            n->inbox_n, n->inbox_bytes, n->inbox_cap, n->max_inbox_bytes, len,
+            (unsigned long long)(n->inbox_dropped - n->inbox_logged_drops),
+            (unsigned long long)n->inbox_dropped);
+    n->inbox_logged_ms = now;
+    n->inbox_logged_drops = n->inbox_dropped;
+}
+
+/* Makes room for one more message (slots grow by doubling up to inbox_cap). */
+static int inbox_reserve(kv_node *n)
+{
+    if (n->inbox_n < n->inbox_alloc)
+        return 0;
+    size_t cap = n->inbox_alloc ? n->inbox_alloc * 2 : 64;
+    if (cap > n->inbox_cap)
+        cap = n->inbox_cap;
+    kv_raft_msg_owned *in = realloc(n->inbox, cap * sizeof(*in));
+    if (in == NULL)
+        return -ENOMEM;
+    n->inbox = in;
+    char **snaps = realloc(n->inbox_snap, cap * sizeof(*snaps));
+    if (snaps == NULL)
+        return -ENOMEM;
+    n->inbox_snap = snaps;
+    n->inbox_alloc = cap;
+    return 0;
+}
+
 static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
 {
-    if (n->inbox_n == n->inbox_cap) {
-        n->inbox_dropped++;
-        kv_metric_inc(n->m_inbox_dropped);
+    /* One message is always taken when the inbox is empty, whatever its size (each is bounded
+     * by the peer frame size): a bound below one message must not stop replication. */
+    if (n->inbox_n >= n->inbox_cap) {
+        inbox_drop(n, 0, len);
+        goto drop;
+    }
+    if (n->inbox_n > 0 && n->inbox_bytes + len > n->max_inbox_bytes) {
+        inbox_drop(n, 1, len);
+        goto drop;
+    }
+    if (inbox_reserve(n) != 0) {
+        inbox_drop(n, 0, len);
         goto drop;
     }
     kv_raft_msg_owned *m = &n->inbox[n->inbox_n];
@@ -343,6 +405,11 @@ static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
     }
     n->inbox_snap[n->inbox_n] = snap_path;
     n->inbox_n++;
+    n->inbox_bytes += len; /* wire bytes: the decoded message holds about as much */
+    if (n->inbox_bytes > n->inbox_peak_bytes)
+        n->inbox_peak_bytes = n->inbox_bytes;
+    if (n->inbox_n > n->inbox_peak_n)
+        n->inbox_peak_n = n->inbox_n;
     kv_node__kick(n);
     return;
 drop:

@@ -99,7 +99,7 @@ static void complete_id(kv_node *n, uint64_t id, kv_result *res)
         n->wait_head = r->next;
         if (n->wait_head == NULL)
             n->wait_tail = NULL;
-        n->waiting--;
+        kv_node__unwait(n, r);
         if (r->id == id)
             kv_node__finish_req(n, r, res);
         else
@@ -116,6 +116,16 @@ void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg)
     }
     n->wait_tail = NULL;
     n->waiting = 0;
+    n->fwd_waiting = 0;
+}
+
+void kv_node__unwait(kv_node *n, kv_node_req *r)
+{
+    n->waiting--;
+    if (r->forwarded) {
+        r->forwarded = 0;
+        n->fwd_waiting--;
+    }
 }
 
 static void add_waiting(kv_node *n, kv_node_req *r)
@@ -464,6 +474,7 @@ static void step_inbox(kv_node *n)
         n->stepped[n->stepped_n++] = *m;
     }
     n->inbox_n = 0;
+    n->inbox_bytes = 0;
 }
 
 static const char *propose_error(int rc, int *code)
@@ -591,6 +602,9 @@ static void take_requests(kv_node *n)
                 kv_node__fail_req(n, r, 0, "");
                 continue;
             }
+            if (n->fwd_waiting >= n->max_forwarded)
+                return; /* --max-forwarded-proposals: the rest stays queued (bounded by
+                           --max-pending-proposals: "too many requests" beyond) */
             n->head = r->next;
             if (n->head == NULL)
                 n->tail = NULL;
@@ -612,6 +626,8 @@ static void take_requests(kv_node *n)
             }
             r->proposed = 1;
             add_waiting(n, r);
+            r->forwarded = 1;
+            n->fwd_waiting++;
         } else {
             return; /* no leader yet: wait (the deadline fails them) */
         }
@@ -752,6 +768,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         n->election_ms = 2 * n->heartbeat_ms;
     n->request_timeout_ms = 5000u + 2u * n->election_ms; /* etcd: 5 s + 2 x election timeout */
     n->max_reads = cfg && cfg->max_pending_reads ? cfg->max_pending_reads : 10000;
+    n->max_forwarded = cfg && cfg->max_forwarded ? cfg->max_forwarded : 10000;
     n->snapshot_count = cfg && cfg->snapshot_count ? cfg->snapshot_count : 10000;
     n->self = n->hdr.member_id ? n->hdr.member_id : 1;
     uint64_t self_only[1] = {n->self};
@@ -784,7 +801,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     rcfg.seed = cfg && cfg->seed ? cfg->seed : (n->self ^ n->next_id);
     rcfg.applied = n->st.applied_index;
     rcfg.storage = kv_raftlog_storage(n->log);
-    rcfg.max_pending_reads = 4096;
+    /* raft holds one read-index request per round; rounds are bounded by the read waiters and
+     * followers' requests (--max-pending-read-index each), so this never refuses a round that
+     * the node admitted (a refusal would only be retried next turn). */
+    rcfg.max_pending_reads = (size_t)n->max_reads + 1;
     rc = raft_init(&n->raft, &rcfg);
     kv_raftlog_end_cycle(n->log);
     if (rc != 0 && kv_raftlog_error(n->log)) {
@@ -803,18 +823,11 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         kv_store_set_deterministic(n->store, 1);
     rcfg.storage->initial_state(rcfg.storage->ctx, &n->persisted_hs);
     kv_raftlog_end_cycle(n->log);
-    n->inbox_cap = 4096;
-    n->inbox = calloc(n->inbox_cap, sizeof(*n->inbox));
-    n->inbox_snap = calloc(n->inbox_cap, sizeof(*n->inbox_snap));
-    if (n->inbox == NULL || n->inbox_snap == NULL) {
-        rc = -ENOMEM;
-        goto fail_raft;
-    }
+    /* The inbox grows on demand up to its bounds (node_peer.c on_raft). */
+    n->inbox_cap = cfg && cfg->max_inbox_msgs ? cfg->max_inbox_msgs : 4096;
+    n->max_inbox_bytes = cfg && cfg->max_inbox_bytes ? cfg->max_inbox_bytes : (64u << 20);
     kv_node__record_lease_events(n, 1);
     return 0;
-fail_raft:
-    raft_close(&n->raft);
-    n->raft_ok = 0;
 fail:
     free(n->inbox);
     free(n->inbox_snap);
@@ -842,6 +855,7 @@ void kv_node__raft_stop(kv_node *n)
         }
     }
     n->inbox_n = 0;
+    n->inbox_bytes = 0;
     for (size_t i = 0; i < n->stepped_n; i++)
         kv_raft_msg_free(&n->stepped[i]);
     free(n->stepped);

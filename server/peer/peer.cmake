@@ -2,6 +2,7 @@
 # Target kv_peer; users include "peer/peer_net.h".
 add_library(kv_peer STATIC
   ${CMAKE_CURRENT_LIST_DIR}/peer_net.c
+  ${CMAKE_CURRENT_LIST_DIR}/peer_dns.c
   ${CMAKE_CURRENT_LIST_DIR}/peer_conn.c
   ${CMAKE_CURRENT_LIST_DIR}/peer_session.c
   ${CMAKE_CURRENT_LIST_DIR}/peer_snap.c)

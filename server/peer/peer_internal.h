@@ -28,6 +28,7 @@
 
 typedef struct peer_conn peer_conn;
 typedef struct peer_stream peer_stream;
+typedef struct peer_resolve peer_resolve; /* peer_dns.c */
 
 /* One queued frame: 8-byte header + payload in data[]. */
 typedef struct peer_qframe {
@@ -91,7 +92,14 @@ typedef struct kv_peer {
     kv_peer_net *net;
     uint64_t id;
     char url[256];
+    /* host (name or IP literal, from url) is resolved before each dial (peer_dns.c) into
+     * addr, the address of the current / last dial; resolving: a resolution in flight;
+     * addr_rr rotates through a name's addresses, one per dial. */
+    char host[256];
+    int port;
     struct sockaddr_storage addr;
+    peer_resolve *resolving;
+    uint64_t addr_rr;
     int dialer;      /* 1 when self_id < id */
     peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;
@@ -106,6 +114,7 @@ typedef struct kv_peer {
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
         *m_snap_recv;
     kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
+        *m_snap_recv, *m_resolves, *m_resolve_failures;
 } kv_peer;
 
 struct peer_conn {
@@ -149,6 +158,7 @@ struct kv_peer_net {
     int n_handles;
     int closing;
     int isolated;
+    int n_resolving; /* host name resolutions in flight (at most 1, peer_dns.c) */
     uint64_t rng;
     uint64_t snap_seq;
     nghttp2_session_callbacks *cbs;
@@ -165,6 +175,10 @@ void kv_peer_adopt_cluster(kv_peer_net *n, uint64_t cluster_id);
 void kv_peer_handle_closed(kv_peer_net *n);
 /* Logs a failed dial of p (rate-limited). p may be NULL. */
 void kv_peer_dial_failed(kv_peer *p, const char *why);
+/* Schedules p's next dial after its backoff (jittered) and doubles the backoff. */
+void kv_peer_schedule_dial(kv_peer *p);
+/* The dial timer's callback: resolves p's host, then dials. */
+void kv_peer_dial_timer_cb(uv_timer_t *t);
 /* The connection of peer finished its handshake: becomes peer->conn, up. */
 void kv_peer_on_up(kv_peer *p, peer_conn *c);
 /* peer's connection c is going away (called once, before close). */
@@ -185,6 +199,14 @@ int kv_peer_session_open_stream(peer_conn *c);
 void kv_peer_conn_resume_msg(peer_conn *c);
 /* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
 int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
+
+/* peer_dns.c */
+/* Resolves p->host (an IP literal at once, a name with uv_getaddrinfo off the loop, one
+ * resolution per net at a time), sets p->addr, then kv_peer_conn_dial. Failures are logged
+ * (kv_peer_dial_failed) and the next dial scheduled. Returns 0 or a uv error. */
+int kv_peer_resolve_and_dial(kv_peer *p);
+/* p is being removed: detaches it from its resolution in flight (if any). */
+void kv_peer_resolve_cancel(kv_peer *p);
 
 /* peer_conn.c */
 /* Starts a connection: dialer (p != NULL) connects to p->addr; else accepts on server. */

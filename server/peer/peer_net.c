@@ -117,22 +117,6 @@ static int parse_url(const char *url, char *host, size_t host_sz, int *port)
     return 0;
 }
 
-static int resolve(const char *url, struct sockaddr_storage *ss)
-{
-    char host[256], ports[8];
-    int port;
-    int rc = parse_url(url, host, sizeof(host), &port);
-    if (rc != 0 || port == 0)
-        return -EINVAL;
-    snprintf(ports, sizeof(ports), "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, ports, &hints, &res) != 0 || !res)
-        return -EINVAL;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return 0;
-}
-
 /* ---- queue ---- */
 
 static void queue_drop_all(kv_peer *p)
@@ -239,8 +223,6 @@ void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
 
 /* ---- connection state ---- */
 
-static void schedule_dial(kv_peer *p);
-
 void kv_peer_on_up(kv_peer *p, peer_conn *c)
 {
     kv_peer_net *n = p->net;
@@ -278,7 +260,7 @@ void kv_peer_on_down(kv_peer *p, peer_conn *c)
     if (was_up && n->h.on_peer_state)
         n->h.on_peer_state(n->h.arg, p->id, 0);
     if (p->dialer && !p->removed && !n->closing)
-        schedule_dial(p);
+        kv_peer_schedule_dial(p);
 }
 
 /* ---- dialing ---- */
@@ -293,19 +275,15 @@ void kv_peer_dial_failed(kv_peer *p, const char *why)
                     (unsigned long long)p->id, p->url, why, (unsigned long long)p->dial_failures);
 }
 
-static void dial_timer_cb(uv_timer_t *t)
+void kv_peer_dial_timer_cb(uv_timer_t *t)
 {
     kv_peer *p = t->data;
-    if (p->conn || p->removed || p->net->closing)
+    if (p->conn || p->resolving || p->removed || p->net->closing)
         return;
-    int rc = kv_peer_conn_dial(p->net, p);
-    if (rc != 0) {
-        kv_peer_dial_failed(p, uv_strerror(rc));
-        schedule_dial(p);
-    }
+    (void)kv_peer_resolve_and_dial(p); /* failures are logged and rescheduled there */
 }
 
-static void schedule_dial(kv_peer *p)
+void kv_peer_schedule_dial(kv_peer *p)
 {
     kv_peer_net *n = p->net;
     uint32_t b = p->backoff_ms ? p->backoff_ms : n->cfg.dial_backoff_min_ms;
@@ -313,7 +291,7 @@ static void schedule_dial(kv_peer *p)
     uint64_t delay = b / 2 + (b > 1 ? rng_next(n) % (b / 2 + 1) : 0);
     uint64_t nb = (uint64_t)b * 2;
     p->backoff_ms = nb > n->cfg.dial_backoff_max_ms ? n->cfg.dial_backoff_max_ms : (uint32_t)nb;
-    uv_timer_start(&p->dial_timer, dial_timer_cb, delay, 0);
+    uv_timer_start(&p->dial_timer, kv_peer_dial_timer_cb, delay, 0);
 }
 
 /* ---- peers ---- */
@@ -349,6 +327,10 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
     p->m_snap_recv = peer_metric(n, 1, "kvd_peer_snapshots_received_total",
                                  "Snapshots received from the peer.", l);
     kv_peer_snap_metrics_init(n, p, l);
+    p->m_resolves = peer_metric(n, 1, "kvd_peer_resolves_total",
+                                "Host name resolutions of the peer's URL (one per dial).", l);
+    p->m_resolve_failures = peer_metric(n, 1, "kvd_peer_resolve_failures_total",
+                                        "Resolutions of the peer's host name that failed.", l);
 }
 
 int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
@@ -361,14 +343,15 @@ int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
         return -ENOSPC;
     if (strlen(url) >= sizeof(((kv_peer *)0)->url))
         return -EINVAL;
+    char host[256];
+    int port;
+    if (parse_url(url, host, sizeof(host), &port) != 0 || port == 0)
+        return -EINVAL; /* the host is resolved at each dial (peer_dns.c) */
     kv_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    int rc = resolve(url, &p->addr);
-    if (rc != 0) {
-        free(p);
-        return rc;
-    }
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    p->port = port;
     p->net = n;
     p->id = id;
     snprintf(p->url, sizeof(p->url), "%s", url);
@@ -382,7 +365,7 @@ int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
     n->n_handles++;
     n->peers[n->n_peers++] = p;
     if (p->dialer)
-        uv_timer_start(&p->dial_timer, dial_timer_cb, 0, 0);
+        uv_timer_start(&p->dial_timer, kv_peer_dial_timer_cb, 0, 0);
     return 0;
 }
 
@@ -397,6 +380,7 @@ static void peer_timer_closed(uv_handle_t *h)
 static void peer_destroy(kv_peer *p)
 {
     p->removed = 1;
+    kv_peer_resolve_cancel(p);
     if (p->conn) {
         peer_conn *c = p->conn;
         kv_peer_on_down(p, c);

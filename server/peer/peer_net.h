@@ -81,7 +81,9 @@ typedef struct kv_peer_net_config {
 void kv_peer_net_config_default(kv_peer_net_config *c);
 
 /* Binds the listeners and starts dialing. h is copied; metrics may be NULL (borrowed; must
- * outlive the net). Peer host names are resolved here (blocking getaddrinfo: startup only).
+ * outlive the net). Peer URLs are only parsed here; their host names are resolved before each
+ * dial, off the loop (peer_dns.c: uv_getaddrinfo; an unresolvable name is a dial failure).
+ * Listener host names are resolved here (blocking, startup only).
  * Returns 0, -EINVAL (bad url/config), -ENOMEM or a libuv error; on error the handles already
  * opened are closing: run the loop to free them. Loop thread only. */
 int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_config *cfg,

@@ -120,7 +120,8 @@ void fx_start(fx *f, int i)
     fx_node *n = &f->n[i];
     static char urls[FX_MAX][64];
     static char dirs[FX_MAX][300];
-    snprintf(urls[i], sizeof(urls[i]), "http://127.0.0.1:%d", n->port);
+    snprintf(urls[i], sizeof(urls[i]), "http://%s:%d", n->listen_host ? n->listen_host : "127.0.0.1",
+             n->port);
     snprintf(dirs[i], sizeof(dirs[i]), "%s/snap%d", f->dir, i);
     n->cfg.listen_urls[0] = urls[i];
     n->cfg.n_listen = 1;

@@ -22,6 +22,7 @@ typedef struct fx_node {
     kv_peer_net *net;
     kv_metrics *m;
     int port;
+    const char *listen_host; /* NULL: 127.0.0.1 */
     kv_peer_net_config cfg;
     /* received frames: payload = 8-byte BE seq + pattern bytes */
     uint64_t msgs, bytes, order_errors, content_errors;
