@@ -138,6 +138,10 @@ void kvc_grpc_on_header(struct kvc_h2stream *s, const uint8_t *name, size_t name
  * msg. */
 int kvc_grpc_final_status(const struct kvc_h2stream *s, uint32_t h2err, int got_msg, char *msg,
                           size_t msgsz);
+/* 1 if the server refused the stream before processing it (RST_STREAM REFUSED_STREAM, no
+ * grpc-status, RFC 7540 8.1.4): retried on the same connection (grpc-go's transparent retry);
+ * it says nothing about the member's health, so it triggers no failover. */
+int kvc_grpc_refused(const struct kvc_h2stream *s, uint32_t h2err);
 
 /* ---- endpoints (endpoint.c) ---- */
 

@@ -370,7 +370,7 @@ void kvc_ka_on_stream_close(kvc_client *c, uint32_t h2err)
     kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     snprintf(c->last_err, sizeof c->last_err, "keepalive stream ended: %s (code %d)", msg, code);
-    if (code == KVC_UNAVAILABLE || strstr(msg, "no leader"))
+    if ((code == KVC_UNAVAILABLE || strstr(msg, "no leader")) && !kvc_grpc_refused(&s->s, h2err))
         kvc_conn_drain(c, msg);
     if (!c->closing && kvc_conn_usable(c))
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->stream_failures++), 0);
