@@ -238,6 +238,7 @@ struct kvc_keepalive {
     size_t heap_idx;                     /* loop */
     int in_heap;                         /* loop */
     int want_send;                       /* loop: a renewal is due but the stream is down */
+    uint64_t sent_at; /* loop: when the unanswered renewal was written; 0 = none unanswered */
     int registered;                      /* loop: in the map */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
@@ -265,6 +266,7 @@ struct kvc_ka_sched {
     int stream_open;
     unsigned stream_failures;
     struct kvc_sendbuf out; /* to the stream */
+    uint64_t last_rx;       /* loop: last response on the stream (any lease) */
 };
 
 int kvc_ka_init(kvc_client *c); /* loop: handles */

@@ -5,6 +5,9 @@
  *     to is killed (kill -9), first a follower, then (after it is back) the leader. Every lease
  *     survives and the stream resumes on another member: each lease has a renewal answered by
  *     another member within TTL/3 of the kill (+0.5 s stated margin for CI noise);
+ *   - the same when the member hangs (SIGSTOP, connection open): the client gives it up when a
+ *     renewal is due again and the previous one is unanswered with nothing else answered
+ *     since, and re-sends at once on another member (bound 2 x TTL/3 + 0.5 s);
  *   - kvctl --endpoints a,b,c tries the next endpoint when a connection fails, as etcdctl
  *     does (dead port first, killed member first).
  * Figures (time to the first answered renewal on the new member, longest gap between two
@@ -94,10 +97,12 @@ static int64_t grant(kvc_client *c, int64_t ttl)
  * Keeps N_KA leases alive through a client connected to member `victim` first, kills it and
  * checks that every lease resumes on another member within TTL/3 (+ margin) and none is lost.
  */
-static void kill_connected_member(int victim, const char *what)
+static void kill_connected_member(int victim, const char *what, int hang)
 {
     const int64_t ttl = 6;
-    const uint64_t bound = (uint64_t)ttl * 1000 / 3 + 500;
+    /* Killed: the connection drops at once, renewals resume within TTL/3. Hung: detected when
+     * a renewal is due again with the previous one unanswered (TTL/3), then re-sent at once. */
+    const uint64_t bound = (uint64_t)ttl * 1000 / 3 * (hang ? 2 : 1) + 500;
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static ka_rec rec[N_KA];
     static int64_t ids[N_KA];
@@ -148,10 +153,14 @@ static void kill_connected_member(int victim, const char *what)
         rec[k].victim = vid;
     }
     pthread_mutex_unlock(&mu);
-    cr_assert_eq(kvt_member_kill9(&g_c, victim), 0);
+    if (hang) /* SIGSTOP: the TCP connection stays open, nothing is answered */
+        cr_assert_eq(kvt_member_pause(&g_c, victim), 0);
+    else
+        cr_assert_eq(kvt_member_kill9(&g_c, victim), 0);
 
-    /* Two TTLs after the kill. */
-    while (kvt_now_ms() - tk < (uint64_t)ttl * 2000)
+    /* One TTL + 1 s after the kill: every lease's deadline as of its last answer before it
+     * has passed, so a lease that was not renewed elsewhere is reported lost by now. */
+    while (kvt_now_ms() - tk < (uint64_t)ttl * 1000 + 1000)
         kvt_sleep_ms(100);
     uint64_t worst = 0, max_gap = 0;
     int lost = 0, not_resumed = 0, late = 0;
@@ -174,8 +183,8 @@ static void kill_connected_member(int victim, const char *what)
     kvc_stats stats;
     kvc_stats_get(c, &stats);
     fprintf(stderr,
-            "  %s killed: %d leases, renewals answered by another member at most %" PRIu64
-            " ms after the kill (bound TTL/3 + 0.5 s = %" PRIu64 " ms), longest gap between "
+            "  %s: %d leases, renewals answered by another member at most %" PRIu64
+            " ms after the kill/stop (bound %" PRIu64 " ms), longest gap between "
             "answers %" PRIu64 " ms; %d lost, %d not resumed; client reconnects %" PRIu64 "\n",
             what, N_KA, worst, bound, max_gap, lost, not_resumed, (uint64_t)stats.reconnects);
     cr_assert_eq(lost, 0, "%s: %d leases lost", what, lost);
@@ -194,6 +203,8 @@ static void kill_connected_member(int victim, const char *what)
     for (int k = 0; k < N_KA; k++)
         kvc_keepalive_stop(ka[k]);
     kvc_close(c);
+    if (hang)
+        cr_assert_eq(kvt_member_resume(&g_c, victim), 0);
 }
 
 Test(cluster_client_failover, keepalive_resumes_on_another_member, .fini = fini, .timeout = 240)
@@ -202,11 +213,24 @@ Test(cluster_client_failover, keepalive_resumes_on_another_member, .fini = fini,
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     int f = (l + 1) % 3;
-    kill_connected_member(f, "follower");
+    kill_connected_member(f, "follower killed", 0);
     cr_assert_eq(kvt_member_restart(&g_c, f, 20000), 0, "restart %s", g_c.m[f].name);
     l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
-    kill_connected_member(l, "leader");
+    kill_connected_member(l, "leader killed", 0);
+}
+
+/* The member a client's keepalive stream is on stops answering (SIGSTOP) but its connection
+ * stays open: the client gives it up when renewals go unanswered and resumes elsewhere. */
+Test(cluster_client_failover, keepalive_leaves_a_hung_member, .fini = fini, .timeout = 240)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    kill_connected_member((l + 1) % 3, "follower stopped", 1);
+    l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    kill_connected_member(l, "leader stopped", 1);
 }
 
 static const char *kvctl_bin(void)
