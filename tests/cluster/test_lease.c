@@ -5,7 +5,7 @@
  *     (asserted with 0.5 s more for CI noise);
  *   - 1,000 leases kept alive through all members (three libkvclient clients, one shared
  *     keepalive stream each) survive a kill -9 of the leader; a lease nobody renews still
- *     expires within TTL + election timeout of the new leader's election (+1 s margin);
+ *     expires within TTL + election timeout of the new leader's election (+2 s margin);
  *   - expiry state lives on the leader only (kvd_lease_heap_size 0 on followers) and moves
  *     with a leader transfer; a lease's remaining TTL survives the transfer (checkpoints
  *     through the log, --lease-checkpoint-interval=1s here);
@@ -247,11 +247,13 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
 
 #define N_LEASES 1000
 
-/* Grants ids[k] for every k = first (mod step) on client c (one thread per client, so the
- * three clients grant in parallel). */
+/* Grants ids[k] for every k = first (mod step) on client c and keeps it alive at once (one
+ * thread per client, so the three clients grant in parallel; under ASan granting 1,000 takes
+ * longer than the TTL). */
 typedef struct grant_job {
     kvc_client *c;
     int64_t *ids;
+    kvc_keepalive **ka;
     int first, step, n, failed;
     int64_t ttl;
     char msg[400];
@@ -270,6 +272,12 @@ static void *grant_run(void *arg)
             return NULL;
         }
         j->ids[k] = g.id;
+        r = kvc_lease_keepalive(j->c, g.id, j->ttl, NULL, NULL, &j->ka[k], &err);
+        if (r != 0) {
+            j->failed = 1;
+            snprintf(j->msg, sizeof(j->msg), "keepalive %d: %d %s", k, r, err.message);
+            return NULL;
+        }
     }
     return NULL;
 }
@@ -293,18 +301,14 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 300)
     grant_job jobs[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
-        jobs[i] = (grant_job){.c = cl[i], .ids = ids, .first = i, .step = 3, .n = N_LEASES,
-                              .ttl = ttl};
+        jobs[i] = (grant_job){.c = cl[i], .ids = ids, .ka = ka, .first = i, .step = 3,
+                              .n = N_LEASES, .ttl = ttl};
         cr_assert_eq(pthread_create(&th[i], NULL, grant_run, &jobs[i]), 0);
     }
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
     for (int i = 0; i < 3; i++)
         cr_assert(!jobs[i].failed, "%s", jobs[i].msg);
-    for (int k = 0; k < N_LEASES; k++) {
-        int r = kvc_lease_keepalive(cl[k % 3], ids[k], ttl, NULL, NULL, &ka[k], &err);
-        cr_assert_eq(r, 0, "keepalive %d: %s", k, err.message);
-    }
     fprintf(stderr, "  %d leases granted and kept alive in %" PRIu64 " ms\n", N_LEASES,
             kvt_now_ms() - tg);
     /* A lease nobody renews, with a key, granted through a follower. */
@@ -359,17 +363,34 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 300)
             "  %d of %d leases expired, %d reported lost by clients; revocations %.0f; "
             "forwarded %.0f, batches re-sent %.0f\n",
             expired, N_LEASES, lost, revoked, fwd, resent);
+    for (int i = 0; i < 3; i++) {
+        kvc_stats st;
+        kvc_stats_get(cl[i], &st);
+        fprintf(stderr,
+                "  client on m%d: renewals sent %" PRIu64 ", answered %" PRIu64
+                ", reconnects %" PRIu64 "",
+                i, st.renewals_sent, st.responses_received, st.reconnects);
+        if (i != l)
+            fprintf(stderr, "; m%d forward timeouts %.0f, shed %.0f, retried %.0f", i,
+                    metric(i, "kvd_lease_fwd_timeouts_total"),
+                    metric(i, "kvd_lease_fwd_shed_total"),
+                    metric(i, "kvd_lease_fwd_retried_total"));
+        fprintf(stderr, "\n");
+    }
     fprintf(stderr,
             "  unrenewed lease's key gone %" PRIu64 " ms after the kill, %" PRIu64
-            " ms after the new leader was seen (bound TTL %" PRId64 " s + election %u ms + 1 s)\n",
+            " ms after the new leader was seen (bound TTL %" PRId64 " s + election %u ms + 2 s)\n",
             lonely_gone ? lonely_gone - t0 : 0, lonely_gone ? lonely_gone - t_nl : 0, ttl,
             CL_ELECTION_MS);
     cr_assert_eq(expired, 0, "%d leases expired", expired);
     cr_assert_eq(lost, 0, "%d leases reported lost", lost);
     /* The lease nobody renewed did expire, within TTL + election timeout of the new leader
-     * (its promote extends every deadline by the election timeout); 1 s margin for CI. */
+     * (its promote extends every deadline by the election timeout). Margin 2 s: the promote
+     * follows the first commit of the new term, 1,001 deadlines in one second are spread at
+     * 3/4 of --lease-revoke-rate (up to +0.34 s here, as etcd), the revoke is a proposal, and
+     * the ASan build on 2 shared cores is slow (release measured ~3.5 s, ASan ~4.6 s). */
     cr_assert(lonely_gone != 0, "the unrenewed lease's key survived 20 s");
-    cr_assert_leq(lonely_gone - t_nl, (uint64_t)(ttl * 1000 + CL_ELECTION_MS + 1000),
+    cr_assert_leq(lonely_gone - t_nl, (uint64_t)(ttl * 1000 + CL_ELECTION_MS + 2000),
                   "unrenewed lease expired %" PRIu64 " ms after the new leader",
                   lonely_gone - t_nl);
     cr_assert_eq(ttl_of(chk, lonely, NULL), -1, "an unrenewed lease survived");
