@@ -20,7 +20,9 @@
  *   KVC_IDEMPOTENT); a put is never silently applied twice.
  * - Lease keepalives: all leases of a client share ONE LeaseKeepAlive stream. The next
  *   renewal of a lease is sent TTL/3 after the last response for it (or TTL/3 after the last
- *   send if no response came), never sooner, whatever the consumer does. A slow consumer's
+ *   send if no response came), never sooner, whatever the consumer does (except once on a
+ *   new stream after a failover, for a renewal left unanswered on the lost one). A member
+ *   that leaves renewals unanswered for TTL/3 with nothing else answered is given up. A slow consumer's
  *   queue keeps only the newest responses and counts the dropped ones.
  *
  * Errors: every int-returning function returns 0 on success or a negative status

@@ -332,8 +332,8 @@ void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err)
         return;
     }
     int unavailable = code == KVC_UNAVAILABLE || strstr(msg, "no leader") != NULL;
-    int safe = h2err == NGHTTP2_REFUSED_STREAM && call->s.grpc_status < 0;
-    if (unavailable)
+    int safe = kvc_grpc_refused(&call->s, h2err);
+    if (unavailable && !safe)
         kvc_conn_drain(c, msg);
     if (unavailable && may_retry(call, safe))
         schedule_retry(call);

@@ -208,6 +208,12 @@ int kvc_grpc_parse(struct kvc_h2stream *s, uint32_t max_msg,
     return 0;
 }
 
+int kvc_grpc_refused(const struct kvc_h2stream *s, uint32_t h2err)
+{
+    return h2err == NGHTTP2_REFUSED_STREAM && !s->bad && s->grpc_status < 0 &&
+           (s->http_status == 0 || s->http_status == 200);
+}
+
 int kvc_grpc_final_status(const struct kvc_h2stream *s, uint32_t h2err, int got_msg, char *msg,
                           size_t msgsz)
 {

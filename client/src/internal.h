@@ -138,6 +138,10 @@ void kvc_grpc_on_header(struct kvc_h2stream *s, const uint8_t *name, size_t name
  * msg. */
 int kvc_grpc_final_status(const struct kvc_h2stream *s, uint32_t h2err, int got_msg, char *msg,
                           size_t msgsz);
+/* 1 if the server refused the stream before processing it (RST_STREAM REFUSED_STREAM, no
+ * grpc-status, RFC 7540 8.1.4): retried on the same connection (grpc-go's transparent retry);
+ * it says nothing about the member's health, so it triggers no failover. */
+int kvc_grpc_refused(const struct kvc_h2stream *s, uint32_t h2err);
 
 /* ---- endpoints (endpoint.c) ---- */
 
@@ -234,6 +238,7 @@ struct kvc_keepalive {
     size_t heap_idx;                     /* loop */
     int in_heap;                         /* loop */
     int want_send;                       /* loop: a renewal is due but the stream is down */
+    uint64_t sent_at; /* loop: when the unanswered renewal was written; 0 = none unanswered */
     int registered;                      /* loop: in the map */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
@@ -261,6 +266,7 @@ struct kvc_ka_sched {
     int stream_open;
     unsigned stream_failures;
     struct kvc_sendbuf out; /* to the stream */
+    uint64_t last_rx;       /* loop: last response on the stream (any lease) */
 };
 
 int kvc_ka_init(kvc_client *c); /* loop: handles */

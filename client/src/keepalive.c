@@ -15,6 +15,7 @@
 #include "rpc.pb-c.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +244,7 @@ static void send_renewal(kvc_client *c, struct kvc_keepalive *k, uint64_t now)
     }
     set_want(c, k, 0);
     KVC_STAT_INC(c, renewals_sent);
+    k->sent_at = now;
     k->next_send = now + (uint64_t)k->ttl_ms / 3;
 }
 
@@ -272,6 +274,20 @@ static void rearm(kvc_client *c)
 
 static void stream_open(kvc_client *c);
 
+/* A hung member (stopped, overloaded to silence, half-open TCP): a renewal is due again while
+ * the previous one, written at least KA_HUNG_MIN_MS ago, is unanswered and nothing at all
+ * came back on the stream since. With other endpoints to try, the connection is given up
+ * (kvc_conn_fail: next endpoint) and the unanswered renewals are re-sent on the new stream,
+ * so the lease keeps most of its TTL. */
+#define KA_HUNG_MIN_MS 1000u
+
+static int stream_hung(const kvc_client *c, const struct kvc_keepalive *k, uint64_t now)
+{
+    const struct kvc_ka_sched *s = &c->ka;
+    return c->n_eps > 1 && stream_ready(c) && k->sent_at && s->last_rx < k->sent_at &&
+           now - k->sent_at >= KA_HUNG_MIN_MS;
+}
+
 /* Process every lease whose event is due. */
 static void run_due(kvc_client *c)
 {
@@ -282,6 +298,13 @@ static void run_due(kvc_client *c)
         if (now >= k->deadline) {
             lost(c, k, NULL, 0);
             continue;
+        }
+        if (stream_hung(c, k, now)) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "keepalive stream: no answer for %" PRIu64 " ms (member hung?)",
+                     now - k->sent_at);
+            kvc_conn_fail(c, why); /* stream down: the renewal below waits for the next one */
         }
         send_renewal(c, k, now);
         heap_fix(s, k);
@@ -331,12 +354,13 @@ static void stream_open(kvc_client *c)
      * keep their schedule (TTL/3 after their last response or send), so a flapping stream
      * cannot multiply the renewal rate. */
     uint64_t now = kvc_now_ms();
-    if (s->want_send || (s->n > 0 && ka_key(s->heap[0]) <= now))
-        for (size_t i = 0; i < s->n; i++) {
-            struct kvc_keepalive *k = s->heap[i];
-            if ((k->want_send || k->next_send <= now) && now < k->deadline)
-                send_renewal(c, k, now);
-        }
+    /* Renewals written on a stream that died unanswered are re-sent too (once per stream):
+     * after a failover the lease is renewed at once, not a TTL/3 later. */
+    for (size_t i = 0; i < s->n; i++) {
+        struct kvc_keepalive *k = s->heap[i];
+        if ((k->want_send || k->sent_at || k->next_send <= now) && now < k->deadline)
+            send_renewal(c, k, now);
+    }
     /* Keys changed for many entries: rebuild the heap bottom-up, O(n). */
     for (size_t i = s->n / 2; i-- > 0;)
         heap_down(s, i);
@@ -370,7 +394,7 @@ void kvc_ka_on_stream_close(kvc_client *c, uint32_t h2err)
     kvc_sendbuf_clear(&s->out);
     kvc_rbuf_free(&s->s.rb);
     snprintf(c->last_err, sizeof c->last_err, "keepalive stream ended: %s (code %d)", msg, code);
-    if (code == KVC_UNAVAILABLE || strstr(msg, "no leader"))
+    if ((code == KVC_UNAVAILABLE || strstr(msg, "no leader")) && !kvc_grpc_refused(&s->s, h2err))
         kvc_conn_drain(c, msg);
     if (!c->closing && kvc_conn_usable(c))
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->stream_failures++), 0);
@@ -385,8 +409,10 @@ static void on_ka_msg(void *ctx, const uint8_t *m, size_t n)
         return;
     KVC_STAT_INC(c, responses_received);
     c->ka.stream_failures = 0;
+    c->ka.last_rx = kvc_now_ms();
     struct kvc_keepalive *k = map_find(&c->ka, r->id);
     if (k) {
+        k->sent_at = 0;
         kvc_header h;
         kvc_header_from(&h, r->header);
         if (r->ttl <= 0) {

@@ -631,7 +631,7 @@ void kvc_watch_on_stream_close(kvc_client *c, uint32_t h2err)
         return;
     }
     snprintf(c->last_err, sizeof c->last_err, "watch stream ended: %s (code %d)", msg, code);
-    if (code == KVC_UNAVAILABLE || strstr(msg, "no leader"))
+    if ((code == KVC_UNAVAILABLE || strstr(msg, "no leader")) && !kvc_grpc_refused(&s->s, h2err))
         kvc_conn_drain(c, msg);
     if (!c->closing && kvc_conn_usable(c) && has_work(s))
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->failures++), 0);
