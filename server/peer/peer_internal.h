@@ -112,9 +112,8 @@ typedef struct kv_peer {
     int removed;
     char label[40];
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
-        *m_snap_recv;
-    kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
         *m_snap_recv, *m_resolves, *m_resolve_failures;
+    kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
 } kv_peer;
 
 struct peer_conn {
