@@ -181,6 +181,19 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
             return 0;
         }
     }
+    if (rc == -EEXIST && have.member_id == want.member_id && strcmp(have.name, want.name) == 0) {
+        /* Same member, other cluster id: --initial-cluster lists today's members (one was added
+         * or removed since this data dir was bootstrapped). As in etcd, the initial-cluster
+         * flags only bootstrap; the stored identity and membership are authoritative. */
+        fprintf(stderr,
+                "kvd: --initial-cluster gives cluster %016llx, but data dir %s was bootstrapped "
+                "in cluster %016llx: using the stored cluster and membership (the initial-cluster "
+                "flags are ignored on restart, as in etcd)\n",
+                (unsigned long long)want.cluster_id, m->cfg.data_dir,
+                (unsigned long long)have.cluster_id);
+        m->srv.id.cluster_id = have.cluster_id;
+        return 0;
+    }
     if (rc == -EEXIST)
         snprintf(err, errlen,
                  "data dir %s belongs to member %016llx (name \"%s\") of cluster %016llx, but "

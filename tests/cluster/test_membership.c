@@ -223,3 +223,78 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
     wait_member_lists(4, NULL);
     cl_assert_hash_equal(&g_c, t);
 }
+
+/* Value of an unlabelled metric of member i, -1 if absent. */
+static double member_metric(int i, const char *series)
+{
+    char *body = NULL;
+    cr_assert_eq(kvt_member_metrics(&g_c, i, &body), 0);
+    double v = -1;
+    if (kvt_metric_value(body, series, &v) != 0)
+        v = -1;
+    free(body);
+    return v;
+}
+
+/* A member that joins after the log holding configuration changes was compacted gets the
+ * membership from the snapshot (raft's ConfState and the member table travel in it): it lists
+ * the right members, counts in the quorum, can lead, and restarts from its installed state. */
+Test(cluster_membership, joiner_gets_membership_from_a_snapshot, .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 20), 0); /* --snapshot-count 20: the log compacts soon */
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    char err[256], key[32], hex[32];
+    /* Two configuration entries: add a voter, then remove it. */
+    int j = -1;
+    uint64_t id = add_member(&j, 0);
+    snprintf(hex, sizeof(hex), "%" PRIx64, id);
+    g_c.m[j].in_config = 0;
+    free(ctl_ok("member remove", "member", "remove", hex, NULL));
+    (void)kvt_proc_wait(&g_c.m[j].proc, 10000);
+    kvt_member_kill9(&g_c, j);
+    wait_member_lists(3, NULL);
+    /* Enough writes that every member compacts its log past both entries. */
+    for (int k = 0; k < 200; k++) {
+        snprintf(key, sizeof(key), "/snapconf/%03d", k);
+        l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+        cr_assert_eq(kvt_put(&g_c, l, key, "v", 5000, NULL, err, sizeof(err)), 0, "%s", err);
+    }
+    /* The joiner cannot be sent those entries: it must install a snapshot. */
+    int n = -1;
+    add_member(&n, 0);
+    cr_assert_geq(cl_wait_value(&g_c, n, "/snapconf/199", "v", 1, 30000), 0,
+                  "the joiner did not catch up");
+    double installs = member_metric(n, "kvd_snapshot_installs_total");
+    fprintf(stderr, "  joiner %s installed %.0f snapshot(s)\n", g_c.m[n].name, installs);
+    cr_assert_geq(installs, 1, "the joiner caught up without a snapshot: the test proves nothing");
+    wait_member_lists(4, g_c.m[n].name);
+    int cnt = 0;
+    char *list = member_list(n, &cnt);
+    cr_assert_eq(cnt, 4, "joiner's member list: %s", list);
+    cr_assert_null(strstr(list, hex), "the removed member %s is back in: %s", hex, list);
+    free(list);
+    /* It counts in the quorum and can lead. */
+    cr_assert_eq(kvt_cluster_move_leader(&g_c, n, 10000, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(kvt_put(&g_c, n, "/snapconf/led", "by-joiner", 5000, NULL, err, sizeof(err)), 0,
+                 "%s", err);
+    /* With one original member down, the remaining 3 of 4 (joiner included) are a quorum. */
+    int down = cl_other(&g_c, n, -1);
+    cr_assert_geq(down, 0);
+    kvt_member_kill9(&g_c, down);
+    l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    cr_assert_eq(kvt_put(&g_c, l, "/snapconf/quorum", "3of4", 5000, NULL, err, sizeof(err)), 0,
+                 "no quorum without %s: %s", g_c.m[down].name, err);
+    /* The joiner restarts from its installed snapshot and log. */
+    cr_assert_eq(kvt_member_restart(&g_c, n, 30000), 0);
+    cr_assert_geq(cl_wait_value(&g_c, n, "/snapconf/quorum", "3of4", 0, 30000), 0);
+    int rr = kvt_member_restart(&g_c, down, 30000);
+    if (rr != 0) {
+        char *log = NULL;
+        (void)kvt_member_log(&g_c, down, 8192, &log);
+        cr_assert_fail("restart of %s: %d; its log:\n%s", g_c.m[down].name, rr, log ? log : "");
+    }
+    wait_member_lists(4, NULL);
+    cl_assert_hash_equal(&g_c, n);
+}
