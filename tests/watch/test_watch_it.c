@@ -93,9 +93,9 @@ static const char *const scenarios[] = {
     E "lock mylock echo got-it" NOLEASE "; "
       "(timeout 4 " E "lock mylock sleep 1.5 >/dev/null 2>&1 &); sleep 0.6; "
       "timeout 5 " E "lock mylock echo second" NOLEASE "; "
-      "(timeout 2.5 " E "elect myelection p1 > el.out 2>&1 &); sleep 0.8; "
-      "timeout 1 " E "elect -l myelection" NOLEASE "; "
-      "sleep 2; sed -E 's#/[0-9a-f]+$#/LEASE#' el.out | grep -v '^{\"level\"'; rm -f el.out",
+      "(timeout 5 " E "elect myelection p1 > el.out 2>&1 &); sleep 0.8; "
+      "timeout 2 " E "elect -l myelection" NOLEASE "; "
+      "sleep 4; sed -E 's#/[0-9a-f]+$#/LEASE#' el.out | grep -v '^{\"level\"'; rm -f el.out",
 };
 
 Test(watch_it, etcdctl_same_output_as_against_etcd, .timeout = 300)
