@@ -134,3 +134,48 @@ Test(saturation, real_bound_still_saturates)
     cr_assert_eq(h.loop_close_rv, 0);
     free(h.metrics_text);
 }
+
+/* Priority methods (kv_grpc_config.priority_methods: kvd's lease renewals and lease reads) are
+ * served ahead of bulk requests: while the app holds max_pending_request_bytes of unanswered
+ * unary requests (e.g. writes waiting for a commit), other unary requests wait, but a
+ * priority one is delivered and answered at once. */
+Test(saturation, priority_method_not_held_behind_pending_requests)
+{
+    static const char *const prio[] = {"/test.Echo/Priority", NULL};
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_pending_request_bytes = 8; /* two "hold" requests (4 bytes each) fill it */
+    cfg.priority_methods = prio;
+    harness_start(&h, &cfg, NULL);
+    kv_it_grpc *c;
+    cr_assert_eq(kv_it_grpc_open_opts(&c, "127.0.0.1", (uint16_t)h.grpc_port, 5000, NULL), 0);
+    kv_it_grpc_stream *hold[2];
+    for (int i = 0; i < 2; i++) {
+        hold[i] = kv_it_grpc_stream_start(c, "/test.Echo/Unary", NULL);
+        cr_assert_not_null(hold[i]);
+        kv_it_grpc_send_msg(hold[i], "hold", 4, 1);
+    }
+    kv_it_grpc_wait(c, NULL, 200);
+    cr_assert_not(hold[0]->closed);
+    cr_assert_not(hold[1]->closed);
+    kv_it_grpc_stream *bulk = kv_it_grpc_stream_start(c, "/test.Echo/Unary", NULL);
+    kv_it_grpc_send_msg(bulk, "bulk", 4, 1);
+    kv_it_grpc_wait(c, NULL, 300);
+    cr_assert_not(bulk->closed, "an ordinary request waits while the app is full");
+    kv_it_grpc_stream *p = kv_it_grpc_stream_start(c, "/test.Echo/Priority", NULL);
+    kv_it_grpc_send_msg(p, "renew", 5, 1);
+    cr_assert(kv_it_grpc_wait(c, p, 5000), "the priority request is answered");
+    cr_assert_eq(p->grpc_status, 0, "%d '%s'", p->grpc_status, p->grpc_message);
+    cr_assert_eq(kv_it_grpc_stream_msgs(p, 0, NULL, NULL), 1);
+    cr_assert_not(bulk->closed, "the ordinary request still waits");
+    /* The held requests go away: the ordinary one is delivered. */
+    kv_it_grpc_stream_cancel(hold[0]);
+    kv_it_grpc_stream_cancel(hold[1]);
+    cr_assert(kv_it_grpc_wait(c, bulk, 5000));
+    cr_assert_eq(bulk->grpc_status, 0);
+    kv_it_grpc_close(c);
+    harness_stop(&h);
+    cr_assert_eq(h.loop_close_rv, 0);
+    free(h.metrics_text);
+}
