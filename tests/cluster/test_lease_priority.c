@@ -3,9 +3,14 @@
  * 4th bullet). A 3-member kvd cluster with small write bounds is flooded with large Puts
  * through the leader and through a follower until writes are shed with "etcdserver: too many
  * requests", while 200 leases with a 3 s TTL are kept alive through all three members (one
- * LeaseKeepAlive stream per member, renewing every TTL/3 as clients do). Asserted: no lease
- * expires, every renewal is answered with its TTL (none shed, none dropped), and writes were
- * shed (the cluster really was overloaded). Figures go to stderr.
+ * LeaseKeepAlive stream per member, renewing every TTL/3 as clients do) and read back with
+ * LeaseTimeToLive every 250 ms. Asserted: no lease expires, every renewal and every lease read
+ * is answered (none shed, none dropped), and writes were shed (the cluster really was
+ * overloaded). Figures (slowest renewal / read per member, priority frames) go to stderr.
+ * This is a guard of the property: the renewal path shares no write bound (lessor memory on
+ * the leader, own forward queue on followers), so it also held on the code before the peer
+ * priority queue; the ordering itself is tested in tests/peer/test_peer_prio.c and
+ * tests/grpc/test_conn_saturation.c.
  * Clients: grpc_raw (tests/lib), so every answer and every status is seen.
  */
 #include "cl_util.h"
@@ -34,6 +39,7 @@ static void fini(void)
 #define LP_CLIENTS 7 /* 3 keepalive connections (one per member), 4 writers */
 #define LP_INFLIGHT 32   /* pipelined Puts per writer connection */
 #define LP_VAL (256 * 1024)
+#define LP_TTL_PROBE_MS 250
 #define LP_MAX_RENEWALS 4096 /* per member: 67 leases x 3 per second x ~20 s */
 
 static double metric(int i, const char *series)
@@ -132,6 +138,12 @@ typedef struct client {
     uint64_t sent_at[LP_MAX_RENEWALS]; /* answers come in order on one stream */
     uint64_t max_lat_ms;
     char err[600];
+    /* lease reads: a LeaseTimeToLive every LP_TTL_PROBE_MS */
+    kv_it_grpc_stream *q;
+    uint64_t q_at, q_max_ms;
+    int q_next;
+    long q_sent, q_ok, q_dead, q_shed, q_errors;
+    char q_err[600];
 } client;
 
 static void ka_open(client *k)
@@ -199,6 +211,53 @@ static void ka_renew_all(client *k)
     }
 }
 
+/* One LeaseTimeToLive at a time on k's connection: checks the answer of the last one, starts
+ * the next every LP_TTL_PROBE_MS. */
+static void ttl_probe(client *k, int start)
+{
+    if (k->q && k->q->closed) {
+        uint64_t lat = kvt_now_ms() - k->q_at;
+        if (lat > k->q_max_ms)
+            k->q_max_ms = lat;
+        uint8_t *msg;
+        size_t len;
+        if (k->q->grpc_status == 0 && kv_it_grpc_stream_next(k->q, &msg, &len) == 1) {
+            Etcdserverpb__LeaseTimeToLiveResponse *r =
+                etcdserverpb__lease_time_to_live_response__unpack(NULL, len, msg);
+            free(msg);
+            if (r && r->ttl > 0)
+                k->q_ok++;
+            else
+                k->q_dead++;
+            if (r)
+                etcdserverpb__lease_time_to_live_response__free_unpacked(r, NULL);
+        } else if (k->q->grpc_status == 8) {
+            k->q_shed++;
+            snprintf(k->q_err, sizeof(k->q_err), "%d '%s'", k->q->grpc_status,
+                     k->q->grpc_message);
+        } else {
+            k->q_errors++;
+            snprintf(k->q_err, sizeof(k->q_err), "%d %u '%s'", k->q->grpc_status,
+                     k->q->close_code, k->q->grpc_message);
+        }
+        kv_it_grpc_stream_free(k->q);
+        k->q = NULL;
+    }
+    if (!start || k->q || k->n == 0 || kvt_now_ms() < k->q_at + LP_TTL_PROBE_MS)
+        return;
+    Etcdserverpb__LeaseTimeToLiveRequest req = ETCDSERVERPB__LEASE_TIME_TO_LIVE_REQUEST__INIT;
+    req.id = k->ids[k->q_next++ % k->n];
+    uint8_t buf[32];
+    size_t len = etcdserverpb__lease_time_to_live_request__pack(&req, buf);
+    k->q = kv_it_grpc_stream_start(k->g, "/etcdserverpb.Lease/LeaseTimeToLive", NULL);
+    if (!k->q || kv_it_grpc_send_msg(k->q, buf, len, 1) != 0) {
+        k->bad++;
+        return;
+    }
+    k->q_at = kvt_now_ms();
+    k->q_sent++;
+}
+
 static void put_done(client *w, kv_it_grpc_stream *st)
 {
     if (st->grpc_status == 0)
@@ -259,16 +318,20 @@ static void *client_run(void *arg)
         }
         if (kv_it_grpc_pump(w->g, 5) != 0)
             break;
-        if (w->renew)
+        if (w->renew) {
             ka_drain(w);
+            ttl_probe(w, 1);
+        }
     }
     for (int i = 0; i < LP_INFLIGHT; i++)
         kv_it_grpc_stream_free(st[i]);
     /* Answers still on their way: the flood is over, they arrive promptly. */
     for (uint64_t end = kvt_now_ms() + 5000;
-         w->renew && w->answered < w->sent && kvt_now_ms() < end && !kv_it_grpc_conn_closed(w->g);) {
+         w->renew && (w->answered < w->sent || w->q) && kvt_now_ms() < end &&
+         !kv_it_grpc_conn_closed(w->g);) {
         kv_it_grpc_pump(w->g, 10);
         ka_drain(w);
+        ttl_probe(w, 0);
     }
     free(buf);
     free(val);
@@ -337,7 +400,7 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
             fprintf(stderr, "  client %d (%s): writes failed otherwise, e.g. %s\n", i,
                     g_c.m[cl[i].member].name, cl[i].other_msg);
     }
-    long sent = 0, answered = 0, expired = 0, shed = 0, errs = 0, bad = 0;
+    long sent = 0, answered = 0, expired = 0, shed = 0, errs = 0, bad = 0, q_sent = 0, q_ok = 0;
     for (int m = 0; m < 3; m++) {
         fprintf(stderr,
                 "  %s (%s): renewals sent %ld answered %ld (slowest %" PRIu64 " ms) expired %ld; "
@@ -351,6 +414,13 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
         shed += cl[m].ka_shed;
         errs += cl[m].ka_errors;
         bad += cl[m].bad;
+        fprintf(stderr,
+                "  %s: TimeToLive sent %ld: %ld alive, %ld dead, %ld shed, %ld failed %s "
+                "(slowest %" PRIu64 " ms)\n",
+                g_c.m[m].name, cl[m].q_sent, cl[m].q_ok, cl[m].q_dead, cl[m].q_shed,
+                cl[m].q_errors, cl[m].q_err, cl[m].q_max_ms);
+        q_sent += cl[m].q_sent;
+        q_ok += cl[m].q_ok;
     }
     fprintf(stderr,
             "  writes: %ld ok, %ld shed (too many requests), %ld refused by the connection's "
@@ -379,6 +449,9 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
     cr_expect_eq(errs, 0, "renewal streams ended otherwise");
     cr_expect_eq(answered, sent, "renewals left unanswered: %ld of %ld", sent - answered, sent);
     cr_expect_eq(expired, 0, "renewals answered with TTL 0 (lease gone)");
+    cr_expect_gt(q_sent, 0);
+    cr_expect_eq(q_ok, q_sent, "lease reads (TimeToLive) not answered alive: %ld of %ld",
+                 q_sent - q_ok, q_sent);
     cr_expect_eq(expired1 - expired0, 0, "leases expired on the leader");
     cr_expect_eq(dead, 0, "leases not alive after the run");
 }
