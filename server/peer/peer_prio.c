@@ -100,8 +100,8 @@ size_t kv_peer_prio_drop_all(kv_peer *p)
 
 /* Copies from the head of the queue (head, tail, bytes) into buf; pops the frame once it is
  * all written. Returns the bytes copied; *done is set when a frame completed. */
-static size_t take(peer_qframe **head, peer_qframe **tail, size_t *bytes, uint8_t *buf,
-                   size_t room, int *done)
+static size_t take(peer_qframe **head, peer_qframe **tail, size_t *bytes, uint8_t *buf, size_t room,
+                   int *done)
 {
     peer_qframe *f = *head;
     size_t n = f->len - f->off;
@@ -155,9 +155,9 @@ void kv_peer_prio_metrics_init(kv_peer_net *n, kv_peer *p, const char *labels)
         "Bytes in the peer's priority queue (lease renewals and their answers, sent ahead of "
         "raft traffic; bounded by --peer-max-priority-queue-bytes).",
         labels);
-    p->m_pq_served = kv_metrics_counter(n->metrics, "kvd_peer_priority_frames_sent_total",
-                                        "Frames written to the peer from its priority queue.",
-                                        labels);
+    p->m_pq_served =
+        kv_metrics_counter(n->metrics, "kvd_peer_priority_frames_sent_total",
+                           "Frames written to the peer from its priority queue.", labels);
     p->m_pq_dropped =
         kv_metrics_counter(n->metrics, "kvd_peer_priority_frames_dropped_total",
                            "Priority frames dropped because the priority queue was full.", labels);

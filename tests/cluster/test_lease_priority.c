@@ -36,8 +36,8 @@ static void fini(void)
 #define LP_LEASES 200
 #define LP_TTL 3
 #define LP_FLOOD_MS 15000u
-#define LP_CLIENTS 7 /* 3 keepalive connections (one per member), 4 writers */
-#define LP_INFLIGHT 32   /* pipelined Puts per writer connection */
+#define LP_CLIENTS 7   /* 3 keepalive connections (one per member), 4 writers */
+#define LP_INFLIGHT 32 /* pipelined Puts per writer connection */
 #define LP_VAL (256 * 1024)
 #define LP_TTL_PROBE_MS 250
 #define LP_MAX_RENEWALS 4096 /* per member: 67 leases x 3 per second x ~20 s */
@@ -233,12 +233,11 @@ static void ttl_probe(client *k, int start)
                 etcdserverpb__lease_time_to_live_response__free_unpacked(r, NULL);
         } else if (k->q->grpc_status == 8) {
             k->q_shed++;
-            snprintf(k->q_err, sizeof(k->q_err), "%d '%s'", k->q->grpc_status,
-                     k->q->grpc_message);
+            snprintf(k->q_err, sizeof(k->q_err), "%d '%s'", k->q->grpc_status, k->q->grpc_message);
         } else {
             k->q_errors++;
-            snprintf(k->q_err, sizeof(k->q_err), "%d %u '%s'", k->q->grpc_status,
-                     k->q->close_code, k->q->grpc_message);
+            snprintf(k->q_err, sizeof(k->q_err), "%d %u '%s'", k->q->grpc_status, k->q->close_code,
+                     k->q->grpc_message);
         }
         kv_it_grpc_stream_free(k->q);
         k->q = NULL;
@@ -262,15 +261,14 @@ static void put_done(client *w, kv_it_grpc_stream *st)
 {
     if (st->grpc_status == 0)
         w->ok++;
-    else if (st->grpc_status == 8 &&
-             strcmp(st->grpc_message, "etcdserver: too many requests") == 0)
+    else if (st->grpc_status == 8 && strcmp(st->grpc_message, "etcdserver: too many requests") == 0)
         w->shed++;
     else if (st->grpc_status == 8 || st->close_code == 7 /* REFUSED_STREAM */)
         w->shed_conn++; /* the connection's receive budget (--max-recv-buffer-bytes) */
     else {
         w->other++;
-        snprintf(w->other_msg, sizeof(w->other_msg), "%d %u '%s'", st->grpc_status,
-                 st->close_code, st->grpc_message);
+        snprintf(w->other_msg, sizeof(w->other_msg), "%d %u '%s'", st->grpc_status, st->close_code,
+                 st->grpc_message);
     }
 }
 
@@ -326,9 +324,8 @@ static void *client_run(void *arg)
     for (int i = 0; i < LP_INFLIGHT; i++)
         kv_it_grpc_stream_free(st[i]);
     /* Answers still on their way: the flood is over, they arrive promptly. */
-    for (uint64_t end = kvt_now_ms() + 5000;
-         w->renew && (w->answered < w->sent || w->q) && kvt_now_ms() < end &&
-         !kv_it_grpc_conn_closed(w->g);) {
+    for (uint64_t end = kvt_now_ms() + 5000; w->renew && (w->answered < w->sent || w->q) &&
+                                             kvt_now_ms() < end && !kv_it_grpc_conn_closed(w->g);) {
         kv_it_grpc_pump(w->g, 10);
         ka_drain(w);
         ttl_probe(w, 0);
@@ -340,8 +337,8 @@ static void *client_run(void *arg)
 
 Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeout = 240)
 {
-    static const char *const args[] = {"--max-pending-proposals=16",
-                                       "--max-forwarded-proposals=8", NULL};
+    static const char *const args[] = {"--max-pending-proposals=16", "--max-forwarded-proposals=8",
+                                       NULL};
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
     o.heartbeat_ms = 100;
@@ -417,8 +414,8 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
         fprintf(stderr,
                 "  %s: TimeToLive sent %ld: %ld alive, %ld dead, %ld shed, %ld failed %s "
                 "(slowest %" PRIu64 " ms)\n",
-                g_c.m[m].name, cl[m].q_sent, cl[m].q_ok, cl[m].q_dead, cl[m].q_shed,
-                cl[m].q_errors, cl[m].q_err, cl[m].q_max_ms);
+                g_c.m[m].name, cl[m].q_sent, cl[m].q_ok, cl[m].q_dead, cl[m].q_shed, cl[m].q_errors,
+                cl[m].q_err, cl[m].q_max_ms);
         q_sent += cl[m].q_sent;
         q_ok += cl[m].q_ok;
     }

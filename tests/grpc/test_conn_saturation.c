@@ -87,8 +87,9 @@ Test(saturation, light_load_never_refuses_streams)
     harness_stop(&h);
     cr_assert_eq(h.loop_close_rv, 0);
     cr_assert_not_null(h.metrics_text);
-    cr_expect_eq(metric(h.metrics_text, "\nkvd_grpc_requests_refused_total{reason=\"recv_buffer\"} "),
-                 0, "%s", h.metrics_text);
+    cr_expect_eq(
+        metric(h.metrics_text, "\nkvd_grpc_requests_refused_total{reason=\"recv_buffer\"} "), 0,
+        "%s", h.metrics_text);
     cr_expect_eq(metric(h.metrics_text, "\nkvd_grpc_recv_window_withheld_bytes "), 0);
     free(h.metrics_text);
 }
