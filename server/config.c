@@ -57,6 +57,7 @@ void kv_config_default(kv_config *cfg)
     cfg->max_raft_inbox_messages = 4096;
     cfg->max_pending_read_index = 10000;
     cfg->max_forwarded_proposals = 10000;
+    cfg->peer_max_prio_queue_bytes = 4u << 20;
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -281,6 +282,8 @@ static const flag_def FLAGS[] = {
     {"max-raft-inbox-messages", F_U32, OFF(max_raft_inbox_messages), 0, 0, 1, 1u << 20},
     {"max-pending-read-index", F_U32, OFF(max_pending_read_index), 0, 0, 1, 1u << 20},
     {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
+    {"peer-max-priority-queue-bytes", F_SIZE, OFF(peer_max_prio_queue_bytes), 0, 0, 65536,
+     1ULL << 32},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -359,6 +362,8 @@ const char *kv_config_usage(void)
            "                                  on the leader followers' requests (10000 each)\n"
            "  --max-forwarded-proposals N     proposals a follower forwarded to the leader and\n"
            "                                  not yet applied; the rest stays queued (10000)\n"
+           "  --peer-max-priority-queue-bytes N  lease renewal frames queued per peer, sent\n"
+           "                                  ahead of raft traffic; beyond: dropped (4 MiB)\n"
            "  --version | --help\n";
 }
 

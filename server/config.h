@@ -111,6 +111,8 @@ typedef struct kv_config {
     uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
     uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
+    size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
+                                         per peer, sent ahead of raft traffic (4 MiB) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -18,7 +18,8 @@ static void send_resp(kv_server *s, uint64_t to, Kvdraftpb__LeaseRenewResp *r)
     if (buf == NULL)
         return; /* the follower times the batch out */
     kvdraftpb__lease_renew_resp__pack(r, buf);
-    (void)kv_node_peer_send(s->node, to, KV_LEASE_FWD_RESP, buf, len);
+    /* The priority queue: the answer overtakes the appends queued for the follower. */
+    (void)kv_node_peer_send_prio(s->node, to, KV_LEASE_FWD_RESP, buf, len);
     free(buf);
 }
 

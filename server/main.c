@@ -233,6 +233,7 @@ static int start_listeners(kvd_main *m)
     gc.send_stall_timeout_ms = cfg->send_stall_timeout_ms;
     gc.max_pending_request_bytes =
         cfg->max_pending_request_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
+    gc.priority_methods = kv_service_priority_methods; /* renewals ahead of bulk writes */
     m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
     if (m->n_methods == 0)
         return -E2BIG;

@@ -396,3 +396,13 @@ const kv_grpc_method kv_service_lease[] = {
     {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, NULL},
 };
 const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);
+
+/* Renewals and lease reads are served ahead of bulk writes (issue 10 section 2): their unary
+ * requests are not held behind --max-pending-request-bytes of unanswered writes nor refused by
+ * a connection saturated with write bodies (grpc_server.h, priority_methods). */
+const char *const kv_service_priority_methods[] = {
+    "/etcdserverpb.Lease/LeaseKeepAlive",
+    "/etcdserverpb.Lease/LeaseTimeToLive",
+    "/etcdserverpb.Lease/LeaseLeases",
+    NULL,
+};

@@ -28,6 +28,9 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap);
 extern const kv_grpc_method kv_service_kv[];
 extern const size_t kv_service_kv_len;
 extern const kv_grpc_method kv_service_lease[];
+/* Methods served ahead of bulk writes (kv_grpc_config.priority_methods): LeaseKeepAlive,
+ * LeaseTimeToLive, LeaseLeases. NULL-terminated. */
+extern const char *const kv_service_priority_methods[];
 extern const size_t kv_service_lease_len;
 extern const kv_grpc_method kv_service_maintenance[];
 extern const size_t kv_service_maintenance_len;

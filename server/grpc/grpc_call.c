@@ -30,12 +30,13 @@ void kv_grpc_call_account(kv_grpc_call *call)
     kv_grpc_conn_sync(call->conn);
 }
 
-/* Delivery of this call's input waits: paused by the app, the connection is gated, or (unary)
- * the app has max_pending_request_bytes of requests to answer. */
+/* Delivery of this call's input waits: paused by the app, the connection is gated, or (unary,
+ * not a priority method) the app has max_pending_request_bytes of requests to answer. */
 static int held(const kv_grpc_call *call)
 {
     return call->paused || call->conn->gated ||
-           (call->conn->srv->app_full && call->method && !call->method->streaming);
+           (call->conn->srv->app_full && call->method && !call->method->streaming &&
+            !call->priority);
 }
 
 void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n)
@@ -281,6 +282,8 @@ static void route(kv_grpc_call *call)
     for (size_t i = 0; i < s->n_methods; i++) {
         if (strcmp(s->methods[i].path, path) == 0) {
             call->method = &s->methods[i];
+            for (const char *const *p = s->cfg.priority_methods; p && *p && !call->priority; p++)
+                call->priority = strcmp(*p, path) == 0;
             return;
         }
     }
@@ -346,7 +349,7 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
      * the headers costs no window (its DATA is discarded and credited at once), so the requests
      * already admitted can complete instead of sharing the window with newcomers. */
     kv_grpc_server *s = c->srv;
-    if (!call->method->streaming && c->saturated) {
+    if (!call->method->streaming && !call->priority && c->saturated) {
         kv_metric_inc(s->m_ref_recvbuf);
         call->app_done = 1;
         finish_internal(call, 200, KV_GRPC_RESOURCE_EXHAUSTED,

@@ -267,6 +267,18 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
         c->gated = 0;
         kv_grpc_conn_ungate(c);
     }
+    /* Withheld window: credited once the connection's held input drops under its budget.
+     * First, so that owed below is only credit that could NOT be returned: counting the
+     * credit of the bytes just consumed would mark the connection saturated on every DATA
+     * frame (and flap SETTINGS_MAX_CONCURRENT_STREAMS) under any load. */
+    if (c->owed && c->in_bytes < s->cfg.max_recv_buffer_bytes &&
+        s->buffered < s->cfg.max_buffered_bytes) {
+        size_t n = c->owed;
+        c->owed = 0;
+        kv_metric_gauge_add(s->m_window_withheld, -(double)n);
+        nghttp2_session_consume_connection(c->h2, n);
+        kv_grpc_srv_mark_dirty(c); /* a WINDOW_UPDATE may be due */
+    }
     /* Admission hysteresis: once full, newcomers wait until half the budget is free, so the
      * window goes to requests already admitted (a client scheduling streams fairly would
      * otherwise hand most of it to each new stream, which would then be shed). */
@@ -286,15 +298,6 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
                                      s->cfg.max_concurrent_streams};
         if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
             kv_grpc_srv_mark_dirty(c);
-    }
-    /* Withheld window: credited once the connection's held input drops under its budget. */
-    if (c->owed && c->in_bytes < s->cfg.max_recv_buffer_bytes &&
-        s->buffered < s->cfg.max_buffered_bytes) {
-        size_t n = c->owed;
-        c->owed = 0;
-        kv_metric_gauge_add(s->m_window_withheld, -(double)n);
-        nghttp2_session_consume_connection(c->h2, n);
-        kv_grpc_srv_mark_dirty(c); /* a WINDOW_UPDATE may be due */
     }
 }
 

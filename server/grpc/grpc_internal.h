@@ -35,6 +35,7 @@ struct kv_grpc_call {
     kv_grpc_conn *conn;
     int32_t stream_id;
     const kv_grpc_method *method; /* NULL until routed / when rejected */
+    int priority;                 /* method listed in cfg.priority_methods (route()) */
     char *path;                   /* :path copy (<= KV_GRPC_MAX_PATH) */
     char *content_type;           /* first 128 bytes, for error messages */
     char *bad_timeout;            /* malformed grpc-timeout value, if any */

@@ -95,6 +95,12 @@ typedef struct kv_grpc_config {
                                          (e.g. queued proposals), all connections: past it no
                                          unary request is delivered (its DATA stays unconsumed)
                                          until the app drains to 3/4; default 64 MiB */
+    /* NULL-terminated method paths served ahead of bulk requests (lease renewals and lease
+     * reads, issue 10 section 2), or NULL: a unary request of one of them is delivered even
+     * while max_pending_request_bytes is reached, and admitted on a saturated connection.
+     * Only for methods whose requests are small and answered from memory. Borrowed: must
+     * outlive the server. */
+    const char *const *priority_methods;
 } kv_grpc_config;
 
 #define KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES ((size_t)256 * 1024 * 1024)

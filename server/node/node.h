@@ -141,6 +141,10 @@ int kv_node_set_peer_handler(kv_node *n, uint32_t type,
                              void (*fn)(void *arg, uint64_t from, const uint8_t *buf, size_t len),
                              void *arg);
 int kv_node_peer_send(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len);
+/* The same on the peer's priority queue (kv_peer_net_send_prio): sent ahead of raft traffic,
+ * bounded by --peer-max-priority-queue-bytes. For lease renewals and their answers. */
+int kv_node_peer_send_prio(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf,
+                           size_t len);
 uint64_t kv_node_leader(const kv_node *n);
 int kv_node_is_leader(const kv_node *n);
 uint64_t kv_node_self(const kv_node *n);

@@ -476,6 +476,13 @@ int kv_node_peer_send(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf
     return kv_peer_net_send(n->peers, to, type, buf, len);
 }
 
+int kv_node_peer_send_prio(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    if (n->peers == NULL)
+        return -ENODEV;
+    return kv_peer_net_send_prio(n->peers, to, type, buf, len);
+}
+
 uint64_t kv_node_leader(const kv_node *n)
 {
     return n->leader;

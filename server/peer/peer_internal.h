@@ -114,6 +114,10 @@ typedef struct kv_peer {
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
         *m_snap_recv, *m_resolves, *m_resolve_failures;
     kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
+    /* peer_prio.c: the priority send queue, taken first at every frame boundary */
+    peer_qframe *pqhead, *pqtail;
+    size_t pq_bytes;
+    kv_metric *m_pq_queued, *m_pq_served, *m_pq_dropped;
 } kv_peer;
 
 struct peer_conn {
@@ -198,6 +202,14 @@ int kv_peer_session_open_stream(peer_conn *c);
 void kv_peer_conn_resume_msg(peer_conn *c);
 /* Dialer: POSTs so on its own stream. Returns 0 or -ENOMEM. */
 int kv_peer_conn_post_snapshot(peer_conn *c, peer_snap_out *so);
+
+/* peer_prio.c */
+/* Frees every frame of p's priority queue; returns how many there were. */
+size_t kv_peer_prio_drop_all(kv_peer *p);
+/* Fills buf (up to length bytes) for p's message stream: a partly written ordinary frame
+ * first, then priority frames, then ordinary ones. Returns the bytes written (0: nothing). */
+size_t kv_peer_msg_fill(kv_peer *p, uint8_t *buf, size_t length);
+void kv_peer_prio_metrics_init(kv_peer_net *n, kv_peer *p, const char *labels);
 
 /* peer_dns.c */
 /* Resolves p->host (an IP literal at once, a name with uv_getaddrinfo off the loop, one

@@ -15,6 +15,7 @@ void kv_peer_net_config_default(kv_peer_net_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->max_queue_bytes = 16u << 20;
+    c->max_prio_queue_bytes = 4u << 20;
     c->max_frame_bytes = 64u << 20;
     c->dial_backoff_min_ms = 100;
     c->dial_backoff_max_ms = 5000;
@@ -133,6 +134,7 @@ static void queue_drop_all(kv_peer *p)
     }
     p->qhead = p->qtail = NULL;
     p->queued_bytes = 0;
+    n += (int64_t)kv_peer_prio_drop_all(p);
     kv_metric_add(p->m_dropped, n);
     kv_metric_set(p->m_queued, 0);
 }
@@ -327,6 +329,7 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
     p->m_snap_recv = peer_metric(n, 1, "kvd_peer_snapshots_received_total",
                                  "Snapshots received from the peer.", l);
     kv_peer_snap_metrics_init(n, p, l);
+    kv_peer_prio_metrics_init(n, p, l);
     p->m_resolves = peer_metric(n, 1, "kvd_peer_resolves_total",
                                 "Host name resolutions of the peer's URL (one per dial).", l);
     p->m_resolve_failures = peer_metric(n, 1, "kvd_peer_resolve_failures_total",
@@ -550,6 +553,8 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
         return -ENOMEM;
     n->loop = loop;
     n->cfg = *cfg;
+    if (n->cfg.max_prio_queue_bytes < 16) /* a config filled by hand: the default */
+        n->cfg.max_prio_queue_bytes = 4u << 20;
     n->cfg.n_peers = 0;
     n->h = *h;
     n->metrics = metrics;

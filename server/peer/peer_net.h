@@ -75,6 +75,8 @@ typedef struct kv_peer_net_config {
                     on_cluster_id) and our handshakes carry 0 until then */
     uint64_t max_snapshot_bytes; /* largest snapshot body accepted (--max-snapshot-bytes); 0:
                                     unbounded. Past it: stream reset, file removed, counted */
+    size_t max_prio_queue_bytes; /* per peer priority queue (kv_peer_net_send_prio); default
+                                    4 MiB (--peer-max-priority-queue-bytes) */
 } kv_peer_net_config;
 
 /* Fills c with the defaults above (no listeners, no peers, snap_dir NULL). */
@@ -97,6 +99,13 @@ void kv_peer_net_close(kv_peer_net *p);
  * blocks, never grows past max_queue_bytes. Frames to one peer arrive in order. While
  * isolated, returns 0 and drops the frame (counted). */
 int kv_peer_net_send(kv_peer_net *p, uint64_t to, uint32_t type, const uint8_t *buf, size_t len);
+/* Like kv_peer_net_send, on the peer's priority queue (peer_prio.c): taken ahead of frames
+ * queued with kv_peer_net_send at the next frame boundary, bounded by max_prio_queue_bytes
+ * (-EAGAIN past it) and never counted against max_queue_bytes. For small latency-critical
+ * frames (lease renewals). Priority frames arrive in order among themselves but may overtake
+ * ordinary frames. */
+int kv_peer_net_send_prio(kv_peer_net *p, uint64_t to, uint32_t type, const uint8_t *buf,
+                          size_t len);
 /* Streams the file at path to peer `to` on its own HTTP/2 stream (flow-controlled, read in
  * chunks, never the whole file in memory). done(arg, 0) once the receiver has fsynced it and
  * handed it to on_snapshot; done(arg, <0) on failure (peer down, I/O error). At most one

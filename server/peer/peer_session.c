@@ -97,26 +97,9 @@ static ssize_t msg_read_cb(nghttp2_session *h2, int32_t stream_id, uint8_t *buf,
     kv_peer *p = c->peer;
     if (!p || !p->up || p->conn != c || c->closing)
         return NGHTTP2_ERR_DEFERRED;
-    size_t n = 0;
-    while (n < length && p->qhead) {
-        peer_qframe *f = p->qhead;
-        size_t take = f->len - f->off;
-        if (take > length - n)
-            take = length - n;
-        memcpy(buf + n, f->data + f->off, take);
-        f->off += take;
-        n += take;
-        if (f->off == f->len) {
-            p->qhead = f->next;
-            if (!p->qhead)
-                p->qtail = NULL;
-            p->queued_bytes -= f->len;
-            free(f);
-        }
-    }
+    size_t n = kv_peer_msg_fill(p, buf, length); /* peer_prio.c: priority frames first */
     if (n == 0)
         return NGHTTP2_ERR_DEFERRED;
-    kv_metric_set(p->m_queued, (double)p->queued_bytes);
     return (ssize_t)n;
 }
 

@@ -146,6 +146,7 @@ static void stream_cancel(kv_grpc_call *call)
 static const kv_grpc_method test_methods[] = {
     {"/test.Echo/Unary", 0, echo_unary, NULL, unary_cancel},
     {"/test.Echo/Stream", 1, echo_stream, stream_half_close, stream_cancel},
+    {"/test.Echo/Priority", 0, echo_unary, NULL, unary_cancel}, /* see test_conn_saturation.c */
 };
 
 static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)

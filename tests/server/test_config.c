@@ -133,3 +133,17 @@ Test(config, max_snapshot_bytes_defaults_to_automatic_and_parses)
     cr_assert(strstr(err, "max-snapshot-bytes"), "%s", err);
     cr_assert(strstr(kv_config_usage(), "--max-snapshot-bytes"));
 }
+
+Test(config, peer_priority_queue_flag)
+{
+    kv_config c;
+    char err[256];
+    kv_config_default(&c);
+    cr_assert_eq(c.peer_max_prio_queue_bytes, 4u << 20);
+    char *argv[] = {"kvd", "--peer-max-priority-queue-bytes", "131072"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, argv), 0, "%s", err);
+    cr_assert_eq(c.peer_max_prio_queue_bytes, 131072);
+    char *small[] = {"kvd", "--peer-max-priority-queue-bytes", "1024"};
+    cr_assert_lt(parse(&c, err, sizeof(err), 3, small), 0);
+    cr_assert(strstr(kv_config_usage(), "--peer-max-priority-queue-bytes"));
+}
