@@ -336,8 +336,13 @@ static void retry_shed(lb_run *r)
 
 static void on_timeout(uv_timer_t *t)
 {
+    static const char *const names[] = {"idle", "connect", "warm-up", "grant",
+                                        "put",  "count",   "drain"};
     lb_run *r = t->data;
-    set_err(r, "phase timed out", -ETIMEDOUT);
+    char what[96];
+    snprintf(what, sizeof(what), "%s phase timed out (%zu of %zu done, %zu connections ready)",
+             names[r->phase], r->done, r->want, r->ready);
+    set_err(r, what, -ETIMEDOUT);
 }
 
 static void on_wake(uv_timer_t *t)
@@ -349,6 +354,7 @@ static void on_wake(uv_timer_t *t)
 /* Runs the loop until the phase stops it, bounded by timeout_ms. */
 static int run_phase(lb_run *r, uint64_t timeout_ms)
 {
+    uv_update_time(&r->loop); /* the loop's clock is stale after a blocking pause */
     uv_timer_start(&r->timeout, on_timeout, timeout_ms, 0);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_timer_stop(&r->timeout);
@@ -359,6 +365,7 @@ static int run_phase(lb_run *r, uint64_t timeout_ms)
 static int run_for(lb_run *r, uint64_t ms)
 {
     r->phase = PH_IDLE;
+    uv_update_time(&r->loop);
     uv_timer_start(&r->wake, on_wake, ms, 0);
     uv_run(&r->loop, UV_RUN_DEFAULT);
     uv_timer_stop(&r->wake);
@@ -492,6 +499,7 @@ static int open_conns(lb_run *r, lb_slot *slots, int count)
     r->phase = PH_CONNECT;
     r->ready = 0;
     r->want_ready = (size_t)count;
+    uv_update_time(&r->loop);
     for (int k = 0; k < count; k++) {
         uint16_t port = r->t->client[(r->t->leader + k) % r->t->n];
         int rc = lb_conn_open(&r->loop, port, on_conn_event, &slots[k], &slots[k].c);
