@@ -211,6 +211,31 @@ static void advance(kv_node *n, struct raft_ready *rd)
         kv_store_set_deterministic(n->store, 1);
 }
 
+/* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
+ * committed entries, and its results are final: each of them is durable in the logs of a
+ * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
+ * (issue 9 section 2: one sync on the critical path). If this member loses the commit (crash,
+ * power loss, or the commit fails and the member stops) it replays the entries from its own
+ * durable log at restart (the log is kept back to the durable applied index: log compaction
+ * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
+ * cannot see the answered writes before the commit: linearizable reads wait for the applied
+ * index (set in after_ready), serializable ones for acked_index (kv_node_read_visible). */
+void kv_node__on_early(uv_async_t *h)
+{
+    kv_node *n = h->data;
+    ready_work *w = n->inflight;
+    if (w == NULL || w->acked || !atomic_load_explicit(&w->early, memory_order_acquire))
+        return;
+    w->acked = 1;
+    if (w->applied > n->acked_index)
+        n->acked_index = w->applied;
+    kv_metric_inc(n->m_early_acks);
+    size_t cnt = kv_node__apply_count(w);
+    for (size_t i = 0; i < cnt; i++)
+        if (w->ids[i])
+            complete_id(n, w->ids[i], &w->results[i]);
+}
+
 static void after_ready(uv_work_t *req, int status)
 {
     ready_work *w = req->data;
@@ -269,14 +294,15 @@ static void after_ready(uv_work_t *req, int status)
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
 
-    /* Durable: now acknowledge, in order. */
+    /* Durable: now acknowledge, in order (unless on_early did already). */
     if (w->has_ready) {
         size_t cnt = kv_node__apply_count(w);
         for (size_t i = 0; i < cnt; i++) {
             const struct raft_entry *e = kv_node__apply_entry(w, i);
-            if (w->ids[i])
-                complete_id(n, w->ids[i], &w->results[i]);
-            else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
+            if (w->ids[i]) {
+                if (!w->acked)
+                    complete_id(n, w->ids[i], &w->results[i]);
+            } else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
                 kv_node__conf_applied(n, e, &w->results[i]);
         }
         for (size_t i = 0; i < w->n_changes; i++)
@@ -287,6 +313,7 @@ static void after_ready(uv_work_t *req, int status)
     }
     free_work(w);
     if (n->closing) {
+        kv_node__close_early(n); /* no worker can signal it any more */
         kv_node__maybe_free(n);
         return;
     }
