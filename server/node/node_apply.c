@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- entry prefix ---- */
 
@@ -374,6 +375,10 @@ void kv_node__work_ready(uv_work_t *req)
         /* results and ids are final: the loop may answer now; this thread only commits */
         atomic_store_explicit(&w->early, 1, memory_order_release);
         uv_async_send(&n->early_async);
+    }
+    if (b != NULL && rc == 0 && w->fp_delay_ms && !durable_needed(w)) {
+        struct timespec ts = {w->fp_delay_ms / 1000u, (long)(w->fp_delay_ms % 1000u) * 1000000L};
+        nanosleep(&ts, NULL);
     }
     if (b != NULL) {
         if (rc == 0 && !durable_needed(w)) {

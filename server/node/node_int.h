@@ -120,6 +120,7 @@ typedef struct ready_work {
     atomic_int early;
     int no_early; /* worker: a configuration / member-record entry: acknowledge after commit */
     int acked;    /* loop: waiters completed early */
+    uint32_t fp_delay_ms; /* test failpoint: sleep before an apply-only commit (follower) */
 } ready_work;
 
 /* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
@@ -261,6 +262,7 @@ struct kv_node {
     int early_open;         /* early_async not closed yet */
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
     kv_metric *m_early_acks;
+    uint32_t fp_apply_delay_ms; /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
     uv_check_t check;
     uv_idle_t idle;
     uv_timer_t tick;

@@ -369,6 +369,8 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
             return NULL;
         }
         w->snap_path = n->snap_pending;
+        if (n->role != RAFT_LEADER)
+            w->fp_delay_ms = n->fp_apply_delay_ms;
     }
     if (n->compact_log) {
         w->has_compact = 1;
@@ -797,6 +799,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     n->max_reads = cfg && cfg->max_pending_reads ? cfg->max_pending_reads : 10000;
     n->max_forwarded = cfg && cfg->max_forwarded ? cfg->max_forwarded : 10000;
     n->snapshot_count = cfg && cfg->snapshot_count ? cfg->snapshot_count : 10000;
+    /* Test hook (tests/cluster/test_early_ack.c): a follower sleeps this long before each
+     * apply-only commit, so a test can tell an early acknowledgement from a late one. */
+    const char *fp = getenv("KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS");
+    n->fp_apply_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
     n->self = n->hdr.member_id ? n->hdr.member_id : 1;
     uint64_t self_only[1] = {n->self};
     const uint64_t *voters = cfg && cfg->n_voters ? cfg->voters : self_only;
