@@ -663,6 +663,36 @@ static void take_requests(kv_node *n)
     }
 }
 
+/* While a ready is in flight (raft untouchable): a follower forwards the plain writes at the
+ * head of its queue to the leader at once instead of after the commit (often the flush of an
+ * early-acknowledged apply: the client's next write would otherwise wait for it). Forwarding
+ * touches no raft state; the order of the queue, of the forwards and of the wait list is the
+ * one take_requests keeps. */
+static void forward_ahead(kv_node *n)
+{
+    if (n->role == RAFT_LEADER || !n->leader || !n->peers)
+        return;
+    while (n->head && n->head->kind == REQ_WRITE && n->head != n->health_q &&
+           n->fwd_waiting < n->max_forwarded) {
+        kv_node_req *r = n->head;
+        n->head = r->next;
+        if (n->head == NULL)
+            n->tail = NULL;
+        n->pending--;
+        if (kv_node__forward(n, r) != 0) { /* stays queued: take_requests retries it */
+            n->head = r;
+            if (n->tail == NULL)
+                n->tail = r;
+            n->pending++;
+            return;
+        }
+        r->proposed = 1;
+        add_waiting(n, r);
+        r->forwarded = 1;
+        n->fwd_waiting++;
+    }
+}
+
 static void feed(kv_node *n)
 {
     step_inbox(n);
@@ -686,6 +716,8 @@ void kv_node__drive(kv_node *n)
     if (!n->raft_ok || n->closing)
         return;
     if (n->inflight || n->excl_busy || n->stalled) {
+        if (n->inflight && !n->excl_busy && !n->stalled)
+            forward_ahead(n);
         uv_idle_stop(&n->idle); /* the worker's completion wakes the loop: no spinning */
         return;
     }
