@@ -132,8 +132,23 @@ static void on_read_index(void *arg, int status)
     kv_grpc_call_set_data(call, r);
 }
 
+static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                       int point, int visible_only);
+
 void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
                                 int point)
+{
+    read_after(call, fn, msg, len, point, 0);
+}
+
+void kv_read_unary_visible(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                           int point)
+{
+    read_after(call, fn, msg, len, point, 1);
+}
+
+static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                       int point, int visible_only)
 {
     kv_server *s = kv_grpc_call_app(call);
     read_req *r = calloc(1, sizeof(*r) + len);
@@ -148,7 +163,13 @@ void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t
     r->len = len;
     if (len)
         memcpy(r->msg, msg, len);
-    int rc = kv_node_read_index(s->node, on_read_index, r);
+    int rc = visible_only ? kv_node_read_visible(s->node, on_read_index, r)
+                          : kv_node_read_index(s->node, on_read_index, r);
+    if (rc == 1) { /* nothing to wait for */
+        kv_grpc_call_set_data(call, r);
+        on_read_index(r, 0);
+        return;
+    }
     if (rc < 0) {
         free(r);
         kv_reply_propose_error(call, rc);

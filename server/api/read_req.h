@@ -37,6 +37,10 @@ void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t
  * out", RESOURCE_EXHAUSTED "etcdserver: too many requests". kv_read_cancel covers both phases. */
 void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
                                 int point);
+/* The same after kv_node_read_visible (a serializable read in a cluster): waits only while a
+ * write this member acknowledged is not visible in LMDB yet (its commit is being flushed). */
+void kv_read_unary_visible(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
+                           int point);
 /* on_cancel for calls started with kv_read_unary. */
 void kv_read_cancel(kv_grpc_call *call);
 

@@ -339,6 +339,11 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                                      "fdatasync calls issued by commits of the raft log and "
                                      "state (LMDB: two per synced commit).",
                                      NULL);
+    n->m_early_acks = kv_metrics_counter(
+        metrics, "kvd_early_acks_total",
+        "Apply-only commits whose writes were acknowledged before the commit's flush (their "
+        "entries were durable in a quorum's logs).",
+        NULL);
     n->m_entries = kv_metrics_counter(metrics, "kvd_raft_applied_entries_total",
                                       "Committed raft entries applied.", NULL);
     n->m_forwarded = kv_metrics_counter(metrics, "kvd_proposals_forwarded_total",
@@ -461,6 +466,11 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     uv_timer_init(loop, &n->tick);
     n->check.data = n->idle.data = n->tick.data = n;
     n->handles_open = 3;
+    if (uv_async_init(loop, &n->early_async, kv_node__on_early) == 0) {
+        n->early_async.data = n;
+        n->early_open = 1;
+        n->handles_open++;
+    }
     uv_check_start(&n->check, on_check);
     uv_timer_start(&n->tick, on_tick, n->heartbeat_ms, n->heartbeat_ms);
     kv_node__elect_single(n);
@@ -527,6 +537,44 @@ void kv_node_close(kv_node *n)
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
     uv_close((uv_handle_t *)&n->idle, on_handle_closed);
     uv_close((uv_handle_t *)&n->tick, on_handle_closed);
+    if (n->inflight == NULL)
+        kv_node__close_early(n); /* else after_ready closes it: the worker may still signal */
+}
+
+int kv_node_writes_visible(const kv_node *n)
+{
+    return n->acked_index <= n->st.applied_index;
+}
+
+int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *arg)
+{
+    if (n->closing)
+        return -ESHUTDOWN;
+    if (n->acked_index <= n->st.applied_index)
+        return 1;
+    if (n->reads_waiting >= n->max_reads) {
+        kv_metric_inc(n->m_reads_refused);
+        return -EBUSY;
+    }
+    read_waiter *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->done = done;
+    w->arg = arg;
+    w->index = n->acked_index; /* kv_node__reads_applied completes it after that commit */
+    w->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
+    w->next = n->reads_apply;
+    n->reads_apply = w;
+    n->reads_waiting++;
+    return 0;
+}
+
+void kv_node__close_early(kv_node *n)
+{
+    if (!n->early_open)
+        return;
+    n->early_open = 0;
+    uv_close((uv_handle_t *)&n->early_async, on_handle_closed);
 }
 
 /* reserved: a health barrier, which neither counts against nor is refused by max_pending. */

@@ -218,6 +218,16 @@ void kv_node_get_raft_status(const kv_node *n, kv_node_raft_status *st);
  * Returns 0 or -EBUSY/-ENOMEM/-ESHUTDOWN (done not called then). */
 int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *arg);
 
+/* Read-your-writes for serializable reads (loop thread). A write may be acknowledged before
+ * the LMDB commit that applied it is visible to readers (an apply-only commit: the entry is
+ * durable in a quorum's logs; node_ready.c "early acknowledgement"). Returns 1 when every
+ * acknowledged write is visible (read at once; done is not called), 0 when done(arg, 0) will
+ * run once it is (or done(arg, -ETIMEDOUT / -ECANCELED)), or -EBUSY/-ENOMEM/-ESHUTDOWN. */
+int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *arg);
+/* 1 when every write this member acknowledged is visible to readers (kv_node_read_visible
+ * would return 1). */
+int kv_node_writes_visible(const kv_node *n);
+
 /* Membership changes (Cluster service). op: */
 enum {
     KV_NODE_MEMBER_ADD = 1,

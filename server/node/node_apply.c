@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- entry prefix ---- */
 
@@ -261,6 +262,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
         const struct raft_entry *e = kv_node__apply_entry(w, i);
         int rc;
         if (e->type == RAFT_ENTRY_CONF) {
+            w->no_early = 1;
             rc = apply_conf(n, w, b, e, &w->results[i]);
             if (rc == 0 && e->index > w->applied) {
                 w->applied = e->index;
@@ -268,6 +270,8 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             }
         } else if (e->len == 0 || is_member_record(e)) {
             /* a leader's empty entry, or a member record (kept until its configuration entry) */
+            if (e->len)
+                w->no_early = 1; /* its waiter may go on to a configuration change */
             if (e->len && e->index > kv_store_batch_applied(b))
                 keep_record(n, w, e);
             uint64_t id, proposer;
@@ -314,6 +318,24 @@ static int durable_needed(const ready_work *w)
                                rd->hs.vote != w->node->persisted_hs.vote));
 }
 
+/* May the loop acknowledge this commit's writes before it is flushed (node_ready.c
+ * kv_node__on_early)? Only an apply-only commit (nothing raft needs durable: every entry it
+ * applies is committed, i.e. durable in a quorum's logs; a single voter's own new entries are
+ * not, they become durable by this very commit), with waiters, and nothing the loop must see
+ * before a client may act on the answer: no configuration or member-record entry, no lease
+ * event (a client may renew a granted lease at once). */
+static int early_ok(const ready_work *w)
+{
+    if (!w->has_ready || w->spec || w->no_early || w->nev || w->ev_oom || w->n_changes ||
+        durable_needed(w))
+        return 0;
+    size_t cnt = kv_node__apply_count(w);
+    for (size_t i = 0; i < cnt; i++)
+        if (w->ids[i])
+            return 1;
+    return 0;
+}
+
 void kv_node__work_ready(uv_work_t *req)
 {
     ready_work *w = req->data;
@@ -349,6 +371,15 @@ void kv_node__work_ready(uv_work_t *req)
     if (b != NULL && rc == 0)
         w->cstep_rc =
             kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys, &w->cremoved);
+    if (b != NULL && rc == 0 && n->early_open && early_ok(w)) {
+        /* results and ids are final: the loop may answer now; this thread only commits */
+        atomic_store_explicit(&w->early, 1, memory_order_release);
+        uv_async_send(&n->early_async);
+    }
+    if (b != NULL && rc == 0 && w->fp_delay_ms && !durable_needed(w)) {
+        struct timespec ts = {w->fp_delay_ms / 1000u, (long)(w->fp_delay_ms % 1000u) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (b != NULL) {
         if (rc == 0 && !durable_needed(w)) {
             /* Only applies (and compaction): derivable from the log, already durable. LMDB's

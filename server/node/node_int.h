@@ -23,6 +23,7 @@
 #include "raftlog/msg_codec.h"
 #include "raftlog/raftlog.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 struct kv_peer_net;
@@ -112,6 +113,14 @@ typedef struct ready_work {
     int synced;  /* number of fdatasyncs this commit issued (metric) */
     int install; /* the snapshot file became data.mdb: the loop swaps the environment */
     int old_fd;  /* the replaced data file, closed off the loop after the swap (or -1) */
+    /* Early acknowledgement (node_apply.c early_ok): the worker sets `early` once results/ids
+     * are final and only the commit of an apply-only transaction remains (its entries are
+     * durable in a quorum's logs already), then wakes the loop (kv_node.early_async), which
+     * completes the waiters at once (`acked`) instead of after the commit's flush. */
+    atomic_int early;
+    int no_early; /* worker: a configuration / member-record entry: acknowledge after commit */
+    int acked;    /* loop: waiters completed early */
+    uint32_t fp_delay_ms; /* test failpoint: sleep before an apply-only commit (follower) */
 } ready_work;
 
 /* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
@@ -249,6 +258,11 @@ struct kv_node {
 
     /* ---- worker ---- */
     ready_work *inflight;
+    uv_async_t early_async; /* the worker: an in-flight ready's results are final */
+    int early_open;         /* early_async not closed yet */
+    raft_index acked_index; /* highest index acknowledged before its commit was visible */
+    kv_metric *m_early_acks;
+    uint32_t fp_apply_delay_ms; /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
     uv_check_t check;
     uv_idle_t idle;
     uv_timer_t tick;
@@ -290,6 +304,7 @@ struct kv_node {
 
 /* node.c */
 uint64_t kv_node__now_ms(void);
+void kv_node__close_early(kv_node *n);
 void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg);
 void kv_node__finish_req(kv_node *n, kv_node_req *r, kv_result *res);
 void kv_node__kick(kv_node *n);
@@ -299,6 +314,7 @@ void kv_node__update_alarm_metrics(kv_node *n);
 int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved);
 
 /* node_ready.c */
+void kv_node__on_early(uv_async_t *h);
 int kv_node__raft_start(kv_node *n, const kv_node_config *cfg);
 void kv_node__raft_stop(kv_node *n);
 void kv_node__drive(kv_node *n);

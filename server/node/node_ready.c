@@ -211,6 +211,31 @@ static void advance(kv_node *n, struct raft_ready *rd)
         kv_store_set_deterministic(n->store, 1);
 }
 
+/* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
+ * committed entries, and its results are final: each of them is durable in the logs of a
+ * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
+ * (issue 9 section 2: one sync on the critical path). If this member loses the commit (crash,
+ * power loss, or the commit fails and the member stops) it replays the entries from its own
+ * durable log at restart (the log is kept back to the durable applied index: log compaction
+ * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
+ * cannot see the answered writes before the commit: linearizable reads wait for the applied
+ * index (set in after_ready), serializable ones for acked_index (kv_node_read_visible). */
+void kv_node__on_early(uv_async_t *h)
+{
+    kv_node *n = h->data;
+    ready_work *w = n->inflight;
+    if (w == NULL || w->acked || !atomic_load_explicit(&w->early, memory_order_acquire))
+        return;
+    w->acked = 1;
+    if (w->applied > n->acked_index)
+        n->acked_index = w->applied;
+    kv_metric_inc(n->m_early_acks);
+    size_t cnt = kv_node__apply_count(w);
+    for (size_t i = 0; i < cnt; i++)
+        if (w->ids[i])
+            complete_id(n, w->ids[i], &w->results[i]);
+}
+
 static void after_ready(uv_work_t *req, int status)
 {
     ready_work *w = req->data;
@@ -269,14 +294,15 @@ static void after_ready(uv_work_t *req, int status)
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
 
-    /* Durable: now acknowledge, in order. */
+    /* Durable: now acknowledge, in order (unless on_early did already). */
     if (w->has_ready) {
         size_t cnt = kv_node__apply_count(w);
         for (size_t i = 0; i < cnt; i++) {
             const struct raft_entry *e = kv_node__apply_entry(w, i);
-            if (w->ids[i])
-                complete_id(n, w->ids[i], &w->results[i]);
-            else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
+            if (w->ids[i]) {
+                if (!w->acked)
+                    complete_id(n, w->ids[i], &w->results[i]);
+            } else if (e->type == RAFT_ENTRY_CONF && w->fresh[i])
                 kv_node__conf_applied(n, e, &w->results[i]);
         }
         for (size_t i = 0; i < w->n_changes; i++)
@@ -287,6 +313,7 @@ static void after_ready(uv_work_t *req, int status)
     }
     free_work(w);
     if (n->closing) {
+        kv_node__close_early(n); /* no worker can signal it any more */
         kv_node__maybe_free(n);
         return;
     }
@@ -342,6 +369,8 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
             return NULL;
         }
         w->snap_path = n->snap_pending;
+        if (n->role != RAFT_LEADER)
+            w->fp_delay_ms = n->fp_apply_delay_ms;
     }
     if (n->compact_log) {
         w->has_compact = 1;
@@ -634,6 +663,36 @@ static void take_requests(kv_node *n)
     }
 }
 
+/* While a ready is in flight (raft untouchable): a follower forwards the plain writes at the
+ * head of its queue to the leader at once instead of after the commit (often the flush of an
+ * early-acknowledged apply: the client's next write would otherwise wait for it). Forwarding
+ * touches no raft state; the order of the queue, of the forwards and of the wait list is the
+ * one take_requests keeps. */
+static void forward_ahead(kv_node *n)
+{
+    if (n->role == RAFT_LEADER || !n->leader || !n->peers)
+        return;
+    while (n->head && n->head->kind == REQ_WRITE && n->head != n->health_q &&
+           n->fwd_waiting < n->max_forwarded) {
+        kv_node_req *r = n->head;
+        n->head = r->next;
+        if (n->head == NULL)
+            n->tail = NULL;
+        n->pending--;
+        if (kv_node__forward(n, r) != 0) { /* stays queued: take_requests retries it */
+            n->head = r;
+            if (n->tail == NULL)
+                n->tail = r;
+            n->pending++;
+            return;
+        }
+        r->proposed = 1;
+        add_waiting(n, r);
+        r->forwarded = 1;
+        n->fwd_waiting++;
+    }
+}
+
 static void feed(kv_node *n)
 {
     step_inbox(n);
@@ -657,6 +716,8 @@ void kv_node__drive(kv_node *n)
     if (!n->raft_ok || n->closing)
         return;
     if (n->inflight || n->excl_busy || n->stalled) {
+        if (n->inflight && !n->excl_busy && !n->stalled)
+            forward_ahead(n);
         uv_idle_stop(&n->idle); /* the worker's completion wakes the loop: no spinning */
         return;
     }
@@ -770,6 +831,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     n->max_reads = cfg && cfg->max_pending_reads ? cfg->max_pending_reads : 10000;
     n->max_forwarded = cfg && cfg->max_forwarded ? cfg->max_forwarded : 10000;
     n->snapshot_count = cfg && cfg->snapshot_count ? cfg->snapshot_count : 10000;
+    /* Test hook (tests/cluster/test_early_ack.c): a follower sleeps this long before each
+     * apply-only commit, so a test can tell an early acknowledgement from a late one. */
+    const char *fp = getenv("KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS");
+    n->fp_apply_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
     n->self = n->hdr.member_id ? n->hdr.member_id : 1;
     uint64_t self_only[1] = {n->self};
     const uint64_t *voters = cfg && cfg->n_voters ? cfg->voters : self_only;
