@@ -21,6 +21,7 @@ typedef struct kv_url {
     char host[256]; /* numeric or name; "localhost" is resolved to 127.0.0.1 */
     int port;
     char text[300]; /* the URL as given, normalised (scheme://host:port) */
+    int tls;        /* https:// (issue 13) */
 } kv_url;
 
 typedef struct kv_peer {
@@ -111,6 +112,15 @@ typedef struct kv_config {
     uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
     uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
+    /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
+    char cert_file[512];            /* --cert-file: client port certificate (PEM) */
+    char key_file[512];             /* --key-file */
+    char trusted_ca_file[512];      /* --trusted-ca-file: CA of client certificates */
+    int client_cert_auth;           /* --client-cert-auth: require a verified client cert */
+    char peer_cert_file[512];       /* --peer-cert-file: peer port (server and client) cert */
+    char peer_key_file[512];        /* --peer-key-file */
+    char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
+    int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);
@@ -118,7 +128,7 @@ void kv_config_default(kv_config *cfg);
 /* Parses argv (argv[0] skipped). err (size errlen) receives a one-line message on error. */
 int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
-/* Parses "http://host:port" (or "host:port"). https is refused: TLS is not built yet. */
+/* Parses "http://host:port", "https://host:port" (tls = 1) or "host:port". */
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
 
 const char *kv_config_usage(void);
