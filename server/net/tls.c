@@ -364,6 +364,15 @@ void kv_tls_conn_free(kv_tls_conn *t)
 {
     if (!t)
         return;
+    /* Closed (by either side, or a handshake timeout) before the handshake completed: a failed
+     * handshake too, as Go's "TLS handshake error from ...: EOF" in etcd. */
+    if (!t->established && !t->failed) {
+        if (t->ctx->on_handshake)
+            t->ctx->on_handshake(t->ctx->arg, 0);
+        ctx_log(t->ctx, "TLS handshake with %s did not complete (%s)", t->who,
+                t->saw_first || !t->ctx->server ? "connection closed or timed out"
+                                                : "no bytes received");
+    }
     SSL_free(t->ssl); /* frees the BIOs */
     free(t->pending);
     kv_tls_ctx_unref(t->ctx);

@@ -25,6 +25,8 @@
  * Threads: a kv_tls_ctx may be shared by connections of one thread; its reference count and
  * reload check are not atomic, so use one context per thread (kvd: the loop thread).
  * Ownership: kv_tls_conn_new() takes a reference on the context; kv_tls_conn_free() drops it.
+ * Metrics/logs: on_handshake(0) and a log line also for a connection freed before its
+ * handshake completed (closed early, or the transport's handshake timeout).
  * Errors: 0 or a negative errno (-ENOMEM, -EINVAL, -EPROTO handshake/record failure,
  * -ECONNRESET the peer sent close_notify, -ENOBUFS too much plaintext queued before the
  * handshake completed).
