@@ -64,11 +64,14 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
 {
     const char *p = text;
     memset(u, 0, sizeof(*u));
-    if (strncmp(p, "https://", 8) == 0 || strncmp(p, "unixs://", 8) == 0) {
-        snprintf(err, errlen, "%s: TLS URLs are not supported yet (use http://)", text);
+    if (strncmp(p, "unixs://", 8) == 0) {
+        snprintf(err, errlen, "%s: unix sockets are not supported (use https://)", text);
         return -ENOTSUP;
     }
-    if (strncmp(p, "http://", 7) == 0)
+    int tls = strncmp(p, "https://", 8) == 0;
+    if (tls)
+        p += 8;
+    else if (strncmp(p, "http://", 7) == 0)
         p += 7;
     const char *colon = strrchr(p, ':');
     if (colon == NULL || colon == p) {
@@ -97,7 +100,8 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
     memcpy(u->host, p, hlen);
     u->host[hlen] = '\0';
     u->port = (int)port;
-    snprintf(u->text, sizeof(u->text), "http://%s:%d", u->host, u->port);
+    u->tls = tls;
+    snprintf(u->text, sizeof(u->text), "%s://%s:%d", tls ? "https" : "http", u->host, u->port);
     return 0;
 }
 
@@ -284,6 +288,18 @@ static const flag_def FLAGS[] = {
     {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
     {"peer-max-priority-queue-bytes", F_SIZE, OFF(peer_max_prio_queue_bytes), 0, 0, 65536,
      1ULL << 32},
+    /* TLS (issue 13), etcd's flags. */
+    {"cert-file", F_STR, OFF(cert_file), 0, sizeof(((kv_config *)0)->cert_file), 0, 0},
+    {"key-file", F_STR, OFF(key_file), 0, sizeof(((kv_config *)0)->key_file), 0, 0},
+    {"trusted-ca-file", F_STR, OFF(trusted_ca_file), 0, sizeof(((kv_config *)0)->trusted_ca_file),
+     0, 0},
+    {"client-cert-auth", F_BOOL, OFF(client_cert_auth), 0, 0, 0, 0},
+    {"peer-cert-file", F_STR, OFF(peer_cert_file), 0, sizeof(((kv_config *)0)->peer_cert_file), 0,
+     0},
+    {"peer-key-file", F_STR, OFF(peer_key_file), 0, sizeof(((kv_config *)0)->peer_key_file), 0, 0},
+    {"peer-trusted-ca-file", F_STR, OFF(peer_trusted_ca_file), 0,
+     sizeof(((kv_config *)0)->peer_trusted_ca_file), 0, 0},
+    {"peer-client-cert-auth", F_BOOL, OFF(peer_client_cert_auth), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -364,6 +380,14 @@ const char *kv_config_usage(void)
            "                                  not yet applied; the rest stays queued (10000)\n"
            "  --peer-max-priority-queue-bytes N  lease renewal frames queued per peer, sent\n"
            "                                  ahead of raft traffic; beyond: dropped (4 MiB)\n"
+           "  --cert-file F                   client port TLS certificate (https:// URLs)\n"
+           "  --key-file F                    its private key\n"
+           "  --trusted-ca-file F             CA that signs client certificates\n"
+           "  --client-cert-auth              require a client certificate (mutual TLS)\n"
+           "  --peer-cert-file F              peer TLS certificate (server and client side)\n"
+           "  --peer-key-file F               its private key\n"
+           "  --peer-trusted-ca-file F        CA that signs the other members' certificates\n"
+           "  --peer-client-cert-auth         require a verified certificate from peers\n"
            "  --version | --help\n";
 }
 
@@ -491,6 +515,27 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     if (strcmp(cfg->initial_cluster_state, "new") != 0 &&
         strcmp(cfg->initial_cluster_state, "existing") != 0) {
         snprintf(err, errlen, "--initial-cluster-state must be 'new' or 'existing'");
+        return -EINVAL;
+    }
+    /* TLS (issue 13): an https listener needs a certificate, as etcd. */
+    for (size_t k = 0; k < cfg->n_listen_client; k++)
+        if (cfg->listen_client[k].tls && (!cfg->cert_file[0] || !cfg->key_file[0])) {
+            snprintf(err, errlen, "%s: https listen URL needs --cert-file and --key-file",
+                     cfg->listen_client[k].text);
+            return -EINVAL;
+        }
+    for (size_t k = 0; k < cfg->n_listen_peer; k++)
+        if (cfg->listen_peer[k].tls && (!cfg->peer_cert_file[0] || !cfg->peer_key_file[0])) {
+            snprintf(err, errlen,
+                     "%s: https peer URL needs --peer-cert-file and --peer-key-file",
+                     cfg->listen_peer[k].text);
+            return -EINVAL;
+        }
+    if ((cfg->client_cert_auth && !cfg->trusted_ca_file[0]) ||
+        (cfg->peer_client_cert_auth && !cfg->peer_trusted_ca_file[0])) {
+        snprintf(err, errlen, "--%sclient-cert-auth needs --%strusted-ca-file",
+                 cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-",
+                 cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-");
         return -EINVAL;
     }
     int found = 0;

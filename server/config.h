@@ -21,6 +21,7 @@ typedef struct kv_url {
     char host[256]; /* numeric or name; "localhost" is resolved to 127.0.0.1 */
     int port;
     char text[300]; /* the URL as given, normalised (scheme://host:port) */
+    int tls;        /* https:// (issue 13) */
 } kv_url;
 
 typedef struct kv_peer {
@@ -113,6 +114,15 @@ typedef struct kv_config {
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
     size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
                                          per peer, sent ahead of raft traffic (4 MiB) */
+    /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
+    char cert_file[512];            /* --cert-file: client port certificate (PEM) */
+    char key_file[512];             /* --key-file */
+    char trusted_ca_file[512];      /* --trusted-ca-file: CA of client certificates */
+    int client_cert_auth;           /* --client-cert-auth: require a verified client cert */
+    char peer_cert_file[512];       /* --peer-cert-file: peer port (server and client) cert */
+    char peer_key_file[512];        /* --peer-key-file */
+    char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
+    int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);
@@ -120,7 +130,7 @@ void kv_config_default(kv_config *cfg);
 /* Parses argv (argv[0] skipped). err (size errlen) receives a one-line message on error. */
 int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
-/* Parses "http://host:port" (or "host:port"). https is refused: TLS is not built yet. */
+/* Parses "http://host:port", "https://host:port" (tls = 1) or "host:port". */
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
 
 const char *kv_config_usage(void);

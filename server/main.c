@@ -18,6 +18,7 @@
 #include "peer/peer_net.h"
 #include "api/auto_compact.h"
 #include "server.h"
+#include "tls_setup.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -42,6 +43,7 @@ typedef struct kvd_main {
     int stopping;
     int lock_fd;            /* data dir lock (datadir_lock.h), held for the process lifetime */
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
+    kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -237,8 +239,15 @@ static int start_listeners(kvd_main *m)
     m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
     if (m->n_methods == 0)
         return -E2BIG;
+    char terr[1024];
+    int trc = kv_tls_setup_client_port(cfg, m->srv.metrics, &m->client_tls, terr, sizeof(terr));
+    if (trc < 0) {
+        fprintf(stderr, "kvd: client TLS: %s\n", terr);
+        return trc;
+    }
     for (size_t i = 0; i < cfg->n_listen_client; i++) {
         const kv_url *u = &cfg->listen_client[i];
+        gc.tls = u->tls ? m->client_tls : NULL;
         int rc = kv_grpc_server_init(&m->grpc[m->n_grpc], &m->loop, &gc, m->methods, m->n_methods,
                                      &m->srv, m->srv.metrics);
         if (rc < 0)
@@ -393,6 +402,7 @@ int main(int argc, char **argv)
     uv_run(&m.loop, UV_RUN_DEFAULT);
 
     kv_store_close(s->store);
+    kv_tls_ctx_unref(m.client_tls);
     uv_loop_close(&m.loop);
     kv_metrics_free(s->metrics);
     kv_datadir_unlock(m.lock_fd);

@@ -4,6 +4,7 @@
  * member exactly as kvd builds it.
  */
 #include "server.h"
+#include "tls_setup.h"
 
 #include "lease_fwd.h"
 #include "leases.h"
@@ -181,11 +182,20 @@ static int start_peers(kv_server *s, const char *snap_dir)
     if (cfg->election_timeout_ms && pc.dial_backoff_max_ms > cfg->election_timeout_ms)
         pc.dial_backoff_max_ms = cfg->election_timeout_ms;
     pc.joining = s->joining;
+    char terr[1024];
+    int trc = kv_tls_setup_peer(cfg, s->metrics, &pc.tls_server, &pc.tls_client, terr,
+                                sizeof(terr)); /* issue 13: the net takes its own references */
+    if (trc < 0) {
+        fprintf(stderr, "kvd: peer TLS: %s\n", terr);
+        return trc;
+    }
     kv_peer_handler h = {.arg = s,
                          .on_message = peer_on_message,
                          .on_snapshot = peer_on_snapshot,
                          .on_cluster_id = peer_on_cluster_id};
     int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);
+    kv_tls_ctx_unref(pc.tls_server);
+    kv_tls_ctx_unref(pc.tls_client);
     if (rc < 0) {
         fprintf(stderr, "kvd: cannot start the peer transport: %s\n", strerror(-rc));
         return rc;

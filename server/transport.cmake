@@ -11,15 +11,21 @@ add_library(kv_net STATIC ${CMAKE_CURRENT_LIST_DIR}/net/listen.c)
 target_include_directories(kv_net PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_net PUBLIC PkgConfig::UV)
 
+# TLS over OpenSSL memory BIOs (issue 13), shared by the gRPC server and the peer transport.
+add_library(kv_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/net/tls.c)
+target_include_directories(kv_tls PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_tls PUBLIC PkgConfig::OPENSSL)
+
 add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_wire.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_io.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c
-  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c)
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_tls.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net PkgConfig::UV PkgConfig::NGHTTP2)
+target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV PkgConfig::NGHTTP2)
 target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC status enum
 
 add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)

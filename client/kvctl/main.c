@@ -195,9 +195,19 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
     if (f < 0)
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "unsupported output format");
     k->format = (enum kvctl_format)f;
+    /* TLS (issue 13), as etcdctl 3.4: any of --cert/--key/--cacert/--insecure-skip-tls-verify,
+     * or --insecure-transport=false, makes scheme-less endpoints https://. */
     if ((k->raw_cert && *k->raw_cert) || (k->raw_key && *k->raw_key) ||
-        (k->raw_cacert && *k->raw_cacert) || !k->insecure_transport)
-        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: TLS is not supported yet");
+        (k->raw_cacert && *k->raw_cacert) || k->insecure_skip_verify || !k->insecure_transport)
+        for (size_t i = 0; i < k->n_endpoints; i++) {
+            if (strstr(k->endpoints[i], "://"))
+                continue;
+            char *u = NULL;
+            if (asprintf(&u, "https://%s", k->endpoints[i]) < 0)
+                return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
+            free(k->endpoints[i]);
+            k->endpoints[i] = u;
+        }
     if ((k->raw_user && *k->raw_user) || (k->raw_password && *k->raw_password))
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: authentication is not supported yet");
     if (k->raw_discovery && *k->raw_discovery)

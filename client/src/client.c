@@ -2,6 +2,7 @@
  * client.c - kvc_open / kvc_close, configuration defaults, command dispatch, stats.
  */
 #include "internal.h"
+#include "net/tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,10 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
         if (rc != 0)
             goto fail;
     }
+    c->cfg.ca_file = c->cfg.cert_file = c->cfg.key_file = NULL; /* not kept: loaded here */
+    rc = kvc_tls_open(c, cfg, err);
+    if (rc != 0)
+        goto fail;
     c->rng = cfg->seed ? cfg->seed : (uv_hrtime() ^ ((uint64_t)(uintptr_t)c << 16));
     if (!c->rng)
         c->rng = 0x9E3779B97F4A7C15ULL;
@@ -156,6 +161,7 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
     *out = c;
     return 0;
 fail:
+    kv_tls_ctx_unref(c->tls);
     free(c->eps);
     free(c);
     return rc;
@@ -173,6 +179,7 @@ void kvc_close(kvc_client *c)
     kvc_sendbuf_free(&c->ka.out);
     kvc_rbuf_free(&c->ka.s.rb);
     kvc_watch_free_sched(c);
+    kv_tls_ctx_unref(c->tls);
     free(c->eps);
     free(c);
 }

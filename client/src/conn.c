@@ -8,6 +8,7 @@
  * nghttp2 callback; callbacks of a dead connection return NGHTTP2_ERR_CALLBACK_FAILURE.
  */
 #include "internal.h"
+#include "net/tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,7 @@ static void on_tcp_close(uv_handle_t *h)
     kvc_client *c = cn->c;
     if (cn->h2)
         nghttp2_session_del(cn->h2);
+    kv_tls_conn_free(cn->tls);
     free(cn);
     kvc_client_handle_closed(c);
 }
@@ -261,7 +263,11 @@ void kvc_conn_flush(kvc_client *c)
         return;
     kvc_loop_group *g = c->lg;
     size_t used = 0;
-    while (cn->write_pending + used < KVC_WRITE_HIGH_WATER) {
+    /* TLS: nothing is pulled from nghttp2 before the handshake completes; its output is
+     * encrypted into the TLS layer and drained into the scratch buffer below. */
+    while (cn->write_pending + used + (cn->tls ? kv_tls_conn_out_pending(cn->tls) : 0) <
+               KVC_WRITE_HIGH_WATER &&
+           (!cn->tls || kv_tls_conn_established(cn->tls))) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(cn->h2, &data);
         if (n < 0) {
@@ -272,6 +278,13 @@ void kvc_conn_flush(kvc_client *c)
         }
         if (n == 0)
             break;
+        if (cn->tls) {
+            if (kv_tls_conn_write(cn->tls, data, (size_t)n) != 0) {
+                kvc_conn_fail(c, "TLS write failed");
+                return;
+            }
+            continue;
+        }
         if (used + (size_t)n > g->scratch_cap) {
             size_t cap = g->scratch_cap ? g->scratch_cap : 16384;
             while (cap < used + (size_t)n)
@@ -286,6 +299,19 @@ void kvc_conn_flush(kvc_client *c)
         }
         memcpy(g->scratch + used, data, (size_t)n);
         used += (size_t)n;
+    }
+    size_t tls_out = cn->tls ? kv_tls_conn_out_pending(cn->tls) : 0;
+    if (tls_out) {
+        if (tls_out > g->scratch_cap) {
+            uint8_t *p = realloc(g->scratch, tls_out);
+            if (!p) {
+                kvc_conn_fail(c, "out of memory");
+                return;
+            }
+            g->scratch = p;
+            g->scratch_cap = tls_out;
+        }
+        used = kv_tls_conn_out_read(cn->tls, g->scratch, tls_out);
     }
     if (used) {
         struct wreq *w = malloc(sizeof *w + used);
@@ -351,7 +377,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    if (!cn->got_bytes) {
+    if (!cn->got_bytes && !cn->tls) {
         cn->got_bytes = 1;
         if (nread >= 5 && memcmp(buf->base, "HTTP/", 5) == 0) {
             char line[64];
@@ -370,6 +396,19 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         }
     }
     cn->in_recv = 1;
+    if (cn->tls) {
+        char why[300];
+        int trc = kvc_tls_conn_recv(cn, (const uint8_t *)buf->base, (size_t)nread, why, sizeof why);
+        cn->in_recv = 0;
+        if (cn->dead)
+            return;
+        if (trc < 0) {
+            kvc_conn_fail(c, why);
+            return;
+        }
+        kvc_conn_flush(c);
+        return;
+    }
     ssize_t rv = nghttp2_session_mem_recv(cn->h2, (const uint8_t *)buf->base, (size_t)nread);
     cn->in_recv = 0;
     if (cn->dead)
@@ -424,6 +463,11 @@ static void on_connect(uv_connect_t *req, int status)
         kvc_conn_fail(c, "cannot create HTTP/2 session");
         return;
     }
+    if (kvc_tls_conn_start(cn) != 0) {
+        kvc_conn_fail(c, cn->tls && kv_tls_conn_error(cn->tls)[0] ? kv_tls_conn_error(cn->tls)
+                                                                  : "cannot start TLS");
+        return;
+    }
     int rc = uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
     if (rc < 0) {
         kvc_conn_fail(c, uv_strerror(rc));
@@ -467,7 +511,7 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv nva[8] = {
         NV(":method", "POST"),
-        NV(":scheme", "http"),
+        NV(":scheme", cn->tls ? "https" : "http"),
         NV(":path", path),
         NV(":authority", c->eps[c->ep_idx].authority),
         NV("content-type", "application/grpc"),

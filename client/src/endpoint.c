@@ -18,11 +18,16 @@ int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: empty endpoint");
     snprintf(ep->text, sizeof ep->text, "%s", s);
     const char *p = s;
-    if (strncmp(p, "http://", 7) == 0)
+    if (strncmp(p, "http://", 7) == 0) {
         p += 7;
-    else if (strstr(p, "://"))
+    } else if (strncmp(p, "https://", 8) == 0) {
+        p += 8;
+        ep->tls = 1;
+    } else if (strstr(p, "://")) {
         return kvc_fail(err, KVC_INVALID_ARGUMENT,
-                        "kvclient: bad endpoint '%s': only http:// (h2c) is supported", s);
+                        "kvclient: bad endpoint '%s': only http:// and https:// are supported",
+                        s);
+    }
     size_t n = strlen(p);
     while (n > 0 && p[n - 1] == '/')
         n--;
@@ -53,6 +58,7 @@ int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err)
         memcpy(host, p, hlen);
     }
     host[hlen] = '\0';
+    snprintf(ep->host, sizeof ep->host, "%s", host);
     for (size_t i = 0; i < hlen; i++)
         if (isspace((unsigned char)host[i]) || host[i] == '/' || host[i] == '@')
             return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: bad endpoint '%s': invalid host",

@@ -147,10 +147,21 @@ int kvc_grpc_refused(const struct kvc_h2stream *s, uint32_t h2err);
 
 struct kvc_endpoint {
     char text[256];      /* as configured, for messages */
+    int tls;             /* https:// (issue 13) */
+    char host[256];      /* host name or IP literal the server certificate must match */
     char authority[272]; /* host:port */
     struct sockaddr_storage addr;
 };
 int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err);
+
+/* ---- TLS (conn_tls.c, issue 13) ---- */
+/* kvc_open: creates c->tls when an endpoint is https. 0 or a kvc_fail code. */
+int kvc_tls_open(kvc_client *c, const kvc_config *cfg, kvc_error *err);
+struct kvc_conn;
+/* TCP connected to an https endpoint: cn->tls created, ClientHello queued. 0 or -errno. */
+int kvc_tls_conn_start(struct kvc_conn *cn);
+/* Ciphertext read: plaintext into nghttp2. 0, or -1 with the reason in why. */
+int kvc_tls_conn_recv(struct kvc_conn *cn, const uint8_t *in, size_t len, char *why, size_t cap);
 
 /* ---- calls (call.c) ---- */
 
@@ -209,6 +220,7 @@ struct kvc_conn {
     int in_recv;  /* inside nghttp2_session_mem_recv */
     int got_bytes;
     char fail_reason[200];
+    struct kv_tls_conn *tls; /* https endpoint: TLS between the socket and nghttp2 */
 };
 
 /* Ensure a connection exists or is being made (loop). */
@@ -343,6 +355,7 @@ struct kvc_client {
     kvc_config cfg;
     struct kvc_endpoint *eps;
     size_t n_eps;
+    struct kv_tls_ctx *tls;        /* client TLS context when an endpoint is https (owned) */
     size_t ep_idx;                 /* loop */
     int state;                     /* loop: enum kvc_conn_state */
     struct kvc_conn *conn;         /* loop */

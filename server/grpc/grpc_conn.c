@@ -542,6 +542,8 @@ int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out)
 int kv_grpc_conn_begin(kv_grpc_conn *c)
 {
     kv_grpc_server *s = c->srv;
+    if (s->cfg.tls && kv_grpc_tls_attach(c) != 0)
+        return -ENOMEM;
     int rv = nghttp2_session_server_new2(&c->h2, s->cbs, c, s->opt);
     if (rv != 0)
         return -ENOMEM;

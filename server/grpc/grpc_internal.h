@@ -193,6 +193,10 @@ void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n);
 void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated);
 int kv_grpc_session_callbacks(nghttp2_session_callbacks **out);
 
+/* grpc_tls.c */
+/* After accept on a TLS listener (cfg.tls): switches c's I/O to TLS. Returns 0 or -ENOMEM. */
+int kv_grpc_tls_attach(kv_grpc_conn *c);
+
 /* grpc_call.c */
 kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id);
 void kv_grpc_call_free(kv_grpc_call *call);

@@ -7,7 +7,7 @@
  * the identity. A TLS layer implements the same ops with OpenSSL memory BIOs (recv: write
  * ciphertext into the read BIO, SSL_read plaintext out; send: SSL_write, drain the write BIO
  * into out); handshake bytes are produced into `out` from recv, which is why recv receives
- * the connection (it may append to kv_grpc_conn_out()). TLS is not implemented yet.
+ * the connection (it may append to the connection's out buffer). TLS: grpc_tls.c.
  */
 #ifndef KV_GRPC_IO_H
 #define KV_GRPC_IO_H

@@ -23,8 +23,9 @@
  *   a stream whose output makes no progress for send_stall_timeout_ms is reset.
  *   process: the sum over all connections stays under max_buffered_bytes (stalled output
  *   and the largest partial requests are shed first; a send that still does not fit fails).
- * - TLS: not implemented yet; connection I/O goes through a small vtable (grpc_io.h) so a TLS
- *   layer (OpenSSL memory BIOs) can sit between the socket and nghttp2.
+ * - TLS: cfg.tls set = every accepted connection is TLS (grpc_tls.c over net/tls.h, OpenSSL
+ *   memory BIOs between the socket and nghttp2; the handshake counts as part of
+ *   handshake_timeout_ms).
  * - Error codes: functions return 0 or a negative errno (-EINVAL, -ENOMEM, -ENOBUFS,
  *   -ECONNRESET, ...) or a negative libuv code (listen errors).
  */
@@ -101,6 +102,9 @@ typedef struct kv_grpc_config {
      * Only for methods whose requests are small and answered from memory. Borrowed: must
      * outlive the server. */
     const char *const *priority_methods;
+    struct kv_tls_ctx *tls;           /* (issue 13) NULL: h2c; else a server context of
+                                         net/tls.h (borrowed: keep it until the server is
+                                         closed; connections hold their own reference) */
 } kv_grpc_config;
 
 #define KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES ((size_t)256 * 1024 * 1024)
@@ -172,6 +176,10 @@ int kv_grpc_call_finish(kv_grpc_call *c, int grpc_status, const char *grpc_messa
 void kv_grpc_call_pause_recv(kv_grpc_call *c);
 /* Resumes delivery; held messages are delivered from the loop (not from inside this call). */
 void kv_grpc_call_resume_recv(kv_grpc_call *c);
+
+/* (issue 13) The subject CN of the client certificate verified on the call's TLS connection,
+ * "" without TLS or without a client certificate (for auth later). Valid while the call is. */
+const char *kv_grpc_call_peer_cn(kv_grpc_call *c);
 
 /* (addition) Response bytes of this call queued in the transport and not yet taken by HTTP/2
  * (the peer's stream window or the socket is full): the call's own send buffer. */

@@ -2,6 +2,7 @@
  * session, batched writes out of it, PING liveness, close. The HTTP/2 layer is in
  * peer_session.c. */
 #include "peer/peer_internal.h"
+#include "net/tls.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@ static void conn_closed_cb(uv_handle_t *h)
     while (c->streams)
         kv_peer_stream_free(c, c->streams);
     free(c->wbuf);
+    kv_tls_conn_free(c->tls);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -83,6 +85,11 @@ void kv_peer_conn_flush(peer_conn *c)
     }
     if (c->writing)
         return;
+    if (c->tls) { /* TLS (issue 13): ciphertext into wbuf */
+        if (kv_peer_tls_fill(c) != 0)
+            return;
+        goto write;
+    }
     while (c->wlen < PEER_WRITE_CHUNK) {
         const uint8_t *d;
         ssize_t k = nghttp2_session_mem_send(c->h2, &d);
@@ -109,6 +116,7 @@ void kv_peer_conn_flush(peer_conn *c)
             return;
         }
     }
+write:
     if (c->wlen > 0) {
         uv_buf_t b = uv_buf_init((char *)c->wbuf, (unsigned)c->wlen);
         c->write_req.data = c;
@@ -157,7 +165,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     c->last_rx = uv_now(c->net->loop);
     c->missed_pings = 0;
     c->in_recv = 1;
-    ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
+    ssize_t rv = c->tls ? kv_peer_tls_recv(c, (const uint8_t *)b->base, (size_t)nread)
+                        : nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
     c->in_recv = 0;
     if (c->closing)
         return;
@@ -222,6 +231,10 @@ static void on_connect(uv_connect_t *req, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     c->connected = 1;
     c->last_rx = uv_now(n->loop);
+    if (c->peer && c->peer->tls && kv_peer_tls_attach(c, n->cfg.tls_client, c->peer->host) != 0) {
+        kv_peer_conn_close(c, "cannot start TLS");
+        return;
+    }
     if (session_start(c) != 0 || !c->peer) {
         kv_peer_conn_close(c, "cannot start the HTTP/2 session");
         return;
@@ -288,6 +301,11 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
         return 0;
     }
     c->connected = 1;
+    size_t li = (size_t)((uv_tcp_t *)server - n->listeners);
+    if (li < 8 && n->listener_tls[li] && kv_peer_tls_attach(c, n->cfg.tls_server, NULL) != 0) {
+        kv_peer_conn_close(c, "cannot start TLS");
+        return 0;
+    }
     rc = session_start(c);
     if (rc != 0) {
         kv_peer_conn_close(c, "cannot start the HTTP/2 session");

@@ -101,6 +101,7 @@ typedef struct kv_peer {
     peer_resolve *resolving;
     uint64_t addr_rr;
     int dialer;      /* 1 when self_id < id */
+    int tls;         /* https:// URL: dialed with net->cfg.tls_client */
     peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;
     peer_qframe *qhead, *qtail;
@@ -142,6 +143,7 @@ struct peer_conn {
     uint64_t last_rx, created;
     int missed_pings;
     char where[64]; /* for logs: "peer 2" or "127.0.0.1:1234" */
+    struct kv_tls_conn *tls; /* NULL: h2c; else TLS between the socket and nghttp2 */
 };
 
 struct kv_peer_net {
@@ -168,6 +170,7 @@ struct kv_peer_net {
     nghttp2_option *opt;
     int rbuf_busy;
     uint8_t rbuf[64 * 1024];
+    int listener_tls[8]; /* listener i has an https URL */
 };
 
 /* peer_net.c */
@@ -228,6 +231,17 @@ void kv_peer_conn_close(peer_conn *c, const char *why);
 void kv_peer_conn_mark_dirty(peer_conn *c);
 void kv_peer_conn_flush(peer_conn *c);
 void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now);
+
+/* peer_tls.c (issue 13) */
+/* Puts TLS (context ctx; verify_host: the dialed URL's host, NULL when accepting) under c.
+ * Dialer: also queues the ClientHello. Returns 0 or a negative errno. */
+int kv_peer_tls_attach(peer_conn *c, struct kv_tls_ctx *ctx, const char *verify_host);
+/* Ciphertext read from c's socket: plaintext into nghttp2. Returns 0, or -1 after closing c
+ * (TLS failure, logged with the reason, or an nghttp2 error). */
+int kv_peer_tls_recv(peer_conn *c, const uint8_t *in, size_t len);
+/* Fills c->wbuf with ciphertext: handshake output first, then (once established) nghttp2's
+ * frames encrypted, up to about PEER_WRITE_CHUNK. Returns 0, or -1 after closing c. */
+int kv_peer_tls_fill(peer_conn *c);
 
 /* peer_snap.c */
 int kv_peer_snap_out_open(kv_peer *p, const uint8_t *hdr, size_t hdr_len, const char *path,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "net/listen.h"
+#include "net/tls.h"
 
 void kv_peer_net_config_default(kv_peer_net_config *c)
 {
@@ -67,6 +68,8 @@ static void maybe_free_net(kv_peer_net *n)
         return;
     nghttp2_session_callbacks_del(n->cbs);
     nghttp2_option_del(n->opt);
+    kv_tls_ctx_unref(n->cfg.tls_server);
+    kv_tls_ctx_unref(n->cfg.tls_client);
     free(n->snap_dir);
     free(n);
 }
@@ -88,9 +91,12 @@ static void simple_handle_closed(uv_handle_t *h)
 static int parse_url(const char *url, char *host, size_t host_sz, int *port)
 {
     const char *p = url;
-    if (strncmp(p, "http://", 7) != 0)
+    if (strncmp(p, "https://", 8) == 0) /* TLS (issue 13): the caller checks the scheme */
+        p += 8;
+    else if (strncmp(p, "http://", 7) == 0)
+        p += 7;
+    else
         return -EINVAL;
-    p += 7;
     const char *hs, *he, *colon;
     if (*p == '[') {
         hs = p + 1;
@@ -350,6 +356,12 @@ int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
     int port;
     if (parse_url(url, host, sizeof(host), &port) != 0 || port == 0)
         return -EINVAL; /* the host is resolved at each dial (peer_dns.c) */
+    int tls = strncmp(url, "https://", 8) == 0;
+    if (tls && !n->cfg.tls_client) {
+        kv_peer_log(n, "peer %llx url '%s' is https but no peer TLS is configured",
+                    (unsigned long long)id, url);
+        return -EINVAL;
+    }
     kv_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
@@ -359,6 +371,7 @@ int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
     p->id = id;
     snprintf(p->url, sizeof(p->url), "%s", url);
     p->dialer = n->cfg.self_id < id;
+    p->tls = tls;
     p->backoff_ms = n->cfg.dial_backoff_min_ms;
     peer_metrics_init(n, p);
     kv_metric_set(p->m_connected, 0);
@@ -565,6 +578,10 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
         free(n);
         return -ENOMEM;
     }
+    if (n->cfg.tls_server)
+        kv_tls_ctx_ref(n->cfg.tls_server);
+    if (n->cfg.tls_client)
+        kv_tls_ctx_ref(n->cfg.tls_client);
     rc = mkdir_p(n->snap_dir);
     if (rc != 0)
         goto fail_early;
@@ -591,6 +608,13 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
         int port;
         rc = cfg->listen_urls[i] ? parse_url(cfg->listen_urls[i], host, sizeof(host), &port)
                                  : -EINVAL;
+        if (rc == 0 && strncmp(cfg->listen_urls[i], "https://", 8) == 0) {
+            n->listener_tls[i] = 1;
+            if (!cfg->tls_server) {
+                kv_peer_log(n, "cannot listen on %s: no peer certificate", cfg->listen_urls[i]);
+                rc = -EINVAL;
+            }
+        }
         if (rc != 0)
             goto fail;
         uv_tcp_init(loop, &n->listeners[i]);
@@ -618,6 +642,8 @@ fail:
     kv_peer_net_close(n);
     return rc;
 fail_early:
+    kv_tls_ctx_unref(n->cfg.tls_server);
+    kv_tls_ctx_unref(n->cfg.tls_client);
     free(n->snap_dir);
     free(n);
     return rc;

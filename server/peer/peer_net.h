@@ -56,7 +56,7 @@ typedef struct kv_peer_handler {
 typedef struct kv_peer_addr {
     uint64_t id;
     char url[256];
-} kv_peer_addr; /* http://host:port */
+} kv_peer_addr; /* http://host:port or https://host:port */
 
 typedef struct kv_peer_net_config {
     uint64_t self_id, cluster_id;
@@ -77,6 +77,10 @@ typedef struct kv_peer_net_config {
                                     unbounded. Past it: stream reset, file removed, counted */
     size_t max_prio_queue_bytes; /* per peer priority queue (kv_peer_net_send_prio); default
                                     4 MiB (--peer-max-priority-queue-bytes) */
+    /* TLS (issue 13, net/tls.h): https listen URLs accept with tls_server, https peer URLs are
+     * dialed with tls_client (the server certificate must match the URL's host). Each may be
+     * NULL (then such URLs are refused, -EINVAL). The net takes its own references. */
+    struct kv_tls_ctx *tls_server, *tls_client;
 } kv_peer_net_config;
 
 /* Fills c with the defaults above (no listeners, no peers, snap_dir NULL). */

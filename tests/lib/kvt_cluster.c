@@ -95,6 +95,12 @@ static void set_urls(kvt_member *m)
     snprintf(m->peer_url, sizeof(m->peer_url), "http://127.0.0.1:%u", m->proxy_port);
 }
 
+/* "s" when peer URLs are https (issue 13). */
+static const char *peer_s(const kvt_cluster *c)
+{
+    return c->o.peer_https ? "s" : "";
+}
+
 static int slot_init(kvt_cluster *c, int i)
 {
     kvt_member *m = &c->m[i];
@@ -227,16 +233,19 @@ int kvt_member_start(kvt_cluster *c, int i)
     snprintf(a_data, sizeof(a_data), "--data-dir=%s", m->data_dir);
     snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=%s", m->client_url);
     snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=%s", m->client_url);
-    snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", m->peer_port);
-    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=%s", m->peer_url);
+    snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http%s://127.0.0.1:%u", peer_s(c),
+             m->peer_port);
+    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http%s://%s", peer_s(c),
+             m->peer_url + 7);
     snprintf(a_lm, sizeof(a_lm), "--listen-metrics-urls=http://127.0.0.1:%u", m->metrics_port);
     size_t len = (size_t)snprintf(a_ic, sizeof(a_ic), "--initial-cluster=");
     int first = 1;
     for (int k = 0; k < c->n; k++) {
         if (!c->m[k].in_config)
             continue;
-        len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%s%s=%s", first ? "" : ",",
-                                c->m[k].name, c->m[k].peer_url);
+        len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%s%s=http%s://%s",
+                                first ? "" : ",", c->m[k].name, peer_s(c),
+                                c->m[k].peer_url + 7);
         first = 0;
     }
     snprintf(a_hb, sizeof(a_hb), "--heartbeat-interval=%u", c->o.heartbeat_ms);
@@ -268,6 +277,8 @@ int kvt_member_start(kvt_cluster *c, int i)
     for (int k = 0; c->o.target == KVT_TARGET_KVD && c->o.kvd_args && c->o.kvd_args[k] && n < 47;
          k++)
         argv[n++] = c->o.kvd_args[k];
+    for (int k = 0; c->o.target == KVT_TARGET_KVD && m->args && m->args[k] && n < 47; k++)
+        argv[n++] = m->args[k];
     argv[n] = NULL;
     m->partitioned = 0; /* a fresh kvd process starts connected */
     return kvt_proc_spawn_env(&m->proc, argv, m->env);

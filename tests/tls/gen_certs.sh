@@ -1,0 +1,39 @@
+#!/bin/sh
+# gen_certs.sh DIR - test certificates, made at test time (never committed):
+#   ca.pem/ca-key.pem          CA 1
+#   server.pem/server-key.pem  signed by CA 1, SAN 127.0.0.1, ::1, localhost (serverAuth+clientAuth:
+#                              also the peer certificate)
+#   client.pem/client-key.pem  signed by CA 1, CN "root" (clientAuth)
+#   ca2.pem/ca2-key.pem        CA 2 (another CA)
+#   other.pem/other-key.pem    signed by CA 2, same SANs as server.pem
+set -eu
+d=$1
+mkdir -p "$d"
+cd "$d"
+cat > ext.cnf <<'X'
+[srv]
+basicConstraints = CA:FALSE
+keyUsage = digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = IP:127.0.0.1, IP:::1, DNS:localhost
+[cli]
+basicConstraints = CA:FALSE
+keyUsage = digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+X
+mkca() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj "/CN=$2" -keyout "$1-key.pem" -out "$1.pem" 2>/dev/null
+}
+mkcert() { # name ca cn ext
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$3" \
+        -keyout "$1-key.pem" -out "$1.csr" 2>/dev/null
+    openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2-key.pem" -CAcreateserial -days 2 \
+        -extfile ext.cnf -extensions "$4" -out "$1.pem" 2>/dev/null
+    rm -f "$1.csr"
+}
+mkca ca "kvd test CA"
+mkca ca2 "kvd other CA"
+mkcert server ca "kvd member" srv
+mkcert client ca root cli
+mkcert other ca2 "kvd member" srv
