@@ -14,6 +14,8 @@
 #include <strings.h>
 
 #define HEALTH_SCAN_MS 250
+/* etcd's /health sets no Content-Type: Go's sniffing says text/plain */
+#define HEALTH_CTYPE "text/plain; charset=utf-8"
 
 typedef struct hconn hconn;
 
@@ -58,10 +60,18 @@ struct hconn {
 static void write_head(hconn *hc, int status, const char *ctype, long long len, int chunked)
 {
     char head[512];
-    int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status,
-                     kv_gw_status_text(status), ctype);
-    if (chunked)
-        n += snprintf(head + n, sizeof(head) - (size_t)n, "Transfer-Encoding: chunked\r\n");
+    /* etcd's client port wraps every HTTP handler in its CORS handler */
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\n"
+                     "Access-Control-Allow-Headers: accept, content-type, authorization\r\n"
+                     "Access-Control-Allow-Methods: POST, GET, OPTIONS, PUT, DELETE\r\n"
+                     "Access-Control-Allow-Origin: *\r\n"
+                     "Content-Type: %s\r\n",
+                     status, kv_gw_status_text(status), ctype);
+    if (chunked) /* grpc-gateway forwards the gRPC response header */
+        n += snprintf(head + n, sizeof(head) - (size_t)n,
+                      "Grpc-Metadata-Content-Type: application/grpc\r\n"
+                      "Transfer-Encoding: chunked\r\n");
     else
         n += snprintf(head + n, sizeof(head) - (size_t)n, "Content-Length: %lld\r\n", len);
     if (!hc->keep_alive)
@@ -100,7 +110,7 @@ static void respond_health(hconn *hc, int ok, const char *reason)
 {
     if (ok) {
         static const char body[] = "{\"health\":\"true\"}";
-        respond(hc, 200, "application/json", body, sizeof(body) - 1);
+        respond(hc, 200, HEALTH_CTYPE, body, sizeof(body) - 1);
         return;
     }
     kv_jbuf b = {0};
@@ -109,9 +119,9 @@ static void respond_health(hconn *hc, int ok, const char *reason)
     kv_jbuf_str(&b, r, strnlen(r, 256));
     kv_jbuf_puts(&b, "}");
     if (b.oom)
-        respond(hc, 503, "application/json", "{\"health\":\"false\"}", 18);
+        respond(hc, 503, HEALTH_CTYPE, "{\"health\":\"false\"}", 18);
     else
-        respond(hc, 503, "application/json", b.p, b.len);
+        respond(hc, 503, HEALTH_CTYPE, b.p, b.len);
     kv_jbuf_free(&b);
 }
 
@@ -123,10 +133,10 @@ static void respond_grpc_error(hconn *hc, int code, const char *msg)
     const char *m = msg ? msg : "";
     kv_jbuf_puts(&b, "{\"error\":");
     kv_jbuf_str(&b, m, strlen(m));
-    snprintf(num, sizeof(num), ",\"code\":%d,\"message\":", code);
-    kv_jbuf_puts(&b, num);
+    kv_jbuf_puts(&b, ",\"message\":");
     kv_jbuf_str(&b, m, strlen(m));
-    kv_jbuf_puts(&b, "}");
+    snprintf(num, sizeof(num), ",\"code\":%d}", code);
+    kv_jbuf_puts(&b, num);
     if (b.oom) {
         kv_jbuf_free(&b);
         respond_close(hc, 500, "out of memory\n");

@@ -537,7 +537,7 @@ static int skip_value(jparser *ps)
     char tmp[64];
     ws(ps);
     if (ps->p >= ps->end)
-        return fail(ps, "unexpected end of JSON input");
+        return fail(ps, "unexpected EOF");
     switch (*ps->p) {
     case '{':
         return skip_container(ps, '}', 1);
@@ -629,7 +629,7 @@ static int parse_field_value(jparser *ps, const ProtobufCFieldDescriptor *f, voi
     int rc;
     ws(ps);
     if (ps->p >= ps->end)
-        return fail(ps, "unexpected end of JSON input");
+        return fail(ps, "unexpected EOF");
     switch (f->type) {
     case PROTOBUF_C_TYPE_MESSAGE:
         return parse_message(ps, f->descriptor, (ProtobufCMessage **)dst);
