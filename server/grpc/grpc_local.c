@@ -159,6 +159,14 @@ int kv_grpc_local_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_metric_inc(call->conn->srv->m_ref_resp_size);
         return -EMSGSIZE;
     }
+    /* As kv_grpc_call_send: a streaming call whose reader does not read is told so (the
+     * handler backs off or ends the stream) rather than queueing without end. */
+    size_t queued = call->local->queued ? call->local->queued(call->local_arg) : 0;
+    if (call->method->streaming && queued &&
+        queued + len > call->conn->srv->cfg.max_send_buffer_bytes) {
+        kv_metric_inc(call->conn->srv->m_ref_sendbuf);
+        return -ENOBUFS;
+    }
     return call->local->send(call->local_arg, msg, len);
 }
 

@@ -408,7 +408,7 @@ static int parse_string(jparser *ps, char **out, size_t *n)
     ps->p++;
     const char *s = ps->p;
     while (ps->p < ps->end && *ps->p != '"') {
-        if (*ps->p == '\\')
+        if (*ps->p == '\\' && ps->p + 1 < ps->end)
             ps->p++;
         ps->p++;
     }
