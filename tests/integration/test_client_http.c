@@ -19,6 +19,7 @@
 
 #include "grpc_raw.h"
 #include "harness.h"
+#include "kvt_cluster.h"
 #include "kvt_util.h"
 #include "rpc.pb-c.h"
 
@@ -539,4 +540,48 @@ Test(client_http, same_output_shape_as_etcd, .timeout = 180)
     }
     stop_server(k);
     stop_server(e);
+}
+
+/* Without a leader: /health on the client port is 503 {"health":"false",...} and
+ * Health/Check answers NOT_SERVING (08 02). A 3-member cluster loses its leader and one
+ * follower; the survivor (a follower) campaigns without a quorum. */
+Test(client_http, no_leader_is_unhealthy_on_http_and_grpc, .timeout = 180)
+{
+    kvt_cluster *c = calloc(1, sizeof(*c));
+    cr_assert(c);
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    o.target = KVT_TARGET_KVD;
+    cr_assert_eq(kvt_cluster_init(c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(c, 30000), 0);
+    int leader = kvt_cluster_wait_leader(c, 20000, NULL);
+    cr_assert(leader >= 0, "no leader: %d", leader);
+    int survivor = (leader + 1) % 3, other = (leader + 2) % 3;
+    http_resp r = http_do(c->m[survivor].client_port, "GET", "/health", NULL);
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    free(r.raw);
+    cr_assert_eq(kvt_member_kill9(c, leader), 0);
+    cr_assert_eq(kvt_member_kill9(c, other), 0);
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        r = http_do(c->m[survivor].client_port, "GET", "/health", NULL);
+        ok = r.status == 503 && strstr(r.body, "{\"health\":\"false\"");
+        free(r.raw);
+        if (!ok)
+            kvt_sleep_ms(100);
+    }
+    cr_assert(ok, "the survivor still reports healthy without a leader");
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", c->m[survivor].client_port, 5000), 0);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int st = -1;
+    cr_assert_eq(kv_it_grpc_call(g, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0, &resp,
+                                 &rlen, 5000, &st, NULL, 0),
+                 0);
+    cr_assert(st == 0 && rlen == 2 && resp[0] == 0x08 && resp[1] == 2, "not NOT_SERVING");
+    free(resp);
+    kv_it_grpc_close(g);
+    kvt_cluster_destroy(c);
+    free(c);
 }
