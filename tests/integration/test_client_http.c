@@ -585,3 +585,24 @@ Test(client_http, no_leader_is_unhealthy_on_http_and_grpc, .timeout = 180)
     kvt_cluster_destroy(c);
     free(c);
 }
+
+/* An HTTP/1.1 connection idle after a keep-alive response is closed after the handshake
+ * timeout (--grpc-handshake-timeout), like a silent gRPC connection. */
+Test(client_http, idle_keepalive_connection_is_closed, .timeout = 120)
+{
+    kv_it_server *s = calloc(1, sizeof(*s));
+    cr_assert(s);
+    const char *const extra[] = {"--grpc-handshake-timeout=500ms", NULL};
+    cr_assert_eq(kv_it_server_init(s, KV_IT_KVD, extra), 0);
+    cr_assert_eq(kv_it_server_start(s, 20000), 0);
+    const char req[] = "GET /version HTTP/1.1\r\nHost: x\r\n\r\n";
+    int closed = 0;
+    int64_t t0 = kvt_now_us();
+    char *out = raw_exchange(s->client_port, req, sizeof(req) - 1, 10000, &closed);
+    int64_t ms = (kvt_now_us() - t0) / 1000;
+    cr_assert(strstr(out, "\"etcdcluster\":\"3.4.0\"}"), "%s", out);
+    cr_assert(closed, "the idle connection stayed open for 10 s");
+    cr_assert(ms >= 400, "closed after %lld ms: before the idle timeout", (long long)ms);
+    free(out);
+    stop_server(s);
+}
