@@ -511,10 +511,12 @@ static long take_request(hconn *hc)
     kv_grpc_http1_waiting(hc->c, 0);
     const char *body = hc->in + head_len;
     hc->head_method = strcmp(method, "HEAD") == 0;
-    int get = strcmp(method, "GET") == 0 || hc->head_method;
-    if (strcmp(target, "/health") == 0 || strcmp(target, "/version") == 0 ||
-        strcmp(target, "/metrics") == 0) {
-        if (!get) {
+    if (strcmp(method, "OPTIONS") == 0) { /* etcd's CORS handler answers every preflight */
+        respond(hc, 200, "text/plain; charset=utf-8", "", 0);
+    } else if (strcmp(target, "/health") == 0 || strcmp(target, "/version") == 0 ||
+               strcmp(target, "/metrics") == 0) {
+        /* etcd: /health and /version allow GET only; promhttp's /metrics any method */
+        if (target[1] != 'm' && strcmp(method, "GET") != 0) {
             respond_text(hc, 405, "Method Not Allowed\n");
         } else if (target[1] == 'h') {
             start_health(hc);
@@ -529,7 +531,7 @@ static long take_request(hconn *hc)
             if (h->cfg.metrics && kv_metrics_render(h->cfg.metrics, &out, &len) != 0) {
                 respond_close(hc, 500, "out of memory\n");
             } else {
-                respond(hc, 200, "text/plain; version=0.0.4", out ? out : "", len);
+                respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", out ? out : "", len);
                 free(out);
             }
         }

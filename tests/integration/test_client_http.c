@@ -518,6 +518,9 @@ Test(client_http, same_output_shape_as_etcd, .timeout = 180)
         {"POST", "/v3/kv/put", "{\"key\":\"\"}"},
         {"GET", "/v3/kv/range", NULL},
         {"GET", "/nope", NULL},
+        {"HEAD", "/health", NULL},
+        {"POST", "/version", NULL},
+        {"OPTIONS", "/v3/kv/range", NULL},
     };
     kv_it_server *e = start_server(KV_IT_ETCD);
     if (!e) {
