@@ -325,56 +325,92 @@ static void sink_finish(void *arg, int status, const char *msg)
 
 static const kv_grpc_local_sink gw_sink = {sink_send, sink_finish, sink_queued};
 
+#define GW_MAX_STREAM_OBJECTS 1024 /* request objects of one streaming body */
+
+typedef struct packed_msg {
+    uint8_t *p;
+    size_t n;
+} packed_msg;
+
+/* Packs a parsed request (freed here) into out. */
+static int pack_request(ProtobufCMessage *req, packed_msg *out)
+{
+    out->n = protobuf_c_message_get_packed_size(req);
+    out->p = malloc(out->n ? out->n : 1);
+    if (out->p)
+        protobuf_c_message_pack(req, out->p);
+    protobuf_c_message_free_unpacked(req, NULL);
+    return out->p ? 0 : -ENOMEM;
+}
+
 static void start_gateway(hconn *hc, const char *path, const char *body, size_t blen)
 {
     if (kv_gw_lookup(path, &hc->rt) != 0) {
         respond_text(hc, 404, "Not Found\n"); /* grpc-gateway's runtime: no pattern matched */
         return;
     }
+    /* grpc-gateway decodes the body's first JSON value for a unary method (the rest is
+     * ignored) and each value in turn for a streaming one. */
     char err[160];
-    ProtobufCMessage *req = NULL;
-    int rc = kv_json_to_pb(hc->rt.in, body, blen, &req, err, sizeof(err));
-    if (rc == -ENOMEM) {
-        respond_close(hc, 500, "out of memory\n");
-        return;
+    packed_msg *msgs = calloc(GW_MAX_STREAM_OBJECTS, sizeof(*msgs));
+    size_t n = 0, off = 0;
+    int rc = msgs ? 0 : -ENOMEM;
+    while (rc == 0 && n < GW_MAX_STREAM_OBJECTS) {
+        ProtobufCMessage *req = NULL;
+        size_t used = 0;
+        rc = kv_json_to_pb_next(hc->rt.in, body + off, blen - off, &req, &used, err, sizeof(err));
+        if (rc < 0)
+            break;
+        off += used;
+        if (!req && n > 0)
+            break; /* only white space left */
+        if (!req) { /* an empty body: the empty request */
+            req = malloc(hc->rt.in->sizeof_message);
+            if (!req) {
+                rc = -ENOMEM;
+                break;
+            }
+            protobuf_c_message_init(hc->rt.in, req);
+        }
+        if ((rc = pack_request(req, &msgs[n])) < 0)
+            break;
+        n++;
+        if (!hc->rt.streaming)
+            break;
     }
-    if (rc < 0) {
-        respond_grpc_error(hc, 3, err); /* grpc-gateway: InvalidArgument for a bad body */
-        return;
+    if (rc == 0 && n == GW_MAX_STREAM_OBJECTS && off < blen) {
+        rc = -EINVAL;
+        snprintf(err, sizeof(err), "more than %d request objects", GW_MAX_STREAM_OBJECTS);
     }
-    size_t plen = protobuf_c_message_get_packed_size(req);
-    uint8_t *packed = malloc(plen ? plen : 1);
-    if (!packed) {
-        protobuf_c_message_free_unpacked(req, NULL);
-        respond_close(hc, 500, "out of memory\n");
-        return;
-    }
-    protobuf_c_message_pack(req, packed);
-    protobuf_c_message_free_unpacked(req, NULL);
-    rc = kv_grpc_local_new(hc->c, hc->rt.grpc_path, &gw_sink, hc, &hc->call);
-    if (rc < 0) {
-        free(packed);
+    if (rc == 0) {
+        rc = kv_grpc_local_new(hc->c, hc->rt.grpc_path, &gw_sink, hc, &hc->call);
         if (rc == -ENOENT) {
             char m[160];
             snprintf(m, sizeof(m), "unknown method %s", hc->rt.grpc_path);
             respond_grpc_error(hc, 12, m);
-        } else {
-            respond_close(hc, 500, "out of memory\n");
         }
-        return;
+    } else if (rc == -EINVAL) {
+        respond_grpc_error(hc, 3, err); /* grpc-gateway: InvalidArgument for a bad body */
     }
-    if (hc->rt.streaming) {
-        hc->state = ST_STREAM;
-        write_head(hc, 200, "application/json", 0, 1);
-    } else {
-        hc->state = ST_UNARY;
+    if (rc == -ENOMEM)
+        respond_close(hc, 500, "out of memory\n");
+    if (rc == 0) {
+        if (hc->rt.streaming) {
+            hc->state = ST_STREAM;
+            write_head(hc, 200, "application/json", 0, 1);
+        } else {
+            hc->state = ST_UNARY;
+        }
+        kv_grpc_call *call = hc->call;
+        for (size_t i = 0; i < n && hc->call == call; i++)
+            kv_grpc_local_deliver(call, msgs[i].p, msgs[i].n);
+        /* the body ended: a stream's client half-close */
+        if (hc->rt.streaming && hc->call == call)
+            kv_grpc_local_half_close(call);
     }
-    kv_grpc_call *call = hc->call;
-    kv_grpc_local_deliver(call, packed, plen);
-    free(packed);
-    /* grpc-gateway closes the send side when the body ends (a stream's client half-close) */
-    if (hc->rt.streaming && hc->call == call)
-        kv_grpc_local_half_close(call);
+    for (size_t i = 0; msgs && i < n; i++)
+        free(msgs[i].p);
+    free(msgs);
 }
 
 /* ---- request parsing ---- */

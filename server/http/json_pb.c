@@ -119,11 +119,13 @@ static int b64val(int c)
     return -1;
 }
 
-/* Decodes standard or URL-safe base64, padded or not. Returns 0 or -EINVAL / -ENOMEM. */
-static int decode_base64(const char *s, size_t n, ProtobufCBinaryData *out)
+/* Decodes standard or URL-safe base64, padded or not. Returns 0 or -EINVAL (*bad: the
+ * offending input byte, as Go's "illegal base64 data at input byte N") / -ENOMEM. */
+static int decode_base64(const char *s, size_t n, ProtobufCBinaryData *out, size_t *bad)
 {
     while (n && s[n - 1] == '=')
         n--;
+    *bad = n;
     if (n % 4 == 1)
         return -EINVAL;
     uint8_t *d = malloc(n * 3 / 4 + 1);
@@ -136,6 +138,7 @@ static int decode_base64(const char *s, size_t n, ProtobufCBinaryData *out)
         int v = b64val((unsigned char)s[i]);
         if (v < 0) {
             free(d);
+            *bad = i;
             return -EINVAL;
         }
         acc = (acc << 6) | (uint32_t)v;
@@ -641,9 +644,15 @@ static int parse_field_value(jparser *ps, const ProtobufCFieldDescriptor *f, voi
     case PROTOBUF_C_TYPE_BYTES:
         if ((rc = parse_string(ps, &str, &slen)) != 0)
             return rc;
-        rc = decode_base64(str, slen, dst);
+        size_t bad = 0;
+        rc = decode_base64(str, slen, dst, &bad);
         free(str);
-        return rc == -EINVAL ? fail(ps, "illegal base64 data") : rc;
+        if (rc == -EINVAL) {
+            char m[64];
+            snprintf(m, sizeof(m), "illegal base64 data at input byte %zu", bad);
+            return fail(ps, m);
+        }
+        return rc;
     case PROTOBUF_C_TYPE_BOOL:
         if (lit(ps, "true"))
             *(protobuf_c_boolean *)dst = 1;
@@ -678,6 +687,15 @@ static int parse_field_value(jparser *ps, const ProtobufCFieldDescriptor *f, voi
         }
         memcpy(tok, str, slen + 1);
         free(str);
+        if (!strchr("-0123456789", tok[0]) || !tok[0]) { /* Go: json.Unmarshal of the text */
+            char m[64];
+            if (tok[0])
+                snprintf(m, sizeof(m), "invalid character '%c' looking for beginning of value",
+                         tok[0]);
+            else
+                snprintf(m, sizeof(m), "unexpected end of JSON input");
+            return fail(ps, m);
+        }
     } else if ((rc = number_token(ps, tok, sizeof(tok))) != 0) {
         return rc;
     }
@@ -815,8 +833,18 @@ static int parse_message(jparser *ps, const ProtobufCMessageDescriptor *d, Proto
         *out = NULL;
         return 0;
     }
-    if (ps->p >= ps->end || *ps->p != '{')
+    if (ps->p >= ps->end || *ps->p != '{') {
+        if (ps->depth == 0 && ps->p < ps->end) { /* Go's message for the top-level value */
+            const char *t = *ps->p == '[' ? "array" : *ps->p == '"' ? "string"
+                          : (*ps->p == 't' || *ps->p == 'f') ? "bool" : "number";
+            char m[96];
+            snprintf(m, sizeof(m),
+                     "json: cannot unmarshal %s into Go value of type map[string]json.RawMessage",
+                     t);
+            return fail(ps, m);
+        }
         return fail(ps, "expected an object");
+    }
     if (++ps->depth > KV_JSON_MAX_DEPTH)
         return fail(ps, "JSON nested too deeply");
     ps->p++;
@@ -926,5 +954,35 @@ int kv_json_to_pb(const ProtobufCMessageDescriptor *desc, const char *in, size_t
         return rc;
     }
     *out = m;
+    return 0;
+}
+
+int kv_json_to_pb_next(const ProtobufCMessageDescriptor *desc, const char *in, size_t len,
+                       ProtobufCMessage **out, size_t *used, char *err, size_t errlen)
+{
+    jparser ps = {in, in + len, 0, err, errlen};
+    if (err && errlen)
+        err[0] = '\0';
+    *out = NULL;
+    ws(&ps);
+    if (ps.p == ps.end) {
+        *used = len;
+        return 0;
+    }
+    ProtobufCMessage *m = NULL;
+    int rc = parse_message(&ps, desc, &m);
+    if (rc == 0 && m == NULL) { /* "null" */
+        m = malloc(desc->sizeof_message);
+        if (!m)
+            return -ENOMEM;
+        protobuf_c_message_init(desc, m);
+    }
+    if (rc != 0) {
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        return rc;
+    }
+    *out = m;
+    *used = (size_t)(ps.p - in);
     return 0;
 }

@@ -42,6 +42,12 @@ void kv_jbuf_free(kv_jbuf *b);
 int kv_json_to_pb(const ProtobufCMessageDescriptor *desc, const char *in, size_t len,
                   ProtobufCMessage **out, char *err, size_t errlen);
 
+/* The next JSON value of a stream of them (grpc-gateway decodes a unary body's first value
+ * and ignores the rest; a streaming body is a sequence of request objects). *used is the
+ * bytes consumed; *out NULL with 0 means only white space was left. Errors as above. */
+int kv_json_to_pb_next(const ProtobufCMessageDescriptor *desc, const char *in, size_t len,
+                       ProtobufCMessage **out, size_t *used, char *err, size_t errlen);
+
 /* Appends the JSON form of m to b. */
 void kv_pb_to_json(const ProtobufCMessage *m, kv_jbuf *b);
 
