@@ -33,6 +33,7 @@ target_link_libraries(kv_http PUBLIC kv_metrics kv_net PkgConfig::UV)
 add_library(kv_client_http STATIC
   ${CMAKE_CURRENT_LIST_DIR}/http/client_http.c
   ${CMAKE_CURRENT_LIST_DIR}/http/gateway.c
-  ${CMAKE_CURRENT_LIST_DIR}/http/json_pb.c)
+  ${CMAKE_CURRENT_LIST_DIR}/http/json_pb.c
+  ${CMAKE_CURRENT_LIST_DIR}/http/json_pb_write.c)
 target_include_directories(kv_client_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_client_http PUBLIC kv_grpc kv_http kv_metrics kvproto PkgConfig::UV)

@@ -77,8 +77,8 @@ typedef struct kv_grpc_local_sink {
 
 /* Creates a local call of method `path` for connection c. Returns 0, -ENOENT (no such method:
  * the caller answers UNIMPLEMENTED) or -ENOMEM. */
-int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink,
-                      void *arg, kv_grpc_call **out);
+int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink, void *arg,
+                      kv_grpc_call **out);
 /* Delivers one request message (unary: exactly once). The handler may finish synchronously. */
 void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len);
 /* Streaming: the client half-closed (the method's on_half_close, if any). */

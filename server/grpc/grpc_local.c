@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint8_t h2_preface[24] = {'P', 'R', 'I', ' ', '*', ' ', 'H', 'T', 'T', 'P', '/', '2',
-                                       '.', '0', '\r', '\n', '\r', '\n', 'S', 'M', '\r', '\n',
-                                       '\r', '\n'};
+static const uint8_t h2_preface[24] = {'P',  'R',  'I', ' ', '*',  ' ',  'H',  'T',
+                                       'T',  'P',  '/', '2', '.',  '0',  '\r', '\n',
+                                       '\r', '\n', 'S', 'M', '\r', '\n', '\r', '\n'};
 
 void kv_grpc_server_set_http1(kv_grpc_server *s, const kv_grpc_http1_ops *ops, void *arg)
 {
@@ -103,8 +103,8 @@ kv_grpc_server *kv_grpc_http1_server(kv_grpc_conn *c)
 
 /* ---- local calls ---- */
 
-int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink,
-                      void *arg, kv_grpc_call **out)
+int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink, void *arg,
+                      kv_grpc_call **out)
 {
     kv_grpc_server *s = c->srv;
     const kv_grpc_method *m = NULL;

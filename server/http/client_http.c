@@ -42,9 +42,9 @@ struct hconn {
     char *in;
     size_t in_len, in_cap;
     int state;
-    int keep_alive;   /* of the request being answered */
-    int closing;      /* a response with Connection: close was queued */
-    int in_process;   /* process() is on the stack */
+    int keep_alive; /* of the request being answered */
+    int closing;    /* a response with Connection: close was queued */
+    int in_process; /* process() is on the stack */
     health_req *hr;
     /* gateway call */
     kv_grpc_call *call;
@@ -277,8 +277,9 @@ static void sink_finish(void *arg, int status, const char *msg)
             char num[96];
             const char *m = msg ? msg : (status < 0 ? "stream reset" : "");
             int code = status < 0 ? 13 : status;
-            snprintf(num, sizeof(num), "{\"error\":{\"grpc_code\":%d,\"http_code\":%d,\"message\":",
-                     code, kv_gw_http_status(code));
+            snprintf(num, sizeof(num),
+                     "{\"error\":{\"grpc_code\":%d,\"http_code\":%d,\"message\":", code,
+                     kv_gw_http_status(code));
             kv_jbuf_puts(&b, num);
             kv_jbuf_str(&b, m, strlen(m));
             kv_jbuf_puts(&b, ",\"http_status\":");
@@ -363,7 +364,7 @@ static void start_gateway(hconn *hc, const char *path, const char *body, size_t 
             break;
         off += used;
         if (!req && n > 0)
-            break; /* only white space left */
+            break;  /* only white space left */
         if (!req) { /* an empty body: the empty request */
             req = malloc(hc->rt.in->sizeof_message);
             if (!req) {
@@ -456,8 +457,8 @@ static long take_request(hconn *hc)
     char *le = memchr(line, '\r', head_len);
     char *sp1 = memchr(line, ' ', (size_t)(le - line));
     char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(le - sp1 - 1)) : NULL;
-    if (!sp1 || !sp2 || le[1] != '\n' || !is_token(line, (size_t)(sp1 - line)) ||
-        sp2 == sp1 + 1 || sp1[1] != '/') {
+    if (!sp1 || !sp2 || le[1] != '\n' || !is_token(line, (size_t)(sp1 - line)) || sp2 == sp1 + 1 ||
+        sp1[1] != '/') {
         respond_close(hc, 400, "400 Bad Request\n");
         return -1;
     }

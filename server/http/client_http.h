@@ -36,12 +36,12 @@
 #include <stddef.h>
 
 typedef struct kv_client_http_config {
-    kv_metrics *metrics;       /* /metrics source; may be NULL */
-    kv_http_health_fn health;  /* /health hook; NULL = always healthy */
-    void *app;                 /* passed to health */
+    kv_metrics *metrics;        /* /metrics source; may be NULL */
+    kv_http_health_fn health;   /* /health hook; NULL = always healthy */
+    void *app;                  /* passed to health */
     const char *server_version; /* /version "etcdserver" */
-    size_t max_header_bytes;   /* default 8192 */
-    size_t max_body_bytes;     /* default 1.5 MiB + 512 KiB */
+    size_t max_header_bytes;    /* default 8192 */
+    size_t max_body_bytes;      /* default 1.5 MiB + 512 KiB */
     uint32_t health_timeout_ms; /* default 5000 */
 } kv_client_http_config;
 

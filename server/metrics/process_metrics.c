@@ -106,8 +106,8 @@ int kv_process_metrics_register(kv_metrics *m)
 {
     int rc;
     if ((rc = kv_metrics_counter_fn(m, "process_cpu_seconds_total",
-                                    "Total user and system CPU time spent in seconds.",
-                                    cpu_seconds, NULL)) != 0 ||
+                                    "Total user and system CPU time spent in seconds.", cpu_seconds,
+                                    NULL)) != 0 ||
         (rc = kv_metrics_gauge_fn(m, "process_max_fds", "Maximum number of open file descriptors.",
                                   max_fds, NULL)) != 0 ||
         (rc = kv_metrics_gauge_fn(m, "process_open_fds", "Number of open file descriptors.",

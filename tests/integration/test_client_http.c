@@ -178,9 +178,13 @@ Test(client_http, health_version_metrics_on_the_client_port, .timeout = 120)
 
     r = http_do(s->client_port, "GET", "/metrics", NULL);
     cr_assert_eq(r.status, 200, "GET /metrics: %.300s", r.raw);
-    const char *series[] = {"kvd_grpc_connections", "process_resident_memory_bytes",
-                            "process_virtual_memory_bytes", "process_cpu_seconds_total",
-                            "process_open_fds", "process_max_fds", "process_start_time_seconds"};
+    const char *series[] = {"kvd_grpc_connections",
+                            "process_resident_memory_bytes",
+                            "process_virtual_memory_bytes",
+                            "process_cpu_seconds_total",
+                            "process_open_fds",
+                            "process_max_fds",
+                            "process_start_time_seconds"};
     for (size_t i = 0; i < sizeof(series) / sizeof(series[0]); i++)
         cr_assert(strstr(r.body, series[i]), "client /metrics lacks %s", series[i]);
     double rss = 0, fds = 0;
@@ -208,9 +212,8 @@ Test(client_http, health_version_metrics_on_the_client_port, .timeout = 120)
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int gst = -1;
-    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Range", buf, n, &resp, &rlen, 5000, &gst,
-                                 NULL, 0),
-                 0);
+    cr_assert_eq(
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Range", buf, n, &resp, &rlen, 5000, &gst, NULL, 0), 0);
     cr_assert_eq(gst, 0);
     free(resp);
     kv_it_grpc_close(g);
@@ -244,8 +247,7 @@ Test(client_http, gateway_put_range_round_trip_base64, .timeout = 120)
     char ctl[PATH_MAX];
     cr_assert_eq(kv_it_etcdctl_bin(ctl, sizeof(ctl)), 0);
     kv_it_cmd_result res;
-    cr_assert_eq(kv_it_ctl(s, ctl, NULL, 10000, &res, "get", "foo", "--print-value-only", NULL),
-                 0);
+    cr_assert_eq(kv_it_ctl(s, ctl, NULL, 10000, &res, "get", "foo", "--print-value-only", NULL), 0);
     cr_assert_eq(res.exit_code, 0, "%s", res.err ? res.err : "");
     cr_assert_str_eq(res.out, "bar\n");
     kv_it_cmd_result_free(&res);
@@ -366,8 +368,8 @@ static void health_check(kv_it_server *s)
     size_t rlen = 0;
     int st = -1;
     char msg[256] = "";
-    cr_assert_eq(kv_it_grpc_call(g, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0,
-                                 &resp, &rlen, 5000, &st, msg, sizeof(msg)),
+    cr_assert_eq(kv_it_grpc_call(g, "/grpc.health.v1.Health/Check", (const uint8_t *)"", 0, &resp,
+                                 &rlen, 5000, &st, msg, sizeof(msg)),
                  0);
     cr_assert_eq(st, 0, "%s Health/Check: %d %s", kv_it_kind_name(s->kind), st, msg);
     cr_assert(rlen == 2 && resp[0] == 0x08 && resp[1] == 1, "%s: not SERVING (%zu bytes)",
@@ -478,8 +480,8 @@ Test(client_http, watch_streams_one_json_object_per_line, .timeout = 120)
             buf[n] = '\0';
         }
         if (!put_done && strstr(buf, "\"created\":true")) {
-            http_resp pr = http_post(s->client_port, "/v3/kv/put",
-                                     "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}");
+            http_resp pr =
+                http_post(s->client_port, "/v3/kv/put", "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}");
             cr_assert_eq(pr.status, 200);
             free(pr.raw);
             put_done = 1;

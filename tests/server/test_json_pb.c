@@ -22,9 +22,9 @@ Test(json_pb, put_request_round_trip_base64_and_int64_strings)
                       "\"prevKv\":true,\"unknown\":{\"a\":[1,2,{\"b\":null}]}}";
     ProtobufCMessage *m = NULL;
     char err[128];
-    cr_assert_eq(kv_json_to_pb(&etcdserverpb__put_request__descriptor, in, strlen(in), &m, err,
-                               sizeof(err)),
-                 0, "%s", err);
+    cr_assert_eq(
+        kv_json_to_pb(&etcdserverpb__put_request__descriptor, in, strlen(in), &m, err, sizeof(err)),
+        0, "%s", err);
     Etcdserverpb__PutRequest *p = (Etcdserverpb__PutRequest *)m;
     cr_assert_eq(p->key.len, 3);
     cr_assert(memcmp(p->key.data, "foo", 3) == 0);
@@ -48,17 +48,18 @@ Test(json_pb, txn_oneof_repeated_enum_and_duplicates_do_not_leak)
         "\"failure\":[],\"compare\":[{\"key\":\"YmFy\",\"value\":\"eA==\",\"target\":\"VALUE\"}]}";
     ProtobufCMessage *m = NULL;
     char err[128];
-    cr_assert_eq(kv_json_to_pb(&etcdserverpb__txn_request__descriptor, in, strlen(in), &m, err,
-                               sizeof(err)),
-                 0, "%s", err);
+    cr_assert_eq(
+        kv_json_to_pb(&etcdserverpb__txn_request__descriptor, in, strlen(in), &m, err, sizeof(err)),
+        0, "%s", err);
     Etcdserverpb__TxnRequest *t = (Etcdserverpb__TxnRequest *)m;
     cr_assert_eq(t->n_compare, 1);
     cr_assert_eq(t->compare[0]->target, ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE);
     cr_assert_eq(t->n_success, 1);
     cr_assert_eq(t->success[0]->request_case, ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT);
     char *out = to_json(m);
-    cr_assert_str_eq(out, "{\"compare\":[{\"target\":\"VALUE\",\"key\":\"YmFy\",\"value\":\"eA==\"}],"
-                          "\"success\":[{\"request_put\":{\"key\":\"Yg==\"}}]}");
+    cr_assert_str_eq(out,
+                     "{\"compare\":[{\"target\":\"VALUE\",\"key\":\"YmFy\",\"value\":\"eA==\"}],"
+                     "\"success\":[{\"request_put\":{\"key\":\"Yg==\"}}]}");
     free(out);
     protobuf_c_message_free_unpacked(m, NULL);
 }
@@ -66,10 +67,17 @@ Test(json_pb, txn_oneof_repeated_enum_and_duplicates_do_not_leak)
 Test(json_pb, malformed_input_is_refused_without_leaks)
 {
     static const char *bad[] = {
-        "{\"key\":",           "{\"key\":\"Zm9v\"",     "{\"key\":\"@@\"}",
-        "{\"lease\":\"x\"}",   "{\"lease\":1e400}",     "{\"prev_kv\":1}",
-        "[1]",                 "{\"key\":\"Zm9v\"} x",  "{\"key\":\"\\",
-        "{\"key\":\"\\u12\"}", "{\"success\":[{\"request_put\":{\"key\":\"YQ==\"},]}",
+        "{\"key\":",
+        "{\"key\":\"Zm9v\"",
+        "{\"key\":\"@@\"}",
+        "{\"lease\":\"x\"}",
+        "{\"lease\":1e400}",
+        "{\"prev_kv\":1}",
+        "[1]",
+        "{\"key\":\"Zm9v\"} x",
+        "{\"key\":\"\\",
+        "{\"key\":\"\\u12\"}",
+        "{\"success\":[{\"request_put\":{\"key\":\"YQ==\"},]}",
         "{\"compare\":[{\"result\":\"NOPE\"}]}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -113,9 +121,9 @@ Test(json_pb, empty_body_is_the_empty_request_and_strings_are_escaped)
     free(out);
     protobuf_c_message_free_unpacked(m, NULL);
     const char in[] = "{\"name\":\"a\\\"<\\u00e9\\ud83d\\ude00\\n\",\"peerURLs\":[\"x\",\"y\"]}";
-    cr_assert_eq(kv_json_to_pb(&etcdserverpb__member_add_request__descriptor, in, strlen(in), &m,
-                               NULL, 0),
-                 0);
+    cr_assert_eq(
+        kv_json_to_pb(&etcdserverpb__member_add_request__descriptor, in, strlen(in), &m, NULL, 0),
+        0);
     out = to_json(m);
     cr_assert_str_eq(out, "{\"peerURLs\":[\"x\",\"y\"]}");
     free(out);
