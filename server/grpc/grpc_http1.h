@@ -55,8 +55,11 @@ size_t kv_grpc_http1_pending(kv_grpc_conn *c);
 void kv_grpc_http1_end(kv_grpc_conn *c);
 /* The connection waits for a request head (1: enters the timeout list, 0: leaves it). */
 void kv_grpc_http1_waiting(kv_grpc_conn *c, int waiting);
-/* Stops / restarts reading from the socket (bounded input while a request is answered). */
-void kv_grpc_http1_read(kv_grpc_conn *c, int on);
+/* The HTTP/1 handler holds `bytes` of input for this connection (its request buffer): counted
+ * in the server's process-wide buffer cap (max_buffered_bytes) like gRPC's partial messages.
+ * Returns 0, or -ENOBUFS if growing to `bytes` would pass the cap (nothing changed; the
+ * refusal is counted in kvd_grpc_requests_refused_total{reason="buffered_cap_recv"}). */
+int kv_grpc_http1_hold(kv_grpc_conn *c, size_t bytes);
 /* The server's app pointer and metrics registry. */
 void *kv_grpc_http1_app(kv_grpc_conn *c);
 /* The connection's server. */

@@ -91,6 +91,21 @@ void kv_grpc_http1_waiting(kv_grpc_conn *c, int waiting)
     }
 }
 
+int kv_grpc_http1_hold(kv_grpc_conn *c, size_t bytes)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->closing)
+        return 0;
+    /* An HTTP/1 connection has no calls: in_bytes is its handler's input buffer. */
+    if (bytes > c->in_bytes && s->buffered + (bytes - c->in_bytes) > s->cfg.max_buffered_bytes) {
+        kv_metric_inc(s->m_ref_cap_recv);
+        return -ENOBUFS;
+    }
+    c->in_bytes = bytes;
+    kv_grpc_conn_sync(c);
+    return 0;
+}
+
 void *kv_grpc_http1_app(kv_grpc_conn *c)
 {
     return c->srv->app;

@@ -605,6 +605,7 @@ static void process(hconn *hc)
         free(hc->in); /* idle connections keep no large buffer */
         hc->in = NULL;
         hc->in_cap = 0;
+        kv_grpc_http1_hold(hc->c, 0);
     }
 }
 
@@ -641,6 +642,14 @@ static int on_recv(void *st, const uint8_t *in, size_t len)
         size_t cap = hc->in_cap ? hc->in_cap : 4096;
         while (cap < hc->in_len + len + 1)
             cap *= 2;
+        if (kv_grpc_http1_hold(hc->c, cap) != 0) { /* the process-wide buffer cap */
+            if (hc->state != ST_IDLE)
+                return -ENOBUFS;
+            kv_metric_inc(h->m_bad);
+            hc->keep_alive = 0;
+            respond_text(hc, 503, "503 Service Unavailable: server buffers full\n");
+            return 0;
+        }
         char *p = realloc(hc->in, cap);
         if (!p)
             return -ENOMEM;

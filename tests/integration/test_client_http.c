@@ -693,3 +693,42 @@ Test(client_http, mutated_requests_do_not_hurt_the_member, .timeout = 300)
     cr_assert(kv_it_server_alive(s));
     stop_server(s);
 }
+
+/* HTTP/1 request buffers count in the process-wide buffer cap (--max-buffered-bytes): a body
+ * that would pass it gets 503 and a close, and the refusal is counted. */
+Test(client_http, request_buffers_count_in_the_process_cap, .timeout = 120)
+{
+    kv_it_server *s = calloc(1, sizeof(*s));
+    cr_assert(s);
+    const char *const extra[] = {"--max-buffered-bytes=1048576", NULL};
+    cr_assert_eq(kv_it_server_init(s, KV_IT_KVD, extra), 0);
+    cr_assert_eq(kv_it_server_start(s, 20000), 0);
+    size_t blen = 1536 * 1024;
+    char head[128];
+    int hn = snprintf(head, sizeof(head), "POST /v3/kv/put HTTP/1.1\r\nContent-Length: %zu\r\n\r\n",
+                      blen);
+    char *req = malloc((size_t)hn + blen);
+    cr_assert(req);
+    memcpy(req, head, (size_t)hn);
+    memset(req + hn, ' ', blen);
+    int closed = 0;
+    char *out = raw_exchange(s->client_port, req, (size_t)hn + blen, 10000, &closed);
+    cr_assert(strncmp(out, "HTTP/1.1 503 ", 13) == 0, "%.200s", out);
+    cr_assert(closed);
+    free(out);
+    free(req);
+    int st = 0;
+    char *body = NULL;
+    cr_assert_eq(kvt_http_get(s->metrics_port, "/metrics", 5000, &st, &body), 0);
+    double v = 0;
+    cr_assert_eq(
+        kvt_metric_value(body, "kvd_grpc_requests_refused_total{reason=\"buffered_cap_recv\"}", &v),
+        0, "no buffered_cap_recv series");
+    cr_assert(v >= 1, "refusal not counted");
+    free(body);
+    /* small requests still work */
+    http_resp r = http_post(s->client_port, "/v3/kv/put", "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}");
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    free(r.raw);
+    stop_server(s);
+}
