@@ -20,6 +20,8 @@
  * <= max_header_bytes (else 431 and close), a body <= max_body_bytes (else 413 and close:
  * --max-request-bytes + 512 KiB, as etcd's gRPC transport allows), input buffered while a
  * request is answered <= max_header_bytes + max_body_bytes (else the connection closes);
+ * every request buffer counts in the gRPC server's process-wide max_buffered_bytes (past it:
+ * 503 and close, kvd_grpc_requests_refused_total{reason="buffered_cap_recv"});
  * a connection waiting for a request head is closed after the gRPC server's
  * handshake_timeout_ms (idle timeout). Malformed requests get 400 and close.
  *
