@@ -52,7 +52,8 @@ struct hconn {
     uint8_t *resp;
     size_t resp_len;
     int got_resp;
-    int head_method; /* HEAD: no body */
+    int head_method;   /* HEAD: no body */
+    int sent_continue; /* "100 Continue" written for the request being received */
 };
 
 /* ---- output ---- */
@@ -488,7 +489,7 @@ static long take_request(hconn *hc)
         *q = '\0';
     /* headers */
     long long clen = -1;
-    int conn_close = !minor, conn_keep = 0, chunked = 0;
+    int conn_close = !minor, conn_keep = 0, chunked = 0, expect = 0;
     for (char *p = le + 2; p < eoh + 2;) {
         char *e = memchr(p, '\r', (size_t)(eoh + 2 - p));
         if (!e || e[1] != '\n') {
@@ -527,6 +528,8 @@ static long take_request(hconn *hc)
                 conn_keep = 1;
         } else if (nlen == 17 && strncasecmp(p, "transfer-encoding", 17) == 0) {
             chunked = 1;
+        } else if (nlen == 6 && strncasecmp(p, "expect", 6) == 0) {
+            expect = vl == 12 && strncasecmp(v, "100-continue", 12) == 0;
         }
         p = e + 2;
     }
@@ -541,8 +544,16 @@ static long take_request(hconn *hc)
         respond_close(hc, 413, "413 Request Entity Too Large\n");
         return -1;
     }
-    if (hc->in_len - head_len < (size_t)clen)
+    if (hc->in_len - head_len < (size_t)clen) {
+        /* curl sends "Expect: 100-continue" for bodies over 1 KiB and waits for it (Go's
+         * server answers it when the handler reads the body) */
+        if (expect && minor && !hc->sent_continue) {
+            hc->sent_continue = 1;
+            kv_grpc_http1_write(hc->c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        }
         return 0; /* body incomplete */
+    }
+    hc->sent_continue = 0;
     /* a complete request */
     kv_metric_inc(h->m_requests);
     kv_grpc_http1_waiting(hc->c, 0);

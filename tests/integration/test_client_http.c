@@ -732,3 +732,37 @@ Test(client_http, request_buffers_count_in_the_process_cap, .timeout = 120)
     free(r.raw);
     stop_server(s);
 }
+
+/* "Expect: 100-continue" (curl, bodies over 1 KiB) is answered before the body is sent. */
+Test(client_http, expect_100_continue, .timeout = 60)
+{
+    kv_it_server *s = start_server(KV_IT_KVD);
+    const char head[] = "POST /v3/kv/put HTTP/1.1\r\nContent-Length: 29\r\n"
+                        "Expect: 100-continue\r\nConnection: close\r\n\r\n";
+    const char body[] = "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}";
+    int fd = kvt_connect_loopback(s->client_port, 5000);
+    cr_assert(fd >= 0);
+    uint64_t deadline = (uint64_t)(kvt_now_us() / 1000) + 5000;
+    cr_assert_eq(kvt_send_all(fd, head, sizeof(head) - 1, deadline), 0);
+    char buf[4096];
+    size_t n = 0;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 3000) > 0) {
+        ssize_t r = read(fd, buf, sizeof(buf) - 1);
+        n = r > 0 ? (size_t)r : 0;
+    }
+    buf[n] = '\0';
+    cr_assert_str_eq(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+    cr_assert_eq(kvt_send_all(fd, body, sizeof(body) - 1, deadline), 0);
+    n = 0;
+    while (n < sizeof(buf) - 1 && poll(&p, 1, 3000) > 0) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(fd);
+    cr_assert(strncmp(buf, "HTTP/1.1 200 OK", 15) == 0, "%s", buf);
+    stop_server(s);
+}
