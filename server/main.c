@@ -10,9 +10,11 @@
 #include "config.h"
 #include "datadir_lock.h"
 #include "grpc/grpc_server.h"
+#include "http/client_http.h"
 #include "http/http_server.h"
 #include "identity.h"
 #include "metrics/metrics.h"
+#include "metrics/process_metrics.h"
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
 #include "peer/peer_net.h"
@@ -44,6 +46,7 @@ typedef struct kvd_main {
     int lock_fd;            /* data dir lock (datadir_lock.h), held for the process lifetime */
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
     kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
+    kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -125,6 +128,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     fprintf(stderr, "kvd: received %s, shutting down\n", strsignal(signum));
     for (size_t i = 0; i < m->n_grpc; i++)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
+    kv_client_http_free(m->chttp); /* after its connections (closed above) */
+    m->chttp = NULL;
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
     kv_auto_compact_stop(m->autoc); /* before the node closes */
@@ -218,7 +223,9 @@ static int start_listeners(kvd_main *m)
     const kv_config *cfg = &m->cfg;
     kv_grpc_config gc;
     kv_grpc_config_default(&gc);
-    gc.max_request_bytes = cfg->max_request_bytes;
+    /* etcd: the gRPC transport admits --max-request-bytes + 512 KiB (grpcOverheadBytes); between
+     * the two the server answers "etcdserver: request is too large" (api/services.c). */
+    gc.max_request_bytes = cfg->max_request_bytes + 512 * 1024;
     gc.max_concurrent_streams = cfg->max_concurrent_streams;
     gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
     gc.max_connections = cfg->max_connections;
@@ -245,6 +252,18 @@ static int start_listeners(kvd_main *m)
         fprintf(stderr, "kvd: client TLS: %s\n", terr);
         return trc;
     }
+    /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway. */
+    kv_client_http_config chc = {
+        .metrics = m->srv.metrics,
+        .health = health_hook,
+        .app = &m->srv,
+        .server_version = KV_CLIENT_HTTP_SERVER_VERSION,
+        .max_body_bytes = gc.max_request_bytes,
+    };
+    int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);
+    if (hrc < 0)
+        return hrc;
+    (void)kv_process_metrics_register(m->srv.metrics); /* process_* next to kvd_* */
     for (size_t i = 0; i < cfg->n_listen_client; i++) {
         const kv_url *u = &cfg->listen_client[i];
         gc.tls = u->tls ? m->client_tls : NULL;
@@ -253,6 +272,7 @@ static int start_listeners(kvd_main *m)
         if (rc < 0)
             return rc;
         m->n_grpc++;
+        kv_client_http_attach(m->chttp, m->grpc[m->n_grpc - 1]);
         rc = kv_grpc_server_listen(m->grpc[m->n_grpc - 1], bind_host(u), u->port);
         if (rc < 0) {
             fprintf(stderr, "kvd: listen on %s: %s\n", u->text, uv_strerror(rc));

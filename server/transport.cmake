@@ -2,7 +2,8 @@
 # Targets: kv_metrics (Prometheus registry), kv_grpc (gRPC/h2c server), kv_http (HTTP/1.1
 # /metrics + /health). Users include "metrics/metrics.h", "grpc/grpc_server.h",
 # "http/http_server.h".
-add_library(kv_metrics STATIC ${CMAKE_CURRENT_LIST_DIR}/metrics/metrics.c)
+add_library(kv_metrics STATIC ${CMAKE_CURRENT_LIST_DIR}/metrics/metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/metrics/process_metrics.c)
 target_include_directories(kv_metrics PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_metrics PUBLIC m)
 
@@ -23,7 +24,8 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c
-  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_tls.c)
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_tls.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_local.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV PkgConfig::NGHTTP2)
 target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC status enum
@@ -31,3 +33,13 @@ target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC stat
 add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
 target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_http PUBLIC kv_metrics kv_net PkgConfig::UV)
+
+# HTTP/1.1 on the client port (/health, /version, /metrics, grpc-gateway JSON API), installed
+# on kv_grpc servers through grpc/grpc_http1.h.
+add_library(kv_client_http STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/http/client_http.c
+  ${CMAKE_CURRENT_LIST_DIR}/http/gateway.c
+  ${CMAKE_CURRENT_LIST_DIR}/http/json_pb.c
+  ${CMAKE_CURRENT_LIST_DIR}/http/json_pb_write.c)
+target_include_directories(kv_client_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(kv_client_http PUBLIC kv_grpc kv_http kv_metrics kvproto PkgConfig::UV)

@@ -21,6 +21,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
         {kv_service_cluster, kv_service_cluster_len},
         {kv_service_unimplemented, kv_service_unimplemented_len},
         {kv_service_watch, kv_service_watch_len},
+        {kv_service_health, kv_service_health_len},
     };
     size_t len = 0;
     for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)
@@ -146,6 +147,13 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
     int rc = kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
+        return;
+    }
+    /* etcd (processInternalRaftRequestOnce): the marshalled raft request may not exceed
+     * --max-request-bytes; the transport admits up to that plus 512 KiB (main.c). */
+    if (rlen > s->cfg->max_request_bytes) {
+        free(req);
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_TOO_LARGE);
         return;
     }
     kv_node_req *h = NULL;

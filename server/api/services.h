@@ -40,6 +40,8 @@ extern const kv_grpc_method kv_service_unimplemented[];
 extern const size_t kv_service_unimplemented_len;
 extern const kv_grpc_method kv_service_watch[];
 extern const size_t kv_service_watch_len;
+extern const kv_grpc_method kv_service_health[]; /* grpc.health.v1.Health/Check */
+extern const size_t kv_service_health_len;
 
 /* Shared reply helpers. */
 /* Sends the packed response (if code == 0) and finishes the call. */

@@ -694,6 +694,8 @@ uint64_t kv_grpc_call_deadline(kv_grpc_call *c)
 
 int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
+    if (call->local) /* an HTTP/1 gateway call (grpc_http1.h) */
+        return kv_grpc_local_send(call, msg, len);
     kv_grpc_conn *c = call->conn;
     kv_grpc_server *s = c->srv;
     if (call->app_done || call->finished)
@@ -797,6 +799,8 @@ size_t kv_grpc_call_max_response_bytes(kv_grpc_call *call)
 
 int kv_grpc_call_abort(kv_grpc_call *call)
 {
+    if (call->local)
+        return kv_grpc_local_finish(call, -1, NULL);
     if (call->app_done)
         return -EINVAL;
     call->app_done = 1;
@@ -811,6 +815,8 @@ int kv_grpc_call_abort(kv_grpc_call *call)
 
 int kv_grpc_call_finish(kv_grpc_call *call, int grpc_status, const char *grpc_message)
 {
+    if (call->local)
+        return kv_grpc_local_finish(call, grpc_status, grpc_message);
     if (call->app_done)
         return -EINVAL;
     call->app_done = 1;

@@ -213,6 +213,11 @@ void kv_grpc_conn_close(kv_grpc_conn *c)
         kv_grpc_list_remove(&s->idle_conns, c);
     kv_grpc_srv_unmark_dirty(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
+    if (c->http1) { /* grpc_http1.h: the HTTP/1 handler cancels its local calls */
+        void *st = c->http1;
+        c->http1 = NULL;
+        s->http1_ops->close(st);
+    }
     /* on_cancel may finish other calls of this connection; they see c->closing. */
     for (kv_grpc_call *call = c->calls; call; call = call->next)
         kv_grpc_call_on_conn_close(call);
@@ -227,7 +232,7 @@ void kv_grpc_conn_goaway_close(kv_grpc_conn *c, uint32_t error_code, const char 
 {
     if (c->closing)
         return;
-    if (c->h2 && !c->writing &&
+    if (c->h2 && !c->writing && !c->http1 && c->detected &&
         nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(c->h2), error_code,
                               (const uint8_t *)debug, debug ? strlen(debug) : 0) == 0) {
@@ -436,8 +441,9 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
     }
     if (c->closing)
         return;
-    /* Pull frames from nghttp2 until it has nothing or the wire buffer is full enough. */
-    while (kv_grpc_buf_size(&c->out) < KV_GRPC_OUT_HIGH_WATER) {
+    /* Pull frames from nghttp2 until it has nothing or the wire buffer is full enough (not
+     * before the first bytes told HTTP/2 from HTTP/1: grpc_http1.h). */
+    while (c->detected && !c->http1 && kv_grpc_buf_size(&c->out) < KV_GRPC_OUT_HIGH_WATER) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(c->h2, &p);
         if (n < 0) {
@@ -464,6 +470,11 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
         return;
     kv_grpc_conn_sync(c);
     int idle_out = !c->writing && kv_grpc_buf_size(&c->out) == 0;
+    if (idle_out && c->http1 && !c->close_after_write) {
+        if (c->srv->http1_ops->drained)
+            c->srv->http1_ops->drained(c->http1);
+        return;
+    }
     if (idle_out && (c->close_after_write ||
                      (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))))
         kv_grpc_conn_close(c);
@@ -471,6 +482,8 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
 
 int kv_grpc_conn_recv_plain(kv_grpc_conn *c, const uint8_t *in, size_t len)
 {
+    if (!c->detected || c->http1) /* HTTP/2 preface or HTTP/1.x (grpc_http1.h) */
+        return kv_grpc_http1_detect(c, in, len);
     ssize_t rv = nghttp2_session_mem_recv(c->h2, in, len);
     if (rv < 0) {
         if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC || nghttp2_is_fatal((int)rv))
@@ -564,6 +577,8 @@ int kv_grpc_conn_begin(kv_grpc_conn *c)
     rv = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rv < 0)
         return rv;
-    kv_grpc_conn_flush(c); /* our SETTINGS go out right away */
+    /* Our SETTINGS go out with the first answer to the client's first bytes, once they told
+     * HTTP/2 from HTTP/1 (grpc_http1.h). */
+    kv_grpc_conn_flush(c);
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <nghttp2/nghttp2.h>
 #include <uv.h>
 
+#include "grpc/grpc_http1.h"
 #include "grpc/grpc_io.h"
 #include "grpc/grpc_server.h"
 #include "grpc/grpc_wire.h"
@@ -71,6 +72,9 @@ struct kv_grpc_call {
     kv_grpc_call *dl_next, *dl_prev;
     int in_dl;
     kv_grpc_call *resume_next;
+    /* (client port HTTP/1, grpc_http1.h) a local call: responses go to the sink */
+    const struct kv_grpc_local_sink *local;
+    void *local_arg;
 };
 
 struct kv_grpc_conn {
@@ -110,6 +114,11 @@ struct kv_grpc_conn {
     kv_grpc_conn *lnext, *lprev;           /* srv->hs or srv->idle_conns (oldest first) */
     kv_grpc_conn *next, *prev;             /* srv->conns */
     kv_grpc_conn *dirty_next, *dirty_prev; /* srv->dirty */
+    /* (client port HTTP/1, grpc_http1.h) protocol detection and the HTTP/1 handler's state */
+    void *http1;      /* non-NULL: an HTTP/1.x connection (no nghttp2 traffic) */
+    uint8_t pre[24];  /* first bytes while they still match the HTTP/2 preface */
+    uint8_t npre;
+    unsigned detected : 1;
 };
 
 /* An intrusive FIFO of connections (oldest at head). */
@@ -157,6 +166,8 @@ struct kv_grpc_server {
         *m_close_ping_timeout, *m_close_stalled;
     kv_metric *m_reset_stalled, *m_reset_cap, *m_reset_undeliverable;
     kv_metric *m_gated_total, *m_window_withheld;
+    const struct kv_grpc_http1_ops *http1_ops; /* grpc_http1.h; NULL: HTTP/2 only */
+    void *http1_arg;
 };
 
 /* grpc_server.c */
@@ -196,6 +207,11 @@ int kv_grpc_session_callbacks(nghttp2_session_callbacks **out);
 /* grpc_tls.c */
 /* After accept on a TLS listener (cfg.tls): switches c's I/O to TLS. Returns 0 or -ENOMEM. */
 int kv_grpc_tls_attach(kv_grpc_conn *c);
+/* grpc_local.c (grpc_http1.h) */
+/* First plaintext bytes of a connection: detects HTTP/2 vs HTTP/1 and routes them. */
+int kv_grpc_http1_detect(kv_grpc_conn *c, const uint8_t *in, size_t len);
+int kv_grpc_local_send(kv_grpc_call *call, const uint8_t *msg, size_t len);
+int kv_grpc_local_finish(kv_grpc_call *call, int status, const char *msg);
 
 /* grpc_call.c */
 kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id);

@@ -182,7 +182,7 @@ static void ping_cb(uv_timer_t *t)
 {
     kv_grpc_server *s = t->data;
     for (kv_grpc_conn *c = s->conns; c; c = c->next) {
-        if (c->closing)
+        if (c->closing || c->http1 || !c->detected) /* no HTTP/2 (yet): grpc_http1.h */
             continue;
         if (c->ping_outstanding) { /* unanswered for a whole interval */
             if (!s->cfg.ping_timeout_ms) {

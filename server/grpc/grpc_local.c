@@ -1,0 +1,220 @@
+/* grpc_local.c - protocol detection on client connections and local (in-process) calls for
+ * the HTTP/1 handler (grpc_http1.h). Loop thread only. */
+#include "grpc/grpc_http1.h"
+#include "grpc/grpc_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const uint8_t h2_preface[24] = {'P',  'R',  'I', ' ', '*',  ' ',  'H',  'T',
+                                       'T',  'P',  '/', '2', '.',  '0',  '\r', '\n',
+                                       '\r', '\n', 'S', 'M', '\r', '\n', '\r', '\n'};
+
+void kv_grpc_server_set_http1(kv_grpc_server *s, const kv_grpc_http1_ops *ops, void *arg)
+{
+    s->http1_ops = ops;
+    s->http1_arg = arg;
+}
+
+int kv_grpc_http1_detect(kv_grpc_conn *c, const uint8_t *in, size_t len)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->http1)
+        return s->http1_ops->recv(c->http1, in, len);
+    size_t take = sizeof(h2_preface) - c->npre;
+    if (take > len)
+        take = len;
+    memcpy(c->pre + c->npre, in, take);
+    size_t have = c->npre + take;
+    if (memcmp(c->pre, h2_preface, have) == 0) {
+        c->npre = (uint8_t)have;
+        if (have < sizeof(h2_preface))
+            return 0; /* still a prefix of the preface: wait for more */
+        c->detected = 1;
+        int rv = kv_grpc_conn_recv_plain(c, c->pre, have);
+        if (rv == 0 && len > take && !c->closing)
+            rv = kv_grpc_conn_recv_plain(c, in + take, len - take);
+        return rv;
+    }
+    c->detected = 1;
+    if (!s->http1_ops) { /* HTTP/2 only: nghttp2 refuses the bad magic as before */
+        int rv = kv_grpc_conn_recv_plain(c, c->pre, c->npre);
+        return rv == 0 ? kv_grpc_conn_recv_plain(c, in, len) : rv;
+    }
+    c->http1 = s->http1_ops->open(s->http1_arg, c);
+    if (!c->http1)
+        return -ENOMEM;
+    int rv = 0;
+    if (c->npre)
+        rv = s->http1_ops->recv(c->http1, c->pre, c->npre);
+    if (rv == 0 && c->http1 && !c->closing)
+        rv = s->http1_ops->recv(c->http1, in, len);
+    return rv;
+}
+
+int kv_grpc_http1_write(kv_grpc_conn *c, const void *data, size_t len)
+{
+    if (c->closing)
+        return -ECONNRESET;
+    int rv = c->io_ops->send(c->io, c, data, len, &c->out);
+    if (rv != 0)
+        return rv < 0 ? rv : -ENOMEM;
+    kv_grpc_srv_mark_dirty(c);
+    return 0;
+}
+
+size_t kv_grpc_http1_pending(kv_grpc_conn *c)
+{
+    return kv_grpc_buf_size(&c->out) + kv_grpc_buf_size(&c->wbuf);
+}
+
+void kv_grpc_http1_end(kv_grpc_conn *c)
+{
+    if (c->closing)
+        return;
+    c->close_after_write = 1;
+    c->close_at = uv_now(c->srv->loop) + c->srv->cfg.send_stall_timeout_ms;
+    kv_grpc_srv_mark_dirty(c);
+}
+
+void kv_grpc_http1_waiting(kv_grpc_conn *c, int waiting)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->closing)
+        return;
+    if (waiting && !c->in_hs) {
+        c->accepted_at = uv_now(s->loop);
+        kv_grpc_list_push(&s->hs, c);
+    } else if (!waiting && c->in_hs) {
+        kv_grpc_list_remove(&s->hs, c);
+    }
+}
+
+int kv_grpc_http1_hold(kv_grpc_conn *c, size_t bytes)
+{
+    kv_grpc_server *s = c->srv;
+    if (c->closing)
+        return 0;
+    /* An HTTP/1 connection has no calls: in_bytes is its handler's input buffer. */
+    if (bytes > c->in_bytes && s->buffered + (bytes - c->in_bytes) > s->cfg.max_buffered_bytes) {
+        kv_metric_inc(s->m_ref_cap_recv);
+        return -ENOBUFS;
+    }
+    c->in_bytes = bytes;
+    kv_grpc_conn_sync(c);
+    return 0;
+}
+
+void *kv_grpc_http1_app(kv_grpc_conn *c)
+{
+    return c->srv->app;
+}
+
+kv_grpc_server *kv_grpc_http1_server(kv_grpc_conn *c)
+{
+    return c->srv;
+}
+
+/* ---- local calls ---- */
+
+int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink, void *arg,
+                      kv_grpc_call **out)
+{
+    kv_grpc_server *s = c->srv;
+    const kv_grpc_method *m = NULL;
+    for (size_t i = 0; i < s->n_methods && !m; i++)
+        if (strcmp(s->methods[i].path, path) == 0)
+            m = &s->methods[i];
+    if (!m)
+        return -ENOENT;
+    kv_grpc_call *call = calloc(1, sizeof(*call));
+    if (!call)
+        return -ENOMEM;
+    call->conn = c;
+    call->method = m;
+    call->started = 1;
+    call->local = sink;
+    call->local_arg = arg;
+    *out = call;
+    return 0;
+}
+
+void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    if (call->app_done)
+        return;
+    call->app_owned = 1;
+    call->n_msgs++;
+    call->method->on_message(call, msg, len);
+}
+
+void kv_grpc_local_half_close(kv_grpc_call *call)
+{
+    if (call->app_done || call->half_close_done)
+        return;
+    call->half_close_done = 1;
+    call->remote_closed = 1;
+    if (call->method->on_half_close)
+        call->method->on_half_close(call);
+}
+
+int kv_grpc_local_streaming(kv_grpc_call *call)
+{
+    return call->method->streaming;
+}
+
+int kv_grpc_local_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    if (call->app_done || call->finished)
+        return -EINVAL;
+    if (call->conn->closing)
+        return -ECONNRESET;
+    if (len > call->conn->srv->cfg.max_response_bytes) {
+        kv_metric_inc(call->conn->srv->m_ref_resp_size);
+        return -EMSGSIZE;
+    }
+    /* As kv_grpc_call_send: a streaming call whose reader does not read is told so (the
+     * handler backs off or ends the stream) rather than queueing without end. */
+    size_t queued = call->local->queued ? call->local->queued(call->local_arg) : 0;
+    if (call->method->streaming && queued &&
+        queued + len > call->conn->srv->cfg.max_send_buffer_bytes) {
+        kv_metric_inc(call->conn->srv->m_ref_sendbuf);
+        return -ENOBUFS;
+    }
+    return call->local->send(call->local_arg, msg, len);
+}
+
+int kv_grpc_local_finish(kv_grpc_call *call, int status, const char *msg)
+{
+    if (call->app_done)
+        return -EINVAL;
+    call->app_done = 1;
+    call->app_owned = 1;
+    call->finished = 1;
+    if (!call->counted) {
+        call->counted = 1;
+        kv_grpc_srv_count_request(call->conn->srv, call->method,
+                                  status < 0 ? KV_GRPC_INTERNAL : status);
+    }
+    /* Last: the sink may free the call. */
+    call->local->finish(call->local_arg, status, msg);
+    return 0;
+}
+
+void kv_grpc_local_free(kv_grpc_call *call)
+{
+    if (!call)
+        return;
+    if (call->app_owned && !call->app_done) {
+        call->app_done = 1;
+        call->finished = 1;
+        if (!call->counted) {
+            call->counted = 1;
+            kv_grpc_srv_count_request(call->conn->srv, call->method, KV_GRPC_CANCELLED);
+        }
+        if (call->method->on_cancel)
+            call->method->on_cancel(call);
+    }
+    free(call);
+}

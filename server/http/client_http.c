@@ -1,0 +1,749 @@
+/* client_http.c - HTTP/1.1 on the client port: /health, /version, /metrics and the
+ * grpc-gateway JSON API (see client_http.h). */
+#include "http/client_http.h"
+
+#include "grpc/grpc_http1.h"
+#include "http/gateway.h"
+#include "http/json_pb.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define HEALTH_SCAN_MS 250
+/* etcd's /health sets no Content-Type: Go's sniffing says text/plain */
+#define HEALTH_CTYPE "text/plain; charset=utf-8"
+
+typedef struct hconn hconn;
+
+/* One /health check in flight. Outlives its connection if the hook answers late. */
+typedef struct health_req {
+    hconn *hc; /* NULL once the connection is gone or answered by the timeout */
+    uint64_t deadline;
+    struct health_req *next, *prev; /* h->health_list while hc != NULL */
+} health_req;
+
+struct kv_client_http {
+    kv_client_http_config cfg;
+    uv_loop_t *loop;
+    uv_timer_t timer; /* health timeouts */
+    health_req *health_list;
+    kv_metric *m_requests, *m_bad;
+};
+
+enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM };
+
+struct hconn {
+    kv_client_http *h;
+    kv_grpc_conn *c;
+    char *in;
+    size_t in_len, in_cap;
+    int state;
+    int keep_alive; /* of the request being answered */
+    int closing;    /* a response with Connection: close was queued */
+    int in_process; /* process() is on the stack */
+    health_req *hr;
+    /* gateway call */
+    kv_grpc_call *call;
+    kv_gw_route rt;
+    uint8_t *resp;
+    size_t resp_len;
+    int got_resp;
+    int head_method;   /* HEAD: no body */
+    int sent_continue; /* "100 Continue" written for the request being received */
+};
+
+/* ---- output ---- */
+
+static void write_head(hconn *hc, int status, const char *ctype, long long len, int chunked)
+{
+    char head[512];
+    /* etcd's client port wraps every HTTP handler in its CORS handler */
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\n"
+                     "Access-Control-Allow-Headers: accept, content-type, authorization\r\n"
+                     "Access-Control-Allow-Methods: POST, GET, OPTIONS, PUT, DELETE\r\n"
+                     "Access-Control-Allow-Origin: *\r\n"
+                     "Content-Type: %s\r\n",
+                     status, kv_gw_status_text(status), ctype);
+    if (chunked) /* grpc-gateway forwards the gRPC response header */
+        n += snprintf(head + n, sizeof(head) - (size_t)n,
+                      "Grpc-Metadata-Content-Type: application/grpc\r\n"
+                      "Transfer-Encoding: chunked\r\n");
+    else
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "Content-Length: %lld\r\n", len);
+    if (!hc->keep_alive)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "Connection: close\r\n");
+    n += snprintf(head + n, sizeof(head) - (size_t)n, "\r\n");
+    kv_grpc_http1_write(hc->c, head, (size_t)n);
+}
+
+/* A complete response; ends the request. */
+static void respond(hconn *hc, int status, const char *ctype, const char *body, size_t len)
+{
+    write_head(hc, status, ctype, (long long)len, 0);
+    if (len && !hc->head_method)
+        kv_grpc_http1_write(hc->c, body, len);
+    hc->state = ST_IDLE;
+    if (!hc->keep_alive) {
+        hc->closing = 1;
+        kv_grpc_http1_end(hc->c);
+    }
+}
+
+static void respond_text(hconn *hc, int status, const char *text)
+{
+    respond(hc, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* Malformed or over-limit input: answer and close. */
+static void respond_close(hconn *hc, int status, const char *text)
+{
+    hc->keep_alive = 0;
+    kv_metric_inc(hc->h->m_bad);
+    respond_text(hc, status, text);
+}
+
+static void respond_health(hconn *hc, int ok, const char *reason)
+{
+    if (ok) {
+        static const char body[] = "{\"health\":\"true\"}";
+        respond(hc, 200, HEALTH_CTYPE, body, sizeof(body) - 1);
+        return;
+    }
+    kv_jbuf b = {0};
+    kv_jbuf_puts(&b, "{\"health\":\"false\",\"reason\":");
+    const char *r = reason ? reason : "";
+    kv_jbuf_str(&b, r, strnlen(r, 256));
+    kv_jbuf_puts(&b, "}");
+    if (b.oom)
+        respond(hc, 503, HEALTH_CTYPE, "{\"health\":\"false\"}", 18);
+    else
+        respond(hc, 503, HEALTH_CTYPE, b.p, b.len);
+    kv_jbuf_free(&b);
+}
+
+/* grpc-gateway v1's error body (runtime.DefaultHTTPError). */
+static void respond_grpc_error(hconn *hc, int code, const char *msg)
+{
+    kv_jbuf b = {0};
+    char num[32];
+    const char *m = msg ? msg : "";
+    kv_jbuf_puts(&b, "{\"error\":");
+    kv_jbuf_str(&b, m, strlen(m));
+    kv_jbuf_puts(&b, ",\"message\":");
+    kv_jbuf_str(&b, m, strlen(m));
+    snprintf(num, sizeof(num), ",\"code\":%d}", code);
+    kv_jbuf_puts(&b, num);
+    if (b.oom) {
+        kv_jbuf_free(&b);
+        respond_close(hc, 500, "out of memory\n");
+        return;
+    }
+    respond(hc, kv_gw_http_status(code), "application/json", b.p, b.len);
+    kv_jbuf_free(&b);
+}
+
+static void write_chunk(hconn *hc, const char *p, size_t n)
+{
+    char hdr[32];
+    int k = snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
+    kv_grpc_http1_write(hc->c, hdr, (size_t)k);
+    kv_grpc_http1_write(hc->c, p, n);
+    kv_grpc_http1_write(hc->c, "\r\n", 2);
+}
+
+/* ---- health ---- */
+
+static void health_unlink(kv_client_http *h, health_req *hr)
+{
+    if (hr->prev)
+        hr->prev->next = hr->next;
+    else if (h->health_list == hr)
+        h->health_list = hr->next;
+    if (hr->next)
+        hr->next->prev = hr->prev;
+    hr->next = hr->prev = NULL;
+}
+
+static void health_done(void *ctx, int ok, const char *reason)
+{
+    health_req *hr = ctx;
+    hconn *hc = hr->hc;
+    if (hc) {
+        health_unlink(hc->h, hr);
+        hc->hr = NULL;
+    }
+    free(hr);
+    if (hc && hc->state == ST_HEALTH)
+        respond_health(hc, ok, reason);
+}
+
+static void health_timer_cb(uv_timer_t *t)
+{
+    kv_client_http *h = t->data;
+    uint64_t now = uv_now(h->loop);
+    health_req *hr = h->health_list, *next;
+    for (; hr; hr = next) {
+        next = hr->next;
+        if (hr->deadline > now)
+            continue;
+        hconn *hc = hr->hc;
+        health_unlink(h, hr);
+        hr->hc = NULL; /* freed when the hook answers */
+        hc->hr = NULL;
+        respond_health(hc, 0, "timeout");
+    }
+    if (!h->health_list)
+        uv_timer_stop(&h->timer);
+}
+
+static void start_health(hconn *hc)
+{
+    kv_client_http *h = hc->h;
+    if (!h->cfg.health) {
+        respond_health(hc, 1, NULL);
+        return;
+    }
+    health_req *hr = calloc(1, sizeof(*hr));
+    if (!hr) {
+        respond_health(hc, 0, "out of memory");
+        return;
+    }
+    hr->hc = hc;
+    hr->deadline = uv_now(h->loop) + h->cfg.health_timeout_ms;
+    hr->next = h->health_list;
+    if (h->health_list)
+        h->health_list->prev = hr;
+    h->health_list = hr;
+    hc->hr = hr;
+    hc->state = ST_HEALTH;
+    if (!uv_is_active((uv_handle_t *)&h->timer))
+        uv_timer_start(&h->timer, health_timer_cb, HEALTH_SCAN_MS, HEALTH_SCAN_MS);
+    h->cfg.health(h->cfg.app, health_done, hr); /* may answer synchronously */
+}
+
+/* ---- gateway calls ---- */
+
+static int sink_send(void *arg, const uint8_t *msg, size_t len)
+{
+    hconn *hc = arg;
+    if (hc->state == ST_STREAM) {
+        ProtobufCMessage *m = protobuf_c_message_unpack(hc->rt.out, NULL, len, msg);
+        if (!m)
+            return -EINVAL;
+        kv_jbuf b = {0};
+        kv_jbuf_puts(&b, "{\"result\":");
+        kv_pb_to_json(m, &b);
+        kv_jbuf_puts(&b, "}\n");
+        protobuf_c_message_free_unpacked(m, NULL);
+        int rc = b.oom ? -ENOMEM : 0;
+        if (rc == 0)
+            write_chunk(hc, b.p, b.len);
+        kv_jbuf_free(&b);
+        return rc;
+    }
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, msg, len);
+    free(hc->resp);
+    hc->resp = copy;
+    hc->resp_len = len;
+    hc->got_resp = 1;
+    return 0;
+}
+
+static size_t sink_queued(void *arg)
+{
+    hconn *hc = arg;
+    return kv_grpc_http1_pending(hc->c);
+}
+
+static void process(hconn *hc);
+
+static void sink_finish(void *arg, int status, const char *msg)
+{
+    hconn *hc = arg;
+    kv_grpc_call *call = hc->call;
+    hc->call = NULL;
+    kv_grpc_local_free(call); /* finished: no on_cancel */
+    if (hc->state == ST_STREAM) {
+        if (status != 0) {
+            /* grpc-gateway v1's streaming error object */
+            kv_jbuf b = {0};
+            char num[96];
+            const char *m = msg ? msg : (status < 0 ? "stream reset" : "");
+            int code = status < 0 ? 13 : status;
+            snprintf(num, sizeof(num),
+                     "{\"error\":{\"grpc_code\":%d,\"http_code\":%d,\"message\":", code,
+                     kv_gw_http_status(code));
+            kv_jbuf_puts(&b, num);
+            kv_jbuf_str(&b, m, strlen(m));
+            kv_jbuf_puts(&b, ",\"http_status\":");
+            const char *t = kv_gw_status_text(kv_gw_http_status(code));
+            kv_jbuf_str(&b, t, strlen(t));
+            kv_jbuf_puts(&b, "}}\n");
+            if (!b.oom)
+                write_chunk(hc, b.p, b.len);
+            kv_jbuf_free(&b);
+        }
+        kv_grpc_http1_write(hc->c, "0\r\n\r\n", 5);
+        hc->state = ST_IDLE;
+        if (!hc->keep_alive || status < 0) {
+            hc->closing = 1;
+            kv_grpc_http1_end(hc->c);
+        }
+    } else if (status < 0) { /* aborted: the outcome is unknown; say so and close */
+        hc->keep_alive = 0;
+        respond_grpc_error(hc, 13, "transport: the response could not be delivered");
+    } else if (status != 0) {
+        respond_grpc_error(hc, status, msg);
+    } else {
+        ProtobufCMessage *m =
+            protobuf_c_message_unpack(hc->rt.out, NULL, hc->got_resp ? hc->resp_len : 0,
+                                      hc->resp ? hc->resp : (const uint8_t *)"");
+        kv_jbuf b = {0};
+        if (m) {
+            kv_pb_to_json(m, &b);
+            protobuf_c_message_free_unpacked(m, NULL);
+        }
+        if (!m || b.oom)
+            respond_grpc_error(hc, 13, "grpc-gateway: cannot marshal the response");
+        else
+            respond(hc, 200, "application/json", b.p, b.len);
+        kv_jbuf_free(&b);
+    }
+    free(hc->resp);
+    hc->resp = NULL;
+    hc->resp_len = 0;
+    hc->got_resp = 0;
+    /* The next pipelined request is taken from process() (on the stack) or once the output is
+     * written (drained), never from inside the handler that finished this call. */
+}
+
+static const kv_grpc_local_sink gw_sink = {sink_send, sink_finish, sink_queued};
+
+#define GW_MAX_STREAM_OBJECTS 1024 /* request objects of one streaming body */
+
+typedef struct packed_msg {
+    uint8_t *p;
+    size_t n;
+} packed_msg;
+
+/* Packs a parsed request (freed here) into out. */
+static int pack_request(ProtobufCMessage *req, packed_msg *out)
+{
+    out->n = protobuf_c_message_get_packed_size(req);
+    out->p = malloc(out->n ? out->n : 1);
+    if (out->p)
+        protobuf_c_message_pack(req, out->p);
+    protobuf_c_message_free_unpacked(req, NULL);
+    return out->p ? 0 : -ENOMEM;
+}
+
+static void start_gateway(hconn *hc, const char *path, const char *body, size_t blen)
+{
+    if (kv_gw_lookup(path, &hc->rt) != 0) {
+        respond_text(hc, 404, "Not Found\n"); /* grpc-gateway's runtime: no pattern matched */
+        return;
+    }
+    /* grpc-gateway decodes the body's first JSON value for a unary method (the rest is
+     * ignored) and each value in turn for a streaming one. */
+    char err[160];
+    packed_msg *msgs = calloc(GW_MAX_STREAM_OBJECTS, sizeof(*msgs));
+    size_t n = 0, off = 0;
+    int rc = msgs ? 0 : -ENOMEM;
+    while (rc == 0 && n < GW_MAX_STREAM_OBJECTS) {
+        ProtobufCMessage *req = NULL;
+        size_t used = 0;
+        rc = kv_json_to_pb_next(hc->rt.in, body + off, blen - off, &req, &used, err, sizeof(err));
+        if (rc < 0)
+            break;
+        off += used;
+        if (!req && n > 0)
+            break;  /* only white space left */
+        if (!req) { /* an empty body: the empty request */
+            req = malloc(hc->rt.in->sizeof_message);
+            if (!req) {
+                rc = -ENOMEM;
+                break;
+            }
+            protobuf_c_message_init(hc->rt.in, req);
+        }
+        if ((rc = pack_request(req, &msgs[n])) < 0)
+            break;
+        n++;
+        if (!hc->rt.streaming)
+            break;
+    }
+    if (rc == 0 && n == GW_MAX_STREAM_OBJECTS && off < blen) {
+        rc = -EINVAL;
+        snprintf(err, sizeof(err), "more than %d request objects", GW_MAX_STREAM_OBJECTS);
+    }
+    if (rc == 0) {
+        rc = kv_grpc_local_new(hc->c, hc->rt.grpc_path, &gw_sink, hc, &hc->call);
+        if (rc == -ENOENT) {
+            char m[160];
+            snprintf(m, sizeof(m), "unknown method %s", hc->rt.grpc_path);
+            respond_grpc_error(hc, 12, m);
+        }
+    } else if (rc == -EINVAL) {
+        respond_grpc_error(hc, 3, err); /* grpc-gateway: InvalidArgument for a bad body */
+    }
+    if (rc == -ENOMEM)
+        respond_close(hc, 500, "out of memory\n");
+    if (rc == 0) {
+        if (hc->rt.streaming) {
+            hc->state = ST_STREAM;
+            write_head(hc, 200, "application/json", 0, 1);
+        } else {
+            hc->state = ST_UNARY;
+        }
+        kv_grpc_call *call = hc->call;
+        for (size_t i = 0; i < n && hc->call == call; i++)
+            kv_grpc_local_deliver(call, msgs[i].p, msgs[i].n);
+        /* the body ended: a stream's client half-close */
+        if (hc->rt.streaming && hc->call == call)
+            kv_grpc_local_half_close(call);
+    }
+    for (size_t i = 0; msgs && i < n; i++)
+        free(msgs[i].p);
+    free(msgs);
+}
+
+/* ---- request parsing ---- */
+
+static const char *find_crlf2(const char *p, size_t n)
+{
+    for (size_t i = 0; i + 3 < n; i++)
+        if (p[i] == '\r' && p[i + 1] == '\n' && p[i + 2] == '\r' && p[i + 3] == '\n')
+            return p + i;
+    return NULL;
+}
+
+static int is_token(const char *s, size_t n)
+{
+    if (!n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
+            return 0;
+    return 1;
+}
+
+/* Parses and answers the request at the front of hc->in. Returns the bytes it used, 0 if it is
+ * not complete yet, or -1 if the connection must close (a response was queued). */
+static long take_request(hconn *hc)
+{
+    kv_client_http *h = hc->h;
+    const char *eoh = find_crlf2(hc->in, hc->in_len);
+    if (!eoh) {
+        if (hc->in_len > h->cfg.max_header_bytes) {
+            respond_close(hc, 431, "431 Request Header Fields Too Large\n");
+            return -1;
+        }
+        return 0;
+    }
+    size_t head_len = (size_t)(eoh - hc->in) + 4;
+    if (head_len > h->cfg.max_header_bytes) {
+        respond_close(hc, 431, "431 Request Header Fields Too Large\n");
+        return -1;
+    }
+    /* request line */
+    char *line = hc->in;
+    char *le = memchr(line, '\r', head_len);
+    char *sp1 = memchr(line, ' ', (size_t)(le - line));
+    char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(le - sp1 - 1)) : NULL;
+    if (!sp1 || !sp2 || le[1] != '\n' || !is_token(line, (size_t)(sp1 - line)) || sp2 == sp1 + 1 ||
+        sp1[1] != '/') {
+        respond_close(hc, 400, "400 Bad Request\n");
+        return -1;
+    }
+    size_t vlen = (size_t)(le - sp2 - 1);
+    int minor;
+    if (vlen == 8 && memcmp(sp2 + 1, "HTTP/1.1", 8) == 0)
+        minor = 1;
+    else if (vlen == 8 && memcmp(sp2 + 1, "HTTP/1.0", 8) == 0)
+        minor = 0;
+    else {
+        respond_close(hc, vlen == 8 && memcmp(sp2 + 1, "HTTP/", 5) == 0 ? 505 : 400,
+                      "400 Bad Request\n");
+        return -1;
+    }
+    char method[16], target[1024];
+    size_t mlen = (size_t)(sp1 - line), tlen = (size_t)(sp2 - sp1 - 1);
+    if (mlen >= sizeof(method) || tlen >= sizeof(target)) {
+        respond_close(hc, mlen >= sizeof(method) ? 400 : 431, "400 Bad Request\n");
+        return -1;
+    }
+    memcpy(method, line, mlen);
+    method[mlen] = '\0';
+    memcpy(target, sp1 + 1, tlen);
+    target[tlen] = '\0';
+    char *q = strchr(target, '?');
+    if (q)
+        *q = '\0';
+    /* headers */
+    long long clen = -1;
+    int conn_close = !minor, conn_keep = 0, chunked = 0, expect = 0;
+    for (char *p = le + 2; p < eoh + 2;) {
+        char *e = memchr(p, '\r', (size_t)(eoh + 2 - p));
+        if (!e || e[1] != '\n') {
+            respond_close(hc, 400, "400 Bad Request\n");
+            return -1;
+        }
+        char *colon = memchr(p, ':', (size_t)(e - p));
+        if (!colon || !is_token(p, (size_t)(colon - p))) {
+            respond_close(hc, 400, "400 Bad Request: malformed header\n");
+            return -1;
+        }
+        char *v = colon + 1;
+        while (v < e && (*v == ' ' || *v == '\t'))
+            v++;
+        size_t nlen = (size_t)(colon - p), vl = (size_t)(e - v);
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+            vl--;
+        if (nlen == 14 && strncasecmp(p, "content-length", 14) == 0) {
+            long long x = 0;
+            if (!vl || clen >= 0) {
+                respond_close(hc, 400, "400 Bad Request: bad Content-Length\n");
+                return -1;
+            }
+            for (size_t i = 0; i < vl; i++) {
+                if (!isdigit((unsigned char)v[i]) || x > (1LL << 40)) {
+                    respond_close(hc, 400, "400 Bad Request: bad Content-Length\n");
+                    return -1;
+                }
+                x = x * 10 + (v[i] - '0');
+            }
+            clen = x;
+        } else if (nlen == 10 && strncasecmp(p, "connection", 10) == 0) {
+            if (vl == 5 && strncasecmp(v, "close", 5) == 0)
+                conn_close = 1;
+            else if (vl == 10 && strncasecmp(v, "keep-alive", 10) == 0)
+                conn_keep = 1;
+        } else if (nlen == 17 && strncasecmp(p, "transfer-encoding", 17) == 0) {
+            chunked = 1;
+        } else if (nlen == 6 && strncasecmp(p, "expect", 6) == 0) {
+            expect = vl == 12 && strncasecmp(v, "100-continue", 12) == 0;
+        }
+        p = e + 2;
+    }
+    hc->keep_alive = minor ? !conn_close : conn_keep;
+    if (chunked) { /* not supported: bodies need a Content-Length */
+        respond_close(hc, 411, "411 Length Required\n");
+        return -1;
+    }
+    if (clen < 0)
+        clen = 0;
+    if ((unsigned long long)clen > h->cfg.max_body_bytes) {
+        respond_close(hc, 413, "413 Request Entity Too Large\n");
+        return -1;
+    }
+    if (hc->in_len - head_len < (size_t)clen) {
+        /* curl sends "Expect: 100-continue" for bodies over 1 KiB and waits for it (Go's
+         * server answers it when the handler reads the body) */
+        if (expect && minor && !hc->sent_continue) {
+            hc->sent_continue = 1;
+            kv_grpc_http1_write(hc->c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        }
+        return 0; /* body incomplete */
+    }
+    hc->sent_continue = 0;
+    /* a complete request */
+    kv_metric_inc(h->m_requests);
+    kv_grpc_http1_waiting(hc->c, 0);
+    const char *body = hc->in + head_len;
+    hc->head_method = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "OPTIONS") == 0) { /* etcd's CORS handler answers every preflight */
+        respond(hc, 200, "text/plain; charset=utf-8", "", 0);
+    } else if (strcmp(target, "/health") == 0 || strcmp(target, "/version") == 0 ||
+               strcmp(target, "/metrics") == 0) {
+        /* etcd: /health and /version allow GET only; promhttp's /metrics any method */
+        if (target[1] != 'm' && strcmp(method, "GET") != 0) {
+            respond_text(hc, 405, "Method Not Allowed\n");
+        } else if (target[1] == 'h') {
+            start_health(hc);
+        } else if (target[1] == 'v') {
+            char b[256];
+            int n = snprintf(b, sizeof(b), "{\"etcdserver\":\"%s\",\"etcdcluster\":\"3.4.0\"}",
+                             h->cfg.server_version ? h->cfg.server_version : "3.4.0");
+            respond(hc, 200, "application/json", b, (size_t)n);
+        } else {
+            char *out = NULL;
+            size_t len = 0;
+            if (h->cfg.metrics && kv_metrics_render(h->cfg.metrics, &out, &len) != 0) {
+                respond_close(hc, 500, "out of memory\n");
+            } else {
+                respond(hc, 200, "text/plain; version=0.0.4; charset=utf-8", out ? out : "", len);
+                free(out);
+            }
+        }
+    } else if (strncmp(target, "/v3", 3) == 0) {
+        if (strcmp(method, "POST") != 0) /* grpc-gateway: only POST patterns exist */
+            respond_text(hc, 405, "Method Not Allowed\n");
+        else
+            start_gateway(hc, target, body, (size_t)clen);
+    } else {
+        respond_text(hc, 404, "404 page not found\n"); /* Go's http.NotFound */
+    }
+    return (long)(head_len + (size_t)clen);
+}
+
+/* Answers buffered requests while none is in progress. */
+static void process(hconn *hc)
+{
+    if (hc->in_process)
+        return;
+    hc->in_process = 1;
+    while (hc->state == ST_IDLE && !hc->closing) {
+        long used = take_request(hc);
+        if (used < 0)
+            break;
+        if (used == 0) {
+            kv_grpc_http1_waiting(hc->c, 1);
+            break;
+        }
+        memmove(hc->in, hc->in + used, hc->in_len - (size_t)used);
+        hc->in_len -= (size_t)used;
+    }
+    hc->in_process = 0;
+    if (hc->in_cap > 65536 && hc->in_len == 0 && hc->state == ST_IDLE) {
+        free(hc->in); /* idle connections keep no large buffer */
+        hc->in = NULL;
+        hc->in_cap = 0;
+        kv_grpc_http1_hold(hc->c, 0);
+    }
+}
+
+/* ---- transport hooks ---- */
+
+static void *on_open(void *arg, kv_grpc_conn *c)
+{
+    hconn *hc = calloc(1, sizeof(*hc));
+    if (!hc)
+        return NULL;
+    hc->h = arg;
+    hc->c = c;
+    hc->keep_alive = 1;
+    return hc;
+}
+
+static int on_recv(void *st, const uint8_t *in, size_t len)
+{
+    hconn *hc = st;
+    kv_client_http *h = hc->h;
+    if (hc->closing)
+        return 0; /* answering, then closing: ignore the rest */
+    size_t limit = h->cfg.max_header_bytes + h->cfg.max_body_bytes;
+    if (hc->in_len + len > limit) {
+        if (hc->state == ST_IDLE) { /* cannot be one valid request: say why */
+            kv_metric_inc(h->m_bad);
+            hc->keep_alive = 0;
+            respond_text(hc, 413, "413 Request Entity Too Large\n");
+            return 0;
+        }
+        return -ENOBUFS; /* pipelining past the bound while a request is answered */
+    }
+    if (hc->in_len + len + 1 > hc->in_cap) {
+        size_t cap = hc->in_cap ? hc->in_cap : 4096;
+        while (cap < hc->in_len + len + 1)
+            cap *= 2;
+        if (kv_grpc_http1_hold(hc->c, cap) != 0) { /* the process-wide buffer cap */
+            if (hc->state != ST_IDLE)
+                return -ENOBUFS;
+            kv_metric_inc(h->m_bad);
+            hc->keep_alive = 0;
+            respond_text(hc, 503, "503 Service Unavailable: server buffers full\n");
+            return 0;
+        }
+        char *p = realloc(hc->in, cap);
+        if (!p)
+            return -ENOMEM;
+        hc->in = p;
+        hc->in_cap = cap;
+    }
+    memcpy(hc->in + hc->in_len, in, len);
+    hc->in_len += len;
+    hc->in[hc->in_len] = '\0';
+    process(hc);
+    return 0;
+}
+
+static void on_drained(void *st)
+{
+    hconn *hc = st;
+    if (hc->state == ST_IDLE && !hc->closing && hc->in_len)
+        process(hc);
+}
+
+static void on_close(void *st)
+{
+    hconn *hc = st;
+    if (hc->hr) { /* the hook answers later into a detached request */
+        health_unlink(hc->h, hc->hr);
+        hc->hr->hc = NULL;
+    }
+    kv_grpc_call *call = hc->call;
+    hc->call = NULL;
+    hc->state = ST_IDLE;
+    kv_grpc_local_free(call); /* on_cancel if the handler still owns it */
+    free(hc->resp);
+    free(hc->in);
+    free(hc);
+}
+
+static const kv_grpc_http1_ops http1_ops = {on_open, on_recv, on_drained, on_close};
+
+int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, uv_loop_t *loop)
+{
+    kv_client_http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return -ENOMEM;
+    h->cfg = *cfg;
+    if (!h->cfg.max_header_bytes)
+        h->cfg.max_header_bytes = 8192;
+    if (!h->cfg.max_body_bytes)
+        h->cfg.max_body_bytes = KV_GRPC_DEFAULT_MAX_REQUEST_BYTES;
+    if (!h->cfg.health_timeout_ms)
+        h->cfg.health_timeout_ms = 5000;
+    h->loop = loop;
+    uv_timer_init(loop, &h->timer);
+    h->timer.data = h;
+    if (cfg->metrics) {
+        h->m_requests = kv_metrics_counter(cfg->metrics, "kvd_client_http_requests_total",
+                                           "HTTP/1.x requests on the client port.", NULL);
+        h->m_bad = kv_metrics_counter(
+            cfg->metrics, "kvd_client_http_rejected_total",
+            "HTTP/1.x requests on the client port refused as malformed or over a bound.", NULL);
+    }
+    *out = h;
+    return 0;
+}
+
+void kv_client_http_attach(kv_client_http *h, kv_grpc_server *s)
+{
+    kv_grpc_server_set_http1(s, &http1_ops, h);
+}
+
+static void timer_closed(uv_handle_t *t)
+{
+    free(t->data);
+}
+
+void kv_client_http_free(kv_client_http *h)
+{
+    if (!h)
+        return;
+    for (health_req *hr = h->health_list, *next; hr; hr = next) {
+        next = hr->next;
+        hr->hc = NULL;
+        hr->next = hr->prev = NULL;
+    }
+    h->health_list = NULL;
+    uv_close((uv_handle_t *)&h->timer, timer_closed);
+}
