@@ -547,3 +547,94 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     }
     return 0;
 }
+
+/* Environment variables (issue 14 section 6), the etcd way: every flag --foo-bar can also be
+ * given as KVD_FOO_BAR, or ETCD_FOO_BAR for a migration from etcd (KVD_ wins over ETCD_);
+ * the command line wins over both (a flag given there makes kvd ignore its variables, as
+ * etcd's flags.SetFlagsFromEnv skips flags already set). Implemented by placing the
+ * environment's settings before the command-line arguments. */
+static int on_cmdline(int argc, char **argv, const char *flag)
+{
+    size_t fl = strlen(flag);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-')
+            continue;
+        while (*a == '-')
+            a++;
+        if (strncmp(a, flag, fl) == 0 && (a[fl] == '\0' || a[fl] == '='))
+            return 1;
+    }
+    return 0;
+}
+
+static void env_name(char *out, size_t len, const char *prefix, const char *flag)
+{
+    size_t n = (size_t)snprintf(out, len, "%s", prefix);
+    for (const char *p = flag; *p && n + 1 < len; p++)
+        out[n++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    out[n < len ? n : len - 1] = '\0';
+}
+
+int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    enum { NFLAGS = sizeof(FLAGS) / sizeof(FLAGS[0]) };
+    char *args[NFLAGS + 1];
+    int n = 0, rc;
+    char **all = calloc((size_t)argc + NFLAGS + 1, sizeof(char *));
+    if (all == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    all[0] = argc > 0 ? argv[0] : "kvd";
+    for (size_t k = 0; k < NFLAGS; k++) {
+        char var[96];
+        env_name(var, sizeof(var), "KVD_", FLAGS[k].name);
+        if (on_cmdline(argc, argv, FLAGS[k].name))
+            continue;
+        const char *v = getenv(var);
+        if (v == NULL) {
+            env_name(var, sizeof(var), "ETCD_", FLAGS[k].name);
+            v = getenv(var);
+        }
+        if (v == NULL)
+            continue;
+        size_t len = strlen(FLAGS[k].name) + strlen(v) + 4;
+        args[n] = malloc(len);
+        if (args[n] == NULL) {
+            snprintf(err, errlen, "out of memory");
+            rc = -ENOMEM;
+            goto cleanup;
+        }
+        snprintf(args[n], len, "--%s=%s", FLAGS[k].name, v);
+        all[1 + n] = args[n];
+        n++;
+    }
+    for (int i = 1; i < argc; i++)
+        all[n + i] = argv[i];
+    rc = kv_config_parse(cfg, n + (argc > 0 ? argc : 1), all, err, errlen);
+    if (rc < 0 && n > 0) {
+        /* Name the variable when the bad value came from the environment. */
+        char flag[80];
+        const char *colon = strchr(err, ':');
+        size_t fl = colon ? (size_t)(colon - err) : 0;
+        if (fl > 2 && fl < sizeof(flag) && err[0] == '-' && err[1] == '-') {
+            memcpy(flag, err + 2, fl - 2);
+            flag[fl - 2] = '\0';
+            int cmd = on_cmdline(argc, argv, flag);
+            char var[96], msg[1024];
+            env_name(var, sizeof(var), "KVD_", flag);
+            if (!cmd && getenv(var) == NULL)
+                env_name(var, sizeof(var), "ETCD_", flag);
+            if (!cmd && getenv(var) != NULL) {
+                snprintf(msg, sizeof(msg), "environment variable %s: %s", var, err);
+                snprintf(err, errlen, "%s", msg);
+            }
+        }
+    }
+cleanup:
+    for (int i = 0; i < n; i++)
+        free(args[i]);
+    free(all);
+    return rc;
+}

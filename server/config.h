@@ -135,4 +135,10 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
 
 const char *kv_config_usage(void);
 
+/* kv_config_parse() with the environment (issue 14 section 6), as etcd: every flag --foo-bar
+ * may also be set by KVD_FOO_BAR, or ETCD_FOO_BAR (migration from etcd; KVD_ wins). The
+ * command line wins over the environment. Same returns as kv_config_parse(); a bad value
+ * from the environment is reported with the variable's name. Not thread-safe (getenv). */
+int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
 #endif

@@ -21,6 +21,7 @@
 #include "api/auto_compact.h"
 #include "server.h"
 #include "tls_setup.h"
+#include "sd_notify.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -29,6 +30,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#ifndef KVD_VERSION /* the project version, set by server/CMakeLists.txt */
+#define KVD_VERSION "0.1.0"
+#endif
 
 typedef struct kvd_main {
     uv_loop_t loop;
@@ -126,6 +131,7 @@ static void on_signal(uv_signal_t *sig, int signum)
         return;
     m->stopping = 1;
     fprintf(stderr, "kvd: received %s, shutting down\n", strsignal(signum));
+    kv_sd_notify(getenv("NOTIFY_SOCKET"), "STOPPING=1"); /* systemd Type=notify */
     for (size_t i = 0; i < m->n_grpc; i++)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
     kv_client_http_free(m->chttp); /* after its connections (closed above) */
@@ -309,9 +315,12 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     kv_config_default(&m.cfg);
-    rc = kv_config_parse(&m.cfg, argc, argv, err, sizeof(err));
+    rc = kv_config_parse_env(&m.cfg, argc, argv, err, sizeof(err)); /* flags, then KVD_* */
     if (rc == 1) {
-        printf("kvd 0.1.0 (etcd v3 API 3.4)\n%s", kv_config_usage());
+        int version_only = 0; /* --version: the version line alone, as etcd --version */
+        for (int i = 1; i < argc; i++)
+            version_only |= strcmp(argv[i], "--version") == 0;
+        printf("kvd %s (etcd v3 API 3.4)\n%s", KVD_VERSION, version_only ? "" : kv_config_usage());
         return 0;
     }
     if (rc < 0) {
@@ -418,6 +427,9 @@ int main(int argc, char **argv)
         uv_signal_start(&m.sigusr2, on_isolate_signal, SIGUSR2);
     }
     fprintf(stderr, "kvd: ready to serve client requests\n");
+    rc = kv_sd_notify(getenv("NOTIFY_SOCKET"), "READY=1\nSTATUS=ready to serve client requests");
+    if (rc < 0)
+        fprintf(stderr, "kvd: cannot notify systemd at $NOTIFY_SOCKET: %s\n", strerror(-rc));
 
     uv_run(&m.loop, UV_RUN_DEFAULT);
 

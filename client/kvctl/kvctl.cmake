@@ -26,6 +26,7 @@ if(TARGET kvclient_static AND TARGET kvproto)
     ${KVCTL_DIR}/cmd_snapshot.c
     ${KVCTL_DIR}/snap_stream.c)
   target_include_directories(kvctl PRIVATE ${KVCTL_DIR} ${KVCTL_DIR}/../include)
+  target_compile_definitions(kvctl PRIVATE KVCTL_VERSION="${PROJECT_VERSION}")
   target_link_libraries(kvctl PRIVATE kvclient_static kvproto Threads::Threads m)
   # snapshot status/restore read kvd's store format (server/mvcc/snapshot.h)
   target_link_libraries(kvctl PRIVATE kv_mvcc PkgConfig::NGHTTP2)

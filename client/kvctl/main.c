@@ -215,6 +215,26 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
     return 0;
 }
 
+/* kvctl version: etcdctl's version command ("etcdctl version: 3.4.23" / "API version: 3.4"),
+ * with kvctl's own name and version. */
+static int cmd_version(struct kvctl *k, int argc, char **argv)
+{
+    char **pos = calloc((size_t)argc + 1, sizeof(char *));
+    size_t n_pos = 0;
+    if (!pos)
+        return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
+    int rc = kvctl_parse_cmd(k, argc, argv, NULL, pos, &n_pos);
+    free(pos);
+    if (rc != 0)
+        return rc;
+    if (k->help) {
+        kvctl_usage("version", stdout);
+        return KVCTL_EXIT_HELP;
+    }
+    printf("kvctl version: %s\nAPI version: 3.4\n", KVCTL_VERSION);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct kvctl k;
@@ -285,19 +305,20 @@ int main(int argc, char **argv)
     }
     static const char *const names[] = {"get",      "put",      "del",        "txn",   "compaction",
                                         "endpoint", "member",   "lease",      "watch", "lock",
-                                        "elect",    "snapshot", "move-leader"};
+                                        "elect",    "snapshot", "move-leader", "version"};
     int (*const fns[])(struct kvctl *, int, char **) = {
         kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
         kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
         kvctl_cmd_watch,      kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot,
-        kvctl_cmd_move_leader};
+        kvctl_cmd_move_leader, cmd_version};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {
-        /* cobra reports it, then etcdctl's main reports the returned error again */
-        fprintf(stderr, "Error: unknown command \"%s\" for \"etcdctl\"\n", cmd);
-        fprintf(stderr, "Run 'etcdctl --help' for usage.\n");
-        rc = kvctl_fail(KVCTL_EXIT_ERROR, "unknown command \"%s\" for \"etcdctl\"", cmd);
+        /* cobra reports it, then etcdctl's main reports the returned error again (with the
+         * program's own name: kvctl) */
+        fprintf(stderr, "Error: unknown command \"%s\" for \"kvctl\"\n", cmd);
+        fprintf(stderr, "Run 'kvctl --help' for usage.\n");
+        rc = kvctl_fail(KVCTL_EXIT_ERROR, "unknown command \"%s\" for \"kvctl\"", cmd);
     } else {
         rc = fns[idx](&k, argc - 1, argv + 1);
     }

@@ -56,6 +56,10 @@ void h_compare(const struct h_step *steps, size_t n);
 /* Normalises s in place according to flags and the lease ids in lease_ids (one per line). */
 char *h_normalise(char *s, unsigned flags, const char *lease_ids);
 
+/* Rewrites etcdctl's self-references (USAGE lines, `unknown command "x" for "etcdctl"`,
+ * "Run 'etcdctl --help'") to kvctl's own name, in place of s (which it frees). */
+char *h_own_name(char *s);
+
 void h_out_free(struct h_out *o);
 
 #endif

@@ -120,8 +120,8 @@ Test(kvctl_cli, flag_errors_exit_1)
                  "\"x\""),
            "get", "k", "--dial-timeout", "x");
     EXPECT(1,
-           "Error: unknown command \"bogus\" for \"etcdctl\"\nRun 'etcdctl --help' for "
-           "usage.\nError: unknown command \"bogus\" for \"etcdctl\"\n",
+           "Error: unknown command \"bogus\" for \"kvctl\"\nRun 'kvctl --help' for "
+           "usage.\nError: unknown command \"bogus\" for \"kvctl\"\n",
            "bogus");
 }
 
@@ -132,15 +132,13 @@ Test(kvctl_cli, help_prints_usage_and_exits_0)
     run(&r, a);
     cr_expect_eq(r.status, 0);
     cr_expect_str_eq(r.err, "");
-    cr_expect(strncmp(r.out,
-                      "NAME:\n\tlease keep-alive - Keeps leases alive (renew)\n\nUSAGE:\n\tetcdctl "
-                      "lease keep-alive [options] <leaseID> [flags]\n",
-                      90) == 0,
-              "%s", r.out);
+    static const char want[] = "NAME:\n\tlease keep-alive - Keeps leases alive (renew)\n\nUSAGE:\n"
+                               "\tkvctl lease keep-alive [options] <leaseID> [flags]\n";
+    cr_expect(strncmp(r.out, want, sizeof(want) - 1) == 0, "%s", r.out);
     static const char *const b[] = {"get", "--bogus", NULL};
     run(&r, b);
     cr_expect_eq(r.status, 1);
-    cr_expect(strstr(r.out, "USAGE:\n\tetcdctl get [options] <key> [range_end] [flags]\n"),
+    cr_expect(strstr(r.out, "USAGE:\n\tkvctl get [options] <key> [range_end] [flags]\n"),
               "usage of get on stdout: %s", r.out);
 }
 
@@ -159,4 +157,64 @@ Test(kvctl_cli, no_command_prints_usage)
     run(&r, none);
     cr_expect_eq(r.status, 0);
     cr_expect(strstr(r.out, "USAGE:") != NULL, "usage on stdout: %s", r.out);
+}
+
+/* Issue 14 section 6: kvctl calls itself kvctl (USAGE lines, errors, version), while the
+ * texts it shares with etcdctl stay etcdctl's. */
+Test(kvctl_cli, own_name_and_version)
+{
+    static const char *const root[] = {"--help", NULL};
+    struct res r;
+    run(&r, root);
+    cr_expect_eq(r.status, 0);
+    cr_expect(strstr(r.out, "USAGE:\n\tkvctl [flags]\n") != NULL, "root usage: %s", r.out);
+    cr_expect(strstr(r.out, "help for kvctl\n") != NULL, "root usage: %s", r.out);
+    cr_expect(strstr(r.out, "\tversion\t") != NULL, "version listed: %s", r.out);
+    cr_expect(strstr(r.out, "\twatch\t") != NULL, "watch listed: %s", r.out);
+
+    /* every command's help names the program kvctl, never etcdctl */
+    static const char *const helps[][4] = {
+        {"get", "--help"},
+        {"put", "--help"},
+        {"del", "--help"},
+        {"txn", "--help"},
+        {"compaction", "--help"},
+        {"watch", "--help"},
+        {"lock", "--help"},
+        {"elect", "--help"},
+        {"move-leader", "--help"},
+        {"endpoint", "health", "--help"},
+        {"endpoint", "status", "--help"},
+        {"member", "list", "--help"},
+        {"member", "add", "--help"},
+        {"lease", "grant", "--help"},
+        {"lease", "keep-alive", "--help"},
+        {"snapshot", "save", "--help"},
+        {"snapshot", "restore", "--help"},
+        {"version", "--help"},
+        {"lease"},
+        {"member"},
+        {"endpoint"},
+        {"snapshot"},
+    };
+    for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++) {
+        run(&r, helps[i]);
+        cr_expect_eq(r.status, 0, "%s: status %d", helps[i][0], r.status);
+        cr_expect(strstr(r.out, "USAGE:\n\tkvctl ") != NULL, "%s %s: %s", helps[i][0],
+                  helps[i][1] ? helps[i][1] : "", r.out);
+        cr_expect(strstr(r.out, "etcdctl ") == NULL, "%s %s names etcdctl: %s", helps[i][0],
+                  helps[i][1] ? helps[i][1] : "", r.out);
+    }
+
+    static const char *const ver[] = {"version", NULL};
+    run(&r, ver);
+    cr_expect_eq(r.status, 0);
+    cr_expect_str_eq(r.out, "kvctl version: " KV_PROJECT_VERSION "\nAPI version: 3.4\n");
+    cr_expect_str_eq(r.err, "");
+
+    /* a flag error reports with the command's usage, under kvctl's name */
+    static const char *const bad[] = {"version", "--bogus", NULL};
+    run(&r, bad);
+    cr_expect_eq(r.status, 1);
+    cr_expect_str_eq(r.err, "Error: unknown flag: --bogus\n\nError: unknown flag: --bogus\n");
 }
