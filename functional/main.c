@@ -143,6 +143,15 @@ int main(int argc, char **argv)
     fflush(stdout);
     static kv_fn_cluster c;
     int r = kv_fn_cluster_init(&c, t, members, root, o.seed);
+    for (size_t i = 0; i < n_sel; i++) /* _UNTIL_TRIGGER_SNAPSHOT: snapshot often */
+        if (sel[i]->until_snapshot)
+            c.snapshot_count = KV_FN_SNAPSHOT_COUNT;
+    char pc_lib[1024];
+    const char *pe = getenv("KV_POWERCUT_SO"), *bd = getenv("KV_BUILD_DIR");
+    snprintf(pc_lib, sizeof(pc_lib), "%s/tests/crash/libkvd_powercut.so", bd && *bd ? bd : "build");
+    if (pe && *pe)
+        snprintf(pc_lib, sizeof(pc_lib), "%s", pe);
+    o.powercut_lib = access(pc_lib, R_OK) == 0 ? pc_lib : NULL;
     if (r) {
         fprintf(stderr, "kvfunctional: cluster setup failed: %s (binary %s)\n", strerror(-r),
                 c.bin);
@@ -171,8 +180,11 @@ int main(int argc, char **argv)
             skipped++;
             continue;
         }
-        if (kv_fn_case_run(sel[i], &c, &o) == KV_FN_RES_PASS)
+        kv_fn_result res = kv_fn_case_run(sel[i], &c, &o);
+        if (res == KV_FN_RES_PASS)
             passed++;
+        else if (res == KV_FN_RES_SKIP)
+            skipped++;
         else
             failed++;
     }
