@@ -695,7 +695,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             goto stop;
         }
         struct stat sst;
-        add_fault(fault_desc, sizeof(fault_desc), &fl, " snapshot of m%d %lldB, %d regs read", src,
+        add_fault(fault_desc, sizeof(fault_desc), &fl, "; snapshot of m%d%s %lldB, %d regs read", src, src == leader ? "(L)" : "",
                   stat(snap_path, &sst) == 0 ? (long long)sst.st_size : -1LL, before);
     }
     for (int i = 0; i < nt; i++) {
@@ -741,10 +741,11 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             uint64_t id = m->member_id;
             quit_member(c, targets[i]);
             kv_fn_member_wipe(c, targets[i]);
-            int r = kv_fn_cluster_member_remove(c, targets[i], 20000);
+            char e2[300] = "";
+            int r = kv_fn_cluster_member_remove(c, targets[i], 20000, e2, sizeof(e2));
             if (r)
-                snprintf(err, sizeof(err), "MemberRemove of m%d (%llx) failed (%d)", targets[i],
-                         (unsigned long long)id, r);
+                snprintf(err, sizeof(err), "MemberRemove of m%d (%llx) failed (%d): %s",
+                         targets[i], (unsigned long long)id, r, e2);
             break;
         }
         case KV_FN_F_RESTORE_SNAPSHOT:
@@ -837,9 +838,10 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
                 snprintf(err, sizeof(err), "restart of m%d failed", targets[i]);
             break;
         case KV_FN_F_SIGQUIT_REMOVE: {
-            int r = kv_fn_cluster_member_add(c, targets[i], 20000);
+            char e2[300] = "";
+            int r = kv_fn_cluster_member_add(c, targets[i], 20000, e2, sizeof(e2));
             if (r) {
-                snprintf(err, sizeof(err), "MemberAdd of m%d failed (%d)", targets[i], r);
+                snprintf(err, sizeof(err), "MemberAdd of m%d failed (%d): %s", targets[i], r, e2);
                 break;
             }
             add_fault(fault_desc, sizeof(fault_desc), &fl, " new id %llx",

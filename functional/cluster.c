@@ -434,18 +434,26 @@ uint64_t kv_fn_cluster_raft_index(kv_fn_cluster *c, uint32_t timeout_ms)
 
 /* One unary Cluster call through member `via`; the response is unpacked by the caller. */
 static int cluster_call(kv_fn_cluster *c, int via, const char *method, const uint8_t *req,
-                        size_t len, uint8_t **resp, size_t *resp_len, uint32_t timeout_ms)
+                        size_t len, uint8_t **resp, size_t *resp_len, uint32_t timeout_ms,
+                        char *err, size_t errlen)
 {
     kvc_client *kc = NULL;
     int r = open_client(&kc, c->m[via].endpoint, timeout_ms);
-    if (r)
+    if (r) {
+        snprintf(err, errlen, "m%d: cannot connect (%d)", via, r);
         return r;
-    r = kvc_call_unary(kc, method, req, len, resp, resp_len, timeout_ms, 0, NULL);
+    }
+    kvc_error e;
+    memset(&e, 0, sizeof(e));
+    r = kvc_call_unary(kc, method, req, len, resp, resp_len, timeout_ms, 0, &e);
+    if (r)
+        snprintf(err, errlen, "m%d: code %d %s", via, e.code, e.message);
     kvc_close(kc);
     return r;
 }
 
-int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms)
+int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                                size_t errlen)
 {
     if (!c->m[i].member_id)
         return -EINVAL;
@@ -462,7 +470,7 @@ int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms)
             uint8_t *resp = NULL;
             size_t rl = 0;
             r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberRemove", buf, len, &resp, &rl,
-                             3000);
+                             3000, err, errlen);
             kvc_free(resp);
             if (r == 0) {
                 c->m[i].member_id = 0;
@@ -474,8 +482,27 @@ int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms)
     return r;
 }
 
-int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms)
+int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                             size_t errlen)
 {
+    /* kvd derives a member id from its peer URLs and the cluster token, and a removed id
+     * never comes back (etcd's ErrIDRemoved): the member rejoins on a fresh proxy port,
+     * i.e. a new peer URL, for both targets. */
+    if (c->n > 1) {
+        uint16_t port = 0;
+        kvt_proxy *np = NULL;
+        int r = kvt_port_free(&port);
+        if (r == 0)
+            r = kvt_proxy_start(&np, port, c->m[i].peer_port,
+                                (uint64_t)port * 7919 + (uint64_t)i);
+        if (r) {
+            snprintf(err, errlen, "no new proxy port (%d)", r);
+            return r;
+        }
+        kvt_proxy_stop(c->m[i].proxy);
+        c->m[i].proxy = np;
+        c->m[i].proxy_port = port;
+    }
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u",
              c->n > 1 ? c->m[i].proxy_port : c->m[i].peer_port);
@@ -493,7 +520,8 @@ int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms)
                 continue;
             uint8_t *resp = NULL;
             size_t rl = 0;
-            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberAdd", buf, len, &resp, &rl, 3000);
+            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberAdd", buf, len, &resp, &rl, 3000,
+                             err, errlen);
             if (r == 0) {
                 Etcdserverpb__MemberAddResponse *a =
                     etcdserverpb__member_add_response__unpack(NULL, rl, resp);

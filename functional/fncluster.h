@@ -18,11 +18,15 @@ int kv_fn_member_status(kv_fn_cluster *c, int i, uint32_t timeout_ms, uint64_t *
 /* Highest raft index reported by a running member, 0 if none answers. */
 uint64_t kv_fn_cluster_raft_index(kv_fn_cluster *c, uint32_t timeout_ms);
 /* Cluster.MemberRemove of member i (c->m[i].member_id must be known) through any other
- * running member, retried until timeout_ms (a new leader may still be being elected). */
-int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms);
-/* Cluster.MemberAdd of member i's advertised peer URL through any other running member,
+ * running member, retried until timeout_ms (a new leader may still be being elected); err
+ * gets the last refusal. */
+int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                                size_t errlen);
+/* Cluster.MemberAdd of member i on a new peer URL (a fresh proxy port: kvd never re-admits
+ * a removed id, and ids derive from the URLs) through any other running member,
  * retried until timeout_ms; sets c->m[i].member_id to the new id and c->m[i].existing. */
-int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms);
+int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                             size_t errlen);
 /* Deletes member i's data directory (the member must not be running). */
 int kv_fn_member_wipe(kv_fn_cluster *c, int i);
 /* `<ctl> snapshot save <path>` against member i; err gets the tool's stderr on failure. */
