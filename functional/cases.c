@@ -640,6 +640,12 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             snprintf(err, sizeof(err), "cluster not writable after the restart under the shim");
             goto stop;
         }
+        /* The restart moved leadership away: give it back so the cut hits the leader. */
+        int cur = kv_fn_cluster_leader(c, 1000);
+        if (k->sel == KV_FN_T_LEADER && cur >= 0 && cur != targets[0]) {
+            kv_fn_cluster_move_leader(c, cur, targets[0], 5000);
+            kv_fn_cluster_wait_writable(c, 20000);
+        }
     }
     sleep_ms(o->pre_ms);
     if (k->fault == KV_FN_F_POWERCUT) {
