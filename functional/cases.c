@@ -596,6 +596,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     char pc_env[3][PATH_MAX + 64];
     const char *pc_envp[4];
     char prefix2[160];
+    size_t fl = 0;
 
     if (k->fault == KV_FN_F_POWERCUT && !o->powercut_lib) {
         printf("%-42s SKIP  libkvd_powercut.so not built or not found (tests/crash)\n", k->name);
@@ -603,6 +604,12 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         return KV_FN_RES_SKIP;
     }
 
+    uint64_t ll_kept = 0, ll_lost0 = 0, ll_lost = 0, ll_resp0 = 0, ll_resp = 0;
+    if (o->leaseload) {
+        int ncl;
+        double gs;
+        kv_fn_leaseload_counts(o->leaseload, &ll_kept, &ll_lost0, &ll_resp0, &ncl, &gs);
+    }
     if (heal_all(c) < 0) {
         snprintf(err, sizeof(err), "cluster not writable before the case");
         goto report;
@@ -621,7 +628,6 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     }
     int targets[KV_FN_MAX_MEMBERS], leader = -1;
     int nt = 0;
-    size_t fl = 0;
     if (k->fault == KV_FN_F_POWERCUT) {
         /* The member must run under the shim before its unsynced writes can be taken away:
          * pick it now, restart it under the shim (a clean SIGTERM restart), then load. */
@@ -961,7 +967,20 @@ stop:
     kv_fn_workload_free(w);
     if (snap_path[0] && !o->keep_all && !err[0])
         unlink(snap_path);
-report:;
+report:
+    if (o->leaseload) {
+        int ncl;
+        double gs;
+        kv_fn_leaseload_counts(o->leaseload, &ll_kept, &ll_lost, &ll_resp, &ncl, &gs);
+        add_fault(fault_desc, sizeof(fault_desc), &fl, "%slease-load %llu kept, %llu renewals, %llu lost",
+                  fl ? "; " : "", (unsigned long long)ll_kept,
+                  (unsigned long long)(ll_resp - ll_resp0), (unsigned long long)(ll_lost - ll_lost0));
+        if (ll_lost > ll_lost0 && !err[0])
+            snprintf(err, sizeof(err),
+                     "lease-load: %llu kept-alive leases lost during the case (first: %llx)",
+                     (unsigned long long)(ll_lost - ll_lost0),
+                     (unsigned long long)kv_fn_leaseload_first_lost(o->leaseload));
+    }
     int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS || v.lease != KV_FN_PASS ||
                  v.hash != KV_FN_PASS;
     char live[32];

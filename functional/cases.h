@@ -3,6 +3,7 @@
 #define KV_FN_CASES_H
 
 #include "fn.h"
+#include "leaseload.h"
 
 typedef enum {
     KV_FN_F_NONE,
@@ -60,6 +61,7 @@ typedef struct kv_fn_run_opts {
     uint32_t trigger_bound_ms; /* _UNTIL_TRIGGER_SNAPSHOT: longest hold (0: 120 s) */
     int lease_load;            /* leases kept alive during each case (0: none) */
     const char *powercut_lib;  /* libkvd_powercut.so (NULL: POWERCUT cases skip) */
+    kv_fn_leaseload *leaseload; /* --lease-load: kept alive across the run (NULL: none) */
 } kv_fn_run_opts;
 
 typedef enum { KV_FN_RES_PASS, KV_FN_RES_FAIL, KV_FN_RES_SKIP } kv_fn_result;
