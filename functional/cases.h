@@ -3,6 +3,7 @@
 #define KV_FN_CASES_H
 
 #include "fn.h"
+#include "leaseload.h"
 
 typedef enum {
     KV_FN_F_NONE,
@@ -14,6 +15,9 @@ typedef enum {
     KV_FN_F_RANDOM_DELAY,
     KV_FN_F_FAILPOINT_STALL,
     KV_FN_F_MOVE_LEADER,
+    KV_FN_F_SIGQUIT_REMOVE,    /* SIGQUIT, wipe, MemberRemove; MemberAdd + join existing */
+    KV_FN_F_RESTORE_SNAPSHOT,  /* leader snapshot, SIGQUIT a quorum, restore all from it */
+    KV_FN_F_POWERCUT,          /* SIGKILL + drop unsynced writes (tests/crash shim), restart */
 } kv_fn_fault;
 
 typedef enum {
@@ -30,7 +34,12 @@ typedef struct kv_fn_case {
     kv_fn_sel sel;
     int quick;     /* part of the quick profile */
     int no_stress; /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
+    int until_snapshot; /* _UNTIL_TRIGGER_SNAPSHOT: hold until the raft index advanced enough
+                         * that the faulted member must catch up by a snapshot */
 } kv_fn_case;
+
+/* --snapshot-count the runner passes when a selected case is _UNTIL_TRIGGER_SNAPSHOT. */
+#define KV_FN_SNAPSHOT_COUNT 200
 
 extern const kv_fn_case kv_fn_cases[];
 extern const size_t kv_fn_n_cases;
@@ -49,6 +58,10 @@ typedef struct kv_fn_run_opts {
     kv_fn_inject inject;
     int keep_all;
     const char *root;
+    uint32_t trigger_bound_ms; /* _UNTIL_TRIGGER_SNAPSHOT: longest hold (0: 120 s) */
+    int lease_load;            /* leases kept alive during each case (0: none) */
+    const char *powercut_lib;  /* libkvd_powercut.so (NULL: POWERCUT cases skip) */
+    kv_fn_leaseload *leaseload; /* --lease-load: kept alive across the run (NULL: none) */
 } kv_fn_run_opts;
 
 typedef enum { KV_FN_RES_PASS, KV_FN_RES_FAIL, KV_FN_RES_SKIP } kv_fn_result;

@@ -1,5 +1,6 @@
 /* cluster: member processes of kvd or etcd on loopback, each behind a peer proxy (fn.h). */
 #include "fn.h"
+#include "fncluster.h"
 #include "kvt_util.h"
 
 #include "kvclient.h"
@@ -8,6 +9,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +53,13 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
             snprintf(c->bin, sizeof(c->bin), "%s/server/kvd", b && *b ? b : "build");
         c->failpoints = 1;
     }
+    if (t == KV_FN_TARGET_ETCD) {
+        const char *e = getenv("KV_ETCDCTL_BIN");
+        snprintf(c->ctl, sizeof(c->ctl), "%s", e && *e ? e : "/usr/bin/etcdctl");
+    } else {
+        const char *b = getenv("KV_BUILD_DIR");
+        snprintf(c->ctl, sizeof(c->ctl), "%s/client/kvctl", b && *b ? b : "build");
+    }
     if (access(c->bin, X_OK) != 0)
         return -ENOENT;
     /* Pick all ports first, then hold none: the small race with other processes is
@@ -64,8 +74,8 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
         char log[PATH_MAX + 16];
         snprintf(log, sizeof(log), "%s/member.log", m->dir);
         kvt_proc_init(&m->proc, log);
-        uint16_t ports[3];
-        for (int k = 0; k < 3; k++) {
+        uint16_t ports[4];
+        for (int k = 0; k < 4; k++) {
             int r = kvt_port_free(&ports[k]);
             if (r)
                 return r;
@@ -76,6 +86,7 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
         m->client_port = ports[0];
         m->peer_port = ports[1];
         m->proxy_port = ports[2];
+        m->metrics_port = ports[3];
         snprintf(m->endpoint, sizeof(m->endpoint), "127.0.0.1:%u", m->client_port);
     }
     if (n > 1)
@@ -93,7 +104,8 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     kv_fn_member *m = &c->m[i];
     if (m->proc.pid)
         return 0;
-    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024];
+    char a_data[PATH_MAX + 16], a_lc[64], a_ac[64], a_lp[64], a_iap[64], a_ic[1024], a_lm[64],
+        a_sc[48];
     snprintf(a_data, sizeof(a_data), "--data-dir=%s/data", m->dir);
     snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=http://127.0.0.1:%u", m->client_port);
     snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u", m->client_port);
@@ -115,12 +127,20 @@ int kv_fn_member_start(kv_fn_cluster *c, int i)
     argv[n++] = a_lp;
     argv[n++] = a_iap;
     argv[n++] = a_ic;
-    argv[n++] = "--initial-cluster-state=new";
+    argv[n++] = m->existing ? "--initial-cluster-state=existing" : "--initial-cluster-state=new";
     argv[n++] = "--initial-cluster-token=kvfunctional";
     if (c->target == KV_FN_TARGET_KVD && c->failpoints)
         argv[n++] = "--enable-failpoints";
+    if (c->target == KV_FN_TARGET_KVD) {
+        snprintf(a_lm, sizeof(a_lm), "--listen-metrics-urls=http://127.0.0.1:%u", m->metrics_port);
+        argv[n++] = a_lm;
+    }
+    if (c->snapshot_count) {
+        snprintf(a_sc, sizeof(a_sc), "--snapshot-count=%" PRIu64, c->snapshot_count);
+        argv[n++] = a_sc;
+    }
     argv[n] = NULL;
-    return kvt_proc_spawn(&m->proc, argv);
+    return m->env ? kvt_proc_spawn_env(&m->proc, argv, m->env) : kvt_proc_spawn(&m->proc, argv);
 }
 
 int kv_fn_member_signal(kv_fn_cluster *c, int i, int sig)
@@ -164,8 +184,8 @@ static int open_client(kvc_client **kc, const char *endpoint, uint32_t timeout_m
 }
 
 /* Maintenance.Status of one member. */
-static int member_status(const kv_fn_member *m, uint32_t timeout_ms, uint64_t *leader,
-                         uint64_t *member_id)
+static int member_status_ex(const kv_fn_member *m, uint32_t timeout_ms, uint64_t *leader,
+                            uint64_t *member_id, uint64_t *raft_index)
 {
     kvc_client *kc = NULL;
     int r = open_client(&kc, m->endpoint, timeout_ms);
@@ -186,12 +206,20 @@ static int member_status(const kv_fn_member *m, uint32_t timeout_ms, uint64_t *l
         } else {
             *leader = s->leader;
             *member_id = s->header ? s->header->member_id : 0;
+            if (raft_index)
+                *raft_index = s->raftindex;
             etcdserverpb__status_response__free_unpacked(s, NULL);
         }
     }
     kvc_free(resp);
     kvc_close(kc);
     return r;
+}
+
+static int member_status(const kv_fn_member *m, uint32_t timeout_ms, uint64_t *leader,
+                         uint64_t *member_id)
+{
+    return member_status_ex(m, timeout_ms, leader, member_id, NULL);
 }
 
 int kv_fn_cluster_leader(kv_fn_cluster *c, uint32_t timeout_ms)
@@ -371,4 +399,303 @@ int kv_fn_cluster_move_leader(kv_fn_cluster *c, int from, int to, uint32_t timeo
     kvc_free(resp);
     kvc_close(kc);
     return r;
+}
+
+/* ---- fncluster.h: member replacement, snapshots, metrics ---- */
+
+int kv_fn_member_status(kv_fn_cluster *c, int i, uint32_t timeout_ms, uint64_t *leader,
+                        uint64_t *raft_index)
+{
+    kv_fn_member *m = &c->m[i];
+    if (!m->proc.pid || m->proc.stopped)
+        return -ESRCH;
+    uint64_t l = 0, id = 0, ri = 0;
+    int r = member_status_ex(m, timeout_ms, &l, &id, &ri);
+    if (r)
+        return r;
+    m->member_id = id;
+    if (leader)
+        *leader = l;
+    if (raft_index)
+        *raft_index = ri;
+    return 0;
+}
+
+uint64_t kv_fn_cluster_raft_index(kv_fn_cluster *c, uint32_t timeout_ms)
+{
+    uint64_t best = 0;
+    for (int i = 0; i < c->n; i++) {
+        uint64_t ri = 0;
+        if (kv_fn_member_status(c, i, timeout_ms, NULL, &ri) == 0 && ri > best)
+            best = ri;
+    }
+    return best;
+}
+
+/* One unary Cluster call through member `via`; the response is unpacked by the caller. */
+static int cluster_call(kv_fn_cluster *c, int via, const char *method, const uint8_t *req,
+                        size_t len, uint8_t **resp, size_t *resp_len, uint32_t timeout_ms,
+                        char *err, size_t errlen)
+{
+    kvc_client *kc = NULL;
+    int r = open_client(&kc, c->m[via].endpoint, timeout_ms);
+    if (r) {
+        snprintf(err, errlen, "m%d: cannot connect (%d)", via, r);
+        return r;
+    }
+    kvc_error e;
+    memset(&e, 0, sizeof(e));
+    r = kvc_call_unary(kc, method, req, len, resp, resp_len, timeout_ms, 0, &e);
+    if (r)
+        snprintf(err, errlen, "m%d: code %d %s", via, e.code, e.message);
+    kvc_close(kc);
+    return r;
+}
+
+int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                                size_t errlen)
+{
+    if (!c->m[i].member_id)
+        return -EINVAL;
+    Etcdserverpb__MemberRemoveRequest req = ETCDSERVERPB__MEMBER_REMOVE_REQUEST__INIT;
+    req.id = c->m[i].member_id;
+    uint8_t buf[32];
+    size_t len = etcdserverpb__member_remove_request__pack(&req, buf);
+    int64_t deadline = kv_fn_now_us() + (int64_t)timeout_ms * 1000;
+    int r = -ETIMEDOUT;
+    while (kv_fn_now_us() < deadline) {
+        for (int v = 0; v < c->n; v++) {
+            if (v == i || !c->m[v].proc.pid || c->m[v].proc.stopped)
+                continue;
+            uint8_t *resp = NULL;
+            size_t rl = 0;
+            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberRemove", buf, len, &resp, &rl,
+                             3000, err, errlen);
+            kvc_free(resp);
+            if (r == 0) {
+                c->m[i].member_id = 0;
+                return 0;
+            }
+        }
+        sleep_ms(200);
+    }
+    return r;
+}
+
+int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
+                             size_t errlen)
+{
+    /* kvd derives a member id from its peer URLs and the cluster token, and a removed id
+     * never comes back (etcd's ErrIDRemoved): the member rejoins on a fresh proxy port,
+     * i.e. a new peer URL, for both targets. */
+    if (c->n > 1) {
+        uint16_t port = 0;
+        kvt_proxy *np = NULL;
+        int r = kvt_port_free(&port);
+        if (r == 0)
+            r = kvt_proxy_start(&np, port, c->m[i].peer_port,
+                                (uint64_t)port * 7919 + (uint64_t)i);
+        if (r) {
+            snprintf(err, errlen, "no new proxy port (%d)", r);
+            return r;
+        }
+        kvt_proxy_stop(c->m[i].proxy);
+        c->m[i].proxy = np;
+        c->m[i].proxy_port = port;
+    }
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u",
+             c->n > 1 ? c->m[i].proxy_port : c->m[i].peer_port);
+    char *urls[1] = {url};
+    Etcdserverpb__MemberAddRequest req = ETCDSERVERPB__MEMBER_ADD_REQUEST__INIT;
+    req.n_peerurls = 1;
+    req.peerurls = urls;
+    uint8_t buf[128];
+    size_t len = etcdserverpb__member_add_request__pack(&req, buf);
+    int64_t deadline = kv_fn_now_us() + (int64_t)timeout_ms * 1000;
+    int r = -ETIMEDOUT;
+    while (kv_fn_now_us() < deadline) {
+        for (int v = 0; v < c->n; v++) {
+            if (v == i || !c->m[v].proc.pid || c->m[v].proc.stopped)
+                continue;
+            uint8_t *resp = NULL;
+            size_t rl = 0;
+            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberAdd", buf, len, &resp, &rl, 3000,
+                             err, errlen);
+            if (r == 0) {
+                Etcdserverpb__MemberAddResponse *a =
+                    etcdserverpb__member_add_response__unpack(NULL, rl, resp);
+                if (a && a->member) {
+                    c->m[i].member_id = a->member->id;
+                    c->m[i].existing = 1;
+                } else {
+                    r = -EPROTO;
+                }
+                if (a)
+                    etcdserverpb__member_add_response__free_unpacked(a, NULL);
+            }
+            kvc_free(resp);
+            if (r == 0)
+                return 0;
+        }
+        sleep_ms(200);
+    }
+    return r;
+}
+
+static int rm_one(const char *p, const struct stat *s, int flag, struct FTW *f)
+{
+    (void)s;
+    (void)flag;
+    (void)f;
+    return remove(p);
+}
+
+int kv_fn_member_wipe(kv_fn_cluster *c, int i)
+{
+    if (c->m[i].proc.pid)
+        return -EBUSY;
+    char d[PATH_MAX + 8];
+    snprintf(d, sizeof(d), "%s/data", c->m[i].dir);
+    if (access(d, F_OK) != 0)
+        return 0;
+    return nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -EIO;
+}
+
+static int run_ctl(const char *const *argv, char *err, size_t errlen)
+{
+    kvt_cmd_result res;
+    memset(&res, 0, sizeof(res));
+    const char *env[] = {"ETCDCTL_API=3", NULL};
+    int r = kvt_run(argv, env, NULL, 0, 60000, &res);
+    if (r == 0 && (res.exit_code != 0 || res.timed_out)) {
+        if (err)
+            snprintf(err, errlen, "%s %s exit %d: %.200s", argv[0], argv[2], res.exit_code,
+                     res.err ? res.err : "");
+        r = -EIO;
+    }
+    kvt_cmd_result_free(&res);
+    return r;
+}
+
+int kv_fn_member_snapshot_save(kv_fn_cluster *c, int i, const char *path, char *err,
+                               size_t errlen)
+{
+    char ep[64];
+    snprintf(ep, sizeof(ep), "--endpoints=%s", c->m[i].endpoint);
+    const char *argv[] = {c->ctl, ep, "snapshot", "save", path, NULL};
+    return run_ctl(argv, err, errlen);
+}
+
+int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, char *err,
+                                  size_t errlen)
+{
+    kv_fn_member *m = &c->m[i];
+    char a_data[PATH_MAX + 16], a_name[32], a_ic[1024], a_iap[80];
+    snprintf(a_data, sizeof(a_data), "--data-dir=%s/data", m->dir);
+    snprintf(a_name, sizeof(a_name), "--name=%s", m->name);
+    size_t len = (size_t)snprintf(a_ic, sizeof(a_ic), "--initial-cluster=");
+    for (int k = 0; k < c->n; k++)
+        len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%sm%d=http://127.0.0.1:%u",
+                                k ? "," : "", k, c->n > 1 ? c->m[k].proxy_port : c->m[k].peer_port);
+    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
+             c->n > 1 ? m->proxy_port : m->peer_port);
+    const char *argv[] = {c->ctl,  "snapshot", "restore", path, a_data, a_name, a_ic,
+                          "--initial-cluster-token=kvfunctional", a_iap, NULL};
+    int r = run_ctl(argv, err, errlen);
+    if (r == 0) {
+        m->existing = 0;
+        m->member_id = 0;
+    }
+    return r;
+}
+
+/* GET /metrics over HTTP/1.0; *out is malloc'd and NUL-terminated. */
+static int http_get_metrics(uint16_t port, char **out)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int r = 0;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        r = -errno;
+        goto out;
+    }
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1)) {
+        r = -EIO;
+        goto out;
+    }
+    for (;;) {
+        if (cap - n < 4096) {
+            if (cap >= (8u << 20)) {
+                r = -EFBIG;
+                goto out;
+            }
+            size_t nc = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, nc + 1);
+            if (!nb) {
+                r = -ENOMEM;
+                goto out;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        ssize_t k = recv(fd, buf + n, cap - n, 0);
+        if (k < 0) {
+            r = -errno;
+            goto out;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    if (!buf) {
+        r = -EIO;
+        goto out;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return r;
+}
+
+int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names)
+{
+    kv_fn_member *m = &c->m[i];
+    if (!m->proc.pid || m->proc.stopped)
+        return -ESRCH;
+    char *page = NULL;
+    int r = http_get_metrics(c->target == KV_FN_TARGET_KVD ? m->metrics_port : m->client_port,
+                             &page);
+    if (r)
+        return r;
+    double sum = 0;
+    for (char *line = page; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (line[0] != '#')
+            for (size_t k = 0; names[k]; k++) {
+                size_t l = strlen(names[k]);
+                if (strncmp(line, names[k], l) == 0 && (line[l] == ' ' || line[l] == '{')) {
+                    const char *sp = strrchr(line, ' ');
+                    if (sp)
+                        sum += strtod(sp + 1, NULL);
+                }
+            }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(page);
+    return (int64_t)sum;
 }

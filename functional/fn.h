@@ -36,6 +36,9 @@ typedef struct kv_fn_member {
     kvt_proc proc;    /* proc.pid is 0 when not running; proc.stopped when SIGSTOP'd */
     kvt_proxy *proxy; /* NULL for a 1-member cluster */
     uint64_t member_id;
+    uint16_t metrics_port; /* kvd: --listen-metrics-urls (etcd serves /metrics on client_port) */
+    int existing;          /* next start: --initial-cluster-state=existing (re-added member) */
+    const char *const *env; /* extra environment of the next start (NULL: none) */
 } kv_fn_member;
 
 typedef struct kv_fn_cluster {
@@ -46,6 +49,8 @@ typedef struct kv_fn_cluster {
     int failpoints;      /* kvd started with --enable-failpoints */
     kv_fn_member m[KV_FN_MAX_MEMBERS];
     char start_error[512]; /* first line(s) of a member's log when it refused to start */
+    uint64_t snapshot_count; /* 0: server default; else --snapshot-count for every start */
+    char ctl[PATH_MAX];      /* kvctl or etcdctl (snapshot save/restore) */
 } kv_fn_cluster;
 
 /* Resolves the binary, picks ports, creates <root>/m<i>/. */
@@ -65,6 +70,8 @@ int kv_fn_cluster_wait_writable(kv_fn_cluster *c, uint32_t timeout_ms);
 int kv_fn_cluster_move_leader(kv_fn_cluster *c, int from, int to, uint32_t timeout_ms);
 /* HashKV of every member at one revision. */
 int kv_fn_cluster_hash(kv_fn_cluster *c, kv_fn_hash_obs *obs, uint32_t timeout_ms);
+
+/* Member changes, snapshots, metrics: cluster.c, declared in fncluster.h. */
 
 /* ---- stressers ---- */
 

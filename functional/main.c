@@ -17,7 +17,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
-               "                    [--seed N] [--target kvd|etcd] [--keep]\n"
+               "                    [--seed N] [--target kvd|etcd] [--keep] [--lease-load N]\n"
                "                    [--inject-bug stale-read|lease-vanish|lease-outlive]\n"
                "                    [--list] [--check-history FILE]\n");
 }
@@ -33,7 +33,7 @@ static int rm_cb(const char *p, const struct stat *s, int flag, struct FTW *f)
 int main(int argc, char **argv)
 {
     const char *cases_re = NULL, *profile = "quick", *target = "kvd", *check = NULL;
-    int members = 3, list = 0;
+    int members = 3, list = 0, lease_load = -1; /* -1: the profile's default */
     kv_fn_run_opts o = {.seed = 1,
                         .pre_ms = 1500,
                         .hold_ms = 3000,
@@ -73,6 +73,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--lease-load") && val) {
+            lease_load = atoi(val);
+            i++;
         } else if (!strcmp(a, "--keep")) {
             o.keep_all = 1;
         } else if (!strcmp(a, "--list")) {
@@ -92,6 +95,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (lease_load < 0)
+        lease_load = full ? 20000 : 0;
     if (full) {
         o.pre_ms = 3000;
         o.hold_ms = 6000;
@@ -143,6 +148,15 @@ int main(int argc, char **argv)
     fflush(stdout);
     static kv_fn_cluster c;
     int r = kv_fn_cluster_init(&c, t, members, root, o.seed);
+    for (size_t i = 0; i < n_sel; i++) /* _UNTIL_TRIGGER_SNAPSHOT: snapshot often */
+        if (sel[i]->until_snapshot)
+            c.snapshot_count = KV_FN_SNAPSHOT_COUNT;
+    char pc_lib[1024];
+    const char *pe = getenv("KV_POWERCUT_SO"), *bd = getenv("KV_BUILD_DIR");
+    snprintf(pc_lib, sizeof(pc_lib), "%s/tests/crash/libkvd_powercut.so", bd && *bd ? bd : "build");
+    if (pe && *pe)
+        snprintf(pc_lib, sizeof(pc_lib), "%s", pe);
+    o.powercut_lib = access(pc_lib, R_OK) == 0 ? pc_lib : NULL;
     if (r) {
         fprintf(stderr, "kvfunctional: cluster setup failed: %s (binary %s)\n", strerror(-r),
                 c.bin);
@@ -163,6 +177,26 @@ int main(int argc, char **argv)
         printf("kept: %s\n", root);
         return 1;
     }
+    kv_fn_leaseload *ll = NULL;
+    if (!all_skip && lease_load > 0) {
+        char lerr[256] = "";
+        r = kv_fn_leaseload_start(&ll, &c, lease_load, 20, 5000, 5000, lerr, sizeof(lerr));
+        if (r) {
+            printf("kvfunctional: %s (%d)\n", lerr, r);
+            kv_fn_cluster_stop(&c);
+            printf("0 passed, %zu failed\nkept: %s\n", n_sel, root);
+            return 1;
+        }
+        uint64_t kept, lost, resp;
+        int ncl;
+        double gs;
+        kv_fn_leaseload_counts(ll, &kept, &lost, &resp, &ncl, &gs);
+        printf("lease-load: %llu leases (TTL 20 s) kept alive on %d connections, granted in "
+               "%.1fs\n",
+               (unsigned long long)kept, ncl, gs);
+        fflush(stdout);
+        o.leaseload = ll;
+    }
     for (size_t i = 0; i < n_sel; i++) {
         const char *why = all_skip ? all_skip : kv_fn_case_skip_reason(sel[i], &c);
         if (why) {
@@ -171,11 +205,15 @@ int main(int argc, char **argv)
             skipped++;
             continue;
         }
-        if (kv_fn_case_run(sel[i], &c, &o) == KV_FN_RES_PASS)
+        kv_fn_result res = kv_fn_case_run(sel[i], &c, &o);
+        if (res == KV_FN_RES_PASS)
             passed++;
+        else if (res == KV_FN_RES_SKIP)
+            skipped++;
         else
             failed++;
     }
+    kv_fn_leaseload_free(ll);
     kv_fn_cluster_stop(&c);
     if (failed || o.keep_all)
         printf("kept: %s (member data dirs and logs, histories of failed cases)\n", root);
