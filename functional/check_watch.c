@@ -170,8 +170,8 @@ kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_w
                         "W2 watcher %d (m%d) got %s(k%d)=%s at revision %" PRId64
                         " but that revision is %s(k%d)=%s [%.6f, %.6f]; ",
                         e->watcher, e->member, what, e->key, del ? "-" : e->value, e->rev,
-                        op_name(a->op), a->key, a->del ? "-" : a->op->value,
-                        a->op->call_us / 1e6, a->op->ret_us / 1e6);
+                        op_name(a->op), a->key, a->del ? "-" : a->op->value, a->op->call_us / 1e6,
+                        a->op->ret_us / 1e6);
             }
             continue;
         }
@@ -236,8 +236,8 @@ kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_w
                         rep(report, cap,
                             "W1 watcher %d (m%d) got %s(k%d) at revision %" PRId64
                             " after revision %" PRId64 " (k%d): %s; ",
-                            wi, e->member, e->type == KV_FN_WEV_DELETE ? "delete" : "put",
-                            e->key, e->rev, prev_rev, prev_key,
+                            wi, e->member, e->type == KV_FN_WEV_DELETE ? "delete" : "put", e->key,
+                            e->rev, prev_rev, prev_key,
                             e->rev == prev_rev && e->key == prev_key ? "duplicate"
                                                                      : "out of order");
                 }
@@ -261,8 +261,8 @@ kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_w
         qsort(seen, n_seen, sizeof(*seen), rk_cmp);
         for (size_t i = 1; i < n_seen; i++) /* W1: duplicates that were not adjacent */
             if (rk_cmp(&seen[i - 1], &seen[i]) == 0 && bad++ < MAX_REPORTS)
-                rep(report, cap, "W1 watcher %d got revision %" PRId64 " (k%d) twice; ", wi,
-                    seen[i].rev, seen[i].key);
+                rep(report, cap, "W1 watcher %d got revision %" PRId64 " (k%d) twice: duplicate; ",
+                    wi, seen[i].rev, seen[i].key);
         /* W3 */
         for (size_t i = 0; i < n_all; i++) {
             const rk *x = &all[i];
@@ -278,8 +278,7 @@ kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_w
                         "]) missed %s(k%d)=%s at revision %" PRId64
                         " (acknowledged [%.6f, %.6f]); ",
                         wi, last_member, start, confirmed, op_name(a->op), x->key,
-                        x->del ? "-" : x->value, x->rev, a->op->call_us / 1e6,
-                        a->op->ret_us / 1e6);
+                        x->del ? "-" : x->value, x->rev, a->op->call_us / 1e6, a->op->ret_us / 1e6);
                 else
                     rep(report, cap,
                         "W3 watcher %d (covers [%" PRId64 ", %" PRId64 "]) missed %s(k%d)=%s "
@@ -316,8 +315,8 @@ kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_w
             rep(report, cap,
                 "S1 serializable get(k%d)->%s [%.6f, %.6f] returned mod_revision %" PRId64
                 " at header revision %" PRId64 " but that %s has revision %" PRId64 "; ",
-                g->key, g->value, g->call_us / 1e6, g->ret_us / 1e6, g->mod_rev, g->rev,
-                op_name(w), w->rev);
+                g->key, g->value, g->call_us / 1e6, g->ret_us / 1e6, g->mod_rev, g->rev, op_name(w),
+                w->rev);
     }
 
     if (bad) {

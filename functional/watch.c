@@ -90,8 +90,7 @@ static void on_watch(void *arg, const kvc_watch_response *r)
     for (size_t i = 0; i < r->n_events; i++) {
         const kvc_event *ev = &r->events[i];
         kv_fn_watch_ev e = {.watcher = k->id,
-                            .type = ev->type == KVC_EVENT_DELETE ? KV_FN_WEV_DELETE
-                                                                 : KV_FN_WEV_PUT,
+                            .type = ev->type == KVC_EVENT_DELETE ? KV_FN_WEV_DELETE : KV_FN_WEV_PUT,
                             .key = -1,
                             .member = k->member,
                             .rev = ev->kv.mod_revision,
@@ -107,8 +106,8 @@ static void on_watch(void *arg, const kvc_watch_response *r)
             }
         }
         if (e.type == KV_FN_WEV_PUT) {
-            size_t l = ev->kv.value_len < sizeof(e.value) - 1 ? ev->kv.value_len
-                                                              : sizeof(e.value) - 1;
+            size_t l =
+                ev->kv.value_len < sizeof(e.value) - 1 ? ev->kv.value_len : sizeof(e.value) - 1;
             memcpy(e.value, ev->kv.value, l);
             e.value[l] = '\0';
         }
@@ -458,8 +457,7 @@ void kv_fn_watch_finish(kv_fn_watchers *s, kv_fn_watch_sink *sink, const char *c
         kv_fn_watch_check(ops, n_ops, evs, n_evs, final_rev, sink->report, sizeof(sink->report));
     if (stop_rc == -ENOSPC && sink->verdict == KV_FN_PASS) {
         sink->verdict = KV_FN_UNKNOWN;
-        snprintf(sink->report, sizeof(sink->report), "watch log cut at %d records",
-                 WATCH_MAX_LOG);
+        snprintf(sink->report, sizeof(sink->report), "watch log cut at %d records", WATCH_MAX_LOG);
     }
     if (final_rev == 0 && sink->verdict == KV_FN_PASS) {
         sink->verdict = KV_FN_UNKNOWN;
