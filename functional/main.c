@@ -19,7 +19,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
                "                    [--seed N] [--target kvd|etcd] [--keep]\n"
                "                    [--inject-bug stale-read|lease-vanish|lease-outlive|\n"
-               "                                  drop-watch-event]\n"
+               "                                  drop-watch-event|server-drop-watch-event]\n"
                "                    [--list] [--check-history FILE] [--check-watch FILE]\n");
 }
 
@@ -95,6 +95,7 @@ int main(int argc, char **argv)
     const char *cases_re = NULL, *profile = "quick", *target = "kvd", *check = NULL;
     const char *check_watch = NULL;
     kv_fn_watch_sink wsink = {0};
+    int server_drop = 0;
     int members = 3, list = 0;
     kv_fn_run_opts o = {.seed = 1,
                         .pre_ms = 1500,
@@ -129,6 +130,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--inject-bug") && val) {
             if (!strcmp(val, "drop-watch-event"))
                 wsink.inject_drop = 1;
+            else if (!strcmp(val, "server-drop-watch-event"))
+                server_drop = 1;
             else if (!strcmp(val, "stale-read"))
                 o.inject = KV_FN_INJECT_STALE_READ;
             else if (!strcmp(val, "lease-vanish"))
@@ -178,6 +181,13 @@ int main(int argc, char **argv)
     if (members < 1 || members > KV_FN_MAX_MEMBERS || members % 2 == 0) {
         fprintf(stderr, "kvfunctional: --members must be 1, 3 or 5\n");
         return 2;
+    }
+    if (server_drop) { /* kvd's watch failpoint (server/watch/watch_failpoint.c) */
+        if (t != KV_FN_TARGET_KVD) {
+            fprintf(stderr, "kvfunctional: server-drop-watch-event needs --target kvd\n");
+            return 2;
+        }
+        setenv("KVD_FAILPOINT_WATCH_DROP_EVENT", "300", 1);
     }
     regex_t re;
     if (cases_re && regcomp(&re, cases_re, REG_EXTENDED | REG_NOSUB) != 0) {

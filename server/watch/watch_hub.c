@@ -463,6 +463,8 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
                 h->out[k++] = &e->ev;
             }
         }
+        if (h->cfg.fp_drop_event_at)
+            k = kv_watch_fp_filter(h, k);
         int rc = k ? send_events(h, w, h->outs, h->out, k) : 0;
         if (rc == 1) {
             if (w->state == W_SYNCED) {
