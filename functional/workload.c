@@ -126,7 +126,8 @@ static void *kv_main(void *arg)
             kvc_txn_result tr = {0};
             int r = -ENOMEM;
             op.call_us = kv_fn_now_us();
-            if (t && kvc_txn_cmp_int(t, kb, (size_t)kl, KVC_CMP_MOD, KVC_CMP_EQUAL, op.mod_rev) == 0 &&
+            if (t &&
+                kvc_txn_cmp_int(t, kb, (size_t)kl, KVC_CMP_MOD, KVC_CMP_EQUAL, op.mod_rev) == 0 &&
                 kvc_txn_put(t, KVC_TXN_SUCCESS, kb, (size_t)kl, op.value, strlen(op.value),
                             NULL) == 0)
                 r = kvc_txn_commit(k->kc, t, 0, cfg->op_timeout_ms, &tr, NULL);
