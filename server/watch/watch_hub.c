@@ -27,6 +27,7 @@ void kv_watch_config_default(kv_watch_config *c)
     c->slice_bytes = 256 * 1024;
     c->slice_revs = 1000;
     c->progress_interval_ms = 600000;
+    c->fp_drop_event_at = 0; /* failpoint off (watch_failpoint.c) */
 }
 
 /* ---- lists ---- */
