@@ -29,7 +29,22 @@ const char *kv_fn_verdict_name(kv_fn_verdict v);
 
 #define KV_FN_INF INT64_MAX
 
-typedef enum { KV_FN_OP_PUT = 0, KV_FN_OP_GET = 1 } kv_fn_op_type;
+typedef enum {
+    KV_FN_OP_PUT = 0,
+    KV_FN_OP_GET = 1,
+    /* Txn CAS "if mod_revision(key) == mod_rev then put value" (check_watch.c / lin.c):
+     * CAS_OK succeeded (rev = its revision), CAS_FAIL the compare failed; a CAS whose outcome
+     * is unknown is CAS_OK with ret_us == KV_FN_INF (it may have applied, or failed its
+     * compare). The compared value is the value some get returned with that mod_rev. */
+    KV_FN_OP_CAS_OK = 2,
+    KV_FN_OP_CAS_FAIL = 3,
+    /* Delete of the key (register model: writes "absent"). mod_rev holds the response's
+     * deleted count (0: the key did not exist, no revision, no watch event). */
+    KV_FN_OP_DEL = 4,
+    /* Serializable get (may be stale): not checked for linearizability; check_watch.c
+     * checks its value and mod_revision against the write at that revision. */
+    KV_FN_OP_SGET = 5,
+} kv_fn_op_type;
 
 /* One register operation. value: for a put the value written, for a get the value read
  * (NULL or "" = key absent). ret_us == KV_FN_INF: a put whose outcome is unknown. */
@@ -115,5 +130,47 @@ typedef struct kv_fn_hash_obs {
 
 /* PASS when every member answered with the same revision and hash. */
 kv_fn_verdict kv_fn_hash_check(const kv_fn_hash_obs *obs, size_t n, char *report, size_t cap);
+
+/* ---- watch (check_watch.c) ---- */
+
+typedef enum {
+    KV_FN_WEV_PUT = 0,       /* event: key, rev (mod_revision), value */
+    KV_FN_WEV_DELETE = 1,    /* event: key, rev */
+    KV_FN_WEV_START = 2,     /* watcher (re)created on `member` from revision rev */
+    KV_FN_WEV_COMPACTED = 3, /* canceled: rev = compact_revision (events below it are gone) */
+    KV_FN_WEV_CANCELED = 4,  /* canceled by the server or given up (value: reason) */
+    KV_FN_WEV_PROGRESS = 5,  /* progress notification: every event up to rev was delivered */
+} kv_fn_wev_type;
+
+/* One record of a watcher's log, in the order the watcher received it. */
+typedef struct kv_fn_watch_ev {
+    int watcher;
+    int type; /* kv_fn_wev_type */
+    int key;  /* register index (events) */
+    int member;
+    int64_t rev;
+    int64_t at_us;
+    char value[48];
+} kv_fn_watch_ev;
+
+/* Watch rules, per watcher (events of the watched register keys; a watcher covers the
+ * revisions from its first START to the last revision it confirmed: PROGRESS or its last
+ * event; a COMPACTED excuses the revisions below compact_revision it had not seen):
+ *  W1 order: event revisions strictly increase (a repeated (revision, key) is a duplicate,
+ *     a smaller revision is out of order).
+ *  W2 every event is a write that happened: an acknowledged write (put, CAS_OK, delete
+ *     that deleted) with that key and revision and, for a put, the same value; or an
+ *     unknown-outcome write of that key (and value). No event at a revision no such write
+ *     got.
+ *  W3 no drop: every acknowledged write whose revision the watcher covers appears, and every
+ *     event another watcher received (an unknown-outcome write that did apply) appears too.
+ *  W4 a watcher that did not confirm `final_rev` (the revision after the stressers stopped;
+ *     0: not checked) is reported (it stalled).
+ *  S1 a serializable get (KV_FN_OP_SGET) returning a value returns the mod_revision of the
+ *     write of that value (when that write's revision is known).
+ * ops: the KV history (all kinds); evs: every watcher's records (any interleaving of
+ * watchers, each watcher's own records in receive order). */
+kv_fn_verdict kv_fn_watch_check(const kv_fn_op *ops, size_t n_ops, const kv_fn_watch_ev *evs,
+                                size_t n_evs, int64_t final_rev, char *report, size_t cap);
 
 #endif

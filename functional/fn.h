@@ -51,6 +51,7 @@ typedef struct kv_fn_cluster {
     char start_error[512]; /* first line(s) of a member's log when it refused to start */
     uint64_t snapshot_count; /* 0: server default; else --snapshot-count for every start */
     char ctl[PATH_MAX];      /* kvctl or etcdctl (snapshot save/restore) */
+    struct kv_fn_watch_sink *watch; /* watch checker in/out (watch.c); NULL: no watchers */
 } kv_fn_cluster;
 
 /* Resolves the binary, picks ports, creates <root>/m<i>/. */
@@ -105,5 +106,44 @@ int kv_fn_history_write(const char *path, const kv_fn_op *ops, size_t n_ops,
 int kv_fn_history_read(const char *path, kv_fn_op **ops, size_t *n_ops, kv_fn_lease_info **leases,
                        size_t *n_leases, kv_fn_lease_ev **lev, size_t *n_lev, kv_fn_window **w,
                        size_t *n_w);
+
+/* ---- watch stresser and checker hook (watch.c) ---- */
+
+#define KV_FN_MAX_WATCHERS 4
+
+/* Set by main.c, filled by the workload when it stops (one case at a time). */
+typedef struct kv_fn_watch_sink {
+    int inject_drop;       /* in: --inject-bug drop-watch-event */
+    int keep_all;          /* in: write <root>/<CASE>.watch even on success */
+    const char *root;      /* in: run directory (NULL: no file) */
+    int checked;           /* out: the watch checker ran for this case */
+    kv_fn_verdict verdict; /* out */
+    char report[4096];     /* out */
+    char path[PATH_MAX];   /* out: the .watch file written ("" if none) */
+} kv_fn_watch_sink;
+
+typedef struct kv_fn_watchers kv_fn_watchers;
+
+/* Opens one client per member, reads the current revision R and creates n watchers on the
+ * keys starting with prefix, watcher i on member i mod members, from R + 1. */
+int kv_fn_watchers_start(kv_fn_watchers **out, const kv_fn_cluster *c, const char *prefix, int n,
+                         uint64_t seed);
+/* Puts a fence on <prefix><fence_key> (fence_ops[] receives its attempts, at most
+ * 3 x members; *final_rev its revision or 0), waits up to timeout_ms until every watcher
+ * delivered it, then cancels the watchers. -ENOSPC: the log was cut. */
+int kv_fn_watchers_stop(kv_fn_watchers *s, int fence_key, uint32_t timeout_ms, kv_fn_op *fence_ops,
+                        size_t *n_fence_ops, int64_t *final_rev);
+/* The watchers' records (owned by s). */
+void kv_fn_watchers_log(kv_fn_watchers *s, kv_fn_watch_ev **evs, size_t *n);
+void kv_fn_watchers_free(kv_fn_watchers *s);
+/* Runs the watch checker on ops (the full KV history, fence included) and fills sink;
+ * writes <root>/<case_name>.watch when the verdict is not PASS (or keep_all). */
+void kv_fn_watch_finish(kv_fn_watchers *s, kv_fn_watch_sink *sink, const char *case_name,
+                        const kv_fn_op *ops, size_t n_ops, int64_t final_rev, int stop_rc);
+/* .watch files: a history file (op lines) plus "wev" records and the final revision. */
+int kv_fn_watch_file_write(const char *path, const kv_fn_op *ops, size_t n_ops,
+                           const kv_fn_watch_ev *evs, size_t n_evs, int64_t final_rev);
+/* kvfunctional --check-watch FILE: prints the verdict; 0 when it passes. */
+int kv_fn_watch_file_check(const char *path, int inject);
 
 #endif

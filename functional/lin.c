@@ -149,9 +149,15 @@ static void fmt_op(char *buf, size_t cap, const kv_fn_op *o)
         snprintf(ret, sizeof(ret), "unknown");
     else
         snprintf(ret, sizeof(ret), "%.6f", o->ret_us / 1e6);
-    snprintf(buf, cap, "c%d %s(k%d)%s%s [%.6f, %s]", o->client,
-             o->type == KV_FN_OP_PUT ? "put" : "get", o->key, o->type == KV_FN_OP_PUT ? "=" : "->",
-             o->value[0] ? o->value : "<absent>", o->call_us / 1e6, ret);
+    static const char *const names[] = {"put", "get", "cas", "cas-failed", "delete", "sget"};
+    const char *nm = o->type >= 0 && o->type <= KV_FN_OP_SGET ? names[o->type] : "op";
+    if (o->type == KV_FN_OP_CAS_OK || o->type == KV_FN_OP_CAS_FAIL)
+        snprintf(buf, cap, "c%d %s(k%d if mod_rev=%" PRId64 ")=%s [%.6f, %s]", o->client, nm,
+                 o->key, o->mod_rev, o->value, o->call_us / 1e6, ret);
+    else
+        snprintf(buf, cap, "c%d %s(k%d)%s%s [%.6f, %s]", o->client, nm, o->key,
+                 o->type == KV_FN_OP_GET || o->type == KV_FN_OP_SGET ? "->" : "=",
+                 o->value[0] ? o->value : "<absent>", o->call_us / 1e6, ret);
 }
 
 /* Caps the memoisation cache (entries); beyond it the verdict is UNKNOWN. */
@@ -163,6 +169,7 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
 {
     kv_fn_verdict v = KV_FN_UNKNOWN;
     int *expect = calloc(n ? n : 1, sizeof(int)); /* get: required state; put: new state */
+    int *cmpst = calloc(n ? n : 1, sizeof(int));  /* CAS: state its compare requires */
     ev *evs = calloc(2 * n + 1, sizeof(ev));
     int *nxt = calloc(2 * n + 2, sizeof(int)), *prv = calloc(2 * n + 2, sizeof(int));
     size_t words = (n + 63) / 64 + 1;
@@ -174,15 +181,38 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
     } *stack = calloc(n + 1, sizeof(*stack));
     cache c = {.n_buckets = 1024, .words = words};
     c.tab = calloc(c.n_buckets, sizeof(*c.tab));
-    if (!expect || !evs || !nxt || !prv || !bits || !zob || !stack || !c.tab) {
+    if (!expect || !cmpst || !evs || !nxt || !prv || !bits || !zob || !stack || !c.tab) {
         rep(report, cap, "out of memory; ");
         goto cleanup;
     }
     /* Intern values: state s>0 means "the value written by put op s-1". */
     for (size_t i = 0; i < n; i++) {
         zob[i] = splitmix(i * 7919 + 13);
-        if (ops[i].type == KV_FN_OP_PUT) {
+        if (ops[i].type == KV_FN_OP_PUT || ops[i].type == KV_FN_OP_CAS_OK) {
             expect[i] = (int)i + 1;
+            if (ops[i].type == KV_FN_OP_PUT)
+                continue;
+        }
+        if (ops[i].type == KV_FN_OP_DEL) {
+            expect[i] = 0;
+            continue;
+        }
+        if (ops[i].type == KV_FN_OP_CAS_OK || ops[i].type == KV_FN_OP_CAS_FAIL) {
+            /* The compared mod_revision names a value: the one a get returned with it, or
+             * the write that got that revision. -1: none (the compare cannot hold). */
+            const char *cv = NULL;
+            for (size_t j = 0; j < n && !cv; j++)
+                if (ops[j].type == KV_FN_OP_GET && ops[j].value[0] &&
+                    ops[j].mod_rev == ops[i].mod_rev)
+                    cv = ops[j].value;
+            cmpst[i] = -1;
+            for (size_t j = 0; j < n; j++)
+                if ((ops[j].type == KV_FN_OP_PUT || ops[j].type == KV_FN_OP_CAS_OK) &&
+                    (cv ? strcmp(ops[j].value, cv) == 0
+                        : (ops[j].rev == ops[i].mod_rev && ops[j].ret_us != KV_FN_INF))) {
+                    cmpst[i] = (int)j + 1;
+                    break;
+                }
             continue;
         }
         if (!ops[i].value[0]) {
@@ -191,7 +221,8 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
         }
         expect[i] = -1;
         for (size_t j = 0; j < n; j++)
-            if (ops[j].type == KV_FN_OP_PUT && strcmp(ops[j].value, ops[i].value) == 0) {
+            if ((ops[j].type == KV_FN_OP_PUT || ops[j].type == KV_FN_OP_CAS_OK) &&
+                strcmp(ops[j].value, ops[i].value) == 0) {
                 expect[i] = (int)j + 1;
                 break;
             }
@@ -251,9 +282,16 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
         const ev *E = &evs[e - 1];
         if (E->is_call) {
             int op = E->op, ok, ns;
-            if (ops[op].type == KV_FN_OP_PUT) {
+            if (ops[op].type == KV_FN_OP_PUT || ops[op].type == KV_FN_OP_DEL) {
                 ok = 1;
                 ns = expect[op];
+            } else if (ops[op].type == KV_FN_OP_CAS_OK) {
+                /* unknown outcome: applied if its compare held, else a no-op */
+                ok = ops[op].ret_us == KV_FN_INF || cmpst[op] == state;
+                ns = cmpst[op] == state ? expect[op] : state;
+            } else if (ops[op].type == KV_FN_OP_CAS_FAIL) {
+                ok = cmpst[op] != state;
+                ns = state;
             } else {
                 ok = expect[op] == state;
                 ns = state;
@@ -337,6 +375,7 @@ static kv_fn_verdict check_key(const kv_fn_op *ops, size_t n, int64_t deadline_m
 cleanup:
     cache_free(&c);
     free(expect);
+    free(cmpst);
     free(evs);
     free(nxt);
     free(prv);
@@ -366,7 +405,11 @@ kv_fn_verdict kv_fn_lin_check(const kv_fn_op *ops, size_t n, uint32_t budget_ms,
         rep(report, cap, "out of memory");
         return KV_FN_UNKNOWN;
     }
-    memcpy(s, ops, n * sizeof(*s));
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) /* serializable reads may be stale: not checked here */
+        if (ops[i].type != KV_FN_OP_SGET)
+            s[ns++] = ops[i];
+    n = ns;
     qsort(s, n, sizeof(*s), op_key_cmp);
     int64_t deadline = mono_ms() + budget_ms;
     kv_fn_verdict worst = KV_FN_PASS;

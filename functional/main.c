@@ -18,8 +18,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
                "                    [--seed N] [--target kvd|etcd] [--keep] [--lease-load N]\n"
-               "                    [--inject-bug stale-read|lease-vanish|lease-outlive]\n"
-               "                    [--list] [--check-history FILE]\n");
+               "                    [--inject-bug stale-read|lease-vanish|lease-outlive|\n"
+               "                                  drop-watch-event|server-drop-watch-event]\n"
+               "                    [--list] [--check-history FILE] [--check-watch FILE]\n");
 }
 
 static int rm_cb(const char *p, const struct stat *s, int flag, struct FTW *f)
@@ -30,9 +31,71 @@ static int rm_cb(const char *p, const struct stat *s, int flag, struct FTW *f)
     return remove(p);
 }
 
+/* Runs a case with its stdout captured, then prints its line with the watch verdict
+ * (watch.c fills *ws while the workload stops) inserted before "live=": the case line is
+ * written by cases.c, which this hook leaves alone. A failing watch check fails the case. */
+static kv_fn_result run_case(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_run_opts *o,
+                             kv_fn_watch_sink *ws)
+{
+    ws->checked = 0;
+    fflush(stdout);
+    FILE *tmp = tmpfile();
+    int saved = tmp ? dup(1) : -1;
+    if (saved < 0 || dup2(fileno(tmp), 1) < 0) {
+        if (saved >= 0)
+            close(saved);
+        if (tmp)
+            fclose(tmp);
+        kv_fn_result res = kv_fn_case_run(k, c, o);
+        printf("    watch=%s %s\n", ws->checked ? kv_fn_verdict_name(ws->verdict) : "-",
+               ws->checked && ws->verdict != KV_FN_PASS ? ws->report : "");
+        return ws->checked && ws->verdict != KV_FN_PASS ? KV_FN_RES_FAIL : res;
+    }
+    kv_fn_result res = kv_fn_case_run(k, c, o);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    long len = ftell(tmp) >= 0 ? (fseek(tmp, 0, SEEK_END), ftell(tmp)) : 0;
+    char *out = len > 0 ? malloc((size_t)len + 1) : NULL;
+    size_t got = 0;
+    if (out) {
+        rewind(tmp);
+        got = fread(out, 1, (size_t)len, tmp);
+        out[got] = '\0';
+    }
+    fclose(tmp);
+    int wfail = ws->checked && ws->verdict != KV_FN_PASS;
+    char *nl = out ? strchr(out, '\n') : NULL;
+    char *live = out ? strstr(out, " live=") : NULL;
+    if (!out || !nl || !live || live > nl) { /* not the expected line: print as is */
+        fputs(out ? out : "", stdout);
+        printf("    watch=%s %s\n", ws->checked ? kv_fn_verdict_name(ws->verdict) : "-",
+               wfail ? ws->report : "");
+    } else {
+        char *st = strstr(out, " PASS  ");
+        if (wfail && st && st < nl)
+            memcpy(st + 1, "FAIL", 4);
+        fwrite(out, 1, (size_t)(live - out), stdout);
+        printf(" watch=%s", ws->checked ? kv_fn_verdict_name(ws->verdict) : "-");
+        fwrite(live, 1, (size_t)(nl + 1 - live), stdout);
+        if (wfail)
+            printf("    watch: %s\n", ws->report);
+        if (wfail && ws->path[0])
+            printf("    watch history: %s (replay: functional/run --check-watch FILE)\n",
+                   ws->path);
+        fputs(nl + 1, stdout);
+    }
+    free(out);
+    fflush(stdout);
+    return wfail ? KV_FN_RES_FAIL : res;
+}
+
 int main(int argc, char **argv)
 {
     const char *cases_re = NULL, *profile = "quick", *target = "kvd", *check = NULL;
+    const char *check_watch = NULL;
+    kv_fn_watch_sink wsink = {0};
+    int server_drop = 0;
     int members = 3, list = 0, lease_load = -1; /* -1: the profile's default */
     kv_fn_run_opts o = {.seed = 1,
                         .pre_ms = 1500,
@@ -61,8 +124,15 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--check-history") && val) {
             check = val;
             i++;
+        } else if (!strcmp(a, "--check-watch") && val) {
+            check_watch = val;
+            i++;
         } else if (!strcmp(a, "--inject-bug") && val) {
-            if (!strcmp(val, "stale-read"))
+            if (!strcmp(val, "drop-watch-event"))
+                wsink.inject_drop = 1;
+            else if (!strcmp(val, "server-drop-watch-event"))
+                server_drop = 1;
+            else if (!strcmp(val, "stale-read"))
                 o.inject = KV_FN_INJECT_STALE_READ;
             else if (!strcmp(val, "lease-vanish"))
                 o.inject = KV_FN_INJECT_LEASE_VANISH;
@@ -88,6 +158,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (check_watch)
+        return kv_fn_watch_file_check(check_watch, wsink.inject_drop);
     if (check)
         return kv_fn_check_file(check, &o);
     int full = !strcmp(profile, "full");
@@ -114,6 +186,13 @@ int main(int argc, char **argv)
     if (members < 1 || members > KV_FN_MAX_MEMBERS || members % 2 == 0) {
         fprintf(stderr, "kvfunctional: --members must be 1, 3 or 5\n");
         return 2;
+    }
+    if (server_drop) { /* kvd's watch failpoint (server/watch/watch_failpoint.c) */
+        if (t != KV_FN_TARGET_KVD) {
+            fprintf(stderr, "kvfunctional: server-drop-watch-event needs --target kvd\n");
+            return 2;
+        }
+        setenv("KVD_FAILPOINT_WATCH_DROP_EVENT", "300", 1);
     }
     regex_t re;
     if (cases_re && regcomp(&re, cases_re, REG_EXTENDED | REG_NOSUB) != 0) {
@@ -163,6 +242,9 @@ int main(int argc, char **argv)
         kv_fn_cluster_stop(&c);
         return 2;
     }
+    wsink.root = root;
+    wsink.keep_all = o.keep_all;
+    c.watch = &wsink;
     int passed = 0, failed = 0, skipped = 0;
     const char *all_skip = NULL;
     r = kv_fn_cluster_start(&c, 30000);
@@ -205,7 +287,7 @@ int main(int argc, char **argv)
             skipped++;
             continue;
         }
-        kv_fn_result res = kv_fn_case_run(sel[i], &c, &o);
+        kv_fn_result res = run_case(sel[i], &c, &o, &wsink);
         if (res == KV_FN_RES_PASS)
             passed++;
         else if (res == KV_FN_RES_SKIP)

@@ -314,3 +314,237 @@ Test(rev, stale_snapshot_on_another_key_is_caught)
     cr_assert_eq(kv_fn_rev_check(h, 3, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
     cr_assert(strstr(rep, "V4") != NULL, "%s", rep);
 }
+
+/* ---- Txn CAS, delete and serializable reads in the register model (lin.c) ---- */
+
+static kv_fn_op X(int type, int key, int client, int64_t call, int64_t ret, const char *v,
+                  int64_t rev, int64_t mod_rev)
+{
+    kv_fn_op o = {.key = key,
+                  .type = type,
+                  .client = client,
+                  .call_us = call,
+                  .ret_us = ret,
+                  .rev = rev,
+                  .mod_rev = mod_rev};
+    snprintf(o.value, sizeof(o.value), "%s", v ? v : "");
+    return o;
+}
+
+Test(lin, cas_and_delete_histories_pass)
+{
+    /* put a@2, get a (mod 2), CAS(mod 2)=b ok @3, CAS(mod 2)=c fails, delete @4, get absent,
+     * an unknown CAS that may have failed its compare, a stale serializable read (ignored). */
+    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
+                    X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
+                    X(KV_FN_OP_CAS_OK, 0, 1, 40, 50, "b", 3, 2),
+                    X(KV_FN_OP_CAS_FAIL, 0, 2, 60, 70, "c", 3, 2),
+                    X(KV_FN_OP_GET, 0, 2, 80, 90, "b", 3, 3),
+                    X(KV_FN_OP_DEL, 0, 0, 100, 110, NULL, 4, 1),
+                    X(KV_FN_OP_GET, 0, 1, 120, 130, NULL, 4, 0),
+                    X(KV_FN_OP_CAS_OK, 0, 2, 140, KV_FN_INF, "d", 0, 3),
+                    X(KV_FN_OP_GET, 0, 1, 150, 160, NULL, 4, 0),
+                    X(KV_FN_OP_SGET, 0, 1, 170, 180, "a", 2, 2)};
+    cr_assert_eq(kv_fn_lin_check(h, 10, 1000, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
+}
+
+Test(lin, cas_that_succeeded_against_a_changed_value_is_caught)
+{
+    /* b overwrote a (acknowledged) before the CAS on a's mod_revision started: it must fail. */
+    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
+                    X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
+                    X(KV_FN_OP_PUT, 0, 0, 40, 50, "b", 3, 0),
+                    X(KV_FN_OP_CAS_OK, 0, 1, 60, 70, "c", 4, 2)};
+    cr_assert_eq(kv_fn_lin_check(h, 4, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "cas(k0 if mod_rev=2)=c") != NULL, "%s", rep);
+}
+
+Test(lin, cas_that_failed_although_the_value_held_is_caught)
+{
+    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
+                    X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
+                    X(KV_FN_OP_CAS_FAIL, 0, 1, 40, 50, "c", 2, 2),
+                    X(KV_FN_OP_GET, 0, 1, 60, 70, "a", 2, 2)};
+    cr_assert_eq(kv_fn_lin_check(h, 4, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+}
+
+Test(lin, value_read_after_an_acknowledged_delete_is_caught)
+{
+    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
+                    X(KV_FN_OP_DEL, 0, 0, 20, 30, NULL, 3, 1),
+                    X(KV_FN_OP_GET, 0, 1, 40, 50, "a", 2, 2)};
+    cr_assert_eq(kv_fn_lin_check(h, 3, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+}
+
+/* ---- watch (check_watch.c) ---- */
+
+static kv_fn_watch_ev WE(int watcher, int type, int key, int64_t rev, const char *v)
+{
+    kv_fn_watch_ev e = {.watcher = watcher, .type = type, .key = key, .rev = rev};
+    snprintf(e.value, sizeof(e.value), "%s", v ? v : "");
+    return e;
+}
+
+/* A KV history: puts a@5 (k0), b@6 (k1), an unknown put x (k0) that applied at 7, a delete
+ * of k1 @8, a CAS c@9 on k0, a delete of a missing key (no event), the fence f@10 (k2). */
+static const kv_fn_op *watch_ops(size_t *n)
+{
+    static kv_fn_op h[8];
+    h[0] = X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 5, 0);
+    h[1] = X(KV_FN_OP_PUT, 1, 1, 5, 15, "b", 6, 0);
+    h[2] = X(KV_FN_OP_PUT, 0, 2, 20, KV_FN_INF, "x", 0, 0);
+    h[3] = X(KV_FN_OP_DEL, 1, 1, 30, 40, NULL, 8, 1);
+    h[4] = X(KV_FN_OP_CAS_OK, 0, 0, 50, 60, "c", 9, 7);
+    h[5] = X(KV_FN_OP_DEL, 3, 0, 62, 64, NULL, 9, 0);
+    h[6] = X(KV_FN_OP_PUT, 2, 900, 70, 80, "f", 10, 0);
+    h[7] = X(KV_FN_OP_SGET, 0, 1, 90, 95, "a", 9, 5);
+    *n = 8;
+    return h;
+}
+
+/* Watcher 0 sees everything on one member; watcher 1 moves members after revision 6. */
+static size_t watch_log(kv_fn_watch_ev *e)
+{
+    size_t n = 0;
+    e[n++] = WE(0, KV_FN_WEV_START, -1, 5, NULL);
+    e[n++] = WE(1, KV_FN_WEV_START, -1, 5, NULL);
+    e[n++] = WE(0, KV_FN_WEV_PUT, 0, 5, "a");
+    e[n++] = WE(1, KV_FN_WEV_PUT, 0, 5, "a");
+    e[n++] = WE(0, KV_FN_WEV_PUT, 1, 6, "b");
+    e[n++] = WE(1, KV_FN_WEV_PUT, 1, 6, "b");
+    e[n++] = WE(1, KV_FN_WEV_START, -1, 7, NULL);
+    e[n++] = WE(0, KV_FN_WEV_PUT, 0, 7, "x");
+    e[n++] = WE(0, KV_FN_WEV_DELETE, 1, 8, NULL);
+    e[n++] = WE(0, KV_FN_WEV_PUT, 0, 9, "c");
+    e[n++] = WE(0, KV_FN_WEV_PUT, 2, 10, "f");
+    e[n++] = WE(1, KV_FN_WEV_PUT, 0, 7, "x");
+    e[n++] = WE(1, KV_FN_WEV_DELETE, 1, 8, NULL);
+    e[n++] = WE(1, KV_FN_WEV_PUT, 0, 9, "c");
+    e[n++] = WE(1, KV_FN_WEV_PUT, 2, 10, "f");
+    return n;
+}
+
+static size_t drop_at(kv_fn_watch_ev *e, size_t n, size_t i)
+{
+    memmove(&e[i], &e[i + 1], (n - i - 1) * sizeof(*e));
+    return n - 1;
+}
+
+Test(watch, complete_ordered_log_passes)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
+    cr_assert(strstr(rep, "2 watchers, 12 events, 3 (re)starts") != NULL, "%s", rep);
+}
+
+Test(watch, dropped_event_is_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = drop_at(e, watch_log(e), 4); /* watcher 0 misses b@6 */
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "W3 watcher 0") && strstr(rep, "put(k1)=b at revision 6"), "%s", rep);
+}
+
+Test(watch, dropped_unknown_outcome_event_is_caught_by_the_other_watcher)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = drop_at(e, watch_log(e), 11); /* watcher 1 misses x@7 (outcome unknown) */
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "W3 watcher 1") && strstr(rep, "another watcher"), "%s", rep);
+}
+
+Test(watch, duplicate_event_is_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    /* a resume from the wrong revision repeats c@9 on watcher 1 */
+    e[n++] = WE(1, KV_FN_WEV_START, -1, 9, NULL);
+    e[n++] = WE(1, KV_FN_WEV_PUT, 0, 9, "c");
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "W1 watcher 1") && strstr(rep, "duplicate"), "%s", rep);
+}
+
+Test(watch, out_of_order_events_are_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    kv_fn_watch_ev t = e[8]; /* watcher 0: delete@8 and put c@9 swapped */
+    e[8] = e[9];
+    e[9] = t;
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "W1 watcher 0") && strstr(rep, "out of order"), "%s", rep);
+}
+
+Test(watch, wrong_value_is_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    snprintf(e[13].value, sizeof(e[13].value), "a"); /* watcher 1: c@9 reported as a */
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "W2 watcher 1") && strstr(rep, "put(k0)=a at revision 9"), "%s", rep);
+}
+
+Test(watch, event_no_write_got_is_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    e[n++] = WE(0, KV_FN_WEV_PUT, 1, 11, "zz"); /* no put wrote zz */
+    e[n++] = WE(0, KV_FN_WEV_DELETE, 3, 12, NULL); /* the delete of k3 deleted nothing */
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
+    cr_assert(strstr(rep, "put(k1)=zz at revision 11 that no write"), "%s", rep);
+    cr_assert(strstr(rep, "delete(k3)=- at revision 12 that no write"), "%s", rep);
+}
+
+Test(watch, stalled_watcher_is_caught_and_compaction_excuses_a_gap)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    size_t stalled = n - 1; /* watcher 1 never delivers the fence f@10 */
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, stalled, 10, rep, sizeof(rep)), KV_FN_FAIL,
+                 "%s", rep);
+    cr_assert(strstr(rep, "W4 watcher 1") != NULL, "%s", rep);
+    /* watcher 1 canceled by a compaction at 9 after revision 6, resumed at 9: 7 and 8 are
+     * gone from its history, not dropped. */
+    n = 0;
+    kv_fn_watch_ev f[32];
+    size_t m = watch_log(f);
+    for (size_t i = 0; i < m; i++)
+        if (!(f[i].watcher == 1 && (f[i].rev == 7 || f[i].rev == 8)))
+            e[n++] = f[i];
+    kv_fn_watch_ev c = WE(1, KV_FN_WEV_COMPACTED, -1, 9, NULL);
+    memmove(&e[7], &e[6], (n - 6) * sizeof(*e));
+    e[6] = c;
+    n++;
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
+}
+
+Test(watch, serializable_read_with_a_wrong_mod_revision_is_caught)
+{
+    size_t n_ops;
+    const kv_fn_op *ops = watch_ops(&n_ops);
+    kv_fn_op h[9];
+    memcpy(h, ops, n_ops * sizeof(*h));
+    h[n_ops] = X(KV_FN_OP_SGET, 1, 1, 90, 95, "b", 9, 8);
+    kv_fn_watch_ev e[32];
+    size_t n = watch_log(e);
+    cr_assert_eq(kv_fn_watch_check(h, n_ops + 1, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s",
+                 rep);
+    cr_assert(strstr(rep, "S1") != NULL, "%s", rep);
+}

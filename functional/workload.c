@@ -51,6 +51,7 @@ typedef struct worker {
     vec leases; /* kv_fn_lease_info (lease workers; indices local) */
     vec lev;    /* kv_fn_lease_ev */
     uint64_t attempts;
+    int64_t cas_mod[64]; /* per register: mod_revision of the last value this client read */
 } worker;
 
 struct kv_fn_workload {
@@ -61,6 +62,7 @@ struct kv_fn_workload {
     int n_workers;
     /* merged at stop */
     vec ops, leases, lev;
+    kv_fn_watchers *watch; /* watchers on <prefix>/reg/ (watch.c), NULL if none */
 };
 
 static uint64_t rnd(worker *k)
@@ -94,7 +96,65 @@ static void *kv_main(void *arg)
         int kl = snprintf(kb, sizeof(kb), "%s/reg/%d", cfg->prefix, key);
         kv_fn_op op = {.key = key, .client = k->id};
         int ok;
-        if (rnd(k) % 2 == 0) {
+        /* Mix: 35% put, 40% linearizable get, 10% serializable get, 10% Txn CAS on the
+         * mod_revision this client last read (a get when it read none), 5% delete. */
+        uint64_t dice = rnd(k) % 20;
+        if (dice == 14 || dice == 15) {
+            op.type = KV_FN_OP_SGET;
+            kvc_range_result rr = {0};
+            kvc_range_opts ro = {.serializable = 1};
+            op.call_us = kv_fn_now_us();
+            int r = kvc_get(k->kc, kb, (size_t)kl, &ro, cfg->op_timeout_ms, &rr, NULL);
+            op.ret_us = kv_fn_now_us();
+            ok = r == 0;
+            if (ok) {
+                op.rev = rr.header.revision;
+                if (rr.n_kvs > 0) {
+                    op.mod_rev = rr.kvs[0].mod_revision;
+                    size_t l = rr.kvs[0].value_len < sizeof(op.value) - 1 ? rr.kvs[0].value_len
+                                                                          : sizeof(op.value) - 1;
+                    memcpy(op.value, rr.kvs[0].value, l);
+                    op.value[l] = '\0';
+                }
+                vec_push(&k->ops, &op);
+            }
+            kvc_range_result_free(&rr);
+        } else if ((dice == 16 || dice == 17) && key < 64 && k->cas_mod[key] > 0) {
+            snprintf(op.value, sizeof(op.value), "c%d-%llu", k->id, (unsigned long long)++seq);
+            op.mod_rev = k->cas_mod[key];
+            kvc_txn *t = kvc_txn_new();
+            kvc_txn_result tr = {0};
+            int r = -ENOMEM;
+            op.call_us = kv_fn_now_us();
+            if (t &&
+                kvc_txn_cmp_int(t, kb, (size_t)kl, KVC_CMP_MOD, KVC_CMP_EQUAL, op.mod_rev) == 0 &&
+                kvc_txn_put(t, KVC_TXN_SUCCESS, kb, (size_t)kl, op.value, strlen(op.value),
+                            NULL) == 0)
+                r = kvc_txn_commit(k->kc, t, 0, cfg->op_timeout_ms, &tr, NULL);
+            op.ret_us = r == 0 ? kv_fn_now_us() : KV_FN_INF;
+            ok = r == 0;
+            op.type = r == 0 && !tr.succeeded ? KV_FN_OP_CAS_FAIL : KV_FN_OP_CAS_OK;
+            if (ok)
+                op.rev = tr.header.revision;
+            kvc_txn_result_free(&tr);
+            kvc_txn_free(t);
+            if (t)
+                vec_push(&k->ops, &op);
+            k->cas_mod[key] = 0;
+        } else if (dice == 18) {
+            op.type = KV_FN_OP_DEL;
+            kvc_delete_result dr = {0};
+            op.call_us = kv_fn_now_us();
+            int r = kvc_delete(k->kc, kb, (size_t)kl, NULL, cfg->op_timeout_ms, &dr, NULL);
+            op.ret_us = r == 0 ? kv_fn_now_us() : KV_FN_INF;
+            ok = r == 0;
+            if (ok) {
+                op.rev = dr.header.revision;
+                op.mod_rev = dr.deleted; /* 0: nothing deleted, no revision (check.h) */
+            }
+            kvc_delete_result_free(&dr);
+            vec_push(&k->ops, &op);
+        } else if (dice < 7) {
             op.type = KV_FN_OP_PUT;
             snprintf(op.value, sizeof(op.value), "c%d-%llu", k->id, (unsigned long long)++seq);
             kvc_put_result pr = {0};
@@ -123,6 +183,8 @@ static void *kv_main(void *arg)
                     memcpy(op.value, rr.kvs[0].value, l);
                     op.value[l] = '\0';
                 }
+                if (key < 64)
+                    k->cas_mod[key] = op.mod_rev;
                 vec_push(&k->ops, &op);
             }
             kvc_range_result_free(&rr);
@@ -269,6 +331,17 @@ int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
     }
     const kv_fn_cluster *c = cfg->cluster;
     int r = 0;
+    if (cfg->kv_clients > 0 && c->watch) { /* watchers first: they start before any put */
+        char wp[160];
+        snprintf(wp, sizeof(wp), "%s/reg/", cfg->prefix);
+        c->watch->checked = 0;
+        if (kv_fn_watchers_start(&w->watch, c, wp, 2, cfg->seed) != 0) {
+            w->watch = NULL;
+            c->watch->checked = 1;
+            c->watch->verdict = KV_FN_UNKNOWN;
+            snprintf(c->watch->report, sizeof(c->watch->report), "cannot start the watchers");
+        }
+    }
     for (int i = 0; i < n; i++) {
         worker *k = &w->workers[i];
         k->w = w;
@@ -329,6 +402,20 @@ void kv_fn_workload_stop(kv_fn_workload *w)
             vec_push(&w->lev, &e);
         }
     }
+    if (w->watch) { /* fence, drain, check (watch.c); the fence ops join the history */
+        kv_fn_op fence[3 * KV_FN_MAX_MEMBERS];
+        memset(fence, 0, sizeof(fence));
+        size_t n_fence = 0;
+        int64_t final_rev = 0;
+        int r = kv_fn_watchers_stop(w->watch, w->cfg.keys, 10000, fence, &n_fence, &final_rev);
+        for (size_t j = 0; j < n_fence; j++)
+            vec_push(&w->ops, &fence[j]);
+        const char *name = strrchr(w->cfg.prefix, '/');
+        kv_fn_watch_finish(w->watch, w->cfg.cluster->watch, name ? name + 1 : w->cfg.prefix,
+                           w->ops.a, w->ops.n, final_rev, r);
+        kv_fn_watchers_free(w->watch);
+        w->watch = NULL;
+    }
 }
 
 void kv_fn_workload_history(kv_fn_workload *w, const kv_fn_op **ops, size_t *n_ops,
@@ -358,6 +445,7 @@ void kv_fn_workload_free(kv_fn_workload *w)
         free(w->workers[i].leases.a);
         free(w->workers[i].lev.a);
     }
+    kv_fn_watchers_free(w->watch);
     free(w->workers);
     free(w->ops.a);
     free(w->leases.a);

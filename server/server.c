@@ -35,6 +35,8 @@ static int start_watch(kv_server *s)
     wc.stream_send_buffer_bytes = s->cfg->watch_send_buffer_bytes;
     wc.max_response_bytes = s->cfg->max_request_bytes;
     wc.progress_interval_ms = s->cfg->watch_progress_interval_ms;
+    if (s->cfg->enable_failpoints) /* testing: watch_failpoint.c */
+        wc.fp_drop_event_at = kv_watch_fp_env();
     int rc = kv_watch_hub_init(&s->watch, s->loop, s->store, &wc, kv_node_header(s->node),
                                kv_node_revision(s->node), s->metrics);
     if (rc < 0)

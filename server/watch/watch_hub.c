@@ -27,6 +27,7 @@ void kv_watch_config_default(kv_watch_config *c)
     c->slice_bytes = 256 * 1024;
     c->slice_revs = 1000;
     c->progress_interval_ms = 600000;
+    c->fp_drop_event_at = 0; /* failpoint off (watch_failpoint.c) */
 }
 
 /* ---- lists ---- */
@@ -463,6 +464,8 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
                 h->out[k++] = &e->ev;
             }
         }
+        if (h->cfg.fp_drop_event_at)
+            k = kv_watch_fp_filter(h, k);
         int rc = k ? send_events(h, w, h->outs, h->out, k) : 0;
         if (rc == 1) {
             if (w->state == W_SYNCED) {

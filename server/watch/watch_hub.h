@@ -55,9 +55,12 @@ typedef struct kv_watch_config {
     size_t slice_bytes;               /* catch-up slice payload, default 256 KiB */
     int64_t slice_revs;               /* catch-up slice revisions, default 1000 */
     uint32_t progress_interval_ms;    /* progress_notify period, default 600000 (etcd) */
+    uint64_t fp_drop_event_at;        /* failpoint (testing): drop the Nth event sent; 0 off */
 } kv_watch_config;
 
 void kv_watch_config_default(kv_watch_config *c);
+/* KVD_FAILPOINT_WATCH_DROP_EVENT=N (only read under --enable-failpoints): N, or 0. */
+uint64_t kv_watch_fp_env(void);
 
 /* The transport seen by a stream. send copies msg; returns 0, -ENOBUFS (connection buffer
  * full) or another negative error (stream gone). queued: response bytes of this stream not

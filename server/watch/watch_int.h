@@ -94,6 +94,8 @@ struct kv_watch_hub {
     kv_watch_stats st;
     kv_metrics *metrics;
     kv_metric *m_events, *m_slow;
+    uint64_t fp_events; /* failpoint (watch_failpoint.c): events counted so far */
+    bool fp_dropped;
 };
 
 /* watch_hub.c */
@@ -107,5 +109,9 @@ void kv_watch_hub_detach(kv_watch_hub *h, kv_watcher *w);
  * the stream's send buffer bound. 0, -ENOBUFS, or another error. */
 int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int64_t hdr_rev);
 bool kv_watch_match(const kv_watcher *w, const uint8_t *key, size_t klen);
+
+/* watch_failpoint.c: with cfg.fp_drop_event_at = N > 0, removes the Nth event this hub sends
+ * (counted over every watcher) from out/outs[0..n) once; returns the new count. */
+size_t kv_watch_fp_filter(kv_watch_hub *h, size_t n);
 
 #endif
