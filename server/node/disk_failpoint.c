@@ -38,8 +38,8 @@ static void on_slow(uv_signal_t *sig, int signum)
     kv_disk_fp *fp = sig->data;
     int on = !atomic_load(&fp->slow_on);
     atomic_store(&fp->slow_on, on);
-    fprintf(stderr, "kvd: failpoint: slow fsync %s (%u ms per durable commit)\n",
-            on ? "on" : "off", fp->delay_ms);
+    fprintf(stderr, "kvd: failpoint: slow fsync %s (%u ms per durable commit)\n", on ? "on" : "off",
+            fp->delay_ms);
 }
 
 static void on_eio(uv_signal_t *sig, int signum)
@@ -92,8 +92,9 @@ int kv_disk_fp_open(kv_disk_fp **out, uv_loop_t *loop)
         if (rc < 0)
             goto fail;
     }
-    fprintf(stderr, "kvd: failpoint: disk failpoints armed (slow fsync %u ms: SIGRTMIN+1; "
-                    "failing fsync: %s)\n",
+    fprintf(stderr,
+            "kvd: failpoint: disk failpoints armed (slow fsync %u ms: SIGRTMIN+1; "
+            "failing fsync: %s)\n",
             delay, eio ? "SIGRTMIN+2" : "off");
     *out = fp;
     return 0;

@@ -77,8 +77,8 @@ static uint64_t timed_puts(cl_acks *acks, int i, const char *tag)
         ms[k] = kvt_now_ms() - t0;
     }
     qsort(ms, N_PUTS, sizeof(ms[0]), cmp_u64);
-    fprintf(stderr, "  %s: %d puts through m%d, median %" PRIu64 " ms, max %" PRIu64 " ms\n",
-            tag, N_PUTS, i + 1, ms[N_PUTS / 2], ms[N_PUTS - 1]);
+    fprintf(stderr, "  %s: %d puts through m%d, median %" PRIu64 " ms, max %" PRIu64 " ms\n", tag,
+            N_PUTS, i + 1, ms[N_PUTS / 2], ms[N_PUTS - 1]);
     return ms[N_PUTS / 2];
 }
 
@@ -86,8 +86,7 @@ static cl_acks g_acks;
 
 static const char *const g_slow_env[] = {"KVD_FAILPOINT_FSYNC_DELAY_MS=200", NULL};
 
-Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fini,
-     .timeout = 300)
+Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fini, .timeout = 300)
 {
     start_cluster(g_slow_env);
     int l = kvt_cluster_leader(&g_c);
@@ -102,8 +101,9 @@ Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fi
     cr_assert_geq(f, 0);
     uint64_t via_f = timed_puts(&g_acks, f, "slow-via-follower");
     /* Each put needs at least one durable commit of the leader's log (its entry). */
-    cr_assert_geq(under, SLOW_MS - 50, "puts through the slowed leader took %" PRIu64
-                                       " ms (median), before %" PRIu64 " ms",
+    cr_assert_geq(under, SLOW_MS - 50,
+                  "puts through the slowed leader took %" PRIu64 " ms (median), before %" PRIu64
+                  " ms",
                   under, before);
     cr_assert_geq(via_f, SLOW_MS - 50, "puts through a follower took %" PRIu64 " ms", via_f);
     cr_assert_eq(kvt_cluster_leader(&g_c), l, "leadership moved during the slow fsync");
@@ -118,8 +118,7 @@ Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fi
     free(log);
     /* nothing acknowledged is lost, on any member */
     for (int i = 0; i < g_c.n; i++)
-        cr_assert_eq(cl_verify_acks(&g_c, &g_acks, i), 0, "acknowledged writes lost (m%d)",
-                     i + 1);
+        cr_assert_eq(cl_verify_acks(&g_c, &g_acks, i), 0, "acknowledged writes lost (m%d)", i + 1);
     cl_assert_hash_equal(&g_c, l);
 }
 
@@ -137,8 +136,8 @@ Test(cluster_disk_failpoint, fsync_error_stops_a_follower_and_it_catches_up, .fi
     cr_assert_geq(f, 0);
     memset(&g_acks, 0, sizeof(g_acks));
     char err[256];
-    cr_assert_eq(cl_put_ack(&g_c, &g_acks, l, "eio-first", "v", 20000, err, sizeof(err)), 0,
-                 "%s", err);
+    cr_assert_eq(cl_put_ack(&g_c, &g_acks, l, "eio-first", "v", 20000, err, sizeof(err)), 0, "%s",
+                 err);
     cr_assert_eq(kvt_proc_signal(&g_c.m[f].proc, SIGRTMIN + 2), 0);
     kvt_sleep_ms(200);
     /* writes give the follower durable commits; its first one fails */
@@ -151,8 +150,7 @@ Test(cluster_disk_failpoint, fsync_error_stops_a_follower_and_it_catches_up, .fi
                      "put %s while the follower fails: %s", key, err);
         kvt_sleep_ms(20);
     }
-    cr_assert_eq(kvt_proc_wait(&g_c.m[f].proc, 20000), 0, "m%d still runs after %d puts", f + 1,
-                 k);
+    cr_assert_eq(kvt_proc_wait(&g_c.m[f].proc, 20000), 0, "m%d still runs after %d puts", f + 1, k);
     int st = g_c.m[f].proc.last_status;
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2,
               "m%d did not exit with status 2 (wait status 0x%x)", f + 1, st);
@@ -176,7 +174,6 @@ Test(cluster_disk_failpoint, fsync_error_stops_a_follower_and_it_catches_up, .fi
     cr_assert_eq(kvt_member_restart(&g_c, f, 60000), 0);
     cr_assert_geq(cl_wait_value(&g_c, f, "after-49", "x", 1, 60000), 0,
                   "restarted m%d did not catch up", f + 1);
-    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, f), 0, "acknowledged writes missing on m%d",
-                 f + 1);
+    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, f), 0, "acknowledged writes missing on m%d", f + 1);
     cl_assert_hash_equal(&g_c, l);
 }
