@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,6 +79,8 @@ const kv_fn_case kv_fn_cases[] = {
     C("LEADER_TRANSFER_UNDER_LOAD", KV_FN_F_MOVE_LEADER, KV_FN_T_LEADER, 0),
     C("POWERCUT_ONE_FOLLOWER", KV_FN_F_POWERCUT, KV_FN_T_ONE_FOLLOWER, 0),
     C("POWERCUT_LEADER", KV_FN_F_POWERCUT, KV_FN_T_LEADER, 0),
+    C("FAILPOINT_SLOW_FSYNC_LEADER", KV_FN_F_FAILPOINT_SLOW_FSYNC, KV_FN_T_LEADER, 0),
+    C("FAILPOINT_FSYNC_ERROR_ONE_FOLLOWER", KV_FN_F_FAILPOINT_FSYNC_EIO, KV_FN_T_ONE_FOLLOWER, 0),
 };
 const size_t kv_fn_n_cases = sizeof(kv_fn_cases) / sizeof(kv_fn_cases[0]);
 
@@ -102,6 +105,12 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
         return "no follower to transfer leadership to in a 1-member cluster";
     if (k->fault == KV_FN_F_FAILPOINT_STALL && c->target == KV_FN_TARGET_ETCD)
         return "etcd 3.4 from Debian is built without gofail failpoints";
+    if ((k->fault == KV_FN_F_FAILPOINT_SLOW_FSYNC || k->fault == KV_FN_F_FAILPOINT_FSYNC_EIO) &&
+        c->target == KV_FN_TARGET_ETCD)
+        return "kvd disk failpoint; etcd 3.4 from Debian is built without gofail failpoints";
+    if ((k->fault == KV_FN_F_FAILPOINT_SLOW_FSYNC || k->fault == KV_FN_F_FAILPOINT_FSYNC_EIO) &&
+        !c->failpoints)
+        return "kvd not started with --enable-failpoints";
     if (k->fault == KV_FN_F_SIGQUIT_REMOVE && c->n < 3)
         return "removing a member needs a cluster of 3 or more";
     if (k->until_snapshot && c->n < 2)
@@ -140,6 +149,10 @@ static const char *fault_name(kv_fn_fault f)
         return "leader snapshot, SIGQUIT+wipe quorum, restore all";
     case KV_FN_F_POWERCUT:
         return "power cut (unsynced writes lost)+restart";
+    case KV_FN_F_FAILPOINT_SLOW_FSYNC:
+        return "slow fsync (SIGRTMIN+1 disk failpoint)";
+    case KV_FN_F_FAILPOINT_FSYNC_EIO:
+        return "fsync EIO (SIGRTMIN+2 disk failpoint)+restart";
     default:
         return "apply stall (SIGUSR1 failpoint)";
     }
@@ -576,6 +589,27 @@ static void add_fault(char *d, size_t cap, size_t *fl, const char *fmt, ...)
         *fl = *fl + (size_t)k < cap ? *fl + (size_t)k : cap - 1;
 }
 
+/* Occurrences of needle in member i's member.log (every start appends to it); -1 if it
+ * cannot be read. */
+static int log_count(const kv_fn_cluster *c, int i, const char *needle)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/member.log", c->m[i].dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, needle))
+            n++;
+    fclose(f);
+    return n;
+}
+
+/* The line kvd logs when a ready's commit fails (server/node/node_ready.c after_ready). */
+#define KV_FN_EIO_LOG "persisting a raft ready failed: Input/output error; stopping this member"
+
 kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_run_opts *o)
 {
     int64_t t0 = kv_fn_now_us();
@@ -744,6 +778,41 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall on */
             break;
+        case KV_FN_F_FAILPOINT_SLOW_FSYNC: {
+            /* Evidence: one put (fresh client) before and one under the fault. */
+            int before = kv_fn_cluster_wait_writable(c, 5000);
+            kv_fn_member_signal(c, targets[i], SIGRTMIN + 1); /* slow fsync on */
+            sleep_ms(300);
+            int under = kv_fn_cluster_wait_writable(c, 20000);
+            add_fault(fault_desc, sizeof(fault_desc), &fl,
+                      " %ums per durable commit; a put took %dms before, %dms under it",
+                      KV_FN_SLOW_FSYNC_MS, before, under);
+            break;
+        }
+        case KV_FN_F_FAILPOINT_FSYNC_EIO: {
+            int logged0 = log_count(c, targets[i], KV_FN_EIO_LOG);
+            kv_fn_member_signal(c, targets[i], SIGRTMIN + 2); /* next durable commit fails */
+            int r = kvt_proc_wait(&m->proc, 10000);
+            int st = m->proc.last_status;
+            int logged = log_count(c, targets[i], KV_FN_EIO_LOG) - logged0;
+            int after = r == 0 ? kv_fn_cluster_wait_writable(c, 20000) : -1;
+            if (r == 0)
+                add_fault(fault_desc, sizeof(fault_desc), &fl,
+                          "; member exited (status %d), '%s' logged %d time(s), the others "
+                          "took a write %dms later",
+                          WIFEXITED(st) ? WEXITSTATUS(st) : -1, "persisting a raft ready failed",
+                          logged, after);
+            if (r != 0 && !err[0])
+                snprintf(err, sizeof(err), "m%d still running 10 s after its fsync failed",
+                         targets[i]);
+            else if (logged < 1 && !err[0])
+                snprintf(err, sizeof(err), "m%d stopped without logging '%s'", targets[i],
+                         KV_FN_EIO_LOG);
+            else if (after < 0 && !err[0])
+                snprintf(err, sizeof(err), "the other members took no write after m%d stopped",
+                         targets[i]);
+            break;
+        }
         case KV_FN_F_MOVE_LEADER: {
             int to = (targets[i] + 1 + (int)((rng >> 33) % (uint64_t)(c->n - 1))) % c->n;
             int r = kv_fn_cluster_move_leader(c, targets[i], to, 5000);
@@ -851,6 +920,9 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         case KV_FN_F_SIGTERM:
         case KV_FN_F_SIGKILL:
         case KV_FN_F_POWERCUT:
+        case KV_FN_F_FAILPOINT_FSYNC_EIO: /* restarted; the failpoint is not armed again */
+            if (k->fault == KV_FN_F_FAILPOINT_FSYNC_EIO && m->proc.pid)
+                kv_fn_member_signal(c, targets[i], SIGKILL); /* it did not stop (error above) */
             if (kv_fn_member_start(c, targets[i]) != 0)
                 snprintf(err, sizeof(err), "restart of m%d failed", targets[i]);
             break;
@@ -881,6 +953,9 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             break;
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall off */
+            break;
+        case KV_FN_F_FAILPOINT_SLOW_FSYNC:
+            kv_fn_member_signal(c, targets[i], SIGRTMIN + 1); /* slow fsync off */
             break;
         default:
             break;

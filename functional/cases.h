@@ -18,6 +18,9 @@ typedef enum {
     KV_FN_F_SIGQUIT_REMOVE,    /* SIGQUIT, wipe, MemberRemove; MemberAdd + join existing */
     KV_FN_F_RESTORE_SNAPSHOT,  /* leader snapshot, SIGQUIT a quorum, restore all from it */
     KV_FN_F_POWERCUT,          /* SIGKILL + drop unsynced writes (tests/crash shim), restart */
+    KV_FN_F_FAILPOINT_SLOW_FSYNC, /* kvd disk failpoint: slow fsync on (SIGRTMIN+1), then off */
+    KV_FN_F_FAILPOINT_FSYNC_EIO,  /* kvd disk failpoint: next fsync fails (SIGRTMIN+2): the member
+                                   * stops; restarted after the hold */
 } kv_fn_fault;
 
 typedef enum {
@@ -37,6 +40,11 @@ typedef struct kv_fn_case {
     int until_snapshot; /* _UNTIL_TRIGGER_SNAPSHOT: hold until the raft index advanced enough
                          * that the faulted member must catch up by a snapshot */
 } kv_fn_case;
+
+/* kvd's disk failpoints (server/node/disk_failpoint.h): the runner starts kvd with
+ * KVD_FAILPOINT_FSYNC_DELAY_MS=KV_FN_SLOW_FSYNC_MS and KVD_FAILPOINT_FSYNC_EIO=1 (both off until
+ * signalled). */
+#define KV_FN_SLOW_FSYNC_MS 200
 
 /* --snapshot-count the runner passes when a selected case is _UNTIL_TRIGGER_SNAPSHOT. */
 #define KV_FN_SNAPSHOT_COUNT 200

@@ -194,6 +194,12 @@ int main(int argc, char **argv)
         }
         setenv("KVD_FAILPOINT_WATCH_DROP_EVENT", "300", 1);
     }
+    if (t == KV_FN_TARGET_KVD) { /* kvd's disk failpoints, off until signalled (cases.h) */
+        char ms[16];
+        snprintf(ms, sizeof(ms), "%u", KV_FN_SLOW_FSYNC_MS);
+        setenv("KVD_FAILPOINT_FSYNC_DELAY_MS", ms, 1);
+        setenv("KVD_FAILPOINT_FSYNC_EIO", "1", 1);
+    }
     regex_t re;
     if (cases_re && regcomp(&re, cases_re, REG_EXTENDED | REG_NOSUB) != 0) {
         fprintf(stderr, "kvfunctional: bad --cases regex\n");

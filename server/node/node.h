@@ -59,6 +59,7 @@ typedef struct kv_node_config {
     uint32_t max_inbox_msgs; /* same, in messages (--max-raft-inbox-messages); default 4096 */
     uint32_t max_forwarded;  /* proposals this member forwarded to the leader, not applied
                                 yet (--max-forwarded-proposals); default 10000 */
+    int enable_failpoints;   /* --enable-failpoints: disk failpoints (node/disk_failpoint.h) */
 } kv_node_config;
 
 typedef struct kv_node_stats {

@@ -263,6 +263,7 @@ struct kv_node {
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
     kv_metric *m_early_acks;
     uint32_t fp_apply_delay_ms; /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
+    struct kv_disk_fp *disk_fp; /* slow / failing fsync (disk_failpoint.h); NULL: off */
     uv_check_t check;
     uv_idle_t idle;
     uv_timer_t tick;

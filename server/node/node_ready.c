@@ -23,6 +23,8 @@
  */
 #include "node/node_int.h"
 
+#include "node/disk_failpoint.h"
+
 #include "peer/peer_net.h"
 
 #include <errno.h>
@@ -380,13 +382,23 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
     return w;
 }
 
+/* The worker's job plus the disk failpoints (tests only): a slow or failing fsync of a
+ * durable commit (disk_failpoint.h). */
+static void work_ready(uv_work_t *req)
+{
+    ready_work *w = req->data;
+    kv_node__work_ready(req);
+    if (w->rc == 0)
+        w->rc = kv_disk_fp_commit(w->node->disk_fp, w->synced == 2);
+}
+
 static int start_work(kv_node *n, const struct raft_ready *rd)
 {
     ready_work *w = new_work(n, rd);
     if (w == NULL)
         return -ENOMEM;
     n->inflight = w;
-    int rc = uv_queue_work(n->loop, &w->req, kv_node__work_ready, after_ready);
+    int rc = uv_queue_work(n->loop, &w->req, work_ready, after_ready);
     if (rc < 0) {
         n->inflight = NULL;
         free_work(w);
@@ -891,6 +903,8 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     /* The inbox grows on demand up to its bounds (node_peer.c on_raft). */
     n->inbox_cap = cfg && cfg->max_inbox_msgs ? cfg->max_inbox_msgs : 4096;
     n->max_inbox_bytes = cfg && cfg->max_inbox_bytes ? cfg->max_inbox_bytes : (64u << 20);
+    if (cfg && cfg->enable_failpoints && kv_disk_fp_open(&n->disk_fp, n->loop) < 0)
+        fprintf(stderr, "kvd: failpoint: cannot arm the disk failpoints\n");
     kv_node__record_lease_events(n, 1);
     return 0;
 fail:
@@ -907,6 +921,8 @@ fail:
 
 void kv_node__raft_stop(kv_node *n)
 {
+    kv_disk_fp_close(n->disk_fp); /* no worker in flight (kv_node__maybe_free) */
+    n->disk_fp = NULL;
     kv_node__free_records(n);
     if (n->raft_ok) {
         raft_close(&n->raft);
