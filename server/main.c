@@ -22,6 +22,7 @@
 #include "server.h"
 #include "tls_setup.h"
 #include "sd_notify.h"
+#include "corrupt/corrupt_check.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -327,6 +328,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: %s\n", err);
         return 2;
     }
+    if (!m.cfg.enable_failpoints) /* apply/apply_gate.c reads it: tests only */
+        unsetenv("KVD_FAILPOINT_CORRUPT_PUT");
 
     uint64_t t0 = mono_ms();
     kv_server *s = &m.srv;
@@ -403,6 +406,12 @@ int main(int argc, char **argv)
             (unsigned long long)ss.applied_index, (long long)ss.revision,
             (unsigned long long)ss.keys);
 
+    /* etcd's CheckInitialHashKV: before serving clients (issue 14, docs/corruption.md). */
+    if (m.cfg.initial_corrupt_check &&
+        kv_corrupt_initial_check(s, err, sizeof(err)) != 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;
