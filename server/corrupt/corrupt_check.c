@@ -179,7 +179,7 @@ static void finish_round(kv_corrupt *c)
     kv_server *s = c->s;
     uint64_t self = s->id.member_id;
     r->active = 0;
-    size_t mism = 0, checked = 0;
+    size_t mism = 0, checked = 0, agree = 0;
     for (size_t i = 0; i < r->n; i++) {
         kv_corrupt_answer *a = &r->a[i];
         if (!r->answered[i])
@@ -192,8 +192,11 @@ static void finish_round(kv_corrupt *c)
             continue;
         }
         checked++;
-        if (a->hash == r->hash)
+        if (a->hash == r->hash) {
+            if (a->compact_rev == r->crev)
+                agree++;
             continue;
+        }
         if (a->compact_rev != r->crev) {
             fprintf(stderr,
                     "kvd: corruption check: found different compact revision values from "
@@ -209,9 +212,17 @@ static void finish_round(kv_corrupt *c)
                 (unsigned long long)self, r->hash);
     }
     if (r->initial) {
+        /* etcd refuses on any mismatch; kvd refuses when more peers disagree with this member
+         * than agree with it, so a healthy member still restarts next to a corrupt one (the
+         * periodic check names that one). */
         c->init_done = 1;
-        c->init_rc = mism ? -EILSEQ : 0;
-        if (mism == 0)
+        c->init_rc = mism > agree ? -EILSEQ : 0;
+        if (mism && mism <= agree)
+            fprintf(stderr,
+                    "kvd: initial corruption check: %zu peer(s) differ from this member, %zu "
+                    "agree with it: starting (the differing members are suspect)\n",
+                    mism, agree);
+        else if (mism == 0)
             fprintf(stderr,
                     "kvd: initial corruption checking passed; no corruption (%zu of %zu peers "
                     "compared at revision %lld)\n",
