@@ -410,6 +410,13 @@ int main(int argc, char **argv)
     if (m.cfg.initial_corrupt_check &&
         kv_corrupt_initial_check(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        kv_auto_compact_stop(m.autoc);
+        kv_server_stop_core(s);
+        uv_run(&m.loop, UV_RUN_DEFAULT); /* the closed handles' callbacks */
+        kv_store_close(s->store);
+        uv_loop_close(&m.loop);
+        kv_metrics_free(s->metrics);
+        kv_datadir_unlock(m.lock_fd);
         return 1;
     }
     rc = start_listeners(&m);

@@ -34,7 +34,7 @@ typedef struct round {
     uint64_t seq;
     int64_t rev, crev;
     uint32_t hash;
-    uint64_t deadline;
+    uint64_t deadline, resend_at;
     size_t n;
     kv_corrupt_answer a[KV_CORRUPT_MAX_PEERS];
     uint8_t sent[KV_CORRUPT_MAX_PEERS], answered[KV_CORRUPT_MAX_PEERS];
@@ -291,7 +291,13 @@ static void start_peers(kv_corrupt *c, uint32_t hash, int64_t crev, int64_t cur)
         free(m);
     }
     r->active = 1;
-    r->deadline = uv_now(s->loop) + c->timeout_ms;
+    /* etcd asks the peers one after the other, each within the request timeout; the initial
+     * check also waits for the peers' transport to (re)connect to this restarted member */
+    uint64_t wait = c->timeout_ms;
+    if (r->initial && r->n > 1)
+        wait *= r->n;
+    r->deadline = uv_now(s->loop) + wait;
+    r->resend_at = uv_now(s->loop) + 1000;
     send_reqs(c);
     if (round_complete(r))
         finish_round(c);
@@ -458,8 +464,14 @@ static void on_timer(uv_timer_t *t)
     if (c->r.active) {
         if (now >= c->r.deadline)
             finish_round(c);
-        else
+        else {
+            if (c->r.initial && now >= c->r.resend_at) {
+                /* a frame queued on a connection that then died is lost: ask again */
+                memset(c->r.sent, 0, sizeof(c->r.sent));
+                c->r.resend_at = now + 1000;
+            }
             send_reqs(c); /* peers whose frame could not be queued yet */
+        }
         return;
     }
     if (c->period_ms == 0 || c->local_job || now < c->next_check)

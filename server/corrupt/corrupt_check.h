@@ -20,8 +20,9 @@
  *   (behind: future revision; compacted; unreachable) are skipped with a log line.
  * - Initial check (--experimental-initial-corrupt-check, default false as etcd 3.4):
  *   kv_corrupt_initial_check runs before the member serves clients; it hashes the local store
- *   and asks every peer at the same revision (re-sending to peers not connected yet, every
- *   100 ms, until the request timeout). A mismatch at the same compact revision fails the
+ *   and asks every peer at the same revision (re-sending to peers not connected yet every
+ *   100 ms, to every peer that did not answer every second, for at most the request timeout
+ *   per peer, as etcd asks them one after the other; it ends as soon as all answered). A mismatch at the same compact revision fails the
  *   start ("<id> found data inconsistency with peers", as etcd) when more answering peers
  *   disagree with this member than agree with it (etcd: any mismatch; kvd lets a healthy
  *   member restart next to a corrupt one, with a warning).
