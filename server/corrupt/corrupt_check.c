@@ -236,8 +236,8 @@ static void finish_round(kv_corrupt *c)
         kv_metric_add(c->m_mismatches, (int64_t)nb);
     for (size_t i = 0; i < nb; i++) {
         fprintf(stderr,
-                "kvd: corruption check: member %016llx is corrupt (revision %lld): it stops "
-                "serving once the CORRUPT alarm applies\n",
+                "kvd: corruption check: member %016llx is corrupt (revision %lld): the "
+                "cluster refuses requests while its CORRUPT alarm is active\n",
                 (unsigned long long)bad[i], (long long)r->rev);
         if (c->s->node)
             raise_corrupt(c, bad[i]);
