@@ -52,6 +52,7 @@ struct kv_corrupt {
     uint64_t next_seq;
     round r;
     int init_done, init_rc; /* initial check result */
+    int self_noted;         /* the CORRUPT alarm naming this member was logged */
     kv_metric *m_checks, *m_mismatches, *m_served, *m_refused;
 };
 
@@ -454,6 +455,8 @@ static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_
 
 /* ---- timer ---- */
 
+static void note_self_corrupt(kv_corrupt *c);
+
 static void on_timer(uv_timer_t *t)
 {
     kv_corrupt *c = t->data;
@@ -461,6 +464,7 @@ static void on_timer(uv_timer_t *t)
     if (c->closed || s->node == NULL)
         return;
     uint64_t now = uv_now(s->loop);
+    note_self_corrupt(c);
     if (c->r.active) {
         if (now >= c->r.deadline)
             finish_round(c);
@@ -482,6 +486,25 @@ static void on_timer(uv_timer_t *t)
     int rc = start_round(c, 0);
     if (rc < 0)
         fprintf(stderr, "kvd: corruption check: cannot start: %s\n", strerror(-rc));
+}
+
+/* One clear line on the member the CORRUPT alarm names, once per raise. */
+static void note_self_corrupt(kv_corrupt *c)
+{
+    kv_server *s = c->s;
+    if (!(kv_store_alarms(s->store) & (1u << KV_ALARM_CORRUPT))) {
+        c->self_noted = 0;
+        return;
+    }
+    uint64_t self = s->id.member_id;
+    if (c->self_noted || kv_store_alarm_list(s->store, alarm_is_active, &self) != 1)
+        return;
+    c->self_noted = 1;
+    fprintf(stderr,
+            "kvd: THIS MEMBER (%016llx) IS CORRUPT: its HashKV differs from the other members' "
+            "(CORRUPT alarm); the cluster refuses requests until the member is replaced and "
+            "the alarm disarmed (docs/corruption.md)\n",
+            (unsigned long long)self);
 }
 
 static void timer_on(kv_corrupt *c)
@@ -526,8 +549,7 @@ int kv_corrupt_start(kv_server *s, uint32_t period_ms)
     if (period_ms > 0 && s->peers) {
         c->next_check = uv_now(s->loop) + period_ms;
         timer_on(c);
-        fprintf(stderr, "kvd: enabled corruption checking every %u ms (leader only)\n",
-                period_ms);
+        fprintf(stderr, "kvd: enabled corruption checking every %u ms (leader only)\n", period_ms);
     }
     return 0;
 }

@@ -22,10 +22,11 @@
  *   kv_corrupt_initial_check runs before the member serves clients; it hashes the local store
  *   and asks every peer at the same revision (re-sending to peers not connected yet every
  *   100 ms, to every peer that did not answer every second, for at most the request timeout
- *   per peer, as etcd asks them one after the other; it ends as soon as all answered). A mismatch at the same compact revision fails the
- *   start ("<id> found data inconsistency with peers", as etcd) when more answering peers
- *   disagree with this member than agree with it (etcd: any mismatch; kvd lets a healthy
- *   member restart next to a corrupt one, with a warning).
+ *   per peer, as etcd asks them one after the other; it ends as soon as all answered). A
+ *   mismatch at the same compact revision fails the start ("<id> found data inconsistency
+ *   with peers", as etcd) when more answering peers disagree with this member than agree
+ *   with it (etcd: any mismatch; kvd lets a healthy member restart next to a corrupt one,
+ *   with a warning).
  *
  * Metrics: kvd_corrupt_checks_total, kvd_corrupt_mismatches_total,
  * kvd_corrupt_hash_served_total, kvd_corrupt_hash_refused_total.

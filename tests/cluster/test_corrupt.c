@@ -79,8 +79,8 @@ static int alarm_rpc(int i, int action, uint64_t member, int type, char *msg, si
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int status = -1;
-    kv_it_grpc_call(g, "/etcdserverpb.Maintenance/Alarm", req, n, &resp, &rlen, 20000, &status,
-                    msg, cap);
+    kv_it_grpc_call(g, "/etcdserverpb.Maintenance/Alarm", req, n, &resp, &rlen, 20000, &status, msg,
+                    cap);
     free(resp);
     kv_it_grpc_close(g);
     return status;
@@ -215,8 +215,8 @@ Test(cluster_corrupt, periodic_check_raises_corrupt, .fini = fini, .timeout = 30
     char want[96];
     snprintf(want, sizeof(want), "memberID:%" PRIu64 " alarm:CORRUPT", fid);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(wait_alarm_list(i, want, 30000), 0, "m%d does not list CORRUPT for m%d",
-                     i + 1, f + 1);
+        cr_assert_eq(wait_alarm_list(i, want, 30000), 0, "m%d does not list CORRUPT for m%d", i + 1,
+                     f + 1);
     /* only the diverged member is named */
     char *out = ctl_alarm(0, "list");
     cr_assert_not_null(out);
@@ -235,9 +235,9 @@ Test(cluster_corrupt, periodic_check_raises_corrupt, .fini = fini, .timeout = 30
         cr_assert(strstr(err, "etcdserver: corrupt cluster") != NULL, "put via m%d: %s", i + 1,
                   err);
         err[0] = 0;
-        cr_assert_neq(kvt_get(&g_c, i, "c0", 0, 20000, val, sizeof(val), &found, NULL, err,
-                              sizeof(err)),
-                      0, "get through m%d succeeded while CORRUPT", i + 1);
+        cr_assert_neq(
+            kvt_get(&g_c, i, "c0", 0, 20000, val, sizeof(val), &found, NULL, err, sizeof(err)), 0,
+            "get through m%d succeeded while CORRUPT", i + 1);
         cr_assert(strstr(err, "etcdserver: corrupt cluster") != NULL, "get via m%d: %s", i + 1,
                   err);
     }
@@ -259,6 +259,18 @@ Test(cluster_corrupt, periodic_check_raises_corrupt, .fini = fini, .timeout = 30
         }
     }
     cr_assert(logged, "no member logged the hash mismatch");
+    char *flog = NULL;
+    for (uint64_t end = kvt_now_ms() + 10000;;) { /* the named member says so itself */
+        free(flog);
+        flog = NULL;
+        kvt_member_log(&g_c, f, 1u << 20, &flog);
+        if ((flog && strstr(flog, "IS CORRUPT")) || kvt_now_ms() >= end)
+            break;
+        kvt_sleep_ms(200);
+    }
+    cr_assert(flog && strstr(flog, "IS CORRUPT") != NULL, "m%d did not log that it is corrupt",
+              f + 1);
+    free(flog);
     cr_assert_geq(mism, 1, "kvd_corrupt_mismatches_total");
 }
 
