@@ -58,6 +58,7 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_read_index = 10000;
     cfg->max_forwarded_proposals = 10000;
     cfg->peer_max_prio_queue_bytes = 4u << 20;
+    cfg->corrupt_check_time_ms = 60000; /* issue 14: on by default (etcd 3.4: 0, off) */
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -300,6 +301,9 @@ static const flag_def FLAGS[] = {
     {"peer-trusted-ca-file", F_STR, OFF(peer_trusted_ca_file), 0,
      sizeof(((kv_config *)0)->peer_trusted_ca_file), 0, 0},
     {"peer-client-cert-auth", F_BOOL, OFF(peer_client_cert_auth), 0, 0, 0, 0},
+    /* Corruption checks (issue 14; server/corrupt/corrupt_check.h), etcd 3.4's flags. */
+    {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
+    {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -388,6 +392,10 @@ const char *kv_config_usage(void)
            "  --peer-key-file F               its private key\n"
            "  --peer-trusted-ca-file F        CA that signs the other members' certificates\n"
            "  --peer-client-cert-auth         require a verified certificate from peers\n"
+           "  --experimental-initial-corrupt-check  compare HashKV with the peers before\n"
+           "                                  serving; refuse to start on a mismatch (false)\n"
+           "  --experimental-corrupt-check-time D  leader compares every member's HashKV\n"
+           "                                  this often; CORRUPT alarm on mismatch (60s; 0 off)\n"
            "  --version | --help\n";
 }
 

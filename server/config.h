@@ -123,6 +123,9 @@ typedef struct kv_config {
     char peer_key_file[512];        /* --peer-key-file */
     char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
     int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
+    /* Corruption checks (issue 14, docs/corruption.md). */
+    int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
+    uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

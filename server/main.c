@@ -22,6 +22,7 @@
 #include "server.h"
 #include "tls_setup.h"
 #include "sd_notify.h"
+#include "corrupt/corrupt_check.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -327,6 +328,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: %s\n", err);
         return 2;
     }
+    if (!m.cfg.enable_failpoints) /* apply/apply_gate.c reads it: tests only */
+        unsetenv("KVD_FAILPOINT_CORRUPT_PUT");
 
     uint64_t t0 = mono_ms();
     kv_server *s = &m.srv;
@@ -403,6 +406,20 @@ int main(int argc, char **argv)
             (unsigned long long)ss.applied_index, (long long)ss.revision,
             (unsigned long long)ss.keys);
 
+    /* etcd's CheckInitialHashKV: before serving clients, not on a fresh data dir (etcd: only
+     * when the member was initialized; issue 14, docs/corruption.md). */
+    if (m.cfg.initial_corrupt_check && ss.applied_index > 0 &&
+        kv_corrupt_initial_check(s, err, sizeof(err)) != 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        kv_auto_compact_stop(m.autoc);
+        kv_server_stop_core(s);
+        uv_run(&m.loop, UV_RUN_DEFAULT); /* the closed handles' callbacks */
+        kv_store_close(s->store);
+        uv_loop_close(&m.loop);
+        kv_metrics_free(s->metrics);
+        kv_datadir_unlock(m.lock_fd);
+        return 1;
+    }
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;

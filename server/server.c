@@ -7,6 +7,7 @@
 #include "tls_setup.h"
 
 #include "lease_fwd.h"
+#include "corrupt/corrupt_check.h"
 #include "leases.h"
 #include "members_boot.h"
 #include "mvcc/members.h"
@@ -260,6 +261,9 @@ int kv_server_start_core(kv_server *s)
     rc = start_watch(s);
     if (rc < 0)
         goto fail;
+    rc = kv_corrupt_start(s, cfg->corrupt_check_time_ms);
+    if (rc < 0)
+        goto fail;
     return 0;
 fail:
     kv_server_stop_core(s);
@@ -268,6 +272,7 @@ fail:
 
 void kv_server_stop_core(kv_server *s)
 {
+    kv_corrupt_stop(s);
     kv_lease_fwd_stop(s);
     if (s->lessor)
         kv_leases_stop(s);

@@ -132,6 +132,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
+    kv_apply_failpoint(ir);
     rc = kv_apply_gate(bi.alarms, ir, res);
     int grow = rc == 0 && kv_apply_is_growth(ir);
     if (grow && bi.growth_over) {

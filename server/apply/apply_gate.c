@@ -2,6 +2,8 @@
  * (etcdserver/apply.go applierV3Capped for NOSPACE, applierV3Corrupt for CORRUPT). */
 #include "apply/apply_int.h"
 
+#include <stdlib.h>
+
 static int txn_has_put(const Etcdserverpb__TxnRequest *t, int depth)
 {
     if (depth > 64)
@@ -48,4 +50,18 @@ int kv_apply_gate(unsigned alarms, const Kvdpb__InternalRequest *ir, kv_result *
         return 1;
     }
     return 0;
+}
+
+/* Failpoint (tests/cluster/test_corrupt.c, under --enable-failpoints; main.c drops the variable
+ * otherwise): KVD_FAILPOINT_CORRUPT_PUT=1 makes this member apply every Put with the first
+ * byte of its value flipped, so its store silently diverges from the other members' (what a
+ * bit flip or an apply bug does); the corruption checks must notice. Read per Put (getenv:
+ * kvd never sets its environment after start). */
+void kv_apply_failpoint(Kvdpb__InternalRequest *ir)
+{
+    if (ir->request_case != KVDPB__INTERNAL_REQUEST__REQUEST_PUT || ir->put->value.len == 0)
+        return;
+    const char *fp = getenv("KVD_FAILPOINT_CORRUPT_PUT");
+    if (fp && fp[0] == '1')
+        ir->put->value.data[0] ^= 0x01;
 }

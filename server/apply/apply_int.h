@@ -78,6 +78,8 @@ int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *re
 /* ---- apply_gate.c: etcd's capped (NOSPACE) and corrupt appliers ---- */
 /* 1 = refused (res set), 0 = go on. */
 int kv_apply_gate(unsigned alarms, const Kvdpb__InternalRequest *ir, kv_result *res);
+/* Test failpoint KVD_FAILPOINT_CORRUPT_PUT (apply_gate.c): may alter a Put's value. */
+void kv_apply_failpoint(Kvdpb__InternalRequest *ir);
 /* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
  * NOSPACE refuse. */
 int kv_apply_is_growth(const Kvdpb__InternalRequest *ir);

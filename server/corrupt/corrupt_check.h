@@ -1,0 +1,80 @@
+/*
+ * corrupt_check: the data corruption checks of etcd 3.4 (etcdserver/corrupt.go; issue 14,
+ * sections 2 and 3; docs/corruption.md).
+ *
+ * - Peers answer HashKV at a given revision: a CorruptHashReq frame (type 18) carries
+ *   {seq, revision}; the member hashes its store at that revision on a reader thread
+ *   (kv_store_hash_kv_cur: never on the loop) and answers a CorruptHashResp frame (type 19)
+ *   {seq, revision, status, hash, compact revision, current revision}. Frames are fixed-size
+ *   big-endian records (no protobuf). At most KV_CORRUPT_MAX_SERVING hashes for peers run at
+ *   once; more are answered -EBUSY at once (metric kvd_corrupt_hash_refused_total).
+ * - Periodic check (--experimental-corrupt-check-time, kvd default 60 s, 0 = off): on the
+ *   leader only, every period: hash the local store at its current revision R (compact
+ *   revision C), ask every other member for its hash at R, and wait for the answers (at most
+ *   the request timeout, 5 s + 2 x election timeout). A member whose hash at R differs with the
+ *   same compact revision C is corrupt (etcd's "same compact revision then hashes must
+ *   match"): the leader logs a line naming the member, the revision and both hashes and
+ *   proposes AlarmRequest{ACTIVATE, CORRUPT, member} through the log, as etcd's leader does.
+ *   kvd addition: if more answering members disagree with the leader than agree with it, the
+ *   leader blames itself instead (etcd would blame every follower). Members that cannot answer
+ *   (behind: future revision; compacted; unreachable) are skipped with a log line.
+ * - Initial check (--experimental-initial-corrupt-check, default false as etcd 3.4):
+ *   kv_corrupt_initial_check runs before the member serves clients; it hashes the local store
+ *   and asks every peer at the same revision (re-sending to peers not connected yet every
+ *   100 ms, to every peer that did not answer every second, for at most the request timeout
+ *   per peer, as etcd asks them one after the other; it ends as soon as all answered). A
+ *   mismatch at the same compact revision fails the start ("<id> found data inconsistency
+ *   with peers", as etcd) when more answering peers disagree with this member than agree
+ *   with it (etcd: any mismatch; kvd lets a healthy member restart next to a corrupt one,
+ *   with a warning).
+ *
+ * Metrics: kvd_corrupt_checks_total, kvd_corrupt_mismatches_total,
+ * kvd_corrupt_hash_served_total, kvd_corrupt_hash_refused_total.
+ *
+ * Threads: loop thread only (the hashing runs on s->read_pool). Ownership: s->corrupt belongs
+ * to the server; kv_corrupt_stop closes it (freed on the next loop turn).
+ */
+#ifndef KV_CORRUPT_CHECK_H
+#define KV_CORRUPT_CHECK_H
+
+#include "server.h"
+
+#include <stdint.h>
+
+#define KV_CORRUPT_HASH_REQ 18u  /* CorruptHashReq, any member -> a peer */
+#define KV_CORRUPT_HASH_RESP 19u /* CorruptHashResp, the answer */
+#define KV_CORRUPT_MAX_SERVING 4u
+#define KV_CORRUPT_MAX_PEERS 64u
+
+typedef struct kv_corrupt kv_corrupt;
+
+/* One peer's answer, as compared (exposed for the unit test). status: 0, or
+ * KV_STORE_ERR_FUTURE_REV / KV_STORE_ERR_COMPACTED / a negative errno; -ETIMEDOUT when it
+ * never answered. */
+typedef struct kv_corrupt_answer {
+    uint64_t id;
+    int status;
+    uint32_t hash;
+    int64_t compact_rev, cur_rev;
+} kv_corrupt_answer;
+
+/* The leader's verdict over n answers for its own hash/compact revision: fills bad[] with the
+ * ids of the corrupt members (possibly self) and returns their count (0: consistent). Pure. */
+size_t kv_corrupt_judge(uint64_t self, uint32_t hash, int64_t compact_rev,
+                        const kv_corrupt_answer *a, size_t n, uint64_t *bad, size_t bad_cap);
+
+/* Creates s->corrupt: registers both peer frame handlers (always: any member answers its
+ * peers) and, with a period > 0 and peers, starts the periodic check timer. Requires s->node,
+ * s->read_pool, s->store, s->cfg, s->loop (s->metrics optional). 0 or -ENOMEM. */
+int kv_corrupt_start(kv_server *s, uint32_t period_ms);
+/* Stops the timer, detaches the frame handlers, drops any round; jobs still on the reader
+ * pool complete into a closed checker. Idempotent; s->corrupt becomes NULL. */
+void kv_corrupt_stop(kv_server *s);
+
+/* The initial check. Runs s->loop (uv_run UV_RUN_ONCE) until it ends: must be called from
+ * main() before the main uv_run, after kv_server_start_core. Returns 0 (no mismatch; peers
+ * that did not answer are only logged), -EILSEQ on a mismatch (err gets etcd's message), or
+ * another negative errno (local hash failed). */
+int kv_corrupt_initial_check(kv_server *s, char *err, size_t errlen);
+
+#endif
