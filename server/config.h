@@ -123,6 +123,10 @@ typedef struct kv_config {
     char peer_key_file[512];        /* --peer-key-file */
     char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
     int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
+    /* Logging (issue 14 section 6, log/log.h), etcd's --log-level and --log-outputs. */
+    char log_level[16];    /* --log-level debug|info|warn|error (default info) */
+    char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
+    char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -22,6 +22,7 @@
 #include "server.h"
 #include "tls_setup.h"
 #include "sd_notify.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -52,6 +53,7 @@ typedef struct kvd_main {
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
     kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
     kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
+    kv_log_sink log;        /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -326,6 +328,23 @@ int main(int argc, char **argv)
     if (rc < 0) {
         fprintf(stderr, "kvd: %s\n", err);
         return 2;
+    }
+    /* From here on stderr is the log stream: each line leveled, filtered, maybe JSON. */
+    {
+        kv_log_level ll = KV_LOG_INFO;
+        kv_log_format lf = KV_LOG_TEXT;
+        kv_log_level_parse(m.cfg.log_level, &ll); /* validated by kv_config_parse() */
+        kv_log_format_parse(m.cfg.log_format, &lf);
+        rc = kv_log_sink_open(&m.log, lf, ll, m.cfg.log_outputs, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "kvd: fatal: %s\n", err);
+            return 2;
+        }
+        rc = kv_log_install(&m.log);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: fatal: cannot set up logging: %s\n", strerror(-rc));
+            return 2;
+        }
     }
 
     uint64_t t0 = mono_ms();
