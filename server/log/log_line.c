@@ -21,8 +21,8 @@ int kv_log_level_parse(const char *s, kv_log_level *out)
     static const struct {
         const char *name;
         kv_log_level level;
-    } T[] = {{"debug", KV_LOG_DEBUG}, {"info", KV_LOG_INFO},     {"warn", KV_LOG_WARN},
-             {"warning", KV_LOG_WARN}, {"error", KV_LOG_ERROR},  {"dpanic", KV_LOG_ERROR},
+    } T[] = {{"debug", KV_LOG_DEBUG},  {"info", KV_LOG_INFO},   {"warn", KV_LOG_WARN},
+             {"warning", KV_LOG_WARN}, {"error", KV_LOG_ERROR}, {"dpanic", KV_LOG_ERROR},
              {"panic", KV_LOG_ERROR},  {"fatal", KV_LOG_FATAL}};
     for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++)
         if (strcmp(s, T[i].name) == 0) {

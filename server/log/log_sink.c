@@ -90,8 +90,8 @@ static void emit(kv_log_sink *s, int partial)
         off = len;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ssize_t n = kv_log_json_encode(lv, &ts, s->line + off, len - off, dropped, s->out,
-                                   sizeof(s->out));
+    ssize_t n =
+        kv_log_json_encode(lv, &ts, s->line + off, len - off, dropped, s->out, sizeof(s->out));
     if (n > 0)
         write_all(s->fd, s->out, (size_t)n);
 }
@@ -178,8 +178,8 @@ static int cookie_close(void *c)
 
 FILE *kv_log_stream(kv_log_sink *sink)
 {
-    cookie_io_functions_t io = {.read = NULL, .write = cookie_write, .seek = NULL,
-                                .close = cookie_close};
+    cookie_io_functions_t io = {
+        .read = NULL, .write = cookie_write, .seek = NULL, .close = cookie_close};
     FILE *f = fopencookie(sink, "w", io);
     if (f == NULL)
         return NULL;
