@@ -560,6 +560,11 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, errlen, "--log-format: want text or json, got '%s'", cfg->log_format);
         return -EINVAL;
     }
+    if (strchr(cfg->log_outputs, ',') != NULL || cfg->log_outputs[0] == '\0') {
+        snprintf(err, errlen, "--log-outputs: want one of stderr, stdout or a file, got '%s'",
+                 cfg->log_outputs);
+        return -EINVAL;
+    }
     int found = 0;
     for (size_t k = 0; k < cfg->n_initial_cluster; k++)
         found |= strcmp(cfg->initial_cluster[k].name, cfg->name) == 0;

@@ -200,11 +200,12 @@ Test(log_json, text_format_is_unchanged_and_filtered, .timeout = 180)
 
 Test(log_json, bad_values_are_refused)
 {
-    static const char *const bad[][3] = {{"--log-level", "verbose", "--log-level"},
-                                         {"--log-format", "zap", "--log-format"},
-                                         {"--log-outputs", "/nonexistent/dir/kvd.log",
-                                          "--log-outputs"}};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const bad[][3] = {
+        {"--log-level", "verbose", "--log-level"},
+        {"--log-format", "zap", "--log-format"},
+        {"--log-outputs", "/nonexistent/dir/kvd.log", "--log-outputs"},
+        {"--log-outputs", "stderr,/tmp/x", "--log-outputs"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *argv[] = {kvd_path(), bad[i][0], bad[i][1], "--data-dir", "/nonexistent/d",
                               NULL};
         kvt_cmd_result r;
