@@ -84,8 +84,8 @@ static char *run_kvd(const char *dir, const char *const *extra, void (*between)(
     cr_assert_eq(kvt_port_free(&pport), 0);
     snprintf(curl, sizeof(curl), "http://127.0.0.1:%u", cport);
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%u", pport);
-    const char *argv[32] = {kvd_path(), "--data-dir", data, "--listen-client-urls", curl,
-                            "--listen-peer-urls", purl};
+    const char *argv[32] = {kvd_path(), "--data-dir",         data, "--listen-client-urls",
+                            curl,       "--listen-peer-urls", purl};
     size_t n = 7;
     for (size_t i = 0; extra[i] && n < 31; i++)
         argv[n++] = extra[i];
@@ -111,18 +111,18 @@ static char *run_kvd(const char *dir, const char *const *extra, void (*between)(
  * prints "<level> <msg>" per line into the result (caller frees). */
 static char *parse_json_lines(const char *path)
 {
-    char prog[] =
-        "import json, re, sys\n"
-        "n = 0\n"
-        "for line in open(sys.argv[1], encoding='utf-8'):\n"
-        "    o = json.loads(line)\n"
-        "    assert list(o)[:4] == ['level', 'ts', 'caller', 'msg'], o\n"
-        "    assert o['level'] in ('debug', 'info', 'warn', 'error', 'fatal'), o\n"
-        "    assert re.fullmatch(r'\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z', o['ts']), o\n"
-        "    assert o['caller'] == 'kvd' and isinstance(o['msg'], str), o\n"
-        "    print(o['level'], o['msg'])\n"
-        "    n += 1\n"
-        "assert n > 0, 'no lines'\n";
+    char prog[] = "import json, re, sys\n"
+                  "n = 0\n"
+                  "for line in open(sys.argv[1], encoding='utf-8'):\n"
+                  "    o = json.loads(line)\n"
+                  "    assert list(o)[:4] == ['level', 'ts', 'caller', 'msg'], o\n"
+                  "    assert o['level'] in ('debug', 'info', 'warn', 'error', 'fatal'), o\n"
+                  "    assert re.fullmatch(r'\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z', "
+                  "o['ts']), o\n"
+                  "    assert o['caller'] == 'kvd' and isinstance(o['msg'], str), o\n"
+                  "    print(o['level'], o['msg'])\n"
+                  "    n += 1\n"
+                  "assert n > 0, 'no lines'\n";
     if (access("/usr/bin/python3", X_OK) != 0)
         cr_skip_test("no /usr/bin/python3 to parse the JSON lines");
     const char *argv[] = {"/usr/bin/python3", "-c", prog, path, NULL};
@@ -169,8 +169,8 @@ Test(log_json, log_level_warn_keeps_warnings_only_in_the_output_file, .timeout =
     char file[PATH_MAX + 16], arg[PATH_MAX + 32];
     snprintf(file, sizeof(file), "%s/kvd.log", t.path);
     snprintf(arg, sizeof(arg), "--log-outputs=%s", file);
-    const char *extra[] = {"--log-format=json", "--log-level", "warn", arg, "--enable-failpoints",
-                           NULL};
+    const char *extra[] = {"--log-format=json",   "--log-level", "warn", arg,
+                           "--enable-failpoints", NULL};
     char *out = run_kvd(t.path, extra, stall);
     cr_expect_str_eq(out, "", "stdout/stderr are not the log output");
     char *parsed = parse_json_lines(file);
@@ -206,8 +206,8 @@ Test(log_json, bad_values_are_refused)
         {"--log-outputs", "/nonexistent/dir/kvd.log", "--log-outputs"},
         {"--log-outputs", "stderr,/tmp/x", "--log-outputs"}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        const char *argv[] = {kvd_path(), bad[i][0], bad[i][1], "--data-dir", "/nonexistent/d",
-                              NULL};
+        const char *argv[] = {kvd_path(),   bad[i][0],        bad[i][1],
+                              "--data-dir", "/nonexistent/d", NULL};
         kvt_cmd_result r;
         cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 30000, &r), 0);
         cr_expect_eq(r.exit_code, 2, "%s %s: exit %d", bad[i][0], bad[i][1], r.exit_code);

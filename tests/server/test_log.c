@@ -90,7 +90,8 @@ static void check_class(const char *line, kv_log_level want, const char *msg)
 
 Test(log, level_from_the_line_prefix)
 {
-    check_class("kvd: ready to serve client requests", KV_LOG_INFO, "ready to serve client requests");
+    check_class("kvd: ready to serve client requests", KV_LOG_INFO,
+                "ready to serve client requests");
     check_class("kvd: debug: x", KV_LOG_DEBUG, "x");
     check_class("kvd: warning: raft inbox full", KV_LOG_WARN, "raft inbox full");
     check_class("kvd: error: snapshot failed: EIO", KV_LOG_ERROR, "snapshot failed: EIO");
@@ -162,9 +163,9 @@ Test(log, json_encode_reports_a_short_buffer)
     static char worst[KV_LOG_LINE_MAX];
     memset(worst, 0x01, sizeof(worst));
     static char big[KV_LOG_JSON_MAX];
-    cr_assert_gt(kv_log_json_encode(KV_LOG_FATAL, &ts, worst, sizeof(worst), 123456789, big,
-                                    sizeof(big)),
-                 0);
+    cr_assert_gt(
+        kv_log_json_encode(KV_LOG_FATAL, &ts, worst, sizeof(worst), 123456789, big, sizeof(big)),
+        0);
 }
 
 Test(log, json_sink_filters_and_strips_the_prefix)
@@ -231,8 +232,7 @@ Test(log, overlong_json_lines_are_bounded)
     size_t kept = KV_LOG_LINE_MAX - 1 - 12; /* the x's before the cut character */
     char want[64];
     snprintf(want, sizeof(want), "\",\"truncated\":%zu}\n", n - 12 - kept);
-    cr_expect(strncmp(nl - strlen(want) + 1, want, strlen(want)) == 0, "tail %.60s",
-              nl - 60);
+    cr_expect(strncmp(nl - strlen(want) + 1, want, strlen(want)) == 0, "tail %.60s", nl - 60);
     cr_expect(strstr(out, "\\ufffd") == NULL, "the cut made invalid UTF-8");
     cr_expect_lt((size_t)(nl - out), (size_t)KV_LOG_LINE_MAX + 200);
     cr_expect(strstr(nl + 1, "\"msg\":\"next\"}\n") != NULL, "the next line: %s", nl + 1);
@@ -317,8 +317,8 @@ Test(log, outputs_stdout_and_files)
     fclose(f);
     cr_expect_str_eq(buf, "kvd: one\nkvd: two\n");
     unlink(path);
-    int rc = kv_log_sink_open(s, KV_LOG_TEXT, KV_LOG_INFO, "/nonexistent/dir/log", err,
-                              sizeof(err));
+    int rc =
+        kv_log_sink_open(s, KV_LOG_TEXT, KV_LOG_INFO, "/nonexistent/dir/log", err, sizeof(err));
     cr_expect_eq(rc, -ENOENT);
     cr_expect(strstr(err, "--log-outputs") != NULL, "%s", err);
     free(s);
