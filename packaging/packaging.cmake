@@ -8,6 +8,10 @@
 # maintainer scripts of packaging/debian/ (kvd user, /var/lib/kvd, the unit enabled and
 # started). tests/pkg/ builds and unpacks it.
 include(GNUInstallDirs)
+# `cpack` (and `make install`) install what is built instead of first building every target
+# (all the tests): tests/pkg/test_deb.c packages the binaries its dependencies built.
+# `cmake --install` never builds anyway: build first (`cmake --build build`).
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY TRUE)
 set(KVD_PKG_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 if(TARGET kvd)

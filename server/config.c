@@ -1,4 +1,5 @@
 #include "config.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -59,6 +60,9 @@ void kv_config_default(kv_config *cfg)
     cfg->max_forwarded_proposals = 10000;
     cfg->peer_max_prio_queue_bytes = 4u << 20;
     cfg->corrupt_check_time_ms = 60000; /* issue 14: on by default (etcd 3.4: 0, off) */
+    snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
+    snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
+    snprintf(cfg->log_outputs, sizeof(cfg->log_outputs), "stderr");
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -304,10 +308,13 @@ static const flag_def FLAGS[] = {
     /* Corruption checks (issue 14; server/corrupt/corrupt_check.h), etcd 3.4's flags. */
     {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
     {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
+    /* Logging (issue 14 section 6, log/log.h). */
+    {"log-level", F_STR, OFF(log_level), 0, sizeof(((kv_config *)0)->log_level), 0, 0},
+    {"log-format", F_STR, OFF(log_format), 0, sizeof(((kv_config *)0)->log_format), 0, 0},
+    {"log-outputs", F_STR, OFF(log_outputs), 0, sizeof(((kv_config *)0)->log_outputs), 0, 0},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
-    {"log-level", F_IGNORED, 0, 0, 0, 0, 0},
 };
 
 const char *kv_config_usage(void)
@@ -396,6 +403,10 @@ const char *kv_config_usage(void)
            "                                  serving; refuse to start on a mismatch (false)\n"
            "  --experimental-corrupt-check-time D  leader compares every member's HashKV\n"
            "                                  this often; CORRUPT alarm on mismatch (60s; 0 off)\n"
+           "  --log-level L                   debug|info|warn|error: least severe line logged\n"
+           "                                  (info)\n"
+           "  --log-format F                  text|json: json writes etcd's zap JSON lines (text)\n"
+           "  --log-outputs O                 stderr|stdout|FILE: where log lines go (stderr)\n"
            "  --version | --help\n";
 }
 
@@ -544,6 +555,22 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, errlen, "--%sclient-cert-auth needs --%strusted-ca-file",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-");
+        return -EINVAL;
+    }
+    kv_log_level ll;
+    kv_log_format lf;
+    if (kv_log_level_parse(cfg->log_level, &ll) < 0) {
+        snprintf(err, errlen, "--log-level: want debug, info, warn or error, got '%s'",
+                 cfg->log_level);
+        return -EINVAL;
+    }
+    if (kv_log_format_parse(cfg->log_format, &lf) < 0) {
+        snprintf(err, errlen, "--log-format: want text or json, got '%s'", cfg->log_format);
+        return -EINVAL;
+    }
+    if (strchr(cfg->log_outputs, ',') != NULL || cfg->log_outputs[0] == '\0') {
+        snprintf(err, errlen, "--log-outputs: want one of stderr, stdout or a file, got '%s'",
+                 cfg->log_outputs);
         return -EINVAL;
     }
     int found = 0;

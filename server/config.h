@@ -126,6 +126,10 @@ typedef struct kv_config {
     /* Corruption checks (issue 14, docs/corruption.md). */
     int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
     uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */
+    /* Logging (issue 14 section 6, log/log.h), etcd's --log-level and --log-outputs. */
+    char log_level[16];    /* --log-level debug|info|warn|error (default info) */
+    char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
+    char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -121,14 +121,14 @@ static int promote(kv_server *s)
     MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
     if (rc != 0) {
-        fprintf(stderr, "kvd: lease recovery: %s\n", mdb_strerror(rc));
+        fprintf(stderr, "kvd: error: lease recovery: %s\n", mdb_strerror(rc));
         return -EIO;
     }
     rc = kv_lessor_promote(s->lessor, (int64_t)s->cfg->election_timeout_ms, txn,
                            kv_store_leases(s->store));
     mdb_txn_abort(txn);
     if (rc < 0)
-        fprintf(stderr, "kvd: lease recovery failed: %s\n", strerror(-rc));
+        fprintf(stderr, "kvd: error: lease recovery failed: %s\n", strerror(-rc));
     return rc;
 }
 
@@ -152,7 +152,8 @@ void kv_leases_resync(kv_server *s)
     int rc = kv_lessor_recover(s->lessor, txn, kv_store_leases(s->store));
     mdb_txn_abort(txn);
     if (rc < 0)
-        fprintf(stderr, "kvd: reloading leases after a snapshot failed: %s\n", strerror(-rc));
+        fprintf(stderr, "kvd: error: reloading leases after a snapshot failed: %s\n",
+                strerror(-rc));
 }
 
 static void on_snapshot_installed(void *arg)

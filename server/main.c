@@ -23,6 +23,7 @@
 #include "tls_setup.h"
 #include "sd_notify.h"
 #include "corrupt/corrupt_check.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -53,6 +54,7 @@ typedef struct kvd_main {
     kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
     kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
     kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
+    kv_log_sink log;        /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -160,7 +162,7 @@ static void on_isolate_signal(uv_signal_t *sig, int signum)
         return;
     m->isolated = !m->isolated;
     kv_peer_net_set_isolated(m->srv.peers, m->isolated);
-    fprintf(stderr, "kvd: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
+    fprintf(stderr, "kvd: warning: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
 }
 
 static void on_failpoint_signal(uv_signal_t *sig, int signum)
@@ -169,7 +171,7 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
     (void)signum;
     int stalled = !kv_node_stalled(m->srv.node);
     kv_node_set_stalled(m->srv.node, stalled);
-    fprintf(stderr, "kvd: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
+    fprintf(stderr, "kvd: warning: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
 }
 
 /* Identity (issue 8, D11): the ids the flags give must be the ones the data dir was created
@@ -200,7 +202,8 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
          * or removed since this data dir was bootstrapped). As in etcd, the initial-cluster
          * flags only bootstrap; the stored identity and membership are authoritative. */
         fprintf(stderr,
-                "kvd: --initial-cluster gives cluster %016llx, but data dir %s was bootstrapped "
+                "kvd: warning: --initial-cluster gives cluster %016llx, but data dir %s was "
+                "bootstrapped "
                 "in cluster %016llx: using the stored cluster and membership (the initial-cluster "
                 "flags are ignored on restart, as in etcd)\n",
                 (unsigned long long)want.cluster_id, m->cfg.data_dir,
@@ -256,7 +259,7 @@ static int start_listeners(kvd_main *m)
     char terr[1024];
     int trc = kv_tls_setup_client_port(cfg, m->srv.metrics, &m->client_tls, terr, sizeof(terr));
     if (trc < 0) {
-        fprintf(stderr, "kvd: client TLS: %s\n", terr);
+        fprintf(stderr, "kvd: error: client TLS: %s\n", terr);
         return trc;
     }
     /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway. */
@@ -282,7 +285,7 @@ static int start_listeners(kvd_main *m)
         kv_client_http_attach(m->chttp, m->grpc[m->n_grpc - 1]);
         rc = kv_grpc_server_listen(m->grpc[m->n_grpc - 1], bind_host(u), u->port);
         if (rc < 0) {
-            fprintf(stderr, "kvd: listen on %s: %s\n", u->text, uv_strerror(rc));
+            fprintf(stderr, "kvd: error: listen on %s: %s\n", u->text, uv_strerror(rc));
             return rc;
         }
         fprintf(stderr, "kvd: serving client requests on %s\n", u->text);
@@ -300,7 +303,7 @@ static int start_listeners(kvd_main *m)
         m->n_http++;
         rc = kv_http_server_listen(m->http[m->n_http - 1], bind_host(u), u->port);
         if (rc < 0) {
-            fprintf(stderr, "kvd: listen on %s: %s\n", u->text, uv_strerror(rc));
+            fprintf(stderr, "kvd: error: listen on %s: %s\n", u->text, uv_strerror(rc));
             return rc;
         }
         fprintf(stderr, "kvd: serving /metrics and /health on %s\n", u->text);
@@ -330,18 +333,35 @@ int main(int argc, char **argv)
     }
     if (!m.cfg.enable_failpoints) /* apply/apply_gate.c reads it: tests only */
         unsetenv("KVD_FAILPOINT_CORRUPT_PUT");
+    /* From here on stderr is the log stream: each line leveled, filtered, maybe JSON. */
+    {
+        kv_log_level ll = KV_LOG_INFO;
+        kv_log_format lf = KV_LOG_TEXT;
+        kv_log_level_parse(m.cfg.log_level, &ll); /* validated by kv_config_parse() */
+        kv_log_format_parse(m.cfg.log_format, &lf);
+        rc = kv_log_sink_open(&m.log, lf, ll, m.cfg.log_outputs, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "kvd: fatal: %s\n", err);
+            return 2;
+        }
+        rc = kv_log_install(&m.log);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: fatal: cannot set up logging: %s\n", strerror(-rc));
+            return 2;
+        }
+    }
 
     uint64_t t0 = mono_ms();
     kv_server *s = &m.srv;
     s->cfg = &m.cfg;
     if (uv_loop_init(&m.loop) != 0) {
-        fprintf(stderr, "kvd: cannot create event loop\n");
+        fprintf(stderr, "kvd: fatal: cannot create event loop\n");
         return 1;
     }
     s->loop = &m.loop;
     rc = kv_identity_compute(&m.cfg, &s->id);
     if (rc < 0) {
-        fprintf(stderr, "kvd: cannot compute member id\n");
+        fprintf(stderr, "kvd: fatal: cannot compute member id\n");
         return 1;
     }
     rc = kv_metrics_new(&s->metrics, 0);
@@ -349,13 +369,14 @@ int main(int argc, char **argv)
         goto fail;
 
     if (mkdir(m.cfg.data_dir, 0700) < 0 && errno != EEXIST) {
-        fprintf(stderr, "kvd: cannot create data dir %s: %s\n", m.cfg.data_dir, strerror(errno));
+        fprintf(stderr, "kvd: fatal: cannot create data dir %s: %s\n", m.cfg.data_dir,
+                strerror(errno));
         return 1;
     }
     /* One process per data dir (issue 8, D2): two corrupt it. */
     rc = kv_datadir_lock(m.cfg.data_dir, &m.lock_fd, err, sizeof(err));
     if (rc < 0) {
-        fprintf(stderr, "kvd: %s\n", err);
+        fprintf(stderr, "kvd: fatal: %s\n", err);
         return 1;
     }
     /* Check the LMDB file before LMDB trusts it (issue 8, D10). */
@@ -373,7 +394,7 @@ int main(int argc, char **argv)
     sc.unsafe_no_fsync = m.cfg.unsafe_no_fsync;
     rc = kv_store_open(&s->store, &sc);
     if (rc < 0) {
-        fprintf(stderr, "kvd: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
+        fprintf(stderr, "kvd: fatal: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
         return 1;
     }
     rc = kv_store_verify_records(s->store, m.cfg.startup_verify_records, err, sizeof(err));
@@ -446,7 +467,8 @@ int main(int argc, char **argv)
     fprintf(stderr, "kvd: ready to serve client requests\n");
     rc = kv_sd_notify(getenv("NOTIFY_SOCKET"), "READY=1\nSTATUS=ready to serve client requests");
     if (rc < 0)
-        fprintf(stderr, "kvd: cannot notify systemd at $NOTIFY_SOCKET: %s\n", strerror(-rc));
+        fprintf(stderr, "kvd: warning: cannot notify systemd at $NOTIFY_SOCKET: %s\n",
+                strerror(-rc));
 
     uv_run(&m.loop, UV_RUN_DEFAULT);
 

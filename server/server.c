@@ -58,7 +58,8 @@ static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_
      * (the leader sends another one after its next probe). */
     int rc = kv_store_snapshot_check(path);
     if (rc < 0) {
-        fprintf(stderr, "kvd: dropping a snapshot from %016llx: %s is not a kvd data file (%s)\n",
+        fprintf(stderr,
+                "kvd: warning: dropping a snapshot from %016llx: %s is not a kvd data file (%s)\n",
                 (unsigned long long)from, path, strerror(-rc));
         unlink(path);
         return;
@@ -79,7 +80,7 @@ static void identity_stored(void *arg, int status)
 {
     (void)arg;
     if (status < 0)
-        fprintf(stderr, "kvd: storing the member identity failed: %s\n", strerror(-status));
+        fprintf(stderr, "kvd: error: storing the member identity failed: %s\n", strerror(-status));
 }
 
 /* A joining member learned the cluster id from its peers: adopt it and record it. */
@@ -91,8 +92,9 @@ static void peer_on_cluster_id(void *arg, uint64_t cluster_id)
     kv_node_set_cluster_id(s->node, cluster_id);
     fprintf(stderr, "kvd: joined cluster %016llx\n", (unsigned long long)cluster_id);
     if (kv_node_exclusive(s->node, store_identity, identity_stored, s) < 0)
-        fprintf(stderr, "kvd: cannot record the member identity now; it is recorded at the "
-                        "next start\n");
+        fprintf(stderr,
+                "kvd: warning: cannot record the member identity now; it is recorded at the "
+                "next start\n");
 }
 
 /* The first peer URL --initial-cluster gives the k-th member (identity.c's order). */
@@ -139,7 +141,7 @@ static void on_conf_change(void *arg, int op, uint64_t id)
     if (op == KV_NODE_MEMBER_REMOVE && id == s->id.member_id) {
         /* etcd: a removed member stops ("the member has been permanently removed from the
          * cluster"); its data dir cannot rejoin (the id stays removed). */
-        fprintf(stderr, "kvd: this member was removed from the cluster; shutting down\n");
+        fprintf(stderr, "kvd: warning: this member was removed from the cluster; shutting down\n");
         raise(SIGTERM);
         return;
     }
@@ -189,7 +191,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
     int trc = kv_tls_setup_peer(cfg, s->metrics, &pc.tls_server, &pc.tls_client, terr,
                                 sizeof(terr)); /* issue 13: the net takes its own references */
     if (trc < 0) {
-        fprintf(stderr, "kvd: peer TLS: %s\n", terr);
+        fprintf(stderr, "kvd: error: peer TLS: %s\n", terr);
         return trc;
     }
     kv_peer_handler h = {.arg = s,
@@ -200,7 +202,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
     kv_tls_ctx_unref(pc.tls_server);
     kv_tls_ctx_unref(pc.tls_client);
     if (rc < 0) {
-        fprintf(stderr, "kvd: cannot start the peer transport: %s\n", strerror(-rc));
+        fprintf(stderr, "kvd: error: cannot start the peer transport: %s\n", strerror(-rc));
         return rc;
     }
     kv_node_attach_peers(s->node, s->peers);
@@ -216,7 +218,7 @@ int kv_server_start_core(kv_server *s)
     char snap_dir[600];
     snprintf(snap_dir, sizeof(snap_dir), "%s/snap", cfg->data_dir);
     if (mkdir(snap_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "kvd: cannot create %s: %s\n", snap_dir, strerror(errno));
+        fprintf(stderr, "kvd: error: cannot create %s: %s\n", snap_dir, strerror(errno));
         return -errno;
     }
     kv_node_config nc = {.max_pending = cfg->max_pending_proposals,

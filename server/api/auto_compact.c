@@ -94,7 +94,7 @@ static void on_compacted(void *arg, kv_result *res)
     } else {
         if (a->m_err)
             kv_metric_inc(a->m_err);
-        fprintf(stderr, "kvd: auto-compaction: failed at revision %lld: %s (retrying)\n",
+        fprintf(stderr, "kvd: warning: auto-compaction: failed at revision %lld: %s (retrying)\n",
                 (long long)a->inflight_rev, res->msg);
     }
 }
@@ -124,7 +124,8 @@ static void propose(kv_auto_compact *a, int64_t rev)
         a->inflight = NULL;
         if (a->m_err)
             kv_metric_inc(a->m_err);
-        fprintf(stderr, "kvd: auto-compaction: cannot propose: %s (retrying)\n", strerror(-rc));
+        fprintf(stderr, "kvd: warning: auto-compaction: cannot propose: %s (retrying)\n",
+                strerror(-rc));
     }
 }
 

@@ -178,7 +178,7 @@ static void defrag_done(void *arg, int status)
                 s->cfg->data_dir, (long long)d->st.file_before, (long long)d->st.file_after,
                 (double)d->st.copy_us / 1000.0, (double)d->st.swap_us / 1000.0);
     else if (status != -ECANCELED)
-        fprintf(stderr, "kvd: defragment failed: %s\n", strerror(-status));
+        fprintf(stderr, "kvd: error: defragment failed: %s\n", strerror(-status));
     if (d->call) {
         kv_grpc_call_set_data(d->call, NULL);
         if (status != 0) {

@@ -156,7 +156,7 @@ static void after_work(uv_work_t *w, int status)
     }
     if (status < 0 || c->rc < 0) {
         int e = status < 0 ? status : c->rc;
-        fprintf(stderr, "kvd: snapshot failed: %s\n", strerror(-e));
+        fprintf(stderr, "kvd: error: snapshot failed: %s\n", strerror(-e));
         fail(c, strerror(-e));
         return;
     }

@@ -160,7 +160,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     kv_ks_abort(ks);
     if (bi.deterministic && (rc == -ENOSPC || rc == -E2BIG)) {
         /* a per-member limit must not become a per-member result: fail the batch */
-        fprintf(stderr, "kvd: apply at index %llu: %s; this member cannot apply the log\n",
+        fprintf(stderr, "kvd: error: apply at index %llu: %s; this member cannot apply the log\n",
                 (unsigned long long)index,
                 rc == -ENOSPC ? "the LMDB map is full" : "too many pages for one transaction");
         free(res->resp);

@@ -114,7 +114,7 @@ static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_r
     size_t n = v->mv_size;
     /* The size is checked before a byte is read: it may be corrupt (issue 8, D10). */
     if (n < 5 || n > REC_MAX || !kv_mdb_val_sane(txn, v, REC_MAX)) {
-        fprintf(stderr, "kvd: lease_table: lease %lld: record has bad size %zu (corrupt)\n",
+        fprintf(stderr, "kvd: error: lease_table: lease %lld: record has bad size %zu (corrupt)\n",
                 (long long)key_id, n);
         return -EIO;
     }
@@ -122,14 +122,15 @@ static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_r
                       (uint32_t)p[n - 1] << 24;
     uint32_t calc = crc32c(p, n - 4);
     if (stored != calc) {
-        fprintf(stderr,
-                "kvd: lease_table: lease %lld: checksum mismatch (stored %08x, computed %08x); "
-                "record not loaded\n",
-                (long long)key_id, stored, calc);
+        fprintf(
+            stderr,
+            "kvd: error: lease_table: lease %lld: checksum mismatch (stored %08x, computed %08x); "
+            "record not loaded\n",
+            (long long)key_id, stored, calc);
         return -EIO;
     }
     if (p[0] != REC_VERSION) {
-        fprintf(stderr, "kvd: lease_table: lease %lld: unknown record version %u\n",
+        fprintf(stderr, "kvd: error: lease_table: lease %lld: unknown record version %u\n",
                 (long long)key_id, p[0]);
         return -EIO;
     }
@@ -137,12 +138,12 @@ static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_r
     ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = &a};
     Kvdpb__LeaseRecord *m = kvdpb__lease_record__unpack(&alloc, n - 5, p + 1);
     if (!m) {
-        fprintf(stderr, "kvd: lease_table: lease %lld: record does not decode\n",
+        fprintf(stderr, "kvd: error: lease_table: lease %lld: record does not decode\n",
                 (long long)key_id);
         return -EIO;
     }
     if (m->id != key_id) {
-        fprintf(stderr, "kvd: lease_table: lease %lld: record holds id %lld (corrupt)\n",
+        fprintf(stderr, "kvd: error: lease_table: lease %lld: record holds id %lld (corrupt)\n",
                 (long long)key_id, (long long)m->id);
         return -EIO;
     }
@@ -288,7 +289,7 @@ int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
     while (rc == 0) {
         if (v.mv_size == 0 || v.mv_size > 511 || !kv_mdb_val_sane(txn, &v, 511)) {
             fprintf(stderr,
-                    "kvd: lease_table: lease %lld: attached key has bad size %zu "
+                    "kvd: error: lease_table: lease %lld: attached key has bad size %zu "
                     "(corrupt)\n",
                     (long long)id, v.mv_size);
             mdb_cursor_close(c);

@@ -108,7 +108,7 @@ int kv_ks_alarm_activate(kv_ks *ks, uint64_t member, int type)
     if ((rc = kv_mdb_err(mdb_put(txn, s->alarm, &key, &val, 0))))
         return rc;
     if (!(ks->alarms & (1u << type)))
-        fprintf(stderr, "kvd: alarm raised: %s (member %016llx)\n", kv_alarm_name(type),
+        fprintf(stderr, "kvd: warning: alarm raised: %s (member %016llx)\n", kv_alarm_name(type),
                 (unsigned long long)member);
     ks->alarms |= 1u << type;
     return 0;

@@ -158,7 +158,7 @@ int kv_store_defrag_copy(kv_store *s, kv_store_defrag_stats *st)
         goto fail;
     }
     if ((rc = fsync_path(dir, O_RDONLY | O_DIRECTORY)))
-        fprintf(stderr, "kvd: defragment: fsync of %s: %s\n", dir, strerror(-rc));
+        fprintf(stderr, "kvd: error: defragment: fsync of %s: %s\n", dir, strerror(-rc));
     rmdir(tmpdir);
     st->copy_us = now_us() - t0;
     return 0;

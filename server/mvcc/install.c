@@ -200,7 +200,7 @@ int kv_store_install_publish(kv_store *s, const char *path, int *old_fd)
         return rc;
     }
     if (!s->cfg.unsafe_no_fsync && (rc = fsync_path(dir, O_RDONLY | O_DIRECTORY)))
-        fprintf(stderr, "kvd: snapshot install: fsync of %s: %s\n", dir, strerror(-rc));
+        fprintf(stderr, "kvd: error: snapshot install: fsync of %s: %s\n", dir, strerror(-rc));
     return 0;
 }
 

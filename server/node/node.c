@@ -219,7 +219,7 @@ static void on_alarm_proposed(void *arg, kv_result *res)
 {
     kv_node *n = arg;
     if (res->code != 0)
-        fprintf(stderr, "kvd: raising an alarm failed: %s\n", res->msg);
+        fprintf(stderr, "kvd: error: raising an alarm failed: %s\n", res->msg);
     n->alarm_pending = 0;
     kv_node__update_alarm_metrics(n);
 }

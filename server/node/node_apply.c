@@ -234,7 +234,7 @@ static int apply_conf(kv_node *n, ready_work *w, kv_store_batch *b, const struct
     rc = kv_store_member_change(n->store, b, mop, id, rec, len, res);
     free(rec);
     if (rc == 0 && res->code != 0)
-        fprintf(stderr, "kvd: members table refused configuration change at %llu: %s\n",
+        fprintf(stderr, "kvd: error: members table refused configuration change at %llu: %s\n",
                 (unsigned long long)e->index, res->msg);
     return rc;
 }

@@ -348,7 +348,8 @@ static void inbox_drop(kv_node *n, int bytes, size_t len)
     if (n->inbox_logged_ms != 0 && now - n->inbox_logged_ms < 10000)
         return; /* at most one line per 10 s */
     fprintf(stderr,
-            "kvd: raft inbox full (%zu messages, %zu bytes held; --max-raft-inbox-messages %zu, "
+            "kvd: warning: raft inbox full (%zu messages, %zu bytes held; "
+            "--max-raft-inbox-messages %zu, "
             "--max-raft-inbox-bytes %zu): dropped a %zu-byte raft message; %llu dropped since "
             "the previous such line, %llu in all (raft retransmits)\n",
             n->inbox_n, n->inbox_bytes, n->inbox_cap, n->max_inbox_bytes, len,
@@ -396,7 +397,7 @@ static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
     }
     kv_raft_msg_owned *m = &n->inbox[n->inbox_n];
     if (kv_raft_msg_decode(buf, len, 1u << 20, m) != 0) {
-        fprintf(stderr, "kvd: peer: malformed raft message dropped\n");
+        fprintf(stderr, "kvd: warning: peer: malformed raft message dropped\n");
         goto drop;
     }
     if (m->msg.to != n->self) {

@@ -52,8 +52,9 @@ static void replay_events(kv_node *n, const ready_work *w)
             o->checkpointed(o->arg, e->id, e->remaining);
     }
     if (w->ev_oom)
-        fprintf(stderr, "kvd: out of memory recording lease events; lessor may lag until the "
-                        "next promote\n");
+        fprintf(stderr,
+                "kvd: warning: out of memory recording lease events; lessor may lag until the "
+                "next promote\n");
 }
 
 static void compaction_progress(kv_node *n, const ready_work *w)
@@ -64,7 +65,8 @@ static void compaction_progress(kv_node *n, const ready_work *w)
         kv_metric_inc(n->m_cbatches);
     if (w->cstep_rc < 0) {
         if (!n->compact_error)
-            fprintf(stderr, "kvd: compaction step failed: %s; retrying with the next writes\n",
+            fprintf(stderr,
+                    "kvd: warning: compaction step failed: %s; retrying with the next writes\n",
                     strerror(-w->cstep_rc));
         n->compact_error = 1;
         n->compact_pending = 1;
@@ -204,7 +206,8 @@ static void advance(kv_node *n, struct raft_ready *rd)
     kv_raftlog_end_cycle(n->log);
     empty_grave(n);
     if (rc != 0) {
-        fprintf(stderr, "kvd: raft: advance failed: %s; stopping this member\n", raft_strerror(rc));
+        fprintf(stderr, "kvd: fatal: raft: advance failed: %s; stopping this member\n",
+                raft_strerror(rc));
         abort();
     }
     n->hdr.raft_term = raft_current_term(&n->raft);
@@ -248,7 +251,7 @@ static void after_ready(uv_work_t *req, int status)
         /* The log, hard state or apply did not reach the disk. Raft's contract cannot be kept
          * (messages acknowledging these entries may already be expected): this member stops
          * rather than diverge (issue 9: a failure at apply is fatal for the member). */
-        fprintf(stderr, "kvd: persisting a raft ready failed: %s; stopping this member\n",
+        fprintf(stderr, "kvd: fatal: persisting a raft ready failed: %s; stopping this member\n",
                 strerror(-rc));
         exit(2);
     }
@@ -443,7 +446,8 @@ static void excl_after(uv_work_t *req, int status)
         e->r->excl_done(e->r->arg, status < 0 ? status : e->rc);
     int rrc = kv_raftlog_reattach(n->log, kv_store_env(n->store));
     if (rrc != 0) {
-        fprintf(stderr, "kvd: reopening the raft log after %s failed: %s; stopping this member\n",
+        fprintf(stderr,
+                "kvd: fatal: reopening the raft log after %s failed: %s; stopping this member\n",
                 "an exclusive operation", strerror(-rrc));
         exit(2);
     }
@@ -499,14 +503,14 @@ static void step_inbox(kv_node *n)
         }
         int rc = raft_step(&n->raft, &m->msg);
         if (rc == RAFT_ENOMEM) {
-            fprintf(stderr, "kvd: raft: out of memory; stopping this member\n");
+            fprintf(stderr, "kvd: fatal: raft: out of memory; stopping this member\n");
             abort();
         }
         if (n->stepped_n == n->stepped_cap) {
             size_t cap = n->stepped_cap ? n->stepped_cap * 2 : 64;
             kv_raft_msg_owned *s = realloc(n->stepped, cap * sizeof(*s));
             if (s == NULL) {
-                fprintf(stderr, "kvd: out of memory; stopping this member\n");
+                fprintf(stderr, "kvd: fatal: out of memory; stopping this member\n");
                 abort();
             }
             n->stepped = s;
@@ -546,7 +550,7 @@ static int disk_low(kv_node *n)
     int low = kv_store_disk_free_below(n->store, KV_DISK_RESERVE);
     if (low && !n->disk_low) {
         fprintf(stderr,
-                "kvd: less than %u MiB free on the data dir's file system: writes are "
+                "kvd: warning: less than %u MiB free on the data dir's file system: writes are "
                 "refused (NOSPACE)\n",
                 KV_DISK_RESERVE >> 20);
         if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
@@ -752,7 +756,7 @@ void kv_node__drive(kv_node *n)
         int rc = raft_ready(&n->raft, &rd);
         if (rc != 0) {
             int serr = kv_raftlog_error(n->log);
-            fprintf(stderr, "kvd: raft: ready failed: %s%s%s; stopping this member\n",
+            fprintf(stderr, "kvd: fatal: raft: ready failed: %s%s%s; stopping this member\n",
                     raft_strerror(rc), serr ? ": raft log storage: " : "",
                     serr ? strerror(-serr) : "");
             exit(2);
@@ -761,7 +765,8 @@ void kv_node__drive(kv_node *n)
         kv_node__send_msgs(n, rd.msgs, rd.n_msgs);
         if (needs_worker(n, &rd)) {
             if (start_work(n, &rd) < 0) {
-                fprintf(stderr, "kvd: cannot schedule the apply worker; stopping this member\n");
+                fprintf(stderr,
+                        "kvd: fatal: cannot schedule the apply worker; stopping this member\n");
                 abort();
             }
             uv_idle_stop(&n->idle);
@@ -891,7 +896,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
         goto fail;
     }
     if (rc != 0) {
-        fprintf(stderr, "kvd: raft: cannot start: %s\n", raft_strerror(rc));
+        fprintf(stderr, "kvd: fatal: raft: cannot start: %s\n", raft_strerror(rc));
         rc = rc == RAFT_ENOMEM ? -ENOMEM : -EINVAL;
         goto fail;
     }

@@ -117,7 +117,7 @@ int kv_node__install_snapshot(kv_node *n, kv_store_batch *b, const struct raft_s
         return -EINVAL; /* kv_node__install_file */
     kv_store_status ss;
     if (kv_store_get_status(n->store, &ss) == 0 && ss.applied_index < m->index) {
-        fprintf(stderr, "kvd: snapshot at %llu arrived without its state file\n",
+        fprintf(stderr, "kvd: warning: snapshot at %llu arrived without its state file\n",
                 (unsigned long long)m->index);
         return -EBADMSG;
     }
@@ -132,7 +132,7 @@ static void failpoint(const char *stage)
 {
     const char *fp = getenv("KVD_FAILPOINT_SNAPSHOT_INSTALL");
     if (fp && strcmp(fp, stage) == 0) {
-        fprintf(stderr, "kvd: failpoint: killed %s the snapshot install\n", stage);
+        fprintf(stderr, "kvd: warning: failpoint: killed %s the snapshot install\n", stage);
         raise(SIGKILL);
     }
 }
@@ -170,7 +170,7 @@ int kv_node__install_file(kv_node *n, ready_work *w)
     w->synced = 2;
     return 0;
 fail:
-    fprintf(stderr, "kvd: installing snapshot %s failed: %s\n", w->snap_path, strerror(-rc));
+    fprintf(stderr, "kvd: error: installing snapshot %s failed: %s\n", w->snap_path, strerror(-rc));
     return rc;
 }
 
@@ -200,7 +200,7 @@ void kv_node__install_swap(kv_node *n, ready_work *w)
     int rc = kv_raftlog_reattach(n->log, kv_store_env(n->store));
     if (rc != 0) {
         fprintf(stderr,
-                "kvd: reopening the raft log after a snapshot install failed: %s; "
+                "kvd: fatal: reopening the raft log after a snapshot install failed: %s; "
                 "stopping this member\n",
                 strerror(-rc));
         exit(2);
@@ -286,7 +286,7 @@ static void send_ended(kv_node *n, raft_id to, int failed)
                 wait = SNAP_BACKOFF_MAX_MS;
             p->next_ms = kv_node__now_ms() + wait;
             fprintf(stderr,
-                    "kvd: snapshot to %016llx failed %u time(s) in a row; next attempt in "
+                    "kvd: warning: snapshot to %016llx failed %u time(s) in a row; next attempt in "
                     "%llu ms at the earliest\n",
                     (unsigned long long)to, p->failures, (unsigned long long)wait);
         } else {
@@ -326,8 +326,8 @@ static void on_sent(void *arg, int status)
             n->snap_sends++;
             fprintf(stderr, "kvd: snapshot sent to %016llx\n", (unsigned long long)s->to);
         } else {
-            fprintf(stderr, "kvd: snapshot to %016llx failed: %s\n", (unsigned long long)s->to,
-                    strerror(-status));
+            fprintf(stderr, "kvd: warning: snapshot to %016llx failed: %s\n",
+                    (unsigned long long)s->to, strerror(-status));
         }
         send_ended(n, s->to, status != 0);
     }
@@ -361,8 +361,8 @@ static void copy_done(uv_work_t *req, int status)
     if (rc == 0)
         rc = kv_peer_net_send_snapshot(n->peers, s->to, s->hdr, s->hdr_len, s->path, on_sent, s);
     if (rc != 0) {
-        fprintf(stderr, "kvd: snapshot to %016llx not sent: %s\n", (unsigned long long)s->to,
-                strerror(-rc));
+        fprintf(stderr, "kvd: warning: snapshot to %016llx not sent: %s\n",
+                (unsigned long long)s->to, strerror(-rc));
         send_ended(n, s->to, 1);
         snap_free(s);
     }

@@ -34,7 +34,7 @@ size_t kv_watch_fp_filter(kv_watch_hub *h, size_t n)
         return n;
     }
     size_t i = (size_t)(at - h->fp_events - 1);
-    fprintf(stderr, "kvd: failpoint: watch event at revision %" PRId64 " dropped\n",
+    fprintf(stderr, "kvd: warning: failpoint: watch event at revision %" PRId64 " dropped\n",
             h->outs[i]->kv ? h->outs[i]->kv->mod_revision : (int64_t)0);
     memmove(&h->outs[i], &h->outs[i + 1], (n - i - 1) * sizeof(*h->outs));
     memmove(&h->out[i], &h->out[i + 1], (n - i - 1) * sizeof(*h->out));

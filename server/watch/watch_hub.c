@@ -422,7 +422,7 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
                       int64_t from, int64_t last)
 {
     if (ensure_out(h, h->n_ev) < 0) {
-        fprintf(stderr, "kvd: watch: out of memory delivering events; retrying later\n");
+        fprintf(stderr, "kvd: warning: watch: out of memory delivering events; retrying later\n");
         for (size_t i = 0; i < n; i++)
             if (set[i]->state == W_SYNCED && set[i]->next_rev <= last)
                 to_unsynced(h, set[i]);
@@ -545,7 +545,7 @@ static int ensure_set(kv_watch_hub *h, size_t n)
 
 static void report_read_error(int rc)
 {
-    fprintf(stderr, "kvd: watch: reading events: %s\n", strerror(-rc));
+    fprintf(stderr, "kvd: error: watch: reading events: %s\n", strerror(-rc));
 }
 
 void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)

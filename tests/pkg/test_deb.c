@@ -197,8 +197,14 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
     char *cv = sh_ok(30000, "'%s/usr/bin/kvctl' version", root);
     snprintf(want, sizeof(want), "kvctl version: %s\nAPI version: 3.4\n", KV_PROJECT_VERSION);
     cr_expect_str_eq(cv, want);
-    check_depends(root, "/usr/bin/kvd", depends);
-    check_depends(root, "/usr/bin/kvctl", depends);
+    if (KV_SANITIZED[0] == '\0') {
+        check_depends(root, "/usr/bin/kvd", depends);
+        check_depends(root, "/usr/bin/kvctl", depends);
+    } else {
+        /* a sanitizer build loads the sanitizer runtimes (libasan, libubsan and what they
+         * load), which are no dependency of the package: checked in the release build */
+        cr_log_info("sanitizer build (%s): Depends vs ldd not checked", KV_SANITIZED);
+    }
 
     /* 6. the unit */
     char *unit = sh_ok(10000, "cat '%s/usr/lib/systemd/system/kvd.service'", root);
@@ -207,11 +213,14 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
         "\nExecStart=/usr/bin/kvd $KVD_OPTS\n", "\n[Install]\n", "\nWantedBy=multi-user.target\n"};
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
         cr_expect(strstr(unit, lines[i]) != NULL, "kvd.service lacks %s", lines[i] + 1);
-    if (has_tool("systemd-analyze")) {
-        /* the unpacked root holds only our unit: give it the host's targets that
-         * kvd.service's default dependencies name (sysinit.target, ...) */
-        free(sh_ok(10000, "cp -n /usr/lib/systemd/system/*.target '%s/usr/lib/systemd/system/' "
-                          "2>/dev/null; true",
+    if (has_tool("systemd-analyze") &&
+        access("/usr/lib/systemd/system/sysinit.target", R_OK) == 0) {
+        /* the unpacked root holds the package alone: systemd's own units that every service
+         * depends on by default (sysinit.target, basic.target, shutdown.target, the slices)
+         * come from this system, as on a machine the package is installed on */
+        free(sh_ok(30000,
+                   "cp -n /usr/lib/systemd/system/*.target /usr/lib/systemd/system/*.slice "
+                   "'%s/usr/lib/systemd/system/'",
                    root));
         kvt_cmd_result r =
             sh(60000, NULL, "SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --root='%s' "
@@ -221,7 +230,7 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
         cr_expect(strstr(r.err, "kvd.service") == NULL, "systemd-analyze warns:\n%s", r.err);
         kvt_cmd_result_free(&r);
     } else {
-        cr_log_info("systemd-analyze not available: textual check only");
+        cr_log_info("systemd-analyze or systemd's units not available: textual check only");
     }
 
     /* 7. started as the unit starts it: the environment file, $KVD_OPTS (flags win: test
