@@ -124,7 +124,7 @@ Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fi
 
 static const char *const g_eio_env[] = {"KVD_FAILPOINT_FSYNC_EIO=1", NULL};
 
-#define EIO_LINE "kvd: persisting a raft ready failed: Input/output error; stopping this member"
+#define EIO_LINE "kvd: fatal: persisting a raft ready failed: Input/output error; stopping this member"
 
 Test(cluster_disk_failpoint, fsync_error_stops_a_follower_and_it_catches_up, .fini = fini,
      .timeout = 300)
