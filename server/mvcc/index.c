@@ -83,6 +83,8 @@ int kv_iter_open(kv_iter *it, kv_store *s, MDB_txn *txn, const uint8_t *start, s
     it->unbounded = elen == 1 && end[0] == 0;
     it->at_rev = at_rev;
     it->reseek = reseek;
+    if (it->single)
+        return 0; /* a point lookup (kv_index_get) uses its own cursor */
     MDB_cursor **cs[4] = {&it->c, &it->probe, &it->lc, &it->lprobe};
     for (int i = 0; i < 4; i++) {
         int rc = mdb_cursor_open(txn, i < 2 ? s->kidx : s->lkidx, cs[i]);
