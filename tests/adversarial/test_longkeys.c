@@ -270,6 +270,13 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
 
     /* a watch from revision 20 replays every later event, long keys included, in order */
     free(both(NULL, 4000, (const char *[]){"watch", "--prefix", "p/", "--rev", "20", NULL}));
+    /* a watch on one long key and on a range between long keys */
+    char *w1 = both(NULL, 3000, (const char *[]){"watch", sorted[6], "--rev", "21", NULL});
+    cr_expect(strstr(w1, "PUT") && strstr(w1, "DELETE"), "watch on one long key: %.200s", w1);
+    free(w1);
+    w1 = both(NULL, 3000, (const char *[]){"watch", sorted[2], sorted[14], "--rev", "21", NULL});
+    cr_expect(strstr(w1, "DELETE") != NULL, "watch on a range of long keys: %.200s", w1);
+    free(w1);
     got = both(NULL, 4000, (const char *[]){"watch", "--prefix", "q/", "--rev", "20", "--prev-kv", NULL});
     char *del = strstr(got, "DELETE");
     cr_expect(del && strstr(del, lk[2]) && strstr(got, "PUT"), "watch saw the puts and the revoke");
