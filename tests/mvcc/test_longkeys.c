@@ -522,3 +522,33 @@ Test(mvcc_longkeys, records_are_checked)
     cr_assert_eq(res.code, 15, "DATA_LOSS, not a wrong key (%d %s)", res.code, res.msg);
     free(a);
 }
+
+/* A data dir of the previous format (1: no long-key databases at all) opens, reads, and
+ * takes its first long key. */
+Test(mvcc_longkeys, a_format_1_data_dir_opens_and_takes_long_keys)
+{
+    th_put(&t, "old/a", "1", 0);
+    th_put(&t, "old/b", "2", 0);
+    MDB_txn *txn;
+    cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, 0, &txn), 0);
+    const char *fresh[] = {"lkidx", "lkey", "lease_lkeys"};
+    for (int i = 0; i < 3; i++) {
+        MDB_dbi dbi;
+        cr_assert_eq(mdb_dbi_open(txn, fresh[i], 0, &dbi), 0);
+        cr_assert_eq(mdb_drop(txn, dbi, 1), 0, "remove %s as a format-1 file has none", fresh[i]);
+    }
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    th_reopen(&t);
+    cr_assert_eq(format_of(&t), 1);
+    Etcdserverpb__RangeResponse *r = th_range(&t, "old/", "old0");
+    cr_assert_eq(r->n_kvs, 2);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    char *k = mk("old/", 'c', 800, "");
+    th_put(&t, k, "3", 0);
+    cr_assert_eq(format_of(&t), 2);
+    r = th_range(&t, "old/", "old0");
+    cr_assert_eq(r->n_kvs, 3);
+    cr_assert_eq(r->kvs[2]->key.len, 800);
+    etcdserverpb__range_response__free_unpacked(r, NULL);
+    free(k);
+}
