@@ -224,7 +224,7 @@ static int bucket_load(kv_iter *it)
             return rc;
         if (keycmp(k, kl, it->start, it->slen) >= 0 &&
             (it->unbounded || keycmp(k, kl, it->end, it->elen) < 0) &&
-            (rc = kv_lk_items_push(&it->b, &it->bn, &it->bcap, k, kl, h)))
+            (rc = kv_lk_items_push(&it->b, &it->bn, &it->bcap, k, kl, h, it->reseek)))
             return rc;
         /* reposition: kv_lk_key_get used another database, the cursor is still valid */
         rc = mdb_cursor_get(it->lc, &key, &d, MDB_NEXT_NODUP);

@@ -229,7 +229,7 @@ static int collect_one(void *arg, MDB_cursor *c, const MDB_val *k, const MDB_val
     int rc = check_named(l->txn, k->mv_data, k->mv_size, v, &key, &klen);
     if (rc)
         return rc;
-    return kv_lk_items_push(&l->it, &l->n, &l->cap, key, klen, NULL);
+    return kv_lk_items_push(&l->it, &l->n, &l->cap, key, klen, NULL, false);
 }
 
 /* Emits the long keys that sort before key (all of them when key is NULL). */
@@ -281,7 +281,7 @@ int kv_keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 }
 
 int kv_lk_items_push(kv_lk_item **arr, size_t *n, size_t *cap, const uint8_t *key, size_t klen,
-                     const uint8_t *handle)
+                     const uint8_t *handle, bool copy)
 {
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 8;
@@ -292,11 +292,16 @@ int kv_lk_items_push(kv_lk_item **arr, size_t *n, size_t *cap, const uint8_t *ke
         *cap = nc;
     }
     kv_lk_item *x = &(*arr)[*n];
-    x->key = malloc(klen ? klen : 1);
-    if (!x->key)
-        return -ENOMEM;
-    memcpy(x->key, key, klen);
+    x->key = key;
     x->klen = klen;
+    x->owned = copy;
+    if (copy) {
+        uint8_t *c = malloc(klen ? klen : 1);
+        if (!c)
+            return -ENOMEM;
+        memcpy(c, key, klen);
+        x->key = c;
+    }
     if (handle)
         memcpy(x->handle, handle, KV_LK_HANDLE);
     (*n)++;
@@ -318,6 +323,7 @@ void kv_lk_items_sort(kv_lk_item *arr, size_t n)
 void kv_lk_items_free(kv_lk_item *arr, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        free(arr[i].key);
+        if (arr[i].owned)
+            free((void *)arr[i].key);
     free(arr);
 }

@@ -120,22 +120,27 @@ int kv_lk_lease_count(kv_store *s, MDB_txn *txn, int64_t id, size_t *out);
 int kv_lk_lease_keys(kv_store *s, MDB_txn *txn, int64_t id,
                      int (*fn)(void *arg, const uint8_t *key, size_t klen), void *arg);
 int kv_lk_lease_del(kv_store *s, MDB_txn *txn, int64_t id);
-/* A list of owned key copies (with their handle for index buckets). */
+/* A list of keys (with their handle for index buckets): copies when copy is set (writes may
+ * happen while the list lives), else pointers into LMDB memory (valid while txn does not
+ * write: a read transaction, or a walk with no write between its steps). */
 typedef struct kv_lk_item {
-    uint8_t *key;
+    const uint8_t *key;
     size_t klen;
+    bool owned;
     uint8_t handle[KV_LK_HANDLE];
 } kv_lk_item;
 int kv_lk_items_push(kv_lk_item **arr, size_t *n, size_t *cap, const uint8_t *key, size_t klen,
-                     const uint8_t *handle);
+                     const uint8_t *handle, bool copy);
 void kv_lk_items_sort(kv_lk_item *arr, size_t n);
 void kv_lk_items_free(kv_lk_item *arr, size_t n);
 
 /* ---- index.c: key iteration over "kidx" and "lkidx" ----
  * Two sorted streams merged in key order: the short keys (a "kidx" cursor) and the long keys
  * (one "lkidx" bucket at a time, the keys sharing a KV_LK_PREFIX-byte prefix, sorted in
- * memory when the walk reaches that prefix). The current key is always a copy owned by the
- * iterator (valid until the next step), so writes between steps are safe with reseek. */
+ * memory when the walk reaches that prefix). With reseek the current key is a copy owned by
+ * the iterator (valid until the next step), so writes between steps are safe; without, a long
+ * key points into LMDB memory (valid until the next step or write), and a bucket costs its
+ * key count, not its key bytes. */
 typedef struct kv_iter {
     kv_store *s;
     MDB_txn *txn;
