@@ -297,8 +297,8 @@ int kv_iter_next(kv_iter *it)
         it->done = true;
         return 0;
     }
-    if (it->s_have && (!it->l_have || keycmp(it->s_key, it->s_klen, it->b[it->bi].key,
-                                             it->b[it->bi].klen) < 0)) {
+    if (it->s_have &&
+        (!it->l_have || keycmp(it->s_key, it->s_klen, it->b[it->bi].key, it->b[it->bi].klen) < 0)) {
         it->s_have = false;
         it->key = it->s_key;
         it->klen = it->s_klen;

@@ -81,8 +81,7 @@ int kv_lk_upgrade_format(kv_store *s, MDB_txn *txn)
     return kv_format_write(s, txn, KV_STORE_FORMAT_VERSION);
 }
 
-int kv_lk_key_put(kv_store *s, MDB_txn *txn, const uint8_t *handle, const uint8_t *key,
-                  size_t klen)
+int kv_lk_key_put(kv_store *s, MDB_txn *txn, const uint8_t *handle, const uint8_t *key, size_t klen)
 {
     if (klen <= KV_SHORT_KEY_MAX)
         return -EINVAL;

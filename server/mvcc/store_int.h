@@ -94,8 +94,8 @@ int kv_format_read(kv_store *s, MDB_txn *txn, uint32_t *version);
 int kv_format_write(kv_store *s, MDB_txn *txn, uint32_t version);
 
 /* ---- longkey.c: keys longer than LMDB's key limit (store.h "Long keys") ---- */
-#define KV_SHORT_KEY_MAX 511 /* longest key kept in "kidx" (LMDB's default key limit) */
-#define KV_LK_PREFIX 448     /* key bytes at the head of a long key's handle */
+#define KV_SHORT_KEY_MAX 511             /* longest key kept in "kidx" (LMDB's default key limit) */
+#define KV_LK_PREFIX 448                 /* key bytes at the head of a long key's handle */
 #define KV_LK_HANDLE (KV_LK_PREFIX + 32) /* prefix | SHA-256 of the whole key */
 
 /* memcmp order, a shorter prefix first (etcd's byte order). */

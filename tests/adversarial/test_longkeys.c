@@ -59,9 +59,8 @@ static char *ctl(const kv_it_server *s, const char *stdin_data, uint32_t timeout
     argv[n] = NULL;
     static const char *const env[] = {"ETCDCTL_API=3", NULL};
     kv_it_cmd_result r;
-    cr_assert_eq(kv_it_run(argv, env, stdin_data, stdin_data ? strlen(stdin_data) : 0,
-                           timeout_ms, &r),
-                 0);
+    cr_assert_eq(
+        kv_it_run(argv, env, stdin_data, stdin_data ? strlen(stdin_data) : 0, timeout_ms, &r), 0);
     char *norm = kv_it_normalize(r.out);
     char *errs = kv_it_stderr_lines(r.err);
     cr_assert(norm && errs);
@@ -88,7 +87,8 @@ static char *both(const char *stdin_data, uint32_t timeout_ms, const char *const
     char *b = ctl(&srv[1], stdin_data, timeout_ms, args, NULL);
     char what[160];
     snprintf(what, sizeof what, "%s %s %.40s%s", args[0], args[1] ? args[1] : "",
-             args[1] && args[2] ? args[2] : "", args[1] && args[2] && strlen(args[2]) > 40 ? "..." : "");
+             args[1] && args[2] ? args[2] : "",
+             args[1] && args[2] && strlen(args[2]) > 40 ? "..." : "");
     if (strcmp(a, b) != 0) {
         mismatches++;
         /* long keys make huge outputs: show the first difference */
@@ -223,8 +223,10 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
     free(txn);
 
     /* delete a range crossing the boundary, with prev kvs (key order) */
-    free(both(NULL, CMD_TIMEOUT_MS, (const char *[]){"del", sorted[3], sorted[12], "--prev-kv", NULL}));
-    free(both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "p/", "--prefix", "--keys-only", NULL}));
+    free(both(NULL, CMD_TIMEOUT_MS,
+              (const char *[]){"del", sorted[3], sorted[12], "--prev-kv", NULL}));
+    free(
+        both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "p/", "--prefix", "--keys-only", NULL}));
 
     /* a lease on long keys; its revoke deletes them (one revision, key order) */
     char ids[2][64];
@@ -241,8 +243,8 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
         for (int s = 0; s < 2; s++) {
             char opt[160];
             snprintf(opt, sizeof opt, "--lease=%s", ids[s]);
-            r[s] = ctl(&srv[s], NULL, CMD_TIMEOUT_MS, (const char *[]){"put", lk[i], "l", opt, NULL},
-                       NULL);
+            r[s] = ctl(&srv[s], NULL, CMD_TIMEOUT_MS,
+                       (const char *[]){"put", lk[i], "l", opt, NULL}, NULL);
         }
         cr_expect_str_eq(r[0], r[1], "put with lease %d", i);
         free(r[0]);
@@ -263,8 +265,10 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
 
     /* compaction keeps the latest revisions of long keys */
     free(both(NULL, CMD_TIMEOUT_MS, (const char *[]){"compaction", "20", NULL}));
-    free(both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "p/", "--prefix", "--rev", "20", "--keys-only", NULL}));
-    got = both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "p/", "--prefix", "--rev", "19", NULL});
+    free(both(NULL, CMD_TIMEOUT_MS,
+              (const char *[]){"get", "p/", "--prefix", "--rev", "20", "--keys-only", NULL}));
+    got =
+        both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "p/", "--prefix", "--rev", "19", NULL});
     cr_expect(strstr(got, "required revision has been compacted") != NULL, "%.300s", got);
     free(got);
 
@@ -277,7 +281,8 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
     w1 = both(NULL, 3000, (const char *[]){"watch", sorted[2], sorted[14], "--rev", "21", NULL});
     cr_expect(strstr(w1, "DELETE") != NULL, "watch on a range of long keys: %.200s", w1);
     free(w1);
-    got = both(NULL, 4000, (const char *[]){"watch", "--prefix", "q/", "--rev", "20", "--prev-kv", NULL});
+    got = both(NULL, 4000,
+               (const char *[]){"watch", "--prefix", "q/", "--rev", "20", "--prev-kv", NULL});
     char *del = strstr(got, "DELETE");
     cr_expect(del && strstr(del, lk[2]) && strstr(got, "PUT"), "watch saw the puts and the revoke");
     free(got);
@@ -289,7 +294,8 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
     char *ht = malloc(hl);
     snprintf(ht, hl, "\nput %s big\n\n\n", huge);
     free(both(ht, CMD_TIMEOUT_MS, (const char *[]){"txn", NULL}));
-    got = both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "r/", "--prefix", "--keys-only", NULL});
+    got =
+        both(NULL, CMD_TIMEOUT_MS, (const char *[]){"get", "r/", "--prefix", "--keys-only", NULL});
     cr_expect(strstr(got, huge) != NULL, "the 1,000,000-byte key is stored");
     free(got);
     free(both(NULL, CMD_TIMEOUT_MS, (const char *[]){"del", "r/", "--prefix", NULL}));
