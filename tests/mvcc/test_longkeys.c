@@ -552,3 +552,30 @@ Test(mvcc_longkeys, a_format_1_data_dir_opens_and_takes_long_keys)
     etcdserverpb__range_response__free_unpacked(r, NULL);
     free(k);
 }
+
+/* max_keys_per_lease counts long attachments too. */
+Test(mvcc_longkeys, lease_key_limit_counts_long_keys)
+{
+    th_close(&t);
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.max_keys_per_lease = 2;
+    th_open(&t, &cfg);
+    kv_result res;
+    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 4, 100, &res);
+    cr_assert_not_null(g, "%s", res.msg);
+    etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
+    char *a = mk("m/", 'a', 600, ""), *b = mk("m/", 'b', 9000, "");
+    th_put(&t, "m/short", "v", 4);
+    th_put(&t, a, "v", 4);
+    th_put(&t, a, "again", 4); /* already attached: no new attachment */
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key.data = (uint8_t *)b;
+    p.key.len = strlen(b);
+    p.value = th_bin("v");
+    p.lease = 4;
+    cr_assert_null(th_put_req(&t, &p, &res));
+    cr_assert_eq(res.code, 9, "FAILED_PRECONDITION (%d %s)", res.code, res.msg);
+    free(a);
+    free(b);
+}
