@@ -13,7 +13,9 @@
  * compaction keeps it, so HashKV gives the same hash whatever the physical progress.
  *
  * "cmpct" value: crc32c(4, BE, over the rest) | target revision (8, BE) | has cursor (1) |
- * cursor key (the last key done). Absent = no physical compaction pending. */
+ * cursor key (the last key done). Absent = no physical compaction pending. has cursor: 0 none
+ * (start at the first "kidx" key), 1 the cursor is a "kidx" key, 2 (format 2 only) the
+ * cursor is an "lkidx" handle: the walk does every short key, then every long key. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +26,11 @@
 #define CMPCT_KEY "cmpct"
 #define CMPCT_HDR 13 /* rev(8) + has cursor(1) + crc(4) */
 
+enum { CUR_NONE = 0, CUR_SHORT = 1, CUR_LONG = 2 };
+
 typedef struct cmpct {
     int64_t rev;
-    bool has_cursor;
+    uint8_t has_cursor; /* CUR_* */
     uint8_t cursor[512];
     size_t clen;
 } cmpct;
@@ -44,7 +48,9 @@ static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
     if (crc != kv_crc32c(0, p + 4, v.mv_size - 4))
         return -EBADMSG;
     c->rev = (int64_t)kv_be64_get(p + 4);
-    c->has_cursor = p[12] != 0;
+    c->has_cursor = p[12];
+    if (c->has_cursor > CUR_LONG)
+        return -EBADMSG;
     c->clen = v.mv_size - CMPCT_HDR;
     memcpy(c->cursor, p + CMPCT_HDR, c->clen);
     return 0;
@@ -54,7 +60,7 @@ static int cmpct_write(kv_store *s, MDB_txn *txn, const cmpct *c)
 {
     uint8_t buf[CMPCT_HDR + 512];
     kv_be64_put(buf + 4, (uint64_t)c->rev);
-    buf[12] = c->has_cursor ? 1 : 0;
+    buf[12] = c->has_cursor;
     size_t clen = c->has_cursor ? c->clen : 0;
     memcpy(buf + CMPCT_HDR, c->cursor, clen);
     uint32_t crc = kv_crc32c(0, buf + 4, CMPCT_HDR - 4 + clen);
@@ -97,12 +103,13 @@ static bool ent_lt(const kv_ent *a, const kv_ent *b)
     return a->main < b->main || (a->main == b->main && a->sub < b->sub);
 }
 
-/* Removes the compacted revisions of one key; *removed counts the records removed. */
-static int compact_key(kv_store *s, MDB_txn *txn, MDB_cursor *c, const uint8_t *k, size_t kl,
-                       int64_t rev, uint64_t *removed)
+/* Removes the compacted revisions of one index key of db (c: a cursor on db); *removed counts
+ * the records removed. A long key whose last entry goes loses its "lkey" record too. */
+static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, const uint8_t *k,
+                       size_t kl, int64_t rev, uint64_t *removed)
 {
     kv_ent keep;
-    int rc = kv_index_get(s, txn, k, kl, rev, &keep);
+    int rc = kv_index_get_raw(s, txn, db, k, kl, rev, &keep);
     if (rc == -ENOENT)
         return 0;
     if (rc)
@@ -111,7 +118,7 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_cursor *c, const uint8_t *
         MDB_val key = {kl, (void *)k}, d;
         rc = mdb_cursor_get(c, &key, &d, MDB_SET);
         if (rc == MDB_NOTFOUND)
-            return 0;
+            return db == s->lkidx ? kv_lk_key_del(s, txn, k) : 0;
         if (rc == 0)
             rc = mdb_cursor_get(c, &key, &d, MDB_FIRST_DUP);
         if (rc)
@@ -132,8 +139,15 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_cursor *c, const uint8_t *
         if ((rc = mdb_cursor_del(c, 0)))
             return kv_mdb_err(rc);
         (*removed)++;
-        if (same)
-            return 0;
+        if (same) {
+            if (db != s->lkidx)
+                return 0;
+            key = (MDB_val){kl, (void *)k};
+            rc = mdb_cursor_get(c, &key, &d, MDB_SET);
+            if (rc == MDB_NOTFOUND)
+                return kv_lk_key_del(s, txn, k);
+            return kv_mdb_err(rc);
+        }
     }
 }
 
@@ -146,23 +160,33 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_
         return 0;
     if (rc)
         return rc;
-    MDB_cursor *c;
-    if ((rc = mdb_cursor_open(txn, s->kidx, &c)))
-        return kv_mdb_err(rc);
+    MDB_cursor *c = NULL;
     uint32_t n = 0;
     bool finished = false;
     for (;;) {
         if (max_keys && n >= max_keys)
             break;
+        MDB_dbi db = st.has_cursor == CUR_LONG ? s->lkidx : s->kidx;
+        if (!c && (rc = kv_mdb_err(mdb_cursor_open(txn, db, &c))))
+            break;
         MDB_val key, d;
-        if (!st.has_cursor) {
+        if (st.has_cursor == CUR_NONE) {
             rc = mdb_cursor_get(c, &key, &d, MDB_FIRST);
         } else {
             key.mv_size = st.clen;
             key.mv_data = st.cursor;
-            rc = mdb_cursor_get(c, &key, &d, MDB_SET_RANGE);
+            rc = st.clen ? mdb_cursor_get(c, &key, &d, MDB_SET_RANGE)
+                         : mdb_cursor_get(c, &key, &d, MDB_FIRST);
             if (rc == 0 && key.mv_size == st.clen && memcmp(key.mv_data, st.cursor, st.clen) == 0)
                 rc = mdb_cursor_get(c, &key, &d, MDB_NEXT_NODUP);
+        }
+        if (rc == MDB_NOTFOUND && db == s->kidx) {
+            /* short keys done: the long ones follow (from the first handle) */
+            mdb_cursor_close(c);
+            c = NULL;
+            st.has_cursor = CUR_LONG;
+            st.clen = 0;
+            continue;
         }
         if (rc == MDB_NOTFOUND) {
             rc = 0;
@@ -173,22 +197,33 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_
             rc = kv_mdb_err(rc);
             break;
         }
-        if (key.mv_size > sizeof st.cursor) {
+        if (key.mv_size > sizeof st.cursor || key.mv_size == 0 ||
+            (db == s->lkidx && key.mv_size != KV_LK_HANDLE)) {
             rc = -EBADMSG;
             break;
         }
         memcpy(st.cursor, key.mv_data, key.mv_size);
         st.clen = key.mv_size;
-        st.has_cursor = true;
-        if ((rc = compact_key(s, txn, c, st.cursor, st.clen, st.rev, removed)))
+        if (st.has_cursor == CUR_NONE)
+            st.has_cursor = CUR_SHORT;
+        if ((rc = compact_key(s, txn, db, c, st.cursor, st.clen, st.rev, removed)))
             break;
         n++;
     }
-    mdb_cursor_close(c);
+    if (c)
+        mdb_cursor_close(c);
     if (keys_done)
         *keys_done += n;
     if (rc)
         return rc;
+    if (!finished && st.has_cursor == CUR_LONG && st.clen == 0) {
+        /* stopped on the switch: with no long key there is nothing left (and a format-1 file
+         * never gets a CUR_LONG cursor) */
+        MDB_stat ls;
+        if ((rc = mdb_stat(txn, s->lkidx, &ls)))
+            return kv_mdb_err(rc);
+        finished = ls.ms_entries == 0;
+    }
     if (finished) {
         if ((rc = cmpct_delete(s, txn)))
             return rc;

@@ -26,7 +26,7 @@ int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out)
     out->quiet = b->quiet;
     out->deterministic = s->deterministic;
     out->max_txn_ops = s->cfg.max_txn_ops;
-    out->max_key = s->maxkey;
+    out->max_key = SIZE_MAX; /* any length (longkey.c): the request size bounds keys */
     out->growth_over =
         !s->deterministic && b->base_size + b->grown > (int64_t)batch_growth_limit(s);
     return 0;
@@ -316,7 +316,7 @@ int kv_ks_lease_revoke(kv_ks *ks, int64_t id)
     if (rc)
         return rc;
     keylist l = {0};
-    rc = kv_lease_table_keys(&ks->s->leases, ks->w.txn, id, collect_key, &l);
+    rc = kv_lk_lease_keys(ks->s, ks->w.txn, id, collect_key, &l); /* in key order */
     /* etcd deletes the keys (sorted) in one write txn: one revision for all of them. */
     for (size_t i = 0; i < l.n && !rc; i++) {
         int64_t deleted;
@@ -328,7 +328,8 @@ int kv_ks_lease_revoke(kv_ks *ks, int64_t id)
     free(l.len);
     if (rc)
         return rc;
-    if ((rc = kv_lease_table_del(&ks->s->leases, ks->w.txn, id)))
+    if ((rc = kv_lk_lease_del(ks->s, ks->w.txn, id)) ||
+        (rc = kv_lease_table_del(&ks->s->leases, ks->w.txn, id)))
         return rc;
     return ev_add(ks, EV_REVOKE, id, 0, 0);
 }

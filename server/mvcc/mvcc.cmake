@@ -6,6 +6,7 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/crc32c.c
   ${CMAKE_CURRENT_LIST_DIR}/record.c
   ${CMAKE_CURRENT_LIST_DIR}/index.c
+  ${CMAKE_CURRENT_LIST_DIR}/longkey.c
   ${CMAKE_CURRENT_LIST_DIR}/write.c
   ${CMAKE_CURRENT_LIST_DIR}/range.c
   ${CMAKE_CURRENT_LIST_DIR}/pb_scan.c

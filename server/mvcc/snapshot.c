@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const hash_dbs[] = {"meta", "rev", "kidx", "lease", "lease_keys", "alarm"};
+static const char *const hash_dbs[] = {"meta",  "rev",   "kidx", "lease",      "lease_keys",
+                                       "alarm", "lkidx", "lkey", "lease_lkeys"};
 #define N_HASH_DBS (sizeof(hash_dbs) / sizeof(hash_dbs[0]))
 
 static void setmsg(char *msg, size_t len, const char *fmt, ...)
@@ -107,8 +108,8 @@ static int state_revision(MDB_txn *txn, MDB_dbi meta, int64_t *rev)
 
 int kv_store_hash_all(kv_store *s, uint32_t *hash, int64_t *revision)
 {
-    MDB_dbi dbis[N_HASH_DBS] = {s->meta,          s->rev,         s->kidx,
-                                s->leases.leases, s->leases.keys, s->alarm};
+    MDB_dbi dbis[N_HASH_DBS] = {s->meta,  s->rev,   s->kidx, s->leases.leases, s->leases.keys,
+                                s->alarm, s->lkidx, s->lkey, s->lease_lkeys};
     MDB_txn *txn;
     pthread_rwlock_rdlock(&s->swap);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);

@@ -36,7 +36,10 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)) ||
         (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)) ||
         (rc = mdb_dbi_open(txn, "members", MDB_CREATE, &s->members)) ||
-        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)))
+        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)) ||
+        (rc = mdb_dbi_open(txn, "lkidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->lkidx)) ||
+        (rc = mdb_dbi_open(txn, "lkey", MDB_CREATE, &s->lkey)) ||
+        (rc = mdb_dbi_open(txn, "lease_lkeys", MDB_CREATE, &s->lease_lkeys)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
 }
@@ -117,12 +120,12 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
             goto fail;
         }
         s->committed = (kv_meta){0, 1, -1, 0};
-        if ((rc = kv_format_write(s, txn, KV_STORE_FORMAT_VERSION)) ||
+        if ((rc = kv_format_write(s, txn, KV_STORE_FORMAT_BASE)) ||
             (rc = kv_meta_write(s, txn, &s->committed)))
             goto fail;
     } else if (rc) {
         goto fail;
-    } else if (version != KV_STORE_FORMAT_VERSION) {
+    } else if (version < KV_STORE_FORMAT_BASE || version > KV_STORE_FORMAT_VERSION) {
         rc = -EPROTONOSUPPORT;
         goto fail;
     } else {
@@ -183,7 +186,7 @@ int kv_store_lease_keys(kv_store *s, int64_t id,
     pthread_rwlock_rdlock(&s->swap);
     int rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
     if (rc == 0) {
-        rc = kv_lease_table_keys(&s->leases, txn, id, fn, arg);
+        rc = kv_lk_lease_keys(s, txn, id, fn, arg);
         mdb_txn_abort(txn);
     }
     pthread_rwlock_unlock(&s->swap);
@@ -192,7 +195,8 @@ int kv_store_lease_keys(kv_store *s, int64_t id,
 
 size_t kv_store_max_key_size(kv_store *s)
 {
-    return s->maxkey;
+    (void)s;
+    return SIZE_MAX; /* keys of any length (longkey.c); the request size limit bounds them */
 }
 
 void kv_store_get_counters(kv_store *s, kv_store_counters *out)

@@ -34,7 +34,12 @@
  *   version; an unknown version is refused at open (lesson 7).
  *
  * Storage layout (named LMDB databases in one environment, files inside cfg.dir):
- *   "meta"  "format" -> crc32c(4, BE) | format version (4, BE)            (currently 1)
+ *   "meta"  "format" -> crc32c(4, BE) | format version (4, BE)                     (1 or 2)
+ *           1: every key is at most 511 bytes (no "lkidx"/"lkey"/"lease_lkeys" records).
+ *           2: the data dir holds (or held) a longer key. A store is created at 1 and moves
+ *           to 2 in the write that stores its first long key (so every member of a cluster
+ *           changes at the same log entry and their files keep the same bytes); this build
+ *           opens both, builds that know only format 1 refuse a format-2 data dir or snapshot.
  *           "state"  -> crc32c(4, BE) | applied index (8) | revision (8) | compacted
  *                       revision (8) | live key count (8)                   (all BE)
  *           "identity" -> member and cluster ids, name (kv_store_identity_check below)
@@ -47,13 +52,22 @@
  *           An index entry is checked against the record it points to (key and revision
  *           must match), so a corrupted index cannot return a wrong key.
  *   "lease", "lease_keys": the lease table (lease/lease_table.h), same transactions.
+ * Long keys (format 2, longkey.c): "kidx" holds keys of at most 511 bytes (KV_SHORT_KEY_MAX)
+ * exactly as in format 1. A longer key K has the handle H = K[0..448) | SHA-256(K) (480
+ * bytes) and:
+ *   "lkidx" H -> the same dups as "kidx" (main | sub | flags), one per stored revision.
+ *   "lkey"  H -> crc32c(4, BE, over H | K) | K. Removed when compaction removes the last dup.
+ *   "lease_lkeys" lease id(8 BE) | SHA-256(K) -> crc32c(4, BE, over the 40-byte key | K) | K:
+ *           the lease attachment of a long key ("lease_keys" keeps the short ones).
+ * Walks merge "kidx" and "lkidx" in key order (memcmp, shorter first); the long keys sharing
+ * a 448-byte prefix (one bucket) are read and sorted when a walk reaches that prefix, so a
+ * walk's memory grows with the largest bucket it touches. The "rev" records are unchanged:
+ * HashKV is the same function of the logical keyspace whatever the key lengths.
  *   "alarm" member id(8 BE) | alarm type(4 BE) -> crc32c of the 12-byte key (4, BE).
  *           One record per active alarm (etcd's alarm bucket); at most 64 (KV_MAX_ALARMS).
  *   "members", "members_removed": the membership table (mvcc/members.h), same transactions.
  *
- * Limits: keys are limited to the LMDB maximum key size (511 bytes with the default LMDB
- * build): a longer key in a write gives INVALID_ARGUMENT "etcdserver: key is too long (kvd
- * limit: 511 bytes)"; reads and compares with longer keys simply match nothing. The quota
+ * Limits: keys of any length (as etcd, the request size limit bounds them). The quota
  * (cfg.quota_bytes) is checked by the API before proposing (api/quota.h, as etcd's
  * quota.go); the LMDB map size is quota + headroom (kv_store_map_size: a quarter of the quota,
  * at least 16 MiB, at most 1 GiB; if data.mdb is already larger than the quota, the same rule
@@ -94,7 +108,8 @@
 #include "common/status.h"
 #include "lease/lease_table.h"
 
-#define KV_STORE_FORMAT_VERSION 1u
+#define KV_STORE_FORMAT_VERSION 2u /* newest on-disk format this build reads and writes */
+#define KV_STORE_FORMAT_BASE 1u    /* oldest one it reads; a new store starts there */
 #define KV_STORE_ERR_COMPACTED (-10001)
 #define KV_STORE_ERR_FUTURE_REV (-10002)
 
@@ -283,7 +298,7 @@ typedef struct kv_store_counters {
 } kv_store_counters;
 void kv_store_get_counters(kv_store *s, kv_store_counters *out);
 
-/* Largest key length accepted by writes (LMDB's max key size). */
+/* Largest key length accepted by writes: SIZE_MAX (any; long keys: see "Long keys"). */
 size_t kv_store_max_key_size(kv_store *s);
 
 /* Identity (issue 8, D11): the member and cluster ids (and member name) the data dir was

@@ -59,6 +59,8 @@ struct kv_store {
     bool deterministic;        /* kv_store_set_deterministic: no file-size dependent results */
     /* membership (members.c) */
     MDB_dbi members, members_removed;
+    /* keys longer than KV_SHORT_KEY_MAX (longkey.c, format 2) */
+    MDB_dbi lkidx, lkey, lease_lkeys;
 };
 
 /* One index entry (kidx dup). */
@@ -91,11 +93,58 @@ int kv_meta_write(kv_store *s, MDB_txn *txn, const kv_meta *m);
 int kv_format_read(kv_store *s, MDB_txn *txn, uint32_t *version);
 int kv_format_write(kv_store *s, MDB_txn *txn, uint32_t version);
 
-/* ---- index.c: key iteration over "kidx" ---- */
+/* ---- longkey.c: keys longer than LMDB's key limit (store.h "Long keys") ---- */
+#define KV_SHORT_KEY_MAX 511             /* longest key kept in "kidx" (LMDB's default key limit) */
+#define KV_LK_PREFIX 448                 /* key bytes at the head of a long key's handle */
+#define KV_LK_HANDLE (KV_LK_PREFIX + 32) /* prefix | SHA-256 of the whole key */
+
+/* memcmp order, a shorter prefix first (etcd's byte order). */
+int kv_keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl);
+/* The handle of a key longer than KV_SHORT_KEY_MAX. */
+void kv_lk_handle(uint8_t out[KV_LK_HANDLE], const uint8_t *key, size_t klen);
+/* "lkey": handle -> full key. put: no-op if present; the first one moves the format to 2.
+ * get: *key points into LMDB memory (valid until the next write in txn); -EBADMSG if absent
+ * or failing its check. */
+int kv_lk_key_put(kv_store *s, MDB_txn *txn, const uint8_t *handle, const uint8_t *key,
+                  size_t klen);
+int kv_lk_key_get(kv_store *s, MDB_txn *txn, const uint8_t *handle, const uint8_t **key,
+                  size_t *klen);
+int kv_lk_key_del(kv_store *s, MDB_txn *txn, const uint8_t *handle);
+/* Stores format 2 unless already there. */
+int kv_lk_upgrade_format(kv_store *s, MDB_txn *txn);
+/* Lease attachments of keys of any length (short ones in the lease table, long ones in
+ * "lease_lkeys"); keys: every attached key in key order; del: the long attachments of id. */
+int kv_lk_lease_attach(kv_store *s, MDB_txn *txn, int64_t id, const uint8_t *key, size_t klen);
+int kv_lk_lease_detach(kv_store *s, MDB_txn *txn, int64_t id, const uint8_t *key, size_t klen);
+int kv_lk_lease_count(kv_store *s, MDB_txn *txn, int64_t id, size_t *out);
+int kv_lk_lease_keys(kv_store *s, MDB_txn *txn, int64_t id,
+                     int (*fn)(void *arg, const uint8_t *key, size_t klen), void *arg);
+int kv_lk_lease_del(kv_store *s, MDB_txn *txn, int64_t id);
+/* A list of keys (with their handle for index buckets): copies when copy is set (writes may
+ * happen while the list lives), else pointers into LMDB memory (valid while txn does not
+ * write: a read transaction, or a walk with no write between its steps). */
+typedef struct kv_lk_item {
+    const uint8_t *key;
+    size_t klen;
+    bool owned;
+    uint8_t handle[KV_LK_HANDLE];
+} kv_lk_item;
+int kv_lk_items_push(kv_lk_item **arr, size_t *n, size_t *cap, const uint8_t *key, size_t klen,
+                     const uint8_t *handle, bool copy);
+void kv_lk_items_sort(kv_lk_item *arr, size_t n);
+void kv_lk_items_free(kv_lk_item *arr, size_t n);
+
+/* ---- index.c: key iteration over "kidx" and "lkidx" ----
+ * Two sorted streams merged in key order: the short keys (a "kidx" cursor) and the long keys
+ * (one "lkidx" bucket at a time, the keys sharing a KV_LK_PREFIX-byte prefix, sorted in
+ * memory when the walk reaches that prefix). With reseek the current key is a copy owned by
+ * the iterator (valid until the next step), so writes between steps are safe; without, a long
+ * key points into LMDB memory (valid until the next step or write), and a bucket costs its
+ * key count, not its key bytes. */
 typedef struct kv_iter {
     kv_store *s;
     MDB_txn *txn;
-    MDB_cursor *c, *probe;
+    MDB_cursor *c, *probe, *lc, *lprobe;
     const uint8_t *start;
     size_t slen;
     const uint8_t *end; /* NULL/len 0: single key; "\0": no upper bound */
@@ -105,9 +154,18 @@ typedef struct kv_iter {
     bool all;       /* also yield keys whose revision at at_rev is a tombstone */
     int64_t at_rev; /* INT64_MAX = latest */
     bool started, done;
-    uint8_t last[512];
-    size_t last_len;
-    /* current item (key valid until the next step or write) */
+    /* short stream: head copy */
+    bool s_started, s_done, s_have;
+    uint8_t s_key[KV_SHORT_KEY_MAX + 1];
+    size_t s_klen;
+    kv_ent s_ent;
+    /* long stream: the current bucket, sorted, and the head at b[bi] */
+    bool l_started, l_done, l_have;
+    kv_lk_item *b;
+    size_t bn, bcap, bi;
+    uint8_t bprefix[KV_LK_PREFIX];
+    kv_ent l_ent;
+    /* current item (key valid until the next step) */
     const uint8_t *key;
     size_t klen;
     kv_ent ent;
@@ -122,6 +180,9 @@ void kv_iter_close(kv_iter *it);
 /* Latest index entry of key at revision <= at_rev: 0, -ENOENT if none, < 0 on error. */
 int kv_index_get(kv_store *s, MDB_txn *txn, const uint8_t *key, size_t klen, int64_t at_rev,
                  kv_ent *out);
+/* kv_index_get on an index key of db ("kidx": the key; "lkidx": its handle). */
+int kv_index_get_raw(kv_store *s, MDB_txn *txn, MDB_dbi db, const uint8_t *ikey, size_t iklen,
+                     int64_t at_rev, kv_ent *out);
 
 /* ---- write.c: key-level writes in a write context ---- */
 typedef struct kv_wctx {

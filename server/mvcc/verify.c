@@ -507,6 +507,29 @@ int kv_store_verify_records(kv_store *s, uint64_t max_records, char *err, size_t
     }
     mdb_cursor_close(cur);
     cur = NULL;
+    /* lkidx (long keys): handle-sized keys, fixed-size entries, each with its checked key. */
+    if ((rc = mdb_cursor_open(txn, s->lkidx, &cur)))
+        goto lmdb_fail;
+    n = 0;
+    for (r2 = mdb_cursor_get(cur, &k, &v, MDB_FIRST); r2 == 0 && n < max_records;
+         r2 = mdb_cursor_get(cur, &k, &v, MDB_NEXT_NODUP), n++) {
+        const uint8_t *lk;
+        size_t lkl;
+        if (k.mv_size != KV_LK_HANDLE || v.mv_size != KV_DUP_LEN ||
+            kv_lk_key_get(s, txn, k.mv_data, &lk, &lkl) != 0) {
+            rc = rec_fail(err, errlen,
+                          "data.mdb is corrupt: long key index entry %llu (key size %zu, entry "
+                          "size %zu) or its key record",
+                          (unsigned long long)n, k.mv_size, v.mv_size);
+            goto out;
+        }
+    }
+    if (r2 != 0 && r2 != MDB_NOTFOUND) {
+        rc = r2;
+        goto lmdb_fail;
+    }
+    mdb_cursor_close(cur);
+    cur = NULL;
     /* lease: checksums (the lease table decodes and verifies each record). */
     if ((rc = mdb_cursor_open(txn, s->leases.leases, &cur)))
         goto lmdb_fail;

@@ -6,12 +6,21 @@
 
 #include "mvcc/store_int.h"
 
+/* Adds an index entry: "kidx" for a short key, "lkidx" (and "lkey") for a long one. */
 static int put_dup(kv_wctx *w, const uint8_t *key, size_t klen, const kv_ent *e)
 {
     uint8_t dup[KV_DUP_LEN];
     kv_dup_encode(dup, e);
     MDB_val k = {klen, (void *)key}, d = {KV_DUP_LEN, dup};
-    return kv_mdb_err(mdb_put(w->txn, w->s->kidx, &k, &d, 0));
+    if (klen <= KV_SHORT_KEY_MAX)
+        return kv_mdb_err(mdb_put(w->txn, w->s->kidx, &k, &d, 0));
+    uint8_t h[KV_LK_HANDLE];
+    kv_lk_handle(h, key, klen);
+    int rc = kv_lk_key_put(w->s, w->txn, h, key, klen);
+    if (rc)
+        return rc;
+    k = (MDB_val){sizeof h, h};
+    return kv_mdb_err(mdb_put(w->txn, w->s->lkidx, &k, &d, 0));
 }
 
 int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
@@ -39,15 +48,15 @@ int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, si
     if (oldlease != lease) {
         if (lease != 0 && s->cfg.max_keys_per_lease) {
             size_t n = 0;
-            rc = kv_lease_table_key_count(&s->leases, w->txn, lease, &n);
+            rc = kv_lk_lease_count(s, w->txn, lease, &n);
             if (rc)
                 return rc;
             if (n >= s->cfg.max_keys_per_lease)
                 return -EDQUOT;
         }
-        if (oldlease && (rc = kv_lease_table_detach(&s->leases, w->txn, oldlease, key, klen)))
+        if (oldlease && (rc = kv_lk_lease_detach(s, w->txn, oldlease, key, klen)))
             return rc;
-        if (lease && (rc = kv_lease_table_attach(&s->leases, w->txn, lease, key, klen)))
+        if (lease && (rc = kv_lk_lease_attach(s, w->txn, lease, key, klen)))
             return rc;
     }
     Mvccpb__KeyValue kv = MVCCPB__KEY_VALUE__INIT;
@@ -83,13 +92,10 @@ int kv_w_delete_range(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t
         return rc;
     *deleted = 0;
     while ((rc = kv_iter_next(&it)) == 1) {
-        /* it.last holds a copy of the key: LMDB memory may move once we write. */
-        const uint8_t *k = it.last;
-        size_t kl = it.last_len;
-        if (it.single) {
-            k = key;
-            kl = klen;
-        }
+        /* it.key is the iterator's own copy (or the caller's key): it stays valid while we
+         * write, until the next step. */
+        const uint8_t *k = it.key;
+        size_t kl = it.klen;
         Mvccpb__KeyValue *old;
         if ((rc = kv_rec_load(s, w->txn, &it.ent, k, kl, &old)))
             break;
@@ -100,7 +106,7 @@ int kv_w_delete_range(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t
         kv_ent ne = {rev, w->sub, true};
         if ((rc = kv_rec_put(s, w->txn, rev, w->sub, true, &tomb)) ||
             (rc = put_dup(w, k, kl, &ne)) ||
-            (old->lease && (rc = kv_lease_table_detach(&s->leases, w->txn, old->lease, k, kl)))) {
+            (old->lease && (rc = kv_lk_lease_detach(s, w->txn, old->lease, k, kl)))) {
             mvccpb__key_value__free_unpacked(old, NULL);
             break;
         }
