@@ -777,8 +777,10 @@ int kv_lease_fwd_start(kv_server *s)
 static void on_handle_closed(uv_handle_t *h)
 {
     kv_lease_fwd *f = h->data;
-    if (--f->handles_open == 0)
+    if (--f->handles_open == 0) {
+        free(f->index); /* NULL unless a renewal outlived its batch (never, by construction) */
         free(f);
+    }
 }
 
 void kv_lease_fwd_stop(kv_server *s)
