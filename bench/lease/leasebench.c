@@ -732,9 +732,8 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
     /* The measured window: keepalive traffic only, plus the put probe on the leader. */
     double f0[7] = {-1, -1, -1, -1, -1, -1, -1};
     static const char *const fwd_names[7] = {
-        "kvd_lease_fwd_renewals_total", "kvd_lease_fwd_batches_total",
-        "kvd_lease_fwd_shed_total",     "kvd_lease_fwd_timeouts_total",
-        "kvd_lease_fwd_retried_total",  "kvd_lease_fwd_resent_total",
+        "kvd_lease_fwd_renewals_total", "kvd_lease_fwd_batches_total", "kvd_lease_fwd_shed_total",
+        "kvd_lease_fwd_timeouts_total", "kvd_lease_fwd_retried_total", "kvd_lease_fwd_resent_total",
         "kvd_lease_fwd_coalesced_total"};
     if (t->kvd)
         for (int k = 0; k < 7; k++)
@@ -946,8 +945,7 @@ static void print_extra(const char *name, const lb_opts *o, const lb_result *x)
                name, x->fwd_renewals, x->fwd_batches,
                x->fwd_batches > 0 ? x->fwd_renewals / x->fwd_batches : 0.0, x->fwd_shed,
                x->fwd_timeouts, x->fwd_retried, x->fwd_resent, x->fwd_coalesced, x->expired,
-               x->revoked,
-               x->peer_connected);
+               x->revoked, x->peer_connected);
         for (int i = 0; i < x->n; i++)
             printf(" m%d %.0f", i + 1, x->heap_m[i]);
         printf("\n");

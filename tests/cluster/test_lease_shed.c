@@ -182,8 +182,8 @@ Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout =
         cr_assert(!st->closed && st->grpc_status == -1,
                   "the follower ended the keepalive stream after %.1f s: grpc-status %d '%s' "
                   "(%" PRIu64 " renewals sent, %" PRIu64 " answered)",
-                  (double)(kvt_now_ms() - start) / 1000.0, st->grpc_status, st->grpc_message,
-                  sent, answers);
+                  (double)(kvt_now_ms() - start) / 1000.0, st->grpc_status, st->grpc_message, sent,
+                  answers);
     }
     double shed = metric(f, "kvd_lease_fwd_shed_total");
     double coalesced = metric(f, "kvd_lease_fwd_coalesced_total");
