@@ -760,8 +760,13 @@ int kv_lease_fwd_start(kv_server *s)
     /* Waiters: one per distinct lease plus as many renewals joined from other streams. */
     f->max_waiters = 2 * f->max_pending;
     f->seed = (uint64_t)uv_hrtime() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)f;
-    /* An election takes one to two election timeouts (randomized): wait that long. */
-    f->timeout_ms = 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+    /* etcd's request timeout (ReqTimeout: 5 s + 2 election timeouts), its bound on a
+     * forwarded LeaseRenew: it covers an election (one to two election timeouts) and a slow
+     * link. A shorter bound drops every renewal whose round trip exceeds it, so a client on a
+     * follower gets no answer for a whole TTL although the leader renewed (and then gives
+     * the lease up). */
+    f->timeout_ms =
+        5000ull + 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
     uv_idle_init(s->loop, &f->idle);
     uv_timer_init(s->loop, &f->timer);
     f->idle.data = f;

@@ -25,8 +25,10 @@
  * (kvd_lease_fwd_resent_total); a batch that could not be sent (the peer's priority queue
  * full, no connection), or that the leader refused because it does not serve leases yet, is
  * retried every timer period. A batch whose frame or answer the peer layer dropped stays in
- * flight until the time bound. The time bound is two election timeouts (an election takes
- * one to two) from queueing, renewed once by the re-send: then the batch fails with -EAGAIN
+ * flight until the time bound. The time bound is etcd's request timeout, 5 s + two election
+ * timeouts (an election takes one to two; the rest covers a slow link: a round trip longer
+ * than the bound would leave every renewal through this member unanswered), from queueing,
+ * renewed once by the re-send: then the batch fails with -EAGAIN
  * ("etcdserver: no leader") if no leader is known, else -ETIMEDOUT (a second leader change
  * counts as one). A timed-out renewal on an open keepalive stream is dropped without an
  * answer (an error would end the stream; the client renews on its TTL/3 schedule); a

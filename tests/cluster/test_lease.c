@@ -656,7 +656,7 @@ static void *ka_call_run(void *arg)
     size_t len = etcdserverpb__lease_keep_alive_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t rlen = 0;
-    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 8000,
+    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 20000,
                             &k->status, k->msg, sizeof(k->msg));
     if (k->rc == 0) {
         Etcdserverpb__LeaseKeepAliveResponse *r =
@@ -685,7 +685,7 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
     int64_t id = ids[0];
     kvc_close(c);
 
-    /* Cut the follower off: its forwarded renewals wait (up to two election timeouts). */
+    /* Cut the follower off: its forwarded renewals wait (up to 5 s + two election timeouts). */
     cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
     ka_call held[4];
     pthread_t th[4];

@@ -19,6 +19,7 @@
  */
 #include "cl_util.h"
 #include "grpc_raw.h"
+#include "kvt_proxy.h"
 #include "kvt_util.h"
 #include "rpc.pb-c.h"
 
@@ -111,9 +112,8 @@ static void send_renewal(kv_it_grpc_stream *st, int64_t id)
     cr_assert_eq(kv_it_grpc_send_msg(st, buf, len, 0), 0);
 }
 
-Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout = 240)
+static void start_with(const char *const *args)
 {
-    static const char *const args[] = {"--max-pending-lease-forwards=4", NULL};
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
     o.heartbeat_ms = CL_HEARTBEAT_MS;
@@ -121,6 +121,12 @@ Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout =
     o.kvd_args = args;
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0);
+}
+
+Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout = 240)
+{
+    static const char *const args[] = {"--max-pending-lease-forwards=4", NULL};
+    start_with(args);
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     int f = (l + 1) % 3;
@@ -218,4 +224,80 @@ Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout =
         fprintf(stderr, "%s log:\n%s\n", g_c.m[f].name, log);
     free(log);
     cr_assert(!bad, "sanitizer report in %s's log", g_c.m[f].name);
+}
+
+/*
+ * A slow link: every peer connection delayed SLOW_MS each way (kvt_proxy), so a forwarded
+ * renewal's round trip is over 2 x SLOW_MS = 1.2 s, more than two election timeouts (1 s here),
+ * the follower's former time bound: every renewal through the follower then timed out
+ * unanswered although the leader renewed it, and a client (libkvclient, clientv3) gives a
+ * lease up after a TTL without an answer (functional DELAY_PEER_PORT_TX_RX_LEADER case).
+ * With etcd's bound (5 s + 2 election timeouts) the answers arrive.
+ */
+#define SLOW_MS 600u
+#define SLOW_LEASES 5
+#define SLOW_TTL_S 5
+
+Test(cluster_lease_shed, slow_link_renewals_answered, .fini = fini, .timeout = 240)
+{
+    start_with(NULL);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    int64_t ids[SLOW_LEASES];
+    uint64_t answered[SLOW_LEASES] = {0};
+    for (int k = 0; k < SLOW_LEASES; k++)
+        ids[k] = grant(l, SLOW_TTL_S);
+    uint64_t t0 = kvt_now_ms();
+    while (ttl_on(f, ids[SLOW_LEASES - 1]) <= 0 && kvt_now_ms() - t0 < 10000)
+        kvt_sleep_ms(50);
+    for (int q = 0; q < 3; q++)
+        kvt_proxy_set(g_c.m[q].proxy, 0, 0, SLOW_MS, 0);
+
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", g_c.m[f].client_port, 5000), 0);
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(g, "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+    cr_assert_not_null(st);
+    /* One renewal of every lease every TTL/3 for 2 TTLs (the client's schedule). */
+    uint64_t start = kvt_now_ms(), end = start + 2u * SLOW_TTL_S * 1000u, next = start;
+    uint64_t sent = 0, answers = 0, zero_ttl = 0;
+    while (kvt_now_ms() < end + 2u * SLOW_MS + 1000u && !st->closed) {
+        if (kvt_now_ms() >= next && kvt_now_ms() < end) {
+            for (int k = 0; k < SLOW_LEASES; k++)
+                send_renewal(st, ids[k]);
+            sent += SLOW_LEASES;
+            cr_assert_eq(kv_it_grpc_flush(g, 2000), 0);
+            next += SLOW_TTL_S * 1000u / 3u;
+        }
+        (void)kv_it_grpc_pump(g, 20);
+        uint8_t *msg = NULL;
+        size_t len = 0;
+        while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
+            Etcdserverpb__LeaseKeepAliveResponse *r =
+                etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
+            free(msg);
+            cr_assert_not_null(r);
+            answers++;
+            for (int k = 0; k < SLOW_LEASES; k++)
+                if (ids[k] == r->id) {
+                    answered[k]++;
+                    zero_ttl += r->ttl <= 0;
+                }
+            etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+        }
+    }
+    fprintf(stderr,
+            "  slow link (%u ms each way): %" PRIu64 " renewals sent, %" PRIu64
+            " answered (%" PRIu64 " with TTL 0); follower: timeouts %.0f, forwarded %.0f\n",
+            SLOW_MS, sent, answers, zero_ttl, metric(f, "kvd_lease_fwd_timeouts_total"),
+            metric(f, "kvd_lease_fwd_renewals_total"));
+    cr_assert(!st->closed, "the follower ended the stream: grpc-status %d '%s'", st->grpc_status,
+              st->grpc_message);
+    cr_assert_eq(zero_ttl, 0);
+    /* Every lease gets answers over its TTL (at least 4 of its 6 renewals; some margin for a
+     * leader change under the delay). */
+    for (int k = 0; k < SLOW_LEASES; k++)
+        cr_assert_geq(answered[k], 4, "lease %d: %" PRIu64 " of %" PRIu64 " renewals answered", k,
+                      answered[k], sent / SLOW_LEASES);
+    kv_it_grpc_close(g);
 }
