@@ -31,7 +31,7 @@ void kv_config_default(kv_config *cfg)
     cfg->lease_revoke_rate = 1000;
     cfg->lease_checkpoint_interval_ms = 300000;
     cfg->lease_checkpoint_rate = 1000;
-    cfg->max_pending_lease_forwards = 10000;
+    cfg->max_pending_lease_forwards = 65536;
     cfg->startup_verify_records = 10000;
     cfg->max_health_probes = 64;
     cfg->metrics_max_connections = 256;
@@ -347,7 +347,10 @@ const char *kv_config_usage(void)
            "  --lease-checkpoint-interval D   remaining-TTL checkpoint period (default 5m)\n"
            "  --lease-checkpoint-rate N       checkpoints per second (1000)\n"
            "  --max-pending-lease-forwards N  renewals/TTL queries a follower has queued or in\n"
-           "                                  flight to the leader (10000)\n"
+           "                                  flight to the leader, one per lease (renewals of a\n"
+           "                                  pending lease join it); beyond: that renewal is\n"
+           "                                  dropped, the stream stays open (65536: 3x the\n"
+           "                                  20,000 leases of the design load)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"

@@ -70,7 +70,7 @@ typedef struct kv_config {
     uint32_t lease_revoke_rate;  /* --lease-revoke-rate, leases/s, default 1000 */
     uint32_t lease_checkpoint_interval_ms; /* --lease-checkpoint-interval, default 300000 */
     uint32_t lease_checkpoint_rate;        /* --lease-checkpoint-rate, default 1000 */
-    uint32_t max_pending_lease_forwards;   /* --max-pending-lease-forwards, default 10000 */
+    uint32_t max_pending_lease_forwards;   /* --max-pending-lease-forwards, default 65536 */
 
     /* Testing. */
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall,

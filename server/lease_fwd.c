@@ -11,6 +11,7 @@
 #include "raft.pb-c.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,13 +26,29 @@ typedef struct fwd_owner {
     unsigned stream : 1; /* keepalive stream: registered as the call's data */
 } fwd_owner;
 
-typedef struct fwd_item {
+/* One caller waiting for a coalesced renewal: the keepalive stream (owner) and its callback. */
+typedef struct fwd_waiter {
+    struct fwd_waiter *next;
     fwd_owner *o;
+    kv_lease_fwd_renew_fn done;
+} fwd_waiter;
+
+/* The one pending forward of lease id's renewal (coalescing, lease_fwd.h): every renewal of id
+ * that arrives while it is queued or in flight joins it as a waiter. In the id index until it
+ * completes. */
+typedef struct fwd_renew {
+    struct fwd_renew *hnext; /* index chain */
+    int64_t id;
+    fwd_waiter *waiters;
+} fwd_renew;
+
+typedef struct fwd_item {
+    fwd_owner *o; /* TimeToLive only */
+    fwd_renew *r; /* renewal only */
     int64_t id;
     unsigned ttl : 1;
     unsigned want_keys : 1;
     unsigned retries : 5; /* "unknown lease" answers asked again (RETRY_MAX) */
-    kv_lease_fwd_renew_fn renew_done;
     kv_lease_fwd_ttl_fn ttl_done;
 } fwd_item;
 
@@ -55,10 +72,85 @@ struct kv_lease_fwd {
     fwd_batch *open;  /* accepting this loop turn's requests, or NULL */
     fwd_batch *retry; /* accepting retries of "unknown lease" answers, or NULL */
     size_t pending, max_pending;
+    size_t waiters, max_waiters; /* renewal waiters (coalesced ones included) */
+    fwd_renew **index;           /* id -> pending renewal; nbuckets a power of two or 0 */
+    size_t nbuckets, nrenew;
+    uint64_t seed;
     uint64_t next_seq, timeout_ms;
     fwd_owner *streams, *ttls; /* owner lists */
     kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
+    kv_metric *m_coalesced;
 };
+
+/* ---- the id index of pending renewals (chained, grows at load 1) ---- */
+
+static size_t bucket_of(const kv_lease_fwd *f, int64_t id)
+{
+    /* Ids are client-chosen: the hash is keyed with a per-forwarder seed. */
+    uint64_t x = (uint64_t)id ^ f->seed;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (size_t)(x & (f->nbuckets - 1));
+}
+
+static fwd_renew *index_find(const kv_lease_fwd *f, int64_t id)
+{
+    if (f->nbuckets == 0)
+        return NULL;
+    for (fwd_renew *r = f->index[bucket_of(f, id)]; r; r = r->hnext)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+static int index_add(kv_lease_fwd *f, fwd_renew *r)
+{
+    if (f->nrenew + 1 > f->nbuckets) {
+        size_t nb = f->nbuckets ? f->nbuckets * 2 : 64;
+        fwd_renew **idx = calloc(nb, sizeof(*idx));
+        if (idx == NULL)
+            return -ENOMEM;
+        fwd_renew **old = f->index;
+        size_t onb = f->nbuckets;
+        f->index = idx;
+        f->nbuckets = nb;
+        for (size_t i = 0; i < onb; i++) {
+            fwd_renew *x = old[i], *next;
+            for (; x; x = next) {
+                next = x->hnext;
+                size_t b = bucket_of(f, x->id);
+                x->hnext = idx[b];
+                idx[b] = x;
+            }
+        }
+        free(old);
+    }
+    size_t b = bucket_of(f, r->id);
+    r->hnext = f->index[b];
+    f->index[b] = r;
+    f->nrenew++;
+    return 0;
+}
+
+static void index_remove(kv_lease_fwd *f, fwd_renew *r)
+{
+    if (f->nbuckets == 0)
+        return;
+    for (fwd_renew **pp = &f->index[bucket_of(f, r->id)]; *pp; pp = &(*pp)->hnext)
+        if (*pp == r) {
+            *pp = r->hnext;
+            f->nrenew--;
+            break;
+        }
+    if (f->nrenew == 0) { /* idle: release the index */
+        free(f->index);
+        f->index = NULL;
+        f->nbuckets = 0;
+    }
+}
 
 /* ---- owners ---- */
 
@@ -105,24 +197,11 @@ static void owner_detach(kv_lease_fwd *f, fwd_owner *o)
 
 /* ---- completing requests ---- */
 
-static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int64_t b)
+/* One request of owner o is complete: ends a half-closed stream after its last answer and
+ * frees the owner once nothing refers to it. */
+static void owner_put(kv_lease_fwd *f, fwd_owner *o)
 {
-    fwd_owner *o = it->o;
-    f->pending--;
     o->pending--;
-    if (o->call && status == -ETIMEDOUT && !it->ttl && !o->half_closed) {
-        /* No answer in time on an open stream: drop the renewal (no error, which would end
-         * the stream); the client renews again on its TTL/3 schedule. */
-    } else if (o->call) {
-        kv_grpc_call *call = o->call;
-        if (it->ttl) {
-            o->call = NULL; /* the unary call is answered or handed on by the callback */
-            it->ttl_done(call, it->id, it->want_keys, status, a, b);
-        } else if (it->renew_done(call, it->id, status, a)) {
-            kv_grpc_call_set_data(call, NULL);
-            o->call = NULL;
-        }
-    }
     if (o->pending > 0)
         return;
     if (o->call && o->half_closed) {
@@ -132,6 +211,51 @@ static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int6
     }
     if (o->call == NULL)
         owner_free(f, o);
+}
+
+/* Answers one waiter of a renewal. A renewal that could not be answered in time (-ETIMEDOUT)
+ * or that a bound refused (-EBUSY) on an open stream is dropped without an answer: an error
+ * would end the stream and every other lease renewed on it; the client renews again on its
+ * TTL/3 schedule. */
+static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, int64_t ttl)
+{
+    fwd_owner *o = w->o;
+    f->waiters--;
+    if (o->call && (status == -ETIMEDOUT || status == -EBUSY) && !o->half_closed) {
+        /* dropped (see above) */
+    } else if (o->call) {
+        kv_grpc_call *call = o->call;
+        if (w->done(call, id, status, ttl)) {
+            kv_grpc_call_set_data(call, NULL);
+            o->call = NULL;
+        }
+    }
+    owner_put(f, o);
+}
+
+static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int64_t b)
+{
+    f->pending--;
+    if (!it->ttl) {
+        /* Out of the index first: a renewal arriving from here on starts a new forward. */
+        fwd_renew *r = it->r;
+        index_remove(f, r);
+        fwd_waiter *w = r->waiters, *next;
+        free(r);
+        for (; w; w = next) {
+            next = w->next;
+            waiter_done(f, w, it->id, status, a);
+            free(w);
+        }
+        return;
+    }
+    fwd_owner *o = it->o;
+    if (o->call) {
+        kv_grpc_call *call = o->call;
+        o->call = NULL; /* the unary call is answered or handed on by the callback */
+        it->ttl_done(call, it->id, it->want_keys, status, a, b);
+    }
+    owner_put(f, o);
 }
 
 static void batch_unlink(kv_lease_fwd *f, fwd_batch *b)
@@ -152,23 +276,23 @@ static void batch_unlink(kv_lease_fwd *f, fwd_batch *b)
         f->retry = NULL;
 }
 
-static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry);
+static int enqueue(kv_lease_fwd *f, const fwd_item *it, int retry);
 
 /* The leader did not know lease it->id although this member's table has it: the leader may
  * not have applied the grant yet (a follower can apply an entry first), or this member has
  * not applied the revoke yet. Asks again a timer period later, while the table holds the
- * lease, at most RETRY_MAX times. 1 if re-queued. */
+ * lease, at most RETRY_MAX times (a renewal keeps its waiters and stays in the index). 1 if
+ * re-queued. */
 static int retry_unknown(kv_lease_fwd *f, fwd_item *it)
 {
     if (it->retries >= RETRY_MAX || !kv_lessor_exists(f->s->lessor, it->id))
         return 0;
     fwd_item copy = *it;
     copy.retries++;
-    if (enqueue(f, it->o, &copy, 1) < 0)
+    if (enqueue(f, &copy, 1) < 0)
         return 0;
     kv_metric_inc(f->m_retried);
     f->pending--; /* enqueue counted it again */
-    it->o->pending--;
     return 1;
 }
 
@@ -280,10 +404,10 @@ static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
         (void)batch_serve_local(f, b); /* -EAGAIN: not serving yet, the timer retries */
         return;
     }
-    int rc = batch_send(f, b, leader);
-    if (rc == -EAGAIN) /* the peer's send queue is full: shed this batch */
-        batch_finish(f, b, -EBUSY, NULL, NULL, NULL);
-    /* other errors (no connection yet, ...): unsent, the timer retries */
+    /* Errors (the peer's priority queue is full, no connection yet, ...): the batch stays
+     * unsent and the timer retries it until its time bound; then its renewals are dropped
+     * without an answer (item_done), never ending a stream. */
+    (void)batch_send(f, b, leader);
 }
 
 static void on_idle(uv_idle_t *h)
@@ -400,8 +524,9 @@ static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_
 
 /* ---- queueing ---- */
 
-/* Adds it to the open batch (retry: to the retry batch, sent a timer period later). */
-static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry)
+/* Adds it to the open batch (retry: to the retry batch, sent a timer period later) and counts
+ * it in f->pending; owners and waiters are the caller's. */
+static int enqueue(kv_lease_fwd *f, const fwd_item *it, int retry)
 {
     fwd_batch **slot = retry ? &f->retry : &f->open;
     fwd_batch *b = *slot;
@@ -429,11 +554,9 @@ static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry)
         b->cap = cap;
     }
     b->items[b->n] = *it;
-    b->items[b->n].o = o;
     b->n++;
     if (it->ttl)
         b->n_ttl++;
-    o->pending++;
     f->pending++;
     if (retry)
         timer_ensure(f);
@@ -444,22 +567,73 @@ static int enqueue(kv_lease_fwd *f, fwd_owner *o, const fwd_item *it, int retry)
     return 0;
 }
 
-static int admit(kv_lease_fwd *f)
+static int shed(kv_lease_fwd *f)
 {
-    if (f == NULL || f->handles_open == 0)
-        return -EAGAIN;
-    if (f->pending >= f->max_pending) {
-        kv_metric_inc(f->m_shed);
-        return -EBUSY;
+    kv_metric_inc(f->m_shed);
+    return -EBUSY;
+}
+
+/* Adds a waiter (o, done) to renewal r. */
+static int waiter_add(kv_lease_fwd *f, fwd_renew *r, fwd_owner *o, kv_lease_fwd_renew_fn done)
+{
+    fwd_waiter *w = malloc(sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->o = o;
+    w->done = done;
+    w->next = r->waiters;
+    r->waiters = w;
+    o->pending++;
+    f->waiters++;
+    return 0;
+}
+
+/* Queues (or joins) the renewal of id for stream owner o. */
+static int renew_owner(kv_lease_fwd *f, fwd_owner *o, int64_t id, kv_lease_fwd_renew_fn done)
+{
+    fwd_renew *r = index_find(f, id);
+    if (r != NULL) {
+        /* Coalesced: one forward per lease id, whatever the number of renewals. The same
+         * stream waiting already gets that one answer (one response for its renewals of id
+         * while the forward is pending; clients take the TTL of the latest response). */
+        for (fwd_waiter *w = r->waiters; w; w = w->next)
+            if (w->o == o) {
+                kv_metric_inc(f->m_coalesced);
+                return 0;
+            }
+        if (f->waiters >= f->max_waiters)
+            return shed(f);
+        int rc = waiter_add(f, r, o, done);
+        if (rc == 0)
+            kv_metric_inc(f->m_coalesced);
+        return rc;
     }
-    return 0; /* without a leader the request waits for one, up to the time bound */
+    if (f->pending >= f->max_pending || f->waiters >= f->max_waiters)
+        return shed(f);
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->id = id;
+    int rc = index_add(f, r);
+    if (rc < 0)
+        goto fail;
+    fwd_item it = {.r = r, .id = id};
+    rc = enqueue(f, &it, 0);
+    if (rc < 0) {
+        index_remove(f, r);
+        goto fail;
+    }
+    /* queued: without a waiter (ENOMEM) the answer goes to nobody */
+    return waiter_add(f, r, o, done);
+fail:
+    free(r);
+    return rc;
 }
 
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done)
 {
-    int rc = admit(f);
-    if (rc < 0)
-        return rc;
+    if (f == NULL || f->handles_open == 0)
+        return -EAGAIN;
     fwd_owner *o = kv_grpc_call_data(call);
     int fresh = 0;
     if (o == NULL) {
@@ -469,9 +643,8 @@ int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease
         kv_grpc_call_set_data(call, o);
         fresh = 1;
     }
-    fwd_item it = {.id = id, .renew_done = done};
-    rc = enqueue(f, o, &it, 0);
-    if (rc < 0 && fresh)
+    int rc = renew_owner(f, o, id, done);
+    if (rc < 0 && fresh && o->pending == 0)
         owner_detach(f, o);
     return rc;
 }
@@ -479,17 +652,21 @@ int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease
 int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
                      kv_lease_fwd_ttl_fn done)
 {
-    int rc = admit(f);
-    if (rc < 0)
-        return rc;
+    if (f == NULL || f->handles_open == 0)
+        return -EAGAIN;
+    if (f->pending >= f->max_pending)
+        return shed(f);
     fwd_owner *o = owner_new(f, call, 0);
     if (o == NULL)
         return -ENOMEM;
-    fwd_item it = {.id = id, .ttl = 1, .want_keys = want_keys ? 1u : 0u, .ttl_done = done};
-    rc = enqueue(f, o, &it, 0);
-    if (rc < 0)
+    fwd_item it = {.o = o, .id = id, .ttl = 1, .want_keys = want_keys ? 1u : 0u, .ttl_done = done};
+    int rc = enqueue(f, &it, 0);
+    if (rc < 0) {
         owner_detach(f, o);
-    return rc;
+        return rc;
+    }
+    o->pending++;
+    return 0;
 }
 
 int kv_lease_fwd_call_gone(kv_lease_fwd *f, kv_grpc_call *call)
@@ -553,7 +730,12 @@ static void register_metrics(kv_lease_fwd *f)
                                       "Peer frames carrying forwarded lease requests.", NULL);
     f->m_shed = kv_metrics_counter(
         m, "kvd_lease_fwd_shed_total",
-        "Lease requests refused: --max-pending-lease-forwards reached or peer queue full.", NULL);
+        "Lease requests refused (a keepalive stream's renewal dropped without an answer): "
+        "--max-pending-lease-forwards reached.",
+        NULL);
+    f->m_coalesced = kv_metrics_counter(
+        m, "kvd_lease_fwd_coalesced_total",
+        "Renewals that joined the pending forward of the same lease instead of a new one.", NULL);
     f->m_resent = kv_metrics_counter(m, "kvd_lease_fwd_resent_total",
                                      "Forwarded batches re-sent after a leader change.", NULL);
     f->m_timeouts = kv_metrics_counter(m, "kvd_lease_fwd_timeouts_total",
@@ -574,9 +756,17 @@ int kv_lease_fwd_start(kv_server *s)
         return -ENOMEM;
     f->s = s;
     f->max_pending =
-        s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards : 10000;
-    /* An election takes one to two election timeouts (randomized): wait that long. */
-    f->timeout_ms = 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+        s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards : 65536;
+    /* Waiters: one per distinct lease plus as many renewals joined from other streams. */
+    f->max_waiters = 2 * f->max_pending;
+    f->seed = (uint64_t)uv_hrtime() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)f;
+    /* etcd's request timeout (ReqTimeout: 5 s + 2 election timeouts), its bound on a
+     * forwarded LeaseRenew: it covers an election (one to two election timeouts) and a slow
+     * link. A shorter bound drops every renewal whose round trip exceeds it, so a client on a
+     * follower gets no answer for a whole TTL although the leader renewed (and then gives
+     * the lease up). */
+    f->timeout_ms =
+        5000ull + 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
     uv_idle_init(s->loop, &f->idle);
     uv_timer_init(s->loop, &f->timer);
     f->idle.data = f;
@@ -592,8 +782,10 @@ int kv_lease_fwd_start(kv_server *s)
 static void on_handle_closed(uv_handle_t *h)
 {
     kv_lease_fwd *f = h->data;
-    if (--f->handles_open == 0)
+    if (--f->handles_open == 0) {
+        free(f->index); /* NULL unless a renewal outlived its batch (never, by construction) */
         free(f);
+    }
 }
 
 void kv_lease_fwd_stop(kv_server *s)

@@ -8,21 +8,34 @@
  * TTL (0 = unknown lease) or remaining/granted TTL (-1 = unknown), and the follower answers
  * each client call through its done callback. The leader side is lease_fwd_serve.c.
  *
- * Bounds: at most cfg->max_pending_lease_forwards requests queued or in flight
- * (--max-pending-lease-forwards); past it kv_lease_fwd_renew/_ttl return -EBUSY and the
- * service answers RESOURCE_EXHAUSTED "etcdserver: too many requests" (metric
- * kvd_lease_fwd_shed_total). Requests wait for a leader; a batch in flight when the leader
- * changes is re-sent once to the new leader (kvd_lease_fwd_resent_total); a batch that could
- * not be sent, or that the leader refused because it does not serve leases yet, is retried
- * every timer period. The time bound is two election timeouts (an election takes one to two)
- * from queueing, renewed once by the re-send: then the batch fails with -EAGAIN ("etcdserver:
- * no leader") if no leader is known, else -ETIMEDOUT (a second leader change counts as one).
- * A timed-out renewal on an open keepalive stream is dropped without an answer (an error would
- * end the stream; the client renews on its TTL/3 schedule); a half-closed stream or a
- * TimeToLive gets "etcdserver: request timed out". A leader answering "unknown lease" for a
- * lease this member's table holds (the leader had not applied the grant yet, or this member
- * not the revoke) is asked again every timer period while the table holds it, at most 20
- * times (kvd_lease_fwd_retried_total).
+ * Coalescing: at most one pending forward per lease id. A renewal of an id already queued or
+ * in flight joins it: every stream waiting on it gets the leader's answer (a stream that
+ * already waits on that id gets one answer for all its renewals of it while it is pending,
+ * as the client only keeps the latest TTL). So a flood of renewals of one lease costs one
+ * slot, and the requests pending are at most the distinct leases renewed through this member
+ * (kvd_lease_fwd_coalesced_total). TimeToLive queries are not coalesced.
+ *
+ * Bounds: at most cfg->max_pending_lease_forwards forwards (distinct renewals plus TimeToLive
+ * queries) queued or in flight (--max-pending-lease-forwards), and at most twice that many
+ * renewal waiters. Past them kv_lease_fwd_renew/_ttl return -EBUSY (metric
+ * kvd_lease_fwd_shed_total): the service drops that one renewal without an answer and keeps
+ * the stream open (the client renews again on its TTL/3 schedule); a TimeToLive gets
+ * RESOURCE_EXHAUSTED "etcdserver: too many requests". Requests wait for a leader; a batch in
+ * flight when the leader changes is re-sent once to the new leader
+ * (kvd_lease_fwd_resent_total); a batch that could not be sent (the peer's priority queue
+ * full, no connection), or that the leader refused because it does not serve leases yet, is
+ * retried every timer period. A batch whose frame or answer the peer layer dropped stays in
+ * flight until the time bound. The time bound is etcd's request timeout, 5 s + two election
+ * timeouts (an election takes one to two; the rest covers a slow link: a round trip longer
+ * than the bound would leave every renewal through this member unanswered), from queueing,
+ * renewed once by the re-send: then the batch fails with -EAGAIN
+ * ("etcdserver: no leader") if no leader is known, else -ETIMEDOUT (a second leader change
+ * counts as one). A timed-out renewal on an open keepalive stream is dropped without an
+ * answer (an error would end the stream; the client renews on its TTL/3 schedule); a
+ * half-closed stream or a TimeToLive gets "etcdserver: request timed out". A leader answering
+ * "unknown lease" for a lease this member's table holds (the leader had not applied the
+ * grant yet, or this member not the revoke) is asked again every timer period while the
+ * table holds it, at most 20 times (kvd_lease_fwd_retried_total).
  *
  * Calls: a request belongs to a gRPC call. The forwarder keeps a small owner record per call
  * (for keepalive streams in the call's data pointer); the service must tell it when the call
@@ -46,9 +59,9 @@
 typedef struct kv_lease_fwd kv_lease_fwd;
 
 /* Result of one forwarded renewal: status 0 and ttl (0 = unknown lease), or -EAGAIN (no
- * leader), -ETIMEDOUT (half-closed streams only), -EBUSY (the peer's queue is full),
- * -ECANCELED (server closing). Returns 1 if it ended the call (finish
- * or error), else 0. Never called for a call that went away. */
+ * leader), -ETIMEDOUT (half-closed streams only), -ECANCELED (server closing); never -EBUSY
+ * nor -ETIMEDOUT on an open stream (such renewals are dropped without a callback). Returns 1 if it
+ * ended the call (finish or error), else 0. Never called for a call that went away. */
 typedef int (*kv_lease_fwd_renew_fn)(kv_grpc_call *call, int64_t id, int status, int64_t ttl);
 /* Result of one forwarded TimeToLive: status 0 and remaining (-1 = unknown lease), granted,
  * or a negative errno as above. The unary call must be ended (or handed on) by fn. */
@@ -62,9 +75,10 @@ int kv_lease_fwd_start(kv_server *s);
  * detaches the handlers, closes the handles (freed on the next loop turn). Idempotent. */
 void kv_lease_fwd_stop(kv_server *s);
 
-/* Queues a renewal of lease id for keepalive stream call (this member must not lead). 0
- * queued (done runs later, never from inside this call), -EBUSY bound reached (shed),
- * -EAGAIN forwarder stopped, -ENOMEM. */
+/* Queues a renewal of lease id for keepalive stream call (this member must not lead), or
+ * joins the pending forward of id. 0 queued or joined (done runs later, never from inside
+ * this call), -EBUSY bound reached (shed: drop this renewal, keep the stream), -EAGAIN
+ * forwarder stopped, -ENOMEM. */
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
 /* Queues a TimeToLive query of lease id for unary call; same returns. */
 int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
@@ -79,7 +93,7 @@ int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call);
  * forwarder finishes the call OK after the last answer), 0 if the caller should finish now. */
 int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
 
-/* Requests queued or in flight (tests, metrics). */
+/* Forwards (distinct renewals, TimeToLive queries) queued or in flight (tests, metrics). */
 size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
 
 /* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the

@@ -18,7 +18,10 @@ static void send_resp(kv_server *s, uint64_t to, Kvdraftpb__LeaseRenewResp *r)
     if (buf == NULL)
         return; /* the follower times the batch out */
     kvdraftpb__lease_renew_resp__pack(r, buf);
-    /* The priority queue: the answer overtakes the appends queued for the follower. */
+    /* The priority queue: the answer overtakes the appends queued for the follower. If it
+     * is full (or the connection is down) the answer is dropped: the renewals were applied
+     * here already, and the follower drops them silently at its time bound (open keepalive
+     * streams stay open; lease_fwd.h), so nothing to retry. */
     (void)kv_node_peer_send_prio(s->node, to, KV_LEASE_FWD_RESP, buf, len);
     free(buf);
 }

@@ -143,6 +143,7 @@ typedef struct lb_result {
     /* kvd metrics summed over members: window deltas of the forwarding counters, end
      * values of the others; -1 when absent */
     double fwd_renewals, fwd_batches, fwd_shed, fwd_timeouts, fwd_retried, fwd_resent;
+    double fwd_coalesced;
     double expired, revoked, peer_connected, ka_shed;
     double heap_m[KV_BC_MAX_MEMBERS];
 } lb_result;
@@ -729,13 +730,13 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
     r->sorted_ids = sorted;
 
     /* The measured window: keepalive traffic only, plus the put probe on the leader. */
-    double f0[6] = {-1, -1, -1, -1, -1, -1};
-    static const char *const fwd_names[6] = {
-        "kvd_lease_fwd_renewals_total", "kvd_lease_fwd_batches_total",
-        "kvd_lease_fwd_shed_total",     "kvd_lease_fwd_timeouts_total",
-        "kvd_lease_fwd_retried_total",  "kvd_lease_fwd_resent_total"};
+    double f0[7] = {-1, -1, -1, -1, -1, -1, -1};
+    static const char *const fwd_names[7] = {
+        "kvd_lease_fwd_renewals_total", "kvd_lease_fwd_batches_total", "kvd_lease_fwd_shed_total",
+        "kvd_lease_fwd_timeouts_total", "kvd_lease_fwd_retried_total", "kvd_lease_fwd_resent_total",
+        "kvd_lease_fwd_coalesced_total"};
     if (t->kvd)
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < 7; k++)
             f0[k] = sum_metric(t, fwd_names[k]);
     double cpu0[KV_BC_MAX_MEMBERS] = {0}, cpu1[KV_BC_MAX_MEMBERS] = {0};
     uint64_t sent0 = r->ka_sent, recv0 = r->ka_recv;
@@ -772,9 +773,10 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
         snprintf(res->probe_error, sizeof(res->probe_error), "load: %.100s", probe.first_error);
     res->peers_load = probe.peers;
     if (t->kvd) {
-        double *dst[6] = {&res->fwd_renewals, &res->fwd_batches, &res->fwd_shed,
-                          &res->fwd_timeouts, &res->fwd_retried, &res->fwd_resent};
-        for (int k = 0; k < 6; k++)
+        double *dst[7] = {&res->fwd_renewals, &res->fwd_batches, &res->fwd_shed,
+                          &res->fwd_timeouts, &res->fwd_retried, &res->fwd_resent,
+                          &res->fwd_coalesced};
+        for (int k = 0; k < 7; k++)
             *dst[k] = delta(f0[k], sum_metric(t, fwd_names[k]));
     }
     read_rss(lpid, &res->rss2);
@@ -937,12 +939,13 @@ static void print_extra(const char *name, const lb_opts *o, const lb_result *x)
     printf("\n");
     if (x->kvd) {
         printf("%-5s kvd metrics: window: forwarded renewals %.0f in %.0f batches (%.1f per "
-               "batch), shed %.0f, timeouts %.0f, retried %.0f, resent %.0f | end: expired %.0f "
+               "batch), shed %.0f, timeouts %.0f, retried %.0f, resent %.0f, coalesced %.0f | end: "
+               "expired %.0f "
                "revoked %.0f peer_connected %.0f heap sizes",
                name, x->fwd_renewals, x->fwd_batches,
                x->fwd_batches > 0 ? x->fwd_renewals / x->fwd_batches : 0.0, x->fwd_shed,
-               x->fwd_timeouts, x->fwd_retried, x->fwd_resent, x->expired, x->revoked,
-               x->peer_connected);
+               x->fwd_timeouts, x->fwd_retried, x->fwd_resent, x->fwd_coalesced, x->expired,
+               x->revoked, x->peer_connected);
         for (int i = 0; i < x->n; i++)
             printf(" m%d %.0f", i + 1, x->heap_m[i]);
         printf("\n");

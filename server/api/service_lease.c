@@ -131,7 +131,10 @@ static kv_etcd_err fwd_err(int status)
     }
 }
 
-/* The leader answered a renewal this follower forwarded (lease_fwd.h). */
+/* The leader answered a renewal this follower forwarded (lease_fwd.h). Negative statuses
+ * reaching here are the ones etcd ends the stream for: no leader within the time bound, the
+ * server closing, a timeout on a half-closed stream; a renewal shed or timed out on an open
+ * stream is dropped by the forwarder without calling this. */
 static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
 {
     kv_server *s = kv_grpc_call_app(call);
@@ -166,9 +169,13 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (rc == -EAGAIN && s->lease_fwd != NULL && !kv_node_is_leader(s->node)) {
         /* A follower: the leader renews; this loop turn's renewals travel as one frame. */
         rc = kv_lease_fwd_renew(s->lease_fwd, call, id, ka_forwarded);
-        if (rc == 0)
+        /* -EBUSY: the forwarder's bound shed this one renewal (counted there). It is dropped
+         * without an answer and the stream stays open: ending it would drop every other
+         * lease renewed on it, and the client renews again on its TTL/3 schedule. A lease
+         * being kept alive must not expire because of overload (docs/). */
+        if (rc == 0 || rc == -EBUSY)
             return;
-        ka_end(s, call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : fwd_err(rc));
+        ka_end(s, call, fwd_err(rc)); /* the server is closing, or out of memory */
         return;
     }
     if (rc == -EAGAIN) {

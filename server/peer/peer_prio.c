@@ -11,6 +11,10 @@
  * (frames are not interleaved on the wire). Frames of one queue arrive in order; a priority
  * frame may overtake ordinary frames queued before it.
  *
+ * A full priority queue refuses the frame (-EAGAIN) and a dropped connection drops the queued
+ * frames: the senders (lease_fwd.c, lease_fwd_serve.c) then retry or let the request time
+ * out, which drops a renewal without an answer; neither ends a client's keepalive stream.
+ *
  * Metrics per peer: kvd_peer_priority_queued_bytes (depth), kvd_peer_priority_frames_sent_total
  * (frames taken from it), kvd_peer_priority_frames_dropped_total (queue full).
  * Loop thread only. Frames are owned by the queue until written or dropped.

@@ -10,7 +10,8 @@
  *     with a leader transfer; a lease's remaining TTL survives the transfer (checkpoints
  *     through the log, --lease-checkpoint-interval=1s here);
  *   - the peer connections stay one per member pair under keepalive load;
- *   - a full forward queue (--max-pending-lease-forwards) sheds with RESOURCE_EXHAUSTED.
+ *   - a full forward queue (--max-pending-lease-forwards) drops a keepalive renewal without
+ *     ending its stream and sheds a TimeToLive with RESOURCE_EXHAUSTED.
  * Clients: libkvclient (one shared keepalive stream per client) and etcdctl 3.4.
  * Figures (renewals forwarded, batches, time to expiry) are logged to stderr.
  */
@@ -21,6 +22,7 @@
 
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -654,7 +656,7 @@ static void *ka_call_run(void *arg)
     size_t len = etcdserverpb__lease_keep_alive_request__pack(&req, buf);
     uint8_t *resp = NULL;
     size_t rlen = 0;
-    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 8000,
+    k->rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseKeepAlive", buf, len, &resp, &rlen, 20000,
                             &k->status, k->msg, sizeof(k->msg));
     if (k->rc == 0) {
         Etcdserverpb__LeaseKeepAliveResponse *r =
@@ -676,34 +678,59 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
     cr_assert_geq(l, 0);
     int f = follower_of(l);
     kvc_client *c = client_only(f);
-    int64_t id = grant(c, 60);
+    /* Distinct leases: renewals of one lease coalesce into one forward (lease_fwd.h). */
+    int64_t ids[5];
+    for (int k = 0; k < 5; k++)
+        ids[k] = grant(c, 60);
+    int64_t id = ids[0];
     kvc_close(c);
 
-    /* Cut the follower off: its forwarded renewals wait (up to two election timeouts). */
+    /* Cut the follower off: its forwarded renewals wait (up to 5 s + two election timeouts). */
     cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
     ka_call held[4];
     pthread_t th[4];
     for (int k = 0; k < 4; k++) {
         memset(&held[k], 0, sizeof(held[k]));
         held[k].port = g_c.m[f].client_port;
-        held[k].id = id;
+        held[k].id = ids[k];
         cr_assert_eq(pthread_create(&th[k], NULL, ka_call_run, &held[k]), 0);
     }
     kvt_sleep_ms(250);
-    ka_call extra = {.port = g_c.m[f].client_port, .id = id};
+    /* A fifth renewal is shed: dropped without an answer, the stream is not ended with an
+     * error (here the client half-closed it, so it finishes OK with no response). */
+    ka_call extra = {.port = g_c.m[f].client_port, .id = ids[4]};
     ka_call_run(&extra);
+    /* A TimeToLive past the bound gets RESOURCE_EXHAUSTED. */
+    kv_it_grpc *tg = NULL;
+    cr_assert_eq(kv_it_grpc_open(&tg, "127.0.0.1", g_c.m[f].client_port, 5000), 0);
+    Etcdserverpb__LeaseTimeToLiveRequest treq = ETCDSERVERPB__LEASE_TIME_TO_LIVE_REQUEST__INIT;
+    treq.id = ids[4];
+    uint8_t tbuf[32], *tresp = NULL;
+    size_t tlen = etcdserverpb__lease_time_to_live_request__pack(&treq, tbuf), trlen = 0;
+    int tstatus = -1;
+    char tmsg[160] = "";
+    int trc = kv_it_grpc_call(tg, "/etcdserverpb.Lease/LeaseTimeToLive", tbuf, tlen, &tresp,
+                              &trlen, 8000, &tstatus, tmsg, sizeof(tmsg));
+    free(tresp);
+    kv_it_grpc_close(tg);
     for (int k = 0; k < 4; k++)
         pthread_join(th[k], NULL);
-    fprintf(stderr, "  fifth renewal: rc %d status %d '%s'; held ones: status %d '%s'\n", extra.rc,
-            extra.status, extra.msg, held[0].status, held[0].msg);
-    cr_assert_eq(extra.rc, KV_IT_GRPC_STATUS);
-    cr_assert_eq(extra.status, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", extra.status, extra.msg);
-    cr_assert_str_eq(extra.msg, "etcdserver: too many requests");
+    fprintf(stderr,
+            "  fifth renewal: rc %d status %d '%s'; TimeToLive: rc %d status %d '%s'; held ones: "
+            "status %d '%s'\n",
+            extra.rc, extra.status, extra.msg, trc, tstatus, tmsg, held[0].status, held[0].msg);
+    cr_assert(extra.rc == -EPROTO && extra.status == 0,
+              "shed renewal: want the stream finished OK without an answer, got rc %d status %d "
+              "'%s'",
+              extra.rc, extra.status, extra.msg);
+    cr_assert_eq(trc, KV_IT_GRPC_STATUS);
+    cr_assert_eq(tstatus, 8, "want RESOURCE_EXHAUSTED, got %d '%s'", tstatus, tmsg);
+    cr_assert_str_eq(tmsg, "etcdserver: too many requests");
     for (int k = 0; k < 4; k++)
         cr_assert(held[k].rc == KV_IT_GRPC_STATUS && held[k].status == 14,
                   "held renewal %d: rc %d status %d '%s' (want UNAVAILABLE)", k, held[k].rc,
                   held[k].status, held[k].msg);
-    cr_assert_geq(metric(f, "kvd_lease_fwd_shed_total"), 1);
+    cr_assert_geq(metric(f, "kvd_lease_fwd_shed_total"), 2);
     cr_assert_eq(metric(f, "kvd_lease_fwd_pending"), 0);
 
     /* Healed: renewals through the follower work again. */
