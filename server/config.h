@@ -123,6 +123,13 @@ typedef struct kv_config {
     char peer_key_file[512];        /* --peer-key-file */
     char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
     int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
+    /* Auth (issue 13 section 2, server/api/auth_srv.h). */
+    char auth_token[64];              /* --auth-token: "simple" (the only type; etcd's default) */
+    uint32_t auth_token_ttl;          /* --auth-token-ttl: seconds a simple token lives (300) */
+    uint32_t auth_hash_iterations;    /* --auth-hash-iterations: PBKDF2-SHA256 rounds (100000) */
+    uint32_t auth_max_pending_hashes; /* --auth-max-pending-hashes: password hashes queued or
+                                         running; beyond: "too many requests" (64) */
+    uint32_t auth_max_tokens;         /* --auth-max-tokens: live simple tokens (100000) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

@@ -34,6 +34,7 @@ typedef struct kv_server {
     struct kv_peer_net *peers;      /* peer transport (server/peer/peer_net.h); NULL alone */
     int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
     struct kv_lease_fwd *lease_fwd; /* follower renewals forwarded to the leader (lease_fwd.h) */
+    struct kv_auth *auth;           /* tokens and password hash worker (api/auth_srv.h) */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer

@@ -20,6 +20,18 @@ enum kv_ireq_field {
     KV_IREQ_LEASE_REVOKE = 8,
     KV_IREQ_LEASE_CHECKPOINT = 9,
     KV_IREQ_ALARM = 10,
+    /* Auth (60..70; 11, 12, 20, 21 are the node's member records, never wrapped here) */
+    KV_IREQ_AUTH_ENABLE = 60,
+    KV_IREQ_AUTH_DISABLE = 61,
+    KV_IREQ_AUTH_USER_ADD = 62,
+    KV_IREQ_AUTH_USER_DELETE = 63,
+    KV_IREQ_AUTH_USER_CHANGE_PASSWORD = 64,
+    KV_IREQ_AUTH_USER_GRANT_ROLE = 65,
+    KV_IREQ_AUTH_USER_REVOKE_ROLE = 66,
+    KV_IREQ_AUTH_ROLE_ADD = 67,
+    KV_IREQ_AUTH_ROLE_DELETE = 68,
+    KV_IREQ_AUTH_ROLE_GRANT_PERMISSION = 69,
+    KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION = 70,
 };
 
 /* *out is malloc'd (caller owns). Returns 0 or -ENOMEM / -EINVAL. */

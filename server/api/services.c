@@ -1,5 +1,6 @@
 #include "api/services.h"
 
+#include "api/auth_srv.h"
 #include "api/internal_req.h"
 #include "api/quota.h"
 #include "server.h"
@@ -19,7 +20,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
         {kv_service_lease, kv_service_lease_len},
         {kv_service_maintenance, kv_service_maintenance_len},
         {kv_service_cluster, kv_service_cluster_len},
-        {kv_service_unimplemented, kv_service_unimplemented_len},
+        {kv_service_auth, kv_service_auth_len},
         {kv_service_watch, kv_service_watch_len},
         {kv_service_health, kv_service_health_len},
     };
@@ -30,6 +31,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
                 return 0;
             out[len++] = parts[p].m[i];
         }
+    kv_auth_wrap_methods(out, len); /* authorization when auth is enabled (auth_gate.c) */
     return len;
 }
 

@@ -58,6 +58,9 @@ int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMe
                    Etcdserverpb__ResponseHeader **hdr);
 int kv_apply_members(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
                      Etcdserverpb__ResponseHeader **hdr);
+/* Auth management entries (apply_auth.c): AuthEnable ... RoleRevokePermission. */
+int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
+                  Etcdserverpb__ResponseHeader **hdr);
 
 /* ---- apply_range.c ---- */
 /* Static checks of a range request (empty key, sort options). 1 = error set in res. */

@@ -36,7 +36,8 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "kidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->kidx)) ||
         (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)) ||
         (rc = mdb_dbi_open(txn, "members", MDB_CREATE, &s->members)) ||
-        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)))
+        (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)) ||
+        (rc = mdb_dbi_open(txn, "auth", MDB_CREATE, &s->auth)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
 }

@@ -59,6 +59,7 @@ struct kv_store {
     bool deterministic;        /* kv_store_set_deterministic: no file-size dependent results */
     /* membership (members.c) */
     MDB_dbi members, members_removed;
+    MDB_dbi auth; /* users, roles, auth flag and revision (auth_store.c) */
 };
 
 /* One index entry (kidx dup). */
