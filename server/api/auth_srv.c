@@ -89,9 +89,13 @@ static int load_user(kv_auth_tx *tx, const char *name, Authpb__User **u)
 static int load_perms(kv_auth_tx *tx, const Authpb__User *u, kv_auth_caller *c)
 {
     size_t total = 0;
-    if (u->n_roles && !(c->roles = calloc(u->n_roles, sizeof *c->roles)))
+    if (u->n_roles && (!(c->roles = calloc(u->n_roles, sizeof *c->roles)) ||
+                       !(c->user_roles = calloc(u->n_roles, sizeof *c->user_roles))))
         return -ENOMEM;
     for (size_t i = 0; i < u->n_roles; i++) {
+        if (!(c->user_roles[c->n_user_roles] = strdup(u->roles[i])))
+            return -ENOMEM;
+        c->n_user_roles++;
         if (strcmp(u->roles[i], ROOT) == 0)
             c->root = true;
         uint8_t *v;
@@ -207,6 +211,11 @@ void kv_auth_caller_end(kv_auth_caller *c)
         authpb__role__free_unpacked(c->roles[i], NULL);
     free(c->roles);
     free(c->perms);
+    for (size_t i = 0; i < c->n_user_roles; i++)
+        free(c->user_roles[i]);
+    free(c->user_roles);
+    c->user_roles = NULL;
+    c->n_user_roles = 0;
     c->roles = NULL;
     c->perms = NULL;
     c->n_roles = c->n_perms = 0;

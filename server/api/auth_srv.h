@@ -62,6 +62,8 @@ typedef struct kv_auth_caller {
     void **roles; /* unpacked authpb.Role records the perms point into */
     size_t n_roles;
     uint64_t revision; /* auth revision read */
+    char **user_roles; /* the user's role names, as granted (malloc'd copies) */
+    size_t n_user_roles;
 } kv_auth_caller;
 
 /* Resolves the caller of call. 0: go on (c filled, free with kv_auth_caller_end); 1: the

@@ -451,6 +451,27 @@ static void on_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
     names_free(&x);
 }
 
+/* etcd 3.4 authApplierV3.UserGet/RoleGet: root, or a user asking about itself / a role it
+ * has. 0 go on, 1 answered. */
+static int require_admin_or_self(kv_grpc_call *call, const char *user, const char *role)
+{
+    kv_auth_caller c;
+    if (kv_auth_caller_begin(call, &c))
+        return 1;
+    int e = kv_auth_caller_admin_err(&c);
+    if (e && c.found && user && strcmp(user, c.user) == 0)
+        e = 0;
+    for (size_t i = 0; e && c.found && role && i < c.n_user_roles; i++)
+        if (strcmp(c.user_roles[i], role) == 0)
+            e = 0;
+    kv_auth_caller_end(&c);
+    if (e) {
+        kv_reply_etcd_err(call, (kv_etcd_err)e);
+        return 1;
+    }
+    return 0;
+}
+
 /* Reads one record: 0 (*out unpacked), or 1 after answering. */
 static int read_record(kv_grpc_call *call, char kind, const char *name, ProtobufCMessage **out)
 {
@@ -488,7 +509,8 @@ static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     ProtobufCMessage *m;
-    if (!kv_auth_require_admin(call) && !read_record(call, KV_AUTH_USER, r->name, &m)) {
+    if (!require_admin_or_self(call, r->name, NULL) &&
+        !read_record(call, KV_AUTH_USER, r->name, &m)) {
         Authpb__User *u = (Authpb__User *)m;
         Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
         fill_header(s, &h);
@@ -511,7 +533,8 @@ static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     ProtobufCMessage *m;
-    if (!kv_auth_require_admin(call) && !read_record(call, KV_AUTH_ROLE, r->role, &m)) {
+    if (!require_admin_or_self(call, NULL, r->role) &&
+        !read_record(call, KV_AUTH_ROLE, r->role, &m)) {
         Authpb__Role *role = (Authpb__Role *)m;
         Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
         fill_header(s, &h);
