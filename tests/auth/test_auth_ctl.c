@@ -318,3 +318,146 @@ Test(auth_ctl, token_ttl_renewal_expiry_and_password_change, .fini = fini, .time
     cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "--user root:newpw get k"), 0, "%s", o);
     kv_it_grpc_close(c);
 }
+
+/* ---- load: Authenticate flood vs lease keepalives (issue 13 section 2), scaled ---- */
+
+#define N_LEASES 1000
+#define N_AUTH 1000
+#define N_AUTH_CONNS 4
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void pump_all(kv_it_grpc **cs, int n, uint32_t wait_ms)
+{
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(kv_it_grpc_pump(cs[i], i == 0 ? wait_ms : 0), 0, "connection %d lost", i);
+}
+
+Test(auth_ctl, authenticate_flood_does_not_stall_keepalives, .fini = fini, .timeout = 300)
+{
+    /* default hash cost (PBKDF2-SHA256, 100,000 rounds) and queue bound (64) */
+    start(&g_kvd, &g_kvd_up, KV_IT_KVD, (const char *const[]){"--auth-token-ttl=300", NULL});
+    static char o[8192];
+    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    kv_it_grpc *cs[1 + N_AUTH_CONNS];
+    for (int i = 0; i < 1 + N_AUTH_CONNS; i++)
+        cr_assert_eq(kv_it_grpc_open(&cs[i], "127.0.0.1", g_kvd.client_port, 5000), 0);
+    char tok[128], msg[512];
+    cr_assert_eq(authenticate(cs[0], "root", "rootpw", tok, sizeof tok, msg, sizeof msg), 0, "%s",
+                 msg);
+    const char *md[] = {"token", tok, NULL};
+    kv_it_grpc_req with_tok = {.metadata = md};
+    /* N_LEASES leases of 4 s, granted in flights of 100 streams */
+    for (int base = 0; base < N_LEASES; base += 100) {
+        kv_it_grpc_stream *st[100];
+        for (int i = 0; i < 100; i++) {
+            Etcdserverpb__LeaseGrantRequest g = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+            g.id = 1000 + base + i;
+            g.ttl = 4;
+            uint8_t b[64];
+            size_t n = etcdserverpb__lease_grant_request__pack(&g, b);
+            st[i] = kv_it_grpc_stream_start(cs[0], "/etcdserverpb.Lease/LeaseGrant", &with_tok);
+            cr_assert_not_null(st[i]);
+            cr_assert_eq(kv_it_grpc_send_msg(st[i], b, n, 1), 0);
+        }
+        for (int i = 0; i < 100; i++) {
+            cr_assert_eq(kv_it_grpc_wait(cs[0], st[i], 20000), 1);
+            cr_assert_eq(st[i]->grpc_status, 0, "grant: %s", st[i]->grpc_message);
+            kv_it_grpc_stream_free(st[i]);
+        }
+    }
+    kv_it_grpc_stream *ka =
+        kv_it_grpc_stream_start(cs[0], "/etcdserverpb.Lease/LeaseKeepAlive", &with_tok);
+    cr_assert_not_null(ka);
+    /* the flood: N_AUTH Authenticate calls at once over N_AUTH_CONNS connections */
+    Etcdserverpb__AuthenticateRequest ar = ETCDSERVERPB__AUTHENTICATE_REQUEST__INIT;
+    ar.name = "root";
+    ar.password = "rootpw";
+    uint8_t ab[64];
+    size_t alen = etcdserverpb__authenticate_request__pack(&ar, ab);
+    static kv_it_grpc_stream *as[N_AUTH];
+    for (int i = 0; i < N_AUTH; i++) {
+        as[i] = kv_it_grpc_stream_start(cs[1 + i % N_AUTH_CONNS], "/etcdserverpb.Auth/Authenticate",
+                                        NULL);
+        cr_assert_not_null(as[i]);
+        as[i]->discard = 1;
+        cr_assert_eq(kv_it_grpc_send_msg(as[i], ab, alen, 1), 0);
+    }
+    /* keepalive rounds every 500 ms (TTL 4 s) for 6 s: every renewal's latency */
+    static uint64_t lat[N_LEASES * 16];
+    size_t nlat = 0, expired = 0;
+    uint64_t t0 = kv_it_now_ms();
+    for (int round = 0; kv_it_now_ms() < t0 + 6000; round++) {
+        uint64_t sent = kv_it_now_ms();
+        for (int i = 0; i < N_LEASES; i++) {
+            Etcdserverpb__LeaseKeepAliveRequest k = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+            k.id = 1000 + i;
+            uint8_t b[32];
+            size_t n = etcdserverpb__lease_keep_alive_request__pack(&k, b);
+            cr_assert_eq(kv_it_grpc_send_msg(ka, b, n, 0), 0);
+        }
+        size_t got = 0;
+        while (got < N_LEASES && kv_it_now_ms() < sent + 4000) {
+            pump_all(cs, 1 + N_AUTH_CONNS, 1);
+            uint8_t *m;
+            size_t mlen;
+            while (kv_it_grpc_stream_next(ka, &m, &mlen) == 1) {
+                Etcdserverpb__LeaseKeepAliveResponse *r =
+                    etcdserverpb__lease_keep_alive_response__unpack(NULL, mlen, m);
+                cr_assert_not_null(r);
+                if (r->ttl <= 0)
+                    expired++;
+                etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+                free(m);
+                if (nlat < sizeof lat / sizeof lat[0])
+                    lat[nlat++] = kv_it_now_ms() - sent;
+                got++;
+            }
+        }
+        cr_assert_eq(got, N_LEASES, "round %d: %zu of %d renewals answered", round, got, N_LEASES);
+        while (kv_it_now_ms() < sent + 500)
+            pump_all(cs, 1 + N_AUTH_CONNS, 5);
+    }
+    /* let the admitted hashes finish */
+    uint64_t t1 = kv_it_now_ms();
+    int ok = 0, shed = 0, other = 0, open = 1;
+    while (open && kv_it_now_ms() < t1 + 120000) {
+        pump_all(cs, 1 + N_AUTH_CONNS, 10);
+        open = 0;
+        for (int i = 0; i < N_AUTH; i++)
+            open |= !as[i]->closed;
+    }
+    for (int i = 0; i < N_AUTH; i++) {
+        if (as[i]->grpc_status == 0)
+            ok++;
+        else if (as[i]->grpc_status == 8 &&
+                 strcmp(as[i]->grpc_message, "etcdserver: too many requests") == 0)
+            shed++;
+        else
+            other++;
+    }
+    qsort(lat, nlat, sizeof lat[0], cmp_u64);
+    uint64_t p50 = lat[nlat / 2], p99 = lat[nlat * 99 / 100], max = lat[nlat - 1];
+    cr_log_info("Authenticate x%d: %d ok, %d shed (too many requests), %d other; keepalive "
+                "renewals %zu: p50 %llu ms, p99 %llu ms, max %llu ms",
+                N_AUTH, ok, shed, other, nlat, (unsigned long long)p50, (unsigned long long)p99,
+                (unsigned long long)max);
+    fprintf(stderr,
+            "auth flood: Authenticate x%d: %d ok, %d shed, %d other; keepalive renewals %zu: "
+            "p50 %llu ms, p99 %llu ms, max %llu ms\n",
+            N_AUTH, ok, shed, other, nlat, (unsigned long long)p50, (unsigned long long)p99,
+            (unsigned long long)max);
+    cr_assert_eq(expired, 0, "%zu renewals found their lease expired", expired);
+    cr_assert_eq(other, 0, "every Authenticate succeeds or is shed");
+    cr_assert_gt(ok, 0);
+    cr_assert_gt(shed, 0, "the hash queue bound sheds the excess");
+    cr_assert_lt(p99, 100, "keepalive p99 %llu ms during the flood (bound: 100 ms)",
+                 (unsigned long long)p99);
+    for (int i = 0; i < 1 + N_AUTH_CONNS; i++)
+        kv_it_grpc_close(cs[i]);
+}
