@@ -204,6 +204,27 @@ Test(auth_ctl, expected_answers, .fini = fini, .timeout = 120)
     cr_assert(strstr(o, "etcdserver: permission denied"), "watch outside the prefix: %s", o);
     cr_assert_neq(ctl(&g_kvd, o, sizeof o, NULL, "--user ann:annpw defrag"), 0);
     cr_assert(strstr(o, "permission denied"), "admin call: %s", o);
+    /* Txn: a compare outside the grant is a read there */
+    cr_assert_neq(ctl(&g_kvd, o, sizeof o, "value(\"/bar\") = \"x\"\n\nget /foo/x\n\n\n",
+                      "--user ann:annpw txn --interactive=false"),
+                  0);
+    cr_assert(strstr(o, "permission denied"), "txn compare outside the prefix: %s", o);
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, "value(\"/foo/x\") = \"1\"\n\nget /foo/x\n\n\n",
+                     "--user ann:annpw txn --interactive=false"),
+                 0, "%s", o);
+    cr_assert(strstr(o, "SUCCESS"), "%s", o);
+    /* LeaseGrant needs no permission; LeaseRevoke needs WRITE on the lease's keys */
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "--user ann:annpw lease grant 100"), 0, "%s", o);
+    char id[32] = "";
+    cr_assert_eq(sscanf(o, "lease %31s granted", id), 1, "%s", o);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "--user root:rootpw put /foo/l v --lease=%s", id);
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, cmd), 0, "%s", o);
+    snprintf(cmd, sizeof cmd, "--user ann:annpw lease revoke %s", id);
+    cr_assert_neq(ctl(&g_kvd, o, sizeof o, NULL, cmd), 0);
+    cr_assert(strstr(o, "permission denied"), "revoke of a lease with /foo/l: %s", o);
+    snprintf(cmd, sizeof cmd, "--user root:rootpw lease revoke %s", id);
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, cmd), 0, "%s", o);
     cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "--user root:rootpw auth disable"), 0, "%s", o);
     cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "put k v"), 0, "%s", o);
 }
