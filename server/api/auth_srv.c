@@ -20,6 +20,29 @@ static void on_sweep(uv_timer_t *t)
     kv_auth_tokens_sweep(a->tokens, uv_now(a->srv->loop));
 }
 
+static double m_pending(void *arg)
+{
+    kv_auth *a = arg;
+    kv_read_pool_stats st;
+    kv_read_pool_get_stats(a->hash_pool, &st);
+    return (double)st.pending;
+}
+
+static double m_refused(void *arg)
+{
+    return (double)((kv_auth *)arg)->hashes_refused;
+}
+
+static double m_tokens(void *arg)
+{
+    return (double)kv_auth_tokens_count(((kv_auth *)arg)->tokens);
+}
+
+static double m_tokens_refused(void *arg)
+{
+    return (double)((kv_auth *)arg)->tokens_refused;
+}
+
 static void on_timer_closed(uv_handle_t *h)
 {
     free(h);
@@ -49,6 +72,20 @@ int kv_auth_start(struct kv_server *srv, kv_auth **out)
     a->sweep->data = a;
     uv_timer_start(a->sweep, on_sweep, 1000, 1000);
     uv_unref((uv_handle_t *)a->sweep);
+    if (srv->metrics) {
+        kv_metrics_gauge_fn(srv->metrics, "kvd_auth_hash_pending",
+                            "Password hashes queued or running (--auth-max-pending-hashes)",
+                            m_pending, a);
+        kv_metrics_counter_fn(srv->metrics, "kvd_auth_hash_refused_total",
+                              "Password hashes refused: queue full (too many requests)",
+                              m_refused, a);
+        kv_metrics_gauge_fn(srv->metrics, "kvd_auth_tokens",
+                            "Live simple tokens on this member (--auth-max-tokens)", m_tokens, a);
+        kv_metrics_counter_fn(srv->metrics, "kvd_auth_tokens_refused_total",
+                              "Authenticate refused: token table full (too many requests)",
+                              m_tokens_refused, a);
+        a->metrics = srv->metrics;
+    }
     *out = a;
     return 0;
 fail:
@@ -60,6 +97,8 @@ void kv_auth_stop(kv_auth *a)
 {
     if (!a)
         return;
+    if (a->metrics)
+        kv_metrics_gauge_fn_remove(a->metrics, a);
     kv_read_pool_close(a->hash_pool); /* completes every job (done runs) */
     if (a->sweep) {
         uv_timer_stop(a->sweep);

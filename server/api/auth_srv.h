@@ -8,6 +8,8 @@
  *     (--auth-max-pending-hashes; beyond: RESOURCE_EXHAUSTED "etcdserver: too many
  *     requests"), so PBKDF2 never runs on the loop and a flood of Authenticate calls cannot
  *     delay keepalives.
+ * Metrics: kvd_auth_hash_pending, kvd_auth_hash_refused_total, kvd_auth_tokens,
+ * kvd_auth_tokens_refused_total.
  *
  * Caller resolution (etcd AuthInfoFromCtx + AuthInfoFromTLS): when auth is enabled, the
  * "token" (or "authorization") metadata names a simple token; an unknown or expired token,
@@ -41,7 +43,9 @@ typedef struct kv_auth {
     uv_timer_t *sweep;
     uint32_t iterations;
     kv_auth_job *jobs; /* hash jobs not completed (their calls may be cancelled) */
-    uint64_t hashes_refused;
+    uint64_t hashes_refused; /* kvd_auth_hash_refused_total */
+    uint64_t tokens_refused; /* kvd_auth_tokens_refused_total */
+    struct kv_metrics *metrics; /* borrowed; NULL = none */
 } kv_auth;
 
 /* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */

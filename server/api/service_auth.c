@@ -180,6 +180,8 @@ static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
     char token[KV_AUTH_TOKEN_MAX];
     rc = kv_auth_tokens_assign(s->auth->tokens, j->name, tag, uv_now(s->loop), token);
     if (rc) {
+        if (rc == -EBUSY)
+            s->auth->tokens_refused++;
         kv_reply_etcd_err(call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_NOMEM);
         return;
     }

@@ -479,6 +479,13 @@ Test(auth_ctl, authenticate_flood_does_not_stall_keepalives, .fini = fini, .time
     cr_assert_gt(shed, 0, "the hash queue bound sheds the excess");
     cr_assert_lt(p99, 100, "keepalive p99 %llu ms during the flood (bound: 100 ms)",
                  (unsigned long long)p99);
+    int hs = 0;
+    char *body = NULL;
+    cr_assert_eq(kv_it_http_get(g_kvd.metrics_port, "/metrics", 5000, &hs, &body), 0);
+    double refused = -1;
+    cr_assert_eq(kv_it_metric_value(body, "kvd_auth_hash_refused_total", &refused), 0);
+    free(body);
+    cr_assert_eq((int)refused, shed, "kvd_auth_hash_refused_total %g vs %d shed", refused, shed);
     for (int i = 0; i < 1 + N_AUTH_CONNS; i++)
         kv_it_grpc_close(cs[i]);
 }
