@@ -18,8 +18,11 @@
  *   Compact, LeaseGrant, Alarm     a token, if given, must be valid (etcd raftRequest)
  * Not gated (as etcd): LeaseKeepAlive, LeaseTimeToLive, LeaseLeases, Status, MemberList.
  *
- * Checked when the request arrives, against the committed auth state; etcd re-checks writes
- * at apply time with the auth revision of the request (not done: see docs/ARCHITECTURE.md).
+ * Checked when the request arrives, against the committed auth state. A Put, DeleteRange or
+ * Txn that passed is proposed with the caller and the auth revision it was checked at
+ * (InternalRequest auth_user / auth_revision, as etcd's RequestHeader); the applier refuses it
+ * with "etcdserver: revision of auth store is old" if auth changed meanwhile, and with "user
+ * name is empty" if auth was enabled after an unchecked write was proposed (apply_auth.c).
  * Loop thread only.
  */
 #include "api/auth_srv.h"
@@ -30,6 +33,7 @@
 #include "rpc.pb-c.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +269,12 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     }
     if (!ok)
         err = kv_auth_caller_deny_err(&c);
+    kv_server *srv = kv_grpc_call_app(call);
+    if (!err && !handled && srv->auth && (g == G_PUT || g == G_DELETE || g == G_TXN)) {
+        /* etcd's request header: the write is re-checked at apply against this revision */
+        snprintf(srv->auth->cur_user, sizeof srv->auth->cur_user, "%s", c.user);
+        srv->auth->cur_revision = c.revision;
+    }
 out:
     kv_auth_caller_end(&c);
     if (err) {
@@ -282,9 +292,12 @@ static void gated_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
         return;
     }
+    kv_server *s = kv_grpc_call_app(call);
     if (gate(call, gate_of(path), msg, len))
         return;
-    m->on_message(call, msg, len);
+    m->on_message(call, msg, len); /* synchronous: proposes with s->auth->cur_* */
+    if (s->auth)
+        s->auth->cur_revision = 0;
 }
 
 void kv_auth_wrap_methods(kv_grpc_method *methods, size_t n)

@@ -46,6 +46,10 @@ typedef struct kv_auth {
     uint64_t hashes_refused; /* kvd_auth_hash_refused_total */
     uint64_t tokens_refused; /* kvd_auth_tokens_refused_total */
     struct kv_metrics *metrics; /* borrowed; NULL = none */
+    /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
+     * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
+    char cur_user[256];
+    uint64_t cur_revision; /* 0 = none */
 } kv_auth;
 
 /* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */

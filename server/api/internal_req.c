@@ -94,6 +94,33 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
     return 0;
 }
 
+int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                          const char *user, uint64_t auth_revision, uint8_t **out,
+                          size_t *out_len)
+{
+    int rc = kv_internal_wrap(field, id, msg, len, out, out_len);
+    if (rc || auth_revision == 0)
+        return rc;
+    size_t ulen = user ? strlen(user) : 0;
+    uint8_t *p = realloc(*out, *out_len + 2 + 10 + ulen + 2 + 10);
+    if (p == NULL) {
+        free(*out);
+        *out = NULL;
+        return -ENOMEM;
+    }
+    size_t n = *out_len;
+    n += put_varint(p + n, (71u << 3) | 2);
+    n += put_varint(p + n, ulen);
+    if (ulen)
+        memcpy(p + n, user, ulen);
+    n += ulen;
+    n += put_varint(p + n, (72u << 3) | 0);
+    n += put_varint(p + n, auth_revision);
+    *out = p;
+    *out_len = n;
+    return 0;
+}
+
 int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
                           const char **emsg)
 {

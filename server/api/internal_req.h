@@ -38,6 +38,12 @@ enum kv_ireq_field {
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len);
 
+/* kv_internal_wrap, plus the caller's auth identity (InternalRequest auth_user = 71,
+ * auth_revision = 72) when auth_revision != 0 (api/auth_gate.c). */
+int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                          const char *user, uint64_t auth_revision, uint8_t **out,
+                          size_t *out_len);
+
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
  * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h; issue 8, D1).
  * max_txn_ops is --max-txn-ops. Returns 0 if the request may be proposed; otherwise 1 with

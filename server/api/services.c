@@ -146,7 +146,10 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
         return;
     uint8_t *req;
     size_t rlen;
-    int rc = kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
+    int rc = s->auth && s->auth->cur_revision
+                 ? kv_internal_wrap_auth((enum kv_ireq_field)field, 0, msg, len, s->auth->cur_user,
+                                         s->auth->cur_revision, &req, &rlen)
+                 : kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
         return;

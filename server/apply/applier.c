@@ -154,6 +154,8 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         rc = 1;
     }
     if (rc == 0)
+        rc = kv_apply_auth_check(&a, ir); /* etcd authApplierV3 (apply_auth.c) */
+    if (rc == 0)
         rc = dispatch(&a, ir, &msg, &hdr);
     if (rc == 0 && msg) /* a local waiter: pack its response (never when quiet) */
         rc = pack(msg, hdr, h, res);

@@ -416,6 +416,36 @@ static int role_revoke(kv_actx *a, const kv_auth_tx *tx,
     return rc ? rc : kv_auth_bump_revision(tx, NULL);
 }
 
+int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
+{
+    switch (ir->request_case) {
+    case KVDPB__INTERNAL_REQUEST__REQUEST_PUT:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_TXN:
+        break;
+    default:
+        return 0;
+    }
+    kv_auth_tx tx;
+    kv_ks_auth_tx(a->ks, &tx);
+    int en = 0;
+    uint64_t rev = 0;
+    int rc = kv_auth_get_enabled(&tx, &en);
+    if (rc == 0 && en)
+        rc = kv_auth_get_revision(&tx, &rev);
+    if (rc || !en)
+        return rc;
+    if (ir->auth_revision == 0) { /* etcd isOpPermitted: revision 0 = no user */
+        kv_apply_err(a->res, KV_ERR_USER_EMPTY);
+        return 1;
+    }
+    if (ir->auth_revision < rev) {
+        kv_apply_err(a->res, KV_ERR_AUTH_OLD_REVISION);
+        return 1;
+    }
+    return 0;
+}
+
 /* The response of kind d: only a header (every auth write response has field 1 = header). */
 static int header_only(kv_actx *a, const ProtobufCMessageDescriptor *d, ProtobufCMessage **msg,
                        Etcdserverpb__ResponseHeader **hdr)
