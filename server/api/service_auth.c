@@ -99,6 +99,11 @@ static int job_submit(kv_grpc_call *call, kv_auth_job *j)
 {
     kv_server *s = kv_grpc_call_app(call);
     kv_auth *a = s->auth;
+    if (!a) { /* the member's core is not running */
+        job_free(j);
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
+        return 1;
+    }
     j->a = a;
     j->call = call;
     j->iterations = a->iterations;
