@@ -105,8 +105,7 @@ static const kv_grpc_method *original(const char *path)
     return NULL;
 }
 
-#define MAY(c, w, k, e)                                                                            \
-    kv_auth_caller_may((c), (w), (k).data, (k).len, (e).data, (e).len)
+#define MAY(c, w, k, e) kv_auth_caller_may((c), (w), (k).data, (k).len, (e).data, (e).len)
 
 static const ProtobufCBinaryData no_end = {0, NULL};
 
@@ -244,7 +243,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     }
     case G_WATCH: {
         Etcdserverpb__WatchRequest *r = etcdserverpb__watch_request__unpack(NULL, len, msg);
-        if (r && r->request_union_case == ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST &&
+        if (r &&
+            r->request_union_case == ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST &&
             !MAY(&c, KV_PERM_READ, r->create_request->key, r->create_request->range_end)) {
             deny_watch(call, r->create_request);
             handled = 1;

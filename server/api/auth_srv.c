@@ -77,8 +77,8 @@ int kv_auth_start(struct kv_server *srv, kv_auth **out)
                             "Password hashes queued or running (--auth-max-pending-hashes)",
                             m_pending, a);
         kv_metrics_counter_fn(srv->metrics, "kvd_auth_hash_refused_total",
-                              "Password hashes refused: queue full (too many requests)",
-                              m_refused, a);
+                              "Password hashes refused: queue full (too many requests)", m_refused,
+                              a);
         kv_metrics_gauge_fn(srv->metrics, "kvd_auth_tokens",
                             "Live simple tokens on this member (--auth-max-tokens)", m_tokens, a);
         kv_metrics_counter_fn(srv->metrics, "kvd_auth_tokens_refused_total",

@@ -42,9 +42,9 @@ typedef struct kv_auth {
     struct kv_read_pool *hash_pool;
     uv_timer_t *sweep;
     uint32_t iterations;
-    kv_auth_job *jobs; /* hash jobs not completed (their calls may be cancelled) */
-    uint64_t hashes_refused; /* kvd_auth_hash_refused_total */
-    uint64_t tokens_refused; /* kvd_auth_tokens_refused_total */
+    kv_auth_job *jobs;          /* hash jobs not completed (their calls may be cancelled) */
+    uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
+    uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
     struct kv_metrics *metrics; /* borrowed; NULL = none */
     /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
      * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */

@@ -46,7 +46,7 @@ struct kv_auth_job {
     char *stored; /* J_VERIFY: the stored hash */
     size_t storedlen;
     uint32_t iterations;
-    int ok;                      /* J_VERIFY: match; J_ADD/J_PASSWD: 0 or -errno */
+    int ok; /* J_VERIFY: match; J_ADD/J_PASSWD: 0 or -errno */
     char hashed[KV_AUTH_HASH_MAX];
     Authpb__UserAddOptions *opts; /* J_ADD: copied options (may be NULL) */
 };
@@ -248,7 +248,8 @@ static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw
 static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__AuthenticateRequest *r = etcdserverpb__authenticate_request__unpack(NULL, len, msg);
+    Etcdserverpb__AuthenticateRequest *r =
+        etcdserverpb__authenticate_request__unpack(NULL, len, msg);
     if (!r) {
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
@@ -266,8 +267,8 @@ static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (rc == 0 && !en)
         err = KV_ERR_AUTH_NOT_ENABLED;
     else if (rc == 0)
-        rc = r->name[0] ? kv_auth_get(&tx, KV_AUTH_USER, r->name, strlen(r->name), &v, &n)
-                        : -ENOENT;
+        rc =
+            r->name[0] ? kv_auth_get(&tx, KV_AUTH_USER, r->name, strlen(r->name), &v, &n) : -ENOENT;
     kv_store_auth_read_end(&tx);
     Authpb__User *u = NULL;
     if (!err && (rc == -ENOENT || rc == -EINVAL))
@@ -303,7 +304,8 @@ static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_user_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__AuthUserAddRequest *r = etcdserverpb__auth_user_add_request__unpack(NULL, len, msg);
+    Etcdserverpb__AuthUserAddRequest *r =
+        etcdserverpb__auth_user_add_request__unpack(NULL, len, msg);
     if (!r) {
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
@@ -492,7 +494,8 @@ static int read_record(kv_grpc_call *call, char kind, const char *name, Protobuf
         kv_store_auth_read_end(&tx);
     }
     if (rc == -ENOENT || rc == -EINVAL) {
-        kv_reply_etcd_err(call, kind == KV_AUTH_USER ? KV_ERR_USER_NOT_FOUND : KV_ERR_ROLE_NOT_FOUND);
+        kv_reply_etcd_err(call,
+                          kind == KV_AUTH_USER ? KV_ERR_USER_NOT_FOUND : KV_ERR_ROLE_NOT_FOUND);
         return 1;
     }
     *out = rc ? NULL
@@ -510,7 +513,8 @@ static int read_record(kv_grpc_call *call, char kind, const char *name, Protobuf
 static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__AuthUserGetRequest *r = etcdserverpb__auth_user_get_request__unpack(NULL, len, msg);
+    Etcdserverpb__AuthUserGetRequest *r =
+        etcdserverpb__auth_user_get_request__unpack(NULL, len, msg);
     if (!r) {
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
@@ -534,7 +538,8 @@ static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
 static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    Etcdserverpb__AuthRoleGetRequest *r = etcdserverpb__auth_role_get_request__unpack(NULL, len, msg);
+    Etcdserverpb__AuthRoleGetRequest *r =
+        etcdserverpb__auth_role_get_request__unpack(NULL, len, msg);
     if (!r) {
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;

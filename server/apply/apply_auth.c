@@ -206,7 +206,8 @@ static int user_passwd(kv_actx *a, const kv_auth_tx *tx,
     return rc ? rc : kv_auth_bump_revision(tx, NULL);
 }
 
-static int user_grant(kv_actx *a, const kv_auth_tx *tx, const Etcdserverpb__AuthUserGrantRoleRequest *r)
+static int user_grant(kv_actx *a, const kv_auth_tx *tx,
+                      const Etcdserverpb__AuthUserGrantRoleRequest *r)
 {
     Authpb__User *u;
     int rc = get_user(tx, r->user, &u);

@@ -91,8 +91,8 @@ int kv_auth_get(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, 
     return 0;
 }
 
-int kv_auth_put(const kv_auth_tx *tx, char kind, const void *name, size_t nlen,
-                const uint8_t *val, size_t vlen)
+int kv_auth_put(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, const uint8_t *val,
+                size_t vlen)
 {
     if (tx->read)
         return -EPERM;

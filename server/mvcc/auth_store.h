@@ -43,8 +43,8 @@ void kv_store_auth_read_end(kv_auth_tx *tx);
 int kv_auth_get(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, uint8_t **val,
                 size_t *vlen);
 /* Write handles only. 0 or negative errno (-ENOENT for a delete of a missing record). */
-int kv_auth_put(const kv_auth_tx *tx, char kind, const void *name, size_t nlen,
-                const uint8_t *val, size_t vlen);
+int kv_auth_put(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, const uint8_t *val,
+                size_t vlen);
 int kv_auth_del(const kv_auth_tx *tx, char kind, const void *name, size_t nlen);
 /* Calls fn for every record of kind in name order (bytewise); fn returns 0 to go on, non-zero
  * to stop (returned). Payloads are valid during the call only. */

@@ -172,7 +172,7 @@ Test(auth_apply, etcd_rules_and_revision, .init = setup, .fini = teardown)
     roles_of("ann", r, sizeof r);
     cr_assert_str_eq(r, "a,b", "roles kept sorted");
     user_delete("root", 0); /* auth disabled: root may be deleted... */
-    user_add("root", 0);                  /* ...and added again */
+    user_add("root", 0);    /* ...and added again */
     grant_role("root", "root", 0);
     uint64_t before = revision();
     enable(0);
@@ -202,7 +202,7 @@ Test(auth_apply, kv_writes_checked_at_the_current_auth_revision, .init = setup, 
     put_as(rev, 0);
     put_as(rev + 1, 0);
     put_as(0, KV_ERR_USER_EMPTY); /* proposed unchecked, applied with auth on */
-    role_add("r", 0);              /* an auth change: revision + 1 */
+    role_add("r", 0);             /* an auth change: revision + 1 */
     cr_assert_eq(revision(), rev + 1);
     put_as(rev, KV_ERR_AUTH_OLD_REVISION);
     put_as(rev + 1, 0);

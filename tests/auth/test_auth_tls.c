@@ -45,8 +45,8 @@ Test(auth_tls, client_certificate_cn_is_the_user, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(tls_fx_certs(&g_f, "kvd-authtls"), 0, "certificates");
     int rc = tls_fx_start(&g_f, (const char *const[]){"--trusted-ca-file", "@ca.pem",
-                                                       "--client-cert-auth",
-                                                       "--auth-hash-iterations", "2000", NULL});
+                                                      "--client-cert-auth",
+                                                      "--auth-hash-iterations", "2000", NULL});
     cr_assert_eq(rc, 0, "kvd did not start");
     char out[8192];
     cr_assert_eq(ctl("user add root --new-user-password=rootpw", out, sizeof out), 0, "%s", out);

@@ -23,8 +23,8 @@ static kv_auth_perm P(int type, const char *key, const char *end, size_t elen)
 static bool may(const kv_auth_perm *p, size_t n, int want, const char *key, const char *end,
                 size_t elen)
 {
-    return kv_auth_perm_allows(p, n, want, (const uint8_t *)key, strlen(key),
-                               (const uint8_t *)end, elen);
+    return kv_auth_perm_allows(p, n, want, (const uint8_t *)key, strlen(key), (const uint8_t *)end,
+                               elen);
 }
 
 Test(auth_perm, single_key_grant)
