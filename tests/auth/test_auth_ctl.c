@@ -54,11 +54,21 @@ static void start(kv_it_server *s, int *up, kv_it_kind kind, const char *const *
 /* etcdctl against s with the whitespace-separated words of cmd ("{}" in a word is not
  * special); output = stdout + stderr without clientv3's JSON retry warnings. Returns the
  * exit code. */
+static int ctl_with(const char *bin, const kv_it_server *s, char *out, size_t cap,
+                    const char *stdin_data, const char *cmd);
+
 static int ctl(const kv_it_server *s, char *out, size_t cap, const char *stdin_data,
                const char *cmd)
 {
-    char bin[PATH_MAX], ep[96], buf[1024];
+    char bin[PATH_MAX];
     cr_assert_eq(kv_it_etcdctl_bin(bin, sizeof bin), 0, "etcdctl not found: %s", bin);
+    return ctl_with(bin, s, out, cap, stdin_data, cmd);
+}
+
+static int ctl_with(const char *bin, const kv_it_server *s, char *out, size_t cap,
+                    const char *stdin_data, const char *cmd)
+{
+    char ep[96], buf[1024];
     snprintf(ep, sizeof ep, "--endpoints=%s", s->endpoint);
     snprintf(buf, sizeof buf, "%s", cmd);
     const char *argv[MAXARGS];
@@ -488,4 +498,62 @@ Test(auth_ctl, authenticate_flood_does_not_stall_keepalives, .fini = fini, .time
     cr_assert_eq((int)refused, shed, "kvd_auth_hash_refused_total %g vs %d shed", refused, shed);
     for (int i = 0; i < 1 + N_AUTH_CONNS; i++)
         kv_it_grpc_close(cs[i]);
+}
+
+/* kvctl's user / role / auth commands print what etcdctl prints (simple output), each
+ * against its own fresh kvd. */
+static const char *const kvctl_session[] = {
+    "user list",
+    "auth enable",
+    "user add root --new-user-password=rootpw",
+    "user add root --new-user-password=x",
+    "role add ro",
+    "role add ro",
+    "role grant-permission ro read /foo/ --prefix",
+    "role grant-permission ro readwrite /rw/k",
+    "role grant-permission ro write /w/a /w/z",
+    "role grant-permission ro read /o --from-key",
+    "role grant-permission ro bogus /x",
+    "user add alice --new-user-password=alicepw",
+    "user grant-role alice ro",
+    "user grant-role alice nosuch",
+    "role get ro",
+    "user get alice",
+    "role list",
+    "user list",
+    "auth enable",
+    "user list",
+    "--user root:rootpw put /foo/a 1",
+    "--user alice:alicepw get /foo/a",
+    "--user alice:alicepw put /foo/b 2",
+    "--user alice:wrong get /foo/a",
+    "--user alice:alicepw user list",
+    "--user alice:alicepw role get ro",
+    "--user root:rootpw role revoke-permission ro /rw/k",
+    "--user root:rootpw role revoke-permission ro /w/a /w/z",
+    "--user root:rootpw role revoke-permission ro /rw/k",
+    "--user root:rootpw user revoke-role alice ro",
+    "--user root:rootpw user get alice",
+    "--user root:rootpw role delete ro",
+    "--user root:rootpw user delete alice",
+    "--user root:rootpw user delete root",
+    "--user root:rootpw auth disable",
+    "user list",
+};
+
+Test(auth_ctl, kvctl_matches_etcdctl, .fini = fini, .timeout = 300)
+{
+    char kvctl[PATH_MAX], etcdctl[PATH_MAX];
+    cr_assert_eq(kv_it_kvctl_bin(kvctl, sizeof kvctl), 0, "kvctl not found: %s", kvctl);
+    cr_assert_eq(kv_it_etcdctl_bin(etcdctl, sizeof etcdctl), 0);
+    const char *const extra[] = {"--auth-hash-iterations=2000", NULL};
+    start(&g_kvd, &g_kvd_up, KV_IT_KVD, extra);
+    start(&g_etcd, &g_etcd_up, KV_IT_KVD, extra); /* a second kvd, driven by etcdctl */
+    static char a[16384], b[16384];
+    for (size_t i = 0; i < sizeof kvctl_session / sizeof kvctl_session[0]; i++) {
+        int ca = ctl_with(kvctl, &g_kvd, a, sizeof a, NULL, kvctl_session[i]);
+        int cb = ctl_with(etcdctl, &g_etcd, b, sizeof b, NULL, kvctl_session[i]);
+        cr_expect_eq(ca, cb, "`%s`: exit %d (kvctl) vs %d (etcdctl)", kvctl_session[i], ca, cb);
+        cr_expect_str_eq(a, b, "`%s`:\n--- kvctl:\n%s--- etcdctl:\n%s", kvctl_session[i], a, b);
+    }
 }
