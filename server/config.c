@@ -26,6 +26,11 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_proposals = 10000;
     cfg->read_workers = 2;
     cfg->max_pending_reads = 256;
+    snprintf(cfg->auth_token, sizeof cfg->auth_token, "simple");
+    cfg->auth_token_ttl = 300;
+    cfg->auth_hash_iterations = 100000;
+    cfg->auth_max_pending_hashes = 64;
+    cfg->auth_max_tokens = 100000;
     cfg->max_lease_ttl_s = 9000000000LL;
     cfg->max_keys_per_lease = 0;
     cfg->lease_revoke_rate = 1000;
@@ -312,6 +317,12 @@ static const flag_def FLAGS[] = {
     {"log-level", F_STR, OFF(log_level), 0, sizeof(((kv_config *)0)->log_level), 0, 0},
     {"log-format", F_STR, OFF(log_format), 0, sizeof(((kv_config *)0)->log_format), 0, 0},
     {"log-outputs", F_STR, OFF(log_outputs), 0, sizeof(((kv_config *)0)->log_outputs), 0, 0},
+    /* Auth (issue 13 section 2) */
+    {"auth-token", F_STR, OFF(auth_token), 0, sizeof(((kv_config *)0)->auth_token), 0, 0},
+    {"auth-token-ttl", F_U32, OFF(auth_token_ttl), 0, 0, 1, 1u << 30},
+    {"auth-hash-iterations", F_U32, OFF(auth_hash_iterations), 0, 0, 1000, 100000000},
+    {"auth-max-pending-hashes", F_U32, OFF(auth_max_pending_hashes), 0, 0, 1, 1u << 20},
+    {"auth-max-tokens", F_U32, OFF(auth_max_tokens), 0, 0, 1, 1u << 24},
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
@@ -410,6 +421,11 @@ const char *kv_config_usage(void)
            "                                  (info)\n"
            "  --log-format F                  text|json: json writes etcd's zap JSON lines (text)\n"
            "  --log-outputs O                 stderr|stdout|FILE: where log lines go (stderr)\n"
+           "  --auth-token simple             token type (only simple tokens)\n"
+           "  --auth-token-ttl S              simple token lifetime, renewed on use (300)\n"
+           "  --auth-hash-iterations N        PBKDF2-SHA256 rounds per password (100000)\n"
+           "  --auth-max-pending-hashes N     password hashes queued; beyond: too many requests (64)\n"
+           "  --auth-max-tokens N             live auth tokens; beyond: too many requests (100000)\n"
            "  --version | --help\n";
 }
 
@@ -574,6 +590,11 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     if (strchr(cfg->log_outputs, ',') != NULL || cfg->log_outputs[0] == '\0') {
         snprintf(err, errlen, "--log-outputs: want one of stderr, stdout or a file, got '%s'",
                  cfg->log_outputs);
+        return -EINVAL;
+    }
+    if (strcmp(cfg->auth_token, "simple") != 0) {
+        snprintf(err, errlen, "--auth-token %s: kvd supports only \"simple\" tokens",
+                 cfg->auth_token);
         return -EINVAL;
     }
     int found = 0;

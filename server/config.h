@@ -130,6 +130,13 @@ typedef struct kv_config {
     char log_level[16];    /* --log-level debug|info|warn|error (default info) */
     char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
     char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
+    /* Auth (issue 13 section 2, server/api/auth_srv.h). */
+    char auth_token[64];              /* --auth-token: "simple" (the only type; etcd's default) */
+    uint32_t auth_token_ttl;          /* --auth-token-ttl: seconds a simple token lives (300) */
+    uint32_t auth_hash_iterations;    /* --auth-hash-iterations: PBKDF2-SHA256 rounds (100000) */
+    uint32_t auth_max_pending_hashes; /* --auth-max-pending-hashes: password hashes queued or
+                                         running; beyond: "too many requests" (64) */
+    uint32_t auth_max_tokens;         /* --auth-max-tokens: live simple tokens (100000) */
 } kv_config;
 
 void kv_config_default(kv_config *cfg);

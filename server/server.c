@@ -12,6 +12,7 @@
 #include "members_boot.h"
 #include "mvcc/members.h"
 #include "node/read_pool.h"
+#include "api/auth_srv.h"
 #include "peer/peer_net.h"
 #include "watch/watch_hub.h"
 
@@ -266,6 +267,9 @@ int kv_server_start_core(kv_server *s)
     rc = kv_corrupt_start(s, cfg->corrupt_check_time_ms);
     if (rc < 0)
         goto fail;
+    rc = kv_auth_start(s, &s->auth);
+    if (rc < 0)
+        goto fail;
     return 0;
 fail:
     kv_server_stop_core(s);
@@ -275,6 +279,8 @@ fail:
 void kv_server_stop_core(kv_server *s)
 {
     kv_corrupt_stop(s);
+    kv_auth_stop(s->auth); /* joins the hash worker */
+    s->auth = NULL;
     kv_lease_fwd_stop(s);
     if (s->lessor)
         kv_leases_stop(s);

@@ -35,6 +35,7 @@ typedef struct kv_server {
     int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
     struct kv_lease_fwd *lease_fwd; /* follower renewals forwarded to the leader (lease_fwd.h) */
     struct kv_corrupt *corrupt;     /* HashKV comparisons (corrupt/corrupt_check.h) */
+    struct kv_auth *auth;           /* tokens and password hash worker (api/auth_srv.h) */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer

@@ -116,6 +116,9 @@ typedef struct kvc_config {
     const char *cert_file;    /* client certificate (mutual TLS); NULL: none */
     const char *key_file;     /* its private key */
     int insecure_skip_verify; /* 1: do not verify the server certificate (testing only) */
+    /* (issue 13 section 2) etcd auth token sent as the "token" metadata of every call
+     * (from an Authenticate call); NULL: none. Copied by kvc_open (at most 255 bytes). */
+    const char *auth_token;
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */

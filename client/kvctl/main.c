@@ -208,8 +208,7 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
             free(k->endpoints[i]);
             k->endpoints[i] = u;
         }
-    if ((k->raw_user && *k->raw_user) || (k->raw_password && *k->raw_password))
-        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: authentication is not supported yet");
+    /* --user / --password: Authenticate before the first call (rpc.c, issue 13 section 2) */
     if (k->raw_discovery && *k->raw_discovery)
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: DNS discovery is not supported yet");
     return 0;
@@ -305,12 +304,14 @@ int main(int argc, char **argv)
     }
     static const char *const names[] = {"get",      "put",      "del",        "txn",   "compaction",
                                         "endpoint", "member",   "lease",      "watch", "lock",
-                                        "elect",    "snapshot", "move-leader", "version"};
+                                        "elect",    "snapshot", "move-leader", "version",
+                                        "auth",     "user",     "role"};
     int (*const fns[])(struct kvctl *, int, char **) = {
         kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
         kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
         kvctl_cmd_watch,      kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot,
-        kvctl_cmd_move_leader, cmd_version};
+        kvctl_cmd_move_leader, cmd_version,      kvctl_cmd_auth,   kvctl_cmd_user,
+        kvctl_cmd_role};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;
     if (idx < 0) {

@@ -1,6 +1,8 @@
 /* kvctl RPC plumbing and error reporting: see kvctl.h. */
 #include "kvctl.h"
 
+#include "rpc.pb-c.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +39,51 @@ static void base_config(const struct kvctl *k, kvc_config *cfg)
     cfg->insecure_skip_verify = k->insecure_skip_verify;
 }
 
+/* --user NAME[:PASSWORD] (--password): etcdctl authenticates first (Authenticate) and sends
+ * the token with every call; "authentication is not enabled" is ignored, as clientv3 does.
+ * 0, or the exit status after printing etcdctl's error. token[0] = 0: no token. */
+static int authenticate(struct kvctl *k, const kvc_config *base, char *token, size_t cap)
+{
+    token[0] = 0;
+    if (!k->raw_user || !*k->raw_user)
+        return 0;
+    char user[512];
+    snprintf(user, sizeof user, "%s", k->raw_user);
+    const char *pw = k->raw_password && *k->raw_password ? k->raw_password : NULL;
+    char *colon = strchr(user, ':');
+    if (!pw && !colon)
+        return kvctl_fail(KVCTL_EXIT_BAD_ARGS,
+                          "kvctl cannot prompt for a password: use --user name:password or "
+                          "--password");
+    if (!pw) {
+        *colon = 0;
+        pw = colon + 1;
+    }
+    kvc_client *c = NULL;
+    kvc_error err = {0};
+    char m[512];
+    if (kvc_open(&c, base, &err) < 0)
+        return kvctl_fail(KVCTL_EXIT_BAD_CONNECTION, "%s", kvctl_err_text(&err, m, sizeof m));
+    Etcdserverpb__AuthenticateRequest req;
+    etcdserverpb__authenticate_request__init(&req);
+    req.name = user;
+    req.password = (char *)pw;
+    ProtobufCMessage *r = NULL;
+    int rc = kvctl_rpc(c, "/etcdserverpb.Auth/Authenticate", &req.base,
+                       &etcdserverpb__authenticate_response__descriptor, &r, k->command_timeout_ms,
+                       0, &err);
+    kvc_close(c);
+    if (rc < 0) {
+        if (strcmp(err.message, "etcdserver: authentication is not enabled") == 0)
+            return 0;
+        /* etcdctl: the client cannot be created, ExitBadConnection */
+        return kvctl_fail(KVCTL_EXIT_BAD_CONNECTION, "%s", kvctl_err_text(&err, m, sizeof m));
+    }
+    snprintf(token, cap, "%s", ((Etcdserverpb__AuthenticateResponse *)r)->token);
+    protobuf_c_message_free_unpacked(r, NULL);
+    return 0;
+}
+
 kvc_client *kvctl_client(struct kvctl *k, int *exit_code)
 {
     if (k->client)
@@ -46,6 +93,10 @@ kvc_client *kvctl_client(struct kvctl *k, int *exit_code)
     cfg.endpoints = (const char *const *)k->endpoints;
     cfg.n_endpoints = k->n_endpoints;
     kvc_error err = {0};
+    char token[256];
+    if ((*exit_code = authenticate(k, &cfg, token, sizeof token)) != 0)
+        return NULL;
+    cfg.auth_token = token[0] ? token : NULL;
     if (kvc_open(&k->client, &cfg, &err) < 0) {
         char m[512];
         *exit_code =

@@ -143,6 +143,14 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
             goto fail;
     }
     c->cfg.ca_file = c->cfg.cert_file = c->cfg.key_file = NULL; /* not kept: loaded here */
+    if (cfg->auth_token) {
+        if (strlen(cfg->auth_token) >= sizeof c->auth_token) {
+            rc = kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: auth token too long");
+            goto fail;
+        }
+        snprintf(c->auth_token, sizeof c->auth_token, "%s", cfg->auth_token);
+    }
+    c->cfg.auth_token = NULL; /* kept in c->auth_token */
     rc = kvc_tls_open(c, cfg, err);
     if (rc != 0)
         goto fail;

@@ -509,7 +509,7 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
     struct kvc_conn *cn = c->conn;
     char tmo[24];
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[8] = {
+    nghttp2_nv nva[9] = {
         NV(":method", "POST"),
         NV(":scheme", cn->tls ? "https" : "http"),
         NV(":path", path),
@@ -528,6 +528,10 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
         else
             snprintf(tmo, sizeof tmo, "%llum", (unsigned long long)left);
         nghttp2_nv t = NV("grpc-timeout", tmo);
+        nva[n++] = t;
+    }
+    if (c->auth_token[0]) { /* etcd's auth metadata (issue 13 section 2) */
+        nghttp2_nv t = NV("token", c->auth_token);
         nva[n++] = t;
     }
 #undef NV

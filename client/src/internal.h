@@ -379,6 +379,7 @@ struct kvc_client {
             leases_lost, leases_active, calls_started, calls_failed, calls_retried, queue_full,
             connects;
     } st;
+    char auth_token[256]; /* kvc_config.auth_token ("" = none), sent as "token" */
 };
 
 void kvc_client_handle_closed(kvc_client *c); /* a client handle's close cb ran */

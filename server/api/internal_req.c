@@ -42,6 +42,8 @@ static const ProtobufCMessageDescriptor *field_desc(enum kv_ireq_field field)
         return &etcdserverpb__lease_checkpoint_request__descriptor;
     case KV_IREQ_ALARM:
         return &etcdserverpb__alarm_request__descriptor;
+    default: /* auth requests: built by the server itself (service_auth.c), no stripping */
+        break;
     }
     return NULL;
 }
@@ -52,7 +54,9 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len)
 {
-    if ((int)field < KV_IREQ_PUT || (int)field > KV_IREQ_ALARM || (len && msg == NULL))
+    int known = ((int)field >= KV_IREQ_PUT && (int)field <= KV_IREQ_ALARM) ||
+                ((int)field >= KV_IREQ_AUTH_ENABLE && (int)field <= KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION);
+    if (!known || (len && msg == NULL))
         return -EINVAL;
     /* A client's unknown fields are dropped here (etcd ignores them), so the apply thread does
      * not pay protobuf-c's per-field cost for them (mvcc/pb_strip.h). */
@@ -72,8 +76,8 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
 static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                 uint8_t **out, size_t *out_len)
 {
-    /* id: tag(1, varint) + up to 10 bytes; field: tag (1 byte) + len varint + body. */
-    uint8_t *p = malloc(1 + 10 + 1 + 10 + len);
+    /* id: tag(1, varint) + up to 10 bytes; field: tag (1-2 bytes) + len varint + body. */
+    uint8_t *p = malloc(1 + 10 + 2 + 10 + len);
     if (p == NULL)
         return -ENOMEM;
     size_t n = 0;
@@ -81,12 +85,39 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
         p[n++] = (1 << 3) | 0;
         n += put_varint(p + n, id);
     }
-    p[n++] = (uint8_t)(((unsigned)field << 3) | 2);
+    n += put_varint(p + n, ((uint64_t)field << 3) | 2); /* 2 bytes from field 16 on */
     n += put_varint(p + n, len);
     if (len)
         memcpy(p + n, msg, len);
     *out = p;
     *out_len = n + len;
+    return 0;
+}
+
+int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                          const char *user, uint64_t auth_revision, uint8_t **out,
+                          size_t *out_len)
+{
+    int rc = kv_internal_wrap(field, id, msg, len, out, out_len);
+    if (rc || auth_revision == 0)
+        return rc;
+    size_t ulen = user ? strlen(user) : 0;
+    uint8_t *p = realloc(*out, *out_len + 2 + 10 + ulen + 2 + 10);
+    if (p == NULL) {
+        free(*out);
+        *out = NULL;
+        return -ENOMEM;
+    }
+    size_t n = *out_len;
+    n += put_varint(p + n, (71u << 3) | 2);
+    n += put_varint(p + n, ulen);
+    if (ulen)
+        memcpy(p + n, user, ulen);
+    n += ulen;
+    n += put_varint(p + n, (72u << 3) | 0);
+    n += put_varint(p + n, auth_revision);
+    *out = p;
+    *out_len = n;
     return 0;
 }
 

@@ -20,11 +20,29 @@ enum kv_ireq_field {
     KV_IREQ_LEASE_REVOKE = 8,
     KV_IREQ_LEASE_CHECKPOINT = 9,
     KV_IREQ_ALARM = 10,
+    /* Auth (60..70; 11, 12, 20, 21 are the node's member records, never wrapped here) */
+    KV_IREQ_AUTH_ENABLE = 60,
+    KV_IREQ_AUTH_DISABLE = 61,
+    KV_IREQ_AUTH_USER_ADD = 62,
+    KV_IREQ_AUTH_USER_DELETE = 63,
+    KV_IREQ_AUTH_USER_CHANGE_PASSWORD = 64,
+    KV_IREQ_AUTH_USER_GRANT_ROLE = 65,
+    KV_IREQ_AUTH_USER_REVOKE_ROLE = 66,
+    KV_IREQ_AUTH_ROLE_ADD = 67,
+    KV_IREQ_AUTH_ROLE_DELETE = 68,
+    KV_IREQ_AUTH_ROLE_GRANT_PERMISSION = 69,
+    KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION = 70,
 };
 
 /* *out is malloc'd (caller owns). Returns 0 or -ENOMEM / -EINVAL. */
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len);
+
+/* kv_internal_wrap, plus the caller's auth identity (InternalRequest auth_user = 71,
+ * auth_revision = 72) when auth_revision != 0 (api/auth_gate.c). */
+int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                          const char *user, uint64_t auth_revision, uint8_t **out,
+                          size_t *out_len);
 
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
  * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h; issue 8, D1).

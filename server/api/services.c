@@ -1,5 +1,6 @@
 #include "api/services.h"
 
+#include "api/auth_srv.h"
 #include "api/internal_req.h"
 #include "api/quota.h"
 #include "server.h"
@@ -19,7 +20,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
         {kv_service_lease, kv_service_lease_len},
         {kv_service_maintenance, kv_service_maintenance_len},
         {kv_service_cluster, kv_service_cluster_len},
-        {kv_service_unimplemented, kv_service_unimplemented_len},
+        {kv_service_auth, kv_service_auth_len},
         {kv_service_watch, kv_service_watch_len},
         {kv_service_health, kv_service_health_len},
     };
@@ -30,6 +31,7 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
                 return 0;
             out[len++] = parts[p].m[i];
         }
+    kv_auth_wrap_methods(out, len); /* authorization when auth is enabled (auth_gate.c) */
     return len;
 }
 
@@ -144,7 +146,10 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
         return;
     uint8_t *req;
     size_t rlen;
-    int rc = kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
+    int rc = s->auth && s->auth->cur_revision
+                 ? kv_internal_wrap_auth((enum kv_ireq_field)field, 0, msg, len, s->auth->cur_user,
+                                         s->auth->cur_revision, &req, &rlen)
+                 : kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
         return;

@@ -36,8 +36,8 @@ extern const kv_grpc_method kv_service_maintenance[];
 extern const size_t kv_service_maintenance_len;
 extern const kv_grpc_method kv_service_cluster[];
 extern const size_t kv_service_cluster_len;
-extern const kv_grpc_method kv_service_unimplemented[];
-extern const size_t kv_service_unimplemented_len;
+extern const kv_grpc_method kv_service_auth[]; /* etcdserverpb.Auth (service_auth.c) */
+extern const size_t kv_service_auth_len;
 extern const kv_grpc_method kv_service_watch[];
 extern const size_t kv_service_watch_len;
 extern const kv_grpc_method kv_service_health[]; /* grpc.health.v1.Health/Check */

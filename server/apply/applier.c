@@ -61,6 +61,18 @@ static int dispatch(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessa
     case KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH:
     case KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE:
         return kv_apply_members(a, ir, msg, hdr);
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_CHANGE_PASSWORD:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_REVOKE_ROLE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_DELETE:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_REVOKE_PERMISSION:
+        return kv_apply_auth(a, ir, msg, hdr);
     default:
         kv_apply_err(a->res, KV_ERR_EMPTY_INTERNAL_REQ);
         return 1;
@@ -142,6 +154,8 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         kv_store_request_alarm(s, KV_ALARM_NOSPACE);
         rc = 1;
     }
+    if (rc == 0)
+        rc = kv_apply_auth_check(&a, ir); /* etcd authApplierV3 (apply_auth.c) */
     if (rc == 0)
         rc = dispatch(&a, ir, &msg, &hdr);
     if (rc == 0 && msg) /* a local waiter: pack its response (never when quiet) */

@@ -9,7 +9,8 @@ add_library(kv_apply STATIC
   ${CMAKE_CURRENT_LIST_DIR}/apply_gate.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_check.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_conf.c
-  ${CMAKE_CURRENT_LIST_DIR}/apply_range.c)
+  ${CMAKE_CURRENT_LIST_DIR}/apply_range.c
+  ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c)
 target_include_directories(kv_apply PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
 # The entry point keeps its historic name and declaration (kv_store_apply, mvcc/store.h), so

@@ -58,6 +58,13 @@ int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMe
                    Etcdserverpb__ResponseHeader **hdr);
 int kv_apply_members(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
                      Etcdserverpb__ResponseHeader **hdr);
+/* etcd's apply-time auth check of a Put, DeleteRange or Txn (apply_auth.c): with auth
+ * enabled, the entry's auth_revision (the revision its permissions were checked at by the
+ * proposing member) must be the current one. 0 ok, 1 refused (res set), < 0 storage. */
+int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir);
+/* Auth management entries (apply_auth.c): AuthEnable ... RoleRevokePermission. */
+int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
+                  Etcdserverpb__ResponseHeader **hdr);
 
 /* ---- apply_range.c ---- */
 /* Static checks of a range request (empty key, sort options). 1 = error set in res. */

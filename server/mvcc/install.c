@@ -111,7 +111,7 @@ int kv_store_install_begin(kv_store *s, const char *path, kv_store_install **out
         map = (size_t)sb.st_size;
     map += INSTALL_MAP_HEADROOM;
     /* MDB_NOLOCK: the file is private to this thread until it is renamed. */
-    if ((rc = mdb_env_create(&in->env)) || (rc = mdb_env_set_maxdbs(in->env, 16)) ||
+    if ((rc = mdb_env_create(&in->env)) || (rc = mdb_env_set_maxdbs(in->env, 32)) ||
         (rc = mdb_env_set_mapsize(in->env, map)) ||
         (rc = mdb_env_open(in->env, path,
                            MDB_NOSUBDIR | MDB_NOLOCK | (s->cfg.unsafe_no_fsync ? MDB_NOSYNC : 0),
@@ -244,7 +244,7 @@ int kv_store_snapshot_check(const char *path)
     int rc = mdb_env_create(&env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(env, 16)) ||
+    if ((rc = mdb_env_set_maxdbs(env, 32)) ||
         (rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0600)) ||
         (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &rt))) {
         rc = rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? -EBADMSG

@@ -22,7 +22,8 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/members.c
   ${CMAKE_CURRENT_LIST_DIR}/defrag.c
   ${CMAKE_CURRENT_LIST_DIR}/snapshot.c
-  ${CMAKE_CURRENT_LIST_DIR}/install.c)
+  ${CMAKE_CURRENT_LIST_DIR}/install.c
+  ${CMAKE_CURRENT_LIST_DIR}/auth_store.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB PkgConfig::OPENSSL
                       $<TARGET_NAME_IF_EXISTS:kv_lease_table>)

@@ -197,7 +197,7 @@ static int env_open_file(const char *path, unsigned flags, MDB_env **out)
     int rc = mdb_env_create(&env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(env, 16)) ||
+    if ((rc = mdb_env_set_maxdbs(env, 32)) ||
         (rc = mdb_env_open(env, path, flags | MDB_NOSUBDIR | MDB_NOLOCK, 0600))) {
         mdb_env_close(env);
         return rc > 0 ? -rc : -EBADMSG;

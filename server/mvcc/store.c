@@ -39,7 +39,8 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)) ||
         (rc = mdb_dbi_open(txn, "lkidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->lkidx)) ||
         (rc = mdb_dbi_open(txn, "lkey", MDB_CREATE, &s->lkey)) ||
-        (rc = mdb_dbi_open(txn, "lease_lkeys", MDB_CREATE, &s->lease_lkeys)))
+        (rc = mdb_dbi_open(txn, "lease_lkeys", MDB_CREATE, &s->lease_lkeys)) ||
+        (rc = mdb_dbi_open(txn, "auth", MDB_CREATE, &s->auth)))
         return kv_mdb_err(rc);
     return kv_lease_table_open(&s->leases, txn);
 }
@@ -57,7 +58,7 @@ int kv_store_env_open(kv_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return kv_mdb_err(rc);
-    if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
+    if ((rc = mdb_env_set_maxdbs(s->env, 32)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (s->cfg.unsafe_no_fsync ? MDB_NOSYNC : 0),
                            0644))) {
         mdb_env_close(s->env);

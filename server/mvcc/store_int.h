@@ -61,6 +61,7 @@ struct kv_store {
     MDB_dbi members, members_removed;
     /* keys longer than KV_SHORT_KEY_MAX (longkey.c, format 2) */
     MDB_dbi lkidx, lkey, lease_lkeys;
+    MDB_dbi auth; /* users, roles, auth flag and revision (auth_store.c) */
 };
 
 /* One index entry (kidx dup). */

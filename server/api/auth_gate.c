@@ -1,0 +1,308 @@
+/*
+ * auth_gate: authorization of the non-auth services when auth is enabled (etcd 3.4:
+ * v3_server.go Range/Txn checks, apply_auth.go authApplierV3, v3rpc/watch.go
+ * isWatchPermitted, v3rpc/maintenance.go authMaintenanceServer, checkMembershipOperation
+ * Permission). kv_auth_wrap_methods() replaces the on_message of the gated methods in the
+ * server's method table with gated_on_message, which resolves the caller (api/auth_srv.h),
+ * checks the request and either answers the error or calls the method's own handler, found
+ * by its path pointer in the const service tables. The service files are not changed.
+ *
+ *   Range                          READ [key, range_end)
+ *   Put                            WRITE key; prev_kv: READ key
+ *   DeleteRange                    WRITE [key, range_end); prev_kv: READ too
+ *   Txn                            compares READ; ops as above (nested txns too)
+ *   Watch (create requests)        READ [key, range_end); denied: created + canceled response
+ *                                  with cancel_reason "etcdserver: permission denied"
+ *   LeaseRevoke                    WRITE on every key attached to the lease
+ *   Defragment, Snapshot, Hash, HashKV, MoveLeader, MemberAdd/Remove/Update/Promote: root
+ *   Compact, LeaseGrant, Alarm     a token, if given, must be valid (etcd raftRequest)
+ * Not gated (as etcd): LeaseKeepAlive, LeaseTimeToLive, LeaseLeases, Status, MemberList.
+ *
+ * Checked when the request arrives, against the committed auth state. A Put, DeleteRange or
+ * Txn that passed is proposed with the caller and the auth revision it was checked at
+ * (InternalRequest auth_user / auth_revision, as etcd's RequestHeader); the applier refuses it
+ * with "etcdserver: revision of auth store is old" if auth changed meanwhile, and with "user
+ * name is empty" if auth was enabled after an unchecked write was proposed (apply_auth.c).
+ * Loop thread only.
+ */
+#include "api/auth_srv.h"
+#include "api/internal_req.h"
+#include "api/services.h"
+#include "server.h"
+
+#include "rpc.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum gate {
+    G_NONE,
+    G_RANGE,
+    G_PUT,
+    G_DELETE,
+    G_TXN,
+    G_WATCH,
+    G_LEASE_REVOKE,
+    G_ADMIN,
+    G_TOKEN,
+};
+
+static const struct {
+    const char *path;
+    enum gate g;
+} gates[] = {
+    {"/etcdserverpb.KV/Range", G_RANGE},
+    {"/etcdserverpb.KV/Put", G_PUT},
+    {"/etcdserverpb.KV/DeleteRange", G_DELETE},
+    {"/etcdserverpb.KV/Txn", G_TXN},
+    {"/etcdserverpb.KV/Compact", G_TOKEN},
+    {"/etcdserverpb.Watch/Watch", G_WATCH},
+    {"/etcdserverpb.Lease/LeaseGrant", G_TOKEN},
+    {"/etcdserverpb.Lease/LeaseRevoke", G_LEASE_REVOKE},
+    {"/etcdserverpb.Maintenance/Alarm", G_TOKEN},
+    {"/etcdserverpb.Maintenance/Defragment", G_ADMIN},
+    {"/etcdserverpb.Maintenance/Snapshot", G_ADMIN},
+    {"/etcdserverpb.Maintenance/Hash", G_ADMIN},
+    {"/etcdserverpb.Maintenance/HashKV", G_ADMIN},
+    {"/etcdserverpb.Maintenance/MoveLeader", G_ADMIN},
+    {"/etcdserverpb.Cluster/MemberAdd", G_ADMIN},
+    {"/etcdserverpb.Cluster/MemberRemove", G_ADMIN},
+    {"/etcdserverpb.Cluster/MemberUpdate", G_ADMIN},
+    {"/etcdserverpb.Cluster/MemberPromote", G_ADMIN},
+};
+
+static enum gate gate_of(const char *path)
+{
+    for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++)
+        if (strcmp(gates[i].path, path) == 0)
+            return gates[i].g;
+    return G_NONE;
+}
+
+/* The method's own entry in the const service tables (path pointers are shared). */
+static const kv_grpc_method *original(const char *path)
+{
+    const struct {
+        const kv_grpc_method *m;
+        size_t n;
+    } parts[] = {
+        {kv_service_kv, kv_service_kv_len},
+        {kv_service_lease, kv_service_lease_len},
+        {kv_service_maintenance, kv_service_maintenance_len},
+        {kv_service_cluster, kv_service_cluster_len},
+        {kv_service_watch, kv_service_watch_len},
+    };
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
+        for (size_t i = 0; i < parts[p].n; i++)
+            if (parts[p].m[i].path == path)
+                return &parts[p].m[i];
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) /* copied strings */
+        for (size_t i = 0; i < parts[p].n; i++)
+            if (strcmp(parts[p].m[i].path, path) == 0)
+                return &parts[p].m[i];
+    return NULL;
+}
+
+#define MAY(c, w, k, e) kv_auth_caller_may((c), (w), (k).data, (k).len, (e).data, (e).len)
+
+static const ProtobufCBinaryData no_end = {0, NULL};
+
+static int check_ops(const kv_auth_caller *c, Etcdserverpb__RequestOp **ops, size_t n, int depth);
+
+static int check_txn(const kv_auth_caller *c, const Etcdserverpb__TxnRequest *t, int depth)
+{
+    if (depth > 300)
+        return 0;
+    for (size_t i = 0; i < t->n_compare; i++)
+        if (!MAY(c, KV_PERM_READ, t->compare[i]->key, t->compare[i]->range_end))
+            return 0;
+    return check_ops(c, t->success, t->n_success, depth) &&
+           check_ops(c, t->failure, t->n_failure, depth);
+}
+
+static int check_ops(const kv_auth_caller *c, Etcdserverpb__RequestOp **ops, size_t n, int depth)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Etcdserverpb__RequestOp *op = ops[i];
+        switch (op->request_case) {
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE:
+            if (!MAY(c, KV_PERM_READ, op->request_range->key, op->request_range->range_end))
+                return 0;
+            break;
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
+            if (!MAY(c, KV_PERM_WRITE, op->request_put->key, no_end) ||
+                (op->request_put->prev_kv && !MAY(c, KV_PERM_READ, op->request_put->key, no_end)))
+                return 0;
+            break;
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE: {
+            const Etcdserverpb__DeleteRangeRequest *d = op->request_delete_range;
+            if ((d->prev_kv && !MAY(c, KV_PERM_READ, d->key, d->range_end)) ||
+                !MAY(c, KV_PERM_WRITE, d->key, d->range_end))
+                return 0;
+            break;
+        }
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
+            if (!check_txn(c, op->request_txn, depth + 1))
+                return 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return 1;
+}
+
+typedef struct lease_keys_ctx {
+    const kv_auth_caller *c;
+    int ok;
+} lease_keys_ctx;
+
+static int lease_key_fn(void *arg, const uint8_t *key, size_t klen)
+{
+    lease_keys_ctx *x = arg;
+    if (!kv_auth_caller_may(x->c, KV_PERM_WRITE, key, klen, NULL, 0)) {
+        x->ok = 0;
+        return 1; /* stop */
+    }
+    return 0;
+}
+
+/* A denied Watch create: etcd answers on the stream and keeps it open. */
+static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateRequest *cr)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    const kv_header_info *hi = kv_node_header(s->node);
+    h.cluster_id = hi->cluster_id;
+    h.member_id = hi->member_id;
+    h.raft_term = hi->raft_term;
+    h.revision = kv_node_revision(s->node);
+    Etcdserverpb__WatchResponse wr = ETCDSERVERPB__WATCH_RESPONSE__INIT;
+    wr.header = &h;
+    wr.watch_id = cr->watch_id;
+    wr.created = 1;
+    wr.canceled = 1;
+    wr.cancel_reason = (char *)kv_etcd_err_msg(KV_ERR_PERMISSION_DENIED);
+    if (kv_send_message(call, &wr.base) < 0)
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
+}
+
+/* 0: pass on to the method; 1: answered (or, for Watch, handled). */
+static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
+{
+    kv_auth_caller c;
+    if (kv_auth_caller_begin(call, &c))
+        return 1;
+    int err = 0, handled = 0;
+    if (!c.enabled || g == G_TOKEN)
+        goto out;
+    if (g == G_ADMIN) {
+        err = kv_auth_caller_admin_err(&c);
+        goto out;
+    }
+    int ok = 1;
+    switch (g) {
+    case G_RANGE: {
+        Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
+        if (r) /* undecodable: the method answers its own error */
+            ok = MAY(&c, KV_PERM_READ, r->key, r->range_end);
+        etcdserverpb__range_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_PUT: {
+        Etcdserverpb__PutRequest *r = etcdserverpb__put_request__unpack(NULL, len, msg);
+        if (r)
+            ok = MAY(&c, KV_PERM_WRITE, r->key, no_end) &&
+                 (!r->prev_kv || MAY(&c, KV_PERM_READ, r->key, no_end));
+        etcdserverpb__put_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_DELETE: {
+        Etcdserverpb__DeleteRangeRequest *r =
+            etcdserverpb__delete_range_request__unpack(NULL, len, msg);
+        if (r)
+            ok = (!r->prev_kv || MAY(&c, KV_PERM_READ, r->key, r->range_end)) &&
+                 MAY(&c, KV_PERM_WRITE, r->key, r->range_end);
+        etcdserverpb__delete_range_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_TXN: {
+        kv_server *s = kv_grpc_call_app(call);
+        int code;
+        const char *emsg;
+        /* bound the nesting before the recursive unpack, as service_kv.c does */
+        if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops, &code, &emsg))
+            break; /* the method answers the same error */
+        Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
+        if (r)
+            ok = check_txn(&c, r, 0);
+        etcdserverpb__txn_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_WATCH: {
+        Etcdserverpb__WatchRequest *r = etcdserverpb__watch_request__unpack(NULL, len, msg);
+        if (r &&
+            r->request_union_case == ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST &&
+            !MAY(&c, KV_PERM_READ, r->create_request->key, r->create_request->range_end)) {
+            deny_watch(call, r->create_request);
+            handled = 1;
+        }
+        etcdserverpb__watch_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_LEASE_REVOKE: {
+        kv_server *s = kv_grpc_call_app(call);
+        Etcdserverpb__LeaseRevokeRequest *r =
+            etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
+        if (r && !c.root) {
+            lease_keys_ctx x = {&c, 1};
+            kv_store_lease_keys(s->store, r->id, lease_key_fn, &x);
+            ok = x.ok;
+        }
+        etcdserverpb__lease_revoke_request__free_unpacked(r, NULL);
+        break;
+    }
+    default:
+        break;
+    }
+    if (!ok)
+        err = kv_auth_caller_deny_err(&c);
+    kv_server *srv = kv_grpc_call_app(call);
+    if (!err && !handled && srv->auth && (g == G_PUT || g == G_DELETE || g == G_TXN)) {
+        /* etcd's request header: the write is re-checked at apply against this revision */
+        snprintf(srv->auth->cur_user, sizeof srv->auth->cur_user, "%s", c.user);
+        srv->auth->cur_revision = c.revision;
+    }
+out:
+    kv_auth_caller_end(&c);
+    if (err) {
+        kv_reply_etcd_err(call, (kv_etcd_err)err);
+        return 1;
+    }
+    return handled;
+}
+
+static void gated_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    const char *path = kv_grpc_call_method(call);
+    const kv_grpc_method *m = original(path);
+    if (!m) {
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
+        return;
+    }
+    kv_server *s = kv_grpc_call_app(call);
+    if (gate(call, gate_of(path), msg, len))
+        return;
+    m->on_message(call, msg, len); /* synchronous: proposes with s->auth->cur_* */
+    if (s->auth)
+        s->auth->cur_revision = 0;
+}
+
+void kv_auth_wrap_methods(kv_grpc_method *methods, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (gate_of(methods[i].path) != G_NONE && original(methods[i].path))
+            methods[i].on_message = gated_on_message;
+}

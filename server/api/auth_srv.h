@@ -1,0 +1,99 @@
+/*
+ * auth_srv: this member's auth runtime state (issue 13 section 2) and the resolution of a
+ * call's caller. The replicated state (enabled flag, auth revision, users, roles) is in LMDB
+ * (mvcc/auth_store.h, changed only by applied log entries, server/apply/apply_auth.c); what
+ * lives here is per member, as in etcd:
+ *   - simple tokens (auth/auth_tokens.h), with a 1 s sweep timer;
+ *   - the password hash workers: one niced thread (node/read_pool.h) with a bounded queue
+ *     (--auth-max-pending-hashes; beyond: RESOURCE_EXHAUSTED "etcdserver: too many
+ *     requests"), so PBKDF2 never runs on the loop and a flood of Authenticate calls cannot
+ *     delay keepalives.
+ * Metrics: kvd_auth_hash_pending, kvd_auth_hash_refused_total, kvd_auth_tokens,
+ * kvd_auth_tokens_refused_total.
+ *
+ * Caller resolution (etcd AuthInfoFromCtx + AuthInfoFromTLS): when auth is enabled, the
+ * "token" (or "authorization") metadata names a simple token; an unknown or expired token,
+ * or one whose user was deleted or whose password changed since, is UNAUTHENTICATED
+ * "etcdserver: invalid auth token". Without a token and with --client-cert-auth, the verified
+ * client certificate's CN is the user name. Otherwise the caller is anonymous (checks then
+ * fail with "etcdserver: user name is empty", as etcd).
+ *
+ * Threads: loop thread only (the hash workers run only the hash functions on job memory).
+ */
+#ifndef KV_API_AUTH_SRV_H
+#define KV_API_AUTH_SRV_H
+
+#include "auth/auth_perm.h"
+#include "auth/auth_tokens.h"
+#include "grpc/grpc_server.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct kv_server;
+struct kv_read_pool;
+typedef struct kv_auth_job kv_auth_job;
+
+typedef struct kv_auth {
+    struct kv_server *srv;
+    kv_auth_tokens *tokens;
+    struct kv_read_pool *hash_pool;
+    uv_timer_t *sweep;
+    uint32_t iterations;
+    kv_auth_job *jobs;          /* hash jobs not completed (their calls may be cancelled) */
+    uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
+    uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
+    struct kv_metrics *metrics; /* borrowed; NULL = none */
+    /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
+     * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
+    char cur_user[256];
+    uint64_t cur_revision; /* 0 = none */
+} kv_auth;
+
+/* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */
+int kv_auth_start(struct kv_server *srv, kv_auth **out);
+/* Stops it: queued hash jobs complete as cancelled, the running one is joined; tokens
+ * freed; the timer handle is freed in its close callback (run the loop afterwards). */
+void kv_auth_stop(kv_auth *a);
+
+/* The resolved caller of one call. */
+typedef struct kv_auth_caller {
+    bool enabled;   /* auth is enabled (committed state); false: no checks apply */
+    bool anonymous; /* no token, no certificate user */
+    bool found;     /* the user record exists */
+    bool root;      /* the user has the root role */
+    char user[256];
+    kv_auth_perm *perms; /* the user's permissions over all its roles (malloc'd) */
+    size_t n_perms;
+    void **roles; /* unpacked authpb.Role records the perms point into */
+    size_t n_roles;
+    uint64_t revision; /* auth revision read */
+    char **user_roles; /* the user's role names, as granted (malloc'd copies) */
+    size_t n_user_roles;
+} kv_auth_caller;
+
+/* Resolves the caller of call. 0: go on (c filled, free with kv_auth_caller_end); 1: the
+ * call was answered with an error (invalid token, storage error). */
+int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c);
+void kv_auth_caller_end(kv_auth_caller *c);
+/* Key-range check (auth/auth_perm.h semantics; root may do everything). */
+bool kv_auth_caller_may(const kv_auth_caller *c, int want, const uint8_t *key, size_t klen,
+                        const uint8_t *end, size_t elen);
+/* The error a denied key request gets: "user name is empty" for an anonymous caller,
+ * "permission denied" otherwise (etcd isOpPermitted). */
+int kv_auth_caller_deny_err(const kv_auth_caller *c);
+/* etcd IsAdminPermitted: 0 if allowed (auth disabled, or the caller has the root role),
+ * else the kv_etcd_err to answer. */
+int kv_auth_caller_admin_err(const kv_auth_caller *c);
+
+/* Admin gate for a call: 0 go on, 1 answered. */
+int kv_auth_require_admin(kv_grpc_call *call);
+
+/* Wraps the on_message of every method that etcd 3.4 authorizes (KV, Watch create,
+ * LeaseRevoke, admin Maintenance/Cluster calls, token validity for other writes) in
+ * methods[0..n) (services.c) with the check of auth_gate.c. */
+void kv_auth_wrap_methods(kv_grpc_method *methods, size_t n);
+
+#endif

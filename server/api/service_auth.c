@@ -1,0 +1,583 @@
+/*
+ * service_auth: etcdserverpb.Auth (etcd 3.4 semantics; state in LMDB, mvcc/auth_store.h).
+ *
+ *   Writes (AuthEnable, AuthDisable, User*, Role* changes) are raft proposals applied by
+ *   server/apply/apply_auth.c. UserAdd and UserChangePassword hash the password FIRST, on
+ *   the auth hash worker (api/auth_srv.h: PBKDF2-HMAC-SHA256, bounded queue), and propose the
+ *   request with hashed_password set and the clear password removed: apply stays a pure
+ *   function of the log and the clear password never reaches the log.
+ *   Reads (UserGet, UserList, RoleGet, RoleList) are answered from this member's committed
+ *   state on the loop (etcd 3.4 sends them through raft; kvd reads serializably).
+ *   Authenticate checks the password on the hash worker and assigns a simple token of this
+ *   member (auth/auth_tokens.h).
+ * When auth is enabled every method but Authenticate needs the root role (etcd
+ * needAdminPermission); with auth disabled anyone may call them (UserList is then empty on a
+ * fresh store, AuthEnable fails without a root user, Authenticate answers "etcdserver:
+ * authentication is not enabled").
+ * Loop thread only, but the hash work functions (run on the worker, job memory only).
+ */
+#include "api/auth_srv.h"
+#include "api/internal_req.h"
+#include "api/services.h"
+#include "auth.pb-c.h"
+#include "auth/auth_hash.h"
+#include "mvcc/auth_store.h"
+#include "node/read_pool.h"
+#include "server.h"
+
+#include "rpc.pb-c.h"
+
+#include <openssl/crypto.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum job_kind { J_VERIFY, J_ADD, J_PASSWD };
+
+struct kv_auth_job {
+    kv_auth_job *next, *prev;
+    kv_auth *a;
+    kv_grpc_call *call; /* NULL once cancelled */
+    enum job_kind kind;
+    char *name;
+    char *pw;
+    size_t pwlen;
+    char *stored; /* J_VERIFY: the stored hash */
+    size_t storedlen;
+    uint32_t iterations;
+    int ok; /* J_VERIFY: match; J_ADD/J_PASSWD: 0 or -errno */
+    char hashed[KV_AUTH_HASH_MAX];
+    Authpb__UserAddOptions *opts; /* J_ADD: copied options (may be NULL) */
+};
+
+static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
+{
+    const kv_header_info *hi = kv_node_header(s->node);
+    h->cluster_id = hi->cluster_id;
+    h->member_id = hi->member_id;
+    h->raft_term = hi->raft_term;
+    h->revision = kv_node_revision(s->node);
+}
+
+static void job_free(kv_auth_job *j)
+{
+    if (j->pw) {
+        OPENSSL_cleanse(j->pw, j->pwlen);
+        free(j->pw);
+    }
+    OPENSSL_cleanse(j->hashed, sizeof j->hashed);
+    free(j->name);
+    free(j->stored);
+    free(j->opts);
+    free(j);
+}
+
+static void job_unlink(kv_auth_job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        j->a->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+}
+
+static void job_work(void *arg)
+{
+    kv_auth_job *j = arg;
+    if (j->kind == J_VERIFY)
+        j->ok = kv_auth_hash_verify(j->pw, j->pwlen, j->stored, j->storedlen);
+    else
+        j->ok = kv_auth_hash(j->pw, j->pwlen, j->iterations, j->hashed);
+}
+
+static void job_done(void *arg, int status);
+
+/* Queues j (owned from here on). 0, or 1 after answering the call. */
+static int job_submit(kv_grpc_call *call, kv_auth_job *j)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    kv_auth *a = s->auth;
+    if (!a) { /* the member's core is not running */
+        job_free(j);
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
+        return 1;
+    }
+    j->a = a;
+    j->call = call;
+    j->iterations = a->iterations;
+    int rc = kv_read_pool_submit(a->hash_pool, job_work, job_done, j);
+    if (rc < 0) {
+        if (rc == -EBUSY)
+            a->hashes_refused++;
+        job_free(j);
+        kv_reply_etcd_err(call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_STOPPED);
+        return 1;
+    }
+    j->next = a->jobs;
+    if (a->jobs)
+        a->jobs->prev = j;
+    a->jobs = j;
+    return 0;
+}
+
+static void on_cancel(kv_grpc_call *call)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
+        if (j->call == call) {
+            j->call = NULL; /* the hash finishes; nothing is sent or proposed */
+            return;
+        }
+    if (kv_grpc_call_data(call))
+        kv_propose_cancel(call);
+}
+
+static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        return;
+    }
+    protobuf_c_message_pack(m, buf);
+    kv_propose_unary(call, field, buf, n);
+    free(buf);
+}
+
+static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (!j->ok) {
+        kv_reply_etcd_err(call, KV_ERR_AUTH_FAILED);
+        return;
+    }
+    /* etcd re-checks against the current state (checkedRevision): the user may have been
+     * deleted, or its password changed, while the hash ran. */
+    kv_auth_tx tx;
+    if (kv_store_auth_read_begin(s->store, &tx)) {
+        kv_reply_etcd_err(call, KV_ERR_STORAGE);
+        return;
+    }
+    int en = 0;
+    uint8_t *v = NULL;
+    size_t n = 0;
+    int rc = kv_auth_get_enabled(&tx, &en);
+    if (rc == 0 && en)
+        rc = kv_auth_get(&tx, KV_AUTH_USER, j->name, strlen(j->name), &v, &n);
+    kv_store_auth_read_end(&tx);
+    Authpb__User *u = rc == 0 && en ? authpb__user__unpack(NULL, n, v) : NULL;
+    free(v);
+    if (rc == 0 && !en) {
+        kv_reply_etcd_err(call, KV_ERR_AUTH_NOT_ENABLED);
+        return;
+    }
+    if (!u || u->password.len != j->storedlen ||
+        memcmp(u->password.data, j->stored, j->storedlen) != 0) {
+        authpb__user__free_unpacked(u, NULL);
+        kv_reply_etcd_err(call, rc && rc != -ENOENT ? KV_ERR_STORAGE : KV_ERR_AUTH_FAILED);
+        return;
+    }
+    uint64_t tag = kv_auth_pwtag(u->password.data, u->password.len);
+    authpb__user__free_unpacked(u, NULL);
+    char token[KV_AUTH_TOKEN_MAX];
+    rc = kv_auth_tokens_assign(s->auth->tokens, j->name, tag, uv_now(s->loop), token);
+    if (rc) {
+        if (rc == -EBUSY)
+            s->auth->tokens_refused++;
+        kv_reply_etcd_err(call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_NOMEM);
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    Etcdserverpb__AuthenticateResponse r = ETCDSERVERPB__AUTHENTICATE_RESPONSE__INIT;
+    r.header = &h;
+    r.token = token;
+    kv_reply_message(call, &r.base);
+}
+
+static void job_done(void *arg, int status)
+{
+    kv_auth_job *j = arg;
+    job_unlink(j);
+    kv_grpc_call *call = j->call;
+    if (!call) {
+        job_free(j);
+        return;
+    }
+    if (status != 0) {
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
+    } else if (j->kind == J_VERIFY) {
+        finish_authenticate(call, j);
+    } else if (j->ok < 0) {
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
+    } else if (j->kind == J_ADD) {
+        Etcdserverpb__AuthUserAddRequest r = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
+        r.name = j->name;
+        r.hashed_password = j->hashed;
+        r.options = j->opts;
+        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &r.base);
+    } else {
+        Etcdserverpb__AuthUserChangePasswordRequest r =
+            ETCDSERVERPB__AUTH_USER_CHANGE_PASSWORD_REQUEST__INIT;
+        r.name = j->name;
+        r.hashed_password = j->hashed;
+        propose_msg(call, KV_IREQ_AUTH_USER_CHANGE_PASSWORD, &r.base);
+    }
+    job_free(j);
+}
+
+static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw)
+{
+    kv_auth_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->kind = kind;
+    j->pwlen = strlen(pw);
+    if (!(j->name = strdup(name)) || !(j->pw = strdup(pw))) {
+        job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* ---- Authenticate ---- */
+
+static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__AuthenticateRequest *r =
+        etcdserverpb__authenticate_request__unpack(NULL, len, msg);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
+        return;
+    }
+    kv_auth_tx tx;
+    if (kv_store_auth_read_begin(s->store, &tx)) {
+        etcdserverpb__authenticate_request__free_unpacked(r, NULL);
+        kv_reply_etcd_err(call, KV_ERR_STORAGE);
+        return;
+    }
+    int en = 0, err = 0;
+    uint8_t *v = NULL;
+    size_t n = 0;
+    int rc = kv_auth_get_enabled(&tx, &en);
+    if (rc == 0 && !en)
+        err = KV_ERR_AUTH_NOT_ENABLED;
+    else if (rc == 0)
+        rc =
+            r->name[0] ? kv_auth_get(&tx, KV_AUTH_USER, r->name, strlen(r->name), &v, &n) : -ENOENT;
+    kv_store_auth_read_end(&tx);
+    Authpb__User *u = NULL;
+    if (!err && (rc == -ENOENT || rc == -EINVAL))
+        err = KV_ERR_AUTH_FAILED;
+    else if (!err && rc)
+        err = KV_ERR_STORAGE;
+    else if (!err && !(u = authpb__user__unpack(NULL, n, v)))
+        err = KV_ERR_STORAGE;
+    free(v);
+    if (!err && ((u->options && u->options->no_password) || u->password.len == 0))
+        err = KV_ERR_AUTH_FAILED; /* etcd: a user added with --no-password cannot log in */
+    kv_auth_job *j = NULL;
+    if (!err && !(j = job_new(J_VERIFY, r->name, r->password)))
+        err = KV_ERR_NOMEM;
+    if (!err && !(j->stored = malloc(u->password.len))) {
+        job_free(j);
+        err = KV_ERR_NOMEM;
+    }
+    if (!err) {
+        memcpy(j->stored, u->password.data, u->password.len);
+        j->storedlen = u->password.len;
+    }
+    authpb__user__free_unpacked(u, NULL);
+    etcdserverpb__authenticate_request__free_unpacked(r, NULL);
+    if (err) {
+        kv_reply_etcd_err(call, (kv_etcd_err)err);
+        return;
+    }
+    job_submit(call, j);
+}
+
+/* ---- writes ---- */
+
+static void on_user_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__AuthUserAddRequest *r =
+        etcdserverpb__auth_user_add_request__unpack(NULL, len, msg);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
+        return;
+    }
+    if (kv_auth_require_admin(call))
+        goto out;
+    if (!r->name[0]) {
+        kv_reply_etcd_err(call, KV_ERR_USER_EMPTY);
+        goto out;
+    }
+    if (r->options && r->options->no_password) {
+        Etcdserverpb__AuthUserAddRequest nr = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
+        nr.name = r->name;
+        nr.options = r->options;
+        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &nr.base);
+        goto out;
+    }
+    kv_auth_job *j = job_new(J_ADD, r->name, r->password);
+    if (j && r->options && (j->opts = malloc(sizeof *j->opts))) {
+        authpb__user_add_options__init(j->opts);
+        j->opts->no_password = r->options->no_password;
+    }
+    if (!j) {
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        goto out;
+    }
+    job_submit(call, j);
+out:
+    if (r->password)
+        OPENSSL_cleanse(r->password, strlen(r->password));
+    etcdserverpb__auth_user_add_request__free_unpacked(r, NULL);
+}
+
+static void on_user_change_password(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__AuthUserChangePasswordRequest *r =
+        etcdserverpb__auth_user_change_password_request__unpack(NULL, len, msg);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
+        return;
+    }
+    if (!kv_auth_require_admin(call)) {
+        kv_auth_job *j = job_new(J_PASSWD, r->name, r->password);
+        if (!j)
+            kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        else
+            job_submit(call, j);
+    }
+    if (r->password)
+        OPENSSL_cleanse(r->password, strlen(r->password));
+    etcdserverpb__auth_user_change_password_request__free_unpacked(r, NULL);
+}
+
+/* Requests proposed as the client sent them (no secrets), after the admin check. */
+static const struct {
+    const char *path;
+    int field;
+} plain[] = {
+    {"/etcdserverpb.Auth/AuthEnable", KV_IREQ_AUTH_ENABLE},
+    {"/etcdserverpb.Auth/AuthDisable", KV_IREQ_AUTH_DISABLE},
+    {"/etcdserverpb.Auth/UserDelete", KV_IREQ_AUTH_USER_DELETE},
+    {"/etcdserverpb.Auth/UserGrantRole", KV_IREQ_AUTH_USER_GRANT_ROLE},
+    {"/etcdserverpb.Auth/UserRevokeRole", KV_IREQ_AUTH_USER_REVOKE_ROLE},
+    {"/etcdserverpb.Auth/RoleAdd", KV_IREQ_AUTH_ROLE_ADD},
+    {"/etcdserverpb.Auth/RoleDelete", KV_IREQ_AUTH_ROLE_DELETE},
+    {"/etcdserverpb.Auth/RoleGrantPermission", KV_IREQ_AUTH_ROLE_GRANT_PERMISSION},
+    {"/etcdserverpb.Auth/RoleRevokePermission", KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION},
+};
+
+static void on_plain_write(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    const char *path = kv_grpc_call_method(call);
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (strcmp(plain[i].path, path) == 0) {
+            if (kv_auth_require_admin(call))
+                return;
+            kv_propose_unary(call, plain[i].field, msg, len);
+            return;
+        }
+    kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
+}
+
+/* ---- reads ---- */
+
+typedef struct names {
+    char **v;
+    size_t n, cap;
+    int err;
+} names;
+
+static int name_fn(void *arg, const uint8_t *name, size_t nlen, const uint8_t *val, size_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    names *x = arg;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 16;
+        char **nv = realloc(x->v, cap * sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        x->v = nv;
+        x->cap = cap;
+    }
+    if (!(x->v[x->n] = strndup((const char *)name, nlen)))
+        return -ENOMEM;
+    x->n++;
+    return 0;
+}
+
+static void names_free(names *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        free(x->v[i]);
+    free(x->v);
+}
+
+static void on_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    kv_server *s = kv_grpc_call_app(call);
+    if (kv_auth_require_admin(call))
+        return;
+    int roles = strcmp(kv_grpc_call_method(call), "/etcdserverpb.Auth/RoleList") == 0;
+    kv_auth_tx tx;
+    names x = {0};
+    int rc = kv_store_auth_read_begin(s->store, &tx);
+    if (rc == 0) {
+        rc = kv_auth_walk(&tx, roles ? KV_AUTH_ROLE : KV_AUTH_USER, name_fn, &x);
+        kv_store_auth_read_end(&tx);
+    }
+    if (rc) {
+        names_free(&x);
+        kv_reply_etcd_err(call, rc == -ENOMEM ? KV_ERR_NOMEM : KV_ERR_STORAGE);
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    fill_header(s, &h);
+    if (roles) {
+        Etcdserverpb__AuthRoleListResponse r = ETCDSERVERPB__AUTH_ROLE_LIST_RESPONSE__INIT;
+        r.header = &h;
+        r.roles = x.v;
+        r.n_roles = x.n;
+        kv_reply_message(call, &r.base);
+    } else {
+        Etcdserverpb__AuthUserListResponse r = ETCDSERVERPB__AUTH_USER_LIST_RESPONSE__INIT;
+        r.header = &h;
+        r.users = x.v;
+        r.n_users = x.n;
+        kv_reply_message(call, &r.base);
+    }
+    names_free(&x);
+}
+
+/* etcd 3.4 authApplierV3.UserGet/RoleGet: root, or a user asking about itself / a role it
+ * has. 0 go on, 1 answered. */
+static int require_admin_or_self(kv_grpc_call *call, const char *user, const char *role)
+{
+    kv_auth_caller c;
+    if (kv_auth_caller_begin(call, &c))
+        return 1;
+    int e = kv_auth_caller_admin_err(&c);
+    if (e && c.found && user && strcmp(user, c.user) == 0)
+        e = 0;
+    for (size_t i = 0; e && c.found && role && i < c.n_user_roles; i++)
+        if (strcmp(c.user_roles[i], role) == 0)
+            e = 0;
+    kv_auth_caller_end(&c);
+    if (e) {
+        kv_reply_etcd_err(call, (kv_etcd_err)e);
+        return 1;
+    }
+    return 0;
+}
+
+/* Reads one record: 0 (*out unpacked), or 1 after answering. */
+static int read_record(kv_grpc_call *call, char kind, const char *name, ProtobufCMessage **out)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    kv_auth_tx tx;
+    uint8_t *v = NULL;
+    size_t n = 0;
+    int rc = kv_store_auth_read_begin(s->store, &tx);
+    if (rc == 0) {
+        rc = name[0] ? kv_auth_get(&tx, kind, name, strlen(name), &v, &n) : -ENOENT;
+        kv_store_auth_read_end(&tx);
+    }
+    if (rc == -ENOENT || rc == -EINVAL) {
+        kv_reply_etcd_err(call,
+                          kind == KV_AUTH_USER ? KV_ERR_USER_NOT_FOUND : KV_ERR_ROLE_NOT_FOUND);
+        return 1;
+    }
+    *out = rc ? NULL
+              : protobuf_c_message_unpack(kind == KV_AUTH_USER ? &authpb__user__descriptor
+                                                               : &authpb__role__descriptor,
+                                          NULL, n, v);
+    free(v);
+    if (!*out) {
+        kv_reply_etcd_err(call, rc == -ENOMEM ? KV_ERR_NOMEM : KV_ERR_STORAGE);
+        return 1;
+    }
+    return 0;
+}
+
+static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__AuthUserGetRequest *r =
+        etcdserverpb__auth_user_get_request__unpack(NULL, len, msg);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
+        return;
+    }
+    ProtobufCMessage *m;
+    if (!require_admin_or_self(call, r->name, NULL) &&
+        !read_record(call, KV_AUTH_USER, r->name, &m)) {
+        Authpb__User *u = (Authpb__User *)m;
+        Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+        fill_header(s, &h);
+        Etcdserverpb__AuthUserGetResponse resp = ETCDSERVERPB__AUTH_USER_GET_RESPONSE__INIT;
+        resp.header = &h;
+        resp.roles = u->roles;
+        resp.n_roles = u->n_roles;
+        kv_reply_message(call, &resp.base);
+        authpb__user__free_unpacked(u, NULL);
+    }
+    etcdserverpb__auth_user_get_request__free_unpacked(r, NULL);
+}
+
+static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    Etcdserverpb__AuthRoleGetRequest *r =
+        etcdserverpb__auth_role_get_request__unpack(NULL, len, msg);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
+        return;
+    }
+    ProtobufCMessage *m;
+    if (!require_admin_or_self(call, NULL, r->role) &&
+        !read_record(call, KV_AUTH_ROLE, r->role, &m)) {
+        Authpb__Role *role = (Authpb__Role *)m;
+        Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+        fill_header(s, &h);
+        Etcdserverpb__AuthRoleGetResponse resp = ETCDSERVERPB__AUTH_ROLE_GET_RESPONSE__INIT;
+        resp.header = &h;
+        resp.perm = role->keypermission;
+        resp.n_perm = role->n_keypermission;
+        kv_reply_message(call, &resp.base);
+        authpb__role__free_unpacked(role, NULL);
+    }
+    etcdserverpb__auth_role_get_request__free_unpacked(r, NULL);
+}
+
+#define A(m) "/etcdserverpb.Auth/" m
+
+const kv_grpc_method kv_service_auth[] = {
+    {A("AuthEnable"), 0, on_plain_write, NULL, on_cancel},
+    {A("AuthDisable"), 0, on_plain_write, NULL, on_cancel},
+    {A("Authenticate"), 0, on_authenticate, NULL, on_cancel},
+    {A("UserAdd"), 0, on_user_add, NULL, on_cancel},
+    {A("UserGet"), 0, on_user_get, NULL, NULL},
+    {A("UserList"), 0, on_list, NULL, NULL},
+    {A("UserDelete"), 0, on_plain_write, NULL, on_cancel},
+    {A("UserChangePassword"), 0, on_user_change_password, NULL, on_cancel},
+    {A("UserGrantRole"), 0, on_plain_write, NULL, on_cancel},
+    {A("UserRevokeRole"), 0, on_plain_write, NULL, on_cancel},
+    {A("RoleAdd"), 0, on_plain_write, NULL, on_cancel},
+    {A("RoleGet"), 0, on_role_get, NULL, NULL},
+    {A("RoleList"), 0, on_list, NULL, NULL},
+    {A("RoleDelete"), 0, on_plain_write, NULL, on_cancel},
+    {A("RoleGrantPermission"), 0, on_plain_write, NULL, on_cancel},
+    {A("RoleRevokePermission"), 0, on_plain_write, NULL, on_cancel},
+};
+const size_t kv_service_auth_len = sizeof(kv_service_auth) / sizeof(kv_service_auth[0]);
