@@ -18,6 +18,7 @@
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
 #include "peer/peer_net.h"
+#include "peer/peer_delay.h"
 #include "api/auto_compact.h"
 #include "server.h"
 #include "tls_setup.h"
@@ -55,6 +56,9 @@ typedef struct kvd_main {
     kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
     kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
     kv_log_sink log;        /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
+    uv_signal_t sigdelay;   /* failpoint: SIGRTMIN+3 toggles the peer delay (peer_delay.h) */
+    uint32_t delay_ms, delay_jitter_ms; /* KVD_FAILPOINT_PEER_DELAY_MS=D[,J]; 0: not armed */
+    int delayed;
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -150,6 +154,8 @@ static void on_signal(uv_signal_t *sig, int signum)
         uv_close((uv_handle_t *)&m->sigusr1, NULL);
     if (m->cfg.enable_failpoints)
         uv_close((uv_handle_t *)&m->sigusr2, NULL);
+    if (m->delay_ms > 0)
+        uv_close((uv_handle_t *)&m->sigdelay, NULL);
 }
 
 /* SIGUSR2 (--enable-failpoints): isolates the member from its peers, or heals it (partition
@@ -163,6 +169,21 @@ static void on_isolate_signal(uv_signal_t *sig, int signum)
     m->isolated = !m->isolated;
     kv_peer_net_set_isolated(m->srv.peers, m->isolated);
     fprintf(stderr, "kvd: warning: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
+}
+
+/* SIGRTMIN+3 (--enable-failpoints, KVD_FAILPOINT_PEER_DELAY_MS=D[,J]): every peer frame sent
+ * and received is held D (+-J) ms, or no longer (functional DELAY / RANDOM_DELAY cases). */
+static void on_delay_signal(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    kvd_main *m = sig->data;
+    if (m->srv.peers == NULL)
+        return;
+    m->delayed = !m->delayed;
+    int rc = kv_peer_net_set_delay(m->srv.peers, m->delayed ? m->delay_ms : 0,
+                                   m->delayed ? m->delay_jitter_ms : 0);
+    fprintf(stderr, "kvd: warning: failpoint: peer delay %s (%u ms +-%u)%s\n",
+            m->delayed ? "on" : "off", m->delay_ms, m->delay_jitter_ms, rc < 0 ? " failed" : "");
 }
 
 static void on_failpoint_signal(uv_signal_t *sig, int signum)
@@ -463,6 +484,14 @@ int main(int argc, char **argv)
         uv_signal_init(&m.loop, &m.sigusr2);
         m.sigusr2.data = &m;
         uv_signal_start(&m.sigusr2, on_isolate_signal, SIGUSR2);
+        const char *pd = getenv("KVD_FAILPOINT_PEER_DELAY_MS");
+        if (pd && kv_peer_delay_parse(pd, &m.delay_ms, &m.delay_jitter_ms) < 0)
+            fprintf(stderr, "kvd: warning: bad KVD_FAILPOINT_PEER_DELAY_MS '%s' (D[,J])\n", pd);
+        if (pd && m.delay_ms > 0) {
+            uv_signal_init(&m.loop, &m.sigdelay);
+            m.sigdelay.data = &m;
+            uv_signal_start(&m.sigdelay, on_delay_signal, SIGRTMIN + 3);
+        }
     }
     fprintf(stderr, "kvd: ready to serve client requests\n");
     rc = kv_sd_notify(getenv("NOTIFY_SOCKET"), "READY=1\nSTATUS=ready to serve client requests");
