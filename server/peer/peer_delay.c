@@ -233,8 +233,8 @@ static int delay_push(struct kv_peer_delay *d, kv_peer *p, int dir, uint32_t typ
 int kv_peer_delay_tx(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len, int *rc)
 {
     struct kv_peer_delay *d = p->net->delay;
-    if (!d || d->closing)
-        return 0;
+    if (!d || d->closing || !p->up || p->net->isolated)
+        return 0; /* the send path's own answer (-ENOTCONN / dropped while isolated) */
     int r = delay_push(d, p, DIR_TX, type, buf, len);
     if (r == 1)
         return 0;
