@@ -175,9 +175,9 @@ int kv_peer_net_set_delay(kv_peer_net *n, uint32_t delay_ms, uint32_t jitter_ms)
             d->m_delayed = kv_metrics_counter(
                 n->metrics, "kvd_peer_frames_delayed_total",
                 "Peer frames held by the delay failpoint (sent and received).", NULL);
-            d->m_bytes = kv_metrics_gauge(n->metrics, "kvd_peer_delayed_bytes",
-                                          "Peer frame bytes held by the delay failpoint now.",
-                                          NULL);
+            d->m_bytes =
+                kv_metrics_gauge(n->metrics, "kvd_peer_delayed_bytes",
+                                 "Peer frame bytes held by the delay failpoint now.", NULL);
         }
         n->delay = d;
     }

@@ -107,13 +107,14 @@ Test(cluster_peer_delay, delay_at_the_leader_slows_puts_and_loses_nothing, .fini
     cr_assert_eq(kvt_cluster_leader(&g_c), l, "leadership moved during the delay");
 
     cr_assert_eq(kvt_proc_signal(&g_c.m[l].proc, SIGRTMIN + 3), 0); /* off */
-    kvt_sleep_ms(2 * DELAY_MS + 200);                              /* held frames drain */
+    kvt_sleep_ms(2 * DELAY_MS + 200);                               /* held frames drain */
     double d2 = delayed_frames(l);
     uint64_t after = timed_puts(l, "after");
     cr_assert_lt(after, DELAY_MS, "puts after the delay took %" PRIu64 " ms (median)", after);
-    cr_assert_eq(delayed_frames(l), d2, "frames still delayed after the failpoint was switched off");
-    fprintf(stderr, "  kvd_peer_frames_delayed_total on m%d: %.0f -> %.0f -> %.0f\n", l + 1, d0,
-            d1, d2);
+    cr_assert_eq(delayed_frames(l), d2,
+                 "frames still delayed after the failpoint was switched off");
+    fprintf(stderr, "  kvd_peer_frames_delayed_total on m%d: %.0f -> %.0f -> %.0f\n", l + 1, d0, d1,
+            d2);
 
     char *log = NULL;
     cr_assert_eq(kvt_member_log(&g_c, l, 1 << 20, &log), 0);
