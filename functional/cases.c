@@ -159,6 +159,21 @@ static const char *fault_name(kv_fn_fault f)
 }
 
 /* Restores every member (restart, SIGCONT, clear proxies) and waits for a writable leader. */
+/* kvd's peer delay failpoint (server/peer/peer_delay.h) replaces the proxy delay: the runner
+ * arms KVD_FAILPOINT_PEER_DELAY_MS (SIGRTMIN+3) and _RANDOM_DELAY_MS (SIGRTMIN+4), cases.h. */
+static int delay_fp(const kv_fn_cluster *c, kv_fn_fault f)
+{
+    return c->target == KV_FN_TARGET_KVD && c->failpoints &&
+           (f == KV_FN_F_DELAY || f == KV_FN_F_RANDOM_DELAY);
+}
+
+static int delay_signal(kv_fn_fault f)
+{
+    return f == KV_FN_F_DELAY ? SIGRTMIN + 3 : SIGRTMIN + 4;
+}
+
+static const char *const kv_fn_delayed_metric[] = {"kvd_peer_frames_delayed_total", NULL};
+
 static int heal_all(kv_fn_cluster *c)
 {
     for (int i = 0; i < c->n; i++) {
@@ -702,6 +717,10 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         add_fault(fault_desc, sizeof(fault_desc), &fl, "%sm%d%s", i ? "," : " on ", targets[i],
                   targets[i] == leader ? "(L)" : "");
     uint64_t base_relayed = 0, base_dropped = 0;
+    int64_t delayed_base[KV_FN_MAX_MEMBERS] = {0};
+    if (delay_fp(c, k->fault))
+        for (int i = 0; i < nt; i++)
+            delayed_base[i] = kv_fn_member_metric(c, targets[i], kv_fn_delayed_metric);
     if (is_network(k->fault))
         for (int i = 0; i < nt; i++) {
             uint64_t b, d;
@@ -770,10 +789,16 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
                 kv_fn_member_signal(c, targets[i], SIGUSR2);
             break;
         case KV_FN_F_DELAY:
-            kvt_proxy_set(m->proxy, 0, 0, 1000, 0);
-            break;
         case KV_FN_F_RANDOM_DELAY:
-            kvt_proxy_set(m->proxy, 0, 0, 600, 500);
+            /* The proxy only carries the pairs the member accepts (see BLACKHOLE): kvd's peer
+             * delay failpoint holds every frame it sends and receives, on every pair, instead
+             * (the proxy is not delayed as well: no pair gets the delay twice at this member). */
+            if (delay_fp(c, k->fault))
+                kv_fn_member_signal(c, targets[i], delay_signal(k->fault)); /* on */
+            else if (k->fault == KV_FN_F_DELAY)
+                kvt_proxy_set(m->proxy, 0, 0, 1000, 0);
+            else
+                kvt_proxy_set(m->proxy, 0, 0, 600, 500);
             break;
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall on */
@@ -899,6 +924,15 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
                   " proxy:%" PRIu64 "B relayed,%" PRIu64 "B dropped", relayed - base_relayed,
                   dropped - base_dropped);
     }
+    if (delay_fp(c, k->fault)) { /* evidence that kvd's delay failpoint acted */
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " failpoint:");
+        for (int i = 0; i < nt; i++) {
+            int64_t x = kv_fn_member_metric(c, targets[i], kv_fn_delayed_metric);
+            add_fault(fault_desc, sizeof(fault_desc), &fl, " m%d +%lld", targets[i],
+                      (long long)(x < 0 || delayed_base[i] < 0 ? -1 : x - delayed_base[i]));
+        }
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " frames delayed");
+    }
     if (k->fault == KV_FN_F_RESTORE_SNAPSHOT && !err[0]) {
         /* From scratch: every member goes, every data dir is rebuilt from the snapshot. */
         for (int i = 0; i < c->n; i++) {
@@ -950,6 +984,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         case KV_FN_F_DELAY:
         case KV_FN_F_RANDOM_DELAY:
             kvt_proxy_set(m->proxy, 0, 0, 0, 0);
+            if (delay_fp(c, k->fault))
+                kv_fn_member_signal(c, targets[i], delay_signal(k->fault)); /* off */
             break;
         case KV_FN_F_FAILPOINT_STALL:
             kv_fn_member_signal(c, targets[i], SIGUSR1); /* stall off */

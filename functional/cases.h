@@ -45,6 +45,10 @@ typedef struct kv_fn_case {
  * KVD_FAILPOINT_FSYNC_DELAY_MS=KV_FN_SLOW_FSYNC_MS and KVD_FAILPOINT_FSYNC_EIO=1 (both off until
  * signalled). */
 #define KV_FN_SLOW_FSYNC_MS 200
+/* kvd's peer delay failpoint (server/peer/peer_delay.h), D[,J] ms: the runner starts kvd with
+ * KVD_FAILPOINT_PEER_DELAY_MS / _RANDOM_DELAY_MS set to these (off until signalled). */
+#define KV_FN_PEER_DELAY "1000"
+#define KV_FN_PEER_RANDOM_DELAY "600,500"
 
 /* --snapshot-count the runner passes when a selected case is _UNTIL_TRIGGER_SNAPSHOT. */
 #define KV_FN_SNAPSHOT_COUNT 200

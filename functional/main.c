@@ -199,6 +199,9 @@ int main(int argc, char **argv)
         snprintf(ms, sizeof(ms), "%u", KV_FN_SLOW_FSYNC_MS);
         setenv("KVD_FAILPOINT_FSYNC_DELAY_MS", ms, 1);
         setenv("KVD_FAILPOINT_FSYNC_EIO", "1", 1);
+        /* the peer delay failpoint for DELAY / RANDOM_DELAY cases (cases.h) */
+        setenv("KVD_FAILPOINT_PEER_DELAY_MS", KV_FN_PEER_DELAY, 1);
+        setenv("KVD_FAILPOINT_PEER_RANDOM_DELAY_MS", KV_FN_PEER_RANDOM_DELAY, 1);
     }
     regex_t re;
     if (cases_re && regcomp(&re, cases_re, REG_EXTENDED | REG_NOSUB) != 0) {

@@ -18,6 +18,7 @@
 #include "mvcc/store.h"
 #include "mvcc/verify.h"
 #include "peer/peer_net.h"
+#include "peer/peer_delay.h"
 #include "api/auto_compact.h"
 #include "server.h"
 #include "tls_setup.h"
@@ -55,6 +56,13 @@ typedef struct kvd_main {
     kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
     kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
     kv_log_sink log;        /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
+    /* failpoint (peer_delay.h): SIGRTMIN+3 toggles KVD_FAILPOINT_PEER_DELAY_MS=D[,J],
+     * SIGRTMIN+4 KVD_FAILPOINT_PEER_RANDOM_DELAY_MS=D[,J]; [k].ms 0: not armed */
+    uv_signal_t sigdelay[2];
+    struct {
+        uint32_t ms, jitter_ms;
+    } delay[2];
+    int delayed; /* 0 off, else 1 + the index of the setting on */
 } kvd_main;
 
 static uint64_t mono_ms(void)
@@ -150,6 +158,9 @@ static void on_signal(uv_signal_t *sig, int signum)
         uv_close((uv_handle_t *)&m->sigusr1, NULL);
     if (m->cfg.enable_failpoints)
         uv_close((uv_handle_t *)&m->sigusr2, NULL);
+    for (int k = 0; k < 2; k++)
+        if (m->delay[k].ms > 0)
+            uv_close((uv_handle_t *)&m->sigdelay[k], NULL);
 }
 
 /* SIGUSR2 (--enable-failpoints): isolates the member from its peers, or heals it (partition
@@ -163,6 +174,23 @@ static void on_isolate_signal(uv_signal_t *sig, int signum)
     m->isolated = !m->isolated;
     kv_peer_net_set_isolated(m->srv.peers, m->isolated);
     fprintf(stderr, "kvd: warning: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
+}
+
+/* SIGRTMIN+3 / +4 (--enable-failpoints, KVD_FAILPOINT_PEER_DELAY_MS / _RANDOM_DELAY_MS =
+ * D[,J]): every peer frame sent and received is held D (+-J) ms, or no longer (functional
+ * DELAY / RANDOM_DELAY cases). Another setting's signal switches to that setting. */
+static void on_delay_signal(uv_signal_t *sig, int signum)
+{
+    kvd_main *m = sig->data;
+    int k = signum == SIGRTMIN + 4;
+    if (m->srv.peers == NULL)
+        return;
+    m->delayed = m->delayed == 1 + k ? 0 : 1 + k;
+    int rc = kv_peer_net_set_delay(m->srv.peers, m->delayed ? m->delay[k].ms : 0,
+                                   m->delayed ? m->delay[k].jitter_ms : 0);
+    fprintf(stderr, "kvd: warning: failpoint: peer delay %s (%u ms +-%u)%s\n",
+            m->delayed ? "on" : "off", m->delay[k].ms, m->delay[k].jitter_ms,
+            rc < 0 ? " failed" : "");
 }
 
 static void on_failpoint_signal(uv_signal_t *sig, int signum)
@@ -463,6 +491,18 @@ int main(int argc, char **argv)
         uv_signal_init(&m.loop, &m.sigusr2);
         m.sigusr2.data = &m;
         uv_signal_start(&m.sigusr2, on_isolate_signal, SIGUSR2);
+        static const char *const dvar[2] = {"KVD_FAILPOINT_PEER_DELAY_MS",
+                                            "KVD_FAILPOINT_PEER_RANDOM_DELAY_MS"};
+        for (int k = 0; k < 2; k++) {
+            const char *pd = getenv(dvar[k]);
+            if (pd && kv_peer_delay_parse(pd, &m.delay[k].ms, &m.delay[k].jitter_ms) < 0)
+                fprintf(stderr, "kvd: warning: bad %s '%s' (D[,J])\n", dvar[k], pd);
+            if (pd && m.delay[k].ms > 0) {
+                uv_signal_init(&m.loop, &m.sigdelay[k]);
+                m.sigdelay[k].data = &m;
+                uv_signal_start(&m.sigdelay[k], on_delay_signal, SIGRTMIN + 3 + k);
+            }
+        }
     }
     fprintf(stderr, "kvd: ready to serve client requests\n");
     rc = kv_sd_notify(getenv("NOTIFY_SOCKET"), "READY=1\nSTATUS=ready to serve client requests");

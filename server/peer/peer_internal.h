@@ -171,6 +171,7 @@ struct kv_peer_net {
     int rbuf_busy;
     uint8_t rbuf[64 * 1024];
     int listener_tls[8]; /* listener i has an https URL */
+    struct kv_peer_delay *delay; /* delay failpoint (peer_delay.c), NULL until first set */
 };
 
 /* peer_net.c */

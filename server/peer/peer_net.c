@@ -1,5 +1,6 @@
 /* peer_net.c - the peer transport's top level: peers, queues, dialing, timers, metrics. */
 #include "peer/peer_internal.h"
+#include "peer/peer_delay.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -184,6 +185,15 @@ int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *
         return -EINVAL;
     if (len > n->cfg.max_frame_bytes || len + 8 > n->cfg.max_queue_bytes)
         return -EMSGSIZE;
+    int rc;
+    if (kv_peer_delay_tx(p, type, buf, len, &rc)) /* failpoint (peer_delay.h) */
+        return rc;
+    return kv_peer_send_now(p, type, buf, len);
+}
+
+int kv_peer_send_now(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+{
+    kv_peer_net *n = p->net;
     if (n->isolated) {
         kv_metric_inc(p->m_dropped);
         return 0;
@@ -206,7 +216,6 @@ int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *
 
 void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
 {
-    kv_peer_net *n = p->net;
     if (type >= KV_PEER_TYPE_RESERVED) {
         if (type == PEER_CTL_SNAP_DONE && len == 12 && p->sout) {
             uint64_t id = 0;
@@ -220,6 +229,14 @@ void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
         /* PEER_CTL_SNAP_OFFER is handled by the connection (it opens a stream). */
         return;
     }
+    if (kv_peer_delay_rx(p, type, buf, len)) /* failpoint (peer_delay.h) */
+        return;
+    kv_peer_deliver_now(p, type, buf, len);
+}
+
+void kv_peer_deliver_now(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+{
+    kv_peer_net *n = p->net;
     if (n->isolated) {
         kv_metric_inc(p->m_dropped);
         return;
@@ -668,5 +685,6 @@ void kv_peer_net_close(kv_peer_net *n)
         uv_close((uv_handle_t *)&n->listeners[i], simple_handle_closed);
     uv_close((uv_handle_t *)&n->ping_timer, simple_handle_closed);
     uv_close((uv_handle_t *)&n->flush_prep, simple_handle_closed);
+    kv_peer_delay_close(n);
     kv_peer_handle_closed(n);
 }
