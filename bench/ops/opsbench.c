@@ -238,7 +238,7 @@ static int bench_one(const opts *o, bsrv_kind k, result *r, char *err, size_t er
     pp.stop = 1;
     pthread_join(pp.th, NULL);
     if (rc || pp.failed) {
-        snprintf(err, errcap, "%s: snapshot save %s (see %s/ctl.log) %s", name,
+        snprintf(err, errcap, "%s: snapshot save %s (see %.200s/ctl.log) %.200s", name,
                  rc ? "failed" : "ok", s.dir, pp.failed ? pp.err : "");
         rc = -EIO;
         goto probe_out;
@@ -301,7 +301,7 @@ static int bench_one(const opts *o, bsrv_kind k, result *r, char *err, size_t er
     rp.stop = 1;
     pthread_join(rp.th, NULL);
     if (rc || rp.failed) {
-        snprintf(err, errcap, "%s: defrag %s (see %s/ctl.log) %s", name, rc ? "failed" : "ok",
+        snprintf(err, errcap, "%s: defrag %s (see %.200s/ctl.log) %.200s", name, rc ? "failed" : "ok",
                  s.dir, rp.failed ? rp.err : "");
         rc = -EIO;
     } else {
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
            o.size_mb, o.value_kb, o.fill_clients, o.before_s);
     result res[2];
     memset(res, 0, sizeof(res));
-    char err[512];
+    char err[1024];
     int failed = 0;
     for (int k = 0; k < 2; k++) {
         if ((k == 0 && !o.do_kvd) || (k == 1 && !o.do_etcd))
