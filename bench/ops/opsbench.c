@@ -85,8 +85,8 @@ static void *fill_main(void *arg)
     return NULL;
 }
 
-static int fill(const bsrv_server *s, int nkeys, int clients, int value_len, int del,
-                int64_t *rev, char *err, size_t errcap)
+static int fill(const bsrv_server *s, int nkeys, int clients, int value_len, int del, int64_t *rev,
+                char *err, size_t errcap)
 {
     fill_sh sh = {.s = s, .nkeys = nkeys, .clients = clients, .value_len = value_len, .del = del};
     pthread_mutex_init(&sh.mu, NULL);
@@ -303,8 +303,8 @@ static int bench_one(const opts *o, bsrv_kind k, result *r, char *err, size_t er
     rp.stop = 1;
     pthread_join(rp.th, NULL);
     if (rc || rp.failed) {
-        snprintf(err, errcap, "%s: defrag %s (see %.200s/ctl.log) %.200s", name, rc ? "failed" : "ok",
-                 s.dir, rp.failed ? rp.err : "");
+        snprintf(err, errcap, "%s: defrag %s (see %.200s/ctl.log) %.200s", name,
+                 rc ? "failed" : "ok", s.dir, rp.failed ? rp.err : "");
         rc = -EIO;
     } else {
         bsrv_samples b = {0}, d = {0};
@@ -342,7 +342,12 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    opts o = {.size_mb = 1024, .value_kb = 64, .fill_clients = 16, .before_s = 3, .settle_s = 5, .do_kvd = 1,
+    opts o = {.size_mb = 1024,
+              .value_kb = 64,
+              .fill_clients = 16,
+              .before_s = 3,
+              .settle_s = 5,
+              .do_kvd = 1,
               .do_etcd = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -400,14 +405,14 @@ int main(int argc, char **argv)
         }
     }
     printf("\n| | kvd | etcd 3.4 | kvd/etcd |\n|---|---|---|---|\n");
-#define ROW(label, fmt, f)                                                                      \
-    do {                                                                                       \
-        double a = res[0].ok ? (f(res[0])) : 0, b = res[1].ok ? (f(res[1])) : 0;               \
-        printf("| " label " | " fmt " | " fmt " | ", a, b);                                    \
-        if (a > 0 && b > 0)                                                                    \
-            printf("%.2f |\n", a / b);                                                         \
-        else                                                                                   \
-            printf("n/a |\n");                                                                 \
+#define ROW(label, fmt, f)                                                                         \
+    do {                                                                                           \
+        double a = res[0].ok ? (f(res[0])) : 0, b = res[1].ok ? (f(res[1])) : 0;                   \
+        printf("| " label " | " fmt " | " fmt " | ", a, b);                                        \
+        if (a > 0 && b > 0)                                                                        \
+            printf("%.2f |\n", a / b);                                                             \
+        else                                                                                       \
+            printf("n/a |\n");                                                                     \
     } while (0)
 #define F_FILL(r) (r).fill_mb_s
 #define F_DB(r) mb((r).db_full)

@@ -114,8 +114,8 @@ int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const
     return kvc_open(out, &cfg, err);
 }
 
-int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir,
-               const char *const *extra, char *errbuf, size_t errcap)
+int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
+               char *errbuf, size_t errcap)
 {
     memset(s, 0, sizeof(*s));
     s->kind = k;

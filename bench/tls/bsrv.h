@@ -23,9 +23,9 @@ typedef struct bsrv_server {
     int tls;
     pid_t pid;
     uint16_t port, peer_port;
-    char dir[256];      /* mkdtemp dir: data/, log */
-    char data_dir[300]; /* dir/data */
-    char url[64];       /* http(s)://127.0.0.1:port */
+    char dir[256];       /* mkdtemp dir: data/, log */
+    char data_dir[300];  /* dir/data */
+    char url[64];        /* http(s)://127.0.0.1:port */
     const char *certdir; /* ca.pem, server.pem, server-key.pem (borrowed) */
 } bsrv_server;
 
@@ -36,8 +36,8 @@ const char *bsrv_bin(bsrv_kind k, char *buf, size_t cap);
 const char *bsrv_etcdctl(void);
 
 /* Start a fresh server (extra: NULL-terminated extra flags or NULL); waits up to 30 s. */
-int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir,
-               const char *const *extra, char *errbuf, size_t errcap);
+int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
+               char *errbuf, size_t errcap);
 /* SIGTERM (SIGKILL after 10 s), reap, rm -rf the dir. Safe on a stopped server. */
 void bsrv_stop(bsrv_server *s);
 

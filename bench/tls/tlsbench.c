@@ -57,8 +57,7 @@ static void fail(shared *sh, const char *what, const kvc_error *e)
 {
     pthread_mutex_lock(&sh->mu);
     if (!sh->failed)
-        snprintf(sh->err, sizeof(sh->err), "%s: %d %s", what, e ? e->code : 0,
-                 e ? e->message : "");
+        snprintf(sh->err, sizeof(sh->err), "%s: %d %s", what, e ? e->code : 0, e ? e->message : "");
     sh->failed = 1;
     pthread_mutex_unlock(&sh->mu);
 }
@@ -247,8 +246,15 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    opts o = {.duration = 5, .warmup = 1, .auth_duration = 10, .repeats = 3, .clients = 64, .conns = 400,
-              .auth_clients = 16, .value_size = 256, .keyspace = 10000,
+    opts o = {.duration = 5,
+              .warmup = 1,
+              .auth_duration = 10,
+              .repeats = 3,
+              .clients = 64,
+              .conns = 400,
+              .auth_clients = 16,
+              .value_size = 256,
+              .keyspace = 10000,
               .hs_threads = {1, 4}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -282,8 +288,8 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    if (o.repeats < 1 || o.repeats > MAXR || o.clients < 1 || o.keyspace < 1 ||
-        o.value_size < 1 || o.hs_threads[0] < 1 || o.hs_threads[1] < 1 || o.auth_clients < 1) {
+    if (o.repeats < 1 || o.repeats > MAXR || o.clients < 1 || o.keyspace < 1 || o.value_size < 1 ||
+        o.hs_threads[0] < 1 || o.hs_threads[1] < 1 || o.auth_clients < 1) {
         usage();
         return 2;
     }
@@ -324,12 +330,10 @@ int main(int argc, char **argv)
             cells[si][M_PUT].r[cells[si][M_PUT].n++] = res;
             printf("  repeat %d %-8s put %d clients: %9.0f ops/s p50 %6.2f ms p99 %6.2f ms "
                    "CPU %5.0f us/op\n",
-                   r + 1, srv_label[si], o.clients, res.ops_s, res.p50, res.p99,
-                   res.cpu_us_per_op);
+                   r + 1, srv_label[si], o.clients, res.ops_s, res.p50, res.p99, res.cpu_us_per_op);
             fflush(stdout);
             for (int t = 0; t < 2 && !rc; t++) {
-                rc = run(&o, &srv[si], OP_CONN, o.hs_threads[t], o.conns, &res, err,
-                         sizeof(err));
+                rc = run(&o, &srv[si], OP_CONN, o.hs_threads[t], o.conns, &res, err, sizeof(err));
                 if (rc)
                     break;
                 cells[si][M_CONN1 + t].r[cells[si][M_CONN1 + t].n++] = res;
@@ -345,8 +349,10 @@ int main(int argc, char **argv)
     for (int si = S_KVD_TLS; si < NSRV && !rc; si += 2) {
         const char *ua[] = {"user", "add", "root:pw", "--interactive=false", NULL};
         const char *ae[] = {"auth", "enable", NULL};
-        if (bsrv_etcdctl_run(&srv[si], ua, NULL, NULL) || bsrv_etcdctl_run(&srv[si], ae, NULL, NULL)) {
-            fprintf(stderr, "tlsbench: etcdctl user add / auth enable failed on %s (see %s/ctl.log)\n",
+        if (bsrv_etcdctl_run(&srv[si], ua, NULL, NULL) ||
+            bsrv_etcdctl_run(&srv[si], ae, NULL, NULL)) {
+            fprintf(stderr,
+                    "tlsbench: etcdctl user add / auth enable failed on %s (see %s/ctl.log)\n",
                     srv_label[si], srv[si].dir);
             rc = -EIO;
         }
@@ -423,7 +429,8 @@ int main(int argc, char **argv)
            c1cpu[S_KVD_TLS], c1cpu[S_ETCD_TLS], c1cpu[S_KVD_TLS] / c1cpu[S_ETCD_TLS]);
     printf("| Authenticate/s, %d clients, TLS | %.1f | %.1f | %.2f | |\n", o.auth_clients,
            au[S_KVD_TLS], au[S_ETCD_TLS], au[S_KVD_TLS] / au[S_ETCD_TLS]);
-    printf("| Authenticate p99 / server CPU per call | %.0f ms / %.0f us | %.0f ms / %.0f us | | |\n",
-           aup99[S_KVD_TLS], aucpu[S_KVD_TLS], aup99[S_ETCD_TLS], aucpu[S_ETCD_TLS]);
+    printf(
+        "| Authenticate p99 / server CPU per call | %.0f ms / %.0f us | %.0f ms / %.0f us | | |\n",
+        aup99[S_KVD_TLS], aucpu[S_KVD_TLS], aup99[S_ETCD_TLS], aucpu[S_ETCD_TLS]);
     return 0;
 }
