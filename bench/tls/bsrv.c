@@ -1,0 +1,375 @@
+/* bsrv: see bsrv.h. */
+#include "bsrv.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *bsrv_name(bsrv_kind k)
+{
+    return k == BSRV_KVD ? "kvd" : "etcd";
+}
+
+const char *bsrv_bin(bsrv_kind k, char *buf, size_t cap)
+{
+    const char *e = getenv(k == BSRV_KVD ? "KV_KVD_BIN" : "KV_ETCD_BIN");
+    if (e && *e)
+        return e;
+    if (k == BSRV_ETCD)
+        return "/usr/bin/etcd";
+    const char *b = getenv("KV_BUILD_DIR");
+    snprintf(buf, cap, "%s/server/kvd", b && *b ? b : "build");
+    return buf;
+}
+
+const char *bsrv_etcdctl(void)
+{
+    const char *e = getenv("KV_ETCDCTL_BIN");
+    return e && *e ? e : "/usr/bin/etcdctl";
+}
+
+double bsrv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void bsrv_sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0)
+        ;
+}
+
+static int free_port(uint16_t *out)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int rc = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        rc = -errno;
+    else
+        *out = ntohs(a.sin_port);
+    close(fd);
+    return rc;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(p);
+    return 0;
+}
+
+static pid_t spawn(const char *const *argv, const char *log_path)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+}
+
+int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const char *token,
+                kvc_error *err)
+{
+    char ca[512];
+    const char *ep[1] = {s->url};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = ep;
+    cfg.n_endpoints = 1;
+    cfg.loop_group = g;
+    cfg.auth_token = token;
+    if (s->tls) {
+        snprintf(ca, sizeof(ca), "%s/ca.pem", s->certdir);
+        cfg.ca_file = ca;
+    }
+    return kvc_open(out, &cfg, err);
+}
+
+int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
+               char *errbuf, size_t errcap)
+{
+    memset(s, 0, sizeof(*s));
+    s->kind = k;
+    s->tls = tls;
+    s->certdir = certdir;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->dir, sizeof(s->dir), "%s/kvbench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+             bsrv_name(k));
+    if (!mkdtemp(s->dir)) {
+        snprintf(errbuf, errcap, "mkdtemp: %s", strerror(errno));
+        return -errno;
+    }
+    snprintf(s->data_dir, sizeof(s->data_dir), "%s/data", s->dir);
+    int rc = free_port(&s->port);
+    if (!rc)
+        do
+            rc = free_port(&s->peer_port);
+        while (!rc && s->peer_port == s->port);
+    if (rc) {
+        snprintf(errbuf, errcap, "free port: %s", strerror(-rc));
+        return rc;
+    }
+    const char *sch = tls ? "https" : "http";
+    snprintf(s->url, sizeof(s->url), "%s://127.0.0.1:%u", sch, s->port);
+    char bin[512], a_data[400], a_lc[128], a_ac[128], a_lp[128], a_iap[128], a_ic[160];
+    char a_cert[600], a_key[600], a_ca[600], log[400];
+    snprintf(a_data, sizeof(a_data), "--data-dir=%s", s->data_dir);
+    snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=%s", s->url);
+    snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=%s", s->url);
+    snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", s->peer_port);
+    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
+             s->peer_port);
+    snprintf(a_ic, sizeof(a_ic), "--initial-cluster=b1=http://127.0.0.1:%u", s->peer_port);
+    snprintf(a_cert, sizeof(a_cert), "--cert-file=%s/server.pem", certdir ? certdir : "");
+    snprintf(a_key, sizeof(a_key), "--key-file=%s/server-key.pem", certdir ? certdir : "");
+    snprintf(a_ca, sizeof(a_ca), "--trusted-ca-file=%s/ca.pem", certdir ? certdir : "");
+    snprintf(log, sizeof(log), "%s/log", s->dir);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = bsrv_bin(k, bin, sizeof(bin));
+    argv[n++] = "--name=b1";
+    argv[n++] = a_data;
+    argv[n++] = a_lc;
+    argv[n++] = a_ac;
+    argv[n++] = a_lp;
+    argv[n++] = a_iap;
+    argv[n++] = a_ic;
+    argv[n++] = "--initial-cluster-state=new";
+    if (tls) {
+        argv[n++] = a_cert;
+        argv[n++] = a_key;
+        /* No --trusted-ca-file: etcd 3.4 then requires client certificates (mutual TLS)
+         * even without --client-cert-auth; both servers run server-side TLS only. */
+        (void)a_ca;
+    }
+    for (int i = 0; extra && extra[i] && n < 38; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    s->pid = spawn(argv, log);
+    if (s->pid < 0) {
+        snprintf(errbuf, errcap, "fork: %s", strerror(errno));
+        return -errno;
+    }
+    double deadline = bsrv_now() + 30;
+    while (bsrv_now() < deadline) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            snprintf(errbuf, errcap, "%s exited at start (see %s)", bsrv_name(k), log);
+            return -ECHILD;
+        }
+        kvc_client *c = NULL;
+        kvc_error e;
+        if (bsrv_client(&c, s, NULL, NULL, &e) == 0) {
+            kvc_range_result r;
+            int ok = kvc_get(c, "ready", 5, NULL, 1000, &r, &e) == 0;
+            if (ok)
+                kvc_range_result_free(&r);
+            kvc_close(c);
+            if (ok)
+                return 0;
+        }
+        bsrv_sleep_ms(100);
+    }
+    snprintf(errbuf, errcap, "%s did not answer within 30 s (see %s)", bsrv_name(k), log);
+    return -ETIMEDOUT;
+}
+
+void bsrv_stop(bsrv_server *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        double deadline = bsrv_now() + 10;
+        int st;
+        while (bsrv_now() < deadline && waitpid(s->pid, &st, WNOHANG) != s->pid)
+            bsrv_sleep_ms(20);
+        if (bsrv_now() >= deadline) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, &st, 0);
+        }
+        s->pid = 0;
+    }
+    if (s->dir[0] && !getenv("KV_BENCH_KEEP"))
+        nftw(s->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    s->dir[0] = 0;
+}
+
+int bsrv_etcdctl_run(const bsrv_server *s, const char *const *args, const char *out_path,
+                     double *seconds)
+{
+    char ep[96], cacert[600], log[400];
+    snprintf(ep, sizeof(ep), "--endpoints=%s", s->url);
+    snprintf(cacert, sizeof(cacert), "--cacert=%s/ca.pem", s->certdir ? s->certdir : "");
+    snprintf(log, sizeof(log), "%s/ctl.log", s->dir);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = bsrv_etcdctl();
+    argv[n++] = ep;
+    argv[n++] = "--command-timeout=600s";
+    argv[n++] = "--dial-timeout=10s";
+    if (s->tls)
+        argv[n++] = cacert;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    double t0 = bsrv_now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("ETCDCTL_API", "3", 1);
+        int fd = open(out_path ? out_path : log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -errno;
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (seconds)
+        *seconds = bsrv_now() - t0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+typedef struct dir_acc {
+    uint64_t largest, total;
+} dir_acc;
+
+static int bsrv_dir_sizes_impl(const char *dir, dir_acc *acc)
+{
+    char p[1024];
+    FILE *f;
+    snprintf(p, sizeof(p), "find '%s' -type f -printf '%%s\\n' 2>/dev/null", dir);
+    if (!(f = popen(p, "r")))
+        return -errno;
+    unsigned long long v;
+    while (fscanf(f, "%llu", &v) == 1) {
+        acc->total += v;
+        if (v > acc->largest)
+            acc->largest = v;
+    }
+    pclose(f);
+    return 0;
+}
+
+int bsrv_dir_sizes(const char *dir, uint64_t *largest, uint64_t *total)
+{
+    dir_acc acc = {0, 0};
+    int rc = bsrv_dir_sizes_impl(dir, &acc);
+    *largest = acc.largest;
+    *total = acc.total;
+    return rc;
+}
+
+int bsrv_cpu(pid_t pid, double *seconds)
+{
+    char p[64], buf[2048];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -errno;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *q = strrchr(buf, ')');
+    if (!q)
+        return -EINVAL;
+    unsigned long ut = 0, st = 0;
+    /* fields after ") ": state(3) ... utime(14) stime(15) */
+    if (sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -EINVAL;
+    *seconds = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return 0;
+}
+
+int bsrv_samples_add(bsrv_samples *s, double ms)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 4096;
+        double *nv = realloc(s->v, nc * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        s->v = nv;
+        s->cap = nc;
+    }
+    s->v[s->n++] = ms;
+    return 0;
+}
+
+void bsrv_samples_merge(bsrv_samples *dst, const bsrv_samples *src)
+{
+    for (size_t i = 0; i < src->n; i++)
+        if (bsrv_samples_add(dst, src->v[i]))
+            return;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bsrv_samples_pct(bsrv_samples *s, double pct)
+{
+    if (!s->n)
+        return 0;
+    qsort(s->v, s->n, sizeof(double), cmp_d);
+    size_t i = (size_t)(pct / 100.0 * (double)(s->n - 1) + 0.5);
+    return s->v[i < s->n ? i : s->n - 1];
+}
+
+double bsrv_samples_max(const bsrv_samples *s)
+{
+    double m = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i] > m)
+            m = s->v[i];
+    return m;
+}
+
+void bsrv_samples_free(bsrv_samples *s)
+{
+    free(s->v);
+    memset(s, 0, sizeof(*s));
+}
+
+double bsrv_median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof(double), cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -1,0 +1,71 @@
+/*
+ * bsrv: single-member kvd / etcd servers for bench/tls and bench/ops (not a test).
+ * Starts kvd or etcd with etcd's flags on free loopback ports (http:// or https://), waits
+ * until it answers a Range, stops it and removes its data dir; client helpers over
+ * libkvclient; latency sample arrays with percentiles.
+ *
+ * Contract: functions return 0 or a negative errno-style code (errbuf says why). Single
+ * threaded use of a bsrv_server; the sample helpers are per thread. Nothing is global.
+ */
+#ifndef KV_BENCH_BSRV_H
+#define KV_BENCH_BSRV_H
+
+#include "kvclient.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum { BSRV_KVD = 0, BSRV_ETCD = 1 } bsrv_kind;
+
+typedef struct bsrv_server {
+    bsrv_kind kind;
+    int tls;
+    pid_t pid;
+    uint16_t port, peer_port;
+    char dir[256];       /* mkdtemp dir: data/, log */
+    char data_dir[300];  /* dir/data */
+    char url[64];        /* http(s)://127.0.0.1:port */
+    const char *certdir; /* ca.pem, server.pem, server-key.pem (borrowed) */
+} bsrv_server;
+
+const char *bsrv_name(bsrv_kind k);
+/* Binary paths: kvd from $KV_KVD_BIN or $KV_BUILD_DIR/server/kvd (else ./build/server/kvd);
+ * etcd from $KV_ETCD_BIN or /usr/bin/etcd; etcdctl from $KV_ETCDCTL_BIN or /usr/bin/etcdctl. */
+const char *bsrv_bin(bsrv_kind k, char *buf, size_t cap);
+const char *bsrv_etcdctl(void);
+
+/* Start a fresh server (extra: NULL-terminated extra flags or NULL); waits up to 30 s. */
+int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
+               char *errbuf, size_t errcap);
+/* SIGTERM (SIGKILL after 10 s), reap, rm -rf the dir. Safe on a stopped server. */
+void bsrv_stop(bsrv_server *s);
+
+/* Open a libkvclient client to s (TLS config when s->tls), optional loop group / token. */
+int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const char *token,
+                kvc_error *err);
+
+/* Run etcdctl against s with args (NULL-terminated); 0 when it exits 0. Output to
+ * s->dir/ctl.log unless out_path is given. *seconds (if non-NULL) is its wall time. */
+int bsrv_etcdctl_run(const bsrv_server *s, const char *const *args, const char *out_path,
+                     double *seconds);
+
+double bsrv_now(void); /* monotonic seconds */
+void bsrv_sleep_ms(uint32_t ms);
+/* Bytes of the largest regular file under dir (the backend file) and the total. */
+int bsrv_dir_sizes(const char *dir, uint64_t *largest, uint64_t *total);
+int bsrv_cpu(pid_t pid, double *seconds);
+
+/* Latency samples (ms). */
+typedef struct bsrv_samples {
+    double *v;
+    size_t n, cap;
+} bsrv_samples;
+int bsrv_samples_add(bsrv_samples *s, double ms);
+void bsrv_samples_merge(bsrv_samples *dst, const bsrv_samples *src);
+double bsrv_samples_pct(bsrv_samples *s, double pct); /* sorts; 0 when empty */
+double bsrv_samples_max(const bsrv_samples *s);
+void bsrv_samples_free(bsrv_samples *s);
+double bsrv_median(double *v, size_t n); /* sorts v */
+
+#endif
