@@ -193,6 +193,16 @@ void kv_peer_on_down(kv_peer *p, peer_conn *c);
 void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
 /* Queues a frame ignoring the bound (control frames). Returns 0 or -ENOMEM. */
 int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len);
+/* A wire frame (8-byte header: length, type; then buf), malloc'd, next NULL; or NULL. */
+peer_qframe *kv_peer_frame_new(uint32_t type, const uint8_t *buf, size_t len);
+/* The checks every send makes before queueing to peer `to` with a queue bound of `limit`
+ * bytes: 0 and *out, or -ENOTCONN (net closing), -ENOENT (unknown peer), -EINVAL (reserved
+ * type, NULL buf), -EMSGSIZE (past --max-frame-bytes or the bound). */
+int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf,
+                       size_t len, size_t limit, kv_peer **out);
+/* Whether p can take a frame now: 0 yes; 1 the member is isolated (failpoint: the frame is
+ * dropped and the send reports success); -ENOTCONN not connected. Counts the drops. */
+int kv_peer_send_gate(kv_peer *p);
 void kv_peer_log(const kv_peer_net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* peer_session.c */

@@ -146,11 +146,11 @@ static void queue_drop_all(kv_peer *p)
     kv_metric_set(p->m_queued, 0);
 }
 
-int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+peer_qframe *kv_peer_frame_new(uint32_t type, const uint8_t *buf, size_t len)
 {
     peer_qframe *f = malloc(sizeof(*f) + 8 + len);
     if (!f)
-        return -ENOMEM;
+        return NULL;
     f->next = NULL;
     f->len = 8 + len;
     f->off = 0;
@@ -162,6 +162,14 @@ int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
     d[7] = (uint8_t)type;
     if (len)
         memcpy(d + 8, buf, len);
+    return f;
+}
+
+int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
+{
+    peer_qframe *f = kv_peer_frame_new(type, buf, len);
+    if (!f)
+        return -ENOMEM;
     if (p->qtail)
         p->qtail->next = f;
     else
@@ -174,7 +182,8 @@ int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
     return 0;
 }
 
-int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len)
+int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf,
+                       size_t len, size_t limit, kv_peer **out)
 {
     if (!n || n->closing)
         return -ENOTCONN;
@@ -183,9 +192,31 @@ int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *
         return -ENOENT;
     if (type >= KV_PEER_TYPE_RESERVED || (len && !buf))
         return -EINVAL;
-    if (len > n->cfg.max_frame_bytes || len + 8 > n->cfg.max_queue_bytes)
+    if (len > n->cfg.max_frame_bytes || len + 8 > limit)
         return -EMSGSIZE;
-    int rc;
+    *out = p;
+    return 0;
+}
+
+int kv_peer_send_gate(kv_peer *p)
+{
+    if (p->net->isolated) {
+        kv_metric_inc(p->m_dropped);
+        return 1;
+    }
+    if (!p->up) {
+        kv_metric_inc(p->m_dropped);
+        return -ENOTCONN;
+    }
+    return 0;
+}
+
+int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    kv_peer *p = NULL;
+    int rc = kv_peer_send_check(n, to, type, buf, len, n ? n->cfg.max_queue_bytes : 0, &p);
+    if (rc < 0)
+        return rc;
     if (kv_peer_delay_tx(p, type, buf, len, &rc)) /* failpoint (peer_delay.h) */
         return rc;
     return kv_peer_send_now(p, type, buf, len);
@@ -194,14 +225,9 @@ int kv_peer_net_send(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *
 int kv_peer_send_now(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
 {
     kv_peer_net *n = p->net;
-    if (n->isolated) {
-        kv_metric_inc(p->m_dropped);
-        return 0;
-    }
-    if (!p->up) {
-        kv_metric_inc(p->m_dropped);
-        return -ENOTCONN;
-    }
+    int gate = kv_peer_send_gate(p);
+    if (gate != 0)
+        return gate > 0 ? 0 : gate;
     if (p->queued_bytes + 8 + len > n->cfg.max_queue_bytes) {
         kv_metric_inc(p->m_dropped);
         return -EAGAIN;

@@ -25,51 +25,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static peer_qframe *frame_new(uint32_t type, const uint8_t *buf, size_t len)
-{
-    peer_qframe *f = malloc(sizeof(*f) + 8 + len);
-    if (!f)
-        return NULL;
-    f->next = NULL;
-    f->len = 8 + len;
-    f->off = 0;
-    uint32_t l = (uint32_t)len;
-    uint8_t *d = f->data;
-    d[0] = (uint8_t)(l >> 24), d[1] = (uint8_t)(l >> 16), d[2] = (uint8_t)(l >> 8);
-    d[3] = (uint8_t)l;
-    d[4] = (uint8_t)(type >> 24), d[5] = (uint8_t)(type >> 16), d[6] = (uint8_t)(type >> 8);
-    d[7] = (uint8_t)type;
-    if (len)
-        memcpy(d + 8, buf, len);
-    return f;
-}
-
 int kv_peer_net_send_prio(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf,
                           size_t len)
 {
-    if (!n || n->closing)
-        return -ENOTCONN;
-    kv_peer *p = kv_peer_find(n, to);
-    if (!p)
-        return -ENOENT;
-    if (type >= KV_PEER_TYPE_RESERVED || (len && !buf))
-        return -EINVAL;
-    if (len > n->cfg.max_frame_bytes || len + 8 > n->cfg.max_prio_queue_bytes)
-        return -EMSGSIZE;
-    if (n->isolated) {
-        kv_metric_inc(p->m_dropped);
-        return 0;
-    }
-    if (!p->up) {
-        kv_metric_inc(p->m_dropped);
-        return -ENOTCONN;
-    }
+    kv_peer *p = NULL;
+    int rc = kv_peer_send_check(n, to, type, buf, len, n ? n->cfg.max_prio_queue_bytes : 0, &p);
+    if (rc < 0)
+        return rc;
+    rc = kv_peer_send_gate(p);
+    if (rc != 0)
+        return rc > 0 ? 0 : rc;
     if (p->pq_bytes + 8 + len > n->cfg.max_prio_queue_bytes) {
         kv_metric_inc(p->m_dropped);
         kv_metric_inc(p->m_pq_dropped);
         return -EAGAIN;
     }
-    peer_qframe *f = frame_new(type, buf, len);
+    peer_qframe *f = kv_peer_frame_new(type, buf, len);
     if (!f) {
         kv_metric_inc(p->m_dropped);
         return -ENOMEM;
