@@ -153,3 +153,35 @@ void cl_assert_hash_equal(kvt_cluster *c, int via)
                          c->m[i].name, h[i], c->m[first].name, h[first], rev);
     }
 }
+
+double cl_metric(kvt_cluster *c, int i, const char *series)
+{
+    char *body = NULL;
+    int r = kvt_member_metrics(c, i, &body);
+    cr_assert_eq(r, 0, "metrics of %s: %d", c->m[i].name, r);
+    double v = -1;
+    if (kvt_metric_value(body, series, &v) != 0)
+        v = -1;
+    free(body);
+    return v;
+}
+
+double cl_metric_sum(kvt_cluster *c, int i, const char *name)
+{
+    char *body = NULL;
+    int r = kvt_member_metrics(c, i, &body);
+    cr_assert_eq(r, 0, "metrics of %s: %d", c->m[i].name, r);
+    double sum = 0;
+    size_t nl = strlen(name);
+    for (const char *p = body; p && *p;) {
+        const char *e = strchr(p, '\n');
+        if (strncmp(p, name, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
+            const char *v = p[nl] == '{' ? strchr(p + nl, '}') : p + nl;
+            if (v && (!e || v < e))
+                sum += strtod(v + 1, NULL);
+        }
+        p = e ? e + 1 : NULL;
+    }
+    free(body);
+    return sum;
+}

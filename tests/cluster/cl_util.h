@@ -34,6 +34,12 @@ int cl_endpoint_status(kvt_cluster *c, cl_ep_status *st, int cap, int *n);
 int cl_wait_value(kvt_cluster *c, int i, const char *key, const char *want, int serializable,
                   uint32_t timeout_ms);
 
+/* Metric `series` (exact name and labels, e.g. `kvd_x{peer="..."}`) of member i, -1 if
+ * absent. Fails the test when the metrics cannot be fetched. */
+double cl_metric(kvt_cluster *c, int i, const char *series);
+/* Sum of every sample of metric `name` (any labels) of member i. */
+double cl_metric_sum(kvt_cluster *c, int i, const char *name);
+
 /* Some running, non-partitioned member other than `not` (-1: any), -1 if none. */
 int cl_other(kvt_cluster *c, int not1, int not2);
 

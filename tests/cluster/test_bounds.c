@@ -50,14 +50,7 @@ static void start(const char *const *args)
 
 static double metric(int i, const char *series)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double v = -1;
-    int found = kvt_metric_value(body, series, &v);
-    free(body);
-    cr_assert_eq(found, 0, "%s has no series %s", g_c.m[i].name, series);
-    return v;
+    return cl_metric(&g_c, i, series);
 }
 
 /* SIGUSR1 toggles the member's apply-path stall (--enable-failpoints). */

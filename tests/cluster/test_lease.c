@@ -106,38 +106,14 @@ static int key_exists(kvc_client *c, const char *key)
     return found;
 }
 
-/* Metric `series` of member i (-1 if absent). */
 static double metric(int i, const char *series)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double v = -1;
-    if (kvt_metric_value(body, series, &v) != 0)
-        v = -1;
-    free(body);
-    return v;
+    return cl_metric(&g_c, i, series);
 }
 
-/* Sum of every sample of metric `name` (any labels) of member i. */
 static double metric_sum(int i, const char *name)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double sum = 0;
-    size_t nl = strlen(name);
-    for (const char *p = body; p && *p;) {
-        const char *e = strchr(p, '\n');
-        if (strncmp(p, name, nl) == 0 && (p[nl] == '{' || p[nl] == ' ')) {
-            const char *v = p[nl] == '{' ? strchr(p + nl, '}') : p + nl;
-            if (v && (!e || v < e))
-                sum += strtod(v + 1, NULL);
-        }
-        p = e ? e + 1 : NULL;
-    }
-    free(body);
-    return sum;
+    return cl_metric_sum(&g_c, i, name);
 }
 
 /* Polls until metric `series` of member i equals want; returns ms waited or -1. */

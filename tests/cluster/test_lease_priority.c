@@ -44,33 +44,12 @@ static void fini(void)
 
 static double metric(int i, const char *series)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double v = -1;
-    if (kvt_metric_value(body, series, &v) != 0)
-        v = -1;
-    free(body);
-    return v;
+    return cl_metric(&g_c, i, series);
 }
 
-/* Sum of every series of a labelled metric of member i (prefix: "name{"). */
-static double metric_sum(int i, const char *prefix)
+static double metric_sum(int i, const char *name)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double sum = 0;
-    for (const char *p = body; (p = strstr(p, prefix)) != NULL; p++) {
-        if (p != body && p[-1] != '\n')
-            continue;
-        const char *v = strchr(p, '}');
-        double x = 0;
-        if (v && sscanf(v + 1, "%lf", &x) == 1)
-            sum += x;
-    }
-    free(body);
-    return sum;
+    return cl_metric_sum(&g_c, i, name);
 }
 
 static int64_t grant(kv_it_grpc *g, int64_t ttl)
@@ -404,7 +383,7 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
                 "streams shed %ld, ended otherwise %ld %s; peer frames dropped %.0f\n",
                 g_c.m[m].name, m == l ? "leader" : "follower", cl[m].sent, cl[m].answered,
                 cl[m].max_lat_ms, cl[m].expired, cl[m].ka_shed, cl[m].ka_errors, cl[m].err,
-                metric_sum(m, "kvd_peer_frames_dropped_total{"));
+                metric_sum(m, "kvd_peer_frames_dropped_total"));
         sent += cl[m].sent;
         answered += cl[m].answered;
         expired += cl[m].expired;
@@ -424,7 +403,7 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
             "receive budget, %ld other\n",
             wok, wshed, wshed_conn, wother);
     double expired1 = metric(l, "kvd_lease_expired_total");
-    double served = metric_sum(l, "kvd_peer_priority_frames_sent_total{");
+    double served = metric_sum(l, "kvd_peer_priority_frames_sent_total");
     fprintf(stderr,
             "  leader: %.0f leases expired during the run; %.0f lease frames sent from its "
             "priority queues\n",

@@ -45,14 +45,7 @@ static void fini(void)
 
 static double metric(int i, const char *series)
 {
-    char *body = NULL;
-    int r = kvt_member_metrics(&g_c, i, &body);
-    cr_assert_eq(r, 0, "metrics of %s: %d", g_c.m[i].name, r);
-    double v = -1;
-    if (kvt_metric_value(body, series, &v) != 0)
-        v = -1;
-    free(body);
-    return v;
+    return cl_metric(&g_c, i, series);
 }
 
 /* One unary Lease call on member i: 0 and *resp (malloc'd) or the failure. */
