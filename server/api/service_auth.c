@@ -409,9 +409,12 @@ static int name_fn(void *arg, const uint8_t *name, size_t nlen, const uint8_t *v
         x->v = nv;
         x->cap = cap;
     }
-    if (!(x->v[x->n] = strndup((const char *)name, nlen)))
+    char *v = malloc(nlen + 1); /* name is not NUL-terminated: no strndup */
+    if (!v)
         return -ENOMEM;
-    x->n++;
+    memcpy(v, name, nlen);
+    v[nlen] = '\0';
+    x->v[x->n++] = v;
     return 0;
 }
 

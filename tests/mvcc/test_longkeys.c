@@ -356,7 +356,11 @@ static int collect(void *arg, const uint8_t *key, size_t klen)
     char **out = arg;
     for (int i = 0; i < 8; i++)
         if (!out[i]) {
-            out[i] = strndup((const char *)key, klen);
+            /* not strndup: key is not NUL-terminated (ASan flags strndup's read of it) */
+            out[i] = malloc(klen + 1);
+            cr_assert_not_null(out[i]);
+            memcpy(out[i], key, klen);
+            out[i][klen] = '\0';
             return 0;
         }
     return -ENOSPC;
