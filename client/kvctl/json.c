@@ -1,5 +1,6 @@
 /* Go encoding/json-compatible JSON output for protobuf-c messages: see out.h. */
 #include "out.h"
+#include "pb_util.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -181,36 +182,6 @@ static void scalar(struct kvctl_buf *b, const ProtobufCFieldDescriptor *f, const
     }
 }
 
-static size_t elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-    case PROTOBUF_C_TYPE_ENUM:
-        return 4;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    }
-    return 0;
-}
-
 /* Go's omitempty: false, 0, "", empty []byte and nil pointers are left out. */
 static bool is_empty(const ProtobufCFieldDescriptor *f, const void *p)
 {
@@ -226,7 +197,7 @@ static bool is_empty(const ProtobufCFieldDescriptor *f, const void *p)
     case PROTOBUF_C_TYPE_BOOL:
         return !*(const protobuf_c_boolean *)p;
     default: {
-        size_t sz = elem_size(f->type);
+        size_t sz = kv_pb_elem_size(f->type);
         static const uint8_t zero[8];
         return memcmp(p, zero, sz) == 0;
     }
@@ -249,7 +220,7 @@ void kvctl_json_fields(struct kvctl_buf *b, const ProtobufCMessage *m, bool *fir
             kvctl_buf_puts(b, f->name);
             kvctl_buf_puts(b, "\":[");
             const char *arr = *(char *const *)p;
-            size_t es = elem_size(f->type);
+            size_t es = kv_pb_elem_size(f->type);
             for (size_t j = 0; j < n; j++) {
                 if (j)
                     kvctl_buf_puts(b, ",");

@@ -334,7 +334,7 @@ static void clear_field(const ProtobufCFieldDescriptor *f, char *base)
             protobuf_c_message_free_unpacked(*(ProtobufCMessage **)v, NULL);
         *(void **)v = NULL;
     } else {
-        memset(v, 0, kv_json_pb_elem_size(f->type));
+        memset(v, 0, kv_pb_elem_size(f->type));
     }
 }
 
@@ -507,7 +507,7 @@ static int name_matches(const char *proto, const char *key)
 
 static int parse_repeated(jparser *ps, const ProtobufCFieldDescriptor *f, char *base)
 {
-    size_t es = kv_json_pb_elem_size(f->type), n = 0, cap = 0;
+    size_t es = kv_pb_elem_size(f->type), n = 0, cap = 0;
     char *arr = NULL;
     int rc = 0;
     if (++ps->depth > KV_JSON_MAX_DEPTH)

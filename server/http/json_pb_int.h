@@ -6,7 +6,6 @@
 
 #include <stddef.h>
 
-/* Bytes of one value of the field type in a protobuf-c message struct. */
-size_t kv_json_pb_elem_size(ProtobufCType t);
+#include "pb_util.h" /* kv_pb_elem_size: element size of a field type */
 
 #endif

@@ -104,37 +104,6 @@ static void put_base64(kv_jbuf *b, const uint8_t *d, size_t n)
 }
 /* ---- protobuf -> JSON ---- */
 
-size_t kv_json_pb_elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-        return 4;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_ENUM:
-        return sizeof(int);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(void *);
-    }
-    return 0;
-}
-
 static int is_zero(const ProtobufCFieldDescriptor *f, const void *v)
 {
     switch (f->type) {
@@ -148,7 +117,7 @@ static int is_zero(const ProtobufCFieldDescriptor *f, const void *v)
         return *(void *const *)v == NULL;
     default: {
         static const uint8_t zero[8];
-        return memcmp(v, zero, kv_json_pb_elem_size(f->type)) == 0;
+        return memcmp(v, zero, kv_pb_elem_size(f->type)) == 0;
     }
     }
 }
@@ -256,7 +225,7 @@ void kv_pb_to_json(const ProtobufCMessage *m, kv_jbuf *b)
         kv_jbuf_put(b, ":", 1);
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             const char *arr = *(char *const *)v;
-            size_t es = kv_json_pb_elem_size(f->type);
+            size_t es = kv_pb_elem_size(f->type);
             kv_jbuf_put(b, "[", 1);
             for (size_t k = 0; k < n; k++) {
                 if (k)
