@@ -423,6 +423,7 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
     case KVDPB__INTERNAL_REQUEST__REQUEST_PUT:
     case KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE:
     case KVDPB__INTERNAL_REQUEST__REQUEST_TXN:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE:
         break;
     default:
         return 0;
@@ -436,6 +437,10 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
         rc = kv_auth_get_revision(&tx, &rev);
     if (rc || !en)
         return rc;
+    if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE)
+        /* No user: the lessor's own revoke of an expired lease (server/leases.c), which etcd
+         * runs as root (WithRoot); also a client revoke proposed while auth was disabled. */
+        return ir->auth_revision == 0 ? 0 : kv_apply_lease_perm(a, ir, rev);
     if (ir->auth_revision == 0) { /* etcd isOpPermitted: revision 0 = no user */
         kv_apply_err(a->res, KV_ERR_USER_EMPTY);
         return 1;
@@ -444,7 +449,7 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
         kv_apply_err(a->res, KV_ERR_AUTH_OLD_REVISION);
         return 1;
     }
-    return 0;
+    return kv_apply_lease_perm(a, ir, rev); /* puts with a lease (apply_perm.c) */
 }
 
 /* The response of kind d: only a header (every auth write response has field 1 = header). */
