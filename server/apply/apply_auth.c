@@ -5,7 +5,18 @@
  * index. Passwords arrive hashed (hashed_password, computed by the proposing member off the
  * loop, server/api/service_auth.c), so this stays a pure function of the log. Every change
  * bumps the auth revision (etcd commitRevision). The caller's admin permission was checked
- * by the proposing member before proposing (server/api/auth_gate.c). */
+ * by the proposing member before proposing (server/api/auth_gate.c).
+ *
+ * kv_apply_auth_check is etcd's authApplierV3 for the KV writes and LeaseRevoke, with auth
+ * enabled: a Put, DeleteRange or Txn needs a user (auth_revision != 0, else "user name is
+ * empty") checked at the current auth revision (else "revision of auth store is old"); a
+ * Put or Txn put with a lease, and a LeaseRevoke, need WRITE on every key attached to the
+ * lease (apply_perm.c, etcd checkLeasePuts). A LeaseRevoke without a user (auth_revision 0)
+ * is the lessor's revoke of an expired lease (server/leases.c), which etcd runs as root: it
+ * is never refused. A client LeaseRevoke proposed while auth was disabled and applied after
+ * AuthEnable also has none, and is applied too (kvd cannot tell it from the lessor's; etcd
+ * would refuse it with "user name is empty" when the lease has keys): the window is one
+ * AuthEnable entry wide and the revoke was allowed when it was made. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
