@@ -141,8 +141,8 @@ static int lease_ok(const kv_auth_caller *c, kv_store *st, int64_t lease)
     return x.ok;
 }
 
-static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops,
-                     size_t n, int depth);
+static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops, size_t n,
+                     int depth);
 
 static int check_txn(const kv_auth_caller *c, kv_store *st, const Etcdserverpb__TxnRequest *t,
                      int depth)
@@ -156,8 +156,8 @@ static int check_txn(const kv_auth_caller *c, kv_store *st, const Etcdserverpb__
            check_ops(c, st, t->failure, t->n_failure, depth);
 }
 
-static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops,
-                     size_t n, int depth)
+static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops, size_t n,
+                     int depth)
 {
     for (size_t i = 0; i < n; i++) {
         const Etcdserverpb__RequestOp *op = ops[i];
@@ -289,7 +289,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     if (!ok)
         err = kv_auth_caller_deny_err(&c);
     kv_server *srv = kv_grpc_call_app(call);
-    if (!err && !handled && srv->auth && (g == G_PUT || g == G_DELETE || g == G_TXN || g == G_LEASE_REVOKE)) {
+    if (!err && !handled && srv->auth &&
+        (g == G_PUT || g == G_DELETE || g == G_TXN || g == G_LEASE_REVOKE)) {
         /* etcd's request header: the write is re-checked at apply against this revision */
         snprintf(srv->auth->cur_user, sizeof srv->auth->cur_user, "%s", c.user);
         srv->auth->cur_revision = c.revision;

@@ -91,7 +91,6 @@ void kv_apply_failpoint(Kvdpb__InternalRequest *ir);
  * NOSPACE refuse. */
 int kv_apply_is_growth(const Kvdpb__InternalRequest *ir);
 
-
 /* ---- apply_perm.c: etcd's checkLeasePuts at apply ---- */
 /* With auth enabled (the caller checked; auth_rev = the current auth revision): a Put with a
  * lease, every put with a lease in a Txn (both branches, nested), or a LeaseRevoke of entry

@@ -22,7 +22,7 @@
 #include "mvcc/auth_store.h"
 
 #define ROOT "root"
-#define STOP_OK 1     /* walk stopped: the caller is root */
+#define STOP_OK 1      /* walk stopped: the caller is root */
 #define STOP_REFUSED 2 /* walk stopped: refused, p->err set */
 
 typedef struct perm_ctx {
@@ -119,7 +119,8 @@ static int key_fn(void *arg, const uint8_t *key, size_t klen)
         p->err = KV_ERR_AUTH_OLD_REVISION;
         return STOP_REFUSED;
     }
-    if (!p->found || !kv_auth_perm_allows(p->perms, p->n_perms, KV_PERM_WRITE, key, klen, NULL, 0)) {
+    if (!p->found ||
+        !kv_auth_perm_allows(p->perms, p->n_perms, KV_PERM_WRITE, key, klen, NULL, 0)) {
         p->err = KV_ERR_PERMISSION_DENIED;
         return STOP_REFUSED;
     }

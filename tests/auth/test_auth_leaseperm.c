@@ -442,8 +442,8 @@ Test(auth_leaseperm, lease_expiry_with_auth_enabled, .fini = fini, .timeout = 12
 
 /* POST url with body and (if auth) "Authorization: <auth>" through curl; *status gets the
  * HTTP status, out the body. */
-static void curl_post(const char *path, const char *body, const char *auth, int *status,
-                      char *out, size_t cap)
+static void curl_post(const char *path, const char *body, const char *auth, int *status, char *out,
+                      size_t cap)
 {
     static const char curl[] = "/usr/bin/curl";
     if (access(curl, X_OK) != 0)
