@@ -8,9 +8,11 @@
  * by its path pointer in the const service tables. The service files are not changed.
  *
  *   Range                          READ [key, range_end)
- *   Put                            WRITE key; prev_kv: READ key
+ *   Put                            WRITE key; prev_kv: READ key; lease: WRITE on every key
+ *                                  already attached to the lease (etcd checkLeasePuts)
  *   DeleteRange                    WRITE [key, range_end); prev_kv: READ too
- *   Txn                            compares READ; ops as above (nested txns too)
+ *   Txn                            compares READ; ops as above (nested txns too; the lease
+ *                                  of a put is checked too, which etcd 3.4 does not do)
  *   Watch (create requests)        READ [key, range_end); denied: created + canceled response
  *                                  with cancel_reason "etcdserver: permission denied"
  *   LeaseRevoke                    WRITE on every key attached to the lease
@@ -18,11 +20,14 @@
  *   Compact, LeaseGrant, Alarm     a token, if given, must be valid (etcd raftRequest)
  * Not gated (as etcd): LeaseKeepAlive, LeaseTimeToLive, LeaseLeases, Status, MemberList.
  *
- * Checked when the request arrives, against the committed auth state. A Put, DeleteRange or
- * Txn that passed is proposed with the caller and the auth revision it was checked at
- * (InternalRequest auth_user / auth_revision, as etcd's RequestHeader); the applier refuses it
- * with "etcdserver: revision of auth store is old" if auth changed meanwhile, and with "user
- * name is empty" if auth was enabled after an unchecked write was proposed (apply_auth.c).
+ * Checked when the request arrives, against the committed auth state. A Put, DeleteRange,
+ * Txn or LeaseRevoke that passed is proposed with the caller and the auth revision it was
+ * checked at (InternalRequest auth_user / auth_revision, as etcd's RequestHeader); the
+ * applier refuses it with "etcdserver: revision of auth store is old" if auth changed
+ * meanwhile, and with "user name is empty" if auth was enabled after an unchecked write was
+ * proposed (apply_auth.c). The lease checks (Put/Txn puts with a lease, LeaseRevoke) are
+ * made again at apply on the lease's keys at that point (apply_perm.c): a key attached
+ * between arrival and apply is seen.
  * Loop thread only.
  */
 #include "api/auth_srv.h"
@@ -109,51 +114,6 @@ static const kv_grpc_method *original(const char *path)
 
 static const ProtobufCBinaryData no_end = {0, NULL};
 
-static int check_ops(const kv_auth_caller *c, Etcdserverpb__RequestOp **ops, size_t n, int depth);
-
-static int check_txn(const kv_auth_caller *c, const Etcdserverpb__TxnRequest *t, int depth)
-{
-    if (depth > 300)
-        return 0;
-    for (size_t i = 0; i < t->n_compare; i++)
-        if (!MAY(c, KV_PERM_READ, t->compare[i]->key, t->compare[i]->range_end))
-            return 0;
-    return check_ops(c, t->success, t->n_success, depth) &&
-           check_ops(c, t->failure, t->n_failure, depth);
-}
-
-static int check_ops(const kv_auth_caller *c, Etcdserverpb__RequestOp **ops, size_t n, int depth)
-{
-    for (size_t i = 0; i < n; i++) {
-        const Etcdserverpb__RequestOp *op = ops[i];
-        switch (op->request_case) {
-        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE:
-            if (!MAY(c, KV_PERM_READ, op->request_range->key, op->request_range->range_end))
-                return 0;
-            break;
-        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
-            if (!MAY(c, KV_PERM_WRITE, op->request_put->key, no_end) ||
-                (op->request_put->prev_kv && !MAY(c, KV_PERM_READ, op->request_put->key, no_end)))
-                return 0;
-            break;
-        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE: {
-            const Etcdserverpb__DeleteRangeRequest *d = op->request_delete_range;
-            if ((d->prev_kv && !MAY(c, KV_PERM_READ, d->key, d->range_end)) ||
-                !MAY(c, KV_PERM_WRITE, d->key, d->range_end))
-                return 0;
-            break;
-        }
-        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
-            if (!check_txn(c, op->request_txn, depth + 1))
-                return 0;
-            break;
-        default:
-            break;
-        }
-    }
-    return 1;
-}
-
 typedef struct lease_keys_ctx {
     const kv_auth_caller *c;
     int ok;
@@ -167,6 +127,67 @@ static int lease_key_fn(void *arg, const uint8_t *key, size_t klen)
         return 1; /* stop */
     }
     return 0;
+}
+
+/* etcd checkLeasePuts: WRITE on every key attached to the lease (root: always; no lease or
+ * an unknown one: nothing to check, the method answers its own error). */
+static int lease_ok(const kv_auth_caller *c, kv_store *st, int64_t lease)
+{
+    if (lease == 0 || c->root)
+        return 1;
+    lease_keys_ctx x = {c, 1};
+    if (kv_store_lease_keys(st, lease, lease_key_fn, &x) < 0)
+        return 0; /* storage failure: deny (the applier checks again anyway) */
+    return x.ok;
+}
+
+static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops, size_t n,
+                     int depth);
+
+static int check_txn(const kv_auth_caller *c, kv_store *st, const Etcdserverpb__TxnRequest *t,
+                     int depth)
+{
+    if (depth > 300)
+        return 0;
+    for (size_t i = 0; i < t->n_compare; i++)
+        if (!MAY(c, KV_PERM_READ, t->compare[i]->key, t->compare[i]->range_end))
+            return 0;
+    return check_ops(c, st, t->success, t->n_success, depth) &&
+           check_ops(c, st, t->failure, t->n_failure, depth);
+}
+
+static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__RequestOp **ops, size_t n,
+                     int depth)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Etcdserverpb__RequestOp *op = ops[i];
+        switch (op->request_case) {
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE:
+            if (!MAY(c, KV_PERM_READ, op->request_range->key, op->request_range->range_end))
+                return 0;
+            break;
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT:
+            if (!MAY(c, KV_PERM_WRITE, op->request_put->key, no_end) ||
+                (op->request_put->prev_kv && !MAY(c, KV_PERM_READ, op->request_put->key, no_end)) ||
+                !lease_ok(c, st, op->request_put->lease))
+                return 0;
+            break;
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE: {
+            const Etcdserverpb__DeleteRangeRequest *d = op->request_delete_range;
+            if ((d->prev_kv && !MAY(c, KV_PERM_READ, d->key, d->range_end)) ||
+                !MAY(c, KV_PERM_WRITE, d->key, d->range_end))
+                return 0;
+            break;
+        }
+        case ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN:
+            if (!check_txn(c, st, op->request_txn, depth + 1))
+                return 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return 1;
 }
 
 /* A denied Watch create: etcd answers on the stream and keeps it open. */
@@ -215,7 +236,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         Etcdserverpb__PutRequest *r = etcdserverpb__put_request__unpack(NULL, len, msg);
         if (r)
             ok = MAY(&c, KV_PERM_WRITE, r->key, no_end) &&
-                 (!r->prev_kv || MAY(&c, KV_PERM_READ, r->key, no_end));
+                 (!r->prev_kv || MAY(&c, KV_PERM_READ, r->key, no_end)) &&
+                 lease_ok(&c, ((kv_server *)kv_grpc_call_app(call))->store, r->lease);
         etcdserverpb__put_request__free_unpacked(r, NULL);
         break;
     }
@@ -237,7 +259,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
             break; /* the method answers the same error */
         Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
         if (r)
-            ok = check_txn(&c, r, 0);
+            ok = check_txn(&c, s->store, r, 0);
         etcdserverpb__txn_request__free_unpacked(r, NULL);
         break;
     }
@@ -256,11 +278,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         kv_server *s = kv_grpc_call_app(call);
         Etcdserverpb__LeaseRevokeRequest *r =
             etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
-        if (r && !c.root) {
-            lease_keys_ctx x = {&c, 1};
-            kv_store_lease_keys(s->store, r->id, lease_key_fn, &x);
-            ok = x.ok;
-        }
+        if (r)
+            ok = lease_ok(&c, s->store, r->id);
         etcdserverpb__lease_revoke_request__free_unpacked(r, NULL);
         break;
     }
@@ -270,7 +289,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     if (!ok)
         err = kv_auth_caller_deny_err(&c);
     kv_server *srv = kv_grpc_call_app(call);
-    if (!err && !handled && srv->auth && (g == G_PUT || g == G_DELETE || g == G_TXN)) {
+    if (!err && !handled && srv->auth &&
+        (g == G_PUT || g == G_DELETE || g == G_TXN || g == G_LEASE_REVOKE)) {
         /* etcd's request header: the write is re-checked at apply against this revision */
         snprintf(srv->auth->cur_user, sizeof srv->auth->cur_user, "%s", c.user);
         srv->auth->cur_revision = c.revision;

@@ -18,3 +18,7 @@ target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
 # bench) keep working: kv_mvcc's link interface brings the applier along (a static-library
 # cycle, which CMake repeats on the link line).
 target_link_libraries(kv_mvcc INTERFACE kv_apply)
+# etcd's lease permission check at apply (apply_perm.c) uses the pure key-range check of
+# server/auth (auth_perm.h).
+target_sources(kv_apply PRIVATE ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c)
+target_link_libraries(kv_apply PUBLIC kv_auth)

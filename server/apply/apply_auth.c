@@ -5,7 +5,18 @@
  * index. Passwords arrive hashed (hashed_password, computed by the proposing member off the
  * loop, server/api/service_auth.c), so this stays a pure function of the log. Every change
  * bumps the auth revision (etcd commitRevision). The caller's admin permission was checked
- * by the proposing member before proposing (server/api/auth_gate.c). */
+ * by the proposing member before proposing (server/api/auth_gate.c).
+ *
+ * kv_apply_auth_check is etcd's authApplierV3 for the KV writes and LeaseRevoke, with auth
+ * enabled: a Put, DeleteRange or Txn needs a user (auth_revision != 0, else "user name is
+ * empty") checked at the current auth revision (else "revision of auth store is old"); a
+ * Put or Txn put with a lease, and a LeaseRevoke, need WRITE on every key attached to the
+ * lease (apply_perm.c, etcd checkLeasePuts). A LeaseRevoke without a user (auth_revision 0)
+ * is the lessor's revoke of an expired lease (server/leases.c), which etcd runs as root: it
+ * is never refused. A client LeaseRevoke proposed while auth was disabled and applied after
+ * AuthEnable also has none, and is applied too (kvd cannot tell it from the lessor's; etcd
+ * would refuse it with "user name is empty" when the lease has keys): the window is one
+ * AuthEnable entry wide and the revoke was allowed when it was made. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +434,7 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
     case KVDPB__INTERNAL_REQUEST__REQUEST_PUT:
     case KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE:
     case KVDPB__INTERNAL_REQUEST__REQUEST_TXN:
+    case KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE:
         break;
     default:
         return 0;
@@ -436,6 +448,10 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
         rc = kv_auth_get_revision(&tx, &rev);
     if (rc || !en)
         return rc;
+    if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE)
+        /* No user: the lessor's own revoke of an expired lease (server/leases.c), which etcd
+         * runs as root (WithRoot); also a client revoke proposed while auth was disabled. */
+        return ir->auth_revision == 0 ? 0 : kv_apply_lease_perm(a, ir, rev);
     if (ir->auth_revision == 0) { /* etcd isOpPermitted: revision 0 = no user */
         kv_apply_err(a->res, KV_ERR_USER_EMPTY);
         return 1;
@@ -444,7 +460,7 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
         kv_apply_err(a->res, KV_ERR_AUTH_OLD_REVISION);
         return 1;
     }
-    return 0;
+    return kv_apply_lease_perm(a, ir, rev); /* puts with a lease (apply_perm.c) */
 }
 
 /* The response of kind d: only a header (every auth write response has field 1 = header). */

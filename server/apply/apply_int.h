@@ -91,4 +91,11 @@ void kv_apply_failpoint(Kvdpb__InternalRequest *ir);
  * NOSPACE refuse. */
 int kv_apply_is_growth(const Kvdpb__InternalRequest *ir);
 
+/* ---- apply_perm.c: etcd's checkLeasePuts at apply ---- */
+/* With auth enabled (the caller checked; auth_rev = the current auth revision): a Put with a
+ * lease, every put with a lease in a Txn (both branches, nested), or a LeaseRevoke of entry
+ * ir needs its auth_user to be root or to have WRITE on every key attached to the lease.
+ * 0 ok, 1 refused (res: PERMISSION_DENIED or AUTH_OLD_REVISION), < 0 storage. */
+int kv_apply_lease_perm(kv_actx *a, const Kvdpb__InternalRequest *ir, uint64_t auth_rev);
+
 #endif

@@ -17,8 +17,10 @@
  *
  * Local calls: the HTTP/1 handler (the grpc-gateway JSON API) runs a method of the server's
  * table with a request message it built; the method's handler sees an ordinary kv_grpc_call
- * (every kv_grpc_call_* function works; kv_grpc_call_header() returns NULL, there is no
- * deadline) and its responses go to the sink instead of a stream. All on the loop thread.
+ * (every kv_grpc_call_* function works; kv_grpc_call_header() returns the "authorization"
+ * value the handler set with kv_grpc_local_set_authorization() and NULL for anything else,
+ * there is no deadline) and its responses go to the sink instead of a stream. All on the
+ * loop thread.
  */
 #ifndef KV_GRPC_HTTP1_H
 #define KV_GRPC_HTTP1_H
@@ -82,6 +84,11 @@ typedef struct kv_grpc_local_sink {
  * the caller answers UNIMPLEMENTED) or -ENOMEM. */
 int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sink *sink, void *arg,
                       kv_grpc_call **out);
+/* The call's "authorization" metadata (grpc-gateway forwards the HTTP Authorization header
+ * so; kv_grpc_call_header(call, "authorization") returns it), copied. Before the first
+ * kv_grpc_local_deliver. As gRPC metadata: the first value wins and a value over 4 KiB
+ * (KV_GRPC_MAX_META_VALUE) is dropped. 0 or -ENOMEM. */
+int kv_grpc_local_set_authorization(kv_grpc_call *call, const char *value, size_t len);
 /* Delivers one request message (unary: exactly once). The handler may finish synchronously. */
 void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len);
 /* Streaming: the client half-closed (the method's on_half_close, if any). */

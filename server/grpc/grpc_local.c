@@ -140,6 +140,16 @@ int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sin
     return 0;
 }
 
+int kv_grpc_local_set_authorization(kv_grpc_call *call, const char *value, size_t len)
+{
+    static const char name[] = "authorization";
+    call->started = 0; /* kv_grpc_call_on_header keeps request headers only */
+    int rc = kv_grpc_call_on_header(call, (const uint8_t *)name, sizeof name - 1,
+                                    (const uint8_t *)value, len);
+    call->started = 1;
+    return rc;
+}
+
 void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     if (call->app_done)
@@ -216,5 +226,7 @@ void kv_grpc_local_free(kv_grpc_call *call)
         if (call->method->on_cancel)
             call->method->on_cancel(call);
     }
+    for (int i = 0; i < KV_GRPC_N_META; i++)
+        free(call->meta[i]);
     free(call);
 }

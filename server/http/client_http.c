@@ -345,7 +345,9 @@ static int pack_request(ProtobufCMessage *req, packed_msg *out)
     return out->p ? 0 : -ENOMEM;
 }
 
-static void start_gateway(hconn *hc, const char *path, const char *body, size_t blen)
+/* auth: the request's Authorization header (NULL: none), forwarded as grpc-gateway does. */
+static void start_gateway(hconn *hc, const char *path, const char *body, size_t blen,
+                          const char *auth, size_t alen)
 {
     if (kv_gw_lookup(path, &hc->rt) != 0) {
         respond_text(hc, 404, "Not Found\n"); /* grpc-gateway's runtime: no pattern matched */
@@ -386,6 +388,11 @@ static void start_gateway(hconn *hc, const char *path, const char *body, size_t 
     }
     if (rc == 0) {
         rc = kv_grpc_local_new(hc->c, hc->rt.grpc_path, &gw_sink, hc, &hc->call);
+        if (rc == 0 && auth && kv_grpc_local_set_authorization(hc->call, auth, alen) < 0) {
+            kv_grpc_local_free(hc->call);
+            hc->call = NULL;
+            rc = -ENOMEM;
+        }
         if (rc == -ENOENT) {
             char m[160];
             snprintf(m, sizeof(m), "unknown method %s", hc->rt.grpc_path);
@@ -490,6 +497,8 @@ static long take_request(hconn *hc)
     /* headers */
     long long clen = -1;
     int conn_close = !minor, conn_keep = 0, chunked = 0, expect = 0;
+    const char *auth = NULL; /* first Authorization header, in hc->in */
+    size_t alen = 0;
     for (char *p = le + 2; p < eoh + 2;) {
         char *e = memchr(p, '\r', (size_t)(eoh + 2 - p));
         if (!e || e[1] != '\n') {
@@ -528,6 +537,11 @@ static long take_request(hconn *hc)
                 conn_keep = 1;
         } else if (nlen == 17 && strncasecmp(p, "transfer-encoding", 17) == 0) {
             chunked = 1;
+        } else if (nlen == 13 && strncasecmp(p, "authorization", 13) == 0) {
+            if (!auth) {
+                auth = v;
+                alen = vl;
+            }
         } else if (nlen == 6 && strncasecmp(p, "expect", 6) == 0) {
             expect = vl == 12 && strncasecmp(v, "100-continue", 12) == 0;
         }
@@ -587,7 +601,7 @@ static long take_request(hconn *hc)
         if (strcmp(method, "POST") != 0) /* grpc-gateway: only POST patterns exist */
             respond_text(hc, 405, "Method Not Allowed\n");
         else
-            start_gateway(hc, target, body, (size_t)clen);
+            start_gateway(hc, target, body, (size_t)clen, auth, alen);
     } else {
         respond_text(hc, 404, "404 page not found\n"); /* Go's http.NotFound */
     }

@@ -346,6 +346,12 @@ int kv_ks_lease_checkpoint(kv_ks *ks, int64_t id, int64_t remaining_ttl)
     return ev_add(ks, EV_CHECKPOINT, id, rec.ttl, remaining_ttl);
 }
 
+int kv_ks_lease_keys(kv_ks *ks, int64_t id, int (*fn)(void *arg, const uint8_t *key, size_t klen),
+                     void *arg)
+{
+    return kv_lk_lease_keys(ks->s, ks->w.txn, id, fn, arg);
+}
+
 /* ---- Range inside a txn (range.h) ---- */
 
 int kv_ks_range(kv_ks *ks, const kv_range_opts *o, kv_range_result *out)

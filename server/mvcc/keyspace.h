@@ -107,6 +107,11 @@ int kv_ks_lease_grant(kv_ks *ks, int64_t id, int64_t ttl);
 int kv_ks_lease_revoke(kv_ks *ks, int64_t id);
 /* Records the remaining TTL. -ENOENT (unknown lease: etcd ignores it). */
 int kv_ks_lease_checkpoint(kv_ks *ks, int64_t id, int64_t remaining_ttl);
+/* Calls fn for every key attached to lease id as the request sees it, in key order (key valid
+ * during the call only; fn must not write). A non-zero return of fn stops the walk and is
+ * returned; 0 if the lease has no keys or does not exist. */
+int kv_ks_lease_keys(kv_ks *ks, int64_t id, int (*fn)(void *arg, const uint8_t *key, size_t klen),
+                     void *arg);
 
 /* ---- alarms (etcd v3alarm) ---- */
 /* Stores alarm (member, type); 0 also when already active. -EINVAL unknown type (not
