@@ -88,6 +88,14 @@ int kv_auth_caller_deny_err(const kv_auth_caller *c);
  * else the kv_etcd_err to answer. */
 int kv_auth_caller_admin_err(const kv_auth_caller *c);
 
+/* The node's auth hook (node/node.h kv_node_set_auth_hook; arg: the kv_server, registered
+ * by server.c): on every member, for an applied Authenticate entry (kind
+ * KV_RESULT_AUTH_ASSIGN) the token "<simple_token>.<index>" is put in this member's table with
+ * the entry's user and password tag and this member's TTL; for an applied AuthDisable
+ * (KV_RESULT_AUTH_CLEAR) every token is dropped. A full table (--auth-max-tokens) leaves the
+ * token invalid here (kvd_auth_tokens_refused_total). Loop thread. */
+void kv_auth_on_applied(void *arg, int kind, uint64_t index, const uint8_t *entry, size_t len);
+
 /* Admin gate for a call: 0 go on, 1 answered. */
 int kv_auth_require_admin(kv_grpc_call *call);
 

@@ -10,9 +10,11 @@ add_library(kv_apply STATIC
   ${CMAKE_CURRENT_LIST_DIR}/apply_check.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_conf.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_range.c
-  ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c)
+  ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c
+  ${CMAKE_CURRENT_LIST_DIR}/apply_authn.c)
 target_include_directories(kv_apply PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
+target_link_libraries(kv_apply PUBLIC kv_auth) # apply_authn.c: kv_auth_pwtag
 # The entry point keeps its historic name and declaration (kv_store_apply, mvcc/store.h), so
 # the raft driver and every program that links kv_mvcc to apply entries (tests, fuzzers,
 # bench) keep working: kv_mvcc's link interface brings the applier along (a static-library
