@@ -3,7 +3,11 @@
  * call's caller. The replicated state (enabled flag, auth revision, users, roles) is in LMDB
  * (mvcc/auth_store.h, changed only by applied log entries, server/apply/apply_auth.c); what
  * lives here is per member, as in etcd:
- *   - simple tokens (auth/auth_tokens.h), with a 1 s sweep timer;
+ *   - simple tokens (auth/auth_tokens.h), with a 1 s sweep timer. Tokens are replicated
+ *     through the log (etcd 3.4): every member inserts the token of each applied
+ *     Authenticate entry and drops them all on an applied AuthDisable (kv_auth_on_applied,
+ *     the node's auth hook), so a token is valid on every member that applied its entry;
+ *     TTL and renewals are per member; the table is memory only (lost on restart);
  *   - the password hash workers: one niced thread (node/read_pool.h) with a bounded queue
  *     (--auth-max-pending-hashes; beyond: RESOURCE_EXHAUSTED "etcdserver: too many
  *     requests"), so PBKDF2 never runs on the loop and a flood of Authenticate calls cannot
