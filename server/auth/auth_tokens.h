@@ -23,7 +23,7 @@
 
 #define KV_AUTH_TOKEN_MAX 64 /* buffer size for a token, NUL included */
 #define KV_AUTH_TOKENS_DEFAULT_MAX 100000
-#define KV_AUTH_TOKEN_PREFIX_LEN 16 /* random letters of a token (etcd defaultSimpleTokenLength) */
+#define KV_AUTH_TOKEN_PREFIX_LEN 16 /* random letters (etcd defaultSimpleTokenLength) */
 
 typedef struct kv_auth_tokens kv_auth_tokens;
 

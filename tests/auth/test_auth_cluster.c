@@ -1,16 +1,24 @@
 /*
  * test_auth_cluster.c - auth state is replicated state: users, roles, grants and the
  * enabled flag changed through any member apply on every member (raft proposals applied in
- * server/apply/apply_auth.c), each member enforces them with its own tokens, and a restarted
- * follower keeps them (LMDB).
+ * server/apply/apply_auth.c), each member enforces them, and a restarted follower keeps them
+ * (LMDB). Tokens are replicated through the log (etcd 3.4 Authenticate): a token from any
+ * member works on every member (raw gRPC, and etcdctl with every member as endpoint), and stops
+ * working on every member after a password change or AuthDisable + AuthEnable.
+ * UserGet/UserList/RoleGet/RoleList wait for the ReadIndex barrier: a follower sees a user the
+ * leader just added.
  */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "grpc_raw.h"
 #include "kvt_cluster.h"
+#include "kvt_util.h"
+#include "rpc.pb-c.h"
 
 static kvt_cluster g_c;
 static int g_up;
@@ -105,12 +113,6 @@ Test(auth_cluster, replicated_enforced_everywhere_and_durable, .fini = fini, .ti
 
 /* ---- tokens replicated through the log (etcd 3.4 Authenticate), linearizable auth reads ---- */
 
-#include "grpc_raw.h"
-#include "kvt_util.h"
-#include "rpc.pb-c.h"
-
-#include <time.h>
-
 static kv_it_grpc *g_conn[3];
 
 static void fini_conns(void)
@@ -172,8 +174,8 @@ static int auth_on(int i, const char *user, const char *pw, char *tok, size_t ca
     uint8_t *resp = NULL;
     size_t rl = 0;
     char msg[256];
-    int st = call_tok(i, "/etcdserverpb.Auth/Authenticate", &r.base, NULL, &resp, &rl, msg,
-                      sizeof msg);
+    int st =
+        call_tok(i, "/etcdserverpb.Auth/Authenticate", &r.base, NULL, &resp, &rl, msg, sizeof msg);
     if (st == 0) {
         Etcdserverpb__AuthenticateResponse *ar =
             etcdserverpb__authenticate_response__unpack(NULL, rl, resp);
@@ -348,8 +350,8 @@ static int user_list(int i, const char *token, char *names, size_t cap)
     uint8_t *resp = NULL;
     size_t rl = 0;
     char msg[256];
-    int st = call_tok(i, "/etcdserverpb.Auth/UserList", &r.base, token, &resp, &rl, msg,
-                      sizeof msg);
+    int st =
+        call_tok(i, "/etcdserverpb.Auth/UserList", &r.base, token, &resp, &rl, msg, sizeof msg);
     names[0] = 0;
     if (st == 0) {
         Etcdserverpb__AuthUserListResponse *u =
@@ -387,9 +389,9 @@ Test(auth_cluster, reads_after_barrier, .fini = fini_conns, .timeout = 300)
         Etcdserverpb__AuthUserAddRequest r = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
         r.name = name;
         r.password = "pw";
-        cr_assert_eq(call_tok(l, "/etcdserverpb.Auth/UserAdd", &r.base, NULL, NULL, NULL, msg,
-                              sizeof msg),
-                     0, "%s", msg);
+        cr_assert_eq(
+            call_tok(l, "/etcdserverpb.Auth/UserAdd", &r.base, NULL, NULL, NULL, msg, sizeof msg),
+            0, "%s", msg);
         cr_assert_eq(user_get(f, NULL, name, msg, sizeof msg), 0, "follower: %s: %s", name, msg);
     }
     cr_assert_eq(user_list(f, NULL, names, sizeof names), 0, "%s", names);
@@ -415,20 +417,18 @@ Test(auth_cluster, reads_after_barrier, .fini = fini_conns, .timeout = 300)
     Etcdserverpb__AuthUserAddRequest r = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
     r.name = "late";
     r.password = "pw";
-    cr_assert_eq(poll_status(0, range_tok, l, root_tok, "x", msg,
-                             sizeof msg),
-                 0, "%s", msg);
-    cr_assert_eq(call_tok(l, "/etcdserverpb.Auth/UserAdd", &r.base, root_tok, NULL, NULL, msg,
-                          sizeof msg),
-                 0, "%s", msg);
+    cr_assert_eq(poll_status(0, range_tok, l, root_tok, "x", msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(
+        call_tok(l, "/etcdserverpb.Auth/UserAdd", &r.base, root_tok, NULL, NULL, msg, sizeof msg),
+        0, "%s", msg);
     cr_assert_eq(user_get(f, root_tok, "late", msg, sizeof msg), 0, "%s", msg);
     Etcdserverpb__AuthRoleListRequest rl = ETCDSERVERPB__AUTH_ROLE_LIST_REQUEST__INIT;
-    cr_assert_eq(call_tok(f, "/etcdserverpb.Auth/RoleList", &rl.base, root_tok, NULL, NULL, msg,
-                          sizeof msg),
-                 0, "%s", msg);
+    cr_assert_eq(
+        call_tok(f, "/etcdserverpb.Auth/RoleList", &rl.base, root_tok, NULL, NULL, msg, sizeof msg),
+        0, "%s", msg);
     Etcdserverpb__AuthRoleGetRequest rg = ETCDSERVERPB__AUTH_ROLE_GET_REQUEST__INIT;
     rg.role = "root";
-    cr_assert_eq(call_tok(f, "/etcdserverpb.Auth/RoleGet", &rg.base, root_tok, NULL, NULL, msg,
-                          sizeof msg),
-                 0, "%s", msg);
+    cr_assert_eq(
+        call_tok(f, "/etcdserverpb.Auth/RoleGet", &rg.base, root_tok, NULL, NULL, msg, sizeof msg),
+        0, "%s", msg);
 }
