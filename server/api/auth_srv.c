@@ -102,6 +102,7 @@ void kv_auth_stop(kv_auth *a)
     if (a->metrics)
         kv_metrics_gauge_fn_remove(a->metrics, a);
     kv_read_pool_close(a->hash_pool); /* completes every job (done runs) */
+    kv_auth_reads_detach(a);
     if (a->sweep) {
         uv_timer_stop(a->sweep);
         uv_close((uv_handle_t *)a->sweep, on_timer_closed);

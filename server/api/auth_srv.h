@@ -39,6 +39,7 @@
 struct kv_server;
 struct kv_read_pool;
 typedef struct kv_auth_job kv_auth_job;
+typedef struct kv_auth_read kv_auth_read;
 
 typedef struct kv_auth {
     struct kv_server *srv;
@@ -47,6 +48,7 @@ typedef struct kv_auth {
     uv_timer_t *sweep;
     uint32_t iterations;
     kv_auth_job *jobs;          /* hash jobs not completed (their calls may be cancelled) */
+    kv_auth_read *reads;        /* calls waiting for the ReadIndex barrier (service_auth.c) */
     uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
     uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
     struct kv_metrics *metrics; /* borrowed; NULL = none */
@@ -91,6 +93,10 @@ int kv_auth_caller_deny_err(const kv_auth_caller *c);
 /* etcd IsAdminPermitted: 0 if allowed (auth disabled, or the caller has the root role),
  * else the kv_etcd_err to answer. */
 int kv_auth_caller_admin_err(const kv_auth_caller *c);
+
+/* Unlinks the calls waiting for the read barrier from a (kv_auth_stop: their barrier
+ * completes later, when the node closes). service_auth.c. */
+void kv_auth_reads_detach(kv_auth *a);
 
 /* The node's auth hook (node/node.h kv_node_set_auth_hook; arg: the kv_server, registered
  * by server.c): on every member, for an applied Authenticate entry (kind

@@ -133,9 +133,104 @@ static int job_submit(kv_grpc_call *call, kv_auth_job *j)
     return 0;
 }
 
+/* ---- the read barrier (etcd 3.4: these reads go through raft; Authenticate waits for
+ * linearizableReadNotify) ---- */
+
+typedef void (*read_fn)(kv_grpc_call *call, const uint8_t *msg, size_t len);
+
+struct kv_auth_read {
+    kv_auth_read *next, *prev;
+    kv_auth *a;         /* NULL once detached (kv_auth_reads_detach) */
+    kv_grpc_call *call; /* NULL once the RPC was cancelled */
+    read_fn fn;
+    size_t len;
+    uint8_t msg[]; /* copy of the request (Authenticate: holds the password) */
+};
+
+static void read_unlink(kv_auth_read *r)
+{
+    if (!r->a)
+        return;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->a->reads = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->a = NULL;
+}
+
+static void read_free(kv_auth_read *r)
+{
+    OPENSSL_cleanse(r->msg, r->len);
+    free(r);
+}
+
+void kv_auth_reads_detach(kv_auth *a)
+{
+    while (a->reads)
+        read_unlink(a->reads);
+}
+
+static void on_read_index(void *arg, int status)
+{
+    kv_auth_read *r = arg;
+    read_unlink(r);
+    kv_grpc_call *call = r->call;
+    if (call && status == 0)
+        r->fn(call, r->msg, r->len);
+    else if (call)
+        kv_reply_etcd_err(call, status == -EAGAIN      ? KV_ERR_NO_LEADER
+                                : status == -EBUSY     ? KV_ERR_TOO_MANY_REQUESTS
+                                : status == -ECANCELED ? KV_ERR_STOPPED
+                                                       : KV_ERR_TIMEOUT);
+    read_free(r);
+}
+
+/* Runs fn once this member applied the leader's commit index as of now (ReadIndex). The
+ * waiting reads are listed in kv_auth (on_cancel finds them there). */
+static void after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, read_fn fn)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (!s->node || !s->auth) {
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
+        return;
+    }
+    kv_auth_read *r = malloc(sizeof *r + len);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        return;
+    }
+    kv_auth *a = s->auth;
+    r->prev = NULL;
+    r->a = a;
+    r->call = call;
+    r->fn = fn;
+    r->len = len;
+    if (len)
+        memcpy(r->msg, msg, len);
+    r->next = a->reads;
+    if (a->reads)
+        a->reads->prev = r;
+    a->reads = r;
+    int rc = kv_node_read_index(s->node, on_read_index, r);
+    if (rc == 1) { /* nothing to wait for */
+        on_read_index(r, 0);
+    } else if (rc < 0) {
+        read_unlink(r);
+        read_free(r);
+        kv_reply_propose_error(call, rc);
+    }
+}
+
 static void on_cancel(kv_grpc_call *call)
 {
     kv_server *s = kv_grpc_call_app(call);
+    for (kv_auth_read *r = s->auth ? s->auth->reads : NULL; r; r = r->next)
+        if (r->call == call) {
+            r->call = NULL; /* freed when the barrier completes */
+            return;
+        }
     for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
         if (j->call == call) {
             j->call = NULL; /* the hash finishes; nothing is sent or proposed */
@@ -298,7 +393,7 @@ static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw
 
 /* ---- Authenticate ---- */
 
-static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
+static void do_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__AuthenticateRequest *r =
@@ -351,6 +446,12 @@ static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     job_submit(call, j);
+}
+
+/* etcd 3.4 v3_server.go Authenticate: linearizableReadNotify, then the password check. */
+static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    after_barrier(call, msg, len, do_authenticate);
 }
 
 /* ---- writes ---- */
@@ -616,74 +717,6 @@ static void do_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
     etcdserverpb__auth_role_get_request__free_unpacked(r, NULL);
 }
 
-/* ---- the read barrier (etcd 3.4: these reads go through raft) ---- */
-
-typedef void (*read_fn)(kv_grpc_call *call, const uint8_t *msg, size_t len);
-
-typedef struct auth_read {
-    kv_grpc_call *call; /* NULL once the RPC was cancelled */
-    read_fn fn;
-    size_t len;
-    uint8_t msg[]; /* copy of the request */
-} auth_read;
-
-static void on_read_index(void *arg, int status)
-{
-    auth_read *r = arg;
-    kv_grpc_call *call = r->call;
-    if (call) {
-        kv_grpc_call_set_data(call, NULL);
-        if (status == 0)
-            r->fn(call, r->msg, r->len);
-        else
-            kv_reply_etcd_err(call, status == -EAGAIN      ? KV_ERR_NO_LEADER
-                                    : status == -EBUSY     ? KV_ERR_TOO_MANY_REQUESTS
-                                    : status == -ECANCELED ? KV_ERR_STOPPED
-                                                           : KV_ERR_TIMEOUT);
-    }
-    free(r);
-}
-
-static void on_read_cancel(kv_grpc_call *call)
-{
-    auth_read *r = kv_grpc_call_data(call);
-    if (r) {
-        r->call = NULL; /* freed when the barrier completes */
-        kv_grpc_call_set_data(call, NULL);
-    }
-}
-
-/* Runs fn once this member applied the leader's commit index as of now (ReadIndex). */
-static void after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, read_fn fn)
-{
-    kv_server *s = kv_grpc_call_app(call);
-    if (!s->node) {
-        kv_reply_etcd_err(call, KV_ERR_STOPPED);
-        return;
-    }
-    auth_read *r = malloc(sizeof *r + len);
-    if (!r) {
-        kv_reply_etcd_err(call, KV_ERR_NOMEM);
-        return;
-    }
-    r->call = call;
-    r->fn = fn;
-    r->len = len;
-    if (len)
-        memcpy(r->msg, msg, len);
-    int rc = kv_node_read_index(s->node, on_read_index, r);
-    if (rc == 1) { /* nothing to wait for */
-        on_read_index(r, 0);
-        return;
-    }
-    if (rc < 0) {
-        free(r);
-        kv_reply_propose_error(call, rc);
-        return;
-    }
-    kv_grpc_call_set_data(call, r);
-}
-
 static void on_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     after_barrier(call, msg, len, do_list);
@@ -706,15 +739,15 @@ const kv_grpc_method kv_service_auth[] = {
     {A("AuthDisable"), 0, on_plain_write, NULL, on_cancel},
     {A("Authenticate"), 0, on_authenticate, NULL, on_cancel},
     {A("UserAdd"), 0, on_user_add, NULL, on_cancel},
-    {A("UserGet"), 0, on_user_get, NULL, on_read_cancel},
-    {A("UserList"), 0, on_list, NULL, on_read_cancel},
+    {A("UserGet"), 0, on_user_get, NULL, on_cancel},
+    {A("UserList"), 0, on_list, NULL, on_cancel},
     {A("UserDelete"), 0, on_plain_write, NULL, on_cancel},
     {A("UserChangePassword"), 0, on_user_change_password, NULL, on_cancel},
     {A("UserGrantRole"), 0, on_plain_write, NULL, on_cancel},
     {A("UserRevokeRole"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleAdd"), 0, on_plain_write, NULL, on_cancel},
-    {A("RoleGet"), 0, on_role_get, NULL, on_read_cancel},
-    {A("RoleList"), 0, on_list, NULL, on_read_cancel},
+    {A("RoleGet"), 0, on_role_get, NULL, on_cancel},
+    {A("RoleList"), 0, on_list, NULL, on_cancel},
     {A("RoleDelete"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleGrantPermission"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleRevokePermission"), 0, on_plain_write, NULL, on_cancel},
