@@ -10,8 +10,9 @@
  *   them through raft): they wait for the ReadIndex barrier (node/node.h kv_node_read_index,
  *   as the linearizable Range), then check the caller (admin, or self for UserGet/RoleGet)
  *   and read this member's committed state on the loop.
- *   Authenticate (etcd 3.4 v3_server.go + apply.go Authenticate): the password is checked on
- *   the hash worker of the receiving member against the user's stored hash; then this member
+ *   Authenticate (etcd 3.4 v3_server.go + apply.go Authenticate): after the same barrier
+ *   (etcd linearizableReadNotify), the password is checked on the hash worker of the
+ *   receiving member against the user's stored hash; then this member
  *   draws a token prefix (auth/auth_tokens.h kv_auth_tokens_gen; refused with "etcdserver:
  *   too many requests" if its token table is full) and proposes kvdpb.AuthAuthenticate{name,
  *   prefix, tag of the verified password record} (never the password). Every member applies
@@ -41,8 +42,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <inttypes.h>
 
 enum job_kind { J_VERIFY, J_ADD, J_PASSWD };
 
