@@ -270,6 +270,7 @@ int kv_server_start_core(kv_server *s)
     rc = kv_auth_start(s, &s->auth);
     if (rc < 0)
         goto fail;
+    kv_node_set_auth_hook(s->node, kv_auth_on_applied, s); /* replicated tokens */
     return 0;
 fail:
     kv_server_stop_core(s);
@@ -279,6 +280,8 @@ fail:
 void kv_server_stop_core(kv_server *s)
 {
     kv_corrupt_stop(s);
+    if (s->node)
+        kv_node_set_auth_hook(s->node, NULL, NULL);
     kv_auth_stop(s->auth); /* joins the hash worker */
     s->auth = NULL;
     kv_lease_fwd_stop(s);

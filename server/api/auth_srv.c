@@ -3,11 +3,13 @@
 
 #include "api/services.h"
 #include "auth.pb-c.h"
+#include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
 #include "node/read_pool.h"
 #include "server.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,12 +102,43 @@ void kv_auth_stop(kv_auth *a)
     if (a->metrics)
         kv_metrics_gauge_fn_remove(a->metrics, a);
     kv_read_pool_close(a->hash_pool); /* completes every job (done runs) */
+    kv_auth_reads_detach(a);
     if (a->sweep) {
         uv_timer_stop(a->sweep);
         uv_close((uv_handle_t *)a->sweep, on_timer_closed);
     }
     kv_auth_tokens_free(a->tokens);
     free(a);
+}
+
+/* ---- replicated tokens ---- */
+
+void kv_auth_on_applied(void *arg, int kind, uint64_t index, const uint8_t *entry, size_t len)
+{
+    kv_server *s = arg;
+    kv_auth *a = s->auth;
+    if (!a)
+        return; /* core not running: tokens are memory only anyway */
+    if (kind == KV_RESULT_AUTH_CLEAR) {
+        kv_auth_tokens_clear(a->tokens);
+        return;
+    }
+    if (kind != KV_RESULT_AUTH_ASSIGN)
+        return;
+    Kvdpb__InternalRequest *ir = kvdpb__internal_request__unpack(NULL, len, entry);
+    if (!ir || ir->request_case != KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_AUTHENTICATE) {
+        kvdpb__internal_request__free_unpacked(ir, NULL);
+        return;
+    }
+    const Kvdpb__AuthAuthenticate *r = ir->auth_authenticate;
+    char token[KV_AUTH_TOKEN_MAX];
+    int n = snprintf(token, sizeof token, "%s.%" PRIu64, r->simple_token, index);
+    int rc = n > 0 && (size_t)n < sizeof token
+                 ? kv_auth_tokens_put(a->tokens, token, r->name, r->pwtag, uv_now(s->loop))
+                 : -EINVAL;
+    if (rc) /* full: the token is not valid on this member (its proposer answers an error) */
+        a->tokens_refused++;
+    kvdpb__internal_request__free_unpacked(ir, NULL);
 }
 
 /* ---- caller resolution ---- */

@@ -3,7 +3,11 @@
  * call's caller. The replicated state (enabled flag, auth revision, users, roles) is in LMDB
  * (mvcc/auth_store.h, changed only by applied log entries, server/apply/apply_auth.c); what
  * lives here is per member, as in etcd:
- *   - simple tokens (auth/auth_tokens.h), with a 1 s sweep timer;
+ *   - simple tokens (auth/auth_tokens.h), with a 1 s sweep timer. Tokens are replicated
+ *     through the log (etcd 3.4): every member inserts the token of each applied
+ *     Authenticate entry and drops them all on an applied AuthDisable (kv_auth_on_applied,
+ *     the node's auth hook), so a token is valid on every member that applied its entry;
+ *     TTL and renewals are per member; the table is memory only (lost on restart);
  *   - the password hash workers: one niced thread (node/read_pool.h) with a bounded queue
  *     (--auth-max-pending-hashes; beyond: RESOURCE_EXHAUSTED "etcdserver: too many
  *     requests"), so PBKDF2 never runs on the loop and a flood of Authenticate calls cannot
@@ -35,6 +39,7 @@
 struct kv_server;
 struct kv_read_pool;
 typedef struct kv_auth_job kv_auth_job;
+typedef struct kv_auth_read kv_auth_read;
 
 typedef struct kv_auth {
     struct kv_server *srv;
@@ -43,6 +48,7 @@ typedef struct kv_auth {
     uv_timer_t *sweep;
     uint32_t iterations;
     kv_auth_job *jobs;          /* hash jobs not completed (their calls may be cancelled) */
+    kv_auth_read *reads;        /* calls waiting for the ReadIndex barrier (service_auth.c) */
     uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
     uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
     struct kv_metrics *metrics; /* borrowed; NULL = none */
@@ -87,6 +93,18 @@ int kv_auth_caller_deny_err(const kv_auth_caller *c);
 /* etcd IsAdminPermitted: 0 if allowed (auth disabled, or the caller has the root role),
  * else the kv_etcd_err to answer. */
 int kv_auth_caller_admin_err(const kv_auth_caller *c);
+
+/* Unlinks the calls waiting for the read barrier from a (kv_auth_stop: their barrier
+ * completes later, when the node closes). service_auth.c. */
+void kv_auth_reads_detach(kv_auth *a);
+
+/* The node's auth hook (node/node.h kv_node_set_auth_hook; arg: the kv_server, registered
+ * by server.c): on every member, for an applied Authenticate entry (kind
+ * KV_RESULT_AUTH_ASSIGN) the token "<simple_token>.<index>" is put in this member's table with
+ * the entry's user and password tag and this member's TTL; for an applied AuthDisable
+ * (KV_RESULT_AUTH_CLEAR) every token is dropped. A full table (--auth-max-tokens) leaves the
+ * token invalid here (kvd_auth_tokens_refused_total). Loop thread. */
+void kv_auth_on_applied(void *arg, int kind, uint64_t index, const uint8_t *entry, size_t len);
 
 /* Admin gate for a call: 0 go on, 1 answered. */
 int kv_auth_require_admin(kv_grpc_call *call);

@@ -32,6 +32,8 @@ enum kv_ireq_field {
     KV_IREQ_AUTH_ROLE_DELETE = 68,
     KV_IREQ_AUTH_ROLE_GRANT_PERMISSION = 69,
     KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION = 70,
+    /* 71, 72: auth_user, auth_revision (not oneof members) */
+    KV_IREQ_AUTH_AUTHENTICATE = 73, /* kvdpb.AuthAuthenticate (api/service_auth.c) */
 };
 
 /* *out is malloc'd (caller owns). Returns 0 or -ENOMEM / -EINVAL. */

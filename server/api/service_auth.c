@@ -6,10 +6,19 @@
  *   the auth hash worker (api/auth_srv.h: PBKDF2-HMAC-SHA256, bounded queue), and propose the
  *   request with hashed_password set and the clear password removed: apply stays a pure
  *   function of the log and the clear password never reaches the log.
- *   Reads (UserGet, UserList, RoleGet, RoleList) are answered from this member's committed
- *   state on the loop (etcd 3.4 sends them through raft; kvd reads serializably).
- *   Authenticate checks the password on the hash worker and assigns a simple token of this
- *   member (auth/auth_tokens.h).
+ *   Reads (UserGet, UserList, RoleGet, RoleList) are linearizable, as etcd 3.4's (which sends
+ *   them through raft): they wait for the ReadIndex barrier (node/node.h kv_node_read_index,
+ *   as the linearizable Range), then check the caller (admin, or self for UserGet/RoleGet)
+ *   and read this member's committed state on the loop.
+ *   Authenticate (etcd 3.4 v3_server.go + apply.go Authenticate): after the same barrier
+ *   (etcd linearizableReadNotify), the password is checked on the hash worker of the
+ *   receiving member against the user's stored hash; then this member
+ *   draws a token prefix (auth/auth_tokens.h kv_auth_tokens_gen; refused with "etcdserver:
+ *   too many requests" if its token table is full) and proposes kvdpb.AuthAuthenticate{name,
+ *   prefix, tag of the verified password record} (never the password). Every member applies
+ *   it (apply/apply_authn.c) and puts the token "<prefix>.<index>" in its own table
+ *   (api/auth_srv.h kv_auth_on_applied), so a token is valid on every member once that member
+ *   applied the entry; the client's answer is the applied response on this member.
  * When auth is enabled every method but Authenticate needs the root role (etcd
  * needAdminPermission); with auth disabled anyone may call them (UserList is then empty on a
  * fresh store, AuthEnable fails without a root user, Authenticate answers "etcdserver:
@@ -21,6 +30,7 @@
 #include "api/services.h"
 #include "auth.pb-c.h"
 #include "auth/auth_hash.h"
+#include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
 #include "node/read_pool.h"
 #include "server.h"
@@ -122,9 +132,104 @@ static int job_submit(kv_grpc_call *call, kv_auth_job *j)
     return 0;
 }
 
+/* ---- the read barrier (etcd 3.4: these reads go through raft; Authenticate waits for
+ * linearizableReadNotify) ---- */
+
+typedef void (*read_fn)(kv_grpc_call *call, const uint8_t *msg, size_t len);
+
+struct kv_auth_read {
+    kv_auth_read *next, *prev;
+    kv_auth *a;         /* NULL once detached (kv_auth_reads_detach) */
+    kv_grpc_call *call; /* NULL once the RPC was cancelled */
+    read_fn fn;
+    size_t len;
+    uint8_t msg[]; /* copy of the request (Authenticate: holds the password) */
+};
+
+static void read_unlink(kv_auth_read *r)
+{
+    if (!r->a)
+        return;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->a->reads = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->a = NULL;
+}
+
+static void read_free(kv_auth_read *r)
+{
+    OPENSSL_cleanse(r->msg, r->len);
+    free(r);
+}
+
+void kv_auth_reads_detach(kv_auth *a)
+{
+    while (a->reads)
+        read_unlink(a->reads);
+}
+
+static void on_read_index(void *arg, int status)
+{
+    kv_auth_read *r = arg;
+    read_unlink(r);
+    kv_grpc_call *call = r->call;
+    if (call && status == 0)
+        r->fn(call, r->msg, r->len);
+    else if (call)
+        kv_reply_etcd_err(call, status == -EAGAIN      ? KV_ERR_NO_LEADER
+                                : status == -EBUSY     ? KV_ERR_TOO_MANY_REQUESTS
+                                : status == -ECANCELED ? KV_ERR_STOPPED
+                                                       : KV_ERR_TIMEOUT);
+    read_free(r);
+}
+
+/* Runs fn once this member applied the leader's commit index as of now (ReadIndex). The
+ * waiting reads are listed in kv_auth (on_cancel finds them there). */
+static void after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, read_fn fn)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    if (!s->node || !s->auth) {
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
+        return;
+    }
+    kv_auth_read *r = malloc(sizeof *r + len);
+    if (!r) {
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        return;
+    }
+    kv_auth *a = s->auth;
+    r->prev = NULL;
+    r->a = a;
+    r->call = call;
+    r->fn = fn;
+    r->len = len;
+    if (len)
+        memcpy(r->msg, msg, len);
+    r->next = a->reads;
+    if (a->reads)
+        a->reads->prev = r;
+    a->reads = r;
+    int rc = kv_node_read_index(s->node, on_read_index, r);
+    if (rc == 1) { /* nothing to wait for */
+        on_read_index(r, 0);
+    } else if (rc < 0) {
+        read_unlink(r);
+        read_free(r);
+        kv_reply_propose_error(call, rc);
+    }
+}
+
 static void on_cancel(kv_grpc_call *call)
 {
     kv_server *s = kv_grpc_call_app(call);
+    for (kv_auth_read *r = s->auth ? s->auth->reads : NULL; r; r = r->next)
+        if (r->call == call) {
+            r->call = NULL; /* freed when the barrier completes */
+            return;
+        }
     for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
         if (j->call == call) {
             j->call = NULL; /* the hash finishes; nothing is sent or proposed */
@@ -145,6 +250,29 @@ static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m
     protobuf_c_message_pack(m, buf);
     kv_propose_unary(call, field, buf, n);
     free(buf);
+}
+
+/* The Authenticate entry applied on this member (node completion, loop): the node's auth
+ * hook put the token in this member's table just before (unless the table was full). */
+static void on_authenticated(void *arg, kv_result *res)
+{
+    kv_grpc_call *call = arg;
+    kv_server *s = kv_grpc_call_app(call);
+    kv_grpc_call_set_data(call, NULL);
+    if (res->code != 0) {
+        kv_grpc_call_finish(call, res->code, res->msg);
+        return;
+    }
+    Etcdserverpb__AuthenticateResponse *r =
+        etcdserverpb__authenticate_response__unpack(NULL, res->resp_len, res->resp);
+    int held = r && r->token && s->auth &&
+               kv_auth_tokens_lookup(s->auth->tokens, r->token, uv_now(s->loop), NULL);
+    etcdserverpb__authenticate_response__free_unpacked(r, NULL);
+    if (!held) { /* the table filled up meanwhile: the token is not valid here */
+        kv_reply_etcd_err(call, s->auth ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_STOPPED);
+        return;
+    }
+    kv_reply_result(call, res);
 }
 
 static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
@@ -182,20 +310,39 @@ static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
     }
     uint64_t tag = kv_auth_pwtag(u->password.data, u->password.len);
     authpb__user__free_unpacked(u, NULL);
-    char token[KV_AUTH_TOKEN_MAX];
-    rc = kv_auth_tokens_assign(s->auth->tokens, j->name, tag, uv_now(s->loop), token);
-    if (rc) {
-        if (rc == -EBUSY)
-            s->auth->tokens_refused++;
-        kv_reply_etcd_err(call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_NOMEM);
+    /* The table bound: refused before proposing (every member holds every token, so this
+     * member's table stands for the cluster's). */
+    if (kv_auth_tokens_full(s->auth->tokens, uv_now(s->loop))) {
+        s->auth->tokens_refused++;
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
         return;
     }
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
-    Etcdserverpb__AuthenticateResponse r = ETCDSERVERPB__AUTHENTICATE_RESPONSE__INIT;
-    r.header = &h;
-    r.token = token;
-    kv_reply_message(call, &r.base);
+    char pre[KV_AUTH_TOKEN_PREFIX_LEN + 1];
+    if (kv_auth_tokens_gen(pre)) {
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
+        return;
+    }
+    Kvdpb__AuthAuthenticate aa = KVDPB__AUTH_AUTHENTICATE__INIT;
+    aa.name = j->name;
+    aa.simple_token = pre;
+    aa.pwtag = tag;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_AUTHENTICATE;
+    ir.auth_authenticate = &aa;
+    size_t n2 = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t *req = malloc(n2 ? n2 : 1);
+    if (!req) {
+        kv_reply_etcd_err(call, KV_ERR_NOMEM);
+        return;
+    }
+    kvdpb__internal_request__pack(&ir, req);
+    kv_node_req *h = NULL;
+    rc = kv_node_propose(s->node, req, n2, on_authenticated, call, &h); /* takes req */
+    if (rc < 0) {
+        kv_reply_propose_error(call, rc);
+        return;
+    }
+    kv_grpc_call_set_data(call, h);
 }
 
 static void job_done(void *arg, int status)
@@ -245,7 +392,7 @@ static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw
 
 /* ---- Authenticate ---- */
 
-static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
+static void do_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__AuthenticateRequest *r =
@@ -298,6 +445,12 @@ static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     job_submit(call, j);
+}
+
+/* etcd 3.4 v3_server.go Authenticate: linearizableReadNotify, then the password check. */
+static void on_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    after_barrier(call, msg, len, do_authenticate);
 }
 
 /* ---- writes ---- */
@@ -425,7 +578,7 @@ static void names_free(names *x)
     free(x->v);
 }
 
-static void on_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
+static void do_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     (void)msg;
     (void)len;
@@ -513,7 +666,7 @@ static int read_record(kv_grpc_call *call, char kind, const char *name, Protobuf
     return 0;
 }
 
-static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+static void do_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__AuthUserGetRequest *r =
@@ -538,7 +691,7 @@ static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
     etcdserverpb__auth_user_get_request__free_unpacked(r, NULL);
 }
 
-static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+static void do_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__AuthRoleGetRequest *r =
@@ -563,6 +716,21 @@ static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
     etcdserverpb__auth_role_get_request__free_unpacked(r, NULL);
 }
 
+static void on_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    after_barrier(call, msg, len, do_list);
+}
+
+static void on_user_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    after_barrier(call, msg, len, do_user_get);
+}
+
+static void on_role_get(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    after_barrier(call, msg, len, do_role_get);
+}
+
 #define A(m) "/etcdserverpb.Auth/" m
 
 const kv_grpc_method kv_service_auth[] = {
@@ -570,15 +738,15 @@ const kv_grpc_method kv_service_auth[] = {
     {A("AuthDisable"), 0, on_plain_write, NULL, on_cancel},
     {A("Authenticate"), 0, on_authenticate, NULL, on_cancel},
     {A("UserAdd"), 0, on_user_add, NULL, on_cancel},
-    {A("UserGet"), 0, on_user_get, NULL, NULL},
-    {A("UserList"), 0, on_list, NULL, NULL},
+    {A("UserGet"), 0, on_user_get, NULL, on_cancel},
+    {A("UserList"), 0, on_list, NULL, on_cancel},
     {A("UserDelete"), 0, on_plain_write, NULL, on_cancel},
     {A("UserChangePassword"), 0, on_user_change_password, NULL, on_cancel},
     {A("UserGrantRole"), 0, on_plain_write, NULL, on_cancel},
     {A("UserRevokeRole"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleAdd"), 0, on_plain_write, NULL, on_cancel},
-    {A("RoleGet"), 0, on_role_get, NULL, NULL},
-    {A("RoleList"), 0, on_list, NULL, NULL},
+    {A("RoleGet"), 0, on_role_get, NULL, on_cancel},
+    {A("RoleList"), 0, on_list, NULL, on_cancel},
     {A("RoleDelete"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleGrantPermission"), 0, on_plain_write, NULL, on_cancel},
     {A("RoleRevokePermission"), 0, on_plain_write, NULL, on_cancel},

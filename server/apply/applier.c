@@ -73,6 +73,8 @@ static int dispatch(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessa
     case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION:
     case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_REVOKE_PERMISSION:
         return kv_apply_auth(a, ir, msg, hdr);
+    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_AUTHENTICATE:
+        return kv_apply_authenticate(a, ir->auth_authenticate, a->index, msg, hdr);
     default:
         kv_apply_err(a->res, KV_ERR_EMPTY_INTERNAL_REQ);
         return 1;
@@ -141,7 +143,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         kvdpb__internal_request__free_unpacked(ir, NULL);
         return rc;
     }
-    kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key};
+    kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key, index};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
     kv_apply_failpoint(ir);
@@ -167,6 +169,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     }
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);
+    int disable = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
     char what[128] = "apply";
     if (rc == -EBADMSG)
         describe(what, sizeof what, ir);
@@ -199,6 +202,10 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         free(res->resp);
         res->resp = NULL;
         res->resp_len = 0;
+        res->auth_tokens = KV_RESULT_AUTH_NONE; /* the token of a failed entry is not assigned */
+    } else if (disable) {
+        res->auth_tokens = KV_RESULT_AUTH_CLEAR; /* etcd AuthDisable: every member drops its
+                                                    tokens (node hook, api/auth_srv.h) */
     }
     if (rc < 0)
         return rc;

@@ -10,15 +10,16 @@ add_library(kv_apply STATIC
   ${CMAKE_CURRENT_LIST_DIR}/apply_check.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_conf.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_range.c
-  ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c)
+  ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c
+  ${CMAKE_CURRENT_LIST_DIR}/apply_authn.c
+  ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c)
 target_include_directories(kv_apply PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
+# apply_authn.c: kv_auth_pwtag; apply_perm.c (etcd's lease permission check at apply): the
+# pure key-range check of server/auth (auth_perm.h).
+target_link_libraries(kv_apply PUBLIC kv_auth)
 # The entry point keeps its historic name and declaration (kv_store_apply, mvcc/store.h), so
 # the raft driver and every program that links kv_mvcc to apply entries (tests, fuzzers,
 # bench) keep working: kv_mvcc's link interface brings the applier along (a static-library
 # cycle, which CMake repeats on the link line).
 target_link_libraries(kv_mvcc INTERFACE kv_apply)
-# etcd's lease permission check at apply (apply_perm.c) uses the pure key-range check of
-# server/auth (auth_perm.h).
-target_sources(kv_apply PRIVATE ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c)
-target_link_libraries(kv_apply PUBLIC kv_auth)

@@ -25,6 +25,7 @@ typedef struct kv_actx {
     bool quiet;
     uint32_t max_txn_ops;
     size_t max_key;
+    uint64_t index; /* the entry's log index (apply_authn.c: the token's suffix) */
 } kv_actx;
 
 /* Request errors: res->code and res->msg (the request changes nothing). */
@@ -65,6 +66,9 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir);
 /* Auth management entries (apply_auth.c): AuthEnable ... RoleRevokePermission. */
 int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
                   Etcdserverpb__ResponseHeader **hdr);
+/* Authenticate through the log (apply_authn.c): sets res->auth_tokens on success. */
+int kv_apply_authenticate(kv_actx *a, const Kvdpb__AuthAuthenticate *r, uint64_t index,
+                          ProtobufCMessage **msg, Etcdserverpb__ResponseHeader **hdr);
 
 /* ---- apply_range.c ---- */
 /* Static checks of a range request (empty key, sort options). 1 = error set in res. */

@@ -81,33 +81,73 @@ void kv_auth_tokens_free(kv_auth_tokens *t)
     free(t);
 }
 
-int kv_auth_tokens_assign(kv_auth_tokens *t, const char *user, uint64_t pwtag, uint64_t now_ms,
-                          char out[KV_AUTH_TOKEN_MAX])
+int kv_auth_tokens_gen(char out[KV_AUTH_TOKEN_PREFIX_LEN + 1])
 {
-    if (t->n >= t->max && kv_auth_tokens_sweep(t, now_ms) == 0)
-        return -EBUSY;
-    uint8_t r[16];
+    uint8_t r[KV_AUTH_TOKEN_PREFIX_LEN];
     if (RAND_bytes(r, sizeof r) != 1)
         return -EIO;
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (int i = 0; i < KV_AUTH_TOKEN_PREFIX_LEN; i++)
+        out[i] = letters[r[i] % 52];
+    out[KV_AUTH_TOKEN_PREFIX_LEN] = 0;
+    return 0;
+}
+
+int kv_auth_tokens_full(kv_auth_tokens *t, uint64_t now_ms)
+{
+    return t->n >= t->max && kv_auth_tokens_sweep(t, now_ms) == 0;
+}
+
+static tok **find(kv_auth_tokens *t, const char *token);
+
+int kv_auth_tokens_put(kv_auth_tokens *t, const char *token, const char *user, uint64_t pwtag,
+                       uint64_t now_ms)
+{
+    if (strlen(token) >= KV_AUTH_TOKEN_MAX)
+        return -EINVAL;
+    tok **pp = find(t, token);
+    if (pp) { /* the same entry applied again (replay): refresh it */
+        char *u = strdup(user);
+        if (!u)
+            return -ENOMEM;
+        free((*pp)->user);
+        (*pp)->user = u;
+        (*pp)->pwtag = pwtag;
+        (*pp)->expires = now_ms + t->ttl;
+        return 0;
+    }
+    if (kv_auth_tokens_full(t, now_ms))
+        return -EBUSY;
     tok *x = calloc(1, sizeof *x);
     if (!x || !(x->user = strdup(user))) {
         free(x);
         return -ENOMEM;
     }
-    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    char pre[17];
-    for (int i = 0; i < 16; i++)
-        pre[i] = letters[r[i] % 52];
-    pre[16] = 0;
-    snprintf(x->token, sizeof x->token, "%s.%llu", pre, (unsigned long long)++t->seq);
+    memcpy(x->token, token, strlen(token) + 1);
     x->expires = now_ms + t->ttl;
     x->pwtag = pwtag;
     size_t s = slot(t, x->token);
     x->next = t->b[s];
     t->b[s] = x;
     t->n++;
-    memcpy(out, x->token, sizeof x->token);
     return 0;
+}
+
+int kv_auth_tokens_assign(kv_auth_tokens *t, const char *user, uint64_t pwtag, uint64_t now_ms,
+                          char out[KV_AUTH_TOKEN_MAX])
+{
+    if (kv_auth_tokens_full(t, now_ms))
+        return -EBUSY;
+    char pre[KV_AUTH_TOKEN_PREFIX_LEN + 1];
+    int rc = kv_auth_tokens_gen(pre);
+    if (rc)
+        return rc;
+    char token[KV_AUTH_TOKEN_MAX];
+    snprintf(token, sizeof token, "%s.%llu", pre, (unsigned long long)++t->seq);
+    rc = kv_auth_tokens_put(t, token, user, pwtag, now_ms);
+    if (rc == 0)
+        memcpy(out, token, sizeof token);
+    return rc;
 }
 
 static tok **find(kv_auth_tokens *t, const char *token)

@@ -138,7 +138,11 @@ typedef struct kv_result {
     size_t resp_len;  /* (resp may be NULL when resp_len == 0 or skipped) */
     int64_t revision; /* store revision after the request */
     int skipped;      /* 1 when apply skipped an already-applied index */
+    int auth_tokens;  /* KV_RESULT_AUTH_*: the entry changes the member's tokens (quiet too) */
 } kv_result;
+
+/* kv_result.auth_tokens (apply/apply_authn.c; node/node.h kv_node_set_auth_hook). */
+enum { KV_RESULT_AUTH_NONE = 0, KV_RESULT_AUTH_ASSIGN = 1, KV_RESULT_AUTH_CLEAR = 2 };
 
 /* Opens or creates the store in cfg->dir. O(1) in the data size: reads the meta records
  * only. On success *out is owned by the caller (kv_store_close). cfg->dir is not retained.

@@ -199,6 +199,15 @@ int kv_node_compact_pending(const kv_node *n);
  * it moved). The watch hub reads the new revisions from LMDB (mvcc/events.h). NULL detaches. */
 typedef void (*kv_node_commit_fn)(void *arg, int64_t revision);
 void kv_node_set_commit_hook(kv_node *n, kv_node_commit_fn fn, void *arg);
+/* (addition) Auth token hook: called on the loop thread, in log order, for every entry whose
+ * apply result has auth_tokens set (mvcc/store.h KV_RESULT_AUTH_*: an Authenticate applied,
+ * AuthDisable applied), on every member (quiet results too), once the ready's results are
+ * final (after its commit, or at its early acknowledgement) and before its completions run,
+ * so the proposer's answer and the token exist together. entry (the packed InternalRequest,
+ * with the node's id/proposer prefix) is valid only during the call. NULL detaches. */
+typedef void (*kv_node_auth_fn)(void *arg, int kind, uint64_t index, const uint8_t *entry,
+                                size_t len);
+void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg);
 
 /* ---- raft (issue 9) ---- */
 

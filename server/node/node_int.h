@@ -121,6 +121,7 @@ typedef struct ready_work {
     int no_early; /* worker: a configuration / member-record entry: acknowledge after commit */
     int acked;    /* loop: waiters completed early */
     uint32_t fp_delay_ms; /* test failpoint: sleep before an apply-only commit (follower) */
+    int auth_fired;       /* loop: the auth hook ran for this ready's entries */
 } ready_work;
 
 /* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
@@ -297,6 +298,8 @@ struct kv_node {
     kv_metrics *metrics;
     kv_node_commit_fn commit_fn;
     void *commit_arg;
+    kv_node_auth_fn auth_fn; /* kv_node_set_auth_hook */
+    void *auth_arg;
 
     /* ---- snapshot sends (node_snap.c) ---- */
     snap_peer snap_peers[RAFT_MAX_NODES];

@@ -225,6 +225,26 @@ static void advance(kv_node *n, struct raft_ready *rd)
  * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
  * cannot see the answered writes before the commit: linearizable reads wait for the applied
  * index (set in after_ready), serializable ones for acked_index (kv_node_read_visible). */
+/* The auth hook (node.h kv_node_set_auth_hook) for this ready's entries, once. */
+static void fire_auth(kv_node *n, ready_work *w)
+{
+    if (w->auth_fired || !w->has_ready)
+        return;
+    w->auth_fired = 1;
+    size_t cnt = kv_node__apply_count(w);
+    for (size_t i = 0; i < cnt && n->auth_fn; i++)
+        if (w->results[i].auth_tokens && w->results[i].code == 0) {
+            const struct raft_entry *e = kv_node__apply_entry(w, i);
+            n->auth_fn(n->auth_arg, w->results[i].auth_tokens, e->index, e->data, e->len);
+        }
+}
+
+void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg)
+{
+    n->auth_fn = fn;
+    n->auth_arg = arg;
+}
+
 void kv_node__on_early(uv_async_t *h)
 {
     kv_node *n = h->data;
@@ -235,6 +255,7 @@ void kv_node__on_early(uv_async_t *h)
     if (w->applied > n->acked_index)
         n->acked_index = w->applied;
     kv_metric_inc(n->m_early_acks);
+    fire_auth(n, w);
     size_t cnt = kv_node__apply_count(w);
     for (size_t i = 0; i < cnt; i++)
         if (w->ids[i])
@@ -299,6 +320,7 @@ static void after_ready(uv_work_t *req, int status)
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
 
+    fire_auth(n, w); /* tokens before the answers that carry them (unless on_early did) */
     /* Durable: now acknowledge, in order (unless on_early did already). */
     if (w->has_ready) {
         size_t cnt = kv_node__apply_count(w);

@@ -5,7 +5,11 @@
  * the auth revision bumped by every change, state surviving a reopen, and the apply-time
  * check of KV writes (etcd authApplierV3): an entry checked at an older auth revision is
  * refused with "etcdserver: revision of auth store is old", an unchecked one (proposed
- * while auth was disabled) with "etcdserver: user name is empty".
+ * while auth was disabled) with "etcdserver: user name is empty". The Authenticate entry
+ * (server/apply/apply_authn.c): refused when auth is disabled, for an unknown user or a
+ * password record whose tag differs from the entry's; on success the token
+ * "<prefix>.<index>" and the result flag that makes every member (quiet too) assign it,
+ * with nothing stored but the applied index.
  */
 #include <criterion/criterion.h>
 
@@ -15,7 +19,10 @@
 #include "../mvcc/helpers.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
+#include "auth/auth_tokens.h"
 #include "mvcc/auth_store.h"
+
+#include <stdio.h>
 
 static th g_t;
 
@@ -206,4 +213,148 @@ Test(auth_apply, kv_writes_checked_at_the_current_auth_revision, .init = setup, 
     cr_assert_eq(revision(), rev + 1);
     put_as(rev, KV_ERR_AUTH_OLD_REVISION);
     put_as(rev + 1, 0);
+}
+
+/* ---- Authenticate through the log (apply_authn.c) ---- */
+
+#define HASHED "pbkdf2-sha256$1000$00$00"
+
+static int fold(void *arg, const uint8_t *name, size_t nlen, const uint8_t *val, size_t vlen)
+{
+    uint64_t *h = arg;
+    *h = *h * 31 + kv_auth_pwtag(name, nlen);
+    *h = *h * 31 + kv_auth_pwtag(val, vlen);
+    return 0;
+}
+
+/* A digest of everything the auth database and the keyspace hold (but the applied index). */
+static uint64_t state(void)
+{
+    kv_auth_tx tx;
+    cr_assert_eq(kv_store_auth_read_begin(g_t.s, &tx), 0);
+    uint64_t h = 0, rev = 0;
+    int en = 0;
+    cr_assert_eq(kv_auth_walk(&tx, KV_AUTH_USER, fold, &h), 0);
+    cr_assert_eq(kv_auth_walk(&tx, KV_AUTH_ROLE, fold, &h), 0);
+    cr_assert_eq(kv_auth_get_revision(&tx, &rev), 0);
+    cr_assert_eq(kv_auth_get_enabled(&tx, &en), 0);
+    kv_store_auth_read_end(&tx);
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(g_t.s, &st), 0);
+    return h * 31 + rev * 7 + (uint64_t)en + (uint64_t)st.revision * 131;
+}
+
+static uint64_t applied(void)
+{
+    kv_store_status st;
+    cr_assert_eq(kv_store_get_status(g_t.s, &st), 0);
+    return st.applied_index;
+}
+
+/* Applies an Authenticate entry (quiet: as on a member nobody waits on). Returns the result
+ * (caller frees r->resp). */
+static void authn(const char *name, const char *prefix, uint64_t pwtag, int quiet, kv_result *r)
+{
+    Kvdpb__AuthAuthenticate a = KVDPB__AUTH_AUTHENTICATE__INIT;
+    a.name = (char *)name;
+    a.simple_token = (char *)prefix;
+    a.pwtag = pwtag;
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_AUTHENTICATE;
+    ir.auth_authenticate = &a;
+    size_t n = kvdpb__internal_request__get_packed_size(&ir);
+    uint8_t *buf = malloc(n);
+    kvdpb__internal_request__pack(&ir, buf);
+    kv_store_batch *b;
+    cr_assert_eq(kv_store_batch_begin(g_t.s, &b), 0);
+    kv_store_batch_set_quiet(b, quiet);
+    kv_header_info h = {11, 22, 33};
+    cr_assert_eq(kv_store_apply(g_t.s, b, ++g_t.index, buf, n, &h, r), 0);
+    free(buf);
+    cr_assert_eq(kv_store_batch_commit(g_t.s, b), 0);
+}
+
+static void authn_refused(const char *name, uint64_t pwtag, kv_etcd_err want)
+{
+    uint64_t before = state(), idx = applied();
+    kv_result r;
+    authn(name, "abcdefghijklmnop", pwtag, 0, &r);
+    cr_assert_eq(r.code, kv_etcd_err_code(want), "code %d (%s)", r.code, r.msg);
+    cr_assert_str_eq(r.msg, kv_etcd_err_msg(want));
+    cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_NONE, "no token for a refused entry");
+    cr_assert_null(r.resp);
+    cr_assert_eq(state(), before);
+    cr_assert_eq(applied(), idx + 1, "the index counts as applied");
+}
+
+Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
+{
+    uint64_t tag = kv_auth_pwtag((const uint8_t *)HASHED, strlen(HASHED));
+    th_put(&g_t, "k", "v", 0); /* keyspace revisions to compare */
+    int64_t kvrev = th_put(&g_t, "k2", "v", 0);
+    user_add("root", 0);
+    grant_role("root", "root", 0);
+    user_add("ann", 0);
+    authn_refused("ann", tag, KV_ERR_AUTH_NOT_ENABLED);
+    enable(0);
+    authn_refused("nobody", tag, KV_ERR_AUTH_FAILED);
+    authn_refused("", tag, KV_ERR_AUTH_FAILED);
+    authn_refused("ann", tag + 1, KV_ERR_AUTH_FAILED); /* password changed since the check */
+
+    /* success: the token is prefix.index, the header the store revision and the member's
+     * ids; nothing is stored but the applied index */
+    uint64_t before = state(), idx = applied();
+    kv_result r;
+    authn("ann", "abcdefghijklmnop", tag, 0, &r);
+    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
+    cr_assert_eq(state(), before, "Authenticate changes no stored state");
+    cr_assert_eq(applied(), idx + 1);
+    Etcdserverpb__AuthenticateResponse *ar =
+        etcdserverpb__authenticate_response__unpack(NULL, r.resp_len, r.resp);
+    cr_assert_not_null(ar);
+    char want[64];
+    snprintf(want, sizeof want, "abcdefghijklmnop.%llu", (unsigned long long)(idx + 1));
+    cr_assert_str_eq(ar->token, want);
+    cr_assert_not_null(ar->header);
+    cr_assert_eq(ar->header->revision, kvrev);
+    cr_assert_eq(ar->header->cluster_id, 11);
+    cr_assert_eq(ar->header->member_id, 22);
+    etcdserverpb__authenticate_response__free_unpacked(ar, NULL);
+    free(r.resp);
+
+    /* quiet (a follower): no response, but the flag that makes it assign the token */
+    authn("ann", "ponmlkjihgfedcba", tag, 1, &r);
+    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
+    cr_assert_null(r.resp);
+    cr_assert_eq(state(), before);
+
+    /* the same entry applied again (replay) is skipped: no second assignment */
+    uint64_t last = g_t.index;
+    g_t.index = last - 1;
+    authn("ann", "ponmlkjihgfedcba", tag, 1, &r);
+    cr_assert_eq(r.skipped, 1);
+    cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_NONE);
+    g_t.index = last;
+
+    /* a deleted user's token is refused at apply */
+    Etcdserverpb__AuthUserDeleteRequest d = ETCDSERVERPB__AUTH_USER_DELETE_REQUEST__INIT;
+    d.name = "ann";
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE;
+    ir.auth_user_delete = &d;
+    apply(&ir, 0);
+    authn_refused("ann", tag, KV_ERR_AUTH_FAILED);
+
+    /* AuthDisable applied: the flag that makes every member drop its tokens */
+    Etcdserverpb__AuthDisableRequest dis = ETCDSERVERPB__AUTH_DISABLE_REQUEST__INIT;
+    Kvdpb__InternalRequest ird = KVDPB__INTERNAL_REQUEST__INIT;
+    ird.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
+    ird.auth_disable = &dis;
+    th_apply(&g_t, &ird, &r);
+    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_CLEAR);
+    free(r.resp);
+    authn_refused("root", tag, KV_ERR_AUTH_NOT_ENABLED);
 }
