@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../mvcc/helpers.h"
+#include "auth_apply_util.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
 #include "auth/auth_tokens.h"
@@ -36,80 +37,6 @@ static void teardown(void)
     th_close(&g_t);
 }
 
-static void apply(Kvdpb__InternalRequest *ir, kv_etcd_err want)
-{
-    kv_result r;
-    th_apply(&g_t, ir, &r);
-    if (want == 0)
-        cr_assert_eq(r.code, 0, "unexpected error %d: %s", r.code, r.msg);
-    else {
-        cr_assert_eq(r.code, kv_etcd_err_code(want), "code %d (%s)", r.code, r.msg);
-        cr_assert_str_eq(r.msg, kv_etcd_err_msg(want));
-    }
-    free(r.resp);
-}
-
-static void user_add(const char *name, kv_etcd_err want)
-{
-    Etcdserverpb__AuthUserAddRequest u = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
-    u.name = (char *)name;
-    u.hashed_password = "pbkdf2-sha256$1000$00$00";
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD;
-    ir.auth_user_add = &u;
-    apply(&ir, want);
-}
-
-static void grant_role(const char *user, const char *role, kv_etcd_err want)
-{
-    Etcdserverpb__AuthUserGrantRoleRequest g = ETCDSERVERPB__AUTH_USER_GRANT_ROLE_REQUEST__INIT;
-    g.user = (char *)user;
-    g.role = (char *)role;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE;
-    ir.auth_user_grant_role = &g;
-    apply(&ir, want);
-}
-
-static void role_add(const char *name, kv_etcd_err want)
-{
-    Etcdserverpb__AuthRoleAddRequest r = ETCDSERVERPB__AUTH_ROLE_ADD_REQUEST__INIT;
-    r.name = (char *)name;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD;
-    ir.auth_role_add = &r;
-    apply(&ir, want);
-}
-
-static void role_delete(const char *name, kv_etcd_err want)
-{
-    Etcdserverpb__AuthRoleDeleteRequest r = ETCDSERVERPB__AUTH_ROLE_DELETE_REQUEST__INIT;
-    r.role = (char *)name;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_DELETE;
-    ir.auth_role_delete = &r;
-    apply(&ir, want);
-}
-
-static void user_delete(const char *name, kv_etcd_err want)
-{
-    Etcdserverpb__AuthUserDeleteRequest r = ETCDSERVERPB__AUTH_USER_DELETE_REQUEST__INIT;
-    r.name = (char *)name;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE;
-    ir.auth_user_delete = &r;
-    apply(&ir, want);
-}
-
-static void enable(kv_etcd_err want)
-{
-    Etcdserverpb__AuthEnableRequest e = ETCDSERVERPB__AUTH_ENABLE_REQUEST__INIT;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE;
-    ir.auth_enable = &e;
-    apply(&ir, want);
-}
-
 static void put_as(uint64_t auth_rev, kv_etcd_err want)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
@@ -120,17 +47,7 @@ static void put_as(uint64_t auth_rev, kv_etcd_err want)
     ir.put = &p;
     ir.auth_user = "root";
     ir.auth_revision = auth_rev;
-    apply(&ir, want);
-}
-
-static uint64_t revision(void)
-{
-    kv_auth_tx tx;
-    cr_assert_eq(kv_store_auth_read_begin(g_t.s, &tx), 0);
-    uint64_t r = 0;
-    cr_assert_eq(kv_auth_get_revision(&tx, &r), 0);
-    kv_store_auth_read_end(&tx);
-    return r;
+    aau_apply(&g_t, &ir, want);
 }
 
 /* The roles of user (comma-joined) as stored. */
@@ -156,61 +73,61 @@ static void roles_of(const char *user, char *out, size_t cap)
 
 Test(auth_apply, etcd_rules_and_revision, .init = setup, .fini = teardown)
 {
-    cr_assert_eq(revision(), 0);
-    enable(KV_ERR_ROOT_USER_NOT_EXIST);
-    user_add("", KV_ERR_USER_EMPTY);
-    user_add("root", 0);
-    cr_assert_eq(revision(), 1);
-    user_add("root", KV_ERR_USER_ALREADY_EXIST);
-    enable(KV_ERR_ROOT_ROLE_NOT_EXIST);
-    grant_role("root", "root", 0); /* the root role needs no record */
-    grant_role("root", "root", 0); /* already granted: success, no change */
-    cr_assert_eq(revision(), 2);
-    grant_role("nobody", "root", KV_ERR_USER_NOT_FOUND);
-    grant_role("root", "nosuch", KV_ERR_ROLE_NOT_FOUND);
-    role_add("", KV_ERR_ROLE_EMPTY);
-    role_add("b", 0);
-    role_add("a", 0);
-    role_add("a", KV_ERR_ROLE_ALREADY_EXIST);
-    user_add("ann", 0);
-    grant_role("ann", "b", 0);
-    grant_role("ann", "a", 0);
+    cr_assert_eq(aau_revision(&g_t), 0);
+    aau_enable(&g_t, KV_ERR_ROOT_USER_NOT_EXIST);
+    aau_user_add(&g_t, "", KV_ERR_USER_EMPTY);
+    aau_user_add(&g_t, "root", 0);
+    cr_assert_eq(aau_revision(&g_t), 1);
+    aau_user_add(&g_t, "root", KV_ERR_USER_ALREADY_EXIST);
+    aau_enable(&g_t, KV_ERR_ROOT_ROLE_NOT_EXIST);
+    aau_grant_role(&g_t, "root", "root", 0); /* the root role needs no record */
+    aau_grant_role(&g_t, "root", "root", 0); /* already granted: success, no change */
+    cr_assert_eq(aau_revision(&g_t), 2);
+    aau_grant_role(&g_t, "nobody", "root", KV_ERR_USER_NOT_FOUND);
+    aau_grant_role(&g_t, "root", "nosuch", KV_ERR_ROLE_NOT_FOUND);
+    aau_role_add(&g_t, "", KV_ERR_ROLE_EMPTY);
+    aau_role_add(&g_t, "b", 0);
+    aau_role_add(&g_t, "a", 0);
+    aau_role_add(&g_t, "a", KV_ERR_ROLE_ALREADY_EXIST);
+    aau_user_add(&g_t, "ann", 0);
+    aau_grant_role(&g_t, "ann", "b", 0);
+    aau_grant_role(&g_t, "ann", "a", 0);
     char r[256];
     roles_of("ann", r, sizeof r);
     cr_assert_str_eq(r, "a,b", "roles kept sorted");
-    user_delete("root", 0); /* auth disabled: root may be deleted... */
-    user_add("root", 0);    /* ...and added again */
-    grant_role("root", "root", 0);
-    uint64_t before = revision();
-    enable(0);
-    cr_assert_eq(revision(), before, "etcd's AuthEnable does not bump the revision");
-    enable(0); /* already enabled: success */
-    user_delete("root", KV_ERR_INVALID_AUTH_MGMT);
-    role_delete("root", KV_ERR_INVALID_AUTH_MGMT);
-    role_delete("a", 0);
+    aau_user_delete(&g_t, "root", 0); /* auth disabled: root may be deleted... */
+    aau_user_add(&g_t, "root", 0);    /* ...and added again */
+    aau_grant_role(&g_t, "root", "root", 0);
+    uint64_t before = aau_revision(&g_t);
+    aau_enable(&g_t, 0);
+    cr_assert_eq(aau_revision(&g_t), before, "etcd's AuthEnable does not bump the revision");
+    aau_enable(&g_t, 0); /* already enabled: success */
+    aau_user_delete(&g_t, "root", KV_ERR_INVALID_AUTH_MGMT);
+    aau_role_delete(&g_t, "root", KV_ERR_INVALID_AUTH_MGMT);
+    aau_role_delete(&g_t, "a", 0);
     roles_of("ann", r, sizeof r);
     cr_assert_str_eq(r, "b", "RoleDelete strips the role from its users");
-    role_delete("a", KV_ERR_ROLE_NOT_FOUND);
-    user_delete("nobody", KV_ERR_USER_NOT_FOUND);
+    aau_role_delete(&g_t, "a", KV_ERR_ROLE_NOT_FOUND);
+    aau_user_delete(&g_t, "nobody", KV_ERR_USER_NOT_FOUND);
     /* survives a reopen */
-    uint64_t rev = revision();
+    uint64_t rev = aau_revision(&g_t);
     th_reopen(&g_t);
-    cr_assert_eq(revision(), rev);
-    user_delete("root", KV_ERR_INVALID_AUTH_MGMT); /* still enabled */
+    cr_assert_eq(aau_revision(&g_t), rev);
+    aau_user_delete(&g_t, "root", KV_ERR_INVALID_AUTH_MGMT); /* still enabled */
 }
 
 Test(auth_apply, kv_writes_checked_at_the_current_auth_revision, .init = setup, .fini = teardown)
 {
-    user_add("root", 0);
-    grant_role("root", "root", 0);
+    aau_user_add(&g_t, "root", 0);
+    aau_grant_role(&g_t, "root", "root", 0);
     put_as(0, 0); /* auth disabled: no check */
-    enable(0);
-    uint64_t rev = revision();
+    aau_enable(&g_t, 0);
+    uint64_t rev = aau_revision(&g_t);
     put_as(rev, 0);
     put_as(rev + 1, 0);
     put_as(0, KV_ERR_USER_EMPTY); /* proposed unchecked, applied with auth on */
-    role_add("r", 0);             /* an auth change: revision + 1 */
-    cr_assert_eq(revision(), rev + 1);
+    aau_role_add(&g_t, "r", 0);   /* an auth change: revision + 1 */
+    cr_assert_eq(aau_revision(&g_t), rev + 1);
     put_as(rev, KV_ERR_AUTH_OLD_REVISION);
     put_as(rev + 1, 0);
 }
@@ -292,11 +209,11 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     uint64_t tag = kv_auth_pwtag((const uint8_t *)HASHED, strlen(HASHED));
     th_put(&g_t, "k", "v", 0); /* keyspace revisions to compare */
     int64_t kvrev = th_put(&g_t, "k2", "v", 0);
-    user_add("root", 0);
-    grant_role("root", "root", 0);
-    user_add("ann", 0);
+    aau_user_add(&g_t, "root", 0);
+    aau_grant_role(&g_t, "root", "root", 0);
+    aau_user_add(&g_t, "ann", 0);
     authn_refused("ann", tag, KV_ERR_AUTH_NOT_ENABLED);
-    enable(0);
+    aau_enable(&g_t, 0);
     authn_refused("nobody", tag, KV_ERR_AUTH_FAILED);
     authn_refused("", tag, KV_ERR_AUTH_FAILED);
     authn_refused("ann", tag + 1, KV_ERR_AUTH_FAILED); /* password changed since the check */
@@ -344,7 +261,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE;
     ir.auth_user_delete = &d;
-    apply(&ir, 0);
+    aau_apply(&g_t, &ir, 0);
     authn_refused("ann", tag, KV_ERR_AUTH_FAILED);
 
     /* AuthDisable applied: the flag that makes every member drop its tokens */

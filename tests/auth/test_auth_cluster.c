@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth_ctl_util.h"
 #include "grpc_raw.h"
 #include "kvt_cluster.h"
 #include "kvt_util.h"
@@ -35,30 +36,12 @@ static int ctl(int i, const char *cmd, char *out, size_t cap)
 {
     char ep[64], buf[512];
     snprintf(ep, sizeof ep, "--endpoints=%s", g_c.m[i].endpoint);
-    snprintf(buf, sizeof buf, "%s", cmd);
     const char *argv[20] = {g_c.ctl, ep};
-    int n = 2;
-    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && n < 19;
-         w = strtok_r(NULL, " ", &save))
-        argv[n++] = w;
-    argv[n] = NULL;
+    acu_argv(cmd, buf, sizeof buf, argv, 2, 20);
     static const char *const env[] = {"ETCDCTL_API=3", NULL};
     kvt_cmd_result r;
     cr_assert_eq(kvt_run(argv, env, NULL, 0, 30000, &r), 0);
-    size_t o = 0;
-    out[0] = 0;
-    const char *parts[2] = {r.out, r.err};
-    for (int p = 0; p < 2; p++)
-        for (const char *line = parts[p]; line && *line;) {
-            const char *nl = strchr(line, '\n');
-            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
-            if (strncmp(line, "{\"level\"", 8) != 0 && o + len < cap) {
-                memcpy(out + o, line, len);
-                o += len;
-                out[o] = 0;
-            }
-            line += len;
-        }
+    acu_output(r.out, r.err, out, cap);
     int code = r.timed_out ? 999 : r.exit_code;
     kvt_cmd_result_free(&r);
     return code;

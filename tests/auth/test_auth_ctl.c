@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "grpc_raw.h"
+#include "auth_ctl_util.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
 
-#define MAXARGS 24
 
 static kv_it_server g_kvd, g_etcd;
 static int g_kvd_up, g_etcd_up;
@@ -68,38 +68,7 @@ static int ctl(const kv_it_server *s, char *out, size_t cap, const char *stdin_d
 static int ctl_with(const char *bin, const kv_it_server *s, char *out, size_t cap,
                     const char *stdin_data, const char *cmd)
 {
-    char ep[96], buf[1024];
-    snprintf(ep, sizeof ep, "--endpoints=%s", s->endpoint);
-    snprintf(buf, sizeof buf, "%s", cmd);
-    const char *argv[MAXARGS];
-    int n = 0;
-    argv[n++] = bin;
-    argv[n++] = ep;
-    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && n < MAXARGS - 1;
-         w = strtok_r(NULL, " ", &save))
-        argv[n++] = w;
-    argv[n] = NULL;
-    static const char *const env[] = {"ETCDCTL_API=3", NULL};
-    kv_it_cmd_result r;
-    cr_assert_eq(kv_it_run(argv, env, stdin_data, stdin_data ? strlen(stdin_data) : 0, 30000, &r),
-                 0);
-    size_t o = 0;
-    out[0] = 0;
-    const char *parts[2] = {r.out, r.err};
-    for (int p = 0; p < 2; p++)
-        for (const char *line = parts[p]; line && *line;) {
-            const char *nl = strchr(line, '\n');
-            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
-            if (strncmp(line, "{\"level\"", 8) != 0 && o + len < cap) {
-                memcpy(out + o, line, len);
-                o += len;
-                out[o] = 0;
-            }
-            line += len;
-        }
-    int code = r.timed_out ? 999 : r.exit_code;
-    kv_it_cmd_result_free(&r);
-    return code;
+    return acu_etcdctl(bin, s->endpoint, stdin_data, cmd, out, cap);
 }
 
 /* ---- the etcdctl session, compared with etcd ---- */

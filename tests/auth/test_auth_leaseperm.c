@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include "../mvcc/helpers.h"
+#include "auth_apply_util.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
+#include "auth_ctl_util.h"
 #include "harness.h"
 #include "mvcc/auth_store.h"
 
@@ -41,86 +43,6 @@ static void teardown(void)
     th_close(&g_t);
 }
 
-static void apply(Kvdpb__InternalRequest *ir, kv_etcd_err want)
-{
-    kv_result r;
-    th_apply(&g_t, ir, &r);
-    if (want == 0)
-        cr_assert_eq(r.code, 0, "unexpected error %d: %s", r.code, r.msg);
-    else {
-        cr_assert_eq(r.code, kv_etcd_err_code(want), "code %d (%s)", r.code, r.msg);
-        cr_assert_str_eq(r.msg, kv_etcd_err_msg(want));
-    }
-    free(r.resp);
-}
-
-static void user_add(const char *name)
-{
-    Etcdserverpb__AuthUserAddRequest u = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
-    u.name = (char *)name;
-    u.hashed_password = "pbkdf2-sha256$1000$00$00";
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD;
-    ir.auth_user_add = &u;
-    apply(&ir, 0);
-}
-
-static void grant_role(const char *user, const char *role)
-{
-    Etcdserverpb__AuthUserGrantRoleRequest g = ETCDSERVERPB__AUTH_USER_GRANT_ROLE_REQUEST__INIT;
-    g.user = (char *)user;
-    g.role = (char *)role;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE;
-    ir.auth_user_grant_role = &g;
-    apply(&ir, 0);
-}
-
-static void role_add(const char *name)
-{
-    Etcdserverpb__AuthRoleAddRequest r = ETCDSERVERPB__AUTH_ROLE_ADD_REQUEST__INIT;
-    r.name = (char *)name;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD;
-    ir.auth_role_add = &r;
-    apply(&ir, 0);
-}
-
-static void role_grant(const char *role, int type, const char *key, const char *end)
-{
-    Authpb__Permission p = AUTHPB__PERMISSION__INIT;
-    p.permtype = (Authpb__Permission__Type)type;
-    p.key = th_bin(key);
-    p.range_end = th_bin(end);
-    Etcdserverpb__AuthRoleGrantPermissionRequest g =
-        ETCDSERVERPB__AUTH_ROLE_GRANT_PERMISSION_REQUEST__INIT;
-    g.name = (char *)role;
-    g.perm = &p;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION;
-    ir.auth_role_grant_permission = &g;
-    apply(&ir, 0);
-}
-
-static void enable(void)
-{
-    Etcdserverpb__AuthEnableRequest e = ETCDSERVERPB__AUTH_ENABLE_REQUEST__INIT;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE;
-    ir.auth_enable = &e;
-    apply(&ir, 0);
-}
-
-static uint64_t auth_revision(void)
-{
-    kv_auth_tx tx;
-    cr_assert_eq(kv_store_auth_read_begin(g_t.s, &tx), 0);
-    uint64_t r = 0;
-    cr_assert_eq(kv_auth_get_revision(&tx, &r), 0);
-    kv_store_auth_read_end(&tx);
-    return r;
-}
-
 /* A LeaseRevoke entry as proposed by a client (user, auth revision) or by the lessor
  * (user NULL: no auth fields). */
 static void revoke_as(const char *user, uint64_t arev, int64_t id, kv_etcd_err want)
@@ -134,7 +56,7 @@ static void revoke_as(const char *user, uint64_t arev, int64_t id, kv_etcd_err w
         ir.auth_user = (char *)user;
         ir.auth_revision = arev;
     }
-    apply(&ir, want);
+    aau_apply(&g_t, &ir, want);
 }
 
 static void put_as(const char *user, uint64_t arev, const char *key, int64_t lease,
@@ -149,7 +71,7 @@ static void put_as(const char *user, uint64_t arev, const char *key, int64_t lea
     ir.put = &p;
     ir.auth_user = (char *)user;
     ir.auth_revision = arev;
-    apply(&ir, want);
+    aau_apply(&g_t, &ir, want);
 }
 
 /* Txn { success: [ Txn { success or failure: [ put key lease ] } ] }, no compares: the
@@ -186,7 +108,7 @@ static void nested_txn_put_as(const char *user, uint64_t arev, const char *key, 
     ir.txn = &outer;
     ir.auth_user = (char *)user;
     ir.auth_revision = arev;
-    apply(&ir, want);
+    aau_apply(&g_t, &ir, want);
 }
 
 static int has_key(const char *k)
@@ -218,12 +140,12 @@ enum { L_MIXED = 1, L_MINE = 2, L_EMPTY = 3 };
  * L_MIXED holds "secret" and "a/1", L_MINE holds "a/2", L_EMPTY none; auth enabled. */
 static uint64_t fixture(void)
 {
-    user_add("root");
-    grant_role("root", "root");
-    role_add("ra");
-    role_grant("ra", AUTHPB__PERMISSION__TYPE__WRITE, "a/", "a0");
-    user_add("u");
-    grant_role("u", "ra");
+    aau_user_add(&g_t, "root", 0);
+    aau_grant_role(&g_t, "root", "root", 0);
+    aau_role_add(&g_t, "ra", 0);
+    aau_role_grant(&g_t, "ra", AUTHPB__PERMISSION__TYPE__WRITE, "a/", "a0", 0);
+    aau_user_add(&g_t, "u", 0);
+    aau_grant_role(&g_t, "u", "ra", 0);
     kv_result r;
     for (int64_t id = L_MIXED; id <= L_EMPTY; id++) {
         Etcdserverpb__LeaseGrantResponse *g = th_grant(&g_t, id, 100, &r);
@@ -234,8 +156,8 @@ static uint64_t fixture(void)
     th_put(&g_t, "secret", "s", L_MIXED);
     th_put(&g_t, "a/1", "1", L_MIXED);
     th_put(&g_t, "a/2", "2", L_MINE);
-    enable();
-    return auth_revision();
+    aau_enable(&g_t, 0);
+    return aau_revision(&g_t);
 }
 
 Test(auth_leaseperm_apply, revoke_rechecked_at_apply, .init = setup, .fini = teardown)
@@ -252,7 +174,7 @@ Test(auth_leaseperm_apply, revoke_rechecked_at_apply, .init = setup, .fini = tea
     revoke_as("nobody", rev, L_MIXED, KV_ERR_PERMISSION_DENIED); /* no such user */
     cr_assert(lease_exists(L_MIXED));
     /* checked at an older auth revision: etcd isOpPermitted's answer */
-    role_add("other");
+    aau_role_add(&g_t, "other", 0);
     revoke_as("u", rev, L_MIXED, KV_ERR_AUTH_OLD_REVISION);
     cr_assert(lease_exists(L_MIXED));
     /* root passes whatever the revision (etcd IsAdminPermitted first) */
@@ -288,7 +210,6 @@ Test(auth_leaseperm_apply, put_with_lease_checked_at_apply, .init = setup, .fini
 
 /* ---- through kvd ---- */
 
-#define MAXARGS 24
 
 static kv_it_server g_kvd;
 static int g_kvd_up;
@@ -319,39 +240,9 @@ static void start(void)
  * JSON retry warnings. Returns the exit code. */
 static int ctl(char *out, size_t cap, const char *stdin_data, const char *cmd)
 {
-    char bin[PATH_MAX], ep[96], buf[1024];
+    char bin[PATH_MAX];
     cr_assert_eq(kv_it_etcdctl_bin(bin, sizeof bin), 0, "etcdctl not found: %s", bin);
-    snprintf(ep, sizeof ep, "--endpoints=%s", g_kvd.endpoint);
-    snprintf(buf, sizeof buf, "%s", cmd);
-    const char *argv[MAXARGS];
-    int n = 0;
-    argv[n++] = bin;
-    argv[n++] = ep;
-    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && n < MAXARGS - 1;
-         w = strtok_r(NULL, " ", &save))
-        argv[n++] = w;
-    argv[n] = NULL;
-    static const char *const env[] = {"ETCDCTL_API=3", NULL};
-    kv_it_cmd_result r;
-    cr_assert_eq(kv_it_run(argv, env, stdin_data, stdin_data ? strlen(stdin_data) : 0, 30000, &r),
-                 0);
-    size_t o = 0;
-    out[0] = 0;
-    const char *parts[2] = {r.out, r.err};
-    for (int p = 0; p < 2; p++)
-        for (const char *line = parts[p]; line && *line;) {
-            const char *nl = strchr(line, '\n');
-            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
-            if (strncmp(line, "{\"level\"", 8) != 0 && o + len < cap) {
-                memcpy(out + o, line, len);
-                o += len;
-                out[o] = 0;
-            }
-            line += len;
-        }
-    int code = r.timed_out ? 999 : r.exit_code;
-    kv_it_cmd_result_free(&r);
-    return code;
+    return acu_etcdctl(bin, g_kvd.endpoint, stdin_data, cmd, out, cap);
 }
 
 static void ctl_ok(char *out, size_t cap, const char *cmd)
