@@ -32,7 +32,7 @@ static int str_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int get_user(const kv_auth_tx *tx, const char *name, Authpb__User **out)
+int kv_apply_auth_user(const kv_auth_tx *tx, const char *name, Authpb__User **out)
 {
     uint8_t *v;
     size_t n;
@@ -133,7 +133,7 @@ static int auth_enable(kv_actx *a, const kv_auth_tx *tx)
     if (enabled(tx))
         return 0; /* etcd: already enabled, nothing changes */
     Authpb__User *u;
-    int rc = get_user(tx, ROOT, &u);
+    int rc = kv_apply_auth_user(tx, ROOT, &u);
     if (rc)
         return map_err(a, rc, KV_ERR_ROOT_USER_NOT_EXIST);
     int root = has_role(u, ROOT);
@@ -160,7 +160,7 @@ static int user_add(kv_actx *a, const kv_auth_tx *tx, const Etcdserverpb__AuthUs
         return 1;
     }
     Authpb__User *u;
-    int rc = get_user(tx, r->name, &u);
+    int rc = kv_apply_auth_user(tx, r->name, &u);
     if (rc == 0) {
         authpb__user__free_unpacked(u, NULL);
         kv_apply_err(a->res, KV_ERR_USER_ALREADY_EXIST);
@@ -206,7 +206,7 @@ static int user_passwd(kv_actx *a, const kv_auth_tx *tx,
                        const Etcdserverpb__AuthUserChangePasswordRequest *r)
 {
     Authpb__User *u;
-    int rc = get_user(tx, r->name, &u);
+    int rc = kv_apply_auth_user(tx, r->name, &u);
     if (rc)
         return map_err(a, rc, KV_ERR_USER_NOT_FOUND);
     Authpb__User nu = *u;
@@ -221,7 +221,7 @@ static int user_grant(kv_actx *a, const kv_auth_tx *tx,
                       const Etcdserverpb__AuthUserGrantRoleRequest *r)
 {
     Authpb__User *u;
-    int rc = get_user(tx, r->user, &u);
+    int rc = kv_apply_auth_user(tx, r->user, &u);
     if (rc)
         return map_err(a, rc, KV_ERR_USER_NOT_FOUND);
     if (strcmp(r->role, ROOT) != 0) {
@@ -249,7 +249,7 @@ static int user_revoke(kv_actx *a, const kv_auth_tx *tx,
         return 1;
     }
     Authpb__User *u;
-    int rc = get_user(tx, r->name, &u);
+    int rc = kv_apply_auth_user(tx, r->name, &u);
     if (rc)
         return map_err(a, rc, KV_ERR_USER_NOT_FOUND);
     if (!has_role(u, r->role)) {

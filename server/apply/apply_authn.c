@@ -39,19 +39,14 @@ int kv_apply_authenticate(kv_actx *a, const Kvdpb__AuthAuthenticate *r, uint64_t
     }
     const char *name = r->name ? r->name : "";
     const char *pre = r->simple_token ? r->simple_token : "";
-    uint8_t *v = NULL;
-    size_t n = 0;
-    rc = name[0] ? kv_auth_get(&tx, KV_AUTH_USER, name, strlen(name), &v, &n) : -ENOENT;
+    Authpb__User *u;
+    rc = kv_apply_auth_user(&tx, name, &u);
     if (rc == -ENOENT || rc == -EINVAL) {
         kv_apply_err(a->res, KV_ERR_AUTH_FAILED);
         return 1;
     }
     if (rc)
         return rc;
-    Authpb__User *u = authpb__user__unpack(NULL, n, v);
-    free(v);
-    if (!u)
-        return -EBADMSG;
     int ok = !(u->options && u->options->no_password) && u->password.len > 0 &&
              kv_auth_pwtag(u->password.data, u->password.len) == r->pwtag;
     authpb__user__free_unpacked(u, NULL);

@@ -10,9 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.pb-c.h"
 #include "common/etcd_errors.h"
 #include "internal.pb-c.h"
 #include "kv.pb-c.h"
+#include "mvcc/auth_store.h"
 #include "mvcc/keyspace.h"
 #include "mvcc/store.h"
 #include "rpc.pb-c.h"
@@ -94,6 +96,11 @@ void kv_apply_failpoint(Kvdpb__InternalRequest *ir);
 /* 1 if the request grows the store (Put, LeaseGrant, Txn with a put): what the quota and
  * NOSPACE refuse. */
 int kv_apply_is_growth(const Kvdpb__InternalRequest *ir);
+
+/* The stored user record `name` (apply_auth.c), unpacked into *out (free with
+ * authpb__user__free_unpacked). 0; -ENOENT (no such user, or name empty), -EINVAL (a name
+ * the store cannot hold), -EBADMSG (undecodable record), or a storage error. */
+int kv_apply_auth_user(const kv_auth_tx *tx, const char *name, Authpb__User **out);
 
 /* ---- apply_perm.c: etcd's checkLeasePuts at apply ---- */
 /* With auth enabled (the caller checked; auth_rev = the current auth revision): a Put with a

@@ -51,17 +51,12 @@ static int perm_load(perm_ctx *p)
     p->loaded = 1;
     uint8_t *v;
     size_t n;
-    int rc = p->user && p->user[0]
-                 ? kv_auth_get(&p->tx, KV_AUTH_USER, p->user, strlen(p->user), &v, &n)
-                 : -ENOENT;
+    Authpb__User *u;
+    int rc = kv_apply_auth_user(&p->tx, p->user ? p->user : "", &u);
     if (rc == -ENOENT || rc == -EINVAL)
         return 0; /* no such user: every check fails (etcd getUser nil) */
     if (rc)
         return rc;
-    Authpb__User *u = authpb__user__unpack(NULL, n, v);
-    free(v);
-    if (!u)
-        return -EBADMSG;
     p->found = 1;
     size_t total = 0;
     if (u->n_roles && !(p->roles = calloc(u->n_roles, sizeof *p->roles))) {

@@ -47,6 +47,19 @@ static int ctl(int i, const char *cmd, char *out, size_t cap)
     return code;
 }
 
+/* A writable 3-member kvd cluster in g_c (cheap password hashes). */
+static void start_cluster(void)
+{
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    o.target = KVT_TARGET_KVD;
+    o.kvd_args = (const char *const[]){"--auth-hash-iterations=2000", NULL};
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    g_up = 1;
+    cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
+    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 30000), 0);
+}
+
 static void check_member(int i)
 {
     char o[4096];
@@ -62,14 +75,7 @@ static void check_member(int i)
 
 Test(auth_cluster, replicated_enforced_everywhere_and_durable, .fini = fini, .timeout = 300)
 {
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 3);
-    o.target = KVT_TARGET_KVD;
-    o.kvd_args = (const char *const[]){"--auth-hash-iterations=2000", NULL};
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    g_up = 1;
-    cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
-    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 30000), 0);
+    start_cluster();
     char out[4096];
     /* each change through a different member */
     cr_assert_eq(ctl(0, "user add root --new-user-password=rootpw", out, sizeof out), 0, "%s", out);
@@ -208,14 +214,7 @@ static int poll_status(int want, int (*op)(int, const char *, const char *, char
 
 static void start_auth_cluster(void)
 {
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 3);
-    o.target = KVT_TARGET_KVD;
-    o.kvd_args = (const char *const[]){"--auth-hash-iterations=2000", NULL};
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    g_up = 1;
-    cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
-    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 30000), 0);
+    start_cluster();
     char out[4096];
     cr_assert_eq(ctl(0, "user add root --new-user-password=rootpw", out, sizeof out), 0, "%s", out);
     cr_assert_eq(ctl(0, "role add rw", out, sizeof out), 0, "%s", out);
@@ -352,14 +351,7 @@ static int user_list(int i, const char *token, char *names, size_t cap)
 
 Test(auth_cluster, reads_after_barrier, .fini = fini_conns, .timeout = 300)
 {
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 3);
-    o.target = KVT_TARGET_KVD;
-    o.kvd_args = (const char *const[]){"--auth-hash-iterations=2000", NULL};
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    g_up = 1;
-    cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
-    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 30000), 0);
+    start_cluster();
     int l = kvt_cluster_wait_leader(&g_c, 30000, NULL);
     cr_assert_geq(l, 0);
     int f = (l + 1) % 3;
