@@ -53,7 +53,9 @@ static void start_cluster(void)
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
     o.target = KVT_TARGET_KVD;
-    o.kvd_args = (const char *const[]){"--auth-hash-iterations=2000", NULL};
+    /* static: the cluster keeps the pointer for restarts */
+    static const char *const args[] = {"--auth-hash-iterations=2000", NULL};
+    o.kvd_args = args;
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     g_up = 1;
     cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
