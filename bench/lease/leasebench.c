@@ -1130,11 +1130,11 @@ static void print_table(const lb_opts *o, const lb_result *k, const lb_result *e
     }
     if (o->peer_tls) {
         /* etcd 3.4 exports no handshake counter: only the connections are shown for it. */
-        row("peer TLS handshakes, all members, window start (kvd: both ends count)",
-            V(k, k->hs[0]), -1, "%.0f", 0);
+        row("peer TLS handshakes, all members, window start (kvd: both ends count)", V(k, k->hs[0]),
+            -1, "%.0f", 0);
         row("peer TLS handshakes, all members, window end", V(k, k->hs[1]), -1, "%.0f", 0);
-        row("peer TLS handshakes failed, all members, window end", V(k, k->hs_fail[1]), -1,
-            "%.0f", 0);
+        row("peer TLS handshakes failed, all members, window end", V(k, k->hs_fail[1]), -1, "%.0f",
+            0);
         row("peer connections opened in the window (each a TLS handshake)",
             V(k, k->peers_load.n_distinct - k->peers_load.n_first),
             V(e, e->peers_load.n_distinct - e->peers_load.n_first), "%.0f", 0);
@@ -1284,7 +1284,8 @@ static int make_certs(lb_opts *o, char *dir, size_t cap)
 {
     const char *src = getenv("KV_SOURCE_DIR");
     char script[2048];
-    snprintf(script, sizeof(script), "%s/tests/tls/gen_certs.sh", src && *src ? src : LB_SOURCE_DIR);
+    snprintf(script, sizeof(script), "%s/tests/tls/gen_certs.sh",
+             src && *src ? src : LB_SOURCE_DIR);
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, cap, "%.900s/lbcerts-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
