@@ -166,15 +166,26 @@ static int start_members(kv_bc_cluster *c, const char *extra, char *why, size_t 
             ex[n_ex++] = t;
         }
     }
+    const char *ps = c->peer_cert_dir[0] ? "https" : "http"; /* peer URL scheme */
     char initial[KV_BC_MAX_MEMBERS * 48] = "";
     size_t used = 0;
     for (int i = 0; i < c->n; i++)
-        used += (size_t)snprintf(initial + used, sizeof(initial) - used, "%s%s=http://127.0.0.1:%u",
-                                 i ? "," : "", c->m[i].name, c->m[i].peer_port);
+        used += (size_t)snprintf(initial + used, sizeof(initial) - used, "%s%s=%s://127.0.0.1:%u",
+                                 i ? "," : "", c->m[i].name, ps, c->m[i].peer_port);
     char a_ic[sizeof(initial) + 32];
     snprintf(a_ic, sizeof(a_ic), "--initial-cluster=%s", initial);
     char a_tok[64];
     snprintf(a_tok, sizeof(a_tok), "--initial-cluster-token=kvbc-%ld", (long)getpid());
+    /* Peer TLS flags (etcd's): the same certificate for both ends of a peer connection. */
+    char a_pc[1100], a_pk[1100], a_pca[1100];
+    const char *tls_args[4] = {a_pc, a_pk, a_pca, "--peer-client-cert-auth"};
+    int n_tls = 0;
+    if (c->peer_cert_dir[0]) {
+        snprintf(a_pc, sizeof(a_pc), "--peer-cert-file=%s/server.pem", c->peer_cert_dir);
+        snprintf(a_pk, sizeof(a_pk), "--peer-key-file=%s/server-key.pem", c->peer_cert_dir);
+        snprintf(a_pca, sizeof(a_pca), "--peer-trusted-ca-file=%s/ca.pem", c->peer_cert_dir);
+        n_tls = 4;
+    }
     for (int i = 0; i < c->n; i++) {
         kv_bc_member *m = &c->m[i];
         char a_name[32], a_data[1200], a_lc[96], a_ac[96], a_lp[96], a_iap[96], a_lm[96];
@@ -182,17 +193,20 @@ static int start_members(kv_bc_cluster *c, const char *extra, char *why, size_t 
         snprintf(a_data, sizeof(a_data), "--data-dir=%s", m->data_dir);
         snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=http://127.0.0.1:%u", m->client_port);
         snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=http://127.0.0.1:%u", m->client_port);
-        snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", m->peer_port);
-        snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
+        snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=%s://127.0.0.1:%u", ps, m->peer_port);
+        snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=%s://127.0.0.1:%u", ps,
                  m->peer_port);
         snprintf(a_lm, sizeof(a_lm), "--listen-metrics-urls=http://127.0.0.1:%u", m->metrics_port);
-        const char *argv[12 + KV_BC_MAX_EXTRA] = {
+        const char *argv[12 + 4 + KV_BC_MAX_EXTRA] = {
             c->bin, a_name, a_data, a_lc, a_ac,
             a_lp,   a_iap,  a_lm,   a_ic, "--initial-cluster-state=new",
             a_tok};
+        int na = 11;
+        for (int k = 0; k < n_tls; k++)
+            argv[na++] = tls_args[k];
         for (int k = 0; k < n_ex; k++)
-            argv[11 + k] = ex[k];
-        argv[11 + n_ex] = NULL;
+            argv[na++] = ex[k];
+        argv[na] = NULL;
         int rc = spawn(m, argv);
         if (rc) {
             snprintf(why, why_cap, "fork %s: %s", m->name, strerror(-rc));
@@ -245,10 +259,24 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
 int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
                         uint32_t timeout_ms, char *why, size_t why_cap)
 {
+    return kv_bc_cluster_start_tls(c, kind, n, extra, NULL, timeout_ms, why, why_cap);
+}
+
+int kv_bc_cluster_start_tls(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
+                            const char *peer_cert_dir, uint32_t timeout_ms, char *why,
+                            size_t why_cap)
+{
     int rc;
     memset(c, 0, sizeof(*c));
     why[0] = 0;
     c->kind = kind;
+    if (peer_cert_dir) {
+        if (!peer_cert_dir[0] || strlen(peer_cert_dir) >= sizeof(c->peer_cert_dir)) {
+            snprintf(why, why_cap, "peer certificate directory empty or too long");
+            return -EINVAL;
+        }
+        snprintf(c->peer_cert_dir, sizeof(c->peer_cert_dir), "%s", peer_cert_dir);
+    }
     if (n < 1 || n > KV_BC_MAX_MEMBERS) {
         snprintf(why, why_cap, "members must be 1..%d", KV_BC_MAX_MEMBERS);
         return -EINVAL;

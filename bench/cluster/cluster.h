@@ -6,6 +6,9 @@
  * --initial-cluster-token), free ports, and fresh data dirs under one mkdtemp directory.
  * Observes it: Prometheus metrics summed over members, RSS per member, and the TCP
  * connections established to the members' peer ports (`ss -tn`).
+ * Peer URLs are http:// unless kv_bc_cluster_start_tls() is given a certificate directory
+ * (peer TLS, issue 13): then https:// with etcd's --peer-cert-file, --peer-key-file,
+ * --peer-trusted-ca-file and --peer-client-cert-auth (client and metrics URLs stay http).
  *
  * Contract:
  * - Single-threaded: a kv_bc_cluster is used by one thread at a time (the peer-connection
@@ -41,6 +44,9 @@ typedef struct kv_bc_cluster {
     kv_it_kind kind;
     char bin[PATH_MAX];
     char dir[1024]; /* mkdtemp root */
+    /* Peer TLS: directory of tests/tls/gen_certs.sh's output (ca.pem, server.pem,
+     * server-key.pem; owned by the caller, not removed here); "" = plain http peers. */
+    char peer_cert_dir[1024];
     int n;
     kv_bc_member m[KV_BC_MAX_MEMBERS];
     const char *endpoints[KV_BC_MAX_MEMBERS]; /* m[i].endpoint, for kv_bench_params */
@@ -61,6 +67,16 @@ typedef struct kv_bc_cluster {
  * member that exited); the caller still calls kv_bc_cluster_destroy. */
 int kv_bc_cluster_start(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
                         uint32_t timeout_ms, char *why, size_t why_cap);
+
+/* kv_bc_cluster_start with https:// peer URLs when peer_cert_dir is not NULL: every member
+ * gets --peer-cert-file=<dir>/server.pem --peer-key-file=<dir>/server-key.pem
+ * --peer-trusted-ca-file=<dir>/ca.pem --peer-client-cert-auth (the layout of
+ * tests/tls/gen_certs.sh, whose server certificate is also a client certificate for
+ * 127.0.0.1). The caller makes the certificates and removes them after
+ * kv_bc_cluster_destroy. NULL: the same as kv_bc_cluster_start. */
+int kv_bc_cluster_start_tls(kv_bc_cluster *c, kv_it_kind kind, int n, const char *extra,
+                            const char *peer_cert_dir, uint32_t timeout_ms, char *why,
+                            size_t why_cap);
 
 /* Index of the member that is the leader by its own Status (leader == its member id), or
  * -ENOENT when no member says so (for instance during an election). */

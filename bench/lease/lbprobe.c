@@ -78,6 +78,8 @@ int lb_peer_sample(const uint16_t *ports, int n, lb_peer_stats *st)
     int est = 0, tw = 0;
     scan("/proc/net/tcp", ports, n, st, &est, &tw);
     scan("/proc/net/tcp6", ports, n, st, &est, &tw);
+    if (st->samples == 0)
+        st->n_first = st->n_distinct;
     st->samples++;
     st->est_last = est;
     if (est > st->est_max)

@@ -29,6 +29,9 @@ typedef struct lb_peer_stats {
     int samples;
     int est_max, est_last, tw_max;
     int n_distinct; /* distinct established connections seen (server port << 16 | client port) */
+    int n_first;    /* of them, established at the first sample; n_distinct - n_first were
+                     * opened after it (a lower bound: one opened and closed between two
+                     * samples is missed) */
     int overflow;
     uint32_t seen[LB_PROBE_MAX_CONNS];
 } lb_peer_stats;

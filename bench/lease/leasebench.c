@@ -17,7 +17,11 @@
  * With --members 3 (issue 10 section 5) the servers are 3-member kvd and etcd clusters
  * (bench/cluster/cluster.c); the connections are spread over the members, CPU is reported
  * per member, and a probe thread (lbprobe.c) measures put latency on the leader idle and
- * under the keepalive load and counts the peer connections. See bench/lease/README.md.
+ * under the keepalive load and counts the peer connections. With --peer-tls (issue 13) both
+ * clusters' peer URLs are https:// with certificates made for the run by
+ * tests/tls/gen_certs.sh (in a temp dir removed at the end), and the peer TLS handshakes are
+ * reported (kvd: kvd_tls_handshakes_total{port="peer"} at the start and end of the window).
+ * See bench/lease/README.md.
  *
  * Defaults are a short run (2,000 leases, 15 s). The full run of issue 4:
  *   leasebench --leases 20000 --duration 60
@@ -27,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -53,6 +59,8 @@ typedef struct lb_opts {
     int probe_idle; /* seconds of put probe before the setup (idle latency); 0 = none */
     int probe_ms;   /* put probe interval, ms */
     const char *extra[2]; /* --kvd-args / --etcd-args (cluster mode) */
+    int peer_tls;         /* --peer-tls: https:// peer URLs (cluster mode) */
+    char cert_dir[1100];  /* gen_certs.sh output for --peer-tls; "" otherwise */
 } lb_opts;
 
 /* The servers under test: one (harness.c) or the members of a cluster. Connection k of a
@@ -146,6 +154,11 @@ typedef struct lb_result {
     double fwd_coalesced;
     double expired, revoked, peer_connected, ka_shed;
     double heap_m[KV_BC_MAX_MEMBERS];
+    /* --peer-tls, summed over members, at the start (0) and end (1) of the window; -1 when
+     * absent. kvd: kvd_tls_handshakes_total / kvd_tls_handshake_failures_total
+     * {port="peer"} and kvd_peer_connects_total. */
+    double hs[2], hs_fail[2], connects[2];
+    char hs_metrics[160]; /* etcd: metric names containing "handshake", "" if none */
 } lb_result;
 
 static uint64_t now_ms(void)
@@ -551,17 +564,78 @@ static int catch_up(lb_run *r, uint64_t timeout_ms)
     return 0;
 }
 
-/* Sum over the samples of metric name on the member with this metrics port; -1 if absent. */
-static double get_metric(uint16_t metrics_port, const char *name)
+/* Sum over the samples of metric name whose labels contain label (NULL: any) on the member
+ * with this metrics port; -1 if absent. */
+static double get_metric_l(uint16_t metrics_port, const char *name, const char *label)
 {
     double v = -1;
     int st = 0;
     char *body = NULL;
     if (kv_it_http_get(metrics_port, "/metrics", 3000, &st, &body) == 0 && st == 200 &&
-        kv_it_metric_sum(body, name, NULL, &v, NULL) != 0)
+        kv_it_metric_sum(body, name, label, &v, NULL) != 0)
         v = -1;
     free(body);
     return v;
+}
+
+static double get_metric(uint16_t metrics_port, const char *name)
+{
+    return get_metric_l(metrics_port, name, NULL);
+}
+
+/* Sum of metric name{label} over the members; -1 if no member exports it. */
+static double sum_metric_l(const lb_target *t, const char *name, const char *label)
+{
+    double total = 0;
+    int found = 0;
+    for (int i = 0; i < t->n; i++) {
+        double v = get_metric_l(t->metrics[i], name, label);
+        if (v >= 0) {
+            total += v;
+            found++;
+        }
+    }
+    return found ? total : -1;
+}
+
+/* Peer TLS figures of kvd (see lb_result.hs) into slot w (0 start, 1 end of the window). */
+static void peer_tls_sample(const lb_target *t, lb_result *res, int w)
+{
+    res->hs[w] = sum_metric_l(t, "kvd_tls_handshakes_total", "port=\"peer\"");
+    res->hs_fail[w] = sum_metric_l(t, "kvd_tls_handshake_failures_total", "port=\"peer\"");
+    res->connects[w] = sum_metric_l(t, "kvd_peer_connects_total", NULL);
+}
+
+/* Names of the metrics of member 0 that contain "handshake" (etcd 3.4 has none that we
+ * know of: this checks), comma-separated into out; "" if none. */
+static void find_handshake_metrics(const lb_target *t, char *out, size_t cap)
+{
+    out[0] = 0;
+    int st = 0;
+    char *body = NULL;
+    if (kv_it_http_get(t->metrics[0], "/metrics", 3000, &st, &body) != 0 || st != 200 || !body) {
+        snprintf(out, cap, "(metrics not read)");
+        free(body);
+        return;
+    }
+    size_t used = 0;
+    char last[128] = "";
+    for (char *line = body; line && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        size_t name_len = strcspn(line, "{ \n");
+        if (line[0] != '#' && name_len > 0 && name_len <= len && name_len < sizeof(last)) {
+            char name[128];
+            memcpy(name, line, name_len);
+            name[name_len] = 0;
+            if (strstr(name, "handshake") && strcmp(name, last) != 0 && used + name_len + 2 < cap) {
+                used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", name);
+                snprintf(last, sizeof(last), "%s", name);
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(body);
 }
 
 /* Sum of metric name over the members; -1 if no member exports it. */
@@ -746,6 +820,10 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
         probe.n_peer = t->n;
         memcpy(probe.peer_ports, t->peer, sizeof(uint16_t) * (size_t)t->n);
     }
+    res->hs[0] = res->hs[1] = res->hs_fail[0] = res->hs_fail[1] = -1;
+    res->connects[0] = res->connects[1] = -1;
+    if (o->peer_tls && t->kvd)
+        peer_tls_sample(t, res, 0);
     for (int i = 0; i < t->n; i++)
         kv_it_proc_cpu(t->pid[i], &cpu0[i]);
     if (lb_probe_start(&probe))
@@ -756,6 +834,10 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
     lb_probe_stop(&probe);
     if (rc)
         goto fail;
+    if (o->peer_tls && t->kvd)
+        peer_tls_sample(t, res, 1);
+    else if (o->peer_tls)
+        find_handshake_metrics(t, res->hs_metrics, sizeof(res->hs_metrics));
     r->renewing = 0;
     res->cpu_ka = cpu1[t->leader] - cpu0[t->leader];
     for (int i = 0; i < t->n; i++) {
@@ -929,6 +1011,19 @@ static void print_extra(const char *name, const lb_opts *o, const lb_result *x)
                x->peers_load.n_distinct, x->peers_load.overflow ? "+" : "", x->peers_idle.tw_max,
                x->peers_load.tw_max);
     }
+    if (o->peer_tls && x->kvd)
+        printf("%-5s peer TLS (all members): kvd_tls_handshakes_total{port=\"peer\"} window start "
+               "%.0f end %.0f | kvd_tls_handshake_failures_total{port=\"peer\"} start %.0f end "
+               "%.0f | kvd_peer_connects_total start %.0f end %.0f | peer connections opened in "
+               "the window (seen by the probe) %d\n",
+               name, x->hs[0], x->hs[1], x->hs_fail[0], x->hs_fail[1], x->connects[0],
+               x->connects[1], x->peers_load.n_distinct - x->peers_load.n_first);
+    else if (o->peer_tls)
+        printf("%-5s peer TLS: handshake metrics exported: %s | peer connections opened in the "
+               "window (seen by the probe, each a full TLS handshake; lower bound) %d of %d "
+               "distinct\n",
+               name, x->hs_metrics[0] ? x->hs_metrics : "none",
+               x->peers_load.n_distinct - x->peers_load.n_first, x->peers_load.n_distinct);
     printf("%-5s put probe on the leader every %d ms: idle (%zu puts) p50 %.2f p99 %.2f max %.2f "
            "ms | keepalive window (%zu puts) p50 %.2f p99 %.2f max %.2f ms",
            name, o->probe_ms, x->idle_n, x->idle_p50, x->idle_p99, x->idle_max, x->load_n,
@@ -1033,6 +1128,17 @@ static void print_table(const lb_opts *o, const lb_result *k, const lb_result *e
         row("peer sockets in TIME-WAIT, max in window", V(k, k->peers_load.tw_max),
             V(e, e->peers_load.tw_max), "%.0f", 0);
     }
+    if (o->peer_tls) {
+        /* etcd 3.4 exports no handshake counter: only the connections are shown for it. */
+        row("peer TLS handshakes, all members, window start (kvd: both ends count)", V(k, k->hs[0]),
+            -1, "%.0f", 0);
+        row("peer TLS handshakes, all members, window end", V(k, k->hs[1]), -1, "%.0f", 0);
+        row("peer TLS handshakes failed, all members, window end", V(k, k->hs_fail[1]), -1, "%.0f",
+            0);
+        row("peer connections opened in the window (each a TLS handshake)",
+            V(k, k->peers_load.n_distinct - k->peers_load.n_first),
+            V(e, e->peers_load.n_distinct - e->peers_load.n_first), "%.0f", 0);
+    }
     row("put p50 idle (ms)", V(k, k->idle_p50), V(e, e->idle_p50), "%.2f", 1);
     row("put p99 idle (ms)", V(k, k->idle_p99), V(e, e->idle_p99), "%.2f", 1);
     row("put p50 under keepalive load (ms)", V(k, k->load_p50), V(e, e->load_p50), "%.2f", 1);
@@ -1112,8 +1218,8 @@ static int run_cluster(kv_it_kind kind, const lb_opts *o, lb_result *res)
     int rc;
     if (!c)
         return -ENOMEM;
-    rc = kv_bc_cluster_start(c, kind, o->members, o->extra[kind == KV_IT_KVD ? 0 : 1], 60000, why,
-                             sizeof(why));
+    rc = kv_bc_cluster_start_tls(c, kind, o->members, o->extra[kind == KV_IT_KVD ? 0 : 1],
+                                 o->peer_tls ? o->cert_dir : NULL, 60000, why, sizeof(why));
     if (rc) {
         snprintf(res->err, sizeof(res->err), "start %s cluster: %.200s", kv_it_kind_name(kind), why);
         goto out;
@@ -1136,8 +1242,9 @@ static int run_cluster(kv_it_kind kind, const lb_opts *o, lb_result *res)
         t.peer[i] = c->m[i].peer_port;
         t.pid[i] = c->m[i].pid;
     }
-    printf("%-5s cluster of %d in %s, leader m%d; keepalive connections per member:", 
-           kv_it_kind_name(kind), o->members, c->dir, t.leader + 1);
+    printf("%-5s cluster of %d in %s, %s peers, leader m%d; keepalive connections per member:",
+           kv_it_kind_name(kind), o->members, c->dir, o->peer_tls ? "https (TLS)" : "http",
+           t.leader + 1);
     for (int i = 0; i < o->members; i++) {
         int per = 0;
         for (int k = 0; k < o->conns; k++)
@@ -1161,13 +1268,65 @@ static int run_server(kv_it_kind kind, const lb_opts *o, lb_result *res)
     return o->members > 1 ? run_cluster(kind, o, res) : run_single(kind, o, res);
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Makes a CA and the peer certificates for --peer-tls with tests/tls/gen_certs.sh in a fresh
+ * temp dir (o->cert_dir = <dir>/certs; the caller removes <dir> with remove_certs). The
+ * script is found under $KV_SOURCE_DIR, else the source tree this was built from. */
+static int make_certs(lb_opts *o, char *dir, size_t cap)
+{
+    const char *src = getenv("KV_SOURCE_DIR");
+    char script[2048];
+    snprintf(script, sizeof(script), "%s/tests/tls/gen_certs.sh",
+             src && *src ? src : LB_SOURCE_DIR);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, cap, "%.900s/lbcerts-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        int e = errno;
+        dir[0] = 0;
+        fprintf(stderr, "leasebench: mkdtemp: %s\n", strerror(e));
+        return -e;
+    }
+    snprintf(o->cert_dir, sizeof(o->cert_dir), "%.1000s/certs", dir);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        execl("/bin/sh", "sh", script, o->cert_dir, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "leasebench: %s %s failed (status %d)\n", script, o->cert_dir, st);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void remove_certs(char *dir)
+{
+    if (dir[0])
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dir[0] = 0;
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--leases N] [--ttl S] [--duration S] [--conns N] [--inflight N]\n"
             "          [--warm-calls N] [--chunk N] [--members 1|3|5] [--load-conns N]\n"
             "          [--probe-idle S] [--probe-ms MS] [--kvd-args 'ARGS'] [--etcd-args 'ARGS']\n"
-            "          [--server kvd|etcd|both]\n"
+            "          [--server kvd|etcd|both] [--peer-tls]\n"
             "defaults: 2000 leases, TTL 10 s, 15 s, 100 keepalive connections, as many load\n"
             "connections, 16 unary calls in flight per load connection, 1100 no-op warm-up\n"
             "writes per load connection (about), setup in chunks of 1000 leases, each followed\n"
@@ -1176,7 +1335,9 @@ static void usage(const char *argv0)
             "if /usr/bin/etcd or KV_ETCD_BIN exists).\n"
             "With --members 3 every connection k goes to member (leader + k) %% 3.\n"
             "Full run of issue 4: --leases 20000 --duration 60\n"
-            "Issue 10 section 5: --members 3 --leases 20000 --duration 60 (and --leases 100000)\n",
+            "Issue 10 section 5: --members 3 --leases 20000 --duration 60 (and --leases 100000)\n"
+            "--peer-tls (with --members 3|5): https:// peer URLs with certificates made for the\n"
+            "run (tests/tls/gen_certs.sh), peer TLS handshakes reported (issue 13)\n",
             argv0);
 }
 
@@ -1196,6 +1357,10 @@ int main(int argc, char **argv)
     const char *which = "both";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--peer-tls")) { /* the only option without a value */
+            o.peer_tls = 1;
+            continue;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v || strncmp(a, "--", 2) != 0) {
             usage(argv[0]);
@@ -1239,7 +1404,8 @@ int main(int argc, char **argv)
         o.load_conns = o.conns;
     if (o.leases == 0 || o.ttl < 3 || o.duration < 1 || o.conns < 1 || o.inflight < 1 ||
         o.warm < 0 || o.chunk < 1 || (size_t)o.conns > o.leases || o.members < 1 ||
-        o.members > KV_BC_MAX_MEMBERS || o.load_conns < 1 || o.probe_idle < 0 || o.probe_ms < 1) {
+        o.members > KV_BC_MAX_MEMBERS || o.load_conns < 1 || o.probe_idle < 0 || o.probe_ms < 1 ||
+        (o.peer_tls && o.members < 2)) {
         usage(argv[0]);
         return 2;
     }
@@ -1254,6 +1420,16 @@ int main(int argc, char **argv)
            o.members);
     if (!have_etcd && strcmp(which, "kvd") != 0)
         printf("etcd: %s not found, measuring kvd only\n", etcd_bin);
+    char cert_root[1024] = "";
+    if (o.peer_tls) {
+        if (make_certs(&o, cert_root, sizeof(cert_root))) {
+            remove_certs(cert_root);
+            return 1;
+        }
+        printf("peer TLS: https:// peer URLs, --peer-client-cert-auth, certificates made for "
+               "this run in %s (removed at the end)\n",
+               o.cert_dir);
+    }
     fflush(stdout);
 
     lb_result rk = {0}, re = {0};
@@ -1272,6 +1448,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         bad |= !re.ok;
     }
+    remove_certs(cert_root);
     print_table(&o, &rk, &re);
     if (o.want_kvd)
         print_targets(&o, &rk, &re);
