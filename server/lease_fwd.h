@@ -2,7 +2,9 @@
  * lease_fwd: lease renewals and TimeToLive queries from any member (issue 10, section 2).
  *
  * Only the leader's lessor knows deadlines. A follower's LeaseKeepAlive / LeaseTimeToLive
- * requests are queued here and, once per loop turn (a uv_idle handle), everything queued
+ * requests (and a new leader's, while its lessor does not serve yet: they are answered from
+ * the local lessor once it does, tests/cluster/test_lease_newleader.c) are queued here and,
+ * once per loop turn (a uv_idle handle), everything queued
  * travels to the leader as ONE peer frame (LeaseRenewBatch, type 16) over the one peer
  * connection; the leader answers with one LeaseRenewResp (type 17) carrying each lease's new
  * TTL (0 = unknown lease) or remaining/granted TTL (-1 = unknown), and the follower answers

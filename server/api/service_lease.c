@@ -166,8 +166,12 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
     int64_t ttl = 0;
     int rc = kv_lessor_renew(s->lessor, id, &ttl);
-    if (rc == -EAGAIN && s->lease_fwd != NULL && !kv_node_is_leader(s->node)) {
-        /* A follower: the leader renews; this loop turn's renewals travel as one frame. */
+    if (rc == -EAGAIN && s->lease_fwd != NULL) {
+        /* A follower: the leader renews; this loop turn's renewals travel as one frame. A
+         * leader whose lessor does not serve yet (it has not applied an entry of its term)
+         * queues it the same way: the forwarder answers it from the local lessor once that
+         * serves, within the request timeout (etcd LeaseRenew waits too), rather than ending
+         * the stream with "no leader" and making every client on it reconnect. */
         rc = kv_lease_fwd_renew(s->lease_fwd, call, id, ka_forwarded);
         /* -EBUSY: the forwarder's bound shed this one renewal (counted there). It is dropped
          * without an answer and the stream stays open: ending it would drop every other
@@ -328,8 +332,9 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
     int64_t remaining = 0, granted = 0;
     int rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
-    if (rc == -EAGAIN && s->lease_fwd != NULL && !kv_node_is_leader(s->node)) {
-        /* A follower has no deadlines: ask the leader (batched with the renewals). */
+    if (rc == -EAGAIN && s->lease_fwd != NULL) {
+        /* A follower has no deadlines: ask the leader (batched with the renewals); a leader
+         * whose lessor does not serve yet answers once it does (as renewals, above). */
         rc = kv_lease_fwd_ttl(s->lease_fwd, call, id, want_keys, ttl_forwarded);
         if (rc < 0)
             kv_reply_etcd_err(call, fwd_err(rc));

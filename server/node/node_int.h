@@ -264,6 +264,10 @@ struct kv_node {
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
     kv_metric *m_early_acks;
     uint32_t fp_apply_delay_ms; /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
+    /* KVD_FAILPOINT_PRIMARY_DELAY_MS (tests only): a new leader becomes primary (its lessor
+     * serves) no sooner than this long after it became leader (lead_since_ms, loop clock). */
+    uint32_t fp_primary_delay_ms;
+    uint64_t lead_since_ms;
     struct kv_disk_fp *disk_fp; /* slow / failing fsync (disk_failpoint.h); NULL: off */
     uv_check_t check;
     uv_idle_t idle;

@@ -185,8 +185,10 @@ static void on_soft_state(kv_node *n, const struct raft_ready *rd)
                                    clients that list members right after start) */
     int was_leader = n->role == RAFT_LEADER;
     n->role = rd->ss.role;
-    if (n->role == RAFT_LEADER && !was_leader)
+    if (n->role == RAFT_LEADER && !was_leader) {
         n->lead_start = raft_last_index(&n->raft); /* our term's first (empty) entry */
+        n->lead_since_ms = kv_node__now_ms();
+    }
     if (n->role != RAFT_LEADER) {
         n->lead_start = 0;
         set_primary(n, 0);
@@ -196,7 +198,8 @@ static void on_soft_state(kv_node *n, const struct raft_ready *rd)
 /* After the apply: a leader that applied an entry of its own term may expire leases. */
 static void check_primary(kv_node *n)
 {
-    if (n->role == RAFT_LEADER && n->lead_start && n->st.applied_index >= n->lead_start)
+    if (n->role == RAFT_LEADER && n->lead_start && n->st.applied_index >= n->lead_start &&
+        (!n->fp_primary_delay_ms || kv_node__now_ms() >= n->lead_since_ms + n->fp_primary_delay_ms))
         set_primary(n, 1);
 }
 
@@ -874,6 +877,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
      * apply-only commit, so a test can tell an early acknowledgement from a late one. */
     const char *fp = getenv("KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS");
     n->fp_apply_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
+    /* Test hook (tests/cluster/test_lease_newleader.c): widens the window in which a new
+     * leader leads but its lessor does not serve yet. */
+    fp = getenv("KVD_FAILPOINT_PRIMARY_DELAY_MS");
+    n->fp_primary_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
     n->self = n->hdr.member_id ? n->hdr.member_id : 1;
     uint64_t self_only[1] = {n->self};
     const uint64_t *voters = cfg && cfg->n_voters ? cfg->voters : self_only;
