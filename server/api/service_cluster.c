@@ -154,14 +154,6 @@ static void pb_list_free(pb_list *p)
     free(p->p);
 }
 
-static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
-{
-    const kv_header_info *hi = kv_node_header(s->node);
-    h->cluster_id = hi->cluster_id;
-    h->member_id = hi->member_id;
-    h->raft_term = hi->raft_term; /* etcd's ClusterServer header carries no revision */
-}
-
 static void reply_load_error(kv_grpc_call *call, int rc)
 {
     if (rc == -EBADMSG)
@@ -188,7 +180,7 @@ static void reply_members(kv_grpc_call *call, const Etcdserverpb__Member *added)
         return;
     }
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
+    kv_fill_header(call, &h, 0);
     if (added) {
         Etcdserverpb__MemberAddResponse r = ETCDSERVERPB__MEMBER_ADD_RESPONSE__INIT;
         r.header = &h;

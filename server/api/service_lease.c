@@ -27,15 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h)
-{
-    const kv_header_info *hi = kv_node_header(s->node);
-    h->cluster_id = hi->cluster_id;
-    h->member_id = hi->member_id;
-    h->raft_term = hi->raft_term;
-    h->revision = kv_node_revision(s->node);
-}
-
 static void reply_malformed(kv_grpc_call *call)
 {
     kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
@@ -104,11 +95,11 @@ static void ka_end(kv_server *s, kv_grpc_call *call, kv_etcd_err e)
     kv_reply_etcd_err(call, e);
 }
 
-static int ka_send(kv_server *s, kv_grpc_call *call, int64_t id, int64_t ttl)
+static int ka_send(kv_grpc_call *call, int64_t id, int64_t ttl)
 {
     Etcdserverpb__LeaseKeepAliveResponse r = ETCDSERVERPB__LEASE_KEEP_ALIVE_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
+    kv_fill_header(call, &h, KV_HDR_REVISION_NOW);
     r.header = &h;
     r.id = id;
     r.ttl = ttl;
@@ -137,12 +128,11 @@ static kv_etcd_err fwd_err(int status)
  * stream is dropped by the forwarder without calling this. */
 static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
 {
-    kv_server *s = kv_grpc_call_app(call);
     if (status < 0) {
         kv_reply_etcd_err(call, fwd_err(status));
         return 1;
     }
-    if (ka_send(s, call, id, ttl) < 0) {
+    if (ka_send(call, id, ttl) < 0) {
         kv_reply_etcd_err(call, KV_ERR_KEEPALIVE_BACKLOG);
         return 1;
     }
@@ -188,7 +178,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     if (rc < 0)
         ttl = 0; /* unknown or expired: TTL 0, as etcd */
-    if (ka_send(s, call, id, ttl) < 0)
+    if (ka_send(call, id, ttl) < 0)
         ka_end(s, call, KV_ERR_KEEPALIVE_BACKLOG);
 }
 
@@ -274,12 +264,12 @@ out:
 }
 
 /* Answers TimeToLive of id from rc/remaining/granted (rc: kv_lessor_time_to_live's). */
-static void ttl_reply(kv_server *s, kv_grpc_call *call, int64_t id, int want_keys, int rc,
-                      int64_t remaining, int64_t granted)
+static void ttl_reply(kv_grpc_call *call, int64_t id, int want_keys, int rc, int64_t remaining,
+                      int64_t granted)
 {
     Etcdserverpb__LeaseTimeToLiveResponse r = ETCDSERVERPB__LEASE_TIME_TO_LIVE_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
+    kv_fill_header(call, &h, KV_HDR_REVISION_NOW);
     r.header = &h;
     r.id = id;
     if (rc < 0) {
@@ -308,12 +298,11 @@ static void ttl_reply(kv_server *s, kv_grpc_call *call, int64_t id, int want_key
 static void ttl_forwarded(kv_grpc_call *call, int64_t id, int want_keys, int status,
                           int64_t remaining, int64_t granted)
 {
-    kv_server *s = kv_grpc_call_app(call);
     if (status < 0) {
         kv_reply_etcd_err(call, fwd_err(status));
         return;
     }
-    ttl_reply(s, call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted);
+    ttl_reply(call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted);
 }
 
 static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -344,7 +333,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
         return;
     }
-    ttl_reply(s, call, id, want_keys, rc, remaining, granted);
+    ttl_reply(call, id, want_keys, rc, remaining, granted);
 }
 
 static void on_time_to_live_cancel(kv_grpc_call *call)
@@ -389,7 +378,7 @@ static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_lessor_each(s->lessor, collect_lease, &a);
     Etcdserverpb__LeaseLeasesResponse r = ETCDSERVERPB__LEASE_LEASES_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h);
+    kv_fill_header(call, &h, KV_HDR_REVISION_NOW);
     r.header = &h;
     r.leases = a.ptrs;
     r.n_leases = a.n;

@@ -23,15 +23,6 @@
 
 #define KVD_API_VERSION "3.4.0+kvd.0.1.0"
 
-static void fill_header(kv_server *s, Etcdserverpb__ResponseHeader *h, int64_t rev)
-{
-    const kv_header_info *hi = kv_node_header(s->node);
-    h->cluster_id = hi->cluster_id;
-    h->member_id = hi->member_id;
-    h->raft_term = hi->raft_term;
-    h->revision = rev;
-}
-
 static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                      size_t len, ProtobufCMessage **out)
 {
@@ -94,7 +85,7 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_node_get_raft_status(s->node, &rs);
     Etcdserverpb__StatusResponse r = ETCDSERVERPB__STATUS_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    fill_header(s, &h, ss.revision);
+    kv_fill_header(call, &h, ss.revision);
     if (rs.term)
         h.raft_term = rs.term;
     r.header = &h;
@@ -188,7 +179,7 @@ static void defrag_done(void *arg, int status)
         } else {
             Etcdserverpb__DefragmentResponse r = ETCDSERVERPB__DEFRAGMENT_RESPONSE__INIT;
             Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-            fill_header(s, &h, kv_node_revision(s->node));
+            kv_fill_header(d->call, &h, KV_HDR_REVISION_NOW);
             r.header = &h;
             kv_reply_message(d->call, &r.base);
         }

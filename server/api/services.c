@@ -3,6 +3,7 @@
 #include "api/auth_srv.h"
 #include "api/internal_req.h"
 #include "api/quota.h"
+#include "rpc.pb-c.h"
 #include "server.h"
 
 #include <errno.h>
@@ -173,4 +174,14 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
 void kv_propose_cancel(kv_grpc_call *call)
 {
     kv_node_req_detach(kv_grpc_call_data(call));
+}
+
+void kv_fill_header(kv_grpc_call *call, Etcdserverpb__ResponseHeader *h, int64_t rev)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    const kv_header_info *hi = kv_node_header(s->node);
+    h->cluster_id = hi->cluster_id;
+    h->member_id = hi->member_id;
+    h->raft_term = hi->raft_term;
+    h->revision = rev == KV_HDR_REVISION_NOW ? kv_node_revision(s->node) : rev;
 }

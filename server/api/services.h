@@ -62,5 +62,11 @@ void kv_reply_propose_error(kv_grpc_call *call, int rc);
 void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len);
 /* on_cancel for calls started with kv_propose_unary. */
 void kv_propose_cancel(kv_grpc_call *call);
+/* Fills h with this member's cluster id, member id and raft term, and the revision: rev > 0
+ * as given, KV_HDR_REVISION_NOW the node's current store revision, 0 none (etcd's Cluster
+ * service headers carry none). call's app is the kv_server. */
+#define KV_HDR_REVISION_NOW (-1)
+struct Etcdserverpb__ResponseHeader;
+void kv_fill_header(kv_grpc_call *call, struct Etcdserverpb__ResponseHeader *h, int64_t rev);
 
 #endif

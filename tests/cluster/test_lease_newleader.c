@@ -139,15 +139,16 @@ Test(cluster_lease_newleader, renewals_wait_for_the_new_leaders_lessor, .fini = 
     size_t qlen = etcdserverpb__lease_time_to_live_request__pack(&q, qbuf);
     kv_it_grpc *qc = NULL;
     cr_assert_eq(kv_it_grpc_open(&qc, "127.0.0.1", g_c.m[t].client_port, 5000), 0);
-    kv_it_grpc_stream *ttl = kv_it_grpc_stream_start(qc, "/etcdserverpb.Lease/LeaseTimeToLive",
-                                                     NULL);
+    kv_it_grpc_stream *ttl =
+        kv_it_grpc_stream_start(qc, "/etcdserverpb.Lease/LeaseTimeToLive", NULL);
     cr_assert_not_null(ttl);
     cr_assert_eq(kv_it_grpc_send_msg(ttl, qbuf, qlen, 1), 0);
     cr_assert_eq(kv_it_grpc_flush(qc, 2000), 0);
     double serving = cl_metric(&g_c, t, "kvd_is_leader");
     uint64_t sent_ms = kvt_now_ms() - t0;
-    fprintf(stderr, "leadership moved to member %d; renewals sent %" PRIu64
-                    " ms later, its lessor serving then: %g\n",
+    fprintf(stderr,
+            "leadership moved to member %d; renewals sent %" PRIu64
+            " ms later, its lessor serving then: %g\n",
             t, sent_ms, serving);
     /* the test is only meaningful if the renewals met a lessor that did not serve yet */
     cr_assert_eq(serving, 0,
@@ -162,8 +163,8 @@ Test(cluster_lease_newleader, renewals_wait_for_the_new_leaders_lessor, .fini = 
         cr_assert_gt(v, 0, "member %d: renewal answered with TTL %" PRId64, i, v);
         cr_assert_not(ka[i]->closed, "member %d: keepalive stream ended: %d '%s'", i,
                       ka[i]->grpc_status, ka[i]->grpc_message);
-        fprintf(stderr, "member %d: renewal answered after %" PRIu64 " ms, TTL %" PRId64 "\n",
-                i, kvt_now_ms() - t0, v);
+        fprintf(stderr, "member %d: renewal answered after %" PRIu64 " ms, TTL %" PRId64 "\n", i,
+                kvt_now_ms() - t0, v);
     }
     uint64_t until_q = kvt_now_ms() + 5000 + 2 * CL_ELECTION_MS;
     while (!ttl->closed && kvt_now_ms() < until_q)
