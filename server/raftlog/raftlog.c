@@ -43,7 +43,7 @@ static const struct raft_storage vtable;
 int kv_raftlog_open(kv_raftlog **out, MDB_env *env)
 {
     MDB_txn *txn = NULL;
-    long n_conf = -1;
+    long n_conf = -1, n_scanned = -1;
     int rc;
     *out = NULL;
     kv_raftlog *l = calloc(1, sizeof *l);
@@ -57,13 +57,13 @@ int kv_raftlog_open(kv_raftlog **out, MDB_env *env)
     if ((rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rlog", MDB_CREATE, &l->rlog))) ||
         (rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rmeta", MDB_CREATE, &l->rmeta))) ||
         (rc = kv_rl_conf_dbi(l, txn)) || (rc = check_log(l, txn)) ||
-        (rc = kv_rl_conf_upgrade(l, txn, &n_conf)))
+        (rc = kv_rl_conf_upgrade(l, txn, &n_conf, &n_scanned)))
         goto fail;
     rc = kv_raftlog_mdb_err(mdb_txn_commit(txn));
     txn = NULL;
     if (rc)
         goto fail;
-    if (n_conf > 0) /* not for a fresh (empty) log */
+    if (n_scanned > 0) /* not for a fresh (empty) log */
         fprintf(stderr, "kvd: raft log: indexed %ld configuration entries (one-time upgrade)\n",
                 n_conf);
     *out = l;

@@ -19,15 +19,15 @@ int kv_rl_conf_add(kv_raftlog *l, MDB_txn *txn, raft_index i)
     return kv_raftlog_mdb_err(mdb_put(txn, l->rconf, &k, &v, 0));
 }
 
-int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n)
+int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n, long *scanned)
 {
     MDB_cursor *c = NULL;
     MDB_val k, v;
-    *n = -1;
+    *n = *scanned = -1;
     int rc = kv_rl_mark_get(l, txn, KV_RL_CONF_MARK);
     if (rc != -ENOENT)
         return rc;
-    *n = 0;
+    *n = *scanned = 0;
     /* Stale records (e.g. a restored data dir whose "rmeta" was dropped) go first. */
     if ((rc = kv_raftlog_mdb_err(mdb_drop(txn, l->rconf, 0))) ||
         (rc = kv_raftlog_mdb_err(mdb_cursor_open(txn, l->rlog, &c))))
@@ -43,6 +43,7 @@ int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n)
         }
         if ((rc = kv_rl_entry_decode(&k, &v, &e)))
             goto out;
+        (*scanned)++;
         if (e.type == RAFT_ENTRY_CONF) {
             if ((rc = kv_rl_conf_add(l, txn, e.index)))
                 goto out;

@@ -60,8 +60,9 @@ int kv_rl_mark_put(kv_raftlog *l, MDB_txn *txn, const char *name);
 int kv_rl_conf_dbi(kv_raftlog *l, MDB_txn *txn);
 /* Write txn at open: when the marker is absent (a data dir written before the index, or
  * a restored one), empties "rconf", indexes every stored RAFT_ENTRY_CONF entry and sets
- * the marker; *n receives the count indexed (-1 when the marker was present). */
-int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n);
+ * the marker; *n receives the count indexed and *scanned the entries read (both -1 when
+ * the marker was present). */
+int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n, long *scanned);
 /* Records that entry i is a configuration entry (write txn). */
 int kv_rl_conf_add(kv_raftlog *l, MDB_txn *txn, raft_index i);
 /* The first indexed configuration entry in [lo, hi] (0 if none). */
