@@ -224,8 +224,8 @@ Test(durability, startup_does_not_read_the_raft_log)
     /* Reading the retained log at startup maps it (~22 MB more); reading only its
      * configuration entries does not. */
     cr_expect(large_rss < small_rss + 8 * 1048576,
-              "startup read the retained raft log: RSS %.1f MB -> %.1f MB",
-              small_rss / 1048576.0, large_rss / 1048576.0);
+              "startup read the retained raft log: RSS %.1f MB -> %.1f MB", small_rss / 1048576.0,
+              large_rss / 1048576.0);
     cr_expect_eq(count_prefix("l/", "l0"), 1500);
     cr_expect_eq(count_prefix("s/", "s0"), 20);
 }

@@ -211,8 +211,8 @@ static void build(struct mstore *m)
     m_put(m, 90, 3, 0, 0);
     for (int i = 0; i < 20; i++)
         m_append(m, 3, 0, 0);
-    m_append(m, 3, RAFT_CONF_REMOVE, 2);         /* 111 */
-    m_append(m, 3, RAFT_CONF_ADD_LEARNER, 7);    /* 112 */
+    m_append(m, 3, RAFT_CONF_REMOVE, 2);      /* 111 */
+    m_append(m, 3, RAFT_CONF_ADD_LEARNER, 7); /* 112 */
     for (int i = 0; i < 20; i++)
         m_append(m, 3, 0, 0);
     m_append(m, 3, RAFT_CONF_REMOVE, 3); /* 133: not committed */
