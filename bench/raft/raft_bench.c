@@ -186,7 +186,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NODES; i++) {
         struct store *st = &nodes[i].st;
         st->vt =
-            (struct raft_storage){st, s_initial, s_first, s_last, s_term, s_entries, s_snapshot};
+            (struct raft_storage){st, s_initial, s_first, s_last, s_term, s_entries, s_snapshot, NULL};
         struct raft_config cfg;
         raft_config_default(&cfg);
         cfg.id = (raft_id)i + 1;

@@ -96,12 +96,38 @@ static int validate(const struct raft_config *c)
     return 0;
 }
 
-/* Apply configuration entries in (conf_index, committed] from the log. */
+/* Apply configuration entries in (conf_index, committed] from the log. With the
+ * storage's next_conf, only the configuration entries are read (O(their number));
+ * without it, every entry of the range is read. */
 static int replay_conf(struct raft *r)
 {
+    const struct raft_storage *st = r->cfg.storage;
     raft_index i = r->conf_index + 1;
     if (i < raft__log_first(r))
         i = raft__log_first(r);
+    while (st->next_conf && i <= r->log.committed) {
+        raft_index idx = 0;
+        size_t n;
+        int rv = st->next_conf(st->ctx, i, r->log.committed, &idx);
+        if (rv)
+            return rv;
+        if (idx == 0)
+            return 0;
+        if (idx < i || idx > r->log.committed)
+            return RAFT_ECORRUPT;
+        r->pool.n = 0;
+        if ((rv = raft__log_slice(r, idx, idx + 1, 1, &n)) != 0)
+            return rv;
+        if (n != 1 || r->pool.v[0].type != RAFT_ENTRY_CONF) {
+            r->pool.n = 0;
+            return RAFT_ECORRUPT;
+        }
+        rv = raft__conf_apply_entry(r, &r->pool.v[0]);
+        r->pool.n = 0;
+        if (rv)
+            return rv;
+        i = idx + 1;
+    }
     while (i <= r->log.committed) {
         size_t n;
         r->pool.n = 0;

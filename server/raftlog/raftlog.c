@@ -1,5 +1,6 @@
 /* raftlog: opening, the read side (raft_storage vtable over per-cycle read txns), stats. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,7 @@ static const struct raft_storage vtable;
 int kv_raftlog_open(kv_raftlog **out, MDB_env *env)
 {
     MDB_txn *txn = NULL;
+    long n_conf = -1, n_scanned = -1;
     int rc;
     *out = NULL;
     kv_raftlog *l = calloc(1, sizeof *l);
@@ -54,12 +56,16 @@ int kv_raftlog_open(kv_raftlog **out, MDB_env *env)
         goto fail;
     if ((rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rlog", MDB_CREATE, &l->rlog))) ||
         (rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rmeta", MDB_CREATE, &l->rmeta))) ||
-        (rc = check_log(l, txn)))
+        (rc = kv_rl_conf_dbi(l, txn)) || (rc = check_log(l, txn)) ||
+        (rc = kv_rl_conf_upgrade(l, txn, &n_conf, &n_scanned)))
         goto fail;
     rc = kv_raftlog_mdb_err(mdb_txn_commit(txn));
     txn = NULL;
     if (rc)
         goto fail;
+    if (n_scanned > 0) /* not for a fresh (empty) log */
+        fprintf(stderr, "kvd: raft log: indexed %ld configuration entries (one-time upgrade)\n",
+                n_conf);
     *out = l;
     return 0;
 fail:
@@ -86,7 +92,8 @@ int kv_raftlog_reattach(kv_raftlog *l, MDB_env *env)
     if (rc)
         return rc;
     if ((rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rlog", MDB_CREATE, &l->rlog))) ||
-        (rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rmeta", MDB_CREATE, &l->rmeta)))) {
+        (rc = kv_raftlog_mdb_err(mdb_dbi_open(txn, "rmeta", MDB_CREATE, &l->rmeta))) ||
+        (rc = kv_rl_conf_dbi(l, txn))) {
         mdb_txn_abort(txn);
         return rc;
     }
@@ -329,6 +336,17 @@ static int st_snapshot(void *ctx, struct raft_snapshot *snap)
     return cur_snap(l, &txn, &snap->meta);
 }
 
+static int st_next_conf(void *ctx, raft_index lo, raft_index hi, raft_index *idx)
+{
+    kv_raftlog *l = ctx;
+    MDB_txn *txn = NULL;
+    *idx = 0;
+    int rc = rtxn(l, &txn);
+    if (rc)
+        return rc;
+    return latch(l, kv_rl_conf_next(l, txn, lo, hi, idx));
+}
+
 static const struct raft_storage vtable = {
     .initial_state = st_initial_state,
     .first_index = st_first_index,
@@ -336,6 +354,7 @@ static const struct raft_storage vtable = {
     .term = st_term,
     .entries = st_entries,
     .snapshot = st_snapshot,
+    .next_conf = st_next_conf,
 };
 
 int kv_raftlog_is_empty(kv_raftlog *l)

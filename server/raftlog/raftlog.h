@@ -2,13 +2,17 @@
  * raftlog: the durable raft log, hard state and snapshot meta, stored in LMDB beside the
  * state machine (the same environment as the mvcc store, kv_store_env()).
  *
- * Two named databases:
+ * Three named databases:
  *   "rlog"  index (8 bytes BE) -> crc32c (4 BE) | term (8 BE) | type (1) | data
  *           crc over index(8 BE) | term | type | data
  *   "rmeta" "hs"   -> crc32c (4 BE) | term (8 BE) | vote (8 BE) | commit (8 BE)
  *           "snap" -> crc32c (4 BE) | index (8 BE) | term (8 BE) | n_voters (4 BE) |
  *                     voters (8 BE each) | n_learners (4 BE) | learners (8 BE each)
+ *           "rconf_v1" -> crc32c (4 BE): "rconf" indexes every stored configuration entry
  *           crc over the key name | everything after the crc
+ *   "rconf" index (8 BE) -> empty: one record per stored RAFT_ENTRY_CONF entry, written and
+ *           deleted in the same write txns as the entries (the vtable's next_conf answers
+ *           from it, so raft_init reads only the configuration entries: O(1) startup).
  * Invariant: stored entries are contiguous and start at snap.index + 1 (when any).
  *
  * Because both live in the store's environment, one LMDB write transaction per raft ready
@@ -33,9 +37,11 @@
 
 typedef struct kv_raftlog kv_raftlog;
 
-/* Opens/creates DBIs "rlog" and "rmeta" in a write txn of its own (the environment needs
- * maxdbs room for two more databases), then checks the hard state, the snapshot meta, the
- * first and last entries and the invariant above. env is borrowed and must outlive the log.
+/* Opens/creates DBIs "rlog", "rmeta" and "rconf" in a write txn of its own (the environment
+ * needs maxdbs room for three more databases), then checks the hard state, the snapshot meta,
+ * the first and last entries and the invariant above. If "rmeta" lacks the "rconf_v1" marker
+ * (a data dir written before the index, or a restored one), the same txn rebuilds "rconf"
+ * from every stored entry (once; logs one line). env is borrowed and must outlive the log.
  * Loop thread, before anything else runs. Records failing their CRC -> -EBADMSG. */
 int kv_raftlog_open(kv_raftlog **out, MDB_env *env);
 /* Releases every read txn and the log. l may be NULL. The DBIs stay open in env. */
@@ -53,7 +59,7 @@ int kv_raftlog_is_empty(kv_raftlog *l);
  * reads through a read txn opened lazily at the first call of a cycle; entry data pointers
  * point into the LMDB map and stay valid until kv_raftlog_end_cycle(). snapshot(): meta
  * from "snap" (index 0 if none), data NULL, len 0 (the state itself is streamed
- * separately).
+ * separately). next_conf(): from "rconf" (never reads entries).
  * Errors: term()/entries() return RAFT_ECOMPACTED / RAFT_EUNAVAILABLE as raft.h says, and
  * -EBADMSG (corrupt record) or another negative errno on storage failure; first_index()
  * and last_index() have no error channel. Every storage failure is also latched in

@@ -15,7 +15,7 @@
 
 struct kv_raftlog {
     MDB_env *env;
-    MDB_dbi rlog, rmeta;
+    MDB_dbi rlog, rmeta, rconf;
     MDB_txn *cur;      /* read txn of the current commit (NULL until first use) */
     MDB_txn **retired; /* read txns rotated out this cycle, released at end_cycle */
     size_t n_retired, cap_retired;
@@ -48,5 +48,24 @@ int kv_rl_snap_put(kv_raftlog *l, MDB_txn *txn, const struct raft_snapshot_meta 
 /* Index of the last / first stored entry in txn: 0 and *idx, -ENOENT if the log is empty. */
 int kv_rl_last_key(kv_raftlog *l, MDB_txn *txn, raft_index *idx);
 int kv_rl_first_key(kv_raftlog *l, MDB_txn *txn, raft_index *idx);
+
+/* The "rmeta" marker record `name` (crc only): 0 if present, -ENOENT, -EBADMSG. */
+int kv_rl_mark_get(kv_raftlog *l, MDB_txn *txn, const char *name);
+int kv_rl_mark_put(kv_raftlog *l, MDB_txn *txn, const char *name);
+
+/* ---- the index of configuration entries ("rconf", raftlog_conf.c) ---- */
+#define KV_RL_CONF_MARK "rconf_v1" /* "rmeta": the index covers the whole log */
+
+/* Opens/creates "rconf" in txn (a write txn). */
+int kv_rl_conf_dbi(kv_raftlog *l, MDB_txn *txn);
+/* Write txn at open: when the marker is absent (a data dir written before the index, or
+ * a restored one), empties "rconf", indexes every stored RAFT_ENTRY_CONF entry and sets
+ * the marker; *n receives the count indexed and *scanned the entries read (both -1 when
+ * the marker was present). */
+int kv_rl_conf_upgrade(kv_raftlog *l, MDB_txn *txn, long *n, long *scanned);
+/* Records that entry i is a configuration entry (write txn). */
+int kv_rl_conf_add(kv_raftlog *l, MDB_txn *txn, raft_index i);
+/* The first indexed configuration entry in [lo, hi] (0 if none). */
+int kv_rl_conf_next(kv_raftlog *l, MDB_txn *txn, raft_index lo, raft_index hi, raft_index *idx);
 
 #endif

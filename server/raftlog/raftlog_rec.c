@@ -228,3 +228,18 @@ int kv_rl_first_key(kv_raftlog *l, MDB_txn *txn, raft_index *idx)
 {
     return edge_key(l, txn, MDB_FIRST, idx);
 }
+
+int kv_rl_mark_get(kv_raftlog *l, MDB_txn *txn, const char *name)
+{
+    MDB_val v;
+    int rc = meta_get(l, txn, name, &v);
+    if (rc)
+        return rc;
+    return v.mv_size == 4 ? 0 : -EBADMSG;
+}
+
+int kv_rl_mark_put(kv_raftlog *l, MDB_txn *txn, const char *name)
+{
+    uint8_t b[4];
+    return meta_put(l, txn, name, b, sizeof b);
+}

@@ -3,12 +3,12 @@
 
 #include "raftlog/raftlog_int.h"
 
-/* Deletes every entry with index >= from (from_top) or <= to (!from_top). */
-static int del_range(kv_raftlog *l, MDB_txn *txn, bool from_top, raft_index bound)
+/* Deletes every key of dbi with index >= from (from_top) or <= to (!from_top). */
+static int del_keys(MDB_txn *txn, MDB_dbi dbi, bool from_top, raft_index bound)
 {
     MDB_cursor *c;
     MDB_val k, v;
-    int rc = mdb_cursor_open(txn, l->rlog, &c);
+    int rc = mdb_cursor_open(txn, dbi, &c);
     if (rc)
         return kv_raftlog_mdb_err(rc);
     for (;;) {
@@ -35,6 +35,13 @@ static int del_range(kv_raftlog *l, MDB_txn *txn, bool from_top, raft_index boun
     }
     mdb_cursor_close(c);
     return rc;
+}
+
+/* Deletes entries as del_keys says, and their records in the configuration index. */
+static int del_range(kv_raftlog *l, MDB_txn *txn, bool from_top, raft_index bound)
+{
+    int rc = del_keys(txn, l->rlog, from_top, bound);
+    return rc ? rc : del_keys(txn, l->rconf, from_top, bound);
 }
 
 int kv_raftlog_append(kv_raftlog *l, MDB_txn *txn, const struct raft_entry *e, size_t n)
@@ -67,6 +74,8 @@ int kv_raftlog_append(kv_raftlog *l, MDB_txn *txn, const struct raft_entry *e, s
         if ((rc = mdb_put(txn, l->rlog, &k, &v, MDB_APPEND | MDB_RESERVE)))
             return kv_raftlog_mdb_err(rc);
         kv_rl_entry_encode(&e[i], v.mv_data);
+        if (e[i].type == RAFT_ENTRY_CONF && (rc = kv_rl_conf_add(l, txn, e[i].index)))
+            return rc;
     }
     return 0;
 }

@@ -206,6 +206,14 @@ struct raft_read_state {
  *                  errors as term.  Data pointers: see "Ownership".
  *   snapshot:      latest snapshot (meta.index 0 when none); RAFT_EUNAVAILABLE
  *                  if temporarily unavailable.
+ *   next_conf:     OPTIONAL (NULL = unknown).  *idx receives the index of the
+ *                  first stored RAFT_ENTRY_CONF entry in [lo, hi], or 0 if
+ *                  there is none; the storage must answer from an index of its
+ *                  configuration entries, without reading the other entries.
+ *                  Called by raft_init() only, with first_index <= lo <= hi <=
+ *                  last_index; returns 0 or a negative error (as term).  When
+ *                  NULL, raft_init() reads every committed entry after the
+ *                  snapshot to find the configuration entries.
  */
 struct raft_storage {
     void *ctx;
@@ -216,6 +224,7 @@ struct raft_storage {
     int (*entries)(void *ctx, raft_index lo, raft_index hi, size_t max_bytes,
                    struct raft_entry *out, size_t *n);
     int (*snapshot)(void *ctx, struct raft_snapshot *snap);
+    int (*next_conf)(void *ctx, raft_index lo, raft_index hi, raft_index *idx); /* optional */
 };
 
 /* Allocator hook: realloc(ctx, NULL, n) allocates, realloc(ctx, p, 0) frees. */
