@@ -219,15 +219,6 @@ static void advance(kv_node *n, struct raft_ready *rd)
         kv_store_set_deterministic(n->store, 1);
 }
 
-/* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
- * committed entries, and its results are final: each of them is durable in the logs of a
- * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
- * (issue 9 section 2: one sync on the critical path). If this member loses the commit (crash,
- * power loss, or the commit fails and the member stops) it replays the entries from its own
- * durable log at restart (the log is kept back to the durable applied index: log compaction
- * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
- * cannot see the answered writes before the commit: linearizable reads wait for the applied
- * index (set in after_ready), serializable ones for acked_index (kv_node_read_visible). */
 /* The auth hook (node.h kv_node_set_auth_hook) for this ready's entries, once. */
 static void fire_auth(kv_node *n, ready_work *w)
 {
@@ -248,6 +239,15 @@ void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg)
     n->auth_arg = arg;
 }
 
+/* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
+ * committed entries, and its results are final: each of them is durable in the logs of a
+ * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
+ * (issue 9 section 2: one sync on the critical path). If this member loses the commit (crash,
+ * power loss, or the commit fails and the member stops) it replays the entries from its own
+ * durable log at restart (the log is kept back to the durable applied index: log compaction
+ * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
+ * cannot see the answered writes before the commit: linearizable reads wait for the applied
+ * index (set in after_ready), serializable ones for acked_index (kv_node_read_visible). */
 void kv_node__on_early(uv_async_t *h)
 {
     kv_node *n = h->data;
