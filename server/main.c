@@ -472,8 +472,12 @@ int main(int argc, char **argv)
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;
-    /* Serving: this data dir now belongs to these ids (D11). */
-    rc = check_identity(&m, 1, err, sizeof(err));
+    /* Serving: this data dir now belongs to these ids (D11). The raft node already runs (the
+     * initial corruption check ran the loop to ask the peers): one of its ready cycles may hold
+     * the store's write batch open (-EBUSY); let the loop finish it, then check again. */
+    uint64_t busy_until = mono_ms() + 30000;
+    while ((rc = check_identity(&m, 1, err, sizeof(err))) == -EBUSY && mono_ms() < busy_until)
+        uv_run(&m.loop, UV_RUN_ONCE);
     if (rc < 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
         return 1;
