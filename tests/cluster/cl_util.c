@@ -1,6 +1,9 @@
 /* cl_util: see cl_util.h. */
 #include "cl_util.h"
 
+#include "grpc_raw.h"
+#include "rpc.pb-c.h"
+
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -184,4 +187,26 @@ double cl_metric_sum(kvt_cluster *c, int i, const char *name)
     }
     free(body);
     return sum;
+}
+
+int64_t cl_lease_grant(kv_it_grpc *g, int64_t ttl)
+{
+    Etcdserverpb__LeaseGrantRequest req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+    req.ttl = ttl;
+    uint8_t buf[32];
+    size_t len = etcdserverpb__lease_grant_request__pack(&req, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int status = -1;
+    char msg[160] = "";
+    int rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseGrant", buf, len, &resp, &rlen, 10000,
+                             &status, msg, sizeof(msg));
+    cr_assert_eq(rc, 0, "grant: rc %d status %d '%s'", rc, status, msg);
+    Etcdserverpb__LeaseGrantResponse *r =
+        etcdserverpb__lease_grant_response__unpack(NULL, rlen, resp);
+    free(resp);
+    cr_assert_not_null(r);
+    int64_t id = r->id;
+    etcdserverpb__lease_grant_response__free_unpacked(r, NULL);
+    return id;
 }

@@ -61,4 +61,9 @@ int cl_verify_acks(kvt_cluster *c, const cl_acks *a, int i);
 /* Asserts HashKV of every running member is equal at one revision (read via member via). */
 void cl_assert_hash_equal(kvt_cluster *c, int via);
 
+/* LeaseGrant of ttl seconds through g (tests/lib/grpc_raw.h); the new lease id. Fails the test
+ * on any error. */
+struct kv_it_grpc;
+int64_t cl_lease_grant(struct kv_it_grpc *g, int64_t ttl);
+
 #endif

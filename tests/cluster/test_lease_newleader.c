@@ -42,28 +42,6 @@ static void fini(void)
 
 static const char *const g_env[] = {"KVD_FAILPOINT_PRIMARY_DELAY_MS=2500", NULL};
 
-static int64_t grant(kv_it_grpc *g, int64_t ttl)
-{
-    Etcdserverpb__LeaseGrantRequest req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
-    req.ttl = ttl;
-    uint8_t buf[32];
-    size_t len = etcdserverpb__lease_grant_request__pack(&req, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    int status = -1;
-    char msg[160] = "";
-    int rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseGrant", buf, len, &resp, &rlen, 10000,
-                             &status, msg, sizeof(msg));
-    cr_assert_eq(rc, 0, "grant: rc %d status %d '%s'", rc, status, msg);
-    Etcdserverpb__LeaseGrantResponse *r =
-        etcdserverpb__lease_grant_response__unpack(NULL, rlen, resp);
-    free(resp);
-    cr_assert_not_null(r);
-    int64_t id = r->id;
-    etcdserverpb__lease_grant_response__free_unpacked(r, NULL);
-    return id;
-}
-
 static void renew(kv_it_grpc_stream *st, int64_t id)
 {
     Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
@@ -115,7 +93,7 @@ Test(cluster_lease_newleader, renewals_wait_for_the_new_leaders_lessor, .fini = 
 
     for (int i = 0; i < N; i++)
         cr_assert_eq(kv_it_grpc_open(&g_conn[i], "127.0.0.1", g_c.m[i].client_port, 5000), 0);
-    int64_t id = grant(g_conn[leader], LEASE_TTL);
+    int64_t id = cl_lease_grant(g_conn[leader], LEASE_TTL);
     kv_it_grpc_stream *ka[N];
     for (int i = 0; i < N; i++) {
         ka[i] = kv_it_grpc_stream_start(g_conn[i], "/etcdserverpb.Lease/LeaseKeepAlive", NULL);

@@ -52,28 +52,6 @@ static double metric_sum(int i, const char *name)
     return cl_metric_sum(&g_c, i, name);
 }
 
-static int64_t grant(kv_it_grpc *g, int64_t ttl)
-{
-    Etcdserverpb__LeaseGrantRequest req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
-    req.ttl = ttl;
-    uint8_t buf[32];
-    size_t len = etcdserverpb__lease_grant_request__pack(&req, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    int status = -1;
-    char msg[160] = "";
-    int rc = kv_it_grpc_call(g, "/etcdserverpb.Lease/LeaseGrant", buf, len, &resp, &rlen, 10000,
-                             &status, msg, sizeof(msg));
-    cr_assert_eq(rc, 0, "grant: rc %d status %d '%s'", rc, status, msg);
-    Etcdserverpb__LeaseGrantResponse *r =
-        etcdserverpb__lease_grant_response__unpack(NULL, rlen, resp);
-    free(resp);
-    cr_assert_not_null(r);
-    int64_t id = r->id;
-    etcdserverpb__lease_grant_response__free_unpacked(r, NULL);
-    return id;
-}
-
 /* TimeToLive of id through g: remaining TTL (-1: unknown lease). */
 static int64_t ttl_of(kv_it_grpc *g, int64_t id)
 {
@@ -356,7 +334,7 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
     cr_assert_eq(kv_it_grpc_open(&lg, "127.0.0.1", g_c.m[l].client_port, 5000), 0);
     for (int i = 0; i < LP_LEASES; i++) {
         client *k = &cl[i % 3];
-        k->ids[k->n++] = grant(lg, LP_TTL);
+        k->ids[k->n++] = cl_lease_grant(lg, LP_TTL);
     }
     double expired0 = metric(l, "kvd_lease_expired_total");
     for (int i = 0; i < LP_CLIENTS; i++)
