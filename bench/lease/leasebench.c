@@ -31,14 +31,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "cluster.h"
 #include "h2conn.h"
 #include "harness.h"
+#include "kvt_proc.h"
+#include "kvt_util.h"
 #include "lbprobe.h"
 #include "rpc.pb-c.h"
 
@@ -714,8 +714,7 @@ static int measure(const lb_target *t, const lb_opts *o, lb_result *res)
     r->sorted_ids = NULL;
     r->zeroed = calloc(o->leases, 1);
     int64_t *sorted = calloc(o->leases, sizeof(*sorted));
-    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry || !r->zeroed ||
-        !sorted)
+    if (!r->load || !r->ka || !r->items || !r->ids || !r->due || !r->retry || !r->zeroed || !sorted)
         goto out;
     uv_loop_init(&r->loop);
     uv_timer_init(&r->loop, &r->tick);
@@ -1115,8 +1114,7 @@ static void print_table(const lb_opts *o, const lb_result *k, const lb_result *e
     if (o->members > 1)
         row("CPU per renewal, each follower (us)", us_per_renewal(k, 1), us_per_renewal(e, 1),
             "%.1f", 1);
-    row("CPU per renewal, all members (us)", us_per_renewal(k, 2), us_per_renewal(e, 2), "%.1f",
-        1);
+    row("CPU per renewal, all members (us)", us_per_renewal(k, 2), us_per_renewal(e, 2), "%.1f", 1);
     row("RSS added per lease on the leader (B)",
         V(k, per_lease(k->rss0.total, k->rss1.total, o->leases)),
         V(e, per_lease(e->rss0.total, e->rss1.total, o->leases)), "%.0f", 1);
@@ -1151,9 +1149,10 @@ static void print_targets(const lb_opts *o, const lb_result *rk, const lb_result
 {
     if (!rk->ok)
         return;
-    int lost = rk->lost || rk->ka_zero || (rk->leases_end >= 0 && (size_t)rk->leases_end != o->leases);
-    printf("target kvd leases lost = 0: %s (%zu keys missing, %" PRId64 " of %zu leases left, %" PRIu64
-           " renewals answered TTL 0)\n",
+    int lost =
+        rk->lost || rk->ka_zero || (rk->leases_end >= 0 && (size_t)rk->leases_end != o->leases);
+    printf("target kvd leases lost = 0: %s (%zu keys missing, %" PRId64
+           " of %zu leases left, %" PRIu64 " renewals answered TTL 0)\n",
            lost ? "MISSED" : "MET", rk->lost, rk->leases_end, o->leases, rk->ka_zero);
     double pl = per_lease(rk->rss0.total, rk->rss1.total, o->leases);
     double pm = per_lease(rk->rss_half.total, rk->rss1.total, o->leases - o->leases / 2);
@@ -1162,9 +1161,8 @@ static void print_targets(const lb_opts *o, const lb_result *rk, const lb_result
     else
         printf("target kvd adds <= 300 B RSS/lease (leader): all leases %.0f B %s (anonymous "
                "%.0f B); marginal %.0f B %s\n",
-               pl, pl <= 300 ? "MET" : "MISSED",
-               per_lease(rk->rss0.anon, rk->rss1.anon, o->leases), pm,
-               pm <= 300 ? "MET" : "MISSED");
+               pl, pl <= 300 ? "MET" : "MISSED", per_lease(rk->rss0.anon, rk->rss1.anon, o->leases),
+               pm, pm <= 300 ? "MET" : "MISSED");
     if (rk->idle_p99 > 0 && rk->load_p99 >= 0)
         printf("target kvd put p99 under keepalive load <= 2x idle: %.2f ms vs %.2f ms (x%.2f) "
                "%s\n",
@@ -1221,7 +1219,8 @@ static int run_cluster(kv_it_kind kind, const lb_opts *o, lb_result *res)
     rc = kv_bc_cluster_start_tls(c, kind, o->members, o->extra[kind == KV_IT_KVD ? 0 : 1],
                                  o->peer_tls ? o->cert_dir : NULL, 60000, why, sizeof(why));
     if (rc) {
-        snprintf(res->err, sizeof(res->err), "start %s cluster: %.200s", kv_it_kind_name(kind), why);
+        snprintf(res->err, sizeof(res->err), "start %s cluster: %.200s", kv_it_kind_name(kind),
+                 why);
         goto out;
     }
     lb_target t = {.kvd = kind == KV_IT_KVD, .n = o->members, .cl = c};
@@ -1268,56 +1267,33 @@ static int run_server(kv_it_kind kind, const lb_opts *o, lb_result *res)
     return o->members > 1 ? run_cluster(kind, o, res) : run_single(kind, o, res);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* Makes a CA and the peer certificates for --peer-tls with tests/tls/gen_certs.sh in a fresh
- * temp dir (o->cert_dir = <dir>/certs; the caller removes <dir> with remove_certs). The
+ * temp dir d (o->cert_dir = <d>/certs; the caller removes d with kvt_tmpdir_destroy). The
  * script is found under $KV_SOURCE_DIR, else the source tree this was built from. */
-static int make_certs(lb_opts *o, char *dir, size_t cap)
+static int make_certs(lb_opts *o, kvt_tmpdir *d)
 {
     const char *src = getenv("KV_SOURCE_DIR");
     char script[2048];
     snprintf(script, sizeof(script), "%s/tests/tls/gen_certs.sh",
              src && *src ? src : LB_SOURCE_DIR);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, cap, "%.900s/lbcerts-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        int e = errno;
-        dir[0] = 0;
-        fprintf(stderr, "leasebench: mkdtemp: %s\n", strerror(e));
-        return -e;
+    int rc = kvt_tmpdir_create(d, "lbcerts");
+    if (rc) {
+        fprintf(stderr, "leasebench: temp dir: %s\n", strerror(-rc));
+        return rc;
     }
-    snprintf(o->cert_dir, sizeof(o->cert_dir), "%.1000s/certs", dir);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        execl("/bin/sh", "sh", script, o->cert_dir, (char *)NULL);
-        _exit(127);
+    snprintf(o->cert_dir, sizeof(o->cert_dir), "%.1000s/certs", d->path);
+    const char *argv[] = {"/bin/sh", script, o->cert_dir, NULL};
+    kvt_cmd_result r = {0};
+    rc = kvt_run(argv, NULL, NULL, 0, 60000, &r);
+    if (rc == 0 && (r.timed_out || r.exit_code != 0)) {
+        fprintf(stderr, "leasebench: %s %s failed (exit %d): %s\n", script, o->cert_dir,
+                r.exit_code, r.err ? r.err : "");
+        rc = -EIO;
     }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "leasebench: %s %s failed (status %d)\n", script, o->cert_dir, st);
-        return -EIO;
-    }
-    return 0;
-}
-
-static void remove_certs(char *dir)
-{
-    if (dir[0])
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    dir[0] = 0;
+    if (rc != -EIO && rc < 0)
+        fprintf(stderr, "leasebench: cannot run %s: %s\n", script, strerror(-rc));
+    kvt_cmd_result_free(&r);
+    return rc;
 }
 
 static void usage(const char *argv0)
@@ -1420,10 +1396,10 @@ int main(int argc, char **argv)
            o.members);
     if (!have_etcd && strcmp(which, "kvd") != 0)
         printf("etcd: %s not found, measuring kvd only\n", etcd_bin);
-    char cert_root[1024] = "";
+    kvt_tmpdir cert_root = {{0}};
     if (o.peer_tls) {
-        if (make_certs(&o, cert_root, sizeof(cert_root))) {
-            remove_certs(cert_root);
+        if (make_certs(&o, &cert_root)) {
+            kvt_tmpdir_destroy(&cert_root);
             return 1;
         }
         printf("peer TLS: https:// peer URLs, --peer-client-cert-auth, certificates made for "
@@ -1448,7 +1424,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         bad |= !re.ok;
     }
-    remove_certs(cert_root);
+    kvt_tmpdir_destroy(&cert_root);
     print_table(&o, &rk, &re);
     if (o.want_kvd)
         print_targets(&o, &rk, &re);

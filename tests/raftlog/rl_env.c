@@ -40,3 +40,28 @@ void rl_env_fini(rl_env *e)
     unlink(p);
     rmdir(e->dir);
 }
+
+void rl_log_open(rl_log *g)
+{
+    cr_assert_eq(kv_raftlog_open(&g->l, g->e.env), 0);
+    g->st = kv_raftlog_storage(g->l);
+}
+
+void rl_log_init(rl_log *g)
+{
+    rl_env_init(&g->e);
+    rl_log_open(g);
+}
+
+void rl_log_reopen(rl_log *g)
+{
+    kv_raftlog_close(g->l);
+    rl_env_reopen(&g->e);
+    rl_log_open(g);
+}
+
+void rl_log_fini(rl_log *g)
+{
+    kv_raftlog_close(g->l);
+    rl_env_fini(&g->e);
+}

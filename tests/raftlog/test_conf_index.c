@@ -10,36 +10,14 @@
 #include "rl_env.h"
 
 typedef struct fx {
-    rl_env e;
-    kv_raftlog *l;
-    const struct raft_storage *st;
+    rl_log g;
     uint8_t bufs[128][16];
 } fx;
-
-static void fx_open(fx *f)
-{
-    cr_assert_eq(kv_raftlog_open(&f->l, f->e.env), 0);
-    f->st = kv_raftlog_storage(f->l);
-}
 
 static void fx_init(fx *f)
 {
     memset(f, 0, sizeof *f);
-    rl_env_init(&f->e);
-    fx_open(f);
-}
-
-static void fx_fini(fx *f)
-{
-    kv_raftlog_close(f->l);
-    rl_env_fini(&f->e);
-}
-
-static void fx_reopen(fx *f)
-{
-    kv_raftlog_close(f->l);
-    rl_env_reopen(&f->e);
-    fx_open(f);
+    rl_log_init(&f->g);
 }
 
 static bool is_conf(raft_index i, const raft_index *conf, size_t n_conf)
@@ -77,18 +55,18 @@ static void append(fx *f, raft_index lo, raft_index hi, raft_term t, const raft_
     MDB_txn *txn;
     cr_assert(hi - lo <= 128);
     mk(f, e, lo, hi, t, conf, n_conf);
-    cr_assert_eq(mdb_txn_begin(f->e.env, NULL, 0, &txn), 0);
-    cr_assert_eq(kv_raftlog_append(f->l, txn, e, hi - lo), 0);
+    cr_assert_eq(mdb_txn_begin(f->g.e.env, NULL, 0, &txn), 0);
+    cr_assert_eq(kv_raftlog_append(f->g.l, txn, e, hi - lo), 0);
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    kv_raftlog_rotate(f->l);
+    kv_raftlog_rotate(f->g.l);
 }
 
 static raft_index next_conf(fx *f, raft_index lo, raft_index hi)
 {
     raft_index idx = 12345;
-    cr_assert_not_null(f->st->next_conf);
-    cr_assert_eq(f->st->next_conf(f->st->ctx, lo, hi, &idx), 0);
-    kv_raftlog_end_cycle(f->l);
+    cr_assert_not_null(f->g.st->next_conf);
+    cr_assert_eq(f->g.st->next_conf(f->g.st->ctx, lo, hi, &idx), 0);
+    kv_raftlog_end_cycle(f->g.l);
     return idx;
 }
 
@@ -100,7 +78,7 @@ static size_t rconf_keys(fx *f, raft_index *keys, size_t cap)
     MDB_cursor *c;
     MDB_val k, v;
     size_t n = 0;
-    cr_assert_eq(mdb_txn_begin(f->e.env, NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(mdb_txn_begin(f->g.e.env, NULL, MDB_RDONLY, &txn), 0);
     cr_assert_eq(mdb_dbi_open(txn, "rconf", 0, &dbi), 0);
     cr_assert_eq(mdb_cursor_open(txn, dbi, &c), 0);
     for (MDB_cursor_op op = MDB_FIRST; mdb_cursor_get(c, &k, &v, op) == 0; op = MDB_NEXT) {
@@ -134,10 +112,10 @@ static void set_snap(fx *f, raft_index idx, raft_term t)
     m.conf.n_voters = 1;
     m.conf.voters[0] = 1;
     MDB_txn *txn;
-    cr_assert_eq(mdb_txn_begin(f->e.env, NULL, 0, &txn), 0);
-    cr_assert_eq(kv_raftlog_set_snapshot(f->l, txn, &m), 0);
+    cr_assert_eq(mdb_txn_begin(f->g.e.env, NULL, 0, &txn), 0);
+    cr_assert_eq(kv_raftlog_set_snapshot(f->g.l, txn, &m), 0);
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    kv_raftlog_rotate(f->l);
+    kv_raftlog_rotate(f->g.l);
 }
 
 Test(raftlog_conf, follows_append_overwrite_and_compaction)
@@ -171,12 +149,12 @@ Test(raftlog_conf, follows_append_overwrite_and_compaction)
     expect_keys(&f, k4, 1);
     cr_assert_eq(next_conf(&f, 13, 33), 16);
     MDB_txn *txn;
-    cr_assert_eq(mdb_txn_begin(f.e.env, NULL, 0, &txn), 0);
-    cr_assert_eq(kv_raftlog_truncate_prefix(f.l, txn, 13), 0);
+    cr_assert_eq(mdb_txn_begin(f.g.e.env, NULL, 0, &txn), 0);
+    cr_assert_eq(kv_raftlog_truncate_prefix(f.g.l, txn, 13), 0);
     cr_assert_eq(mdb_txn_commit(txn), 0);
     expect_keys(&f, k4, 1);
     /* the index survives a reopen (nothing rebuilt: same records) */
-    fx_reopen(&f);
+    rl_log_reopen(&f.g);
     expect_keys(&f, k4, 1);
     cr_assert_eq(next_conf(&f, 13, 33), 16);
     /* a snapshot that does not match the log drops it all */
@@ -186,7 +164,7 @@ Test(raftlog_conf, follows_append_overwrite_and_compaction)
     append(&f, 41, 43, 5, c5, 1);
     expect_keys(&f, c5, 1);
     cr_assert_eq(next_conf(&f, 41, 42), 41);
-    fx_fini(&f);
+    rl_log_fini(&f.g);
 }
 
 Test(raftlog_conf, install_resets_the_index)
@@ -195,8 +173,8 @@ Test(raftlog_conf, install_resets_the_index)
     fx_init(&f);
     static const raft_index c1[] = {3, 8};
     append(&f, 1, 11, 1, c1, 2);
-    kv_raftlog_close(f.l);
-    f.l = NULL;
+    kv_raftlog_close(f.g.l);
+    f.g.l = NULL;
     /* a received snapshot at 20 with the leader's entries 21..24 (22 a conf change) */
     struct raft_snapshot_meta m = {.index = 20, .term = 2};
     m.conf.n_voters = 1;
@@ -206,15 +184,15 @@ Test(raftlog_conf, install_resets_the_index)
     static const raft_index c2[] = {22};
     mk(&f, e, 21, 25, 2, c2, 1);
     MDB_txn *txn;
-    cr_assert_eq(mdb_txn_begin(f.e.env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_txn_begin(f.g.e.env, NULL, 0, &txn), 0);
     cr_assert_eq(kv_raftlog_install_into(txn, &m, &hs, e, 4), 0);
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    rl_env_reopen(&f.e);
-    fx_open(&f);
+    rl_env_reopen(&f.g.e);
+    rl_log_open(&f.g);
     expect_keys(&f, c2, 1);
     cr_assert_eq(next_conf(&f, 21, 24), 22);
     cr_assert_eq(next_conf(&f, 23, 24), 0);
-    fx_fini(&f);
+    rl_log_fini(&f.g);
 }
 
 /* Drops the marker (and the index, or leaves a stale record) as a data dir written before
@@ -224,9 +202,9 @@ static void strip_index(fx *f, bool stale)
     MDB_txn *txn;
     MDB_dbi meta, conf;
     MDB_val k = {8, (void *)"rconf_v1"};
-    kv_raftlog_close(f->l);
-    f->l = NULL;
-    cr_assert_eq(mdb_txn_begin(f->e.env, NULL, 0, &txn), 0);
+    kv_raftlog_close(f->g.l);
+    f->g.l = NULL;
+    cr_assert_eq(mdb_txn_begin(f->g.e.env, NULL, 0, &txn), 0);
     cr_assert_eq(mdb_dbi_open(txn, "rmeta", 0, &meta), 0);
     cr_assert_eq(mdb_del(txn, meta, &k, NULL), 0);
     cr_assert_eq(mdb_dbi_open(txn, "rconf", 0, &conf), 0);
@@ -238,7 +216,7 @@ static void strip_index(fx *f, bool stale)
         cr_assert_eq(mdb_drop(txn, conf, 1), 0);
     }
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    rl_env_reopen(&f->e);
+    rl_env_reopen(&f->g.e);
 }
 
 Test(raftlog_conf, rebuilt_once_when_absent)
@@ -251,7 +229,7 @@ Test(raftlog_conf, rebuilt_once_when_absent)
     static const raft_index k1[] = {9, 17, 40};
     expect_keys(&f, k1, 3);
     strip_index(&f, false);
-    fx_open(&f);
+    rl_log_open(&f.g);
     expect_keys(&f, k1, 3);
     cr_assert_eq(next_conf(&f, 6, 50), 9);
     cr_assert_eq(next_conf(&f, 10, 50), 17);
@@ -259,7 +237,7 @@ Test(raftlog_conf, rebuilt_once_when_absent)
     cr_assert_eq(next_conf(&f, 18, 50), 40);
     /* stale records of a dropped log go with the rebuild */
     strip_index(&f, true);
-    fx_open(&f);
+    rl_log_open(&f.g);
     expect_keys(&f, k1, 3);
     cr_assert_eq(next_conf(&f, 6, 8), 0);
     /* the marker is back: later appends keep it up to date */
@@ -267,9 +245,9 @@ Test(raftlog_conf, rebuilt_once_when_absent)
     append(&f, 51, 53, 1, c2, 1);
     static const raft_index k2[] = {9, 17, 40, 52};
     expect_keys(&f, k2, 4);
-    fx_reopen(&f);
+    rl_log_reopen(&f.g);
     expect_keys(&f, k2, 4);
-    fx_fini(&f);
+    rl_log_fini(&f.g);
 }
 
 Test(raftlog_conf, raft_init_over_the_log)
@@ -281,10 +259,10 @@ Test(raftlog_conf, raft_init_over_the_log)
     append(&f, 1, 21, 1, c1, 2);
     struct raft_hard_state hs = {.term = 1, .vote = 1, .commit = 20};
     MDB_txn *txn;
-    cr_assert_eq(mdb_txn_begin(f.e.env, NULL, 0, &txn), 0);
-    cr_assert_eq(kv_raftlog_set_hard_state(f.l, txn, &hs), 0);
+    cr_assert_eq(mdb_txn_begin(f.g.e.env, NULL, 0, &txn), 0);
+    cr_assert_eq(kv_raftlog_set_hard_state(f.g.l, txn, &hs), 0);
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    kv_raftlog_rotate(f.l);
+    kv_raftlog_rotate(f.g.l);
     static const raft_id voters[] = {1};
     struct raft_config cfg;
     struct raft r;
@@ -292,15 +270,15 @@ Test(raftlog_conf, raft_init_over_the_log)
     cfg.id = 1;
     cfg.voters = voters;
     cfg.n_voters = 1;
-    cfg.storage = f.st;
+    cfg.storage = f.g.st;
     cr_assert_eq(raft_init(&r, &cfg), 0);
-    kv_raftlog_end_cycle(f.l);
+    kv_raftlog_end_cycle(f.g.l);
     const struct raft_conf *c = raft_configuration(&r);
     cr_assert_eq(c->n_voters, 1);
     cr_assert_eq(c->n_learners, 2);
     cr_assert_eq(c->learners[0], 4);
     cr_assert_eq(c->learners[1], 8);
     raft_close(&r);
-    cr_assert_eq(kv_raftlog_error(f.l), 0);
-    fx_fini(&f);
+    cr_assert_eq(kv_raftlog_error(f.g.l), 0);
+    rl_log_fini(&f.g);
 }
