@@ -192,6 +192,12 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     }
     c->last_rx = uv_now(c->net->loop);
     c->missed_pings = 0;
+    /* an accepted h2c connection gets its session with its first bytes: a stranger that
+     * sends nothing costs no HTTP/2 state and no write (server/peer/README.md) */
+    if (!c->tls && !c->h2 && kv_peer_conn_session_new(c) != 0) {
+        kv_peer_conn_close(c, "cannot start the HTTP/2 session");
+        return;
+    }
     c->in_recv = 1;
     ssize_t rv = c->tls ? kv_peer_tls_recv(c, (const uint8_t *)b->base, (size_t)nread)
                         : nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
@@ -378,17 +384,14 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
     kv_metric_set(n->m_pending, (double)n->n_pending);
     c->connected = 1;
     size_t li = (size_t)((uv_tcp_t *)server - n->listeners);
-    if (li < 8 && n->listener_tls[li]) {
-        /* TLS: no HTTP/2 session before the TLS handshake (and, with
-         * --peer-client-cert-auth, the client certificate) is verified (peer_tls.c) */
-        if (kv_peer_tls_attach(c, n->cfg.tls_server, NULL) != 0) {
-            kv_peer_conn_close(c, "cannot start TLS");
-            return 0;
-        }
-        rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    } else {
-        rc = session_start(c);
+    /* No HTTP/2 session yet: h2c gets it with the first bytes (read_cb), TLS once the TLS
+     * handshake (and, with --peer-client-cert-auth, the client certificate) is verified
+     * (peer_tls.c) */
+    if (li < 8 && n->listener_tls[li] && kv_peer_tls_attach(c, n->cfg.tls_server, NULL) != 0) {
+        kv_peer_conn_close(c, "cannot start TLS");
+        return 0;
     }
+    rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rc != 0) {
         kv_peer_conn_close(c, "cannot start the HTTP/2 session");
         return 0;
