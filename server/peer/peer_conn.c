@@ -393,7 +393,7 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
     }
     rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rc != 0) {
-        kv_peer_conn_close(c, "cannot start the HTTP/2 session");
+        kv_peer_conn_close(c, uv_strerror(rc));
         return 0;
     }
     kv_peer_conn_flush(c);

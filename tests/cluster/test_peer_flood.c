@@ -176,7 +176,7 @@ static void flood_stop(flood *f)
 }
 
 /* Lines of member i's log about peer connections refused or closed before they identified a
- * member: before, "closing connection with 127.0.0.1:<port>: ..." per connection; after,
+ * member: before, "closing connection with 127.0.0.2:<port>: ..." per connection; after,
  * "... (unidentified peer connection from ...)" once and "refused N more ..." summaries. */
 static int refusal_lines(int i)
 {
@@ -188,7 +188,7 @@ static int refusal_lines(int i)
         char *e = strchr(p, '\n');
         if (e)
             *e = 0;
-        if (strstr(p, "closing connection with 127.0.0.1:") ||
+        if (strstr(p, "closing connection with 127.0.0.") ||
             strstr(p, "unidentified peer connection"))
             n++;
         p = e ? e + 1 : NULL;
