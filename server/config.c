@@ -64,6 +64,8 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_read_index = 10000;
     cfg->max_forwarded_proposals = 10000;
     cfg->peer_max_prio_queue_bytes = 4u << 20;
+    cfg->peer_max_pending_conns = 16;
+    cfg->peer_handshake_timeout_ms = 1000;
     cfg->corrupt_check_time_ms = 60000; /* issue 14: on by default (etcd 3.4: 0, off) */
     snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
     snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
@@ -298,6 +300,8 @@ static const flag_def FLAGS[] = {
     {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
     {"peer-max-priority-queue-bytes", F_SIZE, OFF(peer_max_prio_queue_bytes), 0, 0, 65536,
      1ULL << 32},
+    {"peer-max-pending-connections", F_U32, OFF(peer_max_pending_conns), 0, 0, 1, 4096},
+    {"peer-handshake-timeout", F_DUR, OFF(peer_handshake_timeout_ms), 0, 0, 0, 0},
     /* TLS (issue 13), etcd's flags. */
     {"cert-file", F_STR, OFF(cert_file), 0, sizeof(((kv_config *)0)->cert_file), 0, 0},
     {"key-file", F_STR, OFF(key_file), 0, sizeof(((kv_config *)0)->key_file), 0, 0},
@@ -405,6 +409,9 @@ const char *kv_config_usage(void)
            "                                  not yet applied; the rest stays queued (10000)\n"
            "  --peer-max-priority-queue-bytes N  lease renewal frames queued per peer, sent\n"
            "                                  ahead of raft traffic; beyond: dropped (4 MiB)\n"
+           "  --peer-max-pending-connections N  accepted peer connections not yet identified\n"
+           "                                  as a member; beyond: the oldest is closed (16)\n"
+           "  --peer-handshake-timeout D      close such a connection after this (1s)\n"
            "  --cert-file F                   client port TLS certificate (https:// URLs)\n"
            "  --key-file F                    its private key\n"
            "  --trusted-ca-file F             CA that signs client certificates\n"

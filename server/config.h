@@ -114,6 +114,9 @@ typedef struct kv_config {
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
     size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
                                          per peer, sent ahead of raft traffic (4 MiB) */
+    /* Strangers on the peer port (server/peer/README.md, "Who may connect"). */
+    uint32_t peer_max_pending_conns; /* --peer-max-pending-connections (16) */
+    uint32_t peer_handshake_timeout_ms; /* --peer-handshake-timeout (1s) */
     /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
     char cert_file[512];            /* --cert-file: client port certificate (PEM) */
     char key_file[512];             /* --key-file */

@@ -179,6 +179,8 @@ static int start_peers(kv_server *s, const char *snap_dir)
         pc.max_queue_bytes = cfg->peer_max_queue_bytes;
     if (cfg->peer_max_prio_queue_bytes)
         pc.max_prio_queue_bytes = cfg->peer_max_prio_queue_bytes;
+    pc.max_pending_conns = cfg->peer_max_pending_conns;
+    pc.handshake_timeout_ms = cfg->peer_handshake_timeout_ms;
     pc.max_snapshot_bytes = cfg->max_snapshot_bytes
                                 ? cfg->max_snapshot_bytes
                                 : 2 * (uint64_t)kv_store_map_size(kv_store_quota(s->store));

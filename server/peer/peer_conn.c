@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,12 +33,37 @@ static void conn_closed_cb(uv_handle_t *h)
     kv_peer_handle_closed(n);
 }
 
+void kv_peer_conn_unpend(peer_conn *c)
+{
+    if (!c->pending)
+        return;
+    c->pending = 0;
+    c->net->n_pending--;
+    kv_metric_set(c->net->m_pending, (double)c->net->n_pending);
+}
+
+void kv_peer_conn_refuse(peer_conn *c, int reason, const char *why)
+{
+    if (c->closing)
+        return;
+    if (!c->refused && !c->net->closing)
+        kv_peer_refused(c->net, reason, c->where, why);
+    c->refused = 1;
+    kv_peer_conn_close(c, NULL);
+}
+
 void kv_peer_conn_close(peer_conn *c, const char *why)
 {
     if (c->closing)
         return;
-    if (why)
+    if (c->pending) { /* an unidentified connection: counted, logged rate-limited */
+        if (!c->refused && !c->net->closing)
+            kv_peer_refused(c->net, PEER_REFUSE_OTHER, c->where, why);
+        c->refused = 1;
+        kv_peer_conn_unpend(c);
+    } else if (why) {
         kv_peer_log(c->net, "closing connection with %s: %s", c->where, why);
+    }
     kv_peer *p = c->peer;
     if (p)
         kv_peer_on_down(p, c);
@@ -77,7 +103,7 @@ static int wbuf_append(peer_conn *c, const uint8_t *d, size_t len)
 
 void kv_peer_conn_flush(peer_conn *c)
 {
-    if (c->closing || !c->h2)
+    if (c->closing || (!c->h2 && !c->tls)) /* TLS: the handshake flows before the session */
         return;
     if (c->in_recv) {
         c->dirty = 1;
@@ -128,6 +154,8 @@ write:
         c->writing = 1;
         return;
     }
+    if (!c->h2)
+        return;
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         kv_peer_conn_close(c, c->close_after_write ? NULL : "HTTP/2 session finished");
     else if (c->close_after_write)
@@ -164,6 +192,12 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     }
     c->last_rx = uv_now(c->net->loop);
     c->missed_pings = 0;
+    /* an accepted h2c connection gets its session with its first bytes: a stranger that
+     * sends nothing costs no HTTP/2 state and no write (server/peer/README.md) */
+    if (!c->tls && !c->h2 && kv_peer_conn_session_new(c) != 0) {
+        kv_peer_conn_close(c, "cannot start the HTTP/2 session");
+        return;
+    }
     c->in_recv = 1;
     ssize_t rv = c->tls ? kv_peer_tls_recv(c, (const uint8_t *)b->base, (size_t)nread)
                         : nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
@@ -178,9 +212,11 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     kv_peer_conn_flush(c);
 }
 
-static int session_start(peer_conn *c)
+int kv_peer_conn_session_new(peer_conn *c)
 {
     kv_peer_net *n = c->net;
+    if (c->h2)
+        return 0;
     int rc = c->dialer ? nghttp2_session_client_new2(&c->h2, n->cbs, c, n->opt)
                        : nghttp2_session_server_new2(&c->h2, n->cbs, c, n->opt);
     if (rc != 0)
@@ -194,8 +230,56 @@ static int session_start(peer_conn *c)
     if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, c->dialer ? 4 : 3) != 0)
         return -ENOMEM;
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, PEER_CONN_WINDOW);
-    rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    return rc;
+    return 0;
+}
+
+static int session_start(peer_conn *c)
+{
+    if (kv_peer_conn_session_new(c) != 0)
+        return -ENOMEM;
+    return uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+}
+
+/* Reads what c's socket holds right now (non-blocking) and processes it as read_cb does, so
+ * a member whose handshake has already arrived is identified before anything else happens
+ * (before the next accept can evict it). */
+static void conn_pump(peer_conn *c)
+{
+    kv_peer_net *n = c->net;
+    uv_os_fd_t fd;
+    if (c->closing || n->rbuf_busy || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return;
+    ssize_t k = recv(fd, n->rbuf, sizeof(n->rbuf), MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    uv_buf_t b = uv_buf_init((char *)n->rbuf, sizeof(n->rbuf));
+    n->rbuf_busy = 1;
+    read_cb((uv_stream_t *)&c->tcp, k < 0 ? uv_translate_sys_error(errno) : (k == 0 ? UV_EOF : k),
+            &b);
+}
+
+/* Makes room for the new pending connection `keep`: closes the oldest other pending
+ * connections (each first read once: one whose handshake arrived is identified instead)
+ * until at most cfg.max_pending_conns are pending. */
+static void evict_pending(kv_peer_net *n, peer_conn *keep)
+{
+    while (n->n_pending > n->cfg.max_pending_conns) {
+        peer_conn *old = NULL;
+        for (peer_conn *c = n->conns; c; c = c->next) /* newest first: the last one wins */
+            if (c != keep && c->pending && !c->closing)
+                old = c;
+        if (!old)
+            return;
+        conn_pump(old);
+        if (old->pending && !old->closing) {
+            char why[160];
+            snprintf(why, sizeof(why),
+                     "too many unidentified peer connections (--peer-max-pending-connections "
+                     "%u): closing the oldest",
+                     n->cfg.max_pending_conns);
+            kv_peer_conn_refuse(old, PEER_REFUSE_PENDING_FULL, why);
+        }
+    }
 }
 
 static peer_conn *conn_new(kv_peer_net *n)
@@ -249,8 +333,7 @@ static void on_connect(uv_connect_t *req, int status)
 
 int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p)
 {
-    if (n->n_conns >= KV_PEER_MAX_CONNS)
-        return UV_EMFILE;
+    /* never refused for room: one dial per peer (p->conn), at most KV_PEER_MAX_PEERS */
     peer_conn *c = conn_new(n);
     if (!c)
         return UV_ENOMEM;
@@ -296,22 +379,27 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
         }
         snprintf(c->where, sizeof(c->where), "%s:%d", ip, port);
     }
-    if (n->n_conns > KV_PEER_MAX_CONNS) {
-        kv_peer_conn_close(c, "too many peer connections");
-        return 0;
-    }
+    c->pending = 1; /* until it identifies a known member (peer_session.c) */
+    n->n_pending++;
+    kv_metric_set(n->m_pending, (double)n->n_pending);
     c->connected = 1;
     size_t li = (size_t)((uv_tcp_t *)server - n->listeners);
+    /* No HTTP/2 session yet: h2c gets it with the first bytes (read_cb), TLS once the TLS
+     * handshake (and, with --peer-client-cert-auth, the client certificate) is verified
+     * (peer_tls.c) */
     if (li < 8 && n->listener_tls[li] && kv_peer_tls_attach(c, n->cfg.tls_server, NULL) != 0) {
         kv_peer_conn_close(c, "cannot start TLS");
         return 0;
     }
-    rc = session_start(c);
+    rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rc != 0) {
-        kv_peer_conn_close(c, "cannot start the HTTP/2 session");
+        kv_peer_conn_close(c, uv_strerror(rc));
         return 0;
     }
     kv_peer_conn_flush(c);
+    conn_pump(c); /* a member's handshake is usually here already */
+    if (!c->closing && c->pending)
+        evict_pending(n, c);
     return 0;
 }
 
@@ -320,6 +408,13 @@ void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now)
     kv_peer_net *n = c->net;
     if (c->closing)
         return;
+    if (c->pending && now - c->created > (uint64_t)n->cfg.handshake_timeout_ms) {
+        char why[128];
+        snprintf(why, sizeof(why), "no handshake within --peer-handshake-timeout (%u ms)",
+                 n->cfg.handshake_timeout_ms);
+        kv_peer_conn_refuse(c, PEER_REFUSE_TIMEOUT, why);
+        return;
+    }
     if (!c->dialer && !c->peer &&
         now - c->created > (uint64_t)n->cfg.ping_interval_ms * PEER_MAX_MISSED_PINGS) {
         kv_peer_conn_close(c, "no handshake in time");

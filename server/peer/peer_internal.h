@@ -25,6 +25,22 @@
 #define PEER_CONN_WINDOW (4 << 20)
 #define PEER_PATH_STREAM "/kvd/peer/stream"
 #define PEER_PATH_SNAP "/kvd/peer/snapshot"
+/* Refused / closed unidentified connections are logged once, then summarised at most once per
+ * this interval (a flood of strangers must not flood the log). */
+#define PEER_REFUSE_LOG_INTERVAL_MS 10000
+/* A connection claiming a member id whose connection received something within this many
+ * PING intervals is refused: the first connection is kept (server/peer/README.md). */
+#define PEER_REPLACE_SILENT_PINGS 3
+
+/* Why an accepted connection was closed before it identified a member (metric label). */
+enum {
+    PEER_REFUSE_PENDING_FULL, /* evicted: --peer-max-pending-connections reached */
+    PEER_REFUSE_TIMEOUT,      /* no handshake within --peer-handshake-timeout */
+    PEER_REFUSE_REJECTED,     /* handshake refused (cluster / member id mismatch, unknown) */
+    PEER_REFUSE_DUPLICATE,    /* claims a member whose connection is alive */
+    PEER_REFUSE_OTHER,        /* closed by the peer, garbage, TLS failure */
+    PEER_REFUSE_N
+};
 
 typedef struct peer_conn peer_conn;
 typedef struct peer_stream peer_stream;
@@ -143,6 +159,8 @@ struct peer_conn {
     uint64_t last_rx, created;
     int missed_pings;
     char where[64]; /* for logs: "peer 2" or "127.0.0.1:1234" */
+    int pending;    /* accepted, no known member identified yet (counted in net->n_pending) */
+    int refused;    /* already counted in kvd_peer_connections_refused_total */
     struct kv_tls_conn *tls; /* NULL: h2c; else TLS between the socket and nghttp2 */
 };
 
@@ -170,8 +188,14 @@ struct kv_peer_net {
     nghttp2_option *opt;
     int rbuf_busy;
     uint8_t rbuf[64 * 1024];
-    int listener_tls[8]; /* listener i has an https URL */
+    int listener_tls[8];         /* listener i has an https URL */
     struct kv_peer_delay *delay; /* delay failpoint (peer_delay.c), NULL until first set */
+    /* unidentified accepted connections (bounded by cfg.max_pending_conns) */
+    size_t n_pending;
+    kv_metric *m_pending, *m_refused[PEER_REFUSE_N];
+    /* refusal log rate limit: one full line, then one summary per interval */
+    int rl_active;
+    uint64_t rl_start, rl_suppressed, rl_counts[PEER_REFUSE_N];
 };
 
 /* peer_net.c */
@@ -198,12 +222,18 @@ peer_qframe *kv_peer_frame_new(uint32_t type, const uint8_t *buf, size_t len);
 /* The checks every send makes before queueing to peer `to` with a queue bound of `limit`
  * bytes: 0 and *out, or -ENOTCONN (net closing), -ENOENT (unknown peer), -EINVAL (reserved
  * type, NULL buf), -EMSGSIZE (past --max-frame-bytes or the bound). */
-int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf,
-                       size_t len, size_t limit, kv_peer **out);
+int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len,
+                       size_t limit, kv_peer **out);
 /* Whether p can take a frame now: 0 yes; 1 the member is isolated (failpoint: the frame is
  * dropped and the send reports success); -ENOTCONN not connected. Counts the drops. */
 int kv_peer_send_gate(kv_peer *p);
 void kv_peer_log(const kv_peer_net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A pending (unidentified) connection from `where` is refused or closed for reason
+ * (PEER_REFUSE_*): counts kvd_peer_connections_refused_total{reason} and logs `why`, rate
+ * limited (the first line in full, then a summary per PEER_REFUSE_LOG_INTERVAL_MS). */
+void kv_peer_refused(kv_peer_net *n, int reason, const char *where, const char *why);
+/* Emits the refusal summary when its interval is over (ping timer). */
+void kv_peer_refused_tick(kv_peer_net *n);
 
 /* peer_session.c */
 int kv_peer_conn_callbacks(nghttp2_session_callbacks **out);
@@ -242,6 +272,13 @@ void kv_peer_conn_close(peer_conn *c, const char *why);
 void kv_peer_conn_mark_dirty(peer_conn *c);
 void kv_peer_conn_flush(peer_conn *c);
 void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now);
+/* c (accepted) identified a known member: it no longer counts as pending. */
+void kv_peer_conn_unpend(peer_conn *c);
+/* Closes the pending connection c for reason (PEER_REFUSE_*), logged rate-limited. */
+void kv_peer_conn_refuse(peer_conn *c, int reason, const char *why);
+/* Creates c's nghttp2 session (server or client by c->dialer) and queues our SETTINGS.
+ * TLS listeners call it only once the TLS handshake is done (peer_tls.c). 0 or -ENOMEM. */
+int kv_peer_conn_session_new(peer_conn *c);
 
 /* peer_tls.c (issue 13) */
 /* Puts TLS (context ctx; verify_host: the dialed URL's host, NULL when accepting) under c.

@@ -22,6 +22,8 @@ void kv_peer_net_config_default(kv_peer_net_config *c)
     c->dial_backoff_min_ms = 100;
     c->dial_backoff_max_ms = 5000;
     c->ping_interval_ms = 1000;
+    c->max_pending_conns = 16;
+    c->handshake_timeout_ms = 1000;
 }
 
 void kv_peer_log(const kv_peer_net *n, const char *fmt, ...)
@@ -33,6 +35,79 @@ void kv_peer_log(const kv_peer_net *n, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "kvd: peer transport (member %llx): %s\n", (unsigned long long)n->cfg.self_id,
             msg);
+}
+
+/* ---- refused unidentified connections: counted, logged rate-limited ---- */
+
+static const char *const refuse_label[PEER_REFUSE_N] = {"pending_full", "handshake_timeout",
+                                                        "rejected", "member_connected", "other"};
+
+static void refused_summary(kv_peer_net *n, uint64_t now)
+{
+    uint64_t *k = n->rl_counts;
+    kv_peer_log(
+        n,
+        "refused %llu more unidentified peer connections in the last %llu ms (%llu: "
+        "--peer-max-pending-connections %u reached, %llu: no handshake within "
+        "--peer-handshake-timeout, %llu: handshake rejected, %llu: claimed a member "
+        "that is connected, %llu: other); see kvd_peer_connections_refused_total",
+        (unsigned long long)n->rl_suppressed, (unsigned long long)(now - n->rl_start),
+        (unsigned long long)k[PEER_REFUSE_PENDING_FULL], n->cfg.max_pending_conns,
+        (unsigned long long)k[PEER_REFUSE_TIMEOUT], (unsigned long long)k[PEER_REFUSE_REJECTED],
+        (unsigned long long)k[PEER_REFUSE_DUPLICATE], (unsigned long long)k[PEER_REFUSE_OTHER]);
+    n->rl_suppressed = 0;
+    memset(n->rl_counts, 0, sizeof(n->rl_counts));
+}
+
+void kv_peer_refused_tick(kv_peer_net *n)
+{
+    uint64_t now = uv_now(n->loop);
+    if (!n->rl_active || now - n->rl_start < PEER_REFUSE_LOG_INTERVAL_MS)
+        return;
+    if (n->rl_suppressed == 0) {
+        n->rl_active = 0; /* a quiet interval: the next refusal is logged in full again */
+        return;
+    }
+    refused_summary(n, now);
+    n->rl_start = now;
+}
+
+void kv_peer_refused(kv_peer_net *n, int reason, const char *where, const char *why)
+{
+    if (reason < 0 || reason >= PEER_REFUSE_N)
+        reason = PEER_REFUSE_OTHER;
+    kv_metric_inc(n->m_refused[reason]);
+    kv_peer_refused_tick(n);
+    if (n->rl_active) {
+        n->rl_suppressed++;
+        n->rl_counts[reason]++;
+        return;
+    }
+    n->rl_active = 1;
+    n->rl_start = uv_now(n->loop);
+    kv_peer_log(n,
+                "%s (unidentified peer connection from %s, closed; further refusals are "
+                "summarised every %d s)",
+                why ? why : "closed", where, PEER_REFUSE_LOG_INTERVAL_MS / 1000);
+}
+
+static void net_metrics_init(kv_peer_net *n)
+{
+    if (!n->metrics)
+        return;
+    n->m_pending = kv_metrics_gauge(n->metrics, "kvd_peer_pending_connections",
+                                    "Accepted peer connections that have not identified a known "
+                                    "member yet (bounded by --peer-max-pending-connections).",
+                                    NULL);
+    for (int i = 0; i < PEER_REFUSE_N; i++) {
+        char l[48];
+        snprintf(l, sizeof(l), "reason=\"%s\"", refuse_label[i]);
+        n->m_refused[i] = kv_metrics_counter(
+            n->metrics, "kvd_peer_connections_refused_total",
+            "Accepted peer connections closed before they identified a known member, by reason.",
+            l);
+    }
+    kv_metric_set(n->m_pending, 0);
 }
 
 /* splitmix64: the jitter PRNG (state in the net, seeded from cfg.seed). */
@@ -182,8 +257,8 @@ int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
     return 0;
 }
 
-int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf,
-                       size_t len, size_t limit, kv_peer **out)
+int kv_peer_send_check(kv_peer_net *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len,
+                       size_t limit, kv_peer **out)
 {
     if (!n || n->closing)
         return -ENOTCONN;
@@ -537,6 +612,7 @@ static void ping_timer_cb(uv_timer_t *t)
         next = c->next;
         kv_peer_conn_ping_tick(c, now);
     }
+    kv_peer_refused_tick(n);
 }
 
 static void flush_prep_cb(uv_prepare_t *h)
@@ -611,9 +687,14 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
     n->cfg = *cfg;
     if (n->cfg.max_prio_queue_bytes < 16) /* a config filled by hand: the default */
         n->cfg.max_prio_queue_bytes = 4u << 20;
+    if (n->cfg.max_pending_conns == 0)
+        n->cfg.max_pending_conns = 16;
+    if (n->cfg.handshake_timeout_ms == 0)
+        n->cfg.handshake_timeout_ms = 1000;
     n->cfg.n_peers = 0;
     n->h = *h;
     n->metrics = metrics;
+    net_metrics_init(n);
     n->rng = cfg->seed ^ cfg->self_id;
     n->snap_dir = strdup(cfg->snap_dir);
     n->cfg.snap_dir = n->snap_dir;

@@ -20,8 +20,11 @@
  * thread-safe. Callbacks run on the loop thread; they may call kv_peer_net_send / _send_snapshot
  * / _is_up / _set_isolated (and add/remove peers) but not kv_peer_net_close.
  * Bounds: per-peer send queue (max_queue_bytes), frame size (max_frame_bytes, also the receive
- * buffer bound), HTTP/2 flow-control windows (1 MiB per stream, 4 MiB per connection), at most
- * KV_PEER_MAX_CONNS connections (pending + established).
+ * buffer bound), HTTP/2 flow-control windows (1 MiB per stream, 4 MiB per connection).
+ * Connections: our own dials (one per peer) and accepted connections that identified a known
+ * member (one per peer) are never refused for room; accepted connections that have not
+ * identified themselves yet are at most max_pending_conns (the oldest is closed to make room
+ * for a new one) and are closed after handshake_timeout_ms (server/peer/README.md).
  */
 #ifndef KV_PEER_NET_H
 #define KV_PEER_NET_H
@@ -34,7 +37,6 @@
 
 #define KV_PEER_TYPE_RESERVED 0xFFFF0000u
 #define KV_PEER_MAX_PEERS 16
-#define KV_PEER_MAX_CONNS 64
 
 typedef struct kv_peer_net kv_peer_net;
 
@@ -81,6 +83,13 @@ typedef struct kv_peer_net_config {
      * dialed with tls_client (the server certificate must match the URL's host). Each may be
      * NULL (then such URLs are refused, -EINVAL). The net takes its own references. */
     struct kv_tls_ctx *tls_server, *tls_client;
+    /* Accepted connections not yet identified as a known member (--peer-max-pending-
+     * connections, default 16): past it the oldest is closed (counted, log rate-limited).
+     * 0: the default. */
+    uint32_t max_pending_conns;
+    /* An accepted connection that has not identified itself as a known member by then is
+     * closed (--peer-handshake-timeout, default 1000 ms; 0: the default). */
+    uint32_t handshake_timeout_ms;
 } kv_peer_net_config;
 
 /* Fills c with the defaults above (no listeners, no peers, snap_dir NULL). */

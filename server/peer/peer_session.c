@@ -251,13 +251,38 @@ static void respond(peer_conn *c, peer_stream *s, const char *status)
 
 /* ---- handshake (acceptor side) ---- */
 
-static void reject(peer_conn *c, peer_stream *s, const char *why)
+/* Refuses the handshake on s (403 + GOAWAY, closed once written). reason: PEER_REFUSE_*. A
+ * connection that has not identified a member is logged rate-limited and counted. */
+static void reject_as(peer_conn *c, peer_stream *s, int reason, const char *why)
 {
-    kv_peer_log(c->net, "rejected peer %llx: %s", (unsigned long long)s->h_from, why);
+    if (c->pending && !c->refused) {
+        char line[256];
+        snprintf(line, sizeof(line), "rejected peer %llx: %s", (unsigned long long)s->h_from, why);
+        kv_peer_refused(c->net, reason, c->where, line);
+        c->refused = 1;
+    } else if (!c->pending) {
+        kv_peer_log(c->net, "rejected peer %llx: %s", (unsigned long long)s->h_from, why);
+    }
     s->kind = PS_REJECTED;
     respond(c, s, "403");
     nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR, NULL, 0);
     c->close_after_write = 1;
+}
+
+static void reject(peer_conn *c, peer_stream *s, const char *why)
+{
+    reject_as(c, s, PEER_REFUSE_REJECTED, why);
+}
+
+/* Whether p's current connection (another than c) is alive: it received something within
+ * PEER_REPLACE_SILENT_PINGS PING intervals (we PING every idle connection each interval). */
+static int peer_conn_alive(const kv_peer *p, const peer_conn *c)
+{
+    const peer_conn *o = p->conn;
+    if (!o || o == c || o->closing || !p->up)
+        return 0;
+    uint64_t now = uv_now(c->net->loop);
+    return now - o->last_rx < (uint64_t)c->net->cfg.ping_interval_ms * PEER_REPLACE_SILENT_PINGS;
 }
 
 /* Incoming snapshots being written for this connection (each holds a temp file). */
@@ -316,6 +341,16 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
             reject(c, s, "second message stream on one connection");
             return;
         }
+        if (peer_conn_alive(p, c)) {
+            /* Without peer TLS anyone can claim a member id: the first connection is kept
+             * while it is alive; a member that really reconnected gets in once the old one
+             * is closed or silent (server/peer/README.md, "Who may connect"). */
+            snprintf(why, sizeof(why),
+                     "member %llx is already connected (%s) and alive: keeping that connection",
+                     (unsigned long long)p->id, p->conn->where);
+            reject_as(c, s, PEER_REFUSE_DUPLICATE, why);
+            return;
+        }
         s->kind = PS_MSG;
         c->msg_stream = s->id;
         snprintf(c->where, sizeof(c->where), "peer %llx", (unsigned long long)p->id);
@@ -327,6 +362,7 @@ static void on_stream_request(peer_conn *c, peer_stream *s)
             kv_peer_conn_close(c, "cannot answer the handshake");
             return;
         }
+        kv_peer_conn_unpend(c);
         kv_peer_on_up(p, c);
         kv_peer_conn_mark_dirty(c);
         return;

@@ -26,6 +26,12 @@ int kv_peer_tls_attach(peer_conn *c, kv_tls_ctx *ctx, const char *verify_host)
 static int plain_in(void *arg, const uint8_t *p, size_t n)
 {
     peer_conn *c = arg;
+    /* plaintext exists only after a completed (and, with client-certificate auth, verified)
+     * handshake: only now does an accepted connection get its HTTP/2 session */
+    if (!c->h2 && kv_peer_conn_session_new(c) != 0) {
+        kv_peer_conn_close(c, "cannot start the HTTP/2 session");
+        return -1;
+    }
     ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
     if (rv < 0) {
         kv_peer_conn_close(c, nghttp2_strerror((int)rv));
@@ -60,7 +66,7 @@ int kv_peer_tls_fill(peer_conn *c)
         /* Nothing is pulled from nghttp2 before the handshake completes: its output would
          * pile up as plaintext inside the TLS layer. */
         if (c->wlen >= PEER_WRITE_CHUNK || kv_tls_conn_out_pending(c->tls) ||
-            !kv_tls_conn_established(c->tls))
+            !kv_tls_conn_established(c->tls) || !c->h2)
             return 0;
         const uint8_t *d;
         ssize_t k = nghttp2_session_mem_send(c->h2, &d);

@@ -426,3 +426,86 @@ Test(peer_net, remove_and_add_peer)
     cr_assert_eq(f.n[1].order_errors, 0);
     fx_fini(&f);
 }
+
+static double net_metric(fx *f, int i, const char *name, const char *labels)
+{
+    kv_metric *m = strstr(name, "_total") ? kv_metrics_counter(f->n[i].m, name, "x", labels)
+                                          : kv_metrics_gauge(f->n[i].m, name, "x", labels);
+    return kv_metric_value(m);
+}
+
+/* 1 when the member closed fd (everything it sent is read first). */
+static int drained_closed(int fd)
+{
+    char b[4096];
+    for (;;) {
+        ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return 1;
+        if (r < 0)
+            return 0;
+    }
+}
+
+static int count_str(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+static int all_accepted(void *arg)
+{
+    fx *f = arg;
+    return net_metric(f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\"") +
+               net_metric(f, 1, "kvd_peer_pending_connections", NULL) >=
+           12;
+}
+
+/* Strangers get --peer-max-pending-connections slots (the oldest is closed for a new one),
+ * counted and logged once; a member still gets through and is not a pending connection. */
+Test(peer_net, strangers_take_only_the_pending_slots_and_a_member_gets_through)
+{
+    fx f;
+    cap c;
+    fx_init(&f);
+    fx_config(&f, 0, 0xc1);
+    fx_config(&f, 1, 0xc1);
+    f.n[1].cfg.max_pending_conns = 4;
+    f.n[1].cfg.handshake_timeout_ms = 60000; /* only the bound closes them here */
+    fx_start(&f, 0);
+    fx_start(&f, 1);
+    cap_start(&c, &f);
+    int s[12];
+    for (int k = 0; k < 12; k++)
+        s[k] = raw_connect(f.n[1].port);
+    fx_run_until(&f, all_accepted, &f, 10000);
+    cr_assert_eq(net_metric(&f, 1, "kvd_peer_pending_connections", NULL), 4, "pending %f",
+                 net_metric(&f, 1, "kvd_peer_pending_connections", NULL));
+    cr_assert_eq(net_metric(&f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\""),
+                 8);
+    int closed = 0;
+    for (int k = 0; k < 12; k++) {
+        int cl = drained_closed(s[k]);
+        closed += cl;
+        if (k < 8) /* the oldest ones */
+            cr_assert(cl, "stranger %d (old) kept", k);
+    }
+    cr_assert_eq(closed, 8, "%d of 12 strangers closed", closed);
+    /* a member dials into the full pending set */
+    fx_add(&f, 0, 1);
+    fx_add(&f, 1, 0);
+    fx_wait_up(&f, 0, 1);
+    cr_assert_leq(net_metric(&f, 1, "kvd_peer_pending_connections", NULL), 4);
+    fx_run_until(&f, never, NULL, 300);
+    cr_assert(kv_peer_net_is_up(f.n[1].net, 1));
+    char *log = cap_stop(&c);
+    /* one line for the first refusal; the others go into the 10 s summary */
+    cr_assert_eq(count_str(log, "unidentified peer connection from"), 1, "%s", log);
+    cr_assert_not_null(strstr(log, "--peer-max-pending-connections 4"), "%s", log);
+    free(log);
+    for (int k = 0; k < 12; k++)
+        close(s[k]);
+    fx_fini(&f);
+}
