@@ -40,11 +40,26 @@ static int plain_in(void *arg, const uint8_t *p, size_t n)
     return c->closing ? -1 : 0;
 }
 
+/* A failed handshake leaves its alert (bad certificate, ...) in the TLS output: send it, best
+ * effort, before the close, so the other member learns why (Go logs "remote error: tls: bad
+ * certificate", and so does kvd: net/tls.c). */
+static void flush_alert(peer_conn *c)
+{
+    uint8_t buf[512];
+    size_t n = kv_tls_conn_out_read(c->tls, buf, sizeof(buf));
+    if (n == 0)
+        return;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)n);
+    (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+}
+
 int kv_peer_tls_recv(peer_conn *c, const uint8_t *in, size_t len)
 {
     int rc = kv_tls_conn_recv(c->tls, in, len, plain_in, c);
     if (rc == 0 || c->closing)
         return c->closing ? -1 : 0;
+    if (!kv_tls_conn_established(c->tls) && c->wlen == 0)
+        flush_alert(c); /* nothing else queued ahead of it */
     char why[300];
     snprintf(why, sizeof(why), "TLS: %s",
              kv_tls_conn_error(c->tls)[0] ? kv_tls_conn_error(c->tls) : "error");
