@@ -123,6 +123,11 @@ typedef struct kv_config {
     char peer_key_file[512];        /* --peer-key-file */
     char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
     int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
+    int auto_tls;                   /* --auto-tls: self-signed client port cert (tls_auto.h) */
+    int peer_auto_tls;              /* --peer-auto-tls: self-signed peer cert (tls_auto.h) */
+    uint32_t self_signed_cert_validity; /* --self-signed-cert-validity: years (1) */
+    int peer_auto_verify_off; /* set by kv_tls_auto_prepare: peers' self-signed certificates
+                                 are not verified (etcd's peer auto TLS); not a flag */
     /* Corruption checks (issue 14, docs/corruption.md). */
     int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
     uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */

@@ -53,8 +53,8 @@ static const char *opt(const char *s)
     return s[0] ? s : NULL;
 }
 
-int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **out,
-                             char *err, size_t errlen)
+int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **out, char *err,
+                             size_t errlen)
 {
     *out = NULL;
     int any = 0;
@@ -96,7 +96,10 @@ int kv_tls_setup_peer(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **se
     kv_tls_options co = {.cert_file = opt(cfg->peer_cert_file),
                          .key_file = opt(cfg->peer_key_file),
                          .ca_file = opt(cfg->peer_trusted_ca_file),
-                         .server = 0};
+                         .server = 0,
+                         /* --peer-auto-tls: self-signed on every side, nothing to verify
+                          * against (etcd: InsecureSkipVerify for self-signed peers) */
+                         .insecure_skip_verify = cfg->peer_auto_verify_off};
     rc = make_ctx(metrics, "peer", &co, client, err, errlen);
     if (rc < 0) {
         kv_tls_ctx_unref(*server);
