@@ -314,6 +314,14 @@ static const flag_def FLAGS[] = {
     {"auto-tls", F_BOOL, OFF(auto_tls), 0, 0, 0, 0},
     {"peer-auto-tls", F_BOOL, OFF(peer_auto_tls), 0, 0, 0, 0},
     {"self-signed-cert-validity", F_U32, OFF(self_signed_cert_validity), 0, 0, 1, 100},
+    {"client-crl-file", F_STR, OFF(client_crl_file), 0, sizeof(((kv_config *)0)->client_crl_file),
+     0, 0},
+    {"peer-crl-file", F_STR, OFF(peer_crl_file), 0, sizeof(((kv_config *)0)->peer_crl_file), 0, 0},
+    {"peer-cert-allowed-cn", F_STR, OFF(peer_cert_allowed_cn), 0,
+     sizeof(((kv_config *)0)->peer_cert_allowed_cn), 0, 0},
+    {"peer-cert-allowed-hostname", F_STR, OFF(peer_cert_allowed_hostname), 0,
+     sizeof(((kv_config *)0)->peer_cert_allowed_hostname), 0, 0},
+    {"cipher-suites", F_STR, OFF(cipher_suites), 0, sizeof(((kv_config *)0)->cipher_suites), 0, 0},
     /* Corruption checks (issue 14; server/corrupt/corrupt_check.h), etcd 3.4's flags. */
     {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
     {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
@@ -422,6 +430,12 @@ const char *kv_config_usage(void)
            "  --peer-auto-tls                 peer TLS with a generated self-signed certificate;\n"
            "                                  peers' certificates are then not verified\n"
            "  --self-signed-cert-validity N   years the generated certificates are valid (1)\n"
+           "  --client-crl-file F             CRLs: client certificates listed are refused\n"
+           "  --peer-crl-file F               CRLs: peer certificates listed are refused\n"
+           "  --peer-cert-allowed-cn CN       peers' certificates must have this CN\n"
+           "  --peer-cert-allowed-hostname H  peers' certificates must be valid for H\n"
+           "  --cipher-suites LIST            TLS 1.2 suites, Go names, comma-separated\n"
+           "                                  (default: ECDHE with AES-GCM or CHACHA20)\n"
            "  --experimental-initial-corrupt-check  compare HashKV with the peers before\n"
            "                                  serving; refuse to start on a mismatch (false)\n"
            "  --experimental-corrupt-check-time D  leader compares every member's HashKV\n"
@@ -589,6 +603,13 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, errlen, "--%sclient-cert-auth needs --%strusted-ca-file",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-");
+        return -EINVAL;
+    }
+    if (cfg->peer_cert_allowed_cn[0] && cfg->peer_cert_allowed_hostname[0]) {
+        snprintf(err, errlen,
+                 "AllowedCN and AllowedHostname are mutually exclusive (cn=\"%s\", "
+                 "hostname=\"%s\")",
+                 cfg->peer_cert_allowed_cn, cfg->peer_cert_allowed_hostname);
         return -EINVAL;
     }
     kv_log_level ll;

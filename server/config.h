@@ -115,17 +115,22 @@ typedef struct kv_config {
     size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
                                          per peer, sent ahead of raft traffic (4 MiB) */
     /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
-    char cert_file[512];            /* --cert-file: client port certificate (PEM) */
-    char key_file[512];             /* --key-file */
-    char trusted_ca_file[512];      /* --trusted-ca-file: CA of client certificates */
-    int client_cert_auth;           /* --client-cert-auth: require a verified client cert */
-    char peer_cert_file[512];       /* --peer-cert-file: peer port (server and client) cert */
-    char peer_key_file[512];        /* --peer-key-file */
-    char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
-    int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
-    int auto_tls;                   /* --auto-tls: self-signed client port cert (tls_auto.h) */
-    int peer_auto_tls;              /* --peer-auto-tls: self-signed peer cert (tls_auto.h) */
+    char cert_file[512];                /* --cert-file: client port certificate (PEM) */
+    char key_file[512];                 /* --key-file */
+    char trusted_ca_file[512];          /* --trusted-ca-file: CA of client certificates */
+    int client_cert_auth;               /* --client-cert-auth: require a verified client cert */
+    char peer_cert_file[512];           /* --peer-cert-file: peer port (server and client) cert */
+    char peer_key_file[512];            /* --peer-key-file */
+    char peer_trusted_ca_file[512];     /* --peer-trusted-ca-file: CA of the other members */
+    int peer_client_cert_auth;          /* --peer-client-cert-auth: require a verified peer cert */
+    int auto_tls;                       /* --auto-tls: self-signed client port cert (tls_auto.h) */
+    int peer_auto_tls;                  /* --peer-auto-tls: self-signed peer cert (tls_auto.h) */
     uint32_t self_signed_cert_validity; /* --self-signed-cert-validity: years (1) */
+    char client_crl_file[512];          /* --client-crl-file: revoked client certificates */
+    char peer_crl_file[512];            /* --peer-crl-file: revoked peer certificates */
+    char peer_cert_allowed_cn[256];     /* --peer-cert-allowed-cn: required peer certificate CN */
+    char peer_cert_allowed_hostname[256]; /* --peer-cert-allowed-hostname */
+    char cipher_suites[2048];             /* --cipher-suites: Go names, client and peer ports */
     int peer_auto_verify_off; /* set by kv_tls_auto_prepare: peers' self-signed certificates
                                  are not verified (etcd's peer auto TLS); not a flag */
     /* Corruption checks (issue 14, docs/corruption.md). */
