@@ -16,6 +16,7 @@ void kv_config_default(kv_config *cfg)
     cfg->heartbeat_interval_ms = 100;
     cfg->snapshot_count = 100000;
     cfg->self_signed_cert_validity = 1; /* etcd: one year */
+    cfg->strict_reconfig_check = 1;     /* etcd's default */
     cfg->peer_max_queue_bytes = 16u << 20;
     cfg->election_timeout_ms = 1000;
     cfg->max_request_bytes = 1572864;
@@ -246,6 +247,7 @@ static const flag_def FLAGS[] = {
      sizeof(((kv_config *)0)->initial_cluster_token), 0, 0},
     {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
      sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
+    {"strict-reconfig-check", F_BOOL, OFF(strict_reconfig_check), 0, 0, 0, 0},
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
     {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
     {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
@@ -353,6 +355,8 @@ const char *kv_config_usage(void)
            "  --initial-cluster | --peers     n1=http://h1:2380,n2=... (default name=peer url)\n"
            "  --initial-cluster-token TOKEN   (default \"etcd-cluster\")\n"
            "  --initial-cluster-state new|existing\n"
+           "  --strict-reconfig-check B       refuse member changes that would leave fewer\n"
+           "                                  started members than a quorum (true)\n"
            "  --heartbeat-interval MS         (default 100)\n"
            "  --election-timeout MS           (default 1000)\n"
            "  --max-request-bytes N           largest request message (default 1572864)\n"

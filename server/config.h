@@ -46,6 +46,8 @@ typedef struct kv_config {
     size_t n_initial_cluster;
     char initial_cluster_token[128];
     char initial_cluster_state[16]; /* "new" or "existing" */
+    int strict_reconfig_check;      /* --strict-reconfig-check: refuse member changes that
+                                       would leave fewer started members than a quorum (true) */
 
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;
