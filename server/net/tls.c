@@ -92,13 +92,58 @@ static void ctx_log(kv_tls_ctx *x, const char *fmt, ...)
 }
 
 /* The first queued OpenSSL error as text (clears the queue). */
+/* Go's crypto/tls text of a TLS alert (alert.go), or NULL: etcd operators and etcd's own
+ * tests look for these words in the log ("remote error: tls: bad certificate"). */
+static const char *go_alert_text(int alert)
+{
+    switch (alert) {
+    case 10:
+        return "unexpected message";
+    case 20:
+        return "bad record MAC";
+    case 40:
+        return "handshake failure";
+    case 42:
+        return "bad certificate";
+    case 43:
+        return "unsupported certificate";
+    case 44:
+        return "revoked certificate";
+    case 45:
+        return "expired certificate";
+    case 46:
+        return "unknown certificate";
+    case 48:
+        return "unknown certificate authority";
+    case 70:
+        return "protocol version not supported";
+    case 80:
+        return "internal error";
+    case 116:
+        return "certificate required";
+    case 120:
+        return "no application protocol";
+    default:
+        return NULL;
+    }
+}
+
 static void ssl_err_text(char *buf, size_t cap, const char *fallback)
 {
     unsigned long e = ERR_get_error();
-    if (e)
+    if (e) {
         ERR_error_string_n(e, buf, cap);
-    else
+        /* An alert the peer sent (OpenSSL: reason = 1000 + alert): also in Go's words. */
+        int reason = ERR_GET_REASON(e);
+        const char *go = reason >= SSL_AD_REASON_OFFSET && reason < SSL_AD_REASON_OFFSET + 256
+                             ? go_alert_text(reason - SSL_AD_REASON_OFFSET)
+                             : NULL;
+        size_t n = strlen(buf);
+        if (go && n < cap)
+            snprintf(buf + n, cap - n, " (remote error: tls: %s)", go);
+    } else {
         snprintf(buf, cap, "%s", fallback);
+    }
     ERR_clear_error();
 }
 
