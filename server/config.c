@@ -15,6 +15,8 @@ void kv_config_default(kv_config *cfg)
     snprintf(cfg->initial_cluster_state, sizeof(cfg->initial_cluster_state), "new");
     cfg->heartbeat_interval_ms = 100;
     cfg->snapshot_count = 100000;
+    cfg->self_signed_cert_validity = 1; /* etcd: one year */
+    cfg->strict_reconfig_check = 1;     /* etcd's default */
     cfg->peer_max_queue_bytes = 16u << 20;
     cfg->election_timeout_ms = 1000;
     cfg->max_request_bytes = 1572864;
@@ -247,6 +249,7 @@ static const flag_def FLAGS[] = {
      sizeof(((kv_config *)0)->initial_cluster_token), 0, 0},
     {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
      sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
+    {"strict-reconfig-check", F_BOOL, OFF(strict_reconfig_check), 0, 0, 0, 0},
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
     {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
     {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
@@ -314,6 +317,17 @@ static const flag_def FLAGS[] = {
     {"peer-trusted-ca-file", F_STR, OFF(peer_trusted_ca_file), 0,
      sizeof(((kv_config *)0)->peer_trusted_ca_file), 0, 0},
     {"peer-client-cert-auth", F_BOOL, OFF(peer_client_cert_auth), 0, 0, 0, 0},
+    {"auto-tls", F_BOOL, OFF(auto_tls), 0, 0, 0, 0},
+    {"peer-auto-tls", F_BOOL, OFF(peer_auto_tls), 0, 0, 0, 0},
+    {"self-signed-cert-validity", F_U32, OFF(self_signed_cert_validity), 0, 0, 1, 100},
+    {"client-crl-file", F_STR, OFF(client_crl_file), 0, sizeof(((kv_config *)0)->client_crl_file),
+     0, 0},
+    {"peer-crl-file", F_STR, OFF(peer_crl_file), 0, sizeof(((kv_config *)0)->peer_crl_file), 0, 0},
+    {"peer-cert-allowed-cn", F_STR, OFF(peer_cert_allowed_cn), 0,
+     sizeof(((kv_config *)0)->peer_cert_allowed_cn), 0, 0},
+    {"peer-cert-allowed-hostname", F_STR, OFF(peer_cert_allowed_hostname), 0,
+     sizeof(((kv_config *)0)->peer_cert_allowed_hostname), 0, 0},
+    {"cipher-suites", F_STR, OFF(cipher_suites), 0, sizeof(((kv_config *)0)->cipher_suites), 0, 0},
     /* Corruption checks (issue 14; server/corrupt/corrupt_check.h), etcd 3.4's flags. */
     {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
     {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
@@ -345,6 +359,8 @@ const char *kv_config_usage(void)
            "  --initial-cluster | --peers     n1=http://h1:2380,n2=... (default name=peer url)\n"
            "  --initial-cluster-token TOKEN   (default \"etcd-cluster\")\n"
            "  --initial-cluster-state new|existing\n"
+           "  --strict-reconfig-check B       refuse member changes that would leave fewer\n"
+           "                                  started members than a quorum (true)\n"
            "  --heartbeat-interval MS         (default 100)\n"
            "  --election-timeout MS           (default 1000)\n"
            "  --max-request-bytes N           largest request message (default 1572864)\n"
@@ -420,6 +436,17 @@ const char *kv_config_usage(void)
            "  --peer-key-file F               its private key\n"
            "  --peer-trusted-ca-file F        CA that signs the other members' certificates\n"
            "  --peer-client-cert-auth         require a verified certificate from peers\n"
+           "  --auto-tls                      client TLS with a generated self-signed certificate\n"
+           "                                  (<data-dir>/fixtures/client, reused on restart)\n"
+           "  --peer-auto-tls                 peer TLS with a generated self-signed certificate;\n"
+           "                                  peers' certificates are then not verified\n"
+           "  --self-signed-cert-validity N   years the generated certificates are valid (1)\n"
+           "  --client-crl-file F             CRLs: client certificates listed are refused\n"
+           "  --peer-crl-file F               CRLs: peer certificates listed are refused\n"
+           "  --peer-cert-allowed-cn CN       peers' certificates must have this CN\n"
+           "  --peer-cert-allowed-hostname H  peers' certificates must be valid for H\n"
+           "  --cipher-suites LIST            TLS 1.2 suites, Go names, comma-separated\n"
+           "                                  (default: ECDHE with AES-GCM or CHACHA20)\n"
            "  --experimental-initial-corrupt-check  compare HashKV with the peers before\n"
            "                                  serving; refuse to start on a mismatch (false)\n"
            "  --experimental-corrupt-check-time D  leader compares every member's HashKV\n"
@@ -431,8 +458,10 @@ const char *kv_config_usage(void)
            "  --auth-token simple             token type (only simple tokens)\n"
            "  --auth-token-ttl S              simple token lifetime, renewed on use (300)\n"
            "  --auth-hash-iterations N        PBKDF2-SHA256 rounds per password (100000)\n"
-           "  --auth-max-pending-hashes N     password hashes queued; beyond: too many requests (64)\n"
-           "  --auth-max-tokens N             live auth tokens; beyond: too many requests (100000)\n"
+           "  --auth-max-pending-hashes N     password hashes queued; beyond: too many requests "
+           "(64)\n"
+           "  --auth-max-tokens N             live auth tokens; beyond: too many requests "
+           "(100000)\n"
            "  --version | --help\n";
 }
 
@@ -564,15 +593,19 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     }
     /* TLS (issue 13): an https listener needs a certificate, as etcd. */
     for (size_t k = 0; k < cfg->n_listen_client; k++)
-        if (cfg->listen_client[k].tls && (!cfg->cert_file[0] || !cfg->key_file[0])) {
-            snprintf(err, errlen, "%s: https listen URL needs --cert-file and --key-file",
+        if (cfg->listen_client[k].tls && !cfg->auto_tls &&
+            (!cfg->cert_file[0] || !cfg->key_file[0])) {
+            snprintf(err, errlen,
+                     "%s: https listen URL needs --cert-file and --key-file, or --auto-tls",
                      cfg->listen_client[k].text);
             return -EINVAL;
         }
     for (size_t k = 0; k < cfg->n_listen_peer; k++)
-        if (cfg->listen_peer[k].tls && (!cfg->peer_cert_file[0] || !cfg->peer_key_file[0])) {
+        if (cfg->listen_peer[k].tls && !cfg->peer_auto_tls &&
+            (!cfg->peer_cert_file[0] || !cfg->peer_key_file[0])) {
             snprintf(err, errlen,
-                     "%s: https peer URL needs --peer-cert-file and --peer-key-file",
+                     "%s: https peer URL needs --peer-cert-file and --peer-key-file, or "
+                     "--peer-auto-tls",
                      cfg->listen_peer[k].text);
             return -EINVAL;
         }
@@ -581,6 +614,13 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, errlen, "--%sclient-cert-auth needs --%strusted-ca-file",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-",
                  cfg->client_cert_auth && !cfg->trusted_ca_file[0] ? "" : "peer-");
+        return -EINVAL;
+    }
+    if (cfg->peer_cert_allowed_cn[0] && cfg->peer_cert_allowed_hostname[0]) {
+        snprintf(err, errlen,
+                 "AllowedCN and AllowedHostname are mutually exclusive (cn=\"%s\", "
+                 "hostname=\"%s\")",
+                 cfg->peer_cert_allowed_cn, cfg->peer_cert_allowed_hostname);
         return -EINVAL;
     }
     kv_log_level ll;

@@ -46,6 +46,8 @@ typedef struct kv_config {
     size_t n_initial_cluster;
     char initial_cluster_token[128];
     char initial_cluster_state[16]; /* "new" or "existing" */
+    int strict_reconfig_check;      /* --strict-reconfig-check: refuse member changes that
+                                       would leave fewer started members than a quorum (true) */
 
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;
@@ -118,14 +120,24 @@ typedef struct kv_config {
     uint32_t peer_max_pending_conns; /* --peer-max-pending-connections (16) */
     uint32_t peer_handshake_timeout_ms; /* --peer-handshake-timeout (1s) */
     /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
-    char cert_file[512];            /* --cert-file: client port certificate (PEM) */
-    char key_file[512];             /* --key-file */
-    char trusted_ca_file[512];      /* --trusted-ca-file: CA of client certificates */
-    int client_cert_auth;           /* --client-cert-auth: require a verified client cert */
-    char peer_cert_file[512];       /* --peer-cert-file: peer port (server and client) cert */
-    char peer_key_file[512];        /* --peer-key-file */
-    char peer_trusted_ca_file[512]; /* --peer-trusted-ca-file: CA of the other members */
-    int peer_client_cert_auth;      /* --peer-client-cert-auth: require a verified peer cert */
+    char cert_file[512];                /* --cert-file: client port certificate (PEM) */
+    char key_file[512];                 /* --key-file */
+    char trusted_ca_file[512];          /* --trusted-ca-file: CA of client certificates */
+    int client_cert_auth;               /* --client-cert-auth: require a verified client cert */
+    char peer_cert_file[512];           /* --peer-cert-file: peer port (server and client) cert */
+    char peer_key_file[512];            /* --peer-key-file */
+    char peer_trusted_ca_file[512];     /* --peer-trusted-ca-file: CA of the other members */
+    int peer_client_cert_auth;          /* --peer-client-cert-auth: require a verified peer cert */
+    int auto_tls;                       /* --auto-tls: self-signed client port cert (tls_auto.h) */
+    int peer_auto_tls;                  /* --peer-auto-tls: self-signed peer cert (tls_auto.h) */
+    uint32_t self_signed_cert_validity; /* --self-signed-cert-validity: years (1) */
+    char client_crl_file[512];          /* --client-crl-file: revoked client certificates */
+    char peer_crl_file[512];            /* --peer-crl-file: revoked peer certificates */
+    char peer_cert_allowed_cn[256];     /* --peer-cert-allowed-cn: required peer certificate CN */
+    char peer_cert_allowed_hostname[256]; /* --peer-cert-allowed-hostname */
+    char cipher_suites[2048];             /* --cipher-suites: Go names, client and peer ports */
+    int peer_auto_verify_off; /* set by kv_tls_auto_prepare: peers' self-signed certificates
+                                 are not verified (etcd's peer auto TLS); not a flag */
     /* Corruption checks (issue 14, docs/corruption.md). */
     int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
     uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */

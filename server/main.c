@@ -21,6 +21,7 @@
 #include "peer/peer_delay.h"
 #include "api/auto_compact.h"
 #include "server.h"
+#include "tls_auto.h"
 #include "tls_setup.h"
 #include "sd_notify.h"
 #include "corrupt/corrupt_check.h"
@@ -403,6 +404,13 @@ int main(int argc, char **argv)
     }
     /* One process per data dir (issue 8, D2): two corrupt it. */
     rc = kv_datadir_lock(m.cfg.data_dir, &m.lock_fd, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: fatal: %s\n", err);
+        return 1;
+    }
+    /* --auto-tls / --peer-auto-tls: make or reuse the self-signed pairs in the data dir
+     * before any TLS context is built (tls_auto.h). */
+    rc = kv_tls_auto_prepare(&m.cfg, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: fatal: %s\n", err);
         return 1;

@@ -53,8 +53,21 @@ static const char *opt(const char *s)
     return s[0] ? s : NULL;
 }
 
-int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **out,
-                             char *err, size_t errlen)
+/* --cipher-suites as an OpenSSL list in buf; NULL when unset (the transport's policy). */
+static int ciphers_of(const kv_config *cfg, char *buf, size_t cap, const char **out, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    if (!cfg->cipher_suites[0])
+        return 0;
+    int rc = kv_tls_cipher_list(cfg->cipher_suites, buf, cap, err, errlen);
+    if (rc == 0 && buf[0])
+        *out = buf;
+    return rc;
+}
+
+int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **out, char *err,
+                             size_t errlen)
 {
     *out = NULL;
     int any = 0;
@@ -62,11 +75,18 @@ int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_c
         any |= cfg->listen_client[i].tls;
     if (!any)
         return 0;
+    char cbuf[2048];
+    const char *ciphers;
+    int rc = ciphers_of(cfg, cbuf, sizeof(cbuf), &ciphers, err, errlen);
+    if (rc < 0)
+        return rc;
     kv_tls_options o = {.cert_file = opt(cfg->cert_file),
                         .key_file = opt(cfg->key_file),
                         .ca_file = opt(cfg->trusted_ca_file),
                         .server = 1,
-                        .verify_peer = cfg->client_cert_auth};
+                        .verify_peer = cfg->client_cert_auth,
+                        .crl_file = opt(cfg->client_crl_file),
+                        .ciphers = ciphers};
     return make_ctx(metrics, "client", &o, out, err, errlen);
 }
 
@@ -81,13 +101,21 @@ int kv_tls_setup_peer(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **se
         any |= cfg->initial_cluster[i].url.tls;
     if (!any)
         return 0;
-    int rc = 0;
+    char cbuf[2048];
+    const char *ciphers;
+    int rc = ciphers_of(cfg, cbuf, sizeof(cbuf), &ciphers, err, errlen);
+    if (rc < 0)
+        return rc;
     if (cfg->peer_cert_file[0]) {
         kv_tls_options so = {.cert_file = opt(cfg->peer_cert_file),
                              .key_file = opt(cfg->peer_key_file),
                              .ca_file = opt(cfg->peer_trusted_ca_file),
                              .server = 1,
-                             .verify_peer = cfg->peer_client_cert_auth};
+                             .verify_peer = cfg->peer_client_cert_auth,
+                             .crl_file = opt(cfg->peer_crl_file),
+                             .ciphers = ciphers,
+                             .allowed_cn = opt(cfg->peer_cert_allowed_cn),
+                             .allowed_hostname = opt(cfg->peer_cert_allowed_hostname)};
         rc = make_ctx(metrics, "peer", &so, server, err, errlen);
         if (rc < 0)
             return rc;
@@ -96,7 +124,13 @@ int kv_tls_setup_peer(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **se
     kv_tls_options co = {.cert_file = opt(cfg->peer_cert_file),
                          .key_file = opt(cfg->peer_key_file),
                          .ca_file = opt(cfg->peer_trusted_ca_file),
-                         .server = 0};
+                         .server = 0,
+                         /* --peer-auto-tls: self-signed on every side, nothing to verify
+                          * against (etcd: InsecureSkipVerify for self-signed peers) */
+                         .insecure_skip_verify = cfg->peer_auto_verify_off,
+                         .ciphers = ciphers,
+                         .allowed_cn = opt(cfg->peer_cert_allowed_cn),
+                         .allowed_hostname = opt(cfg->peer_cert_allowed_hostname)};
     rc = make_ctx(metrics, "peer", &co, client, err, errlen);
     if (rc < 0) {
         kv_tls_ctx_unref(*server);

@@ -13,7 +13,8 @@ target_include_directories(kv_net PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_net PUBLIC PkgConfig::UV)
 
 # TLS over OpenSSL memory BIOs (issue 13), shared by the gRPC server and the peer transport.
-add_library(kv_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/net/tls.c)
+add_library(kv_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/net/tls.c
+  ${CMAKE_CURRENT_LIST_DIR}/net/tls_ciphers.c)
 target_include_directories(kv_tls PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_tls PUBLIC PkgConfig::OPENSSL)
 

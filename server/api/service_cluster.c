@@ -26,6 +26,7 @@
 #include "members_boot.h"
 #include "mvcc/members.h"
 #include "mvcc/pb_strip.h"
+#include "peer/peer_net.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
@@ -100,6 +101,45 @@ static int ready(const mlist *l, int what, uint64_t id, uint64_t self)
     if (what == READY_ADD && nstarted == 1 && nmembers == 2)
         return 1; /* adding a member to a 1-member cluster (etcd: restoring cluster data) */
     return nstarted >= nmembers / 2 + 1;
+}
+
+/* 1 if this member has a live peer connection to voter m (itself counts: etcd's
+ * numConnectedSince). A single member has no peer transport: only itself. */
+static int connected(const kv_server *s, const Kvdpb__Member *m)
+{
+    if (m->id == s->id.member_id)
+        return 1;
+    return s->peers != NULL && kv_peer_net_is_up(s->peers, m->id);
+}
+
+/* etcd mayAddMember's isConnectedFullySince: every voter is connected. */
+static int fully_connected(const kv_server *s, const mlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->m[i]->is_learner && !connected(s, l->m[i]))
+            return 0;
+    return 1;
+}
+
+/* etcd mayRemoveMember: removing a connected voter must leave a connected quorum of the
+ * remaining voters ((active - 1) >= 1 + (voters - 1) / 2); a voter that is down is safe to
+ * remove (it is not part of the active quorum). */
+static int remove_keeps_quorum(const kv_server *s, const mlist *l, uint64_t id)
+{
+    int voters = 0, active = 0, target_up = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const Kvdpb__Member *m = l->m[i];
+        if (m->is_learner)
+            continue;
+        voters++;
+        int up = connected(s, m);
+        active += up;
+        if (m->id == id)
+            target_up = up;
+    }
+    if (!target_up && id != s->id.member_id)
+        return 1;
+    return active - 1 >= 1 + (voters - 1) / 2;
 }
 
 /* Borrowed etcdserverpb view of a list (pointers into l and s->cfg). */
@@ -378,8 +418,12 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         goto done;
     }
     /* --strict-reconfig-check (etcd's default): mayAddMember. */
-    if (!c->learner && !ready(&l, READY_ADD, 0, s->id.member_id)) {
+    if (s->cfg->strict_reconfig_check && !c->learner && !ready(&l, READY_ADD, 0, s->id.member_id)) {
         kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        goto done;
+    }
+    if (s->cfg->strict_reconfig_check && !fully_connected(s, &l)) {
+        kv_reply_etcd_err(call, KV_ERR_UNHEALTHY);
         goto done;
     }
     c->id = new_member_id(c->urls, c->n_urls, s->cfg->initial_cluster_token);
@@ -425,9 +469,15 @@ static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     const Kvdpb__Member *m = mlist_find(&l, id);
     /* mayRemoveMember: removing a voter must leave a started quorum. */
-    if (!(m && m->is_learner) && !ready(&l, READY_REMOVE, id, s->id.member_id)) {
+    if (s->cfg->strict_reconfig_check && !(m && m->is_learner) &&
+        !ready(&l, READY_REMOVE, id, s->id.member_id)) {
         mlist_free(&l);
         kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        return;
+    }
+    if (s->cfg->strict_reconfig_check && !(m && m->is_learner) && !remove_keeps_quorum(s, &l, id)) {
+        mlist_free(&l);
+        kv_reply_etcd_err(call, KV_ERR_UNHEALTHY);
         return;
     }
     mlist_free(&l);
@@ -458,7 +508,7 @@ static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len
         return;
     }
     const Kvdpb__Member *m = mlist_find(&l, id);
-    int is_ready = ready(&l, READY_PROMOTE, id, s->id.member_id);
+    int is_ready = !s->cfg->strict_reconfig_check || ready(&l, READY_PROMOTE, id, s->id.member_id);
     int learner = m && m->is_learner;
     mlist_free(&l);
     if (!is_ready) {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -27,14 +28,15 @@ typedef struct file_sig {
 struct kv_tls_ctx {
     int refs;
     SSL_CTX *ssl; /* new connections use this one */
-    char *cert_file, *key_file, *ca_file;
+    char *cert_file, *key_file, *ca_file, *crl_file;
+    char *ciphers, *allowed_cn, *allowed_hostname;
     int server, verify_peer, insecure;
     char label[32];
     void (*on_handshake)(void *arg, int ok);
     void (*log)(void *arg, const char *line);
     void *arg;
     void (*free_arg)(void *arg);
-    file_sig sig[3];
+    file_sig sig[4]; /* cert, key, CA, CRL */
     uint64_t last_check_ms;
     int force_check;
     uint64_t log_window_ms;
@@ -90,13 +92,58 @@ static void ctx_log(kv_tls_ctx *x, const char *fmt, ...)
 }
 
 /* The first queued OpenSSL error as text (clears the queue). */
+/* Go's crypto/tls text of a TLS alert (alert.go), or NULL: etcd operators and etcd's own
+ * tests look for these words in the log ("remote error: tls: bad certificate"). */
+static const char *go_alert_text(int alert)
+{
+    switch (alert) {
+    case 10:
+        return "unexpected message";
+    case 20:
+        return "bad record MAC";
+    case 40:
+        return "handshake failure";
+    case 42:
+        return "bad certificate";
+    case 43:
+        return "unsupported certificate";
+    case 44:
+        return "revoked certificate";
+    case 45:
+        return "expired certificate";
+    case 46:
+        return "unknown certificate";
+    case 48:
+        return "unknown certificate authority";
+    case 70:
+        return "protocol version not supported";
+    case 80:
+        return "internal error";
+    case 116:
+        return "certificate required";
+    case 120:
+        return "no application protocol";
+    default:
+        return NULL;
+    }
+}
+
 static void ssl_err_text(char *buf, size_t cap, const char *fallback)
 {
     unsigned long e = ERR_get_error();
-    if (e)
+    if (e) {
         ERR_error_string_n(e, buf, cap);
-    else
+        /* An alert the peer sent (OpenSSL: reason = 1000 + alert): also in Go's words. */
+        int reason = ERR_GET_REASON(e);
+        const char *go = reason >= SSL_AD_REASON_OFFSET && reason < SSL_AD_REASON_OFFSET + 256
+                             ? go_alert_text(reason - SSL_AD_REASON_OFFSET)
+                             : NULL;
+        size_t n = strlen(buf);
+        if (go && n < cap)
+            snprintf(buf + n, cap - n, " (remote error: tls: %s)", go);
+    } else {
         snprintf(buf, cap, "%s", fallback);
+    }
     ERR_clear_error();
 }
 
@@ -131,6 +178,92 @@ static void sig_of(const char *path, file_sig *s)
     }
 }
 
+/* 1 if the store's CRLs list cert's serial number (etcd's checkCRL: any issuer). */
+static int revoked(X509_STORE_CTX *sc, X509 *cert)
+{
+    STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(X509_STORE_CTX_get0_store(sc));
+    for (int i = 0; i < sk_X509_OBJECT_num(objs); i++) {
+        X509_CRL *crl = X509_OBJECT_get0_X509_CRL(sk_X509_OBJECT_value(objs, i));
+        X509_REVOKED *rev = NULL;
+        if (crl && X509_CRL_get0_by_serial(crl, &rev, X509_get_serialNumber(cert)) == 1)
+            return 1;
+    }
+    return 0;
+}
+
+/* The extra checks etcd makes on a verified chain: no certificate in it is revoked by the
+ * CRL file (--client-crl-file, --peer-crl-file), and the leaf matches --peer-cert-allowed-cn
+ * or --peer-cert-allowed-hostname. The SSL_CTX's app data is its kv_tls_ctx, which outlives
+ * every SSL_CTX it built (connections hold a reference on it). */
+static int verify_cb(int ok, X509_STORE_CTX *sc)
+{
+    if (!ok)
+        return 0;
+    SSL *ssl = X509_STORE_CTX_get_ex_data(sc, SSL_get_ex_data_X509_STORE_CTX_idx());
+    const kv_tls_ctx *x = ssl ? SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)) : NULL;
+    X509 *cert = X509_STORE_CTX_get_current_cert(sc);
+    if (x == NULL || cert == NULL)
+        return ok;
+    if (x->crl_file && revoked(sc, cert)) {
+        X509_STORE_CTX_set_error(sc, X509_V_ERR_CERT_REVOKED);
+        return 0;
+    }
+    if (X509_STORE_CTX_get_error_depth(sc) != 0)
+        return 1;
+    if (x->allowed_cn) {
+        char cn[256] = "";
+        X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn));
+        if (strcmp(cn, x->allowed_cn) != 0) {
+            X509_STORE_CTX_set_error(sc, X509_V_ERR_APPLICATION_VERIFICATION);
+            return 0;
+        }
+    }
+    if (x->allowed_hostname) {
+        int m = X509_check_ip_asc(cert, x->allowed_hostname, 0);
+        if (m < 0) /* not an IP literal: a host name */
+            m = X509_check_host(cert, x->allowed_hostname, 0, 0, NULL);
+        if (m != 1) {
+            X509_STORE_CTX_set_error(sc, X509_V_ERR_HOSTNAME_MISMATCH);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Adds the CRLs of a PEM (or DER) file to c's store, without CRL_CHECK: a certificate is
+ * refused only when a CRL lists it, as etcd. 0 or -EINVAL. */
+static int load_crl(SSL_CTX *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errlen, "cannot open CRL file %s: %s", path, strerror(errno));
+        return -EINVAL;
+    }
+    int n = 0;
+    X509_CRL *crl;
+    while ((crl = PEM_read_X509_CRL(f, NULL, NULL, NULL)) != NULL) {
+        X509_STORE_add_crl(SSL_CTX_get_cert_store(c), crl);
+        X509_CRL_free(crl); /* the store holds its own reference */
+        n++;
+    }
+    if (n == 0) {
+        rewind(f);
+        crl = d2i_X509_CRL_fp(f, NULL);
+        if (crl != NULL) {
+            X509_STORE_add_crl(SSL_CTX_get_cert_store(c), crl);
+            X509_CRL_free(crl);
+            n++;
+        }
+    }
+    fclose(f);
+    ERR_clear_error();
+    if (n == 0) {
+        snprintf(err, errlen, "CRL file %s holds no certificate revocation list", path);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static SSL_CTX *build_ssl_ctx(const kv_tls_ctx *x, char *err, size_t errlen)
 {
     ERR_clear_error();
@@ -144,7 +277,7 @@ static SSL_CTX *build_ssl_ctx(const kv_tls_ctx *x, char *err, size_t errlen)
     SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
     SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS); /* idle connections hold no record buffers */
-    if (SSL_CTX_set_cipher_list(c, TLS12_CIPHERS) != 1) {
+    if (SSL_CTX_set_cipher_list(c, x->ciphers ? x->ciphers : TLS12_CIPHERS) != 1) {
         snprintf(err, errlen, "cannot set the cipher list");
         goto fail;
     }
@@ -182,10 +315,15 @@ static SSL_CTX *build_ssl_ctx(const kv_tls_ctx *x, char *err, size_t errlen)
     } else if (!x->server && !x->insecure) {
         SSL_CTX_set_default_verify_paths(c);
     }
+    if (x->crl_file && load_crl(c, x->crl_file, err, errlen) < 0)
+        goto fail;
+    SSL_CTX_set_app_data(c, (void *)x);
+    int extra = x->crl_file || x->allowed_cn || x->allowed_hostname;
     if (x->server) {
         SSL_CTX_set_alpn_select_cb(c, alpn_select, NULL);
         if (x->verify_peer)
-            SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+            SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                               extra ? verify_cb : NULL);
         else
             SSL_CTX_set_verify(c, SSL_VERIFY_NONE, NULL);
         /* One session id context per server kind (needed for resumption with client certs). */
@@ -193,7 +331,8 @@ static SSL_CTX *build_ssl_ctx(const kv_tls_ctx *x, char *err, size_t errlen)
     } else {
         static const unsigned char alpn[] = {2, 'h', '2'};
         SSL_CTX_set_alpn_protos(c, alpn, sizeof(alpn));
-        SSL_CTX_set_verify(c, x->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+        SSL_CTX_set_verify(c, x->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+                           x->allowed_cn || x->allowed_hostname ? verify_cb : NULL);
     }
     ERR_clear_error();
     return c;
@@ -216,6 +355,10 @@ static void ctx_free(kv_tls_ctx *x)
     free(x->cert_file);
     free(x->key_file);
     free(x->ca_file);
+    free(x->crl_file);
+    free(x->ciphers);
+    free(x->allowed_cn);
+    free(x->allowed_hostname);
     free(x);
 }
 
@@ -237,9 +380,17 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
     x->cert_file = dup_or_null(o->cert_file);
     x->key_file = dup_or_null(o->key_file);
     x->ca_file = dup_or_null(o->ca_file);
+    x->crl_file = dup_or_null(o->crl_file);
+    x->ciphers = dup_or_null(o->ciphers);
+    x->allowed_cn = dup_or_null(o->allowed_cn);
+    x->allowed_hostname = dup_or_null(o->allowed_hostname);
     if ((o->cert_file && *o->cert_file && !x->cert_file) ||
         (o->key_file && *o->key_file && !x->key_file) ||
-        (o->ca_file && *o->ca_file && !x->ca_file)) {
+        (o->ca_file && *o->ca_file && !x->ca_file) ||
+        (o->crl_file && *o->crl_file && !x->crl_file) ||
+        (o->ciphers && *o->ciphers && !x->ciphers) ||
+        (o->allowed_cn && *o->allowed_cn && !x->allowed_cn) ||
+        (o->allowed_hostname && *o->allowed_hostname && !x->allowed_hostname)) {
         ctx_free(x);
         return -ENOMEM;
     }
@@ -256,6 +407,7 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
     sig_of(x->cert_file, &x->sig[0]);
     sig_of(x->key_file, &x->sig[1]);
     sig_of(x->ca_file, &x->sig[2]);
+    sig_of(x->crl_file, &x->sig[3]);
     x->ssl = build_ssl_ctx(x, err, errlen);
     if (!x->ssl) {
         ctx_free(x);
@@ -296,11 +448,13 @@ static void maybe_reload(kv_tls_ctx *x)
         return;
     x->force_check = 0;
     x->last_check_ms = now;
-    file_sig s[3];
+    file_sig s[4];
     sig_of(x->cert_file, &s[0]);
     sig_of(x->key_file, &s[1]);
     sig_of(x->ca_file, &s[2]);
-    if (sig_eq(&s[0], &x->sig[0]) && sig_eq(&s[1], &x->sig[1]) && sig_eq(&s[2], &x->sig[2]))
+    sig_of(x->crl_file, &s[3]);
+    if (sig_eq(&s[0], &x->sig[0]) && sig_eq(&s[1], &x->sig[1]) && sig_eq(&s[2], &x->sig[2]) &&
+        sig_eq(&s[3], &x->sig[3]))
         return;
     char err[300];
     SSL_CTX *n = build_ssl_ctx(x, err, sizeof(err));
@@ -567,8 +721,7 @@ size_t kv_tls_conn_out_read(kv_tls_conn *t, uint8_t *buf, size_t cap)
     return n > 0 ? (size_t)n : 0;
 }
 
-int kv_tls_conn_drain(kv_tls_conn *t, int (*emit)(void *arg, const uint8_t *p, size_t n),
-                      void *arg)
+int kv_tls_conn_drain(kv_tls_conn *t, int (*emit)(void *arg, const uint8_t *p, size_t n), void *arg)
 {
     char *p = NULL;
     long n = BIO_get_mem_data(t->wbio, &p);

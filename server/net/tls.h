@@ -43,16 +43,25 @@ typedef struct kv_tls_conn kv_tls_conn;
 #define KV_TLS_PENDING_MAX (256 * 1024) /* plaintext held until the handshake completes */
 
 typedef struct kv_tls_options {
-    const char *cert_file;   /* PEM certificate chain; required for a server, optional (client
-                                certificate) for a client */
-    const char *key_file;    /* PEM private key of cert_file */
-    const char *ca_file;     /* PEM CA bundle: a server verifies client certificates with it,
-                                a client the server's (NULL: the system store for a client) */
-    int server;              /* 1 accepts, 0 dials */
-    int verify_peer;         /* server: require and verify a client certificate (mutual TLS,
-                                --client-cert-auth); ignored for a client (always verifies) */
-    int insecure_skip_verify; /* client: do not verify the server's certificate */
-    const char *label;       /* for log lines, e.g. "client" or "peer" (copied) */
+    const char *cert_file;        /* PEM certificate chain; required for a server, optional (client
+                                     certificate) for a client */
+    const char *key_file;         /* PEM private key of cert_file */
+    const char *ca_file;          /* PEM CA bundle: a server verifies client certificates with it,
+                                     a client the server's (NULL: the system store for a client) */
+    int server;                   /* 1 accepts, 0 dials */
+    int verify_peer;              /* server: require and verify a client certificate (mutual TLS,
+                                     --client-cert-auth); ignored for a client (always verifies) */
+    int insecure_skip_verify;     /* client: do not verify the server's certificate */
+    const char *crl_file;         /* server with verify_peer: PEM/DER CRLs; a client certificate
+                                     whose serial one lists is refused (etcd's --client-crl-file,
+                                     --peer-crl-file); reloaded with the other files. NULL: none */
+    const char *ciphers;          /* OpenSSL TLS 1.2 cipher list (kv_tls_cipher_list); NULL: the
+                                     policy above. TLS 1.3 suites stay OpenSSL's, as Go's */
+    const char *allowed_cn;       /* the verified peer certificate's CN must equal it (etcd's
+                                     --peer-cert-allowed-cn), both directions. NULL: any */
+    const char *allowed_hostname; /* the verified peer certificate must be valid for this host
+                                     name or IP (--peer-cert-allowed-hostname). NULL: any */
+    const char *label;            /* for log lines, e.g. "client" or "peer" (copied) */
     /* Called once per connection whose handshake completed (ok 1) or failed (ok 0). May be
      * NULL. */
     void (*on_handshake)(void *arg, int ok);
@@ -65,6 +74,12 @@ typedef struct kv_tls_options {
 /* Creates a context and loads the files. err (errlen) gets a one-line reason on failure.
  * Returns 0, -EINVAL (missing/unreadable/mismatched files) or -ENOMEM. */
 int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t errlen);
+/* Translates etcd's --cipher-suites (comma-separated Go names, e.g.
+ * TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) into an OpenSSL cipher list in out (cap bytes).
+ * Go's TLS 1.3 names are accepted and leave the list unchanged, as in Go. Returns 0, or
+ * -EINVAL with etcd's message ("unexpected TLS cipher suite \"X\"") in err; "" gives "". */
+int kv_tls_cipher_list(const char *go_names, char *out, size_t cap, char *err, size_t errlen);
+
 /* Takes one more reference. */
 void kv_tls_ctx_ref(kv_tls_ctx *x);
 /* Drops the caller's reference (connections hold their own). NULL is a no-op. */

@@ -994,6 +994,10 @@ static void on_published(void *arg, kv_result *res)
     if (res->code == 0) {
         free(n->publish);
         n->publish = NULL;
+        /* etcd's two start-up lines, word for word where tools wait for them (etcd's own
+         * e2e harness waits for both substrings: tests/e2e-etcd/README.md). */
+        fprintf(stderr, "kvd: published local member to cluster through raft\n");
+        fprintf(stderr, "kvd: enabled capabilities for version 3.4\n");
     } else {
         n->publish_next_ms = kv_node__now_ms() + 1000; /* retried */
     }

@@ -37,3 +37,20 @@ mkca ca2 "kvd other CA"
 mkcert server ca "kvd member" srv
 mkcert client ca root cli
 mkcert other ca2 "kvd member" srv
+# revoked.pem/revoked-key.pem: signed by CA 1 like client.pem, CN "root", and listed in
+# crl.pem (CA 1's certificate revocation list; etcd's --client-crl-file / --peer-crl-file).
+mkcert revoked ca root cli
+mkdir -p crldb
+: > crldb/index.txt
+echo 01 > crldb/crlnumber
+cat > crl.cnf <<'X'
+[ca]
+default_ca = c
+[c]
+database = crldb/index.txt
+crlnumber = crldb/crlnumber
+default_md = sha256
+default_crl_days = 2
+X
+openssl ca -config crl.cnf -keyfile ca-key.pem -cert ca.pem -revoke revoked.pem 2>/dev/null
+openssl ca -config crl.cnf -keyfile ca-key.pem -cert ca.pem -gencrl -out crl.pem 2>/dev/null

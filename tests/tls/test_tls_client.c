@@ -41,8 +41,8 @@ static void start(const char *const *extra)
 }
 
 /* etcdctl with the CA (and the client certificate when cert != 0); returns the exit code. */
-static int ctl(const char *ca, int cert, const char *a1, const char *a2, const char *a3,
-               char *out, size_t cap)
+static int ctl(const char *ca, int cert, const char *a1, const char *a2, const char *a3, char *out,
+               size_t cap)
 {
     const char *args[12];
     int n = 0;
@@ -126,8 +126,7 @@ static size_t read_until_eof(int fd, char *buf, size_t cap, int *eof)
     return got;
 }
 
-Test(tls_client, plain_h2c_gets_clear_error_and_server_keeps_serving, .fini = fini,
-     .timeout = 120)
+Test(tls_client, plain_h2c_gets_clear_error_and_server_keeps_serving, .fini = fini, .timeout = 120)
 {
     start(NULL);
     int fd = kvt_connect_loopback(g_f.client_port, 3000);
@@ -201,8 +200,7 @@ static int tcli_h2_alive(tcli *t)
     return n == 9 && hdr[3] == 0x04; /* a SETTINGS frame */
 }
 
-Test(tls_client, garbage_before_handshake_closes_only_that_connection, .fini = fini,
-     .timeout = 120)
+Test(tls_client, garbage_before_handshake_closes_only_that_connection, .fini = fini, .timeout = 120)
 {
     start(NULL);
     /* A healthy TLS connection, handshake done, h2 not started yet. */
@@ -285,8 +283,7 @@ static void replace_file(const char *src, const char *dst)
     cr_assert_eq(system(cmd), 0);
 }
 
-Test(tls_client, certificate_reload_keeps_established_connections, .fini = fini,
-     .timeout = 120)
+Test(tls_client, certificate_reload_keeps_established_connections, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(tls_fx_certs(&g_f, "kvd-tls"), 0, "certificates");
     /* kvd reads its own copies, which the test then replaces. */

@@ -32,8 +32,7 @@ static const char *g_argv[5], *g_m2[3];
 static void start(int foreign_m2)
 {
     cr_assert_eq(tls_fx_certs(&g_f, "kvd-tlscl"), 0, "certificates");
-    snprintf(g_args[0], sizeof(g_args[0]), "--peer-cert-file=%s",
-             tls_fx_path(&g_f, "server.pem"));
+    snprintf(g_args[0], sizeof(g_args[0]), "--peer-cert-file=%s", tls_fx_path(&g_f, "server.pem"));
     snprintf(g_args[1], sizeof(g_args[1]), "--peer-key-file=%s",
              tls_fx_path(&g_f, "server-key.pem"));
     snprintf(g_args[2], sizeof(g_args[2]), "--peer-trusted-ca-file=%s",
@@ -71,8 +70,8 @@ static int wait_value(int i, const char *key, const char *want, uint32_t ms)
     do {
         char val[128];
         int found = 0;
-        if (kvt_get(&g_c, i, key, 1, 2000, val, sizeof(val), &found, NULL, NULL, 0) == 0 &&
-            found && strcmp(val, want) == 0)
+        if (kvt_get(&g_c, i, key, 1, 2000, val, sizeof(val), &found, NULL, NULL, 0) == 0 && found &&
+            strcmp(val, want) == 0)
             return 1;
         kvt_sleep_ms(100);
     } while (kvt_now_ms() < deadline);
@@ -118,8 +117,7 @@ Test(tls_cluster, https_peers_with_client_cert_auth_replicate, .fini = fini, .ti
     }
 }
 
-Test(tls_cluster, member_with_certificate_of_another_ca_cannot_join, .fini = fini,
-     .timeout = 240)
+Test(tls_cluster, member_with_certificate_of_another_ca_cannot_join, .fini = fini, .timeout = 240)
 {
     start(1);
     char err[256] = "";

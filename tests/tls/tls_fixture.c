@@ -52,9 +52,13 @@ int tls_fx_start(tls_fx *f, const char *const *extra)
 {
     char bin[4096], lc[96], lp[96], lm[96], ic[128], dd[4200], log[4200];
     int rc;
-    if ((rc = kvt_port_free(&f->client_port)) < 0 || (rc = kvt_port_free(&f->peer_port)) < 0 ||
-        (rc = kvt_port_free(&f->metrics_port)) < 0)
+    if (f->keep_ports && f->client_port) {
+        /* a restart of the same member: its peer URL is part of its identity */
+    } else if ((rc = kvt_port_free(&f->client_port)) < 0 ||
+               (rc = kvt_port_free(&f->peer_port)) < 0 ||
+               (rc = kvt_port_free(&f->metrics_port)) < 0) {
         return rc;
+    }
     snprintf(f->url, sizeof(f->url), "https://127.0.0.1:%u", f->client_port);
     snprintf(lc, sizeof(lc), "--listen-client-urls=%s", f->url);
     snprintf(lp, sizeof(lp), "--listen-peer-urls=http://127.0.0.1:%u", f->peer_port);
@@ -72,10 +76,12 @@ int tls_fx_start(tls_fx *f, const char *const *extra)
     argv[n++] = lp;
     argv[n++] = lm;
     argv[n++] = ic;
-    argv[n++] = "--cert-file";
-    argv[n++] = tls_fx_path(f, "server.pem");
-    argv[n++] = "--key-file";
-    argv[n++] = tls_fx_path(f, "server-key.pem");
+    if (!f->no_cert) {
+        argv[n++] = "--cert-file";
+        argv[n++] = tls_fx_path(f, "server.pem");
+        argv[n++] = "--key-file";
+        argv[n++] = tls_fx_path(f, "server-key.pem");
+    }
     for (int k = 0; extra && extra[k] && n < 39; k++) /* "@name": a certificate file */
         argv[n++] = extra[k][0] == '@' ? tls_fx_path(f, extra[k] + 1) : extra[k];
     argv[n] = NULL;

@@ -17,9 +17,11 @@ typedef struct tls_fx {
     char certs[4096]; /* <dir>/certs */
     uint16_t client_port, peer_port, metrics_port;
     kvt_proc kvd;
-    char url[64]; /* https://127.0.0.1:<client_port> */
+    char url[64];        /* https://127.0.0.1:<client_port> */
     char paths[8][4200]; /* tls_fx_path results (ring) */
     unsigned next_path;
+    int no_cert;    /* 1: tls_fx_start passes no --cert-file/--key-file (--auto-tls tests) */
+    int keep_ports; /* 1: tls_fx_start reuses the ports of the last start (a restart) */
 } tls_fx;
 
 /* The kvd binary ($KV_KVD_BIN, else $KV_BUILD_DIR/server/kvd). */
@@ -29,7 +31,8 @@ int tls_fx_certs(tls_fx *f, const char *prefix);
 /* Path of a certificate file in f->certs (a ring in f: up to 8 live results). */
 const char *tls_fx_path(tls_fx *f, const char *name);
 /* Starts one kvd member with an https client port and the TLS flags given (NULL-terminated,
- * e.g. "--client-cert-auth"; "@ca.pem" stands for that file in f->certs), waits until /health answers 200. */
+ * e.g. "--client-cert-auth"; "@ca.pem" stands for that file in f->certs), waits until /health
+ * answers 200. */
 int tls_fx_start(tls_fx *f, const char *const *extra);
 /* Kills kvd, removes the temp dir. */
 void tls_fx_destroy(tls_fx *f);
