@@ -214,7 +214,7 @@ static int verify_cb(int ok, X509_STORE_CTX *sc)
         char cn[256] = "";
         X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn));
         if (strcmp(cn, x->allowed_cn) != 0) {
-            X509_STORE_CTX_set_error(sc, X509_V_ERR_APPLICATION_VERIFICATION);
+            X509_STORE_CTX_set_error(sc, X509_V_ERR_CERT_REJECTED); /* bad_certificate, as Go */
             return 0;
         }
     }
