@@ -570,6 +570,7 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
     for (kv_watcher *w = h->synced.head; w; w = w->gnext)
         if (w->next_rev <= rev)
             h->set[n++] = w;
+    h->st.match_visits += h->synced.n;
     if (n == 0)
         return;
     kv_store_reader rd;
@@ -763,6 +764,10 @@ static double g_watchers(void *arg)
 {
     return (double)((kv_watch_hub *)arg)->n_watchers;
 }
+static double g_visits(void *arg)
+{
+    return (double)((kv_watch_hub *)arg)->st.match_visits;
+}
 static double g_unsynced(void *arg)
 {
     return (double)((kv_watch_hub *)arg)->unsynced.n;
@@ -822,6 +827,10 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
             "Watchers moved to unsynced because their stream's send buffer was full "
             "(--watch-send-buffer-bytes).",
             NULL);
+        kv_metrics_counter_fn(metrics, "kvd_watch_match_visits_total",
+                              "Watchers or watcher-index nodes examined to match committed events "
+                              "to synced watchers (grows with matches, not with idle watchers).",
+                              g_visits, h);
     }
     *out = h;
     return 0;

@@ -73,6 +73,8 @@ typedef struct kv_watch_sink_ops {
 typedef struct kv_watch_stats {
     uint64_t streams, watchers, unsynced;
     uint64_t events_sent, slow_total, compacted_total, slices;
+    uint64_t match_visits; /* watchers (or index nodes) examined to match committed events to
+                              synced watchers (kvd_watch_match_visits_total) */
 } kv_watch_stats;
 
 /* store, hdr (read at every send, so term changes show) and metrics (may be NULL) are
