@@ -620,3 +620,78 @@ Test(watch_hub, idle_watchers_are_not_examined_by_writes, .timeout = 600)
     cr_assert_eq(events_of(&f, 4243, ev, 128), 0);
     fx_close(&f);
 }
+
+/* A synced watcher's next revision advances only when an event matches it (the index,
+ * docs/ARCHITECTURE.md, Watch). One that stayed idle while other keys were written and a
+ * compaction passed, then became a victim of its full stream, resumes at the revision it was
+ * synced to: no compacted response, no gap, nothing twice. Cancel and stream close take
+ * watchers out of the index. */
+Test(watch_hub, idle_synced_watcher_victim_resumes_where_it_was_synced)
+{
+    kv_watch_config c;
+    kv_watch_config_default(&c);
+    c.stream_send_buffer_bytes = 4096;
+    fx f;
+    fx_open(&f, &c);
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0);             /* 0 */
+    cr_assert_eq(create(&f, (wopts){.key = "b", .end = "c"}), 0); /* 1: prefix b */
+    cr_assert_eq(create(&f, (wopts){.key = "z", .end = ""}), 0);  /* 2: >= z */
+    fx_clear(&f);
+    for (int i = 0; i < 50; i++) { /* revisions 2..51 */
+        char k[16];
+        snprintf(k, sizeof(k), "b%d", i);
+        put(&f, k, "v");
+    }
+    char ev[64][64];
+    cr_assert_eq(events_of(&f, 1, ev, 64), 50);
+    cr_assert_eq(events_of(&f, 0, ev, 64) + events_of(&f, 2, ev, 64), 0);
+    fx_clear(&f);
+    kv_result res;
+    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 40, &res);
+    cr_assert_not_null(cr);
+    etcdserverpb__compaction_response__free_unpacked(cr, NULL);
+    f.sink.queued = 100000; /* the client stopped reading */
+    put(&f, "a", "x");      /* 52: watcher 0 is a victim */
+    put(&f, "zz", "y");     /* 53: watcher 2 too */
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 2);
+    cr_assert_eq(s.slow_total, 2);
+    f.sink.queued = 0;
+    kv_watch_hub_sync_now(f.h, 100);
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 0);
+    cr_assert_eq(s.compacted_total, 0);
+    for (size_t i = 0; i < f.sink.n; i++)
+        cr_assert_eq(f.sink.msg[i]->compact_revision, 0);
+    cr_assert_eq(events_of(&f, 0, ev, 64), 1);
+    cr_assert_str_eq(ev[0], "P a x 52");
+    cr_assert_eq(events_of(&f, 2, ev, 64), 1);
+    cr_assert_str_eq(ev[0], "P zz y 53");
+    fx_clear(&f);
+    put(&f, "a", "w"); /* 54: live again */
+    cr_assert_eq(events_of(&f, 0, ev, 64), 1);
+    cr_assert_str_eq(ev[0], "P a w 54");
+    /* cancel, and a second stream closed with its watchers synced */
+    cr_assert_eq(cancel(&f, 1), 0);
+    fsink sink2 = {0};
+    kv_watch_stream *st2;
+    cr_assert_eq(kv_watch_stream_open(f.h, 2, &fops, &sink2, &st2), 0);
+    kv_watch_stream *st1 = f.st;
+    f.st = st2;
+    cr_assert_eq(create(&f, (wopts){.key = "a"}), 0);
+    cr_assert_eq(create(&f, (wopts){.key = "b", .end = "c"}), 0);
+    f.st = st1;
+    kv_watch_stream_close(st2);
+    for (size_t i = 0; i < sink2.n; i++)
+        etcdserverpb__watch_response__free_unpacked(sink2.msg[i], NULL);
+    fx_clear(&f);
+    put(&f, "b7", "v");
+    put(&f, "a", "q");
+    cr_assert_eq(events_of(&f, 1, ev, 64), 0);
+    cr_assert_eq(events_of(&f, 0, ev, 64), 1);
+    cr_assert_str_eq(ev[0], "P a q 56");
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.watchers, 2);
+    fx_close(&f);
+}
