@@ -9,6 +9,12 @@
  *   watchbench live [WATCHERS STREAMS RATE SECONDS]  default 1000 10 100 10
  *     WATCHERS watchers on one prefix; a writer puts RATE/s for SECONDS s (value = send time).
  *     Reports delivery latency (first event of each response) and the server's CPU time.
+ *   watchbench idle [WATCHERS STREAMS CLIENTS SECONDS ROUNDS]  default 100000 10 8 5 3
+ *     CLIENTS clients put (closed loop, own connections) for SECONDS s, alternately without
+ *     watchers and with WATCHERS idle single-key watchers (STREAMS streams, keys nobody
+ *     writes; closed after each phase), ROUNDS phases with and ROUNDS + 1 without; reports
+ *     median puts/s, their ratio and the server's CPU per put. Idle watchers must cost the
+ *     writes nothing.
  *   watchbench stalled [EVENTS]                     default 1000000
  *     One watcher stops reading its socket while EVENTS events are written. Reports the
  *     server's anonymous memory growth (max over the run), then reads again and reports the
@@ -53,6 +59,7 @@ typedef struct wconn {
     size_t per;     /* watchers per stream */
     int64_t *next_rev;
     int compacted, bad, closed;
+    int64_t created; /* created responses (watch_id >= 0, not canceled) */
     int64_t total;
     double *lat; /* live mode: delivery latency samples (ms) */
     size_t n_lat, cap_lat;
@@ -92,6 +99,8 @@ static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
     }
     if (r->compact_revision)
         c->compacted = 1;
+    if (r->created && !r->canceled)
+        c->created++;
     if (r->n_events && r->watch_id >= 0 && (size_t)r->watch_id < c->per) {
         size_t w = si * c->per + (size_t)r->watch_id;
         for (size_t i = 0; i < r->n_events; i++) {
@@ -168,14 +177,16 @@ static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t l
     return (ssize_t)n;
 }
 
-static void append_create(wstream *st, const char *prefix, int64_t start)
+/* A watcher on the prefix, or (single) on the key prefix itself. */
+static void append_create(wstream *st, const char *prefix, int64_t start, int single)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     char end[64];
     snprintf(end, sizeof(end), "%s", prefix);
     end[strlen(end) - 1]++;
     c.key = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
-    c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    if (!single)
+        c.range_end = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
     c.start_revision = start;
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
@@ -192,6 +203,7 @@ static void append_create(wstream *st, const char *prefix, int64_t start)
     st->body_len += 5 + ml;
 }
 
+/* prefix NULL: per single-key watchers per stream on "idle/<stream>/<i>" (nobody writes). */
 static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const char *prefix,
                      int64_t start)
 {
@@ -230,8 +242,12 @@ static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const 
     for (size_t i = 0; i < streams; i++) {
         wstream *st = &c->st[i];
         st->c = c;
-        for (size_t w = 0; w < per; w++)
-            append_create(st, prefix, start);
+        for (size_t w = 0; w < per; w++) {
+            char k[48];
+            if (prefix == NULL)
+                snprintf(k, sizeof(k), "idle/%zu/%zu", i, w);
+            append_create(st, prefix ? prefix : k, start, prefix == NULL);
+        }
         nghttp2_data_provider prd = {.source.ptr = st, .read_callback = body_read};
         st->sid = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
     }
@@ -512,6 +528,155 @@ static void run_live(kv_it_kind kind, size_t watchers, size_t streams, int rate,
     kv_it_server_destroy(&s);
 }
 
+/* ---- idle: closed-loop puts by several clients, with and without idle watchers ---- */
+
+typedef struct putter {
+    uint16_t port;
+    int id;
+    volatile int *go; /* 1 measure, 2 stop */
+    int64_t done;     /* puts completed while *go == 1 */
+    int errors;
+} putter;
+
+static void *putter_main(void *arg)
+{
+    putter *p = arg;
+    kv_it_grpc *g;
+    if (kv_it_grpc_open(&g, "127.0.0.1", p->port, 5000) != 0) {
+        p->errors++;
+        return NULL;
+    }
+    char val[64];
+    memset(val, 'v', sizeof(val));
+    for (int64_t i = 0; *p->go != 2; i++) {
+        char key[48];
+        snprintf(key, sizeof(key), "put/%d/%lld", p->id, (long long)(i % 1000));
+        Etcdserverpb__PutRequest r = ETCDSERVERPB__PUT_REQUEST__INIT;
+        r.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+        r.value = (ProtobufCBinaryData){sizeof(val), (uint8_t *)val};
+        uint8_t buf[160], *resp = NULL;
+        size_t len = etcdserverpb__put_request__pack(&r, buf), rlen;
+        int st;
+        char msg[64];
+        int go = *p->go;
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 30000, &st, msg,
+                                 sizeof(msg));
+        free(resp);
+        if (rc != 0 || st != 0) {
+            p->errors++;
+            continue;
+        }
+        if (go == 1 && *p->go == 1)
+            p->done++;
+    }
+    kv_it_grpc_close(g);
+    return NULL;
+}
+
+/* clients putters for 1 s warm-up + seconds measured; returns puts/s; *cpu: the server's CPU
+ * seconds over the measured part. */
+static double put_phase(uint16_t port, pid_t pid, int clients, int seconds, wconn *pump,
+                        int *errors, double *cpu)
+{
+    volatile int go = 0;
+    putter *ps = calloc((size_t)clients, sizeof(*ps));
+    pthread_t *th = calloc((size_t)clients, sizeof(*th));
+    for (int i = 0; i < clients; i++) {
+        ps[i] = (putter){port, i, &go, 0, 0};
+        pthread_create(&th[i], NULL, putter_main, &ps[i]);
+    }
+    /* the watchers' connection is read meanwhile (nothing should arrive) */
+    if (pump)
+        conn_pump(pump, 1000, -1);
+    else
+        usleep(1000000);
+    double t0 = now_ms(), c0 = 0, c1 = 0;
+    kv_it_proc_cpu(pid, &c0);
+    go = 1;
+    if (pump)
+        conn_pump(pump, seconds * 1000, -1);
+    else
+        usleep((useconds_t)seconds * 1000000);
+    go = 2;
+    double ms = now_ms() - t0;
+    kv_it_proc_cpu(pid, &c1);
+    *cpu = c1 - c0;
+    int64_t done = 0;
+    for (int i = 0; i < clients; i++) {
+        pthread_join(th[i], NULL);
+        done += ps[i].done;
+        *errors += ps[i].errors;
+    }
+    free(ps);
+    free(th);
+    return (double)done * 1000.0 / ms;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(double), cmpd);
+    return n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
+}
+
+/* Alternates phases without and with the idle watchers (rounds with, rounds + 1 without,
+ * after one unmeasured phase that creates the keys); medians. The disk and the machine drift
+ * during a run: alternating keeps that out of the ratio. */
+static void run_idle(kv_it_kind kind, size_t watchers, size_t streams, int clients, int seconds,
+                     int rounds)
+{
+    kv_it_server s;
+    if (kv_it_server_init(&s, kind, NULL) || kv_it_server_start(&s, 30000)) {
+        fprintf(stderr, "cannot start %s\n", kv_it_kind_name(kind));
+        return;
+    }
+    if (rounds < 1)
+        rounds = 1;
+    if (rounds > 15)
+        rounds = 15;
+    int errors = 0;
+    double wo[16], wi[16], cwo[16], cwi[16], cpu;
+    size_t nwo = 0, nwi = 0;
+    int64_t created = -1, got = 0;
+    uint64_t create_ms = 0;
+    char list[512] = "";
+    size_t ll = 0;
+    put_phase(s.client_port, s.pid, clients, seconds, NULL, &errors, &cpu); /* creates the keys */
+    for (int r = 0; r <= rounds; r++) {
+        wo[nwo] = put_phase(s.client_port, s.pid, clients, seconds, NULL, &errors, &cpu);
+        cwo[nwo] = wo[nwo] > 0 ? cpu * 1e6 / (wo[nwo] * seconds) : 0;
+        ll += (size_t)snprintf(list + ll, sizeof(list) - ll, "%s%.0f", r ? " " : "", wo[nwo]);
+        nwo++;
+        if (r == rounds)
+            break;
+        wconn c;
+        uint64_t t0 = kv_it_now_ms();
+        conn_open(&c, s.client_port, streams, watchers / streams, NULL, 0);
+        while (c.created < (int64_t)(watchers / streams * streams) && !c.closed &&
+               kv_it_now_ms() - t0 < 300000)
+            conn_pump(&c, 200, -1);
+        create_ms = kv_it_now_ms() - t0;
+        if (created < 0 || c.created < created)
+            created = c.created;
+        wi[nwi] = put_phase(s.client_port, s.pid, clients, seconds, &c, &errors, &cpu);
+        cwi[nwi] = wi[nwi] > 0 ? cpu * 1e6 / (wi[nwi] * seconds) : 0;
+        ll += (size_t)snprintf(list + ll, sizeof(list) - ll, " [%.0f]", wi[nwi]);
+        nwi++;
+        got += c.total;
+        conn_free(&c);
+        usleep(500000); /* the server drops the watchers */
+    }
+    double mo = median(wo, nwo), mi = median(wi, nwi);
+    printf("idle    %-4s clients=%d %d s x %d rounds: puts/s without watchers %.0f, with %lld idle "
+           "single-key watchers (%zu streams, created in %llu ms) %.0f: ratio %.2f; server CPU "
+           "per put %.0f / %.0f us (medians; phases in order, [with]: %s); events received %lld, "
+           "errors %d\n",
+           kv_it_kind_name(kind), clients, seconds, rounds, mo, (long long)created, streams,
+           (unsigned long long)create_ms, mi, mo > 0 ? mi / mo : 0, median(cwo, nwo),
+           median(cwi, nwi), list, (long long)got, errors);
+    fflush(stdout);
+    kv_it_server_destroy(&s);
+}
+
 static void run_stalled(kv_it_kind kind, int64_t events)
 {
     kv_it_server s;
@@ -560,6 +725,10 @@ int main(int argc, char **argv)
             run_live(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 1000,
                      argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 100,
                      argc > 5 ? atoi(argv[5]) : 10);
+        else if (strcmp(mode, "idle") == 0)
+            run_idle(kinds[k], argc > 2 ? (size_t)atoll(argv[2]) : 100000,
+                     argc > 3 ? (size_t)atoll(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 8,
+                     argc > 5 ? atoi(argv[5]) : 5, argc > 6 ? atoi(argv[6]) : 3);
         else if (strcmp(mode, "stalled") == 0)
             run_stalled(kinds[k], argc > 2 ? atoll(argv[2]) : 1000000);
         else

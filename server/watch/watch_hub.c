@@ -287,9 +287,14 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
     return 0;
 }
 
+/* A synced watcher was offered every revision below h->synced_next (only matched watchers'
+ * next_rev is advanced by live delivery): catch-up resumes there. */
 static void to_unsynced(kv_watch_hub *h, kv_watcher *w)
 {
     if (w->state == W_SYNCED) {
+        if (w->next_rev < h->synced_next)
+            w->next_rev = h->synced_next;
+        kv_widx_remove(&h->idx, w);
         kv_wlist_remove(&h->synced, w);
         w->state = W_UNSYNCED;
         kv_wlist_push(&h->unsynced, w);
@@ -302,14 +307,16 @@ static void to_synced(kv_watch_hub *h, kv_watcher *w)
         kv_wlist_remove(&h->unsynced, w);
         w->state = W_SYNCED;
         kv_wlist_push(&h->synced, w);
+        kv_widx_add(&h->idx, w);
     }
 }
 
 void kv_watch_hub_detach(kv_watch_hub *h, kv_watcher *w)
 {
-    if (w->state == W_SYNCED)
+    if (w->state == W_SYNCED) {
+        kv_widx_remove(&h->idx, w);
         kv_wlist_remove(&h->synced, w);
-    else if (w->state == W_UNSYNCED)
+    } else if (w->state == W_UNSYNCED)
         kv_wlist_remove(&h->unsynced, w);
     w->state = W_DEAD;
 }
@@ -417,9 +424,10 @@ static int ensure_out(kv_watch_hub *h, size_t n)
 
 /* Delivers the slice [from, last] (already read into h->ev) to the watchers in set whose
  * next_rev lies in it (a watcher with next_rev < from missed an earlier slice: skipped).
- * Victims move to unsynced. Returns the number of watchers that advanced. */
+ * lo/hi (live delivery; NULL: every event) bound the events of h->ev that can match set[i]:
+ * lo[i]..hi[i]. Victims move to unsynced. Returns the number of watchers that advanced. */
 static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n,
-                      int64_t from, int64_t last)
+                      int64_t from, int64_t last, const uint32_t *lo, const uint32_t *hi)
 {
     if (ensure_out(h, h->n_ev) < 0) {
         fprintf(stderr, "kvd: warning: watch: out of memory delivering events; retrying later\n");
@@ -441,8 +449,8 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
             to_unsynced(h, w);
             continue;
         }
-        size_t k = 0;
-        for (size_t j = 0; j < h->n_ev; j++) {
+        size_t k = 0, j0 = lo ? lo[i] : 0, j1 = hi ? (size_t)hi[i] + 1 : h->n_ev;
+        for (size_t j = j0; j < j1; j++) {
             slice_ev *e = &h->ev[j];
             if (e->main < w->next_rev || !kv_watch_match(w, e->kv->key.data, e->kv->key.len))
                 continue;
@@ -483,48 +491,34 @@ static size_t deliver(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, si
     return advanced;
 }
 
-/* Reads slices of [from, to] (at most slice_bytes each) and delivers them to set; only the
- * first slice when one_slice. Returns 0 or a negative error. */
-static int run_range(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
-                     int64_t to, bool one_slice, size_t *advanced)
+/* Catch-up: reads one slice of [from, to] (at most slice_bytes) and delivers it to set.
+ * The slice stays in memory (bounded by slice_bytes), so watchers that had no room for it are
+ * served from it next turn without reading LMDB again. History below the committed revision
+ * never changes (compaction only removes records; "compacted" is decided from the store's
+ * compact revision). Returns 0 or a negative error. */
+static int run_slice(kv_watch_hub *h, kv_store_reader *rd, kv_watcher **set, size_t n, int64_t from,
+                     int64_t to, size_t *advanced)
 {
     *advanced = 0;
-    if (!one_slice) {
-        slice_clear(h); /* live delivery does not use the catch-up's cached slice */
-        h->cache_valid = false;
-    }
-    while (from <= to) {
-        int64_t last;
-        /* Catch-up: the last slice stays in memory (bounded by slice_bytes), so watchers that
-         * had no room for it are served from it next turn without reading LMDB again.
-         * History below the committed revision never changes (compaction only removes
-         * records; "compacted" is decided from the store's compact revision). */
-        if (one_slice && h->cache_valid && h->cache_from == from &&
-            (h->cache_last < h->cache_to || h->cache_to == to)) {
-            last = h->cache_last;
-        } else {
-            slice_clear(h);
-            h->cache_valid = false;
-            int rc =
-                kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
-            if (rc < 0) {
-                slice_clear(h);
-                return rc;
-            }
-            h->st.slices++;
-            if (one_slice) {
-                h->cache_valid = true;
-                h->cache_from = from;
-                h->cache_to = to;
-                h->cache_last = last;
-            }
-        }
-        *advanced += deliver(h, rd, set, n, from, last);
-        if (one_slice)
-            break;
+    int64_t last;
+    if (h->cache_valid && h->cache_from == from &&
+        (h->cache_last < h->cache_to || h->cache_to == to)) {
+        last = h->cache_last;
+    } else {
         slice_clear(h);
-        from = last + 1;
+        h->cache_valid = false;
+        int rc = kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
+        if (rc < 0) {
+            slice_clear(h);
+            return rc;
+        }
+        h->st.slices++;
+        h->cache_valid = true;
+        h->cache_from = from;
+        h->cache_to = to;
+        h->cache_last = last;
     }
+    *advanced = deliver(h, rd, set, n, from, last, NULL, NULL);
     return 0;
 }
 
@@ -539,6 +533,14 @@ static int ensure_set(kv_watch_hub *h, size_t n)
     if (s == NULL)
         return -ENOMEM;
     h->set = s;
+    uint32_t *lo = realloc(h->set_lo, cap * sizeof(*lo));
+    if (lo == NULL)
+        return -ENOMEM;
+    h->set_lo = lo;
+    uint32_t *hi = realloc(h->set_hi, cap * sizeof(*hi));
+    if (hi == NULL)
+        return -ENOMEM;
+    h->set_hi = hi;
     h->cap_set = cap;
     return 0;
 }
@@ -548,30 +550,97 @@ static void report_read_error(int rc)
     fprintf(stderr, "kvd: error: watch: reading events: %s\n", strerror(-rc));
 }
 
+/* Moves the synced watchers that were offered less than revision lim - 1 (next_rev, or
+ * h->synced_next when larger, below lim) to unsynced. A scan of the synced group: only after a
+ * read error, out of memory, or a compaction in the batch being delivered. */
+static void unsync_below(kv_watch_hub *h, int64_t lim)
+{
+    for (kv_watcher *w = h->synced.head, *nx; w; w = nx) {
+        nx = w->gnext;
+        int64_t r = w->next_rev > h->synced_next ? w->next_rev : h->synced_next;
+        if (r < lim)
+            to_unsynced(h, w);
+    }
+}
+
+typedef struct match_ctx {
+    kv_watch_hub *h;
+    uint32_t ev; /* index in h->ev of the event being matched */
+    size_t n;    /* watchers in h->set */
+    bool oom;
+} match_ctx;
+
+static void on_match(void *arg, kv_watcher *w)
+{
+    match_ctx *m = arg;
+    kv_watch_hub *h = m->h;
+    if (w->in_set) {
+        h->set_hi[w->set_ix] = m->ev;
+        return;
+    }
+    if (m->n == h->cap_set && ensure_set(h, m->n + 1) < 0) {
+        m->oom = true;
+        return;
+    }
+    w->in_set = true;
+    w->set_ix = (uint32_t)m->n;
+    h->set[m->n] = w;
+    h->set_lo[m->n] = h->set_hi[m->n] = m->ev;
+    m->n++;
+}
+
+/* Live delivery of [from, to] to the synced watchers, in slices of at most slice_bytes: each
+ * event's key is looked up in the index (watch_index.h), so synced watchers that match
+ * nothing are not examined; they stay synced and are offered the slice implicitly
+ * (h->synced_next). Returns 0 or a negative error (h->synced_next is then the first revision
+ * not offered). */
+static int live_range(kv_watch_hub *h, kv_store_reader *rd, int64_t from, int64_t to)
+{
+    slice_clear(h); /* live delivery does not use the catch-up's cached slice */
+    h->cache_valid = false;
+    while (from <= to && h->synced.n > 0) {
+        h->synced_next = from;
+        int64_t last;
+        int rc = kv_store_events(h->store, rd, from, to, h->cfg.slice_bytes, slice_add, h, &last);
+        if (rc < 0) {
+            slice_clear(h);
+            return rc;
+        }
+        h->st.slices++;
+        match_ctx m = {h, 0, 0, false};
+        for (size_t j = 0; j < h->n_ev && !m.oom; j++) {
+            m.ev = (uint32_t)j;
+            kv_widx_match(&h->idx, h->ev[j].kv->key.data, h->ev[j].kv->key.len, on_match, &m);
+        }
+        for (size_t i = 0; i < m.n; i++) {
+            kv_watcher *w = h->set[i];
+            w->in_set = false;
+            if (w->next_rev < from)
+                w->next_rev = from; /* offered everything before from */
+        }
+        if (m.oom) {
+            fprintf(stderr, "kvd: warning: watch: out of memory matching events; retrying later\n");
+            unsync_below(h, last + 1); /* the catch-up delivers the slice */
+        } else {
+            deliver(h, rd, h->set, m.n, from, last, h->set_lo, h->set_hi);
+        }
+        slice_clear(h);
+        from = last + 1;
+    }
+    return 0;
+}
+
 void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
 {
     if (rev <= h->cur_rev)
         return;
     int64_t old = h->cur_rev;
     h->cur_rev = rev;
-    if (h->synced.n == 0)
-        return;
-    /* Only synced watchers whose next_rev falls in (old, rev] need anything. */
-    if (ensure_set(h, h->synced.n) < 0) {
-        for (kv_watcher *w = h->synced.head, *nx; w; w = nx) {
-            nx = w->gnext;
-            if (w->next_rev <= rev)
-                to_unsynced(h, w);
-        }
-        arm_sync(h, 0);
+    h->synced_next = old + 1;
+    if (h->synced.n == 0) {
+        h->synced_next = rev + 1;
         return;
     }
-    size_t n = 0;
-    for (kv_watcher *w = h->synced.head; w; w = w->gnext)
-        if (w->next_rev <= rev)
-            h->set[n++] = w;
-    if (n == 0)
-        return;
     kv_store_reader rd;
     h->deadline_ns = uv_hrtime() + NOTIFY_TURN_NS;
     h->turn_bytes_max = NOTIFY_TURN_BYTES;
@@ -579,25 +648,17 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
     h->turn_bytes = 0;
     int rc = kv_store_reader_begin(h->store, &rd);
     if (rc == 0) {
-        size_t keep = 0;
-        for (size_t i = 0; i < n; i++) {
-            kv_watcher *w = h->set[i];
-            if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev)
-                to_unsynced(h, w); /* compaction in the same batch: answered by catch-up */
-            else
-                h->set[keep++] = w;
-        }
-        n = keep;
-        size_t adv;
-        rc = run_range(h, &rd, h->set, n, old + 1, rev, false, &adv);
+        /* compaction in the same batch: those behind it are answered by catch-up */
+        if (rd.compact_rev > old + 1)
+            unsync_below(h, rd.compact_rev);
+        rc = live_range(h, &rd, old + 1, rev);
         kv_store_reader_end(&rd);
     }
     if (rc < 0) {
         report_read_error(rc);
-        for (size_t i = 0; i < n; i++)
-            if (h->set[i]->state == W_SYNCED && h->set[i]->next_rev <= rev)
-                to_unsynced(h, h->set[i]);
+        unsync_below(h, rev + 1);
     }
+    h->synced_next = rev + 1;
     h->deadline_ns = 0;
     h->over_budget = false;
     if (h->unsynced.n)
@@ -646,7 +707,7 @@ static int sync_slice(kv_watch_hub *h)
         if (to > h->cur_rev)
             to = h->cur_rev;
         size_t adv = 0;
-        rc = run_range(h, &rd, h->set, n, from, to, true, &adv);
+        rc = run_slice(h, &rd, h->set, n, from, to, &adv);
         if (rc < 0)
             report_read_error(rc);
         else if (adv > 0)
@@ -724,6 +785,7 @@ void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)
     if (w->next_rev > h->cur_rev) {
         w->state = W_SYNCED;
         kv_wlist_push(&h->synced, w);
+        kv_widx_add(&h->idx, w);
     } else {
         w->state = W_UNSYNCED;
         kv_wlist_push(&h->unsynced, w);
@@ -763,6 +825,10 @@ static double g_watchers(void *arg)
 {
     return (double)((kv_watch_hub *)arg)->n_watchers;
 }
+static double g_visits(void *arg)
+{
+    return (double)((kv_watch_hub *)arg)->idx.visits;
+}
 static double g_unsynced(void *arg)
 {
     return (double)((kv_watch_hub *)arg)->unsynced.n;
@@ -775,6 +841,10 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
     kv_watch_hub *h = calloc(1, sizeof(*h));
     if (h == NULL)
         return -ENOMEM;
+    if (kv_widx_init(&h->idx) < 0) {
+        free(h);
+        return -ENOMEM;
+    }
     kv_watch_config_default(&h->cfg);
     if (cfg) {
         kv_watch_config d = h->cfg;
@@ -798,6 +868,7 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
     h->store = store;
     h->hdr = hdr;
     h->cur_rev = rev;
+    h->synced_next = rev + 1;
     uv_timer_init(loop, &h->sync_timer);
     uv_timer_init(loop, &h->progress_timer);
     uv_idle_init(loop, &h->sync_idle);
@@ -822,6 +893,10 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
             "Watchers moved to unsynced because their stream's send buffer was full "
             "(--watch-send-buffer-bytes).",
             NULL);
+        kv_metrics_counter_fn(metrics, "kvd_watch_match_visits_total",
+                              "Watchers or watcher-index nodes examined to match committed events "
+                              "to synced watchers (grows with matches, not with idle watchers).",
+                              g_visits, h);
     }
     *out = h;
     return 0;
@@ -833,6 +908,9 @@ static void on_closed(uv_handle_t *hd)
     if (--h->handles_open == 0) {
         free(h->ev);
         free(h->set);
+        free(h->set_lo);
+        free(h->set_hi);
+        kv_widx_free(&h->idx);
         free(h->out);
         free(h->outs);
         free(h->obuf);
@@ -862,4 +940,5 @@ void kv_watch_hub_get_stats(const kv_watch_hub *h, kv_watch_stats *st)
     st->streams = h->n_streams;
     st->watchers = h->n_watchers;
     st->unsynced = h->unsynced.n;
+    st->match_visits = h->idx.visits;
 }

@@ -7,7 +7,8 @@
  *   options and next_rev: the first revision it has not been sent yet.
  * - The committed revisions in LMDB are the event log (mvcc/events.h). Nothing is recorded
  *   on the apply thread: after a batch commits, kv_watch_hub_notify(rev) reads the new
- *   revisions back in bounded slices and delivers them to the synced watchers.
+ *   revisions back in bounded slices and delivers them to the synced watchers, found by each
+ *   event's key in an index (watch_index.h): idle watchers cost a write nothing.
  * - synced: next_rev > the hub's revision; gets events as batches commit.
  *   unsynced: behind (start_revision in the past, or its stream's send buffer was full: a
  *   "victim", or live delivery ran out of its per-commit budget of 20 ms / 8 MiB). Catch-up
@@ -73,6 +74,8 @@ typedef struct kv_watch_sink_ops {
 typedef struct kv_watch_stats {
     uint64_t streams, watchers, unsynced;
     uint64_t events_sent, slow_total, compacted_total, slices;
+    uint64_t match_visits; /* watchers (or index nodes) examined to match committed events to
+                              synced watchers (kvd_watch_match_visits_total) */
 } kv_watch_stats;
 
 /* store, hdr (read at every send, so term changes show) and metrics (may be NULL) are

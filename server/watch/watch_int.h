@@ -8,6 +8,7 @@
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
 #include "watch/watch_hub.h"
+#include "watch/watch_index.h"
 
 #include <stdbool.h>
 
@@ -22,11 +23,16 @@ struct kv_watcher {
     size_t klen, elen;
     int kind;         /* R_* */
     int state;        /* W_* */
-    int64_t next_rev; /* first revision not yet sent */
+    int64_t next_rev; /* first revision not yet sent; while synced, revisions below
+                         hub->synced_next were offered too (advanced lazily) */
     bool noput, nodelete, prev_kv, progress, fragment;
     bool progress_due;         /* etcd sws.progress[id] */
+    bool in_set;               /* live delivery: already in hub->set for this slice */
+    uint32_t set_ix;           /* its index there (valid while in_set) */
     kv_watcher *gnext, *gprev; /* hub->synced / hub->unsynced */
     kv_watcher *snext, *sprev; /* st->watchers */
+    kv_widx_link ix;           /* hub->idx while synced (watch_index.h) */
+    uint64_t ixv;              /* index: key hash (single key) or treap priority (range) */
 };
 
 struct kv_watch_stream {
@@ -65,6 +71,9 @@ struct kv_watch_hub {
     kv_watch_config cfg;
     const kv_header_info *hdr;
     int64_t cur_rev;
+    int64_t synced_next; /* every synced watcher was offered the revisions below this: cur_rev+1
+                            outside live delivery (docs/ARCHITECTURE.md, Watch) */
+    kv_widx idx;         /* the synced watchers by key */
     kv_watch_stream *streams;
     size_t n_streams, n_watchers;
     wlist synced, unsynced;
@@ -85,6 +94,7 @@ struct kv_watch_hub {
                          [cache_from, cache_to] */
     int64_t cache_from, cache_to, cache_last;
     kv_watcher **set;
+    uint32_t *set_lo, *set_hi; /* live delivery: first and last slice event matching set[i] */
     size_t cap_set;
     Mvccpb__Event **out;
     slice_ev **outs; /* out[i] is outs[i]->ev or ->evp */
