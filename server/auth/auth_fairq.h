@@ -16,8 +16,8 @@
  *     checked), and a connection that pipelines many jobs gets one turn per round;
  *   - the queue is bounded (max_queued); when it is full, a job whose rank is lower than the
  *     highest queued rank (the worst class, then the oldest) takes that job's place (the
- *     evicted job is answered "too many requests" by the caller), otherwise it is refused. A flood therefore never holds a place
- *     that a better-ranked job needs.
+ *     evicted job is answered "too many requests" by the caller), otherwise it is refused.
+ *     A flood therefore never holds a place that a better-ranked job needs.
  * Charges are remembered per connection in a table of max_sources entries (a fixed array: a
  * full table replaces its entry with the fewest charges); a successful check forgets the
  * connection. Limitation: a flood that opens a new connection for every attempt ranks with

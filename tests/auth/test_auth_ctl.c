@@ -24,7 +24,6 @@
 #include "harness.h"
 #include "rpc.pb-c.h"
 
-
 static kv_it_server g_kvd, g_etcd;
 static int g_kvd_up, g_etcd_up;
 
