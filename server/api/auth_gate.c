@@ -16,9 +16,14 @@
  *   Watch (create requests)        READ [key, range_end); denied: created + canceled response
  *                                  with cancel_reason "etcdserver: permission denied"
  *   LeaseRevoke                    WRITE on every key attached to the lease
+ *   LeaseTimeToLive with keys      READ on every key attached to the lease (etcd 3.4.26
+ *                                  checkLeaseTimeToLive, CVE-2023-32082); anonymous: "user
+ *                                  name is empty"; without keys: not gated
  *   Defragment, Snapshot, Hash, HashKV, MoveLeader, MemberAdd/Remove/Update/Promote: root
- *   Compact, LeaseGrant, Alarm     a token, if given, must be valid (etcd raftRequest)
- * Not gated (as etcd): LeaseKeepAlive, LeaseTimeToLive, LeaseLeases, Status, MemberList.
+ *   Compact, Alarm ACTIVATE/DEACTIVATE: root (stricter than etcd 3.4, which lets any
+ *                                  authenticated user do them; README "Authentication")
+ *   LeaseGrant, Alarm GET          a token, if given, must be valid (etcd raftRequest)
+ * Not gated (as etcd): LeaseKeepAlive, LeaseLeases, Status, MemberList.
  *
  * Checked when the request arrives, against the committed auth state. A Put, DeleteRange,
  * Txn or LeaseRevoke that passed is proposed with the caller and the auth revision it was
@@ -50,6 +55,8 @@ enum gate {
     G_TXN,
     G_WATCH,
     G_LEASE_REVOKE,
+    G_LEASE_TTL,
+    G_ALARM,
     G_ADMIN,
     G_TOKEN,
 };
@@ -62,11 +69,12 @@ static const struct {
     {"/etcdserverpb.KV/Put", G_PUT},
     {"/etcdserverpb.KV/DeleteRange", G_DELETE},
     {"/etcdserverpb.KV/Txn", G_TXN},
-    {"/etcdserverpb.KV/Compact", G_TOKEN},
+    {"/etcdserverpb.KV/Compact", G_ADMIN},
     {"/etcdserverpb.Watch/Watch", G_WATCH},
     {"/etcdserverpb.Lease/LeaseGrant", G_TOKEN},
     {"/etcdserverpb.Lease/LeaseRevoke", G_LEASE_REVOKE},
-    {"/etcdserverpb.Maintenance/Alarm", G_TOKEN},
+    {"/etcdserverpb.Lease/LeaseTimeToLive", G_LEASE_TTL},
+    {"/etcdserverpb.Maintenance/Alarm", G_ALARM},
     {"/etcdserverpb.Maintenance/Defragment", G_ADMIN},
     {"/etcdserverpb.Maintenance/Snapshot", G_ADMIN},
     {"/etcdserverpb.Maintenance/Hash", G_ADMIN},
@@ -127,6 +135,28 @@ static int lease_key_fn(void *arg, const uint8_t *key, size_t klen)
         return 1; /* stop */
     }
     return 0;
+}
+
+static int lease_read_fn(void *arg, const uint8_t *key, size_t klen)
+{
+    lease_keys_ctx *x = arg;
+    if (!kv_auth_caller_may(x->c, KV_PERM_READ, key, klen, NULL, 0)) {
+        x->ok = 0;
+        return 1; /* stop */
+    }
+    return 0;
+}
+
+/* etcd 3.4.26 checkLeaseTimeToLive: READ on every key attached to the lease (the walk is
+ * bounded by --max-keys-per-lease, enforced when keys are attached). */
+static int lease_keys_readable(const kv_auth_caller *c, kv_store *st, int64_t lease)
+{
+    if (c->root)
+        return 1;
+    lease_keys_ctx x = {c, 1};
+    if (kv_store_lease_keys(st, lease, lease_read_fn, &x) < 0)
+        return 0; /* storage failure: deny */
+    return x.ok;
 }
 
 /* etcd checkLeasePuts: WRITE on every key attached to the lease (root: always; no lease or
@@ -272,6 +302,26 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
             handled = 1;
         }
         etcdserverpb__watch_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_LEASE_TTL: {
+        kv_server *s = kv_grpc_call_app(call);
+        Etcdserverpb__LeaseTimeToLiveRequest *r =
+            etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
+        if (r && r->keys) {
+            if (c.anonymous) /* etcd: no auth info at all is ErrUserEmpty */
+                err = KV_ERR_USER_EMPTY;
+            else
+                ok = lease_keys_readable(&c, s->store, r->id);
+        }
+        etcdserverpb__lease_time_to_live_request__free_unpacked(r, NULL);
+        break;
+    }
+    case G_ALARM: {
+        Etcdserverpb__AlarmRequest *r = etcdserverpb__alarm_request__unpack(NULL, len, msg);
+        if (r && r->action != ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET)
+            err = kv_auth_caller_admin_err(&c);
+        etcdserverpb__alarm_request__free_unpacked(r, NULL);
         break;
     }
     case G_LEASE_REVOKE: {

@@ -3,6 +3,7 @@
 
 #include "api/services.h"
 #include "auth.pb-c.h"
+#include "auth/auth_fairq.h"
 #include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
 #include "node/read_pool.h"
@@ -25,9 +26,17 @@ static void on_sweep(uv_timer_t *t)
 static double m_pending(void *arg)
 {
     kv_auth *a = arg;
-    kv_read_pool_stats st;
-    kv_read_pool_get_stats(a->hash_pool, &st);
-    return (double)st.pending;
+    return (double)(kv_auth_fairq_len(a->fairq) + a->running);
+}
+
+static double m_evicted(void *arg)
+{
+    return (double)((kv_auth *)arg)->hashes_evicted;
+}
+
+static double m_failing(void *arg)
+{
+    return (double)kv_auth_fairq_sources(((kv_auth *)arg)->fairq);
 }
 
 static double m_refused(void *arg)
@@ -62,8 +71,12 @@ int kv_auth_start(struct kv_server *srv, kv_auth **out)
     int rc = kv_auth_tokens_init(&a->tokens, cfg->auth_max_tokens, ttl);
     if (rc)
         goto fail;
-    rc = kv_read_pool_init(&a->hash_pool, srv->loop, 1,
-                           cfg->auth_max_pending_hashes ? cfg->auth_max_pending_hashes : 64, NULL);
+    uint32_t maxq = cfg->auth_max_pending_hashes ? cfg->auth_max_pending_hashes : 64;
+    /* the worker gets one job at a time (service_auth.c pump); the bound is the fair queue's */
+    rc = kv_read_pool_init(&a->hash_pool, srv->loop, 1, 2, NULL);
+    if (rc)
+        goto fail;
+    rc = kv_auth_fairq_new(&a->fairq, maxq, KV_AUTH_FAIRQ_DEFAULT_SOURCES);
     if (rc)
         goto fail;
     if (!(a->sweep = calloc(1, sizeof *a->sweep))) {
@@ -79,8 +92,16 @@ int kv_auth_start(struct kv_server *srv, kv_auth **out)
                             "Password hashes queued or running (--auth-max-pending-hashes)",
                             m_pending, a);
         kv_metrics_counter_fn(srv->metrics, "kvd_auth_hash_refused_total",
-                              "Password hashes refused: queue full (too many requests)", m_refused,
-                              a);
+                              "Password hashes refused or evicted: queue full (too many requests)",
+                              m_refused, a);
+        kv_metrics_counter_fn(srv->metrics, "kvd_auth_hash_evicted_total",
+                              "Queued password hashes that lost their place to a better-ranked "
+                              "one (a connection with fewer failed checks)",
+                              m_evicted, a);
+        kv_metrics_gauge_fn(srv->metrics, "kvd_auth_failing_connections",
+                            "Connections whose login attempts never succeeded (ranked last) "
+                            "(built-in bound 4096)",
+                            m_failing, a);
         kv_metrics_gauge_fn(srv->metrics, "kvd_auth_tokens",
                             "Live simple tokens on this member (--auth-max-tokens)", m_tokens, a);
         kv_metrics_counter_fn(srv->metrics, "kvd_auth_tokens_refused_total",
@@ -101,7 +122,10 @@ void kv_auth_stop(kv_auth *a)
         return;
     if (a->metrics)
         kv_metrics_gauge_fn_remove(a->metrics, a);
-    kv_read_pool_close(a->hash_pool); /* completes every job (done runs) */
+    a->closing = 1;
+    kv_read_pool_close(a->hash_pool); /* completes the running job (done runs) */
+    kv_auth_jobs_drain(a);
+    kv_auth_fairq_free(a->fairq);
     kv_auth_reads_detach(a);
     if (a->sweep) {
         uv_timer_stop(a->sweep);

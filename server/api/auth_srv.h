@@ -8,12 +8,14 @@
  *     Authenticate entry and drops them all on an applied AuthDisable (kv_auth_on_applied,
  *     the node's auth hook), so a token is valid on every member that applied its entry;
  *     TTL and renewals are per member; the table is memory only (lost on restart);
- *   - the password hash workers: one niced thread (node/read_pool.h) with a bounded queue
- *     (--auth-max-pending-hashes; beyond: RESOURCE_EXHAUSTED "etcdserver: too many
- *     requests"), so PBKDF2 never runs on the loop and a flood of Authenticate calls cannot
- *     delay keepalives.
- * Metrics: kvd_auth_hash_pending, kvd_auth_hash_refused_total, kvd_auth_tokens,
- * kvd_auth_tokens_refused_total.
+ *   - the password hash workers: one niced thread (node/read_pool.h) fed one job at a time
+ *     from a fair queue (auth/auth_fairq.h) bounded by --auth-max-pending-hashes (beyond:
+ *     RESOURCE_EXHAUSTED "etcdserver: too many requests"), so PBKDF2 never runs on the loop,
+ *     a flood of Authenticate calls cannot delay keepalives, and connections that keep
+ *     sending wrong passwords rank behind every other login (docs/ARCHITECTURE.md
+ *     "Authentication").
+ * Metrics: kvd_auth_hash_pending, kvd_auth_hash_refused_total, kvd_auth_hash_evicted_total,
+ * kvd_auth_failing_connections, kvd_auth_tokens, kvd_auth_tokens_refused_total.
  *
  * Caller resolution (etcd AuthInfoFromCtx + AuthInfoFromTLS): when auth is enabled, the
  * "token" (or "authorization") metadata names a simple token; an unknown or expired token,
@@ -47,11 +49,15 @@ typedef struct kv_auth {
     struct kv_read_pool *hash_pool;
     uv_timer_t *sweep;
     uint32_t iterations;
-    kv_auth_job *jobs;          /* hash jobs not completed (their calls may be cancelled) */
-    kv_auth_read *reads;        /* calls waiting for the ReadIndex barrier (service_auth.c) */
-    uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
-    uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
-    struct kv_metrics *metrics; /* borrowed; NULL = none */
+    kv_auth_job *jobs;           /* hash jobs not completed (their calls may be cancelled) */
+    struct kv_auth_fairq *fairq; /* hash jobs waiting for the worker (service_auth.c) */
+    uint32_t running;            /* jobs handed to hash_pool, done not yet run (0 or 1) */
+    int closing;                 /* kv_auth_stop under way: nothing more is handed over */
+    uint64_t hashes_evicted;     /* kvd_auth_hash_evicted_total (also in hashes_refused) */
+    kv_auth_read *reads;         /* calls waiting for the ReadIndex barrier (service_auth.c) */
+    uint64_t hashes_refused;     /* kvd_auth_hash_refused_total */
+    uint64_t tokens_refused;     /* kvd_auth_tokens_refused_total */
+    struct kv_metrics *metrics;  /* borrowed; NULL = none */
     /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
      * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
     char cur_user[256];
@@ -93,6 +99,10 @@ int kv_auth_caller_deny_err(const kv_auth_caller *c);
 /* etcd IsAdminPermitted: 0 if allowed (auth disabled, or the caller has the root role),
  * else the kv_etcd_err to answer. */
 int kv_auth_caller_admin_err(const kv_auth_caller *c);
+
+/* Answers every hash job still waiting in the fair queue "etcdserver: server stopped" and
+ * frees it (kv_auth_stop, after the worker closed). service_auth.c. */
+void kv_auth_jobs_drain(kv_auth *a);
 
 /* Unlinks the calls waiting for the read barrier from a (kv_auth_stop: their barrier
  * completes later, when the node closes). service_auth.c. */

@@ -30,6 +30,7 @@
 #include "api/internal_req.h"
 #include "api/services.h"
 #include "auth.pb-c.h"
+#include "auth/auth_fairq.h"
 #include "auth/auth_hash.h"
 #include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
@@ -50,6 +51,8 @@ struct kv_auth_job {
     kv_auth_job *next, *prev;
     kv_auth *a;
     kv_grpc_call *call; /* NULL once cancelled */
+    uint64_t conn;      /* the call's connection (auth/auth_fairq.h ranks by it) */
+    int queued;         /* in a->fairq, not yet handed to the hash worker */
     enum job_kind kind;
     char *name;
     char *pw;
@@ -96,32 +99,78 @@ static void job_work(void *arg)
 
 static void job_done(void *arg, int status);
 
-/* Queues j (owned from here on). 0, or 1 after answering the call. */
+/* Hands the best-ranked queued job to the hash worker when it is idle (one job at a time,
+ * so the order of service is auth_fairq's, not the worker queue's FIFO). */
+static void pump(kv_auth *a)
+{
+    kv_auth_job *j;
+    while (!a->closing && a->running == 0 && (j = kv_auth_fairq_pop(a->fairq))) {
+        j->queued = 0;
+        int rc = kv_read_pool_submit(a->hash_pool, job_work, job_done, j);
+        if (rc == 0) {
+            a->running++;
+            return;
+        }
+        job_unlink(j);
+        if (j->call)
+            kv_reply_etcd_err(j->call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_STOPPED);
+        job_free(j);
+    }
+}
+
+/* Queues j (owned from here on) in the fair queue (auth/auth_fairq.h: a connection whose
+ * password checks keep failing cannot hold a place a better-ranked job needs). 0, or 1 after
+ * answering the call. */
 static int job_submit(kv_grpc_call *call, kv_auth_job *j)
 {
     kv_server *s = kv_grpc_call_app(call);
     kv_auth *a = s->auth;
-    if (!a) { /* the member's core is not running */
+    if (!a || a->closing) { /* the member's core is not running */
         job_free(j);
         kv_reply_etcd_err(call, KV_ERR_STOPPED);
         return 1;
     }
     j->a = a;
     j->call = call;
+    j->conn = kv_grpc_call_conn_id(call);
     j->iterations = a->iterations;
-    int rc = kv_read_pool_submit(a->hash_pool, job_work, job_done, j);
+    void *ev = NULL;
+    int rc = kv_auth_fairq_push(a->fairq, j->conn, j, &ev);
+    if (j->kind == J_VERIFY) /* every login attempt counts until one succeeds */
+        kv_auth_fairq_charge(a->fairq, j->conn);
     if (rc < 0) {
-        if (rc == -EBUSY)
-            a->hashes_refused++;
+        a->hashes_refused++;
         job_free(j);
-        kv_reply_etcd_err(call, rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_STOPPED);
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
         return 1;
     }
+    j->queued = 1;
     j->next = a->jobs;
     if (a->jobs)
         a->jobs->prev = j;
     a->jobs = j;
+    if (ev) { /* a worse-ranked job lost its place: shed as if it had been refused */
+        kv_auth_job *e = ev;
+        a->hashes_refused++;
+        a->hashes_evicted++;
+        job_unlink(e);
+        if (e->call)
+            kv_reply_etcd_err(e->call, KV_ERR_TOO_MANY_REQUESTS);
+        job_free(e);
+    }
+    pump(a);
     return 0;
+}
+
+void kv_auth_jobs_drain(kv_auth *a)
+{
+    kv_auth_job *j;
+    while (a->fairq && (j = kv_auth_fairq_pop(a->fairq))) {
+        job_unlink(j);
+        if (j->call)
+            kv_reply_etcd_err(j->call, KV_ERR_STOPPED);
+        job_free(j);
+    }
 }
 
 /* ---- the read barrier (etcd 3.4: these reads go through raft; Authenticate waits for
@@ -134,6 +183,11 @@ static void on_cancel(kv_grpc_call *call)
         return; /* freed when the barrier completes */
     for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
         if (j->call == call) {
+            if (j->queued && kv_auth_fairq_remove(s->auth->fairq, j) == 0) {
+                job_unlink(j); /* not started: its place goes to the next job */
+                job_free(j);
+                return;
+            }
             j->call = NULL; /* the hash finishes; nothing is sent or proposed */
             return;
         }
@@ -180,10 +234,11 @@ static void on_authenticated(void *arg, kv_result *res)
 static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
 {
     kv_server *s = kv_grpc_call_app(call);
-    if (!j->ok) {
+    if (!j->ok) { /* charged when it was asked for (job_submit) */
         kv_reply_etcd_err(call, KV_ERR_AUTH_FAILED);
         return;
     }
+    kv_auth_fairq_clear(j->a->fairq, j->conn);
     /* etcd re-checks against the current state (checkedRevision): the user may have been
      * deleted, or its password changed, while the hash ran. */
     kv_auth_tx tx;
@@ -250,10 +305,13 @@ static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
 static void job_done(void *arg, int status)
 {
     kv_auth_job *j = arg;
+    kv_auth *a = j->a;
+    a->running--;
     job_unlink(j);
     kv_grpc_call *call = j->call;
     if (!call) {
         job_free(j);
+        pump(a);
         return;
     }
     if (status != 0) {
@@ -276,6 +334,7 @@ static void job_done(void *arg, int status)
         propose_msg(call, KV_IREQ_AUTH_USER_CHANGE_PASSWORD, &r.base);
     }
     job_free(j);
+    pump(a);
 }
 
 static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw)

@@ -24,7 +24,6 @@
 #include "harness.h"
 #include "rpc.pb-c.h"
 
-
 static kv_it_server g_kvd, g_etcd;
 static int g_kvd_up, g_etcd_up;
 
@@ -142,8 +141,25 @@ Test(auth_ctl, etcdctl_session_matches_etcd, .fini = fini, .timeout = 300)
     else
         cr_log_warn("no etcd at %s: kvd's answers are checked against the expected ones only", bin);
     static char a[16384], b[16384];
+    /* deliberate differences from etcd 3.4 (README "Authentication"): Compact needs root */
+    static const struct {
+        const char *cmd, *kvd_out;
+    } differs[] = {
+        {"--user alice:alicepw compaction 1", "Error: etcdserver: permission denied\n"},
+    };
     for (size_t i = 0; i < sizeof session / sizeof session[0]; i++) {
         int ca = ctl(&g_kvd, a, sizeof a, NULL, session[i]);
+        const char *want = NULL;
+        for (size_t d = 0; d < sizeof differs / sizeof differs[0]; d++)
+            if (strcmp(differs[d].cmd, session[i]) == 0)
+                want = differs[d].kvd_out;
+        if (want) {
+            cr_expect_neq(ca, 0, "`etcdctl %s` succeeded on kvd", session[i]);
+            cr_expect_str_eq(a, want, "`etcdctl %s` on kvd", session[i]);
+            if (have_etcd) /* etcd runs it too, to keep the two sessions in step */
+                ctl(&g_etcd, b, sizeof b, NULL, session[i]);
+            continue;
+        }
         if (have_etcd) {
             int cb = ctl(&g_etcd, b, sizeof b, NULL, session[i]);
             cr_expect_eq(ca, cb, "`etcdctl %s`: exit %d (kvd) vs %d (etcd)", session[i], ca, cb);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "auth/auth_fairq.h"
 #include "auth/auth_hash.h"
 #include "auth/auth_perm.h"
 #include "auth/auth_tokens.h"
@@ -157,4 +158,81 @@ Test(auth_hash, pbkdf2_roundtrip)
     h1[strlen(h1) - 1] ^= 1;
     cr_assert_eq(kv_auth_hash_verify("secret", 6, h1, strlen(h1)), 0, "altered hash");
     cr_assert_eq(kv_auth_hash("x", 1, 10, h1), -EINVAL, "too few iterations");
+}
+
+/* ---- auth_fairq: the fair hash queue ---- */
+
+static int J[100]; /* job identities */
+
+Test(auth_fairq, flood_cannot_hold_a_new_connections_place)
+{
+    kv_auth_fairq *q;
+    cr_assert_eq(kv_auth_fairq_new(&q, 4, 16), 0);
+    void *ev;
+    /* four flood connections, each already charged (their earlier attempts) */
+    for (uint64_t c = 1; c <= 4; c++) {
+        kv_auth_fairq_charge(q, c);
+        cr_assert_eq(kv_auth_fairq_push(q, c, &J[c], &ev), 0);
+        cr_assert_null(ev);
+    }
+    /* full: a connection charged more is refused */
+    kv_auth_fairq_charge(q, 5);
+    kv_auth_fairq_charge(q, 5);
+    cr_assert_eq(kv_auth_fairq_push(q, 5, &J[5], &ev), -EBUSY);
+    /* one charged as much takes the oldest's place (newest first under overload) */
+    kv_auth_fairq_charge(q, 6);
+    cr_assert_eq(kv_auth_fairq_push(q, 6, &J[6], &ev), 0);
+    cr_assert_eq(ev, &J[1]);
+    /* a new connection takes the place of the oldest worst-ranked job and is served first */
+    cr_assert_eq(kv_auth_fairq_push(q, 9, &J[9], &ev), 0);
+    cr_assert_eq(ev, &J[2]);
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[9]);
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[6]);
+    cr_assert_eq(kv_auth_fairq_len(q), 2);
+    kv_auth_fairq_free(q);
+}
+
+Test(auth_fairq, ranks_by_charges_then_round_then_newest)
+{
+    kv_auth_fairq *q;
+    cr_assert_eq(kv_auth_fairq_new(&q, 16, 16), 0);
+    void *ev;
+    kv_auth_fairq_charge(q, 1);
+    kv_auth_fairq_charge(q, 1);
+    cr_assert_eq(kv_auth_fairq_charges(q, 1), 2);
+    cr_assert_eq(kv_auth_fairq_push(q, 1, &J[1], &ev), 0); /* class 2 */
+    cr_assert_eq(kv_auth_fairq_push(q, 2, &J[2], &ev), 0); /* class 0, round 0 */
+    cr_assert_eq(kv_auth_fairq_push(q, 2, &J[3], &ev), 0); /* class 0, round 1 */
+    cr_assert_eq(kv_auth_fairq_push(q, 3, &J[4], &ev), 0); /* class 0, round 0, newer */
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[4]);
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[2]);
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[3]);
+    cr_assert_eq(kv_auth_fairq_pop(q), &J[1]);
+    cr_assert_null(kv_auth_fairq_pop(q));
+    /* a success forgets the connection's charges */
+    kv_auth_fairq_clear(q, 1);
+    cr_assert_eq(kv_auth_fairq_charges(q, 1), 0);
+    cr_assert_eq(kv_auth_fairq_sources(q), 0);
+    kv_auth_fairq_free(q);
+}
+
+Test(auth_fairq, remove_and_bounded_source_table)
+{
+    kv_auth_fairq *q;
+    cr_assert_eq(kv_auth_fairq_new(&q, 2, 3), 0);
+    void *ev;
+    cr_assert_eq(kv_auth_fairq_push(q, 1, &J[1], &ev), 0);
+    cr_assert_eq(kv_auth_fairq_remove(q, &J[1]), 0);
+    cr_assert_eq(kv_auth_fairq_remove(q, &J[1]), -ENOENT);
+    cr_assert_eq(kv_auth_fairq_len(q), 0);
+    for (int i = 0; i < 5; i++)
+        kv_auth_fairq_charge(q, 10);
+    kv_auth_fairq_charge(q, 11);
+    kv_auth_fairq_charge(q, 12);
+    kv_auth_fairq_charge(q, 13); /* full: replaces one with the fewest charges */
+    cr_assert_eq(kv_auth_fairq_sources(q), 3);
+    cr_assert_eq(kv_auth_fairq_charges(q, 10), 5, "the heaviest is kept");
+    cr_assert_eq(kv_auth_fairq_charges(q, 13), 1);
+    cr_assert_eq(kv_auth_fairq_push(q, 1, NULL, &ev), -EINVAL);
+    kv_auth_fairq_free(q);
 }
