@@ -51,6 +51,7 @@
 #define KV_LEASE_FWD_H
 
 #include "grpc/grpc_server.h"
+#include "lease/lessor.h"
 #include "server.h"
 
 #include <stdint.h>
@@ -98,9 +99,17 @@ int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
 /* Forwards (distinct renewals, TimeToLive queries) queued or in flight (tests, metrics). */
 size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
 
+/* 1 when lease reads and renewals may be answered from the local lessor now: it serves
+ * (primary) and this member applied its raft commit index (etcd's waitAppliedIndex), so the
+ * lessor and the store reflect every write acknowledged by any member before this call.
+ * Otherwise the service queues the request here (kv_lease_fwd_renew / _ttl), and it is
+ * answered once that index is applied, one wait per batch. f NULL: the lessor's primary flag. */
+int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l);
+
 /* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the
- * local lessor (code EAGAIN while it does not serve leases). Returns the number of requests
- * answered or a negative errno. */
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len);
+ * local lessor now (code EAGAIN while it does not serve leases, or if refuse: the follower
+ * asks again a timer period later). The caller waited for the applied index. Returns the
+ * number of requests answered or a negative errno. */
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse);
 
 #endif

@@ -319,6 +319,8 @@ static void after_ready(uv_work_t *req, int status)
         kv_metric_add(n->m_entries, (int64_t)cnt);
     }
     replay_events(n, w);
+    if (n->applied_fn && w->has_ready)
+        n->applied_fn(n->applied_arg, n->st.applied_index);
     compaction_progress(n, w);
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
