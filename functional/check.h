@@ -138,7 +138,8 @@ typedef struct kv_fn_ll_op {
     int key;    /* PUT / DETACH: key index (0-31) */
     int ok;
     int not_found; /* REVOKE: "requested lease not found" */
-    int restarted; /* REVOKE through a member restarted after the grant was acknowledged */
+    int restarted; /* REVOKE at the end of the case through a pinned member (restarted by the
+                    * case's fault when it targets that member) of a lease granted before it */
     int64_t ttl;   /* RENEW: TTL answered; TTL: remaining (-1 unknown lease) */
     uint32_t keys; /* TTL: bitmask of the lease's keys listed */
     int64_t call_us, ret_us;

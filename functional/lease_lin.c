@@ -120,7 +120,8 @@ static int check_lease(const kv_fn_ll_op *s, size_t n, const kv_fn_window *wins,
             rep(report, cap,
                 "G1 lease %d: revoke%s through %s [%.3f, %.3f] answered \"lease not found\" "
                 "although its grant was acknowledged at %.3f; ",
-                o->lease, o->restarted ? " (through a restarted member)" : "",
+                o->lease,
+                o->restarted ? " (granted before the fault, through a member restarted by it)" : "",
                 where(o, wb, sizeof(wb)), o->call_us / 1e6, o->ret_us / 1e6, f.grant_ack / 1e6);
             v++;
         }

@@ -716,7 +716,7 @@ Test(lease_lin, revoke_through_a_restarted_member_is_caught)
          .ret_us = 20 * S + 10},
     };
     cr_assert_eq(kv_fn_lease_lin_check(ops, 2, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
-    cr_assert(strstr(rep, "restarted member") != NULL, "%s", rep);
+    cr_assert(strstr(rep, "member restarted by it") != NULL, "%s", rep);
     /* while the revoke overlaps a fault window (a retried revoke) it is excused */
     kv_fn_window w = {.start_us = 19 * S, .heal_us = 21 * S};
     cr_assert_eq(kv_fn_lease_lin_check(ops, 2, &w, 1, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
