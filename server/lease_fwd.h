@@ -1,6 +1,10 @@
 /*
  * lease_fwd: lease renewals and TimeToLive queries from any member (issue 10, section 2).
  *
+ * Linearizable (docs/ARCHITECTURE.md "Leases"): the leader answers only once it applied its
+ * commit index as of the request's arrival (kv_lease_fwd_current); a local batch, and a
+ * follower's frame, wait once for that index (node applied hook), never once per request.
+ *
  * Only the leader's lessor knows deadlines. A follower's LeaseKeepAlive / LeaseTimeToLive
  * requests (and a new leader's, while its lessor does not serve yet: they are answered from
  * the local lessor once it does, tests/cluster/test_lease_newleader.c) are queued here and,
@@ -78,10 +82,11 @@ int kv_lease_fwd_start(kv_server *s);
  * detaches the handlers, closes the handles (freed on the next loop turn). Idempotent. */
 void kv_lease_fwd_stop(kv_server *s);
 
-/* Queues a renewal of lease id for keepalive stream call (this member must not lead), or
- * joins the pending forward of id. 0 queued or joined (done runs later, never from inside
- * this call), -EBUSY bound reached (shed: drop this renewal, keep the stream), -EAGAIN
- * forwarder stopped, -ENOMEM. */
+/* Queues a renewal of lease id for keepalive stream call (a follower; or the leader while
+ * kv_lease_fwd_current is 0: then the batch waits once for the applied index and is answered
+ * from the local lessor), or joins the pending forward of id. 0 queued or joined (done runs later,
+ * never from inside this call), -EBUSY bound reached (shed: drop this renewal, keep the stream),
+ * -EAGAIN forwarder stopped, -ENOMEM. */
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
 /* Queues a TimeToLive query of lease id for unary call; same returns. */
 int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,

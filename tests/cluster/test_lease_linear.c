@@ -55,10 +55,25 @@ static void init(void)
         connect_member(i);
 }
 
+/* Stops every member with SIGTERM (a sanitizer build reports leaks at a clean exit) and
+ * fails the test on a sanitizer report in a member's log. */
 static void fini(void)
 {
-    for (int i = 0; i < NMEM; i++)
+    for (int i = 0; i < NMEM; i++) {
         kv_it_grpc_close(g_conn[i]);
+        g_conn[i] = NULL;
+        if (!kvt_member_running(&g_c, i))
+            continue;
+        cr_expect_eq(kvt_member_stop(&g_c, i, 10000), 0, "stop %s", g_c.m[i].name);
+        char *log = NULL;
+        if (kvt_member_log(&g_c, i, 1 << 20, &log) == 0) {
+            int bad = strstr(log, "Sanitizer") != NULL || strstr(log, "runtime error") != NULL;
+            if (bad)
+                fprintf(stderr, "%s log:\n%s\n", g_c.m[i].name, log);
+            cr_expect_not(bad, "sanitizer report in %s's log", g_c.m[i].name);
+            free(log);
+        }
+    }
     kvt_cluster_destroy(&g_c);
 }
 
