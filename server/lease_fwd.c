@@ -419,8 +419,13 @@ static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
             return; /* not serving yet: the timer retries */
         /* etcd's waitAppliedIndex, once for the whole batch: answered when this member
          * applied its commit index as of now (on_applied), so the lessor has taken every
-         * grant and revoke acknowledged before these requests arrived. */
-        uint64_t commit = kv_node_commit_index(n);
+         * grant and revoke acknowledged before these requests arrived; renewals and TTLs
+         * need only the lease entries (kv_node_lease_index), a TimeToLive with keys every
+         * write (its keys come from the store). */
+        int keys = 0;
+        for (size_t i = 0; i < b->n && !keys; i++)
+            keys = b->items[i].ttl && b->items[i].want_keys;
+        uint64_t commit = keys ? kv_node_commit_index(n) : kv_node_lease_index(n);
         if (kv_node_applied_index(n) >= commit) {
             (void)batch_serve_local(f, b);
             return;
@@ -546,7 +551,9 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 {
     kv_lease_fwd *f = arg;
     kv_node *n = f->s->node;
-    uint64_t commit = kv_node_commit_index(n);
+    /* the lease entries suffice: a follower reads a TimeToLive's keys itself, after a
+     * ReadIndex barrier (service_lease.c) */
+    uint64_t commit = kv_node_lease_index(n);
     if (!kv_node_is_leader(n) || !kv_lessor_is_primary(f->s->lessor) ||
         kv_node_applied_index(n) >= commit) {
         serve_frame(f, from, buf, len, 0);
@@ -601,14 +608,14 @@ static void on_applied(void *arg, uint64_t applied)
     }
 }
 
-int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l)
+int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys)
 {
     if (!kv_lessor_is_primary(l))
         return 0;
     if (f == NULL)
         return 1;
     const kv_node *n = f->s->node;
-    return kv_node_applied_index(n) >= kv_node_commit_index(n);
+    return kv_node_applied_index(n) >= (keys ? kv_node_commit_index(n) : kv_node_lease_index(n));
 }
 
 static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_t len)

@@ -105,11 +105,13 @@ int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
 size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
 
 /* 1 when lease reads and renewals may be answered from the local lessor now: it serves
- * (primary) and this member applied its raft commit index (etcd's waitAppliedIndex), so the
- * lessor and the store reflect every write acknowledged by any member before this call.
+ * (primary) and this member applied its raft commit index (etcd's waitAppliedIndex; keys 0:
+ * only up to the newest lease entry, kv_node_lease_index, enough for renewals and TTLs, so a
+ * KV write flood does not delay them), so the lessor (keys: and the store) reflect every
+ * write acknowledged by any member before this call.
  * Otherwise the service queues the request here (kv_lease_fwd_renew / _ttl), and it is
  * answered once that index is applied, one wait per batch. f NULL: the lessor's primary flag. */
-int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l);
+int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
 
 /* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the
  * local lessor now (code EAGAIN while it does not serve leases, or if refuse: the follower

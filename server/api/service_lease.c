@@ -156,7 +156,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
     int64_t ttl = 0;
     int rc = -EAGAIN;
-    if (kv_lease_fwd_current(s->lease_fwd, s->lessor))
+    if (kv_lease_fwd_current(s->lease_fwd, s->lessor, 0))
         rc = kv_lessor_renew(s->lessor, id, &ttl);
     if (rc == -EAGAIN && s->lease_fwd != NULL) {
         /* A follower: the leader renews; this loop turn's renewals travel as one frame. A
@@ -334,7 +334,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
     int64_t remaining = 0, granted = 0;
     int rc = -EAGAIN;
-    if (kv_lease_fwd_current(s->lease_fwd, s->lessor))
+    if (kv_lease_fwd_current(s->lease_fwd, s->lessor, want_keys))
         rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
     if (rc == -EAGAIN && s->lease_fwd != NULL) {
         /* A follower has no deadlines: ask the leader (batched with the renewals); a leader

@@ -907,6 +907,12 @@ uint64_t kv_node_commit_index(const kv_node *n)
     return n->raft_ok ? raft_commit_index(&n->raft) : n->st.applied_index;
 }
 
+uint64_t kv_node_lease_index(const kv_node *n)
+{
+    uint64_t c = kv_node_commit_index(n);
+    return n->lease_index < c ? n->lease_index : c;
+}
+
 uint64_t kv_node_applied_index(const kv_node *n)
 {
     return n->st.applied_index;

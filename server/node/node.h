@@ -131,6 +131,12 @@ void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), voi
  * commit that advanced the applied index, once the lessor took that commit's lease events.
  * NULL detaches. */
 uint64_t kv_node_commit_index(const kv_node *n);
+/* The same for the lessor alone (renewals, TimeToLive TTLs): the newest lease grant, revoke or
+ * checkpoint entry this member proposed as leader (followers' ones included: the leader
+ * proposes them), capped at the commit index. Entries of earlier terms are applied before a
+ * new leader's lessor serves, so on a serving leader every lease entry acknowledged before
+ * the call is at or below it, and KV writes flooding the log do not delay renewals. */
+uint64_t kv_node_lease_index(const kv_node *n);
 uint64_t kv_node_applied_index(const kv_node *n);
 void kv_node_set_applied_hook(kv_node *n, void (*fn)(void *arg, uint64_t applied), void *arg);
 
