@@ -42,8 +42,7 @@ const kv_fn_case kv_fn_cases[] = {
     CS("SIGQUIT_AND_REMOVE_ONE_FOLLOWER_UNTIL_TRIGGER_SNAPSHOT", KV_FN_F_SIGQUIT_REMOVE,
        KV_FN_T_ONE_FOLLOWER),
     C("SIGQUIT_AND_REMOVE_LEADER", KV_FN_F_SIGQUIT_REMOVE, KV_FN_T_LEADER, 0),
-    CS("SIGQUIT_AND_REMOVE_LEADER_UNTIL_TRIGGER_SNAPSHOT", KV_FN_F_SIGQUIT_REMOVE,
-       KV_FN_T_LEADER),
+    CS("SIGQUIT_AND_REMOVE_LEADER_UNTIL_TRIGGER_SNAPSHOT", KV_FN_F_SIGQUIT_REMOVE, KV_FN_T_LEADER),
     C("SIGQUIT_AND_REMOVE_QUORUM_AND_RESTORE_LEADER_SNAPSHOT_FROM_SCRATCH",
       KV_FN_F_RESTORE_SNAPSHOT, KV_FN_T_QUORUM, 1),
     C("SIGKILL_ONE_FOLLOWER", KV_FN_F_SIGKILL, KV_FN_T_ONE_FOLLOWER, 0),
@@ -286,6 +285,28 @@ static void inject_history(kv_fn_inject inj, kv_fn_op **ops, size_t *n_ops, kv_f
     }
 }
 
+/* Lease-linearizability injections: the answer a lessor one batch behind gives (the first
+ * TimeToLive listing keys misses them, as if the puts were not taken yet), or a renewal after
+ * an acknowledged revoke answered from a stale map (TTL > 0). */
+static void inject_ll(kv_fn_inject inj, kv_fn_ll_op *ops, size_t n)
+{
+    for (size_t i = 0; i < n && inj == KV_FN_INJECT_LEASE_LAG; i++)
+        if (ops[i].type == KV_FN_LL_TTL && ops[i].ok && ops[i].keys) {
+            ops[i].keys = 0;
+            return;
+        }
+    for (size_t i = 0; i < n && inj == KV_FN_INJECT_LEASE_STALE_RENEW; i++) {
+        if (ops[i].type != KV_FN_LL_REVOKE || !ops[i].ok || ops[i].not_found)
+            continue;
+        for (size_t j = 0; j < n; j++)
+            if (ops[j].lease == ops[i].lease && ops[j].type == KV_FN_LL_RENEW && ops[j].ok &&
+                ops[j].call_us > ops[i].ret_us) {
+                ops[j].ttl = 60;
+                return;
+            }
+    }
+}
+
 typedef struct verdicts {
     kv_fn_verdict lin, rev, lease, hash;
     char lin_rep[4096], rev_rep[2048], lease_rep[4096], hash_rep[512];
@@ -327,8 +348,7 @@ static void *filler_main(void *arg)
     int kl = snprintf(key, sizeof(key), "%s/fill/%d", f->prefix, a->idx);
     memset(val, 'f', sizeof(val));
     while (!atomic_load(&f->stop)) {
-        if (kvc_put(f->kc[a->idx], key, (size_t)kl, val, sizeof(val), NULL, 2000, NULL, NULL) ==
-            0)
+        if (kvc_put(f->kc[a->idx], key, (size_t)kl, val, sizeof(val), NULL, 2000, NULL, NULL) == 0)
             atomic_fetch_add(&f->puts, 1);
         else
             sleep_ms(50);
@@ -428,8 +448,7 @@ static int kv_pc_replay(const char *j, kv_pc_mode m, uint64_t s, kv_pc_stats *st
 }
 #endif
 
-static void pc_paths(const kv_fn_cluster *c, int i, char *journal, size_t jl, char *data,
-                     size_t dl)
+static void pc_paths(const kv_fn_cluster *c, int i, char *journal, size_t jl, char *data, size_t dl)
 {
     snprintf(journal, jl, "%s/powercut.journal", c->m[i].dir);
     snprintf(data, dl, "%s/data", c->m[i].dir);
@@ -457,8 +476,7 @@ static int pc_start(kv_fn_cluster *c, int i, const char *lib, char env_buf[3][PA
 }
 
 /* kill -9, then the power loss: the journal's unsynced pages are rolled back. */
-static int pc_cut(kv_fn_cluster *c, int i, uint64_t seed, kv_pc_stats *st, char *err,
-                  size_t errlen)
+static int pc_cut(kv_fn_cluster *c, int i, uint64_t seed, kv_pc_stats *st, char *err, size_t errlen)
 {
     char journal[PATH_MAX + 32], data[PATH_MAX + 16];
     pc_paths(c, i, journal, sizeof(journal), data, sizeof(data));
@@ -540,8 +558,7 @@ static int hist_push_op(hist *h, const kv_fn_op *op)
  * recorded as client `client`'s ops: the snapshot-restore case reads the registers before
  * the snapshot and after the restore, so the register checker sees whether the restored
  * cluster kept the last value of each. Returns how many keys were read. */
-static int read_registers(const kv_fn_cluster *c, const char *prefix, int keys, int client,
-                          hist *h)
+static int read_registers(const kv_fn_cluster *c, const char *prefix, int keys, int client, hist *h)
 {
     const char *eps[KV_FN_MAX_MEMBERS];
     for (int m = 0; m < c->n; m++)
@@ -668,6 +685,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
                              .kv_clients = k->no_stress ? 0 : 4,
                              .keys = KV_FN_KEYS,
                              .lease_clients = k->no_stress ? 0 : 1,
+                             .lease_lin_clients = k->no_stress ? 0 : 1,
                              .lease_ttl_s = 3,
                              .op_timeout_ms = 2000,
                              .seed = rng};
@@ -765,7 +783,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             goto stop;
         }
         struct stat sst;
-        add_fault(fault_desc, sizeof(fault_desc), &fl, "; snapshot of m%d%s %lldB, %d regs read", src, src == leader ? "(L)" : "",
+        add_fault(fault_desc, sizeof(fault_desc), &fl, "; snapshot of m%d%s %lldB, %d regs read",
+                  src, src == leader ? "(L)" : "",
                   stat(snap_path, &sst) == 0 ? (long long)sst.st_size : -1LL, before);
     }
     for (int i = 0; i < nt; i++) {
@@ -855,8 +874,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             char e2[300] = "";
             int r = kv_fn_cluster_member_remove(c, targets[i], 20000, e2, sizeof(e2));
             if (r)
-                snprintf(err, sizeof(err), "MemberRemove of m%d (%llx) failed (%d): %s",
-                         targets[i], (unsigned long long)id, r, e2);
+                snprintf(err, sizeof(err), "MemberRemove of m%d (%llx) failed (%d): %s", targets[i],
+                         (unsigned long long)id, r, e2);
             break;
         }
         case KV_FN_F_RESTORE_SNAPSHOT:
@@ -873,8 +892,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             add_fault(fault_desc, sizeof(fault_desc), &fl,
                       " %s: %llu unsynced pages, %llu rolled back, %u files cut",
                       (rng ^ (uint64_t)i) % 2 ? "subset" : "all",
-                      (unsigned long long)st.unsynced_pages,
-                      (unsigned long long)st.restored_pages, st.truncated);
+                      (unsigned long long)st.unsynced_pages, (unsigned long long)st.restored_pages,
+                      st.truncated);
             break;
         }
         default:
@@ -884,7 +903,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     if (k->until_snapshot) {
         /* Hold until the leader's raft index advanced past what the faulted member could
          * still get as entries (a filler writes to <prefix>/fill/ to get there). */
-        uint64_t thr = trigger_threshold(c, k->fault), base = kv_fn_cluster_raft_index(c, 1000), now = base;
+        uint64_t thr = trigger_threshold(c, k->fault), base = kv_fn_cluster_raft_index(c, 1000),
+                 now = base;
         filler f;
         filler_arg fa[FILL_THREADS];
         int64_t h0 = kv_fn_now_us();
@@ -1021,9 +1041,9 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
          * (it is read once). An etcd member behind a blackholed proxy is not cut off: the
          * streams it dialed itself pass through the others' proxies and keep bringing it
          * entries (kvd's isolation failpoint cuts those too). */
-        int must = k->fault == KV_FN_F_SIGTERM || k->fault == KV_FN_F_SIGQUIT_REMOVE ||
-                   (k->fault == KV_FN_F_BLACKHOLE && c->target == KV_FN_TARGET_KVD &&
-                    c->failpoints);
+        int must =
+            k->fault == KV_FN_F_SIGTERM || k->fault == KV_FN_F_SIGQUIT_REMOVE ||
+            (k->fault == KV_FN_F_BLACKHOLE && c->target == KV_FN_TARGET_KVD && c->failpoints);
         int64_t got[KV_FN_MAX_MEMBERS] = {0};
         int64_t deadline = kv_fn_now_us() + (must ? 15000000 : 0);
         int all = 0;
@@ -1066,6 +1086,23 @@ stop:
         kv_fn_window wins[1] = {win};
         size_t n_w = win.start_us ? 1 : 0;
         run_checkers(h.ops, h.n_ops, h.l, h.n_l, h.ev, h.n_ev, wins, n_w, o, &v);
+        kv_fn_ll_op *llo = NULL;
+        size_t n_llo = 0;
+        if (w)
+            kv_fn_workload_lease_lin(w, &llo, &n_llo);
+        if (n_llo) { /* lease linearizability joins the lease verdict */
+            char llrep[2048];
+            inject_ll(o->inject, llo, n_llo);
+            kv_fn_verdict lv = kv_fn_lease_lin_check(llo, n_llo, wins, n_w, llrep, sizeof(llrep));
+            if (lv != KV_FN_PASS) {
+                if (v.lease == KV_FN_PASS)
+                    v.lease_rep[0] = '\0';
+                v.lease = lv;
+                size_t used = strlen(v.lease_rep);
+                snprintf(v.lease_rep + used, sizeof(v.lease_rep) - used, "%slinearizability: %s",
+                         used ? "; " : "", llrep);
+            }
+        }
         int failed = err[0] || v.lin != KV_FN_PASS || v.rev != KV_FN_PASS ||
                      v.lease != KV_FN_PASS || v.hash != KV_FN_PASS;
         if (failed || o->keep_all) {
@@ -1083,9 +1120,10 @@ report:
         int ncl;
         double gs;
         kv_fn_leaseload_counts(o->leaseload, &ll_kept, &ll_lost, &ll_resp, &ncl, &gs);
-        add_fault(fault_desc, sizeof(fault_desc), &fl, "%slease-load %llu kept, %llu renewals, %llu lost",
-                  fl ? "; " : "", (unsigned long long)ll_kept,
-                  (unsigned long long)(ll_resp - ll_resp0), (unsigned long long)(ll_lost - ll_lost0));
+        add_fault(fault_desc, sizeof(fault_desc), &fl,
+                  "%slease-load %llu kept, %llu renewals, %llu lost", fl ? "; " : "",
+                  (unsigned long long)ll_kept, (unsigned long long)(ll_resp - ll_resp0),
+                  (unsigned long long)(ll_lost - ll_lost0));
         if (ll_lost > ll_lost0 && !err[0])
             snprintf(err, sizeof(err),
                      "lease-load: %llu kept-alive leases lost during the case (first: %llx)",

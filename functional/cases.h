@@ -15,9 +15,9 @@ typedef enum {
     KV_FN_F_RANDOM_DELAY,
     KV_FN_F_FAILPOINT_STALL,
     KV_FN_F_MOVE_LEADER,
-    KV_FN_F_SIGQUIT_REMOVE,    /* SIGQUIT, wipe, MemberRemove; MemberAdd + join existing */
-    KV_FN_F_RESTORE_SNAPSHOT,  /* leader snapshot, SIGQUIT a quorum, restore all from it */
-    KV_FN_F_POWERCUT,          /* SIGKILL + drop unsynced writes (tests/crash shim), restart */
+    KV_FN_F_SIGQUIT_REMOVE,       /* SIGQUIT, wipe, MemberRemove; MemberAdd + join existing */
+    KV_FN_F_RESTORE_SNAPSHOT,     /* leader snapshot, SIGQUIT a quorum, restore all from it */
+    KV_FN_F_POWERCUT,             /* SIGKILL + drop unsynced writes (tests/crash shim), restart */
     KV_FN_F_FAILPOINT_SLOW_FSYNC, /* kvd disk failpoint: slow fsync on (SIGRTMIN+1), then off */
     KV_FN_F_FAILPOINT_FSYNC_EIO,  /* kvd disk failpoint: next fsync fails (SIGRTMIN+2): the member
                                    * stops; restarted after the hold */
@@ -35,8 +35,8 @@ typedef struct kv_fn_case {
     const char *name;
     kv_fn_fault fault;
     kv_fn_sel sel;
-    int quick;     /* part of the quick profile */
-    int no_stress; /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
+    int quick;          /* part of the quick profile */
+    int no_stress;      /* NO_FAIL_WITH_NO_STRESS_FOR_LIVENESS */
     int until_snapshot; /* _UNTIL_TRIGGER_SNAPSHOT: hold until the raft index advanced enough
                          * that the faulted member must catch up by a snapshot */
 } kv_fn_case;
@@ -60,7 +60,9 @@ typedef enum {
     KV_FN_INJECT_NONE,
     KV_FN_INJECT_STALE_READ,
     KV_FN_INJECT_LEASE_VANISH,
-    KV_FN_INJECT_LEASE_OUTLIVE
+    KV_FN_INJECT_LEASE_OUTLIVE,
+    KV_FN_INJECT_LEASE_LAG,         /* a TimeToLive(keys) answered by a lessor one batch behind */
+    KV_FN_INJECT_LEASE_STALE_RENEW, /* a renewal after a revoke answered from a stale map */
 } kv_fn_inject;
 
 typedef struct kv_fn_run_opts {
@@ -70,9 +72,9 @@ typedef struct kv_fn_run_opts {
     kv_fn_inject inject;
     int keep_all;
     const char *root;
-    uint32_t trigger_bound_ms; /* _UNTIL_TRIGGER_SNAPSHOT: longest hold (0: 120 s) */
-    int lease_load;            /* leases kept alive during each case (0: none) */
-    const char *powercut_lib;  /* libkvd_powercut.so (NULL: POWERCUT cases skip) */
+    uint32_t trigger_bound_ms;  /* _UNTIL_TRIGGER_SNAPSHOT: longest hold (0: 120 s) */
+    int lease_load;             /* leases kept alive during each case (0: none) */
+    const char *powercut_lib;   /* libkvd_powercut.so (NULL: POWERCUT cases skip) */
     kv_fn_leaseload *leaseload; /* --lease-load: kept alive across the run (NULL: none) */
 } kv_fn_run_opts;
 

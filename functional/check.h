@@ -118,6 +118,55 @@ kv_fn_verdict kv_fn_lease_check(const kv_fn_lease_info *leases, size_t n_leases,
                                 const kv_fn_lease_ev *evs, size_t n_evs, const kv_fn_window *wins,
                                 size_t n_wins, int64_t slack_us, char *report, size_t cap);
 
+/* ---- lease linearizability (lease_lin.c) ---- */
+
+typedef enum {
+    KV_FN_LL_GRANT = 0,  /* the lease's grant (ok: acknowledged) */
+    KV_FN_LL_REVOKE = 1, /* not_found: answered "requested lease not found" */
+    KV_FN_LL_RENEW = 2,  /* KeepAliveOnce: ttl (0 = lease gone) */
+    KV_FN_LL_PUT = 3,    /* Put of key `key` with the lease (each key put once) */
+    KV_FN_LL_DETACH = 4, /* Delete of key `key`, or its overwrite without the lease */
+    KV_FN_LL_TTL = 5,    /* TimeToLive with keys: ttl (-1 = unknown lease), keys listed */
+} kv_fn_ll_type;
+
+/* One lease operation of the lease-linearizability stresser. ok 0: failed (the outcome of a
+ * write is unknown: it may apply at any time after call_us; a failed read is no evidence). */
+typedef struct kv_fn_ll_op {
+    int lease;  /* lease index (one grant per lease) */
+    int type;   /* kv_fn_ll_type */
+    int member; /* member the client is pinned to, -1: balanced over every member */
+    int key;    /* PUT / DETACH: key index (0-31) */
+    int ok;
+    int not_found; /* REVOKE: "requested lease not found" */
+    int restarted; /* REVOKE at the end of the case through a pinned member (restarted by the
+                    * case's fault when it targets that member) of a lease granted before it */
+    int64_t ttl;   /* RENEW: TTL answered; TTL: remaining (-1 unknown lease) */
+    uint32_t keys; /* TTL: bitmask of the lease's keys listed */
+    int64_t call_us, ret_us;
+} kv_fn_ll_op;
+
+/* Rules (per lease; "after" = invoked after the acknowledgement of; lease TTLs outlive the
+ * history, so nothing expires):
+ *  G1 revoke after grant: a revoke after the grant answers "lease not found" while no other
+ *     revoke of the lease was invoked before it returned (a revoke whose call overlaps a
+ *     fault window is excused: the client library retries it, and a retry of an applied
+ *     revoke answers "not found"). Also "revoke through a restarted member" (restarted).
+ *  G2 renewal after revoke: a renewal after a successful revoke answers TTL > 0.
+ *  G3 renewal after grant: a renewal after the grant answers TTL 0 while no revoke was
+ *     invoked before it returned.
+ *  T1 TimeToLive after grant answers -1 while no revoke was invoked before it returned, or
+ *     TimeToLive after a successful revoke answers a TTL >= 0.
+ *  K1 read your writes: TimeToLive(keys) after the put of key k with the lease misses k while
+ *     no detach of k and no revoke was invoked before it returned; or lists k after the
+ *     detach of k was acknowledged.
+ *  K2 monotonic reads: of two TimeToLive(keys) A and B, B invoked after A returned: A lists k
+ *     and B misses it while no detach of k and no revoke was invoked before B returned; or A
+ *     reflects the detach of k (misses k, the put acknowledged before A, a detach invoked
+ *     before A returned) and B lists k; or (outside fault windows, no renewal overlapping
+ *     [A.call, B.ret]) B's remaining TTL exceeds A's by more than 1 s. */
+kv_fn_verdict kv_fn_lease_lin_check(const kv_fn_ll_op *ops, size_t n, const kv_fn_window *wins,
+                                    size_t n_wins, char *report, size_t cap);
+
 /* ---- hash ---- */
 
 typedef struct kv_fn_hash_obs {

@@ -32,12 +32,12 @@ typedef struct kv_fn_member {
     char name[16];
     char dir[PATH_MAX]; /* member directory: data/ and member.log */
     uint16_t client_port, peer_port, proxy_port;
-    char endpoint[32];  /* 127.0.0.1:<client_port> */
-    kvt_proc proc;    /* proc.pid is 0 when not running; proc.stopped when SIGSTOP'd */
-    kvt_proxy *proxy; /* NULL for a 1-member cluster */
+    char endpoint[32]; /* 127.0.0.1:<client_port> */
+    kvt_proc proc;     /* proc.pid is 0 when not running; proc.stopped when SIGSTOP'd */
+    kvt_proxy *proxy;  /* NULL for a 1-member cluster */
     uint64_t member_id;
-    uint16_t metrics_port; /* kvd: --listen-metrics-urls (etcd serves /metrics on client_port) */
-    int existing;          /* next start: --initial-cluster-state=existing (re-added member) */
+    uint16_t metrics_port;  /* kvd: --listen-metrics-urls (etcd serves /metrics on client_port) */
+    int existing;           /* next start: --initial-cluster-state=existing (re-added member) */
     const char *const *env; /* extra environment of the next start (NULL: none) */
 } kv_fn_member;
 
@@ -48,9 +48,9 @@ typedef struct kv_fn_cluster {
     char root[PATH_MAX]; /* run directory */
     int failpoints;      /* kvd started with --enable-failpoints */
     kv_fn_member m[KV_FN_MAX_MEMBERS];
-    char start_error[512]; /* first line(s) of a member's log when it refused to start */
-    uint64_t snapshot_count; /* 0: server default; else --snapshot-count for every start */
-    char ctl[PATH_MAX];      /* kvctl or etcdctl (snapshot save/restore) */
+    char start_error[512];          /* first line(s) of a member's log when it refused to start */
+    uint64_t snapshot_count;        /* 0: server default; else --snapshot-count for every start */
+    char ctl[PATH_MAX];             /* kvctl or etcdctl (snapshot save/restore) */
     struct kv_fn_watch_sink *watch; /* watch checker in/out (watch.c); NULL: no watchers */
 } kv_fn_cluster;
 
@@ -80,10 +80,11 @@ typedef struct kv_fn_workload kv_fn_workload;
 
 typedef struct kv_fn_workload_cfg {
     const kv_fn_cluster *cluster;
-    const char *prefix; /* keys live under <prefix>/ */
-    int kv_clients;     /* register writers/readers */
-    int keys;           /* registers */
-    int lease_clients;  /* lease stressers (kept + abandoned leases) */
+    const char *prefix;    /* keys live under <prefix>/ */
+    int kv_clients;        /* register writers/readers */
+    int keys;              /* registers */
+    int lease_clients;     /* lease stressers (kept + abandoned leases) */
+    int lease_lin_clients; /* lease-linearizability stressers (lease_lin.c's history) */
     int64_t lease_ttl_s;
     uint32_t op_timeout_ms;
     uint64_t seed;
@@ -95,6 +96,9 @@ void kv_fn_workload_stop(kv_fn_workload *w);
 void kv_fn_workload_history(kv_fn_workload *w, const kv_fn_op **ops, size_t *n_ops,
                             const kv_fn_lease_info **leases, size_t *n_leases,
                             const kv_fn_lease_ev **lev, size_t *n_lev);
+/* The lease-linearizability history (check.h kv_fn_ll_op), owned by w; after stop. */
+struct kv_fn_ll_op;
+void kv_fn_workload_lease_lin(kv_fn_workload *w, struct kv_fn_ll_op **ops, size_t *n);
 /* ops that succeeded / failed so far (thread-safe). */
 void kv_fn_workload_counts(kv_fn_workload *w, uint64_t *ok, uint64_t *failed);
 void kv_fn_workload_free(kv_fn_workload *w);

@@ -19,6 +19,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
                "                    [--seed N] [--target kvd|etcd] [--keep] [--lease-load N]\n"
                "                    [--inject-bug stale-read|lease-vanish|lease-outlive|\n"
+               "                                  lease-lag|lease-stale-renew|\n"
                "                                  drop-watch-event|server-drop-watch-event]\n"
                "                    [--list] [--check-history FILE] [--check-watch FILE]\n");
 }
@@ -81,8 +82,7 @@ static kv_fn_result run_case(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_
         if (wfail)
             printf("    watch: %s\n", ws->report);
         if (wfail && ws->path[0])
-            printf("    watch history: %s (replay: functional/run --check-watch FILE)\n",
-                   ws->path);
+            printf("    watch history: %s (replay: functional/run --check-watch FILE)\n", ws->path);
         fputs(nl + 1, stdout);
     }
     free(out);
@@ -138,6 +138,10 @@ int main(int argc, char **argv)
                 o.inject = KV_FN_INJECT_LEASE_VANISH;
             else if (!strcmp(val, "lease-outlive"))
                 o.inject = KV_FN_INJECT_LEASE_OUTLIVE;
+            else if (!strcmp(val, "lease-lag"))
+                o.inject = KV_FN_INJECT_LEASE_LAG;
+            else if (!strcmp(val, "lease-stale-renew"))
+                o.inject = KV_FN_INJECT_LEASE_STALE_RENEW;
             else {
                 usage(stderr);
                 return 2;

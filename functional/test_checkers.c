@@ -351,20 +351,18 @@ Test(lin, cas_and_delete_histories_pass)
 Test(lin, cas_that_succeeded_against_a_changed_value_is_caught)
 {
     /* b overwrote a (acknowledged) before the CAS on a's mod_revision started: it must fail. */
-    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
-                    X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
-                    X(KV_FN_OP_PUT, 0, 0, 40, 50, "b", 3, 0),
-                    X(KV_FN_OP_CAS_OK, 0, 1, 60, 70, "c", 4, 2)};
+    kv_fn_op h[] = {
+        X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0), X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
+        X(KV_FN_OP_PUT, 0, 0, 40, 50, "b", 3, 0), X(KV_FN_OP_CAS_OK, 0, 1, 60, 70, "c", 4, 2)};
     cr_assert_eq(kv_fn_lin_check(h, 4, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
     cr_assert(strstr(rep, "cas(k0 if mod_rev=2)=c") != NULL, "%s", rep);
 }
 
 Test(lin, cas_that_failed_although_the_value_held_is_caught)
 {
-    kv_fn_op h[] = {X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0),
-                    X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
-                    X(KV_FN_OP_CAS_FAIL, 0, 1, 40, 50, "c", 2, 2),
-                    X(KV_FN_OP_GET, 0, 1, 60, 70, "a", 2, 2)};
+    kv_fn_op h[] = {
+        X(KV_FN_OP_PUT, 0, 0, 0, 10, "a", 2, 0), X(KV_FN_OP_GET, 0, 1, 20, 30, "a", 2, 2),
+        X(KV_FN_OP_CAS_FAIL, 0, 1, 40, 50, "c", 2, 2), X(KV_FN_OP_GET, 0, 1, 60, 70, "a", 2, 2)};
     cr_assert_eq(kv_fn_lin_check(h, 4, 1000, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
 }
 
@@ -503,7 +501,7 @@ Test(watch, event_no_write_got_is_caught)
     const kv_fn_op *ops = watch_ops(&n_ops);
     kv_fn_watch_ev e[32];
     size_t n = watch_log(e);
-    e[n++] = WE(0, KV_FN_WEV_PUT, 1, 11, "zz"); /* no put wrote zz */
+    e[n++] = WE(0, KV_FN_WEV_PUT, 1, 11, "zz");    /* no put wrote zz */
     e[n++] = WE(0, KV_FN_WEV_DELETE, 3, 12, NULL); /* the delete of k3 deleted nothing */
     cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s", rep);
     cr_assert(strstr(rep, "put(k1)=zz at revision 11 that no write"), "%s", rep);
@@ -517,8 +515,8 @@ Test(watch, stalled_watcher_is_caught_and_compaction_excuses_a_gap)
     kv_fn_watch_ev e[32];
     size_t n = watch_log(e);
     size_t stalled = n - 1; /* watcher 1 never delivers the fence f@10 */
-    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, stalled, 10, rep, sizeof(rep)), KV_FN_FAIL,
-                 "%s", rep);
+    cr_assert_eq(kv_fn_watch_check(ops, n_ops, e, stalled, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s",
+                 rep);
     cr_assert(strstr(rep, "W4 watcher 1") != NULL, "%s", rep);
     /* watcher 1 canceled by a compaction at 9 after revision 6, resumed at 9: 7 and 8 are
      * gone from its history, not dropped. */
@@ -547,4 +545,231 @@ Test(watch, serializable_read_with_a_wrong_mod_revision_is_caught)
     cr_assert_eq(kv_fn_watch_check(h, n_ops + 1, e, n, 10, rep, sizeof(rep)), KV_FN_FAIL, "%s",
                  rep);
     cr_assert(strstr(rep, "S1") != NULL, "%s", rep);
+}
+
+/* ---- lease linearizability (lease_lin.c) ----
+ * A small server model answers one client's lease operations (non-overlapping, 1 ms apart);
+ * bug modes make it answer as the defects the checker exists for would. */
+
+enum { SIM_CORRECT, SIM_LESSOR_LAGS_ONE_BATCH, SIM_RENEW_FROM_STALE_MAP };
+
+typedef struct sim_state {
+    int exists;
+    uint32_t keys;
+} sim_state;
+
+typedef struct sim {
+    int bug;
+    sim_state cur, prev; /* prev: before the latest write (a lessor one batch behind) */
+    sim_state renew_map; /* SIM_RENEW_FROM_STALE_MAP: the map as of the first renewal */
+    int renewed;
+    int64_t t;
+    kv_fn_ll_op ops[256];
+    size_t n;
+} sim;
+
+static kv_fn_ll_op *sim_op(sim *m, int lease, int type)
+{
+    kv_fn_ll_op *o = &m->ops[m->n++];
+    memset(o, 0, sizeof(*o));
+    o->lease = lease;
+    o->type = type;
+    o->member = (int)(m->n % 3);
+    o->ok = 1;
+    o->call_us = m->t;
+    o->ret_us = m->t + 500;
+    m->t += 1000;
+    return o;
+}
+
+static void sim_write(sim *m, sim_state next)
+{
+    m->prev = m->cur;
+    m->cur = next;
+}
+
+static sim_state sim_view(const sim *m)
+{
+    return m->bug == SIM_LESSOR_LAGS_ONE_BATCH ? m->prev : m->cur;
+}
+
+static void sim_grant(sim *m, int lease)
+{
+    sim_op(m, lease, KV_FN_LL_GRANT);
+    m->cur = (sim_state){0}; /* the model holds one lease at a time */
+    m->renewed = 0;
+    sim_write(m, (sim_state){.exists = 1});
+}
+
+static void sim_put(sim *m, int lease, int key, int with_lease)
+{
+    kv_fn_ll_op *o = sim_op(m, lease, with_lease ? KV_FN_LL_PUT : KV_FN_LL_DETACH);
+    o->key = key;
+    sim_state s = m->cur;
+    if (with_lease)
+        s.keys |= 1u << key;
+    else
+        s.keys &= ~(1u << key);
+    sim_write(m, s);
+}
+
+static void sim_ttl(sim *m, int lease)
+{
+    kv_fn_ll_op *o = sim_op(m, lease, KV_FN_LL_TTL);
+    sim_state v = sim_view(m);
+    o->ttl = v.exists ? 30 : -1;
+    o->keys = v.exists ? v.keys : 0;
+}
+
+static void sim_renew(sim *m, int lease)
+{
+    kv_fn_ll_op *o = sim_op(m, lease, KV_FN_LL_RENEW);
+    sim_state v = sim_view(m);
+    if (m->bug == SIM_RENEW_FROM_STALE_MAP) {
+        if (!m->renewed)
+            m->renew_map = m->cur;
+        v = m->renew_map;
+    }
+    m->renewed = 1;
+    o->ttl = v.exists ? 60 : 0;
+}
+
+static void sim_revoke(sim *m, int lease)
+{
+    kv_fn_ll_op *o = sim_op(m, lease, KV_FN_LL_REVOKE);
+    /* a member deciding existence from its own (lagging) map before proposing */
+    if (!sim_view(m).exists) {
+        o->not_found = 1;
+        return;
+    }
+    sim_write(m, (sim_state){0});
+}
+
+/* A lease revoked right after its grant, one renewed right after its grant, then two leases
+ * each: grant, put k0, TimeToLive, renew, put k1, TimeToLive, detach k0, TimeToLive, revoke,
+ * renew, TimeToLive. */
+static void sim_run(sim *m, int bug)
+{
+    memset(m, 0, sizeof(*m));
+    m->bug = bug;
+    m->t = 10 * S;
+    sim_grant(m, 0);
+    sim_revoke(m, 0);
+    sim_grant(m, 1);
+    sim_renew(m, 1);
+    for (int l = 2; l < 4; l++) {
+        sim_grant(m, l);
+        sim_put(m, l, 0, 1);
+        sim_ttl(m, l);
+        sim_renew(m, l);
+        sim_put(m, l, 1, 1);
+        sim_ttl(m, l);
+        sim_put(m, l, 0, 0);
+        sim_ttl(m, l);
+        sim_revoke(m, l);
+        sim_renew(m, l);
+        sim_ttl(m, l);
+    }
+}
+
+Test(lease_lin, correct_server_passes)
+{
+    sim m;
+    sim_run(&m, SIM_CORRECT);
+    cr_assert_eq(kv_fn_lease_lin_check(m.ops, m.n, NULL, 0, rep, sizeof(rep)), KV_FN_PASS, "%s",
+                 rep);
+}
+
+Test(lease_lin, lessor_lagging_one_batch_is_caught)
+{
+    sim m;
+    sim_run(&m, SIM_LESSOR_LAGS_ONE_BATCH);
+    cr_assert_eq(kv_fn_lease_lin_check(m.ops, m.n, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
+    /* every rule this defect breaks is named */
+    cr_assert(strstr(rep, "K1 ") != NULL, "%s", rep); /* TimeToLive misses an acked put */
+    cr_assert(strstr(rep, "G1 ") != NULL, "%s", rep); /* revoke after grant: not found */
+    cr_assert(strstr(rep, "G2 ") != NULL, "%s", rep); /* renewal after revoke: TTL > 0 */
+    cr_assert(strstr(rep, "G3 ") != NULL, "%s", rep); /* renewal after grant: TTL 0 */
+}
+
+Test(lease_lin, renewal_answered_from_a_stale_map_is_caught)
+{
+    sim m;
+    sim_run(&m, SIM_RENEW_FROM_STALE_MAP);
+    cr_assert_eq(kv_fn_lease_lin_check(m.ops, m.n, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
+    cr_assert(strstr(rep, "G2 ") != NULL, "%s", rep);
+    cr_assert(strstr(rep, "K1 ") == NULL, "%s", rep); /* only the renewals were stale */
+}
+
+Test(lease_lin, revoke_through_a_restarted_member_is_caught)
+{
+    /* granted through m0; m2 restarted with an empty lessor answers "not found" */
+    kv_fn_ll_op ops[] = {
+        {.lease = 0, .type = KV_FN_LL_GRANT, .member = 0, .ok = 1, .call_us = S, .ret_us = S + 10},
+        {.lease = 0,
+         .type = KV_FN_LL_REVOKE,
+         .member = 2,
+         .ok = 1,
+         .not_found = 1,
+         .restarted = 1,
+         .call_us = 20 * S,
+         .ret_us = 20 * S + 10},
+    };
+    cr_assert_eq(kv_fn_lease_lin_check(ops, 2, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
+    cr_assert(strstr(rep, "member restarted by it") != NULL, "%s", rep);
+    /* while the revoke overlaps a fault window (a retried revoke) it is excused */
+    kv_fn_window w = {.start_us = 19 * S, .heal_us = 21 * S};
+    cr_assert_eq(kv_fn_lease_lin_check(ops, 2, &w, 1, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
+}
+
+Test(lease_lin, non_monotonic_timetolive_keys_are_caught)
+{
+    /* the put's outcome is unknown (no K1 duty); one TimeToLive listed the key, a later one
+     * through another member misses it with no delete or revoke invoked */
+    kv_fn_ll_op ops[] = {
+        {.lease = 0, .type = KV_FN_LL_GRANT, .member = -1, .ok = 1, .call_us = S, .ret_us = S + 10},
+        {.lease = 0,
+         .type = KV_FN_LL_PUT,
+         .member = 0,
+         .key = 3,
+         .ok = 0,
+         .call_us = 2 * S,
+         .ret_us = 4 * S},
+        {.lease = 0,
+         .type = KV_FN_LL_TTL,
+         .member = 0,
+         .ok = 1,
+         .ttl = 50,
+         .keys = 1u << 3,
+         .call_us = 5 * S,
+         .ret_us = 5 * S + 10},
+        {.lease = 0,
+         .type = KV_FN_LL_TTL,
+         .member = 1,
+         .ok = 1,
+         .ttl = 50,
+         .keys = 0,
+         .call_us = 6 * S,
+         .ret_us = 6 * S + 10},
+    };
+    cr_assert_eq(kv_fn_lease_lin_check(ops, 4, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
+    cr_assert(strstr(rep, "K2 ") != NULL, "%s", rep);
+    /* a delete invoked before the second read excuses it */
+    kv_fn_ll_op ok[5];
+    memcpy(ok, ops, sizeof(ops));
+    ok[4] = (kv_fn_ll_op){.lease = 0,
+                          .type = KV_FN_LL_DETACH,
+                          .member = 2,
+                          .key = 3,
+                          .ok = 0,
+                          .call_us = 5 * S + 500,
+                          .ret_us = 7 * S};
+    cr_assert_eq(kv_fn_lease_lin_check(ok, 5, NULL, 0, rep, sizeof(rep)), KV_FN_PASS, "%s", rep);
+    /* a remaining TTL growing with no renewal */
+    kv_fn_ll_op ttl[3] = {ops[0], ops[2], ops[2]};
+    ttl[2].call_us = 7 * S;
+    ttl[2].ret_us = 7 * S + 10;
+    ttl[2].ttl = 58;
+    cr_assert_eq(kv_fn_lease_lin_check(ttl, 3, NULL, 0, rep, sizeof(rep)), KV_FN_FAIL);
+    cr_assert(strstr(rep, "more than an earlier one") != NULL, "%s", rep);
 }

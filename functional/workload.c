@@ -4,11 +4,16 @@
  * member (all members listed, so the client fails over). Lease clients grant leases with one
  * key each: "kept" leases are renewed every TTL/3 with a single keepalive round trip whose
  * send and acknowledgement times are recorded, "abandoned" leases are never renewed; both
- * kinds of keys are read back to feed the lease model.
+ * kinds of keys are read back to feed the lease model. Lease-linearizability clients
+ * (ll_main) run short lease lifecycles through clients pinned to one member and a balanced
+ * one: grant, puts with the lease, TimeToLive(keys), KeepAliveOnce, a delete or overwrite,
+ * revoke, each read or renewal at once after the write it must reflect (lease_lin.c); and
+ * one lease per member granted before the fault and revoked through that member after it.
  * Every operation records its invocation and completion time; a put that failed has an
  * unknown outcome (KV_FN_INF completion). After a failure a client pauses 100 ms so that an
  * outage does not flood the history with unknown ops.
  */
+#include "check.h"
 #include "fn.h"
 
 #include "kvclient.h"
@@ -44,8 +49,13 @@ typedef struct worker {
     struct kv_fn_workload *w;
     int id;
     int is_lease;
+    int is_ll; /* lease-linearizability client: kc is balanced, pin[m] talk to member m only */
     pthread_t th;
     kvc_client *kc;
+    kvc_client *pin[KV_FN_MAX_MEMBERS];
+    int n_pin;
+    vec ll; /* kv_fn_ll_op (lease indices local) */
+    int n_ll_leases;
     uint64_t rng;
     vec ops;    /* kv_fn_op */
     vec leases; /* kv_fn_lease_info (lease workers; indices local) */
@@ -61,7 +71,7 @@ struct kv_fn_workload {
     worker *workers;
     int n_workers;
     /* merged at stop */
-    vec ops, leases, lev;
+    vec ops, leases, lev, ll;
     kv_fn_watchers *watch; /* watchers on <prefix>/reg/ (watch.c), NULL if none */
 };
 
@@ -128,8 +138,8 @@ static void *kv_main(void *arg)
             op.call_us = kv_fn_now_us();
             if (t &&
                 kvc_txn_cmp_int(t, kb, (size_t)kl, KVC_CMP_MOD, KVC_CMP_EQUAL, op.mod_rev) == 0 &&
-                kvc_txn_put(t, KVC_TXN_SUCCESS, kb, (size_t)kl, op.value, strlen(op.value),
-                            NULL) == 0)
+                kvc_txn_put(t, KVC_TXN_SUCCESS, kb, (size_t)kl, op.value, strlen(op.value), NULL) ==
+                    0)
                 r = kvc_txn_commit(k->kc, t, 0, cfg->op_timeout_ms, &tr, NULL);
             op.ret_us = r == 0 ? kv_fn_now_us() : KV_FN_INF;
             ok = r == 0;
@@ -314,6 +324,172 @@ static void *lease_main(void *arg)
     return NULL;
 }
 
+/* ---- lease linearizability (lease_lin.c) ---- */
+
+#define LL_TTL_S 60 /* outlives every case: nothing expires, so each answer is decided */
+
+typedef struct ll_lease {
+    int idx;
+    int64_t id;
+    char key[2][160];
+} ll_lease;
+
+static kv_fn_ll_op *ll_rec(worker *k, const ll_lease *l, int type, int member)
+{
+    kv_fn_ll_op o = {.lease = l->idx, .type = type, .member = member};
+    vec_push(&k->ll, &o);
+    return (kv_fn_ll_op *)k->ll.a + (k->ll.n - 1);
+}
+
+/* The client of member m (-1: balanced). */
+static kvc_client *ll_client(worker *k, int m)
+{
+    return m < 0 ? k->kc : k->pin[m];
+}
+
+static int ll_done(worker *k, kv_fn_ll_op *o, int r, int64_t c0)
+{
+    o->call_us = c0;
+    o->ret_us = kv_fn_now_us();
+    o->ok = r == 0;
+    count(k, o->ok);
+    if (!o->ok)
+        sleep_ms(100);
+    return r;
+}
+
+static int ll_grant(worker *k, ll_lease *l, int m)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kvc_lease_grant_result g = {0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_lease_grant(ll_client(k, m), LL_TTL_S, 0, 0, cfg->op_timeout_ms, &g, NULL);
+    if (r != 0 || g.ttl <= 0) {
+        count(k, 0);
+        sleep_ms(100);
+        return -EIO; /* an unknown grant has no id to follow */
+    }
+    l->idx = k->n_ll_leases++;
+    l->id = g.id;
+    for (int i = 0; i < 2; i++)
+        snprintf(l->key[i], sizeof(l->key[i]), "%s/ll/%d-%d-%d", cfg->prefix, k->id, l->idx, i);
+    kv_fn_ll_op *o = ll_rec(k, l, KV_FN_LL_GRANT, m);
+    ll_done(k, o, 0, c0);
+    return 0;
+}
+
+static void ll_put(worker *k, const ll_lease *l, int m, int key, int with_lease)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kv_fn_ll_op *o = ll_rec(k, l, with_lease ? KV_FN_LL_PUT : KV_FN_LL_DETACH, m);
+    size_t o_idx = k->ll.n - 1;
+    o->key = key;
+    kvc_put_opts po = {.lease = with_lease ? l->id : 0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_put(ll_client(k, m), l->key[key], strlen(l->key[key]), "v", 1, &po,
+                    cfg->op_timeout_ms, NULL, NULL);
+    ll_done(k, (kv_fn_ll_op *)k->ll.a + o_idx, r, c0);
+}
+
+static void ll_delete(worker *k, const ll_lease *l, int m, int key)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kv_fn_ll_op *o = ll_rec(k, l, KV_FN_LL_DETACH, m);
+    size_t o_idx = k->ll.n - 1;
+    o->key = key;
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_delete(ll_client(k, m), l->key[key], strlen(l->key[key]), NULL, cfg->op_timeout_ms,
+                       NULL, NULL);
+    ll_done(k, (kv_fn_ll_op *)k->ll.a + o_idx, r, c0);
+}
+
+static void ll_ttl(worker *k, const ll_lease *l, int m)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kvc_lease_ttl_result t = {0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_lease_time_to_live(ll_client(k, m), l->id, 1, cfg->op_timeout_ms, &t, NULL);
+    kv_fn_ll_op *o = ll_rec(k, l, KV_FN_LL_TTL, m);
+    if (r == 0) {
+        o->ttl = t.ttl;
+        for (size_t i = 0; i < t.n_keys; i++)
+            for (int j = 0; j < 2; j++)
+                if (t.key_lens[i] == strlen(l->key[j]) &&
+                    memcmp(t.keys[i], l->key[j], t.key_lens[i]) == 0)
+                    o->keys |= 1u << j;
+        kvc_lease_ttl_result_free(&t);
+    }
+    ll_done(k, o, r, c0);
+}
+
+static void ll_renew(worker *k, const ll_lease *l, int m)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kvc_keepalive_result kr = {0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_lease_keepalive_once(ll_client(k, m), l->id, cfg->op_timeout_ms, &kr, NULL);
+    kv_fn_ll_op *o = ll_rec(k, l, KV_FN_LL_RENEW, m);
+    o->ttl = kr.ttl;
+    ll_done(k, o, r, c0);
+}
+
+/* 0 revoked (or answered not found: recorded), else failed. */
+static int ll_revoke(worker *k, const ll_lease *l, int m, int after_fault)
+{
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    kvc_error err = {0};
+    int64_t c0 = kv_fn_now_us();
+    int r = kvc_lease_revoke(ll_client(k, m), l->id, cfg->op_timeout_ms, NULL, &err);
+    kv_fn_ll_op *o = ll_rec(k, l, KV_FN_LL_REVOKE, m);
+    o->restarted = after_fault;
+    if (r != 0 && strstr(err.message, "requested lease not found") != NULL) {
+        o->not_found = 1;
+        r = 0;
+    }
+    return ll_done(k, o, r, c0);
+}
+
+static void *ll_main(void *arg)
+{
+    worker *k = arg;
+    const kv_fn_workload_cfg *cfg = &k->w->cfg;
+    /* One lease per member granted now (before the fault, through the balanced client),
+     * revoked through that member when the stressers stop (after the fault). */
+    ll_lease early[KV_FN_MAX_MEMBERS];
+    int have_early[KV_FN_MAX_MEMBERS] = {0};
+    for (int m = 0; m < k->n_pin; m++)
+        have_early[m] = ll_grant(k, &early[m], -1) == 0;
+    while (!atomic_load(&k->w->stop)) {
+        int mode = (int)(rnd(k) % 3); /* balanced, same member, other member */
+        int m = (int)(rnd(k) % (uint64_t)k->n_pin);
+        int wm = mode == 0 ? -1 : m;
+        int rm = mode == 0 ? -1 : mode == 1 ? m : (m + 1) % k->n_pin;
+        ll_lease l;
+        if (ll_grant(k, &l, wm) != 0)
+            continue;
+        ll_put(k, &l, wm, 0, 1);
+        ll_ttl(k, &l, rm);
+        ll_renew(k, &l, rm);
+        ll_put(k, &l, wm, 1, 1);
+        ll_ttl(k, &l, rm);
+        if (rnd(k) % 2)
+            ll_delete(k, &l, wm, 0);
+        else
+            ll_put(k, &l, wm, 0, 0);
+        ll_ttl(k, &l, rm);
+        for (int i = 0; i < 3 && ll_revoke(k, &l, rm, 0) != 0; i++)
+            ;
+        ll_renew(k, &l, rm);
+        ll_ttl(k, &l, rm);
+        (void)cfg;
+    }
+    for (int m = 0; m < k->n_pin; m++)
+        if (have_early[m])
+            for (int i = 0; i < 5 && ll_revoke(k, &early[m], m, 1) != 0; i++)
+                ;
+    return NULL;
+}
+
 int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
 {
     kv_fn_workload *w = calloc(1, sizeof(*w));
@@ -323,7 +499,8 @@ int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
     w->ops.sz = sizeof(kv_fn_op);
     w->leases.sz = sizeof(kv_fn_lease_info);
     w->lev.sz = sizeof(kv_fn_lease_ev);
-    int n = cfg->kv_clients + cfg->lease_clients;
+    w->ll.sz = sizeof(kv_fn_ll_op);
+    int n = cfg->kv_clients + cfg->lease_clients + cfg->lease_lin_clients;
     w->workers = calloc((size_t)n, sizeof(worker));
     if (!w->workers) {
         free(w);
@@ -346,7 +523,9 @@ int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
         worker *k = &w->workers[i];
         k->w = w;
         k->id = i;
-        k->is_lease = i >= cfg->kv_clients;
+        k->is_lease = i >= cfg->kv_clients && i < cfg->kv_clients + cfg->lease_clients;
+        k->is_ll = i >= cfg->kv_clients + cfg->lease_clients;
+        k->ll.sz = sizeof(kv_fn_ll_op);
         k->rng = cfg->seed * 1000003ULL + (uint64_t)i * 7919 + 1;
         k->ops.sz = sizeof(kv_fn_op);
         k->leases.sz = sizeof(kv_fn_lease_info);
@@ -364,7 +543,18 @@ int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
         if (r)
             break;
         w->n_workers = i + 1;
-        if (pthread_create(&k->th, NULL, k->is_lease ? lease_main : kv_main, k) != 0) {
+        for (int m = 0; k->is_ll && m < c->n && r == 0; m++) {
+            const char *one[1] = {c->m[m].endpoint};
+            kcfg.endpoints = one;
+            kcfg.n_endpoints = 1;
+            r = kvc_open(&k->pin[m], &kcfg, NULL);
+            if (r == 0)
+                k->n_pin = m + 1;
+        }
+        if (r)
+            break;
+        void *(*fn)(void *) = k->is_ll ? ll_main : k->is_lease ? lease_main : kv_main;
+        if (pthread_create(&k->th, NULL, fn, k) != 0) {
             kvc_close(k->kc);
             k->kc = NULL;
             w->n_workers = i;
@@ -391,6 +581,18 @@ void kv_fn_workload_stop(kv_fn_workload *w)
         pthread_join(k->th, NULL);
         kvc_close(k->kc);
         k->kc = NULL;
+        for (int m = 0; m < k->n_pin; m++) {
+            kvc_close(k->pin[m]);
+            k->pin[m] = NULL;
+        }
+        int lbase = 0;
+        for (int j = 0; j < i; j++)
+            lbase += w->workers[j].n_ll_leases;
+        for (size_t j = 0; j < k->ll.n; j++) {
+            kv_fn_ll_op o = ((kv_fn_ll_op *)k->ll.a)[j];
+            o.lease += lbase;
+            vec_push(&w->ll, &o);
+        }
         for (size_t j = 0; j < k->ops.n; j++)
             vec_push(&w->ops, (kv_fn_op *)k->ops.a + j);
         int base = (int)w->leases.n;
@@ -430,6 +632,12 @@ void kv_fn_workload_history(kv_fn_workload *w, const kv_fn_op **ops, size_t *n_o
     *n_lev = w->lev.n;
 }
 
+void kv_fn_workload_lease_lin(kv_fn_workload *w, struct kv_fn_ll_op **ops, size_t *n)
+{
+    *ops = w->ll.a;
+    *n = w->ll.n;
+}
+
 void kv_fn_workload_counts(kv_fn_workload *w, uint64_t *ok, uint64_t *failed)
 {
     *ok = atomic_load(&w->n_ok);
@@ -444,11 +652,15 @@ void kv_fn_workload_free(kv_fn_workload *w)
         free(w->workers[i].ops.a);
         free(w->workers[i].leases.a);
         free(w->workers[i].lev.a);
+        free(w->workers[i].ll.a);
+        for (int m = 0; m < w->workers[i].n_pin; m++)
+            kvc_close(w->workers[i].pin[m]);
     }
     kv_fn_watchers_free(w->watch);
     free(w->workers);
     free(w->ops.a);
     free(w->leases.a);
     free(w->lev.a);
+    free(w->ll.a);
     free(w);
 }

@@ -55,13 +55,23 @@ typedef struct fwd_item {
 typedef struct fwd_batch {
     struct fwd_batch *next;
     uint64_t seq;
-    uint64_t leader;     /* member it was sent to, 0 while unsent */
+    uint64_t leader;     /* member it was sent to (self: waiting here), 0 while unsent */
+    uint64_t wait_index; /* leader == self: answered once this index is applied here */
     uint64_t deadline;   /* uv_now() ms */
     uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
     int resent;
     size_t n, cap, n_ttl;
     fwd_item *items;
 } fwd_batch;
+
+/* A follower's LeaseRenewBatch held by the leader until it applied `index`, its commit index
+ * when the frame arrived (one wait per frame). */
+typedef struct held_frame {
+    struct held_frame *next;
+    uint64_t from, index;
+    size_t len;
+    uint8_t buf[];
+} held_frame;
 
 struct kv_lease_fwd {
     kv_server *s;
@@ -77,9 +87,11 @@ struct kv_lease_fwd {
     size_t nbuckets, nrenew;
     uint64_t seed;
     uint64_t next_seq, timeout_ms;
-    fwd_owner *streams, *ttls; /* owner lists */
+    fwd_owner *streams, *ttls;    /* owner lists */
+    held_frame *held, *held_tail; /* leader: frames waiting for the applied index */
+    size_t n_held;                /* bounded by max_pending */
     kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
-    kv_metric *m_coalesced;
+    kv_metric *m_coalesced, *m_held_refused;
 };
 
 /* ---- the id index of pending renewals (chained, grows at load 1) ---- */
@@ -321,7 +333,8 @@ static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_
     free(b);
 }
 
-/* This member leads and serves leases now: answer b from the local lessor. */
+/* This member leads, serves leases and applied the batch's wait index: answer b from the
+ * local lessor. */
 static int batch_serve_local(kv_lease_fwd *f, fwd_batch *b)
 {
     kv_lessor *l = f->s->lessor;
@@ -398,10 +411,27 @@ static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
 {
     kv_node *n = f->s->node;
     uint64_t leader = kv_node_leader(n);
+    b->wait_index = 0;
     if (leader == 0)
         return; /* the timer retries until the bound */
     if (leader == kv_node_self(n)) {
-        (void)batch_serve_local(f, b); /* -EAGAIN: not serving yet, the timer retries */
+        if (!kv_lessor_is_primary(f->s->lessor))
+            return; /* not serving yet: the timer retries */
+        /* etcd's waitAppliedIndex, once for the whole batch: answered when this member
+         * applied its commit index as of now (on_applied), so the lessor has taken every
+         * grant and revoke acknowledged before these requests arrived; renewals and TTLs
+         * need only the lease entries (kv_node_lease_index), a TimeToLive with keys every
+         * write (its keys come from the store). */
+        int keys = 0;
+        for (size_t i = 0; i < b->n && !keys; i++)
+            keys = b->items[i].ttl && b->items[i].want_keys;
+        uint64_t commit = keys ? kv_node_commit_index(n) : kv_node_lease_index(n);
+        if (kv_node_applied_index(n) >= commit) {
+            (void)batch_serve_local(f, b);
+            return;
+        }
+        b->leader = leader;
+        b->wait_index = commit;
         return;
     }
     /* Errors (the peer's priority queue is full, no connection yet, ...): the batch stays
@@ -506,12 +536,86 @@ out:
     kvdraftpb__lease_renew_resp__free_unpacked(m, NULL);
 }
 
+static void serve_frame(kv_lease_fwd *f, uint64_t from, const uint8_t *buf, size_t len, int refuse)
+{
+    int n = kv_lease_fwd_serve(f->s, from, buf, len, refuse);
+    if (n > 0)
+        kv_metric_add(f->m_served, n);
+}
+
+/* Leader: a follower's batch. Answered at once if this member applied its commit index,
+ * else held until it did (on_applied): a follower may have acknowledged a grant or revoke
+ * that the leader's lessor has not taken yet. Past max_pending held frames the frame is
+ * refused (code EAGAIN): the follower asks again a timer period later. */
 static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 {
     kv_lease_fwd *f = arg;
-    int n = kv_lease_fwd_serve(f->s, from, buf, len);
-    if (n > 0)
-        kv_metric_add(f->m_served, n);
+    kv_node *n = f->s->node;
+    /* the lease entries suffice: a follower reads a TimeToLive's keys itself, after a
+     * ReadIndex barrier (service_lease.c) */
+    uint64_t commit = kv_node_lease_index(n);
+    if (!kv_node_is_leader(n) || !kv_lessor_is_primary(f->s->lessor) ||
+        kv_node_applied_index(n) >= commit) {
+        serve_frame(f, from, buf, len, 0);
+        return;
+    }
+    held_frame *h = NULL;
+    if (f->n_held < f->max_pending)
+        h = malloc(sizeof(*h) + (len ? len : 1));
+    if (h == NULL) {
+        kv_metric_inc(f->m_held_refused);
+        serve_frame(f, from, buf, len, 1);
+        return;
+    }
+    h->next = NULL;
+    h->from = from;
+    h->index = commit;
+    h->len = len;
+    memcpy(h->buf, buf, len);
+    if (f->held_tail)
+        f->held_tail->next = h;
+    else
+        f->held = h;
+    f->held_tail = h;
+    f->n_held++;
+}
+
+/* The node applied up to `applied` (and the lessor took those entries): answers the held
+ * frames and the local batches waiting for an index at or below it. Commit indexes only grow,
+ * so the held frames are in index order. */
+static void on_applied(void *arg, uint64_t applied)
+{
+    kv_lease_fwd *f = arg;
+    while (f->held && f->held->index <= applied) {
+        held_frame *h = f->held;
+        f->held = h->next;
+        if (f->held == NULL)
+            f->held_tail = NULL;
+        f->n_held--;
+        serve_frame(f, h->from, h->buf, h->len, 0);
+        free(h);
+    }
+    uint64_t self = kv_node_self(f->s->node);
+    fwd_batch *b = f->head;
+    while (b) {
+        fwd_batch *next = b->next;
+        if (b->wait_index && b->leader == self && b->wait_index <= applied) {
+            b->wait_index = 0;
+            if (batch_serve_local(f, b) < 0)
+                b->leader = 0; /* no longer serving: the timer retries */
+        }
+        b = next;
+    }
+}
+
+int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys)
+{
+    if (!kv_lessor_is_primary(l))
+        return 0;
+    if (f == NULL)
+        return 1;
+    const kv_node *n = f->s->node;
+    return kv_node_applied_index(n) >= (keys ? kv_node_commit_index(n) : kv_node_lease_index(n));
 }
 
 static void on_frame_ignored(void *arg, uint64_t from, const uint8_t *buf, size_t len)
@@ -719,6 +823,11 @@ static double gauge_pending(void *arg)
     return (double)kv_lease_fwd_pending(arg);
 }
 
+static double gauge_held(void *arg)
+{
+    return (double)((const kv_lease_fwd *)arg)->n_held;
+}
+
 static void register_metrics(kv_lease_fwd *f)
 {
     kv_metrics *m = f->s->metrics;
@@ -747,6 +856,14 @@ static void register_metrics(kv_lease_fwd *f)
         "Forwarded requests asked again: the leader had not applied the lease's grant yet.", NULL);
     kv_metrics_gauge_fn(m, "kvd_lease_fwd_pending",
                         "Lease requests queued or in flight to the leader.", gauge_pending, f);
+    kv_metrics_gauge_fn(m, "kvd_lease_fwd_held",
+                        "Leader: followers' lease batches waiting for the applied index.",
+                        gauge_held, f);
+    f->m_held_refused = kv_metrics_counter(
+        m, "kvd_lease_fwd_held_refused_total",
+        "Leader: followers' lease batches refused (asked again): --max-pending-lease-forwards "
+        "batches already wait for the applied index.",
+        NULL);
 }
 
 int kv_lease_fwd_start(kv_server *s)
@@ -775,6 +892,7 @@ int kv_lease_fwd_start(kv_server *s)
     register_metrics(f);
     kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_req, f);
     kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_resp, f);
+    kv_node_set_applied_hook(s->node, on_applied, f);
     s->lease_fwd = f;
     return 0;
 }
@@ -797,7 +915,15 @@ void kv_lease_fwd_stop(kv_server *s)
     if (s->node) {
         kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_frame_ignored, NULL);
         kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_frame_ignored, NULL);
+        kv_node_set_applied_hook(s->node, NULL, NULL);
     }
+    while (f->held) { /* unanswered: the followers time them out */
+        held_frame *h = f->held;
+        f->held = h->next;
+        free(h);
+    }
+    f->held_tail = NULL;
+    f->n_held = 0;
     while (f->head)
         batch_finish(f, f->head, -ECANCELED, NULL, NULL, NULL);
     while (f->streams)

@@ -1,6 +1,10 @@
 /*
  * lease_fwd: lease renewals and TimeToLive queries from any member (issue 10, section 2).
  *
+ * Linearizable (docs/ARCHITECTURE.md "Leases"): the leader answers only once it applied its
+ * commit index as of the request's arrival (kv_lease_fwd_current); a local batch, and a
+ * follower's frame, wait once for that index (node applied hook), never once per request.
+ *
  * Only the leader's lessor knows deadlines. A follower's LeaseKeepAlive / LeaseTimeToLive
  * requests (and a new leader's, while its lessor does not serve yet: they are answered from
  * the local lessor once it does, tests/cluster/test_lease_newleader.c) are queued here and,
@@ -51,6 +55,7 @@
 #define KV_LEASE_FWD_H
 
 #include "grpc/grpc_server.h"
+#include "lease/lessor.h"
 #include "server.h"
 
 #include <stdint.h>
@@ -77,10 +82,11 @@ int kv_lease_fwd_start(kv_server *s);
  * detaches the handlers, closes the handles (freed on the next loop turn). Idempotent. */
 void kv_lease_fwd_stop(kv_server *s);
 
-/* Queues a renewal of lease id for keepalive stream call (this member must not lead), or
- * joins the pending forward of id. 0 queued or joined (done runs later, never from inside
- * this call), -EBUSY bound reached (shed: drop this renewal, keep the stream), -EAGAIN
- * forwarder stopped, -ENOMEM. */
+/* Queues a renewal of lease id for keepalive stream call (a follower; or the leader while
+ * kv_lease_fwd_current is 0: then the batch waits once for the applied index and is answered
+ * from the local lessor), or joins the pending forward of id. 0 queued or joined (done runs later,
+ * never from inside this call), -EBUSY bound reached (shed: drop this renewal, keep the stream),
+ * -EAGAIN forwarder stopped, -ENOMEM. */
 int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
 /* Queues a TimeToLive query of lease id for unary call; same returns. */
 int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
@@ -98,9 +104,19 @@ int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
 /* Forwards (distinct renewals, TimeToLive queries) queued or in flight (tests, metrics). */
 size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
 
+/* 1 when lease reads and renewals may be answered from the local lessor now: it serves
+ * (primary) and this member applied its raft commit index (etcd's waitAppliedIndex; keys 0:
+ * only up to the newest lease entry, kv_node_lease_index, enough for renewals and TTLs, so a
+ * KV write flood does not delay them), so the lessor (keys: and the store) reflect every
+ * write acknowledged by any member before this call.
+ * Otherwise the service queues the request here (kv_lease_fwd_renew / _ttl), and it is
+ * answered once that index is applied, one wait per batch. f NULL: the lessor's primary flag. */
+int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
+
 /* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the
- * local lessor (code EAGAIN while it does not serve leases). Returns the number of requests
- * answered or a negative errno. */
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len);
+ * local lessor now (code EAGAIN while it does not serve leases, or if refuse: the follower
+ * asks again a timer period later). The caller waited for the applied index. Returns the
+ * number of requests answered or a negative errno. */
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse);
 
 #endif

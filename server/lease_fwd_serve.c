@@ -1,7 +1,9 @@
 /*
  * lease_fwd_serve: the leader side of forwarded lease requests (see lease_fwd.h). One
  * LeaseRenewBatch in, one LeaseRenewResp out, answered from the lessor's memory: a renewal
- * costs one heap sift and never goes through the log.
+ * costs one heap sift and never goes through the log. The caller (lease_fwd.c on_req) holds
+ * the frame until this member applied its commit index as of the frame's arrival, so the
+ * answer reflects every write acknowledged before (docs/ARCHITECTURE.md "Leases").
  */
 #include "lease_fwd.h"
 
@@ -26,7 +28,7 @@ static void send_resp(kv_server *s, uint64_t to, Kvdraftpb__LeaseRenewResp *r)
     free(buf);
 }
 
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len)
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse)
 {
     Kvdraftpb__LeaseRenewBatch *m = kvdraftpb__lease_renew_batch__unpack(NULL, len, buf);
     if (m == NULL)
@@ -35,7 +37,7 @@ int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t l
     r.seq = m->seq;
     int64_t *ttls = NULL, *rem = NULL, *granted = NULL;
     int rc = 0;
-    if (!kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor)) {
+    if (refuse || !kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor)) {
         r.code = EAGAIN;
         r.msg = "etcdserver: no leader";
         goto send;

@@ -188,6 +188,21 @@ int kv_leases_start(kv_server *s)
         .checkpointed = obs_checkpointed,
     };
     kv_node_set_lease_observer(s->node, &obs);
+    /* Every lease the store holds, before anything is answered or applied: the map follows
+     * the apply path only from here on, so a restarted member that skipped this would not
+     * know the leases granted before its crash (docs/ARCHITECTURE.md "Leases"). */
+    MDB_txn *txn = NULL;
+    rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        fprintf(stderr, "kvd: error: lease recovery: %s\n", mdb_strerror(rc));
+        return -EIO;
+    }
+    rc = kv_lessor_recover(s->lessor, txn, kv_store_leases(s->store));
+    mdb_txn_abort(txn);
+    if (rc < 0) {
+        fprintf(stderr, "kvd: error: lease recovery failed: %s\n", strerror(-rc));
+        return rc;
+    }
 
     /* A single member leads its one-member cluster from the start; in a cluster the lessor
      * promotes when raft makes this member the leader and it applied an entry of its term

@@ -6,8 +6,14 @@
  * TimeToLive are answered from the lessor's memory on the primary, never through the log:
  * a renewal costs one heap sift, and renewals never wait behind bulk writes (lesson 3).
  *
- * On a follower (no deadlines there) renewals and TimeToLive queries are forwarded to the
- * leader in batches (lease_fwd.h); LeaseLeases answers from the local, replicated table.
+ * Linearizable through any member (docs/ARCHITECTURE.md "Leases"): the leader answers a
+ * renewal or TimeToLive from its lessor only once it applied its commit index as of the
+ * request's arrival (etcd's waitAppliedIndex; until then the request waits in lease_fwd.h's
+ * batch, one wait per batch). On a follower (no deadlines there) renewals and TimeToLive
+ * queries are forwarded to the leader in batches, which holds each batch the same way; the
+ * keys of a forwarded TimeToLive are read after a ReadIndex barrier. LeaseLeases reads the
+ * replicated lease table after a ReadIndex barrier. Lease existence for Grant and Revoke is
+ * decided at apply, from the log, never from a member's map.
  *
  * Keepalive streams hold no receive queue: each renewal is answered as soon as the transport
  * delivers it. The one buffer is the connection's outbound queue, bounded by
@@ -50,10 +56,8 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     switch (kv_lessor_check_grant(s->lessor, id)) {
     case 0:
+    case -EEXIST: /* a duplicate id is decided at apply, from the log (apply_lease.c) */
         break;
-    case -EEXIST:
-        kv_reply_etcd_err(call, KV_ERR_LEASE_EXIST);
-        return;
     case -ENOSPC:
         kv_reply_etcd_err(call, KV_ERR_TOO_MANY_LEASES);
         return;
@@ -72,19 +76,15 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
     Etcdserverpb__LeaseRevokeRequest *req = (Etcdserverpb__LeaseRevokeRequest *)kv_pb_unpack(
         &etcdserverpb__lease_revoke_request__descriptor, msg, len);
     if (req == NULL) {
         reply_malformed(call);
         return;
     }
-    int64_t id = req->id;
     etcdserverpb__lease_revoke_request__free_unpacked(req, NULL);
-    if (!kv_lessor_exists(s->lessor, id)) {
-        kv_reply_etcd_err(call, KV_ERR_LEASE_NOT_FOUND);
-        return;
-    }
+    /* No local "not found" check: a member's map may lag the log (a grant acknowledged
+     * elsewhere); the apply answers "requested lease not found" from the log, as etcd. */
     kv_propose_unary(call, KV_IREQ_LEASE_REVOKE, msg, len);
 }
 
@@ -155,13 +155,16 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_metric_inc(s->m_keepalives);
 
     int64_t ttl = 0;
-    int rc = kv_lessor_renew(s->lessor, id, &ttl);
+    int rc = -EAGAIN;
+    if (kv_lease_fwd_current(s->lease_fwd, s->lessor, 0))
+        rc = kv_lessor_renew(s->lessor, id, &ttl);
     if (rc == -EAGAIN && s->lease_fwd != NULL) {
         /* A follower: the leader renews; this loop turn's renewals travel as one frame. A
-         * leader whose lessor does not serve yet (it has not applied an entry of its term)
-         * queues it the same way: the forwarder answers it from the local lessor once that
-         * serves, within the request timeout (etcd LeaseRenew waits too), rather than ending
-         * the stream with "no leader" and making every client on it reconnect. */
+         * leader that has not applied its commit index yet (a revoke acknowledged elsewhere
+         * may not be in its lessor), or whose lessor does not serve yet (it has not applied
+         * an entry of its term), queues it the same way: the forwarder answers it from the
+         * local lessor once it may, within the request timeout (etcd LeaseRenew waits too),
+         * rather than ending the stream with "no leader". */
         rc = kv_lease_fwd_renew(s->lease_fwd, call, id, ka_forwarded);
         /* -EBUSY: the forwarder's bound shed this one renewal (counted there). It is dropped
          * without an answer and the stream stays open: ending it would drop every other
@@ -263,9 +266,10 @@ out:
     return rc;
 }
 
-/* Answers TimeToLive of id from rc/remaining/granted (rc: kv_lessor_time_to_live's). */
+/* Answers TimeToLive of id from rc/remaining/granted (rc: kv_lessor_time_to_live's). linear:
+ * the keys are read after a ReadIndex barrier (the TTLs came from another member). */
 static void ttl_reply(kv_grpc_call *call, int64_t id, int want_keys, int rc, int64_t remaining,
-                      int64_t granted)
+                      int64_t granted, int linear)
 {
     Etcdserverpb__LeaseTimeToLiveResponse r = ETCDSERVERPB__LEASE_TIME_TO_LIVE_RESPONSE__INIT;
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
@@ -282,8 +286,10 @@ static void ttl_reply(kv_grpc_call *call, int64_t id, int want_keys, int rc, int
         kv_reply_message(call, &r.base);
         return;
     }
-    /* The TTLs come from the lessor (loop only); the keys from a reader thread (on a
-     * follower from its own replicated store). */
+    /* The TTLs come from the lessor (loop only); the keys from a reader thread. On the
+     * leader the store has applied the commit index as of the request's arrival; on a
+     * follower the keys come from its own replicated store once it applied the leader's
+     * commit index (ReadIndex, started after the leader answered). */
     uint8_t buf[128];
     size_t n = etcdserverpb__lease_time_to_live_response__get_packed_size(&r);
     if (n > sizeof(buf)) {
@@ -291,7 +297,10 @@ static void ttl_reply(kv_grpc_call *call, int64_t id, int want_keys, int rc, int
         return;
     }
     n = etcdserverpb__lease_time_to_live_response__pack(&r, buf);
-    kv_read_unary(call, ttl_add_keys, buf, n);
+    if (linear)
+        kv_read_unary_linearizable(call, ttl_add_keys, buf, n, 0);
+    else
+        kv_read_unary(call, ttl_add_keys, buf, n);
 }
 
 /* The leader answered a TimeToLive this follower forwarded (remaining -1: unknown). */
@@ -302,7 +311,11 @@ static void ttl_forwarded(kv_grpc_call *call, int64_t id, int want_keys, int sta
         kv_reply_etcd_err(call, fwd_err(status));
         return;
     }
-    ttl_reply(call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted);
+    /* Served by this member's own lessor (it leads and waited for its applied index), or
+     * by the leader: then the keys need the barrier. */
+    kv_server *s = kv_grpc_call_app(call);
+    ttl_reply(call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted,
+              !kv_lessor_is_primary(s->lessor));
 }
 
 static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
@@ -320,10 +333,13 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
     etcdserverpb__lease_time_to_live_request__free_unpacked(req, NULL);
 
     int64_t remaining = 0, granted = 0;
-    int rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
+    int rc = -EAGAIN;
+    if (kv_lease_fwd_current(s->lease_fwd, s->lessor, want_keys))
+        rc = kv_lessor_time_to_live(s->lessor, id, &remaining, &granted);
     if (rc == -EAGAIN && s->lease_fwd != NULL) {
         /* A follower has no deadlines: ask the leader (batched with the renewals); a leader
-         * whose lessor does not serve yet answers once it does (as renewals, above). */
+         * that has not applied its commit index, or whose lessor does not serve yet, answers
+         * once it may (as renewals, above). */
         rc = kv_lease_fwd_ttl(s->lease_fwd, call, id, want_keys, ttl_forwarded);
         if (rc < 0)
             kv_reply_etcd_err(call, fwd_err(rc));
@@ -333,7 +349,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_NO_LEADER);
         return;
     }
-    ttl_reply(call, id, want_keys, rc, remaining, granted);
+    ttl_reply(call, id, want_keys, rc, remaining, granted, 0);
 }
 
 static void on_time_to_live_cancel(kv_grpc_call *call)
@@ -362,30 +378,56 @@ static int collect_lease(void *arg, int64_t id, int64_t ttl)
     return 0;
 }
 
+/* Runs on the loop (a "point" read) after the ReadIndex barrier: this member applied the
+ * leader's commit index as of the request's arrival, and its lessor's map (every member keeps
+ * one, fed by the apply path) took those entries. msg holds the server pointer. */
+static int leases_list(kv_store *store, const uint8_t *msg, size_t len, const kv_header_info *hi,
+                       kv_result *res)
+{
+    (void)store;
+    memset(res, 0, sizeof(*res));
+    kv_server *s = NULL;
+    if (len != sizeof(s))
+        return -EINVAL;
+    memcpy(&s, msg, sizeof(s));
+    const kv_lessor *l = s->lessor;
+    leases_acc a = {0};
+    int rc = -ENOMEM;
+    a.cap = kv_lessor_count(l);
+    a.st = calloc(a.cap ? a.cap : 1, sizeof(*a.st));
+    a.ptrs = calloc(a.cap ? a.cap : 1, sizeof(*a.ptrs));
+    if (a.st == NULL || a.ptrs == NULL)
+        goto out;
+    kv_lessor_each(l, collect_lease, &a);
+    Etcdserverpb__LeaseLeasesResponse r = ETCDSERVERPB__LEASE_LEASES_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    h.cluster_id = hi->cluster_id;
+    h.member_id = hi->member_id;
+    h.revision = kv_node_revision(s->node);
+    h.raft_term = hi->raft_term;
+    r.header = &h;
+    r.leases = a.ptrs;
+    r.n_leases = a.n;
+    size_t n = etcdserverpb__lease_leases_response__get_packed_size(&r);
+    res->resp = malloc(n ? n : 1);
+    if (res->resp == NULL)
+        goto out;
+    res->resp_len = etcdserverpb__lease_leases_response__pack(&r, res->resp);
+    rc = 0;
+out:
+    free(a.st);
+    free(a.ptrs);
+    return rc;
+}
+
 static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
     (void)msg;
     (void)len;
-    leases_acc a = {0};
-    a.cap = kv_lessor_count(s->lessor);
-    a.st = calloc(a.cap ? a.cap : 1, sizeof(*a.st));
-    a.ptrs = calloc(a.cap ? a.cap : 1, sizeof(*a.ptrs));
-    if (a.st == NULL || a.ptrs == NULL) {
-        kv_reply_etcd_err(call, KV_ERR_NOMEM);
-        goto out;
-    }
-    kv_lessor_each(s->lessor, collect_lease, &a);
-    Etcdserverpb__LeaseLeasesResponse r = ETCDSERVERPB__LEASE_LEASES_RESPONSE__INIT;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    kv_fill_header(call, &h, KV_HDR_REVISION_NOW);
-    r.header = &h;
-    r.leases = a.ptrs;
-    r.n_leases = a.n;
-    kv_reply_message(call, &r.base);
-out:
-    free(a.st);
-    free(a.ptrs);
+    /* Linearizable on every member: a lease granted or revoked through another member and
+     * acknowledged before this request arrived is reflected (ReadIndex, then the map). */
+    kv_read_unary_linearizable(call, leases_list, (const uint8_t *)&s, sizeof(s), 1);
 }
 
 const kv_grpc_method kv_service_lease[] = {
@@ -394,7 +436,7 @@ const kv_grpc_method kv_service_lease[] = {
     {"/etcdserverpb.Lease/LeaseKeepAlive", 1, on_keepalive, on_keepalive_half_close,
      on_keepalive_cancel},
     {"/etcdserverpb.Lease/LeaseTimeToLive", 0, on_time_to_live, NULL, on_time_to_live_cancel},
-    {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, NULL},
+    {"/etcdserverpb.Lease/LeaseLeases", 0, on_leases, NULL, kv_read_cancel},
 };
 const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);
 

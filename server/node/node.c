@@ -896,6 +896,28 @@ void kv_node_set_lease_observer(kv_node *n, const kv_store_lease_observer *obs)
         memset(&n->target, 0, sizeof(n->target));
 }
 
+void kv_node_set_applied_hook(kv_node *n, void (*fn)(void *arg, uint64_t applied), void *arg)
+{
+    n->applied_fn = fn;
+    n->applied_arg = arg;
+}
+
+uint64_t kv_node_commit_index(const kv_node *n)
+{
+    return n->raft_ok ? raft_commit_index(&n->raft) : n->st.applied_index;
+}
+
+uint64_t kv_node_lease_index(const kv_node *n)
+{
+    uint64_t c = kv_node_commit_index(n);
+    return n->lease_index < c ? n->lease_index : c;
+}
+
+uint64_t kv_node_applied_index(const kv_node *n)
+{
+    return n->st.applied_index;
+}
+
 void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), void *arg)
 {
     n->leader_fn = fn;

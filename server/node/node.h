@@ -124,6 +124,22 @@ void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, siz
  * own term (the lessor promotes then), and with 0 when it stops leading. */
 void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), void *arg);
 
+/* Lease reads and renewals (lease_fwd.h, etcd's waitAppliedIndex): the raft commit index as
+ * this member knows it now, and the index applied here (the store committed it and the lessor
+ * took its lease events). On the leader, every write acknowledged by any member before the
+ * call is at or below kv_node_commit_index. The applied hook runs on the loop after each
+ * commit that advanced the applied index, once the lessor took that commit's lease events.
+ * NULL detaches. */
+uint64_t kv_node_commit_index(const kv_node *n);
+/* The same for the lessor alone (renewals, TimeToLive TTLs): the newest lease grant, revoke or
+ * checkpoint entry this member proposed as leader (followers' ones included: the leader
+ * proposes them), capped at the commit index. Entries of earlier terms are applied before a
+ * new leader's lessor serves, so on a serving leader every lease entry acknowledged before
+ * the call is at or below it, and KV writes flooding the log do not delay renewals. */
+uint64_t kv_node_lease_index(const kv_node *n);
+uint64_t kv_node_applied_index(const kv_node *n);
+void kv_node_set_applied_hook(kv_node *n, void (*fn)(void *arg, uint64_t applied), void *arg);
+
 /* Called on the loop when a configuration change applied (op KV_NODE_MEMBER_ADD,
  * _ADD_LEARNER or _REMOVE for member id): the server connects or drops the peer. */
 void kv_node_set_conf_hook(kv_node *n, void (*fn)(void *arg, int op, uint64_t id), void *arg);
@@ -144,8 +160,7 @@ int kv_node_set_peer_handler(kv_node *n, uint32_t type,
 int kv_node_peer_send(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len);
 /* The same on the peer's priority queue (kv_peer_net_send_prio): sent ahead of raft traffic,
  * bounded by --peer-max-priority-queue-bytes. For lease renewals and their answers. */
-int kv_node_peer_send_prio(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf,
-                           size_t len);
+int kv_node_peer_send_prio(kv_node *n, uint64_t to, uint32_t type, const uint8_t *buf, size_t len);
 uint64_t kv_node_leader(const kv_node *n);
 int kv_node_is_leader(const kv_node *n);
 uint64_t kv_node_self(const kv_node *n);

@@ -190,6 +190,9 @@ struct kv_node {
     int primary;           /* leader that has applied an entry of its own term */
     void (*leader_fn)(void *arg, int primary);
     void *leader_arg;
+    void (*applied_fn)(void *arg, uint64_t applied); /* leases: applied index advanced */
+    void *applied_arg;
+    uint64_t lease_index;     /* leader: newest lease grant/revoke/checkpoint entry it proposed */
     kv_raft_msg_owned *inbox; /* raft messages received while a ready is in flight */
     size_t inbox_n, inbox_cap;
     char **inbox_snap; /* parallel to inbox: snapshot file of a SNAPSHOT message, or NULL */

@@ -57,6 +57,50 @@ static void replay_events(kv_node *n, const ready_work *w)
                 "next promote\n");
 }
 
+/* Is entry data (InternalRequest: the id and proposer fields, then the request) a lease
+ * grant, revoke or checkpoint (fields 7-9, proto/internal.proto)? Walks the top-level fields
+ * only; a malformed entry is "no" (the applier rejects it). */
+static int lease_entry(const uint8_t *p, size_t len)
+{
+    size_t o = 0;
+    while (o < len) {
+        uint64_t tag = 0;
+        for (unsigned sh = 0; o < len && sh < 64; sh += 7) {
+            tag |= (uint64_t)(p[o] & 0x7f) << sh;
+            if (!(p[o++] & 0x80))
+                break;
+        }
+        uint64_t field = tag >> 3, skip = 0;
+        switch (tag & 7) {
+        case 0:
+            while (o < len && (p[o++] & 0x80))
+                ;
+            break;
+        case 1:
+            skip = 8;
+            break;
+        case 5:
+            skip = 4;
+            break;
+        case 2:
+            for (unsigned sh = 0; o < len && sh < 64; sh += 7) {
+                skip |= (uint64_t)(p[o] & 0x7f) << sh;
+                if (!(p[o++] & 0x80))
+                    break;
+            }
+            break;
+        default:
+            return 0;
+        }
+        if (field >= 7 && field <= 9)
+            return 1;
+        if (skip > len - o)
+            return 0;
+        o += (size_t)skip;
+    }
+    return 0;
+}
+
 static void compaction_progress(kv_node *n, const ready_work *w)
 {
     kv_metric_add(n->m_ckeys, (int64_t)w->ckeys);
@@ -319,6 +363,8 @@ static void after_ready(uv_work_t *req, int status)
         kv_metric_add(n->m_entries, (int64_t)cnt);
     }
     replay_events(n, w);
+    if (n->applied_fn && w->has_ready)
+        n->applied_fn(n->applied_arg, n->st.applied_index);
     compaction_progress(n, w);
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
@@ -658,6 +704,8 @@ static void take_requests(kv_node *n)
                 continue;
             }
             r->proposed = 1;
+            if (lease_entry(r->data, r->len) && idx > n->lease_index)
+                n->lease_index = idx; /* lease reads wait for it (kv_node_lease_index) */
             budget = r->len >= budget ? 0 : budget - r->len;
             if (r->kind == REQ_FORWARDED)
                 kv_node__finish_req(n, r, NULL); /* to the grave: raft reads it until advance */
