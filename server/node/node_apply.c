@@ -369,8 +369,8 @@ void kv_node__work_ready(uv_work_t *req)
     if (rc == 0 && w->has_compact)
         rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
     if (b != NULL && rc == 0)
-        w->cstep_rc =
-            kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys, &w->cremoved);
+        w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys,
+                                            n->compact_batch_revs, &w->ckeys, &w->cremoved);
     if (b != NULL && rc == 0 && n->early_open && early_ok(w)) {
         /* results and ids are final: the loop may answer now; this thread only commits */
         atomic_store_explicit(&w->early, 1, memory_order_release);

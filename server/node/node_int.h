@@ -289,7 +289,8 @@ struct kv_node {
 
     int compact_pending;
     int compact_error;
-    uint32_t compact_batch_keys;
+    uint32_t compact_batch_keys, compact_batch_revs;
+    uint64_t cstep_max; /* most records one compaction step removed (loop) */
     compact_waiter *cwait;
     kv_metric *m_ckeys, *m_cremoved, *m_cbatches;
 

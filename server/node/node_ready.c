@@ -63,6 +63,8 @@ static void compaction_progress(kv_node *n, const ready_work *w)
     kv_metric_add(n->m_cremoved, (int64_t)w->cremoved);
     if (w->ckeys)
         kv_metric_inc(n->m_cbatches);
+    if (w->cremoved > n->cstep_max)
+        n->cstep_max = w->cremoved;
     if (w->cstep_rc < 0) {
         if (!n->compact_error)
             fprintf(stderr,
