@@ -39,7 +39,7 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_lease_forwards = 65536;
     cfg->startup_verify_records = 10000;
     cfg->max_health_probes = 64;
-    cfg->compaction_batch_limit = 1000;
+    cfg->compaction_batch_limit = 50;
     cfg->metrics_max_connections = 256;
     cfg->metrics_request_timeout_ms = 5000;
     cfg->max_response_bytes = 256u << 20;
@@ -369,7 +369,7 @@ const char *kv_config_usage(void)
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
            "  --experimental-compaction-batch-limit N\n"
            "                                  revisions one physical compaction step removes\n"
-           "                                  (1000, as etcd 3.5)\n"
+           "                                  (50; etcd 3.5: 1000, see docs/ARCHITECTURE.md)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
            "  --max-response-bytes N          largest response message (default 256 MiB)\n"

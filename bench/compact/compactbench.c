@@ -28,6 +28,7 @@ typedef struct opts {
     int revisions, keys, fill_clients, txn_puts;
     double idle_s;
     int do_kvd, do_etcd, repeats;
+    int kvd_batch_limit; /* 0: kvd's default --experimental-compaction-batch-limit */
 } opts;
 
 /* ---- fill ---- */
@@ -234,7 +235,11 @@ static int bench_one(const opts *o, bsrv_kind k, result *r, char *err, size_t er
 {
     memset(r, 0, sizeof(*r));
     bsrv_server s;
-    int rc = bsrv_start(&s, k, 0, NULL, NULL, err, errcap);
+    char bl[64];
+    snprintf(bl, sizeof(bl), "--experimental-compaction-batch-limit=%d", o->kvd_batch_limit);
+    const char *extra[] = {bl, NULL};
+    int rc =
+        bsrv_start(&s, k, 0, NULL, k == BSRV_KVD && o->kvd_batch_limit ? extra : NULL, err, errcap);
     if (rc)
         return rc;
     const char *name = bsrv_name(k);
@@ -340,8 +345,10 @@ out:
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: compactbench [--revisions N] [--keys N] [--fill-clients N] "
-                    "[--txn-puts N] [--idle S] [--repeats N] [--server kvd|etcd|both]\n");
+    fprintf(
+        stderr,
+        "usage: compactbench [--revisions N] [--keys N] [--fill-clients N] "
+        "[--txn-puts N] [--kvd-batch-limit N] [--idle S] [--repeats N] [--server kvd|etcd|both]\n");
     exit(2);
 }
 
@@ -363,6 +370,8 @@ int main(int argc, char **argv)
             o.revisions = atoi(v);
         else if (!strcmp(a, "--keys"))
             o.keys = atoi(v);
+        else if (!strcmp(a, "--kvd-batch-limit"))
+            o.kvd_batch_limit = atoi(v);
         else if (!strcmp(a, "--txn-puts"))
             o.txn_puts = atoi(v);
         else if (!strcmp(a, "--fill-clients"))

@@ -3,7 +3,8 @@
  * A Compact request only records the compaction point (meta "state" compacted revision) and
  * a progress record (meta "cmpct"); both are O(1) and atomic with the request. The records
  * themselves are removed by kv_store_compact_step(), which the node runs inside its write
- * batches, at most `max_keys` keys visited and `max_revs` records removed per batch (etcd's
+ * batches, at most `max_keys` keys visited, `max_revs` records removed and about `max_us`
+ * microseconds of work per batch (etcd's
  * scheduleCompaction does the same with batches of 1,000 revision keys), so writes interleave
  * with a long compaction and a restart resumes from the persisted cursor. The record bound is
  * what keeps a step short: a key with 100,000 superseded revisions is compacted over 100
@@ -25,6 +26,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
@@ -111,14 +113,35 @@ static bool ent_lt(const kv_ent *a, const kv_ent *b)
     return a->main < b->main || (a->main == b->main && a->sub < b->sub);
 }
 
-/* Removes the compacted revisions of one index key of db (c: a cursor on db), at most budget
- * records (0 = no bound); *removed counts the records removed. A long key whose last entry
- * goes loses its "lkey" record too. Returns 0 when the key is done, 1 when the budget ran out
+/* What one step may still do: records (max_revs, 0 = no bound) and time (deadline on
+ * CLOCK_MONOTONIC in ns, 0 = none; only checked once the step removed a record or visited a
+ * key, so every step makes progress). */
+typedef struct step_budget {
+    uint64_t max_revs, gone; /* gone: records removed by this step */
+    int64_t deadline_ns;
+} step_budget;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool out_of_budget(const step_budget *b, bool progressed)
+{
+    if (b->max_revs && b->gone >= b->max_revs)
+        return true;
+    return b->deadline_ns && progressed && now_ns() >= b->deadline_ns;
+}
+
+/* Removes the compacted revisions of one index key of db (c: a cursor on db) within the
+ * step's budget b (b->gone counts the records removed). A long key whose last entry goes
+ * loses its "lkey" record too. Returns 0 when the key is done, 1 when the budget ran out
  * first (call again for the rest: the key's state is then a valid partial compaction). */
 static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, const uint8_t *k,
-                       size_t kl, int64_t rev, uint64_t budget, uint64_t *removed)
+                       size_t kl, int64_t rev, step_budget *b)
 {
-    uint64_t done = 0;
     kv_ent keep;
     int rc = kv_index_get_raw(s, txn, db, k, kl, rev, &keep);
     if (rc == -ENOENT)
@@ -141,7 +164,7 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
         bool same = e.main == keep.main && e.sub == keep.sub;
         if (!(ent_lt(&e, &keep) || (same && keep.tomb)))
             return 0;
-        if (budget && done >= budget)
+        if (out_of_budget(b, b->gone > 0))
             return 1;
         uint8_t rk[KV_REVKEY_LEN];
         kv_revkey(rk, e.main, e.sub);
@@ -151,8 +174,7 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
             return kv_mdb_err(rc);
         if ((rc = mdb_cursor_del(c, 0)))
             return kv_mdb_err(rc);
-        (*removed)++;
-        done++;
+        b->gone++;
         if (same) {
             if (db != s->lkidx)
                 return 0;
@@ -165,7 +187,7 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
     }
 }
 
-int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs,
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs, uint32_t max_us,
                    uint64_t *keys_done, uint64_t *removed)
 {
     cmpct st;
@@ -176,10 +198,11 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_re
         return rc;
     MDB_cursor *c = NULL;
     uint32_t n = 0;
-    uint64_t gone = 0; /* records removed by this step */
+    step_budget bud = {.max_revs = max_revs,
+                       .deadline_ns = max_us ? now_ns() + (int64_t)max_us * 1000 : 0};
     bool finished = false;
     for (;;) {
-        if ((max_keys && n >= max_keys) || (max_revs && gone >= max_revs))
+        if ((max_keys && n >= max_keys) || out_of_budget(&bud, n > 0))
             break;
         MDB_dbi db = st.has_cursor == CUR_LONG ? s->lkidx : s->kidx;
         if (!c && (rc = kv_mdb_err(mdb_cursor_open(txn, db, &c))))
@@ -224,8 +247,7 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_re
         st.clen = key.mv_size;
         if (st.has_cursor == CUR_NONE)
             st.has_cursor = CUR_SHORT;
-        uint64_t budget = max_revs ? max_revs - gone : 0;
-        rc = compact_key(s, txn, db, c, st.cursor, st.clen, st.rev, budget, &gone);
+        rc = compact_key(s, txn, db, c, st.cursor, st.clen, st.rev, &bud);
         if (rc < 0)
             break;
         n++;
@@ -240,7 +262,7 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_re
     if (keys_done)
         *keys_done += n;
     if (removed)
-        *removed += gone;
+        *removed += bud.gone;
     if (rc)
         return rc;
     if (!finished && st.has_cursor == CUR_LONG && st.clen == 0) {

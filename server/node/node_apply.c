@@ -368,9 +368,13 @@ void kv_node__work_ready(uv_work_t *req)
     }
     if (rc == 0 && w->has_compact)
         rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
-    if (b != NULL && rc == 0)
-        w->cstep_rc = kv_store_compact_step(n->store, b, n->compact_batch_keys,
-                                            n->compact_batch_revs, &w->ckeys, &w->cremoved);
+    /* Compaction steps run in compaction-only batches, alternating with the write batches
+     * (kv_node__drive), never inside a write batch: a put's commit never carries the pages
+     * a step dirties (docs/ARCHITECTURE.md "Compaction"). */
+    if (b != NULL && rc == 0 && !w->has_ready && (w->cstep_ran = 1))
+        w->cstep_rc =
+            kv_store_compact_step(n->store, b, n->compact_batch_keys, n->compact_batch_revs,
+                                  KV_NODE_COMPACT_STEP_US, &w->ckeys, &w->cremoved);
     if (b != NULL && rc == 0 && n->early_open && early_ok(w)) {
         /* results and ids are final: the loop may answer now; this thread only commits */
         atomic_store_explicit(&w->early, 1, memory_order_release);
@@ -393,6 +397,8 @@ void kv_node__work_ready(uv_work_t *req)
             kv_store_batch_abort(n->store, b);
         }
     }
+    if (rc == 0 && w->has_ready && !w->cstep_ran)
+        w->cpending = kv_store_compact_pending(n->store, NULL) > 0; /* a Compact applied? */
     w->rc = rc;
 }
 

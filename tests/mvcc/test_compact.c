@@ -71,7 +71,7 @@ static int step(th *x, uint32_t max_keys, uint64_t *keys, uint64_t *removed)
 {
     kv_store_batch *b;
     cr_assert_eq(kv_store_batch_begin(x->s, &b), 0);
-    int rc = kv_store_compact_step(x->s, b, max_keys, 0, keys, removed);
+    int rc = kv_store_compact_step(x->s, b, max_keys, 0, 0, keys, removed);
     cr_assert_geq(rc, 0, "compact step: %d", rc);
     cr_assert_eq(kv_store_batch_commit(x->s, b), 0);
     return rc;
@@ -271,7 +271,7 @@ static int bounded_step(th *x, uint32_t max_keys, uint32_t max_revs, bool crash)
     kv_store_batch *b;
     uint64_t keys = 0, removed = 0;
     cr_assert_eq(kv_store_batch_begin(x->s, &b), 0);
-    int rc = kv_store_compact_step(x->s, b, max_keys, max_revs, &keys, &removed);
+    int rc = kv_store_compact_step(x->s, b, max_keys, max_revs, 0, &keys, &removed);
     cr_assert_geq(rc, 0, "compact step: %d", rc);
     cr_assert_leq(keys, max_keys, "a step visits at most %u keys (%llu)", max_keys,
                   (unsigned long long)keys);

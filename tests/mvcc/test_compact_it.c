@@ -2,9 +2,9 @@
  * hundreds of thousands of revisions never runs as one write transaction.
  *
  * - long_compaction_runs_in_bounded_steps: one member, 200,000 revisions over 100 keys
- *   (2,000 per key; 100,000 under ASan), Compact while a writer puts: the compaction takes
- *   more than one step (kvd_compaction_batches_total) and no step removes more than the
- *   batch limit (kvd_compaction_step_removed_max <= 1,000); exactly the superseded revisions
+ *   (2,000 per key; 60,000 under ASan), Compact while a writer puts: the compaction takes
+ *   many steps (kvd_compaction_batches_total) and no step removes more than the default
+ *   batch limit (kvd_compaction_step_removed_max <= 50); exactly the superseded revisions
  *   go; a read below the compaction point fails as soon as the Compact is answered; the
  *   writer's puts all succeed. Counts, not latencies (bench/compact measures those).
  * - kill9_mid_compaction_resumes_and_hashes_agree: three members with
@@ -39,7 +39,7 @@
 
 #define NKEYS 100
 #define TXN_PUTS 100
-#define BATCH_LIMIT 1000 /* kvd's default --experimental-compaction-batch-limit */
+#define BATCH_LIMIT 50 /* kvd's default --experimental-compaction-batch-limit */
 
 static kvt_cluster g_c;
 
@@ -217,7 +217,7 @@ Test(compact_it, long_compaction_runs_in_bounded_steps, .timeout = 900)
     if (r)
         kvt_cluster_dump(&g_c);
     cr_assert_eq(r, 0, "cluster start: %d", r);
-    int n = IT_ASAN ? 100000 : 200000;
+    int n = IT_ASAN ? 60000 : 200000;
     uint64_t t0 = kvt_now_ms();
     int64_t rev = fill(0, n);
     fprintf(stderr, "filled %d revisions over %d keys in %" PRIu64 " ms, revision %" PRId64 "\n", n,
@@ -273,7 +273,7 @@ Test(compact_it, kill9_mid_compaction_resumes_and_hashes_agree, .timeout = 900)
     int leader = kvt_cluster_wait_leader(&g_c, 30000, NULL);
     cr_assert_geq(leader, 0);
     int f = (leader + 1) % 3;
-    int n = IT_ASAN ? 40000 : 100000;
+    int n = IT_ASAN ? 30000 : 60000;
     int64_t rev = fill(leader, n);
     fprintf(stderr, "filled %d revisions, revision %" PRId64 "; follower %s is the victim\n", n,
             rev, g_c.m[f].name);
