@@ -2,7 +2,8 @@
  * node_apply.c: the worker's side of a raft ready (node_int.h). One LMDB write transaction per
  * ready: the new log entries and the hard state (server/raftlog/), every entry to apply
  * (kv_store_apply, or a no-op / configuration / member-record entry), a pending log
- * compaction, one compaction step; then one commit, with LMDB's meta-page sync only when raft
+ * compaction; then one commit (a work item without a ready carries one physical compaction
+ * step instead), with LMDB's meta-page sync only when raft
  * needs the commit durable (durable_needed). Runs on a libuv worker thread and touches only the
  * store, the raft log's write functions, the ready_work and the member records (which only the
  * worker uses). Lease observer events are recorded here and replayed on the loop.
