@@ -41,6 +41,7 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_lease_forwards = 65536;
     cfg->startup_verify_records = 10000;
     cfg->max_health_probes = 64;
+    cfg->compaction_batch_limit = 50;
     cfg->metrics_max_connections = 256;
     cfg->metrics_request_timeout_ms = 5000;
     cfg->max_response_bytes = 256u << 20;
@@ -270,6 +271,7 @@ static const flag_def FLAGS[] = {
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
     {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
+    {"experimental-compaction-batch-limit", F_U32, OFF(compaction_batch_limit), 0, 0, 1, 1u << 20},
     {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
     {"metrics-request-timeout", F_DUR, OFF(metrics_request_timeout_ms), 0, 0, 0, 0},
     {"max-response-bytes", F_SIZE, OFF(max_response_bytes), 0, 0, 65536, UINT32_MAX},
@@ -385,6 +387,9 @@ const char *kv_config_usage(void)
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
+           "  --experimental-compaction-batch-limit N\n"
+           "                                  revisions one physical compaction step removes\n"
+           "                                  (50; etcd 3.5: 1000, see docs/ARCHITECTURE.md)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
            "  --max-response-bytes N          largest response message (default 256 MiB)\n"

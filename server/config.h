@@ -81,6 +81,7 @@ typedef struct kv_config {
     /* Startup checks and /health (issue 8: D10, D7). */
     uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */
     uint32_t max_health_probes;          /* --max-health-probes, default 64 */
+    uint32_t compaction_batch_limit;     /* --experimental-compaction-batch-limit, 50 */
     uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
     uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
     /* gRPC transport under load and abuse (issue 8, D5/D6/D8; see server/grpc/README.md). */

@@ -226,6 +226,7 @@ int kv_server_start_core(kv_server *s)
     }
     kv_node_config nc = {.max_pending = cfg->max_pending_proposals,
                          .max_health_waiters = cfg->max_health_probes,
+                         .compact_batch_revs = cfg->compaction_batch_limit,
                          .voters = s->id.member_ids,
                          .n_voters = s->id.n_members,
                          .heartbeat_ms = cfg->heartbeat_interval_ms,

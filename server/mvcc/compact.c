@@ -3,9 +3,14 @@
  * A Compact request only records the compaction point (meta "state" compacted revision) and
  * a progress record (meta "cmpct"); both are O(1) and atomic with the request. The records
  * themselves are removed by kv_store_compact_step(), which the node runs inside its write
- * batches, at most `max_keys` keys per batch (etcd's scheduleCompaction does the same with
- * batches of 1,000 keys), so writes interleave with a long compaction and a restart resumes
- * from the persisted cursor.
+ * batches, at most `max_keys` keys visited, `max_revs` records removed and about `max_us`
+ * microseconds of work per batch (etcd's
+ * scheduleCompaction does the same with batches of 1,000 revision keys), so writes interleave
+ * with a long compaction and a restart resumes from the persisted cursor. The record bound is
+ * what keeps a step short: a key with 100,000 superseded revisions is compacted over 100
+ * steps, the cursor then stays on that key (flag CUR_PARTIAL) until its last record went.
+ * Compacting a key is idempotent (the record kept is the latest <= rev, whatever is already
+ * gone), so the end state does not depend on how the work was split.
  *
  * For each key, every revision <= rev is removed except the latest one when it is a live value
  * (a tombstone <= rev is removed with everything before it, as etcd's keyIndex.compact +
@@ -15,10 +20,13 @@
  * "cmpct" value: crc32c(4, BE, over the rest) | target revision (8, BE) | has cursor (1) |
  * cursor key (the last key done). Absent = no physical compaction pending. has cursor: 0 none
  * (start at the first "kidx" key), 1 the cursor is a "kidx" key, 2 (format 2 only) the
- * cursor is an "lkidx" handle: the walk does every short key, then every long key. */
+ * cursor is an "lkidx" handle: the walk does every short key, then every long key; with bit
+ * 0x80 (CUR_PARTIAL) the cursor key is not done yet (a step ran out of its record budget in
+ * it) and the walk resumes at it instead of after it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
@@ -26,11 +34,12 @@
 #define CMPCT_KEY "cmpct"
 #define CMPCT_HDR 13 /* rev(8) + has cursor(1) + crc(4) */
 
-enum { CUR_NONE = 0, CUR_SHORT = 1, CUR_LONG = 2 };
+enum { CUR_NONE = 0, CUR_SHORT = 1, CUR_LONG = 2, CUR_PARTIAL = 0x80 };
 
 typedef struct cmpct {
     int64_t rev;
     uint8_t has_cursor; /* CUR_* */
+    bool partial;       /* the cursor key is not finished: resume at it */
     uint8_t cursor[512];
     size_t clen;
 } cmpct;
@@ -48,8 +57,9 @@ static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
     if (crc != kv_crc32c(0, p + 4, v.mv_size - 4))
         return -EBADMSG;
     c->rev = (int64_t)kv_be64_get(p + 4);
-    c->has_cursor = p[12];
-    if (c->has_cursor > CUR_LONG)
+    c->has_cursor = p[12] & (uint8_t)~CUR_PARTIAL;
+    c->partial = (p[12] & CUR_PARTIAL) != 0;
+    if (c->has_cursor > CUR_LONG || (c->partial && c->has_cursor == CUR_NONE))
         return -EBADMSG;
     c->clen = v.mv_size - CMPCT_HDR;
     memcpy(c->cursor, p + CMPCT_HDR, c->clen);
@@ -60,7 +70,7 @@ static int cmpct_write(kv_store *s, MDB_txn *txn, const cmpct *c)
 {
     uint8_t buf[CMPCT_HDR + 512];
     kv_be64_put(buf + 4, (uint64_t)c->rev);
-    buf[12] = c->has_cursor;
+    buf[12] = (uint8_t)(c->has_cursor | (c->has_cursor && c->partial ? CUR_PARTIAL : 0));
     size_t clen = c->has_cursor ? c->clen : 0;
     memcpy(buf + CMPCT_HDR, c->cursor, clen);
     uint32_t crc = kv_crc32c(0, buf + 4, CMPCT_HDR - 4 + clen);
@@ -103,10 +113,34 @@ static bool ent_lt(const kv_ent *a, const kv_ent *b)
     return a->main < b->main || (a->main == b->main && a->sub < b->sub);
 }
 
-/* Removes the compacted revisions of one index key of db (c: a cursor on db); *removed counts
- * the records removed. A long key whose last entry goes loses its "lkey" record too. */
+/* What one step may still do: records (max_revs, 0 = no bound) and time (deadline on
+ * CLOCK_MONOTONIC in ns, 0 = none; only checked once the step removed a record or visited a
+ * key, so every step makes progress). */
+typedef struct step_budget {
+    uint64_t max_revs, gone; /* gone: records removed by this step */
+    int64_t deadline_ns;
+} step_budget;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool out_of_budget(const step_budget *b, bool progressed)
+{
+    if (b->max_revs && b->gone >= b->max_revs)
+        return true;
+    return b->deadline_ns && progressed && now_ns() >= b->deadline_ns;
+}
+
+/* Removes the compacted revisions of one index key of db (c: a cursor on db) within the
+ * step's budget b (b->gone counts the records removed). A long key whose last entry goes
+ * loses its "lkey" record too. Returns 0 when the key is done, 1 when the budget ran out
+ * first (call again for the rest: the key's state is then a valid partial compaction). */
 static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, const uint8_t *k,
-                       size_t kl, int64_t rev, uint64_t *removed)
+                       size_t kl, int64_t rev, step_budget *b)
 {
     kv_ent keep;
     int rc = kv_index_get_raw(s, txn, db, k, kl, rev, &keep);
@@ -130,6 +164,8 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
         bool same = e.main == keep.main && e.sub == keep.sub;
         if (!(ent_lt(&e, &keep) || (same && keep.tomb)))
             return 0;
+        if (out_of_budget(b, b->gone > 0))
+            return 1;
         uint8_t rk[KV_REVKEY_LEN];
         kv_revkey(rk, e.main, e.sub);
         MDB_val rkey = {KV_REVKEY_LEN, rk};
@@ -138,7 +174,7 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
             return kv_mdb_err(rc);
         if ((rc = mdb_cursor_del(c, 0)))
             return kv_mdb_err(rc);
-        (*removed)++;
+        b->gone++;
         if (same) {
             if (db != s->lkidx)
                 return 0;
@@ -151,8 +187,8 @@ static int compact_key(kv_store *s, MDB_txn *txn, MDB_dbi db, MDB_cursor *c, con
     }
 }
 
-int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_done,
-                   uint64_t *removed)
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs, uint32_t max_us,
+                   uint64_t *keys_done, uint64_t *removed)
 {
     cmpct st;
     int rc = cmpct_read(s, txn, &st);
@@ -162,9 +198,11 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_
         return rc;
     MDB_cursor *c = NULL;
     uint32_t n = 0;
+    step_budget bud = {.max_revs = max_revs,
+                       .deadline_ns = max_us ? now_ns() + (int64_t)max_us * 1000 : 0};
     bool finished = false;
     for (;;) {
-        if (max_keys && n >= max_keys)
+        if ((max_keys && n >= max_keys) || out_of_budget(&bud, n > 0))
             break;
         MDB_dbi db = st.has_cursor == CUR_LONG ? s->lkidx : s->kidx;
         if (!c && (rc = kv_mdb_err(mdb_cursor_open(txn, db, &c))))
@@ -177,9 +215,12 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_
             key.mv_data = st.cursor;
             rc = st.clen ? mdb_cursor_get(c, &key, &d, MDB_SET_RANGE)
                          : mdb_cursor_get(c, &key, &d, MDB_FIRST);
-            if (rc == 0 && key.mv_size == st.clen && memcmp(key.mv_data, st.cursor, st.clen) == 0)
+            /* the cursor key was done, unless a step stopped inside it (CUR_PARTIAL) */
+            if (rc == 0 && !st.partial && key.mv_size == st.clen &&
+                memcmp(key.mv_data, st.cursor, st.clen) == 0)
                 rc = mdb_cursor_get(c, &key, &d, MDB_NEXT_NODUP);
         }
+        st.partial = false;
         if (rc == MDB_NOTFOUND && db == s->kidx) {
             /* short keys done: the long ones follow (from the first handle) */
             mdb_cursor_close(c);
@@ -206,14 +247,22 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_
         st.clen = key.mv_size;
         if (st.has_cursor == CUR_NONE)
             st.has_cursor = CUR_SHORT;
-        if ((rc = compact_key(s, txn, db, c, st.cursor, st.clen, st.rev, removed)))
+        rc = compact_key(s, txn, db, c, st.cursor, st.clen, st.rev, &bud);
+        if (rc < 0)
             break;
         n++;
+        if (rc == 1) { /* out of budget inside this key: the next step resumes at it */
+            rc = 0;
+            st.partial = true;
+            break;
+        }
     }
     if (c)
         mdb_cursor_close(c);
     if (keys_done)
         *keys_done += n;
+    if (removed)
+        *removed += bud.gone;
     if (rc)
         return rc;
     if (!finished && st.has_cursor == CUR_LONG && st.clen == 0) {

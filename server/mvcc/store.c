@@ -478,8 +478,8 @@ int kv_store_hash_kv_cur(kv_store *s, int64_t rev, uint32_t *hash, int64_t *comp
     return hash_kv(s, rev, hash, compact_rev, cur);
 }
 
-int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint64_t *keys,
-                          uint64_t *removed)
+int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint32_t max_revs,
+                          uint32_t max_us, uint64_t *keys, uint64_t *removed)
 {
     if (!s || !b || !b->open || b != &s->batch)
         return -EINVAL;
@@ -488,7 +488,7 @@ int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uin
     if (rc)
         return kv_mdb_err(rc);
     uint64_t k = 0, r = 0;
-    rc = kv_compact_run(s, child, max_keys, &k, &r);
+    rc = kv_compact_run(s, child, max_keys, max_revs, max_us, &k, &r);
     if (rc < 0) {
         mdb_txn_abort(child);
         return rc;

@@ -370,12 +370,15 @@ int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st);
 void kv_store_defrag_release(kv_store_defrag_stats *st);
 
 /* Batched physical compaction (apply thread, inside an open batch): removes the compacted
- * revisions of up to max_keys keys (0 = all) in a child transaction, so a failure leaves the
- * batch intact (the error is returned; the step is retried with the next batch). Returns 1
- * if more remains, 0 if no compaction is pending any more, < 0 on error. keys/removed (may
- * be NULL) are incremented by the keys visited and records removed. */
-int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint64_t *keys,
-                          uint64_t *removed);
+ * revisions of at most max_keys keys and at most max_revs records, for about max_us
+ * microseconds at most once a record went (0 = no bound; a key with more compacted records
+ * than a step may remove is finished by the next steps) in a child
+ * transaction, so a failure leaves the batch intact (the error is returned; the step is
+ * retried with the next batch). The end state does not depend on the bounds. Returns 1 if
+ * more remains, 0 if no compaction is pending any more, < 0 on error. keys/removed (may be
+ * NULL) are incremented by the keys visited and records removed. */
+int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uint32_t max_revs,
+                          uint32_t max_us, uint64_t *keys, uint64_t *removed);
 /* Committed state (own read txn, any thread): 1 if a physical compaction is pending (its
  * revision in *rev, may be NULL), 0 if not, < 0 on error. */
 int kv_store_compact_pending(kv_store *s, int64_t *rev);

@@ -240,11 +240,13 @@ int kv_range_run(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64
 int kv_compact_schedule(kv_store *s, MDB_txn *txn, int64_t rev);
 /* 1 (and *rev, may be NULL) if a physical compaction is pending in txn, 0 if not, < 0 error. */
 int kv_compact_pending(kv_store *s, MDB_txn *txn, int64_t *rev);
-/* Compacts up to max_keys keys (0 = all) from the persisted cursor and saves the new cursor
- * (or deletes the progress record when done). Adds to *keys_done / *removed.
- * 1 = more remains, 0 = nothing pending any more, < 0 error. */
-int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint64_t *keys_done,
-                   uint64_t *removed);
+/* Compacts from the persisted cursor, visiting at most max_keys keys, removing at most
+ * max_revs records and stopping after about max_us microseconds once it made progress (0 =
+ * no bound), and saves the new cursor (or deletes the progress record
+ * when done). Adds to *keys_done / *removed. 1 = more remains, 0 = nothing pending any more,
+ * < 0 error. */
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs,
+                   uint32_t max_us, uint64_t *keys_done, uint64_t *removed);
 /* Whether the record (16-byte revkey, stored value) survives a finished compaction at rev:
  * 1 yes, 0 no, < 0 error. */
 int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const uint8_t *val,

@@ -37,6 +37,11 @@ static double gauge_cpending(void *arg)
     return (double)((kv_node *)arg)->compact_pending;
 }
 
+static double gauge_cstep_max(void *arg)
+{
+    return (double)((kv_node *)arg)->cstep_max;
+}
+
 static double gauge_applied(void *arg)
 {
     return (double)((kv_node *)arg)->st.applied_index;
@@ -427,6 +432,9 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                                        "Commits that carried a compaction step.", NULL);
     kv_metrics_gauge_fn(metrics, "kvd_compaction_pending",
                         "1 while a physical compaction is in progress.", gauge_cpending, n);
+    kv_metrics_gauge_fn(metrics, "kvd_compaction_step_removed_max",
+                        "Most revisions removed by one compaction step (one write transaction).",
+                        gauge_cstep_max, n);
 }
 
 int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,
@@ -441,6 +449,7 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->max_pending = cfg && cfg->max_pending ? cfg->max_pending : 10000;
     n->max_health_waiters = cfg && cfg->max_health_waiters ? cfg->max_health_waiters : 64;
     n->compact_batch_keys = cfg && cfg->compact_batch_keys ? cfg->compact_batch_keys : 1000;
+    n->compact_batch_revs = cfg && cfg->compact_batch_revs ? cfg->compact_batch_revs : 50;
     kv_store_status ss;
     int rc = kv_store_get_status(store, &ss);
     if (rc < 0)

@@ -43,6 +43,7 @@ typedef struct kv_node_config {
     uint32_t max_pending;        /* queued proposals; default 10000 */
     uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
     uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
+    uint32_t compact_batch_revs; /* records removed per compaction step; default 50 */
     /* raft (issue 9). Zero values give a single member whose raft id is hdr->member_id. */
     const uint64_t *voters; /* bootstrap configuration (every --initial-cluster member) */
     size_t n_voters;
@@ -196,9 +197,11 @@ int kv_node_exclusive(kv_node *n, int (*work)(void *arg), void (*done)(void *arg
  * are proposed as ACTIVATE requests for this member, one at a time, from the loop. The gauge
  * kvd_alarms{type="NOSPACE"|"CORRUPT"} follows the mask. */
 unsigned kv_node_alarms(const kv_node *n);
-/* Batched physical compaction: while the store has one pending, each batch carries one step
- * of at most compact_batch_keys keys (kv_store_compact_step) and, with nothing queued,
- * compaction-only batches keep it going; a restart resumes it. kv_node_compact_wait calls
+/* Batched physical compaction: while the store has one pending, a compaction-only batch of one
+ * step (at most compact_batch_keys keys, compact_batch_revs removed records and
+ * KV_NODE_COMPACT_STEP_US of work; kv_store_compact_step, kvd_compaction_step_removed_max)
+ * follows each write batch, and runs back to back with nothing queued; a write batch never
+ * carries a step; a restart resumes it. kv_node_compact_wait calls
  * fn(arg, 0) once no compaction is pending (after the batch that finished it committed),
  * fn(arg, -ECANCELED) when the node closes, or fn(arg, < 0) when a step or its batch failed
  * (the compaction stays pending and is retried with the next write batch). Returns 0 (waiting;

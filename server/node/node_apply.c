@@ -2,7 +2,8 @@
  * node_apply.c: the worker's side of a raft ready (node_int.h). One LMDB write transaction per
  * ready: the new log entries and the hard state (server/raftlog/), every entry to apply
  * (kv_store_apply, or a no-op / configuration / member-record entry), a pending log
- * compaction, one compaction step; then one commit, with LMDB's meta-page sync only when raft
+ * compaction; then one commit (a work item without a ready carries one physical compaction
+ * step instead), with LMDB's meta-page sync only when raft
  * needs the commit durable (durable_needed). Runs on a libuv worker thread and touches only the
  * store, the raft log's write functions, the ready_work and the member records (which only the
  * worker uses). Lease observer events are recorded here and replayed on the loop.
@@ -368,9 +369,13 @@ void kv_node__work_ready(uv_work_t *req)
     }
     if (rc == 0 && w->has_compact)
         rc = kv_node__persist_compaction(n, kv_store_batch_txn(b), &w->compact);
-    if (b != NULL && rc == 0)
+    /* Compaction steps run in compaction-only batches, alternating with the write batches
+     * (kv_node__drive), never inside a write batch: a put's commit never carries the pages
+     * a step dirties (docs/ARCHITECTURE.md "Compaction"). */
+    if (b != NULL && rc == 0 && !w->has_ready && (w->cstep_ran = 1))
         w->cstep_rc =
-            kv_store_compact_step(n->store, b, n->compact_batch_keys, &w->ckeys, &w->cremoved);
+            kv_store_compact_step(n->store, b, n->compact_batch_keys, n->compact_batch_revs,
+                                  KV_NODE_COMPACT_STEP_US, &w->ckeys, &w->cremoved);
     if (b != NULL && rc == 0 && n->early_open && early_ok(w)) {
         /* results and ids are final: the loop may answer now; this thread only commits */
         atomic_store_explicit(&w->early, 1, memory_order_release);
@@ -393,6 +398,8 @@ void kv_node__work_ready(uv_work_t *req)
             kv_store_batch_abort(n->store, b);
         }
     }
+    if (rc == 0 && w->has_ready && !w->cstep_ran)
+        w->cpending = kv_store_compact_pending(n->store, NULL) > 0; /* a Compact applied? */
     w->rc = rc;
 }
 

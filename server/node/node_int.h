@@ -29,6 +29,10 @@
 struct kv_peer_net;
 
 #define KV_NODE_MAX_RECORDS 8
+/* Work one physical compaction step may do before it stops (docs/ARCHITECTURE.md
+ * "Compaction"): with the batch limit, what a put can wait behind. Removing scattered
+ * revisions dirties about one page each, so the records alone do not bound a step's time. */
+#define KV_NODE_COMPACT_STEP_US 5000u
 
 /* Frame types on the peer transport (server/peer/peer_net.h moves them opaquely). */
 enum {
@@ -106,6 +110,8 @@ typedef struct ready_work {
     size_t nev, cap_ev;
     int ev_oom;
     int cstep_rc;
+    int cstep_ran; /* this commit carried a compaction step (compaction-only batches) */
+    int cpending;  /* write batches: a physical compaction is pending after the commit */
     uint64_t ckeys, cremoved;
     const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
     int has_compact;       /* persist compact (log compaction) in this commit */
@@ -292,7 +298,9 @@ struct kv_node {
 
     int compact_pending;
     int compact_error;
-    uint32_t compact_batch_keys;
+    uint32_t compact_batch_keys, compact_batch_revs;
+    uint64_t cstep_max; /* most records one compaction step removed (loop) */
+    int cstep_due;      /* a write batch committed: a compaction-only batch goes next */
     compact_waiter *cwait;
     kv_metric *m_ckeys, *m_cremoved, *m_cbatches;
 

@@ -103,10 +103,20 @@ static int lease_entry(const uint8_t *p, size_t len)
 
 static void compaction_progress(kv_node *n, const ready_work *w)
 {
+    if (!w->cstep_ran) { /* a write batch: the next batch is a compaction step, if pending */
+        if (w->cpending)
+            n->compact_pending = 1;
+        n->compact_error = 0; /* a failed step is retried after each write batch */
+        n->cstep_due = n->compact_pending && w->has_ready;
+        return;
+    }
+    n->cstep_due = 0;
     kv_metric_add(n->m_ckeys, (int64_t)w->ckeys);
     kv_metric_add(n->m_cremoved, (int64_t)w->cremoved);
     if (w->ckeys)
         kv_metric_inc(n->m_cbatches);
+    if (w->cremoved > n->cstep_max)
+        n->cstep_max = w->cremoved;
     if (w->cstep_rc < 0) {
         if (!n->compact_error)
             fprintf(stderr,
@@ -814,6 +824,15 @@ void kv_node__drive(kv_node *n)
         feed(n);
         if (n->excl_busy)
             return;
+        if (n->cstep_due && n->compact_pending && !n->compact_error) {
+            /* one compaction step between two write batches: it yields to writes but is not
+             * starved by them */
+            n->cstep_due = 0;
+            if (start_work(n, NULL) == 0) {
+                uv_idle_stop(&n->idle);
+                return;
+            }
+        }
         if (!raft_has_ready(&n->raft)) {
             if ((n->compact_pending && !n->compact_error && n->head == NULL) || n->compact_log) {
                 if (start_work(n, NULL) == 0) {

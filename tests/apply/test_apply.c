@@ -84,7 +84,7 @@ static void apply_bytes(pair *p, const uint8_t *buf, size_t n, kv_result *ra)
         kv_header_info h = {11, 22, 33};
         int rc = kv_store_apply(t->s, b, ++t->index, buf, n, &h, r);
         cr_assert_eq(rc, 0, "kv_store_apply: %d", rc);
-        cr_assert_geq(kv_store_compact_step(t->s, b, 0, NULL, NULL), 0);
+        cr_assert_geq(kv_store_compact_step(t->s, b, 0, 0, 0, NULL, NULL), 0);
         cr_assert_eq(kv_store_batch_commit(t->s, b), 0);
     }
     cr_assert_eq(ra->code, rb.code, "codes differ: %d (%s) vs %d (%s)", ra->code, ra->msg, rb.code,

@@ -63,7 +63,7 @@ void th_apply(th *t, const Kvdpb__InternalRequest *ir, kv_result *res)
     cr_assert_eq(rc, 0, "kv_store_apply: %d", rc);
     /* As the node does with batches of keys: here the whole physical compaction at once. */
     if (!t->defer_compaction)
-        cr_assert_geq(kv_store_compact_step(t->s, b, 0, NULL, NULL), 0);
+        cr_assert_geq(kv_store_compact_step(t->s, b, 0, 0, 0, NULL, NULL), 0);
     cr_assert_eq(kv_store_batch_commit(t->s, b), 0);
 }
 

@@ -328,7 +328,7 @@ Test(mvcc_longkeys, compaction_removes_long_key_records)
     do {
         kv_store_batch *bt;
         cr_assert_eq(kv_store_batch_begin(t.s, &bt), 0);
-        rc = kv_store_compact_step(t.s, bt, 1, NULL, NULL);
+        rc = kv_store_compact_step(t.s, bt, 1, 0, 0, NULL, NULL);
         cr_assert_geq(rc, 0, "step: %d", rc);
         cr_assert_eq(kv_store_batch_commit(t.s, bt), 0);
         if (steps == 1)
