@@ -549,6 +549,16 @@ static void fail(kv_tls_conn *t, const char *why)
 static void failure_reason(kv_tls_conn *t, int sslerr, char *buf, size_t cap)
 {
     long vr = SSL_get_verify_result(t->ssl);
+    const kv_tls_ctx *x = t->ctx;
+    if ((vr == X509_V_ERR_CERT_REJECTED && x->allowed_cn) ||
+        (vr == X509_V_ERR_HOSTNAME_MISMATCH && x->allowed_hostname)) {
+        /* etcd's words for its allowed-CN/hostname rule (transport/listener.go) */
+        snprintf(buf, cap, "client certificate authentication failed (the certificate's %s)",
+                 x->allowed_cn ? "CN is not --peer-cert-allowed-cn"
+                               : "names do not include --peer-cert-allowed-hostname");
+        ERR_clear_error();
+        return;
+    }
     if (vr != X509_V_OK) {
         snprintf(buf, cap, "certificate verify failed: %s", X509_verify_cert_error_string(vr));
         ERR_clear_error();
