@@ -21,6 +21,7 @@
 #include "peer/peer_delay.h"
 #include "api/auto_compact.h"
 #include "server.h"
+#include "gateway/l4_gateway.h"
 #include "tls_auto.h"
 #include "tls_setup.h"
 #include "sd_notify.h"
@@ -347,6 +348,8 @@ int main(int argc, char **argv)
     int rc;
 
     signal(SIGPIPE, SIG_IGN);
+    if (argc > 1 && strcmp(argv[1], "gateway") == 0) /* etcd gateway start: l4_gateway.h */
+        return kv_gateway_main(argc - 1, argv + 1);
     kv_config_default(&m.cfg);
     rc = kv_config_parse_env(&m.cfg, argc, argv, err, sizeof(err)); /* flags, then KVD_* */
     if (rc == 1) {
