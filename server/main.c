@@ -407,6 +407,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: %s\n", err);
         return 1;
     }
+    /* A defragment killed mid-copy leaves its partial copy behind (as large as the data);
+     * under the lock no defragment runs, so it is garbage (docs/ARCHITECTURE.md, Defragment). */
+    int64_t freed = kv_store_defrag_cleanup(m.cfg.data_dir);
+    if (freed < 0)
+        fprintf(stderr,
+                "kvd: warning: cannot remove %s/defrag.tmp left by an interrupted defragment: "
+                "%s\n",
+                m.cfg.data_dir, strerror((int)-freed));
+    else if (freed > 0)
+        fprintf(stderr,
+                "kvd: warning: removed %s/defrag.tmp (%lld bytes) left by an interrupted "
+                "defragment\n",
+                m.cfg.data_dir, (long long)freed);
     /* Check the LMDB file before LMDB trusts it (issue 8, D10). */
     rc = kv_store_verify_file(m.cfg.data_dir, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc < 0) {
