@@ -296,6 +296,7 @@ static const flag_def FLAGS[] = {
     {"max-raft-inbox-messages", F_U32, OFF(max_raft_inbox_messages), 0, 0, 1, 1u << 20},
     {"max-pending-read-index", F_U32, OFF(max_pending_read_index), 0, 0, 1, 1u << 20},
     {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
+    {"max-raft-log-bytes", F_U64, OFF(max_raft_log_bytes), 0, 0, 0, 1ULL << 40},
     {"peer-max-priority-queue-bytes", F_SIZE, OFF(peer_max_prio_queue_bytes), 0, 0, 65536,
      1ULL << 32},
     /* TLS (issue 13), etcd's flags. */
@@ -403,6 +404,10 @@ const char *kv_config_usage(void)
            "                                  on the leader followers' requests (10000 each)\n"
            "  --max-forwarded-proposals N     proposals a follower forwarded to the leader and\n"
            "                                  not yet applied; the rest stays queued (10000)\n"
+           "  --max-raft-log-bytes N          raft log bytes this member retains (it lives in\n"
+           "                                  the data file); beyond: writes refused \"too many\n"
+           "                                  requests\"; a quarter of it compacts the log early\n"
+           "                                  (0: a quarter of the quota's headroom, default)\n"
            "  --peer-max-priority-queue-bytes N  lease renewal frames queued per peer, sent\n"
            "                                  ahead of raft traffic; beyond: dropped (4 MiB)\n"
            "  --cert-file F                   client port TLS certificate (https:// URLs)\n"

@@ -112,6 +112,8 @@ typedef struct kv_config {
     uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
     uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
+    uint64_t max_raft_log_bytes;      /* --max-raft-log-bytes: retained raft log (0: a quarter
+                                         of the quota's headroom in the LMDB map) */
     size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
                                          per peer, sent ahead of raft traffic (4 MiB) */
     /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
