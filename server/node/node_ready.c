@@ -581,8 +581,9 @@ static int disk_low(kv_node *n)
     if (low && !n->disk_low) {
         fprintf(stderr,
                 "kvd: warning: less than %u MiB free on the data dir's file system: writes are "
-                "refused (NOSPACE)\n",
-                KV_DISK_RESERVE >> 20);
+                "refused (NOSPACE%s)\n",
+                KV_DISK_RESERVE >> 20,
+                n->role == RAFT_LEADER ? "" : ", raised through the leader for the whole cluster");
         if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
             kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
     }
@@ -765,6 +766,11 @@ static void feed(kv_node *n)
         raft_tick(&n->raft);
     }
     kv_node__maybe_publish(n);
+    /* Every member watches its own disk, a follower too: one whose file system runs low
+     * raises NOSPACE through the leader (the alarm is an entry; the leader then refuses
+     * growing writes cluster-wide) instead of failing a persist later and stopping. */
+    if (n->role != RAFT_LEADER && !single_voter(n))
+        (void)disk_low(n);
     take_requests(n);
     kv_node__conf_drive(n);
     kv_node__reads_drive(n);
