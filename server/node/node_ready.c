@@ -596,6 +596,8 @@ static int disk_low(kv_node *n)
 /* Bytes proposed per ready: bounds one commit's dirty pages (log + state, both in the LMDB
  * transaction's memory until it commits) whatever the queue holds. */
 #define KV_READY_MAX_BYTES (4u << 20)
+/* Entries up to this size are not refused by the leader's raft log check (take_requests). */
+#define KV_LOG_SMALL_ENTRY 4096u
 
 static void take_requests(kv_node *n)
 {
@@ -612,10 +614,12 @@ static void take_requests(kv_node *n)
                               "etcdserver: mvcc: database space exceeded");
             continue;
         }
-        /* The raft log shares the data file: past --max-raft-log-bytes no client entry is
-         * added (a follower's forwarded one included) until the log compacted. */
+        /* The raft log shares the data file: past --max-raft-log-bytes no large entry is
+         * added (a follower's forwarded one included) until the log compacted. Small ones
+         * (alarm disarm, Compact, lease revokes: what recovery needs) pass here; the client's
+         * were admitted by api/quota.c, alarms excepted. */
         if ((r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) && !r->essential &&
-            kv_node_log_admit(n, r->len) != 0) {
+            r->len > KV_LOG_SMALL_ENTRY && kv_node_log_admit(n, r->len) != 0) {
             n->head = r->next;
             if (n->head == NULL)
                 n->tail = NULL;
