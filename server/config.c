@@ -245,6 +245,8 @@ static const flag_def FLAGS[] = {
      sizeof(((kv_config *)0)->initial_cluster_token), 0, 0},
     {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
      sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
+    {"initial-member-id", F_STR, OFF(initial_member_id), 0,
+     sizeof(((kv_config *)0)->initial_member_id), 0, 0},
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
     {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
     {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
@@ -342,6 +344,9 @@ const char *kv_config_usage(void)
            "  --initial-cluster | --peers     n1=http://h1:2380,n2=... (default name=peer url)\n"
            "  --initial-cluster-token TOKEN   (default \"etcd-cluster\")\n"
            "  --initial-cluster-state new|existing\n"
+           "  --initial-member-id HEX         with existing: the id `member add` printed, when\n"
+           "                                  it is not the one the peer URLs give (a member\n"
+           "                                  replaced on the same host and port)\n"
            "  --heartbeat-interval MS         (default 100)\n"
            "  --election-timeout MS           (default 1000)\n"
            "  --max-request-bytes N           largest request message (default 1572864)\n"
@@ -559,6 +564,18 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         strcmp(cfg->initial_cluster_state, "existing") != 0) {
         snprintf(err, errlen, "--initial-cluster-state must be 'new' or 'existing'");
         return -EINVAL;
+    }
+    if (cfg->initial_member_id[0]) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(cfg->initial_member_id, &end, 16);
+        if (errno || !end || *end || v == 0 ||
+            strcmp(cfg->initial_cluster_state, "existing") != 0) {
+            snprintf(err, errlen,
+                     "--initial-member-id must be a non-zero hex member id, with "
+                     "--initial-cluster-state existing");
+            return -EINVAL;
+        }
     }
     /* TLS (issue 13): an https listener needs a certificate, as etcd. */
     for (size_t k = 0; k < cfg->n_listen_client; k++)

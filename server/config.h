@@ -46,6 +46,8 @@ typedef struct kv_config {
     size_t n_initial_cluster;
     char initial_cluster_token[128];
     char initial_cluster_state[16]; /* "new" or "existing" */
+    char initial_member_id[24];     /* --initial-member-id: hex id `member add` gave (existing
+                                       only; "" = derived from the peer URLs and token) */
 
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;

@@ -392,6 +392,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: cannot compute member id\n");
         return 1;
     }
+    if (m.cfg.initial_member_id[0]) {
+        /* A member added at the peer URLs of a removed one got a drawn id (service_cluster.c
+         * new_member_id): it is told, as `member add` printed it. */
+        uint64_t given = strtoull(m.cfg.initial_member_id, NULL, 16);
+        for (size_t k = 0; k < s->id.n_members; k++)
+            if (s->id.member_ids[k] == s->id.member_id)
+                s->id.member_ids[k] = given;
+        s->id.member_id = given;
+    }
     rc = kv_metrics_new(&s->metrics, 0);
     if (rc < 0)
         goto fail;
@@ -446,6 +455,13 @@ int main(int argc, char **argv)
         kv_store_close(s->store);
         return 1;
     }
+    if (s->joining)
+        fprintf(stderr, "kvd: joining as member %016llx%s\n", (unsigned long long)s->id.member_id,
+                m.cfg.initial_member_id[0]
+                    ? " (--initial-member-id)"
+                    : " (derived from the peer URLs and token; if `member add` printed another "
+                      "id, this peer URL belonged to a removed member: start with "
+                      "--initial-member-id=<that id>)");
 
     rc = kv_server_start_core(s);
     if (rc < 0)
