@@ -251,6 +251,8 @@ static const flag_def FLAGS[] = {
     {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
      sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
     {"strict-reconfig-check", F_BOOL, OFF(strict_reconfig_check), 0, 0, 0, 0},
+    {"initial-member-id", F_STR, OFF(initial_member_id), 0,
+     sizeof(((kv_config *)0)->initial_member_id), 0, 0},
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
     {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
     {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
@@ -303,6 +305,7 @@ static const flag_def FLAGS[] = {
     {"max-raft-inbox-messages", F_U32, OFF(max_raft_inbox_messages), 0, 0, 1, 1u << 20},
     {"max-pending-read-index", F_U32, OFF(max_pending_read_index), 0, 0, 1, 1u << 20},
     {"max-forwarded-proposals", F_U32, OFF(max_forwarded_proposals), 0, 0, 1, 1u << 24},
+    {"max-raft-log-bytes", F_U64, OFF(max_raft_log_bytes), 0, 0, 0, 1ULL << 40},
     {"peer-max-priority-queue-bytes", F_SIZE, OFF(peer_max_prio_queue_bytes), 0, 0, 65536,
      1ULL << 32},
     {"peer-max-pending-connections", F_U32, OFF(peer_max_pending_conns), 0, 0, 1, 4096},
@@ -363,6 +366,9 @@ const char *kv_config_usage(void)
            "  --initial-cluster-state new|existing\n"
            "  --strict-reconfig-check B       refuse member changes that would leave fewer\n"
            "                                  started members than a quorum (true)\n"
+           "  --initial-member-id HEX         with existing: the id `member add` printed, when\n"
+           "                                  it is not the one the peer URLs give (a member\n"
+           "                                  replaced on the same host and port)\n"
            "  --heartbeat-interval MS         (default 100)\n"
            "  --election-timeout MS           (default 1000)\n"
            "  --max-request-bytes N           largest request message (default 1572864)\n"
@@ -428,6 +434,10 @@ const char *kv_config_usage(void)
            "                                  on the leader followers' requests (10000 each)\n"
            "  --max-forwarded-proposals N     proposals a follower forwarded to the leader and\n"
            "                                  not yet applied; the rest stays queued (10000)\n"
+           "  --max-raft-log-bytes N          raft log bytes this member retains (it lives in\n"
+           "                                  the data file); beyond: writes refused \"too many\n"
+           "                                  requests\"; a quarter of it compacts the log early\n"
+           "                                  (0: a quarter of the quota's headroom, default)\n"
            "  --peer-max-priority-queue-bytes N  lease renewal frames queued per peer, sent\n"
            "                                  ahead of raft traffic; beyond: dropped (4 MiB)\n"
            "  --peer-max-pending-connections N  accepted peer connections not yet identified\n"
@@ -595,6 +605,18 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         strcmp(cfg->initial_cluster_state, "existing") != 0) {
         snprintf(err, errlen, "--initial-cluster-state must be 'new' or 'existing'");
         return -EINVAL;
+    }
+    if (cfg->initial_member_id[0]) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(cfg->initial_member_id, &end, 16);
+        if (errno || !end || *end || v == 0 ||
+            strcmp(cfg->initial_cluster_state, "existing") != 0) {
+            snprintf(err, errlen,
+                     "--initial-member-id must be a non-zero hex member id, with "
+                     "--initial-cluster-state existing");
+            return -EINVAL;
+        }
     }
     /* TLS (issue 13): an https listener needs a certificate, as etcd. */
     for (size_t k = 0; k < cfg->n_listen_client; k++)

@@ -48,6 +48,8 @@ typedef struct kv_config {
     char initial_cluster_state[16]; /* "new" or "existing" */
     int strict_reconfig_check;      /* --strict-reconfig-check: refuse member changes that
                                        would leave fewer started members than a quorum (true) */
+    char initial_member_id[24];     /* --initial-member-id: hex id `member add` gave (existing
+                                       only; "" = derived from the peer URLs and token) */
 
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;
@@ -115,10 +117,12 @@ typedef struct kv_config {
     uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
     uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
     uint32_t max_forwarded_proposals; /* --max-forwarded-proposals, default 10000 */
+    uint64_t max_raft_log_bytes;      /* --max-raft-log-bytes: retained raft log (0: a quarter
+                                         of the quota's headroom in the LMDB map) */
     size_t peer_max_prio_queue_bytes; /* --peer-max-priority-queue-bytes: lease renewal frames
                                          per peer, sent ahead of raft traffic (4 MiB) */
     /* Strangers on the peer port (server/peer/README.md, "Who may connect"). */
-    uint32_t peer_max_pending_conns; /* --peer-max-pending-connections (16) */
+    uint32_t peer_max_pending_conns;    /* --peer-max-pending-connections (16) */
     uint32_t peer_handshake_timeout_ms; /* --peer-handshake-timeout (1s) */
     /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
     char cert_file[512];                /* --cert-file: client port certificate (PEM) */

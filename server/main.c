@@ -396,6 +396,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: cannot compute member id\n");
         return 1;
     }
+    if (m.cfg.initial_member_id[0]) {
+        /* A member added at the peer URLs of a removed one got a drawn id (service_cluster.c
+         * new_member_id): it is told, as `member add` printed it. */
+        uint64_t given = strtoull(m.cfg.initial_member_id, NULL, 16);
+        for (size_t k = 0; k < s->id.n_members; k++)
+            if (s->id.member_ids[k] == s->id.member_id)
+                s->id.member_ids[k] = given;
+        s->id.member_id = given;
+    }
     rc = kv_metrics_new(&s->metrics, 0);
     if (rc < 0)
         goto fail;
@@ -418,6 +427,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: %s\n", err);
         return 1;
     }
+    /* A defragment killed mid-copy leaves its partial copy behind (as large as the data);
+     * under the lock no defragment runs, so it is garbage (docs/ARCHITECTURE.md, Defragment). */
+    int64_t freed = kv_store_defrag_cleanup(m.cfg.data_dir);
+    if (freed < 0)
+        fprintf(stderr,
+                "kvd: warning: cannot remove %s/defrag.tmp left by an interrupted defragment: "
+                "%s\n",
+                m.cfg.data_dir, strerror((int)-freed));
+    else if (freed > 0)
+        fprintf(stderr,
+                "kvd: warning: removed %s/defrag.tmp (%lld bytes) left by an interrupted "
+                "defragment\n",
+                m.cfg.data_dir, (long long)freed);
     /* Check the LMDB file before LMDB trusts it (issue 8, D10). */
     rc = kv_store_verify_file(m.cfg.data_dir, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc < 0) {
@@ -444,6 +466,13 @@ int main(int argc, char **argv)
         kv_store_close(s->store);
         return 1;
     }
+    if (s->joining)
+        fprintf(stderr, "kvd: joining as member %016llx%s\n", (unsigned long long)s->id.member_id,
+                m.cfg.initial_member_id[0]
+                    ? " (--initial-member-id)"
+                    : " (derived from the peer URLs and token; if `member add` printed another "
+                      "id, this peer URL belonged to a removed member: start with "
+                      "--initial-member-id=<that id>)");
 
     rc = kv_server_start_core(s);
     if (rc < 0)

@@ -237,6 +237,7 @@ int kv_server_start_core(kv_server *s)
     nc.max_inbox_bytes = cfg->max_raft_inbox_bytes;
     nc.max_inbox_msgs = cfg->max_raft_inbox_messages;
     nc.max_forwarded = cfg->max_forwarded_proposals;
+    nc.max_log_bytes = cfg->max_raft_log_bytes;
     nc.enable_failpoints = cfg->enable_failpoints; /* node/disk_failpoint.c */
     /* The initial membership from the flags (idempotent; issue 9 section 5). */
     int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);

@@ -25,6 +25,13 @@ int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
             break;
         }
     }
+    /* The raft log shares the data file (docs/ARCHITECTURE.md, "Alarms, quota and
+     * defragment"): every entry a client adds, deletes included, is admitted against the
+     * retained log's budget; alarms (disarm) always pass, so a member can recover. */
+    if (field != KV_IREQ_ALARM && kv_node_log_admit(s->node, len) != 0) {
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
+        return 1;
+    }
     int64_t cost;
     switch (field) {
     case KV_IREQ_PUT:

@@ -13,6 +13,10 @@
  *   with DATA_LOSS "etcdserver: corrupt cluster" (etcd's applierV3Corrupt).
  * Everything else (Range, DeleteRange, Compact, LeaseRevoke, Alarm, Defragment, Status) is
  * admitted while NOSPACE is active.
+ * - Every request but Alarm, whatever the alarms: the raft log lives in the data file, so an
+ *   entry that would take the retained log past --max-raft-log-bytes is refused with
+ *   RESOURCE_EXHAUSTED "etcdserver: too many requests" (kv_node_log_admit; the log compacts
+ *   early, by bytes, so a retry soon passes).
  *
  * Loop thread only.
  */

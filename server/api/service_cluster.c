@@ -31,6 +31,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,15 +338,47 @@ static change_ctx *ctx_new(kv_grpc_call *call)
 
 /* ---- MemberAdd ---- */
 
-/* The new member's id: SHA-1 of the sorted peer URLs and the cluster token, exactly as the
- * member itself derives it at start (identity.c), so a member started with
- * --initial-cluster-state existing and the same --initial-cluster-token knows its id without
- * asking the cluster. etcd instead mixes in the current time and lets the joiner look its id
- * up from a running member; the price here: a removed member cannot come back with the same
- * peer URLs and token (its id stays removed, as etcd's). */
-static uint64_t new_member_id(char *const *urls, size_t n, const char *token)
+/* The new member's id, drawn here by the proposer and carried in the member record (the
+ * apply takes it from the entry: a pure function of the log). First choice: SHA-1 of the
+ * sorted peer URLs and the cluster token, exactly as the member itself derives it at start
+ * (identity.c), so a member started with --initial-cluster-state existing and the same
+ * --initial-cluster-token knows its id without asking the cluster. When that id is taken or
+ * was removed (a failed member replaced on the same host and port: remove, wipe, add), the
+ * id mixes in the time and random bytes, as etcd does, and is drawn again while it collides
+ * with a current or removed member; the joiner is then started with --initial-member-id
+ * (the id `member add` printed). 0: no free id found. */
+static uint64_t new_member_id(kv_server *s, const mlist *l, char *const *urls, size_t n,
+                              const char *token)
 {
-    return kv_identity_member_id((const char *const *)urls, n, token);
+    uint64_t id = kv_identity_member_id((const char *const *)urls, n, token);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        if (id != 0 && !mlist_find(l, id) && kv_store_member_is_removed(s->store, id) == 0)
+            return id;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned char rnd[8] = {0};
+        if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+            memset(rnd, attempt, sizeof(rnd));
+        char salted[256]; /* kv_identity_member_id hashes 255 bytes of it */
+        snprintf(salted, sizeof(salted), "%.200s/%lld.%09ld/%02x%02x%02x%02x%02x%02x%02x%02x",
+                 token, (long long)ts.tv_sec, ts.tv_nsec, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
+                 rnd[5], rnd[6], rnd[7]);
+        id = kv_identity_member_id((const char *const *)urls, n, salted);
+    }
+    return 0;
+}
+
+/* The peer URLs may not be in use: 0 or the error answered (returns 1). */
+static int check_urls_free(kv_grpc_call *call, const mlist *l, const change_ctx *c)
+{
+    for (size_t i = 0; i < l->n; i++)
+        for (size_t j = 0; j < l->m[i]->n_peer_urls; j++)
+            for (size_t k = 0; k < c->n_urls; k++)
+                if (strcmp(l->m[i]->peer_urls[j], c->urls[k]) == 0) {
+                    kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_PEER_EXIST);
+                    return 1;
+                }
+    return 0;
 }
 
 /* etcd ValidateConfigurationChange for an add: 0 or the error answered (returns 1). */
@@ -426,7 +459,13 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_UNHEALTHY);
         goto done;
     }
-    c->id = new_member_id(c->urls, c->n_urls, s->cfg->initial_cluster_token);
+    if (check_urls_free(call, &l, c))
+        goto done;
+    c->id = new_member_id(s, &l, c->urls, c->n_urls, s->cfg->initial_cluster_token);
+    if (c->id == 0) {
+        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
+        goto done;
+    }
     if (check_add(call, s, &l, c))
         goto done;
     Kvdpb__Member m = KVDPB__MEMBER__INIT;

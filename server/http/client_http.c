@@ -424,12 +424,36 @@ static void start_gateway(hconn *hc, const char *path, const char *body, size_t 
 
 /* ---- request parsing ---- */
 
-static const char *find_crlf2(const char *p, size_t n)
+/* End of the request head: the first empty line. Lines end with CRLF or, as Go's
+ * net/textproto (etcd's server) tolerates, a bare LF. Returns the head's length including
+ * that empty line, or 0 if it has not arrived. */
+static size_t head_end(const char *p, size_t n)
 {
-    for (size_t i = 0; i + 3 < n; i++)
-        if (p[i] == '\r' && p[i + 1] == '\n' && p[i + 2] == '\r' && p[i + 3] == '\n')
-            return p + i;
-    return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '\n')
+            continue;
+        size_t j = i + 1; /* start of the next line */
+        if (j < n && p[j] == '\n')
+            return j + 1;
+        if (j + 1 < n && p[j] == '\r' && p[j + 1] == '\n')
+            return j + 2;
+    }
+    return 0;
+}
+
+/* The line starting at p, before end: *eol is set to its terminator (CR of CRLF, or a bare
+ * LF), and the start of the next line is returned; NULL if the line has no LF or holds a CR
+ * elsewhere (a bare CR is not a line end: refused, as Go does). */
+static char *line_next(char *p, char *end, char **eol)
+{
+    char *lf = memchr(p, '\n', (size_t)(end - p));
+    if (!lf)
+        return NULL;
+    char *e = lf > p && lf[-1] == '\r' ? lf - 1 : lf;
+    if (memchr(p, '\r', (size_t)(e - p)))
+        return NULL;
+    *eol = e;
+    return lf + 1;
 }
 
 static int is_token(const char *s, size_t n)
@@ -437,7 +461,7 @@ static int is_token(const char *s, size_t n)
     if (!n)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
+        if (!isalnum((unsigned char)s[i]) && (!s[i] || !strchr("!#$%&'*+-.^_`|~", s[i])))
             return 0;
     return 1;
 }
@@ -447,26 +471,30 @@ static int is_token(const char *s, size_t n)
 static long take_request(hconn *hc)
 {
     kv_client_http *h = hc->h;
-    const char *eoh = find_crlf2(hc->in, hc->in_len);
-    if (!eoh) {
+    size_t head_len = head_end(hc->in, hc->in_len);
+    if (!head_len) {
         if (hc->in_len > h->cfg.max_header_bytes) {
             respond_close(hc, 431, "431 Request Header Fields Too Large\n");
             return -1;
         }
         return 0;
     }
-    size_t head_len = (size_t)(eoh - hc->in) + 4;
     if (head_len > h->cfg.max_header_bytes) {
         respond_close(hc, 431, "431 Request Header Fields Too Large\n");
         return -1;
     }
+    char *head_stop = hc->in + head_len;
+    /* No NUL anywhere in the head: not in a token, a value or the target (Go refuses it). */
+    if (memchr(hc->in, '\0', head_len)) {
+        respond_close(hc, 400, "400 Bad Request\n");
+        return -1;
+    }
     /* request line */
-    char *line = hc->in;
-    char *le = memchr(line, '\r', head_len);
-    char *sp1 = memchr(line, ' ', (size_t)(le - line));
+    char *line = hc->in, *le = NULL;
+    char *hp = line_next(line, head_stop, &le);
+    char *sp1 = hp ? memchr(line, ' ', (size_t)(le - line)) : NULL;
     char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(le - sp1 - 1)) : NULL;
-    if (!sp1 || !sp2 || le[1] != '\n' || !is_token(line, (size_t)(sp1 - line)) || sp2 == sp1 + 1 ||
-        sp1[1] != '/') {
+    if (!sp1 || !sp2 || !is_token(line, (size_t)(sp1 - line)) || sp2 == sp1 + 1 || sp1[1] != '/') {
         respond_close(hc, 400, "400 Bad Request\n");
         return -1;
     }
@@ -499,12 +527,15 @@ static long take_request(hconn *hc)
     int conn_close = !minor, conn_keep = 0, chunked = 0, expect = 0;
     const char *auth = NULL; /* first Authorization header, in hc->in */
     size_t alen = 0;
-    for (char *p = le + 2; p < eoh + 2;) {
-        char *e = memchr(p, '\r', (size_t)(eoh + 2 - p));
-        if (!e || e[1] != '\n') {
+    for (char *p = hp, *next = NULL; p < head_stop; p = next) {
+        char *e = NULL;
+        next = line_next(p, head_stop, &e);
+        if (!next) {
             respond_close(hc, 400, "400 Bad Request\n");
             return -1;
         }
+        if (e == p)
+            break; /* the empty line that ends the head */
         char *colon = memchr(p, ':', (size_t)(e - p));
         if (!colon || !is_token(p, (size_t)(colon - p))) {
             respond_close(hc, 400, "400 Bad Request: malformed header\n");
@@ -545,7 +576,6 @@ static long take_request(hconn *hc)
         } else if (nlen == 6 && strncasecmp(p, "expect", 6) == 0) {
             expect = vl == 12 && strncasecmp(v, "100-continue", 12) == 0;
         }
-        p = e + 2;
     }
     hc->keep_alive = minor ? !conn_close : conn_keep;
     if (chunked) { /* not supported: bodies need a Content-Length */

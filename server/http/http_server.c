@@ -174,6 +174,8 @@ static const char *reason_phrase(int code)
     switch (code) {
     case 200:
         return "OK";
+    case 400:
+        return "Bad Request";
     case 404:
         return "Not Found";
     case 405:
@@ -277,7 +279,9 @@ static void timer_cb(uv_timer_t *t)
 static void handle_request(http_conn *c)
 {
     kv_http_server *s = c->srv;
-    char *line_end = strstr(c->buf, "\r\n");
+    char *line_end = memchr(c->buf, '\n', c->len); /* read_cb saw a complete head */
+    if (line_end > c->buf && line_end[-1] == '\r')
+        line_end--;
     char *sp1 = memchr(c->buf, ' ', (size_t)(line_end - c->buf));
     char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(line_end - sp1 - 1)) : NULL;
     if (!sp1 || !sp2) {
@@ -346,10 +350,19 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     c->len += (size_t)nread;
     c->buf[c->len] = 0;
-    if (strstr(c->buf, "\r\n\r\n")) {
-        handle_request(c);
+    /* The head ends at an empty line; lines end with CRLF or a bare LF (Go's net/textproto,
+     * etcd's server, tolerates it). A NUL anywhere in it is refused (400). */
+    if (memchr(c->buf, '\0', c->len)) {
+        respond_text(c, 400, "bad request\n");
         return;
     }
+    for (size_t i = 0; i + 1 < c->len; i++)
+        if (c->buf[i] == '\n' &&
+            (c->buf[i + 1] == '\n' ||
+             (c->buf[i + 1] == '\r' && i + 2 < c->len && c->buf[i + 2] == '\n'))) {
+            handle_request(c);
+            return;
+        }
     if (c->len >= c->srv->cfg.max_header_bytes)
         respond_text(c, 431, "request header too large\n");
 }

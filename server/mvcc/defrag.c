@@ -1,5 +1,6 @@
 /* defrag: alarm state shared with the node and the API, the backend size for the quota, and
  * defragmentation (compacting copy + atomic swap of data.mdb). See store.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -117,6 +118,36 @@ void kv_store_defrag_release(kv_store_defrag_stats *st)
     if (st->old_fd > 0)
         close(st->old_fd);
     st->old_fd = -1;
+}
+
+int64_t kv_store_defrag_cleanup(const char *dir)
+{
+    char tmpdir[PATH_MAX], f[PATH_MAX];
+    if ((size_t)snprintf(tmpdir, PATH_MAX, "%s/defrag.tmp", dir) >= PATH_MAX)
+        return -ENAMETOOLONG;
+    DIR *d = opendir(tmpdir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    int64_t freed = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        struct stat sb;
+        if ((size_t)snprintf(f, PATH_MAX, "%s/%s", tmpdir, e->d_name) >= PATH_MAX) {
+            rc = -ENAMETOOLONG;
+            continue;
+        }
+        if (lstat(f, &sb) == 0 && S_ISREG(sb.st_mode))
+            freed += (int64_t)sb.st_size;
+        if (unlink(f) < 0 && errno != ENOENT)
+            rc = -errno;
+    }
+    closedir(d);
+    if (rmdir(tmpdir) < 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    return rc < 0 ? rc : freed;
 }
 
 int kv_store_defrag_copy(kv_store *s, kv_store_defrag_stats *st)

@@ -365,6 +365,11 @@ typedef struct kv_store_defrag_stats {
 } kv_store_defrag_stats;
 int kv_store_defrag_copy(kv_store *s, kv_store_defrag_stats *st);
 int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st);
+/* Startup, before kv_store_open and under the data dir lock (no defragment can be running):
+ * removes what a defragment interrupted by a crash left, <dir>/defrag.tmp and the files in it
+ * (a partial compacted copy, as large as the data). Returns the number of bytes freed (0 when
+ * there was nothing) or a negative errno. */
+int64_t kv_store_defrag_cleanup(const char *dir);
 /* Drops the last reference to the old file (freeing its blocks can take hundreds of ms for a
  * large file: call it off the loop). Any thread, after the swap; idempotent. */
 void kv_store_defrag_release(kv_store_defrag_stats *st);

@@ -338,6 +338,16 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
     n->m_refused = kv_metrics_counter(
         metrics, "kvd_proposals_refused_total",
         "Write requests refused because the queue was full (--max-pending-proposals).", NULL);
+    n->m_log_bytes = kv_metrics_gauge(
+        metrics, "kvd_raft_log_bytes",
+        "Bytes of the retained raft log in the data file (against --max-raft-log-bytes).", NULL);
+    n->m_log_refused = kv_metrics_counter(
+        metrics, "kvd_raft_log_refused_total",
+        "Writes refused because the retained raft log was at --max-raft-log-bytes.", NULL);
+    n->m_log_early = kv_metrics_counter(
+        metrics, "kvd_raft_log_compactions_by_bytes_total",
+        "Raft log compactions started because the log passed a quarter of --max-raft-log-bytes.",
+        NULL);
     n->m_batch_size_max = kv_metrics_gauge(metrics, "kvd_apply_batch_size_max",
                                            "Most entries applied in one commit so far.", NULL);
     n->m_fsyncs = kv_metrics_counter(metrics, "kvd_fsyncs_total",

@@ -61,6 +61,8 @@ typedef struct kv_node_config {
     uint32_t max_forwarded;  /* proposals this member forwarded to the leader, not applied
                                 yet (--max-forwarded-proposals); default 10000 */
     int enable_failpoints;   /* --enable-failpoints: disk failpoints (node/disk_failpoint.h) */
+    uint64_t max_log_bytes;  /* retained raft log bytes (--max-raft-log-bytes); 0: a quarter
+                                of the store's headroom (kv_store_map_size - quota) */
 } kv_node_config;
 
 typedef struct kv_node_stats {
@@ -72,6 +74,13 @@ typedef struct kv_node_stats {
     uint64_t last_batch_size;
     uint64_t max_batch_size;
 } kv_node_stats;
+
+/* The raft log lives in the store's LMDB map (docs/ARCHITECTURE.md, "Alarms, quota and
+ * defragment"): 0 if a proposal of len bytes fits the retained-log budget (log pages after
+ * the last commit + bytes proposed since + len <= max_log_bytes), -EBUSY if not (answer
+ * "etcdserver: too many requests": the log compacts early, retry; counted in
+ * kvd_raft_log_refused_total). Loop thread. */
+int kv_node_log_admit(kv_node *n, size_t len);
 
 /* store and metrics (may be NULL) are borrowed and must outlive the node. hdr is copied. */
 int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,

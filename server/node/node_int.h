@@ -115,6 +115,7 @@ typedef struct ready_work {
     uint64_t ckeys, cremoved;
     const char *snap_path; /* snapshot file to install (rd.has_snapshot) */
     int has_compact;       /* persist compact (log compaction) in this commit */
+    uint64_t log_mark;     /* n->log_proposed when this work was made */
     struct raft_snapshot_meta compact;
     int synced;  /* number of fdatasyncs this commit issued (metric) */
     int install; /* the snapshot file became data.mdb: the loop swaps the environment */
@@ -223,6 +224,13 @@ struct kv_node {
     uint64_t snapshot_count; /* applied entries between log compactions */
     raft_index snap_index;   /* index of the last log compaction (snapshot meta) */
     int compact_log;         /* a raft_compact() meta waits for the next commit */
+    /* The retained log's bytes against --max-raft-log-bytes (kv_node_log_admit). */
+    uint64_t max_log_bytes;   /* budget; a quarter of it compacts the log early */
+    uint64_t log_bytes;       /* "rlog" pages after the last commit (kv_raftlog_stats) */
+    uint64_t log_proposed;    /* bytes proposed or forwarded by this member, ever */
+    uint64_t log_mark;        /* log_proposed when the last committed ready was made */
+    uint64_t log_compactions; /* early compactions (by bytes) */
+    kv_metric *m_log_bytes, *m_log_refused, *m_log_early;
     struct raft_snapshot_meta compact_meta;
     kv_node_req *conf_waiters; /* our membership changes waiting for their configuration entry */
     struct conf_todo {
@@ -362,6 +370,8 @@ void kv_node__conf_check(kv_node *n);
 /* node_snap.c */
 int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters);
 void kv_node__maybe_compact_log(kv_node *n);
+/* Measures the retained raft log (n->log_bytes, kvd_raft_log_bytes). Loop thread. */
+void kv_node__log_measure(kv_node *n);
 void kv_node__compact_for_join(kv_node *n);
 void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m);
 /* worker thread, inside the ready's batch */

@@ -23,6 +23,8 @@
  */
 #include "node/node_int.h"
 
+#include "common/etcd_errors.h"
+
 #include "node/disk_failpoint.h"
 
 #include "peer/peer_net.h"
@@ -355,6 +357,8 @@ static void after_ready(uv_work_t *req, int status)
     if (w->has_compact)
         n->snap_index = w->compact.index;
     kv_raftlog_rotate(n->log);
+    n->log_mark = w->log_mark;
+    kv_node__log_measure(n);
     if (w->has_ready)
         kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
 
@@ -458,6 +462,7 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
         if (n->role != RAFT_LEADER)
             w->fp_delay_ms = n->fp_apply_delay_ms;
     }
+    w->log_mark = n->log_proposed;
     if (n->compact_log) {
         w->has_compact = 1;
         w->compact = n->compact_meta;
@@ -632,8 +637,9 @@ static int disk_low(kv_node *n)
     if (low && !n->disk_low) {
         fprintf(stderr,
                 "kvd: warning: less than %u MiB free on the data dir's file system: writes are "
-                "refused (NOSPACE)\n",
-                KV_DISK_RESERVE >> 20);
+                "refused (NOSPACE%s)\n",
+                KV_DISK_RESERVE >> 20,
+                n->role == RAFT_LEADER ? "" : ", raised through the leader for the whole cluster");
         if (!(kv_store_alarms(n->store) & (1u << KV_ALARM_NOSPACE)))
             kv_store_request_alarm(n->store, KV_ALARM_NOSPACE);
     }
@@ -646,6 +652,8 @@ static int disk_low(kv_node *n)
 /* Bytes proposed per ready: bounds one commit's dirty pages (log + state, both in the LMDB
  * transaction's memory until it commits) whatever the queue holds. */
 #define KV_READY_MAX_BYTES (4u << 20)
+/* Entries up to this size are not refused by the leader's raft log check (take_requests). */
+#define KV_LOG_SMALL_ENTRY 4096u
 
 static void take_requests(kv_node *n)
 {
@@ -660,6 +668,20 @@ static void take_requests(kv_node *n)
             n->pending--;
             kv_node__fail_req(n, r, KV_GRPC_RESOURCE_EXHAUSTED,
                               "etcdserver: mvcc: database space exceeded");
+            continue;
+        }
+        /* The raft log shares the data file: past --max-raft-log-bytes no large entry is
+         * added (a follower's forwarded one included) until the log compacted. Small ones
+         * (alarm disarm, Compact, lease revokes: what recovery needs) pass here; the client's
+         * were admitted by api/quota.c, alarms excepted. */
+        if ((r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) && !r->essential &&
+            r->len > KV_LOG_SMALL_ENTRY && kv_node_log_admit(n, r->len) != 0) {
+            n->head = r->next;
+            if (n->head == NULL)
+                n->tail = NULL;
+            n->pending--;
+            kv_node__fail_req(n, r, kv_etcd_err_code(KV_ERR_TOO_MANY_REQUESTS),
+                              kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
             continue;
         }
         if (r->kind == REQ_EXCL) {
@@ -716,6 +738,7 @@ static void take_requests(kv_node *n)
             r->proposed = 1;
             if (lease_entry(r->data, r->len) && idx > n->lease_index)
                 n->lease_index = idx; /* lease reads wait for it (kv_node_lease_index) */
+            n->log_proposed += r->len;
             budget = r->len >= budget ? 0 : budget - r->len;
             if (r->kind == REQ_FORWARDED)
                 kv_node__finish_req(n, r, NULL); /* to the grave: raft reads it until advance */
@@ -753,6 +776,7 @@ static void take_requests(kv_node *n)
                 return;
             }
             r->proposed = 1;
+            n->log_proposed += r->len;
             add_waiting(n, r);
             r->forwarded = 1;
             n->fwd_waiting++;
@@ -804,6 +828,11 @@ static void feed(kv_node *n)
         raft_tick(&n->raft);
     }
     kv_node__maybe_publish(n);
+    /* Every member watches its own disk, a follower too: one whose file system runs low
+     * raises NOSPACE through the leader (the alarm is an entry; the leader then refuses
+     * growing writes cluster-wide) instead of failing a persist later and stopping. */
+    if (n->role != RAFT_LEADER && !single_voter(n))
+        (void)disk_low(n);
     take_requests(n);
     kv_node__conf_drive(n);
     kv_node__reads_drive(n);
@@ -1007,6 +1036,18 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     if (cfg && cfg->enable_failpoints && kv_disk_fp_open(&n->disk_fp, n->loop) < 0)
         fprintf(stderr, "kvd: failpoint: cannot arm the disk failpoints\n");
     kv_node__record_lease_events(n, 1);
+    /* The retained log's budget (kv_node_log_admit): by default a quarter of the headroom
+     * the LMDB map keeps above the quota, so that the state (quota + half the headroom at
+     * most, store.h) and the log both fit and alarms can always be written. */
+    size_t quota = kv_store_quota(n->store);
+    n->max_log_bytes =
+        cfg && cfg->max_log_bytes ? cfg->max_log_bytes : (kv_store_map_size(quota) - quota) / 4;
+    kv_node__log_measure(n); /* a restarted member over a quarter of it compacts at once */
+    if (n->max_log_bytes && n->log_bytes > n->max_log_bytes)
+        fprintf(stderr,
+                "kvd: warning: the raft log holds %llu bytes, over --max-raft-log-bytes %llu: "
+                "writes are refused until it compacted\n",
+                (unsigned long long)n->log_bytes, (unsigned long long)n->max_log_bytes);
     return 0;
 fail:
     free(n->inbox);

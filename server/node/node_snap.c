@@ -71,11 +71,39 @@ int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters)
     return rc;
 }
 
+void kv_node__log_measure(kv_node *n)
+{
+    raft_index first, last;
+    uint64_t bytes;
+    if (n->log && kv_raftlog_stats(n->log, &first, &last, &bytes) == 0) {
+        n->log_bytes = bytes;
+        kv_metric_set(n->m_log_bytes, (double)bytes);
+    }
+}
+
+int kv_node_log_admit(kv_node *n, size_t len)
+{
+    if (!n->max_log_bytes)
+        return 0;
+    uint64_t since = n->log_proposed - n->log_mark; /* proposed, not in the measured log yet */
+    if (n->log_bytes + since + len <= n->max_log_bytes)
+        return 0;
+    kv_metric_inc(n->m_log_refused);
+    return -EBUSY;
+}
+
 void kv_node__maybe_compact_log(kv_node *n)
 {
-    if (n->compact_log || n->st.applied_index < n->snap_index + n->snapshot_count + catchup(n))
+    if (n->compact_log)
         return;
-    raft_index idx = n->st.applied_index - catchup(n);
+    /* By bytes: the log shares the data file with the state (docs/ARCHITECTURE.md, "Alarms,
+     * quota and defragment"); past a quarter of --max-raft-log-bytes everything applied goes,
+     * the catch-up entries too (a follower that needs them gets a snapshot), so that a client
+     * writing one large entry after another is not refused. */
+    int by_bytes = n->max_log_bytes && n->log_bytes > n->max_log_bytes / 4;
+    if (!by_bytes && n->st.applied_index < n->snap_index + n->snapshot_count + catchup(n))
+        return;
+    raft_index idx = by_bytes ? n->st.applied_index : n->st.applied_index - catchup(n);
     if (idx > raft_applied_index(&n->raft))
         idx = raft_applied_index(&n->raft);
     if (idx <= n->snap_index)
@@ -86,6 +114,10 @@ void kv_node__maybe_compact_log(kv_node *n)
         return; /* e.g. a configuration change above idx not applied yet: later */
     n->compact_meta = m;
     n->compact_log = 1;
+    if (by_bytes) {
+        n->log_compactions++;
+        kv_metric_inc(n->m_log_early);
+    }
 }
 
 /* A member joins with an empty log and a bootstrap configuration that is not the cluster's:

@@ -3,6 +3,10 @@
  * --initial-cluster-state existing and catches up), member remove, member add --learner +
  * member promote, etcdctl move-leader to a chosen follower; `member list` is the same on
  * every member after each step.
+ * replace_member_on_the_same_url: a failed member is replaced on the same host and port
+ * (remove, wipe its data dir, add the same peer URL, start it with --initial-cluster-state
+ * existing and the id `member add` printed), three times in a row: each new id differs from
+ * every removed one, and the member joins and serves.
  */
 #include "cl_util.h"
 
@@ -297,4 +301,82 @@ Test(cluster_membership, joiner_gets_membership_from_a_snapshot, .fini = fini, .
     }
     wait_member_lists(4, NULL);
     cl_assert_hash_equal(&g_c, n);
+}
+
+Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout = 600)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int j = l == 2 ? 1 : 2; /* a follower */
+    kvt_member *m = &g_c.m[j];
+    kvt_status st;
+    cr_assert_eq(kvt_member_status(&g_c, j, &st, 10000), 0);
+    uint64_t ids[4] = {st.id};
+    char err[256], hex[32], purl[80], idarg[64];
+    snprintf(purl, sizeof(purl), "--peer-urls=%s", m->peer_url);
+    const char *args[] = {idarg, NULL};
+    wait_member_lists(3, NULL);
+    for (int cycle = 1; cycle <= 3; cycle++) {
+        /* remove, stop, wipe */
+        snprintf(hex, sizeof(hex), "%" PRIx64, ids[cycle - 1]);
+        m->in_config = 0;
+        free(ctl_ok("member remove", "member", "remove", hex, NULL));
+        (void)kvt_proc_wait(&m->proc, 10000);
+        kvt_member_kill9(&g_c, j);
+        const char *rm[] = {"/bin/rm", "-rf", m->data_dir, NULL};
+        kvt_cmd_result rr;
+        cr_assert_eq(kvt_run(rm, NULL, NULL, 0, 20000, &rr), 0);
+        cr_assert_eq(rr.exit_code, 0, "rm -rf %s: %s", m->data_dir, rr.err);
+        kvt_cmd_result_free(&rr);
+        wait_member_lists(2, NULL);
+        /* add the same peer URL again (retried while the cluster settles) */
+        uint64_t t0 = kvt_now_ms(), id = 0;
+        for (;;) {
+            kvt_cmd_result res;
+            cr_assert_eq(kvt_ctl(&g_c, -1, 20000, &res, "member", "add", m->name, purl, NULL), 0);
+            if (res.exit_code == 0) {
+                const char *p = strstr(res.out, "Member ");
+                cr_assert(p && sscanf(p, "Member %" SCNx64, &id) == 1, "member add: %s", res.out);
+                kvt_cmd_result_free(&res);
+                break;
+            }
+            if (kvt_now_ms() - t0 > 30000)
+                cr_assert_fail("cycle %d: member add of %s: exit %d: %s%s", cycle, m->peer_url,
+                               res.exit_code, res.out, res.err);
+            kvt_cmd_result_free(&res);
+            kvt_sleep_ms(500);
+        }
+        for (int k = 0; k < cycle; k++)
+            cr_assert_neq(id, ids[k], "cycle %d: the new id %" PRIx64 " was removed before", cycle,
+                          id);
+        ids[cycle] = id;
+        fprintf(stderr, "  cycle %d: %s re-added as %" PRIx64 "\n", cycle, m->name, id);
+        /* start it as a joiner with the id it was given */
+        snprintf(idarg, sizeof(idarg), "--initial-member-id=%" PRIx64, id);
+        m->args = args;
+        m->join = 1;
+        m->in_config = 1;
+        m->id = 0;
+        cr_assert_eq(kvt_member_start(&g_c, j), 0);
+        int rdy = kvt_member_wait_ready(&g_c, j, 60000);
+        if (rdy != 0) {
+            char *log = NULL;
+            (void)kvt_member_log(&g_c, j, 8192, &log);
+            cr_assert_fail("cycle %d: %s did not start: %d; its log:\n%s", cycle, m->name, rdy,
+                           log ? log : "");
+        }
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "/replace/%d", cycle);
+        snprintf(val, sizeof(val), "v%d", cycle);
+        l = kvt_cluster_wait_leader(&g_c, 20000, NULL);
+        cr_assert_geq(l, 0);
+        cr_assert_eq(kvt_put(&g_c, l, key, val, 10000, NULL, err, sizeof(err)), 0, "%s", err);
+        cr_assert_geq(cl_wait_value(&g_c, j, key, val, 0, 30000), 0,
+                      "cycle %d: the re-added member does not serve %s", cycle, key);
+        cr_assert_eq(kvt_put(&g_c, j, key, "through-it", 10000, NULL, err, sizeof(err)), 0,
+                     "cycle %d: put through the re-added member: %s", cycle, err);
+        wait_member_lists(3, NULL);
+    }
+    cl_assert_hash_equal(&g_c, j);
 }

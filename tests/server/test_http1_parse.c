@@ -1,0 +1,115 @@
+/*
+ * server_http1_parse: the HTTP/1.1 request heads kvd's two HTTP servers (the client port's
+ * HTTP/1.1 branch, server/http/client_http.c, and the metrics port, http_server.c) accept,
+ * against a real kvd:
+ *  - bare_lf_is_answered: lines ending in a bare LF are answered at once, as etcd's Go server
+ *    (net/textproto) does, instead of waiting for a CRLF CRLF that never comes.
+ *  - nul_in_header_is_refused: a NUL in a header name (or value, or the request line) is
+ *    answered 400 and the connection closed.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvt_util.h"
+
+static kv_it_server *srv;
+
+static void setup(void)
+{
+    srv = calloc(1, sizeof(*srv));
+    cr_assert(srv);
+    cr_assert_eq(kv_it_server_init(srv, KV_IT_KVD, NULL), 0);
+    cr_assert_eq(kv_it_server_start(srv, 60000), 0, "kvd did not start");
+}
+
+static void teardown(void)
+{
+    if (srv) {
+        kv_it_server_destroy(srv);
+        free(srv);
+        srv = NULL;
+    }
+}
+
+TestSuite(server_http1_parse, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Sends len raw bytes on a new connection and reads until the head of a response has arrived
+ * (an empty line after the status line), the server closed, or 20 s passed (far above any
+ * answer time; an unanswered request shows as an empty result). Returns the bytes read
+ * (malloc'd, NUL-terminated). */
+static char *exchange(uint16_t port, const char *req, size_t len)
+{
+    int fd = kvt_connect_loopback(port, 5000);
+    cr_assert(fd >= 0, "connect %u: %d", port, fd);
+    uint64_t deadline = (uint64_t)(kvt_now_us() / 1000) + 20000;
+    cr_assert_eq(kvt_send_all(fd, req, len, deadline), 0, "send");
+    size_t cap = 65536, n = 0;
+    char *buf = calloc(1, cap);
+    cr_assert(buf);
+    while (n + 1 < cap && !strstr(buf, "\r\n\r\n")) {
+        int64_t left = (int64_t)deadline - kvt_now_us() / 1000;
+        if (left <= 0)
+            break;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)left) <= 0)
+            break;
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EAGAIN)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        buf[n] = '\0';
+    }
+    close(fd);
+    return buf;
+}
+
+static void expect_status(uint16_t port, const char *what, const char *req, size_t len,
+                          const char *want)
+{
+    char *r = exchange(port, req, len);
+    cr_assert(strncmp(r, want, strlen(want)) == 0, "%s on port %u: want \"%s\", got \"%.200s\"",
+              what, port, want, r);
+    free(r);
+}
+
+Test(server_http1_parse, bare_lf_is_answered)
+{
+    static const char ver[] = "GET /version HTTP/1.1\nHost: kvd\nConnection: close\n\n";
+    expect_status(srv->client_port, "bare-LF /version", ver, sizeof(ver) - 1, "HTTP/1.1 200");
+    static const char mixed[] = "GET /version HTTP/1.1\r\nHost: kvd\nConnection: close\r\n\n";
+    expect_status(srv->client_port, "mixed CRLF/LF /version", mixed, sizeof(mixed) - 1,
+                  "HTTP/1.1 200");
+    static const char met[] = "GET /metrics HTTP/1.1\nHost: kvd\n\n";
+    expect_status(srv->metrics_port, "bare-LF /metrics", met, sizeof(met) - 1, "HTTP/1.1 200");
+    /* A bare CR is not a line end. */
+    static const char cr[] = "GET /version HTTP/1.1\r\nHost: k\rvd\r\n\r\n";
+    expect_status(srv->client_port, "bare CR", cr, sizeof(cr) - 1, "HTTP/1.1 400");
+    /* Still serving CRLF requests. */
+    static const char ok[] = "GET /version HTTP/1.1\r\nHost: kvd\r\nConnection: close\r\n\r\n";
+    expect_status(srv->client_port, "CRLF /version", ok, sizeof(ok) - 1, "HTTP/1.1 200");
+}
+
+Test(server_http1_parse, nul_in_header_is_refused)
+{
+    static const char name[] = "GET /version HTTP/1.1\r\nX-A\0B: 1\r\nHost: kvd\r\n\r\n";
+    expect_status(srv->client_port, "NUL in a header name", name, sizeof(name) - 1, "HTTP/1.1 400");
+    static const char lead[] = "GET /version HTTP/1.1\r\n\0X: 1\r\nHost: kvd\r\n\r\n";
+    expect_status(srv->client_port, "NUL leading a header name", lead, sizeof(lead) - 1,
+                  "HTTP/1.1 400");
+    static const char val[] = "GET /version HTTP/1.1\r\nX-A: 1\0 2\r\nHost: kvd\r\n\r\n";
+    expect_status(srv->client_port, "NUL in a header value", val, sizeof(val) - 1, "HTTP/1.1 400");
+    static const char met[] = "GET /metrics HTTP/1.1\r\nX-A\0B: 1\r\n\r\n";
+    expect_status(srv->metrics_port, "NUL in a header name (metrics port)", met, sizeof(met) - 1,
+                  "HTTP/1.1 400");
+    static const char ok[] = "GET /version HTTP/1.1\r\nHost: kvd\r\nConnection: close\r\n\r\n";
+    expect_status(srv->client_port, "CRLF /version", ok, sizeof(ok) - 1, "HTTP/1.1 200");
+}
