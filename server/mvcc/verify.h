@@ -46,6 +46,12 @@
 
 #define KV_VERIFY_DEFAULT_RECORDS 10000
 
+/* The whole structure of <dir>/data.mdb (mvcc/lmdb_verify.h: every page the current meta
+ * reaches), before LMDB opens it. Logs one line with the pages, bytes and time it took.
+ * A missing or empty data.mdb passes. Returns 0, -EBADMSG (corrupt, err says where) or
+ * another negative errno. Blocks for the read of the file: call before serving. */
+int kv_store_verify_structure(const char *dir, char *err, size_t errlen);
+
 int kv_store_verify_file(const char *dir, uint64_t max_records, char *err, size_t errlen);
 int kv_store_verify_records(kv_store *s, uint64_t max_records, char *err, size_t errlen);
 
