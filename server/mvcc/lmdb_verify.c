@@ -628,6 +628,9 @@ int kv_lmdb_verify_fd(int fd, uint64_t len, const char *name, kv_lmdb_verify_sta
         }
         c.len = (uint64_t)sb.st_size;
     }
+    /* The walk reads pages in tree order, not file order: ask the kernel to read the file
+     * ahead sequentially (a cold start reads it at disk speed instead of page by page). */
+    (void)posix_fadvise(fd, 0, (off_t)c.len, POSIX_FADV_WILLNEED);
     return run(&c, st);
 }
 
