@@ -226,11 +226,20 @@ static int open_dbis(MDB_txn *txn, MDB_dbi *dbis)
 static int snapshot_structure(const char *path, uint64_t len, char *msg, size_t msglen)
 {
     char err[512];
-    int rc = kv_lmdb_verify_path(path, len, NULL, err, sizeof err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        setmsg(msg, msglen, "open %s: %s", path, strerror(e));
+        return -e;
+    }
+    if (len == 0)
+        len = 1; /* 0 means "the whole file" to the verifier; an empty data part is corrupt */
+    int rc = kv_lmdb_verify_fd(fd, len, "its LMDB data", NULL, err, sizeof err);
+    close(fd);
     if (rc == -EBADMSG)
-        setmsg(msg, msglen, "snapshot %s", err);
+        setmsg(msg, msglen, "%s is not a kvd snapshot: %s", path, err);
     else if (rc)
-        setmsg(msg, msglen, "%s", err);
+        setmsg(msg, msglen, "%s: %s", path, err);
     return rc;
 }
 
