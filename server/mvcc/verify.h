@@ -21,9 +21,8 @@
  *     entries as its header says (non-dupsort trees).
  *   The walk stops after max_records leaf entries per tree and 8 * max_records over the whole
  *   walk (dup sub-trees included; 0 = meta pages only), so startup
- *   stays O(1) in the data size (lesson 9). Pages beyond the bound are not checked: reads that
- *   reach them later rely on the record checks (valcheck.h, checksums), and LMDB itself may
- *   still fault on a corrupt branch page there (documented limitation).
+ *   stays O(1) in the data size (lesson 9). Pages beyond the bound are covered by
+ *   kv_store_verify_structure below (the whole file, --startup-verify-full, on by default).
  *
  * kv_store_verify_records(s, max_records), after kv_store_open, re-reads through LMDB the
  * first max_records entries of each of kvd's databases and verifies them: meta records
