@@ -40,6 +40,7 @@ void kv_config_default(kv_config *cfg)
     cfg->lease_checkpoint_rate = 1000;
     cfg->max_pending_lease_forwards = 65536;
     cfg->startup_verify_records = 10000;
+    cfg->startup_verify_full = 1;
     cfg->max_health_probes = 64;
     cfg->compaction_batch_limit = 50;
     cfg->metrics_max_connections = 256;
@@ -272,6 +273,7 @@ static const flag_def FLAGS[] = {
     {"max-pending-lease-forwards", F_U32, OFF(max_pending_lease_forwards), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
     {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
+    {"startup-verify-full", F_BOOL, OFF(startup_verify_full), 0, 0, 0, 0},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
     {"experimental-compaction-batch-limit", F_U32, OFF(compaction_batch_limit), 0, 0, 1, 1u << 20},
     {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
@@ -392,6 +394,9 @@ const char *kv_config_usage(void)
            "                                  20,000 leases of the design load)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
+           "  --startup-verify-full B         check the structure of every page of data.mdb\n"
+           "                                  before opening it (true; false: only the first\n"
+           "                                  --startup-verify-records of each database)\n"
            "  --max-health-probes N           /health probes waiting on the apply path (64)\n"
            "  --experimental-compaction-batch-limit N\n"
            "                                  revisions one physical compaction step removes\n"

@@ -82,6 +82,9 @@ typedef struct kv_config {
 
     /* Startup checks and /health (issue 8: D10, D7). */
     uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */
+    /* --startup-verify-full, default true: the whole data file's structure is checked
+     * before LMDB opens it (docs/corruption.md) */
+    int startup_verify_full;
     uint32_t max_health_probes;          /* --max-health-probes, default 64 */
     uint32_t compaction_batch_limit;     /* --experimental-compaction-batch-limit, 50 */
     uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */

@@ -440,8 +440,13 @@ int main(int argc, char **argv)
                 "kvd: warning: removed %s/defrag.tmp (%lld bytes) left by an interrupted "
                 "defragment\n",
                 m.cfg.data_dir, (long long)freed);
-    /* Check the LMDB file before LMDB trusts it (issue 8, D10). */
-    rc = kv_store_verify_file(m.cfg.data_dir, m.cfg.startup_verify_records, err, sizeof(err));
+    /* Check the LMDB file before LMDB trusts it: its whole structure (LMDB crashes on a
+     * corrupt page, docs/corruption.md), then the bounded walk and record checks. */
+    rc = 0;
+    if (m.cfg.startup_verify_full)
+        rc = kv_store_verify_structure(m.cfg.data_dir, err, sizeof(err));
+    if (rc == 0)
+        rc = kv_store_verify_file(m.cfg.data_dir, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
         return 1;

@@ -18,6 +18,7 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/identity_meta.c
   ${CMAKE_CURRENT_LIST_DIR}/verify.c
+  ${CMAKE_CURRENT_LIST_DIR}/lmdb_verify.c
   ${CMAKE_CURRENT_LIST_DIR}/alarm.c
   ${CMAKE_CURRENT_LIST_DIR}/members.c
   ${CMAKE_CURRENT_LIST_DIR}/defrag.c

@@ -71,6 +71,9 @@ int kv_mdb_err(int rc)
         return -ENOMEM;
     case MDB_BAD_VALSIZE:
         return -ENAMETOOLONG;
+    case MDB_CORRUPTED: /* LMDB found a bad page: the data file is corrupt (CORRUPT alarm) */
+    case MDB_PAGE_NOTFOUND:
+        return -EBADMSG;
     default:
         return rc > 0 && rc < 4096 ? -rc : -EIO;
     }

@@ -4,6 +4,7 @@
 #include "mvcc/snapshot.h"
 
 #include "mvcc/crc32c.h"
+#include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
 
 #include <errno.h>
@@ -221,6 +222,27 @@ static int open_dbis(MDB_txn *txn, MDB_dbi *dbis)
     return 0;
 }
 
+/* The LMDB structure of the first len bytes of a snapshot file (mvcc/lmdb_verify.h). */
+static int snapshot_structure(const char *path, uint64_t len, char *msg, size_t msglen)
+{
+    char err[512];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        setmsg(msg, msglen, "open %s: %s", path, strerror(e));
+        return -e;
+    }
+    if (len == 0)
+        len = 1; /* 0 means "the whole file" to the verifier; an empty data part is corrupt */
+    int rc = kv_lmdb_verify_fd(fd, len, "its LMDB data", NULL, err, sizeof err);
+    close(fd);
+    if (rc == -EBADMSG)
+        setmsg(msg, msglen, "%s is not a kvd snapshot: %s", path, err);
+    else if (rc)
+        setmsg(msg, msglen, "%s: %s", path, err);
+    return rc;
+}
+
 int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg, size_t msglen)
 {
     memset(st, 0, sizeof(*st));
@@ -235,8 +257,14 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
         return -e;
     }
     st->has_sha = fs.st_size % 512 == KV_SNAPSHOT_SHA_LEN;
+    /* LMDB faults on a truncated or corrupt file: check its structure first
+     * (docs/corruption.md). */
+    uint64_t data_len = (uint64_t)fs.st_size - (st->has_sha ? KV_SNAPSHOT_SHA_LEN : 0);
+    int rc = snapshot_structure(path, data_len, msg, msglen);
+    if (rc)
+        return rc;
     MDB_env *env = NULL;
-    int rc = env_open_file(path, MDB_RDONLY, &env);
+    rc = env_open_file(path, MDB_RDONLY, &env);
     if (rc) {
         setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", path);
         return rc;
@@ -313,6 +341,10 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
                             size_t msglen)
 {
     char path[4096];
+    /* A corrupt snapshot with a recomputed SHA-256 must not become a data dir. */
+    int vrc = snapshot_structure(snap, data_len > 0 ? (uint64_t)data_len : 0, msg, msglen);
+    if (vrc)
+        return vrc;
     if (mkdir(dir, 0700) < 0) {
         int e = errno;
         if (e == EEXIST)

@@ -45,6 +45,18 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
     return kv_lease_table_open(&s->leases, txn);
 }
 
+/* LMDB aborts after this returns. Reached only if a page changed after the startup verify
+ * (docs/corruption.md, "The data file"): say what it means before the abort. */
+static void env_assert(MDB_env *env, const char *msg)
+{
+    const char *dir = NULL;
+    mdb_env_get_path(env, &dir);
+    fprintf(stderr,
+            "kvd: fatal: LMDB found %s/data.mdb inconsistent (%s): the data file is corrupt; "
+            "replace this member or restore its data (docs/corruption.md)\n",
+            dir ? dir : "?", msg ? msg : "?");
+}
+
 int kv_store_env_open(kv_store *s, const char *dir)
 {
     /* A data file already larger than the quota (e.g. restarted with a smaller quota) still
@@ -58,6 +70,7 @@ int kv_store_env_open(kv_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return kv_mdb_err(rc);
+    mdb_env_set_assert(s->env, env_assert);
     if ((rc = mdb_env_set_maxdbs(s->env, 32)) || (rc = mdb_env_set_mapsize(s->env, map)) ||
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS | (s->cfg.unsafe_no_fsync ? MDB_NOSYNC : 0),
                            0644))) {
