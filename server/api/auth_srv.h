@@ -31,6 +31,7 @@
 
 #include "auth/auth_perm.h"
 #include "auth/auth_tokens.h"
+#include "mvcc/auth_store.h"
 #include "grpc/grpc_server.h"
 
 #include <stdbool.h>
@@ -60,7 +61,7 @@ typedef struct kv_auth {
     struct kv_metrics *metrics;  /* borrowed; NULL = none */
     /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
      * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
-    char cur_user[256];
+    char cur_user[KV_AUTH_MAX_NAME + 1];
     uint64_t cur_revision; /* 0 = none */
 } kv_auth;
 
@@ -72,12 +73,12 @@ void kv_auth_stop(kv_auth *a);
 
 /* The resolved caller of one call. */
 typedef struct kv_auth_caller {
-    bool enabled;   /* auth is enabled (committed state); false: no checks apply */
-    bool anonymous; /* no token, no certificate user */
-    bool found;     /* the user record exists */
-    bool root;      /* the user has the root role */
-    char user[256];
-    kv_auth_perm *perms; /* the user's permissions over all its roles (malloc'd) */
+    bool enabled;                    /* auth is enabled (committed state); false: no checks apply */
+    bool anonymous;                  /* no token, no certificate user */
+    bool found;                      /* the user record exists */
+    bool root;                       /* the user has the root role */
+    char user[KV_AUTH_MAX_NAME + 1]; /* NUL-terminated */
+    kv_auth_perm *perms;             /* the user's permissions over all its roles (malloc'd) */
     size_t n_perms;
     void **roles; /* unpacked authpb.Role records the perms point into */
     size_t n_roles;

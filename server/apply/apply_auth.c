@@ -166,8 +166,8 @@ static int user_add(kv_actx *a, const kv_auth_tx *tx, const Etcdserverpb__AuthUs
         kv_apply_err(a->res, KV_ERR_USER_ALREADY_EXIST);
         return 1;
     }
-    if (rc == -EINVAL) {
-        kv_apply_err(a->res, KV_ERR_USER_EMPTY); /* longer than LMDB keys: kvd-specific */
+    if (rc == -EINVAL) { /* over KV_AUTH_MAX_NAME (etcd has no limit; kvd's bound) */
+        kv_apply_err(a->res, KV_ERR_REQUEST_TOO_LARGE);
         return 1;
     }
     if (rc != -ENOENT)
@@ -275,8 +275,8 @@ static int role_add(kv_actx *a, const kv_auth_tx *tx, const char *name)
         kv_apply_err(a->res, KV_ERR_ROLE_ALREADY_EXIST);
         return 1;
     }
-    if (rc == -EINVAL) {
-        kv_apply_err(a->res, KV_ERR_ROLE_EMPTY);
+    if (rc == -EINVAL) { /* over KV_AUTH_MAX_NAME (etcd has no limit; kvd's bound) */
+        kv_apply_err(a->res, KV_ERR_REQUEST_TOO_LARGE);
         return 1;
     }
     if (rc != -ENOENT)

@@ -3,6 +3,8 @@
  * one database). Records, keyed by a kind byte and a name:
  *   'M' "enabled"  -> 1 byte (0/1)          'M' "revision" -> 8 bytes big-endian
  *   'U' <user>     -> packed authpb.User    'R' <role>     -> packed authpb.Role
+ *   'u' / 'r' <first 446 bytes> <SHA-256 of the name>: a user / role whose name does not fit
+ *   LMDB's 511-byte key; the name is read back from the record (authpb field 1).
  * Every value is stored as crc32c(key || payload) (4 bytes, big-endian) || payload, verified on
  * every read (-EBADMSG on a mismatch). This file knows nothing of users or roles: the etcd
  * rules are in server/apply/apply_auth.c (writes, on the apply worker, in the request's child
@@ -24,7 +26,9 @@ struct kv_ks;
 #define KV_AUTH_META 'M'
 #define KV_AUTH_USER 'U'
 #define KV_AUTH_ROLE 'R'
-#define KV_AUTH_MAX_NAME 4096 /* longest user/role name accepted (LMDB key limit) */
+#define KV_AUTH_MAX_NAME                                                                           \
+    4096 /* longest user/role name stored; a name over LMDB's key limit                            \
+            is keyed by a prefix and its SHA-256 (auth_store.c) */
 
 typedef struct kv_auth_tx {
     struct kv_store *s;
@@ -46,8 +50,10 @@ int kv_auth_get(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, 
 int kv_auth_put(const kv_auth_tx *tx, char kind, const void *name, size_t nlen, const uint8_t *val,
                 size_t vlen);
 int kv_auth_del(const kv_auth_tx *tx, char kind, const void *name, size_t nlen);
-/* Calls fn for every record of kind in name order (bytewise); fn returns 0 to go on, non-zero
- * to stop (returned). Payloads are valid during the call only. */
+/* Calls fn for every record of kind in name order (bytewise; long names that share their
+ * first 446 bytes come in hash order among themselves); fn returns 0 to go on, non-zero to
+ * stop (returned). fn may write records of the database. Payloads are valid during the call
+ * only. */
 int kv_auth_walk(const kv_auth_tx *tx, char kind,
                  int (*fn)(void *arg, const uint8_t *name, size_t nlen, const uint8_t *val,
                            size_t vlen),
