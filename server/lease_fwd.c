@@ -338,7 +338,7 @@ static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_
 static int batch_serve_local(kv_lease_fwd *f, fwd_batch *b)
 {
     kv_lessor *l = f->s->lessor;
-    if (!kv_lessor_is_primary(l))
+    if (!kv_lessor_is_primary(l) || !kv_node_lease_live(f->s->node))
         return -EAGAIN;
     batch_unlink(f, b);
     for (size_t i = 0; i < b->n; i++) {
@@ -415,8 +415,8 @@ static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
     if (leader == 0)
         return; /* the timer retries until the bound */
     if (leader == kv_node_self(n)) {
-        if (!kv_lessor_is_primary(f->s->lessor))
-            return; /* not serving yet: the timer retries */
+        if (!kv_lessor_is_primary(f->s->lessor) || !kv_node_lease_live(n))
+            return; /* not serving yet, or its raft not driven lately: the timer retries */
         /* etcd's waitAppliedIndex, once for the whole batch: answered when this member
          * applied its commit index as of now (on_applied), so the lessor has taken every
          * grant and revoke acknowledged before these requests arrived; renewals and TTLs
@@ -615,6 +615,8 @@ int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys)
     if (f == NULL)
         return 1;
     const kv_node *n = f->s->node;
+    if (!kv_node_lease_live(n))
+        return 0; /* possibly deposed without knowing it: wait (node.h kv_node_lease_live) */
     return kv_node_applied_index(n) >= (keys ? kv_node_commit_index(n) : kv_node_lease_index(n));
 }
 

@@ -37,7 +37,10 @@ int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t l
     r.seq = m->seq;
     int64_t *ttls = NULL, *rem = NULL, *granted = NULL;
     int rc = 0;
-    if (refuse || !kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor)) {
+    /* a leader whose raft was not driven lately may have been deposed without knowing it
+     * (node.h kv_node_lease_live): the follower asks again a timer period later */
+    if (refuse || !kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor) ||
+        !kv_node_lease_live(s->node)) {
         r.code = EAGAIN;
         r.msg = "etcdserver: no leader";
         goto send;

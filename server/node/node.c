@@ -932,6 +932,16 @@ uint64_t kv_node_lease_index(const kv_node *n)
     return n->lease_index < c ? n->lease_index : c;
 }
 
+int kv_node_lease_live(const kv_node *n)
+{
+    if (!n->raft_ok)
+        return 1;
+    const struct raft_conf *c = raft_configuration(&n->raft);
+    if (c->n_voters <= 1)
+        return 1;
+    return !n->stalled && kv_node__now_ms() - n->fed_ms < n->election_ms / 2;
+}
+
 uint64_t kv_node_applied_index(const kv_node *n)
 {
     return n->st.applied_index;

@@ -147,6 +147,16 @@ uint64_t kv_node_commit_index(const kv_node *n);
  * new leader's lessor serves, so on a serving leader every lease entry acknowledged before
  * the call is at or below it, and KV writes flooding the log do not delay renewals. */
 uint64_t kv_node_lease_index(const kv_node *n);
+/* Leader: may its lessor answer now? Its raft was driven (peer messages stepped, ticks
+ * taken: node_ready.c feed) less than half an election timeout ago and is not stalled. A
+ * leader that stops driving raft (the apply-stall failpoint, a ready in flight that long) sends
+ * no heartbeats and steps no messages: the others may elect a new leader, whose grants and
+ * revokes they acknowledge, while it still believes it leads; its lessor would answer from a
+ * map those writes never reach, and no index it knows covers them. Followers vote only after
+ * an election timeout without hearing from their leader (raft.c, check-quorum lease), so a
+ * leader driven within half of one is still the leader (docs/ARCHITECTURE.md "Leases"). A
+ * single voter is always live. */
+int kv_node_lease_live(const kv_node *n);
 uint64_t kv_node_applied_index(const kv_node *n);
 void kv_node_set_applied_hook(kv_node *n, void (*fn)(void *arg, uint64_t applied), void *arg);
 

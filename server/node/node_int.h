@@ -292,6 +292,7 @@ struct kv_node {
     int handles_open;
     int closing;
     int stalled;
+    uint64_t fed_ms; /* kv_node__now_ms() of the last feed (kv_node_lease_live) */
     int excl_busy;
     int disk_full;
     int disk_low;

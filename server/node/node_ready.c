@@ -827,6 +827,7 @@ static void feed(kv_node *n)
         n->ticks_due--;
         raft_tick(&n->raft);
     }
+    n->fed_ms = kv_node__now_ms(); /* raft saw everything that arrived: kv_node_lease_live */
     kv_node__maybe_publish(n);
     /* Every member watches its own disk, a follower too: one whose file system runs low
      * raises NOSPACE through the leader (the alarm is an entry; the leader then refuses
