@@ -263,7 +263,7 @@ static void run_row(const char *row, try_fn fn)
     int bad[NMODES] = {0};
     for (int m = 0; m < NMODES; m++)
         for (int t = 0; t < TRIES; t++) {
-            char key[64];
+            char key[160];
             snprintf(key, sizeof(key), "ll/%s/%d/%d", row, m, t);
             bad[m] += fn(m, t, key);
         }
