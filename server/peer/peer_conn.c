@@ -258,24 +258,75 @@ static void conn_pump(peer_conn *c)
             &b);
 }
 
-/* Makes room for the new pending connection `keep`: closes the oldest other pending
- * connections (each first read once: one whose handshake arrived is identified instead)
+typedef struct {
+    uint64_t src, seq;
+    peer_conn *c;
+} pending_ref;
+
+static int pending_ref_cmp(const void *a, const void *b)
+{
+    const pending_ref *x = a, *y = b;
+    if (x->src != y->src)
+        return x->src < y->src ? -1 : 1;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return 0;
+}
+
+/* The pending connection to close for room: the oldest one (other than keep) of the source
+ * address holding the most pending connections (ties: the group whose oldest is oldest). One
+ * address flooding the port thus only ever evicts its own connections, never a member's
+ * dial from another address. NULL: nothing to close. */
+static peer_conn *pending_victim(kv_peer_net *n, peer_conn *keep)
+{
+    size_t cap = n->n_pending + 1, k = 0;
+    pending_ref *r = malloc(cap * sizeof(*r));
+    peer_conn *best = NULL;
+    if (!r) { /* no memory for fairness: plain oldest-first */
+        for (peer_conn *c = n->conns; c; c = c->next) /* newest first: the last one wins */
+            if (c != keep && c->pending && !c->closing)
+                best = c;
+        return best;
+    }
+    for (peer_conn *c = n->conns; c && k < cap; c = c->next)
+        if (c->pending && !c->closing)
+            r[k++] = (pending_ref){c->src, c->seq, c};
+    qsort(r, k, sizeof(*r), pending_ref_cmp);
+    size_t best_n = 0;
+    uint64_t best_seq = 0;
+    for (size_t i = 0; i < k;) {
+        size_t j = i;
+        peer_conn *oldest = NULL;
+        for (; j < k && r[j].src == r[i].src; j++)
+            if (!oldest && r[j].c != keep)
+                oldest = r[j].c;
+        size_t cnt = j - i;
+        if (oldest && (!best || cnt > best_n || (cnt == best_n && oldest->seq < best_seq))) {
+            best = oldest;
+            best_n = cnt;
+            best_seq = oldest->seq;
+        }
+        i = j;
+    }
+    free(r);
+    return best;
+}
+
+/* Makes room for the new pending connection `keep`: closes pending connections chosen by
+ * pending_victim (each first read once: one whose handshake arrived is identified instead)
  * until at most cfg.max_pending_conns are pending. */
 static void evict_pending(kv_peer_net *n, peer_conn *keep)
 {
     while (n->n_pending > n->cfg.max_pending_conns) {
-        peer_conn *old = NULL;
-        for (peer_conn *c = n->conns; c; c = c->next) /* newest first: the last one wins */
-            if (c != keep && c->pending && !c->closing)
-                old = c;
+        peer_conn *old = pending_victim(n, keep);
         if (!old)
             return;
         conn_pump(old);
         if (old->pending && !old->closing) {
-            char why[160];
+            char why[192];
             snprintf(why, sizeof(why),
                      "too many unidentified peer connections (--peer-max-pending-connections "
-                     "%u): closing the oldest",
+                     "%u): closing the oldest from the address holding the most",
                      n->cfg.max_pending_conns);
             kv_peer_conn_refuse(old, PEER_REFUSE_PENDING_FULL, why);
         }
@@ -354,6 +405,15 @@ int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p)
     return 0;
 }
 
+/* FNV-1a of the printed source address: equal addresses, equal keys. */
+static uint64_t src_hash(const char *ip)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *ip; ip++)
+        h = (h ^ (uint8_t)*ip) * 1099511628211ull;
+    return h;
+}
+
 int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
 {
     peer_conn *c = conn_new(n);
@@ -378,8 +438,10 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
             port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
         }
         snprintf(c->where, sizeof(c->where), "%s:%d", ip, port);
+        c->src = src_hash(ip);
     }
     c->pending = 1; /* until it identifies a known member (peer_session.c) */
+    c->seq = ++n->accept_seq;
     n->n_pending++;
     kv_metric_set(n->m_pending, (double)n->n_pending);
     c->connected = 1;

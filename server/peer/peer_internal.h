@@ -159,6 +159,8 @@ struct peer_conn {
     uint64_t last_rx, created;
     int missed_pings;
     char where[64]; /* for logs: "peer 2" or "127.0.0.1:1234" */
+    uint64_t src;   /* accepted: hash of the source address (not the port); eviction fairness */
+    uint64_t seq;   /* accepted: order of arrival (net->accept_seq), oldest first */
     int pending;    /* accepted, no known member identified yet (counted in net->n_pending) */
     int refused;    /* already counted in kvd_peer_connections_refused_total */
     struct kv_tls_conn *tls; /* NULL: h2c; else TLS between the socket and nghttp2 */
@@ -192,6 +194,7 @@ struct kv_peer_net {
     struct kv_peer_delay *delay; /* delay failpoint (peer_delay.c), NULL until first set */
     /* unidentified accepted connections (bounded by cfg.max_pending_conns) */
     size_t n_pending;
+    uint64_t accept_seq;
     kv_metric *m_pending, *m_refused[PEER_REFUSE_N];
     /* refusal log rate limit: one full line, then one summary per interval */
     int rl_active;

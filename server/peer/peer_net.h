@@ -23,8 +23,9 @@
  * buffer bound), HTTP/2 flow-control windows (1 MiB per stream, 4 MiB per connection).
  * Connections: our own dials (one per peer) and accepted connections that identified a known
  * member (one per peer) are never refused for room; accepted connections that have not
- * identified themselves yet are at most max_pending_conns (the oldest is closed to make room
- * for a new one) and are closed after handshake_timeout_ms (server/peer/README.md).
+ * identified themselves yet are at most max_pending_conns (to make room for a new one, the
+ * oldest of the source address holding the most is closed: one flooding address evicts only
+ * its own) and are closed after handshake_timeout_ms (server/peer/README.md).
  */
 #ifndef KV_PEER_NET_H
 #define KV_PEER_NET_H

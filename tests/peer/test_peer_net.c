@@ -509,3 +509,56 @@ Test(peer_net, strangers_take_only_the_pending_slots_and_a_member_gets_through)
         close(s[k]);
     fx_fini(&f);
 }
+
+static int raw_connect_from(int port, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in b = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, src, &b.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0, "bind %s", src);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+static int flood_accepted(void *arg)
+{
+    fx *f = arg;
+    return net_metric(f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\"") >=
+           37;
+}
+
+/* A flood from one address evicts only its own pending connections: a connection from
+ * another address that has not sent its handshake yet (a member slow to write it, as on a
+ * loaded machine) keeps its slot however many strangers arrive after it. Before: the oldest
+ * pending connection was closed whatever its address, so a flood of a few thousand
+ * connections a second closed a member's dial before its first bytes were read. */
+Test(peer_net, a_flood_from_one_address_evicts_only_its_own_connections)
+{
+    fx f;
+    fx_init(&f);
+    fx_config(&f, 0, 0xc1);
+    fx_config(&f, 1, 0xc1);
+    f.n[1].cfg.max_pending_conns = 4;
+    f.n[1].cfg.handshake_timeout_ms = 60000; /* only the bound closes them here */
+    fx_start(&f, 1);
+    int slow = raw_connect_from(f.n[1].port, "127.0.0.1");
+    int s[40];
+    for (int k = 0; k < 40; k++)
+        s[k] = raw_connect_from(f.n[1].port, "127.0.0.2");
+    fx_run_until(&f, flood_accepted, &f, 10000);
+    cr_assert_eq(net_metric(&f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\""),
+                 37);
+    cr_assert_eq(net_metric(&f, 1, "kvd_peer_pending_connections", NULL), 4);
+    cr_assert_not(drained_closed(slow), "the connection from 127.0.0.1 was evicted by the flood");
+    int closed = 0;
+    for (int k = 0; k < 40; k++)
+        closed += drained_closed(s[k]);
+    cr_assert_eq(closed, 37, "%d of 40 flood connections closed", closed);
+    close(slow);
+    for (int k = 0; k < 40; k++)
+        close(s[k]);
+    fx_fini(&f);
+}
