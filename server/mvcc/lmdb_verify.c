@@ -14,6 +14,7 @@
  *                     entries (8) | root (8)
  * Written from the format, not from LMDB's code: every offset is checked before it is used.
  */
+#include "common/byteorder.h"
 #include "mvcc/lmdb_verify.h"
 
 #include <errno.h>
@@ -92,34 +93,25 @@ typedef struct bound {
     bool set;
 } bound;
 
-static uint16_t le16(const uint8_t *p)
+int kv_lmdb_vcorrupt(char *err, size_t errlen, const char *name, const char *fmt, va_list ap)
 {
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+    if (errlen == 0)
+        return -EBADMSG;
+    int o = snprintf(err, errlen, "%s is corrupt: ", name);
+    if (o < 0 || (size_t)o >= errlen)
+        return -EBADMSG;
+    vsnprintf(err + o, errlen - (size_t)o, fmt, ap);
+    return -EBADMSG;
 }
 
 static int corrupt(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int corrupt(vctx *c, const char *fmt, ...)
 {
-    if (c->errlen == 0)
-        return -EBADMSG;
-    int o = snprintf(c->err, c->errlen, "%s is corrupt: ", c->name);
-    if (o < 0 || (size_t)o >= c->errlen)
-        return -EBADMSG;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err + o, c->errlen - (size_t)o, fmt, ap);
+    int rc = kv_lmdb_vcorrupt(c->err, c->errlen, c->name, fmt, ap);
     va_end(ap);
-    return -EBADMSG;
+    return rc;
 }
 
 static int fail(vctx *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -136,11 +128,11 @@ static int fail(vctx *c, int rc, const char *fmt, ...)
 
 static void db_parse(const uint8_t *p, dbrec *d)
 {
-    d->pad = le32(p);
-    d->flags = le16(p + 4);
-    d->depth = le16(p + 6);
-    d->entries = le64(p + 32);
-    d->root = le64(p + 40);
+    d->pad = kv_le32(p);
+    d->flags = kv_le16(p + 4);
+    d->depth = kv_le16(p + 6);
+    d->entries = kv_le64(p + 32);
+    d->root = kv_le64(p + 40);
 }
 
 /* Reads len bytes at off; -EBADMSG if they are not all inside the data. */
@@ -193,9 +185,9 @@ static int read_page(vctx *c, uint64_t pgno, uint8_t *buf, const char *what)
     int rc = mark(c, pgno, 1, what);
     if (rc == 0)
         rc = src_read(c, pgno * c->psize, buf, c->psize, what);
-    if (rc == 0 && le64(buf) != pgno)
+    if (rc == 0 && kv_le64(buf) != pgno)
         rc = corrupt(c, "%s: page %llu carries page number %llu", what, (unsigned long long)pgno,
-                     (unsigned long long)le64(buf));
+                     (unsigned long long)kv_le64(buf));
     return rc;
 }
 
@@ -204,7 +196,7 @@ static int key_cmp(int kind, const uint8_t *a, size_t al, const uint8_t *b, size
     if (kind == CMP_INT) {
         if (al != bl)
             return al < bl ? -1 : 1;
-        uint64_t x = al == 4 ? le32(a) : le64(a), y = bl == 4 ? le32(b) : le64(b);
+        uint64_t x = al == 4 ? kv_le32(a) : kv_le64(a), y = bl == 4 ? kv_le32(b) : kv_le64(b);
         return x < y ? -1 : x > y;
     }
     size_t n = al < bl ? al : bl;
@@ -231,11 +223,11 @@ static int cmp_of(uint16_t flags, bool dup)
 static const uint8_t *node_key(const uint8_t *pg, size_t i, bool leaf2, size_t *len)
 {
     if (leaf2) {
-        *len = le16(pg + 8);
+        *len = kv_le16(pg + 8);
         return pg + PAGEHDRSZ + i * *len;
     }
-    const uint8_t *nd = pg + le16(pg + PAGEHDRSZ + 2 * i);
-    *len = le16(nd + 6);
+    const uint8_t *nd = pg + kv_le16(pg + PAGEHDRSZ + 2 * i);
+    *len = kv_le16(nd + 6);
     return nd + NODESZ;
 }
 
@@ -245,21 +237,21 @@ static int check_page(vctx *c, const tree *t, int cmp, const uint8_t *pg, size_t
                       uint64_t pgno, bool leaf2, size_t first, const bound *lo, const bound *hi,
                       size_t *nkeys)
 {
-    uint16_t lower = le16(pg + 12), upper = le16(pg + 14);
+    uint16_t lower = kv_le16(pg + 12), upper = kv_le16(pg + 14);
     if (lower < PAGEHDRSZ || lower > upper || upper > size || ((lower - PAGEHDRSZ) & 1u))
         return corrupt(c, "%s: page %llu has bad bounds (lower %u, upper %u, size %zu)", t->what,
                        (unsigned long long)pgno, lower, upper, size);
     size_t n = (lower - PAGEHDRSZ) / 2u;
     if (leaf2) {
-        size_t ks = le16(pg + 8);
+        size_t ks = kv_le16(pg + 8);
         if (ks == 0 || n * ks > size - PAGEHDRSZ || (t->leaf2ks && ks != t->leaf2ks))
             return corrupt(c, "%s: page %llu: %zu fixed keys of %zu bytes do not fit", t->what,
                            (unsigned long long)pgno, n, ks);
     } else {
         for (size_t i = 0; i < n; i++) {
-            size_t off = le16(pg + PAGEHDRSZ + 2 * i);
+            size_t off = kv_le16(pg + PAGEHDRSZ + 2 * i);
             if (off < upper || (off & 1u) || off > size - NODESZ ||
-                le16(pg + off + 6) > size - off - NODESZ)
+                kv_le16(pg + off + 6) > size - off - NODESZ)
                 return corrupt(c, "%s: page %llu: node %zu at bad offset %zu or key too long",
                                t->what, (unsigned long long)pgno, i, off);
         }
@@ -293,14 +285,14 @@ static int check_overflow(vctx *c, const tree *t, uint64_t opg, uint64_t dsize)
     int rc = src_read(c, opg * c->psize, hdr, sizeof hdr, t->what);
     if (rc)
         return rc;
-    uint16_t flags = le16(hdr + 10);
-    uint64_t pages = le32(hdr + 12);
+    uint16_t flags = kv_le16(hdr + 10);
+    uint64_t pages = kv_le32(hdr + 12);
     uint64_t need = (PAGEHDRSZ - 1 + dsize) / c->psize + 1;
-    if (le64(hdr) != opg || (flags & ~(P_DIRTY | P_KEEP)) != P_OVERFLOW || pages < need)
+    if (kv_le64(hdr) != opg || (flags & ~(P_DIRTY | P_KEEP)) != P_OVERFLOW || pages < need)
         return corrupt(c,
                        "%s: overflow page %llu (number %llu, flags %#x, %llu pages) cannot hold "
                        "%llu bytes",
-                       t->what, (unsigned long long)opg, (unsigned long long)le64(hdr), flags,
+                       t->what, (unsigned long long)opg, (unsigned long long)kv_le64(hdr), flags,
                        (unsigned long long)pages, (unsigned long long)dsize);
     return mark(c, opg, pages, t->what);
 }
@@ -339,11 +331,11 @@ static int sub_db(vctx *c, const tree *parent, const uint8_t *key, size_t klen, 
 static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        size_t off = le16(pg + PAGEHDRSZ + 2 * i);
+        size_t off = kv_le16(pg + PAGEHDRSZ + 2 * i);
         const uint8_t *nd = pg + off;
-        uint16_t nf = le16(nd + 4);
-        size_t ks = le16(nd + 6);
-        uint64_t ds = (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16;
+        uint16_t nf = kv_le16(nd + 4);
+        size_t ks = kv_le16(nd + 6);
+        uint64_t ds = (uint64_t)kv_le16(nd) | (uint64_t)kv_le16(nd + 2) << 16;
         size_t room = c->psize - off - NODESZ - ks;
         const uint8_t *data = nd + NODESZ + ks;
         bool dupsort = t->kind == T_NAMED && (t->flags & DB_DUPSORT);
@@ -364,7 +356,7 @@ static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t
             if (nf != F_BIGDATA || dupsort || room < 8)
                 return corrupt(c, "%s: page %llu: node %zu: bad big-data node", t->what,
                                (unsigned long long)pgno, i);
-            int rc = check_overflow(c, t, le64(data), ds);
+            int rc = check_overflow(c, t, kv_le64(data), ds);
             if (rc)
                 return rc;
             t->entries++;
@@ -374,12 +366,12 @@ static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t
             return corrupt(c, "%s: page %llu: node %zu: %llu bytes of data run past the page",
                            t->what, (unsigned long long)pgno, i, (unsigned long long)ds);
         if (nf == 0) {
-            if (t->kind == T_FREE && (ds < 8 || le64(data) > ds / 8 - 1))
+            if (t->kind == T_FREE && (ds < 8 || kv_le64(data) > ds / 8 - 1))
                 return corrupt(c, "%s: page %llu: node %zu: bad page list", t->what,
                                (unsigned long long)pgno, i);
             if (t->kind == T_FREE)
-                for (uint64_t j = 1; j <= le64(data); j++) {
-                    uint64_t fp = le64(data + 8 * j);
+                for (uint64_t j = 1; j <= kv_le64(data); j++) {
+                    uint64_t fp = kv_le64(data + 8 * j);
                     if (fp < NUM_METAS || fp > c->last_pg)
                         return corrupt(c, "%s: page %llu: free page %llu is outside the file",
                                        t->what, (unsigned long long)pgno, (unsigned long long)fp);
@@ -416,7 +408,7 @@ static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t
         if (ds < PAGEHDRSZ)
             return corrupt(c, "%s: page %llu: node %zu: sub-page of %llu bytes", t->what,
                            (unsigned long long)pgno, i, (unsigned long long)ds);
-        uint16_t sf = le16(data + 10);
+        uint16_t sf = kv_le16(data + 10);
         bool fixed = (t->flags & DB_DUPFIXED) != 0;
         if ((sf & ~(P_DIRTY | P_KEEP)) != (P_LEAF | P_SUBP | (fixed ? P_LEAF2 : 0)))
             return corrupt(c, "%s: page %llu: node %zu: sub-page flags %#x", t->what,
@@ -432,8 +424,8 @@ static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t
                            (unsigned long long)pgno, i);
         if (!fixed)
             for (size_t j = 0; j < nd_keys; j++) {
-                const uint8_t *sn = data + le16(data + PAGEHDRSZ + 2 * j);
-                if (le16(sn + 4) || le16(sn) || le16(sn + 2))
+                const uint8_t *sn = data + kv_le16(data + PAGEHDRSZ + 2 * j);
+                if (kv_le16(sn + 4) || kv_le16(sn) || kv_le16(sn + 2))
                     return corrupt(c, "%s: page %llu: node %zu: duplicate %zu with data", t->what,
                                    (unsigned long long)pgno, i, j);
             }
@@ -452,14 +444,14 @@ static int walk_page(vctx *c, tree *t, uint64_t pgno, unsigned lvl, const bound 
     int rc = read_page(c, pgno, pg, t->what);
     if (rc)
         goto out;
-    uint16_t flags = le16(pg + 10) & (uint16_t) ~(P_DIRTY | P_KEEP);
+    uint16_t flags = kv_le16(pg + 10) & (uint16_t) ~(P_DIRTY | P_KEEP);
     bool want_leaf = lvl + 1 == t->depth;
     bool leaf2 = flags == (P_LEAF | P_LEAF2);
     bool ok = want_leaf ? flags == P_LEAF || (leaf2 && t->kind == T_DUPS && t->leaf2ks != 0)
                         : flags == P_BRANCH;
     if (!ok) {
         rc = corrupt(c, "%s: page %llu has flags %#x at level %u of %u", t->what,
-                     (unsigned long long)pgno, le16(pg + 10), lvl + 1, t->depth);
+                     (unsigned long long)pgno, kv_le16(pg + 10), lvl + 1, t->depth);
         goto out;
     }
     size_t n;
@@ -483,14 +475,14 @@ static int walk_page(vctx *c, tree *t, uint64_t pgno, unsigned lvl, const bound 
         goto out;
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
-        const uint8_t *nd = pg + le16(pg + PAGEHDRSZ + 2 * i);
-        uint64_t child =
-            (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16 | (uint64_t)le16(nd + 4) << 32;
-        bound clo = i == 0 ? (lo ? *lo : (bound){0}) : (bound){nd + NODESZ, le16(nd + 6), true};
+        const uint8_t *nd = pg + kv_le16(pg + PAGEHDRSZ + 2 * i);
+        uint64_t child = (uint64_t)kv_le16(nd) | (uint64_t)kv_le16(nd + 2) << 16 |
+                         (uint64_t)kv_le16(nd + 4) << 32;
+        bound clo = i == 0 ? (lo ? *lo : (bound){0}) : (bound){nd + NODESZ, kv_le16(nd + 6), true};
         bound chi = hi ? *hi : (bound){0};
         if (i + 1 < n) {
-            const uint8_t *nx = pg + le16(pg + PAGEHDRSZ + 2 * (i + 1));
-            chi = (bound){nx + NODESZ, le16(nx + 6), true};
+            const uint8_t *nx = pg + kv_le16(pg + PAGEHDRSZ + 2 * (i + 1));
+            chi = (bound){nx + NODESZ, kv_le16(nx + 6), true};
         }
         rc = walk_page(c, t, child, lvl + 1, &clo, &chi);
     }
@@ -533,15 +525,15 @@ static void meta_parse(const uint8_t *p, uint64_t pgno, meta *m)
 {
     memset(m, 0, sizeof(*m));
     const uint8_t *mm = p + PAGEHDRSZ;
-    uint32_t magic = le32(mm), version = le32(mm + 4);
+    uint32_t magic = kv_le32(mm), version = kv_le32(mm + 4);
     db_parse(mm + 24, &m->free_db);
     db_parse(mm + 24 + DBSZ, &m->main_db);
     m->psize = m->free_db.pad;
-    m->last_pg = le64(mm + 24 + 2 * DBSZ);
-    m->txnid = le64(mm + 32 + 2 * DBSZ);
-    if (le64(p) != pgno || !(le16(p + 10) & P_META))
+    m->last_pg = kv_le64(mm + 24 + 2 * DBSZ);
+    m->txnid = kv_le64(mm + 32 + 2 * DBSZ);
+    if (kv_le64(p) != pgno || !(kv_le16(p + 10) & P_META))
         snprintf(m->why, sizeof(m->why), "not a meta page (page number %llu, flags %#x)",
-                 (unsigned long long)le64(p), le16(p + 10));
+                 (unsigned long long)kv_le64(p), kv_le16(p + 10));
     else if (magic != META_MAGIC)
         snprintf(m->why, sizeof(m->why), "bad magic %#x", magic);
     else if (version != META_VERSION)

@@ -36,6 +36,7 @@
 #ifndef KV_MVCC_LMDB_VERIFY_H
 #define KV_MVCC_LMDB_VERIFY_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,10 @@ typedef struct kv_lmdb_verify_stats {
     uint64_t entries;    /* leaf entries, duplicates included */
     uint64_t bytes_read; /* bytes read from the file */
 } kv_lmdb_verify_stats;
+
+/* Formats "<name> is corrupt: <fmt...>" into err (errlen 0: nothing written) and returns
+ * -EBADMSG: the one wording of every structure check's refusal (verify.c, lmdb_verify.c). */
+int kv_lmdb_vcorrupt(char *err, size_t errlen, const char *name, const char *fmt, va_list ap);
 
 /* Verifies the first len bytes of the open file fd (len 0: the whole file). name is used in
  * messages ("<name> is corrupt: ..."). st may be NULL. */

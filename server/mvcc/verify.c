@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
 #include "mvcc/valcheck.h"
@@ -62,40 +63,22 @@ typedef struct dbrec {
     uint64_t entries, root;
 } dbrec;
 
-static uint16_t le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
-
 static int corrupt(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int corrupt(vctx *c, const char *fmt, ...)
 {
-    int o = snprintf(c->err, c->errlen, "%s is corrupt: ", c->path);
-    if (o < 0 || (size_t)o >= c->errlen)
-        return -EBADMSG;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err + o, c->errlen - (size_t)o, fmt, ap);
+    int rc = kv_lmdb_vcorrupt(c->err, c->errlen, c->path, fmt, ap);
     va_end(ap);
-    return -EBADMSG;
+    return rc;
 }
 
 static void db_parse(const uint8_t *p, dbrec *d)
 {
-    d->flags = le16(p + 4);
-    d->depth = le16(p + 6);
-    d->entries = le64(p + 32);
-    d->root = le64(p + 40);
+    d->flags = kv_le16(p + 4);
+    d->depth = kv_le16(p + 6);
+    d->entries = kv_le64(p + 32);
+    d->root = kv_le64(p + 40);
 }
 
 static int read_page(vctx *c, uint64_t pgno, uint8_t *buf, const char *what)
@@ -112,9 +95,9 @@ static int read_page(vctx *c, uint64_t pgno, uint8_t *buf, const char *what)
     if ((size_t)n != c->psize)
         return corrupt(c, "%s: page %llu is past the end of the file", what,
                        (unsigned long long)pgno);
-    if (le64(buf) != pgno)
+    if (kv_le64(buf) != pgno)
         return corrupt(c, "%s: page %llu carries page number %llu", what, (unsigned long long)pgno,
-                       (unsigned long long)le64(buf));
+                       (unsigned long long)kv_le64(buf));
     return 0;
 }
 
@@ -123,8 +106,8 @@ static int check_overflow(vctx *c, uint64_t opg, uint64_t dsize, uint8_t *buf, c
     int rc = read_page(c, opg, buf, what);
     if (rc)
         return rc;
-    uint16_t flags = le16(buf + 10);
-    uint64_t pages = le32(buf + 12);
+    uint16_t flags = kv_le16(buf + 10);
+    uint64_t pages = kv_le32(buf + 12);
     if (!(flags & P_OVERFLOW) || pages == 0 || opg + pages - 1 > c->last_pg ||
         pages * c->psize < PAGEHDRSZ + dsize)
         return corrupt(c, "%s: overflow page %llu (flags %#x, %llu pages) cannot hold %llu bytes",
@@ -140,14 +123,14 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what);
 static int check_nodes(vctx *c, const uint8_t *pg, size_t size, bool sub, int level,
                        const char *what, uint64_t pgno, uint64_t *entries, uint8_t *obuf)
 {
-    uint16_t flags = le16(pg + 10), lower = le16(pg + 12), upper = le16(pg + 14);
+    uint16_t flags = kv_le16(pg + 10), lower = kv_le16(pg + 12), upper = kv_le16(pg + 14);
     bool leaf2 = (flags & P_LEAF2) != 0, leaf = (flags & (P_LEAF | P_LEAF2)) != 0;
     if (lower < PAGEHDRSZ || lower > upper || upper > size || ((lower - PAGEHDRSZ) & 1u))
         return corrupt(c, "%s: page %llu has bad bounds (lower %u, upper %u)", what,
                        (unsigned long long)pgno, lower, upper);
     size_t n = (lower - PAGEHDRSZ) / 2u;
     if (leaf2) {
-        size_t ks = le16(pg + 8);
+        size_t ks = kv_le16(pg + 8);
         if (ks == 0 || PAGEHDRSZ + n * ks > size)
             return corrupt(c, "%s: page %llu: %zu fixed keys of %zu bytes do not fit", what,
                            (unsigned long long)pgno, n, ks);
@@ -155,27 +138,27 @@ static int check_nodes(vctx *c, const uint8_t *pg, size_t size, bool sub, int le
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        size_t off = le16(pg + PAGEHDRSZ + 2 * i);
+        size_t off = kv_le16(pg + PAGEHDRSZ + 2 * i);
         if (off < upper || off + NODESZ > size)
             return corrupt(c, "%s: page %llu: node %zu at bad offset %zu", what,
                            (unsigned long long)pgno, i, off);
         const uint8_t *nd = pg + off;
-        size_t ks = le16(nd + 6);
-        uint16_t nf = le16(nd + 4);
+        size_t ks = kv_le16(nd + 6);
+        uint16_t nf = kv_le16(nd + 4);
         if (off + NODESZ + ks > size)
             return corrupt(c, "%s: page %llu: node %zu key of %zu bytes runs past the page", what,
                            (unsigned long long)pgno, i, ks);
         if (!leaf)
             continue; /* children are checked by the caller */
         (*entries)++;
-        uint64_t ds = (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16;
+        uint64_t ds = (uint64_t)kv_le16(nd) | (uint64_t)kv_le16(nd + 2) << 16;
         size_t room = size - off - NODESZ - ks;
         const uint8_t *data = nd + NODESZ + ks;
         if (nf & F_BIGDATA) {
             if (room < 8 || sub || (nf & (F_SUBDATA | F_DUPDATA)))
                 return corrupt(c, "%s: page %llu: node %zu: bad big-data node", what,
                                (unsigned long long)pgno, i);
-            int rc = check_overflow(c, le64(data), ds, obuf, what);
+            int rc = check_overflow(c, kv_le64(data), ds, obuf, what);
             if (rc)
                 return rc;
             continue;
@@ -202,7 +185,7 @@ static int check_nodes(vctx *c, const uint8_t *pg, size_t size, bool sub, int le
             if (sub || ds < PAGEHDRSZ)
                 return corrupt(c, "%s: page %llu: node %zu: bad duplicate sub-page", what,
                                (unsigned long long)pgno, i);
-            uint16_t sf = le16(data + 10);
+            uint16_t sf = kv_le16(data + 10);
             if (!(sf & P_SUBP) || !(sf & (P_LEAF | P_LEAF2)))
                 return corrupt(c, "%s: page %llu: node %zu: sub-page flags %#x", what,
                                (unsigned long long)pgno, i, sf);
@@ -253,7 +236,7 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what)
     bool fresh = true;
     while (rc == 0 && top >= 0) {
         frame *f = &st[top];
-        uint16_t flags = le16(f->buf + 10);
+        uint16_t flags = kv_le16(f->buf + 10);
         bool want_leaf = top == db->depth - 1;
         bool is_leaf = (flags & (P_LEAF | P_LEAF2)) != 0, is_branch = (flags & P_BRANCH) != 0;
         if (fresh) {
@@ -268,7 +251,7 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what)
             if (rc)
                 break;
             c->total += entries - before;
-            if (is_branch && le16(f->buf + 12) == PAGEHDRSZ) {
+            if (is_branch && kv_le16(f->buf + 12) == PAGEHDRSZ) {
                 rc = corrupt(c, "%s: branch page %llu is empty", what, (unsigned long long)f->pgno);
                 break;
             }
@@ -281,15 +264,15 @@ static int walk_tree(vctx *c, const dbrec *db, int level, const char *what)
             top--;
             continue;
         }
-        size_t n = (le16(f->buf + 12) - PAGEHDRSZ) / 2u;
+        size_t n = (kv_le16(f->buf + 12) - PAGEHDRSZ) / 2u;
         if (f->next >= n) {
             top--;
             continue;
         }
-        const uint8_t *nd = f->buf + le16(f->buf + PAGEHDRSZ + 2 * f->next);
+        const uint8_t *nd = f->buf + kv_le16(f->buf + PAGEHDRSZ + 2 * f->next);
         f->next++;
-        uint64_t child =
-            (uint64_t)le16(nd) | (uint64_t)le16(nd + 2) << 16 | (uint64_t)le16(nd + 4) << 32;
+        uint64_t child = (uint64_t)kv_le16(nd) | (uint64_t)kv_le16(nd + 2) << 16 |
+                         (uint64_t)kv_le16(nd + 4) << 32;
         frame *k = &st[top + 1];
         if (!k->buf && !(k->buf = malloc(c->psize))) {
             rc = -ENOMEM;
@@ -324,15 +307,15 @@ static void meta_parse(const uint8_t *p, uint64_t pgno, meta *m)
 {
     memset(m, 0, sizeof(*m));
     const uint8_t *mm = p + PAGEHDRSZ;
-    uint32_t magic = le32(mm), version = le32(mm + 4);
-    m->psize = le32(mm + 24); /* free db's pad */
+    uint32_t magic = kv_le32(mm), version = kv_le32(mm + 4);
+    m->psize = kv_le32(mm + 24); /* free db's pad */
     db_parse(mm + 24, &m->free_db);
     db_parse(mm + 24 + DBSZ, &m->main_db);
-    m->last_pg = le64(mm + 24 + 2 * DBSZ);
-    m->txnid = le64(mm + 32 + 2 * DBSZ);
-    if (le64(p) != pgno || !(le16(p + 10) & P_META))
+    m->last_pg = kv_le64(mm + 24 + 2 * DBSZ);
+    m->txnid = kv_le64(mm + 32 + 2 * DBSZ);
+    if (kv_le64(p) != pgno || !(kv_le16(p + 10) & P_META))
         snprintf(m->why, sizeof(m->why), "not a meta page (page number %llu, flags %#x)",
-                 (unsigned long long)le64(p), le16(p + 10));
+                 (unsigned long long)kv_le64(p), kv_le16(p + 10));
     else if (magic != META_MAGIC)
         snprintf(m->why, sizeof(m->why), "bad magic %#x", magic);
     else if (version != META_VERSION)
