@@ -7,6 +7,7 @@
  * keys in the same order, same revisions). Skipped without /usr/bin/etcd.
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <criterion/logging.h>
 
 #include <stdio.h>
@@ -144,7 +145,7 @@ Test(adv_longkeys, etcdctl_long_keys_same_as_etcd, .fini = teardown, .timeout = 
 {
     char etcd[PATH_MAX];
     if (kv_it_server_bin(KV_IT_ETCD, etcd, sizeof etcd) != 0)
-        cr_skip_test("no reference etcd at %s", etcd);
+        KVT_SKIP_MISSING("no reference etcd at %s", etcd);
     cr_assert_eq(kv_it_etcdctl_bin(etcdctl, sizeof etcdctl), 0, "etcdctl missing: %s", etcdctl);
     start_or_die(&srv[0], KV_IT_ETCD);
     start_or_die(&srv[1], KV_IT_KVD);

@@ -16,6 +16,7 @@
  * report of issue 8).
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <criterion/logging.h>
 
 #include <errno.h>
@@ -284,7 +285,7 @@ Test(adv_quota, d12_disk_full_raises_nospace)
         cr_log_warn("skipped: cannot mount an 8 MiB tmpfs on %s (%s); needs root and "
                     "CAP_SYS_ADMIN",
                     srv->data_dir, strerror(errno));
-        cr_skip_test("cannot mount a small tmpfs (not root or no CAP_SYS_ADMIN)");
+        KVT_SKIP_MISSING("cannot mount a small tmpfs (not root or no CAP_SYS_ADMIN)");
     }
     mounted = 1;
     cr_assert_eq(kv_it_server_start(srv, READY_MS), 0);

@@ -14,6 +14,7 @@
  *     a value over 4 KiB is dropped (kvd's bound, as for gRPC metadata).
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -339,7 +340,7 @@ static void curl_post(const char *path, const char *body, const char *auth, int 
 {
     static const char curl[] = "/usr/bin/curl";
     if (access(curl, X_OK) != 0)
-        cr_skip_test("no %s", curl);
+        KVT_SKIP_MISSING("no %s", curl);
     char url[256], hdr[8192];
     snprintf(url, sizeof url, "http://%s%s", g_kvd.endpoint, path);
     const char *argv[16];

@@ -6,6 +6,7 @@
  * (apt-get install golang-go golang-etcd-server-dev).
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,10 +28,10 @@ Test(go_concurrency, mutex_election_stm, .timeout = 600)
 {
     const char *go = go_bin();
     if (!go)
-        cr_skip_test("go is not installed (apt-get install golang-go golang-etcd-server-dev): "
+        KVT_SKIP_MISSING("go is not installed (apt-get install golang-go golang-etcd-server-dev): "
                      "Go clientv3/concurrency test skipped");
     if (access(GOPATH "/src/go.etcd.io/etcd/clientv3/concurrency/mutex.go", R_OK) != 0)
-        cr_skip_test("golang-etcd-server-dev is not installed (" GOPATH
+        KVT_SKIP_MISSING("golang-etcd-server-dev is not installed (" GOPATH
                      "/src/go.etcd.io/etcd/clientv3 missing): Go clientv3/concurrency test "
                      "skipped");
     char out[1024], cache[1024], env_cache[1100], pkg[1024];

@@ -9,6 +9,7 @@
  * (/usr/bin/etcd); without it the comparison test is skipped.
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <criterion/logging.h>
 
 #include <stdio.h>
@@ -186,7 +187,7 @@ Test(ctl, etcdctl_same_output_as_against_etcd, .fini = teardown, .timeout = 600)
 {
     char etcd[PATH_MAX], etcdctl[PATH_MAX];
     if (kv_it_server_bin(KV_IT_ETCD, etcd, sizeof(etcd)) != 0)
-        cr_skip_test("no reference etcd at %s", etcd);
+        KVT_SKIP_MISSING("no reference etcd at %s", etcd);
     cr_assert_eq(kv_it_etcdctl_bin(etcdctl, sizeof(etcdctl)), 0, "etcdctl missing: %s", etcdctl);
     kv_it_kind kind = kv_it_kind_from_env();
     fixture = calloc(1, sizeof(*fixture));
@@ -201,7 +202,7 @@ Test(ctl, kvctl_same_output_as_etcdctl, .fini = teardown, .timeout = 600)
 {
     char etcdctl[PATH_MAX], kvctl[PATH_MAX];
     if (kv_it_kvctl_bin(kvctl, sizeof(kvctl)) != 0)
-        cr_skip_test("kvctl not built (%s)", kvctl);
+        KVT_SKIP_MISSING("kvctl not built (%s)", kvctl);
     cr_assert_eq(kv_it_etcdctl_bin(etcdctl, sizeof(etcdctl)), 0, "etcdctl missing: %s", etcdctl);
     kv_it_kind kind = kv_it_kind_from_env();
     fixture = calloc(1, sizeof(*fixture));
@@ -217,7 +218,7 @@ Test(ctl, kvctl_count_only, .fini = teardown, .timeout = 300)
 {
     char etcdctl[PATH_MAX], kvctl[PATH_MAX];
     if (kv_it_kvctl_bin(kvctl, sizeof(kvctl)) != 0)
-        cr_skip_test("kvctl not built (%s)", kvctl);
+        KVT_SKIP_MISSING("kvctl not built (%s)", kvctl);
     cr_assert_eq(kv_it_etcdctl_bin(etcdctl, sizeof(etcdctl)), 0);
     fixture = calloc(1, sizeof(*fixture));
     cr_assert(fixture);

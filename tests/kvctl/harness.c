@@ -4,6 +4,7 @@
 #include "kvt_util.h"
 
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,9 +60,9 @@ void h_require_tools(void)
     bool is_etcd;
     const char *srv = server_bin(&is_etcd);
     if (access(ETCDCTL, X_OK) != 0)
-        cr_skip_test("etcdctl not installed (apt-get install etcd-client)");
+        KVT_SKIP_MISSING("etcdctl not installed (apt-get install etcd-client)");
     if (access(srv, X_OK) != 0)
-        cr_skip_test("server %s not available", srv);
+        KVT_SKIP_MISSING("server %s not available", srv);
     cr_assert(access(h_kvctl(), X_OK) == 0, "kvctl not built at %s", h_kvctl());
 }
 

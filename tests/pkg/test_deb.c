@@ -14,6 +14,7 @@
 #include "kvt_util.h"
 
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -127,7 +128,7 @@ static void check_depends(const char *root, const char *bin, const char *depends
 Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
 {
     if (!has_tool("dpkg-deb") || !has_tool("dpkg"))
-        cr_skip_test("dpkg-deb not available (not a Debian system)");
+        KVT_SKIP_MISSING("dpkg-deb not available (not a Debian system)");
     const char *b = getenv("KV_BUILD_DIR");
     cr_assert(b && *b);
     kvt_tmpdir t;

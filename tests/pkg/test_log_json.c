@@ -9,6 +9,7 @@
 #include "kvt_util.h"
 
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -124,7 +125,7 @@ static char *parse_json_lines(const char *path)
                   "    n += 1\n"
                   "assert n > 0, 'no lines'\n";
     if (access("/usr/bin/python3", X_OK) != 0)
-        cr_skip_test("no /usr/bin/python3 to parse the JSON lines");
+        KVT_SKIP_MISSING("no /usr/bin/python3 to parse the JSON lines");
     const char *argv[] = {"/usr/bin/python3", "-c", prog, path, NULL};
     kvt_cmd_result r;
     cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 30000, &r), 0);

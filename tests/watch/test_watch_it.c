@@ -11,6 +11,7 @@
  *   watcher overtaken by a compaction gets the compacted response instead.
  */
 #include <criterion/criterion.h>
+#include "kvt_skip.h"
 #include <criterion/logging.h>
 
 #include <stdio.h>
@@ -102,7 +103,7 @@ Test(watch_it, etcdctl_same_output_as_against_etcd, .timeout = 300)
 {
     char etcd[PATH_MAX];
     if (kv_it_server_bin(KV_IT_ETCD, etcd, sizeof(etcd)) != 0)
-        cr_skip_test("no reference etcd at %s", etcd);
+        KVT_SKIP_MISSING("no reference etcd at %s", etcd);
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
         kv_it_server k, e;
         start(&k, KV_IT_KVD, NULL);
@@ -589,7 +590,7 @@ Test(watch_it, protocol_same_as_etcd, .timeout = 120)
 {
     char etcd[PATH_MAX];
     if (kv_it_server_bin(KV_IT_ETCD, etcd, sizeof(etcd)) != 0)
-        cr_skip_test("no reference etcd at %s", etcd);
+        KVT_SKIP_MISSING("no reference etcd at %s", etcd);
     char *ok = protocol_transcript(KV_IT_KVD);
     char *oe = protocol_transcript(KV_IT_ETCD);
     cr_log_info("etcd transcript:\n%s", oe);
