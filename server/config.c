@@ -1,4 +1,5 @@
 #include "config.h"
+#include "auth/auth_jwt.h"
 #include "log/log.h"
 
 #include <errno.h>
@@ -475,7 +476,8 @@ const char *kv_config_usage(void)
            "                                  (info)\n"
            "  --log-format F                  text|json: json writes etcd's zap JSON lines (text)\n"
            "  --log-outputs O                 stderr|stdout|FILE: where log lines go (stderr)\n"
-           "  --auth-token simple             token type (only simple tokens)\n"
+           "  --auth-token simple|jwt,...     token type: simple, or jwt,pub-key=F,priv-key=F,\n"
+           "                                  sign-method=RS256|PS256|ES256|HS256...[,ttl=5m]\n"
            "  --auth-token-ttl S              simple token lifetime, renewed on use (300)\n"
            "  --auth-hash-iterations N        PBKDF2-SHA256 rounds per password (100000)\n"
            "  --auth-max-pending-hashes N     password hashes queued; beyond: too many requests "
@@ -671,8 +673,17 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
                  cfg->log_outputs);
         return -EINVAL;
     }
-    if (strcmp(cfg->auth_token, "simple") != 0) {
-        snprintf(err, errlen, "--auth-token %s: kvd supports only \"simple\" tokens",
+    if (strncmp(cfg->auth_token, "jwt", 3) == 0 &&
+        (cfg->auth_token[3] == 0 || cfg->auth_token[3] == ',')) {
+        kv_jwt *j = NULL; /* the keys are read and checked now, as etcd does at start */
+        int rc = kv_jwt_new(cfg->auth_token, &j, err, errlen);
+        kv_jwt_free(j);
+        if (rc)
+            return rc;
+    } else if (strcmp(cfg->auth_token, "simple") != 0) {
+        snprintf(err, errlen,
+                 "--auth-token %s: want \"simple\" or \"jwt,pub-key=...,priv-key=...,"
+                 "sign-method=...\" (etcd: invalid auth token type)",
                  cfg->auth_token);
         return -EINVAL;
     }

@@ -154,7 +154,7 @@ typedef struct kv_config {
     char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
     char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
     /* Auth (issue 13 section 2, server/api/auth_srv.h). */
-    char auth_token[64];              /* --auth-token: "simple" (the only type; etcd's default) */
+    char auth_token[1024];            /* --auth-token: "simple" (etcd's default) or "jwt,..." */
     uint32_t auth_token_ttl;          /* --auth-token-ttl: seconds a simple token lives (300) */
     uint32_t auth_hash_iterations;    /* --auth-hash-iterations: PBKDF2-SHA256 rounds (100000) */
     uint32_t auth_max_pending_hashes; /* --auth-max-pending-hashes: password hashes queued or

@@ -29,6 +29,7 @@
 #ifndef KV_API_AUTH_SRV_H
 #define KV_API_AUTH_SRV_H
 
+#include "auth/auth_jwt.h"
 #include "auth/auth_perm.h"
 #include "auth/auth_tokens.h"
 #include "mvcc/auth_store.h"
@@ -47,6 +48,10 @@ typedef struct kv_auth_read kv_auth_read;
 typedef struct kv_auth {
     struct kv_server *srv;
     kv_auth_tokens *tokens;
+    /* --auth-token jwt,...: tokens are signed JWTs (auth/auth_jwt.h), verified statelessly;
+     * the table above then only carries an applied Authenticate to its completion
+     * (service_auth.c on_authenticated). NULL: simple tokens. */
+    kv_jwt *jwt;
     struct kv_read_pool *hash_pool;
     uv_timer_t *sweep;
     uint32_t iterations;

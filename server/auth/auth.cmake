@@ -6,6 +6,7 @@ add_library(kv_auth STATIC
   ${CMAKE_CURRENT_LIST_DIR}/auth_perm.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_hash.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_fairq.c
-  ${CMAKE_CURRENT_LIST_DIR}/auth_tokens.c)
+  ${CMAKE_CURRENT_LIST_DIR}/auth_tokens.c
+  ${CMAKE_CURRENT_LIST_DIR}/auth_jwt.c)
 target_include_directories(kv_auth PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_auth PUBLIC PkgConfig::OPENSSL)

@@ -78,6 +78,9 @@ static const kv_etcd_err_entry table[KV_ERR_COUNT] = {
     [KV_ERR_INVALID_AUTH_MGMT] = {KV_GRPC_INVALID_ARGUMENT, "etcdserver: invalid auth management"},
     [KV_ERR_AUTH_OLD_REVISION] = {KV_GRPC_INVALID_ARGUMENT,
                                   "etcdserver: revision of auth store is old"},
+    /* etcd's togRPCError has no entry for auth.ErrVerifyOnly: codes.Unknown, its text */
+    [KV_ERR_JWT_VERIFY_ONLY] = {KV_GRPC_UNKNOWN,
+                                "auth: token signing attempted with verify-only key"},
     /* cluster / server state */
     [KV_ERR_NO_LEADER] = {KV_GRPC_UNAVAILABLE, "etcdserver: no leader"},
     [KV_ERR_NOT_LEADER] = {KV_GRPC_FAILED_PRECONDITION, "etcdserver: not leader"},

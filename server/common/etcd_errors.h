@@ -69,6 +69,7 @@ typedef enum kv_etcd_err {
     KV_ERR_INVALID_AUTH_TOKEN,
     KV_ERR_INVALID_AUTH_MGMT,
     KV_ERR_AUTH_OLD_REVISION,
+    KV_ERR_JWT_VERIFY_ONLY, /* UNKNOWN "auth: token signing attempted with verify-only key" */
     /* --- cluster / server state --- */
     KV_ERR_NO_LEADER,                      /* UNAVAILABLE "etcdserver: no leader" */
     KV_ERR_NOT_LEADER,                     /* FAILED_PRECONDITION "etcdserver: not leader" */

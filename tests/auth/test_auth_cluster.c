@@ -21,6 +21,9 @@
 #include "kvt_util.h"
 #include "rpc.pb-c.h"
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
 static kvt_cluster g_c;
 static int g_up;
 
@@ -47,19 +50,26 @@ static int ctl(int i, const char *cmd, char *out, size_t cap)
     return code;
 }
 
-/* A writable 3-member kvd cluster in g_c (cheap password hashes). */
-static void start_cluster(void)
+/* A writable 3-member kvd cluster in g_c (cheap password hashes), with one more flag
+ * (static storage, or NULL). */
+static void start_cluster_with(const char *extra)
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
     o.target = KVT_TARGET_KVD;
     /* static: the cluster keeps the pointer for restarts */
-    static const char *const args[] = {"--auth-hash-iterations=2000", NULL};
+    static const char *args[] = {"--auth-hash-iterations=2000", NULL, NULL};
+    args[1] = extra;
     o.kvd_args = args;
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     g_up = 1;
     cr_assert_eq(kvt_cluster_start(&g_c, 30000), 0, "cluster start");
     cr_assert_geq(kvt_cluster_wait_writable(&g_c, 30000), 0);
+}
+
+static void start_cluster(void)
+{
+    start_cluster_with(NULL);
 }
 
 static void check_member(int i)
@@ -214,9 +224,9 @@ static int poll_status(int want, int (*op)(int, const char *, const char *, char
     return st;
 }
 
-static void start_auth_cluster(void)
+static void start_auth_cluster_with(const char *extra)
 {
-    start_cluster();
+    start_cluster_with(extra);
     char out[4096];
     cr_assert_eq(ctl(0, "user add root --new-user-password=rootpw", out, sizeof out), 0, "%s", out);
     cr_assert_eq(ctl(0, "role add rw", out, sizeof out), 0, "%s", out);
@@ -225,6 +235,11 @@ static void start_auth_cluster(void)
     cr_assert_eq(ctl(0, "user add ann --new-user-password=annpw", out, sizeof out), 0, "%s", out);
     cr_assert_eq(ctl(0, "user grant-role ann rw", out, sizeof out), 0, "%s", out);
     cr_assert_eq(ctl(0, "auth enable", out, sizeof out), 0, "%s", out);
+}
+
+static void start_auth_cluster(void)
+{
+    start_auth_cluster_with(NULL);
 }
 
 /* The token works for a Put and a Range on every member (each within 10 s of the answer: a
@@ -408,4 +423,117 @@ Test(auth_cluster, reads_after_barrier, .fini = fini_conns, .timeout = 300)
     cr_assert_eq(
         call_tok(f, "/etcdserverpb.Auth/RoleGet", &rg.base, root_tok, NULL, NULL, msg, sizeof msg),
         0, "%s", msg);
+}
+
+/* ---- JWT tokens (--auth-token jwt,..., server/auth/auth_jwt.h) ---- */
+
+static char g_jwt_dir[] = "/tmp/kvjwtc.XXXXXX";
+
+static void fini_jwt(void)
+{
+    fini_conns();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_jwt_dir);
+    (void)!system(cmd);
+}
+
+/* An RSA key pair as <g_jwt_dir>/key.pem and pub.pem. */
+static void make_rsa_key(void)
+{
+    cr_assert_not_null(mkdtemp(g_jwt_dir));
+    EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+    cr_assert_not_null(k);
+    char path[256];
+    snprintf(path, sizeof path, "%s/key.pem", g_jwt_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL), 1);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/pub.pem", g_jwt_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(PEM_write_PUBKEY(f, k), 1);
+    fclose(f);
+    EVP_PKEY_free(k);
+}
+
+/* A JWT from one member is valid on every member at once (stateless: no table, no wait for
+ * an apply), carries the auth revision (a write with a token older than an auth change is
+ * "revision of auth store is old", as etcd's isOpPermitted; a new login fixes it), dies at
+ * its ttl on every member ("invalid auth token", which clientv3 answers by logging in again)
+ * and a token changed by one character is refused. etcdctl over all three members works. */
+Test(auth_cluster, jwt_tokens_valid_everywhere_until_they_expire, .fini = fini_jwt, .timeout = 300)
+{
+    make_rsa_key();
+    static char opt[1024];
+    const int ttl_s = 8;
+    snprintf(opt, sizeof opt,
+             "--auth-token=jwt,pub-key=%s/pub.pem,priv-key=%s/key.pem,sign-method=RS256,ttl=%ds",
+             g_jwt_dir, g_jwt_dir, ttl_s);
+    start_auth_cluster_with(opt);
+    int l = kvt_cluster_wait_leader(&g_c, 30000, NULL);
+    cr_assert_geq(l, 0);
+    int f1 = (l + 1) % 3;
+    char tok[2048], tok2[2048], msg[256], out[4096];
+    uint64_t t0 = kvt_now_ms();
+    cr_assert_eq(auth_on(f1, "ann", "annpw", tok, sizeof tok), 0);
+    const char *d1 = strchr(tok, '.');
+    cr_assert(d1 && strchr(d1 + 1, '.') && strncmp(tok, "eyJ", 3) == 0, "not a JWT: %s", tok);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(put_tok(i, tok, "/t/k", msg, sizeof msg), 0, "Put on member %d: %s", i, msg);
+        cr_assert_eq(range_tok(i, tok, "/t/k", msg, sizeof msg), 0, "Range on %d: %s", i, msg);
+    }
+    cr_assert_eq(put_tok(l, tok, "/other", msg, sizeof msg), 7, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: permission denied");
+    /* one character changed */
+    char bad[2048];
+    snprintf(bad, sizeof bad, "%s", tok);
+    bad[strlen(bad) - 5] = bad[strlen(bad) - 5] == 'A' ? 'B' : 'A';
+    cr_assert_eq(range_tok(l, bad, "/t/k", msg, sizeof msg), 16, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: invalid auth token");
+    /* an auth change ages the token for writes; a new login answers it */
+    cr_assert_eq(
+        ctl(l, "--user root:rootpw user add bob --new-user-password=bobpw", out, sizeof out), 0,
+        "%s", out);
+    cr_assert_eq(put_tok(f1, tok, "/t/k", msg, sizeof msg), 3, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: revision of auth store is old");
+    cr_assert_eq(auth_on(l, "ann", "annpw", tok2, sizeof tok2), 0);
+    cr_assert_eq(put_tok(f1, tok2, "/t/k", msg, sizeof msg), 0, "%s", msg);
+    /* etcdctl with every member as endpoint */
+    char eps[256];
+    snprintf(eps, sizeof eps, "--endpoints=%s,%s,%s", g_c.m[0].endpoint, g_c.m[1].endpoint,
+             g_c.m[2].endpoint);
+    const char *put[] = {g_c.ctl, eps, "--user", "root:rootpw", "put", "/t/ctl", "v", NULL};
+    static const char *const env[] = {"ETCDCTL_API=3", NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(put, env, NULL, 0, 30000, &r), 0);
+    cr_assert_eq(r.exit_code, 0, "etcdctl put: %s", r.err ? r.err : "");
+    kvt_cmd_result_free(&r);
+    /* the first token expires everywhere */
+    uint64_t dead = t0 + (uint64_t)ttl_s * 1000 + 2000;
+    uint64_t now = kvt_now_ms();
+    if (now < dead)
+        kvt_sleep_ms((int)(dead - now));
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(range_tok(i, tok, "/t/k", msg, sizeof msg), 16, "member %d: %s", i, msg);
+        cr_assert_str_eq(msg, "etcdserver: invalid auth token", "member %d", i);
+    }
+}
+
+/* A key file that cannot be read stops kvd at start with a message naming it. */
+Test(auth_cluster, jwt_bad_key_file_refused_at_start, .timeout = 60)
+{
+    kvt_cluster c;
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 1);
+    o.target = KVT_TARGET_KVD;
+    cr_assert_eq(kvt_cluster_init(&c, &o), 0);
+    const char *argv[] = {c.bin, "--data-dir=/tmp/kvjwt-never-created",
+                          "--auth-token=jwt,priv-key=/nonexistent/key.pem,sign-method=RS256", NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 30000, &r), 0);
+    cr_assert_neq(r.exit_code, 0);
+    cr_assert(r.err && strstr(r.err, "cannot read /nonexistent/key.pem"), "%s", r.err ? r.err : "");
+    kvt_cmd_result_free(&r);
+    kvt_cluster_destroy(&c);
 }
