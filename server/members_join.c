@@ -649,8 +649,8 @@ int kv_members_join_lookup(const kv_config *cfg, kv_tls_ctx *tls_client, kv_iden
                     sb_str(&u, mine[k]);
                 }
                 snprintf(err, errlen,
-                         "this member's peer URLs %s are not in the cluster's member list (from "
-                         "%s): run `member add` first",
+                         "this member's peer URLs %s are not in the cluster's member list: run "
+                         "`member add` first (the list of %s)",
                          u.p ? u.p : "(none)", p->url.text);
                 free(u.p);
                 rc = -ENOENT;
