@@ -13,6 +13,7 @@
 #include "http/client_http.h"
 #include "http/http_server.h"
 #include "identity.h"
+#include "members_join.h"
 #include "metrics/metrics.h"
 #include "metrics/process_metrics.h"
 #include "mvcc/store.h"
@@ -220,6 +221,17 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
          * stored one is authoritative; a fresh one learns it from the first peer (joining). */
         if (rc == -EEXIST && have.member_id == want.member_id) {
             m->srv.id.cluster_id = have.cluster_id;
+            return 0;
+        }
+        /* A member that learned its id from the cluster's member list (members_join.h) keeps
+         * it across restarts, as etcd reads its id from its WAL: the stored id of the member
+         * of this name wins over the derived one (--initial-member-id, if given, must match). */
+        if (rc == -EEXIST && !m->cfg.initial_member_id[0] && strcmp(have.name, want.name) == 0) {
+            for (size_t k = 0; k < s->id.n_members; k++)
+                if (s->id.member_ids[k] == s->id.member_id)
+                    s->id.member_ids[k] = have.member_id;
+            s->id.member_id = have.member_id;
+            s->id.cluster_id = have.cluster_id;
             return 0;
         }
         if (rc == 1 && !store_if_missing) {
@@ -471,13 +483,26 @@ int main(int argc, char **argv)
         kv_store_close(s->store);
         return 1;
     }
+    if (s->joining && !m.cfg.initial_member_id[0]) {
+        /* As etcd's joiner (getClusterFromRemotePeers): the id `member add` gave this member's
+         * peer URLs comes from the cluster's member list, asked of the --initial-cluster
+         * peers before anything runs (members_join.h; docs/ARCHITECTURE.md "Membership"). */
+        kv_tls_ctx *tsrv = NULL, *tcli = NULL;
+        rc = kv_tls_setup_peer(&m.cfg, NULL, &tsrv, &tcli, err, sizeof(err));
+        if (rc == 0)
+            rc = kv_members_join_lookup(&m.cfg, tcli, &s->id, err, sizeof(err));
+        kv_tls_ctx_unref(tsrv);
+        kv_tls_ctx_unref(tcli);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: refusing to start: %s\n", err);
+            kv_store_close(s->store);
+            return 1;
+        }
+    }
     if (s->joining)
         fprintf(stderr, "kvd: joining as member %016llx%s\n", (unsigned long long)s->id.member_id,
-                m.cfg.initial_member_id[0]
-                    ? " (--initial-member-id)"
-                    : " (derived from the peer URLs and token; if `member add` printed another "
-                      "id, this peer URL belonged to a removed member: start with "
-                      "--initial-member-id=<that id>)");
+                m.cfg.initial_member_id[0] ? " (--initial-member-id)"
+                                           : " (from the cluster's member list)");
 
     rc = kv_server_start_core(s);
     if (rc < 0)

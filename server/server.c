@@ -10,6 +10,7 @@
 #include "corrupt/corrupt_check.h"
 #include "leases.h"
 #include "members_boot.h"
+#include "members_join.h"
 #include "mvcc/members.h"
 #include "node/read_pool.h"
 #include "api/auth_srv.h"
@@ -157,6 +158,22 @@ static void on_conf_change(void *arg, int op, uint64_t id)
         kv_peer_net_add_peer(s->peers, id, url);
 }
 
+/* etcd's GET /members on the peer port (peer/peer_h1.c): the committed member list, or the
+ * flags' view while the table is empty (as MemberList, api/service_cluster.c). */
+static int peer_members_json(void *arg, char **json, size_t *len)
+{
+    kv_server *s = arg;
+    Kvdpb__Member **m = NULL;
+    size_t n = 0;
+    int rc = kv_store_members_list(s->store, &m, &n);
+    if (rc == 0 && n == 0)
+        rc = kv_members_from_config(s->cfg, &s->id, &m, &n);
+    if (rc == 0)
+        rc = kv_members_json((const Kvdpb__Member *const *)m, n, json, len);
+    kv_store_members_free(m, n);
+    return rc;
+}
+
 static int start_peers(kv_server *s, const char *snap_dir)
 {
     const kv_config *cfg = s->cfg;
@@ -200,7 +217,8 @@ static int start_peers(kv_server *s, const char *snap_dir)
     kv_peer_handler h = {.arg = s,
                          .on_message = peer_on_message,
                          .on_snapshot = peer_on_snapshot,
-                         .on_cluster_id = peer_on_cluster_id};
+                         .on_cluster_id = peer_on_cluster_id,
+                         .members_json = peer_members_json};
     int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);
     kv_tls_ctx_unref(pc.tls_server);
     kv_tls_ctx_unref(pc.tls_client);

@@ -21,6 +21,7 @@ static void conn_closed_cb(uv_handle_t *h)
     while (c->streams)
         kv_peer_stream_free(c, c->streams);
     free(c->wbuf);
+    free(c->h1);
     kv_tls_conn_free(c->tls);
     if (c->prev)
         c->prev->next = c->next;
@@ -103,7 +104,7 @@ static int wbuf_append(peer_conn *c, const uint8_t *d, size_t len)
 
 void kv_peer_conn_flush(peer_conn *c)
 {
-    if (c->closing || (!c->h2 && !c->tls)) /* TLS: the handshake flows before the session */
+    if (c->closing || (!c->h2 && !c->tls && !c->h1)) /* TLS: the handshake flows first */
         return;
     if (c->in_recv) {
         c->dirty = 1;
@@ -116,7 +117,7 @@ void kv_peer_conn_flush(peer_conn *c)
             return;
         goto write;
     }
-    while (c->wlen < PEER_WRITE_CHUNK) {
+    while (c->h2 && c->wlen < PEER_WRITE_CHUNK) { /* no h2: an HTTP/1.1 answer (peer_h1.c) */
         const uint8_t *d;
         ssize_t k = nghttp2_session_mem_send(c->h2, &d);
         if (k < 0) {
@@ -154,8 +155,11 @@ write:
         c->writing = 1;
         return;
     }
-    if (!c->h2)
+    if (!c->h2) { /* TLS handshake, or an HTTP/1.1 answer (peer_h1.c) fully written */
+        if (c->h1 && c->close_after_write && !(c->tls && kv_tls_conn_out_pending(c->tls)))
+            kv_peer_conn_close(c, NULL);
         return;
+    }
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         kv_peer_conn_close(c, c->close_after_write ? NULL : "HTTP/2 session finished");
     else if (c->close_after_write)
@@ -194,13 +198,16 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     c->missed_pings = 0;
     /* an accepted h2c connection gets its session with its first bytes: a stranger that
      * sends nothing costs no HTTP/2 state and no write (server/peer/README.md) */
-    if (!c->tls && !c->h2 && kv_peer_conn_session_new(c) != 0) {
+    const uint8_t *in = (const uint8_t *)b->base;
+    int h1 = !c->tls && kv_peer_h1_wants(c, in, (size_t)nread); /* etcd's GET /members */
+    if (!c->tls && !h1 && !c->h2 && kv_peer_conn_session_new(c) != 0) {
         kv_peer_conn_close(c, "cannot start the HTTP/2 session");
         return;
     }
     c->in_recv = 1;
-    ssize_t rv = c->tls ? kv_peer_tls_recv(c, (const uint8_t *)b->base, (size_t)nread)
-                        : nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)nread);
+    ssize_t rv = c->tls ? kv_peer_tls_recv(c, in, (size_t)nread)
+                 : h1   ? kv_peer_h1_recv(c, in, (size_t)nread)
+                        : nghttp2_session_mem_recv(c->h2, in, (size_t)nread);
     c->in_recv = 0;
     if (c->closing)
         return;
@@ -210,6 +217,13 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     }
     c->dirty = 0;
     kv_peer_conn_flush(c);
+}
+
+int kv_peer_conn_write_raw(peer_conn *c, const uint8_t *p, size_t len)
+{
+    if (c->tls)
+        return kv_tls_conn_write(c->tls, p, len) == 0 ? 0 : -ENOMEM;
+    return wbuf_append(c, p, len);
 }
 
 int kv_peer_conn_session_new(peer_conn *c)

@@ -164,6 +164,8 @@ struct peer_conn {
     int pending;    /* accepted, no known member identified yet (counted in net->n_pending) */
     int refused;    /* already counted in kvd_peer_connections_refused_total */
     struct kv_tls_conn *tls; /* NULL: h2c; else TLS between the socket and nghttp2 */
+    char *h1;                /* accepted HTTP/1.1 request being read (peer_h1.c), or NULL */
+    size_t h1_len;
 };
 
 struct kv_peer_net {
@@ -282,6 +284,17 @@ void kv_peer_conn_refuse(peer_conn *c, int reason, const char *why);
 /* Creates c's nghttp2 session (server or client by c->dialer) and queues our SETTINGS.
  * TLS listeners call it only once the TLS handshake is done (peer_tls.c). 0 or -ENOMEM. */
 int kv_peer_conn_session_new(peer_conn *c);
+
+/* Queues raw plaintext bytes on c (encrypted first under TLS); flushed like nghttp2's output.
+ * For the HTTP/1.1 answers of peer_h1.c. 0, -ENOMEM or -EAGAIN (no room). */
+int kv_peer_conn_write_raw(peer_conn *c, const uint8_t *p, size_t len);
+
+/* peer_h1.c: etcd's GET /members over HTTP/1.1 on the peer port */
+/* 1 if the plaintext p (the first bytes of accepted connection c, or any later ones once it
+ * is an HTTP/1.1 connection) goes to kv_peer_h1_recv instead of nghttp2. */
+int kv_peer_h1_wants(const peer_conn *c, const uint8_t *p, size_t n);
+/* Reads request bytes; answers once the header is complete. 0, or -1 after closing c. */
+int kv_peer_h1_recv(peer_conn *c, const uint8_t *p, size_t len);
 
 /* peer_tls.c (issue 13) */
 /* Puts TLS (context ctx; verify_host: the dialed URL's host, NULL when accepting) under c.

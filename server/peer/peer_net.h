@@ -54,6 +54,10 @@ typedef struct kv_peer_handler {
     /* Joining members only (cfg.joining): the cluster id learned from the first peer that
      * accepted us. May be NULL. */
     void (*on_cluster_id)(void *arg, uint64_t cluster_id);
+    /* etcd's GET /members on the peer port (peer_h1.c): the member list as etcd's JSON, in a
+     * malloc'd *json of *len bytes the net frees. 0 or a negative errno (answered 500). NULL:
+     * the endpoint answers 503. Loop thread. */
+    int (*members_json)(void *arg, char **json, size_t *len);
 } kv_peer_handler;
 
 typedef struct kv_peer_addr {

@@ -26,6 +26,8 @@ int kv_peer_tls_attach(peer_conn *c, kv_tls_ctx *ctx, const char *verify_host)
 static int plain_in(void *arg, const uint8_t *p, size_t n)
 {
     peer_conn *c = arg;
+    if (kv_peer_h1_wants(c, p, n)) /* etcd's GET /members (peer_h1.c) */
+        return kv_peer_h1_recv(c, p, n);
     /* plaintext exists only after a completed (and, with client-certificate auth, verified)
      * handshake: only now does an accepted connection get its HTTP/2 session */
     if (!c->h2 && kv_peer_conn_session_new(c) != 0) {

@@ -4,9 +4,15 @@
  * member promote, etcdctl move-leader to a chosen follower; `member list` is the same on
  * every member after each step.
  * replace_member_on_the_same_url: a failed member is replaced on the same host and port
- * (remove, wipe its data dir, add the same peer URL, start it with --initial-cluster-state
- * existing and the id `member add` printed), three times in a row: each new id differs from
- * every removed one, and the member joins and serves.
+ * (remove, wipe its data dir, etcdctl member add of the same peer URL, start it with
+ * --initial-cluster-state existing and nothing else, as etcd), three times in a row: each new
+ * id differs from every removed one, the joiner learns it from its peers' member list (GET
+ * /members on the peer port), joins and serves; a fourth cycle passes the id with
+ * --initial-member-id (the override). HashKV is equal on every member.
+ * join_without_member_add_is_refused: a member started with --initial-cluster-state existing
+ * whose peer URL was never added stops at once with "... are not in the cluster's member
+ * list: run `member add` first"; with no peer answering it stops with "could not fetch the
+ * cluster's member list from any of ...".
  */
 #include "cl_util.h"
 
@@ -16,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static kvt_cluster g_c;    /* fixture of the running test */
 static int g_learner = -1; /* a learner rejects MemberList (etcd 3.4): not asked */
@@ -312,12 +319,12 @@ Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout 
     kvt_member *m = &g_c.m[j];
     kvt_status st;
     cr_assert_eq(kvt_member_status(&g_c, j, &st, 10000), 0);
-    uint64_t ids[4] = {st.id};
+    uint64_t ids[5] = {st.id};
     char err[256], hex[32], purl[80], idarg[64];
     snprintf(purl, sizeof(purl), "--peer-urls=%s", m->peer_url);
     const char *args[] = {idarg, NULL};
     wait_member_lists(3, NULL);
-    for (int cycle = 1; cycle <= 3; cycle++) {
+    for (int cycle = 1; cycle <= 4; cycle++) {
         /* remove, stop, wipe */
         snprintf(hex, sizeof(hex), "%" PRIx64, ids[cycle - 1]);
         m->in_config = 0;
@@ -352,9 +359,10 @@ Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout 
                           id);
         ids[cycle] = id;
         fprintf(stderr, "  cycle %d: %s re-added as %" PRIx64 "\n", cycle, m->name, id);
-        /* start it as a joiner with the id it was given */
+        /* start it as a joiner: it learns its id from the cluster's member list (cycles
+         * 1-3, as etcd), or is told with --initial-member-id (cycle 4, the override) */
         snprintf(idarg, sizeof(idarg), "--initial-member-id=%" PRIx64, id);
-        m->args = args;
+        m->args = cycle == 4 ? args : NULL;
         m->join = 1;
         m->in_config = 1;
         m->id = 0;
@@ -366,6 +374,10 @@ Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout 
             cr_assert_fail("cycle %d: %s did not start: %d; its log:\n%s", cycle, m->name, rdy,
                            log ? log : "");
         }
+        kvt_status js;
+        cr_assert_eq(kvt_member_status(&g_c, j, &js, 10000), 0);
+        cr_assert_eq(js.id, id, "cycle %d: joined as %" PRIx64 ", member add gave %" PRIx64, cycle,
+                     js.id, id);
         char key[32], val[32];
         snprintf(key, sizeof(key), "/replace/%d", cycle);
         snprintf(val, sizeof(val), "v%d", cycle);
@@ -379,4 +391,43 @@ Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout 
         wait_member_lists(3, NULL);
     }
     cl_assert_hash_equal(&g_c, j);
+}
+
+/* Waits up to 30 s for member j to exit; asserts a non-zero status and that its log holds
+ * want. */
+static void assert_refused(int j, const char *want)
+{
+    int w = kvt_proc_wait(&g_c.m[j].proc, 30000);
+    char *log = NULL;
+    (void)kvt_member_log(&g_c, j, 16384, &log);
+    int st = g_c.m[j].proc.last_status;
+    cr_assert(w == 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+              "the joiner did not stop with an error (wait %d, status %d); its log:\n%s", w, st,
+              log ? log : "");
+    cr_assert(log && strstr(log, want), "the joiner's log lacks \"%s\":\n%s", want, log ? log : "");
+    const char *last = strstr(log, "kvd: refusing");
+    for (const char *q = last; q; q = strstr(q + 1, "kvd: refusing"))
+        last = q;
+    fprintf(stderr, "  joiner refused as expected:\n%s", last ? last : "");
+    free(log);
+}
+
+Test(cluster_membership, join_without_member_add_is_refused, .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    cr_assert_geq(kvt_cluster_wait_leader(&g_c, 10000, NULL), 0);
+    int j;
+    cr_assert_eq(kvt_cluster_add_slot(&g_c, &j), 0); /* never `member add`ed */
+    g_c.m[j].in_config = 1;
+    cr_assert_eq(kvt_member_start(&g_c, j), 0);
+    assert_refused(j, "are not in the cluster's member list: run `member add` first");
+    /* nobody answers: every member of its --initial-cluster is down */
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(kvt_member_kill9(&g_c, i), 0);
+    kvt_cmd_result rr;
+    const char *rm[] = {"/bin/rm", "-rf", g_c.m[j].data_dir, NULL};
+    cr_assert_eq(kvt_run(rm, NULL, NULL, 0, 20000, &rr), 0);
+    kvt_cmd_result_free(&rr);
+    cr_assert_eq(kvt_member_start(&g_c, j), 0);
+    assert_refused(j, "could not fetch the cluster's member list from any of ");
 }

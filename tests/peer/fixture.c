@@ -2,6 +2,7 @@
 #include "fixture.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,13 +116,21 @@ void fx_config(fx *f, int i, uint64_t cluster)
     n->cfg.seed = 42 + (uint64_t)i;
 }
 
+static int members_json(void *arg, char **json, size_t *len)
+{
+    fx_node *n = arg;
+    *json = strdup(n->members_json);
+    *len = *json ? strlen(*json) : 0;
+    return *json ? 0 : -ENOMEM;
+}
+
 void fx_start(fx *f, int i)
 {
     fx_node *n = &f->n[i];
     static char urls[FX_MAX][64];
     static char dirs[FX_MAX][300];
-    snprintf(urls[i], sizeof(urls[i]), "http://%s:%d", n->listen_host ? n->listen_host : "127.0.0.1",
-             n->port);
+    snprintf(urls[i], sizeof(urls[i]), "http://%s:%d",
+             n->listen_host ? n->listen_host : "127.0.0.1", n->port);
     snprintf(dirs[i], sizeof(dirs[i]), "%s/snap%d", f->dir, i);
     n->cfg.listen_urls[0] = urls[i];
     n->cfg.n_listen = 1;
@@ -133,7 +142,8 @@ void fx_start(fx *f, int i)
     kv_peer_handler h = {.arg = n,
                          .on_message = on_message,
                          .on_snapshot = on_snapshot,
-                         .on_peer_state = on_peer_state};
+                         .on_peer_state = on_peer_state,
+                         .members_json = n->members_json ? members_json : NULL};
     int rc = kv_peer_net_start(&n->net, &f->loop, &n->cfg, &h, n->m);
     cr_assert_eq(rc, 0, "start member %d: %d", i, rc);
     n->port = kv_peer_net_listen_port(n->net, 0);

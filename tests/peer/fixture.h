@@ -34,6 +34,8 @@ typedef struct fx_node {
     char snap_path[4096];
     uint8_t snap_hdr[64];
     size_t snap_hdr_len;
+    /* GET /members (peer_h1.c): this body is answered when set (before fx_start) */
+    const char *members_json;
 } fx_node;
 
 struct fx {

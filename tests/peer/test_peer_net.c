@@ -332,6 +332,79 @@ Test(peer_net, garbage_and_oversized_frames_close_only_that_connection)
     fx_fini(&f);
 }
 
+/* Sends req on a fresh connection to port and reads the answer until the peer closes. */
+typedef struct h1_arg {
+    int fd;
+    char buf[8192];
+    size_t len;
+    int closed;
+} h1_arg;
+
+static int h1_done(void *arg)
+{
+    h1_arg *h = arg;
+    struct pollfd p = {.fd = h->fd, .events = POLLIN};
+    while (!h->closed && poll(&p, 1, 0) > 0) {
+        ssize_t r = read(h->fd, h->buf + h->len, sizeof(h->buf) - 1 - h->len);
+        if (r <= 0)
+            h->closed = 1;
+        else
+            h->len += (size_t)r;
+        h->buf[h->len] = 0;
+    }
+    return h->closed;
+}
+
+static void h1_ask(fx *f, int i, const char *req, h1_arg *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->fd = raw_connect(f->n[i].port);
+    cr_assert_eq(write(h->fd, req, strlen(req)), (ssize_t)strlen(req));
+    cr_assert(fx_run_until(f, h1_done, h, 5000), "no complete answer to %s", req);
+    close(h->fd);
+}
+
+/* etcd's GET /members on the peer port (a joiner's id lookup, server/members_join.h): answered
+ * over HTTP/1.1 with the handler's JSON and X-Etcd-Cluster-ID, next to the members' HTTP/2
+ * connection, which stays up; other paths and methods are refused, a 200 is no refusal. */
+Test(peer_net, http1_get_members_answers_etcd_json)
+{
+    fx f;
+    fx_init(&f);
+    fx_config(&f, 0, 0xc1);
+    fx_config(&f, 1, 0xc1);
+    f.n[1].members_json = "[{\"id\":1,\"peerURLs\":[\"http://127.0.0.1:1\"]}]\n";
+    fx_start(&f, 0);
+    fx_start(&f, 1);
+    fx_add(&f, 0, 1);
+    fx_add(&f, 1, 0);
+    fx_wait_up(&f, 0, 1);
+    h1_arg h;
+    h1_ask(&f, 1, "GET /members HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", &h);
+    cr_assert(strncmp(h.buf, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", h.buf);
+    cr_assert(strstr(h.buf, "\r\nX-Etcd-Cluster-ID: c1\r\n"), "%s", h.buf);
+    cr_assert(strstr(h.buf, "\r\nContent-Type: application/json\r\n"), "%s", h.buf);
+    cr_assert(strstr(h.buf, "\r\n\r\n[{\"id\":1,\"peerURLs\":[\"http://127.0.0.1:1\"]}]\n"), "%s",
+              h.buf);
+    h1_ask(&f, 1, "POST /members HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &h);
+    cr_assert(strncmp(h.buf, "HTTP/1.1 405 ", 13) == 0, "%s", h.buf);
+    h1_ask(&f, 1, "GET /version HTTP/1.1\r\nHost: x\r\n\r\n", &h);
+    cr_assert(strncmp(h.buf, "HTTP/1.1 404 ", 13) == 0, "%s", h.buf);
+    /* a member without the handler answers 503 (kvd: while it is joining itself) */
+    h1_ask(&f, 0, "GET /members HTTP/1.1\r\n\r\n", &h);
+    cr_assert(strncmp(h.buf, "HTTP/1.1 503 ", 13) == 0, "%s", h.buf);
+    /* a request header past 4 KiB is refused without an answer */
+    char big[6000];
+    memset(big, 'a', sizeof(big));
+    memcpy(big, "GET /members HTTP/1.1\r\nX: ", 26);
+    big[sizeof(big) - 1] = 0;
+    h1_ask(&f, 1, big, &h);
+    cr_assert_eq(h.len, 0, "%s", h.buf);
+    cr_assert(kv_peer_net_is_up(f.n[0].net, 2) && kv_peer_net_is_up(f.n[1].net, 1));
+    cr_assert_eq(fx_metric(&f, 0, "kvd_peer_connects_total", 2), 1);
+    fx_fini(&f);
+}
+
 Test(peer_net, isolation_drops_frames_both_ways_and_keeps_the_connection)
 {
     fx f;
@@ -526,8 +599,7 @@ static int raw_connect_from(int port, const char *src)
 static int flood_accepted(void *arg)
 {
     fx *f = arg;
-    return net_metric(f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\"") >=
-           37;
+    return net_metric(f, 1, "kvd_peer_connections_refused_total", "reason=\"pending_full\"") >= 37;
 }
 
 /* A flood from one address evicts only its own pending connections: a connection from

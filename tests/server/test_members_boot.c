@@ -4,6 +4,7 @@
 #include "config.h"
 #include "identity.h"
 #include "members_boot.h"
+#include "members_join.h"
 #include "mvcc/members.h"
 
 #include <criterion/criterion.h>
@@ -126,4 +127,60 @@ Test(member_urls, etcd_new_urls_rules)
     cr_assert_str_eq(out[0], "http://a:1"); /* sorted, as etcd's URLs.Sort */
     cr_assert_str_eq(out[1], "http://b:1");
     kv_member_urls_free(out, 2);
+}
+
+/* etcd's GET /members JSON (server/members_join.h): written as etcd 3.4 writes it, read back
+ * (also etcd's own output with fields kvd ignores), and matched by peer URLs in any order. */
+Test(members_join, json_round_trip_and_url_match)
+{
+    kv_config c;
+    kv_identity id;
+    three_members(&c, &id);
+    Kvdpb__Member **m;
+    size_t n;
+    cr_assert_eq(kv_members_from_config(&c, &id, &m, &n), 0);
+    free(m[0]->name);
+    m[0]->name = strdup("a \"quoted\"\\name");
+    char *json;
+    size_t len;
+    cr_assert_eq(kv_members_json((const Kvdpb__Member *const *)m, n, &json, &len), 0);
+    cr_assert_eq(strlen(json), len);
+    Kvdpb__Member **r;
+    size_t nr;
+    cr_assert_eq(kv_members_parse_json(json, len, &r, &nr), 0, "%s", json);
+    cr_assert_eq(nr, n);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(r[i]->id, m[i]->id);
+        cr_assert_str_eq(r[i]->name, m[i]->name);
+        cr_assert_eq(r[i]->n_peer_urls, m[i]->n_peer_urls);
+        for (size_t k = 0; k < m[i]->n_peer_urls; k++)
+            cr_assert_str_eq(r[i]->peer_urls[k], m[i]->peer_urls[k]);
+    }
+    const char *b_urls[] = {"http://10.0.0.2:2381", "http://10.0.0.2:2380"};
+    const Kvdpb__Member *b = kv_members_match_urls(r, nr, b_urls, 2);
+    cr_assert(b && b->id == id.member_id);
+    cr_assert_null(kv_members_match_urls(r, nr, b_urls, 1)); /* a subset is no match */
+    free(json);
+    kv_store_members_free(r, nr);
+    kv_store_members_free(m, n);
+    /* etcd 3.4's own answer, with a learner and an unknown field */
+    const char *etcd = "[{\"id\":10501334649042878790,\"peerURLs\":[\"http://127.0.0.1:2380\"],"
+                       "\"name\":\"infra1\",\"clientURLs\":[\"http://127.0.0.1:2379\"]},"
+                       " {\"id\":1,\"peerURLs\":[\"https://h:1\"],\"isLearner\":true,"
+                       "\"x\":{\"y\":[1,2.5e3,null,false]}}]\n";
+    cr_assert_eq(kv_members_parse_json(etcd, strlen(etcd), &r, &nr), 0);
+    cr_assert_eq(nr, 2);
+    cr_assert_eq(r[0]->id, 10501334649042878790ull);
+    cr_assert_str_eq(r[0]->client_urls[0], "http://127.0.0.1:2379");
+    cr_assert(r[1]->is_learner && r[1]->id == 1);
+    kv_store_members_free(r, nr);
+    /* not a member list */
+    static const char *const bad[] = {"",
+                                      "{}",
+                                      "[{\"id\":0,\"peerURLs\":[\"http://a:1\"]}]",
+                                      "[{\"id\":1}]",
+                                      "[{\"id\":1,\"peerURLs\":[\"http://a:1\"]",
+                                      "[{\"id\":\"1\",\"peerURLs\":[\"http://a:1\"]}]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(kv_members_parse_json(bad[i], strlen(bad[i]), &r, &nr), -EINVAL, "%s", bad[i]);
 }

@@ -3,9 +3,13 @@
  * https peer URLs and --peer-client-cert-auth forms and replicates, with one TLS handshake
  * per peer connection; a member whose certificate comes from another CA cannot join (the
  * others log and refuse it). The peer proxies of kvt_cluster pass TLS through.
+ * A member replaced on the same https peer URL (remove, wipe, etcdctl member add) learns the
+ * new id `member add` drew from its peers' GET /members over peer TLS, with its client
+ * certificate (server/members_join.h), and joins.
  */
 #include <criterion/criterion.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,4 +142,60 @@ Test(tls_cluster, member_with_certificate_of_another_ca_cannot_join, .fini = fin
         cr_assert_gt(fails, 0, "member %d counted no failed peer handshake", i);
         cr_assert(logged, "member %d logged no refused handshake", i);
     }
+}
+
+Test(tls_cluster, member_replaced_on_the_same_url_learns_its_id_over_tls, .fini = fini,
+     .timeout = 300)
+{
+    start(0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int j = l == 2 ? 1 : 2; /* a follower */
+    kvt_member *m = &g_c.m[j];
+    kvt_status st;
+    cr_assert_eq(kvt_member_status(&g_c, j, &st, 10000), 0);
+    char hex[32], purl[96];
+    snprintf(hex, sizeof(hex), "%" PRIx64, st.id);
+    snprintf(purl, sizeof(purl), "--peer-urls=https://%s", m->peer_url + 7);
+    m->in_config = 0;
+    kvt_cmd_result res;
+    cr_assert_eq(kvt_ctl(&g_c, -1, 20000, &res, "member", "remove", hex, NULL), 0);
+    cr_assert_eq(res.exit_code, 0, "member remove: %s%s", res.out, res.err);
+    kvt_cmd_result_free(&res);
+    (void)kvt_proc_wait(&m->proc, 10000);
+    kvt_member_kill9(&g_c, j);
+    const char *rm[] = {"/bin/rm", "-rf", m->data_dir, NULL};
+    cr_assert_eq(kvt_run(rm, NULL, NULL, 0, 20000, &res), 0);
+    kvt_cmd_result_free(&res);
+    uint64_t t0 = kvt_now_ms(), id = 0;
+    for (;;) { /* the same peer URL again (retried while the cluster settles) */
+        cr_assert_eq(kvt_ctl(&g_c, -1, 20000, &res, "member", "add", m->name, purl, NULL), 0);
+        const char *p = res.exit_code == 0 ? strstr(res.out, "Member ") : NULL;
+        int ok = p && sscanf(p, "Member %" SCNx64, &id) == 1;
+        if (!ok && kvt_now_ms() - t0 > 30000)
+            cr_assert_fail("member add of %s: exit %d: %s%s", purl, res.exit_code, res.out,
+                           res.err);
+        kvt_cmd_result_free(&res);
+        if (ok)
+            break;
+        kvt_sleep_ms(500);
+    }
+    cr_assert_neq(id, st.id);
+    m->join = 1;
+    m->in_config = 1;
+    m->id = 0;
+    cr_assert_eq(kvt_member_start(&g_c, j), 0); /* no --initial-member-id */
+    int rdy = kvt_member_wait_ready(&g_c, j, 60000);
+    if (rdy != 0) {
+        char *log = NULL;
+        (void)kvt_member_log(&g_c, j, 8192, &log);
+        cr_assert_fail("the replaced member did not start: %d; its log:\n%s", rdy, log ? log : "");
+    }
+    kvt_status js;
+    cr_assert_eq(kvt_member_status(&g_c, j, &js, 10000), 0);
+    cr_assert_eq(js.id, id, "joined as %" PRIx64 ", member add gave %" PRIx64, js.id, id);
+    char err[256] = "";
+    cr_assert_eq(kvt_put(&g_c, l, "tls-replaced", "v", 10000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+    cr_assert(wait_value(j, "tls-replaced", "v", 30000), "the replaced member does not serve");
 }
