@@ -91,9 +91,13 @@ static void drop_prefix(kv_wal *w, raft_index i)
 
 int kv_wal_idx_push(kv_wal *w, const struct raft_entry *e, void *data, uint64_t seg, uint64_t off)
 {
-    if (w->opening && w->n_ents == 0 && e->index > w->snap.index) {
-        /* Recovery, nothing retained yet: the first retained segment may start anywhere
-         * after the snapshot (older segments deleted); wal_open checks the result. */
+    if (w->opening && e->index > w->snap.index && (w->n_ents == 0 || e->index < w->first)) {
+        /* Recovery: the first retained segment may start anywhere after the snapshot (older
+         * segments deleted), and a later record may overwrite back below its first entry
+         * (those below were deleted with their segment, a later snapshot marker covers
+         * them). The log restarts at e; wal_open checks it is anchored at the end. */
+        drop_suffix(w, w->first);
+        w->head = 0;
         w->first = w->cache_lo = e->index;
     }
     if (e->index <= w->snap.index || e->index < w->first || e->index > kv_wal_last(w) + 1)
