@@ -86,6 +86,14 @@ int kv_wal_sync(kv_wal *w);
  * of segments deleted or a negative errno. */
 int kv_wal_release(kv_wal *w, raft_index applied);
 
+/* Builds a WAL in dir (which must not exist: -EEXIST) holding what src holds: its snapshot
+ * meta, hard state and entries (read in chunks through the vtable; data need only stay
+ * valid during each entries() call). Written under "<dir>.tmp" (a leftover one is removed),
+ * synced, renamed to dir, the parent synced: a crash leaves no WAL or the whole one. The
+ * caller ends src's read cycle afterwards. err as kv_wal_open. */
+int kv_wal_import(const char *dir, const struct raft_storage *src, const struct kv_wal_opts *o,
+                  char *err, size_t errlen);
+
 /* ---- reads ---- */
 
 /* The raft_storage vtable (owned by w). Entry data pointers stay valid until
