@@ -28,7 +28,7 @@
  * corruption: open fails with -EBADMSG and err names the segment file and the offset
  * (docs/LESSONS.md, lesson 7: a corrupt log is reported, never loaded).
  *
- * Memory: the index of retained entries (term, segment, offset: ~40 B each) and of
+ * Memory: the index of retained entries (term, segment, offset, cached data: 48 B each) and of
  * configuration entries; entry data of the newest entries up to opts.tail_bytes (plus the
  * batch being written); older entries are read from the segment files (pread, CRC checked).
  * The retained entries are bounded by the caller's deletion (kv_wal_release) below
