@@ -79,6 +79,32 @@ static void seg_path(const kv_wal *w, const struct kv_wal_seg *s, char *buf, siz
     snprintf(buf, cap, "%s/%s", w->dir, name);
 }
 
+/* A bad record is a torn write only if part of it never reached the disk: then the part of
+ * it in one of the 512-byte sectors it covers reads as the zeros the space past the records
+ * always holds (preallocated, or re-zeroed by the cut at open). A bit flip at rest leaves no
+ * such sector: corruption, even in the last segment (etcd's rule, docs/raftlog.md
+ * "Recovery"). map[0..size) is the file; the record starts at off; its extent is its
+ * header's length, or the rest of the file when that is past the end. */
+static bool looks_torn(const uint8_t *map, uint64_t off, uint64_t size)
+{
+    uint64_t end = size;
+    if (size - off >= KV_WAL_HDR && off + KV_WAL_HDR + kv_wal_get32(map + off + 4) < end)
+        end = off + KV_WAL_HDR + kv_wal_get32(map + off + 4);
+    const uint64_t sector = 512;
+    for (uint64_t lo = off; lo < end;) {
+        uint64_t hi = (lo / sector + 1) * sector;
+        if (hi > end)
+            hi = end;
+        uint64_t i = lo;
+        while (i < hi && map[i] == 0)
+            i++;
+        if (i == hi)
+            return true;
+        lo = hi;
+    }
+    return false;
+}
+
 /* Reads every record of segments[k]; sets its size (end of records). */
 static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
 {
@@ -112,8 +138,8 @@ static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
         if (r == 1)
             break;
         if (r < 0) {
-            why = "bad record (CRC, length or type)";
-            torn_ok = true;
+            why = "bad record (CRC, length or type; no sector of it reads as unwritten)";
+            torn_ok = looks_torn(map, off, s->alloc);
             break;
         }
         rc = apply_rec(w, s, off, type, map + off + KV_WAL_HDR, len);

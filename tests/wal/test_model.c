@@ -1,8 +1,9 @@
 /* The WAL against a model (server/wal/): thousands of random operations (appends that
  * overwrite a conflicting suffix, hard states, snapshot markers inside and beyond the log,
- * syncs, segment deletion, reopen after a sync and "power loss" reopen that drops the unsynced
- * batch) with tiny segments and a tiny tail cache; after every reopen and every few steps the
- * whole log, the snapshot, the hard state and the configuration index must equal the model. */
+ * syncs, segment deletion, reopen after a sync, "power loss" reopen that drops the unsynced
+ * batch, and a power cut during a batch's write) with tiny segments and a tiny tail cache;
+ * after every reopen and every few steps the whole log, the snapshot, the hard state and the
+ * configuration index must equal the model. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,12 +167,11 @@ static void run(uint64_t seed, int steps)
                     continue; /* nothing was pending */
                 at = o2[nr];
             }
+            /* the sector holding the batch's start never reached the disk (its later
+             * sectors may have: stray bytes the open must clear) */
             wfx_close(&f);
-            wfx_flip(&f, seg, at + 13);
+            wfx_zero(&f, seg, at, (at / 512 + 1) * 512);
             wfx_open(&f, 4096, 256);
-            struct kv_wal_stats s;
-            kv_wal_stats(f.w, &s);
-            cr_assert_eq(s.torn_off, at);
             m = durable;
             reopens++;
             cut++;

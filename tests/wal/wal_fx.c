@@ -174,6 +174,33 @@ uint64_t wfx_max_index(wfx *f, const char *name)
     return max;
 }
 
+void wfx_zero(wfx *f, const char *name, uint64_t off, uint64_t end)
+{
+    static const uint8_t zero[4096];
+    int fd = open_seg(f, name, O_RDWR);
+    while (off < end) {
+        size_t n = end - off < sizeof zero ? (size_t)(end - off) : sizeof zero;
+        cr_assert_eq(pwrite(fd, zero, n, (off_t)off), (ssize_t)n);
+        off += n;
+    }
+    close(fd);
+}
+
+uint64_t wfx_tear(wfx *f, const char *name, uint64_t off)
+{
+    int fd = open_seg(f, name, O_RDONLY);
+    uint8_t h[12];
+    cr_assert_eq(pread(fd, h, 12, (off_t)off), 12);
+    close(fd);
+    uint64_t end =
+        off + 12 + ((uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7]);
+    uint64_t b = ((off + 12) / 512 + 1) * 512;
+    cr_assert_lt(b, end, "record at %llu (to %llu) crosses no sector boundary",
+                 (unsigned long long)off, (unsigned long long)end);
+    wfx_zero(f, name, b, end);
+    return b;
+}
+
 void wfx_flip(wfx *f, const char *name, uint64_t off)
 {
     int fd = open_seg(f, name, O_RDWR);

@@ -37,6 +37,12 @@ size_t wfx_segments(wfx *f, char names[][64], size_t max);
 size_t wfx_records(wfx *f, const char *name, uint64_t *offs, size_t max);
 /* Highest entry index recorded in a segment file (0: none). */
 uint64_t wfx_max_index(wfx *f, const char *name);
+/* A torn write of the record at off: the sectors (512 B) after the one it starts in never
+ * reached the disk, so its bytes from the first sector boundary past its header read as
+ * zeros (asserts the record crosses one). Returns that boundary. */
+uint64_t wfx_tear(wfx *f, const char *name, uint64_t off);
+/* Zeroes [off, end) of the file. */
+void wfx_zero(wfx *f, const char *name, uint64_t off, uint64_t end);
 /* XORs one byte of the file at off. */
 void wfx_flip(wfx *f, const char *name, uint64_t off);
 void wfx_pwrite(wfx *f, const char *name, uint64_t off, const void *buf, size_t len);
