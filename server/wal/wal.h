@@ -22,9 +22,10 @@
  * not hold its index with its term). Invariant: entries are contiguous from snap.index + 1.
  *
  * Recovery (kv_wal_open): every record is checked. A bad record (CRC, short, unknown type)
- * in the LAST segment is a torn write of a batch that was never synced, so never
- * acknowledged: the segment is cut there (the rest re-zeroed) and the log goes on. A bad
- * record in any other segment, a record breaking the invariant, or a missing segment is
+ * in the LAST segment with a sector that reads as unwritten zeros is a torn write of a batch
+ * that was never synced, so never acknowledged: the segment is cut there (the rest
+ * re-zeroed) and the log goes on. A bad record with every sector written (a bit flip), a
+ * bad record in any other segment, a record breaking the invariant, or a missing segment is
  * corruption: open fails with -EBADMSG and err names the segment file and the offset
  * (docs/LESSONS.md, lesson 7: a corrupt log is reported, never loaded).
  *
