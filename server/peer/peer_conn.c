@@ -152,6 +152,8 @@ write:
             return;
         }
         c->writing = 1;
+        if (c->peer)
+            kv_metric_add(c->peer->m_wire_sent, (int64_t)c->wlen);
         return;
     }
     if (!c->h2)
@@ -192,6 +194,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     }
     c->last_rx = uv_now(c->net->loop);
     c->missed_pings = 0;
+    if (c->peer)
+        kv_metric_add(c->peer->m_wire_recv, (int64_t)nread);
     /* an accepted h2c connection gets its session with its first bytes: a stranger that
      * sends nothing costs no HTTP/2 state and no write (server/peer/README.md) */
     if (!c->tls && !c->h2 && kv_peer_conn_session_new(c) != 0) {
@@ -481,6 +485,18 @@ void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now)
         now - c->created > (uint64_t)n->cfg.ping_interval_ms * PEER_MAX_MISSED_PINGS) {
         kv_peer_conn_close(c, "no handshake in time");
         return;
+    }
+    if (c->connected && c->h2 && c->peer && !c->rtt_token) {
+        /* etcd's round-trip prober (etcd_network_peer_round_trip_time_seconds): one PING per
+         * interval whether the connection is busy or idle; the ACK carries the token back */
+        uint64_t t = uv_hrtime();
+        uint8_t opaque[8];
+        for (int i = 0; i < 8; i++)
+            opaque[i] = (uint8_t)(t >> (56 - 8 * i));
+        if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, opaque) == 0) {
+            c->rtt_token = t;
+            kv_peer_conn_flush(c);
+        }
     }
     if (now - c->last_rx < n->cfg.ping_interval_ms)
         return;
