@@ -442,6 +442,14 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 300)
      * writes (fsync, commit, proposals), a keepalive stream, a failure */
     kvt_sleep_ms(2500);
     int f = a_follower(&c);
+    char wlog[PATH_MAX + 64];
+    snprintf(wlog, sizeof(wlog), "%s/watch.log", c.root.path);
+    kvt_proc w;
+    kvt_proc_init(&w, wlog);
+    const char *wargv[] = {c.ctl, "--endpoints", c.m[f].endpoint, "watch", "k", "--prefix", NULL};
+    const char *wenv[] = {"ETCDCTL_API=3", NULL};
+    cr_assert_eq(kvt_proc_spawn_env(&w, wargv, wenv), 0);
+    kvt_sleep_ms(500);
     for (int k = 0; k < 20; k++) {
         char key[32];
         snprintf(key, sizeof(key), "k%d", k);
@@ -454,6 +462,7 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 300)
     kvt_cmd_result_free(&res);
 
     kvt_sleep_ms(2000); /* two more scrapes: the rates cover the traffic */
+    kvt_proc_term(&w, 2000);
     /* every expression of etcd's dashboard returns data */
     snprintf(cmd, sizeof(cmd), "zcat %s/grafana.json.gz", ETCD_DOC);
     cr_assert_eq(run_sh(cmd, 10000, &res), 0);
@@ -468,6 +477,26 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 300)
         int r = prom_wait_data(pport, q, 30000, &body);
         cr_assert_eq(r, 1, "dashboard expression returns no data: %s\n%s", q, body ? body : "");
         fprintf(stderr, "grafana: %s -> %.200s\n", q, strstr(body, "\"result\""));
+        free(body);
+        free(exprs[k]);
+    }
+
+    /* and every expression of kvd's dashboard (etcd's plus kvd's histograms) */
+    const char *src = getenv("KV_SOURCE_DIR");
+    cr_assert_not_null(src);
+    snprintf(cmd, sizeof(cmd), "cat %s/packaging/grafana/kvd.json", src);
+    cr_assert_eq(run_sh(cmd, 10000, &res), 0);
+    cr_assert_eq(res.exit_code, 0, "%s", res.err);
+    ne = grafana_exprs(res.out, exprs, 64);
+    kvt_cmd_result_free(&res);
+    cr_assert_geq(ne, 25, "kvd.json: %d expressions", ne);
+    for (int k = 0; k < ne; k++) {
+        char q[4096];
+        subst_cluster(exprs[k], q, sizeof(q));
+        int r = prom_wait_data(pport, q, 30000, &body);
+        cr_assert_eq(r, 1, "kvd.json expression returns no data: %s\n%s", q, body ? body : "");
+        if (strstr(q, "kvd_"))
+            fprintf(stderr, "kvd.json: %s -> %.300s\n", q, strstr(body, "\"result\""));
         free(body);
         free(exprs[k]);
     }
