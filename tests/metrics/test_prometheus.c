@@ -252,6 +252,11 @@ Test(metrics, etcd_series_live, .timeout = 240)
     cr_assert_geq(metric_or_fail(&c, f, "kvd_lease_fwd_batch_renewals_count"), 1);
     cr_assert_geq(metric_or_fail(&c, f, "kvd_lease_fwd_batch_renewals_bucket{le=\"1\"}"), 1);
     cr_assert_geq(metric_or_fail(&c, f, "kvd_watch_event_delivery_lag_seconds_count"), 20);
+    /* a stopped follower: the leader's heartbeats to it cannot be sent */
+    double hb0 = metric_or_fail(&c, l, "etcd_server_heartbeat_send_failures_total");
+    cr_assert_eq(kvt_member_stop(&c, other, 5000), 0);
+    kvt_sleep_ms(1500);
+    cr_assert_gt(metric_or_fail(&c, l, "etcd_server_heartbeat_send_failures_total"), hb0);
     /* kvd's own series stay */
     metric_or_fail(&c, f, "kvd_has_leader");
     metric_or_fail(&c, f, "kvd_leader_changes_seen_total");
@@ -566,6 +571,24 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 300)
     free(body);
     cr_assert(no_leader, "etcdNoLeader is not pending/firing on the survivor");
     cr_assert(insufficient, "etcdInsufficientMembers is not pending/firing");
+    /* the survivor cannot complete a linearizable read or a write: both time out and count */
+    double slow0 = metric_or_fail(&c, survivor, "etcd_server_slow_read_indexes_total");
+    double failed0 = metric_or_fail(&c, survivor, "etcd_server_proposals_failed_total");
+    cr_assert_eq(kvt_ctl(&c, survivor, 30000, &res, "get", "k0", "--command-timeout=8s", NULL), 0);
+    cr_assert_neq(res.exit_code, 0, "a read without quorum succeeded: %s", res.out);
+    fprintf(stderr, "read without quorum: %s\n", res.err);
+    kvt_cmd_result_free(&res);
+    cr_assert_eq(
+        kvt_ctl(&c, survivor, 30000, &res, "put", "k0", "x", "--command-timeout=8s", NULL), 0);
+    cr_assert_neq(res.exit_code, 0, "a write without quorum succeeded: %s", res.out);
+    fprintf(stderr, "write without quorum: %s\n", res.err);
+    kvt_cmd_result_free(&res);
+    double slow1 = metric_or_fail(&c, survivor, "etcd_server_slow_read_indexes_total");
+    double failed1 = metric_or_fail(&c, survivor, "etcd_server_proposals_failed_total");
+    fprintf(stderr, "slow read indexes %g -> %g, failed proposals %g -> %g\n", slow0, slow1,
+            failed0, failed1);
+    cr_assert_gt(slow1, slow0);
+    cr_assert_gt(failed1, failed0);
     fprintf(stderr, "prometheus test: %llu ms\n", (unsigned long long)(kvt_now_ms() - t_start));
     kvt_proc_term(&prom, 5000);
     kvt_cluster_destroy(&c);
