@@ -257,6 +257,8 @@ Test(metrics, etcd_series_live, .timeout = 240)
     cr_assert_eq(kvt_member_stop(&c, other, 5000), 0);
     kvt_sleep_ms(1500);
     cr_assert_gt(metric_or_fail(&c, l, "etcd_server_heartbeat_send_failures_total"), hb0);
+    /* the registry holds every series: nothing refused at its bound */
+    cr_assert_eq(metric_or_fail(&c, f, "kvd_metrics_series_refused_total"), 0);
     /* kvd's own series stay */
     metric_or_fail(&c, f, "kvd_has_leader");
     metric_or_fail(&c, f, "kvd_leader_changes_seen_total");
@@ -578,8 +580,8 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 300)
     cr_assert_neq(res.exit_code, 0, "a read without quorum succeeded: %s", res.out);
     fprintf(stderr, "read without quorum: %s\n", res.err);
     kvt_cmd_result_free(&res);
-    cr_assert_eq(
-        kvt_ctl(&c, survivor, 30000, &res, "put", "k0", "x", "--command-timeout=8s", NULL), 0);
+    cr_assert_eq(kvt_ctl(&c, survivor, 30000, &res, "put", "k0", "x", "--command-timeout=8s", NULL),
+                 0);
     cr_assert_neq(res.exit_code, 0, "a write without quorum succeeded: %s", res.out);
     fprintf(stderr, "write without quorum: %s\n", res.err);
     kvt_cmd_result_free(&res);
