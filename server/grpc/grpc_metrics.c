@@ -20,7 +20,9 @@
 #define N_CODES 17
 
 struct kv_grpc_mm {
-    char labels[KV_GRPC_MAX_PATH + 96]; /* grpc_type=..,grpc_service=..,grpc_method=.. */
+    /* grpc_method=..,grpc_service=..,grpc_type=..: sorted by name, as Go's client renders
+     * them (etcd's e2e tests match the text) */
+    char labels[KV_GRPC_MAX_PATH + 96];
     kv_metric *started;
     kv_metric *handled[N_CODES];
     kv_metric *handling;
@@ -53,15 +55,15 @@ static void make_labels(struct kv_grpc_mm *mm, const kv_grpc_method *m)
 {
     if (!m) {
         snprintf(mm->labels, sizeof(mm->labels),
-                 "grpc_type=\"unary\",grpc_service=\"unknown\",grpc_method=\"unknown\"");
+                 "grpc_method=\"unknown\",grpc_service=\"unknown\",grpc_type=\"unary\"");
         return;
     }
     const char *p = m->path[0] == '/' ? m->path + 1 : m->path;
     const char *slash = strrchr(p, '/');
     int svc = slash ? (int)(slash - p) : 0;
     snprintf(mm->labels, sizeof(mm->labels),
-             "grpc_type=\"%s\",grpc_service=\"%.*s\",grpc_method=\"%s\"", grpc_type(m), svc, p,
-             slash ? slash + 1 : p);
+             "grpc_method=\"%s\",grpc_service=\"%.*s\",grpc_type=\"%s\"", slash ? slash + 1 : p,
+             svc, p, grpc_type(m));
 }
 
 int kv_grpc_metrics_init(kv_grpc_server *s)
@@ -84,7 +86,7 @@ int kv_grpc_metrics_init(kv_grpc_server *s)
                                          "Total number of RPCs started on the server.", mm->labels);
         for (int c = 0; c < N_CODES; c++) {
             char l[sizeof(mm->labels) + 40];
-            snprintf(l, sizeof(l), "%s,grpc_code=\"%s\"", mm->labels, code_names[c]);
+            snprintf(l, sizeof(l), "grpc_code=\"%s\",%s", code_names[c], mm->labels);
             mm->handled[c] = kv_metrics_counter(
                 m, "grpc_server_handled_total",
                 "Total number of RPCs completed on the server, regardless of success or failure.",

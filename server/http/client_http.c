@@ -89,8 +89,8 @@ static void http_end(hconn *hc, int status)
     hc->http_method = -1;
     if (status >= 400) {
         char l[64];
-        snprintf(l, sizeof(l), "method=\"%s\",code=\"%d\"", http_methods[i],
-                 status < 600 ? status : 599);
+        snprintf(l, sizeof(l), "code=\"%d\",method=\"%s\"", status < 600 ? status : 599,
+                 http_methods[i]);
         kv_metric_inc(kv_metrics_counter(
             h->cfg.metrics, "etcd_http_failed_total",
             "Counter of handle failures of requests (non-watches), by method (GET/PUT etc.) and "
