@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cl_util.h"
+#include "grpc_raw.h"
 #include "kvt_cluster.h"
 #include "kvt_proc.h"
 #include "kvt_util.h"
@@ -257,6 +258,42 @@ Test(metrics, etcd_series_live, .timeout = 240)
     cr_assert_eq(kvt_member_stop(&c, other, 5000), 0);
     kvt_sleep_ms(1500);
     cr_assert_gt(metric_or_fail(&c, l, "etcd_server_heartbeat_send_failures_total"), hb0);
+    /* no label value comes from the client: calls to paths kvd does not serve fold into one
+     * "unknown" method; after the first (its series appear), 50 more add no series */
+    char *before = NULL, *after = NULL;
+    const char *unknown = "grpc_method=\"unknown\",grpc_service=\"unknown\",grpc_type=\"unary\"";
+    snprintf(s, sizeof(s), "grpc_server_started_total{%s}", unknown);
+    double unk0 = metric_or_fail(&c, f, s);
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", c.m[f].client_port, 5000), 0);
+    for (int k = 0; k < 51; k++) {
+        if (k == 1)
+            cr_assert_eq(kvt_member_metrics(&c, f, &before), 0);
+        char path[64], msg[128];
+        snprintf(path, sizeof(path), k % 2 ? "/etcdserverpb.KV/Nope%d" : "/x%d.Y/Z", k);
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        int gst = -1;
+        msg[0] = 0;
+        int rc = kv_it_grpc_call(g, path, NULL, 0, &resp, &rlen, 5000, &gst, msg, sizeof(msg));
+        free(resp);
+        cr_assert_geq(rc, 0, "%s: %d", path, rc);
+        cr_assert_eq(gst, 12 /* UNIMPLEMENTED */, "%s: %d %s", path, gst, msg);
+    }
+    kv_it_grpc_close(g);
+    cr_assert_eq(metric_or_fail(&c, f, s), unk0 + 51);
+    snprintf(s, sizeof(s), "grpc_server_handled_total{grpc_code=\"Unimplemented\",%s}", unknown);
+    cr_assert_geq(metric_or_fail(&c, f, s), 51);
+    cr_assert_eq(kvt_member_metrics(&c, f, &after), 0);
+    size_t n_before = 0, n_after = 0;
+    for (const char *p = before; (p = strchr(p, '\n')); p++)
+        n_before++;
+    for (const char *p = after; (p = strchr(p, '\n')); p++)
+        n_after++;
+    cr_assert_eq(n_after, n_before, "series lines %zu -> %zu", n_before, n_after);
+    cr_assert_null(strstr(after, "Nope"));
+    free(before);
+    free(after);
     /* the registry holds every series: nothing refused at its bound */
     cr_assert_eq(metric_or_fail(&c, f, "kvd_metrics_series_refused_total"), 0);
     /* kvd's own series stay */
