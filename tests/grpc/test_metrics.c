@@ -1,6 +1,7 @@
 /* Unit tests: the Prometheus registry. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,5 +241,42 @@ Test(metrics, histogram_bounds_and_conflicts)
     kv_metric_observe(NULL, 1); /* no-op */
     kv_metric_observe(kv_metrics_counter(m, "c2", "", NULL), 1);
     cr_assert_eq(kv_metric_value(kv_metrics_counter(m, "c2", "", NULL)), 0);
+    kv_metrics_free(m);
+}
+
+struct observer_arg {
+    kv_metric *h;
+    int n;
+};
+
+static void *observer(void *p)
+{
+    struct observer_arg *a = p;
+    for (int i = 0; i < a->n; i++)
+        kv_metric_observe(a->h, (i & 1) ? 0.5 : 2.0);
+    return NULL;
+}
+
+/* Worker threads time their own disk work (metrics.h): concurrent observations are all kept. */
+Test(metrics, histogram_observe_from_threads)
+{
+    kv_metrics *m;
+    cr_assert_eq(kv_metrics_new(&m, 0), 0);
+    double b[2] = {1, 4};
+    kv_metric *h = kv_metrics_histogram(m, "h_seconds", "", NULL, b, 2);
+    cr_assert_not_null(h);
+    pthread_t t[4];
+    struct observer_arg a = {h, 100000};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, observer, &a), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(kv_metric_hist_count(h), 400000);
+    cr_assert_float_eq(kv_metric_hist_sum(h), 200000 * 0.5 + 200000 * 2.0, 1e-6);
+    char *out;
+    cr_assert_eq(kv_metrics_render(m, &out, NULL), 0);
+    cr_assert(strstr(out, "h_seconds_bucket{le=\"1\"} 200000\n"), "%s", out);
+    cr_assert(strstr(out, "h_seconds_bucket{le=\"4\"} 400000\n"), "%s", out);
+    free(out);
     kv_metrics_free(m);
 }
