@@ -8,8 +8,10 @@ PKGS=(build-essential cmake pkg-config git curl procps iproute2
       etcd-client etcd-server)
 # --with-test-extras (used by .ci/run): what only some tests need. golang-go and Debian's Go
 # etcd sources (~900 MB) let tests/go build a clientv3/concurrency program offline.
+# prometheus (and promtool): tests/metrics runs its own server on a free port with a temp
+# config and storage; policy-rc.d below keeps the package's service from starting.
 if [ "${1:-}" = "--with-test-extras" ]; then
-  PKGS+=(golang-go golang-etcd-server-dev)
+  PKGS+=(golang-go golang-etcd-server-dev prometheus)
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -20,7 +22,8 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  # policy-rc.d keeps the etcd-server package from starting a system etcd on :2379.
+  # policy-rc.d keeps the etcd-server package from starting a system etcd on :2379 (and
+  # prometheus a system Prometheus on :9090).
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
     $SUDO chmod +x /usr/sbin/policy-rc.d

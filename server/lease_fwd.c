@@ -11,6 +11,7 @@
 #include "raft.pb-c.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct fwd_owner {
 typedef struct fwd_waiter {
     struct fwd_waiter *next;
     fwd_owner *o;
+    uint64_t t0_ns; /* receipt (kvd_lease_renewal_duration_seconds) */
     kv_lease_fwd_renew_fn done;
 } fwd_waiter;
 
@@ -92,6 +94,7 @@ struct kv_lease_fwd {
     size_t n_held;                /* bounded by max_pending */
     kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
     kv_metric *m_coalesced, *m_held_refused;
+    kv_metric *m_renew_latency, *m_batch_size; /* histograms (docs/metrics.md "Leases") */
 };
 
 /* ---- the id index of pending renewals (chained, grows at load 1) ---- */
@@ -240,6 +243,8 @@ static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, 
         if (w->done(call, id, status, ttl)) {
             kv_grpc_call_set_data(call, NULL);
             o->call = NULL;
+        } else if (status >= 0) { /* answered */
+            kv_metric_observe(f->m_renew_latency, (double)(uv_hrtime() - w->t0_ns) / 1e9);
         }
     }
     owner_put(f, o);
@@ -396,6 +401,8 @@ static int batch_send(kv_lease_fwd *f, fwd_batch *b, uint64_t leader)
         b->leader = leader;
         kv_metric_inc(f->m_batches);
         kv_metric_add(f->m_fwd, (int64_t)b->n);
+        if (nr)
+            kv_metric_observe(f->m_batch_size, (double)nr);
     }
 out:
     free(ids);
@@ -687,6 +694,7 @@ static int waiter_add(kv_lease_fwd *f, fwd_renew *r, fwd_owner *o, kv_lease_fwd_
         return -ENOMEM;
     w->o = o;
     w->done = done;
+    w->t0_ns = uv_hrtime();
     w->next = r->waiters;
     r->waiters = w;
     o->pending++;
@@ -830,11 +838,30 @@ static double gauge_held(void *arg)
     return (double)((const kv_lease_fwd *)arg)->n_held;
 }
 
+kv_metric *kv_lease_renewal_histogram(kv_metrics *m, const char *path)
+{
+    double b[17];
+    kv_metrics_exp_buckets(b, 0.0001, 2, 17); /* 100 us .. 6.6 s */
+    char l[48];
+    snprintf(l, sizeof(l), "path=\"%s\"", path);
+    return kv_metrics_histogram(m, "kvd_lease_renewal_duration_seconds",
+                                "LeaseKeepAlive renewals from receipt to answer on this member, by "
+                                "path (local lessor or forwarded to the leader).",
+                                l, b, 17);
+}
+
 static void register_metrics(kv_lease_fwd *f)
 {
     kv_metrics *m = f->s->metrics;
     if (m == NULL)
         return;
+    f->m_renew_latency = kv_lease_renewal_histogram(m, "forwarded");
+    double bs[14];
+    kv_metrics_exp_buckets(bs, 1, 2, 14); /* 1 .. 8192 (BATCH_MAX_ITEMS) */
+    f->m_batch_size = kv_metrics_histogram(
+        m, "kvd_lease_fwd_batch_renewals",
+        "Renewals per peer frame a follower forwards to the leader (LeaseRenewBatch).", NULL, bs,
+        14);
     f->m_fwd = kv_metrics_counter(m, "kvd_lease_fwd_renewals_total",
                                   "Renewals and TimeToLive queries forwarded to the leader.", NULL);
     f->m_batches = kv_metrics_counter(m, "kvd_lease_fwd_batches_total",

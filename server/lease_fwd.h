@@ -122,4 +122,10 @@ int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
  * number of requests answered or a negative errno. */
 int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse);
 
+/* kvd_lease_renewal_duration_seconds{path=...} (docs/metrics.md "Leases"): one LeaseKeepAlive
+ * renewal from its receipt to its answer on this member. path is "local" (answered from this
+ * member's lessor) or "forwarded" (through the forwarder: a follower's renewal answered by the
+ * leader, or a new leader's held until it may answer). Loop thread. */
+struct kv_metric *kv_lease_renewal_histogram(kv_metrics *m, const char *path);
+
 #endif

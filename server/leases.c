@@ -2,6 +2,7 @@
 
 #include "api/internal_req.h"
 #include "lease/lessor.h"
+#include "lease_fwd.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -104,6 +105,7 @@ static void register_metrics(kv_server *s)
     s->m_keepalives =
         kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
                            "Lease renewals received on LeaseKeepAlive streams.", NULL);
+    s->m_renew_local = kv_lease_renewal_histogram(m, "local");
     kv_metrics_counter_fn(m, "kvd_lease_expired_total",
                           "Leases found expired and proposed for revocation.", gauge_expired_total,
                           s);

@@ -4,6 +4,7 @@
  * member exactly as kvd builds it.
  */
 #include "server.h"
+#include "etcd_metrics.h"
 #include "tls_setup.h"
 
 #include "lease_fwd.h"
@@ -292,6 +293,9 @@ int kv_server_start_core(kv_server *s)
     rc = kv_auth_start(s, &s->auth);
     if (rc < 0)
         goto fail;
+    rc = kv_etcd_metrics_start(s);
+    if (rc < 0)
+        goto fail;
     kv_node_set_auth_hook(s->node, kv_auth_on_applied, s); /* replicated tokens */
     return 0;
 fail:
@@ -301,6 +305,7 @@ fail:
 
 void kv_server_stop_core(kv_server *s)
 {
+    kv_etcd_metrics_stop(s);
     kv_corrupt_stop(s);
     if (s->node)
         kv_node_set_auth_hook(s->node, NULL, NULL);

@@ -27,21 +27,24 @@ typedef struct kv_server {
     kv_store *store;
     kv_node *node;
     struct kv_lessor *lessor;
-    uint64_t keepalive_requests;    /* renewals received over LeaseKeepAlive streams */
-    struct kv_metric *m_keepalives; /* kvd_lease_keepalive_requests_total */
-    struct kv_read_pool *read_pool; /* reader threads for Range/HashKV (NULL: inline) */
-    struct kv_watch_hub *watch;     /* Watch service state (server/watch/watch_hub.h) */
-    struct kv_peer_net *peers;      /* peer transport (server/peer/peer_net.h); NULL alone */
+    uint64_t keepalive_requests;     /* renewals received over LeaseKeepAlive streams */
+    struct kv_metric *m_keepalives;  /* kvd_lease_keepalive_requests_total */
+    struct kv_metric *m_renew_local; /* kvd_lease_renewal_duration_seconds{path="local"} */
+    struct kv_read_pool *read_pool;  /* reader threads for Range/HashKV (NULL: inline) */
+    struct kv_watch_hub *watch;      /* Watch service state (server/watch/watch_hub.h) */
+    struct kv_peer_net *peers;       /* peer transport (server/peer/peer_net.h); NULL alone */
     int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
     struct kv_lease_fwd *lease_fwd; /* follower renewals forwarded to the leader (lease_fwd.h) */
     struct kv_corrupt *corrupt;     /* HashKV comparisons (corrupt/corrupt_check.h) */
     struct kv_auth *auth;           /* tokens and password hash worker (api/auth_srv.h) */
+    struct kv_etcd_metrics *etcd_metrics; /* member-level etcd series (etcd_metrics.h) */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer
- * transport (when the cluster has other members), the lessor, the reader pool and the watch hub, configured from s->cfg. Preconditions: s->loop, s->cfg, s->id,
- * s->metrics and an open s->store are set; the rest is zero. On error everything it started
- * is stopped again (kv_server_stop_core) and a negative errno is returned. */
+ * transport (when the cluster has other members), the lessor, the reader pool and the watch hub,
+ * configured from s->cfg. Preconditions: s->loop, s->cfg, s->id, s->metrics and an open s->store
+ * are set; the rest is zero. On error everything it started is stopped again (kv_server_stop_core)
+ * and a negative errno is returned. */
 int kv_server_start_core(kv_server *s);
 /* Stops what kv_server_start_core started (any part of it; idempotent), in reverse order:
  * queued writes fail, reader threads are joined, handles close on the loop (run the loop

@@ -24,6 +24,7 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_tls.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_local.c)

@@ -142,6 +142,7 @@ static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
 static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
+    uint64_t t0 = uv_hrtime(); /* receipt (kvd_lease_renewal_duration_seconds) */
     Etcdserverpb__LeaseKeepAliveRequest *req = (Etcdserverpb__LeaseKeepAliveRequest *)kv_pb_unpack(
         &etcdserverpb__lease_keep_alive_request__descriptor, msg, len);
     if (req == NULL) {
@@ -183,6 +184,8 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
         ttl = 0; /* unknown or expired: TTL 0, as etcd */
     if (ka_send(call, id, ttl) < 0)
         ka_end(s, call, KV_ERR_KEEPALIVE_BACKLOG);
+    else
+        kv_metric_observe(s->m_renew_local, (double)(uv_hrtime() - t0) / 1e9);
 }
 
 static void on_keepalive_half_close(kv_grpc_call *call)

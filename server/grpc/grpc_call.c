@@ -224,7 +224,7 @@ static int finish_internal(kv_grpc_call *call, int http_status, int status, cons
     call->status = status;
     if (!call->counted) {
         call->counted = 1;
-        kv_grpc_srv_count_request(s, call->method, status);
+        kv_grpc_srv_count_request(s, call, status);
     }
     kv_grpc_srv_deadline_remove(call);
     remove_from_resume(call);
@@ -284,6 +284,7 @@ static void route(kv_grpc_call *call)
             call->method = &s->methods[i];
             for (const char *const *p = s->cfg.priority_methods; p && *p && !call->priority; p++)
                 call->priority = strcmp(*p, path) == 0;
+            kv_grpc_metrics_started(call);
             return;
         }
     }
@@ -369,6 +370,7 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
 static int deliver_msg(void *arg, const uint8_t *msg, size_t len)
 {
     kv_grpc_call *call = arg;
+    kv_grpc_metrics_bytes(call->conn->srv, 0, len);
     if (!call->method->streaming) {
         if (call->n_msgs++ > 0) {
             kv_grpc_call_fail(call, KV_GRPC_INTERNAL,
@@ -572,7 +574,7 @@ void kv_grpc_call_on_stream_close(kv_grpc_call *call)
         call->finished = 1;
         if (!call->counted) {
             call->counted = 1;
-            kv_grpc_srv_count_request(c->srv, call->method, KV_GRPC_CANCELLED);
+            kv_grpc_srv_count_request(c->srv, call, KV_GRPC_CANCELLED);
         }
     }
     kv_grpc_srv_deadline_remove(call);
@@ -603,7 +605,7 @@ void kv_grpc_call_on_conn_close(kv_grpc_call *call)
     call->app_done = 1;
     if (!call->counted) {
         call->counted = 1;
-        kv_grpc_srv_count_request(call->conn->srv, call->method, KV_GRPC_CANCELLED);
+        kv_grpc_srv_count_request(call->conn->srv, call, KV_GRPC_CANCELLED);
     }
 }
 
@@ -731,6 +733,7 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return -ENOMEM;
     }
     c->out_app_bytes += 5 + len;
+    kv_grpc_metrics_bytes(s, len, 0);
     if (before == 0)
         call->out_progress = uv_now(s->loop);
     kv_grpc_conn_sync(c);
@@ -770,7 +773,7 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
         call->finished = 1;
         if (!call->counted) {
             call->counted = 1;
-            kv_grpc_srv_count_request(c->srv, call->method, KV_GRPC_CANCELLED);
+            kv_grpc_srv_count_request(c->srv, call, KV_GRPC_CANCELLED);
         }
     }
     kv_grpc_srv_deadline_remove(call);
@@ -807,7 +810,7 @@ int kv_grpc_call_abort(kv_grpc_call *call)
     call->app_owned = 1;
     if (!call->counted) {
         call->counted = 1;
-        kv_grpc_srv_count_request(call->conn->srv, call->method, KV_GRPC_INTERNAL);
+        kv_grpc_srv_count_request(call->conn->srv, call, KV_GRPC_INTERNAL);
     }
     kv_grpc_call_reset(call, NGHTTP2_INTERNAL_ERROR, call->conn->srv->m_reset_undeliverable);
     return 0;

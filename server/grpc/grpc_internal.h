@@ -56,6 +56,7 @@ struct kv_grpc_call {
     unsigned counted : 1; /* requests_total incremented */
     unsigned reset : 1;   /* the transport reset the stream (RST_STREAM); outq dropped */
     uint64_t deadline;
+    uint64_t t_start_ns; /* uv_hrtime() when started (grpc_metrics.c); 0: not yet */
     int status;
     char *status_msg; /* percent-encoded */
     kv_grpc_deframer df;
@@ -115,8 +116,8 @@ struct kv_grpc_conn {
     kv_grpc_conn *next, *prev;             /* srv->conns */
     kv_grpc_conn *dirty_next, *dirty_prev; /* srv->dirty */
     /* (client port HTTP/1, grpc_http1.h) protocol detection and the HTTP/1 handler's state */
-    void *http1;      /* non-NULL: an HTTP/1.x connection (no nghttp2 traffic) */
-    uint8_t pre[24];  /* first bytes while they still match the HTTP/2 preface */
+    void *http1;     /* non-NULL: an HTTP/1.x connection (no nghttp2 traffic) */
+    uint8_t pre[24]; /* first bytes while they still match the HTTP/2 preface */
     uint8_t npre;
     unsigned detected : 1;
 };
@@ -166,6 +167,8 @@ struct kv_grpc_server {
         *m_close_ping_timeout, *m_close_stalled;
     kv_metric *m_reset_stalled, *m_reset_cap, *m_reset_undeliverable;
     kv_metric *m_gated_total, *m_window_withheld;
+    struct kv_grpc_mm *mm; /* n_methods + 1 (unknown) per-method series (grpc_metrics.c) */
+    kv_metric *m_grpc_sent, *m_grpc_recv;
     const struct kv_grpc_http1_ops *http1_ops; /* grpc_http1.h; NULL: HTTP/2 only */
     void *http1_arg;
 };
@@ -176,7 +179,15 @@ void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c);
 void kv_grpc_srv_deadline_add(kv_grpc_call *call);
 void kv_grpc_srv_deadline_remove(kv_grpc_call *call);
 void kv_grpc_srv_conn_freed(kv_grpc_server *s);
-void kv_grpc_srv_count_request(kv_grpc_server *s, const kv_grpc_method *m, int status);
+void kv_grpc_srv_count_request(kv_grpc_server *s, kv_grpc_call *call, int status);
+/* grpc_metrics.c (etcd's gRPC series; docs/metrics.md) */
+int kv_grpc_metrics_init(kv_grpc_server *s);
+void kv_grpc_metrics_free(kv_grpc_server *s);
+/* The call was routed (or refused): counts grpc_server_started_total once, starts its clock. */
+void kv_grpc_metrics_started(kv_grpc_call *call);
+/* The call's final status: grpc_server_handled_total and grpc_server_handling_seconds. */
+void kv_grpc_metrics_handled(kv_grpc_call *call, int status);
+void kv_grpc_metrics_bytes(kv_grpc_server *s, size_t sent, size_t received);
 void kv_grpc_list_push(kv_grpc_conn_list *l, kv_grpc_conn *c);
 void kv_grpc_list_remove(kv_grpc_conn_list *l, kv_grpc_conn *c);
 /* Process-wide cap: resets stalled outbound streams (largest first) until need more bytes

@@ -136,6 +136,7 @@ int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sin
     call->started = 1;
     call->local = sink;
     call->local_arg = arg;
+    kv_grpc_metrics_started(call);
     *out = call;
     return 0;
 }
@@ -204,8 +205,7 @@ int kv_grpc_local_finish(kv_grpc_call *call, int status, const char *msg)
     call->finished = 1;
     if (!call->counted) {
         call->counted = 1;
-        kv_grpc_srv_count_request(call->conn->srv, call->method,
-                                  status < 0 ? KV_GRPC_INTERNAL : status);
+        kv_grpc_srv_count_request(call->conn->srv, call, status < 0 ? KV_GRPC_INTERNAL : status);
     }
     /* Last: the sink may free the call. */
     call->local->finish(call->local_arg, status, msg);
@@ -221,7 +221,7 @@ void kv_grpc_local_free(kv_grpc_call *call)
         call->finished = 1;
         if (!call->counted) {
             call->counted = 1;
-            kv_grpc_srv_count_request(call->conn->srv, call->method, KV_GRPC_CANCELLED);
+            kv_grpc_srv_count_request(call->conn->srv, call, KV_GRPC_CANCELLED);
         }
         if (call->method->on_cancel)
             call->method->on_cancel(call);

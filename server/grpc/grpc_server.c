@@ -403,10 +403,12 @@ static double conns_gated(void *arg)
     return n;
 }
 
-void kv_grpc_srv_count_request(kv_grpc_server *s, const kv_grpc_method *m, int status)
+void kv_grpc_srv_count_request(kv_grpc_server *s, kv_grpc_call *call, int status)
 {
     if (!s->metrics)
         return;
+    const kv_grpc_method *m = call->method;
+    kv_grpc_metrics_handled(call, status);
     /* Only method paths from our own table become label values (bounded cardinality). */
     char labels[KV_GRPC_MAX_PATH + 64];
     snprintf(labels, sizeof(labels), "method=\"%s\",code=\"%s\"", m ? m->path : "unknown",
@@ -428,6 +430,8 @@ static void register_metrics(kv_grpc_server *s)
     kv_metrics *m = s->metrics;
     if (!m)
         return;
+    if (kv_grpc_metrics_init(s) < 0)
+        fprintf(stderr, "kvd: warning: out of memory: no per-method gRPC metrics\n");
     s->m_conn_open =
         kv_metrics_gauge(m, "kvd_grpc_connections_open", "Open gRPC connections.", NULL);
     s->m_conn_total =
@@ -696,6 +700,7 @@ static void maybe_finalize(kv_grpc_server *s)
     void *arg = s->close_arg;
     nghttp2_option_del(s->opt);
     nghttp2_session_callbacks_del(s->cbs);
+    kv_grpc_metrics_free(s);
     free(s->rbuf);
     free(s);
     if (cb)

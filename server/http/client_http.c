@@ -26,12 +26,20 @@ typedef struct health_req {
     struct health_req *next, *prev; /* h->health_list while hc != NULL */
 } health_req;
 
+/* The label values of etcd_http_*: the methods etcd's client port answers, then the rest. */
+static const char *const http_methods[] = {"GET",  "PUT",     "POST", "DELETE",
+                                           "HEAD", "OPTIONS", "other"};
+#define N_HTTP_METHODS (sizeof(http_methods) / sizeof(http_methods[0]))
+
 struct kv_client_http {
     kv_client_http_config cfg;
     uv_loop_t *loop;
     uv_timer_t timer; /* health timeouts */
     health_req *health_list;
     kv_metric *m_requests, *m_bad;
+    /* etcd's series (docs/metrics.md "Client HTTP"): per HTTP method of a fixed set */
+    kv_metric *m_received[N_HTTP_METHODS], *m_success[N_HTTP_METHODS];
+    kv_metric *m_health_ok, *m_health_fail;
 };
 
 enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM };
@@ -54,12 +62,48 @@ struct hconn {
     int got_resp;
     int head_method;   /* HEAD: no body */
     int sent_continue; /* "100 Continue" written for the request being received */
+    int http_method;   /* index in http_methods of the request being answered; -1: none */
+    uint64_t t0_ns;    /* when it was complete (etcd_http_successful_duration_seconds) */
 };
 
 /* ---- output ---- */
 
+/* The request is complete: etcd_http_received_total. */
+static void http_begin(hconn *hc, const char *method)
+{
+    size_t i = 0;
+    while (i + 1 < N_HTTP_METHODS && strcmp(http_methods[i], method) != 0)
+        i++;
+    hc->http_method = (int)i;
+    hc->t0_ns = uv_hrtime();
+    kv_metric_inc(hc->h->m_received[i]);
+}
+
+/* Its response head: etcd_http_failed_total (status >= 400, by status) or the duration. */
+static void http_end(hconn *hc, int status)
+{
+    kv_client_http *h = hc->h;
+    int i = hc->http_method;
+    if (i < 0 || !h->cfg.metrics)
+        return;
+    hc->http_method = -1;
+    if (status >= 400) {
+        char l[64];
+        snprintf(l, sizeof(l), "code=\"%d\",method=\"%s\"", status < 600 ? status : 599,
+                 http_methods[i]);
+        kv_metric_inc(kv_metrics_counter(
+            h->cfg.metrics, "etcd_http_failed_total",
+            "Counter of handle failures of requests (non-watches), by method (GET/PUT etc.) and "
+            "code (400, 500 etc.).",
+            l));
+        return;
+    }
+    kv_metric_observe(h->m_success[i], (double)(uv_hrtime() - hc->t0_ns) / 1e9);
+}
+
 static void write_head(hconn *hc, int status, const char *ctype, long long len, int chunked)
 {
+    http_end(hc, status);
     char head[512];
     /* etcd's client port wraps every HTTP handler in its CORS handler */
     int n = snprintf(head, sizeof(head),
@@ -109,6 +153,7 @@ static void respond_close(hconn *hc, int status, const char *text)
 
 static void respond_health(hconn *hc, int ok, const char *reason)
 {
+    kv_metric_inc(ok ? hc->h->m_health_ok : hc->h->m_health_fail);
     if (ok) {
         static const char body[] = "{\"health\":\"true\"}";
         respond(hc, 200, HEALTH_CTYPE, body, sizeof(body) - 1);
@@ -600,6 +645,7 @@ static long take_request(hconn *hc)
     hc->sent_continue = 0;
     /* a complete request */
     kv_metric_inc(h->m_requests);
+    http_begin(hc, method);
     kv_grpc_http1_waiting(hc->c, 0);
     const char *body = hc->in + head_len;
     hc->head_method = strcmp(method, "HEAD") == 0;
@@ -674,6 +720,7 @@ static void *on_open(void *arg, kv_grpc_conn *c)
     hc->h = arg;
     hc->c = c;
     hc->keep_alive = 1;
+    hc->http_method = -1;
     return hc;
 }
 
@@ -764,6 +811,25 @@ int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, u
         h->m_bad = kv_metrics_counter(
             cfg->metrics, "kvd_client_http_rejected_total",
             "HTTP/1.x requests on the client port refused as malformed or over a bound.", NULL);
+        double b[13];
+        kv_metrics_exp_buckets(b, 0.0005, 2,
+                               13); /* etcd v2http: ExponentialBuckets(0.0005, 2, 13) */
+        for (size_t i = 0; i < N_HTTP_METHODS; i++) {
+            char l[48];
+            snprintf(l, sizeof(l), "method=\"%s\"", http_methods[i]);
+            h->m_received[i] = kv_metrics_counter(
+                cfg->metrics, "etcd_http_received_total",
+                "Counter of requests received into the system (successfully parsed and authd).", l);
+            h->m_success[i] = kv_metrics_histogram(
+                cfg->metrics, "etcd_http_successful_duration_seconds",
+                "Bucketed histogram of processing time (s) of successfully handled requests "
+                "(non-watches), by method (GET/PUT etc.).",
+                l, b, 13);
+        }
+        h->m_health_ok = kv_metrics_counter(cfg->metrics, "etcd_server_health_success",
+                                            "The total number of successful health checks", NULL);
+        h->m_health_fail = kv_metrics_counter(cfg->metrics, "etcd_server_health_failures",
+                                              "The total number of failed health checks", NULL);
     }
     *out = h;
     return 0;

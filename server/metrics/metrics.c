@@ -4,11 +4,21 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_COUNTER, K_GAUGE, K_GAUGE_FN, K_COUNTER_FN };
+enum kind { K_COUNTER, K_GAUGE, K_GAUGE_FN, K_COUNTER_FN, K_HISTOGRAM };
+
+/* Histogram state: per-bucket (non-cumulative) counts, the last one for +Inf; the sum is a
+ * double kept as its bits so that kv_metric_observe can update it from any thread. */
+struct hist {
+    size_t n_bounds;
+    double bounds[KV_METRICS_MAX_BUCKETS];
+    _Atomic uint64_t counts[KV_METRICS_MAX_BUCKETS + 1];
+    _Atomic uint64_t sum_bits;
+};
 
 struct kv_metric {
     enum kind kind;
@@ -20,6 +30,7 @@ struct kv_metric {
     double dval;
     double (*fn)(void *);
     void *arg;
+    struct hist *hist; /* K_HISTOGRAM only */
 };
 
 struct kv_metrics {
@@ -92,6 +103,7 @@ void kv_metrics_free(kv_metrics *m)
         free(m->series[i]->name);
         free(m->series[i]->labels);
         free(m->series[i]->help);
+        free(m->series[i]->hist);
         free(m->series[i]);
     }
     free(m->series);
@@ -112,6 +124,14 @@ static uint32_t *find_slot(kv_metrics *m, const char *name, const char *labels)
             return slot;
         i = (i + 1) & m->index_mask;
     }
+}
+
+/* Rebuilds the index (after the last series was removed: open addressing has no tombstones). */
+static void rehash_after_delete(kv_metrics *m)
+{
+    memset(m->index, 0, (m->index_mask + 1) * sizeof(*m->index));
+    for (size_t i = 0; i < m->n; i++)
+        *find_slot(m, m->series[i]->name, m->series[i]->labels) = (uint32_t)(i + 1);
 }
 
 static int family_kind_conflict(kv_metrics *m, const char *name, enum kind kind)
@@ -220,6 +240,107 @@ int kv_metrics_counter_fn(kv_metrics *m, const char *name, const char *help,
     return 0;
 }
 
+static int valid_bounds(const double *bounds, size_t n)
+{
+    if (!bounds || n == 0 || n > KV_METRICS_MAX_BUCKETS)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1]))
+            return 0;
+    }
+    return 1;
+}
+
+/* The bounds of the family `name`, or NULL when it has no histogram series yet. */
+static const struct hist *family_hist(kv_metrics *m, const char *name)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->series[i]->hist && strcmp(m->series[i]->name, name) == 0)
+            return m->series[i]->hist;
+    }
+    return NULL;
+}
+
+kv_metric *kv_metrics_histogram(kv_metrics *m, const char *name, const char *help,
+                                const char *labels, const double *bounds, size_t n_bounds)
+{
+    int err;
+    if (!m || !valid_bounds(bounds, n_bounds))
+        return NULL;
+    const struct hist *fam = family_hist(m, name ? name : "");
+    size_t before = m->n;
+    kv_metric *x = get_or_create(m, K_HISTOGRAM, name, help, labels, &err);
+    if (!x || m->n == before)
+        return x; /* refused, or an existing series (keeps its bounds) */
+    if (fam &&
+        (fam->n_bounds != n_bounds || memcmp(fam->bounds, bounds, n_bounds * sizeof(*bounds)) != 0))
+        goto undo;
+    x->hist = calloc(1, sizeof(*x->hist));
+    if (!x->hist)
+        goto undo;
+    x->hist->n_bounds = n_bounds;
+    memcpy(x->hist->bounds, bounds, n_bounds * sizeof(*bounds));
+    return x;
+undo:
+    /* the series was the last one created: take it back out of the index */
+    *find_slot(m, x->name, x->labels) = 0;
+    m->n--;
+    rehash_after_delete(m);
+    free(x->name);
+    free(x->labels);
+    free(x->help);
+    free(x);
+    return NULL;
+}
+
+void kv_metrics_exp_buckets(double *out, double start, double factor, size_t n)
+{
+    double v = start;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = v;
+        v *= factor;
+    }
+}
+
+void kv_metric_observe(kv_metric *h, double v)
+{
+    if (!h || h->kind != K_HISTOGRAM || !h->hist || isnan(v))
+        return;
+    struct hist *x = h->hist;
+    size_t i = 0;
+    while (i < x->n_bounds && v > x->bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&x->counts[i], 1, memory_order_relaxed);
+    uint64_t old = atomic_load_explicit(&x->sum_bits, memory_order_relaxed), nw;
+    do {
+        double d;
+        memcpy(&d, &old, sizeof(d));
+        d += v;
+        memcpy(&nw, &d, sizeof(nw));
+    } while (!atomic_compare_exchange_weak_explicit(&x->sum_bits, &old, nw, memory_order_relaxed,
+                                                    memory_order_relaxed));
+}
+
+uint64_t kv_metric_hist_count(const kv_metric *h)
+{
+    if (!h || h->kind != K_HISTOGRAM || !h->hist)
+        return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i <= h->hist->n_bounds; i++)
+        n += atomic_load_explicit(&h->hist->counts[i], memory_order_relaxed);
+    return n;
+}
+
+double kv_metric_hist_sum(const kv_metric *h)
+{
+    if (!h || h->kind != K_HISTOGRAM || !h->hist)
+        return 0;
+    uint64_t bits = atomic_load_explicit(&h->hist->sum_bits, memory_order_relaxed);
+    double d;
+    memcpy(&d, &bits, sizeof(d));
+    return d;
+}
+
 void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg)
 {
     if (!m)
@@ -268,6 +389,8 @@ double kv_metric_value(const kv_metric *x)
     case K_GAUGE_FN:
     case K_COUNTER_FN:
         return x->fn ? x->fn(x->arg) : 0;
+    case K_HISTOGRAM:
+        return (double)kv_metric_hist_count(x);
     }
     return 0;
 }
@@ -341,9 +464,59 @@ static void sb_double(struct sbuf *b, double v)
     else if (isinf(v))
         sb_puts(b, v > 0 ? "+Inf" : "-Inf");
     else {
-        snprintf(tmp, sizeof(tmp), "%.17g", v);
+        /* integers as integers; otherwise the shortest text that reads back as v, so bucket
+         * bounds read like etcd's (le="0.001", not 0.0010000000000000000208) */
+        if (v == floor(v) && fabs(v) < 1e15)
+            snprintf(tmp, sizeof(tmp), "%.0f", v);
+        else
+            for (int prec = 1; prec <= 17; prec++) {
+                snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+                if (strtod(tmp, NULL) == v)
+                    break;
+            }
         sb_puts(b, tmp);
     }
+}
+
+static void sb_series_head(struct sbuf *b, const kv_metric *x, const char *suffix)
+{
+    sb_puts(b, x->name);
+    sb_puts(b, suffix);
+    if (x->labels[0]) {
+        sb_puts(b, "{");
+        sb_puts(b, x->labels);
+        sb_puts(b, "}");
+    }
+    sb_puts(b, " ");
+}
+
+static void render_hist(struct sbuf *b, const kv_metric *x)
+{
+    const struct hist *h = x->hist;
+    char tmp[32];
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= h->n_bounds; i++) {
+        cum += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+        sb_puts(b, x->name);
+        sb_puts(b, "_bucket{");
+        if (x->labels[0]) {
+            sb_puts(b, x->labels);
+            sb_puts(b, ",");
+        }
+        sb_puts(b, "le=\"");
+        if (i < h->n_bounds)
+            sb_double(b, h->bounds[i]);
+        else
+            sb_puts(b, "+Inf");
+        snprintf(tmp, sizeof(tmp), "\"} %llu\n", (unsigned long long)cum);
+        sb_puts(b, tmp);
+    }
+    sb_series_head(b, x, "_sum");
+    sb_double(b, kv_metric_hist_sum(x));
+    sb_puts(b, "\n");
+    sb_series_head(b, x, "_count");
+    snprintf(tmp, sizeof(tmp), "%llu\n", (unsigned long long)cum);
+    sb_puts(b, tmp);
 }
 
 static int cmp_series(const void *a, const void *b)
@@ -381,8 +554,13 @@ int kv_metrics_render(kv_metrics *m, char **out, size_t *len)
             sb_help(&b, x->help);
             sb_puts(&b, "\n# TYPE ");
             sb_puts(&b, x->name);
-            sb_puts(&b,
-                    x->kind == K_COUNTER || x->kind == K_COUNTER_FN ? " counter\n" : " gauge\n");
+            sb_puts(&b, x->kind == K_HISTOGRAM                            ? " histogram\n"
+                        : x->kind == K_COUNTER || x->kind == K_COUNTER_FN ? " counter\n"
+                                                                          : " gauge\n");
+        }
+        if (x->kind == K_HISTOGRAM) {
+            render_hist(&b, x);
+            continue;
         }
         sb_puts(&b, x->name);
         if (x->labels[0]) {

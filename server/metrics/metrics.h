@@ -12,7 +12,13 @@
  * - A name is one family: re-using a name with a different type fails.
  * - Returned kv_metric pointers are owned by the registry and stay valid until
  *   kv_metrics_free(). Update helpers accept NULL (so a refused series is a no-op).
- * - Not thread-safe: use from the loop thread only.
+ * - Not thread-safe: use from the loop thread only. One exception: kv_metric_observe() on an
+ *   existing histogram may run on any thread (bucket counts and the sum are atomic), so a
+ *   worker thread can time its own disk work (docs/metrics.md).
+ * - A histogram series has fixed upper bounds given at registration (at most
+ *   KV_METRICS_MAX_BUCKETS, strictly increasing, finite; +Inf is implicit) and renders as
+ *   `name_bucket{...,le="b"}` (cumulative), `name_sum` and `name_count`. It counts as one
+ *   series against max_series.
  */
 #ifndef KV_METRICS_H
 #define KV_METRICS_H
@@ -21,6 +27,7 @@
 #include <stdint.h>
 
 #define KV_METRICS_DEFAULT_MAX_SERIES 4096
+#define KV_METRICS_MAX_BUCKETS 32
 
 typedef struct kv_metrics kv_metrics;
 typedef struct kv_metric kv_metric;
@@ -53,6 +60,20 @@ int kv_metrics_counter_fn(kv_metrics *m, const char *name, const char *help,
 /* Detaches every callback gauge or counter registered with arg (they are no longer rendered). Must
  * be called before arg is freed. */
 void kv_metrics_gauge_fn_remove(kv_metrics *m, void *arg);
+
+/* Look up or create a histogram with the upper bounds bounds[0..n_bounds) (copied). An
+ * existing series keeps its bounds; a new series of an existing family must use the family's
+ * bounds. Returns NULL on a full registry (counted), a type or bounds conflict, invalid bounds
+ * (n_bounds 0 or > KV_METRICS_MAX_BUCKETS, not strictly increasing, not finite) or OOM. */
+kv_metric *kv_metrics_histogram(kv_metrics *m, const char *name, const char *help,
+                                const char *labels, const double *bounds, size_t n_bounds);
+/* Fills out[0..n) with start, start*factor, ... (Prometheus ExponentialBuckets). */
+void kv_metrics_exp_buckets(double *out, double start, double factor, size_t n);
+/* Records one observation (no-op for NULL or a non-histogram). Thread-safe (see above). */
+void kv_metric_observe(kv_metric *h, double v);
+/* Histogram totals (0 for NULL or a non-histogram). */
+uint64_t kv_metric_hist_count(const kv_metric *h);
+double kv_metric_hist_sum(const kv_metric *h);
 
 /* Counter updates (no-op for NULL or a non-counter). */
 void kv_metric_inc(kv_metric *c);

@@ -104,6 +104,74 @@ static double gauge_has_leader(void *arg)
     return ((kv_node *)arg)->leader != 0 ? 1.0 : 0.0;
 }
 
+static double gauge_is_leader(void *arg)
+{
+    return ((kv_node *)arg)->role == RAFT_LEADER ? 1.0 : 0.0;
+}
+
+/* etcd: proposals started and not yet applied (or failed) */
+static double gauge_etcd_pending(void *arg)
+{
+    kv_node *n = arg;
+    return (double)n->pending + (double)n->waiting;
+}
+
+static double counter_slow_applies(void *arg)
+{
+    return (double)atomic_load(&((kv_node *)arg)->slow_applies);
+}
+
+void kv_node_observe_wal_fsync(kv_node *n, double seconds)
+{
+    if (n)
+        kv_metric_observe(n->m_wal_fsync, seconds);
+}
+
+/* etcd 3.4's names, types and meanings (etcdserver/metrics.go, wal/metrics.go,
+ * mvcc/backend/metrics.go); docs/metrics.md says what each counts in kvd. */
+static void register_etcd_metrics(kv_node *n, kv_metrics *metrics)
+{
+    kv_metrics_gauge_fn(metrics, "etcd_server_has_leader",
+                        "Whether or not a leader exists. 1 is existence, 0 is not.",
+                        gauge_has_leader, n);
+    kv_metrics_gauge_fn(metrics, "etcd_server_is_leader",
+                        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+                        gauge_is_leader, n);
+    n->m_etcd_leader_changes = kv_metrics_counter(metrics, "etcd_server_leader_changes_seen_total",
+                                                  "The number of leader changes seen.", NULL);
+    /* etcd sets these two as gauges despite their names */
+    kv_metrics_gauge_fn(metrics, "etcd_server_proposals_committed_total",
+                        "The total number of consensus proposals committed.", gauge_commit, n);
+    kv_metrics_gauge_fn(metrics, "etcd_server_proposals_applied_total",
+                        "The total number of consensus proposals applied.", gauge_applied, n);
+    kv_metrics_gauge_fn(metrics, "etcd_server_proposals_pending",
+                        "The current number of pending proposals to commit.", gauge_etcd_pending,
+                        n);
+    n->m_proposals_failed = kv_metrics_counter(metrics, "etcd_server_proposals_failed_total",
+                                               "The total number of failed proposals seen.", NULL);
+    n->m_slow_read_indexes = kv_metrics_counter(
+        metrics, "etcd_server_slow_read_indexes_total",
+        "The total number of pending read indexes not in sync with leader's or timed out read "
+        "index requests.",
+        NULL);
+    n->m_heartbeat_failures = kv_metrics_counter(
+        metrics, "etcd_server_heartbeat_send_failures_total",
+        "The total number of leader heartbeat send failures (likely overloaded from slow disk).",
+        NULL);
+    kv_metrics_counter_fn(metrics, "etcd_server_slow_apply_total",
+                          "The total number of slow apply requests (likely overloaded from slow "
+                          "disk).",
+                          counter_slow_applies, n);
+    double b[14];
+    kv_metrics_exp_buckets(b, 0.001, 2, 14); /* etcd: ExponentialBuckets(0.001, 2, 14) */
+    n->m_wal_fsync =
+        kv_metrics_histogram(metrics, "etcd_disk_wal_fsync_duration_seconds",
+                             "The latency distributions of fsync called by WAL.", NULL, b, 14);
+    n->m_backend_commit =
+        kv_metrics_histogram(metrics, "etcd_disk_backend_commit_duration_seconds",
+                             "The latency distributions of commit called by backend.", NULL, b, 14);
+}
+
 /* Completes a barrier (plain or health) with status. */
 static void finish_barrier(kv_node_req *r, int status)
 {
@@ -143,6 +211,7 @@ void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
             r->barrier_done(r->arg, -ETIMEDOUT);
         break;
     default:
+        kv_metric_inc(n->m_proposals_failed);
         if (r->done) {
             kv_result res;
             memset(&res, 0, sizeof(res));
@@ -331,6 +400,7 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
     n->metrics = metrics;
     if (!metrics)
         return;
+    register_etcd_metrics(n, metrics);
     n->m_batches = kv_metrics_counter(metrics, "kvd_apply_batches_total",
                                       "Raft readies persisted/applied in one LMDB commit.", NULL);
     n->m_proposals =

@@ -296,4 +296,9 @@ int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size
 int kv_node_move_leader(kv_node *n, uint64_t target, void (*done)(void *arg, int status),
                         void *arg);
 
+/* The raft log's flush took `seconds` (etcd_disk_wal_fsync_duration_seconds). Today the log
+ * is flushed by the LMDB commit of the ready cycle (node_apply.c); a separate log writer calls
+ * this for each of its fsyncs instead. Any thread; n may be NULL (no-op). */
+void kv_node_observe_wal_fsync(kv_node *n, double seconds);
+
 #endif

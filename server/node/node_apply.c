@@ -288,7 +288,10 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             uint64_t id, proposer;
             entry_origin(e->data, e->len, &id, &proposer);
             kv_store_batch_set_quiet(b, proposer != n->self); /* responses for our waiters only */
+            uint64_t t0 = uv_hrtime();
             rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);
+            if (uv_hrtime() - t0 > KV_NODE_SLOW_APPLY_NS) /* etcd_server_slow_apply_total */
+                atomic_fetch_add(&n->slow_applies, 1);
             if (rc == 0 && !w->results[i].skipped) {
                 if (proposer == n->self)
                     w->ids[i] = id;
@@ -385,6 +388,7 @@ void kv_node__work_ready(uv_work_t *req)
         struct timespec ts = {w->fp_delay_ms / 1000u, (long)(w->fp_delay_ms % 1000u) * 1000000L};
         nanosleep(&ts, NULL);
     }
+    uint64_t t_commit = uv_hrtime();
     if (b != NULL) {
         if (rc == 0 && !durable_needed(w)) {
             /* Only applies (and compaction): derivable from the log, already durable. LMDB's
@@ -396,6 +400,14 @@ void kv_node__work_ready(uv_work_t *req)
             w->synced = 2; /* LMDB: data pages, then the meta page */
         } else {
             kv_store_batch_abort(n->store, b);
+        }
+        if (rc == 0) {
+            /* etcd's backend commit is every bbolt commit; its WAL fsync is the log's flush,
+             * here the commit that makes raft's entries or hard state durable */
+            double sec = (double)(uv_hrtime() - t_commit) / 1e9;
+            kv_metric_observe(n->m_backend_commit, sec);
+            if (w->synced == 2)
+                kv_node_observe_wal_fsync(n, sec);
         }
     }
     if (rc == 0 && w->has_ready && !w->cstep_ran)

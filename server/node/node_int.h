@@ -33,6 +33,9 @@ struct kv_peer_net;
  * "Compaction"): with the batch limit, what a put can wait behind. Removing scattered
  * revisions dirties about one page each, so the records alone do not bound a step's time. */
 #define KV_NODE_COMPACT_STEP_US 5000u
+/* etcd warnApplyDuration: an entry whose apply takes longer counts in
+ * etcd_server_slow_apply_total */
+#define KV_NODE_SLOW_APPLY_NS (100ull * 1000 * 1000)
 
 /* Frame types on the peer transport (server/peer/peer_net.h moves them opaquely). */
 enum {
@@ -316,6 +319,11 @@ struct kv_node {
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metric *m_fsyncs, *m_entries, *m_forwarded, *m_leader_changes, *m_reads;
+    /* etcd's series (docs/metrics.md "Server", "Disk"); the histograms are observed on the
+     * worker thread (kv_metric_observe is thread-safe) */
+    kv_metric *m_etcd_leader_changes, *m_proposals_failed, *m_slow_read_indexes;
+    kv_metric *m_heartbeat_failures, *m_wal_fsync, *m_backend_commit;
+    atomic_uint_fast64_t slow_applies; /* worker: entries whose apply took > 100 ms */
     kv_metric *m_inbox_dropped;
     kv_metric *m_inbox_dropped_bytes, *m_inbox_dropped_msgs;
     kv_metric *m_reads_refused, *m_rreads_refused;

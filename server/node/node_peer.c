@@ -47,6 +47,8 @@ void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count)
         free(buf);
         if (rc == -EAGAIN || rc == -ENOTCONN)
             n->unreachable[n->n_unreachable < 16 ? n->n_unreachable++ : 15] = m[i].to;
+        if (rc < 0 && m[i].type == RAFT_MSG_HEARTBEAT)
+            kv_metric_inc(n->m_heartbeat_failures);
     }
 }
 
@@ -254,9 +256,12 @@ static void expire_list(kv_node *n, read_waiter **pp, uint64_t now, int all, int
 void kv_node__reads_expire(kv_node *n, uint64_t now)
 {
     int st = n->leader ? -ETIMEDOUT : -EAGAIN;
+    size_t before = n->reads_waiting;
     expire_list(n, &n->reads_new, now, 0, st);
     expire_list(n, &n->reads_round, now, 0, st);
     expire_list(n, &n->reads_apply, now, 0, -ETIMEDOUT);
+    /* etcd_server_slow_read_indexes_total: read-index requests that timed out */
+    kv_metric_add(n->m_slow_read_indexes, (int64_t)(before - n->reads_waiting));
     remote_read **pp = &n->rreads;
     while (*pp) {
         remote_read *rr = *pp;

@@ -232,6 +232,8 @@ static void on_soft_state(kv_node *n, const struct raft_ready *rd)
         return;
     if (rd->ss.leader != n->leader) {
         kv_metric_inc(n->m_leader_changes);
+        if (rd->ss.leader) /* etcd counts a new leader, not its loss */
+            kv_metric_inc(n->m_etcd_leader_changes);
         fprintf(stderr, "kvd: raft: leader is now %016llx (term %llu)\n",
                 (unsigned long long)rd->ss.leader, (unsigned long long)raft_current_term(&n->raft));
     }

@@ -153,6 +153,8 @@ write:
             return;
         }
         c->writing = 1;
+        if (c->peer)
+            kv_metric_add(c->peer->m_wire_sent, (int64_t)c->wlen);
         return;
     }
     if (!c->h2) { /* TLS handshake, or an HTTP/1.1 answer (peer_h1.c) fully written */
@@ -196,6 +198,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b)
     }
     c->last_rx = uv_now(c->net->loop);
     c->missed_pings = 0;
+    if (c->peer)
+        kv_metric_add(c->peer->m_wire_recv, (int64_t)nread);
     /* an accepted h2c connection gets its session with its first bytes: a stranger that
      * sends nothing costs no HTTP/2 state and no write (server/peer/README.md) */
     const uint8_t *in = (const uint8_t *)b->base;
@@ -496,15 +500,32 @@ void kv_peer_conn_ping_tick(peer_conn *c, uint64_t now)
         kv_peer_conn_close(c, "no handshake in time");
         return;
     }
-    if (now - c->last_rx < n->cfg.ping_interval_ms)
-        return;
-    if (++c->missed_pings > PEER_MAX_MISSED_PINGS) {
+    int idle = now - c->last_rx >= n->cfg.ping_interval_ms;
+    if (idle && ++c->missed_pings > PEER_MAX_MISSED_PINGS) {
         kv_peer_conn_close(c,
                            c->connected ? "the peer stopped answering PINGs" : "connect timed out");
         return;
     }
     if (!c->connected || !c->h2)
         return;
-    nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL);
-    kv_peer_conn_flush(c);
+    int sent = 0;
+    if (c->peer && !c->rtt_token) {
+        /* etcd's round-trip prober (etcd_network_peer_round_trip_time_seconds): one PING per
+         * interval whether the connection is busy or idle; the ACK carries the token back
+         * (peer_session.c). It doubles as the idle connection's liveness PING. */
+        uint64_t t = uv_hrtime();
+        uint8_t opaque[8];
+        for (int i = 0; i < 8; i++)
+            opaque[i] = (uint8_t)(t >> (56 - 8 * i));
+        if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, opaque) == 0) {
+            c->rtt_token = t;
+            sent = 1;
+        }
+    }
+    if (idle && !sent) {
+        nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL);
+        sent = 1;
+    }
+    if (sent)
+        kv_peer_conn_flush(c);
 }

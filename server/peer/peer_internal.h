@@ -130,7 +130,10 @@ typedef struct kv_peer {
     char label[40];
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
         *m_snap_recv, *m_resolves, *m_resolve_failures;
-    kv_metric *m_snap_refused; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
+    kv_metric *m_snap_refused;
+    /* etcd's series (docs/metrics.md "Peers"): bytes on the wire to / from the peer, PING RTT */
+    kv_metric *m_wire_sent, *m_wire_recv,
+        *m_rtt; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
     /* peer_prio.c: the priority send queue, taken first at every frame boundary */
     peer_qframe *pqhead, *pqtail;
     size_t pq_bytes;
@@ -158,11 +161,12 @@ struct peer_conn {
     size_t wlen;
     uint64_t last_rx, created;
     int missed_pings;
-    char where[64]; /* for logs: "peer 2" or "127.0.0.1:1234" */
-    uint64_t src;   /* accepted: hash of the source address (not the port); eviction fairness */
-    uint64_t seq;   /* accepted: order of arrival (net->accept_seq), oldest first */
-    int pending;    /* accepted, no known member identified yet (counted in net->n_pending) */
-    int refused;    /* already counted in kvd_peer_connections_refused_total */
+    uint64_t rtt_token; /* uv_hrtime() carried by the round-trip PING in flight; 0: none */
+    char where[64];     /* for logs: "peer 2" or "127.0.0.1:1234" */
+    uint64_t src;       /* accepted: hash of the source address (not the port); eviction fairness */
+    uint64_t seq;       /* accepted: order of arrival (net->accept_seq), oldest first */
+    int pending;        /* accepted, no known member identified yet (counted in net->n_pending) */
+    int refused;        /* already counted in kvd_peer_connections_refused_total */
     struct kv_tls_conn *tls; /* NULL: h2c; else TLS between the socket and nghttp2 */
     char *h1;                /* accepted HTTP/1.1 request being read (peer_h1.c), or NULL */
     size_t h1_len;

@@ -458,6 +458,22 @@ static void peer_metrics_init(kv_peer_net *n, kv_peer *p)
                                 "Host name resolutions of the peer's URL (one per dial).", l);
     p->m_resolve_failures = peer_metric(n, 1, "kvd_peer_resolve_failures_total",
                                         "Resolutions of the peer's host name that failed.", l);
+    /* etcd's names and labels (rafthttp/metrics.go): the id as types.ID.String() */
+    char to[64], from[64];
+    snprintf(to, sizeof(to), "To=\"%llx\"", (unsigned long long)p->id);
+    snprintf(from, sizeof(from), "From=\"%llx\"", (unsigned long long)p->id);
+    p->m_wire_sent = peer_metric(n, 1, "etcd_network_peer_sent_bytes_total",
+                                 "The total number of bytes sent to peers.", to);
+    p->m_wire_recv = peer_metric(n, 1, "etcd_network_peer_received_bytes_total",
+                                 "The total number of bytes received from peers.", from);
+    double rtt_buckets[16];
+    kv_metrics_exp_buckets(rtt_buckets, 0.0001, 2,
+                           16); /* rafthttp: ExponentialBuckets(0.0001, 2, 16) */
+    p->m_rtt =
+        n->metrics
+            ? kv_metrics_histogram(n->metrics, "etcd_network_peer_round_trip_time_seconds",
+                                   "Round-Trip-Time histogram between peers", to, rtt_buckets, 16)
+            : NULL;
 }
 
 int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)

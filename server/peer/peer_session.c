@@ -587,6 +587,18 @@ static int cb_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
     case NGHTTP2_GOAWAY:
         kv_peer_conn_close(c, "peer sent GOAWAY");
         break;
+    case NGHTTP2_PING:
+        if ((f->hd.flags & NGHTTP2_FLAG_ACK) && c->rtt_token) {
+            uint64_t t = 0;
+            for (int i = 0; i < 8; i++)
+                t = (t << 8) | f->ping.opaque_data[i];
+            if (t == c->rtt_token) {
+                if (c->peer)
+                    kv_metric_observe(c->peer->m_rtt, (double)(uv_hrtime() - t) / 1e9);
+                c->rtt_token = 0;
+            }
+        }
+        break;
     default:
         break;
     }

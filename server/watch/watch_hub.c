@@ -218,6 +218,42 @@ static size_t varint_len64(uint64_t v)
     return n;
 }
 
+/* rev became visible now (kv_watch_hub_notify). */
+static void lag_note(kv_watch_hub *h, int64_t rev)
+{
+    size_t i = (h->lag_head + h->lag_n) % KV_WATCH_LAG_NOTES;
+    if (h->lag_n == KV_WATCH_LAG_NOTES)
+        h->lag_head = (h->lag_head + 1) % KV_WATCH_LAG_NOTES;
+    else
+        h->lag_n++;
+    h->lag_notes[i].rev = rev;
+    h->lag_notes[i].t_ns = uv_hrtime();
+}
+
+/* The delivery lag of a response to w whose oldest event has revision rev: since rev became
+ * visible here (the first note at or after it; the oldest note when rev predates them all),
+ * or since w was added if that is later (a watcher asking for history is not late). */
+static void lag_observe(kv_watch_hub *h, const kv_watcher *w, int64_t rev)
+{
+    if (!h->m_lag || h->lag_n == 0)
+        return;
+    size_t lo = 0, hi = h->lag_n; /* first note with rev >= rev */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (h->lag_notes[(h->lag_head + mid) % KV_WATCH_LAG_NOTES].rev < rev)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == h->lag_n)
+        return; /* not visible yet: cannot be */
+    uint64_t t = h->lag_notes[(h->lag_head + lo) % KV_WATCH_LAG_NOTES].t_ns;
+    if (w->added_ns > t)
+        t = w->added_ns;
+    uint64_t now = uv_hrtime();
+    kv_metric_observe(h->m_lag, now > t ? (double)(now - t) / 1e9 : 0.0);
+}
+
 /* Sends evs[0..n) (events of slice entries es[0..n)) to w. 0 sent, 1 no room (nothing sent),
  * < 0 stream broken. */
 static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Event **evs, size_t n)
@@ -281,6 +317,8 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
     }
     h->st.events_sent += n;
     h->turn_bytes += total;
+    if (n > 0)
+        lag_observe(h, w, es[0]->main);
     kv_metric_add(h->m_events, (int64_t)n);
     if (n > 0)
         w->progress_due = false;
@@ -634,6 +672,7 @@ void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
 {
     if (rev <= h->cur_rev)
         return;
+    lag_note(h, rev);
     int64_t old = h->cur_rev;
     h->cur_rev = rev;
     h->synced_next = old + 1;
@@ -782,6 +821,7 @@ static void on_sync_idle(uv_idle_t *i)
 
 void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)
 {
+    w->added_ns = uv_hrtime();
     if (w->next_rev > h->cur_rev) {
         w->state = W_SYNCED;
         kv_wlist_push(&h->synced, w);
@@ -888,6 +928,13 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
                             g_unsynced, h);
         h->m_events = kv_metrics_counter(metrics, "kvd_watch_events_sent_total",
                                          "Watch events sent to clients.", NULL);
+        double b[17];
+        kv_metrics_exp_buckets(b, 0.0001, 2, 17); /* 100 us .. 6.6 s */
+        h->m_lag = kv_metrics_histogram(
+            metrics, "kvd_watch_event_delivery_lag_seconds",
+            "Watch responses: from the revision of their oldest event becoming visible on this "
+            "member (or the watcher's creation, if later) to the response being queued.",
+            NULL, b, 17);
         h->m_slow = kv_metrics_counter(
             metrics, "kvd_watch_slow_total",
             "Watchers moved to unsynced because their stream's send buffer was full "

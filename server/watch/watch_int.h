@@ -33,6 +33,7 @@ struct kv_watcher {
     kv_watcher *snext, *sprev; /* st->watchers */
     kv_widx_link ix;           /* hub->idx while synced (watch_index.h) */
     uint64_t ixv;              /* index: key hash (single key) or treap priority (range) */
+    uint64_t added_ns;         /* uv_hrtime() when added to the hub (delivery lag) */
 };
 
 struct kv_watch_stream {
@@ -64,6 +65,8 @@ typedef struct slice_ev {
                               once per slice and copied into every watcher's response */
     size_t wire_len, wirep_len;
 } slice_ev;
+
+#define KV_WATCH_LAG_NOTES 512
 
 struct kv_watch_hub {
     uv_loop_t *loop;
@@ -104,6 +107,14 @@ struct kv_watch_hub {
     kv_watch_stats st;
     kv_metrics *metrics;
     kv_metric *m_events, *m_slow;
+    /* kvd_watch_event_delivery_lag_seconds (docs/metrics.md "Watch"): when each of the last
+     * LAG_NOTES revisions became visible here (kv_watch_hub_notify), oldest first, a ring */
+    kv_metric *m_lag;
+    struct {
+        int64_t rev;
+        uint64_t t_ns;
+    } lag_notes[KV_WATCH_LAG_NOTES];
+    size_t lag_head, lag_n;
     uint64_t fp_events; /* failpoint (watch_failpoint.c): events counted so far */
     bool fp_dropped;
 };
