@@ -108,7 +108,7 @@ static void fail(snap_ctx *c, const char *why)
 static void copy_work(uv_work_t *w)
 {
     snap_ctx *c = w->data;
-    c->rc = kv_store_snapshot_copy(c->s->store, c->fd, &c->size);
+    c->rc = kv_store_snapshot_bbolt(c->s->store, c->fd, &c->size);
 }
 
 static void read_work(uv_work_t *w)

@@ -35,6 +35,12 @@
  * read transaction; *size gets the bytes written. Blocks for the copy: call off the loop. */
 int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size);
 
+/* The committed store as an etcd 3.4 backend file (bbolt, no trailer) written to fd (a regular
+ * file open for writing, at offset 0) from one read transaction (snapshot_bbolt.c; layout in
+ * docs/snapshots.md); *size gets its bytes. Memory: bounded buffers (bbolt/bbolt.h). Blocks
+ * for the copy: call off the loop. */
+int kv_store_snapshot_bbolt(kv_store *s, int fd, int64_t *size);
+
 /* Hash (above) of the committed store; *revision gets its revision. Any thread. */
 int kv_store_hash_all(kv_store *s, uint32_t *hash, int64_t *revision);
 
@@ -57,7 +63,8 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
 /* Restore: copies the first data_len bytes of the snapshot into <dir>/data.mdb (dir must not
  * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity"),
  * every alarm and the membership table (mvcc/members.h), so that kvd started on dir stores the
- * ids and members computed from its own flags (a new member of a new cluster). Keys, revisions, compaction point and leases are kept. */
+ * ids and members computed from its own flags (a new member of a new cluster). Keys, revisions,
+ * compaction point and leases are kept. */
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
                             size_t msglen);
 
