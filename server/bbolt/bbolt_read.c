@@ -22,7 +22,8 @@ struct kv_bb_reader {
     int64_t len;
     uint32_t psz;
     uint64_t root, pgid, txid;
-    uint64_t budget; /* page reads left in the current walk */
+    uint64_t budget; /* page reads left in the outermost walk */
+    int nest;        /* kv_bb_walk calls in progress (fn may walk another bucket) */
 };
 
 static void setmsg(char *msg, size_t len, const char *fmt, ...)
@@ -313,8 +314,11 @@ int kv_bb_walk(kv_bb_reader *r, const char *const *path, size_t n, kv_bb_visit_f
     for (int i = 0; i < 8; i++)
         hdr[i] = (uint8_t)(r->root >> (8 * i));
     int rc = 0;
+    /* one budget per outermost walk (twice the file's pages: finding a nested bucket reads its
+     * parent again); a nested walk draws from it */
+    if (r->nest++ == 0)
+        r->budget = 2 * r->pgid + 1024;
     for (size_t i = 0; i <= n; i++) {
-        r->budget = r->pgid;
         if (i == n) {
             rc = walk_bucket(r, cur, curlen, fn, arg, msg, msglen);
             break;
@@ -326,16 +330,19 @@ int kv_bb_walk(kv_bb_reader *r, const char *const *path, size_t n, kv_bb_visit_f
         cur = hdr;
         if (rc < 0) {
             free(f.val);
-            return rc;
+            break;
         }
+        rc = 0;
         if (!f.found) {
             setmsg(msg, msglen, "bbolt database has no bucket \"%s\"", path[i]);
-            return -ENOENT;
+            rc = -ENOENT;
+            break;
         }
         cur = f.val;
         curlen = f.vlen;
     }
     if (cur != hdr)
         free(cur);
+    r->nest--;
     return rc;
 }

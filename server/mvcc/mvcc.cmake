@@ -24,6 +24,7 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/defrag.c
   ${CMAKE_CURRENT_LIST_DIR}/snapshot.c
   ${CMAKE_CURRENT_LIST_DIR}/snapshot_bbolt.c
+  ${CMAKE_CURRENT_LIST_DIR}/snapshot_import.c
   ${CMAKE_CURRENT_LIST_DIR}/install.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_store.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

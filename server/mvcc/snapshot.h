@@ -68,4 +68,14 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
                             size_t msglen);
 
+/* etcd 3.4 snapshots (bbolt files, snapshot_import.c). is_bbolt: 1 when a bbolt meta magic
+ * is where a meta page sits. status: etcdctl's `snapshot status` figures (hash: CRC-32C over
+ * every bucket name, key and value; revision: the last "key" record's). restore_dir: dir must
+ * not exist; a kvd data dir with the snapshot's keyspace, compaction point, leases, users and
+ * roles; nothing is left behind on failure. -EBADMSG with a message for a corrupt file. */
+int kv_snapshot_is_bbolt(const char *path);
+int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *st, char *msg,
+                             size_t msglen);
+int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *msg, size_t msglen);
+
 #endif
