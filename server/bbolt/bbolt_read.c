@@ -122,6 +122,13 @@ int kv_bb_reader_open(kv_bb_reader **out, int fd, int64_t len, char *msg, size_t
         return -EBADMSG;
     }
     uint64_t need = pgid[pick] * (uint64_t)psz[pick];
+    if (len % psz[pick] != 0) { /* bbolt files are whole pages (etcd's trailer is cut before) */
+        setmsg(msg, msglen,
+               "bbolt database is truncated or has trailing bytes: %lld bytes is not a "
+               "whole number of %u-byte pages",
+               (long long)len, psz[pick]);
+        return -EBADMSG;
+    }
     if (pgid[pick] < 3 || pgid[pick] > (uint64_t)len / psz[pick]) {
         setmsg(msg, msglen,
                "bbolt database is truncated: its meta page counts %llu pages of %u bytes "
