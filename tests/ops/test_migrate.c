@@ -93,11 +93,10 @@ static void get_all(const kv_it_server *s, int with_auth, char **kvs, long long 
     kv_it_cmd_result_free(&r);
 }
 
-static void restore_args(const kv_it_server *s, char *ic, char *ap, char *dd, size_t n)
+static void restore_args(const kv_it_server *s, char *ic, char *ap, size_t n)
 {
     snprintf(ic, n, "--initial-cluster=kvit=http://127.0.0.1:%u", s->peer_port);
     snprintf(ap, n, "--initial-advertise-peer-urls=http://127.0.0.1:%u", s->peer_port);
-    snprintf(dd, n, "--data-dir=%s", s->data_dir);
 }
 
 static void check_lease(const kv_it_server *s, const char *lease, int with_auth)
@@ -135,7 +134,7 @@ Test(ops_migrate, etcd_to_kvd, .timeout = 240)
     cr_assert_eq(kv_it_server_init(&k, KV_IT_KVD, NULL), 0);
     rmdir(k.data_dir);
     char ic[256], ap[256], dd[4200];
-    restore_args(&k, ic, ap, dd, sizeof ic);
+    restore_args(&k, ic, ap, sizeof ic);
     snprintf(dd, sizeof dd, "--data-dir=%s", k.data_dir);
     const char *argv[] = {kvctl_bin, "snapshot", "restore", snap, "--name=kvit", ic, ap, dd, NULL};
     kv_it_cmd_result r;
@@ -201,7 +200,7 @@ Test(ops_migrate, kvd_to_etcd, .timeout = 240)
     cr_assert_eq(kv_it_server_init(&e, KV_IT_ETCD, NULL), 0);
     rmdir(e.data_dir);
     char ic[256], ap[256], dd[4200];
-    restore_args(&e, ic, ap, dd, sizeof ic);
+    restore_args(&e, ic, ap, sizeof ic);
     snprintf(dd, sizeof dd, "--data-dir=%s", e.data_dir);
     const char *argv[] = {etcdctl_bin, "snapshot", "restore", snap, "--name=kvit",
                           ic,          ap,         dd,        NULL};
