@@ -2,12 +2,13 @@
  * snapshot: consistent copies of the store for Maintenance.Snapshot, the whole-store hash of
  * Maintenance.Hash, and the offline helpers `kvctl snapshot status|restore` use.
  *
- * Snapshot file format (as etcd's, with LMDB instead of bbolt): the bytes of an LMDB data file
- * (data.mdb, copied from one read transaction with mdb_env_copyfd2, not compacted), followed
- * by the SHA-256 (32 bytes) of those bytes. LMDB files are a whole number of pages, so
- * size % 512 == 32 tells a file with its checksum, as etcd's restore checks.
- * etcdctl `snapshot save` accepts it (it only writes the stream); etcdctl `snapshot status`
- * and `snapshot restore` open the file as a bbolt database and fail: use kvctl's.
+ * Snapshot file format (Maintenance.Snapshot): an etcd 3.4 snapshot, a bbolt file in etcd's
+ * bucket layout (kv_store_snapshot_bbolt, snapshot_bbolt.c), followed by the SHA-256 (32
+ * bytes) of those bytes; bbolt files are whole pages, so size % 512 == 32 tells a file with
+ * its checksum, as etcd's restore checks. etcdctl's `snapshot status|restore` read it; kvctl's
+ * read it and etcd's (snapshot_import.c). Older kvd versions streamed an LMDB copy (the bytes
+ * of data.mdb from mdb_env_copyfd2, kv_store_snapshot_copy; peer catch-up snapshots are such
+ * copies): kvctl's status and restore still read those (kvd's Hash as the status hash).
  *
  * Hash (kvd's definition; etcd's is a CRC-32C over bbolt's buckets and etcdctl only prints
  * it): CRC-32C (Castagnoli) over the databases "meta", "rev", "kidx", "lease", "lease_keys",
