@@ -442,8 +442,8 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
         rc = restore_into(r, s, &im);
         if (im.txn)
             mdb_txn_abort(im.txn);
-        if (rc == -ENOENT)
-            setmsg(m, sizeof m, "not an etcd snapshot: it has no \"meta\" bucket");
+        if (rc == -ENOENT) /* the reader named the missing bucket */
+            rc = -EBADMSG;
     }
     if (s) {
         if (rc == 0 && mdb_env_sync(s->env, 1) != 0)
