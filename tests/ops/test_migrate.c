@@ -10,6 +10,10 @@
  *  - kvd_to_etcd: the same writes to kvd; `etcdctl snapshot save` from kvd, `etcdctl snapshot
  *    status` reads it, `etcdctl snapshot restore`, etcd started on it: the same kvs, revision,
  *    lease and compaction point.
+ *  - make_mirror_both_ways: `etcdctl make-mirror` from etcd to kvd while puts and deletes go on
+ *    in etcd, then from kvd to etcd while puts and deletes go on in kvd: each time the
+ *    destination ends with the source's keys and values (make-mirror carries values, not
+ *    revisions).
  */
 #include <criterion/criterion.h>
 
@@ -219,6 +223,75 @@ Test(ops_migrate, kvd_to_etcd, .timeout = 240)
     check_lease(&e, lease, 0);
     free(ea);
     free(ka);
+    kv_it_server_destroy(&e);
+    kv_it_server_destroy(&k);
+}
+
+/* `get "" --prefix` (keys and values) through s; malloc'd. */
+static char *keys_values(const kv_it_server *s)
+{
+    kv_it_cmd_result r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(kv_it_ctl(s, etcdctl_bin, NULL, 30000, &r, "get", "", "--prefix", NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *out = strdup(r.out ? r.out : "");
+    kv_it_cmd_result_free(&r);
+    return out;
+}
+
+/* Mirrors from src to dst with etcdctl make-mirror while prefix gets puts and deletes in src;
+ * then waits (30 s at most) for dst to print the same keys and values as src. */
+static void mirror(const kv_it_server *src, const kv_it_server *dst, const char *prefix)
+{
+    char ep[96], dep[96], log[1200];
+    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", src->client_port);
+    snprintf(dep, sizeof dep, "127.0.0.1:%u", dst->client_port);
+    snprintf(log, sizeof log, "%s/make-mirror.log", src->dir);
+    kvt_proc p;
+    kvt_proc_init(&p, log);
+    const char *argv[] = {etcdctl_bin, ep, "make-mirror", dep, NULL};
+    cr_assert_eq(kvt_proc_spawn(&p, argv), 0);
+    char k[64], v[64];
+    for (int i = 0; i < 60; i++) {
+        snprintf(k, sizeof k, "%s%03d", prefix, i);
+        snprintf(v, sizeof v, "v%d", i);
+        must(src, "put", k, v, NULL, NULL);
+        if (i % 7 == 3) {
+            snprintf(k, sizeof k, "%s%03d", prefix, i - 2);
+            must(src, "del", k, NULL, NULL, NULL);
+        }
+    }
+    char *want = keys_values(src), *got = NULL;
+    for (int t = 0; t < 60; t++) {
+        free(got);
+        got = keys_values(dst);
+        if (strcmp(got, want) == 0)
+            break;
+        usleep(500 * 1000);
+    }
+    cr_assert(kvt_proc_alive(&p), "make-mirror exited (see %s)", log);
+    kvt_proc_term(&p, 3000);
+    cr_assert_str_eq(got, want, "the mirror differs from its source (log %s)", log);
+    cr_assert_gt(strlen(want), 500, "%s", want);
+    free(want);
+    free(got);
+}
+
+Test(ops_migrate, make_mirror_both_ways, .timeout = 240)
+{
+    cr_assert_eq(kv_it_etcdctl_bin(etcdctl_bin, sizeof etcdctl_bin), 0, "%s", etcdctl_bin);
+    kv_it_server e, k;
+    cr_assert_eq(kv_it_server_init(&e, KV_IT_ETCD, NULL), 0);
+    cr_assert_eq(kv_it_server_start(&e, 30000), 0, "etcd did not start");
+    cr_assert_eq(kv_it_server_init(&k, KV_IT_KVD, NULL), 0);
+    cr_assert_eq(kv_it_server_start(&k, 30000), 0, "kvd did not start");
+    for (int i = 0; i < 20; i++) { /* before the mirror starts: its initial sync */
+        char key[32];
+        snprintf(key, sizeof key, "old/%02d", i);
+        must(&e, "put", key, "x", NULL, NULL);
+    }
+    mirror(&e, &k, "from-etcd/");
+    mirror(&k, &e, "from-kvd/");
     kv_it_server_destroy(&e);
     kv_it_server_destroy(&k);
 }
