@@ -71,6 +71,11 @@ typedef struct vctx {
     uint32_t psize;
     uint64_t last_pg;
     uint8_t *seen; /* one bit per page 0..last_pg */
+    /* page buffers, one per page being walked (a stack: walk_page takes one, gives it back);
+     * kept for the whole run, so the walk allocates a handful of pages, not one per page
+     * (a sanitizer build keeps freed blocks: per-page malloc grew its RSS with the file) */
+    uint8_t **bufs;
+    size_t nbufs, bufs_used;
     kv_lmdb_verify_stats st;
     char *err;
     size_t errlen;
@@ -434,11 +439,34 @@ static int check_leaf(vctx *c, tree *t, const uint8_t *pg, uint64_t pgno, size_t
     return 0;
 }
 
+static uint8_t *page_buf_take(vctx *c)
+{
+    if (c->bufs_used == c->nbufs) {
+        uint8_t **nb = realloc(c->bufs, (c->nbufs + 1) * sizeof(*nb));
+        if (!nb)
+            return NULL;
+        c->bufs = nb;
+        if (!(c->bufs[c->nbufs] = malloc(c->psize)))
+            return NULL;
+        c->nbufs++;
+    }
+    return c->bufs[c->bufs_used++];
+}
+
+static void page_bufs_free(vctx *c)
+{
+    for (size_t i = 0; i < c->nbufs; i++)
+        free(c->bufs[i]);
+    free(c->bufs);
+    c->bufs = NULL;
+    c->nbufs = c->bufs_used = 0;
+}
+
 /* One page at level `lvl` (0 = root) of tree t, and its subtree; keys within [lo, hi). */
 static int walk_page(vctx *c, tree *t, uint64_t pgno, unsigned lvl, const bound *lo,
                      const bound *hi)
 {
-    uint8_t *pg = malloc(c->psize);
+    uint8_t *pg = page_buf_take(c);
     if (!pg)
         return fail(c, -ENOMEM, "out of memory verifying %s", c->name);
     int rc = read_page(c, pgno, pg, t->what);
@@ -487,7 +515,7 @@ static int walk_page(vctx *c, tree *t, uint64_t pgno, unsigned lvl, const bound 
         rc = walk_page(c, t, child, lvl + 1, &clo, &chi);
     }
 out:
-    free(pg);
+    c->bufs_used--; /* pg goes back to the stack */
     return rc;
 }
 
@@ -602,6 +630,7 @@ static int run(vctx *c, kv_lmdb_verify_stats *st)
     int rc = verify(c);
     free(c->seen);
     c->seen = NULL;
+    page_bufs_free(c);
     if (st)
         *st = c->st;
     return rc;

@@ -1,5 +1,6 @@
 /*
- * test_client_threads.c - lesson 14: 50 threads share one client, each does 1,000 puts.
+ * test_client_threads.c - lesson 14: 50 threads share one client, each does 1,000 puts (300
+ * under the sanitizers).
  * All succeed, and the process holds exactly one TCP connection to the server throughout
  * (sampled from /proc/net/tcp while the threads run). Also: the bounded request queue
  * refuses work with RESOURCE_EXHAUSTED instead of blocking.
@@ -13,7 +14,14 @@
 #include <string.h>
 
 #define NTHREADS 50
+#if defined(__SANITIZE_ADDRESS__)
+/* The lesson is about connections, not throughput: under ASan+UBSan on a loaded 2-core CI
+ * machine 50,000 puts took more than the 170 s bound; 15,000 still keep all 50 threads on the
+ * one connection for the whole run. */
+#define NPUTS 300
+#else
 #define NPUTS 1000
+#endif
 
 static struct kvt_server srv;
 
