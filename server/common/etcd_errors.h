@@ -10,6 +10,8 @@
  *                     travel in WatchResponse.cancel_reason, never as an RPC status, so their
  *                     code is KV_GRPC_OK;
  *   - "grpc: ..." and "context canceled"   grpc-go's own wording for the same condition;
+ *   - "auth: ..."     errors of etcd's auth package that etcd's togRPCError does not map, so
+ *                     they reach clients as codes.Unknown with the auth package's text;
  *   - "kvd: ..."      kvd-only conditions that have no etcd wording.
  * Messages are unique across the table. Where a call site adds detail (a limit, strerror())
  * it formats "<message><detail>" with kv_etcd_err_msg() as the prefix (the entry says so).

@@ -58,7 +58,7 @@ Test(etcd_errors, every_entry_is_filled_and_well_formed)
             cr_assert_neq(code, KV_GRPC_OK, "entry %d (%s) is an error with code OK", i, m);
         /* the documented prefixes (etcd_errors.h) */
         bool ok = has_prefix(m, "etcdserver: ") || has_prefix(m, "mvcc: ") ||
-                  has_prefix(m, "grpc: ") || has_prefix(m, "kvd: ") ||
+                  has_prefix(m, "grpc: ") || has_prefix(m, "kvd: ") || has_prefix(m, "auth: ") ||
                   strcmp(m, "context canceled") == 0;
         cr_assert(ok, "entry %d: message \"%s\" lacks a documented prefix", i, m);
         cr_assert(strlen(m) < 120, "entry %d: message too long for kv_result.msg + detail", i);
