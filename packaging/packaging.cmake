@@ -43,7 +43,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Debian 12 (bookworm) package names of what kvd and kvctl link (tests/pkg checks ldd
 # against this list); adduser for the postinst.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6 (>= 2.34), libuv1 (>= 1.44), libprotobuf-c1, libssl3, liblmdb0, libnghttp2-14, adduser")
+    "libc6 (>= 2.34), libuv1 (>= 1.44), libprotobuf-c1, libssl3, liblmdb0, libnghttp2-14, libcrypt1, adduser")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${KVD_PKG_DIR}/debian/postinst ${KVD_PKG_DIR}/debian/prerm ${KVD_PKG_DIR}/debian/postrm
     ${KVD_PKG_DIR}/debian/conffiles ${KVD_PKG_DIR}/debian/triggers)

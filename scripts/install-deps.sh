@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git curl procps iproute2
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libnghttp2-dev
-      libssl-dev libcriterion-dev
+      libssl-dev libcriterion-dev libcrypt-dev
       clang libclang-rt-14-dev
       etcd-client etcd-server)
 # --with-test-extras (used by .ci/run): what only some tests need. golang-go and Debian's Go

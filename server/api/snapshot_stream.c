@@ -3,10 +3,11 @@
  *
  * Snapshot, as etcd's v3rpc maintenance.go: a stream of SnapshotResponse{remaining_bytes,
  * blob}, then one last message whose blob is the SHA-256 of all the bytes before it
- * (remaining_bytes 0). The file format is in mvcc/snapshot.h.
- *  1. A copy of the store from ONE LMDB read transaction (mdb_env_copyfd2, consistent, writes go
- *     on meanwhile) into an anonymous temporary file (O_TMPFILE) in the data dir, on a libuv
- *     worker thread.
+ * (remaining_bytes 0). The file is an etcd 3.4 snapshot (a bbolt file: mvcc/snapshot.h
+ * kv_store_snapshot_bbolt, bbolt/bbolt.h), so etcdctl's snapshot status/restore read it.
+ *  1. The store from ONE LMDB read transaction (consistent, writes go on meanwhile) written as
+ *     that file into an anonymous temporary file (O_TMPFILE) in the data dir, on a libuv
+ *     worker thread (bounded buffers).
  *  2. Chunks of KV_SNAPSHOT_CHUNK bytes (at most a quarter of --max-send-buffer-bytes, so that
  *     one always fits) are read and hashed on a worker thread (one read in flight), then
  *     handed to the transport on the loop. The next chunk is read only after the previous one
@@ -108,7 +109,7 @@ static void fail(snap_ctx *c, const char *why)
 static void copy_work(uv_work_t *w)
 {
     snap_ctx *c = w->data;
-    c->rc = kv_store_snapshot_copy(c->s->store, c->fd, &c->size);
+    c->rc = kv_store_snapshot_bbolt(c->s->store, c->fd, &c->size);
 }
 
 static void read_work(uv_work_t *w)
@@ -163,10 +164,11 @@ static void after_work(uv_work_t *w, int status)
     if (!c->copied) {
         c->copied = 1;
         c->copy_ms = uv_now(c->s->loop) - c->t0;
-        fprintf(stderr,
-                "kvd: snapshot: copied %lld bytes from one read transaction in %llu ms, "
-                "streaming\n",
-                (long long)c->size, (unsigned long long)c->copy_ms);
+        fprintf(
+            stderr,
+            "kvd: snapshot: wrote %lld bytes (etcd format) from one read transaction in %llu ms, "
+            "streaming\n",
+            (long long)c->size, (unsigned long long)c->copy_ms);
     } else {
         c->off += (int64_t)c->chunk_len;
         if (pack_response(c, c->chunk, c->chunk_len, (uint64_t)(c->size - c->off)) < 0) {

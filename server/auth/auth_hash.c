@@ -1,6 +1,9 @@
 /* auth_hash: PBKDF2-HMAC-SHA256 password hashes (see auth_hash.h). */
 #include "auth/auth_hash.h"
 
+#include <crypt.h>
+#include <stdlib.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +68,35 @@ int kv_auth_hash(const char *pw, size_t pwlen, uint32_t iterations, char out[KV_
     return 0;
 }
 
+/* etcd's hashes (golang.org/x/crypto/bcrypt: "$2a$"; "$2b$"/"$2y$" too), as a restored etcd
+ * snapshot holds them (docs/snapshots.md): libxcrypt's crypt_r. */
+static int bcrypt_verify(const char *pw, size_t pwlen, const char *enc, size_t enclen)
+{
+    char p[128], e[128];
+    /* bcrypt reads at most 72 bytes; etcd's passwords have no NUL (a NUL would cut it here) */
+    if (pwlen >= sizeof p || enclen >= sizeof e || memchr(pw, 0, pwlen) != NULL)
+        return 0;
+    memcpy(p, pw, pwlen);
+    p[pwlen] = 0;
+    memcpy(e, enc, enclen);
+    e[enclen] = 0;
+    struct crypt_data *cd = calloc(1, sizeof(*cd));
+    if (cd == NULL)
+        return 0;
+    const char *h = crypt_r(p, e, cd);
+    int ok = h != NULL && h[0] == '$' && strlen(h) == enclen && CRYPTO_memcmp(h, e, enclen) == 0;
+    OPENSSL_cleanse(cd, sizeof(*cd));
+    OPENSSL_cleanse(p, sizeof p);
+    free(cd);
+    return ok;
+}
+
 int kv_auth_hash_verify(const char *pw, size_t pwlen, const char *enc, size_t enclen)
 {
     char buf[KV_AUTH_HASH_MAX];
+    if (enclen == 60 && enc[0] == '$' && enc[1] == '2' &&
+        (enc[2] == 'a' || enc[2] == 'b' || enc[2] == 'y') && enc[3] == '$')
+        return bcrypt_verify(pw, pwlen, enc, enclen);
     if (enclen >= sizeof buf || enclen < sizeof PREFIX || memcmp(enc, PREFIX, sizeof PREFIX - 1))
         return 0;
     memcpy(buf, enc, enclen);

@@ -3,6 +3,8 @@
  *   "pbkdf2-sha256$<iterations>$<salt, 32 hex>$<hash, 64 hex>"
  * stored as authpb.User.password. Costly on purpose (tens of ms at the default iteration
  * count): call from the auth hash workers (server/api/auth_srv.h), never from the loop.
+ * kv_auth_hash_verify also verifies etcd's bcrypt hashes ("$2a$"/"$2b$"/"$2y$", 60 bytes) with
+ * libxcrypt's crypt_r, for users restored from an etcd snapshot.
  * Thread-safe (no shared state).
  */
 #ifndef KV_AUTH_HASH_H

@@ -23,10 +23,12 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/members.c
   ${CMAKE_CURRENT_LIST_DIR}/defrag.c
   ${CMAKE_CURRENT_LIST_DIR}/snapshot.c
+  ${CMAKE_CURRENT_LIST_DIR}/snapshot_bbolt.c
+  ${CMAKE_CURRENT_LIST_DIR}/snapshot_import.c
   ${CMAKE_CURRENT_LIST_DIR}/install.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_store.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB PkgConfig::OPENSSL
-                      $<TARGET_NAME_IF_EXISTS:kv_lease_table>)
+                      $<TARGET_NAME_IF_EXISTS:kv_lease_table> kv_bbolt)
 # gRPC status codes and the etcd error table (server/common/common.cmake).
 target_link_libraries(kv_mvcc PUBLIC kv_common)

@@ -257,6 +257,9 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
         return -e;
     }
     st->has_sha = fs.st_size % 512 == KV_SNAPSHOT_SHA_LEN;
+    if (kv_snapshot_is_bbolt(path)) /* an etcd 3.4 snapshot (Maintenance.Snapshot's format) */
+        return kv_bbolt_snapshot_status(path, fs.st_size - (st->has_sha ? KV_SNAPSHOT_SHA_LEN : 0),
+                                        st, msg, msglen);
     /* LMDB faults on a truncated or corrupt file: check its structure first
      * (docs/corruption.md). */
     uint64_t data_len = (uint64_t)fs.st_size - (st->has_sha ? KV_SNAPSHOT_SHA_LEN : 0);
@@ -341,6 +344,8 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
                             size_t msglen)
 {
     char path[4096];
+    if (kv_snapshot_is_bbolt(snap)) /* an etcd 3.4 snapshot (Maintenance.Snapshot's format) */
+        return kv_bbolt_restore_dir(snap, data_len, dir, msg, msglen);
     /* A corrupt snapshot with a recomputed SHA-256 must not become a data dir. */
     int vrc = snapshot_structure(snap, data_len > 0 ? (uint64_t)data_len : 0, msg, msglen);
     if (vrc)

@@ -2,12 +2,13 @@
  * snapshot: consistent copies of the store for Maintenance.Snapshot, the whole-store hash of
  * Maintenance.Hash, and the offline helpers `kvctl snapshot status|restore` use.
  *
- * Snapshot file format (as etcd's, with LMDB instead of bbolt): the bytes of an LMDB data file
- * (data.mdb, copied from one read transaction with mdb_env_copyfd2, not compacted), followed
- * by the SHA-256 (32 bytes) of those bytes. LMDB files are a whole number of pages, so
- * size % 512 == 32 tells a file with its checksum, as etcd's restore checks.
- * etcdctl `snapshot save` accepts it (it only writes the stream); etcdctl `snapshot status`
- * and `snapshot restore` open the file as a bbolt database and fail: use kvctl's.
+ * Snapshot file format (Maintenance.Snapshot): an etcd 3.4 snapshot, a bbolt file in etcd's
+ * bucket layout (kv_store_snapshot_bbolt, snapshot_bbolt.c), followed by the SHA-256 (32
+ * bytes) of those bytes; bbolt files are whole pages, so size % 512 == 32 tells a file with
+ * its checksum, as etcd's restore checks. etcdctl's `snapshot status|restore` read it; kvctl's
+ * read it and etcd's (snapshot_import.c). Older kvd versions streamed an LMDB copy (the bytes
+ * of data.mdb from mdb_env_copyfd2, kv_store_snapshot_copy; peer catch-up snapshots are such
+ * copies): kvctl's status and restore still read those (kvd's Hash as the status hash).
  *
  * Hash (kvd's definition; etcd's is a CRC-32C over bbolt's buckets and etcdctl only prints
  * it): CRC-32C (Castagnoli) over the databases "meta", "rev", "kidx", "lease", "lease_keys",
@@ -35,6 +36,12 @@
  * read transaction; *size gets the bytes written. Blocks for the copy: call off the loop. */
 int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size);
 
+/* The committed store as an etcd 3.4 backend file (bbolt, no trailer) written to fd (a regular
+ * file open for writing, at offset 0) from one read transaction (snapshot_bbolt.c; layout in
+ * docs/snapshots.md); *size gets its bytes. Memory: bounded buffers (bbolt/bbolt.h). Blocks
+ * for the copy: call off the loop. */
+int kv_store_snapshot_bbolt(kv_store *s, int fd, int64_t *size);
+
 /* Hash (above) of the committed store; *revision gets its revision. Any thread. */
 int kv_store_hash_all(kv_store *s, uint32_t *hash, int64_t *revision);
 
@@ -57,8 +64,19 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
 /* Restore: copies the first data_len bytes of the snapshot into <dir>/data.mdb (dir must not
  * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity"),
  * every alarm and the membership table (mvcc/members.h), so that kvd started on dir stores the
- * ids and members computed from its own flags (a new member of a new cluster). Keys, revisions, compaction point and leases are kept. */
+ * ids and members computed from its own flags (a new member of a new cluster). Keys, revisions,
+ * compaction point and leases are kept. */
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
                             size_t msglen);
+
+/* etcd 3.4 snapshots (bbolt files, snapshot_import.c). is_bbolt: 1 when a bbolt meta magic
+ * is where a meta page sits. status: etcdctl's `snapshot status` figures (hash: CRC-32C over
+ * every bucket name, key and value; revision: the last "key" record's). restore_dir: dir must
+ * not exist; a kvd data dir with the snapshot's keyspace, compaction point, leases, users and
+ * roles; nothing is left behind on failure. -EBADMSG with a message for a corrupt file. */
+int kv_snapshot_is_bbolt(const char *path);
+int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *st, char *msg,
+                             size_t msglen);
+int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *msg, size_t msglen);
 
 #endif

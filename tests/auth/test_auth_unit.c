@@ -160,6 +160,24 @@ Test(auth_hash, pbkdf2_roundtrip)
     cr_assert_eq(kv_auth_hash("x", 1, 10, h1), -EINVAL, "too few iterations");
 }
 
+/* etcd 3.4 stores bcrypt hashes (golang.org/x/crypto/bcrypt, cost 10); a user restored from an
+ * etcd snapshot logs in with them. This hash of "secret" is one etcd 3.4.23 wrote. */
+Test(auth_hash, etcd_bcrypt_verifies)
+{
+    const char *h = "$2a$10$TB0/RuInsqbcO7Ody.OrV.V1Tss8IeiURBvTCtfrpB2dcj7vdwudO";
+    cr_assert_eq(kv_auth_hash_verify("secret", 6, h, strlen(h)), 1);
+    cr_assert_eq(kv_auth_hash_verify("secreT", 6, h, strlen(h)), 0);
+    cr_assert_eq(kv_auth_hash_verify("", 0, h, strlen(h)), 0);
+    cr_assert_eq(kv_auth_hash_verify("secret\0x", 8, h, strlen(h)), 0, "a NUL in the password");
+    char b[64];
+    memcpy(b, h, 61);
+    b[2] = 'b'; /* the same hash as "$2b$" */
+    cr_assert_eq(kv_auth_hash_verify("secret", 6, b, strlen(b)), 1);
+    b[59] ^= 1;
+    cr_assert_eq(kv_auth_hash_verify("secret", 6, b, strlen(b)), 0, "altered hash");
+    cr_assert_eq(kv_auth_hash_verify("secret", 6, h, strlen(h) - 1), 0, "cut hash");
+}
+
 /* ---- auth_fairq: the fair hash queue ---- */
 
 static int J[100]; /* job identities */

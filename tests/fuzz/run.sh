@@ -14,7 +14,7 @@ FUZZ_TIME=${FUZZ_TIME:-25}
 JOBS=${JOBS:-$(nproc)}
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(fuzz_grpc_frame fuzz_h2_server fuzz_request fuzz_lease fuzz_raft_msg fuzz_lmdb_pages)
+  targets=(fuzz_grpc_frame fuzz_h2_server fuzz_request fuzz_lease fuzz_raft_msg fuzz_lmdb_pages fuzz_bbolt)
 fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
