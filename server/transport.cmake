@@ -8,7 +8,7 @@ target_include_directories(kv_metrics PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_metrics PUBLIC m)
 
 # Listener setup shared by the gRPC and HTTP servers.
-add_library(kv_net STATIC ${CMAKE_CURRENT_LIST_DIR}/net/listen.c)
+add_library(kv_net STATIC ${CMAKE_CURRENT_LIST_DIR}/net/listen.c ${CMAKE_CURRENT_LIST_DIR}/net/accept_gate.c)
 target_include_directories(kv_net PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_net PUBLIC PkgConfig::UV)
 

@@ -18,6 +18,7 @@
 #include "grpc/grpc_io.h"
 #include "grpc/grpc_server.h"
 #include "grpc/grpc_wire.h"
+#include "net/accept_gate.h"
 
 #define KV_GRPC_READ_BUF 65536 /* one per server, shared by its connections (see alloc_cb) */
 #define KV_GRPC_OUT_HIGH_WATER (256 * 1024) /* stop pulling from nghttp2 past this */
@@ -136,6 +137,7 @@ struct kv_grpc_server {
     void *app;
     kv_metrics *metrics;
     uv_tcp_t listener;
+    kv_accept_gate accept_gate; /* at most KV_ACCEPT_BURST accepts per loop iteration */
     int listening;
     uv_idle_t idle;
     uv_timer_t deadline_timer;

@@ -523,6 +523,8 @@ static void register_listener_metrics(kv_grpc_server *s, const char *host, int p
 
 /* ---- lifecycle ---- */
 
+static void on_connection(uv_stream_t *l, int status);
+
 int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_config *cfg,
                         const kv_grpc_method *methods, size_t n_methods, void *app,
                         kv_metrics *metrics)
@@ -604,7 +606,8 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     s->ping_timer.data = s;
     uv_timer_init(loop, &s->housekeep_timer);
     s->housekeep_timer.data = s;
-    s->open_handles = 5;
+    kv_accept_gate_init(&s->accept_gate, loop, 0, on_connection, s);
+    s->open_handles = 6;
     register_metrics(s);
     *out = s;
     return 0;
@@ -644,6 +647,8 @@ static void on_connection(uv_stream_t *l, int status)
     kv_grpc_server *s = l->data;
     if (status < 0 || s->closing)
         return;
+    if (!kv_accept_gate_admit(&s->accept_gate, l))
+        return; /* this iteration's accepts are spent: resumed after the other I/O */
     if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
         /* Idle sockets must not lock active clients out: make room by closing the oldest
          * connection that never completed a request, else the longest idle one. */
@@ -728,6 +733,7 @@ void kv_grpc_server_close(kv_grpc_server *s, void (*cb)(void *arg), void *arg)
     s->close_arg = arg;
     kv_metrics_gauge_fn_remove(s->metrics, s);
     uv_close((uv_handle_t *)&s->listener, handle_closed_cb);
+    kv_accept_gate_close(&s->accept_gate, handle_closed_cb);
     uv_close((uv_handle_t *)&s->idle, handle_closed_cb);
     uv_close((uv_handle_t *)&s->deadline_timer, handle_closed_cb);
     uv_close((uv_handle_t *)&s->ping_timer, handle_closed_cb);

@@ -1,5 +1,6 @@
 /* http_server.c - see http_server.h. */
 #include "http/http_server.h"
+#include "net/accept_gate.h"
 #include "net/listen.h"
 
 #include <errno.h>
@@ -38,7 +39,9 @@ struct kv_http_server {
     kv_http_health_fn health;
     void *app;
     uv_tcp_t listener;
-    int listening, closing, listener_open;
+    kv_accept_gate accept_gate; /* at most KV_ACCEPT_BURST accepts per loop iteration */
+    int listening, closing;
+    int listener_open; /* the listener and the gate's handle, until their close callbacks */
     http_conn *conns;
     size_t n_conns, n_rejecting;
     size_t n_closing; /* conns closed, waiting for their close callbacks */
@@ -54,6 +57,8 @@ void kv_http_config_default(kv_http_config *cfg)
     cfg->request_timeout_ms = 10000;
     cfg->max_connections = 256;
 }
+
+static void on_connection(uv_stream_t *l, int status);
 
 int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_config *cfg,
                         kv_metrics *metrics, kv_http_health_fn health, void *app)
@@ -103,7 +108,8 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
         return rv;
     }
     s->listener.data = s;
-    s->listener_open = 1;
+    kv_accept_gate_init(&s->accept_gate, loop, 0, on_connection, s);
+    s->listener_open = 2;
     *out = s;
     return 0;
 }
@@ -380,6 +386,8 @@ static void on_connection(uv_stream_t *l, int status)
     kv_http_server *s = l->data;
     if (status < 0 || s->closing)
         return;
+    if (!kv_accept_gate_admit(&s->accept_gate, l))
+        return; /* this iteration's accepts are spent: resumed after the other I/O */
     if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
         /* Full: make room by closing the oldest connection that has not sent a complete
          * request (idle sockets must not lock /health out); refuse only when every slot is
@@ -457,7 +465,7 @@ int kv_http_server_port(kv_http_server *s)
 static void listener_closed(uv_handle_t *h)
 {
     kv_http_server *s = h->data;
-    s->listener_open = 0;
+    s->listener_open--;
     maybe_finalize(s);
 }
 
@@ -469,6 +477,7 @@ void kv_http_server_close(kv_http_server *s, void (*cb)(void *arg), void *arg)
     s->close_cb = cb;
     s->close_arg = arg;
     uv_close((uv_handle_t *)&s->listener, listener_closed);
+    kv_accept_gate_close(&s->accept_gate, listener_closed);
     for (http_conn *c = s->conns; c; c = c->next)
         conn_close(c);
 }

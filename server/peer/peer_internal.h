@@ -14,6 +14,7 @@
 #include <nghttp2/nghttp2.h>
 #include <sys/socket.h>
 
+#include "net/accept_gate.h"
 #include "peer/peer_net.h"
 
 #define PEER_CTL_SNAP_OFFER (KV_PEER_TYPE_RESERVED + 1) /* payload: u64 snapshot id */
@@ -184,6 +185,7 @@ struct kv_peer_net {
     size_t n_listeners;
     uv_timer_t ping_timer;
     uv_prepare_t flush_prep;
+    kv_accept_gate accept_gate; /* at most KV_ACCEPT_BURST accepts per loop iteration */
     peer_conn *conns;
     size_t n_conns;
     int n_handles;

@@ -656,6 +656,8 @@ static void on_accept(uv_stream_t *server, int status)
     kv_peer_net *n = server->data;
     if (status < 0 || n->closing)
         return;
+    if (!kv_accept_gate_admit(&n->accept_gate, server))
+        return; /* this iteration's accepts are spent: resumed after the other I/O */
     int rc = kv_peer_conn_accept(n, server);
     if (rc != 0)
         kv_peer_log(n, "accepting a peer connection failed: %s", uv_strerror(rc));
@@ -743,6 +745,8 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
     uv_prepare_init(loop, &n->flush_prep);
     n->flush_prep.data = n;
     n->n_handles++;
+    kv_accept_gate_init(&n->accept_gate, loop, 0, on_accept, n);
+    n->n_handles++;
     for (size_t i = 0; i < cfg->n_listen; i++) {
         char host[256];
         int port;
@@ -808,6 +812,7 @@ void kv_peer_net_close(kv_peer_net *n)
         uv_close((uv_handle_t *)&n->listeners[i], simple_handle_closed);
     uv_close((uv_handle_t *)&n->ping_timer, simple_handle_closed);
     uv_close((uv_handle_t *)&n->flush_prep, simple_handle_closed);
+    kv_accept_gate_close(&n->accept_gate, simple_handle_closed);
     kv_peer_delay_close(n);
     kv_peer_handle_closed(n);
 }
