@@ -61,6 +61,7 @@ typedef struct fwd_batch {
     uint64_t wait_index; /* leader == self: answered once this index is applied here */
     uint64_t deadline;   /* uv_now() ms */
     uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
+    uint64_t sent_at;    /* uv_now() ms of the last send to another member */
     int resent;
     size_t n, cap, n_ttl;
     fwd_item *items;
@@ -89,6 +90,7 @@ struct kv_lease_fwd {
     size_t nbuckets, nrenew;
     uint64_t seed;
     uint64_t next_seq, timeout_ms;
+    uint64_t resend_ms; /* an answer lost on the way (connection reset, full queue): ask again */
     fwd_owner *streams, *ttls;    /* owner lists */
     held_frame *held, *held_tail; /* leader: frames waiting for the applied index */
     size_t n_held;                /* bounded by max_pending */
@@ -399,6 +401,7 @@ static int batch_send(kv_lease_fwd *f, fwd_batch *b, uint64_t leader)
     rc = kv_node_peer_send_prio(f->s->node, leader, KV_LEASE_FWD_REQ, buf, len);
     if (rc == 0) {
         b->leader = leader;
+        b->sent_at = uv_now(f->s->loop);
         kv_metric_inc(f->m_batches);
         kv_metric_add(f->m_fwd, (int64_t)b->n);
         if (nr)
@@ -484,6 +487,14 @@ static void on_timer(uv_timer_t *h)
             kv_metric_add(f->m_timeouts, (int64_t)b->n);
             batch_finish(f, b, leader == 0 ? -EAGAIN : -ETIMEDOUT, NULL, NULL, NULL);
         } else if (b->leader == 0) {
+            batch_dispatch(f, b);
+        } else if (b->leader == leader && leader != kv_node_self(n) &&
+                   now >= b->sent_at + f->resend_ms) {
+            /* No answer for an election timeout from a leader that is still the leader: the
+             * request or its answer was lost (a full priority queue drops frames). Ask again;
+             * renewals and reads are idempotent and a late first answer also completes it. */
+            b->leader = 0;
+            kv_metric_inc(f->m_resent);
             batch_dispatch(f, b);
         } else if (leader != 0 && leader != b->leader) {
             /* Leader changed with the batch in flight: re-send once to the new leader. */
@@ -874,8 +885,11 @@ static void register_metrics(kv_lease_fwd *f)
     f->m_coalesced = kv_metrics_counter(
         m, "kvd_lease_fwd_coalesced_total",
         "Renewals that joined the pending forward of the same lease instead of a new one.", NULL);
-    f->m_resent = kv_metrics_counter(m, "kvd_lease_fwd_resent_total",
-                                     "Forwarded batches re-sent after a leader change.", NULL);
+    f->m_resent = kv_metrics_counter(
+        m, "kvd_lease_fwd_resent_total",
+        "Forwarded batches re-sent: a leader change, a lost peer connection, or no answer "
+        "within an election timeout.",
+        NULL);
     f->m_timeouts = kv_metrics_counter(m, "kvd_lease_fwd_timeouts_total",
                                        "Forwarded lease requests that timed out.", NULL);
     f->m_served = kv_metrics_counter(m, "kvd_lease_fwd_served_total",
@@ -913,6 +927,9 @@ int kv_lease_fwd_start(kv_server *s)
      * the lease up). */
     f->timeout_ms =
         5000ull + 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+    /* One election timeout: within a lease's minimum TTL (1.5 election timeouts, as etcd's
+     * minLeaseTTL), so a lost answer is asked again before the lease could lapse. */
+    f->resend_ms = s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000;
     uv_idle_init(s->loop, &f->idle);
     uv_timer_init(s->loop, &f->timer);
     f->idle.data = f;
@@ -924,6 +941,20 @@ int kv_lease_fwd_start(kv_server *s)
     kv_node_set_applied_hook(s->node, on_applied, f);
     s->lease_fwd = f;
     return 0;
+}
+
+void kv_lease_fwd_peer_down(kv_lease_fwd *f, uint64_t id)
+{
+    if (f == NULL || id == kv_node_self(f->s->node))
+        return;
+    /* Frames queued to or from that member were dropped with its connection: what was in
+     * flight there is asked again (to it once it is back, or to a new leader). */
+    for (fwd_batch *b = f->head; b; b = b->next)
+        if (b->leader == id) {
+            b->leader = 0;
+            kv_metric_inc(f->m_resent);
+        }
+    timer_ensure(f);
 }
 
 static void on_handle_closed(uv_handle_t *h)

@@ -101,6 +101,10 @@ int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call);
  * forwarder finishes the call OK after the last answer), 0 if the caller should finish now. */
 int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
 
+/* The peer connection to member id went down: batches in flight to it lost their frames or
+ * their answers, so they are sent again (the timer, to the leader of then). NULL f: no-op. */
+void kv_lease_fwd_peer_down(kv_lease_fwd *f, uint64_t id);
+
 /* Forwards (distinct renewals, TimeToLive queries) queued or in flight (tests, metrics). */
 size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
 

@@ -175,6 +175,14 @@ static int peer_members_json(void *arg, char **json, size_t *len)
     return rc;
 }
 
+/* A peer connection went down: forwarded lease requests in flight on it are asked again. */
+static void peer_on_state(void *arg, uint64_t id, int up)
+{
+    kv_server *s = arg;
+    if (!up)
+        kv_lease_fwd_peer_down(s->lease_fwd, id);
+}
+
 static int start_peers(kv_server *s, const char *snap_dir)
 {
     const kv_config *cfg = s->cfg;
@@ -218,6 +226,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
     kv_peer_handler h = {.arg = s,
                          .on_message = peer_on_message,
                          .on_snapshot = peer_on_snapshot,
+                         .on_peer_state = peer_on_state,
                          .on_cluster_id = peer_on_cluster_id,
                          .members_json = peer_members_json};
     int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);

@@ -198,8 +198,7 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     }
     cr_assert_eq(kvc_keepalive_lost(ka), 0);
     /* One renewal per TTL/3: ~30 in 10 TTLs; fewer than 20 would mean gaps near the TTL. */
-    cr_assert_geq(responses, 20, "only %d renewals answered in %" PRId64 " s", responses,
-                  10 * ttl);
+    cr_assert_geq(responses, 20, "only %d renewals answered in %" PRId64 " s", responses, 10 * ttl);
     /* TimeToLive through the follower is answered by the leader (forwarded). */
     int64_t granted = 0;
     int64_t left = ttl_of(c, id, &granted);
@@ -300,8 +299,8 @@ Test(cluster_lease, kill_leader_while_kept_alive, .fini = fini, .timeout = 300)
     grant_job jobs[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
-        jobs[i] = (grant_job){.c = cl[i], .ids = ids, .ka = ka, .first = i, .step = 3,
-                              .n = N_LEASES, .ttl = ttl};
+        jobs[i] = (grant_job){
+            .c = cl[i], .ids = ids, .ka = ka, .first = i, .step = 3, .n = N_LEASES, .ttl = ttl};
         cr_assert_eq(pthread_create(&th[i], NULL, grant_run, &jobs[i]), 0);
     }
     for (int i = 0; i < 3; i++)
@@ -495,8 +494,8 @@ Test(cluster_lease, heap_on_leader_only, .fini = fini, .timeout = 180)
                       k, before[k], after, elapsed);
     }
     fprintf(stderr,
-            "  remaining TTL after the transfer vs before minus elapsed: %+" PRId64
-            "..%+" PRId64 " ms (1 s of it is TimeToLive truncation; bound %+d ms); checkpoints "
+            "  remaining TTL after the transfer vs before minus elapsed: %+" PRId64 "..%+" PRId64
+            " ms (1 s of it is TimeToLive truncation; bound %+d ms); checkpoints "
             "proposed by the old leader: %.0f\n",
             min_gain, max_gain, CP_INTERVAL_MS + 1000 + CL_ELECTION_MS + 1000,
             metric(l, "kvd_lease_checkpoints_total"));
@@ -597,8 +596,10 @@ Test(cluster_lease, one_peer_connection_per_pair, .fini = fini, .timeout = 180)
             metric((l + 1) % 3, "kvd_lease_fwd_timeouts_total"),
             metric((l + 2) % 3, "kvd_lease_fwd_timeouts_total"));
     cr_assert_eq(max_est, 3, "peer connections under keepalive load: %d", max_est);
-    cr_assert_eq(conns, 0, "peer connections established under keepalive load: %.0f "
-                           "(%d in TIME_WAIT)", conns, tw);
+    cr_assert_eq(conns, 0,
+                 "peer connections established under keepalive load: %.0f "
+                 "(%d in TIME_WAIT)",
+                 conns, tw);
     cr_assert_eq(lost, 0);
     cr_assert_gt(fwd - f0, 0);
     /* A follower stops while its keepalive streams are busy forwarding. */
@@ -685,8 +686,8 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
     size_t tlen = etcdserverpb__lease_time_to_live_request__pack(&treq, tbuf), trlen = 0;
     int tstatus = -1;
     char tmsg[160] = "";
-    int trc = kv_it_grpc_call(tg, "/etcdserverpb.Lease/LeaseTimeToLive", tbuf, tlen, &tresp,
-                              &trlen, 8000, &tstatus, tmsg, sizeof(tmsg));
+    int trc = kv_it_grpc_call(tg, "/etcdserverpb.Lease/LeaseTimeToLive", tbuf, tlen, &tresp, &trlen,
+                              8000, &tstatus, tmsg, sizeof(tmsg));
     free(tresp);
     kv_it_grpc_close(tg);
     for (int k = 0; k < 4; k++)
@@ -720,4 +721,62 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
     } while ((ok.rc != 0 || ok.ttl != 60) && kvt_now_ms() - t0 < 15000);
     cr_assert(ok.rc == 0 && ok.ttl == 60, "renewal after healing: rc %d ttl %" PRId64 " '%s'",
               ok.rc, ok.ttl, ok.msg);
+}
+
+/* A forwarded renewal whose frame (or answer) is lost on the way is asked again, and answered
+ * (server/lease_fwd.c: no answer within an election timeout from a leader that is still the
+ * leader, or the connection to it went down). The follower is isolated (failpoint: its peer
+ * frames are dropped, the connections stay up) while one renewal goes through it, and healed
+ * 300 ms later, well inside an election timeout, so the leader never changes. Before: the
+ * batch counted as in flight until the forward's time bound (5 s + 2 election timeouts) and
+ * was then dropped without an answer: the client never heard back. */
+typedef struct heal_job {
+    int member;
+    unsigned after_ms;
+} heal_job;
+
+static void *heal_run(void *arg)
+{
+    heal_job *h = arg;
+    kvt_sleep_ms(h->after_ms);
+    (void)kvt_member_partition(&g_c, h->member, 0);
+    return NULL;
+}
+
+Test(cluster_lease, a_lost_forward_is_asked_again, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = follower_of(l);
+    kvc_client *c = client_only(f);
+    int64_t id = grant(c, 60);
+    double resent0 = metric(f, "kvd_lease_fwd_resent_total");
+    uint64_t term0 = 0;
+    kvt_status st;
+    if (kvt_member_status(&g_c, l, &st, 5000) == 0)
+        term0 = st.term;
+    cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
+    heal_job h = {.member = f, .after_ms = 300};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, heal_run, &h), 0);
+    uint64_t t0 = kvt_now_ms();
+    kvc_keepalive_result r;
+    kvc_error err;
+    /* below the forward's time bound (7 s here): only a re-send can answer it in time */
+    int rc = kvc_lease_keepalive_once(c, id, 6000, &r, &err);
+    uint64_t took = kvt_now_ms() - t0;
+    pthread_join(th, NULL);
+    double resent = metric(f, "kvd_lease_fwd_resent_total") - resent0;
+    uint64_t term1 = 0;
+    if (kvt_member_status(&g_c, l, &st, 5000) == 0)
+        term1 = st.term;
+    fprintf(stderr,
+            "  renewal through the isolated follower: rc %d ttl %" PRId64 " after %" PRIu64
+            " ms; %.0f batches re-sent; term %" PRIu64 " -> %" PRIu64 "\n",
+            rc, rc == 0 ? r.ttl : -1, took, resent, term0, term1);
+    cr_assert_eq(rc, 0, "renewal lost: %s", err.message);
+    cr_assert_eq(r.ttl, 60);
+    cr_assert_geq(resent, 1, "answered without a re-send: the frame was not lost");
+    kvc_close(c);
 }
