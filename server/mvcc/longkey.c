@@ -126,7 +126,7 @@ int kv_lk_key_del(kv_store *s, MDB_txn *txn, const uint8_t *handle)
 
 static void ll_key(uint8_t out[LL_KEY], int64_t id, const uint8_t *key, size_t klen)
 {
-    kv_be64_put(out, (uint64_t)id);
+    kv_put_be64(out, (uint64_t)id);
     SHA256(key, klen, out + 8);
 }
 
@@ -156,7 +156,7 @@ static int ll_walk(kv_store *s, MDB_txn *txn, int64_t id,
                    void *arg)
 {
     uint8_t lo[8];
-    kv_be64_put(lo, (uint64_t)id);
+    kv_put_be64(lo, (uint64_t)id);
     MDB_cursor *c;
     int rc = mdb_cursor_open(txn, s->lease_lkeys, &c);
     if (rc)

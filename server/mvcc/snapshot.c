@@ -31,20 +31,6 @@ static void setmsg(char *msg, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size)
-{
-    pthread_rwlock_rdlock(&s->swap);
-    int rc = mdb_env_copyfd2(s->env, fd, 0);
-    pthread_rwlock_unlock(&s->swap);
-    if (rc)
-        return rc > 0 ? -rc : kv_mdb_err(rc);
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return -errno;
-    *size = (int64_t)st.st_size;
-    return 0;
-}
-
 static int skip_meta(const MDB_val *k)
 {
     static const char *const skip[] = {"identity", "state", "cmpct"};
@@ -100,10 +86,10 @@ static int state_revision(MDB_txn *txn, MDB_dbi meta, int64_t *rev)
     if (v.mv_size < 20)
         return -EBADMSG;
     const uint8_t *p = v.mv_data;
-    uint32_t want = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    uint32_t want = kv_be32(p);
     if (kv_crc32c(0, p + 4, v.mv_size - 4) != want)
         return -EBADMSG;
-    *rev = (int64_t)kv_be64_get(p + 12);
+    *rev = (int64_t)kv_be64(p + 12);
     return 0;
 }
 
@@ -340,6 +326,19 @@ out:
     return rc;
 }
 
+int kv_snapshot_mkdir(const char *dir, char *msg, size_t msglen)
+{
+    if (mkdir(dir, 0700) < 0) {
+        int e = errno;
+        if (e == EEXIST)
+            setmsg(msg, msglen, "data-dir \"%s\" exists", dir);
+        else
+            setmsg(msg, msglen, "mkdir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
                             size_t msglen)
 {
@@ -350,14 +349,8 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     int vrc = snapshot_structure(snap, data_len > 0 ? (uint64_t)data_len : 0, msg, msglen);
     if (vrc)
         return vrc;
-    if (mkdir(dir, 0700) < 0) {
-        int e = errno;
-        if (e == EEXIST)
-            setmsg(msg, msglen, "data-dir \"%s\" exists", dir);
-        else
-            setmsg(msg, msglen, "mkdir %s: %s", dir, strerror(e));
-        return -e;
-    }
+    if ((vrc = kv_snapshot_mkdir(dir, msg, msglen)) != 0)
+        return vrc;
     if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) >= sizeof path) {
         setmsg(msg, msglen, "data dir path too long");
         return -ENAMETOOLONG;

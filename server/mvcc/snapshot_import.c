@@ -73,7 +73,7 @@ static int status_kv(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, s
     c->crc = kv_crc32c(c->crc, k, kl);
     c->crc = kv_crc32c(c->crc, v, vl);
     if (c->is_key && kl >= 8)
-        c->rev = (int64_t)kv_be64_get(k);
+        c->rev = (int64_t)kv_be64(k);
     c->keys++;
     return 0;
 }
@@ -162,7 +162,7 @@ static int imp_key(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, siz
     imp *im = arg;
     if (b || (kl != 17 && kl != 18) || k[8] != '_' || (kl == 18 && k[17] != 't'))
         return bad(im, "a \"key\" bucket record has a malformed revision");
-    int64_t main = (int64_t)kv_be64_get(k), sub = (int64_t)kv_be64_get(k + 9);
+    int64_t main = (int64_t)kv_be64(k), sub = (int64_t)kv_be64(k + 9);
     int tomb = kl == 18;
     if (main < 1 || sub < 0)
         return bad(im, "a revision is out of range");
@@ -235,15 +235,15 @@ static int imp_meta(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, si
     if (kl == 16 && memcmp(k, "consistent_index", 16) == 0) {
         if (vl != 8)
             return bad(im, "meta consistent_index is not 8 bytes");
-        im->consistent = kv_be64_get(v);
+        im->consistent = kv_be64(v);
     } else if (kl == 18 && memcmp(k, "finishedCompactRev", 18) == 0) {
         if (vl < 8)
             return bad(im, "meta finishedCompactRev is short");
-        im->finished = (int64_t)kv_be64_get(v);
+        im->finished = (int64_t)kv_be64(v);
     } else if (kl == 19 && memcmp(k, "scheduledCompactRev", 19) == 0) {
         if (vl < 8)
             return bad(im, "meta scheduledCompactRev is short");
-        im->scheduled = (int64_t)kv_be64_get(v);
+        im->scheduled = (int64_t)kv_be64(v);
     }
     return 0;
 }
@@ -258,7 +258,7 @@ static int imp_lease(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, s
         return bad(im, "a \"lease\" bucket value is not a leasepb.Lease");
     kv_lease_rec rec = {.id = l->id, .ttl = l->ttl, .remaining_ttl = l->remaining_ttl};
     kvdpb__lease_record__free_unpacked(l, NULL);
-    if (rec.id != (int64_t)kv_be64_get(k) || rec.id == 0)
+    if (rec.id != (int64_t)kv_be64(k) || rec.id == 0)
         return bad(im, "a lease record's ID differs from its key");
     int rc = kv_lease_table_put(&im->s->leases, im->txn, &rec);
     return rc ? rc : imp_step(im);
@@ -412,14 +412,8 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     int rc = kv_bbolt_snapshot_status(snap, len, &st, msg, msglen);
     if (rc)
         return rc;
-    if (mkdir(dir, 0700) < 0) {
-        int e = errno;
-        if (e == EEXIST)
-            setmsg(msg, msglen, "data-dir \"%s\" exists", dir);
-        else
-            setmsg(msg, msglen, "mkdir %s: %s", dir, strerror(e));
-        return -e;
-    }
+    if ((rc = kv_snapshot_mkdir(dir, msg, msglen)) != 0)
+        return rc;
     int fd = open(snap, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
