@@ -7,9 +7,9 @@
 #include "bbolt/bbolt.h"
 
 #include "common/byteorder.h"
+#include "common/msgf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +27,6 @@ struct kv_bb_reader {
     uint64_t budget; /* page reads left in the outermost walk */
     int nest;        /* kv_bb_walk calls in progress (fn may walk another bucket) */
 };
-
-static void setmsg(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
 
 static int read_at(int fd, uint8_t *p, size_t n, int64_t off)
 {
@@ -106,28 +96,29 @@ int kv_bb_reader_open(kv_bb_reader **out, int fd, int64_t len, char *msg, size_t
             pick = i;
     }
     if (pick < 0) {
-        setmsg(msg, msglen,
-               "not a bbolt database: no valid meta page (bad magic, version or checksum)");
+        kv_msgf(msg, msglen,
+                "not a bbolt database: no valid meta page (bad magic, version or checksum)");
         return -EBADMSG;
     }
     uint64_t need = pgid[pick] * (uint64_t)psz[pick];
     if (len % psz[pick] != 0) { /* bbolt files are whole pages (etcd's trailer is cut before) */
-        setmsg(msg, msglen,
-               "bbolt database is truncated or has trailing bytes: %lld bytes is not a "
-               "whole number of %u-byte pages",
-               (long long)len, psz[pick]);
+        kv_msgf(msg, msglen,
+                "bbolt database is truncated or has trailing bytes: %lld bytes is not a "
+                "whole number of %u-byte pages",
+                (long long)len, psz[pick]);
         return -EBADMSG;
     }
     if (pgid[pick] < 3 || pgid[pick] > (uint64_t)len / psz[pick]) {
-        setmsg(msg, msglen,
-               "bbolt database is truncated: its meta page counts %llu pages of %u bytes "
-               "(%llu bytes), the file holds %lld bytes",
-               (unsigned long long)pgid[pick], psz[pick], (unsigned long long)need, (long long)len);
+        kv_msgf(msg, msglen,
+                "bbolt database is truncated: its meta page counts %llu pages of %u bytes "
+                "(%llu bytes), the file holds %lld bytes",
+                (unsigned long long)pgid[pick], psz[pick], (unsigned long long)need,
+                (long long)len);
         return -EBADMSG;
     }
     if (root[pick] < 2 || root[pick] >= pgid[pick]) {
-        setmsg(msg, msglen, "bbolt meta page: root page %llu out of range",
-               (unsigned long long)root[pick]);
+        kv_msgf(msg, msglen, "bbolt meta page: root page %llu out of range",
+                (unsigned long long)root[pick]);
         return -EBADMSG;
     }
     kv_bb_reader *r = calloc(1, sizeof(*r));
@@ -163,13 +154,13 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
                      size_t msglen)
 {
     if (r->budget == 0) {
-        setmsg(msg, msglen, "bbolt database is corrupt: its tree visits more pages than it has");
+        kv_msgf(msg, msglen, "bbolt database is corrupt: its tree visits more pages than it has");
         return -EBADMSG;
     }
     r->budget--;
     if (id < 2 || id >= r->pgid) {
-        setmsg(msg, msglen, "bbolt database is corrupt: a branch points to page %llu of %llu",
-               (unsigned long long)id, (unsigned long long)r->pgid);
+        kv_msgf(msg, msglen, "bbolt database is corrupt: a branch points to page %llu of %llu",
+                (unsigned long long)id, (unsigned long long)r->pgid);
         return -EBADMSG;
     }
     uint8_t h[PH];
@@ -179,8 +170,8 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
         goto io;
     uint64_t ov = kv_le32(h + 12);
     if (kv_le64(h) != id || id + 1 + ov > r->pgid) {
-        setmsg(msg, msglen, "bbolt database is corrupt: page %llu has a bad header",
-               (unsigned long long)id);
+        kv_msgf(msg, msglen, "bbolt database is corrupt: page %llu has a bad header",
+                (unsigned long long)id);
         return -EBADMSG;
     }
     size_t n = (size_t)(1 + ov) * r->psz;
@@ -197,9 +188,9 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
     return 0;
 io:
     if (rc == -EBADMSG)
-        setmsg(msg, msglen, "bbolt database is truncated at page %llu", (unsigned long long)id);
+        kv_msgf(msg, msglen, "bbolt database is truncated at page %llu", (unsigned long long)id);
     else
-        setmsg(msg, msglen, "read: %s", strerror(-rc));
+        kv_msgf(msg, msglen, "read: %s", strerror(-rc));
     return rc;
 }
 
@@ -231,7 +222,7 @@ static int walk_mem(kv_bb_reader *r, const uint8_t *p, size_t n, int depth, kv_b
     }
     if (flags & 0x01) {
         if (depth >= MAX_TREE_DEPTH) {
-            setmsg(msg, msglen, "bbolt database is corrupt: tree deeper than %d", MAX_TREE_DEPTH);
+            kv_msgf(msg, msglen, "bbolt database is corrupt: tree deeper than %d", MAX_TREE_DEPTH);
             return -EBADMSG;
         }
         for (uint32_t i = 0; i < count; i++) {
@@ -246,8 +237,8 @@ static int walk_mem(kv_bb_reader *r, const uint8_t *p, size_t n, int depth, kv_b
         return 0;
     }
 bad:
-    setmsg(msg, msglen, "bbolt database is corrupt: a page (id %llu) has bad elements or flags",
-           n >= 8 ? (unsigned long long)kv_le64(p) : 0ULL);
+    kv_msgf(msg, msglen, "bbolt database is corrupt: a page (id %llu) has bad elements or flags",
+            n >= 8 ? (unsigned long long)kv_le64(p) : 0ULL);
     return -EBADMSG;
 }
 
@@ -329,7 +320,7 @@ int kv_bb_walk(kv_bb_reader *r, const char *const *path, size_t n, kv_bb_visit_f
         }
         rc = 0;
         if (!f.found) {
-            setmsg(msg, msglen, "bbolt database has no bucket \"%s\"", path[i]);
+            kv_msgf(msg, msglen, "bbolt database has no bucket \"%s\"", path[i]);
             rc = -ENOENT;
             break;
         }

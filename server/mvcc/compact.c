@@ -53,7 +53,7 @@ static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
     const uint8_t *p = v.mv_data;
     if (v.mv_size < CMPCT_HDR || v.mv_size - CMPCT_HDR > sizeof c->cursor)
         return -EBADMSG;
-    uint32_t crc = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    uint32_t crc = kv_be32(p);
     if (crc != kv_crc32c(0, p + 4, v.mv_size - 4))
         return -EBADMSG;
     c->rev = (int64_t)kv_be64(p + 4);

@@ -11,6 +11,7 @@
  * IMPORT_BATCH records.
  */
 #include "bbolt/bbolt.h"
+#include "common/msgf.h"
 #include "mvcc/auth_store.h"
 #include "mvcc/crc32c.h"
 #include "mvcc/snapshot.h"
@@ -21,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,16 +29,6 @@
 #include <unistd.h>
 
 #define IMPORT_BATCH 20000
-
-static void setmsg(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
 
 int kv_snapshot_is_bbolt(const char *path)
 {
@@ -85,7 +75,7 @@ static int status_bucket(void *arg, const uint8_t *k, size_t kl, const uint8_t *
     (void)v;
     (void)vl;
     if (!is_bucket || kl >= 256) {
-        setmsg(c->msg, c->msglen, "not an etcd snapshot: a top-level key is not a bucket");
+        kv_msgf(c->msg, c->msglen, "not an etcd snapshot: a top-level key is not a bucket");
         return -EBADMSG;
     }
     char name[256];
@@ -104,7 +94,7 @@ int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        setmsg(msg, msglen, "open %s: %s", path, strerror(e));
+        kv_msgf(msg, msglen, "open %s: %s", path, strerror(e));
         return -e;
     }
     kv_bb_reader *r = NULL;
@@ -119,7 +109,7 @@ int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *
         st->total_keys = c.keys;
         st->total_size = (int64_t)(kv_bb_pages(r) * kv_bb_page_size(r));
     } else {
-        setmsg(msg, msglen, "%s: %s", path, m[0] ? m : strerror(-rc));
+        kv_msgf(msg, msglen, "%s: %s", path, m[0] ? m : strerror(-rc));
     }
     kv_bb_reader_free(r);
     close(fd);
@@ -153,7 +143,7 @@ static int imp_step(imp *im)
 
 static int bad(imp *im, const char *what)
 {
-    setmsg(im->msg, im->msglen, "not a valid etcd snapshot: %s", what);
+    kv_msgf(im->msg, im->msglen, "not a valid etcd snapshot: %s", what);
     return -EBADMSG;
 }
 
@@ -417,7 +407,7 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     int fd = open(snap, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        setmsg(msg, msglen, "open %s: %s", snap, strerror(errno));
+        kv_msgf(msg, msglen, "open %s: %s", snap, strerror(errno));
         remove_dir(dir);
         return rc;
     }
@@ -430,7 +420,7 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     cfg.dir = dir;
     rc = kv_bb_reader_open(&r, fd, len, m, sizeof m);
     if (rc == 0 && (rc = kv_store_open(&s, &cfg)) < 0)
-        setmsg(m, sizeof m, "cannot create the store in %s: %s", dir, strerror(-rc));
+        kv_msgf(m, sizeof m, "cannot create the store in %s: %s", dir, strerror(-rc));
     if (rc == 0) {
         im.s = s;
         rc = restore_into(r, s, &im);
@@ -447,7 +437,7 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     kv_bb_reader_free(r);
     close(fd);
     if (rc) {
-        setmsg(msg, msglen, "%s: %s", snap, m[0] ? m : strerror(-rc));
+        kv_msgf(msg, msglen, "%s: %s", snap, m[0] ? m : strerror(-rc));
         remove_dir(dir);
     }
     return rc;
