@@ -1,5 +1,8 @@
 #include "identity.h"
 
+#include "common/byteorder.h"
+#include "initial_cluster.h"
+
 #include <errno.h>
 #include <openssl/sha.h>
 #include <stdlib.h>
@@ -14,14 +17,6 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-static uint64_t be64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
 }
 
 uint64_t kv_identity_member_id(const char *const *peer_urls, size_t n, const char *token)
@@ -46,7 +41,7 @@ uint64_t kv_identity_member_id(const char *const *peer_urls, size_t n, const cha
     len += tl;
     unsigned char md[SHA_DIGEST_LENGTH];
     SHA1((const unsigned char *)buf, len, md);
-    return be64(md);
+    return kv_be64(md);
 }
 
 int kv_identity_compute(const kv_config *cfg, kv_identity *out)
@@ -54,17 +49,11 @@ int kv_identity_compute(const kv_config *cfg, kv_identity *out)
     memset(out, 0, sizeof(*out));
     /* Group initial-cluster entries by name (a member may list several peer URLs). */
     for (size_t i = 0; i < cfg->n_initial_cluster; i++) {
-        const char *name = cfg->initial_cluster[i].name;
-        int seen = 0;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(cfg->initial_cluster[j].name, name) == 0;
-        if (seen)
+        if (!kv_initial_cluster_first(cfg, i))
             continue;
+        const char *name = cfg->initial_cluster[i].name;
         const char *urls[KV_MAX_URLS];
-        size_t n = 0;
-        for (size_t j = i; j < cfg->n_initial_cluster && n < KV_MAX_URLS; j++)
-            if (strcmp(cfg->initial_cluster[j].name, name) == 0)
-                urls[n++] = cfg->initial_cluster[j].url.text;
+        size_t n = kv_initial_cluster_urls(cfg, name, urls, KV_MAX_URLS);
         uint64_t id = kv_identity_member_id(urls, n, cfg->initial_cluster_token);
         if (strcmp(name, cfg->name) == 0)
             out->member_id = id;
@@ -77,10 +66,9 @@ int kv_identity_compute(const kv_config *cfg, kv_identity *out)
     qsort(sorted, out->n_members, sizeof(uint64_t), cmp_u64);
     unsigned char buf[8 * KV_MAX_MEMBERS];
     for (size_t i = 0; i < out->n_members; i++)
-        for (int b = 0; b < 8; b++)
-            buf[8 * i + (size_t)b] = (unsigned char)(sorted[i] >> (56 - 8 * b));
+        kv_put_be64(buf + 8 * i, sorted[i]);
     unsigned char md[SHA_DIGEST_LENGTH];
     SHA1(buf, 8 * out->n_members, md);
-    out->cluster_id = be64(md);
+    out->cluster_id = kv_be64(md);
     return 0;
 }

@@ -1,6 +1,8 @@
 /* members_boot: the initial membership from the flags (see members_boot.h). */
 #include "members_boot.h"
 
+#include "initial_cluster.h"
+
 #include "mvcc/members.h"
 
 #include <errno.h>
@@ -18,12 +20,9 @@ int kv_members_from_config(const kv_config *cfg, const kv_identity *id, Kvdpb__M
     size_t cnt = 0;
     int rc = 0;
     for (size_t i = 0; i < cfg->n_initial_cluster && rc == 0; i++) {
-        const char *name = cfg->initial_cluster[i].name;
-        int seen = 0;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(cfg->initial_cluster[j].name, name) == 0;
-        if (seen)
+        if (!kv_initial_cluster_first(cfg, i))
             continue;
+        const char *name = cfg->initial_cluster[i].name;
         if (cnt >= id->n_members) {
             rc = -EINVAL;
             break;
@@ -36,15 +35,15 @@ int kv_members_from_config(const kv_config *cfg, const kv_identity *id, Kvdpb__M
         kvdpb__member__init(m);
         v[cnt++] = m;
         m->id = id->member_ids[cnt - 1];
-        if (!(m->name = strdup(name)) ||
-            !(m->peer_urls = calloc(cfg->n_initial_cluster, sizeof(char *)))) {
+        /* every URL of the name (at most KV_MAX_MEMBERS entries exist) */
+        const char *urls[KV_MAX_MEMBERS];
+        size_t nu = kv_initial_cluster_urls(cfg, name, urls, KV_MAX_MEMBERS);
+        if (!(m->name = strdup(name)) || !(m->peer_urls = calloc(nu, sizeof(char *)))) {
             rc = -ENOMEM;
             break;
         }
-        for (size_t j = i; j < cfg->n_initial_cluster; j++) {
-            if (strcmp(cfg->initial_cluster[j].name, name) != 0)
-                continue;
-            if (!(m->peer_urls[m->n_peer_urls] = strdup(cfg->initial_cluster[j].url.text))) {
+        for (size_t j = 0; j < nu; j++) {
+            if (!(m->peer_urls[m->n_peer_urls] = strdup(urls[j]))) {
                 rc = -ENOMEM;
                 break;
             }

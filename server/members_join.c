@@ -1,6 +1,8 @@
 /* members_join: a joining member's id from its peers' member list (see members_join.h). */
 #include "members_join.h"
 
+#include "initial_cluster.h"
+
 #include "mvcc/members.h"
 #include "net/tls.h"
 
@@ -575,11 +577,8 @@ static size_t own_urls(const kv_config *cfg, const char **urls)
     size_t n = 0;
     for (size_t i = 0; i < cfg->n_advertise_peer && n < KV_MEMBER_MAX_URLS; i++)
         urls[n++] = cfg->advertise_peer[i].text;
-    for (size_t i = 0; n == 0 && i < cfg->n_initial_cluster; i++)
-        if (strcmp(cfg->initial_cluster[i].name, cfg->name) == 0)
-            for (size_t j = i; j < cfg->n_initial_cluster && n < KV_MEMBER_MAX_URLS; j++)
-                if (strcmp(cfg->initial_cluster[j].name, cfg->name) == 0)
-                    urls[n++] = cfg->initial_cluster[j].url.text;
+    if (n == 0)
+        n = kv_initial_cluster_urls(cfg, cfg->name, urls, KV_MEMBER_MAX_URLS);
     return n;
 }
 
@@ -588,17 +587,11 @@ static void adopt(const kv_config *cfg, Kvdpb__Member *const *m, size_t n, kv_id
     /* identity.c's order: one entry per --initial-cluster name, in first-seen order */
     size_t k = 0;
     for (size_t i = 0; i < cfg->n_initial_cluster && k < id->n_members; i++) {
-        const char *name = cfg->initial_cluster[i].name;
-        int seen = 0;
-        for (size_t j = 0; j < i; j++)
-            seen |= strcmp(cfg->initial_cluster[j].name, name) == 0;
-        if (seen)
+        if (!kv_initial_cluster_first(cfg, i))
             continue;
+        const char *name = cfg->initial_cluster[i].name;
         const char *urls[KV_MEMBER_MAX_URLS];
-        size_t nu = 0;
-        for (size_t j = i; j < cfg->n_initial_cluster && nu < KV_MEMBER_MAX_URLS; j++)
-            if (strcmp(cfg->initial_cluster[j].name, name) == 0)
-                urls[nu++] = cfg->initial_cluster[j].url.text;
+        size_t nu = kv_initial_cluster_urls(cfg, name, urls, KV_MEMBER_MAX_URLS);
         const Kvdpb__Member *f = kv_members_match_urls(m, n, urls, nu);
         if (f && strcmp(name, cfg->name) != 0)
             id->member_ids[k] = f->id;

@@ -1,6 +1,7 @@
 #include "api/internal_req.h"
 
 #include "common/etcd_errors.h"
+#include "common/varint.h"
 
 #include "mvcc/pb_scan.h"
 #include "mvcc/pb_strip.h"
@@ -10,17 +11,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
 
 /* The message type of each InternalRequest field. */
 static const ProtobufCMessageDescriptor *field_desc(enum kv_ireq_field field)
@@ -54,8 +44,9 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len)
 {
-    int known = ((int)field >= KV_IREQ_PUT && (int)field <= KV_IREQ_ALARM) ||
-                ((int)field >= KV_IREQ_AUTH_ENABLE && (int)field <= KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION);
+    int known =
+        ((int)field >= KV_IREQ_PUT && (int)field <= KV_IREQ_ALARM) ||
+        ((int)field >= KV_IREQ_AUTH_ENABLE && (int)field <= KV_IREQ_AUTH_ROLE_REVOKE_PERMISSION);
     if (!known || (len && msg == NULL))
         return -EINVAL;
     /* A client's unknown fields are dropped here (etcd ignores them), so the apply thread does
@@ -83,10 +74,10 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
     size_t n = 0;
     if (id) {
         p[n++] = (1 << 3) | 0;
-        n += put_varint(p + n, id);
+        n += kv_varint_put(p + n, id);
     }
-    n += put_varint(p + n, ((uint64_t)field << 3) | 2); /* 2 bytes from field 16 on */
-    n += put_varint(p + n, len);
+    n += kv_varint_put(p + n, ((uint64_t)field << 3) | 2); /* 2 bytes from field 16 on */
+    n += kv_varint_put(p + n, len);
     if (len)
         memcpy(p + n, msg, len);
     *out = p;
@@ -95,8 +86,7 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
 }
 
 int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
-                          const char *user, uint64_t auth_revision, uint8_t **out,
-                          size_t *out_len)
+                          const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len)
 {
     int rc = kv_internal_wrap(field, id, msg, len, out, out_len);
     if (rc || auth_revision == 0)
@@ -109,13 +99,13 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
         return -ENOMEM;
     }
     size_t n = *out_len;
-    n += put_varint(p + n, (71u << 3) | 2);
-    n += put_varint(p + n, ulen);
+    n += kv_varint_put(p + n, (71u << 3) | 2);
+    n += kv_varint_put(p + n, ulen);
     if (ulen)
         memcpy(p + n, user, ulen);
     n += ulen;
-    n += put_varint(p + n, (72u << 3) | 0);
-    n += put_varint(p + n, auth_revision);
+    n += kv_varint_put(p + n, (72u << 3) | 0);
+    n += kv_varint_put(p + n, auth_revision);
     *out = p;
     *out_len = n;
     return 0;

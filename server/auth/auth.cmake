@@ -9,4 +9,4 @@ add_library(kv_auth STATIC
   ${CMAKE_CURRENT_LIST_DIR}/auth_tokens.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_jwt.c)
 target_include_directories(kv_auth PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
-target_link_libraries(kv_auth PUBLIC PkgConfig::OPENSSL crypt) # crypt: bcrypt of etcd snapshots
+target_link_libraries(kv_auth PUBLIC kv_common PkgConfig::OPENSSL crypt) # crypt: bcrypt of etcd snapshots

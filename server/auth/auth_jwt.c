@@ -1,6 +1,8 @@
 /* auth_jwt: etcd's JWT auth tokens (see auth_jwt.h). */
 #include "auth/auth_jwt.h"
 
+#include "common/base64.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -34,77 +36,24 @@ struct kv_jwt {
     uint64_t ttl_s;
 };
 
-/* ---- base64url without padding (RFC 7515 section 2) ---- */
-
-static const char B64URL[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/* ---- base64url without padding (RFC 7515 section 2): common/base64.h ---- */
 
 static size_t b64_len(size_t n)
 {
-    return n / 3 * 4 + (n % 3 ? n % 3 + 1 : 0);
+    return kv_b64_encoded_len(n, false);
 }
 
 /* Writes b64_len(n) characters (no NUL) at out. */
 static void b64_enc(const unsigned char *in, size_t n, char *out)
 {
-    size_t o = 0, i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = B64URL[v >> 18 & 63];
-        out[o++] = B64URL[v >> 12 & 63];
-        out[o++] = B64URL[v >> 6 & 63];
-        out[o++] = B64URL[v & 63];
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        out[o++] = B64URL[v >> 18 & 63];
-        out[o++] = B64URL[v >> 12 & 63];
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-        out[o++] = B64URL[v >> 18 & 63];
-        out[o++] = B64URL[v >> 12 & 63];
-        out[o++] = B64URL[v >> 6 & 63];
-    }
-}
-
-static int b64_val(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
+    kv_b64_encode(in, n, KV_B64_URL, false, out);
 }
 
 /* Decodes n characters into out (capacity at least n * 3 / 4 + 1); *outn = bytes written.
  * 0 or -EINVAL (a character outside the alphabet, padding, or an impossible length). */
 static int b64_dec(const char *in, size_t n, unsigned char *out, size_t *outn)
 {
-    if (n % 4 == 1)
-        return -EINVAL;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_val(in[i]);
-        if (v < 0)
-            return -EINVAL;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (unsigned char)(acc >> bits & 0xff);
-        }
-    }
-    if (bits && (acc & ((1u << bits) - 1)))
-        return -EINVAL; /* non-canonical trailing bits */
-    *outn = o;
-    return 0;
+    return kv_b64_decode(in, n, KV_B64_DEC_URL | KV_B64_DEC_CANONICAL, out, outn, NULL);
 }
 
 /* ---- options ---- */

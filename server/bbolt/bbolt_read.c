@@ -6,8 +6,10 @@
  */
 #include "bbolt/bbolt.h"
 
+#include "common/byteorder.h"
+#include "common/msgf.h"
+
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,29 +27,6 @@ struct kv_bb_reader {
     uint64_t budget; /* page reads left in the outermost walk */
     int nest;        /* kv_bb_walk calls in progress (fn may walk another bucket) */
 };
-
-static void setmsg(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 static int read_at(int fd, uint8_t *p, size_t n, int64_t off)
 {
@@ -74,18 +53,18 @@ static int read_meta(int fd, int64_t len, int64_t off, uint32_t *psz, uint64_t *
     uint8_t m[PH + 64];
     if (off + (int64_t)sizeof m > len || read_at(fd, m, sizeof m, off) < 0)
         return -EBADMSG;
-    if ((get16(m + 8) & 0x04) == 0)
+    if ((kv_le16(m + 8) & 0x04) == 0)
         return -EBADMSG;
     const uint8_t *b = m + PH;
-    if (get32(b) != 0xED0CDAEDu || get32(b + 4) != 2)
+    if (kv_le32(b) != 0xED0CDAEDu || kv_le32(b + 4) != 2)
         return -EBADMSG;
-    uint64_t sum = get64(b + 56);
+    uint64_t sum = kv_le64(b + 56);
     if (sum != 0 && sum != kv_bb_fnv64a(b, 56))
         return -EBADMSG;
-    *psz = get32(b + 8);
-    *root = get64(b + 16);
-    *pgid = get64(b + 40);
-    *txid = get64(b + 48);
+    *psz = kv_le32(b + 8);
+    *root = kv_le64(b + 16);
+    *pgid = kv_le64(b + 40);
+    *txid = kv_le64(b + 48);
     return 0;
 }
 
@@ -117,28 +96,29 @@ int kv_bb_reader_open(kv_bb_reader **out, int fd, int64_t len, char *msg, size_t
             pick = i;
     }
     if (pick < 0) {
-        setmsg(msg, msglen,
-               "not a bbolt database: no valid meta page (bad magic, version or checksum)");
+        kv_msgf(msg, msglen,
+                "not a bbolt database: no valid meta page (bad magic, version or checksum)");
         return -EBADMSG;
     }
     uint64_t need = pgid[pick] * (uint64_t)psz[pick];
     if (len % psz[pick] != 0) { /* bbolt files are whole pages (etcd's trailer is cut before) */
-        setmsg(msg, msglen,
-               "bbolt database is truncated or has trailing bytes: %lld bytes is not a "
-               "whole number of %u-byte pages",
-               (long long)len, psz[pick]);
+        kv_msgf(msg, msglen,
+                "bbolt database is truncated or has trailing bytes: %lld bytes is not a "
+                "whole number of %u-byte pages",
+                (long long)len, psz[pick]);
         return -EBADMSG;
     }
     if (pgid[pick] < 3 || pgid[pick] > (uint64_t)len / psz[pick]) {
-        setmsg(msg, msglen,
-               "bbolt database is truncated: its meta page counts %llu pages of %u bytes "
-               "(%llu bytes), the file holds %lld bytes",
-               (unsigned long long)pgid[pick], psz[pick], (unsigned long long)need, (long long)len);
+        kv_msgf(msg, msglen,
+                "bbolt database is truncated: its meta page counts %llu pages of %u bytes "
+                "(%llu bytes), the file holds %lld bytes",
+                (unsigned long long)pgid[pick], psz[pick], (unsigned long long)need,
+                (long long)len);
         return -EBADMSG;
     }
     if (root[pick] < 2 || root[pick] >= pgid[pick]) {
-        setmsg(msg, msglen, "bbolt meta page: root page %llu out of range",
-               (unsigned long long)root[pick]);
+        kv_msgf(msg, msglen, "bbolt meta page: root page %llu out of range",
+                (unsigned long long)root[pick]);
         return -EBADMSG;
     }
     kv_bb_reader *r = calloc(1, sizeof(*r));
@@ -174,13 +154,13 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
                      size_t msglen)
 {
     if (r->budget == 0) {
-        setmsg(msg, msglen, "bbolt database is corrupt: its tree visits more pages than it has");
+        kv_msgf(msg, msglen, "bbolt database is corrupt: its tree visits more pages than it has");
         return -EBADMSG;
     }
     r->budget--;
     if (id < 2 || id >= r->pgid) {
-        setmsg(msg, msglen, "bbolt database is corrupt: a branch points to page %llu of %llu",
-               (unsigned long long)id, (unsigned long long)r->pgid);
+        kv_msgf(msg, msglen, "bbolt database is corrupt: a branch points to page %llu of %llu",
+                (unsigned long long)id, (unsigned long long)r->pgid);
         return -EBADMSG;
     }
     uint8_t h[PH];
@@ -188,10 +168,10 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
     int rc = read_at(r->fd, h, PH, off);
     if (rc)
         goto io;
-    uint64_t ov = get32(h + 12);
-    if (get64(h) != id || id + 1 + ov > r->pgid) {
-        setmsg(msg, msglen, "bbolt database is corrupt: page %llu has a bad header",
-               (unsigned long long)id);
+    uint64_t ov = kv_le32(h + 12);
+    if (kv_le64(h) != id || id + 1 + ov > r->pgid) {
+        kv_msgf(msg, msglen, "bbolt database is corrupt: page %llu has a bad header",
+                (unsigned long long)id);
         return -EBADMSG;
     }
     size_t n = (size_t)(1 + ov) * r->psz;
@@ -208,9 +188,9 @@ static int read_page(kv_bb_reader *r, uint64_t id, uint8_t **out, size_t *outlen
     return 0;
 io:
     if (rc == -EBADMSG)
-        setmsg(msg, msglen, "bbolt database is truncated at page %llu", (unsigned long long)id);
+        kv_msgf(msg, msglen, "bbolt database is truncated at page %llu", (unsigned long long)id);
     else
-        setmsg(msg, msglen, "read: %s", strerror(-rc));
+        kv_msgf(msg, msglen, "read: %s", strerror(-rc));
     return rc;
 }
 
@@ -223,18 +203,18 @@ static int walk_mem(kv_bb_reader *r, const uint8_t *p, size_t n, int depth, kv_b
 {
     if (n < PH)
         goto bad;
-    uint16_t flags = get16(p + 8), count = get16(p + 10);
+    uint16_t flags = kv_le16(p + 8), count = kv_le16(p + 10);
     if ((uint64_t)PH + (uint64_t)count * EL > n)
         goto bad;
     if (flags & 0x02) {
         for (uint32_t i = 0; i < count; i++) {
             const uint8_t *e = p + PH + (size_t)i * EL;
-            uint64_t start = (uint64_t)(PH + (size_t)i * EL) + get32(e + 4);
-            uint64_t kl = get32(e + 8), vl = get32(e + 12);
+            uint64_t start = (uint64_t)(PH + (size_t)i * EL) + kv_le32(e + 4);
+            uint64_t kl = kv_le32(e + 8), vl = kv_le32(e + 12);
             if (start + kl + vl > n)
                 goto bad;
-            int rc =
-                fn(arg, p + start, (size_t)kl, p + start + kl, (size_t)vl, (get32(e) & 0x01) != 0);
+            int rc = fn(arg, p + start, (size_t)kl, p + start + kl, (size_t)vl,
+                        (kv_le32(e) & 0x01) != 0);
             if (rc)
                 return rc;
         }
@@ -242,23 +222,23 @@ static int walk_mem(kv_bb_reader *r, const uint8_t *p, size_t n, int depth, kv_b
     }
     if (flags & 0x01) {
         if (depth >= MAX_TREE_DEPTH) {
-            setmsg(msg, msglen, "bbolt database is corrupt: tree deeper than %d", MAX_TREE_DEPTH);
+            kv_msgf(msg, msglen, "bbolt database is corrupt: tree deeper than %d", MAX_TREE_DEPTH);
             return -EBADMSG;
         }
         for (uint32_t i = 0; i < count; i++) {
             const uint8_t *e = p + PH + (size_t)i * EL;
-            uint64_t start = (uint64_t)(PH + (size_t)i * EL) + get32(e);
-            if (start + get32(e + 4) > n)
+            uint64_t start = (uint64_t)(PH + (size_t)i * EL) + kv_le32(e);
+            if (start + kv_le32(e + 4) > n)
                 goto bad;
-            int rc = walk_pgid(r, get64(e + 8), depth + 1, fn, arg, msg, msglen);
+            int rc = walk_pgid(r, kv_le64(e + 8), depth + 1, fn, arg, msg, msglen);
             if (rc)
                 return rc;
         }
         return 0;
     }
 bad:
-    setmsg(msg, msglen, "bbolt database is corrupt: a page (id %llu) has bad elements or flags",
-           n >= 8 ? (unsigned long long)get64(p) : 0ULL);
+    kv_msgf(msg, msglen, "bbolt database is corrupt: a page (id %llu) has bad elements or flags",
+            n >= 8 ? (unsigned long long)kv_le64(p) : 0ULL);
     return -EBADMSG;
 }
 
@@ -306,7 +286,7 @@ static int find_fn(void *arg, const uint8_t *key, size_t klen, const uint8_t *va
 static int walk_bucket(kv_bb_reader *r, const uint8_t *v, size_t vlen, kv_bb_visit_fn fn, void *arg,
                        char *msg, size_t msglen)
 {
-    uint64_t root = get64(v);
+    uint64_t root = kv_le64(v);
     if (root == 0)
         return walk_mem(r, v + 16, vlen - 16, 0, fn, arg, msg, msglen);
     return walk_pgid(r, root, 0, fn, arg, msg, msglen);
@@ -318,8 +298,7 @@ int kv_bb_walk(kv_bb_reader *r, const char *const *path, size_t n, kv_bb_visit_f
     uint8_t hdr[16] = {0};
     uint8_t *cur = hdr;
     size_t curlen = 16;
-    for (int i = 0; i < 8; i++)
-        hdr[i] = (uint8_t)(r->root >> (8 * i));
+    kv_put_le64(hdr, r->root);
     int rc = 0;
     /* one budget per outermost walk (twice the file's pages: finding a nested bucket reads its
      * parent again); a nested walk draws from it */
@@ -341,7 +320,7 @@ int kv_bb_walk(kv_bb_reader *r, const char *const *path, size_t n, kv_bb_visit_f
         }
         rc = 0;
         if (!f.found) {
-            setmsg(msg, msglen, "bbolt database has no bucket \"%s\"", path[i]);
+            kv_msgf(msg, msglen, "bbolt database has no bucket \"%s\"", path[i]);
             rc = -ENOENT;
             break;
         }

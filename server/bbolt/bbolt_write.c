@@ -9,6 +9,8 @@
  */
 #include "bbolt/bbolt.h"
 
+#include "common/byteorder.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,30 +58,6 @@ struct kv_bb_writer {
     size_t page_cap;
     int failed;
 };
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 uint64_t kv_bb_fnv64a(const void *p, size_t n)
 {
@@ -231,18 +209,18 @@ static int level_flush(kv_bb_writer *w, bucket *b, int li)
     uint8_t *p = w->page;
     memset(p, 0, total);
     uint64_t id = w->next_pgid;
-    put64(p, id);
-    put16(p + 8, li == 0 ? F_LEAF : F_BRANCH);
-    put16(p + 10, (uint16_t)l->count);
-    put32(p + 12, (uint32_t)(npages - 1));
+    kv_put_le64(p, id);
+    kv_put_le16(p + 8, li == 0 ? F_LEAF : F_BRANCH);
+    kv_put_le16(p + 10, (uint16_t)l->count);
+    kv_put_le32(p + 12, (uint32_t)(npages - 1));
     size_t data = PH + (size_t)l->count * EL;
     const uint8_t *e = l->buf;
     const uint8_t *first_key = NULL;
     size_t first_len = 0;
     for (uint32_t i = 0; i < l->count; i++) {
-        uint32_t fl = get32(e);
-        uint32_t kl = get32(e + 4);
-        uint64_t v = get64(e + 8);
+        uint32_t fl = kv_le32(e);
+        uint32_t kl = kv_le32(e + 4);
+        uint64_t v = kv_le64(e + 8);
         const uint8_t *k = e + 16;
         uint8_t *el = p + PH + (size_t)i * EL;
         uint32_t pos = (uint32_t)(data - (PH + (size_t)i * EL));
@@ -251,18 +229,18 @@ static int level_flush(kv_bb_writer *w, bucket *b, int li)
             first_len = kl;
         }
         if (li == 0) {
-            put32(el, fl);
-            put32(el + 4, pos);
-            put32(el + 8, kl);
-            put32(el + 12, (uint32_t)v);
+            kv_put_le32(el, fl);
+            kv_put_le32(el + 4, pos);
+            kv_put_le32(el + 8, kl);
+            kv_put_le32(el + 12, (uint32_t)v);
             memcpy(p + data, k, kl);
             memcpy(p + data + kl, k + kl, (size_t)v);
             data += kl + (size_t)v;
             e += 16 + kl + (size_t)v;
         } else {
-            put32(el, pos);
-            put32(el + 4, kl);
-            put64(el + 8, v);
+            kv_put_le32(el, pos);
+            kv_put_le32(el + 4, kl);
+            kv_put_le64(el + 8, v);
             memcpy(p + data, k, kl);
             data += kl;
             e += 16 + kl;
@@ -306,9 +284,9 @@ static int level_add(kv_bb_writer *w, bucket *b, int li, uint32_t flags, const u
     if (grow(&l->buf, &l->cap, l->len + rec) < 0)
         return -ENOMEM;
     uint8_t *e = l->buf + l->len;
-    put32(e, flags);
-    put32(e + 4, (uint32_t)klen);
-    put64(e + 8, li == 0 ? (uint64_t)vlen : pgid);
+    kv_put_le32(e, flags);
+    kv_put_le32(e + 4, (uint32_t)klen);
+    kv_put_le64(e + 8, li == 0 ? (uint64_t)vlen : pgid);
     if (klen)
         memcpy(e + 16, key, klen);
     if (li == 0 && vlen)
@@ -367,7 +345,7 @@ static int bucket_close(kv_bb_writer *w, bucket *b, uint64_t *root)
     for (int li = 1; li < MAX_LEVELS; li++) {
         level *l = &b->lv[li];
         if (l->pages == 0 && l->count == 1) {
-            *root = get64(l->buf + 8);
+            *root = kv_le64(l->buf + 8);
             return 0;
         }
         if (l->count > 0 && (rc = level_flush(w, b, li)))
@@ -387,8 +365,8 @@ int kv_bb_bucket_end(kv_bb_writer *w)
     int rc = bucket_close(w, b, &root);
     if (rc == 0) {
         uint8_t hdr[16];
-        put64(hdr, root);
-        put64(hdr + 8, 0);
+        kv_put_le64(hdr, root);
+        kv_put_le64(hdr + 8, 0);
         w->depth--;
         rc = level_add(w, &w->stack[w->depth - 1], 0, F_BUCKET, b->name, b->name_len, hdr,
                        sizeof hdr, 0);
@@ -402,19 +380,19 @@ int kv_bb_bucket_end(kv_bb_writer *w)
 static void meta_page(kv_bb_writer *w, uint8_t *p, uint64_t id, uint64_t txid)
 {
     memset(p, 0, w->psz);
-    put64(p, id);
-    put16(p + 8, F_META);
+    kv_put_le64(p, id);
+    kv_put_le16(p + 8, F_META);
     uint8_t *m = p + PH;
-    put32(m, 0xED0CDAEDu);
-    put32(m + 4, 2);
-    put32(m + 8, w->psz);
-    put32(m + 12, 0);
-    put64(m + 16, w->root_pgid);
-    put64(m + 24, 0);
-    put64(m + 32, 2); /* freelist */
-    put64(m + 40, w->next_pgid);
-    put64(m + 48, txid);
-    put64(m + 56, kv_bb_fnv64a(m, 56));
+    kv_put_le32(m, 0xED0CDAEDu);
+    kv_put_le32(m + 4, 2);
+    kv_put_le32(m + 8, w->psz);
+    kv_put_le32(m + 12, 0);
+    kv_put_le64(m + 16, w->root_pgid);
+    kv_put_le64(m + 24, 0);
+    kv_put_le64(m + 32, 2); /* freelist */
+    kv_put_le64(m + 40, w->next_pgid);
+    kv_put_le64(m + 48, txid);
+    kv_put_le64(m + 56, kv_bb_fnv64a(m, 56));
 }
 
 int kv_bb_writer_finish(kv_bb_writer *w, int64_t *size)
@@ -434,8 +412,8 @@ int kv_bb_writer_finish(kv_bb_writer *w, int64_t *size)
         meta_page(w, p + w->psz, 1, 1);
         uint8_t *f = p + 2 * (size_t)w->psz;
         memset(f, 0, w->psz);
-        put64(f, 2);
-        put16(f + 8, F_FREELIST);
+        kv_put_le64(f, 2);
+        kv_put_le16(f + 8, F_FREELIST);
         rc = write_all(w->fd, p, 3 * (size_t)w->psz, 0);
     }
     if (rc == 0)

@@ -2,6 +2,8 @@
 #include "http/json_pb.h"
 #include "http/json_pb_int.h"
 
+#include "common/base64.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,54 +12,21 @@
 
 /* ---- base64 ---- */
 
-static int b64val(int c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+' || c == '-')
-        return 62;
-    if (c == '/' || c == '_')
-        return 63;
-    return -1;
-}
-
 /* Decodes standard or URL-safe base64, padded or not. Returns 0 or -EINVAL (*bad: the
  * offending input byte, as Go's "illegal base64 data at input byte N") / -ENOMEM. */
 static int decode_base64(const char *s, size_t n, ProtobufCBinaryData *out, size_t *bad)
 {
-    while (n && s[n - 1] == '=')
-        n--;
-    *bad = n;
-    if (n % 4 == 1)
-        return -EINVAL;
-    uint8_t *d = malloc(n * 3 / 4 + 1);
+    uint8_t *d = malloc(kv_b64_decoded_max(n) + 1);
     if (!d)
         return -ENOMEM;
     size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64val((unsigned char)s[i]);
-        if (v < 0) {
-            free(d);
-            *bad = i;
-            return -EINVAL;
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            d[o++] = (uint8_t)(acc >> bits);
-        }
-    }
-    if (o == 0) {
+    int rc = kv_b64_decode(s, n, KV_B64_DEC_STD | KV_B64_DEC_URL | KV_B64_DEC_PAD, d, &o, bad);
+    if (rc || o == 0) {
         free(d);
         d = NULL;
     }
+    if (rc)
+        return rc;
     out->data = d;
     out->len = o;
     return 0;

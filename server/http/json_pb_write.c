@@ -2,6 +2,8 @@
 #include "http/json_pb.h"
 #include "http/json_pb_int.h"
 
+#include "common/base64.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,23 +84,15 @@ void kv_jbuf_free(kv_jbuf *b)
 }
 /* ---- base64 ---- */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
+/* Standard, padded: Go's encoding/json for []byte. Encoded 48 bytes (64 characters) at a time;
+ * only the last piece can be padded. */
 static void put_base64(kv_jbuf *b, const uint8_t *d, size_t n)
 {
-    char q[4];
+    char q[64];
     kv_jbuf_put(b, "\"", 1);
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)d[i + 1] << 8;
-        if (i + 2 < n)
-            v |= d[i + 2];
-        q[0] = b64[(v >> 18) & 63];
-        q[1] = b64[(v >> 12) & 63];
-        q[2] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-        q[3] = i + 2 < n ? b64[v & 63] : '=';
-        kv_jbuf_put(b, q, 4);
+    for (size_t i = 0; i < n; i += 48) {
+        size_t k = n - i < 48 ? n - i : 48;
+        kv_jbuf_put(b, q, kv_b64_encode(d + i, k, KV_B64_STD, true, q));
     }
     kv_jbuf_put(b, "\"", 1);
 }

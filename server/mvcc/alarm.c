@@ -12,7 +12,7 @@
 
 static void alarm_key(uint8_t k[ALARM_KEY_LEN], uint64_t member, uint32_t type)
 {
-    kv_be64_put(k, member);
+    kv_put_be64(k, member);
     k[8] = (uint8_t)(type >> 24);
     k[9] = (uint8_t)(type >> 16);
     k[10] = (uint8_t)(type >> 8);
@@ -60,7 +60,7 @@ static int walk(kv_store *s, MDB_txn *txn, int (*fn)(void *arg, uint64_t m, uint
             rc = -EBADMSG;
             break;
         }
-        rc = fn(arg, kv_be64_get(k.mv_data), key_type(k.mv_data));
+        rc = fn(arg, kv_be64(k.mv_data), key_type(k.mv_data));
     }
     mdb_cursor_close(c);
     if (rc == 0 && r2 != 0 && r2 != MDB_NOTFOUND)

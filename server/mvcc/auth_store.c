@@ -296,7 +296,7 @@ int kv_auth_get_revision(const kv_auth_tx *tx, uint64_t *rev)
     if (rc)
         return rc;
     if (n == 8)
-        *rev = kv_be64_get(v);
+        *rev = kv_be64(v);
     else
         rc = -EBADMSG;
     free(v);
@@ -310,7 +310,7 @@ int kv_auth_bump_revision(const kv_auth_tx *tx, uint64_t *rev)
     if (rc)
         return rc;
     uint8_t b[8];
-    kv_be64_put(b, r + 1);
+    kv_put_be64(b, r + 1);
     if ((rc = kv_auth_put(tx, KV_AUTH_META, "revision", 8, b, 8)))
         return rc;
     if (rev)

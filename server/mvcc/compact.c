@@ -53,10 +53,10 @@ static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
     const uint8_t *p = v.mv_data;
     if (v.mv_size < CMPCT_HDR || v.mv_size - CMPCT_HDR > sizeof c->cursor)
         return -EBADMSG;
-    uint32_t crc = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    uint32_t crc = kv_be32(p);
     if (crc != kv_crc32c(0, p + 4, v.mv_size - 4))
         return -EBADMSG;
-    c->rev = (int64_t)kv_be64_get(p + 4);
+    c->rev = (int64_t)kv_be64(p + 4);
     c->has_cursor = p[12] & (uint8_t)~CUR_PARTIAL;
     c->partial = (p[12] & CUR_PARTIAL) != 0;
     if (c->has_cursor > CUR_LONG || (c->partial && c->has_cursor == CUR_NONE))
@@ -69,7 +69,7 @@ static int cmpct_read(kv_store *s, MDB_txn *txn, cmpct *c)
 static int cmpct_write(kv_store *s, MDB_txn *txn, const cmpct *c)
 {
     uint8_t buf[CMPCT_HDR + 512];
-    kv_be64_put(buf + 4, (uint64_t)c->rev);
+    kv_put_be64(buf + 4, (uint64_t)c->rev);
     buf[12] = (uint8_t)(c->has_cursor | (c->has_cursor && c->partial ? CUR_PARTIAL : 0));
     size_t clen = c->has_cursor ? c->clen : 0;
     memcpy(buf + CMPCT_HDR, c->cursor, clen);
@@ -311,7 +311,7 @@ static int rec_key(const uint8_t *val, size_t vlen, const uint8_t **key, size_t 
 int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const uint8_t *val,
                         size_t vlen, int64_t rev)
 {
-    int64_t main = (int64_t)kv_be64_get(revkey), sub = (int64_t)kv_be64_get(revkey + 8);
+    int64_t main = (int64_t)kv_be64(revkey), sub = (int64_t)kv_be64(revkey + 8);
     if (main > rev)
         return 1;
     if (vlen >= 5 && (val[4] & KV_DUP_TOMBSTONE))

@@ -65,7 +65,7 @@ int kv_store_events(kv_store *s, const kv_store_reader *r, int64_t from, int64_t
             break;
         }
         const uint8_t *kp = k.mv_data;
-        int64_t main = (int64_t)kv_be64_get(kp), sub = (int64_t)kv_be64_get(kp + 8);
+        int64_t main = (int64_t)kv_be64(kp), sub = (int64_t)kv_be64(kp + 8);
         if (main > to) {
             *last = to;
             break;

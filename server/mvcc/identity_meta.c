@@ -10,19 +10,6 @@
 #define ID_KEY "identity"
 #define ID_FIXED (4 + 8 + 8 + 1)
 
-static void be32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t be32_get(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 /* 0, -ENOENT (no record), -EBADMSG (corrupt), other negative on storage error. */
 static int id_read(kv_store *s, MDB_txn *txn, kv_store_identity *out)
 {
@@ -35,11 +22,11 @@ static int id_read(kv_store *s, MDB_txn *txn, kv_store_identity *out)
     const uint8_t *p = v.mv_data;
     size_t nlen = p[20];
     if (v.mv_size != ID_FIXED + nlen || nlen >= sizeof(out->name) ||
-        be32_get(p) != kv_crc32c(0, p + 4, v.mv_size - 4))
+        kv_be32(p) != kv_crc32c(0, p + 4, v.mv_size - 4))
         return -EBADMSG;
     memset(out, 0, sizeof(*out));
-    out->member_id = kv_be64_get(p + 4);
-    out->cluster_id = kv_be64_get(p + 12);
+    out->member_id = kv_be64(p + 4);
+    out->cluster_id = kv_be64(p + 12);
     memcpy(out->name, p + 21, nlen);
     return 0;
 }
@@ -48,11 +35,11 @@ static int id_write(kv_store *s, MDB_txn *txn, const kv_store_identity *id)
 {
     uint8_t buf[ID_FIXED + sizeof(id->name)];
     size_t nlen = strnlen(id->name, sizeof(id->name) - 1);
-    kv_be64_put(buf + 4, id->member_id);
-    kv_be64_put(buf + 12, id->cluster_id);
+    kv_put_be64(buf + 4, id->member_id);
+    kv_put_be64(buf + 12, id->cluster_id);
     buf[20] = (uint8_t)nlen;
     memcpy(buf + 21, id->name, nlen);
-    be32_put(buf, kv_crc32c(0, buf + 4, ID_FIXED - 4 + nlen));
+    kv_put_be32(buf, kv_crc32c(0, buf + 4, ID_FIXED - 4 + nlen));
     MDB_val k = {strlen(ID_KEY), (void *)ID_KEY}, v = {ID_FIXED + nlen, buf};
     return kv_mdb_err(mdb_put(txn, s->meta, &k, &v, 0));
 }

@@ -146,7 +146,7 @@ int kv_store_install_begin(kv_store *s, const char *path, kv_store_install **out
         rc = -EBADMSG;
         goto fail;
     }
-    uint32_t version = (uint32_t)fp[4] << 24 | (uint32_t)fp[5] << 16 | (uint32_t)fp[6] << 8 | fp[7];
+    uint32_t version = kv_be32(fp + 4);
     if (version < KV_STORE_FORMAT_BASE || version > KV_STORE_FORMAT_VERSION) {
         rc = -EPROTONOSUPPORT;
         goto fail;
@@ -269,10 +269,7 @@ int kv_store_snapshot_check(const char *path)
     const uint8_t *fp = fv.mv_data;
     if (fv.mv_size != 8)
         rc = -EBADMSG;
-    else if (((uint32_t)fp[4] << 24 | (uint32_t)fp[5] << 16 | (uint32_t)fp[6] << 8 | fp[7]) <
-                 KV_STORE_FORMAT_BASE ||
-             ((uint32_t)fp[4] << 24 | (uint32_t)fp[5] << 16 | (uint32_t)fp[6] << 8 | fp[7]) >
-                 KV_STORE_FORMAT_VERSION)
+    else if (kv_be32(fp + 4) < KV_STORE_FORMAT_BASE || kv_be32(fp + 4) > KV_STORE_FORMAT_VERSION)
         rc = -EPROTONOSUPPORT;
 out:
     if (rt)

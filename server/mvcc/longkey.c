@@ -26,19 +26,6 @@ void kv_lk_handle(uint8_t out[KV_LK_HANDLE], const uint8_t *key, size_t klen)
     SHA256(key, klen, out + KV_LK_PREFIX);
 }
 
-static void crc_put(uint8_t *p, uint32_t c)
-{
-    p[0] = (uint8_t)(c >> 24);
-    p[1] = (uint8_t)(c >> 16);
-    p[2] = (uint8_t)(c >> 8);
-    p[3] = (uint8_t)c;
-}
-
-static uint32_t crc_get(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* Writes rkey -> crc | key into dbi (MDB_RESERVE: the key is copied once). */
 static int put_named(MDB_txn *txn, MDB_dbi dbi, const uint8_t *rkey, size_t rklen,
                      const uint8_t *key, size_t klen, unsigned flags)
@@ -51,7 +38,7 @@ static int put_named(MDB_txn *txn, MDB_dbi dbi, const uint8_t *rkey, size_t rkle
         return kv_mdb_err(rc);
     uint8_t *p = v.mv_data;
     memcpy(p + 4, key, klen);
-    crc_put(p, kv_crc32c(kv_crc32c(0, rkey, rklen), key, klen));
+    kv_put_be32(p, kv_crc32c(kv_crc32c(0, rkey, rklen), key, klen));
     return 0;
 }
 
@@ -63,7 +50,7 @@ static int check_named(MDB_txn *txn, const uint8_t *rkey, size_t rklen, const MD
         return -EBADMSG;
     const uint8_t *p = v->mv_data;
     size_t n = v->mv_size - 4;
-    if (crc_get(p) != kv_crc32c(kv_crc32c(0, rkey, rklen), p + 4, n))
+    if (kv_be32(p) != kv_crc32c(kv_crc32c(0, rkey, rklen), p + 4, n))
         return -EBADMSG;
     *key = p + 4;
     *klen = n;
@@ -126,7 +113,7 @@ int kv_lk_key_del(kv_store *s, MDB_txn *txn, const uint8_t *handle)
 
 static void ll_key(uint8_t out[LL_KEY], int64_t id, const uint8_t *key, size_t klen)
 {
-    kv_be64_put(out, (uint64_t)id);
+    kv_put_be64(out, (uint64_t)id);
     SHA256(key, klen, out + 8);
 }
 
@@ -156,7 +143,7 @@ static int ll_walk(kv_store *s, MDB_txn *txn, int64_t id,
                    void *arg)
 {
     uint8_t lo[8];
-    kv_be64_put(lo, (uint64_t)id);
+    kv_put_be64(lo, (uint64_t)id);
     MDB_cursor *c;
     int rc = mdb_cursor_open(txn, s->lease_lkeys, &c);
     if (rc)

@@ -13,26 +13,13 @@ static uint32_t rec_crc(const uint8_t key[8], const uint8_t *payload, size_t len
     return kv_crc32c(kv_crc32c(0, key, 8), payload, len);
 }
 
-static uint32_t be32_get(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static void be32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /* Checks a stored record; on success payload and plen point at the packed Member. */
 static int rec_check(const MDB_val *k, const MDB_val *v, const uint8_t **payload, size_t *plen)
 {
     if (k->mv_size != 8 || v->mv_size < 4)
         return -EBADMSG;
     const uint8_t *p = v->mv_data;
-    if (be32_get(p) != rec_crc(k->mv_data, p + 4, v->mv_size - 4))
+    if (kv_be32(p) != rec_crc(k->mv_data, p + 4, v->mv_size - 4))
         return -EBADMSG;
     if (payload) {
         *payload = p + 4;
@@ -68,8 +55,8 @@ static int rec_put(kv_store *s, MDB_txn *txn, uint64_t id, const Kvdpb__Member *
         return -ENOMEM;
     kvdpb__member__pack(&c, buf + 4);
     uint8_t key[8];
-    kv_be64_put(key, id);
-    be32_put(buf, rec_crc(key, buf + 4, n));
+    kv_put_be64(key, id);
+    kv_put_be32(buf, rec_crc(key, buf + 4, n));
     MDB_val k = {8, key}, v = {4 + n, buf};
     int rc = kv_mdb_err(mdb_put(txn, s->members, &k, &v, 0));
     free(buf);
@@ -80,7 +67,7 @@ static int rec_put(kv_store *s, MDB_txn *txn, uint64_t id, const Kvdpb__Member *
 static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
 {
     uint8_t key[8];
-    kv_be64_put(key, id);
+    kv_put_be64(key, id);
     MDB_val k = {8, key}, v;
     int g = mdb_get(txn, s->members, &k, &v);
     if (g == MDB_NOTFOUND)
@@ -103,7 +90,7 @@ static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
 static int removed_get(kv_store *s, MDB_txn *txn, uint64_t id)
 {
     uint8_t key[8];
-    kv_be64_put(key, id);
+    kv_put_be64(key, id);
     MDB_val k = {8, key}, v;
     int g = mdb_get(txn, s->members_removed, &k, &v);
     if (g == MDB_NOTFOUND)
@@ -197,7 +184,7 @@ int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id)
     if (!txn)
         return -EINVAL;
     uint8_t key[8];
-    kv_be64_put(key, id);
+    kv_put_be64(key, id);
     MDB_val k = {8, key};
     int d = mdb_del(txn, s->members, &k, NULL);
     if (d == MDB_NOTFOUND)
@@ -205,7 +192,7 @@ int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id)
     if (d)
         return kv_mdb_err(d);
     uint8_t crc[4];
-    be32_put(crc, rec_crc(key, NULL, 0));
+    kv_put_be32(crc, rec_crc(key, NULL, 0));
     MDB_val v = {4, crc};
     return kv_mdb_err(mdb_put(txn, s->members_removed, &k, &v, 0));
 }
@@ -335,7 +322,7 @@ static int list_txn(kv_store *s, MDB_txn *txn, Kvdpb__Member ***out, size_t *n)
             rc = -EBADMSG;
             break;
         }
-        v[cnt]->id = kv_be64_get(k.mv_data);
+        v[cnt]->id = kv_be64(k.mv_data);
         cnt++;
     }
     mdb_cursor_close(c);

@@ -8,39 +8,10 @@
 #include "mvcc/store_int.h"
 #include "mvcc/valcheck.h"
 
-void kv_be64_put(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)(v & 0xffu);
-        v >>= 8;
-    }
-}
-
-uint64_t kv_be64_get(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void be32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t be32_get(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 void kv_revkey(uint8_t out[KV_REVKEY_LEN], int64_t main, int64_t sub)
 {
-    kv_be64_put(out, (uint64_t)main);
-    kv_be64_put(out + 8, (uint64_t)sub);
+    kv_put_be64(out, (uint64_t)main);
+    kv_put_be64(out + 8, (uint64_t)sub);
 }
 
 void kv_dup_encode(uint8_t out[KV_DUP_LEN], const kv_ent *e)
@@ -51,8 +22,8 @@ void kv_dup_encode(uint8_t out[KV_DUP_LEN], const kv_ent *e)
 
 void kv_dup_decode(const uint8_t *p, kv_ent *e)
 {
-    e->main = (int64_t)kv_be64_get(p);
-    e->sub = (int64_t)kv_be64_get(p + 8);
+    e->main = (int64_t)kv_be64(p);
+    e->sub = (int64_t)kv_be64(p + 8);
     e->tomb = (p[16] & KV_DUP_TOMBSTONE) != 0;
 }
 
@@ -100,7 +71,7 @@ int kv_rec_put(kv_store *s, MDB_txn *txn, int64_t main, int64_t sub, bool tomb,
     uint8_t flags = tomb ? KV_DUP_TOMBSTONE : 0;
     p[4] = flags;
     mvccpb__key_value__pack(kv, p + 5);
-    be32_put(p, rec_crc(key, flags, p + 5, plen));
+    kv_put_be32(p, rec_crc(key, flags, p + 5, plen));
     return 0;
 }
 
@@ -108,7 +79,7 @@ bool kv_rec_verify(const uint8_t *key16, const uint8_t *val, size_t vlen)
 {
     if (vlen < 5)
         return false;
-    return be32_get(val) == rec_crc(key16, val[4], val + 5, vlen - 5);
+    return kv_be32(val) == rec_crc(key16, val[4], val + 5, vlen - 5);
 }
 
 int kv_rec_load(kv_store *s, MDB_txn *txn, const kv_ent *e, const uint8_t *key, size_t klen,
@@ -148,7 +119,7 @@ static int meta_get(kv_store *s, MDB_txn *txn, const char *name, uint8_t *buf, s
         return kv_mdb_err(rc);
     const uint8_t *p = v.mv_data;
     if (v.mv_size != 4 + len || !kv_mdb_val_sane(txn, &v, 4 + len) ||
-        be32_get(p) != kv_crc32c(0, p + 4, len))
+        kv_be32(p) != kv_crc32c(0, p + 4, len))
         return -EBADMSG;
     memcpy(buf, p + 4, len);
     return 0;
@@ -157,7 +128,7 @@ static int meta_get(kv_store *s, MDB_txn *txn, const char *name, uint8_t *buf, s
 static int meta_set(kv_store *s, MDB_txn *txn, const char *name, const uint8_t *buf, size_t len)
 {
     uint8_t tmp[64];
-    be32_put(tmp, kv_crc32c(0, buf, len));
+    kv_put_be32(tmp, kv_crc32c(0, buf, len));
     memcpy(tmp + 4, buf, len);
     MDB_val k = {strlen(name), (void *)name}, v = {4 + len, tmp};
     return kv_mdb_err(mdb_put(txn, s->meta, &k, &v, 0));
@@ -169,20 +140,20 @@ int kv_meta_read(kv_store *s, MDB_txn *txn, kv_meta *m)
     int rc = meta_get(s, txn, "state", b, sizeof b);
     if (rc)
         return rc;
-    m->applied = kv_be64_get(b);
-    m->rev = (int64_t)kv_be64_get(b + 8);
-    m->compact_rev = (int64_t)kv_be64_get(b + 16);
-    m->keys = kv_be64_get(b + 24);
+    m->applied = kv_be64(b);
+    m->rev = (int64_t)kv_be64(b + 8);
+    m->compact_rev = (int64_t)kv_be64(b + 16);
+    m->keys = kv_be64(b + 24);
     return 0;
 }
 
 int kv_meta_write(kv_store *s, MDB_txn *txn, const kv_meta *m)
 {
     uint8_t b[32];
-    kv_be64_put(b, m->applied);
-    kv_be64_put(b + 8, (uint64_t)m->rev);
-    kv_be64_put(b + 16, (uint64_t)m->compact_rev);
-    kv_be64_put(b + 24, m->keys);
+    kv_put_be64(b, m->applied);
+    kv_put_be64(b + 8, (uint64_t)m->rev);
+    kv_put_be64(b + 16, (uint64_t)m->compact_rev);
+    kv_put_be64(b + 24, m->keys);
     return meta_set(s, txn, "state", b, sizeof b);
 }
 
@@ -192,13 +163,13 @@ int kv_format_read(kv_store *s, MDB_txn *txn, uint32_t *version)
     int rc = meta_get(s, txn, "format", b, sizeof b);
     if (rc)
         return rc;
-    *version = be32_get(b);
+    *version = kv_be32(b);
     return 0;
 }
 
 int kv_format_write(kv_store *s, MDB_txn *txn, uint32_t version)
 {
     uint8_t b[4];
-    be32_put(b, version);
+    kv_put_be32(b, version);
     return meta_set(s, txn, "format", b, sizeof b);
 }

@@ -3,6 +3,8 @@
  */
 #include "mvcc/snapshot.h"
 
+#include "common/msgf.h"
+
 #include "mvcc/crc32c.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
@@ -10,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,30 +21,6 @@
 static const char *const hash_dbs[] = {"meta",  "rev",   "kidx", "lease",      "lease_keys",
                                        "alarm", "lkidx", "lkey", "lease_lkeys"};
 #define N_HASH_DBS (sizeof(hash_dbs) / sizeof(hash_dbs[0]))
-
-static void setmsg(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
-
-int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size)
-{
-    pthread_rwlock_rdlock(&s->swap);
-    int rc = mdb_env_copyfd2(s->env, fd, 0);
-    pthread_rwlock_unlock(&s->swap);
-    if (rc)
-        return rc > 0 ? -rc : kv_mdb_err(rc);
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return -errno;
-    *size = (int64_t)st.st_size;
-    return 0;
-}
 
 static int skip_meta(const MDB_val *k)
 {
@@ -100,10 +77,10 @@ static int state_revision(MDB_txn *txn, MDB_dbi meta, int64_t *rev)
     if (v.mv_size < 20)
         return -EBADMSG;
     const uint8_t *p = v.mv_data;
-    uint32_t want = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    uint32_t want = kv_be32(p);
     if (kv_crc32c(0, p + 4, v.mv_size - 4) != want)
         return -EBADMSG;
-    *rev = (int64_t)kv_be64_get(p + 12);
+    *rev = (int64_t)kv_be64(p + 12);
     return 0;
 }
 
@@ -134,18 +111,18 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        setmsg(msg, msglen, "open %s: %s", path, strerror(errno));
+        kv_msgf(msg, msglen, "open %s: %s", path, strerror(errno));
         return rc;
     }
     struct stat st;
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-        setmsg(msg, msglen, "stat %s: %s", path, strerror(errno));
+        kv_msgf(msg, msglen, "stat %s: %s", path, strerror(errno));
         goto out;
     }
     if (st.st_size % 512 != KV_SNAPSHOT_SHA_LEN) {
         rc = -ENODATA;
-        setmsg(msg, msglen, "snapshot file %s has no SHA-256 trailer", path);
+        kv_msgf(msg, msglen, "snapshot file %s has no SHA-256 trailer", path);
         goto out;
     }
     int64_t len = st.st_size - KV_SNAPSHOT_SHA_LEN;
@@ -153,7 +130,7 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
     md = EVP_MD_CTX_new();
     if (buf == NULL || md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
         rc = -ENOMEM;
-        setmsg(msg, msglen, "out of memory");
+        kv_msgf(msg, msglen, "out of memory");
         goto out;
     }
     for (int64_t off = 0; off < len;) {
@@ -161,7 +138,7 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
         ssize_t r = pread(fd, buf, want, off);
         if (r <= 0) {
             rc = r < 0 ? -errno : -EIO;
-            setmsg(msg, msglen, "read %s: %s", path, strerror(-rc));
+            kv_msgf(msg, msglen, "read %s: %s", path, strerror(-rc));
             goto out;
         }
         EVP_DigestUpdate(md, buf, (size_t)r);
@@ -172,16 +149,16 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
     EVP_DigestFinal_ex(md, sum, &sl);
     if (pread(fd, want_sum, KV_SNAPSHOT_SHA_LEN, len) != KV_SNAPSHOT_SHA_LEN) {
         rc = -EIO;
-        setmsg(msg, msglen, "read %s: short read", path);
+        kv_msgf(msg, msglen, "read %s: short read", path);
         goto out;
     }
     if (sl != KV_SNAPSHOT_SHA_LEN || memcmp(sum, want_sum, KV_SNAPSHOT_SHA_LEN) != 0) {
         rc = -EBADMSG;
         /* etcd's restore: "expected sha256 %v, got %v" */
-        setmsg(msg, msglen,
-               "snapshot %s is corrupt: SHA-256 mismatch (the data does not match "
-               "the checksum at its end)",
-               path);
+        kv_msgf(msg, msglen,
+                "snapshot %s is corrupt: SHA-256 mismatch (the data does not match "
+                "the checksum at its end)",
+                path);
         goto out;
     }
     *data_len = len;
@@ -229,7 +206,7 @@ static int snapshot_structure(const char *path, uint64_t len, char *msg, size_t 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        setmsg(msg, msglen, "open %s: %s", path, strerror(e));
+        kv_msgf(msg, msglen, "open %s: %s", path, strerror(e));
         return -e;
     }
     if (len == 0)
@@ -237,9 +214,9 @@ static int snapshot_structure(const char *path, uint64_t len, char *msg, size_t 
     int rc = kv_lmdb_verify_fd(fd, len, "its LMDB data", NULL, err, sizeof err);
     close(fd);
     if (rc == -EBADMSG)
-        setmsg(msg, msglen, "%s is not a kvd snapshot: %s", path, err);
+        kv_msgf(msg, msglen, "%s is not a kvd snapshot: %s", path, err);
     else if (rc)
-        setmsg(msg, msglen, "%s: %s", path, err);
+        kv_msgf(msg, msglen, "%s: %s", path, err);
     return rc;
 }
 
@@ -250,7 +227,7 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
     if (stat(path, &fs) < 0) {
         int e = errno;
         /* Go's wording (etcdctl: "stat x: no such file or directory") */
-        setmsg(msg, msglen, "stat %s: %s", path, strerror(e));
+        kv_msgf(msg, msglen, "stat %s: %s", path, strerror(e));
         char *colon = msg ? strrchr(msg, ':') : NULL;
         if (colon && colon[1] == ' ' && colon[2] >= 'A' && colon[2] <= 'Z')
             colon[2] = (char)(colon[2] - 'A' + 'a');
@@ -269,7 +246,7 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
     MDB_env *env = NULL;
     rc = env_open_file(path, MDB_RDONLY, &env);
     if (rc) {
-        setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", path);
+        kv_msgf(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", path);
         return rc;
     }
     MDB_txn *txn = NULL;
@@ -290,7 +267,7 @@ int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg,
     }
 out:
     if (rc)
-        setmsg(msg, msglen, "%s is not a readable kvd snapshot: %s", path, strerror(-rc));
+        kv_msgf(msg, msglen, "%s is not a readable kvd snapshot: %s", path, strerror(-rc));
     if (txn)
         mdb_txn_abort(txn);
     mdb_env_close(env);
@@ -305,7 +282,7 @@ static int copy_prefix(const char *src, int64_t len, const char *dst, char *msg,
     uint8_t *buf = malloc(1 << 20);
     if (in < 0 || out < 0 || buf == NULL) {
         rc = buf == NULL ? -ENOMEM : -errno;
-        setmsg(msg, msglen, "open %s: %s", in < 0 ? src : dst, strerror(-rc));
+        kv_msgf(msg, msglen, "open %s: %s", in < 0 ? src : dst, strerror(-rc));
         goto out;
     }
     for (int64_t off = 0; off < len;) {
@@ -313,14 +290,14 @@ static int copy_prefix(const char *src, int64_t len, const char *dst, char *msg,
         ssize_t r = read(in, buf, want);
         if (r <= 0) {
             rc = r < 0 ? -errno : -EIO;
-            setmsg(msg, msglen, "read %s: %s", src, strerror(-rc));
+            kv_msgf(msg, msglen, "read %s: %s", src, strerror(-rc));
             goto out;
         }
         for (ssize_t w = 0; w < r;) {
             ssize_t x = write(out, buf + w, (size_t)(r - w));
             if (x < 0) {
                 rc = -errno;
-                setmsg(msg, msglen, "write %s: %s", dst, strerror(errno));
+                kv_msgf(msg, msglen, "write %s: %s", dst, strerror(errno));
                 goto out;
             }
             w += x;
@@ -329,7 +306,7 @@ static int copy_prefix(const char *src, int64_t len, const char *dst, char *msg,
     }
     if (fsync(out) < 0) {
         rc = -errno;
-        setmsg(msg, msglen, "fsync %s: %s", dst, strerror(errno));
+        kv_msgf(msg, msglen, "fsync %s: %s", dst, strerror(errno));
     }
 out:
     free(buf);
@@ -338,6 +315,19 @@ out:
     if (out >= 0)
         close(out);
     return rc;
+}
+
+int kv_snapshot_mkdir(const char *dir, char *msg, size_t msglen)
+{
+    if (mkdir(dir, 0700) < 0) {
+        int e = errno;
+        if (e == EEXIST)
+            kv_msgf(msg, msglen, "data-dir \"%s\" exists", dir);
+        else
+            kv_msgf(msg, msglen, "mkdir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    return 0;
 }
 
 int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir, char *msg,
@@ -350,16 +340,10 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     int vrc = snapshot_structure(snap, data_len > 0 ? (uint64_t)data_len : 0, msg, msglen);
     if (vrc)
         return vrc;
-    if (mkdir(dir, 0700) < 0) {
-        int e = errno;
-        if (e == EEXIST)
-            setmsg(msg, msglen, "data-dir \"%s\" exists", dir);
-        else
-            setmsg(msg, msglen, "mkdir %s: %s", dir, strerror(e));
-        return -e;
-    }
+    if ((vrc = kv_snapshot_mkdir(dir, msg, msglen)) != 0)
+        return vrc;
     if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) >= sizeof path) {
-        setmsg(msg, msglen, "data dir path too long");
+        kv_msgf(msg, msglen, "data dir path too long");
         return -ENAMETOOLONG;
     }
     int rc = copy_prefix(snap, data_len, path, msg, msglen);
@@ -368,7 +352,7 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     MDB_env *env = NULL;
     rc = env_open_file(path, 0, &env);
     if (rc) {
-        setmsg(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", snap);
+        kv_msgf(msg, msglen, "%s is not a kvd snapshot (LMDB open failed)", snap);
         goto cleanup;
     }
     MDB_txn *txn;
@@ -416,7 +400,7 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
     return 0;
 fail:
     mdb_env_close(env);
-    setmsg(msg, msglen, "restoring %s into %s: %s", snap, dir, strerror(-rc));
+    kv_msgf(msg, msglen, "restoring %s into %s: %s", snap, dir, strerror(-rc));
 cleanup: /* leave no half-restored data dir behind */
     unlink(path);
     rmdir(dir);

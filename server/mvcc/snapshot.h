@@ -7,8 +7,8 @@
  * bytes) of those bytes; bbolt files are whole pages, so size % 512 == 32 tells a file with
  * its checksum, as etcd's restore checks. etcdctl's `snapshot status|restore` read it; kvctl's
  * read it and etcd's (snapshot_import.c). Older kvd versions streamed an LMDB copy (the bytes
- * of data.mdb from mdb_env_copyfd2, kv_store_snapshot_copy; peer catch-up snapshots are such
- * copies): kvctl's status and restore still read those (kvd's Hash as the status hash).
+ * of data.mdb from mdb_env_copyfd2; peer catch-up snapshots are such copies): kvctl's status
+ * and restore still read those (kvd's Hash as the status hash).
  *
  * Hash (kvd's definition; etcd's is a CRC-32C over bbolt's buckets and etcdctl only prints
  * it): CRC-32C (Castagnoli) over the databases "meta", "rev", "kidx", "lease", "lease_keys",
@@ -18,8 +18,8 @@
  * progress) are skipped. A snapshot's `kvctl snapshot status` hash equals the Hash answered
  * at the revision it was taken (same records, same function).
  *
- * Threads: kv_store_snapshot_copy and kv_store_hash_all use their own read transaction (any
- * thread, concurrently with writes; they wait for a defragment swap like the other readers).
+ * Threads: kv_store_hash_all uses its own read transaction (any thread, concurrently with
+ * writes; it waits for a defragment swap like the other readers).
  * The kv_snapshot_file_* functions work on files only (no store open), for kvctl.
  * Return values: 0 or a negative errno (-EBADMSG: not a kvd snapshot / checksum mismatch).
  */
@@ -31,10 +31,6 @@
 #include <stdint.h>
 
 #define KV_SNAPSHOT_SHA_LEN 32
-
-/* Copies the committed store into fd (a regular file open for writing, at offset 0) from one
- * read transaction; *size gets the bytes written. Blocks for the copy: call off the loop. */
-int kv_store_snapshot_copy(kv_store *s, int fd, int64_t *size);
 
 /* The committed store as an etcd 3.4 backend file (bbolt, no trailer) written to fd (a regular
  * file open for writing, at offset 0) from one read transaction (snapshot_bbolt.c; layout in
@@ -60,6 +56,10 @@ int kv_snapshot_file_verify(const char *path, int64_t *data_len, char *msg, size
 
 /* Opens the snapshot file read-only (no lock file) and fills *st. */
 int kv_snapshot_file_status(const char *path, kv_snapshot_status *st, char *msg, size_t msglen);
+
+/* Creates the restore's data dir (0700). 0, or a negative errno with msg set ("data-dir \"<dir>\"
+ * exists" for -EEXIST, as etcdctl). Shared by both restores (snapshot.c, snapshot_import.c). */
+int kv_snapshot_mkdir(const char *dir, char *msg, size_t msglen);
 
 /* Restore: copies the first data_len bytes of the snapshot into <dir>/data.mdb (dir must not
  * exist; it is created 0700), fsyncs, then drops the member identity record (meta "identity"),

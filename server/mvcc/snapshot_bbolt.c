@@ -18,6 +18,7 @@
  * so etcd sees the keyspace its own finished compaction would hold.
  */
 #include "bbolt/bbolt.h"
+#include "common/varint.h"
 #include "mvcc/auth_store.h"
 #include "mvcc/crc32c.h"
 #include "mvcc/members.h"
@@ -57,17 +58,6 @@ static int small_cmp(const void *a, const void *b)
     return bytes_cmp(x->k, y->k, x->klen, y->klen);
 }
 
-static size_t varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 static int write_alarms(kv_store *s, MDB_txn *txn, kv_bb_writer *w)
 {
     small_kv a[KV_MAX_ALARMS];
@@ -83,16 +73,16 @@ static int write_alarms(kv_store *s, MDB_txn *txn, kv_bb_writer *w)
         if (k.mv_size != 12)
             continue;
         const uint8_t *p = k.mv_data;
-        uint64_t member = kv_be64_get(p);
-        uint32_t type = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
+        uint64_t member = kv_be64(p);
+        uint32_t type = kv_be32(p + 8);
         size_t l = 0;
         if (member) {
             a[n].k[l++] = 0x08;
-            l += varint(a[n].k + l, member);
+            l += kv_varint_put(a[n].k + l, member);
         }
         if (type) {
             a[n].k[l++] = 0x10;
-            l += varint(a[n].k + l, type);
+            l += kv_varint_put(a[n].k + l, type);
         }
         a[n].klen = l;
         if (l)
@@ -131,7 +121,7 @@ static int write_auth(kv_store *s, MDB_txn *txn, kv_bb_writer *w)
     if (rc)
         return rc;
     uint8_t e = enabled ? 1 : 0, r[8];
-    kv_be64_put(r, rev);
+    kv_put_be64(r, rev);
     if ((rc = kv_bb_bucket_begin(w, "auth", 4)) || (rc = put_str(w, "authEnabled", &e, 1)) ||
         (rc = put_str(w, "authRevision", r, 8)) || (rc = kv_bb_bucket_end(w)))
         return rc;
@@ -213,7 +203,7 @@ static int write_keys(kv_store *s, MDB_txn *txn, kv_bb_writer *w, int64_t pendin
             }
             size_t l = 0;
             tomb[l++] = 0x0a;
-            l += varint(tomb + l, klen);
+            l += kv_varint_put(tomb + l, klen);
             if (klen)
                 memcpy(tomb + l, key, klen);
             l += klen;
@@ -238,7 +228,7 @@ static int lease_fn(void *arg, const kv_lease_rec *rec)
     m.ttl = rec->ttl;
     m.remaining_ttl = rec->remaining_ttl;
     uint8_t k[8], v[40];
-    kv_be64_put(k, (uint64_t)rec->id);
+    kv_put_be64(k, (uint64_t)rec->id);
     size_t n = kvdpb__lease_record__pack(&m, v);
     return kv_bb_put(w, k, 8, v, n);
 }
@@ -334,12 +324,12 @@ static int write_members(kv_store *s, MDB_txn *txn, kv_bb_writer *w, int removed
             break;
         }
         const uint8_t *p = v.mv_data;
-        uint32_t want = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+        uint32_t want = kv_be32(p);
         if (kv_crc32c(kv_crc32c(0, k.mv_data, 8), p + 4, v.mv_size - 4) != want) {
             rc = -EBADMSG;
             break;
         }
-        uint64_t id = kv_be64_get(k.mv_data);
+        uint64_t id = kv_be64(k.mv_data);
         a[n].klen = (size_t)snprintf((char *)a[n].k, sizeof a[n].k, "%llx", (unsigned long long)id);
         a[n].v = NULL;
         a[n].vlen = 0;
@@ -378,9 +368,9 @@ static int write_members(kv_store *s, MDB_txn *txn, kv_bb_writer *w, int removed
 
 static void rev_bytes(uint8_t out[17], int64_t main)
 {
-    kv_be64_put(out, (uint64_t)main);
+    kv_put_be64(out, (uint64_t)main);
     out[8] = '_';
-    kv_be64_put(out + 9, 0);
+    kv_put_be64(out + 9, 0);
 }
 
 static int write_all(kv_store *s, MDB_txn *txn, kv_bb_writer *w)
@@ -408,7 +398,7 @@ static int write_all(kv_store *s, MDB_txn *txn, kv_bb_writer *w)
     if ((rc = write_members(s, txn, w, 0)) || (rc = write_members(s, txn, w, 1)))
         return rc;
     uint8_t ci[8], cr[17];
-    kv_be64_put(ci, m.applied);
+    kv_put_be64(ci, m.applied);
     if ((rc = kv_bb_bucket_begin(w, "meta", 4)) || (rc = put_str(w, "consistent_index", ci, 8)))
         return rc;
     if (m.compact_rev > 0) {

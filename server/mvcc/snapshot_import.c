@@ -11,6 +11,7 @@
  * IMPORT_BATCH records.
  */
 #include "bbolt/bbolt.h"
+#include "common/msgf.h"
 #include "mvcc/auth_store.h"
 #include "mvcc/crc32c.h"
 #include "mvcc/snapshot.h"
@@ -21,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,16 +29,6 @@
 #include <unistd.h>
 
 #define IMPORT_BATCH 20000
-
-static void setmsg(char *msg, size_t len, const char *fmt, ...)
-{
-    if (msg == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
 
 int kv_snapshot_is_bbolt(const char *path)
 {
@@ -73,7 +63,7 @@ static int status_kv(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, s
     c->crc = kv_crc32c(c->crc, k, kl);
     c->crc = kv_crc32c(c->crc, v, vl);
     if (c->is_key && kl >= 8)
-        c->rev = (int64_t)kv_be64_get(k);
+        c->rev = (int64_t)kv_be64(k);
     c->keys++;
     return 0;
 }
@@ -85,7 +75,7 @@ static int status_bucket(void *arg, const uint8_t *k, size_t kl, const uint8_t *
     (void)v;
     (void)vl;
     if (!is_bucket || kl >= 256) {
-        setmsg(c->msg, c->msglen, "not an etcd snapshot: a top-level key is not a bucket");
+        kv_msgf(c->msg, c->msglen, "not an etcd snapshot: a top-level key is not a bucket");
         return -EBADMSG;
     }
     char name[256];
@@ -104,7 +94,7 @@ int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        setmsg(msg, msglen, "open %s: %s", path, strerror(e));
+        kv_msgf(msg, msglen, "open %s: %s", path, strerror(e));
         return -e;
     }
     kv_bb_reader *r = NULL;
@@ -119,7 +109,7 @@ int kv_bbolt_snapshot_status(const char *path, int64_t len, kv_snapshot_status *
         st->total_keys = c.keys;
         st->total_size = (int64_t)(kv_bb_pages(r) * kv_bb_page_size(r));
     } else {
-        setmsg(msg, msglen, "%s: %s", path, m[0] ? m : strerror(-rc));
+        kv_msgf(msg, msglen, "%s: %s", path, m[0] ? m : strerror(-rc));
     }
     kv_bb_reader_free(r);
     close(fd);
@@ -153,7 +143,7 @@ static int imp_step(imp *im)
 
 static int bad(imp *im, const char *what)
 {
-    setmsg(im->msg, im->msglen, "not a valid etcd snapshot: %s", what);
+    kv_msgf(im->msg, im->msglen, "not a valid etcd snapshot: %s", what);
     return -EBADMSG;
 }
 
@@ -162,7 +152,7 @@ static int imp_key(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, siz
     imp *im = arg;
     if (b || (kl != 17 && kl != 18) || k[8] != '_' || (kl == 18 && k[17] != 't'))
         return bad(im, "a \"key\" bucket record has a malformed revision");
-    int64_t main = (int64_t)kv_be64_get(k), sub = (int64_t)kv_be64_get(k + 9);
+    int64_t main = (int64_t)kv_be64(k), sub = (int64_t)kv_be64(k + 9);
     int tomb = kl == 18;
     if (main < 1 || sub < 0)
         return bad(im, "a revision is out of range");
@@ -235,15 +225,15 @@ static int imp_meta(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, si
     if (kl == 16 && memcmp(k, "consistent_index", 16) == 0) {
         if (vl != 8)
             return bad(im, "meta consistent_index is not 8 bytes");
-        im->consistent = kv_be64_get(v);
+        im->consistent = kv_be64(v);
     } else if (kl == 18 && memcmp(k, "finishedCompactRev", 18) == 0) {
         if (vl < 8)
             return bad(im, "meta finishedCompactRev is short");
-        im->finished = (int64_t)kv_be64_get(v);
+        im->finished = (int64_t)kv_be64(v);
     } else if (kl == 19 && memcmp(k, "scheduledCompactRev", 19) == 0) {
         if (vl < 8)
             return bad(im, "meta scheduledCompactRev is short");
-        im->scheduled = (int64_t)kv_be64_get(v);
+        im->scheduled = (int64_t)kv_be64(v);
     }
     return 0;
 }
@@ -258,7 +248,7 @@ static int imp_lease(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, s
         return bad(im, "a \"lease\" bucket value is not a leasepb.Lease");
     kv_lease_rec rec = {.id = l->id, .ttl = l->ttl, .remaining_ttl = l->remaining_ttl};
     kvdpb__lease_record__free_unpacked(l, NULL);
-    if (rec.id != (int64_t)kv_be64_get(k) || rec.id == 0)
+    if (rec.id != (int64_t)kv_be64(k) || rec.id == 0)
         return bad(im, "a lease record's ID differs from its key");
     int rc = kv_lease_table_put(&im->s->leases, im->txn, &rec);
     return rc ? rc : imp_step(im);
@@ -412,18 +402,12 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     int rc = kv_bbolt_snapshot_status(snap, len, &st, msg, msglen);
     if (rc)
         return rc;
-    if (mkdir(dir, 0700) < 0) {
-        int e = errno;
-        if (e == EEXIST)
-            setmsg(msg, msglen, "data-dir \"%s\" exists", dir);
-        else
-            setmsg(msg, msglen, "mkdir %s: %s", dir, strerror(e));
-        return -e;
-    }
+    if ((rc = kv_snapshot_mkdir(dir, msg, msglen)) != 0)
+        return rc;
     int fd = open(snap, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        setmsg(msg, msglen, "open %s: %s", snap, strerror(errno));
+        kv_msgf(msg, msglen, "open %s: %s", snap, strerror(errno));
         remove_dir(dir);
         return rc;
     }
@@ -436,7 +420,7 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     cfg.dir = dir;
     rc = kv_bb_reader_open(&r, fd, len, m, sizeof m);
     if (rc == 0 && (rc = kv_store_open(&s, &cfg)) < 0)
-        setmsg(m, sizeof m, "cannot create the store in %s: %s", dir, strerror(-rc));
+        kv_msgf(m, sizeof m, "cannot create the store in %s: %s", dir, strerror(-rc));
     if (rc == 0) {
         im.s = s;
         rc = restore_into(r, s, &im);
@@ -453,7 +437,7 @@ int kv_bbolt_restore_dir(const char *snap, int64_t len, const char *dir, char *m
     kv_bb_reader_free(r);
     close(fd);
     if (rc) {
-        setmsg(msg, msglen, "%s: %s", snap, m[0] ? m : strerror(-rc));
+        kv_msgf(msg, msglen, "%s: %s", snap, m[0] ? m : strerror(-rc));
         remove_dir(dir);
     }
     return rc;

@@ -450,9 +450,9 @@ static int hash_kv(kv_store *s, int64_t rev, uint32_t *hash, int64_t *compact_re
             rc = -EBADMSG;
             goto out;
         }
-        if ((int64_t)kv_be64_get(k.mv_data) > rev)
+        if ((int64_t)kv_be64(k.mv_data) > rev)
             break;
-        if (pending_rev > 0 && (int64_t)kv_be64_get(k.mv_data) <= pending_rev) {
+        if (pending_rev > 0 && (int64_t)kv_be64(k.mv_data) <= pending_rev) {
             rc = kv_compact_survives(s, txn, k.mv_data, v.mv_data, v.mv_size, pending_rev);
             if (rc < 0)
                 goto out;

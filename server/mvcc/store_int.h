@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "common/byteorder.h"
 #include "kv.pb-c.h"
 #include "mvcc/keyspace.h"
 #include "mvcc/range.h"
@@ -71,8 +72,6 @@ typedef struct kv_ent {
 } kv_ent;
 
 /* ---- record.c: encodings ---- */
-void kv_be64_put(uint8_t *p, uint64_t v);
-uint64_t kv_be64_get(const uint8_t *p);
 void kv_revkey(uint8_t out[KV_REVKEY_LEN], int64_t main, int64_t sub);
 void kv_dup_encode(uint8_t out[KV_DUP_LEN], const kv_ent *e);
 void kv_dup_decode(const uint8_t *p, kv_ent *e);
@@ -245,8 +244,8 @@ int kv_compact_pending(kv_store *s, MDB_txn *txn, int64_t *rev);
  * no bound), and saves the new cursor (or deletes the progress record
  * when done). Adds to *keys_done / *removed. 1 = more remains, 0 = nothing pending any more,
  * < 0 error. */
-int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs,
-                   uint32_t max_us, uint64_t *keys_done, uint64_t *removed);
+int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_revs, uint32_t max_us,
+                   uint64_t *keys_done, uint64_t *removed);
 /* Whether the record (16-byte revkey, stored value) survives a finished compaction at rev:
  * 1 yes, 0 no, < 0 error. */
 int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const uint8_t *val,

@@ -556,7 +556,7 @@ int kv_store_verify_records(kv_store *s, uint64_t max_records, char *err, size_t
         kv_lease_rec lr;
         int64_t lid = 0;
         if (k.mv_size == 8)
-            lid = (int64_t)kv_be64_get(k.mv_data);
+            lid = (int64_t)kv_be64(k.mv_data);
         if (k.mv_size != 8 || kv_lease_table_get(&s->leases, txn, lid, &lr) != 0) {
             rc = rec_fail(err, errlen, "data.mdb is corrupt: lease record %llu does not verify",
                           (unsigned long long)n);

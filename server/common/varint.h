@@ -1,0 +1,18 @@
+/*
+ * varint: the protobuf base-128 varint writer, for code that packs protobuf wire bytes by hand
+ * (api/internal_req.c, mvcc/snapshot_bbolt.c). Pure function, any thread. The readers stay in
+ * mvcc/pb_wire.h, which follow protobuf-c's acceptance rules.
+ */
+#ifndef KV_COMMON_VARINT_H
+#define KV_COMMON_VARINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_VARINT_MAX 10 /* bytes of the longest varint (a uint64_t) */
+
+/* Writes v as a varint at p (precondition: room for KV_VARINT_MAX bytes, or for the value's
+ * length if the caller knows it). Returns the bytes written (1 to KV_VARINT_MAX). */
+size_t kv_varint_put(uint8_t *p, uint64_t v);
+
+#endif
