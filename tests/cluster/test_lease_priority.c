@@ -352,6 +352,13 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
     atomic_store(&stop, 1);
     for (int i = 0; i < LP_CLIENTS; i++)
         pthread_join(th[i], NULL);
+    /* Every lease is still alive (asked through the leader), checked first: nobody renews them
+     * any more, so the figures below (dozens of /metrics fetches, seconds under ASan) must not
+     * run down their 3 s TTL before the question is asked (CI once saw exactly that). */
+    int dead = 0;
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < cl[m].n; i++)
+            dead += ttl_of(lg, cl[m].ids[i]) <= 0;
 
     long wok = 0, wshed = 0, wshed_conn = 0, wother = 0;
     for (int i = 0; i < LP_CLIENTS; i++) {
@@ -420,11 +427,6 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
             "priority queues\n",
             expired1 - expired0, served);
 
-    /* Every lease is still alive (asked through the leader). */
-    int dead = 0;
-    for (int m = 0; m < 3; m++)
-        for (int i = 0; i < cl[m].n; i++)
-            dead += ttl_of(lg, cl[m].ids[i]) <= 0;
     kv_it_grpc_close(lg);
     for (int i = 0; i < LP_CLIENTS; i++)
         kv_it_grpc_close(cl[i].g);
