@@ -3,6 +3,7 @@
  * exclusive items, compaction waiters, alarms, metrics, init and close. The raft driver that
  * takes requests from the queue is node_ready.c; the peer side is node_peer.c (node_int.h).
  */
+#include "common/varint.h"
 #include "node/node_int.h"
 
 #include "internal.pb-c.h"
@@ -688,16 +689,6 @@ int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved)
     return 0;
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-    size_t o = 0;
-    for (;; v >>= 7) {
-        p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        if (v < 0x80)
-            return o;
-    }
-}
-
 /* Returns the entry data for body: the InternalRequest fields id (1) and proposer (2) first,
  * then body (protobuf concatenation merges messages), so the applier reads who waits for the
  * result from the first bytes. Takes ownership of body. */
@@ -710,17 +701,9 @@ static uint8_t *make_entry(kv_node *n, uint8_t *body, size_t blen, uint64_t id, 
     }
     size_t o = 0;
     p[o++] = 0x08;
-    for (uint64_t v = id;; v >>= 7) {
-        p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        if (v < 0x80)
-            break;
-    }
+    o += kv_varint_put(p + o, id);
     p[o++] = 0x10;
-    for (uint64_t v = n->self;; v >>= 7) {
-        p[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        if (v < 0x80)
-            break;
-    }
+    o += kv_varint_put(p + o, n->self);
     if (blen)
         memcpy(p + o, body, blen);
     free(body);
@@ -908,19 +891,19 @@ int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size
         }
         body[blen++] = 0xA2;
         body[blen++] = 0x01;
-        blen += put_varint(body + blen, record_len);
+        blen += kv_varint_put(body + blen, record_len);
         memcpy(body + blen, record, record_len);
         blen += record_len;
     } else {
         uint8_t inner[24];
         size_t il = 0;
         inner[il++] = 0x08;
-        il += put_varint(inner + il, (uint64_t)op);
+        il += kv_varint_put(inner + il, (uint64_t)op);
         inner[il++] = 0x10;
-        il += put_varint(inner + il, id);
+        il += kv_varint_put(inner + il, id);
         body[blen++] = 0xAA;
         body[blen++] = 0x01;
-        blen += put_varint(body + blen, il);
+        blen += kv_varint_put(body + blen, il);
         memcpy(body + blen, inner, il);
         blen += il;
     }
