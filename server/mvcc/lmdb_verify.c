@@ -600,6 +600,14 @@ static int verify(vctx *c)
         return corrupt(c, "the meta pages disagree on the page size (%u, %u)", m[0].psize,
                        m[1].psize);
     const meta *cur = m[1].txnid > m[0].txnid ? &m[1] : &m[0];
+    /* LMDB writes the meta of txn N to page N & 1, and a read transaction takes its meta
+     * from that page too (mdb_txn_renew0: me_metas[txnid & 1]), while a writer takes the
+     * meta with the higher txnid. A current meta on the wrong page (a damaged txnid) sends
+     * readers to the other, older meta, whose trees this walk does not read. */
+    size_t cur_pg = cur == &m[1] ? 1u : 0u;
+    if ((cur->txnid & 1u) != cur_pg)
+        return corrupt(c, "meta page %zu holds txn %llu, which belongs on meta page %u", cur_pg,
+                       (unsigned long long)cur->txnid, (unsigned)(cur->txnid & 1u));
     c->psize = cur->psize;
     c->last_pg = cur->last_pg;
     c->st.psize = c->psize;

@@ -9,7 +9,8 @@
  * and checks everything LMDB would follow, from both meta pages down to every page that the
  * current meta reaches:
  *   - meta pages 0 and 1: page number, P_META, magic, data version, page size (power of two,
- *     512..65536), last page inside the data; the current meta (highest txnid) is walked;
+ *     512..65536), last page inside the data; the current meta (highest txnid) is walked,
+ *     and it must sit on page txnid & 1, where LMDB's readers look for it;
  *   - every tree (free list, main database, every named database, every duplicate
  *     sub-database), depth first: page numbers in 2..last page, each page reached exactly
  *     once (no cycle, no page shared by two trees or with an overflow run), its header's page

@@ -7,7 +7,9 @@
  *  - truncation at any page boundary is refused;
  *  - targeted damage a random overwrite rarely produces is refused: two keys of a leaf page
  *    swapped (order), a branch child pointing at a page already reached (cycle), an odd node
- *    offset, a node key running past the page, a leaf page's flags changed to branch.
+ *    offset, a node key running past the page, a leaf page's flags changed to branch;
+ *  - a current meta on the wrong page for its txnid (LMDB's readers would take the other,
+ *    older meta, whose trees are not walked) is refused.
  */
 #include <criterion/criterion.h>
 
@@ -234,6 +236,37 @@ Test(lmdb_verify, targeted_damage_is_refused)
         break;
     }
     cr_assert_eq(checked, 3, "only %d of the damages found a page to test", checked);
+    free(bad);
+    destroy(&f);
+}
+
+Test(lmdb_verify, a_current_meta_on_the_wrong_page_is_refused)
+{
+    fx f;
+    build(&f);
+    char err[512];
+    uint8_t *bad = malloc(f.len);
+    cr_assert(bad);
+    /* meta body: magic, version, address, mapsize, two db records (48 each), last page,
+     * then the txnid */
+    size_t txn_off = 16 + 24 + 2 * 48 + 8;
+    uint64_t t0, t1;
+    memcpy(&t0, f.img + txn_off, 8);
+    memcpy(&t1, f.img + PAGE + txn_off, 8);
+    size_t cur = t1 > t0 ? 1 : 0;
+    uint64_t tc = cur ? t1 : t0;
+    cr_assert_eq(tc & 1u, cur, "liblmdb wrote txn %llu on meta page %zu", (unsigned long long)tc,
+                 cur);
+    /* one more than its own txnid: still the newest meta, now on the wrong page */
+    memcpy(bad, f.img, f.len);
+    uint64_t moved = tc + 1;
+    memcpy(bad + cur * PAGE + txn_off, &moved, 8);
+    cr_assert_eq(verify(bad, f.len, err, sizeof err), -EBADMSG);
+    cr_assert(strstr(err, "belongs on meta page"), "%s", err);
+    /* two more: the right page again, and the file passes */
+    moved = tc + 2;
+    memcpy(bad + cur * PAGE + txn_off, &moved, 8);
+    cr_assert_eq(verify(bad, f.len, err, sizeof err), 0, "%s", err);
     free(bad);
     destroy(&f);
 }
