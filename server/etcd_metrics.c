@@ -2,17 +2,42 @@
 #include "etcd_metrics.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 /* One store status read serves every series of one scrape (it walks LMDB's free list). */
 #define STATUS_CACHE_MS 500
 
+struct kv_etcd_metrics;
+
+/* The argument of one op_count series. */
+struct op_series {
+    struct kv_etcd_metrics *e;
+    size_t field; /* offsetof(kv_store_ops, ...) */
+};
+
+static const struct {
+    const char *name, *help;
+    size_t field;
+} OPS[] = {
+    {"etcd_mvcc_range_total", "Total number of ranges seen by this member.",
+     offsetof(kv_store_ops, ranges)},
+    {"etcd_mvcc_put_total", "Total number of puts seen by this member.",
+     offsetof(kv_store_ops, puts)},
+    {"etcd_mvcc_delete_total", "Total number of deletes seen by this member.",
+     offsetof(kv_store_ops, deletes)},
+    {"etcd_mvcc_txn_total", "Total number of txns seen by this member.",
+     offsetof(kv_store_ops, txns)},
+};
+#define N_OPS (sizeof(OPS) / sizeof(OPS[0]))
+
 struct kv_etcd_metrics {
     kv_server *s;
     uint64_t at_ms;
     int ok;
     kv_store_status ss;
+    struct op_series ops[N_OPS];
 };
 
 static const kv_store_status *status(struct kv_etcd_metrics *e)
@@ -47,6 +72,15 @@ static double keys(void *arg)
 {
     const kv_store_status *ss = status(arg);
     return ss ? (double)ss->keys : 0;
+}
+
+/* One etcd_mvcc_*_total counter: a field of the store's kv_store_ops. */
+static double op_count(void *arg)
+{
+    const struct op_series *o = arg;
+    kv_store_ops ops;
+    kv_store_get_ops(o->e->s->store, &ops);
+    return (double)*(const uint64_t *)((const char *)&ops + o->field);
 }
 
 static double quota(void *arg)
@@ -88,6 +122,10 @@ int kv_etcd_metrics_start(kv_server *s)
                         "Total size of the underlying database logically in use in bytes.",
                         db_in_use, e);
     kv_metrics_gauge_fn(m, "etcd_debugging_mvcc_keys_total", "Total number of keys.", keys, e);
+    for (size_t i = 0; i < N_OPS; i++) {
+        e->ops[i] = (struct op_series){e, OPS[i].field};
+        kv_metrics_counter_fn(m, OPS[i].name, OPS[i].help, op_count, &e->ops[i]);
+    }
     return 0;
 }
 
@@ -96,6 +134,8 @@ void kv_etcd_metrics_stop(kv_server *s)
     if (!s->etcd_metrics)
         return;
     kv_metrics_gauge_fn_remove(s->metrics, s->etcd_metrics);
+    for (size_t i = 0; i < N_OPS; i++)
+        kv_metrics_gauge_fn_remove(s->metrics, &s->etcd_metrics->ops[i]);
     free(s->etcd_metrics);
     s->etcd_metrics = NULL;
 }

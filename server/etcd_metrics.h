@@ -12,12 +12,8 @@
 #ifndef KV_ETCD_METRICS_H
 #define KV_ETCD_METRICS_H
 
+#include "common/version.h"
 #include "server.h"
-
-/* The version kvd reports as etcd's (Status, /version, etcd_server_version). */
-#define KV_ETCD_SERVER_VERSION "3.4.0+kvd.0.1.0"
-/* The cluster version, as etcd's version.Cluster() (major.minor). */
-#define KV_ETCD_CLUSTER_VERSION "3.4"
 
 int kv_etcd_metrics_start(kv_server *s);
 void kv_etcd_metrics_stop(kv_server *s);

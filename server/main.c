@@ -7,6 +7,7 @@
  * size (lesson 9), and logs how long it took.
  */
 #include "api/services.h"
+#include "common/version.h"
 #include "config.h"
 #include "datadir_lock.h"
 #include "grpc/grpc_server.h"
@@ -309,7 +310,7 @@ static int start_listeners(kvd_main *m)
         .metrics = m->srv.metrics,
         .health = health_hook,
         .app = &m->srv,
-        .server_version = KV_CLIENT_HTTP_SERVER_VERSION,
+        .server_version = KV_ETCD_SERVER_VERSION,
         .max_body_bytes = gc.max_request_bytes,
     };
     int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);

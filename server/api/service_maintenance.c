@@ -11,6 +11,7 @@
 #include "api/move_leader.h"
 #include "api/read_req.h"
 #include "api/snapshot_stream.h"
+#include "common/version.h"
 #include "api/services.h"
 #include "mvcc/pb_strip.h"
 #include "rpc.pb-c.h"
@@ -20,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KVD_API_VERSION "3.4.0+kvd.0.1.0"
 
 static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                      size_t len, ProtobufCMessage **out)
@@ -89,7 +88,7 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (rs.term)
         h.raft_term = rs.term;
     r.header = &h;
-    r.version = (char *)KVD_API_VERSION;
+    r.version = (char *)KV_ETCD_SERVER_VERSION;
     r.dbsize = ss.db_size;
     r.dbsizeinuse = ss.db_size_in_use;
     r.leader = rs.leader;

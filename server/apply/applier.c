@@ -143,7 +143,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         kvdpb__internal_request__free_unpacked(ir, NULL);
         return rc;
     }
-    kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key, index};
+    kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key, index, 0, 0, 0};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
     kv_apply_failpoint(ir);
@@ -166,6 +166,8 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         /* pages of the rev record, the index entry and copied branches */
         rc = kv_ks_commit(ks, grow ? 2 * (int64_t)len + 256 : 0);
         ks = NULL;
+        if (rc == 0)
+            kv_store_count_ops(s, a.ranges, a.puts, a.deletes);
     }
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);

@@ -60,6 +60,8 @@ static int do_put(kv_actx *a, const Etcdserverpb__PutRequest *p, bool in_txn,
     size_t vlen = p->ignore_value ? prev->value_len : p->value.len;
     int64_t lease = p->ignore_lease ? prev->lease : p->lease;
     rc = kv_ks_put(a->ks, p->key.data, p->key.len, val, vlen, lease);
+    if (rc == 0)
+        a->puts++;
     if (rc == -EDQUOT) {
         kv_apply_err(a->res, KV_ERR_TOO_MANY_LEASE_KEYS);
         rc = 1;
@@ -114,6 +116,8 @@ static int do_delete(kv_actx *a, const Etcdserverpb__DeleteRangeRequest *d, bool
     int64_t deleted = 0;
     int rc = kv_ks_delete_range(a->ks, d->key.data, d->key.len, d->range_end.data, d->range_end.len,
                                 &deleted, resp && d->prev_kv ? collect_prev : NULL, resp);
+    if (rc == 0)
+        a->deletes++;
     if (!resp)
         return rc;
     resp->deleted = deleted;

@@ -83,6 +83,8 @@ int kv_apply_range_op(kv_actx *a, const Etcdserverpb__RangeRequest *r,
     kv_range_result rr;
     opts_of(r, &o);
     int rc = range_err(kv_ks_range(a->ks, &o, &rr), a->res);
+    if (rc == 0)
+        a->ranges++;
     if (rc == 0 && out)
         rc = range_response(&rr, out);
     kv_range_result_free(&rr);
@@ -115,6 +117,8 @@ int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_
     opts_of(r, &o);
     rc = range_err(kv_store_range_read(s, &o, &rr), res);
     res->revision = rr.revision;
+    if (rc == 0)
+        kv_store_count_ops(s, 1, 0, 0);
     char what[128] = "range";
     if (rc == -EBADMSG)
         kv_describe_key(what, sizeof what, "a range from key", r->key.data, r->key.len);

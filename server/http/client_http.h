@@ -47,9 +47,6 @@ typedef struct kv_client_http_config {
     uint32_t health_timeout_ms; /* default 5000 */
 } kv_client_http_config;
 
-/* /version "etcdserver": what Maintenance.Status reports (api/service_maintenance.c). */
-#define KV_CLIENT_HTTP_SERVER_VERSION "3.4.0+kvd.0.1.0"
-
 typedef struct kv_client_http kv_client_http;
 
 /* Creates the handler (cfg copied, its pointers borrowed). Returns 0 or -ENOMEM. */

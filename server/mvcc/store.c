@@ -218,6 +218,23 @@ void kv_store_get_counters(kv_store *s, kv_store_counters *out)
     *out = s->counters;
 }
 
+void kv_store_count_ops(kv_store *s, unsigned ranges, unsigned puts, unsigned deletes)
+{
+    atomic_fetch_add_explicit(&s->ops_ranges, ranges, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ops_puts, puts, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ops_deletes, deletes, memory_order_relaxed);
+    if ((uint64_t)ranges + puts + deletes > 1)
+        atomic_fetch_add_explicit(&s->ops_txns, 1, memory_order_relaxed);
+}
+
+void kv_store_get_ops(kv_store *s, kv_store_ops *out)
+{
+    out->ranges = atomic_load_explicit(&s->ops_ranges, memory_order_relaxed);
+    out->puts = atomic_load_explicit(&s->ops_puts, memory_order_relaxed);
+    out->deletes = atomic_load_explicit(&s->ops_deletes, memory_order_relaxed);
+    out->txns = atomic_load_explicit(&s->ops_txns, memory_order_relaxed);
+}
+
 void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs)
 {
     if (obs)

@@ -302,6 +302,18 @@ typedef struct kv_store_counters {
 } kv_store_counters;
 void kv_store_get_counters(kv_store *s, kv_store_counters *out);
 
+/* etcd's mvcc operation counters (etcd_mvcc_{range,put,delete,txn}_total, etcd 3.4
+ * mvcc/metrics_txn.go): Range, Put and DeleteRange operations, each counted once however
+ * many keys it touches, and txns of more than one operation. Writes count when their entry
+ * is applied (on every member, requests refused by their checks excluded); ranges count on
+ * the member that served them (a Range op of an applied txn on every member). Any thread. */
+typedef struct kv_store_ops {
+    uint64_t ranges, puts, deletes, txns;
+} kv_store_ops;
+/* Adds one transaction's operations (a txn when their sum is over one). */
+void kv_store_count_ops(kv_store *s, unsigned ranges, unsigned puts, unsigned deletes);
+void kv_store_get_ops(kv_store *s, kv_store_ops *out);
+
 /* Largest key length accepted by writes: SIZE_MAX (any; long keys: see "Long keys"). */
 size_t kv_store_max_key_size(kv_store *s);
 

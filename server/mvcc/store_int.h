@@ -50,6 +50,7 @@ struct kv_store {
     kv_store_lease_observer obs;
     kv_store_batch batch;
     kv_store_counters counters;
+    _Atomic uint64_t ops_ranges, ops_puts, ops_deletes, ops_txns; /* kv_store_count_ops */
     kv_mdb_map map; /* where env is mapped (valcheck.h); env's user context points here */
     /* alarms and defragment (alarm.c, store.c) */
     MDB_dbi alarm;

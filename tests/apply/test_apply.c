@@ -393,6 +393,15 @@ Test(apply, txn_dispatch_and_quiet)
     cr_assert_eq(resp->responses[3]->response_txn->n_responses, 1);
     etcdserverpb__txn_response__free_unpacked(resp, NULL);
     free(r.resp);
+    /* etcd_mvcc_*_total: two puts, then one txn of put, range, delete and put (nested) */
+    for (int i = 0; i < 2; i++) {
+        kv_store_ops ops;
+        kv_store_get_ops(i ? p.b.s : p.a.s, &ops);
+        cr_assert_eq(ops.puts, 4, "puts %llu", (unsigned long long)ops.puts);
+        cr_assert_eq(ops.ranges, 1);
+        cr_assert_eq(ops.deletes, 1);
+        cr_assert_eq(ops.txns, 1, "a put alone is no txn; the four ops are one");
+    }
     /* the compare fails: the else branch runs, in both modes */
     cmp.value = th_bin("nope");
     apply2(&p, &ir, &r);
@@ -416,6 +425,12 @@ Test(apply, txn_dispatch_and_quiet)
     t.n_failure = 0;
     apply2(&p, &ir, &r);
     expect_err(&r, KV_ERR_DUPLICATE_KEY);
+    {
+        kv_store_ops ops; /* the else branch's one put counted; the refused txn nothing */
+        kv_store_get_ops(p.a.s, &ops);
+        cr_assert_eq(ops.puts, 5);
+        cr_assert_eq(ops.txns, 1);
+    }
     kv = th_get(&p.b, "d", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);

@@ -107,6 +107,10 @@ Test(metrics, etcd_series_live, .timeout = 240)
     double sent0 = metric_or_fail(&c, f, "etcd_network_client_grpc_sent_bytes_total");
     double recv0 = metric_or_fail(&c, f, "etcd_network_client_grpc_received_bytes_total");
     double keys0 = metric_or_fail(&c, f, "etcd_debugging_mvcc_keys_total");
+    double puts0 = metric_or_fail(&c, f, "etcd_mvcc_put_total");
+    double dels0 = metric_or_fail(&c, f, "etcd_mvcc_delete_total");
+    double ranges0 = metric_or_fail(&c, f, "etcd_mvcc_range_total");
+    metric_or_fail(&c, f, "etcd_mvcc_txn_total");
 
     /* a watcher on the follower sees a put made afterwards: delivery lag is observed */
     char wlog[PATH_MAX + 64];
@@ -123,6 +127,9 @@ Test(metrics, etcd_series_live, .timeout = 240)
         snprintf(key, sizeof(key), "live/%d", k);
         ctl_ok(&c, f, "put", key, "v", NULL);
     }
+    /* one Range served by the follower, one DeleteRange applied everywhere */
+    ctl_ok(&c, f, "get", "live/1", NULL, NULL);
+    ctl_ok(&c, f, "del", "live/nothing", NULL, NULL);
     /* a renewal through the follower is forwarded to the leader and timed */
     char lid[32];
     lease_grant(&c, f, lid, sizeof(lid));
@@ -180,6 +187,11 @@ Test(metrics, etcd_series_live, .timeout = 240)
     cr_assert(has_series(&c, f, "etcd_disk_backend_commit_duration_seconds_bucket{le=\"0.001\"}"));
     /* mvcc */
     cr_assert_geq(metric_or_fail(&c, f, "etcd_debugging_mvcc_keys_total"), keys0 + 20);
+    /* etcd counts each Put and DeleteRange once, on every member that applies it */
+    cr_assert_geq(metric_or_fail(&c, f, "etcd_mvcc_put_total"), puts0 + 20);
+    cr_assert_geq(metric_or_fail(&c, l, "etcd_mvcc_put_total"), puts0 + 20);
+    cr_assert_geq(metric_or_fail(&c, f, "etcd_mvcc_delete_total"), dels0 + 1);
+    cr_assert_geq(metric_or_fail(&c, f, "etcd_mvcc_range_total"), ranges0 + 1);
     double db = metric_or_fail(&c, f, "etcd_mvcc_db_total_size_in_bytes");
     double inuse = metric_or_fail(&c, f, "etcd_mvcc_db_total_size_in_use_in_bytes");
     cr_assert(db > 0 && inuse > 0 && inuse <= db, "db %g in use %g", db, inuse);
