@@ -11,3 +11,13 @@ size_t kv_varint_put(uint8_t *p, uint64_t v)
     p[n++] = (uint8_t)v;
     return n;
 }
+
+size_t kv_varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}

@@ -1,7 +1,7 @@
 /*
  * varint: the protobuf base-128 varint writer, for code that packs protobuf wire bytes by hand
- * (api/internal_req.c, mvcc/snapshot_bbolt.c). Pure function, any thread. The readers stay in
- * mvcc/pb_wire.h, which follow protobuf-c's acceptance rules.
+ * (api/internal_req.c, mvcc/snapshot_bbolt.c, node/node.c, watch/watch_hub.c). Pure function, any
+ * thread. The readers stay in mvcc/pb_wire.h, which follow protobuf-c's acceptance rules.
  */
 #ifndef KV_COMMON_VARINT_H
 #define KV_COMMON_VARINT_H
@@ -14,5 +14,7 @@
 /* Writes v as a varint at p (precondition: room for KV_VARINT_MAX bytes, or for the value's
  * length if the caller knows it). Returns the bytes written (1 to KV_VARINT_MAX). */
 size_t kv_varint_put(uint8_t *p, uint64_t v);
+/* The bytes kv_varint_put writes for v (1 to KV_VARINT_MAX). */
+size_t kv_varint_len(uint64_t v);
 
 #endif

@@ -3,6 +3,7 @@
 #include "corrupt/corrupt_check.h"
 
 #include "api/internal_req.h"
+#include "common/byteorder.h"
 #include "mvcc/members.h"
 #include "node/read_pool.h"
 #include "rpc.pb-c.h"
@@ -57,33 +58,6 @@ struct kv_corrupt {
 };
 
 /* ---- codec ---- */
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
 
 /* ---- lifetime ---- */
 
@@ -249,8 +223,8 @@ static void send_reqs(kv_corrupt *c)
 {
     round *r = &c->r;
     uint8_t f[REQ_LEN];
-    put64(f, r->seq);
-    put64(f + 8, (uint64_t)r->rev);
+    kv_put_be64(f, r->seq);
+    kv_put_be64(f + 8, (uint64_t)r->rev);
     for (size_t i = 0; i < r->n; i++) {
         if (r->sent[i] || r->answered[i])
             continue;
@@ -316,12 +290,12 @@ static void send_resp(kv_corrupt *c, uint64_t to, uint64_t seq, int64_t rev, int
                       uint32_t hash, int64_t crev, int64_t cur)
 {
     uint8_t f[RESP_LEN];
-    put64(f, seq);
-    put64(f + 8, (uint64_t)rev);
-    be32(f + 16, (uint32_t)status);
-    be32(f + 20, hash);
-    put64(f + 24, (uint64_t)crev);
-    put64(f + 32, (uint64_t)cur);
+    kv_put_be64(f, seq);
+    kv_put_be64(f + 8, (uint64_t)rev);
+    kv_put_be32(f + 16, (uint32_t)status);
+    kv_put_be32(f + 20, hash);
+    kv_put_be64(f + 24, (uint64_t)crev);
+    kv_put_be64(f + 32, (uint64_t)cur);
     (void)kv_node_peer_send(c->s->node, to, KV_CORRUPT_HASH_RESP, f, RESP_LEN);
 }
 
@@ -396,8 +370,8 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
     kv_corrupt *c = arg;
     if (c->closed || len != REQ_LEN)
         return;
-    uint64_t seq = get64(buf);
-    int64_t rev = (int64_t)get64(buf + 8);
+    uint64_t seq = kv_be64(buf);
+    int64_t rev = (int64_t)kv_be64(buf + 8);
     if (c->serving >= KV_CORRUPT_MAX_SERVING) {
         kv_metric_inc(c->m_refused);
         send_resp(c, from, seq, rev, -EBUSY, 0, 0, 0);
@@ -428,17 +402,17 @@ static void on_resp(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 {
     kv_corrupt *c = arg;
     round *r = &c->r;
-    if (c->closed || len != RESP_LEN || !r->active || get64(buf) != r->seq ||
-        (int64_t)get64(buf + 8) != r->rev)
+    if (c->closed || len != RESP_LEN || !r->active || kv_be64(buf) != r->seq ||
+        (int64_t)kv_be64(buf + 8) != r->rev)
         return;
     for (size_t i = 0; i < r->n; i++) {
         if (r->a[i].id != from || r->answered[i])
             continue;
         r->answered[i] = 1;
-        r->a[i].status = (int)get32(buf + 16);
-        r->a[i].hash = get32(buf + 20);
-        r->a[i].compact_rev = (int64_t)get64(buf + 24);
-        r->a[i].cur_rev = (int64_t)get64(buf + 32);
+        r->a[i].status = (int)kv_be32(buf + 16);
+        r->a[i].hash = kv_be32(buf + 20);
+        r->a[i].compact_rev = (int64_t)kv_be64(buf + 24);
+        r->a[i].cur_rev = (int64_t)kv_be64(buf + 32);
         break;
     }
     if (round_complete(r))

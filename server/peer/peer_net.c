@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/byteorder.h"
 #include "net/listen.h"
 #include "net/tls.h"
 
@@ -208,8 +209,7 @@ static void queue_drop_all(kv_peer *p)
     int64_t n = 0;
     for (f = p->qhead; f; f = next) {
         next = f->next;
-        uint32_t type = ((uint32_t)f->data[4] << 24) | ((uint32_t)f->data[5] << 16) |
-                        ((uint32_t)f->data[6] << 8) | f->data[7];
+        uint32_t type = kv_be32(f->data + 4);
         if (type < KV_PEER_TYPE_RESERVED)
             n++;
         free(f);
@@ -229,12 +229,9 @@ peer_qframe *kv_peer_frame_new(uint32_t type, const uint8_t *buf, size_t len)
     f->next = NULL;
     f->len = 8 + len;
     f->off = 0;
-    uint32_t l = (uint32_t)len;
     uint8_t *d = f->data;
-    d[0] = (uint8_t)(l >> 24), d[1] = (uint8_t)(l >> 16), d[2] = (uint8_t)(l >> 8);
-    d[3] = (uint8_t)l;
-    d[4] = (uint8_t)(type >> 24), d[5] = (uint8_t)(type >> 16), d[6] = (uint8_t)(type >> 8);
-    d[7] = (uint8_t)type;
+    kv_put_be32(d, (uint32_t)len);
+    kv_put_be32(d + 4, type);
     if (len)
         memcpy(d + 8, buf, len);
     return f;
@@ -319,11 +316,8 @@ void kv_peer_deliver(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
 {
     if (type >= KV_PEER_TYPE_RESERVED) {
         if (type == PEER_CTL_SNAP_DONE && len == 12 && p->sout) {
-            uint64_t id = 0;
-            for (int i = 0; i < 8; i++)
-                id = (id << 8) | buf[i];
-            int32_t st = (int32_t)(((uint32_t)buf[8] << 24) | ((uint32_t)buf[9] << 16) |
-                                   ((uint32_t)buf[10] << 8) | buf[11]);
+            uint64_t id = kv_be64(buf);
+            int32_t st = (int32_t)kv_be32(buf + 8);
             if (id == p->sout->id)
                 kv_peer_snap_out_finish(p, st > 0 ? -EIO : st);
         }

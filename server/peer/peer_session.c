@@ -2,6 +2,7 @@
  * the message stream (frame queue out, frame parser in) and the snapshot streams. Socket I/O
  * is in peer_conn.c. */
 #include "peer/peer_internal.h"
+#include "common/byteorder.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -41,19 +42,11 @@ void kv_peer_stream_free(peer_conn *c, peer_stream *s)
     free(s);
 }
 
-static void put_u64(uint8_t *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
 static void send_snap_done(kv_peer *p, uint64_t id, int status)
 {
     uint8_t b[12];
-    put_u64(b, id);
-    uint32_t st = (uint32_t)status;
-    b[8] = (uint8_t)(st >> 24), b[9] = (uint8_t)(st >> 16), b[10] = (uint8_t)(st >> 8);
-    b[11] = (uint8_t)st;
+    kv_put_be64(b, id);
+    kv_put_be32(b + 8, (uint32_t)status);
     if (p && p->up)
         kv_peer_enqueue(p, PEER_CTL_SNAP_DONE, b, sizeof(b));
 }
@@ -128,10 +121,8 @@ static int msg_data(peer_conn *c, peer_stream *s, const uint8_t *d, size_t len)
             len -= take;
             if (s->fh_got < 8)
                 break;
-            s->body_len = ((size_t)s->fh[0] << 24) | ((size_t)s->fh[1] << 16) |
-                          ((size_t)s->fh[2] << 8) | s->fh[3];
-            s->type = ((uint32_t)s->fh[4] << 24) | ((uint32_t)s->fh[5] << 16) |
-                      ((uint32_t)s->fh[6] << 8) | s->fh[7];
+            s->body_len = kv_be32(s->fh);
+            s->type = kv_be32(s->fh + 4);
             s->body_got = 0;
             if (s->body_len > n->cfg.max_frame_bytes) {
                 kv_peer_log(n,

@@ -2,6 +2,7 @@
  * a body into snap_dir, fsync, rename, hand-over (receiver). Blocking file I/O in chunks of at
  * most one HTTP/2 DATA frame on the loop thread. */
 #include "peer/peer_internal.h"
+#include "common/byteorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,9 +34,7 @@ int kv_peer_snap_out_open(kv_peer *p, const uint8_t *hdr, size_t hdr_len, const 
         free(so);
         return rc;
     }
-    uint32_t l = (uint32_t)hdr_len;
-    so->prefix[0] = (uint8_t)(l >> 24), so->prefix[1] = (uint8_t)(l >> 16);
-    so->prefix[2] = (uint8_t)(l >> 8), so->prefix[3] = (uint8_t)l;
+    kv_put_be32(so->prefix, (uint32_t)hdr_len);
     if (hdr_len)
         memcpy(so->prefix + 4, hdr, hdr_len);
     so->prefix_len = 4 + hdr_len;
@@ -162,8 +161,7 @@ void kv_peer_snap_in_data(kv_peer_net *n, peer_snap_in *in, const uint8_t *d, si
         in->lenb[in->len_got++] = *d++;
         len--;
         if (in->len_got == 4) {
-            in->hdr_len = ((size_t)in->lenb[0] << 24) | ((size_t)in->lenb[1] << 16) |
-                          ((size_t)in->lenb[2] << 8) | in->lenb[3];
+            in->hdr_len = kv_be32(in->lenb);
             if (in->hdr_len > n->cfg.max_frame_bytes) {
                 in->err = -EMSGSIZE;
                 return;

@@ -1,6 +1,7 @@
 /* watch_hub: synced/unsynced groups, slice delivery from LMDB, catch-up (see watch_hub.h). */
 #include "watch/watch_int.h"
 
+#include "common/varint.h"
 #include "mvcc/events.h"
 
 #include <errno.h>
@@ -119,20 +120,10 @@ int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int6
     return rc;
 }
 
-static size_t varint_len(size_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 static size_t ev_wire(const Mvccpb__Event *e)
 {
     size_t l = mvccpb__event__get_packed_size(e);
-    return 1 + varint_len(l) + l; /* field 11, length-delimited: 1-byte tag */
+    return 1 + kv_varint_len(l) + l; /* field 11, length-delimited: 1-byte tag */
 }
 
 /* A response may be queued while the stream's unsent bytes are at most half its bound (or it
@@ -142,16 +133,6 @@ static bool has_room(const kv_watch_stream *st, size_t len)
 {
     size_t q = st->ops->queued(st->sink), lim = st->hub->cfg.stream_send_buffer_bytes;
     return q <= lim / 2 || q + len <= lim;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
 }
 
 /* The event's field-11 bytes, packed on first use. NULL on out-of-memory. */
@@ -166,7 +147,7 @@ static const uint8_t *slice_wire(slice_ev *e, bool prev, size_t *len)
         if (b == NULL)
             return NULL;
         b[0] = (11 << 3) | 2;
-        uint8_t *p = put_varint(b + 1, l);
+        uint8_t *p = b + 1 + kv_varint_put(b + 1, l);
         mvccpb__event__pack(ev, p);
         *wp = b;
         *lp = (size_t)(p - b) + l;
@@ -192,12 +173,12 @@ static int send_prepacked(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb_
     }
     uint8_t *p = h->obuf;
     *p++ = (1 << 3) | 2;
-    p = put_varint(p, hlen);
+    p += kv_varint_put(p, hlen);
     memcpy(p, hdr, hlen);
     p += hlen;
     if (w->id != 0) {
         *p++ = 2 << 3;
-        p = put_varint(p, (uint64_t)w->id);
+        p += kv_varint_put(p, (uint64_t)w->id);
     }
     for (size_t i = 0; i < n; i++) {
         size_t l;
@@ -206,16 +187,6 @@ static int send_prepacked(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb_
         p += l;
     }
     return w->st->ops->send(w->st->sink, h->obuf, (size_t)(p - h->obuf));
-}
-
-static size_t varint_len64(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
 }
 
 /* rev became visible now (kv_watch_hub_notify). */
@@ -268,7 +239,8 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
     r.n_events = n;
     uint8_t hdr[64];
     size_t hlen = etcdserverpb__response_header__pack(&hd, hdr);
-    size_t total = 1 + varint_len64(hlen) + hlen + (w->id ? 1 + varint_len64((uint64_t)w->id) : 0);
+    size_t total =
+        1 + kv_varint_len(hlen) + hlen + (w->id ? 1 + kv_varint_len((uint64_t)w->id) : 0);
     for (size_t i = 0; i < n; i++) {
         size_t l;
         if (slice_wire(es[i], evs[i] == &es[i]->evp, &l) == NULL)

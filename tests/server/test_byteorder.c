@@ -47,5 +47,7 @@ Test(varint, protobuf_encoding)
         cr_expect(memcmp(b, cases[i].wire, cases[i].n) == 0, "%llu",
                   (unsigned long long)cases[i].v);
         cr_expect_eq(b[cases[i].n], 0xee);
+        cr_expect_eq(kv_varint_len(cases[i].v), cases[i].n, "len of %llu",
+                     (unsigned long long)cases[i].v);
     }
 }
