@@ -4,27 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t kv_tw_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
-size_t kv_tw_varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 int kv_tw_nested_txn(size_t depth, const uint8_t *extra, size_t extra_len, const uint8_t *inner,
                      size_t inner_len, uint8_t **out, size_t *out_len)
 {
@@ -39,8 +18,8 @@ int kv_tw_nested_txn(size_t depth, const uint8_t *extra, size_t extra_len, const
     }
     txn[depth] = inner_len;
     for (size_t i = depth - 1; i >= 1; i--) {
-        op[i] = 1 + kv_tw_varint_len(txn[i + 1]) + txn[i + 1];
-        txn[i] = extra_len + 1 + kv_tw_varint_len(op[i]) + op[i];
+        op[i] = 1 + kv_varint_len(txn[i + 1]) + txn[i + 1];
+        txn[i] = extra_len + 1 + kv_varint_len(op[i]) + op[i];
     }
     uint8_t *buf = malloc(txn[1] ? txn[1] : 1);
     if (!buf) {
@@ -54,9 +33,9 @@ int kv_tw_nested_txn(size_t depth, const uint8_t *extra, size_t extra_len, const
             memcpy(buf + n, extra, extra_len);
         n += extra_len;
         buf[n++] = (2 << 3) | 2; /* TxnRequest.success */
-        n += kv_tw_varint(buf + n, op[i]);
+        n += kv_varint_put(buf + n, op[i]);
         buf[n++] = (4 << 3) | 2; /* RequestOp.request_txn */
-        n += kv_tw_varint(buf + n, txn[i + 1]);
+        n += kv_varint_put(buf + n, txn[i + 1]);
     }
     if (inner_len)
         memcpy(buf + n, inner, inner_len);
@@ -71,8 +50,8 @@ int kv_tw_nested_txn(size_t depth, const uint8_t *extra, size_t extra_len, const
 void kv_tw_field(uint8_t *buf, size_t *len, uint32_t field, const uint8_t *body, size_t body_len)
 {
     size_t n = *len;
-    n += kv_tw_varint(buf + n, ((uint64_t)field << 3) | 2);
-    n += kv_tw_varint(buf + n, body_len);
+    n += kv_varint_put(buf + n, ((uint64_t)field << 3) | 2);
+    n += kv_varint_put(buf + n, body_len);
     if (body_len)
         memcpy(buf + n, body, body_len);
     *len = n + body_len;

@@ -10,10 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Protobuf base-128 varint of v into p (at least 10 bytes); returns its length. */
-size_t kv_tw_varint(uint8_t *p, uint64_t v);
-/* Length of v's varint. */
-size_t kv_tw_varint_len(uint64_t v);
+#include "common/varint.h"
+
+/* Varints: kv_varint_put and kv_varint_len (common/varint.h). */
 
 /* A TxnRequest nested `depth` txn levels deep (depth >= 1). Level i < depth holds the bytes
  * `extra` (TxnRequest fields, e.g. more success ops; may be empty) followed by

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "bbolt/bbolt.h"
+#include "common/byteorder.h"
+#include "common/varint.h"
 #include "mvcc/snapshot.h"
 
 #define PSIZE 4096u
@@ -41,29 +43,12 @@ typedef struct bb_fuzz {
 
 static bb_fuzz *g_bf;
 
-static void be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static size_t varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* field (wire type 2) */
 static size_t lenfield(uint8_t *p, int num, const void *d, size_t n)
 {
     size_t o = 0;
     p[o++] = (uint8_t)(num << 3 | 2);
-    o += varint(p + o, n);
+    o += kv_varint_put(p + o, n);
     memcpy(p + o, d, n);
     return o + n;
 }
@@ -72,7 +57,7 @@ static size_t intfield(uint8_t *p, int num, uint64_t v)
 {
     size_t o = 0;
     p[o++] = (uint8_t)(num << 3);
-    return o + varint(p + o, v);
+    return o + kv_varint_put(p + o, v);
 }
 
 #define CHECK(x)                                                                                   \
@@ -92,7 +77,7 @@ static void write_pristine(int fd)
     CHECK(kv_bb_bucket_end(w));
     CHECK(kv_bb_bucket_begin(w, "auth", 4));
     CHECK(kv_bb_put(w, "authEnabled", 11, "\1", 1));
-    be64(k, 7);
+    kv_put_be64(k, 7);
     CHECK(kv_bb_put(w, "authRevision", 12, k, 8));
     CHECK(kv_bb_bucket_end(w));
     CHECK(kv_bb_bucket_begin(w, "authRoles", 9));
@@ -121,9 +106,9 @@ static void write_pristine(int fd)
         char key[32];
         int i = (int)(rev % 250);
         snprintf(key, sizeof key, "key/%03d", i);
-        be64(k, (uint64_t)rev);
+        kv_put_be64(k, (uint64_t)rev);
         k[8] = '_';
-        be64(k + 9, 0);
+        kv_put_be64(k + 9, 0);
         int tomb = rev % 97 == 0;
         if (tomb) {
             k[17] = 't';
@@ -147,7 +132,7 @@ static void write_pristine(int fd)
     CHECK(kv_bb_bucket_end(w));
     CHECK(kv_bb_bucket_begin(w, "lease", 5));
     for (int id = 1000; id < 1003; id++) {
-        be64(k, (uint64_t)id);
+        kv_put_be64(k, (uint64_t)id);
         n = intfield(v, 1, (uint64_t)id);
         n += intfield(v + n, 2, 600);
         CHECK(kv_bb_put(w, k, 8, v, n));
@@ -158,13 +143,13 @@ static void write_pristine(int fd)
     CHECK(kv_bb_put(w, "1", 1, m, strlen(m)));
     CHECK(kv_bb_bucket_end(w));
     CHECK(kv_bb_bucket_begin(w, "meta", 4));
-    be64(k, 900);
+    kv_put_be64(k, 900);
     CHECK(kv_bb_put(w, "consistent_index", 16, k, 8));
-    be64(k, 100);
+    kv_put_be64(k, 100);
     k[8] = '_';
-    be64(k + 9, 0);
+    kv_put_be64(k + 9, 0);
     CHECK(kv_bb_put(w, "finishedCompactRev", 18, k, 17));
-    be64(k, 120);
+    kv_put_be64(k, 120);
     CHECK(kv_bb_put(w, "scheduledCompactRev", 19, k, 17));
     CHECK(kv_bb_bucket_end(w));
     int64_t size = 0;

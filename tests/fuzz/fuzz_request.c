@@ -28,6 +28,7 @@
 #include "fuzz_kvd.h"
 
 #include "api/internal_req.h"
+#include "common/varint.h"
 #include "mvcc/store.h"
 #include "rpc.pb-c.h"
 
@@ -73,22 +74,11 @@ static int apply_one(req_fuzz *rf, kv_store_batch *b, int field, const uint8_t *
     return 0;
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* Prepends tag + varint(len) in front of buf[pos..end); returns the new pos. */
 static size_t prepend_len(uint8_t *buf, size_t pos, size_t end, uint8_t tag)
 {
     uint8_t v[10];
-    size_t n = put_varint(v, end - pos);
+    size_t n = kv_varint_put(v, end - pos);
     pos -= n;
     memcpy(buf + pos, v, n);
     buf[--pos] = tag;

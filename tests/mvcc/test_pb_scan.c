@@ -364,7 +364,7 @@ Test(pb_scan, unknown_fields_and_overlong_tags)
         bb[bn++] = 0xa2;
         bb[bn++] = 0x80;
         bb[bn++] = 0x00;
-        bn += kv_tw_varint(bb + bn, an);
+        bn += kv_varint_put(bb + bn, an);
         memcpy(bb + bn, a, an);
         bn += an;
         size_t tn = 0;
