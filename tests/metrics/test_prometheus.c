@@ -13,6 +13,9 @@
  * the etcdHighNumberOfLeaderChanges expression is evaluated and shown (see docs/metrics.md
  * "Alert rules" for why it cannot cross its threshold within a test); with 2 of 3 members
  * stopped, etcdNoLeader is pending on the survivor and etcdInsufficientMembers pending.
+ *
+ * slow_apply_is_counted: a DeleteRange of tens of thousands of keys, one entry, moves
+ * etcd_server_slow_apply_total (applies over 100 ms, etcd's warnApplyDuration).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -26,6 +29,7 @@
 #include "kvt_cluster.h"
 #include "kvt_proc.h"
 #include "kvt_util.h"
+#include "rpc.pb-c.h"
 
 #define ETCD_DOC "/usr/share/doc/etcd-server/op-guide"
 #define PROMETHEUS "/usr/bin/prometheus"
@@ -311,6 +315,87 @@ Test(metrics, etcd_series_live, .timeout = 240)
     /* kvd's own series stay */
     metric_or_fail(&c, f, "kvd_has_leader");
     metric_or_fail(&c, f, "kvd_leader_changes_seen_total");
+    kvt_cluster_destroy(&c);
+}
+
+/* ---- slow_apply_is_counted ---- */
+
+/* One Txn of `n` (<= 128, --max-txn-ops) puts of keys <prefix><from..from+n). */
+static void put_txn(kv_it_grpc *g, const char *prefix, int from, int n)
+{
+    char keys[128][32];
+    Etcdserverpb__PutRequest puts[128];
+    Etcdserverpb__RequestOp ops[128], *opp[128];
+    for (int i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], "%s%07d", prefix, from + i);
+        etcdserverpb__put_request__init(&puts[i]);
+        puts[i].key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+        puts[i].value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
+        etcdserverpb__request_op__init(&ops[i]);
+        ops[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+        ops[i].request_put = &puts[i];
+        opp[i] = &ops[i];
+    }
+    Etcdserverpb__TxnRequest t = ETCDSERVERPB__TXN_REQUEST__INIT;
+    t.n_success = (size_t)n;
+    t.success = opp;
+    size_t len = etcdserverpb__txn_request__get_packed_size(&t);
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    etcdserverpb__txn_request__pack(&t, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int status = -1;
+    char msg[256];
+    int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &status, msg,
+                             sizeof msg);
+    cr_assert_eq(rc, 0, "Txn of %d puts: rc %d, status %d (%s)", n, rc, status, msg);
+    free(resp);
+    free(buf);
+}
+
+/* etcd_server_slow_apply_total counts the entries whose apply took over 100 ms (etcd's
+ * warnApplyDuration). A DeleteRange of tens of thousands of keys is one such entry: it writes
+ * a tombstone revision and an index record for every key in one apply. The key count grows
+ * from 40,000 until one delete is slow enough (80,000 were on this machine, release build;
+ * 320,000 at most). */
+Test(metrics, slow_apply_is_counted, .timeout = 300)
+{
+    kvt_cluster c;
+    cr_assert_eq(cl_start(&c, 1, 0), 0);
+    double slow0 = metric_or_fail(&c, 0, "etcd_server_slow_apply_total");
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", c.m[0].client_port, 5000), 0);
+    double slow = slow0;
+    int keys = 0;
+    for (int round = 0, n = 40000; round < 4 && slow == slow0; round++, n *= 2) {
+        for (int k = 0; k < n; k += 128)
+            put_txn(g, "slow/", k, n - k < 128 ? n - k : 128);
+        Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+        d.key = (ProtobufCBinaryData){5, (uint8_t *)"slow/"};
+        d.range_end = (ProtobufCBinaryData){5, (uint8_t *)"slow0"};
+        uint8_t buf[64];
+        size_t len = etcdserverpb__delete_range_request__pack(&d, buf);
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        int status = -1;
+        char msg[256];
+        cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/DeleteRange", buf, len, &resp, &rlen,
+                                     60000, &status, msg, sizeof msg),
+                     0, "DeleteRange: status %d (%s)", status, msg);
+        Etcdserverpb__DeleteRangeResponse *dr =
+            etcdserverpb__delete_range_response__unpack(NULL, rlen, resp);
+        cr_assert_not_null(dr);
+        cr_assert_eq(dr->deleted, n, "deleted %lld of %d", (long long)dr->deleted, n);
+        etcdserverpb__delete_range_response__free_unpacked(dr, NULL);
+        free(resp);
+        keys = n;
+        slow = metric_or_fail(&c, 0, "etcd_server_slow_apply_total");
+    }
+    kv_it_grpc_close(g);
+    cr_log_info("slow applies: %.0f -> %.0f after a DeleteRange of %d keys", slow0, slow, keys);
+    cr_assert_gt(slow, slow0, "a DeleteRange of %d keys in one entry was not counted as slow",
+                 keys);
     kvt_cluster_destroy(&c);
 }
 
