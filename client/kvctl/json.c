@@ -1,4 +1,5 @@
 /* Go encoding/json-compatible JSON output for protobuf-c messages: see out.h. */
+#include "common/base64.h"
 #include "out.h"
 #include "pb_util.h"
 
@@ -82,22 +83,13 @@ void kvctl_json_string(struct kvctl_buf *b, const uint8_t *s, size_t n)
 
 void kvctl_json_bytes(struct kvctl_buf *b, const uint8_t *s, size_t n)
 {
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    /* Go's encoding/json: standard alphabet, padded; encoded in chunks of 3 KiB (whole
+     * 3-byte groups, so only the last chunk can carry padding) */
+    char o[4096];
     kvctl_buf_putn(b, "\"", 1);
-    size_t i = 0;
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-        char o[4] = {tbl[v >> 18], tbl[(v >> 12) & 63], tbl[(v >> 6) & 63], tbl[v & 63]};
-        kvctl_buf_putn(b, o, 4);
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)s[i] << 16;
-        char o[4] = {tbl[v >> 18], tbl[(v >> 12) & 63], '=', '='};
-        kvctl_buf_putn(b, o, 4);
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
-        char o[4] = {tbl[v >> 18], tbl[(v >> 12) & 63], tbl[(v >> 6) & 63], '='};
-        kvctl_buf_putn(b, o, 4);
+    for (size_t i = 0; i < n; i += 3072) {
+        size_t m = n - i < 3072 ? n - i : 3072;
+        kvctl_buf_putn(b, o, kv_b64_encode(s + i, m, KV_B64_STD, true, o));
     }
     kvctl_buf_putn(b, "\"", 1);
 }

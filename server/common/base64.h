@@ -3,7 +3,8 @@
  * ("-_", section 5), padded or not. Users: JWT tokens (auth/auth_jwt.c: URL-safe, unpadded,
  * canonical, as RFC 7515 section 2), the grpc-gateway JSON codec (http/json_pb.c and
  * json_pb_write.c: bytes fields, written standard and padded as Go's encoding/json, read in
- * either alphabet with or without padding). Pure functions, no allocation, any thread.
+ * either alphabet with or without padding), kvctl -w json (client/kvctl/json.c). Pure
+ * functions, no allocation, any thread.
  */
 #ifndef KV_COMMON_BASE64_H
 #define KV_COMMON_BASE64_H

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base64.h"
 #include "out.h"
 #include "rpc.pb-c.h"
 #include "table.h"
@@ -42,6 +43,27 @@ Test(kvctl_format, base64)
         kvctl_json_bytes(&b, (const uint8_t *)cases[i].in, strlen(cases[i].in));
         cr_expect_str_eq(kvctl_buf_str(&b), cases[i].out, "base64(%s)", cases[i].in);
         kvctl_buf_free(&b);
+    }
+    /* values longer than one 3 KiB chunk: one padded string that decodes to the input */
+    for (size_t n = 3071; n <= 7001; n += 1965) {
+        uint8_t *in = malloc(n), *back = malloc(n + 3);
+        cr_assert(in && back);
+        for (size_t i = 0; i < n; i++)
+            in[i] = (uint8_t)(i * 131 + 7);
+        struct kvctl_buf b = {0};
+        kvctl_json_bytes(&b, in, n);
+        const char *q = kvctl_buf_str(&b);
+        size_t ql = strlen(q), got = 0;
+        cr_assert_eq(ql, kv_b64_encoded_len(n, true) + 2, "%zu bytes", n);
+        cr_assert_eq(strchr(q, '=') ? (size_t)(strchr(q, '=') - q) >= ql - 3 : 1, 1,
+                     "padding only at the end");
+        cr_assert_eq(
+            kv_b64_decode(q + 1, ql - 2, KV_B64_DEC_STD | KV_B64_DEC_PAD, back, &got, NULL), 0);
+        cr_assert_eq(got, n);
+        cr_assert(memcmp(in, back, n) == 0, "%zu bytes round trip", n);
+        kvctl_buf_free(&b);
+        free(in);
+        free(back);
     }
 }
 
