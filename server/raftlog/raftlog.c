@@ -28,7 +28,7 @@ static int check_log(kv_raftlog *l, MDB_txn *txn)
     raft_index ends[2] = {first, last};
     for (int i = 0; i < 2; i++) {
         uint8_t kb[8];
-        kv_rl_put64(kb, ends[i]);
+        kv_put_be64(kb, ends[i]);
         MDB_val k = {8, kb}, v;
         struct raft_entry e;
         if ((rc = kv_raftlog_mdb_err(mdb_get(txn, l->rlog, &k, &v))) ||
@@ -255,7 +255,7 @@ static int st_term(void *ctx, raft_index i, raft_term *term)
     if (i < m.index)
         return RAFT_ECOMPACTED;
     uint8_t kb[8];
-    kv_rl_put64(kb, i);
+    kv_put_be64(kb, i);
     MDB_val k = {8, kb}, v;
     struct raft_entry e;
     rc = mdb_get(txn, l->rlog, &k, &v);
@@ -299,7 +299,7 @@ static int st_entries(void *ctx, raft_index lo, raft_index hi, size_t max_bytes,
     if ((rc = mdb_cursor_open(txn, l->rlog, &c)))
         return latch(l, kv_raftlog_mdb_err(rc));
     uint8_t kb[8];
-    kv_rl_put64(kb, lo);
+    kv_put_be64(kb, lo);
     MDB_val k = {8, kb}, v;
     MDB_cursor_op op = MDB_SET_KEY;
     for (raft_index i = lo; i < hi; i++, op = MDB_NEXT) {

@@ -14,7 +14,7 @@ int kv_rl_conf_dbi(kv_raftlog *l, MDB_txn *txn)
 int kv_rl_conf_add(kv_raftlog *l, MDB_txn *txn, raft_index i)
 {
     uint8_t kb[8];
-    kv_rl_put64(kb, i);
+    kv_put_be64(kb, i);
     MDB_val k = {8, kb}, v = {0, NULL};
     return kv_raftlog_mdb_err(mdb_put(txn, l->rconf, &k, &v, 0));
 }
@@ -60,7 +60,7 @@ int kv_rl_conf_next(kv_raftlog *l, MDB_txn *txn, raft_index lo, raft_index hi, r
 {
     MDB_cursor *c;
     uint8_t kb[8];
-    kv_rl_put64(kb, lo);
+    kv_put_be64(kb, lo);
     MDB_val k = {8, kb}, v;
     *idx = 0;
     int rc = mdb_cursor_open(txn, l->rconf, &c);
@@ -74,7 +74,7 @@ int kv_rl_conf_next(kv_raftlog *l, MDB_txn *txn, raft_index lo, raft_index hi, r
         return kv_raftlog_mdb_err(rc);
     if (k.mv_size != 8)
         return -EBADMSG;
-    raft_index i = kv_rl_get64(k.mv_data);
+    raft_index i = kv_be64(k.mv_data);
     if (i <= hi)
         *idx = i;
     return 0;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/byteorder.h" /* records are big-endian */
 #include "raftlog/raftlog.h"
 
 /* Spare reset read txns kept for mdb_txn_renew (no allocation per cycle). */
@@ -29,9 +30,6 @@ struct kv_raftlog {
 
 /* LMDB status -> negative errno. */
 int kv_raftlog_mdb_err(int rc);
-
-void kv_rl_put64(uint8_t *p, uint64_t v);
-uint64_t kv_rl_get64(const uint8_t *p);
 
 /* Fills the header of an "rlog" value of 13 + e->len bytes at v and copies the data. */
 void kv_rl_entry_encode(const struct raft_entry *e, uint8_t *v);

@@ -33,35 +33,6 @@ int kv_raftlog_mdb_err(int rc)
     }
 }
 
-void kv_rl_put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-uint64_t kv_rl_get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static uint32_t entry_crc(const uint8_t *key8, const uint8_t *rest, size_t len)
 {
     return kv_crc32c(kv_crc32c(0, key8, 8), rest, len);
@@ -70,12 +41,12 @@ static uint32_t entry_crc(const uint8_t *key8, const uint8_t *rest, size_t len)
 void kv_rl_entry_encode(const struct raft_entry *e, uint8_t *v)
 {
     uint8_t key[8];
-    kv_rl_put64(key, e->index);
-    kv_rl_put64(v + 4, e->term);
+    kv_put_be64(key, e->index);
+    kv_put_be64(v + 4, e->term);
     v[12] = e->type;
     if (e->len)
         memcpy(v + KV_RLOG_HDR, e->data, e->len);
-    put32(v, entry_crc(key, v + 4, KV_RLOG_HDR - 4 + e->len));
+    kv_put_be32(v, entry_crc(key, v + 4, KV_RLOG_HDR - 4 + e->len));
 }
 
 int kv_rl_entry_decode(const MDB_val *key, const MDB_val *val, struct raft_entry *e)
@@ -83,10 +54,10 @@ int kv_rl_entry_decode(const MDB_val *key, const MDB_val *val, struct raft_entry
     if (key->mv_size != 8 || val->mv_size < KV_RLOG_HDR)
         return -EBADMSG;
     const uint8_t *v = val->mv_data;
-    if (get32(v) != entry_crc(key->mv_data, v + 4, val->mv_size - 4))
+    if (kv_be32(v) != entry_crc(key->mv_data, v + 4, val->mv_size - 4))
         return -EBADMSG;
-    e->index = kv_rl_get64(key->mv_data);
-    e->term = kv_rl_get64(v + 4);
+    e->index = kv_be64(key->mv_data);
+    e->term = kv_be64(v + 4);
     e->type = v[12];
     e->len = val->mv_size - KV_RLOG_HDR;
     e->data = e->len ? v + KV_RLOG_HDR : NULL;
@@ -107,14 +78,14 @@ static int meta_get(kv_raftlog *l, MDB_txn *txn, const char *name, MDB_val *v)
     if (v->mv_size < 4)
         return -EBADMSG;
     const uint8_t *p = v->mv_data;
-    if (get32(p) != meta_crc(name, p + 4, v->mv_size - 4))
+    if (kv_be32(p) != meta_crc(name, p + 4, v->mv_size - 4))
         return -EBADMSG;
     return 0;
 }
 
 static int meta_put(kv_raftlog *l, MDB_txn *txn, const char *name, uint8_t *buf, size_t len)
 {
-    put32(buf, meta_crc(name, buf + 4, len - 4));
+    kv_put_be32(buf, meta_crc(name, buf + 4, len - 4));
     MDB_val k = {strlen(name), (void *)name}, v = {len, buf};
     return kv_raftlog_mdb_err(mdb_put(txn, l->rmeta, &k, &v, 0));
 }
@@ -129,18 +100,18 @@ int kv_rl_hs_get(kv_raftlog *l, MDB_txn *txn, struct raft_hard_state *hs)
     if (v.mv_size != HS_LEN)
         return -EBADMSG;
     const uint8_t *p = v.mv_data;
-    hs->term = kv_rl_get64(p + 4);
-    hs->vote = kv_rl_get64(p + 12);
-    hs->commit = kv_rl_get64(p + 20);
+    hs->term = kv_be64(p + 4);
+    hs->vote = kv_be64(p + 12);
+    hs->commit = kv_be64(p + 20);
     return 0;
 }
 
 int kv_rl_hs_put(kv_raftlog *l, MDB_txn *txn, const struct raft_hard_state *hs)
 {
     uint8_t b[HS_LEN];
-    kv_rl_put64(b + 4, hs->term);
-    kv_rl_put64(b + 12, hs->vote);
-    kv_rl_put64(b + 20, hs->commit);
+    kv_put_be64(b + 4, hs->term);
+    kv_put_be64(b + 12, hs->vote);
+    kv_put_be64(b + 20, hs->commit);
     return meta_put(l, txn, "hs", b, sizeof b);
 }
 
@@ -148,12 +119,12 @@ static int get_ids(const uint8_t **p, const uint8_t *end, uint32_t *n, raft_id *
 {
     if (end - *p < 4)
         return -EBADMSG;
-    *n = get32(*p);
+    *n = kv_be32(*p);
     *p += 4;
     if (*n > RAFT_MAX_NODES || (size_t)(end - *p) < (size_t)*n * 8)
         return -EBADMSG;
     for (uint32_t i = 0; i < *n; i++, *p += 8)
-        ids[i] = kv_rl_get64(*p);
+        ids[i] = kv_be64(*p);
     return 0;
 }
 
@@ -167,8 +138,8 @@ int kv_rl_snap_get(kv_raftlog *l, MDB_txn *txn, struct raft_snapshot_meta *m)
     const uint8_t *p = v.mv_data, *end = p + v.mv_size;
     if (v.mv_size < 4 + 16)
         return -EBADMSG;
-    m->index = kv_rl_get64(p + 4);
-    m->term = kv_rl_get64(p + 12);
+    m->index = kv_be64(p + 4);
+    m->term = kv_be64(p + 12);
     p += 20;
     if ((rc = get_ids(&p, end, &m->conf.n_voters, m->conf.voters)) ||
         (rc = get_ids(&p, end, &m->conf.n_learners, m->conf.learners)))
@@ -188,17 +159,17 @@ int kv_rl_snap_put(kv_raftlog *l, MDB_txn *txn, const struct raft_snapshot_meta 
     if (m->conf.n_voters > RAFT_MAX_NODES || m->conf.n_learners > RAFT_MAX_NODES)
         return -EINVAL;
     uint8_t b[SNAP_MAX], *p = b + 4;
-    kv_rl_put64(p, m->index);
-    kv_rl_put64(p + 8, m->term);
+    kv_put_be64(p, m->index);
+    kv_put_be64(p + 8, m->term);
     p += 16;
-    put32(p, m->conf.n_voters);
+    kv_put_be32(p, m->conf.n_voters);
     p += 4;
     for (uint32_t i = 0; i < m->conf.n_voters; i++, p += 8)
-        kv_rl_put64(p, m->conf.voters[i]);
-    put32(p, m->conf.n_learners);
+        kv_put_be64(p, m->conf.voters[i]);
+    kv_put_be32(p, m->conf.n_learners);
     p += 4;
     for (uint32_t i = 0; i < m->conf.n_learners; i++, p += 8)
-        kv_rl_put64(p, m->conf.learners[i]);
+        kv_put_be64(p, m->conf.learners[i]);
     return meta_put(l, txn, "snap", b, (size_t)(p - b));
 }
 
@@ -215,7 +186,7 @@ static int edge_key(kv_raftlog *l, MDB_txn *txn, MDB_cursor_op op, raft_index *i
         return kv_raftlog_mdb_err(rc);
     if (k.mv_size != 8)
         return -EBADMSG;
-    *idx = kv_rl_get64(k.mv_data);
+    *idx = kv_be64(k.mv_data);
     return 0;
 }
 

@@ -25,7 +25,7 @@ static int del_keys(MDB_txn *txn, MDB_dbi dbi, bool from_top, raft_index bound)
             rc = -EBADMSG;
             break;
         }
-        raft_index i = kv_rl_get64(k.mv_data);
+        raft_index i = kv_be64(k.mv_data);
         if (from_top ? i < bound : i > bound)
             break;
         if ((rc = mdb_cursor_del(c, 0))) {
@@ -69,7 +69,7 @@ int kv_raftlog_append(kv_raftlog *l, MDB_txn *txn, const struct raft_entry *e, s
         return rc;
     for (size_t i = 0; i < n; i++) {
         uint8_t kb[8];
-        kv_rl_put64(kb, e[i].index);
+        kv_put_be64(kb, e[i].index);
         MDB_val k = {8, kb}, v = {KV_RLOG_HDR + e[i].len, NULL};
         if ((rc = mdb_put(txn, l->rlog, &k, &v, MDB_APPEND | MDB_RESERVE)))
             return kv_raftlog_mdb_err(rc);
@@ -100,7 +100,7 @@ int kv_raftlog_set_snapshot(kv_raftlog *l, MDB_txn *txn, const struct raft_snaps
         keep = m->term == old.term;
     } else {
         uint8_t kb[8];
-        kv_rl_put64(kb, m->index);
+        kv_put_be64(kb, m->index);
         MDB_val k = {8, kb}, v;
         struct raft_entry e;
         rc = mdb_get(txn, l->rlog, &k, &v);

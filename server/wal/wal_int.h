@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/byteorder.h" /* records are big-endian */
 #include "wal/wal.h"
 
 #define KV_WAL_SEG_PENDING UINT64_MAX /* entry written in the batch not yet synced */
@@ -68,10 +69,6 @@ struct kv_wal {
 };
 
 /* wal_rec.c: record framing. */
-void kv_wal_put64(uint8_t *p, uint64_t v);
-uint64_t kv_wal_get64(const uint8_t *p);
-void kv_wal_put32(uint8_t *p, uint32_t v);
-uint32_t kv_wal_get32(const uint8_t *p);
 /* Writes the header for a payload already at hdr + KV_WAL_HDR (crc over both). */
 void kv_wal_rec_seal(uint8_t *hdr, uint8_t type, uint32_t len);
 /* Checks the record at buf[0..avail): 1 = all-zero header (end of records), 0 = valid

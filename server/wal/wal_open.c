@@ -38,7 +38,7 @@ static int apply_rec(kv_wal *w, struct kv_wal_seg *s, uint64_t off, uint8_t type
         if (len < 17)
             return -EBADMSG;
         struct raft_entry e = {
-            .index = kv_wal_get64(p), .term = kv_wal_get64(p + 8), .type = p[16], .len = len - 17};
+            .index = kv_be64(p), .term = kv_be64(p + 8), .type = p[16], .len = len - 17};
         void *data = NULL;
         if (e.len) {
             if (!(data = malloc(e.len)))
@@ -60,7 +60,7 @@ static int apply_rec(kv_wal *w, struct kv_wal_seg *s, uint64_t off, uint8_t type
         if (len != 24)
             return -EBADMSG;
         w->hs = (struct raft_hard_state){
-            .term = kv_wal_get64(p), .vote = kv_wal_get64(p + 8), .commit = kv_wal_get64(p + 16)};
+            .term = kv_be64(p), .vote = kv_be64(p + 8), .commit = kv_be64(p + 16)};
         w->have_hs = true;
         return 0;
     case KV_WAL_REC_SNAPSHOT: {
@@ -88,8 +88,8 @@ static void seg_path(const kv_wal *w, const struct kv_wal_seg *s, char *buf, siz
 static bool looks_torn(const uint8_t *map, uint64_t off, uint64_t size)
 {
     uint64_t end = size;
-    if (size - off >= KV_WAL_HDR && off + KV_WAL_HDR + kv_wal_get32(map + off + 4) < end)
-        end = off + KV_WAL_HDR + kv_wal_get32(map + off + 4);
+    if (size - off >= KV_WAL_HDR && off + KV_WAL_HDR + kv_be32(map + off + 4) < end)
+        end = off + KV_WAL_HDR + kv_be32(map + off + 4);
     const uint64_t sector = 512;
     for (uint64_t lo = off; lo < end;) {
         uint64_t hi = (lo / sector + 1) * sector;

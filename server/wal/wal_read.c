@@ -75,8 +75,8 @@ static int read_rec(kv_wal *w, raft_index i, const struct kv_wal_ent *e, const v
     uint8_t type;
     uint32_t len;
     if (kv_wal_rec_check(buf, sz, &type, &len) != 0 || type != KV_WAL_REC_ENTRY ||
-        len != 17 + e->len || kv_wal_get64(buf + KV_WAL_HDR) != i ||
-        kv_wal_get64(buf + KV_WAL_HDR + 8) != e->term) {
+        len != 17 + e->len || kv_be64(buf + KV_WAL_HDR) != i ||
+        kv_be64(buf + KV_WAL_HDR + 8) != e->term) {
         free(buf);
         return -EBADMSG;
     }

@@ -63,8 +63,8 @@ int kv_wal_append(kv_wal *w, const struct raft_entry *e, size_t n)
             return latch(w, -ENOMEM);
         }
         uint8_t *p = w->pend + off + KV_WAL_HDR;
-        kv_wal_put64(p, e[k].index);
-        kv_wal_put64(p + 8, e[k].term);
+        kv_put_be64(p, e[k].index);
+        kv_put_be64(p + 8, e[k].term);
         p[16] = e[k].type;
         if (e[k].len) {
             memcpy(p + 17, e[k].data, e[k].len);
@@ -86,9 +86,9 @@ int kv_wal_append(kv_wal *w, const struct raft_entry *e, size_t n)
 
 static void put_hs(uint8_t *rec, const struct raft_hard_state *hs)
 {
-    kv_wal_put64(rec + KV_WAL_HDR, hs->term);
-    kv_wal_put64(rec + KV_WAL_HDR + 8, hs->vote);
-    kv_wal_put64(rec + KV_WAL_HDR + 16, hs->commit);
+    kv_put_be64(rec + KV_WAL_HDR, hs->term);
+    kv_put_be64(rec + KV_WAL_HDR + 8, hs->vote);
+    kv_put_be64(rec + KV_WAL_HDR + 16, hs->commit);
     kv_wal_rec_seal(rec, KV_WAL_REC_HARDSTATE, 24);
 }
 
