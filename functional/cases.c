@@ -670,11 +670,12 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         return KV_FN_RES_SKIP;
     }
 
-    uint64_t ll_kept = 0, ll_lost0 = 0, ll_lost = 0, ll_resp0 = 0, ll_resp = 0;
+    uint64_t ll_kept = 0, ll_lost0 = 0, ll_lost = 0, ll_resp0 = 0, ll_resp = 0, ll_dl0 = 0;
     if (o->leaseload) {
         int ncl;
         double gs;
         kv_fn_leaseload_counts(o->leaseload, &ll_kept, &ll_lost0, &ll_resp0, &ncl, &gs);
+        ll_dl0 = kv_fn_leaseload_lost_by_deadline(o->leaseload);
     }
     if (heal_all(c) < 0) {
         snprintf(err, sizeof(err), "cluster not writable before the case");
@@ -1120,10 +1121,15 @@ report:
         int ncl;
         double gs;
         kv_fn_leaseload_counts(o->leaseload, &ll_kept, &ll_lost, &ll_resp, &ncl, &gs);
+        uint64_t dl = kv_fn_leaseload_lost_by_deadline(o->leaseload) - ll_dl0;
         add_fault(fault_desc, sizeof(fault_desc), &fl,
                   "%slease-load %llu kept, %llu renewals, %llu lost", fl ? "; " : "",
                   (unsigned long long)ll_kept, (unsigned long long)(ll_resp - ll_resp0),
                   (unsigned long long)(ll_lost - ll_lost0));
+        if (ll_lost > ll_lost0) /* tells a server-side expiry from client-side starvation */
+            add_fault(fault_desc, sizeof(fault_desc), &fl,
+                      " (%llu answered TTL 0 by the server, %llu unanswered within the TTL)",
+                      (unsigned long long)(ll_lost - ll_lost0 - dl), (unsigned long long)dl);
         if (ll_lost > ll_lost0 && !err[0])
             snprintf(err, sizeof(err),
                      "lease-load: %llu kept-alive leases lost during the case (first: %llx)",

@@ -14,11 +14,11 @@
 
 typedef struct ll_client {
     kvc_client *kc;
-    int64_t *ids;           /* granted lease ids */
-    kvc_keepalive **ka;     /* one handle per lease */
-    int n;                  /* leases wanted on this client */
-    atomic_int granted;     /* next slot to grant (shared by the grant threads) */
-    atomic_int failed;      /* a grant failed: stop */
+    int64_t *ids;       /* granted lease ids */
+    kvc_keepalive **ka; /* one handle per lease */
+    int n;              /* leases wanted on this client */
+    atomic_int granted; /* next slot to grant (shared by the grant threads) */
+    atomic_int failed;  /* a grant failed: stop */
 } ll_client;
 
 struct kv_fn_leaseload {
@@ -27,6 +27,7 @@ struct kv_fn_leaseload {
     int64_t ttl_s;
     uint32_t timeout_ms;
     atomic_uint_fast64_t lost, responses;
+    atomic_uint_fast64_t lost_deadline; /* of lost: no renewal answered within the TTL */
     atomic_int_fast64_t first_lost;
     double grant_s;
 };
@@ -38,6 +39,9 @@ static void ka_cb(void *arg, const kvc_ka_event *ev)
         atomic_fetch_add(&l->responses, 1);
     } else if (ev->type == KVC_KA_LOST) {
         atomic_fetch_add(&l->lost, 1);
+        /* kvclient.h: a loss by deadline carries no response header; a server's TTL 0 does */
+        if (ev->header.revision == 0 && ev->header.member_id == 0)
+            atomic_fetch_add(&l->lost_deadline, 1);
         int_fast64_t zero = 0;
         atomic_compare_exchange_strong(&l->first_lost, &zero, ev->id);
     }
@@ -149,8 +153,8 @@ int kv_fn_leaseload_start(kv_fn_leaseload **out, const kv_fn_cluster *c, int n, 
     return 0;
 }
 
-void kv_fn_leaseload_counts(kv_fn_leaseload *l, uint64_t *kept, uint64_t *lost,
-                            uint64_t *responses, int *clients, double *grant_s)
+void kv_fn_leaseload_counts(kv_fn_leaseload *l, uint64_t *kept, uint64_t *lost, uint64_t *responses,
+                            int *clients, double *grant_s)
 {
     uint64_t n = 0;
     for (int i = 0; i < l->n_cl; i++)
@@ -160,6 +164,11 @@ void kv_fn_leaseload_counts(kv_fn_leaseload *l, uint64_t *kept, uint64_t *lost,
     *responses = atomic_load(&l->responses);
     *clients = l->n_cl;
     *grant_s = l->grant_s;
+}
+
+uint64_t kv_fn_leaseload_lost_by_deadline(kv_fn_leaseload *l)
+{
+    return atomic_load(&l->lost_deadline);
 }
 
 int64_t kv_fn_leaseload_first_lost(kv_fn_leaseload *l)

@@ -25,8 +25,11 @@ int kv_fn_leaseload_start(kv_fn_leaseload **out, const kv_fn_cluster *c, int n, 
                           int per_client, uint32_t timeout_ms, char *err, size_t errlen);
 /* Leases kept alive, leases lost so far, keepalive responses so far, clients, seconds the
  * grants took. */
-void kv_fn_leaseload_counts(kv_fn_leaseload *l, uint64_t *kept, uint64_t *lost,
-                            uint64_t *responses, int *clients, double *grant_s);
+void kv_fn_leaseload_counts(kv_fn_leaseload *l, uint64_t *kept, uint64_t *lost, uint64_t *responses,
+                            int *clients, double *grant_s);
+/* Of the leases lost so far, those lost because no renewal was answered within the TTL (the
+ * rest: the server answered TTL 0, the lease expired or was revoked there). */
+uint64_t kv_fn_leaseload_lost_by_deadline(kv_fn_leaseload *l);
 /* The id of a lost lease (0: none) for reports. */
 int64_t kv_fn_leaseload_first_lost(kv_fn_leaseload *l);
 void kv_fn_leaseload_free(kv_fn_leaseload *l);
