@@ -181,8 +181,10 @@ static int send_prepacked(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb_
         p += kv_varint_put(p, (uint64_t)w->id);
     }
     for (size_t i = 0; i < n; i++) {
-        size_t l;
+        size_t l = 0;
         const uint8_t *b = slice_wire(es[i], evs[i] == &es[i]->evp, &l);
+        if (b == NULL) /* packed while the total was computed; out of memory otherwise */
+            return -ENOMEM;
         memcpy(p, b, l);
         p += l;
     }
