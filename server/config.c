@@ -1,4 +1,5 @@
 #include "config.h"
+#include "config_file.h"
 #include "auth/auth_jwt.h"
 #include "log/log.h"
 
@@ -352,11 +353,23 @@ static const flag_def FLAGS[] = {
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
+    /* Read before the other flags (kv_config_parse_env, config_file.h). */
+    {"config-file", F_IGNORED, 0, 0, 0, 0, 0},
 };
+
+int kv_config_flag_known(const char *name)
+{
+    for (size_t k = 0; k < sizeof(FLAGS) / sizeof(FLAGS[0]); k++)
+        if (strcmp(FLAGS[k].name, name) == 0)
+            return 1;
+    return 0;
+}
 
 const char *kv_config_usage(void)
 {
     return "usage: kvd [flags]\n"
+           "  --config-file PATH              etcd's YAML configuration file (etcd.conf.yml);\n"
+           "                                  the other flags and variables are then ignored\n"
            "  --name NAME                     member name (default \"default\")\n"
            "  --data-dir DIR                  data directory (default \"${name}.kvd\")\n"
            "  --listen-client-urls URLS       client gRPC (default http://localhost:2379)\n"
@@ -725,9 +738,75 @@ static void env_name(char *out, size_t len, const char *prefix, const char *flag
     out[n < len ? n : len - 1] = '\0';
 }
 
+/* The --config-file path: the command line's, else KVD_CONFIG_FILE, else ETCD_CONFIG_FILE
+ * (etcd reads ETCD_CONFIG_FILE before everything else). NULL: none, or --help/--version. */
+static const char *config_file_path(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "--version") == 0)
+            return NULL;
+        while (*a == '-')
+            a++;
+        if (a == argv[i])
+            continue;
+        if (strncmp(a, "config-file=", 12) == 0)
+            path = a + 12;
+        else if (strcmp(a, "config-file") == 0 && i + 1 < argc)
+            path = argv[++i];
+    }
+    if (!path)
+        path = getenv("KVD_CONFIG_FILE");
+    if (!path)
+        path = getenv("ETCD_CONFIG_FILE");
+    return path && *path ? path : NULL;
+}
+
+/* etcd 3.4: with a configuration file, the other flags and the environment are ignored. */
+static int parse_config_file(kv_config *cfg, const char *path, int argc, char **argv, char *err,
+                             size_t errlen)
+{
+    char **args = NULL;
+    int n = 0;
+    int rc = kv_config_file_read(path, kv_config_flag_known, &args, &n, err, errlen);
+    if (rc)
+        return rc;
+    char **all = calloc((size_t)n + 1, sizeof(char *));
+    if (!all) {
+        kv_config_file_free(args, n);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    all[0] = argc > 0 ? argv[0] : "kvd";
+    for (int i = 0; i < n; i++)
+        all[1 + i] = args[i];
+    rc = kv_config_parse(cfg, n + 1, all, err, errlen);
+    if (rc < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "config file %s: %s", path, err);
+        snprintf(err, errlen, "%s", msg);
+    } else {
+        int others = 0;
+        for (int i = 1; i < argc; i++)
+            others += argv[i][0] == '-' && strstr(argv[i], "config-file") == NULL;
+        if (others > 0)
+            fprintf(stderr,
+                    "kvd: warning: configuration read from %s; the other command-line flags "
+                    "and KVD_/ETCD_ variables are ignored, as etcd does\n",
+                    path);
+    }
+    free(all);
+    kv_config_file_free(args, n);
+    return rc;
+}
+
 int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     enum { NFLAGS = sizeof(FLAGS) / sizeof(FLAGS[0]) };
+    const char *config_file = config_file_path(argc, argv);
+    if (config_file)
+        return parse_config_file(cfg, config_file, argc, argv, err, errlen);
     char *args[NFLAGS + 1];
     int n = 0, rc;
     char **all = calloc((size_t)argc + NFLAGS + 1, sizeof(char *));

@@ -172,10 +172,16 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
 
 const char *kv_config_usage(void);
 
+/* 1 if --name is one of kvd's flags. */
+int kv_config_flag_known(const char *name);
+
 /* kv_config_parse() with the environment (issue 14 section 6), as etcd: every flag --foo-bar
  * may also be set by KVD_FOO_BAR, or ETCD_FOO_BAR (migration from etcd; KVD_ wins). The
  * command line wins over the environment. Same returns as kv_config_parse(); a bad value
- * from the environment is reported with the variable's name. Not thread-safe (getenv). */
+ * from the environment is reported with the variable's name. Not thread-safe (getenv).
+ * With --config-file PATH (or KVD_CONFIG_FILE / ETCD_CONFIG_FILE), etcd's YAML file
+ * (config_file.h) is the whole configuration: the other flags and variables are ignored, as
+ * etcd 3.4 does (a warning says so when there were others). */
 int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,204 @@
+/*
+ * --config-file: etcd 3.4's YAML configuration file (server/config_file.h). etcd's sample
+ * file (etcd.conf.yml.sample's keys, with its nulls, quotes, comments and the two transport
+ * sections) configures kvd; the file is then the whole configuration (other flags and
+ * variables ignored, as etcd); sequences in both YAML forms become comma lists; bad files are
+ * refused with the file, the line or the flag named. Criterion runs these tests one at a time
+ * (they set environment variables).
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char path[64];
+
+static void write_file(const char *text)
+{
+    strcpy(path, "/tmp/kvd-cfgfile-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    size_t n = strlen(text);
+    cr_assert_eq(write(fd, text, n), (ssize_t)n);
+    close(fd);
+}
+
+static void fini(void)
+{
+    if (path[0])
+        unlink(path);
+    path[0] = '\0';
+    unsetenv("ETCD_CONFIG_FILE");
+    unsetenv("KVD_CONFIG_FILE");
+    unsetenv("KVD_NAME");
+}
+
+static int parse_with(kv_config *c, char *err, size_t errlen, int argc, char **argv)
+{
+    kv_config_default(c);
+    err[0] = '\0';
+    return kv_config_parse_env(c, argc, argv, err, errlen);
+}
+
+static int parse_file(kv_config *c, char *err, size_t errlen)
+{
+    char *argv[] = {"kvd", "--config-file", path};
+    return parse_with(c, err, errlen, 3, argv);
+}
+
+TestSuite(config_file, .fini = fini);
+
+/* The keys and layout of etcd 3.4's etcd.conf.yml.sample, values changed. */
+static const char SAMPLE[] =
+    "# This is the configuration file for the etcd server.\n"
+    "\n"
+    "# Human-readable name for this member.\n"
+    "name: 'n1'\n"
+    "data-dir: /var/lib/etcd/n1   # a comment after a value\n"
+    "wal-dir:\n"
+    "snapshot-count: 10000\n"
+    "heartbeat-interval: 50\n"
+    "election-timeout: 500\n"
+    "quota-backend-bytes: 0\n"
+    "listen-peer-urls: http://127.0.0.1:12380\n"
+    "listen-client-urls: http://127.0.0.1:12379,http://127.0.0.1:22379\n"
+    "max-snapshots: 5\n"
+    "max-wals: 5\n"
+    "cors:\n"
+    "initial-advertise-peer-urls: http://127.0.0.1:12380\n"
+    "advertise-client-urls: http://127.0.0.1:12379\n"
+    "discovery:\n"
+    "discovery-fallback: 'proxy'\n"
+    "initial-cluster: n1=http://127.0.0.1:12380,n2=http://127.0.0.1:12381\n"
+    "initial-cluster-token: \"tok-1\"\n"
+    "initial-cluster-state: 'new'\n"
+    "strict-reconfig-check: False\n"
+    "enable-v2: true\n"
+    "proxy: 'off'\n"
+    "client-transport-security:\n"
+    "  # Path to the client server TLS cert file.\n"
+    "  cert-file: /etc/kvd/server.crt\n"
+    "  key-file: /etc/kvd/server.key\n"
+    "  client-cert-auth: true\n"
+    "  trusted-ca-file: /etc/kvd/ca.crt\n"
+    "  auto-tls: false\n"
+    "peer-transport-security:\n"
+    "    cert-file:\n"
+    "    key-file: ~\n"
+    "    client-cert-auth: false\n"
+    "    trusted-ca-file:\n"
+    "    auto-tls: true\n"
+    "    crl-file: /etc/kvd/peer.crl\n"
+    "debug: false\n"
+    "logger: zap\n"
+    "log-outputs: [stderr]\n"
+    "force-new-cluster: false\n"
+    "auto-compaction-mode: periodic\n"
+    "auto-compaction-retention: \"1\"\n";
+
+Test(config_file, etcds_sample_configures_kvd)
+{
+    write_file(SAMPLE);
+    kv_config c;
+    char err[1024];
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(c.name, "n1");
+    cr_expect_str_eq(c.data_dir, "/var/lib/etcd/n1");
+    cr_expect_eq(c.snapshot_count, 10000);
+    cr_expect_eq(c.heartbeat_interval_ms, 50);
+    cr_expect_eq(c.election_timeout_ms, 500);
+    cr_expect_eq(c.n_listen_client, 2);
+    cr_expect_eq(c.listen_client[1].port, 22379);
+    cr_expect_eq(c.listen_peer[0].port, 12380);
+    cr_expect_eq(c.n_initial_cluster, 2);
+    cr_expect_str_eq(c.initial_cluster[1].name, "n2");
+    cr_expect_str_eq(c.initial_cluster_token, "tok-1");
+    cr_expect_eq(c.strict_reconfig_check, 0);
+    cr_expect_str_eq(c.cert_file, "/etc/kvd/server.crt");
+    cr_expect_str_eq(c.key_file, "/etc/kvd/server.key");
+    cr_expect_eq(c.client_cert_auth, 1);
+    cr_expect_str_eq(c.trusted_ca_file, "/etc/kvd/ca.crt");
+    cr_expect_eq(c.auto_tls, 0);
+    cr_expect_str_eq(c.peer_cert_file, "", "a null value keeps the default");
+    cr_expect_eq(c.peer_auto_tls, 1);
+    cr_expect_str_eq(c.peer_crl_file, "/etc/kvd/peer.crl");
+    cr_expect_str_eq(c.log_outputs, "stderr");
+    cr_expect_str_eq(c.auto_compaction_mode, "periodic");
+    cr_expect_str_eq(c.auto_compaction_retention, "1");
+}
+
+Test(config_file, the_file_is_the_whole_configuration)
+{
+    write_file("name: from-file\n");
+    kv_config c;
+    char err[1024];
+    setenv("KVD_NAME", "from-env", 1);
+    char *argv[] = {"kvd", "--name=from-flag", "--config-file", path, "--max-txn-ops", "7"};
+    cr_assert_eq(parse_with(&c, err, sizeof err, 6, argv), 0, "%s", err);
+    cr_expect_str_eq(c.name, "from-file");
+    cr_expect_eq(c.max_txn_ops, 128, "the flag beside --config-file is ignored");
+    /* the file's path from the environment, etcd's variable included */
+    unsetenv("KVD_NAME");
+    setenv("ETCD_CONFIG_FILE", path, 1);
+    char *bare[] = {"kvd"};
+    cr_assert_eq(parse_with(&c, err, sizeof err, 1, bare), 0, "%s", err);
+    cr_expect_str_eq(c.name, "from-file");
+    /* --help still answers help */
+    char *help[] = {"kvd", "--config-file", path, "--help"};
+    cr_expect_eq(parse_with(&c, err, sizeof err, 4, help), 1);
+}
+
+Test(config_file, sequences_in_both_forms)
+{
+    write_file("---\n"
+               "listen-client-urls:\n"
+               "  - http://127.0.0.1:31001\n"
+               "  - 'http://127.0.0.1:31002'\n"
+               "listen-peer-urls: [ http://127.0.0.1:31003 , \"http://127.0.0.1:31004\" ]\n"
+               "cors:\n"
+               "  - http://ignored.example\n"
+               "name: 'it''s'\n");
+    kv_config c;
+    char err[1024];
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.n_listen_client, 2);
+    cr_expect_eq(c.listen_client[1].port, 31002);
+    cr_expect_eq(c.n_listen_peer, 2);
+    cr_expect_eq(c.listen_peer[1].port, 31004);
+    cr_expect_str_eq(c.name, "it's");
+}
+
+Test(config_file, bad_files_are_refused_with_a_clear_error)
+{
+    kv_config c;
+    char err[1024];
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"name: n1\n\theartbeat-interval: 50\n", "line 2: a tab in the indentation"},
+        {"name: n1\n  data-dir: /x\n", "line 2: unexpected indentation"},
+        {"name 'n1'\n", "line 1: want 'key: value'"},
+        {"name: 'n1\n", "line 1: unterminated single-quoted string"},
+        {"name: \"n1\" extra\n", "line 1: text after a quoted value"},
+        {"  - x\n", "line 1: a sequence item without a key above it"},
+        {"log-outputs: [stderr\n", "line 1: a flow sequence must end with ']'"},
+        {"heartbeat-interval: often\n", "--heartbeat-interval"},
+        {"client-transport-security:\n  client-cert-auth: maybe\n", "--client-cert-auth"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(cases[i].text);
+        cr_expect_lt(parse_file(&c, err, sizeof err), 0, "case %zu accepted", i);
+        cr_expect(strstr(err, "config file ") == err && strstr(err, path),
+                  "case %zu names no file: %s", i, err);
+        cr_expect(strstr(err, cases[i].want), "case %zu: want '%s' in: %s", i, cases[i].want, err);
+        unlink(path);
+    }
+    path[0] = '\0';
+    char *argv[] = {"kvd", "--config-file", "/nonexistent/etcd.conf.yml"};
+    cr_expect_eq(parse_with(&c, err, sizeof err, 3, argv), -ENOENT);
+    cr_expect(strstr(err, "/nonexistent/etcd.conf.yml"), "%s", err);
+}
