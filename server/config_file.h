@@ -6,9 +6,10 @@
  * "listen-client-urls", "heartbeat-interval", ...) plus two nested maps,
  * "client-transport-security" and "peer-transport-security", whose keys become --cert-file,
  * --key-file, --client-cert-auth, --trusted-ca-file, --auto-tls, --client-crl-file (client)
- * and their --peer-* forms (--peer-crl-file). This reader accepts that subset of YAML: "key: value" lines, comments,
- * blank lines, single- or double-quoted scalars, null values (empty, "~", "null": the key is
- * left at its default, as etcd), one level of nesting for the two sections, and sequences
+ * and their --peer-* forms (--peer-crl-file). This reader accepts that subset of YAML:
+ * "key: value" lines, comments, blank lines, single- or double-quoted scalars, null values
+ * (empty, "~", "null": the key is left at its default, as etcd), one level of nesting for
+ * the two sections, and sequences
  * (flow "[a, b]" or block "- a" lines; a flow item may not itself hold a comma), joined with
  * commas as etcd joins URL lists. A key that is no kvd flag is reported on stderr and
  * ignored, as etcd's YAML decoding ignores unknown fields.
