@@ -128,6 +128,11 @@ static int scalar(reader *r, int line, char *v, char **out, bool *null)
             break;
         }
     v = trim(v);
+    if (*v && strchr("&*!|>{@`%", *v)) /* anchors, aliases, tags, block scalars, flow maps */
+        return fail(r, line,
+                    "'%c' starts a YAML construct this reader does not take (quote the "
+                    "value if it is text)",
+                    *v);
     if (*v == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 || strcmp(v, "Null") == 0 ||
         strcmp(v, "NULL") == 0) {
         *null = true;

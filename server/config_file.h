@@ -11,8 +11,9 @@
  * (empty, "~", "null": the key is left at its default, as etcd), one level of nesting for
  * the two sections, and sequences
  * (flow "[a, b]" or block "- a" lines; a flow item may not itself hold a comma), joined with
- * commas as etcd joins URL lists. A key that is no kvd flag is reported on stderr and
- * ignored, as etcd's YAML decoding ignores unknown fields.
+ * commas as etcd joins URL lists. Anchors, aliases, tags, block scalars and flow maps are
+ * refused (quote such text). A key that is no kvd flag is reported on stderr and ignored, as
+ * etcd's YAML decoding ignores unknown fields.
  *
  * Output: args[0..*n) are malloc'd "--flag=value" strings for kv_config_parse(); free them
  * with kv_config_file_free(). Errors name the file and the line. The file is bounded to

@@ -2,9 +2,10 @@
  * --config-file: etcd 3.4's YAML configuration file (server/config_file.h). etcd's sample
  * file (etcd.conf.yml.sample's keys, with its nulls, quotes, comments and the two transport
  * sections) configures kvd; the file is then the whole configuration (other flags and
- * variables ignored, as etcd); sequences in both YAML forms become comma lists; bad files are
- * refused with the file, the line or the flag named. Criterion runs these tests one at a time
- * (they set environment variables).
+ * variables ignored, as etcd); sequences in both YAML forms become comma lists; bad files,
+ * and YAML constructs the reader does not take (anchors, aliases, tags, block scalars), are
+ * refused with the file, the line or the flag named. Criterion runs these tests one at a
+ * time (they set environment variables).
  */
 #include "config.h"
 
@@ -188,6 +189,10 @@ Test(config_file, bad_files_are_refused_with_a_clear_error)
         {"log-outputs: [stderr\n", "line 1: a flow sequence must end with ']'"},
         {"heartbeat-interval: often\n", "--heartbeat-interval"},
         {"client-transport-security:\n  client-cert-auth: maybe\n", "--client-cert-auth"},
+        {"name: |\n  n1\n", "line 1: '|' starts a YAML construct"},
+        {"name: &a n1\n", "line 1: '&' starts a YAML construct"},
+        {"name: *a\n", "line 1: '*' starts a YAML construct"},
+        {"log-outputs: [!!str stderr]\n", "line 1: '!' starts a YAML construct"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_file(cases[i].text);
