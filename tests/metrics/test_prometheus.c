@@ -320,6 +320,21 @@ Test(metrics, etcd_series_live, .timeout = 240)
 
 /* ---- slow_apply_is_counted ---- */
 
+/* One unary call of m to method; asserts OK and returns the response (caller frees). */
+static uint8_t *unary_ok(kv_it_grpc *g, const char *method, const ProtobufCMessage *m, size_t *rlen)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(len ? len : 1), *resp = NULL;
+    cr_assert_not_null(buf);
+    protobuf_c_message_pack(m, buf);
+    int status = -1;
+    char msg[256];
+    int rc = kv_it_grpc_call(g, method, buf, len, &resp, rlen, 60000, &status, msg, sizeof msg);
+    free(buf);
+    cr_assert_eq(rc, 0, "%s: rc %d, status %d (%s)", method, rc, status, msg);
+    return resp;
+}
+
 /* One Txn of `n` (<= 128, --max-txn-ops) puts of keys <prefix><from..from+n). */
 static void put_txn(kv_it_grpc *g, const char *prefix, int from, int n)
 {
@@ -339,19 +354,8 @@ static void put_txn(kv_it_grpc *g, const char *prefix, int from, int n)
     Etcdserverpb__TxnRequest t = ETCDSERVERPB__TXN_REQUEST__INIT;
     t.n_success = (size_t)n;
     t.success = opp;
-    size_t len = etcdserverpb__txn_request__get_packed_size(&t);
-    uint8_t *buf = malloc(len);
-    cr_assert_not_null(buf);
-    etcdserverpb__txn_request__pack(&t, buf);
-    uint8_t *resp = NULL;
     size_t rlen = 0;
-    int status = -1;
-    char msg[256];
-    int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", buf, len, &resp, &rlen, 30000, &status, msg,
-                             sizeof msg);
-    cr_assert_eq(rc, 0, "Txn of %d puts: rc %d, status %d (%s)", n, rc, status, msg);
-    free(resp);
-    free(buf);
+    free(unary_ok(g, "/etcdserverpb.KV/Txn", &t.base, &rlen));
 }
 
 /* etcd_server_slow_apply_total counts the entries whose apply took over 100 ms (etcd's
@@ -374,15 +378,8 @@ Test(metrics, slow_apply_is_counted, .timeout = 300)
         Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
         d.key = (ProtobufCBinaryData){5, (uint8_t *)"slow/"};
         d.range_end = (ProtobufCBinaryData){5, (uint8_t *)"slow0"};
-        uint8_t buf[64];
-        size_t len = etcdserverpb__delete_range_request__pack(&d, buf);
-        uint8_t *resp = NULL;
         size_t rlen = 0;
-        int status = -1;
-        char msg[256];
-        cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/DeleteRange", buf, len, &resp, &rlen,
-                                     60000, &status, msg, sizeof msg),
-                     0, "DeleteRange: status %d (%s)", status, msg);
+        uint8_t *resp = unary_ok(g, "/etcdserverpb.KV/DeleteRange", &d.base, &rlen);
         Etcdserverpb__DeleteRangeResponse *dr =
             etcdserverpb__delete_range_response__unpack(NULL, rlen, resp);
         cr_assert_not_null(dr);
