@@ -9,6 +9,7 @@
 #include "api/services.h"
 #include "common/version.h"
 #include "config.h"
+#include "crash_report.h"
 #include "datadir_lock.h"
 #include "grpc/grpc_server.h"
 #include "http/client_http.h"
@@ -361,6 +362,8 @@ int main(int argc, char **argv)
     int rc;
 
     signal(SIGPIPE, SIG_IGN);
+    if (kv_crash_report_install() < 0) /* a fatal signal's stack on stderr: crash_report.h */
+        fprintf(stderr, "kvd: warning: cannot install the crash report handler\n");
     if (argc > 1 && strcmp(argv[1], "gateway") == 0) /* etcd gateway start: l4_gateway.h */
         return kv_gateway_main(argc - 1, argv + 1);
     kv_config_default(&m.cfg);
