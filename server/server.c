@@ -328,10 +328,8 @@ void kv_server_stop_core(kv_server *s)
     kv_watch_hub_close(s->watch);
     s->watch = NULL;
     if (s->node)
-        kv_node_close(s->node);
+        kv_node_close(s->node); /* detaches it from the peer transport too */
     s->node = NULL;
-    if (s->node)
-        kv_node_attach_peers(s->node, NULL);
     kv_peer_net_close(s->peers);
     s->peers = NULL;
     kv_read_pool_close(s->read_pool); /* joins the reader threads */

@@ -600,6 +600,11 @@ void kv_node_close(kv_node *n)
     if (n == NULL || n->closing)
         return;
     n->closing = 1;
+    /* The caller closes the peer transport next, and it is freed in its close callbacks; an
+     * apply worker still in flight finishes later, and its after_ready must not send the
+     * messages that waited for its commit there (test: cluster_disk_failpoint
+     * a_member_stopped_inside_a_slow_commit_exits_cleanly). */
+    n->peers = NULL;
     while (n->head) {
         kv_node_req *r = n->head;
         n->head = r->next;

@@ -86,8 +86,10 @@ int kv_node_log_admit(kv_node *n, size_t len);
 int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,
                  const kv_header_info *hdr, kv_metrics *metrics);
 
-/* Fails every queued request with UNAVAILABLE "etcdserver: server stopped", closes the
- * handles and frees the node in their close callbacks. */
+/* Fails every queued request with UNAVAILABLE "etcdserver: server stopped", detaches the
+ * node from its peer transport (kv_node_attach_peers: the caller may close that right after;
+ * nothing is sent afterwards, not even by a ready still in flight), closes the handles and
+ * frees the node in their close callbacks (after the in-flight ready, if any). */
 void kv_node_close(kv_node *n);
 
 /* Queues a packed InternalRequest. Takes ownership of req (malloc'd) in every case.
