@@ -313,6 +313,7 @@ static int start_listeners(kvd_main *m)
         .app = &m->srv,
         .server_version = KV_ETCD_SERVER_VERSION,
         .max_body_bytes = gc.max_request_bytes,
+        .max_streams = cfg->max_concurrent_streams, /* etcd: the gateway's one connection */
     };
     int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);
     if (hrc < 0)

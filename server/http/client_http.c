@@ -40,9 +40,18 @@ struct kv_client_http {
     /* etcd's series (docs/metrics.md "Client HTTP"): per HTTP method of a fixed set */
     kv_metric *m_received[N_HTTP_METHODS], *m_success[N_HTTP_METHODS];
     kv_metric *m_health_ok, *m_health_fail;
+    /* gateway calls in flight (client_http.h "Gateway calls share one stream limit") */
+    uint32_t active;
+    hconn *wait_head, *wait_tail; /* complete gateway requests waiting for a slot, in order */
+    size_t n_waiting;
+    uv_timer_t wake; /* 0 ms: starts waiting requests outside the callback that freed a slot */
+    int closing, handles_open;
+    kv_metric *m_waiting, *m_waited;
 };
 
-enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM };
+/* ST_WAITING: a complete gateway request waits for a slot; it stays in `in` and is parsed
+ * again when its turn comes. */
+enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM, ST_WAITING };
 
 struct hconn {
     kv_client_http *h;
@@ -64,6 +73,8 @@ struct hconn {
     int sent_continue; /* "100 Continue" written for the request being received */
     int http_method;   /* index in http_methods of the request being answered; -1: none */
     uint64_t t0_ns;    /* when it was complete (etcd_http_successful_duration_seconds) */
+    int counted;       /* the call holds one of h->active */
+    hconn *wait_next;  /* h->wait_head list while ST_WAITING */
 };
 
 /* ---- output ---- */
@@ -273,6 +284,37 @@ static void start_health(hconn *hc)
 
 /* ---- gateway calls ---- */
 
+static void on_wake(uv_timer_t *t);
+
+/* One slot of the stream limit is free again: waiting requests start from the wake timer, not
+ * from inside the handler callback that freed it. */
+static void slot_release(hconn *hc)
+{
+    kv_client_http *h = hc->h;
+    if (!hc->counted)
+        return;
+    hc->counted = 0;
+    h->active--;
+    if (h->wait_head && !h->closing)
+        uv_timer_start(&h->wake, on_wake, 0, 0);
+}
+
+static void wait_unlink(hconn *hc)
+{
+    kv_client_http *h = hc->h;
+    for (hconn **pp = &h->wait_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->wait_next) {
+        if (*pp != hc)
+            continue;
+        *pp = hc->wait_next;
+        if (h->wait_tail == hc)
+            h->wait_tail = prev;
+        hc->wait_next = NULL;
+        h->n_waiting--;
+        kv_metric_set(h->m_waiting, (double)h->n_waiting);
+        return;
+    }
+}
+
 static int sink_send(void *arg, const uint8_t *msg, size_t len)
 {
     hconn *hc = arg;
@@ -316,6 +358,7 @@ static void sink_finish(void *arg, int status, const char *msg)
     kv_grpc_call *call = hc->call;
     hc->call = NULL;
     kv_grpc_local_free(call); /* finished: no on_cancel */
+    slot_release(hc);
     if (hc->state == ST_STREAM) {
         if (status != 0) {
             /* grpc-gateway v1's streaming error object */
@@ -437,6 +480,10 @@ static void start_gateway(hconn *hc, const char *path, const char *body, size_t 
             kv_grpc_local_free(hc->call);
             hc->call = NULL;
             rc = -ENOMEM;
+        }
+        if (rc == 0) {
+            hc->counted = 1;
+            hc->h->active++;
         }
         if (rc == -ENOENT) {
             char m[160];
@@ -643,6 +690,23 @@ static long take_request(hconn *hc)
         return 0; /* body incomplete */
     }
     hc->sent_continue = 0;
+    if (h->cfg.max_streams && h->active >= h->cfg.max_streams && strcmp(method, "POST") == 0 &&
+        strncmp(target, "/v3", 3) == 0) {
+        /* every stream slot is taken: wait, as etcd's gateway waits for its connection's
+         * stream quota, until a call ends or the client gives up (on_close) */
+        hc->state = ST_WAITING;
+        hc->wait_next = NULL;
+        if (h->wait_tail)
+            h->wait_tail->wait_next = hc;
+        else
+            h->wait_head = hc;
+        h->wait_tail = hc;
+        h->n_waiting++;
+        kv_metric_set(h->m_waiting, (double)h->n_waiting);
+        kv_metric_inc(h->m_waited);
+        kv_grpc_http1_waiting(hc->c, 0); /* not idle: the idle timeout does not apply */
+        return -2;
+    }
     /* a complete request */
     kv_metric_inc(h->m_requests);
     http_begin(hc, method);
@@ -765,6 +829,18 @@ static int on_recv(void *st, const uint8_t *in, size_t len)
     return 0;
 }
 
+/* Starts waiting gateway requests, in arrival order, while slots are free. */
+static void on_wake(uv_timer_t *t)
+{
+    kv_client_http *h = t->data;
+    while (h->wait_head && (!h->cfg.max_streams || h->active < h->cfg.max_streams)) {
+        hconn *hc = h->wait_head;
+        wait_unlink(hc);
+        hc->state = ST_IDLE;
+        process(hc); /* parses the request again and starts its call */
+    }
+}
+
 static void on_drained(void *st)
 {
     hconn *hc = st;
@@ -779,10 +855,13 @@ static void on_close(void *st)
         health_unlink(hc->h, hc->hr);
         hc->hr->hc = NULL;
     }
+    if (hc->state == ST_WAITING)
+        wait_unlink(hc);
     kv_grpc_call *call = hc->call;
     hc->call = NULL;
     hc->state = ST_IDLE;
     kv_grpc_local_free(call); /* on_cancel if the handler still owns it */
+    slot_release(hc);
     free(hc->resp);
     free(hc->in);
     free(hc);
@@ -805,6 +884,9 @@ int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, u
     h->loop = loop;
     uv_timer_init(loop, &h->timer);
     h->timer.data = h;
+    uv_timer_init(loop, &h->wake);
+    h->wake.data = h;
+    h->handles_open = 2;
     if (cfg->metrics) {
         h->m_requests = kv_metrics_counter(cfg->metrics, "kvd_client_http_requests_total",
                                            "HTTP/1.x requests on the client port.", NULL);
@@ -830,6 +912,14 @@ int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, u
                                             "The total number of successful health checks", NULL);
         h->m_health_fail = kv_metrics_counter(cfg->metrics, "etcd_server_health_failures",
                                               "The total number of failed health checks", NULL);
+        h->m_waiting = kv_metrics_gauge(
+            cfg->metrics, "kvd_client_http_gateway_waiting",
+            "grpc-gateway requests waiting for a stream slot (--max-concurrent-streams gateway "
+            "calls are in flight).",
+            NULL);
+        h->m_waited = kv_metrics_counter(
+            cfg->metrics, "kvd_client_http_gateway_waited_total",
+            "grpc-gateway requests that had to wait for a stream slot.", NULL);
     }
     *out = h;
     return 0;
@@ -842,7 +932,9 @@ void kv_client_http_attach(kv_client_http *h, kv_grpc_server *s)
 
 static void timer_closed(uv_handle_t *t)
 {
-    free(t->data);
+    kv_client_http *h = t->data;
+    if (--h->handles_open == 0)
+        free(h);
 }
 
 void kv_client_http_free(kv_client_http *h)
@@ -855,5 +947,7 @@ void kv_client_http_free(kv_client_http *h)
         hr->next = hr->prev = NULL;
     }
     h->health_list = NULL;
+    h->closing = 1;
     uv_close((uv_handle_t *)&h->timer, timer_closed);
+    uv_close((uv_handle_t *)&h->wake, timer_closed);
 }

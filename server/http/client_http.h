@@ -25,6 +25,13 @@
  * a connection waiting for a request head is closed after the gRPC server's
  * handshake_timeout_ms (idle timeout). Malformed requests get 400 and close.
  *
+ * Gateway calls share one stream limit: etcd's gateway is one gRPC client connection to its
+ * own server, so at most --max-concurrent-streams gateway calls (unary or streaming, from all
+ * HTTP/1 connections together) run at once. A complete POST /v3/... request beyond that waits,
+ * in arrival order, until a call ends or its client goes away; it is not refused, as with
+ * etcd (whose gateway request then waits for stream quota). Waiting requests are bounded by
+ * the connection cap (one per connection) and counted in kvd_client_http_gateway_waiting.
+ *
  * Threads: loop thread only. Ownership: the caller owns the kv_client_http, which must outlive
  * every server it is attached to.
  */
@@ -45,6 +52,7 @@ typedef struct kv_client_http_config {
     size_t max_header_bytes;    /* default 8192 */
     size_t max_body_bytes;      /* default 1.5 MiB + 512 KiB */
     uint32_t health_timeout_ms; /* default 5000 */
+    uint32_t max_streams;       /* gateway calls in flight at once; 0 = no limit */
 } kv_client_http_config;
 
 typedef struct kv_client_http kv_client_http;

@@ -766,3 +766,101 @@ Test(client_http, expect_100_continue, .timeout = 60)
     cr_assert(strncmp(buf, "HTTP/1.1 200 OK", 15) == 0, "%s", buf);
     stop_server(s);
 }
+
+/* Reads from fd into buf (NUL-terminated, appended at *n) until `want` appears or timeout_ms
+ * passes. Returns 1 if it appeared. */
+static int read_until(int fd, char *buf, size_t cap, size_t *n, const char *want,
+                      uint32_t timeout_ms)
+{
+    uint64_t end = kvt_now_ms() + timeout_ms;
+    while (!strstr(buf, want) && *n < cap - 1 && kvt_now_ms() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, buf + *n, cap - 1 - *n);
+        if (r <= 0)
+            break;
+        *n += (size_t)r;
+        buf[*n] = '\0';
+    }
+    return strstr(buf, want) != NULL;
+}
+
+static double client_metric(kv_it_server *s, const char *series)
+{
+    int st = 0;
+    char *body = NULL;
+    cr_assert_eq(kvt_http_get(s->client_port, "/metrics", 5000, &st, &body), 0);
+    double v = -1;
+    cr_assert_eq(kvt_metric_value(body, series, &v), 0, "no %s", series);
+    free(body);
+    return v;
+}
+
+/* etcd's gateway is one gRPC connection to its own server: --max-concurrent-streams gateway
+ * calls at once (etcd e2e TestV3Curl_MaxStreams_*). With the limit held by watches, a range
+ * waits (it is not refused) and runs as soon as one watch ends. */
+Test(client_http, gateway_calls_share_the_stream_limit, .timeout = 120)
+{
+    static const char *const args[] = {"--max-concurrent-streams=2", NULL};
+    kv_it_server *s = calloc(1, sizeof(*s));
+    cr_assert(s);
+    cr_assert_eq(kv_it_server_init(s, KV_IT_KVD, args), 0);
+    cr_assert_eq(kv_it_server_start(s, 20000), 0);
+    const char watch[] = "POST /v3/watch HTTP/1.1\r\nContent-Length: 33\r\n\r\n"
+                         "{\"create_request\":{\"key\":\"Zm9v\"}}";
+    const char range[] = "POST /v3/kv/range HTTP/1.1\r\nContent-Length: 14\r\n\r\n"
+                         "{\"key\":\"Zm9v\"}";
+    int w[2];
+    char buf[8192];
+    for (int i = 0; i < 2; i++) {
+        w[i] = kvt_connect_loopback(s->client_port, 5000);
+        cr_assert(w[i] >= 0);
+        cr_assert_eq(kvt_send_all(w[i], watch, sizeof(watch) - 1, kvt_now_ms() + 5000), 0);
+        size_t n = 0;
+        buf[0] = '\0';
+        cr_assert(read_until(w[i], buf, sizeof(buf), &n, "\"created\":true", 10000),
+                  "watch %d not created: %s", i, buf);
+    }
+    int r = kvt_connect_loopback(s->client_port, 5000);
+    cr_assert(r >= 0);
+    cr_assert_eq(kvt_send_all(r, range, sizeof(range) - 1, kvt_now_ms() + 5000), 0);
+    size_t n = 0;
+    buf[0] = '\0';
+    cr_assert_not(read_until(r, buf, sizeof(buf), &n, "HTTP/1.1", 1500),
+                  "the range was answered while both slots were held: %s", buf);
+    cr_assert_eq(client_metric(s, "kvd_client_http_gateway_waiting"), 1);
+    close(w[0]); /* one watch ends: the waiting range runs */
+    cr_assert(read_until(r, buf, sizeof(buf), &n, "\"revision\":\"1\"", 10000),
+              "the range did not run after a slot freed: %s", buf);
+    cr_assert(strstr(buf, "HTTP/1.1 200 "), "%s", buf);
+    cr_assert_eq(client_metric(s, "kvd_client_http_gateway_waiting"), 0);
+    cr_assert_geq(client_metric(s, "kvd_client_http_gateway_waited_total"), 1);
+    /* a waiting client that gives up frees nothing it did not hold */
+    int r2 = kvt_connect_loopback(s->client_port, 5000);
+    cr_assert(r2 >= 0);
+    int w2 = kvt_connect_loopback(s->client_port, 5000);
+    cr_assert(w2 >= 0);
+    cr_assert_eq(kvt_send_all(w2, watch, sizeof(watch) - 1, kvt_now_ms() + 5000), 0);
+    n = 0;
+    buf[0] = '\0';
+    cr_assert(read_until(w2, buf, sizeof(buf), &n, "\"created\":true", 10000), "%s", buf);
+    cr_assert_eq(kvt_send_all(r2, range, sizeof(range) - 1, kvt_now_ms() + 5000), 0);
+    kvt_sleep_ms(300);
+    close(r2);
+    kvt_sleep_ms(300);
+    cr_assert_eq(client_metric(s, "kvd_client_http_gateway_waiting"), 0);
+    /* the limit still holds: two watches, and the next range waits */
+    int r3 = kvt_connect_loopback(s->client_port, 5000);
+    cr_assert(r3 >= 0);
+    cr_assert_eq(kvt_send_all(r3, range, sizeof(range) - 1, kvt_now_ms() + 5000), 0);
+    n = 0;
+    buf[0] = '\0';
+    cr_assert_not(read_until(r3, buf, sizeof(buf), &n, "HTTP/1.1", 1000), "%s", buf);
+    close(w2);
+    cr_assert(read_until(r3, buf, sizeof(buf), &n, "\"revision\":\"1\"", 10000), "%s", buf);
+    close(r3);
+    close(r);
+    close(w[1]);
+    stop_server(s);
+}
