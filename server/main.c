@@ -11,6 +11,7 @@
 #include "config.h"
 #include "crash_report.h"
 #include "datadir_lock.h"
+#include "etcd_datadir.h"
 #include "grpc/grpc_server.h"
 #include "http/client_http.h"
 #include "http/http_server.h"
@@ -457,6 +458,15 @@ int main(int argc, char **argv)
                 "kvd: warning: removed %s/defrag.tmp (%lld bytes) left by an interrupted "
                 "defragment\n",
                 m.cfg.data_dir, (long long)freed);
+    /* The dir `etcdctl snapshot restore` wrote, with kvd started where etcd was: import its
+     * db once (etcd_datadir.h); a live etcd member's dir is refused. */
+    rc = kv_etcd_datadir_adopt(m.cfg.data_dir, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: refusing to start: %s\n", err);
+        return 1;
+    }
+    if (rc > 0)
+        fprintf(stderr, "kvd: %s\n", err);
     /* Check the LMDB file before LMDB trusts it: its whole structure (LMDB crashes on a
      * corrupt page, docs/corruption.md), then the bounded walk and record checks. */
     rc = 0;

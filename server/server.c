@@ -274,11 +274,11 @@ int kv_server_start_core(kv_server *s)
     rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
     if (rc < 0)
         goto fail;
-    if (s->id.n_members > 1 || strcmp(cfg->initial_cluster_state, "existing") == 0) {
-        rc = start_peers(s, snap_dir);
-        if (rc < 0)
-            goto fail;
-    }
+    /* Always, as etcd: a single member listens on its peer URLs too, so `member add` can
+     * grow it (e2e TestIssue6361; cluster_membership one_member_grows_to_three). */
+    rc = start_peers(s, snap_dir);
+    if (rc < 0)
+        goto fail;
     uint8_t *pub = NULL;
     size_t pub_len = 0;
     if (kv_members_publish_request(cfg, &s->id, &pub, &pub_len) == 0)

@@ -917,9 +917,9 @@ int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, u
             "grpc-gateway requests waiting for a stream slot (--max-concurrent-streams gateway "
             "calls are in flight).",
             NULL);
-        h->m_waited = kv_metrics_counter(
-            cfg->metrics, "kvd_client_http_gateway_waited_total",
-            "grpc-gateway requests that had to wait for a stream slot.", NULL);
+        h->m_waited =
+            kv_metrics_counter(cfg->metrics, "kvd_client_http_gateway_waited_total",
+                               "grpc-gateway requests that had to wait for a stream slot.", NULL);
     }
     *out = h;
     return 0;

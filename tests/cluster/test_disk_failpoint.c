@@ -197,8 +197,7 @@ Test(cluster_disk_failpoint, a_member_stopped_inside_a_slow_commit_exits_cleanly
     kvt_sleep_ms(300);
     char err[256] = "";
     /* the leader and the third member commit it; f's worker takes 2.5 s over its share */
-    cr_assert_eq(kvt_put(&g_c, l, "stall", "v", 20000, NULL, err, sizeof(err)), 0, "put: %s",
-                 err);
+    cr_assert_eq(kvt_put(&g_c, l, "stall", "v", 20000, NULL, err, sizeof(err)), 0, "put: %s", err);
     kvt_sleep_ms(500);
     uint64_t t0 = kvt_now_ms();
     cr_assert_eq(kvt_proc_signal(&g_c.m[f].proc, SIGTERM), 0);

@@ -431,3 +431,29 @@ Test(cluster_membership, join_without_member_add_is_refused, .fini = fini, .time
     cr_assert_eq(kvt_member_start(&g_c, j), 0);
     assert_refused(j, "could not fetch the cluster's member list from any of ");
 }
+
+/* etcd's "start one, then add members": a single member listens on its peer URLs from the
+ * start, so `member add` grows it to three, and the joiners get the data written before. */
+Test(cluster_membership, one_member_grows_to_three, .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(cl_start(&g_c, 1, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_eq(l, 0);
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, 0, "/grow/k", "from-one", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+    int j1 = -1, j2 = -1;
+    add_member(&j1, 0);
+    wait_member_lists(2, NULL);
+    cr_assert_geq(cl_wait_value(&g_c, j1, "/grow/k", "from-one", 1, 30000), 0,
+                  "the first joiner does not have the key written before it");
+    add_member(&j2, 0);
+    wait_member_lists(3, NULL);
+    l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    cr_assert_eq(kvt_put(&g_c, l, "/grow/k2", "from-three", 5000, NULL, err, sizeof(err)), 0, "%s",
+                 err);
+    for (int i = 0; i < g_c.n; i++)
+        cr_assert_geq(cl_wait_value(&g_c, i, "/grow/k2", "from-three", 1, 30000), 0,
+                      "m%d does not have the write made by three members", i + 1);
+}

@@ -10,6 +10,11 @@
  *  - kvd_to_etcd: the same writes to kvd; `etcdctl snapshot save` from kvd, `etcdctl snapshot
  *    status` reads it, `etcdctl snapshot restore`, etcd started on it: the same kvs, revision,
  *    lease and compaction point.
+ *  - etcdctl_restore_dir_is_adopted: kvd started on the dir `etcdctl snapshot restore` wrote
+ *    (etcd's layout) imports its db once (server/etcd_datadir.h): the same kvs, revision and
+ *    lease; member/ stays; a restart keeps later writes and imports nothing again.
+ *  - a_live_etcd_data_dir_is_refused: a stopped etcd member's own dir (writes in its WAL) is
+ *    refused with what to do, and etcd still starts on it with its write.
  *  - make_mirror_both_ways: `etcdctl make-mirror` from etcd to kvd while puts and deletes go on
  *    in etcd, then from kvd to etcd while puts and deletes go on in kvd: each time the
  *    destination ends with the source's keys and values (make-mirror carries values, not
@@ -295,6 +300,101 @@ Test(ops_migrate, make_mirror_both_ways, .timeout = 240)
     }
     mirror(&e, &k, "from-etcd/");
     mirror(&k, &e, "from-kvd/");
+    kv_it_server_destroy(&e);
+    kv_it_server_destroy(&k);
+}
+
+/* etcd's restore procedure with kvd as the binary: `etcdctl snapshot restore` writes etcd's
+ * layout (member/snap/db, member/wal), and kvd started on that dir imports the db once
+ * (server/etcd_datadir.h): the same kvs, revision and lease as the etcd the snapshot came
+ * from; member/ is left for etcd; a restart keeps what was written since. */
+Test(ops_migrate, etcdctl_restore_dir_is_adopted, .timeout = 240)
+{
+    cr_assert_eq(kv_it_etcdctl_bin(etcdctl_bin, sizeof etcdctl_bin), 0, "%s", etcdctl_bin);
+    kv_it_server e, k;
+    cr_assert_eq(kv_it_server_init(&e, KV_IT_ETCD, NULL), 0);
+    cr_assert_eq(kv_it_server_start(&e, 30000), 0, "etcd did not start");
+    char lease[32];
+    populate(&e, lease, 0);
+    char snap[1200];
+    snprintf(snap, sizeof snap, "%s/etcd.db", e.dir);
+    must(&e, "snapshot", "save", snap, NULL, NULL);
+    cr_assert_eq(kv_it_server_init(&k, KV_IT_KVD, NULL), 0);
+    rmdir(k.data_dir);
+    char ic[256], ap[256], dd[4200];
+    restore_args(&k, ic, ap, sizeof ic);
+    snprintf(dd, sizeof dd, "--data-dir=%s", k.data_dir);
+    const char *argv[] = {etcdctl_bin, "snapshot", "restore", snap, "--name=kvit",
+                          ic,          ap,         dd,        NULL};
+    kv_it_cmd_result r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(kv_it_run(argv, NULL, NULL, 0, 60000, &r), 0);
+    cr_assert_eq(r.exit_code, 0, "etcdctl snapshot restore: %s", r.err);
+    kv_it_cmd_result_free(&r);
+    cr_assert_eq(kv_it_server_start(&k, 30000), 0, "kvd did not start on etcdctl's dir");
+    char *log = NULL;
+    cr_assert_eq(kv_it_server_log(&k, &log), 0);
+    cr_assert_not_null(strstr(log, "kvd: adopted the data dir etcdctl snapshot restore wrote"),
+                       "%s", log);
+    free(log);
+    char *ea, *ka;
+    long long erev, krev;
+    get_all(&e, 0, &ea, &erev);
+    get_all(&k, 0, &ka, &krev);
+    cr_assert_str_eq(ka, ea, "kvd and etcd differ");
+    cr_assert_eq(krev, erev);
+    check_lease(&k, lease, 0);
+    char db[4300];
+    snprintf(db, sizeof db, "%s/member/snap/db", k.data_dir);
+    cr_assert_eq(access(db, F_OK), 0, "member/snap/db was removed");
+    /* a write after the import survives a restart, which imports nothing again */
+    must(&k, "put", "after-import", "kept", NULL, NULL);
+    cr_assert_eq(kv_it_server_restart(&k, 10000, 30000), 0);
+    log = NULL;
+    cr_assert_eq(kv_it_server_log(&k, &log), 0);
+    cr_assert_null(strstr(log, "adopted the data dir"), "imported again: %s", log);
+    free(log);
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(kv_it_ctl(&k, etcdctl_bin, NULL, 30000, &r, "get", "after-import", NULL), 0);
+    cr_assert_not_null(strstr(r.out, "kept"), "%s %s", r.out, r.err);
+    kv_it_cmd_result_free(&r);
+    free(ea);
+    free(ka);
+    kv_it_server_destroy(&e);
+    kv_it_server_destroy(&k);
+}
+
+/* A live etcd member's dir holds writes in its WAL that kvd does not read: kvd refuses it and
+ * says what to do, and leaves etcd's files as they were (etcd still starts on them). */
+Test(ops_migrate, a_live_etcd_data_dir_is_refused, .timeout = 240)
+{
+    cr_assert_eq(kv_it_etcdctl_bin(etcdctl_bin, sizeof etcdctl_bin), 0, "%s", etcdctl_bin);
+    kv_it_server e, k;
+    cr_assert_eq(kv_it_server_init(&e, KV_IT_ETCD, NULL), 0);
+    cr_assert_eq(kv_it_server_start(&e, 30000), 0, "etcd did not start");
+    must(&e, "put", "live", "in-the-wal", NULL, NULL);
+    cr_assert_eq(kv_it_server_stop(&e, 10000), 0);
+    cr_assert_eq(kv_it_server_init(&k, KV_IT_KVD, NULL), 0);
+    rmdir(k.data_dir);
+    cr_assert_eq(rename(e.data_dir, k.data_dir), 0, "%s -> %s", e.data_dir, k.data_dir);
+    cr_assert_neq(kv_it_server_start(&k, 20000), 0, "kvd started on a live etcd member's dir");
+    char *log = NULL;
+    cr_assert_eq(kv_it_server_log(&k, &log), 0);
+    cr_assert_not_null(strstr(log, "kvd: refusing to start: "), "%s", log);
+    cr_assert_not_null(strstr(log, "holds a live etcd member: its WAL has"), "%s", log);
+    cr_assert_not_null(strstr(log, "etcdctl snapshot save"), "%s", log);
+    free(log);
+    char mdb[4300];
+    snprintf(mdb, sizeof mdb, "%s/data.mdb", k.data_dir);
+    cr_assert_neq(access(mdb, F_OK), 0, "kvd wrote its data file into etcd's dir");
+    /* etcd's files are intact: etcd starts on them and has the write */
+    cr_assert_eq(rename(k.data_dir, e.data_dir), 0);
+    cr_assert_eq(kv_it_server_start(&e, 30000), 0, "etcd no longer starts on its dir");
+    kv_it_cmd_result r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(kv_it_ctl(&e, etcdctl_bin, NULL, 30000, &r, "get", "live", NULL), 0);
+    cr_assert_not_null(strstr(r.out, "in-the-wal"), "%s %s", r.out, r.err);
+    kv_it_cmd_result_free(&r);
     kv_it_server_destroy(&e);
     kv_it_server_destroy(&k);
 }
