@@ -381,8 +381,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: %s\n", err);
         return 2;
     }
-    if (!m.cfg.enable_failpoints) /* apply/apply_gate.c reads it: tests only */
+    if (!m.cfg.enable_failpoints) { /* apply/apply_gate.c, node/node_snap.c: tests only */
         unsetenv("KVD_FAILPOINT_CORRUPT_PUT");
+        unsetenv("KVD_FAILPOINT_SNAPSHOT_COPY_DELAY_MS");
+    }
     /* From here on stderr is the log stream: each line leveled, filtered, maybe JSON. */
     {
         kv_log_level ll = KV_LOG_INFO;

@@ -264,7 +264,8 @@ void kv_node__kick(kv_node *n)
 
 void kv_node__maybe_free(kv_node *n)
 {
-    if (n->closing && n->handles_open == 0 && n->inflight == NULL && !n->excl_busy) {
+    if (n->closing && n->handles_open == 0 && n->inflight == NULL && !n->excl_busy &&
+        !n->snap_copying) {
         kv_node__raft_stop(n);
         while (n->grave) {
             kv_node_req *r = n->grave;

@@ -265,6 +265,7 @@ struct kv_node {
     void (*conf_fn)(void *arg, int op, uint64_t id); /* server: peers / members table */
     void *conf_arg;
     int snap_sending; /* a snapshot is being prepared or streamed */
+    int snap_copying; /* its copy runs on a libuv worker: the node is not freed before it ends */
     uint64_t snap_sends;
 
     /* ---- reads (ReadIndex) ---- */

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KV_CATCHUP_ENTRIES 5000u /* etcd 3.4: snapshot-catchup-entries */
@@ -366,9 +367,24 @@ static void on_sent(void *arg, int status)
     snap_free(s);
 }
 
+/* Test hook (tests/cluster/test_snapshot.c): KVD_FAILPOINT_SNAPSHOT_COPY_DELAY_MS=N holds the
+ * copy of a snapshot to send N ms (at most 60 s) on its worker, so that a test can stop the
+ * member meanwhile. main() clears the variable without --enable-failpoints. */
+static void copy_delay(void)
+{
+    const char *d = getenv("KVD_FAILPOINT_SNAPSHOT_COPY_DELAY_MS");
+    long ms = d ? strtol(d, NULL, 10) : 0;
+    if (ms <= 0 || ms > 60000)
+        return;
+    fprintf(stderr, "kvd: failpoint: snapshot copy held %ld ms\n", ms);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 static void copy_work(uv_work_t *req)
 {
     snap_send *s = req->data;
+    copy_delay();
     int fd = open(s->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         s->rc = -errno;
@@ -386,8 +402,10 @@ static void copy_done(uv_work_t *req, int status)
     snap_send *s = req->data;
     kv_node *n = s->n;
     int rc = status < 0 ? status : s->rc;
+    n->snap_copying = 0;
     if (n->closing || n->peers == NULL) {
         snap_free(s);
+        kv_node__maybe_free(n); /* a closing node waited for this copy */
         return;
     }
     if (rc == 0)
@@ -433,6 +451,7 @@ void kv_node__send_snapshot(kv_node *n, const struct raft_msg *m)
         return;
     }
     n->snap_sending = 1;
+    n->snap_copying = 1;
     p->inflight = 1;
 }
 
