@@ -275,8 +275,17 @@ int kv_server_start_core(kv_server *s)
     if (rc < 0)
         goto fail;
     /* Always, as etcd: a single member listens on its peer URLs too, so `member add` can
-     * grow it (e2e TestIssue6361; cluster_membership one_member_grows_to_three). */
+     * grow it (e2e TestIssue6361; cluster_membership one_member_grows_to_three). A new single
+     * member whose peer URLs kvd cannot listen on (a unix:// URL, a bad peer certificate)
+     * serves anyway, as before, and says that it cannot be grown (e2e TestEtcdUnixPeers). */
     rc = start_peers(s, snap_dir);
+    if (rc < 0 && s->id.n_members <= 1 && strcmp(cfg->initial_cluster_state, "existing") != 0) {
+        fprintf(stderr,
+                "kvd: warning: this single member does not listen on its peer URLs (%s): it "
+                "serves clients, but `member add` cannot grow it until it does\n",
+                strerror(-rc));
+        rc = 0;
+    }
     if (rc < 0)
         goto fail;
     uint8_t *pub = NULL;
