@@ -61,6 +61,10 @@ int cl_verify_acks(kvt_cluster *c, const cl_acks *a, int i);
 /* Asserts HashKV of every running member is equal at one revision (read via member via). */
 void cl_assert_hash_equal(kvt_cluster *c, int via);
 
+/* Prints the last 16 KiB of member i's log on stderr (where a crash report would be), for a
+ * test about to fail on how the member ended. */
+void cl_print_log_tail(const kvt_cluster *c, int i);
+
 /* LeaseGrant of ttl seconds through g (tests/lib/grpc_raw.h); the new lease id. Fails the test
  * on any error. */
 struct kv_it_grpc;

@@ -323,11 +323,8 @@ Test(cluster_corrupt, initial_check_refuses_corrupt_member, .fini = fini, .timeo
     int ws = g_c.m[f].proc.last_status;
     log = NULL;
     cr_assert_eq(kvt_member_log(&g_c, f, 1u << 20, &log), 0);
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) == 0) { /* a crash: its report is in the log */
-        size_t ll = strlen(log);
-        fprintf(stderr, "--- the end of m%d's log ---\n%s\n", f + 1,
-                log + (ll > 16384 ? ll - 16384 : 0));
-    }
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) == 0) /* a crash: its report is in the log */
+        cl_print_log_tail(&g_c, f);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) != 0, "m%d exit status %d", f + 1, ws);
     cr_assert(strstr(log, "found data inconsistency with peers") != NULL,
               "m%d exited without the mismatch error", f + 1);

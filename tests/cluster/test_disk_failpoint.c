@@ -206,11 +206,8 @@ Test(cluster_disk_failpoint, a_member_stopped_inside_a_slow_commit_exits_cleanly
     int ws = g_c.m[f].proc.last_status;
     char *log = NULL;
     cr_assert_eq(kvt_member_log(&g_c, f, 1 << 20, &log), 0);
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        size_t ll = strlen(log);
-        fprintf(stderr, "--- the end of m%d's log ---\n%s\n", f + 1,
-                log + (ll > 16384 ? ll - 16384 : 0));
-    }
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        cl_print_log_tail(&g_c, f);
     int toggled = strstr(log, "kvd: failpoint: slow fsync on") != NULL;
     int stopped = strstr(log, "kvd: stopped") != NULL;
     free(log);

@@ -312,15 +312,8 @@ Test(cluster_snapshot, a_leader_stopped_while_copying_a_snapshot_exits_cleanly, 
     int waited = wait_exit(l, 30000);
     cr_assert_geq(waited, 0, "the leader did not stop");
     int ws = g_c.m[l].proc.last_status;
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        char *log = NULL;
-        if (kvt_member_log(&g_c, l, 1u << 22, &log) == 0 && log) {
-            size_t ll = strlen(log);
-            fprintf(stderr, "--- the end of m%d's log ---\n%s\n", l + 1,
-                    log + (ll > 16384 ? ll - 16384 : 0));
-        }
-        free(log);
-    }
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        cl_print_log_tail(&g_c, l);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the leader: wait status %#x after SIGTERM",
               ws);
     cr_assert(log_has(l, "kvd: stopped"), "no clean stop logged");
