@@ -27,7 +27,8 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_tls.c
-  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_local.c)
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_local.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_h2raw.c)
 target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV PkgConfig::NGHTTP2)
 target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC status enum

@@ -14,7 +14,7 @@
 static size_t call_in_bytes(const kv_grpc_call *call)
 {
     return kv_grpc_deframer_buffered(&call->df) + kv_grpc_buf_size(&call->in_pending) +
-           call->unary_len + call->app_held;
+           call->unary_len + call->app_held + kv_grpc_raw_held(call);
 }
 
 size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call)
@@ -92,6 +92,7 @@ static void drop_input(kv_grpc_call *call)
 void kv_grpc_call_free(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
+    kv_grpc_raw_free(call);
     kv_grpc_srv_deadline_remove(call);
     c->out_app_bytes -= kv_grpc_buf_size(&call->outq);
     kv_grpc_buf_free(&call->outq);
@@ -179,6 +180,8 @@ int kv_grpc_call_on_header(kv_grpc_call *call, const uint8_t *name, size_t nlen,
         return call->path ? 0 : -ENOMEM;
     }
     if (streq(name, nlen, ":method")) {
+        if (!call->saw_method)
+            kv_grpc_raw_set_method(call, value, vlen);
         call->saw_method = 1;
         call->saw_post = streq(value, vlen, "POST");
         return 0;
@@ -259,6 +262,10 @@ void kv_grpc_call_fail(kv_grpc_call *call, int status, const char *msg)
 {
     if (call->finished)
         return;
+    if (call->raw) { /* no gRPC status to give: the stream is reset */
+        kv_grpc_call_reset(call, NGHTTP2_INTERNAL_ERROR, NULL);
+        return;
+    }
     if (call->app_owned && !call->app_done) {
         call->app_done = 1;
         if (call->method && call->method->on_cancel)
@@ -321,6 +328,13 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
         c->got_request = 1;
         if (c->in_hs)
             kv_grpc_list_remove(&c->srv->hs, c);
+    }
+    /* Not gRPC, on the client port: etcd's HTTP API (grpc_http1.h), as etcd routes an HTTP/2
+     * request whose content-type is not application/grpc to its HTTP mux. */
+    if (c->srv->http1_ops && !is_grpc_content_type(call->content_type)) {
+        if (kv_grpc_raw_start(call) != 0)
+            early_abort(call, 500, "transport: out of memory");
+        return;
     }
     if (!call->saw_post) {
         early_abort(call, 405, "transport: :method must be POST");
@@ -468,6 +482,10 @@ static void deliver_half_close(kv_grpc_call *call)
 void kv_grpc_call_on_data(kv_grpc_call *call, const uint8_t *data, size_t len)
 {
     kv_grpc_conn *c = call->conn;
+    if (call->raw) {
+        kv_grpc_raw_on_data(call, data, len);
+        return;
+    }
     if (!call->started || call->finished || !call->method) {
         nghttp2_session_consume(c->h2, call->stream_id, len);
         return;
@@ -506,6 +524,10 @@ void kv_grpc_call_on_remote_close(kv_grpc_call *call)
     if (call->remote_closed)
         return;
     call->remote_closed = 1;
+    if (call->raw) {
+        kv_grpc_raw_on_remote_close(call);
+        return;
+    }
     if (!call->started || call->finished || !call->method)
         return;
     if (held(call) || kv_grpc_buf_size(&call->in_pending))
@@ -564,6 +586,7 @@ void kv_grpc_call_on_stream_close(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
     call->stream_closed = 1;
+    kv_grpc_raw_release(call);
     if (!call->finished) {
         if (call->app_owned && !call->app_done) {
             call->app_done = 1;
@@ -592,6 +615,7 @@ void kv_grpc_call_on_stream_close(kv_grpc_call *call)
 
 void kv_grpc_call_on_conn_close(kv_grpc_call *call)
 {
+    kv_grpc_raw_release(call);
     kv_grpc_srv_deadline_remove(call);
     call->in_resume = 0;
     if (call->finished)
@@ -644,9 +668,9 @@ ssize_t kv_grpc_call_read_data(kv_grpc_call *call, uint8_t *buf, size_t length,
     return (ssize_t)n;
 }
 
-static ssize_t data_source_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
-                                size_t length, uint32_t *data_flags, nghttp2_data_source *source,
-                                void *user_data)
+ssize_t kv_grpc_call_data_source_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                                      size_t length, uint32_t *data_flags,
+                                      nghttp2_data_source *source, void *user_data)
 {
     (void)session;
     (void)stream_id;
@@ -744,7 +768,7 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         };
         nghttp2_data_provider prd;
         prd.source.ptr = call;
-        prd.read_callback = data_source_read;
+        prd.read_callback = kv_grpc_call_data_source_read;
         int rv = nghttp2_submit_response(c->h2, call->stream_id, nva, 2, &prd);
         if (rv != 0)
             return rv == NGHTTP2_ERR_NOMEM ? -ENOMEM : -ECONNRESET;
@@ -763,6 +787,8 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
         return;
     call->reset = 1;
     kv_metric_inc(metric);
+    /* a raw stream's handler is closed when the stream closes, never from here: this may run
+     * inside the handler's own write (grpc_h2raw.c) */
     if (!call->finished) {
         if (call->app_owned && !call->app_done) {
             call->app_done = 1;

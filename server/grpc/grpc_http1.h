@@ -21,6 +21,14 @@
  * value the handler set with kv_grpc_local_set_authorization() and NULL for anything else,
  * there is no deadline) and its responses go to the sink instead of a stream. All on the
  * loop thread.
+ *
+ * HTTP/2 streams that are not gRPC: with a handler installed, an HTTP/2 request whose
+ * content-type is not application/grpc (etcd sends those to its HTTP mux) is handed to the
+ * same handler as one HTTP/1.1 request ("Connection: close") on a pseudo connection of its
+ * own, once the request's END_STREAM arrived; the handler's HTTP/1.1 response is turned into
+ * HEADERS and DATA (grpc_h2raw.c). The handler cannot tell: every kv_grpc_http1_* function
+ * works on a pseudo connection (waiting is a no-op, hold checks the process-wide cap), and
+ * its close op runs when the stream ends. Without a handler such a request gets 415 as before.
  */
 #ifndef KV_GRPC_HTTP1_H
 #define KV_GRPC_HTTP1_H

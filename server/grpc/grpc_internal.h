@@ -77,6 +77,9 @@ struct kv_grpc_call {
     /* (client port HTTP/1, grpc_http1.h) a local call: responses go to the sink */
     const struct kv_grpc_local_sink *local;
     void *local_arg;
+    /* (client port, grpc_h2raw.c) a stream that is not gRPC, served by the HTTP/1 handler */
+    struct kv_grpc_raw *raw;
+    char raw_method[16]; /* :method, kept until the stream is known to be raw */
 };
 
 struct kv_grpc_conn {
@@ -121,6 +124,9 @@ struct kv_grpc_conn {
     uint8_t pre[24]; /* first bytes while they still match the HTTP/2 preface */
     uint8_t npre;
     unsigned detected : 1;
+    /* non-NULL: not a socket but the pseudo connection of one HTTP/2 stream that is not
+     * gRPC (grpc_h2raw.c); kv_grpc_http1_* calls on it go to that stream */
+    kv_grpc_call *raw_call;
 };
 
 /* An intrusive FIFO of connections (oldest at head). */
@@ -226,7 +232,29 @@ int kv_grpc_http1_detect(kv_grpc_conn *c, const uint8_t *in, size_t len);
 int kv_grpc_local_send(kv_grpc_call *call, const uint8_t *msg, size_t len);
 int kv_grpc_local_finish(kv_grpc_call *call, int status, const char *msg);
 
+/* grpc_h2raw.c (grpc_http1.h "HTTP/2 streams that are not gRPC") */
+typedef struct kv_grpc_raw kv_grpc_raw;
+/* The request headers are complete and not gRPC: opens the handler for this stream. 0 or
+ * -ENOMEM. */
+int kv_grpc_raw_start(kv_grpc_call *call);
+void kv_grpc_raw_set_method(kv_grpc_call *call, const uint8_t *v, size_t n);
+void kv_grpc_raw_on_data(kv_grpc_call *call, const uint8_t *data, size_t len);
+/* END_STREAM: the whole request goes to the handler. */
+void kv_grpc_raw_on_remote_close(kv_grpc_call *call);
+/* The stream or its connection is gone: the handler's state is closed (idempotent). */
+void kv_grpc_raw_release(kv_grpc_call *call);
+void kv_grpc_raw_free(kv_grpc_call *call);
+/* Request body bytes held (counted in the connection's input). */
+size_t kv_grpc_raw_held(const kv_grpc_call *call);
+/* The handler's output on the pseudo connection (kv_grpc_http1_write / _end). */
+int kv_grpc_raw_write(kv_grpc_call *call, const void *data, size_t len);
+void kv_grpc_raw_end(kv_grpc_call *call);
+
 /* grpc_call.c */
+/* nghttp2's data provider callback for a call's outq. */
+ssize_t kv_grpc_call_data_source_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                                      size_t length, uint32_t *data_flags,
+                                      nghttp2_data_source *source, void *user_data);
 kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id);
 void kv_grpc_call_free(kv_grpc_call *call);
 int kv_grpc_call_on_header(kv_grpc_call *call, const uint8_t *name, size_t nlen,

@@ -55,6 +55,8 @@ int kv_grpc_http1_detect(kv_grpc_conn *c, const uint8_t *in, size_t len)
 
 int kv_grpc_http1_write(kv_grpc_conn *c, const void *data, size_t len)
 {
+    if (c->raw_call)
+        return c->closing ? -ECONNRESET : kv_grpc_raw_write(c->raw_call, data, len);
     if (c->closing)
         return -ECONNRESET;
     int rv = c->io_ops->send(c->io, c, data, len, &c->out);
@@ -66,6 +68,8 @@ int kv_grpc_http1_write(kv_grpc_conn *c, const void *data, size_t len)
 
 size_t kv_grpc_http1_pending(kv_grpc_conn *c)
 {
+    if (c->raw_call)
+        return c->closing ? 0 : kv_grpc_buf_size(&c->raw_call->outq);
     return kv_grpc_buf_size(&c->out) + kv_grpc_buf_size(&c->wbuf);
 }
 
@@ -73,6 +77,10 @@ void kv_grpc_http1_end(kv_grpc_conn *c)
 {
     if (c->closing)
         return;
+    if (c->raw_call) {
+        kv_grpc_raw_end(c->raw_call);
+        return;
+    }
     c->close_after_write = 1;
     c->close_at = uv_now(c->srv->loop) + c->srv->cfg.send_stall_timeout_ms;
     kv_grpc_srv_mark_dirty(c);
@@ -81,7 +89,7 @@ void kv_grpc_http1_end(kv_grpc_conn *c)
 void kv_grpc_http1_waiting(kv_grpc_conn *c, int waiting)
 {
     kv_grpc_server *s = c->srv;
-    if (c->closing)
+    if (c->closing || c->raw_call) /* a stream's: the HTTP/2 connection has its own timeouts */
         return;
     if (waiting && !c->in_hs) {
         c->accepted_at = uv_now(s->loop);
@@ -96,6 +104,9 @@ int kv_grpc_http1_hold(kv_grpc_conn *c, size_t bytes)
     kv_grpc_server *s = c->srv;
     if (c->closing)
         return 0;
+    if (c->raw_call) /* the stream's body is counted on its connection; this copy is bounded by
+                        the handler's max_header_bytes + max_body_bytes */
+        return s->buffered + bytes > s->cfg.max_buffered_bytes ? -ENOBUFS : 0;
     /* An HTTP/1 connection has no calls: in_bytes is its handler's input buffer. */
     if (bytes > c->in_bytes && s->buffered + (bytes - c->in_bytes) > s->cfg.max_buffered_bytes) {
         kv_metric_inc(s->m_ref_cap_recv);

@@ -2,7 +2,8 @@
  * client_http.h - HTTP/1.1 on the client port, as etcd 3.4 multiplexes it with gRPC.
  *
  * Installed on a gRPC server with kv_client_http_attach(); the transport hands it every
- * connection whose first bytes are not the HTTP/2 preface (server/grpc/grpc_http1.h). Serves:
+ * connection whose first bytes are not the HTTP/2 preface, and every HTTP/2 stream that is not
+ * gRPC as a connection of its own carrying one request (server/grpc/grpc_http1.h). Serves:
  *   GET /health   -> {"health":"true"} / 503 {"health":"false","reason":"..."} (the same hook
  *                    and format as the metrics port, server/http/http_server.h)
  *   GET /version  -> {"etcdserver":"<server version>","etcdcluster":"3.4.0"}

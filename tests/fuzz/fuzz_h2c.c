@@ -56,6 +56,19 @@ int kv_fuzz_h2c_open(kv_fuzz_h2c *c, const char *path, const char *timeout)
     return c->n++;
 }
 
+int kv_fuzz_h2c_open_http(kv_fuzz_h2c *c, const char *method, const char *path)
+{
+    if (c->n == H2C_MAX_STREAMS)
+        return -ENOSPC;
+    kv_it_grpc_req rq = {
+        .method = method, .authority = "localhost", .content_type = "application/json"};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c->g, path, &rq);
+    if (st == NULL)
+        return -EPROTO;
+    c->st[c->n] = st;
+    return c->n++;
+}
+
 static kv_it_grpc_stream *handle(kv_fuzz_h2c *c, int h)
 {
     return h < 0 || h >= c->n ? NULL : c->st[h];

@@ -20,6 +20,9 @@ void kv_fuzz_h2c_free(kv_fuzz_h2c *c);
 /* Starts a POST to path with gRPC headers (plus "grpc-timeout: timeout" if not NULL).
  * Returns a stream handle >= 0 or a negative errno. */
 int kv_fuzz_h2c_open(kv_fuzz_h2c *c, const char *path, const char *timeout);
+/* Opens a request that is not gRPC (content-type application/json): etcd's HTTP API over
+ * HTTP/2. Send its body with kv_fuzz_h2c_send_raw. Returns the handle or a negative errno. */
+int kv_fuzz_h2c_open_http(kv_fuzz_h2c *c, const char *method, const char *path);
 /* Queues one gRPC message (5-byte prefix added) on the stream. 0 or a negative errno. */
 int kv_fuzz_h2c_send(kv_fuzz_h2c *c, int h, const uint8_t *msg, size_t len);
 /* Queues raw DATA bytes (no prefix) on the stream. */

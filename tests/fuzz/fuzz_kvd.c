@@ -2,6 +2,7 @@
 #include "fuzz_kvd.h"
 
 #include "grpc/grpc_internal.h" /* kv_grpc_conn_start/begin: the accept path's two halves */
+#include "http/client_http.h"
 #include "lease/lessor.h"
 #include "leases.h"
 
@@ -96,6 +97,15 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
     rc = kv_grpc_server_init(&k->grpc, &k->loop, &gc, k->methods, k->n_methods, s, s->metrics);
     if (rc < 0)
         return rc;
+    /* The client port's HTTP branch, as main() installs it: HTTP/2 streams that are not gRPC
+     * (and HTTP/1 connections) reach the JSON gateway. */
+    kv_client_http_config chc = {.metrics = s->metrics,
+                                 .max_body_bytes = gc.max_request_bytes,
+                                 .max_streams = gc.max_concurrent_streams};
+    rc = kv_client_http_new(&k->chttp, &chc, &k->loop);
+    if (rc < 0)
+        return rc;
+    kv_client_http_attach(k->chttp, k->grpc);
     k->running = 1;
     return 0;
 }
@@ -106,6 +116,8 @@ void kv_fuzz_kvd_stop(kv_fuzz_kvd *k)
     if (k->grpc)
         kv_grpc_server_close(k->grpc, NULL, NULL);
     k->grpc = NULL;
+    kv_client_http_free(k->chttp); /* after its connections (closed above) */
+    k->chttp = NULL;
     kv_server_stop_core(s);
     uv_run(&k->loop, UV_RUN_DEFAULT);
     kv_store_close(s->store);

@@ -31,6 +31,7 @@ typedef struct kv_fuzz_kvd {
     kv_grpc_method methods[KV_SERVICES_MAX];
     size_t n_methods;
     kv_grpc_server *grpc;
+    struct kv_client_http *chttp; /* the client port's HTTP branch (JSON gateway) */
     char dir[512];
     int running;
 } kv_fuzz_kvd;

@@ -502,6 +502,21 @@ static void gen_h2(void)
         snprintf(name, sizeof(name), "svc_%d", i);
         h2_end(&s, name);
     }
+    /* etcd's HTTP API over HTTP/2: JSON put, then range, health, and a watch. */
+    static const char *const json[][3] = {
+        {"POST", "/v3/kv/put", "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}"},
+        {"POST", "/v3/kv/range", "{\"key\":\"Zm9v\"}"},
+        {"GET", "/health", ""},
+        {"POST", "/v3/watch", "{\"create_request\":{\"key\":\"Zm9v\"}}"},
+    };
+    h2_begin(&s);
+    for (int i = 0; i < 4; i++) {
+        int h = kv_fuzz_h2c_open_http(s.c, json[i][0], json[i][1]);
+        kv_fuzz_h2c_send_raw(s.c, h, (const uint8_t *)json[i][2], strlen(json[i][2]));
+        kv_fuzz_h2c_end(s.c, h);
+        h2_flush(&s, 1);
+    }
+    h2_end(&s, "json_gateway");
     /* Lease grant, then a keepalive stream with two renewals, then TTL with keys. */
     h2_begin(&s);
     m.n = 0;

@@ -864,3 +864,166 @@ Test(client_http, gateway_calls_share_the_stream_limit, .timeout = 120)
     close(w[1]);
     stop_server(s);
 }
+
+/* One HTTP/2 request that is not gRPC (body NULL: none); waits for the stream to end. The
+ * response body is st->data (NUL-terminated by this helper). */
+static kv_it_grpc_stream *h2_request(kv_it_grpc *g, const char *method, const char *path,
+                                     const char *body, const char *const *headers)
+{
+    kv_it_grpc_req rq = {.method = method, .content_type = "application/json", .metadata = headers};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(g, path, &rq);
+    cr_assert(st, "start %s", path);
+    cr_assert_eq(kv_it_grpc_send_raw(st, body ? body : "", body ? strlen(body) : 0, 1), 0);
+    cr_assert(kv_it_grpc_wait(g, st, 10000), "%s %s: no answer", method, path);
+    cr_assert_eq(st->close_code, 0, "%s %s reset: %u", method, path, st->close_code);
+    return st;
+}
+
+static char *h2_body(const kv_it_grpc_stream *st)
+{
+    char *b = malloc(st->dlen + 1);
+    cr_assert(b);
+    memcpy(b, st->data, st->dlen);
+    b[st->dlen] = '\0';
+    return b;
+}
+
+/* curl over TLS negotiates h2 by ALPN, and etcd answers an HTTP/2 request whose content-type
+ * is not gRPC with its HTTP API (etcd e2e TestV3CurlPutGet*TLS, TestV3Curl_MaxStreams_*_TLS):
+ * the same answers as over HTTP/1.1, gRPC unaffected on the same connection. */
+Test(client_http, gateway_and_health_over_http2, .timeout = 120)
+{
+    static const char *const args[] = {"--max-concurrent-streams=2", NULL};
+    kv_it_server *s = calloc(1, sizeof(*s));
+    cr_assert(s);
+    cr_assert_eq(kv_it_server_init(s, KV_IT_KVD, args), 0);
+    cr_assert_eq(kv_it_server_start(s, 20000), 0);
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", s->client_port, 5000), 0);
+
+    kv_it_grpc_stream *st =
+        h2_request(g, "POST", "/v3/kv/put", "{\"key\":\"Zm9v\",\"value\":\"YmFy\"}", NULL);
+    char *b = h2_body(st);
+    cr_assert_eq(st->http_status, 200, "put: %s", b);
+    cr_assert(strstr(b, "{\"header\":{\"cluster_id\":\"") && strstr(b, "\"revision\":\"2\""), "%s",
+              b);
+    free(b);
+    st = h2_request(g, "POST", "/v3/kv/range", "{\"key\":\"Zm9v\"}", NULL);
+    b = h2_body(st);
+    cr_assert_eq(st->http_status, 200);
+    cr_assert(strstr(b, "\"value\":\"YmFy\"}],\"count\":\"1\""), "%s", b);
+    free(b);
+    /* errors as grpc-gateway's, and the plain routes */
+    st = h2_request(g, "POST", "/v3/kv/range", "{\"key\":", NULL);
+    b = h2_body(st);
+    cr_assert_eq(st->http_status, 400, "%s", b);
+    cr_assert(strstr(b, "\"code\":3}"), "%s", b);
+    free(b);
+    st = h2_request(g, "POST", "/v3/lease/revoke", "{\"ID\":\"12345\"}", NULL);
+    b = h2_body(st);
+    cr_assert_eq(st->http_status, 404, "%s", b);
+    cr_assert(strstr(b, "requested lease not found"), "%s", b);
+    free(b);
+    st = h2_request(g, "GET", "/health", NULL, NULL);
+    b = h2_body(st);
+    cr_assert_eq(st->http_status, 200);
+    cr_assert_str_eq(b, "{\"health\":\"true\"}");
+    free(b);
+    st = h2_request(g, "GET", "/version", NULL, NULL);
+    b = h2_body(st);
+    cr_assert(strstr(b, "\"etcdcluster\":\"3.4.0\""), "%s", b);
+    free(b);
+    st = h2_request(g, "GET", "/nowhere", NULL, NULL);
+    cr_assert_eq(st->http_status, 404);
+    /* a body over --max-request-bytes + 512 KiB: 413, and the connection goes on */
+    size_t big = 3u << 20;
+    char *huge = malloc(big + 1);
+    cr_assert(huge);
+    memset(huge, 'a', big);
+    huge[big] = '\0';
+    st = h2_request(g, "POST", "/v3/kv/put", huge, NULL);
+    cr_assert_eq(st->http_status, 413);
+    free(huge);
+
+    /* a watch stays open and streams one JSON object per line; it holds a gateway slot */
+    kv_it_grpc_req rq = {.content_type = "application/json"};
+    kv_it_grpc_stream *w = kv_it_grpc_stream_start(g, "/v3/watch", &rq);
+    cr_assert(w);
+    const char wreq[] = "{\"create_request\":{\"key\":\"Zm9v\"}}";
+    cr_assert_eq(kv_it_grpc_send_raw(w, wreq, sizeof(wreq) - 1, 1), 0);
+    cr_assert(kv_it_grpc_wait_bytes(g, w, 20, 10000));
+    cr_assert_eq(w->http_status, 200);
+    st = h2_request(g, "POST", "/v3/kv/put", "{\"key\":\"Zm9v\",\"value\":\"YmF6\"}", NULL);
+    cr_assert_eq(st->http_status, 200);
+    uint64_t deadline = kvt_now_ms() + 10000;
+    while (!memmem(w->data, w->dlen, "\"value\":\"YmF6\"", 14) && kvt_now_ms() < deadline)
+        kv_it_grpc_pump(g, 100);
+    b = h2_body(w);
+    cr_assert(strstr(b, "{\"result\":{\"header\"") && strstr(b, "\"created\":true"), "%s", b);
+    cr_assert(strstr(b, "}}\n{\"result\":") && strstr(b, "\"value\":\"YmF6\""), "%s", b);
+    cr_assert_not(w->closed);
+    free(b);
+    /* gRPC on the same connection */
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int gst = -1;
+    static const uint8_t range_foo[] = {0x0a, 3, 'f', 'o', 'o'};
+    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Range", range_foo, sizeof(range_foo), &resp,
+                                 &rlen, 5000, &gst, NULL, 0),
+                 0);
+    cr_assert_eq(gst, 0);
+    free(resp);
+    /* the client resets the watch: its slot is free again (limit 2: two more watches fit,
+     * and a range is answered at once) */
+    kv_it_grpc_stream_cancel(w);
+    kv_it_grpc_flush(g, 2000);
+    kv_it_grpc_stream *w2[2];
+    for (int i = 0; i < 2; i++) {
+        w2[i] = kv_it_grpc_stream_start(g, "/v3/watch", &rq);
+        cr_assert(w2[i]);
+        cr_assert_eq(kv_it_grpc_send_raw(w2[i], wreq, sizeof(wreq) - 1, 1), 0);
+        cr_assert(kv_it_grpc_wait_bytes(g, w2[i], 20, 10000), "watch %d", i);
+    }
+    /* both slots held: a range waits over HTTP/2 too (from another connection: this one is
+     * at its own SETTINGS_MAX_CONCURRENT_STREAMS), and runs when one watch ends */
+    kv_it_grpc *g2 = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g2, "127.0.0.1", s->client_port, 5000), 0);
+    kv_it_grpc_stream *r = kv_it_grpc_stream_start(g2, "/v3/kv/range", &rq);
+    cr_assert(r);
+    cr_assert_eq(kv_it_grpc_send_raw(r, "{\"key\":\"Zm9v\"}", 14, 1), 0);
+    cr_assert_not(kv_it_grpc_wait(g2, r, 1500), "answered while both slots were held");
+    cr_assert_eq(client_metric(s, "kvd_client_http_gateway_waiting"), 1);
+    kv_it_grpc_stream_cancel(w2[0]);
+    kv_it_grpc_flush(g, 2000);
+    cr_assert(kv_it_grpc_wait(g2, r, 10000), "the range did not run after a slot freed");
+    cr_assert_eq(r->http_status, 200);
+    kv_it_grpc_close(g2);
+    /* a request reset half-way through its body, and one cut by the connection's end */
+    kv_it_grpc_stream *half = kv_it_grpc_stream_start(g, "/v3/kv/put", &rq);
+    cr_assert(half);
+    cr_assert_eq(kv_it_grpc_send_raw(half, "{\"key\":", 7, 0), 0);
+    kv_it_grpc_flush(g, 2000);
+    kv_it_grpc_stream_cancel(half);
+    half = kv_it_grpc_stream_start(g, "/v3/kv/put", &rq);
+    cr_assert(half);
+    cr_assert_eq(kv_it_grpc_send_raw(half, "{\"key\":", 7, 0), 0);
+    kv_it_grpc_flush(g, 2000);
+    kv_it_grpc_close(g);
+    /* streams cut by the connection's end leave the count right */
+    kvt_sleep_ms(300);
+    cr_assert_eq(client_metric(s, "kvd_client_http_gateway_waiting"), 0);
+    st = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", s->client_port, 5000), 0);
+    st = h2_request(g, "POST", "/v3/kv/range", "{\"key\":\"Zm9v\"}", NULL);
+    cr_assert_eq(st->http_status, 200, "the member still answers");
+    kv_it_grpc_close(g);
+    /* and stops cleanly (under ASan: no report of a stream's state used after its end) */
+    kv_it_server_stop(s, 20000);
+    char *log = NULL;
+    cr_assert_eq(kv_it_server_log(s, &log), 0);
+    cr_assert(strstr(log, "kvd: stopped") && !strstr(log, "Sanitizer") &&
+                  !strstr(log, "runtime error"),
+              "%s", log);
+    free(log);
+    stop_server(s);
+}
