@@ -107,15 +107,20 @@ Test(client_threads, fifty_threads_one_connection)
     cr_assert_eq(total, NTHREADS * NPUTS);
     cr_log_info("connections to the server during the run: min %d max %d (%d samples)", min_conns,
                 max_conns, samples);
-    cr_assert_eq(max_conns, 1, "more than one connection: %d", max_conns);
+    kvc_stats st;
+    kvc_stats(c, &st);
+    /* printed before the asserts, so that a failure says whether the client reconnected (CI
+     * once saw 3 sockets in one sample, not reproduced in 13 runs, 5 of them under load) */
+    cr_log_info("client: %llu connects, %llu reconnects, %llu calls failed",
+                (unsigned long long)st.connects, (unsigned long long)st.reconnects,
+                (unsigned long long)st.calls_failed);
+    cr_assert_eq(max_conns, 1, "more than one connection: %d (client: %llu connects)", max_conns,
+                 (unsigned long long)st.connects);
     if (srv_max >= 0) {
         cr_log_info("server-side open connections (max): %.0f", srv_max);
         cr_assert_eq(srv_max, 1);
     }
     cr_assert_eq(min_conns, 1);
-
-    kvc_stats st;
-    kvc_stats(c, &st);
     cr_assert_eq(st.connects, 1);
     cr_assert_eq(st.reconnects, 0);
     cr_assert_eq(st.calls_failed, 0);

@@ -511,19 +511,31 @@ static int count_peer_conns(int state)
     cr_assert_not_null(fp);
     char line[512];
     int n = 0;
+    /* each connection once: a listing read page by page can show one twice when others open
+     * or close sockets meanwhile (TIME_WAIT entries have inode 0: keyed by their ports) */
+    unsigned seen[1024][4];
     if (fgets(line, sizeof(line), fp) == NULL) {
         fclose(fp);
         return 0;
     }
     while (fgets(line, sizeof(line), fp)) {
-        unsigned lport, rport, st;
-        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &lport, &rport, &st) != 3)
+        unsigned laddr, lport, raddr, rport, st;
+        if (sscanf(line, " %*d: %8x:%x %8x:%x %x", &laddr, &lport, &raddr, &rport, &st) != 5)
             continue;
         if ((int)st != state)
             continue;
+        unsigned key[4] = {laddr, lport, raddr, rport};
+        int dup = 0;
+        for (int i = 0; i < n && i < 1024 && !dup; i++)
+            dup = memcmp(seen[i], key, sizeof key) == 0;
+        if (dup)
+            continue;
         for (int i = 0; i < g_c.n; i++)
-            if (rport == g_c.m[i].proxy_port)
+            if (rport == g_c.m[i].proxy_port) {
+                if (n < 1024)
+                    memcpy(seen[n], key, sizeof key);
                 n++;
+            }
     }
     fclose(fp);
     return n;

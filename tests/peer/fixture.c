@@ -207,16 +207,29 @@ static int count_established(int port, int remote)
     cr_assert_not_null(fp);
     char line[512];
     int n = 0;
+    /* each socket once: a listing read page by page can show one twice when others open or
+     * close sockets meanwhile (tests/client/testutil.c count_in) */
+    unsigned long seen[256];
     if (!fgets(line, sizeof(line), fp)) {
         fclose(fp);
         return 0;
     }
     while (fgets(line, sizeof(line), fp)) {
         unsigned lport, rport, st;
-        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &lport, &rport, &st) != 3)
+        unsigned long ino;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x %*s %*s %*s %*s %*s %lu", &lport, &rport, &st,
+                   &ino) != 4)
             continue;
-        if (st == 1 && (int)(remote ? rport : lport) == port)
-            n++;
+        if (st != 1 || (int)(remote ? rport : lport) != port)
+            continue;
+        int dup = 0;
+        for (int i = 0; i < n && i < 256 && !dup; i++)
+            dup = seen[i] == ino;
+        if (dup)
+            continue;
+        if (n < 256)
+            seen[n] = ino;
+        n++;
     }
     fclose(fp);
     return n;
