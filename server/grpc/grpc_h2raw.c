@@ -27,8 +27,7 @@ struct kv_grpc_raw {
     kv_grpc_buf body;  /* request body until END_STREAM, at most `limit` bytes */
     size_t body_total; /* DATA bytes received (may pass the limit: the handler answers 413) */
     size_t limit;      /* the server's max_request_bytes */
-    char method[16];
-    kv_grpc_buf head; /* response head not yet complete */
+    kv_grpc_buf head;  /* response head not yet complete */
     int rstate;
     uint64_t left; /* bytes left in the body or the current chunk */
     char line[20]; /* chunk-size line */
@@ -62,7 +61,6 @@ int kv_grpc_raw_start(kv_grpc_call *call)
     pc->detected = 1;
     r->pc = pc;
     r->limit = s->cfg.max_request_bytes; /* kvd: --max-request-bytes + 512 KiB, the handler's */
-    snprintf(r->method, sizeof(r->method), "%s", call->raw_method[0] ? call->raw_method : "GET");
     r->st = s->http1_ops->open(s->http1_arg, pc);
     if (!r->st)
         goto nomem;
@@ -130,7 +128,7 @@ void kv_grpc_raw_on_remote_close(kv_grpc_call *call)
         path = longpath;
     }
     snprintf(num, sizeof(num), "%zu", r->body_total);
-    int rc = bprintf(&req, "%s ", r->method);
+    int rc = bprintf(&req, "%s ", call->raw_method[0] ? call->raw_method : "GET");
     rc = rc ? rc
             : bprintf(&req, "%s HTTP/1.1\r\nHost: h2\r\nConnection: close\r\n", path ? path : "/");
     rc = rc ? rc : bprintf(&req, "Content-Length: %s\r\n", num);
@@ -139,13 +137,15 @@ void kv_grpc_raw_on_remote_close(kv_grpc_call *call)
     if (auth && !strpbrk(auth, "\r\n"))
         rc = rc ? rc : bprintf(&req, "Authorization: %s\r\n", auth);
     rc = rc ? rc : kv_grpc_buf_append(&req, "\r\n", 2);
-    if (rc == 0 && r->body_total <= r->limit && kv_grpc_buf_size(&r->body))
-        rc = kv_grpc_buf_append(&req, r->body.p + r->body.off, kv_grpc_buf_size(&r->body));
-    kv_grpc_buf_free(&r->body);
-    kv_grpc_call_account(call);
+    /* the head, then the body from where it is held (the handler buffers a partial request):
+     * no copy of the body. A head the handler answers at once (413) makes it ignore the body. */
     if (rc == 0)
         rc = s->http1_ops->recv(r->st, req.p + req.off, kv_grpc_buf_size(&req));
     kv_grpc_buf_free(&req);
+    if (rc == 0 && r->st && !call->reset && kv_grpc_buf_size(&r->body))
+        rc = s->http1_ops->recv(r->st, r->body.p + r->body.off, kv_grpc_buf_size(&r->body));
+    kv_grpc_buf_free(&r->body);
+    kv_grpc_call_account(call);
     if (rc < 0)
         kv_grpc_call_reset(call, NGHTTP2_INTERNAL_ERROR, NULL);
 }
@@ -301,6 +301,17 @@ static size_t take_line(kv_grpc_raw *r, const char *p, size_t n, int *complete)
     return i;
 }
 
+/* Queues up to r->left bytes of the body as DATA. Returns the bytes taken, or -ENOMEM. */
+static long take_left(kv_grpc_call *call, const char *p, size_t n)
+{
+    kv_grpc_raw *r = call->raw;
+    size_t used = n < r->left ? n : (size_t)r->left;
+    if (queue_body(call, p, used) != 0)
+        return -ENOMEM;
+    r->left -= used;
+    return (long)used;
+}
+
 static int parse(kv_grpc_call *call, const char *p, size_t n)
 {
     kv_grpc_raw *r = call->raw;
@@ -327,13 +338,17 @@ static int parse(kv_grpc_call *call, const char *p, size_t n)
             break;
         }
         case R_BODY:
-            used = n < r->left ? n : (size_t)r->left;
-            if (queue_body(call, p, used) != 0)
-                return -ENOMEM;
-            r->left -= used;
-            if (!r->left)
+        case R_CHUNK_DATA: {
+            long k = take_left(call, p, n);
+            if (k < 0)
+                return (int)k;
+            used = (size_t)k;
+            if (!r->left && r->rstate == R_BODY)
                 raw_done(call);
+            else if (!r->left)
+                r->rstate = R_CHUNK_CRLF;
             break;
+        }
         case R_UNTIL_END:
             used = n;
             if (queue_body(call, p, used) != 0)
@@ -349,14 +364,6 @@ static int parse(kv_grpc_call *call, const char *p, size_t n)
                 r->line_len = 0;
                 r->rstate = r->left ? R_CHUNK_DATA : R_LAST;
             }
-            break;
-        case R_CHUNK_DATA:
-            used = n < r->left ? n : (size_t)r->left;
-            if (queue_body(call, p, used) != 0)
-                return -ENOMEM;
-            r->left -= used;
-            if (!r->left)
-                r->rstate = R_CHUNK_CRLF;
             break;
         case R_CHUNK_CRLF:
         case R_LAST:
