@@ -62,6 +62,7 @@ typedef struct fwd_batch {
     uint64_t deadline;   /* uv_now() ms */
     uint64_t not_before; /* retry batch: not sent before this uv_now() ms */
     uint64_t sent_at;    /* uv_now() ms of the last send to another member */
+    uint64_t arrived_ms; /* kv_node_now_ms() when its newest item was added */
     int resent;
     size_t n, cap, n_ttl;
     fwd_item *items;
@@ -72,6 +73,7 @@ typedef struct fwd_batch {
 typedef struct held_frame {
     struct held_frame *next;
     uint64_t from, index;
+    uint64_t arrived_ms; /* kv_node_now_ms() */
     size_t len;
     uint8_t buf[];
 } held_frame;
@@ -345,7 +347,7 @@ static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_
 static int batch_serve_local(kv_lease_fwd *f, fwd_batch *b)
 {
     kv_lessor *l = f->s->lessor;
-    if (!kv_lessor_is_primary(l) || !kv_node_lease_live(f->s->node))
+    if (!kv_lessor_is_primary(l) || !kv_node_lease_live(f->s->node, b->arrived_ms))
         return -EAGAIN;
     batch_unlink(f, b);
     for (size_t i = 0; i < b->n; i++) {
@@ -425,8 +427,9 @@ static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
     if (leader == 0)
         return; /* the timer retries until the bound */
     if (leader == kv_node_self(n)) {
-        if (!kv_lessor_is_primary(f->s->lessor) || !kv_node_lease_live(n))
-            return; /* not serving yet, or its raft not driven lately: the timer retries */
+        if (!kv_lessor_is_primary(f->s->lessor) || !kv_node_lease_live(n, b->arrived_ms))
+            return; /* not serving yet, or not confirmed as leader since (node.h): the
+                     * confirmation (on_applied) or the timer retries */
         /* etcd's waitAppliedIndex, once for the whole batch: answered when this member
          * applied its commit index as of now (on_applied), so the lessor has taken every
          * grant and revoke acknowledged before these requests arrived; renewals and TTLs
@@ -554,17 +557,19 @@ out:
     kvdraftpb__lease_renew_resp__free_unpacked(m, NULL);
 }
 
-static void serve_frame(kv_lease_fwd *f, uint64_t from, const uint8_t *buf, size_t len, int refuse)
+static void serve_frame(kv_lease_fwd *f, uint64_t from, const uint8_t *buf, size_t len,
+                        uint64_t arrived_ms, int refuse)
 {
-    int n = kv_lease_fwd_serve(f->s, from, buf, len, refuse);
+    int n = kv_lease_fwd_serve(f->s, from, buf, len, arrived_ms, refuse);
     if (n > 0)
         kv_metric_add(f->m_served, n);
 }
 
-/* Leader: a follower's batch. Answered at once if this member applied its commit index,
- * else held until it did (on_applied): a follower may have acknowledged a grant or revoke
- * that the leader's lessor has not taken yet. Past max_pending held frames the frame is
- * refused (code EAGAIN): the follower asks again a timer period later. */
+/* Leader: a follower's batch. Answered at once if this member applied its commit index and
+ * is confirmed as leader (node.h kv_node_lease_live), else held until both hold (on_applied):
+ * a follower may have acknowledged a grant or revoke that the leader's lessor has not taken
+ * yet, or that a leader elected without this one knowing has. Past max_pending held frames
+ * the frame is refused (code EAGAIN): the follower asks again a timer period later. */
 static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 {
     kv_lease_fwd *f = arg;
@@ -572,9 +577,10 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
     /* the lease entries suffice: a follower reads a TimeToLive's keys itself, after a
      * ReadIndex barrier (service_lease.c) */
     uint64_t commit = kv_node_lease_index(n);
+    uint64_t now = kv_node_now_ms();
     if (!kv_node_is_leader(n) || !kv_lessor_is_primary(f->s->lessor) ||
-        kv_node_applied_index(n) >= commit) {
-        serve_frame(f, from, buf, len, 0);
+        (kv_node_applied_index(n) >= commit && kv_node_lease_live(n, now))) {
+        serve_frame(f, from, buf, len, now, 0);
         return;
     }
     held_frame *h = NULL;
@@ -582,12 +588,13 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
         h = malloc(sizeof(*h) + (len ? len : 1));
     if (h == NULL) {
         kv_metric_inc(f->m_held_refused);
-        serve_frame(f, from, buf, len, 1);
+        serve_frame(f, from, buf, len, now, 1);
         return;
     }
     h->next = NULL;
     h->from = from;
     h->index = commit;
+    h->arrived_ms = now;
     h->len = len;
     memcpy(h->buf, buf, len);
     if (f->held_tail)
@@ -604,16 +611,20 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 static void on_applied(void *arg, uint64_t applied)
 {
     kv_lease_fwd *f = arg;
+    kv_node *n = f->s->node;
     while (f->held && f->held->index <= applied) {
         held_frame *h = f->held;
+        if (kv_node_is_leader(n) && kv_lessor_is_primary(f->s->lessor) &&
+            !kv_node_lease_live(n, h->arrived_ms))
+            break; /* held for the confirmation (it runs this hook) */
         f->held = h->next;
         if (f->held == NULL)
             f->held_tail = NULL;
         f->n_held--;
-        serve_frame(f, h->from, h->buf, h->len, 0);
+        serve_frame(f, h->from, h->buf, h->len, h->arrived_ms, 0);
         free(h);
     }
-    uint64_t self = kv_node_self(f->s->node);
+    uint64_t self = kv_node_self(n);
     fwd_batch *b = f->head;
     while (b) {
         fwd_batch *next = b->next;
@@ -621,6 +632,9 @@ static void on_applied(void *arg, uint64_t applied)
             b->wait_index = 0;
             if (batch_serve_local(f, b) < 0)
                 b->leader = 0; /* no longer serving: the timer retries */
+        } else if (b->leader == 0 && b != f->open && b != f->retry &&
+                   b->not_before <= uv_now(f->s->loop) && kv_node_leader(n) == self) {
+            batch_dispatch(f, b); /* waited for the leadership confirmation (node.h) */
         }
         b = next;
     }
@@ -632,8 +646,8 @@ int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys)
         return 0;
     if (f == NULL)
         return 1;
-    const kv_node *n = f->s->node;
-    if (!kv_node_lease_live(n))
+    kv_node *n = f->s->node;
+    if (!kv_node_lease_live(n, kv_node_now_ms()))
         return 0; /* possibly deposed without knowing it: wait (node.h kv_node_lease_live) */
     return kv_node_applied_index(n) >= (keys ? kv_node_commit_index(n) : kv_node_lease_index(n));
 }
@@ -679,6 +693,7 @@ static int enqueue(kv_lease_fwd *f, const fwd_item *it, int retry)
     }
     b->items[b->n] = *it;
     b->n++;
+    b->arrived_ms = kv_node_now_ms();
     if (it->ttl)
         b->n_ttl++;
     f->pending++;

@@ -112,19 +112,20 @@ size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
  * (primary) and this member applied its raft commit index (etcd's waitAppliedIndex; keys 0:
  * only up to the newest lease entry, kv_node_lease_index, enough for renewals and TTLs, so a
  * KV write flood does not delay them), so the lessor (keys: and the store) reflect every
- * write acknowledged by any member before this call; and its raft was driven lately
- * (kv_node_lease_live): a leader stalled past an election timeout may have been replaced
- * without knowing it, and no index it knows covers the new leader's writes.
+ * write acknowledged by any member before this call; and a quorum confirmed it as leader
+ * recently (kv_node_lease_live): a leader cut off or stalled may have been replaced without
+ * knowing it, and no index it knows covers the new leader's writes.
  * Otherwise the service queues the request here (kv_lease_fwd_renew / _ttl), and it is
  * answered once that index is applied, one wait per batch. f NULL: the lessor's primary flag. */
 int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
 
-/* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from` with the
- * local lessor now (code EAGAIN while it does not serve leases or its raft was not driven
- * lately, kv_node_lease_live, or if refuse: the follower
- * asks again a timer period later). The caller waited for the applied index. Returns the
- * number of requests answered or a negative errno. */
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse);
+/* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from`, which
+ * arrived at arrived_ms (kv_node_now_ms()), with the local lessor now (code EAGAIN while it
+ * does not serve leases or is not confirmed as leader since, kv_node_lease_live, or if
+ * refuse: the follower asks again a timer period later). The caller waited for the applied
+ * index. Returns the number of requests answered or a negative errno. */
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len,
+                       uint64_t arrived_ms, int refuse);
 
 /* kvd_lease_renewal_duration_seconds{path=...} (docs/metrics.md "Leases"): one LeaseKeepAlive
  * renewal from its receipt to its answer on this member. path is "local" (answered from this

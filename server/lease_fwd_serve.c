@@ -28,7 +28,8 @@ static void send_resp(kv_server *s, uint64_t to, Kvdraftpb__LeaseRenewResp *r)
     free(buf);
 }
 
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len, int refuse)
+int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len,
+                       uint64_t arrived_ms, int refuse)
 {
     Kvdraftpb__LeaseRenewBatch *m = kvdraftpb__lease_renew_batch__unpack(NULL, len, buf);
     if (m == NULL)
@@ -37,10 +38,11 @@ int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t l
     r.seq = m->seq;
     int64_t *ttls = NULL, *rem = NULL, *granted = NULL;
     int rc = 0;
-    /* a leader whose raft was not driven lately may have been deposed without knowing it
-     * (node.h kv_node_lease_live): the follower asks again a timer period later */
+    /* a leader without a fresh quorum confirmation may have been deposed without knowing it
+     * (node.h kv_node_lease_live; the call starts one): the follower asks again a timer
+     * period later */
     if (refuse || !kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor) ||
-        !kv_node_lease_live(s->node)) {
+        !kv_node_lease_live(s->node, arrived_ms)) {
         r.code = EAGAIN;
         r.msg = "etcdserver: no leader";
         goto send;

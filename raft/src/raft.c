@@ -418,6 +418,11 @@ raft_id raft_leader(const struct raft *r)
     return r->lead;
 }
 
+raft_id raft_transferee(const struct raft *r)
+{
+    return r->role == RAFT_LEADER ? r->lead_transferee : RAFT_NONE;
+}
+
 int raft_role(const struct raft *r)
 {
     return r->role;

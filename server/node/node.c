@@ -991,14 +991,43 @@ uint64_t kv_node_lease_index(const kv_node *n)
     return n->lease_index < c ? n->lease_index : c;
 }
 
-int kv_node_lease_live(const kv_node *n)
+uint64_t kv_node_now_ms(void)
+{
+    return kv_node__now_ms();
+}
+
+int kv_node_lease_live(kv_node *n, uint64_t arrived_ms)
 {
     if (!n->raft_ok)
         return 1;
     const struct raft_conf *c = raft_configuration(&n->raft);
     if (c->n_voters <= 1)
         return 1;
-    return !n->stalled && kv_node__now_ms() - n->fed_ms < n->election_ms / 2;
+    if (n->role != RAFT_LEADER || raft_transferee(&n->raft) != RAFT_NONE)
+        return 0;
+    uint64_t now = kv_node__now_ms();
+    int valid = n->confirm_term == raft_current_term(&n->raft) &&
+                (n->transfer_ms == 0 || n->confirm_ms > n->transfer_ms + n->election_ms);
+    uint64_t age = now - n->confirm_ms;
+    /* time: no other leader before the confirmed start + an election timeout; half of it
+     * leaves room for clock rates and a tick; only while raft is driven */
+    int by_time = valid && age < n->election_ms / 2 && !n->stalled &&
+                  now - n->fed_ms < n->election_ms / 2;
+    /* ReadIndex: a quorum acknowledged this leader after the request arrived (any link) */
+    int by_round = valid && n->confirm_ms > arrived_ms;
+    /* A round is wanted unless one that started after the arrival is under way (given up
+     * after an election timeout: raft repeats heartbeats, not lost rounds), or the lease by
+     * time holds and its last round is younger than a quarter of an election timeout (ahead
+     * of the end: a steady flow of renewals never waits for a round). */
+    uint64_t since_start = now - n->confirm_last_ms;
+    int ours = n->confirm_last_term == raft_current_term(&n->raft);
+    int covering = ours && n->confirm_last_ms > arrived_ms && since_start < n->election_ms;
+    int fresh = ours && since_start < n->election_ms / 4;
+    if (!by_round && !covering && !(by_time && fresh) && !n->confirm_wanted) {
+        n->confirm_wanted = 1;
+        kv_node__kick(n);
+    }
+    return by_time || by_round;
 }
 
 uint64_t kv_node_applied_index(const kv_node *n)

@@ -149,16 +149,26 @@ uint64_t kv_node_commit_index(const kv_node *n);
  * new leader's lessor serves, so on a serving leader every lease entry acknowledged before
  * the call is at or below it, and KV writes flooding the log do not delay renewals. */
 uint64_t kv_node_lease_index(const kv_node *n);
-/* Leader: may its lessor answer now? Its raft was driven (peer messages stepped, ticks
- * taken: node_ready.c feed) less than half an election timeout ago and is not stalled. A
- * leader that stops driving raft (the apply-stall failpoint, a ready in flight that long) sends
- * no heartbeats and steps no messages: the others may elect a new leader, whose grants and
- * revokes they acknowledge, while it still believes it leads; its lessor would answer from a
- * map those writes never reach, and no index it knows covers them. Followers vote only after
- * an election timeout without hearing from their leader (raft.c, check-quorum lease), so a
- * leader driven within half of one is still the leader (docs/ARCHITECTURE.md "Leases"). A
- * single voter is always live. */
-int kv_node_lease_live(const kv_node *n);
+/* Leader: may its lessor answer, now, a lease request that arrived at arrived_ms
+ * (kv_node_now_ms())? A leader can be replaced without knowing it: cut off from the others
+ * while it still runs (a delayed or partitioned peer port), or not driving raft at all (the
+ * apply-stall failpoint, a ready in flight for long). The others then elect a new leader and
+ * acknowledge its grants and revokes while its lessor answers from a map those writes never
+ * reach. So it answers only after a quorum acknowledged one of its own read-index rounds, in
+ * its current term, that started either
+ *   - after the request arrived (ReadIndex: whatever the link's latency), or
+ *   - less than half an election timeout ago, while its raft is driven and not stalled (a
+ *     leader lease: each of those followers heard from it after the start and, by its
+ *     check-quorum lease, raft.c, votes for no one for an election timeout minus a tick).
+ * Never while a leadership transfer is under way, nor with a round from within an election
+ * timeout after one (a transfer's vote bypasses the followers' lease). The call asks for a
+ * round when it must wait or the last is older than a quarter of an election timeout (a
+ * steady flow of renewals never waits); a completed round runs the applied hook, so waiting
+ * requests are answered at once. A single voter is always live. Loop thread.
+ * docs/ARCHITECTURE.md "Leases". */
+int kv_node_lease_live(kv_node *n, uint64_t arrived_ms);
+/* The monotonic clock (ms) of kv_node_lease_live's arrival times. */
+uint64_t kv_node_now_ms(void);
 uint64_t kv_node_applied_index(const kv_node *n);
 void kv_node_set_applied_hook(kv_node *n, void (*fn)(void *arg, uint64_t applied), void *arg);
 

@@ -206,6 +206,7 @@ struct kv_node {
     kv_raft_msg_owned *inbox; /* raft messages received while a ready is in flight */
     size_t inbox_n, inbox_cap;
     char **inbox_snap; /* parallel to inbox: snapshot file of a SNAPSHOT message, or NULL */
+    unsigned *inbox_tick; /* parallel to inbox: ticks_due when it arrived (step_inbox order) */
     kv_raft_msg_owned *stepped; /* stepped this cycle: freed after raft_advance */
     size_t stepped_n, stepped_cap;
     char *snap_pending; /* snapshot file of the message stepped this cycle */
@@ -274,6 +275,24 @@ struct kv_node {
     read_waiter *reads_apply;     /* read index known, waiting for apply */
     uint64_t round_ctx, next_ctx; /* round in flight (0: none) */
     uint64_t round_started_ms;
+    /* Leadership confirmation (kv_node_lease_live): every read-index round this member starts
+     * through its own raft as leader is remembered in `confirm` (ctx, start, term; the last
+     * KV_NODE_CONFIRM_RING). When raft releases one, a quorum heard from this leader after its
+     * start, so no other leader can be elected before about an election timeout after it
+     * (followers' check-quorum lease): confirm_ms/confirm_term record the latest such start.
+     * Kept apart from the reads' round, which is given up after an election timeout: on a slow
+     * link the release can come later and still confirm. confirm_wanted asks
+     * kv_node__reads_drive for a round even with no read waiting. transfer_ms: when a
+     * leadership transfer was last seen under way (a transfer's vote bypasses the followers'
+     * lease, so confirmations from around it prove nothing). */
+    struct {
+        uint64_t ctx, started_ms, term;
+    } confirm[16];
+    unsigned confirm_next;
+    uint64_t confirm_ms, confirm_term;           /* latest confirmed start */
+    uint64_t confirm_last_ms, confirm_last_term; /* latest start (confirmed or not) */
+    int confirm_wanted;
+    uint64_t transfer_ms;
     uint64_t reads_waiting, max_reads;
     remote_read *rreads; /* followers' read index requests pending in raft */
     uint64_t rreads_n;

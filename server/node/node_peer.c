@@ -164,9 +164,32 @@ static void round_done(kv_node *n, uint64_t ctx, raft_index index)
     n->round_ctx = 0;
 }
 
+/* Leader: remembers round ctx, started now, for the confirmation (kv_node_lease_live). */
+static void confirm_push(kv_node *n, uint64_t ctx, uint64_t now)
+{
+    unsigned k = n->confirm_next++ % (sizeof(n->confirm) / sizeof(n->confirm[0]));
+    n->confirm[k].ctx = ctx;
+    n->confirm[k].started_ms = now;
+    n->confirm[k].term = raft_current_term(&n->raft);
+    n->confirm_last_ms = now;
+    n->confirm_last_term = n->confirm[k].term;
+}
+
 void kv_node__reads_drive(kv_node *n)
 {
     uint64_t now = kv_node__now_ms();
+    if (n->confirm_wanted && n->role == RAFT_LEADER) {
+        /* its own round, beside the reads' one (which waits for the one in flight): on a slow
+         * link a request waits for one round trip after its arrival, not for two */
+        uint64_t ctx = ++n->next_ctx;
+        if (raft_read_index(&n->raft, ctx) == 0) {
+            n->confirm_wanted = 0;
+            confirm_push(n, ctx, now);
+            for (remote_read *rr = n->rreads; rr; rr = rr->next)
+                if (rr->our_ctx == 0)
+                    rr->our_ctx = ctx;
+        } /* else RAFT_EAGAIN (no entry of our term committed yet) or EBUSY: next turn */
+    }
     if (n->round_ctx && now - n->round_started_ms > n->election_ms) {
         move_all(&n->reads_round, &n->reads_new, 0); /* lost (leader change): ask again */
         n->round_ctx = 0;
@@ -184,6 +207,7 @@ void kv_node__reads_drive(kv_node *n)
         for (remote_read *rr = n->rreads; rr; rr = rr->next)
             if (rr->our_ctx == 0)
                 rr->our_ctx = ctx;
+        confirm_push(n, ctx, now);
         if (!n->reads_new)
             return; /* a round for followers only */
     } else if (n->leader && n->peers) {
@@ -199,9 +223,32 @@ void kv_node__reads_drive(kv_node *n)
     move_all(&n->reads_new, &n->reads_round, ctx);
 }
 
+/* Raft released our round ctx: a quorum acknowledged this leader after the round started
+ * (kv_node_lease_live). Batches waiting for that are served now, not a timer period later. */
+static void confirmed(kv_node *n, uint64_t ctx)
+{
+    uint64_t term = raft_current_term(&n->raft);
+    int newer = 0;
+    for (size_t k = 0; k < sizeof(n->confirm) / sizeof(n->confirm[0]); k++) {
+        if (n->confirm[k].ctx == 0 || n->confirm[k].ctx > ctx)
+            continue;
+        /* raft releases rounds in order: this one covers every earlier one */
+        if (n->role == RAFT_LEADER && n->confirm[k].term == term &&
+            (n->confirm_term != term || n->confirm[k].started_ms > n->confirm_ms)) {
+            n->confirm_ms = n->confirm[k].started_ms;
+            n->confirm_term = term;
+            newer = 1;
+        }
+        n->confirm[k].ctx = 0;
+    }
+    if (newer && n->applied_fn)
+        n->applied_fn(n->applied_arg, n->st.applied_index);
+}
+
 void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
+        confirmed(n, rs[i].ctx);
         round_done(n, rs[i].ctx, rs[i].index);
         remote_read **pp = &n->rreads;
         while (*pp) {
@@ -380,6 +427,10 @@ static int inbox_reserve(kv_node *n)
     if (snaps == NULL)
         return -ENOMEM;
     n->inbox_snap = snaps;
+    unsigned *ticks = realloc(n->inbox_tick, cap * sizeof(*ticks));
+    if (ticks == NULL)
+        return -ENOMEM;
+    n->inbox_tick = ticks;
     n->inbox_alloc = cap;
     return 0;
 }
@@ -410,6 +461,7 @@ static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
         goto drop;
     }
     n->inbox_snap[n->inbox_n] = snap_path;
+    n->inbox_tick[n->inbox_n] = n->ticks_due;
     n->inbox_n++;
     n->inbox_bytes += len; /* wire bytes: the decoded message holds about as much */
     if (n->inbox_bytes > n->inbox_peak_bytes)

@@ -576,10 +576,18 @@ static void start_exclusive(kv_node *n)
 
 /* ---- feeding raft ---- */
 
+/* Steps the messages received since the last feed, each after the ticks that were due before
+ * it arrived (a ready in flight holds both): a follower's check-quorum lease then runs from
+ * the step of its leader's heartbeat, which is what that heartbeat's acknowledgement tells the
+ * leader (kv_node_lease_live). Ticks applied in one burst after the messages would end the
+ * lease the moment it started. */
 static void step_inbox(kv_node *n)
 {
+    unsigned ticked = 0;
     for (size_t i = 0; i < n->inbox_n; i++) {
         kv_raft_msg_owned *m = &n->inbox[i];
+        for (; ticked < n->inbox_tick[i] && ticked < n->ticks_due; ticked++)
+            raft_tick(&n->raft);
         char *snap = n->inbox_snap[i];
         n->inbox_snap[i] = NULL;
         if (snap) {
@@ -606,6 +614,7 @@ static void step_inbox(kv_node *n)
         }
         n->stepped[n->stepped_n++] = *m;
     }
+    n->ticks_due -= ticked;
     n->inbox_n = 0;
     n->inbox_bytes = 0;
 }
@@ -830,6 +839,8 @@ static void feed(kv_node *n)
         raft_tick(&n->raft);
     }
     n->fed_ms = kv_node__now_ms(); /* raft saw everything that arrived: kv_node_lease_live */
+    if (raft_transferee(&n->raft) != RAFT_NONE)
+        n->transfer_ms = n->fed_ms;
     kv_node__maybe_publish(n);
     /* Every member watches its own disk, a follower too: one whose file system runs low
      * raises NOSPACE through the leader (the alarm is an entry; the leader then refuses
@@ -1055,8 +1066,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
 fail:
     free(n->inbox);
     free(n->inbox_snap);
+    free(n->inbox_tick);
     n->inbox = NULL;
     n->inbox_snap = NULL;
+    n->inbox_tick = NULL;
     kv_raftlog_close(n->log);
     n->log = NULL;
     free(n->snap_dir);
@@ -1087,6 +1100,7 @@ void kv_node__raft_stop(kv_node *n)
     free(n->stepped);
     free(n->inbox);
     free(n->inbox_snap);
+    free(n->inbox_tick);
     free(n->snap_pending);
     free(n->snap_dir);
     n->stepped = NULL;

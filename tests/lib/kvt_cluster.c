@@ -400,12 +400,28 @@ int kvt_member_partition(kvt_cluster *c, int i, int on)
     if (m->partitioned == on)
         return 0;
     if (c->o.target == KVT_TARGET_KVD) {
-        /* --enable-failpoints: SIGUSR2 toggles peer isolation. */
+        /* --enable-failpoints: SIGUSR2 toggles peer isolation. The member's loop takes the
+         * signal later: wait until it logged the new state, so that what the caller does
+         * next happens with it in effect (bounded: 5 s). */
         int r = kvt_proc_signal(&m->proc, SIGUSR2);
         if (r)
             return r;
         m->partitioned = on;
-        return 0;
+        const char *want = on ? "failpoint: peers isolated" : "failpoint: peers reachable";
+        for (uint64_t t0 = kvt_now_ms(); kvt_now_ms() - t0 < 5000; kvt_sleep_ms(2)) {
+            char *log = NULL;
+            if (kvt_member_log(c, i, 65536, &log) != 0)
+                continue;
+            const char *last = NULL;
+            for (const char *p = strstr(log, "failpoint: peers "); p;
+                 p = strstr(p + 1, "failpoint: peers "))
+                last = p;
+            int done = last && strncmp(last, want, strlen(want)) == 0;
+            free(log);
+            if (done)
+                return 0;
+        }
+        return -ETIMEDOUT;
     }
     if (!m->id) {
         kvt_status st;

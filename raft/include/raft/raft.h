@@ -431,6 +431,10 @@ raft_index raft_commit_index(const struct raft *r);
 raft_index raft_applied_index(const struct raft *r);
 raft_index raft_last_index(const struct raft *r);
 const struct raft_conf *raft_configuration(const struct raft *r);
+/* Leader only: the member a leadership transfer is under way to, or RAFT_NONE. While it is
+ * set, followers may vote for that member inside their check-quorum lease (the vote carries
+ * `transfer`), so a heartbeat quorum no longer proves that this leader is the only one. */
+raft_id raft_transferee(const struct raft *r);
 /* Leader only: match index of peer id, or 0. */
 raft_index raft_peer_match(const struct raft *r, raft_id id);
 const char *raft_role_name(int role);
