@@ -575,12 +575,16 @@ Test(raft_transfer, blocks_proposals_then_times_out)
     raft_id t = other(l, 0, 3);
     sim_cut(s, l, t);
     commit_some(s, l, 1); /* t now lags */
+    cr_assert_eq(raft_transferee(R(s, l)), RAFT_NONE);
     cr_assert_eq(raft_transfer_leader(R(s, l), t), 0);
     cr_assert_eq(sim_process(s, l), 0);
+    cr_assert_eq(raft_transferee(R(s, l)), t, "the leader reports the transfer under way");
+    cr_assert_eq(raft_transferee(R(s, t)), RAFT_NONE, "only a leader has a transferee");
     cr_assert_eq(raft_propose(R(s, l), "x", 1, NULL), RAFT_ETRANSFER);
     cr_assert_eq(raft_transfer_leader(R(s, l), 99), RAFT_EINVAL);
     ticks(s, 25);
     cr_assert_eq(sim_leader(s), l);
+    cr_assert_eq(raft_transferee(R(s, l)), RAFT_NONE, "cleared when the transfer timed out");
     cr_assert_eq(raft_propose(R(s, l), "x", 1, NULL), 0, "transfer must time out");
     cr_assert_eq(sim_process(s, l), 0);
     done(s);
