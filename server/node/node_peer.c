@@ -43,7 +43,13 @@ void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count)
         size_t len = 0;
         if (kv_raft_msg_encode(&m[i], &buf, &len) != 0)
             continue; /* out of memory: raft retransmits */
-        int rc = kv_peer_net_send(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len);
+        /* Heartbeats and their answers go ahead of appends (the peer's priority queue, as
+         * etcd's separate message stream): leadership is confirmed by them
+         * (kv_node_lease_live), and a write flood must not delay that by its queue. Raft
+         * allows the reordering: a heartbeat's commit is capped at the follower's match. */
+        int hb = m[i].type == RAFT_MSG_HEARTBEAT || m[i].type == RAFT_MSG_HEARTBEAT_RESP;
+        int rc = hb ? kv_peer_net_send_prio(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len)
+                    : kv_peer_net_send(n->peers, m[i].to, KV_PEER_T_RAFT, buf, len);
         free(buf);
         if (rc == -EAGAIN || rc == -ENOTCONN)
             n->unreachable[n->n_unreachable < 16 ? n->n_unreachable++ : 15] = m[i].to;

@@ -5,8 +5,10 @@
  * While on, every frame sent with kv_peer_net_send is held D (+-J uniformly) ms before it is
  * queued for the wire, and every received frame is held D (+-J) ms before it reaches the
  * handler's on_message. Order per peer and direction is kept (a frame is never released before
- * the one queued ahead of it). Priority frames (kv_peer_net_send_prio: lease renewals),
- * transport control frames and snapshot streams bypass the delay.
+ * the one queued ahead of it). Priority frames of types KV_PEER_DELAY_BYPASS_MIN and up
+ * (kv_peer_net_send_prio: lease renewals), transport control frames and snapshot streams
+ * bypass the delay; the node's raft heartbeats, sent on the priority queue, do not (held,
+ * they are released onto the ordinary queue).
  * Bounds: a peer's delayed outgoing bytes count against its send queue bound (max_queue_bytes:
  * past it the frame is dropped, -EAGAIN, kvd_peer_frames_dropped_total); delayed incoming bytes
  * are bounded by max_queue_bytes per peer as well (past it: dropped, counted). Metrics:
@@ -22,6 +24,9 @@
 #include <stdint.h>
 
 #include "peer/peer_net.h"
+
+/* Priority frames of these types (the node's users: lease forwarding) are never delayed. */
+#define KV_PEER_DELAY_BYPASS_MIN 16u
 
 /* Parses "D" or "D,J" (milliseconds, D in 1..600000, J in 0..D). 0 or -EINVAL. */
 int kv_peer_delay_parse(const char *s, uint32_t *delay_ms, uint32_t *jitter_ms);

@@ -4,8 +4,8 @@
  *
  * Each peer has two send queues feeding its one message stream: the ordinary queue (raft
  * messages, forwarded proposals; bounded by max_queue_bytes) and a small priority queue
- * (forwarded lease renewals / TimeToLive and their answers; bounded by max_prio_queue_bytes,
- * --peer-max-priority-queue-bytes). At every frame boundary the stream takes the priority
+ * (forwarded lease renewals / TimeToLive and their answers, raft heartbeats and their
+ * answers; bounded by max_prio_queue_bytes, --peer-max-priority-queue-bytes). At every frame boundary the stream takes the priority
  * queue first, so a renewal never waits behind megabytes of appends, and is never dropped
  * because appends filled the ordinary queue. A frame already partly written is finished first
  * (frames are not interleaved on the wire). Frames of one queue arrive in order; a priority
@@ -19,6 +19,7 @@
  * (frames taken from it), kvd_peer_priority_frames_dropped_total (queue full).
  * Loop thread only. Frames are owned by the queue until written or dropped.
  */
+#include "peer/peer_delay.h"
 #include "peer/peer_internal.h"
 
 #include <errno.h>
@@ -31,6 +32,10 @@ int kv_peer_net_send_prio(kv_peer_net *n, uint64_t to, uint32_t type, const uint
     kv_peer *p = NULL;
     int rc = kv_peer_send_check(n, to, type, buf, len, n ? n->cfg.max_prio_queue_bytes : 0, &p);
     if (rc < 0)
+        return rc;
+    /* the delay failpoint holds the node's own frames (raft heartbeats) like every raft
+     * frame; lease frames bypass it (peer_delay.h) */
+    if (type < KV_PEER_DELAY_BYPASS_MIN && kv_peer_delay_tx(p, type, buf, len, &rc))
         return rc;
     rc = kv_peer_send_gate(p);
     if (rc != 0)
