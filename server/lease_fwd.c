@@ -586,6 +586,8 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
     held_frame *h = NULL;
     if (f->n_held < f->max_pending)
         h = malloc(sizeof(*h) + (len ? len : 1));
+    if (h != NULL)
+        kv_lease_fwd_serve_early(f->s, buf, len);
     if (h == NULL) {
         kv_metric_inc(f->m_held_refused);
         serve_frame(f, from, buf, len, now, 1);

@@ -126,6 +126,12 @@ int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
  * index. Returns the number of requests answered or a negative errno. */
 int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len,
                        uint64_t arrived_ms, int refuse);
+/* Leader, primary lessor: moves the deadlines of the renewals in a LeaseRenewBatch that must
+ * wait for its answer (the applied index, the leadership confirmation). The answer still
+ * waits: only what it reports must be linearizable, and a renewal that waits must not let
+ * its lease expire meanwhile (a deposed leader's heap counts for nothing; a lease revoked
+ * meanwhile is gone when the revoke applies). */
+void kv_lease_fwd_serve_early(kv_server *s, const uint8_t *buf, size_t len);
 
 /* kvd_lease_renewal_duration_seconds{path=...} (docs/metrics.md "Leases"): one LeaseKeepAlive
  * renewal from its receipt to its answer on this member. path is "local" (answered from this

@@ -85,3 +85,17 @@ out:
     kvdraftpb__lease_renew_batch__free_unpacked(m, NULL);
     return rc;
 }
+
+void kv_lease_fwd_serve_early(kv_server *s, const uint8_t *buf, size_t len)
+{
+    if (!kv_lessor_is_primary(s->lessor))
+        return;
+    Kvdraftpb__LeaseRenewBatch *m = kvdraftpb__lease_renew_batch__unpack(NULL, len, buf);
+    if (m == NULL)
+        return; /* answered EBADMSG when served */
+    for (size_t i = 0; i < m->n_ids; i++) {
+        int64_t ttl = 0;
+        (void)kv_lessor_renew(s->lessor, m->ids[i], &ttl);
+    }
+    kvdraftpb__lease_renew_batch__free_unpacked(m, NULL);
+}

@@ -15,6 +15,8 @@
  */
 #include "internal.h"
 
+#include <limits.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -416,6 +418,15 @@ int raft_compact(struct raft *r, raft_index index, struct raft_snapshot_meta *me
 raft_id raft_leader(const struct raft *r)
 {
     return r->lead;
+}
+
+unsigned raft_ticks_to_election(const struct raft *r)
+{
+    if (r->role == RAFT_LEADER)
+        return UINT_MAX;
+    if (r->election_elapsed + 1 >= r->randomized_timeout)
+        return 0;
+    return r->randomized_timeout - r->election_elapsed - 1;
 }
 
 raft_id raft_transferee(const struct raft *r)

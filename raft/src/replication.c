@@ -203,7 +203,10 @@ int raft__handle_append(struct raft *r, const struct raft_msg *m)
 int raft__handle_heartbeat(struct raft *r, const struct raft_msg *m)
 {
     raft__log_commit_to(r, m->commit);
-    struct raft_msg *o = raft__msg(r, RAFT_MSG_HEARTBEAT_RESP, m->from, true);
+    /* Not held for the persist (rd.msgs, as etcd-io/raft): the answer claims nothing about
+     * this node's log, only that it follows the sender in this term, and the leader's
+     * ReadIndex confirmation must not wait for a follower's fsync of unrelated entries. */
+    struct raft_msg *o = raft__msg(r, RAFT_MSG_HEARTBEAT_RESP, m->from, false);
     if (!o)
         return RAFT_ENOMEM;
     o->ctx = m->ctx;

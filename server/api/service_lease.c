@@ -160,6 +160,10 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (kv_lease_fwd_current(s->lease_fwd, s->lessor, 0))
         rc = kv_lessor_renew(s->lessor, id, &ttl);
     if (rc == -EAGAIN && s->lease_fwd != NULL) {
+        /* A leader that must wait for the answer moves the deadline now
+         * (kv_lease_fwd_serve_early: a renewal that waits must not let its lease expire). */
+        if (kv_lessor_is_primary(s->lessor))
+            (void)kv_lessor_renew(s->lessor, id, &ttl);
         /* A follower: the leader renews; this loop turn's renewals travel as one frame. A
          * leader that has not applied its commit index yet (a revoke acknowledged elsewhere
          * may not be in its lessor), or whose lessor does not serve yet (it has not applied

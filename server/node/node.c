@@ -159,6 +159,11 @@ static void register_etcd_metrics(kv_node *n, kv_metrics *metrics)
         metrics, "etcd_server_heartbeat_send_failures_total",
         "The total number of leader heartbeat send failures (likely overloaded from slow disk).",
         NULL);
+    n->m_early_hb_acks = kv_metrics_counter(
+        metrics, "kvd_raft_heartbeats_answered_early_total",
+        "Leader heartbeats this follower answered while its own ready was being persisted "
+        "(node_peer.c early_heartbeat_ack).",
+        NULL);
     kv_metrics_counter_fn(metrics, "etcd_server_slow_apply_total",
                           "The total number of slow apply requests (likely overloaded from slow "
                           "disk).",

@@ -417,6 +417,46 @@ static void inbox_drop(kv_node *n, int bytes, size_t len)
     n->inbox_logged_drops = n->inbox_dropped;
 }
 
+/* A follower whose ready is in flight steps nothing until it completes (raft.h: nothing
+ * between raft_ready and raft_advance), so its answer to the leader's heartbeat, which
+ * confirms the leader's read-index rounds and lease answers (node.h kv_node_lease_live),
+ * would wait for this member's fsync of unrelated entries. It is sent now when raft's answer
+ * is already certain and the follower's promise already holds: the heartbeat (the inbox's
+ * newest message) is from the leader raft follows, in raft's current term, every message
+ * ahead of it is from that leader in that term, and the ticks that will be taken before it is
+ * stepped do not reach an election (raft_ticks_to_election). When it is stepped,
+ * election_elapsed restarts, after those ticks only (step_inbox), so this member votes for
+ * no one for an election timeout less a tick after the heartbeat arrived. Raft answers again
+ * when it steps it; the leader takes the duplicate as a no-op. */
+static void early_heartbeat_ack(kv_node *n)
+{
+    const struct raft_msg *h = &n->inbox[n->inbox_n - 1].msg;
+    if (n->inflight == NULL || h->type != RAFT_MSG_HEARTBEAT || n->peers == NULL)
+        return;
+    raft_term term = raft_current_term(&n->raft);
+    raft_id lead = raft_leader(&n->raft);
+    if (raft_role(&n->raft) != RAFT_FOLLOWER || lead == RAFT_NONE || h->from != lead ||
+        h->term != term || n->ticks_due > raft_ticks_to_election(&n->raft))
+        return;
+    for (size_t i = 0; i + 1 < n->inbox_n; i++)
+        if (n->inbox[i].msg.from != lead || n->inbox[i].msg.term != term)
+            return;
+    struct raft_msg a;
+    memset(&a, 0, sizeof(a));
+    a.type = RAFT_MSG_HEARTBEAT_RESP;
+    a.from = n->self;
+    a.to = lead;
+    a.term = term;
+    a.ctx = h->ctx;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (kv_raft_msg_encode(&a, &buf, &len) != 0)
+        return; /* raft answers when it steps it */
+    if (kv_peer_net_send_prio(n->peers, lead, KV_PEER_T_RAFT, buf, len) == 0)
+        kv_metric_inc(n->m_early_hb_acks);
+    free(buf);
+}
+
 /* Makes room for one more message (slots grow by doubling up to inbox_cap). */
 static int inbox_reserve(kv_node *n)
 {
@@ -469,6 +509,7 @@ static void on_raft(kv_node *n, const uint8_t *buf, size_t len, char *snap_path)
     n->inbox_snap[n->inbox_n] = snap_path;
     n->inbox_tick[n->inbox_n] = n->ticks_due;
     n->inbox_n++;
+    early_heartbeat_ack(n);
     n->inbox_bytes += len; /* wire bytes: the decoded message holds about as much */
     if (n->inbox_bytes > n->inbox_peak_bytes)
         n->inbox_peak_bytes = n->inbox_bytes;

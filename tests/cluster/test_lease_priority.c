@@ -402,6 +402,9 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
         "kvd_lease_fwd_timeouts_total", "kvd_lease_fwd_shed_total",
         "kvd_lease_fwd_served_total",   "kvd_lease_fwd_held_refused_total",
         "kvd_lease_fwd_pending",        "kvd_lease_fwd_held"};
+    for (int m = 0; m < 3; m++)
+        fprintf(stderr, "  %s: heartbeats answered while its ready was in flight: %.0f\n",
+                g_c.m[m].name, metric_sum(m, "kvd_raft_heartbeats_answered_early_total"));
     for (int m = 0; m < 3; m++) {
         fprintf(stderr, "  %s forwarder:", g_c.m[m].name);
         for (size_t k = 0; k < sizeof(fwd) / sizeof(fwd[0]); k++)

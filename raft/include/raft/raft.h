@@ -435,6 +435,9 @@ const struct raft_conf *raft_configuration(const struct raft *r);
  * set, followers may vote for that member inside their check-quorum lease (the vote carries
  * `transfer`), so a heartbeat quorum no longer proves that this leader is the only one. */
 raft_id raft_transferee(const struct raft *r);
+/* Not a leader: ticks that raft_tick() can take before it starts an election (0: the next
+ * one does). A leader: UINT_MAX. */
+unsigned raft_ticks_to_election(const struct raft *r);
 /* Leader only: match index of peer id, or 0. */
 raft_index raft_peer_match(const struct raft *r, raft_id id);
 const char *raft_role_name(int role);
