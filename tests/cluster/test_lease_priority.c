@@ -426,8 +426,8 @@ Test(cluster_lease_priority, renewals_ahead_of_bulk_writes, .fini = fini, .timeo
     double expired1 = metric(l, "kvd_lease_expired_total");
     double served = metric_sum(l, "kvd_peer_priority_frames_sent_total");
     fprintf(stderr,
-            "  leader: %.0f leases expired during the run; %.0f lease frames sent from its "
-            "priority queues\n",
+            "  leader: %.0f leases expired during the run; %.0f frames (lease answers, "
+            "heartbeats) sent from its priority queues\n",
             expired1 - expired0, served);
 
     kv_it_grpc_close(lg);
