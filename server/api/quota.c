@@ -48,7 +48,15 @@ int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
     }
     int64_t quota = (int64_t)kv_store_quota(s->store);
     int full = (alarms & (1u << KV_ALARM_NOSPACE)) && field != KV_IREQ_TXN;
-    if (!full && kv_store_db_size(s->store) + cost < quota)
+    /* The file's size first (O(1)); only past the quota count what the state itself holds:
+     * not the pages LMDB has freed and will reuse, nor the raft log's (bounded on its own by
+     * --max-raft-log-bytes; docs/ARCHITECTURE.md, "Alarms, quota and defragment"). */
+    int64_t file = kv_store_db_size(s->store);
+    int64_t file_max = quota + (int64_t)(kv_store_map_size((size_t)quota) - (size_t)quota) / 4;
+    if (!full && (file + cost < quota ||
+                  /* and the file within a quarter of the map's headroom above the quota: the
+                   * rest stays free for alarms and pages readers still pin */
+                  (file + cost < file_max && kv_node_state_bytes_in_use(s->node) + cost < quota)))
         return 0;
     if (!(alarms & (1u << KV_ALARM_NOSPACE)))
         kv_store_request_alarm(s->store, KV_ALARM_NOSPACE); /* proposed by the node */

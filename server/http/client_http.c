@@ -4,6 +4,7 @@
 
 #include "grpc/grpc_http1.h"
 #include "http/gateway.h"
+#include "http/http_server.h"
 #include "http/json_pb.h"
 
 #include <ctype.h>
@@ -112,10 +113,12 @@ static void http_end(hconn *hc, int status)
     kv_metric_observe(h->m_success[i], (double)(uv_hrtime() - hc->t0_ns) / 1e9);
 }
 
-static void write_head(hconn *hc, int status, const char *ctype, long long len, int chunked)
+/* extra: more header lines ("Name: v\r\n"...) or NULL. */
+static void write_head_x(hconn *hc, int status, const char *ctype, long long len, int chunked,
+                         const char *extra)
 {
     http_end(hc, status);
-    char head[512];
+    char head[1024]; /* the fixed lines, at most one 256-byte extra line */
     /* etcd's client port wraps every HTTP handler in its CORS handler */
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\n"
@@ -130,16 +133,24 @@ static void write_head(hconn *hc, int status, const char *ctype, long long len, 
                       "Transfer-Encoding: chunked\r\n");
     else
         n += snprintf(head + n, sizeof(head) - (size_t)n, "Content-Length: %lld\r\n", len);
+    if (extra)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "%s", extra);
     if (!hc->keep_alive)
         n += snprintf(head + n, sizeof(head) - (size_t)n, "Connection: close\r\n");
     n += snprintf(head + n, sizeof(head) - (size_t)n, "\r\n");
-    kv_grpc_http1_write(hc->c, head, (size_t)n);
+    kv_grpc_http1_write(hc->c, head, (size_t)n < sizeof(head) ? (size_t)n : sizeof(head) - 1);
+}
+
+static void write_head(hconn *hc, int status, const char *ctype, long long len, int chunked)
+{
+    write_head_x(hc, status, ctype, len, chunked, NULL);
 }
 
 /* A complete response; ends the request. */
-static void respond(hconn *hc, int status, const char *ctype, const char *body, size_t len)
+static void respond_x(hconn *hc, int status, const char *ctype, const char *extra, const char *body,
+                      size_t len)
 {
-    write_head(hc, status, ctype, (long long)len, 0);
+    write_head_x(hc, status, ctype, (long long)len, 0, extra);
     if (len && !hc->head_method)
         kv_grpc_http1_write(hc->c, body, len);
     hc->state = ST_IDLE;
@@ -147,6 +158,11 @@ static void respond(hconn *hc, int status, const char *ctype, const char *body, 
         hc->closing = 1;
         kv_grpc_http1_end(hc->c);
     }
+}
+
+static void respond(hconn *hc, int status, const char *ctype, const char *body, size_t len)
+{
+    respond_x(hc, status, ctype, NULL, body, len);
 }
 
 static void respond_text(hconn *hc, int status, const char *text)
@@ -170,16 +186,10 @@ static void respond_health(hconn *hc, int ok, const char *reason)
         respond(hc, 200, HEALTH_CTYPE, body, sizeof(body) - 1);
         return;
     }
-    kv_jbuf b = {0};
-    kv_jbuf_puts(&b, "{\"health\":\"false\",\"reason\":");
-    const char *r = reason ? reason : "";
-    kv_jbuf_str(&b, r, strnlen(r, 256));
-    kv_jbuf_puts(&b, "}");
-    if (b.oom)
-        respond(hc, 503, HEALTH_CTYPE, "{\"health\":\"false\"}", 18);
-    else
-        respond(hc, 503, HEALTH_CTYPE, b.p, b.len);
-    kv_jbuf_free(&b);
+    static const char body[] = "{\"health\":\"false\"}"; /* etcd 3.4's body */
+    char line[256];
+    kv_http_health_reason_line(line, sizeof(line), reason);
+    respond_x(hc, 503, HEALTH_CTYPE, line, body, sizeof(body) - 1);
 }
 
 /* grpc-gateway v1's error body (runtime.DefaultHTTPError). */

@@ -197,18 +197,43 @@ static const char *reason_phrase(int code)
     }
 }
 
-/* Takes ownership of nothing: body is copied. */
-static void respond(http_conn *c, int code, const char *ctype, const char *body, size_t blen)
+size_t kv_http_health_reason_line(char *dst, size_t cap, const char *reason)
+{
+    if (cap == 0)
+        return 0;
+    int n = snprintf(dst, cap, "%s: ", KV_HTTP_HEALTH_REASON_HEADER);
+    size_t o = n < 0 ? 0 : (size_t)n;
+    const char *r = reason ? reason : "";
+    for (size_t i = 0; r[i] && i < 200 && o + 3 < cap; i++) {
+        unsigned char ch = (unsigned char)r[i];
+        dst[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    if (o + 3 <= cap) {
+        dst[o++] = '\r';
+        dst[o++] = '\n';
+    }
+    dst[o < cap ? o : cap - 1] = '\0';
+    return o < cap ? o : cap - 1;
+}
+
+/* Takes ownership of nothing: body is copied. extra: more header lines ("Name: v\r\n"...)
+ * or NULL. */
+static void respond_hdr(http_conn *c, int code, const char *ctype, const char *extra,
+                        const char *body, size_t blen)
 {
     if (c->state == ST_CLOSING || c->state == ST_WRITE)
         return;
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
-    char head[256];
+    char head[512];
     int hl = snprintf(head, sizeof(head),
                       "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                      "Connection: close\r\n\r\n",
-                      code, reason_phrase(code), ctype, blen);
+                      "%sConnection: close\r\n\r\n",
+                      code, reason_phrase(code), ctype, blen, extra ? extra : "");
+    if (hl < 0 || (size_t)hl >= sizeof(head)) {
+        conn_close(c);
+        return;
+    }
     c->resp = malloc((size_t)hl + blen);
     if (!c->resp) {
         conn_close(c);
@@ -224,6 +249,11 @@ static void respond(http_conn *c, int code, const char *ctype, const char *body,
         conn_close(c);
 }
 
+static void respond(http_conn *c, int code, const char *ctype, const char *body, size_t blen)
+{
+    respond_hdr(c, code, ctype, NULL, body, blen);
+}
+
 static void respond_text(http_conn *c, int code, const char *text)
 {
     respond(c, code, "text/plain; charset=utf-8", text, strlen(text));
@@ -236,23 +266,10 @@ static void respond_health(http_conn *c, int ok, const char *reason)
         respond(c, 200, "application/json", body, sizeof(body) - 1);
         return;
     }
-    /* JSON-escape the reason (bounded to 256 input bytes). */
-    char body[256 * 6 + 64];
-    size_t o = (size_t)snprintf(body, sizeof(body), "{\"health\":\"false\",\"reason\":\"");
-    const char *r = reason ? reason : "";
-    for (size_t i = 0; r[i] && i < 256; i++) {
-        unsigned char ch = (unsigned char)r[i];
-        if (ch == '"' || ch == '\\') {
-            body[o++] = '\\';
-            body[o++] = (char)ch;
-        } else if (ch < 0x20) {
-            o += (size_t)snprintf(body + o, sizeof(body) - o, "\\u%04x", ch);
-        } else {
-            body[o++] = (char)ch;
-        }
-    }
-    o += (size_t)snprintf(body + o, sizeof(body) - o, "\"}");
-    respond(c, 503, "application/json", body, o);
+    static const char body[] = "{\"health\":\"false\"}";
+    char line[256];
+    kv_http_health_reason_line(line, sizeof(line), reason);
+    respond_hdr(c, 503, "application/json", line, body, sizeof(body) - 1);
 }
 
 static void health_done(void *ctx, int ok, const char *reason)

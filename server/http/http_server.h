@@ -48,6 +48,14 @@ typedef struct kv_http_config {
 
 void kv_http_config_default(kv_http_config *cfg);
 
+/* /health's answers are etcd 3.4's bodies, {"health":"true"} and {"health":"false"}; the
+ * reason of a failing check travels in this response header instead (etcd 3.4 logs it). */
+#define KV_HTTP_HEALTH_REASON_HEADER "X-Kvd-Health-Reason"
+/* Writes "X-Kvd-Health-Reason: <reason>\r\n" into dst (cap bytes, NUL-terminated), the
+ * reason cut to 200 bytes and every byte outside printable ASCII replaced by '?'. Returns
+ * the length written. */
+size_t kv_http_health_reason_line(char *dst, size_t cap, const char *reason);
+
 /* Creates the server. cfg NULL = defaults (zero fields take defaults). metrics may be NULL
  * (then /metrics serves an empty body); it is borrowed and must outlive the server. health may
  * be NULL (then /health always reports healthy). *out is freed by kv_http_server_close().

@@ -77,6 +77,59 @@ int64_t kv_store_db_size(kv_store *s)
     return ((int64_t)info.me_last_pgno + 1) * (int64_t)st.ms_psize;
 }
 
+int kv_store__free_pages(MDB_txn *txn, int64_t *out)
+{
+    MDB_cursor *c;
+    int rc = kv_mdb_err(mdb_cursor_open(txn, 0, &c));
+    if (rc)
+        return rc;
+    int64_t n = 0;
+    MDB_val k, v;
+    int r = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    for (; r == 0; r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        if (v.mv_size >= sizeof(size_t)) {
+            size_t cnt;
+            memcpy(&cnt, v.mv_data, sizeof cnt);
+            n += (int64_t)cnt;
+        }
+    }
+    mdb_cursor_close(c);
+    if (r != MDB_NOTFOUND)
+        return kv_mdb_err(r);
+    *out = n;
+    return 0;
+}
+
+int64_t kv_store_db_size_in_use(kv_store *s)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    MDB_txn *txn = NULL;
+    int64_t in_use = -1, freep = 0;
+    pthread_rwlock_rdlock(&s->swap);
+    pthread_mutex_lock(&s->size_mu);
+    if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st))
+        goto out;
+    if (s->size_txnid == (uint64_t)info.me_last_txnid && s->size_txnid) {
+        in_use = s->size_in_use; /* nothing committed since: the same pages */
+        goto out;
+    }
+    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+        goto out;
+    /* the read txn's own view: its snapshot's last page and free list */
+    if (mdb_env_info(s->env, &info) || kv_store__free_pages(txn, &freep))
+        goto out;
+    in_use = ((int64_t)info.me_last_pgno + 1 - freep) * (int64_t)st.ms_psize;
+    s->size_txnid = (uint64_t)mdb_txn_id(txn);
+    s->size_in_use = in_use;
+out:
+    if (txn)
+        mdb_txn_abort(txn);
+    pthread_mutex_unlock(&s->size_mu);
+    pthread_rwlock_unlock(&s->swap);
+    return in_use >= 0 ? in_use : kv_store_db_size(s);
+}
+
 size_t kv_store_quota(kv_store *s)
 {
     return s->cfg.quota_bytes;
@@ -226,6 +279,7 @@ int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st)
                 file, (unsigned long long)m.applied, (unsigned long long)s->committed.applied);
         abort();
     }
+    s->size_txnid = 0;                 /* a new environment: kv_store_db_size_in_use recounts */
     kv_mdb_map_learn(s->env, &s->map); /* the new mapping, for record size checks */
     atomic_store(&s->alarms, alarms);
     pthread_rwlock_unlock(&s->swap);

@@ -235,6 +235,7 @@ int kv_store_install_swap(kv_store *s)
                 file, strerror(rc < 0 ? -rc : rc));
         abort();
     }
+    s->size_txnid = 0; /* a new environment: kv_store_db_size_in_use recounts */
     s->committed = m;
     s->maxkey = (size_t)mdb_env_get_maxkeysize(s->env);
     if (s->maxkey > 511)

@@ -109,6 +109,11 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         free(s);
         return -rc;
     }
+    if ((rc = pthread_mutex_init(&s->size_mu, NULL))) {
+        pthread_rwlock_destroy(&s->swap);
+        free(s);
+        return -rc;
+    }
     if ((rc = kv_store_env_open(s, cfg->dir)))
         goto fail;
     if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
@@ -166,6 +171,7 @@ fail:
         mdb_txn_abort(txn);
     if (s->env)
         mdb_env_close(s->env);
+    pthread_mutex_destroy(&s->size_mu);
     pthread_rwlock_destroy(&s->swap);
     free(s);
     return rc;
@@ -179,6 +185,7 @@ void kv_store_close(kv_store *s)
         kv_store_batch_abort(s, &s->batch);
     if (s->env)
         mdb_env_close(s->env);
+    pthread_mutex_destroy(&s->size_mu);
     pthread_rwlock_destroy(&s->swap);
     free(s);
 }
@@ -399,26 +406,9 @@ int kv_store_get_status(kv_store *s, kv_store_status *st)
         (rc = kv_mdb_err(mdb_env_stat(s->env, &est))))
         goto out;
     int64_t pages = (int64_t)info.me_last_pgno + 1;
-    /* Free pages: LMDB's free DB (dbi 0) holds lists of page numbers, count first. */
     int64_t freep = 0;
-    MDB_cursor *c;
-    if ((rc = kv_mdb_err(mdb_cursor_open(txn, 0, &c))))
+    if ((rc = kv_store__free_pages(txn, &freep)))
         goto out;
-    MDB_val k, v;
-    int r2 = mdb_cursor_get(c, &k, &v, MDB_FIRST);
-    while (r2 == 0) {
-        if (v.mv_size >= sizeof(size_t)) {
-            size_t n;
-            memcpy(&n, v.mv_data, sizeof n);
-            freep += (int64_t)n;
-        }
-        r2 = mdb_cursor_get(c, &k, &v, MDB_NEXT);
-    }
-    mdb_cursor_close(c);
-    if (r2 != MDB_NOTFOUND) {
-        rc = kv_mdb_err(r2);
-        goto out;
-    }
     st->db_size = pages * (int64_t)est.ms_psize;
     st->db_size_in_use = (pages - freep) * (int64_t)est.ms_psize;
 out:

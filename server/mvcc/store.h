@@ -354,6 +354,11 @@ void kv_store_request_alarm(kv_store *s, int type);
 /* Backend size as etcd's backend.Size(): (last page + 1) * page size of the committed data
  * file. O(1), any thread. */
 int64_t kv_store_db_size(kv_store *s);
+/* The part of it in use: (last page + 1 - pages on LMDB's free list) * page size, as
+ * etcd_mvcc_db_total_size_in_use_in_bytes. Cached per committed transaction (a call after no
+ * new commit costs no scan; otherwise one read txn that walks the free list's records). Falls
+ * back to kv_store_db_size on an LMDB error. Any thread. */
+int64_t kv_store_db_size_in_use(kv_store *s);
 size_t kv_store_quota(kv_store *s);
 /* LMDB map size for a quota: quota + headroom (see above). */
 size_t kv_store_map_size(size_t quota);

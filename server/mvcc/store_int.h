@@ -58,13 +58,21 @@ struct kv_store {
     _Atomic unsigned sticky;   /* corruption seen by this process (refuse until disarmed) */
     _Atomic unsigned to_raise; /* alarms detected, not yet proposed (kv_store_take_alarms) */
     pthread_rwlock_t swap;     /* readers of the env vs the defragment swap */
-    bool deterministic;        /* kv_store_set_deterministic: no file-size dependent results */
+    /* kv_store_db_size_in_use's cache: the value for the committed txn id size_txnid */
+    pthread_mutex_t size_mu;
+    uint64_t size_txnid;
+    int64_t size_in_use;
+    bool deterministic; /* kv_store_set_deterministic: no file-size dependent results */
     /* membership (members.c) */
     MDB_dbi members, members_removed;
     /* keys longer than KV_SHORT_KEY_MAX (longkey.c, format 2) */
     MDB_dbi lkidx, lkey, lease_lkeys;
     MDB_dbi auth; /* users, roles, auth flag and revision (auth_store.c) */
 };
+
+/* Pages on LMDB's free list as txn sees it (the free DB, dbi 0: each record is a list of page
+ * numbers, its count first). 0 or a negative errno. */
+int kv_store__free_pages(MDB_txn *txn, int64_t *out);
 
 /* One index entry (kidx dup). */
 typedef struct kv_ent {

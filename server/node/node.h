@@ -81,6 +81,11 @@ typedef struct kv_node_stats {
  * "etcdserver: too many requests": the log compacts early, retry; counted in
  * kvd_raft_log_refused_total). Loop thread. */
 int kv_node_log_admit(kv_node *n, size_t len);
+/* The state's share of the data file's pages in use: kv_store_db_size_in_use less the raft
+ * log's pages at the last commit. It is what --quota-backend-bytes bounds (api/quota.c): etcd's
+ * backend holds no raft log, and kvd's log is bounded by --max-raft-log-bytes instead. Loop
+ * thread. */
+int64_t kv_node_state_bytes_in_use(kv_node *n);
 
 /* store and metrics (may be NULL) are borrowed and must outlive the node. hdr is copied. */
 int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,

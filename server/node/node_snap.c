@@ -93,6 +93,13 @@ int kv_node_log_admit(kv_node *n, size_t len)
     return -EBUSY;
 }
 
+int64_t kv_node_state_bytes_in_use(kv_node *n)
+{
+    int64_t used = kv_store_db_size_in_use(n->store);
+    int64_t log = n->log_bytes > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n->log_bytes;
+    return used > log ? used - log : 0;
+}
+
 void kv_node__maybe_compact_log(kv_node *n)
 {
     if (n->compact_log)
