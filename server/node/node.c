@@ -201,6 +201,11 @@ static void bury(kv_node *n, kv_node_req *r)
     n->grave = r;
 }
 
+void kv_node__fail_err(kv_node *n, kv_node_req *r, kv_etcd_err e)
+{
+    kv_node__fail_req(n, r, kv_etcd_err_code(e), kv_etcd_err_msg(e));
+}
+
 void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
 {
     switch (r->kind) {
@@ -379,8 +384,7 @@ static void on_tick(uv_timer_t *h)
             n->health_q = NULL;
         else
             n->pending--;
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE,
-                          n->leader ? "etcdserver: request timed out" : "etcdserver: no leader");
+        kv_node__fail_err(n, r, n->leader ? KV_ERR_TIMEOUT : KV_ERR_NO_LEADER);
     }
     while (n->wait_head && n->wait_head->deadline_ms <= now) {
         kv_node_req *r = n->wait_head;
@@ -388,7 +392,7 @@ static void on_tick(uv_timer_t *h)
         if (n->wait_head == NULL)
             n->wait_tail = NULL;
         kv_node__unwait(n, r);
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
+        kv_node__fail_err(n, r, KV_ERR_TIMEOUT);
     }
     kv_node__reads_expire(n, now);
     kv_node__maybe_publish(n);
@@ -614,19 +618,19 @@ void kv_node_close(kv_node *n)
     while (n->head) {
         kv_node_req *r = n->head;
         n->head = r->next;
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_err(n, r, KV_ERR_STOPPED);
     }
     n->tail = NULL;
     n->pending = 0;
     n->health_q = NULL;
-    kv_node__fail_all_waiting(n, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
+    kv_node__fail_all_waiting(n, KV_ERR_STOPPED);
     while (n->conf_waiters) {
         kv_node_req *r = n->conf_waiters;
         n->conf_waiters = r->next;
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_err(n, r, KV_ERR_STOPPED);
     }
     if (n->transfer_req) {
-        kv_node__fail_req(n, n->transfer_req, KV_GRPC_UNAVAILABLE, "etcdserver: server stopped");
+        kv_node__fail_err(n, n->transfer_req, KV_ERR_STOPPED);
         n->transfer_req = NULL;
     }
     kv_node__reads_fail_all(n, -ECANCELED);
@@ -1016,8 +1020,8 @@ int kv_node_lease_live(kv_node *n, uint64_t arrived_ms)
     uint64_t age = now - n->confirm_ms;
     /* time: no other leader before the confirmed start + an election timeout; half of it
      * leaves room for clock rates and a tick; only while raft is driven */
-    int by_time = valid && age < n->election_ms / 2 && !n->stalled &&
-                  now - n->fed_ms < n->election_ms / 2;
+    int by_time =
+        valid && age < n->election_ms / 2 && !n->stalled && now - n->fed_ms < n->election_ms / 2;
     /* ReadIndex: a quorum acknowledged this leader after the request arrived (any link) */
     int by_round = valid && n->confirm_ms > arrived_ms;
     /* A round is wanted unless one that started after the arrival is under way (given up

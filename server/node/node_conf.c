@@ -70,8 +70,10 @@ void kv_node__conf_change_applied(kv_node *n, int op, uint64_t id, uint64_t prop
     kv_node__kick(n);
 }
 
-static void refuse(kv_node *n, const struct conf_todo *t, int code, const char *msg)
+static void refuse(kv_node *n, const struct conf_todo *t, kv_etcd_err e)
 {
+    int code = kv_etcd_err_code(e);
+    const char *msg = kv_etcd_err_msg(e);
     if (t->proposer == n->self) {
         kv_node__conf_fail_waiter(n, t->req_id, code, msg);
         return;
@@ -114,8 +116,7 @@ void kv_node__conf_drive(kv_node *n)
         raft_index match = raft_peer_match(&n->raft, t->id);
         raft_index mine = raft_last_index(&n->raft);
         if (match == 0 || match < mine - mine / 10) {
-            refuse(n, t, KV_GRPC_FAILED_PRECONDITION,
-                   "etcdserver: can only promote a learner member which is in sync with leader");
+            refuse(n, t, KV_ERR_LEARNER_NOT_READY);
             pop_todo(n);
             return;
         }
@@ -127,9 +128,7 @@ void kv_node__conf_drive(kv_node *n)
     if (rc == RAFT_EAGAIN || rc == RAFT_ECONFPENDING)
         return; /* next turn */
     if (rc != 0)
-        refuse(n, t, rc == RAFT_EINVAL ? KV_GRPC_NOT_FOUND : KV_GRPC_FAILED_PRECONDITION,
-               rc == RAFT_EINVAL ? "etcdserver: member not found"
-                                 : "etcdserver: unhealthy cluster");
+        refuse(n, t, rc == RAFT_EINVAL ? KV_ERR_MEMBER_NOT_FOUND : KV_ERR_UNHEALTHY);
     else
         n->conf_pending_index = idx;
     pop_todo(n);
@@ -200,7 +199,7 @@ void kv_node__conf_check(kv_node *n)
         }
         *pp = r->next;
         r->kind = REQ_WRITE;
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: request timed out");
+        kv_node__fail_err(n, r, KV_ERR_TIMEOUT);
     }
 }
 

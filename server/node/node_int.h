@@ -18,6 +18,7 @@
 #ifndef KV_NODE_INT_H
 #define KV_NODE_INT_H
 
+#include "common/etcd_errors.h"
 #include "node/node.h"
 #include "raft/raft.h"
 #include "raftlog/msg_codec.h"
@@ -205,7 +206,7 @@ struct kv_node {
     uint64_t lease_index;     /* leader: newest lease grant/revoke/checkpoint entry it proposed */
     kv_raft_msg_owned *inbox; /* raft messages received while a ready is in flight */
     size_t inbox_n, inbox_cap;
-    char **inbox_snap; /* parallel to inbox: snapshot file of a SNAPSHOT message, or NULL */
+    char **inbox_snap;    /* parallel to inbox: snapshot file of a SNAPSHOT message, or NULL */
     unsigned *inbox_tick; /* parallel to inbox: ticks_due when it arrived (step_inbox order) */
     kv_raft_msg_owned *stepped; /* stepped this cycle: freed after raft_advance */
     size_t stepped_n, stepped_cap;
@@ -343,7 +344,7 @@ struct kv_node {
      * worker thread (kv_metric_observe is thread-safe) */
     kv_metric *m_etcd_leader_changes, *m_proposals_failed, *m_slow_read_indexes;
     kv_metric *m_heartbeat_failures, *m_wal_fsync, *m_backend_commit;
-    kv_metric *m_early_hb_acks; /* kvd_raft_heartbeats_answered_early_total */
+    kv_metric *m_early_hb_acks;        /* kvd_raft_heartbeats_answered_early_total */
     atomic_uint_fast64_t slow_applies; /* worker: entries whose apply took > 100 ms */
     kv_metric *m_inbox_dropped;
     kv_metric *m_inbox_dropped_bytes, *m_inbox_dropped_msgs;
@@ -363,6 +364,9 @@ struct kv_node {
 uint64_t kv_node__now_ms(void);
 void kv_node__close_early(kv_node *n);
 void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg);
+/* kv_node__fail_req with an entry of the error table (common/etcd_errors.h): the node names
+ * errors as values; their code and message come from the table. */
+void kv_node__fail_err(kv_node *n, kv_node_req *r, kv_etcd_err e);
 void kv_node__finish_req(kv_node *n, kv_node_req *r, kv_result *res);
 void kv_node__kick(kv_node *n);
 void kv_node__maybe_free(kv_node *n);
@@ -376,7 +380,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg);
 void kv_node__raft_stop(kv_node *n);
 void kv_node__drive(kv_node *n);
 void kv_node__elect_single(kv_node *n);
-void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg);
+void kv_node__fail_all_waiting(kv_node *n, kv_etcd_err e);
 /* r left the wait list: n->waiting (and n->fwd_waiting if it was forwarded) drop by one. */
 void kv_node__unwait(kv_node *n, kv_node_req *r);
 

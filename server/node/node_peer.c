@@ -93,8 +93,9 @@ static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len
     if (rc < 0) {
         Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
         fr.id = f->id;
-        fr.code = rc == -EBUSY ? KV_GRPC_RESOURCE_EXHAUSTED : KV_GRPC_UNAVAILABLE;
-        fr.msg = rc == -EBUSY ? "etcdserver: too many requests" : "etcdserver: leader changed";
+        kv_etcd_err e = rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_LEADER_CHANGED;
+        fr.code = (uint32_t)kv_etcd_err_code(e);
+        fr.msg = (char *)kv_etcd_err_msg(e);
         (void)send_pb(n, from, KV_PEER_T_FORWARD_RESP, &fr.base);
     }
     kvdraftpb__forward__free_unpacked(f, NULL);
@@ -117,11 +118,12 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
         if (n->wait_tail == r)
             n->wait_tail = prev;
         kv_node__unwait(n, r);
-        kv_node__fail_req(n, r, (int)fr->code, fr->msg ? fr->msg : "etcdserver: leader changed");
+        kv_node__fail_req(n, r, (int)fr->code,
+                          fr->msg ? fr->msg : kv_etcd_err_msg(KV_ERR_LEADER_CHANGED));
         break;
     }
     kv_node__conf_fail_waiter(n, fr->id, (int)fr->code,
-                              fr->msg ? fr->msg : "etcdserver: leader changed");
+                              fr->msg ? fr->msg : kv_etcd_err_msg(KV_ERR_LEADER_CHANGED));
     kvdraftpb__forward_resp__free_unpacked(fr, NULL);
 }
 
@@ -352,8 +354,9 @@ static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t le
             kv_metric_inc(n->m_rreads_refused);
         Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
         a.ctx = q->ctx;
-        a.code = n->role != RAFT_LEADER ? KV_GRPC_UNAVAILABLE : KV_GRPC_RESOURCE_EXHAUSTED;
-        a.msg = n->role != RAFT_LEADER ? "etcdserver: not leader" : "etcdserver: too many requests";
+        kv_etcd_err e = n->role != RAFT_LEADER ? KV_ERR_NOT_LEADER : KV_ERR_TOO_MANY_REQUESTS;
+        a.code = (uint32_t)kv_etcd_err_code(e);
+        a.msg = (char *)kv_etcd_err_msg(e);
         (void)send_pb(n, from, KV_PEER_T_READ_RESP, &a.base);
     } else {
         remote_read *rr = calloc(1, sizeof(*rr));
@@ -379,7 +382,7 @@ static void on_read_resp(kv_node *n, const uint8_t *buf, size_t len)
         if (a->code == 0) {
             round_done(n, a->ctx, a->index);
             kv_node__reads_applied(n);
-        } else if (a->code == KV_GRPC_RESOURCE_EXHAUSTED) {
+        } else if (a->code == (uint32_t)kv_etcd_err_code(KV_ERR_TOO_MANY_REQUESTS)) {
             /* the leader's bound (--max-pending-read-index): "etcdserver: too many requests" */
             expire_list(n, &n->reads_round, 0, 1, -EBUSY);
             n->round_ctx = 0;

@@ -163,16 +163,16 @@ static void complete_id(kv_node *n, uint64_t id, kv_result *res)
         if (r->id == id)
             kv_node__finish_req(n, r, res);
         else
-            kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "etcdserver: leader changed");
+            kv_node__fail_err(n, r, KV_ERR_LEADER_CHANGED);
     }
 }
 
-void kv_node__fail_all_waiting(kv_node *n, int code, const char *msg)
+void kv_node__fail_all_waiting(kv_node *n, kv_etcd_err e)
 {
     while (n->wait_head) {
         kv_node_req *r = n->wait_head;
         n->wait_head = r->next;
-        kv_node__fail_req(n, r, code, msg);
+        kv_node__fail_err(n, r, e);
     }
     n->wait_tail = NULL;
     n->waiting = 0;
@@ -559,7 +559,7 @@ static void start_exclusive(kv_node *n)
     r->next = NULL;
     excl_work *e = calloc(1, sizeof(*e));
     if (e == NULL) {
-        kv_node__fail_req(n, r, KV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        kv_node__fail_err(n, r, KV_ERR_TOO_MANY_REQUESTS_NOMEM);
         return;
     }
     e->req.data = e;
@@ -570,7 +570,7 @@ static void start_exclusive(kv_node *n)
     if (uv_queue_work(n->loop, &e->req, excl_run, excl_after) < 0) {
         n->excl_busy = 0;
         free(e);
-        kv_node__fail_req(n, r, KV_GRPC_UNAVAILABLE, "cannot schedule");
+        kv_node__fail_err(n, r, KV_ERR_APPLY_SCHEDULE);
     }
 }
 
@@ -619,17 +619,15 @@ static void step_inbox(kv_node *n)
     n->inbox_bytes = 0;
 }
 
-static const char *propose_error(int rc, int *code)
+static kv_etcd_err propose_error(int rc)
 {
-    *code = KV_GRPC_UNAVAILABLE;
     switch (rc) {
     case RAFT_EBUSY:
-        *code = KV_GRPC_RESOURCE_EXHAUSTED;
-        return "etcdserver: too many requests";
+        return KV_ERR_TOO_MANY_REQUESTS;
     case RAFT_ENOLEADER:
-        return "etcdserver: no leader";
+        return KV_ERR_NO_LEADER;
     default:
-        return "etcdserver: leader changed";
+        return KV_ERR_LEADER_CHANGED;
     }
 }
 
@@ -677,8 +675,7 @@ static void take_requests(kv_node *n)
             if (n->head == NULL)
                 n->tail = NULL;
             n->pending--;
-            kv_node__fail_req(n, r, KV_GRPC_RESOURCE_EXHAUSTED,
-                              "etcdserver: mvcc: database space exceeded");
+            kv_node__fail_err(n, r, KV_ERR_NO_SPACE);
             continue;
         }
         /* The raft log shares the data file: past --max-raft-log-bytes no large entry is
@@ -691,8 +688,7 @@ static void take_requests(kv_node *n)
             if (n->head == NULL)
                 n->tail = NULL;
             n->pending--;
-            kv_node__fail_req(n, r, kv_etcd_err_code(KV_ERR_TOO_MANY_REQUESTS),
-                              kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+            kv_node__fail_err(n, r, KV_ERR_TOO_MANY_REQUESTS);
             continue;
         }
         if (r->kind == REQ_EXCL) {
@@ -741,9 +737,7 @@ static void take_requests(kv_node *n)
             else
                 n->pending--;
             if (rc != 0) {
-                int code;
-                const char *msg = propose_error(rc, &code);
-                kv_node__fail_req(n, r, code, msg);
+                kv_node__fail_err(n, r, propose_error(rc));
                 continue;
             }
             r->proposed = 1;
