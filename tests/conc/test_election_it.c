@@ -469,3 +469,121 @@ Test(election_bound, waiter_bound_answers_resource_exhausted)
                  0, "%s", msg);
     protobuf_c_message_free_unpacked(&cr->base, NULL);
 }
+
+/* ---- under auth ---- */
+
+static void ctl_ok(const char *a1, const char *a2, const char *a3, const char *a4, const char *a5,
+                   const char *a6)
+{
+    char bin[PATH_MAX];
+    cr_assert_eq(kv_it_etcdctl_bin(bin, sizeof(bin)), 0);
+    kv_it_cmd_result r;
+    cr_assert_eq(kv_it_ctl(&srv, bin, NULL, 30000, &r, a1, a2, a3, a4, a5, a6, NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "etcdctl %s %s: %s%s", a1, a2 ? a2 : "", r.out, r.err);
+    kv_it_cmd_result_free(&r);
+}
+
+/* A unary call carrying the token (NULL: none): its grpc-status; *resp unpacked with d. */
+static int call_tok(const char *tok, const char *path, const ProtobufCMessage *m,
+                    const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp, char *msg,
+                    size_t cap)
+{
+    uint8_t buf[512];
+    size_t n = protobuf_c_message_get_packed_size(m);
+    cr_assert(n <= sizeof(buf));
+    protobuf_c_message_pack(m, buf);
+    const char *md[] = {"token", tok, NULL};
+    kv_it_grpc_req rq = {.metadata = tok ? md : NULL};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c1, path, &rq);
+    cr_assert_not_null(st);
+    cr_assert_eq(kv_it_grpc_send_msg(st, buf, n, 1), 0);
+    cr_assert_eq(kv_it_grpc_wait(c1, st, CALL_MS), 1, "no answer to %s", path);
+    int status = st->grpc_status;
+    size_t ml = strnlen(st->grpc_message, sizeof(st->grpc_message));
+    if (ml >= cap)
+        ml = cap - 1;
+    memcpy(msg, st->grpc_message, ml);
+    msg[ml] = 0;
+    if (resp) {
+        *resp = NULL;
+        const uint8_t *p;
+        size_t len;
+        if (status == 0 && kv_it_grpc_stream_msgs(st, 0, &p, &len) == 1)
+            *resp = protobuf_c_message_unpack(d, NULL, len, p);
+    }
+    kv_it_grpc_stream_free(st);
+    return status;
+}
+
+Test(election, campaign_lock_under_auth)
+{
+    ctl_ok("user", "add", "root:rootpw", NULL, NULL, NULL);
+    ctl_ok("role", "add", "root", NULL, NULL, NULL);
+    ctl_ok("user", "grant-role", "root", "root", NULL, NULL);
+    ctl_ok("user", "add", "alice:pw", NULL, NULL, NULL);
+    ctl_ok("role", "add", "ra", NULL, NULL, NULL);
+    ctl_ok("role", "grant-permission", "--prefix=true", "ra", "readwrite", "a/");
+    ctl_ok("user", "grant-role", "alice", "ra", NULL, NULL);
+    ctl_ok("auth", "enable", NULL, NULL, NULL, NULL);
+    Etcdserverpb__AuthenticateRequest ar = ETCDSERVERPB__AUTHENTICATE_REQUEST__INIT;
+    ar.name = "alice";
+    ar.password = "pw";
+    ProtobufCMessage *r;
+    cr_assert_eq(call(c1, "/etcdserverpb.Auth/Authenticate", &ar.base,
+                      &etcdserverpb__authenticate_response__descriptor, &r, NULL, 0),
+                 0);
+    char tok[512];
+    snprintf(tok, sizeof(tok), "%s", ((Etcdserverpb__AuthenticateResponse *)r)->token);
+    protobuf_c_message_free_unpacked(r, NULL);
+
+    char msg[256];
+    V3electionpb__CampaignRequest q = V3ELECTIONPB__CAMPAIGN_REQUEST__INIT;
+    q.name = bin("a");
+    q.value = bin("v");
+    cr_assert_eq(call_tok(tok, "/v3electionpb.Election/Campaign", &q.base,
+                          &v3electionpb__campaign_response__descriptor, &r, msg, sizeof(msg)),
+                 0, "%s", msg);
+    cr_assert_not_null(r);
+    V3electionpb__CampaignResponse *cr = (V3electionpb__CampaignResponse *)r;
+    cr_assert(cr->leader && cr->leader->key.len > 2 && cr->leader->key.data[0] == 'a');
+    V3electionpb__LeaderRequest lq = V3ELECTIONPB__LEADER_REQUEST__INIT;
+    lq.name = bin("a");
+    cr_assert_eq(call_tok(tok, "/v3electionpb.Election/Leader", &lq.base,
+                          &v3electionpb__leader_response__descriptor, NULL, msg, sizeof(msg)),
+                 0, "%s", msg);
+    V3electionpb__ResignRequest rq = V3ELECTIONPB__RESIGN_REQUEST__INIT;
+    rq.leader = cr->leader;
+    cr_assert_eq(call_tok(tok, "/v3electionpb.Election/Resign", &rq.base,
+                          &v3electionpb__resign_response__descriptor, NULL, msg, sizeof(msg)),
+                 0, "%s", msg);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+    /* another election: outside alice's permission */
+    q.name = bin("b");
+    cr_assert_eq(call_tok(tok, "/v3electionpb.Election/Campaign", &q.base,
+                          &v3electionpb__campaign_response__descriptor, NULL, msg, sizeof(msg)),
+                 7);
+    cr_assert_str_eq(msg, "etcdserver: permission denied");
+    /* no token at all */
+    q.name = bin("a");
+    cr_assert_eq(call_tok(NULL, "/v3electionpb.Election/Campaign", &q.base,
+                          &v3electionpb__campaign_response__descriptor, NULL, msg, sizeof(msg)),
+                 3);
+    cr_assert_str_eq(msg, "etcdserver: user name is empty");
+    /* Lock and Unlock with the token */
+    V3lockpb__LockRequest lk = V3LOCKPB__LOCK_REQUEST__INIT;
+    lk.name = bin("a");
+    cr_assert_eq(call_tok(tok, "/v3lockpb.Lock/Lock", &lk.base,
+                          &v3lockpb__lock_response__descriptor, &r, msg, sizeof(msg)),
+                 0, "%s", msg);
+    cr_assert_not_null(r);
+    V3lockpb__UnlockRequest u = V3LOCKPB__UNLOCK_REQUEST__INIT;
+    u.key = ((V3lockpb__LockResponse *)r)->key;
+    cr_assert_eq(call_tok(tok, "/v3lockpb.Lock/Unlock", &u.base,
+                          &v3lockpb__unlock_response__descriptor, NULL, msg, sizeof(msg)),
+                 0, "%s", msg);
+    protobuf_c_message_free_unpacked(r, NULL);
+    lk.name = bin("b");
+    cr_assert_eq(call_tok(tok, "/v3lockpb.Lock/Lock", &lk.base,
+                          &v3lockpb__lock_response__descriptor, NULL, msg, sizeof(msg)),
+                 7);
+}
