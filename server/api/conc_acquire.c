@@ -95,7 +95,7 @@ static void acq_fail_errno(acq *a, int rc)
 {
     kv_result r = {0};
     kv_conc_errno_result(rc, &r);
-    acq_fail(a, r.code, r.msg);
+    acq_fail(a, KV_GRPC_UNKNOWN, r.msg); /* a step's error: see conc_client.h */
 }
 
 /* 1 when the step may go on; otherwise the state was ended (cancelled or an error). */
@@ -106,7 +106,7 @@ static int acq_check(acq *a, const kv_result *res)
         return 0;
     }
     if (res->code != 0) {
-        acq_fail(a, res->code, res->msg);
+        acq_fail(a, KV_GRPC_UNKNOWN, res->msg);
         return 0;
     }
     return 1;
@@ -179,7 +179,7 @@ static void wait_on_range(void *arg, kv_result *res)
     Etcdserverpb__RangeResponse *r =
         etcdserverpb__range_response__unpack(NULL, res->resp_len, res->resp);
     if (r == NULL) {
-        acq_fail(a, kv_etcd_err_code(KV_ERR_STORAGE), kv_etcd_err_msg(KV_ERR_STORAGE));
+        acq_fail(a, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
         return;
     }
     if (r->n_kvs == 0) {
@@ -302,7 +302,7 @@ static void on_txn(void *arg, kv_result *res)
     const Etcdserverpb__RangeResponse *mine = t ? txn_range(t, 0) : NULL;
     if (t == NULL || (!t->succeeded && (mine == NULL || mine->n_kvs == 0))) {
         etcdserverpb__txn_response__free_unpacked(t, NULL);
-        acq_fail(a, kv_etcd_err_code(KV_ERR_STORAGE), kv_etcd_err_msg(KV_ERR_STORAGE));
+        acq_fail(a, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
         return;
     }
     copy_header(&a->hdr, t->header);

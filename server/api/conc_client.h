@@ -10,10 +10,14 @@
  *   (service_kv.c): a ReadIndex barrier in a cluster, then the read on a reader thread.
  *
  * Both complete with done(arg, res) on the loop thread, exactly once, also when the member
- * stops (then res->code is set). res->resp (packed response, when res->code == 0) is owned
- * by the caller of done only during the call. There is no detach: the caller keeps its
- * state until done ran (a cancelled Campaign must still learn whether its key was created).
- * Loop thread only.
+ * stops (then res->code is set).
+ * Codes: etcd's election and lock servers get the errors of these steps from clientv3 as
+ * plain errors (rpctypes.EtcdError), which gRPC answers with code UNKNOWN and the same
+ * message ("etcdserver: requested lease not found", "etcdserver: permission denied", ...);
+ * the services answer a step's error that way too, whatever res->code says. res->resp (packed
+ * response, when res->code == 0) is owned by the caller of done only during the call. There is no
+ * detach: the caller keeps its state until done ran (a cancelled Campaign must still learn whether
+ * its key was created). Loop thread only.
  */
 #ifndef KV_API_CONC_CLIENT_H
 #define KV_API_CONC_CLIENT_H

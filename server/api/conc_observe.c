@@ -64,7 +64,7 @@ static void obs_end_errno(observe *o, int rc)
         return;
     }
     kv_conc_errno_result(rc, &r);
-    obs_end(o, r.code, r.msg);
+    obs_end(o, KV_GRPC_UNKNOWN, r.msg); /* a step's error: see conc_client.h */
 }
 
 static int obs_send(observe *o, Etcdserverpb__ResponseHeader *h, Mvccpb__KeyValue *kv)
@@ -160,13 +160,13 @@ static void obs_on_range(void *arg, kv_result *res)
         return;
     }
     if (res->code != 0) {
-        obs_end(o, res->code, res->msg);
+        obs_end(o, KV_GRPC_UNKNOWN, res->msg);
         return;
     }
     Etcdserverpb__RangeResponse *r =
         etcdserverpb__range_response__unpack(NULL, res->resp_len, res->resp);
     if (r == NULL) {
-        obs_end(o, kv_etcd_err_code(KV_ERR_STORAGE), kv_etcd_err_msg(KV_ERR_STORAGE));
+        obs_end(o, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
         return;
     }
     int64_t rev = r->header ? r->header->revision : 0;

@@ -38,8 +38,9 @@ typedef struct kv_conc_perm {
 
 /* Resolves the caller and checks perms (as auth_gate.c does for KV calls; nothing when auth
  * is disabled), and fills *id with the identity its proposals carry. Returns 0 to go on, or
- * 1 when the call was answered (invalid token, "etcdserver: permission denied", "etcdserver:
- * user name is empty"). */
+ * 1 when the call was answered: a denied caller gets UNKNOWN "etcdserver: permission denied" /
+ * "etcdserver: user name is empty" (etcd's code for a step's error, conc_client.h); an
+ * invalid token is answered by kv_auth_caller_begin with its own code (api/auth_srv.h). */
 int kv_conc_authorize(kv_grpc_call *call, const kv_conc_perm *perms, size_t n, kv_conc_ident *id);
 
 /* "<name>/" and the end of that prefix ("<name>0"): *pfx and *end are malloc'd, of length
