@@ -1,6 +1,7 @@
 /*
  * go_concurrency_test: builds tests/go/concurrency_test (a Go program using clientv3's
- * concurrency.NewMutex, NewElection and NewSTM) offline from Debian's golang-etcd-server-dev
+ * concurrency.NewMutex, NewElection and NewSTM, and the v3electionpb/v3lockpb service stubs)
+ * offline from Debian's golang-etcd-server-dev
  * and runs it against a fresh server (KV_TEST_SERVER=etcd|kvd, default kvd). Skipped with a
  * message when go or the Go etcd sources are not installed
  * (apt-get install golang-go golang-etcd-server-dev).
