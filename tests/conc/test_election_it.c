@@ -11,6 +11,7 @@
  * - Lock excludes: a second Lock waits until Unlock.
  * - A waiting Campaign that is cancelled leaves no key behind.
  * - Under auth: the caller needs permission on the election's keys.
+ * - Malformed requests to every method get INTERNAL (or UNKNOWN), never a crash.
  * The `election` suite runs against etcd too (KV_TEST_SERVER=etcd, tests/integration/harness.h).
  * - --max-concurrency-waiters: the next Campaign/Lock past it is RESOURCE_EXHAUSTED
  *   "etcdserver: too many requests", counted in kvd_concurrency_refused_total.
@@ -446,6 +447,52 @@ Test(election, cancelled_campaign_leaves_no_key)
     cr_assert_eq(status, 0);
     cr_assert(key_is(&l->kv->key, &cr->leader->key));
     protobuf_c_message_free_unpacked(&l->base, NULL);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+}
+
+Test(election, malformed_requests_get_errors_not_crashes)
+{
+    static const char *const methods[] = {
+        "/v3electionpb.Election/Campaign",
+        "/v3electionpb.Election/Proclaim",
+        "/v3electionpb.Election/Leader",
+        "/v3electionpb.Election/Resign",
+        "/v3lockpb.Lock/Lock",
+        "/v3lockpb.Lock/Unlock",
+    };
+    static const uint8_t bad[][8] = {
+        {0x0a, 0x7f, 0x01},                   /* length past the end */
+        {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, /* length 2^32 - 1 */
+        {0x12, 0x05},                         /* a LeaderKey cut short */
+        {0x0f},                               /* wire type 7 */
+        {0x10, 0x80, 0x80, 0x80, 0x80, 0x80}, /* a varint that never ends */
+    };
+    static const size_t bad_len[] = {3, 6, 2, 1, 6};
+    for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++)
+        for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+            uint8_t *r = NULL;
+            size_t rlen = 0;
+            int status = -1;
+            char msg[256] = "";
+            int rc = kv_it_grpc_call(c1, methods[m], bad[b], bad_len[b], &r, &rlen, CALL_MS,
+                                     &status, msg, sizeof(msg));
+            free(r);
+            cr_assert(rc == KV_IT_GRPC_STATUS || rc == 0, "%s: rc %d", methods[m], rc);
+            cr_assert(status == 13 || status == 2, "%s input %zu: status %d %s", methods[m], b,
+                      status, msg);
+        }
+    /* Observe: a malformed request ends the stream; one without a request too */
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c2, "/v3electionpb.Election/Observe", NULL);
+    cr_assert_not_null(st);
+    cr_assert_eq(kv_it_grpc_send_msg(st, bad[0], bad_len[0], 1), 0);
+    cr_assert_eq(kv_it_grpc_wait(c2, st, CALL_MS), 1);
+    cr_assert_eq(st->grpc_status, 13);
+    st = kv_it_grpc_stream_start(c2, "/v3electionpb.Election/Observe", NULL);
+    cr_assert_not_null(st);
+    cr_assert_eq(kv_it_grpc_send_raw(st, NULL, 0, 1), 0);
+    cr_assert_eq(kv_it_grpc_wait(c2, st, CALL_MS), 1, "Observe without a request never ended");
+    cr_assert_eq(kv_it_server_alive(&srv), 1);
+    V3electionpb__CampaignResponse *cr = campaign("alive", 0, "yes");
     protobuf_c_message_free_unpacked(&cr->base, NULL);
 }
 
