@@ -4,6 +4,7 @@
 
 #include "api/auth_srv.h"
 #include "api/services.h"
+#include "lease/lessor.h"
 #include "server.h"
 
 #include <errno.h>
@@ -30,6 +31,22 @@ void kv_conc_release(kv_server *s)
     if (s->conc_waiters > 0)
         s->conc_waiters--;
     kv_metric_set(s->m_conc_waiters, (double)s->conc_waiters);
+}
+
+int kv_conc_admit_lease(kv_grpc_call *call, int64_t id)
+{
+    kv_server *s = kv_grpc_call_app(call);
+    switch (kv_lessor_check_grant(s->lessor, id)) {
+    case 0:
+    case -EEXIST: /* decided at apply, from the log (apply_lease.c) */
+        return 0;
+    case -ENOSPC:
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_LEASES);
+        return 1;
+    default:
+        kv_reply_etcd_err(call, KV_ERR_INVALID_LEASE_ID);
+        return 1;
+    }
 }
 
 int kv_conc_authorize(kv_grpc_call *call, const kv_conc_perm *perms, size_t n, kv_conc_ident *id)

@@ -26,6 +26,11 @@ int kv_conc_admit(kv_grpc_call *call);
 /* Gives the place back (once per successful kv_conc_admit). */
 void kv_conc_release(struct kv_server *s);
 
+/* The session lease Campaign/Lock grant for lease 0 (id from kv_lessor_new_id): the lessor's
+ * admission as for LeaseGrant (service_lease.c): 0, or 1 when the call was answered
+ * ("etcdserver: too many leases", a full lease map). */
+int kv_conc_admit_lease(kv_grpc_call *call, int64_t id);
+
 /* One key-range permission the call needs: want is KV_PERM_READ or KV_PERM_WRITE
  * (auth/auth_perm.h); end NULL: the key alone. */
 typedef struct kv_conc_perm {

@@ -69,7 +69,7 @@ static void on_campaign(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_conc_ident id;
     if (kv_conc_authorize(call, perms, 2, &id))
         goto out;
-    if (kv_conc_admit(call))
+    if ((grant && kv_conc_admit_lease(call, lease)) || kv_conc_admit(call))
         goto out;
     kv_conc_acquire_start(call, KV_CONC_CAMPAIGN, r->name.data, r->name.len, r->value.data,
                           r->value.len, lease, grant, &id);
@@ -180,7 +180,7 @@ static void on_resign(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     if (r->leader == NULL)
         kv_reply_error(call, KV_GRPC_UNKNOWN, MSG_NO_LEADER_KEY);
-    else
+    else if (!kv_quota_admit(kv_grpc_call_app(call), call, KV_IREQ_TXN, len)) /* log budget */
         leader_txn(call, r->leader, NULL);
     v3electionpb__resign_request__free_unpacked(r, NULL);
 }

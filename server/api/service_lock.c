@@ -50,7 +50,7 @@ static void on_lock(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_conc_ident id;
     if (kv_conc_authorize(call, perms, 2, &id))
         goto out;
-    if (kv_conc_admit(call))
+    if ((grant && kv_conc_admit_lease(call, lease)) || kv_conc_admit(call))
         goto out;
     kv_conc_acquire_start(call, KV_CONC_LOCK, r->name.data, r->name.len, NULL, 0, lease, grant,
                           &id);
@@ -85,7 +85,8 @@ static void on_unlock(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     kv_conc_perm perm = {KV_PERM_WRITE, r->key.data, r->key.len, NULL, 0};
     kv_conc_ident id;
-    if (!kv_conc_authorize(call, &perm, 1, &id)) {
+    if (!kv_quota_admit(kv_grpc_call_app(call), call, KV_IREQ_DELETE_RANGE, len) &&
+        !kv_conc_authorize(call, &perm, 1, &id)) {
         Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
         d.key = r->key;
         kv_conc_unary(call, &id, KV_IREQ_DELETE_RANGE, &d.base, answer_unlock);
