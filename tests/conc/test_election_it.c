@@ -11,6 +11,8 @@
  * - Lock excludes: a second Lock waits until Unlock.
  * - A waiting Campaign that is cancelled leaves no key behind.
  * - Under auth: the caller needs permission on the election's keys.
+ * - The JSON gateway routes (/v3/, /v3beta/; kvd: /v3alpha/ too): etcd's bodies and error
+ *   format.
  * - Malformed requests to every method get INTERNAL (or UNKNOWN), never a crash.
  * The `election` suite runs against etcd too (KV_TEST_SERVER=etcd, tests/integration/harness.h).
  * - --max-concurrency-waiters: the next Campaign/Lock past it is RESOURCE_EXHAUSTED
@@ -22,9 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "grpc_raw.h"
 #include "harness.h"
+#include "kvt_skip.h"
 #include "kvt_util.h"
 #include "rpc.pb-c.h"
 #include "v3election.pb-c.h"
@@ -107,7 +111,7 @@ static int64_t grant(int64_t ttl)
     return id;
 }
 
-static void revoke(int64_t id)
+static void lease_revoke(int64_t id)
 {
     Etcdserverpb__LeaseRevokeRequest q = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     q.id = id;
@@ -262,7 +266,7 @@ static void second_waits(int by_revoke)
     kv_it_grpc_stream *st = start_campaign("e2", l2, "second");
     assert_waiting(st);
     if (by_revoke)
-        revoke(l1);
+        lease_revoke(l1);
     else
         cr_assert_eq(resign(cr->leader), 0);
     V3electionpb__CampaignResponse *r2 = (V3electionpb__CampaignResponse *)finish_call(
@@ -494,6 +498,58 @@ Test(election, malformed_requests_get_errors_not_crashes)
     cr_assert_eq(kv_it_server_alive(&srv), 1);
     V3electionpb__CampaignResponse *cr = campaign("alive", 0, "yes");
     protobuf_c_message_free_unpacked(&cr->base, NULL);
+}
+
+/* curl -s -m max_s -X POST -d body http://<server>path: the body (malloc'd). */
+static char *curl_post(const char *path, const char *body, const char *max_s)
+{
+    static const char curl[] = "/usr/bin/curl";
+    if (access(curl, X_OK) != 0)
+        KVT_SKIP_MISSING("no %s", curl);
+    char url[256];
+    snprintf(url, sizeof(url), "http://%s%s", srv.endpoint, path);
+    const char *argv[] = {curl, "-s", "-m", max_s, "-X", "POST", "-d", body, url, NULL};
+    kv_it_cmd_result r;
+    cr_assert_eq(kv_it_run(argv, NULL, NULL, 0, 30000, &r), 0);
+    char *out = strdup(r.out ? r.out : "");
+    kv_it_cmd_result_free(&r);
+    return out;
+}
+
+Test(election, json_gateway_routes)
+{
+    /* name "gw" = Z3c=, value "v1" = djE=, "v2" = djI= */
+    char *o = curl_post("/v3/election/campaign", "{\"name\":\"Z3c=\",\"value\":\"djE=\"}", "5");
+    cr_assert(strstr(o, "\"leader\":{\"name\":\"Z3c=\",\"key\":\"Z3cv"), "%s", o);
+    cr_assert(strstr(o, "\"rev\":\""), "rev as a JSON string: %s", o);
+    cr_assert(strstr(o, "\"lease\":\""), "lease as a JSON string: %s", o);
+    free(o);
+    o = curl_post("/v3beta/election/proclaim", "{\"value\":\"djI=\"}", "5");
+    cr_assert_str_eq(o, "{\"error\":\"\\\"leader\\\" field must be provided\",\"message\":"
+                        "\"\\\"leader\\\" field must be provided\",\"code\":2}");
+    free(o);
+    o = curl_post("/v3beta/election/resign", "{}", "5");
+    cr_assert(strstr(o, "field must be provided\",\"code\":2}"), "%s", o);
+    free(o);
+    if (kv_it_kind_from_env() == KV_IT_KVD) { /* kvd answers /v3alpha/ for every route */
+        o = curl_post("/v3alpha/election/resign", "{}", "5");
+        cr_assert(strstr(o, "field must be provided\",\"code\":2}"), "%s", o);
+        free(o);
+    }
+    o = curl_post("/v3/election/leader", "{\"name\":\"bm9uZQ==\"}", "5");
+    cr_assert(strstr(o, "\"message\":\"election: no leader\",\"code\":2"), "%s", o);
+    free(o);
+    /* Observe streams one {"result":...} line per leader change; curl stops it after 1 s */
+    o = curl_post("/v3/election/observe", "{\"name\":\"Z3c=\"}", "1");
+    cr_assert(strncmp(o, "{\"result\":{\"header\":", 20) == 0, "%s", o);
+    cr_assert(strstr(o, "\"value\":\"djE=\""), "%s", o);
+    free(o);
+    o = curl_post("/v3/lock/lock", "{\"name\":\"Z3ds\"}", "5"); /* "gwl" */
+    cr_assert(strstr(o, "\"key\":\"Z3dsL"), "%s", o);           /* "gwl/" */
+    free(o);
+    o = curl_post("/v3/lock/unlock", "{}", "5");
+    cr_assert(strstr(o, "\"message\":\"etcdserver: key is not provided\",\"code\":2"), "%s", o);
+    free(o);
 }
 
 /* Its own suite: a server with its own flags. */
