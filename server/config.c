@@ -59,6 +59,7 @@ void kv_config_default(kv_config *cfg)
     cfg->max_pending_request_bytes = 64u << 20;
     cfg->max_watchers_per_stream = 10000;
     cfg->max_watch_streams_per_conn = 1000;
+    cfg->max_concurrency_waiters = 10000;
     cfg->watch_send_buffer_bytes = 1u << 20;
     cfg->watch_progress_interval_ms = 600000;
     snprintf(cfg->auto_compaction_mode, sizeof(cfg->auto_compaction_mode), "periodic");
@@ -293,6 +294,7 @@ static const flag_def FLAGS[] = {
      1ULL << 40},
     {"max-watchers-per-stream", F_U32, OFF(max_watchers_per_stream), 0, 0, 1, 1u << 24},
     {"max-watch-streams-per-connection", F_U32, OFF(max_watch_streams_per_conn), 0, 0, 1, 1u << 20},
+    {"max-concurrency-waiters", F_U32, OFF(max_concurrency_waiters), 0, 0, 1, 1u << 24},
     {"watch-send-buffer-bytes", F_SIZE, OFF(watch_send_buffer_bytes), 0, 0, 4096, 1ULL << 32},
     {"watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0, 0},
     {"auto-compaction-mode", F_STR, OFF(auto_compaction_mode), 0,
@@ -431,6 +433,8 @@ const char *kv_config_usage(void)
            "                                  request delivery waits (64 MiB)\n"
            "  --max-watchers-per-stream N     watchers on one Watch stream (10000)\n"
            "  --max-watch-streams-per-connection N  Watch streams per connection (1000)\n"
+           "  --max-concurrency-waiters N     Campaign, Lock and Observe calls in progress\n"
+           "                                  (10000)\n"
            "  --watch-send-buffer-bytes N     unsent bytes per Watch stream before its watchers\n"
            "                                  are caught up from disk instead (1 MiB)\n"
            "  --watch-progress-notify-interval D  progress_notify period (default 10m)\n"

@@ -81,7 +81,7 @@ typedef struct kv_config {
                               SIGUSR2 isolates the member from its peers */
 
     /* Startup checks and /health (issue 8: D10, D7). */
-    uint64_t startup_verify_records;     /* --startup-verify-records, default 10000 per db */
+    uint64_t startup_verify_records; /* --startup-verify-records, default 10000 per db */
     /* --startup-verify-full, default true: the whole data file's structure is checked
      * before LMDB opens it (docs/corruption.md) */
     int startup_verify_full;
@@ -103,6 +103,8 @@ typedef struct kv_config {
     /* Watch (server/watch/watch_hub.h). */
     uint32_t max_watchers_per_stream;    /* --max-watchers-per-stream, default 10000 */
     uint32_t max_watch_streams_per_conn; /* --max-watch-streams-per-connection, default 1000 */
+    /* Election and lock (api/conc_util.h). */
+    uint32_t max_concurrency_waiters;    /* --max-concurrency-waiters, default 10000 */
     size_t watch_send_buffer_bytes;      /* --watch-send-buffer-bytes, default 1 MiB */
     uint32_t watch_progress_interval_ms; /* --watch-progress-notify-interval, default 10m */
 

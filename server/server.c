@@ -46,6 +46,14 @@ static int start_watch(kv_server *s)
     if (rc < 0)
         return rc;
     kv_node_set_commit_hook(s->node, on_commit, s->watch);
+    /* the election and lock services' bound (api/conc_util.h) */
+    s->m_conc_waiters = kv_metrics_gauge(s->metrics, "kvd_concurrency_waiters",
+                                         "Election and lock calls in progress (Campaign, Lock, "
+                                         "Observe).",
+                                         NULL);
+    s->m_conc_refused = kv_metrics_counter(
+        s->metrics, "kvd_concurrency_refused_total",
+        "Campaign, Lock and Observe calls refused by --max-concurrency-waiters.", NULL);
     return 0;
 }
 

@@ -38,6 +38,11 @@ typedef struct kv_server {
     struct kv_corrupt *corrupt;     /* HashKV comparisons (corrupt/corrupt_check.h) */
     struct kv_auth *auth;           /* tokens and password hash worker (api/auth_srv.h) */
     struct kv_etcd_metrics *etcd_metrics; /* member-level etcd series (etcd_metrics.h) */
+    /* Election and lock calls in progress (api/conc_util.h), bounded by
+     * --max-concurrency-waiters. */
+    uint32_t conc_waiters;
+    struct kv_metric *m_conc_waiters; /* kvd_concurrency_waiters */
+    struct kv_metric *m_conc_refused; /* kvd_concurrency_refused_total */
 } kv_server;
 
 /* Starts the member's core on s->loop: the node (raft and the ordered write path), the peer

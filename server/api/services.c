@@ -24,6 +24,8 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
         {kv_service_auth, kv_service_auth_len},
         {kv_service_watch, kv_service_watch_len},
         {kv_service_health, kv_service_health_len},
+        {kv_service_election, kv_service_election_len},
+        {kv_service_lock, kv_service_lock_len},
     };
     size_t len = 0;
     for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)

@@ -21,7 +21,7 @@
 
 /* Copies every method of every service into out (cap entries). Returns the count, or 0 if
  * cap is too small. The caller owns out (main() keeps it for the server's lifetime). */
-#define KV_SERVICES_MAX 64
+#define KV_SERVICES_MAX 96
 size_t kv_services_collect(kv_grpc_method *out, size_t cap);
 
 /* Per-service tables (each file exports one). */
@@ -42,6 +42,10 @@ extern const kv_grpc_method kv_service_watch[];
 extern const size_t kv_service_watch_len;
 extern const kv_grpc_method kv_service_health[]; /* grpc.health.v1.Health/Check */
 extern const size_t kv_service_health_len;
+extern const kv_grpc_method kv_service_election[]; /* v3electionpb.Election (service_election.c) */
+extern const size_t kv_service_election_len;
+extern const kv_grpc_method kv_service_lock[]; /* v3lockpb.Lock (service_lock.c) */
+extern const size_t kv_service_lock_len;
 
 /* Shared reply helpers. */
 /* Sends the packed response (if code == 0) and finishes the call. */

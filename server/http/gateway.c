@@ -2,6 +2,8 @@
 #include "http/gateway.h"
 
 #include "rpc.pb-c.h"
+#include "v3election.pb-c.h"
+#include "v3lock.pb-c.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,6 +59,14 @@ static const route_def routes[] = {
     {"auth/role/delete", &etcdserverpb__auth__descriptor, "RoleDelete", 0},
     {"auth/role/grant", &etcdserverpb__auth__descriptor, "RoleGrantPermission", 0},
     {"auth/role/revoke", &etcdserverpb__auth__descriptor, "RoleRevokePermission", 0},
+    /* v3electionpb and v3lockpb (etcdserver/api/v3election, v3lock gw) */
+    {"election/campaign", &v3electionpb__election__descriptor, "Campaign", 0},
+    {"election/proclaim", &v3electionpb__election__descriptor, "Proclaim", 0},
+    {"election/leader", &v3electionpb__election__descriptor, "Leader", 0},
+    {"election/observe", &v3electionpb__election__descriptor, "Observe", 1},
+    {"election/resign", &v3electionpb__election__descriptor, "Resign", 0},
+    {"lock/lock", &v3lockpb__lock__descriptor, "Lock", 0},
+    {"lock/unlock", &v3lockpb__lock__descriptor, "Unlock", 0},
 };
 
 int kv_gw_lookup(const char *path, kv_gw_route *r)

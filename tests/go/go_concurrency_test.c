@@ -1,6 +1,7 @@
 /*
  * go_concurrency_test: builds tests/go/concurrency_test (a Go program using clientv3's
- * concurrency.NewMutex, NewElection and NewSTM) offline from Debian's golang-etcd-server-dev
+ * concurrency.NewMutex, NewElection and NewSTM, and the v3electionpb/v3lockpb service stubs)
+ * offline from Debian's golang-etcd-server-dev
  * and runs it against a fresh server (KV_TEST_SERVER=etcd|kvd, default kvd). Skipped with a
  * message when go or the Go etcd sources are not installed
  * (apt-get install golang-go golang-etcd-server-dev).
@@ -29,11 +30,11 @@ Test(go_concurrency, mutex_election_stm, .timeout = 600)
     const char *go = go_bin();
     if (!go)
         KVT_SKIP_MISSING("go is not installed (apt-get install golang-go golang-etcd-server-dev): "
-                     "Go clientv3/concurrency test skipped");
+                         "Go clientv3/concurrency test skipped");
     if (access(GOPATH "/src/go.etcd.io/etcd/clientv3/concurrency/mutex.go", R_OK) != 0)
         KVT_SKIP_MISSING("golang-etcd-server-dev is not installed (" GOPATH
-                     "/src/go.etcd.io/etcd/clientv3 missing): Go clientv3/concurrency test "
-                     "skipped");
+                         "/src/go.etcd.io/etcd/clientv3 missing): Go clientv3/concurrency test "
+                         "skipped");
     char out[1024], cache[1024], env_cache[1100], pkg[1024];
     snprintf(out, sizeof out, "%s/concurrency_test", KV_GO_OUT_DIR);
     snprintf(cache, sizeof cache, "%s/gocache", KV_GO_OUT_DIR);

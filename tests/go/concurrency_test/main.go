@@ -1,4 +1,5 @@
-// concurrency_test: the Go client's clientv3/concurrency Mutex, Election and STM against a
+// concurrency_test: the Go client's clientv3/concurrency Mutex, Election and STM, and the
+// server-side v3election and v3lock services through etcd's Go stubs, against a
 // server (issue 11 section 5). Built offline from Debian's golang-etcd-server-dev
 // (GOPATH=/usr/share/gocode, GO111MODULE=off). Usage: concurrency_test <endpoint>.
 // Prints one line per check and exits 1 on the first failure.
@@ -14,6 +15,10 @@ import (
 
 	"go.etcd.io/etcd/clientv3"
 	"go.etcd.io/etcd/clientv3/concurrency"
+	"go.etcd.io/etcd/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func fail(format string, a ...interface{}) {
@@ -182,6 +187,109 @@ func testSTM(ep string) {
 	fmt.Printf("ok: STM: %d concurrent serializable increments, no lost update\n", workers*incs)
 }
 
+// testElectionLockServices: the server-side v3election and v3lock services through etcd's own
+// generated Go stubs (v3electionpb, v3lockpb).
+func testElectionLockServices(ep string) {
+	c := client(ep)
+	defer c.Close()
+	ec := v3electionpb.NewElectionClient(c.ActiveConnection())
+	lc := v3lockpb.NewLockClient(c.ActiveConnection())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := []byte("/go-svc-elect")
+	r1, err := ec.Campaign(ctx, &v3electionpb.CampaignRequest{Name: name, Value: []byte("a")})
+	if err != nil {
+		fail("Election.Campaign: %v", err)
+	}
+	oc, err := ec.Observe(ctx, &v3electionpb.LeaderRequest{Name: name})
+	if err != nil {
+		fail("Election.Observe: %v", err)
+	}
+	recv := func(want string) *v3electionpb.LeaderResponse {
+		o, err := oc.Recv()
+		if err != nil {
+			fail("Election.Observe recv: %v", err)
+		}
+		if string(o.Kv.Value) != want {
+			fail("Election.Observe: value %q, want %q", o.Kv.Value, want)
+		}
+		return o
+	}
+	recv("a")
+	done := make(chan *v3electionpb.CampaignResponse, 1)
+	go func() {
+		r, err := ec.Campaign(ctx, &v3electionpb.CampaignRequest{Name: name, Value: []byte("b")})
+		if err != nil {
+			fail("Election.Campaign (second): %v", err)
+		}
+		done <- r
+	}()
+	select {
+	case <-done:
+		fail("Election.Campaign: the second candidate did not wait")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := ec.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: r1.Leader, Value: []byte("a2")}); err != nil {
+		fail("Election.Proclaim: %v", err)
+	}
+	recv("a2")
+	if _, err := ec.Resign(ctx, &v3electionpb.ResignRequest{Leader: r1.Leader}); err != nil {
+		fail("Election.Resign: %v", err)
+	}
+	var r2 *v3electionpb.CampaignResponse
+	select {
+	case r2 = <-done:
+	case <-time.After(10 * time.Second):
+		fail("Election.Campaign: the second candidate did not win after Resign")
+	}
+	if o := recv("b"); string(o.Kv.Key) != string(r2.Leader.Key) {
+		fail("Election.Observe: leader %q, want %q", o.Kv.Key, r2.Leader.Key)
+	}
+	l, err := ec.Leader(ctx, &v3electionpb.LeaderRequest{Name: name})
+	if err != nil || string(l.Kv.Value) != "b" {
+		fail("Election.Leader: %v %v", l, err)
+	}
+	_, err = ec.Proclaim(ctx, &v3electionpb.ProclaimRequest{Value: []byte("x")})
+	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != `"leader" field must be provided` {
+		fail("Election.Proclaim without leader: %v", err)
+	}
+	if _, err := ec.Resign(ctx, &v3electionpb.ResignRequest{Leader: r2.Leader}); err != nil {
+		fail("Election.Resign: %v", err)
+	}
+	fmt.Println("ok: Election service: campaign, observe, proclaim, resign, next candidate wins")
+
+	lname := []byte("/go-svc-lock")
+	k1, err := lc.Lock(ctx, &v3lockpb.LockRequest{Name: lname})
+	if err != nil {
+		fail("Lock.Lock: %v", err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		k2, err := lc.Lock(ctx, &v3lockpb.LockRequest{Name: lname})
+		if err != nil {
+			fail("Lock.Lock (second): %v", err)
+		}
+		got <- k2.Key
+	}()
+	select {
+	case <-got:
+		fail("Lock.Lock: the second locker did not wait")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: k1.Key}); err != nil {
+		fail("Lock.Unlock: %v", err)
+	}
+	select {
+	case k2 := <-got:
+		if _, err := lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: k2}); err != nil {
+			fail("Lock.Unlock (second): %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		fail("Lock.Lock: the second locker did not acquire after Unlock")
+	}
+	fmt.Println("ok: Lock service: second locker waits, then acquires after Unlock")
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Println("usage: concurrency_test <endpoint>")
@@ -190,5 +298,6 @@ func main() {
 	testMutex(os.Args[1])
 	testElection(os.Args[1])
 	testSTM(os.Args[1])
+	testElectionLockServices(os.Args[1])
 	fmt.Println("PASS")
 }

@@ -1,0 +1,154 @@
+/* conc_client: proposals and linearizable reads for the election and lock services
+ * (see conc_client.h). */
+#include "api/conc_client.h"
+
+#include "common/etcd_errors.h"
+#include "node/read_pool.h"
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kv_conc_errno_result(int rc, kv_result *res)
+{
+    kv_etcd_err e;
+    switch (rc) {
+    case -EBUSY:
+        e = KV_ERR_TOO_MANY_REQUESTS;
+        break;
+    case -ESHUTDOWN:
+    case -ECANCELED:
+        e = KV_ERR_STOPPED;
+        break;
+    case -E2BIG:
+        e = KV_ERR_REQUEST_TOO_LARGE;
+        break;
+    case -EAGAIN:
+        res->code = KV_GRPC_UNAVAILABLE;
+        snprintf(res->msg, sizeof(res->msg), "etcdserver: no leader");
+        return;
+    case -ETIMEDOUT:
+        res->code = KV_GRPC_UNAVAILABLE;
+        snprintf(res->msg, sizeof(res->msg), "etcdserver: request timed out");
+        return;
+    default:
+        e = KV_ERR_REQUEST_NOMEM;
+        break;
+    }
+    res->code = kv_etcd_err_code(e);
+    snprintf(res->msg, sizeof(res->msg), "%s", kv_etcd_err_msg(e));
+}
+
+int kv_conc_propose(kv_server *s, const kv_conc_ident *id, enum kv_ireq_field field,
+                    const ProtobufCMessage *m, kv_conc_done_fn done, void *arg)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *msg = malloc(len ? len : 1);
+    uint8_t *req = NULL;
+    size_t rlen = 0;
+    int rc = -ENOMEM;
+    if (msg == NULL)
+        goto out;
+    protobuf_c_message_pack(m, msg);
+    rc = id && id->auth_revision
+             ? kv_internal_wrap_auth(field, 0, msg, len, id->user, id->auth_revision, &req, &rlen)
+             : kv_internal_wrap(field, 0, msg, len, &req, &rlen);
+    if (rc < 0)
+        goto out;
+    if (rlen > s->cfg->max_request_bytes) { /* as kv_propose_unary (services.c) */
+        free(req);
+        rc = -E2BIG;
+        goto out;
+    }
+    rc = kv_node_propose(s->node, req, rlen, done, arg, NULL); /* takes req */
+out:
+    free(msg);
+    return rc;
+}
+
+typedef struct conc_read {
+    kv_server *srv;
+    kv_conc_done_fn done;
+    void *arg;
+    kv_header_info hdr;
+    int rc;
+    kv_result res;
+    size_t len;
+    uint8_t msg[]; /* the packed RangeRequest */
+} conc_read;
+
+static void read_finish(conc_read *r)
+{
+    if (r->rc < 0 && r->res.code == 0) {
+        r->res.code = kv_etcd_err_code(KV_ERR_STORAGE);
+        snprintf(r->res.msg, sizeof(r->res.msg), "%s", kv_etcd_err_msg(KV_ERR_STORAGE));
+    }
+    r->done(r->arg, &r->res);
+    free(r->res.resp);
+    free(r);
+}
+
+static void read_work(void *arg)
+{
+    conc_read *r = arg;
+    r->rc = kv_store_range(r->srv->store, r->msg, r->len, &r->hdr, &r->res);
+}
+
+static void read_pool_done(void *arg, int status)
+{
+    conc_read *r = arg;
+    if (status < 0) {
+        free(r->res.resp);
+        memset(&r->res, 0, sizeof(r->res));
+        r->rc = 0;
+        kv_conc_errno_result(status, &r->res);
+    }
+    read_finish(r);
+}
+
+/* The barrier passed (status 0) or failed: read on a reader thread (inline without a pool). */
+static void read_start(void *arg, int status)
+{
+    conc_read *r = arg;
+    if (status < 0) {
+        kv_conc_errno_result(status, &r->res);
+        read_finish(r);
+        return;
+    }
+    r->hdr = *kv_node_header(r->srv->node);
+    if (r->srv->read_pool == NULL) {
+        read_work(r);
+        read_finish(r);
+        return;
+    }
+    int rc = kv_read_pool_submit(r->srv->read_pool, read_work, read_pool_done, r);
+    if (rc < 0) {
+        kv_conc_errno_result(rc, &r->res);
+        read_finish(r);
+    }
+}
+
+int kv_conc_range(kv_server *s, const ProtobufCMessage *m, kv_conc_done_fn done, void *arg)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    conc_read *r = calloc(1, sizeof(*r) + len);
+    if (r == NULL)
+        return -ENOMEM;
+    r->srv = s;
+    r->done = done;
+    r->arg = arg;
+    r->len = len;
+    protobuf_c_message_pack(m, r->msg);
+    int rc = 1;
+    if (s->peers != NULL) /* a cluster: the ReadIndex barrier of a linearizable Range */
+        rc = kv_node_read_index(s->node, read_start, r);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    if (rc == 1) /* a single member: every acknowledged write is applied */
+        read_start(r, 0);
+    return 0;
+}
