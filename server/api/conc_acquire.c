@@ -236,7 +236,8 @@ static void on_proclaimed(void *arg, kv_result *res)
     int ok = t && t->succeeded;
     etcdserverpb__txn_response__free_unpacked(t, NULL);
     if (!ok) {
-        acq_fail(a, KV_GRPC_UNKNOWN, "election: not leader");
+        acq_fail(a, kv_etcd_err_code(KV_ERR_ELECTION_NOT_LEADER),
+                 kv_etcd_err_msg(KV_ERR_ELECTION_NOT_LEADER));
         return;
     }
     acq_step_wait(a);

@@ -35,8 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MSG_NO_LEADER_KEY "\"leader\" field must be provided" /* v3election.go */
-
 static void reply_malformed(kv_grpc_call *call)
 {
     kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
@@ -90,7 +88,7 @@ static void answer_header_txn(kv_grpc_call *call, const kv_result *res, int must
         return;
     }
     if (must_succeed && !t->succeeded) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN, "election: not leader");
+        kv_reply_etcd_err(call, KV_ERR_ELECTION_NOT_LEADER);
     } else if (proclaim) {
         V3electionpb__ProclaimResponse r = V3ELECTIONPB__PROCLAIM_RESPONSE__INIT;
         r.header = t->header;
@@ -164,7 +162,7 @@ static void on_proclaim(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     if (r->leader == NULL)
-        kv_reply_error(call, KV_GRPC_UNKNOWN, MSG_NO_LEADER_KEY);
+        kv_reply_etcd_err(call, KV_ERR_ELECTION_MISSING_KEY);
     else if (!kv_quota_admit(s, call, KV_IREQ_TXN, len))
         leader_txn(call, r->leader, &r->value);
     v3electionpb__proclaim_request__free_unpacked(r, NULL);
@@ -179,7 +177,7 @@ static void on_resign(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     if (r->leader == NULL)
-        kv_reply_error(call, KV_GRPC_UNKNOWN, MSG_NO_LEADER_KEY);
+        kv_reply_etcd_err(call, KV_ERR_ELECTION_MISSING_KEY);
     else if (!kv_quota_admit(kv_grpc_call_app(call), call, KV_IREQ_TXN, len)) /* log budget */
         leader_txn(call, r->leader, NULL);
     v3electionpb__resign_request__free_unpacked(r, NULL);
@@ -194,7 +192,7 @@ static void answer_leader(kv_grpc_call *call, const kv_result *res)
         return;
     }
     if (rr->n_kvs == 0) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN, "election: no leader");
+        kv_reply_etcd_err(call, KV_ERR_ELECTION_NO_LEADER);
     } else {
         V3electionpb__LeaderResponse r = V3ELECTIONPB__LEADER_RESPONSE__INIT;
         r.header = rr->header;

@@ -144,6 +144,9 @@ static const kv_etcd_err_entry table[KV_ERR_COUNT] = {
     [KV_ERR_TOO_MANY_WATCHERS] = {KV_GRPC_OK, "kvd: too many watchers on this stream"},
     [KV_ERR_WATCH_SLOW_READER] = {KV_GRPC_RESOURCE_EXHAUSTED,
                                   "kvd: watch responses not read (--watch-send-buffer-bytes)"},
+    [KV_ERR_ELECTION_NOT_LEADER] = {KV_GRPC_UNKNOWN, "election: not leader"},
+    [KV_ERR_ELECTION_NO_LEADER] = {KV_GRPC_UNKNOWN, "election: no leader"},
+    [KV_ERR_ELECTION_MISSING_KEY] = {KV_GRPC_UNKNOWN, "\"leader\" field must be provided"},
 };
 
 static const kv_etcd_err_entry *entry(kv_etcd_err e)

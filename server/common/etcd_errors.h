@@ -12,7 +12,10 @@
  *   - "grpc: ..." and "context canceled"   grpc-go's own wording for the same condition;
  *   - "auth: ..."     errors of etcd's auth package that etcd's togRPCError does not map, so
  *                     they reach clients as codes.Unknown with the auth package's text;
- *   - "kvd: ..."      kvd-only conditions that have no etcd wording.
+ *   - "kvd: ..."      kvd-only conditions that have no etcd wording;
+ *   - "election: ..." and "\"leader\" field must be provided"   errors of etcd's
+ *                     concurrency package and v3election server, which reach clients as
+ *                     codes.Unknown with their own text (api/service_election.c).
  * Messages are unique across the table. Where a call site adds detail (a limit, strerror())
  * it formats "<message><detail>" with kv_etcd_err_msg() as the prefix (the entry says so).
  *
@@ -118,7 +121,11 @@ typedef enum kv_etcd_err {
     KV_ERR_TOO_MANY_WATCH_STREAMS, /* RESOURCE_EXHAUSTED; callers append " (--max-watch-...)" */
     KV_ERR_TOO_MANY_WATCHERS,      /* watch cancel reason (code OK); callers append the flag */
     KV_ERR_WATCH_SLOW_READER,      /* RESOURCE_EXHAUSTED: watch responses not read */
-    KV_ERR_COUNT                   /* not an error: one past the last entry */
+    /* --- v3election (etcd's concurrency package: code Unknown) --- */
+    KV_ERR_ELECTION_NOT_LEADER,  /* UNKNOWN "election: not leader" */
+    KV_ERR_ELECTION_NO_LEADER,   /* UNKNOWN "election: no leader" */
+    KV_ERR_ELECTION_MISSING_KEY, /* UNKNOWN "\"leader\" field must be provided" */
+    KV_ERR_COUNT                 /* not an error: one past the last entry */
 } kv_etcd_err;
 
 /* The gRPC status code of e (a kv_grpc_code value, int like kv_result.code and the grpc API);

@@ -59,7 +59,8 @@ Test(etcd_errors, every_entry_is_filled_and_well_formed)
         /* the documented prefixes (etcd_errors.h) */
         bool ok = has_prefix(m, "etcdserver: ") || has_prefix(m, "mvcc: ") ||
                   has_prefix(m, "grpc: ") || has_prefix(m, "kvd: ") || has_prefix(m, "auth: ") ||
-                  strcmp(m, "context canceled") == 0;
+                  has_prefix(m, "election: ") || strcmp(m, "context canceled") == 0 ||
+                  strcmp(m, "\"leader\" field must be provided") == 0;
         cr_assert(ok, "entry %d: message \"%s\" lacks a documented prefix", i, m);
         cr_assert(strlen(m) < 120, "entry %d: message too long for kv_result.msg + detail", i);
     }
@@ -120,6 +121,9 @@ Test(etcd_errors, etcd_rows_are_verbatim)
         {KV_ERR_WATCHER_RANGE_EMPTY, 0, "mvcc: watcher range is empty"},
         {KV_ERR_GRPC_UNMARSHAL, 13, "grpc: error unmarshalling request: malformed protobuf"},
         {KV_ERR_CANCELED, 1, "context canceled"},
+        {KV_ERR_ELECTION_NOT_LEADER, 2, "election: not leader"},
+        {KV_ERR_ELECTION_NO_LEADER, 2, "election: no leader"},
+        {KV_ERR_ELECTION_MISSING_KEY, 2, "\"leader\" field must be provided"},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         cr_assert_eq(kv_etcd_err_code(want[i].e), want[i].code, "%s", want[i].msg);
