@@ -5,13 +5,13 @@
  */
 #include "server.h"
 #include "etcd_metrics.h"
-#include "tls_setup.h"
+#include "daemon/tls_setup.h"
 
 #include "lease_fwd.h"
 #include "corrupt/corrupt_check.h"
 #include "leases.h"
-#include "members_boot.h"
-#include "members_join.h"
+#include "daemon/members_boot.h"
+#include "daemon/members_join.h"
 #include "mvcc/members.h"
 #include "node/read_pool.h"
 #include "api/auth_srv.h"

@@ -5,8 +5,8 @@
 #ifndef KV_SERVER_H
 #define KV_SERVER_H
 
-#include "config.h"
-#include "identity.h"
+#include "daemon/config.h"
+#include "daemon/identity.h"
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
 #include "node/node.h"

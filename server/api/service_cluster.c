@@ -23,7 +23,7 @@
 #include "api/member_urls.h"
 #include "api/services.h"
 #include "internal.pb-c.h"
-#include "members_boot.h"
+#include "daemon/members_boot.h"
 #include "mvcc/members.h"
 #include "mvcc/pb_strip.h"
 #include "peer/peer_net.h"

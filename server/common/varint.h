@@ -19,7 +19,7 @@ size_t kv_varint_put(uint8_t *p, uint64_t v);
 size_t kv_varint_len(uint64_t v);
 /* Reads a varint at p (p < end): *v gets it. Returns the bytes read, 0 if it runs past end or
  * past KV_VARINT_MAX bytes. A lenient reader for files kvd reads but did not write (etcd's
- * WAL, server/etcd_datadir.c); client bytes go through mvcc/pb_wire.h. */
+ * WAL, server/daemon/etcd_datadir.c); client bytes go through mvcc/pb_wire.h. */
 size_t kv_varint_get(const uint8_t *p, const uint8_t *end, uint64_t *v);
 
 #endif

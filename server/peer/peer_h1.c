@@ -1,7 +1,7 @@
 /*
  * peer_h1.c - HTTP/1.1 on the peer port: etcd's GET /members (etcd 3.4
  * etcdserver/api/etcdhttp/peer.go), which a member joining an existing cluster asks its peers
- * for to learn its own id (server/members_join.h, docs/ARCHITECTURE.md "Membership").
+ * for to learn its own id (server/daemon/members_join.h, docs/ARCHITECTURE.md "Membership").
  *
  * An accepted connection whose first plaintext byte is not the start of the HTTP/2 preface
  * ("PRI * HTTP/2.0") is read as one HTTP/1.1 request of at most PEER_H1_MAX_REQUEST bytes.

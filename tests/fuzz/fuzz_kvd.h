@@ -16,7 +16,7 @@
 #define KV_FUZZ_KVD_H
 
 #include "api/services.h"
-#include "config.h"
+#include "daemon/config.h"
 #include "grpc/grpc_server.h"
 #include "server.h"
 

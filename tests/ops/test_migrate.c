@@ -11,7 +11,7 @@
  *    status` reads it, `etcdctl snapshot restore`, etcd started on it: the same kvs, revision,
  *    lease and compaction point.
  *  - etcdctl_restore_dir_is_adopted: kvd started on the dir `etcdctl snapshot restore` wrote
- *    (etcd's layout) imports its db once (server/etcd_datadir.h): the same kvs, revision and
+ *    (etcd's layout) imports its db once (server/daemon/etcd_datadir.h): the same kvs, revision and
  *    lease; member/ stays; a restart keeps later writes and imports nothing again.
  *  - a_live_etcd_data_dir_is_refused: a stopped etcd member's own dir (writes in its WAL) is
  *    refused with what to do, and etcd still starts on it with its write.
@@ -306,7 +306,7 @@ Test(ops_migrate, make_mirror_both_ways, .timeout = 240)
 
 /* etcd's restore procedure with kvd as the binary: `etcdctl snapshot restore` writes etcd's
  * layout (member/snap/db, member/wal), and kvd started on that dir imports the db once
- * (server/etcd_datadir.h): the same kvs, revision and lease as the etcd the snapshot came
+ * (server/daemon/etcd_datadir.h): the same kvs, revision and lease as the etcd the snapshot came
  * from; member/ is left for etcd; a restart keeps what was written since. */
 Test(ops_migrate, etcdctl_restore_dir_is_adopted, .timeout = 240)
 {

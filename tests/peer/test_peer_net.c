@@ -364,8 +364,8 @@ static void h1_ask(fx *f, int i, const char *req, h1_arg *h)
     close(h->fd);
 }
 
-/* etcd's GET /members on the peer port (a joiner's id lookup, server/members_join.h): answered
- * over HTTP/1.1 with the handler's JSON and X-Etcd-Cluster-ID, next to the members' HTTP/2
+/* etcd's GET /members on the peer port (a joiner's id lookup, server/daemon/members_join.h):
+ * answered over HTTP/1.1 with the handler's JSON and X-Etcd-Cluster-ID, next to the members' HTTP/2
  * connection, which stays up; other paths and methods are refused, a 200 is no refusal. */
 Test(peer_net, http1_get_members_answers_etcd_json)
 {

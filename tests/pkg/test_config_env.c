@@ -1,19 +1,27 @@
 /*
  * kvd flags from the environment (issue 14 section 6), as etcd: --foo-bar from KVD_FOO_BAR
- * or ETCD_FOO_BAR (KVD_ wins), the command line over both (server/config.h
+ * or ETCD_FOO_BAR (KVD_ wins), the command line over both (server/daemon/config.h
  * kv_config_parse_env). Each test sets and clears its own variables (criterion runs the
  * tests of this binary one at a time: --jobs 1).
  */
-#include "config.h"
+#include "daemon/config.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const vars[] = {
-    "KVD_NAME",      "ETCD_NAME",         "KVD_DATA_DIR",          "ETCD_DATA_DIR",
-    "KVD_MAX_TXN_OPS", "ETCD_MAX_TXN_OPS", "KVD_ENABLE_FAILPOINTS", "ETCD_INITIAL_CLUSTER",
-    "KVD_LISTEN_CLIENT_URLS", "ETCD_LISTEN_CLIENT_URLS", "KVD_LEASE_CHECKPOINT_INTERVAL",
+    "KVD_NAME",
+    "ETCD_NAME",
+    "KVD_DATA_DIR",
+    "ETCD_DATA_DIR",
+    "KVD_MAX_TXN_OPS",
+    "ETCD_MAX_TXN_OPS",
+    "KVD_ENABLE_FAILPOINTS",
+    "ETCD_INITIAL_CLUSTER",
+    "KVD_LISTEN_CLIENT_URLS",
+    "ETCD_LISTEN_CLIENT_URLS",
+    "KVD_LEASE_CHECKPOINT_INTERVAL",
     "KVD_ELECTION_TIMEOUT",
 };
 

@@ -1,5 +1,5 @@
 /*
- * --config-file: etcd 3.4's YAML configuration file (server/config_file.h). etcd's sample
+ * --config-file: etcd 3.4's YAML configuration file (server/daemon/config_file.h). etcd's sample
  * file (etcd.conf.yml.sample's keys, with its nulls, quotes, comments and the two transport
  * sections) configures kvd; the file is then the whole configuration (other flags and
  * variables ignored, as etcd); sequences in both YAML forms become comma lists; bad files,
@@ -7,7 +7,7 @@
  * refused with the file, the line or the flag named. Criterion runs these tests one at a
  * time (they set environment variables).
  */
-#include "config.h"
+#include "daemon/config.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

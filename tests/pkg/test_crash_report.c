@@ -1,14 +1,13 @@
 /*
- * The crash report (server/crash_report.h): a fatal signal's name and stack on fd 2, then the
- * process still dies of that signal.
- * Unit part: a forked child installs the handler, then aborts, overflows its stack or raises
- * SIGBUS; the parent reads the child's stderr through a pipe.
+ * The crash report (server/daemon/crash_report.h): a fatal signal's name and stack on fd 2, then
+ * the process still dies of that signal. Unit part: a forked child installs the handler, then
+ * aborts, overflows its stack or raises SIGBUS; the parent reads the child's stderr through a pipe.
  * Process part: a real kvd sent SIGSEGV writes the report into its log, with frames that name
  * kvd's exported functions (main), and dies of SIGSEGV.
  * Sanitizer builds: the sanitizer keeps its handlers; install reports 1 and kvd prints no
  * report of its own.
  */
-#include "crash_report.h"
+#include "daemon/crash_report.h"
 
 #include "kvt_proc.h"
 #include "kvt_util.h"

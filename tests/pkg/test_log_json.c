@@ -3,7 +3,7 @@
  * --log-format json writes only JSON objects, one a line, that python3's json module parses,
  * each with etcd zap's level/ts/caller/msg; --log-level warn drops the info lines and keeps
  * the warnings; --log-outputs FILE sends the lines there; bad values are refused at startup.
- * Readiness comes from $NOTIFY_SOCKET (server/sd_notify.h), not from the log.
+ * Readiness comes from $NOTIFY_SOCKET (server/daemon/sd_notify.h), not from the log.
  */
 #include "kvt_proc.h"
 #include "kvt_util.h"

@@ -1,10 +1,10 @@
 /*
- * systemd readiness without libsystemd (server/sd_notify.h): datagrams on $NOTIFY_SOCKET.
+ * systemd readiness without libsystemd (server/daemon/sd_notify.h): datagrams on $NOTIFY_SOCKET.
  * Unit part: kv_sd_notify() against a bound unix datagram socket (path and abstract).
  * Process part: a real kvd started with NOTIFY_SOCKET sends READY=1 once it serves client
  * requests and STOPPING=1 on SIGTERM, as kvd.service (Type=notify) expects.
  */
-#include "sd_notify.h"
+#include "daemon/sd_notify.h"
 
 #include "kvt_proc.h"
 #include "kvt_util.h"
@@ -36,8 +36,7 @@ static int bind_dgram(const char *path)
         sa.sun_path[0] = '\0';
     else
         salen++;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, salen), 0, "bind %s: %s", path,
-                 strerror(errno));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, salen), 0, "bind %s: %s", path, strerror(errno));
     return fd;
 }
 

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "daemon/config.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -84,9 +84,15 @@ Test(config, multi_member_cluster_flags)
 {
     kv_config c;
     char err[256];
-    char *argv[] = {"kvd", "--name", "n1", "--peers",
-                    "n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2381", "--snapshot-count", "500",
-                    "--peer-max-queue-bytes", "1048576"};
+    char *argv[] = {"kvd",
+                    "--name",
+                    "n1",
+                    "--peers",
+                    "n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2381",
+                    "--snapshot-count",
+                    "500",
+                    "--peer-max-queue-bytes",
+                    "1048576"};
     cr_assert_eq(parse(&c, err, sizeof(err), 9, argv), 0, "%s", err);
     cr_assert_eq(c.n_initial_cluster, 2);
     cr_assert_eq(c.snapshot_count, 500);

@@ -2,7 +2,7 @@
  * test_corrupt_judge: the periodic check's verdict (corrupt/corrupt_check.h kv_corrupt_judge)
  * and the corruption-check flags (issue 14, docs/corruption.md).
  */
-#include "config.h"
+#include "daemon/config.h"
 #include "corrupt/corrupt_check.h"
 #include "mvcc/store.h"
 

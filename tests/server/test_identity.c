@@ -1,5 +1,5 @@
-#include "config.h"
-#include "identity.h"
+#include "daemon/config.h"
+#include "daemon/identity.h"
 
 #include <criterion/criterion.h>
 

@@ -1,10 +1,10 @@
-/* The initial membership from the flags, the publish request (server/members_boot.h) and the
+/* The initial membership from the flags, the publish request (server/daemon/members_boot.h) and the
  * MemberAdd URL checks (server/api/member_urls.h). */
 #include "api/member_urls.h"
-#include "config.h"
-#include "identity.h"
-#include "members_boot.h"
-#include "members_join.h"
+#include "daemon/config.h"
+#include "daemon/identity.h"
+#include "daemon/members_boot.h"
+#include "daemon/members_join.h"
 #include "mvcc/members.h"
 
 #include <criterion/criterion.h>
@@ -129,7 +129,7 @@ Test(member_urls, etcd_new_urls_rules)
     kv_member_urls_free(out, 2);
 }
 
-/* etcd's GET /members JSON (server/members_join.h): written as etcd 3.4 writes it, read back
+/* etcd's GET /members JSON (server/daemon/members_join.h): written as etcd 3.4 writes it, read back
  * (also etcd's own output with fields kvd ignores), and matched by peer URLs in any order. */
 Test(members_join, json_round_trip_and_url_match)
 {

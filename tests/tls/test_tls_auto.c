@@ -1,5 +1,5 @@
 /*
- * test_tls_auto.c - etcd's --auto-tls and --peer-auto-tls (server/tls_auto.h): a member with
+ * test_tls_auto.c - etcd's --auto-tls and --peer-auto-tls (server/daemon/tls_auto.h): a member with
  * an https client port and no certificate of its own serves TLS with a generated self-signed
  * certificate, kept in the data dir and reused after a restart; three members with https peer
  * URLs and --peer-auto-tls form a cluster over TLS; an https URL with neither a certificate

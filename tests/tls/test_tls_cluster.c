@@ -5,7 +5,7 @@
  * others log and refuse it). The peer proxies of kvt_cluster pass TLS through.
  * A member replaced on the same https peer URL (remove, wipe, etcdctl member add) learns the
  * new id `member add` drew from its peers' GET /members over peer TLS, with its client
- * certificate (server/members_join.h), and joins.
+ * certificate (server/daemon/members_join.h), and joins.
  */
 #include <criterion/criterion.h>
 

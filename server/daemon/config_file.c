@@ -1,5 +1,5 @@
 /* config_file: etcd's YAML configuration file into kvd's flags (see config_file.h). */
-#include "config_file.h"
+#include "daemon/config_file.h"
 
 #include <errno.h>
 #include <stdarg.h>

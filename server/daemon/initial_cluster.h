@@ -8,7 +8,7 @@
 #ifndef KV_INITIAL_CLUSTER_H
 #define KV_INITIAL_CLUSTER_H
 
-#include "config.h"
+#include "daemon/config.h"
 
 #include <stdbool.h>
 #include <stddef.h>

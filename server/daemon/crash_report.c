@@ -1,5 +1,5 @@
 /* crash_report: a fatal signal's name and stack on fd 2 (contract: crash_report.h). */
-#include "crash_report.h"
+#include "daemon/crash_report.h"
 
 #include <errno.h>
 #include <execinfo.h>

@@ -1,7 +1,7 @@
 /* members_boot: the initial membership from the flags (see members_boot.h). */
-#include "members_boot.h"
+#include "daemon/members_boot.h"
 
-#include "initial_cluster.h"
+#include "daemon/initial_cluster.h"
 
 #include "mvcc/members.h"
 

@@ -1,5 +1,5 @@
-#include "config.h"
-#include "config_file.h"
+#include "daemon/config.h"
+#include "daemon/config_file.h"
 #include "auth/auth_jwt.h"
 #include "log/log.h"
 

@@ -1,4 +1,4 @@
-#include "sd_notify.h"
+#include "daemon/sd_notify.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -22,8 +22,8 @@ int kv_sd_notify(const char *path, const char *state)
     memcpy(sa.sun_path, path, len);
     if (sa.sun_path[0] == '@')
         sa.sun_path[0] = '\0'; /* abstract namespace: the length counts, no terminator */
-    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len +
-                                  (path[0] == '/' ? 1 : 0));
+    socklen_t salen =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '/' ? 1 : 0));
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;

@@ -16,8 +16,8 @@
 #ifndef KV_MEMBERS_JOIN_H
 #define KV_MEMBERS_JOIN_H
 
-#include "config.h"
-#include "identity.h"
+#include "daemon/config.h"
+#include "daemon/identity.h"
 #include "internal.pb-c.h"
 
 #include <stddef.h>

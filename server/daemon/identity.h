@@ -7,7 +7,7 @@
 #ifndef KV_IDENTITY_H
 #define KV_IDENTITY_H
 
-#include "config.h"
+#include "daemon/config.h"
 
 #include <stdint.h>
 

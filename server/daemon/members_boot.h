@@ -9,8 +9,8 @@
 #ifndef KV_MEMBERS_BOOT_H
 #define KV_MEMBERS_BOOT_H
 
-#include "config.h"
-#include "identity.h"
+#include "daemon/config.h"
+#include "daemon/identity.h"
 #include "internal.pb-c.h"
 #include "mvcc/store.h"
 

@@ -1,7 +1,7 @@
-#include "identity.h"
+#include "daemon/identity.h"
 
 #include "common/byteorder.h"
-#include "initial_cluster.h"
+#include "daemon/initial_cluster.h"
 
 #include <errno.h>
 #include <openssl/sha.h>

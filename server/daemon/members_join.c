@@ -1,7 +1,7 @@
 /* members_join: a joining member's id from its peers' member list (see members_join.h). */
-#include "members_join.h"
+#include "daemon/members_join.h"
 
-#include "initial_cluster.h"
+#include "daemon/initial_cluster.h"
 
 #include "mvcc/members.h"
 #include "net/tls.h"

@@ -1,5 +1,5 @@
 /* datadir_lock: exclusive flock on <data dir>/kvd.lock (see datadir_lock.h). */
-#include "datadir_lock.h"
+#include "daemon/datadir_lock.h"
 
 #include <errno.h>
 #include <fcntl.h>

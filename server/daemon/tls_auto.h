@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 /* Fills cfg's cert/key paths (and cfg->peer_auto_verify_off) from the generated or reused
  * pair when --auto-tls / --peer-auto-tls apply. */

@@ -1,5 +1,5 @@
 /* tls_setup.c - kvd's TLS contexts from the flags; see tls_setup.h. */
-#include "tls_setup.h"
+#include "daemon/tls_setup.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* tls_auto.c - self-signed certificates for --auto-tls / --peer-auto-tls; see tls_auto.h. */
-#include "tls_auto.h"
+#include "daemon/tls_auto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

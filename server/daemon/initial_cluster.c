@@ -1,5 +1,5 @@
 /* initial_cluster: --initial-cluster grouped by member name (see initial_cluster.h). */
-#include "initial_cluster.h"
+#include "daemon/initial_cluster.h"
 
 #include <string.h>
 

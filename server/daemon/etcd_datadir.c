@@ -1,6 +1,6 @@
 /* etcd_datadir: adopts the data dir `etcdctl snapshot restore` wrote (contract:
  * etcd_datadir.h). */
-#include "etcd_datadir.h"
+#include "daemon/etcd_datadir.h"
 
 #include "common/byteorder.h"
 #include "common/msgf.h"
