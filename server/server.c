@@ -313,7 +313,15 @@ int kv_server_start_core(kv_server *s)
     rc = start_watch(s);
     if (rc < 0)
         goto fail;
-    rc = kv_corrupt_start(s, cfg->corrupt_check_time_ms);
+    kv_corrupt_deps cd = {.loop = s->loop,
+                          .metrics = s->metrics,
+                          .store = s->store,
+                          .node = s->node,
+                          .read_pool = s->read_pool,
+                          .member_id = s->id.member_id,
+                          .has_peers = s->peers != NULL,
+                          .election_ms = cfg->election_timeout_ms};
+    rc = kv_corrupt_start(&s->corrupt, &cd, cfg->corrupt_check_time_ms);
     if (rc < 0)
         goto fail;
     rc = kv_auth_start(s, &s->auth);
@@ -332,7 +340,8 @@ fail:
 void kv_server_stop_core(kv_server *s)
 {
     kv_etcd_metrics_stop(s);
-    kv_corrupt_stop(s);
+    kv_corrupt_stop(s->corrupt); /* before the node closes */
+    s->corrupt = NULL;
     if (s->node)
         kv_node_set_auth_hook(s->node, NULL, NULL);
     kv_auth_stop(s->auth); /* joins the hash worker */

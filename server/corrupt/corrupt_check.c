@@ -42,7 +42,7 @@ typedef struct round {
 } round;
 
 struct kv_corrupt {
-    kv_server *s;
+    kv_corrupt_deps d;
     uv_timer_t timer;
     int timer_on, closed, timer_closed;
     uint32_t period_ms, timeout_ms;
@@ -110,7 +110,7 @@ static int alarm_is_active(void *arg, uint64_t member, int type)
 
 static void raise_corrupt(kv_corrupt *c, uint64_t id)
 {
-    kv_server *s = c->s;
+    const kv_corrupt_deps *s = &c->d;
     if (kv_store_alarm_list(s->store, alarm_is_active, &id) == 1)
         return; /* already raised */
     Etcdserverpb__AlarmRequest ar = ETCDSERVERPB__ALARM_REQUEST__INIT;
@@ -151,8 +151,8 @@ static const char *status_text(int st)
 static void finish_round(kv_corrupt *c)
 {
     round *r = &c->r;
-    kv_server *s = c->s;
-    uint64_t self = s->id.member_id;
+    const kv_corrupt_deps *s = &c->d;
+    uint64_t self = s->member_id;
     r->active = 0;
     size_t mism = 0, checked = 0, agree = 0;
     for (size_t i = 0; i < r->n; i++) {
@@ -214,7 +214,7 @@ static void finish_round(kv_corrupt *c)
                 "kvd: corruption check: member %016llx is corrupt (revision %lld): the "
                 "cluster refuses requests while its CORRUPT alarm is active\n",
                 (unsigned long long)bad[i], (long long)r->rev);
-        if (c->s->node)
+        if (!c->closed)
             raise_corrupt(c, bad[i]);
     }
 }
@@ -228,7 +228,7 @@ static void send_reqs(kv_corrupt *c)
     for (size_t i = 0; i < r->n; i++) {
         if (r->sent[i] || r->answered[i])
             continue;
-        if (kv_node_peer_send(c->s->node, r->a[i].id, KV_CORRUPT_HASH_REQ, f, REQ_LEN) == 0)
+        if (kv_node_peer_send(c->d.node, r->a[i].id, KV_CORRUPT_HASH_REQ, f, REQ_LEN) == 0)
             r->sent[i] = 1;
     }
 }
@@ -245,7 +245,7 @@ static int round_complete(const round *r)
 static void start_peers(kv_corrupt *c, uint32_t hash, int64_t crev, int64_t cur)
 {
     round *r = &c->r;
-    kv_server *s = c->s;
+    const kv_corrupt_deps *s = &c->d;
     r->seq = ++c->next_seq;
     r->rev = cur;
     r->crev = crev;
@@ -257,7 +257,7 @@ static void start_peers(kv_corrupt *c, uint32_t hash, int64_t crev, int64_t cur)
     size_t nm = 0;
     if (kv_store_members_list(s->store, &m, &nm) == 0) {
         for (size_t i = 0; i < nm; i++) {
-            if (m[i]->id != s->id.member_id && r->n < KV_CORRUPT_MAX_PEERS) {
+            if (m[i]->id != s->member_id && r->n < KV_CORRUPT_MAX_PEERS) {
                 memset(&r->a[r->n], 0, sizeof(r->a[0]));
                 r->a[r->n++].id = m[i]->id;
             }
@@ -283,7 +283,7 @@ static void start_peers(kv_corrupt *c, uint32_t hash, int64_t crev, int64_t cur)
 static void job_work(void *arg)
 {
     hash_job *j = arg;
-    j->rc = kv_store_hash_kv_cur(j->c->s->store, j->rev, &j->hash, &j->crev, &j->cur);
+    j->rc = kv_store_hash_kv_cur(j->c->d.store, j->rev, &j->hash, &j->crev, &j->cur);
 }
 
 static void send_resp(kv_corrupt *c, uint64_t to, uint64_t seq, int64_t rev, int status,
@@ -296,7 +296,7 @@ static void send_resp(kv_corrupt *c, uint64_t to, uint64_t seq, int64_t rev, int
     kv_put_be32(f + 20, hash);
     kv_put_be64(f + 24, (uint64_t)crev);
     kv_put_be64(f + 32, (uint64_t)cur);
-    (void)kv_node_peer_send(c->s->node, to, KV_CORRUPT_HASH_RESP, f, RESP_LEN);
+    (void)kv_node_peer_send(c->d.node, to, KV_CORRUPT_HASH_RESP, f, RESP_LEN);
 }
 
 static void job_done(void *arg, int status)
@@ -307,7 +307,7 @@ static void job_done(void *arg, int status)
     int rc = status ? status : j->rc;
     if (j->kind == JOB_SERVE) {
         c->serving--;
-        if (!c->closed && c->s->node) {
+        if (!c->closed) {
             send_resp(c, j->from, j->seq, j->rev, rc, j->hash, j->crev, j->cur);
             kv_metric_inc(c->m_served);
         }
@@ -332,7 +332,7 @@ static void job_done(void *arg, int status)
 
 static int submit(kv_corrupt *c, hash_job *j)
 {
-    kv_server *s = c->s;
+    const kv_corrupt_deps *s = &c->d;
     c->jobs++;
     if (s->read_pool == NULL) { /* no pool (tests): inline */
         job_work(j);
@@ -434,8 +434,8 @@ static void note_self_corrupt(kv_corrupt *c);
 static void on_timer(uv_timer_t *t)
 {
     kv_corrupt *c = t->data;
-    kv_server *s = c->s;
-    if (c->closed || s->node == NULL)
+    const kv_corrupt_deps *s = &c->d;
+    if (c->closed)
         return;
     uint64_t now = uv_now(s->loop);
     note_self_corrupt(c);
@@ -455,7 +455,7 @@ static void on_timer(uv_timer_t *t)
     if (c->period_ms == 0 || c->local_job || now < c->next_check)
         return;
     c->next_check = now + c->period_ms;
-    if (!kv_node_is_leader(s->node) || s->peers == NULL)
+    if (!kv_node_is_leader(s->node) || !s->has_peers)
         return; /* etcd: only the leader checks */
     int rc = start_round(c, 0);
     if (rc < 0)
@@ -465,12 +465,12 @@ static void on_timer(uv_timer_t *t)
 /* One clear line on the member the CORRUPT alarm names, once per raise. */
 static void note_self_corrupt(kv_corrupt *c)
 {
-    kv_server *s = c->s;
+    const kv_corrupt_deps *s = &c->d;
     if (!(kv_store_alarms(s->store) & (1u << KV_ALARM_CORRUPT))) {
         c->self_noted = 0;
         return;
     }
-    uint64_t self = s->id.member_id;
+    uint64_t self = s->member_id;
     if (c->self_noted || kv_store_alarm_list(s->store, alarm_is_active, &self) != 1)
         return;
     c->self_noted = 1;
@@ -491,14 +491,15 @@ static void timer_on(kv_corrupt *c)
 
 /* ---- start / stop ---- */
 
-int kv_corrupt_start(kv_server *s, uint32_t period_ms)
+int kv_corrupt_start(kv_corrupt **out, const kv_corrupt_deps *d, uint32_t period_ms)
 {
     kv_corrupt *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return -ENOMEM;
-    c->s = s;
+    c->d = *d;
+    const kv_corrupt_deps *s = &c->d;
     c->period_ms = period_ms;
-    c->timeout_ms = 5000u + 2u * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+    c->timeout_ms = 5000u + 2u * (s->election_ms ? s->election_ms : 1000);
     uv_timer_init(s->loop, &c->timer);
     c->timer.data = c;
     if (s->metrics) {
@@ -519,8 +520,8 @@ int kv_corrupt_start(kv_server *s, uint32_t period_ms)
     }
     kv_node_set_peer_handler(s->node, KV_CORRUPT_HASH_REQ, on_req, c);
     kv_node_set_peer_handler(s->node, KV_CORRUPT_HASH_RESP, on_resp, c);
-    s->corrupt = c;
-    if (period_ms > 0 && s->peers) {
+    *out = c;
+    if (period_ms > 0 && s->has_peers) {
         c->next_check = uv_now(s->loop) + period_ms;
         timer_on(c);
         fprintf(stderr, "kvd: enabled corruption checking every %u ms (leader only)\n", period_ms);
@@ -528,35 +529,33 @@ int kv_corrupt_start(kv_server *s, uint32_t period_ms)
     return 0;
 }
 
-void kv_corrupt_stop(kv_server *s)
+void kv_corrupt_stop(kv_corrupt *c)
 {
-    kv_corrupt *c = s->corrupt;
     if (c == NULL)
         return;
-    s->corrupt = NULL;
     c->closed = 1;
     c->r.active = 0;
-    if (s->node) {
-        kv_node_set_peer_handler(s->node, KV_CORRUPT_HASH_REQ, on_frame_ignored, NULL);
-        kv_node_set_peer_handler(s->node, KV_CORRUPT_HASH_RESP, on_frame_ignored, NULL);
+    if (c->d.node) {
+        kv_node_set_peer_handler(c->d.node, KV_CORRUPT_HASH_REQ, on_frame_ignored, NULL);
+        kv_node_set_peer_handler(c->d.node, KV_CORRUPT_HASH_RESP, on_frame_ignored, NULL);
     }
     uv_close((uv_handle_t *)&c->timer, on_timer_closed);
 }
 
-int kv_corrupt_initial_check(kv_server *s, char *err, size_t errlen)
+int kv_corrupt_initial_check(kv_corrupt *c, char *err, size_t errlen)
 {
-    kv_corrupt *c = s->corrupt;
     if (c == NULL)
         return -EINVAL;
+    const kv_corrupt_deps *s = &c->d;
     fprintf(stderr, "kvd: starting initial corruption check (member %016llx, timeout %u ms)\n",
-            (unsigned long long)s->id.member_id, c->timeout_ms);
+            (unsigned long long)s->member_id, c->timeout_ms);
     c->init_done = 0;
     c->init_rc = 0;
     /* a periodic round cannot be running yet: the timer's first period has not passed */
     int rc = start_round(c, 1);
     if (rc < 0) {
-        snprintf(err, errlen, "%016llx failed to fetch hash (%s)",
-                 (unsigned long long)s->id.member_id, strerror(-rc));
+        snprintf(err, errlen, "%016llx failed to fetch hash (%s)", (unsigned long long)s->member_id,
+                 strerror(-rc));
         return rc;
     }
     timer_on(c);
@@ -569,9 +568,9 @@ int kv_corrupt_initial_check(kv_server *s, char *err, size_t errlen)
     }
     if (c->init_rc == -EILSEQ)
         snprintf(err, errlen, "%016llx found data inconsistency with peers",
-                 (unsigned long long)s->id.member_id);
+                 (unsigned long long)s->member_id);
     else if (c->init_rc < 0)
-        snprintf(err, errlen, "%016llx failed to fetch hash (%s)",
-                 (unsigned long long)s->id.member_id, strerror(-c->init_rc));
+        snprintf(err, errlen, "%016llx failed to fetch hash (%s)", (unsigned long long)s->member_id,
+                 strerror(-c->init_rc));
     return c->init_rc;
 }

@@ -31,13 +31,19 @@
  * Metrics: kvd_corrupt_checks_total, kvd_corrupt_mismatches_total,
  * kvd_corrupt_hash_served_total, kvd_corrupt_hash_refused_total.
  *
- * Threads: loop thread only (the hashing runs on s->read_pool). Ownership: s->corrupt belongs
- * to the server; kv_corrupt_stop closes it (freed on the next loop turn).
+ * Threads: loop thread only (the hashing runs on the reader pool). Ownership: the caller (the
+ * server) owns the checker from kv_corrupt_start until kv_corrupt_stop, which closes it (freed
+ * once its timer is closed and its reader jobs are done). The module sees the member only
+ * through kv_corrupt_deps, never through server.h.
  */
 #ifndef KV_CORRUPT_CHECK_H
 #define KV_CORRUPT_CHECK_H
 
-#include "server.h"
+#include "metrics/metrics.h"
+#include "mvcc/store.h"
+#include "node/node.h"
+
+#include <uv.h>
 
 #include <stdint.h>
 
@@ -63,18 +69,34 @@ typedef struct kv_corrupt_answer {
 size_t kv_corrupt_judge(uint64_t self, uint32_t hash, int64_t compact_rev,
                         const kv_corrupt_answer *a, size_t n, uint64_t *bad, size_t bad_cap);
 
-/* Creates s->corrupt: registers both peer frame handlers (always: any member answers its
- * peers) and, with a period > 0 and peers, starts the periodic check timer. Requires s->node,
- * s->read_pool, s->store, s->cfg, s->loop (s->metrics optional). 0 or -ENOMEM. */
-int kv_corrupt_start(kv_server *s, uint32_t period_ms);
+/* What the checker uses of the member; every pointer is borrowed and must stay valid until
+ * kv_corrupt_stop (the store and the reader pool until the jobs it left on the pool are done:
+ * the server closes the pool after the checker). */
+struct kv_read_pool;
+typedef struct kv_corrupt_deps {
+    uv_loop_t *loop;
+    kv_metrics *metrics; /* optional */
+    kv_store *store;
+    kv_node *node;
+    struct kv_read_pool *read_pool; /* NULL: hashes run inline (tests) */
+    uint64_t member_id;
+    int has_peers;        /* a cluster: the periodic check asks the peers */
+    uint32_t election_ms; /* 0: 1000 */
+} kv_corrupt_deps;
+
+/* Creates the checker in *out: registers both peer frame handlers (always: any member answers
+ * its peers) and, with a period > 0 and peers, starts the periodic check timer. d is copied.
+ * 0 or -ENOMEM. */
+int kv_corrupt_start(kv_corrupt **out, const kv_corrupt_deps *d, uint32_t period_ms);
 /* Stops the timer, detaches the frame handlers, drops any round; jobs still on the reader
- * pool complete into a closed checker. Idempotent; s->corrupt becomes NULL. */
-void kv_corrupt_stop(kv_server *s);
+ * pool complete into a closed checker. c may be NULL; the caller forgets c. Must run before
+ * the node closes. */
+void kv_corrupt_stop(kv_corrupt *c);
 
 /* The initial check. Runs s->loop (uv_run UV_RUN_ONCE) until it ends: must be called from
- * main() before the main uv_run, after kv_server_start_core. Returns 0 (no mismatch; peers
- * that did not answer are only logged), -EILSEQ on a mismatch (err gets etcd's message), or
- * another negative errno (local hash failed). */
-int kv_corrupt_initial_check(kv_server *s, char *err, size_t errlen);
+ * main() before the main uv_run, after kv_server_start_core, on the server's checker. Returns 0 (no
+ * mismatch; peers that did not answer are only logged), -EILSEQ on a mismatch (err gets etcd's
+ * message), or another negative errno (local hash failed). */
+int kv_corrupt_initial_check(kv_corrupt *c, char *err, size_t errlen);
 
 #endif

@@ -545,7 +545,7 @@ int main(int argc, char **argv)
     /* etcd's CheckInitialHashKV: before serving clients, not on a fresh data dir (etcd: only
      * when the member was initialized; issue 14, docs/corruption.md). */
     if (m.cfg.initial_corrupt_check && ss.applied_index > 0 &&
-        kv_corrupt_initial_check(s, err, sizeof(err)) != 0) {
+        kv_corrupt_initial_check(s->corrupt, err, sizeof(err)) != 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
         kv_auto_compact_stop(m.autoc);
         kv_server_stop_core(s);
