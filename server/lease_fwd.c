@@ -399,7 +399,7 @@ static int batch_send(kv_lease_fwd *f, fwd_batch *b, uint64_t leader)
     if (buf == NULL)
         goto out;
     kvdraftpb__lease_renew_batch__pack(&m, buf);
-    /* The priority queue: ahead of forwarded proposals and raft traffic (issue 10, sec. 2). */
+    /* The priority queue: ahead of forwarded proposals and raft traffic. */
     rc = kv_node_peer_send_prio(f->s->node, leader, KV_LEASE_FWD_REQ, buf, len);
     if (rc == 0) {
         b->leader = leader;

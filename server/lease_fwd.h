@@ -1,5 +1,5 @@
 /*
- * lease_fwd: lease renewals and TimeToLive queries from any member (issue 10, section 2).
+ * lease_fwd: lease renewals and TimeToLive queries from any member.
  *
  * Linearizable (docs/ARCHITECTURE.md "Leases"): the leader answers only once it applied its
  * commit index as of the request's arrival (kv_lease_fwd_current); a local batch, and a

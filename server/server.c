@@ -226,7 +226,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
     pc.joining = s->joining;
     char terr[1024];
     int trc = kv_tls_setup_peer(cfg, s->metrics, &pc.tls_server, &pc.tls_client, terr,
-                                sizeof(terr)); /* issue 13: the net takes its own references */
+                                sizeof(terr)); /* the net takes its own references */
     if (trc < 0) {
         fprintf(stderr, "kvd: error: peer TLS: %s\n", terr);
         return trc;
@@ -275,7 +275,7 @@ int kv_server_start_core(kv_server *s)
     nc.max_forwarded = cfg->max_forwarded_proposals;
     nc.max_log_bytes = cfg->max_raft_log_bytes;
     nc.enable_failpoints = cfg->enable_failpoints; /* node/disk_failpoint.c */
-    /* The initial membership from the flags (idempotent; issue 9 section 5). */
+    /* The initial membership from the flags (idempotent). */
     int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
     if (rc < 0)
         goto fail;

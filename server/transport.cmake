@@ -12,7 +12,7 @@ add_library(kv_net STATIC ${CMAKE_CURRENT_LIST_DIR}/net/listen.c ${CMAKE_CURRENT
 target_include_directories(kv_net PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_net PUBLIC PkgConfig::UV)
 
-# TLS over OpenSSL memory BIOs (issue 13), shared by the gRPC server and the peer transport.
+# TLS over OpenSSL memory BIOs, shared by the gRPC server and the peer transport.
 add_library(kv_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/net/tls.c
   ${CMAKE_CURRENT_LIST_DIR}/net/tls_ciphers.c)
 target_include_directories(kv_tls PUBLIC ${CMAKE_CURRENT_LIST_DIR})

@@ -1,5 +1,5 @@
 /*
- * agents - simulate N agents in one process (lesson 1 / issue 5 benchmark).
+ * agents - simulate N agents in one process (benchmark for docs/LESSONS.md, lesson 1).
  *
  * Each agent is its own kvc_client with its own connection, one lease of TTL T, one key
  * attached to the lease, and a keepalive. Clients share a few I/O threads through

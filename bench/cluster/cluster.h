@@ -7,7 +7,7 @@
  * Observes it: Prometheus metrics summed over members, RSS per member, and the TCP
  * connections established to the members' peer ports (`ss -tn`).
  * Peer URLs are http:// unless kv_bc_cluster_start_tls() is given a certificate directory
- * (peer TLS, issue 13): then https:// with etcd's --peer-cert-file, --peer-key-file,
+ * (peer TLS): then https:// with etcd's --peer-cert-file, --peer-key-file,
  * --peer-trusted-ca-file and --peer-client-cert-auth (client and metrics URLs stay http).
  *
  * Contract:

@@ -1,5 +1,5 @@
 /*
- * clusterbench: kvd against etcd 3.4 as 3-member clusters on loopback (issue 9, section 8).
+ * clusterbench: kvd against etcd 3.4 as 3-member clusters on loopback.
  * In one run, for each repeat (alternating which server goes first): starts a fresh
  * 3-member cluster, preloads keys, runs put with 1, 64 and 256 clients and a linearizable
  * range with 64 clients (clients spread round-robin over the members), then stops it; then
@@ -612,7 +612,7 @@ int main(int argc, char **argv)
                    MED(c, p99_ms), MED(c, cpu_s), ops > 0 ? MED(c, cpu_s) / ops * 1e6 : 0);
         }
 
-    /* The issue's table. */
+    /* The targets table (bench/README.md). */
     const cell *K, *E;
     char kb[256], eb[256], ratio[96], res[64];
     printf("\n| Workload (%d members on loopback) | kvd | etcd %s | kvd/etcd | Target | Result |\n"

@@ -1,7 +1,8 @@
 /*
  * kvbench: put and range throughput/latency of kvd against a single-member etcd started
  * the same way (same machine, loopback, fresh temp data dir), plus RSS with 100,000 keys
- * of 256 bytes. Not a test: it prints numbers and whether issue 2's targets are met.
+ * of 256 bytes. Not a test: it prints numbers and whether the targets are met
+ * (bench/README.md, "Targets").
  * See bench/README.md. Usage: kvbench --help.
  */
 #include "harness.h"
@@ -397,7 +398,7 @@ int main(int argc, char **argv)
         }
     }
 
-    /* Targets of issue 2, section 8 (defined for 64 clients and 100,000 x 256 B). */
+    /* The targets of bench/README.md (defined for 64 clients and 100,000 x 256 B). */
     printf("\ntargets (issue 2 section 8):\n");
     int ci64 = -1;
     for (int ci = 0; ci < o.n_clients; ci++)

@@ -1,5 +1,5 @@
 /*
- * leasebench: the lease keepalive benchmark of issue 4 section 7 (not a test).
+ * leasebench: the lease keepalive benchmark (not a test).
  *
  * For each server (kvd, and a single-member etcd 3.4 when /usr/bin/etcd exists, both
  * started the same way by tests/integration/harness.c): grant --leases leases of --ttl
@@ -14,16 +14,16 @@
  * answered; then the kvd/etcd ratios and the targets (kvd CPU <= etcd/5, <= 300 B per
  * lease).
  *
- * With --members 3 (issue 10 section 5) the servers are 3-member kvd and etcd clusters
+ * With --members 3 the servers are 3-member kvd and etcd clusters
  * (bench/cluster/cluster.c); the connections are spread over the members, CPU is reported
  * per member, and a probe thread (lbprobe.c) measures put latency on the leader idle and
- * under the keepalive load and counts the peer connections. With --peer-tls (issue 13) both
+ * under the keepalive load and counts the peer connections. With --peer-tls both
  * clusters' peer URLs are https:// with certificates made for the run by
  * tests/tls/gen_certs.sh (in a temp dir removed at the end), and the peer TLS handshakes are
  * reported (kvd: kvd_tls_handshakes_total{port="peer"} at the start and end of the window).
  * See bench/lease/README.md.
  *
- * Defaults are a short run (2,000 leases, 15 s). The full run of issue 4:
+ * Defaults are a short run (2,000 leases, 15 s). The full run:
  *   leasebench --leases 20000 --duration 60
  */
 #include <errno.h>

@@ -3,6 +3,6 @@
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2
 # Usage: bench/lease/run.sh [build-dir] [leasebench options]
 #   short run (default): 2,000 leases, 15 s
-#   full run (issue 4):  bench/lease/run.sh build --leases 20000 --duration 60
+#   full run:  bench/lease/run.sh build --leases 20000 --duration 60
 set -- lease/leasebench "$@"
 . "$(dirname "$0")/../run-common.sh"

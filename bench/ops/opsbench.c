@@ -1,5 +1,5 @@
 /*
- * opsbench (issue 14 section 7): snapshot save and defragment of a large store, kvd vs
+ * opsbench: snapshot save and defragment of a large store, kvd vs
  * etcd 3.4 (single members on loopback, one after the other in the same run; not a test).
  * For each server: fill to --size-mb with --value-kb values from --fill-clients clients;
  * `etcdctl snapshot save` (Maintenance.Snapshot) timed, MB/s, while a 1-client put loop

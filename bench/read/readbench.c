@@ -1,5 +1,5 @@
 /*
- * readbench: Range latency on one connection, one client, for the read paths of issue 8 D4
+ * readbench: Range latency on one connection, one client, for the read paths
  * (single-key Range answered inline; key ranges, sorts and HashKV on the reader threads).
  * Starts kvd through the integration harness (KV_KVD_BIN or KV_BUILD_DIR picks the binary),
  * loads --keys keys (Txns of 128 puts), then times each request kind sequentially and prints

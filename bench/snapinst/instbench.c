@@ -3,8 +3,9 @@
  * puts per batch), copies its environment as node_snap.c does (compacting copy), fills a
  * "follower" store with --old-mb MiB of other keys, then installs the copy into the follower
  * (kv_store_install_begin + kv_raftlog_install_into + commit + publish + swap) and prints the
- * time of each step and the key counts. Before issue 9's fix the install copied the state in
- * one LMDB write transaction, which fails with MDB_TXN_FULL above ~512 MiB of dirty pages.
+ * time of each step and the key counts. Before the install became a file swap, it copied the
+ * state in one LMDB write transaction, which fails with MDB_TXN_FULL above ~512 MiB of dirty
+ * pages.
  * Usage: instbench [--mb N] [--old-mb N] [--value-size N] [--dir DIR]
  */
 #include <fcntl.h>

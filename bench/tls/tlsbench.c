@@ -1,5 +1,5 @@
 /*
- * tlsbench (issue 13 section 4): kvd vs etcd 3.4, single members on loopback, in one run:
+ * tlsbench: kvd vs etcd 3.4, single members on loopback, in one run:
  *  - put throughput and p50/p99 with N clients (default 64) over h2c and over TLS;
  *  - new connections per second: open a client, one Range, close (TLS and h2c), T threads;
  *  - Authenticate/s with M concurrent clients once a root user exists and auth is enabled.

@@ -1,5 +1,5 @@
 /*
- * watchbench: Watch benchmarks, kvd vs etcd on the same machine (issue 11; not a test).
+ * watchbench: Watch benchmarks, kvd vs etcd on the same machine (not a test).
  *
  *   watchbench catchup [WATCHERS STREAMS EVENTS]   default 1000 10 100000
  *     EVENTS events are written (txns of 128 puts), then WATCHERS watchers on one prefix,

@@ -110,13 +110,13 @@ typedef struct kvc_config {
     uint32_t backoff_base_ms;    /* first reconnect delay; default 50 */
     uint32_t backoff_max_ms;     /* reconnect delay cap; default 1000 */
     uint64_t seed;               /* jitter PRNG seed; 0 = derived from time and address */
-    /* TLS (issue 13), used for "https://host:port" endpoints (ALPN h2, TLS 1.2/1.3; the
+    /* TLS, used for "https://host:port" endpoints (ALPN h2, TLS 1.2/1.3; the
      * server certificate must match the endpoint's host). Strings are copied by kvc_open. */
     const char *ca_file;      /* PEM CA bundle for server certificates; NULL: system store */
     const char *cert_file;    /* client certificate (mutual TLS); NULL: none */
     const char *key_file;     /* its private key */
     int insecure_skip_verify; /* 1: do not verify the server certificate (testing only) */
-    /* (issue 13 section 2) etcd auth token sent as the "token" metadata of every call
+    /* etcd auth token sent as the "token" metadata of every call
      * (from an Authenticate call); NULL: none. Copied by kvc_open (at most 255 bytes). */
     const char *auth_token;
 } kvc_config;

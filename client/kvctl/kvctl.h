@@ -133,7 +133,7 @@ int kvctl_cmd_watch(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_elect(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_snapshot(struct kvctl *k, int argc, char **argv);
-/* auth enable|disable, user ..., role ... (cmd_auth.c, issue 13 section 2) */
+/* auth enable|disable, user ..., role ... (cmd_auth.c) */
 int kvctl_cmd_auth(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_user(struct kvctl *k, int argc, char **argv);
 int kvctl_cmd_role(struct kvctl *k, int argc, char **argv);

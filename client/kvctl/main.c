@@ -195,7 +195,7 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
     if (f < 0)
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "unsupported output format");
     k->format = (enum kvctl_format)f;
-    /* TLS (issue 13), as etcdctl 3.4: any of --cert/--key/--cacert/--insecure-skip-tls-verify,
+    /* TLS, as etcdctl 3.4: any of --cert/--key/--cacert/--insecure-skip-tls-verify,
      * or --insecure-transport=false, makes scheme-less endpoints https://. */
     if ((k->raw_cert && *k->raw_cert) || (k->raw_key && *k->raw_key) ||
         (k->raw_cacert && *k->raw_cacert) || k->insecure_skip_verify || !k->insecure_transport)
@@ -208,7 +208,7 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
             free(k->endpoints[i]);
             k->endpoints[i] = u;
         }
-    /* --user / --password: Authenticate before the first call (rpc.c, issue 13 section 2) */
+    /* --user / --password: Authenticate before the first call (rpc.c) */
     if (k->raw_discovery && *k->raw_discovery)
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: DNS discovery is not supported yet");
     return 0;

@@ -32,7 +32,7 @@ static void base_config(const struct kvctl *k, kvc_config *cfg)
     /* etcdctl waits dial-timeout for a connection; a zero dial timeout means "no limit" there,
      * the command timeout still bounds every call. */
     cfg->dial_timeout_ms = k->dial_timeout_ms ? k->dial_timeout_ms : k->command_timeout_ms;
-    /* TLS (issue 13): --cacert, --cert, --key, --insecure-skip-tls-verify */
+    /* TLS: --cacert, --cert, --key, --insecure-skip-tls-verify */
     cfg->ca_file = k->raw_cacert && *k->raw_cacert ? k->raw_cacert : NULL;
     cfg->cert_file = k->raw_cert && *k->raw_cert ? k->raw_cert : NULL;
     cfg->key_file = k->raw_key && *k->raw_key ? k->raw_key : NULL;

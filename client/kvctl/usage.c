@@ -1,8 +1,8 @@
 /*
  * kvctl usage texts: etcdctl 3.4's help for the commands kvctl implements, printed for
  * -h/--help and (as etcdctl does) on stdout when a flag cannot be parsed. Generated from
- * `etcdctl <command> --help`, with the program's own name, kvctl, in the USAGE lines (issue 14
- * section 6); the GLOBAL OPTIONS block is shared. The endpoint and member
+ * `etcdctl <command> --help`, with the program's own name, kvctl, in the USAGE lines; the
+ * GLOBAL OPTIONS block is shared. The endpoint and member
  * group helps list only the subcommands kvctl implements.
  */
 #include "usage.h"

@@ -530,7 +530,7 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
         nghttp2_nv t = NV("grpc-timeout", tmo);
         nva[n++] = t;
     }
-    if (c->auth_token[0]) { /* etcd's auth metadata (issue 13 section 2) */
+    if (c->auth_token[0]) { /* etcd's auth metadata */
         nghttp2_nv t = NV("token", c->auth_token);
         nva[n++] = t;
     }

@@ -1,5 +1,5 @@
 /*
- * conn_tls.c - TLS for https:// endpoints (issue 13): the client context (kvc_open) and the
+ * conn_tls.c - TLS for https:// endpoints: the client context (kvc_open) and the
  * per-connection layer between the socket and the nghttp2 session (server/net/tls.h, OpenSSL
  * memory BIOs; compiled into the library, not exported). I/O thread, except kvc_tls_open.
  */

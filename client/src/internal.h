@@ -147,14 +147,14 @@ int kvc_grpc_refused(const struct kvc_h2stream *s, uint32_t h2err);
 
 struct kvc_endpoint {
     char text[256];      /* as configured, for messages */
-    int tls;             /* https:// (issue 13) */
+    int tls;             /* https:// */
     char host[256];      /* host name or IP literal the server certificate must match */
     char authority[272]; /* host:port */
     struct sockaddr_storage addr;
 };
 int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err);
 
-/* ---- TLS (conn_tls.c, issue 13) ---- */
+/* ---- TLS (conn_tls.c) ---- */
 /* kvc_open: creates c->tls when an endpoint is https. 0 or a kvc_fail code. */
 int kvc_tls_open(kvc_client *c, const kvc_config *cfg, kvc_error *err);
 struct kvc_conn;

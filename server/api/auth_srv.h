@@ -1,5 +1,5 @@
 /*
- * auth_srv: this member's auth runtime state (issue 13 section 2) and the resolution of a
+ * auth_srv: this member's auth runtime state and the resolution of a
  * call's caller. The replicated state (enabled flag, auth revision, users, roles) is in LMDB
  * (mvcc/auth_store.h, changed only by applied log entries, server/apply/apply_auth.c); what
  * lives here is per member, as in etcd:

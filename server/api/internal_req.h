@@ -47,7 +47,7 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
                           size_t *out_len);
 
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
- * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h; issue 8, D1).
+ * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h).
  * max_txn_ops is --max-txn-ops. Returns 0 if the request may be proposed; otherwise 1 with
  * the gRPC status to answer in *code and *msg (a static string): INVALID_ARGUMENT
  * "etcdserver: too many operations in txn request", or INTERNAL "grpc: error unmarshalling

@@ -124,7 +124,7 @@ static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_server *s = kv_grpc_call_app(call);
     int code;
     const char *emsg;
-    /* nesting and op counts are bounded before anything unpacks the request (issue 8, D1) */
+    /* nesting and op counts are bounded before anything unpacks the request */
     if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops, &code, &emsg)) {
         kv_reply_error(call, code, emsg);
         return;

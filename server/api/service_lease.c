@@ -238,7 +238,7 @@ oom:
 
 /* Reader thread: msg is the packed LeaseTimeToLiveResponse the loop built from the lessor
  * (TTLs, header); adds the lease's keys from LMDB. A lease with many keys costs O(keys), so
- * this never runs on the loop (issue 8, D4). */
+ * this never runs on the loop. */
 static int ttl_add_keys(kv_store *store, const uint8_t *msg, size_t len, const kv_header_info *h,
                         kv_result *res)
 {
@@ -447,7 +447,7 @@ const kv_grpc_method kv_service_lease[] = {
 };
 const size_t kv_service_lease_len = sizeof(kv_service_lease) / sizeof(kv_service_lease[0]);
 
-/* Renewals and lease reads are served ahead of bulk writes (issue 10 section 2): their unary
+/* Renewals and lease reads are served ahead of bulk writes (lesson 3): their unary
  * requests are not held behind --max-pending-request-bytes of unanswered writes nor refused by
  * a connection saturated with write bodies (grpc_server.h, priority_methods). */
 const char *const kv_service_priority_methods[] = {

@@ -120,7 +120,7 @@ static void on_alarm(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_propose_unary(call, KV_IREQ_ALARM, msg, len);
 }
 
-/* HashKV walks every stored revision: it runs on a read worker, never on the loop (D4). */
+/* HashKV walks every stored revision: it runs on a read worker, never on the loop (lesson 10). */
 static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_read_unary(call, kv_store_hash_kv_request, msg, len);

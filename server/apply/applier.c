@@ -124,7 +124,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         res->revision = bi.rev;
         return 0;
     }
-    /* Bound txn nesting before the recursive unpack (issue 8, D1): requests also arrive here
+    /* Bound txn nesting before the recursive unpack: requests also arrive here
      * from paths that did not pre-scan them (replay, later raft). */
     kv_txn_limits lim;
     kv_txn_limits_init(&lim, bi.max_txn_ops);

@@ -1,4 +1,4 @@
-# The applier (issue 9): decodes kvdpb.InternalRequest log entries, runs the MVCC keyspace
+# The applier: decodes kvdpb.InternalRequest log entries, runs the MVCC keyspace
 # operations (mvcc/keyspace.h) and builds the etcdserverpb responses for local waiters.
 # Included from server/CMakeLists.txt; headers are included as "apply/<name>.h".
 add_library(kv_apply STATIC

@@ -1,4 +1,4 @@
-# Auth building blocks with no server state (issue 13 section 2): key-range permission checks
+# Auth building blocks with no server state: key-range permission checks
 # (auth_perm), password hashes (auth_hash), simple tokens (auth_tokens). Included from
 # server/CMakeLists.txt; headers are included as "auth/<name>.h". The services that use them
 # are server/api/service_auth.c, auth_srv.c and auth_gate.c (in kv_node).

@@ -1,6 +1,6 @@
 /*
- * corrupt_check: the data corruption checks of etcd 3.4 (etcdserver/corrupt.go; issue 14,
- * sections 2 and 3; docs/corruption.md).
+ * corrupt_check: the data corruption checks of etcd 3.4 (etcdserver/corrupt.go;
+ * docs/corruption.md).
  *
  * - Peers answer HashKV at a given revision: a CorruptHashReq frame (type 18) carries
  *   {seq, revision}; the member hashes its store at that revision on a reader thread

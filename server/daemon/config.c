@@ -73,7 +73,7 @@ void kv_config_default(kv_config *cfg)
     cfg->peer_max_prio_queue_bytes = 4u << 20;
     cfg->peer_max_pending_conns = 16;
     cfg->peer_handshake_timeout_ms = 1000;
-    cfg->corrupt_check_time_ms = 60000; /* issue 14: on by default (etcd 3.4: 0, off) */
+    cfg->corrupt_check_time_ms = 60000; /* on by default (etcd 3.4: 0, off) */
     snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
     snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
     snprintf(cfg->log_outputs, sizeof(cfg->log_outputs), "stderr");
@@ -316,7 +316,7 @@ static const flag_def FLAGS[] = {
      1ULL << 32},
     {"peer-max-pending-connections", F_U32, OFF(peer_max_pending_conns), 0, 0, 1, 4096},
     {"peer-handshake-timeout", F_DUR, OFF(peer_handshake_timeout_ms), 0, 0, 0, 0},
-    /* TLS (issue 13), etcd's flags. */
+    /* TLS, etcd's flags. */
     {"cert-file", F_STR, OFF(cert_file), 0, sizeof(((kv_config *)0)->cert_file), 0, 0},
     {"key-file", F_STR, OFF(key_file), 0, sizeof(((kv_config *)0)->key_file), 0, 0},
     {"trusted-ca-file", F_STR, OFF(trusted_ca_file), 0, sizeof(((kv_config *)0)->trusted_ca_file),
@@ -339,14 +339,14 @@ static const flag_def FLAGS[] = {
     {"peer-cert-allowed-hostname", F_STR, OFF(peer_cert_allowed_hostname), 0,
      sizeof(((kv_config *)0)->peer_cert_allowed_hostname), 0, 0},
     {"cipher-suites", F_STR, OFF(cipher_suites), 0, sizeof(((kv_config *)0)->cipher_suites), 0, 0},
-    /* Corruption checks (issue 14; server/corrupt/corrupt_check.h), etcd 3.4's flags. */
+    /* Corruption checks (server/corrupt/corrupt_check.h), etcd 3.4's flags. */
     {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
     {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
-    /* Logging (issue 14 section 6, log/log.h). */
+    /* Logging (log/log.h). */
     {"log-level", F_STR, OFF(log_level), 0, sizeof(((kv_config *)0)->log_level), 0, 0},
     {"log-format", F_STR, OFF(log_format), 0, sizeof(((kv_config *)0)->log_format), 0, 0},
     {"log-outputs", F_STR, OFF(log_outputs), 0, sizeof(((kv_config *)0)->log_outputs), 0, 0},
-    /* Auth (issue 13 section 2) */
+    /* Auth */
     {"auth-token", F_STR, OFF(auth_token), 0, sizeof(((kv_config *)0)->auth_token), 0, 0},
     {"auth-token-ttl", F_U32, OFF(auth_token_ttl), 0, 0, 1, 1u << 30},
     {"auth-hash-iterations", F_U32, OFF(auth_hash_iterations), 0, 0, 1000, 100000000},
@@ -642,7 +642,7 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
             return -EINVAL;
         }
     }
-    /* TLS (issue 13): an https listener needs a certificate, as etcd. */
+    /* TLS: an https listener needs a certificate, as etcd. */
     for (size_t k = 0; k < cfg->n_listen_client; k++)
         if (cfg->listen_client[k].tls && !cfg->auto_tls &&
             (!cfg->cert_file[0] || !cfg->key_file[0])) {
@@ -714,7 +714,7 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     return 0;
 }
 
-/* Environment variables (issue 14 section 6), the etcd way: every flag --foo-bar can also be
+/* Environment variables, the etcd way: every flag --foo-bar can also be
  * given as KVD_FOO_BAR, or ETCD_FOO_BAR for a migration from etcd (KVD_ wins over ETCD_);
  * the command line wins over both (a flag given there makes kvd ignore its variables, as
  * etcd's flags.SetFlagsFromEnv skips flags already set). Implemented by placing the

@@ -21,7 +21,7 @@ typedef struct kv_url {
     char host[256]; /* numeric or name; "localhost" is resolved to 127.0.0.1 */
     int port;
     char text[300]; /* the URL as given, normalised (scheme://host:port) */
-    int tls;        /* https:// (issue 13) */
+    int tls;        /* https:// */
 } kv_url;
 
 typedef struct kv_peer {
@@ -80,7 +80,7 @@ typedef struct kv_config {
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall,
                               SIGUSR2 isolates the member from its peers */
 
-    /* Startup checks and /health (issue 8: D10, D7). */
+    /* Startup checks and /health. */
     uint64_t startup_verify_records; /* --startup-verify-records, default 10000 per db */
     /* --startup-verify-full, default true: the whole data file's structure is checked
      * before LMDB opens it (docs/corruption.md) */
@@ -89,7 +89,7 @@ typedef struct kv_config {
     uint32_t compaction_batch_limit;     /* --experimental-compaction-batch-limit, 50 */
     uint32_t metrics_max_connections;    /* --metrics-max-connections, default 256 */
     uint32_t metrics_request_timeout_ms; /* --metrics-request-timeout, default 5s */
-    /* gRPC transport under load and abuse (issue 8, D5/D6/D8; see server/grpc/README.md). */
+    /* gRPC transport under load and abuse (see server/grpc/README.md). */
     size_t max_response_bytes;          /* --max-response-bytes, default 256 MiB */
     size_t max_buffered_bytes;          /* --max-buffered-bytes, default 512 MiB (process) */
     size_t max_recv_buffer_bytes;       /* --max-recv-buffer-bytes, default 16 MiB per connection */
@@ -108,7 +108,7 @@ typedef struct kv_config {
     size_t watch_send_buffer_bytes;      /* --watch-send-buffer-bytes, default 1 MiB */
     uint32_t watch_progress_interval_ms; /* --watch-progress-notify-interval, default 10m */
 
-    /* Auto-compaction (issue 14, api/auto_compact.h). */
+    /* Auto-compaction (api/auto_compact.h). */
     char auto_compaction_mode[16];        /* --auto-compaction-mode periodic|revision */
     char auto_compaction_retention[32];   /* --auto-compaction-retention, "0" = off (default) */
     uint32_t auto_compaction_interval_ms; /* --auto-compaction-interval (kvd): revision mode's
@@ -117,7 +117,7 @@ typedef struct kv_config {
     int unsafe_no_fsync;    /* --unsafe-no-fsync (etcd 3.5): LMDB MDB_NOSYNC; testing only */
     uint64_t max_snapshot_bytes; /* --max-snapshot-bytes: largest raft snapshot received from a
                                     peer; 0 (default) = 2 x the LMDB map size of the quota */
-    /* Cluster bounds of what peers can grow (issue 9; docs/ARCHITECTURE.md, Bounds). */
+    /* Cluster bounds of what peers can grow (docs/ARCHITECTURE.md, Bounds). */
     size_t max_raft_inbox_bytes;      /* --max-raft-inbox-bytes, default 64 MiB */
     uint32_t max_raft_inbox_messages; /* --max-raft-inbox-messages, default 4096 */
     uint32_t max_pending_read_index;  /* --max-pending-read-index, default 10000 */
@@ -129,7 +129,7 @@ typedef struct kv_config {
     /* Strangers on the peer port (server/peer/README.md, "Who may connect"). */
     uint32_t peer_max_pending_conns;    /* --peer-max-pending-connections (16) */
     uint32_t peer_handshake_timeout_ms; /* --peer-handshake-timeout (1s) */
-    /* TLS (issue 13, server/net/tls.h), etcd's flags; "" = unset. */
+    /* TLS (server/net/tls.h), etcd's flags; "" = unset. */
     char cert_file[512];                /* --cert-file: client port certificate (PEM) */
     char key_file[512];                 /* --key-file */
     char trusted_ca_file[512];          /* --trusted-ca-file: CA of client certificates */
@@ -148,14 +148,14 @@ typedef struct kv_config {
     char cipher_suites[2048];             /* --cipher-suites: Go names, client and peer ports */
     int peer_auto_verify_off; /* set by kv_tls_auto_prepare: peers' self-signed certificates
                                  are not verified (etcd's peer auto TLS); not a flag */
-    /* Corruption checks (issue 14, docs/corruption.md). */
+    /* Corruption checks (docs/corruption.md). */
     int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
     uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */
-    /* Logging (issue 14 section 6, log/log.h), etcd's --log-level and --log-outputs. */
+    /* Logging (log/log.h), etcd's --log-level and --log-outputs. */
     char log_level[16];    /* --log-level debug|info|warn|error (default info) */
     char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
     char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
-    /* Auth (issue 13 section 2, server/api/auth_srv.h). */
+    /* Auth (server/api/auth_srv.h). */
     char auth_token[1024];            /* --auth-token: "simple" (etcd's default) or "jwt,..." */
     uint32_t auth_token_ttl;          /* --auth-token-ttl: seconds a simple token lives (300) */
     uint32_t auth_hash_iterations;    /* --auth-hash-iterations: PBKDF2-SHA256 rounds (100000) */
@@ -177,7 +177,7 @@ const char *kv_config_usage(void);
 /* 1 if --name is one of kvd's flags. */
 int kv_config_flag_known(const char *name);
 
-/* kv_config_parse() with the environment (issue 14 section 6), as etcd: every flag --foo-bar
+/* kv_config_parse() with the environment, as etcd: every flag --foo-bar
  * may also be set by KVD_FOO_BAR, or ETCD_FOO_BAR (migration from etcd; KVD_ wins). The
  * command line wins over the environment. Same returns as kv_config_parse(); a bad value
  * from the environment is reported with the variable's name. Not thread-safe (getenv).

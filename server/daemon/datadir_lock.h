@@ -1,5 +1,5 @@
 /*
- * datadir_lock: one kvd process per data directory (issue 8, D2).
+ * datadir_lock: one kvd process per data directory.
  *
  * kv_datadir_lock() takes an exclusive flock(2) on <dir>/kvd.lock (created if missing) and
  * writes the caller's pid into it. The lock is held as long as the returned descriptor is

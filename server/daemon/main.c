@@ -208,7 +208,7 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
     fprintf(stderr, "kvd: warning: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
 }
 
-/* Identity (issue 8, D11): the ids the flags give must be the ones the data dir was created
+/* Identity: the ids the flags give must be the ones the data dir was created
  * with, or this process would serve another member's data under a new identity. */
 static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t errlen)
 {
@@ -284,7 +284,7 @@ static int start_listeners(kvd_main *m)
     gc.max_concurrent_streams = cfg->max_concurrent_streams;
     gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
     gc.max_connections = cfg->max_connections;
-    /* Transport hardening (issue 8). The buffer cap is process-wide: split across listeners. */
+    /* Transport hardening. The buffer cap is process-wide: split across listeners. */
     gc.max_response_bytes = cfg->max_response_bytes;
     gc.max_buffered_bytes =
         cfg->max_buffered_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
@@ -434,7 +434,7 @@ int main(int argc, char **argv)
                 strerror(errno));
         return 1;
     }
-    /* One process per data dir (issue 8, D2): two corrupt it. */
+    /* One process per data dir: two corrupt it. */
     rc = kv_datadir_lock(m.cfg.data_dir, &m.lock_fd, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: fatal: %s\n", err);
@@ -543,7 +543,7 @@ int main(int argc, char **argv)
             (unsigned long long)ss.keys);
 
     /* etcd's CheckInitialHashKV: before serving clients, not on a fresh data dir (etcd: only
-     * when the member was initialized; issue 14, docs/corruption.md). */
+     * when the member was initialized; docs/corruption.md). */
     if (m.cfg.initial_corrupt_check && ss.applied_index > 0 &&
         kv_corrupt_initial_check(s->corrupt, err, sizeof(err)) != 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
@@ -559,7 +559,7 @@ int main(int argc, char **argv)
     rc = start_listeners(&m);
     if (rc < 0)
         goto fail;
-    /* Serving: this data dir now belongs to these ids (D11). The raft node already runs (the
+    /* Serving: this data dir now belongs to these ids. The raft node already runs (the
      * initial corruption check ran the loop to ask the peers): one of its ready cycles may hold
      * the store's write batch open (-EBUSY); let the loop finish it, then check again. */
     uint64_t busy_until = mono_ms() + 30000;

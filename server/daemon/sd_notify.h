@@ -1,5 +1,5 @@
 /*
- * sd_notify: systemd's readiness protocol without libsystemd (issue 14 section 6).
+ * sd_notify: systemd's readiness protocol without libsystemd.
  *
  * A service started with Type=notify gets $NOTIFY_SOCKET, the path of a unix datagram socket
  * ("@name" for the abstract namespace). kvd sends "READY=1" there once it serves client

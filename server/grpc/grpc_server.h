@@ -77,7 +77,7 @@ typedef struct kv_grpc_config {
                                         received messages, paused streams and unanswered unary
                                         requests before the connection window stops being
                                         credited; default 16 MiB */
-    /* Hardening (issue 8) additions; 0 = default unless stated. */
+    /* Hardening additions; 0 = default unless stated. */
     size_t max_response_bytes;        /* one response message; default 256 MiB, at most
                                          max_buffered_bytes; larger -> kv_grpc_call_send -EMSGSIZE */
     size_t max_buffered_bytes;        /* cap on in + out bytes over all connections; 512 MiB */
@@ -97,14 +97,14 @@ typedef struct kv_grpc_config {
                                          unary request is delivered (its DATA stays unconsumed)
                                          until the app drains to 3/4; default 64 MiB */
     /* NULL-terminated method paths served ahead of bulk requests (lease renewals and lease
-     * reads, issue 10 section 2), or NULL: a unary request of one of them is delivered even
+     * reads), or NULL: a unary request of one of them is delivered even
      * while max_pending_request_bytes is reached, and admitted on a saturated connection.
      * Only for methods whose requests are small and answered from memory. Borrowed: must
      * outlive the server. */
     const char *const *priority_methods;
-    struct kv_tls_ctx *tls;           /* (issue 13) NULL: h2c; else a server context of
-                                         net/tls.h (borrowed: keep it until the server is
-                                         closed; connections hold their own reference) */
+    struct kv_tls_ctx *tls; /* NULL: h2c; else a server context of
+                               net/tls.h (borrowed: keep it until the server is
+                               closed; connections hold their own reference) */
 } kv_grpc_config;
 
 #define KV_GRPC_DEFAULT_MAX_RESPONSE_BYTES ((size_t)256 * 1024 * 1024)
@@ -177,7 +177,7 @@ void kv_grpc_call_pause_recv(kv_grpc_call *c);
 /* Resumes delivery; held messages are delivered from the loop (not from inside this call). */
 void kv_grpc_call_resume_recv(kv_grpc_call *c);
 
-/* (issue 13) The subject CN of the client certificate verified on the call's TLS connection,
+/* The subject CN of the client certificate verified on the call's TLS connection,
  * "" without TLS or without a client certificate (for auth later). Valid while the call is. */
 const char *kv_grpc_call_peer_cn(kv_grpc_call *c);
 

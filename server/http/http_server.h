@@ -14,7 +14,7 @@
  *   ignore SIGPIPE (libuv writes with write(2)).
  * - Bounds: max_header_bytes per request, max_connections. When max_connections are open, a
  *   new connection evicts the oldest one that has not sent a complete request yet (so idle
- *   or slow sockets cannot lock /health out, issue 8 D7); only when every connection has a
+ *   or slow sockets cannot lock /health out); only when every connection has a
  *   request in progress is the new one accepted then closed. A connection must send its
  *   request head within request_timeout_ms or is closed. Metrics (when a registry is given,
  *   shared by every listener): kvd_metrics_http_connections, kvd_metrics_http_evicted_total,

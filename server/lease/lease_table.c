@@ -112,7 +112,7 @@ static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_r
 {
     const uint8_t *p = v->mv_data;
     size_t n = v->mv_size;
-    /* The size is checked before a byte is read: it may be corrupt (issue 8, D10). */
+    /* The size is checked before a byte is read: it may be corrupt. */
     if (n < 5 || n > REC_MAX || !kv_mdb_val_sane(txn, v, REC_MAX)) {
         fprintf(stderr, "kvd: error: lease_table: lease %lld: record has bad size %zu (corrupt)\n",
                 (long long)key_id, n);

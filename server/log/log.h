@@ -1,5 +1,5 @@
 /*
- * log: kvd's log lines, leveled and optionally structured (issue 14 section 6).
+ * log: kvd's log lines, leveled and optionally structured.
  *
  * Call sites stay plain `fprintf(stderr, "kvd: ...\n")`. The level comes from the line's
  * prefix (kv_log_classify()):

@@ -1,4 +1,4 @@
-/* identity_meta: the member's identity persisted in the store (see store.h, issue 8 D11). */
+/* identity_meta: the member's identity persisted in the store (see store.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

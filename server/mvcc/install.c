@@ -1,5 +1,5 @@
 /*
- * install.c: replacing the store by a snapshot received from the raft leader (issue 9), as a
+ * install.c: replacing the store by a snapshot received from the raft leader, as a
  * file swap, never as a copy: the received file is a complete LMDB data file (a compacted copy
  * of the leader's environment). Its per-member records are rewritten in ONE small write
  * transaction of that file (this member's "identity"; the caller rewrites the raft log there),

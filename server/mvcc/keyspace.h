@@ -1,6 +1,6 @@
 /*
- * keyspace: the write operations of the MVCC store in plain C (issue 9, "the mvcc store should
- * not speak gRPC"). The applier (server/apply/) decodes a log entry, runs these operations and
+ * keyspace: the write operations of the MVCC store in plain C (the store speaks no gRPC). The
+ * applier (server/apply/) decodes a log entry, runs these operations and
  * builds the etcdserverpb response; nothing here knows a request or response message.
  *
  * A request runs in one kv_ks: an LMDB child transaction of the open batch (store.h) plus the

@@ -5,7 +5,7 @@
  * Why: TxnRequest -> RequestOp.request_txn -> TxnRequest is the only recursive message type
  * a client can send (no other message in proto/ has a cycle), and protobuf_c_message_unpack(),
  * then kvd's checks, apply, response packing and free, recurse once per nesting level. A Txn
- * nested 5,000 levels deep (34 KB) overflowed the apply worker's stack (issue 8, D1). This
+ * nested 5,000 levels deep (34 KB) overflowed the apply worker's stack. This
  * scan walks the bytes with an explicit stack whose size is fixed by KV_TXN_MAX_DEPTH and
  * never recurses, so a request that passes it is safe to unpack and to process recursively.
  *

@@ -105,7 +105,7 @@ int kv_range_run(kv_store *s, MDB_txn *txn, int64_t cur, int64_t compact, uint64
         limit = 0;
     /* One extra record sets `more`. etcd's limit+1 wraps to a negative (= no limit) at
      * INT64_MAX; a limit that large cannot truncate anything, so it is no limit here too
-     * (issue 8, D9: the increment overflowed). */
+     * (the increment overflowed). */
     if (limit > 0 && limit < INT64_MAX)
         limit++;
     else

@@ -91,7 +91,7 @@ int kv_rec_load(kv_store *s, MDB_txn *txn, const kv_ent *e, const uint8_t *key, 
     int rc = mdb_get(txn, s->rev, &k, &v);
     if (rc)
         return rc == MDB_NOTFOUND ? -EBADMSG : kv_mdb_err(rc);
-    /* A size that does not fit the file is corruption, not something to read (D10). */
+    /* A size that does not fit the file is corruption, not something to read. */
     if (!kv_mdb_val_sane(txn, &v, KV_MDB_VAL_MAX))
         return -EBADMSG;
     const uint8_t *p = v.mv_data;

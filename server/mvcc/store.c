@@ -296,7 +296,7 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
     } else {
         int mrc = mdb_txn_commit(b->txn);
         /* A full disk (write(2) failing with ENOSPC/EDQUOT) is told apart from other
-         * failures: the node raises NOSPACE for it (issue 8, D12). LMDB reports a short
+         * failures: the node raises NOSPACE for it. LMDB reports a short
          * write as EIO: with (almost) no space left on the file system, that is a full disk
          * too. */
         rc = (mrc == ENOSPC || mrc == EDQUOT || (mrc == EIO && disk_nearly_full(s)))

@@ -317,7 +317,7 @@ void kv_store_get_ops(kv_store *s, kv_store_ops *out);
 /* Largest key length accepted by writes: SIZE_MAX (any; long keys: see "Long keys"). */
 size_t kv_store_max_key_size(kv_store *s);
 
-/* Identity (issue 8, D11): the member and cluster ids (and member name) the data dir was
+/* Identity: the member and cluster ids (and member name) the data dir was
  * created for, stored at the first start in "meta":
  *   "identity" -> crc32c(4, BE) | member id (8, BE) | cluster id (8, BE) | name length (1) |
  *                 name (< 64 bytes). The CRC covers everything after it.

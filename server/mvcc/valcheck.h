@@ -1,5 +1,5 @@
 /*
- * valcheck: is a value LMDB returned safe to read? (issue 8, D10)
+ * valcheck: is a value LMDB returned safe to read?
  *
  * LMDB trusts the sizes stored in its pages. On a corrupted file a node can claim a size that
  * runs past the end of the data file; reading it (e.g. to verify its checksum) then faults

@@ -1,5 +1,5 @@
 /*
- * verify: startup integrity check of a data dir's LMDB environment (issue 8, D10).
+ * verify: startup integrity check of a data dir's LMDB environment.
  *
  * LMDB trusts its file: a corrupted page can crash it (SIGSEGV/SIGBUS) deep inside a lookup,
  * where no caller can turn the fault into an error. kvd therefore checks the file before LMDB

@@ -453,7 +453,7 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
                            "Raft messages dropped because the inbox bound was reached.", NULL);
     kv_metrics_gauge_fn(metrics, "kvd_proposals_pending", "Write requests queued, not proposed.",
                         gauge_pending, n);
-    /* Bounds of what peers can grow (issue 9). */
+    /* Bounds of what peers can grow. */
     n->m_inbox_dropped_msgs = kv_metrics_counter(
         metrics, "kvd_raft_inbox_dropped_by_bound_total",
         "Raft messages dropped, by the inbox bound that was reached.", "bound=\"messages\"");

@@ -44,7 +44,7 @@ typedef struct kv_node_config {
     uint32_t max_health_waiters; /* health probes waiting (--max-health-probes); default 64 */
     uint32_t compact_batch_keys; /* keys per physical compaction step; default 1000 */
     uint32_t compact_batch_revs; /* records removed per compaction step; default 50 */
-    /* raft (issue 9). Zero values give a single member whose raft id is hdr->member_id. */
+    /* raft. Zero values give a single member whose raft id is hdr->member_id. */
     const uint64_t *voters; /* bootstrap configuration (every --initial-cluster member) */
     size_t n_voters;
     uint32_t heartbeat_ms; /* --heartbeat-interval; default 100 */
@@ -54,7 +54,7 @@ typedef struct kv_node_config {
     uint64_t snapshot_count; /* applied entries between log compactions; default 10000 */
     const char *snap_dir;    /* where snapshots are prepared/received; NULL: no snapshots */
     uint64_t seed;           /* raft PRNG seed; 0: derived from the member id and the clock */
-    /* Bounds of what peers can grow (issue 9). 0 = default. */
+    /* Bounds of what peers can grow. 0 = default. */
     size_t max_inbox_bytes;  /* raft messages waiting to be stepped (--max-raft-inbox-bytes);
                                 default 64 MiB */
     uint32_t max_inbox_msgs; /* same, in messages (--max-raft-inbox-messages); default 4096 */
@@ -113,7 +113,7 @@ void kv_node_req_detach(kv_node_req *r);
  * stalled apply path makes /health fail (lesson 13). Same bound as proposals. */
 int kv_node_barrier(kv_node *n, void (*done)(void *arg, int status), void *arg);
 
-/* The /health barrier (issue 8, D7): like kv_node_barrier (done(arg, 0) once everything
+/* The /health barrier (lesson 13): like kv_node_barrier (done(arg, 0) once everything
  * queued before it has committed; -ECANCELED when the node closes), but client load cannot
  * shed it: it is queued outside the max_pending bound, in a reserved slot. Concurrent probes
  * coalesce: a probe arriving while a health barrier is queued and not yet running joins it, so
@@ -185,7 +185,7 @@ void kv_node_set_conf_hook(kv_node *n, void (*fn)(void *arg, int op, uint64_t id
  * leader is known, retried until it applied (etcd's publish). Takes ownership of req. */
 void kv_node_set_publish(kv_node *n, uint8_t *req, size_t len);
 
-/* Other users of the peer transport (leases in a cluster, issue 10): frame types >= 16 are
+/* Other users of the peer transport (leases in a cluster): frame types >= 16 are
  * theirs. The handler runs on the loop for every such frame from a peer; buf is valid only
  * during the call. kv_node_peer_send queues a frame (peer_net.h semantics: 0, -EAGAIN queue
  * full, -ENOTCONN, -ENOENT no such peer, -ENODEV no transport). kv_node_leader: the leader's
@@ -219,7 +219,7 @@ void kv_node_set_term(kv_node *n, uint64_t term);
 void kv_node_set_cluster_id(kv_node *n, uint64_t cluster_id);
 void kv_node_get_stats(const kv_node *n, kv_node_stats *st);
 
-/* ---- alarms and exclusive items (issue 8: D3, D10, D12) ---- */
+/* ---- alarms and exclusive items ---- */
 
 /* Queues an exclusive item: once everything queued before it has committed, work(arg) runs
  * alone on the apply worker (no batch open, none starts until it ends), then done(arg,
@@ -263,7 +263,7 @@ typedef void (*kv_node_auth_fn)(void *arg, int kind, uint64_t index, const uint8
                                 size_t len);
 void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg);
 
-/* ---- raft (issue 9) ---- */
+/* ---- raft ---- */
 
 /* The member's raft state as Status and /health report it. role: enum raft_role values
  * (0 follower, 1 pre-candidate, 2 candidate, 3 leader). leader 0 = none known. */

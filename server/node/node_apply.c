@@ -254,7 +254,7 @@ size_t kv_node__apply_count(const ready_work *w)
 
 /* Applies the entries of the ready inside the batch b. A single voter also applies the entries
  * it persists in this same transaction: they are committed exactly when they are durable, and
- * the transaction makes both happen at once, so a write costs one commit (issue 9: one sync on
+ * the transaction makes both happen at once, so a write costs one commit (one sync on
  * the critical path). Raft hands them out again as committed later; the store skips them. */
 static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
 {

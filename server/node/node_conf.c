@@ -1,5 +1,5 @@
 /*
- * node_conf.c: membership changes and leader transfer through raft (issue 9, cluster
+ * node_conf.c: membership changes and leader transfer through raft (cluster
  * operations).
  *
  * A change (MemberAdd/Remove/Promote) is a normal log entry that any member may propose (a

@@ -10,7 +10,7 @@
  * ("etcdserver: too many requests"), proposals forwarded and not yet applied by
  * --max-forwarded-proposals (node_ready.c take_requests).
  *
- * ReadIndex (issue 9, reads): linearizable reads of this member gather in reads_new; one round
+ * ReadIndex (reads): linearizable reads of this member gather in reads_new; one round
  * at a time asks for a read index (the leader: raft_read_index, confirmed by one heartbeat
  * quorum for the whole round; a follower: a READ_REQ to the leader, which batches the
  * followers' requests into its own rounds). When the index is known the round's reads wait

@@ -300,7 +300,7 @@ void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg)
 /* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
  * committed entries, and its results are final: each of them is durable in the logs of a
  * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
- * (issue 9 section 2: one sync on the critical path). If this member loses the commit (crash,
+ * (one sync on the critical path). If this member loses the commit (crash,
  * power loss, or the commit fails and the member stops) it replays the entries from its own
  * durable log at restart (the log is kept back to the durable applied index: log compaction
  * is itself a synced commit, node_snap.c), and the other members apply them anyway. Reads
@@ -332,7 +332,7 @@ static void after_ready(uv_work_t *req, int status)
     if (rc < 0) {
         /* The log, hard state or apply did not reach the disk. Raft's contract cannot be kept
          * (messages acknowledging these entries may already be expected): this member stops
-         * rather than diverge (issue 9: a failure at apply is fatal for the member). */
+         * rather than diverge (a failure at apply is fatal for the member). */
         fprintf(stderr, "kvd: fatal: persisting a raft ready failed: %s; stopping this member\n",
                 strerror(-rc));
         exit(2);
@@ -631,7 +631,7 @@ static kv_etcd_err propose_error(int rc)
     }
 }
 
-/* The disk (issue 8, D12): with less than KV_DISK_RESERVE free on the data dir's file system
+/* The disk: with less than KV_DISK_RESERVE free on the data dir's file system
  * the leader refuses writes with etcd's no-space error and raises NOSPACE, before a commit can
  * fail (raft cannot take back an entry it handed out; a failed persist stops the member). */
 #define KV_DISK_RESERVE (2u << 20)

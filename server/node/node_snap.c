@@ -1,5 +1,5 @@
 /*
- * node_snap.c: the raft log's lower end (issue 9, durable raft state).
+ * node_snap.c: the raft log's lower end (durable raft state).
  *
  *  - seed: a data directory written before raft was wired in (or restored by `kvctl snapshot
  *    restore`) has state but no log: the log starts with a snapshot record at the applied

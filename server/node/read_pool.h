@@ -1,6 +1,7 @@
 /*
  * read_pool: a small fixed pool of reader threads, so reads whose cost grows with the data
- * (sorted or unlimited Ranges, counts, HashKV) never hold the event loop (issue 8, D4).
+ * (sorted or unlimited Ranges, counts, HashKV) never hold the event loop (docs/LESSONS.md,
+ * lesson 10).
  *
  * Contract
  * - kv_read_pool_submit() (loop thread) queues a job: work(arg) runs on one of the pool's

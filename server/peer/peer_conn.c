@@ -112,7 +112,7 @@ void kv_peer_conn_flush(peer_conn *c)
     }
     if (c->writing)
         return;
-    if (c->tls) { /* TLS (issue 13): ciphertext into wbuf */
+    if (c->tls) { /* TLS: ciphertext into wbuf */
         if (kv_peer_tls_fill(c) != 0)
             return;
         goto write;

@@ -302,7 +302,7 @@ int kv_peer_h1_wants(const peer_conn *c, const uint8_t *p, size_t n);
 /* Reads request bytes; answers once the header is complete. 0, or -1 after closing c. */
 int kv_peer_h1_recv(peer_conn *c, const uint8_t *p, size_t len);
 
-/* peer_tls.c (issue 13) */
+/* peer_tls.c */
 /* Puts TLS (context ctx; verify_host: the dialed URL's host, NULL when accepting) under c.
  * Dialer: also queues the ClientHello. Returns 0 or a negative errno. */
 int kv_peer_tls_attach(peer_conn *c, struct kv_tls_ctx *ctx, const char *verify_host);

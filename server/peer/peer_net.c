@@ -168,7 +168,7 @@ static void simple_handle_closed(uv_handle_t *h)
 static int parse_url(const char *url, char *host, size_t host_sz, int *port)
 {
     const char *p = url;
-    if (strncmp(p, "https://", 8) == 0) /* TLS (issue 13): the caller checks the scheme */
+    if (strncmp(p, "https://", 8) == 0) /* TLS: the caller checks the scheme */
         p += 8;
     else if (strncmp(p, "http://", 7) == 0)
         p += 7;

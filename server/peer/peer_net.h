@@ -84,7 +84,7 @@ typedef struct kv_peer_net_config {
                                     unbounded. Past it: stream reset, file removed, counted */
     size_t max_prio_queue_bytes; /* per peer priority queue (kv_peer_net_send_prio); default
                                     4 MiB (--peer-max-priority-queue-bytes) */
-    /* TLS (issue 13, net/tls.h): https listen URLs accept with tls_server, https peer URLs are
+    /* TLS (net/tls.h): https listen URLs accept with tls_server, https peer URLs are
      * dialed with tls_client (the server certificate must match the URL's host). Each may be
      * NULL (then such URLs are refused, -EINVAL). The net takes its own references. */
     struct kv_tls_ctx *tls_server, *tls_client;

@@ -1,5 +1,5 @@
 /*
- * peer_prio.c - the per-peer priority send queue (issue 10, section 2: renewals ahead of bulk
+ * peer_prio.c - the per-peer priority send queue (renewals ahead of bulk
  * writes).
  *
  * Each peer has two send queues feeding its one message stream: the ordinary queue (raft

@@ -1,5 +1,5 @@
 /*
- * peer_tls.c - TLS under a peer connection (issue 13): net/tls.h between the socket and the
+ * peer_tls.c - TLS under a peer connection: net/tls.h between the socket and the
  * nghttp2 session of peer_conn.c. One handshake per connection; connections are long-lived,
  * so kvd_tls_handshakes_total{port="peer"} equals the peer connections made (dialed +
  * accepted, kvd_peer_connects_total) plus failed attempts counted in

@@ -1,4 +1,4 @@
-# Area "input" (issue 8, D1 and D9): nested Txn and integer extremes against a real member.
+# Area "input": nested Txn and integer extremes against a real member.
 # txn_wire.c hand-encodes deep TxnRequests (also used by tests/mvcc/test_pb_scan.c).
 kv_add_test(adv_input
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_input.c ${CMAKE_CURRENT_LIST_DIR}/txn_wire.c

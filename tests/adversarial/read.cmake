@@ -1,4 +1,4 @@
-# Area "read" (issue 8, D4): heavy reads off the loop, batched compaction.
+# Area "read": heavy reads off the loop, batched compaction.
 # Reuses the lease integration helpers (ka_stream: a LeaseKeepAlive stream client) by path.
 set(KV_ADV_READ_LI ${CMAKE_CURRENT_LIST_DIR}/../leaseint)
 kv_add_test(adv_read

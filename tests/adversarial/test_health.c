@@ -1,5 +1,5 @@
 /*
- * adv_health: issue 8 (Hardening), D7: /health was wrong both ways under load.
+ * adv_health: /health was wrong both ways under load (docs/LESSONS.md, lesson 13).
  *
  * - A healthy member with a saturated write queue answered /health 503 "too many requests"
  *   (9 of 17 probes), because the health barrier queued behind client writes under the same

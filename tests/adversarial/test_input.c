@@ -1,5 +1,5 @@
 /*
- * adv_input (issue 8, area "input"): client-controlled structure and integers against a real
+ * adv_input: client-controlled structure and integers against a real
  * member. Runs against kvd (default) or etcd (KV_TEST_SERVER=etcd): every expectation below
  * is etcd 3.4's answer, checked against /usr/bin/etcd.
  *

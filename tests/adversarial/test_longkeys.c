@@ -1,5 +1,5 @@
 /*
- * adv_longkeys (issue 14 §4): keys longer than LMDB's 511-byte key limit through the real
+ * adv_longkeys: keys longer than LMDB's 511-byte key limit through the real
  * client, against kvd and a real etcd running the same etcdctl (ETCDCTL_API=3) commands:
  * put, get --prefix / ranges / --from-key / --limit / --rev / sort / keys-only, del ranges
  * with --prev-kv, txn compares on a long key, compaction, a watch replaying every event,

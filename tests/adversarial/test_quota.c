@@ -1,5 +1,6 @@
 /*
- * adv_quota: issue 8 (Hardening), the quota / alarm / defragment area.
+ * adv_quota: hardening of the quota / alarm / defragment area (docs/ARCHITECTURE.md, "Alarms,
+ * quota and defragment"; docs/LESSONS.md, lessons 5 and 12).
  * - d3_full_quota_recovers_like_etcd: with a 4 MiB quota, puts fill the backend; every
  *   refused put gets RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" (never
  *   UNAVAILABLE "storage error"); etcdctl alarm list shows NOSPACE; get and del work; /health
@@ -16,8 +17,7 @@
  * - d10_corrupt_record_raises_corrupt: a value byte flipped in data.mdb: reading it gives
  *   DATA_LOSS, the CORRUPT alarm is raised, and the member stops serving (DATA_LOSS
  *   "etcdserver: corrupt cluster" for other keys and for writes), /health false.
- * kvd only for the metric checks; the etcdctl flow is etcd 3.4's (compared by hand, see the
- * report of issue 8).
+ * kvd only for the metric checks; the etcdctl flow is etcd 3.4's (compared by hand).
  */
 #include <criterion/criterion.h>
 #include "kvt_skip.h"

@@ -1,5 +1,5 @@
 /*
- * Adversarial tests, area "read" (issue 8, D4): one client's heavy reads must not stall the
+ * Adversarial tests, area "read": one client's heavy reads must not stall the
  * loop, so another client's kept-alive lease never expires; a big compaction must not stall
  * writes.
  *

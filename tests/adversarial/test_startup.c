@@ -1,5 +1,5 @@
 /*
- * adv_startup: issue 8 (Hardening), the startup defects.
+ * adv_startup: the startup defects (hardening).
  *
  * D2  two kvd processes on one data dir: the second must exit at once with a clear error
  *     naming the holder's pid (it used to start, and both acknowledged different writes at

@@ -1,5 +1,5 @@
 /*
- * adv_transport: the gRPC transport under load and abuse (issue 8, D5, D6, D8), against a real
+ * adv_transport: the gRPC transport under load and abuse, against a real
  * kvd process. Each test reproduces one defect found by adversarial testing, scaled down so it
  * runs in seconds; each failed on the code before the fix:
  *

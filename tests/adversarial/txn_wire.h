@@ -1,8 +1,9 @@
 /*
  * txn_wire: hand encoding of etcdserverpb.TxnRequest wire bytes for the nesting tests
- * (issue 8, D1). protobuf-c's pack recurses once per level, so a 100,000-deep txn cannot be
- * built with it; these encoders compute the sizes from the inside out and then write the
- * bytes front to back, without recursion. Test support only; pure functions.
+ * (a Txn nested too deep must be refused before it is unpacked; docs/LESSONS.md, lesson 11).
+ * protobuf-c's pack recurses once per level, so a 100,000-deep txn cannot be built with it;
+ * these encoders compute the sizes from the inside out and then write the bytes front to back,
+ * without recursion. Test support only; pure functions.
  */
 #ifndef KV_TEST_TXN_WIRE_H
 #define KV_TEST_TXN_WIRE_H

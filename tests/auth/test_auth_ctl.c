@@ -1,5 +1,5 @@
 /*
- * test_auth_ctl.c - etcd v3 authentication (issue 13 section 2) driven by real etcdctl 3.4
+ * test_auth_ctl.c - etcd v3 authentication driven by real etcdctl 3.4
  * (ETCDCTL_API=3) and a raw gRPC client:
  *   - one etcdctl session (users, roles, prefix grants, auth enable, --user, denied writes
  *     and reads outside the prefix, root protections, auth disable) run against kvd AND a
@@ -335,7 +335,7 @@ Test(auth_ctl, token_ttl_renewal_expiry_and_password_change, .fini = fini, .time
     kv_it_grpc_close(c);
 }
 
-/* ---- load: Authenticate flood vs lease keepalives (issue 13 section 2), scaled ---- */
+/* ---- load: Authenticate flood vs lease keepalives, scaled ---- */
 
 #define N_LEASES 1000
 #define N_AUTH 1000

@@ -37,7 +37,7 @@ Test(client_badinput, bad_endpoint_strings)
     expect_open_fails("127.0.0.1:99999", "port out of range");
     expect_open_fails("127.0.0.1:12ab", "bad port");
     expect_open_fails(":2379", "missing host");
-    expect_open_fails("ftp://127.0.0.1:2379", "only http:// and https://"); /* issue 13 */
+    expect_open_fails("ftp://127.0.0.1:2379", "only http:// and https://");
     expect_open_fails("unix:///tmp/sock", "only http://");
     expect_open_fails("[::1", "expected [ipv6]:port");
     expect_open_fails("no-such-host.invalid:2379", "cannot resolve");

@@ -52,7 +52,7 @@ static kvc_stats stats(kvc_client *c)
     return s;
 }
 
-/* Issue 5 section 7, exactly: TTL 6 s, 60 s, a consumer that never reads. The server must
+/* docs/LESSONS.md, lesson 1, exactly: TTL 6 s, 60 s, a consumer that never reads. The server must
  * count about 30 renewals (one per TTL/3), not ~120 (the Go client's 500 ms loop). */
 Test(client_keepalive, consumer_that_never_reads_gets_ttl_over_3_schedule, .timeout = 150)
 {
@@ -75,7 +75,7 @@ Test(client_keepalive, consumer_that_never_reads_gets_ttl_over_3_schedule, .time
     kvc_stats s = stats(c);
     double srv1 = kvt_server_keepalives(&srv);
     if (srv0 >= 0 && srv1 >= 0) {
-        /* What the server saw (the issue's acceptance metric). */
+        /* What the server saw (the acceptance metric of lesson 1). */
         cr_log_info("server counted %.0f keepalive requests", srv1 - srv0);
         cr_assert_geq(srv1 - srv0, 25);
         cr_assert_leq(srv1 - srv0, 40);

@@ -1,5 +1,5 @@
 /*
- * test_client_watch.c - the libkvclient watch API (issue 11 section 4): events in order with
+ * test_client_watch.c - the libkvclient watch API: events in order with
  * their revisions and prev_kv; many watchers share one stream and one connection; resume
  * after a server restart from the last seen revision with no duplicate and no missed event;
  * the compacted case reported (at creation and on resume); a response larger than the
@@ -141,8 +141,8 @@ static int rec_canceled(struct rec *r, unsigned ms)
     }
 }
 
-/* kvc_watch_create, failing the test with a clear message (UNIMPLEMENTED: kvd without the
- * server side of issue 11). */
+/* kvc_watch_create, failing the test with a clear message (UNIMPLEMENTED: a kvd without the
+ * Watch service). */
 static kvc_watch *watch(kvc_client *c, const char *key, const kvc_watch_opts *o, struct rec *r,
                         kvc_header *created)
 {

@@ -1,6 +1,6 @@
 /*
- * cluster_bounds: the bounds of what peers and clients can grow in a cluster (issue 9;
- * docs/ARCHITECTURE.md, Bounds), on real 3-member kvd clusters:
+ * cluster_bounds: the bounds of what peers and clients can grow in a cluster
+ * (docs/ARCHITECTURE.md, Bounds), on real 3-member kvd clusters:
  *  - the raft inbox (--max-raft-inbox-messages, --max-raft-inbox-bytes): a follower whose apply
  *    path is stalled (failpoint) drops what does not fit, counts and logs it, and still
  *    catches up once it resumes;

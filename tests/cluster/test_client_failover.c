@@ -1,6 +1,6 @@
 /*
  * cluster_client_failover: libkvclient and kvctl fail over between the members of a real
- * 3-member cluster (issue 10, section 3).
+ * 3-member cluster.
  *   - a client keeps 100 leases alive on its one keepalive stream; the member it is connected
  *     to is killed (kill -9), first a follower, then (after it is back) the leader. Every lease
  *     survives and the stream resumes on another member: each lease has a renewal answered by

@@ -1,6 +1,6 @@
 /*
- * cluster_corrupt: corruption checks and cluster-wide alarms (issue 14, sections 2 and 3;
- * docs/corruption.md).
+ * cluster_corrupt: corruption checks and cluster-wide alarms
+ * (docs/corruption.md).
  *
  * - alarms_are_cluster_wide: a NOSPACE alarm raised through one member (Maintenance.Alarm
  *   ACTIVATE, as etcd's quota alarmer proposes it) is listed by `etcdctl alarm list` on every

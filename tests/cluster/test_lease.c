@@ -1,5 +1,5 @@
 /*
- * cluster_lease: leases in a 3-member cluster (issue 10, sections 1, 2 and 4).
+ * cluster_lease: leases in a 3-member cluster.
  *   - a lease renewed only through a follower stays alive through 10x its TTL (renewals are
  *     forwarded to the leader in batches) and its key vanishes within TTL + 1 s once they stop
  *     (asserted with 0.5 s more for CI noise);

@@ -1,12 +1,12 @@
 /*
- * cluster_lease_priority: renewals are served ahead of bulk writes (issue 10, section 2,
- * 4th bullet). A 3-member kvd cluster with small write bounds is flooded with large Puts
- * through the leader and through a follower until writes are shed with "etcdserver: too many
- * requests", while 200 leases with a 3 s TTL are kept alive through all three members (one
+ * cluster_lease_priority: renewals are served ahead of bulk writes (docs/ARCHITECTURE.md, Leases:
+ * "Renewals ahead of bulk writes"). A 3-member kvd cluster with small write bounds is flooded with
+ * large Puts through the leader and through a follower until writes are shed with "etcdserver: too
+ * many requests", while 200 leases with a 3 s TTL are kept alive through all three members (one
  * LeaseKeepAlive stream per member, renewing every TTL/3 as clients do) and read back with
- * LeaseTimeToLive every 250 ms. Asserted: no lease expires, every renewal and every lease read
- * is answered (none shed, none dropped), and writes were shed (the cluster really was
- * overloaded). Figures (slowest renewal / read per member, priority frames) go to stderr.
+ * LeaseTimeToLive every 250 ms. Asserted: no lease expires, every renewal and every lease read is
+ * answered (none shed, none dropped), and writes were shed (the cluster really was overloaded).
+ * Figures (slowest renewal / read per member, priority frames) go to stderr.
  * This is a guard of the property: the renewal path shares no write bound (lessor memory on
  * the leader, own forward queue on followers), so it also held on the code before the peer
  * priority queue; the ordering itself is tested in tests/peer/test_peer_prio.c and

@@ -1,6 +1,6 @@
 /*
  * cluster_lease_shed: a follower sheds one forwarded renewal, never the keepalive stream
- * (issue 10, "leases in the cluster"; docs/: leases that are being kept alive never expire).
+ * (leases that are being kept alive never expire; docs/ARCHITECTURE.md, Leases).
  *
  * A 3-member cluster with a tiny --max-pending-lease-forwards (4). One raw LeaseKeepAlive
  * stream on a follower keeps N_LEASES (20) leases of TTL_S (6 s) alive the way clientv3 does:

@@ -5,7 +5,7 @@
  * snapshot: kvd_peer_snapshots_sent_total (kvd) / etcd_network_snapshot_send_success (etcd)
  * on its /metrics.
  *
- * kvd only (issue 9, snapshot handling):
+ * kvd only (snapshot handling):
  *  - kill9_in_the_middle_of_an_install: the follower is killed (SIGKILL, env failpoint
  *    KVD_FAILPOINT_SNAPSHOT_INSTALL) once with the prepared file not yet renamed over
  *    data.mdb and once right after the rename, before the environment was reopened; each

@@ -18,8 +18,8 @@
  *              6  raw InternalRequest bytes -> kv_store_apply
  *              7  deep nesting: 2 bytes big-endian N, then a TxnRequest that is wrapped in
  *                 N levels of TxnRequest{success: RequestOp{request_txn: ...}} (a compact
- *                 way for the fuzzer to express the nesting attack of issue 8 D1; found
- *                 within ~100 executions while D1 is open). Environment KV_FUZZ_MAX_NEST=N
+ *                 way for the fuzzer to express the nesting attack of lesson 11; found
+ *                 within ~100 executions while it was unfixed). Environment KV_FUZZ_MAX_NEST=N
  *                 caps N for local exploration; CI never sets it.
  * Every request of an input is applied in the same batch (then aborted); Range reads the
  * committed (seeded) state.

@@ -139,7 +139,7 @@ int kv_it_server_wait_ready(kv_it_server *s, uint32_t timeout_ms)
             kv_it_grpc_close(c);
             if (rc == 0)
                 return 0;
-            /* auth enabled (issue 13): an anonymous Range is refused, but it was served */
+            /* auth enabled: an anonymous Range is refused, but it was served */
             if (rc == KV_IT_GRPC_STATUS && (status == 3 || status == 7 || status == 16))
                 return 0;
         }

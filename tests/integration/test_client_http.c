@@ -1,5 +1,5 @@
 /*
- * it_client_http: what the client port answers besides gRPC (issue 14 section 5), as etcd 3.4:
+ * it_client_http: what the client port answers besides gRPC, as etcd 3.4:
  * HTTP/1.1 /health, /version, /metrics (with the process_* series), the grpc-gateway JSON API
  * (base64 bytes, int64 as strings, proto field names, grpc-gateway error bodies), keep-alive,
  * bounds (431/413, garbage -> 400 and close), grpc.health.v1.Health/Check over gRPC, and the

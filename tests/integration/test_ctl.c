@@ -1,7 +1,7 @@
 /*
  * it_ctl: etcdctl (ETCDCTL_API=3) against the server under test gives the same output as
  * against a real etcd doing the same sequence of operations; kvctl gives the same output
- * as etcdctl. Every command of issue 2 section 6 is covered (put, get with its flags, del,
+ * as etcdctl. Every etcdctl command kvd supports is covered (put, get with its flags, del,
  * txn from stdin, compaction, endpoint status/health, member list) in simple, json and
  * table formats, including error paths (compacted / future revision, empty key).
  *

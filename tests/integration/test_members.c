@@ -1,7 +1,8 @@
 /*
- * it_members: the Cluster service (MemberList/Add/Remove/Update/Promote), Maintenance.Status
- * and MoveLeader on a single kvd member, through real etcdctl 3.4 and kvctl (whose output must
- * be byte-identical to etcdctl's for the same server). Issue 9 section 5.
+ * it_members: the Cluster service (MemberList/Add/Remove/Update/Promote), Maintenance.Status and
+ * MoveLeader on a single kvd member, through real etcdctl 3.4 and kvctl (whose output must be
+ * byte-identical to etcdctl's for the same server). See docs/ARCHITECTURE.md, "Membership (Cluster
+ * service, Status, MoveLeader)".
  *
  * Membership changes other than MemberUpdate go through raft configuration changes
  * (kv_node_change_member). The asserts that need the raft node are gated on KVT_CLUSTER=1 (the

@@ -391,7 +391,7 @@ char *h_normalise(char *s, unsigned flags, const char *lease_ids)
     return s;
 }
 
-/* etcdctl's output with kvctl's own name where the program names itself (issue 14 section 6):
+/* etcdctl's output with kvctl's own name where the program names itself:
  * the USAGE lines of the helps and cobra's unknown-command errors. Everything else (data
  * output formats, error texts) is compared byte for byte. */
 char *h_own_name(char *s)

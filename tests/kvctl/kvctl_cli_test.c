@@ -159,7 +159,7 @@ Test(kvctl_cli, no_command_prints_usage)
     cr_expect(strstr(r.out, "USAGE:") != NULL, "usage on stdout: %s", r.out);
 }
 
-/* Issue 14 section 6: kvctl calls itself kvctl (USAGE lines, errors, version), while the
+/* kvctl calls itself kvctl (USAGE lines, errors, version), while the
  * texts it shares with etcdctl stay etcdctl's. */
 Test(kvctl_cli, own_name_and_version)
 {

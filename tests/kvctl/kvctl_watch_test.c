@@ -1,9 +1,9 @@
 /*
- * kvctl vs etcdctl 3.4 for watch, lock and elect (issue 11 section 4): each scenario runs
+ * kvctl vs etcdctl 3.4 for watch, lock and elect: each scenario runs
  * once with each tool against a fresh server (see harness.h) and the outputs must match.
  * History is replayed with --rev so event output does not depend on timing; the steps that
  * wait for another process poll for its output (bounded) instead of sleeping blindly.
- * Against kvd without the server side of issue 11, etcdctl and kvctl both report the
+ * Against a kvd without the Watch service, etcdctl and kvctl both report the
  * UNIMPLEMENTED Watch ("watch was canceled (...)") and the comparison of the event lines
  * fails: expected until the merge.
  */

@@ -1,6 +1,6 @@
 /*
  * it_lease: lease behaviour observed over the wire against real server processes
- * (issue 4, section 6: the tests that need a running server). Unary calls use grpc_raw,
+ * (the tests that need a running server). Unary calls use grpc_raw,
  * keepalive streams use ka_stream, CLI checks use etcdctl 3.4.
  *
  * Server under test: KV_TEST_SERVER=kvd (default) or etcd. Tests that check kvd-only

@@ -95,7 +95,7 @@ static void set_urls(kvt_member *m)
     snprintf(m->peer_url, sizeof(m->peer_url), "http://127.0.0.1:%u", m->proxy_port);
 }
 
-/* "s" when peer URLs are https (issue 13). */
+/* "s" when peer URLs are https. */
 static const char *peer_s(const kvt_cluster *c)
 {
     return c->o.peer_https ? "s" : "";

@@ -49,8 +49,8 @@ typedef struct kvt_cluster_opts {
     const char *token;       /* --initial-cluster-token (default "kvt") */
     uint64_t seed;           /* proxy jitter seed */
     const char *const *kvd_args; /* (addition) NULL-terminated extra flags for kvd members */
-    int peer_https; /* (addition, issue 13) peer URLs are https:// (the TLS flags go in
-                       kvd_args); the proxies pass TLS through untouched */
+    int peer_https;              /* (addition) peer URLs are https:// (the TLS flags go in
+                                    kvd_args); the proxies pass TLS through untouched */
 } kvt_cluster_opts;
 
 /* Defaults for n members with the target from the environment. */
@@ -75,7 +75,7 @@ typedef struct kvt_member {
      * kvt_member_start of this member while set (e.g. LD_PRELOAD for a crash test's shim;
      * the caller sets it around one start and clears it). */
     const char *const *env;
-    /* (addition, issue 13) extra kvd flags for this member only, after kvd_args (so they
+    /* (addition) extra kvd flags for this member only, after kvd_args (so they
      * override them); NULL-terminated, borrowed; NULL: none. */
     const char *const *args;
 } kvt_member;

@@ -1,5 +1,5 @@
 /* MVCC store: the alarm table (etcd's Maintenance.Alarm applied in order), the NOSPACE
- * (capped) and CORRUPT appliers, and Defragment (issue 8: D3, D10). */
+ * (capped) and CORRUPT appliers, and Defragment. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

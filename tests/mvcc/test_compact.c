@@ -1,4 +1,4 @@
-/* Batched physical compaction (issue 8, D4): Compact is O(1) and records the point; the
+/* Batched physical compaction: Compact is O(1) and records the point; the
  * records go in bounded steps (kv_store_compact_step) that resume after a restart; reads
  * below the point fail at once; HashKV does not depend on the physical progress; the end
  * state equals a compaction done in one go. */

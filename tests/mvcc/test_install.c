@@ -1,7 +1,7 @@
 /*
  * mvcc_install: installing a raft snapshot (server/mvcc/install.c + raftlog_install.c) is a
  * file swap whose only write transaction is over the received file's per-member records, so
- * it works for a state that a single-transaction copy cannot hold (issue 9: a copy in one
+ * it works for a state that a single-transaction copy cannot hold (a copy in one
  * LMDB txn failed with MDB_TXN_FULL above ~512 MiB of dirty pages; here the same limit is
  * made small with a small LMDB map: the follower's map cannot hold its old state and the new
  * one at once, as a one-transaction copy needs).

@@ -1,4 +1,4 @@
-/* Keys of any length (issue 14 §4): keys longer than LMDB's 511-byte key limit are stored
+/* Keys of any length: keys longer than LMDB's 511-byte key limit are stored
  * under a handle (server/mvcc/longkey.c) and must behave exactly as short keys: put, get,
  * range (bounds, limit, count, keys_only, revision, sort), delete, compaction, leases, Txn
  * compares, with etcd's byte order across the 511-byte boundary. */

@@ -1,4 +1,4 @@
-/* MVCC store: the membership table (mvcc/members.h; issue 9 section 5). */
+/* MVCC store: the membership table (mvcc/members.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* pb_scan: the non-recursive TxnRequest pre-scan (issue 8, D1), and pb_strip (unknown fields
+/* pb_scan: the non-recursive TxnRequest pre-scan, and pb_strip (unknown fields
  * dropped before unpacking). Depth and op-count limits
  * (cross-checked against the recursive etcd check on requests small enough to unpack),
  * malformed framing as protobuf-c 1.4 sees it, 100,000-deep nesting on a 256 KiB stack, and

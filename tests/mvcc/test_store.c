@@ -403,7 +403,7 @@ Test(mvcc_store, startup_reads_meta_only)
     cr_assert_eq(st.keys, 5010, "key count comes from the counter");
 }
 
-/* Keys longer than LMDB's 511-byte key limit are accepted (issue 14 §4; etcd has no key
+/* Keys longer than LMDB's 511-byte key limit are accepted (etcd has no key
  * limit besides the request size) and order after their 511-byte prefix. */
 Test(mvcc_store, key_size_limit)
 {

@@ -1,4 +1,4 @@
-/* Issue 8: record size checks (valcheck.h), the startup file check and record check
+/* Record size checks (valcheck.h), the startup file check and record check
  * (verify.h), and the persisted member identity (store.h). */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -221,7 +221,7 @@ Test(verify, identity_is_stored_once_and_then_enforced)
     cr_assert_eq(kv_store_identity_check(t.s, &renamed, &have, 1), 0, "the name is informative");
 }
 
-/* The SIGBUS of issue 8 (D10): a bit flip in a record's stored size made the checksum read run
+/* A SIGBUS kvd used to hit: a bit flip in a record's stored size made the checksum read run
  * past the end of data.mdb. Now the size is checked first: DATA_LOSS, no fault. */
 Test(verify, record_with_size_past_the_file_reads_as_data_loss)
 {

@@ -1,5 +1,5 @@
 /*
- * ops_snapshot: Operations (issue 14) against real kvd processes.
+ * ops_snapshot: Operations against real kvd processes.
  *  - etcdctl 3.4 `snapshot save` works against kvd and its `snapshot status` reads the file
  *    (an etcd 3.4 snapshot, bbolt): kvctl's status prints the same hash, revision and keys.
  *  - kvctl snapshot save/status/restore round trip: the restored member runs under new member

@@ -173,7 +173,7 @@ static int done_and_snaps(void *arg)
     return w->d->calls > 0 && w->rx->snaps >= w->snaps;
 }
 
-/* --max-snapshot-bytes (issue 9): a body past the bound resets the stream and removes the
+/* --max-snapshot-bytes: a body past the bound resets the stream and removes the
  * partial file, in both directions (POST to the acceptor, GET by the dialer); a file of exactly
  * the bound still passes, on the same connection. */
 Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)

@@ -1,5 +1,5 @@
 /*
- * kvd flags from the environment (issue 14 section 6), as etcd: --foo-bar from KVD_FOO_BAR
+ * kvd flags from the environment, as etcd: --foo-bar from KVD_FOO_BAR
  * or ETCD_FOO_BAR (KVD_ wins), the command line over both (server/daemon/config.h
  * kv_config_parse_env). Each test sets and clears its own variables (criterion runs the
  * tests of this binary one at a time: --jobs 1).

@@ -1,5 +1,5 @@
 /*
- * The Debian package (issue 14 section 6, packaging/packaging.cmake): cpack builds
+ * The Debian package (packaging/packaging.cmake): cpack builds
  * kvd_<version>_<arch>.deb from this build tree; it is unpacked into a temporary root with
  * `dpkg-deb -x` (never installed on the machine) and checked:
  *   - control: name, version, Depends covering every library kvd and kvctl load (ldd, each

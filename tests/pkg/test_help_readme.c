@@ -1,5 +1,5 @@
 /*
- * `kvd --help` and the README agree (issue 14 section 6): the flags of the README's "## Flags"
+ * `kvd --help` and the README agree: the flags of the README's "## Flags"
  * table and the flags `kvd --help` lists are the same set, and every KVD_* variable of the
  * sample environment file packaging/kvd.default names a flag (a misspelt variable would be
  * ignored silently).

@@ -1,5 +1,5 @@
 /*
- * kvd's log flags end to end (issue 14 section 6, server/log/log.h): a real kvd started with
+ * kvd's log flags end to end (server/log/log.h): a real kvd started with
  * --log-format json writes only JSON objects, one a line, that python3's json module parses,
  * each with etcd zap's level/ts/caller/msg; --log-level warn drops the info lines and keeps
  * the warnings; --log-outputs FILE sends the lines there; bad values are refused at startup.

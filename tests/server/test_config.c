@@ -69,7 +69,7 @@ Test(config, bad_input_gives_clear_errors)
     cr_assert(strstr(err, "--max-txn-ops") != NULL, "%s", err);
 
     char *tls[] = {"kvd", "--listen-client-urls", "https://127.0.0.1:2379"};
-    cr_assert_eq(parse(&c, err, sizeof(err), 3, tls), -EINVAL); /* issue 13: needs a cert */
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, tls), -EINVAL); /* https needs a cert */
     cr_assert(strstr(err, "--cert-file") != NULL, "%s", err);
 
     char *badurl[] = {"kvd", "--listen-client-urls", "http://127.0.0.1"};

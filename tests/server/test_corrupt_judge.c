@@ -1,6 +1,6 @@
 /*
  * test_corrupt_judge: the periodic check's verdict (corrupt/corrupt_check.h kv_corrupt_judge)
- * and the corruption-check flags (issue 14, docs/corruption.md).
+ * and the corruption-check flags (docs/corruption.md).
  */
 #include "daemon/config.h"
 #include "corrupt/corrupt_check.h"

@@ -1,5 +1,5 @@
 /*
- * server/log (issue 14 section 6): level of a line, the zap-style JSON encoding (escapes,
+ * server/log: level of a line, the zap-style JSON encoding (escapes,
  * invalid UTF-8, timestamps), the sink's filtering, partial and overlong lines, and the
  * stdio cookie stream. The sink writes into a pipe read back here.
  */

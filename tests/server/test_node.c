@@ -200,7 +200,7 @@ Test(node, close_fails_queued_requests)
     cr_assert_eq(system(cmd), 0);
 }
 
-/* ---- issue 8 (D3, D10, D12): exclusive items and alarms ---- */
+/* ---- exclusive items and alarms (docs/ARCHITECTURE.md, "Alarms, quota and defragment") ---- */
 
 typedef struct excl_probe {
     kv_store *store;
@@ -271,7 +271,7 @@ Test(node, requested_alarm_is_raised_through_the_write_path)
     fx_close(&f);
 }
 
-/* Issue 8 D7: client writes that fill the queue must not shed /health's barrier. */
+/* Client writes that fill the queue must not shed /health's barrier (lesson 13). */
 static void on_health(void *arg, int status)
 {
     int *p = arg;

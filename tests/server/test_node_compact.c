@@ -1,4 +1,4 @@
-/* The node's batched physical compaction (issue 8, D4): a Compact of many revisions is
+/* The node's batched physical compaction: a Compact of many revisions is
  * answered at once, the removal runs in many bounded batches, a put proposed after the
  * Compact is acknowledged long before the compaction ends, kv_node_compact_wait fires when it
  * is done, and an interrupted compaction resumes when the node starts again. */

@@ -1,5 +1,5 @@
 /*
- * test_tls_client.c - TLS on the client port (issue 13 §1, §3): etcdctl 3.4 over TLS with the
+ * test_tls_client.c - TLS on the client port: etcdctl 3.4 over TLS with the
  * right CA, a wrong CA, mutual TLS without a client certificate, plain h2c to a TLS port,
  * garbage before a handshake (only that connection closes), ALPN h2, TLS 1.1 refused.
  * Certificates are made at test time (gen_certs.sh).

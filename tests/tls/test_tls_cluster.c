@@ -1,5 +1,5 @@
 /*
- * test_tls_cluster.c - TLS on the peer port (issue 13 §1, §3): a 3-member kvd cluster with
+ * test_tls_cluster.c - TLS on the peer port: a 3-member kvd cluster with
  * https peer URLs and --peer-client-cert-auth forms and replicates, with one TLS handshake
  * per peer connection; a member whose certificate comes from another CA cannot join (the
  * others log and refuse it). The peer proxies of kvt_cluster pass TLS through.

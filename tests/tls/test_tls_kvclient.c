@@ -1,5 +1,5 @@
 /*
- * test_tls_kvclient.c - libkvclient and kvctl over TLS (issue 13 §1): https endpoints with a
+ * test_tls_kvclient.c - libkvclient and kvctl over TLS: https endpoints with a
  * CA, mutual TLS with a client certificate, a wrong CA fails with the handshake reason, and
  * kvctl's --cacert --cert --key --insecure-skip-tls-verify.
  */

@@ -1,5 +1,5 @@
 /*
- * tls_fixture.h - shared helpers of the TLS tests (issue 13): test certificates generated at
+ * tls_fixture.h - shared helpers of the TLS tests: test certificates generated at
  * test time with the openssl CLI (gen_certs.sh) into a temp dir, one kvd member with an https
  * client port, etcdctl runs, metrics. Single-threaded (one Criterion test at a time).
  */

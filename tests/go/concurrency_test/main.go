@@ -1,6 +1,6 @@
 // concurrency_test: the Go client's clientv3/concurrency Mutex, Election and STM, and the
 // server-side v3election and v3lock services through etcd's Go stubs, against a
-// server (issue 11 section 5). Built offline from Debian's golang-etcd-server-dev
+// server. Built offline from Debian's golang-etcd-server-dev
 // (GOPATH=/usr/share/gocode, GO111MODULE=off). Usage: concurrency_test <endpoint>.
 // Prints one line per check and exits 1 on the first failure.
 package main
