@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "internal.pb-c.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 #define REC_VERSION 1
 /* A LeaseRecord is at most 3 tagged varints: 3 * (1 + 10) bytes. */

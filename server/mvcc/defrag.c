@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 unsigned kv_store_alarms(kv_store *s)
 {

@@ -5,7 +5,7 @@
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 #define ID_KEY "identity"
 #define ID_FIXED (4 + 8 + 8 + 1)

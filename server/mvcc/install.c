@@ -19,7 +19,7 @@
 
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 struct kv_store_install {
     MDB_env *env;
@@ -135,7 +135,7 @@ int kv_store_install_begin(kv_store *s, const char *path, kv_store_install **out
         goto fail;
     }
     /* "format": crc32c(4, BE) | version (4, BE), checked by hand: the received file is not
-     * the store's environment (valcheck.h's map bounds do not apply to it). */
+     * the store's environment (base/lmdb_valcheck.h's map bounds do not apply to it). */
     MDB_val fk = {6, (void *)"format"}, fv;
     if ((rc = mdb_get(in->txn, meta, &fk, &fv))) {
         rc = rc == MDB_NOTFOUND ? -EBADMSG : kv_mdb_err(rc);

@@ -6,7 +6,7 @@
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 void kv_revkey(uint8_t out[KV_REVKEY_LEN], int64_t main, int64_t sub)
 {

@@ -8,7 +8,7 @@
 
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 void kv_store_config_default(kv_store_config *c)
 {
@@ -163,7 +163,7 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         rc = kv_mdb_err(rc);
         goto fail;
     }
-    kv_mdb_map_learn(s->env, &s->map); /* record size checks (valcheck.h); best effort */
+    kv_mdb_map_learn(s->env, &s->map); /* record size checks (base/lmdb_valcheck.h); best effort */
     *out = s;
     return 0;
 fail:

@@ -15,7 +15,7 @@
 #include "mvcc/keyspace.h"
 #include "mvcc/range.h"
 #include "mvcc/store.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 #define KV_REVKEY_LEN 16
 #define KV_DUP_LEN 17
@@ -51,7 +51,7 @@ struct kv_store {
     kv_store_batch batch;
     kv_store_counters counters;
     _Atomic uint64_t ops_ranges, ops_puts, ops_deletes, ops_txns; /* kv_store_count_ops */
-    kv_mdb_map map; /* where env is mapped (valcheck.h); env's user context points here */
+    kv_mdb_map map; /* where env is mapped (base/lmdb_valcheck.h); env's user context points here */
     /* alarms and defragment (alarm.c, store.c) */
     MDB_dbi alarm;
     _Atomic unsigned alarms;   /* committed alarm mask (1u << KV_ALARM_*) */

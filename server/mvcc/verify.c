@@ -26,7 +26,7 @@
 #include "common/byteorder.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 
 #define PAGEHDRSZ 16u
 #define NODESZ 8u

@@ -1,4 +1,4 @@
-/* Record size checks (valcheck.h), the startup file check and record check
+/* Record size checks (base/lmdb_valcheck.h), the startup file check and record check
  * (verify.h), and the persisted member identity (store.h). */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "mvcc/valcheck.h"
+#include "base/lmdb_valcheck.h"
 #include "mvcc/verify.h"
 
 static th t;

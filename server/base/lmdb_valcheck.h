@@ -1,5 +1,6 @@
 /*
- * valcheck: is a value LMDB returned safe to read?
+ * lmdb_valcheck (server/base/: helpers below every module; header-only, needs only LMDB):
+ * is a value LMDB returned safe to read?
  *
  * LMDB trusts the sizes stored in its pages. On a corrupted file a node can claim a size that
  * runs past the end of the data file; reading it (e.g. to verify its checksum) then faults
@@ -22,8 +23,8 @@
  * the max bound applies. Any thread; header-only so the lease table (which the store links)
  * uses it too.
  */
-#ifndef KV_MVCC_VALCHECK_H
-#define KV_MVCC_VALCHECK_H
+#ifndef KV_BASE_LMDB_VALCHECK_H
+#define KV_BASE_LMDB_VALCHECK_H
 
 #include <lmdb.h>
 #include <stdbool.h>
