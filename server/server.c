@@ -275,6 +275,12 @@ int kv_server_start_core(kv_server *s)
     nc.max_forwarded = cfg->max_forwarded_proposals;
     nc.max_log_bytes = cfg->max_raft_log_bytes;
     nc.enable_failpoints = cfg->enable_failpoints; /* node/disk_failpoint.c */
+    char wal_dir[600];
+    snprintf(wal_dir, sizeof(wal_dir), "%s/wal", cfg->data_dir);
+    nc.wal_dir = wal_dir; /* node_log.c: used with --experimental-wal, refused without it */
+    nc.use_wal = cfg->experimental_wal;
+    nc.wal_segment_bytes = cfg->wal_segment_bytes;
+    nc.unsafe_no_fsync = cfg->unsafe_no_fsync;
     /* The initial membership from the flags (idempotent). */
     int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
     if (rc < 0)

@@ -279,6 +279,8 @@ static const flag_def FLAGS[] = {
     {"startup-verify-full", F_BOOL, OFF(startup_verify_full), 0, 0, 0, 0},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
     {"experimental-compaction-batch-limit", F_U32, OFF(compaction_batch_limit), 0, 0, 1, 1u << 20},
+    {"experimental-wal", F_BOOL, OFF(experimental_wal), 0, 0, 0, 0},
+    {"wal-segment-bytes", F_U64, OFF(wal_segment_bytes), 0, 0, 1u << 16, 1ULL << 40},
     {"metrics-max-connections", F_U32, OFF(metrics_max_connections), 0, 0, 2, 1u << 20},
     {"metrics-request-timeout", F_DUR, OFF(metrics_request_timeout_ms), 0, 0, 0, 0},
     {"max-response-bytes", F_SIZE, OFF(max_response_bytes), 0, 0, 65536, UINT32_MAX},
@@ -417,6 +419,11 @@ const char *kv_config_usage(void)
            "  --experimental-compaction-batch-limit N\n"
            "                                  revisions one physical compaction step removes\n"
            "                                  (50; etcd 3.5: 1000, see docs/ARCHITECTURE.md)\n"
+           "  --experimental-wal              the raft log in <data-dir>/wal, one flush per\n"
+           "                                  write batch (docs/raftlog.md); a data dir whose log\n"
+           "                                  is in data.mdb is converted at start, and once it\n"
+           "                                  has a WAL kvd refuses to start without the flag\n"
+           "  --wal-segment-bytes N           WAL segment size (64MiB)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"
            "  --max-response-bytes N          largest response message (default 256 MiB)\n"

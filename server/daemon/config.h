@@ -115,6 +115,8 @@ typedef struct kv_config {
                                              check period, default 5m as etcd's */
     uint32_t max_snapshots; /* --max-snapshots: Maintenance.Snapshot streams at once, default 2 */
     int unsafe_no_fsync;    /* --unsafe-no-fsync (etcd 3.5): LMDB MDB_NOSYNC; testing only */
+    int experimental_wal;   /* --experimental-wal: the raft log in <data-dir>/wal */
+    uint64_t wal_segment_bytes;  /* --wal-segment-bytes (0: 64 MiB) */
     uint64_t max_snapshot_bytes; /* --max-snapshot-bytes: largest raft snapshot received from a
                                     peer; 0 (default) = 2 x the LMDB map size of the quota */
     /* Cluster bounds of what peers can grow (docs/ARCHITECTURE.md, Bounds). */

@@ -114,6 +114,17 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
         free(s);
         return -rc;
     }
+    pthread_mutexattr_t ma; /* error-checking: a second begin on the owner's thread is -EBUSY */
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    rc = pthread_mutex_init(&s->batch_mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    if (rc) {
+        pthread_mutex_destroy(&s->size_mu);
+        pthread_rwlock_destroy(&s->swap);
+        free(s);
+        return -rc;
+    }
     if ((rc = kv_store_env_open(s, cfg->dir)))
         goto fail;
     if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn))) {
@@ -171,6 +182,7 @@ fail:
         mdb_txn_abort(txn);
     if (s->env)
         mdb_env_close(s->env);
+    pthread_mutex_destroy(&s->batch_mu);
     pthread_mutex_destroy(&s->size_mu);
     pthread_rwlock_destroy(&s->swap);
     free(s);
@@ -185,6 +197,7 @@ void kv_store_close(kv_store *s)
         kv_store_batch_abort(s, &s->batch);
     if (s->env)
         mdb_env_close(s->env);
+    pthread_mutex_destroy(&s->batch_mu);
     pthread_mutex_destroy(&s->size_mu);
     pthread_rwlock_destroy(&s->swap);
     free(s);
@@ -252,11 +265,20 @@ void kv_store_set_lease_observer(kv_store *s, const kv_store_lease_observer *obs
 
 int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
 {
-    if (s->batch.open)
+    /* waits for a batch another thread still commits; this thread's own open batch (a caller
+     * bug) is EDEADLK from the error-checking mutex */
+    int lrc = pthread_mutex_lock(&s->batch_mu);
+    if (lrc)
+        return lrc == EDEADLK ? -EBUSY : -lrc;
+    if (s->batch.open) {
+        pthread_mutex_unlock(&s->batch_mu);
         return -EBUSY;
+    }
     int rc = mdb_txn_begin(s->env, NULL, 0, &s->batch.txn);
-    if (rc)
+    if (rc) {
+        pthread_mutex_unlock(&s->batch_mu);
         return kv_mdb_err(rc);
+    }
     s->batch.meta = s->committed;
     s->batch.alarms = atomic_load(&s->alarms);
     s->batch.base_size = kv_store_db_size(s);
@@ -286,10 +308,8 @@ int kv_store_disk_free_below(kv_store *s, uint64_t bytes)
     return (uint64_t)v.f_bavail * v.f_frsize < bytes;
 }
 
-int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
+static int batch_commit(kv_store *s, kv_store_batch *b)
 {
-    if (!b || b != &s->batch || !b->open)
-        return -EINVAL;
     int rc = kv_meta_write(s, b->txn, &b->meta);
     if (rc) {
         mdb_txn_abort(b->txn);
@@ -312,6 +332,15 @@ int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
     }
     b->txn = NULL;
     b->open = false;
+    return rc;
+}
+
+int kv_store_batch_commit(kv_store *s, kv_store_batch *b)
+{
+    if (!b || b != &s->batch || !b->open)
+        return -EINVAL;
+    int rc = batch_commit(s, b);
+    pthread_mutex_unlock(&s->batch_mu);
     return rc;
 }
 
@@ -349,9 +378,12 @@ int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b)
 {
     if (s->cfg.unsafe_no_fsync)
         return kv_store_batch_commit(s, b);
+    if (!b || b != &s->batch || !b->open)
+        return -EINVAL;
     mdb_env_set_flags(s->env, MDB_NOMETASYNC, 1);
-    int rc = kv_store_batch_commit(s, b);
+    int rc = batch_commit(s, b);
     mdb_env_set_flags(s->env, MDB_NOMETASYNC, 0);
+    pthread_mutex_unlock(&s->batch_mu); /* the next writer sees the env's flags reset */
     return rc;
 }
 
@@ -362,6 +394,7 @@ void kv_store_batch_abort(kv_store *s, kv_store_batch *b)
     mdb_txn_abort(b->txn);
     b->txn = NULL;
     b->open = false;
+    pthread_mutex_unlock(&s->batch_mu);
 }
 
 int kv_store_range_read(kv_store *s, const kv_range_opts *o, kv_range_result *out)

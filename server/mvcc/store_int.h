@@ -58,6 +58,10 @@ struct kv_store {
     _Atomic unsigned sticky;   /* corruption seen by this process (refuse until disarmed) */
     _Atomic unsigned to_raise; /* alarms detected, not yet proposed (kv_store_take_alarms) */
     pthread_rwlock_t swap;     /* readers of the env vs the defragment swap */
+    /* The one write batch: held from kv_store_batch_begin to its commit or abort, by the
+     * thread that began it. A second writer (the next raft ready's worker while the one
+     * before still commits, node_ready.c pipelining) waits for it here. */
+    pthread_mutex_t batch_mu;
     /* kv_store_db_size_in_use's cache: the value for the committed txn id size_txnid */
     pthread_mutex_t size_mu;
     uint64_t size_txnid;

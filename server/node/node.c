@@ -274,8 +274,8 @@ void kv_node__kick(kv_node *n)
 
 void kv_node__maybe_free(kv_node *n)
 {
-    if (n->closing && n->handles_open == 0 && n->inflight == NULL && !n->excl_busy &&
-        !n->snap_copying) {
+    if (n->closing && n->handles_open == 0 && n->inflight == NULL && n->committing == NULL &&
+        !n->excl_busy && !n->snap_copying) {
         kv_node__raft_stop(n);
         while (n->grave) {
             kv_node_req *r = n->grave;
@@ -421,7 +421,9 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
         "Write requests refused because the queue was full (--max-pending-proposals).", NULL);
     n->m_log_bytes = kv_metrics_gauge(
         metrics, "kvd_raft_log_bytes",
-        "Bytes of the retained raft log in the data file (against --max-raft-log-bytes).", NULL);
+        "Bytes of the retained raft log (against --max-raft-log-bytes): in the data file, or "
+        "the WAL segments' records (--experimental-wal).",
+        NULL);
     n->m_log_refused = kv_metrics_counter(
         metrics, "kvd_raft_log_refused_total",
         "Writes refused because the retained raft log was at --max-raft-log-bytes.", NULL);
@@ -432,9 +434,20 @@ static void register_metrics(kv_node *n, kv_metrics *metrics)
     n->m_batch_size_max = kv_metrics_gauge(metrics, "kvd_apply_batch_size_max",
                                            "Most entries applied in one commit so far.", NULL);
     n->m_fsyncs = kv_metrics_counter(metrics, "kvd_fsyncs_total",
-                                     "fdatasync calls issued by commits of the raft log and "
-                                     "state (LMDB: two per synced commit).",
-                                     NULL);
+                                     "fdatasync calls issued by the raft log and the state, by "
+                                     "file: db (LMDB: two per synced commit), wal (the raft "
+                                     "log's WAL, --experimental-wal).",
+                                     "file=\"db\"");
+    n->m_fsyncs_wal = kv_metrics_counter(metrics, "kvd_fsyncs_total",
+                                         "fdatasync calls issued by the raft log and the state, "
+                                         "by file: db (LMDB: two per synced commit), wal (the "
+                                         "raft log's WAL, --experimental-wal).",
+                                         "file=\"wal\"");
+    n->m_early_advances = kv_metrics_counter(
+        metrics, "kvd_raft_early_advances_total",
+        "Readies (--experimental-wal) after which raft went on before their LMDB commit "
+        "returned: the next ready's WAL flush overlapped that commit.",
+        NULL);
     n->m_early_acks = kv_metrics_counter(
         metrics, "kvd_early_acks_total",
         "Apply-only commits whose writes were acknowledged before the commit's flush (their "
@@ -642,7 +655,7 @@ void kv_node_close(kv_node *n)
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
     uv_close((uv_handle_t *)&n->idle, on_handle_closed);
     uv_close((uv_handle_t *)&n->tick, on_handle_closed);
-    if (n->inflight == NULL)
+    if (n->inflight == NULL && n->committing == NULL)
         kv_node__close_early(n); /* else after_ready closes it: the worker may still signal */
 }
 

@@ -63,6 +63,14 @@ typedef struct kv_node_config {
     int enable_failpoints;   /* --enable-failpoints: disk failpoints (node/disk_failpoint.h) */
     uint64_t max_log_bytes;  /* retained raft log bytes (--max-raft-log-bytes); 0: a quarter
                                 of the store's headroom (kv_store_map_size - quota) */
+    /* Where the raft log lives (node_log.c, docs/raftlog.md). use_wal (--experimental-wal):
+     * in the write-ahead log in wal_dir (server/wal/), one flush per ready; a data dir whose
+     * log is still in LMDB is converted at start. 0: in data.mdb (server/raftlog/), and a
+     * wal_dir that exists refuses the start (its log would be ignored). wal_dir NULL: no WAL. */
+    const char *wal_dir;
+    int use_wal;
+    uint64_t wal_segment_bytes; /* --wal-segment-bytes; 0: 64 MiB */
+    int unsafe_no_fsync;        /* --unsafe-no-fsync: the WAL writes but never flushes */
 } kv_node_config;
 
 typedef struct kv_node_stats {

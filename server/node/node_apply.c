@@ -330,8 +330,11 @@ static int durable_needed(const ready_work *w)
  * event (a client may renew a granted lease at once). */
 static int early_ok(const ready_work *w)
 {
-    if (!w->has_ready || w->spec || w->no_early || w->nev || w->ev_oom || w->n_changes ||
-        durable_needed(w))
+    if (!w->has_ready || w->no_early || w->nev || w->ev_oom || w->n_changes)
+        return 0;
+    /* WAL mode: the ready's own entries (a single voter's too) are durable already
+     * (kv_node__wal_persist ran first); the LMDB commit carries only derived state. */
+    if (!w->node->wal && (w->spec || durable_needed(w)))
         return 0;
     size_t cnt = kv_node__apply_count(w);
     for (size_t i = 0; i < cnt; i++)
@@ -340,18 +343,46 @@ static int early_ok(const ready_work *w)
     return 0;
 }
 
+/* WAL mode: may raft go on before this ready's LMDB commit (node_ready.c kv_node__on_early)?
+ * Its log part is durable; nothing the loop must see at the commit (a configuration or member
+ * record, a lease event), no snapshot and no log compaction (that commit is synced and the
+ * WAL's marker follows it on this thread). */
+static int early_advance_ok(const ready_work *w)
+{
+    return w->node->wal && w->has_ready && !w->no_early && !w->nev && !w->ev_oom && !w->n_changes &&
+           !w->has_compact && !w->rd.has_snapshot && !w->cstep_ran;
+}
+
 void kv_node__work_ready(uv_work_t *req)
 {
     ready_work *w = req->data;
     kv_node *n = w->node;
     kv_store_batch *b = NULL;
+    int rc = 0;
+    if (n->wal && w->has_ready && w->rd.has_snapshot) {
+        /* a ready advanced early may still be committing to data.mdb: that commit goes
+         * first (LMDB's writer lock), then the snapshot's checks and install */
+        kv_store_batch *bar = NULL;
+        if (kv_store_batch_begin(n->store, &bar) == 0)
+            kv_store_batch_abort(n->store, bar);
+    }
     if (w->has_ready && w->rd.has_snapshot && w->snap_path) {
         /* the received file replaces data.mdb, with this whole ready in it (node_snap.c) */
         w->rc = kv_node__install_file(n, w);
         return;
     }
-    int rc = kv_store_batch_begin(n->store, &b);
-    if (rc == 0 && w->has_ready) {
+    if (n->wal && w->has_ready) {
+        /* the log part: one WAL flush; the apply below commits to LMDB off the log's path */
+        if ((rc = kv_node__wal_persist(n, w)) < 0 ||
+            (kv_node__apply_count(w) == 0 && !w->has_compact)) {
+            w->rc = rc;
+            return;
+        }
+    }
+    rc = kv_store_batch_begin(n->store, &b);
+    if (rc == 0 && w->has_ready && n->wal) {
+        rc = apply_entries(n, w, b);
+    } else if (rc == 0 && w->has_ready) {
         MDB_txn *txn = kv_store_batch_txn(b);
         if (w->rd.has_snapshot)
             rc = kv_node__install_snapshot(n, b, &w->rd.snapshot.meta, w->snap_path);
@@ -379,9 +410,13 @@ void kv_node__work_ready(uv_work_t *req)
         w->cstep_rc =
             kv_store_compact_step(n->store, b, n->compact_batch_keys, n->compact_batch_revs,
                                   KV_NODE_COMPACT_STEP_US, &w->ckeys, &w->cremoved);
-    if (b != NULL && rc == 0 && n->early_open && early_ok(w)) {
-        /* results and ids are final: the loop may answer now; this thread only commits */
-        atomic_store_explicit(&w->early, 1, memory_order_release);
+    if (b != NULL && rc == 0 && n->early_open && (early_ok(w) || early_advance_ok(w))) {
+        /* results and ids are final: the loop may answer now (and, WAL mode, let raft go on:
+         * the next ready's WAL flush overlaps this commit); this thread only commits */
+        if (early_advance_ok(w))
+            atomic_store_explicit(&w->early_adv, 1, memory_order_release);
+        if (early_ok(w))
+            atomic_store_explicit(&w->early, 1, memory_order_release);
         uv_async_send(&n->early_async);
     }
     if (b != NULL && rc == 0 && w->fp_delay_ms && !durable_needed(w)) {
@@ -389,7 +424,25 @@ void kv_node__work_ready(uv_work_t *req)
         nanosleep(&ts, NULL);
     }
     uint64_t t_commit = uv_hrtime();
-    if (b != NULL) {
+    if (b != NULL && n->wal) {
+        /* WAL mode: the log is durable already. A log compaction's commit is synced (the WAL
+         * may then drop what it held for the state: kv_node__wal_compacted); every other one
+         * is MDB_NOMETASYNC: LMDB's integrity holds after a power loss, a lost commit is
+         * replayed from the WAL. */
+        if (rc == 0 && w->has_compact) {
+            rc = kv_store_batch_commit(n->store, b);
+            w->synced = 2;
+            if (rc == 0)
+                rc = kv_node__wal_compacted(n, &w->compact);
+        } else if (rc == 0) {
+            rc = kv_store_batch_commit_nometasync(n->store, b);
+            w->synced = 1;
+        } else {
+            kv_store_batch_abort(n->store, b);
+        }
+        if (rc == 0)
+            kv_metric_observe(n->m_backend_commit, (double)(uv_hrtime() - t_commit) / 1e9);
+    } else if (b != NULL) {
         if (rc == 0 && !durable_needed(w)) {
             /* Only applies (and compaction): derivable from the log, already durable. LMDB's
              * integrity still holds after a power loss; a lost commit is replayed. */

@@ -23,6 +23,7 @@
 #include "raft/raft.h"
 #include "raftlog/msg_codec.h"
 #include "raftlog/raftlog.h"
+#include "wal/wal.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -133,6 +134,25 @@ typedef struct ready_work {
     int acked;    /* loop: waiters completed early */
     uint32_t fp_delay_ms; /* test failpoint: sleep before an apply-only commit (follower) */
     int auth_fired;       /* loop: the auth hook ran for this ready's entries */
+    /* WAL mode (node_log.c): the worker sets `persisted` once the ready's entries and hard
+     * state are durable in the WAL (before the LMDB apply commit) and wakes the loop, which
+     * sends rd.msgs_after at once (`after_sent`): the append acknowledgements wait for one
+     * flush, not for the apply's. */
+    atomic_int persisted;
+    int after_sent;
+    int wal_synced; /* fdatasyncs of the WAL in this ready (metric) */
+    /* WAL mode, pipelining (node_ready.c kv_node__on_early): once the apply's results are
+     * final and only the LMDB commit remains, the worker sets `early_adv` (nothing in the
+     * ready needs the commit before raft goes on: no configuration, lease event, snapshot or
+     * log compaction). The loop then advances raft at once (`advanced`) and moves the ready
+     * to kv_node.committing, so the next ready's WAL flush overlaps this commit; the next
+     * apply waits for it on LMDB's writer lock. `completed`/`status`: the worker returned
+     * while the ready before it had not been finished yet (completions are handled in
+     * order). */
+    atomic_int early_adv;
+    int advanced;
+    int completed;
+    int status;
 } ready_work;
 
 /* Snapshot sends to one peer (node_snap.c): one in flight, failures back off. */
@@ -189,7 +209,10 @@ struct kv_node {
     struct raft raft;
     int raft_ok;
     struct raft_hard_state persisted_hs;
-    kv_raftlog *log;
+    ready_work *committing; /* WAL mode: a ready advanced early whose LMDB commit is still
+                               running (at most one; ready_work.early_adv) */
+    kv_raftlog *log;        /* LMDB log: the raft log unless `wal` (then only its snapshot meta) */
+    kv_wal *wal;            /* --experimental-wal: the raft log (node_log.c); NULL otherwise */
     struct kv_peer_net *peers;
     uint64_t self;
     uint32_t heartbeat_ms, election_ms;
@@ -231,7 +254,9 @@ struct kv_node {
     int compact_log;         /* a raft_compact() meta waits for the next commit */
     /* The retained log's bytes against --max-raft-log-bytes (kv_node_log_admit). */
     uint64_t max_log_bytes;   /* budget; a quarter of it compacts the log early */
-    uint64_t log_bytes;       /* "rlog" pages after the last commit (kv_raftlog_stats) */
+    uint64_t log_bytes;       /* the retained log: "rlog" pages after the last commit
+                                 (kv_raftlog_stats), or the WAL's records (kv_wal_stats) */
+    uint64_t log_db_bytes;    /* the log's pages inside data.mdb (quota: state = used - it) */
     uint64_t log_proposed;    /* bytes proposed or forwarded by this member, ever */
     uint64_t log_mark;        /* log_proposed when the last committed ready was made */
     uint64_t log_compactions; /* early compactions (by bytes) */
@@ -304,7 +329,8 @@ struct kv_node {
     int early_open;         /* early_async not closed yet */
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
     kv_metric *m_early_acks;
-    uint32_t fp_apply_delay_ms; /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
+    kv_metric *m_early_advances; /* WAL mode: readies whose commit overlapped the next */
+    uint32_t fp_apply_delay_ms;  /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
     /* KVD_FAILPOINT_PRIMARY_DELAY_MS (tests only): a new leader becomes primary (its lessor
      * serves) no sooner than this long after it became leader (lead_since_ms, loop clock). */
     uint32_t fp_primary_delay_ms;
@@ -339,6 +365,7 @@ struct kv_node {
 
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
+    kv_metric *m_fsyncs_wal; /* kvd_fsyncs_total{file="wal"} (m_fsyncs: file="db") */
     kv_metric *m_fsyncs, *m_entries, *m_forwarded, *m_leader_changes, *m_reads;
     /* etcd's series (docs/metrics.md "Server", "Disk"); the histograms are observed on the
      * worker thread (kv_metric_observe is thread-safe) */
@@ -390,6 +417,31 @@ size_t kv_node__apply_count(const ready_work *w);
 const struct raft_entry *kv_node__apply_entry(const ready_work *w, size_t i);
 void kv_node__record_lease_events(kv_node *n, int on);
 void kv_node__free_records(kv_node *n);
+
+/* node_log.c: which raft log the member uses (LMDB or the WAL) and the WAL's share of a
+ * ready. Loop thread unless marked. */
+/* Opens the LMDB log and, with cfg->use_wal, the WAL (converting a log still in LMDB, and
+ * finishing a snapshot install a crash interrupted); without it, refuses a wal_dir that
+ * exists. Seeds the log of a data dir that has state but no log. 0 or negative errno (the
+ * reason is printed). */
+int kv_node__log_open(kv_node *n, const kv_node_config *cfg, const uint64_t *voters,
+                      size_t n_voters);
+void kv_node__log_close(kv_node *n);
+const struct raft_storage *kv_node__log_storage(kv_node *n);
+int kv_node__log_error(kv_node *n);
+/* After raft_advance(): data returned by the storage since the last call may go. */
+void kv_node__log_end_cycle(kv_node *n);
+/* Worker, WAL mode: the ready's snapshot meta (one without a file), entries and hard state
+ * to the WAL, ONE kv_wal_sync; then w->persisted and a wake-up of the loop. */
+int kv_node__wal_persist(kv_node *n, ready_work *w);
+/* Worker, WAL mode, after a received snapshot file replaced data.mdb: the WAL takes the
+ * snapshot marker, hard state and the ready's entries, one sync. */
+int kv_node__wal_install(kv_node *n, const struct raft_snapshot_meta *m,
+                         const struct raft_hard_state *hs, const struct raft_entry *e, size_t cnt);
+/* Worker, WAL mode, after the synced LMDB commit that carried a log compaction at m (so the
+ * state up to m->index is durable): the snapshot marker, one sync, and the segments wholly
+ * below it are deleted. */
+int kv_node__wal_compacted(kv_node *n, const struct raft_snapshot_meta *m);
 
 /* node_conf.c */
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);

@@ -264,7 +264,7 @@ static void check_primary(kv_node *n)
 static void advance(kv_node *n, struct raft_ready *rd)
 {
     int rc = raft_advance(&n->raft, rd);
-    kv_raftlog_end_cycle(n->log);
+    kv_node__log_end_cycle(n);
     empty_grave(n);
     if (rc != 0) {
         fprintf(stderr, "kvd: fatal: raft: advance failed: %s; stopping this member\n",
@@ -297,6 +297,33 @@ void kv_node_set_auth_hook(kv_node *n, kv_node_auth_fn fn, void *arg)
     n->auth_arg = arg;
 }
 
+/* WAL mode, pipelining (ready_work.early_adv): the ready's log part is durable and its
+ * results are final; only its LMDB commit remains. Raft goes on now: the raft part of
+ * after_ready runs here (read states, raft_advance), the ready moves to n->committing and the
+ * loop may take the next ready, whose WAL flush then overlaps this commit (its apply waits for
+ * the commit on the store's writer lock). The rest (applied index, revision, watchers,
+ * metrics) runs when the commit returns (finish_ready). One ready at most is committing. */
+static void advance_early(kv_node *n, ready_work *w)
+{
+    if (w->advanced || n->committing || n->closing)
+        return;
+    if (!w->after_sent) { /* before raft frees them */
+        w->after_sent = 1;
+        kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
+    }
+    fire_auth(n, w);
+    if (w->rd.hs_changed)
+        n->persisted_hs = w->rd.hs;
+    kv_node__reads_ready(n, w->rd.reads, w->rd.n_reads);
+    struct raft_ready rd = w->rd; /* raft_advance may write to it; the worker still reads w */
+    advance(n, &rd);
+    w->advanced = 1;
+    n->inflight = NULL;
+    n->committing = w;
+    kv_metric_inc(n->m_early_advances);
+    kv_node__kick(n);
+}
+
 /* Early acknowledgement (the worker's signal; loop thread). The in-flight ready applies only
  * committed entries, and its results are final: each of them is durable in the logs of a
  * quorum (raft commits nothing else), so the answer need not wait for this commit's flush
@@ -310,25 +337,54 @@ void kv_node__on_early(uv_async_t *h)
 {
     kv_node *n = h->data;
     ready_work *w = n->inflight;
-    if (w == NULL || w->acked || !atomic_load_explicit(&w->early, memory_order_acquire))
+    if (w == NULL)
         return;
-    w->acked = 1;
-    if (w->applied > n->acked_index)
-        n->acked_index = w->applied;
-    kv_metric_inc(n->m_early_acks);
-    fire_auth(n, w);
-    size_t cnt = kv_node__apply_count(w);
-    for (size_t i = 0; i < cnt; i++)
-        if (w->ids[i])
-            complete_id(n, w->ids[i], &w->results[i]);
+    if (w->has_ready && !w->after_sent &&
+        atomic_load_explicit(&w->persisted, memory_order_acquire)) {
+        /* WAL mode: the ready's entries and hard state are durable (node_log.c); raft's
+         * messages that waited for it go now, not after the apply's LMDB commit */
+        w->after_sent = 1;
+        kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
+    }
+    if (!w->acked && atomic_load_explicit(&w->early, memory_order_acquire)) {
+        w->acked = 1;
+        if (w->applied > n->acked_index)
+            n->acked_index = w->applied;
+        kv_metric_inc(n->m_early_acks);
+        fire_auth(n, w);
+        size_t cnt = kv_node__apply_count(w);
+        for (size_t i = 0; i < cnt; i++)
+            if (w->ids[i])
+                complete_id(n, w->ids[i], &w->results[i]);
+    }
+    if (atomic_load_explicit(&w->early_adv, memory_order_acquire))
+        advance_early(n, w);
 }
 
+static void finish_ready(kv_node *n, ready_work *w, int status);
+
+/* The worker returned (loop). Readies finish in the order they were taken: one that returned
+ * while the ready advanced before it still commits waits for that one (finish_ready). */
 static void after_ready(uv_work_t *req, int status)
 {
     ready_work *w = req->data;
     kv_node *n = w->node;
+    if (n->committing && w != n->committing) {
+        w->completed = 1;
+        w->status = status;
+        return;
+    }
+    finish_ready(n, w, status);
+}
+
+static void finish_ready(kv_node *n, ready_work *w, int status)
+{
     int rc = status < 0 ? status : w->rc;
-    n->inflight = NULL;
+    int early_done = w->advanced; /* its raft part ran in advance_early */
+    if (w == n->committing)
+        n->committing = NULL;
+    else
+        n->inflight = NULL;
     if (rc < 0) {
         /* The log, hard state or apply did not reach the disk. Raft's contract cannot be kept
          * (messages acknowledging these entries may already be expected): this member stops
@@ -340,7 +396,8 @@ static void after_ready(uv_work_t *req, int status)
     if (w->install)
         kv_node__install_swap(n, w); /* before anything reads the store or the log */
     kv_metric_add(n->m_fsyncs, w->synced);
-    if (w->has_ready && w->rd.hs_changed)
+    kv_metric_add(n->m_fsyncs_wal, w->wal_synced);
+    if (w->has_ready && w->rd.hs_changed && !early_done)
         n->persisted_hs = w->rd.hs;
     if (w->has_ready && w->rd.has_snapshot) {
         kv_store_status ss;
@@ -360,8 +417,9 @@ static void after_ready(uv_work_t *req, int status)
         n->snap_index = w->compact.index;
     kv_raftlog_rotate(n->log);
     n->log_mark = w->log_mark;
-    kv_node__log_measure(n);
-    if (w->has_ready)
+    if (n->inflight == NULL) /* not while the next ready's worker writes the WAL */
+        kv_node__log_measure(n);
+    if (w->has_ready && !w->after_sent)
         kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
 
     int64_t rev_before = n->revision;
@@ -387,7 +445,7 @@ static void after_ready(uv_work_t *req, int status)
 
     fire_auth(n, w); /* tokens before the answers that carry them (unless on_early did) */
     /* Durable: now acknowledge, in order (unless on_early did already). */
-    if (w->has_ready) {
+    if (w->has_ready && !early_done) {
         size_t cnt = kv_node__apply_count(w);
         for (size_t i = 0; i < cnt; i++) {
             const struct raft_entry *e = kv_node__apply_entry(w, i);
@@ -404,8 +462,15 @@ static void after_ready(uv_work_t *req, int status)
         advance(n, &w->rd);
     }
     free_work(w);
+    /* the next ready returned while this one committed: finish it now, in order */
+    ready_work *next = n->inflight && n->inflight->completed ? n->inflight : NULL;
     if (n->closing) {
-        kv_node__close_early(n); /* no worker can signal it any more */
+        if (next) {
+            finish_ready(n, next, next->status);
+            return;
+        }
+        if (n->inflight == NULL && n->committing == NULL)
+            kv_node__close_early(n); /* no worker can signal it any more */
         kv_node__maybe_free(n);
         return;
     }
@@ -414,6 +479,10 @@ static void after_ready(uv_work_t *req, int status)
     kv_node__reads_applied(n);
     kv_node__update_alarm_metrics(n);
     kv_node__raise_requested_alarms(n);
+    if (next) {
+        finish_ready(n, next, next->status);
+        return;
+    }
     kv_node__kick(n);
 }
 
@@ -427,7 +496,10 @@ static int needs_worker(const kv_node *n, const struct raft_ready *rd)
     if (rd->hs_changed &&
         (rd->hs.term != n->persisted_hs.term || rd->hs.vote != n->persisted_hs.vote))
         return 1;
-    return rd->n_committed && rd->committed[rd->n_committed - 1].index > n->st.applied_index;
+    raft_index applied = n->st.applied_index;
+    if (n->committing && n->committing->applied > applied)
+        applied = n->committing->applied; /* applied, its commit still running */
+    return rd->n_committed && rd->committed[rd->n_committed - 1].index > applied;
 }
 
 static int single_voter(const kv_node *n)
@@ -506,7 +578,7 @@ static int start_work_sync(kv_node *n, const struct raft_ready *rd)
         return -ENOMEM;
     n->inflight = w;
     kv_node__work_ready(&w->req);
-    after_ready(&w->req, 0);
+    finish_ready(n, w, 0);
     return 0;
 }
 
@@ -692,12 +764,13 @@ static void take_requests(kv_node *n)
             continue;
         }
         if (r->kind == REQ_EXCL) {
-            if (n->wait_head == NULL && n->inflight == NULL && !raft_has_ready(&n->raft))
+            if (n->wait_head == NULL && n->inflight == NULL && n->committing == NULL &&
+                !raft_has_ready(&n->raft))
                 start_exclusive(n);
             return;
         }
         if (r->kind == REQ_BARRIER && n->wait_head == NULL && n->inflight == NULL &&
-            (n->role == RAFT_LEADER || single_voter(n))) {
+            n->committing == NULL && (n->role == RAFT_LEADER || single_voter(n))) {
             /* Everything queued before it is applied already: nothing to wait for. */
             n->head = r->next;
             if (n->head == NULL)
@@ -884,7 +957,7 @@ void kv_node__drive(kv_node *n)
         struct raft_ready rd;
         int rc = raft_ready(&n->raft, &rd);
         if (rc != 0) {
-            int serr = kv_raftlog_error(n->log);
+            int serr = kv_node__log_error(n);
             fprintf(stderr, "kvd: fatal: raft: ready failed: %s%s%s; stopping this member\n",
                     raft_strerror(rc), serr ? ": raft log storage: " : "",
                     serr ? strerror(-serr) : "");
@@ -938,7 +1011,7 @@ void kv_node__elect_single(kv_node *n)
  * failing in the middle of a ready. Bounded by the unapplied tail. */
 static int verify_tail(kv_node *n)
 {
-    const struct raft_storage *st = kv_raftlog_storage(n->log);
+    const struct raft_storage *st = kv_node__log_storage(n);
     raft_index first = st->first_index(st->ctx), last = st->last_index(st->ctx);
     struct raft_hard_state hs;
     if (st->initial_state(st->ctx, &hs) != 0)
@@ -957,8 +1030,8 @@ static int verify_tail(kv_node *n)
         i += cnt;
     }
     if (rc == 0)
-        rc = kv_raftlog_error(n->log);
-    kv_raftlog_end_cycle(n->log);
+        rc = kv_node__log_error(n);
+    kv_node__log_end_cycle(n);
     if (rc != 0) {
         fprintf(stderr, "kvd: refusing to start: the raft log is corrupt near index %llu (%s)\n",
                 (unsigned long long)i, rc < -999 ? raft_strerror(rc) : strerror(-rc));
@@ -997,10 +1070,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
             return -ENOMEM;
     }
     kv_node__snap_init(n);
-    int rc = kv_raftlog_open(&n->log, kv_store_env(n->store));
-    if (rc < 0)
-        return rc;
-    rc = kv_node__seed_log(n, voters, n_voters);
+    int rc = kv_node__log_open(n, cfg, voters, n_voters);
     if (rc < 0)
         goto fail;
     rc = verify_tail(n);
@@ -1015,16 +1085,16 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     rcfg.election_ticks = n->election_ms / n->heartbeat_ms;
     rcfg.seed = cfg && cfg->seed ? cfg->seed : (n->self ^ n->next_id);
     rcfg.applied = n->st.applied_index;
-    rcfg.storage = kv_raftlog_storage(n->log);
+    rcfg.storage = kv_node__log_storage(n);
     /* raft holds one read-index request per round; rounds are bounded by the read waiters and
      * followers' requests (--max-pending-read-index each), so this never refuses a round that
      * the node admitted (a refusal would only be retried next turn). */
     rcfg.max_pending_reads = (size_t)n->max_reads + 1;
     rc = raft_init(&n->raft, &rcfg);
-    kv_raftlog_end_cycle(n->log);
-    if (rc != 0 && kv_raftlog_error(n->log)) {
+    kv_node__log_end_cycle(n);
+    if (rc != 0 && kv_node__log_error(n)) {
         fprintf(stderr, "kvd: refusing to start: the raft log is corrupt (%s)\n",
-                strerror(-kv_raftlog_error(n->log)));
+                strerror(-kv_node__log_error(n)));
         rc = -EBADMSG;
         goto fail;
     }
@@ -1037,7 +1107,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     if (n_voters > 1) /* replicated: every member must reach the same bytes */
         kv_store_set_deterministic(n->store, 1);
     rcfg.storage->initial_state(rcfg.storage->ctx, &n->persisted_hs);
-    kv_raftlog_end_cycle(n->log);
+    kv_node__log_end_cycle(n);
     /* The inbox grows on demand up to its bounds (node_peer.c on_raft). */
     n->inbox_cap = cfg && cfg->max_inbox_msgs ? cfg->max_inbox_msgs : 4096;
     n->max_inbox_bytes = cfg && cfg->max_inbox_bytes ? cfg->max_inbox_bytes : (64u << 20);
@@ -1064,8 +1134,7 @@ fail:
     n->inbox = NULL;
     n->inbox_snap = NULL;
     n->inbox_tick = NULL;
-    kv_raftlog_close(n->log);
-    n->log = NULL;
+    kv_node__log_close(n);
     free(n->snap_dir);
     n->snap_dir = NULL;
     return rc;
@@ -1103,6 +1172,5 @@ void kv_node__raft_stop(kv_node *n)
     n->snap_pending = NULL;
     n->snap_dir = NULL;
     kv_node__record_lease_events(n, 0);
-    kv_raftlog_close(n->log);
-    n->log = NULL;
+    kv_node__log_close(n);
 }

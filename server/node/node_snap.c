@@ -77,9 +77,15 @@ void kv_node__log_measure(kv_node *n)
     raft_index first, last;
     uint64_t bytes;
     if (n->log && kv_raftlog_stats(n->log, &first, &last, &bytes) == 0) {
+        n->log_db_bytes = bytes;
         n->log_bytes = bytes;
-        kv_metric_set(n->m_log_bytes, (double)bytes);
     }
+    if (n->wal) { /* the log is the WAL; data.mdb holds only its snapshot meta */
+        struct kv_wal_stats ws;
+        kv_wal_stats(n->wal, &ws);
+        n->log_bytes = ws.bytes;
+    }
+    kv_metric_set(n->m_log_bytes, (double)n->log_bytes);
 }
 
 int kv_node_log_admit(kv_node *n, size_t len)
@@ -96,7 +102,7 @@ int kv_node_log_admit(kv_node *n, size_t len)
 int64_t kv_node_state_bytes_in_use(kv_node *n)
 {
     int64_t used = kv_store_db_size_in_use(n->store);
-    int64_t log = n->log_bytes > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n->log_bytes;
+    int64_t log = n->log_db_bytes > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n->log_db_bytes;
     return used > log ? used - log : 0;
 }
 
@@ -145,6 +151,8 @@ void kv_node__compact_for_join(kv_node *n)
 
 int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snapshot_meta *m)
 {
+    if (n->wal) /* after this commit, synced: kv_node__wal_compacted */
+        return 0;
     return kv_raftlog_set_snapshot(n->log, txn, m);
 }
 
@@ -192,7 +200,7 @@ int kv_node__install_file(kv_node *n, ready_work *w)
     int rc = kv_store_install_begin(n->store, w->snap_path, &in);
     if (rc == 0)
         rc = kv_raftlog_install_into(kv_store_install_txn(in), m, &hs, w->rd.entries,
-                                     w->rd.n_entries);
+                                     n->wal ? 0 : w->rd.n_entries); /* WAL mode: the WAL's */
     if (rc < 0) {
         kv_store_install_abort(in);
         goto fail;
@@ -203,6 +211,10 @@ int kv_node__install_file(kv_node *n, ready_work *w)
     if ((rc = kv_store_install_publish(n->store, w->snap_path, &w->old_fd)) < 0)
         goto fail;
     failpoint("after-publish");
+    /* WAL mode: the rename above was the commit point; a crash before this sync is finished
+     * at the next start (node_log.c finish_install: data.mdb's log meta is ahead). */
+    if (n->wal && (rc = kv_node__wal_install(n, m, &hs, w->rd.entries, w->rd.n_entries)) < 0)
+        goto fail;
     w->install = 1;
     w->has_compact = 0;
     w->rd.hs_changed = true;

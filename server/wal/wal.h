@@ -1,7 +1,8 @@
 /*
  * wal: the raft log, hard state and snapshot markers in append-only segment files of their
  * own (docs/raftlog.md, "The WAL module"), so that one fdatasync makes a whole raft ready
- * durable. Not yet the server's log: the node still uses server/raftlog/ (LMDB).
+ * durable. The server's log with --experimental-wal (server/node/node_log.c); without it the
+ * node uses server/raftlog/ (LMDB).
  *
  * Files: <dir>/<seq:016x>-<first:016x>.wal. seq counts from 1 without gaps; first is the
  * lowest entry index the segment may hold. Each segment is preallocated (posix_fallocate) to
@@ -57,6 +58,8 @@ enum { KV_WAL_REC_ENTRY = 1, KV_WAL_REC_HARDSTATE = 2, KV_WAL_REC_SNAPSHOT = 3 }
 struct kv_wal_opts {
     uint64_t segment_bytes; /* rotate once the active segment reached it; 0: 64 MiB */
     size_t tail_bytes;      /* entry data cached in memory, newest first; 0: 8 MiB */
+    int no_sync;            /* 1: kv_wal_sync writes but never flushes (--unsafe-no-fsync, the
+                               power-cut tests' control); every other rule holds */
 };
 
 /* Opens (creating dir and a first segment when there is none) and recovers the log as the
@@ -108,6 +111,7 @@ int kv_wal_error(const kv_wal *w);
 struct kv_wal_stats {
     raft_index first, last; /* as the vtable reports them */
     uint64_t segments;      /* segment files */
+    uint64_t bytes;         /* records in every segment (their sizes, not the preallocation) */
     uint64_t first_seq;     /* seq of the oldest segment */
     uint64_t fsyncs;        /* fdatasync/fsync calls since open */
     uint64_t cached_bytes;  /* entry data held in memory */

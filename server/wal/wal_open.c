@@ -341,7 +341,11 @@ int kv_wal_error(const kv_wal *w)
 
 void kv_wal_stats(const kv_wal *w, struct kv_wal_stats *s)
 {
-    *s = (struct kv_wal_stats){.first = w->snap.index + 1,
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < w->n_segs; i++)
+        bytes += w->segs[i].size;
+    *s = (struct kv_wal_stats){.bytes = bytes,
+                               .first = w->snap.index + 1,
                                .last = w->n_ents ? kv_wal_last(w) : w->snap.index,
                                .segments = w->n_segs,
                                .first_seq = w->n_segs ? w->segs[0].seq : 0,

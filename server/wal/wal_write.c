@@ -198,9 +198,11 @@ int kv_wal_sync(kv_wal *w)
     struct iovec iov[2] = {{head, head_len}, {w->pend, w->pend_len}};
     if ((rc = write_all(s->fd, head_len ? iov : iov + 1, head_len ? 2 : 1, s->size)))
         return latch(w, rc);
-    w->fsyncs++;
-    if (fdatasync(s->fd))
-        return latch(w, -errno);
+    if (!w->o.no_sync) {
+        w->fsyncs++;
+        if (fdatasync(s->fd))
+            return latch(w, -errno);
+    }
     if (w->pend_min) {
         for (raft_index i = w->pend_min > w->first ? w->pend_min : w->first;
              i <= kv_wal_last(w) && w->n_ents; i++) {

@@ -227,7 +227,15 @@ static long long largest_file(const char *dir)
     return max;
 }
 
-#define CL_MAX_SNAP 131072 /* kvd's snapshot after lag_follower: about 164 KiB */
+/* kvd's snapshot after lag_follower is about 164 KiB with the raft log in data.mdb; with
+ * --experimental-wal (KVT_KVD_ARGS: cluster_snapshot_wal) it holds the state only and passes
+ * 128 KiB, so the bound there is lower. */
+static int max_snap(void)
+{
+    const char *a = getenv("KVT_KVD_ARGS");
+    return a && strstr(a, "--experimental-wal") ? 65536 : 131072;
+}
+#define CL_MAX_SNAP max_snap()
 
 Test(cluster_snapshot, oversized_snapshot_is_refused_and_sends_back_off, .fini = fini,
      .timeout = 400)

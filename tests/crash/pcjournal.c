@@ -255,6 +255,13 @@ static int pc_apply(pc_replay *r, pc_rfile *f, kv_pc_mode mode, kv_pc_stats *st,
     if (!f->dirty && f->n == 0)
         return 0;
     int fd = open(f->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        /* The file was deleted (a WAL segment released after a log compaction). Directory
+         * operations are taken as durable at once (README.md, "Limits"): its pages are gone
+         * with it. */
+        st->deleted++;
+        return 0;
+    }
     if (fd < 0) {
         pc_err(err, errcap, "open %s: %s", f->path, strerror(errno));
         return -errno;

@@ -56,6 +56,7 @@ typedef struct kv_pc_stats {
     uint64_t unsynced_pages; /* pages with a live pre-image at the cut */
     uint64_t restored_pages; /* pages rolled back to their pre-image */
     uint32_t truncated;      /* files cut back to their synced size */
+    uint32_t deleted;        /* files the journal names that no longer exist (unlinked) */
     uint32_t escapes;        /* ESCAPE records (a non-zero count voids the run) */
     char escape[256];        /* the first ESCAPE text */
 } kv_pc_stats;

@@ -16,6 +16,11 @@
  *   the same checks must DETECT a loss or corruption in a rollback-all round and in a
  *   subset round (fresh data dir each round). This proves the test can fail.
  *
+ * - crash_powercut_wal / crash_powercut_unsafe_wal (KV_PC_WAL=1): the same two with the raft
+ *   log in its own WAL (--experimental-wal, small segments and a small --snapshot-count, so
+ *   that rotation, log compaction and segment deletion happen under the cuts): the shim
+ *   tracks the WAL's files like data.mdb, so a cut drops unsynced writes of both.
+ *
  * Environment: KVD_POWERCUT_ROUNDS (default 20), KVD_POWERCUT_SEED (default: from the clock;
  * printed, pass it back to replay a failure's choices; the load's timing is not replayable).
  */
@@ -41,6 +46,9 @@
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
 
+#ifndef KV_PC_WAL
+#define KV_PC_WAL 0
+#endif
 #ifndef KV_PC_UNSAFE
 #define KV_PC_UNSAFE 0
 #endif
@@ -393,6 +401,12 @@ static const char *pc_mode_name(kv_pc_mode m)
     return m == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset";
 }
 
+#if KV_PC_WAL
+#define PC_WAL_ARGS "--experimental-wal", "--wal-segment-bytes=65536", "--snapshot-count=300",
+#else
+#define PC_WAL_ARGS
+#endif
+
 /* The member under test; the suite's fini destroys it even when an assertion failed. */
 static kv_it_server *member;
 
@@ -427,7 +441,8 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     uint64_t seed = kv_pc_seed();
     cr_log_info("powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64, rounds, seed);
     fprintf(stderr, "powercut: %d rounds, KVD_POWERCUT_SEED=%" PRIu64 "\n", rounds, seed);
-    kv_it_server *m = pc_member_new(NULL);
+    const char *const base_args[] = {PC_WAL_ARGS NULL};
+    kv_it_server *m = pc_member_new(base_args);
     int64_t prev_rev = 0;
     uint32_t prev_hash = 0;
     size_t keys = 0, acked = 0;
@@ -533,7 +548,7 @@ Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
     cr_log_info("powercut (--unsafe-no-fsync): up to %d rounds, KVD_POWERCUT_SEED=%" PRIu64, rounds,
                 seed);
     fprintf(stderr, "powercut unsafe: KVD_POWERCUT_SEED=%" PRIu64 "\n", seed);
-    const char *const extra[] = {"--unsafe-no-fsync", NULL};
+    const char *const extra[] = {PC_WAL_ARGS "--unsafe-no-fsync", NULL};
     int detected[2] = {0, 0}, ran[2] = {0, 0};
     char fatal[1024] = "";
     for (int i = 0; i < rounds && !(detected[0] && detected[1]); i++) {

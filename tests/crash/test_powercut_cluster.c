@@ -14,6 +14,9 @@
  * count over all rounds equal to what earlier rounds found plus this one), and report the
  * same HashKV as the other two members at one revision.
  *
+ * crash_powercut_cluster_wal (KV_PC_WAL=1): the same with the raft log in its own WAL
+ * (--experimental-wal, small segments, --snapshot-count 300); the shim tracks the WAL's files.
+ *
  * Environment: KVD_POWERCUT_CLUSTER_ROUNDS (default 6), KVD_POWERCUT_SEED (default: from
  * the clock; printed; replays the choices of member, mode, load time and page subset, not
  * the scheduling). KVT_KEEP=1 keeps the cluster's directory.
@@ -490,6 +493,11 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
     o.heartbeat_ms = 50;
     o.election_ms = 500;
     o.seed = seed;
+#if KV_PC_WAL
+    static const char *const wal_args[] = {"--experimental-wal", "--wal-segment-bytes=65536",
+                                           "--snapshot-count=300", NULL};
+    o.kvd_args = wal_args;
+#endif
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0, "cluster init");
     int rc = kvt_cluster_start(&g_c, 60000);
     if (rc)

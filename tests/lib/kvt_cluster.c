@@ -279,6 +279,16 @@ int kvt_member_start(kvt_cluster *c, int i)
         argv[n++] = c->o.kvd_args[k];
     for (int k = 0; c->o.target == KVT_TARGET_KVD && m->args && m->args[k] && n < 47; k++)
         argv[n++] = m->args[k];
+    /* KVT_KVD_ARGS: flags for every kvd member of every test, split on blanks (ctest runs a
+     * suite again with them, e.g. --experimental-wal: tests/cluster/CMakeLists.txt). */
+    char envargs[512];
+    const char *ea = getenv("KVT_KVD_ARGS");
+    if (c->o.target == KVT_TARGET_KVD && ea && strlen(ea) < sizeof(envargs)) {
+        strcpy(envargs, ea);
+        for (char *save = NULL, *t = strtok_r(envargs, " ", &save); t && n < 47;
+             t = strtok_r(NULL, " ", &save))
+            argv[n++] = t;
+    }
     argv[n] = NULL;
     m->partitioned = 0; /* a fresh kvd process starts connected */
     return kvt_proc_spawn_env(&m->proc, argv, m->env);

@@ -176,6 +176,27 @@ Test(wal, one_fdatasync_per_batch)
     wfx_fini(&f);
 }
 
+/* --unsafe-no-fsync: the records are written (a reopen after a clean close reads them) but
+ * never flushed. */
+Test(wal, no_sync_writes_without_flushing)
+{
+    wfx f;
+    wfx_init(&f);
+    struct kv_wal_opts o = {.segment_bytes = 64 << 20, .no_sync = 1};
+    cr_assert_eq(kv_wal_open(&f.w, f.dir, &o, f.err, sizeof f.err), 0, "%s", f.err);
+    struct kv_wal_stats s0, s1;
+    kv_wal_stats(f.w, &s0);
+    wfx_append(&f, 1, 51, 1, 0);
+    kv_wal_stats(f.w, &s1);
+    cr_assert_eq(s1.fsyncs, s0.fsyncs, "%llu flushes with no_sync",
+                 (unsigned long long)(s1.fsyncs - s0.fsyncs));
+    cr_assert_gt(s1.bytes, 50 * KV_WAL_HDR, "records written: %llu bytes",
+                 (unsigned long long)s1.bytes);
+    wfx_open(&f, 64 << 20, 0);
+    wfx_check(&f, 1, 51, 1);
+    wfx_fini(&f);
+}
+
 static size_t count_segments(wfx *f)
 {
     char names[256][64];

@@ -1,0 +1,274 @@
+/*
+ * cluster_wal: the raft log in its own write-ahead log (--experimental-wal,
+ * server/node/node_log.c, docs/raftlog.md). kvd only. The suites that also run with the flag
+ * (cluster_basic_wal, cluster_failover_wal, cluster_snapshot_wal) cover writes, failover and
+ * catch-up by snapshot; these tests cover what only the WAL has:
+ *
+ *  - a_data_dir_without_wal_is_converted_and_then_needs_the_flag: a member written without
+ *    the flag restarts with it: its log moves to <data-dir>/wal (log line), every
+ *    acknowledged put is there; started again without the flag it refuses, naming the flag.
+ *  - one_wal_flush_per_write: 200 sequential puts through a follower of 3 members: every
+ *    member's kvd_fsyncs_total{file="wal"} grows by about one per put, never two.
+ *  - segments_rotate_and_go_after_compaction: small segments and --snapshot-count 100:
+ *    3,000 puts rotate through many segments; the directory keeps a handful; a byte flipped
+ *    in the oldest kept segment's first record then refuses the start, naming the file.
+ *  - an_install_cut_after_the_rename_is_finished_at_start: a lagging follower killed
+ *    (KVD_FAILPOINT_SNAPSHOT_INSTALL=after-publish) after the received snapshot replaced
+ *    data.mdb but before the WAL recorded it; the next start finishes the install (log
+ *    line), catches up, and every member's HashKV is equal.
+ */
+#include "cl_util.h"
+
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static kvt_cluster g_c;
+static cl_acks g_acks;
+
+static void fini(void)
+{
+    kvt_cluster_destroy(&g_c);
+}
+
+static void skip_unless_kvd(void)
+{
+    if (kvt_target_from_env() != KVT_TARGET_KVD)
+        cr_skip_test("kvd's --experimental-wal");
+}
+
+static int start_with(int n, uint64_t snapshot_count, const char *const *args)
+{
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, n);
+    o.heartbeat_ms = CL_HEARTBEAT_MS;
+    o.election_ms = CL_ELECTION_MS;
+    o.snapshot_count = snapshot_count;
+    o.kvd_args = args;
+    int r = kvt_cluster_init(&g_c, &o);
+    if (r == 0)
+        r = kvt_cluster_start(&g_c, 60000);
+    if (r)
+        kvt_cluster_dump(&g_c);
+    return r;
+}
+
+static int log_has(int i, const char *needle)
+{
+    char *log = NULL;
+    if (kvt_member_log(&g_c, i, 1u << 22, &log) != 0)
+        return 0;
+    int found = strstr(log, needle) != NULL;
+    free(log);
+    return found;
+}
+
+static int wait_exit(int i, uint32_t timeout_ms)
+{
+    uint64_t t0 = kvt_now_ms();
+    while (kvt_member_running(&g_c, i)) {
+        if (kvt_now_ms() - t0 > timeout_ms)
+            return -1;
+        kvt_sleep_ms(50);
+    }
+    return (int)(kvt_now_ms() - t0);
+}
+
+static void put_n(int via, const char *prefix, int n)
+{
+    char err[256];
+    for (int k = 0; k < n; k++) {
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "%s%d", prefix, k);
+        snprintf(val, sizeof(val), "v%d", k);
+        int r = cl_put_ack(&g_c, &g_acks, via, key, val, 5000, err, sizeof(err));
+        cr_assert_eq(r, 0, "put %s: %d %s", key, r, err);
+    }
+}
+
+/* Segment files in member i's WAL directory: count, and the highest sequence number. */
+static int wal_segments(int i, uint64_t *max_seq, char *oldest, size_t oldest_cap)
+{
+    char dir[PATH_MAX + 8];
+    snprintf(dir, sizeof(dir), "%s/wal", g_c.m[i].data_dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    uint64_t lo = UINT64_MAX;
+    *max_seq = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".wal") != 0)
+            continue;
+        uint64_t seq = strtoull(e->d_name, NULL, 16);
+        n++;
+        if (seq > *max_seq)
+            *max_seq = seq;
+        if (seq < lo && oldest) {
+            lo = seq;
+            snprintf(oldest, oldest_cap, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+Test(cluster_wal, a_data_dir_without_wal_is_converted_and_then_needs_the_flag, .fini = fini,
+     .timeout = 300)
+{
+    skip_unless_kvd();
+    cr_assert_eq(start_with(1, 0, NULL), 0);
+    put_n(0, "/conv/a", 100);
+    cr_assert_eq(kvt_member_stop(&g_c, 0, 10000), 0);
+
+    static const char *const wal[] = {"--experimental-wal", NULL};
+    g_c.m[0].args = wal;
+    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0, "restart with --experimental-wal");
+    cr_assert(log_has(0, "the raft log moved from data.mdb to"), "no conversion line");
+    cr_assert(log_has(0, "raft log entries"), "data.mdb's entries were not dropped");
+    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost by the conversion");
+    put_n(0, "/conv/b", 100);
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
+
+    g_c.m[0].args = NULL;
+    cr_assert_eq(kvt_member_start(&g_c, 0), 0);
+    cr_assert_geq(wait_exit(0, 30000), 0, "kvd started without the flag on a WAL data dir");
+    cr_assert(log_has(0, "start kvd with --experimental-wal"),
+              "the refusal does not name the flag");
+
+    g_c.m[0].args = wal;
+    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0);
+    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost after kill -9");
+    fprintf(stderr, "  %d acknowledged puts survived the conversion and a kill -9\n", g_acks.n);
+}
+
+Test(cluster_wal, one_wal_flush_per_write, .fini = fini, .timeout = 300)
+{
+    skip_unless_kvd();
+    static const char *const wal[] = {"--experimental-wal", NULL};
+    cr_assert_eq(start_with(3, 0, wal), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = cl_other(&g_c, l, -1);
+    put_n(f, "/warm/", 20);
+    double w0[3], d0[3];
+    for (int i = 0; i < 3; i++) {
+        w0[i] = cl_metric(&g_c, i, "kvd_fsyncs_total{file=\"wal\"}");
+        d0[i] = cl_metric(&g_c, i, "kvd_fsyncs_total{file=\"db\"}");
+    }
+    const int puts = 200;
+    put_n(f, "/flush/", puts);
+    kvt_sleep_ms(300); /* the last entry's commit index reaches the followers */
+    for (int i = 0; i < 3; i++) {
+        double w = cl_metric(&g_c, i, "kvd_fsyncs_total{file=\"wal\"}") - w0[i];
+        double d = cl_metric(&g_c, i, "kvd_fsyncs_total{file=\"db\"}") - d0[i];
+        fprintf(stderr, "  %s (%s): %.0f WAL fsyncs, %.0f data.mdb fsyncs for %d puts\n",
+                g_c.m[i].name, i == l ? "leader" : "follower", w, d, puts);
+        cr_assert_geq(w, puts * 0.9, "%s: %.0f WAL flushes for %d puts: entries not in the WAL?",
+                      g_c.m[i].name, w, puts);
+        cr_assert_leq(w, puts * 1.1 + 5, "%s: %.0f WAL flushes for %d puts", g_c.m[i].name, w,
+                      puts);
+    }
+    cl_assert_hash_equal(&g_c, l);
+}
+
+Test(cluster_wal, segments_rotate_and_go_after_compaction, .fini = fini, .timeout = 300)
+{
+    skip_unless_kvd();
+    static const char *const wal[] = {"--experimental-wal", "--wal-segment-bytes=65536", NULL};
+    cr_assert_eq(start_with(1, 100, wal), 0);
+    char err[256];
+    char val[201];
+    memset(val, 'x', 200);
+    val[200] = 0;
+    for (int k = 0; k < 3000; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "/seg/%d", k % 100);
+        cr_assert_eq(kvt_put(&g_c, 0, key, val, 5000, NULL, err, sizeof(err)), 0, "%s", err);
+    }
+    double bytes = cl_metric(&g_c, 0, "kvd_raft_log_bytes");
+    cr_assert_eq(kvt_member_stop(&g_c, 0, 10000), 0); /* no release while the files are read */
+    uint64_t max_seq = 0;
+    char oldest[64] = "";
+    int n = wal_segments(0, &max_seq, oldest, sizeof(oldest));
+    fprintf(stderr, "  3000 puts of 200 B: %d segments kept, %" PRIu64 " created, oldest %s\n", n,
+            max_seq, oldest);
+    cr_assert_geq(max_seq, 8, "the WAL did not rotate (%" PRIu64 " segments)", max_seq);
+    cr_assert_leq(n, 5, "%d segments kept: compaction does not release the WAL", n);
+    cr_assert_leq(bytes, 5 * 65536.0 + 65536, "kvd_raft_log_bytes %.0f", bytes);
+
+    /* a flipped byte in the first sector of the oldest kept segment (its snapshot marker and
+     * hard state, then entries: every sector of that record written, so not a torn tail):
+     * refused with the file and the offset */
+    {
+        char path[PATH_MAX + 80];
+        snprintf(path, sizeof(path), "%s/wal/%s", g_c.m[0].data_dir, oldest);
+        int fd = open(path, O_RDWR);
+        cr_assert_geq(fd, 0);
+        unsigned char b;
+        cr_assert_eq(pread(fd, &b, 1, 100), 1);
+        b ^= 0x55;
+        cr_assert_eq(pwrite(fd, &b, 1, 100), 1);
+        close(fd);
+        cr_assert_eq(kvt_member_start(&g_c, 0), 0);
+        cr_assert_geq(wait_exit(0, 30000), 0, "kvd started on a corrupt WAL");
+        cr_assert(log_has(0, "refusing to start: the raft log"), "no refusal line");
+        cr_assert(log_has(0, oldest), "the refusal does not name segment %s", oldest);
+        char *log = NULL;
+        if (kvt_member_log(&g_c, 0, 1u << 22, &log) == 0) {
+            const char *p = strstr(log, "refusing to start");
+            const char *e = p ? strchr(p, '\n') : NULL;
+            if (p)
+                fprintf(stderr, "  %.*s\n", e ? (int)(e - p) : 200, p);
+            free(log);
+        }
+    }
+}
+
+Test(cluster_wal, an_install_cut_after_the_rename_is_finished_at_start, .fini = fini,
+     .timeout = 400)
+{
+    skip_unless_kvd();
+    static const char *const wal[] = {"--experimental-wal", NULL};
+    cr_assert_eq(start_with(3, 100, wal), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = cl_other(&g_c, l, -1);
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, l, "/inst/first", "1", 5000, NULL, err, sizeof(err)), 0, "%s", err);
+    cr_assert_geq(cl_wait_value(&g_c, f, "/inst/first", "1", 1, 10000), 0);
+    cr_assert_eq(kvt_member_stop(&g_c, f, 10000), 0);
+    int64_t rev = 0;
+    for (int k = 0; k < 600; k++) {
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "/inst/k%d", k % 200);
+        snprintf(val, sizeof(val), "v%d", k);
+        cr_assert_eq(kvt_put(&g_c, l, key, val, 5000, &rev, err, sizeof(err)), 0, "%s", err);
+    }
+    cr_assert_eq(kvt_compact(&g_c, l, rev, 10000, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(kvt_put(&g_c, l, "/inst/last", "x", 5000, NULL, err, sizeof(err)), 0, "%s", err);
+
+    static const char *const env[] = {"KVD_FAILPOINT_SNAPSHOT_INSTALL=after-publish", NULL};
+    g_c.m[f].env = env;
+    cr_assert_eq(kvt_member_start(&g_c, f), 0);
+    int waited = wait_exit(f, 90000);
+    g_c.m[f].env = NULL;
+    cr_assert_geq(waited, 0, "%s was not killed in its install", g_c.m[f].name);
+    cr_assert(log_has(f, "failpoint: killed after-publish the snapshot install"));
+
+    cr_assert_eq(kvt_member_restart(&g_c, f, 30000), 0, "%s does not restart", g_c.m[f].name);
+    cr_assert(log_has(f, "finished the snapshot install a restart interrupted"),
+              "the start did not finish the install");
+    cr_assert_geq(cl_wait_value(&g_c, f, "/inst/last", "x", 1, 60000), 0);
+    cr_assert_eq(kvt_put(&g_c, l, "/inst/after", "y", 5000, NULL, err, sizeof(err)), 0, "%s", err);
+    cr_assert_geq(cl_wait_value(&g_c, f, "/inst/after", "y", 1, 20000), 0);
+    cl_assert_hash_equal(&g_c, l);
+}
