@@ -413,10 +413,10 @@ void kv_node__work_ready(uv_work_t *req)
     if (b != NULL && rc == 0 && n->early_open && (early_ok(w) || early_advance_ok(w))) {
         /* results and ids are final: the loop may answer now (and, WAL mode, let raft go on:
          * the next ready's WAL flush overlaps this commit); this thread only commits */
+        if (early_ok(w)) /* before early_adv: the loop reads them in the other order */
+            atomic_store_explicit(&w->early, 1, memory_order_release);
         if (early_advance_ok(w))
             atomic_store_explicit(&w->early_adv, 1, memory_order_release);
-        if (early_ok(w))
-            atomic_store_explicit(&w->early, 1, memory_order_release);
         uv_async_send(&n->early_async);
     }
     if (b != NULL && rc == 0 && w->fp_delay_ms && !durable_needed(w)) {

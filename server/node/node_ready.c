@@ -346,6 +346,9 @@ void kv_node__on_early(uv_async_t *h)
         w->after_sent = 1;
         kv_node__send_msgs(n, w->rd.msgs_after, w->rd.n_msgs_after);
     }
+    /* early_adv first: the worker stores `early` before `early_adv` (node_apply.c), so a ready
+     * seen advanceable here is seen answerable too, and is never advanced unanswered */
+    int adv = atomic_load_explicit(&w->early_adv, memory_order_acquire);
     if (!w->acked && atomic_load_explicit(&w->early, memory_order_acquire)) {
         w->acked = 1;
         if (w->applied > n->acked_index)
@@ -357,7 +360,7 @@ void kv_node__on_early(uv_async_t *h)
             if (w->ids[i])
                 complete_id(n, w->ids[i], &w->results[i]);
     }
-    if (atomic_load_explicit(&w->early_adv, memory_order_acquire))
+    if (adv)
         advance_early(n, w);
 }
 
