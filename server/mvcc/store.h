@@ -156,8 +156,11 @@ MDB_env *kv_store_env(kv_store *s);
 const kv_lease_table *kv_store_leases(kv_store *s);
 
 /* Write path: one LMDB write txn and one sync per batch (group commit). At most one batch
- * is open at a time (-EBUSY otherwise). *out is owned by the store; it is released by
- * kv_store_batch_commit (whatever its result) or kv_store_batch_abort. */
+ * is open at a time: a begin on another thread waits until the open batch is committed or
+ * aborted (the node's pipelined readies, node_ready.c), a second begin on the thread that holds
+ * it is -EBUSY. The batch belongs to the thread that began it: that thread commits or aborts
+ * it. *out is owned by the store; it is released by kv_store_batch_commit (whatever its
+ * result) or kv_store_batch_abort. */
 int kv_store_batch_begin(kv_store *s, kv_store_batch **out);
 /* Applies one packed kvdpb.InternalRequest at raft/log index `index` (strictly increasing).
  * Implemented by the applier (server/apply/applier.c, library kv_apply, which kv_mvcc's link
