@@ -454,6 +454,10 @@ void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r);
 void kv_node__conf_check(kv_node *n);
 
 /* node_snap.c */
+/* The log of a data dir with state but no log starts with a snapshot at the applied index
+ * (term 1, the bootstrap voters) and a hard state committing it: *m and *hs for either log. */
+void kv_node__seed_meta(const kv_node *n, const uint64_t *voters, size_t n_voters,
+                        struct raft_snapshot_meta *m, struct raft_hard_state *hs);
 int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters);
 void kv_node__maybe_compact_log(kv_node *n);
 /* Measures the retained raft log (n->log_bytes, kvd_raft_log_bytes). Loop thread. */

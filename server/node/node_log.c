@@ -134,12 +134,8 @@ static int seed_wal(kv_node *n, const uint64_t *voters, size_t n_voters)
     if (!kv_wal_is_empty(n->wal) || n->st.applied_index == 0)
         return 0;
     struct raft_snapshot_meta m;
-    memset(&m, 0, sizeof(m));
-    m.index = n->st.applied_index;
-    m.term = 1;
-    for (size_t i = 0; i < n_voters; i++)
-        m.conf.voters[m.conf.n_voters++] = voters[i];
-    struct raft_hard_state hs = {.term = 1, .vote = 0, .commit = m.index};
+    struct raft_hard_state hs;
+    kv_node__seed_meta(n, voters, n_voters, &m, &hs);
     int rc = kv_node__wal_install(n, &m, &hs, NULL, 0);
     if (rc == 0) {
         n->snap_index = m.index;

@@ -42,17 +42,24 @@ static uint64_t catchup(const kv_node *n)
     return n->snapshot_count < KV_CATCHUP_ENTRIES ? n->snapshot_count : KV_CATCHUP_ENTRIES;
 }
 
+void kv_node__seed_meta(const kv_node *n, const uint64_t *voters, size_t n_voters,
+                        struct raft_snapshot_meta *m, struct raft_hard_state *hs)
+{
+    memset(m, 0, sizeof(*m));
+    m->index = n->st.applied_index;
+    m->term = 1;
+    for (size_t i = 0; i < n_voters; i++)
+        m->conf.voters[m->conf.n_voters++] = voters[i];
+    *hs = (struct raft_hard_state){.term = 1, .vote = 0, .commit = m->index};
+}
+
 int kv_node__seed_log(kv_node *n, const uint64_t *voters, size_t n_voters)
 {
     if (!kv_raftlog_is_empty(n->log) || n->st.applied_index == 0)
         return 0;
     struct raft_snapshot_meta m;
-    memset(&m, 0, sizeof(m));
-    m.index = n->st.applied_index;
-    m.term = 1;
-    for (size_t i = 0; i < n_voters; i++)
-        m.conf.voters[m.conf.n_voters++] = voters[i];
-    struct raft_hard_state hs = {.term = 1, .vote = 0, .commit = m.index};
+    struct raft_hard_state hs;
+    kv_node__seed_meta(n, voters, n_voters, &m, &hs);
     kv_store_batch *b;
     int rc = kv_store_batch_begin(n->store, &b);
     if (rc < 0)

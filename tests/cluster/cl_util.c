@@ -221,3 +221,24 @@ void cl_print_log_tail(const kvt_cluster *c, int i)
     }
     free(log);
 }
+
+int cl_log_has(const kvt_cluster *c, int i, const char *needle)
+{
+    char *log = NULL;
+    if (kvt_member_log(c, i, 1u << 22, &log) != 0)
+        return 0;
+    int found = strstr(log, needle) != NULL;
+    free(log);
+    return found;
+}
+
+int cl_wait_exit(kvt_cluster *c, int i, uint32_t timeout_ms)
+{
+    uint64_t t0 = kvt_now_ms();
+    while (kvt_member_running(c, i)) {
+        if (kvt_now_ms() - t0 > timeout_ms)
+            return -1;
+        kvt_sleep_ms(50);
+    }
+    return (int)(kvt_now_ms() - t0);
+}

@@ -61,6 +61,11 @@ int cl_verify_acks(kvt_cluster *c, const cl_acks *a, int i);
 /* Asserts HashKV of every running member is equal at one revision (read via member via). */
 void cl_assert_hash_equal(kvt_cluster *c, int via);
 
+/* 1 if member i's log (its last 4 MiB) contains needle, 0 if not or unreadable. */
+int cl_log_has(const kvt_cluster *c, int i, const char *needle);
+/* Waits until member i's process exited: ms waited, or -1 after timeout_ms. */
+int cl_wait_exit(kvt_cluster *c, int i, uint32_t timeout_ms);
+
 /* Prints the last 16 KiB of member i's log on stderr (where a crash report would be), for a
  * test about to fail on how the member ended. */
 void cl_print_log_tail(const kvt_cluster *c, int i);

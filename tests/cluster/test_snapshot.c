@@ -136,28 +136,6 @@ static void lag_follower(int l, int f)
                  0, "%s", err);
 }
 
-/* Waits until member i's process exited (ms waited) or -1 after timeout_ms. */
-static int wait_exit(int i, uint32_t timeout_ms)
-{
-    uint64_t t0 = kvt_now_ms();
-    while (kvt_member_running(&g_c, i)) {
-        if (kvt_now_ms() - t0 > timeout_ms)
-            return -1;
-        kvt_sleep_ms(50);
-    }
-    return (int)(kvt_now_ms() - t0);
-}
-
-static int log_has(int i, const char *needle)
-{
-    char *log = NULL;
-    if (kvt_member_log(&g_c, i, 1u << 22, &log) != 0)
-        return 0;
-    int found = strstr(log, needle) != NULL;
-    free(log);
-    return found;
-}
-
 static double member_metric(int i, const char *name)
 {
     char *metrics = NULL;
@@ -185,11 +163,11 @@ Test(cluster_snapshot, kill9_in_the_middle_of_an_install, .fini = fini, .timeout
         const char *env[2] = {envv, NULL};
         g_c.m[f].env = env;
         cr_assert_eq(kvt_member_start(&g_c, f), 0);
-        int waited = wait_exit(f, 90000);
+        int waited = cl_wait_exit(&g_c, f, 90000);
         g_c.m[f].env = NULL;
         cr_assert_geq(waited, 0, "%s was not killed %s an install", g_c.m[f].name, stages[k]);
         snprintf(line, sizeof(line), "failpoint: killed %s the snapshot install", stages[k]);
-        cr_assert(log_has(f, line), "%s died, but not at the failpoint %s", g_c.m[f].name,
+        cr_assert(cl_log_has(&g_c, f, line), "%s died, but not at the failpoint %s", g_c.m[f].name,
                   stages[k]);
         fprintf(stderr, "  %s killed %s an install %d ms after its start\n", g_c.m[f].name,
                 stages[k], waited);
@@ -278,7 +256,7 @@ Test(cluster_snapshot, oversized_snapshot_is_refused_and_sends_back_off, .fini =
             "  10 s: follower refused %.0f snapshot(s), largest file in snap/ %lld bytes; "
             "leader: %.0f failed sends, %.0f deferred requests\n",
             refused, biggest, failed, deferred);
-    cr_assert(log_has(f, "exceeds --max-snapshot-bytes"), "no log line on the follower");
+    cr_assert(cl_log_has(&g_c, f, "exceeds --max-snapshot-bytes"), "no log line on the follower");
     cr_assert_geq(refused, 1, "kvd_peer_snapshots_refused_total");
     cr_assert_leq(biggest, CL_MAX_SNAP, "a snapshot file passed --max-snapshot-bytes");
     cr_assert_geq(failed, 1, "kvd_snapshot_send_failures_total");
@@ -323,18 +301,19 @@ Test(cluster_snapshot, a_leader_stopped_while_copying_a_snapshot_exits_cleanly, 
     cr_assert_eq(kvt_cluster_leader(&g_c), l, "leadership moved while the follower lagged");
     cr_assert_eq(kvt_member_start(&g_c, f), 0);
     uint64_t t0 = kvt_now_ms();
-    while (!log_has(l, "kvd: failpoint: snapshot copy held") && kvt_now_ms() - t0 < 30000)
+    while (!cl_log_has(&g_c, l, "kvd: failpoint: snapshot copy held") && kvt_now_ms() - t0 < 30000)
         kvt_sleep_ms(50);
-    cr_assert(log_has(l, "kvd: failpoint: snapshot copy held"), "the leader copied no snapshot");
+    cr_assert(cl_log_has(&g_c, l, "kvd: failpoint: snapshot copy held"),
+              "the leader copied no snapshot");
     cr_assert_eq(kvt_proc_signal(&g_c.m[l].proc, SIGTERM), 0);
-    int waited = wait_exit(l, 30000);
+    int waited = cl_wait_exit(&g_c, l, 30000);
     cr_assert_geq(waited, 0, "the leader did not stop");
     int ws = g_c.m[l].proc.last_status;
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
         cl_print_log_tail(&g_c, l);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the leader: wait status %#x after SIGTERM",
               ws);
-    cr_assert(log_has(l, "kvd: stopped"), "no clean stop logged");
+    cr_assert(cl_log_has(&g_c, l, "kvd: stopped"), "no clean stop logged");
     fprintf(stderr, "  leader m%d stopped %d ms after SIGTERM, during a snapshot copy\n", l + 1,
             waited);
     int w = cl_wait_value(&g_c, f, "/snap/last", "after-compaction", 1, 90000);

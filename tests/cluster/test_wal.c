@@ -63,27 +63,6 @@ static int start_with(int n, uint64_t snapshot_count, const char *const *args)
     return r;
 }
 
-static int log_has(int i, const char *needle)
-{
-    char *log = NULL;
-    if (kvt_member_log(&g_c, i, 1u << 22, &log) != 0)
-        return 0;
-    int found = strstr(log, needle) != NULL;
-    free(log);
-    return found;
-}
-
-static int wait_exit(int i, uint32_t timeout_ms)
-{
-    uint64_t t0 = kvt_now_ms();
-    while (kvt_member_running(&g_c, i)) {
-        if (kvt_now_ms() - t0 > timeout_ms)
-            return -1;
-        kvt_sleep_ms(50);
-    }
-    return (int)(kvt_now_ms() - t0);
-}
-
 static void put_n(int via, const char *prefix, int n)
 {
     char err[256];
@@ -136,16 +115,17 @@ Test(cluster_wal, a_data_dir_without_wal_is_converted_and_then_needs_the_flag, .
     static const char *const wal[] = {"--experimental-wal", NULL};
     g_c.m[0].args = wal;
     cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0, "restart with --experimental-wal");
-    cr_assert(log_has(0, "the raft log moved from data.mdb to"), "no conversion line");
-    cr_assert(log_has(0, "raft log entries"), "data.mdb's entries were not dropped");
+    cr_assert(cl_log_has(&g_c, 0, "the raft log moved from data.mdb to"), "no conversion line");
+    cr_assert(cl_log_has(&g_c, 0, "raft log entries"), "data.mdb's entries were not dropped");
     cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost by the conversion");
     put_n(0, "/conv/b", 100);
     cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
 
     g_c.m[0].args = NULL;
     cr_assert_eq(kvt_member_start(&g_c, 0), 0);
-    cr_assert_geq(wait_exit(0, 30000), 0, "kvd started without the flag on a WAL data dir");
-    cr_assert(log_has(0, "start kvd with --experimental-wal"),
+    cr_assert_geq(cl_wait_exit(&g_c, 0, 30000), 0,
+                  "kvd started without the flag on a WAL data dir");
+    cr_assert(cl_log_has(&g_c, 0, "start kvd with --experimental-wal"),
               "the refusal does not name the flag");
 
     g_c.m[0].args = wal;
@@ -223,9 +203,9 @@ Test(cluster_wal, segments_rotate_and_go_after_compaction, .fini = fini, .timeou
         cr_assert_eq(pwrite(fd, &b, 1, 100), 1);
         close(fd);
         cr_assert_eq(kvt_member_start(&g_c, 0), 0);
-        cr_assert_geq(wait_exit(0, 30000), 0, "kvd started on a corrupt WAL");
-        cr_assert(log_has(0, "refusing to start: the raft log"), "no refusal line");
-        cr_assert(log_has(0, oldest), "the refusal does not name segment %s", oldest);
+        cr_assert_geq(cl_wait_exit(&g_c, 0, 30000), 0, "kvd started on a corrupt WAL");
+        cr_assert(cl_log_has(&g_c, 0, "refusing to start: the raft log"), "no refusal line");
+        cr_assert(cl_log_has(&g_c, 0, oldest), "the refusal does not name segment %s", oldest);
         char *log = NULL;
         if (kvt_member_log(&g_c, 0, 1u << 22, &log) == 0) {
             const char *p = strstr(log, "refusing to start");
@@ -263,13 +243,13 @@ Test(cluster_wal, an_install_cut_after_the_rename_is_finished_at_start, .fini = 
     static const char *const env[] = {"KVD_FAILPOINT_SNAPSHOT_INSTALL=after-publish", NULL};
     g_c.m[f].env = env;
     cr_assert_eq(kvt_member_start(&g_c, f), 0);
-    int waited = wait_exit(f, 90000);
+    int waited = cl_wait_exit(&g_c, f, 90000);
     g_c.m[f].env = NULL;
     cr_assert_geq(waited, 0, "%s was not killed in its install", g_c.m[f].name);
-    cr_assert(log_has(f, "failpoint: killed after-publish the snapshot install"));
+    cr_assert(cl_log_has(&g_c, f, "failpoint: killed after-publish the snapshot install"));
 
     cr_assert_eq(kvt_member_restart(&g_c, f, 30000), 0, "%s does not restart", g_c.m[f].name);
-    cr_assert(log_has(f, "finished the snapshot install a restart interrupted"),
+    cr_assert(cl_log_has(&g_c, f, "finished the snapshot install a restart interrupted"),
               "the start did not finish the install");
     cr_assert_geq(cl_wait_value(&g_c, f, "/inst/last", "x", 1, 60000), 0);
     cr_assert_eq(kvt_put(&g_c, l, "/inst/after", "y", 5000, NULL, err, sizeof(err)), 0, "%s", err);
