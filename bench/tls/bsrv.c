@@ -114,6 +114,85 @@ int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const
     return kvc_open(out, &cfg, err);
 }
 
+/* Builds the argv from s (kind, tls, certdir, data dir, urls, ports, extra), starts the
+ * server and polls every poll_ms until a Range of one key answers, for up to timeout_s.
+ * *serve_s (if non-NULL): seconds from the fork to that answer. */
+static int launch(bsrv_server *s, double timeout_s, uint32_t poll_ms, double *serve_s, char *errbuf,
+                  size_t errcap)
+{
+    const char *certdir = s->certdir;
+    char bin[512], a_data[400], a_lc[128], a_ac[128], a_lp[128], a_iap[128], a_ic[160];
+    char a_cert[600], a_key[600], a_ca[600], log[400];
+    snprintf(a_data, sizeof(a_data), "--data-dir=%s", s->data_dir);
+    snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=%s", s->url);
+    snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=%s", s->url);
+    snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", s->peer_port);
+    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
+             s->peer_port);
+    snprintf(a_ic, sizeof(a_ic), "--initial-cluster=b1=http://127.0.0.1:%u", s->peer_port);
+    snprintf(a_cert, sizeof(a_cert), "--cert-file=%s/server.pem", certdir ? certdir : "");
+    snprintf(a_key, sizeof(a_key), "--key-file=%s/server-key.pem", certdir ? certdir : "");
+    snprintf(a_ca, sizeof(a_ca), "--trusted-ca-file=%s/ca.pem", certdir ? certdir : "");
+    snprintf(log, sizeof(log), "%s/log", s->dir);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = bsrv_bin(s->kind, bin, sizeof(bin));
+    argv[n++] = "--name=b1";
+    argv[n++] = a_data;
+    argv[n++] = a_lc;
+    argv[n++] = a_ac;
+    argv[n++] = a_lp;
+    argv[n++] = a_iap;
+    argv[n++] = a_ic;
+    argv[n++] = "--initial-cluster-state=new";
+    if (s->tls) {
+        argv[n++] = a_cert;
+        argv[n++] = a_key;
+        /* No --trusted-ca-file: etcd 3.4 then requires client certificates (mutual TLS)
+         * even without --client-cert-auth; both servers run server-side TLS only. */
+        (void)a_ca;
+    }
+    for (int i = 0; s->extra && s->extra[i] && n < 38; i++)
+        argv[n++] = s->extra[i];
+    argv[n] = NULL;
+    double t0 = bsrv_now();
+    s->pid = spawn(argv, log);
+    if (s->pid < 0) {
+        int rc = -errno;
+        s->pid = 0;
+        snprintf(errbuf, errcap, "fork: %s", strerror(-rc));
+        return rc;
+    }
+    double deadline = t0 + timeout_s;
+    while (bsrv_now() < deadline) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            snprintf(errbuf, errcap, "%s exited at start (see %s)", bsrv_name(s->kind), log);
+            return -ECHILD;
+        }
+        kvc_client *c = NULL;
+        kvc_error e;
+        if (bsrv_client(&c, s, NULL, NULL, &e) == 0) {
+            kvc_range_result r;
+            int ok = kvc_get(c, "ready", 5, NULL, 1000, &r, &e) == 0;
+            double t1 = bsrv_now();
+            if (ok)
+                kvc_range_result_free(&r);
+            kvc_close(c);
+            if (ok) {
+                if (serve_s)
+                    *serve_s = t1 - t0;
+                return 0;
+            }
+        }
+        bsrv_sleep_ms(poll_ms);
+    }
+    snprintf(errbuf, errcap, "%s did not answer within %.0f s (see %s)", bsrv_name(s->kind),
+             timeout_s, log);
+    return -ETIMEDOUT;
+}
+
 int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
                char *errbuf, size_t errcap)
 {
@@ -121,6 +200,7 @@ int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const 
     s->kind = k;
     s->tls = tls;
     s->certdir = certdir;
+    s->extra = extra;
     const char *tmp = getenv("TMPDIR");
     snprintf(s->dir, sizeof(s->dir), "%s/kvbench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
              bsrv_name(k));
@@ -140,68 +220,42 @@ int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const 
     }
     const char *sch = tls ? "https" : "http";
     snprintf(s->url, sizeof(s->url), "%s://127.0.0.1:%u", sch, s->port);
-    char bin[512], a_data[400], a_lc[128], a_ac[128], a_lp[128], a_iap[128], a_ic[160];
-    char a_cert[600], a_key[600], a_ca[600], log[400];
-    snprintf(a_data, sizeof(a_data), "--data-dir=%s", s->data_dir);
-    snprintf(a_lc, sizeof(a_lc), "--listen-client-urls=%s", s->url);
-    snprintf(a_ac, sizeof(a_ac), "--advertise-client-urls=%s", s->url);
-    snprintf(a_lp, sizeof(a_lp), "--listen-peer-urls=http://127.0.0.1:%u", s->peer_port);
-    snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
-             s->peer_port);
-    snprintf(a_ic, sizeof(a_ic), "--initial-cluster=b1=http://127.0.0.1:%u", s->peer_port);
-    snprintf(a_cert, sizeof(a_cert), "--cert-file=%s/server.pem", certdir ? certdir : "");
-    snprintf(a_key, sizeof(a_key), "--key-file=%s/server-key.pem", certdir ? certdir : "");
-    snprintf(a_ca, sizeof(a_ca), "--trusted-ca-file=%s/ca.pem", certdir ? certdir : "");
-    snprintf(log, sizeof(log), "%s/log", s->dir);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = bsrv_bin(k, bin, sizeof(bin));
-    argv[n++] = "--name=b1";
-    argv[n++] = a_data;
-    argv[n++] = a_lc;
-    argv[n++] = a_ac;
-    argv[n++] = a_lp;
-    argv[n++] = a_iap;
-    argv[n++] = a_ic;
-    argv[n++] = "--initial-cluster-state=new";
-    if (tls) {
-        argv[n++] = a_cert;
-        argv[n++] = a_key;
-        /* No --trusted-ca-file: etcd 3.4 then requires client certificates (mutual TLS)
-         * even without --client-cert-auth; both servers run server-side TLS only. */
-        (void)a_ca;
+    return launch(s, 30, 100, NULL, errbuf, errcap);
+}
+
+int bsrv_restart(bsrv_server *s, int kill9, double timeout_s, double *serve_s, char *errbuf,
+                 size_t errcap)
+{
+    if (s->pid <= 0 || !s->dir[0]) {
+        snprintf(errbuf, errcap, "%s is not running", bsrv_name(s->kind));
+        return -ESRCH;
     }
-    for (int i = 0; extra && extra[i] && n < 38; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    s->pid = spawn(argv, log);
-    if (s->pid < 0) {
-        snprintf(errbuf, errcap, "fork: %s", strerror(errno));
-        return -errno;
-    }
-    double deadline = bsrv_now() + 30;
-    while (bsrv_now() < deadline) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            snprintf(errbuf, errcap, "%s exited at start (see %s)", bsrv_name(k), log);
-            return -ECHILD;
+    int st, rc = 0;
+    if (kill9) {
+        kill(s->pid, SIGKILL);
+        while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    } else {
+        kill(s->pid, SIGTERM);
+        double deadline = bsrv_now() + 30;
+        while (waitpid(s->pid, &st, WNOHANG) != s->pid) {
+            if (bsrv_now() >= deadline) {
+                kill(s->pid, SIGKILL);
+                waitpid(s->pid, &st, 0);
+                rc = -ETIMEDOUT;
+                break;
+            }
+            bsrv_sleep_ms(5);
         }
-        kvc_client *c = NULL;
-        kvc_error e;
-        if (bsrv_client(&c, s, NULL, NULL, &e) == 0) {
-            kvc_range_result r;
-            int ok = kvc_get(c, "ready", 5, NULL, 1000, &r, &e) == 0;
-            if (ok)
-                kvc_range_result_free(&r);
-            kvc_close(c);
-            if (ok)
-                return 0;
-        }
-        bsrv_sleep_ms(100);
     }
-    snprintf(errbuf, errcap, "%s did not answer within 30 s (see %s)", bsrv_name(k), log);
-    return -ETIMEDOUT;
+    s->pid = 0;
+    if (rc) {
+        snprintf(errbuf, errcap, "%s did not exit within 30 s of SIGTERM", bsrv_name(s->kind));
+        goto cleanup;
+    }
+    rc = launch(s, timeout_s, 5, serve_s, errbuf, errcap);
+cleanup:
+    return rc;
 }
 
 void bsrv_stop(bsrv_server *s)

@@ -27,6 +27,9 @@ typedef struct bsrv_server {
     char data_dir[300];  /* dir/data */
     char url[64];        /* http(s)://127.0.0.1:port */
     const char *certdir; /* ca.pem, server.pem, server-key.pem (borrowed) */
+    /* The extra flags given to bsrv_start (borrowed: the caller keeps the array and its
+     * strings alive until bsrv_stop, since bsrv_restart passes them again). */
+    const char *const *extra;
 } bsrv_server;
 
 const char *bsrv_name(bsrv_kind k);
@@ -35,9 +38,18 @@ const char *bsrv_name(bsrv_kind k);
 const char *bsrv_bin(bsrv_kind k, char *buf, size_t cap);
 const char *bsrv_etcdctl(void);
 
-/* Start a fresh server (extra: NULL-terminated extra flags or NULL); waits up to 30 s. */
+/* Start a fresh server (extra: NULL-terminated extra flags or NULL; borrowed, see
+ * bsrv_server.extra); waits up to 30 s. */
 int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const char *const *extra,
                char *errbuf, size_t errcap);
+/* Stop the running server (SIGKILL when kill9, else SIGTERM and wait up to 30 s), reap it and
+ * start it again with the same argv on the same data dir and ports; poll every 5 ms (a fresh
+ * client each try, 1 s call timeout) until a linearizable Range of one key answers, for up to
+ * timeout_s. *serve_s (if non-NULL) = seconds from the fork to that first answer. A server
+ * that needs SIGKILL after the SIGTERM is not restarted (-ETIMEDOUT). On failure the server
+ * may still be running: bsrv_stop as always. */
+int bsrv_restart(bsrv_server *s, int kill9, double timeout_s, double *serve_s, char *errbuf,
+                 size_t errcap);
 /* SIGTERM (SIGKILL after 10 s), reap, rm -rf the dir. Safe on a stopped server. */
 void bsrv_stop(bsrv_server *s);
 

@@ -54,9 +54,18 @@ static void done(void *arg, int status)
     free(r);
 }
 
+static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len, int point,
+                       int visible_only);
+
 void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
+    if (s->node && !kv_node_writes_visible(s->node)) {
+        /* a write this member acknowledged is still being committed to LMDB (its answer went
+         * out once it was durable in the WAL or a quorum's logs): read your writes */
+        read_after(call, fn, msg, len, 0, 1);
+        return;
+    }
     if (s->read_pool == NULL) {
         kv_result res = {0};
         int rc = fn(s->store, msg, len, kv_node_header(s->node), &res);
@@ -132,9 +141,6 @@ static void on_read_index(void *arg, int status)
     kv_grpc_call_set_data(call, r);
 }
 
-static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
-                       int point, int visible_only);
-
 void kv_read_unary_linearizable(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
                                 int point)
 {
@@ -147,8 +153,8 @@ void kv_read_unary_visible(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg
     read_after(call, fn, msg, len, point, 1);
 }
 
-static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len,
-                       int point, int visible_only)
+static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len, int point,
+                       int visible_only)
 {
     kv_server *s = kv_grpc_call_app(call);
     read_req *r = calloc(1, sizeof(*r) + len);

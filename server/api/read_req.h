@@ -9,8 +9,10 @@
  * finishes on its thread (or is skipped if it had not started), and nothing is sent.
  * Without a pool (srv->read_pool NULL) fn runs inline.
  *
- * Linearizability: the job opens its read transaction after the request arrived, so it sees
- * every write acknowledged before (on a single member, acknowledged = committed).
+ * Read your writes: a write may be answered before the LMDB commit that applied it is visible
+ * (node_ready.c, "early acknowledgement"); kv_read_unary then waits for that commit
+ * (kv_node_read_visible) before it opens its read transaction, so it sees every write this
+ * member acknowledged before the request arrived.
  *
  * Threads: both functions run on the loop thread.
  */

@@ -88,7 +88,7 @@ static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_read_unary_linearizable(call, kv_store_range, msg, len, point);
         return;
     }
-    if (srv->peers != NULL && !kv_node_writes_visible(srv->node)) {
+    if (!kv_node_writes_visible(srv->node)) {
         /* an acknowledged write's commit is still being flushed: read your writes */
         kv_read_unary_visible(call, kv_store_range, msg, len, point);
         return;

@@ -59,6 +59,7 @@ static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         }
         kv_grpc_call_set_data(call, st);
     }
+    kv_watch_hub_acked(s->watch, kv_node_acked_revision(s->node)); /* read your writes */
     int rc = kv_watch_stream_request(st, msg, len);
     if (rc == -EBADMSG)
         end_stream(call, st, KV_ERR_GRPC_UNMARSHAL);

@@ -19,6 +19,7 @@ void kv_config_default(kv_config *cfg)
     cfg->snapshot_count = 100000;
     cfg->self_signed_cert_validity = 1; /* etcd: one year */
     cfg->strict_reconfig_check = 1;     /* etcd's default */
+    cfg->experimental_wal = 1;          /* the raft log in <data-dir>/wal (docs/raftlog.md) */
     cfg->peer_max_queue_bytes = 16u << 20;
     cfg->election_timeout_ms = 1000;
     cfg->max_request_bytes = 1572864;
@@ -419,10 +420,11 @@ const char *kv_config_usage(void)
            "  --experimental-compaction-batch-limit N\n"
            "                                  revisions one physical compaction step removes\n"
            "                                  (50; etcd 3.5: 1000, see docs/ARCHITECTURE.md)\n"
-           "  --experimental-wal              the raft log in <data-dir>/wal, one flush per\n"
-           "                                  write batch (docs/raftlog.md); a data dir whose log\n"
-           "                                  is in data.mdb is converted at start, and once it\n"
-           "                                  has a WAL kvd refuses to start without the flag\n"
+           "  --experimental-wal B            the raft log in <data-dir>/wal, one flush per\n"
+           "                                  write batch (true; docs/raftlog.md); a data dir\n"
+           "                                  whose log is in data.mdb is converted at start.\n"
+           "                                  false: the log stays in data.mdb (two flushes per\n"
+           "                                  write), refused once the data dir has a WAL\n"
            "  --wal-segment-bytes N           WAL segment size (64MiB)\n"
            "  --metrics-max-connections N     metrics-port connections, oldest idle evicted (256)\n"
            "  --metrics-request-timeout D     time to send a request on the metrics port (5s)\n"

@@ -3,10 +3,11 @@
  * --enable-failpoints AND one of these is in its environment:
  *
  *   KVD_FAILPOINT_FSYNC_DELAY_MS=N  (N > 0)  SIGRTMIN+1 toggles a slow fsync: while on, every
- *       durable commit of a raft ready (log entries, hard state, snapshot: the synced LMDB
- *       commit) takes N ms more before the node sees it (off at start).
+ *       durable commit of a raft ready (log entries, hard state, snapshot: the WAL's flush,
+ *       or with --experimental-wal=false the synced LMDB commit) takes N ms more before the
+ *       node sees it (off at start).
  *   KVD_FAILPOINT_FSYNC_EIO=1                SIGRTMIN+2 arms a failing fsync: the next durable
- *       commit of a raft ready is reported failed with EIO, as if fdatasync had returned it;
+ *       flush of a raft ready is reported failed with EIO, as if fdatasync had returned it;
  *       the node then stops the member (node_ready.c after_ready: "persisting a raft ready
  *       failed: Input/output error; stopping this member").
  *

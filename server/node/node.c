@@ -664,6 +664,11 @@ int kv_node_writes_visible(const kv_node *n)
     return n->acked_index <= n->st.applied_index;
 }
 
+int64_t kv_node_acked_revision(const kv_node *n)
+{
+    return n->acked_rev;
+}
+
 int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *arg)
 {
     if (n->closing)
@@ -1108,7 +1113,9 @@ int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *ar
 {
     if (n->closing)
         return -ESHUTDOWN;
-    if (!n->compact_pending)
+    /* a Compact answered before its commit returned (early acknowledgement): whether it left
+     * a physical compaction pending is known when that commit returns (compaction_progress) */
+    if (!n->compact_pending && n->acked_index <= n->st.applied_index)
         return 1;
     compact_waiter *c = calloc(1, sizeof(*c));
     if (c == NULL)

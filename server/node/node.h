@@ -63,10 +63,11 @@ typedef struct kv_node_config {
     int enable_failpoints;   /* --enable-failpoints: disk failpoints (node/disk_failpoint.h) */
     uint64_t max_log_bytes;  /* retained raft log bytes (--max-raft-log-bytes); 0: a quarter
                                 of the store's headroom (kv_store_map_size - quota) */
-    /* Where the raft log lives (node_log.c, docs/raftlog.md). use_wal (--experimental-wal):
-     * in the write-ahead log in wal_dir (server/wal/), one flush per ready; a data dir whose
-     * log is still in LMDB is converted at start. 0: in data.mdb (server/raftlog/), and a
-     * wal_dir that exists refuses the start (its log would be ignored). wal_dir NULL: no WAL. */
+    /* Where the raft log lives (node_log.c, docs/raftlog.md). use_wal (--experimental-wal,
+     * kvd's default): in the write-ahead log in wal_dir (server/wal/), one flush per ready; a
+     * data dir whose log is still in LMDB is converted at start. 0 (--experimental-wal=false):
+     * in data.mdb (server/raftlog/), and a wal_dir that exists refuses the start (its log would
+     * be ignored). wal_dir NULL: no WAL (a node embedded without a data dir of its own). */
     const char *wal_dir;
     int use_wal;
     uint64_t wal_segment_bytes; /* --wal-segment-bytes; 0: 64 MiB */
@@ -299,6 +300,10 @@ int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *
 /* 1 when every write this member acknowledged is visible to readers (kv_node_read_visible
  * would return 1). */
 int kv_node_writes_visible(const kv_node *n);
+/* The store revision after the last write this member acknowledged before its commit was
+ * visible (0: none). What a request that takes "the current revision" without reading the
+ * store (a watch created without a start revision) must count as current. Loop thread. */
+int64_t kv_node_acked_revision(const kv_node *n);
 
 /* Membership changes (Cluster service). op: */
 enum {

@@ -2,22 +2,22 @@
  * node_log.c: where the member's raft log lives, and the WAL's share of a ready.
  *
  * Two logs, one seam (kv_node__log_storage and friends):
- *  - default: the log is in data.mdb (server/raftlog/), written in the same LMDB transaction
- *    as the apply; a ready that carries entries costs one synced LMDB commit (two flushes:
- *    data pages, then the meta page).
- *  - --experimental-wal: the log is in <data-dir>/wal (server/wal/). The worker writes the
- *    ready's entries and hard state to the WAL with ONE fdatasync, sets w->persisted and wakes
- *    the loop, which sends the append acknowledgements (rd.msgs_after) at once; the apply
- *    then commits to LMDB with MDB_NOMETASYNC (integrity kept after a power loss, a lost
- *    commit rolls back and is replayed from the WAL: raft starts at LMDB's applied index).
- *    data.mdb keeps only the snapshot meta of its log (a received snapshot file carries it:
- *    the commit point of an install is the file's rename, the WAL follows, and a start after
- *    a crash between the two finishes the install here). A log compaction commits LMDB
- *    synced first, then the WAL's snapshot marker, then deletes the segments below it: the
- *    WAL always holds every entry above LMDB's durable applied index.
+ *  - --experimental-wal=false: the log is in data.mdb (server/raftlog/), written in the same
+ *    LMDB transaction as the apply; a ready that carries entries costs one synced LMDB commit
+ *    (two flushes: data pages, then the meta page).
+ *  - default (--experimental-wal): the log is in <data-dir>/wal (server/wal/). The worker writes
+ * the ready's entries and hard state to the WAL with ONE fdatasync, sets w->persisted and wakes the
+ * loop, which sends the append acknowledgements (rd.msgs_after) at once; the apply then commits to
+ * LMDB with MDB_NOMETASYNC (integrity kept after a power loss, a lost commit rolls back and is
+ * replayed from the WAL: raft starts at LMDB's applied index). data.mdb keeps only the snapshot
+ * meta of its log (a received snapshot file carries it: the commit point of an install is the
+ * file's rename, the WAL follows, and a start after a crash between the two finishes the install
+ * here). A log compaction commits LMDB synced first, then the WAL's snapshot marker, then deletes
+ * the segments below it: the WAL always holds every entry above LMDB's durable applied index.
  *
  * docs/raftlog.md ("Wiring it in") says what is done and what is not yet.
  */
+#include "node/disk_failpoint.h"
 #include "node/node_int.h"
 
 #include <errno.h>
@@ -156,7 +156,7 @@ static int open_wal(kv_node *n, const kv_node_config *cfg)
         int empty = kv_raftlog_is_empty(n->log);
         if (empty < 0)
             return empty;
-        if (!empty) { /* written without --experimental-wal: convert, once */
+        if (!empty) { /* written with --experimental-wal=false: convert, once */
             rc = kv_wal_import(cfg->wal_dir, kv_raftlog_storage(n->log), &o, err, sizeof(err));
             kv_raftlog_end_cycle(n->log);
             if (rc < 0) {
@@ -166,8 +166,10 @@ static int open_wal(kv_node *n, const kv_node_config *cfg)
                         cfg->wal_dir, err[0] ? err : strerror(-rc));
                 return rc;
             }
-            fprintf(stderr, "kvd: the raft log moved from data.mdb to %s (--experimental-wal)\n",
-                    cfg->wal_dir);
+            fprintf(
+                stderr,
+                "kvd: the raft log moved from data.mdb to %s (its own WAL, --experimental-wal)\n",
+                cfg->wal_dir);
         }
     }
     rc = kv_wal_open(&n->wal, cfg->wal_dir, &o, err, sizeof(err));
@@ -199,7 +201,7 @@ int kv_node__log_open(kv_node *n, const kv_node_config *cfg, const uint64_t *vot
     if (cfg && cfg->wal_dir && !cfg->use_wal && stat(cfg->wal_dir, &st) == 0) {
         fprintf(stderr,
                 "kvd: refusing to start: %s holds this member's raft log (written with "
-                "--experimental-wal); start kvd with --experimental-wal\n",
+                "--experimental-wal, the default); start kvd without --experimental-wal=false\n",
                 cfg->wal_dir);
         rc = -EEXIST;
         goto fail;
@@ -226,8 +228,10 @@ static int wal_sync(kv_node *n, ready_work *w)
     int synced = (int)(s1.fsyncs - s0.fsyncs);
     if (w)
         w->wal_synced += synced;
-    if (rc == 0 && synced) /* etcd_disk_wal_fsync_duration_seconds: the log's flush */
+    if (rc == 0 && synced) { /* etcd_disk_wal_fsync_duration_seconds: the log's flush */
         kv_node_observe_wal_fsync(n, (double)(uv_hrtime() - t0) / 1e9);
+        rc = kv_disk_fp_commit(n->disk_fp, 1); /* tests: a slow or failing flush */
+    }
     return rc;
 }
 

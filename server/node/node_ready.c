@@ -135,6 +135,14 @@ static void compaction_progress(kv_node *n, const ready_work *w)
         kv_node__fire_compact_waiters(n, 0);
 }
 
+/* After a commit returned: waiters queued while an early-acknowledged Compact was still
+ * committing (kv_node_compact_wait) go now if it left nothing pending. */
+static void compact_waiters_visible(kv_node *n)
+{
+    if (n->cwait && !n->compact_pending && n->acked_index <= n->st.applied_index)
+        kv_node__fire_compact_waiters(n, 0);
+}
+
 static void free_work(ready_work *w)
 {
     if (w->results) {
@@ -353,6 +361,10 @@ void kv_node__on_early(uv_async_t *h)
         w->acked = 1;
         if (w->applied > n->acked_index)
             n->acked_index = w->applied;
+        size_t all = kv_node__apply_count(w);
+        for (size_t i = 0; i < all; i++)
+            if (w->results[i].revision > n->acked_rev)
+                n->acked_rev = w->results[i].revision;
         kv_metric_inc(n->m_early_acks);
         fire_auth(n, w);
         size_t cnt = kv_node__apply_count(w);
@@ -443,6 +455,7 @@ static void finish_ready(kv_node *n, ready_work *w, int status)
     if (n->applied_fn && w->has_ready)
         n->applied_fn(n->applied_arg, n->st.applied_index);
     compaction_progress(n, w);
+    compact_waiters_visible(n);
     if (n->commit_fn && n->revision > rev_before)
         n->commit_fn(n->commit_arg, n->revision);
 
@@ -554,7 +567,7 @@ static void work_ready(uv_work_t *req)
 {
     ready_work *w = req->data;
     kv_node__work_ready(req);
-    if (w->rc == 0)
+    if (w->rc == 0 && !w->node->wal) /* with the WAL: its flush (node_log.c wal_sync) */
         w->rc = kv_disk_fp_commit(w->node->disk_fp, w->synced == 2);
 }
 

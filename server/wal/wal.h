@@ -31,8 +31,11 @@
  * (docs/LESSONS.md, lesson 7: a corrupt log is reported, never loaded).
  *
  * Memory: the index of retained entries (term, segment, offset, cached data: 48 B each) and of
- * configuration entries; entry data of the newest entries up to opts.tail_bytes (plus the
- * batch being written); older entries are read from the segment files (pread, CRC checked).
+ * configuration entries; entry data of the newest entries appended since open, up to
+ * opts.tail_bytes (plus the batch being written); older entries, and every entry open found,
+ * are read from the segment files (pread, CRC checked): open reads the segments (mapped and
+ * unmapped one at a time) but keeps no entry data, so a restart's memory does not grow with
+ * the retained log.
  * The retained entries are bounded by the caller's deletion (kv_wal_release) below
  * min(snapshot index, durable applied index).
  *

@@ -288,9 +288,13 @@ int kv_wal_open(kv_wal **out, const char *dir, const struct kv_wal_opts *o, char
     if (rc)
         goto fail;
     w->first = w->cache_lo = w->segs[0].first ? w->segs[0].first : 1;
-    for (size_t k = 0; k < w->n_segs; k++)
-        if ((rc = scan_seg(w, k, err, errlen)))
-            goto fail;
+    size_t tail = w->o.tail_bytes;
+    w->o.tail_bytes = 0; /* no entry data kept from the scan: apply_rec's evict drops it */
+    for (size_t k = 0; k < w->n_segs && !rc; k++)
+        rc = scan_seg(w, k, err, errlen);
+    w->o.tail_bytes = tail;
+    if (rc)
+        goto fail;
     if (w->first != w->snap.index + 1) {
         say(err, errlen,
             "wal: corrupt log: entries %" PRIu64 "..%" PRIu64

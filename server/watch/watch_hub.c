@@ -642,6 +642,12 @@ static int live_range(kv_watch_hub *h, kv_store_reader *rd, int64_t from, int64_
     return 0;
 }
 
+void kv_watch_hub_acked(kv_watch_hub *h, int64_t rev)
+{
+    if (rev > h->acked_rev)
+        h->acked_rev = rev;
+}
+
 void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev)
 {
     if (rev <= h->cur_rev)

@@ -88,6 +88,11 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
 void kv_watch_hub_close(kv_watch_hub *h);
 /* A batch committed; the store is now at revision rev (loop thread, after the commit). */
 void kv_watch_hub_notify(kv_watch_hub *h, int64_t rev);
+/* Writes up to revision rev were acknowledged to clients, and their commit may not have
+ * notified yet (node.h kv_node_acked_revision). A watch created without a start revision
+ * starts after it, not after the notified revision, so it never replays a write its client
+ * saw acknowledged before creating it; notify then delivers only what follows. */
+void kv_watch_hub_acked(kv_watch_hub *h, int64_t rev);
 void kv_watch_hub_get_stats(const kv_watch_hub *h, kv_watch_stats *st);
 /* Runs catch-up slices until no unsynced watcher can progress or max_slices ran (tests).
  * Returns the slices run. */

@@ -74,6 +74,7 @@ struct kv_watch_hub {
     kv_watch_config cfg;
     const kv_header_info *hdr;
     int64_t cur_rev;
+    int64_t acked_rev;   /* kv_watch_hub_acked: may be above cur_rev until the commit notifies */
     int64_t synced_next; /* every synced watcher was offered the revisions below this: cur_rev+1
                             outside live delivery (docs/ARCHITECTURE.md, Watch) */
     kv_widx idx;         /* the synced watchers by key */

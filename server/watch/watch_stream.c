@@ -132,7 +132,8 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
         kind = R_SINGLE;
     else if (c->range_end.len == 1 && c->range_end.data[0] == 0)
         kind = R_FROM;
-    int64_t wsrev = h->cur_rev;
+    /* "now": the last revision notified, or a later one already acknowledged to a client */
+    int64_t wsrev = h->acked_rev > h->cur_rev ? h->acked_rev : h->cur_rev;
     int64_t rev = c->start_revision ? c->start_revision : wsrev + 1;
 
     /* mvcc watchStream.Watch */

@@ -1,12 +1,12 @@
 /*
- * cluster_wal: the raft log in its own write-ahead log (--experimental-wal,
- * server/node/node_log.c, docs/raftlog.md). kvd only. The suites that also run with the flag
- * (cluster_basic_wal, cluster_failover_wal, cluster_snapshot_wal) cover writes, failover and
- * catch-up by snapshot; these tests cover what only the WAL has:
+ * cluster_wal: the raft log in its own write-ahead log (kvd's default, --experimental-wal;
+ * server/node/node_log.c, docs/raftlog.md). kvd only. Every other cluster suite runs on the WAL
+ * too (and cluster_basic_lmdblog, cluster_snapshot_lmdblog on the log in data.mdb); these
+ * tests cover what only the WAL has:
  *
- *  - a_data_dir_without_wal_is_converted_and_then_needs_the_flag: a member written without
- *    the flag restarts with it: its log moves to <data-dir>/wal (log line), every
- *    acknowledged put is there; started again without the flag it refuses, naming the flag.
+ *  - a_data_dir_without_wal_is_converted_and_then_needs_the_flag: a member written with
+ *    --experimental-wal=false restarts without it: its log moves to <data-dir>/wal (log line),
+ *    every acknowledged put is there; started again with =false it refuses, naming the flag.
  *  - one_wal_flush_per_write: 200 sequential puts through a follower of 3 members: every
  *    member's kvd_fsyncs_total{file="wal"} grows by about one per put, never two.
  *  - segments_rotate_and_go_after_compaction: small segments and --snapshot-count 100:
@@ -108,27 +108,27 @@ Test(cluster_wal, a_data_dir_without_wal_is_converted_and_then_needs_the_flag, .
      .timeout = 300)
 {
     skip_unless_kvd();
-    cr_assert_eq(start_with(1, 0, NULL), 0);
+    static const char *const lmdb[] = {"--experimental-wal=false", NULL};
+    cr_assert_eq(start_with(1, 0, lmdb), 0);
     put_n(0, "/conv/a", 100);
     cr_assert_eq(kvt_member_stop(&g_c, 0, 10000), 0);
 
-    static const char *const wal[] = {"--experimental-wal", NULL};
-    g_c.m[0].args = wal;
-    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0, "restart with --experimental-wal");
+    g_c.o.kvd_args = NULL; /* the default: the WAL */
+    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0, "restart with the WAL (the default)");
     cr_assert(cl_log_has(&g_c, 0, "the raft log moved from data.mdb to"), "no conversion line");
     cr_assert(cl_log_has(&g_c, 0, "raft log entries"), "data.mdb's entries were not dropped");
     cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost by the conversion");
     put_n(0, "/conv/b", 100);
     cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
 
-    g_c.m[0].args = NULL;
+    g_c.m[0].args = lmdb;
     cr_assert_eq(kvt_member_start(&g_c, 0), 0);
     cr_assert_geq(cl_wait_exit(&g_c, 0, 30000), 0,
-                  "kvd started without the flag on a WAL data dir");
-    cr_assert(cl_log_has(&g_c, 0, "start kvd with --experimental-wal"),
+                  "kvd started with --experimental-wal=false on a WAL data dir");
+    cr_assert(cl_log_has(&g_c, 0, "start kvd without --experimental-wal=false"),
               "the refusal does not name the flag");
 
-    g_c.m[0].args = wal;
+    g_c.m[0].args = NULL;
     cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0);
     cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost after kill -9");
     fprintf(stderr, "  %d acknowledged puts survived the conversion and a kill -9\n", g_acks.n);
@@ -137,8 +137,7 @@ Test(cluster_wal, a_data_dir_without_wal_is_converted_and_then_needs_the_flag, .
 Test(cluster_wal, one_wal_flush_per_write, .fini = fini, .timeout = 300)
 {
     skip_unless_kvd();
-    static const char *const wal[] = {"--experimental-wal", NULL};
-    cr_assert_eq(start_with(3, 0, wal), 0);
+    cr_assert_eq(start_with(3, 0, NULL), 0); /* the default: the WAL */
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     int f = cl_other(&g_c, l, -1);
@@ -167,7 +166,7 @@ Test(cluster_wal, one_wal_flush_per_write, .fini = fini, .timeout = 300)
 Test(cluster_wal, segments_rotate_and_go_after_compaction, .fini = fini, .timeout = 300)
 {
     skip_unless_kvd();
-    static const char *const wal[] = {"--experimental-wal", "--wal-segment-bytes=65536", NULL};
+    static const char *const wal[] = {"--wal-segment-bytes=65536", NULL};
     cr_assert_eq(start_with(1, 100, wal), 0);
     char err[256];
     char val[201];
@@ -221,8 +220,7 @@ Test(cluster_wal, an_install_cut_after_the_rename_is_finished_at_start, .fini = 
      .timeout = 400)
 {
     skip_unless_kvd();
-    static const char *const wal[] = {"--experimental-wal", NULL};
-    cr_assert_eq(start_with(3, 100, wal), 0);
+    cr_assert_eq(start_with(3, 100, NULL), 0);
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     int f = cl_other(&g_c, l, -1);
@@ -264,8 +262,7 @@ Test(cluster_wal, an_install_cut_after_the_rename_is_finished_at_start, .fini = 
 Test(cluster_wal, sequential_puts_through_a_follower_never_stall, .fini = fini, .timeout = 300)
 {
     skip_unless_kvd();
-    static const char *const wal[] = {"--experimental-wal", NULL};
-    cr_assert_eq(start_with(3, 200, wal), 0); /* log compactions under the load too */
+    cr_assert_eq(start_with(3, 200, NULL), 0); /* log compactions under the load too */
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
     cr_assert_geq(l, 0);
     int f = cl_other(&g_c, l, -1);

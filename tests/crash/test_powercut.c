@@ -404,7 +404,7 @@ static const char *pc_mode_name(kv_pc_mode m)
 #if KV_PC_WAL
 #define PC_WAL_ARGS "--experimental-wal", "--wal-segment-bytes=65536", "--snapshot-count=300",
 #else
-#define PC_WAL_ARGS
+#define PC_WAL_ARGS "--experimental-wal=false",
 #endif
 
 /* The member under test; the suite's fini destroys it even when an assertion failed. */

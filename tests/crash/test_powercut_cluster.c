@@ -497,6 +497,9 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
     static const char *const wal_args[] = {"--experimental-wal", "--wal-segment-bytes=65536",
                                            "--snapshot-count=300", NULL};
     o.kvd_args = wal_args;
+#else
+    static const char *const lmdb_args[] = {"--experimental-wal=false", NULL};
+    o.kvd_args = lmdb_args;
 #endif
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0, "cluster init");
     int rc = kvt_cluster_start(&g_c, 60000);

@@ -4,6 +4,9 @@
  *  - defrag_tmp_removed_at_start: a defragment killed during its copy leaves
  *    <data>/defrag.tmp/data.mdb (a partial copy as large as the data); the next start
  *    removes it and logs it, and the data is intact.
+ *  The raft log is in its own WAL by default, bounded by the same --max-raft-log-bytes budget;
+ *  log_filled_member_recovers needs the log in the store's LMDB map (--experimental-wal=false),
+ *  the only place where it can fill the map.
  *  - delete_ranges_cannot_fill_the_raft_log: the raft log lives in the store's LMDB map. With
  *    a 16 MiB quota, 60 DeleteRanges of 1.4 MB keys that do not exist (they grow only the
  *    log) are answered, OK or refused with an error, and the member never stops; restarted
@@ -277,8 +280,8 @@ Test(ops_space, delete_ranges_cannot_fill_the_raft_log)
 
 Test(ops_space, log_filled_member_recovers)
 {
-    const char *extra[] = {"--quota-backend-bytes=16777216", "--max-raft-log-bytes=1099511627776",
-                           NULL};
+    const char *extra[] = {"--experimental-wal=false", "--quota-backend-bytes=16777216",
+                           "--max-raft-log-bytes=1099511627776", NULL};
     start_with(extra);
     kv_it_grpc *c = conn();
     size_t klen = 1400 * 1000;
@@ -301,7 +304,7 @@ Test(ops_space, log_filled_member_recovers)
     cr_log_info("without a log budget the member stopped after %d DeleteRanges", i);
     (void)kv_it_server_kill9(srv);
     /* Restart with the default budget (drop the --max-raft-log-bytes flag). */
-    srv->n_extra = 1;
+    srv->n_extra = 2;
     cr_assert_eq(kv_it_server_start(srv, READY_MS), 0, "restart failed");
     c = conn();
     put_recovers(&c, "/space/recovered");
