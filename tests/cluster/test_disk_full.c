@@ -37,6 +37,9 @@ Test(cluster_disk_full, follower_raises_nospace_and_keeps_running, .fini = fini,
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     g_small = 2;
     kvt_member *m = &g_c.m[g_small];
+    /* the WAL preallocates its segments (64 MiB by default): 1 MiB ones fit the 8 MiB disk */
+    static const char *const small_args[] = {"--wal-segment-bytes=1048576", NULL};
+    m->args = small_args;
     mkdir(m->data_dir, 0700);
     cr_assert_eq(mount("tmpfs", m->data_dir, "tmpfs", 0, "size=8m"), 0,
                  "mount an 8 MiB tmpfs on %s: %s (needs root)", m->data_dir, strerror(errno));
