@@ -141,14 +141,15 @@ int kv_conc_range(kv_server *s, const ProtobufCMessage *m, kv_conc_done_fn done,
     r->arg = arg;
     r->len = len;
     protobuf_c_message_pack(m, r->msg);
-    int rc = 1;
-    if (s->peers != NULL) /* a cluster: the ReadIndex barrier of a linearizable Range */
-        rc = kv_node_read_index(s->node, read_start, r);
+    /* a cluster: the ReadIndex barrier of a linearizable Range; a single member: only a write
+     * answered before its commit returned (node.h kv_node_read_visible) to wait for */
+    int rc = s->peers != NULL ? kv_node_read_index(s->node, read_start, r)
+                              : kv_node_read_visible(s->node, read_start, r);
     if (rc < 0) {
         free(r);
         return rc;
     }
-    if (rc == 1) /* a single member: every acknowledged write is applied */
+    if (rc == 1) /* nothing to wait for */
         read_start(r, 0);
     return 0;
 }

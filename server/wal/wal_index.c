@@ -105,6 +105,7 @@ int kv_wal_idx_push(kv_wal *w, const struct raft_entry *e, void *data, uint64_t 
     if (e->len > UINT32_MAX)
         return -EINVAL;
     drop_suffix(w, e->index);
+    bool cached = data != NULL || e->len == 0; /* NULL data: read from its segment when asked */
     if (w->head + w->n_ents == w->cap_ents) {
         size_t cap = w->cap_ents ? w->cap_ents * 2 : 256;
         struct kv_wal_ent *v = realloc(w->ents, cap * sizeof *v);
@@ -130,8 +131,9 @@ int kv_wal_idx_push(kv_wal *w, const struct raft_entry *e, void *data, uint64_t 
                                                          .len = (uint32_t)e->len,
                                                          .type = e->type,
                                                          .data = data,
-                                                         .cached = true};
-    w->cached_bytes += e->len;
+                                                         .cached = cached};
+    if (cached)
+        w->cached_bytes += e->len;
     return 0;
 }
 

@@ -83,8 +83,8 @@ int kv_wal_snap_get(const uint8_t *p, uint32_t len, struct raft_snapshot_meta *m
 raft_index kv_wal_last(const kv_wal *w);
 struct kv_wal_ent *kv_wal_ent_at(kv_wal *w, raft_index i); /* NULL outside [first, last] */
 /* Appends one entry after dropping every entry >= e->index. data is a malloc'd copy the
- * index takes (NULL when len == 0). -EBADMSG when the index would leave a gap or is <=
- * snap.index (the caller frees data then). */
+ * index takes, or NULL: not cached (open's scan; read from seg/off when asked). -EBADMSG when the
+ * index would leave a gap or is <= snap.index (the caller frees data then). */
 int kv_wal_idx_push(kv_wal *w, const struct raft_entry *e, void *data, uint64_t seg, uint64_t off);
 int kv_wal_idx_snapshot(kv_wal *w, const struct raft_snapshot_meta *m);
 /* Drops cached data of the oldest entries until the cache fits opts.tail_bytes (never a

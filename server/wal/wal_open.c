@@ -39,21 +39,12 @@ static int apply_rec(kv_wal *w, struct kv_wal_seg *s, uint64_t off, uint8_t type
             return -EBADMSG;
         struct raft_entry e = {
             .index = kv_be64(p), .term = kv_be64(p + 8), .type = p[16], .len = len - 17};
-        void *data = NULL;
-        if (e.len) {
-            if (!(data = malloc(e.len)))
-                return -ENOMEM;
-            memcpy(data, p + 17, e.len);
-        }
-        e.data = data;
-        int rc = kv_wal_idx_push(w, &e, data, s->seq, off);
-        if (rc) {
-            free(data);
+        /* no data kept: open's memory does not grow with the log; read from here when asked */
+        int rc = kv_wal_idx_push(w, &e, NULL, s->seq, off);
+        if (rc)
             return rc;
-        }
         if (e.index > s->max_index)
             s->max_index = e.index;
-        kv_wal_idx_evict(w);
         return 0;
     }
     case KV_WAL_REC_HARDSTATE:
@@ -288,13 +279,10 @@ int kv_wal_open(kv_wal **out, const char *dir, const struct kv_wal_opts *o, char
     if (rc)
         goto fail;
     w->first = w->cache_lo = w->segs[0].first ? w->segs[0].first : 1;
-    size_t tail = w->o.tail_bytes;
-    w->o.tail_bytes = 0; /* no entry data kept from the scan: apply_rec's evict drops it */
-    for (size_t k = 0; k < w->n_segs && !rc; k++)
-        rc = scan_seg(w, k, err, errlen);
-    w->o.tail_bytes = tail;
-    if (rc)
-        goto fail;
+    for (size_t k = 0; k < w->n_segs; k++)
+        if ((rc = scan_seg(w, k, err, errlen)))
+            goto fail;
+    w->cache_lo = kv_wal_last(w) + 1; /* nothing cached yet: the scan kept no entry data */
     if (w->first != w->snap.index + 1) {
         say(err, errlen,
             "wal: corrupt log: entries %" PRIu64 "..%" PRIu64
