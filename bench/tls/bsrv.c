@@ -92,6 +92,11 @@ static pid_t spawn(const char *const *argv, const char *log_path)
         dup2(fd, 2);
         close(fd);
     }
+    /* the command line in the log: a kept dir (KV_BENCH_KEEP) can be started again by hand */
+    fputs("=== exec:", stderr);
+    for (int i = 0; argv[i]; i++)
+        fprintf(stderr, " %s", argv[i]);
+    fputc('\n', stderr);
     execv(argv[0], (char *const *)argv);
     _exit(127);
 }

@@ -1,6 +1,8 @@
 /* crc32c: see crc32c.h. The table is generated from the polynomial (reflected 0x82F63B78). */
 #include "mvcc/crc32c.h"
 
+#include <string.h>
+
 static const uint32_t crc_table[256] = {
     0x00000000u, 0xf26b8303u, 0xe13b70f7u, 0x1350f3f4u, 0xc79a971fu, 0x35f1141cu, 0x26a1e7e8u,
     0xd4ca64ebu, 0x8ad958cfu, 0x78b2dbccu, 0x6be22838u, 0x9989ab3bu, 0x4d43cfd0u, 0xbf284cd3u,
@@ -40,11 +42,41 @@ static const uint32_t crc_table[256] = {
     0xc69f7b69u, 0xd5cf889du, 0x27a40b9eu, 0x79b737bau, 0x8bdcb4b9u, 0x988c474du, 0x6ae7c44eu,
     0xbe2da0a5u, 0x4c4623a6u, 0x5f16d052u, 0xad7d5351u};
 
-uint32_t kv_crc32c(uint32_t crc, const void *buf, size_t len)
+uint32_t kv_crc32c_portable(uint32_t crc, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     crc = ~crc;
     for (size_t i = 0; i < len; i++)
         crc = crc_table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
     return ~crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* SSE4.2's crc32 instruction computes exactly this CRC (CRC-32C, reflected), 8 bytes per
+ * instruction: about 15x the table at startup's WAL scan (docs/raftlog.md, "Startup"). */
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p,
+                                                            size_t len)
+{
+    uint64_t c = (uint32_t)~crc;
+    for (; len && ((uintptr_t)p & 7u); len--)
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    for (; len >= 8; len -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    for (; len; len--)
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+uint32_t kv_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init(); /* idempotent; the CPU model lives in libgcc, not here */
+    if (__builtin_cpu_supports("sse4.2"))
+        return crc_sse42(crc, buf, len);
+#endif
+    return kv_crc32c_portable(crc, buf, len);
 }

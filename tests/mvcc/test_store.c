@@ -372,6 +372,27 @@ Test(mvcc_store, crc32c_known_vector)
     /* RFC 3720 / iSCSI check value */
     cr_assert_eq(kv_crc32c(0, "123456789", 9), 0xE3069283u);
     cr_assert_eq(kv_crc32c(kv_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+    cr_assert_eq(kv_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+}
+
+/* kv_crc32c (the CPU's crc32 instruction where there is one) equals the table at every
+ * length and alignment, whole or continued. */
+Test(mvcc_store, crc32c_matches_the_table)
+{
+    static uint8_t buf[4096 + 16];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+    for (size_t off = 0; off < 16; off++)
+        for (size_t len = 0; len <= 4096; len += len < 64 ? 1 : 61) {
+            uint32_t want = kv_crc32c_portable(0x12345678u, buf + off, len);
+            cr_assert_eq(kv_crc32c(0x12345678u, buf + off, len), want, "off %zu len %zu", off, len);
+            size_t h = len / 3;
+            cr_assert_eq(kv_crc32c(kv_crc32c(0x12345678u, buf + off, h), buf + off + h, len - h),
+                         want, "continued: off %zu len %zu", off, len);
+        }
 }
 
 static uint64_t open_reads_with(size_t nkeys)
@@ -475,8 +496,7 @@ Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
         rc = kv_store_apply(t.s, b, i, buf, n, NULL, &res);
         free(buf);
         if (rc == 0) {
-            cr_assert_eq(res.code, 0, "request %llu refused: %s", (unsigned long long)i,
-                         res.msg);
+            cr_assert_eq(res.code, 0, "request %llu refused: %s", (unsigned long long)i, res.msg);
             free(res.resp);
         }
     }
