@@ -53,7 +53,7 @@ uint32_t kv_crc32c_portable(uint32_t crc, const void *buf, size_t len)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* SSE4.2's crc32 instruction computes exactly this CRC (CRC-32C, reflected), 8 bytes per
- * instruction: about 15x the table at startup's WAL scan (docs/raftlog.md, "Startup"). */
+ * instruction: many times the table (a restart's WAL scan: docs/raftlog.md, "Reads and memory"). */
 __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p,
                                                             size_t len)
 {
