@@ -421,6 +421,9 @@ void kv_node__free_records(kv_node *n);
 
 /* node_log.c: which raft log the member uses (LMDB or the WAL) and the WAL's share of a
  * ready. Loop thread unless marked. */
+/* The retained log's budget (--max-raft-log-bytes, kv_node_log_admit): by default a quarter of
+ * the headroom the LMDB map keeps above the quota. n->store must be open. */
+uint64_t kv_node__log_budget(const kv_node *n, const kv_node_config *cfg);
 /* Opens the LMDB log and, with cfg->use_wal, the WAL (converting a log still in LMDB, and
  * finishing a snapshot install a crash interrupted); without it, refuses a wal_dir that
  * exists. Seeds the log of a data dir that has state but no log. 0 or negative errno (the

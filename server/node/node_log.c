@@ -145,9 +145,35 @@ static int seed_wal(kv_node *n, const uint64_t *voters, size_t n_voters)
     return rc;
 }
 
+uint64_t kv_node__log_budget(const kv_node *n, const kv_node_config *cfg)
+{
+    size_t quota = kv_store_quota(n->store);
+    return cfg && cfg->max_log_bytes ? cfg->max_log_bytes : (kv_store_map_size(quota) - quota) / 4;
+}
+
+/* The active segment is never released (kv_wal_release keeps it), and a compaction by bytes
+ * starts past a quarter of the budget (node_snap.c): a segment of at most an eighth of the
+ * budget lets that compaction bring the log under it. With a segment larger than the budget
+ * the log could not shrink below the active segment: every write refused, for ever. */
+static uint64_t segment_bytes(const kv_node *n, const kv_node_config *cfg)
+{
+    uint64_t seg = cfg->wal_segment_bytes ? cfg->wal_segment_bytes : 64ull << 20; /* etcd's */
+    uint64_t budget = kv_node__log_budget(n, cfg);
+    if (budget && seg > budget / 8) {
+        if (cfg->wal_segment_bytes)
+            fprintf(stderr,
+                    "kvd: --wal-segment-bytes %llu is over an eighth of --max-raft-log-bytes "
+                    "%llu: segments of %llu bytes\n",
+                    (unsigned long long)seg, (unsigned long long)budget,
+                    (unsigned long long)(budget / 8));
+        seg = budget / 8;
+    }
+    return seg;
+}
+
 static int open_wal(kv_node *n, const kv_node_config *cfg)
 {
-    struct kv_wal_opts o = {.segment_bytes = cfg->wal_segment_bytes,
+    struct kv_wal_opts o = {.segment_bytes = segment_bytes(n, cfg),
                             .no_sync = cfg->unsafe_no_fsync};
     char err[512] = "";
     struct stat st;

@@ -1133,9 +1133,7 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
     /* The retained log's budget (kv_node_log_admit): by default a quarter of the headroom
      * the LMDB map keeps above the quota, so that the state (quota + half the headroom at
      * most, store.h) and the log both fit and alarms can always be written. */
-    size_t quota = kv_store_quota(n->store);
-    n->max_log_bytes =
-        cfg && cfg->max_log_bytes ? cfg->max_log_bytes : (kv_store_map_size(quota) - quota) / 4;
+    n->max_log_bytes = kv_node__log_budget(n, cfg);
     kv_node__log_measure(n); /* a restarted member over a quarter of it compacts at once */
     if (n->max_log_bytes && n->log_bytes > n->max_log_bytes)
         fprintf(stderr,

@@ -16,6 +16,9 @@
  *    (KVD_FAILPOINT_SNAPSHOT_INSTALL=after-publish) after the received snapshot replaced
  *    data.mdb but before the WAL recorded it; the next start finishes the install (log
  *    line), catches up, and every member's HashKV is equal.
+ *  - a_small_log_budget_never_wedges_writes: a 16 MiB quota gives the log a 4 MiB budget; 120
+ *    puts of 100 KB all succeed (segments are capped at an eighth of the budget: the active
+ *    one, never released, could otherwise hold the log over it and refuse every write).
  *  - sequential_puts_through_a_follower_never_stall: 3,000 back-to-back puts through a follower
  *    with --snapshot-count 200, so that the pipelined readies (each WAL flush overlapping the
  *    commit before it) meet log compactions; none may stall (the first version advanced a ready
@@ -293,4 +296,33 @@ Test(cluster_wal, sequential_puts_through_a_follower_never_stall, .fini = fini, 
             g_c.m[f].name, kvt_now_ms() - t0, adv);
     cr_assert_gt(adv, 0, "no ready was advanced before its commit: pipelining not exercised");
     cl_assert_hash_equal(&g_c, l);
+}
+
+/* The log's budget and the active segment: with a 16 MiB quota the budget (--max-raft-log-bytes,
+ * a quarter of the map's headroom) is 4 MiB, smaller than a 64 MiB segment. The active segment
+ * is never released, so before segments were capped at an eighth of the budget (node_log.c
+ * segment_bytes) its records alone passed the budget after about 40 puts of 100 KB and every
+ * later write was refused "etcdserver: too many requests", for ever. */
+Test(cluster_wal, a_small_log_budget_never_wedges_writes, .fini = fini, .timeout = 300)
+{
+    skip_unless_kvd();
+    static const char *const small[] = {"--quota-backend-bytes=16777216", NULL};
+    cr_assert_eq(start_with(1, 0, small), 0);
+    static char val[100001];
+    memset(val, 'x', sizeof(val) - 1);
+    char err[256];
+    for (int k = 0; k < 120; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "/budget/%d", k % 5);
+        cr_assert_eq(kvt_put(&g_c, 0, key, val, 5000, NULL, err, sizeof(err)), 0,
+                     "put %d of 100 KB: %s (log %.0f bytes, %.0f refused)", k, err,
+                     cl_metric(&g_c, 0, "kvd_raft_log_bytes"),
+                     cl_metric(&g_c, 0, "kvd_raft_log_refused_total"));
+    }
+    double bytes = cl_metric(&g_c, 0, "kvd_raft_log_bytes");
+    double by_bytes = cl_metric(&g_c, 0, "kvd_raft_log_compactions_by_bytes_total");
+    fprintf(stderr,
+            "  120 puts of 100 KB, 16 MiB quota: log %.0f bytes, %.0f compactions by bytes\n",
+            bytes, by_bytes);
+    cr_assert_lt(bytes, 4.0 * 1048576, "the log (%.0f bytes) is over its 4 MiB budget", bytes);
 }
