@@ -673,7 +673,7 @@ int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *
 {
     if (n->closing)
         return -ESHUTDOWN;
-    if (n->acked_index <= n->st.applied_index)
+    if (kv_node_writes_visible(n))
         return 1;
     if (n->reads_waiting >= n->max_reads) {
         kv_metric_inc(n->m_reads_refused);
@@ -1115,7 +1115,7 @@ int kv_node_compact_wait(kv_node *n, void (*fn)(void *arg, int status), void *ar
         return -ESHUTDOWN;
     /* a Compact answered before its commit returned (early acknowledgement): whether it left
      * a physical compaction pending is known when that commit returns (compaction_progress) */
-    if (!n->compact_pending && n->acked_index <= n->st.applied_index)
+    if (!n->compact_pending && kv_node_writes_visible(n))
         return 1;
     compact_waiter *c = calloc(1, sizeof(*c));
     if (c == NULL)

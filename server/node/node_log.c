@@ -157,7 +157,7 @@ uint64_t kv_node__log_budget(const kv_node *n, const kv_node_config *cfg)
  * the log could not shrink below the active segment: every write refused, for ever. */
 static uint64_t segment_bytes(const kv_node *n, const kv_node_config *cfg)
 {
-    uint64_t seg = cfg->wal_segment_bytes ? cfg->wal_segment_bytes : 64ull << 20; /* etcd's */
+    uint64_t seg = cfg->wal_segment_bytes ? cfg->wal_segment_bytes : KV_WAL_DEFAULT_SEGMENT_BYTES;
     uint64_t budget = kv_node__log_budget(n, cfg);
     if (budget && seg > budget / 8) {
         if (cfg->wal_segment_bytes)

@@ -139,7 +139,7 @@ static void compaction_progress(kv_node *n, const ready_work *w)
  * committing (kv_node_compact_wait) go now if it left nothing pending. */
 static void compact_waiters_visible(kv_node *n)
 {
-    if (n->cwait && !n->compact_pending && n->acked_index <= n->st.applied_index)
+    if (n->cwait && !n->compact_pending && kv_node_writes_visible(n))
         kv_node__fire_compact_waiters(n, 0);
 }
 

@@ -58,8 +58,10 @@ typedef struct kv_wal kv_wal;
 enum { KV_WAL_REC_ENTRY = 1, KV_WAL_REC_HARDSTATE = 2, KV_WAL_REC_SNAPSHOT = 3 };
 #define KV_WAL_HDR 12u
 
+#define KV_WAL_DEFAULT_SEGMENT_BYTES (64ull << 20) /* etcd's */
+
 struct kv_wal_opts {
-    uint64_t segment_bytes; /* rotate once the active segment reached it; 0: 64 MiB */
+    uint64_t segment_bytes; /* rotate once the active segment reached it; 0: the default */
     size_t tail_bytes;      /* entry data cached in memory, newest first; 0: 8 MiB */
     int no_sync;            /* 1: kv_wal_sync writes but never flushes (--unsafe-no-fsync, the
                                power-cut tests' control); every other rule holds */

@@ -14,7 +14,6 @@
 
 #include "wal/wal_int.h"
 
-#define DEF_SEGMENT_BYTES (64ull << 20)
 #define DEF_TAIL_BYTES ((size_t)8 << 20)
 #define MIN_SEGMENT_BYTES 4096ull
 
@@ -268,7 +267,7 @@ int kv_wal_open(kv_wal **out, const char *dir, const struct kv_wal_opts *o, char
     if (o)
         w->o = *o;
     if (!w->o.segment_bytes)
-        w->o.segment_bytes = DEF_SEGMENT_BYTES;
+        w->o.segment_bytes = KV_WAL_DEFAULT_SEGMENT_BYTES;
     if (w->o.segment_bytes < MIN_SEGMENT_BYTES)
         w->o.segment_bytes = MIN_SEGMENT_BYTES;
     if (!w->o.tail_bytes)
