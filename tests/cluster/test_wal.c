@@ -19,6 +19,10 @@
  *  - a_small_log_budget_never_wedges_writes: a 16 MiB quota gives the log a 4 MiB budget; 120
  *    puts of 100 KB all succeed (segments are capped at an eighth of the budget: the active
  *    one, never released, could otherwise hold the log over it and refuse every write).
+ *  - a_converted_log_over_its_budget_shrinks_and_takes_writes: a data dir whose log in
+ *    data.mdb (written with a 256 MiB --max-raft-log-bytes) holds 20 MB is converted under a
+ *    4 MiB budget: acknowledged puts survive, 40 more puts of 100 KB succeed, segments are
+ *    released and the log ends under the budget.
  *  - sequential_puts_through_a_follower_never_stall: 3,000 back-to-back puts through a follower
  *    with --snapshot-count 200, so that the pipelined readies (each WAL flush overlapping the
  *    commit before it) meet log compactions; none may stall (the first version advanced a ready
@@ -325,4 +329,63 @@ Test(cluster_wal, a_small_log_budget_never_wedges_writes, .fini = fini, .timeout
             "  120 puts of 100 KB, 16 MiB quota: log %.0f bytes, %.0f compactions by bytes\n",
             bytes, by_bytes);
     cr_assert_lt(bytes, 4.0 * 1048576, "the log (%.0f bytes) is over its 4 MiB budget", bytes);
+}
+
+/* Upgrading a data dir whose log in data.mdb is far over the budget: possible only where
+ * --max-raft-log-bytes was raised before the upgrade and lowered (or left to its default) after.
+ * The import writes the whole log into capped segments; the first ready's compaction by bytes
+ * must then release them, so writes go on and the log ends under its budget. */
+Test(cluster_wal, a_converted_log_over_its_budget_shrinks_and_takes_writes, .fini = fini,
+     .timeout = 300)
+{
+    skip_unless_kvd();
+    static const char *const big[] = {"--experimental-wal=false", "--max-raft-log-bytes=268435456",
+                                      NULL};
+    cr_assert_eq(start_with(1, 1000000, big), 0);
+    static char val[100001];
+    memset(val, 'y', sizeof(val) - 1);
+    char err[256];
+    for (int k = 0; k < 200; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "/over/%d", k);
+        cr_assert_eq(kvt_put(&g_c, 0, key, val, 5000, NULL, err, sizeof(err)), 0,
+                     "put %d of 100 KB before the upgrade: %s", k, err);
+    }
+    put_n(0, "/over/small", 50); /* acknowledged, verified after each restart */
+    double before = cl_metric(&g_c, 0, "kvd_raft_log_bytes");
+    cr_assert_gt(before, 16.0 * 1048576, "the old log holds %.0f bytes, not over 16 MiB", before);
+    cr_assert_eq(kvt_member_stop(&g_c, 0, 10000), 0);
+
+    static const char *const small[] = {"--max-raft-log-bytes=4194304", NULL};
+    g_c.o.kvd_args = small; /* the WAL (the default), a 4 MiB budget: 512 KiB segments */
+    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0, "restart on the WAL, 4 MiB budget");
+    cr_assert(cl_log_has(&g_c, 0, "the raft log moved from data.mdb to"), "no conversion line");
+    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost by the conversion");
+    uint64_t max_seq = 0;
+    int at_start = wal_segments(0, &max_seq, NULL, 0);
+    for (int k = 0; k < 40; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "/after/%d", k % 5);
+        cr_assert_eq(kvt_put(&g_c, 0, key, val, 5000, NULL, err, sizeof(err)), 0,
+                     "put %d of 100 KB after the upgrade: %s (log %.0f bytes, %.0f refused)", k,
+                     err, cl_metric(&g_c, 0, "kvd_raft_log_bytes"),
+                     cl_metric(&g_c, 0, "kvd_raft_log_refused_total"));
+    }
+    put_n(0, "/after/small", 50);
+    double after = cl_metric(&g_c, 0, "kvd_raft_log_bytes");
+    int segs = wal_segments(0, &max_seq, NULL, 0);
+    fprintf(stderr,
+            "  old log %.0f bytes over a 4 MiB budget: %d segments once serving, %d of %llu "
+            "written and %.0f log bytes after 40 more puts\n",
+            before, at_start, segs, (unsigned long long)max_seq, after);
+    cr_assert_lt(after, 4.0 * 1048576, "the log (%.0f bytes) is over its 4 MiB budget", after);
+    /* The import wrote the 20 MB into capped segments (seq 1, 2, ...); the compaction at the
+     * first ready released all but the newest. */
+    cr_assert_geq(max_seq, 8, "the import wrote %llu segments, not capped ones",
+                  (unsigned long long)max_seq);
+    cr_assert_leq(segs, 3, "%d segments left: the import's segments were not released", segs);
+
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
+    cr_assert_eq(kvt_member_restart(&g_c, 0, 30000), 0);
+    cr_assert_eq(cl_verify_acks(&g_c, &g_acks, 0), 0, "acknowledged puts lost after kill -9");
 }
