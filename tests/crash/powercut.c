@@ -14,8 +14,18 @@
  *
  * Interposed: write, pwrite, pwrite64, writev, pwritev, pwritev64, pwritev2, ftruncate,
  * ftruncate64, fsync, fdatasync, sync, syncfs, msync, sync_file_range, mmap, mmap64,
- * mprotect, munmap, fallocate, copy_file_range. Only calls that go through the dynamic symbol table
- * are seen (LMDB's are; glibc-internal ones such as stdio's are not).
+ * mprotect, munmap, fallocate, copy_file_range; for the directory operations: open, open64,
+ * openat, openat64, creat, creat64 (O_CREAT making a new file), mkstemp, mkostemp, mkdir,
+ * mkdirat, rename, renameat, renameat2, unlink, unlinkat, rmdir, link, linkat, and fsync /
+ * fdatasync of a directory; close (forgets the descriptor). Only calls that go through the
+ * dynamic symbol table are seen (LMDB's are; glibc-internal ones such as stdio's or
+ * posix_fallocate's are not).
+ *
+ * Directory operations count as tracked operations for POWERCUT_KILL_AT: an op under
+ * POWERCUT_DIR (or making/removing POWERCUT_DIR itself), and an fsync of a directory in it,
+ * of it or of its parent. Their record is written before the call (a FAIL record follows when
+ * the call fails); an unlinked or replaced regular file is first hard-linked into the
+ * graveyard <POWERCUT_JOURNAL>.graves/ (pcjournal.h).
  *
  * Exception to the house rule on globals: an interposer has no caller to hand it state, so
  * the shim keeps one static struct, guarded by one mutex held across each tracked operation
@@ -24,9 +34,11 @@
  */
 #include "pcjournal.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -45,6 +57,7 @@
 #define PC_MAX_FILES 64
 #define PC_MAX_FDS 4096
 #define PC_MAX_MAPS 64
+#define PC_MAX_GRAVES 1024
 
 #define PC_EXPORT __attribute__((visibility("default")))
 
@@ -53,6 +66,7 @@ typedef struct pc_file {
     ino_t ino;
     uint32_t id;
     int dirty;        /* a BASE record was written since the last sync */
+    int gone;         /* its last name was unlinked/replaced: the inode may be reused */
     uint8_t *saved;   /* bitmap: page has a pre-image since the last sync */
     size_t saved_cap; /* bytes in saved */
 } pc_file;
@@ -71,6 +85,22 @@ typedef struct pc_map {
     off_t off;
     pc_file *file;
 } pc_map;
+
+/* A graveyard link whose removal is not durable yet (dropped when it is). */
+typedef struct pc_grave {
+    int used;
+    dev_t dev;
+    ino_t parent[2]; /* 0: none */
+    int synced[2];
+    uint64_t n; /* <graves>/<n> */
+} pc_grave;
+
+/* A directory operation's record (pcjournal.h). */
+typedef struct pc_op {
+    uint32_t type;
+    uint64_t dev, parent[2], ino, aux;
+    const char *p[3];
+} pc_op;
 
 typedef struct pc_real {
     ssize_t (*write)(int, const void *, size_t);
@@ -94,6 +124,25 @@ typedef struct pc_real {
     int (*munmap)(void *, size_t);
     int (*fallocate)(int, int, off_t, off_t);
     ssize_t (*copy_file_range)(int, off_t *, int, off_t *, size_t, unsigned int);
+    int (*open)(const char *, int, ...);
+    int (*open64)(const char *, int, ...);
+    int (*openat)(int, const char *, int, ...);
+    int (*openat64)(int, const char *, int, ...);
+    int (*creat)(const char *, mode_t);
+    int (*creat64)(const char *, mode_t);
+    int (*mkstemp)(char *);
+    int (*mkostemp)(char *, int);
+    int (*mkdir)(const char *, mode_t);
+    int (*mkdirat)(int, const char *, mode_t);
+    int (*rename)(const char *, const char *);
+    int (*renameat)(int, const char *, int, const char *);
+    int (*renameat2)(int, const char *, int, const char *, unsigned int);
+    int (*unlink)(const char *);
+    int (*unlinkat)(int, const char *, int);
+    int (*rmdir)(const char *);
+    int (*link)(const char *, const char *);
+    int (*linkat)(int, const char *, int, const char *, int);
+    int (*close)(int);
 } pc_real;
 
 typedef struct pc_state {
@@ -107,6 +156,11 @@ typedef struct pc_state {
     size_t page;
     char dir[PATH_MAX];
     size_t dir_len;
+    char dir_parent[PATH_MAX];  /* its parent: an fsync of it makes POWERCUT_DIR's entry durable */
+    char graves[PATH_MAX - 64]; /* <POWERCUT_JOURNAL>.graves */
+    uint64_t graves_n;
+    pc_grave grave[PC_MAX_GRAVES];
+    char path[4][PATH_MAX]; /* scratch for directory operations (lock held) */
     char exclude[1024];
     pc_file files[PC_MAX_FILES];
     uint32_t n_files;
@@ -162,6 +216,25 @@ PC_RESOLVER(mprotect)
 PC_RESOLVER(munmap)
 PC_RESOLVER(fallocate)
 PC_RESOLVER(copy_file_range)
+PC_RESOLVER(open)
+PC_RESOLVER(open64)
+PC_RESOLVER(openat)
+PC_RESOLVER(openat64)
+PC_RESOLVER(creat)
+PC_RESOLVER(creat64)
+PC_RESOLVER(mkstemp)
+PC_RESOLVER(mkostemp)
+PC_RESOLVER(mkdir)
+PC_RESOLVER(mkdirat)
+PC_RESOLVER(rename)
+PC_RESOLVER(renameat)
+PC_RESOLVER(renameat2)
+PC_RESOLVER(unlink)
+PC_RESOLVER(unlinkat)
+PC_RESOLVER(rmdir)
+PC_RESOLVER(link)
+PC_RESOLVER(linkat)
+PC_RESOLVER(close)
 
 /* Writes all of buf to the journal with the real write; dies on failure (a journal with a
  * hole would make the replay lie). */
@@ -206,6 +279,71 @@ static void pc_record(uint32_t type, uint32_t file_id, const void *a, size_t ale
     pc_jwrite((const uint8_t *)b + ((size_t)n - 8 - alen), total - (size_t)n);
 }
 
+/* Resolves (dirfd, path) as a directory operation sees it: the parent with every symlink
+ * resolved (realpath), then the last component (not followed). Fills out (PATH_MAX) and the
+ * parent's stat. Returns 0, or -1 when the parent cannot be resolved (the call will fail, or
+ * the name is "." or ".."). */
+static int pc_resolve(int dirfd, const char *path, char *out, struct stat *pst)
+{
+    char tmp[PATH_MAX], dpath[PATH_MAX + 80], rdir[PATH_MAX];
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0 || n >= sizeof tmp)
+        return -1;
+    memcpy(tmp, path, n + 1);
+    while (n > 1 && tmp[n - 1] == '/')
+        tmp[--n] = '\0';
+    char *slash = strrchr(tmp, '/');
+    const char *base = slash ? slash + 1 : tmp, *dpart = ".";
+    if (slash == tmp)
+        dpart = "/";
+    else if (slash) {
+        *slash = '\0';
+        dpart = tmp;
+    }
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        return -1;
+    if (dpart[0] == '/' || dirfd == AT_FDCWD) {
+        snprintf(dpath, sizeof dpath, "%s", dpart);
+    } else {
+        char link[64], dl[PATH_MAX];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+        ssize_t k = readlink(link, dl, sizeof dl - 1);
+        if (k <= 0)
+            return -1;
+        dl[k] = '\0';
+        snprintf(dpath, sizeof dpath, "%s/%s", dl, dpart);
+    }
+    if (!realpath(dpath, rdir) || stat(rdir, pst) != 0)
+        return -1;
+    int m = snprintf(out, PATH_MAX, "%s/%s", strcmp(rdir, "/") ? rdir : "", base);
+    return m > 0 && m < PATH_MAX ? 0 : -1;
+}
+
+/* Whether abs is POWERCUT_DIR or a path under it. */
+static int pc_under(const char *abs)
+{
+    return g_pc.dir_len && strncmp(abs, g_pc.dir, g_pc.dir_len) == 0 &&
+           (abs[g_pc.dir_len] == '\0' || abs[g_pc.dir_len] == '/');
+}
+
+/* Empties (or makes) the graveyard; a previous run's links are stale. */
+static void pc_graves_init(const char *jpath)
+{
+    if (snprintf(g_pc.graves, sizeof g_pc.graves, "%s%s", jpath, KV_PC_GRAVES_SUFFIX) >=
+        (int)sizeof g_pc.graves)
+        pc_die("POWERCUT_JOURNAL too long");
+    DIR *d = opendir(g_pc.graves);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+                REAL(unlinkat)(dirfd(d), de->d_name, 0);
+        closedir(d);
+    } else if (REAL(mkdir)(g_pc.graves, 0700) != 0) {
+        pc_die("cannot make the graveyard <POWERCUT_JOURNAL>.graves");
+    }
+}
+
 /* Reads the environment once the shim's constructor ran: calls made earlier (a sanitizer
  * runtime's own initialisation, before the environment is reliable) pass through untracked;
  * none of them can concern POWERCUT_DIR, which only the program opens. */
@@ -218,13 +356,20 @@ static void pc_init_locked(void)
     const char *jpath = getenv("POWERCUT_JOURNAL");
     if (!dir || !*dir || !jpath || !*jpath)
         return;
-    if (!realpath(dir, g_pc.dir)) {
-        /* The directory may not exist yet: keep it as given. */
+    struct stat psb;
+    if (!realpath(dir, g_pc.dir) && pc_resolve(AT_FDCWD, dir, g_pc.dir, &psb) != 0) {
+        /* Neither the directory nor its parent exist yet: keep it as given. */
         snprintf(g_pc.dir, sizeof g_pc.dir, "%s", dir);
     }
     g_pc.dir_len = strlen(g_pc.dir);
     while (g_pc.dir_len > 1 && g_pc.dir[g_pc.dir_len - 1] == '/')
         g_pc.dir[--g_pc.dir_len] = '\0';
+    snprintf(g_pc.dir_parent, sizeof g_pc.dir_parent, "%s", g_pc.dir);
+    char *sl = strrchr(g_pc.dir_parent, '/');
+    if (sl == g_pc.dir_parent)
+        sl[1] = '\0';
+    else if (sl)
+        *sl = '\0';
     const char *ka = getenv("POWERCUT_KILL_AT");
     g_pc.kill_at = ka && *ka ? strtoull(ka, NULL, 10) : 0;
     const char *ex = getenv("POWERCUT_EXCLUDE");
@@ -234,9 +379,10 @@ static void pc_init_locked(void)
     g_pc.buf = malloc(g_pc.page);
     if (!g_pc.buf)
         pc_die("malloc");
-    g_pc.jfd = open(jpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    g_pc.jfd = REAL(open)(jpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (g_pc.jfd < 0)
         pc_die("cannot open POWERCUT_JOURNAL");
+    pc_graves_init(jpath);
     uint8_t hdr[8];
     memcpy(hdr, KV_PC_MAGIC, 4);
     uint32_t page32 = (uint32_t)g_pc.page;
@@ -248,7 +394,8 @@ static void pc_init_locked(void)
 static pc_file *pc_file_get(const struct stat *sb, const char *path)
 {
     for (uint32_t i = 0; i < g_pc.n_files; i++)
-        if (g_pc.files[i].dev == sb->st_dev && g_pc.files[i].ino == sb->st_ino)
+        if (!g_pc.files[i].gone && g_pc.files[i].dev == sb->st_dev &&
+            g_pc.files[i].ino == sb->st_ino)
             return &g_pc.files[i];
     if (g_pc.n_files == PC_MAX_FILES)
         pc_die("too many tracked files");
@@ -257,8 +404,13 @@ static pc_file *pc_file_get(const struct stat *sb, const char *path)
     f->dev = sb->st_dev;
     f->ino = sb->st_ino;
     f->id = g_pc.n_files++;
+    uint8_t head[20];
+    uint64_t dev = (uint64_t)sb->st_dev, ino = (uint64_t)sb->st_ino;
     uint32_t len = (uint32_t)strlen(path);
-    pc_record(KV_PC_REC_FILE, f->id, &len, 4, path, len);
+    memcpy(head, &dev, 8);
+    memcpy(head + 8, &ino, 8);
+    memcpy(head + 16, &len, 4);
+    pc_record(KV_PC_REC_FILE, f->id, head, sizeof head, path, len);
     return f;
 }
 
@@ -273,7 +425,7 @@ static pc_fd *pc_fd_get(int fd)
     if (fd >= PC_MAX_FDS)
         pc_die("descriptor beyond the shim's table");
     pc_fd *e = &g_pc.fds[fd];
-    if (e->state && e->dev == sb.st_dev && e->ino == sb.st_ino)
+    if (e->state && e->dev == sb.st_dev && e->ino == sb.st_ino && !(e->file && e->file->gone))
         return e->state == 1 ? e : NULL;
     /* New or reused descriptor: look at its path. */
     memset(e, 0, sizeof *e);
@@ -288,6 +440,9 @@ static pc_fd *pc_fd_get(int fd)
     path[n] = '\0';
     if ((size_t)n <= g_pc.dir_len || strncmp(path, g_pc.dir, g_pc.dir_len) != 0 ||
         path[g_pc.dir_len] != '/')
+        return NULL;
+    static const char deleted[] = " (deleted)"; /* written after its unlink: not modelled */
+    if ((size_t)n > sizeof deleted && !strcmp(path + n - (sizeof deleted - 1), deleted))
         return NULL;
     const char *base = strrchr(path, '/') + 1;
     char key[PATH_MAX + 2];
@@ -648,17 +803,62 @@ PC_EXPORT ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off
 
 /* ---- syncs ---- */
 
+/* Whether fd is a directory whose fsync the model cares about: POWERCUT_DIR, one under it, or
+ * its parent. Fills sb and path (PATH_MAX). Lock held. */
+static int pc_dir_fd(int fd, struct stat *sb, char *path)
+{
+    if (!g_pc.active || fd < 0 || fstat(fd, sb) != 0 || !S_ISDIR(sb->st_mode))
+        return 0;
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, PATH_MAX - 1);
+    if (n <= 0)
+        return 0;
+    path[n] = '\0';
+    return pc_under(path) || !strcmp(path, g_pc.dir_parent);
+}
+
+/* A completed sync of directory (dev, ino) (ino 0: of every directory on dev; dev 0 too: of
+ * all): journals it and drops the graveyard links whose removal it made durable. */
+static void pc_dirsync(uint64_t dev, uint64_t ino, const char *path)
+{
+    uint8_t head[20];
+    uint32_t len = (uint32_t)strlen(path);
+    memcpy(head, &dev, 8);
+    memcpy(head + 8, &ino, 8);
+    memcpy(head + 16, &len, 4);
+    pc_record(KV_PC_REC_DIRSYNC, UINT32_MAX, head, sizeof head, path, len);
+    for (int i = 0; i < PC_MAX_GRAVES; i++) {
+        pc_grave *g = &g_pc.grave[i];
+        if (!g->used || (dev && (uint64_t)g->dev != dev))
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (!ino || (uint64_t)g->parent[k] == ino)
+                g->synced[k] = 1;
+        if ((g->synced[0] || !g->parent[0]) && (g->synced[1] || !g->parent[1])) {
+            char gp[PATH_MAX + 32];
+            snprintf(gp, sizeof gp, "%s/%" PRIu64, g_pc.graves, g->n);
+            REAL(unlink)(gp);
+            g->used = 0;
+        }
+    }
+}
+
 static int pc_sync_common(__typeof__(g_pc.real.fsync) real, int fd)
 {
     pthread_mutex_lock(&g_pc.mu);
     pc_init_locked();
     pc_fd *e = pc_fd_get(fd);
-    if (e)
+    struct stat dsb;
+    int dir = !e && pc_dir_fd(fd, &dsb, g_pc.path[3]);
+    if (e || dir)
         pc_tick();
     int rc = real(fd);
     int saved = errno;
     if (e && rc == 0)
         pc_synced(e->file);
+    if (dir && rc == 0)
+        pc_dirsync((uint64_t)dsb.st_dev, (uint64_t)dsb.st_ino, g_pc.path[3]);
     pthread_mutex_unlock(&g_pc.mu);
     errno = saved;
     return rc;
@@ -680,9 +880,11 @@ PC_EXPORT void sync(void)
     pthread_mutex_lock(&g_pc.mu);
     pc_init_locked();
     real();
-    if (g_pc.active)
+    if (g_pc.active) {
         for (uint32_t i = 0; i < g_pc.n_files; i++)
             pc_synced(&g_pc.files[i]);
+        pc_dirsync(0, 0, "");
+    }
     pthread_mutex_unlock(&g_pc.mu);
 }
 
@@ -695,10 +897,12 @@ PC_EXPORT int syncfs(int fd)
     int have = fstat(fd, &sb) == 0;
     int rc = real(fd);
     int saved = errno;
-    if (rc == 0 && have && g_pc.active)
+    if (rc == 0 && have && g_pc.active) {
         for (uint32_t i = 0; i < g_pc.n_files; i++)
             if (g_pc.files[i].dev == sb.st_dev)
                 pc_synced(&g_pc.files[i]);
+        pc_dirsync((uint64_t)sb.st_dev, 0, "");
+    }
     pthread_mutex_unlock(&g_pc.mu);
     errno = saved;
     return rc;
@@ -799,4 +1003,410 @@ PC_EXPORT int msync(void *addr, size_t len, int flags)
     pthread_mutex_unlock(&g_pc.mu);
     errno = saved;
     return rc;
+}
+
+/* ---- directory operations ---- */
+
+static void pc_op_record(const pc_op *op)
+{
+    uint8_t head[52];
+    uint32_t len[3];
+    memcpy(head, &op->dev, 8);
+    memcpy(head + 8, op->parent, 16);
+    memcpy(head + 24, &op->ino, 8);
+    memcpy(head + 32, &op->aux, 8);
+    size_t total = 0;
+    for (int k = 0; k < 3; k++) {
+        len[k] = op->p[k] ? (uint32_t)strlen(op->p[k]) : 0;
+        total += len[k];
+    }
+    memcpy(head + 40, len, 12);
+    char *buf = malloc(total ? total : 1);
+    if (!buf)
+        pc_die("malloc");
+    for (int k = 0, at = 0; k < 3; at += (int)len[k], k++)
+        memcpy(buf + at, op->p[k] ? op->p[k] : "", len[k]);
+    pc_record(op->type, UINT32_MAX, head, sizeof head, buf, total);
+    free(buf);
+}
+
+static void pc_fail_record(void)
+{
+    pc_record(KV_PC_REC_FAIL, UINT32_MAX, NULL, 0, NULL, 0);
+}
+
+/* Hard-links the regular file abs into the graveyard (path into gpath, PATH_MAX) before its
+ * name goes; the link is dropped once the parent(s) are synced. Returns the slot (or -1 when
+ * the table is full: the link then stays until the replay). */
+static int pc_grave_keep(const char *abs, char *gpath, dev_t dev, ino_t p0, ino_t p1)
+{
+    uint64_t n = ++g_pc.graves_n;
+    snprintf(gpath, PATH_MAX, "%s/%" PRIu64, g_pc.graves, n);
+    if (REAL(link)(abs, gpath) != 0)
+        pc_die("cannot link a removed file into the graveyard (POWERCUT_JOURNAL on another "
+               "file system than POWERCUT_DIR?)");
+    for (int i = 0; i < PC_MAX_GRAVES; i++) {
+        pc_grave *g = &g_pc.grave[i];
+        if (!g->used) {
+            *g = (pc_grave){.used = 1, .dev = dev, .parent = {p0, p1}, .n = n};
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The call the graveyard link was made for failed: nothing was removed. */
+static void pc_grave_drop(int slot, const char *gpath)
+{
+    REAL(unlink)(gpath);
+    if (slot >= 0)
+        g_pc.grave[slot].used = 0;
+}
+
+/* The last name of inode (dev, ino) went: a new file may get the inode, it is a new file. */
+static void pc_file_gone(dev_t dev, ino_t ino)
+{
+    for (uint32_t i = 0; i < g_pc.n_files; i++)
+        if (g_pc.files[i].dev == dev && g_pc.files[i].ino == ino)
+            g_pc.files[i].gone = 1;
+}
+
+/* Before a call that may create path (at dirfd): locks, and when it creates a new entry
+ * under POWERCUT_DIR, counts the operation and journals type. Returns 1 when journaled
+ * (the caller writes FAIL if the call fails), 0 otherwise; the lock is held either way. */
+static int pc_create_begin(uint32_t type, int dirfd, const char *path)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    pc_init_locked();
+    struct stat pst, sb;
+    char *abs = g_pc.path[0];
+    if (!g_pc.active || pc_resolve(dirfd, path, abs, &pst) != 0 || !pc_under(abs) ||
+        lstat(abs, &sb) == 0 || errno != ENOENT)
+        return 0;
+    pc_tick();
+    pc_op op = {.type = type,
+                .dev = (uint64_t)pst.st_dev,
+                .parent = {(uint64_t)pst.st_ino, 0},
+                .p = {abs, NULL, NULL}};
+    pc_op_record(&op);
+    return 1;
+}
+
+static int pc_create_end(int tracked, int rc)
+{
+    int saved = errno;
+    if (tracked && rc < 0)
+        pc_fail_record();
+    pthread_mutex_unlock(&g_pc.mu);
+    errno = saved;
+    return rc;
+}
+
+enum { PC_OPEN, PC_OPEN64, PC_OPENAT, PC_OPENAT64, PC_CREAT, PC_CREAT64 };
+
+static int pc_open_common(int which, int dirfd, const char *path, int flags, mode_t mode)
+{
+    int tracked = 0, locked = 0;
+    if (flags & O_CREAT) {
+        tracked = pc_create_begin(KV_PC_REC_CREATE, dirfd, path);
+        locked = 1;
+    }
+    int fd;
+    switch (which) {
+    case PC_OPEN:
+        fd = REAL(open)(path, flags, mode);
+        break;
+    case PC_OPEN64:
+        fd = REAL(open64)(path, flags, mode);
+        break;
+    case PC_OPENAT:
+        fd = REAL(openat)(dirfd, path, flags, mode);
+        break;
+    case PC_OPENAT64:
+        fd = REAL(openat64)(dirfd, path, flags, mode);
+        break;
+    case PC_CREAT:
+        fd = REAL(creat)(path, mode);
+        break;
+    default:
+        fd = REAL(creat64)(path, mode);
+        break;
+    }
+    return locked ? pc_create_end(tracked, fd) : fd;
+}
+
+#define PC_MODE_ARG(flags, mode)                                                                   \
+    do {                                                                                           \
+        if ((flags) & (O_CREAT | O_TMPFILE)) {                                                     \
+            va_list ap;                                                                            \
+            va_start(ap, flags);                                                                   \
+            mode = (mode_t)va_arg(ap, int);                                                        \
+            va_end(ap);                                                                            \
+        }                                                                                          \
+    } while (0)
+
+PC_EXPORT int open(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PC_MODE_ARG(flags, mode);
+    return pc_open_common(PC_OPEN, AT_FDCWD, path, flags, mode);
+}
+
+PC_EXPORT int open64(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PC_MODE_ARG(flags, mode);
+    return pc_open_common(PC_OPEN64, AT_FDCWD, path, flags, mode);
+}
+
+PC_EXPORT int openat(int dirfd, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PC_MODE_ARG(flags, mode);
+    return pc_open_common(PC_OPENAT, dirfd, path, flags, mode);
+}
+
+PC_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PC_MODE_ARG(flags, mode);
+    return pc_open_common(PC_OPENAT64, dirfd, path, flags, mode);
+}
+
+PC_EXPORT int creat(const char *path, mode_t mode)
+{
+    return pc_open_common(PC_CREAT, AT_FDCWD, path, O_CREAT, mode);
+}
+
+PC_EXPORT int creat64(const char *path, mode_t mode)
+{
+    return pc_open_common(PC_CREAT64, AT_FDCWD, path, O_CREAT, mode);
+}
+
+/* mkstemp picks the name inside the call (glibc opens it internally): the record follows the
+ * call, so a kill exactly between the two leaves that one temporary file in place. */
+static int pc_mkstemp_common(char *tmpl, int flags, int which)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    pc_init_locked();
+    struct stat pst;
+    char *abs = g_pc.path[0];
+    int tracked =
+        g_pc.active && tmpl && pc_resolve(AT_FDCWD, tmpl, abs, &pst) == 0 && pc_under(abs);
+    if (tracked)
+        pc_tick();
+    int fd = which ? REAL(mkostemp)(tmpl, flags) : REAL(mkstemp)(tmpl);
+    int saved = errno;
+    if (tracked && fd >= 0 && pc_resolve(AT_FDCWD, tmpl, abs, &pst) == 0) {
+        pc_op op = {.type = KV_PC_REC_CREATE,
+                    .dev = (uint64_t)pst.st_dev,
+                    .parent = {(uint64_t)pst.st_ino, 0},
+                    .p = {abs, NULL, NULL}};
+        pc_op_record(&op);
+    }
+    pthread_mutex_unlock(&g_pc.mu);
+    errno = saved;
+    return fd;
+}
+
+PC_EXPORT int mkstemp(char *tmpl)
+{
+    return pc_mkstemp_common(tmpl, 0, 0);
+}
+
+PC_EXPORT int mkostemp(char *tmpl, int flags)
+{
+    return pc_mkstemp_common(tmpl, flags, 1);
+}
+
+PC_EXPORT int mkdir(const char *path, mode_t mode)
+{
+    int tracked = pc_create_begin(KV_PC_REC_MKDIR, AT_FDCWD, path);
+    return pc_create_end(tracked, REAL(mkdir)(path, mode));
+}
+
+PC_EXPORT int mkdirat(int dirfd, const char *path, mode_t mode)
+{
+    int tracked = pc_create_begin(KV_PC_REC_MKDIR, dirfd, path);
+    return pc_create_end(tracked, REAL(mkdirat)(dirfd, path, mode));
+}
+
+enum { PC_RENAME, PC_RENAMEAT, PC_RENAMEAT2 };
+
+static int pc_rename_common(int which, int ofd, const char *old, int nfd, const char *new,
+                            unsigned int flags)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    pc_init_locked();
+    struct stat p0, p1, sb, tsb;
+    char *a0 = g_pc.path[0], *a1 = g_pc.path[1], *gp = g_pc.path[2];
+    int tracked = g_pc.active && pc_resolve(ofd, old, a0, &p0) == 0 &&
+                  pc_resolve(nfd, new, a1, &p1) == 0 && (pc_under(a0) || pc_under(a1)) &&
+                  lstat(a0, &sb) == 0;
+    int slot = -1, replaced = 0;
+    pc_op op = {.type = KV_PC_REC_RENAME};
+    if (tracked) {
+        pc_tick();
+        if (flags & RENAME_EXCHANGE)
+            pc_escape(NULL, "renameat2(RENAME_EXCHANGE) %s", a0);
+        gp[0] = '\0';
+        if (lstat(a1, &tsb) == 0 && !(tsb.st_dev == sb.st_dev && tsb.st_ino == sb.st_ino)) {
+            if (S_ISREG(tsb.st_mode)) {
+                slot = pc_grave_keep(a1, gp, p1.st_dev, p0.st_ino,
+                                     p1.st_ino != p0.st_ino ? p1.st_ino : 0);
+                op.aux = (uint64_t)tsb.st_ino;
+                replaced = tsb.st_nlink == 1;
+            } else {
+                pc_escape(NULL, "rename over a non-regular file %s", a1);
+            }
+        }
+        op.dev = (uint64_t)p0.st_dev;
+        op.parent[0] = (uint64_t)p0.st_ino;
+        op.parent[1] = p1.st_ino != p0.st_ino ? (uint64_t)p1.st_ino : 0;
+        op.ino = (uint64_t)sb.st_ino;
+        op.p[0] = a0;
+        op.p[1] = a1;
+        op.p[2] = gp;
+        pc_op_record(&op);
+    }
+    int rc = which == PC_RENAME     ? REAL(rename)(old, new)
+             : which == PC_RENAMEAT ? REAL(renameat)(ofd, old, nfd, new)
+                                    : REAL(renameat2)(ofd, old, nfd, new, flags);
+    int saved = errno;
+    if (tracked && rc != 0) {
+        pc_fail_record();
+        if (gp[0])
+            pc_grave_drop(slot, gp);
+    } else if (tracked && replaced) {
+        pc_file_gone(tsb.st_dev, tsb.st_ino);
+    }
+    pthread_mutex_unlock(&g_pc.mu);
+    errno = saved;
+    return rc;
+}
+
+PC_EXPORT int rename(const char *old, const char *new)
+{
+    return pc_rename_common(PC_RENAME, AT_FDCWD, old, AT_FDCWD, new, 0);
+}
+
+PC_EXPORT int renameat(int ofd, const char *old, int nfd, const char *new)
+{
+    return pc_rename_common(PC_RENAMEAT, ofd, old, nfd, new, 0);
+}
+
+PC_EXPORT int renameat2(int ofd, const char *old, int nfd, const char *new, unsigned int flags)
+{
+    return pc_rename_common(PC_RENAMEAT2, ofd, old, nfd, new, flags);
+}
+
+enum { PC_UNLINK, PC_UNLINKAT, PC_RMDIR };
+
+static int pc_unlink_common(int which, int dirfd, const char *path, int flags)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    pc_init_locked();
+    struct stat pst, sb;
+    char *abs = g_pc.path[0], *gp = g_pc.path[2];
+    int tracked = g_pc.active && pc_resolve(dirfd, path, abs, &pst) == 0 && pc_under(abs) &&
+                  lstat(abs, &sb) == 0;
+    int slot = -1, dir = which == PC_RMDIR || (flags & AT_REMOVEDIR);
+    gp[0] = '\0';
+    if (tracked) {
+        pc_tick();
+        pc_op op = {.dev = (uint64_t)pst.st_dev,
+                    .parent = {(uint64_t)pst.st_ino, 0},
+                    .ino = (uint64_t)sb.st_ino,
+                    .p = {abs, NULL, gp}};
+        if (dir) {
+            op.type = KV_PC_REC_RMDIR;
+            op.aux = (uint64_t)(sb.st_mode & 07777);
+        } else {
+            op.type = KV_PC_REC_UNLINK;
+            if (S_ISREG(sb.st_mode))
+                slot = pc_grave_keep(abs, gp, pst.st_dev, pst.st_ino, 0);
+            else
+                pc_escape(NULL, "unlink of a non-regular file %s", abs);
+        }
+        pc_op_record(&op);
+    }
+    int rc = which == PC_UNLINK     ? REAL(unlink)(path)
+             : which == PC_UNLINKAT ? REAL(unlinkat)(dirfd, path, flags)
+                                    : REAL(rmdir)(path);
+    int saved = errno;
+    if (tracked && rc != 0) {
+        pc_fail_record();
+        if (gp[0])
+            pc_grave_drop(slot, gp);
+    } else if (tracked && !dir && sb.st_nlink == 1) {
+        pc_file_gone(sb.st_dev, sb.st_ino);
+    }
+    pthread_mutex_unlock(&g_pc.mu);
+    errno = saved;
+    return rc;
+}
+
+PC_EXPORT int unlink(const char *path)
+{
+    return pc_unlink_common(PC_UNLINK, AT_FDCWD, path, 0);
+}
+
+PC_EXPORT int unlinkat(int dirfd, const char *path, int flags)
+{
+    return pc_unlink_common(PC_UNLINKAT, dirfd, path, flags);
+}
+
+PC_EXPORT int rmdir(const char *path)
+{
+    return pc_unlink_common(PC_RMDIR, AT_FDCWD, path, 0);
+}
+
+static int pc_link_common(int which, int ofd, const char *old, int nfd, const char *new, int flags)
+{
+    pthread_mutex_lock(&g_pc.mu);
+    pc_init_locked();
+    struct stat p0, p1, sb;
+    char *a0 = g_pc.path[0], *a1 = g_pc.path[1];
+    int tracked = g_pc.active && pc_resolve(nfd, new, a1, &p1) == 0 && pc_under(a1) &&
+                  pc_resolve(ofd, old, a0, &p0) == 0 &&
+                  ((flags & AT_SYMLINK_FOLLOW) ? stat(a0, &sb) : lstat(a0, &sb)) == 0;
+    if (tracked) {
+        pc_tick();
+        pc_op op = {.type = KV_PC_REC_LINK,
+                    .dev = (uint64_t)p1.st_dev,
+                    .parent = {(uint64_t)p1.st_ino, 0},
+                    .ino = (uint64_t)sb.st_ino,
+                    .p = {a0, a1, NULL}};
+        pc_op_record(&op);
+    }
+    int rc = which ? REAL(linkat)(ofd, old, nfd, new, flags) : REAL(link)(old, new);
+    int saved = errno;
+    if (tracked && rc != 0)
+        pc_fail_record();
+    pthread_mutex_unlock(&g_pc.mu);
+    errno = saved;
+    return rc;
+}
+
+PC_EXPORT int link(const char *old, const char *new)
+{
+    return pc_link_common(0, AT_FDCWD, old, AT_FDCWD, new, 0);
+}
+
+PC_EXPORT int linkat(int ofd, const char *old, int nfd, const char *new, int flags)
+{
+    return pc_link_common(1, ofd, old, nfd, new, flags);
+}
+
+/* A closed descriptor's number may come back for another file, even for a new file with the
+ * inode of a removed one: forget what it was. */
+PC_EXPORT int close(int fd)
+{
+    __typeof__(g_pc.real.close) real = REAL(close);
+    if (fd >= 0 && fd < PC_MAX_FDS && __atomic_load_n(&g_pc.fds[fd].state, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&g_pc.mu);
+        memset(&g_pc.fds[fd], 0, sizeof g_pc.fds[fd]);
+        pthread_mutex_unlock(&g_pc.mu);
+    }
+    return real(fd);
 }

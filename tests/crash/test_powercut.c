@@ -446,7 +446,7 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     int64_t prev_rev = 0;
     uint32_t prev_hash = 0;
     size_t keys = 0, acked = 0;
-    uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0;
+    uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0, dirops = 0, dirops_undone = 0;
     int self_cuts = 0;
     char fatal[1024] = "";
     int failed = 0;
@@ -467,9 +467,11 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
         else
             snprintf(cut, sizeof cut, "timer");
         cr_log_info("round %d (%s, cut: %s): %zu acked / %zu sent, %zu found, rev %" PRId64
-                    ", %" PRIu64 " unsynced pages, %" PRIu64 " restored%s%s",
+                    ", %" PRIu64 " unsynced pages, %" PRIu64
+                    " restored, dir ops %u (%u durable, %u undone, %u moot)%s%s",
                     i, pc_mode_name(mode), cut, r.acked, r.sent, r.found, r.rev,
-                    r.pc.unsynced_pages, r.pc.restored_pages, r.problem[0] ? ": " : "", r.problem);
+                    r.pc.unsynced_pages, r.pc.restored_pages, r.pc.dirops, r.pc.dirops_durable,
+                    r.pc.dirops_undone, r.pc.dirops_moot, r.problem[0] ? ": " : "", r.problem);
         self_cuts += kill_at && r.self_cut;
         cr_assert_eq(rc, 0, "round %d: %s (seed %" PRIu64 ")", i, fatal, seed);
         if (r.problem[0]) {
@@ -485,6 +487,8 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
         restored += r.pc.restored_pages;
         syncs += r.pc.syncs;
         durs += r.pc.durs;
+        dirops += r.pc.dirops;
+        dirops_undone += r.pc.dirops_undone;
         prev_rev = r.rev;
         prev_hash = r.hash;
     }
@@ -514,8 +518,9 @@ Test(powercut, acknowledged_puts_survive_power_loss, .timeout = 590)
     cr_assert(unsynced > 0 && restored > 0,
               "no unsynced page was ever rolled back: the cuts tested nothing");
     cr_log_info("powercut: %d rounds passed (%d cut at a file operation): %zu acknowledged puts "
-                "checked, %" PRIu64 " unsynced pages seen, %" PRIu64 " rolled back",
-                rounds, self_cuts, acked, unsynced, restored);
+                "checked, %" PRIu64 " unsynced pages seen, %" PRIu64 " rolled back, %" PRIu64
+                " directory operations (%" PRIu64 " undone)",
+                rounds, self_cuts, acked, unsynced, restored, dirops, dirops_undone);
     pc_member_free();
 }
 
@@ -565,9 +570,10 @@ Test(powercut, unsafe_no_fsync_loses_acknowledged_puts, .timeout = 590)
         cr_assert_eq(rc, 0, "round %d: %s", i, fatal);
         ran[mode]++;
         cr_log_info("round %d (%s): %zu acked, %zu found, %" PRIu64 " unsynced pages, %" PRIu64
-                    " restored: %s",
+                    " restored, dir ops %u (%u undone): %s",
                     i, pc_mode_name(mode), r.acked, r.found, r.pc.unsynced_pages,
-                    r.pc.restored_pages, r.problem[0] ? r.problem : "NOT detected");
+                    r.pc.restored_pages, r.pc.dirops, r.pc.dirops_undone,
+                    r.problem[0] ? r.problem : "NOT detected");
         if (r.problem[0] && r.acked > 0)
             detected[mode] = 1;
         pc_member_free();

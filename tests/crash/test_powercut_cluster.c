@@ -508,7 +508,7 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
     cr_assert_eq(rc, 0, "cluster start: %d", rc);
     uint64_t t_start = kvt_now_ms();
     size_t keys = 0, acked = 0;
-    uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0;
+    uint64_t unsynced = 0, restored = 0, syncs = 0, durs = 0, dirops = 0, dirops_undone = 0;
     int leader_cuts = 0;
     char fatal[1024] = "";
     for (int i = 0; i < rounds; i++) {
@@ -533,11 +533,12 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         snprintf(line, sizeof line,
                  "round %d (%s %s, %s, cut: %s): %zu acked / %zu sent, %zu found, rev %" PRId64
                  ", %zu acked after the cut, %" PRIu64 " unsynced pages, %" PRIu64
-                 " rolled back; prepare %" PRIu64 " ms, restart %" PRIu64 " ms, catch-up %" PRIu64
-                 " ms; round %" PRIu64 " ms%s%s",
+                 " rolled back, dir ops %u (%u durable, %u undone, %u moot); prepare %" PRIu64
+                 " ms, restart %" PRIu64 " ms, catch-up %" PRIu64 " ms; round %" PRIu64 " ms%s%s",
                  i, g_c.m[t].name, r.was_leader ? "leader" : "follower",
                  mode == KV_PC_ROLLBACK_ALL ? "rollback-all" : "subset", cut, r.acked, r.sent,
-                 r.found, r.rev, r.acked_after, r.pc.unsynced_pages, r.pc.restored_pages, r.prep_ms,
+                 r.found, r.rev, r.acked_after, r.pc.unsynced_pages, r.pc.restored_pages,
+                 r.pc.dirops, r.pc.dirops_durable, r.pc.dirops_undone, r.pc.dirops_moot, r.prep_ms,
                  r.start_ms, r.catchup_ms, kvt_now_ms() - r0, r.problem[0] ? ": " : "", r.problem);
         fprintf(stderr, "%s\n", line);
         cr_log_info("%s", line);
@@ -554,6 +555,8 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
         restored += r.pc.restored_pages;
         syncs += r.pc.syncs;
         durs += r.pc.durs;
+        dirops += r.pc.dirops;
+        dirops_undone += r.pc.dirops_undone;
         leader_cuts += r.was_leader;
     }
     cr_assert(acked > 0, "no put was acknowledged in %d rounds: the load never ran", rounds);
@@ -565,6 +568,8 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
     fprintf(stderr,
             "powercut_cluster: %d rounds passed in %" PRIu64 " ms (%d cut the leader): %zu "
             "acknowledged puts checked, %" PRIu64 " unsynced pages seen, %" PRIu64
-            " rolled back, %" PRIu64 " syncs, %" PRIu64 " durable writes\n",
-            rounds, kvt_now_ms() - t_start, leader_cuts, acked, unsynced, restored, syncs, durs);
+            " rolled back, %" PRIu64 " syncs, %" PRIu64 " durable writes, %" PRIu64
+            " directory operations (%" PRIu64 " undone)\n",
+            rounds, kvt_now_ms() - t_start, leader_cuts, acked, unsynced, restored, syncs, durs,
+            dirops, dirops_undone);
 }
