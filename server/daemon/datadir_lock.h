@@ -24,4 +24,13 @@ int kv_datadir_lock(const char *dir, int *fd, char *err, size_t errlen);
 /* Releases the lock (closes fd); fd < 0 is a no-op. The file is left in place. */
 void kv_datadir_unlock(int fd);
 
+/* Makes the data dir's directory entries durable (fsync of the directories, POSIX's rule: a
+ * new, renamed or removed name survives a power loss only once its parent directory is
+ * synced): which = KV_DATADIR_SYNC_PARENT syncs the directory holding dir's own entry (a
+ * data dir kvd just made), KV_DATADIR_SYNC_SELF syncs dir (the files LMDB and kvd created in
+ * it: data.mdb, kvd.lock). 0 or a negative errno with a message in err. Threads: any. */
+#define KV_DATADIR_SYNC_PARENT 1
+#define KV_DATADIR_SYNC_SELF 2
+int kv_datadir_sync(const char *dir, int which, char *err, size_t errlen);
+
 #endif

@@ -434,6 +434,14 @@ int main(int argc, char **argv)
                 strerror(errno));
         return 1;
     }
+    /* The data dir's own entry must survive a power cut before anything in it is
+     * acknowledged: a new dir whose parent was never synced can vanish whole. Every start, not
+     * only when mkdir made it: a first start that died before this sync left it unsynced. */
+    rc = kv_datadir_sync(m.cfg.data_dir, KV_DATADIR_SYNC_PARENT, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: fatal: %s\n", err);
+        return 1;
+    }
     /* One process per data dir: two corrupt it. */
     rc = kv_datadir_lock(m.cfg.data_dir, &m.lock_fd, err, sizeof(err));
     if (rc < 0) {
