@@ -500,6 +500,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
         return 1;
     }
+    /* LMDB never syncs a directory: data.mdb made by this (first) start, and kvd.lock, are
+     * durable names only once the data dir is synced, before the node acknowledges anything
+     * (with the raft log in data.mdb no later sync of the dir would come). */
+    rc = kv_datadir_sync(m.cfg.data_dir, KV_DATADIR_SYNC_SELF, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvd: fatal: %s\n", err);
+        kv_store_close(s->store);
+        return 1;
+    }
     rc = kv_store_verify_records(s->store, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc == 0)
         rc = check_identity(&m, 0, err, sizeof(err));
