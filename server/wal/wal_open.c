@@ -186,12 +186,19 @@ static int open_dir(kv_wal *w, const char *dir, char *err, size_t errlen)
         else
             strcpy(parent, ".");
         int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        free(parent);
+        int rc = pfd < 0 ? -errno : 0;
         if (pfd >= 0) {
             w->fsyncs++;
-            fsync(pfd);
+            if (fsync(pfd) != 0)
+                rc = -errno;
             close(pfd);
         }
+        if (rc < 0) {
+            say(err, errlen, "wal: syncing %s after creating %s: %s", parent, dir, strerror(-rc));
+            free(parent);
+            return rc;
+        }
+        free(parent);
     } else if (errno != EEXIST) {
         int rc = -errno;
         say(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
