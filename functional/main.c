@@ -263,7 +263,7 @@ int main(int argc, char **argv)
     r = kv_fn_cluster_start(&c, 30000);
     if (r == -ENOTSUP && t == KV_FN_TARGET_KVD && members > 1 &&
         strstr(c.start_error, "multi-member")) {
-        all_skip = "multi-member kvd not available yet (issue 9)";
+        all_skip = "multi-member kvd not available";
         printf("kvd refused to start: %s\n", c.start_error);
     } else if (r) {
         printf("kvfunctional: cluster did not start: %s %s\n", strerror(-r), c.start_error);

@@ -1,5 +1,5 @@
-# Installation and the Debian package (issue 14 section 6; README "Operations: running as a
-# service"). `cmake --install build [--prefix P]` installs:
+# Installation and the Debian package (README "Operations: running as a service").
+# `cmake --install build [--prefix P]` installs:
 #   P/bin/kvd, P/bin/kvctl
 #   P/lib*/libkvclient.so*, P/include/kvclient.h, P/lib*/pkgconfig/kvclient.pc (client/)
 #   P/lib/systemd/system/kvd.service (Type=notify), and the environment file it reads,

@@ -399,7 +399,7 @@ int main(int argc, char **argv)
     }
 
     /* The targets of bench/README.md (defined for 64 clients and 100,000 x 256 B). */
-    printf("\ntargets (issue 2 section 8):\n");
+    printf("\ntargets (bench/README.md, kvbench):\n");
     int ci64 = -1;
     for (int ci = 0; ci < o.n_clients; ci++)
         if (o.clients[ci] == 64)

@@ -1310,10 +1310,10 @@ static void usage(const char *argv0)
             "10 ms on the leader, again during the keepalive window), both servers (etcd only\n"
             "if /usr/bin/etcd or KV_ETCD_BIN exists).\n"
             "With --members 3 every connection k goes to member (leader + k) %% 3.\n"
-            "Full run of issue 4: --leases 20000 --duration 60\n"
-            "Issue 10 section 5: --members 3 --leases 20000 --duration 60 (and --leases 100000)\n"
+            "Full run (bench/lease/README.md): --leases 20000 --duration 60\n"
+            "Agents on a cluster: --members 3 --leases 20000 --duration 60 (and --leases 100000)\n"
             "--peer-tls (with --members 3|5): https:// peer URLs with certificates made for the\n"
-            "run (tests/tls/gen_certs.sh), peer TLS handshakes reported (issue 13)\n",
+            "run (tests/tls/gen_certs.sh), peer TLS handshakes reported\n",
             argv0);
 }
 

@@ -152,8 +152,8 @@ static kvc_watch *watch(kvc_client *c, const char *key, const kvc_watch_opts *o,
     int rc = kvc_watch_create(c, key, strlen(key), o, 10000, on_watch, r, &w, created, &e);
     cr_assert_eq(rc, 0, "kvc_watch_create(%s) on %s failed: %d %s%s", key, srv.kind, rc, e.message,
                  rc == -KVC_UNIMPLEMENTED
-                     ? " -- the server answered UNIMPLEMENTED for Watch: expected for kvd until "
-                       "the server side of issue 11 is merged"
+                     ? " -- the server answered UNIMPLEMENTED for Watch: a server without the "
+                       "watch service"
                      : "");
     return w;
 }

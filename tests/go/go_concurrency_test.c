@@ -60,8 +60,8 @@ Test(go_concurrency, mutex_election_stm, .timeout = 600)
     cr_expect(ok, "Go clientv3/concurrency against %s failed (exit %d%s):\n%s%s",
               kv_it_kind_name(kind), rr.exit_code, rr.timed_out ? ", timed out" : "", rr.out,
               strstr(rr.err, "Unimplemented")
-                  ? "(the server answered Unimplemented: expected for kvd until the server side "
-                    "of issue 11 is merged)\n"
+                  ? "(the server answered Unimplemented: a server without the election and lock "
+                    "services)\n"
                   : "");
     kv_it_cmd_result_free(&rr);
     kv_it_server_destroy(&srv);
