@@ -438,7 +438,14 @@ int main(int argc, char **argv)
      * acknowledged: a new dir whose parent was never synced can vanish whole. Every start, not
      * only when mkdir made it: a first start that died before this sync left it unsynced. */
     rc = kv_datadir_sync(m.cfg.data_dir, KV_DATADIR_SYNC_PARENT, err, sizeof(err));
-    if (rc < 0) {
+    if (rc == -EACCES || rc == -EPERM) {
+        /* a parent this user may not open (a dir made for it by an operator): its entry was
+         * made and synced by someone else; say so rather than refuse to start */
+        fprintf(stderr,
+                "kvd: warning: %s; the data dir's own entry is as durable as whoever "
+                "made it left it\n",
+                err);
+    } else if (rc < 0) {
         fprintf(stderr, "kvd: fatal: %s\n", err);
         return 1;
     }
