@@ -9,7 +9,7 @@
  * kill -9 first), each timed from the fork to the first answer of a linearizable Range and
  * followed by a check that a known key still has its value at the same revision. Any failed
  * call aborts the run with its error; servers are stopped and their dirs removed on every
- * path (KV_BENCH_KEEP=1 keeps the dirs).
+ * path (KV_TEST_KEEP_DIRS=1 keeps the dirs).
  */
 #include "bsrv.h"
 

@@ -92,7 +92,7 @@ static pid_t spawn(const char *const *argv, const char *log_path)
         dup2(fd, 2);
         close(fd);
     }
-    /* the command line in the log: a kept dir (KV_BENCH_KEEP) can be started again by hand */
+    /* the command line in the log: a kept dir (KV_TEST_KEEP_DIRS) can be started again by hand */
     fputs("=== exec:", stderr);
     for (int i = 0; argv[i]; i++)
         fprintf(stderr, " %s", argv[i]);
@@ -277,7 +277,7 @@ void bsrv_stop(bsrv_server *s)
         }
         s->pid = 0;
     }
-    if (s->dir[0] && !getenv("KV_BENCH_KEEP"))
+    if (s->dir[0] && !getenv("KV_TEST_KEEP_DIRS"))
         nftw(s->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     s->dir[0] = 0;
 }

@@ -56,7 +56,7 @@ static void start_cluster_with(const char *extra)
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    o.target = KVT_TARGET_KVD;
+    o.target = KV_TEST_SERVER_KVD;
     /* static: the cluster keeps the pointer for restarts */
     static const char *args[] = {"--auth-hash-iterations=2000", NULL, NULL};
     args[1] = extra;
@@ -526,7 +526,7 @@ Test(auth_cluster, jwt_bad_key_file_refused_at_start, .timeout = 60)
     kvt_cluster c;
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 1);
-    o.target = KVT_TARGET_KVD;
+    o.target = KV_TEST_SERVER_KVD;
     cr_assert_eq(kvt_cluster_init(&c, &o), 0);
     const char *argv[] = {c.bin, "--data-dir=/tmp/kvjwt-never-created",
                           "--auth-token=jwt,priv-key=/nonexistent/key.pem,sign-method=RS256", NULL};

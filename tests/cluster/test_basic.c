@@ -1,7 +1,7 @@
 /*
  * cluster_basic: 3- and 5-member clusters start from the README's flags; every member
  * reports the same leader and term; writes through every member are seen at once by
- * linearizable reads through every other member. Target: KVT_TARGET=etcd|kvd.
+ * linearizable reads through every other member. Target: KV_TEST_SERVER=etcd|kvd.
  */
 #include "cl_util.h"
 

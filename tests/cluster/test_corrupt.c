@@ -5,7 +5,7 @@
  * - alarms_are_cluster_wide: a NOSPACE alarm raised through one member (Maintenance.Alarm
  *   ACTIVATE, as etcd's quota alarmer proposes it) is listed by `etcdctl alarm list` on every
  *   member, refuses puts through every member, and `etcdctl alarm disarm` through another
- *   member clears it everywhere. Runs against etcd too (KVT_TARGET=etcd).
+ *   member clears it everywhere. Runs against etcd too (KV_TEST_SERVER=etcd).
  * - periodic_check_raises_corrupt: one follower applies every Put with a different value
  *   byte (KVD_FAILPOINT_CORRUPT_PUT); the leader's periodic check (1 s here) finds its HashKV
  *   different at the same revision and raises CORRUPT for that member through the log:
@@ -206,7 +206,7 @@ Test(cluster_corrupt, periodic_check_raises_corrupt, .fini = fini, .timeout = 30
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     static const char *const args[] = {"--experimental-corrupt-check-time=1s", NULL};
     start3(args);
@@ -282,7 +282,7 @@ Test(cluster_corrupt, initial_check_refuses_corrupt_member, .fini = fini, .timeo
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     static const char *const args[] = {"--experimental-corrupt-check-time=0", NULL};
     start3(args);
@@ -366,7 +366,7 @@ Test(cluster_corrupt, initial_check_while_writes_flow, .fini = fini, .timeout = 
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd flags and failpoint");
     static const char *const args[] = {"--experimental-corrupt-check-time=0", NULL};
     start3(args);

@@ -40,7 +40,7 @@ static void start_cluster(const char *const *env)
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoints");
     /* a slowed leader sends nothing while a commit is in flight: keep elections well away */
     o.heartbeat_ms = 100;
@@ -124,7 +124,8 @@ Test(cluster_disk_failpoint, slow_fsync_slows_puts_and_loses_nothing, .fini = fi
 
 static const char *const g_eio_env[] = {"KVD_FAILPOINT_FSYNC_EIO=1", NULL};
 
-#define EIO_LINE "kvd: fatal: persisting a raft ready failed: Input/output error; stopping this member"
+#define EIO_LINE                                                                                   \
+    "kvd: fatal: persisting a raft ready failed: Input/output error; stopping this member"
 
 Test(cluster_disk_failpoint, fsync_error_stops_a_follower_and_it_catches_up, .fini = fini,
      .timeout = 300)

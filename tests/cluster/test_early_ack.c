@@ -30,7 +30,7 @@ Test(cluster_early_ack, put_answered_before_the_apply_flush, .fini = fini, .time
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     o.heartbeat_ms = CL_HEARTBEAT_MS;
     o.election_ms = CL_ELECTION_MS;
@@ -73,21 +73,22 @@ Test(cluster_early_ack, put_answered_before_the_apply_flush, .fini = fini, .time
         cr_assert_eq(kvt_put(&g_c, f, key, want, 20000, &rev, err, sizeof(err)), 0,
                      "put through the follower: %s", err);
         uint64_t took = kvt_now_ms() - t0;
-        fprintf(stderr, "  round %d: put through follower m%d answered in %" PRIu64
-                        " ms (apply commit stalled %u ms), revision %" PRId64 "\n",
+        fprintf(stderr,
+                "  round %d: put through follower m%d answered in %" PRIu64
+                " ms (apply commit stalled %u ms), revision %" PRId64 "\n",
                 round, f + 1, took, STALL_MS, rev);
         cr_assert_lt(took, STALL_MS - 1000,
                      "the put waited for the stalled apply commit (%" PRIu64 " ms)", took);
         /* read your writes on the member that answered, while its commit is still stalled */
         err[0] = 0;
         found = 0;
-        cr_assert_eq(kvt_get(&g_c, f, key, 1, 20000, val, sizeof(val), &found, &grev, err,
-                             sizeof(err)),
-                     0, "serializable get through the follower: %s", err);
+        cr_assert_eq(
+            kvt_get(&g_c, f, key, 1, 20000, val, sizeof(val), &found, &grev, err, sizeof(err)), 0,
+            "serializable get through the follower: %s", err);
         cr_assert(found, "serializable get right after the put did not see %s", key);
         cr_assert_str_eq(val, want);
-        cr_assert_geq(grev, rev, "serializable get at revision %" PRId64 " < put's %" PRId64,
-                      grev, rev);
+        cr_assert_geq(grev, rev, "serializable get at revision %" PRId64 " < put's %" PRId64, grev,
+                      rev);
     }
     cl_assert_hash_equal(&g_c, l);
 }

@@ -1,6 +1,6 @@
 /*
  * cluster_election: the v3election and v3lock services in a 3-member cluster (kvd, or etcd
- * with KVT_TARGET=etcd): a Campaign through one follower leads; a Campaign through another
+ * with KV_TEST_SERVER=etcd): a Campaign through one follower leads; a Campaign through another
  * member waits until the leader resigns through a third member, then leads; Leader answers
  * the new leader on every member right after (linearizable reads on followers); a Lock
  * through one member waits for the Unlock through another.

@@ -97,7 +97,8 @@ Test(cluster_gateway, etcdctl_through_the_gateway_with_failover, .timeout = 240)
 Test(cluster_gateway, unsupported_flags_are_refused, .timeout = 60)
 {
     kvt_cluster c;
-    cr_assert_eq(kvt_cluster_init(&c, &(kvt_cluster_opts){.target = KVT_TARGET_KVD, .n = 1}), 0);
+    cr_assert_eq(kvt_cluster_init(&c, &(kvt_cluster_opts){.target = KV_TEST_SERVER_KVD, .n = 1}),
+                 0);
     const char *argv[] = {c.bin, "gateway", "--discovery-srv=example.com", "start", NULL};
     kvt_cmd_result r;
     cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);

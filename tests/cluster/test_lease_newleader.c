@@ -77,7 +77,7 @@ Test(cluster_lease_newleader, renewals_wait_for_the_new_leaders_lessor, .fini = 
     kvt_cluster_opts_default(&o, N);
     o.heartbeat_ms = CL_HEARTBEAT_MS;
     o.election_ms = CL_ELECTION_MS;
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd only: the failpoint is kvd's");
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     for (int i = 0; i < N; i++)

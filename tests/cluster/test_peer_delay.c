@@ -85,7 +85,7 @@ Test(cluster_peer_delay, delay_at_the_leader_slows_puts_and_loses_nothing, .fini
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     /* heartbeats and their answers arrive 300 ms late: keep elections well away */
     o.heartbeat_ms = 100;
@@ -188,12 +188,11 @@ static int renew_through(kv_it_grpc *g, int64_t id, int64_t *ttl)
 
 static const char *const g_env_long[] = {"KVD_FAILPOINT_PEER_DELAY_MS=3000", NULL};
 
-Test(cluster_peer_delay, deposed_leader_answers_no_lease_from_its_map, .fini = fini,
-     .timeout = 300)
+Test(cluster_peer_delay, deposed_leader_answers_no_lease_from_its_map, .fini = fini, .timeout = 300)
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
     for (int i = 0; i < g_c.n; i++)
@@ -232,18 +231,22 @@ Test(cluster_peer_delay, deposed_leader_answers_no_lease_from_its_map, .fini = f
     cr_assert_gt(elected, 0, "no new leader among the others within 10 s");
     cr_assert(kvt_member_running(&g_c, l), "the old leader died of the delay signal");
     cr_assert_eq(kvt_member_status(&g_c, l, &st, 5000), 0);
-    fprintf(stderr, "  new leader %016" PRIx64 " after %" PRIu64 " ms; m%d still says %016" PRIx64
-            "\n", new_id, elected, l + 1, st.leader);
+    fprintf(stderr,
+            "  new leader %016" PRIx64 " after %" PRIu64 " ms; m%d still says %016" PRIx64 "\n",
+            new_id, elected, l + 1, st.leader);
 
     /* acknowledged through the new side, then asked of the old leader at once */
     int64_t id = cl_lease_grant(gf, 60);
     uint64_t t1 = kvt_now_ms();
     int64_t ttl = ttl_through(gl, id, &status, msg, sizeof(msg));
-    fprintf(stderr, "  TimeToLive through the old leader: grpc-status %d '%s', TTL %" PRId64
-            " after %" PRIu64 " ms\n", status, msg, ttl, kvt_now_ms() - t1);
+    fprintf(stderr,
+            "  TimeToLive through the old leader: grpc-status %d '%s', TTL %" PRId64
+            " after %" PRIu64 " ms\n",
+            status, msg, ttl, kvt_now_ms() - t1);
     cr_assert(status != 0 || ttl > 0,
               "TimeToLive of a lease acknowledged before the call answered TTL %" PRId64
-              " through the deposed leader (unknown lease)", ttl);
+              " through the deposed leader (unknown lease)",
+              ttl);
     int64_t rttl = -1;
     t1 = kvt_now_ms();
     int got = renew_through(gl, id, &rttl);
@@ -251,10 +254,11 @@ Test(cluster_peer_delay, deposed_leader_answers_no_lease_from_its_map, .fini = f
             got ? "answered" : "not answered", rttl, kvt_now_ms() - t1);
     cr_assert(!got || rttl > 0,
               "a renewal of a lease acknowledged before it answered TTL %" PRId64
-              " through the deposed leader", rttl);
+              " through the deposed leader",
+              rttl);
 
     cr_assert_eq(kvt_proc_signal(&g_c.m[l].proc, SIGRTMIN + 3), 0); /* off */
-    kvt_sleep_ms(3500); /* held frames drain */
+    kvt_sleep_ms(3500);                                             /* held frames drain */
     cr_assert_gt(ttl_through(gl, id, &status, msg, sizeof(msg)), 0,
                  "TimeToLive through m%d after the delay: grpc-status %d '%s'", l + 1, status, msg);
     kv_it_grpc_close(gl);

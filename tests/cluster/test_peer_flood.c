@@ -19,7 +19,7 @@
  *
  * Threads: the flood runs on its own thread (it only touches its own sockets); everything
  * else on the test thread. kvd only for the impostor (kvd's handshake); the flood test also
- * runs against etcd (KVT_TARGET=etcd) except for the log check.
+ * runs against etcd (KV_TEST_SERVER=etcd) except for the log check.
  */
 #include "cl_util.h"
 
@@ -231,7 +231,7 @@ Test(cluster_peer_flood, restarted_members_rejoin_during_a_flood, .fini = fini, 
             " ms, put after %d ms (%" PRIu64 " s since the first restart)\n",
             opens, leader, waited, put_ms, flood_s);
     int lines[3] = {0, 0, 0};
-    for (int i = 0; i < 3 && g_c.o.target == KVT_TARGET_KVD; i++) {
+    for (int i = 0; i < 3 && g_c.o.target == KV_TEST_SERVER_KVD; i++) {
         lines[i] = refusal_lines(i);
         fprintf(stderr, "  m%d: %d log lines about refused peer connections\n", i + 1, lines[i]);
     }
@@ -246,7 +246,7 @@ Test(cluster_peer_flood, restarted_members_rejoin_during_a_flood, .fini = fini, 
     cr_assert_geq(again, 0, "no put succeeded 2 s after the election while the flood went on");
     flood_stop(&f);
     cr_assert_gt(opens, 3 * FLOOD_PER_MEMBER, "the flood reopened connections");
-    if (g_c.o.target != KVT_TARGET_KVD)
+    if (g_c.o.target != KV_TEST_SERVER_KVD)
         return;
     /* the refusals are summarised: a handful of lines per member, not one per connection */
     for (int i = 0; i < 3; i++) {
@@ -343,7 +343,7 @@ Test(cluster_peer_flood, impostor_does_not_replace_a_live_member_connection, .fi
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd's peer handshake");
     cr_assert_eq(cl_start(&g_c, 3, 0), 0, "cluster start");
     kvt_status st[3];

@@ -46,7 +46,7 @@ static kvt_cluster g_c; /* fixture of the running test */
 /* Writes that force a snapshot on the running target (see CL_SNAP_KEYS). */
 static int snap_keys(void)
 {
-    return g_c.o.target == KVT_TARGET_KVD ? CL_SNAP_KEYS_KVD : CL_SNAP_KEYS;
+    return g_c.o.target == KV_TEST_SERVER_KVD ? CL_SNAP_KEYS_KVD : CL_SNAP_KEYS;
 }
 
 static void fini(void)
@@ -106,8 +106,8 @@ Test(cluster_snapshot, lagging_follower_catches_up_by_snapshot, .fini = fini, .t
 
     char *metrics = NULL;
     cr_assert_eq(kvt_member_metrics(&g_c, l, &metrics), 0, "GET /metrics of the leader");
-    const char *name = g_c.o.target == KVT_TARGET_KVD ? "kvd_peer_snapshots_sent_total"
-                                                      : "etcd_network_snapshot_send_success";
+    const char *name = g_c.o.target == KV_TEST_SERVER_KVD ? "kvd_peer_snapshots_sent_total"
+                                                          : "etcd_network_snapshot_send_success";
     double sent = metric_sum(metrics, name);
     free(metrics);
     fprintf(stderr, "  leader %s: %s = %.0f\n", g_c.m[l].name, name, sent);
@@ -148,7 +148,7 @@ static double member_metric(int i, const char *name)
 
 Test(cluster_snapshot, kill9_in_the_middle_of_an_install, .fini = fini, .timeout = 400)
 {
-    if (kvt_target_from_env() != KVT_TARGET_KVD)
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     cr_assert_eq(cl_start(&g_c, 3, 100), 0);
     int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
@@ -218,7 +218,7 @@ static int max_snap(void)
 Test(cluster_snapshot, oversized_snapshot_is_refused_and_sends_back_off, .fini = fini,
      .timeout = 400)
 {
-    if (kvt_target_from_env() != KVT_TARGET_KVD)
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd flag --max-snapshot-bytes");
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
@@ -285,7 +285,7 @@ Test(cluster_snapshot, a_leader_stopped_while_copying_a_snapshot_exits_cleanly, 
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    if (o.target != KVT_TARGET_KVD)
+    if (o.target != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd failpoint");
     o.heartbeat_ms = CL_HEARTBEAT_MS;
     o.election_ms = CL_ELECTION_MS;

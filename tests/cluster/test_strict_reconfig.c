@@ -17,7 +17,7 @@ static void start_two_of_three(kvt_cluster *c, const char *const *args)
 {
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    cr_assert_eq(o.target, KVT_TARGET_KVD, "the flag is kvd's; etcd is its reference");
+    cr_assert_eq(o.target, KV_TEST_SERVER_KVD, "the flag is kvd's; etcd is its reference");
     o.heartbeat_ms = CL_HEARTBEAT_MS;
     o.election_ms = CL_ELECTION_MS;
     o.kvd_args = args;

@@ -50,7 +50,7 @@ static void fini(void)
 
 static void skip_unless_kvd(void)
 {
-    if (kvt_target_from_env() != KVT_TARGET_KVD)
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd's --experimental-wal");
 }
 

@@ -19,7 +19,7 @@
  *
  * Environment: KVD_POWERCUT_CLUSTER_ROUNDS (default 6), KVD_POWERCUT_SEED (default: from
  * the clock; printed; replays the choices of member, mode, load time and page subset, not
- * the scheduling). KVT_KEEP=1 keeps the cluster's directory.
+ * the scheduling). KV_TEST_KEEP_DIRS=1 keeps the cluster's directory.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -489,7 +489,7 @@ Test(powercut_cluster, one_member_loses_power, .timeout = 590)
     signal(SIGPIPE, SIG_IGN);
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, N_MEMBERS);
-    cr_assert_eq(o.target, KVT_TARGET_KVD, "the shim test runs against kvd only");
+    cr_assert_eq(o.target, KV_TEST_SERVER_KVD, "the shim test runs against kvd only");
     o.heartbeat_ms = 50;
     o.election_ms = 500;
     o.seed = seed;

@@ -560,7 +560,7 @@ Test(client_http, no_leader_is_unhealthy_on_http_and_grpc, .timeout = 180)
     cr_assert(c);
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    o.target = KVT_TARGET_KVD;
+    o.target = KV_TEST_SERVER_KVD;
     cr_assert_eq(kvt_cluster_init(c, &o), 0);
     cr_assert_eq(kvt_cluster_start(c, 30000), 0);
     int leader = kvt_cluster_wait_leader(c, 20000, NULL);

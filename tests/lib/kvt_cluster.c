@@ -17,13 +17,13 @@
 
 kvt_target kvt_target_from_env(void)
 {
-    const char *t = getenv("KVT_TARGET");
-    return t && strcmp(t, "etcd") == 0 ? KVT_TARGET_ETCD : KVT_TARGET_KVD;
+    const char *t = getenv("KV_TEST_SERVER");
+    return t && strcmp(t, "etcd") == 0 ? KV_TEST_SERVER_ETCD : KV_TEST_SERVER_KVD;
 }
 
 const char *kvt_target_name(kvt_target t)
 {
-    return t == KVT_TARGET_ETCD ? "etcd" : "kvd";
+    return t == KV_TEST_SERVER_ETCD ? "etcd" : "kvd";
 }
 
 void kvt_cluster_opts_default(kvt_cluster_opts *o, int n)
@@ -169,7 +169,7 @@ int kvt_cluster_init(kvt_cluster *c, const kvt_cluster_opts *o)
     c->o = *o;
     if (!c->o.token)
         c->o.token = "kvt";
-    if (o->target == KVT_TARGET_ETCD) {
+    if (o->target == KV_TEST_SERVER_ETCD) {
         env_path(c->bin, sizeof(c->bin), "KV_ETCD_BIN", "/usr/bin/etcd");
     } else {
         const char *e = getenv("KV_KVD_BIN");
@@ -244,8 +244,7 @@ int kvt_member_start(kvt_cluster *c, int i)
         if (!c->m[k].in_config)
             continue;
         len += (size_t)snprintf(a_ic + len, sizeof(a_ic) - len, "%s%s=http%s://%s",
-                                first ? "" : ",", c->m[k].name, peer_s(c),
-                                c->m[k].peer_url + 7);
+                                first ? "" : ",", c->m[k].name, peer_s(c), c->m[k].peer_url + 7);
         first = 0;
     }
     snprintf(a_hb, sizeof(a_hb), "--heartbeat-interval=%u", c->o.heartbeat_ms);
@@ -270,20 +269,20 @@ int kvt_member_start(kvt_cluster *c, int i)
     argv[n++] = a_lm;
     if (c->o.snapshot_count)
         argv[n++] = a_sc;
-    if (c->o.target == KVT_TARGET_KVD)
+    if (c->o.target == KV_TEST_SERVER_KVD)
         argv[n++] = "--enable-failpoints";
     else
         argv[n++] = "--pre-vote=true";
-    for (int k = 0; c->o.target == KVT_TARGET_KVD && c->o.kvd_args && c->o.kvd_args[k] && n < 47;
-         k++)
+    for (int k = 0;
+         c->o.target == KV_TEST_SERVER_KVD && c->o.kvd_args && c->o.kvd_args[k] && n < 47; k++)
         argv[n++] = c->o.kvd_args[k];
-    for (int k = 0; c->o.target == KVT_TARGET_KVD && m->args && m->args[k] && n < 47; k++)
+    for (int k = 0; c->o.target == KV_TEST_SERVER_KVD && m->args && m->args[k] && n < 47; k++)
         argv[n++] = m->args[k];
     /* KVT_KVD_ARGS: flags for every kvd member of every test, split on blanks (ctest runs a
      * suite again with them, e.g. --experimental-wal: tests/cluster/CMakeLists.txt). */
     char envargs[512];
     const char *ea = getenv("KVT_KVD_ARGS");
-    if (c->o.target == KVT_TARGET_KVD && ea && strlen(ea) < sizeof(envargs)) {
+    if (c->o.target == KV_TEST_SERVER_KVD && ea && strlen(ea) < sizeof(envargs)) {
         strcpy(envargs, ea);
         for (char *save = NULL, *t = strtok_r(envargs, " ", &save); t && n < 47;
              t = strtok_r(NULL, " ", &save))
@@ -409,7 +408,7 @@ int kvt_member_partition(kvt_cluster *c, int i, int on)
     on = !!on;
     if (m->partitioned == on)
         return 0;
-    if (c->o.target == KVT_TARGET_KVD) {
+    if (c->o.target == KV_TEST_SERVER_KVD) {
         /* --enable-failpoints: SIGUSR2 toggles peer isolation. The member's loop takes the
          * signal later: wait until it logged the new state, so that what the caller does
          * next happens with it in effect (bounded: 5 s). */

@@ -2,7 +2,7 @@
  * kvt_cluster: a cluster of kvd or etcd member processes on 127.0.0.1 for tests, each member
  * behind a TCP proxy (kvt_proxy) for its PEER port, so a member can be partitioned.
  *
- * Target: kvt_target_from_env() reads KVT_TARGET=etcd|kvd (default kvd). Binaries: kvd at
+ * Target: kvt_target_from_env() reads KV_TEST_SERVER=etcd|kvd (default kvd). Binaries: kvd at
  * $KV_KVD_BIN, else $KV_BUILD_DIR/server/kvd, else build/server/kvd; etcd at $KV_ETCD_BIN,
  * else /usr/bin/etcd; etcdctl at $KV_ETCDCTL_BIN, else /usr/bin/etcdctl.
  * Both targets get etcd's flags (--name m<i> --data-dir --listen-client-urls
@@ -16,7 +16,7 @@
  *
  * Ownership: kvt_cluster is a caller-owned struct (may live on the stack); destroy it with
  * kvt_cluster_destroy(), which kills every member, stops the proxies and removes the run
- * directory (kept with KVT_KEEP=1). Threads: one thread drives a cluster; the proxies run
+ * directory (kept with KV_TEST_KEEP_DIRS=1). Threads: one thread drives a cluster; the proxies run
  * their own threads. Every call is bounded by its timeout. Functions return 0 or a negative
  * errno; gRPC calls return KVT_GRPC_ERR (1) when the server answered with an error status,
  * with its grpc-message copied to err.
@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { KVT_TARGET_KVD = 0, KVT_TARGET_ETCD = 1 } kvt_target;
+typedef enum { KV_TEST_SERVER_KVD = 0, KV_TEST_SERVER_ETCD = 1 } kvt_target;
 
 #define KVT_MAX_MEMBERS 7
 #define KVT_GRPC_ERR 1
@@ -42,12 +42,12 @@ const char *kvt_target_name(kvt_target t);
 
 typedef struct kvt_cluster_opts {
     kvt_target target;
-    int n;                   /* initial members, 1..KVT_MAX_MEMBERS */
-    uint32_t heartbeat_ms;   /* --heartbeat-interval (default 50) */
-    uint32_t election_ms;    /* --election-timeout (default 500) */
-    uint64_t snapshot_count; /* --snapshot-count, 0: server default */
-    const char *token;       /* --initial-cluster-token (default "kvt") */
-    uint64_t seed;           /* proxy jitter seed */
+    int n;                       /* initial members, 1..KVT_MAX_MEMBERS */
+    uint32_t heartbeat_ms;       /* --heartbeat-interval (default 50) */
+    uint32_t election_ms;        /* --election-timeout (default 500) */
+    uint64_t snapshot_count;     /* --snapshot-count, 0: server default */
+    const char *token;           /* --initial-cluster-token (default "kvt") */
+    uint64_t seed;               /* proxy jitter seed */
     const char *const *kvd_args; /* (addition) NULL-terminated extra flags for kvd members */
     int peer_https;              /* (addition) peer URLs are https:// (the TLS flags go in
                                     kvd_args); the proxies pass TLS through untouched */

@@ -8,7 +8,7 @@
  * ctest would call it Passed). .ci/run also prints every "[SKIP]" line of the run.
  *
  * Skips that depend on the server under test (a kvd-only check while the suite runs against
- * etcd, KVT_TARGET=etcd / KV_IT_KIND=etcd) keep cr_skip_test: CI's kvd run never takes them.
+ * etcd, KV_TEST_SERVER=etcd) keep cr_skip_test: CI's kvd run never takes them.
  *
  * Header-only; include after <criterion/criterion.h>.
  */

@@ -87,8 +87,7 @@ void kvt_tmpdir_destroy(kvt_tmpdir *d)
 {
     if (!d->path[0])
         return;
-    const char *keep = getenv("KVT_KEEP");
-    if (keep && strcmp(keep, "1") == 0)
+    if (getenv("KV_TEST_KEEP_DIRS")) /* set: keep (tests, benches: one rule) */
         fprintf(stderr, "kvt: kept %s\n", d->path);
     else
         kvt_rmtree(d->path);

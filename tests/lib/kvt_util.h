@@ -21,7 +21,7 @@ int kvt_port_free(uint16_t *port);
 
 /* A private directory created with mkdtemp under $TMPDIR (else /tmp), named
  * <prefix>.XXXXXX. kvt_tmpdir_destroy() removes it recursively unless the environment sets
- * KVT_KEEP=1 (then it prints the path to stderr so a failed run can be inspected). */
+ * KV_TEST_KEEP_DIRS=1 (then it prints the path to stderr so a failed run can be inspected). */
 typedef struct kvt_tmpdir {
     char path[PATH_MAX];
 } kvt_tmpdir;

@@ -116,7 +116,7 @@ Test(tls_auto, peer_auto_tls_cluster_replicates, .timeout = 240)
     kvt_cluster c;
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    cr_assert_eq(o.target, KVT_TARGET_KVD, "kvd only");
+    cr_assert_eq(o.target, KV_TEST_SERVER_KVD, "kvd only");
     o.kvd_args = args;
     o.peer_https = 1;
     cr_assert_eq(kvt_cluster_init(&c, &o), 0);

@@ -53,7 +53,7 @@ static void start(int foreign_m2)
     g_m2[2] = NULL;
     kvt_cluster_opts o;
     kvt_cluster_opts_default(&o, 3);
-    cr_assert_eq(o.target, KVT_TARGET_KVD, "TLS cluster tests run against kvd only");
+    cr_assert_eq(o.target, KV_TEST_SERVER_KVD, "TLS cluster tests run against kvd only");
     o.heartbeat_ms = 50;
     o.election_ms = 500;
     o.kvd_args = g_argv;
