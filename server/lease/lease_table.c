@@ -7,6 +7,7 @@
  * embedded id does not match is reported (one log line on stderr) and read as -EIO; it is
  * never loaded.
  */
+#include "base/lmdb_err.h"
 #include "lease/lease_table.h"
 
 #include <errno.h>
@@ -40,26 +41,6 @@ static uint32_t crc32c(const uint8_t *p, size_t n)
 }
 
 /* ---- helpers ---- */
-
-static int map_err(int rc)
-{
-    switch (rc) {
-    case 0:
-        return 0;
-    case MDB_NOTFOUND:
-        return -ENOENT;
-    case MDB_MAP_FULL:
-        return -ENOSPC;
-    case MDB_BAD_VALSIZE:
-        return -EINVAL;
-    case MDB_TXN_FULL:
-        return -ENOMEM;
-    case MDB_DBS_FULL:
-        return -EMFILE;
-    default:
-        return rc > 0 ? -rc : -EIO;
-    }
-}
 
 static void id_key(int64_t id, uint8_t out[8])
 {
@@ -170,9 +151,9 @@ int kv_lease_table_open(kv_lease_table *t, MDB_txn *txn)
 {
     int rc = mdb_dbi_open(txn, "lease", MDB_CREATE, &t->leases);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     rc = mdb_dbi_open(txn, "lease_keys", MDB_CREATE | MDB_DUPSORT, &t->keys);
-    return map_err(rc);
+    return kv_lmdb_err(rc);
 }
 
 int kv_lease_table_get(const kv_lease_table *t, MDB_txn *txn, int64_t id, kv_lease_rec *out)
@@ -182,7 +163,7 @@ int kv_lease_table_get(const kv_lease_table *t, MDB_txn *txn, int64_t id, kv_lea
     MDB_val k = {.mv_size = 8, .mv_data = kb}, v;
     int rc = mdb_get(txn, t->leases, &k, &v);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     return decode_rec(txn, id, &v, out);
 }
 
@@ -194,7 +175,7 @@ int kv_lease_table_put(const kv_lease_table *t, MDB_txn *txn, const kv_lease_rec
     id_key(rec->id, kb);
     MDB_val k = {.mv_size = 8, .mv_data = kb};
     MDB_val v = {.mv_size = encode_rec(rec, vb), .mv_data = vb};
-    return map_err(mdb_put(txn, t->leases, &k, &v, 0));
+    return kv_lmdb_err(mdb_put(txn, t->leases, &k, &v, 0));
 }
 
 int kv_lease_table_del(const kv_lease_table *t, MDB_txn *txn, int64_t id)
@@ -204,11 +185,11 @@ int kv_lease_table_del(const kv_lease_table *t, MDB_txn *txn, int64_t id)
     MDB_val k = {.mv_size = 8, .mv_data = kb};
     int rc = mdb_del(txn, t->leases, &k, NULL);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     rc = mdb_del(txn, t->keys, &k, NULL);
     if (rc == MDB_NOTFOUND)
         rc = 0;
-    return map_err(rc);
+    return kv_lmdb_err(rc);
 }
 
 static int check_key(MDB_txn *txn, const uint8_t *key, size_t klen)
@@ -233,7 +214,7 @@ int kv_lease_table_attach(const kv_lease_table *t, MDB_txn *txn, int64_t id, con
     rc = mdb_put(txn, t->keys, &k, &v, MDB_NODUPDATA);
     if (rc == MDB_KEYEXIST)
         rc = 0;
-    return map_err(rc);
+    return kv_lmdb_err(rc);
 }
 
 int kv_lease_table_detach(const kv_lease_table *t, MDB_txn *txn, int64_t id, const uint8_t *key,
@@ -249,7 +230,7 @@ int kv_lease_table_detach(const kv_lease_table *t, MDB_txn *txn, int64_t id, con
     rc = mdb_del(txn, t->keys, &k, &v);
     if (rc == MDB_NOTFOUND)
         rc = 0;
-    return map_err(rc);
+    return kv_lmdb_err(rc);
 }
 
 int kv_lease_table_key_count(const kv_lease_table *t, MDB_txn *txn, int64_t id, size_t *out)
@@ -261,7 +242,7 @@ int kv_lease_table_key_count(const kv_lease_table *t, MDB_txn *txn, int64_t id, 
     *out = 0;
     int rc = mdb_cursor_open(txn, t->keys, &c);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     rc = mdb_cursor_get(c, &k, &v, MDB_SET);
     if (rc == 0) {
         size_t cnt = 0;
@@ -272,7 +253,7 @@ int kv_lease_table_key_count(const kv_lease_table *t, MDB_txn *txn, int64_t id, 
         rc = 0;
     }
     mdb_cursor_close(c);
-    return map_err(rc);
+    return kv_lmdb_err(rc);
 }
 
 int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
@@ -284,7 +265,7 @@ int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
     MDB_cursor *c;
     int rc = mdb_cursor_open(txn, t->keys, &c);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
     while (rc == 0) {
         if (v.mv_size == 0 || v.mv_size > 511 || !kv_mdb_val_sane(txn, &v, 511)) {
@@ -303,7 +284,7 @@ int kv_lease_table_keys(const kv_lease_table *t, MDB_txn *txn, int64_t id,
         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_DUP);
     }
     mdb_cursor_close(c);
-    return rc == MDB_NOTFOUND ? 0 : map_err(rc);
+    return rc == MDB_NOTFOUND ? 0 : kv_lmdb_err(rc);
 }
 
 int kv_lease_table_each(const kv_lease_table *t, MDB_txn *txn,
@@ -313,7 +294,7 @@ int kv_lease_table_each(const kv_lease_table *t, MDB_txn *txn,
     MDB_cursor *c;
     int rc = mdb_cursor_open(txn, t->leases, &c);
     if (rc)
-        return map_err(rc);
+        return kv_lmdb_err(rc);
     rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
     while (rc == 0) {
         kv_lease_rec rec;
@@ -327,5 +308,5 @@ int kv_lease_table_each(const kv_lease_table *t, MDB_txn *txn,
         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(c);
-    return rc == MDB_NOTFOUND ? 0 : map_err(rc);
+    return rc == MDB_NOTFOUND ? 0 : kv_lmdb_err(rc);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/lmdb_err.h"
 #include "mvcc/crc32c.h"
 #include "mvcc/store_int.h"
 #include "base/lmdb_valcheck.h"
@@ -29,25 +30,7 @@ void kv_dup_decode(const uint8_t *p, kv_ent *e)
 
 int kv_mdb_err(int rc)
 {
-    switch (rc) {
-    case 0:
-        return 0;
-    case MDB_NOTFOUND:
-        return -ENOENT;
-    case MDB_MAP_FULL:
-        return -ENOSPC;
-    case MDB_TXN_FULL:
-        return -E2BIG;
-    case ENOMEM:
-        return -ENOMEM;
-    case MDB_BAD_VALSIZE:
-        return -ENAMETOOLONG;
-    case MDB_CORRUPTED: /* LMDB found a bad page: the data file is corrupt (CORRUPT alarm) */
-    case MDB_PAGE_NOTFOUND:
-        return -EBADMSG;
-    default:
-        return rc > 0 && rc < 4096 ? -rc : -EIO;
-    }
+    return kv_lmdb_err(rc); /* server/base/lmdb_err.h */
 }
 
 static uint32_t rec_crc(const uint8_t *key16, uint8_t flags, const uint8_t *payload, size_t plen)

@@ -25,7 +25,8 @@
  * concurrently with a write txn (LMDB MVCC; the environment is opened with MDB_NOTLS).
  *
  * Errors: 0 or negative errno. -EBADMSG: a record failed its CRC or the log invariant;
- * -EINVAL: a caller precondition was violated; -ENOMEM; -EIO/-ENOSPC/... from LMDB.
+ * -EINVAL: a caller precondition was violated; -ENOMEM; LMDB failures as server/base/lmdb_err.h
+ * maps them.
  */
 #ifndef KV_RAFTLOG_H
 #define KV_RAFTLOG_H

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/lmdb_err.h"
 #include "mvcc/crc32c.h"
 #include "raftlog/raftlog_int.h"
 
@@ -10,27 +11,7 @@
 
 int kv_raftlog_mdb_err(int rc)
 {
-    switch (rc) {
-    case 0:
-        return 0;
-    case MDB_NOTFOUND:
-        return -ENOENT;
-    case MDB_MAP_FULL:
-    case MDB_TXN_FULL:
-    case MDB_PAGE_FULL:
-        return -ENOSPC;
-    case MDB_CORRUPTED:
-    case MDB_PAGE_NOTFOUND:
-    case MDB_BAD_TXN:
-        return -EBADMSG;
-    case MDB_READERS_FULL:
-    case MDB_DBS_FULL:
-        return -EMFILE;
-    case MDB_MAP_RESIZED:
-        return -EAGAIN;
-    default:
-        return rc > 0 ? -rc : -EIO;
-    }
+    return kv_lmdb_err(rc); /* server/base/lmdb_err.h */
 }
 
 static uint32_t entry_crc(const uint8_t *key8, const uint8_t *rest, size_t len)
