@@ -9,6 +9,8 @@
 #include "api/services.h"
 #include "server.h"
 
+#include "common/varint.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -16,14 +18,9 @@ enum { HEALTH_SERVING = 1, HEALTH_NOT_SERVING = 2 };
 
 static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
-    *v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 0;
-    }
-    return -1;
+    size_t k = kv_varint_get(*p, end, v);
+    *p += k;
+    return k ? 0 : -1;
 }
 
 /* The request's service name (*name, *nlen point into msg). Returns 0 or -1 (malformed). */

@@ -1,5 +1,6 @@
 /* lease_map.c: slot array + open-addressed index; see lease_map.h. */
 #include "lease/lease_map.h"
+#include "common/mix64.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -8,19 +9,9 @@
 
 _Static_assert(sizeof(kv_lease) == 40, "struct kv_lease grew");
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint64_t hash_id(const kv_lease_map *m, int64_t id)
 {
-    return mix64((uint64_t)id ^ m->seed);
+    return kv_mix64((uint64_t)id ^ m->seed);
 }
 
 void kv_lease_map_init(kv_lease_map *m, uint64_t seed)

@@ -8,6 +8,7 @@
  * never loaded.
  */
 #include "base/lmdb_err.h"
+#include "common/crc32c.h"
 #include "lease/lease_table.h"
 
 #include <errno.h>
@@ -21,24 +22,6 @@
 /* A LeaseRecord is at most 3 tagged varints: 3 * (1 + 10) bytes. */
 #define REC_PB_MAX 33
 #define REC_MAX (1 + REC_PB_MAX + 4)
-
-/* ---- CRC-32C (Castagnoli, reflected 0x82F63B78), nibble-table software version ---- */
-
-static const uint32_t crc32c_nibble[16] = {
-    0x00000000, 0x105ec76f, 0x20bd8ede, 0x30e349b1, 0x417b1dbc, 0x5125dad3, 0x61c69362, 0x7198540d,
-    0x82f63b78, 0x92a8fc17, 0xa24bb5a6, 0xb21572c9, 0xc38d26c4, 0xd3d3e1ab, 0xe330a81a, 0xf36e6f75,
-};
-
-static uint32_t crc32c(const uint8_t *p, size_t n)
-{
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        c = (c >> 4) ^ crc32c_nibble[c & 15];
-        c = (c >> 4) ^ crc32c_nibble[c & 15];
-    }
-    return c ^ 0xffffffffu;
-}
 
 /* ---- helpers ---- */
 
@@ -81,7 +64,7 @@ static size_t encode_rec(const kv_lease_rec *rec, uint8_t out[REC_MAX])
     m.remaining_ttl = rec->remaining_ttl;
     out[0] = REC_VERSION;
     size_t n = 1 + kvdpb__lease_record__pack(&m, out + 1);
-    uint32_t c = crc32c(out, n);
+    uint32_t c = kv_crc32c(0, out, n);
     out[n] = (uint8_t)c;
     out[n + 1] = (uint8_t)(c >> 8);
     out[n + 2] = (uint8_t)(c >> 16);
@@ -101,7 +84,7 @@ static int decode_rec(MDB_txn *txn, int64_t key_id, const MDB_val *v, kv_lease_r
     }
     uint32_t stored = (uint32_t)p[n - 4] | (uint32_t)p[n - 3] << 8 | (uint32_t)p[n - 2] << 16 |
                       (uint32_t)p[n - 1] << 24;
-    uint32_t calc = crc32c(p, n - 4);
+    uint32_t calc = kv_crc32c(0, p, n - 4);
     if (stored != calc) {
         fprintf(
             stderr,

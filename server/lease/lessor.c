@@ -6,6 +6,7 @@
  * at most ~133 right after array doublings. kv_lessor_metrics.mem_bytes reports it.
  */
 #include "lease/lessor.h"
+#include "common/mix64.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -61,20 +62,10 @@ struct kv_lessor {
 
 /* ---------- small helpers ---------- */
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint64_t rng_next(kv_lessor *l)
 {
     l->rng += 0x9e3779b97f4a7c15ULL;
-    return mix64(l->rng);
+    return kv_mix64(l->rng);
 }
 
 static uint64_t default_now_ms(void *arg)
@@ -273,7 +264,7 @@ int kv_lessor_create(kv_lessor **out, uv_loop_t *loop, const kv_lessor_config *c
     if (!seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        seed = mix64((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)l);
+        seed = kv_mix64((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)(uintptr_t)l);
     }
     l->rng = seed;
     kv_lease_map_init(&l->map, rng_next(l));

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 
 #define ALARM_KEY_LEN 12

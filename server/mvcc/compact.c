@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 
 #define CMPCT_KEY "cmpct"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 #include "base/lmdb_valcheck.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 
 void kv_lk_handle(uint8_t out[KV_LK_HANDLE], const uint8_t *key, size_t klen)

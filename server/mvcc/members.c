@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/members.h"
 #include "mvcc/store_int.h"
 

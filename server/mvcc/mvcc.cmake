@@ -3,7 +3,6 @@
 # defined by lease/lease.cmake) when it exists; the generator expression is evaluated after
 # all targets are defined, so include order does not matter.
 add_library(kv_mvcc STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/crc32c.c
   ${CMAKE_CURRENT_LIST_DIR}/record.c
   ${CMAKE_CURRENT_LIST_DIR}/index.c
   ${CMAKE_CURRENT_LIST_DIR}/longkey.c

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/lmdb_err.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 #include "base/lmdb_valcheck.h"
 

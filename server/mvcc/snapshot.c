@@ -5,7 +5,7 @@
 
 #include "common/msgf.h"
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/store_int.h"
 

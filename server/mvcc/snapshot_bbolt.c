@@ -20,7 +20,7 @@
 #include "bbolt/bbolt.h"
 #include "common/varint.h"
 #include "mvcc/auth_store.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/members.h"
 #include "mvcc/pb_wire.h"
 #include "mvcc/snapshot.h"

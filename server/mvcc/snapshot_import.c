@@ -13,7 +13,7 @@
 #include "bbolt/bbolt.h"
 #include "common/msgf.h"
 #include "mvcc/auth_store.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/snapshot.h"
 #include "mvcc/store_int.h"
 

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "mvcc/store_int.h"
 #include "base/lmdb_valcheck.h"
 

@@ -13,6 +13,7 @@
  */
 #include "node/node_int.h"
 
+#include "common/varint.h"
 #include "internal.pb-c.h"
 #include "mvcc/members.h"
 
@@ -26,14 +27,9 @@
 
 static int read_varint(const uint8_t *p, size_t len, size_t *o, uint64_t *v)
 {
-    *v = 0;
-    for (int shift = 0; shift < 64 && *o < len; shift += 7) {
-        uint8_t b = p[(*o)++];
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 0;
-    }
-    return -1;
+    size_t k = kv_varint_get(p + *o, p + len, v);
+    *o += k;
+    return k ? 0 : -1;
 }
 
 /* id and proposer from the first fields of an entry (0 when absent). */

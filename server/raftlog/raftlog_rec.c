@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/lmdb_err.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "raftlog/raftlog_int.h"
 
 #define HS_LEN (4 + 3 * 8)

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 #include "wal/wal_int.h"
 
 void kv_wal_rec_seal(uint8_t *hdr, uint8_t type, uint32_t len)

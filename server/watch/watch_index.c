@@ -1,6 +1,7 @@
 /* watch_index: synced watchers by key: hash map of single keys, treap of ranges (see
  * watch_index.h). */
 #include "watch/watch_int.h"
+#include "common/mix64.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -19,16 +20,6 @@ static int keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
     return al < bl ? -1 : al > bl ? 1 : 0;
 }
 
-static uint64_t mix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 /* Seeded FNV-1a, finalised: the seed keeps a client from choosing keys of one bucket. */
 static uint64_t key_hash(const kv_widx *x, const uint8_t *k, size_t n)
 {
@@ -37,7 +28,7 @@ static uint64_t key_hash(const kv_widx *x, const uint8_t *k, size_t n)
         h ^= k[i];
         h *= 0x100000001b3ull;
     }
-    return mix64(h ^ n);
+    return kv_mix64(h ^ n);
 }
 
 int kv_widx_init(kv_widx *x)
@@ -50,7 +41,7 @@ int kv_widx_init(kv_widx *x)
     uint64_t r[2];
     if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
         r[0] = uv_hrtime() ^ (uint64_t)(uintptr_t)x;
-        r[1] = mix64(r[0] + 0x9e3779b97f4a7c15ull);
+        r[1] = kv_mix64(r[0] + 0x9e3779b97f4a7c15ull);
     }
     x->seed = r[0];
     x->rng = r[1] | 1;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 
 static th t, ref;
 /* Without fsync: durability is not under test here, a restart is a close and an open, and a

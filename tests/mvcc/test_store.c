@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 
 static th t;
 static void setup(void)

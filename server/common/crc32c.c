@@ -1,5 +1,5 @@
 /* crc32c: see crc32c.h. The table is generated from the polynomial (reflected 0x82F63B78). */
-#include "mvcc/crc32c.h"
+#include "common/crc32c.h"
 
 #include <string.h>
 

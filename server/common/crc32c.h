@@ -4,8 +4,8 @@
  * instruction where it has one (x86-64 SSE4.2), else a table; no state, no allocation; the
  * same value on every platform (the on-disk format depends on it).
  */
-#ifndef KV_MVCC_CRC32C_H
-#define KV_MVCC_CRC32C_H
+#ifndef KV_COMMON_CRC32C_H
+#define KV_COMMON_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>
