@@ -60,8 +60,7 @@
 
 #include <stdint.h>
 
-#define KV_LEASE_FWD_REQ 16u  /* LeaseRenewBatch, follower -> leader */
-#define KV_LEASE_FWD_RESP 17u /* LeaseRenewResp, leader -> follower */
+#include "peer/peer_frames.h" /* KV_LEASE_FWD_REQ, KV_LEASE_FWD_RESP */
 
 typedef struct kv_lease_fwd kv_lease_fwd;
 

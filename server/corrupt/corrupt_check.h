@@ -47,8 +47,7 @@
 
 #include <stdint.h>
 
-#define KV_CORRUPT_HASH_REQ 18u  /* CorruptHashReq, any member -> a peer */
-#define KV_CORRUPT_HASH_RESP 19u /* CorruptHashResp, the answer */
+#include "peer/peer_frames.h" /* KV_CORRUPT_HASH_REQ, KV_CORRUPT_HASH_RESP */
 #define KV_CORRUPT_MAX_SERVING 4u
 #define KV_CORRUPT_MAX_PEERS 64u
 

@@ -39,14 +39,8 @@ struct kv_peer_net;
  * etcd_server_slow_apply_total */
 #define KV_NODE_SLOW_APPLY_NS (100ull * 1000 * 1000)
 
-/* Frame types on the peer transport (server/peer/peer_net.h moves them opaquely). */
-enum {
-    KV_PEER_T_RAFT = 1,         /* kvdraftpb.Message */
-    KV_PEER_T_FORWARD = 2,      /* kvdraftpb.Forward: a follower's proposal for the leader */
-    KV_PEER_T_FORWARD_RESP = 3, /* kvdraftpb.ForwardResp: the leader refused it */
-    KV_PEER_T_READ_REQ = 4,     /* kvdraftpb.ReadIndexReq */
-    KV_PEER_T_READ_RESP = 5,    /* kvdraftpb.ReadIndexResp */
-};
+/* Frame types on the peer transport: server/peer/peer_frames.h. */
+#include "peer/peer_frames.h"
 
 /* One /health probe waiting on a shared health barrier. */
 typedef struct health_waiter {

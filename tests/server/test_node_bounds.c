@@ -4,6 +4,7 @@
  * always taken into an empty inbox, whatever its size. In-process: one node of a 3-voter
  * configuration without a transport; messages are fed with kv_node_on_peer_message. */
 #include "node/node.h"
+#include "peer/peer_frames.h"
 #include "raft/raft.h"
 #include "raftlog/msg_codec.h"
 
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PEER_T_RAFT 1u /* node_int.h KV_PEER_T_RAFT */
+#define PEER_T_RAFT ((uint32_t)KV_PEER_T_RAFT) /* peer/peer_frames.h */
 
 typedef struct bfx {
     char dir[64];
