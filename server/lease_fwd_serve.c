@@ -7,6 +7,7 @@
  */
 #include "lease_fwd.h"
 
+#include "common/etcd_errors.h"
 #include "lease/lessor.h"
 #include "raft.pb-c.h"
 
@@ -44,7 +45,7 @@ int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t l
     if (refuse || !kv_node_is_leader(s->node) || !kv_lessor_is_primary(s->lessor) ||
         !kv_node_lease_live(s->node, arrived_ms)) {
         r.code = EAGAIN;
-        r.msg = "etcdserver: no leader";
+        r.msg = (char *)kv_etcd_err_msg(KV_ERR_NO_LEADER); /* informative: code decides */
         goto send;
     }
     ttls = malloc((m->n_ids ? m->n_ids : 1) * sizeof(*ttls));

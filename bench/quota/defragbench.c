@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apply/apply.h"
 #include "internal.pb-c.h"
 #include "mvcc/store.h"
 
@@ -29,8 +30,8 @@ static int apply(kv_store *s, kv_store_batch *b, uint64_t idx, Kvdpb__InternalRe
     int rc = kv_store_apply(s, b, idx, buf, n, NULL, &res);
     free(buf);
     free(res.resp);
-    if (rc == 0 && res.code != 0) {
-        fprintf(stderr, "apply: %s\n", res.msg);
+    if (rc == 0 && (int)res.err != 0) {
+        fprintf(stderr, "apply: %s\n", kv_etcd_err_msg(res.err));
         rc = -1;
     }
     return rc;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apply/apply.h"
 #include "internal.pb-c.h"
 #include "mvcc/store.h"
 #include "raftlog/raftlog.h"
@@ -54,8 +55,8 @@ static int fill(kv_store *s, const char *prefix, long n, long vsize)
             int rc = kv_store_apply(s, b, ++idx, buf, len, NULL, &res);
             free(buf);
             free(res.resp);
-            if (rc || res.code) {
-                fprintf(stderr, "apply: %d %s\n", rc, res.msg);
+            if (rc || (int)res.err) {
+                fprintf(stderr, "apply: %d %s\n", rc, kv_etcd_err_msg(res.err));
                 kv_store_batch_abort(s, b);
                 return -1;
             }

@@ -282,10 +282,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     }
     case G_TXN: {
         kv_server *s = kv_grpc_call_app(call);
-        int code;
-        const char *emsg;
         /* bound the nesting before the recursive unpack, as service_kv.c does */
-        if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops, &code, &emsg))
+        if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops) != KV_ERR_NONE)
             break; /* the method answers the same error */
         Etcdserverpb__TxnRequest *r = etcdserverpb__txn_request__unpack(NULL, len, msg);
         if (r)

@@ -83,8 +83,9 @@ static void on_compacted(void *arg, kv_result *res)
 {
     kv_auto_compact *a = arg;
     a->inflight = NULL;
-    /* OUT_OF_RANGE "mvcc: required revision has been compacted": already done (as etcd) */
-    if (res->code == 0 || res->code == KV_GRPC_OUT_OF_RANGE) {
+    /* "required revision has been compacted": already done (as etcd); a future revision
+     * cannot happen (auto-compaction picks revisions it saw) and is taken as done too */
+    if (res->err == KV_ERR_NONE || res->err == KV_ERR_COMPACTED || res->err == KV_ERR_FUTURE_REV) {
         if (a->m_ok)
             kv_metric_inc(a->m_ok);
         a->last_success = uv_now(a->s->loop);
@@ -94,8 +95,8 @@ static void on_compacted(void *arg, kv_result *res)
     } else {
         if (a->m_err)
             kv_metric_inc(a->m_err);
-        fprintf(stderr, "kvd: warning: auto-compaction: failed at revision %lld: %s (retrying)\n",
-                (long long)a->inflight_rev, res->msg);
+        fprintf(stderr, "kvd: warning: auto-compaction: failed at revision %lld: %s%s (retrying)\n",
+                (long long)a->inflight_rev, kv_etcd_err_msg(res->err), res->detail);
     }
 }
 

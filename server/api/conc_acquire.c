@@ -11,6 +11,7 @@
 #include "v3lock.pb-c.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,11 +82,15 @@ static void acq_abort(acq *a)
     acq_free(a);
 }
 
-static void acq_fail(acq *a, int code, const char *msg)
+/* Answers e (+ detail): as a step's error (kv_reply_step_err) if step, else with e's status. */
+static void acq_fail(acq *a, kv_etcd_err e, const char *detail, bool step)
 {
     if (a->call) {
         kv_grpc_call_set_data(a->call, NULL);
-        kv_reply_error(a->call, code, msg);
+        if (step)
+            kv_reply_step_err(a->call, e, detail);
+        else
+            kv_reply_etcd_err_detail(a->call, e, detail);
         a->call = NULL;
     }
     acq_abort(a);
@@ -95,7 +100,7 @@ static void acq_fail_errno(acq *a, int rc)
 {
     kv_result r = {0};
     kv_conc_errno_result(rc, &r);
-    acq_fail(a, KV_GRPC_UNKNOWN, r.msg); /* a step's error: see conc_client.h */
+    acq_fail(a, r.err, r.detail, true); /* a step's error: see conc_client.h */
 }
 
 /* 1 when the step may go on; otherwise the state was ended (cancelled or an error). */
@@ -105,8 +110,8 @@ static int acq_check(acq *a, const kv_result *res)
         acq_abort(a);
         return 0;
     }
-    if (res->code != 0) {
-        acq_fail(a, KV_GRPC_UNKNOWN, res->msg);
+    if (res->err != KV_ERR_NONE) {
+        acq_fail(a, res->err, res->detail, true);
         return 0;
     }
     return 1;
@@ -179,7 +184,7 @@ static void wait_on_range(void *arg, kv_result *res)
     Etcdserverpb__RangeResponse *r =
         etcdserverpb__range_response__unpack(NULL, res->resp_len, res->resp);
     if (r == NULL) {
-        acq_fail(a, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        acq_fail(a, KV_ERR_STORAGE, NULL, true);
         return;
     }
     if (r->n_kvs == 0) {
@@ -194,11 +199,10 @@ static void wait_on_range(void *arg, kv_result *res)
                                 0, from, &wait_ops, a, &a->w);
     etcdserverpb__range_response__free_unpacked(r, NULL);
     if (rc == -EMFILE) {
-        char m[160];
-        snprintf(m, sizeof(m), "%s (--max-watch-streams-per-connection %u)",
-                 kv_etcd_err_msg(KV_ERR_TOO_MANY_WATCH_STREAMS),
+        char d[64];
+        snprintf(d, sizeof(d), " (--max-watch-streams-per-connection %u)",
                  a->srv->cfg->max_watch_streams_per_conn);
-        acq_fail(a, kv_etcd_err_code(KV_ERR_TOO_MANY_WATCH_STREAMS), m);
+        acq_fail(a, KV_ERR_TOO_MANY_WATCH_STREAMS, d, false);
     } else if (rc < 0) {
         acq_fail_errno(a, rc);
     }
@@ -236,8 +240,7 @@ static void on_proclaimed(void *arg, kv_result *res)
     int ok = t && t->succeeded;
     etcdserverpb__txn_response__free_unpacked(t, NULL);
     if (!ok) {
-        acq_fail(a, kv_etcd_err_code(KV_ERR_ELECTION_NOT_LEADER),
-                 kv_etcd_err_msg(KV_ERR_ELECTION_NOT_LEADER));
+        acq_fail(a, KV_ERR_ELECTION_NOT_LEADER, NULL, false);
         return;
     }
     acq_step_wait(a);
@@ -293,7 +296,7 @@ static const Etcdserverpb__RangeResponse *txn_range(const Etcdserverpb__TxnRespo
 static void on_txn(void *arg, kv_result *res)
 {
     acq *a = arg;
-    if (res->code != 0) { /* not applied (or the member stops): nothing to undo */
+    if (res->err != KV_ERR_NONE) { /* not applied (or the member stops): nothing to undo */
         acq_check(a, res);
         return;
     }
@@ -303,7 +306,7 @@ static void on_txn(void *arg, kv_result *res)
     const Etcdserverpb__RangeResponse *mine = t ? txn_range(t, 0) : NULL;
     if (t == NULL || (!t->succeeded && (mine == NULL || mine->n_kvs == 0))) {
         etcdserverpb__txn_response__free_unpacked(t, NULL);
-        acq_fail(a, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        acq_fail(a, KV_ERR_STORAGE, NULL, true);
         return;
     }
     copy_header(&a->hdr, t->header);

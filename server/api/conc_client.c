@@ -26,19 +26,16 @@ void kv_conc_errno_result(int rc, kv_result *res)
         e = KV_ERR_REQUEST_TOO_LARGE;
         break;
     case -EAGAIN:
-        res->code = KV_GRPC_UNAVAILABLE;
-        snprintf(res->msg, sizeof(res->msg), "etcdserver: no leader");
-        return;
+        e = KV_ERR_NO_LEADER;
+        break;
     case -ETIMEDOUT:
-        res->code = KV_GRPC_UNAVAILABLE;
-        snprintf(res->msg, sizeof(res->msg), "etcdserver: request timed out");
-        return;
+        e = KV_ERR_TIMEOUT;
+        break;
     default:
         e = KV_ERR_REQUEST_NOMEM;
         break;
     }
-    res->code = kv_etcd_err_code(e);
-    snprintf(res->msg, sizeof(res->msg), "%s", kv_etcd_err_msg(e));
+    kv_result_set_err(res, e);
 }
 
 int kv_conc_propose(kv_server *s, const kv_conc_ident *id, enum kv_ireq_field field,
@@ -81,10 +78,8 @@ typedef struct conc_read {
 
 static void read_finish(conc_read *r)
 {
-    if (r->rc < 0 && r->res.code == 0) {
-        r->res.code = kv_etcd_err_code(KV_ERR_STORAGE);
-        snprintf(r->res.msg, sizeof(r->res.msg), "%s", kv_etcd_err_msg(KV_ERR_STORAGE));
-    }
+    if (r->rc < 0 && r->res.err == KV_ERR_NONE)
+        kv_result_set_err(&r->res, KV_ERR_STORAGE);
     r->done(r->arg, &r->res);
     free(r->res.resp);
     free(r);

@@ -10,20 +10,21 @@
  *   (service_kv.c): a ReadIndex barrier in a cluster, then the read on a reader thread.
  *
  * Both complete with done(arg, res) on the loop thread, exactly once, also when the member
- * stops (then res->code is set).
+ * stops (then res->err is set).
  * Codes: etcd's election and lock servers get the errors of these steps from clientv3 as
  * plain errors (rpctypes.EtcdError), which gRPC answers with code UNKNOWN and the same
  * message ("etcdserver: requested lease not found", "etcdserver: permission denied", ...);
- * the services answer a step's error that way too, whatever res->code says. res->resp (packed
- * response, when res->code == 0) is owned by the caller of done only during the call. There is no
- * detach: the caller keeps its state until done ran (a cancelled Campaign must still learn whether
- * its key was created). Loop thread only.
+ * the services answer a step's error that way too (services.h kv_reply_step_err), whatever
+ * status res->err has. res->resp (packed response, when res->err == 0) is owned by the caller of
+ * done only during the call. There is no detach: the caller keeps its state until done ran (a
+ * cancelled Campaign must still learn whether its key was created). Loop thread only.
  */
 #ifndef KV_API_CONC_CLIENT_H
 #define KV_API_CONC_CLIENT_H
 
 #include "api/auth_srv.h"
 #include "api/internal_req.h"
+#include "apply/apply.h"
 #include "mvcc/store.h"
 
 #include <protobuf-c/protobuf-c.h>
@@ -49,7 +50,7 @@ int kv_conc_propose(struct kv_server *s, const kv_conc_ident *id, enum kv_ireq_f
 /* A linearizable Range of r. Returns 0 (done will run) or -ENOMEM / -EBUSY / -ESHUTDOWN. */
 int kv_conc_range(struct kv_server *s, const ProtobufCMessage *r, kv_conc_done_fn done, void *arg);
 
-/* Sets res to the error status a negative errno of the two functions above maps to. */
+/* Sets res->err to the error a negative errno of the two functions above maps to. */
 void kv_conc_errno_result(int rc, kv_result *res);
 
 #endif

@@ -12,6 +12,7 @@
 #include "v3election.pb-c.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +43,15 @@ static void obs_free(observe *o)
     free(o);
 }
 
-static void obs_end(observe *o, int code, const char *msg)
+/* Answers e (+ detail): as a step's error (kv_reply_step_err) if step, else with e's status. */
+static void obs_end(observe *o, kv_etcd_err e, const char *detail, bool step)
 {
     if (o->call) {
         kv_grpc_call_set_data(o->call, NULL);
-        kv_reply_error(o->call, code, msg);
+        if (step)
+            kv_reply_step_err(o->call, e, detail);
+        else
+            kv_reply_etcd_err_detail(o->call, e, detail);
         o->call = NULL;
     }
     obs_free(o);
@@ -56,15 +61,14 @@ static void obs_end_errno(observe *o, int rc)
 {
     kv_result r = {0};
     if (rc == -EMFILE) {
-        char m[160];
-        snprintf(m, sizeof(m), "%s (--max-watch-streams-per-connection %u)",
-                 kv_etcd_err_msg(KV_ERR_TOO_MANY_WATCH_STREAMS),
+        char d[64];
+        snprintf(d, sizeof(d), " (--max-watch-streams-per-connection %u)",
                  o->srv->cfg->max_watch_streams_per_conn);
-        obs_end(o, kv_etcd_err_code(KV_ERR_TOO_MANY_WATCH_STREAMS), m);
+        obs_end(o, KV_ERR_TOO_MANY_WATCH_STREAMS, d, false);
         return;
     }
     kv_conc_errno_result(rc, &r);
-    obs_end(o, KV_GRPC_UNKNOWN, r.msg); /* a step's error: see conc_client.h */
+    obs_end(o, r.err, r.detail, true); /* a step's error: see conc_client.h */
 }
 
 static int obs_send(observe *o, Etcdserverpb__ResponseHeader *h, Mvccpb__KeyValue *kv)
@@ -159,14 +163,14 @@ static void obs_on_range(void *arg, kv_result *res)
         obs_free(o);
         return;
     }
-    if (res->code != 0) {
-        obs_end(o, KV_GRPC_UNKNOWN, res->msg);
+    if (res->err != KV_ERR_NONE) {
+        obs_end(o, res->err, res->detail, true);
         return;
     }
     Etcdserverpb__RangeResponse *r =
         etcdserverpb__range_response__unpack(NULL, res->resp_len, res->resp);
     if (r == NULL) {
-        obs_end(o, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        obs_end(o, KV_ERR_STORAGE, NULL, true);
         return;
     }
     int64_t rev = r->header ? r->header->revision : 0;
@@ -184,8 +188,7 @@ static void obs_on_range(void *arg, kv_result *res)
     int rc = obs_send(o, r->header, r->kvs[0]);
     if (rc < 0) {
         etcdserverpb__range_response__free_unpacked(r, NULL);
-        obs_end(o, kv_etcd_err_code(KV_ERR_TOO_MANY_REQUESTS),
-                kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+        obs_end(o, KV_ERR_TOO_MANY_REQUESTS, NULL, false);
         return;
     }
     obs_follow(o, r->kvs[0]->key.data, r->kvs[0]->key.len, rev + 1);
@@ -251,7 +254,7 @@ void kv_conc_observe_half_close(kv_grpc_call *call)
 {
     /* the client sent its request: the stream goes on until it cancels */
     if (kv_grpc_call_data(call) == NULL) /* no request at all (kvd's unary wording) */
-        kv_reply_error(call, KV_GRPC_INTERNAL, "grpc: half-closed without a request");
+        kv_reply_etcd_err(call, KV_ERR_GRPC_HALF_CLOSED);
 }
 
 void kv_conc_observe_cancel(kv_grpc_call *call)

@@ -16,8 +16,8 @@ static void on_done(void *arg, kv_result *res)
     unary_req *u = arg;
     if (u->call != NULL) {
         kv_grpc_call_set_data(u->call, NULL);
-        if (res->code != 0)
-            kv_reply_error(u->call, KV_GRPC_UNKNOWN, res->msg); /* conc_client.h */
+        if (res->err != KV_ERR_NONE)
+            kv_reply_step_err(u->call, res->err, res->detail); /* conc_client.h */
         else
             u->answer(u->call, res);
     }
@@ -43,7 +43,7 @@ void kv_conc_unary(kv_grpc_call *call, const kv_conc_ident *id, int field,
         free(u);
         kv_result r = {0};
         kv_conc_errno_result(rc, &r);
-        kv_reply_error(call, KV_GRPC_UNKNOWN, r.msg);
+        kv_reply_step_err(call, r.err, r.detail);
     }
 }
 

@@ -67,8 +67,7 @@ int kv_conc_authorize(kv_grpc_call *call, const kv_conc_perm *perms, size_t n, k
     }
     kv_auth_caller_end(&c);
     if (err) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN,
-                       kv_etcd_err_msg((kv_etcd_err)err)); /* etcd: a step's error */
+        kv_reply_step_err(call, (kv_etcd_err)err, NULL); /* etcd: a step's error */
         return 1;
     }
     return 0;

@@ -111,21 +111,16 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
     return 0;
 }
 
-int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
-                          const char **emsg)
+kv_etcd_err kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops)
 {
     kv_txn_limits lim;
     kv_txn_limits_init(&lim, max_txn_ops);
     switch (kv_pb_scan_txn(msg, len, &lim, NULL)) {
     case KV_PB_SCAN_OK:
-        return 0;
+        return KV_ERR_NONE;
     case KV_PB_SCAN_TOO_MANY_OPS:
-        *code = kv_etcd_err_code(KV_ERR_TOO_MANY_OPS);
-        *emsg = kv_etcd_err_msg(KV_ERR_TOO_MANY_OPS);
-        return 1;
+        return KV_ERR_TOO_MANY_OPS;
     default:
-        *code = kv_etcd_err_code(KV_ERR_GRPC_UNMARSHAL);
-        *emsg = kv_etcd_err_msg(KV_ERR_GRPC_UNMARSHAL);
-        return 1;
+        return KV_ERR_GRPC_UNMARSHAL;
     }
 }

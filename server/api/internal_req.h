@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/etcd_errors.h"
+
 /* Field numbers of kvdpb.InternalRequest's oneof (proto/internal.proto). */
 enum kv_ireq_field {
     KV_IREQ_PUT = 3,
@@ -43,16 +45,13 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
 /* kv_internal_wrap, plus the caller's auth identity (InternalRequest auth_user = 71,
  * auth_revision = 72) when auth_revision != 0 (api/auth_gate.c). */
 int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
-                          const char *user, uint64_t auth_revision, uint8_t **out,
-                          size_t *out_len);
+                          const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len);
 
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
  * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h).
- * max_txn_ops is --max-txn-ops. Returns 0 if the request may be proposed; otherwise 1 with
- * the gRPC status to answer in *code and *msg (a static string): INVALID_ARGUMENT
- * "etcdserver: too many operations in txn request", or INTERNAL "grpc: error unmarshalling
- * request: malformed protobuf" (what kvd answers for undecodable requests). Any thread. */
-int kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops, int *code,
-                          const char **emsg);
+ * max_txn_ops is --max-txn-ops. Returns KV_ERR_NONE if the request may be proposed;
+ * otherwise the error to answer: KV_ERR_TOO_MANY_OPS, or KV_ERR_GRPC_UNMARSHAL (what kvd
+ * answers for undecodable requests). Any thread. */
+kv_etcd_err kv_internal_check_txn(const uint8_t *msg, size_t len, uint32_t max_txn_ops);
 
 #endif

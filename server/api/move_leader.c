@@ -27,21 +27,20 @@ static void reply_status(kv_grpc_call *call, int status)
         reply_ok(call);
         break;
     case -EPERM:
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, "etcdserver: not leader");
+        kv_reply_etcd_err(call, KV_ERR_NOT_LEADER);
         break;
     case -EINVAL:
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, "etcdserver: bad leader transferee");
+        kv_reply_etcd_err(call, KV_ERR_BAD_LEADER_TRANSFEREE);
         break;
     case -ETIMEDOUT: /* etcd's ErrTimeoutLeaderTransfer has no gRPC mapping: codes.Unknown */
-        kv_reply_error(call, 2, "etcdserver: request timed out, leader transfer took too long");
+        kv_reply_etcd_err(call, KV_ERR_LEADER_TRANSFER_TIMEOUT);
         break;
     case -ECANCELED:
     case -ESHUTDOWN:
-        kv_reply_error(call, 14, "etcdserver: server stopped");
+        kv_reply_etcd_err(call, KV_ERR_STOPPED);
         break;
     case -ENOTSUP:
-        kv_reply_error(call, KV_GRPC_UNIMPLEMENTED,
-                       "kvd: leader transfer needs the raft node (not wired in yet)");
+        kv_reply_etcd_err(call, KV_ERR_TRANSFER_NO_NODE);
         break;
     default:
         kv_reply_propose_error(call, status);
@@ -72,8 +71,7 @@ void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     Etcdserverpb__MoveLeaderRequest *req = (Etcdserverpb__MoveLeaderRequest *)kv_pb_unpack(
         &etcdserverpb__move_leader_request__descriptor, msg, len);
     if (!req) {
-        kv_reply_error(call, KV_GRPC_INTERNAL,
-                       "grpc: error unmarshalling request: malformed protobuf");
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
     }
     uint64_t target = req->targetid;
@@ -97,9 +95,7 @@ void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
         return;
     }
     if (rc < 0) {
-        kv_reply_error(call, rc == -EBADMSG ? KV_GRPC_DATA_LOSS : KV_GRPC_INTERNAL,
-                       rc == -EBADMSG ? "etcdserver: corrupt cluster"
-                                      : "etcdserver: request failed: storage error");
+        kv_reply_etcd_err(call, rc == -EBADMSG ? KV_ERR_CORRUPT : KV_ERR_STORAGE);
         return;
     }
     if (target == s->id.member_id) {
@@ -108,7 +104,7 @@ void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     }
     move_ctx *c = calloc(1, sizeof(*c));
     if (!c) {
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         return;
     }
     c->call = call;

@@ -25,9 +25,8 @@ typedef struct read_req {
 
 static void reply(kv_grpc_call *call, int rc, kv_result *res)
 {
-    if (rc < 0)
-        kv_reply_error(call, res->code ? res->code : kv_etcd_err_code(KV_ERR_STORAGE),
-                       res->code ? res->msg : kv_etcd_err_msg(KV_ERR_STORAGE));
+    if (rc < 0 && res->err == KV_ERR_NONE)
+        kv_reply_etcd_err(call, KV_ERR_STORAGE);
     else
         kv_reply_result(call, res);
 }
@@ -114,11 +113,10 @@ static void on_read_index(void *arg, int status)
     }
     kv_grpc_call_set_data(call, NULL);
     if (status < 0) {
-        const char *msg = status == -EAGAIN      ? "etcdserver: no leader"
-                          : status == -EBUSY     ? "etcdserver: too many requests"
-                          : status == -ECANCELED ? "etcdserver: server stopped"
-                                                 : "etcdserver: request timed out";
-        kv_reply_error(call, status == -EBUSY ? 8 : 14, msg);
+        kv_reply_etcd_err(call, status == -EAGAIN      ? KV_ERR_NO_LEADER
+                                : status == -EBUSY     ? KV_ERR_TOO_MANY_REQUESTS
+                                : status == -ECANCELED ? KV_ERR_STOPPED
+                                                       : KV_ERR_TIMEOUT);
         free(r);
         return;
     }
@@ -159,7 +157,7 @@ static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, si
     kv_server *s = kv_grpc_call_app(call);
     read_req *r = calloc(1, sizeof(*r) + len);
     if (r == NULL) {
-        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         return;
     }
     r->call = call;

@@ -19,15 +19,16 @@
 #ifndef KV_API_READ_REQ_H
 #define KV_API_READ_REQ_H
 
+#include "apply/apply.h"
 #include "grpc/grpc_server.h"
 #include "mvcc/store.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Runs on a reader thread. Returns as kv_store_range: 0 with res set (code 0: res->resp is
- * the packed response, malloc'd; or a request error in res->code/msg), or < 0 on storage
- * failure (then the call gets res->code if set, else INTERNAL "storage error"). */
+/* Runs on a reader thread. Returns as kv_store_range: 0 with res set (err 0: res->resp is
+ * the packed response, malloc'd; or a request error in res->err/detail), or < 0 on storage
+ * failure (then the call gets res->err if set, else KV_ERR_STORAGE). */
 typedef int (*kv_read_fn)(kv_store *store, const uint8_t *msg, size_t len, const kv_header_info *h,
                           kv_result *res);
 

@@ -251,8 +251,8 @@ static void on_authenticated(void *arg, kv_result *res)
     kv_grpc_call *call = arg;
     kv_server *s = kv_grpc_call_app(call);
     kv_grpc_call_set_data(call, NULL);
-    if (res->code != 0) {
-        kv_grpc_call_finish(call, res->code, res->msg);
+    if (res->err != KV_ERR_NONE) {
+        kv_reply_result_err(call, res);
         return;
     }
     Etcdserverpb__AuthenticateResponse *r =

@@ -37,13 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#define ERR_BAD_URLS "etcdserver: given member URLs are invalid"
-#define ERR_NOT_FOUND "etcdserver: member not found"
-#define ERR_EXIST "etcdserver: member ID already exist"
-#define ERR_PEER_EXIST "etcdserver: Peer URLs already exists"
-#define ERR_NOT_STARTED "etcdserver: re-configuration failed due to not enough started members"
-#define ERR_NOT_LEARNER "etcdserver: can only promote a learner member"
-#define ERR_TOO_MANY_LEARNERS "etcdserver: too many learner members in cluster"
 _Static_assert((int)KV_NODE_MEMBER_ADD == (int)KV_MEMBER_OP_ADD &&
                    (int)KV_NODE_MEMBER_ADD_LEARNER == (int)KV_MEMBER_OP_ADD_LEARNER &&
                    (int)KV_NODE_MEMBER_REMOVE == (int)KV_MEMBER_OP_REMOVE &&
@@ -197,10 +190,7 @@ static void pb_list_free(pb_list *p)
 
 static void reply_load_error(kv_grpc_call *call, int rc)
 {
-    if (rc == -EBADMSG)
-        kv_reply_error(call, KV_GRPC_DATA_LOSS, "etcdserver: corrupt cluster");
-    else
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: storage error");
+    kv_reply_etcd_err(call, rc == -EBADMSG ? KV_ERR_CORRUPT : KV_ERR_STORAGE);
 }
 
 /* Answers header + members (MemberList/Remove/Update/Promote responses share this wire
@@ -217,7 +207,7 @@ static void reply_members(kv_grpc_call *call, const Etcdserverpb__Member *added)
     }
     if (pb_list_make(s, &l, &p)) {
         mlist_free(&l);
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         return;
     }
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
@@ -245,8 +235,7 @@ static void *unpack(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, con
 {
     void *r = kv_pb_unpack(d, msg, len);
     if (!r)
-        kv_reply_error(call, KV_GRPC_INTERNAL,
-                       "grpc: error unmarshalling request: malformed protobuf");
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
     return r;
 }
 
@@ -282,8 +271,8 @@ static void on_change_done(void *arg, kv_result *res)
     change_ctx *c = arg;
     if (c->call) {
         kv_grpc_call_set_data(c->call, NULL);
-        if (res->code) {
-            kv_reply_error(c->call, res->code, res->msg);
+        if (res->err != KV_ERR_NONE) {
+            kv_reply_result_err(c->call, res);
         } else if (c->add) {
             Etcdserverpb__Member m = ETCDSERVERPB__MEMBER__INIT;
             m.id = c->id;
@@ -308,8 +297,7 @@ static void on_change_cancel(kv_grpc_call *call)
 static void reply_node_error(kv_grpc_call *call, int rc)
 {
     if (rc == -ENOTSUP)
-        kv_reply_error(call, KV_GRPC_UNIMPLEMENTED,
-                       "kvd: membership changes need the raft node (not wired in yet)");
+        kv_reply_etcd_err(call, KV_ERR_MEMBERSHIP_NO_NODE);
     else
         kv_reply_propose_error(call, rc);
 }
@@ -332,7 +320,7 @@ static change_ctx *ctx_new(kv_grpc_call *call)
 {
     change_ctx *c = calloc(1, sizeof(*c));
     if (!c)
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
     return c;
 }
 
@@ -375,7 +363,7 @@ static int check_urls_free(kv_grpc_call *call, const mlist *l, const change_ctx 
         for (size_t j = 0; j < l->m[i]->n_peer_urls; j++)
             for (size_t k = 0; k < c->n_urls; k++)
                 if (strcmp(l->m[i]->peer_urls[j], c->urls[k]) == 0) {
-                    kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_PEER_EXIST);
+                    kv_reply_etcd_err(call, KV_ERR_PEER_URL_EXIST);
                     return 1;
                 }
     return 0;
@@ -385,7 +373,7 @@ static int check_urls_free(kv_grpc_call *call, const mlist *l, const change_ctx 
 static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const change_ctx *c)
 {
     if (kv_store_member_is_removed(s->store, c->id) == 1) {
-        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND); /* ErrIDRemoved */
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_FOUND); /* ErrIDRemoved */
         return 1;
     }
     /* Peer URLs before the id: ids derive from the URLs (new_member_id), so a URL in use would
@@ -396,22 +384,22 @@ static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const cha
         for (size_t j = 0; j < l->m[i]->n_peer_urls; j++)
             for (size_t k = 0; k < c->n_urls; k++)
                 if (strcmp(l->m[i]->peer_urls[j], c->urls[k]) == 0) {
-                    kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_PEER_EXIST);
+                    kv_reply_etcd_err(call, KV_ERR_PEER_URL_EXIST);
                     return 1;
                 }
     }
     if (mlist_find(l, c->id)) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_EXIST);
         return 1;
     }
     if (c->learner && learners + 1 > KV_MEMBERS_MAX_LEARNERS) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_TOO_MANY_LEARNERS);
+        kv_reply_etcd_err(call, KV_ERR_TOO_MANY_LEARNERS);
         return 1;
     }
     if (l->n >= KV_MEMBERS_MAX) {
-        char m[96];
-        snprintf(m, sizeof(m), "kvd: too many members (limit %d)", KV_MEMBERS_MAX);
-        kv_reply_error(call, KV_GRPC_RESOURCE_EXHAUSTED, m);
+        char d[32];
+        snprintf(d, sizeof(d), " (limit %d)", KV_MEMBERS_MAX);
+        kv_reply_etcd_err_detail(call, KV_ERR_TOO_MANY_MEMBERS, d);
         return 1;
     }
     return 0;
@@ -431,11 +419,11 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         goto done;
     int rc = kv_member_urls_parse(req->peerurls, req->n_peerurls, c->urls, KV_MEMBER_MAX_URLS);
     if (rc == -ENOMEM) {
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         goto done;
     }
     if (rc < 0) {
-        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_BAD_URLS);
         goto done;
     }
     c->n_urls = req->n_peerurls;
@@ -443,7 +431,7 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
     c->add = 1;
     for (size_t i = 0; i < c->n_urls; i++)
         if (strlen(c->urls[i]) > KV_MEMBER_MAX_STR) {
-            kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+            kv_reply_etcd_err(call, KV_ERR_MEMBER_BAD_URLS);
             goto done;
         }
     if ((rc = mlist_load(s, &l))) {
@@ -452,7 +440,7 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     /* --strict-reconfig-check (etcd's default): mayAddMember. */
     if (s->cfg->strict_reconfig_check && !c->learner && !ready(&l, READY_ADD, 0, s->id.member_id)) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_ENOUGH_STARTED);
         goto done;
     }
     if (s->cfg->strict_reconfig_check && !fully_connected(s, &l)) {
@@ -463,7 +451,7 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         goto done;
     c->id = new_member_id(s, &l, c->urls, c->n_urls, s->cfg->initial_cluster_token);
     if (c->id == 0) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_EXIST);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_EXIST);
         goto done;
     }
     if (check_add(call, s, &l, c))
@@ -475,7 +463,7 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
     m.is_learner = c->learner;
     size_t rlen = kvdpb__member__get_packed_size(&m);
     if (!(record = malloc(rlen ? rlen : 1))) {
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         goto done;
     }
     kvdpb__member__pack(&m, record);
@@ -511,7 +499,7 @@ static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
     if (s->cfg->strict_reconfig_check && !(m && m->is_learner) &&
         !ready(&l, READY_REMOVE, id, s->id.member_id)) {
         mlist_free(&l);
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_ENOUGH_STARTED);
         return;
     }
     if (s->cfg->strict_reconfig_check && !(m && m->is_learner) && !remove_keeps_quorum(s, &l, id)) {
@@ -521,7 +509,7 @@ static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     mlist_free(&l);
     if (!m) { /* ErrIDNotFound / ErrIDRemoved */
-        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_FOUND);
         return;
     }
     change_ctx *c = ctx_new(call);
@@ -551,15 +539,15 @@ static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len
     int learner = m && m->is_learner;
     mlist_free(&l);
     if (!is_ready) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_STARTED);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_ENOUGH_STARTED);
         return;
     }
     if (!m) {
-        kv_reply_error(call, KV_GRPC_NOT_FOUND, ERR_NOT_FOUND);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_FOUND);
         return;
     }
     if (!learner) {
-        kv_reply_error(call, KV_GRPC_FAILED_PRECONDITION, ERR_NOT_LEARNER);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_LEARNER);
         return;
     }
     change_ctx *c = ctx_new(call);
@@ -581,16 +569,16 @@ static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
     change_ctx *c = NULL;
     uint8_t *buf = NULL;
     if (u->n_peer_urls > KV_MEMBER_MAX_URLS) {
-        char m[96];
-        snprintf(m, sizeof(m), "kvd: too many peer URLs (limit %d)", KV_MEMBER_MAX_URLS);
-        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, m);
+        char d[32];
+        snprintf(d, sizeof(d), " (limit %d)", KV_MEMBER_MAX_URLS);
+        kv_reply_etcd_err_detail(call, KV_ERR_TOO_MANY_PEER_URLS, d);
         goto done;
     }
     /* etcd 3.4 leaves this check to clientv3 (types.NewURLs); kvd also makes it here so that
      * a raw client cannot store peer URLs the transport cannot dial. */
     int rc = kv_member_urls_parse(u->peer_urls, u->n_peer_urls, NULL, 0);
     if (rc < 0) {
-        kv_reply_error(call, KV_GRPC_INVALID_ARGUMENT, ERR_BAD_URLS);
+        kv_reply_etcd_err(call, KV_ERR_MEMBER_BAD_URLS);
         goto done;
     }
     if (!(c = ctx_new(call)))
@@ -600,7 +588,7 @@ static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
     ir.member_update = u;
     size_t n = kvdpb__internal_request__get_packed_size(&ir);
     if (!(buf = malloc(n))) {
-        kv_reply_error(call, KV_GRPC_INTERNAL, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         goto done;
     }
     kvdpb__internal_request__pack(&ir, buf);

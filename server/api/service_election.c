@@ -84,7 +84,7 @@ static void answer_header_txn(kv_grpc_call *call, const kv_result *res, int must
     Etcdserverpb__TxnResponse *t =
         etcdserverpb__txn_response__unpack(NULL, res->resp_len, res->resp);
     if (t == NULL) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        kv_reply_step_err(call, KV_ERR_STORAGE, NULL);
         return;
     }
     if (must_succeed && !t->succeeded) {
@@ -188,7 +188,7 @@ static void answer_leader(kv_grpc_call *call, const kv_result *res)
     Etcdserverpb__RangeResponse *rr =
         etcdserverpb__range_response__unpack(NULL, res->resp_len, res->resp);
     if (rr == NULL) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        kv_reply_step_err(call, KV_ERR_STORAGE, NULL);
         return;
     }
     if (rr->n_kvs == 0) {

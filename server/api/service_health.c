@@ -74,7 +74,7 @@ static void on_check(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     if (nlen != 0) {
-        kv_reply_error(call, KV_GRPC_NOT_FOUND, "unknown service");
+        kv_reply_etcd_err(call, KV_ERR_HEALTH_UNKNOWN_SERVICE);
         return;
     }
     kv_node_raft_status rs;

@@ -98,9 +98,8 @@ static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_server *s = kv_grpc_call_app(call);
         kv_result res = {0};
         int rc = kv_store_range(s->store, msg, len, kv_node_header(s->node), &res);
-        if (rc < 0)
-            kv_reply_error(call, res.code ? res.code : kv_etcd_err_code(KV_ERR_STORAGE),
-                           res.code ? res.msg : kv_etcd_err_msg(KV_ERR_STORAGE));
+        if (rc < 0 && res.err == KV_ERR_NONE)
+            kv_reply_etcd_err(call, KV_ERR_STORAGE);
         else
             kv_reply_result(call, &res);
         free(res.resp);
@@ -122,11 +121,10 @@ static void on_delete_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
 static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_server *s = kv_grpc_call_app(call);
-    int code;
-    const char *emsg;
     /* nesting and op counts are bounded before anything unpacks the request */
-    if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops, &code, &emsg)) {
-        kv_reply_error(call, code, emsg);
+    kv_etcd_err e = kv_internal_check_txn(msg, len, s->cfg->max_txn_ops);
+    if (e != KV_ERR_NONE) {
+        kv_reply_etcd_err(call, e);
         return;
     }
     kv_propose_unary(call, KV_IREQ_TXN, msg, len);
@@ -180,7 +178,7 @@ static void on_compact_applied(void *arg, kv_result *res)
 {
     compact_req *cr = arg;
     cr->h = NULL;
-    if (res->code != 0) {
+    if (res->err != KV_ERR_NONE) {
         kv_grpc_call_set_data(cr->call, NULL);
         kv_reply_result(cr->call, res);
         compact_free(cr);

@@ -66,7 +66,7 @@ static void answer_unlock(kv_grpc_call *call, const kv_result *res)
     Etcdserverpb__DeleteRangeResponse *d =
         etcdserverpb__delete_range_response__unpack(NULL, res->resp_len, res->resp);
     if (d == NULL) {
-        kv_reply_error(call, KV_GRPC_UNKNOWN, kv_etcd_err_msg(KV_ERR_STORAGE));
+        kv_reply_step_err(call, KV_ERR_STORAGE, NULL);
         return;
     }
     V3lockpb__UnlockResponse r = V3LOCKPB__UNLOCK_RESPONSE__INIT;

@@ -27,7 +27,7 @@ static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, co
 {
     *out = kv_pb_unpack(d, msg, len); /* unknown fields dropped: mvcc/pb_strip.h */
     if (*out == NULL) {
-        kv_reply_error(call, 13, "grpc: error unmarshalling request: malformed protobuf");
+        kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return 0;
     }
     return 1;
@@ -74,7 +74,7 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     protobuf_c_message_free_unpacked(req, NULL);
     kv_store_status ss;
     if (kv_store_get_status(s->store, &ss) < 0) {
-        kv_reply_error(call, 13, "etcdserver: request failed: storage error");
+        kv_reply_etcd_err(call, KV_ERR_STORAGE);
         return;
     }
     /* etcd 3.4 maintenanceServer.Status: leader, raftIndex = the raft commit index,
@@ -99,7 +99,7 @@ static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
     status_errors errs = {0};
     int rc = 0;
     if (rs.leader == 0)
-        rc = add_status_text(&errs, "etcdserver: no leader");
+        rc = add_status_text(&errs, kv_etcd_err_msg(KV_ERR_NO_LEADER));
     if (rc == 0 && kv_store_alarms(s->store) != 0)
         kv_store_alarm_list(s->store, add_status_error, &errs);
     r.errors = errs.v;
@@ -196,9 +196,12 @@ static void defrag_done(void *arg, int status)
     if (d->call) {
         kv_grpc_call_set_data(d->call, NULL);
         if (status != 0) {
-            char m[128];
-            snprintf(m, sizeof(m), "etcdserver: defragment failed: %s", strerror(-status));
-            kv_reply_error(d->call, status == -ECANCELED ? 14 : 13, m);
+            char why[96];
+            snprintf(why, sizeof(why), ": %s", strerror(-status));
+            if (status == -ECANCELED) /* the member stops */
+                kv_reply_etcd_err(d->call, KV_ERR_DEFRAG_CANCELED);
+            else
+                kv_reply_etcd_err_detail(d->call, KV_ERR_DEFRAG_FAILED, why);
         } else {
             Etcdserverpb__DefragmentResponse r = ETCDSERVERPB__DEFRAGMENT_RESPONSE__INIT;
             Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
@@ -221,7 +224,7 @@ static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)
     (void)len;
     defrag_ctx *d = calloc(1, sizeof(*d));
     if (d == NULL) {
-        kv_reply_error(call, 13, "etcdserver: request failed: out of memory");
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
         return;
     }
     d->s = s;

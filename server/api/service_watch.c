@@ -46,11 +46,10 @@ static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         }
         int rc = kv_watch_stream_open(s->watch, kv_grpc_call_conn_id(call), &sink_ops, call, &st);
         if (rc == -EMFILE) {
-            char m[160];
-            snprintf(m, sizeof(m), "%s (--max-watch-streams-per-connection %u)",
-                     kv_etcd_err_msg(KV_ERR_TOO_MANY_WATCH_STREAMS),
+            char d[64];
+            snprintf(d, sizeof(d), " (--max-watch-streams-per-connection %u)",
                      s->cfg->max_watch_streams_per_conn);
-            kv_reply_error(call, kv_etcd_err_code(KV_ERR_TOO_MANY_WATCH_STREAMS), m);
+            kv_reply_etcd_err_detail(call, KV_ERR_TOO_MANY_WATCH_STREAMS, d);
             return;
         }
         if (rc < 0) {

@@ -3,6 +3,7 @@
 #include "api/auth_srv.h"
 #include "api/internal_req.h"
 #include "api/quota.h"
+#include "common/etcd_status.h"
 #include "rpc.pb-c.h"
 #include "server.h"
 
@@ -38,25 +39,42 @@ size_t kv_services_collect(kv_grpc_method *out, size_t cap)
     return len;
 }
 
-void kv_reply_error(kv_grpc_call *call, int code, const char *msg)
+kv_grpc_code kv_api_status_of(kv_etcd_err e)
 {
-    kv_grpc_call_finish(call, code, msg);
+    return kv_etcd_err_code(e);
 }
 
 void kv_reply_etcd_err(kv_grpc_call *call, kv_etcd_err e)
 {
-    kv_grpc_call_finish(call, kv_etcd_err_code(e), kv_etcd_err_msg(e));
+    kv_grpc_call_finish(call, kv_api_status_of(e), kv_etcd_err_msg(e));
+}
+
+void kv_reply_etcd_err_detail(kv_grpc_call *call, kv_etcd_err e, const char *detail)
+{
+    char text[KV_ETCD_ERR_TEXT_MAX];
+    kv_grpc_call_finish(call, kv_api_status_of(e),
+                        kv_etcd_err_format(text, sizeof text, e, detail));
+}
+
+void kv_reply_result_err(kv_grpc_call *call, const kv_result *res)
+{
+    kv_reply_etcd_err_detail(call, res->err, res->detail);
+}
+
+void kv_reply_step_err(kv_grpc_call *call, kv_etcd_err e, const char *detail)
+{
+    char text[KV_ETCD_ERR_TEXT_MAX];
+    kv_grpc_call_finish(call, KV_GRPC_UNKNOWN, kv_etcd_err_format(text, sizeof text, e, detail));
 }
 
 /* A response that could not be queued, for a request that changed nothing: say why. */
 static void reply_send_failed(kv_grpc_call *call, int rc, size_t len)
 {
-    char msg[128];
+    char d[64];
     switch (rc) {
     case -EMSGSIZE: /* grpc-go's wording (rpc_util.go) */
-        snprintf(msg, sizeof(msg), "grpc: trying to send message larger than max (%zu vs. %zu)",
-                 len, kv_grpc_call_max_response_bytes(call));
-        kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, msg);
+        snprintf(d, sizeof(d), " (%zu vs. %zu)", len, kv_grpc_call_max_response_bytes(call));
+        kv_reply_etcd_err_detail(call, KV_ERR_GRPC_SEND_TOO_LARGE, d);
         break;
     case -ECONNRESET: /* the connection is going away: nobody to answer */
     case -EINVAL:
@@ -70,8 +88,8 @@ static void reply_send_failed(kv_grpc_call *call, int rc, size_t len)
 
 void kv_reply_result(kv_grpc_call *call, const kv_result *res)
 {
-    if (res->code != 0) {
-        kv_grpc_call_finish(call, res->code, res->msg);
+    if (res->err != KV_ERR_NONE) {
+        kv_reply_result_err(call, res);
         return;
     }
     int rc = kv_grpc_call_send(call, res->resp ? res->resp : (const uint8_t *)"", res->resp_len);
@@ -87,8 +105,8 @@ void kv_reply_result(kv_grpc_call *call, const kv_result *res)
  * status such as RESOURCE_EXHAUSTED that means "not applied". */
 static void reply_committed(kv_grpc_call *call, const kv_result *res)
 {
-    if (res->code != 0) {
-        kv_grpc_call_finish(call, res->code, res->msg);
+    if (res->err != KV_ERR_NONE) {
+        kv_reply_result_err(call, res);
         return;
     }
     if (kv_grpc_call_send(call, res->resp ? res->resp : (const uint8_t *)"", res->resp_len) < 0) {

@@ -11,7 +11,9 @@
 #ifndef KV_SERVICES_H
 #define KV_SERVICES_H
 
+#include "apply/apply.h"
 #include "common/etcd_errors.h"
+#include "common/status.h"
 #include "grpc/grpc_server.h"
 #include "mvcc/store.h"
 
@@ -47,18 +49,31 @@ extern const size_t kv_service_election_len;
 extern const kv_grpc_method kv_service_lock[]; /* v3lockpb.Lock (service_lock.c) */
 extern const size_t kv_service_lock_len;
 
+/* THE mapping of an error value to the gRPC status clients see (etcd's togRPCError): the
+ * code of e's row in the error table (common/etcd_status.h). Every error that reaches a
+ * client as an RPC status goes through it; below this edge (apply, node, mvcc, lease, watch)
+ * errors are kv_etcd_err values. KV_GRPC_UNKNOWN for a value that is not an error. */
+kv_grpc_code kv_api_status_of(kv_etcd_err e);
+
 /* Shared reply helpers. */
-/* Sends the packed response (if code == 0) and finishes the call. */
+/* Sends the packed response (if res->err == KV_ERR_NONE) and finishes the call; else finishes
+ * with res's error (kv_reply_etcd_err_detail). */
 void kv_reply_result(kv_grpc_call *call, const kv_result *res);
 /* Packs m and sends it as one message of the call (no finish). Small messages are packed on
  * the stack. Returns 0, -ENOMEM, or kv_grpc_call_send's error (-ENOBUFS: outbound full). */
 int kv_send_message(kv_grpc_call *call, const ProtobufCMessage *m);
 /* Unary reply: sends m and finishes OK; RESOURCE_EXHAUSTED if it cannot be queued. */
 void kv_reply_message(kv_grpc_call *call, const ProtobufCMessage *m);
-/* Finishes with an error status. */
-void kv_reply_error(kv_grpc_call *call, int code, const char *msg);
-/* Finishes with the code and exact message of e (common/etcd_errors.h). */
+/* Finishes with the status of e (kv_api_status_of) and its exact message. */
 void kv_reply_etcd_err(kv_grpc_call *call, kv_etcd_err e);
+/* The same with detail (NULL or "": none) appended to the message (kv_etcd_err_format). */
+void kv_reply_etcd_err_detail(kv_grpc_call *call, kv_etcd_err e, const char *detail);
+/* Finishes with res's error (res->err != KV_ERR_NONE): kv_reply_etcd_err_detail. */
+void kv_reply_result_err(kv_grpc_call *call, const kv_result *res);
+/* The election and lock services' answer to the error of one of their key-value steps
+ * (api/conc_client.h): etcd's v3election/v3lock servers get it from clientv3 as a plain
+ * error, which gRPC answers with UNKNOWN and the error's text (e's message + detail). */
+void kv_reply_step_err(kv_grpc_call *call, kv_etcd_err e, const char *detail);
 /* Maps a negative errno from kv_node_propose to the etcd error. */
 void kv_reply_propose_error(kv_grpc_call *call, int rc);
 /* Unary write: wraps msg as the given InternalRequest field and proposes it; the response goes

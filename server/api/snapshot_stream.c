@@ -91,9 +91,9 @@ static void snap_free(snap_ctx *c)
 /* Finishes with KV_ERR_SNAPSHOT_FAILED, "etcdserver: snapshot failed: <why>". */
 static void reply_snapshot_failed(kv_grpc_call *call, const char *why)
 {
-    char m[160];
-    snprintf(m, sizeof m, "%s: %s", kv_etcd_err_msg(KV_ERR_SNAPSHOT_FAILED), why);
-    kv_reply_error(call, kv_etcd_err_code(KV_ERR_SNAPSHOT_FAILED), m);
+    char d[160];
+    snprintf(d, sizeof d, ": %s", why);
+    kv_reply_etcd_err_detail(call, KV_ERR_SNAPSHOT_FAILED, d);
 }
 
 static void fail(snap_ctx *c, const char *why)
@@ -349,8 +349,7 @@ static int hash_read(kv_store *store, const uint8_t *msg, size_t len, const kv_h
     memset(res, 0, sizeof(*res));
     Etcdserverpb__HashRequest *req = etcdserverpb__hash_request__unpack(NULL, len, msg);
     if (req == NULL) {
-        res->code = kv_etcd_err_code(KV_ERR_GRPC_UNMARSHAL);
-        snprintf(res->msg, sizeof res->msg, "%s", kv_etcd_err_msg(KV_ERR_GRPC_UNMARSHAL));
+        kv_result_set_err(res, KV_ERR_GRPC_UNMARSHAL);
         return 0;
     }
     etcdserverpb__hash_request__free_unpacked(req, NULL);

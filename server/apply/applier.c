@@ -3,8 +3,8 @@
  * its kind (apply_kv.c, apply_lease.c, apply_cluster.c), which runs keyspace operations
  * (mvcc/keyspace.h) in one child transaction of the batch, and packs the etcdserverpb
  * response only when a local waiter wants it (the batch is not quiet). It maps the
- * keyspace's errno results to etcd's gRPC status and message (common/etcd_errors.h).
- * Contract: kv_store_apply in mvcc/store.h. */
+ * keyspace's errno results to etcd's errors (common/etcd_errors.h values in kv_result.err; the
+ * api edge makes them gRPC statuses). Contract: kv_store_apply in apply/apply.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,18 +14,34 @@
 #include "apply/apply_int.h"
 #include "mvcc/pb_scan.h"
 
-void kv_apply_errf(kv_result *res, kv_grpc_code code, const char *fmt, ...)
+void kv_result_set_err(kv_result *res, kv_etcd_err e)
 {
-    va_list ap;
-    res->code = code;
-    va_start(ap, fmt);
-    vsnprintf(res->msg, sizeof res->msg, fmt, ap);
-    va_end(ap);
+    res->err = e;
+    res->detail[0] = '\0';
+}
+
+char *kv_result_text(const kv_result *res, char *buf, size_t n)
+{
+    if (res->err == KV_ERR_NONE) {
+        if (n > 0)
+            buf[0] = '\0';
+        return buf;
+    }
+    return kv_etcd_err_format(buf, n, res->err, res->detail);
 }
 
 void kv_apply_err(kv_result *res, kv_etcd_err e)
 {
-    kv_apply_errf(res, (kv_grpc_code)kv_etcd_err_code(e), "%s", kv_etcd_err_msg(e));
+    kv_result_set_err(res, e);
+}
+
+void kv_apply_err_detail(kv_result *res, kv_etcd_err e, const char *fmt, ...)
+{
+    va_list ap;
+    res->err = e;
+    va_start(ap, fmt);
+    vsnprintf(res->detail, sizeof res->detail, fmt, ap);
+    va_end(ap);
 }
 
 Etcdserverpb__ResponseHeader *kv_apply_header(int64_t rev)

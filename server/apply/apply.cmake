@@ -18,8 +18,8 @@ target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
 # apply_authn.c: kv_auth_pwtag; apply_perm.c (etcd's lease permission check at apply): the
 # pure key-range check of server/auth (auth_perm.h).
 target_link_libraries(kv_apply PUBLIC kv_auth)
-# The entry point keeps its historic name and declaration (kv_store_apply, mvcc/store.h), so
-# the raft driver and every program that links kv_mvcc to apply entries (tests, fuzzers,
-# bench) keep working: kv_mvcc's link interface brings the applier along (a static-library
-# cycle, which CMake repeats on the link line).
+# The entry points keep their historic names (kv_store_apply, kv_store_range, ...; declared in
+# apply/apply.h), so the raft driver and every program that links kv_mvcc to apply entries
+# (tests, fuzzers, bench) keep working: kv_mvcc's link interface brings the applier along (a
+# static-library cycle, which CMake repeats on the link line).
 target_link_libraries(kv_mvcc INTERFACE kv_apply)

@@ -23,8 +23,7 @@ int kv_put_check(const Etcdserverpb__PutRequest *p, size_t maxkey, kv_result *re
         return 1;
     }
     if (p->key.len > maxkey) {
-        kv_apply_errf(res, (kv_grpc_code)kv_etcd_err_code(KV_ERR_KEY_TOO_LONG),
-                      "%s (kvd limit: %zu bytes)", kv_etcd_err_msg(KV_ERR_KEY_TOO_LONG), maxkey);
+        kv_apply_err_detail(res, KV_ERR_KEY_TOO_LONG, " (kvd limit: %zu bytes)", maxkey);
         return 1;
     }
     return 0;

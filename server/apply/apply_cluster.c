@@ -57,11 +57,10 @@ int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMe
             break; /* as etcd: nothing to activate */
         rc = kv_ks_alarm_activate(a->ks, ar->memberid, type > KV_ALARM_CORRUPT ? -1 : (int)type);
         if (rc == -EINVAL) {
-            kv_apply_errf(a->res, KV_GRPC_INVALID_ARGUMENT, "kvd: unknown alarm type %u", type);
+            kv_apply_err_detail(a->res, KV_ERR_UNKNOWN_ALARM, " %u", type);
             rc = 1;
         } else if (rc == -EMLINK) {
-            kv_apply_errf(a->res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many alarms (limit %d)",
-                          KV_KS_MAX_ALARMS);
+            kv_apply_err_detail(a->res, KV_ERR_TOO_MANY_ALARMS, " (limit %d)", KV_KS_MAX_ALARMS);
             rc = 1;
         } else if (rc == 0 && resp) { /* also when already active: etcd answers with it */
             rc = add_alarm(resp, ar->memberid, type);

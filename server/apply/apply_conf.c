@@ -1,4 +1,4 @@
-/* apply_conf: a raft configuration change as it applies (members.h kv_store_member_change):
+/* apply_conf: a raft configuration change as it applies (apply.h kv_store_member_change):
  * the members table's plain result (kv_store_member_conf_change) mapped to etcd's errors. */
 #include <errno.h>
 #include <string.h>
@@ -33,8 +33,7 @@ int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
         kv_apply_err(res, KV_ERR_MEMBER_NOT_LEARNER);
         break;
     case -EDQUOT:
-        kv_apply_errf(res, KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many members (limit %d)",
-                      KV_MEMBERS_MAX);
+        kv_apply_err_detail(res, KV_ERR_TOO_MANY_MEMBERS, " (limit %d)", KV_MEMBERS_MAX);
         break;
     case -EINVAL:
         kv_apply_err(res, KV_ERR_MEMBER_BAD_URLS);

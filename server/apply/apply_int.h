@@ -1,7 +1,6 @@
 /*
  * apply_int: private declarations shared by the files of the applier (server/apply/).
- * Not for use outside server/apply/. The contract of the entry point, kv_store_apply, is in
- * mvcc/store.h (its historic home: the raft driver calls it); apply.cmake says why.
+ * Not for use outside server/apply/. The contract of the entry points is in apply/apply.h.
  */
 #ifndef KV_APPLY_INT_H
 #define KV_APPLY_INT_H
@@ -10,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "apply/apply.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
 #include "internal.pb-c.h"
@@ -32,11 +32,11 @@ typedef struct kv_actx {
     unsigned ranges, puts, deletes;
 } kv_actx;
 
-/* Request errors: res->code and res->msg (the request changes nothing). */
-void kv_apply_errf(kv_result *res, kv_grpc_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Sets res to the code and exact message of e (common/etcd_errors.h). */
+/* Request errors (the request changes nothing): res->err = e, res->detail "". */
 void kv_apply_err(kv_result *res, kv_etcd_err e);
+/* res->err = e with a detail appended to e's message (printf format: " (limit %d)"). */
+void kv_apply_err_detail(kv_result *res, kv_etcd_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* A response header with revision rev (malloc'd), NULL on -ENOMEM. */
 Etcdserverpb__ResponseHeader *kv_apply_header(int64_t rev);
 /* The lease must exist: 0, 1 = LEASE_NOT_FOUND set in res, < 0 storage error. */

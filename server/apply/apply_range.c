@@ -1,6 +1,6 @@
 /* apply_range: Range and HashKV as etcdserverpb requests and responses, on the store's plain
  * reads (mvcc/range.h, kv_store_hash_kv_cur): kv_store_range and kv_store_hash_kv_request
- * (read path: reader threads, store.h), and the Range ops of a Txn (kv_apply_range_op). */
+ * (read path: reader threads, apply.h), and the Range ops of a Txn (kv_apply_range_op). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,8 +4,10 @@
  * cancel reasons); see the header for the kvd rows and the prefix exceptions.
  */
 #include "common/etcd_errors.h"
+#include "common/etcd_status.h"
 
-#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 typedef struct kv_etcd_err_entry {
     kv_grpc_code code;
@@ -110,6 +112,10 @@ static const kv_etcd_err_entry table[KV_ERR_COUNT] = {
     [KV_ERR_GRPC_UNMARSHAL] = {KV_GRPC_INTERNAL,
                                "grpc: error unmarshalling request: malformed protobuf"},
     [KV_ERR_CANCELED] = {KV_GRPC_CANCELLED, "context canceled"},
+    [KV_ERR_GRPC_SEND_TOO_LARGE] = {KV_GRPC_RESOURCE_EXHAUSTED,
+                                    "grpc: trying to send message larger than max"},
+    [KV_ERR_GRPC_HALF_CLOSED] = {KV_GRPC_INTERNAL, "grpc: half-closed without a request"},
+    [KV_ERR_HEALTH_UNKNOWN_SERVICE] = {KV_GRPC_NOT_FOUND, "unknown service"},
     /* kvd-specific */
     [KV_ERR_KEY_TOO_LONG] = {KV_GRPC_INVALID_ARGUMENT, "etcdserver: key is too long"},
     [KV_ERR_INVALID_SORT] = {KV_GRPC_INVALID_ARGUMENT, "etcdserver: invalid sort option"},
@@ -144,6 +150,20 @@ static const kv_etcd_err_entry table[KV_ERR_COUNT] = {
     [KV_ERR_TOO_MANY_WATCHERS] = {KV_GRPC_OK, "kvd: too many watchers on this stream"},
     [KV_ERR_WATCH_SLOW_READER] = {KV_GRPC_RESOURCE_EXHAUSTED,
                                   "kvd: watch responses not read (--watch-send-buffer-bytes)"},
+    [KV_ERR_UNKNOWN_ALARM] = {KV_GRPC_INVALID_ARGUMENT, "kvd: unknown alarm type"},
+    [KV_ERR_TOO_MANY_ALARMS] = {KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many alarms"},
+    [KV_ERR_TOO_MANY_MEMBERS] = {KV_GRPC_RESOURCE_EXHAUSTED, "kvd: too many members"},
+    [KV_ERR_TOO_MANY_PEER_URLS] = {KV_GRPC_INVALID_ARGUMENT, "kvd: too many peer URLs"},
+    /* etcd's MoveLeader returns a plain error here (not an rpctypes one): codes.Unknown */
+    [KV_ERR_LEADER_TRANSFER_TIMEOUT] = {KV_GRPC_UNKNOWN,
+                                        "etcdserver: request timed out, leader transfer took too "
+                                        "long"},
+    [KV_ERR_DEFRAG_CANCELED] = {KV_GRPC_UNAVAILABLE,
+                                "etcdserver: defragment failed: Operation canceled"},
+    [KV_ERR_MEMBERSHIP_NO_NODE] = {KV_GRPC_UNIMPLEMENTED,
+                                   "kvd: membership changes need the raft node (not wired in yet)"},
+    [KV_ERR_TRANSFER_NO_NODE] = {KV_GRPC_UNIMPLEMENTED,
+                                 "kvd: leader transfer needs the raft node (not wired in yet)"},
     [KV_ERR_ELECTION_NOT_LEADER] = {KV_GRPC_UNKNOWN, "election: not leader"},
     [KV_ERR_ELECTION_NO_LEADER] = {KV_GRPC_UNKNOWN, "election: no leader"},
     [KV_ERR_ELECTION_MISSING_KEY] = {KV_GRPC_UNKNOWN, "\"leader\" field must be provided"},
@@ -156,14 +176,44 @@ static const kv_etcd_err_entry *entry(kv_etcd_err e)
     return &table[e];
 }
 
-int kv_etcd_err_code(kv_etcd_err e)
+kv_grpc_code kv_etcd_err_code(kv_etcd_err e)
 {
     const kv_etcd_err_entry *t = entry(e);
     return t ? t->code : KV_GRPC_UNKNOWN;
+}
+
+uint32_t kv_etcd_err_peer_code(kv_etcd_err e)
+{
+    return e == KV_ERR_NONE ? 0u : (uint32_t)kv_etcd_err_code(e);
 }
 
 const char *kv_etcd_err_msg(kv_etcd_err e)
 {
     const kv_etcd_err_entry *t = entry(e);
     return t ? t->msg : "kvd: unknown error";
+}
+
+char *kv_etcd_err_format(char *buf, size_t n, kv_etcd_err e, const char *detail)
+{
+    if (n > 0)
+        snprintf(buf, n, "%s%s", kv_etcd_err_msg(e), detail ? detail : "");
+    return buf;
+}
+
+kv_etcd_err kv_etcd_err_parse(const char *text, const char **detail)
+{
+    kv_etcd_err best = KV_ERR_NONE;
+    size_t best_len = 0;
+    if (text != NULL)
+        for (int i = 1; i < KV_ERR_COUNT; i++) {
+            const char *m = table[i].msg;
+            size_t len = m ? strlen(m) : 0;
+            if (len > best_len && strncmp(text, m, len) == 0) {
+                best = (kv_etcd_err)i;
+                best_len = len;
+            }
+        }
+    if (detail)
+        *detail = text ? text + best_len : NULL;
+    return best;
 }

@@ -1,12 +1,14 @@
 /*
  * status.h - THE enum of gRPC status codes (all 17, named as in grpc's codes.proto /
- * doc/statuscodes.md). Every layer that produces or inspects an RPC status uses these names:
- * the gRPC transport (grpc/grpc_wire.h includes this header), the MVCC store (kv_result.code),
- * the services (api/) and the etcd error table (common/etcd_errors.h).
+ * doc/statuscodes.md). Only the gRPC edge uses these names: the gRPC transport
+ * (grpc/grpc_wire.h includes this header), the services (api/: api/services.h
+ * kv_api_status_of maps an error value to its status) and the gRPC column of the error table
+ * (common/etcd_status.h). Below the edge (apply, node, mvcc, lease, watch) errors are
+ * kv_etcd_err values (common/etcd_errors.h), which never include this header.
  *
- * Layering: this header lives in server/common/ and includes nothing, so the MVCC store (and
- * any other module) can use the codes without depending on the HTTP/2 server or on nghttp2.
- * There is no other status enum in server/; never write a raw number where a code is meant.
+ * Layering: this header lives in server/common/ and includes nothing, so the edge can use the
+ * codes without depending on the HTTP/2 server or on nghttp2. There is no other status enum
+ * in server/; never write a raw number where a code is meant.
  */
 #ifndef KV_COMMON_STATUS_H
 #define KV_COMMON_STATUS_H

@@ -60,32 +60,19 @@ int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id);
 /* Sets the learner flag (promote: learner = 0). -ENOENT if id is not a member. */
 int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int learner);
 
-/* A raft configuration change as it applies, validated as etcd's
- * RaftCluster.ValidateConfigurationChange then applied (the node calls it when the
- * configuration entry applies, inside its batch; deterministic on every member). op values
- * equal node.h's KV_NODE_MEMBER_*. record: the packed kvdpb.Member of an add (NULL otherwise).
- * Refusals set res->code/res->msg to etcd's error and change nothing:
- *   id removed before            NOT_FOUND "etcdserver: member not found" (ErrIDRemoved)
- *   add of an existing id        FAILED_PRECONDITION "etcdserver: member ID already exist"
- *   add with a peer URL in use   FAILED_PRECONDITION "etcdserver: Peer URLs already exists"
- *   a second learner             FAILED_PRECONDITION "etcdserver: too many learner members in
- *                                cluster" (etcd 3.4 allows one)
- *   remove/promote of no member  NOT_FOUND "etcdserver: member not found"
- *   promote of a voter           FAILED_PRECONDITION "etcdserver: can only promote a learner
- *                                member"
- *   more than KV_MEMBERS_MAX     RESOURCE_EXHAUSTED "kvd: too many members (limit 64)"
- *   a record that does not decode INVALID_ARGUMENT "etcdserver: given member URLs are invalid"
- * Returns 0 (res->code 0 = applied), or < 0 on storage failure / -EBADMSG / -EINVAL (bad op). */
+/* Raft configuration change ops (node.h's KV_NODE_MEMBER_* have the same values); applied,
+ * with etcd's errors for refusals, by apply/apply.h kv_store_member_change. */
 enum { KV_MEMBER_OP_ADD = 1, KV_MEMBER_OP_ADD_LEARNER, KV_MEMBER_OP_REMOVE, KV_MEMBER_OP_PROMOTE };
 #define KV_MEMBERS_MAX_LEARNERS 1
-int kv_store_member_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
-                           const uint8_t *record, size_t len, kv_result *res);
-/* The same change with plain results (mvcc): returns 0 or < 0 as above; *refused gets 0
+/* A raft configuration change as it applies, validated as etcd's
+ * RaftCluster.ValidateConfigurationChange then applied (inside the node's batch; deterministic
+ * on every member), with plain results: returns 0, or < 0 on storage failure / -EBADMSG /
+ * -EINVAL (bad op). record: the packed kvdpb.Member of an add (NULL otherwise). *refused gets 0
  * (applied) or the refusal, which changed nothing: -ENOENT id removed or not a member,
  * -EEXIST add of an existing id, -EADDRINUSE peer URL in use, -EMLINK a second learner,
  * -EALREADY promote of a voter, -EDQUOT more than KV_MEMBERS_MAX, -EINVAL a record that does
- * not decode or is over the limits. kv_store_member_change (server/apply/apply_conf.c) maps
- * the refusal to etcd's error. */
+ * not decode or is over the limits. kv_store_member_change (apply/apply.h) maps the refusal
+ * to etcd's error. */
 int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,
                                 const uint8_t *record, size_t len, int *refused);
 

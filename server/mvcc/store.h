@@ -1,5 +1,7 @@
 /*
- * store: the MVCC key-value store on LMDB and the ordered apply function.
+ * store: the MVCC key-value store on LMDB. The ordered apply function and the request-level
+ * reads that run on it (kv_store_apply, kv_store_range, kv_store_hash_kv_request) are the
+ * applier's: apply/apply.h.
  *
  * Contract
  * - LMDB is the index (lessons 8, 9): there is no in-memory copy of the keyspace. Opening
@@ -11,7 +13,8 @@
  * - Semantics follow etcd 3.4 (server/mvcc, etcdserver/apply.go, api/v3rpc/key.go): a fresh
  *   store is at revision 1; each write request that changes something takes one main
  *   revision, the ops of a txn share it with increasing sub revisions; a DeleteRange or txn
- *   that changes nothing does not take a revision. Errors carry etcd's gRPC code and message.
+ *   that changes nothing does not take a revision. Request errors are etcd's errors as values
+ *   (common/etcd_errors.h, in apply/apply.h kv_result.err); the store names no gRPC status.
  *   etcd 3.4 details kept on purpose: header revision of a Range is the current revision,
  *   also for historical reads; with a sort order or a revision filter the limit is applied
  *   after fetching, sorting and filtering; sort_target != KEY with order NONE sorts
@@ -30,8 +33,8 @@
  *   Each request is applied in an LMDB child transaction, so a request that fails (including
  *   MDB_MAP_FULL) leaves no trace while the batch goes on.
  * - Every record carries a CRC-32C (crc32c.h) verified on read; a record that fails its
- *   check is reported (-EBADMSG / DATA_LOSS), never returned. The on-disk format has a
- *   version; an unknown version is refused at open (lesson 7).
+ *   check is reported (-EBADMSG; a request gets KV_ERR_RECORD_CHECKSUM), never returned. The
+ * on-disk format has a version; an unknown version is refused at open (lesson 7).
  *
  * Storage layout (named LMDB databases in one environment, files inside cfg.dir):
  *   "meta"  "format" -> crc32c(4, BE) | format version (4, BE)                     (1 or 2)
@@ -76,14 +79,14 @@
  * alarm), a growing request that would take the store past the quota plus half the headroom
  * (estimated: committed size + 2 x the batch's growing request bytes) is refused with the
  * no-space error below and raises NOSPACE (kvd-specific: etcd's bbolt has no hard limit).
- * MDB_MAP_FULL (past the headroom) fails the request with RESOURCE_EXHAUSTED "etcdserver: mvcc:
- * database space exceeded" and asks for the NOSPACE alarm (kv_store_take_alarms). A single request
+ * MDB_MAP_FULL (past the headroom) fails the request with KV_ERR_NO_SPACE ("etcdserver: mvcc:
+ * database space exceeded") and asks for the NOSPACE alarm (kv_store_take_alarms). A single request
  * that dirties more pages than one LMDB transaction can hold (MDB_TXN_FULL, ~512 MiB of pages)
- * fails with RESOURCE_EXHAUSTED "kvd: mvcc: request changes too many pages for one transaction".
- * Both depend on the member's file layout: members with different quotas could diverge, which the
- * hash check (lesson 5) detects. max_keys_per_lease: a put that would attach one key more gives
- * FAILED_PRECONDITION "etcdserver: too many keys attached to lease" (kvd-specific, etcd has no such
- * limit).
+ * fails with KV_ERR_TXN_TOO_MANY_PAGES ("kvd: mvcc: request changes too many pages for one
+ * transaction"). Both depend on the member's file layout: members with different quotas could
+ * diverge, which the hash check (lesson 5) detects. max_keys_per_lease: a put that would attach one
+ * key more gives KV_ERR_TOO_MANY_LEASE_KEYS ("etcdserver: too many keys attached to lease",
+ * kvd-specific, etcd has no such limit).
  *
  * Threads: the write path (batch_begin/apply/commit/abort, compact_step,
  * set_lease_observer) runs on one thread (the apply thread). kv_store_range,
@@ -105,7 +108,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
 #include "lease/lease_table.h"
 
 #define KV_STORE_FORMAT_VERSION 2u /* newest on-disk format this build reads and writes */
@@ -131,19 +133,6 @@ typedef struct kv_header_info {
     uint64_t cluster_id, member_id, raft_term;
 } kv_header_info;
 
-typedef struct kv_result {
-    int code;         /* kv_grpc_code (common/status.h); KV_GRPC_OK = 0 */
-    char msg[160];    /* etcd's error message when code != 0 */
-    uint8_t *resp;    /* packed etcdserverpb response (malloc'd, caller frees) when code == 0 */
-    size_t resp_len;  /* (resp may be NULL when resp_len == 0 or skipped) */
-    int64_t revision; /* store revision after the request */
-    int skipped;      /* 1 when apply skipped an already-applied index */
-    int auth_tokens;  /* KV_RESULT_AUTH_*: the entry changes the member's tokens (quiet too) */
-} kv_result;
-
-/* kv_result.auth_tokens (apply/apply_authn.c; node/node.h kv_node_set_auth_hook). */
-enum { KV_RESULT_AUTH_NONE = 0, KV_RESULT_AUTH_ASSIGN = 1, KV_RESULT_AUTH_CLEAR = 2 };
-
 /* Opens or creates the store in cfg->dir. O(1) in the data size: reads the meta records
  * only. On success *out is owned by the caller (kv_store_close). cfg->dir is not retained.
  * LMDB's default reader table (126 concurrent read transactions) applies. */
@@ -162,23 +151,6 @@ const kv_lease_table *kv_store_leases(kv_store *s);
  * it. *out is owned by the store; it is released by kv_store_batch_commit (whatever its
  * result) or kv_store_batch_abort. */
 int kv_store_batch_begin(kv_store *s, kv_store_batch **out);
-/* Applies one packed kvdpb.InternalRequest at raft/log index `index` (strictly increasing).
- * Implemented by the applier (server/apply/applier.c, library kv_apply, which kv_mvcc's link
- * interface brings along) on the keyspace operations of mvcc/keyspace.h; declared here, its
- * historic home, for the raft driver and the tools that apply entries.
- * index <= applied index (stored or earlier in this batch) -> skipped (res->skipped = 1,
- * code 0, no resp). Request-level errors return 0 with res->code/res->msg set (nothing of
- * the request is kept; the batch goes on and the index counts as applied). Returns < 0 only
- * on storage failure or corruption; the caller must then abort the batch. h may be NULL
- * (zero header). res is fully overwritten; on code 0 the caller frees res->resp.
- * Alarm requests (AlarmRequest GET/ACTIVATE/DEACTIVATE) are applied here too (etcd's
- * applierV3backend.Alarm); while NOSPACE is active Put, LeaseGrant and Txns with puts fail
- * with RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded" (etcd's capped
- * applier); while CORRUPT is active every KV and lease write fails with DATA_LOSS
- * "etcdserver: corrupt cluster". A record failing its checksum (-EBADMSG) fails only its
- * request, with DATA_LOSS, and asks for the CORRUPT alarm. */
-int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t *req, size_t len,
-                   const kv_header_info *h, kv_result *res);
 /* Stores the applied index (the last index applied) in the same txn and commits (fsync).
  * b is released whatever the result; on failure nothing of the batch is kept. */
 int kv_store_batch_commit(kv_store *s, kv_store_batch *b);
@@ -243,16 +215,6 @@ void kv_store_batch_set_quiet(kv_store_batch *b, int quiet);
 void kv_store_set_deterministic(kv_store *s, int on);
 /* Drops everything applied in the batch and releases b. */
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b);
-
-/* Reads (own read txn, sees the last committed batch): packed etcdserverpb.RangeRequest ->
- * packed RangeResponse in res (code 0), or res->code set and 0 returned for request errors.
- * A record failing its checksum gives 0 with res->code DATA_LOSS and asks for the CORRUPT
- * alarm; while CORRUPT is active (kv_store_alarms) every range gets DATA_LOSS "etcdserver:
- * corrupt cluster". Returns < 0 on storage failure. */
-/* Implemented by the request layer (server/apply/apply_range.c) on kv_store_range_read
- * (mvcc/range.h), like kv_store_apply and kv_store_hash_kv_request. */
-int kv_store_range(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
-                   kv_result *res);
 
 typedef struct kv_store_status {
     int64_t revision, compact_revision; /* compact_revision -1 = never compacted (as etcd) */
@@ -407,11 +369,5 @@ int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uin
 /* Committed state (own read txn, any thread): 1 if a physical compaction is pending (its
  * revision in *rev, may be NULL), 0 if not, < 0 on error. */
 int kv_store_compact_pending(kv_store *s, int64_t *rev);
-
-/* HashKV as a request (own read txn, any thread; the signature of kv_store_range): packed
- * etcdserverpb.HashKVRequest -> packed HashKVResponse (header revision = current revision),
- * etcd's errors for compacted and future revisions; < 0 on storage failure/corruption. */
-int kv_store_hash_kv_request(kv_store *s, const uint8_t *req, size_t len, const kv_header_info *h,
-                             kv_result *res);
 
 #endif

@@ -203,10 +203,34 @@ static void bury(kv_node *n, kv_node_req *r)
 
 void kv_node__fail_err(kv_node *n, kv_node_req *r, kv_etcd_err e)
 {
-    kv_node__fail_req(n, r, kv_etcd_err_code(e), kv_etcd_err_msg(e));
+    kv_node__fail_req(n, r, e, NULL);
 }
 
-void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
+/* A barrier failed with e: -ETIMEDOUT when e says "no answer in time, try again" (etcd's
+ * unavailable errors: no or a changed leader, a timeout, a stopping or overloaded member),
+ * -ECANCELED otherwise. */
+static int barrier_status(kv_etcd_err e)
+{
+    switch (e) {
+    case KV_ERR_NO_LEADER:
+    case KV_ERR_LEADER_CHANGED:
+    case KV_ERR_NOT_CAPABLE:
+    case KV_ERR_STOPPED:
+    case KV_ERR_TIMEOUT:
+    case KV_ERR_TIMEOUT_DUE_TO_LEADER_FAIL:
+    case KV_ERR_TIMEOUT_DUE_TO_CONNECTION_LOST:
+    case KV_ERR_TIMEOUT_WAIT_APPLIED_INDEX:
+    case KV_ERR_UNHEALTHY:
+    case KV_ERR_NOT_SUPPORTED_FOR_LEARNER:
+    case KV_ERR_APPLY_SCHEDULE:
+    case KV_ERR_SNAPSHOT_CLOSED:
+        return -ETIMEDOUT;
+    default:
+        return -ECANCELED;
+    }
+}
+
+void kv_node__fail_req(kv_node *n, kv_node_req *r, kv_etcd_err e, const char *detail)
 {
     switch (r->kind) {
     case REQ_EXCL:
@@ -215,7 +239,7 @@ void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
         break;
     case REQ_BARRIER:
     case REQ_HEALTH:
-        finish_barrier(r, code == KV_GRPC_UNAVAILABLE ? -ETIMEDOUT : -ECANCELED);
+        finish_barrier(r, barrier_status(e));
         break;
     case REQ_MOVE_LEADER:
         if (r->barrier_done)
@@ -226,8 +250,8 @@ void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg)
         if (r->done) {
             kv_result res;
             memset(&res, 0, sizeof(res));
-            res.code = code;
-            snprintf(res.msg, sizeof(res.msg), "%s", msg);
+            res.err = e;
+            snprintf(res.detail, sizeof(res.detail), "%s", detail ? detail : "");
             r->done(r->arg, &res);
         }
     }
@@ -304,8 +328,9 @@ void kv_node__update_alarm_metrics(kv_node *n)
 static void on_alarm_proposed(void *arg, kv_result *res)
 {
     kv_node *n = arg;
-    if (res->code != 0)
-        fprintf(stderr, "kvd: error: raising an alarm failed: %s\n", res->msg);
+    if (res->err != KV_ERR_NONE)
+        fprintf(stderr, "kvd: error: raising an alarm failed: %s%s\n", kv_etcd_err_msg(res->err),
+                res->detail);
     n->alarm_pending = 0;
     kv_node__update_alarm_metrics(n);
 }
@@ -1159,7 +1184,7 @@ static void on_published(void *arg, kv_result *res)
 {
     kv_node *n = arg;
     n->publish_inflight = 0;
-    if (res->code == 0) {
+    if (res->err == KV_ERR_NONE) {
         free(n->publish);
         n->publish = NULL;
         /* etcd's two start-up lines, word for word where tools wait for them (etcd's own

@@ -22,6 +22,7 @@
 #ifndef KV_NODE_H
 #define KV_NODE_H
 
+#include "apply/apply.h"
 #include "metrics/metrics.h"
 #include "mvcc/store.h"
 
@@ -100,7 +101,7 @@ int64_t kv_node_state_bytes_in_use(kv_node *n);
 int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_config *cfg,
                  const kv_header_info *hdr, kv_metrics *metrics);
 
-/* Fails every queued request with UNAVAILABLE "etcdserver: server stopped", detaches the
+/* Fails every queued request with KV_ERR_STOPPED ("etcdserver: server stopped"), detaches the
  * node from its peer transport (kv_node_attach_peers: the caller may close that right after;
  * nothing is sent afterwards, not even by a ready still in flight), closes the handles and
  * frees the node in their close callbacks (after the in-flight ready, if any). */
@@ -314,9 +315,9 @@ enum {
 };
 /* Proposes the change for member id. record: a packed kvdpb.Member (peer URLs, learner flag)
  * stored in the members table when the change applies (ADD/ADD_LEARNER; NULL otherwise). done
- * gets res->code 0 once the configuration entry applied on this member, or etcd's error
- * (e.g. FAILED_PRECONDITION "etcdserver: unhealthy cluster", NOT_FOUND "etcdserver: member not
- * found"). Takes ownership of record (malloc'd). Returns 0 or a negative errno. */
+ * gets res->err KV_ERR_NONE once the configuration entry applied on this member, or etcd's
+ * error as a value (e.g. KV_ERR_UNHEALTHY, KV_ERR_MEMBER_NOT_FOUND). Takes ownership of record
+ * (malloc'd). Returns 0 or a negative errno. */
 int kv_node_change_member(kv_node *n, int op, uint64_t id, uint8_t *record, size_t record_len,
                           kv_node_done_fn done, void *arg);
 

@@ -230,9 +230,9 @@ static int apply_conf(kv_node *n, ready_work *w, kv_store_batch *b, const struct
                                             : KV_NODE_MEMBER_PROMOTE;
     rc = kv_store_member_change(n->store, b, mop, id, rec, len, res);
     free(rec);
-    if (rc == 0 && res->code != 0)
-        fprintf(stderr, "kvd: error: members table refused configuration change at %llu: %s\n",
-                (unsigned long long)e->index, res->msg);
+    if (rc == 0 && res->err != KV_ERR_NONE)
+        fprintf(stderr, "kvd: error: members table refused configuration change at %llu: %s%s\n",
+                (unsigned long long)e->index, kv_etcd_err_msg(res->err), res->detail);
     return rc;
 }
 

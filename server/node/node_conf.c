@@ -37,7 +37,7 @@ static int raft_op(int op)
 /* Our change entry applied: wait for its configuration entry. Returns 1 (r is kept) or 0. */
 int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res)
 {
-    if (res && res->code != 0)
+    if (res && res->err != KV_ERR_NONE)
         return 0; /* refused as an entry: done(arg, res) reports it */
     r->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
     r->next = n->conf_waiters;
@@ -46,7 +46,7 @@ int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res)
 }
 
 /* Fails our waiter for request req_id (the leader refused the change). 1 if found. */
-int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, int code, const char *msg)
+int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, kv_etcd_err e, const char *detail)
 {
     for (kv_node_req **pp = &n->conf_waiters; *pp; pp = &(*pp)->next) {
         kv_node_req *r = *pp;
@@ -54,7 +54,7 @@ int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, int code, const char 
             continue;
         *pp = r->next;
         r->kind = REQ_WRITE;
-        kv_node__fail_req(n, r, code, msg);
+        kv_node__fail_req(n, r, e, detail);
         return 1;
     }
     return 0;
@@ -72,18 +72,16 @@ void kv_node__conf_change_applied(kv_node *n, int op, uint64_t id, uint64_t prop
 
 static void refuse(kv_node *n, const struct conf_todo *t, kv_etcd_err e)
 {
-    int code = kv_etcd_err_code(e);
-    const char *msg = kv_etcd_err_msg(e);
     if (t->proposer == n->self) {
-        kv_node__conf_fail_waiter(n, t->req_id, code, msg);
+        kv_node__conf_fail_waiter(n, t->req_id, e, NULL);
         return;
     }
     if (n->peers == NULL)
         return;
     Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
     fr.id = t->req_id;
-    fr.code = (uint32_t)code;
-    fr.msg = (char *)msg;
+    fr.code = kv_etcd_err_peer_code(e); /* etcd_errors.h: for members of earlier versions */
+    fr.msg = (char *)kv_etcd_err_msg(e);
     size_t len = kvdraftpb__forward_resp__get_packed_size(&fr);
     uint8_t *buf = malloc(len ? len : 1);
     if (buf == NULL)
@@ -172,7 +170,7 @@ void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r)
     if (n->transfer_req) { /* one at a time: the older one is superseded */
         kv_node_req *old = n->transfer_req;
         n->transfer_req = NULL;
-        kv_node__fail_req(n, old, 0, "");
+        kv_node__fail_err(n, old, KV_ERR_NONE);
     }
     r->deadline_ms = kv_node__now_ms() + 2u * n->election_ms + 1000u;
     r->next = NULL;
@@ -188,7 +186,7 @@ void kv_node__conf_check(kv_node *n)
         kv_node__finish_req(n, r, NULL);
     } else if (r && now >= r->deadline_ms) {
         n->transfer_req = NULL;
-        kv_node__fail_req(n, r, 0, "");
+        kv_node__fail_err(n, r, KV_ERR_NONE);
     }
     kv_node_req **pp = &n->conf_waiters;
     while (*pp) {

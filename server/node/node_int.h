@@ -385,9 +385,12 @@ struct kv_node {
 /* node.c */
 uint64_t kv_node__now_ms(void);
 void kv_node__close_early(kv_node *n);
-void kv_node__fail_req(kv_node *n, kv_node_req *r, int code, const char *msg);
-/* kv_node__fail_req with an entry of the error table (common/etcd_errors.h): the node names
- * errors as values; their code and message come from the table. */
+/* Fails r with the error value e (common/etcd_errors.h) and detail (NULL or "": none)
+ * appended to e's message; KV_ERR_NONE ends r without an error (requests nobody waits on for
+ * a result: forwarded proposals, leader transfers). The node passes errors as values; the
+ * api edge makes them gRPC statuses. */
+void kv_node__fail_req(kv_node *n, kv_node_req *r, kv_etcd_err e, const char *detail);
+/* kv_node__fail_req without a detail. */
 void kv_node__fail_err(kv_node *n, kv_node_req *r, kv_etcd_err e);
 void kv_node__finish_req(kv_node *n, kv_node_req *r, kv_result *res);
 void kv_node__kick(kv_node *n);
@@ -446,7 +449,7 @@ int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res);
 void kv_node__conf_change_applied(kv_node *n, int op, uint64_t id, uint64_t proposer,
                                   uint64_t req_id);
 void kv_node__conf_drive(kv_node *n);
-int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, int code, const char *msg);
+int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, kv_etcd_err e, const char *detail);
 void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *res);
 void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r);
 void kv_node__conf_check(kv_node *n);

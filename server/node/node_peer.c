@@ -94,7 +94,7 @@ static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len
         Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
         fr.id = f->id;
         kv_etcd_err e = rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_LEADER_CHANGED;
-        fr.code = (uint32_t)kv_etcd_err_code(e);
+        fr.code = kv_etcd_err_peer_code(e); /* etcd_errors.h: for members of earlier versions */
         fr.msg = (char *)kv_etcd_err_msg(e);
         (void)send_pb(n, from, KV_PEER_T_FORWARD_RESP, &fr.base);
     }
@@ -107,6 +107,14 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
     Kvdraftpb__ForwardResp *fr = kvdraftpb__forward_resp__unpack(NULL, len, buf);
     if (fr == NULL)
         return;
+    /* the error travels as its text (etcd_errors.h kv_etcd_err_peer_code); a text this
+     * version does not know (none is sent today) fails the request as a lost proposal */
+    const char *detail = NULL;
+    kv_etcd_err e = kv_etcd_err_parse(fr->msg, &detail);
+    if (e == KV_ERR_NONE) {
+        e = KV_ERR_LEADER_CHANGED;
+        detail = NULL;
+    }
     kv_node_req *prev = NULL;
     for (kv_node_req *r = n->wait_head; r; prev = r, r = r->next) {
         if (r->id != fr->id)
@@ -118,12 +126,10 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
         if (n->wait_tail == r)
             n->wait_tail = prev;
         kv_node__unwait(n, r);
-        kv_node__fail_req(n, r, (int)fr->code,
-                          fr->msg ? fr->msg : kv_etcd_err_msg(KV_ERR_LEADER_CHANGED));
+        kv_node__fail_req(n, r, e, detail);
         break;
     }
-    kv_node__conf_fail_waiter(n, fr->id, (int)fr->code,
-                              fr->msg ? fr->msg : kv_etcd_err_msg(KV_ERR_LEADER_CHANGED));
+    kv_node__conf_fail_waiter(n, fr->id, e, detail);
     kvdraftpb__forward_resp__free_unpacked(fr, NULL);
 }
 
@@ -355,7 +361,7 @@ static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t le
         Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
         a.ctx = q->ctx;
         kv_etcd_err e = n->role != RAFT_LEADER ? KV_ERR_NOT_LEADER : KV_ERR_TOO_MANY_REQUESTS;
-        a.code = (uint32_t)kv_etcd_err_code(e);
+        a.code = kv_etcd_err_peer_code(e); /* etcd_errors.h: for members of earlier versions */
         a.msg = (char *)kv_etcd_err_msg(e);
         (void)send_pb(n, from, KV_PEER_T_READ_RESP, &a.base);
     } else {
@@ -382,7 +388,7 @@ static void on_read_resp(kv_node *n, const uint8_t *buf, size_t len)
         if (a->code == 0) {
             round_done(n, a->ctx, a->index);
             kv_node__reads_applied(n);
-        } else if (a->code == (uint32_t)kv_etcd_err_code(KV_ERR_TOO_MANY_REQUESTS)) {
+        } else if (kv_etcd_err_parse(a->msg, NULL) == KV_ERR_TOO_MANY_REQUESTS) {
             /* the leader's bound (--max-pending-read-index): "etcdserver: too many requests" */
             expire_list(n, &n->reads_round, 0, 1, -EBUSY);
             n->round_ctx = 0;

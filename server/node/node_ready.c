@@ -293,7 +293,7 @@ static void fire_auth(kv_node *n, ready_work *w)
     w->auth_fired = 1;
     size_t cnt = kv_node__apply_count(w);
     for (size_t i = 0; i < cnt && n->auth_fn; i++)
-        if (w->results[i].auth_tokens && w->results[i].code == 0) {
+        if (w->results[i].auth_tokens && w->results[i].err == KV_ERR_NONE) {
             const struct raft_entry *e = kv_node__apply_entry(w, i);
             n->auth_fn(n->auth_arg, w->results[i].auth_tokens, e->index, e->data, e->len);
         }
@@ -807,7 +807,7 @@ static void take_requests(kv_node *n)
                 if (r->barrier_done)
                     r->barrier_done(r->arg, rc == RAFT_EINVAL ? -EINVAL : -EPERM);
                 r->barrier_done = NULL;
-                kv_node__fail_req(n, r, 0, "");
+                kv_node__fail_err(n, r, KV_ERR_NONE);
             } else {
                 kv_node__conf_track_transfer(n, r);
             }
@@ -844,7 +844,7 @@ static void take_requests(kv_node *n)
                 if (n->head == NULL)
                     n->tail = NULL;
                 n->pending--;
-                kv_node__fail_req(n, r, 0, "");
+                kv_node__fail_err(n, r, KV_ERR_NONE);
                 continue;
             }
             if (n->fwd_waiting >= n->max_forwarded)

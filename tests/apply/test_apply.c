@@ -87,14 +87,14 @@ static void apply_bytes(pair *p, const uint8_t *buf, size_t n, kv_result *ra)
         cr_assert_geq(kv_store_compact_step(t->s, b, 0, 0, 0, NULL, NULL), 0);
         cr_assert_eq(kv_store_batch_commit(t->s, b), 0);
     }
-    cr_assert_eq(ra->code, rb.code, "codes differ: %d (%s) vs %d (%s)", ra->code, ra->msg, rb.code,
-                 rb.msg);
-    cr_assert_str_eq(ra->msg, rb.msg);
+    cr_assert_eq(ra->err, rb.err, "errors differ: %d (%s) vs %d (%s)", ra->err, TH_MSG(*ra), rb.err,
+                 TH_MSG(rb));
+    cr_assert_str_eq(ra->detail, rb.detail);
     cr_assert_eq(ra->revision, rb.revision);
     cr_assert_eq(ra->skipped, 0);
     cr_assert_null(rb.resp, "quiet apply built a response");
     cr_assert_eq(rb.resp_len, 0);
-    if (ra->code == 0)
+    if (ra->err == KV_ERR_NONE)
         cr_assert_not_null(ra->resp, "the waiter got no response");
     else
         cr_assert_null(ra->resp);
@@ -112,8 +112,8 @@ static void apply2(pair *p, const Kvdpb__InternalRequest *ir, kv_result *ra)
 
 static void expect_err(const kv_result *r, kv_etcd_err e)
 {
-    cr_assert_eq(r->code, kv_etcd_err_code(e), "code %d (%s)", r->code, r->msg);
-    cr_assert_str_eq(r->msg, kv_etcd_err_msg(e));
+    cr_assert_eq(TH_CODE(*r), kv_etcd_err_code(e), "code %d (%s)", TH_CODE(*r), TH_MSG(*r));
+    cr_assert_str_eq(TH_MSG(*r), kv_etcd_err_msg(e));
 }
 
 static void expect_header(const Etcdserverpb__ResponseHeader *h, int64_t rev)
@@ -216,7 +216,7 @@ static void put2(pair *p, const char *k, const char *v, int64_t lease)
     put_ir(&ir, &pr, k, v, lease);
     kv_result r;
     apply2(p, &ir, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     free(r.resp);
 }
 
@@ -256,7 +256,7 @@ Test(apply, put_dispatch_and_quiet)
     put_ir(&ir, &pr, "a", "", 0);
     pr.ignore_value = 1;
     apply2(&p, &ir, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     free(r.resp);
     put_ir(&ir, &pr, "missing", "", 0);
     pr.ignore_value = 1;
@@ -306,7 +306,7 @@ Test(apply, delete_range_dispatch_and_quiet)
     free(r.resp);
     /* nothing to delete: no revision taken */
     apply2(&p, &ir, &r);
-    cr_assert_eq(r.code, 0);
+    cr_assert_eq(TH_CODE(r), 0);
     cr_assert_eq(r.revision, 5);
     free(r.resp);
     d.key = th_bin("");
@@ -405,7 +405,7 @@ Test(apply, txn_dispatch_and_quiet)
     /* the compare fails: the else branch runs, in both modes */
     cmp.value = th_bin("nope");
     apply2(&p, &ir, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     cr_assert_eq(r.revision, 5);
     resp = etcdserverpb__txn_response__unpack(NULL, r.resp_len, r.resp);
     cr_assert_not_null(resp);
@@ -576,8 +576,8 @@ Test(apply, alarms_dispatch_and_quiet)
     free(r.resp);
     cr_assert_eq(kv_store_alarms(p.b.s), 1u << KV_ALARM_NOSPACE);
     alarm2(&p, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__ACTIVATE, 9, &r);
-    cr_assert_eq(r.code, KV_GRPC_INVALID_ARGUMENT);
-    cr_assert_str_eq(r.msg, "kvd: unknown alarm type 9");
+    cr_assert_eq(TH_CODE(r), KV_GRPC_INVALID_ARGUMENT);
+    cr_assert_str_eq(TH_MSG(r), "kvd: unknown alarm type 9");
     alarm2(&p, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET, KV_ALARM_NONE, &r);
     cr_assert_eq(alarm_count(&r), 1);
     free(r.resp);
@@ -650,7 +650,7 @@ Test(apply, members_dispatch_and_quiet)
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE;
     ir.member_update = &up;
     apply2(&p, &ir, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     free(r.resp);
     up.id = 0x99;
     apply2(&p, &ir, &r);

@@ -13,10 +13,10 @@ void aau_apply(th *t, Kvdpb__InternalRequest *ir, kv_etcd_err want)
     kv_result r;
     th_apply(t, ir, &r);
     if (want == 0)
-        cr_assert_eq(r.code, 0, "unexpected error %d: %s", r.code, r.msg);
+        cr_assert_eq(TH_CODE(r), 0, "unexpected error %d: %s", TH_CODE(r), TH_MSG(r));
     else {
-        cr_assert_eq(r.code, kv_etcd_err_code(want), "code %d (%s)", r.code, r.msg);
-        cr_assert_str_eq(r.msg, kv_etcd_err_msg(want));
+        cr_assert_eq(TH_CODE(r), kv_etcd_err_code(want), "code %d (%s)", TH_CODE(r), TH_MSG(r));
+        cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(want));
     }
     free(r.resp);
 }

@@ -196,8 +196,8 @@ static void authn_refused(const char *name, uint64_t pwtag, kv_etcd_err want)
     uint64_t before = state(), idx = applied();
     kv_result r;
     authn(name, "abcdefghijklmnop", pwtag, 0, &r);
-    cr_assert_eq(r.code, kv_etcd_err_code(want), "code %d (%s)", r.code, r.msg);
-    cr_assert_str_eq(r.msg, kv_etcd_err_msg(want));
+    cr_assert_eq(TH_CODE(r), kv_etcd_err_code(want), "code %d (%s)", TH_CODE(r), TH_MSG(r));
+    cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(want));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_NONE, "no token for a refused entry");
     cr_assert_null(r.resp);
     cr_assert_eq(state(), before);
@@ -223,7 +223,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     uint64_t before = state(), idx = applied();
     kv_result r;
     authn("ann", "abcdefghijklmnop", tag, 0, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
     cr_assert_eq(state(), before, "Authenticate changes no stored state");
     cr_assert_eq(applied(), idx + 1);
@@ -242,7 +242,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
 
     /* quiet (a follower): no response, but the flag that makes it assign the token */
     authn("ann", "ponmlkjihgfedcba", tag, 1, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
     cr_assert_null(r.resp);
     cr_assert_eq(state(), before);
@@ -270,7 +270,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     ird.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
     ird.auth_disable = &dis;
     th_apply(&g_t, &ird, &r);
-    cr_assert_eq(r.code, 0, "%s", r.msg);
+    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_CLEAR);
     free(r.resp);
     authn_refused("root", tag, KV_ERR_AUTH_NOT_ENABLED);

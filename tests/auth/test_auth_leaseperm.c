@@ -131,7 +131,7 @@ static int lease_exists(int64_t id)
         revoke_as(NULL, 0, id, 0);
         return 0;
     }
-    cr_assert_str_eq(r.msg, kv_etcd_err_msg(KV_ERR_LEASE_EXIST));
+    cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(KV_ERR_LEASE_EXIST));
     return 1;
 }
 
@@ -150,7 +150,7 @@ static uint64_t fixture(void)
     kv_result r;
     for (int64_t id = L_MIXED; id <= L_EMPTY; id++) {
         Etcdserverpb__LeaseGrantResponse *g = th_grant(&g_t, id, 100, &r);
-        cr_assert_not_null(g, "%s", r.msg);
+        cr_assert_not_null(g, "%s", TH_MSG(r));
         etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
         free(r.resp);
     }
@@ -210,7 +210,6 @@ Test(auth_leaseperm_apply, put_with_lease_checked_at_apply, .init = setup, .fini
 }
 
 /* ---- through kvd ---- */
-
 
 static kv_it_server g_kvd;
 static int g_kvd_up;

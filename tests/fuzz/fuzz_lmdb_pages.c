@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api/internal_req.h"
+#include "apply/apply.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/snapshot.h"
 #include "mvcc/store.h"
@@ -59,8 +60,8 @@ static int apply(kv_store *s, kv_store_batch *b, uint64_t *index, int field,
     if (kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &ir, &irlen) == 0) {
         kv_result res;
         rc = kv_store_apply(s, b, ++*index, ir, irlen, NULL, &res);
-        if (rc == 0 && res.code != 0) {
-            fprintf(stderr, "fuzz_lmdb_pages: seed request failed: %s\n", res.msg);
+        if (rc == 0 && (int)res.err != 0) {
+            fprintf(stderr, "fuzz_lmdb_pages: seed request failed: %s\n", kv_etcd_err_msg(res.err));
             rc = -1;
         }
         if (rc == 0)
@@ -218,7 +219,7 @@ static void read_all(const uint8_t *img, size_t len)
     uint8_t buf[64];
     size_t rl = etcdserverpb__range_request__pack(&r, buf);
     kv_result res;
-    if (kv_store_range(s, buf, rl, NULL, &res) == 0 && res.code == 0)
+    if (kv_store_range(s, buf, rl, NULL, &res) == 0 && (int)res.err == 0)
         free(res.resp);
     kv_store_close(s);
 }

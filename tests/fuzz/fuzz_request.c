@@ -28,6 +28,7 @@
 #include "fuzz_kvd.h"
 
 #include "api/internal_req.h"
+#include "apply/apply.h"
 #include "common/varint.h"
 #include "mvcc/store.h"
 #include "rpc.pb-c.h"
@@ -67,7 +68,7 @@ static int apply_one(req_fuzz *rf, kv_store_batch *b, int field, const uint8_t *
         fprintf(stderr, "fuzz_request: storage failure %d\n", rc);
         abort(); /* a client request must never fail the store */
     }
-    if (res.code == 0 && res.resp_len > 0 && res.resp == NULL)
+    if ((int)res.err == 0 && res.resp_len > 0 && res.resp == NULL)
         abort();
     free(res.resp);
     free(ir);
@@ -177,8 +178,8 @@ static int seed_apply(kv_store *s, kv_store_batch *b, uint64_t *index, int field
     if (kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &ir, &irlen) == 0) {
         kv_result res;
         rc = kv_store_apply(s, b, ++*index, ir, irlen, NULL, &res);
-        if (rc == 0 && res.code != 0) {
-            fprintf(stderr, "fuzz_request: seed request failed: %s\n", res.msg);
+        if (rc == 0 && (int)res.err != 0) {
+            fprintf(stderr, "fuzz_request: seed request failed: %s\n", kv_etcd_err_msg(res.err));
             rc = -1;
         }
         if (rc == 0)

@@ -69,7 +69,7 @@ void th_apply(th *t, const Kvdpb__InternalRequest *ir, kv_result *res)
 
 #define UNPACK_OR_NULL(type, fn)                                                                   \
     do {                                                                                           \
-        if (res->code != 0)                                                                        \
+        if (TH_CODE(*res) != 0)                                                                    \
             return NULL;                                                                           \
         type *r = fn(NULL, res->resp_len, res->resp);                                              \
         cr_assert_not_null(r);                                                                     \
@@ -95,7 +95,7 @@ int64_t th_put(th *t, const char *k, const char *v, int64_t lease)
     p.lease = lease;
     kv_result res;
     Etcdserverpb__PutResponse *r = th_put_req(t, &p, &res);
-    cr_assert_not_null(r, "put %s: %d %s", k, res.code, res.msg);
+    cr_assert_not_null(r, "put %s: %d %s", k, TH_CODE(res), TH_MSG(res));
     int64_t rev = r->header->revision;
     cr_assert_eq(rev, res.revision);
     etcdserverpb__put_response__free_unpacked(r, NULL);
@@ -119,7 +119,7 @@ int64_t th_del(th *t, const char *k, const char *end)
     d.range_end = th_bin(end);
     kv_result res;
     Etcdserverpb__DeleteRangeResponse *r = th_del_req(t, &d, &res);
-    cr_assert_not_null(r, "delete %s: %d %s", k, res.code, res.msg);
+    cr_assert_not_null(r, "delete %s: %d %s", k, TH_CODE(res), TH_MSG(res));
     int64_t n = r->deleted;
     etcdserverpb__delete_range_response__free_unpacked(r, NULL);
     return n;
@@ -188,7 +188,7 @@ Etcdserverpb__RangeResponse *th_range(th *t, const char *k, const char *end)
     r.range_end = th_bin(end);
     kv_result res;
     Etcdserverpb__RangeResponse *resp = th_range_req(t, &r, &res);
-    cr_assert_not_null(resp, "range %s: %d %s", k, res.code, res.msg);
+    cr_assert_not_null(resp, "range %s: %d %s", k, TH_CODE(res), TH_MSG(res));
     return resp;
 }
 
@@ -199,7 +199,7 @@ Mvccpb__KeyValue *th_get(th *t, const char *k, int64_t rev)
     r.revision = rev;
     kv_result res;
     Etcdserverpb__RangeResponse *resp = th_range_req(t, &r, &res);
-    cr_assert_not_null(resp, "get %s@%lld: %d %s", k, (long long)rev, res.code, res.msg);
+    cr_assert_not_null(resp, "get %s@%lld: %d %s", k, (long long)rev, TH_CODE(res), TH_MSG(res));
     Mvccpb__KeyValue *kv = NULL;
     if (resp->n_kvs == 1) {
         size_t n = mvccpb__key_value__get_packed_size(resp->kvs[0]);

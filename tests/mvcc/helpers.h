@@ -2,17 +2,27 @@
  * helpers: test fixtures for the MVCC store tests. A th owns a temporary data directory
  * and an open store; each th_* request helper applies one request in its own batch at the
  * next index (asserting storage success) and returns the unpacked response (caller frees
- * with the matching *_free_unpacked) or NULL when res->code != 0.
+ * with the matching *_free_unpacked) or NULL when res->err != KV_ERR_NONE.
+ *
+ * TH_CODE(res) and TH_MSG(res): the gRPC status and the text a client would get for a
+ * kv_result (the api edge's mapping, api/services.h kv_api_status_of, is the error table's
+ * code: common/etcd_status.h); 0 and "" for success. TH_MSG's buffer lives until the end of
+ * the enclosing block.
  */
 #ifndef KV_TEST_MVCC_HELPERS_H
 #define KV_TEST_MVCC_HELPERS_H
 
 #include <criterion/criterion.h>
 
+#include "apply/apply.h"
+#include "common/etcd_status.h"
 #include "internal.pb-c.h"
 #include "kv.pb-c.h"
 #include "mvcc/store.h"
 #include "rpc.pb-c.h"
+
+#define TH_CODE(r) ((r).err == KV_ERR_NONE ? 0 : (int)kv_etcd_err_code((r).err))
+#define TH_MSG(r) kv_result_text(&(r), (char[KV_ETCD_ERR_TEXT_MAX]){0}, KV_ETCD_ERR_TEXT_MAX)
 
 typedef struct th {
     char dir[256];

@@ -28,7 +28,7 @@ static Etcdserverpb__AlarmResponse *alarm(int action, uint64_t member, int type,
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
     ir.alarm = &a;
     th_apply(&t, &ir, res);
-    if (res->code != 0)
+    if (TH_CODE(*res) != 0)
         return NULL;
     Etcdserverpb__AlarmResponse *r =
         etcdserverpb__alarm_response__unpack(NULL, res->resp_len, res->resp);
@@ -44,7 +44,7 @@ static size_t count_alarms(int type)
 {
     kv_result res;
     Etcdserverpb__AlarmResponse *r = alarm(GET, 0, type, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     size_t n = r->n_alarms;
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     return n;
@@ -55,7 +55,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     kv_result res;
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 0);
     Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, 7, KV_ALARM_NOSPACE, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert_eq(r->n_alarms, 1);
     cr_assert_eq(r->alarms[0]->memberid, 7);
     cr_assert_eq(r->alarms[0]->alarm, KV_ALARM_NOSPACE);
@@ -78,7 +78,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 1);
     cr_assert_null(alarm(ACTIVATE, 7, 9, &res));
-    cr_assert_eq(res.code, KV_GRPC_INVALID_ARGUMENT);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_INVALID_ARGUMENT);
 
     /* a second member's alarm of the same type keeps the type active */
     r = alarm(ACTIVATE, 8, KV_ALARM_NOSPACE, &res);
@@ -104,11 +104,14 @@ Test(mvcc_alarm, alarm_table_is_bounded)
     kv_result res;
     for (uint64_t m = 1; m <= 64; m++) {
         Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, m, KV_ALARM_NOSPACE, &res);
-        cr_assert_not_null(r, "%s", res.msg);
+        cr_assert_not_null(r, "%s", TH_MSG(res));
         etcdserverpb__alarm_response__free_unpacked(r, NULL);
     }
     cr_assert_null(alarm(ACTIVATE, 65, KV_ALARM_NOSPACE, &res));
-    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    /* the error is a value with a detail; the text clients see is unchanged */
+    cr_assert_eq(res.err, KV_ERR_TOO_MANY_ALARMS);
+    cr_assert_str_eq(TH_MSG(res), "kvd: too many alarms (limit 64)");
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 64);
 }
 
@@ -129,11 +132,11 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     p.key = th_bin("c");
     p.value = th_bin("1");
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
-    cr_assert_str_eq(res.msg, NOSPACE);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(TH_MSG(res), NOSPACE);
     cr_assert_null(th_grant(&t, 6, 100, &res));
-    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
-    cr_assert_str_eq(res.msg, NOSPACE);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(TH_MSG(res), NOSPACE);
     /* a txn with a put is refused, a read-only txn is not (etcd's capped applier) */
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
@@ -143,13 +146,13 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     x.n_success = 1;
     x.success = ops;
     cr_assert_null(th_txn(&t, &x, &res));
-    cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     q.key = th_bin("a");
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
     op.request_range = &q;
     Etcdserverpb__TxnResponse *tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", res.msg);
+    cr_assert_not_null(tr, "%s", TH_MSG(res));
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     /* reads, deletes, compaction and lease revokes go on */
     Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
@@ -157,7 +160,7 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     mvccpb__key_value__free_unpacked(kv, NULL);
     int64_t rev = th_del(&t, "a", NULL);
     Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     Etcdserverpb__LeaseRevokeRequest rv = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     rv.id = 5;
@@ -165,7 +168,7 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE;
     ir.lease_revoke = &rv;
     th_apply(&t, &ir, &res);
-    cr_assert_eq(res.code, 0, "%s", res.msg);
+    cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
     free(res.resp);
     /* disarm: puts work again */
     r = alarm(DEACTIVATE, 1, KV_ALARM_NOSPACE, &res);
@@ -182,21 +185,21 @@ Test(mvcc_alarm, corrupt_refuses_reads_and_writes)
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
     p.key = th_bin("c");
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
     d.key = th_bin("a");
     cr_assert_null(th_del_req(&t, &d, &res));
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
     cr_assert_null(th_compact(&t, 1, &res));
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     q.key = th_bin("a");
     uint8_t buf[64];
     size_t n = etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
     cr_assert_eq(count_alarms(KV_ALARM_CORRUPT), 1, "alarms are still served");
     r = alarm(DEACTIVATE, 1, KV_ALARM_CORRUPT, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
@@ -220,7 +223,7 @@ Test(mvcc_alarm, defragment_shrinks_the_file_and_keeps_the_data)
     int64_t rev = th_rev(&t);
     kv_result res;
     Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     int64_t before = kv_store_db_size(t.s);
     kv_store_status st0;
@@ -283,9 +286,9 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
         cr_assert_eq(kv_store_apply(t.s, b, (uint64_t)i, buf, n, NULL, &res), 0);
         free(buf);
         free(res.resp);
-        if (res.code != 0) {
-            cr_assert_eq(res.code, KV_GRPC_RESOURCE_EXHAUSTED);
-            cr_assert_str_eq(res.msg, NOSPACE);
+        if (TH_CODE(res) != 0) {
+            cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+            cr_assert_str_eq(TH_MSG(res), NOSPACE);
             refused = 1;
         }
     }
@@ -298,7 +301,7 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
     int64_t rev = th_del(&t, "big", "bih");
     kv_result cres;
     Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &cres);
-    cr_assert_not_null(c, "%s", cres.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(cres));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     free(big);
 }

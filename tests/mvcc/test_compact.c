@@ -93,7 +93,7 @@ Test(mvcc_compact, compact_is_o1_then_steps_match_one_go)
     size_t before = rev_records(&t);
     kv_result res;
     Etcdserverpb__CompactionResponse *c = th_compact(&t, at, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     c = th_compact(&ref, at, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
@@ -108,8 +108,8 @@ Test(mvcc_compact, compact_is_o1_then_steps_match_one_go)
     q.key = th_bin("key01");
     q.revision = at - 1;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, "etcdserver: mvcc: required revision has been compacted");
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: required revision has been compacted");
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.compact_revision, at);
@@ -168,7 +168,7 @@ Test(mvcc_compact, newer_compaction_restarts_the_walk)
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(step(&t, 5, NULL, NULL), 1);
     c = th_compact(&t, last, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     int64_t prev = 0;
     cr_assert_eq(kv_store_compact_pending(t.s, &prev), 1);
@@ -258,10 +258,10 @@ static void compact_both(th *a, th *b, int64_t at)
 {
     kv_result res;
     Etcdserverpb__CompactionResponse *c = th_compact(a, at, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     c = th_compact(b, at, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
 }
 
@@ -307,7 +307,7 @@ Test(mvcc_compact, hot_key_is_split_over_steps)
     q.revision = last - 1;
     kv_result res;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 11);
+    cr_assert_eq(TH_CODE(res), 11);
     cr_assert_eq(rev_records(&t), before);
     uint32_t want = hash_at(&ref, 0);
     int steps = 0, rc;

@@ -100,7 +100,7 @@ Test(mvcc_kv, put_ignore_value_and_ignore_lease)
     p.key = th_bin("k");
     p.ignore_value = 1;
     Etcdserverpb__PutResponse *r = th_put_req(&t, &p, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     etcdserverpb__put_response__free_unpacked(r, NULL);
     Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
     th_expect_kv(kv, "k", "val");
@@ -128,35 +128,35 @@ Test(mvcc_kv, put_option_errors)
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
     p.value = th_bin("v");
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: key is not provided");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key is not provided");
 
     p.key = th_bin("k");
     p.ignore_value = 1;
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: value is provided");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: value is provided");
 
     Etcdserverpb__PutRequest q = ETCDSERVERPB__PUT_REQUEST__INIT;
     q.key = th_bin("k");
     q.lease = 5;
     q.ignore_lease = 1;
     cr_assert_null(th_put_req(&t, &q, &res));
-    cr_assert_str_eq(res.msg, "etcdserver: lease is provided");
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: lease is provided");
 
     Etcdserverpb__PutRequest u = ETCDSERVERPB__PUT_REQUEST__INIT;
     u.key = th_bin("missing");
     u.ignore_value = 1;
     cr_assert_null(th_put_req(&t, &u, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: key not found");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key not found");
 
     Etcdserverpb__PutRequest l = ETCDSERVERPB__PUT_REQUEST__INIT;
     l.key = th_bin("k");
     l.lease = 12345;
     cr_assert_null(th_put_req(&t, &l, &res));
-    cr_assert_eq(res.code, 5);
-    cr_assert_str_eq(res.msg, "etcdserver: requested lease not found");
+    cr_assert_eq(TH_CODE(res), 5);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: requested lease not found");
     /* nothing of the failed requests was kept, no revision taken */
     cr_assert_eq(th_rev(&t), 1);
     cr_assert_null(th_get(&t, "k", 0));
@@ -304,8 +304,8 @@ Test(mvcc_kv, range_sorts)
 
     q.sort_order = 7;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: invalid sort option");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: invalid sort option");
 }
 
 Test(mvcc_kv, range_historical_and_revision_errors)
@@ -330,8 +330,8 @@ Test(mvcc_kv, range_historical_and_revision_errors)
 
     q.revision = 8;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, "etcdserver: mvcc: required revision is a future revision");
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: required revision is a future revision");
 }
 
 Test(mvcc_kv, range_mod_and_create_filters)
@@ -370,8 +370,8 @@ Test(mvcc_kv, range_empty_key_is_rejected)
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     kv_result res;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: key is not provided");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key is not provided");
 }
 
 Test(mvcc_kv, delete_range_prev_kv_and_tombstones)
@@ -407,8 +407,8 @@ Test(mvcc_kv, delete_range_prev_kv_and_tombstones)
 
     Etcdserverpb__DeleteRangeRequest e = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
     cr_assert_null(th_del_req(&t, &e, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: key is not provided");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key is not provided");
 }
 
 Test(mvcc_kv, delete_from_key)
@@ -506,7 +506,7 @@ Test(mvcc_kv, many_revisions_of_one_key)
     }
     cr_assert_null(th_get(&t, "hot", 2));
     Etcdserverpb__CompactionResponse *c = th_compact(&t, 2500, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     Mvccpb__KeyValue *kv = th_get(&t, "hot", 2500);
     th_expect_kv(kv, "hot", "v2497");

@@ -257,7 +257,7 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
     d.range_end.len = strlen(sorted[25]);
     d.prev_kv = 1;
     Etcdserverpb__DeleteRangeResponse *dr = th_del_req(&t, &d, &res);
-    cr_assert_not_null(dr, "%s", res.msg);
+    cr_assert_not_null(dr, "%s", TH_MSG(res));
     cr_assert_eq(dr->deleted, 20);
     for (size_t i = 0; i < 20; i++) {
         const char *w = sorted[5 + i];
@@ -320,7 +320,7 @@ Test(mvcc_longkeys, compaction_removes_long_key_records)
     kv_result res;
     t.defer_compaction = 1;
     Etcdserverpb__CompactionResponse *cp = th_compact(&t, last - 1, &res);
-    cr_assert_not_null(cp, "%s", res.msg);
+    cr_assert_not_null(cp, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(cp, NULL);
     /* one key per step, so the walk crosses from the short to the long keys between steps */
     th_put(&t, "c/short", "s", 0);
@@ -380,7 +380,7 @@ Test(mvcc_longkeys, lease_attach_and_revoke_long_keys)
 {
     kv_result res;
     Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 9, 100, &res);
-    cr_assert_not_null(g, "%s", res.msg);
+    cr_assert_not_null(g, "%s", TH_MSG(res));
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     char *k[4] = {mk("l/", 'z', 700, ""), mk("l/", 'a', 511, ""), mk("l/", 'a', 512, ""),
                   mk("l/", 'a', 5000, "")};
@@ -408,7 +408,7 @@ Test(mvcc_longkeys, lease_attach_and_revoke_long_keys)
     th_put(&t, k[0], "v3", 9);
     int64_t before = th_rev(&t);
     Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 9, &res);
-    cr_assert_not_null(rv, "%s", res.msg);
+    cr_assert_not_null(rv, "%s", TH_MSG(res));
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
     cr_assert_eq(th_rev(&t), before + 1, "one revision for the whole revoke");
     for (int i = 0; i < 4; i++)
@@ -459,7 +459,7 @@ Test(mvcc_longkeys, txn_compare_on_a_long_key)
     x.n_success = 1;
     kv_result res;
     Etcdserverpb__TxnResponse *tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", res.msg);
+    cr_assert_not_null(tr, "%s", TH_MSG(res));
     cr_assert_eq(tr->succeeded, 1, "the long key's value compares equal");
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     Mvccpb__KeyValue *kv = th_get(&t, k2, 0);
@@ -467,7 +467,7 @@ Test(mvcc_longkeys, txn_compare_on_a_long_key)
     mvccpb__key_value__free_unpacked(kv, NULL);
     c.value = th_bin("other");
     tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", res.msg);
+    cr_assert_not_null(tr, "%s", TH_MSG(res));
     cr_assert_eq(tr->succeeded, 0);
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     free(k);
@@ -523,7 +523,7 @@ Test(mvcc_longkeys, records_are_checked)
     q.key = th_bin("v/");
     q.range_end = th_bin("v0");
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, 15, "DATA_LOSS, not a wrong key (%d %s)", res.code, res.msg);
+    cr_assert_eq(TH_CODE(res), 15, "DATA_LOSS, not a wrong key (%d %s)", TH_CODE(res), TH_MSG(res));
     free(a);
 }
 
@@ -567,7 +567,7 @@ Test(mvcc_longkeys, lease_key_limit_counts_long_keys)
     th_open(&t, &cfg);
     kv_result res;
     Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 4, 100, &res);
-    cr_assert_not_null(g, "%s", res.msg);
+    cr_assert_not_null(g, "%s", TH_MSG(res));
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     char *a = mk("m/", 'a', 600, ""), *b = mk("m/", 'b', 9000, "");
     th_put(&t, "m/short", "v", 4);
@@ -579,7 +579,7 @@ Test(mvcc_longkeys, lease_key_limit_counts_long_keys)
     p.value = th_bin("v");
     p.lease = 4;
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, 9, "FAILED_PRECONDITION (%d %s)", res.code, res.msg);
+    cr_assert_eq(TH_CODE(res), 9, "FAILED_PRECONDITION (%d %s)", TH_CODE(res), TH_MSG(res));
     free(a);
     free(b);
 }

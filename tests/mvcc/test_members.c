@@ -222,7 +222,7 @@ static Etcdserverpb__MemberUpdateResponse *apply_publish(uint64_t id, const char
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
     ir.member_publish = &m;
     th_apply(&t, &ir, res);
-    if (res->code)
+    if (TH_CODE(*res))
         return NULL;
     Etcdserverpb__MemberUpdateResponse *r =
         etcdserverpb__member_update_response__unpack(NULL, res->resp_len, res->resp);
@@ -243,7 +243,7 @@ static Etcdserverpb__MemberUpdateResponse *apply_update(uint64_t id, char **purl
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE;
     ir.member_update = &u;
     th_apply(&t, &ir, res);
-    if (res->code)
+    if (TH_CODE(*res))
         return NULL;
     Etcdserverpb__MemberUpdateResponse *r =
         etcdserverpb__member_update_response__unpack(NULL, res->resp_len, res->resp);
@@ -261,7 +261,7 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
     char *curls[] = {"http://10.0.0.2:2379"};
     kv_result res;
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x2222, "bee", curls, 1, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert_eq(r->header->revision, rev);
     cr_assert_eq(r->n_members, 2);
     cr_assert_eq(r->members[1]->id, 0x2222);
@@ -274,7 +274,7 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
 
     char *np[] = {"http://10.0.0.9:2380"};
     r = apply_update(0x2222, np, 1, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert_eq(r->members[1]->n_peerurls, 1);
     cr_assert_str_eq(r->members[1]->peerurls[0], np[0]);
     cr_assert_str_eq(r->members[1]->name, "bee"); /* update leaves the attributes alone */
@@ -283,8 +283,8 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
 
     /* Another member's peer URL: refused, as etcd's ValidateConfigurationChange. */
     cr_assert_null(apply_update(0x2222, peer_a, 1, &res));
-    cr_assert_eq(res.code, KV_GRPC_FAILED_PRECONDITION);
-    cr_assert_str_eq(res.msg, "etcdserver: Peer URLs already exists");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_FAILED_PRECONDITION);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: Peer URLs already exists");
 
     th_reopen(&t);
     Kvdpb__Member *g;
@@ -307,7 +307,7 @@ Test(mvcc_members, publish_of_a_member_added_without_a_name)
     char *curls[] = {"http://10.0.0.3:2379"};
     kv_result res;
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x3333, "cee", curls, 1, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
     Kvdpb__Member *g;
     cr_assert_eq(kv_store_member_get(t.s, 0x3333, &g), 0);
@@ -320,19 +320,19 @@ Test(mvcc_members, publish_or_update_of_unknown_member_is_not_found)
     bootstrap_two();
     kv_result res;
     cr_assert_null(apply_publish(0x9999, "x", NULL, 0, &res));
-    cr_assert_eq(res.code, KV_GRPC_NOT_FOUND);
-    cr_assert_str_eq(res.msg, "etcdserver: member not found");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: member not found");
     cr_assert_null(apply_update(0x9999, peer_c, 1, &res));
-    cr_assert_eq(res.code, KV_GRPC_NOT_FOUND);
-    cr_assert_str_eq(res.msg, "etcdserver: member not found");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: member not found");
     /* etcd ignores the publish of a removed member; an update of it is not found. */
     cr_assert_eq(do_remove(0x1111), 0);
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x1111, "a", NULL, 0, &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert_eq(r->n_members, 1);
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
     cr_assert_null(apply_update(0x1111, peer_c, 1, &res));
-    cr_assert_eq(res.code, KV_GRPC_NOT_FOUND);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
 }
 
 /* Flips one byte of member id's stored record. */
@@ -372,7 +372,7 @@ Test(mvcc_members, a_record_failing_its_crc_is_never_returned)
     cr_assert_eq(do_learner(0x2222, 1), -EBADMSG);
     kv_result res;
     cr_assert_null(apply_publish(0x2222, "b", NULL, 0, &res));
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
 }
 
 /* ---- configuration changes as they apply (kv_store_member_change) ---- */
@@ -392,13 +392,13 @@ static int chg_fn(kv_store_batch *b, void *arg)
     return kv_store_member_change(t.s, b, c->op, c->id, c->m ? buf : NULL, len, &c->res);
 }
 
-/* Applies one change; returns res.code (asserting no storage error) and its message. */
+/* Applies one change; returns TH_CODE(res) (asserting no storage error) and its message. */
 static int change(int op, uint64_t id, const Kvdpb__Member *m, char *msg)
 {
     chg c = {op, id, m, {0}};
     cr_assert_eq(in_batch(chg_fn, &c), 0);
-    strcpy(msg, c.res.msg);
-    return c.res.code;
+    strcpy(msg, TH_MSG(c.res));
+    return TH_CODE(c.res);
 }
 
 Test(mvcc_members, configuration_changes_are_validated_as_etcd)
@@ -477,4 +477,30 @@ Test(mvcc_members, snapshot_restore_drops_the_membership)
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* Past KV_MEMBERS_MAX an add is refused with a kvd row plus a detail (the limit): the value
+ * is KV_ERR_TOO_MANY_MEMBERS, the text clients see "kvd: too many members (limit 64)". */
+Test(mvcc_members, an_add_past_the_limit_is_a_value_with_a_detail)
+{
+    bootstrap_two();
+    char msg[160];
+    char urls[KV_MEMBERS_MAX][32];
+    for (int i = 3; i <= KV_MEMBERS_MAX; i++) { /* members 3 .. 64 */
+        char *u = urls[i - 1];
+        snprintf(u, sizeof(urls[0]), "http://10.1.0.%d:2380", i);
+        Kvdpb__Member m;
+        mk(&m, 0, "", &u, 1);
+        int code = change(KV_MEMBER_OP_ADD, 0x10000 + (uint64_t)i, &m, msg);
+        cr_assert_eq(code, 0, "member %d: %s", i, msg);
+    }
+    char *u = "http://10.2.0.1:2380";
+    Kvdpb__Member m;
+    mk(&m, 0, "", &u, 1);
+    chg c = {KV_MEMBER_OP_ADD, 0x99999, &m, {0}};
+    cr_assert_eq(in_batch(chg_fn, &c), 0);
+    cr_assert_eq(c.res.err, KV_ERR_TOO_MANY_MEMBERS);
+    cr_assert_str_eq(c.res.detail, " (limit 64)");
+    cr_assert_eq(TH_CODE(c.res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(TH_MSG(c.res), "kvd: too many members (limit 64)");
 }

@@ -39,7 +39,7 @@ static int etcd_verdict(const uint8_t *b, size_t n, uint32_t max_ops)
     etcdserverpb__txn_request__free_unpacked(t, NULL);
     if (rc == 0)
         return 0;
-    return strcmp(res.msg, "etcdserver: too many operations in txn request") == 0 ? 1 : -1;
+    return strcmp(TH_MSG(res), "etcdserver: too many operations in txn request") == 0 ? 1 : -1;
 }
 
 static uint8_t *nested(size_t depth, const uint8_t *extra, size_t el, const uint8_t *inner,
@@ -538,8 +538,8 @@ Test(pb_scan, store_apply_refuses_deep_nesting)
         kv_result res;
         cr_assert_eq(kv_store_apply(t.s, b, ++t.index, ir, il, NULL, &res), 0);
         cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-        cr_assert_eq(res.code, KV_GRPC_INVALID_ARGUMENT, "depth %zu", depths[i]);
-        cr_assert_str_eq(res.msg, "etcdserver: too many operations in txn request");
+        cr_assert_eq(TH_CODE(res), KV_GRPC_INVALID_ARGUMENT, "depth %zu", depths[i]);
+        cr_assert_str_eq(TH_MSG(res), "etcdserver: too many operations in txn request");
         free(res.resp);
         free(ir);
         free(x);

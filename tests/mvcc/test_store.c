@@ -38,8 +38,8 @@ static void expect_range_err(const char *k, int64_t rev, int code, const char *m
     q.revision = rev;
     kv_result res;
     cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(res.code, code);
-    cr_assert_str_eq(res.msg, msg);
+    cr_assert_eq(TH_CODE(res), code);
+    cr_assert_str_eq(TH_MSG(res), msg);
 }
 
 static const char *COMPACTED = "etcdserver: mvcc: required revision has been compacted";
@@ -55,11 +55,11 @@ Test(mvcc_store, compaction)
     cr_assert_eq(rev_records(), 5);
     kv_result res;
     cr_assert_null(th_compact(&t, 7, &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, FUTURE);
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), FUTURE);
 
     Etcdserverpb__CompactionResponse *c = th_compact(&t, 4, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     cr_assert_eq(c->header->revision, 6, "compaction takes no revision");
     cr_assert_eq(c->header->member_id, 22);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
@@ -73,10 +73,10 @@ Test(mvcc_store, compaction)
     mvccpb__key_value__free_unpacked(kv, NULL);
 
     cr_assert_null(th_compact(&t, 4, &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, COMPACTED);
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), COMPACTED);
     cr_assert_null(th_compact(&t, 2, &res));
-    cr_assert_str_eq(res.msg, COMPACTED);
+    cr_assert_str_eq(TH_MSG(res), COMPACTED);
 
     c = th_compact(&t, 5, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
@@ -106,7 +106,7 @@ Test(mvcc_store, fresh_store_compaction_point_is_minus_one)
     cr_assert_eq(st.compact_revision, -1);
     kv_result res;
     Etcdserverpb__CompactionResponse *c = th_compact(&t, 1, &res);
-    cr_assert_not_null(c, "%s", res.msg);
+    cr_assert_not_null(c, "%s", TH_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
 }
 
@@ -187,7 +187,7 @@ Test(mvcc_store, group_commit_one_commit_per_batch)
     for (int i = 0; i < 200; i++) {
         snprintf(k, sizeof k, "key-%03d", i);
         apply_put(b, (uint64_t)i + 1, k, "v", &res);
-        cr_assert_eq(res.code, 0);
+        cr_assert_eq(TH_CODE(res), 0);
         cr_assert_eq(res.revision, i + 2);
     }
     /* not visible to readers before the commit */
@@ -303,7 +303,7 @@ Test(mvcc_store, checksum_corruption_is_detected)
     size_t plen;
     uint8_t *p = pack_put("a", "x", &plen);
     cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS, "%d %s", res.code, res.msg);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS, "%d %s", TH_CODE(res), TH_MSG(res));
     free(p);
     kv_store_batch_abort(t.s, b);
     cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
@@ -315,7 +315,7 @@ Test(mvcc_store, checksum_corruption_is_detected)
     mvccpb__key_value__free_unpacked(kv, NULL);
     cr_assert_eq(kv_store_alarms(t.s), 0u);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
     cr_assert_null(res.resp, "the corrupted record is not returned");
     /* from now on this member refuses to serve (D10), and asks for the CORRUPT alarm */
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_CORRUPT);
@@ -325,8 +325,8 @@ Test(mvcc_store, checksum_corruption_is_detected)
     n = etcdserverpb__range_request__get_packed_size(&q);
     etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(res.msg, "etcdserver: corrupt cluster");
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
 }
 
@@ -438,7 +438,7 @@ Test(mvcc_store, key_size_limit)
     p.value = th_bin("v");
     kv_result res;
     Etcdserverpb__PutResponse *pr = th_put_req(&t, &p, &res);
-    cr_assert_not_null(pr, "%s", res.msg);
+    cr_assert_not_null(pr, "%s", TH_MSG(res));
     etcdserverpb__put_response__free_unpacked(pr, NULL);
     Mvccpb__KeyValue *kv = th_get(&t, k, 0);
     cr_assert_not_null(kv);
@@ -496,7 +496,8 @@ Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
         rc = kv_store_apply(t.s, b, i, buf, n, NULL, &res);
         free(buf);
         if (rc == 0) {
-            cr_assert_eq(res.code, 0, "request %llu refused: %s", (unsigned long long)i, res.msg);
+            cr_assert_eq(TH_CODE(res), 0, "request %llu refused: %s", (unsigned long long)i,
+                         TH_MSG(res));
             free(res.resp);
         }
     }
@@ -528,13 +529,13 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     for (i = 1; i < 400 && !got; i++) {
         snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
         apply_put(b, i, k, big, &res);
-        if (res.code == KV_GRPC_RESOURCE_EXHAUSTED)
+        if (TH_CODE(res) == KV_GRPC_RESOURCE_EXHAUSTED)
             got = 1;
         else
-            cr_assert_eq(res.code, 0, "%s", res.msg);
+            cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
     }
     cr_assert(got, "quota reached");
-    cr_assert_str_eq(res.msg, "etcdserver: mvcc: database space exceeded");
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: database space exceeded");
     int64_t rev = res.revision;
     /* the batch goes on: a request that does not grow the store still applies (further puts
      * of this batch are refused: it is past the quota plus half the headroom) */
@@ -547,7 +548,7 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     uint8_t dbuf[64];
     kvdpb__internal_request__pack(&ir, dbuf);
     cr_assert_eq(kv_store_apply(t.s, b, i, dbuf, dn, NULL, &res), 0);
-    cr_assert_eq(res.code, 0, "%s", res.msg);
+    cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
     free(res.resp);
     cr_assert_eq(res.revision, rev + 1);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
@@ -601,13 +602,13 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     cr_assert_eq(log.last_ttl, 10);
 
     cr_assert_null(th_grant(&t, 42, 10, &res));
-    cr_assert_eq(res.code, 9);
-    cr_assert_str_eq(res.msg, "etcdserver: lease already exists");
+    cr_assert_eq(TH_CODE(res), 9);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: lease already exists");
     cr_assert_null(th_grant(&t, 43, 9000000001LL, &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, "etcdserver: too large lease TTL");
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: too large lease TTL");
     cr_assert_null(th_grant(&t, 0, 10, &res));
-    cr_assert_eq(res.code, 5);
+    cr_assert_eq(TH_CODE(res), 5);
     cr_assert_eq(log.granted, 1, "failed grants are not observed");
 
     th_put(&t, "a", "1", 42); /* 2 */
@@ -626,7 +627,7 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_CHECKPOINT;
     ir.lease_checkpoint = &creq;
     th_apply(&t, &ir, &res);
-    cr_assert_eq(res.code, 0);
+    cr_assert_eq(TH_CODE(res), 0);
     free(res.resp);
     cr_assert_eq(log.checkpointed, 1);
     cr_assert_eq(log.last_rem, 4);
@@ -639,7 +640,7 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     cr_assert_eq(rec.ttl, 10);
 
     Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 42, &res);
-    cr_assert_not_null(rv, "%s", res.msg);
+    cr_assert_not_null(rv, "%s", TH_MSG(res));
     cr_assert_eq(rv->header->revision, 5, "all attached keys deleted in one revision");
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
     cr_assert_eq(log.revoked, 1);
@@ -649,8 +650,8 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     cr_assert_null(th_revoke(&t, 42, &res));
-    cr_assert_eq(res.code, 5);
-    cr_assert_str_eq(res.msg, "etcdserver: requested lease not found");
+    cr_assert_eq(TH_CODE(res), 5);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: requested lease not found");
     cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
     cr_assert_eq(kv_lease_table_get(kv_store_leases(t.s), txn, 42, &rec), -ENOENT);
     mdb_txn_abort(txn);
@@ -678,7 +679,7 @@ Test(mvcc_store, lease_reattach_and_detach_on_delete)
     /* revoking lease 1 deletes nothing and takes no revision */
     int64_t rev = th_rev(&t);
     Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 1, &res);
-    cr_assert_not_null(rv, "%s", res.msg);
+    cr_assert_not_null(rv, "%s", TH_MSG(res));
     cr_assert_eq(rv->header->revision, rev);
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
     Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
@@ -704,8 +705,8 @@ Test(mvcc_store, max_keys_per_lease)
     p.value = th_bin("v");
     p.lease = 1;
     cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(res.code, 9);
-    cr_assert_str_eq(res.msg, "etcdserver: too many keys attached to lease");
+    cr_assert_eq(TH_CODE(res), 9);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: too many keys attached to lease");
     cr_assert_null(th_get(&t, "c", 0));
 }
 
@@ -814,7 +815,7 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     uint8_t junk[] = {0xff, 0xff, 0xff};
     cr_assert_eq(kv_store_apply(t.s, b, 1, junk, sizeof junk, NULL, &res), 0);
-    cr_assert_eq(res.code, KV_GRPC_INTERNAL);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_INTERNAL);
     Etcdserverpb__AlarmRequest a = ETCDSERVERPB__ALARM_REQUEST__INIT;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
@@ -822,7 +823,7 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     uint8_t buf[64];
     size_t n = kvdpb__internal_request__pack(&ir, buf);
     cr_assert_eq(kv_store_apply(t.s, b, 2, buf, n, NULL, &res), 0);
-    cr_assert_eq(res.code, 0, "alarm GET is applied: %s", res.msg);
+    cr_assert_eq(TH_CODE(res), 0, "alarm GET is applied: %s", TH_MSG(res));
     Etcdserverpb__AlarmResponse *ar =
         etcdserverpb__alarm_response__unpack(NULL, res.resp_len, res.resp);
     cr_assert_not_null(ar);

@@ -142,7 +142,7 @@ static bool eval(Etcdserverpb__Compare *c)
     Etcdserverpb__RequestOp *s[] = {op_range("r", NULL, 0)};
     kv_result res;
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(cs, 1, s, 1, s, 1), &res);
-    cr_assert_not_null(r, "%d %s", res.code, res.msg);
+    cr_assert_not_null(r, "%d %s", TH_CODE(res), TH_MSG(res));
     bool ok = r->succeeded;
     etcdserverpb__txn_response__free_unpacked(r, NULL);
     return ok;
@@ -212,7 +212,7 @@ Test(mvcc_txn, success_and_failure_branches_share_one_revision)
     Etcdserverpb__RequestOp *f[] = {op_put("fail", "1")};
     kv_result res;
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(cs, 1, s, 3, f, 1), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert(r->succeeded);
     cr_assert_eq(r->header->revision, 3);
     cr_assert_eq(r->header->cluster_id, 11);
@@ -260,7 +260,7 @@ Test(mvcc_txn, delete_inside_txn_and_sub_revisions)
     Etcdserverpb__RequestOp *s[] = {op_put("y", "2"), op_del("x", NULL), op_range("a", "z", 0)};
     kv_result res;
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(NULL, 0, s, 3, NULL, 0), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert_eq(r->responses[1]->response_delete_range->deleted, 1);
     Etcdserverpb__RangeResponse *rr = r->responses[2]->response_range;
     cr_assert_eq(rr->n_kvs, 1);
@@ -281,7 +281,7 @@ Test(mvcc_txn, nested_txns)
     Etcdserverpb__RequestOp *os[] = {op_put("new", "1"), op_txn(txn(ic, 1, is, 1, ie, 1))};
     kv_result res;
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(oc, 1, os, 2, NULL, 0), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     cr_assert(r->succeeded);
     cr_assert_eq(r->n_responses, 2);
     cr_assert_eq(r->responses[1]->response_case, ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_TXN);
@@ -310,8 +310,8 @@ Test(mvcc_txn, too_many_ops)
                                     op_put("d", "1")};
     kv_result res;
     cr_assert_null(th_txn(&t, txn(NULL, 0, s, 4, NULL, 0), &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: too many operations in txn request");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: too many operations in txn request");
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(NULL, 0, s, 3, NULL, 0), &res);
     cr_assert_not_null(r);
     etcdserverpb__txn_response__free_unpacked(r, NULL);
@@ -319,7 +319,7 @@ Test(mvcc_txn, too_many_ops)
     Etcdserverpb__RequestOp *in[] = {op_put("x", "1"), op_put("y", "1")};
     Etcdserverpb__RequestOp *outer[] = {op_put("z", "1"), op_txn(txn(NULL, 0, in, 2, NULL, 0))};
     cr_assert_null(th_txn(&t, txn(NULL, 0, outer, 2, NULL, 0), &res));
-    cr_assert_str_eq(res.msg, "etcdserver: too many operations in txn request");
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: too many operations in txn request");
     free_objs();
 }
 
@@ -327,8 +327,8 @@ static void expect_dup(Etcdserverpb__TxnRequest *x)
 {
     kv_result res;
     cr_assert_null(th_txn(&t, x, &res));
-    cr_assert_eq(res.code, 3);
-    cr_assert_str_eq(res.msg, "etcdserver: duplicate key given in txn request");
+    cr_assert_eq(TH_CODE(res), 3);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: duplicate key given in txn request");
 }
 
 Test(mvcc_txn, duplicate_keys)
@@ -348,10 +348,10 @@ Test(mvcc_txn, duplicate_keys)
     Etcdserverpb__RequestOp *ok2[] = {op_del("a", "c"), op_del("b", NULL), op_put("c", "1")};
     kv_result res;
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(NULL, 0, ok1, 1, NULL, 0), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     etcdserverpb__txn_response__free_unpacked(r, NULL);
     r = th_txn(&t, txn(NULL, 0, ok2, 3, NULL, 0), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     etcdserverpb__txn_response__free_unpacked(r, NULL);
     /* the duplicate check covers both branches even if not taken */
     Etcdserverpb__RequestOp *ok3[] = {op_put("q", "1")};
@@ -366,26 +366,26 @@ Test(mvcc_txn, request_checks_along_the_path)
     Etcdserverpb__RequestOp empty = ETCDSERVERPB__REQUEST_OP__INIT;
     Etcdserverpb__RequestOp *e[] = {&empty};
     cr_assert_null(th_txn(&t, txn(NULL, 0, e, 1, NULL, 0), &res));
-    cr_assert_str_eq(res.msg, "etcdserver: key not found");
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key not found");
     /* empty compare key */
     Etcdserverpb__Compare *ec[] = {cmp_v("", EQ, "x")};
     cr_assert_null(th_txn(&t, txn(ec, 1, NULL, 0, NULL, 0), &res));
-    cr_assert_str_eq(res.msg, "etcdserver: key is not provided");
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: key is not provided");
     /* lease of a put in the taken branch must exist */
     Etcdserverpb__RequestOp *lp[] = {op_put("a", "1")};
     lp[0]->request_put->lease = 77;
     cr_assert_null(th_txn(&t, txn(NULL, 0, lp, 1, NULL, 0), &res));
-    cr_assert_eq(res.code, 5);
+    cr_assert_eq(TH_CODE(res), 5);
     /* ... but not in the branch not taken */
     Etcdserverpb__RequestOp *okp[] = {op_put("b", "1")};
     Etcdserverpb__TxnResponse *r = th_txn(&t, txn(NULL, 0, okp, 1, lp, 1), &res);
-    cr_assert_not_null(r, "%s", res.msg);
+    cr_assert_not_null(r, "%s", TH_MSG(res));
     etcdserverpb__txn_response__free_unpacked(r, NULL);
     /* future revision range inside a txn */
     Etcdserverpb__RequestOp *fr[] = {op_put("c", "1"), op_range("a", NULL, 100)};
     cr_assert_null(th_txn(&t, txn(NULL, 0, fr, 2, NULL, 0), &res));
-    cr_assert_eq(res.code, 11);
-    cr_assert_str_eq(res.msg, "etcdserver: mvcc: required revision is a future revision");
+    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: required revision is a future revision");
     /* nothing of the failed txns was applied */
     cr_assert_null(th_get(&t, "a", 0));
     cr_assert_null(th_get(&t, "c", 0));

@@ -265,7 +265,7 @@ Test(verify, record_with_size_past_the_file_reads_as_data_loss)
     kv_result res;
     int rc = kv_store_range(t.s, req, n, NULL, &res);
     cr_assert_eq(rc, 0); /* a request-level DATA_LOSS (and the CORRUPT alarm), not a failure */
-    cr_assert_eq(res.code, KV_GRPC_DATA_LOSS);
+    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
     free(res.resp);
     char err[512] = "";
     cr_assert_eq(kv_store_verify_records(t.s, 100, err, sizeof(err)), -EBADMSG);

@@ -5,6 +5,7 @@
  * file, not taken from the table under test).
  */
 #include "common/etcd_errors.h"
+#include "common/etcd_status.h"
 #include "common/status.h"
 #include "grpc/grpc_wire.h"
 
@@ -60,6 +61,7 @@ Test(etcd_errors, every_entry_is_filled_and_well_formed)
         bool ok = has_prefix(m, "etcdserver: ") || has_prefix(m, "mvcc: ") ||
                   has_prefix(m, "grpc: ") || has_prefix(m, "kvd: ") || has_prefix(m, "auth: ") ||
                   has_prefix(m, "election: ") || strcmp(m, "context canceled") == 0 ||
+                  strcmp(m, "unknown service") == 0 ||
                   strcmp(m, "\"leader\" field must be provided") == 0;
         cr_assert(ok, "entry %d: message \"%s\" lacks a documented prefix", i, m);
         cr_assert(strlen(m) < 120, "entry %d: message too long for kv_result.msg + detail", i);
@@ -124,6 +126,17 @@ Test(etcd_errors, etcd_rows_are_verbatim)
         {KV_ERR_ELECTION_NOT_LEADER, 2, "election: not leader"},
         {KV_ERR_ELECTION_NO_LEADER, 2, "election: no leader"},
         {KV_ERR_ELECTION_MISSING_KEY, 2, "\"leader\" field must be provided"},
+        /* kvd rows whose text clients saw before errors became values (same bytes) */
+        {KV_ERR_UNKNOWN_ALARM, 3, "kvd: unknown alarm type"},
+        {KV_ERR_TOO_MANY_ALARMS, 8, "kvd: too many alarms"},
+        {KV_ERR_TOO_MANY_MEMBERS, 8, "kvd: too many members"},
+        {KV_ERR_TOO_MANY_PEER_URLS, 3, "kvd: too many peer URLs"},
+        {KV_ERR_LEADER_TRANSFER_TIMEOUT, 2,
+         "etcdserver: request timed out, leader transfer took too long"},
+        {KV_ERR_DEFRAG_CANCELED, 14, "etcdserver: defragment failed: Operation canceled"},
+        {KV_ERR_GRPC_SEND_TOO_LARGE, 8, "grpc: trying to send message larger than max"},
+        {KV_ERR_GRPC_HALF_CLOSED, 13, "grpc: half-closed without a request"},
+        {KV_ERR_HEALTH_UNKNOWN_SERVICE, 5, "unknown service"},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         cr_assert_eq(kv_etcd_err_code(want[i].e), want[i].code, "%s", want[i].msg);
@@ -138,4 +151,46 @@ Test(etcd_errors, out_of_range_is_unknown)
         cr_assert_eq(kv_etcd_err_code((kv_etcd_err)bad[i]), KV_GRPC_UNKNOWN);
         cr_assert_str_eq(kv_etcd_err_msg((kv_etcd_err)bad[i]), "kvd: unknown error");
     }
+}
+
+Test(etcd_errors, format_appends_the_detail)
+{
+    char buf[KV_ETCD_ERR_TEXT_MAX];
+    cr_assert_str_eq(kv_etcd_err_format(buf, sizeof buf, KV_ERR_TOO_MANY_MEMBERS, " (limit 64)"),
+                     "kvd: too many members (limit 64)");
+    cr_assert_str_eq(kv_etcd_err_format(buf, sizeof buf, KV_ERR_NO_LEADER, NULL),
+                     "etcdserver: no leader");
+    cr_assert_str_eq(kv_etcd_err_format(buf, 10, KV_ERR_NO_LEADER, ""), "etcdserve");
+}
+
+/* Peer frames carry {code, text}: the text gives the value back, detail included. */
+Test(etcd_errors, parse_inverts_format)
+{
+    char buf[KV_ETCD_ERR_TEXT_MAX];
+    for (int i = 1; i < KV_ERR_COUNT; i++) {
+        const char *detail = NULL;
+        kv_etcd_err_format(buf, sizeof buf, (kv_etcd_err)i, NULL);
+        cr_assert_eq(kv_etcd_err_parse(buf, &detail), i, "%s", buf);
+        cr_assert_str_eq(detail, "");
+        kv_etcd_err_format(buf, sizeof buf, (kv_etcd_err)i, " (limit 7)");
+        cr_assert_eq(kv_etcd_err_parse(buf, &detail), i, "%s", buf);
+        cr_assert_str_eq(detail, " (limit 7)");
+    }
+    /* longest prefix: a longer row that starts with a shorter one */
+    cr_assert_eq(kv_etcd_err_parse("etcdserver: too many requests: out of memory", NULL),
+                 KV_ERR_TOO_MANY_REQUESTS_NOMEM);
+    cr_assert_eq(kv_etcd_err_parse("etcdserver: defragment failed: No space left on device", NULL),
+                 KV_ERR_DEFRAG_FAILED);
+    cr_assert_eq(kv_etcd_err_parse("no such text", NULL), KV_ERR_NONE);
+    cr_assert_eq(kv_etcd_err_parse(NULL, NULL), KV_ERR_NONE);
+}
+
+/* The code field of peer frames: what members before errors-as-values used as the status. */
+Test(etcd_errors, peer_code_is_the_rows_status)
+{
+    cr_assert_eq(kv_etcd_err_peer_code(KV_ERR_NONE), 0u);
+    for (int i = 1; i < KV_ERR_COUNT; i++)
+        cr_assert_eq(kv_etcd_err_peer_code((kv_etcd_err)i), (uint32_t)kv_etcd_err_code(i));
+    cr_assert_eq(kv_etcd_err_peer_code(KV_ERR_TOO_MANY_REQUESTS), 8u);
+    cr_assert_eq(kv_etcd_err_peer_code(KV_ERR_LEADER_CHANGED), 14u);
 }

@@ -5,6 +5,7 @@
 #include "daemon/identity.h"
 #include "daemon/members_boot.h"
 #include "daemon/members_join.h"
+#include "apply/apply.h"
 #include "mvcc/members.h"
 
 #include <criterion/criterion.h>
@@ -78,7 +79,7 @@ Test(members_boot, bootstrap_then_publish_through_the_store)
     cr_assert_eq(kv_store_batch_begin(st, &b), 0);
     kv_result res;
     cr_assert_eq(kv_store_apply(st, b, 1, req, len, NULL, &res), 0);
-    cr_assert_eq(res.code, 0, "%s", res.msg);
+    cr_assert_eq((int)res.err, 0, "%s", kv_etcd_err_msg(res.err));
     free(res.resp);
     free(req);
     cr_assert_eq(kv_store_batch_commit(st, b), 0);

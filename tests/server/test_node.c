@@ -20,7 +20,7 @@ typedef struct fixture {
 typedef struct done_log {
     int calls;
     int64_t revs[256];
-    int codes[256];
+    kv_etcd_err errs[256];
 } done_log;
 
 static void fx_open(fixture *f, uint32_t max_pending)
@@ -76,7 +76,7 @@ static void spin(fixture *f, const int *counter, int target)
 static void on_done(void *arg, kv_result *res)
 {
     done_log *l = arg;
-    l->codes[l->calls] = res->code;
+    l->errs[l->calls] = res->err;
     l->revs[l->calls] = res->revision;
     l->calls++;
 }
@@ -105,7 +105,7 @@ Test(node, one_loop_iteration_is_one_commit_in_order)
     cr_assert_eq(log.calls, 100);
     cr_assert_eq(after.commits - before.commits, 1, "100 writes, one commit (one sync)");
     for (int i = 0; i < 100; i++) {
-        cr_assert_eq(log.codes[i], 0);
+        cr_assert_eq(log.errs[i], KV_ERR_NONE);
         cr_assert_eq(log.revs[i], 2 + i, "revision %d at %d", (int)log.revs[i], i);
     }
     kv_node_stats st;
@@ -190,7 +190,7 @@ Test(node, close_fails_queued_requests)
     cr_assert_eq(kv_node_barrier(f.node, on_barrier, &passed), 0);
     kv_node_close(f.node);
     cr_assert_eq(log.calls, 1);
-    cr_assert_eq(log.codes[0], 14);
+    cr_assert_eq(log.errs[0], KV_ERR_STOPPED);
     cr_assert_eq(passed, -1);
     uv_run(&f.loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&f.loop), 0);
@@ -267,7 +267,7 @@ Test(node, requested_alarm_is_raised_through_the_write_path)
     done_log log = {0};
     cr_assert_eq(propose_put(&f, "k", on_done, &log, NULL), 0);
     spin(&f, &log.calls, 1);
-    cr_assert_eq(log.codes[0], 8);
+    cr_assert_eq(log.errs[0], KV_ERR_NO_SPACE);
     fx_close(&f);
 }
 

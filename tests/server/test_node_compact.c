@@ -62,7 +62,7 @@ static void fx_close(fx *f)
 }
 
 typedef struct log {
-    int calls, code, failed;
+    int calls, err, failed; /* err: the last kv_etcd_err */
     int64_t rev, max_rev;
     int compact_pending_at_ack; /* for the put: was the compaction still running? */
     kv_node *node;
@@ -72,9 +72,9 @@ static void on_done(void *arg, kv_result *res)
 {
     log_t *l = arg;
     l->calls++;
-    l->code = res->code;
+    l->err = (int)res->err;
     l->rev = res->revision;
-    if (res->code != 0)
+    if (res->err != KV_ERR_NONE)
         l->failed++;
     else if (res->revision > l->max_rev)
         l->max_rev = res->revision;
@@ -125,7 +125,7 @@ static int64_t populate(fx *f)
                 spin(f, &l.calls, n);
         }
     spin(f, &l.calls, 2 * KEYS);
-    cr_assert_eq(l.failed, 0, "%d of %d puts failed (last code %d)", l.failed, 2 * KEYS, l.code);
+    cr_assert_eq(l.failed, 0, "%d of %d puts failed (last error %d)", l.failed, 2 * KEYS, l.err);
     return l.max_rev;
 }
 
@@ -148,14 +148,14 @@ Test(node_compact, puts_interleave_and_wait_fires_when_done)
     c.revision = rev;
     cr_assert_eq(propose(&f, KV_IREQ_COMPACTION, &c.base, &cl), 0);
     spin(&f, &cl.calls, 1);
-    cr_assert_eq(cl.code, 0, "compaction to %lld: code %d", (long long)rev, cl.code);
+    cr_assert_eq(cl.err, 0, "compaction to %lld: error %d", (long long)rev, cl.err);
     cr_assert(kv_node_compact_pending(f.node), "one step of %d keys cannot finish %d keys", STEP,
               KEYS);
     int waited = 0;
     cr_assert_eq(kv_node_compact_wait(f.node, on_wait, &waited, NULL), 0);
     put(&f, "late", "x", &pl);
     spin(&f, &pl.calls, 1);
-    cr_assert_eq(pl.code, 0);
+    cr_assert_eq(pl.err, 0);
     cr_assert(pl.compact_pending_at_ack, "the put waited for the whole compaction");
     cr_assert_eq(waited, 0);
     spin(&f, &waited, 1);
