@@ -248,6 +248,34 @@ static void step(snap_ctx *c)
 
 /* A message must fit in the connection's send buffer (--max-send-buffer-bytes, at least 64 KiB)
  * or it would be refused forever: at most a quarter of it. */
+static void start_copy(snap_ctx *c)
+{
+    c->work.data = c;
+    if (uv_queue_work(c->s->loop, &c->work, copy_work, after_work) < 0) {
+        c->busy = 0;
+        fail(c, "cannot queue work");
+    }
+}
+
+/* Read your writes (node.h kv_node_read_visible): a write this member acknowledged before its
+ * LMDB commit returned is in the snapshot, as etcd commits its pending writes before it takes
+ * one. Loop thread. A call cancelled meanwhile (kv_snapshot_on_cancel left the ctx to us) is
+ * freed here. */
+static void on_visible(void *arg, int status)
+{
+    snap_ctx *c = arg;
+    if (c->call == NULL) {
+        c->busy = 0;
+        snap_free(c);
+    } else if (status < 0) {
+        c->busy = 0;
+        fail(c, status == -ETIMEDOUT ? "timed out waiting for an acknowledged write's commit"
+                                     : "member stopping");
+    } else {
+        start_copy(c);
+    }
+}
+
 static size_t chunk_size(const kv_server *s)
 {
     size_t max = s->cfg->max_send_buffer_bytes / 4;
@@ -314,11 +342,13 @@ void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_metric_gauge_add(running, 1);
     c->t0 = uv_now(s->loop);
     kv_grpc_call_set_data(call, c);
-    c->busy = 1;
-    c->work.data = c;
-    if (uv_queue_work(s->loop, &c->work, copy_work, after_work) < 0) {
+    c->busy = 1; /* the wait below, then the copy, own the ctx */
+    int rc = s->node ? kv_node_read_visible(s->node, on_visible, c) : 1;
+    if (rc == 1)
+        start_copy(c);
+    else if (rc < 0) {
         c->busy = 0;
-        fail(c, "cannot queue work");
+        fail(c, rc == -EBUSY ? "too many reads waiting" : "member stopping");
     }
 }
 
@@ -339,7 +369,7 @@ void kv_snapshot_on_cancel(kv_grpc_call *call)
         uv_timer_stop(&c->timer);
         snap_free(c);
     }
-    /* else a worker job owns it: after_work frees it */
+    /* else the visibility wait (on_visible) or a worker job (after_work) owns it and frees it */
 }
 
 /* Maintenance.Hash on a reader thread. */
