@@ -562,6 +562,43 @@ KVC_API int kvc_watch_progress(kvc_client *c, kvc_error *err);
  * Thread-safe. */
 KVC_API int64_t kvc_watch_next_revision(const kvc_watch *w);
 
+/* ---- Maintenance: snapshot ---- */
+
+/*
+ * Per-chunk callback of kvc_snapshot: blob/len is the next piece of the snapshot file (valid
+ * only during the call), remaining the server's remaining_bytes after it (0 on the last
+ * chunk, which is the file's trailing SHA-256). Runs on the client's I/O THREAD, in order,
+ * while kvc_snapshot blocks its caller: it may block (e.g. write(2) to a file), which slows
+ * the whole connection (HTTP/2 flow control pushes back on the server; other calls and
+ * streams of the client wait too), and must not call synchronous kvc_ functions. Return 0 to
+ * continue; anything else cancels the stream (kvc_snapshot then fails with
+ * -KVC_CANCELLED, "kvclient: snapshot cancelled by on_chunk (returned N)").
+ */
+typedef int (*kvc_snapshot_chunk_cb)(void *arg, const uint8_t *blob, size_t len,
+                                     uint64_t remaining);
+
+/*
+ * Maintenance.Snapshot: stream the member's store (an etcd 3.4 snapshot file: the database
+ * followed by its SHA-256, as etcdctl snapshot save writes it) to on_chunk, one
+ * SnapshotResponse at a time; the library never holds more than one message (at most
+ * kvc_config.max_response_bytes), whatever the snapshot's size. Works over h2c and TLS
+ * (https endpoints) and sends the auth token as any call.
+ * timeout_ms is an OVERALL deadline for the whole download (sent as grpc-timeout; 0 = none,
+ * then only the dial timeout bounds the wait for a connection): pick one that covers the
+ * transfer of the whole store. The snapshot comes from the endpoint the client is connected
+ * to (open the client with one endpoint to choose the member). Not retried once data has
+ * arrived (a stream the server refused before starting is sent again).
+ * On 0 every chunk was delivered and the last one had remaining 0; *bytes (may be NULL) is
+ * the number of blob bytes delivered, also on failure (what on_chunk received). Errors: the
+ * server's status and grpc-message (e.g. -KVC_RESOURCE_EXHAUSTED "etcdserver: too many
+ * requests"), -KVC_DEADLINE_EXCEEDED, -KVC_UNAVAILABLE (no connection, connection lost),
+ * -KVC_CANCELLED (on_chunk stopped it), -KVC_DATA_LOSS (the stream ended OK before its last
+ * chunk), -KVC_INVALID_ARGUMENT. A failed download leaves a partial file to the caller.
+ * Synchronous: must not be called on the I/O thread (KVC_FAILED_PRECONDITION). Thread-safe.
+ */
+KVC_API int kvc_snapshot(kvc_client *c, kvc_snapshot_chunk_cb on_chunk, void *arg,
+                         uint32_t timeout_ms, uint64_t *bytes, kvc_error *err);
+
 /* ---- Stats ---- */
 
 typedef struct kvc_stats {

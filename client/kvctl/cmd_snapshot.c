@@ -1,7 +1,8 @@
 /*
  * kvctl snapshot save|status|restore (etcdctl 3.4 snapshot_command.go and clientv3/snapshot).
  *
- * save: downloads Maintenance.Snapshot into <path>.part (snap_stream.h), fsyncs, verifies the
+ * save: downloads Maintenance.Snapshot into <path>.part (libkvclient's kvc_snapshot, so h2c or
+ *   TLS, with --user's token; --command-timeout bounds the whole download), fsyncs, verifies the
  *   trailing SHA-256 (etcdctl does not; kvctl refuses a download that fails it), renames to
  *   <path>; log lines on stderr, "Snapshot saved at <path>" on stdout, as etcdctl.
  * status: reads a kvd snapshot (an LMDB file + SHA-256, mvcc/snapshot.h) and prints hash,
@@ -15,7 +16,6 @@
  */
 #include "kvctl.h"
 #include "out.h"
-#include "snap_stream.h"
 #include "table.h"
 
 #include "mvcc/snapshot.h"
@@ -44,6 +44,42 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* snapshot save's chunk sink: the blobs go to the .part file as they arrive. */
+struct save_sink {
+    int fd;
+    int werrno; /* write(2) failure, 0 = none */
+};
+
+static int save_chunk(void *arg, const uint8_t *blob, size_t len, uint64_t remaining)
+{
+    struct save_sink *s = arg;
+    (void)remaining;
+    while (len) {
+        ssize_t w = write(s->fd, blob, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            s->werrno = errno;
+            return -1;
+        }
+        blob += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* etcdctl's text for a failed download: a gRPC status as grpc-go prints it, an expired
+ * command timeout as "context deadline exceeded", a connection failure as its reason. */
+static void save_err_text(const kvc_error *e, char *buf, size_t len)
+{
+    if (e->code == KVC_DEADLINE_EXCEEDED)
+        snprintf(buf, len, "context deadline exceeded");
+    else if (strncmp(e->message, "kvclient: ", 10) == 0)
+        snprintf(buf, len, "%s", e->message);
+    else
+        snprintf(buf, len, "rpc error: code = %s desc = %s", kvctl_code_name(e->code), e->message);
+}
+
 static int snapshot_save(struct kvctl *k, const char *path)
 {
     if (k->n_endpoints != 1) {
@@ -58,6 +94,10 @@ static int snapshot_save(struct kvctl *k, const char *path)
     char part[4096];
     if ((size_t)snprintf(part, sizeof part, "%s.part", path) >= sizeof part)
         return kvctl_fail(KVCTL_EXIT_ERROR, "path too long");
+    int xrc = 0;
+    kvc_client *c = kvctl_client(k, &xrc);
+    if (!c)
+        return xrc;
     unlink(part);
     int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
@@ -73,8 +113,14 @@ static int snapshot_save(struct kvctl *k, const char *path)
     uint64_t bytes = 0;
     char err[9000], msg[512];
     int64_t data_len = 0;
-    int rc = kvctl_snapshot_download(k->endpoints[0], fd, k->command_timeout_ms, &bytes, err,
-                                     sizeof err);
+    struct save_sink sink = {.fd = fd, .werrno = 0};
+    kvc_error e = {0};
+    /* As before the library call: --command-timeout bounds the whole download. */
+    int rc = kvc_snapshot(c, save_chunk, &sink, k->command_timeout_ms, &bytes, &e);
+    if (rc != 0 && sink.werrno)
+        snprintf(err, sizeof err, "write %s: %s", part, strerror(sink.werrno));
+    else if (rc != 0)
+        save_err_text(&e, err, sizeof err);
     if (rc == 0 && fsync(fd) < 0) {
         snprintf(err, sizeof err, "fsync %s: %s", part, strerror(errno));
         rc = -1;
@@ -88,7 +134,7 @@ static int snapshot_save(struct kvctl *k, const char *path)
         snprintf(err, sizeof err, "could not rename %s to %s (%s)", part, path, strerror(errno));
         rc = -1;
     }
-    if (rc < 0) {
+    if (rc != 0) {
         unlink(part);
         return kvctl_fail(KVCTL_EXIT_INTERRUPTED, "%s", err);
     }

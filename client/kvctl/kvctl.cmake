@@ -24,11 +24,10 @@ if(TARGET kvclient_static AND TARGET kvproto)
     ${KVCTL_DIR}/cmd_elect.c
     ${KVCTL_DIR}/session.c
     ${KVCTL_DIR}/cmd_snapshot.c
-    ${KVCTL_DIR}/snap_stream.c
     ${KVCTL_DIR}/cmd_auth.c)
   target_include_directories(kvctl PRIVATE ${KVCTL_DIR} ${KVCTL_DIR}/../include)
   target_compile_definitions(kvctl PRIVATE KVCTL_VERSION="${PROJECT_VERSION}")
   target_link_libraries(kvctl PRIVATE kvclient_static kvproto Threads::Threads m)
   # snapshot status/restore read kvd's store format (server/mvcc/snapshot.h)
-  target_link_libraries(kvctl PRIVATE kv_mvcc PkgConfig::NGHTTP2)
+  target_link_libraries(kvctl PRIVATE kv_mvcc)
 endif()

@@ -114,6 +114,9 @@ int kvctl_rpc(kvc_client *c, const char *method, const ProtobufCMessage *req,
  * "context deadline exceeded", "rpc error: code = Unavailable desc = ..."). Writes into buf. */
 const char *kvctl_err_text(const kvc_error *err, char *buf, size_t len);
 
+/* grpc-go's name of a gRPC status code ("DeadlineExceeded"); "Unknown" if out of range. */
+const char *kvctl_code_name(int code);
+
 /* kvctl_rpc on the shared client; on failure prints "Error: <text>" (or "Error: <wrap> (<text>)")
  * and returns fail_code. Returns 0 on success (*resp as for kvctl_rpc). */
 int kvctl_call(struct kvctl *k, const char *method, const ProtobufCMessage *req,

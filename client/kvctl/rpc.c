@@ -145,7 +145,7 @@ int kvctl_rpc(kvc_client *c, const char *method, const ProtobufCMessage *req,
     return 0;
 }
 
-static const char *code_name(int code)
+const char *kvctl_code_name(int code)
 {
     static const char *const names[] = {
         "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
@@ -171,7 +171,8 @@ const char *kvctl_err_text(const kvc_error *err, char *buf, size_t len)
     } else if (err->code == KVC_CANCELLED) {
         snprintf(buf, len, "context canceled");
     } else {
-        snprintf(buf, len, "rpc error: code = %s desc = %s", code_name(err->code), err->message);
+        snprintf(buf, len, "rpc error: code = %s desc = %s", kvctl_code_name(err->code),
+                 err->message);
     }
     return buf;
 }

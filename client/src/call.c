@@ -235,6 +235,8 @@ static int may_retry(struct kvc_call *call, int safe)
 {
     if (!(call->flags & KVC_IDEMPOTENT) && !safe)
         return 0;
+    if (call->on_msg && call->s.nmsgs > 0) /* a stream's messages were handed over already */
+        return 0;
     if (call->c->closing)
         return 0;
     if (call->deadline)
@@ -293,6 +295,16 @@ void kvc_calls_fail_all(kvc_client *c, int code, const char *msg)
 static void on_msg(void *ctx, const uint8_t *m, size_t n)
 {
     struct kvc_call *call = ctx;
+    if (call->on_msg) { /* server streaming: hand each message over, keep none */
+        kvc_error e = {0};
+        int rc = call->on_msg(call->arg, m, n, &e);
+        if (rc != 0) {
+            call->s.bad = 1;
+            call->s.bad_code = rc < 0 ? -rc : KVC_CANCELLED;
+            snprintf(call->s.bad_msg, sizeof call->s.bad_msg, "%s", e.message);
+        }
+        return;
+    }
     if (call->s.nmsgs != 1 || call->resp)
         return; /* unary: the first message is the response */
     call->resp = malloc(n ? n : 1);
@@ -343,8 +355,10 @@ void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err)
 
 /* ---- submission (any thread) ---- */
 
-int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg, kvc_error *err)
+/* Queue a call of method (unary when on_msg is NULL, server streaming otherwise). */
+static int call_submit(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                       uint32_t timeout_ms, int flags, kvc_stream_msg_cb on_msg, kvc_unary_cb cb,
+                       void *arg, kvc_error *err)
 {
     if (!c || !method || method[0] != '/' || (!req && req_len) || !cb)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
@@ -382,6 +396,7 @@ int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, 
     call->flags = flags;
     call->cb = cb;
     call->arg = arg;
+    call->on_msg = on_msg;
     call->deadline = timeout_ms ? kvc_now_ms() + timeout_ms : 0;
     call->state = CALL_QUEUED;
     call->cmd.type = CMD_CALL;
@@ -398,6 +413,22 @@ oom:
     }
     atomic_fetch_sub(&c->pending, 1);
     return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+}
+
+int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                         uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg, kvc_error *err)
+{
+    return call_submit(c, method, req, req_len, timeout_ms, flags, NULL, cb, arg, err);
+}
+
+int kvc_call_stream_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                          uint32_t timeout_ms, kvc_stream_msg_cb on_msg, kvc_unary_cb done,
+                          void *arg, kvc_error *err)
+{
+    if (!on_msg)
+        return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
+    /* flags 0: retried only when the server provably did not start it (no message seen) */
+    return call_submit(c, method, req, req_len, timeout_ms, 0, on_msg, done, arg, err);
 }
 
 struct sync_ctx {

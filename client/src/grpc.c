@@ -204,6 +204,8 @@ int kvc_grpc_parse(struct kvc_h2stream *s, uint32_t max_msg,
         s->nmsgs++;
         on_msg(ctx, p + 5, mlen);
         kvc_rbuf_consume(&s->rb, 5 + (size_t)mlen);
+        if (s->bad) /* on_msg failed the stream: deliver nothing more */
+            return -1;
     }
     return 0;
 }

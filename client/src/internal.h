@@ -165,6 +165,11 @@ int kvc_tls_conn_recv(struct kvc_conn *cn, const uint8_t *in, size_t len, char *
 
 /* ---- calls (call.c) ---- */
 
+/* Per-message callback of a server-streaming call (kvc_call_stream_async). Runs on the I/O
+ * thread for each response message, in order; m is valid only during the call. Returns 0, or
+ * -code with *err filled: the stream is then reset and the call fails with that code. */
+typedef int (*kvc_stream_msg_cb)(void *arg, const uint8_t *m, size_t n, kvc_error *err);
+
 enum kvc_call_state { CALL_QUEUED, CALL_WAITING, CALL_INFLIGHT, CALL_RETRY_WAIT, CALL_DONE };
 
 struct kvc_call {
@@ -187,6 +192,7 @@ struct kvc_call {
     size_t resp_len;
     kvc_unary_cb cb;
     void *arg;
+    kvc_stream_msg_cb on_msg; /* server-streaming call: every response message; NULL: unary */
 };
 
 struct kvc_call_list {
@@ -203,6 +209,13 @@ void kvc_calls_on_conn_lost(kvc_client *c, const char *reason);
 void kvc_calls_fail_all(kvc_client *c, int code, const char *msg);
 void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err);
 void kvc_call_on_data(struct kvc_call *call, const uint8_t *d, size_t n);
+/* A server-streaming call: as kvc_call_unary_async, but every response message goes to
+ * on_msg (memory: one message at a time, at most max_response_bytes) and done gets no
+ * response (resp NULL). Never retried once a message was delivered: only a stream the server
+ * refused or that never reached the wire is sent again. done runs exactly once. */
+int kvc_call_stream_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                          uint32_t timeout_ms, kvc_stream_msg_cb on_msg, kvc_unary_cb done,
+                          void *arg, kvc_error *err);
 
 /* ---- connection (conn.c) ---- */
 

@@ -1,0 +1,235 @@
+/*
+ * test_client_snapshot.c - kvc_snapshot (Maintenance.Snapshot, server streaming) against a real
+ * server: the chunks make a file whose trailing SHA-256 verifies and whose status has the
+ * keys written before; chunks arrive in order with remaining_bytes going down to 0; a message
+ * above max_response_bytes fails the call (memory stays bounded by one message); on_chunk can
+ * cancel; bad arguments and the I/O-thread precondition.
+ */
+#include "testutil.h"
+
+#include "mvcc/range.h"
+#include "mvcc/snapshot.h"
+#include "mvcc/store.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NKEYS 200
+
+static struct kvt_server srv;
+static kvc_client *cli;
+
+static void setup(void)
+{
+    cr_assert_eq(kvt_server_start(&srv), 0, "server start");
+    cli = kvt_client(srv.endpoint);
+}
+
+static void teardown(void)
+{
+    kvc_close(cli);
+    cli = NULL;
+    kvt_server_stop(&srv);
+}
+
+TestSuite(client_snapshot, .init = setup, .fini = teardown);
+
+/* Writes NKEYS keys snap/NNN; returns the revision of the last put. */
+static int64_t fill(void)
+{
+    kvc_put_result pr;
+    kvc_error e = {0};
+    int64_t rev = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        char k[32], v[64];
+        snprintf(k, sizeof k, "snap/%03d", i);
+        snprintf(v, sizeof v, "value-%d-%040d", i, i);
+        cr_assert_eq(kvc_put(cli, k, strlen(k), v, strlen(v), NULL, 5000, &pr, &e), 0, "put: %s",
+                     e.message);
+        rev = pr.header.revision;
+        kvc_put_result_free(&pr);
+    }
+    return rev;
+}
+
+struct sink {
+    int fd;
+    uint64_t bytes, chunks, max_len;
+    uint64_t last_remaining;
+    int order_ok; /* remaining_bytes never went up */
+    int cancel_after;
+};
+
+static int on_chunk(void *arg, const uint8_t *blob, size_t len, uint64_t remaining)
+{
+    struct sink *s = arg;
+    if (s->chunks > 0 && remaining > s->last_remaining)
+        s->order_ok = 0;
+    s->last_remaining = remaining;
+    s->chunks++;
+    s->bytes += len;
+    if (len > s->max_len)
+        s->max_len = len;
+    if (s->fd >= 0 && write(s->fd, blob, len) != (ssize_t)len)
+        return -1;
+    if (s->cancel_after && s->chunks >= (uint64_t)s->cancel_after)
+        return 7;
+    return 0;
+}
+
+Test(client_snapshot, save_verifies_and_has_the_keys, .timeout = 120)
+{
+    int64_t rev = fill();
+    char path[512];
+    snprintf(path, sizeof path, "%s/client-snap.db", srv.dir);
+    struct sink s = {.order_ok = 1};
+    s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert_geq(s.fd, 0);
+    uint64_t bytes = 0;
+    kvc_error e = {0};
+    int rc = kvc_snapshot(cli, on_chunk, &s, 30000, &bytes, &e);
+    close(s.fd);
+    cr_assert_eq(rc, 0, "kvc_snapshot: %d %s", rc, e.message);
+    cr_assert_gt(bytes, 0);
+    cr_assert_eq(bytes, s.bytes);
+    cr_assert_geq(s.chunks, 2, "a blob and the trailing checksum at least");
+    cr_assert_eq(s.last_remaining, 0);
+    cr_assert(s.order_ok, "remaining_bytes went up");
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq((uint64_t)st.st_size, bytes);
+
+    char msg[512];
+    int64_t data_len = 0;
+    cr_assert_eq(kv_snapshot_file_verify(path, &data_len, msg, sizeof msg), 0, "verify: %s", msg);
+    cr_assert_eq((uint64_t)data_len + 32, bytes);
+    kv_snapshot_status ss;
+    cr_assert_eq(kv_snapshot_file_status(path, &ss, msg, sizeof msg), 0, "status: %s", msg);
+    cr_assert_geq(ss.total_keys, NKEYS, "total keys %llu", (unsigned long long)ss.total_keys);
+    cr_assert_eq(ss.revision, rev, "revision %lld, last put %lld", (long long)ss.revision,
+                 (long long)rev);
+
+    /* The restored data dir holds the snapshot's store. */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/restored", srv.dir);
+    cr_assert_eq(kv_snapshot_restore_dir(path, data_len, dir, msg, sizeof msg), 0, "restore: %s",
+                 msg);
+    kv_store_config sc;
+    kv_store_config_default(&sc);
+    sc.dir = dir;
+    kv_store *store = NULL;
+    cr_assert_eq(kv_store_open(&store, &sc), 0, "open the restored store");
+    kv_range_opts ro = {.key = (const uint8_t *)"snap/",
+                        .key_len = 5,
+                        .end = (const uint8_t *)"snap0",
+                        .end_len = 5};
+    kv_range_result rr = {0};
+    cr_assert_eq(kv_store_range_read(store, &ro, &rr), 0);
+    cr_assert_eq(rr.n, NKEYS, "restored keys: %zu", rr.n);
+    cr_assert_eq(rr.revision, rev);
+    char want[64];
+    snprintf(want, sizeof want, "value-%d-%040d", NKEYS - 1, NKEYS - 1);
+    Mvccpb__KeyValue *last = rr.kvs[NKEYS - 1];
+    cr_assert(last->key.len == 8 && memcmp(last->key.data, "snap/199", 8) == 0);
+    cr_assert(last->value.len == strlen(want) && memcmp(last->value.data, want, strlen(want)) == 0);
+    kv_range_result_free(&rr);
+    kv_store_close(store);
+
+    /* The client is still usable after the stream. */
+    kvc_range_result r;
+    kvc_range_opts o = {.prefix = 1, .count_only = 1};
+    cr_assert_eq(kvc_get(cli, "snap/", 5, &o, 5000, &r, &e), 0, "%s", e.message);
+    cr_assert_eq(r.count, NKEYS);
+    kvc_range_result_free(&r);
+}
+
+Test(client_snapshot, message_above_max_response_bytes_fails, .timeout = 120)
+{
+    fill();
+    const char *eps[] = {srv.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    cfg.dial_timeout_ms = 3000;
+    cfg.max_response_bytes = 512; /* snapshot chunks are larger: refused, not buffered */
+    kvc_client *c = NULL;
+    kvc_error e = {0};
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    struct sink s = {.fd = -1, .order_ok = 1};
+    int rc = kvc_snapshot(c, on_chunk, &s, 30000, NULL, &e);
+    cr_assert_eq(rc, -KVC_RESOURCE_EXHAUSTED, "rc %d: %s", rc, e.message);
+    cr_assert(strstr(e.message, "exceeds the limit of 512") != NULL, "%s", e.message);
+    cr_assert_eq(s.chunks, 0);
+    kvc_close(c);
+}
+
+Test(client_snapshot, on_chunk_cancels, .timeout = 120)
+{
+    fill();
+    struct sink s = {.fd = -1, .order_ok = 1, .cancel_after = 1};
+    kvc_error e = {0};
+    uint64_t bytes = 0;
+    int rc = kvc_snapshot(cli, on_chunk, &s, 30000, &bytes, &e);
+    cr_assert_eq(rc, -KVC_CANCELLED, "rc %d: %s", rc, e.message);
+    cr_assert_eq(e.code, KVC_CANCELLED);
+    cr_assert(strstr(e.message, "cancelled by on_chunk (returned 7)") != NULL, "%s", e.message);
+    cr_assert_eq(s.chunks, 1, "no chunk after the cancelling one");
+    cr_assert_eq(bytes, 0, "bytes counts the chunks accepted");
+
+    /* The server releases the stream: a full snapshot works afterwards (the cancelled one may
+     * hold its slot for a moment: retry "too many requests"). */
+    uint64_t deadline = kvt_now_ms() + 10000;
+    for (;;) {
+        struct sink s2 = {.fd = -1, .order_ok = 1};
+        rc = kvc_snapshot(cli, on_chunk, &s2, 30000, &bytes, &e);
+        if (rc != -KVC_RESOURCE_EXHAUSTED || kvt_now_ms() > deadline)
+            break;
+        kvt_sleep_ms(50);
+    }
+    cr_assert_eq(rc, 0, "snapshot after a cancelled one: %s", e.message);
+    cr_assert_gt(bytes, 0);
+}
+
+Test(client_snapshot, bad_arguments)
+{
+    kvc_error e = {0};
+    uint64_t bytes = 99;
+    cr_assert_eq(kvc_snapshot(cli, NULL, NULL, 1000, &bytes, &e), -KVC_INVALID_ARGUMENT);
+    cr_assert_eq(bytes, 0);
+    struct sink s = {.fd = -1};
+    cr_assert_eq(kvc_snapshot(NULL, on_chunk, &s, 1000, NULL, &e), -KVC_INVALID_ARGUMENT);
+}
+
+/* A snapshot from the I/O thread would deadlock: refused. */
+struct io_ctx {
+    int rc;
+    int done;
+};
+
+static void from_io_thread(void *arg, int status, const kvc_error *err, kvc_range_result *r)
+{
+    struct io_ctx *x = arg;
+    (void)status;
+    (void)err;
+    kvc_range_result_free(r);
+    struct sink s = {.fd = -1};
+    x->rc = kvc_snapshot(cli, on_chunk, &s, 1000, NULL, NULL);
+    __atomic_store_n(&x->done, 1, __ATOMIC_RELEASE);
+}
+
+Test(client_snapshot, refused_on_the_io_thread)
+{
+    struct io_ctx x = {0};
+    cr_assert_eq(kvc_get_async(cli, "a", 1, NULL, 5000, from_io_thread, &x, NULL), 0);
+    uint64_t deadline = kvt_now_ms() + 10000;
+    while (!__atomic_load_n(&x.done, __ATOMIC_ACQUIRE) && kvt_now_ms() < deadline)
+        kvt_sleep_ms(5);
+    cr_assert(x.done);
+    cr_assert_eq(x.rc, -KVC_FAILED_PRECONDITION);
+}
