@@ -415,7 +415,8 @@ void kv_node__work_ready(uv_work_t *req)
             atomic_store_explicit(&w->early_adv, 1, memory_order_release);
         uv_async_send(&n->early_async);
     }
-    if (b != NULL && rc == 0 && w->fp_delay_ms && !durable_needed(w)) {
+    /* (WAL mode: every LMDB commit is off the log's path, so each one may be delayed) */
+    if (b != NULL && rc == 0 && w->fp_delay_ms && (n->wal || !durable_needed(w))) {
         struct timespec ts = {w->fp_delay_ms / 1000u, (long)(w->fp_delay_ms % 1000u) * 1000000L};
         nanosleep(&ts, NULL);
     }

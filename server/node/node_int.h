@@ -324,8 +324,9 @@ struct kv_node {
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
     int64_t acked_rev;      /* the store revision after it (kv_node_acked_revision) */
     kv_metric *m_early_acks;
-    kv_metric *m_early_advances; /* WAL mode: readies whose commit overlapped the next */
-    uint32_t fp_apply_delay_ms;  /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
+    kv_metric *m_early_advances;       /* WAL mode: readies whose commit overlapped the next */
+    uint32_t fp_apply_delay_ms;        /* KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS (tests only) */
+    uint32_t fp_leader_apply_delay_ms; /* KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS (tests) */
     /* KVD_FAILPOINT_PRIMARY_DELAY_MS (tests only): a new leader becomes primary (its lessor
      * serves) no sooner than this long after it became leader (lead_since_ms, loop clock). */
     uint32_t fp_primary_delay_ms;

@@ -549,8 +549,8 @@ static ready_work *new_work(kv_node *n, const struct raft_ready *rd)
             return NULL;
         }
         w->snap_path = n->snap_pending;
-        if (n->role != RAFT_LEADER)
-            w->fp_delay_ms = n->fp_apply_delay_ms;
+        w->fp_delay_ms =
+            n->role != RAFT_LEADER ? n->fp_apply_delay_ms : n->fp_leader_apply_delay_ms;
     }
     w->log_mark = n->log_proposed;
     if (n->compact_log) {
@@ -1070,6 +1070,10 @@ int kv_node__raft_start(kv_node *n, const kv_node_config *cfg)
      * apply-only commit, so a test can tell an early acknowledgement from a late one. */
     const char *fp = getenv("KVD_FAILPOINT_APPLY_COMMIT_DELAY_MS");
     n->fp_apply_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
+    /* The same on the leader (a single member too): its early answers then come a fixed time
+     * before their commit (tests/client/test_client_snapshot.c: read your writes). */
+    fp = getenv("KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS");
+    n->fp_leader_apply_delay_ms = fp ? (uint32_t)strtoul(fp, NULL, 10) : 0;
     /* Test hook (tests/cluster/test_lease_newleader.c): widens the window in which a new
      * leader leads but its lessor does not serve yet. */
     fp = getenv("KVD_FAILPOINT_PRIMARY_DELAY_MS");
