@@ -433,6 +433,21 @@ static int prom_query(uint16_t port, const char *expr, char **body)
     return strstr(*body, "\"result\":[]") == NULL && strstr(*body, "\"result\":[{") != NULL;
 }
 
+/* prom_query evaluated at unix time `at` (seconds) instead of now. */
+static int prom_query_at(uint16_t port, const char *expr, uint64_t at, char **body)
+{
+    char enc[8192], path[8400];
+    urlenc(expr, enc, sizeof(enc));
+    snprintf(path, sizeof(path), "/api/v1/query?query=%s&time=%llu", enc, (unsigned long long)at);
+    int st = 0;
+    *body = NULL;
+    if (kvt_http_get(port, path, 10000, &st, body) != 0 || st != 200 || !*body)
+        return -1;
+    if (!strstr(*body, "\"status\":\"success\""))
+        return -1;
+    return strstr(*body, "\"result\":[]") == NULL && strstr(*body, "\"result\":[{") != NULL;
+}
+
 /* Polls an expression until it returns data (timeout_ms); returns the last body. */
 static int prom_wait_data(uint16_t port, const char *expr, uint32_t timeout_ms, char **body)
 {
@@ -602,7 +617,6 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 420)
     }
     free(body);
     cr_assert_eq(st, 200, "prometheus did not become ready (log %s)", plog);
-    uint64_t ready_rt_ms = realtime_ms() + 2000; /* its first scrapes are done by then */
     /* the rules loaded without error */
     cr_assert_eq(kvt_http_get(pport, "/api/v1/rules", 5000, &st, &body), 0);
     cr_assert(strstr(body, "\"name\":\"etcdNoLeader\"") && !strstr(body, "\"health\":\"err\""),
@@ -677,10 +691,20 @@ Test(metrics, prometheus_dashboard_and_alerts, .timeout = 420)
      * first value and increase() sees none of it (a live cluster's counter exists long
      * before its leader changes). */
     {
-        uint64_t boundary = (ready_rt_ms / 60000 + 1) * 60000;
-        uint64_t now_rt = realtime_ms();
-        if (now_rt < boundary + 3000)
-            kvt_sleep_ms((uint32_t)(boundary + 3000 - now_rt));
+        /* wait until Prometheus holds a sample of the counter at or before the last whole
+         * minute (an instant query at that minute returns it): up to two minutes */
+        const char *cq = "max without (instance) (etcd_server_leader_changes_seen_total{job=~"
+                         "\".*etcd.*\"})";
+        uint64_t give_up = realtime_ms() + 130000;
+        int at_boundary = 0;
+        while (!at_boundary && realtime_ms() < give_up) {
+            uint64_t minute = realtime_ms() / 60000 * 60;
+            at_boundary = prom_query_at(pport, cq, minute, &body) == 1;
+            free(body);
+            if (!at_boundary)
+                kvt_sleep_ms(1000);
+        }
+        cr_assert(at_boundary, "no sample of the leader-change counter at a whole minute");
     }
 
     /* a burst of leader changes: every member counts them; the rule's expression is shown */
