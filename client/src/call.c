@@ -492,19 +492,8 @@ int kvc_call_unary(kvc_client *c, const char *method, const uint8_t *req, size_t
         sync_unref(s);
         return rc;
     }
-    /* The I/O thread enforces the deadline; the grace period only guards against a stuck
-     * loop so that a caller never waits forever. */
-    struct timespec ts;
-    kvc_deadline_after(&ts, (uint64_t)timeout_ms + 2000u);
     pthread_mutex_lock(&s->mu);
-    while (!s->done) {
-        if (timeout_ms == 0) {
-            pthread_cond_wait(&s->cv, &s->mu);
-        } else if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT && !s->done) {
-            s->abandoned = 1;
-            break;
-        }
-    }
+    kvc_wait_done(&s->mu, &s->cv, &s->done, &s->abandoned, timeout_ms);
     if (s->done) {
         rc = s->status;
         if (rc == 0) {

@@ -70,6 +70,12 @@ void kvc_waiter_destroy(struct kvc_waiter *w);
 void kvc_cond_init_monotonic(pthread_cond_t *cv);
 /* *ts = now + ms on CLOCK_MONOTONIC (an absolute pthread_cond_timedwait deadline). */
 void kvc_deadline_after(struct timespec *ts, uint64_t ms);
+/* A synchronous call's wait, with mu held: until *done, or (timeout_ms > 0) until the call's
+ * deadline plus a 2 s grace has passed, when it sets *abandoned and returns. The I/O thread
+ * enforces the deadline itself; the grace only guards against a stuck loop so that a caller
+ * never waits forever. timeout_ms 0: no deadline. */
+void kvc_wait_done(pthread_mutex_t *mu, pthread_cond_t *cv, const int *done, int *abandoned,
+                   uint32_t timeout_ms);
 
 struct kvc_loop_group {
     uv_loop_t loop;
@@ -258,13 +264,13 @@ struct kvc_keepalive {
     kvc_client *c;
     kvc_idmap_node hn; /* hn.id: the lease id; hn.next: loop, map chain */
     int64_t ttl_ms;
-    uint64_t next_send;                  /* loop */
-    uint64_t deadline;                   /* loop */
-    size_t heap_idx;                     /* loop */
-    int in_heap;                         /* loop */
-    int want_send;                       /* loop: a renewal is due but the stream is down */
-    uint64_t sent_at; /* loop: when the unanswered renewal was written; 0 = none unanswered */
-    int registered;                      /* loop: in the map */
+    uint64_t next_send; /* loop */
+    uint64_t deadline;  /* loop */
+    size_t heap_idx;    /* loop */
+    int in_heap;        /* loop */
+    int want_send;      /* loop: a renewal is due but the stream is down */
+    uint64_t sent_at;   /* loop: when the unanswered renewal was written; 0 = none unanswered */
+    int registered;     /* loop: in the map */
     struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
     kvc_keepalive_cb cb;
     void *arg;

@@ -4,6 +4,7 @@
  */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,21 @@ void kvc_deadline_after(struct timespec *ts, uint64_t ms)
     if (ts->tv_nsec >= 1000000000L) {
         ts->tv_sec++;
         ts->tv_nsec -= 1000000000L;
+    }
+}
+
+void kvc_wait_done(pthread_mutex_t *mu, pthread_cond_t *cv, const int *done, int *abandoned,
+                   uint32_t timeout_ms)
+{
+    struct timespec ts;
+    kvc_deadline_after(&ts, (uint64_t)timeout_ms + 2000u);
+    while (!*done) {
+        if (timeout_ms == 0) {
+            pthread_cond_wait(cv, mu);
+        } else if (pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT && !*done) {
+            *abandoned = 1;
+            return;
+        }
     }
 }
 

@@ -122,19 +122,8 @@ int kvc_snapshot(kvc_client *c, kvc_snapshot_chunk_cb on_chunk, void *arg, uint3
         snap_unref(s);
         return rc;
     }
-    /* The I/O thread enforces the deadline; the grace period only guards against a stuck
-     * loop (on_chunk included) so that the caller never waits forever. */
-    struct timespec ts;
-    kvc_deadline_after(&ts, (uint64_t)timeout_ms + 2000u);
     pthread_mutex_lock(&s->mu);
-    while (!s->done) {
-        if (timeout_ms == 0) {
-            pthread_cond_wait(&s->cv, &s->mu);
-        } else if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT && !s->done) {
-            s->abandoned = 1;
-            break;
-        }
-    }
+    kvc_wait_done(&s->mu, &s->cv, &s->done, &s->abandoned, timeout_ms);
     if (bytes)
         *bytes = s->bytes;
     if (s->done) {
