@@ -14,12 +14,7 @@ include(GNUInstallDirs)
 set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY TRUE)
 set(KVD_PKG_DIR ${CMAKE_CURRENT_LIST_DIR})
 
-if(TARGET kvd)
-  install(TARGETS kvd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-endif()
-if(TARGET kvctl)
-  install(TARGETS kvctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-endif()
+install(TARGETS kvd kvctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 configure_file(${KVD_PKG_DIR}/install_service.cmake.in
                ${CMAKE_BINARY_DIR}/packaging/install_service.cmake @ONLY)
 install(SCRIPT ${CMAKE_BINARY_DIR}/packaging/install_service.cmake)

@@ -36,9 +36,9 @@
  * Loop thread only.
  */
 #include "api/auth_srv.h"
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "rpc.pb-c.h"
 
@@ -223,7 +223,7 @@ static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__Reques
 /* A denied Watch create: etcd answers on the stream and keeps it open. */
 static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateRequest *cr)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     const kv_header_info *hi = kv_node_header(s->node);
     h.cluster_id = hi->cluster_id;
@@ -267,7 +267,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         if (r)
             ok = MAY(&c, KV_PERM_WRITE, r->key, no_end) &&
                  (!r->prev_kv || MAY(&c, KV_PERM_READ, r->key, no_end)) &&
-                 lease_ok(&c, ((kv_server *)kv_grpc_call_app(call))->store, r->lease);
+                 lease_ok(&c, ((kv_api *)kv_grpc_call_app(call))->store, r->lease);
         etcdserverpb__put_request__free_unpacked(r, NULL);
         break;
     }
@@ -281,7 +281,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         break;
     }
     case G_TXN: {
-        kv_server *s = kv_grpc_call_app(call);
+        kv_api *s = kv_grpc_call_app(call);
         /* bound the nesting before the recursive unpack, as service_kv.c does */
         if (kv_internal_check_txn(msg, len, s->cfg->max_txn_ops) != KV_ERR_NONE)
             break; /* the method answers the same error */
@@ -303,7 +303,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         break;
     }
     case G_LEASE_TTL: {
-        kv_server *s = kv_grpc_call_app(call);
+        kv_api *s = kv_grpc_call_app(call);
         Etcdserverpb__LeaseTimeToLiveRequest *r =
             etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
         if (r && r->keys) {
@@ -323,7 +323,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
         break;
     }
     case G_LEASE_REVOKE: {
-        kv_server *s = kv_grpc_call_app(call);
+        kv_api *s = kv_grpc_call_app(call);
         Etcdserverpb__LeaseRevokeRequest *r =
             etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
         if (r)
@@ -336,7 +336,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     }
     if (!ok)
         err = kv_auth_caller_deny_err(&c);
-    kv_server *srv = kv_grpc_call_app(call);
+    kv_api *srv = kv_grpc_call_app(call);
     if (!err && !handled && srv->auth &&
         (g == G_PUT || g == G_DELETE || g == G_TXN || g == G_LEASE_REVOKE)) {
         /* etcd's request header: the write is re-checked at apply against this revision */
@@ -360,7 +360,7 @@ static void gated_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);
         return;
     }
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (gate(call, gate_of(path), msg, len))
         return;
     m->on_message(call, msg, len); /* synchronous: proposes with s->auth->cur_* */

@@ -7,7 +7,7 @@
 #include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
 #include "node/read_pool.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -60,9 +60,9 @@ static void on_timer_closed(uv_handle_t *h)
     free(h);
 }
 
-int kv_auth_start(struct kv_server *srv, kv_auth **out)
+int kv_auth_start(struct kv_api *srv, kv_auth **out)
 {
-    const kv_config *cfg = srv->cfg;
+    const kv_api_config *cfg = srv->cfg;
     kv_auth *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
@@ -148,7 +148,7 @@ void kv_auth_stop(kv_auth *a)
 
 void kv_auth_on_applied(void *arg, int kind, uint64_t index, const uint8_t *entry, size_t len)
 {
-    kv_server *s = arg;
+    kv_api *s = arg;
     kv_auth *a = s->auth;
     if (!a)
         return; /* core not running: tokens are memory only anyway */
@@ -234,7 +234,7 @@ static int load_perms(kv_auth_tx *tx, const Authpb__User *u, kv_auth_caller *c)
 
 int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_auth *a = s->auth;
     memset(c, 0, sizeof *c);
     kv_auth_tx tx;

@@ -40,13 +40,13 @@
 #include <stdint.h>
 #include <uv.h>
 
-struct kv_server;
+struct kv_api;
 struct kv_read_pool;
 typedef struct kv_auth_job kv_auth_job;
 typedef struct kv_auth_read kv_auth_read;
 
 typedef struct kv_auth {
-    struct kv_server *srv;
+    struct kv_api *srv;
     kv_auth_tokens *tokens;
     /* --auth-token jwt,...: tokens are signed JWTs (auth/auth_jwt.h), verified statelessly;
      * the table above then only carries an applied Authenticate to its completion
@@ -71,7 +71,7 @@ typedef struct kv_auth {
 } kv_auth;
 
 /* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */
-int kv_auth_start(struct kv_server *srv, kv_auth **out);
+int kv_auth_start(struct kv_api *srv, kv_auth **out);
 /* Stops it: queued hash jobs complete as cancelled, the running one is joined; tokens
  * freed; the timer handle is freed in its close callback (run the loop afterwards). */
 void kv_auth_stop(kv_auth *a);
@@ -114,8 +114,8 @@ void kv_auth_jobs_drain(kv_auth *a);
  * completes later, when the node closes). service_auth.c. */
 void kv_auth_reads_detach(kv_auth *a);
 
-/* The node's auth hook (node/node.h kv_node_set_auth_hook; arg: the kv_server, registered
- * by server.c): on every member, for an applied Authenticate entry (kind
+/* The node's auth hook (node/node.h kv_node_set_auth_hook; arg: the kv_api, registered
+ * by daemon/server.c): on every member, for an applied Authenticate entry (kind
  * KV_RESULT_AUTH_ASSIGN) the token "<simple_token>.<index>" is put in this member's table with
  * the entry's user and password tag and this member's TTL; for an applied AuthDisable
  * (KV_RESULT_AUTH_CLEAR) every token is dropped. A full table (--auth-max-tokens) leaves the

@@ -3,7 +3,7 @@
  */
 #include "api/auto_compact.h"
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -15,7 +15,7 @@
 #define KV_AC_HOUR_MS 3600000ull
 
 struct kv_auto_compact {
-    kv_server *s;
+    kv_api *s;
     uv_timer_t timer;
     int periodic;
     uint64_t period_ms; /* periodic: retention */
@@ -157,9 +157,9 @@ static void on_tick(uv_timer_t *t)
     propose(a, a->revs[0]);
 }
 
-int kv_auto_compact_start(kv_auto_compact **out, kv_server *s, char *err, size_t errlen)
+int kv_auto_compact_start(kv_auto_compact **out, kv_api *s, char *err, size_t errlen)
 {
-    const kv_config *cfg = s->cfg;
+    const kv_api_config *cfg = s->cfg;
     *out = NULL;
     int periodic;
     if (strcmp(cfg->auto_compaction_mode, "periodic") == 0 || cfg->auto_compaction_mode[0] == 0)

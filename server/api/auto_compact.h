@@ -20,7 +20,7 @@
 #ifndef KV_API_AUTO_COMPACT_H
 #define KV_API_AUTO_COMPACT_H
 
-#include "server.h"
+#include "api/api.h"
 
 #include <stddef.h>
 
@@ -28,7 +28,7 @@ typedef struct kv_auto_compact kv_auto_compact;
 
 /* Validates the flags (err gets etcd-like text on -EINVAL). *out = NULL when retention is 0
  * (off). Otherwise starts a timer on s->loop; s must outlive it (stop before the node closes). */
-int kv_auto_compact_start(kv_auto_compact **out, kv_server *s, char *err, size_t errlen);
+int kv_auto_compact_start(kv_auto_compact **out, kv_api *s, char *err, size_t errlen);
 /* Stops the timer and frees (in the close callback). a may be NULL. A compaction in flight is
  * detached (its result is ignored). */
 void kv_auto_compact_stop(kv_auto_compact *a);

@@ -5,7 +5,7 @@
 #include "api/conc_watch.h"
 #include "api/services.h"
 #include "lease/lessor.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "v3election.pb-c.h"
 #include "v3lock.pb-c.h"
@@ -18,7 +18,7 @@
 #define SESSION_TTL 60 /* clientv3/concurrency session.go defaultSessionTTL */
 
 typedef struct acq {
-    kv_server *srv;
+    kv_api *srv;
     kv_grpc_call *call; /* NULL once the call went away */
     kv_conc_kind kind;
     kv_conc_ident id;
@@ -411,7 +411,7 @@ void kv_conc_acquire_start(kv_grpc_call *call, kv_conc_kind kind, const uint8_t 
                            const uint8_t *value, size_t vlen, int64_t lease, int grant,
                            const kv_conc_ident *id)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     acq *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         kv_conc_release(s);

@@ -4,7 +4,7 @@
 
 #include "common/etcd_errors.h"
 #include "node/read_pool.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,7 +38,7 @@ void kv_conc_errno_result(int rc, kv_result *res)
     kv_result_set_err(res, e);
 }
 
-int kv_conc_propose(kv_server *s, const kv_conc_ident *id, enum kv_ireq_field field,
+int kv_conc_propose(kv_api *s, const kv_conc_ident *id, enum kv_ireq_field field,
                     const ProtobufCMessage *m, kv_conc_done_fn done, void *arg)
 {
     size_t len = protobuf_c_message_get_packed_size(m);
@@ -66,7 +66,7 @@ out:
 }
 
 typedef struct conc_read {
-    kv_server *srv;
+    kv_api *srv;
     kv_conc_done_fn done;
     void *arg;
     kv_header_info hdr;
@@ -125,7 +125,7 @@ static void read_start(void *arg, int status)
     }
 }
 
-int kv_conc_range(kv_server *s, const ProtobufCMessage *m, kv_conc_done_fn done, void *arg)
+int kv_conc_range(kv_api *s, const ProtobufCMessage *m, kv_conc_done_fn done, void *arg)
 {
     size_t len = protobuf_c_message_get_packed_size(m);
     conc_read *r = calloc(1, sizeof(*r) + len);

@@ -23,7 +23,7 @@
 #define KV_API_CONC_CLIENT_H
 
 #include "api/auth_srv.h"
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "apply/apply.h"
 #include "mvcc/store.h"
 
@@ -31,7 +31,7 @@
 
 #include <stdint.h>
 
-struct kv_server;
+struct kv_api;
 
 /* The caller's identity proposals carry (auth_revision 0: none, auth disabled). */
 typedef struct kv_conc_ident {
@@ -44,11 +44,11 @@ typedef void (*kv_conc_done_fn)(void *arg, kv_result *res);
 /* Packs m (the message of InternalRequest field `field`) and proposes it. Returns 0 (done
  * will run) or a negative errno (done will not run): -EBUSY (queue full), -ESHUTDOWN,
  * -ENOMEM, -E2BIG (larger than --max-request-bytes). */
-int kv_conc_propose(struct kv_server *s, const kv_conc_ident *id, enum kv_ireq_field field,
+int kv_conc_propose(struct kv_api *s, const kv_conc_ident *id, enum kv_ireq_field field,
                     const ProtobufCMessage *m, kv_conc_done_fn done, void *arg);
 
 /* A linearizable Range of r. Returns 0 (done will run) or -ENOMEM / -EBUSY / -ESHUTDOWN. */
-int kv_conc_range(struct kv_server *s, const ProtobufCMessage *r, kv_conc_done_fn done, void *arg);
+int kv_conc_range(struct kv_api *s, const ProtobufCMessage *r, kv_conc_done_fn done, void *arg);
 
 /* Sets res->err to the error a negative errno of the two functions above maps to. */
 void kv_conc_errno_result(int rc, kv_result *res);

@@ -6,8 +6,8 @@
 #include "api/conc_watch.h"
 #include "api/services.h"
 #include "auth/auth_perm.h"
-#include "mvcc/pb_strip.h"
-#include "server.h"
+#include "pb/pb_strip.h"
+#include "api/api.h"
 
 #include "v3election.pb-c.h"
 
@@ -18,7 +18,7 @@
 #include <string.h>
 
 typedef struct observe {
-    kv_server *srv;
+    kv_api *srv;
     kv_grpc_call *call; /* NULL once the call went away */
     uint64_t conn_id;
     uint8_t *pfx, *end;
@@ -217,7 +217,7 @@ void kv_conc_observe_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     if (kv_grpc_call_data(call) != NULL)
         return; /* one request per stream; more are ignored (etcd reads only the first) */
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     V3electionpb__LeaderRequest *r = (V3electionpb__LeaderRequest *)kv_pb_unpack(
         &v3electionpb__leader_request__descriptor, msg, len);
     observe *o = NULL;

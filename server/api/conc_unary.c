@@ -2,7 +2,7 @@
 #include "api/conc_unary.h"
 
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <stdlib.h>
 
@@ -27,7 +27,7 @@ static void on_done(void *arg, kv_result *res)
 void kv_conc_unary(kv_grpc_call *call, const kv_conc_ident *id, int field,
                    const ProtobufCMessage *m, kv_conc_answer_fn answer)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     unary_req *u = calloc(1, sizeof(*u));
     if (u == NULL) {
         kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);

@@ -5,7 +5,7 @@
 #include "api/auth_srv.h"
 #include "api/services.h"
 #include "lease/lessor.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,7 +15,7 @@
 
 int kv_conc_admit(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (s->conc_waiters >= s->cfg->max_concurrency_waiters) {
         kv_metric_inc(s->m_conc_refused);
         kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
@@ -26,7 +26,7 @@ int kv_conc_admit(kv_grpc_call *call)
     return 0;
 }
 
-void kv_conc_release(kv_server *s)
+void kv_conc_release(kv_api *s)
 {
     if (s->conc_waiters > 0)
         s->conc_waiters--;
@@ -35,7 +35,7 @@ void kv_conc_release(kv_server *s)
 
 int kv_conc_admit_lease(kv_grpc_call *call, int64_t id)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     switch (kv_lessor_check_grant(s->lessor, id)) {
     case 0:
     case -EEXIST: /* decided at apply, from the log (apply_lease.c) */

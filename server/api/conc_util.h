@@ -19,12 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct kv_server;
+struct kv_api;
 
 /* Takes one place of the bound: 0, or 1 when the call was answered RESOURCE_EXHAUSTED. */
 int kv_conc_admit(kv_grpc_call *call);
 /* Gives the place back (once per successful kv_conc_admit). */
-void kv_conc_release(struct kv_server *s);
+void kv_conc_release(struct kv_api *s);
 
 /* The session lease Campaign/Lock grant for lease 0 (id from kv_lessor_new_id): the lessor's
  * admission as for LeaseGrant (service_lease.c): 0, or 1 when the call was answered

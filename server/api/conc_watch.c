@@ -1,7 +1,7 @@
 /* conc_watch: a server-owned watcher on the watch hub (see conc_watch.h). */
 #include "api/conc_watch.h"
 
-#include "server.h"
+#include "api/api.h"
 #include "watch/watch_hub.h"
 
 #include <errno.h>
@@ -69,7 +69,7 @@ static void free_cb(uv_handle_t *h)
     free(h->data);
 }
 
-int kv_conc_watch_open(kv_server *s, uint64_t conn_id, const uint8_t *key, size_t klen,
+int kv_conc_watch_open(kv_api *s, uint64_t conn_id, const uint8_t *key, size_t klen,
                        const uint8_t *end, size_t elen, int64_t start_rev,
                        const kv_conc_watch_ops *ops, void *arg, kv_conc_watch **out)
 {

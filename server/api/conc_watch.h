@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct kv_server;
+struct kv_api;
 typedef struct kv_conc_watch kv_conc_watch;
 
 typedef struct kv_conc_watch_ops {
@@ -36,7 +36,7 @@ typedef struct kv_conc_watch_ops {
 /* Watches [key, end) (end NULL/elen 0: the one key) from start_rev. ops must outlive the
  * watch; arg is the owner's. Returns 0 with *out (free with kv_conc_watch_close), -EMFILE
  * (the connection's watch stream bound), -ENOMEM, -ESHUTDOWN (no watch hub). */
-int kv_conc_watch_open(struct kv_server *s, uint64_t conn_id, const uint8_t *key, size_t klen,
+int kv_conc_watch_open(struct kv_api *s, uint64_t conn_id, const uint8_t *key, size_t klen,
                        const uint8_t *end, size_t elen, int64_t start_rev,
                        const kv_conc_watch_ops *ops, void *arg, kv_conc_watch **out);
 /* 1 once a canceled response arrived (the watch ended without the event). */

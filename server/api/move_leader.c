@@ -3,9 +3,9 @@
 
 #include "api/services.h"
 #include "mvcc/members.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -67,7 +67,7 @@ void kv_move_leader_on_cancel(kv_grpc_call *call)
 
 void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__MoveLeaderRequest *req = (Etcdserverpb__MoveLeaderRequest *)kv_pb_unpack(
         &etcdserverpb__move_leader_request__descriptor, msg, len);
     if (!req) {
@@ -78,13 +78,13 @@ void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     etcdserverpb__move_leader_request__free_unpacked(req, NULL);
     kv_node_raft_status rs;
     kv_node_get_raft_status(s->node, &rs);
-    if (rs.leader != s->id.member_id) {
+    if (rs.leader != s->member_id) {
         reply_status(call, -EPERM);
         return;
     }
     Kvdpb__Member *m = NULL;
     int rc = kv_store_member_get(s->store, target, &m);
-    if (rc == -ENOENT && target == s->id.member_id)
+    if (rc == -ENOENT && target == s->member_id)
         rc = 0; /* a table not initialised yet still knows this member */
     else if (rc == 0 && m->is_learner)
         rc = -ENOENT;
@@ -98,7 +98,7 @@ void kv_move_leader_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
         kv_reply_etcd_err(call, rc == -EBADMSG ? KV_ERR_CORRUPT : KV_ERR_STORAGE);
         return;
     }
-    if (target == s->id.member_id) {
+    if (target == s->member_id) {
         reply_ok(call);
         return;
     }

@@ -1,14 +1,14 @@
 /* quota: admission of writes against the backend quota and the alarms (see quota.h). */
 #include "api/quota.h"
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 
 #define KV_QUOTA_KV_OVERHEAD 256   /* etcd quota.go kvOverhead */
 #define KV_QUOTA_LEASE_OVERHEAD 64 /* etcd quota.go leaseOverhead */
 
-int kv_quota_admit(kv_server *s, kv_grpc_call *call, int field, size_t len)
+int kv_quota_admit(kv_api *s, kv_grpc_call *call, int field, size_t len)
 {
     unsigned alarms = kv_node_alarms(s->node);
     if (alarms & (1u << KV_ALARM_CORRUPT)) {

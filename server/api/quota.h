@@ -27,10 +27,10 @@
 
 #include <stddef.h>
 
-struct kv_server;
+struct kv_api;
 
 /* field: the InternalRequest field (enum kv_ireq_field). Returns 0 to go on, or 1 when the
  * call was refused and finished. */
-int kv_quota_admit(struct kv_server *s, kv_grpc_call *call, int field, size_t len);
+int kv_quota_admit(struct kv_api *s, kv_grpc_call *call, int field, size_t len);
 
 #endif

@@ -3,7 +3,7 @@
 
 #include "api/services.h"
 #include "node/read_pool.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -58,7 +58,7 @@ static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, si
 
 void kv_read_unary(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (s->node && !kv_node_writes_visible(s->node)) {
         /* a write this member acknowledged is still being committed to LMDB (its answer went
          * out once it was durable in the WAL or a quorum's logs): read your writes */
@@ -120,7 +120,7 @@ static void on_read_index(void *arg, int status)
         free(r);
         return;
     }
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (r->point || s->read_pool == NULL) {
         kv_result res = {0};
         int rc = r->fn(s->store, r->msg, r->len, kv_node_header(s->node), &res);
@@ -154,7 +154,7 @@ void kv_read_unary_visible(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg
 static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, size_t len, int point,
                        int visible_only)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     read_req *r = calloc(1, sizeof(*r) + len);
     if (r == NULL) {
         kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);

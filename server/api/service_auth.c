@@ -27,7 +27,7 @@
  */
 #include "api/auth_read.h"
 #include "api/auth_srv.h"
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/services.h"
 #include "auth.pb-c.h"
 #include "auth/auth_fairq.h"
@@ -35,7 +35,7 @@
 #include "internal.pb-c.h"
 #include "mvcc/auth_store.h"
 #include "node/read_pool.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "rpc.pb-c.h"
 
@@ -124,7 +124,7 @@ static void pump(kv_auth *a)
  * answering the call. */
 static int job_submit(kv_grpc_call *call, kv_auth_job *j)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_auth *a = s->auth;
     if (!a || a->closing) { /* the member's core is not running */
         job_free(j);
@@ -179,7 +179,7 @@ void kv_auth_jobs_drain(kv_auth *a)
 
 static void on_cancel(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (kv_auth_read_cancel(call))
         return; /* freed when the barrier completes */
     for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
@@ -213,7 +213,7 @@ static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m
  * the user; it is dropped and a JWT with the current auth revision answers instead (etcd's
  * tokenJWT.assign at apply; signing costs about 1 ms of loop time, once per login after the
  * password hash ran on the hash worker, see auth/auth_jwt.h). */
-static void reply_jwt(kv_grpc_call *call, kv_server *s, Etcdserverpb__AuthenticateResponse *r)
+static void reply_jwt(kv_grpc_call *call, kv_api *s, Etcdserverpb__AuthenticateResponse *r)
 {
     kv_auth *a = s->auth;
     char user[KV_AUTH_MAX_NAME + 1];
@@ -249,7 +249,7 @@ static void reply_jwt(kv_grpc_call *call, kv_server *s, Etcdserverpb__Authentica
 static void on_authenticated(void *arg, kv_result *res)
 {
     kv_grpc_call *call = arg;
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_grpc_call_set_data(call, NULL);
     if (res->err != KV_ERR_NONE) {
         kv_reply_result_err(call, res);
@@ -274,7 +274,7 @@ static void on_authenticated(void *arg, kv_result *res)
 
 static void finish_authenticate(kv_grpc_call *call, kv_auth_job *j)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (!j->ok) { /* charged when it was asked for (job_submit) */
         kv_reply_etcd_err(call, KV_ERR_AUTH_FAILED);
         return;
@@ -396,7 +396,7 @@ static kv_auth_job *job_new(enum job_kind kind, const char *name, const char *pw
 
 static void do_authenticate(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__AuthenticateRequest *r =
         etcdserverpb__authenticate_request__unpack(NULL, len, msg);
     if (!r) {

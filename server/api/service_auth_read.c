@@ -7,7 +7,7 @@
 #include "api/services.h"
 #include "auth.pb-c.h"
 #include "mvcc/auth_store.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "rpc.pb-c.h"
 
@@ -68,7 +68,7 @@ static void on_read_index(void *arg, int status)
 
 void kv_auth_after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, kv_auth_read_fn fn)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (!s->node || !s->auth) {
         kv_reply_etcd_err(call, KV_ERR_STOPPED);
         return;
@@ -102,7 +102,7 @@ void kv_auth_after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, k
 
 int kv_auth_read_cancel(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     for (kv_auth_read *r = s->auth ? s->auth->reads : NULL; r; r = r->next)
         if (r->call == call) {
             r->call = NULL; /* freed when the barrier completes */
@@ -152,7 +152,7 @@ static void do_list(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     (void)msg;
     (void)len;
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (kv_auth_require_admin(call))
         return;
     int roles = strcmp(kv_grpc_call_method(call), "/etcdserverpb.Auth/RoleList") == 0;
@@ -210,7 +210,7 @@ static int require_admin_or_self(kv_grpc_call *call, const char *user, const cha
 /* Reads one record: 0 (*out unpacked), or 1 after answering. */
 static int read_record(kv_grpc_call *call, char kind, const char *name, ProtobufCMessage **out)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_auth_tx tx;
     uint8_t *v = NULL;
     size_t n = 0;

@@ -23,12 +23,11 @@
 #include "api/member_urls.h"
 #include "api/services.h"
 #include "internal.pb-c.h"
-#include "daemon/members_boot.h"
 #include "mvcc/members.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 #include "peer/peer_net.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <openssl/rand.h>
@@ -51,11 +50,11 @@ typedef struct mlist {
 } mlist;
 
 /* The committed table, or the flags' view while the table is empty. */
-static int mlist_load(kv_server *s, mlist *l)
+static int mlist_load(kv_api *s, mlist *l)
 {
     int rc = kv_store_members_list(s->store, &l->m, &l->n);
     if (rc == 0 && l->n == 0)
-        rc = kv_members_from_config(s->cfg, &s->id, &l->m, &l->n);
+        rc = s->flags_members(s->flags_members_arg, &l->m, &l->n);
     return rc;
 }
 
@@ -99,15 +98,15 @@ static int ready(const mlist *l, int what, uint64_t id, uint64_t self)
 
 /* 1 if this member has a live peer connection to voter m (itself counts: etcd's
  * numConnectedSince). A single member has no peer transport: only itself. */
-static int connected(const kv_server *s, const Kvdpb__Member *m)
+static int connected(const kv_api *s, const Kvdpb__Member *m)
 {
-    if (m->id == s->id.member_id)
+    if (m->id == s->member_id)
         return 1;
     return s->peers != NULL && kv_peer_net_is_up(s->peers, m->id);
 }
 
 /* etcd mayAddMember's isConnectedFullySince: every voter is connected. */
-static int fully_connected(const kv_server *s, const mlist *l)
+static int fully_connected(const kv_api *s, const mlist *l)
 {
     for (size_t i = 0; i < l->n; i++)
         if (!l->m[i]->is_learner && !connected(s, l->m[i]))
@@ -118,7 +117,7 @@ static int fully_connected(const kv_server *s, const mlist *l)
 /* etcd mayRemoveMember: removing a connected voter must leave a connected quorum of the
  * remaining voters ((active - 1) >= 1 + (voters - 1) / 2); a voter that is down is safe to
  * remove (it is not part of the active quorum). */
-static int remove_keeps_quorum(const kv_server *s, const mlist *l, uint64_t id)
+static int remove_keeps_quorum(const kv_api *s, const mlist *l, uint64_t id)
 {
     int voters = 0, active = 0, target_up = 0;
     for (size_t i = 0; i < l->n; i++) {
@@ -131,7 +130,7 @@ static int remove_keeps_quorum(const kv_server *s, const mlist *l, uint64_t id)
         if (m->id == id)
             target_up = up;
     }
-    if (!target_up && id != s->id.member_id)
+    if (!target_up && id != s->member_id)
         return 1;
     return active - 1 >= 1 + (voters - 1) / 2;
 }
@@ -140,11 +139,11 @@ static int remove_keeps_quorum(const kv_server *s, const mlist *l, uint64_t id)
 typedef struct pb_list {
     Etcdserverpb__Member *m;
     Etcdserverpb__Member **p;
-    char *self_urls[KV_MAX_URLS];
+    char *self_urls[KV_API_MAX_URLS];
     size_t n;
 } pb_list;
 
-static int pb_list_make(kv_server *s, const mlist *l, pb_list *out)
+static int pb_list_make(kv_api *s, const mlist *l, pb_list *out)
 {
     memset(out, 0, sizeof(*out));
     if (l->n == 0)
@@ -156,9 +155,9 @@ static int pb_list_make(kv_server *s, const mlist *l, pb_list *out)
         free(out->p);
         return -ENOMEM;
     }
-    const kv_config *cfg = s->cfg;
-    for (size_t i = 0; i < cfg->n_advertise_client && i < KV_MAX_URLS; i++)
-        out->self_urls[i] = (char *)cfg->advertise_client[i].text;
+    const kv_api_config *cfg = s->cfg;
+    for (size_t i = 0; i < cfg->n_advertise_client && i < KV_API_MAX_URLS; i++)
+        out->self_urls[i] = (char *)cfg->advertise_client[i];
     for (size_t i = 0; i < l->n; i++) {
         const Kvdpb__Member *k = l->m[i];
         Etcdserverpb__Member *m = &out->m[i];
@@ -170,7 +169,7 @@ static int pb_list_make(kv_server *s, const mlist *l, pb_list *out)
         m->clienturls = k->client_urls;
         m->n_clienturls = k->n_client_urls;
         m->islearner = k->is_learner;
-        if (k->id == s->id.member_id && k->n_client_urls == 0) {
+        if (k->id == s->member_id && k->n_client_urls == 0) {
             if (!k->name || !k->name[0])
                 m->name = (char *)cfg->name; /* serving, so started (see the top) */
             m->clienturls = out->self_urls;
@@ -197,7 +196,7 @@ static void reply_load_error(kv_grpc_call *call, int rc)
  * layout: header = 1, members = 2). added: MemberAdd's member (MemberAddResponse). */
 static void reply_members(kv_grpc_call *call, const Etcdserverpb__Member *added)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     mlist l = {0};
     pb_list p;
     int rc = mlist_load(s, &l);
@@ -305,7 +304,7 @@ static void reply_node_error(kv_grpc_call *call, int rc)
 /* Hands c to the node (which owns record); on failure answers and frees c. */
 static void start_change(kv_grpc_call *call, change_ctx *c, int op, uint8_t *record, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     c->call = call;
     kv_grpc_call_set_data(call, c);
     int rc = kv_node_change_member(s->node, op, c->id, record, len, on_change_done, c);
@@ -335,10 +334,10 @@ static change_ctx *ctx_new(kv_grpc_call *call)
  * id mixes in the time and random bytes, as etcd does, and is drawn again while it collides
  * with a current or removed member; the joiner is then started with --initial-member-id
  * (the id `member add` printed). 0: no free id found. */
-static uint64_t new_member_id(kv_server *s, const mlist *l, char *const *urls, size_t n,
+static uint64_t new_member_id(kv_api *s, const mlist *l, char *const *urls, size_t n,
                               const char *token)
 {
-    uint64_t id = kv_identity_member_id((const char *const *)urls, n, token);
+    uint64_t id = kv_members_compute_id((const char *const *)urls, n, token);
     for (int attempt = 0; attempt < 16; attempt++) {
         if (id != 0 && !mlist_find(l, id) && kv_store_member_is_removed(s->store, id) == 0)
             return id;
@@ -347,11 +346,11 @@ static uint64_t new_member_id(kv_server *s, const mlist *l, char *const *urls, s
         unsigned char rnd[8] = {0};
         if (RAND_bytes(rnd, sizeof(rnd)) != 1)
             memset(rnd, attempt, sizeof(rnd));
-        char salted[256]; /* kv_identity_member_id hashes 255 bytes of it */
+        char salted[256]; /* kv_members_compute_id hashes 255 bytes of it */
         snprintf(salted, sizeof(salted), "%.200s/%lld.%09ld/%02x%02x%02x%02x%02x%02x%02x%02x",
                  token, (long long)ts.tv_sec, ts.tv_nsec, rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
                  rnd[5], rnd[6], rnd[7]);
-        id = kv_identity_member_id((const char *const *)urls, n, salted);
+        id = kv_members_compute_id((const char *const *)urls, n, salted);
     }
     return 0;
 }
@@ -370,7 +369,7 @@ static int check_urls_free(kv_grpc_call *call, const mlist *l, const change_ctx 
 }
 
 /* etcd ValidateConfigurationChange for an add: 0 or the error answered (returns 1). */
-static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const change_ctx *c)
+static int check_add(kv_grpc_call *call, kv_api *s, const mlist *l, const change_ctx *c)
 {
     if (kv_store_member_is_removed(s->store, c->id) == 1) {
         kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_FOUND); /* ErrIDRemoved */
@@ -407,7 +406,7 @@ static int check_add(kv_grpc_call *call, kv_server *s, const mlist *l, const cha
 
 static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__MemberAddRequest *req =
         unpack(call, &etcdserverpb__member_add_request__descriptor, msg, len);
     if (!req)
@@ -439,7 +438,7 @@ static void on_member_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         goto done;
     }
     /* --strict-reconfig-check (etcd's default): mayAddMember. */
-    if (s->cfg->strict_reconfig_check && !c->learner && !ready(&l, READY_ADD, 0, s->id.member_id)) {
+    if (s->cfg->strict_reconfig_check && !c->learner && !ready(&l, READY_ADD, 0, s->member_id)) {
         kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_ENOUGH_STARTED);
         goto done;
     }
@@ -481,7 +480,7 @@ done:
 
 static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__MemberRemoveRequest *req =
         unpack(call, &etcdserverpb__member_remove_request__descriptor, msg, len);
     if (!req)
@@ -497,7 +496,7 @@ static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
     const Kvdpb__Member *m = mlist_find(&l, id);
     /* mayRemoveMember: removing a voter must leave a started quorum. */
     if (s->cfg->strict_reconfig_check && !(m && m->is_learner) &&
-        !ready(&l, READY_REMOVE, id, s->id.member_id)) {
+        !ready(&l, READY_REMOVE, id, s->member_id)) {
         mlist_free(&l);
         kv_reply_etcd_err(call, KV_ERR_MEMBER_NOT_ENOUGH_STARTED);
         return;
@@ -521,7 +520,7 @@ static void on_member_remove(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__MemberPromoteRequest *req =
         unpack(call, &etcdserverpb__member_promote_request__descriptor, msg, len);
     if (!req)
@@ -535,7 +534,7 @@ static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len
         return;
     }
     const Kvdpb__Member *m = mlist_find(&l, id);
-    int is_ready = !s->cfg->strict_reconfig_check || ready(&l, READY_PROMOTE, id, s->id.member_id);
+    int is_ready = !s->cfg->strict_reconfig_check || ready(&l, READY_PROMOTE, id, s->member_id);
     int learner = m && m->is_learner;
     mlist_free(&l);
     if (!is_ready) {
@@ -561,7 +560,7 @@ static void on_member_promote(kv_grpc_call *call, const uint8_t *msg, size_t len
 
 static void on_member_update(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     /* MemberUpdateRequest and kvdpb.MemberUpdate have the same fields (id 1, peer URLs 2). */
     Kvdpb__MemberUpdate *u = unpack(call, &kvdpb__member_update__descriptor, msg, len);
     if (!u)

@@ -27,8 +27,8 @@
 #include "api/services.h"
 #include "auth/auth_perm.h"
 #include "lease/lessor.h"
-#include "mvcc/pb_strip.h"
-#include "server.h"
+#include "pb/pb_strip.h"
+#include "api/api.h"
 
 #include "v3election.pb-c.h"
 
@@ -42,7 +42,7 @@ static void reply_malformed(kv_grpc_call *call)
 
 static void on_campaign(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     V3electionpb__CampaignRequest *r = (V3electionpb__CampaignRequest *)kv_pb_unpack(
         &v3electionpb__campaign_request__descriptor, msg, len);
     uint8_t *pfx = NULL, *end = NULL, *key = NULL;
@@ -154,7 +154,7 @@ static void leader_txn(kv_grpc_call *call, const V3electionpb__LeaderKey *lk,
 
 static void on_proclaim(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     V3electionpb__ProclaimRequest *r = (V3electionpb__ProclaimRequest *)kv_pb_unpack(
         &v3electionpb__proclaim_request__descriptor, msg, len);
     if (r == NULL) {

@@ -7,7 +7,7 @@
  *   HealthCheckResponse { ServingStatus status = 1; }  UNKNOWN 0, SERVING 1, NOT_SERVING 2
  */
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "common/varint.h"
 
@@ -66,7 +66,7 @@ static int parse_request(const uint8_t *msg, size_t len, const uint8_t **name, s
 
 static void on_check(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     const uint8_t *name;
     size_t nlen;
     if (parse_request(msg, len, &name, &nlen) != 0) {

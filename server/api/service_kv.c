@@ -11,10 +11,10 @@
  * (node.h kv_node_read_index): concurrent reads share one heartbeat round, then wait until this
  * member applied the leader's commit index. Serializable reads are served locally at once.
  */
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/read_req.h"
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 
 #include "rpc.pb-c.h"
 
@@ -81,7 +81,7 @@ static int range_scan(const uint8_t *p, size_t len, int *serializable)
 
 static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *srv = kv_grpc_call_app(call);
+    kv_api *srv = kv_grpc_call_app(call);
     int serializable;
     int point = range_scan(msg, len, &serializable);
     if (!serializable && srv->peers != NULL) {
@@ -95,7 +95,7 @@ static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     if (point) {
         /* Bounded: answered inline (measured: 5x lower latency than a pool round trip). */
-        kv_server *s = kv_grpc_call_app(call);
+        kv_api *s = kv_grpc_call_app(call);
         kv_result res = {0};
         int rc = kv_store_range(s->store, msg, len, kv_node_header(s->node), &res);
         if (rc < 0 && res.err == KV_ERR_NONE)
@@ -120,7 +120,7 @@ static void on_delete_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     /* nesting and op counts are bounded before anything unpacks the request */
     kv_etcd_err e = kv_internal_check_txn(msg, len, s->cfg->max_txn_ops);
     if (e != KV_ERR_NONE) {
@@ -135,7 +135,7 @@ static void on_txn(kv_grpc_call *call, const uint8_t *msg, size_t len)
  * until that finished, as etcd's. The request object is detached on cancel. */
 typedef struct compact_req {
     kv_grpc_call *call;
-    kv_server *srv;
+    kv_api *srv;
     kv_node_req *h;            /* while the request is queued/applied */
     kv_node_compact_waiter *w; /* while waiting for the physical compaction */
     uint8_t *resp;
@@ -205,7 +205,7 @@ static void on_compact(kv_grpc_call *call, const uint8_t *msg, size_t len)
     int physical = c && c->physical;
     if (c)
         etcdserverpb__compaction_request__free_unpacked(c, NULL);
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     compact_req *cr = calloc(1, sizeof(*cr));
     uint8_t *req = NULL;
     size_t rlen = 0;

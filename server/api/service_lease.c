@@ -20,14 +20,14 @@
  * --max-send-buffer-bytes; a client that stops reading its responses gets its stream ended
  * with RESOURCE_EXHAUSTED instead of growing our memory.
  */
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/read_req.h"
 #include "api/services.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 #include "lease/lessor.h"
-#include "lease_fwd.h"
+#include "lease/lease_fwd.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ static void reply_malformed(kv_grpc_call *call)
 
 static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__LeaseGrantRequest *req = (Etcdserverpb__LeaseGrantRequest *)kv_pb_unpack(
         &etcdserverpb__lease_grant_request__descriptor, msg, len);
     if (req == NULL) {
@@ -89,7 +89,7 @@ static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)
 }
 
 /* Ends keepalive stream call with e (the forwarder forgets it first). */
-static void ka_end(kv_server *s, kv_grpc_call *call, kv_etcd_err e)
+static void ka_end(kv_api *s, kv_grpc_call *call, kv_etcd_err e)
 {
     kv_lease_fwd_call_gone(s->lease_fwd, call);
     kv_reply_etcd_err(call, e);
@@ -126,8 +126,9 @@ static kv_etcd_err fwd_err(int status)
  * reaching here are the ones etcd ends the stream for: no leader within the time bound, the
  * server closing, a timeout on a half-closed stream; a renewal shed or timed out on an open
  * stream is dropped by the forwarder without calling this. */
-static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
+static int ka_forwarded(void *c, int64_t id, int status, int64_t ttl)
 {
+    kv_grpc_call *call = c;
     if (status < 0) {
         kv_reply_etcd_err(call, fwd_err(status));
         return 1;
@@ -141,7 +142,7 @@ static int ka_forwarded(kv_grpc_call *call, int64_t id, int status, int64_t ttl)
 
 static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     uint64_t t0 = uv_hrtime(); /* receipt (kvd_lease_renewal_duration_seconds) */
     Etcdserverpb__LeaseKeepAliveRequest *req = (Etcdserverpb__LeaseKeepAliveRequest *)kv_pb_unpack(
         &etcdserverpb__lease_keep_alive_request__descriptor, msg, len);
@@ -194,7 +195,7 @@ static void on_keepalive(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_keepalive_half_close(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (kv_lease_fwd_half_close(s->lease_fwd, call))
         return; /* forwarded renewals pending: the forwarder finishes the call after them */
     kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
@@ -202,7 +203,7 @@ static void on_keepalive_half_close(kv_grpc_call *call)
 
 static void on_keepalive_cancel(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_lease_fwd_call_gone(s->lease_fwd, call);
 }
 
@@ -311,23 +312,24 @@ static void ttl_reply(kv_grpc_call *call, int64_t id, int want_keys, int rc, int
 }
 
 /* The leader answered a TimeToLive this follower forwarded (remaining -1: unknown). */
-static void ttl_forwarded(kv_grpc_call *call, int64_t id, int want_keys, int status,
-                          int64_t remaining, int64_t granted)
+static void ttl_forwarded(void *c, int64_t id, int want_keys, int status, int64_t remaining,
+                          int64_t granted)
 {
+    kv_grpc_call *call = c;
     if (status < 0) {
         kv_reply_etcd_err(call, fwd_err(status));
         return;
     }
     /* Served by this member's own lessor (it leads and waited for its applied index), or
      * by the leader: then the keys need the barrier. */
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     ttl_reply(call, id, want_keys, remaining < 0 ? -ENOENT : 0, remaining, granted,
               !kv_lessor_is_primary(s->lessor));
 }
 
 static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     Etcdserverpb__LeaseTimeToLiveRequest *req =
         (Etcdserverpb__LeaseTimeToLiveRequest *)kv_pb_unpack(
             &etcdserverpb__lease_time_to_live_request__descriptor, msg, len);
@@ -361,7 +363,7 @@ static void on_time_to_live(kv_grpc_call *call, const uint8_t *msg, size_t len)
 
 static void on_time_to_live_cancel(kv_grpc_call *call)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (!kv_lease_fwd_ttl_gone(s->lease_fwd, call))
         kv_read_cancel(call);
 }
@@ -393,7 +395,7 @@ static int leases_list(kv_store *store, const uint8_t *msg, size_t len, const kv
 {
     (void)store;
     memset(res, 0, sizeof(*res));
-    kv_server *s = NULL;
+    kv_api *s = NULL;
     if (len != sizeof(s))
         return -EINVAL;
     memcpy(&s, msg, sizeof(s));
@@ -429,7 +431,7 @@ out:
 
 static void on_leases(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     (void)msg;
     (void)len;
     /* Linearizable on every member: a lease granted or revoked through another member and
@@ -456,3 +458,45 @@ const char *const kv_service_priority_methods[] = {
     "/etcdserverpb.Lease/LeaseLeases",
     NULL,
 };
+
+/* The forwarder's view of a keepalive stream (lease/lease_fwd.h): the call's data slot, and
+ * ending a half-closed stream OK. */
+static void *call_owner(void *call)
+{
+    return kv_grpc_call_data(call);
+}
+
+static void call_set_owner(void *call, void *owner)
+{
+    kv_grpc_call_set_data(call, owner);
+}
+
+static void call_finish_ok(void *call)
+{
+    kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
+}
+
+const kv_lease_fwd_call_ops kv_service_lease_call_ops = {
+    .get_owner = call_owner,
+    .set_owner = call_set_owner,
+    .finish_ok = call_finish_ok,
+};
+
+void kv_api_metrics_init(kv_api *a)
+{
+    kv_metrics *m = a->metrics;
+    if (m == NULL)
+        return;
+    a->m_keepalives =
+        kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
+                           "Lease renewals received on LeaseKeepAlive streams.", NULL);
+    a->m_renew_local = kv_lease_renewal_histogram(m, "local");
+    /* the election and lock services' bound (api/conc_util.h) */
+    a->m_conc_waiters = kv_metrics_gauge(m, "kvd_concurrency_waiters",
+                                         "Election and lock calls in progress (Campaign, Lock, "
+                                         "Observe).",
+                                         NULL);
+    a->m_conc_refused = kv_metrics_counter(
+        m, "kvd_concurrency_refused_total",
+        "Campaign, Lock and Observe calls refused by --max-concurrency-waiters.", NULL);
+}

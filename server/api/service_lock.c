@@ -16,8 +16,8 @@
 #include "api/services.h"
 #include "auth/auth_perm.h"
 #include "lease/lessor.h"
-#include "mvcc/pb_strip.h"
-#include "server.h"
+#include "pb/pb_strip.h"
+#include "api/api.h"
 
 #include "v3lock.pb-c.h"
 
@@ -25,7 +25,7 @@
 
 static void on_lock(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     V3lockpb__LockRequest *r =
         (V3lockpb__LockRequest *)kv_pb_unpack(&v3lockpb__lock_request__descriptor, msg, len);
     uint8_t *pfx = NULL, *end = NULL, *key = NULL;

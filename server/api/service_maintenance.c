@@ -7,15 +7,15 @@
  * Defragment: an exclusive item of the node (no write runs meanwhile): a compacting copy on
  * the apply worker, then the swap on the loop (mvcc/store.h kv_store_defrag_*).
  */
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/move_leader.h"
 #include "api/read_req.h"
 #include "api/snapshot_stream.h"
 #include "common/version.h"
 #include "api/services.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@
 static int unpack_ok(kv_grpc_call *call, const ProtobufCMessageDescriptor *d, const uint8_t *msg,
                      size_t len, ProtobufCMessage **out)
 {
-    *out = kv_pb_unpack(d, msg, len); /* unknown fields dropped: mvcc/pb_strip.h */
+    *out = kv_pb_unpack(d, msg, len); /* unknown fields dropped: pb/pb_strip.h */
     if (*out == NULL) {
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return 0;
@@ -67,7 +67,7 @@ static int add_status_error(void *arg, uint64_t member, int type)
 
 static void on_status(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     ProtobufCMessage *req;
     if (!unpack_ok(call, &etcdserverpb__status_request__descriptor, msg, len, &req))
         return;
@@ -129,7 +129,7 @@ static void on_hash_kv(kv_grpc_call *call, const uint8_t *msg, size_t len)
 /* LMDB reuses freed pages but never gives them back to the file system, and the quota counts
  * the file's pages (as etcd counts bbolt's file): Defragment rewrites the file compactly. */
 typedef struct defrag_ctx {
-    kv_server *s;
+    kv_api *s;
     kv_grpc_call *call; /* NULL once the client went away */
     kv_store_defrag_stats st;
     uv_work_t release; /* drops the old file off the loop */
@@ -182,7 +182,7 @@ static int defrag_work(void *arg)
 static void defrag_done(void *arg, int status)
 {
     defrag_ctx *d = arg;
-    kv_server *s = d->s;
+    kv_api *s = d->s;
     if (status == 0)
         status = kv_store_defrag_swap(s->store, &d->st);
     if (status == 0)
@@ -219,7 +219,7 @@ static void defrag_done(void *arg, int status)
 
 static void on_defragment(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     (void)msg;
     (void)len;
     defrag_ctx *d = calloc(1, sizeof(*d));

@@ -10,7 +10,7 @@
  *   malformed request                          -> INTERNAL (grpc-go's unmarshal error)
  */
 #include "api/services.h"
-#include "server.h"
+#include "api/api.h"
 #include "watch/watch_hub.h"
 
 #include <errno.h>
@@ -37,7 +37,7 @@ static void end_stream(kv_grpc_call *call, kv_watch_stream *st, kv_etcd_err e)
 
 static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     kv_watch_stream *st = kv_grpc_call_data(call);
     if (st == NULL) {
         if (s->watch == NULL) {

@@ -1,11 +1,11 @@
 #include "api/services.h"
 
 #include "api/auth_srv.h"
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "api/quota.h"
 #include "common/etcd_status.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -162,7 +162,7 @@ static void on_write_done(void *arg, kv_result *res)
 
 void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     if (kv_quota_admit(s, call, field, len)) /* quota and alarms (api/quota.h) */
         return;
     uint8_t *req;
@@ -198,7 +198,7 @@ void kv_propose_cancel(kv_grpc_call *call)
 
 void kv_fill_header(kv_grpc_call *call, Etcdserverpb__ResponseHeader *h, int64_t rev)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     const kv_header_info *hi = kv_node_header(s->node);
     h->cluster_id = hi->cluster_id;
     h->member_id = hi->member_id;

@@ -6,7 +6,7 @@
  * answer UNIMPLEMENTED with a message naming the method, so clients get a clear error rather
  * than a generic "unknown method".
  *
- * Handlers find the member state through kv_grpc_call_app() (a kv_server *).
+ * Handlers find the member state through kv_grpc_call_app() (a kv_api *).
  */
 #ifndef KV_SERVICES_H
 #define KV_SERVICES_H
@@ -15,6 +15,7 @@
 #include "common/etcd_errors.h"
 #include "common/status.h"
 #include "grpc/grpc_server.h"
+#include "lease/lease_fwd.h"
 #include "mvcc/store.h"
 
 #include <protobuf-c/protobuf-c.h>
@@ -34,6 +35,9 @@ extern const kv_grpc_method kv_service_lease[];
  * LeaseTimeToLive, LeaseLeases. NULL-terminated. */
 extern const char *const kv_service_priority_methods[];
 extern const size_t kv_service_lease_len;
+/* The keepalive stream as the lease forwarder sees it (lease/lease_fwd.h): the daemon passes
+ * it to kv_lease_fwd_start. */
+extern const kv_lease_fwd_call_ops kv_service_lease_call_ops;
 extern const kv_grpc_method kv_service_maintenance[];
 extern const size_t kv_service_maintenance_len;
 extern const kv_grpc_method kv_service_cluster[];
@@ -83,7 +87,7 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
 void kv_propose_cancel(kv_grpc_call *call);
 /* Fills h with this member's cluster id, member id and raft term, and the revision: rev > 0
  * as given, KV_HDR_REVISION_NOW the node's current store revision, 0 none (etcd's Cluster
- * service headers carry none). call's app is the kv_server. */
+ * service headers carry none). call's app is the kv_api. */
 #define KV_HDR_REVISION_NOW (-1)
 struct Etcdserverpb__ResponseHeader;
 void kv_fill_header(kv_grpc_call *call, struct Etcdserverpb__ResponseHeader *h, int64_t rev);

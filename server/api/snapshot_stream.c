@@ -28,7 +28,7 @@
 #include "api/snapshot_stream.h"
 #include "mvcc/snapshot.h"
 #include "rpc.pb-c.h"
-#include "server.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +43,7 @@
 #define KV_SNAPSHOT_RETRY_MAX_MS 32
 
 typedef struct snap_ctx {
-    kv_server *s;
+    kv_api *s;
     kv_grpc_call *call; /* NULL once cancelled */
     int fd;
     int64_t size, off;
@@ -276,7 +276,7 @@ static void on_visible(void *arg, int status)
     }
 }
 
-static size_t chunk_size(const kv_server *s)
+static size_t chunk_size(const kv_api *s)
 {
     size_t max = s->cfg->max_send_buffer_bytes / 4;
     if (max == 0 || max > KV_SNAPSHOT_CHUNK)
@@ -286,7 +286,7 @@ static size_t chunk_size(const kv_server *s)
 
 void kv_snapshot_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_server *s = kv_grpc_call_app(call);
+    kv_api *s = kv_grpc_call_app(call);
     (void)msg;
     (void)len;
     if (kv_grpc_call_data(call) != NULL)

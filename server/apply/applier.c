@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "apply/apply_int.h"
-#include "mvcc/pb_scan.h"
+#include "pb/pb_scan.h"
 
 void kv_result_set_err(kv_result *res, kv_etcd_err e)
 {

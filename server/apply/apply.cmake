@@ -12,14 +12,13 @@ add_library(kv_apply STATIC
   ${CMAKE_CURRENT_LIST_DIR}/apply_range.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_authn.c
-  ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c)
+  ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c
+  ${CMAKE_CURRENT_LIST_DIR}/internal_req.c)
 target_include_directories(kv_apply PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
 # apply_authn.c: kv_auth_pwtag; apply_perm.c (etcd's lease permission check at apply): the
 # pure key-range check of server/auth (auth_perm.h).
 target_link_libraries(kv_apply PUBLIC kv_auth)
 # The entry points keep their historic names (kv_store_apply, kv_store_range, ...; declared in
-# apply/apply.h), so the raft driver and every program that links kv_mvcc to apply entries
-# (tests, fuzzers, bench) keep working: kv_mvcc's link interface brings the applier along (a
-# static-library cycle, which CMake repeats on the link line).
-target_link_libraries(kv_mvcc INTERFACE kv_apply)
+# apply/apply.h). A program that applies entries links kv_apply; kv_mvcc never links upward.
+# internal_req.c: the encoder of the log entries this layer decodes (kvdpb.InternalRequest).

@@ -12,7 +12,7 @@
  * empty") checked at the current auth revision (else "revision of auth store is old"); a
  * Put or Txn put with a lease, and a LeaseRevoke, need WRITE on every key attached to the
  * lease (apply_perm.c, etcd checkLeasePuts). A LeaseRevoke without a user (auth_revision 0)
- * is the lessor's revoke of an expired lease (server/leases.c), which etcd runs as root: it
+ * is the lessor's revoke of an expired lease (server/lease/leases.c), which etcd runs as root: it
  * is never refused. A client LeaseRevoke proposed while auth was disabled and applied after
  * AuthEnable also has none, and is applied too (kvd cannot tell it from the lessor's; etcd
  * would refuse it with "user name is empty" when the lease has keys): the window is one
@@ -449,7 +449,7 @@ int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir)
     if (rc || !en)
         return rc;
     if (ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE)
-        /* No user: the lessor's own revoke of an expired lease (server/leases.c), which etcd
+        /* No user: the lessor's own revoke of an expired lease (server/lease/leases.c), which etcd
          * runs as root (WithRoot); also a client revoke proposed while auth was disabled. */
         return ir->auth_revision == 0 ? 0 : kv_apply_lease_perm(a, ir, rev);
     if (ir->auth_revision == 0) { /* etcd isOpPermitted: revision 0 = no user */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "apply/apply_int.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 #include "mvcc/range.h"
 
 int kv_range_check(const Etcdserverpb__RangeRequest *r, kv_result *res)

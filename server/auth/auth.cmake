@@ -1,7 +1,7 @@
 # Auth building blocks with no server state: key-range permission checks
 # (auth_perm), password hashes (auth_hash), simple tokens (auth_tokens). Included from
 # server/CMakeLists.txt; headers are included as "auth/<name>.h". The services that use them
-# are server/api/service_auth.c, auth_srv.c and auth_gate.c (in kv_node).
+# are server/api/service_auth.c, auth_srv.c and auth_gate.c (in kv_api).
 add_library(kv_auth STATIC
   ${CMAKE_CURRENT_LIST_DIR}/auth_perm.c
   ${CMAKE_CURRENT_LIST_DIR}/auth_hash.c

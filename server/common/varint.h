@@ -1,7 +1,7 @@
 /*
  * varint: the protobuf base-128 varint writer, for code that packs protobuf wire bytes by hand
- * (api/internal_req.c, mvcc/snapshot_bbolt.c, node/node.c, watch/watch_hub.c). Pure function, any
- * thread. The readers of client bytes stay in mvcc/pb_wire.h, which follow protobuf-c's
+ * (apply/internal_req.c, mvcc/snapshot_bbolt.c, node/node.c, watch/watch_hub.c). Pure function, any
+ * thread. The readers of client bytes stay in pb/pb_wire.h, which follow protobuf-c's
  * acceptance rules.
  */
 #ifndef KV_COMMON_VARINT_H
@@ -19,7 +19,7 @@ size_t kv_varint_put(uint8_t *p, uint64_t v);
 size_t kv_varint_len(uint64_t v);
 /* Reads a varint at p (p < end): *v gets it. Returns the bytes read, 0 if it runs past end or
  * past KV_VARINT_MAX bytes. A lenient reader for files kvd reads but did not write (etcd's
- * WAL, server/daemon/etcd_datadir.c); client bytes go through mvcc/pb_wire.h. */
+ * WAL, server/daemon/etcd_datadir.c); client bytes go through pb/pb_wire.h. */
 size_t kv_varint_get(const uint8_t *p, const uint8_t *end, uint64_t *v);
 
 #endif

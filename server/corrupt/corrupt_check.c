@@ -2,7 +2,7 @@
  * etcdserver/corrupt.go). Contract and frame layout: corrupt_check.h. */
 #include "corrupt/corrupt_check.h"
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "common/byteorder.h"
 #include "mvcc/members.h"
 #include "node/read_pool.h"

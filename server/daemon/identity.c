@@ -2,46 +2,17 @@
 
 #include "common/byteorder.h"
 #include "daemon/initial_cluster.h"
+#include "mvcc/members.h"
 
 #include <errno.h>
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-uint64_t kv_identity_member_id(const char *const *peer_urls, size_t n, const char *token)
-{
-    const char *sorted[KV_MAX_URLS];
-    if (n > KV_MAX_URLS)
-        n = KV_MAX_URLS;
-    memcpy(sorted, peer_urls, n * sizeof(*sorted));
-    qsort(sorted, n, sizeof(*sorted), cmp_str);
-    /* SHA1_Init & co. are deprecated in OpenSSL 3; hash one joined buffer instead. */
-    char buf[KV_MAX_URLS * 300 + 256];
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t l = strlen(sorted[i]);
-        if (len + l > sizeof(buf) - 256)
-            break;
-        memcpy(buf + len, sorted[i], l);
-        len += l;
-    }
-    size_t tl = strnlen(token, 255);
-    memcpy(buf + len, token, tl);
-    len += tl;
-    unsigned char md[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)buf, len, md);
-    return kv_be64(md);
 }
 
 int kv_identity_compute(const kv_config *cfg, kv_identity *out)
@@ -54,7 +25,7 @@ int kv_identity_compute(const kv_config *cfg, kv_identity *out)
         const char *name = cfg->initial_cluster[i].name;
         const char *urls[KV_MAX_URLS];
         size_t n = kv_initial_cluster_urls(cfg, name, urls, KV_MAX_URLS);
-        uint64_t id = kv_identity_member_id(urls, n, cfg->initial_cluster_token);
+        uint64_t id = kv_members_compute_id(urls, n, cfg->initial_cluster_token);
         if (strcmp(name, cfg->name) == 0)
             out->member_id = id;
         out->member_ids[out->n_members++] = id;

@@ -22,7 +22,6 @@ typedef struct kv_identity {
  * initial-cluster entries that carry its name. */
 int kv_identity_compute(const kv_config *cfg, kv_identity *out);
 
-/* One member's id from its peer URLs (any order) and the cluster token. */
-uint64_t kv_identity_member_id(const char *const *peer_urls, size_t n, const char *token);
+/* One member's id from its peer URLs: kv_members_compute_id (mvcc/members.h). */
 
 #endif

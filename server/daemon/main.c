@@ -24,7 +24,7 @@
 #include "peer/peer_net.h"
 #include "peer/peer_delay.h"
 #include "api/auto_compact.h"
-#include "server.h"
+#include "daemon/server.h"
 #include "gateway/l4_gateway.h"
 #include "daemon/tls_auto.h"
 #include "daemon/tls_setup.h"
@@ -94,14 +94,14 @@ static void on_health_barrier(void *arg, int status)
 {
     health_req *h = arg;
     kv_node_raft_status rs;
-    kv_node_get_raft_status(h->s->node, &rs);
+    kv_node_get_raft_status(h->s->api.node, &rs);
     if (status == 0 && rs.leader == 0) { /* etcd 3.4: no leader, not healthy */
         h->done(h->ctx, 0, "no leader");
         free(h);
         return;
     }
     /* etcd 3.4: /health is false while any alarm is active. */
-    unsigned alarms = status == 0 ? kv_node_alarms(h->s->node) : 0;
+    unsigned alarms = status == 0 ? kv_node_alarms(h->s->api.node) : 0;
     if (alarms)
         h->done(h->ctx, 0,
                 (alarms & (1u << KV_ALARM_CORRUPT)) ? "alarm CORRUPT active"
@@ -115,7 +115,7 @@ static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
 {
     kv_server *s = app;
     kv_node_raft_status rs;
-    kv_node_get_raft_status(s->node, &rs);
+    kv_node_get_raft_status(s->api.node, &rs);
     if (rs.leader == 0) { /* etcd 3.4: no leader, not healthy; nothing to wait for */
         done(ctx, 0, "no leader");
         return;
@@ -128,7 +128,7 @@ static void health_hook(void *app, kv_http_health_done_fn done, void *ctx)
     h->done = done;
     h->ctx = ctx;
     h->s = s;
-    int rc = kv_node_health_barrier(s->node, on_health_barrier, h);
+    int rc = kv_node_health_barrier(s->api.node, on_health_barrier, h);
     if (rc < 0) {
         free(h);
         done(ctx, 0,
@@ -175,10 +175,10 @@ static void on_isolate_signal(uv_signal_t *sig, int signum)
 {
     (void)signum;
     kvd_main *m = sig->data;
-    if (m->srv.peers == NULL)
+    if (m->srv.api.peers == NULL)
         return;
     m->isolated = !m->isolated;
-    kv_peer_net_set_isolated(m->srv.peers, m->isolated);
+    kv_peer_net_set_isolated(m->srv.api.peers, m->isolated);
     fprintf(stderr, "kvd: warning: failpoint: peers %s\n", m->isolated ? "isolated" : "reachable");
 }
 
@@ -189,10 +189,10 @@ static void on_delay_signal(uv_signal_t *sig, int signum)
 {
     kvd_main *m = sig->data;
     int k = signum == SIGRTMIN + 4;
-    if (m->srv.peers == NULL)
+    if (m->srv.api.peers == NULL)
         return;
     m->delayed = m->delayed == 1 + k ? 0 : 1 + k;
-    int rc = kv_peer_net_set_delay(m->srv.peers, m->delayed ? m->delay[k].ms : 0,
+    int rc = kv_peer_net_set_delay(m->srv.api.peers, m->delayed ? m->delay[k].ms : 0,
                                    m->delayed ? m->delay[k].jitter_ms : 0);
     fprintf(stderr, "kvd: warning: failpoint: peer delay %s (%u ms +-%u)%s\n",
             m->delayed ? "on" : "off", m->delay[k].ms, m->delay[k].jitter_ms,
@@ -203,8 +203,8 @@ static void on_failpoint_signal(uv_signal_t *sig, int signum)
 {
     kvd_main *m = sig->data;
     (void)signum;
-    int stalled = !kv_node_stalled(m->srv.node);
-    kv_node_set_stalled(m->srv.node, stalled);
+    int stalled = !kv_node_stalled(m->srv.api.node);
+    kv_node_set_stalled(m->srv.api.node, stalled);
     fprintf(stderr, "kvd: warning: failpoint: apply path %s\n", stalled ? "stalled" : "resumed");
 }
 
@@ -218,7 +218,7 @@ static int check_identity(kvd_main *m, int store_if_missing, char *err, size_t e
     kv_store_identity have;
     if (store_if_missing && m->srv.joining)
         return 0; /* stored once the cluster id is known (server.c on_cluster_id) */
-    int rc = kv_store_identity_check(s->store, &want, &have, store_if_missing);
+    int rc = kv_store_identity_check(s->api.store, &want, &have, store_if_missing);
     if (strcmp(m->cfg.initial_cluster_state, "existing") == 0) {
         /* A member that joined an existing cluster took the cluster's id from its peers: the
          * stored one is authoritative; a fresh one learns it from the first peer (joining). */
@@ -302,14 +302,14 @@ static int start_listeners(kvd_main *m)
     if (m->n_methods == 0)
         return -E2BIG;
     char terr[1024];
-    int trc = kv_tls_setup_client_port(cfg, m->srv.metrics, &m->client_tls, terr, sizeof(terr));
+    int trc = kv_tls_setup_client_port(cfg, m->srv.api.metrics, &m->client_tls, terr, sizeof(terr));
     if (trc < 0) {
         fprintf(stderr, "kvd: error: client TLS: %s\n", terr);
         return trc;
     }
     /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway. */
     kv_client_http_config chc = {
-        .metrics = m->srv.metrics,
+        .metrics = m->srv.api.metrics,
         .health = health_hook,
         .app = &m->srv,
         .server_version = KV_ETCD_SERVER_VERSION,
@@ -319,12 +319,12 @@ static int start_listeners(kvd_main *m)
     int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);
     if (hrc < 0)
         return hrc;
-    (void)kv_process_metrics_register(m->srv.metrics); /* process_* next to kvd_* */
+    (void)kv_process_metrics_register(m->srv.api.metrics); /* process_* next to kvd_* */
     for (size_t i = 0; i < cfg->n_listen_client; i++) {
         const kv_url *u = &cfg->listen_client[i];
         gc.tls = u->tls ? m->client_tls : NULL;
         int rc = kv_grpc_server_init(&m->grpc[m->n_grpc], &m->loop, &gc, m->methods, m->n_methods,
-                                     &m->srv, m->srv.metrics);
+                                     &m->srv.api, m->srv.api.metrics);
         if (rc < 0)
             return rc;
         m->n_grpc++;
@@ -342,7 +342,7 @@ static int start_listeners(kvd_main *m)
         kv_http_config_default(&hc);
         hc.max_connections = cfg->metrics_max_connections;
         hc.request_timeout_ms = cfg->metrics_request_timeout_ms;
-        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, &hc, m->srv.metrics,
+        int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, &hc, m->srv.api.metrics,
                                      health_hook, &m->srv);
         if (rc < 0)
             return rc;
@@ -410,7 +410,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: fatal: cannot create event loop\n");
         return 1;
     }
-    s->loop = &m.loop;
+    s->api.loop = &m.loop;
     rc = kv_identity_compute(&m.cfg, &s->id);
     if (rc < 0) {
         fprintf(stderr, "kvd: fatal: cannot compute member id\n");
@@ -425,7 +425,7 @@ int main(int argc, char **argv)
                 s->id.member_ids[k] = given;
         s->id.member_id = given;
     }
-    rc = kv_metrics_new(&s->metrics, 0);
+    rc = kv_metrics_new(&s->api.metrics, 0);
     if (rc < 0)
         goto fail;
 
@@ -502,7 +502,7 @@ int main(int argc, char **argv)
     sc.max_txn_ops = m.cfg.max_txn_ops;
     sc.max_keys_per_lease = m.cfg.max_keys_per_lease;
     sc.unsafe_no_fsync = m.cfg.unsafe_no_fsync;
-    rc = kv_store_open(&s->store, &sc);
+    rc = kv_store_open(&s->api.store, &sc);
     if (rc < 0) {
         fprintf(stderr, "kvd: fatal: cannot open data dir %s: %s\n", m.cfg.data_dir, strerror(-rc));
         return 1;
@@ -513,15 +513,15 @@ int main(int argc, char **argv)
     rc = kv_datadir_sync(m.cfg.data_dir, KV_DATADIR_SYNC_SELF, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: fatal: %s\n", err);
-        kv_store_close(s->store);
+        kv_store_close(s->api.store);
         return 1;
     }
-    rc = kv_store_verify_records(s->store, m.cfg.startup_verify_records, err, sizeof(err));
+    rc = kv_store_verify_records(s->api.store, m.cfg.startup_verify_records, err, sizeof(err));
     if (rc == 0)
         rc = check_identity(&m, 0, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
-        kv_store_close(s->store);
+        kv_store_close(s->api.store);
         return 1;
     }
     if (s->joining && !m.cfg.initial_member_id[0]) {
@@ -536,7 +536,7 @@ int main(int argc, char **argv)
         kv_tls_ctx_unref(tcli);
         if (rc < 0) {
             fprintf(stderr, "kvd: refusing to start: %s\n", err);
-            kv_store_close(s->store);
+            kv_store_close(s->api.store);
             return 1;
         }
     }
@@ -548,7 +548,7 @@ int main(int argc, char **argv)
     rc = kv_server_start_core(s);
     if (rc < 0)
         goto fail;
-    rc = kv_auto_compact_start(&m.autoc, s, err, sizeof(err));
+    rc = kv_auto_compact_start(&m.autoc, &s->api, err, sizeof(err));
     if (rc == -EINVAL) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);
         return 1;
@@ -557,7 +557,7 @@ int main(int argc, char **argv)
         goto fail;
 
     kv_store_status ss;
-    kv_store_get_status(s->store, &ss);
+    kv_store_get_status(s->api.store, &ss);
     fprintf(stderr,
             "kvd: member %016llx (%s) of cluster %016llx, data dir %s: startup took %llu ms "
             "(applied index %llu, revision %lld, %llu keys)\n",
@@ -574,9 +574,9 @@ int main(int argc, char **argv)
         kv_auto_compact_stop(m.autoc);
         kv_server_stop_core(s);
         uv_run(&m.loop, UV_RUN_DEFAULT); /* the closed handles' callbacks */
-        kv_store_close(s->store);
+        kv_store_close(s->api.store);
         uv_loop_close(&m.loop);
-        kv_metrics_free(s->metrics);
+        kv_metrics_free(s->api.metrics);
         kv_datadir_unlock(m.lock_fd);
         return 1;
     }
@@ -627,10 +627,10 @@ int main(int argc, char **argv)
 
     uv_run(&m.loop, UV_RUN_DEFAULT);
 
-    kv_store_close(s->store);
+    kv_store_close(s->api.store);
     kv_tls_ctx_unref(m.client_tls);
     uv_loop_close(&m.loop);
-    kv_metrics_free(s->metrics);
+    kv_metrics_free(s->api.metrics);
     kv_datadir_unlock(m.lock_fd);
     fprintf(stderr, "kvd: stopped\n");
     return 0;

@@ -1,9 +1,11 @@
 /* members: the membership table (see members.h). kvdpb.Member has the field numbers and
  * types of etcdserverpb.Member, so a stored payload unpacks as either. */
 #include <errno.h>
+#include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "mvcc/members.h"
 #include "mvcc/store_int.h"
@@ -527,4 +529,34 @@ int kv_ks_member_update(kv_ks *ks, uint64_t id, char *const *peer_urls, size_t n
     if (!strs_ok((char **)peer_urls, n_peer_urls))
         return -EINVAL;
     return member_set(ks, id, 0, NULL, peer_urls, n_peer_urls);
+}
+
+static int cmp_url(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+uint64_t kv_members_compute_id(const char *const *peer_urls, size_t n, const char *token)
+{
+    const char *sorted[KV_MEMBERS_MAX_URLS];
+    if (n > KV_MEMBERS_MAX_URLS)
+        n = KV_MEMBERS_MAX_URLS;
+    memcpy(sorted, peer_urls, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), cmp_url);
+    /* SHA1_Init & co. are deprecated in OpenSSL 3; hash one joined buffer instead. */
+    char buf[KV_MEMBERS_MAX_URLS * 300 + 256];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(sorted[i]);
+        if (len + l > sizeof(buf) - 256)
+            break;
+        memcpy(buf + len, sorted[i], l);
+        len += l;
+    }
+    size_t tl = strnlen(token, 255);
+    memcpy(buf + len, token, tl);
+    len += tl;
+    unsigned char md[SHA_DIGEST_LENGTH];
+    SHA1((const unsigned char *)buf, len, md);
+    return kv_be64(md);
 }

@@ -86,4 +86,11 @@ int kv_store_member_get(kv_store *s, uint64_t id, Kvdpb__Member **out);
 /* 1 if id was removed from the cluster, 0 if not, < 0 on error (own read txn). */
 int kv_store_member_is_removed(kv_store *s, uint64_t id);
 
+/* etcd's member id (computeMemberId): SHA-1 of the sorted peer URLs (at most
+ * KV_MEMBERS_MAX_URLS) and the cluster token (at most 255 bytes), its first 8 bytes big-endian.
+ * Used for --initial-cluster members (daemon/identity.c) and MemberAdd (api/service_cluster.c).
+ * Pure; any thread. */
+#define KV_MEMBERS_MAX_URLS 8
+uint64_t kv_members_compute_id(const char *const *peer_urls, size_t n, const char *token);
+
 #endif

@@ -1,16 +1,13 @@
 # MVCC store on LMDB and its keyspace operations (the applier is server/apply/). Included from server/CMakeLists.txt;
-# headers are included as "mvcc/<name>.h". Links the lease table (target kv_lease_table,
-# defined by lease/lease.cmake) when it exists; the generator expression is evaluated after
-# all targets are defined, so include order does not matter.
+# headers are included as "mvcc/<name>.h". Links downward only: the lease table
+# (kv_lease_table, lease/lease.cmake), the bbolt writer, the protobuf wire helpers (kv_pb) and
+# kv_common.
 add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/record.c
   ${CMAKE_CURRENT_LIST_DIR}/index.c
   ${CMAKE_CURRENT_LIST_DIR}/longkey.c
   ${CMAKE_CURRENT_LIST_DIR}/write.c
   ${CMAKE_CURRENT_LIST_DIR}/range.c
-  ${CMAKE_CURRENT_LIST_DIR}/pb_scan.c
-  ${CMAKE_CURRENT_LIST_DIR}/pb_wire.c
-  ${CMAKE_CURRENT_LIST_DIR}/pb_strip.c
   ${CMAKE_CURRENT_LIST_DIR}/compact.c
   ${CMAKE_CURRENT_LIST_DIR}/events.c
   ${CMAKE_CURRENT_LIST_DIR}/keyspace.c
@@ -28,6 +25,6 @@ add_library(kv_mvcc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/auth_store.c)
 target_include_directories(kv_mvcc PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_mvcc PUBLIC kvproto PkgConfig::LMDB PkgConfig::OPENSSL
-                      $<TARGET_NAME_IF_EXISTS:kv_lease_table> kv_bbolt)
+                      kv_lease_table kv_bbolt)
 # gRPC status codes and the etcd error table (server/common/common.cmake).
-target_link_libraries(kv_mvcc PUBLIC kv_common)
+target_link_libraries(kv_mvcc PUBLIC kv_common kv_pb)

@@ -22,7 +22,7 @@
 #include "mvcc/auth_store.h"
 #include "common/crc32c.h"
 #include "mvcc/members.h"
-#include "mvcc/pb_wire.h"
+#include "pb/pb_wire.h"
 #include "mvcc/snapshot.h"
 #include "mvcc/store_int.h"
 

@@ -1,7 +1,7 @@
 /*
  * node: the ordered write path of one member.
  *
- * Writes arrive as packed kvdpb.InternalRequest records (api/internal_req.h builds them).
+ * Writes arrive as packed kvdpb.InternalRequest records (apply/internal_req.h builds them).
  * kv_node_propose() queues one; the queue is bounded (--max-pending-proposals) and a full
  * queue fails fast with -EBUSY, which the API maps to RESOURCE_EXHAUSTED
  * "etcdserver: too many requests" (lesson 3: shed early, keep memory flat).
@@ -151,7 +151,7 @@ void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, siz
  * own term (the lessor promotes then), and with 0 when it stops leading. */
 void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), void *arg);
 
-/* Lease reads and renewals (lease_fwd.h, etcd's waitAppliedIndex): the raft commit index as
+/* Lease reads and renewals (lease/lease_fwd.h, etcd's waitAppliedIndex): the raft commit index as
  * this member knows it now, and the index applied here (the store committed it and the lessor
  * took its lease events). On the leader, every write acknowledged by any member before the
  * call is at or below kv_node_commit_index. The applied hook runs on the loop after each

@@ -15,7 +15,7 @@ enum kv_peer_frame {
     KV_PEER_T_FORWARD_RESP = 3, /* kvdraftpb.ForwardResp: the leader refused it */
     KV_PEER_T_READ_REQ = 4,     /* kvdraftpb.ReadIndexReq */
     KV_PEER_T_READ_RESP = 5,    /* kvdraftpb.ReadIndexResp */
-    /* lease renewals through a follower (server/lease_fwd.c) */
+    /* lease renewals through a follower (server/lease/lease_fwd.c) */
     KV_LEASE_FWD_REQ = 16,  /* LeaseRenewBatch, follower -> leader */
     KV_LEASE_FWD_RESP = 17, /* LeaseRenewResp, leader -> follower */
     /* corruption checks (server/corrupt/) */

@@ -202,7 +202,7 @@ Test(adv_input, d1_nesting_limit_is_etcds_op_budget)
 }
 
 /* The same member with the largest --max-txn-ops (2^20): the op budget no longer bounds the
- * depth, kvd's hard cap (256 levels, see server/mvcc/pb_scan.h) does. 256 levels must be
+ * depth, kvd's hard cap (256 levels, see server/pb/pb_scan.h) does. 256 levels must be
  * fully applied and answered (under ASan too: the stack they need is bounded); 257 and
  * 100,000 are refused. etcd has no such cap (Go stacks grow), so this is kvd only. */
 static void setup_big_budget(void)
@@ -869,7 +869,7 @@ static double server_cpu(void)
 
 /* etcd ignores unknown fields; protobuf-c allocates each one. A 1.5 MiB Range of 786,000
  * unknown fields cost kvd ~200 ms of event-loop CPU (etcd: ~10 ms); kvd now drops them before
- * unpacking (server/mvcc/pb_strip.h). Checked: the answers are right, and such a request costs
+ * unpacking (server/pb/pb_strip.h). Checked: the answers are right, and such a request costs
  * the server no more than 4x a plain request of the same size (one 1.5 MiB key) plus 20 ms:
  * before, it was 40x. (CPU time, not wall time: insensitive to a loaded machine.) */
 Test(adv_input, unknown_field_flood_is_cheap_and_ignored)

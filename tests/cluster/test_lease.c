@@ -736,7 +736,7 @@ Test(cluster_lease, forward_queue_bound, .fini = fini, .timeout = 180)
 }
 
 /* A forwarded renewal whose frame (or answer) is lost on the way is asked again, and answered
- * (server/lease_fwd.c: no answer within an election timeout from a leader that is still the
+ * (server/lease/lease_fwd.c: no answer within an election timeout from a leader that is still the
  * leader, or the connection to it went down). The follower is isolated (failpoint: its peer
  * frames are dropped, the connections stay up) while one renewal goes through it, and healed
  * 300 ms later, well inside an election timeout, so the leader never changes. Before: the

@@ -77,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kv_fuzz_kvd_session(g_kvd, next_chunk, count_out, &ch);
     if (getenv("KV_FUZZ_VERBOSE"))
         fprintf(stderr, "fuzz_h2_server: %zu bytes in, %zu bytes out, revision %lld\n", size,
-                ch.out_bytes, (long long)kv_node_revision(g_kvd->srv.node));
+                ch.out_bytes, (long long)kv_node_revision(g_kvd->srv.api.node));
     if (kv_fuzz_kvd_maybe_reset(g_kvd) != 0)
         abort();
     return 0;

@@ -4,7 +4,7 @@
 #include "grpc/grpc_internal.h" /* kv_grpc_conn_start/begin: the accept path's two halves */
 #include "http/client_http.h"
 #include "lease/lessor.h"
-#include "leases.h"
+#include "lease/leases.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,11 +64,11 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
     if (uv_loop_init(&k->loop) != 0)
         return -ENOMEM;
     kv_server *s = &k->srv;
-    s->loop = &k->loop;
+    s->api.loop = &k->loop;
     s->cfg = &k->cfg;
     s->id.cluster_id = 0x1000;
     s->id.member_id = 0x2000;
-    rc = kv_metrics_new(&s->metrics, 0);
+    rc = kv_metrics_new(&s->api.metrics, 0);
     if (rc < 0)
         return rc;
     kv_store_config sc;
@@ -76,11 +76,11 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
     sc.dir = k->dir;
     sc.quota_bytes = FUZZ_QUOTA;
     sc.max_txn_ops = k->cfg.max_txn_ops;
-    rc = kv_store_open(&s->store, &sc);
+    rc = kv_store_open(&s->api.store, &sc);
     if (rc < 0)
         return rc;
     /* Speed, not durability: nothing here survives the process. */
-    mdb_env_set_flags(kv_store_env(s->store), MDB_NOSYNC | MDB_NOMETASYNC, 1);
+    mdb_env_set_flags(kv_store_env(s->api.store), MDB_NOSYNC | MDB_NOMETASYNC, 1);
     /* The member's core exactly as kvd starts it: node, lessor, reader pool, watch hub. */
     rc = kv_server_start_core(s);
     if (rc < 0)
@@ -94,12 +94,13 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
     k->n_methods = kv_services_collect(k->methods, KV_SERVICES_MAX);
     if (k->n_methods == 0)
         return -E2BIG;
-    rc = kv_grpc_server_init(&k->grpc, &k->loop, &gc, k->methods, k->n_methods, s, s->metrics);
+    rc = kv_grpc_server_init(&k->grpc, &k->loop, &gc, k->methods, k->n_methods, &s->api,
+                             s->api.metrics);
     if (rc < 0)
         return rc;
     /* The client port's HTTP branch, as main() installs it: HTTP/2 streams that are not gRPC
      * (and HTTP/1 connections) reach the JSON gateway. */
-    kv_client_http_config chc = {.metrics = s->metrics,
+    kv_client_http_config chc = {.metrics = s->api.metrics,
                                  .max_body_bytes = gc.max_request_bytes,
                                  .max_streams = gc.max_concurrent_streams};
     rc = kv_client_http_new(&k->chttp, &chc, &k->loop);
@@ -120,11 +121,11 @@ void kv_fuzz_kvd_stop(kv_fuzz_kvd *k)
     k->chttp = NULL;
     kv_server_stop_core(s);
     uv_run(&k->loop, UV_RUN_DEFAULT);
-    kv_store_close(s->store);
-    s->store = NULL;
+    kv_store_close(s->api.store);
+    s->api.store = NULL;
     uv_loop_close(&k->loop);
-    kv_metrics_free(s->metrics);
-    s->metrics = NULL;
+    kv_metrics_free(s->api.metrics);
+    s->api.metrics = NULL;
     if (k->dir[0])
         kv_fuzz_rmdir(k->dir);
     k->running = 0;
@@ -132,8 +133,8 @@ void kv_fuzz_kvd_stop(kv_fuzz_kvd *k)
 
 int kv_fuzz_kvd_maybe_reset(kv_fuzz_kvd *k)
 {
-    if (kv_node_revision(k->srv.node) < FUZZ_MAX_REVISION &&
-        kv_lessor_count(k->srv.lessor) < FUZZ_MAX_LEASES)
+    if (kv_node_revision(k->srv.api.node) < FUZZ_MAX_REVISION &&
+        kv_lessor_count(k->srv.api.lessor) < FUZZ_MAX_LEASES)
         return 0;
     kv_fuzz_kvd_stop(k);
     return kv_fuzz_kvd_start(k);
@@ -191,7 +192,7 @@ static int session_chunk(kv_fuzz_kvd *k, int sv[2], size_t before, const uint8_t
         drain(sv[1], out, arg);
     }
     int done = 0;
-    if (kv_node_barrier(k->srv.node, on_barrier, &done) == 0) {
+    if (kv_node_barrier(k->srv.api.node, on_barrier, &done) == 0) {
         rounds = 0;
         while (!done && rounds++ < FUZZ_MAX_ROUNDS) {
             uv_run(&k->loop, UV_RUN_ONCE);

@@ -18,7 +18,7 @@
 #include "api/services.h"
 #include "daemon/config.h"
 #include "grpc/grpc_server.h"
-#include "server.h"
+#include "daemon/server.h"
 
 #include <stddef.h>
 #include <stdint.h>

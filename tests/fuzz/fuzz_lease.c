@@ -145,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (getenv("KV_FUZZ_VERBOSE"))
         fprintf(stderr, "fuzz_lease: %u response frames, %zu leases\n",
-                kv_fuzz_h2c_responses(s.cli), kv_lessor_count(g_kvd->srv.lessor));
+                kv_fuzz_h2c_responses(s.cli), kv_lessor_count(g_kvd->srv.api.lessor));
     kv_fuzz_h2c_free(s.cli);
     if (kv_fuzz_kvd_maybe_reset(g_kvd) != 0)
         abort();

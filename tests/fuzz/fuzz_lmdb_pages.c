@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "apply/apply.h"
 #include "mvcc/lmdb_verify.h"
 #include "mvcc/snapshot.h"

@@ -2,7 +2,7 @@
  * fuzz_request - the request decoder and checker: kvdpb.InternalRequest decoding and the
  * apply path (server/mvcc/apply.c dispatch, txn_check.c, write/range/compact/lease table),
  * Range (kv_store_range: decoding, kv_range_check, the cursor walk, sort, limit, filters),
- * and api/internal_req.c's wrapping, on one store in a temp dir (small map, fsync off).
+ * and apply/internal_req.c's wrapping, on one store in a temp dir (small map, fsync off).
  *
  * The store is seeded once with some history (puts, overwrites, deletes, a compaction, a
  * lease with keys) and every input is applied in a batch that is then aborted, so each input
@@ -27,7 +27,7 @@
 #include "fuzz.h"
 #include "fuzz_kvd.h"
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "apply/apply.h"
 #include "common/varint.h"
 #include "mvcc/store.h"

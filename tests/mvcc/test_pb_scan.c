@@ -10,8 +10,8 @@
 
 #include "apply/apply_int.h" /* kv_txn_check (was mvcc/txn_check.c) */
 #include "helpers.h"
-#include "mvcc/pb_scan.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_scan.h"
+#include "pb/pb_strip.h"
 #include "mvcc/store_int.h"
 #include "txn_wire.h"
 

@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 #include "daemon/identity.h"
+#include "mvcc/members.h"
 
 #include <criterion/criterion.h>
 
@@ -25,10 +26,10 @@ Test(identity, token_and_urls_change_the_id)
 {
     const char *a[] = {"http://127.0.0.1:2380"};
     const char *b[] = {"http://127.0.0.1:2381"};
-    uint64_t x = kv_identity_member_id(a, 1, "etcd-cluster");
-    cr_assert_neq(x, kv_identity_member_id(a, 1, "other"));
-    cr_assert_neq(x, kv_identity_member_id(b, 1, "etcd-cluster"));
+    uint64_t x = kv_members_compute_id(a, 1, "etcd-cluster");
+    cr_assert_neq(x, kv_members_compute_id(a, 1, "other"));
+    cr_assert_neq(x, kv_members_compute_id(b, 1, "etcd-cluster"));
     const char *ab[] = {"http://b:1", "http://a:1"};
     const char *ba[] = {"http://a:1", "http://b:1"};
-    cr_assert_eq(kv_identity_member_id(ab, 2, "t"), kv_identity_member_id(ba, 2, "t"));
+    cr_assert_eq(kv_members_compute_id(ab, 2, "t"), kv_members_compute_id(ba, 2, "t"));
 }

@@ -1,4 +1,4 @@
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "internal.pb-c.h"
 
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /* The node's ordered write path: group commit, ordering, bounds, detach, barrier, stall. */
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "node/node.h"
 #include "rpc.pb-c.h"
 

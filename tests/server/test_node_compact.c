@@ -2,7 +2,7 @@
  * answered at once, the removal runs in many bounded batches, a put proposed after the
  * Compact is acknowledged long before the compaction ends, kv_node_compact_wait fires when it
  * is done, and an interrupted compaction resumes when the node starts again. */
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "node/node.h"
 #include "rpc.pb-c.h"
 

@@ -5,9 +5,12 @@
  * next loop turn; a repeating timer re-sends unsent batches, follows leader changes and
  * enforces the time bound.
  */
-#include "lease_fwd.h"
+#include "lease/lease_fwd.h"
 
+#include "lease/lease_fwd_serve.h"
+#include "common/mix64.h"
 #include "lease/lessor.h"
+#include "peer/peer_frames.h"
 #include "raft.pb-c.h"
 
 #include <errno.h>
@@ -20,7 +23,7 @@
 #define RETRY_MAX 20u         /* timer periods an unknown-lease answer is retried */
 
 typedef struct fwd_owner {
-    kv_grpc_call *call; /* NULL once the call went away or was ended */
+    void *call; /* NULL once the call went away or was ended */
     struct fwd_owner *prev, *next;
     uint32_t pending;
     unsigned half_closed : 1;
@@ -79,7 +82,7 @@ typedef struct held_frame {
 } held_frame;
 
 struct kv_lease_fwd {
-    kv_server *s;
+    kv_lease_fwd_deps d; /* copied at start; d.calls is static */
     uv_idle_t idle;
     uv_timer_t timer;
     int idle_on, timer_on, handles_open;
@@ -106,13 +109,7 @@ struct kv_lease_fwd {
 static size_t bucket_of(const kv_lease_fwd *f, int64_t id)
 {
     /* Ids are client-chosen: the hash is keyed with a per-forwarder seed. */
-    uint64_t x = (uint64_t)id ^ f->seed;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (size_t)(x & (f->nbuckets - 1));
+    return (size_t)(kv_mix64((uint64_t)id ^ f->seed) & (f->nbuckets - 1));
 }
 
 static fwd_renew *index_find(const kv_lease_fwd *f, int64_t id)
@@ -178,7 +175,7 @@ static fwd_owner **owner_list(kv_lease_fwd *f, fwd_owner *o)
     return o->stream ? &f->streams : &f->ttls;
 }
 
-static fwd_owner *owner_new(kv_lease_fwd *f, kv_grpc_call *call, int stream)
+static fwd_owner *owner_new(kv_lease_fwd *f, void *call, int stream)
 {
     fwd_owner *o = calloc(1, sizeof(*o));
     if (o == NULL)
@@ -208,7 +205,7 @@ static void owner_free(kv_lease_fwd *f, fwd_owner *o)
 static void owner_detach(kv_lease_fwd *f, fwd_owner *o)
 {
     if (o->call && o->stream)
-        kv_grpc_call_set_data(o->call, NULL);
+        f->d.calls->set_owner(o->call, NULL);
     o->call = NULL;
     if (o->pending == 0)
         owner_free(f, o);
@@ -224,8 +221,8 @@ static void owner_put(kv_lease_fwd *f, fwd_owner *o)
     if (o->pending > 0)
         return;
     if (o->call && o->half_closed) {
-        kv_grpc_call_set_data(o->call, NULL);
-        kv_grpc_call_finish(o->call, KV_GRPC_OK, NULL);
+        f->d.calls->set_owner(o->call, NULL);
+        f->d.calls->finish_ok(o->call);
         o->call = NULL;
     }
     if (o->call == NULL)
@@ -243,9 +240,9 @@ static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, 
     if (o->call && (status == -ETIMEDOUT || status == -EBUSY) && !o->half_closed) {
         /* dropped (see above) */
     } else if (o->call) {
-        kv_grpc_call *call = o->call;
+        void *call = o->call;
         if (w->done(call, id, status, ttl)) {
-            kv_grpc_call_set_data(call, NULL);
+            f->d.calls->set_owner(call, NULL);
             o->call = NULL;
         } else if (status >= 0) { /* answered */
             kv_metric_observe(f->m_renew_latency, (double)(uv_hrtime() - w->t0_ns) / 1e9);
@@ -272,7 +269,7 @@ static void item_done(kv_lease_fwd *f, fwd_item *it, int status, int64_t a, int6
     }
     fwd_owner *o = it->o;
     if (o->call) {
-        kv_grpc_call *call = o->call;
+        void *call = o->call;
         o->call = NULL; /* the unary call is answered or handed on by the callback */
         it->ttl_done(call, it->id, it->want_keys, status, a, b);
     }
@@ -306,7 +303,7 @@ static int enqueue(kv_lease_fwd *f, const fwd_item *it, int retry);
  * re-queued. */
 static int retry_unknown(kv_lease_fwd *f, fwd_item *it)
 {
-    if (it->retries >= RETRY_MAX || !kv_lessor_exists(f->s->lessor, it->id))
+    if (it->retries >= RETRY_MAX || !kv_lessor_exists(f->d.lessor, it->id))
         return 0;
     fwd_item copy = *it;
     copy.retries++;
@@ -346,8 +343,8 @@ static void batch_finish(kv_lease_fwd *f, fwd_batch *b, int status, const int64_
  * local lessor. */
 static int batch_serve_local(kv_lease_fwd *f, fwd_batch *b)
 {
-    kv_lessor *l = f->s->lessor;
-    if (!kv_lessor_is_primary(l) || !kv_node_lease_live(f->s->node, b->arrived_ms))
+    kv_lessor *l = f->d.lessor;
+    if (!kv_lessor_is_primary(l) || !kv_node_lease_live(f->d.node, b->arrived_ms))
         return -EAGAIN;
     batch_unlink(f, b);
     for (size_t i = 0; i < b->n; i++) {
@@ -400,10 +397,10 @@ static int batch_send(kv_lease_fwd *f, fwd_batch *b, uint64_t leader)
         goto out;
     kvdraftpb__lease_renew_batch__pack(&m, buf);
     /* The priority queue: ahead of forwarded proposals and raft traffic. */
-    rc = kv_node_peer_send_prio(f->s->node, leader, KV_LEASE_FWD_REQ, buf, len);
+    rc = kv_node_peer_send_prio(f->d.node, leader, KV_LEASE_FWD_REQ, buf, len);
     if (rc == 0) {
         b->leader = leader;
-        b->sent_at = uv_now(f->s->loop);
+        b->sent_at = uv_now(f->d.loop);
         kv_metric_inc(f->m_batches);
         kv_metric_add(f->m_fwd, (int64_t)b->n);
         if (nr)
@@ -421,13 +418,13 @@ static void timer_ensure(kv_lease_fwd *f);
 /* Sends (or serves locally, or fails) batch b according to the current leader. */
 static void batch_dispatch(kv_lease_fwd *f, fwd_batch *b)
 {
-    kv_node *n = f->s->node;
+    kv_node *n = f->d.node;
     uint64_t leader = kv_node_leader(n);
     b->wait_index = 0;
     if (leader == 0)
         return; /* the timer retries until the bound */
     if (leader == kv_node_self(n)) {
-        if (!kv_lessor_is_primary(f->s->lessor) || !kv_node_lease_live(n, b->arrived_ms))
+        if (!kv_lessor_is_primary(f->d.lessor) || !kv_node_lease_live(n, b->arrived_ms))
             return; /* not serving yet, or not confirmed as leader since (node.h): the
                      * confirmation (on_applied) or the timer retries */
         /* etcd's waitAppliedIndex, once for the whole batch: answered when this member
@@ -459,7 +456,7 @@ static void on_idle(uv_idle_t *h)
     uv_idle_stop(&f->idle);
     f->idle_on = 0;
     f->open = NULL;
-    uint64_t now = uv_now(f->s->loop);
+    uint64_t now = uv_now(f->d.loop);
     fwd_batch *b = f->head;
     while (b) {
         fwd_batch *next = b->next;
@@ -473,8 +470,8 @@ static void on_idle(uv_idle_t *h)
 static void on_timer(uv_timer_t *h)
 {
     kv_lease_fwd *f = h->data;
-    kv_node *n = f->s->node;
-    uint64_t now = uv_now(f->s->loop);
+    kv_node *n = f->d.node;
+    uint64_t now = uv_now(f->d.loop);
     uint64_t leader = kv_node_leader(n);
     fwd_batch *b = f->head;
     while (b) {
@@ -523,7 +520,7 @@ static void timer_ensure(kv_lease_fwd *f)
 {
     if (f->timer_on || f->head == NULL)
         return;
-    uint64_t period = f->s->cfg->heartbeat_interval_ms;
+    uint64_t period = f->d.heartbeat_ms;
     if (period < 10)
         period = 10;
     if (period > 100)
@@ -560,7 +557,7 @@ out:
 static void serve_frame(kv_lease_fwd *f, uint64_t from, const uint8_t *buf, size_t len,
                         uint64_t arrived_ms, int refuse)
 {
-    int n = kv_lease_fwd_serve(f->s, from, buf, len, arrived_ms, refuse);
+    int n = kv_lease_fwd_serve(f->d.node, f->d.lessor, from, buf, len, arrived_ms, refuse);
     if (n > 0)
         kv_metric_add(f->m_served, n);
 }
@@ -573,12 +570,12 @@ static void serve_frame(kv_lease_fwd *f, uint64_t from, const uint8_t *buf, size
 static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 {
     kv_lease_fwd *f = arg;
-    kv_node *n = f->s->node;
+    kv_node *n = f->d.node;
     /* the lease entries suffice: a follower reads a TimeToLive's keys itself, after a
      * ReadIndex barrier (service_lease.c) */
     uint64_t commit = kv_node_lease_index(n);
     uint64_t now = kv_node_now_ms();
-    if (!kv_node_is_leader(n) || !kv_lessor_is_primary(f->s->lessor) ||
+    if (!kv_node_is_leader(n) || !kv_lessor_is_primary(f->d.lessor) ||
         (kv_node_applied_index(n) >= commit && kv_node_lease_live(n, now))) {
         serve_frame(f, from, buf, len, now, 0);
         return;
@@ -587,7 +584,7 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
     if (f->n_held < f->max_pending)
         h = malloc(sizeof(*h) + (len ? len : 1));
     if (h != NULL)
-        kv_lease_fwd_serve_early(f->s, buf, len);
+        kv_lease_fwd_serve_early(f->d.lessor, buf, len);
     if (h == NULL) {
         kv_metric_inc(f->m_held_refused);
         serve_frame(f, from, buf, len, now, 1);
@@ -613,10 +610,10 @@ static void on_req(void *arg, uint64_t from, const uint8_t *buf, size_t len)
 static void on_applied(void *arg, uint64_t applied)
 {
     kv_lease_fwd *f = arg;
-    kv_node *n = f->s->node;
+    kv_node *n = f->d.node;
     while (f->held && f->held->index <= applied) {
         held_frame *h = f->held;
-        if (kv_node_is_leader(n) && kv_lessor_is_primary(f->s->lessor) &&
+        if (kv_node_is_leader(n) && kv_lessor_is_primary(f->d.lessor) &&
             !kv_node_lease_live(n, h->arrived_ms))
             break; /* held for the confirmation (it runs this hook) */
         f->held = h->next;
@@ -635,7 +632,7 @@ static void on_applied(void *arg, uint64_t applied)
             if (batch_serve_local(f, b) < 0)
                 b->leader = 0; /* no longer serving: the timer retries */
         } else if (b->leader == 0 && b != f->open && b != f->retry &&
-                   b->not_before <= uv_now(f->s->loop) && kv_node_leader(n) == self) {
+                   b->not_before <= uv_now(f->d.loop) && kv_node_leader(n) == self) {
             batch_dispatch(f, b); /* waited for the leadership confirmation (node.h) */
         }
         b = next;
@@ -648,7 +645,7 @@ int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys)
         return 0;
     if (f == NULL)
         return 1;
-    kv_node *n = f->s->node;
+    kv_node *n = f->d.node;
     if (!kv_node_lease_live(n, kv_node_now_ms()))
         return 0; /* possibly deposed without knowing it: wait (node.h kv_node_lease_live) */
     return kv_node_applied_index(n) >= (keys ? kv_node_commit_index(n) : kv_node_lease_index(n));
@@ -675,9 +672,9 @@ static int enqueue(kv_lease_fwd *f, const fwd_item *it, int retry)
         if (b == NULL)
             return -ENOMEM;
         b->seq = ++f->next_seq;
-        b->deadline = uv_now(f->s->loop) + f->timeout_ms;
+        b->deadline = uv_now(f->d.loop) + f->timeout_ms;
         if (retry)
-            b->not_before = uv_now(f->s->loop) + 1;
+            b->not_before = uv_now(f->d.loop) + 1;
         if (f->tail)
             f->tail->next = b;
         else
@@ -772,17 +769,17 @@ fail:
     return rc;
 }
 
-int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done)
+int kv_lease_fwd_renew(kv_lease_fwd *f, void *call, int64_t id, kv_lease_fwd_renew_fn done)
 {
     if (f == NULL || f->handles_open == 0)
         return -EAGAIN;
-    fwd_owner *o = kv_grpc_call_data(call);
+    fwd_owner *o = f->d.calls->get_owner(call);
     int fresh = 0;
     if (o == NULL) {
         o = owner_new(f, call, 1);
         if (o == NULL)
             return -ENOMEM;
-        kv_grpc_call_set_data(call, o);
+        f->d.calls->set_owner(call, o);
         fresh = 1;
     }
     int rc = renew_owner(f, o, id, done);
@@ -791,7 +788,7 @@ int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease
     return rc;
 }
 
-int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
+int kv_lease_fwd_ttl(kv_lease_fwd *f, void *call, int64_t id, int want_keys,
                      kv_lease_fwd_ttl_fn done)
 {
     if (f == NULL || f->handles_open == 0)
@@ -811,18 +808,18 @@ int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_k
     return 0;
 }
 
-int kv_lease_fwd_call_gone(kv_lease_fwd *f, kv_grpc_call *call)
+int kv_lease_fwd_call_gone(kv_lease_fwd *f, void *call)
 {
     if (f == NULL)
         return 0;
-    fwd_owner *o = kv_grpc_call_data(call);
+    fwd_owner *o = f->d.calls->get_owner(call);
     if (o == NULL)
         return 0;
     owner_detach(f, o);
     return 1;
 }
 
-int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call)
+int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, void *call)
 {
     if (f == NULL)
         return 0;
@@ -834,11 +831,11 @@ int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call)
     return 0;
 }
 
-int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call)
+int kv_lease_fwd_half_close(kv_lease_fwd *f, void *call)
 {
     if (f == NULL)
         return 0;
-    fwd_owner *o = kv_grpc_call_data(call);
+    fwd_owner *o = f->d.calls->get_owner(call);
     if (o == NULL)
         return 0;
     if (o->pending == 0) {
@@ -880,7 +877,7 @@ kv_metric *kv_lease_renewal_histogram(kv_metrics *m, const char *path)
 
 static void register_metrics(kv_lease_fwd *f)
 {
-    kv_metrics *m = f->s->metrics;
+    kv_metrics *m = f->d.metrics;
     if (m == NULL)
         return;
     f->m_renew_latency = kv_lease_renewal_histogram(m, "forwarded");
@@ -926,43 +923,43 @@ static void register_metrics(kv_lease_fwd *f)
         NULL);
 }
 
-int kv_lease_fwd_start(kv_server *s)
+int kv_lease_fwd_start(kv_lease_fwd **out, const kv_lease_fwd_deps *d)
 {
+    *out = NULL;
     kv_lease_fwd *f = calloc(1, sizeof(*f));
     if (f == NULL)
         return -ENOMEM;
-    f->s = s;
-    f->max_pending =
-        s->cfg->max_pending_lease_forwards ? s->cfg->max_pending_lease_forwards : 65536;
+    f->d = *d;
+    f->max_pending = d->max_pending ? d->max_pending : 65536;
     /* Waiters: one per distinct lease plus as many renewals joined from other streams. */
     f->max_waiters = 2 * f->max_pending;
     f->seed = (uint64_t)uv_hrtime() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)f;
+    uint64_t election_ms = d->election_ms ? d->election_ms : 1000;
     /* etcd's request timeout (ReqTimeout: 5 s + 2 election timeouts), its bound on a
      * forwarded LeaseRenew: it covers an election (one to two election timeouts) and a slow
      * link. A shorter bound drops every renewal whose round trip exceeds it, so a client on a
      * follower gets no answer for a whole TTL although the leader renewed (and then gives
      * the lease up). */
-    f->timeout_ms =
-        5000ull + 2ull * (s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000);
+    f->timeout_ms = 5000ull + 2ull * election_ms;
     /* One election timeout: within a lease's minimum TTL (1.5 election timeouts, as etcd's
      * minLeaseTTL), so a lost answer is asked again before the lease could lapse. */
-    f->resend_ms = s->cfg->election_timeout_ms ? s->cfg->election_timeout_ms : 1000;
-    uv_idle_init(s->loop, &f->idle);
-    uv_timer_init(s->loop, &f->timer);
+    f->resend_ms = election_ms;
+    uv_idle_init(d->loop, &f->idle);
+    uv_timer_init(d->loop, &f->timer);
     f->idle.data = f;
     f->timer.data = f;
     f->handles_open = 2;
     register_metrics(f);
-    kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_req, f);
-    kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_resp, f);
-    kv_node_set_applied_hook(s->node, on_applied, f);
-    s->lease_fwd = f;
+    kv_node_set_peer_handler(d->node, KV_LEASE_FWD_REQ, on_req, f);
+    kv_node_set_peer_handler(d->node, KV_LEASE_FWD_RESP, on_resp, f);
+    kv_node_set_applied_hook(d->node, on_applied, f);
+    *out = f;
     return 0;
 }
 
 void kv_lease_fwd_peer_down(kv_lease_fwd *f, uint64_t id)
 {
-    if (f == NULL || id == kv_node_self(f->s->node))
+    if (f == NULL || id == kv_node_self(f->d.node))
         return;
     /* Frames queued to or from that member were dropped with its connection: what was in
      * flight there is asked again (to it once it is back, or to a new leader). */
@@ -983,17 +980,13 @@ static void on_handle_closed(uv_handle_t *h)
     }
 }
 
-void kv_lease_fwd_stop(kv_server *s)
+void kv_lease_fwd_stop(kv_lease_fwd *f)
 {
-    kv_lease_fwd *f = s->lease_fwd;
     if (f == NULL)
         return;
-    s->lease_fwd = NULL;
-    if (s->node) {
-        kv_node_set_peer_handler(s->node, KV_LEASE_FWD_REQ, on_frame_ignored, NULL);
-        kv_node_set_peer_handler(s->node, KV_LEASE_FWD_RESP, on_frame_ignored, NULL);
-        kv_node_set_applied_hook(s->node, NULL, NULL);
-    }
+    kv_node_set_peer_handler(f->d.node, KV_LEASE_FWD_REQ, on_frame_ignored, NULL);
+    kv_node_set_peer_handler(f->d.node, KV_LEASE_FWD_RESP, on_frame_ignored, NULL);
+    kv_node_set_applied_hook(f->d.node, NULL, NULL);
     while (f->held) { /* unanswered: the followers time them out */
         held_frame *h = f->held;
         f->held = h->next;
@@ -1007,8 +1000,8 @@ void kv_lease_fwd_stop(kv_server *s)
         owner_detach(f, f->streams);
     while (f->ttls)
         owner_detach(f, f->ttls);
-    if (s->metrics)
-        kv_metrics_gauge_fn_remove(s->metrics, f);
+    if (f->d.metrics)
+        kv_metrics_gauge_fn_remove(f->d.metrics, f);
     uv_close((uv_handle_t *)&f->idle, on_handle_closed);
     uv_close((uv_handle_t *)&f->timer, on_handle_closed);
 }

@@ -48,7 +48,7 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
                           const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len);
 
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
- * depth and op counts are bounded before anything unpacks them (mvcc/pb_scan.h).
+ * depth and op counts are bounded before anything unpacks them (pb/pb_scan.h).
  * max_txn_ops is --max-txn-ops. Returns KV_ERR_NONE if the request may be proposed;
  * otherwise the error to answer: KV_ERR_TOO_MANY_OPS, or KV_ERR_GRPC_UNMARSHAL (what kvd
  * answers for undecodable requests). Any thread. */

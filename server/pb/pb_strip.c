@@ -1,11 +1,11 @@
 /* pb_strip: see pb_strip.h. */
-#include "mvcc/pb_strip.h"
+#include "pb/pb_strip.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mvcc/pb_wire.h"
+#include "pb/pb_wire.h"
 
 /* Field lookup with a one-entry cache: floods repeat one tag. */
 typedef struct known_cache {

@@ -1,10 +1,10 @@
 /* pb_scan: iterative TxnRequest pre-scan (see pb_scan.h). The wire reader (pb_wire.h)
  * mirrors protobuf-c 1.4, so both sides agree on which bytes are a nested txn. */
-#include "mvcc/pb_scan.h"
+#include "pb/pb_scan.h"
 
 #include <stdbool.h>
 
-#include "mvcc/pb_wire.h"
+#include "pb/pb_wire.h"
 
 /* TxnRequest fields. */
 enum { TXN_COMPARE = 1, TXN_SUCCESS = 2, TXN_FAILURE = 3 };

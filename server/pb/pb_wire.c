@@ -1,6 +1,6 @@
 /* pb_wire: one protobuf field, read exactly as protobuf-c 1.4 does (parse_tag_and_wiretype,
  * scan_length_prefixed_data and the unpack scan loop), see pb_wire.h. */
-#include "mvcc/pb_wire.h"
+#include "pb/pb_wire.h"
 
 #include <limits.h>
 

@@ -13,7 +13,7 @@
 #define KV_ETCD_METRICS_H
 
 #include "common/version.h"
-#include "server.h"
+#include "daemon/server.h"
 
 int kv_etcd_metrics_start(kv_server *s);
 void kv_etcd_metrics_stop(kv_server *s);

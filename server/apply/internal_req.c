@@ -1,10 +1,10 @@
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 
 #include "common/etcd_errors.h"
 #include "common/varint.h"
 
-#include "mvcc/pb_scan.h"
-#include "mvcc/pb_strip.h"
+#include "pb/pb_scan.h"
+#include "pb/pb_strip.h"
 #include "internal.pb-c.h"
 #include "rpc.pb-c.h"
 
@@ -50,7 +50,7 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
     if (!known || (len && msg == NULL))
         return -EINVAL;
     /* A client's unknown fields are dropped here (etcd ignores them), so the apply thread does
-     * not pay protobuf-c's per-field cost for them (mvcc/pb_strip.h). */
+     * not pay protobuf-c's per-field cost for them (pb/pb_strip.h). */
     const ProtobufCMessageDescriptor *d = field_desc(field);
     if (d && kv_pb_count_unknown(d, msg, len) > KV_PB_UNKNOWN_KEEP) {
         uint8_t *tmp = malloc(len);

@@ -43,24 +43,29 @@
  * grant yet, or this member not the revoke) is asked again every timer period while the
  * table holds it, at most 20 times (kvd_lease_fwd_retried_total).
  *
- * Calls: a request belongs to a gRPC call. The forwarder keeps a small owner record per call
- * (for keepalive streams in the call's data pointer); the service must tell it when the call
+ * Calls: a request belongs to a client call, which the forwarder knows only as an opaque
+ * pointer (the api passes its gRPC call; this module names no gRPC type and no peer frame).
+ * The forwarder keeps a small owner record per call (for keepalive streams in a slot of the
+ * call the caller provides, kv_lease_fwd_call_ops); the service must tell it when the call
  * ends other than through a done callback (kv_lease_fwd_call_gone: on_cancel, or before the
  * service itself finishes the stream). A keepalive stream half-closed with renewals in flight
- * is finished (OK) by the forwarder after the last one was answered.
+ * is finished (OK, finish_ok) by the forwarder after the last one was answered.
  *
- * Threads: loop thread only. Ownership: s->lease_fwd belongs to the server.
+ * Peer frames: the forwarder registers its two frame types (peer/peer_frames.h,
+ * LeaseRenewBatch 16 and LeaseRenewResp 17) with the node at start; the leader side is
+ * lease_fwd_serve.c.
+ *
+ * Threads: loop thread only. Ownership: the daemon starts and stops it; the api uses it.
  */
 #ifndef KV_LEASE_FWD_H
 #define KV_LEASE_FWD_H
 
-#include "grpc/grpc_server.h"
 #include "lease/lessor.h"
-#include "server.h"
+#include "metrics/metrics.h"
+#include "node/node.h"
 
 #include <stdint.h>
-
-#include "peer/peer_frames.h" /* KV_LEASE_FWD_REQ, KV_LEASE_FWD_RESP */
+#include <uv.h>
 
 typedef struct kv_lease_fwd kv_lease_fwd;
 
@@ -68,37 +73,57 @@ typedef struct kv_lease_fwd kv_lease_fwd;
  * leader), -ETIMEDOUT (half-closed streams only), -ECANCELED (server closing); never -EBUSY
  * nor -ETIMEDOUT on an open stream (such renewals are dropped without a callback). Returns 1 if it
  * ended the call (finish or error), else 0. Never called for a call that went away. */
-typedef int (*kv_lease_fwd_renew_fn)(kv_grpc_call *call, int64_t id, int status, int64_t ttl);
+typedef int (*kv_lease_fwd_renew_fn)(void *call, int64_t id, int status, int64_t ttl);
 /* Result of one forwarded TimeToLive: status 0 and remaining (-1 = unknown lease), granted,
  * or a negative errno as above. The unary call must be ended (or handed on) by fn. */
-typedef void (*kv_lease_fwd_ttl_fn)(kv_grpc_call *call, int64_t id, int want_keys, int status,
+typedef void (*kv_lease_fwd_ttl_fn)(void *call, int64_t id, int want_keys, int status,
                                     int64_t remaining, int64_t granted);
 
-/* Creates s->lease_fwd, registers both peer frame handlers and the metrics. Requires s->node,
- * s->lessor, s->cfg, s->loop (s->metrics optional). 0 or -ENOMEM. */
-int kv_lease_fwd_start(kv_server *s);
+/* What the forwarder needs of a keepalive stream: one pointer-sized slot it may use (NULL
+ * until set), and ending the stream with OK once a half-closed stream's last renewal was
+ * answered. Implemented by the api (api/service_lease.c, kv_service_lease_call_ops). */
+typedef struct kv_lease_fwd_call_ops {
+    void *(*get_owner)(void *call);
+    void (*set_owner)(void *call, void *owner);
+    void (*finish_ok)(void *call);
+} kv_lease_fwd_call_ops;
+
+typedef struct kv_lease_fwd_deps {
+    uv_loop_t *loop;
+    kv_node *node;
+    kv_lessor *lessor;
+    kv_metrics *metrics; /* optional */
+    const kv_lease_fwd_call_ops *calls;
+    uint32_t max_pending;  /* --max-pending-lease-forwards (0: 65536) */
+    uint32_t election_ms;  /* --election-timeout (0: 1000): the time bound and re-send period */
+    uint32_t heartbeat_ms; /* --heartbeat-interval: the retry timer's period (10..100 ms) */
+} kv_lease_fwd_deps;
+
+/* Creates the forwarder, registers both peer frame handlers, the applied hook and the
+ * metrics. d->loop, node, lessor and calls are required and must outlive it. 0 or -ENOMEM. */
+int kv_lease_fwd_start(kv_lease_fwd **out, const kv_lease_fwd_deps *d);
 /* Fails every queued request with -ECANCELED (calls still attached get their done callback),
- * detaches the handlers, closes the handles (freed on the next loop turn). Idempotent. */
-void kv_lease_fwd_stop(kv_server *s);
+ * detaches the handlers, closes the handles (freed on the next loop turn). NULL: no-op. */
+void kv_lease_fwd_stop(kv_lease_fwd *f);
 
 /* Queues a renewal of lease id for keepalive stream call (a follower; or the leader while
  * kv_lease_fwd_current is 0: then the batch waits once for the applied index and is answered
  * from the local lessor), or joins the pending forward of id. 0 queued or joined (done runs later,
  * never from inside this call), -EBUSY bound reached (shed: drop this renewal, keep the stream),
  * -EAGAIN forwarder stopped, -ENOMEM. */
-int kv_lease_fwd_renew(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, kv_lease_fwd_renew_fn done);
+int kv_lease_fwd_renew(kv_lease_fwd *f, void *call, int64_t id, kv_lease_fwd_renew_fn done);
 /* Queues a TimeToLive query of lease id for unary call; same returns. */
-int kv_lease_fwd_ttl(kv_lease_fwd *f, kv_grpc_call *call, int64_t id, int want_keys,
+int kv_lease_fwd_ttl(kv_lease_fwd *f, void *call, int64_t id, int want_keys,
                      kv_lease_fwd_ttl_fn done);
 
 /* The call went away or the service is about to end it: its pending requests are dropped
  * silently. Returns 1 if the forwarder knew the call. */
-int kv_lease_fwd_call_gone(kv_lease_fwd *f, kv_grpc_call *call);
+int kv_lease_fwd_call_gone(kv_lease_fwd *f, void *call);
 /* The unary TimeToLive call went away (its on_cancel): returns 1 if it was waiting here. */
-int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, kv_grpc_call *call);
+int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, void *call);
 /* The client half-closed keepalive stream call: returns 1 if renewals are still pending (the
  * forwarder finishes the call OK after the last answer), 0 if the caller should finish now. */
-int kv_lease_fwd_half_close(kv_lease_fwd *f, kv_grpc_call *call);
+int kv_lease_fwd_half_close(kv_lease_fwd *f, void *call);
 
 /* The peer connection to member id went down: batches in flight to it lost their frames or
  * their answers, so they are sent again (the timer, to the leader of then). NULL f: no-op. */
@@ -117,20 +142,6 @@ size_t kv_lease_fwd_pending(const kv_lease_fwd *f);
  * Otherwise the service queues the request here (kv_lease_fwd_renew / _ttl), and it is
  * answered once that index is applied, one wait per batch. f NULL: the lessor's primary flag. */
 int kv_lease_fwd_current(const kv_lease_fwd *f, const kv_lessor *l, int keys);
-
-/* Leader side (lease_fwd_serve.c): answers one LeaseRenewBatch from member `from`, which
- * arrived at arrived_ms (kv_node_now_ms()), with the local lessor now (code EAGAIN while it
- * does not serve leases or is not confirmed as leader since, kv_node_lease_live, or if
- * refuse: the follower asks again a timer period later). The caller waited for the applied
- * index. Returns the number of requests answered or a negative errno. */
-int kv_lease_fwd_serve(kv_server *s, uint64_t from, const uint8_t *buf, size_t len,
-                       uint64_t arrived_ms, int refuse);
-/* Leader, primary lessor: moves the deadlines of the renewals in a LeaseRenewBatch that must
- * wait for its answer (the applied index, the leadership confirmation). The answer still
- * waits: only what it reports must be linearizable, and a renewal that waits must not let
- * its lease expire meanwhile (a deposed leader's heap counts for nothing; a lease revoked
- * meanwhile is gone when the revoke applies). */
-void kv_lease_fwd_serve_early(kv_server *s, const uint8_t *buf, size_t len);
 
 /* kvd_lease_renewal_duration_seconds{path=...} (docs/metrics.md "Leases"): one LeaseKeepAlive
  * renewal from its receipt to its answer on this member. path is "local" (answered from this

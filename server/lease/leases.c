@@ -1,8 +1,7 @@
-#include "leases.h"
+#include "lease/leases.h"
 
-#include "api/internal_req.h"
+#include "apply/internal_req.h"
 #include "lease/lessor.h"
-#include "lease_fwd.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -10,7 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int propose_packed(kv_server *s, int field, const ProtobufCMessage *m)
+struct kv_leases {
+    uv_loop_t *loop;
+    kv_store *store;
+    kv_node *node;
+    kv_metrics *metrics; /* optional */
+    kv_lessor *lessor;
+    kv_leases_config cfg;
+};
+
+static int propose_packed(kv_leases *s, int field, const ProtobufCMessage *m)
 {
     size_t len = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(len ? len : 1);
@@ -28,7 +36,7 @@ static int propose_packed(kv_server *s, int field, const ProtobufCMessage *m)
 
 static int propose_revoke(void *arg, const int64_t *ids, size_t n)
 {
-    kv_server *s = arg;
+    kv_leases *s = arg;
     for (size_t i = 0; i < n; i++) {
         Etcdserverpb__LeaseRevokeRequest r = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
         r.id = ids[i];
@@ -41,7 +49,7 @@ static int propose_revoke(void *arg, const int64_t *ids, size_t n)
 
 static int propose_checkpoint(void *arg, const kv_lease_checkpoint *cps, size_t n)
 {
-    kv_server *s = arg;
+    kv_leases *s = arg;
     Etcdserverpb__LeaseCheckpoint *items = calloc(n ? n : 1, sizeof(*items));
     Etcdserverpb__LeaseCheckpoint **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
     int rc = -ENOMEM;
@@ -82,7 +90,7 @@ static void obs_checkpointed(void *arg, int64_t id, int64_t remaining)
     static double gauge_##field(void *arg)                                                         \
     {                                                                                              \
         kv_lessor_metrics m;                                                                       \
-        kv_lessor_metrics_get(((kv_server *)arg)->lessor, &m);                                     \
+        kv_lessor_metrics_get(((kv_leases *)arg)->lessor, &m);                                     \
         return (double)m.field;                                                                    \
     }
 LESSOR_GAUGE(active_leases)
@@ -93,7 +101,7 @@ LESSOR_GAUGE(checkpoints_total)
 LESSOR_GAUGE(is_primary)
 LESSOR_GAUGE(mem_bytes)
 
-static void register_metrics(kv_server *s)
+static void register_metrics(kv_leases *s)
 {
     kv_metrics *m = s->metrics;
     if (m == NULL)
@@ -102,10 +110,6 @@ static void register_metrics(kv_server *s)
                         gauge_active_leases, s);
     kv_metrics_gauge_fn(m, "kvd_lease_heap_size",
                         "Items in the lease expiry heap (0 on non-leaders).", gauge_heap_size, s);
-    s->m_keepalives =
-        kv_metrics_counter(m, "kvd_lease_keepalive_requests_total",
-                           "Lease renewals received on LeaseKeepAlive streams.", NULL);
-    s->m_renew_local = kv_lease_renewal_histogram(m, "local");
     kv_metrics_counter_fn(m, "kvd_lease_expired_total",
                           "Leases found expired and proposed for revocation.", gauge_expired_total,
                           s);
@@ -118,7 +122,7 @@ static void register_metrics(kv_server *s)
                         s);
 }
 
-static int promote(kv_server *s)
+static int promote(kv_leases *s)
 {
     MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
@@ -126,8 +130,7 @@ static int promote(kv_server *s)
         fprintf(stderr, "kvd: error: lease recovery: %s\n", mdb_strerror(rc));
         return -EIO;
     }
-    rc = kv_lessor_promote(s->lessor, (int64_t)s->cfg->election_timeout_ms, txn,
-                           kv_store_leases(s->store));
+    rc = kv_lessor_promote(s->lessor, (int64_t)s->cfg.election_ms, txn, kv_store_leases(s->store));
     mdb_txn_abort(txn);
     if (rc < 0)
         fprintf(stderr, "kvd: error: lease recovery failed: %s\n", strerror(-rc));
@@ -136,7 +139,7 @@ static int promote(kv_server *s)
 
 static void on_leader(void *arg, int primary)
 {
-    kv_server *s = arg;
+    kv_leases *s = arg;
     if (primary && !kv_lessor_is_primary(s->lessor)) {
         if (promote(s) == 0)
             fprintf(stderr, "kvd: leader: lease expiry runs here now\n");
@@ -146,7 +149,7 @@ static void on_leader(void *arg, int primary)
     }
 }
 
-void kv_leases_resync(kv_server *s)
+void kv_leases_resync(kv_leases *s)
 {
     MDB_txn *txn = NULL;
     if (mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn) != 0)
@@ -163,26 +166,36 @@ static void on_snapshot_installed(void *arg)
     kv_leases_resync(arg);
 }
 
-int kv_leases_start(kv_server *s)
+int kv_leases_start(kv_leases **out, const kv_leases_deps *d, const kv_leases_config *c)
 {
-    const kv_config *cfg = s->cfg;
+    *out = NULL;
+    kv_leases *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    s->loop = d->loop;
+    s->store = d->store;
+    s->node = d->node;
+    s->metrics = d->metrics;
+    s->cfg = *c;
     kv_lessor_config lc;
     kv_lessor_config_default(&lc);
     /* etcd: minimum TTL = 1.5 x election timeout, rounded up to whole seconds. */
-    lc.min_ttl_s = (int64_t)((3ULL * cfg->election_timeout_ms / 2 + 999) / 1000);
-    lc.max_ttl_s = cfg->max_lease_ttl_s;
-    lc.revoke_rate = cfg->lease_revoke_rate;
-    lc.checkpoint_rate = cfg->lease_checkpoint_rate;
-    lc.checkpoint_interval_ms = cfg->lease_checkpoint_interval_ms;
+    lc.min_ttl_s = (int64_t)((3ULL * c->election_ms / 2 + 999) / 1000);
+    lc.max_ttl_s = c->max_ttl_s;
+    lc.revoke_rate = c->revoke_rate;
+    lc.checkpoint_rate = c->checkpoint_rate;
+    lc.checkpoint_interval_ms = c->checkpoint_interval_ms;
     kv_lessor_ops ops = {
         .now_ms = NULL,
         .propose_revoke = propose_revoke,
-        .propose_checkpoint = cfg->lease_checkpoint_interval_ms ? propose_checkpoint : NULL,
+        .propose_checkpoint = c->checkpoint_interval_ms ? propose_checkpoint : NULL,
         .is_leader = NULL,
     };
     int rc = kv_lessor_create(&s->lessor, s->loop, &lc, &ops, s);
-    if (rc < 0)
+    if (rc < 0) {
+        free(s);
         return rc;
+    }
     kv_store_lease_observer obs = {
         .arg = s->lessor,
         .granted = obs_granted,
@@ -197,36 +210,50 @@ int kv_leases_start(kv_server *s)
     rc = mdb_txn_begin(kv_store_env(s->store), NULL, MDB_RDONLY, &txn);
     if (rc != 0) {
         fprintf(stderr, "kvd: error: lease recovery: %s\n", mdb_strerror(rc));
-        return -EIO;
+        rc = -EIO;
+        goto fail;
     }
     rc = kv_lessor_recover(s->lessor, txn, kv_store_leases(s->store));
     mdb_txn_abort(txn);
     if (rc < 0) {
         fprintf(stderr, "kvd: error: lease recovery failed: %s\n", strerror(-rc));
-        return rc;
+        goto fail;
     }
 
     /* A single member leads its one-member cluster from the start; in a cluster the lessor
      * promotes when raft makes this member the leader and it applied an entry of its term
      * (kv_node_set_leader_hook), and demotes as soon as it stops leading (lesson 4). */
-    if (s->id.n_members <= 1 && strcmp(cfg->initial_cluster_state, "existing") != 0) {
+    if (c->lead_at_start) {
         rc = promote(s);
         if (rc < 0)
-            return rc;
+            goto fail;
     }
     kv_node_set_leader_hook(s->node, on_leader, s);
     kv_node_set_snapshot_hook(s->node, on_snapshot_installed, s);
     register_metrics(s);
+    *out = s;
     return 0;
+fail:
+    kv_node_set_lease_observer(s->node, NULL);
+    kv_lessor_free(s->lessor);
+    free(s);
+    return rc;
 }
 
-void kv_leases_stop(kv_server *s)
+kv_lessor *kv_leases_lessor(const kv_leases *s)
 {
+    return s ? s->lessor : NULL;
+}
+
+void kv_leases_stop(kv_leases *s)
+{
+    if (s == NULL)
+        return;
     kv_node_set_leader_hook(s->node, NULL, NULL);
     kv_node_set_snapshot_hook(s->node, NULL, NULL);
     kv_node_set_lease_observer(s->node, NULL);
     if (s->metrics)
         kv_metrics_gauge_fn_remove(s->metrics, s);
     kv_lessor_free(s->lessor);
-    s->lessor = NULL;
+    free(s);
 }

@@ -1,5 +1,5 @@
 /* etcd_metrics.c - member-level etcd series; see etcd_metrics.h. */
-#include "etcd_metrics.h"
+#include "daemon/etcd_metrics.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -42,9 +42,9 @@ struct kv_etcd_metrics {
 
 static const kv_store_status *status(struct kv_etcd_metrics *e)
 {
-    uint64_t now = uv_now(e->s->loop);
+    uint64_t now = uv_now(e->s->api.loop);
     if (!e->ok || now - e->at_ms >= STATUS_CACHE_MS || now < e->at_ms) {
-        e->ok = kv_store_get_status(e->s->store, &e->ss) == 0;
+        e->ok = kv_store_get_status(e->s->api.store, &e->ss) == 0;
         e->at_ms = now;
     }
     return e->ok ? &e->ss : NULL;
@@ -79,26 +79,26 @@ static double op_count(void *arg)
 {
     const struct op_series *o = arg;
     kv_store_ops ops;
-    kv_store_get_ops(o->e->s->store, &ops);
+    kv_store_get_ops(o->e->s->api.store, &ops);
     return (double)*(const uint64_t *)((const char *)&ops + o->field);
 }
 
 static double quota(void *arg)
 {
     struct kv_etcd_metrics *e = arg;
-    return (double)kv_store_quota(e->s->store);
+    return (double)kv_store_quota(e->s->api.store);
 }
 
 int kv_etcd_metrics_start(kv_server *s)
 {
-    if (!s->metrics || s->etcd_metrics)
+    if (!s->api.metrics || s->etcd_metrics)
         return 0;
     struct kv_etcd_metrics *e = calloc(1, sizeof(*e));
     if (!e)
         return -ENOMEM;
     e->s = s;
     s->etcd_metrics = e;
-    kv_metrics *m = s->metrics;
+    kv_metrics *m = s->api.metrics;
     char l[96];
     snprintf(l, sizeof(l), "server_id=\"%llx\"", (unsigned long long)s->id.member_id);
     kv_metrics_gauge_fn_labeled(
@@ -133,9 +133,9 @@ void kv_etcd_metrics_stop(kv_server *s)
 {
     if (!s->etcd_metrics)
         return;
-    kv_metrics_gauge_fn_remove(s->metrics, s->etcd_metrics);
+    kv_metrics_gauge_fn_remove(s->api.metrics, s->etcd_metrics);
     for (size_t i = 0; i < N_OPS; i++)
-        kv_metrics_gauge_fn_remove(s->metrics, &s->etcd_metrics->ops[i]);
+        kv_metrics_gauge_fn_remove(s->api.metrics, &s->etcd_metrics->ops[i]);
     free(s->etcd_metrics);
     s->etcd_metrics = NULL;
 }

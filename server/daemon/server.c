@@ -1,15 +1,17 @@
 /*
- * server.c: starting and stopping one member's core (see server.h). kvd's main() and the
+ * server.c: starting and stopping one member's core (see daemon/server.h). kvd's main() and the
  * in-process fuzz harness (tests/fuzz/fuzz_kvd.c) both use it, so the harness exercises the
  * member exactly as kvd builds it.
  */
-#include "server.h"
-#include "etcd_metrics.h"
+#include "daemon/server.h"
+
+#include "api/services.h"
+#include "daemon/etcd_metrics.h"
 #include "daemon/tls_setup.h"
 
-#include "lease_fwd.h"
 #include "corrupt/corrupt_check.h"
-#include "leases.h"
+#include "lease/lease_fwd.h"
+#include "lease/leases.h"
 #include "daemon/members_boot.h"
 #include "daemon/members_join.h"
 #include "mvcc/members.h"
@@ -41,25 +43,53 @@ static int start_watch(kv_server *s)
     wc.progress_interval_ms = s->cfg->watch_progress_interval_ms;
     if (s->cfg->enable_failpoints) /* testing: watch_failpoint.c */
         wc.fp_drop_event_at = kv_watch_fp_env();
-    int rc = kv_watch_hub_init(&s->watch, s->loop, s->store, &wc, kv_node_header(s->node),
-                               kv_node_revision(s->node), s->metrics);
+    int rc = kv_watch_hub_init(&s->api.watch, s->api.loop, s->api.store, &wc,
+                               kv_node_header(s->api.node), kv_node_revision(s->api.node),
+                               s->api.metrics);
     if (rc < 0)
         return rc;
-    kv_node_set_commit_hook(s->node, on_commit, s->watch);
-    /* the election and lock services' bound (api/conc_util.h) */
-    s->m_conc_waiters = kv_metrics_gauge(s->metrics, "kvd_concurrency_waiters",
-                                         "Election and lock calls in progress (Campaign, Lock, "
-                                         "Observe).",
-                                         NULL);
-    s->m_conc_refused = kv_metrics_counter(
-        s->metrics, "kvd_concurrency_refused_total",
-        "Campaign, Lock and Observe calls refused by --max-concurrency-waiters.", NULL);
+    kv_node_set_commit_hook(s->api.node, on_commit, s->api.watch);
     return 0;
+}
+
+/* The api's narrow view of the flags (api/api.h); strings point into *s->cfg. */
+static void api_config(kv_server *s)
+{
+    const kv_config *c = s->cfg;
+    kv_api_config *a = &s->api_cfg;
+    a->name = c->name;
+    a->data_dir = c->data_dir;
+    a->initial_cluster_token = c->initial_cluster_token;
+    for (size_t i = 0; i < c->n_advertise_client && i < KV_API_MAX_URLS; i++)
+        a->advertise_client[a->n_advertise_client++] = c->advertise_client[i].text;
+    a->strict_reconfig_check = c->strict_reconfig_check;
+    a->max_request_bytes = c->max_request_bytes;
+    a->max_txn_ops = c->max_txn_ops;
+    a->max_send_buffer_bytes = c->max_send_buffer_bytes;
+    a->max_snapshots = c->max_snapshots;
+    a->max_watch_streams_per_conn = c->max_watch_streams_per_conn;
+    a->max_concurrency_waiters = c->max_concurrency_waiters;
+    a->auto_compaction_mode = c->auto_compaction_mode;
+    a->auto_compaction_retention = c->auto_compaction_retention;
+    a->auto_compaction_interval_ms = c->auto_compaction_interval_ms;
+    a->client_cert_auth = c->client_cert_auth;
+    a->auth_token = c->auth_token;
+    a->auth_token_ttl = c->auth_token_ttl;
+    a->auth_hash_iterations = c->auth_hash_iterations;
+    a->auth_max_pending_hashes = c->auth_max_pending_hashes;
+    a->auth_max_tokens = c->auth_max_tokens;
+}
+
+/* MemberList before the members table is written: the flags' view (api/api.h). */
+static int flags_members(void *arg, Kvdpb__Member ***out, size_t *n)
+{
+    kv_server *s = arg;
+    return kv_members_from_config(s->cfg, &s->id, out, n);
 }
 
 static void peer_on_message(void *arg, uint64_t from, uint32_t type, const uint8_t *buf, size_t len)
 {
-    kv_node_on_peer_message(((kv_server *)arg)->node, from, type, buf, len);
+    kv_node_on_peer_message(((kv_server *)arg)->api.node, from, type, buf, len);
 }
 
 static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_t hdr_len,
@@ -75,7 +105,7 @@ static void peer_on_snapshot(void *arg, uint64_t from, const uint8_t *hdr, size_
         unlink(path);
         return;
     }
-    kv_node_on_peer_snapshot(((kv_server *)arg)->node, from, hdr, hdr_len, path);
+    kv_node_on_peer_snapshot(((kv_server *)arg)->api.node, from, hdr, hdr_len, path);
 }
 
 static int store_identity(void *arg)
@@ -83,7 +113,7 @@ static int store_identity(void *arg)
     kv_server *s = arg;
     kv_store_identity want = {.member_id = s->id.member_id, .cluster_id = s->id.cluster_id}, have;
     snprintf(want.name, sizeof(want.name), "%s", s->cfg->name);
-    int rc = kv_store_identity_check(s->store, &want, &have, 1);
+    int rc = kv_store_identity_check(s->api.store, &want, &have, 1);
     return rc < 0 ? rc : 0;
 }
 
@@ -100,9 +130,9 @@ static void peer_on_cluster_id(void *arg, uint64_t cluster_id)
     kv_server *s = arg;
     s->id.cluster_id = cluster_id;
     s->joining = 0;
-    kv_node_set_cluster_id(s->node, cluster_id);
+    kv_node_set_cluster_id(s->api.node, cluster_id);
     fprintf(stderr, "kvd: joined cluster %016llx\n", (unsigned long long)cluster_id);
-    if (kv_node_exclusive(s->node, store_identity, identity_stored, s) < 0)
+    if (kv_node_exclusive(s->api.node, store_identity, identity_stored, s) < 0)
         fprintf(stderr,
                 "kvd: warning: cannot record the member identity now; it is recorded at the "
                 "next start\n");
@@ -135,7 +165,7 @@ static int member_peer_url(kv_server *s, uint64_t id, char *url, size_t cap)
         }
     }
     Kvdpb__Member *m = NULL;
-    if (kv_store_member_get(s->store, id, &m) != 0 || m == NULL)
+    if (kv_store_member_get(s->api.store, id, &m) != 0 || m == NULL)
         return -ENOENT;
     int rc = m->n_peer_urls ? 0 : -ENOENT;
     if (rc == 0)
@@ -156,15 +186,15 @@ static void on_conf_change(void *arg, int op, uint64_t id)
         raise(SIGTERM);
         return;
     }
-    if (s->peers == NULL || id == s->id.member_id)
+    if (s->api.peers == NULL || id == s->id.member_id)
         return;
     if (op == KV_NODE_MEMBER_REMOVE) {
-        kv_peer_net_remove_peer(s->peers, id);
+        kv_peer_net_remove_peer(s->api.peers, id);
         return;
     }
     char url[256];
     if (member_peer_url(s, id, url, sizeof(url)) == 0)
-        kv_peer_net_add_peer(s->peers, id, url);
+        kv_peer_net_add_peer(s->api.peers, id, url);
 }
 
 /* etcd's GET /members on the peer port (peer/peer_h1.c): the committed member list, or the
@@ -174,7 +204,7 @@ static int peer_members_json(void *arg, char **json, size_t *len)
     kv_server *s = arg;
     Kvdpb__Member **m = NULL;
     size_t n = 0;
-    int rc = kv_store_members_list(s->store, &m, &n);
+    int rc = kv_store_members_list(s->api.store, &m, &n);
     if (rc == 0 && n == 0)
         rc = kv_members_from_config(s->cfg, &s->id, &m, &n);
     if (rc == 0)
@@ -188,7 +218,7 @@ static void peer_on_state(void *arg, uint64_t id, int up)
 {
     kv_server *s = arg;
     if (!up)
-        kv_lease_fwd_peer_down(s->lease_fwd, id);
+        kv_lease_fwd_peer_down(s->api.lease_fwd, id);
 }
 
 static int start_peers(kv_server *s, const char *snap_dir)
@@ -217,7 +247,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
     pc.handshake_timeout_ms = cfg->peer_handshake_timeout_ms;
     pc.max_snapshot_bytes = cfg->max_snapshot_bytes
                                 ? cfg->max_snapshot_bytes
-                                : 2 * (uint64_t)kv_store_map_size(kv_store_quota(s->store));
+                                : 2 * (uint64_t)kv_store_map_size(kv_store_quota(s->api.store));
     pc.seed = s->id.member_id;
     /* Redial a lost peer at least once per election timeout: a restarted member must hear
      * from the leader (the lower id dials) long before it would give up and campaign. */
@@ -225,7 +255,7 @@ static int start_peers(kv_server *s, const char *snap_dir)
         pc.dial_backoff_max_ms = cfg->election_timeout_ms;
     pc.joining = s->joining;
     char terr[1024];
-    int trc = kv_tls_setup_peer(cfg, s->metrics, &pc.tls_server, &pc.tls_client, terr,
+    int trc = kv_tls_setup_peer(cfg, s->api.metrics, &pc.tls_server, &pc.tls_client, terr,
                                 sizeof(terr)); /* the net takes its own references */
     if (trc < 0) {
         fprintf(stderr, "kvd: error: peer TLS: %s\n", terr);
@@ -237,21 +267,27 @@ static int start_peers(kv_server *s, const char *snap_dir)
                          .on_peer_state = peer_on_state,
                          .on_cluster_id = peer_on_cluster_id,
                          .members_json = peer_members_json};
-    int rc = kv_peer_net_start(&s->peers, s->loop, &pc, &h, s->metrics);
+    int rc = kv_peer_net_start(&s->api.peers, s->api.loop, &pc, &h, s->api.metrics);
     kv_tls_ctx_unref(pc.tls_server);
     kv_tls_ctx_unref(pc.tls_client);
     if (rc < 0) {
         fprintf(stderr, "kvd: error: cannot start the peer transport: %s\n", strerror(-rc));
         return rc;
     }
-    kv_node_attach_peers(s->node, s->peers);
-    kv_node_set_conf_hook(s->node, on_conf_change, s);
+    kv_node_attach_peers(s->api.node, s->api.peers);
+    kv_node_set_conf_hook(s->api.node, on_conf_change, s);
     return 0;
 }
 
 int kv_server_start_core(kv_server *s)
 {
     const kv_config *cfg = s->cfg;
+    api_config(s);
+    s->api.cfg = &s->api_cfg;
+    s->api.member_id = s->id.member_id;
+    s->api.flags_members = flags_members;
+    s->api.flags_members_arg = s;
+    kv_api_metrics_init(&s->api);
     kv_header_info hdr = {
         .cluster_id = s->id.cluster_id, .member_id = s->id.member_id, .raft_term = 1};
     char snap_dir[600];
@@ -282,10 +318,10 @@ int kv_server_start_core(kv_server *s)
     nc.wal_segment_bytes = cfg->wal_segment_bytes;
     nc.unsafe_no_fsync = cfg->unsafe_no_fsync;
     /* The initial membership from the flags (idempotent). */
-    int rc = kv_members_bootstrap_config(s->store, cfg, &s->id);
+    int rc = kv_members_bootstrap_config(s->api.store, cfg, &s->id);
     if (rc < 0)
         goto fail;
-    rc = kv_node_init(&s->node, s->loop, s->store, &nc, &hdr, s->metrics);
+    rc = kv_node_init(&s->api.node, s->api.loop, s->api.store, &nc, &hdr, s->api.metrics);
     if (rc < 0)
         goto fail;
     /* Always, as etcd: a single member listens on its peer URLs too, so `member add` can
@@ -305,38 +341,56 @@ int kv_server_start_core(kv_server *s)
     uint8_t *pub = NULL;
     size_t pub_len = 0;
     if (kv_members_publish_request(cfg, &s->id, &pub, &pub_len) == 0)
-        kv_node_set_publish(s->node, pub, pub_len); /* takes pub */
-    rc = kv_leases_start(s);
+        kv_node_set_publish(s->api.node, pub, pub_len); /* takes pub */
+    kv_leases_deps ld = {
+        .loop = s->api.loop, .store = s->api.store, .node = s->api.node, .metrics = s->api.metrics};
+    kv_leases_config lc = {.election_ms = cfg->election_timeout_ms,
+                           .max_ttl_s = cfg->max_lease_ttl_s,
+                           .revoke_rate = cfg->lease_revoke_rate,
+                           .checkpoint_rate = cfg->lease_checkpoint_rate,
+                           .checkpoint_interval_ms = cfg->lease_checkpoint_interval_ms,
+                           .lead_at_start = s->id.n_members <= 1 &&
+                                            strcmp(cfg->initial_cluster_state, "existing") != 0};
+    rc = kv_leases_start(&s->leases, &ld, &lc);
     if (rc < 0)
         goto fail;
-    rc = kv_lease_fwd_start(s);
+    s->api.lessor = kv_leases_lessor(s->leases);
+    kv_lease_fwd_deps fd = {.loop = s->api.loop,
+                            .node = s->api.node,
+                            .lessor = s->api.lessor,
+                            .metrics = s->api.metrics,
+                            .calls = &kv_service_lease_call_ops,
+                            .max_pending = cfg->max_pending_lease_forwards,
+                            .election_ms = cfg->election_timeout_ms,
+                            .heartbeat_ms = cfg->heartbeat_interval_ms};
+    rc = kv_lease_fwd_start(&s->api.lease_fwd, &fd);
     if (rc < 0)
         goto fail;
-    rc = kv_read_pool_init(&s->read_pool, s->loop, cfg->read_workers, cfg->max_pending_reads,
-                           s->metrics);
+    rc = kv_read_pool_init(&s->api.read_pool, s->api.loop, cfg->read_workers,
+                           cfg->max_pending_reads, s->api.metrics);
     if (rc < 0)
         goto fail;
     rc = start_watch(s);
     if (rc < 0)
         goto fail;
-    kv_corrupt_deps cd = {.loop = s->loop,
-                          .metrics = s->metrics,
-                          .store = s->store,
-                          .node = s->node,
-                          .read_pool = s->read_pool,
+    kv_corrupt_deps cd = {.loop = s->api.loop,
+                          .metrics = s->api.metrics,
+                          .store = s->api.store,
+                          .node = s->api.node,
+                          .read_pool = s->api.read_pool,
                           .member_id = s->id.member_id,
-                          .has_peers = s->peers != NULL,
+                          .has_peers = s->api.peers != NULL,
                           .election_ms = cfg->election_timeout_ms};
     rc = kv_corrupt_start(&s->corrupt, &cd, cfg->corrupt_check_time_ms);
     if (rc < 0)
         goto fail;
-    rc = kv_auth_start(s, &s->auth);
+    rc = kv_auth_start(&s->api, &s->api.auth);
     if (rc < 0)
         goto fail;
     rc = kv_etcd_metrics_start(s);
     if (rc < 0)
         goto fail;
-    kv_node_set_auth_hook(s->node, kv_auth_on_applied, s); /* replicated tokens */
+    kv_node_set_auth_hook(s->api.node, kv_auth_on_applied, &s->api); /* replicated tokens */
     return 0;
 fail:
     kv_server_stop_core(s);
@@ -348,22 +402,24 @@ void kv_server_stop_core(kv_server *s)
     kv_etcd_metrics_stop(s);
     kv_corrupt_stop(s->corrupt); /* before the node closes */
     s->corrupt = NULL;
-    if (s->node)
-        kv_node_set_auth_hook(s->node, NULL, NULL);
-    kv_auth_stop(s->auth); /* joins the hash worker */
-    s->auth = NULL;
-    kv_lease_fwd_stop(s);
-    if (s->lessor)
-        kv_leases_stop(s);
-    if (s->node)
-        kv_node_set_commit_hook(s->node, NULL, NULL);
-    kv_watch_hub_close(s->watch);
-    s->watch = NULL;
-    if (s->node)
-        kv_node_close(s->node); /* detaches it from the peer transport too */
-    s->node = NULL;
-    kv_peer_net_close(s->peers);
-    s->peers = NULL;
-    kv_read_pool_close(s->read_pool); /* joins the reader threads */
-    s->read_pool = NULL;
+    if (s->api.node)
+        kv_node_set_auth_hook(s->api.node, NULL, NULL);
+    kv_auth_stop(s->api.auth); /* joins the hash worker */
+    s->api.auth = NULL;
+    kv_lease_fwd_stop(s->api.lease_fwd);
+    s->api.lease_fwd = NULL;
+    kv_leases_stop(s->leases);
+    s->leases = NULL;
+    s->api.lessor = NULL;
+    if (s->api.node)
+        kv_node_set_commit_hook(s->api.node, NULL, NULL);
+    kv_watch_hub_close(s->api.watch);
+    s->api.watch = NULL;
+    if (s->api.node)
+        kv_node_close(s->api.node); /* detaches it from the peer transport too */
+    s->api.node = NULL;
+    kv_peer_net_close(s->api.peers);
+    s->api.peers = NULL;
+    kv_read_pool_close(s->api.read_pool); /* joins the reader threads */
+    s->api.read_pool = NULL;
 }
