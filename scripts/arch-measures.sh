@@ -41,7 +41,7 @@ count "hand-rolled list links (struct X *next/*prev fields)" \
 count "intrusive list header users (common/list.h)" grep -l '"common/list.h"' $(src)
 count "64-bit hash finalisers (murmur's 0xff51afd7ed558ccd, mix64 functions)" \
     grep -nE '0xff51afd7ed558ccd|uint64_t [a-z_]*mix64[a-z_]*\(uint64_t' $(src)
-count "LMDB error mappers (functions switching on MDB_ codes)" grep -nE 'case MDB_(MAP_FULL|TXN_FULL)' $(src)
+count "LMDB error mappers (files switching on MDB_ codes)" grep -lE 'case MDB_(MAP_FULL|TXN_FULL)' $(src)
 count "gRPC status names below the api (node/ apply/ mvcc/)" grep -nE 'KV_GRPC_[A-Z_]+' server/node server/apply server/mvcc -r
 count "nghttp2 client sessions outside client/ and tests/lib" \
     bash -c "grep -rln 'nghttp2_session_client_new' server tests bench functional --include='*.c' | grep -v '^tests/lib/\|^server/peer/'"
