@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef KV_IT_HAVE_KVCLIENT
 #include "kvclient.h"
 
 struct kv_it_rpc {
@@ -86,89 +85,6 @@ void kv_it_rpc_free(void *p)
 {
     kvc_free(p);
 }
-
-#else /* grpc_raw backend */
-
-struct kv_it_rpc {
-    kv_it_grpc *g;
-};
-
-int kv_it_rpc_group_new(kv_it_rpc_group **out)
-{
-    *out = NULL;
-    return 0;
-}
-
-void kv_it_rpc_group_free(kv_it_rpc_group *g)
-{
-    (void)g;
-}
-
-int kv_it_rpc_open_in(kv_it_rpc **out, kv_it_rpc_group *g, const char *endpoint,
-                      uint32_t timeout_ms, char *errbuf, size_t errcap)
-{
-    (void)g;
-    return kv_it_rpc_open(out, endpoint, timeout_ms, errbuf, errcap);
-}
-
-const char *kv_it_rpc_backend(void)
-{
-    return "grpc_raw";
-}
-
-int kv_it_rpc_open(kv_it_rpc **out, const char *endpoint, uint32_t timeout_ms, char *errbuf,
-                   size_t errcap)
-{
-    char host[64];
-    const char *colon = strrchr(endpoint, ':');
-    if (!colon || (size_t)(colon - endpoint) >= sizeof(host)) {
-        snprintf(errbuf, errcap, "bad endpoint %s", endpoint);
-        return -EINVAL;
-    }
-    memcpy(host, endpoint, (size_t)(colon - endpoint));
-    host[colon - endpoint] = 0;
-    kv_it_rpc *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    int rc = kv_it_grpc_open(&c->g, host, (uint16_t)atoi(colon + 1), timeout_ms);
-    if (rc) {
-        snprintf(errbuf, errcap, "connect %s: %s", endpoint, strerror(-rc));
-        free(c);
-        return rc;
-    }
-    *out = c;
-    return 0;
-}
-
-void kv_it_rpc_close(kv_it_rpc *c)
-{
-    if (!c)
-        return;
-    kv_it_grpc_close(c->g);
-    free(c);
-}
-
-int kv_it_rpc_call(kv_it_rpc *c, const char *method, const uint8_t *req, size_t req_len,
-                   uint8_t **resp, size_t *resp_len, uint32_t timeout_ms, char *errbuf,
-                   size_t errcap)
-{
-    int status = -1;
-    char msg[256];
-    int rc = kv_it_grpc_call(c->g, method, req, req_len, resp, resp_len, timeout_ms, &status, msg,
-                             sizeof(msg));
-    if (rc == KV_IT_GRPC_STATUS)
-        snprintf(errbuf, errcap, "%s: grpc-status %d: %s", method, status, msg);
-    else if (rc)
-        snprintf(errbuf, errcap, "%s: transport: %s", method, strerror(-rc));
-    return rc;
-}
-
-void kv_it_rpc_free(void *p)
-{
-    free(p);
-}
-
-#endif
 
 int kv_it_rpc_put(kv_it_rpc *c, const void *key, size_t key_len, const void *val, size_t val_len,
                   uint32_t timeout_ms, int64_t *revision, char *errbuf, size_t errcap)

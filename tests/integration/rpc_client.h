@@ -2,9 +2,7 @@
  * rpc_client: the unary-call interface the durability tests and kvbench use.
  *
  * Contract:
- * - Backed by libkvclient (kvc_open / kvc_call_unary) when the build has the
- *   kvclient_static target and KV_IT_USE_KVCLIENT is ON, otherwise by grpc_raw
- *   (one h2c connection, sync). kv_it_rpc_backend() says which.
+ * - Backed by libkvclient (kvc_open / kvc_call_unary). kv_it_rpc_backend() names it.
  * - One kv_it_rpc per thread; each owns its own connection.
  * - Return 0 on success; a negative errno-style code or KV_IT_GRPC_STATUS otherwise, with
  *   a human-readable reason in errbuf.
@@ -17,7 +15,7 @@
 
 typedef struct kv_it_rpc kv_it_rpc;
 
-/* "libkvclient" or "grpc_raw". */
+/* "libkvclient". */
 const char *kv_it_rpc_backend(void);
 
 /* endpoint is "127.0.0.1:<port>". *out is owned by the caller (kv_it_rpc_close). */
@@ -25,8 +23,8 @@ int kv_it_rpc_open(kv_it_rpc **out, const char *endpoint, uint32_t timeout_ms, c
                    size_t errcap);
 void kv_it_rpc_close(kv_it_rpc *c);
 
-/* Many clients, one I/O thread: with libkvclient a kvc_loop_group (each client keeps its own
- * connection); the grpc_raw backend has no I/O thread and gives *out = NULL. A benchmark with
+/* Many clients, one I/O thread: a kvc_loop_group (each client keeps its own
+ * connection). A benchmark with
  * 64 clients then runs 64 caller threads + 1 I/O thread instead of 128 threads. */
 typedef struct kv_it_rpc_group kv_it_rpc_group;
 int kv_it_rpc_group_new(kv_it_rpc_group **out);
