@@ -9,7 +9,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -543,23 +542,13 @@ int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char 
     return r;
 }
 
-static int rm_one(const char *p, const struct stat *s, int flag, struct FTW *f)
-{
-    (void)s;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
-
 int kv_fn_member_wipe(kv_fn_cluster *c, int i)
 {
     if (c->m[i].proc.pid)
         return -EBUSY;
     char d[PATH_MAX + 8];
     snprintf(d, sizeof(d), "%s/data", c->m[i].dir);
-    if (access(d, F_OK) != 0)
-        return 0;
-    return nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -EIO;
+    return kvt_rmtree(d);
 }
 
 static int run_ctl(const char *const *argv, char *err, size_t errlen)

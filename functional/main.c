@@ -4,9 +4,9 @@
  * 2 on a usage or setup error.
  */
 #include "cases.h"
+#include "kvt_util.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,14 +22,6 @@ static void usage(FILE *f)
                "                                  lease-lag|lease-stale-renew|\n"
                "                                  drop-watch-event|server-drop-watch-event]\n"
                "                    [--list] [--check-history FILE] [--check-watch FILE]\n");
-}
-
-static int rm_cb(const char *p, const struct stat *s, int flag, struct FTW *f)
-{
-    (void)s;
-    (void)flag;
-    (void)f;
-    return remove(p);
 }
 
 /* Runs a case with its stdout captured, then prints its line with the watch verdict
@@ -227,13 +219,15 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
-    const char *tmp = getenv("TMPDIR");
-    char root[512];
-    snprintf(root, sizeof(root), "%s/kvfunctional-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", target);
-    if (!mkdtemp(root)) {
-        perror("kvfunctional: mkdtemp");
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "kvfunctional-%s", target);
+    kvt_tmpdir run_dir; /* under $TMPDIR; removed at the end unless kept (below) */
+    int trc = kvt_tmpdir_create(&run_dir, prefix);
+    if (trc) {
+        fprintf(stderr, "kvfunctional: temp dir: %s\n", strerror(-trc));
         return 2;
     }
+    const char *root = run_dir.path;
     o.root = root;
     printf("kvfunctional: target=%s members=%d profile=%s seed=%llu cases=%zu dir=%s\n", target,
            members, profile, (unsigned long long)o.seed, n_sel, root);
@@ -313,7 +307,7 @@ int main(int argc, char **argv)
     if (failed || o.keep_all)
         printf("kept: %s (member data dirs and logs, histories of failed cases)\n", root);
     else
-        nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        kvt_tmpdir_destroy(&run_dir); /* also kept with KV_TEST_KEEP_DIRS=1 */
     if (skipped)
         printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     else

@@ -14,6 +14,7 @@
 #include "apply/apply.h"
 #include "internal.pb-c.h"
 #include "mvcc/store.h"
+#include "kvt_util.h"
 
 static double now_ms(void)
 {
@@ -133,7 +134,5 @@ int main(int argc, char **argv)
            (unsigned long long)st.keys, (long long)st.db_size);
     kv_store_close(s);
     free(val);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : 1;
+    return kvt_rmtree(dir) == 0 ? 0 : 1;
 }

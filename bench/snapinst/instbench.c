@@ -20,6 +20,7 @@
 #include "internal.pb-c.h"
 #include "mvcc/store.h"
 #include "raftlog/raftlog.h"
+#include "kvt_util.h"
 
 static double now_ms(void)
 {
@@ -164,9 +165,7 @@ int main(int argc, char **argv)
            (unsigned long long)fs.applied_index, (unsigned long long)ls.applied_index);
     kv_store_close(l);
     kv_store_close(f);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (kvt_rmtree(dir) != 0)
         return 1;
     return fs.keys == ls.keys && fs.applied_index == ls.applied_index ? 0 : 2;
 }

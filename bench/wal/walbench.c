@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "wal/wal.h"
+#include "kvt_util.h"
 
 static double now_us(void)
 {
@@ -102,9 +103,7 @@ static void bench_wal(const char *dir, int iters, int per_ready, double *v, doub
     char name[64];
     snprintf(name, sizeof name, "wal: ready of %d x 256 B + hs", per_ready);
     report(name, v, iters, floor_p50, (double)(s1.fsyncs - s0.fsyncs) / iters);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-    if (system(cmd) != 0)
+    if (kvt_rmtree(p) != 0)
         fprintf(stderr, "walbench: could not remove %s\n", p);
 }
 
@@ -139,9 +138,7 @@ static void bench_lmdb(const char *dir, int iters, double *v, double floor_p50)
     }
     mdb_env_close(env);
     report("lmdb: durable commit of 1 put", v, iters, floor_p50, -1);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-    if (system(cmd) != 0)
+    if (kvt_rmtree(p) != 0)
         fprintf(stderr, "walbench: could not remove %s\n", p);
 }
 
@@ -180,9 +177,7 @@ static void bench_open(const char *dir, int entries)
     kv_wal_close(w);
     printf("%-34s %8.0f ms  (%llu entries, %llu segments)\n", "open: recover a full tail", dt / 1e3,
            (unsigned long long)(s.last - s.first + 1), (unsigned long long)s.segments);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-    if (system(cmd) != 0)
+    if (kvt_rmtree(p) != 0)
         fprintf(stderr, "walbench: could not remove %s\n", p);
 }
 

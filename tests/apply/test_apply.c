@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "common/etcd_errors.h"
 #include "mvcc/members.h"
 
 typedef struct pair {
-    th a, b;
+    kvt_store a, b;
     int grants[2], revokes[2], checkpoints[2];
 } pair;
 
@@ -51,8 +51,8 @@ static obs_arg oargs[2];
 static void pair_open(pair *p, const kv_store_config *cfg)
 {
     memset(p, 0, sizeof *p);
-    th_open(&p->a, cfg);
-    th_open(&p->b, cfg);
+    kvt_store_open(&p->a, cfg);
+    kvt_store_open(&p->b, cfg);
     kv_store_set_deterministic(p->a.s, 1);
     kv_store_set_deterministic(p->b.s, 1);
     oargs[0] = (obs_arg){p, 0};
@@ -65,8 +65,8 @@ static void pair_open(pair *p, const kv_store_config *cfg)
 
 static void pair_close(pair *p)
 {
-    th_close(&p->a);
-    th_close(&p->b);
+    kvt_store_close(&p->a);
+    kvt_store_close(&p->b);
 }
 
 /* Applies the packed bytes at the next index to A (waiter) and B (quiet). ra gets A's result
@@ -75,7 +75,7 @@ static void apply_bytes(pair *p, const uint8_t *buf, size_t n, kv_result *ra)
 {
     kv_result rb;
     for (int i = 0; i < 2; i++) {
-        th *t = i ? &p->b : &p->a;
+        kvt_store *t = i ? &p->b : &p->a;
         kv_result *r = i ? &rb : ra;
         kv_store_batch *b;
         cr_assert_eq(kv_store_batch_begin(t->s, &b), 0);
@@ -87,8 +87,8 @@ static void apply_bytes(pair *p, const uint8_t *buf, size_t n, kv_result *ra)
         cr_assert_geq(kv_store_compact_step(t->s, b, 0, 0, 0, NULL, NULL), 0);
         cr_assert_eq(kv_store_batch_commit(t->s, b), 0);
     }
-    cr_assert_eq(ra->err, rb.err, "errors differ: %d (%s) vs %d (%s)", ra->err, TH_MSG(*ra), rb.err,
-                 TH_MSG(rb));
+    cr_assert_eq(ra->err, rb.err, "errors differ: %d (%s) vs %d (%s)", ra->err, KVT_STORE_MSG(*ra),
+                 rb.err, KVT_STORE_MSG(rb));
     cr_assert_str_eq(ra->detail, rb.detail);
     cr_assert_eq(ra->revision, rb.revision);
     cr_assert_eq(ra->skipped, 0);
@@ -112,8 +112,9 @@ static void apply2(pair *p, const Kvdpb__InternalRequest *ir, kv_result *ra)
 
 static void expect_err(const kv_result *r, kv_etcd_err e)
 {
-    cr_assert_eq(TH_CODE(*r), kv_etcd_err_code(e), "code %d (%s)", TH_CODE(*r), TH_MSG(*r));
-    cr_assert_str_eq(TH_MSG(*r), kv_etcd_err_msg(e));
+    cr_assert_eq(KVT_STORE_CODE(*r), kv_etcd_err_code(e), "code %d (%s)", KVT_STORE_CODE(*r),
+                 KVT_STORE_MSG(*r));
+    cr_assert_str_eq(KVT_STORE_MSG(*r), kv_etcd_err_msg(e));
 }
 
 static void expect_header(const Etcdserverpb__ResponseHeader *h, int64_t rev)
@@ -202,8 +203,8 @@ static void put_ir(Kvdpb__InternalRequest *ir, Etcdserverpb__PutRequest *p, cons
 {
     kvdpb__internal_request__init(ir);
     etcdserverpb__put_request__init(p);
-    p->key = th_bin(k);
-    p->value = th_bin(v);
+    p->key = kvt_bin(k);
+    p->value = kvt_bin(v);
     p->lease = lease;
     ir->request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
     ir->put = p;
@@ -216,7 +217,7 @@ static void put2(pair *p, const char *k, const char *v, int64_t lease)
     put_ir(&ir, &pr, k, v, lease);
     kv_result r;
     apply2(p, &ir, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     free(r.resp);
 }
 
@@ -248,7 +249,7 @@ Test(apply, put_dispatch_and_quiet)
     cr_assert_not_null(resp);
     expect_header(resp->header, 3);
     cr_assert_not_null(resp->prev_kv);
-    th_expect_kv(resp->prev_kv, "a", "1");
+    kvt_store_expect_kv(resp->prev_kv, "a", "1");
     cr_assert_eq(resp->prev_kv->mod_revision, 2);
     etcdserverpb__put_response__free_unpacked(resp, NULL);
     free(r.resp);
@@ -256,7 +257,7 @@ Test(apply, put_dispatch_and_quiet)
     put_ir(&ir, &pr, "a", "", 0);
     pr.ignore_value = 1;
     apply2(&p, &ir, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     free(r.resp);
     put_ir(&ir, &pr, "missing", "", 0);
     pr.ignore_value = 1;
@@ -269,9 +270,9 @@ Test(apply, put_dispatch_and_quiet)
     put_ir(&ir, &pr, "b", "x", 99);
     apply2(&p, &ir, &r);
     expect_err(&r, KV_ERR_LEASE_NOT_FOUND);
-    Mvccpb__KeyValue *kv = th_get(&p.b, "a", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&p.b, "a", 0);
     cr_assert_not_null(kv);
-    th_expect_kv(kv, "a", "2");
+    kvt_store_expect_kv(kv, "a", "2");
     cr_assert_eq(kv->version, 3);
     mvccpb__key_value__free_unpacked(kv, NULL);
     expect_same_state(&p, NULL, 0);
@@ -287,8 +288,8 @@ Test(apply, delete_range_dispatch_and_quiet)
     put2(&p, "z", "v3", 0);
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
-    d.key = th_bin("k");
-    d.range_end = th_bin("l");
+    d.key = kvt_bin("k");
+    d.range_end = kvt_bin("l");
     d.prev_kv = 1;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE;
     ir.delete_range = &d;
@@ -300,19 +301,19 @@ Test(apply, delete_range_dispatch_and_quiet)
     expect_header(resp->header, 5);
     cr_assert_eq(resp->deleted, 2);
     cr_assert_eq(resp->n_prev_kvs, 2);
-    th_expect_kv(resp->prev_kvs[0], "k1", "v1");
-    th_expect_kv(resp->prev_kvs[1], "k2", "v2");
+    kvt_store_expect_kv(resp->prev_kvs[0], "k1", "v1");
+    kvt_store_expect_kv(resp->prev_kvs[1], "k2", "v2");
     etcdserverpb__delete_range_response__free_unpacked(resp, NULL);
     free(r.resp);
     /* nothing to delete: no revision taken */
     apply2(&p, &ir, &r);
-    cr_assert_eq(TH_CODE(r), 0);
+    cr_assert_eq(KVT_STORE_CODE(r), 0);
     cr_assert_eq(r.revision, 5);
     free(r.resp);
-    d.key = th_bin("");
+    d.key = kvt_bin("");
     apply2(&p, &ir, &r);
     expect_err(&r, KV_ERR_EMPTY_KEY);
-    cr_assert_null(th_get(&p.b, "k1", 0));
+    cr_assert_null(kvt_store_get(&p.b, "k1", 0));
     expect_same_state(&p, NULL, 0);
     pair_close(&p);
 }
@@ -325,20 +326,20 @@ Test(apply, txn_dispatch_and_quiet)
     put2(&p, "b", "2", 0);
     /* if a == "1" then { put c, range a, delete b, txn { put d } } else { put e } */
     Etcdserverpb__Compare cmp = ETCDSERVERPB__COMPARE__INIT;
-    cmp.key = th_bin("a");
+    cmp.key = kvt_bin("a");
     cmp.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE;
     cmp.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
     cmp.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE;
-    cmp.value = th_bin("1");
+    cmp.value = kvt_bin("1");
     Etcdserverpb__Compare *cmps[] = {&cmp};
     Etcdserverpb__PutRequest pc = ETCDSERVERPB__PUT_REQUEST__INIT, pd = pc, pe = pc;
-    pc.key = th_bin("c"), pc.value = th_bin("3");
-    pd.key = th_bin("d"), pd.value = th_bin("4");
-    pe.key = th_bin("e"), pe.value = th_bin("5");
+    pc.key = kvt_bin("c"), pc.value = kvt_bin("3");
+    pd.key = kvt_bin("d"), pd.value = kvt_bin("4");
+    pe.key = kvt_bin("e"), pe.value = kvt_bin("5");
     Etcdserverpb__RangeRequest rg = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    rg.key = th_bin("a");
+    rg.key = kvt_bin("a");
     Etcdserverpb__DeleteRangeRequest db = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
-    db.key = th_bin("b");
+    db.key = kvt_bin("b");
     Etcdserverpb__RequestOp o_pd = ETCDSERVERPB__REQUEST_OP__INIT;
     o_pd.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
     o_pd.request_put = &pd;
@@ -383,7 +384,7 @@ Test(apply, txn_dispatch_and_quiet)
     cr_assert_eq(resp->responses[1]->response_case,
                  ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE);
     cr_assert_eq(resp->responses[1]->response_range->n_kvs, 1);
-    th_expect_kv(resp->responses[1]->response_range->kvs[0], "a", "1");
+    kvt_store_expect_kv(resp->responses[1]->response_range->kvs[0], "a", "1");
     cr_assert_eq(resp->responses[2]->response_case,
                  ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE);
     cr_assert_eq(resp->responses[2]->response_delete_range->deleted, 1);
@@ -403,9 +404,9 @@ Test(apply, txn_dispatch_and_quiet)
         cr_assert_eq(ops.txns, 1, "a put alone is no txn; the four ops are one");
     }
     /* the compare fails: the else branch runs, in both modes */
-    cmp.value = th_bin("nope");
+    cmp.value = kvt_bin("nope");
     apply2(&p, &ir, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     cr_assert_eq(r.revision, 5);
     resp = etcdserverpb__txn_response__unpack(NULL, r.resp_len, r.resp);
     cr_assert_not_null(resp);
@@ -413,7 +414,7 @@ Test(apply, txn_dispatch_and_quiet)
     cr_assert_eq(resp->n_responses, 1);
     etcdserverpb__txn_response__free_unpacked(resp, NULL);
     free(r.resp);
-    kv = th_get(&p.b, "e", 0);
+    kv = kvt_store_get(&p.b, "e", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     /* a duplicate key in one txn is refused in both modes */
@@ -431,10 +432,10 @@ Test(apply, txn_dispatch_and_quiet)
         cr_assert_eq(ops.puts, 5);
         cr_assert_eq(ops.txns, 1);
     }
-    kv = th_get(&p.b, "d", 0);
+    kv = kvt_store_get(&p.b, "d", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
-    cr_assert_null(th_get(&p.b, "b", 0));
+    cr_assert_null(kvt_store_get(&p.b, "b", 0));
     expect_same_state(&p, NULL, 0);
     pair_close(&p);
 }
@@ -535,7 +536,7 @@ Test(apply, leases_dispatch_and_quiet)
     free(r.resp);
     apply2(&p, &ir, &r);
     expect_err(&r, KV_ERR_LEASE_NOT_FOUND);
-    cr_assert_null(th_get(&p.b, "l1", 0));
+    cr_assert_null(kvt_store_get(&p.b, "l1", 0));
     cr_assert_eq(p.grants[0], 1);
     cr_assert_eq(p.revokes[0], 1);
     expect_same_state(&p, ids, 1);
@@ -576,8 +577,8 @@ Test(apply, alarms_dispatch_and_quiet)
     free(r.resp);
     cr_assert_eq(kv_store_alarms(p.b.s), 1u << KV_ALARM_NOSPACE);
     alarm2(&p, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__ACTIVATE, 9, &r);
-    cr_assert_eq(TH_CODE(r), KV_GRPC_INVALID_ARGUMENT);
-    cr_assert_str_eq(TH_MSG(r), "kvd: unknown alarm type 9");
+    cr_assert_eq(KVT_STORE_CODE(r), KV_GRPC_INVALID_ARGUMENT);
+    cr_assert_str_eq(KVT_STORE_MSG(r), "kvd: unknown alarm type 9");
     alarm2(&p, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET, KV_ALARM_NONE, &r);
     cr_assert_eq(alarm_count(&r), 1);
     free(r.resp);
@@ -600,7 +601,7 @@ Test(apply, alarms_dispatch_and_quiet)
     pair_close(&p);
 }
 
-static void bootstrap(th *t)
+static void bootstrap(kvt_store *t)
 {
     Kvdpb__Member m = KVDPB__MEMBER__INIT;
     m.id = 0x10;
@@ -650,7 +651,7 @@ Test(apply, members_dispatch_and_quiet)
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE;
     ir.member_update = &up;
     apply2(&p, &ir, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     free(r.resp);
     up.id = 0x99;
     apply2(&p, &ir, &r);

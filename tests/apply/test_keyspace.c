@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "mvcc/keyspace.h"
 #include "mvcc/range.h"
 
@@ -16,12 +16,12 @@ static const uint8_t *B(const char *s)
 
 /* Runs one request context in a batch of its own at the next index; commit or abort. */
 typedef struct req {
-    th *t;
+    kvt_store *t;
     kv_store_batch *b;
     kv_ks *ks;
 } req;
 
-static void req_begin(req *r, th *t)
+static void req_begin(req *r, kvt_store *t)
 {
     r->t = t;
     cr_assert_eq(kv_store_batch_begin(t->s, &r->b), 0);
@@ -47,8 +47,8 @@ static int count_kv(void *arg, const kv_ks_kv *kv)
 
 Test(keyspace, put_get_delete_and_revisions)
 {
-    th t;
-    th_open(&t, NULL);
+    kvt_store t;
+    kvt_store_open(&t, NULL);
     req r;
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_rev(r.ks), 1);
@@ -65,7 +65,7 @@ Test(keyspace, put_get_delete_and_revisions)
     cr_assert_eq(kv_ks_get(r.ks, B("zz"), 2, &kv), -ENOENT);
     cr_assert_null(kv);
     req_end(&r, 1);
-    cr_assert_eq(th_rev(&t), 2);
+    cr_assert_eq(kvt_store_rev(&t), 2);
 
     req_begin(&r, &t);
     int64_t deleted = -1;
@@ -75,7 +75,7 @@ Test(keyspace, put_get_delete_and_revisions)
     cr_assert_eq(seen, 2);
     cr_assert_eq(kv_ks_end_rev(r.ks), 3);
     req_end(&r, 1);
-    cr_assert_null(th_get(&t, "a", 0));
+    cr_assert_null(kvt_store_get(&t, "a", 0));
 
     /* nothing to delete: no revision */
     req_begin(&r, &t);
@@ -83,28 +83,28 @@ Test(keyspace, put_get_delete_and_revisions)
     cr_assert_eq(deleted, 0);
     cr_assert_eq(kv_ks_end_rev(r.ks), 3);
     req_end(&r, 1);
-    cr_assert_eq(th_rev(&t), 3);
-    th_close(&t);
+    cr_assert_eq(kvt_store_rev(&t), 3);
+    kvt_store_close(&t);
 }
 
 Test(keyspace, abort_keeps_nothing)
 {
-    th t;
-    th_open(&t, NULL);
+    kvt_store t;
+    kvt_store_open(&t, NULL);
     req r;
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_put(r.ks, B("a"), 1, B("1"), 1, 0), 0);
     cr_assert_eq(kv_ks_lease_grant(r.ks, 5, 10), 0);
     req_end(&r, 0);
-    cr_assert_eq(th_rev(&t), 1);
-    cr_assert_null(th_get(&t, "a", 0));
+    cr_assert_eq(kvt_store_rev(&t), 1);
+    cr_assert_null(kvt_store_get(&t, "a", 0));
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_lease_get(r.ks, 5, NULL), -ENOENT);
     /* one request context at a time per batch */
     kv_ks *other;
     cr_assert_eq(kv_ks_begin(t.s, r.b, &other), -EBUSY);
     req_end(&r, 0);
-    th_close(&t);
+    kvt_store_close(&t);
 }
 
 Test(keyspace, lease_errnos)
@@ -112,8 +112,8 @@ Test(keyspace, lease_errnos)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.max_keys_per_lease = 1;
-    th t;
-    th_open(&t, &cfg);
+    kvt_store t;
+    kvt_store_open(&t, &cfg);
     req r;
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_lease_grant(r.ks, 0, 10), -EINVAL);
@@ -132,16 +132,16 @@ Test(keyspace, lease_errnos)
     kv_ks_kv *kv;
     cr_assert_eq(kv_ks_get(r.ks, B("a"), 1, &kv), -ENOENT);
     req_end(&r, 1);
-    th_close(&t);
+    kvt_store_close(&t);
 }
 
 Test(keyspace, compact_and_range)
 {
-    th t;
-    th_open(&t, NULL);
-    th_put(&t, "k1", "a", 0);
-    th_put(&t, "k2", "b", 0);
-    th_put(&t, "k1", "c", 0);
+    kvt_store t;
+    kvt_store_open(&t, NULL);
+    kvt_store_put(&t, "k1", "a", 0);
+    kvt_store_put(&t, "k2", "b", 0);
+    kvt_store_put(&t, "k1", "c", 0);
     req r;
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_compact(r.ks, 10), KV_STORE_ERR_FUTURE_REV);
@@ -156,14 +156,14 @@ Test(keyspace, compact_and_range)
     cr_assert_eq(rr.n, 2);
     cr_assert_eq(rr.count, 2);
     cr_assert_eq(rr.revision, 4);
-    th_expect_kv(rr.kvs[0], "k1", "c");
+    kvt_store_expect_kv(rr.kvs[0], "k1", "c");
     kv_range_result_free(&rr);
     o.sort_order = KV_RANGE_SORT_DESCEND;
     o.limit = 1;
     cr_assert_eq(kv_store_range_read(t.s, &o, &rr), 0);
     cr_assert_eq(rr.n, 1);
     cr_assert(rr.more);
-    th_expect_kv(rr.kvs[0], "k2", "b");
+    kvt_store_expect_kv(rr.kvs[0], "k2", "b");
     kv_range_result_free(&rr);
     o.revision = 2;
     cr_assert_eq(kv_store_range_read(t.s, &o, &rr), KV_STORE_ERR_COMPACTED);
@@ -185,7 +185,7 @@ Test(keyspace, compact_and_range)
     cr_assert_eq(n, 3);
     cr_assert_eq(visited, 3);
     req_end(&r, 0);
-    th_close(&t);
+    kvt_store_close(&t);
 }
 
 static int count_alarm(void *arg, uint64_t member, int type)
@@ -197,8 +197,8 @@ static int count_alarm(void *arg, uint64_t member, int type)
 
 Test(keyspace, alarm_errnos)
 {
-    th t;
-    th_open(&t, NULL);
+    kvt_store t;
+    kvt_store_open(&t, NULL);
     req r;
     req_begin(&r, &t);
     cr_assert_eq(kv_ks_alarm_activate(r.ks, 1, 9), -EINVAL);
@@ -215,5 +215,5 @@ Test(keyspace, alarm_errnos)
     cr_assert_eq(kv_ks_alarm_deactivate(r.ks, 1, KV_ALARM_NOSPACE), 0);
     req_end(&r, 1);
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_NOSPACE); /* 63 members still */
-    th_close(&t);
+    kvt_store_close(&t);
 }

@@ -8,20 +8,22 @@
 #include "mvcc/auth_store.h"
 #include "rpc.pb-c.h"
 
-void aau_apply(th *t, Kvdpb__InternalRequest *ir, kv_etcd_err want)
+void aau_apply(kvt_store *t, Kvdpb__InternalRequest *ir, kv_etcd_err want)
 {
     kv_result r;
-    th_apply(t, ir, &r);
+    kvt_store_apply(t, ir, &r);
     if (want == 0)
-        cr_assert_eq(TH_CODE(r), 0, "unexpected error %d: %s", TH_CODE(r), TH_MSG(r));
+        cr_assert_eq(KVT_STORE_CODE(r), 0, "unexpected error %d: %s", KVT_STORE_CODE(r),
+                     KVT_STORE_MSG(r));
     else {
-        cr_assert_eq(TH_CODE(r), kv_etcd_err_code(want), "code %d (%s)", TH_CODE(r), TH_MSG(r));
-        cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(want));
+        cr_assert_eq(KVT_STORE_CODE(r), kv_etcd_err_code(want), "code %d (%s)", KVT_STORE_CODE(r),
+                     KVT_STORE_MSG(r));
+        cr_assert_str_eq(KVT_STORE_MSG(r), kv_etcd_err_msg(want));
     }
     free(r.resp);
 }
 
-void aau_user_add(th *t, const char *name, kv_etcd_err want)
+void aau_user_add(kvt_store *t, const char *name, kv_etcd_err want)
 {
     Etcdserverpb__AuthUserAddRequest u = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
     u.name = (char *)name;
@@ -32,7 +34,7 @@ void aau_user_add(th *t, const char *name, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-void aau_user_delete(th *t, const char *name, kv_etcd_err want)
+void aau_user_delete(kvt_store *t, const char *name, kv_etcd_err want)
 {
     Etcdserverpb__AuthUserDeleteRequest r = ETCDSERVERPB__AUTH_USER_DELETE_REQUEST__INIT;
     r.name = (char *)name;
@@ -42,7 +44,7 @@ void aau_user_delete(th *t, const char *name, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-void aau_grant_role(th *t, const char *user, const char *role, kv_etcd_err want)
+void aau_grant_role(kvt_store *t, const char *user, const char *role, kv_etcd_err want)
 {
     Etcdserverpb__AuthUserGrantRoleRequest g = ETCDSERVERPB__AUTH_USER_GRANT_ROLE_REQUEST__INIT;
     g.user = (char *)user;
@@ -53,7 +55,7 @@ void aau_grant_role(th *t, const char *user, const char *role, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-void aau_role_add(th *t, const char *name, kv_etcd_err want)
+void aau_role_add(kvt_store *t, const char *name, kv_etcd_err want)
 {
     Etcdserverpb__AuthRoleAddRequest r = ETCDSERVERPB__AUTH_ROLE_ADD_REQUEST__INIT;
     r.name = (char *)name;
@@ -63,7 +65,7 @@ void aau_role_add(th *t, const char *name, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-void aau_role_delete(th *t, const char *name, kv_etcd_err want)
+void aau_role_delete(kvt_store *t, const char *name, kv_etcd_err want)
 {
     Etcdserverpb__AuthRoleDeleteRequest r = ETCDSERVERPB__AUTH_ROLE_DELETE_REQUEST__INIT;
     r.role = (char *)name;
@@ -73,13 +75,13 @@ void aau_role_delete(th *t, const char *name, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-void aau_role_grant(th *t, const char *role, int type, const char *key, const char *end,
+void aau_role_grant(kvt_store *t, const char *role, int type, const char *key, const char *end,
                     kv_etcd_err want)
 {
     Authpb__Permission p = AUTHPB__PERMISSION__INIT;
     p.permtype = (Authpb__Permission__Type)type;
-    p.key = th_bin(key);
-    p.range_end = th_bin(end);
+    p.key = kvt_bin(key);
+    p.range_end = kvt_bin(end);
     Etcdserverpb__AuthRoleGrantPermissionRequest g =
         ETCDSERVERPB__AUTH_ROLE_GRANT_PERMISSION_REQUEST__INIT;
     g.name = (char *)role;
@@ -90,7 +92,7 @@ void aau_role_grant(th *t, const char *role, int type, const char *key, const ch
     aau_apply(t, &ir, want);
 }
 
-void aau_enable(th *t, kv_etcd_err want)
+void aau_enable(kvt_store *t, kv_etcd_err want)
 {
     Etcdserverpb__AuthEnableRequest e = ETCDSERVERPB__AUTH_ENABLE_REQUEST__INIT;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
@@ -99,7 +101,7 @@ void aau_enable(th *t, kv_etcd_err want)
     aau_apply(t, &ir, want);
 }
 
-uint64_t aau_revision(th *t)
+uint64_t aau_revision(kvt_store *t)
 {
     kv_auth_tx tx;
     cr_assert_eq(kv_store_auth_read_begin(t->s, &tx), 0);

@@ -1,7 +1,7 @@
 /*
  * auth_apply_util: helpers shared by the apply-level auth tests (test_auth_apply.c,
  * test_auth_leaseperm.c). Each builds one kvdpb.InternalRequest auth entry, applies it to the
- * test store t (tests/mvcc/helpers.h th) at its next index and asserts the result: want 0 =
+ * test store t (tests/lib/kvt_store.h) at its next index and asserts the result: want 0 =
  * success, otherwise the exact gRPC code and message of that etcd error
  * (common/etcd_errors.h). Criterion assertions: call from a test only.
  */
@@ -10,22 +10,22 @@
 
 #include <stdint.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "common/etcd_errors.h"
 #include "internal.pb-c.h"
 
-void aau_apply(th *t, Kvdpb__InternalRequest *ir, kv_etcd_err want);
+void aau_apply(kvt_store *t, Kvdpb__InternalRequest *ir, kv_etcd_err want);
 /* A user with a fixed (well-formed) hashed password. */
-void aau_user_add(th *t, const char *name, kv_etcd_err want);
-void aau_user_delete(th *t, const char *name, kv_etcd_err want);
-void aau_grant_role(th *t, const char *user, const char *role, kv_etcd_err want);
-void aau_role_add(th *t, const char *name, kv_etcd_err want);
-void aau_role_delete(th *t, const char *name, kv_etcd_err want);
+void aau_user_add(kvt_store *t, const char *name, kv_etcd_err want);
+void aau_user_delete(kvt_store *t, const char *name, kv_etcd_err want);
+void aau_grant_role(kvt_store *t, const char *user, const char *role, kv_etcd_err want);
+void aau_role_add(kvt_store *t, const char *name, kv_etcd_err want);
+void aau_role_delete(kvt_store *t, const char *name, kv_etcd_err want);
 /* type: authpb.Permission.Type; end "" = the single key. */
-void aau_role_grant(th *t, const char *role, int type, const char *key, const char *end,
+void aau_role_grant(kvt_store *t, const char *role, int type, const char *key, const char *end,
                     kv_etcd_err want);
-void aau_enable(th *t, kv_etcd_err want);
+void aau_enable(kvt_store *t, kv_etcd_err want);
 /* The committed auth revision. */
-uint64_t aau_revision(th *t);
+uint64_t aau_revision(kvt_store *t);
 
 #endif

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "auth_apply_util.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
@@ -25,23 +25,23 @@
 
 #include <stdio.h>
 
-static th g_t;
+static kvt_store g_t;
 
 static void setup(void)
 {
-    th_open(&g_t, NULL);
+    kvt_store_open(&g_t, NULL);
 }
 
 static void teardown(void)
 {
-    th_close(&g_t);
+    kvt_store_close(&g_t);
 }
 
 static void put_as(uint64_t auth_rev, kv_etcd_err want)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin("k");
-    p.value = th_bin("v");
+    p.key = kvt_bin("k");
+    p.value = kvt_bin("v");
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
     ir.put = &p;
@@ -111,7 +111,7 @@ Test(auth_apply, etcd_rules_and_revision, .init = setup, .fini = teardown)
     aau_user_delete(&g_t, "nobody", KV_ERR_USER_NOT_FOUND);
     /* survives a reopen */
     uint64_t rev = aau_revision(&g_t);
-    th_reopen(&g_t);
+    kvt_store_reopen(&g_t);
     cr_assert_eq(aau_revision(&g_t), rev);
     aau_user_delete(&g_t, "root", KV_ERR_INVALID_AUTH_MGMT); /* still enabled */
 }
@@ -196,8 +196,9 @@ static void authn_refused(const char *name, uint64_t pwtag, kv_etcd_err want)
     uint64_t before = state(), idx = applied();
     kv_result r;
     authn(name, "abcdefghijklmnop", pwtag, 0, &r);
-    cr_assert_eq(TH_CODE(r), kv_etcd_err_code(want), "code %d (%s)", TH_CODE(r), TH_MSG(r));
-    cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(want));
+    cr_assert_eq(KVT_STORE_CODE(r), kv_etcd_err_code(want), "code %d (%s)", KVT_STORE_CODE(r),
+                 KVT_STORE_MSG(r));
+    cr_assert_str_eq(KVT_STORE_MSG(r), kv_etcd_err_msg(want));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_NONE, "no token for a refused entry");
     cr_assert_null(r.resp);
     cr_assert_eq(state(), before);
@@ -207,8 +208,8 @@ static void authn_refused(const char *name, uint64_t pwtag, kv_etcd_err want)
 Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
 {
     uint64_t tag = kv_auth_pwtag((const uint8_t *)HASHED, strlen(HASHED));
-    th_put(&g_t, "k", "v", 0); /* keyspace revisions to compare */
-    int64_t kvrev = th_put(&g_t, "k2", "v", 0);
+    kvt_store_put(&g_t, "k", "v", 0); /* keyspace revisions to compare */
+    int64_t kvrev = kvt_store_put(&g_t, "k2", "v", 0);
     aau_user_add(&g_t, "root", 0);
     aau_grant_role(&g_t, "root", "root", 0);
     aau_user_add(&g_t, "ann", 0);
@@ -223,7 +224,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     uint64_t before = state(), idx = applied();
     kv_result r;
     authn("ann", "abcdefghijklmnop", tag, 0, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
     cr_assert_eq(state(), before, "Authenticate changes no stored state");
     cr_assert_eq(applied(), idx + 1);
@@ -242,7 +243,7 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
 
     /* quiet (a follower): no response, but the flag that makes it assign the token */
     authn("ann", "ponmlkjihgfedcba", tag, 1, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_ASSIGN);
     cr_assert_null(r.resp);
     cr_assert_eq(state(), before);
@@ -269,8 +270,8 @@ Test(auth_apply, authenticate_entry, .init = setup, .fini = teardown)
     Kvdpb__InternalRequest ird = KVDPB__INTERNAL_REQUEST__INIT;
     ird.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
     ird.auth_disable = &dis;
-    th_apply(&g_t, &ird, &r);
-    cr_assert_eq(TH_CODE(r), 0, "%s", TH_MSG(r));
+    kvt_store_apply(&g_t, &ird, &r);
+    cr_assert_eq(KVT_STORE_CODE(r), 0, "%s", KVT_STORE_MSG(r));
     cr_assert_eq(r.auth_tokens, KV_RESULT_AUTH_CLEAR);
     free(r.resp);
     authn_refused("root", tag, KV_ERR_AUTH_NOT_ENABLED);

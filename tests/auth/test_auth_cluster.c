@@ -432,9 +432,7 @@ static char g_jwt_dir[] = "/tmp/kvjwtc.XXXXXX";
 static void fini_jwt(void)
 {
     fini_conns();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_jwt_dir);
-    (void)!system(cmd);
+    kvt_rmtree(g_jwt_dir);
 }
 
 /* An RSA key pair as <g_jwt_dir>/key.pem and pub.pem. */

@@ -15,6 +15,7 @@
 #include <openssl/pem.h>
 
 #include "auth/auth_jwt.h"
+#include "kvt_util.h"
 
 static char g_dir[] = "/tmp/kvjwt.XXXXXX";
 
@@ -25,9 +26,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    (void)!system(cmd);
+    kvt_rmtree(g_dir);
 }
 
 /* Writes a new key of the given kind ("RSA" or "EC") as <dir>/<name>.key and .pub. */

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "auth_apply_util.h"
 #include "auth.pb-c.h"
 #include "common/etcd_errors.h"
@@ -32,16 +32,16 @@
 
 /* ---- at apply ---- */
 
-static th g_t;
+static kvt_store g_t;
 
 static void setup(void)
 {
-    th_open(&g_t, NULL);
+    kvt_store_open(&g_t, NULL);
 }
 
 static void teardown(void)
 {
-    th_close(&g_t);
+    kvt_store_close(&g_t);
 }
 
 /* A LeaseRevoke entry as proposed by a client (user, auth revision) or by the lessor
@@ -64,8 +64,8 @@ static void put_as(const char *user, uint64_t arev, const char *key, int64_t lea
                    kv_etcd_err want)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin(key);
-    p.value = th_bin("v");
+    p.key = kvt_bin(key);
+    p.value = kvt_bin("v");
     p.lease = lease;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
@@ -82,8 +82,8 @@ static void nested_txn_put_as(const char *user, uint64_t arev, const char *key, 
                               int in_failure, kv_etcd_err want)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin(key);
-    p.value = th_bin("v");
+    p.key = kvt_bin(key);
+    p.value = kvt_bin("v");
     p.lease = lease;
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
@@ -114,7 +114,7 @@ static void nested_txn_put_as(const char *user, uint64_t arev, const char *key, 
 
 static int has_key(const char *k)
 {
-    Mvccpb__KeyValue *kv = th_get(&g_t, k, 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&g_t, k, 0);
     int r = kv != NULL;
     if (kv)
         mvccpb__key_value__free_unpacked(kv, NULL);
@@ -124,14 +124,14 @@ static int has_key(const char *k)
 static int lease_exists(int64_t id)
 {
     kv_result r;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&g_t, id, 100, &r);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&g_t, id, 100, &r);
     free(r.resp);
     if (g) { /* it did not exist: granted now, undo */
         etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
         revoke_as(NULL, 0, id, 0);
         return 0;
     }
-    cr_assert_str_eq(TH_MSG(r), kv_etcd_err_msg(KV_ERR_LEASE_EXIST));
+    cr_assert_str_eq(KVT_STORE_MSG(r), kv_etcd_err_msg(KV_ERR_LEASE_EXIST));
     return 1;
 }
 
@@ -149,14 +149,14 @@ static uint64_t fixture(void)
     aau_grant_role(&g_t, "u", "ra", 0);
     kv_result r;
     for (int64_t id = L_MIXED; id <= L_EMPTY; id++) {
-        Etcdserverpb__LeaseGrantResponse *g = th_grant(&g_t, id, 100, &r);
-        cr_assert_not_null(g, "%s", TH_MSG(r));
+        Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&g_t, id, 100, &r);
+        cr_assert_not_null(g, "%s", KVT_STORE_MSG(r));
         etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
         free(r.resp);
     }
-    th_put(&g_t, "secret", "s", L_MIXED);
-    th_put(&g_t, "a/1", "1", L_MIXED);
-    th_put(&g_t, "a/2", "2", L_MINE);
+    kvt_store_put(&g_t, "secret", "s", L_MIXED);
+    kvt_store_put(&g_t, "a/1", "1", L_MIXED);
+    kvt_store_put(&g_t, "a/2", "2", L_MINE);
     aau_enable(&g_t, 0);
     return aau_revision(&g_t);
 }

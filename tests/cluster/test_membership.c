@@ -331,11 +331,7 @@ Test(cluster_membership, replace_member_on_the_same_url, .fini = fini, .timeout 
         free(ctl_ok("member remove", "member", "remove", hex, NULL));
         (void)kvt_proc_wait(&m->proc, 10000);
         kvt_member_kill9(&g_c, j);
-        const char *rm[] = {"/bin/rm", "-rf", m->data_dir, NULL};
-        kvt_cmd_result rr;
-        cr_assert_eq(kvt_run(rm, NULL, NULL, 0, 20000, &rr), 0);
-        cr_assert_eq(rr.exit_code, 0, "rm -rf %s: %s", m->data_dir, rr.err);
-        kvt_cmd_result_free(&rr);
+        cr_assert_eq(kvt_rmtree(m->data_dir), 0, "remove %s", m->data_dir);
         wait_member_lists(2, NULL);
         /* add the same peer URL again (retried while the cluster settles) */
         uint64_t t0 = kvt_now_ms(), id = 0;

@@ -21,6 +21,7 @@
 
 #include "pcjournal.h"
 #include "pcmember.h"
+#include "kvt_util.h"
 
 #ifndef KV_PCDIROPS_BIN
 #error "KV_PCDIROPS_BIN must name the pcdirops helper"
@@ -45,9 +46,7 @@ static void pcm_init(pcm *t)
 
 static void pcm_fini(pcm *t)
 {
-    char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->root);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(t->root), 0);
 }
 
 /* Runs pcdirops with ops (NULL-terminated) in t->dir under the shim. Returns its wait status. */

@@ -67,6 +67,8 @@ int kvt_tmpdir_create(kvt_tmpdir *d, const char *prefix)
     return 0;
 }
 
+/* Best effort: an entry that cannot be removed does not stop the walk (kvt_rmtree then
+ * reports it, since its parents remain). */
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -78,9 +80,13 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 int kvt_rmtree(const char *path)
 {
+    if (!path || !path[0])
+        return -EINVAL;
     if (access(path, F_OK) != 0)
         return 0;
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -EIO;
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return errno ? -errno : -EIO;
+    return access(path, F_OK) == 0 ? -ENOTEMPTY : 0;
 }
 
 void kvt_tmpdir_destroy(kvt_tmpdir *d)

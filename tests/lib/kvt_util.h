@@ -28,7 +28,11 @@ typedef struct kvt_tmpdir {
 
 int kvt_tmpdir_create(kvt_tmpdir *d, const char *prefix);
 void kvt_tmpdir_destroy(kvt_tmpdir *d);
-/* rm -rf path (no-op if absent). */
+/* rm -rf path: removes path and everything under it without following symlinks; a no-op
+ * (0) if path does not exist. Best effort: it goes on past entries it cannot remove, then
+ * returns -ENOTEMPTY if path is still there (or the walk's -errno). -EINVAL for an empty
+ * path. The one recursive removal of tests/, bench/ and functional/: no private nftw or
+ * system("rm -rf"). */
 int kvt_rmtree(const char *path);
 
 /* A non-blocking TCP socket connected to 127.0.0.1:port within timeout_ms, or -errno. */

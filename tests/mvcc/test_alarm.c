@@ -5,16 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 
-static th t;
+static kvt_store t;
 static void setup(void)
 {
-    th_open(&t, NULL);
+    kvt_store_open(&t, NULL);
 }
 static void teardown(void)
 {
-    th_close(&t);
+    kvt_store_close(&t);
 }
 TestSuite(mvcc_alarm, .init = setup, .fini = teardown);
 
@@ -27,8 +27,8 @@ static Etcdserverpb__AlarmResponse *alarm(int action, uint64_t member, int type,
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
     ir.alarm = &a;
-    th_apply(&t, &ir, res);
-    if (TH_CODE(*res) != 0)
+    kvt_store_apply(&t, &ir, res);
+    if (KVT_STORE_CODE(*res) != 0)
         return NULL;
     Etcdserverpb__AlarmResponse *r =
         etcdserverpb__alarm_response__unpack(NULL, res->resp_len, res->resp);
@@ -44,7 +44,7 @@ static size_t count_alarms(int type)
 {
     kv_result res;
     Etcdserverpb__AlarmResponse *r = alarm(GET, 0, type, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     size_t n = r->n_alarms;
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     return n;
@@ -55,7 +55,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     kv_result res;
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 0);
     Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, 7, KV_ALARM_NOSPACE, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(r->n_alarms, 1);
     cr_assert_eq(r->alarms[0]->memberid, 7);
     cr_assert_eq(r->alarms[0]->alarm, KV_ALARM_NOSPACE);
@@ -63,7 +63,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_NOSPACE);
 
-    th_reopen(&t); /* persisted in LMDB */
+    kvt_store_reopen(&t); /* persisted in LMDB */
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_NOSPACE);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 1);
     cr_assert_eq(count_alarms(KV_ALARM_NOSPACE), 1);
@@ -78,7 +78,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 1);
     cr_assert_null(alarm(ACTIVATE, 7, 9, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_INVALID_ARGUMENT);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_INVALID_ARGUMENT);
 
     /* a second member's alarm of the same type keeps the type active */
     r = alarm(ACTIVATE, 8, KV_ALARM_NOSPACE, &res);
@@ -94,7 +94,7 @@ Test(mvcc_alarm, activate_get_deactivate_persisted)
     r = alarm(DEACTIVATE, 8, KV_ALARM_NOSPACE, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     cr_assert_eq(kv_store_alarms(t.s), 0u);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_alarms(t.s), 0u);
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 0);
 }
@@ -104,14 +104,14 @@ Test(mvcc_alarm, alarm_table_is_bounded)
     kv_result res;
     for (uint64_t m = 1; m <= 64; m++) {
         Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, m, KV_ALARM_NOSPACE, &res);
-        cr_assert_not_null(r, "%s", TH_MSG(res));
+        cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
         etcdserverpb__alarm_response__free_unpacked(r, NULL);
     }
     cr_assert_null(alarm(ACTIVATE, 65, KV_ALARM_NOSPACE, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
     /* the error is a value with a detail; the text clients see is unchanged */
     cr_assert_eq(res.err, KV_ERR_TOO_MANY_ALARMS);
-    cr_assert_str_eq(TH_MSG(res), "kvd: too many alarms (limit 64)");
+    cr_assert_str_eq(KVT_STORE_MSG(res), "kvd: too many alarms (limit 64)");
     cr_assert_eq(count_alarms(KV_ALARM_NONE), 64);
 }
 
@@ -120,23 +120,23 @@ static const char *NOSPACE = "etcdserver: mvcc: database space exceeded";
 Test(mvcc_alarm, nospace_refuses_growth_only)
 {
     kv_result res;
-    th_put(&t, "a", "1", 0);
-    th_put(&t, "b", "1", 0);
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 5, 100, &res);
+    kvt_store_put(&t, "a", "1", 0);
+    kvt_store_put(&t, "b", "1", 0);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 5, 100, &res);
     cr_assert_not_null(g);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, 1, KV_ALARM_NOSPACE, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
 
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin("c");
-    p.value = th_bin("1");
-    cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
-    cr_assert_str_eq(TH_MSG(res), NOSPACE);
-    cr_assert_null(th_grant(&t, 6, 100, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
-    cr_assert_str_eq(TH_MSG(res), NOSPACE);
+    p.key = kvt_bin("c");
+    p.value = kvt_bin("1");
+    cr_assert_null(kvt_store_put_req(&t, &p, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(KVT_STORE_MSG(res), NOSPACE);
+    cr_assert_null(kvt_store_grant(&t, 6, 100, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(KVT_STORE_MSG(res), NOSPACE);
     /* a txn with a put is refused, a read-only txn is not (etcd's capped applier) */
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
@@ -145,66 +145,66 @@ Test(mvcc_alarm, nospace_refuses_growth_only)
     Etcdserverpb__TxnRequest x = ETCDSERVERPB__TXN_REQUEST__INIT;
     x.n_success = 1;
     x.success = ops;
-    cr_assert_null(th_txn(&t, &x, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_null(kvt_store_txn(&t, &x, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("a");
+    q.key = kvt_bin("a");
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
     op.request_range = &q;
-    Etcdserverpb__TxnResponse *tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", TH_MSG(res));
+    Etcdserverpb__TxnResponse *tr = kvt_store_txn(&t, &x, &res);
+    cr_assert_not_null(tr, "%s", KVT_STORE_MSG(res));
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     /* reads, deletes, compaction and lease revokes go on */
-    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "a", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
-    int64_t rev = th_del(&t, "a", NULL);
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    int64_t rev = kvt_store_del(&t, "a", NULL);
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, rev, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     Etcdserverpb__LeaseRevokeRequest rv = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     rv.id = 5;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE;
     ir.lease_revoke = &rv;
-    th_apply(&t, &ir, &res);
-    cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
+    kvt_store_apply(&t, &ir, &res);
+    cr_assert_eq(KVT_STORE_CODE(res), 0, "%s", KVT_STORE_MSG(res));
     free(res.resp);
     /* disarm: puts work again */
     r = alarm(DEACTIVATE, 1, KV_ALARM_NOSPACE, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
-    th_put(&t, "c", "1", 0);
+    kvt_store_put(&t, "c", "1", 0);
 }
 
 Test(mvcc_alarm, corrupt_refuses_reads_and_writes)
 {
     kv_result res;
-    th_put(&t, "a", "1", 0);
+    kvt_store_put(&t, "a", "1", 0);
     Etcdserverpb__AlarmResponse *r = alarm(ACTIVATE, 1, KV_ALARM_CORRUPT, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin("c");
-    cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
+    p.key = kvt_bin("c");
+    cr_assert_null(kvt_store_put_req(&t, &p, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: corrupt cluster");
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
-    d.key = th_bin("a");
-    cr_assert_null(th_del_req(&t, &d, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
-    cr_assert_null(th_compact(&t, 1, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    d.key = kvt_bin("a");
+    cr_assert_null(kvt_store_del_req(&t, &d, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_null(kvt_store_compact(&t, 1, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("a");
+    q.key = kvt_bin("a");
     uint8_t buf[64];
     size_t n = etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: corrupt cluster");
     cr_assert_eq(count_alarms(KV_ALARM_CORRUPT), 1, "alarms are still served");
     r = alarm(DEACTIVATE, 1, KV_ALARM_CORRUPT, &res);
     etcdserverpb__alarm_response__free_unpacked(r, NULL);
-    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
-    th_expect_kv(kv, "a", "1");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "a", 0);
+    kvt_store_expect_kv(kv, "a", "1");
     mvccpb__key_value__free_unpacked(kv, NULL);
 }
 
@@ -218,12 +218,12 @@ Test(mvcc_alarm, defragment_shrinks_the_file_and_keeps_the_data)
         for (int i = 0; i < 200; i++) {
             snprintf(k, sizeof k, "key%03d", i);
             v[0] = (char)('a' + round);
-            th_put(&t, k, v, 0);
+            kvt_store_put(&t, k, v, 0);
         }
-    int64_t rev = th_rev(&t);
+    int64_t rev = kvt_store_rev(&t);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, rev, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     int64_t before = kv_store_db_size(t.s);
     kv_store_status st0;
@@ -243,16 +243,16 @@ Test(mvcc_alarm, defragment_shrinks_the_file_and_keeps_the_data)
     cr_assert_eq(st1.keys, 200);
     for (int i = 0; i < 200; i += 37) {
         snprintf(k, sizeof k, "key%03d", i);
-        Mvccpb__KeyValue *kv = th_get(&t, k, 0);
+        Mvccpb__KeyValue *kv = kvt_store_get(&t, k, 0);
         cr_assert_not_null(kv);
         cr_assert_eq(kv->value.len, 8000);
         cr_assert_eq(kv->value.data[0], 'd');
         mvccpb__key_value__free_unpacked(kv, NULL);
     }
-    th_put(&t, "after", "1", 0); /* writes go to the new file */
-    th_reopen(&t);
-    Mvccpb__KeyValue *kv = th_get(&t, "after", 0);
-    th_expect_kv(kv, "after", "1");
+    kvt_store_put(&t, "after", "1", 0); /* writes go to the new file */
+    kvt_store_reopen(&t);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "after", 0);
+    kvt_store_expect_kv(kv, "after", "1");
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(v);
 }
@@ -262,8 +262,8 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.quota_bytes = 1 << 20; /* map: 1 MiB + 16 MiB headroom */
-    th_close(&t);
-    th_open(&t, &cfg);
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
     char *big = malloc(100001);
     memset(big, 'x', 100000);
     big[100000] = 0;
@@ -275,8 +275,8 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
         char k[32];
         snprintf(k, sizeof k, "big%03d", i);
         Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-        p.key = th_bin(k);
-        p.value = th_bin(big);
+        p.key = kvt_bin(k);
+        p.value = kvt_bin(big);
         Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
         ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
         ir.put = &p;
@@ -286,9 +286,9 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
         cr_assert_eq(kv_store_apply(t.s, b, (uint64_t)i, buf, n, NULL, &res), 0);
         free(buf);
         free(res.resp);
-        if (TH_CODE(res) != 0) {
-            cr_assert_eq(TH_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
-            cr_assert_str_eq(TH_MSG(res), NOSPACE);
+        if (KVT_STORE_CODE(res) != 0) {
+            cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_RESOURCE_EXHAUSTED);
+            cr_assert_str_eq(KVT_STORE_MSG(res), NOSPACE);
             refused = 1;
         }
     }
@@ -298,10 +298,10 @@ Test(mvcc_alarm, one_batch_cannot_eat_the_headroom)
     t.index = (uint64_t)i;
     cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_NOSPACE);
     /* the remaining headroom takes a delete of everything and a compaction */
-    int64_t rev = th_del(&t, "big", "bih");
+    int64_t rev = kvt_store_del(&t, "big", "bih");
     kv_result cres;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, rev, &cres);
-    cr_assert_not_null(c, "%s", TH_MSG(cres));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, rev, &cres);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(cres));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     free(big);
 }

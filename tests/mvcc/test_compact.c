@@ -6,18 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 #include "common/crc32c.h"
 
-static th t, ref;
+static kvt_store t, ref;
 /* Without fsync: durability is not under test here, a restart is a close and an open, and a
  * lost step is an aborted batch. */
-static void open_nosync(th *x)
+static void open_nosync(kvt_store *x)
 {
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.unsafe_no_fsync = 1;
-    th_open(x, &cfg);
+    kvt_store_open(x, &cfg);
 }
 
 static void setup(void)
@@ -28,12 +28,12 @@ static void setup(void)
 }
 static void teardown(void)
 {
-    th_close(&t);
-    th_close(&ref);
+    kvt_store_close(&t);
+    kvt_store_close(&ref);
 }
 TestSuite(mvcc_compact, .init = setup, .fini = teardown);
 
-static size_t rev_records(th *x)
+static size_t rev_records(kvt_store *x)
 {
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -46,7 +46,7 @@ static size_t rev_records(th *x)
 }
 
 /* 40 keys, 3 versions each; every 5th key deleted, every 10th recreated after deletion. */
-static int64_t populate(th *x)
+static int64_t populate(kvt_store *x)
 {
     char k[16], v[16];
     int64_t rev = 0;
@@ -54,20 +54,20 @@ static int64_t populate(th *x)
         for (int i = 0; i < 40; i++) {
             snprintf(k, sizeof k, "key%02d", i);
             snprintf(v, sizeof v, "v%d", round);
-            rev = th_put(x, k, v, 0);
+            rev = kvt_store_put(x, k, v, 0);
         }
     for (int i = 0; i < 40; i += 5) {
         snprintf(k, sizeof k, "key%02d", i);
-        rev = th_del(x, k, NULL);
+        rev = kvt_store_del(x, k, NULL);
     }
     for (int i = 0; i < 40; i += 10) {
         snprintf(k, sizeof k, "key%02d", i);
-        rev = th_put(x, k, "again", 0);
+        rev = kvt_store_put(x, k, "again", 0);
     }
     return rev;
 }
 
-static int step(th *x, uint32_t max_keys, uint64_t *keys, uint64_t *removed)
+static int step(kvt_store *x, uint32_t max_keys, uint64_t *keys, uint64_t *removed)
 {
     kv_store_batch *b;
     cr_assert_eq(kv_store_batch_begin(x->s, &b), 0);
@@ -77,7 +77,7 @@ static int step(th *x, uint32_t max_keys, uint64_t *keys, uint64_t *removed)
     return rc;
 }
 
-static uint32_t hash_at(th *x, int64_t rev)
+static uint32_t hash_at(kvt_store *x, int64_t rev)
 {
     uint32_t h = 0;
     int64_t cr = 0;
@@ -92,10 +92,10 @@ Test(mvcc_compact, compact_is_o1_then_steps_match_one_go)
     int64_t at = last - 10; /* between the deletes and the recreations */
     size_t before = rev_records(&t);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, at, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, at, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
-    c = th_compact(&ref, at, &res);
+    c = kvt_store_compact(&ref, at, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
 
     cr_assert_eq(rev_records(&t), before, "the Compact request itself removes nothing");
@@ -105,11 +105,11 @@ Test(mvcc_compact, compact_is_o1_then_steps_match_one_go)
     cr_assert_eq(kv_store_compact_pending(ref.s, NULL), 0);
     /* reads below the point fail at once, whatever the physical progress */
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("key01");
+    q.key = kvt_bin("key01");
     q.revision = at - 1;
-    cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(TH_CODE(res), 11);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: required revision has been compacted");
+    cr_assert_null(kvt_store_range_req(&t, &q, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 11);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: mvcc: required revision has been compacted");
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.compact_revision, at);
@@ -130,10 +130,10 @@ Test(mvcc_compact, compact_is_o1_then_steps_match_one_go)
     cr_assert_eq(removed, before - rev_records(&t));
     cr_assert_eq(rev_records(&t), rev_records(&ref), "same records as a compaction in one go");
     cr_assert_eq(kv_store_compact_pending(t.s, NULL), 0);
-    Mvccpb__KeyValue *kv = th_get(&t, "key01", at);
-    th_expect_kv(kv, "key01", "v2");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "key01", at);
+    kvt_store_expect_kv(kv, "key01", "v2");
     mvccpb__key_value__free_unpacked(kv, NULL);
-    cr_assert_null(th_get(&t, "key05", at), "deleted key gone at the compaction point");
+    cr_assert_null(kvt_store_get(&t, "key05", at), "deleted key gone at the compaction point");
 }
 
 Test(mvcc_compact, progress_survives_a_restart)
@@ -141,14 +141,14 @@ Test(mvcc_compact, progress_survives_a_restart)
     int64_t last = populate(&t);
     populate(&ref);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, last, &res);
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, last, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
-    c = th_compact(&ref, last, &res);
+    c = kvt_store_compact(&ref, last, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     uint64_t keys = 0;
     cr_assert_eq(step(&t, 10, &keys, NULL), 1);
     cr_assert_eq(step(&t, 10, &keys, NULL), 1);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_compact_pending(t.s, NULL), 1, "pending after restart");
     int rc;
     while ((rc = step(&t, 10, &keys, NULL)) == 1)
@@ -164,18 +164,18 @@ Test(mvcc_compact, newer_compaction_restarts_the_walk)
     int64_t last = populate(&t);
     populate(&ref);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, last - 20, &res);
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, last - 20, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(step(&t, 5, NULL, NULL), 1);
-    c = th_compact(&t, last, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    c = kvt_store_compact(&t, last, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     int64_t prev = 0;
     cr_assert_eq(kv_store_compact_pending(t.s, &prev), 1);
     cr_assert_eq(prev, last);
     while (step(&t, 5, NULL, NULL) == 1)
         ;
-    c = th_compact(&ref, last, &res);
+    c = kvt_store_compact(&ref, last, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(rev_records(&t), rev_records(&ref));
     cr_assert_eq(hash_at(&t, 0), hash_at(&ref, 0));
@@ -194,7 +194,7 @@ Test(mvcc_compact, step_without_pending_compaction_is_a_noop)
 /* ---- steps bounded by records removed (a key with many revisions is split over steps) ---- */
 
 /* CRC-32C over every record of the keyspace databases (rev, kidx, lkidx, lkey). */
-static uint32_t ks_digest(th *x)
+static uint32_t ks_digest(kvt_store *x)
 {
     static const char *const dbs[] = {"rev", "kidx", "lkidx", "lkey"};
     MDB_txn *txn;
@@ -236,37 +236,37 @@ static const char *rkey(uint64_t *s)
 }
 
 /* One random write on both stores (same request, same revision). */
-static int64_t rnd_write(th *a, th *b, uint64_t *s)
+static int64_t rnd_write(kvt_store *a, kvt_store *b, uint64_t *s)
 {
     const char *k = rkey(s);
     char v[32];
     int64_t ra, rb;
     if (rnd(s) % 100 < 20) {
-        cr_assert_eq(th_del(a, k, NULL), th_del(b, k, NULL));
-        ra = th_rev(a);
-        rb = th_rev(b);
+        cr_assert_eq(kvt_store_del(a, k, NULL), kvt_store_del(b, k, NULL));
+        ra = kvt_store_rev(a);
+        rb = kvt_store_rev(b);
     } else {
         snprintf(v, sizeof v, "v%llu", (unsigned long long)(rnd(s) % 100000));
-        ra = th_put(a, k, v, 0);
-        rb = th_put(b, k, v, 0);
+        ra = kvt_store_put(a, k, v, 0);
+        rb = kvt_store_put(b, k, v, 0);
     }
     cr_assert_eq(ra, rb);
     return ra;
 }
 
-static void compact_both(th *a, th *b, int64_t at)
+static void compact_both(kvt_store *a, kvt_store *b, int64_t at)
 {
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(a, at, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(a, at, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
-    c = th_compact(b, at, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    c = kvt_store_compact(b, at, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
 }
 
 /* One bounded step on x; checks the bounds; aborts it instead of committing when crash. */
-static int bounded_step(th *x, uint32_t max_keys, uint32_t max_revs, bool crash)
+static int bounded_step(kvt_store *x, uint32_t max_keys, uint32_t max_revs, bool crash)
 {
     kv_store_batch *b;
     uint64_t keys = 0, removed = 0;
@@ -292,22 +292,22 @@ Test(mvcc_compact, hot_key_is_split_over_steps)
     for (int i = 0; i < 300; i++) {
         char v[16];
         snprintf(v, sizeof v, "v%d", i);
-        last = th_put(&t, "hot", v, 0);
-        cr_assert_eq(th_put(&ref, "hot", v, 0), last);
+        last = kvt_store_put(&t, "hot", v, 0);
+        cr_assert_eq(kvt_store_put(&ref, "hot", v, 0), last);
         if (i % 100 == 0) {
-            last = th_put(&t, "cold", v, 0);
-            cr_assert_eq(th_put(&ref, "cold", v, 0), last);
+            last = kvt_store_put(&t, "cold", v, 0);
+            cr_assert_eq(kvt_store_put(&ref, "cold", v, 0), last);
         }
     }
     size_t before = rev_records(&t);
     compact_both(&t, &ref, last);
     /* reads at a compacted revision fail at once, before any step ran */
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("hot");
+    q.key = kvt_bin("hot");
     q.revision = last - 1;
     kv_result res;
-    cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(TH_CODE(res), 11);
+    cr_assert_null(kvt_store_range_req(&t, &q, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 11);
     cr_assert_eq(rev_records(&t), before);
     uint32_t want = hash_at(&ref, 0);
     int steps = 0, rc;
@@ -320,8 +320,8 @@ Test(mvcc_compact, hot_key_is_split_over_steps)
     cr_assert_geq(steps, 6, "299 + 2 records in steps of at most 50 (%d steps)", steps);
     cr_assert_eq(rev_records(&t), 2, "hot and cold keep their latest value");
     cr_assert_eq(ks_digest(&t), ks_digest(&ref), "same records as a compaction in one go");
-    Mvccpb__KeyValue *kv = th_get(&t, "hot", 0);
-    th_expect_kv(kv, "hot", "v299");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "hot", 0);
+    kvt_store_expect_kv(kv, "hot", "v299");
     mvccpb__key_value__free_unpacked(kv, NULL);
 }
 
@@ -331,14 +331,14 @@ Test(mvcc_compact, stop_inside_a_key_resumes_after_restart)
     for (int i = 0; i < 120; i++) {
         char v[16];
         snprintf(v, sizeof v, "v%d", i);
-        last = th_put(&t, i % 2 ? "a" : "b", v, 0);
-        cr_assert_eq(th_put(&ref, i % 2 ? "a" : "b", v, 0), last);
+        last = kvt_store_put(&t, i % 2 ? "a" : "b", v, 0);
+        cr_assert_eq(kvt_store_put(&ref, i % 2 ? "a" : "b", v, 0), last);
     }
     compact_both(&t, &ref, last);
     cr_assert_eq(bounded_step(&t, 1000, 25, false), 1); /* stops inside "a" */
     cr_assert_eq(bounded_step(&t, 1000, 25, false), 1); /* "a" done, stops inside "b" */
     cr_assert_eq(bounded_step(&t, 1000, 25, true), 1);  /* crash: this step is lost */
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_compact_pending(t.s, NULL), 1, "pending after restart");
     cr_assert_eq(hash_at(&t, 0), hash_at(&ref, 0));
     int rc, steps = 0;
@@ -365,8 +365,8 @@ Test(mvcc_compact, random_histories_stepwise_equals_one_go, .timeout = 240)
         }
     }
     for (uint64_t seed = 1; seed <= 8; seed++) {
-        th_close(&t);
-        th_close(&ref);
+        kvt_store_close(&t);
+        kvt_store_close(&ref);
         open_nosync(&t);
         open_nosync(&ref);
         t.defer_compaction = 1;
@@ -387,7 +387,7 @@ Test(mvcc_compact, random_histories_stepwise_equals_one_go, .timeout = 240)
                 last = rnd_write(&t, &ref, &s);
             uint64_t r = rnd(&s) % 100;
             if (r < 3) {
-                th_reopen(&t);
+                kvt_store_reopen(&t);
             } else if (r < 6 && !recompacted && last > cpt) {
                 cpt = last - (int64_t)(rnd(&s) % (uint64_t)(last - cpt)); /* > cpt */
                 compact_both(&t, &ref, cpt);

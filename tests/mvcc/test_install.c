@@ -6,7 +6,7 @@
  * made small with a small LMDB map: the follower's map cannot hold its old state and the new
  * one at once, as a one-transaction copy needs).
  */
-#include "helpers.h"
+#include "kvt_store.h"
 
 #include "raftlog/raftlog.h"
 
@@ -18,16 +18,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static th leader, follower;
+static kvt_store leader, follower;
 
 static void fini(void)
 {
-    th_close(&leader);
-    th_close(&follower);
+    kvt_store_close(&leader);
+    kvt_store_close(&follower);
 }
 
 /* n puts of vlen-byte values under prefix (each its own batch). */
-static void fill(th *t, const char *prefix, int n, size_t vlen)
+static void fill(kvt_store *t, const char *prefix, int n, size_t vlen)
 {
     char *v = malloc(vlen + 1);
     cr_assert_not_null(v);
@@ -37,13 +37,13 @@ static void fill(th *t, const char *prefix, int n, size_t vlen)
     for (int i = 0; i < n; i++) {
         snprintf(k, sizeof k, "%s%05d", prefix, i);
         v[0] = (char)('a' + i % 26);
-        th_put(t, k, v, 0);
+        kvt_store_put(t, k, v, 0);
     }
     free(v);
 }
 
 /* The leader's environment copied into a file, as node_snap.c sends it. */
-static void copy_env(th *t, const char *path)
+static void copy_env(kvt_store *t, const char *path)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cr_assert_geq(fd, 0);
@@ -65,7 +65,7 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
 {
     /* follower: map = 8 MiB quota + 16 MiB headroom = 24 MiB, holding ~7 MiB of old keys */
     kv_store_config fc = small_cfg((size_t)8 << 20);
-    th_open(&follower, &fc);
+    kvt_store_open(&follower, &fc);
     kv_store_identity me = {.member_id = 0x1111, .cluster_id = 0x99}, have;
     snprintf(me.name, sizeof me.name, "follower");
     cr_assert_eq(kv_store_identity_check(follower.s, &me, &have, 1), 1);
@@ -73,7 +73,7 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
     /* leader: ~19 MiB of other keys (old + new > 24 MiB: no single txn of the follower's
      * environment can replace one by the other) */
     kv_store_config lc = small_cfg((size_t)64 << 20);
-    th_open(&leader, &lc);
+    kvt_store_open(&leader, &lc);
     kv_store_identity other = {.member_id = 0x2222, .cluster_id = 0x99};
     snprintf(other.name, sizeof other.name, "leader");
     cr_assert_eq(kv_store_identity_check(leader.s, &other, &have, 1), 1);
@@ -117,9 +117,9 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
     cr_assert_eq(fs.applied_index, ls.applied_index);
     cr_assert_eq(fs.revision, ls.revision);
     cr_assert_eq(fs.keys, 1200);
-    Mvccpb__KeyValue *kv = th_get(&follower, "old/00001", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&follower, "old/00001", 0);
     cr_assert_null(kv, "the old state is gone");
-    kv = th_get(&follower, "new/01199", 0);
+    kv = kvt_store_get(&follower, "new/01199", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     cr_assert_eq(kv_store_identity_check(follower.s, &me, &have, 0), 0, "identity kept");
@@ -148,11 +148,11 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
     kv_raftlog_close(rl);
 
     /* the store goes on: a write after the install, and a reopen */
-    follower.index = fs.applied_index;         /* th applies at the next index */
+    follower.index = fs.applied_index;         /* kvt_store applies at the next index */
     kv_store_set_deterministic(follower.s, 1); /* a cluster member: no file-size guard */
-    th_put(&follower, "after", "1", 0);
-    th_reopen(&follower);
-    kv = th_get(&follower, "after", 0);
+    kvt_store_put(&follower, "after", "1", 0);
+    kvt_store_reopen(&follower);
+    kv = kvt_store_get(&follower, "after", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
 }
@@ -160,9 +160,9 @@ Test(mvcc_install, snapshot_larger_than_a_one_txn_copy_fits_is_installed, .fini 
 Test(mvcc_install, a_file_that_is_not_a_store_is_refused_and_nothing_changes, .fini = fini)
 {
     kv_store_config fc = small_cfg((size_t)8 << 20);
-    th_open(&follower, &fc);
-    th_put(&follower, "keep", "1", 0);
-    th_open(&leader, &fc);
+    kvt_store_open(&follower, &fc);
+    kvt_store_put(&follower, "keep", "1", 0);
+    kvt_store_open(&leader, &fc);
     char path[512];
     snprintf(path, sizeof path, "%s/garbage.snap", follower.dir);
     FILE *f = fopen(path, "w");
@@ -175,7 +175,7 @@ Test(mvcc_install, a_file_that_is_not_a_store_is_refused_and_nothing_changes, .f
     int rc = kv_store_install_begin(follower.s, path, &in);
     cr_assert_lt(rc, 0);
     cr_assert_null(in);
-    Mvccpb__KeyValue *kv = th_get(&follower, "keep", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&follower, "keep", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
 }

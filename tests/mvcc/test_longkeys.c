@@ -8,18 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 #include "mvcc/events.h"
 #include "mvcc/verify.h"
 
-static th t;
+static kvt_store t;
 static void setup(void)
 {
-    th_open(&t, NULL);
+    kvt_store_open(&t, NULL);
 }
 static void teardown(void)
 {
-    th_close(&t);
+    kvt_store_close(&t);
 }
 TestSuite(mvcc_longkeys, .init = setup, .fini = teardown);
 
@@ -55,7 +55,7 @@ static void expect_keys(const Etcdserverpb__RangeResponse *r, char **want, size_
     }
 }
 
-static size_t db_entries(th *x, const char *name)
+static size_t db_entries(kvt_store *x, const char *name)
 {
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -72,7 +72,7 @@ static size_t db_entries(th *x, const char *name)
     return st.ms_entries;
 }
 
-static uint32_t format_of(th *x)
+static uint32_t format_of(kvt_store *x)
 {
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -99,41 +99,41 @@ Test(mvcc_longkeys, put_get_range_delete_every_size)
     for (size_t i = 0; i < NSIZES; i++) {
         char v[32];
         snprintf(v, sizeof v, "v%zu", sizes[i]);
-        th_put(&t, k[i], v, 0);
+        kvt_store_put(&t, k[i], v, 0);
     }
     cr_assert_eq(format_of(&t), 2, "the first long key moves the data dir to format 2");
     for (size_t i = 0; i < NSIZES; i++) {
         char v[32];
         snprintf(v, sizeof v, "v%zu", sizes[i]);
-        Mvccpb__KeyValue *kv = th_get(&t, k[i], 0);
+        Mvccpb__KeyValue *kv = kvt_store_get(&t, k[i], 0);
         cr_assert_not_null(kv, "get of a %zu-byte key", sizes[i]);
-        th_expect_kv(kv, k[i], v);
+        kvt_store_expect_kv(kv, k[i], v);
         cr_assert_eq(kv->version, 1);
         mvccpb__key_value__free_unpacked(kv, NULL);
-        th_put(&t, k[i], "second", 0);
-        kv = th_get(&t, k[i], 0);
+        kvt_store_put(&t, k[i], "second", 0);
+        kv = kvt_store_get(&t, k[i], 0);
         cr_assert_eq(kv->version, 2, "size %zu", sizes[i]);
         mvccpb__key_value__free_unpacked(kv, NULL);
     }
     /* each key is a prefix of the next: the order is the size order */
-    Etcdserverpb__RangeResponse *r = th_range(&t, "a", "b");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, "a", "b");
     expect_keys(r, k, NSIZES, "prefix range");
     etcdserverpb__range_response__free_unpacked(r, NULL);
     /* a range starting at each key */
     for (size_t i = 0; i < NSIZES; i++) {
-        r = th_range(&t, k[i], "b");
+        r = kvt_store_range(&t, k[i], "b");
         expect_keys(r, k + i, NSIZES - i, "from each key");
         etcdserverpb__range_response__free_unpacked(r, NULL);
-        r = th_range(&t, "a", k[i]);
+        r = kvt_store_range(&t, "a", k[i]);
         expect_keys(r, k, i, "up to each key");
         etcdserverpb__range_response__free_unpacked(r, NULL);
     }
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(format_of(&t), 2);
     for (size_t i = 0; i < NSIZES; i++) {
-        cr_assert_eq(th_del(&t, k[i], NULL) > 0, 1);
-        cr_assert_null(th_get(&t, k[i], 0), "deleted %zu-byte key", sizes[i]);
-        r = th_range(&t, "a", "b");
+        cr_assert_eq(kvt_store_del(&t, k[i], NULL) > 0, 1);
+        cr_assert_null(kvt_store_get(&t, k[i], 0), "deleted %zu-byte key", sizes[i]);
+        r = kvt_store_range(&t, "a", "b");
         expect_keys(r, k + i + 1, NSIZES - i - 1, "after a delete");
         etcdserverpb__range_response__free_unpacked(r, NULL);
     }
@@ -174,22 +174,22 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
         size_t j = (i * 17 + 5) % n;
         char v[16];
         snprintf(v, sizeof v, "%zu", j);
-        th_put(&t, k[j], v, 0);
+        kvt_store_put(&t, k[j], v, 0);
     }
-    int64_t mid = th_rev(&t);
-    th_put(&t, "o0", "after", 0); /* outside the prefix */
+    int64_t mid = kvt_store_rev(&t);
+    kvt_store_put(&t, "o0", "after", 0); /* outside the prefix */
     char *sorted[NORD];
     memcpy(sorted, k, n * sizeof *k);
     qsort(sorted, n, sizeof *sorted, cmp_str);
 
-    Etcdserverpb__RangeResponse *r = th_range(&t, "o/", "o0");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, "o/", "o0");
     expect_keys(r, sorted, n, "prefix");
     cr_assert_eq(r->count, (int64_t)n);
     etcdserverpb__range_response__free_unpacked(r, NULL);
     /* every [sorted[i], sorted[j]) */
     for (size_t i = 0; i < n; i += 3)
         for (size_t j = i; j < n; j += 4) {
-            r = th_range(&t, sorted[i], sorted[j]);
+            r = kvt_store_range(&t, sorted[i], sorted[j]);
             expect_keys(r, sorted + i, j - i, "sub range");
             etcdserverpb__range_response__free_unpacked(r, NULL);
         }
@@ -198,26 +198,26 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
     kv_result res;
     q.key.data = (uint8_t *)sorted[7];
     q.key.len = strlen(sorted[7]);
-    q.range_end = th_bin("\0");
+    q.range_end = kvt_bin("\0");
     q.range_end.len = 1;
     q.range_end.data = (uint8_t *)"";
-    r = th_range_req(&t, &q, &res);
+    r = kvt_store_range_req(&t, &q, &res);
     cr_assert_not_null(r);
     char *fromkey[NORD + 1];
     memcpy(fromkey, sorted + 7, (n - 7) * sizeof *fromkey);
     fromkey[n - 7] = "o0";
     expect_keys(r, fromkey, n - 7 + 1, "from key");
     etcdserverpb__range_response__free_unpacked(r, NULL);
-    q.range_end = th_bin("o0");
+    q.range_end = kvt_bin("o0");
     q.limit = 5;
-    r = th_range_req(&t, &q, &res);
+    r = kvt_store_range_req(&t, &q, &res);
     expect_keys(r, sorted + 7, 5, "limit");
     cr_assert_eq(r->more, 1);
     cr_assert_eq(r->count, (int64_t)(n - 7));
     etcdserverpb__range_response__free_unpacked(r, NULL);
     q.limit = 0;
     q.count_only = 1;
-    r = th_range_req(&t, &q, &res);
+    r = kvt_store_range_req(&t, &q, &res);
     cr_assert_eq(r->n_kvs, 0);
     cr_assert_eq(r->count, (int64_t)(n - 7));
     etcdserverpb__range_response__free_unpacked(r, NULL);
@@ -225,7 +225,7 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
     q.keys_only = 1;
     q.revision = mid;
     q.sort_order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
-    r = th_range_req(&t, &q, &res);
+    r = kvt_store_range_req(&t, &q, &res);
     cr_assert_eq(r->n_kvs, n - 7);
     for (size_t i = 0; i < n - 7; i++) {
         const char *w = sorted[n - 1 - i];
@@ -236,10 +236,10 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
     etcdserverpb__range_response__free_unpacked(r, NULL);
     /* an older revision sees only the keys put by then */
     q = (Etcdserverpb__RangeRequest)ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("o/");
-    q.range_end = th_bin("o0");
+    q.key = kvt_bin("o/");
+    q.range_end = kvt_bin("o0");
     q.revision = 1 + (int64_t)n / 2;
-    r = th_range_req(&t, &q, &res);
+    r = kvt_store_range_req(&t, &q, &res);
     cr_assert_eq(r->n_kvs, n / 2, "revision %lld", (long long)q.revision);
     for (size_t i = 1; i < r->n_kvs; i++) {
         ProtobufCBinaryData *a = &r->kvs[i - 1]->key, *b = &r->kvs[i]->key;
@@ -256,8 +256,8 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
     d.range_end.data = (uint8_t *)sorted[25];
     d.range_end.len = strlen(sorted[25]);
     d.prev_kv = 1;
-    Etcdserverpb__DeleteRangeResponse *dr = th_del_req(&t, &d, &res);
-    cr_assert_not_null(dr, "%s", TH_MSG(res));
+    Etcdserverpb__DeleteRangeResponse *dr = kvt_store_del_req(&t, &d, &res);
+    cr_assert_not_null(dr, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(dr->deleted, 20);
     for (size_t i = 0; i < 20; i++) {
         const char *w = sorted[5 + i];
@@ -266,13 +266,13 @@ Test(mvcc_longkeys, ordering_across_the_511_byte_boundary)
                   "prev_kv %zu in key order", i);
     }
     etcdserverpb__delete_range_response__free_unpacked(dr, NULL);
-    r = th_range(&t, "o/", "o0");
+    r = kvt_store_range(&t, "o/", "o0");
     cr_assert_eq(r->n_kvs, n - 20);
     etcdserverpb__range_response__free_unpacked(r, NULL);
-    r = th_range(&t, "o/", sorted[25]);
+    r = kvt_store_range(&t, "o/", sorted[25]);
     expect_keys(r, sorted, 5, "left of the deleted range");
     etcdserverpb__range_response__free_unpacked(r, NULL);
-    r = th_range(&t, sorted[25], "o0");
+    r = kvt_store_range(&t, sorted[25], "o0");
     expect_keys(r, sorted + 25, n - 25, "right of the deleted range");
     etcdserverpb__range_response__free_unpacked(r, NULL);
     for (size_t i = 0; i < n; i++)
@@ -289,18 +289,18 @@ Test(mvcc_longkeys, one_bucket_of_many_keys_is_sorted)
         k[i] = mk("b/", 'x', 600 + (size_t)(i % 7), tail);
     }
     for (int i = 0; i < 60; i++)
-        th_put(&t, k[i], "v", 0);
-    th_put(&t, "b/", "short", 0);
-    th_put(&t, "b/y", "short", 0);
+        kvt_store_put(&t, k[i], "v", 0);
+    kvt_store_put(&t, "b/", "short", 0);
+    kvt_store_put(&t, "b/y", "short", 0);
     char *sorted[62];
     memcpy(sorted, k, sizeof k);
     sorted[60] = "b/";
     sorted[61] = "b/y";
     qsort(sorted, 62, sizeof *sorted, cmp_str);
-    Etcdserverpb__RangeResponse *r = th_range(&t, "b/", "b0");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, "b/", "b0");
     expect_keys(r, sorted, 62, "bucket");
     etcdserverpb__range_response__free_unpacked(r, NULL);
-    r = th_range(&t, sorted[10], sorted[40]);
+    r = kvt_store_range(&t, sorted[10], sorted[40]);
     expect_keys(r, sorted + 10, 30, "inside the bucket");
     etcdserverpb__range_response__free_unpacked(r, NULL);
     for (int i = 0; i < 60; i++)
@@ -310,20 +310,20 @@ Test(mvcc_longkeys, one_bucket_of_many_keys_is_sorted)
 Test(mvcc_longkeys, compaction_removes_long_key_records)
 {
     char *a = mk("c/", 'a', 2000, ""), *b = mk("c/", 'b', 512, ""), *c = mk("c/", 'a', 100000, "");
-    th_put(&t, a, "1", 0);
-    th_put(&t, b, "1", 0);
-    th_put(&t, c, "1", 0);
-    th_put(&t, a, "2", 0);
-    int64_t del = th_del(&t, b, NULL);
-    int64_t last = th_put(&t, a, "3", 0);
+    kvt_store_put(&t, a, "1", 0);
+    kvt_store_put(&t, b, "1", 0);
+    kvt_store_put(&t, c, "1", 0);
+    kvt_store_put(&t, a, "2", 0);
+    int64_t del = kvt_store_del(&t, b, NULL);
+    int64_t last = kvt_store_put(&t, a, "3", 0);
     cr_assert_eq(db_entries(&t, "lkey"), 3);
     kv_result res;
     t.defer_compaction = 1;
-    Etcdserverpb__CompactionResponse *cp = th_compact(&t, last - 1, &res);
-    cr_assert_not_null(cp, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *cp = kvt_store_compact(&t, last - 1, &res);
+    cr_assert_not_null(cp, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(cp, NULL);
     /* one key per step, so the walk crosses from the short to the long keys between steps */
-    th_put(&t, "c/short", "s", 0);
+    kvt_store_put(&t, "c/short", "s", 0);
     int rc, steps = 0;
     do {
         kv_store_batch *bt;
@@ -332,19 +332,19 @@ Test(mvcc_longkeys, compaction_removes_long_key_records)
         cr_assert_geq(rc, 0, "step: %d", rc);
         cr_assert_eq(kv_store_batch_commit(t.s, bt), 0);
         if (steps == 1)
-            th_reopen(&t); /* progress persists across a restart */
+            kvt_store_reopen(&t); /* progress persists across a restart */
     } while (rc == 1 && ++steps < 20);
     cr_assert_eq(rc, 0);
     cr_assert_eq(kv_store_compact_pending(t.s, NULL), 0);
     cr_assert_eq(db_entries(&t, "lkey"), 2, "the deleted key's handle is gone (del at %lld)",
                  (long long)del);
     cr_assert_eq(db_entries(&t, "lkidx"), 3, "a: 2 revisions (one kept at the point), c: 1");
-    cr_assert_null(th_get(&t, b, 0));
-    Mvccpb__KeyValue *kv = th_get(&t, a, last - 1);
-    th_expect_kv(kv, a, "2");
+    cr_assert_null(kvt_store_get(&t, b, 0));
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, a, last - 1);
+    kvt_store_expect_kv(kv, a, "2");
     mvccpb__key_value__free_unpacked(kv, NULL);
-    kv = th_get(&t, c, 0);
-    th_expect_kv(kv, c, "1");
+    kv = kvt_store_get(&t, c, 0);
+    kvt_store_expect_kv(kv, c, "1");
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(a);
     free(b);
@@ -379,14 +379,14 @@ static int ev_collect(void *arg, const kv_store_event *e)
 Test(mvcc_longkeys, lease_attach_and_revoke_long_keys)
 {
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 9, 100, &res);
-    cr_assert_not_null(g, "%s", TH_MSG(res));
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 9, 100, &res);
+    cr_assert_not_null(g, "%s", KVT_STORE_MSG(res));
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     char *k[4] = {mk("l/", 'z', 700, ""), mk("l/", 'a', 511, ""), mk("l/", 'a', 512, ""),
                   mk("l/", 'a', 5000, "")};
     for (int i = 0; i < 4; i++)
-        th_put(&t, k[i], "v", 9);
-    th_put(&t, "l/other", "v", 0);
+        kvt_store_put(&t, k[i], "v", 9);
+    kvt_store_put(&t, "l/other", "v", 0);
     char *got[8] = {0};
     cr_assert_eq(kv_store_lease_keys(t.s, 9, collect, got), 0);
     char *sorted[4];
@@ -399,21 +399,21 @@ Test(mvcc_longkeys, lease_attach_and_revoke_long_keys)
     }
     cr_assert_null(got[4]);
     /* re-put without the lease detaches */
-    th_put(&t, k[0], "v2", 0);
+    kvt_store_put(&t, k[0], "v2", 0);
     memset(got, 0, sizeof got);
     cr_assert_eq(kv_store_lease_keys(t.s, 9, collect, got), 0);
     cr_assert_null(got[3], "3 keys left");
     for (int i = 0; i < 3; i++)
         free(got[i]);
-    th_put(&t, k[0], "v3", 9);
-    int64_t before = th_rev(&t);
-    Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 9, &res);
-    cr_assert_not_null(rv, "%s", TH_MSG(res));
+    kvt_store_put(&t, k[0], "v3", 9);
+    int64_t before = kvt_store_rev(&t);
+    Etcdserverpb__LeaseRevokeResponse *rv = kvt_store_revoke(&t, 9, &res);
+    cr_assert_not_null(rv, "%s", KVT_STORE_MSG(res));
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
-    cr_assert_eq(th_rev(&t), before + 1, "one revision for the whole revoke");
+    cr_assert_eq(kvt_store_rev(&t), before + 1, "one revision for the whole revoke");
     for (int i = 0; i < 4; i++)
-        cr_assert_null(th_get(&t, k[i], 0), "key %d deleted by the revoke", i);
-    Mvccpb__KeyValue *kv = th_get(&t, "l/other", 0);
+        cr_assert_null(kvt_store_get(&t, k[i], 0), "key %d deleted by the revoke", i);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "l/other", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     /* the revoke deleted the keys in key order (sub revisions 0..3), as etcd */
@@ -437,18 +437,18 @@ Test(mvcc_longkeys, lease_attach_and_revoke_long_keys)
 Test(mvcc_longkeys, txn_compare_on_a_long_key)
 {
     char *k = mk("t/", 'q', 3000, ""), *k2 = mk("t/", 'q', 3000, "x");
-    th_put(&t, k, "old", 0);
+    kvt_store_put(&t, k, "old", 0);
     Etcdserverpb__Compare c = ETCDSERVERPB__COMPARE__INIT, *cs[1] = {&c};
     c.key.data = (uint8_t *)k;
     c.key.len = strlen(k);
     c.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE;
     c.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
     c.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE;
-    c.value = th_bin("old");
+    c.value = kvt_bin("old");
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
     p.key.data = (uint8_t *)k2;
     p.key.len = strlen(k2);
-    p.value = th_bin("new");
+    p.value = kvt_bin("new");
     Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT, *ops[1] = {&op};
     op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
     op.request_put = &p;
@@ -458,16 +458,16 @@ Test(mvcc_longkeys, txn_compare_on_a_long_key)
     x.success = ops;
     x.n_success = 1;
     kv_result res;
-    Etcdserverpb__TxnResponse *tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", TH_MSG(res));
+    Etcdserverpb__TxnResponse *tr = kvt_store_txn(&t, &x, &res);
+    cr_assert_not_null(tr, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(tr->succeeded, 1, "the long key's value compares equal");
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
-    Mvccpb__KeyValue *kv = th_get(&t, k2, 0);
-    th_expect_kv(kv, k2, "new");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, k2, 0);
+    kvt_store_expect_kv(kv, k2, "new");
     mvccpb__key_value__free_unpacked(kv, NULL);
-    c.value = th_bin("other");
-    tr = th_txn(&t, &x, &res);
-    cr_assert_not_null(tr, "%s", TH_MSG(res));
+    c.value = kvt_bin("other");
+    tr = kvt_store_txn(&t, &x, &res);
+    cr_assert_not_null(tr, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(tr->succeeded, 0);
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     free(k);
@@ -480,14 +480,14 @@ Test(mvcc_longkeys, short_keys_keep_format_1)
 {
     for (int i = 0; i < 30; i++) {
         char *k = mk("s/", 'a', 300 + (size_t)i * 7, "");
-        th_put(&t, k, "v", 0);
+        kvt_store_put(&t, k, "v", 0);
         free(k);
     }
     kv_result res;
-    Etcdserverpb__CompactionResponse *cp = th_compact(&t, th_rev(&t) - 3, &res);
+    Etcdserverpb__CompactionResponse *cp = kvt_store_compact(&t, kvt_store_rev(&t) - 3, &res);
     cr_assert_not_null(cp);
     etcdserverpb__compaction_response__free_unpacked(cp, NULL);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(format_of(&t), 1);
     cr_assert_eq(kv_store_compact_pending(t.s, NULL), 0);
 }
@@ -497,8 +497,8 @@ Test(mvcc_longkeys, short_keys_keep_format_1)
 Test(mvcc_longkeys, records_are_checked)
 {
     char *a = mk("v/", 'a', 1500, "");
-    th_put(&t, a, "1", 0);
-    th_put(&t, "v/short", "1", 0);
+    kvt_store_put(&t, a, "1", 0);
+    kvt_store_put(&t, "v/short", "1", 0);
     char err[256] = "";
     cr_assert_eq(kv_store_verify_records(t.s, 100000, err, sizeof err), 0, "%s", err);
     MDB_txn *txn;
@@ -520,10 +520,11 @@ Test(mvcc_longkeys, records_are_checked)
     cr_assert_eq(kv_store_verify_records(t.s, 100000, err, sizeof err), -EBADMSG);
     kv_result res;
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("v/");
-    q.range_end = th_bin("v0");
-    cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(TH_CODE(res), 15, "DATA_LOSS, not a wrong key (%d %s)", TH_CODE(res), TH_MSG(res));
+    q.key = kvt_bin("v/");
+    q.range_end = kvt_bin("v0");
+    cr_assert_null(kvt_store_range_req(&t, &q, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 15, "DATA_LOSS, not a wrong key (%d %s)", KVT_STORE_CODE(res),
+                 KVT_STORE_MSG(res));
     free(a);
 }
 
@@ -531,8 +532,8 @@ Test(mvcc_longkeys, records_are_checked)
  * takes its first long key. */
 Test(mvcc_longkeys, a_format_1_data_dir_opens_and_takes_long_keys)
 {
-    th_put(&t, "old/a", "1", 0);
-    th_put(&t, "old/b", "2", 0);
+    kvt_store_put(&t, "old/a", "1", 0);
+    kvt_store_put(&t, "old/b", "2", 0);
     MDB_txn *txn;
     cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, 0, &txn), 0);
     const char *fresh[] = {"lkidx", "lkey", "lease_lkeys"};
@@ -542,15 +543,15 @@ Test(mvcc_longkeys, a_format_1_data_dir_opens_and_takes_long_keys)
         cr_assert_eq(mdb_drop(txn, dbi, 1), 0, "remove %s as a format-1 file has none", fresh[i]);
     }
     cr_assert_eq(mdb_txn_commit(txn), 0);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(format_of(&t), 1);
-    Etcdserverpb__RangeResponse *r = th_range(&t, "old/", "old0");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, "old/", "old0");
     cr_assert_eq(r->n_kvs, 2);
     etcdserverpb__range_response__free_unpacked(r, NULL);
     char *k = mk("old/", 'c', 800, "");
-    th_put(&t, k, "3", 0);
+    kvt_store_put(&t, k, "3", 0);
     cr_assert_eq(format_of(&t), 2);
-    r = th_range(&t, "old/", "old0");
+    r = kvt_store_range(&t, "old/", "old0");
     cr_assert_eq(r->n_kvs, 3);
     cr_assert_eq(r->kvs[2]->key.len, 800);
     etcdserverpb__range_response__free_unpacked(r, NULL);
@@ -560,26 +561,27 @@ Test(mvcc_longkeys, a_format_1_data_dir_opens_and_takes_long_keys)
 /* max_keys_per_lease counts long attachments too. */
 Test(mvcc_longkeys, lease_key_limit_counts_long_keys)
 {
-    th_close(&t);
+    kvt_store_close(&t);
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.max_keys_per_lease = 2;
-    th_open(&t, &cfg);
+    kvt_store_open(&t, &cfg);
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 4, 100, &res);
-    cr_assert_not_null(g, "%s", TH_MSG(res));
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 4, 100, &res);
+    cr_assert_not_null(g, "%s", KVT_STORE_MSG(res));
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
     char *a = mk("m/", 'a', 600, ""), *b = mk("m/", 'b', 9000, "");
-    th_put(&t, "m/short", "v", 4);
-    th_put(&t, a, "v", 4);
-    th_put(&t, a, "again", 4); /* already attached: no new attachment */
+    kvt_store_put(&t, "m/short", "v", 4);
+    kvt_store_put(&t, a, "v", 4);
+    kvt_store_put(&t, a, "again", 4); /* already attached: no new attachment */
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
     p.key.data = (uint8_t *)b;
     p.key.len = strlen(b);
-    p.value = th_bin("v");
+    p.value = kvt_bin("v");
     p.lease = 4;
-    cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(TH_CODE(res), 9, "FAILED_PRECONDITION (%d %s)", TH_CODE(res), TH_MSG(res));
+    cr_assert_null(kvt_store_put_req(&t, &p, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 9, "FAILED_PRECONDITION (%d %s)", KVT_STORE_CODE(res),
+                 KVT_STORE_MSG(res));
     free(a);
     free(b);
 }

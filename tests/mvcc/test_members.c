@@ -4,20 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 #include "mvcc/members.h"
 #include "mvcc/snapshot.h"
+#include "kvt_util.h"
 
 #include <sys/stat.h>
 
-static th t;
+static kvt_store t;
 static void setup(void)
 {
-    th_open(&t, NULL);
+    kvt_store_open(&t, NULL);
 }
 static void teardown(void)
 {
-    th_close(&t);
+    kvt_store_close(&t);
 }
 TestSuite(mvcc_members, .init = setup, .fini = teardown);
 
@@ -80,7 +81,7 @@ Test(mvcc_members, bootstrap_is_idempotent_and_survives_reopen)
     mk(&c, 0x3333, "c", peer_c, 1);
     const Kvdpb__Member *w[] = {&c, NULL};
     cr_assert_eq(in_batch(boot_fn, w), 0);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     list(&v, &n);
     cr_assert_eq(n, 2);
     cr_assert_eq(v[0]->id, 0x1111); /* id order */
@@ -173,7 +174,7 @@ Test(mvcc_members, put_learner_promote_remove_and_removed_ids)
     cr_assert_eq(kv_store_member_is_removed(t.s, 0x2222), 0);
     /* A removed member must not rejoin. */
     cr_assert_eq(do_put(0x1111, &c), -EPERM);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_member_is_removed(t.s, 0x1111), 1);
     Kvdpb__Member **v;
     size_t n;
@@ -221,8 +222,8 @@ static Etcdserverpb__MemberUpdateResponse *apply_publish(uint64_t id, const char
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_PUBLISH;
     ir.member_publish = &m;
-    th_apply(&t, &ir, res);
-    if (TH_CODE(*res))
+    kvt_store_apply(&t, &ir, res);
+    if (KVT_STORE_CODE(*res))
         return NULL;
     Etcdserverpb__MemberUpdateResponse *r =
         etcdserverpb__member_update_response__unpack(NULL, res->resp_len, res->resp);
@@ -242,8 +243,8 @@ static Etcdserverpb__MemberUpdateResponse *apply_update(uint64_t id, char **purl
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_MEMBER_UPDATE;
     ir.member_update = &u;
-    th_apply(&t, &ir, res);
-    if (TH_CODE(*res))
+    kvt_store_apply(&t, &ir, res);
+    if (KVT_STORE_CODE(*res))
         return NULL;
     Etcdserverpb__MemberUpdateResponse *r =
         etcdserverpb__member_update_response__unpack(NULL, res->resp_len, res->resp);
@@ -256,12 +257,12 @@ static Etcdserverpb__MemberUpdateResponse *apply_update(uint64_t id, char **purl
 Test(mvcc_members, publish_and_update_apply_without_a_revision)
 {
     bootstrap_two();
-    th_put(&t, "k", "v", 0);
-    int64_t rev = th_rev(&t);
+    kvt_store_put(&t, "k", "v", 0);
+    int64_t rev = kvt_store_rev(&t);
     char *curls[] = {"http://10.0.0.2:2379"};
     kv_result res;
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x2222, "bee", curls, 1, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(r->header->revision, rev);
     cr_assert_eq(r->n_members, 2);
     cr_assert_eq(r->members[1]->id, 0x2222);
@@ -270,23 +271,23 @@ Test(mvcc_members, publish_and_update_apply_without_a_revision)
     cr_assert_str_eq(r->members[1]->clienturls[0], curls[0]);
     cr_assert_eq(r->members[1]->n_peerurls, 2); /* publish leaves the peer URLs alone */
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
-    cr_assert_eq(th_rev(&t), rev);
+    cr_assert_eq(kvt_store_rev(&t), rev);
 
     char *np[] = {"http://10.0.0.9:2380"};
     r = apply_update(0x2222, np, 1, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(r->members[1]->n_peerurls, 1);
     cr_assert_str_eq(r->members[1]->peerurls[0], np[0]);
     cr_assert_str_eq(r->members[1]->name, "bee"); /* update leaves the attributes alone */
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
-    cr_assert_eq(th_rev(&t), rev);
+    cr_assert_eq(kvt_store_rev(&t), rev);
 
     /* Another member's peer URL: refused, as etcd's ValidateConfigurationChange. */
     cr_assert_null(apply_update(0x2222, peer_a, 1, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_FAILED_PRECONDITION);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: Peer URLs already exists");
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_FAILED_PRECONDITION);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: Peer URLs already exists");
 
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     Kvdpb__Member *g;
     cr_assert_eq(kv_store_member_get(t.s, 0x2222, &g), 0);
     cr_assert_str_eq(g->name, "bee");
@@ -307,7 +308,7 @@ Test(mvcc_members, publish_of_a_member_added_without_a_name)
     char *curls[] = {"http://10.0.0.3:2379"};
     kv_result res;
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x3333, "cee", curls, 1, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
     Kvdpb__Member *g;
     cr_assert_eq(kv_store_member_get(t.s, 0x3333, &g), 0);
@@ -320,19 +321,19 @@ Test(mvcc_members, publish_or_update_of_unknown_member_is_not_found)
     bootstrap_two();
     kv_result res;
     cr_assert_null(apply_publish(0x9999, "x", NULL, 0, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: member not found");
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_NOT_FOUND);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: member not found");
     cr_assert_null(apply_update(0x9999, peer_c, 1, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: member not found");
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_NOT_FOUND);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: member not found");
     /* etcd ignores the publish of a removed member; an update of it is not found. */
     cr_assert_eq(do_remove(0x1111), 0);
     Etcdserverpb__MemberUpdateResponse *r = apply_publish(0x1111, "a", NULL, 0, &res);
-    cr_assert_not_null(r, "%s", TH_MSG(res));
+    cr_assert_not_null(r, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(r->n_members, 1);
     etcdserverpb__member_update_response__free_unpacked(r, NULL);
     cr_assert_null(apply_update(0x1111, peer_c, 1, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_NOT_FOUND);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_NOT_FOUND);
 }
 
 /* Flips one byte of member id's stored record. */
@@ -372,7 +373,7 @@ Test(mvcc_members, a_record_failing_its_crc_is_never_returned)
     cr_assert_eq(do_learner(0x2222, 1), -EBADMSG);
     kv_result res;
     cr_assert_null(apply_publish(0x2222, "b", NULL, 0, &res));
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
 }
 
 /* ---- configuration changes as they apply (kv_store_member_change) ---- */
@@ -392,13 +393,13 @@ static int chg_fn(kv_store_batch *b, void *arg)
     return kv_store_member_change(t.s, b, c->op, c->id, c->m ? buf : NULL, len, &c->res);
 }
 
-/* Applies one change; returns TH_CODE(res) (asserting no storage error) and its message. */
+/* Applies one change; returns KVT_STORE_CODE(res) (asserting no storage error) and its message. */
 static int change(int op, uint64_t id, const Kvdpb__Member *m, char *msg)
 {
     chg c = {op, id, m, {0}};
     cr_assert_eq(in_batch(chg_fn, &c), 0);
-    strcpy(msg, TH_MSG(c.res));
-    return TH_CODE(c.res);
+    strcpy(msg, KVT_STORE_MSG(c.res));
+    return KVT_STORE_CODE(c.res);
 }
 
 Test(mvcc_members, configuration_changes_are_validated_as_etcd)
@@ -455,7 +456,7 @@ Test(mvcc_members, snapshot_restore_drops_the_membership)
 {
     bootstrap_two();
     cr_assert_eq(do_remove(0x1111), 0);
-    th_put(&t, "k", "v", 0);
+    kvt_store_put(&t, "k", "v", 0);
     char src[300], dst[300];
     snprintf(src, sizeof(src), "%s/data.mdb", t.dir);
     snprintf(dst, sizeof(dst), "%s-restored", t.dir);
@@ -474,9 +475,7 @@ Test(mvcc_members, snapshot_restore_drops_the_membership)
     cr_assert_eq(n, 0);
     cr_assert_eq(kv_store_member_is_removed(r, 0x1111), 0);
     kv_store_close(r);
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(dst), 0);
 }
 
 /* Past KV_MEMBERS_MAX an add is refused with a kvd row plus a detail (the limit): the value
@@ -501,6 +500,6 @@ Test(mvcc_members, an_add_past_the_limit_is_a_value_with_a_detail)
     cr_assert_eq(in_batch(chg_fn, &c), 0);
     cr_assert_eq(c.res.err, KV_ERR_TOO_MANY_MEMBERS);
     cr_assert_str_eq(c.res.detail, " (limit 64)");
-    cr_assert_eq(TH_CODE(c.res), KV_GRPC_RESOURCE_EXHAUSTED);
-    cr_assert_str_eq(TH_MSG(c.res), "kvd: too many members (limit 64)");
+    cr_assert_eq(KVT_STORE_CODE(c.res), KV_GRPC_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(KVT_STORE_MSG(c.res), "kvd: too many members (limit 64)");
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "apply/apply_int.h" /* kv_txn_check (was mvcc/txn_check.c) */
-#include "helpers.h"
+#include "kvt_store.h"
 #include "pb/pb_scan.h"
 #include "pb/pb_strip.h"
 #include "mvcc/store_int.h"
@@ -39,7 +39,8 @@ static int etcd_verdict(const uint8_t *b, size_t n, uint32_t max_ops)
     etcdserverpb__txn_request__free_unpacked(t, NULL);
     if (rc == 0)
         return 0;
-    return strcmp(TH_MSG(res), "etcdserver: too many operations in txn request") == 0 ? 1 : -1;
+    return strcmp(KVT_STORE_MSG(res), "etcdserver: too many operations in txn request") == 0 ? 1
+                                                                                             : -1;
 }
 
 static uint8_t *nested(size_t depth, const uint8_t *extra, size_t el, const uint8_t *inner,
@@ -524,8 +525,8 @@ Test(pb_scan, mutations_agree_with_protobuf_c)
  * overflowed the stack here. */
 Test(pb_scan, store_apply_refuses_deep_nesting)
 {
-    th t;
-    th_open(&t, NULL);
+    kvt_store t;
+    kvt_store_open(&t, NULL);
     static const size_t depths[] = {130, 5000, 100000};
     for (size_t i = 0; i < 3; i++) {
         size_t n;
@@ -538,14 +539,14 @@ Test(pb_scan, store_apply_refuses_deep_nesting)
         kv_result res;
         cr_assert_eq(kv_store_apply(t.s, b, ++t.index, ir, il, NULL, &res), 0);
         cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-        cr_assert_eq(TH_CODE(res), KV_GRPC_INVALID_ARGUMENT, "depth %zu", depths[i]);
-        cr_assert_str_eq(TH_MSG(res), "etcdserver: too many operations in txn request");
+        cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_INVALID_ARGUMENT, "depth %zu", depths[i]);
+        cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: too many operations in txn request");
         free(res.resp);
         free(ir);
         free(x);
     }
-    cr_assert_eq(th_put(&t, "after", "v", 0), 2, "the store keeps applying");
-    th_close(&t);
+    cr_assert_eq(kvt_store_put(&t, "after", "v", 0), 2, "the store keeps applying");
+    kvt_store_close(&t);
 }
 
 /* ---- pb_strip: unknown fields dropped before protobuf-c unpacks (client input audit) ---- */

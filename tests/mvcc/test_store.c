@@ -5,17 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 #include "common/crc32c.h"
 
-static th t;
+static kvt_store t;
 static void setup(void)
 {
-    th_open(&t, NULL);
+    kvt_store_open(&t, NULL);
 }
 static void teardown(void)
 {
-    th_close(&t);
+    kvt_store_close(&t);
 }
 TestSuite(mvcc_store, .init = setup, .fini = teardown);
 
@@ -34,12 +34,12 @@ static size_t rev_records(void)
 static void expect_range_err(const char *k, int64_t rev, int code, const char *msg)
 {
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin(k);
+    q.key = kvt_bin(k);
     q.revision = rev;
     kv_result res;
-    cr_assert_null(th_range_req(&t, &q, &res));
-    cr_assert_eq(TH_CODE(res), code);
-    cr_assert_str_eq(TH_MSG(res), msg);
+    cr_assert_null(kvt_store_range_req(&t, &q, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), code);
+    cr_assert_str_eq(KVT_STORE_MSG(res), msg);
 }
 
 static const char *COMPACTED = "etcdserver: mvcc: required revision has been compacted";
@@ -47,46 +47,46 @@ static const char *FUTURE = "etcdserver: mvcc: required revision is a future rev
 
 Test(mvcc_store, compaction)
 {
-    th_put(&t, "k", "v1", 0); /* 2 */
-    th_put(&t, "k", "v2", 0); /* 3 */
-    th_put(&t, "d", "x", 0);  /* 4 */
-    th_del(&t, "d", NULL);    /* 5 */
-    th_put(&t, "k", "v3", 0); /* 6 */
+    kvt_store_put(&t, "k", "v1", 0); /* 2 */
+    kvt_store_put(&t, "k", "v2", 0); /* 3 */
+    kvt_store_put(&t, "d", "x", 0);  /* 4 */
+    kvt_store_del(&t, "d", NULL);    /* 5 */
+    kvt_store_put(&t, "k", "v3", 0); /* 6 */
     cr_assert_eq(rev_records(), 5);
     kv_result res;
-    cr_assert_null(th_compact(&t, 7, &res));
-    cr_assert_eq(TH_CODE(res), 11);
-    cr_assert_str_eq(TH_MSG(res), FUTURE);
+    cr_assert_null(kvt_store_compact(&t, 7, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 11);
+    cr_assert_str_eq(KVT_STORE_MSG(res), FUTURE);
 
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, 4, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, 4, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(c->header->revision, 6, "compaction takes no revision");
     cr_assert_eq(c->header->member_id, 22);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(rev_records(), 4, "k@2 removed, k@3 kept as latest <= 4");
     expect_range_err("k", 3, 11, COMPACTED);
-    Mvccpb__KeyValue *kv = th_get(&t, "k", 4);
-    th_expect_kv(kv, "k", "v2");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "k", 4);
+    kvt_store_expect_kv(kv, "k", "v2");
     mvccpb__key_value__free_unpacked(kv, NULL);
-    kv = th_get(&t, "d", 4);
-    th_expect_kv(kv, "d", "x");
+    kv = kvt_store_get(&t, "d", 4);
+    kvt_store_expect_kv(kv, "d", "x");
     mvccpb__key_value__free_unpacked(kv, NULL);
 
-    cr_assert_null(th_compact(&t, 4, &res));
-    cr_assert_eq(TH_CODE(res), 11);
-    cr_assert_str_eq(TH_MSG(res), COMPACTED);
-    cr_assert_null(th_compact(&t, 2, &res));
-    cr_assert_str_eq(TH_MSG(res), COMPACTED);
+    cr_assert_null(kvt_store_compact(&t, 4, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 11);
+    cr_assert_str_eq(KVT_STORE_MSG(res), COMPACTED);
+    cr_assert_null(kvt_store_compact(&t, 2, &res));
+    cr_assert_str_eq(KVT_STORE_MSG(res), COMPACTED);
 
-    c = th_compact(&t, 5, &res);
+    c = kvt_store_compact(&t, 5, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(rev_records(), 2, "deleted key d removed with its tombstone");
-    cr_assert_null(th_get(&t, "d", 5));
-    c = th_compact(&t, 6, &res);
+    cr_assert_null(kvt_store_get(&t, "d", 5));
+    c = kvt_store_compact(&t, 6, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(rev_records(), 1);
-    kv = th_get(&t, "k", 0);
-    th_expect_kv(kv, "k", "v3");
+    kv = kvt_store_get(&t, "k", 0);
+    kvt_store_expect_kv(kv, "k", "v3");
     cr_assert_eq(kv->version, 3, "version survives compaction");
     cr_assert_eq(kv->create_revision, 2);
     mvccpb__key_value__free_unpacked(kv, NULL);
@@ -95,7 +95,7 @@ Test(mvcc_store, compaction)
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.compact_revision, 6);
     cr_assert_eq(st.keys, 1);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     expect_range_err("k", 5, 11, COMPACTED);
 }
 
@@ -105,16 +105,16 @@ Test(mvcc_store, fresh_store_compaction_point_is_minus_one)
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.compact_revision, -1);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, 1, &res);
-    cr_assert_not_null(c, "%s", TH_MSG(res));
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, 1, &res);
+    cr_assert_not_null(c, "%s", KVT_STORE_MSG(res));
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
 }
 
 static uint8_t *pack_put(const char *k, const char *v, size_t *len)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin(k);
-    p.value = th_bin(v);
+    p.key = kvt_bin(k);
+    p.value = kvt_bin(v);
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
     ir.put = &p;
@@ -156,13 +156,13 @@ Test(mvcc_store, apply_idempotence)
     apply_put(b, 6, "b", "1", &res);
     cr_assert_eq(res.skipped, 0);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
-    th_expect_kv(kv, "a", "1");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "a", 0);
+    kvt_store_expect_kv(kv, "a", "1");
     cr_assert_eq(kv->version, 1);
     mvccpb__key_value__free_unpacked(kv, NULL);
 
     /* after restart, replaying the log from an earlier index skips what was applied */
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     apply_put(b, 6, "b", "replayed", &res);
     cr_assert_eq(res.skipped, 1);
@@ -187,31 +187,31 @@ Test(mvcc_store, group_commit_one_commit_per_batch)
     for (int i = 0; i < 200; i++) {
         snprintf(k, sizeof k, "key-%03d", i);
         apply_put(b, (uint64_t)i + 1, k, "v", &res);
-        cr_assert_eq(TH_CODE(res), 0);
+        cr_assert_eq(KVT_STORE_CODE(res), 0);
         cr_assert_eq(res.revision, i + 2);
     }
     /* not visible to readers before the commit */
-    Etcdserverpb__RangeResponse *r = th_range(&t, "key-", "key.");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, "key-", "key.");
     cr_assert_eq(r->count, 0);
     etcdserverpb__range_response__free_unpacked(r, NULL);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
     kv_store_get_counters(t.s, &c1);
     cr_assert_eq(c1.commits - c0.commits, 1);
     cr_assert_eq(c1.applies - c0.applies, 200);
-    r = th_range(&t, "key-", "key.");
+    r = kvt_store_range(&t, "key-", "key.");
     cr_assert_eq(r->count, 200);
     etcdserverpb__range_response__free_unpacked(r, NULL);
 }
 
 Test(mvcc_store, abort_drops_the_batch)
 {
-    th_put(&t, "a", "1", 0);
+    kvt_store_put(&t, "a", "1", 0);
     kv_store_batch *b;
     kv_result res;
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     apply_put(b, 10, "b", "1", &res);
     kv_store_batch_abort(t.s, b);
-    cr_assert_null(th_get(&t, "b", 0));
+    cr_assert_null(kvt_store_get(&t, "b", 0));
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.applied_index, 1);
@@ -226,27 +226,27 @@ Test(mvcc_store, abort_drops_the_batch)
 Test(mvcc_store, durability_across_reopen)
 {
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 5, 30, &res);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 5, 30, &res);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
-    th_put(&t, "a", "1", 5);
-    th_put(&t, "b", "2", 0);
-    th_put(&t, "a", "3", 5);
-    th_del(&t, "b", NULL);
-    th_reopen(&t);
+    kvt_store_put(&t, "a", "1", 5);
+    kvt_store_put(&t, "b", "2", 0);
+    kvt_store_put(&t, "a", "3", 5);
+    kvt_store_del(&t, "b", NULL);
+    kvt_store_reopen(&t);
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.applied_index, t.index);
     cr_assert_eq(st.revision, 5);
     cr_assert_eq(st.keys, 1);
-    Mvccpb__KeyValue *kv = th_get(&t, "a", 0);
-    th_expect_kv(kv, "a", "3");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "a", 0);
+    kvt_store_expect_kv(kv, "a", "3");
     cr_assert_eq(kv->version, 2);
     cr_assert_eq(kv->lease, 5);
     mvccpb__key_value__free_unpacked(kv, NULL);
-    kv = th_get(&t, "b", 3);
-    th_expect_kv(kv, "b", "2");
+    kv = kvt_store_get(&t, "b", 3);
+    kvt_store_expect_kv(kv, "b", "2");
     mvccpb__key_value__free_unpacked(kv, NULL);
-    cr_assert_null(th_get(&t, "b", 0));
+    cr_assert_null(kvt_store_get(&t, "b", 0));
     /* the lease and its attachment survived too */
     MDB_txn *txn;
     cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
@@ -255,7 +255,7 @@ Test(mvcc_store, durability_across_reopen)
     mdb_txn_abort(txn);
     cr_assert_eq(n, 1);
     /* writes continue at the restored revision */
-    cr_assert_eq(th_put(&t, "c", "1", 0), 6);
+    cr_assert_eq(kvt_store_put(&t, "c", "1", 0), 6);
 }
 
 /* Flips one byte of the payload of the record at (main, sub) with raw LMDB access. */
@@ -283,16 +283,16 @@ static void corrupt_record(int64_t main, int64_t sub)
 
 Test(mvcc_store, checksum_corruption_is_detected)
 {
-    th_put(&t, "a", "hello", 0); /* 2 */
-    th_put(&t, "b", "world", 0); /* 3 */
+    kvt_store_put(&t, "a", "hello", 0); /* 2 */
+    kvt_store_put(&t, "b", "world", 0); /* 3 */
     uint32_t h;
     int64_t cr;
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), 0);
     corrupt_record(2, 0);
-    th_reopen(&t); /* open does not scan: it still opens */
+    kvt_store_reopen(&t); /* open does not scan: it still opens */
 
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("a");
+    q.key = kvt_bin("a");
     size_t n = etcdserverpb__range_request__get_packed_size(&q);
     uint8_t buf[64];
     etcdserverpb__range_request__pack(&q, buf);
@@ -303,30 +303,31 @@ Test(mvcc_store, checksum_corruption_is_detected)
     size_t plen;
     uint8_t *p = pack_put("a", "x", &plen);
     cr_assert_eq(kv_store_apply(t.s, b, 100, p, plen, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS, "%d %s", TH_CODE(res), TH_MSG(res));
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS, "%d %s", KVT_STORE_CODE(res),
+                 KVT_STORE_MSG(res));
     free(p);
     kv_store_batch_abort(t.s, b);
     cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 
     /* other records still read until the first corrupt one is seen */
-    Mvccpb__KeyValue *kv = th_get(&t, "b", 0);
-    th_expect_kv(kv, "b", "world");
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "b", 0);
+    kvt_store_expect_kv(kv, "b", "world");
     mvccpb__key_value__free_unpacked(kv, NULL);
     cr_assert_eq(kv_store_alarms(t.s), 0u);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
     cr_assert_null(res.resp, "the corrupted record is not returned");
     /* from now on this member refuses to serve (D10), and asks for the CORRUPT alarm */
     cr_assert_eq(kv_store_alarms(t.s), 1u << KV_ALARM_CORRUPT);
     cr_assert_eq(kv_store_take_alarms(t.s), 1u << KV_ALARM_CORRUPT);
     cr_assert_eq(kv_store_take_alarms(t.s), 0u, "taken once");
-    q.key = th_bin("b");
+    q.key = kvt_bin("b");
     n = etcdserverpb__range_request__get_packed_size(&q);
     etcdserverpb__range_request__pack(&q, buf);
     cr_assert_eq(kv_store_range(t.s, buf, n, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: corrupt cluster");
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: corrupt cluster");
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h, &cr), -EBADMSG);
 }
 
@@ -407,7 +408,7 @@ static uint64_t open_reads_with(size_t nkeys)
         apply_put(b, t.index, k, "value", &res);
     }
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     kv_store_counters c;
     kv_store_get_counters(t.s, &c);
     return c.open_meta_reads;
@@ -434,19 +435,19 @@ Test(mvcc_store, key_size_limit)
     memset(k, 'k', max + 1);
     k[max + 1] = 0;
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin(k);
-    p.value = th_bin("v");
+    p.key = kvt_bin(k);
+    p.value = kvt_bin("v");
     kv_result res;
-    Etcdserverpb__PutResponse *pr = th_put_req(&t, &p, &res);
-    cr_assert_not_null(pr, "%s", TH_MSG(res));
+    Etcdserverpb__PutResponse *pr = kvt_store_put_req(&t, &p, &res);
+    cr_assert_not_null(pr, "%s", KVT_STORE_MSG(res));
     etcdserverpb__put_response__free_unpacked(pr, NULL);
-    Mvccpb__KeyValue *kv = th_get(&t, k, 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, k, 0);
     cr_assert_not_null(kv);
     cr_assert_eq(kv->key.len, max + 1);
     mvccpb__key_value__free_unpacked(kv, NULL);
     k[max] = 0;
-    cr_assert_eq(th_put(&t, k, "v", 0), 3);
-    kv = th_get(&t, k, 0);
+    cr_assert_eq(kvt_store_put(&t, k, "v", 0), 3);
+    kv = kvt_store_get(&t, k, 0);
     cr_assert_eq(kv->key.len, max);
     mvccpb__key_value__free_unpacked(kv, NULL);
     /* a range starting at a longer key still orders correctly */
@@ -456,10 +457,10 @@ Test(mvcc_store, key_size_limit)
     char *shorter = malloc(max);
     memset(shorter, 'k', max - 1);
     shorter[max - 1] = 0;
-    Etcdserverpb__RangeResponse *r = th_range(&t, longer, "z");
+    Etcdserverpb__RangeResponse *r = kvt_store_range(&t, longer, "z");
     cr_assert_eq(r->n_kvs, 0);
     etcdserverpb__range_response__free_unpacked(r, NULL);
-    r = th_range(&t, shorter, "z");
+    r = kvt_store_range(&t, shorter, "z");
     cr_assert_eq(r->n_kvs, 2);
     cr_assert_eq(r->kvs[0]->key.len, max);
     cr_assert_eq(r->kvs[1]->key.len, max + 1);
@@ -477,8 +478,8 @@ Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.quota_bytes = 1 << 20;
-    th_close(&t);
-    th_open(&t, &cfg);
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
     kv_store_set_deterministic(t.s, 1);
     char *big = malloc(100000);
     memset(big, 'x', 99999);
@@ -496,8 +497,8 @@ Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
         rc = kv_store_apply(t.s, b, i, buf, n, NULL, &res);
         free(buf);
         if (rc == 0) {
-            cr_assert_eq(TH_CODE(res), 0, "request %llu refused: %s", (unsigned long long)i,
-                         TH_MSG(res));
+            cr_assert_eq(KVT_STORE_CODE(res), 0, "request %llu refused: %s", (unsigned long long)i,
+                         KVT_STORE_MSG(res));
             free(res.resp);
         }
     }
@@ -513,8 +514,8 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.quota_bytes = 1 << 20;
-    th_close(&t);
-    th_open(&t, &cfg);
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
     char *big = malloc(100000);
     memset(big, 'x', 99999);
     big[99999] = 0;
@@ -529,18 +530,18 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     for (i = 1; i < 400 && !got; i++) {
         snprintf(k, sizeof k, "big%03llu", (unsigned long long)i);
         apply_put(b, i, k, big, &res);
-        if (TH_CODE(res) == KV_GRPC_RESOURCE_EXHAUSTED)
+        if (KVT_STORE_CODE(res) == KV_GRPC_RESOURCE_EXHAUSTED)
             got = 1;
         else
-            cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
+            cr_assert_eq(KVT_STORE_CODE(res), 0, "%s", KVT_STORE_MSG(res));
     }
     cr_assert(got, "quota reached");
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: mvcc: database space exceeded");
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: mvcc: database space exceeded");
     int64_t rev = res.revision;
     /* the batch goes on: a request that does not grow the store still applies (further puts
      * of this batch are refused: it is past the quota plus half the headroom) */
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
-    d.key = th_bin("big001");
+    d.key = kvt_bin("big001");
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE;
     ir.delete_range = &d;
@@ -548,12 +549,12 @@ Test(mvcc_store, quota_exceeded_fails_the_request_only)
     uint8_t dbuf[64];
     kvdpb__internal_request__pack(&ir, dbuf);
     cr_assert_eq(kv_store_apply(t.s, b, i, dbuf, dn, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), 0, "%s", TH_MSG(res));
+    cr_assert_eq(KVT_STORE_CODE(res), 0, "%s", KVT_STORE_MSG(res));
     free(res.resp);
     cr_assert_eq(res.revision, rev + 1);
     cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
-    cr_assert_null(th_get(&t, "big001", 0));
-    Mvccpb__KeyValue *kv = th_get(&t, "big002", 0);
+    cr_assert_null(kvt_store_get(&t, "big001", 0));
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "big002", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
     free(big);
@@ -591,7 +592,7 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     kv_store_lease_observer o = {&log, on_grant, on_revoke, on_checkpoint};
     kv_store_set_lease_observer(t.s, &o);
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 42, 10, &res);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 42, 10, &res);
     cr_assert_not_null(g);
     cr_assert_eq(g->id, 42);
     cr_assert_eq(g->ttl, 10);
@@ -601,19 +602,19 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     cr_assert_eq(log.last_id, 42);
     cr_assert_eq(log.last_ttl, 10);
 
-    cr_assert_null(th_grant(&t, 42, 10, &res));
-    cr_assert_eq(TH_CODE(res), 9);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: lease already exists");
-    cr_assert_null(th_grant(&t, 43, 9000000001LL, &res));
-    cr_assert_eq(TH_CODE(res), 11);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: too large lease TTL");
-    cr_assert_null(th_grant(&t, 0, 10, &res));
-    cr_assert_eq(TH_CODE(res), 5);
+    cr_assert_null(kvt_store_grant(&t, 42, 10, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 9);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: lease already exists");
+    cr_assert_null(kvt_store_grant(&t, 43, 9000000001LL, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 11);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: too large lease TTL");
+    cr_assert_null(kvt_store_grant(&t, 0, 10, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 5);
     cr_assert_eq(log.granted, 1, "failed grants are not observed");
 
-    th_put(&t, "a", "1", 42); /* 2 */
-    th_put(&t, "b", "1", 42); /* 3 */
-    th_put(&t, "c", "1", 0);  /* 4 */
+    kvt_store_put(&t, "a", "1", 42); /* 2 */
+    kvt_store_put(&t, "b", "1", 42); /* 3 */
+    kvt_store_put(&t, "c", "1", 0);  /* 4 */
 
     Etcdserverpb__LeaseCheckpoint cp = ETCDSERVERPB__LEASE_CHECKPOINT__INIT, cp2 = cp;
     cp.id = 42;
@@ -626,8 +627,8 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_CHECKPOINT;
     ir.lease_checkpoint = &creq;
-    th_apply(&t, &ir, &res);
-    cr_assert_eq(TH_CODE(res), 0);
+    kvt_store_apply(&t, &ir, &res);
+    cr_assert_eq(KVT_STORE_CODE(res), 0);
     free(res.resp);
     cr_assert_eq(log.checkpointed, 1);
     cr_assert_eq(log.last_rem, 4);
@@ -639,19 +640,19 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
     cr_assert_eq(rec.remaining_ttl, 4);
     cr_assert_eq(rec.ttl, 10);
 
-    Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 42, &res);
-    cr_assert_not_null(rv, "%s", TH_MSG(res));
+    Etcdserverpb__LeaseRevokeResponse *rv = kvt_store_revoke(&t, 42, &res);
+    cr_assert_not_null(rv, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(rv->header->revision, 5, "all attached keys deleted in one revision");
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
     cr_assert_eq(log.revoked, 1);
-    cr_assert_null(th_get(&t, "a", 0));
-    cr_assert_null(th_get(&t, "b", 0));
-    Mvccpb__KeyValue *kv = th_get(&t, "c", 0);
+    cr_assert_null(kvt_store_get(&t, "a", 0));
+    cr_assert_null(kvt_store_get(&t, "b", 0));
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "c", 0);
     cr_assert_not_null(kv);
     mvccpb__key_value__free_unpacked(kv, NULL);
-    cr_assert_null(th_revoke(&t, 42, &res));
-    cr_assert_eq(TH_CODE(res), 5);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: requested lease not found");
+    cr_assert_null(kvt_store_revoke(&t, 42, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 5);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: requested lease not found");
     cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
     cr_assert_eq(kv_lease_table_get(kv_store_leases(t.s), txn, 42, &rec), -ENOENT);
     mdb_txn_abort(txn);
@@ -660,14 +661,14 @@ Test(mvcc_store, leases_grant_revoke_checkpoint)
 Test(mvcc_store, lease_reattach_and_detach_on_delete)
 {
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 1, 10, &res);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 1, 10, &res);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
-    g = th_grant(&t, 2, 10, &res);
+    g = kvt_store_grant(&t, 2, 10, &res);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
-    th_put(&t, "k", "v", 1);
-    th_put(&t, "k", "v", 2); /* moves to lease 2 */
-    th_put(&t, "j", "v", 1);
-    th_del(&t, "j", NULL); /* detaches */
+    kvt_store_put(&t, "k", "v", 1);
+    kvt_store_put(&t, "k", "v", 2); /* moves to lease 2 */
+    kvt_store_put(&t, "j", "v", 1);
+    kvt_store_del(&t, "j", NULL); /* detaches */
     MDB_txn *txn;
     size_t n1 = 9, n2 = 9;
     cr_assert_eq(mdb_txn_begin(kv_store_env(t.s), NULL, MDB_RDONLY, &txn), 0);
@@ -677,12 +678,12 @@ Test(mvcc_store, lease_reattach_and_detach_on_delete)
     cr_assert_eq(n1, 0);
     cr_assert_eq(n2, 1);
     /* revoking lease 1 deletes nothing and takes no revision */
-    int64_t rev = th_rev(&t);
-    Etcdserverpb__LeaseRevokeResponse *rv = th_revoke(&t, 1, &res);
-    cr_assert_not_null(rv, "%s", TH_MSG(res));
+    int64_t rev = kvt_store_rev(&t);
+    Etcdserverpb__LeaseRevokeResponse *rv = kvt_store_revoke(&t, 1, &res);
+    cr_assert_not_null(rv, "%s", KVT_STORE_MSG(res));
     cr_assert_eq(rv->header->revision, rev);
     etcdserverpb__lease_revoke_response__free_unpacked(rv, NULL);
-    Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "k", 0);
     cr_assert_eq(kv->lease, 2);
     mvccpb__key_value__free_unpacked(kv, NULL);
 }
@@ -692,33 +693,33 @@ Test(mvcc_store, max_keys_per_lease)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.max_keys_per_lease = 2;
-    th_close(&t);
-    th_open(&t, &cfg);
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 1, 10, &res);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 1, 10, &res);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
-    th_put(&t, "a", "v", 1);
-    th_put(&t, "b", "v", 1);
-    th_put(&t, "a", "v2", 1); /* already attached: allowed */
+    kvt_store_put(&t, "a", "v", 1);
+    kvt_store_put(&t, "b", "v", 1);
+    kvt_store_put(&t, "a", "v2", 1); /* already attached: allowed */
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin("c");
-    p.value = th_bin("v");
+    p.key = kvt_bin("c");
+    p.value = kvt_bin("v");
     p.lease = 1;
-    cr_assert_null(th_put_req(&t, &p, &res));
-    cr_assert_eq(TH_CODE(res), 9);
-    cr_assert_str_eq(TH_MSG(res), "etcdserver: too many keys attached to lease");
-    cr_assert_null(th_get(&t, "c", 0));
+    cr_assert_null(kvt_store_put_req(&t, &p, &res));
+    cr_assert_eq(KVT_STORE_CODE(res), 9);
+    cr_assert_str_eq(KVT_STORE_MSG(res), "etcdserver: too many keys attached to lease");
+    cr_assert_null(kvt_store_get(&t, "c", 0));
 }
 
 Test(mvcc_store, hash_kv)
 {
-    th t2;
-    th_open(&t2, NULL);
-    th *both[] = {&t, &t2};
+    kvt_store t2;
+    kvt_store_open(&t2, NULL);
+    kvt_store *both[] = {&t, &t2};
     for (int i = 0; i < 2; i++) {
-        th_put(both[i], "a", "1", 0);
-        th_put(both[i], "b", "2", 0);
-        th_del(both[i], "a", NULL);
+        kvt_store_put(both[i], "a", "1", 0);
+        kvt_store_put(both[i], "b", "2", 0);
+        kvt_store_del(both[i], "a", NULL);
     }
     uint32_t h1, h2, h3;
     int64_t c1, c2;
@@ -727,29 +728,29 @@ Test(mvcc_store, hash_kv)
     cr_assert_eq(h1, h2, "same history, same hash");
     cr_assert_eq(c1, -1);
     cr_assert_eq(kv_store_hash_kv(t.s, 3, &h3, &c1), 0);
-    th_put(&t, "c", "3", 0);
+    kvt_store_put(&t, "c", "3", 0);
     cr_assert_eq(kv_store_hash_kv(t.s, 3, &h2, &c1), 0);
     cr_assert_eq(h2, h3, "hash at a past revision is stable");
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h2, &c1), 0);
     cr_assert_neq(h2, h1);
-    th_put(&t2, "c", "different", 0);
+    kvt_store_put(&t2, "c", "different", 0);
     cr_assert_eq(kv_store_hash_kv(t2.s, 0, &h3, &c2), 0);
     cr_assert_neq(h2, h3, "different data, different hash");
     cr_assert_eq(kv_store_hash_kv(t.s, 99, &h2, &c1), KV_STORE_ERR_FUTURE_REV);
     kv_result res;
-    Etcdserverpb__CompactionResponse *c = th_compact(&t, 4, &res);
+    Etcdserverpb__CompactionResponse *c = kvt_store_compact(&t, 4, &res);
     etcdserverpb__compaction_response__free_unpacked(c, NULL);
     cr_assert_eq(kv_store_hash_kv(t.s, 2, &h2, &c1), KV_STORE_ERR_COMPACTED);
     cr_assert_eq(kv_store_hash_kv(t.s, 4, &h2, &c1), KV_STORE_ERR_COMPACTED);
     cr_assert_eq(kv_store_hash_kv(t.s, 0, &h2, &c1), 0);
     cr_assert_eq(c1, 4);
-    th_close(&t2);
+    kvt_store_close(&t2);
 }
 
 Test(mvcc_store, status)
 {
-    th_put(&t, "a", "1", 0);
-    th_put(&t, "b", "1", 0);
+    kvt_store_put(&t, "a", "1", 0);
+    kvt_store_put(&t, "b", "1", 0);
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t.s, &st), 0);
     cr_assert_eq(st.revision, 3);
@@ -764,10 +765,10 @@ Test(mvcc_store, status)
  * same bytes. */
 Test(mvcc_store, protobuf_round_trips)
 {
-    th_put(&t, "a", "1", 0);
+    kvt_store_put(&t, "a", "1", 0);
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    q.key = th_bin("a");
-    q.range_end = th_bin("z");
+    q.key = kvt_bin("a");
+    q.range_end = kvt_bin("z");
     size_t n = etcdserverpb__range_request__get_packed_size(&q);
     uint8_t buf[64];
     etcdserverpb__range_request__pack(&q, buf);
@@ -787,13 +788,13 @@ Test(mvcc_store, protobuf_round_trips)
     free(res.resp);
 
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin("a");
-    p.value = th_bin("2");
+    p.key = kvt_bin("a");
+    p.value = kvt_bin("2");
     p.prev_kv = 1;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
     ir.put = &p;
-    th_apply(&t, &ir, &res);
+    kvt_store_apply(&t, &ir, &res);
     Etcdserverpb__PutResponse *pr =
         etcdserverpb__put_response__unpack(NULL, res.resp_len, res.resp);
     cr_assert_not_null(pr);
@@ -815,7 +816,7 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
     uint8_t junk[] = {0xff, 0xff, 0xff};
     cr_assert_eq(kv_store_apply(t.s, b, 1, junk, sizeof junk, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), KV_GRPC_INTERNAL);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_INTERNAL);
     Etcdserverpb__AlarmRequest a = ETCDSERVERPB__ALARM_REQUEST__INIT;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_ALARM;
@@ -823,7 +824,7 @@ Test(mvcc_store, undecodable_and_alarm_requests)
     uint8_t buf[64];
     size_t n = kvdpb__internal_request__pack(&ir, buf);
     cr_assert_eq(kv_store_apply(t.s, b, 2, buf, n, NULL, &res), 0);
-    cr_assert_eq(TH_CODE(res), 0, "alarm GET is applied: %s", TH_MSG(res));
+    cr_assert_eq(KVT_STORE_CODE(res), 0, "alarm GET is applied: %s", KVT_STORE_MSG(res));
     Etcdserverpb__AlarmResponse *ar =
         etcdserverpb__alarm_response__unpack(NULL, res.resp_len, res.resp);
     cr_assert_not_null(ar);
@@ -847,12 +848,12 @@ Test(mvcc_store, unsafe_no_fsync_opens_nosync)
     kv_store_config cfg;
     kv_store_config_default(&cfg);
     cfg.unsafe_no_fsync = 1;
-    th_close(&t);
-    th_open(&t, &cfg);
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
     cr_assert_eq(mdb_env_get_flags(kv_store_env(t.s), &flags), 0);
     cr_assert_neq(flags & MDB_NOSYNC, 0, "unsafe_no_fsync must open MDB_NOSYNC");
-    th_put(&t, "k", "v", 0);
-    Mvccpb__KeyValue *kv = th_get(&t, "k", 0);
-    th_expect_kv(kv, "k", "v");
+    kvt_store_put(&t, "k", "v", 0);
+    Mvccpb__KeyValue *kv = kvt_store_get(&t, "k", 0);
+    kvt_store_expect_kv(kv, "k", "v");
     mvccpb__key_value__free_unpacked(kv, NULL);
 }

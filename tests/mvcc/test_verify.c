@@ -8,20 +8,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "kvt_store.h"
 #include "base/lmdb_valcheck.h"
 #include "mvcc/verify.h"
 
-static th t;
+static kvt_store t;
 
 static void setup(void)
 {
-    th_open(&t, NULL);
+    kvt_store_open(&t, NULL);
 }
 
 static void teardown(void)
 {
-    th_close(&t);
+    kvt_store_close(&t);
 }
 
 TestSuite(verify, .init = setup, .fini = teardown);
@@ -33,7 +33,7 @@ static void data_path(char *buf, size_t cap)
 
 Test(verify, value_size_past_the_file_is_not_sane)
 {
-    th_put(&t, "k", "value", 0);
+    kvt_store_put(&t, "k", "value", 0);
     MDB_env *env = kv_store_env(t.s);
     cr_assert_not_null(mdb_env_get_userctx(env), "the map address was learned at open");
     MDB_txn *txn;
@@ -62,20 +62,20 @@ Test(verify, pristine_store_passes_both_checks)
     for (int i = 0; i < 200; i++) {
         char key[32];
         snprintf(key, sizeof(key), "key-%03d", i % 50);
-        th_put(&t, key, "some value that is not tiny", 0);
+        kvt_store_put(&t, key, "some value that is not tiny", 0);
     }
     kv_result res;
-    Etcdserverpb__LeaseGrantResponse *g = th_grant(&t, 7, 100, &res);
+    Etcdserverpb__LeaseGrantResponse *g = kvt_store_grant(&t, 7, 100, &res);
     cr_assert_not_null(g);
     etcdserverpb__lease_grant_response__free_unpacked(g, NULL);
-    th_put(&t, "leased", "x", 7);
+    kvt_store_put(&t, "leased", "x", 7);
     /* Enough revisions of one key, and keys on one lease, for LMDB dup sub-databases. */
     for (int i = 0; i < 600; i++)
-        th_put(&t, "hot", "v", 0);
+        kvt_store_put(&t, "hot", "v", 0);
     for (int i = 0; i < 400; i++) {
         char key[64];
         snprintf(key, sizeof(key), "leased-%03d-with-a-longer-key-name", i);
-        th_put(&t, key, "x", 7);
+        kvt_store_put(&t, key, "x", 7);
     }
     char err[512] = "";
     cr_assert_eq(kv_store_verify_records(t.s, 10000, err, sizeof(err)), 0, "%s", err);
@@ -84,7 +84,7 @@ Test(verify, pristine_store_passes_both_checks)
     cr_assert_eq(kv_store_verify_file(t.dir, 10000, err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(kv_store_verify_file(t.dir, 1, err, sizeof(err)), 0, "bounded walk: %s", err);
     cr_assert_eq(kv_store_verify_file(t.dir, 0, err, sizeof(err)), 0, "meta only: %s", err);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 }
 
 Test(verify, missing_data_file_passes)
@@ -103,7 +103,7 @@ static void patch(const char *path, off_t off, const void *bytes, size_t n)
 
 Test(verify, bad_meta_page_is_refused)
 {
-    th_put(&t, "k", "v", 0);
+    kvt_store_put(&t, "k", "v", 0);
     kv_store_close(t.s);
     t.s = NULL;
     char path[300], err[512] = "";
@@ -115,13 +115,13 @@ Test(verify, bad_meta_page_is_refused)
     uint32_t magic = 0xBEEFC0DE;
     patch(path, 16, &magic, 4);
     cr_assert_eq(kv_store_verify_file(t.dir, 10000, err, sizeof(err)), 0, "%s", err);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 }
 
 Test(verify, truncated_file_is_refused)
 {
     for (int i = 0; i < 100; i++)
-        th_put(&t, "k", "v", 0);
+        kvt_store_put(&t, "k", "v", 0);
     kv_store_close(t.s);
     t.s = NULL;
     char path[300], err[512] = "";
@@ -129,9 +129,9 @@ Test(verify, truncated_file_is_refused)
     cr_assert_eq(truncate(path, 3 * 4096), 0);
     cr_assert_eq(kv_store_verify_file(t.dir, 10000, err, sizeof(err)), -EBADMSG);
     cr_assert(strstr(err, "beyond the end of the file"), "%s", err);
-    /* th_close removes the directory; leave the store closed. */
+    /* kvt_store_close removes the directory; leave the store closed. */
     cr_assert_eq(unlink(path), 0);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 }
 
 Test(verify, overwritten_tree_page_is_refused)
@@ -139,7 +139,7 @@ Test(verify, overwritten_tree_page_is_refused)
     for (int i = 0; i < 300; i++) {
         char key[32];
         snprintf(key, sizeof(key), "key-%03d", i);
-        th_put(&t, key, "0123456789abcdef0123456789abcdef", 0);
+        kvt_store_put(&t, key, "0123456789abcdef0123456789abcdef", 0);
     }
     kv_store_close(t.s);
     t.s = NULL;
@@ -174,12 +174,12 @@ Test(verify, overwritten_tree_page_is_refused)
      * reachable: a few may pass. Every page in use is caught. */
     cr_assert_geq(caught, tried / 2, "caught %d of %d", caught, tried);
     cr_assert_eq(kv_store_verify_file(t.dir, 10000, err, sizeof(err)), 0, "%s", err);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 }
 
 Test(verify, bad_record_checksum_is_refused)
 {
-    th_put(&t, "k", "v", 0);
+    kvt_store_put(&t, "k", "v", 0);
     MDB_env *env = kv_store_env(t.s);
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -211,7 +211,7 @@ Test(verify, identity_is_stored_once_and_then_enforced)
     cr_assert_eq(kv_store_identity_check(t.s, &b, &have, 0), 1, "still none stored");
     cr_assert_eq(kv_store_identity_check(t.s, &a, &have, 1), 1, "stored now");
     cr_assert_eq(kv_store_identity_check(t.s, &a, &have, 1), 0);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     cr_assert_eq(kv_store_identity_check(t.s, &b, &have, 1), -EEXIST, "contradicting ids");
     cr_assert_eq(have.member_id, 0x1111);
     cr_assert_eq(have.cluster_id, 0x2222);
@@ -225,7 +225,7 @@ Test(verify, identity_is_stored_once_and_then_enforced)
  * past the end of data.mdb. Now the size is checked first: DATA_LOSS, no fault. */
 Test(verify, record_with_size_past_the_file_reads_as_data_loss)
 {
-    int64_t rev = th_put(&t, "k", "value", 0);
+    int64_t rev = kvt_store_put(&t, "k", "value", 0);
     kv_store_close(t.s);
     t.s = NULL;
     char path[300];
@@ -257,15 +257,15 @@ Test(verify, record_with_size_past_the_file_reads_as_data_loss)
     uint8_t hi[2] = {0x00, 0x10}; /* size += 256 MiB: far past the end of the file */
     patch(path, node + 2, hi, 2);
     free(buf);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
     Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    r.key = th_bin("k");
+    r.key = kvt_bin("k");
     uint8_t req[32];
     size_t n = etcdserverpb__range_request__pack(&r, req);
     kv_result res;
     int rc = kv_store_range(t.s, req, n, NULL, &res);
     cr_assert_eq(rc, 0); /* a request-level DATA_LOSS (and the CORRUPT alarm), not a failure */
-    cr_assert_eq(TH_CODE(res), KV_GRPC_DATA_LOSS);
+    cr_assert_eq(KVT_STORE_CODE(res), KV_GRPC_DATA_LOSS);
     free(res.resp);
     char err[512] = "";
     cr_assert_eq(kv_store_verify_records(t.s, 100, err, sizeof(err)), -EBADMSG);
@@ -273,5 +273,5 @@ Test(verify, record_with_size_past_the_file_reads_as_data_loss)
     t.s = NULL;
     cr_assert_eq(kv_store_verify_file(t.dir, 100, err, sizeof(err)), -EBADMSG);
     cr_assert(strstr(err, "runs past the page"), "%s", err);
-    th_reopen(&t);
+    kvt_store_reopen(&t);
 }

@@ -1,5 +1,6 @@
 /* fixture.c - see fixture.h. */
 #include "fixture.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -54,9 +55,7 @@ void fx_fini(fx *f)
     cr_assert_eq(uv_loop_close(&f->loop), 0, "handles leaked");
     for (int i = 0; i < FX_MAX; i++)
         kv_metrics_free(f->n[i].m);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
 static void on_message(void *arg, uint64_t from, uint32_t type, const uint8_t *buf, size_t len)

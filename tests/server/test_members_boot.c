@@ -7,6 +7,7 @@
 #include "daemon/members_join.h"
 #include "apply/apply.h"
 #include "mvcc/members.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -92,9 +93,7 @@ Test(members_boot, bootstrap_then_publish_through_the_store)
     cr_assert_eq(m->n_peer_urls, 2);
     kvdpb__member__free_unpacked(m, NULL);
     kv_store_close(st);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(dir), 0);
 }
 
 static int parse1(const char *u)

@@ -2,6 +2,7 @@
 #include "apply/internal_req.h"
 #include "node/node.h"
 #include "rpc.pb-c.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -44,9 +45,7 @@ static void fx_close(fixture *f)
     uv_run(&f->loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&f->loop), 0);
     kv_store_close(f->store);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
 static int propose_put(fixture *f, const char *key, kv_node_done_fn done, void *arg,
@@ -195,9 +194,7 @@ Test(node, close_fails_queued_requests)
     uv_run(&f.loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&f.loop), 0);
     kv_store_close(f.store);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f.dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f.dir), 0);
 }
 
 /* ---- exclusive items and alarms (docs/ARCHITECTURE.md, "Alarms, quota and defragment") ---- */

@@ -7,6 +7,7 @@
 #include "peer/peer_frames.h"
 #include "raft/raft.h"
 #include "raftlog/msg_codec.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -54,9 +55,7 @@ static void bfx_close(bfx *f)
     cr_assert_eq(uv_loop_close(&f->loop), 0);
     kv_metrics_free(f->metrics);
     kv_store_close(f->store);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
 /* Value of the sample `series` (name plus exact labels) in the rendered registry. */

@@ -5,6 +5,7 @@
 #include "apply/internal_req.h"
 #include "node/node.h"
 #include "rpc.pb-c.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -56,9 +57,7 @@ static void fx_close(fx *f)
 {
     node_close(f);
     kv_store_close(f->store);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
 typedef struct log {
@@ -209,7 +208,5 @@ Test(node_compact, close_cancels_waiters)
     uv_run(&f.loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&f.loop), 0);
     kv_store_close(f.store);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f.dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(kvt_rmtree(f.dir), 0);
 }

@@ -1,10 +1,10 @@
 /* Test fixture for the WAL: see wal_fx.h. */
 #include "wal_fx.h"
+#include "kvt_util.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,24 +12,21 @@
 
 void wfx_init(wfx *f)
 {
+    kvt_tmpdir d;
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "/tmp/kvwal.XXXXXX");
-    cr_assert_not_null(mkdtemp(f->root));
+    int rc = kvt_tmpdir_create(&d, "kvwal");
+    cr_assert_eq(rc, 0, "kvt_tmpdir_create: %d", rc);
+    cr_assert_lt(strlen(d.path), sizeof f->root, "temp dir path too long: %s", d.path);
+    snprintf(f->root, sizeof f->root, "%s", d.path);
     snprintf(f->dir, sizeof f->dir, "%s/wal", f->root);
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
 }
 
 void wfx_fini(wfx *f)
 {
+    kvt_tmpdir d;
     wfx_close(f);
-    nftw(f->root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    snprintf(d.path, sizeof d.path, "%s", f->root);
+    kvt_tmpdir_destroy(&d); /* kept with KV_TEST_KEEP_DIRS=1 */
 }
 
 int wfx_try_open(wfx *f, uint64_t seg_bytes, size_t tail_bytes)

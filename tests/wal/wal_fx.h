@@ -9,8 +9,8 @@
 #include "wal/wal.h"
 
 typedef struct wfx {
-    char dir[320]; /* the WAL dir (inside a fresh temp dir) */
-    char root[256];
+    char dir[320];  /* the WAL dir (inside a fresh temp dir) */
+    char root[256]; /* the temp dir (kvt_tmpdir: $TMPDIR, KV_TEST_KEEP_DIRS=1 keeps it) */
     kv_wal *w;
     char err[512];
 } wfx;

@@ -5,7 +5,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "watch/watch_hub.h"
 #include "watch/watch_int.h"
 
@@ -36,7 +36,7 @@ static size_t f_queued(void *arg)
 static const kv_watch_sink_ops fops = {f_send, f_queued};
 
 typedef struct fx {
-    th t;
+    kvt_store t;
     uv_loop_t loop;
     kv_header_info hdr;
     kv_watch_hub *h;
@@ -47,10 +47,11 @@ typedef struct fx {
 static void fx_open(fx *f, const kv_watch_config *cfg)
 {
     memset(f, 0, sizeof(*f));
-    th_open(&f->t, NULL);
+    kvt_store_open(&f->t, NULL);
     cr_assert_eq(uv_loop_init(&f->loop), 0);
     f->hdr = (kv_header_info){.cluster_id = 7, .member_id = 9, .raft_term = 3};
-    cr_assert_eq(kv_watch_hub_init(&f->h, &f->loop, f->t.s, cfg, &f->hdr, th_rev(&f->t), NULL), 0);
+    cr_assert_eq(
+        kv_watch_hub_init(&f->h, &f->loop, f->t.s, cfg, &f->hdr, kvt_store_rev(&f->t), NULL), 0);
     cr_assert_eq(kv_watch_stream_open(f->h, 1, &fops, &f->sink, &f->st), 0);
 }
 
@@ -62,20 +63,20 @@ static void fx_close(fx *f)
     kv_watch_hub_close(f->h);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     uv_loop_close(&f->loop);
-    th_close(&f->t);
+    kvt_store_close(&f->t);
 }
 
 static void put(fx *f, const char *k, const char *v)
 {
-    th_put(&f->t, k, v, 0);
-    kv_watch_hub_notify(f->h, th_rev(&f->t));
+    kvt_store_put(&f->t, k, v, 0);
+    kv_watch_hub_notify(f->h, kvt_store_rev(&f->t));
 }
 
 static void watch_prefix_a(fx *f)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
-    c.key = th_bin("a");
-    c.range_end = th_bin("b");
+    c.key = kvt_bin("a");
+    c.range_end = kvt_bin("b");
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     r.create_request = &c;

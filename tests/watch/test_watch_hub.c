@@ -6,7 +6,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "../mvcc/helpers.h"
+#include "kvt_store.h"
 #include "watch/watch_hub.h"
 #include "watch/watch_int.h"
 
@@ -39,7 +39,7 @@ static size_t f_queued(void *arg)
 static const kv_watch_sink_ops fops = {f_send, f_queued};
 
 typedef struct fx {
-    th t;
+    kvt_store t;
     uv_loop_t loop;
     kv_header_info hdr;
     kv_watch_hub *h;
@@ -50,10 +50,11 @@ typedef struct fx {
 static void fx_open(fx *f, const kv_watch_config *cfg)
 {
     memset(f, 0, sizeof(*f));
-    th_open(&f->t, NULL);
+    kvt_store_open(&f->t, NULL);
     cr_assert_eq(uv_loop_init(&f->loop), 0);
     f->hdr = (kv_header_info){.cluster_id = 7, .member_id = 9, .raft_term = 3};
-    cr_assert_eq(kv_watch_hub_init(&f->h, &f->loop, f->t.s, cfg, &f->hdr, th_rev(&f->t), NULL), 0);
+    cr_assert_eq(
+        kv_watch_hub_init(&f->h, &f->loop, f->t.s, cfg, &f->hdr, kvt_store_rev(&f->t), NULL), 0);
     cr_assert_eq(kv_watch_stream_open(f->h, 1, &fops, &f->sink, &f->st), 0);
 }
 
@@ -71,21 +72,21 @@ static void fx_close(fx *f)
     kv_watch_hub_close(f->h);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     uv_loop_close(&f->loop);
-    th_close(&f->t);
+    kvt_store_close(&f->t);
 }
 
 /* A write through the store, then the hub is told (as the node's commit hook does). */
 static int64_t put(fx *f, const char *k, const char *v)
 {
-    int64_t r = th_put(&f->t, k, v, 0);
-    kv_watch_hub_notify(f->h, th_rev(&f->t));
+    int64_t r = kvt_store_put(&f->t, k, v, 0);
+    kv_watch_hub_notify(f->h, kvt_store_rev(&f->t));
     return r;
 }
 
 static void del(fx *f, const char *k, const char *end)
 {
-    th_del(&f->t, k, end);
-    kv_watch_hub_notify(f->h, th_rev(&f->t));
+    kvt_store_del(&f->t, k, end);
+    kv_watch_hub_notify(f->h, kvt_store_rev(&f->t));
 }
 
 typedef struct wopts {
@@ -97,9 +98,9 @@ typedef struct wopts {
 static int create(fx *f, wopts o)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
-    c.key = th_bin(o.key ? o.key : "");
+    c.key = kvt_bin(o.key ? o.key : "");
     if (o.end)
-        c.range_end = o.end[0] ? th_bin(o.end) : (ProtobufCBinaryData){1, (uint8_t *)"\0"};
+        c.range_end = o.end[0] ? kvt_bin(o.end) : (ProtobufCBinaryData){1, (uint8_t *)"\0"};
     c.start_revision = o.start;
     c.watch_id = o.id;
     c.prev_kv = o.prev_kv;
@@ -220,10 +221,10 @@ Test(watch_hub, txn_events_together_prev_kv_and_filters)
     fx_clear(&f);
     /* one txn: put a, put ab, delete a... -> same revision, sub-revision order */
     Etcdserverpb__PutRequest p1 = ETCDSERVERPB__PUT_REQUEST__INIT, p2 = p1;
-    p1.key = th_bin("a");
-    p1.value = th_bin("1");
-    p2.key = th_bin("ab");
-    p2.value = th_bin("2");
+    p1.key = kvt_bin("a");
+    p1.value = kvt_bin("1");
+    p2.key = kvt_bin("ab");
+    p2.value = kvt_bin("2");
     Etcdserverpb__RequestOp o1 = ETCDSERVERPB__REQUEST_OP__INIT, o2 = o1;
     o1.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
     o1.request_put = &p1;
@@ -234,7 +235,7 @@ Test(watch_hub, txn_events_together_prev_kv_and_filters)
     x.success = ops;
     x.n_success = 2;
     kv_result res;
-    Etcdserverpb__TxnResponse *tr = th_txn(&f.t, &x, &res);
+    Etcdserverpb__TxnResponse *tr = kvt_store_txn(&f.t, &x, &res);
     cr_assert_not_null(tr);
     etcdserverpb__txn_response__free_unpacked(tr, NULL);
     del(&f, "a", "b"); /* notify covers both revisions in one batch-like step */
@@ -335,7 +336,7 @@ Test(watch_hub, behind_compaction_gets_compacted_response)
     for (int i = 0; i < 10; i++)
         put(&f, "a", "v");
     kv_result res;
-    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 8, &res);
+    Etcdserverpb__CompactionResponse *cr = kvt_store_compact(&f.t, 8, &res);
     cr_assert_not_null(cr);
     etcdserverpb__compaction_response__free_unpacked(cr, NULL);
     cr_assert_eq(create(&f, (wopts){.key = "a", .start = 3}), 0);
@@ -446,9 +447,9 @@ Test(watch_hub, fragment_splits_large_responses)
     for (int i = 0; i < 10; i++) {
         char k[8];
         snprintf(k, sizeof(k), "f%d", i);
-        th_put(&f.t, k, big, 0);
+        kvt_store_put(&f.t, k, big, 0);
     }
-    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    kv_watch_hub_notify(f.h, kvt_store_rev(&f.t));
     size_t frag = 0, whole = 0, evs = 0;
     Etcdserverpb__WatchResponse *lastf = NULL;
     for (size_t i = 0; i < f.sink.n; i++) {
@@ -506,14 +507,14 @@ Test(watch_hub, compaction_in_the_same_batch_gives_compacted_response)
     cr_assert_eq(create(&f, (wopts){.key = "a"}), 0);
     fx_clear(&f);
     /* one "batch": writes and a compaction past them, then a single notify */
-    th_put(&f.t, "a", "1", 0);
-    th_put(&f.t, "a", "2", 0);
-    th_put(&f.t, "a", "3", 0);
+    kvt_store_put(&f.t, "a", "1", 0);
+    kvt_store_put(&f.t, "a", "2", 0);
+    kvt_store_put(&f.t, "a", "3", 0);
     kv_result res;
-    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 4, &res);
+    Etcdserverpb__CompactionResponse *cr = kvt_store_compact(&f.t, 4, &res);
     cr_assert_not_null(cr);
     etcdserverpb__compaction_response__free_unpacked(cr, NULL);
-    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    kv_watch_hub_notify(f.h, kvt_store_rev(&f.t));
     kv_watch_hub_sync_now(f.h, 10);
     cr_assert_eq(f.sink.n, 1);
     cr_assert(f.sink.msg[0]->canceled);
@@ -537,8 +538,8 @@ Test(watch_hub, catch_up_yields_to_the_loop_between_turns)
         for (int i = 0; i < 100; i++) {
             snprintf(keys[i], sizeof(keys[i]), "y/%d/%d", t, i);
             etcdserverpb__put_request__init(&p[i]);
-            p[i].key = th_bin(keys[i]);
-            p[i].value = th_bin(big);
+            p[i].key = kvt_bin(keys[i]);
+            p[i].value = kvt_bin(big);
             etcdserverpb__request_op__init(&o[i]);
             o[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
             o[i].request_put = &p[i];
@@ -548,11 +549,11 @@ Test(watch_hub, catch_up_yields_to_the_loop_between_turns)
         x.success = ops;
         x.n_success = 100;
         kv_result res;
-        Etcdserverpb__TxnResponse *tr = th_txn(&f.t, &x, &res);
+        Etcdserverpb__TxnResponse *tr = kvt_store_txn(&f.t, &x, &res);
         cr_assert_not_null(tr);
         etcdserverpb__txn_response__free_unpacked(tr, NULL);
     }
-    kv_watch_hub_notify(f.h, th_rev(&f.t));
+    kv_watch_hub_notify(f.h, kvt_store_rev(&f.t));
     cr_assert_eq(create(&f, (wopts){.key = "y/", .end = "y0", .start = 2}), 0);
     kv_watch_stats s;
     int turns = 0;
@@ -648,7 +649,7 @@ Test(watch_hub, idle_synced_watcher_victim_resumes_where_it_was_synced)
     cr_assert_eq(events_of(&f, 0, ev, 64) + events_of(&f, 2, ev, 64), 0);
     fx_clear(&f);
     kv_result res;
-    Etcdserverpb__CompactionResponse *cr = th_compact(&f.t, 40, &res);
+    Etcdserverpb__CompactionResponse *cr = kvt_store_compact(&f.t, 40, &res);
     cr_assert_not_null(cr);
     etcdserverpb__compaction_response__free_unpacked(cr, NULL);
     f.sink.queued = 100000; /* the client stopped reading */
@@ -766,7 +767,7 @@ Test(watch_hub, random_watchers_get_exactly_their_events)
             kv_watch_hub_sync_now(f.h, 10000);
             rw_collect(&f, ws);
         }
-        int64_t cur = th_rev(&f.t);
+        int64_t cur = kvt_store_rev(&f.t);
         if (n_w < RW_MAX && RW_RND() % 3 == 0) { /* a new watcher from now on */
             rw_watcher *w = &ws[n_w];
             w->kind = (int)(RW_RND() % 5);
@@ -816,7 +817,7 @@ Test(watch_hub, random_watchers_get_exactly_their_events)
         else
             put(&f, key, "v");
         exists[k] = !is_del;
-        int64_t rev = th_rev(&f.t);
+        int64_t rev = kvt_store_rev(&f.t);
         for (int i = 0; i < n_w; i++) {
             rw_watcher *w = &ws[i];
             if (rev > w->from && rev <= w->until && rw_match(w, key) &&

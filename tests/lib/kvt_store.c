@@ -1,27 +1,30 @@
-/* helpers: see helpers.h. */
-#include "helpers.h"
+/* kvt_store: see kvt_store.h. */
+#include "kvt_store.h"
+#include "kvt_util.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-void th_open(th *t, const kv_store_config *cfg)
+void kvt_store_open(kvt_store *t, const kv_store_config *cfg)
 {
+    kvt_tmpdir d;
     memset(t, 0, sizeof *t);
-    snprintf(t->dir, sizeof t->dir, "/tmp/kv-mvcc-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(t->dir));
+    int rc = kvt_tmpdir_create(&d, "kv-mvcc-test");
+    cr_assert_eq(rc, 0, "kvt_tmpdir_create: %d", rc);
+    cr_assert_lt(strlen(d.path), sizeof t->dir, "temp dir path too long: %s", d.path);
+    snprintf(t->dir, sizeof t->dir, "%s", d.path);
     if (cfg)
         t->cfg = *cfg;
     else
         kv_store_config_default(&t->cfg);
     t->cfg.dir = t->dir;
-    int rc = kv_store_open(&t->s, &t->cfg);
+    rc = kv_store_open(&t->s, &t->cfg);
     cr_assert_eq(rc, 0, "kv_store_open: %d", rc);
 }
 
-void th_reopen(th *t)
+void kvt_store_reopen(kvt_store *t)
 {
     kv_store_close(t->s);
     t->s = NULL;
@@ -29,28 +32,22 @@ void th_reopen(th *t)
     cr_assert_eq(rc, 0, "kv_store_open: %d", rc);
 }
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+void kvt_store_close(kvt_store *t)
 {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-void th_close(th *t)
-{
+    kvt_tmpdir d;
     kv_store_close(t->s);
     t->s = NULL;
-    nftw(t->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    snprintf(d.path, sizeof d.path, "%s", t->dir);
+    kvt_tmpdir_destroy(&d); /* removes it unless KV_TEST_KEEP_DIRS=1 */
 }
 
-ProtobufCBinaryData th_bin(const char *s)
+ProtobufCBinaryData kvt_bin(const char *s)
 {
     ProtobufCBinaryData b = {s ? strlen(s) : 0, (uint8_t *)s};
     return b;
 }
 
-void th_apply(th *t, const Kvdpb__InternalRequest *ir, kv_result *res)
+void kvt_store_apply(kvt_store *t, const Kvdpb__InternalRequest *ir, kv_result *res)
 {
     size_t n = kvdpb__internal_request__get_packed_size(ir);
     uint8_t *buf = malloc(n + 1);
@@ -69,7 +66,7 @@ void th_apply(th *t, const Kvdpb__InternalRequest *ir, kv_result *res)
 
 #define UNPACK_OR_NULL(type, fn)                                                                   \
     do {                                                                                           \
-        if (TH_CODE(*res) != 0)                                                                    \
+        if (KVT_STORE_CODE(*res) != 0)                                                             \
             return NULL;                                                                           \
         type *r = fn(NULL, res->resp_len, res->resp);                                              \
         cr_assert_not_null(r);                                                                     \
@@ -78,74 +75,77 @@ void th_apply(th *t, const Kvdpb__InternalRequest *ir, kv_result *res)
         return r;                                                                                  \
     } while (0)
 
-Etcdserverpb__PutResponse *th_put_req(th *t, const Etcdserverpb__PutRequest *p, kv_result *res)
+Etcdserverpb__PutResponse *kvt_store_put_req(kvt_store *t, const Etcdserverpb__PutRequest *p,
+                                             kv_result *res)
 {
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_PUT;
     ir.put = (Etcdserverpb__PutRequest *)p;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__PutResponse, etcdserverpb__put_response__unpack);
 }
 
-int64_t th_put(th *t, const char *k, const char *v, int64_t lease)
+int64_t kvt_store_put(kvt_store *t, const char *k, const char *v, int64_t lease)
 {
     Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
-    p.key = th_bin(k);
-    p.value = th_bin(v);
+    p.key = kvt_bin(k);
+    p.value = kvt_bin(v);
     p.lease = lease;
     kv_result res;
-    Etcdserverpb__PutResponse *r = th_put_req(t, &p, &res);
-    cr_assert_not_null(r, "put %s: %d %s", k, TH_CODE(res), TH_MSG(res));
+    Etcdserverpb__PutResponse *r = kvt_store_put_req(t, &p, &res);
+    cr_assert_not_null(r, "put %s: %d %s", k, KVT_STORE_CODE(res), KVT_STORE_MSG(res));
     int64_t rev = r->header->revision;
     cr_assert_eq(rev, res.revision);
     etcdserverpb__put_response__free_unpacked(r, NULL);
     return rev;
 }
 
-Etcdserverpb__DeleteRangeResponse *th_del_req(th *t, const Etcdserverpb__DeleteRangeRequest *d,
-                                              kv_result *res)
+Etcdserverpb__DeleteRangeResponse *
+kvt_store_del_req(kvt_store *t, const Etcdserverpb__DeleteRangeRequest *d, kv_result *res)
 {
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_DELETE_RANGE;
     ir.delete_range = (Etcdserverpb__DeleteRangeRequest *)d;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__DeleteRangeResponse, etcdserverpb__delete_range_response__unpack);
 }
 
-int64_t th_del(th *t, const char *k, const char *end)
+int64_t kvt_store_del(kvt_store *t, const char *k, const char *end)
 {
     Etcdserverpb__DeleteRangeRequest d = ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
-    d.key = th_bin(k);
-    d.range_end = th_bin(end);
+    d.key = kvt_bin(k);
+    d.range_end = kvt_bin(end);
     kv_result res;
-    Etcdserverpb__DeleteRangeResponse *r = th_del_req(t, &d, &res);
-    cr_assert_not_null(r, "delete %s: %d %s", k, TH_CODE(res), TH_MSG(res));
+    Etcdserverpb__DeleteRangeResponse *r = kvt_store_del_req(t, &d, &res);
+    cr_assert_not_null(r, "delete %s: %d %s", k, KVT_STORE_CODE(res), KVT_STORE_MSG(res));
     int64_t n = r->deleted;
     etcdserverpb__delete_range_response__free_unpacked(r, NULL);
     return n;
 }
 
-Etcdserverpb__TxnResponse *th_txn(th *t, const Etcdserverpb__TxnRequest *x, kv_result *res)
+Etcdserverpb__TxnResponse *kvt_store_txn(kvt_store *t, const Etcdserverpb__TxnRequest *x,
+                                         kv_result *res)
 {
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_TXN;
     ir.txn = (Etcdserverpb__TxnRequest *)x;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__TxnResponse, etcdserverpb__txn_response__unpack);
 }
 
-Etcdserverpb__CompactionResponse *th_compact(th *t, int64_t rev, kv_result *res)
+Etcdserverpb__CompactionResponse *kvt_store_compact(kvt_store *t, int64_t rev, kv_result *res)
 {
     Etcdserverpb__CompactionRequest c = ETCDSERVERPB__COMPACTION_REQUEST__INIT;
     c.revision = rev;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_COMPACTION;
     ir.compaction = &c;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__CompactionResponse, etcdserverpb__compaction_response__unpack);
 }
 
-Etcdserverpb__LeaseGrantResponse *th_grant(th *t, int64_t id, int64_t ttl, kv_result *res)
+Etcdserverpb__LeaseGrantResponse *kvt_store_grant(kvt_store *t, int64_t id, int64_t ttl,
+                                                  kv_result *res)
 {
     Etcdserverpb__LeaseGrantRequest g = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
     g.id = id;
@@ -153,23 +153,23 @@ Etcdserverpb__LeaseGrantResponse *th_grant(th *t, int64_t id, int64_t ttl, kv_re
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_GRANT;
     ir.lease_grant = &g;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__LeaseGrantResponse, etcdserverpb__lease_grant_response__unpack);
 }
 
-Etcdserverpb__LeaseRevokeResponse *th_revoke(th *t, int64_t id, kv_result *res)
+Etcdserverpb__LeaseRevokeResponse *kvt_store_revoke(kvt_store *t, int64_t id, kv_result *res)
 {
     Etcdserverpb__LeaseRevokeRequest r = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     r.id = id;
     Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_LEASE_REVOKE;
     ir.lease_revoke = &r;
-    th_apply(t, &ir, res);
+    kvt_store_apply(t, &ir, res);
     UNPACK_OR_NULL(Etcdserverpb__LeaseRevokeResponse, etcdserverpb__lease_revoke_response__unpack);
 }
 
-Etcdserverpb__RangeResponse *th_range_req(th *t, const Etcdserverpb__RangeRequest *r,
-                                          kv_result *res)
+Etcdserverpb__RangeResponse *kvt_store_range_req(kvt_store *t, const Etcdserverpb__RangeRequest *r,
+                                                 kv_result *res)
 {
     size_t n = etcdserverpb__range_request__get_packed_size(r);
     uint8_t *buf = malloc(n + 1);
@@ -181,25 +181,26 @@ Etcdserverpb__RangeResponse *th_range_req(th *t, const Etcdserverpb__RangeReques
     UNPACK_OR_NULL(Etcdserverpb__RangeResponse, etcdserverpb__range_response__unpack);
 }
 
-Etcdserverpb__RangeResponse *th_range(th *t, const char *k, const char *end)
+Etcdserverpb__RangeResponse *kvt_store_range(kvt_store *t, const char *k, const char *end)
 {
     Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    r.key = th_bin(k);
-    r.range_end = th_bin(end);
+    r.key = kvt_bin(k);
+    r.range_end = kvt_bin(end);
     kv_result res;
-    Etcdserverpb__RangeResponse *resp = th_range_req(t, &r, &res);
-    cr_assert_not_null(resp, "range %s: %d %s", k, TH_CODE(res), TH_MSG(res));
+    Etcdserverpb__RangeResponse *resp = kvt_store_range_req(t, &r, &res);
+    cr_assert_not_null(resp, "range %s: %d %s", k, KVT_STORE_CODE(res), KVT_STORE_MSG(res));
     return resp;
 }
 
-Mvccpb__KeyValue *th_get(th *t, const char *k, int64_t rev)
+Mvccpb__KeyValue *kvt_store_get(kvt_store *t, const char *k, int64_t rev)
 {
     Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    r.key = th_bin(k);
+    r.key = kvt_bin(k);
     r.revision = rev;
     kv_result res;
-    Etcdserverpb__RangeResponse *resp = th_range_req(t, &r, &res);
-    cr_assert_not_null(resp, "get %s@%lld: %d %s", k, (long long)rev, TH_CODE(res), TH_MSG(res));
+    Etcdserverpb__RangeResponse *resp = kvt_store_range_req(t, &r, &res);
+    cr_assert_not_null(resp, "get %s@%lld: %d %s", k, (long long)rev, KVT_STORE_CODE(res),
+                       KVT_STORE_MSG(res));
     Mvccpb__KeyValue *kv = NULL;
     if (resp->n_kvs == 1) {
         size_t n = mvccpb__key_value__get_packed_size(resp->kvs[0]);
@@ -213,14 +214,14 @@ Mvccpb__KeyValue *th_get(th *t, const char *k, int64_t rev)
     return kv;
 }
 
-int64_t th_rev(th *t)
+int64_t kvt_store_rev(kvt_store *t)
 {
     kv_store_status st;
     cr_assert_eq(kv_store_get_status(t->s, &st), 0);
     return st.revision;
 }
 
-void th_expect_kv(const Mvccpb__KeyValue *kv, const char *k, const char *v)
+void kvt_store_expect_kv(const Mvccpb__KeyValue *kv, const char *k, const char *v)
 {
     cr_assert_not_null(kv);
     cr_assert_eq(kv->key.len, strlen(k));
