@@ -1,27 +1,16 @@
 /* cluster: see cluster.h. */
 #include "cluster.h"
 #include "grpc_raw.h"
+#include "kvt_util.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static void sleep_ms(uint32_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0)
-        ;
-}
 
 static int port_taken(const kv_bc_cluster *c, int upto, uint16_t p)
 {
@@ -38,7 +27,7 @@ static int pick_ports(kv_bc_cluster *c, int i)
     for (int k = 0; k < 3; k++) {
         int tries = 0;
         do {
-            int rc = kv_it_free_port(&p[k]);
+            int rc = kvt_port_free(&p[k]);
             if (rc)
                 return rc;
             if (++tries > 100)
@@ -51,59 +40,12 @@ static int pick_ports(kv_bc_cluster *c, int i)
     return 0;
 }
 
-static int reap(kv_bc_member *m, int options)
-{
-    int st;
-    pid_t r = waitpid(m->pid, &st, options);
-    if (r == m->pid || (r < 0 && errno == ECHILD)) {
-        m->pid = 0;
-        return 1;
-    }
-    return 0;
-}
-
-static void stop_member(kv_bc_member *m, uint32_t grace_ms)
-{
-    if (m->pid <= 0)
-        return;
-    kill(m->pid, SIGTERM);
-    uint64_t deadline = kv_it_now_ms() + grace_ms;
-    while (kv_it_now_ms() < deadline) {
-        if (reap(m, WNOHANG))
-            return;
-        sleep_ms(10);
-    }
-    kill(m->pid, SIGKILL);
-    reap(m, 0);
-}
-
+/* Starts member m (argv[0] absolute), stdout and stderr appended to its log. */
 static int spawn(kv_bc_member *m, const char *const *argv)
 {
-    int logfd = open(m->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
-        return -errno;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(logfd);
-        return -e;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(logfd);
-    m->pid = pid;
-    return 0;
+    kvt_proc_init(&m->proc, m->log_path);
+    m->proc.no_banner = 1; /* the log's first lines are the member's (see log_head) */
+    return kvt_proc_spawn(&m->proc, argv);
 }
 
 /* 1 if m answers a linearizable Range within ~1.5 s. */
@@ -219,13 +161,13 @@ static int start_members(kv_bc_cluster *c, const char *extra, char *why, size_t 
 /* Waits until every member is ready; -ECHILD (a member exited) or -ETIMEDOUT. */
 static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t why_cap)
 {
-    uint64_t deadline = kv_it_now_ms() + timeout_ms;
+    uint64_t deadline = kvt_now_ms() + timeout_ms;
     int ready[KV_BC_MAX_MEMBERS] = {0};
     int n_ready = 0;
     while (n_ready < c->n) {
         for (int i = 0; i < c->n; i++) {
             kv_bc_member *m = &c->m[i];
-            if (m->pid > 0 && reap(m, WNOHANG)) {
+            if (m->proc.pid > 0 && !kvt_proc_alive(&m->proc)) {
                 char head[700];
                 log_head(m, head, sizeof(head));
                 snprintf(why, why_cap, "member %s exited; its log: %s", m->name, head);
@@ -238,7 +180,7 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
         }
         if (n_ready == c->n)
             break;
-        if (kv_it_now_ms() >= deadline) {
+        if (kvt_now_ms() >= deadline) {
             char missing[KV_BC_MAX_MEMBERS * 8] = "";
             size_t used = 0;
             for (int i = 0; i < c->n; i++)
@@ -251,7 +193,7 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
                      n_ready, c->n, timeout_ms, missing, c->dir);
             return -ETIMEDOUT;
         }
-        sleep_ms(100);
+        kvt_sleep_ms(100);
     }
     return 0;
 }
@@ -285,15 +227,18 @@ int kv_bc_cluster_start_tls(kv_bc_cluster *c, kv_it_kind kind, int n, const char
         snprintf(why, why_cap, "%s binary %s not found", kv_it_kind_name(kind), c->bin);
         return rc;
     }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(c->dir, sizeof(c->dir), "%.900s/kvbc-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
-             kv_it_kind_name(kind));
-    if (!mkdtemp(c->dir)) {
-        rc = -errno;
-        c->dir[0] = 0;
-        snprintf(why, why_cap, "mkdtemp: %s", strerror(-rc));
+    char prefix[32];
+    kvt_tmpdir d;
+    snprintf(prefix, sizeof(prefix), "kvbc-%s", kv_it_kind_name(kind));
+    if ((rc = kvt_tmpdir_create(&d, prefix)) == 0 && strlen(d.path) >= 900) {
+        kvt_tmpdir_destroy(&d);
+        rc = -ENAMETOOLONG;
+    }
+    if (rc) {
+        snprintf(why, why_cap, "temp dir: %s", strerror(-rc));
         return rc;
     }
+    snprintf(c->dir, sizeof(c->dir), "%s", d.path);
     c->n = n;
     for (int i = 0; i < n; i++) {
         kv_bc_member *m = &c->m[i];
@@ -312,11 +257,11 @@ int kv_bc_cluster_start_tls(kv_bc_cluster *c, kv_it_kind kind, int n, const char
     if ((rc = start_members(c, extra, why, why_cap)) ||
         (rc = wait_ready(c, timeout_ms, why, why_cap))) {
         for (int i = 0; i < n; i++)
-            stop_member(&c->m[i], 0);
+            kvt_proc_term(&c->m[i].proc, 0);
         return rc;
     }
     for (int i = 0; i < n; i++)
-        c->pids[i] = c->m[i].pid;
+        c->pids[i] = c->m[i].proc.pid;
     return 0;
 }
 
@@ -351,29 +296,21 @@ int kv_bc_cluster_alive(kv_bc_cluster *c)
 {
     int alive = 0;
     for (int i = 0; i < c->n; i++)
-        if (c->m[i].pid > 0 && !reap(&c->m[i], WNOHANG))
-            alive++;
+        alive += kvt_proc_alive(&c->m[i].proc);
     return alive;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
 }
 
 void kv_bc_cluster_destroy(kv_bc_cluster *c)
 {
     for (int i = 0; i < c->n; i++) /* all at once: members shut down in parallel */
-        if (c->m[i].pid > 0)
-            kill(c->m[i].pid, SIGTERM);
+        kvt_proc_signal(&c->m[i].proc, SIGTERM);
     for (int i = 0; i < c->n; i++)
-        stop_member(&c->m[i], 5000);
-    if (c->dir[0] && !getenv("KV_TEST_KEEP_DIRS"))
-        nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        kvt_proc_term(&c->m[i].proc, 5000);
+    if (c->dir[0]) {
+        kvt_tmpdir d;
+        snprintf(d.path, sizeof(d.path), "%s", c->dir);
+        kvt_tmpdir_destroy(&d); /* kept with KV_TEST_KEEP_DIRS=1 */
+    }
     c->dir[0] = 0;
 }
 

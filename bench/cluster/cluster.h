@@ -10,6 +10,13 @@
  * (peer TLS): then https:// with etcd's --peer-cert-file, --peer-key-file,
  * --peer-trusted-ca-file and --peer-client-cert-auth (client and metrics URLs stay http).
  *
+ * Members are started with tests/lib's launcher (kvt_proc: log file, own process group,
+ * PR_SET_PDEATHSIG(SIGKILL), bounded waits); the directory is a kvt_tmpdir. Not kvt_cluster:
+ * that fixture puts a TCP proxy in front of every member's peer port (for partitions), which
+ * would add a hop and proxy threads to the figures measured here (CPU, latency, peer
+ * connections counted on the members' peer ports) and it starts members with the tests'
+ * short heartbeat/election timeouts and kvd failpoints; the benches run plain members.
+ *
  * Contract:
  * - Single-threaded: a kv_bc_cluster is used by one thread at a time (the peer-connection
  *   sampler in clusterbench.c locks around kv_bc_peer_sample).
@@ -22,6 +29,7 @@
 #define KV_BENCH_CLUSTER_H
 
 #include "harness.h"
+#include "kvt_proc.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,13 +45,13 @@ typedef struct kv_bc_member {
     char endpoint[64]; /* "127.0.0.1:<client_port>" */
     char data_dir[1100];
     char log_path[1100];
-    pid_t pid; /* 0 when not running */
+    kvt_proc proc; /* the member process; proc.pid 0 when not running */
 } kv_bc_member;
 
 typedef struct kv_bc_cluster {
     kv_it_kind kind;
     char bin[PATH_MAX];
-    char dir[1024]; /* mkdtemp root */
+    char dir[1024]; /* the run directory (a kvt_tmpdir: $TMPDIR/kvbc-<kind>.XXXXXX) */
     /* Peer TLS: directory of tests/tls/gen_certs.sh's output (ca.pem, server.pem,
      * server-key.pem; owned by the caller, not removed here); "" = plain http peers. */
     char peer_cert_dir[1024];
@@ -82,7 +90,8 @@ int kv_bc_cluster_start_tls(kv_bc_cluster *c, kv_it_kind kind, int n, const char
  * -ENOENT when no member says so (for instance during an election). */
 int kv_bc_leader(const kv_bc_cluster *c);
 
-/* Stops every member (SIGTERM, then SIGKILL after 5 s) and removes the directory. */
+/* Stops every member (SIGTERM, then SIGKILL after 5 s) and removes the directory (kept with
+ * KV_TEST_KEEP_DIRS=1). */
 void kv_bc_cluster_destroy(kv_bc_cluster *c);
 
 /* Number of members still running. */

@@ -421,8 +421,9 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
     printf("  run %u: %s RSS at the end:", rep + 1, name);
     for (int i = 0; i < n; i++) {
         uint64_t b = 0;
-        rss[i] =
-            c->m[i].pid > 0 && kv_it_proc_rss(c->m[i].pid, &b) == 0 ? (double)b / 1048576.0 : NAN;
+        rss[i] = c->m[i].proc.pid > 0 && kv_it_proc_rss(c->m[i].proc.pid, &b) == 0
+                     ? (double)b / 1048576.0
+                     : NAN;
         printf(" %s %.1f MB", c->m[i].name, rss[i]);
     }
     if (n > 1) {

@@ -1239,7 +1239,7 @@ static int run_cluster(kv_it_kind kind, const lb_opts *o, lb_result *res)
         t.client[i] = c->m[i].client_port;
         t.metrics[i] = c->m[i].metrics_port;
         t.peer[i] = c->m[i].peer_port;
-        t.pid[i] = c->m[i].pid;
+        t.pid[i] = c->m[i].proc.pid;
     }
     printf("%-5s cluster of %d in %s, %s peers, leader m%d; keepalive connections per member:",
            kv_it_kind_name(kind), o->members, c->dir, o->peer_tls ? "https (TLS)" : "http",

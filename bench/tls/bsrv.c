@@ -1,18 +1,12 @@
 /* bsrv: see bsrv.h. */
 #include "bsrv.h"
+#include "kvt_util.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,51 +48,21 @@ void bsrv_sleep_ms(uint32_t ms)
         ;
 }
 
-static int free_port(uint16_t *out)
+/* Starts the server argv with kvt_proc, stdout and stderr appended to log_path after a line
+ * with the whole command (a kept dir, KV_TEST_KEEP_DIRS=1, can be started again by hand). */
+static int spawn(bsrv_server *s, const char *const *argv, const char *log_path)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int rc = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        rc = -errno;
-    else
-        *out = ntohs(a.sin_port);
-    close(fd);
-    return rc;
-}
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(p);
-    return 0;
-}
-
-static pid_t spawn(const char *const *argv, const char *log_path)
-{
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
+    FILE *f = fopen(log_path, "a");
+    if (f) {
+        fputs("=== exec:", f);
+        for (int i = 0; argv[i]; i++)
+            fprintf(f, " %s", argv[i]);
+        fputc('\n', f);
+        fclose(f);
     }
-    /* the command line in the log: a kept dir (KV_TEST_KEEP_DIRS) can be started again by hand */
-    fputs("=== exec:", stderr);
-    for (int i = 0; argv[i]; i++)
-        fprintf(stderr, " %s", argv[i]);
-    fputc('\n', stderr);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
+    kvt_proc_init(&s->proc, log_path);
+    s->proc.no_banner = 1; /* the line above says more */
+    return kvt_proc_spawn(&s->proc, argv);
 }
 
 int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const char *token,
@@ -161,18 +125,14 @@ static int launch(bsrv_server *s, double timeout_s, uint32_t poll_ms, double *se
         argv[n++] = s->extra[i];
     argv[n] = NULL;
     double t0 = bsrv_now();
-    s->pid = spawn(argv, log);
-    if (s->pid < 0) {
-        int rc = -errno;
-        s->pid = 0;
-        snprintf(errbuf, errcap, "fork: %s", strerror(-rc));
+    int rc = spawn(s, argv, log);
+    if (rc) {
+        snprintf(errbuf, errcap, "start %s: %s", argv[0], strerror(-rc));
         return rc;
     }
     double deadline = t0 + timeout_s;
     while (bsrv_now() < deadline) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
+        if (!kvt_proc_alive(&s->proc)) {
             snprintf(errbuf, errcap, "%s exited at start (see %s)", bsrv_name(s->kind), log);
             return -ECHILD;
         }
@@ -206,18 +166,25 @@ int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const 
     s->tls = tls;
     s->certdir = certdir;
     s->extra = extra;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(s->dir, sizeof(s->dir), "%s/kvbench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
-             bsrv_name(k));
-    if (!mkdtemp(s->dir)) {
-        snprintf(errbuf, errcap, "mkdtemp: %s", strerror(errno));
-        return -errno;
+    kvt_proc_init(&s->proc, NULL);
+    char prefix[32];
+    kvt_tmpdir d;
+    snprintf(prefix, sizeof(prefix), "kvbench-%s", bsrv_name(k));
+    int rc = kvt_tmpdir_create(&d, prefix);
+    if (!rc && strlen(d.path) >= sizeof(s->dir)) {
+        kvt_tmpdir_destroy(&d);
+        rc = -ENAMETOOLONG;
     }
+    if (rc) {
+        snprintf(errbuf, errcap, "temp dir: %s", strerror(-rc));
+        return rc;
+    }
+    snprintf(s->dir, sizeof(s->dir), "%s", d.path);
     snprintf(s->data_dir, sizeof(s->data_dir), "%s/data", s->dir);
-    int rc = free_port(&s->port);
+    rc = kvt_port_free(&s->port);
     if (!rc)
         do
-            rc = free_port(&s->peer_port);
+            rc = kvt_port_free(&s->peer_port);
         while (!rc && s->peer_port == s->port);
     if (rc) {
         snprintf(errbuf, errcap, "free port: %s", strerror(-rc));
@@ -231,29 +198,18 @@ int bsrv_start(bsrv_server *s, bsrv_kind k, int tls, const char *certdir, const 
 int bsrv_restart(bsrv_server *s, int kill9, double timeout_s, double *serve_s, char *errbuf,
                  size_t errcap)
 {
-    if (s->pid <= 0 || !s->dir[0]) {
+    if (s->proc.pid <= 0 || !s->dir[0]) {
         snprintf(errbuf, errcap, "%s is not running", bsrv_name(s->kind));
         return -ESRCH;
     }
-    int st, rc = 0;
+    int rc = 0;
     if (kill9) {
-        kill(s->pid, SIGKILL);
-        while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
-            ;
-    } else {
-        kill(s->pid, SIGTERM);
-        double deadline = bsrv_now() + 30;
-        while (waitpid(s->pid, &st, WNOHANG) != s->pid) {
-            if (bsrv_now() >= deadline) {
-                kill(s->pid, SIGKILL);
-                waitpid(s->pid, &st, 0);
-                rc = -ETIMEDOUT;
-                break;
-            }
-            bsrv_sleep_ms(5);
-        }
+        kvt_proc_kill9(&s->proc);
+    } else if (kvt_proc_signal(&s->proc, SIGTERM) == 0 &&
+               kvt_proc_wait(&s->proc, 30000) == -ETIMEDOUT) {
+        kvt_proc_kill9(&s->proc);
+        rc = -ETIMEDOUT;
     }
-    s->pid = 0;
     if (rc) {
         snprintf(errbuf, errcap, "%s did not exit within 30 s of SIGTERM", bsrv_name(s->kind));
         goto cleanup;
@@ -265,20 +221,12 @@ cleanup:
 
 void bsrv_stop(bsrv_server *s)
 {
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        double deadline = bsrv_now() + 10;
-        int st;
-        while (bsrv_now() < deadline && waitpid(s->pid, &st, WNOHANG) != s->pid)
-            bsrv_sleep_ms(20);
-        if (bsrv_now() >= deadline) {
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, &st, 0);
-        }
-        s->pid = 0;
+    kvt_proc_term(&s->proc, 10000); /* SIGTERM, SIGKILL after 10 s; no-op if not running */
+    if (s->dir[0]) {
+        kvt_tmpdir d;
+        snprintf(d.path, sizeof(d.path), "%s", s->dir);
+        kvt_tmpdir_destroy(&d); /* kept with KV_TEST_KEEP_DIRS=1 */
     }
-    if (s->dir[0] && !getenv("KV_TEST_KEEP_DIRS"))
-        nftw(s->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     s->dir[0] = 0;
 }
 
@@ -300,27 +248,22 @@ int bsrv_etcdctl_run(const bsrv_server *s, const char *const *args, const char *
     for (int i = 0; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
+    static const char *const env[] = {"ETCDCTL_API=3", NULL};
+    kvt_proc p;
+    kvt_proc_init(&p, out_path ? out_path : log);
+    p.no_banner = 1; /* out_path holds the command's output only */
     double t0 = bsrv_now();
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("ETCDCTL_API", "3", 1);
-        int fd = open(out_path ? out_path : log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
+    int rc = kvt_proc_spawn_env(&p, argv, env);
+    if (rc)
+        return rc;
+    if (kvt_proc_wait(&p, 700000) == -ETIMEDOUT) { /* --command-timeout=600s */
+        kvt_proc_kill9(&p);
+        return -ETIMEDOUT;
     }
-    if (pid < 0)
-        return -errno;
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
     if (seconds)
         *seconds = bsrv_now() - t0;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+    int st = p.last_status;
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 }
 
 typedef struct dir_acc {

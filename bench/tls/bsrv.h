@@ -2,7 +2,9 @@
  * bsrv: single-member kvd / etcd servers for bench/tls and bench/ops (not a test).
  * Starts kvd or etcd with etcd's flags on free loopback ports (http:// or https://), waits
  * until it answers a Range, stops it and removes its data dir; client helpers over
- * libkvclient; latency sample arrays with percentiles.
+ * libkvclient; latency sample arrays with percentiles. Processes are started with
+ * tests/lib's launcher (kvt_proc: log file, PR_SET_PDEATHSIG, bounded waits) and the
+ * directory is a kvt_tmpdir (under $TMPDIR, kept with KV_TEST_KEEP_DIRS=1).
  *
  * Contract: functions return 0 or a negative errno-style code (errbuf says why). Single
  * threaded use of a bsrv_server; the sample helpers are per thread. Nothing is global.
@@ -11,6 +13,7 @@
 #define KV_BENCH_BSRV_H
 
 #include "kvclient.h"
+#include "kvt_proc.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -21,7 +24,7 @@ typedef enum { BSRV_KVD = 0, BSRV_ETCD = 1 } bsrv_kind;
 typedef struct bsrv_server {
     bsrv_kind kind;
     int tls;
-    pid_t pid;
+    kvt_proc proc; /* the server (proc.pid 0 when not running); its log is dir/log */
     uint16_t port, peer_port;
     char dir[256];       /* mkdtemp dir: data/, log */
     char data_dir[300];  /* dir/data */
@@ -57,8 +60,10 @@ void bsrv_stop(bsrv_server *s);
 int bsrv_client(kvc_client **out, const bsrv_server *s, kvc_loop_group *g, const char *token,
                 kvc_error *err);
 
-/* Run etcdctl against s with args (NULL-terminated); 0 when it exits 0. Output to
- * s->dir/ctl.log unless out_path is given. *seconds (if non-NULL) is its wall time. */
+/* Run etcdctl against s with args (NULL-terminated), ETCDCTL_API=3, for at most 700 s
+ * (-ETIMEDOUT; it runs with --command-timeout=600s); 0 when it exits 0, -EIO otherwise.
+ * Output appended to s->dir/ctl.log unless out_path is given. *seconds (if non-NULL) is its
+ * wall time. */
 int bsrv_etcdctl_run(const bsrv_server *s, const char *const *args, const char *out_path,
                      double *seconds);
 

@@ -9,6 +9,8 @@
  */
 #include "bsrv.h"
 #include "rpc.pb-c.h"
+#include "kvt_proc.h"
+#include "kvt_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -173,7 +175,7 @@ static int run(const opts *o, const bsrv_server *s, op_kind op, int n, int conns
     sh.per_thread = conns / n;
     double cpu0 = 0, cpu1 = 0, t0 = bsrv_now();
     if (op == OP_CONN)
-        bsrv_cpu(s->pid, &cpu0);
+        bsrv_cpu(s->proc.pid, &cpu0);
     for (int i = 0; i < n; i++) {
         w[i].sh = &sh;
         w[i].idx = i;
@@ -182,10 +184,10 @@ static int run(const opts *o, const bsrv_server *s, op_kind op, int n, int conns
     if (op != OP_CONN) {
         while (bsrv_now() < sh.t_start)
             bsrv_sleep_ms(1);
-        bsrv_cpu(s->pid, &cpu0);
+        bsrv_cpu(s->proc.pid, &cpu0);
         while (bsrv_now() < sh.t_end)
             bsrv_sleep_ms(1);
-        bsrv_cpu(s->pid, &cpu1);
+        bsrv_cpu(s->proc.pid, &cpu1);
     }
     bsrv_samples all = {0};
     uint64_t ops = 0;
@@ -198,7 +200,7 @@ static int run(const opts *o, const bsrv_server *s, op_kind op, int n, int conns
     double secs = dur;
     if (op == OP_CONN) {
         secs = bsrv_now() - t0;
-        bsrv_cpu(s->pid, &cpu1);
+        bsrv_cpu(s->proc.pid, &cpu1);
     }
     out->ops_s = (double)ops / secs;
     out->p50 = bsrv_samples_pct(&all, 50);
@@ -293,17 +295,26 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    char certdir[256], cmd[1024], err[512];
-    snprintf(certdir, sizeof(certdir), "/tmp/tlsbench-certs-XXXXXX");
-    if (!mkdtemp(certdir)) {
-        perror("mkdtemp");
+    char script[1024], err[512];
+    kvt_tmpdir certs; /* removed at the end (kept with KV_TEST_KEEP_DIRS=1) */
+    int trc = kvt_tmpdir_create(&certs, "tlsbench-certs");
+    if (trc) {
+        fprintf(stderr, "tlsbench: temp dir: %s\n", strerror(-trc));
         return 1;
     }
-    snprintf(cmd, sizeof(cmd), "sh '%s/tests/tls/gen_certs.sh' '%s'", KV_SOURCE_DIR, certdir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "tlsbench: %s failed\n", cmd);
+    const char *certdir = certs.path;
+    snprintf(script, sizeof(script), "%s/tests/tls/gen_certs.sh", KV_SOURCE_DIR);
+    const char *gen[] = {"/bin/sh", script, certdir, NULL};
+    kvt_cmd_result gr = {0};
+    trc = kvt_run(gen, NULL, NULL, 0, 60000, &gr);
+    if (trc || gr.timed_out || gr.exit_code != 0) {
+        fprintf(stderr, "tlsbench: sh %s %s failed (%d, exit %d): %s\n", script, certdir, trc,
+                gr.exit_code, gr.err ? gr.err : "");
+        kvt_cmd_result_free(&gr);
+        kvt_tmpdir_destroy(&certs);
         return 1;
     }
+    kvt_cmd_result_free(&gr);
     bsrv_server srv[NSRV];
     memset(srv, 0, sizeof(srv));
     int rc = 0;
@@ -374,9 +385,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < NSRV; i++)
         bsrv_stop(&srv[i]);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "tlsbench: could not remove %s\n", certdir);
+    kvt_tmpdir_destroy(&certs);
     if (rc) {
         fprintf(stderr, "tlsbench: %s\n", err);
         return 1;
