@@ -6,7 +6,7 @@
  * seconds, put one key per lease, then keep every lease alive for --duration seconds
  * through one long-lived LeaseKeepAlive stream per connection (--conns connections, leases
  * split evenly over the streams), renewing each lease every TTL/3. One thread, one libuv
- * loop, nghttp2 (bench/lease/h2conn.c).
+ * loop, tests/lib's HTTP/2 client in its non-blocking mode (bench/lease/lbconn.c).
  *
  * Reported per server: leases lost (keys missing at the end, and renewals answered with
  * TTL 0), server CPU seconds over the keepalive phase (utime+stime from /proc/<pid>/stat),
@@ -35,10 +35,10 @@
 #include <uv.h>
 
 #include "cluster.h"
-#include "h2conn.h"
 #include "harness.h"
 #include "kvt_proc.h"
 #include "kvt_util.h"
+#include "lbconn.h"
 #include "lbprobe.h"
 #include "rpc.pb-c.h"
 
@@ -95,7 +95,6 @@ struct lb_run {
     uv_loop_t loop;
     const lb_opts *o;
     const lb_target *t;
-    size_t want_ready;
     lb_slot *load, *ka;
     lb_item *items;
     int64_t *ids;
@@ -200,12 +199,7 @@ static void on_conn_event(lb_conn *c, void *arg, int err)
 {
     lb_slot *s = arg;
     (void)c;
-    if (err) {
-        set_err(s->r, "connection failed", err);
-        return;
-    }
-    if (++s->r->ready == s->r->want_ready && s->r->phase == PH_CONNECT)
-        uv_stop(&s->r->loop);
+    set_err(s->r, "connection failed", err);
 }
 
 /* First renewal of lease i: a deterministic point in (0, period] after its grant, so the
@@ -526,12 +520,11 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* Connects count connections (lb_conn_open connects at once). */
 static int open_conns(lb_run *r, lb_slot *slots, int count)
 {
     r->phase = PH_CONNECT;
     r->ready = 0;
-    r->want_ready = (size_t)count;
-    uv_update_time(&r->loop);
     for (int k = 0; k < count; k++) {
         uint16_t port = r->t->client[(r->t->leader + k) % r->t->n];
         int rc = lb_conn_open(&r->loop, port, on_conn_event, &slots[k], &slots[k].c);
@@ -539,8 +532,9 @@ static int open_conns(lb_run *r, lb_slot *slots, int count)
             set_err(r, "connect", rc);
             return rc;
         }
+        r->ready++;
     }
-    return run_phase(r, 10000);
+    return 0;
 }
 
 /* Closes the connections; their memory is released while the loop runs. */
@@ -909,7 +903,8 @@ close:
     close_conns(r->load, o->load_conns);
     close_conns(r->ka, o->conns);
     uv_walk(&r->loop, close_walk, NULL);
-    uv_run(&r->loop, UV_RUN_DEFAULT);
+    while (uv_run(&r->loop, UV_RUN_DEFAULT)) /* again if a uv_stop was pending */
+        ;
     uv_loop_close(&r->loop);
 out:
     free(r->load);

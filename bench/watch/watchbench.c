@@ -24,14 +24,11 @@
  * the other, started by the integration harness. Run: bench/watch/run.sh.
  */
 #include <errno.h>
-#include <netinet/in.h>
-#include <nghttp2/nghttp2.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "grpc_raw.h"
@@ -41,19 +38,14 @@
 #define TXN_OPS 128
 #define VALUE_LEN 100
 
-typedef struct wstream {
-    struct wconn *c;
-    int32_t sid;
-    uint8_t *body; /* create requests, sent once */
-    size_t body_len, body_off;
-    uint8_t *buf;
-    size_t len, cap;
-} wstream;
-
+/* One connection of watch streams (tests/lib's HTTP/2 client, grpc_raw.h): each stream sends
+ * its create requests once (borrowed from body[i] until sent) and is read with
+ * kv_it_grpc_stream_take after every pump. */
 typedef struct wconn {
-    int fd;
-    nghttp2_session *s;
-    wstream *st;
+    kv_it_grpc *g;
+    kv_it_grpc_stream **st;
+    uint8_t **body; /* create requests per stream, sent once */
+    size_t *body_len;
     size_t n_st;
     int64_t *count; /* events per watcher (index: stream * per + watch id) */
     size_t per;     /* watchers per stream */
@@ -65,29 +57,17 @@ typedef struct wconn {
     size_t n_lat, cap_lat;
 } wconn;
 
+/* A message of stream si of c (kv_it_grpc_stream_take's callback argument). */
+typedef struct wmsg_ctx {
+    wconn *c;
+    size_t si;
+} wmsg_ctx;
+
 static double now_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static ssize_t c_send(nghttp2_session *s, const uint8_t *d, size_t len, int flags, void *u)
-{
-    (void)s;
-    (void)flags;
-    wconn *c = u;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = write(c->fd, d + off, len - off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        }
-        off += (size_t)n;
-    }
-    return (ssize_t)len;
 }
 
 static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
@@ -122,63 +102,30 @@ static void handle(wconn *c, size_t si, const uint8_t *m, size_t ml)
     etcdserverpb__watch_response__free_unpacked(r, NULL);
 }
 
-static int c_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *d, size_t len,
-                  void *u)
+static void on_msg(void *arg, const uint8_t *m, size_t ml)
 {
-    (void)flags;
-    wconn *c = u;
-    wstream *st = nghttp2_session_get_stream_user_data(s, sid);
-    if (st == NULL)
-        return 0;
-    if (st->len + len > st->cap) {
-        st->cap = (st->len + len) * 2;
-        st->buf = realloc(st->buf, st->cap);
-    }
-    memcpy(st->buf + st->len, d, len);
-    st->len += len;
-    size_t off = 0;
-    while (st->len - off >= 5) {
-        const uint8_t *p = st->buf + off;
-        size_t ml = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
-        if (st->len - off < 5 + ml)
-            break;
-        handle(c, (size_t)(st - c->st), p + 5, ml);
-        off += 5 + ml;
-    }
-    if (off) {
-        memmove(st->buf, st->buf + off, st->len - off);
-        st->len -= off;
-    }
-    return 0;
+    wmsg_ctx *x = arg;
+    handle(x->c, x->si, m, ml);
 }
 
-static int c_close(nghttp2_session *s, int32_t sid, uint32_t ec, void *u)
+/* Handles every complete response received on c's streams; a stream that ended (or a closed
+ * connection) marks c closed. */
+static void conn_take(wconn *c)
 {
-    (void)s;
-    (void)sid;
-    (void)ec;
-    ((wconn *)u)->closed = 1;
-    return 0;
+    for (size_t i = 0; i < c->n_st; i++) {
+        wmsg_ctx x = {c, i};
+        if (kv_it_grpc_stream_take(c->st[i], on_msg, &x) < 0)
+            c->bad = 1;
+        if (c->st[i]->closed)
+            c->closed = 1;
+    }
+    if (kv_it_grpc_conn_closed(c->g))
+        c->closed = 1;
 }
 
-static ssize_t body_read(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
-                         nghttp2_data_source *src, void *u)
-{
-    (void)s;
-    (void)sid;
-    (void)u;
-    (void)flags;
-    wstream *st = src->ptr;
-    if (st->body_off == st->body_len)
-        return NGHTTP2_ERR_DEFERRED;
-    size_t n = st->body_len - st->body_off < len ? st->body_len - st->body_off : len;
-    memcpy(buf, st->body + st->body_off, n);
-    st->body_off += n;
-    return (ssize_t)n;
-}
-
-/* A watcher on the prefix, or (single) on the key prefix itself. */
-static void append_create(wstream *st, const char *prefix, int64_t start, int single)
+/* A watcher on the prefix, or (single) on the key prefix itself, appended to body. */
+static int append_create(uint8_t **body, size_t *body_len, const char *prefix, int64_t start,
+                         int single)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     char end[64];
@@ -192,98 +139,97 @@ static void append_create(wstream *st, const char *prefix, int64_t start, int si
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     r.create_request = &c;
     size_t ml = etcdserverpb__watch_request__get_packed_size(&r);
-    st->body = realloc(st->body, st->body_len + 5 + ml);
-    uint8_t *d = st->body + st->body_len;
+    uint8_t *b = realloc(*body, *body_len + 5 + ml);
+    if (!b)
+        return -ENOMEM;
+    *body = b;
+    uint8_t *d = b + *body_len;
     d[0] = 0;
     d[1] = (uint8_t)(ml >> 24);
     d[2] = (uint8_t)(ml >> 16);
     d[3] = (uint8_t)(ml >> 8);
     d[4] = (uint8_t)ml;
     etcdserverpb__watch_request__pack(&r, d + 5);
-    st->body_len += 5 + ml;
+    *body_len += 5 + ml;
+    return 0;
 }
 
-/* prefix NULL: per single-key watchers per stream on "idle/<stream>/<i>" (nobody writes). */
+/* Closes the connection and frees its buffers (not lat, the caller's); safe twice. */
+static void conn_free(wconn *c)
+{
+    kv_it_grpc_close(c->g); /* frees the streams */
+    for (size_t i = 0; c->body && i < c->n_st; i++)
+        free(c->body[i]);
+    free(c->body);
+    free(c->body_len);
+    free(c->st);
+    free(c->count);
+    free(c->next_rev);
+    c->g = NULL;
+    c->body = NULL;
+    c->body_len = NULL;
+    c->st = NULL;
+    c->count = c->next_rev = NULL;
+    c->n_st = 0;
+}
+
+/* streams streams of per watchers each on one connection (1 MiB stream, 16 MiB connection
+ * windows); prefix NULL: per single-key watchers per stream on "idle/<stream>/<i>" (nobody
+ * writes). The create requests are written as the pumps go (flow control). */
 static int conn_open(wconn *c, uint16_t port, size_t streams, size_t per, const char *prefix,
                      int64_t start)
 {
+    const kv_it_grpc_opts o = {.set_window = 1, .window = 1u << 20, .conn_window = 16u << 20};
     memset(c, 0, sizeof(*c));
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-        return -errno;
-    nghttp2_session_callbacks *cb;
-    nghttp2_session_callbacks_new(&cb);
-    nghttp2_session_callbacks_set_send_callback(cb, c_send);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_close);
-    nghttp2_session_client_new(&c->s, cb, c);
-    nghttp2_session_callbacks_del(cb);
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 1);
-    nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 16 << 20);
+    int rc = kv_it_grpc_open_opts(&c->g, "127.0.0.1", port, 5000, &o);
+    if (rc)
+        return rc;
     c->n_st = streams;
     c->per = per;
-    c->st = calloc(streams, sizeof(wstream));
+    c->st = calloc(streams, sizeof(*c->st));
+    c->body = calloc(streams, sizeof(*c->body));
+    c->body_len = calloc(streams, sizeof(*c->body_len));
     c->count = calloc(streams * per, sizeof(int64_t));
     c->next_rev = calloc(streams * per, sizeof(int64_t));
-    char auth[64];
-    snprintf(auth, sizeof(auth), "127.0.0.1:%u", port);
-#define NV(n, v) {(uint8_t *)n, (uint8_t *)v, strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"),
-                        NV(":scheme", "http"),
-                        NV(":authority", auth),
-                        NV(":path", "/etcdserverpb.Watch/Watch"),
-                        NV("content-type", "application/grpc"),
-                        NV("te", "trailers")};
+    rc = -ENOMEM;
+    if (!c->st || !c->body || !c->body_len || !c->count || !c->next_rev)
+        goto fail;
     for (size_t i = 0; i < streams; i++) {
-        wstream *st = &c->st[i];
-        st->c = c;
         for (size_t w = 0; w < per; w++) {
             char k[48];
             if (prefix == NULL)
                 snprintf(k, sizeof(k), "idle/%zu/%zu", i, w);
-            append_create(st, prefix ? prefix : k, start, prefix == NULL);
+            if ((rc = append_create(&c->body[i], &c->body_len[i], prefix ? prefix : k, start,
+                                    prefix == NULL)))
+                goto fail;
         }
-        nghttp2_data_provider prd = {.source.ptr = st, .read_callback = body_read};
-        st->sid = nghttp2_submit_request(c->s, NULL, nva, 6, &prd, st);
+        rc = -EPROTO;
+        if (!(c->st[i] = kv_it_grpc_stream_start(c->g, "/etcdserverpb.Watch/Watch", NULL)))
+            goto fail;
+        if ((rc = kv_it_grpc_send_ref(c->st[i], c->body[i], c->body_len[i], 0)))
+            goto fail;
     }
-    nghttp2_session_send(c->s);
+    if ((rc = kv_it_grpc_io(c->g, 0)))
+        goto fail;
     return 0;
-}
-
-static void conn_free(wconn *c)
-{
-    for (size_t i = 0; i < c->n_st; i++) {
-        free(c->st[i].body);
-        free(c->st[i].buf);
-    }
-    free(c->st);
-    free(c->count);
-    free(c->next_rev);
-    nghttp2_session_del(c->s);
-    close(c->fd);
+fail:
+    fprintf(stderr, "watchbench: watch connection to port %u: %s\n", port, strerror(-rc));
+    conn_free(c);
+    c->closed = 1;
+    return rc;
 }
 
 /* Reads for up to ms or until every watcher has `want` events (or a compaction). */
 static void conn_pump(wconn *c, int ms, int64_t want)
 {
     uint64_t end = kv_it_now_ms() + (uint64_t)ms;
-    static uint8_t rb[1 << 16];
-    while (kv_it_now_ms() < end && !c->closed && !c->compacted) {
+    while (c->g && kv_it_now_ms() < end && !c->closed && !c->compacted) {
         if (want >= 0 && c->total >= want * (int64_t)(c->n_st * c->per))
             break;
-        struct pollfd p = {c->fd, POLLIN, 0};
-        if (poll(&p, 1, 50) <= 0)
-            continue;
-        ssize_t n = read(c->fd, rb, sizeof(rb));
-        if (n <= 0)
-            break;
-        nghttp2_session_mem_recv(c->s, rb, (size_t)n);
-        nghttp2_session_send(c->s);
+        int rc = kv_it_grpc_pump(c->g, 50);
+        conn_take(c);
+        if (rc)
+            c->closed = 1;
     }
 }
 

@@ -235,6 +235,48 @@ Test(live, streaming_echo)
     free(h.metrics_text);
 }
 
+/* kv_it_grpc_stream_take's callback: appends "<msg>;" to the string at arg. */
+static void take_append(void *arg, const uint8_t *msg, size_t len)
+{
+    char *acc = arg;
+    size_t n = strlen(acc);
+    cr_assert_lt(n + len + 1, 64);
+    memcpy(acc + n, msg, len);
+    acc[n + len] = ';';
+    acc[n + len + 1] = 0;
+}
+
+Test(live, stream_take_consumes_complete_messages_in_place)
+{
+    harness h;
+    harness_start(&h, NULL, NULL);
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Stream", NULL, NULL);
+    /* two whole messages and the first 2 bytes of a third, in one DATA frame */
+    uint8_t two[] = {0, 0, 0, 0, 2, 'a', 'b', 0, 0, 0, 0, 1, 'c', 0, 0, 0, 0, 3, 'd', 'e'};
+    kv_it_grpc_send_raw(st, two, sizeof(two), 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7 + 6, 5000));
+    for (int i = 0; i < 10 && st->received < sizeof(two); i++)
+        kv_it_grpc_wait(c, NULL, 20); /* the server echoes whole messages only */
+    char acc[64] = "";
+    cr_assert_eq(kv_it_grpc_stream_take(st, take_append, acc), 2);
+    cr_assert_str_eq(acc, "ab;c;");
+    cr_assert_eq(st->dlen, 0, "only whole messages were echoed: %zu left", st->dlen);
+    cr_assert_eq(kv_it_grpc_stream_take(st, take_append, acc), 0);
+    kv_it_grpc_send_raw(st, "f", 1, 0);
+    cr_assert(kv_it_grpc_wait_bytes(c, st, 7 + 6 + 8, 5000));
+    cr_assert_eq(kv_it_grpc_stream_take(st, take_append, acc), 1);
+    cr_assert_str_eq(acc, "ab;c;def;");
+    cr_assert_eq(st->dlen, 0);
+    kv_it_grpc_send_raw(st, "", 0, 1); /* half-close */
+    cr_assert(kv_it_grpc_wait(c, st, 5000));
+    cr_assert_eq(st->grpc_status, 0);
+    kv_it_grpc_close(c);
+    expect_clean_stop(&h);
+    free(h.metrics_text);
+}
+
 static uint64_t mono_ms(void)
 {
     struct timespec ts;

@@ -585,6 +585,31 @@ static size_t frame_len(const uint8_t *p)
     return ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | (size_t)p[4];
 }
 
+int kv_it_grpc_stream_take(kv_it_grpc_stream *st,
+                           void (*fn)(void *arg, const uint8_t *msg, size_t len), void *arg)
+{
+    size_t off = 0;
+    int n = 0, rc = 0;
+    while (off + 5 <= st->dlen) {
+        const uint8_t *p = st->data + off;
+        size_t l = frame_len(p);
+        if (p[0] != 0) {
+            rc = -EPROTO;
+            break;
+        }
+        if (off + 5 + l > st->dlen)
+            break;
+        off += 5 + l;
+        fn(arg, p + 5, l);
+        n++;
+    }
+    if (off) {
+        memmove(st->data, st->data + off, st->dlen - off);
+        st->dlen -= off;
+    }
+    return rc ? rc : n;
+}
+
 size_t kv_it_grpc_stream_msgs(const kv_it_grpc_stream *st, size_t idx, const uint8_t **msg,
                               size_t *len)
 {

@@ -132,6 +132,14 @@ int kv_it_grpc_stream_next(kv_it_grpc_stream *st, uint8_t **msg, size_t *len);
  * -ECONNRESET once the stream has ended and holds no complete message (see grpc_status),
  * -ETIMEDOUT, or the connection's error. */
 int kv_it_grpc_stream_recv(kv_it_grpc_stream *st, uint8_t **msg, size_t *len, uint32_t timeout_ms);
+/* Takes every complete gRPC message out of st->data, in order: fn(arg, msg, len) for each (msg
+ * points into st->data, valid during the call only; fn must not free st), then one memmove of
+ * what is left. For readers of long or busy streams (Watch, LeaseKeepAlive under load), where
+ * kv_it_grpc_stream_next's copy and shift per message would cost O(n^2) per read.
+ * Returns the number of messages taken, or -EPROTO at a compressed or corrupt prefix (the
+ * messages before it are taken). No I/O. */
+int kv_it_grpc_stream_take(kv_it_grpc_stream *st,
+                           void (*fn)(void *arg, const uint8_t *msg, size_t len), void *arg);
 /* Number of complete gRPC messages in st->data; if msg, *msg and *len point at message idx
  * (inside st->data). */
 size_t kv_it_grpc_stream_msgs(const kv_it_grpc_stream *st, size_t idx, const uint8_t **msg,
@@ -151,8 +159,11 @@ int kv_it_grpc_wait_bytes(kv_it_grpc *c, kv_it_grpc_stream *st, size_t n, uint32
  * socket takes it), waiting up to timeout_ms. 0, -ETIMEDOUT or -errno. */
 int kv_it_grpc_flush(kv_it_grpc *c, uint32_t timeout_ms);
 /* Non-blocking step for callers with their own poll loop over many connections (poll
- * kv_it_grpc_fd for POLLIN, and POLLOUT when kv_it_grpc_want_write): reads what is there if
- * readable, writes what the socket takes. 0 or the connection's error. */
+ * kv_it_grpc_fd for POLLIN, and POLLOUT when kv_it_grpc_want_write; or an event loop's poll
+ * handle on the fd, as bench/lease does with libuv): reads what is there if readable (until
+ * the socket would block, at most 64 reads), writes what the socket takes. Never blocks.
+ * 0 or the connection's error. The caller then looks at its streams (st->closed, st->data;
+ * kv_it_grpc_stream_take). */
 int kv_it_grpc_io(kv_it_grpc *c, int readable);
 int kv_it_grpc_want_write(kv_it_grpc *c);
 int kv_it_grpc_fd(const kv_it_grpc *c);
