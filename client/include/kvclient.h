@@ -599,6 +599,53 @@ typedef int (*kvc_snapshot_chunk_cb)(void *arg, const uint8_t *blob, size_t len,
 KVC_API int kvc_snapshot(kvc_client *c, kvc_snapshot_chunk_cb on_chunk, void *arg,
                          uint32_t timeout_ms, uint64_t *bytes, kvc_error *err);
 
+/* ---- raw bidirectional streams (addition; used by kvd grpc-proxy) ---- */
+
+/*
+ * A raw gRPC stream of any method (client, server or bidi streaming) whose messages are
+ * opaque packed protobuf bytes: the library frames what kvc_bidi_send is given and hands
+ * every response message to on_msg as it arrives. It shares the client's one connection with
+ * every other call and stream.
+ *
+ * Lifetime: kvc_bidi_open queues the stream and returns at once; it is started on the
+ * client's connection as soon as one is usable (the client keeps dialing its endpoints, with
+ * its backoff, while a stream waits; there is no dial timeout for a waiting stream). Messages
+ * sent before that are held (bounded, see max_send_bytes). The stream ends exactly once:
+ * on_end runs with status 0 when the server finished it with grpc-status OK, or -code with
+ * err filled: the server's status and grpc-message, -KVC_UNAVAILABLE "kvclient: connection
+ * lost: ..." when the connection dropped (the client then moves to its next endpoint) or a
+ * failover drained it (UNAVAILABLE or "no leader" on another call or stream), -KVC_CANCELLED
+ * when the client is closed, -KVC_RESOURCE_EXHAUSTED when a response exceeds
+ * max_response_bytes. The library never re-opens a stream (its state is the caller's): open
+ * a new one, which goes to the client's current (or next) endpoint.
+ *
+ * Callbacks run on the client's I/O thread (rules of the header's "Threads" paragraph);
+ * msg is valid only during on_msg; on_msg is never called after on_end.
+ * Memory: the library holds at most max_send_bytes of unsent request bytes and one response
+ * message (at most kvc_config.max_response_bytes) per stream; on_msg must copy what it keeps.
+ */
+typedef struct kvc_bidi kvc_bidi;
+typedef void (*kvc_bidi_msg_cb)(void *arg, const uint8_t *msg, size_t len);
+typedef void (*kvc_bidi_end_cb)(void *arg, int status, const kvc_error *err);
+
+/* Open a stream of `method` ("/etcdserverpb.Lease/LeaseKeepAlive"). max_send_bytes bounds the
+ * framed request bytes not yet taken by HTTP/2 (0: 4 MiB). on_msg and on_end are required.
+ * On 0 *out is the caller's until kvc_bidi_free (also after on_end). Errors:
+ * -KVC_INVALID_ARGUMENT, -KVC_RESOURCE_EXHAUSTED (memory), -KVC_CANCELLED (client closing).
+ * Thread-safe; callable from callbacks. Every stream must be freed before kvc_close. */
+KVC_API int kvc_bidi_open(kvc_client *c, const char *method, size_t max_send_bytes,
+                          kvc_bidi_msg_cb on_msg, kvc_bidi_end_cb on_end, void *arg, kvc_bidi **out,
+                          kvc_error *err);
+/* Queue one request message (copied, framed). Returns 0, -KVC_RESOURCE_EXHAUSTED
+ * "kvclient: stream send buffer full" (nothing queued; the server or the connection is not
+ * taking the bytes), or -KVC_UNAVAILABLE "kvclient: stream ended" after the end. Thread-safe;
+ * callable from callbacks; never blocks on the network. */
+KVC_API int kvc_bidi_send(kvc_bidi *b, const uint8_t *msg, size_t len, kvc_error *err);
+/* Cancel the stream (RST_STREAM CANCEL if it is open) and free it. After it returns no
+ * callback of the stream runs or will run. Callable from any thread including the client's
+ * callbacks (then it does not wait). b may be NULL. */
+KVC_API void kvc_bidi_free(kvc_bidi *b);
+
 /* ---- Stats ---- */
 
 typedef struct kvc_stats {

@@ -58,6 +58,7 @@ static void loop_close(kvc_client *c, struct kvc_waiter *w)
     kvc_calls_fail_all(c, KVC_CANCELLED, "kvclient: client closed");
     kvc_ka_close_all(c);
     kvc_watch_close_all(c);
+    kvc_bidi_close_all(c);
     kvc_conn_close_handles(c);
 }
 
@@ -90,6 +91,17 @@ void kvc_dispatch(struct kvc_cmd *cmd)
     case CMD_WATCH_CANCEL:
         kvc_watch_cancel_loop(c, cmd->p);
         kvc_waiter_signal(cmd->w, 0, NULL);
+        break;
+    case CMD_BIDI_OPEN:
+        kvc_bidi_open_loop(c, cmd->p);
+        break;
+    case CMD_BIDI_KICK:
+        kvc_bidi_kick_loop(c, cmd->p);
+        break;
+    case CMD_BIDI_FREE:
+        kvc_bidi_free_loop(c, cmd->p);
+        if (cmd->w)
+            kvc_waiter_signal(cmd->w, 0, NULL);
         break;
     case CMD_WATCH_PROGRESS: {
         kvc_error e;

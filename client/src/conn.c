@@ -47,7 +47,7 @@ uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt)
 static int has_demand(const kvc_client *c)
 {
     return c->waiting.n > 0 || c->retrying.n > 0 || c->ka.map.n > 0 || c->wt.qhead ||
-           c->wt.creating || c->wt.map.n > 0;
+           c->wt.creating || c->wt.map.n > 0 || c->bidi.n_waiting > 0 || c->bidi.n_open > 0;
 }
 
 static void conn_start(kvc_client *c);
@@ -102,6 +102,9 @@ static void detach_streams(kvc_client *c, struct kvc_conn *cn)
         nghttp2_session_set_stream_user_data(cn->h2, c->ka.s.id, NULL);
     if (c->wt.stream_open && c->wt.s.id > 0)
         nghttp2_session_set_stream_user_data(cn->h2, c->wt.s.id, NULL);
+    for (struct kvc_bidi *b = c->bidi.open; b; b = b->next)
+        if (b->s.id > 0)
+            nghttp2_session_set_stream_user_data(cn->h2, b->s.id, NULL);
 }
 
 void kvc_conn_fail(kvc_client *c, const char *reason)
@@ -124,6 +127,7 @@ void kvc_conn_fail(kvc_client *c, const char *reason)
     kvc_calls_on_conn_lost(c, c->last_err);
     kvc_ka_on_conn_lost(c);
     kvc_watch_on_conn_lost(c);
+    kvc_bidi_on_conn_lost(c, c->last_err);
     if (c->closing)
         return;
     c->ep_idx = (c->ep_idx + 1) % c->n_eps;
@@ -142,6 +146,7 @@ void kvc_conn_drain(kvc_client *c, const char *reason)
         nghttp2_submit_rst_stream(cn->h2, NGHTTP2_FLAG_NONE, c->ka.s.id, NGHTTP2_CANCEL);
     if (c->wt.stream_open && c->wt.s.id > 0)
         nghttp2_submit_rst_stream(cn->h2, NGHTTP2_FLAG_NONE, c->wt.s.id, NGHTTP2_CANCEL);
+    kvc_bidi_on_conn_lost(c, cn->fail_reason); /* raw streams end; their owners re-open */
 }
 
 /* ---- nghttp2 callbacks ---- */
@@ -163,6 +168,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         kvc_calls_on_ready(c);
         kvc_ka_on_ready(c);
         kvc_watch_on_ready(c);
+        kvc_bidi_on_ready(c);
     } else if (frame->hd.type == NGHTTP2_GOAWAY) {
         cn->draining = 1;
         snprintf(cn->fail_reason, sizeof cn->fail_reason, "server sent GOAWAY (%s)",
@@ -211,6 +217,8 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
         return 0;
     if (s->kind == STREAM_CALL)
         kvc_call_on_data((struct kvc_call *)s, data, len);
+    else if (s->kind == STREAM_BIDI)
+        kvc_bidi_on_data((struct kvc_bidi *)s, data, len);
     else if (s->kind == STREAM_WATCH)
         kvc_watch_on_data(cn->c, data, len);
     else
@@ -230,6 +238,8 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
     nghttp2_session_set_stream_user_data(session, stream_id, NULL);
     if (s->kind == STREAM_CALL)
         kvc_call_on_stream_close((struct kvc_call *)s, error_code);
+    else if (s->kind == STREAM_BIDI)
+        kvc_bidi_on_stream_close((struct kvc_bidi *)s, error_code);
     else if (s->kind == STREAM_WATCH)
         kvc_watch_on_stream_close(cn->c, error_code);
     else
@@ -341,7 +351,8 @@ void kvc_conn_flush(kvc_client *c)
         }
     }
     /* A draining connection is replaced once its last stream is gone. */
-    if (cn->draining && c->inflight.n == 0 && !c->ka.stream_open && !c->wt.stream_open) {
+    if (cn->draining && c->inflight.n == 0 && !c->ka.stream_open && !c->wt.stream_open &&
+        c->bidi.n_open == 0) {
         kvc_conn_fail(c, cn->fail_reason[0] ? cn->fail_reason : "connection drained");
         return;
     }

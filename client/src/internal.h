@@ -43,7 +43,10 @@ enum kvc_cmd_type {
     CMD_CLOSE,
     CMD_WATCH_ADD,
     CMD_WATCH_CANCEL,
-    CMD_WATCH_PROGRESS
+    CMD_WATCH_PROGRESS,
+    CMD_BIDI_OPEN,
+    CMD_BIDI_KICK,
+    CMD_BIDI_FREE
 };
 
 struct kvc_cmd {
@@ -117,7 +120,7 @@ int kvc_h2_error_to_grpc(uint32_t h2err);
 uint64_t kvc_now_ms(void);
 
 /* Common per-stream receive state (first member of calls and the keepalive stream). */
-enum { STREAM_CALL = 1, STREAM_KA = 2, STREAM_WATCH = 3 };
+enum { STREAM_CALL = 1, STREAM_KA = 2, STREAM_WATCH = 3, STREAM_BIDI = 4 };
 struct kvc_h2stream {
     int kind;
     int32_t id;
@@ -366,6 +369,44 @@ void kvc_watch_on_data(kvc_client *c, const uint8_t *d, size_t n);
 void kvc_watch_close_all(kvc_client *c);  /* kvc_close */
 void kvc_watch_free_sched(kvc_client *c); /* kvc_close, after the loop is done */
 
+/* ---- raw bidi streams (bidi.c) ---- */
+
+enum kvc_bidi_state { BIDI_NEW, BIDI_WAITING, BIDI_OPEN, BIDI_DONE };
+
+struct kvc_bidi {
+    struct kvc_h2stream s; /* must be first (kind STREAM_BIDI) */
+    kvc_client *c;
+    char *path;
+    kvc_bidi_msg_cb on_msg;
+    kvc_bidi_end_cb on_end;
+    void *arg;
+    size_t max_send;
+    pthread_mutex_t mu;           /* out, kick_posted, ended */
+    struct kvc_sendbuf out;       /* mu: framed requests not yet taken by nghttp2 */
+    int kick_posted;              /* mu: kick_cmd is queued */
+    int ended;                    /* mu: ended or freed: no more sends */
+    int state;                    /* loop: enum kvc_bidi_state */
+    struct kvc_bidi *prev, *next; /* loop: c->bidi.waiting or c->bidi.open, by state */
+    atomic_int refs; /* caller, loop (until DONE), queued open, queued kick, delivery */
+    struct kvc_cmd open_cmd, kick_cmd, free_cmd;
+};
+
+struct kvc_bidi_list {
+    struct kvc_bidi *waiting, *open; /* loop: by state */
+    size_t n_waiting, n_open;        /* loop */
+};
+
+void kvc_bidi_open_loop(kvc_client *c, struct kvc_bidi *b);
+void kvc_bidi_kick_loop(kvc_client *c, struct kvc_bidi *b);
+void kvc_bidi_free_loop(kvc_client *c, struct kvc_bidi *b);
+void kvc_bidi_on_ready(kvc_client *c);
+/* The connection is gone (kvc_conn_fail) or draining: every open stream ends UNAVAILABLE. */
+void kvc_bidi_on_conn_lost(kvc_client *c, const char *reason);
+void kvc_bidi_on_data(struct kvc_bidi *b, const uint8_t *d, size_t n);
+void kvc_bidi_on_stream_close(struct kvc_bidi *b, uint32_t h2err);
+void kvc_bidi_close_all(kvc_client *c); /* kvc_close: every stream ends CANCELLED */
+void kvc_bidi_unref(struct kvc_bidi *b);
+
 /* ---- client ---- */
 
 struct kvc_client {
@@ -388,6 +429,7 @@ struct kvc_client {
     uint64_t ready_at;             /* loop: when the connection became ready */
     struct kvc_ka_sched ka;        /* loop */
     struct kvc_watch_sched wt;     /* loop */
+    struct kvc_bidi_list bidi;     /* loop: raw streams (bidi.c) */
     int open_handles;              /* loop */
     int closing;                   /* loop */
     struct kvc_waiter *close_waiter;

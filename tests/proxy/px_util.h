@@ -1,0 +1,42 @@
+/*
+ * px_util: a `kvd grpc-proxy start` process for the tests of tests/proxy, in front of a
+ * kvt_cluster (tests/lib/kvt_cluster.h), and the few things the tests ask of it.
+ *
+ * Ownership: px is caller-owned (static in the tests); px_stop kills the proxy (its log
+ * stays in the cluster's run directory). Threads: one test thread. Every wait is bounded.
+ * Functions return 0 or a negative errno unless stated.
+ */
+#ifndef PX_UTIL_H
+#define PX_UTIL_H
+
+#include "kvt_cluster.h"
+
+#include <stdint.h>
+
+typedef struct px {
+    kvt_proc proc;
+    uint16_t port, metrics_port;
+    char endpoint[32]; /* 127.0.0.1:<port> */
+    char log[PATH_MAX];
+} px;
+
+/* Starts an n-member cluster of kvd (or etcd, KV_TEST_SERVER) with tests/lib's defaults and
+ * waits until it is writable (60 s). */
+int px_cluster_start(kvt_cluster *c, int n);
+/* Starts the proxy with --endpoints = the members listed in order[] (n of them; NULL: every
+ * member in index order) and the extra flags (NULL-terminated, may be NULL); waits until it
+ * answers Maintenance.Status through the cluster (10 s). */
+int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra);
+void px_stop(px *x);
+/* A metric series (exact name and labels) of the proxy; -1 if absent. Fails the test if
+ * /metrics cannot be fetched. */
+double px_metric(px *x, const char *series);
+/* Sum over the samples of `name` whose labels contain `contains` (NULL: all), read from
+ * text. */
+double px_metric_sum_text(const char *text, const char *name, const char *contains);
+/* etcdctl (ETCDCTL_API=3) against the proxy with NULL-terminated args. */
+int px_ctl(px *x, uint32_t timeout_ms, kvt_cmd_result *res, ...);
+/* grpc_server_started_total of method (e.g. "LeaseKeepAlive") on member i. */
+double px_member_started(kvt_cluster *c, int i, const char *method);
+
+#endif
