@@ -23,7 +23,7 @@ target_link_libraries(kv_daemon PUBLIC kv_api kv_corrupt kv_lease kv_node kv_cli
                                        PkgConfig::UV PkgConfig::OPENSSL)
 
 add_executable(kvd ${CMAKE_CURRENT_LIST_DIR}/main.c ${CMAKE_CURRENT_LIST_DIR}/../gateway/l4_gateway.c)
-target_link_libraries(kvd PRIVATE kv_daemon)
+target_link_libraries(kvd PRIVATE kv_daemon kv_proxy)
 # -rdynamic: the crash report's frames name kvd's functions even in the stripped package
 set_target_properties(kvd PROPERTIES ENABLE_EXPORTS ON)
 target_compile_definitions(kvd PRIVATE KVD_VERSION="${PROJECT_VERSION}")

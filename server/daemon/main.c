@@ -26,6 +26,7 @@
 #include "api/auto_compact.h"
 #include "daemon/server.h"
 #include "gateway/l4_gateway.h"
+#include "proxy/proxy.h"
 #include "daemon/tls_auto.h"
 #include "daemon/tls_setup.h"
 #include "daemon/sd_notify.h"
@@ -368,6 +369,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvd: warning: cannot install the crash report handler\n");
     if (argc > 1 && strcmp(argv[1], "gateway") == 0) /* etcd gateway start: l4_gateway.h */
         return kv_gateway_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "grpc-proxy") == 0) /* etcd grpc-proxy start: proxy.h */
+        return kv_proxy_main(argc - 1, argv + 1);
     kv_config_default(&m.cfg);
     rc = kv_config_parse_env(&m.cfg, argc, argv, err, sizeof(err)); /* flags, then KVD_* */
     if (rc == 1) {

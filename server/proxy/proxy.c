@@ -1,0 +1,230 @@
+/*
+ * proxy.c - the proxy's parts put together: the method table served to clients, the
+ * upstream client, the bridge's event dispatch, the metrics server, start and stop
+ * (docs/proxy.md). Loop thread only.
+ */
+#include "proxy/proxy_run.h"
+
+#include "common/etcd_errors.h"
+#include "metrics/process_metrics.h"
+#include "net/tls.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define U(path)                                                                                    \
+    {                                                                                              \
+        path, 0, kv_proxy_unary_on_message, NULL, kv_proxy_unary_on_cancel                         \
+    }
+
+/* Unary methods forwarded as raw bytes. Maintenance.Snapshot, Auth and the election/lock
+ * services are not forwarded yet (docs/proxy.md, "Not done yet"): UNIMPLEMENTED. */
+static const kv_grpc_method methods[] = {
+    U("/etcdserverpb.KV/Range"),
+    U("/etcdserverpb.KV/Put"),
+    U("/etcdserverpb.KV/DeleteRange"),
+    U("/etcdserverpb.KV/Txn"),
+    U("/etcdserverpb.KV/Compact"),
+    U("/etcdserverpb.Lease/LeaseGrant"),
+    U("/etcdserverpb.Lease/LeaseRevoke"),
+    U("/etcdserverpb.Lease/LeaseTimeToLive"),
+    U("/etcdserverpb.Lease/LeaseLeases"),
+    {"/etcdserverpb.Lease/LeaseKeepAlive", 1, kv_proxy_lease_on_message,
+     kv_proxy_lease_on_half_close, kv_proxy_lease_on_cancel},
+    {"/etcdserverpb.Watch/Watch", 1, kv_proxy_watch_on_message, kv_proxy_watch_on_half_close,
+     kv_proxy_watch_on_cancel},
+    U("/etcdserverpb.Cluster/MemberList"),
+    U("/etcdserverpb.Cluster/MemberAdd"),
+    U("/etcdserverpb.Cluster/MemberRemove"),
+    U("/etcdserverpb.Cluster/MemberUpdate"),
+    U("/etcdserverpb.Cluster/MemberPromote"),
+    U("/etcdserverpb.Maintenance/Status"),
+    U("/etcdserverpb.Maintenance/Alarm"),
+    U("/etcdserverpb.Maintenance/Hash"),
+    U("/etcdserverpb.Maintenance/HashKV"),
+    U("/etcdserverpb.Maintenance/Defragment"),
+    U("/etcdserverpb.Maintenance/MoveLeader"),
+};
+
+/* Renewals and lease reads ahead of bulk requests (grpc_server.h priority_methods). */
+static const char *const priority[] = {"/etcdserverpb.Lease/LeaseKeepAlive",
+                                       "/etcdserverpb.Lease/LeaseTimeToLive", NULL};
+
+static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {
+    "reason=\"pending_requests\"", "reason=\"pending_renewals\"", "reason=\"watch_streams\"",
+    "reason=\"client_send_buffer\"", "reason=\"upstream_send_buffer\""};
+
+int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
+{
+    kv_metric_inc(p->m_refused[why]);
+    return kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
+                               kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+}
+
+static void on_event(void *app, kv_proxy_ev *ev)
+{
+    kv_proxy *p = app;
+    switch (ev->kind) {
+    case KV_PROXY_EV_UNARY:
+        kv_proxy_unary_on_event(p, ev);
+        break;
+    case KV_PROXY_EV_LEASE_MSG:
+    case KV_PROXY_EV_LEASE_END:
+        kv_proxy_lease_on_event(p, ev);
+        break;
+    default:
+        kv_proxy_watch_on_event(p, ev);
+        break;
+    }
+}
+
+static double bridge_queued(void *arg)
+{
+    return (double)kv_proxy_bridge_queued(&((kv_proxy *)arg)->bridge);
+}
+
+static int open_upstream(kv_proxy *p, char *err, size_t cap)
+{
+    const kv_proxy_config *cfg = p->cfg;
+    kvc_config kc;
+    kvc_config_default(&kc);
+    kc.endpoints = cfg->endpoints;
+    kc.n_endpoints = cfg->n_endpoints;
+    kc.dial_timeout_ms = cfg->dial_timeout_ms;
+    /* kvd's own bound (--max-pending-requests) is checked first; libkvclient's queue only
+     * needs room for it */
+    kc.max_pending = cfg->max_pending_requests + 16;
+    kc.ca_file = cfg->cacert;
+    kc.cert_file = cfg->cert;
+    kc.key_file = cfg->key;
+    kc.insecure_skip_verify = cfg->insecure_skip_verify;
+    kvc_error e;
+    int rc = kvc_open(&p->up, &kc, &e);
+    if (rc != 0) {
+        snprintf(err, cap, "upstream: %s", e.message);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int start_grpc(kv_proxy *p, char *err, size_t cap)
+{
+    const kv_proxy_config *cfg = p->cfg;
+    if (cfg->cert_file) {
+        kv_tls_options o = {.cert_file = cfg->cert_file,
+                            .key_file = cfg->key_file,
+                            .ca_file = cfg->trusted_ca_file,
+                            .server = 1,
+                            .verify_peer = cfg->trusted_ca_file != NULL,
+                            .label = "client"};
+        int rc = kv_tls_ctx_new(&p->server_tls, &o, err, cap);
+        if (rc < 0)
+            return rc;
+    }
+    kv_grpc_config gc;
+    kv_grpc_config_default(&gc);
+    gc.max_connections = cfg->max_connections;
+    gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
+    gc.max_buffered_bytes = cfg->max_buffered_bytes;
+    gc.priority_methods = priority;
+    gc.tls = p->server_tls;
+    int rc = kv_grpc_server_init(&p->grpc, p->loop, &gc, methods,
+                                 sizeof methods / sizeof methods[0], p, p->metrics);
+    if (rc < 0) {
+        snprintf(err, cap, "gRPC server: %s", strerror(-rc));
+        return rc;
+    }
+    rc = kv_grpc_server_listen(p->grpc, cfg->listen_host, cfg->listen_port);
+    if (rc < 0) {
+        snprintf(err, cap, "--listen-addr %s:%d: %s", cfg->listen_host, cfg->listen_port,
+                 uv_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+static int start_metrics(kv_proxy *p, char *err, size_t cap)
+{
+    const kv_proxy_config *cfg = p->cfg;
+    if (!cfg->has_metrics)
+        return 0;
+    int rc = kv_http_server_init(&p->http, p->loop, NULL, p->metrics, NULL, NULL);
+    if (rc == 0)
+        rc = kv_http_server_listen(p->http, cfg->metrics_host, cfg->metrics_port);
+    if (rc < 0) {
+        snprintf(err, cap, "--metrics-addr %s:%d: %s", cfg->metrics_host, cfg->metrics_port,
+                 rc < -1000 ? uv_strerror(rc) : strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, char *err, size_t cap)
+{
+    memset(p, 0, sizeof *p);
+    p->loop = loop;
+    p->cfg = cfg;
+    int rc = kv_metrics_new(&p->metrics, 0);
+    if (rc < 0) {
+        snprintf(err, cap, "out of memory");
+        return rc;
+    }
+    (void)kv_process_metrics_register(p->metrics);
+    for (int i = 0; i < KV_PROXY_REFUSED_COUNT; i++)
+        p->m_refused[i] = kv_metrics_counter(p->metrics, "kvd_proxy_refused_total",
+                                             "Requests refused by a bound with RESOURCE_EXHAUSTED "
+                                             "\"etcdserver: too many requests\".",
+                                             refused_label[i]);
+    (void)kv_metrics_gauge_fn(p->metrics, "kvd_proxy_bridge_queued",
+                              "Upstream events waiting for the proxy loop.", bridge_queued, p);
+    rc = kv_proxy_bridge_init(&p->bridge, loop, on_event, p);
+    if (rc < 0) {
+        snprintf(err, cap, "uv_async_init: %s", uv_strerror(rc));
+        return rc;
+    }
+    if ((rc = kv_proxy_unary_init(p)) < 0 || (rc = kv_proxy_watch_init(p)) < 0 ||
+        (rc = kv_proxy_lease_new(p, &p->lease)) < 0) {
+        snprintf(err, cap, "out of memory");
+        return rc;
+    }
+    if ((rc = open_upstream(p, err, cap)) < 0)
+        return rc;
+    if ((rc = start_grpc(p, err, cap)) < 0)
+        return rc;
+    if ((rc = start_metrics(p, err, cap)) < 0)
+        return rc;
+    return 0;
+}
+
+int kv_proxy_port(kv_proxy *p)
+{
+    return p->grpc ? kv_grpc_server_port(p->grpc) : -EINVAL;
+}
+
+void kv_proxy_stop(kv_proxy *p)
+{
+    p->stopping = 1;
+    if (p->grpc) /* on_cancel for every live client call: relays release their streams */
+        kv_grpc_server_close(p->grpc, NULL, NULL);
+    p->grpc = NULL;
+    if (p->http)
+        kv_http_server_close(p->http, NULL, NULL);
+    p->http = NULL;
+    if (p->lease)
+        kv_proxy_lease_stop(p->lease);
+    kvc_close(p->up); /* pending unary calls complete (CANCELLED) into the bridge */
+    p->up = NULL;
+    if (p->bridge.handle)
+        kv_proxy_bridge_close(&p->bridge); /* handles every event left */
+    uv_run(p->loop, UV_RUN_DEFAULT);       /* close callbacks */
+    kv_proxy_lease_free(p->lease);
+    p->lease = NULL;
+    if (p->metrics)
+        kv_metrics_gauge_fn_remove(p->metrics, p);
+    kv_metrics_free(p->metrics);
+    p->metrics = NULL;
+    kv_tls_ctx_unref(p->server_tls);
+    p->server_tls = NULL;
+}

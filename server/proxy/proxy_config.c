@@ -1,0 +1,264 @@
+/*
+ * proxy_config.c - flags of `kvd grpc-proxy start` (contract in proxy_config.h).
+ */
+#include "proxy/proxy_config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kv_proxy_config_default(kv_proxy_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
+    c->listen_port = 23790;
+    c->dial_timeout_ms = 5000;
+    c->max_pending_requests = 10000;
+    c->max_pending_renewals = 1000000;
+    c->max_watch_streams = 10000;
+    c->max_connections = 10000;
+    c->max_send_buffer_bytes = (size_t)16 << 20;
+    c->max_buffered_bytes = (size_t)512 << 20;
+    c->max_upstream_send_bytes = (size_t)4 << 20;
+}
+
+const char *kv_proxy_config_usage(void)
+{
+    return "usage: kvd grpc-proxy start [flags]\n"
+           "  --endpoints=h:p,...          upstream members (127.0.0.1:2379)\n"
+           "  --listen-addr=h:p            client address (127.0.0.1:23790)\n"
+           "  --metrics-addr=http://h:p    /metrics and /health (none)\n"
+           "  --cert --key --cacert        upstream TLS (client certificate, CA)\n"
+           "  --insecure-skip-tls-verify   do not verify the members' certificates\n"
+           "  --cert-file --key-file       client side TLS\n"
+           "  --trusted-ca-file            require client certificates signed by this CA\n"
+           "  --dial-timeout=5s\n"
+           "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
+           "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
+           "  --max-watch-streams=10000    client Watch streams\n"
+           "  --max-connections=10000      client connections\n"
+           "  --max-send-buffer-bytes=16777216 per client connection\n"
+           "  --max-buffered-bytes=536870912   all client connections\n"
+           "  --max-upstream-send-bytes=4194304 per upstream stream\n";
+}
+
+static int parse_hostport(const char *v, char *host, size_t cap, int *port)
+{
+    if (strncmp(v, "http://", 7) == 0)
+        v += 7;
+    else if (strncmp(v, "https://", 8) == 0)
+        v += 8;
+    const char *colon = strrchr(v, ':');
+    if (!colon || colon == v)
+        return -EINVAL;
+    size_t hl = (size_t)(colon - v);
+    if (v[0] == '[' && hl >= 2 && v[hl - 1] == ']') {
+        v++;
+        hl -= 2;
+    }
+    if (hl + 1 > cap)
+        return -EINVAL;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535)
+        return -EINVAL;
+    memcpy(host, v, hl);
+    host[hl] = 0;
+    *port = (int)p;
+    return 0;
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || x == 0 || x > max || v[0] == '-')
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+/* Go durations as etcd takes them: "5s", "500ms", "1m"; a bare number is seconds. */
+static int parse_duration_ms(const char *v, uint32_t *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || x <= 0)
+        return -EINVAL;
+    double ms;
+    if (*end == 0 || strcmp(end, "s") == 0)
+        ms = x * 1000;
+    else if (strcmp(end, "ms") == 0)
+        ms = x;
+    else if (strcmp(end, "m") == 0)
+        ms = x * 60000;
+    else
+        return -EINVAL;
+    if (ms < 1 || ms > 3600000)
+        return -EINVAL;
+    *out = (uint32_t)ms;
+    return 0;
+}
+
+static int set_endpoints(kv_proxy_config *c, const char *v, char *err, size_t cap)
+{
+    c->n_endpoints = 0;
+    while (*v) {
+        const char *comma = strchr(v, ',');
+        size_t n = comma ? (size_t)(comma - v) : strlen(v);
+        if (n > 0) {
+            if (c->n_endpoints == KV_PROXY_MAX_ENDPOINTS) {
+                snprintf(err, cap, "--endpoints: at most %d", KV_PROXY_MAX_ENDPOINTS);
+                return -EINVAL;
+            }
+            if (n + 1 > sizeof c->endpoint_buf[0] - 8) {
+                snprintf(err, cap, "--endpoints: endpoint too long");
+                return -EINVAL;
+            }
+            memcpy(c->endpoint_buf[c->n_endpoints], v, n);
+            c->endpoint_buf[c->n_endpoints][n] = 0;
+            c->n_endpoints++;
+        }
+        v += n + (comma ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
+static const char *const not_yet[] = {"namespace",
+                                      "advertise-client-url",
+                                      "resolver-prefix",
+                                      "resolver-ttl",
+                                      "enable-pprof",
+                                      "auto-tls",
+                                      "discovery-srv",
+                                      "experimental-serializable-ordering",
+                                      "experimental-leasing-prefix",
+                                      "data-dir",
+                                      "listen-cipher-suites",
+                                      NULL};
+
+int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap)
+{
+    int i = 1, rc = 0;
+    const char *eps = "127.0.0.1:2379";
+    while (i < argc) {
+        const char *a = argv[i++];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            return 1;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, cap, "unexpected argument '%s'", a);
+            return -EINVAL;
+        }
+        a += 2;
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof name) {
+            snprintf(err, cap, "unknown flag '--%s'", a);
+            return -EINVAL;
+        }
+        memcpy(name, a, nl);
+        name[nl] = 0;
+        for (size_t k = 0; not_yet[k]; k++)
+            if (strcmp(name, not_yet[k]) == 0) {
+                snprintf(err, cap, "--%s is not supported by kvd grpc-proxy yet (docs/proxy.md)",
+                         name);
+                return -EINVAL;
+            }
+        if (strcmp(name, "insecure-skip-tls-verify") == 0) {
+            c->insecure_skip_verify = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i < argc ? argv[i++] : NULL);
+        if (!v) {
+            snprintf(err, cap, "flag --%s needs a value", name);
+            return -EINVAL;
+        }
+        uint64_t u = 0;
+        if (strcmp(name, "endpoints") == 0) {
+            eps = v;
+        } else if (strcmp(name, "listen-addr") == 0) {
+            rc = parse_hostport(v, c->listen_host, sizeof c->listen_host, &c->listen_port);
+        } else if (strcmp(name, "metrics-addr") == 0) {
+            rc = parse_hostport(v, c->metrics_host, sizeof c->metrics_host, &c->metrics_port);
+            c->has_metrics = 1;
+        } else if (strcmp(name, "cert") == 0) {
+            c->cert = v;
+        } else if (strcmp(name, "key") == 0) {
+            c->key = v;
+        } else if (strcmp(name, "cacert") == 0) {
+            c->cacert = v;
+        } else if (strcmp(name, "cert-file") == 0) {
+            c->cert_file = v;
+        } else if (strcmp(name, "key-file") == 0) {
+            c->key_file = v;
+        } else if (strcmp(name, "trusted-ca-file") == 0) {
+            c->trusted_ca_file = v;
+        } else if (strcmp(name, "dial-timeout") == 0) {
+            rc = parse_duration_ms(v, &c->dial_timeout_ms);
+        } else if (strcmp(name, "max-pending-requests") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_pending_requests = (uint32_t)u;
+        } else if (strcmp(name, "max-pending-renewals") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_pending_renewals = (uint32_t)u;
+        } else if (strcmp(name, "max-watch-streams") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_watch_streams = (uint32_t)u;
+        } else if (strcmp(name, "max-connections") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_connections = (uint32_t)u;
+        } else if (strcmp(name, "max-send-buffer-bytes") == 0) {
+            rc = parse_u64(v, (uint64_t)1 << 40, &u);
+            c->max_send_buffer_bytes = (size_t)u;
+        } else if (strcmp(name, "max-buffered-bytes") == 0) {
+            rc = parse_u64(v, (uint64_t)1 << 40, &u);
+            c->max_buffered_bytes = (size_t)u;
+        } else if (strcmp(name, "max-upstream-send-bytes") == 0) {
+            rc = parse_u64(v, (uint64_t)1 << 31, &u);
+            c->max_upstream_send_bytes = (size_t)u;
+        } else {
+            snprintf(err, cap, "unknown flag '--%s'", name);
+            return -EINVAL;
+        }
+        if (rc < 0) {
+            snprintf(err, cap, "--%s: invalid value '%s'", name, v);
+            return -EINVAL;
+        }
+    }
+    if ((c->cert_file == NULL) != (c->key_file == NULL)) {
+        snprintf(err, cap, "--cert-file and --key-file go together");
+        return -EINVAL;
+    }
+    if (c->trusted_ca_file && !c->cert_file) {
+        snprintf(err, cap, "--trusted-ca-file needs --cert-file and --key-file");
+        return -EINVAL;
+    }
+    if ((c->cert == NULL) != (c->key == NULL)) {
+        snprintf(err, cap, "--cert and --key go together");
+        return -EINVAL;
+    }
+    rc = set_endpoints(c, eps, err, cap);
+    if (rc < 0)
+        return rc;
+    if (c->n_endpoints == 0) {
+        snprintf(err, cap, "--endpoints: no endpoint");
+        return -EINVAL;
+    }
+    /* With upstream TLS flags, an endpoint without a scheme is https (etcd's clientv3 uses TLS
+     * for every endpoint once a TLS config is given). */
+    int tls = c->cert || c->cacert || c->insecure_skip_verify;
+    for (size_t k = 0; k < c->n_endpoints; k++) {
+        char *e = c->endpoint_buf[k];
+        if (tls && !strstr(e, "://")) {
+            char tmp[sizeof c->endpoint_buf[0]];
+            snprintf(tmp, sizeof tmp, "https://%s", e);
+            memcpy(e, tmp, sizeof tmp);
+        }
+        c->endpoints[k] = e;
+    }
+    return 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * proxy_config.h - the flags of `kvd grpc-proxy start` (etcd 3.4's `etcd grpc-proxy start`
+ * where they exist, kvd's bounds otherwise; docs/proxy.md "Flags").
+ *
+ * Contract: kv_proxy_config_parse fills a caller-owned struct from argv (argv[0] is "start");
+ * strings point into argv (which outlives the proxy). Flags take "--name=value" or
+ * "--name value". Returns 0, 1 for --help (usage printed by the caller:
+ * kv_proxy_config_usage), or -EINVAL with a one-line reason in err. etcd flags kvd does not
+ * implement yet are refused by name, never silently ignored.
+ */
+#ifndef KV_PROXY_CONFIG_H
+#define KV_PROXY_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_PROXY_MAX_ENDPOINTS 16
+
+typedef struct kv_proxy_config {
+    const char *endpoints[KV_PROXY_MAX_ENDPOINTS]; /* as given; "https://" added with TLS */
+    char endpoint_buf[KV_PROXY_MAX_ENDPOINTS][280];
+    size_t n_endpoints;
+    char listen_host[256]; /* --listen-addr (127.0.0.1:23790) */
+    int listen_port;
+    char metrics_host[256]; /* --metrics-addr (none); http://host:port or host:port */
+    int metrics_port;
+    int has_metrics;
+    /* upstream TLS (etcd's --cert --key --cacert; --insecure-skip-tls-verify) */
+    const char *cert, *key, *cacert;
+    int insecure_skip_verify;
+    /* client side TLS (etcd's --cert-file --key-file --trusted-ca-file: with a CA the proxy
+     * requires and verifies client certificates) */
+    const char *cert_file, *key_file, *trusted_ca_file;
+    uint32_t dial_timeout_ms; /* --dial-timeout (etcd's grpc-proxy: 5s... ours: 5000 ms) */
+    /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
+    uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
+    uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */
+    uint32_t max_watch_streams;     /* client Watch streams (10000) */
+    uint32_t max_connections;       /* client connections (10000) */
+    size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */
+    size_t max_buffered_bytes;      /* all client connections, in + out (512 MiB) */
+    size_t max_upstream_send_bytes; /* per upstream stream, bytes not yet sent (4 MiB) */
+} kv_proxy_config;
+
+void kv_proxy_config_default(kv_proxy_config *c);
+int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap);
+const char *kv_proxy_config_usage(void);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * proxy_int.h - the state of `kvd grpc-proxy` shared by the files of server/proxy/ (not used
+ * outside it). Design: docs/proxy.md.
+ *
+ * Threads: everything here belongs to the proxy's loop thread (kv_proxy.loop), except what
+ * libkvclient's callbacks do on its I/O thread: they only build a kv_proxy_ev and post it
+ * through the bridge (proxy_bridge.h), never touch any other field.
+ * Ownership: kv_proxy owns the gRPC server, the HTTP metrics server, the metrics registry,
+ * the upstream kvc_client, the bridge, the lease folder and the watch relay; it is freed by
+ * kv_proxy_stop() (proxy.c).
+ */
+#ifndef KV_PROXY_INT_H
+#define KV_PROXY_INT_H
+
+#include "grpc/grpc_server.h"
+#include "http/http_server.h"
+#include "metrics/metrics.h"
+#include "proxy/proxy_bridge.h"
+#include "proxy/proxy_config.h"
+
+#include "kvclient.h"
+
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct kv_proxy_lease kv_proxy_lease; /* proxy_lease.c */
+
+/* Why a request was refused by a bound: the label of kvd_proxy_refused_total. */
+typedef enum {
+    KV_PROXY_REFUSED_PENDING_REQUESTS, /* --max-pending-requests */
+    KV_PROXY_REFUSED_PENDING_RENEWALS, /* --max-pending-renewals */
+    KV_PROXY_REFUSED_WATCH_STREAMS,    /* --max-watch-streams */
+    KV_PROXY_REFUSED_CLIENT_SEND,      /* a client's send buffer (--max-send-buffer-bytes) */
+    KV_PROXY_REFUSED_UPSTREAM_SEND,    /* an upstream stream's send buffer */
+    KV_PROXY_REFUSED_COUNT
+} kv_proxy_refused;
+
+typedef struct kv_proxy {
+    uv_loop_t *loop;
+    const kv_proxy_config *cfg; /* borrowed from the caller of kv_proxy_start */
+    kv_metrics *metrics;
+    kv_grpc_server *grpc;
+    kv_http_server *http;
+    struct kv_tls_ctx *server_tls; /* client side TLS (NULL: h2c) */
+    kvc_client *up;                /* the upstream connection: one per proxy */
+    kv_proxy_bridge bridge;
+    kv_proxy_lease *lease;
+    /* unary forwarding (proxy_unary.c) */
+    uint32_t unary_pending;
+    kv_metric *m_unary_forwarded, *m_unary_pending;
+    /* watch relay (proxy_watch.c) */
+    uint32_t watch_streams;
+    kv_metric *m_watch_streams, *m_watch_upstream_opened;
+    kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
+    int stopping;
+} kv_proxy;
+
+/* etcd's answer to every bound: RESOURCE_EXHAUSTED "etcdserver: too many requests". Counts
+ * the reason. Finishes call (0 or the transport's error). */
+int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why);
+
+/* Unary forwarding (proxy_unary.c): the on_message of every forwarded unary method. */
+void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
+void kv_proxy_unary_on_cancel(kv_grpc_call *call);
+/* Bridge events of kind KV_PROXY_EV_UNARY. */
+void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev);
+int kv_proxy_unary_init(kv_proxy *p);
+
+/* Lease keepalive folding (proxy_lease.c). */
+int kv_proxy_lease_new(kv_proxy *p, kv_proxy_lease **out);
+/* Frees the upstream stream (synchronously, through libkvclient) and the handles; the lease
+ * state itself is freed by kv_proxy_lease_free once the bridge is drained. */
+void kv_proxy_lease_stop(kv_proxy_lease *l);
+void kv_proxy_lease_free(kv_proxy_lease *l);
+void kv_proxy_lease_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
+void kv_proxy_lease_on_half_close(kv_grpc_call *call);
+void kv_proxy_lease_on_cancel(kv_grpc_call *call);
+void kv_proxy_lease_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* Watch relay (proxy_watch.c). */
+int kv_proxy_watch_init(kv_proxy *p);
+void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
+void kv_proxy_watch_on_half_close(kv_grpc_call *call);
+void kv_proxy_watch_on_cancel(kv_grpc_call *call);
+void kv_proxy_watch_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* The client's deadline as a libkvclient timeout: ms left (at least 1), or 0 without one. */
+uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call);
+
+#endif

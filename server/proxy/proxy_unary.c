@@ -1,0 +1,149 @@
+/*
+ * proxy_unary.c - unary calls forwarded as raw bytes (docs/proxy.md, "Unary calls").
+ *
+ * A client's request message goes up unchanged on the proxy's one upstream connection
+ * (kvc_call_unary_async); the member's response bytes, or its grpc-status and grpc-message,
+ * come back through the bridge and are relayed unchanged. Reads (Range, TimeToLive, Leases,
+ * MemberList, Status, Hash, HashKV, Alarm) are marked idempotent, so libkvclient retries them
+ * on the next endpoint after UNAVAILABLE or "no leader"; writes are never re-sent behind the
+ * client's back (a write whose connection died is answered UNAVAILABLE "... may or may not
+ * have been applied", as libkvclient says).
+ *
+ * Ownership: one fwd per forwarded call, owned by the proxy loop from the forward until its
+ * completion event; a cancelled client call only clears fwd->call. Bound:
+ * --max-pending-requests forwarded calls without an answer.
+ */
+#include "proxy/proxy_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fwd {
+    kv_proxy *p;
+    kv_grpc_call *call; /* NULL once the client went away */
+} fwd;
+
+static int is_read(const char *m)
+{
+    static const char *const reads[] = {
+        "/etcdserverpb.KV/Range",           "/etcdserverpb.Lease/LeaseTimeToLive",
+        "/etcdserverpb.Lease/LeaseLeases",  "/etcdserverpb.Cluster/MemberList",
+        "/etcdserverpb.Maintenance/Status", "/etcdserverpb.Maintenance/Hash",
+        "/etcdserverpb.Maintenance/HashKV", NULL};
+    for (size_t i = 0; reads[i]; i++)
+        if (strcmp(m, reads[i]) == 0)
+            return 1;
+    return 0;
+}
+
+uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call)
+{
+    uint64_t dl = kv_grpc_call_deadline(call);
+    if (!dl)
+        return 0;
+    uint64_t now = uv_now(p->loop);
+    if (dl <= now)
+        return 1;
+    uint64_t left = dl - now;
+    return left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+}
+
+/* libkvclient's I/O thread: hand the outcome to the loop. */
+static void on_done_io(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
+{
+    fwd *f = arg;
+    kv_proxy_ev *ev;
+    if (status == 0) {
+        ev = calloc(1, sizeof *ev);
+        if (ev) {
+            ev->kind = KV_PROXY_EV_UNARY;
+            ev->target = f;
+            ev->buf = resp;
+            ev->len = len;
+            ev->buf_free = kvc_free;
+        }
+    } else {
+        const char *m = err ? err->message : "";
+        ev = kv_proxy_ev_new(KV_PROXY_EV_UNARY, f, err ? err->code : -status, m, strlen(m));
+    }
+    if (!ev) { /* out of memory: the client's call ends at its deadline or its cancel */
+        kvc_free(resp);
+        ev = kv_proxy_ev_new(KV_PROXY_EV_UNARY, f, KVC_RESOURCE_EXHAUSTED, "", 0);
+        if (!ev)
+            return;
+    }
+    kv_proxy_bridge_post(&f->p->bridge, ev);
+}
+
+void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
+{
+    fwd *f = ev->target;
+    p->unary_pending--;
+    kv_metric_set(p->m_unary_pending, p->unary_pending);
+    if (f->call) {
+        kv_grpc_call_set_data(f->call, NULL);
+        if (ev->code == 0) {
+            int rc = kv_grpc_call_send(f->call, ev->buf, ev->len);
+            if (rc < 0)
+                kv_grpc_call_finish(f->call, KV_GRPC_RESOURCE_EXHAUSTED,
+                                    "kvd grpc-proxy: response does not fit the client's buffers");
+            else
+                kv_grpc_call_finish(f->call, KV_GRPC_OK, NULL);
+        } else {
+            kv_grpc_call_finish(f->call, ev->code, (const char *)ev->buf);
+        }
+    }
+    free(f);
+    kv_proxy_ev_free(ev);
+}
+
+void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_proxy *p = kv_grpc_call_app(call);
+    const char *method = kv_grpc_call_method(call);
+    if (p->unary_pending >= p->cfg->max_pending_requests) {
+        kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
+        return;
+    }
+    fwd *f = calloc(1, sizeof *f);
+    if (!f) {
+        kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests");
+        return;
+    }
+    f->p = p;
+    f->call = call;
+    kvc_error e;
+    int rc = kvc_call_unary_async(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
+                                  is_read(method) ? KVC_IDEMPOTENT : 0, on_done_io, f, &e);
+    if (rc != 0) {
+        free(f);
+        if (-rc == KVC_RESOURCE_EXHAUSTED)
+            kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
+        else
+            kv_grpc_call_finish(call, -rc, e.message);
+        return;
+    }
+    kv_grpc_call_set_data(call, f);
+    p->unary_pending++;
+    kv_metric_set(p->m_unary_pending, p->unary_pending);
+    kv_metric_inc(p->m_unary_forwarded);
+}
+
+void kv_proxy_unary_on_cancel(kv_grpc_call *call)
+{
+    fwd *f = kv_grpc_call_data(call);
+    if (f)
+        f->call = NULL; /* freed when its completion arrives */
+}
+
+int kv_proxy_unary_init(kv_proxy *p)
+{
+    p->m_unary_forwarded = kv_metrics_counter(p->metrics, "kvd_proxy_unary_forwarded_total",
+                                              "Unary calls forwarded upstream.", NULL);
+    p->m_unary_pending = kv_metrics_gauge(p->metrics, "kvd_proxy_unary_pending",
+                                          "Unary calls forwarded and not yet answered "
+                                          "(bound: --max-pending-requests).",
+                                          NULL);
+    return 0;
+}

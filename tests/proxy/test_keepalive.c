@@ -1,0 +1,195 @@
+/*
+ * proxy_keepalive: keepalive folding through `kvd grpc-proxy start` (docs/proxy.md):
+ *   - 1,000 leases (TTL 3 s) kept alive by 50 libkvclient clients, each with its own
+ *     connection to the proxy, for 7 s: none is lost and each still has TTL > 0 on the member;
+ *   - one more lease kept alive by all 50 clients at once;
+ *   - the member sees exactly ONE LeaseKeepAlive stream from the proxy
+ *     (grpc_server_started_total{grpc_method="LeaseKeepAlive"} grows by 1), the proxy reports
+ *     kvd_proxy_upstream_keepalive_streams 1, 50 client streams, and fewer renewals sent up
+ *     as many answers as client requests, in fewer batches than renewals;
+ *   - 20 requests for one lease read in one loop turn (one write on one connection, 20
+ *     streams) go up as ONE renewal, and each stream gets the leader's answer.
+ * Figures are logged to stderr.
+ */
+#include "px_util.h"
+
+#include "grpc_raw.h"
+#include "kvclient.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_CLIENTS 50
+#define PER_CLIENT 20
+#define TTL 3
+
+static kvt_cluster g_c;
+static px g_x;
+
+static void fini(void)
+{
+    px_stop(&g_x);
+    kvt_cluster_destroy(&g_c);
+}
+
+Test(proxy_keepalive, many_clients_one_upstream_stream_no_lease_lost, .fini = fini, .timeout = 240)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    double started0 = px_member_started(&g_c, 0, "LeaseKeepAlive");
+
+    kvc_loop_group *lg = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_loop_group_new(&lg, &e), 0);
+    static kvc_client *cl[N_CLIENTS];
+    static kvc_keepalive *ka[N_CLIENTS][PER_CLIENT + 1];
+    static int64_t ids[N_CLIENTS][PER_CLIENT];
+    const char *eps[] = {g_x.endpoint};
+    for (int i = 0; i < N_CLIENTS; i++) {
+        kvc_config cfg;
+        kvc_config_default(&cfg);
+        cfg.endpoints = eps;
+        cfg.n_endpoints = 1;
+        cfg.loop_group = lg;
+        cr_assert_eq(kvc_open(&cl[i], &cfg, &e), 0, "%s", e.message);
+    }
+    kvc_lease_grant_result g;
+    cr_assert_eq(kvc_lease_grant(cl[0], TTL, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+    int64_t shared = g.id;
+    for (int i = 0; i < N_CLIENTS; i++) {
+        for (int k = 0; k < PER_CLIENT; k++) {
+            cr_assert_eq(kvc_lease_grant(cl[i], TTL, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+            ids[i][k] = g.id;
+            cr_assert_eq(kvc_lease_keepalive(cl[i], g.id, TTL, NULL, NULL, &ka[i][k], &e), 0, "%s",
+                         e.message);
+        }
+        cr_assert_eq(kvc_lease_keepalive(cl[i], shared, TTL, NULL, NULL, &ka[i][PER_CLIENT], &e), 0,
+                     "%s", e.message);
+    }
+    kvt_sleep_ms(7000); /* more than two TTLs: only renewals through the proxy keep them */
+
+    int lost = 0;
+    for (int i = 0; i < N_CLIENTS; i++)
+        for (int k = 0; k <= PER_CLIENT; k++)
+            lost += kvc_keepalive_lost(ka[i][k]) != 0;
+    cr_assert_eq(lost, 0, "%d keepalives lost", lost);
+    const char *meps[] = {g_c.m[0].endpoint};
+    kvc_config mc;
+    kvc_config_default(&mc);
+    mc.endpoints = meps;
+    mc.n_endpoints = 1;
+    kvc_client *direct = NULL;
+    cr_assert_eq(kvc_open(&direct, &mc, &e), 0);
+    int dead = 0;
+    for (int i = 0; i < N_CLIENTS; i++)
+        for (int k = 0; k < PER_CLIENT; k++) {
+            kvc_lease_ttl_result t;
+            cr_assert_eq(kvc_lease_time_to_live(direct, ids[i][k], 0, 5000, &t, &e), 0, "%s",
+                         e.message);
+            dead += t.ttl <= 0;
+            kvc_lease_ttl_result_free(&t);
+        }
+    cr_assert_eq(dead, 0, "%d leases expired on the member", dead);
+
+    double started = px_member_started(&g_c, 0, "LeaseKeepAlive") - started0;
+    double up = px_metric(&g_x, "kvd_proxy_upstream_keepalive_streams");
+    double opened = px_metric(&g_x, "kvd_proxy_upstream_keepalive_streams_opened_total");
+    double streams = px_metric(&g_x, "kvd_proxy_keepalive_client_streams");
+    double req = px_metric(&g_x, "kvd_proxy_keepalive_requests_total");
+    double sent = px_metric(&g_x, "kvd_proxy_renewals_sent_total");
+    double batches = px_metric(&g_x, "kvd_proxy_renewal_batches_total");
+    double answers = px_metric(&g_x, "kvd_proxy_keepalive_responses_total");
+    fprintf(stderr,
+            "proxy_keepalive: %d clients, %d leases + 1 shared: member LeaseKeepAlive streams "
+            "started %.0f; proxy: upstream streams %.0f (opened %.0f), client streams %.0f, "
+            "requests %.0f, renewals sent up %.0f in %.0f batches, answers %.0f\n",
+            N_CLIENTS, N_CLIENTS * PER_CLIENT, started, up, opened, streams, req, sent, batches,
+            answers);
+    cr_assert_eq(started, 1, "the member saw %.0f LeaseKeepAlive streams", started);
+    cr_assert_eq(up, 1);
+    cr_assert_eq(opened, 1);
+    cr_assert_eq(streams, N_CLIENTS);
+    cr_assert_eq(answers, req, "every request answered");
+    cr_assert(batches < sent, "batches %.0f renewals %.0f", batches, sent);
+
+    kvc_close(direct);
+    for (int i = 0; i < N_CLIENTS; i++) {
+        for (int k = 0; k <= PER_CLIENT; k++)
+            kvc_keepalive_stop(ka[i][k]);
+        kvc_close(cl[i]);
+    }
+    kvc_loop_group_free(lg);
+}
+
+/* 20 streams on one connection ask for the same lease in one write: the proxy reads them in
+ * one loop turn and sends ONE renewal up; each stream gets the leader's answer. */
+Test(proxy_keepalive, requests_of_one_loop_turn_fold_into_one_renewal, .fini = fini, .timeout = 120)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    const char *eps[] = {g_x.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    kvc_client *c = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0);
+    kvc_lease_grant_result g;
+    cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+    kvc_close(c);
+
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    kv_it_grpc_stream *st[20];
+    uint8_t req[16];
+    size_t rl = 0;
+    uint64_t v = (uint64_t)g.id;
+    req[rl++] = 0x08;
+    do {
+        req[rl++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    double sent0 = px_metric(&g_x, "kvd_proxy_renewals_sent_total");
+    for (int i = 0; i < 20; i++) {
+        st[i] = kv_it_grpc_stream_start(h, "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+        cr_assert_not_null(st[i]);
+        cr_assert_eq(kv_it_grpc_send_msg(st[i], req, rl, 0), 0);
+    }
+    cr_assert_eq(kv_it_grpc_flush(h, 5000), 0); /* one write */
+    for (int i = 0; i < 20; i++) {
+        uint8_t *m = NULL;
+        size_t n = 0;
+        cr_assert_eq(kv_it_grpc_stream_recv(st[i], &m, &n, 5000), 0, "answer on stream %d", i);
+        int64_t id = 0, ttl = 0;
+        for (size_t o = 0; o < n;) { /* ID = 2, TTL = 3; skip the header (1) */
+            uint64_t key = 0, x = 0;
+            for (int s = 0; o < n; s += 7) {
+                key |= (uint64_t)(m[o] & 0x7f) << s;
+                if (!(m[o++] & 0x80))
+                    break;
+            }
+            for (int s = 0; o < n; s += 7) {
+                x |= (uint64_t)(m[o] & 0x7f) << s;
+                if (!(m[o++] & 0x80))
+                    break;
+            }
+            if ((key & 7) == 2)
+                o += x;
+            else if ((key >> 3) == 2)
+                id = (int64_t)x;
+            else if ((key >> 3) == 3)
+                ttl = (int64_t)x;
+        }
+        free(m);
+        cr_assert_eq(id, g.id);
+        cr_assert(ttl > 50 && ttl <= 60, "ttl %lld", (long long)ttl);
+    }
+    double sent = px_metric(&g_x, "kvd_proxy_renewals_sent_total") - sent0;
+    fprintf(stderr, "proxy_keepalive: 20 requests of one loop turn -> %.0f renewal(s) up\n", sent);
+    cr_assert_eq(sent, 1, "%.0f renewals sent for 20 requests of one turn", sent);
+    kv_it_grpc_close(h);
+}
