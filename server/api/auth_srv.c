@@ -66,6 +66,8 @@ int kv_auth_start(struct kv_api *srv, kv_auth **out)
     kv_auth *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
+    kv_list_init(&a->jobs);
+    kv_list_init(&a->reads);
     a->srv = srv;
     a->iterations = cfg->auth_hash_iterations ? cfg->auth_hash_iterations : 100000;
     uint64_t ttl = (uint64_t)(cfg->auth_token_ttl ? cfg->auth_token_ttl : 300) * 1000;

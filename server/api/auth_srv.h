@@ -30,6 +30,7 @@
 #define KV_API_AUTH_SRV_H
 
 #include "auth/auth_jwt.h"
+#include "common/list.h"
 #include "auth/auth_perm.h"
 #include "auth/auth_tokens.h"
 #include "mvcc/auth_store.h"
@@ -55,15 +56,17 @@ typedef struct kv_auth {
     struct kv_read_pool *hash_pool;
     uv_timer_t *sweep;
     uint32_t iterations;
-    kv_auth_job *jobs;           /* hash jobs not completed (their calls may be cancelled) */
+    kv_list jobs;                /* kv_auth_job: hash jobs not completed (their calls may be
+                                    cancelled), newest first */
     struct kv_auth_fairq *fairq; /* hash jobs waiting for the worker (service_auth.c) */
     uint32_t running;            /* jobs handed to hash_pool, done not yet run (0 or 1) */
     int closing;                 /* kv_auth_stop under way: nothing more is handed over */
     uint64_t hashes_evicted;     /* kvd_auth_hash_evicted_total (also in hashes_refused) */
-    kv_auth_read *reads;         /* calls waiting for the ReadIndex barrier (service_auth.c) */
-    uint64_t hashes_refused;     /* kvd_auth_hash_refused_total */
-    uint64_t tokens_refused;     /* kvd_auth_tokens_refused_total */
-    struct kv_metrics *metrics;  /* borrowed; NULL = none */
+    kv_list reads; /* kv_auth_read: calls waiting for the ReadIndex barrier (service_auth.c),
+                      newest first */
+    uint64_t hashes_refused;    /* kvd_auth_hash_refused_total */
+    uint64_t tokens_refused;    /* kvd_auth_tokens_refused_total */
+    struct kv_metrics *metrics; /* borrowed; NULL = none */
     /* The caller of the gated KV write being handled (set by auth_gate.c around the method's
      * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
     char cur_user[KV_AUTH_MAX_NAME + 1];

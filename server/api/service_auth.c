@@ -49,7 +49,7 @@
 enum job_kind { J_VERIFY, J_ADD, J_PASSWD };
 
 struct kv_auth_job {
-    kv_auth_job *next, *prev;
+    kv_list link; /* a->jobs */
     kv_auth *a;
     kv_grpc_call *call; /* NULL once cancelled */
     uint64_t conn;      /* the call's connection (auth/auth_fairq.h ranks by it) */
@@ -81,12 +81,7 @@ static void job_free(kv_auth_job *j)
 
 static void job_unlink(kv_auth_job *j)
 {
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        j->a->jobs = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
+    kv_list_remove(&j->link);
 }
 
 static void job_work(void *arg)
@@ -146,10 +141,7 @@ static int job_submit(kv_grpc_call *call, kv_auth_job *j)
         return 1;
     }
     j->queued = 1;
-    j->next = a->jobs;
-    if (a->jobs)
-        a->jobs->prev = j;
-    a->jobs = j;
+    kv_list_insert_head(&a->jobs, &j->link);
     if (ev) { /* a worse-ranked job lost its place: shed as if it had been refused */
         kv_auth_job *e = ev;
         a->hashes_refused++;
@@ -182,8 +174,12 @@ static void on_cancel(kv_grpc_call *call)
     kv_api *s = kv_grpc_call_app(call);
     if (kv_auth_read_cancel(call))
         return; /* freed when the barrier completes */
-    for (kv_auth_job *j = s->auth ? s->auth->jobs : NULL; j; j = j->next)
-        if (j->call == call) {
+    kv_list *e;
+    if (s->auth) {
+        kv_list_foreach(e, &s->auth->jobs) {
+            kv_auth_job *j = kv_list_data(e, kv_auth_job, link);
+            if (j->call != call)
+                continue;
             if (j->queued && kv_auth_fairq_remove(s->auth->fairq, j) == 0) {
                 job_unlink(j); /* not started: its place goes to the next job */
                 job_free(j);
@@ -192,6 +188,7 @@ static void on_cancel(kv_grpc_call *call)
             j->call = NULL; /* the hash finishes; nothing is sent or proposed */
             return;
         }
+    }
     if (kv_grpc_call_data(call))
         kv_propose_cancel(call);
 }

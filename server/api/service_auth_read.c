@@ -18,7 +18,7 @@
 #include <string.h>
 
 struct kv_auth_read {
-    kv_auth_read *next, *prev;
+    kv_list link;       /* a->reads while a != NULL */
     kv_auth *a;         /* NULL once detached (kv_auth_reads_detach) */
     kv_grpc_call *call; /* NULL once the RPC was cancelled */
     kv_auth_read_fn fn;
@@ -30,12 +30,7 @@ static void read_unlink(kv_auth_read *r)
 {
     if (!r->a)
         return;
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        r->a->reads = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
+    kv_list_remove(&r->link);
     r->a = NULL;
 }
 
@@ -47,8 +42,9 @@ static void read_free(kv_auth_read *r)
 
 void kv_auth_reads_detach(kv_auth *a)
 {
-    while (a->reads)
-        read_unlink(a->reads);
+    kv_list *e;
+    while ((e = kv_list_head(&a->reads)))
+        read_unlink(kv_list_data(e, kv_auth_read, link));
 }
 
 static void on_read_index(void *arg, int status)
@@ -79,17 +75,13 @@ void kv_auth_after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, k
         return;
     }
     kv_auth *a = s->auth;
-    r->prev = NULL;
     r->a = a;
     r->call = call;
     r->fn = fn;
     r->len = len;
     if (len)
         memcpy(r->msg, msg, len);
-    r->next = a->reads;
-    if (a->reads)
-        a->reads->prev = r;
-    a->reads = r;
+    kv_list_insert_head(&a->reads, &r->link);
     int rc = kv_node_read_index(s->node, on_read_index, r);
     if (rc == 1) { /* nothing to wait for */
         on_read_index(r, 0);
@@ -103,11 +95,16 @@ void kv_auth_after_barrier(kv_grpc_call *call, const uint8_t *msg, size_t len, k
 int kv_auth_read_cancel(kv_grpc_call *call)
 {
     kv_api *s = kv_grpc_call_app(call);
-    for (kv_auth_read *r = s->auth ? s->auth->reads : NULL; r; r = r->next)
+    if (!s->auth)
+        return 0;
+    kv_list *e;
+    kv_list_foreach(e, &s->auth->reads) {
+        kv_auth_read *r = kv_list_data(e, kv_auth_read, link);
         if (r->call == call) {
             r->call = NULL; /* freed when the barrier completes */
             return 1;
         }
+    }
     return 0;
 }
 

@@ -49,9 +49,12 @@ void kv_grpc_call_set_app_held(kv_grpc_call *call, size_t n)
         s->app_full = 1;
     } else if (s->app_full && s->app_held < lim - lim / 4) {
         s->app_full = 0;
-        for (kv_grpc_conn *c = s->conns; c; c = c->next)
+        kv_list *e;
+        kv_list_foreach(e, &s->conns) {
+            kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
             if (!c->closing && !c->gated)
                 kv_grpc_conn_ungate(c);
+        }
     }
 }
 
@@ -62,13 +65,12 @@ kv_grpc_call *kv_grpc_call_new(kv_grpc_conn *c, int32_t stream_id)
         return NULL;
     call->conn = c;
     call->stream_id = stream_id;
+    kv_list_init(&call->dl_link);
+    kv_list_init(&call->resume_link);
     kv_grpc_deframer_init(&call->df, c->srv->cfg.max_request_bytes);
     if (c->in_idle)
         kv_grpc_list_remove(&c->srv->idle_conns, c);
-    call->next = c->calls;
-    if (c->calls)
-        c->calls->prev = call;
-    c->calls = call;
+    kv_list_insert_head(&c->calls, &call->link);
     c->n_calls++;
     kv_metric_gauge_add(c->srv->m_streams_open, 1);
     return call;
@@ -113,18 +115,13 @@ void kv_grpc_call_free(kv_grpc_call *call)
     free(call);
 }
 
+/* Also from the batch kv_grpc_conn_flush is walking. */
 static void remove_from_resume(kv_grpc_call *call)
 {
     if (!call->in_resume)
         return;
-    kv_grpc_call **pp = &call->conn->resume_head;
-    while (*pp && *pp != call)
-        pp = &(*pp)->resume_next;
-    if (!*pp)
-        return; /* in the list kv_grpc_conn_flush is walking: it skips finished calls */
-    *pp = call->resume_next;
+    kv_list_remove(&call->resume_link);
     call->in_resume = 0;
-    call->resume_next = NULL;
 }
 
 static void add_to_resume(kv_grpc_call *call)
@@ -132,8 +129,7 @@ static void add_to_resume(kv_grpc_call *call)
     if (call->in_resume)
         return;
     call->in_resume = 1;
-    call->resume_next = call->conn->resume_head;
-    call->conn->resume_head = call;
+    kv_list_insert_head(&call->conn->resume, &call->resume_link);
     kv_grpc_srv_mark_dirty(call->conn);
 }
 
@@ -568,13 +564,7 @@ void kv_grpc_call_process_pending(kv_grpc_call *call)
 static void unlink_call(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
-    if (call->prev)
-        call->prev->next = call->next;
-    else
-        c->calls = call->next;
-    if (call->next)
-        call->next->prev = call->prev;
-    call->next = call->prev = NULL;
+    kv_list_remove(&call->link);
     c->n_calls--;
     if (c->n_calls == 0 && c->got_request && !c->closing && !c->in_idle) {
         c->idle_since = uv_now(c->srv->loop);
@@ -609,15 +599,14 @@ void kv_grpc_call_on_stream_close(kv_grpc_call *call)
     kv_grpc_buf_free(&call->in_pending);
     kv_grpc_call_account(call);
     unlink_call(call);
-    call->next = c->zombies;
-    c->zombies = call;
+    kv_list_insert_head(&c->zombies, &call->link);
 }
 
 void kv_grpc_call_on_conn_close(kv_grpc_call *call)
 {
     kv_grpc_raw_release(call);
     kv_grpc_srv_deadline_remove(call);
-    call->in_resume = 0;
+    remove_from_resume(call);
     if (call->finished)
         return;
     call->finished = 1;
@@ -815,10 +804,13 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
 
 void kv_grpc_conn_ungate(kv_grpc_conn *c)
 {
-    for (kv_grpc_call *x = c->calls; x; x = x->next)
+    kv_list *e;
+    kv_list_foreach(e, &c->calls) {
+        kv_grpc_call *x = kv_list_data(e, kv_grpc_call, link);
         if (!x->finished && !x->paused &&
             (kv_grpc_buf_size(&x->in_pending) || (x->remote_closed && !x->half_close_done)))
             add_to_resume(x);
+    }
 }
 
 size_t kv_grpc_call_max_response_bytes(kv_grpc_call *call)

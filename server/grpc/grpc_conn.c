@@ -173,26 +173,17 @@ static void conn_closed_cb(uv_handle_t *h)
 {
     kv_grpc_conn *c = h->data;
     kv_grpc_server *s = c->srv;
-    kv_grpc_call *call, *next;
-    for (call = c->calls; call; call = next) {
-        next = call->next;
-        kv_grpc_call_free(call);
-    }
-    for (call = c->zombies; call; call = next) {
-        next = call->next;
-        kv_grpc_call_free(call);
-    }
+    kv_list *e, *tmp;
+    kv_list_foreach_safe(e, tmp, &c->calls)
+        kv_grpc_call_free(kv_list_data(e, kv_grpc_call, link));
+    kv_list_foreach_safe(e, tmp, &c->zombies)
+        kv_grpc_call_free(kv_list_data(e, kv_grpc_call, link));
     nghttp2_session_del(c->h2);
     if (c->io_ops->destroy)
         c->io_ops->destroy(c->io);
     kv_grpc_buf_free(&c->out);
     kv_grpc_buf_free(&c->wbuf);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    kv_list_remove(&c->link);
     s->n_conns--;
     s->n_closing--;
     kv_metric_gauge_add(s->m_conn_open, -1);
@@ -219,9 +210,13 @@ void kv_grpc_conn_close(kv_grpc_conn *c)
         s->http1_ops->close(st);
     }
     /* on_cancel may finish other calls of this connection; they see c->closing. */
-    for (kv_grpc_call *call = c->calls; call; call = call->next)
-        kv_grpc_call_on_conn_close(call);
-    c->resume_head = NULL;
+    kv_list *e;
+    kv_list_foreach(e, &c->calls)
+        kv_grpc_call_on_conn_close(kv_list_data(e, kv_grpc_call, link));
+    while ((e = kv_list_head(&c->resume))) {
+        kv_list_remove(e);
+        kv_list_data(e, kv_grpc_call, resume_link)->in_resume = 0;
+    }
     /* Its buffers are freed in the close callback; stop counting them against the cap now. */
     s->buffered -= c->acct;
     c->acct = 0;
@@ -292,8 +287,9 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
         /* Also stop the peer from opening streams (SETTINGS_MAX_CONCURRENT_STREAMS = the
          * calls still in progress): its scheduler would hand new streams the window first. */
         uint32_t live = 0;
-        for (kv_grpc_call *x = c->calls; x; x = x->next)
-            live += !x->finished;
+        kv_list *e;
+        kv_list_foreach(e, &c->calls)
+            live += !kv_list_data(e, kv_grpc_call, link)->finished;
         nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, live ? live : 1};
         if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, &iv, 1) == 0)
             kv_grpc_srv_mark_dirty(c);
@@ -328,12 +324,15 @@ void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated)
 {
     kv_grpc_server *s = c->srv;
     size_t n = 0, partial = 0;
-    for (kv_grpc_call *x = c->calls; x; x = x->next)
+    kv_list *e;
+    kv_list_foreach(e, &c->calls) {
+        kv_grpc_call *x = kv_list_data(e, kv_grpc_call, link);
         if (!x->finished && kv_grpc_call_partial_bytes(x) &&
             !(until_unsaturated && x->method && x->method->streaming)) {
             n++;
             partial += kv_grpc_call_partial_bytes(x);
         }
+    }
     /* If requests the app is still answering (and paused input) fill the budget alone,
      * shedding partial requests would not reopen the window: wait for the app instead. */
     if (!n || c->in_bytes - partial >= s->cfg.max_recv_buffer_bytes)
@@ -342,7 +341,10 @@ void kv_grpc_conn_relieve(kv_grpc_conn *c, int until_unsaturated)
     if (!v)
         return;
     size_t k = 0;
-    for (kv_grpc_call *x = c->calls; x && k < n; x = x->next) {
+    kv_list_foreach(e, &c->calls) {
+        if (k == n)
+            break;
+        kv_grpc_call *x = kv_list_data(e, kv_grpc_call, link);
         if (x->finished || !kv_grpc_call_partial_bytes(x) ||
             (until_unsaturated && x->method && x->method->streaming))
             continue;
@@ -429,18 +431,26 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
     if (c->closing)
         return;
     kv_grpc_srv_unmark_dirty(c);
-    /* Resumed calls: deliver their held input. New resumes during this go to the next turn. */
-    kv_grpc_call *list = c->resume_head;
-    c->resume_head = NULL;
-    while (list && !c->closing) {
-        kv_grpc_call *call = list;
-        list = call->resume_next;
-        call->resume_next = NULL;
+    /* Resumed calls: deliver their held input. New resumes during this go to the next turn.
+     * A call finished meanwhile leaves the batch (kv_list_remove from wherever it is). */
+    kv_list batch;
+    kv_list_init(&batch);
+    kv_list_move(&c->resume, &batch);
+    kv_list *e;
+    while ((e = kv_list_head(&batch)) && !c->closing) {
+        kv_grpc_call *call = kv_list_data(e, kv_grpc_call, resume_link);
+        kv_list_remove(e);
         call->in_resume = 0;
         kv_grpc_call_process_pending(call);
     }
-    if (c->closing)
+    if (c->closing) {
+        /* kv_grpc_conn_close took every call out of the batch; it must not outlive us. */
+        while ((e = kv_list_head(&batch))) {
+            kv_list_remove(e);
+            kv_list_data(e, kv_grpc_call, resume_link)->in_resume = 0;
+        }
         return;
+    }
     /* Pull frames from nghttp2 until it has nothing or the wire buffer is full enough (not
      * before the first bytes told HTTP/2 from HTTP/1: grpc_http1.h). */
     while (c->detected && !c->http1 && kv_grpc_buf_size(&c->out) < KV_GRPC_OUT_HIGH_WATER) {
@@ -458,12 +468,9 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
         }
     }
     /* Deferred free: streams nghttp2 closed during recv/send. */
-    kv_grpc_call *z = c->zombies;
-    c->zombies = NULL;
-    while (z) {
-        kv_grpc_call *next = z->next;
-        kv_grpc_call_free(z);
-        z = next;
+    while ((e = kv_list_head(&c->zombies))) {
+        kv_list_remove(e);
+        kv_grpc_call_free(kv_list_data(e, kv_grpc_call, link));
     }
     start_write(c);
     if (c->closing)
@@ -533,6 +540,12 @@ int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out)
     c->srv = s;
     c->id = ++s->next_conn_id;
     c->io_ops = &kv_grpc_io_plain;
+    kv_list_init(&c->calls);
+    kv_list_init(&c->zombies);
+    kv_list_init(&c->resume);
+    kv_list_init(&c->fifo_link);
+    kv_list_init(&c->link);
+    kv_list_init(&c->dirty_link);
     int rv = uv_tcp_init(s->loop, &c->tcp);
     if (rv < 0) {
         free(c);
@@ -540,10 +553,7 @@ int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out)
     }
     c->tcp.data = c;
     /* From here on the handle exists: errors go through uv_close. */
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    kv_list_insert_head(&s->conns, &c->link);
     s->n_conns++;
     kv_metric_gauge_add(s->m_conn_open, 1);
     kv_metric_inc(s->m_conn_total);

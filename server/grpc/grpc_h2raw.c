@@ -57,6 +57,12 @@ int kv_grpc_raw_start(kv_grpc_call *call)
         goto nomem;
     pc->srv = s;
     pc->id = c->id;
+    kv_list_init(&pc->calls); /* empty: a pseudo connection is on no list and has no call */
+    kv_list_init(&pc->zombies);
+    kv_list_init(&pc->resume);
+    kv_list_init(&pc->fifo_link);
+    kv_list_init(&pc->link);
+    kv_list_init(&pc->dirty_link);
     pc->raw_call = call;
     pc->detected = 1;
     r->pc = pc;

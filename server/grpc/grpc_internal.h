@@ -14,6 +14,7 @@
 #include <nghttp2/nghttp2.h>
 #include <uv.h>
 
+#include "common/list.h"
 #include "grpc/grpc_http1.h"
 #include "grpc/grpc_io.h"
 #include "grpc/grpc_server.h"
@@ -70,10 +71,10 @@ struct kv_grpc_call {
     uint64_t out_progress;  /* uv_now() when outq last became non-empty or was pulled from */
     size_t app_held;        /* unary request bytes handed to the app and not yet answered */
     void *data;
-    kv_grpc_call *next, *prev; /* conn->calls or conn->zombies */
-    kv_grpc_call *dl_next, *dl_prev;
+    kv_list link;    /* conn->calls or conn->zombies */
+    kv_list dl_link; /* srv->deadlines while in_dl */
     int in_dl;
-    kv_grpc_call *resume_next;
+    kv_list resume_link; /* conn->resume while in_resume */
     /* (client port HTTP/1, grpc_http1.h) a local call: responses go to the sink */
     const struct kv_grpc_local_sink *local;
     void *local_arg;
@@ -95,9 +96,9 @@ struct kv_grpc_conn {
     int writing;
     size_t out_app_bytes; /* sum of calls' outq sizes */
     size_t in_bytes;      /* sum of calls' in_acct */
-    kv_grpc_call *calls;
-    kv_grpc_call *zombies;
-    kv_grpc_call *resume_head;
+    kv_list calls;        /* kv_grpc_call.link, newest first */
+    kv_list zombies;      /* kv_grpc_call.link, newest first */
+    kv_list resume;       /* kv_grpc_call.resume_link, newest first */
     size_t n_calls;
     unsigned closing : 1, close_after_write : 1, dirty : 1, ping_outstanding : 1, read_stopped : 1;
     unsigned got_request : 1;   /* a request's headers completed on this connection */
@@ -116,9 +117,9 @@ struct kv_grpc_conn {
     uint64_t last_delivery;  /* uv_now() when a request message last reached the app */
     size_t owed;             /* DATA bytes received, not yet credited to the connection window */
     size_t acct;             /* bytes this connection counts in srv->buffered */
-    kv_grpc_conn *lnext, *lprev;           /* srv->hs or srv->idle_conns (oldest first) */
-    kv_grpc_conn *next, *prev;             /* srv->conns */
-    kv_grpc_conn *dirty_next, *dirty_prev; /* srv->dirty */
+    kv_list fifo_link;       /* srv->hs or srv->idle_conns (oldest first) */
+    kv_list link;            /* srv->conns */
+    kv_list dirty_link;      /* srv->dirty */
     /* (client port HTTP/1, grpc_http1.h) protocol detection and the HTTP/1 handler's state */
     void *http1;     /* non-NULL: an HTTP/1.x connection (no nghttp2 traffic) */
     uint8_t pre[24]; /* first bytes while they still match the HTTP/2 preface */
@@ -129,9 +130,9 @@ struct kv_grpc_conn {
     kv_grpc_call *raw_call;
 };
 
-/* An intrusive FIFO of connections (oldest at head). */
+/* A FIFO of connections (kv_grpc_conn.fifo_link, oldest first). */
 typedef struct kv_grpc_conn_list {
-    kv_grpc_conn *head, *tail;
+    kv_list list;
     size_t n;
 } kv_grpc_conn_list;
 
@@ -158,11 +159,11 @@ struct kv_grpc_server {
     kv_grpc_conn_list idle_conns; /* connections with requests before and no call now */
     int open_handles;             /* server-level handles not yet closed */
     size_t n_rejecting;           /* over-limit sockets being closed */
-    kv_grpc_conn *conns;
+    kv_list conns;                /* kv_grpc_conn.link, newest first */
     size_t n_conns;
     uint64_t next_conn_id;
-    kv_grpc_conn *dirty;
-    kv_grpc_call *dl_head;
+    kv_list dirty;     /* kv_grpc_conn.dirty_link, newest first */
+    kv_list deadlines; /* kv_grpc_call.dl_link, newest first */
     int closing;
     void (*close_cb)(void *);
     void *close_arg;

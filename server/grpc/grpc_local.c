@@ -143,6 +143,9 @@ int kv_grpc_local_new(kv_grpc_conn *c, const char *path, const kv_grpc_local_sin
     if (!call)
         return -ENOMEM;
     call->conn = c;
+    kv_list_init(&call->link);
+    kv_list_init(&call->dl_link);
+    kv_list_init(&call->resume_link);
     call->method = m;
     call->started = 1;
     call->local = sink;

@@ -32,13 +32,7 @@ void kv_grpc_config_default(kv_grpc_config *cfg)
 
 void kv_grpc_list_push(kv_grpc_conn_list *l, kv_grpc_conn *c)
 {
-    c->lnext = NULL;
-    c->lprev = l->tail;
-    if (l->tail)
-        l->tail->lnext = c;
-    else
-        l->head = c;
-    l->tail = c;
+    kv_list_insert_tail(&l->list, &c->fifo_link);
     l->n++;
     if (&c->srv->hs == l)
         c->in_hs = 1;
@@ -48,20 +42,19 @@ void kv_grpc_list_push(kv_grpc_conn_list *l, kv_grpc_conn *c)
 
 void kv_grpc_list_remove(kv_grpc_conn_list *l, kv_grpc_conn *c)
 {
-    if (c->lprev)
-        c->lprev->lnext = c->lnext;
-    else
-        l->head = c->lnext;
-    if (c->lnext)
-        c->lnext->lprev = c->lprev;
-    else
-        l->tail = c->lprev;
-    c->lnext = c->lprev = NULL;
+    kv_list_remove(&c->fifo_link);
     l->n--;
     if (&c->srv->hs == l)
         c->in_hs = 0;
     else
         c->in_idle = 0;
+}
+
+/* The oldest connection of l, NULL if none. */
+static kv_grpc_conn *list_first(kv_grpc_conn_list *l)
+{
+    kv_list *e = kv_list_head(&l->list);
+    return e ? kv_list_data(e, kv_grpc_conn, fifo_link) : NULL;
 }
 
 /* ---- dirty list + idle flush ---- */
@@ -71,9 +64,9 @@ static void idle_cb(uv_idle_t *h)
     kv_grpc_server *s = h->data;
     /* Each flush unmarks its connection; flushes may mark others (or re-mark) dirty. */
     size_t budget = s->n_conns + 1;
-    while (s->dirty && budget--)
-        kv_grpc_conn_flush(s->dirty);
-    if (!s->dirty)
+    while (!kv_list_empty(&s->dirty) && budget--)
+        kv_grpc_conn_flush(kv_list_data(kv_list_head(&s->dirty), kv_grpc_conn, dirty_link));
+    if (kv_list_empty(&s->dirty))
         uv_idle_stop(&s->idle);
 }
 
@@ -83,28 +76,17 @@ void kv_grpc_srv_mark_dirty(kv_grpc_conn *c)
     if (c->dirty || c->closing)
         return;
     c->dirty = 1;
-    c->dirty_prev = NULL;
-    c->dirty_next = s->dirty;
-    if (s->dirty)
-        s->dirty->dirty_prev = c;
-    s->dirty = c;
+    kv_list_insert_head(&s->dirty, &c->dirty_link);
     if (!s->closing)
         uv_idle_start(&s->idle, idle_cb);
 }
 
 void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c)
 {
-    kv_grpc_server *s = c->srv;
     if (!c->dirty)
         return;
-    if (c->dirty_prev)
-        c->dirty_prev->dirty_next = c->dirty_next;
-    else
-        s->dirty = c->dirty_next;
-    if (c->dirty_next)
-        c->dirty_next->dirty_prev = c->dirty_prev;
+    kv_list_remove(&c->dirty_link);
     c->dirty = 0;
-    c->dirty_next = c->dirty_prev = NULL;
 }
 
 /* ---- deadlines: one timer armed for the earliest deadline (O(n) scan of calls that have
@@ -115,9 +97,12 @@ static void deadline_cb(uv_timer_t *t);
 static void arm_deadline(kv_grpc_server *s)
 {
     uint64_t min = 0;
-    for (kv_grpc_call *x = s->dl_head; x; x = x->dl_next)
+    kv_list *e;
+    kv_list_foreach(e, &s->deadlines) {
+        kv_grpc_call *x = kv_list_data(e, kv_grpc_call, dl_link);
         if (!min || x->deadline < min)
             min = x->deadline;
+    }
     if (!min || s->closing) {
         uv_timer_stop(&s->deadline_timer);
         return;
@@ -132,9 +117,15 @@ static void deadline_cb(uv_timer_t *t)
     uint64_t now = uv_now(s->loop);
     /* Restart the scan after each expiry: callbacks may remove other entries. */
     for (;;) {
-        kv_grpc_call *x = s->dl_head;
-        while (x && x->deadline > now)
-            x = x->dl_next;
+        kv_grpc_call *x = NULL;
+        kv_list *e;
+        kv_list_foreach(e, &s->deadlines) {
+            kv_grpc_call *y = kv_list_data(e, kv_grpc_call, dl_link);
+            if (y->deadline <= now) {
+                x = y;
+                break;
+            }
+        }
         if (!x)
             break;
         kv_grpc_srv_deadline_remove(x);
@@ -149,11 +140,7 @@ void kv_grpc_srv_deadline_add(kv_grpc_call *call)
     if (call->in_dl || !call->deadline)
         return;
     call->in_dl = 1;
-    call->dl_prev = NULL;
-    call->dl_next = s->dl_head;
-    if (s->dl_head)
-        s->dl_head->dl_prev = call;
-    s->dl_head = call;
+    kv_list_insert_head(&s->deadlines, &call->dl_link);
     uint64_t due = uv_timer_get_due_in(&s->deadline_timer);
     uint64_t now = uv_now(s->loop);
     uint64_t in = call->deadline > now ? call->deadline - now : 0;
@@ -163,16 +150,9 @@ void kv_grpc_srv_deadline_add(kv_grpc_call *call)
 
 void kv_grpc_srv_deadline_remove(kv_grpc_call *call)
 {
-    kv_grpc_server *s = call->conn->srv;
     if (!call->in_dl)
         return;
-    if (call->dl_prev)
-        call->dl_prev->dl_next = call->dl_next;
-    else
-        s->dl_head = call->dl_next;
-    if (call->dl_next)
-        call->dl_next->dl_prev = call->dl_prev;
-    call->dl_next = call->dl_prev = NULL;
+    kv_list_remove(&call->dl_link);
     call->in_dl = 0;
 }
 
@@ -181,7 +161,9 @@ void kv_grpc_srv_deadline_remove(kv_grpc_call *call)
 static void ping_cb(uv_timer_t *t)
 {
     kv_grpc_server *s = t->data;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+    kv_list *e;
+    kv_list_foreach(e, &s->conns) {
+        kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
         if (c->closing || c->http1 || !c->detected) /* no HTTP/2 (yet): grpc_http1.h */
             continue;
         if (c->ping_outstanding) { /* unanswered for a whole interval */
@@ -220,10 +202,13 @@ static size_t collect(kv_grpc_server *s, size_t (*bytes)(kv_grpc_call *, uint64_
     uint64_t now = uv_now(s->loop);
     size_t n = 0, cap = 0;
     cand *v = NULL;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+    kv_list *ce, *xe;
+    kv_list_foreach(ce, &s->conns) {
+        kv_grpc_conn *c = kv_list_data(ce, kv_grpc_conn, link);
         if (c->closing)
             continue;
-        for (kv_grpc_call *x = c->calls; x; x = x->next) {
+        kv_list_foreach(xe, &c->calls) {
+            kv_grpc_call *x = kv_list_data(xe, kv_grpc_call, link);
             size_t b = bytes(x, now);
             if (!b)
                 continue;
@@ -303,17 +288,20 @@ static void housekeep_cb(uv_timer_t *t)
 {
     kv_grpc_server *s = t->data;
     uint64_t now = uv_now(s->loop);
-    while (s->hs.head && s->hs.head->accepted_at + s->cfg.handshake_timeout_ms <= now) {
+    kv_grpc_conn *h;
+    while ((h = list_first(&s->hs)) && h->accepted_at + s->cfg.handshake_timeout_ms <= now) {
         kv_metric_inc(s->m_close_handshake);
-        kv_grpc_conn_goaway_close(s->hs.head, NGHTTP2_NO_ERROR, "handshake timeout");
+        kv_grpc_conn_goaway_close(h, NGHTTP2_NO_ERROR, "handshake timeout");
     }
-    while (s->cfg.max_connection_idle_ms && s->idle_conns.head &&
-           s->idle_conns.head->idle_since + s->cfg.max_connection_idle_ms <= now) {
+    while (s->cfg.max_connection_idle_ms && (h = list_first(&s->idle_conns)) &&
+           h->idle_since + s->cfg.max_connection_idle_ms <= now) {
         kv_metric_inc(s->m_close_idle);
-        kv_grpc_conn_goaway_close(s->idle_conns.head, NGHTTP2_NO_ERROR, "max_idle");
+        kv_grpc_conn_goaway_close(h, NGHTTP2_NO_ERROR, "max_idle");
     }
     uint64_t stall = s->cfg.send_stall_timeout_ms;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next) {
+    kv_list *ce, *xe;
+    kv_list_foreach(ce, &s->conns) {
+        kv_grpc_conn *c = kv_list_data(ce, kv_grpc_conn, link);
         if (c->closing || !c->h2)
             continue;
         if (c->close_at && now >= c->close_at) {
@@ -332,9 +320,13 @@ static void housekeep_cb(uv_timer_t *t)
             continue;
         }
         if (c->out_app_bytes) {
-            for (kv_grpc_call *x = c->calls; x && !c->closing; x = x->next)
+            kv_list_foreach(xe, &c->calls) {
+                if (c->closing)
+                    break;
+                kv_grpc_call *x = kv_list_data(xe, kv_grpc_call, link);
                 if (!x->reset && kv_grpc_buf_size(&x->outq) && x->out_progress + stall <= now)
                     kv_grpc_call_reset(x, NGHTTP2_INTERNAL_ERROR, s->m_reset_stalled);
+            }
         }
         if (c->owed && !c->closing)
             kv_grpc_conn_sync(c); /* the cap may have room again */
@@ -359,9 +351,12 @@ static double buffered_max(void *arg)
 {
     kv_grpc_server *s = arg;
     double m = 0;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+    kv_list *e;
+    kv_list_foreach(e, &s->conns) {
+        const kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
         if (conn_bytes(c) > m)
             m = conn_bytes(c);
+    }
     return m;
 }
 
@@ -369,8 +364,9 @@ static double buffered_total(void *arg)
 {
     kv_grpc_server *s = arg;
     double t = 0;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next)
-        t += conn_bytes(c);
+    kv_list *e;
+    kv_list_foreach(e, &s->conns)
+        t += conn_bytes(kv_list_data(e, kv_grpc_conn, link));
     return t;
 }
 
@@ -398,8 +394,11 @@ static double conns_gated(void *arg)
 {
     kv_grpc_server *s = arg;
     double n = 0;
-    for (kv_grpc_conn *c = s->conns; c; c = c->next)
+    kv_list *e;
+    kv_list_foreach(e, &s->conns) {
+        const kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
         n += c->gated && !c->closing;
+    }
     return n;
 }
 
@@ -538,6 +537,11 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     kv_grpc_server *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
+    kv_list_init(&s->hs.list);
+    kv_list_init(&s->idle_conns.list);
+    kv_list_init(&s->conns);
+    kv_list_init(&s->dirty);
+    kv_list_init(&s->deadlines);
     kv_grpc_config def;
     kv_grpc_config_default(&def);
     s->cfg = cfg ? *cfg : def;
@@ -652,7 +656,9 @@ static void on_connection(uv_stream_t *l, int status)
     if (s->n_conns - s->n_closing >= s->cfg.max_connections) {
         /* Idle sockets must not lock active clients out: make room by closing the oldest
          * connection that never completed a request, else the longest idle one. */
-        kv_grpc_conn *victim = s->hs.head ? s->hs.head : s->idle_conns.head;
+        kv_grpc_conn *victim = list_first(&s->hs);
+        if (!victim)
+            victim = list_first(&s->idle_conns);
         if (!victim) {
             kv_metric_inc(s->m_ref_conn);
             reject_one(s);
@@ -699,7 +705,7 @@ size_t kv_grpc_server_connections(kv_grpc_server *s)
 
 static void maybe_finalize(kv_grpc_server *s)
 {
-    if (!s->closing || s->open_handles || s->conns || s->n_rejecting)
+    if (!s->closing || s->open_handles || !kv_list_empty(&s->conns) || s->n_rejecting)
         return;
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
@@ -738,6 +744,7 @@ void kv_grpc_server_close(kv_grpc_server *s, void (*cb)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->deadline_timer, handle_closed_cb);
     uv_close((uv_handle_t *)&s->ping_timer, handle_closed_cb);
     uv_close((uv_handle_t *)&s->housekeep_timer, handle_closed_cb);
-    for (kv_grpc_conn *c = s->conns; c; c = c->next)
-        kv_grpc_conn_close(c);
+    kv_list *e;
+    kv_list_foreach(e, &s->conns)
+        kv_grpc_conn_close(kv_list_data(e, kv_grpc_conn, link));
 }

@@ -2,6 +2,7 @@
  * grpc-gateway JSON API (see client_http.h). */
 #include "http/client_http.h"
 
+#include "common/list.h"
 #include "grpc/grpc_http1.h"
 #include "http/gateway.h"
 #include "http/http_server.h"
@@ -24,7 +25,7 @@ typedef struct hconn hconn;
 typedef struct health_req {
     hconn *hc; /* NULL once the connection is gone or answered by the timeout */
     uint64_t deadline;
-    struct health_req *next, *prev; /* h->health_list while hc != NULL */
+    kv_list link; /* h->health_list while hc != NULL */
 } health_req;
 
 /* The label values of etcd_http_*: the methods etcd's client port answers, then the rest. */
@@ -35,15 +36,15 @@ static const char *const http_methods[] = {"GET",  "PUT",     "POST", "DELETE",
 struct kv_client_http {
     kv_client_http_config cfg;
     uv_loop_t *loop;
-    uv_timer_t timer; /* health timeouts */
-    health_req *health_list;
+    uv_timer_t timer;    /* health timeouts */
+    kv_list health_list; /* health_req.link, newest first */
     kv_metric *m_requests, *m_bad;
     /* etcd's series (docs/metrics.md "Client HTTP"): per HTTP method of a fixed set */
     kv_metric *m_received[N_HTTP_METHODS], *m_success[N_HTTP_METHODS];
     kv_metric *m_health_ok, *m_health_fail;
     /* gateway calls in flight (client_http.h "Gateway calls share one stream limit") */
     uint32_t active;
-    hconn *wait_head, *wait_tail; /* complete gateway requests waiting for a slot, in order */
+    kv_list waiting; /* hconn.wait_link: complete gateway requests waiting for a slot, in order */
     size_t n_waiting;
     uv_timer_t wake; /* 0 ms: starts waiting requests outside the callback that freed a slot */
     int closing, handles_open;
@@ -75,7 +76,7 @@ struct hconn {
     int http_method;   /* index in http_methods of the request being answered; -1: none */
     uint64_t t0_ns;    /* when it was complete (etcd_http_successful_duration_seconds) */
     int counted;       /* the call holds one of h->active */
-    hconn *wait_next;  /* h->wait_head list while ST_WAITING */
+    kv_list wait_link; /* h->waiting while ST_WAITING */
 };
 
 /* ---- output ---- */
@@ -224,15 +225,9 @@ static void write_chunk(hconn *hc, const char *p, size_t n)
 
 /* ---- health ---- */
 
-static void health_unlink(kv_client_http *h, health_req *hr)
+static void health_unlink(health_req *hr)
 {
-    if (hr->prev)
-        hr->prev->next = hr->next;
-    else if (h->health_list == hr)
-        h->health_list = hr->next;
-    if (hr->next)
-        hr->next->prev = hr->prev;
-    hr->next = hr->prev = NULL;
+    kv_list_remove(&hr->link); /* harmless if it is on no list */
 }
 
 static void health_done(void *ctx, int ok, const char *reason)
@@ -240,7 +235,7 @@ static void health_done(void *ctx, int ok, const char *reason)
     health_req *hr = ctx;
     hconn *hc = hr->hc;
     if (hc) {
-        health_unlink(hc->h, hr);
+        health_unlink(hr);
         hc->hr = NULL;
     }
     free(hr);
@@ -252,18 +247,18 @@ static void health_timer_cb(uv_timer_t *t)
 {
     kv_client_http *h = t->data;
     uint64_t now = uv_now(h->loop);
-    health_req *hr = h->health_list, *next;
-    for (; hr; hr = next) {
-        next = hr->next;
+    kv_list *e, *next;
+    kv_list_foreach_safe(e, next, &h->health_list) {
+        health_req *hr = kv_list_data(e, health_req, link);
         if (hr->deadline > now)
             continue;
         hconn *hc = hr->hc;
-        health_unlink(h, hr);
+        health_unlink(hr);
         hr->hc = NULL; /* freed when the hook answers */
         hc->hr = NULL;
         respond_health(hc, 0, "timeout");
     }
-    if (!h->health_list)
+    if (kv_list_empty(&h->health_list))
         uv_timer_stop(&h->timer);
 }
 
@@ -281,10 +276,7 @@ static void start_health(hconn *hc)
     }
     hr->hc = hc;
     hr->deadline = uv_now(h->loop) + h->cfg.health_timeout_ms;
-    hr->next = h->health_list;
-    if (h->health_list)
-        h->health_list->prev = hr;
-    h->health_list = hr;
+    kv_list_insert_head(&h->health_list, &hr->link);
     hc->hr = hr;
     hc->state = ST_HEALTH;
     if (!uv_is_active((uv_handle_t *)&h->timer))
@@ -305,24 +297,18 @@ static void slot_release(hconn *hc)
         return;
     hc->counted = 0;
     h->active--;
-    if (h->wait_head && !h->closing)
+    if (!kv_list_empty(&h->waiting) && !h->closing)
         uv_timer_start(&h->wake, on_wake, 0, 0);
 }
 
 static void wait_unlink(hconn *hc)
 {
     kv_client_http *h = hc->h;
-    for (hconn **pp = &h->wait_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->wait_next) {
-        if (*pp != hc)
-            continue;
-        *pp = hc->wait_next;
-        if (h->wait_tail == hc)
-            h->wait_tail = prev;
-        hc->wait_next = NULL;
-        h->n_waiting--;
-        kv_metric_set(h->m_waiting, (double)h->n_waiting);
-        return;
-    }
+    if (kv_list_empty(&hc->wait_link))
+        return; /* not waiting */
+    kv_list_remove(&hc->wait_link);
+    h->n_waiting--;
+    kv_metric_set(h->m_waiting, (double)h->n_waiting);
 }
 
 static int sink_send(void *arg, const uint8_t *msg, size_t len)
@@ -705,12 +691,7 @@ static long take_request(hconn *hc)
         /* every stream slot is taken: wait, as etcd's gateway waits for its connection's
          * stream quota, until a call ends or the client gives up (on_close) */
         hc->state = ST_WAITING;
-        hc->wait_next = NULL;
-        if (h->wait_tail)
-            h->wait_tail->wait_next = hc;
-        else
-            h->wait_head = hc;
-        h->wait_tail = hc;
+        kv_list_insert_tail(&h->waiting, &hc->wait_link);
         h->n_waiting++;
         kv_metric_set(h->m_waiting, (double)h->n_waiting);
         kv_metric_inc(h->m_waited);
@@ -793,6 +774,7 @@ static void *on_open(void *arg, kv_grpc_conn *c)
         return NULL;
     hc->h = arg;
     hc->c = c;
+    kv_list_init(&hc->wait_link);
     hc->keep_alive = 1;
     hc->http_method = -1;
     return hc;
@@ -843,8 +825,10 @@ static int on_recv(void *st, const uint8_t *in, size_t len)
 static void on_wake(uv_timer_t *t)
 {
     kv_client_http *h = t->data;
-    while (h->wait_head && (!h->cfg.max_streams || h->active < h->cfg.max_streams)) {
-        hconn *hc = h->wait_head;
+    kv_list *e;
+    while ((e = kv_list_head(&h->waiting)) &&
+           (!h->cfg.max_streams || h->active < h->cfg.max_streams)) {
+        hconn *hc = kv_list_data(e, hconn, wait_link);
         wait_unlink(hc);
         hc->state = ST_IDLE;
         process(hc); /* parses the request again and starts its call */
@@ -862,7 +846,7 @@ static void on_close(void *st)
 {
     hconn *hc = st;
     if (hc->hr) { /* the hook answers later into a detached request */
-        health_unlink(hc->h, hc->hr);
+        health_unlink(hc->hr);
         hc->hr->hc = NULL;
     }
     if (hc->state == ST_WAITING)
@@ -884,6 +868,8 @@ int kv_client_http_new(kv_client_http **out, const kv_client_http_config *cfg, u
     kv_client_http *h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
+    kv_list_init(&h->health_list);
+    kv_list_init(&h->waiting);
     h->cfg = *cfg;
     if (!h->cfg.max_header_bytes)
         h->cfg.max_header_bytes = 8192;
@@ -951,12 +937,12 @@ void kv_client_http_free(kv_client_http *h)
 {
     if (!h)
         return;
-    for (health_req *hr = h->health_list, *next; hr; hr = next) {
-        next = hr->next;
+    kv_list *e;
+    while ((e = kv_list_head(&h->health_list))) {
+        health_req *hr = kv_list_data(e, health_req, link);
+        health_unlink(hr);
         hr->hc = NULL;
-        hr->next = hr->prev = NULL;
     }
-    h->health_list = NULL;
     h->closing = 1;
     uv_close((uv_handle_t *)&h->timer, timer_closed);
     uv_close((uv_handle_t *)&h->wake, timer_closed);

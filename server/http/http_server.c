@@ -1,5 +1,6 @@
 /* http_server.c - see http_server.h. */
 #include "http/http_server.h"
+#include "common/list.h"
 #include "net/accept_gate.h"
 #include "net/listen.h"
 
@@ -29,7 +30,7 @@ struct http_conn {
     size_t len;
     char *resp;
     health_req *hr;
-    http_conn *next, *prev;
+    kv_list link; /* srv->conns */
 };
 
 struct kv_http_server {
@@ -42,7 +43,7 @@ struct kv_http_server {
     kv_accept_gate accept_gate; /* at most KV_ACCEPT_BURST accepts per loop iteration */
     int listening, closing;
     int listener_open; /* the listener and the gate's handle, until their close callbacks */
-    http_conn *conns;
+    kv_list conns;     /* http_conn.link, newest first */
     size_t n_conns, n_rejecting;
     size_t n_closing; /* conns closed, waiting for their close callbacks */
     kv_metric *m_conns, *m_evicted, *m_timeouts, *m_rejected;
@@ -68,6 +69,7 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
     kv_http_server *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
+    kv_list_init(&s->conns);
     kv_http_config def;
     kv_http_config_default(&def);
     s->cfg = cfg ? *cfg : def;
@@ -116,7 +118,7 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
 
 static void maybe_finalize(kv_http_server *s)
 {
-    if (!s->closing || s->listener_open || s->conns || s->n_rejecting)
+    if (!s->closing || s->listener_open || !kv_list_empty(&s->conns) || s->n_rejecting)
         return;
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
@@ -131,12 +133,7 @@ static void conn_handle_closed(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     kv_http_server *s = c->srv;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    kv_list_remove(&c->link);
     s->n_conns--;
     s->n_closing--;
     kv_metric_gauge_add(s->m_conns, -1);
@@ -410,9 +407,12 @@ static void on_connection(uv_stream_t *l, int status)
          * request (idle sockets must not lock /health out); refuse only when every slot is
          * busy with a request in progress. The list is newest first. */
         http_conn *victim = NULL;
-        for (http_conn *c = s->conns; c; c = c->next)
+        kv_list *e;
+        kv_list_foreach(e, &s->conns) {
+            http_conn *c = kv_list_data(e, http_conn, link);
             if (c->state == ST_READ)
                 victim = c;
+        }
         if (victim) {
             kv_metric_inc(s->m_evicted);
             conn_close(victim);
@@ -447,10 +447,7 @@ static void on_connection(uv_stream_t *l, int status)
     c->sreq.data = c;
     c->handles = 2;
     c->state = ST_READ;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    kv_list_insert_head(&s->conns, &c->link);
     s->n_conns++;
     kv_metric_gauge_add(s->m_conns, 1);
     if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
@@ -495,6 +492,7 @@ void kv_http_server_close(kv_http_server *s, void (*cb)(void *arg), void *arg)
     s->close_arg = arg;
     uv_close((uv_handle_t *)&s->listener, listener_closed);
     kv_accept_gate_close(&s->accept_gate, listener_closed);
-    for (http_conn *c = s->conns; c; c = c->next)
-        conn_close(c);
+    kv_list *e;
+    kv_list_foreach(e, &s->conns)
+        conn_close(kv_list_data(e, http_conn, link));
 }

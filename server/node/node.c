@@ -197,8 +197,7 @@ static void finish_barrier(kv_node_req *r, int status)
  * "Ownership"), so it goes to the grave, emptied after the advance. */
 static void bury(kv_node *n, kv_node_req *r)
 {
-    r->next = n->grave;
-    n->grave = r;
+    kv_list_insert_head(&n->grave, &r->link);
 }
 
 void kv_node__fail_err(kv_node *n, kv_node_req *r, kv_etcd_err e)
@@ -301,9 +300,9 @@ void kv_node__maybe_free(kv_node *n)
     if (n->closing && n->handles_open == 0 && n->inflight == NULL && n->committing == NULL &&
         !n->excl_busy && !n->snap_copying) {
         kv_node__raft_stop(n);
-        while (n->grave) {
-            kv_node_req *r = n->grave;
-            n->grave = r->next;
+        kv_node_req *r;
+        while ((r = kv_node__first(&n->grave))) {
+            kv_list_remove(&r->link);
             free(r->data);
             free(r);
         }
@@ -400,22 +399,17 @@ static void on_tick(uv_timer_t *h)
     uint64_t now = kv_node__now_ms();
     /* Requests never proposed (no leader) and proposals never applied fail at their deadline;
      * both queues are in arrival order, so only their heads need a look. */
-    while (n->head && n->head->kind != REQ_EXCL && n->head->deadline_ms <= now) {
-        kv_node_req *r = n->head;
-        n->head = r->next;
-        if (n->head == NULL)
-            n->tail = NULL;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->queue)) && r->kind != REQ_EXCL && r->deadline_ms <= now) {
+        kv_list_remove(&r->link);
         if (r == n->health_q)
             n->health_q = NULL;
         else
             n->pending--;
         kv_node__fail_err(n, r, n->leader ? KV_ERR_TIMEOUT : KV_ERR_NO_LEADER);
     }
-    while (n->wait_head && n->wait_head->deadline_ms <= now) {
-        kv_node_req *r = n->wait_head;
-        n->wait_head = r->next;
-        if (n->wait_head == NULL)
-            n->wait_tail = NULL;
+    while ((r = kv_node__first(&n->wait)) && r->deadline_ms <= now) {
+        kv_list_remove(&r->link);
         kv_node__unwait(n, r);
         kv_node__fail_err(n, r, KV_ERR_TIMEOUT);
     }
@@ -572,6 +566,14 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     kv_node *n = calloc(1, sizeof(*n));
     if (n == NULL)
         return -ENOMEM;
+    kv_list_init(&n->queue);
+    kv_list_init(&n->wait);
+    kv_list_init(&n->grave);
+    kv_list_init(&n->conf_waiters);
+    kv_list_init(&n->reads_new);
+    kv_list_init(&n->reads_round);
+    kv_list_init(&n->reads_apply);
+    kv_list_init(&n->rreads);
     n->loop = loop;
     n->store = store;
     n->hdr = *hdr;
@@ -653,18 +655,16 @@ void kv_node_close(kv_node *n)
      * messages that waited for its commit there (test: cluster_disk_failpoint
      * a_member_stopped_inside_a_slow_commit_exits_cleanly). */
     n->peers = NULL;
-    while (n->head) {
-        kv_node_req *r = n->head;
-        n->head = r->next;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->queue))) {
+        kv_list_remove(&r->link);
         kv_node__fail_err(n, r, KV_ERR_STOPPED);
     }
-    n->tail = NULL;
     n->pending = 0;
     n->health_q = NULL;
     kv_node__fail_all_waiting(n, KV_ERR_STOPPED);
-    while (n->conf_waiters) {
-        kv_node_req *r = n->conf_waiters;
-        n->conf_waiters = r->next;
+    while ((r = kv_node__first(&n->conf_waiters))) {
+        kv_list_remove(&r->link);
         kv_node__fail_err(n, r, KV_ERR_STOPPED);
     }
     if (n->transfer_req) {
@@ -711,8 +711,7 @@ int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *
     w->arg = arg;
     w->index = n->acked_index; /* kv_node__reads_applied completes it after that commit */
     w->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
-    w->next = n->reads_apply;
-    n->reads_apply = w;
+    kv_list_insert_head(&n->reads_apply, &w->link);
     n->reads_waiting++;
     return 0;
 }
@@ -736,11 +735,7 @@ int kv_node__enqueue(kv_node *n, kv_node_req *r, int reserved)
         return -EBUSY;
     }
     r->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
-    if (n->tail)
-        n->tail->next = r;
-    else
-        n->head = r;
-    n->tail = r;
+    kv_list_insert_tail(&n->queue, &r->link);
     if (!reserved)
         n->pending++;
     kv_node__kick(n);
@@ -776,6 +771,7 @@ static kv_node_req *new_req(kv_node *n, int kind, uint8_t *body, size_t blen)
         free(body);
         return NULL;
     }
+    kv_list_init(&r->link);
     r->kind = kind;
     if (kind != REQ_EXCL && kind != REQ_MOVE_LEADER) {
         r->id = n->next_id++;
@@ -822,6 +818,7 @@ int kv_node__propose_forwarded(kv_node *n, const uint8_t *data, size_t len)
     kv_node_req *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
+    kv_list_init(&r->link);
     r->kind = REQ_FORWARDED;
     r->data = malloc(len ? len : 1);
     if (r->data == NULL) {

@@ -40,19 +40,19 @@ int kv_node__conf_phase2(kv_node *n, kv_node_req *r, kv_result *res)
     if (res && res->err != KV_ERR_NONE)
         return 0; /* refused as an entry: done(arg, res) reports it */
     r->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
-    r->next = n->conf_waiters;
-    n->conf_waiters = r;
+    kv_list_insert_head(&n->conf_waiters, &r->link);
     return 1;
 }
 
 /* Fails our waiter for request req_id (the leader refused the change). 1 if found. */
 int kv_node__conf_fail_waiter(kv_node *n, uint64_t req_id, kv_etcd_err e, const char *detail)
 {
-    for (kv_node_req **pp = &n->conf_waiters; *pp; pp = &(*pp)->next) {
-        kv_node_req *r = *pp;
+    kv_list *it;
+    kv_list_foreach(it, &n->conf_waiters) {
+        kv_node_req *r = kv_node__req(it);
         if (r->id != req_id)
             continue;
-        *pp = r->next;
+        kv_list_remove(&r->link);
         r->kind = REQ_WRITE;
         kv_node__fail_req(n, r, e, detail);
         return 1;
@@ -152,14 +152,16 @@ void kv_node__conf_applied(kv_node *n, const struct raft_entry *e, kv_result *cr
                    : op == RAFT_CONF_ADD_LEARNER ? KV_NODE_MEMBER_ADD_LEARNER
                                                  : KV_NODE_MEMBER_ADD,
                    id);
-    kv_node_req **pp = &n->conf_waiters;
-    while (*pp) {
-        kv_node_req *r = *pp;
+    /* Looks on after `at` (the head or the last request kept), re-read after each callback:
+     * a request added at the front meanwhile is looked at too. */
+    kv_list *at = &n->conf_waiters, *it;
+    while ((it = kv_list_next(&n->conf_waiters, at))) {
+        kv_node_req *r = kv_node__req(it);
         if (r->conf_id != id) {
-            pp = &r->next;
+            at = it;
             continue;
         }
-        *pp = r->next;
+        kv_list_remove(&r->link);
         r->kind = REQ_WRITE;
         kv_node__finish_req(n, r, cres);
     }
@@ -173,8 +175,7 @@ void kv_node__conf_track_transfer(kv_node *n, kv_node_req *r)
         kv_node__fail_err(n, old, KV_ERR_NONE);
     }
     r->deadline_ms = kv_node__now_ms() + 2u * n->election_ms + 1000u;
-    r->next = NULL;
-    n->transfer_req = r;
+    n->transfer_req = r; /* on no list */
 }
 
 void kv_node__conf_check(kv_node *n)
@@ -188,14 +189,14 @@ void kv_node__conf_check(kv_node *n)
         n->transfer_req = NULL;
         kv_node__fail_err(n, r, KV_ERR_NONE);
     }
-    kv_node_req **pp = &n->conf_waiters;
-    while (*pp) {
-        r = *pp;
+    kv_list *at = &n->conf_waiters, *e; /* as in kv_node__conf_applied */
+    while ((e = kv_list_next(&n->conf_waiters, at))) {
+        r = kv_node__req(e);
         if (r->deadline_ms > now) {
-            pp = &r->next;
+            at = e;
             continue;
         }
-        *pp = r->next;
+        kv_list_remove(&r->link);
         r->kind = REQ_WRITE;
         kv_node__fail_err(n, r, KV_ERR_TIMEOUT);
     }

@@ -19,6 +19,7 @@
 #define KV_NODE_INT_H
 
 #include "common/etcd_errors.h"
+#include "common/list.h"
 #include "node/node.h"
 #include "raft/raft.h"
 #include "raftlog/msg_codec.h"
@@ -42,7 +43,7 @@ struct kv_peer_net;
 /* Frame types on the peer transport: server/peer/peer_frames.h. */
 #include "peer/peer_frames.h"
 
-/* One /health probe waiting on a shared health barrier. */
+/* One /health probe waiting on a shared health barrier (a stack: pushed, then all answered). */
 typedef struct health_waiter {
     struct health_waiter *next;
     void (*done)(void *arg, int status);
@@ -60,7 +61,7 @@ enum req_kind {
 };
 
 struct kv_node_req {
-    kv_node_req *next;
+    kv_list link; /* on one of kv_node's queue, wait, conf_waiters, grave (or on none) */
     int kind;
     uint8_t *data; /* packed InternalRequest with id/proposer prefixed; NULL for EXCL */
     size_t len;
@@ -80,6 +81,18 @@ struct kv_node_req {
     int essential;         /* an alarm: proposed even when the disk is nearly full */
     int forwarded;         /* in the wait list as forwarded to the leader (fwd_waiting) */
 };
+
+/* The request whose link is e; NULL for NULL. */
+static inline kv_node_req *kv_node__req(kv_list *e)
+{
+    return e ? kv_list_data(e, kv_node_req, link) : NULL;
+}
+
+/* The first request of the list at l, NULL if it is empty. */
+static inline kv_node_req *kv_node__first(const kv_list *l)
+{
+    return kv_node__req(kv_list_head(l));
+}
 
 /* Lease observer events of one ready, recorded on the worker and replayed on the loop. */
 typedef struct obs_event {
@@ -161,7 +174,7 @@ typedef struct snap_peer {
 
 /* A linearizable read waiting for its read index, then for apply. */
 typedef struct read_waiter {
-    struct read_waiter *next;
+    kv_list link; /* kv_node's reads_new, reads_round or reads_apply */
     void (*done)(void *arg, int status);
     void *arg;
     uint64_t ctx;         /* read round it belongs to (0: not yet requested) */
@@ -171,12 +184,13 @@ typedef struct read_waiter {
 
 /* A read index asked by a follower, pending in raft on the leader. */
 typedef struct remote_read {
-    struct remote_read *next;
+    kv_list link; /* kv_node.rreads */
     uint64_t from, their_ctx, our_ctx;
     uint64_t deadline_ms;
 } remote_read;
 
-/* A Physical Compact waiting for the physical compaction to finish. */
+/* A Physical Compact waiting for the physical compaction to finish (a stack: pushed, then all
+ * fired). */
 typedef struct compact_waiter {
     struct compact_waiter *next;
     void (*fn)(void *arg, int status);
@@ -191,11 +205,12 @@ struct kv_node {
     int64_t revision; /* store revision after the last committed ready */
 
     /* ---- requests ---- */
-    kv_node_req *head, *tail; /* queued, not yet proposed (FIFO) */
+    kv_list queue; /* kv_node_req.link: queued, not yet proposed (FIFO) */
     uint64_t pending;
-    kv_node_req *wait_head, *wait_tail; /* proposed by this member, by increasing id */
+    kv_list wait; /* kv_node_req.link: proposed by this member, by increasing id */
     uint64_t waiting;
-    kv_node_req *grave; /* completed; freed after the next raft_advance (raft.h ownership) */
+    kv_list grave; /* kv_node_req.link: completed; freed after the next raft_advance (raft.h
+                      ownership) */
     uint64_t next_id;
     kv_store_lease_observer target;
 
@@ -256,7 +271,8 @@ struct kv_node {
     uint64_t log_compactions; /* early compactions (by bytes) */
     kv_metric *m_log_bytes, *m_log_refused, *m_log_early;
     struct raft_snapshot_meta compact_meta;
-    kv_node_req *conf_waiters; /* our membership changes waiting for their configuration entry */
+    kv_list conf_waiters; /* kv_node_req.link: our membership changes waiting for their
+                             configuration entry */
     struct conf_todo {
         int op;
         uint64_t id, proposer, req_id;
@@ -290,9 +306,9 @@ struct kv_node {
     uint64_t snap_sends;
 
     /* ---- reads (ReadIndex) ---- */
-    read_waiter *reads_new;       /* not yet assigned to a round */
-    read_waiter *reads_round;     /* in the current round (ctx = round_ctx) */
-    read_waiter *reads_apply;     /* read index known, waiting for apply */
+    kv_list reads_new;            /* read_waiter.link: not yet assigned to a round */
+    kv_list reads_round;          /* in the current round (ctx = round_ctx) */
+    kv_list reads_apply;          /* read index known, waiting for apply */
     uint64_t round_ctx, next_ctx; /* round in flight (0: none) */
     uint64_t round_started_ms;
     /* Leadership confirmation (kv_node_lease_live): every read-index round this member starts
@@ -314,7 +330,7 @@ struct kv_node {
     int confirm_wanted;
     uint64_t transfer_ms;
     uint64_t reads_waiting, max_reads;
-    remote_read *rreads; /* followers' read index requests pending in raft */
+    kv_list rreads; /* remote_read.link: followers' read index requests pending in raft */
     uint64_t rreads_n;
 
     /* ---- worker ---- */

@@ -115,16 +115,12 @@ static void on_forward_resp(kv_node *n, const uint8_t *buf, size_t len)
         e = KV_ERR_LEADER_CHANGED;
         detail = NULL;
     }
-    kv_node_req *prev = NULL;
-    for (kv_node_req *r = n->wait_head; r; prev = r, r = r->next) {
+    kv_list *it;
+    kv_list_foreach(it, &n->wait) {
+        kv_node_req *r = kv_node__req(it);
         if (r->id != fr->id)
             continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            n->wait_head = r->next;
-        if (n->wait_tail == r)
-            n->wait_tail = prev;
+        kv_list_remove(&r->link);
         kv_node__unwait(n, r);
         kv_node__fail_req(n, r, e, detail);
         break;
@@ -149,21 +145,20 @@ int kv_node_read_index(kv_node *n, void (*done)(void *arg, int status), void *ar
     w->done = done;
     w->arg = arg;
     w->deadline_ms = kv_node__now_ms() + n->request_timeout_ms;
-    w->next = n->reads_new;
-    n->reads_new = w;
+    kv_list_insert_head(&n->reads_new, &w->link);
     n->reads_waiting++;
     kv_node__kick(n);
     return 0;
 }
 
-static void move_all(read_waiter **from, read_waiter **to, uint64_t ctx)
+/* Each waiter in turn goes to the front of `to` (the order the lists have always had). */
+static void move_all(kv_list *from, kv_list *to, uint64_t ctx)
 {
-    while (*from) {
-        read_waiter *w = *from;
-        *from = w->next;
-        w->ctx = ctx;
-        w->next = *to;
-        *to = w;
+    kv_list *e;
+    while ((e = kv_list_head(from))) {
+        kv_list_remove(e);
+        kv_list_data(e, read_waiter, link)->ctx = ctx;
+        kv_list_insert_head(to, e);
     }
 }
 
@@ -172,8 +167,9 @@ static void round_done(kv_node *n, uint64_t ctx, raft_index index)
 {
     if (ctx == 0 || ctx != n->round_ctx)
         return;
-    for (read_waiter *w = n->reads_round; w; w = w->next)
-        w->index = index;
+    kv_list *e;
+    kv_list_foreach(e, &n->reads_round)
+        kv_list_data(e, read_waiter, link)->index = index;
     move_all(&n->reads_round, &n->reads_apply, ctx);
     n->round_ctx = 0;
 }
@@ -192,6 +188,7 @@ static void confirm_push(kv_node *n, uint64_t ctx, uint64_t now)
 void kv_node__reads_drive(kv_node *n)
 {
     uint64_t now = kv_node__now_ms();
+    kv_list *e;
     if (n->confirm_wanted && n->role == RAFT_LEADER) {
         /* its own round, beside the reads' one (which waits for the one in flight): on a slow
          * link a request waits for one round trip after its arrival, not for two */
@@ -199,9 +196,11 @@ void kv_node__reads_drive(kv_node *n)
         if (raft_read_index(&n->raft, ctx) == 0) {
             n->confirm_wanted = 0;
             confirm_push(n, ctx, now);
-            for (remote_read *rr = n->rreads; rr; rr = rr->next)
+            kv_list_foreach(e, &n->rreads) {
+                remote_read *rr = kv_list_data(e, remote_read, link);
                 if (rr->our_ctx == 0)
                     rr->our_ctx = ctx;
+            }
         } /* else RAFT_EAGAIN (no entry of our term committed yet) or EBUSY: next turn */
     }
     if (n->round_ctx && now - n->round_started_ms > n->election_ms) {
@@ -209,20 +208,22 @@ void kv_node__reads_drive(kv_node *n)
         n->round_ctx = 0;
     }
     int remote = 0;
-    for (remote_read *rr = n->rreads; rr; rr = rr->next)
-        remote |= rr->our_ctx == 0;
-    if (n->round_ctx || (!n->reads_new && !remote))
+    kv_list_foreach(e, &n->rreads)
+        remote |= kv_list_data(e, remote_read, link)->our_ctx == 0;
+    if (n->round_ctx || (kv_list_empty(&n->reads_new) && !remote))
         return;
     uint64_t ctx = ++n->next_ctx;
     if (n->role == RAFT_LEADER) {
         int rc = raft_read_index(&n->raft, ctx);
         if (rc != 0)
             return; /* RAFT_EAGAIN: no entry of our term committed yet; retried next turn */
-        for (remote_read *rr = n->rreads; rr; rr = rr->next)
+        kv_list_foreach(e, &n->rreads) {
+            remote_read *rr = kv_list_data(e, remote_read, link);
             if (rr->our_ctx == 0)
                 rr->our_ctx = ctx;
+        }
         confirm_push(n, ctx, now);
-        if (!n->reads_new)
+        if (kv_list_empty(&n->reads_new))
             return; /* a round for followers only */
     } else if (n->leader && n->peers) {
         Kvdraftpb__ReadIndexReq q = KVDRAFTPB__READ_INDEX_REQ__INIT;
@@ -264,18 +265,16 @@ void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t c
     for (size_t i = 0; i < count; i++) {
         confirmed(n, rs[i].ctx);
         round_done(n, rs[i].ctx, rs[i].index);
-        remote_read **pp = &n->rreads;
-        while (*pp) {
-            remote_read *rr = *pp;
-            if (rr->our_ctx != rs[i].ctx) {
-                pp = &rr->next;
+        kv_list *e, *tmp;
+        kv_list_foreach_safe(e, tmp, &n->rreads) {
+            remote_read *rr = kv_list_data(e, remote_read, link);
+            if (rr->our_ctx != rs[i].ctx)
                 continue;
-            }
             Kvdraftpb__ReadIndexResp a = KVDRAFTPB__READ_INDEX_RESP__INIT;
             a.ctx = rr->their_ctx;
             a.index = rs[i].index;
             (void)send_pb(n, rr->from, KV_PEER_T_READ_RESP, &a.base);
-            *pp = rr->next;
+            kv_list_remove(&rr->link);
             n->rreads_n--;
             free(rr);
         }
@@ -284,14 +283,16 @@ void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t c
 
 void kv_node__reads_applied(kv_node *n)
 {
-    read_waiter **pp = &n->reads_apply;
-    while (*pp) {
-        read_waiter *w = *pp;
+    /* Looks on after `at` (the head or the last waiter kept), re-read after each callback: a
+     * waiter added at the front meanwhile is looked at too. */
+    kv_list *at = &n->reads_apply, *e;
+    while ((e = kv_list_next(&n->reads_apply, at))) {
+        read_waiter *w = kv_list_data(e, read_waiter, link);
         if (w->index > n->st.applied_index) {
-            pp = &w->next;
+            at = e;
             continue;
         }
-        *pp = w->next;
+        kv_list_remove(e);
         n->reads_waiting--;
         kv_metric_inc(n->m_reads);
         w->done(w->arg, 0);
@@ -299,15 +300,16 @@ void kv_node__reads_applied(kv_node *n)
     }
 }
 
-static void expire_list(kv_node *n, read_waiter **pp, uint64_t now, int all, int status)
+static void expire_list(kv_node *n, kv_list *l, uint64_t now, int all, int status)
 {
-    while (*pp) {
-        read_waiter *w = *pp;
+    kv_list *at = l, *e; /* as in kv_node__reads_applied */
+    while ((e = kv_list_next(l, at))) {
+        read_waiter *w = kv_list_data(e, read_waiter, link);
         if (!all && w->deadline_ms > now) {
-            pp = &w->next;
+            at = e;
             continue;
         }
-        *pp = w->next;
+        kv_list_remove(e);
         n->reads_waiting--;
         w->done(w->arg, status);
         free(w);
@@ -323,14 +325,12 @@ void kv_node__reads_expire(kv_node *n, uint64_t now)
     expire_list(n, &n->reads_apply, now, 0, -ETIMEDOUT);
     /* etcd_server_slow_read_indexes_total: read-index requests that timed out */
     kv_metric_add(n->m_slow_read_indexes, (int64_t)(before - n->reads_waiting));
-    remote_read **pp = &n->rreads;
-    while (*pp) {
-        remote_read *rr = *pp;
-        if (rr->deadline_ms > now) {
-            pp = &rr->next;
+    kv_list *e, *tmp;
+    kv_list_foreach_safe(e, tmp, &n->rreads) {
+        remote_read *rr = kv_list_data(e, remote_read, link);
+        if (rr->deadline_ms > now)
             continue;
-        }
-        *pp = rr->next;
+        kv_list_remove(&rr->link);
         n->rreads_n--;
         free(rr);
     }
@@ -342,10 +342,10 @@ void kv_node__reads_fail_all(kv_node *n, int status)
     expire_list(n, &n->reads_round, 0, 1, status);
     expire_list(n, &n->reads_apply, 0, 1, status);
     n->round_ctx = 0;
-    while (n->rreads) {
-        remote_read *rr = n->rreads;
-        n->rreads = rr->next;
-        free(rr);
+    kv_list *e;
+    while ((e = kv_list_head(&n->rreads))) {
+        kv_list_remove(e);
+        free(kv_list_data(e, remote_read, link));
     }
     n->rreads_n = 0;
 }
@@ -370,8 +370,7 @@ static void on_read_req(kv_node *n, uint64_t from, const uint8_t *buf, size_t le
             rr->from = from;
             rr->their_ctx = q->ctx;
             rr->deadline_ms = kv_node__now_ms() + n->election_ms;
-            rr->next = n->rreads;
-            n->rreads = rr;
+            kv_list_insert_head(&n->rreads, &rr->link);
             n->rreads_n++;
             kv_node__kick(n);
         }

@@ -162,11 +162,9 @@ static void free_work(ready_work *w)
 /* The waiter for our entry `id` applied with res: older waiters were lost. */
 static void complete_id(kv_node *n, uint64_t id, kv_result *res)
 {
-    while (n->wait_head && n->wait_head->id <= id) {
-        kv_node_req *r = n->wait_head;
-        n->wait_head = r->next;
-        if (n->wait_head == NULL)
-            n->wait_tail = NULL;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->wait)) && r->id <= id) {
+        kv_list_remove(&r->link);
         kv_node__unwait(n, r);
         if (r->id == id)
             kv_node__finish_req(n, r, res);
@@ -177,12 +175,11 @@ static void complete_id(kv_node *n, uint64_t id, kv_result *res)
 
 void kv_node__fail_all_waiting(kv_node *n, kv_etcd_err e)
 {
-    while (n->wait_head) {
-        kv_node_req *r = n->wait_head;
-        n->wait_head = r->next;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->wait))) {
+        kv_list_remove(&r->link);
         kv_node__fail_err(n, r, e);
     }
-    n->wait_tail = NULL;
     n->waiting = 0;
     n->fwd_waiting = 0;
 }
@@ -198,20 +195,15 @@ void kv_node__unwait(kv_node *n, kv_node_req *r)
 
 static void add_waiting(kv_node *n, kv_node_req *r)
 {
-    r->next = NULL;
-    if (n->wait_tail)
-        n->wait_tail->next = r;
-    else
-        n->wait_head = r;
-    n->wait_tail = r;
+    kv_list_insert_tail(&n->wait, &r->link);
     n->waiting++;
 }
 
 static void empty_grave(kv_node *n)
 {
-    while (n->grave) {
-        kv_node_req *r = n->grave;
-        n->grave = r->next;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->grave))) {
+        kv_list_remove(&r->link);
         free(r->data);
         free(r);
     }
@@ -639,12 +631,9 @@ static void excl_after(uv_work_t *req, int status)
 /* The exclusive item at the head runs once everything before it applied. */
 static void start_exclusive(kv_node *n)
 {
-    kv_node_req *r = n->head;
-    n->head = r->next;
-    if (n->head == NULL)
-        n->tail = NULL;
+    kv_node_req *r = kv_node__first(&n->queue);
+    kv_list_remove(&r->link);
     n->pending--;
-    r->next = NULL;
     excl_work *e = calloc(1, sizeof(*e));
     if (e == NULL) {
         kv_node__fail_err(n, r, KV_ERR_TOO_MANY_REQUESTS_NOMEM);
@@ -755,13 +744,11 @@ static int disk_low(kv_node *n)
 static void take_requests(kv_node *n)
 {
     size_t budget = KV_READY_MAX_BYTES;
-    while (n->head && budget > 0) {
-        kv_node_req *r = n->head;
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->queue)) && budget > 0) {
         if ((r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) && !r->essential &&
             n->role == RAFT_LEADER && disk_low(n)) {
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             n->pending--;
             kv_node__fail_err(n, r, KV_ERR_NO_SPACE);
             continue;
@@ -772,25 +759,21 @@ static void take_requests(kv_node *n)
          * were admitted by api/quota.c, alarms excepted. */
         if ((r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) && !r->essential &&
             r->len > KV_LOG_SMALL_ENTRY && kv_node_log_admit(n, r->len) != 0) {
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             n->pending--;
             kv_node__fail_err(n, r, KV_ERR_TOO_MANY_REQUESTS);
             continue;
         }
         if (r->kind == REQ_EXCL) {
-            if (n->wait_head == NULL && n->inflight == NULL && n->committing == NULL &&
+            if (kv_list_empty(&n->wait) && n->inflight == NULL && n->committing == NULL &&
                 !raft_has_ready(&n->raft))
                 start_exclusive(n);
             return;
         }
-        if (r->kind == REQ_BARRIER && n->wait_head == NULL && n->inflight == NULL &&
+        if (r->kind == REQ_BARRIER && kv_list_empty(&n->wait) && n->inflight == NULL &&
             n->committing == NULL && (n->role == RAFT_LEADER || single_voter(n))) {
             /* Everything queued before it is applied already: nothing to wait for. */
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             n->pending--;
             kv_node__finish_req(n, r, NULL);
             continue;
@@ -799,9 +782,7 @@ static void take_requests(kv_node *n)
             if (n->role != RAFT_LEADER)
                 return;
             int rc = raft_transfer_leader(&n->raft, r->conf_id);
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             n->pending--;
             if (rc != 0) {
                 if (r->barrier_done)
@@ -818,9 +799,7 @@ static void take_requests(kv_node *n)
             int rc = raft_propose(&n->raft, r->data, r->len, &idx);
             if (rc == RAFT_ETRANSFER)
                 return; /* wait for the transfer to end */
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             if (r == n->health_q)
                 n->health_q = NULL;
             else
@@ -840,9 +819,7 @@ static void take_requests(kv_node *n)
                 add_waiting(n, r);
         } else if (n->leader && n->peers) {
             if (r->kind == REQ_FORWARDED) { /* we are not the leader any more */
-                n->head = r->next;
-                if (n->head == NULL)
-                    n->tail = NULL;
+                kv_list_remove(&r->link);
                 n->pending--;
                 kv_node__fail_err(n, r, KV_ERR_NONE);
                 continue;
@@ -850,9 +827,7 @@ static void take_requests(kv_node *n)
             if (n->fwd_waiting >= n->max_forwarded)
                 return; /* --max-forwarded-proposals: the rest stays queued (bounded by
                            --max-pending-proposals: "too many requests" beyond) */
-            n->head = r->next;
-            if (n->head == NULL)
-                n->tail = NULL;
+            kv_list_remove(&r->link);
             if (r == n->health_q)
                 n->health_q = NULL;
             else
@@ -860,9 +835,7 @@ static void take_requests(kv_node *n)
             if (kv_node__forward(n, r) != 0) {
                 /* not connected / queue full: stays queued, retried next turn until its
                  * deadline */
-                n->head = r;
-                if (n->tail == NULL)
-                    n->tail = r;
+                kv_list_insert_head(&n->queue, &r->link);
                 if (r->kind == REQ_HEALTH)
                     n->health_q = r;
                 else
@@ -889,17 +862,13 @@ static void forward_ahead(kv_node *n)
 {
     if (n->role == RAFT_LEADER || !n->leader || !n->peers)
         return;
-    while (n->head && n->head->kind == REQ_WRITE && n->head != n->health_q &&
+    kv_node_req *r;
+    while ((r = kv_node__first(&n->queue)) && r->kind == REQ_WRITE && r != n->health_q &&
            n->fwd_waiting < n->max_forwarded) {
-        kv_node_req *r = n->head;
-        n->head = r->next;
-        if (n->head == NULL)
-            n->tail = NULL;
+        kv_list_remove(&r->link);
         n->pending--;
         if (kv_node__forward(n, r) != 0) { /* stays queued: take_requests retries it */
-            n->head = r;
-            if (n->tail == NULL)
-                n->tail = r;
+            kv_list_insert_head(&n->queue, &r->link);
             n->pending++;
             return;
         }
@@ -960,13 +929,14 @@ void kv_node__drive(kv_node *n)
             }
         }
         if (!raft_has_ready(&n->raft)) {
-            if ((n->compact_pending && !n->compact_error && n->head == NULL) || n->compact_log) {
+            if ((n->compact_pending && !n->compact_error && kv_list_empty(&n->queue)) ||
+                n->compact_log) {
                 if (start_work(n, NULL) == 0) {
                     uv_idle_stop(&n->idle);
                     return;
                 }
             }
-            if (n->head == NULL && n->inbox_n == 0)
+            if (kv_list_empty(&n->queue) && n->inbox_n == 0)
                 uv_idle_stop(&n->idle);
             return;
         }

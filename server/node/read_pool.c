@@ -1,6 +1,8 @@
 /* read_pool: reader threads with a bounded FIFO; completions return through a uv_async. */
 #include "node/read_pool.h"
 
+#include "common/list.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -10,7 +12,7 @@
 #include <unistd.h>
 
 typedef struct job {
-    struct job *next;
+    kv_list link; /* queue or finished */
     kv_read_work_fn work;
     kv_read_done_fn done;
     void *arg;
@@ -25,9 +27,9 @@ struct kv_read_pool {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *q_head, *q_tail; /* not started (mu) */
-    job *finished;        /* ran, done not yet called; LIFO, reversed on drain (mu) */
-    bool stop;            /* mu */
+    kv_list queue;    /* job.link: not started (mu) */
+    kv_list finished; /* job.link: ran, done not yet called, in completion order (mu) */
+    bool stop;        /* mu */
 
     /* loop thread only */
     bool closing;
@@ -54,19 +56,16 @@ static void *worker_main(void *arg)
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), KV_READ_POOL_NICE);
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->q_head == NULL)
+        while (!p->stop && kv_list_empty(&p->queue))
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop)
             break;
-        job *j = p->q_head;
-        p->q_head = j->next;
-        if (p->q_head == NULL)
-            p->q_tail = NULL;
+        job *j = kv_list_data(kv_list_head(&p->queue), job, link);
+        kv_list_remove(&j->link);
         pthread_mutex_unlock(&p->mu);
         j->work(j->arg);
         pthread_mutex_lock(&p->mu);
-        j->next = p->finished;
-        p->finished = j;
+        kv_list_insert_tail(&p->finished, &j->link);
         uv_async_send(&p->async);
     }
     pthread_mutex_unlock(&p->mu);
@@ -76,25 +75,20 @@ static void *worker_main(void *arg)
 /* Runs done for every finished job, in completion order. */
 static void drain_finished(kv_read_pool *p)
 {
+    kv_list list;
+    kv_list_init(&list);
     pthread_mutex_lock(&p->mu);
-    job *list = p->finished;
-    p->finished = NULL;
+    kv_list_move(&p->finished, &list);
     pthread_mutex_unlock(&p->mu);
-    job *rev = NULL;
-    while (list) {
-        job *next = list->next;
-        list->next = rev;
-        rev = list;
-        list = next;
-    }
-    while (rev) {
-        job *next = rev->next;
+    kv_list *e;
+    while ((e = kv_list_head(&list))) {
+        job *j = kv_list_data(e, job, link);
+        kv_list_remove(e);
         p->st.pending--;
         p->st.completed++;
         kv_metric_inc(p->m_completed);
-        rev->done(rev->arg, 0);
-        free(rev);
-        rev = next;
+        j->done(j->arg, 0);
+        free(j);
     }
 }
 
@@ -136,6 +130,8 @@ int kv_read_pool_init(kv_read_pool **out, uv_loop_t *loop, uint32_t workers, uin
         return -ENOMEM;
     p->loop = loop;
     p->max_pending = max_pending ? max_pending : KV_READ_POOL_DEFAULT_MAX_PENDING;
+    kv_list_init(&p->queue);
+    kv_list_init(&p->finished);
     int rc = pthread_mutex_init(&p->mu, NULL);
     if (rc != 0) {
         free(p);
@@ -192,14 +188,12 @@ int kv_read_pool_submit(kv_read_pool *p, kv_read_work_fn work, kv_read_done_fn d
     job *j = malloc(sizeof(*j));
     if (j == NULL)
         return -ENOMEM;
-    *j = (job){NULL, work, done, arg};
+    j->work = work;
+    j->done = done;
+    j->arg = arg;
     p->st.pending++;
     pthread_mutex_lock(&p->mu);
-    if (p->q_tail)
-        p->q_tail->next = j;
-    else
-        p->q_head = j;
-    p->q_tail = j;
+    kv_list_insert_tail(&p->queue, &j->link);
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -212,14 +206,16 @@ void kv_read_pool_close(kv_read_pool *p)
     p->closing = true;
     stop_threads(p);
     /* Threads are gone: no lock needed any more, but keep the helpers uniform. */
-    job *q = p->q_head;
-    p->q_head = p->q_tail = NULL;
-    while (q) {
-        job *next = q->next;
+    kv_list q;
+    kv_list_init(&q);
+    kv_list_move(&p->queue, &q);
+    kv_list *e;
+    while ((e = kv_list_head(&q))) {
+        job *j = kv_list_data(e, job, link);
+        kv_list_remove(e);
         p->st.pending--;
-        q->done(q->arg, -ECANCELED);
-        free(q);
-        q = next;
+        j->done(j->arg, -ECANCELED);
+        free(j);
     }
     drain_finished(p);
     if (p->metrics)

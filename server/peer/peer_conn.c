@@ -18,17 +18,13 @@ static void conn_closed_cb(uv_handle_t *h)
     kv_peer_net *n = c->net;
     if (c->h2)
         nghttp2_session_del(c->h2);
-    while (c->streams)
-        kv_peer_stream_free(c, c->streams);
+    kv_list *e;
+    while ((e = kv_list_head(&c->streams)))
+        kv_peer_stream_free(c, kv_list_data(e, peer_stream, link));
     free(c->wbuf);
     free(c->h1);
     kv_tls_conn_free(c->tls);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        n->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    kv_list_remove(&c->link);
     n->n_conns--;
     free(c);
     kv_peer_handle_closed(n);
@@ -300,15 +296,22 @@ static peer_conn *pending_victim(kv_peer_net *n, peer_conn *keep)
     size_t cap = n->n_pending + 1, k = 0;
     pending_ref *r = malloc(cap * sizeof(*r));
     peer_conn *best = NULL;
-    if (!r) { /* no memory for fairness: plain oldest-first */
-        for (peer_conn *c = n->conns; c; c = c->next) /* newest first: the last one wins */
+    kv_list *e;
+    if (!r) {                           /* no memory for fairness: plain oldest-first */
+        kv_list_foreach(e, &n->conns) { /* newest first: the last one wins */
+            peer_conn *c = kv_list_data(e, peer_conn, link);
             if (c != keep && c->pending && !c->closing)
                 best = c;
+        }
         return best;
     }
-    for (peer_conn *c = n->conns; c && k < cap; c = c->next)
+    kv_list_foreach(e, &n->conns) {
+        if (k == cap)
+            break;
+        peer_conn *c = kv_list_data(e, peer_conn, link);
         if (c->pending && !c->closing)
             r[k++] = (pending_ref){c->src, c->seq, c};
+    }
     qsort(r, k, sizeof(*r), pending_ref_cmp);
     size_t best_n = 0;
     uint64_t best_seq = 0;
@@ -357,14 +360,12 @@ static peer_conn *conn_new(kv_peer_net *n)
     if (!c)
         return NULL;
     c->net = n;
+    kv_list_init(&c->streams);
     uv_tcp_init(n->loop, &c->tcp);
     c->tcp.data = c;
     uv_tcp_nodelay(&c->tcp, 1);
     c->last_rx = c->created = uv_now(n->loop);
-    c->next = n->conns;
-    if (n->conns)
-        n->conns->prev = c;
-    n->conns = c;
+    kv_list_insert_head(&n->conns, &c->link);
     n->n_conns++;
     n->n_handles++;
     return c;

@@ -4,6 +4,8 @@
  */
 #include "peer/peer_delay.h"
 
+#include "common/list.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,7 @@
 #include "peer/peer_internal.h"
 
 typedef struct delay_frame {
-    struct delay_frame *next;
+    kv_list link; /* delay_fifo.frames */
     uint64_t due;
     uint32_t type;
     size_t len;
@@ -19,7 +21,7 @@ typedef struct delay_frame {
 } delay_frame;
 
 typedef struct delay_fifo {
-    delay_frame *head, *tail;
+    kv_list frames; /* delay_frame.link, oldest (first due) first */
     size_t bytes;
     uint64_t last_due;
 } delay_fifo;
@@ -72,6 +74,22 @@ static uint64_t rng_next(struct kv_peer_delay *d)
     return d->rng = x;
 }
 
+/* An empty slot for peer id (0: free). */
+static void slot_reset(delay_slot *s, uint64_t id)
+{
+    memset(s, 0, sizeof(*s));
+    s->id = id;
+    kv_list_init(&s->q[0].frames);
+    kv_list_init(&s->q[1].frames);
+}
+
+/* The first (earliest due) frame of q, NULL if none. */
+static delay_frame *fifo_first(const delay_fifo *q)
+{
+    kv_list *e = kv_list_head(&q->frames);
+    return e ? kv_list_data(e, delay_frame, link) : NULL;
+}
+
 static delay_slot *slot_find(struct kv_peer_delay *d, uint64_t id, int create)
 {
     delay_slot *free_slot = NULL;
@@ -79,13 +97,13 @@ static delay_slot *slot_find(struct kv_peer_delay *d, uint64_t id, int create)
         delay_slot *s = &d->slots[i];
         if (s->id == id)
             return s;
-        if (!free_slot && (s->id == 0 || (!s->q[0].head && !s->q[1].head)))
+        if (!free_slot &&
+            (s->id == 0 || (kv_list_empty(&s->q[0].frames) && kv_list_empty(&s->q[1].frames))))
             free_slot = s;
     }
     if (!create || !free_slot)
         return NULL;
-    memset(free_slot, 0, sizeof(*free_slot));
-    free_slot->id = id;
+    slot_reset(free_slot, id);
     return free_slot;
 }
 
@@ -95,9 +113,11 @@ static void rearm(struct kv_peer_delay *d)
 {
     uint64_t next = UINT64_MAX;
     for (size_t i = 0; i < sizeof(d->slots) / sizeof(d->slots[0]); i++)
-        for (int k = 0; k < 2; k++)
-            if (d->slots[i].q[k].head && d->slots[i].q[k].head->due < next)
-                next = d->slots[i].q[k].head->due;
+        for (int k = 0; k < 2; k++) {
+            const delay_frame *f = fifo_first(&d->slots[i].q[k]);
+            if (f && f->due < next)
+                next = f->due;
+        }
     if (next == UINT64_MAX) {
         uv_timer_stop(&d->timer);
         return;
@@ -126,12 +146,10 @@ static void timer_cb(uv_timer_t *t)
             delay_slot *s = &d->slots[i];
             for (int k = 0; k < 2; k++) {
                 delay_fifo *q = &s->q[k];
-                delay_frame *f = q->head;
+                delay_frame *f = fifo_first(q);
                 if (!f || f->due > now)
                     continue;
-                q->head = f->next;
-                if (!q->head)
-                    q->tail = NULL;
+                kv_list_remove(&f->link);
                 held_bytes_sub(d, q, 8 + f->len);
                 kv_peer *p = kv_peer_find(n, s->id);
                 if (p && k == DIR_TX)
@@ -167,6 +185,8 @@ int kv_peer_net_set_delay(kv_peer_net *n, uint32_t delay_ms, uint32_t jitter_ms)
         if (!d)
             return -ENOMEM;
         d->net = n;
+        for (size_t i = 0; i < sizeof(d->slots) / sizeof(d->slots[0]); i++)
+            slot_reset(&d->slots[i], 0);
         d->rng = (n->cfg.seed ^ n->cfg.self_id) | 1;
         uv_timer_init(n->loop, &d->timer);
         d->timer.data = d;
@@ -194,7 +214,7 @@ static int delay_push(struct kv_peer_delay *d, kv_peer *p, int dir, uint32_t typ
     if (!s)
         return 1; /* off with nothing held (or no slot): not delayed */
     delay_fifo *q = &s->q[dir];
-    if (d->delay_ms == 0 && !q->head)
+    if (d->delay_ms == 0 && kv_list_empty(&q->frames))
         return 1;
     size_t bound = n->cfg.max_queue_bytes;
     size_t used = q->bytes + (dir == DIR_TX ? p->queued_bytes : 0);
@@ -211,21 +231,16 @@ static int delay_push(struct kv_peer_delay *d, kv_peer *p, int dir, uint32_t typ
         due = (int64_t)now;
     f->due = (uint64_t)due < q->last_due ? q->last_due : (uint64_t)due;
     q->last_due = f->due;
-    f->next = NULL;
     f->type = type;
     f->len = len;
     if (len)
         memcpy(f->data, buf, len);
-    if (q->tail)
-        q->tail->next = f;
-    else
-        q->head = f;
-    q->tail = f;
+    kv_list_insert_tail(&q->frames, &f->link);
     q->bytes += 8 + len;
     d->held_bytes += 8 + len;
     kv_metric_set(d->m_bytes, (double)d->held_bytes);
     kv_metric_inc(d->m_delayed);
-    if (!uv_is_active((uv_handle_t *)&d->timer) || f == q->head)
+    if (!uv_is_active((uv_handle_t *)&d->timer) || f == fifo_first(q))
         rearm(d);
     return 0;
 }
@@ -276,12 +291,11 @@ void kv_peer_delay_close(kv_peer_net *n)
     d->closing = 1;
     for (size_t i = 0; i < sizeof(d->slots) / sizeof(d->slots[0]); i++)
         for (int k = 0; k < 2; k++) {
-            delay_frame *f, *next;
-            for (f = d->slots[i].q[k].head; f; f = next) {
-                next = f->next;
-                free(f);
+            kv_list *e;
+            while ((e = kv_list_head(&d->slots[i].q[k].frames))) {
+                kv_list_remove(e);
+                free(kv_list_data(e, delay_frame, link));
             }
-            d->slots[i].q[k].head = d->slots[i].q[k].tail = NULL;
         }
     n->delay = NULL;
     uv_close((uv_handle_t *)&d->timer, delay_closed);

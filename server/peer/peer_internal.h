@@ -14,6 +14,7 @@
 #include <nghttp2/nghttp2.h>
 #include <sys/socket.h>
 
+#include "common/list.h"
 #include "net/accept_gate.h"
 #include "peer/peer_net.h"
 
@@ -49,7 +50,7 @@ typedef struct peer_resolve peer_resolve; /* peer_dns.c */
 
 /* One queued frame: 8-byte header + payload in data[]. */
 typedef struct peer_qframe {
-    struct peer_qframe *next;
+    kv_list link; /* kv_peer.q or kv_peer.pq */
     size_t len, off;
     uint8_t data[];
 } peer_qframe;
@@ -85,7 +86,7 @@ enum { PS_PENDING, PS_MSG, PS_SNAP_OUT, PS_SNAP_IN, PS_REJECTED };
 
 /* Per-stream state (nghttp2 stream user data). Owned by the connection's list. */
 struct peer_stream {
-    peer_stream *next;
+    kv_list link; /* peer_conn.streams */
     int kind;
     int32_t id;
     /* request / response headers */
@@ -121,7 +122,7 @@ typedef struct kv_peer {
     int tls;         /* https:// URL: dialed with net->cfg.tls_client */
     peer_conn *conn; /* the established (or, for the dialer, in-progress) connection */
     int up;
-    peer_qframe *qhead, *qtail;
+    kv_list q; /* peer_qframe.link, FIFO */
     size_t queued_bytes;
     uv_timer_t dial_timer;
     uint32_t backoff_ms;
@@ -136,14 +137,14 @@ typedef struct kv_peer {
     kv_metric *m_wire_sent, *m_wire_recv,
         *m_rtt; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */
     /* peer_prio.c: the priority send queue, taken first at every frame boundary */
-    peer_qframe *pqhead, *pqtail;
+    kv_list pq; /* peer_qframe.link, FIFO */
     size_t pq_bytes;
     kv_metric *m_pq_queued, *m_pq_served, *m_pq_dropped;
 } kv_peer;
 
 struct peer_conn {
     kv_peer_net *net;
-    peer_conn *prev, *next;
+    kv_list link; /* net->conns */
     uv_tcp_t tcp;
     uv_connect_t connect_req;
     uv_write_t write_req;
@@ -157,7 +158,7 @@ struct peer_conn {
     int dirty;
     int close_after_write;
     int32_t msg_stream;
-    peer_stream *streams;
+    kv_list streams; /* peer_stream.link, newest first */
     uint8_t *wbuf;
     size_t wlen;
     uint64_t last_rx, created;
@@ -186,7 +187,7 @@ struct kv_peer_net {
     uv_timer_t ping_timer;
     uv_prepare_t flush_prep;
     kv_accept_gate accept_gate; /* at most KV_ACCEPT_BURST accepts per loop iteration */
-    peer_conn *conns;
+    kv_list conns;              /* peer_conn.link, newest first */
     size_t n_conns;
     int n_handles;
     int closing;

@@ -205,16 +205,16 @@ static int parse_url(const char *url, char *host, size_t host_sz, int *port)
 
 static void queue_drop_all(kv_peer *p)
 {
-    peer_qframe *f, *next;
+    kv_list *e;
     int64_t n = 0;
-    for (f = p->qhead; f; f = next) {
-        next = f->next;
+    while ((e = kv_list_head(&p->q))) {
+        peer_qframe *f = kv_list_data(e, peer_qframe, link);
+        kv_list_remove(e);
         uint32_t type = kv_be32(f->data + 4);
         if (type < KV_PEER_TYPE_RESERVED)
             n++;
         free(f);
     }
-    p->qhead = p->qtail = NULL;
     p->queued_bytes = 0;
     n += (int64_t)kv_peer_prio_drop_all(p);
     kv_metric_add(p->m_dropped, n);
@@ -226,7 +226,7 @@ peer_qframe *kv_peer_frame_new(uint32_t type, const uint8_t *buf, size_t len)
     peer_qframe *f = malloc(sizeof(*f) + 8 + len);
     if (!f)
         return NULL;
-    f->next = NULL;
+    kv_list_init(&f->link);
     f->len = 8 + len;
     f->off = 0;
     uint8_t *d = f->data;
@@ -242,11 +242,7 @@ int kv_peer_enqueue(kv_peer *p, uint32_t type, const uint8_t *buf, size_t len)
     peer_qframe *f = kv_peer_frame_new(type, buf, len);
     if (!f)
         return -ENOMEM;
-    if (p->qtail)
-        p->qtail->next = f;
-    else
-        p->qhead = f;
-    p->qtail = f;
+    kv_list_insert_tail(&p->q, &f->link);
     p->queued_bytes += f->len;
     kv_metric_set(p->m_queued, (double)p->queued_bytes);
     if (p->conn)
@@ -493,6 +489,8 @@ int kv_peer_net_add_peer(kv_peer_net *n, uint64_t id, const char *url)
     kv_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
+    kv_list_init(&p->q);
+    kv_list_init(&p->pq);
     snprintf(p->host, sizeof(p->host), "%s", host);
     p->port = port;
     p->net = n;
@@ -617,11 +615,9 @@ static void ping_timer_cb(uv_timer_t *t)
 {
     kv_peer_net *n = t->data;
     uint64_t now = uv_now(n->loop);
-    peer_conn *c, *next;
-    for (c = n->conns; c; c = next) {
-        next = c->next;
-        kv_peer_conn_ping_tick(c, now);
-    }
+    kv_list *e, *next;
+    kv_list_foreach_safe(e, next, &n->conns)
+        kv_peer_conn_ping_tick(kv_list_data(e, peer_conn, link), now);
     kv_peer_refused_tick(n);
 }
 
@@ -629,9 +625,9 @@ static void flush_prep_cb(uv_prepare_t *h)
 {
     kv_peer_net *n = h->data;
     uv_prepare_stop(h);
-    peer_conn *c, *next;
-    for (c = n->conns; c; c = next) {
-        next = c->next;
+    kv_list *e, *next;
+    kv_list_foreach_safe(e, next, &n->conns) {
+        peer_conn *c = kv_list_data(e, peer_conn, link);
         if (c->dirty) {
             c->dirty = 0;
             kv_peer_conn_flush(c);
@@ -695,6 +691,7 @@ int kv_peer_net_start(kv_peer_net **out, uv_loop_t *loop, const kv_peer_net_conf
     kv_peer_net *n = calloc(1, sizeof(*n));
     if (!n)
         return -ENOMEM;
+    kv_list_init(&n->conns);
     n->loop = loop;
     n->cfg = *cfg;
     if (n->cfg.max_prio_queue_bytes < 16) /* a config filled by hand: the default */
@@ -797,11 +794,9 @@ void kv_peer_net_close(kv_peer_net *n)
         kv_peer *p = n->peers[--n->n_peers];
         peer_destroy(p);
     }
-    peer_conn *c, *next;
-    for (c = n->conns; c; c = next) {
-        next = c->next;
-        kv_peer_conn_close(c, NULL);
-    }
+    kv_list *e, *next;
+    kv_list_foreach_safe(e, next, &n->conns)
+        kv_peer_conn_close(kv_list_data(e, peer_conn, link), NULL);
     for (size_t i = 0; i < n->n_listeners; i++)
         uv_close((uv_handle_t *)&n->listeners[i], simple_handle_closed);
     uv_close((uv_handle_t *)&n->ping_timer, simple_handle_closed);

@@ -5,11 +5,11 @@
  * Each peer has two send queues feeding its one message stream: the ordinary queue (raft
  * messages, forwarded proposals; bounded by max_queue_bytes) and a small priority queue
  * (forwarded lease renewals / TimeToLive and their answers, raft heartbeats and their
- * answers; bounded by max_prio_queue_bytes, --peer-max-priority-queue-bytes). At every frame boundary the stream takes the priority
- * queue first, so a renewal never waits behind megabytes of appends, and is never dropped
- * because appends filled the ordinary queue. A frame already partly written is finished first
- * (frames are not interleaved on the wire). Frames of one queue arrive in order; a priority
- * frame may overtake ordinary frames queued before it.
+ * answers; bounded by max_prio_queue_bytes, --peer-max-priority-queue-bytes). At every frame
+ * boundary the stream takes the priority queue first, so a renewal never waits behind megabytes of
+ * appends, and is never dropped because appends filled the ordinary queue. A frame already partly
+ * written is finished first (frames are not interleaved on the wire). Frames of one queue arrive in
+ * order; a priority frame may overtake ordinary frames queued before it.
  *
  * A full priority queue refuses the frame (-EAGAIN) and a dropped connection drops the queued
  * frames: the senders (lease_fwd.c, lease_fwd_serve.c) then retry or let the request time
@@ -50,11 +50,7 @@ int kv_peer_net_send_prio(kv_peer_net *n, uint64_t to, uint32_t type, const uint
         kv_metric_inc(p->m_dropped);
         return -ENOMEM;
     }
-    if (p->pqtail)
-        p->pqtail->next = f;
-    else
-        p->pqhead = f;
-    p->pqtail = f;
+    kv_list_insert_tail(&p->pq, &f->link);
     p->pq_bytes += f->len;
     kv_metric_set(p->m_pq_queued, (double)p->pq_bytes);
     kv_metric_inc(p->m_sent);
@@ -66,24 +62,29 @@ int kv_peer_net_send_prio(kv_peer_net *n, uint64_t to, uint32_t type, const uint
 size_t kv_peer_prio_drop_all(kv_peer *p)
 {
     size_t n = 0;
-    peer_qframe *f, *next;
-    for (f = p->pqhead; f; f = next) {
-        next = f->next;
-        free(f);
+    kv_list *e;
+    while ((e = kv_list_head(&p->pq))) {
+        kv_list_remove(e);
+        free(kv_list_data(e, peer_qframe, link));
         n++;
     }
-    p->pqhead = p->pqtail = NULL;
     p->pq_bytes = 0;
     kv_metric_set(p->m_pq_queued, 0);
     return n;
 }
 
-/* Copies from the head of the queue (head, tail, bytes) into buf; pops the frame once it is
- * all written. Returns the bytes copied; *done is set when a frame completed. */
-static size_t take(peer_qframe **head, peer_qframe **tail, size_t *bytes, uint8_t *buf, size_t room,
-                   int *done)
+/* The first frame of queue q, NULL if it is empty. */
+static peer_qframe *first(const kv_list *q)
 {
-    peer_qframe *f = *head;
+    kv_list *e = kv_list_head(q);
+    return e ? kv_list_data(e, peer_qframe, link) : NULL;
+}
+
+/* Copies from the first frame of the queue (q, bytes) into buf; pops the frame once it is
+ * all written. Returns the bytes copied; *done is set when a frame completed. */
+static size_t take(kv_list *q, size_t *bytes, uint8_t *buf, size_t room, int *done)
+{
+    peer_qframe *f = first(q);
     size_t n = f->len - f->off;
     if (n > room)
         n = room;
@@ -91,9 +92,7 @@ static size_t take(peer_qframe **head, peer_qframe **tail, size_t *bytes, uint8_
     f->off += n;
     *done = f->off == f->len;
     if (*done) {
-        *head = f->next;
-        if (!*head)
-            *tail = NULL;
+        kv_list_remove(&f->link);
         *bytes -= f->len;
         free(f);
     }
@@ -107,11 +106,12 @@ size_t kv_peer_msg_fill(kv_peer *p, uint8_t *buf, size_t length)
     while (n < length) {
         int done = 0;
         /* An ordinary frame partly written goes first; else the priority queue. */
-        if (p->qhead && (p->qhead->off > 0 || !p->pqhead)) {
-            n += take(&p->qhead, &p->qtail, &p->queued_bytes, buf + n, length - n, &done);
+        peer_qframe *f = first(&p->q);
+        if (f && (f->off > 0 || kv_list_empty(&p->pq))) {
+            n += take(&p->q, &p->queued_bytes, buf + n, length - n, &done);
             taken_q = 1;
-        } else if (p->pqhead) {
-            n += take(&p->pqhead, &p->pqtail, &p->pq_bytes, buf + n, length - n, &done);
+        } else if (!kv_list_empty(&p->pq)) {
+            n += take(&p->pq, &p->pq_bytes, buf + n, length - n, &done);
             taken_pq = 1;
             if (done)
                 kv_metric_inc(p->m_pq_served);

@@ -23,20 +23,14 @@ peer_stream *kv_peer_stream_new(peer_conn *c, int32_t id, int kind)
         return NULL;
     s->id = id;
     s->kind = kind;
-    s->next = c->streams;
-    c->streams = s;
+    kv_list_insert_head(&c->streams, &s->link);
     return s;
 }
 
 void kv_peer_stream_free(peer_conn *c, peer_stream *s)
 {
-    peer_stream **pp;
-    for (pp = &c->streams; *pp; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    }
+    (void)c; /* s is on c->streams */
+    kv_list_remove(&s->link);
     free(s->body);
     kv_peer_snap_in_abort(s->sin);
     free(s);
@@ -280,8 +274,11 @@ static int peer_conn_alive(const kv_peer *p, const peer_conn *c)
 static int snaps_in_progress(const peer_conn *c)
 {
     int k = 0;
-    for (const peer_stream *s = c->streams; s; s = s->next)
+    kv_list *e;
+    kv_list_foreach(e, &c->streams) {
+        const peer_stream *s = kv_list_data(e, peer_stream, link);
         k += s->kind == PS_SNAP_IN && s->sin;
+    }
     return k;
 }
 

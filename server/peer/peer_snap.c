@@ -63,7 +63,9 @@ void kv_peer_snap_out_finish(kv_peer *p, int status)
         return;
     p->sout = NULL;
     if (p->conn) {
-        for (peer_stream *s = p->conn->streams; s; s = s->next) {
+        kv_list *e;
+        kv_list_foreach(e, &p->conn->streams) {
+            peer_stream *s = kv_list_data(e, peer_stream, link);
             if (s->sout != so)
                 continue;
             s->sout = NULL;

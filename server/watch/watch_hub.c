@@ -35,27 +35,13 @@ void kv_watch_config_default(kv_watch_config *c)
 
 void kv_wlist_push(wlist *l, kv_watcher *w)
 {
-    w->gnext = NULL;
-    w->gprev = l->tail;
-    if (l->tail)
-        l->tail->gnext = w;
-    else
-        l->head = w;
-    l->tail = w;
+    kv_list_insert_tail(&l->list, &w->glink);
     l->n++;
 }
 
 void kv_wlist_remove(wlist *l, kv_watcher *w)
 {
-    if (w->gprev)
-        w->gprev->gnext = w->gnext;
-    else
-        l->head = w->gnext;
-    if (w->gnext)
-        w->gnext->gprev = w->gprev;
-    else
-        l->tail = w->gprev;
-    w->gnext = w->gprev = NULL;
+    kv_list_remove(&w->glink);
     l->n--;
 }
 
@@ -567,8 +553,9 @@ static void report_read_error(int rc)
  * read error, out of memory, or a compaction in the batch being delivered. */
 static void unsync_below(kv_watch_hub *h, int64_t lim)
 {
-    for (kv_watcher *w = h->synced.head, *nx; w; w = nx) {
-        nx = w->gnext;
+    kv_list *e, *nx;
+    kv_list_foreach_safe(e, nx, &h->synced.list) {
+        kv_watcher *w = kv_list_data(e, kv_watcher, glink);
         int64_t r = w->next_rev > h->synced_next ? w->next_rev : h->synced_next;
         if (r < lim)
             to_unsynced(h, w);
@@ -701,9 +688,10 @@ static int sync_slice(kv_watch_hub *h)
     size_t n = 0, scanned = 0, total = h->unsynced.n;
     int64_t from = INT64_MAX;
     int progressed = 0;
-    kv_watcher *w = h->unsynced.head;
-    while (w && scanned < total && n < SYNC_BATCH_WATCHERS) {
-        kv_watcher *nx = w->gnext;
+    kv_list *e = kv_list_head(&h->unsynced.list);
+    while (e && scanned < total && n < SYNC_BATCH_WATCHERS) {
+        kv_watcher *w = kv_list_data(e, kv_watcher, glink);
+        kv_list *nx = kv_list_next(&h->unsynced.list, e);
         scanned++;
         if (!w->st->broken && has_room(w->st, h->cfg.slice_bytes)) {
             if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev) {
@@ -719,7 +707,7 @@ static int sync_slice(kv_watch_hub *h)
                     from = w->next_rev;
             }
         }
-        w = nx;
+        e = nx;
     }
     if (n > 0) {
         int64_t to = from + h->cfg.slice_revs - 1;
@@ -817,8 +805,11 @@ void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)
 
 void kv_watch_hub_progress_tick(kv_watch_hub *h)
 {
-    for (kv_watch_stream *st = h->streams; st; st = st->next)
-        for (kv_watcher *w = st->watchers; w; w = w->snext) {
+    kv_list *se, *we;
+    kv_list_foreach(se, &h->streams) {
+        kv_watch_stream *st = kv_list_data(se, kv_watch_stream, link);
+        kv_list_foreach(we, &st->watchers) {
+            kv_watcher *w = kv_list_data(we, kv_watcher, slink);
             if (!w->progress)
                 continue;
             if (w->progress_due && w->state == W_SYNCED && has_room(st, 64)) {
@@ -828,6 +819,7 @@ void kv_watch_hub_progress_tick(kv_watch_hub *h)
             }
             w->progress_due = true;
         }
+    }
 }
 
 static void on_progress_timer(uv_timer_t *t)
@@ -861,6 +853,9 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
     kv_watch_hub *h = calloc(1, sizeof(*h));
     if (h == NULL)
         return -ENOMEM;
+    kv_list_init(&h->streams);
+    kv_list_init(&h->synced.list);
+    kv_list_init(&h->unsynced.list);
     if (kv_widx_init(&h->idx) < 0) {
         free(h);
         return -ENOMEM;
@@ -950,8 +945,9 @@ void kv_watch_hub_close(kv_watch_hub *h)
     if (h == NULL || h->closing)
         return;
     h->closing = true;
-    while (h->streams)
-        kv_watch_stream_close(h->streams);
+    kv_list *e;
+    while ((e = kv_list_head(&h->streams)))
+        kv_watch_stream_close(kv_list_data(e, kv_watch_stream, link));
     slice_clear(h);
     h->cache_valid = false;
     if (h->metrics)

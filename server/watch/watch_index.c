@@ -79,16 +79,13 @@ static void single_add(kv_widx *x, kv_watcher *w)
     if (x->n_keys >= x->cap)
         rehash(x, x->cap * 2);
     w->ixv = key_hash(x, w->key, w->klen);
-    w->ix.s.hnext = w->ix.s.knext = w->ix.s.kprev = NULL;
+    w->ix.s.hnext = NULL;
+    kv_list_init(&w->ix.s.same);
     size_t b = (size_t)w->ixv & (x->cap - 1);
     for (kv_watcher *hd = x->tab[b]; hd; hd = hd->ix.s.hnext) {
         if (hd->ixv == w->ixv && hd->klen == w->klen && memcmp(hd->key, w->key, w->klen) == 0) {
-            /* same key: second in the head's list */
-            w->ix.s.kprev = hd;
-            w->ix.s.knext = hd->ix.s.knext;
-            if (hd->ix.s.knext)
-                hd->ix.s.knext->ix.s.kprev = w;
-            hd->ix.s.knext = w;
+            /* same key: first on the head's list (second watcher of the key) */
+            kv_list_insert_head(&hd->ix.s.same, &w->ix.s.same);
             x->n_single++;
             return;
         }
@@ -102,26 +99,24 @@ static void single_add(kv_widx *x, kv_watcher *w)
 static void single_remove(kv_widx *x, kv_watcher *w)
 {
     x->n_single--;
-    if (w->ix.s.kprev) { /* not the head */
-        w->ix.s.kprev->ix.s.knext = w->ix.s.knext;
-        if (w->ix.s.knext)
-            w->ix.s.knext->ix.s.kprev = w->ix.s.kprev;
-        w->ix.s.knext = w->ix.s.kprev = NULL;
+    kv_watcher **pp = &x->tab[(size_t)w->ixv & (x->cap - 1)];
+    while (*pp && *pp != w)
+        pp = &(*pp)->ix.s.hnext;
+    if (!*pp) { /* not a head: on its head's list */
+        kv_list_remove(&w->ix.s.same);
         return;
     }
-    kv_watcher **pp = &x->tab[(size_t)w->ixv & (x->cap - 1)];
-    while (*pp != w)
-        pp = &(*pp)->ix.s.hnext;
-    kv_watcher *n = w->ix.s.knext;
-    if (n) { /* the next watcher of the key becomes the head */
-        n->ix.s.kprev = NULL;
+    kv_list *nl = kv_list_head(&w->ix.s.same);
+    kv_list_remove(&w->ix.s.same); /* nl's link now heads the rest of the list */
+    if (nl) {                      /* the next watcher of the key becomes the head */
+        kv_watcher *n = kv_list_data(nl, kv_watcher, ix.s.same);
         n->ix.s.hnext = w->ix.s.hnext;
         *pp = n;
     } else {
         *pp = w->ix.s.hnext;
         x->n_keys--;
     }
-    w->ix.s.hnext = w->ix.s.knext = NULL;
+    w->ix.s.hnext = NULL;
     if (x->cap > TAB_MIN && x->n_keys < x->cap / 8)
         rehash(x, x->cap / 2);
 }
@@ -135,9 +130,12 @@ static void single_match(kv_widx *x, const uint8_t *key, size_t klen, kv_widx_fn
         x->visits++;
         if (hd->ixv != hv || hd->klen != klen || memcmp(hd->key, key, klen) != 0)
             continue;
-        for (kv_watcher *w = hd; w; w = w->ix.s.knext) {
+        x->visits++;
+        fn(arg, hd);
+        kv_list *e;
+        kv_list_foreach(e, &hd->ix.s.same) {
             x->visits++;
-            fn(arg, w);
+            fn(arg, kv_list_data(e, kv_watcher, ix.s.same));
         }
         return;
     }

@@ -5,7 +5,8 @@
  * for ranges). docs/ARCHITECTURE.md, Watch.
  *
  * - Single keys: a hash table (seeded hash, chained) of one head watcher per distinct key;
- *   the other watchers of the same key hang off the head in a doubly linked list.
+ *   the other watchers of the same key are on a list (common/list.h) whose head is the head
+ *   watcher's own link.
  * - Ranges [key, end) and open-ended ranges [key, +inf) (range_end "\0"; prefixes are ranges):
  *   a treap ordered by (key, watcher address), each node augmented with the watcher of
  *   largest end in its subtree; a stabbing query prunes subtrees whose largest end is <= the
@@ -22,13 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/list.h"
+
 typedef struct kv_watcher kv_watcher;
 
 /* Index links embedded in a watcher (which of the two depends on its kind). */
 typedef union kv_widx_link {
     struct {
-        kv_watcher *hnext;         /* next head watcher in the hash bucket (heads only) */
-        kv_watcher *knext, *kprev; /* watchers of the same key (kprev NULL: the head) */
+        kv_watcher *hnext; /* next head watcher in the hash bucket (heads only) */
+        kv_list same;      /* head: the list of the key's other watchers; else on that list */
     } s;
     struct {
         kv_watcher *l, *r;

@@ -5,6 +5,7 @@
 #ifndef KV_WATCH_INT_H
 #define KV_WATCH_INT_H
 
+#include "common/list.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
 #include "watch/watch_hub.h"
@@ -26,14 +27,14 @@ struct kv_watcher {
     int64_t next_rev; /* first revision not yet sent; while synced, revisions below
                          hub->synced_next were offered too (advanced lazily) */
     bool noput, nodelete, prev_kv, progress, fragment;
-    bool progress_due;         /* etcd sws.progress[id] */
-    bool in_set;               /* live delivery: already in hub->set for this slice */
-    uint32_t set_ix;           /* its index there (valid while in_set) */
-    kv_watcher *gnext, *gprev; /* hub->synced / hub->unsynced */
-    kv_watcher *snext, *sprev; /* st->watchers */
-    kv_widx_link ix;           /* hub->idx while synced (watch_index.h) */
-    uint64_t ixv;              /* index: key hash (single key) or treap priority (range) */
-    uint64_t added_ns;         /* uv_hrtime() when added to the hub (delivery lag) */
+    bool progress_due; /* etcd sws.progress[id] */
+    bool in_set;       /* live delivery: already in hub->set for this slice */
+    uint32_t set_ix;   /* its index there (valid while in_set) */
+    kv_list glink;     /* hub->synced / hub->unsynced */
+    kv_list slink;     /* st->watchers */
+    kv_widx_link ix;   /* hub->idx while synced (watch_index.h) */
+    uint64_t ixv;      /* index: key hash (single key) or treap priority (range) */
+    uint64_t added_ns; /* uv_hrtime() when added to the hub (delivery lag) */
 };
 
 struct kv_watch_stream {
@@ -41,16 +42,17 @@ struct kv_watch_stream {
     const kv_watch_sink_ops *ops;
     void *sink;
     uint64_t conn_id;
-    kv_watcher *watchers;
+    kv_list watchers; /* kv_watcher.slink, newest first */
     size_t n_watchers;
     int64_t next_id; /* next auto id candidate */
     int64_t max_id;  /* largest id in use or used so far (-1 none) */
     bool broken;     /* a send failed for good: deliver nothing more */
-    kv_watch_stream *next, *prev;
+    kv_list link;    /* hub->streams */
 };
 
+/* A group of watchers (kv_watcher.glink), oldest first. */
 typedef struct wlist {
-    kv_watcher *head, *tail;
+    kv_list list;
     size_t n;
 } wlist;
 
@@ -78,7 +80,7 @@ struct kv_watch_hub {
     int64_t synced_next; /* every synced watcher was offered the revisions below this: cur_rev+1
                             outside live delivery (docs/ARCHITECTURE.md, Watch) */
     kv_widx idx;         /* the synced watchers by key */
-    kv_watch_stream *streams;
+    kv_list streams;     /* kv_watch_stream.link, newest first */
     size_t n_streams, n_watchers;
     wlist synced, unsynced;
     uv_timer_t sync_timer, progress_timer;

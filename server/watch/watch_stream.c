@@ -16,8 +16,9 @@ int kv_watch_stream_open(kv_watch_hub *h, uint64_t conn_id, const kv_watch_sink_
                          void *sink, kv_watch_stream **out)
 {
     size_t same = 0;
-    for (kv_watch_stream *s = h->streams; s; s = s->next)
-        same += s->conn_id == conn_id;
+    kv_list *e;
+    kv_list_foreach(e, &h->streams)
+        same += kv_list_data(e, kv_watch_stream, link)->conn_id == conn_id;
     if (same >= h->cfg.max_streams_per_conn)
         return -EMFILE;
     kv_watch_stream *st = calloc(1, sizeof(*st));
@@ -28,10 +29,8 @@ int kv_watch_stream_open(kv_watch_hub *h, uint64_t conn_id, const kv_watch_sink_
     st->sink = sink;
     st->conn_id = conn_id;
     st->max_id = -1;
-    st->next = h->streams;
-    if (h->streams)
-        h->streams->prev = st;
-    h->streams = st;
+    kv_list_init(&st->watchers);
+    kv_list_insert_head(&h->streams, &st->link);
     h->n_streams++;
     *out = st;
     return 0;
@@ -47,12 +46,7 @@ static void watcher_free(kv_watcher *w)
 static void watcher_remove(kv_watch_stream *st, kv_watcher *w)
 {
     kv_watch_hub_detach(st->hub, w);
-    if (w->sprev)
-        w->sprev->snext = w->snext;
-    else
-        st->watchers = w->snext;
-    if (w->snext)
-        w->snext->sprev = w->sprev;
+    kv_list_remove(&w->slink);
     st->n_watchers--;
     st->hub->n_watchers--;
     watcher_free(w);
@@ -63,14 +57,10 @@ void kv_watch_stream_close(kv_watch_stream *st)
     if (st == NULL)
         return;
     kv_watch_hub *h = st->hub;
-    while (st->watchers)
-        watcher_remove(st, st->watchers);
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        h->streams = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
+    kv_list *e;
+    while ((e = kv_list_head(&st->watchers)))
+        watcher_remove(st, kv_list_data(e, kv_watcher, slink));
+    kv_list_remove(&st->link);
     h->n_streams--;
     free(st);
 }
@@ -82,9 +72,12 @@ size_t kv_watch_stream_watchers(const kv_watch_stream *st)
 
 static kv_watcher *find(kv_watch_stream *st, int64_t id)
 {
-    for (kv_watcher *w = st->watchers; w; w = w->snext)
+    kv_list *e;
+    kv_list_foreach(e, &st->watchers) {
+        kv_watcher *w = kv_list_data(e, kv_watcher, slink);
         if (w->id == id)
             return w;
+    }
     return NULL;
 }
 
@@ -158,6 +151,8 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
     if (w == NULL)
         return created_reply(st, -1, wsrev, kv_etcd_err_msg(KV_ERR_KVD_NOMEM));
     w->st = st;
+    kv_list_init(&w->glink);
+    kv_list_init(&w->slink);
     w->id = id;
     w->kind = kind;
     w->key = dup_bytes(key, klen);
@@ -190,10 +185,7 @@ static int on_create(kv_watch_stream *st, const Etcdserverpb__WatchCreateRequest
         watcher_free(w);
         return rc;
     }
-    w->snext = st->watchers;
-    if (st->watchers)
-        st->watchers->sprev = w;
-    st->watchers = w;
+    kv_list_insert_head(&st->watchers, &w->slink);
     st->n_watchers++;
     h->n_watchers++;
     kv_watch_hub_add(h, w);
