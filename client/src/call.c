@@ -16,28 +16,20 @@
 
 void kvc_call_list_push(struct kvc_call_list *l, struct kvc_call *call)
 {
-    call->next = NULL;
-    call->prev = l->tail;
-    if (l->tail)
-        l->tail->next = call;
-    else
-        l->head = call;
-    l->tail = call;
+    kv_list_insert_tail(&l->list, &call->link);
     l->n++;
 }
 
 void kvc_call_list_remove(struct kvc_call_list *l, struct kvc_call *call)
 {
-    if (call->prev)
-        call->prev->next = call->next;
-    else
-        l->head = call->next;
-    if (call->next)
-        call->next->prev = call->prev;
-    else
-        l->tail = call->prev;
-    call->prev = call->next = NULL;
+    kv_list_remove(&call->link);
     l->n--;
+}
+
+struct kvc_call *kvc_call_list_first(const struct kvc_call_list *l)
+{
+    kv_list *e = kv_list_head(&l->list);
+    return e ? kv_list_data(e, struct kvc_call, link) : NULL;
 }
 
 static struct kvc_call_list *list_of(kvc_client *c, struct kvc_call *call)
@@ -258,8 +250,8 @@ static void schedule_retry(struct kvc_call *call)
 
 void kvc_calls_on_ready(kvc_client *c)
 {
-    while (c->waiting.head && kvc_conn_usable(c)) {
-        struct kvc_call *call = c->waiting.head;
+    struct kvc_call *call;
+    while ((call = kvc_call_list_first(&c->waiting)) && kvc_conn_usable(c)) {
         kvc_call_list_remove(&c->waiting, call);
         call->state = CALL_QUEUED;
         call_send(call);
@@ -268,8 +260,8 @@ void kvc_calls_on_ready(kvc_client *c)
 
 void kvc_calls_on_conn_lost(kvc_client *c, const char *reason)
 {
-    while (c->inflight.head) {
-        struct kvc_call *call = c->inflight.head;
+    struct kvc_call *call;
+    while ((call = kvc_call_list_first(&c->inflight))) {
         /* A request whose HEADERS never reached the wire cannot have been applied. */
         if (may_retry(call, !call->s.wire)) {
             schedule_retry(call);
@@ -287,9 +279,10 @@ void kvc_calls_on_conn_lost(kvc_client *c, const char *reason)
 void kvc_calls_fail_all(kvc_client *c, int code, const char *msg)
 {
     struct kvc_call_list *lists[] = {&c->inflight, &c->waiting, &c->retrying};
+    struct kvc_call *call;
     for (size_t i = 0; i < 3; i++)
-        while (lists[i]->head)
-            call_finish(lists[i]->head, code, msg, 1);
+        while ((call = kvc_call_list_first(lists[i])))
+            call_finish(call, code, msg, 1);
 }
 
 static void on_msg(void *ctx, const uint8_t *m, size_t n)
@@ -378,6 +371,7 @@ static int call_submit(kvc_client *c, const char *method, const uint8_t *req, si
     struct kvc_call *call = calloc(1, sizeof *call);
     if (!call)
         goto oom;
+    kv_list_init(&call->link);
     call->path = strdup(method);
     call->req = malloc(5 + req_len);
     if (!call->path || !call->req)

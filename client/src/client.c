@@ -124,6 +124,12 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
     kvc_client *c = calloc(1, sizeof *c);
     if (!c)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+    kv_list_init(&c->waiting.list);
+    kv_list_init(&c->inflight.list);
+    kv_list_init(&c->retrying.list);
+    kv_list_init(&c->ka.all);
+    kv_list_init(&c->wt.all);
+    kv_list_init(&c->wt.q);
     int rc;
     c->cfg = *cfg;
     c->cfg.endpoints = NULL;

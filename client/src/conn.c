@@ -46,7 +46,7 @@ uint32_t kvc_backoff_ms(kvc_client *c, unsigned attempt)
 
 static int has_demand(const kvc_client *c)
 {
-    return c->waiting.n > 0 || c->retrying.n > 0 || c->ka.map.n > 0 || c->wt.qhead ||
+    return c->waiting.n > 0 || c->retrying.n > 0 || c->ka.map.n > 0 || !kv_list_empty(&c->wt.q) ||
            c->wt.creating || c->wt.map.n > 0 || c->bidi.n_waiting > 0 || c->bidi.n_open > 0;
 }
 
@@ -95,9 +95,12 @@ static void detach_streams(kvc_client *c, struct kvc_conn *cn)
 {
     if (!cn->h2)
         return;
-    for (struct kvc_call *k = c->inflight.head; k; k = k->next)
+    kv_list *e;
+    kv_list_foreach(e, &c->inflight.list) {
+        struct kvc_call *k = kv_list_data(e, struct kvc_call, link);
         if (k->s.id > 0)
             nghttp2_session_set_stream_user_data(cn->h2, k->s.id, NULL);
+    }
     if (c->ka.stream_open && c->ka.s.id > 0)
         nghttp2_session_set_stream_user_data(cn->h2, c->ka.s.id, NULL);
     if (c->wt.stream_open && c->wt.s.id > 0)

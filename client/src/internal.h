@@ -9,6 +9,7 @@
 #define KVC_INTERNAL_H
 
 #include "kvclient.h"
+#include "common/list.h"
 #include "idmap.h"
 #include "sendbuf.h"
 
@@ -50,7 +51,7 @@ enum kvc_cmd_type {
 };
 
 struct kvc_cmd {
-    struct kvc_cmd *next;
+    kv_list link; /* kvc_loop_group.cmds (mu) */
     int type;
     kvc_client *c;
     void *p;
@@ -86,7 +87,7 @@ struct kvc_loop_group {
     uv_thread_t thread;
     uv_thread_t tid; /* id of the I/O thread, for "am I on the loop" checks */
     pthread_mutex_t mu;
-    struct kvc_cmd *head, *tail;       /* mu */
+    kv_list cmds;                      /* kvc_cmd.link, FIFO (mu) */
     int stop;                          /* mu */
     uint8_t readbuf[KVC_READBUF_SIZE]; /* loop: shared by all connections of the group */
     uint8_t *scratch;                  /* loop: write coalescing buffer */
@@ -192,9 +193,9 @@ struct kvc_call {
     uint64_t dial_deadline; /* ms: fail when still without a connection */
     int flags;
     int attempts;
-    int state;                    /* loop */
-    int sent_any;                 /* loop: request headers handed to the connection */
-    struct kvc_call *prev, *next; /* loop: waiting or in-flight list */
+    int state;        /* loop */
+    int sent_any;     /* loop: request headers handed to the connection */
+    kv_list link;     /* loop: the waiting, in-flight or retrying list */
     uv_timer_t timer; /* loop: deadline / retry timer; the call is freed in its close cb */
     uint64_t retry_at;
     uint8_t *resp;
@@ -205,11 +206,12 @@ struct kvc_call {
 };
 
 struct kvc_call_list {
-    struct kvc_call *head, *tail;
+    kv_list list; /* kvc_call.link, oldest first */
     size_t n;
 };
 void kvc_call_list_push(struct kvc_call_list *l, struct kvc_call *call);
 void kvc_call_list_remove(struct kvc_call_list *l, struct kvc_call *call);
+struct kvc_call *kvc_call_list_first(const struct kvc_call_list *l); /* NULL: empty */
 
 /* Loop side of calls. */
 void kvc_call_start(struct kvc_call *call); /* CMD_CALL arrived */
@@ -274,7 +276,7 @@ struct kvc_keepalive {
     int want_send;      /* loop: a renewal is due but the stream is down */
     uint64_t sent_at;   /* loop: when the unanswered renewal was written; 0 = none unanswered */
     int registered;     /* loop: in the map */
-    struct kvc_keepalive *aprev, *anext; /* loop: every handle not yet stopped */
+    kv_list alink;      /* loop: kvc_ka_sched.all while not stopped */
     kvc_keepalive_cb cb;
     void *arg;
     atomic_int refs;
@@ -293,7 +295,7 @@ struct kvc_ka_sched {
     size_t n, cap;
     kvc_idmap map; /* lease id -> lease (registered ones) */
     size_t want_send;
-    struct kvc_keepalive *all;
+    kv_list all;            /* kvc_keepalive.alink: every handle not yet stopped */
     uv_timer_t timer;       /* armed for the heap top */
     uv_timer_t retry_timer; /* reopen the stream after it failed */
     struct kvc_h2stream s;  /* the shared LeaseKeepAlive stream */
@@ -324,15 +326,15 @@ struct kvc_watch {
     kvc_watch_opts opts; /* range_end pointer cleared */
     kvc_watch_cb cb;
     void *arg;
-    kvc_idmap_node hn;               /* loop: hn.id, the server watch id on the current
-                                      * stream; hn.next, the id map chain */
-    atomic_int_least64_t next_rev;   /* loop writes, any reads: resume revision */
-    int state;                       /* loop: enum kvc_watch_state */
-    int user_cancelled;              /* loop */
-    int created_once;                /* loop: the first ack was seen */
-    struct kvc_watch *qnext;         /* loop: create queue */
-    struct kvc_watch *aprev, *anext; /* loop: every watcher not yet freed by the user */
-    void **frags;                    /* loop: unpacked fragments of one response */
+    kvc_idmap_node hn;             /* loop: hn.id, the server watch id on the current
+                                    * stream; hn.next, the id map chain */
+    atomic_int_least64_t next_rev; /* loop writes, any reads: resume revision */
+    int state;                     /* loop: enum kvc_watch_state */
+    int user_cancelled;            /* loop */
+    int created_once;              /* loop: the first ack was seen */
+    kv_list qlink;                 /* loop: kvc_watch_sched.q, the create queue */
+    kv_list alink;                 /* loop: kvc_watch_sched.all while not freed by the user */
+    void **frags;                  /* loop: unpacked fragments of one response */
     size_t n_frags, frag_cap, frag_bytes;
     atomic_int refs;
     /* creation handshake with the creating thread */
@@ -350,12 +352,12 @@ struct kvc_watch_sched {
     int stream_open;
     unsigned failures;
     uv_timer_t retry_timer;
-    struct kvc_sendbuf out;          /* to the stream */
-    struct kvc_watch *all;           /* every live watcher */
-    size_t n_live;                   /* watchers not W_DONE: demand for the stream */
-    struct kvc_watch *qhead, *qtail; /* waiting to be (re)created */
-    struct kvc_watch *creating;      /* create request sent, ack pending */
-    kvc_idmap map;                   /* server id -> watcher (W_ACTIVE) */
+    struct kvc_sendbuf out;     /* to the stream */
+    kv_list all;                /* kvc_watch.alink: every live watcher */
+    size_t n_live;              /* watchers not W_DONE: demand for the stream */
+    kv_list q;                  /* kvc_watch.qlink: waiting to be (re)created, FIFO */
+    struct kvc_watch *creating; /* create request sent, ack pending */
+    kvc_idmap map;              /* server id -> watcher (W_ACTIVE) */
 };
 
 int kvc_watch_init(kvc_client *c); /* loop: handles */

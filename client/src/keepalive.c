@@ -124,15 +124,11 @@ void kvc_ka_unref(struct kvc_keepalive *ka)
     }
 }
 
+/* Harmless if k is not on c->ka.all (any more). */
 static void all_remove(kvc_client *c, struct kvc_keepalive *k)
 {
-    if (k->aprev)
-        k->aprev->anext = k->anext;
-    else if (c->ka.all == k)
-        c->ka.all = k->anext;
-    if (k->anext)
-        k->anext->aprev = k->aprev;
-    k->aprev = k->anext = NULL;
+    (void)c;
+    kv_list_remove(&k->alink);
 }
 
 /* Take the lease out of the scheduler (loop). Does not drop any reference. */
@@ -482,10 +478,7 @@ int kvc_ka_add(kvc_client *c, struct kvc_keepalive *k, kvc_error *err)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     }
     k->registered = 1;
-    k->anext = s->all;
-    if (s->all)
-        s->all->aprev = k;
-    s->all = k;
+    kv_list_insert_head(&s->all, &k->alink);
     atomic_fetch_add(&k->refs, 1); /* the scheduler's reference */
     atomic_fetch_add_explicit(&c->st.leases_active, 1, memory_order_relaxed);
     kvc_conn_demand(c);
@@ -507,8 +500,9 @@ void kvc_ka_stop_loop(kvc_client *c, struct kvc_keepalive *k)
 void kvc_ka_close_all(kvc_client *c)
 {
     struct kvc_ka_sched *s = &c->ka;
-    while (s->all) {
-        struct kvc_keepalive *k = s->all;
+    kv_list *e;
+    while ((e = kv_list_head(&s->all))) {
+        struct kvc_keepalive *k = kv_list_data(e, struct kvc_keepalive, alink);
         all_remove(c, k);
         if (k->registered) {
             unregister(c, k);
@@ -534,6 +528,7 @@ int kvc_lease_keepalive(kvc_client *c, int64_t id, int64_t ttl_s, kvc_keepalive_
     struct kvc_keepalive *k = calloc(1, sizeof *k);
     if (!k)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+    kv_list_init(&k->alink);
     k->c = c;
     k->hn.id = id;
     k->ttl_ms = ttl_s > 0 ? ttl_s * 1000 : KVC_DEFAULT_LEASE_TTL_MS;

@@ -100,13 +100,8 @@ int kvc_loop_on_thread(const kvc_loop_group *g)
 
 void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd)
 {
-    cmd->next = NULL;
     pthread_mutex_lock(&g->mu);
-    if (g->tail)
-        g->tail->next = cmd;
-    else
-        g->head = cmd;
-    g->tail = cmd;
+    kv_list_insert_tail(&g->cmds, &cmd->link);
     pthread_mutex_unlock(&g->mu);
     uv_async_send(&g->async);
 }
@@ -114,15 +109,16 @@ void kvc_loop_post(kvc_loop_group *g, struct kvc_cmd *cmd)
 static void on_async(uv_async_t *a)
 {
     kvc_loop_group *g = a->data;
+    kv_list batch;
+    kv_list_init(&batch);
     pthread_mutex_lock(&g->mu);
-    struct kvc_cmd *cmd = g->head;
-    g->head = g->tail = NULL;
+    kv_list_move(&g->cmds, &batch);
     int stop = g->stop;
     pthread_mutex_unlock(&g->mu);
-    while (cmd) {
-        struct kvc_cmd *next = cmd->next;
-        kvc_dispatch(cmd);
-        cmd = next;
+    kv_list *e;
+    while ((e = kv_list_head(&batch))) {
+        kv_list_remove(e); /* before dispatch: it may free the command */
+        kvc_dispatch(kv_list_data(e, struct kvc_cmd, link));
     }
     if (stop)
         uv_close((uv_handle_t *)&g->async, NULL);
@@ -142,6 +138,7 @@ int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err)
     kvc_loop_group *g = calloc(1, sizeof *g);
     if (!g)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+    kv_list_init(&g->cmds);
     int rc = uv_loop_init(&g->loop);
     if (rc < 0) {
         free(g);

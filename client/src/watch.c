@@ -75,41 +75,29 @@ static struct kvc_watch *map_entry(kvc_idmap_node *n)
 
 static void q_push(struct kvc_watch_sched *s, struct kvc_watch *w)
 {
-    w->qnext = NULL;
-    if (s->qtail)
-        s->qtail->qnext = w;
-    else
-        s->qhead = w;
-    s->qtail = w;
+    kv_list_insert_tail(&s->q, &w->qlink);
+}
+
+/* The first queued watcher, NULL if none. */
+static struct kvc_watch *q_first(const struct kvc_watch_sched *s)
+{
+    kv_list *e = kv_list_head(&s->q);
+    return e ? kv_list_data(e, struct kvc_watch, qlink) : NULL;
 }
 
 static struct kvc_watch *q_pop(struct kvc_watch_sched *s)
 {
-    struct kvc_watch *w = s->qhead;
-    if (w) {
-        s->qhead = w->qnext;
-        if (!s->qhead)
-            s->qtail = NULL;
-        w->qnext = NULL;
-    }
+    struct kvc_watch *w = q_first(s);
+    if (w)
+        kv_list_remove(&w->qlink);
     return w;
 }
 
+/* Harmless if w is not queued. */
 static void q_remove(struct kvc_watch_sched *s, struct kvc_watch *w)
 {
-    struct kvc_watch *prev = NULL;
-    for (struct kvc_watch *e = s->qhead; e; prev = e, e = e->qnext) {
-        if (e != w)
-            continue;
-        if (prev)
-            prev->qnext = e->qnext;
-        else
-            s->qhead = e->qnext;
-        if (s->qtail == e)
-            s->qtail = prev;
-        e->qnext = NULL;
-        return;
-    }
+    (void)s;
+    kv_list_remove(&w->qlink);
 }
 
 /* Take w out of every scheduler structure and drop the scheduler's reference. */
@@ -196,7 +184,7 @@ static void fail_watch(kvc_client *c, struct kvc_watch *w, int code, const char 
 static void send_next_create(kvc_client *c)
 {
     struct kvc_watch_sched *s = &c->wt;
-    while (stream_ready(c) && !s->creating && s->qhead) {
+    while (stream_ready(c) && !s->creating && !kv_list_empty(&s->q)) {
         struct kvc_watch *w = q_pop(s);
         Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
         Etcdserverpb__WatchCreateRequest__FilterType f[2];
@@ -505,7 +493,7 @@ static void retry_cb(uv_timer_t *t);
 
 static int has_work(const struct kvc_watch_sched *s)
 {
-    return s->qhead || s->creating || s->map.n;
+    return !kv_list_empty(&s->q) || s->creating || s->map.n;
 }
 
 static void stream_open(kvc_client *c)
@@ -541,8 +529,9 @@ static void retry_cb(uv_timer_t *t)
 static void requeue_all(kvc_client *c)
 {
     struct kvc_watch_sched *s = &c->wt;
-    struct kvc_watch *old = s->qhead;
-    s->qhead = s->qtail = NULL;
+    kv_list old;
+    kv_list_init(&old);
+    kv_list_move(&s->q, &old);
     if (s->creating) {
         struct kvc_watch *w = s->creating;
         s->creating = NULL;
@@ -562,18 +551,15 @@ static void requeue_all(kvc_client *c)
         w->state = W_QUEUED;
         q_push(s, w);
     }
-    while (old) {
-        struct kvc_watch *nx = old->qnext;
-        q_push(s, old);
-        old = nx;
-    }
+    kv_list_move(&old, &s->q);
 }
 
 static void fail_all(kvc_client *c, int code, const char *msg)
 {
     struct kvc_watch_sched *s = &c->wt;
-    while (s->qhead)
-        fail_watch(c, s->qhead, code, msg);
+    struct kvc_watch *w;
+    while ((w = q_first(s)))
+        fail_watch(c, w, code, msg);
 }
 
 void kvc_watch_on_ready(kvc_client *c)
@@ -674,10 +660,7 @@ void kvc_watch_add_loop(kvc_client *c, struct kvc_watch *w)
         ack(w, -KVC_CANCELLED, "kvclient: client closed", NULL);
         return;
     }
-    w->anext = s->all;
-    if (s->all)
-        s->all->aprev = w;
-    s->all = w;
+    kv_list_insert_head(&s->all, &w->alink);
     atomic_fetch_add(&w->refs, 1); /* the scheduler's */
     w->state = W_QUEUED;
     q_push(s, w);
@@ -687,15 +670,11 @@ void kvc_watch_add_loop(kvc_client *c, struct kvc_watch *w)
     kvc_conn_flush(c);
 }
 
+/* Harmless if w is not on c->wt.all (any more). */
 static void all_remove(kvc_client *c, struct kvc_watch *w)
 {
-    if (w->aprev)
-        w->aprev->anext = w->anext;
-    else if (c->wt.all == w)
-        c->wt.all = w->anext;
-    if (w->anext)
-        w->anext->aprev = w->aprev;
-    w->aprev = w->anext = NULL;
+    (void)c;
+    kv_list_remove(&w->alink);
 }
 
 void kvc_watch_cancel_loop(kvc_client *c, struct kvc_watch *w)
@@ -740,16 +719,18 @@ void kvc_watch_close_all(kvc_client *c)
         ack(w, -KVC_CANCELLED, "kvclient: client closed", NULL);
         w_done(c, w);
     }
-    while (s->qhead) {
-        ack(s->qhead, -KVC_CANCELLED, "kvclient: client closed", NULL);
-        w_done(c, s->qhead);
+    struct kvc_watch *w;
+    while ((w = q_first(s))) {
+        ack(w, -KVC_CANCELLED, "kvclient: client closed", NULL);
+        w_done(c, w);
     }
     for (kvc_idmap_node *e = kvc_idmap_first(&s->map), *nx; e; e = nx) {
         nx = kvc_idmap_next(&s->map, e);
         w_done(c, map_entry(e)); /* removes e; may free its watcher */
     }
-    while (s->all) {
-        struct kvc_watch *w = s->all;
+    kv_list *e;
+    while ((e = kv_list_head(&s->all))) {
+        w = kv_list_data(e, struct kvc_watch, alink);
         all_remove(c, w);
         w->user_cancelled = 1;
         w_unref(w); /* the user's handle: kvc_close frees it */
@@ -838,6 +819,8 @@ int kvc_watch_create(kvc_client *c, const void *key, size_t key_len, const kvc_w
     struct kvc_watch *w = calloc(1, sizeof *w);
     if (!w)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
+    kv_list_init(&w->qlink);
+    kv_list_init(&w->alink);
     w->c = c;
     w->cb = cb;
     w->arg = arg;
