@@ -8,7 +8,8 @@
  * - Each client is driven by an I/O thread running a libuv loop: its own thread by default,
  *   or a thread shared with other clients through a kvc_loop_group (kvc_config.loop_group),
  *   so that thousands of clients (each with its own connection) do not need thousands of
- *   threads.
+ *   threads. The I/O threads block SIGPIPE: a server that vanishes mid-write is an error on
+ *   that connection, never a signal to the application, whose own disposition is untouched.
  * - Caller threads hand requests to the I/O thread through a bounded queue
  *   (kvc_config.max_pending outstanding calls per client). A full queue fails the call at
  *   once with KVC_RESOURCE_EXHAUSTED, "kvclient: request queue full"; nothing blocks forever.

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,7 +148,16 @@ int kvc_loop_group_new(kvc_loop_group **out, kvc_error *err)
     pthread_mutex_init(&g->mu, NULL);
     uv_async_init(&g->loop, &g->async, on_async);
     g->async.data = g;
+    /* The I/O thread starts with SIGPIPE blocked (it inherits this thread's mask): a server
+     * that vanishes while we write gives EPIPE on that connection, never a signal that would
+     * kill the application (a write to a reset socket raises SIGPIPE in the writing thread,
+     * and libuv does not suppress it). The application's own disposition is left alone. */
+    sigset_t pipe_set, old_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
     rc = uv_thread_create(&g->thread, thread_main, g);
+    pthread_sigmask(SIG_SETMASK, &old_set, NULL);
     if (rc < 0) {
         uv_close((uv_handle_t *)&g->async, NULL);
         uv_run(&g->loop, UV_RUN_DEFAULT);
