@@ -8,6 +8,7 @@
 #include "lease/lease_fwd.h"
 
 #include "lease/lease_fwd_serve.h"
+#include "common/list.h"
 #include "common/mix64.h"
 #include "lease/lessor.h"
 #include "peer/peer_frames.h"
@@ -23,8 +24,8 @@
 #define RETRY_MAX 20u         /* timer periods an unknown-lease answer is retried */
 
 typedef struct fwd_owner {
-    void *call; /* NULL once the call went away or was ended */
-    struct fwd_owner *prev, *next;
+    void *call;   /* NULL once the call went away or was ended */
+    kv_list link; /* in f->streams or f->ttls */
     uint32_t pending;
     unsigned half_closed : 1;
     unsigned stream : 1; /* keepalive stream: registered as the call's data */
@@ -95,8 +96,8 @@ struct kv_lease_fwd {
     size_t nbuckets, nrenew;
     uint64_t seed;
     uint64_t next_seq, timeout_ms;
-    uint64_t resend_ms; /* an answer lost on the way (connection reset, full queue): ask again */
-    fwd_owner *streams, *ttls;    /* owner lists */
+    uint64_t resend_ms;    /* an answer lost on the way (connection reset, full queue): ask again */
+    kv_list streams, ttls; /* owners (fwd_owner.link) */
     held_frame *held, *held_tail; /* leader: frames waiting for the applied index */
     size_t n_held;                /* bounded by max_pending */
     kv_metric *m_fwd, *m_batches, *m_shed, *m_resent, *m_timeouts, *m_served, *m_retried;
@@ -170,11 +171,6 @@ static void index_remove(kv_lease_fwd *f, fwd_renew *r)
 
 /* ---- owners ---- */
 
-static fwd_owner **owner_list(kv_lease_fwd *f, fwd_owner *o)
-{
-    return o->stream ? &f->streams : &f->ttls;
-}
-
 static fwd_owner *owner_new(kv_lease_fwd *f, void *call, int stream)
 {
     fwd_owner *o = calloc(1, sizeof(*o));
@@ -182,22 +178,14 @@ static fwd_owner *owner_new(kv_lease_fwd *f, void *call, int stream)
         return NULL;
     o->call = call;
     o->stream = stream ? 1u : 0u;
-    fwd_owner **l = owner_list(f, o);
-    o->next = *l;
-    if (*l)
-        (*l)->prev = o;
-    *l = o;
+    kv_list_insert_head(o->stream ? &f->streams : &f->ttls, &o->link);
     return o;
 }
 
 static void owner_free(kv_lease_fwd *f, fwd_owner *o)
 {
-    if (o->prev)
-        o->prev->next = o->next;
-    else
-        *owner_list(f, o) = o->next;
-    if (o->next)
-        o->next->prev = o->prev;
+    (void)f;
+    kv_list_remove(&o->link);
     free(o);
 }
 
@@ -823,11 +811,14 @@ int kv_lease_fwd_ttl_gone(kv_lease_fwd *f, void *call)
 {
     if (f == NULL)
         return 0;
-    for (fwd_owner *o = f->ttls; o; o = o->next)
+    kv_list *e;
+    kv_list_foreach(e, &f->ttls) {
+        fwd_owner *o = kv_list_data(e, fwd_owner, link);
         if (o->call == call) {
             owner_detach(f, o);
             return 1;
         }
+    }
     return 0;
 }
 
@@ -930,6 +921,8 @@ int kv_lease_fwd_start(kv_lease_fwd **out, const kv_lease_fwd_deps *d)
     if (f == NULL)
         return -ENOMEM;
     f->d = *d;
+    kv_list_init(&f->streams);
+    kv_list_init(&f->ttls);
     f->max_pending = d->max_pending ? d->max_pending : 65536;
     /* Waiters: one per distinct lease plus as many renewals joined from other streams. */
     f->max_waiters = 2 * f->max_pending;
@@ -996,10 +989,10 @@ void kv_lease_fwd_stop(kv_lease_fwd *f)
     f->n_held = 0;
     while (f->head)
         batch_finish(f, f->head, -ECANCELED, NULL, NULL, NULL);
-    while (f->streams)
-        owner_detach(f, f->streams);
-    while (f->ttls)
-        owner_detach(f, f->ttls);
+    while (!kv_list_empty(&f->streams))
+        owner_detach(f, kv_list_data(kv_list_head(&f->streams), fwd_owner, link));
+    while (!kv_list_empty(&f->ttls))
+        owner_detach(f, kv_list_data(kv_list_head(&f->ttls), fwd_owner, link));
     if (f->d.metrics)
         kv_metrics_gauge_fn_remove(f->d.metrics, f);
     uv_close((uv_handle_t *)&f->idle, on_handle_closed);
