@@ -2,6 +2,8 @@
 #include "px_util.h"
 
 #include "grpc_raw.h"
+#include "kvclient.h"
+#include "rpc.pb-c.h"
 
 #include <criterion/criterion.h>
 
@@ -148,4 +150,37 @@ double px_member_started(kvt_cluster *c, int i, const char *method)
     double v = px_metric_sum_text(body, "grpc_server_started_total", want);
     free(body);
     return v;
+}
+
+int px_ka_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl)
+{
+    Etcdserverpb__LeaseKeepAliveResponse *r =
+        etcdserverpb__lease_keep_alive_response__unpack(NULL, n, m);
+    if (r == NULL)
+        return -EBADMSG;
+    *id = r->id;
+    *ttl = r->ttl;
+    etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+    return 0;
+}
+
+int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n)
+{
+    const char *eps[] = {endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    kvc_client *c = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    int dead = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvc_lease_ttl_result t;
+        cr_assert_eq(kvc_lease_time_to_live(c, ids[i], 0, 5000, &t, &e), 0, "%s", e.message);
+        dead += t.ttl <= 0;
+        kvc_lease_ttl_result_free(&t);
+    }
+    kvc_close(c);
+    return dead;
 }

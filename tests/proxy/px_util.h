@@ -11,6 +11,7 @@
 
 #include "kvt_cluster.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct px {
@@ -36,6 +37,12 @@ double px_metric(px *x, const char *series);
 double px_metric_sum_text(const char *text, const char *name, const char *contains);
 /* etcdctl (ETCDCTL_API=3) against the proxy with NULL-terminated args. */
 int px_ctl(px *x, uint32_t timeout_ms, kvt_cmd_result *res, ...);
+/* The ID and TTL of one packed etcdserverpb.LeaseKeepAliveResponse (a gRPC message's
+ * payload). 0, or -EBADMSG if it does not decode. */
+int px_ka_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl);
+/* How many of the leases ids[0..n) member `endpoint` reports expired (LeaseTimeToLive TTL
+ * <= 0), asked over a client of its own; fails the test on an RPC error. */
+int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n);
 /* grpc_server_started_total of method (e.g. "LeaseKeepAlive") on member i. */
 double px_member_started(kvt_cluster *c, int i, const char *method);
 

@@ -76,22 +76,7 @@ Test(proxy_keepalive, many_clients_one_upstream_stream_no_lease_lost, .fini = fi
         for (int k = 0; k <= PER_CLIENT; k++)
             lost += kvc_keepalive_lost(ka[i][k]) != 0;
     cr_assert_eq(lost, 0, "%d keepalives lost", lost);
-    const char *meps[] = {g_c.m[0].endpoint};
-    kvc_config mc;
-    kvc_config_default(&mc);
-    mc.endpoints = meps;
-    mc.n_endpoints = 1;
-    kvc_client *direct = NULL;
-    cr_assert_eq(kvc_open(&direct, &mc, &e), 0);
-    int dead = 0;
-    for (int i = 0; i < N_CLIENTS; i++)
-        for (int k = 0; k < PER_CLIENT; k++) {
-            kvc_lease_ttl_result t;
-            cr_assert_eq(kvc_lease_time_to_live(direct, ids[i][k], 0, 5000, &t, &e), 0, "%s",
-                         e.message);
-            dead += t.ttl <= 0;
-            kvc_lease_ttl_result_free(&t);
-        }
+    int dead = px_leases_dead(g_c.m[0].endpoint, &ids[0][0], N_CLIENTS * PER_CLIENT);
     cr_assert_eq(dead, 0, "%d leases expired on the member", dead);
 
     double started = px_member_started(&g_c, 0, "LeaseKeepAlive") - started0;
@@ -126,10 +111,8 @@ Test(proxy_keepalive, many_clients_one_upstream_stream_no_lease_lost, .fini = fi
             break;
         kvt_sleep_ms(100);
     }
-    cr_assert_eq(answers, req, "every request answered: %.0f requests, %.0f answers", req,
-                 answers);
+    cr_assert_eq(answers, req, "every request answered: %.0f requests, %.0f answers", req, answers);
 
-    kvc_close(direct);
     for (int i = 0; i < N_CLIENTS; i++)
         kvc_close(cl[i]);
     kvc_loop_group_free(lg);
@@ -176,25 +159,7 @@ Test(proxy_keepalive, requests_of_one_loop_turn_fold_into_one_renewal, .fini = f
         size_t n = 0;
         cr_assert_eq(kv_it_grpc_stream_recv(st[i], &m, &n, 5000), 0, "answer on stream %d", i);
         int64_t id = 0, ttl = 0;
-        for (size_t o = 0; o < n;) { /* ID = 2, TTL = 3; skip the header (1) */
-            uint64_t key = 0, x = 0;
-            for (int s = 0; o < n; s += 7) {
-                key |= (uint64_t)(m[o] & 0x7f) << s;
-                if (!(m[o++] & 0x80))
-                    break;
-            }
-            for (int s = 0; o < n; s += 7) {
-                x |= (uint64_t)(m[o] & 0x7f) << s;
-                if (!(m[o++] & 0x80))
-                    break;
-            }
-            if ((key & 7) == 2)
-                o += x;
-            else if ((key >> 3) == 2)
-                id = (int64_t)x;
-            else if ((key >> 3) == 3)
-                ttl = (int64_t)x;
-        }
+        cr_assert_eq(px_ka_resp(m, n, &id, &ttl), 0);
         free(m);
         cr_assert_eq(id, g.id);
         cr_assert(ttl > 50 && ttl <= 60, "ttl %lld", (long long)ttl);

@@ -37,37 +37,13 @@ typedef struct rec {
 } rec;
 
 /* LeaseKeepAliveResponse: header = 1 (bytes), ID = 2, TTL = 3 (varints). */
-static void parse_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl)
-{
-    size_t o = 0;
-    *id = *ttl = 0;
-    while (o < n) {
-        uint64_t key = 0, v = 0;
-        for (int s = 0; o < n; s += 7) {
-            key |= (uint64_t)(m[o] & 0x7f) << s;
-            if (!(m[o++] & 0x80))
-                break;
-        }
-        for (int s = 0; o < n; s += 7) {
-            v |= (uint64_t)(m[o] & 0x7f) << s;
-            if (!(m[o++] & 0x80))
-                break;
-        }
-        if ((key & 7) == 2)
-            o += v;
-        else if ((key >> 3) == 2)
-            *id = (int64_t)v;
-        else if ((key >> 3) == 3)
-            *ttl = (int64_t)v;
-    }
-}
 
 static void on_msg(void *arg, const uint8_t *m, size_t n)
 {
     rec *r = arg;
     pthread_mutex_lock(&r->mu);
     if (r->n < 64) {
-        parse_resp(m, n, &r->ids[r->n], &r->ttls[r->n]);
+        (void)px_ka_resp(m, n, &r->ids[r->n], &r->ttls[r->n]);
         r->n++;
     }
     kvc_bidi *f = r->free_in_cb;
