@@ -164,7 +164,7 @@ int px_ka_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl)
     return 0;
 }
 
-int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n)
+kvc_client *px_client(const char *endpoint)
 {
     const char *eps[] = {endpoint};
     kvc_config cfg;
@@ -173,7 +173,14 @@ int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n)
     cfg.n_endpoints = 1;
     kvc_client *c = NULL;
     kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "kvc_open %s: %s", endpoint, e.message);
+    return c;
+}
+
+int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n)
+{
+    kvc_client *c = px_client(endpoint);
+    kvc_error e;
     int dead = 0;
     for (size_t i = 0; i < n; i++) {
         kvc_lease_ttl_result t;

@@ -40,6 +40,9 @@ int px_ctl(px *x, uint32_t timeout_ms, kvt_cmd_result *res, ...);
 /* The ID and TTL of one packed etcdserverpb.LeaseKeepAliveResponse (a gRPC message's
  * payload). 0, or -EBADMSG if it does not decode. */
 int px_ka_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl);
+/* A libkvclient client of endpoint alone, with the library's defaults; fails the test if
+ * kvc_open does. The caller closes it (kvc_close). */
+struct kvc_client *px_client(const char *endpoint);
 /* How many of the leases ids[0..n) member `endpoint` reports expired (LeaseTimeToLive TTL
  * <= 0), asked over a client of its own; fails the test on an RPC error. */
 int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n);

@@ -148,14 +148,8 @@ Test(proxy_basic, etcdctl_through_the_proxy, .init = setup, .fini = fini, .timeo
 Test(proxy_basic, libkvclient_and_kvctl_through_the_proxy, .init = setup, .fini = fini,
      .timeout = 180)
 {
-    const char *eps[] = {g_x.endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
+    kvc_client *c = px_client(g_x.endpoint);
     kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
     cr_assert_eq(kvc_put(c, "a", 1, "1", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
     kvc_range_result rr;
     cr_assert_eq(kvc_get(c, "a", 1, NULL, 5000, &rr, &e), 0, "%s", e.message);

@@ -41,19 +41,6 @@ static void setup(void)
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
 }
 
-static kvc_client *client(const char *ep)
-{
-    const char *eps[] = {ep};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
-    kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
-    return c;
-}
-
 static double refused(const char *reason)
 {
     char s[128];
@@ -85,7 +72,7 @@ Test(proxy_bounds, watch_streams_and_pending_renewals, .init = setup, .fini = fi
     cr_assert_eq(refused("watch_streams"), 1);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_streams"), 2);
 
-    kvc_client *c = client(g_x.endpoint);
+    kvc_client *c = px_client(g_x.endpoint);
     kvc_lease_grant_result g;
     kvc_error e;
     cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
@@ -155,7 +142,7 @@ static void put_cb(void *arg, int status, const kvc_error *err, kvc_put_result *
 
 Test(proxy_bounds, pending_requests_flood, .init = setup, .fini = fini, .timeout = 120)
 {
-    kvc_client *c = client(g_x.endpoint);
+    kvc_client *c = px_client(g_x.endpoint);
     static flood f;
     memset(&f, 0, sizeof f);
     pthread_mutex_init(&f.mu, NULL);
@@ -210,7 +197,7 @@ Test(proxy_bounds, a_slow_watcher_does_not_hold_up_the_others, .init = setup, .f
     cr_assert_eq(kv_it_grpc_send_msg(ws, create, sizeof create, 0), 0);
     cr_assert_eq(kv_it_grpc_flush(slow, 5000), 0);
 
-    kvc_client *c = client(g_x.endpoint);
+    kvc_client *c = px_client(g_x.endpoint);
     static wrec w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
@@ -224,7 +211,7 @@ Test(proxy_bounds, a_slow_watcher_does_not_hold_up_the_others, .init = setup, .f
         kvt_sleep_ms(20);
     kvt_sleep_ms(200);
 
-    kvc_client *direct = client(g_c.m[0].endpoint);
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
     static char val[8192];
     memset(val, 'x', sizeof val);
     uint64_t t0 = kvt_now_ms();

@@ -89,23 +89,10 @@ static size_t pack_req(uint8_t *b, int64_t id)
     return n;
 }
 
-static kvc_client *open_client(void)
-{
-    const char *eps[] = {g_c.m[0].endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
-    kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "kvc_open: %s", e.message);
-    return c;
-}
-
 Test(proxy_kvc_bidi, raw_keepalive_stream_bounds_and_end, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0);
-    kvc_client *c = open_client();
+    kvc_client *c = px_client(g_c.m[0].endpoint);
     kvc_lease_grant_result g;
     kvc_error e;
     cr_assert_eq(kvc_lease_grant(c, 30, 0, 0, 5000, &g, &e), 0, "grant: %s", e.message);
