@@ -7,6 +7,7 @@
  * size (lesson 9), and logs how long it took.
  */
 #include "api/services.h"
+#include "common/clock.h"
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/crash_report.h"
@@ -72,12 +73,6 @@ typedef struct kvd_main {
     int delayed; /* 0 off, else 1 + the index of the setting on */
 } kvd_main;
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static const char *bind_host(const kv_url *u)
 {
@@ -406,7 +401,7 @@ int main(int argc, char **argv)
         }
     }
 
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = kv_mono_ms();
     kv_server *s = &m.srv;
     s->cfg = &m.cfg;
     if (uv_loop_init(&m.loop) != 0) {
@@ -565,7 +560,7 @@ int main(int argc, char **argv)
             "kvd: member %016llx (%s) of cluster %016llx, data dir %s: startup took %llu ms "
             "(applied index %llu, revision %lld, %llu keys)\n",
             (unsigned long long)s->id.member_id, m.cfg.name, (unsigned long long)s->id.cluster_id,
-            m.cfg.data_dir, (unsigned long long)(mono_ms() - t0),
+            m.cfg.data_dir, (unsigned long long)(kv_mono_ms() - t0),
             (unsigned long long)ss.applied_index, (long long)ss.revision,
             (unsigned long long)ss.keys);
 
@@ -589,8 +584,8 @@ int main(int argc, char **argv)
     /* Serving: this data dir now belongs to these ids. The raft node already runs (the
      * initial corruption check ran the loop to ask the peers): one of its ready cycles may hold
      * the store's write batch open (-EBUSY); let the loop finish it, then check again. */
-    uint64_t busy_until = mono_ms() + 30000;
-    while ((rc = check_identity(&m, 1, err, sizeof(err))) == -EBUSY && mono_ms() < busy_until)
+    uint64_t busy_until = kv_mono_ms() + 30000;
+    while ((rc = check_identity(&m, 1, err, sizeof(err))) == -EBUSY && kv_mono_ms() < busy_until)
         uv_run(&m.loop, UV_RUN_ONCE);
     if (rc < 0) {
         fprintf(stderr, "kvd: refusing to start: %s\n", err);

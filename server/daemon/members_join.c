@@ -1,5 +1,6 @@
 /* members_join: a joining member's id from its peers' member list (see members_join.h). */
 #include "daemon/members_join.h"
+#include "common/clock.h"
 
 #include "daemon/initial_cluster.h"
 
@@ -379,9 +380,7 @@ const Kvdpb__Member *kv_members_match_urls(Kvdpb__Member *const *m, size_t n,
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return kv_mono_ms();
 }
 
 static int wait_fd(int fd, short ev, uint64_t deadline)

@@ -6,6 +6,7 @@
  * at most ~133 right after array doublings. kv_lessor_metrics.mem_bytes reports it.
  */
 #include "lease/lessor.h"
+#include "common/clock.h"
 #include "common/mix64.h"
 
 #include <errno.h>
@@ -71,9 +72,7 @@ static uint64_t rng_next(kv_lessor *l)
 static uint64_t default_now_ms(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return kv_mono_ms();
 }
 
 static int64_t now_ms(const kv_lessor *l)

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "common/crc32c.h"
+#include "common/clock.h"
 #include "mvcc/store_int.h"
 
 #define CMPCT_KEY "cmpct"
@@ -123,9 +124,7 @@ typedef struct step_budget {
 
 static int64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return (int64_t)kv_mono_ns();
 }
 
 static bool out_of_budget(const step_budget *b, bool progressed)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "mvcc/store_int.h"
+#include "common/clock.h"
 #include "base/lmdb_valcheck.h"
 
 unsigned kv_store_alarms(kv_store *s)
@@ -137,9 +138,7 @@ size_t kv_store_quota(kv_store *s)
 
 static uint64_t now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return kv_mono_us();
 }
 
 static int paths(kv_store *s, char dir[PATH_MAX], char tmpdir[PATH_MAX], char tmpfile[PATH_MAX],

@@ -1,5 +1,6 @@
 /* tls.c - TLS over OpenSSL memory BIOs; see tls.h. */
 #include "net/tls.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -55,19 +56,13 @@ struct kv_tls_conn {
     char err[256];
 };
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void ctx_log(kv_tls_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ctx_log(kv_tls_ctx *x, const char *fmt, ...)
 {
     if (!x->log)
         return;
-    uint64_t now = mono_ms();
+    uint64_t now = kv_mono_ms();
     if (now - x->log_window_ms >= 1000) {
         if (x->log_dropped) {
             char msg[96];
@@ -413,7 +408,7 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
         ctx_free(x);
         return -EINVAL;
     }
-    x->last_check_ms = mono_ms();
+    x->last_check_ms = kv_mono_ms();
     *out = x;
     return 0;
 }
@@ -443,7 +438,7 @@ static int sig_eq(const file_sig *a, const file_sig *b)
 
 static void maybe_reload(kv_tls_ctx *x)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = kv_mono_ms();
     if (!x->force_check && now - x->last_check_ms < RELOAD_CHECK_MS)
         return;
     x->force_check = 0;

@@ -4,6 +4,7 @@
  * takes requests from the queue is node_ready.c; the peer side is node_peer.c (node_int.h).
  */
 #include "common/varint.h"
+#include "common/clock.h"
 #include "node/node_int.h"
 
 #include "internal.pb-c.h"
@@ -18,9 +19,7 @@ void kv_node__maybe_publish(kv_node *n);
 
 uint64_t kv_node__now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return kv_mono_ms();
 }
 
 static double gauge_pending(void *arg)
