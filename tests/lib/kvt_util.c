@@ -1,6 +1,7 @@
 /* kvt_util: see kvt_util.h. */
 
 #include "kvt_util.h"
+#include "common/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,9 +17,7 @@
 
 int64_t kvt_now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (int64_t)kv_mono_us();
 }
 
 uint64_t kvt_now_ms(void)
