@@ -1154,7 +1154,7 @@ stop:
     if (snap_path[0] && !o->keep_all && !err[0])
         unlink(snap_path);
 report:;
-    if (c->n_proxies > 0) {
+    if (c->n_proxies > 0 && c->target == KV_FN_TARGET_KVD) {
         add_fault(fault_desc, sizeof(fault_desc), &fl, "%sgRPC calls via proxies:", fl ? "; " : "");
         for (int i = 0; i < c->n_proxies; i++) {
             int64_t x = kv_fn_proxy_metric(c, i, kv_fn_proxy_calls_metric);

@@ -598,8 +598,8 @@ int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, cha
     return r;
 }
 
-/* GET /metrics over HTTP/1.0; *out is malloc'd and NUL-terminated. */
-static int http_get_metrics(uint16_t port, char **out)
+/* GET <path> over HTTP/1.0; *out is malloc'd and NUL-terminated. */
+static int http_get_metrics(uint16_t port, const char *path, char **out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -616,8 +616,9 @@ static int http_get_metrics(uint16_t port, char **out)
         r = -errno;
         goto out;
     }
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1)) {
+    char req[256];
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (rl <= 0 || (size_t)rl >= sizeof(req) || send(fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
         r = -EIO;
         goto out;
     }
@@ -658,11 +659,11 @@ out:
     return r;
 }
 
-/* Sum of the samples named in names on the /metrics page served on port. */
-static int64_t metric_sum(uint16_t port, const char *const *names)
+/* Sum of the samples named in names on the metrics page served on port at path. */
+static int64_t metric_sum(uint16_t port, const char *path, const char *const *names)
 {
     char *page = NULL;
-    int r = http_get_metrics(port, &page);
+    int r = http_get_metrics(port, path, &page);
     if (r)
         return r;
     double sum = 0;
@@ -690,12 +691,17 @@ int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names)
     kv_fn_member *m = &c->m[i];
     if (!m->proc.pid || m->proc.stopped)
         return -ESRCH;
-    return metric_sum(c->target == KV_FN_TARGET_KVD ? m->metrics_port : m->client_port, names);
+    return metric_sum(c->target == KV_FN_TARGET_KVD ? m->metrics_port : m->client_port, "/metrics",
+                      names);
 }
 
 int64_t kv_fn_proxy_metric(kv_fn_cluster *c, int i, const char *const *names)
 {
     if (i < 0 || i >= c->n_proxies || !c->gp[i].proc.pid)
         return -ESRCH;
-    return metric_sum(c->gp[i].metrics_port, names);
+    /* etcd 3.4's proxy serves a member's page (fetched upstream) on /metrics, and Debian's
+     * 3.4.23 has no page of its own: nothing to read. */
+    if (c->target == KV_FN_TARGET_ETCD)
+        return -ENOTSUP;
+    return metric_sum(c->gp[i].metrics_port, "/metrics", names);
 }
