@@ -177,7 +177,7 @@ static int delay_signal(kv_fn_fault f)
 }
 
 static const char *const kv_fn_delayed_metric[] = {"kvd_peer_frames_delayed_total", NULL};
-/* gRPC calls and streams a proxy's server started (kvd's and etcd's proxies both export it). */
+/* gRPC calls and streams a kvd proxy's server started (etcd 3.4's proxy exports no own page). */
 static const char *const kv_fn_proxy_calls_metric[] = {"grpc_server_started_total", NULL};
 
 static int heal_all(kv_fn_cluster *c)
