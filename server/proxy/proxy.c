@@ -53,8 +53,8 @@ static const char *const priority[] = {"/etcdserverpb.Lease/LeaseKeepAlive",
                                        "/etcdserverpb.Lease/LeaseTimeToLive", NULL};
 
 static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {
-    "reason=\"pending_requests\"", "reason=\"pending_renewals\"", "reason=\"watch_streams\"",
-    "reason=\"client_send_buffer\"", "reason=\"upstream_send_buffer\""};
+    "reason=\"pending_requests\"",   "reason=\"pending_renewals\"",     "reason=\"watch_streams\"",
+    "reason=\"client_send_buffer\"", "reason=\"upstream_send_buffer\"", "reason=\"watchers\""};
 
 int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
 {
@@ -214,6 +214,7 @@ void kv_proxy_stop(kv_proxy *p)
     p->http = NULL;
     if (p->lease)
         kv_proxy_lease_stop(p->lease);
+    kv_proxy_watch_stop(p);
     kvc_close(p->up); /* pending unary calls complete (CANCELLED) into the bridge */
     p->up = NULL;
     if (p->bridge.handle)
@@ -221,6 +222,7 @@ void kv_proxy_stop(kv_proxy *p)
     uv_run(p->loop, UV_RUN_DEFAULT);       /* close callbacks */
     kv_proxy_lease_free(p->lease);
     p->lease = NULL;
+    kv_proxy_watch_free(p);
     if (p->metrics)
         kv_metrics_gauge_fn_remove(p->metrics, p);
     kv_metrics_free(p->metrics);

@@ -36,6 +36,7 @@ typedef struct kv_proxy_config {
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */
     uint32_t max_watch_streams;     /* client Watch streams (10000) */
+    uint32_t max_watchers;          /* client watchers, all streams (100000) */
     uint32_t max_connections;       /* client connections (10000) */
     size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */
     size_t max_buffered_bytes;      /* all client connections, in + out (512 MiB) */

@@ -6,7 +6,7 @@
  * libkvclient's callbacks do on its I/O thread: they only build a kv_proxy_ev and post it
  * through the bridge (proxy_bridge.h), never touch any other field.
  * Ownership: kv_proxy owns the gRPC server, the HTTP metrics server, the metrics registry,
- * the upstream kvc_client, the bridge, the lease folder and the watch relay; it is freed by
+ * the upstream kvc_client, the bridge, the lease folder and the watch state; it is freed by
  * kv_proxy_stop() (proxy.c).
  */
 #ifndef KV_PROXY_INT_H
@@ -24,6 +24,7 @@
 #include <uv.h>
 
 typedef struct kv_proxy_lease kv_proxy_lease; /* proxy_lease.c */
+typedef struct kv_proxy_watch kv_proxy_watch; /* proxy_watch_int.h */
 
 /* Why a request was refused by a bound: the label of kvd_proxy_refused_total. */
 typedef enum {
@@ -32,6 +33,7 @@ typedef enum {
     KV_PROXY_REFUSED_WATCH_STREAMS,    /* --max-watch-streams */
     KV_PROXY_REFUSED_CLIENT_SEND,      /* a client's send buffer (--max-send-buffer-bytes) */
     KV_PROXY_REFUSED_UPSTREAM_SEND,    /* an upstream stream's send buffer */
+    KV_PROXY_REFUSED_WATCHERS,         /* --max-watchers */
     KV_PROXY_REFUSED_COUNT
 } kv_proxy_refused;
 
@@ -48,9 +50,7 @@ typedef struct kv_proxy {
     /* unary forwarding (proxy_unary.c) */
     uint32_t unary_pending;
     kv_metric *m_unary_forwarded, *m_unary_pending;
-    /* watch relay (proxy_watch.c) */
-    uint32_t watch_streams;
-    kv_metric *m_watch_streams, *m_watch_upstream_opened;
+    kv_proxy_watch *watch; /* watch coalescing (proxy_watch.c, proxy_watch_up.c) */
     kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
     int stopping;
 } kv_proxy;
@@ -77,8 +77,12 @@ void kv_proxy_lease_on_half_close(kv_grpc_call *call);
 void kv_proxy_lease_on_cancel(kv_grpc_call *call);
 void kv_proxy_lease_on_event(kv_proxy *p, kv_proxy_ev *ev);
 
-/* Watch relay (proxy_watch.c). */
+/* Watch coalescing (proxy_watch.c, proxy_watch_up.c). init allocates p->watch; stop (before
+ * kvc_close) frees the upstream stream and closes the retry timer; free (after the bridge is
+ * drained and the loop ran its close callbacks) frees the rest. */
 int kv_proxy_watch_init(kv_proxy *p);
+void kv_proxy_watch_stop(kv_proxy *p);
+void kv_proxy_watch_free(kv_proxy *p);
 void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
 void kv_proxy_watch_on_half_close(kv_grpc_call *call);
 void kv_proxy_watch_on_cancel(kv_grpc_call *call);

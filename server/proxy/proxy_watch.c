@@ -1,186 +1,410 @@
 /*
- * proxy_watch.c - Watch streams relayed one to one (docs/proxy.md, "Watch").
+ * proxy_watch.c - the client side of the proxy's Watch: client streams, their watchers (own
+ * watch ids), creates and cancels, the bounds, the slow client (docs/proxy.md, "Watch").
+ * The upstream side (shared upstream watchers, fan-out, failover) is proxy_watch_up.c.
  *
- * Each client Watch stream gets its own upstream Watch stream (a kvc_bidi) on the proxy's
- * one upstream connection; requests go up and responses come back byte for byte. Watchers are
- * not coalesced yet (docs/proxy.md, "Not done yet"). A slow client cannot hold up the others:
- * the upstream bytes are always taken off the connection (libkvclient's I/O thread never
- * waits for the proxy) and queued on that client's own stream, up to --max-send-buffer-bytes;
- * past it the client's stream ends with RESOURCE_EXHAUSTED "etcdserver: too many requests"
- * (kvd_proxy_refused_total{reason="client_send_buffer"}), and only that one. When the upstream
- * stream ends (member died), the client's stream ends with its status (UNAVAILABLE): clientv3
- * re-creates its watchers from their next revision.
+ * Creates of one client stream are answered in order: while a watcher waits for the
+ * upstream's Created, the stream's next requests are held (counted in --max-watchers).
+ * A slow client cannot hold up the others: a send that would pass --max-send-buffer-bytes
+ * ends only its stream with RESOURCE_EXHAUSTED "etcdserver: too many requests"
+ * (kvd_proxy_refused_total{reason="client_send_buffer"}).
  *
- * Ownership: one relay per client stream, owned by the loop. It is freed on the
- * KV_PROXY_EV_WATCH_FREE event the loop posts right after freeing the upstream stream
- * (kvc_bidi_free is synchronous), so every event of that stream was handled before.
- * Bound: --max-watch-streams client streams (kvd_proxy_watch_streams).
+ * Ownership and threads: everything here is the loop's (proxy_watch_int.h). A client stream is
+ * freed as deferred work (s->dead) once no fan-out iterates over its watchers.
  */
-#include "proxy/proxy_int.h"
+#include "proxy/proxy_watch_int.h"
 
-#include <stdio.h>
+#include "common/etcd_errors.h"
+
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define WATCH_PATH "/etcdserverpb.Watch/Watch"
+typedef struct pw_msg {
+    kv_list link;
+    size_t len;
+    uint8_t data[];
+} pw_msg;
 
-typedef struct relay {
-    kv_proxy *p;
-    kv_grpc_call *call; /* NULL once finished or cancelled */
-    kvc_bidi *up;       /* NULL once freed */
-    int counted;        /* in p->watch_streams */
-} relay;
-
-static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
+static void set_gauges(kv_proxy_watch *s)
 {
-    relay *r = arg;
-    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_MSG, r, 0, msg, len);
-    if (!ev) /* out of memory: end the stream rather than lose an event silently */
-        ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_END, r, KV_GRPC_RESOURCE_EXHAUSTED, "", 0);
-    if (ev)
-        kv_proxy_bridge_post(&r->p->bridge, ev);
+    kv_metric_set(s->m_streams, s->n_streams);
+    kv_metric_set(s->m_watchers, s->n_watchers + s->n_held);
 }
 
-static void up_end_io(void *arg, int status, const kvc_error *err)
+void pw_cs_kill(pw_cs *cs, int code, const char *msg, int why)
 {
-    relay *r = arg;
-    const char *m = err ? err->message : "";
-    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_END, r,
-                                      status == 0 ? 0 : (err ? err->code : -status), m, strlen(m));
-    if (ev)
-        kv_proxy_bridge_post(&r->p->bridge, ev);
-}
-
-static void uncount(relay *r)
-{
-    if (!r->counted)
-        return;
-    r->counted = 0;
-    r->p->watch_streams--;
-    kv_metric_set(r->p->m_watch_streams, r->p->watch_streams);
-}
-
-/* Free the upstream stream and queue the relay's release behind its last event. */
-static void release(relay *r)
-{
-    uncount(r);
-    if (r->up) {
-        kvc_bidi_free(r->up);
-        r->up = NULL;
-        kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_FREE, r, 0, "", 0);
-        if (ev)
-            kv_proxy_bridge_post(&r->p->bridge, ev);
-        /* else: the relay leaks (out of memory), never a use after free */
-    } else {
-        free(r);
+    kv_proxy_watch *s = cs->s;
+    if (cs->call) {
+        kv_grpc_call *call = cs->call;
+        cs->call = NULL;
+        kv_grpc_call_set_data(call, NULL);
+        if (why >= 0)
+            kv_proxy_refuse(s->p, call, (kv_proxy_refused)why);
+        else
+            kv_grpc_call_finish(call, code, msg);
+    }
+    if (!cs->dead) {
+        cs->dead = 1;
+        kv_list_remove(&cs->dlink);
+        kv_list_insert_tail(&s->dead, &cs->dlink);
     }
 }
 
-static void finish(relay *r, int code, const char *msg)
+static void cs_free(pw_cs *cs)
 {
-    if (!r->call)
-        return;
-    kv_grpc_call_set_data(r->call, NULL);
-    kv_grpc_call_finish(r->call, code, msg);
-    r->call = NULL;
+    kv_proxy_watch *s = cs->s;
+    kv_list *pos, *tmp;
+    kv_list_foreach_safe(pos, tmp, &cs->watchers) {
+        pw_w *w = kv_list_data(pos, pw_w, slink);
+        kv_list_remove(&w->slink);
+        pw_bc_detach(s, w);
+        s->n_watchers--;
+        free(w);
+    }
+    kv_list_foreach_safe(pos, tmp, &cs->held) {
+        kv_list_remove(pos);
+        s->n_held--;
+        free(kv_list_data(pos, pw_msg, link));
+    }
+    kv_list_remove(&cs->dlink);
+    s->n_streams--;
+    set_gauges(s);
+    free(cs);
 }
 
-void kv_proxy_watch_on_event(kv_proxy *p, kv_proxy_ev *ev)
+void pw_cs_send(pw_cs *cs, const uint8_t *msg, size_t len)
 {
-    relay *r = ev->target;
-    (void)p;
-    switch (ev->kind) {
-    case KV_PROXY_EV_WATCH_MSG:
-        if (r->call && kv_grpc_call_send(r->call, ev->buf, ev->len) < 0) {
-            kv_grpc_call *call = r->call; /* a slow watcher: only its stream ends */
-            kv_grpc_call_set_data(call, NULL);
-            r->call = NULL;
-            kv_proxy_refuse(r->p, call, KV_PROXY_REFUSED_CLIENT_SEND);
-            release(r);
-        }
+    if (!cs->call || cs->dead)
+        return;
+    if (kv_grpc_call_send(cs->call, msg, len) < 0)
+        pw_cs_kill(cs, 0, NULL, KV_PROXY_REFUSED_CLIENT_SEND);
+}
+
+void pw_cs_send_resp(pw_cs *cs, const Etcdserverpb__WatchResponse *r)
+{
+    uint8_t small[256];
+    size_t n = etcdserverpb__watch_response__get_packed_size(r);
+    uint8_t *b = n <= sizeof small ? small : malloc(n);
+    if (!b) {
+        pw_cs_kill(cs, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS), -1);
+        return;
+    }
+    etcdserverpb__watch_response__pack(r, b);
+    pw_cs_send(cs, b, n);
+    if (b != small)
+        free(b);
+}
+
+void pw_cs_unblock(pw_cs *cs, pw_w *w)
+{
+    if (cs->blocked != w)
+        return;
+    cs->blocked = NULL;
+    if (!kv_list_empty(&cs->held) && !cs->dead) {
+        kv_list_remove(&cs->dlink);
+        kv_list_insert_tail(&cs->s->ready, &cs->dlink);
+    }
+}
+
+void pw_w_end(pw_w *w)
+{
+    pw_cs *cs = w->cs;
+    kv_list_remove(&w->slink);
+    pw_bc_detach(cs->s, w);
+    cs->s->n_watchers--;
+    set_gauges(cs->s);
+    pw_cs_unblock(cs, w);
+    free(w);
+}
+
+static pw_w *find_w(pw_cs *cs, int64_t id)
+{
+    kv_list *pos;
+    kv_list_foreach(pos, &cs->watchers) {
+        pw_w *w = kv_list_data(pos, pw_w, slink);
+        if (w->id == id)
+            return w;
+    }
+    return NULL;
+}
+
+/* etcd's answer to a create it refuses: Created, Canceled, watch_id -1, the reason. */
+static void refuse_create(pw_cs *cs, const char *reason)
+{
+    Etcdserverpb__WatchResponse r = ETCDSERVERPB__WATCH_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    r.header = &h;
+    r.watch_id = -1;
+    r.created = 1;
+    r.canceled = 1;
+    r.cancel_reason = (char *)reason;
+    pw_cs_send_resp(cs, &r);
+}
+
+static void on_create(pw_cs *cs, const Etcdserverpb__WatchCreateRequest *c)
+{
+    kv_proxy_watch *s = cs->s;
+    if (s->n_watchers + s->n_held >= s->p->cfg->max_watchers) {
+        pw_cs_kill(cs, 0, NULL, KV_PROXY_REFUSED_WATCHERS);
+        return;
+    }
+    int64_t id = c->watch_id;
+    if (id != 0 && find_w(cs, id)) {
+        refuse_create(cs, kv_etcd_err_msg(KV_ERR_WATCHER_DUPLICATE_ID));
+        return;
+    }
+    if (id == 0) { /* etcd's AutoWatchID: the next id not in use */
+        if (cs->next_id <= cs->max_id)
+            while (find_w(cs, cs->next_id))
+                cs->next_id++;
+        id = cs->next_id++;
+    }
+    pw_w *w = calloc(1, sizeof *w);
+    if (!w) {
+        pw_cs_kill(cs, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS), -1);
+        return;
+    }
+    if (id > cs->max_id)
+        cs->max_id = id;
+    w->cs = cs;
+    w->id = id;
+    kv_list_init(&w->blink);
+    kv_list_insert_tail(&cs->watchers, &w->slink);
+    s->n_watchers++;
+    set_gauges(s);
+    if (pw_bc_attach(s, w, c) < 0) {
+        kv_list_remove(&w->slink);
+        s->n_watchers--;
+        free(w);
+        pw_cs_kill(cs, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS), -1);
+        return;
+    }
+    if (!w->created)
+        cs->blocked = w;
+}
+
+static void on_cancel_req(pw_cs *cs, int64_t id)
+{
+    pw_w *w = find_w(cs, id);
+    if (!w) /* etcd answers only the cancel of a watcher it has */
+        return;
+    Etcdserverpb__WatchResponse r = ETCDSERVERPB__WATCH_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    h.cluster_id = w->bc->cluster_id;
+    h.member_id = w->bc->member_id;
+    h.raft_term = w->bc->raft_term;
+    h.revision = w->bc->last_rev;
+    r.header = &h;
+    r.watch_id = id;
+    r.canceled = 1;
+    pw_w_end(w);
+    pw_cs_send_resp(cs, &r);
+}
+
+/* One request of cs, in order. */
+static void handle(pw_cs *cs, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__WatchRequest *req = etcdserverpb__watch_request__unpack(NULL, len, msg);
+    if (!req) {
+        pw_cs_kill(cs, KV_GRPC_INVALID_ARGUMENT, "grpc: failed to unmarshal the received message",
+                   -1);
+        return;
+    }
+    switch (req->request_union_case) {
+    case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST:
+        on_create(cs, req->create_request);
         break;
-    case KV_PROXY_EV_WATCH_END:
-        if (r->call) {
-            finish(r, ev->code, ev->code ? (const char *)ev->buf : NULL);
-            release(r);
-        }
+    case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST:
+        on_cancel_req(cs, req->cancel_request->watch_id);
         break;
-    case KV_PROXY_EV_WATCH_FREE:
-        free(r);
+    default: /* WatchProgressRequest: not served yet (docs/proxy.md, "Not done yet") */
         break;
     }
-    kv_proxy_ev_free(ev);
+    etcdserverpb__watch_request__free_unpacked(req, NULL);
+}
+
+static int hold(pw_cs *cs, const uint8_t *msg, size_t len)
+{
+    kv_proxy_watch *s = cs->s;
+    if (s->n_watchers + s->n_held >= s->p->cfg->max_watchers) {
+        pw_cs_kill(cs, 0, NULL, KV_PROXY_REFUSED_WATCHERS);
+        return -ENOBUFS;
+    }
+    pw_msg *m = malloc(sizeof *m + len);
+    if (!m) {
+        pw_cs_kill(cs, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS), -1);
+        return -ENOMEM;
+    }
+    m->len = len;
+    memcpy(m->data, msg, len);
+    kv_list_insert_tail(&cs->held, &m->link);
+    s->n_held++;
+    set_gauges(s);
+    return 0;
+}
+
+/* The deferred work of an entry point: streams unblocked run their held requests, ended
+ * streams are freed. */
+void pw_run_deferred(kv_proxy_watch *s)
+{
+    if (s->depth > 0)
+        return;
+    s->depth++;
+    for (;;) {
+        if (!kv_list_empty(&s->ready)) {
+            pw_cs *cs = kv_list_data(s->ready.next, pw_cs, dlink);
+            kv_list_remove(&cs->dlink);
+            while (!cs->dead && !cs->blocked && !kv_list_empty(&cs->held)) {
+                pw_msg *m = kv_list_data(cs->held.next, pw_msg, link);
+                kv_list_remove(&m->link);
+                s->n_held--;
+                handle(cs, m->data, m->len);
+                free(m);
+            }
+            set_gauges(s);
+            continue;
+        }
+        if (!kv_list_empty(&s->dead)) {
+            cs_free(kv_list_data(s->dead.next, pw_cs, dlink));
+            continue;
+        }
+        break;
+    }
+    s->depth--;
 }
 
 void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     kv_proxy *p = kv_grpc_call_app(call);
-    relay *r = kv_grpc_call_data(call);
-    if (!r) {
-        if (p->watch_streams >= p->cfg->max_watch_streams) {
+    kv_proxy_watch *s = p->watch;
+    pw_cs *cs = kv_grpc_call_data(call);
+    if (!cs) {
+        if (s->n_streams >= p->cfg->max_watch_streams) {
             kv_proxy_refuse(p, call, KV_PROXY_REFUSED_WATCH_STREAMS);
             return;
         }
-        r = calloc(1, sizeof *r);
-        if (!r) {
-            kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests");
+        cs = calloc(1, sizeof *cs);
+        if (!cs) {
+            kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
+                                kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
             return;
         }
-        r->p = p;
-        r->call = call;
-        kvc_error e;
-        if (kvc_bidi_open(p->up, WATCH_PATH, p->cfg->max_upstream_send_bytes, up_msg_io, up_end_io,
-                          r, &r->up, &e) != 0) {
-            free(r);
-            kv_grpc_call_finish(call, KV_GRPC_UNAVAILABLE, e.message);
-            return;
-        }
-        kv_grpc_call_set_data(call, r);
-        r->counted = 1;
-        p->watch_streams++;
-        kv_metric_set(p->m_watch_streams, p->watch_streams);
-        kv_metric_inc(p->m_watch_upstream_opened);
+        cs->s = s;
+        cs->call = call;
+        kv_list_init(&cs->watchers);
+        kv_list_init(&cs->held);
+        kv_list_init(&cs->dlink);
+        kv_grpc_call_set_data(call, cs);
+        s->n_streams++;
+        set_gauges(s);
     }
-    if (!r->up)
-        return;
-    kvc_error e;
-    if (kvc_bidi_send(r->up, msg, len, &e) == -KVC_RESOURCE_EXHAUSTED) {
-        kv_grpc_call_set_data(call, NULL);
-        r->call = NULL;
-        kv_proxy_refuse(p, call, KV_PROXY_REFUSED_UPSTREAM_SEND);
-        release(r);
-    }
-    /* -KVC_UNAVAILABLE: the stream ended; its end event finishes the client's stream */
+    s->depth++;
+    if (cs->blocked || !kv_list_empty(&cs->held))
+        (void)hold(cs, msg, len);
+    else
+        handle(cs, msg, len);
+    s->depth--;
+    pw_run_deferred(s);
 }
 
 void kv_proxy_watch_on_half_close(kv_grpc_call *call)
 {
-    relay *r = kv_grpc_call_data(call);
-    if (!r) {
+    pw_cs *cs = kv_grpc_call_data(call);
+    if (!cs) {
         kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
         return;
     }
-    finish(r, KV_GRPC_OK, NULL);
-    release(r);
+    pw_cs_kill(cs, KV_GRPC_OK, NULL, -1);
+    pw_run_deferred(cs->s);
 }
 
 void kv_proxy_watch_on_cancel(kv_grpc_call *call)
 {
-    relay *r = kv_grpc_call_data(call);
-    if (!r)
+    pw_cs *cs = kv_grpc_call_data(call);
+    if (!cs)
         return;
-    r->call = NULL;
-    release(r);
+    kv_proxy_watch *s = cs->s;
+    cs->call = NULL;
+    pw_cs_kill(cs, 0, NULL, -1);
+    pw_run_deferred(s);
+}
+
+void kv_proxy_watch_on_event(kv_proxy *p, kv_proxy_ev *ev)
+{
+    kv_proxy_watch *s = p->watch;
+    s->depth++;
+    pw_up_on_event(s, ev);
+    s->depth--;
+    pw_run_deferred(s);
+}
+
+static void retry_closed(uv_handle_t *h)
+{
+    (void)h;
 }
 
 int kv_proxy_watch_init(kv_proxy *p)
 {
-    p->m_watch_streams = kv_metrics_gauge(p->metrics, "kvd_proxy_watch_streams",
-                                          "Client Watch streams relayed (bound: "
-                                          "--max-watch-streams).",
-                                          NULL);
-    p->m_watch_upstream_opened =
-        kv_metrics_counter(p->metrics, "kvd_proxy_watch_upstream_streams_opened_total",
-                           "Upstream Watch streams opened.", NULL);
+    kv_proxy_watch *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->p = p;
+    kv_list_init(&s->bcasts);
+    kv_list_init(&s->dead);
+    kv_list_init(&s->ready);
+    int rc = uv_timer_init(p->loop, &s->retry);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    s->retry.data = s;
+    p->watch = s;
+    kv_metrics *m = p->metrics;
+    s->m_streams = kv_metrics_gauge(m, "kvd_proxy_watch_streams",
+                                    "Client Watch streams (bound: --max-watch-streams).", NULL);
+    s->m_watchers = kv_metrics_gauge(m, "kvd_proxy_watchers",
+                                     "Client watchers, and their requests held behind a create "
+                                     "(bound: --max-watchers).",
+                                     NULL);
+    s->m_bcasts = kv_metrics_gauge(m, "kvd_proxy_watch_upstream_watchers",
+                                   "Upstream watchers, each shared by the client watchers of its "
+                                   "key, range and options.",
+                                   NULL);
+    s->m_coalesced = kv_metrics_counter(m, "kvd_proxy_watch_coalesced_total",
+                                        "Client watchers that joined an existing upstream "
+                                        "watcher.",
+                                        NULL);
+    s->m_up_opened = kv_metrics_counter(m, "kvd_proxy_watch_upstream_streams_opened_total",
+                                        "Upstream Watch streams opened.", NULL);
+    s->m_up_streams = kv_metrics_gauge(m, "kvd_proxy_watch_upstream_streams",
+                                       "Upstream Watch streams open.", NULL);
+    s->m_resumed = kv_metrics_counter(m, "kvd_proxy_watch_resumed_total",
+                                      "Upstream watchers re-created on a new upstream stream "
+                                      "from their next revision (failover).",
+                                      NULL);
     return 0;
+}
+
+void kv_proxy_watch_stop(kv_proxy *p)
+{
+    kv_proxy_watch *s = p->watch;
+    if (!s)
+        return;
+    pw_up_stop(s);
+    uv_timer_stop(&s->retry);
+    uv_close((uv_handle_t *)&s->retry, retry_closed);
+}
+
+void kv_proxy_watch_free(kv_proxy *p)
+{
+    kv_proxy_watch *s = p->watch;
+    if (!s)
+        return;
+    while (!kv_list_empty(&s->dead))
+        cs_free(kv_list_data(s->dead.next, pw_cs, dlink));
+    pw_up_free_all(s);
+    free(s->obuf);
+    free(s);
+    p->watch = NULL;
 }

@@ -1,0 +1,138 @@
+/*
+ * proxy_watch_int.h - the state of the proxy's watch coalescing, shared by proxy_watch.c (the
+ * client streams and their watchers) and proxy_watch_up.c (the upstream watchers, their
+ * stream, the fan-out and the failover). Design: docs/proxy.md, "Watch".
+ *
+ * Objects (all owned by the proxy's loop thread; libkvclient's I/O thread only posts bridge
+ * events whose target is a pw_up):
+ * - pw_cs: one client Watch stream. Owns its pw_w watchers and its queue of requests held
+ *   while one of its creates waits for the upstream's Created (creates are answered in order).
+ * - pw_w: one client watcher (its own watch_id), a receiver of exactly one pw_bc.
+ * - pw_bc: one upstream watcher, shared by every pw_w of the same key, range and options that
+ *   could join it without missing or repeating an event. Freed when its last receiver goes.
+ * - pw_up: one upstream Watch stream (a kvc_bidi) carrying every pw_bc. Freed on its
+ *   KV_PROXY_EV_WATCH_FREE event, posted right after kvc_bidi_free.
+ * Bounds: --max-watch-streams client streams, --max-watchers client watchers plus held
+ * requests (kvd_proxy_watchers); the pw_bc count is at most the watcher count.
+ */
+#ifndef KV_PROXY_WATCH_INT_H
+#define KV_PROXY_WATCH_INT_H
+
+#include "proxy/proxy_int.h"
+
+#include "common/list.h"
+
+#include "rpc.pb-c.h"
+
+#include <stdint.h>
+
+typedef struct pw_up pw_up;
+typedef struct pw_bc pw_bc;
+
+typedef struct pw_cs {
+    struct kv_proxy_watch *s;
+    kv_grpc_call *call;   /* NULL once finished or cancelled */
+    kv_list watchers;     /* pw_w.slink */
+    kv_list held;         /* pw_msg.link: requests held behind `blocked` */
+    struct pw_w *blocked; /* a watcher whose Created is not sent yet */
+    int64_t next_id, max_id;
+    kv_list dlink; /* on s->dead or s->ready (deferred work), else on no list */
+    int dead;
+} pw_cs;
+
+typedef struct pw_w {
+    kv_list slink; /* cs->watchers */
+    kv_list blink; /* bc->rcv */
+    pw_cs *cs;
+    pw_bc *bc;
+    int64_t id;
+    int64_t nextrev; /* events below it are not this watcher's (0: every event) */
+    int created;     /* its Created response was sent */
+} pw_w;
+
+struct pw_bc {
+    kv_list link;  /* s->bcasts */
+    kv_list clink; /* up->creating: waiting for the upstream Created, in send order */
+    pw_bc *knext;  /* s->ktab chain (joinable ones) */
+    pw_bc *inext;  /* up's id table chain */
+    uint8_t *okey; /* key, range_end and options: what receivers must share */
+    size_t oklen;
+    uint64_t khash;
+    int in_ktab;
+    /* the create request (options as the first client asked) */
+    uint8_t *key, *end;
+    size_t klen, elen;
+    int prev_kv, progress, fragment, noput, nodelete;
+    int64_t start; /* the first client's start_revision */
+    /* upstream state */
+    pw_up *up; /* the stream its create was sent on (NULL: not sent) */
+    int has_id;
+    int64_t up_id;
+    int established;  /* an upstream Created was received once: last_rev is valid */
+    int orphan;       /* no receivers, its Created is awaited only to cancel it */
+    int64_t last_rev; /* every event up to last_rev delivered, except ... */
+    uint32_t n_last;  /* ... when > 0: only n_last events of last_rev were (more may come) */
+    int64_t skip_rev; /* after a resume from skip_rev: its first skip_n events are repeats */
+    uint32_t skip_n;
+    uint64_t cluster_id, member_id, raft_term;
+    kv_list rcv; /* pw_w.blink */
+    uint32_t n_rcv;
+};
+
+struct pw_up {
+    struct kv_proxy_watch *s;
+    kvc_bidi *b;
+    int ended;
+    kv_list creating; /* pw_bc.clink */
+    pw_bc **itab;     /* by upstream watch id */
+    size_t icap, n_ids;
+    uint64_t opened_ms;
+};
+
+typedef struct kv_proxy_watch {
+    kv_proxy *p;
+    pw_up *up; /* the current upstream stream (NULL: none open) */
+    uv_timer_t retry;
+    uint32_t retry_ms;
+    kv_list bcasts; /* pw_bc.link */
+    pw_bc **ktab;
+    size_t kcap, n_k;
+    uint32_t n_streams, n_watchers, n_held, n_bcasts;
+    kv_list dead, ready; /* pw_cs.dlink: deferred ends and unblocked streams */
+    int depth;           /* nesting of entry points; deferred work runs at depth 0 */
+    uint8_t *obuf;       /* the fan-out buffer */
+    size_t ocap;
+    kv_metric *m_streams, *m_watchers, *m_bcasts, *m_coalesced, *m_up_opened, *m_up_streams,
+        *m_resumed;
+} kv_proxy_watch;
+
+/* proxy_watch_up.c */
+/* Finds a pw_bc that w (start revision `start`, options of req) can join without a gap or a
+ * repeat, or makes one (and sends its create upstream). Sets w->bc, w->nextrev, and sends
+ * w's Created at once when the upstream watcher is established (else w->created stays 0 and
+ * the Created goes out with the upstream's). 0 or -ENOMEM. */
+int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequest *req);
+/* Removes w from its pw_bc; the last receiver's leaving cancels the upstream watcher. */
+void pw_bc_detach(kv_proxy_watch *s, pw_w *w);
+void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev);
+/* Loop stop: frees the upstream stream (its events still come through the bridge). */
+void pw_up_stop(kv_proxy_watch *s);
+void pw_up_free_all(kv_proxy_watch *s);
+
+/* proxy_watch.c */
+/* Sends msg to w's client (a slow client's stream is ended and freed later). */
+void pw_cs_send(pw_cs *cs, const uint8_t *msg, size_t len);
+/* Packs r (watch_id and header set by the caller) and sends it to cs. */
+void pw_cs_send_resp(pw_cs *cs, const Etcdserverpb__WatchResponse *r);
+/* w's Created was sent: its stream's held requests run (deferred). */
+void pw_cs_unblock(pw_cs *cs, pw_w *w);
+/* Ends cs's call (if still open) with code/msg, or refused for `why` when why >= 0 (a
+ * kv_proxy_refused), and queues cs's release (deferred work). */
+void pw_cs_kill(pw_cs *cs, int code, const char *msg, int why);
+/* Runs the deferred work (held requests of unblocked streams, releases) unless an entry point
+ * is still on the stack (s->depth > 0). */
+void pw_run_deferred(kv_proxy_watch *s);
+/* The upstream ended w (canceled, compacted): w is freed, its stream goes on. */
+void pw_w_end(pw_w *w);
+
+#endif

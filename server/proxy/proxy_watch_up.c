@@ -1,0 +1,757 @@
+/*
+ * proxy_watch_up.c - the upstream side of the proxy's Watch (docs/proxy.md, "Watch"):
+ * upstream watchers shared by client watchers (etcd 3.4's grpcproxy watch_broadcast), ONE
+ * upstream Watch stream carrying them all, the fan-out of each upstream response to every
+ * client watcher with its own watch_id, and the failover (re-created on the next member from
+ * the next undelivered revision).
+ *
+ * Revisions. An upstream watcher knows how far it has delivered: last_rev (its Created's
+ * header revision, the mod_revision of its last event, or the header revision of a progress
+ * notification) and n_last, the events of last_rev delivered when last_rev came from an event
+ * (a revision's events may be split over responses). A client watcher joins it when that
+ * cannot cost a gap or a repeat:
+ * - not yet established (its Created not received): same start_revision; the Created is
+ *   the upstream's, relayed;
+ * - established: start_revision 0 (its Created is emulated with header revision last_rev:
+ *   every later event follows), or start_revision > last_rev (events below it are dropped for
+ *   that watcher). A start_revision <= last_rev would need history: own upstream watcher.
+ * Options that change the events (prev_kv, filters, progress_notify) are part of the sharing
+ * key; fragment watchers are never shared.
+ * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
+ * from last_rev + 1 (from last_rev, dropping the first n_last events of it, when last_rev may
+ * have more); a compacted revision comes back as etcd's compacted response and is relayed.
+ *
+ * Threads: loop only, except up_msg_io/up_end_io (libkvclient's I/O thread), which only post.
+ */
+#include "proxy/proxy_watch_int.h"
+
+#include "common/clock.h"
+#include "common/varint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WATCH_PATH "/etcdserverpb.Watch/Watch"
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 2000
+#define PREFIX_MAX 11 /* tag + a 10-byte varint: the watch_id written before a packed body */
+
+/* ---- hashing ---- */
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static uint64_t id_hash(int64_t id)
+{
+    uint64_t x = (uint64_t)id * 0x9E3779B97F4A7C15ULL;
+    return x ^ (x >> 29);
+}
+
+/* Grows a chained table to twice its size (at least 64). next_of gives the chain field. */
+static int tab_grow(pw_bc ***tab, size_t *cap, int by_id)
+{
+    size_t ncap = *cap ? *cap * 2 : 64;
+    pw_bc **nt = calloc(ncap, sizeof *nt);
+    if (!nt)
+        return -ENOMEM;
+    for (size_t i = 0; i < *cap; i++) {
+        pw_bc *b = (*tab)[i];
+        while (b) {
+            pw_bc *next = by_id ? b->inext : b->knext;
+            size_t j = (by_id ? id_hash(b->up_id) : b->khash) & (ncap - 1);
+            if (by_id) {
+                b->inext = nt[j];
+            } else {
+                b->knext = nt[j];
+            }
+            nt[j] = b;
+            b = next;
+        }
+    }
+    free(*tab);
+    *tab = nt;
+    *cap = ncap;
+    return 0;
+}
+
+static int ktab_put(kv_proxy_watch *s, pw_bc *bc)
+{
+    if (s->n_k >= s->kcap && tab_grow(&s->ktab, &s->kcap, 0) < 0)
+        return -ENOMEM;
+    size_t j = bc->khash & (s->kcap - 1);
+    bc->knext = s->ktab[j];
+    s->ktab[j] = bc;
+    bc->in_ktab = 1;
+    s->n_k++;
+    return 0;
+}
+
+static void ktab_del(kv_proxy_watch *s, pw_bc *bc)
+{
+    if (!bc->in_ktab)
+        return;
+    pw_bc **pp = &s->ktab[bc->khash & (s->kcap - 1)];
+    while (*pp && *pp != bc)
+        pp = &(*pp)->knext;
+    if (*pp)
+        *pp = bc->knext;
+    bc->in_ktab = 0;
+    s->n_k--;
+}
+
+static int itab_put(pw_up *u, pw_bc *bc)
+{
+    if (u->n_ids >= u->icap && tab_grow(&u->itab, &u->icap, 1) < 0)
+        return -ENOMEM;
+    size_t j = id_hash(bc->up_id) & (u->icap - 1);
+    bc->inext = u->itab[j];
+    u->itab[j] = bc;
+    bc->has_id = 1;
+    u->n_ids++;
+    return 0;
+}
+
+static pw_bc *itab_get(pw_up *u, int64_t id)
+{
+    if (!u->icap)
+        return NULL;
+    for (pw_bc *b = u->itab[id_hash(id) & (u->icap - 1)]; b; b = b->inext)
+        if (b->up_id == id)
+            return b;
+    return NULL;
+}
+
+static void itab_del(pw_up *u, pw_bc *bc)
+{
+    if (!bc->has_id)
+        return;
+    pw_bc **pp = &u->itab[id_hash(bc->up_id) & (u->icap - 1)];
+    while (*pp && *pp != bc)
+        pp = &(*pp)->inext;
+    if (*pp)
+        *pp = bc->inext;
+    bc->has_id = 0;
+    u->n_ids--;
+}
+
+/* ---- upstream watchers ---- */
+
+static void bc_free(pw_bc *bc)
+{
+    free(bc->okey);
+    free(bc->key);
+    free(bc->end);
+    free(bc);
+}
+
+static void gauge(kv_proxy_watch *s)
+{
+    kv_metric_set(s->m_bcasts, s->n_bcasts);
+}
+
+static void send_up_cancel(pw_up *u, int64_t id)
+{
+    Etcdserverpb__WatchCancelRequest c = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    c.watch_id = id;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+    r.cancel_request = &c;
+    uint8_t b[32];
+    size_t n = etcdserverpb__watch_request__pack(&r, b);
+    kvc_error e;
+    /* a cancel that does not fit: the upstream watcher lives until the stream ends; its
+     * responses find no receiver and are dropped */
+    (void)kvc_bidi_send(u->b, b, n, &e);
+}
+
+/* Sends bc's create on u (from where it stands) and queues bc for its Created. 0, or
+ * -ENOBUFS (u's send buffer is full) or -ENOMEM: not sent. */
+static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
+{
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    Etcdserverpb__WatchCreateRequest__FilterType f[2];
+    c.key.data = bc->key;
+    c.key.len = bc->klen;
+    c.range_end.data = bc->end;
+    c.range_end.len = bc->elen;
+    if (bc->noput)
+        f[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT;
+    if (bc->nodelete)
+        f[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE;
+    c.filters = f;
+    c.prev_kv = bc->prev_kv;
+    c.progress_notify = bc->progress;
+    c.fragment = bc->fragment;
+    if (bc->established) {
+        c.start_revision = bc->n_last ? bc->last_rev : bc->last_rev + 1;
+        bc->skip_rev = bc->last_rev;
+        bc->skip_n = bc->n_last;
+    } else {
+        c.start_revision = bc->start;
+    }
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    size_t n = etcdserverpb__watch_request__get_packed_size(&r);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
+        return -ENOMEM;
+    etcdserverpb__watch_request__pack(&r, b);
+    kvc_error e;
+    int rc = kvc_bidi_send(u->b, b, n, &e);
+    free(b);
+    if (rc == -KVC_RESOURCE_EXHAUSTED)
+        return -ENOBUFS;
+    /* -KVC_UNAVAILABLE: the stream ended; its end event re-creates bc on the next one */
+    (void)s;
+    bc->up = u;
+    kv_list_insert_tail(&u->creating, &bc->clink);
+    return 0;
+}
+
+/* bc's create could not be sent: its client streams end (upstream send buffer). */
+static void bc_refuse(pw_bc *bc)
+{
+    kv_list *pos;
+    kv_list_foreach(pos, &bc->rcv) {
+        pw_w *w = kv_list_data(pos, pw_w, blink);
+        pw_cs_kill(w->cs, 0, NULL, KV_PROXY_REFUSED_UPSTREAM_SEND);
+    }
+}
+
+static void up_open(kv_proxy_watch *s);
+
+static void retry_cb(uv_timer_t *t)
+{
+    kv_proxy_watch *s = t->data;
+    s->depth++;
+    if (!s->up && !s->p->stopping && !kv_list_empty(&s->bcasts))
+        up_open(s);
+    s->depth--;
+    pw_run_deferred(s);
+}
+
+static void retry_later(kv_proxy_watch *s)
+{
+    if (s->p->stopping)
+        return;
+    if (s->retry_ms < RETRY_MIN_MS)
+        s->retry_ms = RETRY_MIN_MS;
+    uv_timer_start(&s->retry, retry_cb, s->retry_ms, 0);
+    s->retry_ms = s->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : s->retry_ms * 2;
+}
+
+/* bc has no receiver left: cancel it upstream and free it (or, while its Created is awaited,
+ * leave it as an orphan on its stream's creating queue). */
+static void bc_drop(kv_proxy_watch *s, pw_bc *bc)
+{
+    ktab_del(s, bc);
+    kv_list_remove(&bc->link);
+    s->n_bcasts--;
+    gauge(s);
+    pw_up *u = bc->up;
+    if (u && !u->ended) {
+        if (bc->has_id) {
+            send_up_cancel(u, bc->up_id);
+            itab_del(u, bc);
+        } else if (!kv_list_empty(&bc->clink)) {
+            bc->orphan = 1;
+            return;
+        }
+    }
+    kv_list_remove(&bc->clink);
+    bc_free(bc);
+}
+
+void pw_bc_detach(kv_proxy_watch *s, pw_w *w)
+{
+    pw_bc *bc = w->bc;
+    if (!bc)
+        return;
+    w->bc = NULL;
+    kv_list_remove(&w->blink);
+    if (--bc->n_rcv == 0)
+        bc_drop(s, bc);
+}
+
+/* The sharing key: options, key, range_end. */
+static int make_okey(pw_bc *bc)
+{
+    size_t n = 1 + 10 + bc->klen + bc->elen;
+    bc->okey = malloc(n);
+    if (!bc->okey)
+        return -ENOMEM;
+    uint8_t *p = bc->okey;
+    *p++ = (uint8_t)(bc->prev_kv | bc->progress << 1 | bc->noput << 2 | bc->nodelete << 3);
+    p += kv_varint_put(p, bc->klen);
+    memcpy(p, bc->key, bc->klen);
+    p += bc->klen;
+    memcpy(p, bc->end, bc->elen);
+    p += bc->elen;
+    bc->oklen = (size_t)(p - bc->okey);
+    bc->khash = fnv(bc->okey, bc->oklen);
+    return 0;
+}
+
+/* May w (start revision start) join bc? Sets *nextrev. */
+static int joinable(const pw_bc *bc, int64_t start, int64_t *nextrev)
+{
+    if (bc->orphan)
+        return 0;
+    if (!bc->established) {
+        *nextrev = 0;
+        return start == bc->start;
+    }
+    if (start == 0) {
+        *nextrev = bc->last_rev + 1;
+        return 1;
+    }
+    if (start > bc->last_rev) {
+        *nextrev = start;
+        return 1;
+    }
+    return 0;
+}
+
+static void send_created(pw_w *w)
+{
+    pw_bc *bc = w->bc;
+    Etcdserverpb__WatchResponse r = ETCDSERVERPB__WATCH_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    h.cluster_id = bc->cluster_id;
+    h.member_id = bc->member_id;
+    h.raft_term = bc->raft_term;
+    h.revision = bc->last_rev;
+    r.header = &h;
+    r.watch_id = w->id;
+    r.created = 1;
+    w->created = 1;
+    pw_cs_send_resp(w->cs, &r);
+}
+
+static void join(kv_proxy_watch *s, pw_bc *bc, pw_w *w, int64_t nextrev)
+{
+    w->bc = bc;
+    w->nextrev = nextrev;
+    kv_list_insert_tail(&bc->rcv, &w->blink);
+    bc->n_rcv++;
+    kv_metric_inc(s->m_coalesced);
+    if (bc->established)
+        send_created(w);
+}
+
+int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequest *c)
+{
+    pw_bc *bc = calloc(1, sizeof *bc);
+    if (!bc)
+        return -ENOMEM;
+    kv_list_init(&bc->link);
+    kv_list_init(&bc->clink);
+    kv_list_init(&bc->rcv);
+    for (size_t i = 0; i < c->n_filters; i++) {
+        if (c->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT)
+            bc->noput = 1;
+        else if (c->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE)
+            bc->nodelete = 1;
+    }
+    bc->prev_kv = c->prev_kv;
+    bc->progress = c->progress_notify;
+    bc->fragment = c->fragment;
+    bc->start = c->start_revision;
+    bc->klen = c->key.len;
+    bc->elen = c->range_end.len;
+    bc->key = malloc(bc->klen ? bc->klen : 1);
+    bc->end = malloc(bc->elen ? bc->elen : 1);
+    if (!bc->key || !bc->end)
+        goto nomem;
+    if (bc->klen)
+        memcpy(bc->key, c->key.data, bc->klen);
+    if (bc->elen)
+        memcpy(bc->end, c->range_end.data, bc->elen);
+    if (!bc->fragment) {
+        if (make_okey(bc) < 0)
+            goto nomem;
+        if (s->kcap) {
+            for (pw_bc *o = s->ktab[bc->khash & (s->kcap - 1)]; o; o = o->knext) {
+                int64_t nextrev;
+                if (o->oklen == bc->oklen && memcmp(o->okey, bc->okey, bc->oklen) == 0 &&
+                    joinable(o, c->start_revision, &nextrev)) {
+                    bc_free(bc);
+                    join(s, o, w, nextrev);
+                    return 0;
+                }
+            }
+        }
+        if (ktab_put(s, bc) < 0)
+            goto nomem;
+    }
+    kv_list_insert_tail(&s->bcasts, &bc->link);
+    s->n_bcasts++;
+    gauge(s);
+    w->bc = bc;
+    w->nextrev = 0;
+    kv_list_insert_tail(&bc->rcv, &w->blink);
+    bc->n_rcv = 1;
+    if (s->up && !s->up->ended) {
+        int rc = bc_send_create(s, bc, s->up);
+        if (rc == -ENOBUFS)
+            bc_refuse(bc);
+        else if (rc < 0)
+            return rc == -ENOMEM ? (pw_bc_detach(s, w), -ENOMEM) : rc;
+    } else if (!s->up && !uv_is_active((uv_handle_t *)&s->retry)) {
+        up_open(s);
+    }
+    return 0;
+nomem:
+    bc_free(bc);
+    return -ENOMEM;
+}
+
+/* ---- the upstream stream ---- */
+
+static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
+{
+    pw_up *u = arg;
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_MSG, u, 0, msg, len);
+    if (!ev) /* out of memory: end the stream (failover resumes) rather than lose an event */
+        ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_END, u, KV_GRPC_RESOURCE_EXHAUSTED, "", 0);
+    if (ev)
+        kv_proxy_bridge_post(&u->s->p->bridge, ev);
+}
+
+static void up_end_io(void *arg, int status, const kvc_error *err)
+{
+    pw_up *u = arg;
+    const char *m = err ? err->message : "";
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_END, u,
+                                      status == 0 ? 0 : (err ? err->code : -status), m, strlen(m));
+    if (ev)
+        kv_proxy_bridge_post(&u->s->p->bridge, ev);
+}
+
+static void up_open(kv_proxy_watch *s)
+{
+    pw_up *u = calloc(1, sizeof *u);
+    if (!u) {
+        retry_later(s);
+        return;
+    }
+    u->s = s;
+    kv_list_init(&u->creating);
+    kvc_error e;
+    if (kvc_bidi_open(s->p->up, WATCH_PATH, s->p->cfg->max_upstream_send_bytes, up_msg_io,
+                      up_end_io, u, &u->b, &e) != 0) {
+        free(u);
+        retry_later(s);
+        return;
+    }
+    u->opened_ms = kv_mono_ms();
+    s->up = u;
+    kv_metric_inc(s->m_up_opened);
+    kv_metric_set(s->m_up_streams, 1);
+    kv_list *pos;
+    kv_list_foreach(pos, &s->bcasts) {
+        pw_bc *bc = kv_list_data(pos, pw_bc, link);
+        if (bc->established)
+            kv_metric_inc(s->m_resumed);
+        if (bc_send_create(s, bc, u) < 0)
+            bc_refuse(bc); /* its streams end (deferred); bc goes with its last receiver */
+    }
+}
+
+/* u is done: no more of its events are handled. Orphans waiting on it are freed; the other
+ * upstream watchers forget their id on it. */
+static void up_forget(kv_proxy_watch *s, pw_up *u)
+{
+    u->ended = 1;
+    if (s->up == u) {
+        s->up = NULL;
+        kv_metric_set(s->m_up_streams, 0);
+    }
+    while (!kv_list_empty(&u->creating)) {
+        pw_bc *bc = kv_list_data(u->creating.next, pw_bc, clink);
+        kv_list_remove(&bc->clink);
+        bc->up = NULL;
+        if (bc->orphan)
+            bc_free(bc);
+    }
+    kv_list *pos;
+    kv_list_foreach(pos, &s->bcasts) {
+        pw_bc *bc = kv_list_data(pos, pw_bc, link);
+        if (bc->up == u) {
+            bc->up = NULL;
+            bc->has_id = 0;
+            bc->inext = NULL;
+        }
+    }
+    free(u->itab);
+    u->itab = NULL;
+    u->icap = u->n_ids = 0;
+    kvc_bidi_free(u->b); /* synchronous: every event of u is in the bridge now */
+    u->b = NULL;
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_WATCH_FREE, u, 0, "", 0);
+    if (ev)
+        kv_proxy_bridge_post(&s->p->bridge, ev);
+    /* else: u leaks (out of memory), never a use after free */
+}
+
+static void up_end(kv_proxy_watch *s, pw_up *u)
+{
+    uint64_t lived = kv_mono_ms() - u->opened_ms;
+    up_forget(s, u);
+    if (kv_list_empty(&s->bcasts) || s->p->stopping)
+        return;
+    if (lived >= 1000) {
+        s->retry_ms = RETRY_MIN_MS;
+        up_open(s);
+    } else {
+        retry_later(s);
+    }
+}
+
+/* Every receiver of bc gets r with its own id (-1 for one whose Created was not sent: a
+ * refused create) and ends; bc goes with the last one. */
+static void bc_end_all(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r)
+{
+    (void)s;
+    if (bc->up && !bc->up->ended)
+        itab_del(bc->up, bc); /* ended upstream: no cancel to send */
+    int last;
+    do {
+        pw_w *w = kv_list_data(bc->rcv.next, pw_w, blink);
+        last = bc->n_rcv == 1;
+        r->watch_id = w->created ? w->id : -1;
+        pw_cs_send_resp(w->cs, r);
+        pw_w_end(w);
+    } while (!last);
+}
+
+static void save_header(pw_bc *bc, const Etcdserverpb__WatchResponse *r)
+{
+    if (!r->header)
+        return;
+    bc->cluster_id = r->header->cluster_id;
+    bc->member_id = r->header->member_id;
+    bc->raft_term = r->header->raft_term;
+}
+
+static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse *r)
+{
+    if (kv_list_empty(&u->creating))
+        return;
+    pw_bc *bc = kv_list_data(u->creating.next, pw_bc, clink);
+    kv_list_remove(&bc->clink);
+    if (bc->orphan) {
+        if (!r->canceled && r->watch_id >= 0)
+            send_up_cancel(u, r->watch_id);
+        bc_free(bc);
+        return;
+    }
+    if (r->canceled || r->watch_id < 0) {
+        bc_end_all(s, bc, r);
+        return;
+    }
+    bc->up_id = r->watch_id;
+    if (itab_put(u, bc) < 0) { /* out of memory: its receivers end */
+        bc_refuse(bc);
+        return;
+    }
+    save_header(bc, r);
+    if (bc->established)
+        return; /* resumed: its receivers have their Created already */
+    bc->established = 1;
+    bc->last_rev = r->header ? r->header->revision : 0;
+    bc->n_last = 0;
+    kv_list *pos;
+    kv_list_foreach(pos, &bc->rcv) {
+        pw_w *w = kv_list_data(pos, pw_w, blink);
+        if (w->created)
+            continue;
+        w->created = 1;
+        r->watch_id = w->id;
+        pw_cs_send_resp(w->cs, r);
+        pw_cs_unblock(w->cs, w);
+    }
+}
+
+static int64_t ev_rev(const Mvccpb__Event *e)
+{
+    return e->kv ? e->kv->mod_revision : 0;
+}
+
+/* Drops the repeats a resume from skip_rev brings (the first skip_n events of skip_rev),
+ * moving them behind r->n_events (still freed with r). */
+static void drop_repeats(pw_bc *bc, Etcdserverpb__WatchResponse *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_events; i++) {
+        Mvccpb__Event *e = r->events[i];
+        if (bc->skip_n && ev_rev(e) == bc->skip_rev) {
+            bc->skip_n--;
+            continue;
+        }
+        if (ev_rev(e) > bc->skip_rev)
+            bc->skip_n = 0;
+        Mvccpb__Event *t = r->events[k];
+        r->events[k++] = e;
+        r->events[i] = t;
+    }
+    r->n_events = k;
+}
+
+/* w's events of r: those at or above w->nextrev (a watcher that joined at a later revision). */
+static void send_filtered(pw_w *w, Etcdserverpb__WatchResponse *r)
+{
+    Mvccpb__Event **sel = malloc(r->n_events * sizeof *sel);
+    if (!sel) {
+        pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_events; i++)
+        if (ev_rev(r->events[i]) >= w->nextrev)
+            sel[k++] = r->events[i];
+    if (k > 0) {
+        Etcdserverpb__WatchResponse c = *r;
+        c.events = sel;
+        c.n_events = k;
+        c.watch_id = w->id;
+        pw_cs_send_resp(w->cs, &c);
+    }
+    free(sel);
+}
+
+static void fan_out(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r)
+{
+    r->watch_id = 0; /* packed without it; each receiver's is written in front */
+    size_t body = etcdserverpb__watch_response__get_packed_size(r);
+    if (PREFIX_MAX + body > s->ocap) {
+        size_t cap = s->ocap ? s->ocap : 4096;
+        while (cap < PREFIX_MAX + body)
+            cap *= 2;
+        uint8_t *nb = realloc(s->obuf, cap);
+        if (!nb) { /* out of memory: the receivers' streams end rather than miss events */
+            kv_list *pos;
+            kv_list_foreach(pos, &bc->rcv)
+                pw_cs_kill(kv_list_data(pos, pw_w, blink)->cs, KV_GRPC_RESOURCE_EXHAUSTED,
+                           "etcdserver: too many requests", -1);
+            return;
+        }
+        s->obuf = nb;
+        s->ocap = cap;
+    }
+    uint8_t *b = s->obuf + PREFIX_MAX;
+    etcdserverpb__watch_response__pack(r, b);
+    int64_t first = r->n_events ? ev_rev(r->events[0]) : 0;
+    int64_t lastev = r->n_events ? ev_rev(r->events[r->n_events - 1]) : 0;
+    kv_list *pos;
+    kv_list_foreach(pos, &bc->rcv) {
+        pw_w *w = kv_list_data(pos, pw_w, blink);
+        if (!w->created || !w->cs->call)
+            continue;
+        if (r->n_events && w->nextrev > first) {
+            send_filtered(w, r);
+        } else {
+            uint8_t pre[PREFIX_MAX];
+            pre[0] = 0x10; /* field 2 (watch_id), varint */
+            size_t n = 1 + kv_varint_put(pre + 1, (uint64_t)w->id);
+            memcpy(b - n, pre, n);
+            pw_cs_send(w->cs, b - n, n + body);
+        }
+        if (r->n_events && lastev >= w->nextrev)
+            w->nextrev = 0;
+    }
+}
+
+static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse *r)
+{
+    pw_bc *bc = itab_get(u, r->watch_id);
+    if (!bc)
+        return; /* canceled by the proxy: its last responses are dropped */
+    save_header(bc, r);
+    if (r->canceled || r->compact_revision) { /* compacted, or ended by the member */
+        bc_end_all(s, bc, r);
+        return;
+    }
+    size_t n0 = r->n_events;
+    if (bc->skip_n)
+        drop_repeats(bc, r);
+    if (n0 && !r->n_events) {
+        r->n_events = n0; /* every event a repeat: nothing to send */
+        return;
+    }
+    for (size_t i = 0; i < r->n_events; i++) {
+        int64_t rev = ev_rev(r->events[i]);
+        if (rev == bc->last_rev) {
+            bc->n_last++;
+        } else if (rev > bc->last_rev) {
+            bc->last_rev = rev;
+            bc->n_last = 1;
+        }
+    }
+    if (!n0 && !r->fragment && r->header && r->header->revision >= bc->last_rev) {
+        bc->last_rev = r->header->revision; /* progress: everything up to it was sent */
+        bc->n_last = 0;
+    }
+    fan_out(s, bc, r);
+    r->n_events = n0;
+}
+
+static void up_msg(kv_proxy_watch *s, pw_up *u, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, len, msg);
+    if (!r) { /* a message we cannot read: resume elsewhere rather than lose it */
+        up_end(s, u);
+        return;
+    }
+    if (r->created)
+        on_created(s, u, r);
+    else
+        on_response(s, u, r);
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+}
+
+void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev)
+{
+    pw_up *u = ev->target;
+    switch (ev->kind) {
+    case KV_PROXY_EV_WATCH_MSG:
+        if (!u->ended)
+            up_msg(s, u, ev->buf, ev->len);
+        break;
+    case KV_PROXY_EV_WATCH_END:
+        if (!u->ended)
+            up_end(s, u);
+        break;
+    case KV_PROXY_EV_WATCH_FREE:
+        free(u);
+        break;
+    }
+    kv_proxy_ev_free(ev);
+}
+
+void pw_up_stop(kv_proxy_watch *s)
+{
+    if (s->up)
+        up_forget(s, s->up);
+}
+
+void pw_up_free_all(kv_proxy_watch *s)
+{
+    while (!kv_list_empty(&s->bcasts)) {
+        pw_bc *bc = kv_list_data(s->bcasts.next, pw_bc, link);
+        kv_list_remove(&bc->link);
+        kv_list_remove(&bc->clink);
+        bc_free(bc);
+    }
+    free(s->ktab);
+    s->ktab = NULL;
+}

@@ -1,0 +1,449 @@
+/*
+ * proxy_watch: watch coalescing and watch failover of `kvd grpc-proxy start`, seen from raw
+ * gRPC Watch streams (tests/lib/grpc_raw.h: every response the proxy sends is decoded, nothing
+ * is deduplicated on the client side):
+ *   - 100 client watchers of key "k" over 20 connections (5 creates sent at once per stream)
+ *     share ONE upstream watcher: kvd_proxy_watch_upstream_watchers 1, the member's
+ *     kvd_watchers 1, kvd_proxy_watch_coalesced_total 99; every watcher gets every one of 50
+ *     puts exactly once, in order, under its own watch_id;
+ *   - a watcher created mid-stream (after 25 puts were delivered) gets a Created whose header
+ *     revision is at least the 25th put's, then exactly the puts after that revision;
+ *   - a WatchCancelRequest is answered (canceled, same id) and that watcher gets nothing more;
+ *     closing every client stream cancels the upstream watcher (member's kvd_watchers 0);
+ *   - kill -9 of the member the proxy watches through (3 members): the client streams stay
+ *     open and every watcher (two sharing key "f", two prefix "g" watchers with prev_kv) gets
+ *     exactly the events a surviving member's own history holds after its Created revision,
+ *     including the ones written while the proxy had no upstream stream.
+ */
+#include "px_util.h"
+
+#include "grpc_raw.h"
+#include "kvclient.h"
+#include "rpc.pb-c.h"
+
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXEV 256
+#define MAXW 8
+
+typedef struct wst {
+    int64_t id;
+    int64_t created_rev;
+    int canceled;
+    int n;
+    int64_t revs[MAXEV];
+    int prevs; /* events that carried a prev_kv */
+} wst;
+
+typedef struct conn {
+    kv_it_grpc *g;
+    kv_it_grpc_stream *st;
+    wst w[MAXW];
+    int nw, n_created, bad;
+} conn;
+
+static kvt_cluster g_c;
+static px g_x;
+
+static void fini(void)
+{
+    px_stop(&g_x);
+    kvt_cluster_destroy(&g_c);
+}
+
+static void on_msg(void *arg, const uint8_t *m, size_t n)
+{
+    conn *c = arg;
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, n, m);
+    if (!r) {
+        c->bad++;
+        return;
+    }
+    if (r->created) {
+        if (c->n_created < MAXW) {
+            wst *w = &c->w[c->n_created++];
+            w->id = r->watch_id;
+            w->created_rev = r->header ? r->header->revision : -1;
+            if (r->canceled)
+                c->bad++;
+        }
+    } else {
+        wst *w = NULL;
+        for (int i = 0; i < c->n_created; i++)
+            if (c->w[i].id == r->watch_id)
+                w = &c->w[i];
+        if (!w) {
+            c->bad++;
+        } else {
+            if (r->canceled)
+                w->canceled = 1;
+            for (size_t i = 0; i < r->n_events && w->n < MAXEV; i++) {
+                w->revs[w->n++] = r->events[i]->kv->mod_revision;
+                w->prevs += r->events[i]->prev_kv != NULL;
+            }
+        }
+    }
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+}
+
+/* Pumps every connection once (no wait) and decodes what arrived. */
+static void pump(conn *cs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!cs[i].g)
+            continue;
+        (void)kv_it_grpc_pump(cs[i].g, 0);
+        (void)kv_it_grpc_stream_take(cs[i].st, on_msg, &cs[i]);
+    }
+}
+
+static void send_create(conn *c, const char *key, const char *end, int prev_kv)
+{
+    Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    cr.key.data = (uint8_t *)key;
+    cr.key.len = strlen(key);
+    if (end) {
+        cr.range_end.data = (uint8_t *)end;
+        cr.range_end.len = strlen(end);
+    }
+    cr.prev_kv = prev_kv;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &cr;
+    uint8_t b[256];
+    size_t n = etcdserverpb__watch_request__pack(&r, b);
+    cr_assert_eq(kv_it_grpc_send_msg(c->st, b, n, 0), 0);
+    c->nw++;
+}
+
+static void send_cancel(conn *c, int64_t id)
+{
+    Etcdserverpb__WatchCancelRequest cr = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    cr.watch_id = id;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+    r.cancel_request = &cr;
+    uint8_t b[32];
+    size_t n = etcdserverpb__watch_request__pack(&r, b);
+    cr_assert_eq(kv_it_grpc_send_msg(c->st, b, n, 0), 0);
+}
+
+static void conn_open(conn *c)
+{
+    memset(c, 0, sizeof *c);
+    cr_assert_eq(kv_it_grpc_open(&c->g, "127.0.0.1", g_x.port, 5000), 0);
+    c->st = kv_it_grpc_stream_start(c->g, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_not_null(c->st);
+}
+
+static void conn_close(conn *c)
+{
+    kv_it_grpc_close(c->g);
+    c->g = NULL;
+}
+
+static int all_created(conn *cs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (cs[i].g && cs[i].n_created < cs[i].nw)
+            return 0;
+    return 1;
+}
+
+/* Every live watcher of cs has at least `want` events (want_of: per watcher, if not NULL). */
+static int all_have(conn *cs, int n, int want)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; cs[i].g && k < cs[i].n_created; k++)
+            if (!cs[i].w[k].canceled && cs[i].w[k].n < want)
+                return 0;
+    return 1;
+}
+
+static void pump_until(conn *cs, int n, int (*done)(conn *, int, int), int arg, uint32_t ms,
+                       const char *what)
+{
+    uint64_t end = kvt_now_ms() + ms;
+    while (!done(cs, n, arg) && kvt_now_ms() < end) {
+        pump(cs, n);
+        kvt_sleep_ms(1);
+    }
+    pump(cs, n);
+    cr_assert(done(cs, n, arg), "timed out waiting for %s", what);
+}
+
+static int created_cb(conn *cs, int n, int arg)
+{
+    (void)arg;
+    return all_created(cs, n);
+}
+
+static double member_watchers(int i)
+{
+    char *body = NULL;
+    cr_assert_eq(kvt_member_metrics(&g_c, i, &body), 0);
+    double v = px_metric_sum_text(body, "kvd_watchers", NULL);
+    free(body);
+    return v;
+}
+
+static int64_t put(kvc_client *c, const char *key, int i)
+{
+    char v[32];
+    int vl = snprintf(v, sizeof v, "v%d", i);
+    kvc_put_result pr;
+    kvc_error e;
+    cr_assert_eq(kvc_put(c, key, strlen(key), v, (size_t)vl, NULL, 5000, &pr, &e), 0, "%s",
+                 e.message);
+    int64_t rev = pr.header.revision;
+    kvc_put_result_free(&pr);
+    return rev;
+}
+
+#define NCONN 20
+#define PERCONN 5
+#define NPUT 50
+
+Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    static conn cs[NCONN + 1];
+    for (int i = 0; i < NCONN; i++) {
+        conn_open(&cs[i]);
+        for (int k = 0; k < PERCONN; k++)
+            send_create(&cs[i], "k", NULL, 0);
+    }
+    pump_until(cs, NCONN, created_cb, 0, 10000, "100 Created");
+    for (int i = 0; i < NCONN; i++)
+        for (int k = 0; k < PERCONN; k++)
+            for (int j = 0; j < k; j++)
+                cr_assert_neq(cs[i].w[k].id, cs[i].w[j].id, "distinct ids on one stream");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), NCONN * PERCONN);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), NCONN * PERCONN - 1);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 1);
+    cr_assert_eq(member_watchers(0), 1, "the member has one watcher");
+
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int64_t revs[NPUT + 1];
+    for (int i = 0; i < NPUT / 2; i++)
+        revs[i] = put(direct, "k", i);
+    pump_until(cs, NCONN, all_have, NPUT / 2, 10000, "the first 25 events");
+
+    /* a watcher added mid-stream */
+    conn *j = &cs[NCONN];
+    conn_open(j);
+    send_create(j, "k", NULL, 0);
+    pump_until(cs, NCONN + 1, created_cb, 0, 5000, "the joiner's Created");
+    int64_t jrev = j->w[0].created_rev;
+    cr_assert_geq(jrev, revs[NPUT / 2 - 1], "joiner's Created revision %lld < %lld",
+                  (long long)jrev, (long long)revs[NPUT / 2 - 1]);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
+
+    for (int i = NPUT / 2; i < NPUT; i++)
+        revs[i] = put(direct, "k", i);
+    pump_until(cs, NCONN + 1, all_have, NPUT / 2, 10000, "the joiner's 25 events");
+    pump_until(cs, NCONN, all_have, NPUT, 10000, "50 events");
+    kvt_sleep_ms(200);
+    pump(cs, NCONN + 1);
+    for (int i = 0; i < NCONN; i++) {
+        cr_assert_eq(cs[i].bad, 0, "conn %d: an unexpected response", i);
+        for (int k = 0; k < PERCONN; k++) {
+            wst *w = &cs[i].w[k];
+            cr_assert_eq(w->n, NPUT, "conn %d watcher %d: %d events", i, k, w->n);
+            for (int e = 0; e < NPUT; e++)
+                cr_assert_eq(w->revs[e], revs[e], "conn %d watcher %d event %d", i, k, e);
+        }
+    }
+    cr_assert_eq(j->bad, 0);
+    cr_assert_eq(j->w[0].n, NPUT / 2, "the joiner got %d events", j->w[0].n);
+    for (int e = 0; e < NPUT / 2; e++)
+        cr_assert_eq(j->w[0].revs[e], revs[NPUT / 2 + e], "joiner event %d", e);
+
+    /* cancel the first watcher of conn 0 */
+    send_cancel(&cs[0], cs[0].w[0].id);
+    uint64_t end = kvt_now_ms() + 5000;
+    while (!cs[0].w[0].canceled && kvt_now_ms() < end) {
+        pump(cs, 1);
+        kvt_sleep_ms(1);
+    }
+    cr_assert(cs[0].w[0].canceled, "cancel answered");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), NCONN * PERCONN);
+    revs[NPUT] = put(direct, "k", NPUT);
+    pump_until(cs, NCONN, all_have, NPUT + 1, 10000, "event 51");
+    kvt_sleep_ms(200);
+    pump(cs, NCONN + 1);
+    cr_assert_eq(cs[0].w[0].n, NPUT, "the canceled watcher got an event");
+    cr_assert_eq(cs[0].w[1].revs[NPUT], revs[NPUT]);
+    cr_assert_eq(cs[0].bad, 0);
+
+    for (int i = 0; i <= NCONN; i++)
+        conn_close(&cs[i]);
+    end = kvt_now_ms() + 5000;
+    while ((px_metric(&g_x, "kvd_proxy_watchers") != 0 || member_watchers(0) != 0) &&
+           kvt_now_ms() < end)
+        kvt_sleep_ms(50);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 0);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 0);
+    cr_assert_eq(member_watchers(0), 0, "the upstream watcher was canceled");
+    fprintf(stderr,
+            "proxy_watch: 100 watchers over 20 connections + 1 joiner: 1 upstream watcher, "
+            "%d events each, exactly once, in order\n",
+            NPUT);
+    kvc_close(direct);
+}
+
+typedef struct truth {
+    pthread_mutex_t mu;
+    int n;
+    int64_t revs[MAXEV];
+} truth;
+
+static void truth_cb(void *arg, const kvc_watch_response *r)
+{
+    truth *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < r->n_events && t->n < MAXEV; i++)
+        t->revs[t->n++] = r->events[i].kv.mod_revision;
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* The events of [key, end) after rev, from member i's own history. */
+static int history(int i, const char *key, const char *end, int64_t rev, int want, int64_t *out)
+{
+    kvc_client *c = px_client(g_c.m[i].endpoint);
+    static truth t;
+    memset(&t, 0, sizeof t);
+    pthread_mutex_init(&t.mu, NULL);
+    kvc_watch_opts o = {.start_revision = rev + 1};
+    if (end) {
+        o.range_end = (const uint8_t *)end;
+        o.range_end_len = strlen(end);
+    }
+    kvc_watch *w = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_watch_create(c, key, strlen(key), &o, 5000, truth_cb, &t, &w, NULL, &e), 0,
+                 "%s", e.message);
+    uint64_t stop = kvt_now_ms() + 5000;
+    int n = 0;
+    while (kvt_now_ms() < stop) {
+        pthread_mutex_lock(&t.mu);
+        n = t.n;
+        pthread_mutex_unlock(&t.mu);
+        if (n >= want)
+            break;
+        kvt_sleep_ms(10);
+    }
+    kvt_sleep_ms(100);
+    pthread_mutex_lock(&t.mu);
+    n = t.n;
+    memcpy(out, t.revs, sizeof t.revs);
+    pthread_mutex_unlock(&t.mu);
+    kvc_watch_cancel(w);
+    kvc_close(c);
+    return n;
+}
+
+#define FCONN 4
+#define FBEFORE 20
+#define FAFTER 30
+
+Test(proxy_watch, failover_keeps_client_streams_without_gap_or_repeat, .fini = fini, .timeout = 240)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
+    int up = 0; /* the member the proxy watches through: first in --endpoints */
+    int order[3] = {0, 1, 2};
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, NULL), 0, "proxy");
+    static conn cs[FCONN];
+    for (int i = 0; i < FCONN; i++) {
+        conn_open(&cs[i]);
+        if (i < 2) {
+            send_create(&cs[i], "f", NULL, 0);
+        } else {
+            send_create(&cs[i], "g", "h", 1);
+        }
+    }
+    pump_until(cs, FCONN, created_cb, 0, 10000, "Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 2);
+    int64_t crev = cs[0].w[0].created_rev;
+    int64_t grev = cs[2].w[0].created_rev;
+
+    const char *eps[] = {g_c.m[1].endpoint, g_c.m[2].endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 2;
+    kvc_client *wr = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&wr, &cfg, &e), 0, "%s", e.message);
+    int nf = 0, ng = 0;
+    for (int i = 0; i < FBEFORE; i++) {
+        put(wr, i % 2 ? "f" : "g1", i);
+        nf += i % 2;
+        ng += !(i % 2);
+    }
+    pump_until(cs, 2, all_have, nf, 10000, "events before the kill");
+
+    cr_assert_eq(kvt_member_kill9(&g_c, up), 0);
+    for (int i = FBEFORE; i < FBEFORE + FAFTER; i++) {
+        char v[32];
+        int vl = snprintf(v, sizeof v, "v%d", i);
+        const char *k = i % 2 ? "f" : "g2";
+        int rc = -1;
+        uint64_t end = kvt_now_ms() + 15000;
+        while (rc != 0 && kvt_now_ms() < end) {
+            /* a put refused for no leader was not applied; one that timed out may have
+             * been: the history below is the truth either way */
+            rc = kvc_put(wr, k, strlen(k), v, (size_t)vl, NULL, 2000, NULL, &e);
+            if (rc != 0)
+                kvt_sleep_ms(100);
+        }
+        cr_assert_eq(rc, 0, "put after the kill: %s", e.message);
+        pump(cs, FCONN);
+    }
+    int64_t hf[MAXEV], hg[MAXEV];
+    int tf = history(1, "f", NULL, crev, nf + FAFTER / 2, hf);
+    int tg = history(1, "g", "h", grev, ng + FAFTER / 2, hg);
+    cr_assert_geq(tf, nf + FAFTER / 2);
+    cr_assert_geq(tg, ng + FAFTER / 2);
+    uint64_t end = kvt_now_ms() + 20000;
+    while (kvt_now_ms() < end && !(cs[0].w[0].n >= tf && cs[1].w[0].n >= tf && cs[2].w[0].n >= tg &&
+                                   cs[3].w[0].n >= tg)) {
+        pump(cs, FCONN);
+        kvt_sleep_ms(1);
+    }
+    kvt_sleep_ms(300);
+    pump(cs, FCONN);
+    for (int i = 0; i < FCONN; i++) {
+        wst *w = &cs[i].w[0];
+        const int64_t *h = i < 2 ? hf : hg;
+        int want = i < 2 ? tf : tg;
+        cr_assert_eq(cs[i].bad, 0, "conn %d: unexpected response", i);
+        cr_assert_eq(kv_it_grpc_conn_closed(cs[i].g), 0, "conn %d closed", i);
+        cr_assert(!cs[i].st->closed, "conn %d: client stream ended", i);
+        cr_assert_eq(w->n, want, "conn %d: %d events, history has %d", i, w->n, want);
+        for (int k = 0; k < want; k++)
+            cr_assert_eq(w->revs[k], h[k], "conn %d event %d: rev %lld, history %lld", i, k,
+                         (long long)w->revs[k], (long long)h[k]);
+        if (i >= 2)
+            cr_assert_eq(w->prevs, want - 2, "prev_kv kept (all but the first puts of g1, g2)");
+    }
+    double opened = px_metric(&g_x, "kvd_proxy_watch_upstream_streams_opened_total");
+    double resumed = px_metric(&g_x, "kvd_proxy_watch_resumed_total");
+    cr_assert_geq(opened, 2);
+    cr_assert_geq(resumed, 2);
+    fprintf(stderr,
+            "proxy_watch: kill -9 of the upstream member: 4 client streams kept, %d + %d events "
+            "each as in the history, no gap, no repeat; upstream streams opened %.0f, watchers "
+            "resumed %.0f\n",
+            tf, tg, opened, resumed);
+    for (int i = 0; i < FCONN; i++)
+        conn_close(&cs[i]);
+    kvc_close(wr);
+}
