@@ -17,6 +17,7 @@
 #include "common/etcd_errors.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,38 @@ static void on_cancel_req(pw_cs *cs, int64_t id)
     pw_cs_send_resp(cs, &r);
 }
 
+/* etcd's answer to a WatchProgressRequest: one response, watch_id -1, whose header revision
+ * every watcher of the stream has been sent all events up to. The proxy answers from what it
+ * delivered: the lowest such revision over the stream's watchers (the member's current
+ * revision may be higher). A stream without watchers gets no answer. */
+static void on_progress_req(pw_cs *cs)
+{
+    int64_t rev = INT64_MAX;
+    const pw_bc *any = NULL;
+    kv_list *pos;
+    kv_list_foreach(pos, &cs->watchers) {
+        pw_w *w = kv_list_data(pos, pw_w, slink);
+        const pw_bc *bc = w->bc;
+        if (!w->created || !bc || !bc->established)
+            return; /* not every watcher synced: etcd sends nothing either */
+        int64_t done = bc->n_last ? bc->last_rev - 1 : bc->last_rev;
+        if (done < rev)
+            rev = done;
+        any = bc;
+    }
+    if (!any)
+        return;
+    Etcdserverpb__WatchResponse r = ETCDSERVERPB__WATCH_RESPONSE__INIT;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    h.cluster_id = any->cluster_id;
+    h.member_id = any->member_id;
+    h.raft_term = any->raft_term;
+    h.revision = rev;
+    r.header = &h;
+    r.watch_id = -1;
+    pw_cs_send_resp(cs, &r);
+}
+
 /* One request of cs, in order. */
 static void handle(pw_cs *cs, const uint8_t *msg, size_t len)
 {
@@ -218,7 +251,10 @@ static void handle(pw_cs *cs, const uint8_t *msg, size_t len)
     case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST:
         on_cancel_req(cs, req->cancel_request->watch_id);
         break;
-    default: /* WatchProgressRequest: not served yet (docs/proxy.md, "Not done yet") */
+    case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_PROGRESS_REQUEST:
+        on_progress_req(cs);
+        break;
+    default:
         break;
     }
     etcdserverpb__watch_request__free_unpacked(req, NULL);

@@ -13,7 +13,10 @@
  *   - kill -9 of the member the proxy watches through (3 members): the client streams stay
  *     open and every watcher (two sharing key "f", two prefix "g" watchers with prev_kv) gets
  *     exactly the events a surviving member's own history holds after its Created revision,
- *     including the ones written while the proxy had no upstream stream.
+ *     including the ones written while the proxy had no upstream stream;
+ *   - the same when the revision to resume from was compacted meanwhile (member stopped,
+ *     writes and a compaction on the others, then its kill -9): the client watcher gets
+ *     etcd's compacted response (compact_revision, canceled) on its still open stream.
  */
 #include "px_util.h"
 
@@ -35,6 +38,7 @@ typedef struct wst {
     int64_t id;
     int64_t created_rev;
     int canceled;
+    int64_t compact_rev;
     int n;
     int64_t revs[MAXEV];
     int prevs; /* events that carried a prev_kv */
@@ -82,6 +86,8 @@ static void on_msg(void *arg, const uint8_t *m, size_t n)
         } else {
             if (r->canceled)
                 w->canceled = 1;
+            if (r->compact_revision)
+                w->compact_rev = r->compact_revision;
             for (size_t i = 0; i < r->n_events && w->n < MAXEV; i++) {
                 w->revs[w->n++] = r->events[i]->kv->mod_revision;
                 w->prevs += r->events[i]->prev_kv != NULL;
@@ -445,5 +451,66 @@ Test(proxy_watch, failover_keeps_client_streams_without_gap_or_repeat, .fini = f
             tf, tg, opened, resumed);
     for (int i = 0; i < FCONN; i++)
         conn_close(&cs[i]);
+    kvc_close(wr);
+}
+
+Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = fini,
+     .timeout = 240)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
+    int order[3] = {0, 1, 2};
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, NULL), 0, "proxy");
+    static conn cs[1];
+    conn_open(&cs[0]);
+    send_create(&cs[0], "c", NULL, 0);
+    pump_until(cs, 1, created_cb, 0, 10000, "Created");
+    const char *eps[] = {g_c.m[1].endpoint, g_c.m[2].endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 2;
+    kvc_client *wr = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&wr, &cfg, &e), 0, "%s", e.message);
+    for (int i = 0; i < 3; i++)
+        put(wr, "c", i);
+    pump_until(cs, 1, all_have, 3, 10000, "3 events");
+    cr_assert_eq(kvt_member_pause(&g_c, 0), 0);
+    int64_t rev = 0;
+    for (int i = 3; i < 8; i++) {
+        int rc = -1;
+        uint64_t end = kvt_now_ms() + 15000;
+        while (rc != 0 && kvt_now_ms() < end) {
+            char v[8];
+            int vl = snprintf(v, sizeof v, "v%d", i);
+            kvc_put_result pr;
+            rc = kvc_put(wr, "c", 1, v, (size_t)vl, NULL, 2000, &pr, &e);
+            if (rc == 0) {
+                rev = pr.header.revision;
+                kvc_put_result_free(&pr);
+            } else {
+                kvt_sleep_ms(100);
+            }
+        }
+        cr_assert_eq(rc, 0, "put with the member stopped: %s", e.message);
+    }
+    cr_assert_eq(kvc_compact(wr, rev, 1, 0, 5000, NULL, &e), 0, "compact: %s", e.message);
+    pump(cs, 1);
+    cr_assert_eq(cs[0].w[0].n, 3, "no event while the member is stopped");
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
+    uint64_t end = kvt_now_ms() + 20000;
+    while (!cs[0].w[0].canceled && kvt_now_ms() < end) {
+        pump(cs, 1);
+        kvt_sleep_ms(1);
+    }
+    cr_assert(cs[0].w[0].canceled, "compacted answer relayed");
+    cr_assert_eq(cs[0].w[0].compact_rev, rev, "compact_revision %lld, compacted at %lld",
+                 (long long)cs[0].w[0].compact_rev, (long long)rev);
+    cr_assert_eq(cs[0].bad, 0);
+    cr_assert(!cs[0].st->closed, "the client stream stays open");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 0);
+    fprintf(stderr, "proxy_watch: resume onto compacted revision: compact_revision %lld relayed\n",
+            (long long)rev);
+    conn_close(&cs[0]);
     kvc_close(wr);
 }
