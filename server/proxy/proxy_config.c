@@ -18,6 +18,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_pending_renewals = 1000000;
     c->max_watch_streams = 10000;
     c->max_watchers = 100000;
+    c->max_watchers_per_upstream_stream = 10000;
     c->max_connections = 10000;
     c->max_send_buffer_bytes = (size_t)16 << 20;
     c->max_buffered_bytes = (size_t)512 << 20;
@@ -39,6 +40,8 @@ const char *kv_proxy_config_usage(void)
            "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
            "  --max-watch-streams=10000    client Watch streams\n"
            "  --max-watchers=100000        client watchers (all streams)\n"
+           "  --max-watchers-per-upstream-stream=10000 upstream watchers on one upstream Watch "
+           "stream\n"
            "  --max-connections=10000      client connections\n"
            "  --max-send-buffer-bytes=16777216 per client connection\n"
            "  --max-buffered-bytes=536870912   all client connections\n"
@@ -213,6 +216,9 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-watchers") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_watchers = (uint32_t)u;
+        } else if (strcmp(name, "max-watchers-per-upstream-stream") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_watchers_per_upstream_stream = u ? (uint32_t)u : 1;
         } else if (strcmp(name, "max-connections") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_connections = (uint32_t)u;

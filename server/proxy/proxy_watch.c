@@ -387,6 +387,7 @@ int kv_proxy_watch_init(kv_proxy *p)
         return -ENOMEM;
     s->p = p;
     kv_list_init(&s->bcasts);
+    kv_list_init(&s->ups);
     kv_list_init(&s->dead);
     kv_list_init(&s->ready);
     int rc = uv_timer_init(p->loop, &s->retry);

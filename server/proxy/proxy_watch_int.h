@@ -10,7 +10,8 @@
  * - pw_w: one client watcher (its own watch_id), a receiver of exactly one pw_bc.
  * - pw_bc: one upstream watcher, shared by every pw_w of the same key, range and options that
  *   could join it without missing or repeating an event. Freed when its last receiver goes.
- * - pw_up: one upstream Watch stream (a kvc_bidi) carrying every pw_bc. Freed on its
+ * - pw_up: one upstream Watch stream (a kvc_bidi) carrying up to
+ *   --max-watchers-per-upstream-stream pw_bc (usually one stream in all). Freed on its
  *   KV_PROXY_EV_WATCH_FREE event, posted right after kvc_bidi_free.
  * Bounds: --max-watch-streams client streams, --max-watchers client watchers plus held
  * requests (kvd_proxy_watchers); the pw_bc count is at most the watcher count.
@@ -80,6 +81,7 @@ struct pw_bc {
 };
 
 struct pw_up {
+    kv_list link; /* s->ups while not ended */
     struct kv_proxy_watch *s;
     kvc_bidi *b;
     int ended;
@@ -87,11 +89,13 @@ struct pw_up {
     pw_bc **itab;     /* by upstream watch id */
     size_t icap, n_ids;
     uint64_t opened_ms;
+    uint32_t n_bc; /* upstream watchers sent on it (bound: --max-watchers-per-upstream-stream) */
 };
 
 typedef struct kv_proxy_watch {
     kv_proxy *p;
-    pw_up *up; /* the current upstream stream (NULL: none open) */
+    kv_list ups; /* pw_up.link: the open upstream streams */
+    uint32_t n_ups;
     uv_timer_t retry;
     uint32_t retry_ms;
     kv_list bcasts; /* pw_bc.link */

@@ -1,8 +1,9 @@
 /*
  * proxy_watch_up.c - the upstream side of the proxy's Watch (docs/proxy.md, "Watch"):
- * upstream watchers shared by client watchers (etcd 3.4's grpcproxy watch_broadcast), ONE
- * upstream Watch stream carrying them all, the fan-out of each upstream response to every
- * client watcher with its own watch_id, and the failover (re-created on the next member from
+ * upstream watchers shared by client watchers (etcd 3.4's grpcproxy watch_broadcast), upstream
+ * Watch streams carrying up to --max-watchers-per-upstream-stream of them each (one stream
+ * for up to 10,000 distinct upstream watchers by default), the fan-out of each upstream response to
+ * every client watcher with its own watch_id, and the failover (re-created on the next member from
  * the next undelivered revision).
  *
  * Revisions. An upstream watcher knows how far it has delivered: last_rev (its Created's
@@ -146,6 +147,8 @@ static void itab_del(pw_up *u, pw_bc *bc)
 
 static void bc_free(pw_bc *bc)
 {
+    if (bc->up)
+        bc->up->n_bc--;
     free(bc->okey);
     free(bc->key);
     free(bc->end);
@@ -211,8 +214,10 @@ static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
     if (rc == -KVC_RESOURCE_EXHAUSTED)
         return -ENOBUFS;
     /* -KVC_UNAVAILABLE: the stream ended; its end event re-creates bc on the next one */
-    (void)s;
+    if (bc->established)
+        kv_metric_inc(s->m_resumed);
     bc->up = u;
+    u->n_bc++;
     kv_list_insert_tail(&u->creating, &bc->clink);
     return 0;
 }
@@ -227,14 +232,14 @@ static void bc_refuse(pw_bc *bc)
     }
 }
 
-static void up_open(kv_proxy_watch *s);
+static void place_all(kv_proxy_watch *s);
 
 static void retry_cb(uv_timer_t *t)
 {
     kv_proxy_watch *s = t->data;
     s->depth++;
-    if (!s->up && !s->p->stopping && !kv_list_empty(&s->bcasts))
-        up_open(s);
+    if (!s->p->stopping)
+        place_all(s);
     s->depth--;
     pw_run_deferred(s);
 }
@@ -400,15 +405,8 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     w->nextrev = 0;
     kv_list_insert_tail(&bc->rcv, &w->blink);
     bc->n_rcv = 1;
-    if (s->up && !s->up->ended) {
-        int rc = bc_send_create(s, bc, s->up);
-        if (rc == -ENOBUFS)
-            bc_refuse(bc);
-        else if (rc < 0)
-            return rc == -ENOMEM ? (pw_bc_detach(s, w), -ENOMEM) : rc;
-    } else if (!s->up && !uv_is_active((uv_handle_t *)&s->retry)) {
-        up_open(s);
-    }
+    if (!uv_is_active((uv_handle_t *)&s->retry)) /* else the retry places it */
+        place_all(s);
     return 0;
 nomem:
     bc_free(bc);
@@ -437,12 +435,13 @@ static void up_end_io(void *arg, int status, const kvc_error *err)
         kv_proxy_bridge_post(&u->s->p->bridge, ev);
 }
 
-static void up_open(kv_proxy_watch *s)
+/* A new upstream stream, or NULL (a retry is scheduled). */
+static pw_up *up_open(kv_proxy_watch *s)
 {
     pw_up *u = calloc(1, sizeof *u);
     if (!u) {
         retry_later(s);
-        return;
+        return NULL;
     }
     u->s = s;
     kv_list_init(&u->creating);
@@ -451,17 +450,41 @@ static void up_open(kv_proxy_watch *s)
                       up_end_io, u, &u->b, &e) != 0) {
         free(u);
         retry_later(s);
-        return;
+        return NULL;
     }
     u->opened_ms = kv_mono_ms();
-    s->up = u;
+    kv_list_insert_tail(&s->ups, &u->link);
+    s->n_ups++;
     kv_metric_inc(s->m_up_opened);
-    kv_metric_set(s->m_up_streams, 1);
+    kv_metric_set(s->m_up_streams, s->n_ups);
+    return u;
+}
+
+/* Sends the create of every upstream watcher on no stream (new ones, or those of an ended
+ * stream: from their next revision) on a stream with room (--max-watchers-per-upstream-stream),
+ * opening streams as needed. */
+static void place_all(kv_proxy_watch *s)
+{
+    uint32_t cap = s->p->cfg->max_watchers_per_upstream_stream;
+    pw_up *u = NULL;
     kv_list *pos;
     kv_list_foreach(pos, &s->bcasts) {
         pw_bc *bc = kv_list_data(pos, pw_bc, link);
-        if (bc->established)
-            kv_metric_inc(s->m_resumed);
+        if (bc->up)
+            continue;
+        if (!u || u->n_bc >= cap) {
+            u = NULL;
+            kv_list *q;
+            kv_list_foreach(q, &s->ups) {
+                pw_up *c = kv_list_data(q, pw_up, link);
+                if (c->n_bc < cap) {
+                    u = c;
+                    break;
+                }
+            }
+            if (!u && !(u = up_open(s)))
+                return; /* retried later */
+        }
         if (bc_send_create(s, bc, u) < 0)
             bc_refuse(bc); /* its streams end (deferred); bc goes with its last receiver */
     }
@@ -472,10 +495,9 @@ static void up_open(kv_proxy_watch *s)
 static void up_forget(kv_proxy_watch *s, pw_up *u)
 {
     u->ended = 1;
-    if (s->up == u) {
-        s->up = NULL;
-        kv_metric_set(s->m_up_streams, 0);
-    }
+    kv_list_remove(&u->link);
+    s->n_ups--;
+    kv_metric_set(s->m_up_streams, s->n_ups);
     while (!kv_list_empty(&u->creating)) {
         pw_bc *bc = kv_list_data(u->creating.next, pw_bc, clink);
         kv_list_remove(&bc->clink);
@@ -511,7 +533,8 @@ static void up_end(kv_proxy_watch *s, pw_up *u)
         return;
     if (lived >= 1000) {
         s->retry_ms = RETRY_MIN_MS;
-        up_open(s);
+        if (!uv_is_active((uv_handle_t *)&s->retry))
+            place_all(s);
     } else {
         retry_later(s);
     }
@@ -740,8 +763,8 @@ void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev)
 
 void pw_up_stop(kv_proxy_watch *s)
 {
-    if (s->up)
-        up_forget(s, s->up);
+    while (!kv_list_empty(&s->ups))
+        up_forget(s, kv_list_data(s->ups.next, pw_up, link));
 }
 
 void pw_up_free_all(kv_proxy_watch *s)
