@@ -13,9 +13,10 @@
  * cannot cost a gap or a repeat:
  * - not yet established (its Created not received): same start_revision; the Created is
  *   the upstream's, relayed;
- * - established: start_revision 0 (its Created is emulated with header revision last_rev:
- *   every later event follows), or start_revision > last_rev (events below it are dropped for
- *   that watcher). A start_revision <= last_rev would need history: own upstream watcher.
+ * - established: start_revision 0 onto one that began at the current revision too (its
+ *   Created is emulated with header revision last_rev: every later event follows), or
+ *   start_revision > last_rev (events below it are dropped for that watcher). A
+ *   start_revision <= last_rev would need history: own upstream watcher.
  * Options that change the events (prev_kv, filters, progress_notify) are part of the sharing
  * key; fragment watchers are never shared.
  * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
@@ -315,9 +316,10 @@ static int joinable(const pw_bc *bc, int64_t start, int64_t *nextrev)
         *nextrev = 0;
         return start == bc->start;
     }
-    if (start == 0) {
+    if (start == 0) { /* only onto a watcher that began at the current revision too: one
+                         that began in the history may still be catching up */
         *nextrev = bc->last_rev + 1;
-        return 1;
+        return bc->start == 0;
     }
     if (start > bc->last_rev) {
         *nextrev = start;
@@ -591,7 +593,9 @@ static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse 
     if (bc->established)
         return; /* resumed: its receivers have their Created already */
     bc->established = 1;
-    bc->last_rev = r->header ? r->header->revision : 0;
+    /* from the current revision: every event after the Created's header revision follows;
+     * from a start revision: nothing is delivered yet below it (the history comes next) */
+    bc->last_rev = bc->start ? bc->start - 1 : (r->header ? r->header->revision : 0);
     bc->n_last = 0;
     kv_list *pos;
     kv_list_foreach(pos, &bc->rcv) {

@@ -112,7 +112,7 @@ static void pump(conn *cs, int n)
     }
 }
 
-static void send_create(conn *c, const char *key, const char *end, int prev_kv)
+static void send_create(conn *c, const char *key, const char *end, int prev_kv, int64_t start)
 {
     Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
@@ -123,6 +123,7 @@ static void send_create(conn *c, const char *key, const char *end, int prev_kv)
         cr.range_end.len = strlen(end);
     }
     cr.prev_kv = prev_kv;
+    cr.start_revision = start;
     r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
     r.create_request = &cr;
     uint8_t b[256];
@@ -227,7 +228,7 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
     for (int i = 0; i < NCONN; i++) {
         conn_open(&cs[i]);
         for (int k = 0; k < PERCONN; k++)
-            send_create(&cs[i], "k", NULL, 0);
+            send_create(&cs[i], "k", NULL, 0, 0);
     }
     pump_until(cs, NCONN, created_cb, 0, 10000, "100 Created");
     for (int i = 0; i < NCONN; i++)
@@ -249,7 +250,7 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
     /* a watcher added mid-stream */
     conn *j = &cs[NCONN];
     conn_open(j);
-    send_create(j, "k", NULL, 0);
+    send_create(j, "k", NULL, 0, 0);
     pump_until(cs, NCONN + 1, created_cb, 0, 5000, "the joiner's Created");
     int64_t jrev = j->w[0].created_rev;
     cr_assert_geq(jrev, revs[NPUT / 2 - 1], "joiner's Created revision %lld < %lld",
@@ -275,6 +276,21 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
     cr_assert_eq(j->w[0].n, NPUT / 2, "the joiner got %d events", j->w[0].n);
     for (int e = 0; e < NPUT / 2; e++)
         cr_assert_eq(j->w[0].revs[e], revs[NPUT / 2 + e], "joiner event %d", e);
+
+    /* a watcher from the history (start_revision of put 41 <= the delivered revision) gets
+     * its own upstream watcher and exactly the puts from there on */
+    static conn h[1];
+    conn_open(&h[0]);
+    send_create(&h[0], "k", NULL, 0, revs[40]);
+    pump_until(h, 1, all_have, NPUT - 40, 5000, "the history watcher's 10 events");
+    kvt_sleep_ms(100);
+    pump(h, 1);
+    cr_assert_eq(h[0].bad, 0);
+    cr_assert_eq(h[0].w[0].n, NPUT - 40, "history watcher: %d events", h[0].w[0].n);
+    for (int e = 0; e < NPUT - 40; e++)
+        cr_assert_eq(h[0].w[0].revs[e], revs[40 + e]);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 2);
+    conn_close(&h[0]);
 
     /* a WatchProgressRequest is answered from what was delivered */
     Etcdserverpb__WatchProgressRequest pq = ETCDSERVERPB__WATCH_PROGRESS_REQUEST__INIT;
@@ -395,9 +411,9 @@ Test(proxy_watch, failover_keeps_client_streams_without_gap_or_repeat, .fini = f
     for (int i = 0; i < FCONN; i++) {
         conn_open(&cs[i]);
         if (i < 2) {
-            send_create(&cs[i], "f", NULL, 0);
+            send_create(&cs[i], "f", NULL, 0, 0);
         } else {
-            send_create(&cs[i], "g", "h", 1);
+            send_create(&cs[i], "g", "h", 1, 0);
         }
     }
     pump_until(cs, FCONN, created_cb, 0, 10000, "Created");
@@ -489,7 +505,7 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
     cr_assert_eq(px_start(&g_x, &g_c, order, 3, NULL), 0, "proxy");
     static conn cs[1];
     conn_open(&cs[0]);
-    send_create(&cs[0], "c", NULL, 0);
+    send_create(&cs[0], "c", NULL, 0, 0);
     pump_until(cs, 1, created_cb, 0, 10000, "Created");
     const char *eps[] = {g_c.m[1].endpoint, g_c.m[2].endpoint};
     kvc_config cfg;
