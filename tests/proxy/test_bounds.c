@@ -6,6 +6,8 @@
  *     leader and are answered, 12 streams are refused;
  *   - --max-pending-requests=4: 300 puts sent at once: every one either succeeds or is
  *     refused (some of each), nothing else; nothing stays pending;
+ *   - --max-watchers=4: a stream creating 5 watchers gets 4 Created, then is ended; another
+ *     stream's watcher then fits (the ended stream's watchers were released);
  *   - a slow watcher (a client that never opens its HTTP/2 window) does not hold up another
  *     watcher of the same keys: the other one gets all 200 events (8 KiB each) at once, and
  *     only the slow one's stream ends once its buffer (--max-send-buffer-bytes=256 KiB) is
@@ -34,9 +36,9 @@ static void fini(void)
 
 static void setup(void)
 {
-    static const char *const flags[] = {"--max-watch-streams=2", "--max-pending-renewals=8",
-                                        "--max-pending-requests=4",
-                                        "--max-send-buffer-bytes=262144", NULL};
+    static const char *const flags[] = {
+        "--max-watch-streams=2",          "--max-pending-renewals=8", "--max-pending-requests=4",
+        "--max-send-buffer-bytes=262144", "--max-watchers=4",         NULL};
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
 }
@@ -169,6 +171,36 @@ Test(proxy_bounds, pending_requests_flood, .init = setup, .fini = fini, .timeout
     cr_assert_eq(refused("pending_requests"), f.too_many);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_unary_pending"), 0);
     kvc_close(c);
+}
+
+Test(proxy_bounds, max_watchers, .init = setup, .fini = fini, .timeout = 120)
+{
+    static const uint8_t create[] = {0x0a, 0x03, 0x0a, 0x01, 'w'};
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    kv_it_grpc_stream *w = kv_it_grpc_stream_start(h, "/etcdserverpb.Watch/Watch", NULL);
+    uint8_t *m = NULL;
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) { /* one at a time, as clientv3 creates */
+        cr_assert_eq(kv_it_grpc_send_msg(w, create, sizeof create, 0), 0);
+        cr_assert_eq(kv_it_grpc_stream_recv(w, &m, &n, 5000), 0, "watcher %d created", i);
+        free(m);
+    }
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 4);
+    cr_assert_eq(kv_it_grpc_send_msg(w, create, sizeof create, 0), 0);
+    kv_it_grpc_wait(h, w, 5000);
+    cr_assert_eq(w->grpc_status, 8, "status %d", w->grpc_status);
+    cr_assert_str_eq(w->grpc_message, "etcdserver: too many requests");
+    cr_assert_eq(refused("watchers"), 1);
+    uint64_t end = kvt_now_ms() + 5000;
+    while (px_metric(&g_x, "kvd_proxy_watchers") != 0 && kvt_now_ms() < end)
+        kvt_sleep_ms(20);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 0);
+    kv_it_grpc_stream *w2 = kv_it_grpc_stream_start(h, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_eq(kv_it_grpc_send_msg(w2, create, sizeof create, 0), 0);
+    cr_assert_eq(kv_it_grpc_stream_recv(w2, &m, &n, 5000), 0, "a watcher fits again");
+    free(m);
+    kv_it_grpc_close(h);
 }
 
 typedef struct wrec {
