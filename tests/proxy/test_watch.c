@@ -557,3 +557,52 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
     conn_close(&cs[0]);
     kvc_close(wr);
 }
+
+#define BCONN 64
+#define BPUT 200
+
+/* The fan-out at a larger scale, with its cost: 512 watchers of one key over 64 connections,
+ * 200 puts; every watcher gets all 200, in order; the proxy's CPU per client message. */
+Test(proxy_watch, fan_out_512_watchers, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    static conn cs[BCONN];
+    for (int i = 0; i < BCONN; i++) {
+        conn_open(&cs[i]);
+        for (int k = 0; k < MAXW; k++)
+            send_create(&cs[i], "b", NULL, 0, 0);
+    }
+    pump_until(cs, BCONN, created_cb, 0, 20000, "512 Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
+    cr_assert_eq(member_watchers(0), 1);
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    static int64_t revs[BPUT];
+    double cpu0 = px_metric(&g_x, "process_cpu_seconds_total");
+    uint64_t t0 = kvt_now_ms();
+    for (int i = 0; i < BPUT; i++) {
+        revs[i] = put(direct, "b", i);
+        pump(cs, BCONN);
+    }
+    pump_until(cs, BCONN, all_have, BPUT, 30000, "200 events at 512 watchers");
+    uint64_t took = kvt_now_ms() - t0;
+    double cpu = px_metric(&g_x, "process_cpu_seconds_total") - cpu0;
+    kvt_sleep_ms(200);
+    pump(cs, BCONN);
+    for (int i = 0; i < BCONN; i++) {
+        cr_assert_eq(cs[i].bad, 0);
+        for (int k = 0; k < MAXW; k++) {
+            cr_assert_eq(cs[i].w[k].n, BPUT, "conn %d watcher %d: %d events", i, k, cs[i].w[k].n);
+            for (int e = 0; e < BPUT; e++)
+                cr_assert_eq(cs[i].w[k].revs[e], revs[e]);
+        }
+    }
+    double msgs = (double)BCONN * MAXW * BPUT;
+    fprintf(stderr,
+            "proxy_watch: 512 watchers x 200 puts (1 upstream watcher): %.0f client messages in "
+            "%llu ms (puts included), proxy CPU %.2f s = %.1f us per client message\n",
+            msgs, (unsigned long long)took, cpu, cpu * 1e6 / msgs);
+    for (int i = 0; i < BCONN; i++)
+        conn_close(&cs[i]);
+    kvc_close(direct);
+}
