@@ -33,15 +33,16 @@ typedef struct kv_proxy_config {
     const char *cert_file, *key_file, *trusted_ca_file;
     uint32_t dial_timeout_ms; /* --dial-timeout (etcd's grpc-proxy: 5s... ours: 5000 ms) */
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
-    uint32_t max_pending_requests; /* unary calls forwarded and unanswered (10000) */
-    uint32_t max_pending_renewals; /* keepalive requests waiting for the leader (1000000) */
-    uint32_t max_watch_streams;    /* client Watch streams (10000) */
-    uint32_t max_watchers;         /* client watchers, all streams (100000) */
-    uint32_t max_watchers_per_upstream_stream; /* (10000: kvd's --max-watchers-per-stream) */
-    uint32_t max_connections;                  /* client connections (10000) */
+    uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
+    uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */
+    uint32_t max_watch_streams;     /* client Watch streams (10000) */
+    uint32_t max_connections;       /* client connections (10000) */
     size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */
     size_t max_buffered_bytes;      /* all client connections, in + out (512 MiB) */
     size_t max_upstream_send_bytes; /* per upstream stream, bytes not yet sent (4 MiB) */
+    /* watch (docs/proxy.md, "Watch") */
+    uint32_t max_watchers;                     /* client watchers of all streams (100000) */
+    uint32_t max_watchers_per_upstream_stream; /* (10000: kvd's --max-watchers-per-stream) */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);
