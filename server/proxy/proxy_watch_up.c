@@ -234,6 +234,7 @@ static void bc_refuse(pw_bc *bc)
 }
 
 static void place_all(kv_proxy_watch *s);
+static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint);
 
 static void retry_cb(uv_timer_t *t)
 {
@@ -407,8 +408,10 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     w->nextrev = 0;
     kv_list_insert_tail(&bc->rcv, &w->blink);
     bc->n_rcv = 1;
-    if (!uv_is_active((uv_handle_t *)&s->retry)) /* else the retry places it */
-        place_all(s);
+    if (!uv_is_active((uv_handle_t *)&s->retry)) { /* else the retry places it */
+        pw_up *u = NULL;
+        (void)place(s, bc, &u);
+    }
     return 0;
 nomem:
     bc_free(bc);
@@ -462,33 +465,42 @@ static pw_up *up_open(kv_proxy_watch *s)
     return u;
 }
 
-/* Sends the create of every upstream watcher on no stream (new ones, or those of an ended
- * stream: from their next revision) on a stream with room (--max-watchers-per-upstream-stream),
- * opening streams as needed. */
-static void place_all(kv_proxy_watch *s)
+/* Sends bc's create on a stream with room (--max-watchers-per-upstream-stream; *hint first),
+ * opening one if none has. 0, or -EAGAIN: no stream could be opened (a retry is scheduled
+ * and will place it). */
+static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 {
     uint32_t cap = s->p->cfg->max_watchers_per_upstream_stream;
+    pw_up *u = *hint;
+    if (!u || u->ended || u->n_bc >= cap) {
+        u = NULL;
+        kv_list *q;
+        kv_list_foreach(q, &s->ups) {
+            pw_up *c = kv_list_data(q, pw_up, link);
+            if (c->n_bc < cap) {
+                u = c;
+                break;
+            }
+        }
+        if (!u && !(u = up_open(s)))
+            return -EAGAIN; /* retried later */
+    }
+    *hint = u;
+    if (bc_send_create(s, bc, u) < 0)
+        bc_refuse(bc); /* its streams end (deferred); bc goes with its last receiver */
+    return 0;
+}
+
+/* Places every upstream watcher on no stream (those of an ended stream: from their next
+ * revision). */
+static void place_all(kv_proxy_watch *s)
+{
     pw_up *u = NULL;
     kv_list *pos;
     kv_list_foreach(pos, &s->bcasts) {
         pw_bc *bc = kv_list_data(pos, pw_bc, link);
-        if (bc->up)
-            continue;
-        if (!u || u->n_bc >= cap) {
-            u = NULL;
-            kv_list *q;
-            kv_list_foreach(q, &s->ups) {
-                pw_up *c = kv_list_data(q, pw_up, link);
-                if (c->n_bc < cap) {
-                    u = c;
-                    break;
-                }
-            }
-            if (!u && !(u = up_open(s)))
-                return; /* retried later */
-        }
-        if (bc_send_create(s, bc, u) < 0)
-            bc_refuse(bc); /* its streams end (deferred); bc goes with its last receiver */
+        if (!bc->up && place(s, bc, &u) < 0)
+            return;
     }
 }
 

@@ -606,3 +606,82 @@ Test(proxy_watch, fan_out_512_watchers, .fini = fini, .timeout = 180)
         conn_close(&cs[i]);
     kvc_close(direct);
 }
+
+#define NKEYS 2500
+
+typedef struct many {
+    int created, bad;
+    int64_t ev_id[8], ev_rev[8];
+    int n_ev;
+} many;
+
+static void many_msg(void *arg, const uint8_t *m, size_t n)
+{
+    many *x = arg;
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, n, m);
+    if (!r) {
+        x->bad++;
+        return;
+    }
+    if (r->created) {
+        x->bad += r->canceled || r->watch_id != x->created;
+        x->created++;
+    } else {
+        for (size_t i = 0; i < r->n_events && x->n_ev < 8; i++) {
+            x->ev_id[x->n_ev] = r->watch_id;
+            x->ev_rev[x->n_ev++] = r->events[i]->kv->mod_revision;
+        }
+    }
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+}
+
+/* 2,500 watchers of distinct keys on one client stream: 2,500 upstream watchers over 3
+ * upstream streams (--max-watchers-per-upstream-stream=1000), each event to its watcher. */
+Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    static const char *const flags[] = {"--max-watchers-per-upstream-stream=1000", NULL};
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
+    static conn c;
+    conn_open(&c);
+    for (int i = 0; i < NKEYS; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "d%04d", i);
+        send_create(&c, k, NULL, 0, 0);
+    }
+    static many x;
+    uint64_t end = kvt_now_ms() + 60000;
+    while (x.created < NKEYS && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c.g, 5);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+    }
+    cr_assert_eq(x.created, NKEYS, "%d Created", x.created);
+    cr_assert_eq(x.bad, 0);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NKEYS);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 3);
+    cr_assert_eq(member_watchers(0), NKEYS);
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int keys[3] = {0, 1500, NKEYS - 1};
+    int64_t revs[3];
+    for (int i = 0; i < 3; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "d%04d", keys[i]);
+        revs[i] = put(direct, k, i);
+    }
+    end = kvt_now_ms() + 10000;
+    while (x.n_ev < 3 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c.g, 5);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+    }
+    cr_assert_eq(x.n_ev, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(x.ev_id[i], keys[i], "event %d to watcher %lld", i, (long long)x.ev_id[i]);
+        cr_assert_eq(x.ev_rev[i], revs[i]);
+    }
+    conn_close(&c);
+    end = kvt_now_ms() + 10000;
+    while (member_watchers(0) != 0 && kvt_now_ms() < end)
+        kvt_sleep_ms(50);
+    cr_assert_eq(member_watchers(0), 0, "every upstream watcher canceled");
+    kvc_close(direct);
+}
