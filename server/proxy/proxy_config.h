@@ -40,6 +40,9 @@ typedef struct kv_proxy_config {
     size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */
     size_t max_buffered_bytes;      /* all client connections, in + out (512 MiB) */
     size_t max_upstream_send_bytes; /* per upstream stream, bytes not yet sent (4 MiB) */
+    /* the serializable range cache (etcd's proxy: a fixed LRU of 2048 entries); 0 disables */
+    size_t max_cache_entries; /* --max-cache-entries (2048) */
+    size_t max_cache_bytes;   /* --max-cache-bytes (64 MiB) */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);
