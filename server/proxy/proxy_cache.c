@@ -22,7 +22,19 @@ typedef struct ent {
     uint8_t data[];
 } ent;
 
+/* The last RING invalidations (by sequence number), for kv_proxy_cache_add's race check. A
+ * key or end longer than RING_KEY is recorded as "everything". */
+#define RING 256
+#define RING_KEY 64
+typedef struct inv {
+    uint64_t seq;
+    int all;
+    uint8_t kl, el;
+    uint8_t k[RING_KEY], e[RING_KEY];
+} inv;
+
 struct kv_proxy_cache {
+    inv ring[RING];
     size_t max_entries, max_bytes;
     size_t nb;    /* buckets of both tables, a power of two */
     ent **by_req; /* request bytes -> entry */
@@ -156,11 +168,17 @@ int kv_proxy_cache_get(kv_proxy_cache *c, const uint8_t *req, size_t rlen, int64
     return KV_PROXY_CACHE_HIT;
 }
 
+static int raced(const kv_proxy_cache *c, uint64_t seq, const uint8_t *key, size_t klen,
+                 const uint8_t *end, size_t elen);
+
 int kv_proxy_cache_add(kv_proxy_cache *c, uint64_t seq, const uint8_t *req, size_t rlen,
                        const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
                        int64_t revision, const uint8_t *resp, size_t len)
 {
-    if (seq != c->seq || (revision > 0 && revision < c->compacted))
+    if (revision > 0 && revision < c->compacted)
+        return 0;
+    /* a pinned answer cannot change: invalidations do not concern it */
+    if (revision <= 0 && raced(c, seq, key, klen, end, elen))
         return 0;
     size_t size = sizeof(ent) + rlen + klen + elen + len;
     if (size > c->max_bytes || size < len)
@@ -251,10 +269,44 @@ static int overlaps(const ivl *x, const ivl *y)
     return below_end(x->a, x->al, y) && below_end(y->a, y->al, x);
 }
 
+static void record(kv_proxy_cache *c, const uint8_t *key, size_t klen, const uint8_t *end,
+                   size_t elen, int all)
+{
+    inv *r = &c->ring[++c->seq % RING];
+    r->seq = c->seq;
+    r->all = all || klen > RING_KEY || elen > RING_KEY;
+    if (r->all)
+        return;
+    r->kl = (uint8_t)klen;
+    r->el = (uint8_t)elen;
+    if (klen)
+        memcpy(r->k, key, klen);
+    if (elen)
+        memcpy(r->e, end, elen);
+}
+
+/* Did an invalidation after seq meet [key, end)? Unknown (too old) counts as yes. */
+static int raced(const kv_proxy_cache *c, uint64_t seq, const uint8_t *key, size_t klen,
+                 const uint8_t *end, size_t elen)
+{
+    if (seq > c->seq || c->seq - seq >= RING)
+        return c->seq != seq;
+    ivl x = {key, end, klen, elen};
+    for (uint64_t s = seq + 1; s <= c->seq; s++) {
+        const inv *r = &c->ring[s % RING];
+        if (r->seq != s || r->all)
+            return 1;
+        ivl w = {r->k, r->e, r->kl, r->el};
+        if (overlaps(&x, &w))
+            return 1;
+    }
+    return 0;
+}
+
 size_t kv_proxy_cache_invalidate(kv_proxy_cache *c, const uint8_t *key, size_t klen,
                                  const uint8_t *end, size_t elen)
 {
-    c->seq++;
+    record(c, key, klen, end, elen, 0);
     ivl w = {key, end, klen, elen};
     size_t n = 0;
     if (elen == 0) {
@@ -297,7 +349,7 @@ void kv_proxy_cache_compact(kv_proxy_cache *c, int64_t revision)
 
 void kv_proxy_cache_clear(kv_proxy_cache *c)
 {
-    c->seq++;
+    record(c, NULL, 0, NULL, 0, 1);
     while (c->lru)
         remove_ent(c, c->lru);
 }

@@ -15,9 +15,11 @@
  * - kv_proxy_cache_compact(rev): a get of a request pinned below rev answers
  *   KV_PROXY_CACHE_COMPACTED and drops the entry (etcd's ErrCompacted, lazily).
  * - kv_proxy_cache_clear drops everything.
- * Every invalidate/clear bumps kv_proxy_cache_seq: a caller that read the sequence before
- * asking the upstream for a response adds it only if the sequence did not move meanwhile
- * (kv_proxy_cache_add's `seq`), so an answer raced by a write is never stored.
+ * Every invalidate/clear bumps kv_proxy_cache_seq and is remembered (the last 256, keys up
+ * to 64 bytes; longer ones count as "everything"): a caller that read the sequence before
+ * asking the upstream for a response passes it to kv_proxy_cache_add, which stores the
+ * answer only if no invalidation since then met the request's range (a clear, or one too old
+ * to be remembered, counts as meeting it), so an answer raced by a write is never stored.
  *
  * Index: a hash table on the request bytes (the LRU), a hash table of point entries on their
  * key, and a list of range entries. A point invalidation costs one bucket + the range entries;
@@ -50,7 +52,8 @@ int kv_proxy_cache_get(kv_proxy_cache *c, const uint8_t *req, size_t rlen, int64
                        const uint8_t **resp, size_t *len);
 
 /* Store resp under req (replacing an older entry of req); key/end are the range the request
- * reads (end empty: the single key). Nothing is stored if seq != kv_proxy_cache_seq(c), if
+ * reads (end empty: the single key). Nothing is stored if an invalidation after seq met
+ * [key, end) (unless revision > 0: pinned answers cannot change), if
  * revision is below the compacted revision, or if the entry alone exceeds max_bytes: returns
  * 1 when stored, 0 when not, -ENOMEM. */
 int kv_proxy_cache_add(kv_proxy_cache *c, uint64_t seq, const uint8_t *req, size_t rlen,

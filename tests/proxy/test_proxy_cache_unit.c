@@ -109,9 +109,9 @@ Test(proxy_cache_unit, point_and_range_invalidation, .fini = fini)
     cr_assert_eq(kv_proxy_cache_new(&c, 64, 1 << 20), 0);
     add("a", "", 0, "A");
     add("b", "", 0, "B");
-    add("p/", "p0", 0, "P");     /* prefix p/ */
+    add("p/", "p0", 0, "P");      /* prefix p/ */
     add("m", "INF", 0, "FROM_M"); /* every key >= m (range_end "\0") */
-    add("b", "", 5, "B@5");      /* pinned: never invalidated */
+    add("b", "", 5, "B@5");       /* pinned: never invalidated */
     cr_assert_eq(kv_proxy_cache_invalidate(c, S("b"), NULL, 0), 1);
     cr_assert_not(has("b", "", 0, "B"));
     cr_assert(has("b", "", 5, "B@5"));
@@ -139,19 +139,57 @@ Test(proxy_cache_unit, point_and_range_invalidation, .fini = fini)
     cr_assert(has("b", "", 5, "B@5"));
 }
 
-Test(proxy_cache_unit, seq_keeps_raced_answers_out, .fini = fini)
+/* add() with the sequence read before the "upstream call" */
+static int add_at(uint64_t seq, const char *req, const char *key, const char *end, int64_t rev)
 {
-    cr_assert_eq(kv_proxy_cache_new(&c, 8, 1 << 20), 0);
+    return kv_proxy_cache_add(c, seq, S(req), S(key), (const uint8_t *)end, strlen(end), rev,
+                              S("resp"));
+}
+
+Test(proxy_cache_unit, raced_answers_kept_out, .fini = fini)
+{
+    cr_assert_eq(kv_proxy_cache_new(&c, 64, 1 << 20), 0);
+    /* an invalidation of another key while the range was up: stored */
     uint64_t s = kv_proxy_cache_seq(c);
-    kv_proxy_cache_invalidate(c, S("unrelated"), NULL, 0); /* a write while the range was up */
-    cr_assert_eq(kv_proxy_cache_add(c, s, S("req"), S("a"), NULL, 0, 0, S("old")), 0);
-    cr_assert_eq(kv_proxy_cache_entries(c), 0);
+    kv_proxy_cache_invalidate(c, S("unrelated"), NULL, 0);
+    cr_assert_eq(add_at(s, "r1", "a", "", 0), 1);
+    /* of the same key: not stored */
     s = kv_proxy_cache_seq(c);
-    cr_assert_eq(kv_proxy_cache_add(c, s, S("req"), S("a"), NULL, 0, 0, S("new")), 1);
+    kv_proxy_cache_invalidate(c, S("a"), NULL, 0);
+    cr_assert_eq(add_at(s, "r2", "a", "", 0), 0);
+    /* of a key inside the range read: not stored; outside it: stored */
+    s = kv_proxy_cache_seq(c);
+    kv_proxy_cache_invalidate(c, S("p/x"), NULL, 0);
+    cr_assert_eq(add_at(s, "r3", "p/", "p0", 0), 0);
+    cr_assert_eq(add_at(s, "r4", "q/", "q0", 0), 1);
+    /* a range invalidation meeting the key: not stored */
+    s = kv_proxy_cache_seq(c);
+    kv_proxy_cache_invalidate(c, S("a"), S("c"));
+    cr_assert_eq(add_at(s, "r5", "b", "", 0), 0);
+    cr_assert_eq(add_at(s, "r6", "c", "", 0), 1);
+    /* a key longer than the remembered size counts as everything */
+    char longk[100];
+    memset(longk, 'z', sizeof longk - 1);
+    longk[sizeof longk - 1] = 0;
+    s = kv_proxy_cache_seq(c);
+    kv_proxy_cache_invalidate(c, S(longk), NULL, 0);
+    cr_assert_eq(add_at(s, "r7", "a", "", 0), 0);
+    /* a clear: not stored; but a pinned answer is (it cannot change) */
+    s = kv_proxy_cache_seq(c);
     kv_proxy_cache_clear(c);
     cr_assert_eq(kv_proxy_cache_entries(c), 0);
     cr_assert_eq(kv_proxy_cache_bytes(c), 0);
-    cr_assert_neq(kv_proxy_cache_seq(c), s);
+    cr_assert_eq(add_at(s, "r8", "a", "", 0), 0);
+    cr_assert_eq(add_at(s, "r9", "a", "", 7), 1);
+    /* more invalidations than remembered, none of them on the key: not stored (unknown) */
+    s = kv_proxy_cache_seq(c);
+    for (int i = 0; i < 300; i++)
+        kv_proxy_cache_invalidate(c, S("other"), NULL, 0);
+    cr_assert_eq(add_at(s, "r10", "a", "", 0), 0);
+    s = kv_proxy_cache_seq(c);
+    for (int i = 0; i < 200; i++)
+        kv_proxy_cache_invalidate(c, S("other"), NULL, 0);
+    cr_assert_eq(add_at(s, "r11", "a", "", 0), 1);
 }
 
 Test(proxy_cache_unit, compaction, .fini = fini)
