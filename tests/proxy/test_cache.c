@@ -39,7 +39,15 @@ static void start(const char *const *extra)
     uint64_t end = kvt_now_ms() + 10000;
     while (px_metric(&g_x, "kvd_proxy_cache_watch_up") != 1 && kvt_now_ms() < end)
         kvt_sleep_ms(20);
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "the cache's watch is live");
+    if (px_metric(&g_x, "kvd_proxy_cache_watch_up") != 1) { /* diagnosis: the proxy's log */
+        FILE *f = fopen(g_x.log, "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f))
+            fputs(line, stderr);
+        if (f)
+            fclose(f);
+        cr_assert_fail("the cache's watch is not live");
+    }
 }
 
 static void setup(void)
