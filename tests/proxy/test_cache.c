@@ -11,7 +11,9 @@
  *     compacted";
  *   - the bounds: kvd_proxy_cache_entries never above --max-cache-entries and
  *     kvd_proxy_cache_bytes never above --max-cache-bytes under a flood of distinct keys;
- *   - etcdctl --consistency=s get through the proxy, a hit the second time.
+ *   - etcdctl --consistency=s get through the proxy, a hit the second time;
+ *   - kill -9 and restart of the member: the cache is cleared, a new watch serves again;
+ *   - --max-cache-entries=0: no cache.
  */
 #include "px_util.h"
 
@@ -332,5 +334,24 @@ Test(proxy_cache, watch_end_clears_the_cache, .init = setup, .fini = fini, .time
     put_raw(mc, "w", "2");
     wait_value(pc, "w", "2");
     kvc_close(mc);
+    kvc_close(pc);
+}
+
+/* --max-cache-entries=0: no cache, no watch; serializable gets are forwarded. */
+Test(proxy_cache, disabled, .fini = fini, .timeout = 120)
+{
+    static const char *const extra[] = {"--max-cache-entries=0", NULL};
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, extra), 0, "proxy");
+    kvc_client *pc = px_client(g_x.endpoint);
+    char v[64];
+    put_raw(pc, "d", "1");
+    double fwd = px_metric(&g_x, "kvd_proxy_unary_forwarded_total");
+    get(pc, "d", 0, 0, v, sizeof v, NULL);
+    get(pc, "d", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "1");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_unary_forwarded_total"), fwd + 2);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_hits_total"), -1, "cache metrics exported");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_opened_total"), -1);
     kvc_close(pc);
 }

@@ -1,9 +1,10 @@
 /*
  * proxy_cache_unit: the grpc-proxy's range cache module alone (server/proxy/proxy_cache.h):
  * hits and misses, the LRU under both bounds, point / range / unbounded invalidation, pinned
- * revisions, compaction, the sequence that keeps raced answers out, clear.
+ * revisions, compaction, the check that keeps raced answers out, clear; and the two flags.
  */
 #include "proxy/proxy_cache.h"
+#include "proxy/proxy_config.h"
 
 #include <criterion/criterion.h>
 
@@ -209,4 +210,22 @@ Test(proxy_cache_unit, compaction, .fini = fini)
     cr_assert(has("a", "", 0, "A"));
     cr_assert_eq(add("a", "", 6, "A@6"), 0, "below the compaction: not stored");
     cr_assert_eq(add("a", "", 8, "A@8"), 1);
+}
+
+Test(proxy_cache_unit, flags)
+{
+    kv_proxy_config cfg;
+    char err[256];
+    kv_proxy_config_default(&cfg);
+    cr_assert_eq(cfg.max_cache_entries, 2048, "etcd's cache.DefaultMaxEntries");
+    cr_assert_eq(cfg.max_cache_bytes, (size_t)64 << 20);
+    char *a1[] = {"start", "--max-cache-entries=0", "--max-cache-bytes", "1000", NULL};
+    cr_assert_eq(kv_proxy_config_parse(&cfg, 4, a1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.max_cache_entries, 0);
+    cr_assert_eq(cfg.max_cache_bytes, 1000);
+    kv_proxy_config_default(&cfg);
+    char *a2[] = {"start", "--max-cache-bytes=0", NULL};
+    cr_assert_eq(kv_proxy_config_parse(&cfg, 2, a2, err, sizeof err), -EINVAL);
+    char *a3[] = {"start", "--max-cache-entries=-1", NULL};
+    cr_assert_eq(kv_proxy_config_parse(&cfg, 2, a3, err, sizeof err), -EINVAL);
 }
