@@ -16,7 +16,8 @@
  * - The watch: ONE upstream Watch stream on the whole keyspace from the current revision.
  *   Every event invalidates its key. Nothing is served or stored unless it is live (created
  *   and not ended); when it ends, is cancelled, or a message is lost, the cache is cleared
- *   and the stream re-opened with a backoff. An answer is stored only if no invalidation
+ *   and the stream re-opened with a backoff. While live, a progress request goes up every
+ *   CHECK_MS; no message within HUNG_MS of one (a hung member) drops the watch too. An answer is stored only if no invalidation
  *   happened since its request was forwarded (kv_proxy_cache_seq), the watch generation is
  *   the same, and its header revision is not below the watch's start revision.
  *
@@ -40,6 +41,10 @@
 
 #define WATCH_PATH "/etcdserverpb.Watch/Watch"
 #define END_MSG_CAP 256
+/* Liveness of the watch: a progress request every CHECK_MS; no message for HUNG_MS after one
+ * was sent and the watch is dropped (the cache cleared and off until a new one is created). */
+#define CHECK_MS 1000
+#define HUNG_MS 3000
 
 typedef struct wtag {
     kv_proxy_kvcache *k;
@@ -56,10 +61,12 @@ struct kv_proxy_kvcache {
     int live;          /* created and not ended */
     int64_t watch_rev; /* header revision of the created response */
     uv_timer_t retry;
+    uv_timer_t check;  /* progress requests while live */
+    uint64_t asked_at; /* loop time of the unanswered progress request, 0: none */
     unsigned failures;
     int closing;
     kv_metric *m_hits, *m_misses, *m_entries, *m_bytes, *m_watch_up, *m_watch_opened;
-    kv_metric *m_invalidated, *m_events;
+    kv_metric *m_invalidated, *m_events, *m_hung;
 };
 
 enum { REQ_RANGE = 1, REQ_WRITE, REQ_COMPACT, REQ_CLEAR };
@@ -254,6 +261,36 @@ static void inval_write(kv_proxy_kvcache *k, const char *method, const uint8_t *
 
 static void open_watch(kv_proxy_kvcache *k);
 
+static void drop_watch(kv_proxy_kvcache *k);
+static void schedule_open(kv_proxy_kvcache *k);
+
+/* While live: ask the member for progress (WatchRequest{progress_request: {}}); a member that
+ * answers nothing (no event, no progress) within HUNG_MS may be hung with the connection
+ * open, and the events it would send are what keeps the cache correct: stop serving. */
+static void check_cb(uv_timer_t *h)
+{
+    static const uint8_t progress[] = {0x1a, 0x00};
+    kv_proxy_kvcache *k = h->data;
+    if (!k->live || !k->up)
+        return;
+    uint64_t now = uv_now(k->p->loop);
+    if (k->asked_at && now - k->asked_at >= HUNG_MS) {
+        fprintf(stderr,
+                "kvd grpc-proxy: the cache's upstream watch answered nothing for %u ms: "
+                "cache cleared, re-opening the watch\n",
+                HUNG_MS);
+        kv_metric_inc(k->m_hung);
+        drop_watch(k);
+        schedule_open(k);
+        return;
+    }
+    if (!k->asked_at) {
+        kvc_error e;
+        if (kvc_bidi_send(k->up, progress, sizeof progress, &e) == 0)
+            k->asked_at = now;
+    }
+}
+
 static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
 {
     wtag *t = arg;
@@ -309,6 +346,8 @@ static void schedule_open(kv_proxy_kvcache *k)
 static void drop_watch(kv_proxy_kvcache *k)
 {
     k->live = 0;
+    k->asked_at = 0;
+    uv_timer_stop(&k->check);
     kv_metric_set(k->m_watch_up, 0);
     clear(k);
     gauges(k);
@@ -385,11 +424,13 @@ static int on_watch_msg(kv_proxy_kvcache *k, const uint8_t *m, size_t len)
     }
     if (rc < 0)
         return rc;
+    k->asked_at = 0; /* any message shows the stream flows */
     if (created) {
         clear(k);
         k->watch_rev = header_rev(m, len);
         k->live = 1;
         k->failures = 0;
+        uv_timer_start(&k->check, check_cb, CHECK_MS, CHECK_MS);
         kv_metric_set(k->m_watch_up, 1);
     }
     gauges(k);
@@ -580,6 +621,8 @@ int kv_proxy_kvcache_init(kv_proxy *p)
     k->p = p;
     uv_timer_init(p->loop, &k->retry);
     k->retry.data = k;
+    uv_timer_init(p->loop, &k->check);
+    k->check.data = k;
     kv_metrics *m = p->metrics;
     k->m_hits = kv_metrics_counter(m, "kvd_proxy_cache_hits_total",
                                    "Serializable ranges answered from the cache.", NULL);
@@ -600,6 +643,10 @@ int kv_proxy_kvcache_init(kv_proxy *p)
                                           "Cache entries dropped by writes, watch events and "
                                           "watch restarts.",
                                           NULL);
+    k->m_hung = kv_metrics_counter(m, "kvd_proxy_cache_watch_timeouts_total",
+                                   "Cache watches dropped: no answer to a progress request in "
+                                   "3 s (the cache is cleared).",
+                                   NULL);
     k->m_events = kv_metrics_counter(m, "kvd_proxy_cache_watch_events_total",
                                      "Events received on the cache's upstream watch.", NULL);
     kv_metric_set(k->m_watch_up, 0);
@@ -622,6 +669,8 @@ void kv_proxy_kvcache_stop(kv_proxy *p)
     k->closing = 1;
     uv_timer_stop(&k->retry);
     uv_close((uv_handle_t *)&k->retry, NULL);
+    uv_timer_stop(&k->check);
+    uv_close((uv_handle_t *)&k->check, NULL);
     drop_watch(k);
 }
 

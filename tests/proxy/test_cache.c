@@ -13,6 +13,7 @@
  *     kvd_proxy_cache_bytes never above --max-cache-bytes under a flood of distinct keys;
  *   - etcdctl --consistency=s get through the proxy, a hit the second time;
  *   - kill -9 and restart of the member: the cache is cleared, a new watch serves again;
+ *   - SIGSTOP of the member: the watch's progress check drops the watch and clears the cache;
  *   - --max-cache-entries=0: no cache.
  */
 #include "px_util.h"
@@ -353,5 +354,39 @@ Test(proxy_cache, disabled, .fini = fini, .timeout = 120)
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_unary_forwarded_total"), fwd + 2);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_hits_total"), -1, "cache metrics exported");
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_opened_total"), -1);
+    kvc_close(pc);
+}
+
+/* SIGSTOP of the member (connection open, nothing answered): within the progress check
+ * (1 s + 3 s) the cache's watch is dropped and the cache cleared; after SIGCONT a new watch
+ * serves again. */
+Test(proxy_cache, hung_member_clears_the_cache, .init = setup, .fini = fini, .timeout = 180)
+{
+    kvc_client *pc = px_client(g_x.endpoint);
+    char v[64];
+    put(pc, "h", "1");
+    get(pc, "h", 0, 0, v, sizeof v, NULL);
+    get(pc, "h", 0, 0, v, sizeof v, NULL);
+    cr_assert_gt(px_metric(&g_x, "kvd_proxy_cache_entries"), 0);
+    kvt_sleep_ms(2500); /* idle: progress requests answered, the watch stays */
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "an idle watch was dropped");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_timeouts_total"), 0);
+    uint64_t t0 = kvt_now_ms();
+    cr_assert_eq(kvt_member_pause(&g_c, 0), 0);
+    uint64_t end = t0 + 8000;
+    while (px_metric(&g_x, "kvd_proxy_cache_watch_up") != 0 && kvt_now_ms() < end)
+        kvt_sleep_ms(20);
+    uint64_t took = kvt_now_ms() - t0;
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 0, "the watch of a hung member");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_entries"), 0, "the cache was not cleared");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_timeouts_total"), 1);
+    fprintf(stderr, "proxy_cache: hung member detected in %llu ms\n", (unsigned long long)took);
+    cr_assert_eq(kvt_member_resume(&g_c, 0), 0);
+    end = kvt_now_ms() + 15000;
+    while (px_metric(&g_x, "kvd_proxy_cache_watch_up") != 1 && kvt_now_ms() < end)
+        kvt_sleep_ms(20);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "no new watch after SIGCONT");
+    get(pc, "h", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "1");
     kvc_close(pc);
 }
