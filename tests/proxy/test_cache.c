@@ -2,7 +2,8 @@
  * proxy_cache: the serializable range cache of `kvd grpc-proxy` (docs/proxy.md,
  * "Serializable range cache"), through a proxy in front of a 1-member kvd cluster:
  *   - a serializable get is a miss then a hit (kvd_proxy_cache_hits_total / _misses_total);
- *   - a put through the proxy invalidates it (the next get sees the new value);
+ *   - a put through the proxy invalidates it (the next get sees the new value); a Txn drops
+ *     the keys of its compares and of both branches at once;
  *   - a put and a delete straight on the member invalidate it too, through the proxy's
  *     upstream watch, within a bounded wait (and the old value never comes back);
  *   - a prefix range is invalidated by a put of a key inside it, on the member;
@@ -388,5 +389,39 @@ Test(proxy_cache, hung_member_clears_the_cache, .init = setup, .fini = fini, .ti
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "no new watch after SIGCONT");
     get(pc, "h", 0, 0, v, sizeof v, NULL);
     cr_assert_str_eq(v, "1");
+    kvc_close(pc);
+}
+
+/* A Txn through the proxy drops the entries of its compares and of both branches' writes at
+ * once (t2 and t3 are not written, so the watch would not drop them). */
+Test(proxy_cache, txn_through_the_proxy, .init = setup, .fini = fini, .timeout = 120)
+{
+    kvc_client *pc = px_client(g_x.endpoint);
+    char v[64];
+    put(pc, "t1", "a");
+    put(pc, "t2", "b");
+    put(pc, "t3", "c");
+    put(pc, "u", "d");
+    const char *keys[] = {"t1", "t2", "t3", "u"};
+    for (int i = 0; i < 4; i++)
+        get(pc, keys[i], 0, 0, v, sizeof v, NULL);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_entries"), 4);
+    kvc_txn *t = kvc_txn_new();
+    cr_assert_not_null(t);
+    cr_assert_eq(kvc_txn_cmp_value(t, "t3", 2, KVC_CMP_EQUAL, "c", 1), 0);
+    cr_assert_eq(kvc_txn_put(t, KVC_TXN_SUCCESS, "t1", 2, "A", 1, NULL), 0);
+    cr_assert_eq(kvc_txn_delete(t, KVC_TXN_FAILURE, "t2", 2, NULL), 0);
+    kvc_txn_result r;
+    kvc_error e;
+    cr_assert_eq(kvc_txn_commit(pc, t, 0, 5000, &r, &e), 0, "txn: %s", e.message);
+    cr_assert(r.succeeded);
+    kvc_txn_result_free(&r);
+    kvc_txn_free(t);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_entries"), 1, "only u is left");
+    get(pc, "t1", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "A");
+    double h = hits();
+    get(pc, "u", 0, 0, v, sizeof v, NULL);
+    cr_assert_eq(hits(), h + 1, "u was dropped by a txn that does not touch it");
     kvc_close(pc);
 }
