@@ -17,9 +17,11 @@
  *   Every event invalidates its key. Nothing is served or stored unless it is live (created
  *   and not ended); when it ends, is cancelled, or a message is lost, the cache is cleared
  *   and the stream re-opened with a backoff. While live, a progress request goes up every
- *   CHECK_MS; no message within HUNG_MS of one (a hung member) drops the watch too. An answer is stored only if no invalidation
- *   happened since its request was forwarded (kv_proxy_cache_seq), the watch generation is
- *   the same, and its header revision is not below the watch's start revision.
+ *   CHECK_MS; no message within HUNG_MS of one (a hung member) drops the watch too.
+ * - An answer is stored only if no invalidation meeting its range happened since its
+ *   request was forwarded (kv_proxy_cache_seq + kv_proxy_cache_add's check), the watch
+ *   generation is the same, and its header revision is not below the watch's start
+ *   revision.
  *
  * Threads: the loop, except up_msg_io/up_end_io (libkvclient's I/O thread) which only post
  * bridge events. Ownership: kv_proxy_kvcache is owned by kv_proxy (freed after the bridge is
