@@ -85,6 +85,8 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
     fwd *f = ev->target;
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
+    /* before the answer: a write's entries are gone when its client hears of it */
+    kv_proxy_kvcache_done(p, f->ctag, ev->code, ev->buf, ev->len);
     if (f->call) {
         kv_grpc_call_set_data(f->call, NULL);
         if (ev->code == 0) {
@@ -98,7 +100,6 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
             kv_grpc_call_finish(f->call, ev->code, (const char *)ev->buf);
         }
     }
-    kv_proxy_kvcache_done(p, f->ctag, ev->code, ev->buf, ev->len);
     free(f);
     kv_proxy_ev_free(ev);
 }
