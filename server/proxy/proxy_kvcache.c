@@ -477,6 +477,70 @@ static int answer(kv_grpc_call *call, const uint8_t *resp, size_t len)
     return kv_grpc_call_finish(call, KV_GRPC_OK, NULL);
 }
 
+/* Store one answered range (request and response bytes) under its serializable key. */
+static void store_range(kv_proxy_kvcache *k, uint64_t seq, const uint8_t *q, size_t qlen,
+                        const uint8_t *resp, size_t len)
+{
+    Etcdserverpb__RangeRequest *rr = etcdserverpb__range_request__unpack(NULL, qlen, q);
+    if (!rr)
+        return;
+    rr->serializable = 1;
+    size_t n = etcdserverpb__range_request__get_packed_size(rr);
+    uint8_t *key = malloc(n ? n : 1);
+    if (key) {
+        n = etcdserverpb__range_request__pack(rr, key);
+        if (kv_proxy_cache_add(k->c, seq, key, n, rr->key.data, rr->key.len, rr->range_end.data,
+                               rr->range_end.len, rr->revision, resp, len) < 0)
+            clear(k);
+        free(key);
+    }
+    etcdserverpb__range_request__free_unpacked(rr, NULL);
+}
+
+/* The op a RequestOp / ResponseOp holds: the last of its oneof fields 1..4 (protobuf's rule),
+ * 0 if none. */
+static uint32_t op_kind(const uint8_t *m, size_t len, pbf *body)
+{
+    size_t off = 0;
+    pbf f;
+    uint32_t kind = 0;
+    while (pb_next(m, len, &off, &f) == 1)
+        if (f.wt == 2 && f.num >= 1 && f.num <= 4) {
+            kind = f.num;
+            *body = f;
+        }
+    return kind;
+}
+
+/* etcd's txnToCache: the ranges of the branch taken are stored (the i-th RequestOp of the
+ * branch answered by the i-th ResponseOp). Called before the txn's writes are invalidated
+ * again, so a range that read a key the txn also writes is dropped right after. */
+static void txn_ranges(kv_proxy_kvcache *k, const req *r, const uint8_t *resp, size_t len)
+{
+    if (!k->live || r->gen != k->gen || header_rev(resp, len) < k->watch_rev)
+        return;
+    size_t off = 0, qo = 0, so = 0;
+    pbf f, q, s, qb, sb;
+    int succeeded = 0, rc;
+    while (pb_next(resp, len, &off, &f) == 1)
+        if (f.num == 2 && f.wt == 0)
+            succeeded = f.v != 0;
+    uint32_t branch = succeeded ? 2 : 3;
+    for (;;) {
+        while ((rc = pb_next(r->bytes, r->len, &qo, &q)) == 1 && !(q.num == branch && q.wt == 2))
+            ;
+        if (rc != 1)
+            break;
+        while ((rc = pb_next(resp, len, &so, &s)) == 1 && !(s.num == 3 && s.wt == 2))
+            ;
+        if (rc != 1)
+            break;
+        if (op_kind(q.d, q.dl, &qb) == 1 && op_kind(s.d, s.dl, &sb) == 1)
+            store_range(k, r->seq, qb.d, qb.dl, sb.d, sb.dl);
+    }
+    gauges(k);
+}
+
 static int on_range(kv_proxy_kvcache *k, kv_grpc_call *call, const uint8_t *msg, size_t len,
                     req **out)
 {
@@ -559,6 +623,8 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
         memcpy(r->bytes, msg, len);
         r->len = len;
         inval_write(k, method, msg, len);
+        r->seq = kv_proxy_cache_seq(k->c); /* a Txn's ranges: raced from here on */
+        r->gen = k->gen;
     } else if (kind == REQ_CLEAR) {
         clear(k);
         gauges(k);
@@ -593,6 +659,8 @@ void kv_proxy_kvcache_done(kv_proxy *p, void *tag, int code, const uint8_t *resp
         }
         break;
     case REQ_WRITE: /* whatever the outcome: a failed write may have been applied */
+        if (code == 0 && strcmp(r->method, "/etcdserverpb.KV/Txn") == 0)
+            txn_ranges(k, r, resp, len);
         inval_write(k, r->method, r->bytes, r->len);
         break;
     case REQ_COMPACT:

@@ -425,3 +425,40 @@ Test(proxy_cache, txn_through_the_proxy, .init = setup, .fini = fini, .timeout =
     cr_assert_eq(hits(), h + 1, "u was dropped by a txn that does not touch it");
     kvc_close(pc);
 }
+
+/* etcd's txnToCache: a range inside a Txn through the proxy fills the cache (the branch
+ * taken only); a range of a key the txn also writes or compares is not kept. */
+Test(proxy_cache, txn_ranges_fill_the_cache, .init = setup, .fini = fini, .timeout = 120)
+{
+    kvc_client *pc = px_client(g_x.endpoint);
+    char v[64];
+    put(pc, "tr", "1");
+    put(pc, "tg", "g");
+    put(pc, "tw", "1");
+    kvc_txn *t = kvc_txn_new();
+    cr_assert_not_null(t);
+    cr_assert_eq(kvc_txn_cmp_value(t, "tr", 2, KVC_CMP_EQUAL, "1", 1), 0);
+    cr_assert_eq(kvc_txn_get(t, KVC_TXN_SUCCESS, "tr", 2, NULL), 0);
+    cr_assert_eq(kvc_txn_get(t, KVC_TXN_SUCCESS, "tg", 2, NULL), 0);
+    cr_assert_eq(kvc_txn_put(t, KVC_TXN_SUCCESS, "tw", 2, "2", 1, NULL), 0);
+    cr_assert_eq(kvc_txn_get(t, KVC_TXN_SUCCESS, "tw", 2, NULL), 0);
+    cr_assert_eq(kvc_txn_get(t, KVC_TXN_FAILURE, "tf", 2, NULL), 0);
+    kvc_txn_result r;
+    kvc_error e;
+    cr_assert_eq(kvc_txn_commit(pc, t, 0, 5000, &r, &e), 0, "txn: %s", e.message);
+    cr_assert(r.succeeded);
+    kvc_txn_result_free(&r);
+    kvc_txn_free(t);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_entries"), 1, "tg only");
+    double h = hits();
+    get(pc, "tg", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "g");
+    cr_assert_eq(hits(), h + 1, "the txn's range of tg was not cached");
+    h = hits();
+    get(pc, "tw", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "2");
+    get(pc, "tr", 0, 0, v, sizeof v, NULL);
+    get(pc, "tf", 0, 0, v, sizeof v, NULL);
+    cr_assert_eq(hits(), h, "tw (written), tr (compared) or tf (other branch) was a hit");
+    kvc_close(pc);
+}
