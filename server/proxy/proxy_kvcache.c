@@ -497,6 +497,41 @@ static void store_range(kv_proxy_kvcache *k, uint64_t seq, const uint8_t *q, siz
     etcdserverpb__range_request__free_unpacked(rr, NULL);
 }
 
+/* A txn's RangeResponse with the txn's own header (cluster, member, revision, term) in place
+ * of its inner one, which carries only a revision: what a Range would have answered. The
+ * caller frees *out. */
+static int with_header(const pbf *hdr, const uint8_t *m, size_t len, uint8_t **out, size_t *olen)
+{
+    uint8_t *b = malloc(len + hdr->dl + 16);
+    if (!b)
+        return -ENOMEM;
+    size_t n = 0, off = 0, start = 0;
+    pbf f;
+    b[n++] = 0x0a; /* field 1, length-delimited */
+    for (uint64_t v = hdr->dl;; v >>= 7) {
+        b[n++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        if (v < 0x80)
+            break;
+    }
+    memcpy(b + n, hdr->d, hdr->dl);
+    n += hdr->dl;
+    int rc;
+    while ((rc = pb_next(m, len, &off, &f)) == 1) {
+        if (!(f.num == 1 && f.wt == 2)) {
+            memcpy(b + n, m + start, off - start);
+            n += off - start;
+        }
+        start = off;
+    }
+    if (rc < 0) {
+        free(b);
+        return -EINVAL;
+    }
+    *out = b;
+    *olen = n;
+    return 0;
+}
+
 /* The op a RequestOp / ResponseOp holds: the last of its oneof fields 1..4 (protobuf's rule),
  * 0 if none. */
 static uint32_t op_kind(const uint8_t *m, size_t len, pbf *body)
@@ -513,18 +548,24 @@ static uint32_t op_kind(const uint8_t *m, size_t len, pbf *body)
 }
 
 /* etcd's txnToCache: the ranges of the branch taken are stored (the i-th RequestOp of the
- * branch answered by the i-th ResponseOp). Called before the txn's writes are invalidated
+ * branch answered by the i-th ResponseOp), with the txn's header (etcd stores the inner
+ * response as is, whose header has only a revision). Called before the txn's writes are invalidated
  * again, so a range that read a key the txn also writes is dropped right after. */
 static void txn_ranges(kv_proxy_kvcache *k, const req *r, const uint8_t *resp, size_t len)
 {
     if (!k->live || r->gen != k->gen || header_rev(resp, len) < k->watch_rev)
         return;
     size_t off = 0, qo = 0, so = 0;
-    pbf f, q, s, qb, sb;
+    pbf f, q, s, qb, sb, hdr = {0};
     int succeeded = 0, rc;
-    while (pb_next(resp, len, &off, &f) == 1)
+    while (pb_next(resp, len, &off, &f) == 1) {
         if (f.num == 2 && f.wt == 0)
             succeeded = f.v != 0;
+        if (f.num == 1 && f.wt == 2)
+            hdr = f;
+    }
+    if (!hdr.d)
+        return;
     uint32_t branch = succeeded ? 2 : 3;
     for (;;) {
         while ((rc = pb_next(r->bytes, r->len, &qo, &q)) == 1 && !(q.num == branch && q.wt == 2))
@@ -535,8 +576,13 @@ static void txn_ranges(kv_proxy_kvcache *k, const req *r, const uint8_t *resp, s
             ;
         if (rc != 1)
             break;
-        if (op_kind(q.d, q.dl, &qb) == 1 && op_kind(s.d, s.dl, &sb) == 1)
-            store_range(k, r->seq, qb.d, qb.dl, sb.d, sb.dl);
+        uint8_t *b;
+        size_t blen;
+        if (op_kind(q.d, q.dl, &qb) == 1 && op_kind(s.d, s.dl, &sb) == 1 &&
+            with_header(&hdr, sb.d, sb.dl, &b, &blen) == 0) {
+            store_range(k, r->seq, qb.d, qb.dl, b, blen);
+            free(b);
+        }
     }
     gauges(k);
 }

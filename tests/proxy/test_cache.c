@@ -447,13 +447,24 @@ Test(proxy_cache, txn_ranges_fill_the_cache, .init = setup, .fini = fini, .timeo
     kvc_error e;
     cr_assert_eq(kvc_txn_commit(pc, t, 0, 5000, &r, &e), 0, "txn: %s", e.message);
     cr_assert(r.succeeded);
+    kvc_header th = r.header;
     kvc_txn_result_free(&r);
     kvc_txn_free(t);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_entries"), 1, "tg only");
     double h = hits();
-    get(pc, "tg", 0, 0, v, sizeof v, NULL);
-    cr_assert_str_eq(v, "g");
+    kvc_range_opts o = {.serializable = 1};
+    kvc_range_result rr;
+    cr_assert_eq(kvc_get(pc, "tg", 2, &o, 5000, &rr, &e), 0, "%s", e.message);
     cr_assert_eq(hits(), h + 1, "the txn's range of tg was not cached");
+    cr_assert_eq(rr.n_kvs, 1);
+    cr_assert_eq(rr.kvs[0].value[0], 'g');
+    /* the answer carries the txn's whole header, as a Range's would */
+    cr_assert_eq(rr.header.cluster_id, th.cluster_id);
+    cr_assert_eq(rr.header.member_id, th.member_id);
+    cr_assert_eq(rr.header.raft_term, th.raft_term);
+    cr_assert_eq(rr.header.revision, th.revision);
+    cr_assert_neq(rr.header.cluster_id, 0);
+    kvc_range_result_free(&rr);
     h = hits();
     get(pc, "tw", 0, 0, v, sizeof v, NULL);
     cr_assert_str_eq(v, "2");
