@@ -80,6 +80,7 @@ const kv_fn_case kv_fn_cases[] = {
     C("POWERCUT_LEADER", KV_FN_F_POWERCUT, KV_FN_T_LEADER, 0),
     C("FAILPOINT_SLOW_FSYNC_LEADER", KV_FN_F_FAILPOINT_SLOW_FSYNC, KV_FN_T_LEADER, 0),
     C("FAILPOINT_FSYNC_ERROR_ONE_FOLLOWER", KV_FN_F_FAILPOINT_FSYNC_EIO, KV_FN_T_ONE_FOLLOWER, 0),
+    C("SIGKILL_ONE_PROXY", KV_FN_F_SIGKILL_PROXY, KV_FN_T_NONE, 0),
 };
 const size_t kv_fn_n_cases = sizeof(kv_fn_cases) / sizeof(kv_fn_cases[0]);
 
@@ -118,6 +119,8 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
         return "cluster started without --snapshot-count";
     if (k->fault == KV_FN_F_POWERCUT && c->target == KV_FN_TARGET_ETCD)
         return "the power-cut shim journals LMDB files only (etcd uses bbolt + WAL)";
+    if (k->fault == KV_FN_F_SIGKILL_PROXY && c->n_proxies < 2)
+        return "needs --proxies 2 or more (the clients fail over to another proxy)";
     if (k->fault == KV_FN_F_POWERCUT && c->n < 3)
         return "a member restarting from a lossy disk must catch up from a quorum (3+ members)";
     return NULL;
@@ -152,6 +155,8 @@ static const char *fault_name(kv_fn_fault f)
         return "slow fsync (SIGRTMIN+1 disk failpoint)";
     case KV_FN_F_FAILPOINT_FSYNC_EIO:
         return "fsync EIO (SIGRTMIN+2 disk failpoint)+restart";
+    case KV_FN_F_SIGKILL_PROXY:
+        return "SIGKILL+restart of a gRPC proxy";
     default:
         return "apply stall (SIGUSR1 failpoint)";
     }
@@ -172,6 +177,8 @@ static int delay_signal(kv_fn_fault f)
 }
 
 static const char *const kv_fn_delayed_metric[] = {"kvd_peer_frames_delayed_total", NULL};
+/* gRPC calls and streams a kvd proxy's server started (etcd 3.4's proxy exports no own page). */
+static const char *const kv_fn_proxy_calls_metric[] = {"grpc_server_started_total", NULL};
 
 static int heal_all(kv_fn_cluster *c)
 {
@@ -183,7 +190,24 @@ static int heal_all(kv_fn_cluster *c)
         if (!c->m[i].proc.pid)
             kv_fn_member_start(c, i);
     }
-    return kv_fn_cluster_wait_writable(c, 20000);
+    int r = kv_fn_cluster_wait_writable(c, 20000);
+    /* --proxies: a gRPC proxy that is not running is started again (the case that exited
+     * it already failed, proxies_died()). */
+    if (r >= 0 && c->n_proxies > 0 && kv_fn_proxies_start(c, 10000) != 0)
+        return -EIO;
+    return r;
+}
+
+/* --proxies: the first gRPC proxy that exited on its own (not killed by the runner), -1 if
+ * none; its wait status goes to *status. */
+static int proxies_died(kv_fn_cluster *c, int *status)
+{
+    for (int i = 0; i < c->n_proxies; i++)
+        if (c->gp[i].proc.pid && !kvt_proc_alive(&c->gp[i].proc)) {
+            *status = c->gp[i].proc.last_status;
+            return i;
+        }
+    return -1;
 }
 
 /* Fills targets[] per the selector; returns the count. */
@@ -663,6 +687,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     const char *pc_envp[4];
     char prefix2[160];
     size_t fl = 0;
+    int killed_proxy = -1;                    /* SIGKILL_ONE_PROXY's target */
+    int64_t pcalls0[KV_FN_MAX_PROXIES] = {0}; /* --proxies: calls served before the case */
 
     if (k->fault == KV_FN_F_POWERCUT && !o->powercut_lib) {
         printf("%-42s SKIP  libkvd_powercut.so not built or not found (tests/crash)\n", k->name);
@@ -681,6 +707,9 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         snprintf(err, sizeof(err), "cluster not writable before the case");
         goto report;
     }
+    /* --proxies: evidence that the stressers went through them (gRPC calls each served). */
+    for (int i = 0; i < c->n_proxies; i++)
+        pcalls0[i] = kv_fn_proxy_metric(c, i, kv_fn_proxy_calls_metric);
     kv_fn_workload_cfg wc = {.cluster = c,
                              .prefix = prefix,
                              .kv_clients = k->no_stress ? 0 : 4,
@@ -901,6 +930,11 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             break;
         }
     }
+    if (k->fault == KV_FN_F_SIGKILL_PROXY && c->n_proxies > 0) {
+        killed_proxy = (int)((rng >> 33) % (uint64_t)c->n_proxies);
+        kvt_proc_kill9(&c->gp[killed_proxy].proc);
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d", killed_proxy);
+    }
     if (k->until_snapshot) {
         /* Hold until the leader's raft index advanced past what the faulted member could
          * still get as entries (a filler writes to <prefix>/fill/ to get there). */
@@ -1018,6 +1052,9 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             break;
         }
     }
+    if (killed_proxy >= 0 && kv_fn_proxies_start(c, 10000) != 0 && !err[0])
+        snprintf(err, sizeof(err), "restart of gRPC proxy p%d failed (see %s)", killed_proxy,
+                 c->gp[killed_proxy].proc.log_path);
     live_ms = kv_fn_cluster_wait_writable(c, o->live_bound_ms);
     win.heal_us = kv_fn_now_us();
     if (live_ms < 0 && !err[0])
@@ -1116,7 +1153,19 @@ stop:
     kv_fn_workload_free(w);
     if (snap_path[0] && !o->keep_all && !err[0])
         unlink(snap_path);
-report:
+report:;
+    if (c->n_proxies > 0 && c->target == KV_FN_TARGET_KVD) {
+        add_fault(fault_desc, sizeof(fault_desc), &fl, "%sgRPC calls via proxies:", fl ? "; " : "");
+        for (int i = 0; i < c->n_proxies; i++) {
+            int64_t x = kv_fn_proxy_metric(c, i, kv_fn_proxy_calls_metric);
+            add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d +%lld", i,
+                      (long long)(x < 0 ? x : x - (i == killed_proxy ? 0 : pcalls0[i])));
+        }
+    }
+    int pst = 0, dead = proxies_died(c, &pst);
+    if (dead >= 0 && !err[0])
+        snprintf(err, sizeof(err), "gRPC proxy p%d exited on its own (wait status %d): see %s",
+                 dead, pst, c->gp[dead].proc.log_path);
     if (o->leaseload) {
         int ncl;
         double gs;

@@ -91,7 +91,7 @@ int kv_fn_cluster_init(kv_fn_cluster *c, kv_fn_target t, int n, const char *root
     if (n > 1)
         for (int i = 0; i < n; i++) {
             int r = kvt_proxy_start(&c->m[i].proxy, c->m[i].proxy_port, c->m[i].peer_port,
-                                      seed + (uint64_t)i * 7919);
+                                    seed + (uint64_t)i * 7919);
             if (r)
                 return r;
         }
@@ -163,6 +163,7 @@ int kv_fn_member_signal(kv_fn_cluster *c, int i, int sig)
 
 void kv_fn_cluster_stop(kv_fn_cluster *c)
 {
+    kv_fn_proxies_stop(c);
     for (int i = 0; i < c->n; i++) {
         if (c->m[i].proc.pid)
             kv_fn_member_signal(c, i, SIGKILL);
@@ -468,8 +469,8 @@ int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms, ch
                 continue;
             uint8_t *resp = NULL;
             size_t rl = 0;
-            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberRemove", buf, len, &resp, &rl,
-                             3000, err, errlen);
+            r = cluster_call(c, v, "/etcdserverpb.Cluster/MemberRemove", buf, len, &resp, &rl, 3000,
+                             err, errlen);
             kvc_free(resp);
             if (r == 0) {
                 c->m[i].member_id = 0;
@@ -481,8 +482,7 @@ int kv_fn_cluster_member_remove(kv_fn_cluster *c, int i, uint32_t timeout_ms, ch
     return r;
 }
 
-int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err,
-                             size_t errlen)
+int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char *err, size_t errlen)
 {
     /* kvd derives a member id from its peer URLs and the cluster token, and a removed id
      * never comes back (etcd's ErrIDRemoved): the member rejoins on a fresh proxy port,
@@ -492,8 +492,7 @@ int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char 
         kvt_proxy *np = NULL;
         int r = kvt_port_free(&port);
         if (r == 0)
-            r = kvt_proxy_start(&np, port, c->m[i].peer_port,
-                                (uint64_t)port * 7919 + (uint64_t)i);
+            r = kvt_proxy_start(&np, port, c->m[i].peer_port, (uint64_t)port * 7919 + (uint64_t)i);
         if (r) {
             snprintf(err, errlen, "no new proxy port (%d)", r);
             return r;
@@ -567,8 +566,7 @@ static int run_ctl(const char *const *argv, char *err, size_t errlen)
     return r;
 }
 
-int kv_fn_member_snapshot_save(kv_fn_cluster *c, int i, const char *path, char *err,
-                               size_t errlen)
+int kv_fn_member_snapshot_save(kv_fn_cluster *c, int i, const char *path, char *err, size_t errlen)
 {
     char ep[64];
     snprintf(ep, sizeof(ep), "--endpoints=%s", c->m[i].endpoint);
@@ -589,8 +587,9 @@ int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, cha
                                 k ? "," : "", k, c->n > 1 ? c->m[k].proxy_port : c->m[k].peer_port);
     snprintf(a_iap, sizeof(a_iap), "--initial-advertise-peer-urls=http://127.0.0.1:%u",
              c->n > 1 ? m->proxy_port : m->peer_port);
-    const char *argv[] = {c->ctl,  "snapshot", "restore", path, a_data, a_name, a_ic,
-                          "--initial-cluster-token=kvfunctional", a_iap, NULL};
+    const char *argv[] = {c->ctl, "snapshot", "restore", path,
+                          a_data, a_name,     a_ic,      "--initial-cluster-token=kvfunctional",
+                          a_iap,  NULL};
     int r = run_ctl(argv, err, errlen);
     if (r == 0) {
         m->existing = 0;
@@ -599,8 +598,8 @@ int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, cha
     return r;
 }
 
-/* GET /metrics over HTTP/1.0; *out is malloc'd and NUL-terminated. */
-static int http_get_metrics(uint16_t port, char **out)
+/* GET <path> over HTTP/1.0; *out is malloc'd and NUL-terminated. */
+static int http_get_metrics(uint16_t port, const char *path, char **out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -617,8 +616,9 @@ static int http_get_metrics(uint16_t port, char **out)
         r = -errno;
         goto out;
     }
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1)) {
+    char req[256];
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (rl <= 0 || (size_t)rl >= sizeof(req) || send(fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
         r = -EIO;
         goto out;
     }
@@ -659,14 +659,11 @@ out:
     return r;
 }
 
-int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names)
+/* Sum of the samples named in names on the metrics page served on port at path. */
+static int64_t metric_sum(uint16_t port, const char *path, const char *const *names)
 {
-    kv_fn_member *m = &c->m[i];
-    if (!m->proc.pid || m->proc.stopped)
-        return -ESRCH;
     char *page = NULL;
-    int r = http_get_metrics(c->target == KV_FN_TARGET_KVD ? m->metrics_port : m->client_port,
-                             &page);
+    int r = http_get_metrics(port, path, &page);
     if (r)
         return r;
     double sum = 0;
@@ -687,4 +684,24 @@ int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names)
     }
     free(page);
     return (int64_t)sum;
+}
+
+int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names)
+{
+    kv_fn_member *m = &c->m[i];
+    if (!m->proc.pid || m->proc.stopped)
+        return -ESRCH;
+    return metric_sum(c->target == KV_FN_TARGET_KVD ? m->metrics_port : m->client_port, "/metrics",
+                      names);
+}
+
+int64_t kv_fn_proxy_metric(kv_fn_cluster *c, int i, const char *const *names)
+{
+    if (i < 0 || i >= c->n_proxies || !c->gp[i].proc.pid)
+        return -ESRCH;
+    /* etcd 3.4's proxy serves a member's page (fetched upstream) on /metrics, and Debian's
+     * 3.4.23 has no page of its own: nothing to read. */
+    if (c->target == KV_FN_TARGET_ETCD)
+        return -ENOTSUP;
+    return metric_sum(c->gp[i].metrics_port, "/metrics", names);
 }

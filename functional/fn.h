@@ -41,6 +41,17 @@ typedef struct kv_fn_member {
     const char *const *env; /* extra environment of the next start (NULL: none) */
 } kv_fn_member;
 
+/* --proxies N: gRPC proxies (`kvd grpc-proxy start`, or `etcd grpc-proxy start` for
+ * --target etcd) in front of all members; the stressers talk to them (gproxy.c). */
+#define KV_FN_MAX_PROXIES KV_FN_MAX_MEMBERS
+
+typedef struct kv_fn_gproxy {
+    char dir[PATH_MAX]; /* p<i>/ under the run directory: proxy.log */
+    uint16_t port, metrics_port;
+    char endpoint[32]; /* 127.0.0.1:<port> */
+    kvt_proc proc;     /* proc.pid is 0 when not running */
+} kv_fn_gproxy;
+
 typedef struct kv_fn_cluster {
     kv_fn_target target;
     int n;
@@ -52,6 +63,8 @@ typedef struct kv_fn_cluster {
     uint64_t snapshot_count;        /* 0: server default; else --snapshot-count for every start */
     char ctl[PATH_MAX];             /* kvctl or etcdctl (snapshot save/restore) */
     struct kv_fn_watch_sink *watch; /* watch checker in/out (watch.c); NULL: no watchers */
+    int n_proxies;                  /* 0: the stressers talk to the members */
+    kv_fn_gproxy gp[KV_FN_MAX_PROXIES];
 } kv_fn_cluster;
 
 /* Resolves the binary, picks ports, creates <root>/m<i>/. */
@@ -73,6 +86,23 @@ int kv_fn_cluster_move_leader(kv_fn_cluster *c, int from, int to, uint32_t timeo
 int kv_fn_cluster_hash(kv_fn_cluster *c, kv_fn_hash_obs *obs, uint32_t timeout_ms);
 
 /* Member changes, snapshots, metrics: cluster.c, declared in fncluster.h. */
+
+/* ---- gRPC proxies (gproxy.c) ---- */
+
+/* Picks ports and creates <root>/p<i>/ for n proxies (0 <= n <= KV_FN_MAX_PROXIES); call
+ * after kv_fn_cluster_init. */
+int kv_fn_proxies_init(kv_fn_cluster *c, int n);
+/* Starts proxy i (no-op when running): `<kvd> grpc-proxy start` or `etcd grpc-proxy start`,
+ * --endpoints = every member's client URL. */
+int kv_fn_proxy_start(kv_fn_cluster *c, int i);
+/* Starts every proxy not running and waits (timeout_ms) until each serves a Range. */
+int kv_fn_proxies_start(kv_fn_cluster *c, uint32_t timeout_ms);
+/* kill -9 and reap every proxy (kv_fn_cluster_stop calls it). */
+void kv_fn_proxies_stop(kv_fn_cluster *c);
+/* The endpoints a stresser client numbered `rot` dials, in order: the proxies when there are
+ * any, else the members, rotated by rot so clients start on different ones. eps must hold
+ * KV_FN_MAX_MEMBERS entries (pointers into c); returns the count. */
+int kv_fn_client_endpoints(const kv_fn_cluster *c, int rot, const char **eps);
 
 /* ---- stressers ---- */
 

@@ -30,8 +30,7 @@ int kv_fn_cluster_member_add(kv_fn_cluster *c, int i, uint32_t timeout_ms, char 
 /* Deletes member i's data directory (the member must not be running). */
 int kv_fn_member_wipe(kv_fn_cluster *c, int i);
 /* `<ctl> snapshot save <path>` against member i; err gets the tool's stderr on failure. */
-int kv_fn_member_snapshot_save(kv_fn_cluster *c, int i, const char *path, char *err,
-                               size_t errlen);
+int kv_fn_member_snapshot_save(kv_fn_cluster *c, int i, const char *path, char *err, size_t errlen);
 /* `<ctl> snapshot restore <path>` into member i's (absent) data directory, as member m<i> of
  * a new cluster of all c->n members; the next start is --initial-cluster-state=new. */
 int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, char *err,
@@ -40,5 +39,7 @@ int kv_fn_member_snapshot_restore(kv_fn_cluster *c, int i, const char *path, cha
  * its name equals one of them, labels ignored) on member i's /metrics; negative errno when
  * the page cannot be fetched. */
 int64_t kv_fn_member_metric(kv_fn_cluster *c, int i, const char *const *names);
+/* The same on gRPC proxy i's --metrics-addr (-ESRCH when it is not running). */
+int64_t kv_fn_proxy_metric(kv_fn_cluster *c, int i, const char *const *names);
 
 #endif

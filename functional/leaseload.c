@@ -97,12 +97,11 @@ int kv_fn_leaseload_start(kv_fn_leaseload **out, const kv_fn_cluster *c, int n, 
             break;
         }
         const char *eps[KV_FN_MAX_MEMBERS];
-        for (int m = 0; m < c->n; m++)
-            eps[m] = c->m[(i + m) % c->n].endpoint;
+        int n_eps = kv_fn_client_endpoints(c, i, eps); /* the proxies under --proxies */
         kvc_config kcfg;
         kvc_config_default(&kcfg);
         kcfg.endpoints = eps;
-        kcfg.n_endpoints = (size_t)c->n;
+        kcfg.n_endpoints = (size_t)n_eps;
         kcfg.dial_timeout_ms = 2000;
         kcfg.seed = (uint64_t)i * 7919 + 17;
         r = kvc_open(&k->kc, &kcfg, NULL);

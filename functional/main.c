@@ -18,6 +18,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kvfunctional [--cases REGEX] [--profile quick|full] [--members 1|3|5]\n"
                "                    [--seed N] [--target kvd|etcd] [--keep] [--lease-load N]\n"
+               "                    [--proxies N]\n"
                "                    [--inject-bug stale-read|lease-vanish|lease-outlive|\n"
                "                                  lease-lag|lease-stale-renew|\n"
                "                                  drop-watch-event|server-drop-watch-event]\n"
@@ -89,6 +90,7 @@ int main(int argc, char **argv)
     kv_fn_watch_sink wsink = {0};
     int server_drop = 0;
     int members = 3, list = 0, lease_load = -1; /* -1: the profile's default */
+    int proxies = 0; /* gRPC proxies in front of the members (gproxy.c) */
     kv_fn_run_opts o = {.seed = 1,
                         .pre_ms = 1500,
                         .hold_ms = 3000,
@@ -139,6 +141,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--proxies") && val) {
+            proxies = atoi(val);
+            i++;
         } else if (!strcmp(a, "--lease-load") && val) {
             lease_load = atoi(val);
             i++;
@@ -181,6 +186,10 @@ int main(int argc, char **argv)
     }
     if (members < 1 || members > KV_FN_MAX_MEMBERS || members % 2 == 0) {
         fprintf(stderr, "kvfunctional: --members must be 1, 3 or 5\n");
+        return 2;
+    }
+    if (proxies < 0 || proxies > KV_FN_MAX_PROXIES) {
+        fprintf(stderr, "kvfunctional: --proxies must be 0..%d\n", KV_FN_MAX_PROXIES);
         return 2;
     }
     if (server_drop) { /* kvd's watch failpoint (server/watch/watch_failpoint.c) */
@@ -229,11 +238,13 @@ int main(int argc, char **argv)
     }
     const char *root = run_dir.path;
     o.root = root;
-    printf("kvfunctional: target=%s members=%d profile=%s seed=%llu cases=%zu dir=%s\n", target,
-           members, profile, (unsigned long long)o.seed, n_sel, root);
+    printf("kvfunctional: target=%s members=%d proxies=%d profile=%s seed=%llu cases=%zu dir=%s\n",
+           target, members, proxies, profile, (unsigned long long)o.seed, n_sel, root);
     fflush(stdout);
     static kv_fn_cluster c;
     int r = kv_fn_cluster_init(&c, t, members, root, o.seed);
+    if (r == 0)
+        r = kv_fn_proxies_init(&c, proxies);
     for (size_t i = 0; i < n_sel; i++) /* _UNTIL_TRIGGER_SNAPSHOT: snapshot often */
         if (sel[i]->until_snapshot)
             c.snapshot_count = KV_FN_SNAPSHOT_COUNT;
@@ -264,6 +275,13 @@ int main(int argc, char **argv)
         kv_fn_cluster_stop(&c);
         printf("0 passed, %zu failed\n", n_sel);
         printf("kept: %s\n", root);
+        return 1;
+    }
+    if (!all_skip && proxies > 0 && (r = kv_fn_proxies_start(&c, 20000)) != 0) {
+        printf("kvfunctional: the gRPC proxies did not start: %s (logs: %s/p*/proxy.log)\n",
+               strerror(-r), root);
+        kv_fn_cluster_stop(&c);
+        printf("0 passed, %zu failed\nkept: %s\n", n_sel, root);
         return 1;
     }
     kv_fn_leaseload *ll = NULL;

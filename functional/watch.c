@@ -10,7 +10,9 @@
  * watch was canceled to the next member, from its last event's revision + 1 (what etcd
  * clients do when their endpoint dies). At stop a fence put on a register of its own gives
  * the final revision; each watcher must deliver its event (W4), which proves it delivered
- * everything before it. Then the checker (check_watch.c) runs.
+ * everything before it. Then the checker (check_watch.c) runs. Under --proxies every
+ * "member" above is a gRPC proxy (kv_fn_client_endpoints): one client per proxy, and a
+ * watcher moves to the next proxy.
  *
  * Threads: watch callbacks run on the clients' I/O threads and append to the watcher's log
  * under the set's mutex; the monitor thread and the caller's thread do the rest.
@@ -212,7 +214,8 @@ int kv_fn_watchers_start(kv_fn_watchers **out, const kv_fn_cluster *c, const cha
     pthread_mutex_init(&s->mu, NULL);
     s->c = c;
     s->n = n;
-    s->n_members = c->n;
+    const char *eps[KV_FN_MAX_MEMBERS];
+    s->n_members = kv_fn_client_endpoints(c, 0, eps); /* --proxies: "member" is a proxy */
     int r = 0;
     int len = snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
     if (len <= 0 || (size_t)len >= sizeof(s->prefix)) {
@@ -220,8 +223,8 @@ int kv_fn_watchers_start(kv_fn_watchers **out, const kv_fn_cluster *c, const cha
         goto fail;
     }
     s->prefix_len = (size_t)len;
-    for (int m = 0; m < c->n; m++) {
-        const char *ep = c->m[m].endpoint;
+    for (int m = 0; m < s->n_members; m++) {
+        const char *ep = eps[m];
         kvc_config kcfg;
         kvc_config_default(&kcfg);
         kcfg.endpoints = &ep;
@@ -233,7 +236,7 @@ int kv_fn_watchers_start(kv_fn_watchers **out, const kv_fn_cluster *c, const cha
     }
     /* The start revision: the store's revision now (before the KV stressers start). */
     r = -EIO;
-    for (int m = 0; m < c->n && r; m++) {
+    for (int m = 0; m < s->n_members && r; m++) {
         kvc_range_result rr = {0};
         kvc_range_opts ro = {.prefix = 1, .count_only = 1};
         r = kvc_get(s->kc[m], s->prefix, s->prefix_len, &ro, WATCH_CREATE_MS, &rr, NULL);
@@ -251,7 +254,7 @@ int kv_fn_watchers_start(kv_fn_watchers **out, const kv_fn_cluster *c, const cha
         k->next_rev = s->start_rev;
     }
     for (int i = 0; i < n; i++) /* watcher i on member i (mod n); a failure moves it later */
-        watcher_place(s, &s->ws[i], i % c->n);
+        watcher_place(s, &s->ws[i], i % s->n_members);
     if (pthread_create(&s->monitor, NULL, monitor_main, s) != 0) {
         r = -EAGAIN;
         goto fail;

@@ -535,12 +535,11 @@ int kv_fn_workload_start(kv_fn_workload **out, const kv_fn_workload_cfg *cfg)
         k->leases.sz = sizeof(kv_fn_lease_info);
         k->lev.sz = sizeof(kv_fn_lease_ev);
         const char *eps[KV_FN_MAX_MEMBERS];
-        for (int m = 0; m < c->n; m++)
-            eps[m] = c->m[(i + m) % c->n].endpoint;
+        int n_eps = kv_fn_client_endpoints(c, i, eps); /* the proxies under --proxies */
         kvc_config kcfg;
         kvc_config_default(&kcfg);
         kcfg.endpoints = eps;
-        kcfg.n_endpoints = (size_t)c->n;
+        kcfg.n_endpoints = (size_t)n_eps;
         kcfg.dial_timeout_ms = cfg->op_timeout_ms;
         kcfg.seed = k->rng;
         r = kvc_open(&k->kc, &kcfg, NULL);
