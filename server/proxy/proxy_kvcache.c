@@ -388,10 +388,15 @@ static void open_watch(kv_proxy_kvcache *k)
     if (rc != 0) {
         fprintf(stderr, "kvd grpc-proxy: warning: cannot open the cache's upstream watch: %s\n",
                 e.message);
-        if (k->up)
+        if (k->up) { /* its end may already be in the bridge: free t behind it */
             kvc_bidi_free(k->up);
-        k->up = NULL;
-        wtag_free(t);
+            k->up = NULL;
+            kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_CACHE_FREE, t, 0, "", 0);
+            if (ev)
+                kv_proxy_bridge_post(&k->p->bridge, ev);
+        } else {
+            wtag_free(t);
+        }
         schedule_open(k);
         return;
     }
