@@ -74,6 +74,11 @@ static void on_event(void *app, kv_proxy_ev *ev)
     case KV_PROXY_EV_LEASE_END:
         kv_proxy_lease_on_event(p, ev);
         break;
+    case KV_PROXY_EV_CACHE_MSG:
+    case KV_PROXY_EV_CACHE_END:
+    case KV_PROXY_EV_CACHE_FREE:
+        kv_proxy_kvcache_on_event(p, ev);
+        break;
     default:
         kv_proxy_watch_on_event(p, ev);
         break;
@@ -185,12 +190,13 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
         return rc;
     }
     if ((rc = kv_proxy_unary_init(p)) < 0 || (rc = kv_proxy_watch_init(p)) < 0 ||
-        (rc = kv_proxy_lease_new(p, &p->lease)) < 0) {
+        (rc = kv_proxy_lease_new(p, &p->lease)) < 0 || (rc = kv_proxy_kvcache_init(p)) < 0) {
         snprintf(err, cap, "out of memory");
         return rc;
     }
     if ((rc = open_upstream(p, err, cap)) < 0)
         return rc;
+    kv_proxy_kvcache_start(p);
     if ((rc = start_grpc(p, err, cap)) < 0)
         return rc;
     if ((rc = start_metrics(p, err, cap)) < 0)
@@ -215,6 +221,7 @@ void kv_proxy_stop(kv_proxy *p)
     if (p->lease)
         kv_proxy_lease_stop(p->lease);
     kv_proxy_watch_stop(p);
+    kv_proxy_kvcache_stop(p);
     kvc_close(p->up); /* pending unary calls complete (CANCELLED) into the bridge */
     p->up = NULL;
     if (p->bridge.handle)
@@ -223,6 +230,7 @@ void kv_proxy_stop(kv_proxy *p)
     kv_proxy_lease_free(p->lease);
     p->lease = NULL;
     kv_proxy_watch_free(p);
+    kv_proxy_kvcache_free(p);
     if (p->metrics)
         kv_metrics_gauge_fn_remove(p->metrics, p);
     kv_metrics_free(p->metrics);

@@ -30,6 +30,9 @@ enum kv_proxy_ev_kind {
     KV_PROXY_EV_WATCH_END,  /* that upstream Watch stream ended */
     KV_PROXY_EV_WATCH_FREE, /* posted by the loop after freeing an upstream stream: every
                                event of it was handled, the relay may go */
+    KV_PROXY_EV_CACHE_MSG,  /* a WatchResponse of the range cache's watch (target: its tag) */
+    KV_PROXY_EV_CACHE_END,  /* that stream ended */
+    KV_PROXY_EV_CACHE_FREE, /* posted by the loop after freeing that stream */
 };
 
 typedef struct kv_proxy_ev {

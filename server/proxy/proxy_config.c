@@ -23,6 +23,8 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_send_buffer_bytes = (size_t)16 << 20;
     c->max_buffered_bytes = (size_t)512 << 20;
     c->max_upstream_send_bytes = (size_t)4 << 20;
+    c->max_cache_entries = 2048;
+    c->max_cache_bytes = (size_t)64 << 20;
 }
 
 const char *kv_proxy_config_usage(void)
@@ -45,7 +47,9 @@ const char *kv_proxy_config_usage(void)
            "  --max-connections=10000      client connections\n"
            "  --max-send-buffer-bytes=16777216 per client connection\n"
            "  --max-buffered-bytes=536870912   all client connections\n"
-           "  --max-upstream-send-bytes=4194304 per upstream stream\n";
+           "  --max-upstream-send-bytes=4194304 per upstream stream\n"
+           "  --max-cache-entries=2048     serializable range cache entries (0: no cache)\n"
+           "  --max-cache-bytes=67108864   serializable range cache bytes\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -231,6 +235,12 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-upstream-send-bytes") == 0) {
             rc = parse_u64(v, (uint64_t)1 << 31, &u);
             c->max_upstream_send_bytes = (size_t)u;
+        } else if (strcmp(name, "max-cache-entries") == 0) {
+            rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, (uint64_t)1 << 24, &u);
+            c->max_cache_entries = (size_t)u;
+        } else if (strcmp(name, "max-cache-bytes") == 0) {
+            rc = parse_u64(v, (uint64_t)1 << 40, &u);
+            c->max_cache_bytes = (size_t)u;
         } else {
             snprintf(err, cap, "unknown flag '--%s'", name);
             return -EINVAL;

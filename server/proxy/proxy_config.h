@@ -43,6 +43,9 @@ typedef struct kv_proxy_config {
     /* watch (docs/proxy.md, "Watch") */
     uint32_t max_watchers;                     /* client watchers of all streams (100000) */
     uint32_t max_watchers_per_upstream_stream; /* (10000: kvd's --max-watchers-per-stream) */
+    /* the serializable range cache (etcd's proxy: a fixed LRU of 2048 entries); 0 disables */
+    size_t max_cache_entries; /* --max-cache-entries (2048) */
+    size_t max_cache_bytes;   /* --max-cache-bytes (64 MiB) */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);

@@ -23,8 +23,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-typedef struct kv_proxy_lease kv_proxy_lease; /* proxy_lease.c */
-typedef struct kv_proxy_watch kv_proxy_watch; /* proxy_watch_int.h */
+typedef struct kv_proxy_lease kv_proxy_lease;     /* proxy_lease.c */
+typedef struct kv_proxy_watch kv_proxy_watch;     /* proxy_watch_int.h */
+typedef struct kv_proxy_kvcache kv_proxy_kvcache; /* proxy_kvcache.c */
 
 /* Why a request was refused by a bound: the label of kvd_proxy_refused_total. */
 typedef enum {
@@ -47,6 +48,7 @@ typedef struct kv_proxy {
     kvc_client *up;                /* the upstream connection: one per proxy */
     kv_proxy_bridge bridge;
     kv_proxy_lease *lease;
+    kv_proxy_kvcache *kvcache; /* NULL: --max-cache-entries=0 */
     /* unary forwarding (proxy_unary.c) */
     uint32_t unary_pending;
     kv_metric *m_unary_forwarded, *m_unary_pending;
@@ -87,6 +89,22 @@ void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
 void kv_proxy_watch_on_half_close(kv_grpc_call *call);
 void kv_proxy_watch_on_cancel(kv_grpc_call *call);
 void kv_proxy_watch_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* Range cache (proxy_kvcache.c; the LRU is proxy_cache.h). init: metrics and the cache
+ * (nothing if disabled); start: opens the upstream watch; stop: frees it (synchronously) and
+ * the timer; free: after the bridge is drained. */
+int kv_proxy_kvcache_init(kv_proxy *p);
+void kv_proxy_kvcache_start(kv_proxy *p);
+void kv_proxy_kvcache_stop(kv_proxy *p);
+void kv_proxy_kvcache_free(kv_proxy *p);
+/* Before forwarding a unary call: 1 when the call was answered from the cache (finished),
+ * else 0 with *tag (may be NULL) to hand to kv_proxy_kvcache_done with the call's outcome
+ * (code 0 and the response bytes, or the status), exactly once, answered or not. */
+int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method,
+                             const uint8_t *msg, size_t len, void **tag);
+void kv_proxy_kvcache_done(kv_proxy *p, void *tag, int code, const uint8_t *resp, size_t len);
+/* Bridge events KV_PROXY_EV_CACHE_*. */
+void kv_proxy_kvcache_on_event(kv_proxy *p, kv_proxy_ev *ev);
 
 /* The client's deadline as a libkvclient timeout: ms left (at least 1), or 0 without one. */
 uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call);

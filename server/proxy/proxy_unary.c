@@ -9,6 +9,9 @@
  * client's back (a write whose connection died is answered UNAVAILABLE "... may or may not
  * have been applied", as libkvclient says).
  *
+ * Range cache: kv_proxy_kvcache_request may answer a Range itself; every forwarded call's
+ * outcome goes to kv_proxy_kvcache_done (proxy_kvcache.c).
+ *
  * Ownership: one fwd per forwarded call, owned by the proxy loop from the forward until its
  * completion event; a cancelled client call only clears fwd->call. Bound:
  * --max-pending-requests forwarded calls without an answer.
@@ -22,6 +25,7 @@
 typedef struct fwd {
     kv_proxy *p;
     kv_grpc_call *call; /* NULL once the client went away */
+    void *ctag;         /* the range cache's (kv_proxy_kvcache_done) */
 } fwd;
 
 static int is_read(const char *m)
@@ -81,6 +85,8 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
     fwd *f = ev->target;
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
+    /* before the answer: a write's entries are gone when its client hears of it */
+    kv_proxy_kvcache_done(p, f->ctag, ev->code, ev->buf, ev->len);
     if (f->call) {
         kv_grpc_call_set_data(f->call, NULL);
         if (ev->code == 0) {
@@ -102,21 +108,28 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
 {
     kv_proxy *p = kv_grpc_call_app(call);
     const char *method = kv_grpc_call_method(call);
+    void *ctag;
+    if (kv_proxy_kvcache_request(p, call, method, msg, len, &ctag) == 1)
+        return; /* answered from the range cache */
     if (p->unary_pending >= p->cfg->max_pending_requests) {
+        kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
         return;
     }
     fwd *f = calloc(1, sizeof *f);
     if (!f) {
+        kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests");
         return;
     }
     f->p = p;
     f->call = call;
+    f->ctag = ctag;
     kvc_error e;
     int rc = kvc_call_unary_async(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
                                   is_read(method) ? KVC_IDEMPOTENT : 0, on_done_io, f, &e);
     if (rc != 0) {
+        kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         free(f);
         if (-rc == KVC_RESOURCE_EXHAUSTED)
             kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
