@@ -8,7 +8,8 @@
  * tests/proxy/test_conn_mem.c for the bound); see bench/README.md "Connection memory".
  *
  * Usage: connbench [N (default 2000)] [kvd|etcd]. The fd limit bounds N (one fd per agent
- * here, one per agent in the proxy).
+ * here, one per agent in the proxy). CONNBENCH_PORT=<port> CONNBENCH_PID=<pid>: measure a
+ * server already running (e.g. under heaptrack) instead of starting one.
  */
 #include "cluster.h"
 #include "grpc_raw.h"
@@ -96,6 +97,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: connbench [N] [kvd|etcd]\n");
         return 2;
     }
+    const char *ext_port = getenv("CONNBENCH_PORT"), *ext_pid = getenv("CONNBENCH_PID");
+    if (ext_port && ext_pid)
+        return cb_measure("server", (pid_t)atoi(ext_pid), (uint16_t)atoi(ext_port), n) ? 1 : 0;
     kv_bc_cluster c;
     char why[512];
     int rc = kv_bc_cluster_start(&c, kind, 1, NULL, 60000, why, sizeof why);

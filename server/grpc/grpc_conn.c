@@ -411,7 +411,7 @@ static void start_write(kv_grpc_conn *c)
         return;
     if (!c->writing)
         c->wire_progress = uv_now(c->srv->loop);
-    kv_grpc_buf tmp = c->wbuf; /* empty spare */
+    kv_grpc_buf tmp = c->wbuf; /* empty (no storage: drained buffers are freed) */
     c->wbuf = c->out;
     c->out = tmp;
     uv_buf_t b = uv_buf_init((char *)c->wbuf.p + c->wbuf.off, (unsigned)kv_grpc_buf_size(&c->wbuf));
@@ -422,8 +422,6 @@ static void start_write(kv_grpc_conn *c)
         return;
     }
     c->writing = 1;
-    if (!kv_grpc_buf_size(&c->out) && c->out.cap > 16384) /* idle connections keep no spare */
-        kv_grpc_buf_free(&c->out);
 }
 
 void kv_grpc_conn_flush(kv_grpc_conn *c)

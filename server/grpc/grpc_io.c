@@ -15,7 +15,7 @@ int kv_grpc_buf_append(kv_grpc_buf *b, const void *data, size_t n)
         b->off = 0;
     }
     if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
+        size_t cap = b->cap ? b->cap : KV_GRPC_BUF_MIN;
         while (cap < b->len + n)
             cap *= 2;
         uint8_t *np = realloc(b->p, cap);
@@ -37,14 +37,8 @@ size_t kv_grpc_buf_size(const kv_grpc_buf *b)
 void kv_grpc_buf_consume(kv_grpc_buf *b, size_t n)
 {
     b->off += n;
-    if (b->off >= b->len) {
-        b->off = b->len = 0;
-        if (b->cap > 256 * 1024) { /* don't pin big buffers on idle connections */
-            free(b->p);
-            b->p = NULL;
-            b->cap = 0;
-        }
-    }
+    if (b->off >= b->len) /* drained: an idle connection or stream holds no storage */
+        kv_grpc_buf_free(b);
 }
 
 void kv_grpc_buf_free(kv_grpc_buf *b)

@@ -17,7 +17,11 @@
 
 typedef struct kv_grpc_conn kv_grpc_conn;
 
-/* A growable byte buffer: live bytes are p[off..len). */
+/* A growable byte buffer: live bytes are p[off..len). Storage exists only while the buffer
+ * holds bytes: the first append allocates (at least KV_GRPC_BUF_MIN, doubling), draining it
+ * (kv_grpc_buf_consume of the last byte) frees it, so an idle connection or stream costs
+ * no buffer memory (server/grpc/README.md "Memory per connection"). */
+#define KV_GRPC_BUF_MIN 512
 typedef struct kv_grpc_buf {
     uint8_t *p;
     size_t off, len, cap;

@@ -219,9 +219,8 @@ int kv_grpc_deframer_feed(kv_grpc_deframer *d, const uint8_t *in, size_t n, size
         size_t len = d->msg_len;
         int stop = cb(arg, msg, len);
         d->have = 0;
-        if (d->cap > 65536) { /* don't pin a large buffer between messages */
+        if (d->cap) /* no buffer between messages: an idle stream holds none */
             kv_grpc_deframer_free(d);
-        }
         if (stop) {
             rv = KV_GRPC_DF_STOPPED;
             break;
