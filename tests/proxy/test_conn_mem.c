@@ -4,7 +4,10 @@
  * connections (tests/proxy/px_connmem.h), each with one LeaseKeepAlive stream that renewed a
  * lease once, are opened after 50 warm-up connections; the server's VmRSS growth divided by
  * 1,000 must stay at or under PX_CONN_MEM_BOUND_KIB (server/grpc/README.md "Memory per
- * connection": 28-29 KiB before buffers were made lazy). Figures are logged to stderr.
+ * connection": 27.6 KiB before buffers were made lazy, 15.6 after). Figures are logged to
+ * stderr. Every renewal must be answered for the lease (both builds). Under a sanitizer the
+ * allocator's redzones and quarantine, not the server, decide RSS: the figure is logged and the
+ * bound is not applied. kvd only (KV_TEST_SERVER=etcd skips: etcd is not under test here).
  */
 #include "px_connmem.h"
 #include "px_util.h"
@@ -20,6 +23,17 @@
 #define PX_CONN_MEM_WARM 50
 #define PX_CONN_MEM_BOUND_KIB 16.0
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PX_CONN_MEM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PX_CONN_MEM_SANITIZED 1
+#endif
+#endif
+#ifndef PX_CONN_MEM_SANITIZED
+#define PX_CONN_MEM_SANITIZED 0
+#endif
+
 static kvt_cluster g_c;
 static px g_x;
 static px_connmem g_warm, g_m;
@@ -30,6 +44,23 @@ static void fini(void)
     px_connmem_close(&g_warm);
     px_stop(&g_x);
     kvt_cluster_destroy(&g_c);
+}
+
+static void check(const char *what, double per)
+{
+    if (PX_CONN_MEM_SANITIZED) {
+        fprintf(stderr, "proxy_conn_mem: %s: sanitizer build, %.0f KiB bound not applied\n", what,
+                PX_CONN_MEM_BOUND_KIB);
+        return;
+    }
+    cr_assert_leq(per, PX_CONN_MEM_BOUND_KIB, "%s: %.2f KiB per connection > %.0f", what, per,
+                  PX_CONN_MEM_BOUND_KIB);
+}
+
+static void kvd_only(void)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's gRPC server only");
 }
 
 static int64_t grant(const char *endpoint)
@@ -63,19 +94,17 @@ static double per_conn_kib(const char *what, pid_t pid, uint16_t port, int64_t l
 
 Test(proxy_conn_mem, member_rss_per_agent_connection, .fini = fini, .timeout = 240)
 {
+    kvd_only();
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     int64_t lease = grant(g_c.m[0].endpoint);
-    double per = per_conn_kib("member", g_c.m[0].proc.pid, g_c.m[0].client_port, lease);
-    cr_assert_leq(per, PX_CONN_MEM_BOUND_KIB, "member: %.2f KiB per connection > %.0f", per,
-                  PX_CONN_MEM_BOUND_KIB);
+    check("member", per_conn_kib("member", g_c.m[0].proc.pid, g_c.m[0].client_port, lease));
 }
 
 Test(proxy_conn_mem, proxy_rss_per_agent_connection, .fini = fini, .timeout = 240)
 {
+    kvd_only();
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
     int64_t lease = grant(g_x.endpoint);
-    double per = per_conn_kib("proxy", g_x.proc.pid, g_x.port, lease);
-    cr_assert_leq(per, PX_CONN_MEM_BOUND_KIB, "proxy: %.2f KiB per connection > %.0f", per,
-                  PX_CONN_MEM_BOUND_KIB);
+    check("proxy", per_conn_kib("proxy", g_x.proc.pid, g_x.port, lease));
 }
