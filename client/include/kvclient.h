@@ -23,8 +23,8 @@
  *   renewal of a lease is sent TTL/3 after the last response for it (or TTL/3 after the last
  *   send if no response came), never sooner, whatever the consumer does (except once on a
  *   new stream after a failover, for a renewal left unanswered on the lost one). A member
- *   that leaves renewals unanswered for TTL/3 with nothing else answered is given up. A slow consumer's
- *   queue keeps only the newest responses and counts the dropped ones.
+ *   that leaves renewals unanswered for TTL/3 with nothing else answered is given up. A slow
+ * consumer's queue keeps only the newest responses and counts the dropped ones.
  *
  * Errors: every int-returning function returns 0 on success or a negative status
  * -KVC_<code>, where the code is a gRPC status code (so -KVC_UNAVAILABLE == -14).
@@ -181,6 +181,23 @@ typedef void (*kvc_unary_cb)(void *arg, int status, const kvc_error *err, uint8_
 KVC_API int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req,
                                  size_t req_len, uint32_t timeout_ms, int flags, kvc_unary_cb cb,
                                  void *arg, kvc_error *err);
+
+/* A raw call's own gRPC metadata, for a caller that relays other clients' calls (kvd
+ * grpc-proxy). Copied at submission. */
+typedef struct kvc_call_md {
+    /* etcd's "token" metadata for this call only; NULL: the client's own
+     * (kvc_config.auth_token). At most 4,095 bytes. */
+    const char *auth_token;
+    /* 1: send "hasleader: true" (clientv3.WithRequireLeader): a member without a leader
+     * answers UNAVAILABLE "etcdserver: no leader" instead of waiting. */
+    int require_leader;
+} kvc_call_md;
+
+/* kvc_call_unary_async with this call's own metadata (md may be NULL: the client's). */
+KVC_API int kvc_call_unary_md_async(kvc_client *c, const char *method, const uint8_t *req,
+                                    size_t req_len, uint32_t timeout_ms, int flags,
+                                    const kvc_call_md *md, kvc_unary_cb cb, void *arg,
+                                    kvc_error *err);
 
 /* Free memory returned by this library (packed responses). NULL is fine. */
 KVC_API void kvc_free(void *p);
@@ -637,6 +654,10 @@ typedef void (*kvc_bidi_end_cb)(void *arg, int status, const kvc_error *err);
 KVC_API int kvc_bidi_open(kvc_client *c, const char *method, size_t max_send_bytes,
                           kvc_bidi_msg_cb on_msg, kvc_bidi_end_cb on_end, void *arg, kvc_bidi **out,
                           kvc_error *err);
+/* kvc_bidi_open with the stream's own metadata (md may be NULL: the client's). */
+KVC_API int kvc_bidi_open_md(kvc_client *c, const char *method, size_t max_send_bytes,
+                             const kvc_call_md *md, kvc_bidi_msg_cb on_msg, kvc_bidi_end_cb on_end,
+                             void *arg, kvc_bidi **out, kvc_error *err);
 /* Queue one request message (copied, framed). Returns 0, -KVC_RESOURCE_EXHAUSTED
  * "kvclient: stream send buffer full" (nothing queued; the server or the connection is not
  * taking the bytes), or -KVC_UNAVAILABLE "kvclient: stream ended" after the end. Thread-safe;

@@ -26,6 +26,7 @@ void kvc_bidi_unref(struct kvc_bidi *b)
         pthread_mutex_destroy(&b->mu);
         kvc_sendbuf_free(&b->out);
         kvc_rbuf_free(&b->s.rb);
+        kvc_md_free(&b->md);
         free(b->path);
         free(b);
     }
@@ -122,7 +123,7 @@ static void bidi_submit(struct kvc_bidi *b)
     pthread_mutex_lock(&b->mu);
     b->out.deferred = 0;
     pthread_mutex_unlock(&b->mu);
-    int32_t id = kvc_conn_submit(c, b->path, 0, bidi_read, &b->s);
+    int32_t id = kvc_conn_submit(c, b->path, 0, &b->md, bidi_read, &b->s);
     if (id < 0) {
         char msg[120];
         snprintf(msg, sizeof msg, "kvclient: cannot submit stream: %s", nghttp2_strerror(id));
@@ -258,6 +259,13 @@ void kvc_bidi_close_all(kvc_client *c)
 int kvc_bidi_open(kvc_client *c, const char *method, size_t max_send_bytes, kvc_bidi_msg_cb on_msg,
                   kvc_bidi_end_cb on_end, void *arg, kvc_bidi **out, kvc_error *err)
 {
+    return kvc_bidi_open_md(c, method, max_send_bytes, NULL, on_msg, on_end, arg, out, err);
+}
+
+int kvc_bidi_open_md(kvc_client *c, const char *method, size_t max_send_bytes,
+                     const kvc_call_md *md, kvc_bidi_msg_cb on_msg, kvc_bidi_end_cb on_end,
+                     void *arg, kvc_bidi **out, kvc_error *err)
+{
     if (out)
         *out = NULL;
     if (!c || !method || method[0] != '/' || !on_msg || !on_end || !out)
@@ -268,7 +276,9 @@ int kvc_bidi_open(kvc_client *c, const char *method, size_t max_send_bytes, kvc_
     if (!b)
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     b->path = strdup(method);
-    if (!b->path) {
+    if (!b->path || kvc_md_copy(&b->md, md) < 0) {
+        kvc_md_free(&b->md);
+        free(b->path);
         free(b);
         return kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
     }

@@ -49,6 +49,7 @@ static struct kvc_call_list *list_of(kvc_client *c, struct kvc_call *call)
 static void call_free_cb(uv_handle_t *h)
 {
     struct kvc_call *call = h->data;
+    kvc_md_free(&call->md);
     free(call->path);
     free(call->req);
     free(call->resp);
@@ -138,7 +139,7 @@ static void call_send(struct kvc_call *call)
     free(call->resp);
     call->resp = NULL;
     call->resp_len = 0;
-    int32_t id = kvc_conn_submit(c, call->path, call->deadline, call_read, &call->s);
+    int32_t id = kvc_conn_submit(c, call->path, call->deadline, &call->md, call_read, &call->s);
     if (id < 0) {
         char msg[120];
         snprintf(msg, sizeof msg, "kvclient: cannot submit request: %s", nghttp2_strerror(id));
@@ -350,8 +351,8 @@ void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err)
 
 /* Queue a call of method (unary when on_msg is NULL, server streaming otherwise). */
 static int call_submit(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                       uint32_t timeout_ms, int flags, kvc_stream_msg_cb on_msg, kvc_unary_cb cb,
-                       void *arg, kvc_error *err)
+                       uint32_t timeout_ms, int flags, const kvc_call_md *md,
+                       kvc_stream_msg_cb on_msg, kvc_unary_cb cb, void *arg, kvc_error *err)
 {
     if (!c || !method || method[0] != '/' || (!req && req_len) || !cb)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
@@ -374,7 +375,7 @@ static int call_submit(kvc_client *c, const char *method, const uint8_t *req, si
     kv_list_init(&call->link);
     call->path = strdup(method);
     call->req = malloc(5 + req_len);
-    if (!call->path || !call->req)
+    if (!call->path || !call->req || kvc_md_copy(&call->md, md) < 0)
         goto oom;
     call->req[0] = 0;
     call->req[1] = (uint8_t)(req_len >> 24);
@@ -401,6 +402,7 @@ static int call_submit(kvc_client *c, const char *method, const uint8_t *req, si
     return 0;
 oom:
     if (call) {
+        kvc_md_free(&call->md);
         free(call->path);
         free(call->req);
         free(call);
@@ -412,7 +414,31 @@ oom:
 int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                          uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg, kvc_error *err)
 {
-    return call_submit(c, method, req, req_len, timeout_ms, flags, NULL, cb, arg, err);
+    return call_submit(c, method, req, req_len, timeout_ms, flags, NULL, NULL, cb, arg, err);
+}
+
+int kvc_call_unary_md_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                            uint32_t timeout_ms, int flags, const kvc_call_md *md, kvc_unary_cb cb,
+                            void *arg, kvc_error *err)
+{
+    return call_submit(c, method, req, req_len, timeout_ms, flags, md, NULL, cb, arg, err);
+}
+
+int kvc_md_copy(struct kvc_md *dst, const kvc_call_md *src)
+{
+    memset(dst, 0, sizeof *dst);
+    if (!src)
+        return 0;
+    dst->hasleader = src->require_leader != 0;
+    if (src->auth_token && !(dst->token = strndup(src->auth_token, 4095)))
+        return -ENOMEM;
+    return 0;
+}
+
+void kvc_md_free(struct kvc_md *md)
+{
+    free(md->token);
+    md->token = NULL;
 }
 
 int kvc_call_stream_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
@@ -422,7 +448,7 @@ int kvc_call_stream_async(kvc_client *c, const char *method, const uint8_t *req,
     if (!on_msg)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     /* flags 0: retried only when the server provably did not start it (no message seen) */
-    return call_submit(c, method, req, req_len, timeout_ms, 0, on_msg, done, arg, err);
+    return call_submit(c, method, req, req_len, timeout_ms, 0, NULL, on_msg, done, arg, err);
 }
 
 struct sync_ctx {

@@ -517,13 +517,13 @@ static void conn_start(kvc_client *c)
     }
 }
 
-int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
+int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline, const struct kvc_md *md,
                         nghttp2_data_source_read_callback rd, void *stream_user_data)
 {
     struct kvc_conn *cn = c->conn;
     char tmo[24];
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[9] = {
+    nghttp2_nv nva[10] = {
         NV(":method", "POST"),
         NV(":scheme", cn->tls ? "https" : "http"),
         NV(":path", path),
@@ -544,8 +544,13 @@ int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
         nghttp2_nv t = NV("grpc-timeout", tmo);
         nva[n++] = t;
     }
-    if (c->auth_token[0]) { /* etcd's auth metadata */
-        nghttp2_nv t = NV("token", c->auth_token);
+    const char *token = md && md->token ? md->token : c->auth_token;
+    if (token[0]) { /* etcd's auth metadata */
+        nghttp2_nv t = NV("token", token);
+        nva[n++] = t;
+    }
+    if (md && md->hasleader) { /* etcd's WithRequireLeader */
+        nghttp2_nv t = NV("hasleader", "true");
         nva[n++] = t;
     }
 #undef NV

@@ -182,6 +182,15 @@ typedef int (*kvc_stream_msg_cb)(void *arg, const uint8_t *m, size_t n, kvc_erro
 
 enum kvc_call_state { CALL_QUEUED, CALL_WAITING, CALL_INFLIGHT, CALL_RETRY_WAIT, CALL_DONE };
 
+/* A raw call's or stream's own gRPC metadata (kvc_call_md, copied): owned by its call. */
+struct kvc_md {
+    char *token;   /* NULL: the client's token (kvc_config.auth_token) */
+    int hasleader; /* send "hasleader: true" */
+};
+/* Copy a caller's kvc_call_md (NULL: nothing to copy). 0 or -ENOMEM. */
+int kvc_md_copy(struct kvc_md *dst, const kvc_call_md *src);
+void kvc_md_free(struct kvc_md *md);
+
 struct kvc_call {
     struct kvc_h2stream s; /* must be first */
     struct kvc_cmd cmd;
@@ -203,6 +212,7 @@ struct kvc_call {
     kvc_unary_cb cb;
     void *arg;
     kvc_stream_msg_cb on_msg; /* server-streaming call: every response message; NULL: unary */
+    struct kvc_md md;
 };
 
 struct kvc_call_list {
@@ -257,7 +267,8 @@ void kvc_conn_drain(kvc_client *c, const char *reason);
 void kvc_conn_flush(kvc_client *c);
 int kvc_conn_usable(const kvc_client *c);
 /* Submit a request stream; returns stream id > 0 or a negative nghttp2 error. */
-int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline,
+/* md: per-call metadata (NULL: the client's own token, no hasleader). */
+int32_t kvc_conn_submit(kvc_client *c, const char *path, uint64_t deadline, const struct kvc_md *md,
                         nghttp2_data_source_read_callback rd, void *stream_user_data);
 void kvc_conn_reset_stream(kvc_client *c, int32_t id, uint32_t h2err);
 void kvc_conn_close_handles(kvc_client *c); /* kvc_close */
@@ -391,6 +402,7 @@ struct kvc_bidi {
     struct kvc_bidi *prev, *next; /* loop: c->bidi.waiting or c->bidi.open, by state */
     atomic_int refs; /* caller, loop (until DONE), queued open, queued kick, delivery */
     struct kvc_cmd open_cmd, kick_cmd, free_cmd;
+    struct kvc_md md;
 };
 
 struct kvc_bidi_list {

@@ -339,7 +339,7 @@ static void stream_open(kvc_client *c)
     kvc_grpc_stream_reset(&s->s);
     kvc_sendbuf_clear(&s->out);
     s->out.deferred = 0;
-    int32_t id = kvc_conn_submit(c, KA_PATH, 0, ka_read, &s->s);
+    int32_t id = kvc_conn_submit(c, KA_PATH, 0, NULL, ka_read, &s->s);
     if (id < 0) {
         uv_timer_start(&s->retry_timer, retry_cb, kvc_backoff_ms(c, s->stream_failures++), 0);
         return;

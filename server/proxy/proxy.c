@@ -19,8 +19,14 @@
         path, 0, kv_proxy_unary_on_message, NULL, kv_proxy_unary_on_cancel                         \
     }
 
-/* Unary methods forwarded as raw bytes. Maintenance.Snapshot, Auth and the election/lock
- * services are not forwarded yet (docs/proxy.md, "Not done yet"): UNIMPLEMENTED. */
+#define S(path)                                                                                    \
+    {                                                                                              \
+        path, 1, kv_proxy_stream_on_message, kv_proxy_stream_on_half_close,                        \
+            kv_proxy_stream_on_cancel                                                              \
+    }
+
+/* Unary methods forwarded as raw bytes, the two folded or relayed streams, and Observe.
+ * Maintenance.Snapshot is not served (docs/proxy.md, "Not done yet"): UNIMPLEMENTED. */
 static const kv_grpc_method methods[] = {
     U("/etcdserverpb.KV/Range"),
     U("/etcdserverpb.KV/Put"),
@@ -46,6 +52,30 @@ static const kv_grpc_method methods[] = {
     U("/etcdserverpb.Maintenance/HashKV"),
     U("/etcdserverpb.Maintenance/Defragment"),
     U("/etcdserverpb.Maintenance/MoveLeader"),
+    U("/etcdserverpb.Auth/AuthEnable"),
+    U("/etcdserverpb.Auth/AuthDisable"),
+    U("/etcdserverpb.Auth/Authenticate"),
+    U("/etcdserverpb.Auth/UserAdd"),
+    U("/etcdserverpb.Auth/UserGet"),
+    U("/etcdserverpb.Auth/UserList"),
+    U("/etcdserverpb.Auth/UserDelete"),
+    U("/etcdserverpb.Auth/UserChangePassword"),
+    U("/etcdserverpb.Auth/UserGrantRole"),
+    U("/etcdserverpb.Auth/UserRevokeRole"),
+    U("/etcdserverpb.Auth/RoleAdd"),
+    U("/etcdserverpb.Auth/RoleGet"),
+    U("/etcdserverpb.Auth/RoleList"),
+    U("/etcdserverpb.Auth/RoleDelete"),
+    U("/etcdserverpb.Auth/RoleGrantPermission"),
+    U("/etcdserverpb.Auth/RoleRevokePermission"),
+    U("/v3electionpb.Election/Campaign"),
+    U("/v3electionpb.Election/Proclaim"),
+    U("/v3electionpb.Election/Leader"),
+    U("/v3electionpb.Election/Resign"),
+    S("/v3electionpb.Election/Observe"),
+    U("/v3lockpb.Lock/Lock"),
+    U("/v3lockpb.Lock/Unlock"),
+    U("/grpc.health.v1.Health/Check"),
 };
 
 /* Renewals and lease reads ahead of bulk requests (grpc_server.h priority_methods). */
@@ -78,6 +108,11 @@ static void on_event(void *app, kv_proxy_ev *ev)
     case KV_PROXY_EV_CACHE_END:
     case KV_PROXY_EV_CACHE_FREE:
         kv_proxy_kvcache_on_event(p, ev);
+        break;
+    case KV_PROXY_EV_STREAM_MSG:
+    case KV_PROXY_EV_STREAM_END:
+    case KV_PROXY_EV_STREAM_FREE:
+        kv_proxy_stream_on_event(p, ev);
         break;
     default:
         kv_proxy_watch_on_event(p, ev);
@@ -190,7 +225,8 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
         return rc;
     }
     if ((rc = kv_proxy_unary_init(p)) < 0 || (rc = kv_proxy_watch_init(p)) < 0 ||
-        (rc = kv_proxy_lease_new(p, &p->lease)) < 0 || (rc = kv_proxy_kvcache_init(p)) < 0) {
+        (rc = kv_proxy_stream_init(p)) < 0 || (rc = kv_proxy_lease_new(p, &p->lease)) < 0 ||
+        (rc = kv_proxy_kvcache_init(p)) < 0) {
         snprintf(err, cap, "out of memory");
         return rc;
     }

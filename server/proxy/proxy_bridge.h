@@ -23,16 +23,19 @@
 #include <uv.h>
 
 enum kv_proxy_ev_kind {
-    KV_PROXY_EV_UNARY = 1,  /* a forwarded unary call finished (target: its fwd) */
-    KV_PROXY_EV_LEASE_MSG,  /* a LeaseKeepAliveResponse on the upstream stream (target: tag) */
-    KV_PROXY_EV_LEASE_END,  /* the upstream keepalive stream ended (target: tag) */
-    KV_PROXY_EV_WATCH_MSG,  /* a WatchResponse for one client's stream (target: its relay) */
-    KV_PROXY_EV_WATCH_END,  /* that upstream Watch stream ended */
-    KV_PROXY_EV_WATCH_FREE, /* posted by the loop after freeing an upstream stream: every
-                               event of it was handled, the relay may go */
-    KV_PROXY_EV_CACHE_MSG,  /* a WatchResponse of the range cache's watch (target: its tag) */
-    KV_PROXY_EV_CACHE_END,  /* that stream ended */
-    KV_PROXY_EV_CACHE_FREE, /* posted by the loop after freeing that stream */
+    KV_PROXY_EV_UNARY = 1,   /* a forwarded unary call finished (target: its fwd) */
+    KV_PROXY_EV_LEASE_MSG,   /* a LeaseKeepAliveResponse on the upstream stream (target: tag) */
+    KV_PROXY_EV_LEASE_END,   /* the upstream keepalive stream ended (target: tag) */
+    KV_PROXY_EV_WATCH_MSG,   /* a WatchResponse for one client's stream (target: its relay) */
+    KV_PROXY_EV_WATCH_END,   /* that upstream Watch stream ended */
+    KV_PROXY_EV_WATCH_FREE,  /* posted by the loop after freeing an upstream stream: every
+                                event of it was handled, the relay may go */
+    KV_PROXY_EV_CACHE_MSG,   /* a WatchResponse of the range cache's watch (target: its tag) */
+    KV_PROXY_EV_CACHE_END,   /* that stream ended */
+    KV_PROXY_EV_CACHE_FREE,  /* posted by the loop after freeing that stream */
+    KV_PROXY_EV_STREAM_MSG,  /* a message of a server-streaming relay (proxy_stream.c) */
+    KV_PROXY_EV_STREAM_END,  /* that upstream stream ended */
+    KV_PROXY_EV_STREAM_FREE, /* as KV_PROXY_EV_WATCH_FREE, for that relay */
 };
 
 typedef struct kv_proxy_ev {

@@ -53,6 +53,9 @@ typedef struct kv_proxy {
     uint32_t unary_pending;
     kv_metric *m_unary_forwarded, *m_unary_pending;
     kv_proxy_watch *watch; /* watch coalescing (proxy_watch.c, proxy_watch_up.c) */
+    /* server-streaming relays (proxy_stream.c) */
+    uint32_t observe_streams;
+    kv_metric *m_observe_streams;
     kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
     int stopping;
 } kv_proxy;
@@ -105,6 +108,17 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
 void kv_proxy_kvcache_done(kv_proxy *p, void *tag, int code, const uint8_t *resp, size_t len);
 /* Bridge events KV_PROXY_EV_CACHE_*. */
 void kv_proxy_kvcache_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* The client call's own metadata to send upstream: its "token" (etcd auth) and "hasleader"
+ * (WithRequireLeader). md points into the call's headers: valid while the call is. */
+void kv_proxy_call_md(kv_grpc_call *call, kvc_call_md *md);
+
+/* Server-streaming relays (proxy_stream.c): Election.Observe. */
+void kv_proxy_stream_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
+void kv_proxy_stream_on_half_close(kv_grpc_call *call);
+void kv_proxy_stream_on_cancel(kv_grpc_call *call);
+void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev);
+int kv_proxy_stream_init(kv_proxy *p);
 
 /* The client's deadline as a libkvclient timeout: ms left (at least 1), or 0 without one. */
 uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call);

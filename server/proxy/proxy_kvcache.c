@@ -645,8 +645,13 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
     *tag = NULL;
     if (!k)
         return 0;
-    if (strcmp(method, "/etcdserverpb.KV/Range") == 0)
+    if (strcmp(method, "/etcdserverpb.KV/Range") == 0) {
+        /* a client with an auth token is authorized by the member as itself: its ranges are
+         * neither answered from nor stored in the cache, which knows no permissions */
+        if (kv_grpc_call_header(call, "token"))
+            return 0;
         return on_range(k, call, msg, len, (req **)tag);
+    }
     int kind = 0;
     if (strcmp(method, "/etcdserverpb.KV/Put") == 0 ||
         strcmp(method, "/etcdserverpb.KV/DeleteRange") == 0 ||
@@ -654,8 +659,9 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
         kind = REQ_WRITE;
     else if (strcmp(method, "/etcdserverpb.KV/Compact") == 0)
         kind = REQ_COMPACT;
-    else if (strcmp(method, "/etcdserverpb.Lease/LeaseRevoke") == 0)
-        kind = REQ_CLEAR;
+    else if (strcmp(method, "/etcdserverpb.Lease/LeaseRevoke") == 0 ||
+             strcmp(method, "/etcdserverpb.Auth/AuthEnable") == 0)
+        kind = REQ_CLEAR; /* AuthEnable: what token-less clients read before must not be served */
     if (!kind)
         return 0;
     req *r = calloc(1, sizeof *r);

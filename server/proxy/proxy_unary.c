@@ -4,10 +4,12 @@
  * A client's request message goes up unchanged on the proxy's one upstream connection
  * (kvc_call_unary_async); the member's response bytes, or its grpc-status and grpc-message,
  * come back through the bridge and are relayed unchanged. Reads (Range, TimeToLive, Leases,
- * MemberList, Status, Hash, HashKV, Alarm) are marked idempotent, so libkvclient retries them
+ * MemberList, Status, Hash, HashKV, the Auth reads, Election.Leader, Health.Check) are marked
+ * idempotent, so libkvclient retries them
  * on the next endpoint after UNAVAILABLE or "no leader"; writes are never re-sent behind the
  * client's back (a write whose connection died is answered UNAVAILABLE "... may or may not
- * have been applied", as libkvclient says).
+ * have been applied", as libkvclient says). The client's "token" (etcd auth) and "hasleader"
+ * (clientv3.WithRequireLeader) metadata go up with its call (kv_proxy_call_md).
  *
  * Range cache: kv_proxy_kvcache_request may answer a Range itself; every forwarded call's
  * outcome goes to kv_proxy_kvcache_done (proxy_kvcache.c).
@@ -34,11 +36,21 @@ static int is_read(const char *m)
         "/etcdserverpb.KV/Range",           "/etcdserverpb.Lease/LeaseTimeToLive",
         "/etcdserverpb.Lease/LeaseLeases",  "/etcdserverpb.Cluster/MemberList",
         "/etcdserverpb.Maintenance/Status", "/etcdserverpb.Maintenance/Hash",
-        "/etcdserverpb.Maintenance/HashKV", NULL};
+        "/etcdserverpb.Maintenance/HashKV", "/etcdserverpb.Auth/UserGet",
+        "/etcdserverpb.Auth/UserList",      "/etcdserverpb.Auth/RoleGet",
+        "/etcdserverpb.Auth/RoleList",      "/v3electionpb.Election/Leader",
+        "/grpc.health.v1.Health/Check",     NULL};
     for (size_t i = 0; reads[i]; i++)
         if (strcmp(m, reads[i]) == 0)
             return 1;
     return 0;
+}
+
+void kv_proxy_call_md(kv_grpc_call *call, kvc_call_md *md)
+{
+    const char *hl = kv_grpc_call_header(call, "hasleader");
+    md->auth_token = kv_grpc_call_header(call, "token");
+    md->require_leader = hl && strcmp(hl, "true") == 0;
 }
 
 uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call)
@@ -126,8 +138,10 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     f->call = call;
     f->ctag = ctag;
     kvc_error e;
-    int rc = kvc_call_unary_async(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
-                                  is_read(method) ? KVC_IDEMPOTENT : 0, on_done_io, f, &e);
+    kvc_call_md md;
+    kv_proxy_call_md(call, &md);
+    int rc = kvc_call_unary_md_async(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
+                                     is_read(method) ? KVC_IDEMPOTENT : 0, &md, on_done_io, f, &e);
     if (rc != 0) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         free(f);

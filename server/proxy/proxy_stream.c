@@ -1,0 +1,173 @@
+/*
+ * proxy_stream.c - server-streaming calls relayed one to one: Election.Observe
+ * (docs/proxy.md, "Election, lock, auth").
+ *
+ * The client's one request goes up on its own upstream stream (a kvc_bidi on the proxy's one
+ * connection, with the client's token and hasleader metadata); every response message comes
+ * back byte for byte, and the upstream's end (status and message) ends the client's call.
+ * The client's half-close is expected right after its request and ends nothing. As for Watch,
+ * a client that does not read cannot hold up the others: its queue past
+ * --max-send-buffer-bytes ends only its call with RESOURCE_EXHAUSTED "etcdserver: too many
+ * requests" (kvd_proxy_refused_total{reason="client_send_buffer"}).
+ *
+ * Ownership: one relay per client call, owned by the loop, freed on the
+ * KV_PROXY_EV_STREAM_FREE event posted right after its upstream stream is freed
+ * (kvc_bidi_free is synchronous: every event of the stream is already in the bridge).
+ * Bound: --max-watch-streams relays (kvd_proxy_observe_streams), apart from the Watch relays.
+ */
+#include "proxy/proxy_int.h"
+
+#include "common/etcd_errors.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct srelay {
+    kv_proxy *p;
+    kv_grpc_call *call; /* NULL once finished or cancelled */
+    kvc_bidi *up;       /* NULL once freed */
+    int counted;        /* in p->observe_streams */
+} srelay;
+
+static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
+{
+    srelay *r = arg;
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_MSG, r, 0, msg, len);
+    if (!ev) /* out of memory: end the call rather than lose a message silently */
+        ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_END, r, KV_GRPC_RESOURCE_EXHAUSTED, "", 0);
+    if (ev)
+        kv_proxy_bridge_post(&r->p->bridge, ev);
+}
+
+static void up_end_io(void *arg, int status, const kvc_error *err)
+{
+    srelay *r = arg;
+    const char *m = err ? err->message : "";
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_END, r,
+                                      status == 0 ? 0 : (err ? err->code : -status), m, strlen(m));
+    if (ev)
+        kv_proxy_bridge_post(&r->p->bridge, ev);
+}
+
+static void release(srelay *r)
+{
+    if (r->counted) {
+        r->counted = 0;
+        r->p->observe_streams--;
+        kv_metric_set(r->p->m_observe_streams, r->p->observe_streams);
+    }
+    if (!r->up) {
+        free(r);
+        return;
+    }
+    kvc_bidi_free(r->up);
+    r->up = NULL;
+    kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_FREE, r, 0, "", 0);
+    if (ev)
+        kv_proxy_bridge_post(&r->p->bridge, ev);
+    /* else: the relay leaks (out of memory), never a use after free */
+}
+
+/* Detach the client call and end it with code/msg (refuse: count it as a bound's refusal). */
+static void end_call(srelay *r, int code, const char *msg, int refuse)
+{
+    kv_grpc_call *call = r->call;
+    if (!call)
+        return;
+    r->call = NULL;
+    kv_grpc_call_set_data(call, NULL);
+    if (refuse)
+        kv_proxy_refuse(r->p, call, KV_PROXY_REFUSED_CLIENT_SEND);
+    else
+        kv_grpc_call_finish(call, code, msg);
+}
+
+void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev)
+{
+    srelay *r = ev->target;
+    (void)p;
+    switch (ev->kind) {
+    case KV_PROXY_EV_STREAM_MSG:
+        if (r->call && kv_grpc_call_send(r->call, ev->buf, ev->len) < 0) {
+            end_call(r, 0, NULL, 1); /* a client that does not read: only its call ends */
+            release(r);
+        }
+        break;
+    case KV_PROXY_EV_STREAM_END:
+        if (r->call) {
+            end_call(r, ev->code, ev->code ? (const char *)ev->buf : NULL, 0);
+            release(r);
+        }
+        break;
+    case KV_PROXY_EV_STREAM_FREE:
+        free(r);
+        break;
+    }
+    kv_proxy_ev_free(ev);
+}
+
+void kv_proxy_stream_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    kv_proxy *p = kv_grpc_call_app(call);
+    if (kv_grpc_call_data(call)) { /* a server-streaming call carries one request */
+        srelay *r = kv_grpc_call_data(call);
+        end_call(r, KV_GRPC_INVALID_ARGUMENT, "kvd grpc-proxy: more than one request message", 0);
+        release(r);
+        return;
+    }
+    if (p->observe_streams >= p->cfg->max_watch_streams) {
+        kv_proxy_refuse(p, call, KV_PROXY_REFUSED_WATCH_STREAMS);
+        return;
+    }
+    srelay *r = calloc(1, sizeof *r);
+    if (!r) {
+        kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
+                            kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+        return;
+    }
+    r->p = p;
+    r->call = call;
+    kvc_call_md md;
+    kv_proxy_call_md(call, &md);
+    kvc_error e;
+    if (kvc_bidi_open_md(p->up, kv_grpc_call_method(call), p->cfg->max_upstream_send_bytes, &md,
+                         up_msg_io, up_end_io, r, &r->up, &e) != 0) {
+        free(r);
+        kv_grpc_call_finish(call, KV_GRPC_UNAVAILABLE, e.message);
+        return;
+    }
+    kv_grpc_call_set_data(call, r);
+    r->counted = 1;
+    p->observe_streams++;
+    kv_metric_set(p->m_observe_streams, p->observe_streams);
+    if (kvc_bidi_send(r->up, msg, len, &e) != 0) {
+        end_call(r, KV_GRPC_UNAVAILABLE, e.message, 0);
+        release(r);
+    }
+}
+
+void kv_proxy_stream_on_half_close(kv_grpc_call *call)
+{
+    if (!kv_grpc_call_data(call)) /* half-closed without a request */
+        kv_grpc_call_finish(call, KV_GRPC_INVALID_ARGUMENT,
+                            "kvd grpc-proxy: stream closed before its request");
+    /* else: expected after the request; the upstream's end ends the call */
+}
+
+void kv_proxy_stream_on_cancel(kv_grpc_call *call)
+{
+    srelay *r = kv_grpc_call_data(call);
+    if (!r)
+        return;
+    r->call = NULL;
+    release(r);
+}
+
+int kv_proxy_stream_init(kv_proxy *p)
+{
+    p->m_observe_streams = kv_metrics_gauge(p->metrics, "kvd_proxy_observe_streams",
+                                            "Client Election.Observe streams relayed (bound: "
+                                            "--max-watch-streams).",
+                                            NULL);
+    return 0;
+}
