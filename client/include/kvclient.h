@@ -663,6 +663,14 @@ KVC_API int kvc_bidi_open_md(kvc_client *c, const char *method, size_t max_send_
  * taking the bytes), or -KVC_UNAVAILABLE "kvclient: stream ended" after the end. Thread-safe;
  * callable from callbacks; never blocks on the network. */
 KVC_API int kvc_bidi_send(kvc_bidi *b, const uint8_t *msg, size_t len, kvc_error *err);
+/* Give up the connection this stream is open on, as when it drops: every call and stream on
+ * it ends (UNAVAILABLE "... member hung?"), including this one (its on_end runs), and the
+ * client moves to its next endpoint. For a caller that sees a stream go unanswered (a hung
+ * member: stopped, overloaded to silence, half-open TCP). A no-op when the stream is not
+ * open on the client's current connection (waiting, ended, or on a connection already given
+ * up), so a late call never drops a newer connection. Thread-safe; from another thread it
+ * waits for the I/O thread to act. */
+KVC_API void kvc_bidi_failover(kvc_bidi *b);
 /* Cancel the stream (RST_STREAM CANCEL if it is open) and free it. After it returns no
  * callback of the stream runs or will run. Callable from any thread including the client's
  * callbacks (then it does not wait). b may be NULL. */

@@ -180,6 +180,12 @@ void kvc_bidi_free_loop(kvc_client *c, struct kvc_bidi *b)
     kvc_bidi_unref(b); /* the loop's reference */
 }
 
+void kvc_bidi_failover_loop(kvc_client *c, struct kvc_bidi *b)
+{
+    if (b->state == BIDI_OPEN) /* on the current connection: give that one up */
+        kvc_conn_fail(c, "a stream went unanswered (member hung?): trying the next endpoint");
+}
+
 void kvc_bidi_on_ready(kvc_client *c)
 {
     while (c->bidi.waiting && kvc_conn_usable(c)) {
@@ -344,4 +350,15 @@ void kvc_bidi_free(kvc_bidi *b)
         (void)kvc_loop_run_cmd(c, &b->free_cmd, CMD_BIDI_FREE, b, NULL);
     }
     kvc_bidi_unref(b); /* the caller's reference */
+}
+
+void kvc_bidi_failover(kvc_bidi *b)
+{
+    if (!b)
+        return;
+    kvc_client *c = b->c;
+    if (kvc_loop_on_thread(c->lg))
+        kvc_bidi_failover_loop(c, b);
+    else
+        (void)kvc_loop_run_cmd(c, &b->fail_cmd, CMD_BIDI_FAILOVER, b, NULL);
 }

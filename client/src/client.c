@@ -103,6 +103,11 @@ void kvc_dispatch(struct kvc_cmd *cmd)
         if (cmd->w)
             kvc_waiter_signal(cmd->w, 0, NULL);
         break;
+    case CMD_BIDI_FAILOVER:
+        kvc_bidi_failover_loop(c, cmd->p);
+        if (cmd->w)
+            kvc_waiter_signal(cmd->w, 0, NULL);
+        break;
     case CMD_WATCH_PROGRESS: {
         kvc_error e;
         int rc = kvc_watch_progress_loop(c, &e);

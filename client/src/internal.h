@@ -47,7 +47,8 @@ enum kvc_cmd_type {
     CMD_WATCH_PROGRESS,
     CMD_BIDI_OPEN,
     CMD_BIDI_KICK,
-    CMD_BIDI_FREE
+    CMD_BIDI_FREE,
+    CMD_BIDI_FAILOVER
 };
 
 struct kvc_cmd {
@@ -401,7 +402,7 @@ struct kvc_bidi {
     int state;                    /* loop: enum kvc_bidi_state */
     struct kvc_bidi *prev, *next; /* loop: c->bidi.waiting or c->bidi.open, by state */
     atomic_int refs; /* caller, loop (until DONE), queued open, queued kick, delivery */
-    struct kvc_cmd open_cmd, kick_cmd, free_cmd;
+    struct kvc_cmd open_cmd, kick_cmd, free_cmd, fail_cmd;
     struct kvc_md md;
 };
 
@@ -413,6 +414,7 @@ struct kvc_bidi_list {
 void kvc_bidi_open_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_kick_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_free_loop(kvc_client *c, struct kvc_bidi *b);
+void kvc_bidi_failover_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_on_ready(kvc_client *c);
 /* The connection is gone (kvc_conn_fail) or draining: every open stream ends UNAVAILABLE. */
 void kvc_bidi_on_conn_lost(kvc_client *c, const char *reason);

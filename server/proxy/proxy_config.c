@@ -14,6 +14,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
     c->listen_port = 23790;
     c->dial_timeout_ms = 5000;
+    c->upstream_answer_timeout_ms = 3000;
     c->max_pending_requests = 10000;
     c->max_pending_renewals = 1000000;
     c->max_watch_streams = 10000;
@@ -38,6 +39,8 @@ const char *kv_proxy_config_usage(void)
            "  --cert-file --key-file       client side TLS\n"
            "  --trusted-ca-file            require client certificates signed by this CA\n"
            "  --dial-timeout=5s\n"
+           "  --upstream-answer-timeout=3s renewals unanswered and the member silent: next "
+           "endpoint\n"
            "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
            "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
            "  --max-watch-streams=10000    client Watch streams\n"
@@ -208,6 +211,8 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             c->trusted_ca_file = v;
         } else if (strcmp(name, "dial-timeout") == 0) {
             rc = parse_duration_ms(v, &c->dial_timeout_ms);
+        } else if (strcmp(name, "upstream-answer-timeout") == 0) {
+            rc = parse_duration_ms(v, &c->upstream_answer_timeout_ms);
         } else if (strcmp(name, "max-pending-requests") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_pending_requests = (uint32_t)u;

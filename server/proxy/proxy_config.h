@@ -32,6 +32,10 @@ typedef struct kv_proxy_config {
      * requires and verifies client certificates) */
     const char *cert_file, *key_file, *trusted_ca_file;
     uint32_t dial_timeout_ms; /* --dial-timeout (etcd's grpc-proxy: 5s... ours: 5000 ms) */
+    /* --upstream-answer-timeout (3s): renewals in flight on the upstream keepalive stream and
+     * nothing at all received on it for this long: the member is taken as hung and the proxy
+     * moves to the next endpoint */
+    uint32_t upstream_answer_timeout_ms;
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */

@@ -15,6 +15,10 @@
  * re-sent once on a new stream (libkvclient has moved to the next endpoint); the waiters of
  * a renewal lost twice are dropped unanswered (their clients send again on their own
  * schedule). Client streams are never ended by an upstream failure.
+ * A hung member (stopped, silent, half-open TCP) ends nothing by itself: when renewals have
+ * been in flight for --upstream-answer-timeout with nothing at all received on the stream,
+ * the proxy gives up that connection (kvc_bidi_failover): libkvclient moves to the next
+ * endpoint and the stream's end re-sends the renewals as above (kvd_proxy_upstream_hung_total).
  *
  * Ownership: ka_client (one per client stream) is reference counted: the call's reference
  * until the call is finished or cancelled, one per waiting slot. lease_ent is freed as soon
@@ -70,6 +74,9 @@ struct kv_proxy_lease {
     lease_ent *batch_head, *batch_tail;
     uv_check_t check;
     uv_timer_t retry;
+    uv_timer_t hung; /* --upstream-answer-timeout watchdog, runs while renewals are in flight */
+    uint64_t quiet_since; /* loop ms: last message received, or the send that ended a lull */
+    size_t inflight_n;    /* leases with a renewal in flight on the current stream */
     int check_on, closing;
     unsigned failures;
     kvc_bidi *up;
@@ -78,7 +85,7 @@ struct kv_proxy_lease {
     uint64_t waiters;
     uint32_t client_streams;
     kv_metric *m_up_streams, *m_up_opened, *m_client_streams, *m_requests, *m_answers, *m_sent,
-        *m_batches, *m_resent, *m_dropped, *m_pending, *m_unmatched;
+        *m_batches, *m_resent, *m_dropped, *m_pending, *m_unmatched, *m_hung;
 };
 
 /* ---- map ---- */
@@ -253,6 +260,22 @@ static void retry_cb(uv_timer_t *t)
     flush(L);
 }
 
+/* The watchdog: renewals in flight and the stream silent for --upstream-answer-timeout. */
+static void hung_cb(uv_timer_t *t)
+{
+    kv_proxy_lease *L = t->data;
+    uint32_t lim = L->p->cfg->upstream_answer_timeout_ms;
+    if (L->closing || !L->up || L->inflight_n == 0 || uv_now(L->p->loop) - L->quiet_since < lim)
+        return;
+    fprintf(stderr,
+            "kvd grpc-proxy: upstream keepalive stream: %zu renewals unanswered and nothing "
+            "received for %u ms: giving the member up (hung?)\n",
+            L->inflight_n, lim);
+    kv_metric_inc(L->m_hung);
+    L->quiet_since = uv_now(L->p->loop); /* once per timeout, whatever libkvclient does */
+    kvc_bidi_failover(L->up);            /* the stream's end event follows: renewals re-sent once */
+}
+
 static void arm_check(kv_proxy_lease *L)
 {
     if (!L->check_on && !L->closing) {
@@ -379,6 +402,8 @@ static void flush(kv_proxy_lease *L)
         e->qnext = NULL;
         e->queued = 0;
         e->inflight = 1;
+        if (L->inflight_n++ == 0)
+            L->quiet_since = uv_now(L->p->loop);
         n++;
     }
     if (n) {
@@ -392,6 +417,7 @@ static void on_up_msg(kv_proxy_lease *L, kv_proxy_ev *ev)
     int64_t id;
     lease_ent *e;
     L->failures = 0;
+    L->quiet_since = uv_now(L->p->loop);
     if (kv_proxy_pb_varint_field(ev->buf, ev->len, 2, &id) < 0 || !(e = ent_find(L, id)) ||
         !e->inflight) {
         kv_metric_inc(L->m_unmatched);
@@ -399,6 +425,7 @@ static void on_up_msg(kv_proxy_lease *L, kv_proxy_ev *ev)
     }
     e->inflight = 0;
     e->resent = 0;
+    L->inflight_n--;
     waitlist w = e->sent;
     memset(&e->sent, 0, sizeof e->sent);
     if (e->later.n) { /* they asked after this renewal went up: one more for them */
@@ -421,6 +448,7 @@ static void on_up_end(kv_proxy_lease *L, kv_proxy_ev *ev)
                 ev->code, (const char *)ev->buf);
     kvc_bidi_free(L->up); /* already over: only releases the handle */
     L->up = NULL;
+    L->inflight_n = 0;
     kv_metric_set(L->m_up_streams, 0);
     if (L->closing)
         return;
@@ -562,8 +590,14 @@ int kv_proxy_lease_new(kv_proxy *p, kv_proxy_lease **out)
     }
     uv_check_init(p->loop, &L->check);
     uv_timer_init(p->loop, &L->retry);
+    uv_timer_init(p->loop, &L->hung);
     L->check.data = L;
     L->retry.data = L;
+    L->hung.data = L;
+    uint64_t tick =
+        p->cfg->upstream_answer_timeout_ms / 4 ? p->cfg->upstream_answer_timeout_ms / 4 : 1;
+    uv_timer_start(&L->hung, hung_cb, tick, tick);
+    uv_unref((uv_handle_t *)&L->hung);
     kv_metrics *m = p->metrics;
     L->m_up_streams =
         kv_metrics_gauge(m, "kvd_proxy_upstream_keepalive_streams",
@@ -594,6 +628,10 @@ int kv_proxy_lease_new(kv_proxy *p, kv_proxy_lease **out)
                                     NULL);
     L->m_unmatched = kv_metrics_counter(m, "kvd_proxy_keepalive_unmatched_total",
                                         "Upstream keepalive answers no client waited for.", NULL);
+    L->m_hung = kv_metrics_counter(m, "kvd_proxy_upstream_hung_total",
+                                   "Upstream connections given up: renewals unanswered and "
+                                   "nothing received for --upstream-answer-timeout.",
+                                   NULL);
     kv_metric_set(L->m_up_streams, 0);
     *out = L;
     return 0;
@@ -604,8 +642,10 @@ void kv_proxy_lease_stop(kv_proxy_lease *L)
     L->closing = 1;
     uv_check_stop(&L->check);
     uv_timer_stop(&L->retry);
+    uv_timer_stop(&L->hung);
     uv_close((uv_handle_t *)&L->check, NULL);
     uv_close((uv_handle_t *)&L->retry, NULL);
+    uv_close((uv_handle_t *)&L->hung, NULL);
     if (L->up) {
         kvc_bidi_free(L->up); /* synchronous: no callback of it runs after this */
         L->up = NULL;

@@ -12,7 +12,8 @@
  *     flight at the kill are re-sent once on the new upstream stream
  *     (kvd_proxy_renewals_resent_total > 0);
  *   - a read through the proxy right after the kill succeeds (forwarded reads fail over), and
- *     a write succeeds once a leader is back.
+ *     a write succeeds once a leader is back;
+ *   - a hung upstream member (SIGSTOP, connection open) is left by the proxy's watchdog.
  */
 #include "px_util.h"
 
@@ -148,4 +149,59 @@ Test(proxy_failover, kill9_of_the_upstream_member_loses_no_lease, .fini = fini, 
 Test(proxy_failover, renewals_in_flight_at_the_kill_are_resent, .fini = fini, .timeout = 300)
 {
     run(2000);
+}
+
+/* A hung upstream member: stopped (SIGSTOP), its TCP connection open, so nothing ends the
+ * proxy's streams. The proxy's watchdog (--upstream-answer-timeout=1s) sees renewals in flight
+ * on a silent stream, gives the connection up and moves on: the member (a follower, so the
+ * cluster stays healthy) is kept stopped for three TTLs and no lease is lost. Without the
+ * watchdog every lease kept alive through the proxy expires. */
+Test(proxy_failover, hung_upstream_member_is_left, .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
+    int leader = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert(leader >= 0);
+    int hung = (leader + 1) % 3;
+    int order[3] = {hung, (leader + 2) % 3, leader};
+    const char *const extra[] = {"--upstream-answer-timeout=1s", NULL};
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, extra), 0, "proxy");
+
+    kvc_error e;
+    const char *eps[] = {g_x.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    kvc_client *cl = NULL;
+    cr_assert_eq(kvc_open(&cl, &cfg, &e), 0, "%s", e.message);
+    static kvc_keepalive *ka[PER_CLIENT];
+    static int64_t ids[PER_CLIENT];
+    for (int k = 0; k < PER_CLIENT; k++) {
+        kvc_lease_grant_result g;
+        cr_assert_eq(kvc_lease_grant(cl, TTL, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+        ids[k] = g.id;
+        cr_assert_eq(kvc_lease_keepalive(cl, g.id, TTL, NULL, NULL, &ka[k], &e), 0, "%s",
+                     e.message);
+    }
+    kvt_sleep_ms(2500);
+    cr_assert_eq(kvt_member_pause(&g_c, hung), 0);
+    kvt_sleep_ms(3 * TTL * 1000);
+    int lost = 0;
+    for (int k = 0; k < PER_CLIENT; k++)
+        lost += kvc_keepalive_lost(ka[k]) != 0;
+    int dead = px_leases_dead(g_c.m[leader].endpoint, ids, PER_CLIENT);
+    double hung_n = px_metric(&g_x, "kvd_proxy_upstream_hung_total");
+    double opened = px_metric(&g_x, "kvd_proxy_upstream_keepalive_streams_opened_total");
+    fprintf(stderr,
+            "proxy_failover: member m%d stopped for %d s: %d/%d keepalives lost, %d leases "
+            "expired; upstream given up as hung %.0f times, keepalive streams opened %.0f\n",
+            hung, 3 * TTL, lost, PER_CLIENT, dead, hung_n, opened);
+    cr_assert_eq(kvt_member_resume(&g_c, hung), 0);
+    cr_assert_eq(lost, 0, "%d keepalives lost", lost);
+    cr_assert_eq(dead, 0, "%d leases expired", dead);
+    cr_assert(hung_n >= 1, "the hung member was given up: %.0f", hung_n);
+    cr_assert(opened >= 2, "a new upstream keepalive stream: %.0f", opened);
+    for (int k = 0; k < PER_CLIENT; k++)
+        kvc_keepalive_stop(ka[k]);
+    kvc_close(cl);
 }
