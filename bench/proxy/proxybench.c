@@ -311,6 +311,7 @@ struct pb_result {
     double put_p99_idle_ms, put_p99_load_ms;
     long long reconnects;
     long long lost_by_server; /* of lost: answered TTL 0 by the server */
+    long long setup_failed;   /* of lost: agents whose lease grant or put failed */
 };
 
 static void *pb_putter_main(void *arg)
@@ -511,6 +512,7 @@ static void pb_parse_load(const char *path, struct pb_result *r, uint64_t *hist)
                    &resp, &lost, &sf, &kl, &rc, &lbs) >= 5) {
             r->renewals += resp;
             r->lost += lost + sf;
+            r->setup_failed += sf;
             r->lost_by_server += lbs;
             r->reconnects += rc;
         } else if (sscanf(line, "H %d %u", &ms, &cnt) == 2 && ms >= 0 && ms < PB_HIST_MS) {
@@ -777,10 +779,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < nk; k++) {
             struct pb_result *r = &res[k][rep];
             int rc = pb_run_one(&o, kinds[k], r);
-            printf("# %s run %d: %s; renewals %lld (%.1f/s), lost %lld (server answered TTL 0: "
-                   "%lld), reconnects %lld\n",
+            printf("# %s run %d: %s; renewals %lld (%.1f/s), lost %lld (setup failed: %lld; "
+                   "server answered TTL 0: %lld), reconnects %lld\n",
                    kv_it_kind_name(kinds[k]), rep + 1, rc ? strerror(-rc) : "ok", r->renewals,
-                   r->renew_per_s, r->lost, r->lost_by_server, r->reconnects);
+                   r->renew_per_s, r->lost, r->setup_failed, r->lost_by_server, r->reconnects);
             fflush(stdout);
         }
 

@@ -82,9 +82,13 @@ static const kv_grpc_method methods[] = {
 static const char *const priority[] = {"/etcdserverpb.Lease/LeaseKeepAlive",
                                        "/etcdserverpb.Lease/LeaseTimeToLive", NULL};
 
-static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {
-    "reason=\"pending_requests\"",   "reason=\"pending_renewals\"",     "reason=\"watch_streams\"",
-    "reason=\"client_send_buffer\"", "reason=\"upstream_send_buffer\"", "reason=\"watchers\""};
+static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {"reason=\"pending_requests\"",
+                                                                  "reason=\"pending_renewals\"",
+                                                                  "reason=\"stream_renewals\"",
+                                                                  "reason=\"watch_streams\"",
+                                                                  "reason=\"client_send_buffer\"",
+                                                                  "reason=\"upstream_send_buffer\"",
+                                                                  "reason=\"watchers\""};
 
 int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
 {

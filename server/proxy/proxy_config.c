@@ -17,6 +17,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->upstream_answer_timeout_ms = 3000;
     c->max_pending_requests = 10000;
     c->max_pending_renewals = 1000000;
+    c->max_stream_renewals = 10000;
     c->max_watch_streams = 10000;
     c->max_watchers = 100000;
     c->max_watchers_per_upstream_stream = 10000;
@@ -43,6 +44,7 @@ const char *kv_proxy_config_usage(void)
            "endpoint\n"
            "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
            "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
+           "  --max-pending-renewals-per-stream=10000 of them, from one client stream\n"
            "  --max-watch-streams=10000    client Watch streams\n"
            "  --max-watchers=100000        client watchers (all streams)\n"
            "  --max-watchers-per-upstream-stream=10000 upstream watchers on one upstream Watch "
@@ -219,6 +221,9 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-pending-renewals") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_pending_renewals = (uint32_t)u;
+        } else if (strcmp(name, "max-pending-renewals-per-stream") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_stream_renewals = (uint32_t)u;
         } else if (strcmp(name, "max-watch-streams") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_watch_streams = (uint32_t)u;

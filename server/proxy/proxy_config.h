@@ -39,6 +39,7 @@ typedef struct kv_proxy_config {
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */
+    uint32_t max_stream_renewals;   /* of them, from one client stream (10000) */
     uint32_t max_watch_streams;     /* client Watch streams (10000) */
     uint32_t max_connections;       /* client connections (10000) */
     size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */

@@ -31,6 +31,7 @@ typedef struct kv_proxy_kvcache kv_proxy_kvcache; /* proxy_kvcache.c */
 typedef enum {
     KV_PROXY_REFUSED_PENDING_REQUESTS, /* --max-pending-requests */
     KV_PROXY_REFUSED_PENDING_RENEWALS, /* --max-pending-renewals */
+    KV_PROXY_REFUSED_STREAM_RENEWALS,  /* --max-pending-renewals-per-stream */
     KV_PROXY_REFUSED_WATCH_STREAMS,    /* --max-watch-streams */
     KV_PROXY_REFUSED_CLIENT_SEND,      /* a client's send buffer (--max-send-buffer-bytes) */
     KV_PROXY_REFUSED_UPSTREAM_SEND,    /* an upstream stream's send buffer */

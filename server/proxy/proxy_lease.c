@@ -24,7 +24,9 @@
  * until the call is finished or cancelled, one per waiting slot. lease_ent is freed as soon
  * as nothing waits on it and nothing is in flight. Loop thread only, except the two
  * libkvclient callbacks at the bottom (I/O thread), which only post to the bridge.
- * Bound: --max-pending-renewals waiting slots over all leases (kvd_proxy_pending_renewals).
+ * Bounds: --max-pending-renewals waiting slots over all leases (kvd_proxy_pending_renewals),
+ * --max-pending-renewals-per-stream of them for one client stream, so that one client cannot
+ * take every slot (the stream past it is ended, as for the total).
  */
 #include "common/mix64.h"
 #include "proxy/proxy_int.h"
@@ -530,6 +532,12 @@ void kv_proxy_lease_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
         return;
     }
     kv_metric_inc(L->m_requests);
+    if (kc->pending >= p->cfg->max_stream_renewals) { /* one stream may not take every slot */
+        kv_grpc_call_set_data(call, NULL);
+        kv_proxy_refuse(p, call, KV_PROXY_REFUSED_STREAM_RENEWALS);
+        kc_end(kc);
+        return;
+    }
     lease_ent *e = NULL;
     if (L->waiters >= p->cfg->max_pending_renewals || !(e = ent_get(L, id))) {
         kv_grpc_call_set_data(call, NULL);

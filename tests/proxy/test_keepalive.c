@@ -9,6 +9,7 @@
  *     as many answers as client requests, in fewer batches than renewals;
  *   - 20 requests for one lease read in one loop turn (one write on one connection, 20
  *     streams) go up as ONE renewal, and each stream gets the leader's answer.
+ *   - one stream cannot take every pending slot (--max-pending-renewals-per-stream).
  * Figures are logged to stderr.
  */
 #include "px_util.h"
@@ -168,4 +169,68 @@ Test(proxy_keepalive, requests_of_one_loop_turn_fold_into_one_renewal, .fini = f
     fprintf(stderr, "proxy_keepalive: 20 requests of one loop turn -> %.0f renewal(s) up\n", sent);
     cr_assert_eq(sent, 1, "%.0f renewals sent for 20 requests of one turn", sent);
     kv_it_grpc_close(h);
+}
+
+/* LeaseKeepAliveRequest{ID: id} */
+static size_t ka_req(uint8_t *req, int64_t id)
+{
+    size_t rl = 0;
+    uint64_t v = (uint64_t)id;
+    req[rl++] = 0x08;
+    do {
+        req[rl++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return rl;
+}
+
+/* Per-stream fairness (--max-pending-renewals-per-stream=5): one stream that sends 20
+ * renewals of 20 leases in one write is ended with etcd's "too many requests" once it has 5
+ * waiting; another client's stream, in the same loop turn, is answered. */
+Test(proxy_keepalive, one_stream_cannot_take_every_pending_slot, .fini = fini, .timeout = 120)
+{
+    static const char *const flags[] = {"--max-pending-renewals-per-stream=5", NULL};
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
+    kvc_client *c = px_client(g_x.endpoint);
+    int64_t ids[21];
+    kvc_error e;
+    for (int i = 0; i < 21; i++) {
+        kvc_lease_grant_result g;
+        cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+        ids[i] = g.id;
+    }
+    kvc_close(c);
+    kv_it_grpc *greedy = NULL, *other = NULL;
+    cr_assert_eq(kv_it_grpc_open(&greedy, "127.0.0.1", g_x.port, 5000), 0);
+    cr_assert_eq(kv_it_grpc_open(&other, "127.0.0.1", g_x.port, 5000), 0);
+    kv_it_grpc_stream *gs =
+        kv_it_grpc_stream_start(greedy, "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+    kv_it_grpc_stream *os =
+        kv_it_grpc_stream_start(other, "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+    cr_assert(gs && os);
+    uint8_t req[16];
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(kv_it_grpc_send_msg(gs, req, ka_req(req, ids[i]), 0), 0);
+    cr_assert_eq(kv_it_grpc_send_msg(os, req, ka_req(req, ids[20]), 0), 0);
+    cr_assert_eq(kv_it_grpc_flush(greedy, 5000), 0); /* one write: one loop turn */
+    cr_assert_eq(kv_it_grpc_flush(other, 5000), 0);
+    uint8_t *m = NULL;
+    size_t n = 0;
+    cr_assert_eq(kv_it_grpc_stream_recv(os, &m, &n, 5000), 0, "the other stream is answered");
+    int64_t id = 0, ttl = 0;
+    cr_assert_eq(px_ka_resp(m, n, &id, &ttl), 0);
+    free(m);
+    cr_assert_eq(id, ids[20]);
+    cr_assert(ttl > 0);
+    kv_it_grpc_wait(greedy, gs, 5000);
+    fprintf(stderr,
+            "proxy_keepalive: 20 renewals on one stream, per-stream bound 5: status %d "
+            "\"%s\"\n",
+            gs->grpc_status, gs->grpc_message);
+    cr_assert_eq(gs->grpc_status, 8, "the greedy stream: status %d", gs->grpc_status);
+    cr_assert_str_eq(gs->grpc_message, "etcdserver: too many requests");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_refused_total{reason=\"stream_renewals\"}"), 1);
+    kv_it_grpc_close(greedy);
+    kv_it_grpc_close(other);
 }
