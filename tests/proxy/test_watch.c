@@ -194,6 +194,11 @@ static int created_cb(conn *cs, int n, int arg)
     return all_created(cs, n);
 }
 
+/* The range cache's own upstream watch would be one more member watcher (and one more
+ * upstream Watch stream): these tests count the watch coalescing's alone. */
+#define NO_CACHE "--max-cache-entries=0"
+static const char *const no_cache[] = {NO_CACHE, NULL};
+
 static double member_watchers(int i)
 {
     char *body = NULL;
@@ -223,7 +228,7 @@ static int64_t put(kvc_client *c, const char *key, int i)
 Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .timeout = 180)
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
     static conn cs[NCONN + 1];
     for (int i = 0; i < NCONN; i++) {
         conn_open(&cs[i]);
@@ -405,7 +410,7 @@ Test(proxy_watch, failover_keeps_client_streams_without_gap_or_repeat, .fini = f
     int up = 0; /* the member the proxy watches through: first in --endpoints */
     int order[3] = {0, 1, 2};
     /* one upstream watcher per upstream stream: two streams to resume */
-    static const char *const flags[] = {"--max-watchers-per-upstream-stream=1", NULL};
+    static const char *const flags[] = {"--max-watchers-per-upstream-stream=1", NO_CACHE, NULL};
     cr_assert_eq(px_start(&g_x, &g_c, order, 3, flags), 0, "proxy");
     static conn cs[FCONN];
     for (int i = 0; i < FCONN; i++) {
@@ -502,7 +507,7 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
 {
     cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
     int order[3] = {0, 1, 2};
-    cr_assert_eq(px_start(&g_x, &g_c, order, 3, NULL), 0, "proxy");
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, no_cache), 0, "proxy");
     static conn cs[1];
     conn_open(&cs[0]);
     send_create(&cs[0], "c", NULL, 0, 0);
@@ -566,7 +571,7 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
 Test(proxy_watch, fan_out_512_watchers, .fini = fini, .timeout = 180)
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
     static conn cs[BCONN];
     for (int i = 0; i < BCONN; i++) {
         conn_open(&cs[i]);
@@ -640,7 +645,7 @@ static void many_msg(void *arg, const uint8_t *m, size_t n)
 Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .timeout = 180)
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    static const char *const flags[] = {"--max-watchers-per-upstream-stream=1000", NULL};
+    static const char *const flags[] = {"--max-watchers-per-upstream-stream=1000", NO_CACHE, NULL};
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
     static conn c;
     conn_open(&c);
