@@ -3,6 +3,7 @@
  * checkIntervals for duplicate put/delete keys across nesting levels), plus kvd's key length limit.
  */
 #include <errno.h>
+#include "common/fnv.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,12 +113,7 @@ static int bcmp_(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
 
 static uint64_t khash(const ProtobufCBinaryData *k)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < k->len; i++) {
-        h ^= k->data[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return kv_fnv1a64(k->data, k->len);
 }
 
 static void ivset_free(ivset *s)

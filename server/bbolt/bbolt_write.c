@@ -8,6 +8,7 @@
  * writes what its levels hold bottom-up until one page is left: the bucket's root.
  */
 #include "bbolt/bbolt.h"
+#include "common/fnv.h"
 
 #include "common/byteorder.h"
 
@@ -61,13 +62,7 @@ struct kv_bb_writer {
 
 uint64_t kv_bb_fnv64a(const void *p, size_t n)
 {
-    const uint8_t *b = p;
-    uint64_t h = 14695981039346656037ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return kv_fnv1a64(p, n); /* bbolt's meta checksum: FNV-1a 64 */
 }
 
 static int grow(uint8_t **buf, size_t *cap, size_t need)

@@ -1,5 +1,6 @@
 /* metrics.c - bounded Prometheus registry; see metrics.h for the contract. */
 #include "metrics/metrics.h"
+#include "common/fnv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,13 +45,9 @@ struct kv_metrics {
 
 static uint64_t hash_key(const char *name, const char *labels)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-    h = (h ^ '{') * 1099511628211ULL;
-    for (const char *p = labels; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-    return h;
+    uint64_t h = kv_fnv1a64(name, strlen(name));
+    h = kv_fnv1a64_add(h, "{", 1);
+    return kv_fnv1a64_add(h, labels, strlen(labels));
 }
 
 static int valid_name(const char *s)

@@ -2,6 +2,7 @@
  * session, batched writes out of it, PING liveness, close. The HTTP/2 layer is in
  * peer_session.c. */
 #include "peer/peer_internal.h"
+#include "common/fnv.h"
 #include "net/tls.h"
 
 #include <errno.h>
@@ -427,10 +428,7 @@ int kv_peer_conn_dial(kv_peer_net *n, kv_peer *p)
 /* FNV-1a of the printed source address: equal addresses, equal keys. */
 static uint64_t src_hash(const char *ip)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *ip; ip++)
-        h = (h ^ (uint8_t)*ip) * 1099511628211ull;
-    return h;
+    return kv_fnv1a64(ip, strlen(ip));
 }
 
 int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)

@@ -3,6 +3,7 @@
  * proxy_cache.h).
  */
 #include "proxy/proxy_cache.h"
+#include "common/fnv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -48,12 +49,7 @@ struct kv_proxy_cache {
 
 static uint64_t hash(const uint8_t *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return kv_fnv1a64(p, n);
 }
 
 int kv_proxy_cache_new(kv_proxy_cache **out, size_t max_entries, size_t max_bytes)

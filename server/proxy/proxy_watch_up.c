@@ -26,6 +26,7 @@
  * Threads: loop only, except up_msg_io/up_end_io (libkvclient's I/O thread), which only post.
  */
 #include "proxy/proxy_watch_int.h"
+#include "common/fnv.h"
 
 #include "common/clock.h"
 #include "common/varint.h"
@@ -43,12 +44,7 @@
 
 static uint64_t fnv(const uint8_t *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return kv_fnv1a64(p, n);
 }
 
 static uint64_t id_hash(int64_t id)
