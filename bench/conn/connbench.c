@@ -68,14 +68,14 @@ static int cb_measure(const char *what, pid_t pid, uint16_t port, int n)
     long before = 0, after = 0;
     if (!rc) {
         kvt_sleep_ms(500);
-        before = px_rss_kib(pid);
+        before = kvt_proc_rss_kib(pid);
         uint64_t t0 = kvt_now_ms();
         rc = px_connmem_open(&m, port, lease, n, err, sizeof err);
         if (!rc)
             rc = px_connmem_renew(&m, lease, err, sizeof err);
         if (!rc) {
             kvt_sleep_ms(500);
-            after = px_rss_kib(pid);
+            after = kvt_proc_rss_kib(pid);
             printf("%-8s %6d agents in %5.1f s: VmRSS %7ld -> %7ld KiB: %6.2f KiB per agent "
                    "connection\n",
                    what, n, (double)(kvt_now_ms() - t0) / 1000.0, before, after,

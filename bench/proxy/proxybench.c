@@ -378,20 +378,6 @@ static double pb_cpu_s(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static long pb_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static int pb_metric(uint16_t port, const char *name, const char *label, double *v)
 {
     int status = 0;
@@ -585,7 +571,7 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
 
     long rss_idle[PB_MAX_PROXIES];
     for (int i = 0; i < o->p; i++)
-        rss_idle[i] = pb_rss_kb(px[i].proc.pid);
+        rss_idle[i] = kvt_proc_rss_kib(px[i].proc.pid);
     double ka0 = pb_members_ka_started(c);
 
     /* Load processes. */
@@ -636,7 +622,7 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
     double rss_sum = 0;
     for (int i = 0; i < o->p; i++) {
         double conns = (double)o->n / o->p;
-        rss_sum += (double)(pb_rss_kb(px[i].proc.pid) - rss_idle[i]) / conns;
+        rss_sum += (double)(kvt_proc_rss_kib(px[i].proc.pid) - rss_idle[i]) / conns;
         double g = 0;
         if (kind == KV_IT_KVD &&
             pb_metric(px[i].mport, "kvd_proxy_upstream_keepalive_streams", NULL, &g) == 0)

@@ -141,6 +141,23 @@ int kvt_proc_wait(kvt_proc *p, uint32_t timeout_ms)
     return 0;
 }
 
+long kvt_proc_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    if (pid > 0)
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/status");
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
 int kvt_proc_kill9(kvt_proc *p)
 {
     if (p->pid <= 0)

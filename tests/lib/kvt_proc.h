@@ -52,6 +52,8 @@ int kvt_proc_pause(kvt_proc *p);
 int kvt_proc_resume(kvt_proc *p);
 /* Any other signal (SIGUSR2 ...). */
 int kvt_proc_signal(kvt_proc *p, int sig);
+/* VmRSS of process pid (0: this process) in KiB, from /proc; -1 if unreadable. */
+long kvt_proc_rss_kib(pid_t pid);
 
 typedef struct kvt_cmd_result {
     int exit_code; /* exit status, or 128+signal if killed by a signal */
@@ -63,9 +65,9 @@ typedef struct kvt_cmd_result {
 } kvt_cmd_result;
 
 /* Runs argv[0] (absolute path) with argv, extra environment entries env_add ("NAME=value",
- * NULL-terminated, may be NULL; "NAME" without '=' removes NAME) and optional stdin data, for at most timeout_ms; captures
- * stdout/stderr (each capped at 64 MiB). 0 if the command ran (check exit_code/timed_out).
- * Side effect: SIGPIPE at its default disposition is set to SIG_IGN. */
+ * NULL-terminated, may be NULL; "NAME" without '=' removes NAME) and optional stdin data, for at
+ * most timeout_ms; captures stdout/stderr (each capped at 64 MiB). 0 if the command ran (check
+ * exit_code/timed_out). Side effect: SIGPIPE at its default disposition is set to SIG_IGN. */
 int kvt_run(const char *const *argv, const char *const *env_add, const void *stdin_data,
             size_t stdin_len, uint32_t timeout_ms, kvt_cmd_result *res);
 void kvt_cmd_result_free(kvt_cmd_result *res);

@@ -30,7 +30,5 @@ int px_connmem_open(px_connmem *m, uint16_t port, int64_t lease, int n, char *er
 /* One more renewal on every stream, answers awaited. 0 or a negative errno with err set. */
 int px_connmem_renew(px_connmem *m, int64_t lease, char *err, size_t cap);
 void px_connmem_close(px_connmem *m);
-/* VmRSS of pid in KiB, -1 if unreadable. */
-long px_rss_kib(pid_t pid);
 
 #endif

@@ -80,12 +80,12 @@ static double per_conn_kib(const char *what, pid_t pid, uint16_t port, int64_t l
     cr_assert_eq(px_connmem_open(&g_warm, port, lease, PX_CONN_MEM_WARM, err, sizeof err), 0, "%s",
                  err);
     kvt_sleep_ms(500);
-    long before = px_rss_kib(pid);
+    long before = kvt_proc_rss_kib(pid);
     cr_assert_gt(before, 0);
     cr_assert_eq(px_connmem_open(&g_m, port, lease, PX_CONN_MEM_N, err, sizeof err), 0, "%s", err);
     cr_assert_eq(px_connmem_renew(&g_m, lease, err, sizeof err), 0, "%s", err);
     kvt_sleep_ms(500);
-    long after = px_rss_kib(pid);
+    long after = kvt_proc_rss_kib(pid);
     double per = (double)(after - before) / PX_CONN_MEM_N;
     fprintf(stderr, "proxy_conn_mem: %s: VmRSS %ld -> %ld KiB for %d connections: %.2f KiB each\n",
             what, before, after, PX_CONN_MEM_N, per);
