@@ -85,6 +85,18 @@ int kv_store_events(kv_store *s, const kv_store_reader *r, int64_t from, int64_t
             rc = -EBADMSG;
             break;
         }
+        if (main <= r->compact_rev) {
+            /* Only the compaction revision itself can be asked (a watcher below it is refused
+             * as compacted): yield what the finished compaction keeps, so the answer does not
+             * depend on how far the physical removal got (a tombstone at compact_rev is gone). */
+            rc = kv_compact_survives(s, r->txn, kp, p, v.mv_size, r->compact_rev);
+            if (rc < 0)
+                break;
+            if (rc == 0) {
+                rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+                continue;
+            }
+        }
         kv_store_event ev = {main, sub, (p[4] & KV_DUP_TOMBSTONE) != 0, p + 5, v.mv_size - 5};
         bytes += v.mv_size;
         rc = fn(arg, &ev);

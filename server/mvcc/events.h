@@ -17,7 +17,9 @@
  *
  * Compaction: callers decide "compacted" from reader.compact_rev (read in the same
  * transaction as the records), never from missing records: a revision <= compact_rev may
- * have lost some of its records.
+ * have lost some of its records. Records of revisions <= compact_rev are yielded only when
+ * the finished compaction keeps them (kv_compact_survives), so a watcher starting at
+ * compact_rev sees the same events whatever the physical compaction's progress.
  */
 #ifndef KV_MVCC_EVENTS_H
 #define KV_MVCC_EVENTS_H
