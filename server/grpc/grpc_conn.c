@@ -572,8 +572,10 @@ int kv_grpc_conn_begin(kv_grpc_conn *c)
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->cfg.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, KV_GRPC_STREAM_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 64 * 1024},
+        {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 0}, /* sent only with no_hpack_dynamic_table */
     };
-    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0)
+    size_t n_iv = sizeof(iv) / sizeof(iv[0]) - (s->cfg.no_hpack_dynamic_table ? 0 : 1);
+    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, n_iv) != 0)
         return -ENOMEM;
     if (nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, KV_GRPC_CONN_WINDOW) !=
         0)

@@ -598,6 +598,8 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
      * priority tree: without this each connection retains up to max-concurrent-streams
      * finished streams (measured: +7 MB over 100 busy connections). */
     nghttp2_option_set_no_closed_streams(s->opt, 1);
+    if (s->cfg.no_hpack_dynamic_table)
+        nghttp2_option_set_max_deflate_dynamic_table_size(s->opt, 0);
     rv = uv_tcp_init(loop, &s->listener);
     if (rv < 0)
         goto fail;

