@@ -16,6 +16,7 @@ add_library(kv_api STATIC
   ${CMAKE_CURRENT_LIST_DIR}/move_leader.c
   ${CMAKE_CURRENT_LIST_DIR}/quota.c
   ${CMAKE_CURRENT_LIST_DIR}/read_req.c
+  ${CMAKE_CURRENT_LIST_DIR}/require_leader.c
   ${CMAKE_CURRENT_LIST_DIR}/service_auth.c
   ${CMAKE_CURRENT_LIST_DIR}/service_auth_read.c
   ${CMAKE_CURRENT_LIST_DIR}/service_cluster.c

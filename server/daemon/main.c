@@ -25,6 +25,7 @@
 #include "peer/peer_net.h"
 #include "peer/peer_delay.h"
 #include "api/auto_compact.h"
+#include "api/require_leader.h"
 #include "daemon/server.h"
 #include "gateway/l4_gateway.h"
 #include "proxy/proxy.h"
@@ -59,11 +60,12 @@ typedef struct kvd_main {
     uv_signal_t sigint, sigterm, sigusr1, sigusr2;
     int isolated; /* failpoint: cut off from the peers (SIGUSR2) */
     int stopping;
-    int lock_fd;            /* data dir lock (datadir_lock.h), held for the process lifetime */
-    kv_auto_compact *autoc; /* auto-compactor (api/auto_compact.h), NULL when off */
-    kv_tls_ctx *client_tls; /* https client listeners' context (tls_setup.h), else NULL */
-    kv_client_http *chttp;  /* HTTP/1.1 on the client port (http/client_http.h) */
-    kv_log_sink log;        /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
+    int lock_fd;                /* data dir lock (datadir_lock.h), held for the process lifetime */
+    kv_auto_compact *autoc;     /* auto-compactor (api/auto_compact.h), NULL when off */
+    kv_require_leader *reqlead; /* hasleader streams' monitor (api/require_leader.h) */
+    kv_tls_ctx *client_tls;     /* https client listeners' context (tls_setup.h), else NULL */
+    kv_client_http *chttp;      /* HTTP/1.1 on the client port (http/client_http.h) */
+    kv_log_sink log;            /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
     /* failpoint (peer_delay.h): SIGRTMIN+3 toggles KVD_FAILPOINT_PEER_DELAY_MS=D[,J],
      * SIGRTMIN+4 KVD_FAILPOINT_PEER_RANDOM_DELAY_MS=D[,J]; [k].ms 0: not armed */
     uv_signal_t sigdelay[2];
@@ -72,7 +74,6 @@ typedef struct kvd_main {
     } delay[2];
     int delayed; /* 0 off, else 1 + the index of the setting on */
 } kvd_main;
-
 
 static const char *bind_host(const kv_url *u)
 {
@@ -145,6 +146,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     m->stopping = 1;
     fprintf(stderr, "kvd: received %s, shutting down\n", strsignal(signum));
     kv_sd_notify(getenv("NOTIFY_SOCKET"), "STOPPING=1"); /* systemd Type=notify */
+    kv_require_leader_stop(m->reqlead);                  /* before the servers it scans close */
+    m->reqlead = NULL;
     for (size_t i = 0; i < m->n_grpc; i++)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
     kv_client_http_free(m->chttp); /* after its connections (closed above) */
@@ -294,6 +297,7 @@ static int start_listeners(kvd_main *m)
     gc.max_pending_request_bytes =
         cfg->max_pending_request_bytes / (cfg->n_listen_client ? cfg->n_listen_client : 1);
     gc.priority_methods = kv_service_priority_methods; /* renewals ahead of bulk writes */
+    gc.admit = kv_require_leader_admit;                /* etcd's WithRequireLeader ("hasleader") */
     m->n_methods = kv_services_collect(m->methods, KV_SERVICES_MAX);
     if (m->n_methods == 0)
         return -E2BIG;
@@ -579,6 +583,9 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = start_listeners(&m);
+    if (rc < 0)
+        goto fail;
+    rc = kv_require_leader_start(&m.reqlead, &s->api, m.grpc, &m.n_grpc, m.cfg.election_timeout_ms);
     if (rc < 0)
         goto fail;
     /* Serving: this data dir now belongs to these ids. The raft node already runs (the

@@ -377,6 +377,19 @@ void kv_grpc_call_on_headers_done(kv_grpc_call *call)
     }
 }
 
+/* The server's admit hook before a call's first delivery: 1 if it ended the call. */
+static int not_admitted(kv_grpc_call *call)
+{
+    int (*admit)(kv_grpc_call *) = call->conn->srv->cfg.admit;
+    if (!admit || admit(call) == 0)
+        return 0;
+    if (!call->app_done) { /* the hook must finish the call; never leave it open */
+        call->app_done = 1;
+        finish_internal(call, 200, KV_GRPC_INTERNAL, "grpc: call refused");
+    }
+    return 1;
+}
+
 static int deliver_msg(void *arg, const uint8_t *msg, size_t len)
 {
     kv_grpc_call *call = arg;
@@ -396,6 +409,8 @@ static int deliver_msg(void *arg, const uint8_t *msg, size_t len)
         call->unary_len = len;
         return 0;
     }
+    if (call->n_msgs == 0 && not_admitted(call))
+        return 1;
     call->n_msgs++;
     call->app_owned = 1;
     call->conn->last_delivery = uv_now(call->conn->srv->loop);
@@ -454,6 +469,8 @@ static void deliver_half_close(kv_grpc_call *call)
             kv_grpc_call_fail(call, KV_GRPC_INTERNAL, "grpc: half-closed without a request");
             return;
         }
+        if (not_admitted(call))
+            return;
         uint8_t *m = call->unary_msg;
         size_t len = call->unary_len;
         call->unary_msg = NULL;
@@ -466,6 +483,8 @@ static void deliver_half_close(kv_grpc_call *call)
         free(m);
         return;
     }
+    if (call->n_msgs == 0 && not_admitted(call))
+        return;
     if (call->method->on_half_close) {
         call->app_owned = 1;
         call->method->on_half_close(call);

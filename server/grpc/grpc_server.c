@@ -705,6 +705,48 @@ size_t kv_grpc_server_connections(kv_grpc_server *s)
     return s ? s->n_conns : 0;
 }
 
+static int ends(kv_grpc_call *x, const char *header, const char *value)
+{
+    if (!x->method || !x->method->streaming || !x->app_owned || x->app_done || x->finished)
+        return 0;
+    const char *v = kv_grpc_call_header(x, header);
+    return v && strcmp(v, value) == 0;
+}
+
+size_t kv_grpc_server_end_streams(kv_grpc_server *s, const char *header, const char *value,
+                                  int grpc_status, const char *msg)
+{
+    /* Collected first: an app's on_cancel may queue output on other calls (never frees one:
+     * calls are freed by the connection's flush, connections in their close callback). */
+    size_t n = 0, cap = 0, done = 0;
+    kv_list *e, *f;
+    kv_list_foreach(e, &s->conns) {
+        kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
+        kv_list_foreach(f, &c->calls)
+            cap += ends(kv_list_data(f, kv_grpc_call, link), header, value);
+    }
+    if (cap == 0)
+        return 0;
+    kv_grpc_call **v = malloc(cap * sizeof *v);
+    if (!v)
+        return 0; /* retried by the caller's next check */
+    kv_list_foreach(e, &s->conns) {
+        kv_grpc_conn *c = kv_list_data(e, kv_grpc_conn, link);
+        kv_list_foreach(f, &c->calls) {
+            kv_grpc_call *x = kv_list_data(f, kv_grpc_call, link);
+            if (n < cap && ends(x, header, value))
+                v[n++] = x;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ends(v[i], header, value)) {
+            kv_grpc_call_fail(v[i], grpc_status, msg);
+            done++;
+        }
+    free(v);
+    return done;
+}
+
 static void maybe_finalize(kv_grpc_server *s)
 {
     if (!s->closing || s->open_handles || !kv_list_empty(&s->conns) || s->n_rejecting)

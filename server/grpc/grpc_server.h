@@ -107,6 +107,11 @@ typedef struct kv_grpc_config {
      * per request, a connection ~0.7 KiB less memory (bench/conn). For many long-lived,
      * mostly idle connections (the grpc-proxy's agents). 0: nghttp2's 4 KiB tables. */
     int no_hpack_dynamic_table;
+    /* (addition) Called on the loop before a call's first delivery to its method (a unary
+     * request; a stream's first message, or its half-close if it sent none), NULL = admit all.
+     * Returns 0 to deliver; nonzero when it ended the call itself with kv_grpc_call_finish
+     * (the method then never sees the call). Not called for in-process calls (grpc_local.h). */
+    int (*admit)(kv_grpc_call *call);
     struct kv_tls_ctx *tls; /* NULL: h2c; else a server context of
                                net/tls.h (borrowed: keep it until the server is
                                closed; connections hold their own reference) */
@@ -139,6 +144,12 @@ void kv_grpc_server_close(kv_grpc_server *s, void (*cb)(void *arg), void *arg);
 
 /* Number of open connections (for tests/metrics). */
 size_t kv_grpc_server_connections(kv_grpc_server *s);
+/* (addition) Ends every open streaming call the app has seen and not finished whose request
+ * metadata `header` (one of the retained keys, kv_grpc_call_header) equals value: the method's
+ * on_cancel runs, then the client gets trailers grpc_status / msg. Not from inside a kv_grpc
+ * callback of an affected call. Returns how many were ended. */
+size_t kv_grpc_server_end_streams(kv_grpc_server *s, const char *header, const char *value,
+                                  int grpc_status, const char *msg);
 
 void *kv_grpc_call_app(kv_grpc_call *c);
 void kv_grpc_call_set_data(kv_grpc_call *c, void *data);
