@@ -97,15 +97,16 @@ static void again(kv_proxy_reg *r)
         uv_timer_start(&r->retry, retry_cb, RETRY_MS, 0);
 }
 
-static int call(kv_proxy_reg *r, int kind, const char *method, const uint8_t *req, size_t len,
-                int flags)
+/* One async call about lease (0: none yet); its outcome comes back as KV_PROXY_EV_REG_CALL. */
+static int call(kv_proxy_reg *r, int kind, int64_t lease, const char *method, const uint8_t *req,
+                size_t len, int flags)
 {
     op *o = calloc(1, sizeof *o);
     if (!o)
         return -ENOMEM;
     o->r = r;
     o->kind = kind;
-    o->lease = r->lease;
+    o->lease = lease;
     kvc_error e;
     int rc =
         kvc_call_unary_async(r->p->up, method, req, len, CALL_TIMEOUT_MS, flags, call_io, o, &e);
@@ -122,10 +123,7 @@ static void revoke_async(kv_proxy_reg *r, int64_t id)
     uint8_t b[16];
     q.id = id;
     size_t n = etcdserverpb__lease_revoke_request__pack(&q, b);
-    int64_t keep = r->lease;
-    r->lease = id;
-    (void)call(r, OP_REVOKE, "/etcdserverpb.Lease/LeaseRevoke", b, n, KVC_IDEMPOTENT);
-    r->lease = keep;
+    (void)call(r, OP_REVOKE, id, "/etcdserverpb.Lease/LeaseRevoke", b, n, KVC_IDEMPOTENT);
 }
 
 /* The next call of an idle registration: grant a lease. */
@@ -138,7 +136,7 @@ static void step(kv_proxy_reg *r)
     q.ttl = r->p->cfg->resolver_ttl;
     size_t n = etcdserverpb__lease_grant_request__pack(&q, b);
     r->state = ST_GRANT;
-    if (call(r, OP_GRANT, "/etcdserverpb.Lease/LeaseGrant", b, n, 0) != 0) {
+    if (call(r, OP_GRANT, 0, "/etcdserverpb.Lease/LeaseGrant", b, n, 0) != 0) {
         kv_metric_inc(r->m_failed);
         again(r);
     }
@@ -159,7 +157,7 @@ static void put(kv_proxy_reg *r)
         etcdserverpb__put_request__pack(&q, b);
         r->state = ST_PUT;
         /* the same key, value and lease: a replay is harmless */
-        rc = call(r, OP_PUT, "/etcdserverpb.KV/Put", b, n, KVC_IDEMPOTENT);
+        rc = call(r, OP_PUT, r->lease, "/etcdserverpb.KV/Put", b, n, KVC_IDEMPOTENT);
         free(b);
     }
     if (rc != 0) {
