@@ -41,7 +41,8 @@ static const kv_grpc_method methods[] = {
      kv_proxy_lease_on_half_close, kv_proxy_lease_on_cancel},
     {"/etcdserverpb.Watch/Watch", 1, kv_proxy_watch_on_message, kv_proxy_watch_on_half_close,
      kv_proxy_watch_on_cancel},
-    U("/etcdserverpb.Cluster/MemberList"),
+    {"/etcdserverpb.Cluster/MemberList", 0, kv_proxy_cluster_on_message, NULL,
+     kv_proxy_cluster_on_cancel},
     U("/etcdserverpb.Cluster/MemberAdd"),
     U("/etcdserverpb.Cluster/MemberRemove"),
     U("/etcdserverpb.Cluster/MemberUpdate"),
@@ -82,13 +83,11 @@ static const kv_grpc_method methods[] = {
 static const char *const priority[] = {"/etcdserverpb.Lease/LeaseKeepAlive",
                                        "/etcdserverpb.Lease/LeaseTimeToLive", NULL};
 
-static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {"reason=\"pending_requests\"",
-                                                                  "reason=\"pending_renewals\"",
-                                                                  "reason=\"stream_renewals\"",
-                                                                  "reason=\"watch_streams\"",
-                                                                  "reason=\"client_send_buffer\"",
-                                                                  "reason=\"upstream_send_buffer\"",
-                                                                  "reason=\"watchers\""};
+static const char *const refused_label[KV_PROXY_REFUSED_COUNT] = {
+    "reason=\"pending_requests\"",   "reason=\"pending_renewals\"",
+    "reason=\"stream_renewals\"",    "reason=\"watch_streams\"",
+    "reason=\"client_send_buffer\"", "reason=\"upstream_send_buffer\"",
+    "reason=\"watchers\"",           "reason=\"resolver_members\""};
 
 int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
 {
@@ -117,6 +116,13 @@ static void on_event(void *app, kv_proxy_ev *ev)
     case KV_PROXY_EV_STREAM_END:
     case KV_PROXY_EV_STREAM_FREE:
         kv_proxy_stream_on_event(p, ev);
+        break;
+    case KV_PROXY_EV_REG_CALL:
+    case KV_PROXY_EV_REG_LOST:
+        kv_proxy_register_on_event(p, ev);
+        break;
+    case KV_PROXY_EV_CLUSTER:
+        kv_proxy_cluster_on_event(p, ev);
         break;
     default:
         kv_proxy_watch_on_event(p, ev);
@@ -233,7 +239,8 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
     }
     if ((rc = kv_proxy_unary_init(p)) < 0 || (rc = kv_proxy_watch_init(p)) < 0 ||
         (rc = kv_proxy_stream_init(p)) < 0 || (rc = kv_proxy_lease_new(p, &p->lease)) < 0 ||
-        (rc = kv_proxy_kvcache_init(p)) < 0) {
+        (rc = kv_proxy_kvcache_init(p)) < 0 || (rc = kv_proxy_register_init(p)) < 0 ||
+        (rc = kv_proxy_cluster_init(p)) < 0) {
         snprintf(err, cap, "out of memory");
         return rc;
     }
@@ -244,6 +251,7 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
         return rc;
     if ((rc = start_metrics(p, err, cap)) < 0)
         return rc;
+    kv_proxy_register_start(p); /* once the advertised address is served */
     return 0;
 }
 
@@ -265,6 +273,7 @@ void kv_proxy_stop(kv_proxy *p)
         kv_proxy_lease_stop(p->lease);
     kv_proxy_watch_stop(p);
     kv_proxy_kvcache_stop(p);
+    kv_proxy_register_stop(p);
     kvc_close(p->up); /* pending unary calls complete (CANCELLED) into the bridge */
     p->up = NULL;
     if (p->bridge.handle)
@@ -274,6 +283,8 @@ void kv_proxy_stop(kv_proxy *p)
     p->lease = NULL;
     kv_proxy_watch_free(p);
     kv_proxy_kvcache_free(p);
+    kv_proxy_register_free(p);
+    kv_proxy_cluster_free(p);
     if (p->metrics)
         kv_metrics_gauge_fn_remove(p->metrics, p);
     kv_metrics_free(p->metrics);

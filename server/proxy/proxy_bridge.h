@@ -36,6 +36,9 @@ enum kv_proxy_ev_kind {
     KV_PROXY_EV_STREAM_MSG,  /* a message of a server-streaming relay (proxy_stream.c) */
     KV_PROXY_EV_STREAM_END,  /* that upstream stream ended */
     KV_PROXY_EV_STREAM_FREE, /* as KV_PROXY_EV_WATCH_FREE, for that relay */
+    KV_PROXY_EV_REG_CALL,    /* a registration call finished (target: its op) */
+    KV_PROXY_EV_REG_LOST,    /* the registration lease was lost (buf: its id) */
+    KV_PROXY_EV_CLUSTER,     /* the range of a MemberList finished (target: its op) */
 };
 
 typedef struct kv_proxy_ev {

@@ -27,6 +27,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_upstream_send_bytes = (size_t)4 << 20;
     c->max_cache_entries = 2048;
     c->max_cache_bytes = (size_t)64 << 20;
+    c->max_resolver_members = 1000;
 }
 
 const char *kv_proxy_config_usage(void)
@@ -54,7 +55,11 @@ const char *kv_proxy_config_usage(void)
            "  --max-buffered-bytes=536870912   all client connections\n"
            "  --max-upstream-send-bytes=4194304 per upstream stream\n"
            "  --max-cache-entries=2048     serializable range cache entries (0: no cache)\n"
-           "  --max-cache-bytes=67108864   serializable range cache bytes\n";
+           "  --max-cache-bytes=67108864   serializable range cache bytes\n"
+           "  --advertise-client-url=URL   this proxy's address for MemberList and registration\n"
+           "  --resolver-prefix=P          register under P/<url>; MemberList lists P's proxies\n"
+           "  --resolver-ttl=N             registration lease TTL, seconds (with a prefix)\n"
+           "  --max-resolver-members=1000  registered proxies a MemberList may list\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -140,11 +145,44 @@ static int set_endpoints(kv_proxy_config *c, const char *v, char *err, size_t ca
     return 0;
 }
 
+/* A Go int flag (etcd's --resolver-ttl): any sign, so that etcd's checks see it. */
+static int parse_int(const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < INT32_MIN || x > INT32_MAX)
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+/* etcd 3.4's checks (etcdmain/grpc_proxy.go, checkArgs), with its texts. */
+static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
+{
+    const char *pfx = c->resolver_prefix ? c->resolver_prefix : "";
+    const char *adv = c->advertise_client_url ? c->advertise_client_url : "";
+    if (*pfx && c->resolver_ttl < 1) {
+        snprintf(err, cap, "invalid resolver-ttl %lld", (long long)c->resolver_ttl);
+        return -EINVAL;
+    }
+    if (!*pfx && c->resolver_ttl > 0) {
+        snprintf(err, cap, "invalid resolver-prefix \"%s\"", pfx);
+        return -EINVAL;
+    }
+    if (*pfx && !*adv) { /* etcd: only when set to "" (its default is 127.0.0.1:23790) */
+        snprintf(err, cap, "invalid advertise-client-url \"%s\"", adv);
+        return -EINVAL;
+    }
+    if (!*pfx)
+        c->resolver_prefix = NULL;
+    if (!*adv)
+        c->advertise_client_url = NULL;
+    return 0;
+}
+
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
 static const char *const not_yet[] = {"namespace",
-                                      "advertise-client-url",
-                                      "resolver-prefix",
-                                      "resolver-ttl",
                                       "enable-pprof",
                                       "auto-tls",
                                       "discovery-srv",
@@ -251,6 +289,15 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-cache-bytes") == 0) {
             rc = parse_u64(v, (uint64_t)1 << 40, &u);
             c->max_cache_bytes = (size_t)u;
+        } else if (strcmp(name, "advertise-client-url") == 0) {
+            c->advertise_client_url = v;
+        } else if (strcmp(name, "resolver-prefix") == 0) {
+            c->resolver_prefix = v;
+        } else if (strcmp(name, "resolver-ttl") == 0) {
+            rc = parse_int(v, &c->resolver_ttl);
+        } else if (strcmp(name, "max-resolver-members") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_resolver_members = (uint32_t)u;
         } else {
             snprintf(err, cap, "unknown flag '--%s'", name);
             return -EINVAL;
@@ -272,6 +319,8 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         snprintf(err, cap, "--cert and --key go together");
         return -EINVAL;
     }
+    if ((rc = check_resolver(c, err, cap)) < 0)
+        return rc;
     rc = set_endpoints(c, eps, err, cap);
     if (rc < 0)
         return rc;

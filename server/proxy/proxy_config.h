@@ -51,6 +51,12 @@ typedef struct kv_proxy_config {
     /* the serializable range cache (etcd's proxy: a fixed LRU of 2048 entries); 0 disables */
     size_t max_cache_entries; /* --max-cache-entries (2048) */
     size_t max_cache_bytes;   /* --max-cache-bytes (64 MiB) */
+    /* registration and MemberList (docs/proxy.md, "Registration"; etcd's flags). NULL or
+     * "": unset (kvd's default: MemberList is forwarded; etcd's is 127.0.0.1:23790) */
+    const char *advertise_client_url; /* --advertise-client-url */
+    const char *resolver_prefix;      /* --resolver-prefix */
+    int64_t resolver_ttl;             /* --resolver-ttl, seconds (0: unset) */
+    uint32_t max_resolver_members;    /* --max-resolver-members (1000): proxies listed */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);

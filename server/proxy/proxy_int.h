@@ -26,6 +26,8 @@
 typedef struct kv_proxy_lease kv_proxy_lease;     /* proxy_lease.c */
 typedef struct kv_proxy_watch kv_proxy_watch;     /* proxy_watch_int.h */
 typedef struct kv_proxy_kvcache kv_proxy_kvcache; /* proxy_kvcache.c */
+typedef struct kv_proxy_reg kv_proxy_reg;         /* proxy_register.c */
+typedef struct kv_proxy_cluster kv_proxy_cluster; /* proxy_cluster.c */
 
 /* Why a request was refused by a bound: the label of kvd_proxy_refused_total. */
 typedef enum {
@@ -36,6 +38,7 @@ typedef enum {
     KV_PROXY_REFUSED_CLIENT_SEND,      /* a client's send buffer (--max-send-buffer-bytes) */
     KV_PROXY_REFUSED_UPSTREAM_SEND,    /* an upstream stream's send buffer */
     KV_PROXY_REFUSED_WATCHERS,         /* --max-watchers */
+    KV_PROXY_REFUSED_RESOLVER_MEMBERS, /* --max-resolver-members */
     KV_PROXY_REFUSED_COUNT
 } kv_proxy_refused;
 
@@ -50,6 +53,8 @@ typedef struct kv_proxy {
     kv_proxy_bridge bridge;
     kv_proxy_lease *lease;
     kv_proxy_kvcache *kvcache; /* NULL: --max-cache-entries=0 */
+    kv_proxy_reg *reg;         /* NULL: no --resolver-prefix */
+    kv_proxy_cluster *cluster; /* MemberList with --advertise-client-url */
     /* unary forwarding (proxy_unary.c) */
     uint32_t unary_pending;
     kv_metric *m_unary_forwarded, *m_unary_pending;
@@ -120,6 +125,25 @@ void kv_proxy_stream_on_half_close(kv_grpc_call *call);
 void kv_proxy_stream_on_cancel(kv_grpc_call *call);
 void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev);
 int kv_proxy_stream_init(kv_proxy *p);
+
+/* Registration under --resolver-prefix (proxy_register.c). init: state and metrics (nothing
+ * without a prefix); start: the first lease grant (the upstream client is open); stop
+ * (before kvc_close): stops the keepalive and revokes the lease (the key goes at once);
+ * free: after the bridge is drained. Events KV_PROXY_EV_REG_*. */
+int kv_proxy_register_init(kv_proxy *p);
+void kv_proxy_register_start(kv_proxy *p);
+void kv_proxy_register_stop(kv_proxy *p);
+void kv_proxy_register_free(kv_proxy *p);
+void kv_proxy_register_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* Cluster.MemberList (proxy_cluster.c): etcd's clusterProxy with --advertise-client-url,
+ * forwarded (proxy_unary.c) without. init: hostname and metrics; free: after the bridge is
+ * drained. Events KV_PROXY_EV_CLUSTER. */
+int kv_proxy_cluster_init(kv_proxy *p);
+void kv_proxy_cluster_free(kv_proxy *p);
+void kv_proxy_cluster_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
+void kv_proxy_cluster_on_cancel(kv_grpc_call *call);
+void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev);
 
 /* The client's deadline as a libkvclient timeout: ms left (at least 1), or 0 without one. */
 uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call);

@@ -25,6 +25,12 @@ int px_cluster_start(kvt_cluster *c, int n)
 
 int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra)
 {
+    x->port = 0;
+    return px_start_on(x, c, order, n, extra);
+}
+
+int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra)
+{
     char eps[KVT_MAX_MEMBERS * 40] = "--endpoints=";
     char listen[64], metrics[64];
     size_t len = strlen(eps);
@@ -35,7 +41,7 @@ int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *
         len +=
             (size_t)snprintf(eps + len, sizeof eps - len, "%s%s", k ? "," : "", c->m[i].endpoint);
     }
-    int r = kvt_port_free(&x->port);
+    int r = x->port ? 0 : kvt_port_free(&x->port);
     if (!r)
         r = kvt_port_free(&x->metrics_port);
     if (r)

@@ -28,6 +28,9 @@ int px_cluster_start(kvt_cluster *c, int n);
  * member in index order) and the extra flags (NULL-terminated, may be NULL); waits until it
  * answers Maintenance.Status through the cluster (10 s). */
 int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra);
+/* px_start on x->port when it is set (the caller picked it with kvt_port_free, e.g. to pass
+ * it in a flag), else on a free port. */
+int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra);
 void px_stop(px *x);
 /* A metric series (exact name and labels) of the proxy; -1 if absent. Fails the test if
  * /metrics cannot be fetched. */
