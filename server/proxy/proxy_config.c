@@ -54,7 +54,8 @@ const char *kv_proxy_config_usage(void)
            "  --max-buffered-bytes=536870912   all client connections\n"
            "  --max-upstream-send-bytes=4194304 per upstream stream\n"
            "  --max-cache-entries=2048     serializable range cache entries (0: no cache)\n"
-           "  --max-cache-bytes=67108864   serializable range cache bytes\n";
+           "  --max-cache-bytes=67108864   serializable range cache bytes\n"
+           "  --namespace=pfx              prefix of every key of the clients (none)\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -141,8 +142,7 @@ static int set_endpoints(kv_proxy_config *c, const char *v, char *err, size_t ca
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"namespace",
-                                      "advertise-client-url",
+static const char *const not_yet[] = {"advertise-client-url",
                                       "resolver-prefix",
                                       "resolver-ttl",
                                       "enable-pprof",
@@ -248,6 +248,8 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-cache-entries") == 0) {
             rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, (uint64_t)1 << 24, &u);
             c->max_cache_entries = (size_t)u;
+        } else if (strcmp(name, "namespace") == 0) {
+            c->ns = v[0] ? v : NULL; /* etcd: an empty namespace is none */
         } else if (strcmp(name, "max-cache-bytes") == 0) {
             rc = parse_u64(v, (uint64_t)1 << 40, &u);
             c->max_cache_bytes = (size_t)u;

@@ -51,6 +51,8 @@ typedef struct kv_proxy_config {
     /* the serializable range cache (etcd's proxy: a fixed LRU of 2048 entries); 0 disables */
     size_t max_cache_entries; /* --max-cache-entries (2048) */
     size_t max_cache_bytes;   /* --max-cache-bytes (64 MiB) */
+    /* --namespace: prefix of every key of the clients (NULL: none; proxy_ns.h) */
+    const char *ns;
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);
