@@ -10,12 +10,17 @@
  *   - watch --prefix --prev-kv through the proxy: events of puts through the proxy and on
  *     the member under /ns/, stripped; a put outside the namespace never shows;
  *   - lease timetolive --keys: only the lease's keys in the namespace, stripped;
+ *   - a nested txn over raw gRPC (etcdctl cannot nest): compares and ops of both levels
+ *     prefixed (range_end "\0" included), the nested responses stripped;
  *   - kvd only: the range cache (serializable gets) works in the members' key space, a put
  *     on the member invalidates it through its watch, and that watch sees the namespace only.
  * Run against etcd (KV_TEST_SERVER=etcd) the same test runs etcd's own
  * `etcd grpc-proxy start --namespace` with the same etcdctl commands and expected outputs.
  */
 #include "px_util.h"
+
+#include "grpc_raw.h"
+#include "rpc.pb-c.h"
 
 #include <criterion/criterion.h>
 
@@ -274,4 +279,96 @@ Test(proxy_namespace, range_cache_in_member_keys, .init = setup, .fini = fini, .
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_events_total"), e0 + 1);
     PX("c\n3\n", "get", "c", "--consistency=s");
     PX("c\n3\n", "get", "c");
+}
+
+/* A RequestOp holding m (a put, a range or a txn). */
+static Etcdserverpb__RequestOp *rop(int kind, void *m)
+{
+    static Etcdserverpb__RequestOp ops[8];
+    static int n;
+    Etcdserverpb__RequestOp *o = &ops[n++ % 8];
+    etcdserverpb__request_op__init(o);
+    o->request_case = kind;
+    if (kind == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT)
+        o->request_put = m;
+    else if (kind == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE)
+        o->request_range = m;
+    else
+        o->request_txn = m;
+    return o;
+}
+
+#define BYTES(s) ((ProtobufCBinaryData){sizeof(s) - 1, (uint8_t *)(s)})
+
+Test(proxy_namespace, nested_txn, .init = setup, .fini = fini, .timeout = 120)
+{
+    MB("OK\n", "put", "/ns/nt0", "zero");
+    MB("OK\n", "put", "nt9", "outside");
+    /* if version("nt1") == 0 and version(every key >= "nt9") == 0 (range_end "\0": in the
+     * namespace only, so "nt9" outside does not count): put nt1=a, then a nested txn: put
+     * nt2=b; range ["nt0", "\0") limit 1 */
+    Etcdserverpb__Compare c1 = ETCDSERVERPB__COMPARE__INIT, c2 = ETCDSERVERPB__COMPARE__INIT;
+    c1.key = BYTES("nt1");
+    c1.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VERSION;
+    c1.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VERSION;
+    c1.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
+    c2 = c1;
+    c2.key = BYTES("nt9");
+    c2.range_end = BYTES("\0");
+    Etcdserverpb__Compare *cmps[] = {&c1, &c2};
+    Etcdserverpb__PutRequest p1 = ETCDSERVERPB__PUT_REQUEST__INIT, p2 = p1;
+    p1.key = BYTES("nt1");
+    p1.value = BYTES("a");
+    p2.key = BYTES("nt2");
+    p2.value = BYTES("b");
+    Etcdserverpb__RangeRequest rr = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    rr.key = BYTES("nt0");
+    rr.range_end = BYTES("\0");
+    rr.limit = 1;
+    Etcdserverpb__TxnRequest in = ETCDSERVERPB__TXN_REQUEST__INIT;
+    Etcdserverpb__RequestOp *inops[] = {rop(ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT, &p2),
+                                        rop(ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE, &rr)};
+    in.success = inops;
+    in.n_success = 2;
+    Etcdserverpb__TxnRequest t = ETCDSERVERPB__TXN_REQUEST__INIT;
+    Etcdserverpb__RequestOp *ops[] = {rop(ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT, &p1),
+                                      rop(ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_TXN, &in)};
+    t.compare = cmps;
+    t.n_compare = 2;
+    t.success = ops;
+    t.n_success = 2;
+    uint8_t req[512];
+    cr_assert_leq(etcdserverpb__txn_request__get_packed_size(&t), sizeof req);
+    size_t n = etcdserverpb__txn_request__pack(&t, req);
+
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", g_x.port, 5000), 0);
+    uint8_t *resp = NULL;
+    size_t rl = 0;
+    int st = -1;
+    char msg[256] = "";
+    cr_assert_eq(
+        kv_it_grpc_call(g, "/etcdserverpb.KV/Txn", req, n, &resp, &rl, 10000, &st, msg, sizeof msg),
+        0);
+    kv_it_grpc_close(g);
+    cr_assert_eq(st, 0, "status %d %s", st, msg);
+    Etcdserverpb__TxnResponse *r = etcdserverpb__txn_response__unpack(NULL, rl, resp);
+    free(resp);
+    cr_assert_not_null(r);
+    cr_assert(r->succeeded, "the compares were not rewritten");
+    cr_assert_eq(r->n_responses, 2);
+    cr_assert_eq(r->responses[1]->response_case, ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_TXN);
+    const Etcdserverpb__TxnResponse *ir = r->responses[1]->response_txn;
+    cr_assert_eq(ir->n_responses, 2);
+    const Etcdserverpb__RangeResponse *rg = ir->responses[1]->response_range;
+    cr_assert_not_null(rg);
+    cr_assert_eq(rg->n_kvs, 1);
+    cr_assert_eq(rg->kvs[0]->key.len, 3);
+    cr_assert(memcmp(rg->kvs[0]->key.data, "nt0", 3) == 0, "key %.*s", (int)rg->kvs[0]->key.len,
+              (const char *)rg->kvs[0]->key.data);
+    cr_assert_eq(rg->count, 3, "nt0, nt1, nt2 in the namespace: %lld", (long long)rg->count);
+    etcdserverpb__txn_response__free_unpacked(r, NULL);
+    MB("/ns/nt1\na\n", "get", "/ns/nt1");
+    MB("/ns/nt2\nb\n", "get", "/ns/nt2");
+    MB("nt9\noutside\n", "get", "nt9");
 }
