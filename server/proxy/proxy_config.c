@@ -59,7 +59,8 @@ const char *kv_proxy_config_usage(void)
            "  --advertise-client-url=URL   this proxy's address for MemberList and registration\n"
            "  --resolver-prefix=P          register under P/<url>; MemberList lists P's proxies\n"
            "  --resolver-ttl=N             registration lease TTL, seconds (with a prefix)\n"
-           "  --max-resolver-members=1000  registered proxies a MemberList may list\n";
+           "  --max-resolver-members=1000  registered proxies a MemberList may list\n"
+           "  --namespace=pfx              prefix of every key of the clients (none)\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -182,8 +183,7 @@ static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"namespace",
-                                      "enable-pprof",
+static const char *const not_yet[] = {"enable-pprof",
                                       "auto-tls",
                                       "discovery-srv",
                                       "experimental-serializable-ordering",
@@ -286,6 +286,8 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-cache-entries") == 0) {
             rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, (uint64_t)1 << 24, &u);
             c->max_cache_entries = (size_t)u;
+        } else if (strcmp(name, "namespace") == 0) {
+            c->ns = v[0] ? v : NULL; /* etcd: an empty namespace is none */
         } else if (strcmp(name, "max-cache-bytes") == 0) {
             rc = parse_u64(v, (uint64_t)1 << 40, &u);
             c->max_cache_bytes = (size_t)u;

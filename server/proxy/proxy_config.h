@@ -57,6 +57,8 @@ typedef struct kv_proxy_config {
     const char *resolver_prefix;      /* --resolver-prefix */
     int64_t resolver_ttl;             /* --resolver-ttl, seconds (0: unset) */
     uint32_t max_resolver_members;    /* --max-resolver-members (1000): proxies listed */
+    /* --namespace: prefix of every key of the clients (NULL: none; proxy_ns.h) */
+    const char *ns;
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);

@@ -17,10 +17,12 @@
 #include "metrics/metrics.h"
 #include "proxy/proxy_bridge.h"
 #include "proxy/proxy_config.h"
+#include "proxy/proxy_ns.h"
 
 #include "kvclient.h"
 
 #include <stdint.h>
+#include <string.h>
 #include <uv.h>
 
 typedef struct kv_proxy_lease kv_proxy_lease;     /* proxy_lease.c */
@@ -144,6 +146,15 @@ void kv_proxy_cluster_free(kv_proxy *p);
 void kv_proxy_cluster_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
 void kv_proxy_cluster_on_cancel(kv_grpc_call *call);
 void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev);
+/* The proxy's --namespace: 1 with *ns set, or 0 without one (nothing is rewritten). */
+static inline int kv_proxy_ns_of(const kv_proxy *p, kv_proxy_ns *ns)
+{
+    if (!p->cfg->ns)
+        return 0;
+    ns->pfx = (const uint8_t *)p->cfg->ns;
+    ns->len = strlen(p->cfg->ns);
+    return 1;
+}
 
 /* The client's deadline as a libkvclient timeout: ms left (at least 1), or 0 without one. */
 uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call);

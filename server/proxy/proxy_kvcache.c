@@ -13,7 +13,9 @@
  *   again when their answer comes back (whatever it is). Compact sets the compacted revision
  *   on success (etcd: a later get pinned below it answers "required revision has been
  *   compacted").
- * - The watch: ONE upstream Watch stream on the whole keyspace from the current revision.
+ * - The watch: ONE upstream Watch stream on the whole keyspace (with --namespace, on the
+ *   namespace: requests are rewritten before they reach the cache, proxy_unary.c) from the
+ *   current revision.
  *   Every event invalidates its key. Nothing is served or stored unless it is live (created
  *   and not ended); when it ends, is cancelled, or a message is lost, the cache is cleared
  *   and the stream re-opened with a backoff. While live, a progress request goes up every
@@ -364,17 +366,54 @@ static void drop_watch(kv_proxy_kvcache *k)
     k->tag = NULL;
 }
 
+/* WatchRequest{create_request: {key "\0", range_end "\0"}}: every key, from now; with
+ * --namespace only the namespace's keys (every cached range lies in it): *out malloc'd. */
+static int watch_create(kv_proxy_kvcache *k, uint8_t **out, size_t *olen)
+{
+    static const uint8_t all[] = {0x0a, 0x06, 0x0a, 0x01, 0x00, 0x12, 0x01, 0x00};
+    kv_proxy_ns ns;
+    if (!kv_proxy_ns_of(k->p, &ns)) {
+        *out = malloc(sizeof all);
+        if (!*out)
+            return -ENOMEM;
+        memcpy(*out, all, sizeof all);
+        *olen = sizeof all;
+        return 0;
+    }
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    c.range_end.data = malloc(1);
+    if (!c.range_end.data)
+        return -ENOMEM;
+    c.range_end.data[0] = 0;
+    c.range_end.len = 1;
+    int rc = kv_proxy_ns_prefix_range(&ns, &c.key, &c.range_end); /* [pfx, its end) */
+    if (rc == 0) {
+        r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+        r.create_request = &c;
+        *olen = etcdserverpb__watch_request__get_packed_size(&r);
+        *out = malloc(*olen);
+        if (*out)
+            etcdserverpb__watch_request__pack(&r, *out);
+        else
+            rc = -ENOMEM;
+    }
+    free(c.key.data);
+    free(c.range_end.data);
+    return rc;
+}
+
 static void open_watch(kv_proxy_kvcache *k)
 {
-    /* WatchRequest{create_request: {key "\0", range_end "\0"}}: every key, from now */
-    static const uint8_t create[] = {0x0a, 0x06, 0x0a, 0x01, 0x00, 0x12, 0x01, 0x00};
     if (k->up || k->closing)
         return;
+    uint8_t *create = NULL;
+    size_t clen = 0;
     wtag *t = calloc(1, sizeof *t);
     char blank[END_MSG_CAP] = {0};
     if (t)
         t->end_ev = kv_proxy_ev_new(KV_PROXY_EV_CACHE_END, t, 0, blank, END_MSG_CAP - 1);
-    if (!t || !t->end_ev) {
+    if (!t || !t->end_ev || watch_create(k, &create, &clen) < 0) {
         wtag_free(t);
         schedule_open(k);
         return;
@@ -384,7 +423,8 @@ static void open_watch(kv_proxy_kvcache *k)
     kvc_error e;
     int rc = kvc_bidi_open(k->p->up, WATCH_PATH, 0, up_msg_io, up_end_io, t, &k->up, &e);
     if (rc == 0)
-        rc = kvc_bidi_send(k->up, create, sizeof create, &e);
+        rc = kvc_bidi_send(k->up, create, clen, &e);
+    free(create);
     if (rc != 0) {
         fprintf(stderr, "kvd grpc-proxy: warning: cannot open the cache's upstream watch: %s\n",
                 e.message);

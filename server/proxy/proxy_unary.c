@@ -14,11 +14,17 @@
  * Range cache: kv_proxy_kvcache_request may answer a Range itself; every forwarded call's
  * outcome goes to kv_proxy_kvcache_done (proxy_kvcache.c).
  *
+ * --namespace (proxy_ns.h): a KV request is rewritten (prefixed) before the range cache and
+ * the upstream see it, and an OK answer stripped before the cache and the client do: the
+ * cache keys and invalidates in the members' key space and stores what clients get.
+ *
  * Ownership: one fwd per forwarded call, owned by the proxy loop from the forward until its
  * completion event; a cancelled client call only clears fwd->call. Bound:
  * --max-pending-requests forwarded calls without an answer.
  */
 #include "proxy/proxy_int.h"
+
+#include "common/etcd_errors.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +34,7 @@ typedef struct fwd {
     kv_proxy *p;
     kv_grpc_call *call; /* NULL once the client went away */
     void *ctag;         /* the range cache's (kv_proxy_kvcache_done) */
+    const char *method; /* static (the method table's) */
 } fwd;
 
 static int is_read(const char *m)
@@ -92,11 +99,65 @@ static void on_done_io(void *arg, int status, const kvc_error *err, uint8_t *res
     kv_proxy_bridge_post(&f->p->bridge, ev);
 }
 
+/* --namespace: the member's OK answer with the prefix stripped, in place of ev's bytes; an
+ * answer that cannot be rewritten becomes an error (never relayed with the members' keys). */
+static void ns_strip(kv_proxy *p, const char *method, kv_proxy_ev *ev)
+{
+    kv_proxy_ns ns;
+    uint8_t *out;
+    size_t olen;
+    if (ev->code != 0 || !kv_proxy_ns_of(p, &ns))
+        return;
+    int rc = kv_proxy_ns_response(&ns, method, ev->buf, ev->len, &out, &olen);
+    if (rc == 0 && !out)
+        return;
+    if (ev->buf_free)
+        ev->buf_free(ev->buf);
+    if (rc == 0) {
+        ev->buf = out;
+        ev->len = olen;
+        ev->buf_free = free;
+        return;
+    }
+    /* the status message: static, not owned */
+    const char *m = rc == -ENOMEM ? kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS)
+                                  : "kvd grpc-proxy: cannot strip the namespace from the answer";
+    ev->code = rc == -ENOMEM ? KV_GRPC_RESOURCE_EXHAUSTED : KV_GRPC_INTERNAL;
+    ev->buf = (uint8_t *)(uintptr_t)m;
+    ev->len = strlen(m);
+    ev->buf_free = NULL;
+}
+
+/* --namespace: the request as the member must see it (*out NULL: msg as is), or the call
+ * finished with etcd's error (-1). */
+static int ns_prefix(kv_proxy *p, kv_grpc_call *call, const char *method, const uint8_t *msg,
+                     size_t len, uint8_t **out, size_t *olen)
+{
+    kv_proxy_ns ns;
+    *out = NULL;
+    if (!kv_proxy_ns_of(p, &ns))
+        return 0;
+    int rc = kv_proxy_ns_request(&ns, method, msg, len, out, olen);
+    if (rc == 0)
+        return 0;
+    if (rc == -ENODATA)
+        kv_grpc_call_finish(call, KV_GRPC_INVALID_ARGUMENT, kv_etcd_err_msg(KV_ERR_EMPTY_KEY));
+    else if (rc == -E2BIG)
+        kv_grpc_call_finish(call, KV_GRPC_INVALID_ARGUMENT, kv_etcd_err_msg(KV_ERR_TOO_MANY_OPS));
+    else if (rc == -EBADMSG)
+        kv_grpc_call_finish(call, KV_GRPC_INTERNAL, kv_etcd_err_msg(KV_ERR_GRPC_UNMARSHAL));
+    else
+        kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
+                            kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+    return -1;
+}
+
 void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
 {
     fwd *f = ev->target;
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
+    ns_strip(p, f->method, ev);
     /* before the answer: a write's entries are gone when its client hears of it */
     kv_proxy_kvcache_done(p, f->ctag, ev->code, ev->buf, ev->len);
     if (f->call) {
@@ -121,22 +182,31 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     kv_proxy *p = kv_grpc_call_app(call);
     const char *method = kv_grpc_call_method(call);
     void *ctag;
+    uint8_t *nsmsg;
+    size_t nslen;
+    if (ns_prefix(p, call, method, msg, len, &nsmsg, &nslen) < 0)
+        return;
+    if (nsmsg) {
+        msg = nsmsg;
+        len = nslen;
+    }
     if (kv_proxy_kvcache_request(p, call, method, msg, len, &ctag) == 1)
-        return; /* answered from the range cache */
+        goto out; /* answered from the range cache */
     if (p->unary_pending >= p->cfg->max_pending_requests) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
-        return;
+        goto out;
     }
     fwd *f = calloc(1, sizeof *f);
     if (!f) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests");
-        return;
+        goto out;
     }
     f->p = p;
     f->call = call;
     f->ctag = ctag;
+    f->method = method;
     kvc_error e;
     kvc_call_md md;
     kv_proxy_call_md(call, &md);
@@ -149,12 +219,14 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
             kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
         else
             kv_grpc_call_finish(call, -rc, e.message);
-        return;
+        goto out;
     }
     kv_grpc_call_set_data(call, f);
     p->unary_pending++;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
     kv_metric_inc(p->m_unary_forwarded);
+out:
+    free(nsmsg);
 }
 
 void kv_proxy_unary_on_cancel(kv_grpc_call *call)

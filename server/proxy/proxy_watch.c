@@ -245,9 +245,17 @@ static void handle(pw_cs *cs, const uint8_t *msg, size_t len)
         return;
     }
     switch (req->request_union_case) {
-    case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST:
+    case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST: {
+        kv_proxy_ns ns; /* --namespace: upstream watchers are shared in the members' keys */
+        if (kv_proxy_ns_of(cs->s->p, &ns) &&
+            kv_proxy_ns_watch_create(&ns, req->create_request) < 0) {
+            pw_cs_kill(cs, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS),
+                       -1);
+            break;
+        }
         on_create(cs, req->create_request);
         break;
+    }
     case ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST:
         on_cancel_req(cs, req->cancel_request->watch_id);
         break;

@@ -747,6 +747,9 @@ static void up_msg(kv_proxy_watch *s, pw_up *u, const uint8_t *msg, size_t len)
         up_end(s, u);
         return;
     }
+    kv_proxy_ns ns; /* --namespace: stripped once, before the one pack of the fan-out */
+    if (kv_proxy_ns_of(s->p, &ns))
+        kv_proxy_ns_watch_response(&ns, r);
     if (r->created)
         on_created(s, u, r);
     else
