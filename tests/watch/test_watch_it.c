@@ -188,7 +188,10 @@ static void h2w_parse(h2w *h)
                              e->kv->key.data, (int)e->kv->value.len, e->kv->value.data,
                              (long long)e->kv->create_revision, (long long)e->kv->mod_revision,
                              (long long)e->kv->version);
-                h->log_len += (size_t)w;
+                /* a truncated entry (a long value) fills the transcript: stop there */
+                h->log_len = w < 0 || (size_t)w >= sizeof(h->log) - h->log_len
+                                 ? sizeof(h->log) - 2
+                                 : h->log_len + (size_t)w;
             }
             h->log[h->log_len++] = '\n';
             h->log[h->log_len] = 0;
