@@ -3,7 +3,8 @@
  * Lock that waits behind a holder is cancelled: the RST_STREAM reaches the server, which
  * withdraws the waiter (its key under the lock's prefix disappears), the callback never runs,
  * and the next Lock acquires as soon as the holder unlocks. Also: cancel after completion
- * only releases the handle (returns 0), and a handle outlives kvc_close.
+ * only releases the handle (returns 0), a handle outlives kvc_close, and a call still waiting
+ * for a connection is dropped (never sent, no callback).
  */
 #include "testutil.h"
 
@@ -11,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,8 +148,7 @@ Test(client_cancel, waiting_lock_cancelled, .init = setup, .fini = teardown, .ti
     kvc_close(c);
 }
 
-Test(client_cancel, after_completion_and_close, .init = setup, .fini = teardown,
-     .timeout = 60)
+Test(client_cancel, after_completion_and_close, .init = setup, .fini = teardown, .timeout = 60)
 {
     kvc_client *c = kvt_client(srv.endpoint);
     int64_t la = grant(c), lb = grant(c);
@@ -182,4 +183,23 @@ Test(client_cancel, after_completion_and_close, .init = setup, .fini = teardown,
     cr_assert_eq(kvc_call_cancel(h), 0);
     cr_assert_eq(kvc_call_cancel(NULL), 0);
     cr_assert_eq(kvt_leaks(), 0);
+}
+
+Test(client_cancel, dropped_before_send, .timeout = 30)
+{
+    char ep[32];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", kvt_free_port()); /* nobody listens */
+    kvc_client *c = kvt_client(ep);
+    atomic_store(&g_calls, 0);
+    kvc_call *h = NULL;
+    kvc_error e;
+    cr_assert_eq(kvc_call_unary_start(c, "/etcdserverpb.KV/Range", NULL, 0, 0, 0, NULL, count_cb,
+                                      NULL, &h, &e),
+                 0, "%s", e.message);
+    kvt_sleep_ms(100);
+    cr_assert_eq(kvc_call_cancel(h), 1, "the call was waiting for a connection");
+    kvt_sleep_ms(3500); /* past the 3 s dial timeout that would have failed it */
+    cr_assert_eq(atomic_load(&g_calls), 0, "callback ran after kvc_call_cancel");
+    kvc_close(c);
+    cr_assert_eq(atomic_load(&g_calls), 0);
 }
