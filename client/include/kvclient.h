@@ -199,6 +199,33 @@ KVC_API int kvc_call_unary_md_async(kvc_client *c, const char *method, const uin
                                     const kvc_call_md *md, kvc_unary_cb cb, void *arg,
                                     kvc_error *err);
 
+/*
+ * Cancellable unary calls. kvc_call_unary_start is kvc_call_unary_md_async that also returns
+ * a handle to the call in *out (required); everything else is the same (0 when queued, or
+ * -code without calling cb and with *out NULL).
+ *
+ * kvc_call_cancel(h) cancels the call if it has not finished and releases the handle, as
+ * kvc_bidi_free does for a stream: after it returns, cb is not running and will never run
+ * again. A call still waiting for a connection or a retry is dropped (nothing reaches the
+ * server); a call in flight is reset (RST_STREAM CANCEL, flushed at once: the server sees a
+ * cancelled gRPC call, as a Go client's cancelled context; a write may or may not have been
+ * applied). Returns 1 when it cancelled the call (cb never ran and never will), 0 when cb had
+ * already run (the handle is only released). Works the same from cb itself (returns 0).
+ *
+ * Ownership: every handle is the caller's until it is given to kvc_call_cancel, EXACTLY once,
+ * whether or not the call has finished (the handle stays valid after cb ran, and even after
+ * kvc_close, which finishes every call: cancel then only frees the handle). h may be NULL.
+ * Threads: callable from any thread, including the client's callbacks (then it does not
+ * wait); from another thread it waits for the I/O thread to act (quick: it never waits for
+ * the network). Must not race kvc_close on the same client.
+ */
+typedef struct kvc_call kvc_call;
+KVC_API int kvc_call_unary_start(kvc_client *c, const char *method, const uint8_t *req,
+                                 size_t req_len, uint32_t timeout_ms, int flags,
+                                 const kvc_call_md *md, kvc_unary_cb cb, void *arg, kvc_call **out,
+                                 kvc_error *err);
+KVC_API int kvc_call_cancel(kvc_call *h);
+
 /* Free memory returned by this library (packed responses). NULL is fine. */
 KVC_API void kvc_free(void *p);
 

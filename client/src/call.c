@@ -4,7 +4,9 @@
  * deadlines, and the synchronous wrapper.
  *
  * A call is owned by the I/O thread once posted; it is freed in its timer's close callback
- * after its completion callback ran exactly once.
+ * after its completion callback ran exactly once, or after kvc_call_cancel dropped it (no
+ * callback). A call started with a handle (kvc_call_unary_start) holds a second reference,
+ * the caller's, given back by kvc_call_cancel; the struct is freed at zero.
  */
 #include "internal.h"
 
@@ -46,15 +48,21 @@ static struct kvc_call_list *list_of(kvc_client *c, struct kvc_call *call)
     }
 }
 
-static void call_free_cb(uv_handle_t *h)
+static void call_unref(struct kvc_call *call)
 {
-    struct kvc_call *call = h->data;
+    if (atomic_fetch_sub(&call->refs, 1) != 1)
+        return;
     kvc_md_free(&call->md);
     free(call->path);
     free(call->req);
     free(call->resp);
     kvc_rbuf_free(&call->s.rb);
     free(call);
+}
+
+static void call_free_cb(uv_handle_t *h)
+{
+    call_unref(h->data); /* the loop's reference */
 }
 
 static void call_detach(struct kvc_call *call, int reset)
@@ -87,7 +95,33 @@ static void call_finish(struct kvc_call *call, int code, const char *msg, int re
         call->resp = NULL;
         call->cb(call->arg, 0, NULL, resp, n);
     }
+    atomic_store(&call->completed, 1); /* after the callback: kvc_call_cancel need not wait */
     uv_close((uv_handle_t *)&call->timer, call_free_cb);
+}
+
+/* kvc_call_cancel: end the call without its callback (RST_STREAM CANCEL when in flight). */
+static void call_drop(struct kvc_call *call)
+{
+    kvc_client *c = call->c;
+    call_detach(call, 1);
+    call->state = CALL_DONE;
+    uv_timer_stop(&call->timer);
+    atomic_fetch_sub(&c->pending, 1);
+    atomic_store(&call->completed, 1);
+    uv_close((uv_handle_t *)&call->timer, call_free_cb);
+    kvc_conn_flush(c);
+}
+
+int kvc_call_cancel_loop(struct kvc_call *call)
+{
+    if (call->state == CALL_DONE)
+        return 0;
+    if (call->state == CALL_QUEUED) { /* its CMD_CALL is still queued: kvc_call_start drops it */
+        call->cancelled = 1;
+        return 1;
+    }
+    call_drop(call);
+    return 1;
 }
 
 static void call_timer_cb(uv_timer_t *t);
@@ -217,6 +251,10 @@ void kvc_call_start(struct kvc_call *call)
     kvc_client *c = call->c;
     uv_timer_init(&c->lg->loop, &call->timer);
     call->timer.data = call;
+    if (call->cancelled) {
+        call_drop(call);
+        return;
+    }
     if (c->closing) {
         call_finish(call, KVC_CANCELLED, "kvclient: client closed", 0);
         return;
@@ -352,8 +390,11 @@ void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err)
 /* Queue a call of method (unary when on_msg is NULL, server streaming otherwise). */
 static int call_submit(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                        uint32_t timeout_ms, int flags, const kvc_call_md *md,
-                       kvc_stream_msg_cb on_msg, kvc_unary_cb cb, void *arg, kvc_error *err)
+                       kvc_stream_msg_cb on_msg, kvc_unary_cb cb, void *arg, kvc_call **out,
+                       kvc_error *err)
 {
+    if (out)
+        *out = NULL;
     if (!c || !method || method[0] != '/' || (!req && req_len) || !cb)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     if (req_len > 0x7fffffffu)
@@ -397,6 +438,10 @@ static int call_submit(kvc_client *c, const char *method, const uint8_t *req, si
     call->cmd.type = CMD_CALL;
     call->cmd.c = c;
     call->cmd.p = call;
+    atomic_init(&call->refs, out ? 2 : 1); /* the loop's, and the caller's handle */
+    atomic_init(&call->completed, 0);
+    if (out)
+        *out = call;
     KVC_STAT_INC(c, calls_started);
     kvc_loop_post(c->lg, &call->cmd);
     return 0;
@@ -414,14 +459,41 @@ oom:
 int kvc_call_unary_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                          uint32_t timeout_ms, int flags, kvc_unary_cb cb, void *arg, kvc_error *err)
 {
-    return call_submit(c, method, req, req_len, timeout_ms, flags, NULL, NULL, cb, arg, err);
+    return call_submit(c, method, req, req_len, timeout_ms, flags, NULL, NULL, cb, arg, NULL, err);
 }
 
 int kvc_call_unary_md_async(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
                             uint32_t timeout_ms, int flags, const kvc_call_md *md, kvc_unary_cb cb,
                             void *arg, kvc_error *err)
 {
-    return call_submit(c, method, req, req_len, timeout_ms, flags, md, NULL, cb, arg, err);
+    return call_submit(c, method, req, req_len, timeout_ms, flags, md, NULL, cb, arg, NULL, err);
+}
+
+int kvc_call_unary_start(kvc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                         uint32_t timeout_ms, int flags, const kvc_call_md *md, kvc_unary_cb cb,
+                         void *arg, kvc_call **out, kvc_error *err)
+{
+    if (!out)
+        return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
+    return call_submit(c, method, req, req_len, timeout_ms, flags, md, NULL, cb, arg, out, err);
+}
+
+int kvc_call_cancel(kvc_call *call)
+{
+    if (!call)
+        return 0;
+    int dropped = 0;
+    /* completed is set after the callback returned: nothing of the client is touched then
+     * (the handle may outlive kvc_close). */
+    if (!atomic_load(&call->completed)) {
+        kvc_client *c = call->c;
+        if (kvc_loop_on_thread(c->lg))
+            dropped = kvc_call_cancel_loop(call);
+        else
+            dropped = kvc_loop_run_cmd(c, &call->ccmd, CMD_CALL_CANCEL, call, NULL);
+    }
+    call_unref(call); /* the caller's reference */
+    return dropped;
 }
 
 int kvc_md_copy(struct kvc_md *dst, const kvc_call_md *src)
@@ -448,7 +520,7 @@ int kvc_call_stream_async(kvc_client *c, const char *method, const uint8_t *req,
     if (!on_msg)
         return kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: invalid argument");
     /* flags 0: retried only when the server provably did not start it (no message seen) */
-    return call_submit(c, method, req, req_len, timeout_ms, 0, NULL, on_msg, done, arg, err);
+    return call_submit(c, method, req, req_len, timeout_ms, 0, NULL, on_msg, done, arg, NULL, err);
 }
 
 struct sync_ctx {

@@ -108,6 +108,9 @@ void kvc_dispatch(struct kvc_cmd *cmd)
         if (cmd->w)
             kvc_waiter_signal(cmd->w, 0, NULL);
         break;
+    case CMD_CALL_CANCEL:
+        kvc_waiter_signal(cmd->w, kvc_call_cancel_loop(cmd->p), NULL);
+        break;
     case CMD_WATCH_PROGRESS: {
         kvc_error e;
         int rc = kvc_watch_progress_loop(c, &e);

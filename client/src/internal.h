@@ -48,7 +48,8 @@ enum kvc_cmd_type {
     CMD_BIDI_OPEN,
     CMD_BIDI_KICK,
     CMD_BIDI_FREE,
-    CMD_BIDI_FAILOVER
+    CMD_BIDI_FAILOVER,
+    CMD_CALL_CANCEL
 };
 
 struct kvc_cmd {
@@ -214,6 +215,12 @@ struct kvc_call {
     void *arg;
     kvc_stream_msg_cb on_msg; /* server-streaming call: every response message; NULL: unary */
     struct kvc_md md;
+    /* kvc_call_unary_start / kvc_call_cancel: the call is reference counted (the loop's until
+     * its timer is closed, the caller's handle until kvc_call_cancel) and freed at zero. */
+    atomic_int refs;
+    atomic_int completed; /* loop writes, any reads: 1 once finished (after its callback) */
+    int cancelled;        /* loop: cancelled before its CMD_CALL ran */
+    struct kvc_cmd ccmd;  /* CMD_CALL_CANCEL */
 };
 
 struct kvc_call_list {
@@ -231,6 +238,9 @@ void kvc_calls_on_conn_lost(kvc_client *c, const char *reason);
 void kvc_calls_fail_all(kvc_client *c, int code, const char *msg);
 void kvc_call_on_stream_close(struct kvc_call *call, uint32_t h2err);
 void kvc_call_on_data(struct kvc_call *call, const uint8_t *d, size_t n);
+/* CMD_CALL_CANCEL / kvc_call_cancel on the I/O thread: 1 if the call was dropped (its
+ * callback will never run), 0 if it had already finished. */
+int kvc_call_cancel_loop(struct kvc_call *call);
 /* A server-streaming call: as kvc_call_unary_async, but every response message goes to
  * on_msg (memory: one message at a time, at most max_response_bytes) and done gets no
  * response (resp NULL). Never retried once a message was delivered: only a stream the server

@@ -2,7 +2,7 @@
  * proxy_unary.c - unary calls forwarded as raw bytes (docs/proxy.md, "Unary calls").
  *
  * A client's request message goes up unchanged on the proxy's one upstream connection
- * (kvc_call_unary_async); the member's response bytes, or its grpc-status and grpc-message,
+ * (kvc_call_unary_start); the member's response bytes, or its grpc-status and grpc-message,
  * come back through the bridge and are relayed unchanged. Reads (Range, TimeToLive, Leases,
  * MemberList, Status, Hash, HashKV, the Auth reads, Election.Leader, Health.Check) are marked
  * idempotent, so libkvclient retries them
@@ -18,9 +18,17 @@
  * the upstream see it, and an OK answer stripped before the cache and the client do: the
  * cache keys and invalidates in the members' key space and stores what clients get.
  *
+ * Cancellation: a client call cancelled (RST_STREAM, or its connection gone) cancels its
+ * upstream call (kvc_call_cancel: RST_STREAM CANCEL to the member), as etcd's proxy does
+ * through its Go context: a v3lock Lock or an Election Campaign left waiting is withdrawn by
+ * the member instead of acquiring for a client that has gone.
+ *
  * Ownership: one fwd per forwarded call, owned by the proxy loop from the forward until its
- * completion event; a cancelled client call only clears fwd->call. Bound:
- * --max-pending-requests forwarded calls without an answer.
+ * completion event, or until the cancel when kvc_call_cancel dropped the upstream call before
+ * its completion (then no event comes); a cancel after the completion was queued on the
+ * bridge only clears fwd->call and the event frees the fwd. fwd->up is the handle, given back
+ * exactly once (cancel or event). Bound: --max-pending-requests forwarded calls without an
+ * answer.
  */
 #include "proxy/proxy_int.h"
 
@@ -35,6 +43,7 @@ typedef struct fwd {
     kv_grpc_call *call; /* NULL once the client went away */
     void *ctag;         /* the range cache's (kv_proxy_kvcache_done) */
     const char *method; /* static (the method table's) */
+    kvc_call *up;       /* the upstream call's handle; NULL once given back */
 } fwd;
 
 static int is_read(const char *m)
@@ -155,6 +164,8 @@ static int ns_prefix(kv_proxy *p, kv_grpc_call *call, const char *method, const 
 void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
 {
     fwd *f = ev->target;
+    (void)kvc_call_cancel(f->up); /* finished: only releases the handle */
+    f->up = NULL;
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
     ns_strip(p, f->method, ev);
@@ -210,8 +221,9 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     kvc_error e;
     kvc_call_md md;
     kv_proxy_call_md(call, &md);
-    int rc = kvc_call_unary_md_async(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
-                                     is_read(method) ? KVC_IDEMPOTENT : 0, &md, on_done_io, f, &e);
+    int rc =
+        kvc_call_unary_start(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
+                             is_read(method) ? KVC_IDEMPOTENT : 0, &md, on_done_io, f, &f->up, &e);
     if (rc != 0) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         free(f);
@@ -232,8 +244,20 @@ out:
 void kv_proxy_unary_on_cancel(kv_grpc_call *call)
 {
     fwd *f = kv_grpc_call_data(call);
-    if (f)
-        f->call = NULL; /* freed when its completion arrives */
+    if (!f)
+        return;
+    kv_proxy *p = f->p;
+    kv_grpc_call_set_data(call, NULL);
+    f->call = NULL;
+    kvc_call *up = f->up;
+    f->up = NULL;
+    if (kvc_call_cancel(up) != 1)
+        return; /* its completion is already on the bridge: the event frees f */
+    /* dropped upstream (RST_STREAM CANCEL sent): no completion will come */
+    p->unary_pending--;
+    kv_metric_set(p->m_unary_pending, p->unary_pending);
+    kv_proxy_kvcache_done(p, f->ctag, KV_GRPC_CANCELLED, NULL, 0);
+    free(f);
 }
 
 int kv_proxy_unary_init(kv_proxy *p)
