@@ -205,7 +205,11 @@ static int pb_load_main(int argc, char **argv)
             ld->ttl = atoi(v);
         else if (!strcmp(a, "-l"))
             ld->loops = atoi(v);
-        else
+        else if (!strcmp(a, "-N")) {
+            /* the agents' machines: on this shared box, below the members and proxies */
+            if (setpriority(PRIO_PROCESS, 0, atoi(v)) != 0)
+                return 1;
+        } else
             return 2;
         i++;
     }
@@ -280,6 +284,7 @@ static int pb_load_main(int argc, char **argv)
 
 struct pb_opts {
     int both, n, p, loads, ttl, window, loops, repeats, idle_s;
+    int load_nice; /* -N: nice value of the load processes (0) */
     kv_it_kind kind;
     char self[PATH_MAX];
 };
@@ -581,14 +586,15 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
         used += (size_t)snprintf(eparg + used, sizeof eparg - used, "%s%s", i ? "," : "", px[i].ep);
     int per = o->n / o->loads;
     for (int i = 0; i < o->loads; i++) {
-        char a_n[16], a_o[16], a_t[16], a_l[16], log[PATH_MAX];
+        char a_n[16], a_o[16], a_t[16], a_l[16], a_nice[16], log[PATH_MAX];
         snprintf(a_n, sizeof a_n, "%d", i == o->loads - 1 ? o->n - per * i : per);
         snprintf(a_o, sizeof a_o, "%d", per * i);
         snprintf(a_t, sizeof a_t, "%d", o->ttl);
         snprintf(a_l, sizeof a_l, "%d", o->loops);
+        snprintf(a_nice, sizeof a_nice, "%d", o->load_nice);
         snprintf(log, sizeof log, "%s/load%d.log", c->dir, i + 1);
-        const char *argv[] = {o->self, "load", eparg, "-n", a_n, "-o",
-                              a_o,     "-t",   a_t,   "-l", a_l, NULL};
+        const char *argv[] = {o->self, "load", eparg, "-n", a_n,  "-o",   a_o,
+                              "-t",    a_t,    "-l",  a_l,  "-N", a_nice, NULL};
         kvt_proc_init(&lp[i], log);
         if ((rc = kvt_proc_spawn(&lp[i], argv)))
             goto out;
@@ -695,7 +701,7 @@ static void pb_usage(void)
 {
     fprintf(stderr, "usage: proxybench [-k kvd|etcd|both] [-n agents] [-p proxies] "
                     "[-L load_procs] [-t ttl_s] [-d window_s] [-l loop_threads] "
-                    "[-r repeats] [-i idle_put_s]\n");
+                    "[-r repeats] [-i idle_put_s] [-N load_nice]\n");
     exit(2);
 }
 
@@ -735,6 +741,8 @@ int main(int argc, char **argv)
             o.repeats = atoi(v);
         else if (!strcmp(a, "-i"))
             o.idle_s = atoi(v);
+        else if (!strcmp(a, "-N"))
+            o.load_nice = atoi(v);
         else
             pb_usage();
         i++;
