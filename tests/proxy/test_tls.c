@@ -85,7 +85,7 @@ static void start_member(void)
 /* Spawns the proxy in front of the member with TLS on both sides; upstream_ca and cert are
  * the certificate file names of its --cacert and --cert ("x.pem": its key is "x-key.pem").
  * Does not wait. */
-static void spawn_proxy(const char *upstream_ca, const char *cert)
+static void spawn_proxy_with(const char *upstream_ca, const char *cert, const char *extra)
 {
     char key[64];
     snprintf(key, sizeof key, "%.*s-key.pem", (int)(strlen(cert) - 4), cert);
@@ -119,9 +119,16 @@ static void spawn_proxy(const char *upstream_ca, const char *cert)
     argv[n++] = tls_fx_path(&g_f, "ca.pem");
     if (!is_etcd())
         argv[n++] = "--dial-timeout=2s"; /* kvd's flag; etcd's proxy dials with 5 s */
+    if (extra)
+        argv[n++] = extra;
     argv[n] = NULL;
     kvt_proc_init(&g_p.proc, g_p.log);
     cr_assert_eq(kvt_proc_spawn(&g_p.proc, argv), 0, "spawn the proxy");
+}
+
+static void spawn_proxy(const char *upstream_ca, const char *cert)
+{
+    spawn_proxy_with(upstream_ca, cert, NULL);
 }
 
 /* A libkvclient client of url; ca/cert: certificate file names (NULL: none). */
@@ -431,6 +438,21 @@ Test(proxy_tls, wrong_upstream_ca, .fini = fini, .timeout = 120)
         cr_assert(file_has(g_p.log, "certificate verify failed"), "log %s", g_p.log);
 }
 
+/* --insecure-skip-tls-verify: the same wrong CA, and the proxy serves (the member's
+ * certificate is not verified; the proxy's client certificate is still sent). */
+Test(proxy_tls, insecure_skip_tls_verify_upstream, .fini = fini, .timeout = 60)
+{
+    start_member();
+    spawn_proxy_with("ca2.pem", "proxy.pem", "--insecure-skip-tls-verify");
+    wait_proxy_serving();
+    kvt_cmd_result r;
+    CTL_OK(r, "put", "k", "insecure");
+    kvt_cmd_result_free(&r);
+    CTL_OK(r, "get", "k", "--print-value-only");
+    cr_assert_str_eq(r.out, "insecure\n");
+    kvt_cmd_result_free(&r);
+}
+
 /* etcd's proxy refuses an upstream certificate with a Common Name (a member with
  * --client-cert-auth would take the CN as the user of every proxied call): it exits at
  * start with "cert has non empty Common Name (<cn>)"; kvd's does the same. */
@@ -443,4 +465,25 @@ Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout
     cr_assert(WIFEXITED(g_p.proc.last_status) && WEXITSTATUS(g_p.proc.last_status) != 0,
               "status %d", g_p.proc.last_status);
     cr_assert(file_has(g_p.log, "cert has non empty Common Name (root)"), "log %s", g_p.log);
+}
+
+/* An https:// --metrics-addr: etcd serves /metrics over TLS there; kvd's proxy does not yet
+ * and refuses it (it used to serve plain HTTP on it). */
+Test(proxy_tls, https_metrics_addr_refused, .timeout = 30)
+{
+    if (is_etcd())
+        cr_skip_test("kvd's refusal; etcd's proxy serves TLS on an https --metrics-addr");
+    char bin[PATH_MAX];
+    const char *argv[] = {tls_fx_kvd_bin(bin, sizeof bin),
+                          "grpc-proxy",
+                          "start",
+                          "--endpoints=127.0.0.1:1",
+                          "--listen-addr=127.0.0.1:0",
+                          "--metrics-addr=https://127.0.0.1:0",
+                          NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
+    cr_assert(strstr(r.err, "--metrics-addr: https is not supported"), "%s", r.err);
+    kvt_cmd_result_free(&r);
 }
