@@ -9,6 +9,9 @@
 #include "metrics/process_metrics.h"
 #include "net/tls.h"
 
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,9 +99,27 @@ int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
                                kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
 }
 
+/* An upstream call or stream that ended without a member's answer (libkvclient's own
+ * UNAVAILABLE "kvclient: ...": no connection, e.g. a TLS handshake the member refused or
+ * whose certificate did not verify) is logged with its reason, at most once per 5 s: the
+ * clients get the error, the operator the cause. */
+static void log_upstream_failure(kv_proxy *p, const kv_proxy_ev *ev)
+{
+    if (ev->code != KVC_UNAVAILABLE || !ev->buf ||
+        strncmp((const char *)ev->buf, "kvclient:", 9) != 0)
+        return;
+    uint64_t now = uv_now(p->loop);
+    if (p->upstream_warned && now - p->upstream_warned_ms < 5000)
+        return;
+    p->upstream_warned = 1;
+    p->upstream_warned_ms = now;
+    fprintf(stderr, "kvd grpc-proxy: warning: upstream unavailable: %s\n", (const char *)ev->buf);
+}
+
 static void on_event(void *app, kv_proxy_ev *ev)
 {
     kv_proxy *p = app;
+    log_upstream_failure(p, ev);
     switch (ev->kind) {
     case KV_PROXY_EV_UNARY:
         kv_proxy_unary_on_event(p, ev);
@@ -135,9 +156,42 @@ static double bridge_queued(void *arg)
     return (double)kv_proxy_bridge_queued(&((kv_proxy *)arg)->bridge);
 }
 
+/* etcd 3.4's proxy (its upstream TLSInfo has EmptyCN): the --cert certificate must have no
+ * Common Name. A member with --client-cert-auth takes a certificate's CN as the user of
+ * every call on the connection, and the proxy's connection carries all its clients' calls.
+ * etcd's text: "cert has non empty Common Name (<cn>)". */
+static int check_empty_cn(const char *path, char *err, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int rc = -errno;
+        snprintf(err, cap, "--cert %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    if (!x) {
+        snprintf(err, cap, "--cert %s: no PEM certificate", path);
+        return -EINVAL;
+    }
+    char cn[256] = "";
+    int n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn);
+    X509_free(x);
+    if (n > 0) {
+        snprintf(err, cap, "cert has non empty Common Name (%s)", cn);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static int open_upstream(kv_proxy *p, char *err, size_t cap)
 {
     const kv_proxy_config *cfg = p->cfg;
+    if (cfg->cert) {
+        int rc = check_empty_cn(cfg->cert, err, cap);
+        if (rc < 0)
+            return rc;
+    }
     kvc_config kc;
     kvc_config_default(&kc);
     kc.endpoints = cfg->endpoints;

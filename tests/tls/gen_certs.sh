@@ -6,6 +6,8 @@
 #   client.pem/client-key.pem  signed by CA 1, CN "root" (clientAuth)
 #   ca2.pem/ca2-key.pem        CA 2 (another CA)
 #   other.pem/other-key.pem    signed by CA 2, same SANs as server.pem
+#   proxy.pem/proxy-key.pem    signed by CA 1, no CN (clientAuth): a grpc-proxy's upstream
+#                              certificate (etcd's proxy refuses one with a Common Name)
 set -eu
 d=$1
 mkdir -p "$d"
@@ -25,8 +27,8 @@ mkca() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
         -subj "/CN=$2" -keyout "$1-key.pem" -out "$1.pem" 2>/dev/null
 }
-mkcert() { # name ca cn ext
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$3" \
+mkcert() { # name ca subject ext
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "$3" \
         -keyout "$1-key.pem" -out "$1.csr" 2>/dev/null
     openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2-key.pem" -CAcreateserial -days 2 \
         -extfile ext.cnf -extensions "$4" -out "$1.pem" 2>/dev/null
@@ -34,12 +36,13 @@ mkcert() { # name ca cn ext
 }
 mkca ca "kvd test CA"
 mkca ca2 "kvd other CA"
-mkcert server ca "kvd member" srv
-mkcert client ca root cli
-mkcert other ca2 "kvd member" srv
+mkcert server ca "/CN=kvd member" srv
+mkcert client ca /CN=root cli
+mkcert other ca2 "/CN=kvd member" srv
+mkcert proxy ca "/O=kvd proxy" cli
 # revoked.pem/revoked-key.pem: signed by CA 1 like client.pem, CN "root", and listed in
 # crl.pem (CA 1's certificate revocation list; etcd's --client-crl-file / --peer-crl-file).
-mkcert revoked ca root cli
+mkcert revoked ca /CN=root cli
 mkdir -p crldb
 : > crldb/index.txt
 echo 01 > crldb/crlnumber

@@ -69,7 +69,7 @@ int tls_fx_start(tls_fx *f, const char *const *extra)
     kvt_proc_init(&f->kvd, log);
     const char *argv[40];
     int n = 0;
-    argv[n++] = tls_fx_kvd_bin(bin, sizeof(bin));
+    argv[n++] = f->bin ? f->bin : tls_fx_kvd_bin(bin, sizeof(bin));
     argv[n++] = "--name=n1";
     argv[n++] = dd;
     argv[n++] = lc;

@@ -20,8 +20,9 @@ typedef struct tls_fx {
     char url[64];        /* https://127.0.0.1:<client_port> */
     char paths[8][4200]; /* tls_fx_path results (ring) */
     unsigned next_path;
-    int no_cert;    /* 1: tls_fx_start passes no --cert-file/--key-file (--auto-tls tests) */
-    int keep_ports; /* 1: tls_fx_start reuses the ports of the last start (a restart) */
+    int no_cert;     /* 1: tls_fx_start passes no --cert-file/--key-file (--auto-tls tests) */
+    int keep_ports;  /* 1: tls_fx_start reuses the ports of the last start (a restart) */
+    const char *bin; /* the member's binary (borrowed); NULL: kvd (tls_fx_kvd_bin) */
 } tls_fx;
 
 /* The kvd binary ($KV_KVD_BIN, else $KV_BUILD_DIR/server/kvd). */

@@ -1,0 +1,489 @@
+/*
+ * proxy_tls: `kvd grpc-proxy start` with certificates on both sides, in front of one member
+ * whose client port is https with client-certificate auth (tests/tls's fixture and
+ * gen_certs.sh: CA 1 signs the server and client certificates, CA 2 is another CA):
+ *   - the proxy's listener: --cert-file/--key-file/--trusted-ca-file (client certificates
+ *     required); upstream: --cacert/--cert/--key (etcd 3.4's grpc-proxy flags) with a
+ *     certificate without a Common Name (proxy.pem: etcd's proxy refuses one with a CN, and
+ *     so does kvd's, with etcd's text);
+ *   - etcdctl 3.4 with --cacert/--cert/--key through the proxy: put/get, lease grant +
+ *     keep-alive --once, a watch that sees a put, lock; libkvclient over TLS through it;
+ *   - failures: a plaintext client, a client of another CA and a client without a
+ *     certificate fail fast against the TLS listener (the proxy keeps serving); a proxy whose
+ *     --cacert is another CA fails its calls with UNAVAILABLE and logs the handshake reason.
+ * KV_TEST_SERVER=etcd runs the same against an etcd member and `etcd grpc-proxy start`
+ * (the error texts and the timing of the wrong-CA calls are kvd's only).
+ */
+#include "../tls/tls_fixture.h"
+#include "kvclient.h"
+#include "kvt_cluster.h"
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct pxt {
+    kvt_proc proc;
+    uint16_t port, metrics_port;
+    char url[64]; /* https://127.0.0.1:<port> */
+    char log[PATH_MAX];
+} pxt;
+
+static tls_fx g_f;
+static pxt g_p;
+
+static int is_etcd(void)
+{
+    return kvt_target_from_env() == KV_TEST_SERVER_ETCD;
+}
+
+static const char *server_bin(char *buf, size_t cap)
+{
+    const char *b = getenv("KV_ETCD_BIN");
+    if (!is_etcd())
+        return tls_fx_kvd_bin(buf, cap);
+    snprintf(buf, cap, "%s", b && *b ? b : "/usr/bin/etcd");
+    return buf;
+}
+
+static void fini(void)
+{
+    if (g_p.proc.pid)
+        kvt_proc_kill9(&g_p.proc);
+    tls_fx_destroy(&g_f);
+}
+
+/* Certificates, then the member: https client port, --client-cert-auth with CA 1. */
+static void start_member(void)
+{
+    static char bin[PATH_MAX];
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-pxtls"), 0, "certificates");
+    g_f.bin = server_bin(bin, sizeof bin);
+    cr_assert_eq(kvt_port_free(&g_f.client_port), 0);
+    cr_assert_eq(kvt_port_free(&g_f.peer_port), 0);
+    cr_assert_eq(kvt_port_free(&g_f.metrics_port), 0);
+    g_f.keep_ports = 1;
+    char adv[96], iap[96];
+    snprintf(adv, sizeof adv, "--advertise-client-urls=https://127.0.0.1:%u", g_f.client_port);
+    snprintf(iap, sizeof iap, "--initial-advertise-peer-urls=http://127.0.0.1:%u", g_f.peer_port);
+    cr_assert_eq(tls_fx_start(&g_f, (const char *const[]){"--trusted-ca-file", "@ca.pem",
+                                                          "--client-cert-auth", adv, iap, NULL}),
+                 0, "member did not start (log %s)", g_f.kvd.log_path);
+}
+
+/* Spawns the proxy in front of the member with TLS on both sides; upstream_ca and cert are
+ * the certificate file names of its --cacert and --cert ("x.pem": its key is "x-key.pem").
+ * Does not wait. */
+static void spawn_proxy_with(const char *upstream_ca, const char *cert, const char *extra)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%.*s-key.pem", (int)(strlen(cert) - 4), cert);
+    char bin[PATH_MAX], eps[96], listen[64], metrics[64];
+    cr_assert_eq(kvt_port_free(&g_p.port), 0);
+    cr_assert_eq(kvt_port_free(&g_p.metrics_port), 0);
+    snprintf(g_p.url, sizeof g_p.url, "https://127.0.0.1:%u", g_p.port);
+    snprintf(eps, sizeof eps, "--endpoints=%s", g_f.url);
+    snprintf(listen, sizeof listen, "--listen-addr=127.0.0.1:%u", g_p.port);
+    snprintf(metrics, sizeof metrics, "--metrics-addr=http://127.0.0.1:%u", g_p.metrics_port);
+    snprintf(g_p.log, sizeof g_p.log, "%.4000s/proxy-%u.log", g_f.dir.path, g_p.port);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = server_bin(bin, sizeof bin);
+    argv[n++] = "grpc-proxy";
+    argv[n++] = "start";
+    argv[n++] = eps;
+    argv[n++] = listen;
+    argv[n++] = metrics;
+    argv[n++] = "--cacert";
+    argv[n++] = tls_fx_path(&g_f, upstream_ca);
+    argv[n++] = "--cert";
+    argv[n++] = tls_fx_path(&g_f, cert);
+    argv[n++] = "--key";
+    argv[n++] = tls_fx_path(&g_f, key);
+    argv[n++] = "--cert-file";
+    argv[n++] = tls_fx_path(&g_f, "server.pem");
+    argv[n++] = "--key-file";
+    argv[n++] = tls_fx_path(&g_f, "server-key.pem");
+    argv[n++] = "--trusted-ca-file";
+    argv[n++] = tls_fx_path(&g_f, "ca.pem");
+    if (!is_etcd())
+        argv[n++] = "--dial-timeout=2s"; /* kvd's flag; etcd's proxy dials with 5 s */
+    if (extra)
+        argv[n++] = extra;
+    argv[n] = NULL;
+    kvt_proc_init(&g_p.proc, g_p.log);
+    cr_assert_eq(kvt_proc_spawn(&g_p.proc, argv), 0, "spawn the proxy");
+}
+
+static void spawn_proxy(const char *upstream_ca, const char *cert)
+{
+    spawn_proxy_with(upstream_ca, cert, NULL);
+}
+
+/* A libkvclient client of url; ca/cert: certificate file names (NULL: none). */
+static kvc_client *client(const char *url, const char *ca, const char *cert, const char *key)
+{
+    const char *eps[] = {url};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 1;
+    cfg.dial_timeout_ms = 1500;
+    cfg.ca_file = ca ? tls_fx_path(&g_f, ca) : NULL;
+    cfg.cert_file = cert ? tls_fx_path(&g_f, cert) : NULL;
+    cfg.key_file = key ? tls_fx_path(&g_f, key) : NULL;
+    kvc_client *c = NULL;
+    kvc_error e = {0};
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "kvc_open %s: %s", url, e.message);
+    return c;
+}
+
+static kvc_client *tls_client(void)
+{
+    return client(g_p.url, "ca.pem", "client.pem", "client-key.pem");
+}
+
+/* Waits (10 s) until a get over TLS through the proxy succeeds. */
+static void wait_proxy_serving(void)
+{
+    kvc_client *c = tls_client();
+    kvc_error e = {0};
+    uint64_t end = kvt_now_ms() + 10000;
+    int rc = -1;
+    while (rc != 0 && kvt_now_ms() < end && kvt_proc_alive(&g_p.proc)) {
+        rc = kvc_get(c, "ready", 5, NULL, 1000, NULL, &e);
+        if (rc != 0)
+            kvt_sleep_ms(100);
+    }
+    kvc_close(c);
+    cr_assert_eq(rc, 0, "the proxy does not serve over TLS: %s (log %s)", e.message, g_p.log);
+}
+
+static void setup(void)
+{
+    start_member();
+    spawn_proxy("ca.pem", "proxy.pem");
+    wait_proxy_serving();
+}
+
+/* etcdctl (ETCDCTL_API=3) against url with the given arguments (NULL-terminated); tls 1:
+ * --cacert/--cert/--key of CA 1. */
+static void ctl_at(kvt_cmd_result *r, const char *url, int tls, uint32_t timeout_ms, ...)
+{
+    const char *argv[40];
+    char ep[96];
+    const char *ctl = getenv("KV_ETCDCTL_BIN");
+    int n = 0;
+    snprintf(ep, sizeof ep, "--endpoints=%s", url);
+    argv[n++] = ctl && *ctl ? ctl : "/usr/bin/etcdctl";
+    argv[n++] = ep;
+    argv[n++] = "--dial-timeout=2s";
+    argv[n++] = "--command-timeout=8s";
+    if (tls) {
+        argv[n++] = "--cacert";
+        argv[n++] = tls_fx_path(&g_f, "ca.pem");
+        argv[n++] = "--cert";
+        argv[n++] = tls_fx_path(&g_f, "client.pem");
+        argv[n++] = "--key";
+        argv[n++] = tls_fx_path(&g_f, "client-key.pem");
+    }
+    va_list ap;
+    va_start(ap, timeout_ms);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 39)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    const char *env[] = {"ETCDCTL_API=3", NULL};
+    cr_assert_eq(kvt_run(argv, env, NULL, 0, timeout_ms, r), 0, "run etcdctl");
+}
+
+#define CTL_OK(r, ...)                                                                             \
+    do {                                                                                           \
+        ctl_at(&(r), g_p.url, 1, 15000, __VA_ARGS__, NULL);                                        \
+        cr_assert_eq((r).exit_code, 0, "etcdctl failed: %s %s", (r).out, (r).err);                 \
+    } while (0)
+
+static int file_has(const char *path, const char *needle)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return 0;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+Test(proxy_tls, etcdctl_through_the_tls_proxy, .init = setup, .fini = fini, .timeout = 120)
+{
+    kvt_cmd_result r;
+    CTL_OK(r, "put", "k1", "v1");
+    cr_assert(strstr(r.out, "OK"), "%s", r.out);
+    kvt_cmd_result_free(&r);
+    CTL_OK(r, "get", "k1");
+    cr_assert_str_eq(r.out, "k1\nv1\n");
+    kvt_cmd_result_free(&r);
+
+    CTL_OK(r, "lease", "grant", "60");
+    char id[32] = "";
+    cr_assert_eq(sscanf(r.out, "lease %31s granted with TTL(60s)", id), 1, "%s", r.out);
+    kvt_cmd_result_free(&r);
+    CTL_OK(r, "lease", "keep-alive", "--once", id);
+    char want[96];
+    snprintf(want, sizeof want, "lease %s keepalived with TTL(60)", id);
+    cr_assert(strstr(r.out, want), "%s", r.out);
+    kvt_cmd_result_free(&r);
+
+    CTL_OK(r, "lock", "l1", "/bin/echo", "held");
+    cr_assert(strstr(r.out, "held"), "%s", r.out);
+    kvt_cmd_result_free(&r);
+
+    /* watch: puts through the proxy until the watcher (created at some point) reports one */
+    kvt_proc w;
+    char wlog[PATH_MAX], ep[96];
+    snprintf(wlog, sizeof wlog, "%.4000s/watch.log", g_f.dir.path);
+    snprintf(ep, sizeof ep, "--endpoints=%s", g_p.url);
+    kvt_proc_init(&w, wlog);
+    w.no_banner = 1;
+    const char *ctl = getenv("KV_ETCDCTL_BIN");
+    const char *wargv[] = {ctl && *ctl ? ctl : "/usr/bin/etcdctl",
+                           ep,
+                           "--cacert",
+                           tls_fx_path(&g_f, "ca.pem"),
+                           "--cert",
+                           tls_fx_path(&g_f, "client.pem"),
+                           "--key",
+                           tls_fx_path(&g_f, "client-key.pem"),
+                           "watch",
+                           "wk",
+                           NULL};
+    const char *wenv[] = {"ETCDCTL_API=3", NULL};
+    cr_assert_eq(kvt_proc_spawn_env(&w, wargv, wenv), 0);
+    int seen = 0;
+    uint64_t end = kvt_now_ms() + 10000;
+    while (!seen && kvt_now_ms() < end) {
+        CTL_OK(r, "put", "wk", "hello");
+        kvt_cmd_result_free(&r);
+        kvt_sleep_ms(300);
+        seen = file_has(wlog, "PUT\nwk\nhello");
+    }
+    kvt_proc_kill9(&w);
+    cr_assert(seen, "the watch through the TLS proxy saw no put (log %s)", wlog);
+    cr_assert(kvt_proc_alive(&g_p.proc));
+}
+
+Test(proxy_tls, libkvclient_through_the_tls_proxy, .init = setup, .fini = fini, .timeout = 120)
+{
+    kvc_client *c = tls_client();
+    kvc_error e = {0};
+    cr_assert_eq(kvc_put(c, "a", 1, "1", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_range_result rr;
+    cr_assert_eq(kvc_get(c, "a", 1, NULL, 5000, &rr, &e), 0, "%s", e.message);
+    cr_assert_eq(rr.n_kvs, 1);
+    cr_assert(rr.kvs[0].value_len == 1 && memcmp(rr.kvs[0].value, "1", 1) == 0);
+    kvc_range_result_free(&rr);
+    kvc_lease_grant_result g;
+    cr_assert_eq(kvc_lease_grant(c, 30, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+    kvc_lease_ttl_result tl;
+    cr_assert_eq(kvc_lease_time_to_live(c, g.id, 0, 5000, &tl, &e), 0, "%s", e.message);
+    cr_assert(tl.ttl > 0 && tl.ttl <= 30, "ttl %lld", (long long)tl.ttl);
+    kvc_lease_ttl_result_free(&tl);
+    kvc_close(c);
+
+    /* The proxy's certificate is not of CA 2: the client refuses it, with the reason. */
+    c = client(g_p.url, "ca2.pem", "client.pem", "client-key.pem");
+    uint64_t t0 = kvt_now_ms();
+    int rc = kvc_get(c, "a", 1, NULL, 5000, NULL, &e);
+    uint64_t took = kvt_now_ms() - t0;
+    kvc_close(c);
+    cr_assert_neq(rc, 0, "a proxy certificate of another CA must be refused");
+    cr_assert(strstr(e.message, "certificate verify failed"), "%s", e.message);
+    cr_assert_lt(took, 4000, "took %llu ms: %s", (unsigned long long)took, e.message);
+
+    /* --trusted-ca-file: the proxy requires a client certificate. */
+    c = client(g_p.url, "ca.pem", NULL, NULL);
+    t0 = kvt_now_ms();
+    rc = kvc_get(c, "a", 1, NULL, 5000, NULL, &e);
+    took = kvt_now_ms() - t0;
+    kvc_close(c);
+    cr_assert_neq(rc, 0, "the proxy must refuse a client without a certificate");
+    cr_assert_lt(took, 4000, "took %llu ms: %s", (unsigned long long)took, e.message);
+    /* ... and one signed by another CA */
+    c = client(g_p.url, "ca.pem", "other.pem", "other-key.pem");
+    rc = kvc_get(c, "a", 1, NULL, 5000, NULL, &e);
+    kvc_close(c);
+    cr_assert_neq(rc, 0, "the proxy must refuse a client certificate of another CA");
+    cr_assert(kvt_proc_alive(&g_p.proc));
+}
+
+Test(proxy_tls, plaintext_client_fails_fast, .init = setup, .fini = fini, .timeout = 120)
+{
+    /* h2c (the HTTP/2 preface in clear): the proxy closes the connection at once */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(g_p.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    uint64_t t0 = kvt_now_ms();
+    cr_assert_eq(write(fd, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
+    char buf[512];
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) > 0) /* a TLS alert at most, then the end */
+        ;
+    uint64_t took = kvt_now_ms() - t0;
+    int rerr = got < 0 ? errno : 0;
+    close(fd);
+    cr_assert(got == 0 || rerr == ECONNRESET, "read: %s", strerror(rerr));
+    cr_assert_lt(took, 2000, "the proxy held a plaintext connection %llu ms",
+                 (unsigned long long)took);
+
+    /* etcdctl without TLS: its client retries the refused connection until the command's
+     * deadline (3 s here), then fails; it does not hang */
+    char plain[64];
+    snprintf(plain, sizeof plain, "http://127.0.0.1:%u", g_p.port);
+    kvt_cmd_result r;
+    t0 = kvt_now_ms();
+    ctl_at(&r, plain, 0, 15000, "--command-timeout=3s", "get", "k1", NULL);
+    took = kvt_now_ms() - t0;
+    cr_assert(!r.timed_out && r.exit_code != 0, "plaintext etcdctl: %d %s %s", r.exit_code, r.out,
+              r.err);
+    cr_assert_lt(took, 6000, "took %llu ms: %s", (unsigned long long)took, r.err);
+    kvt_cmd_result_free(&r);
+
+    /* libkvclient without TLS: UNAVAILABLE */
+    kvc_client *c = client(plain, NULL, NULL, NULL);
+    kvc_error e = {0};
+    t0 = kvt_now_ms();
+    int rc = kvc_get(c, "k1", 2, NULL, 5000, NULL, &e);
+    took = kvt_now_ms() - t0;
+    kvc_close(c);
+    cr_assert_eq(rc, -KVC_UNAVAILABLE, "rc %d: %s", rc, e.message);
+    cr_assert_lt(took, 4000, "took %llu ms: %s", (unsigned long long)took, e.message);
+
+    /* the proxy keeps serving TLS clients */
+    cr_assert(kvt_proc_alive(&g_p.proc));
+    CTL_OK(r, "put", "k1", "after");
+    kvt_cmd_result_free(&r);
+}
+
+/* Waits until the proxy's port accepts TCP connections (10 s) or the proxy exits. */
+static int wait_listening(void)
+{
+    uint64_t end = kvt_now_ms() + 10000;
+    while (kvt_now_ms() < end && kvt_proc_alive(&g_p.proc)) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(g_p.port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return 0;
+        kvt_sleep_ms(50);
+    }
+    return -ETIMEDOUT;
+}
+
+/* The member's certificate is of CA 1, the proxy's --cacert is CA 2: the proxy starts, fails
+ * every call with UNAVAILABLE and the handshake's reason (within its --dial-timeout, 2 s),
+ * logs that reason and keeps running. etcd's proxy: the same log reason ("x509: certificate
+ * signed by unknown authority"); its calls wait for a connection until the client's deadline. */
+Test(proxy_tls, wrong_upstream_ca, .fini = fini, .timeout = 120)
+{
+    start_member();
+    spawn_proxy("ca2.pem", "proxy.pem");
+    cr_assert_eq(wait_listening(), 0, "the proxy does not listen (log %s)", g_p.log);
+
+    kvc_client *c = tls_client();
+    kvc_error e = {0};
+    uint64_t t0 = kvt_now_ms();
+    int rc = kvc_put(c, "k", 1, "v", 1, NULL, is_etcd() ? 3000 : 8000, NULL, &e);
+    uint64_t took = kvt_now_ms() - t0;
+    kvc_close(c);
+    cr_assert_neq(rc, 0, "a put through a proxy that cannot reach the member succeeded");
+    if (!is_etcd()) {
+        cr_assert_eq(rc, -KVC_UNAVAILABLE, "rc %d: %s", rc, e.message);
+        cr_assert(strstr(e.message, "certificate verify failed"), "%s", e.message);
+        cr_assert_lt(took, 6000, "took %llu ms: %s", (unsigned long long)took, e.message);
+    }
+
+    kvt_cmd_result r;
+    ctl_at(&r, g_p.url, 1, 15000, "--command-timeout=4s", "put", "k", "v", NULL);
+    cr_assert(!r.timed_out && r.exit_code != 0, "etcdctl: %d %s %s", r.exit_code, r.out, r.err);
+    if (!is_etcd())
+        cr_assert(strstr(r.err, "certificate verify failed"), "%s", r.err);
+    kvt_cmd_result_free(&r);
+
+    cr_assert(kvt_proc_alive(&g_p.proc), "the proxy exited (log %s)", g_p.log);
+    const char *why = is_etcd() ? "certificate signed by unknown authority"
+                                : "upstream unavailable: kvclient: no connection within 2000 "
+                                  "ms; last error: ";
+    cr_assert(file_has(g_p.log, why), "no reason in the log %s", g_p.log);
+    if (!is_etcd())
+        cr_assert(file_has(g_p.log, "certificate verify failed"), "log %s", g_p.log);
+}
+
+/* --insecure-skip-tls-verify: the same wrong CA, and the proxy serves (the member's
+ * certificate is not verified; the proxy's client certificate is still sent). */
+Test(proxy_tls, insecure_skip_tls_verify_upstream, .fini = fini, .timeout = 60)
+{
+    start_member();
+    spawn_proxy_with("ca2.pem", "proxy.pem", "--insecure-skip-tls-verify");
+    wait_proxy_serving();
+    kvt_cmd_result r;
+    CTL_OK(r, "put", "k", "insecure");
+    kvt_cmd_result_free(&r);
+    CTL_OK(r, "get", "k", "--print-value-only");
+    cr_assert_str_eq(r.out, "insecure\n");
+    kvt_cmd_result_free(&r);
+}
+
+/* etcd's proxy refuses an upstream certificate with a Common Name (a member with
+ * --client-cert-auth would take the CN as the user of every proxied call): it exits at
+ * start with "cert has non empty Common Name (<cn>)"; kvd's does the same. */
+Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout = 60)
+{
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-pxtls"), 0, "certificates");
+    snprintf(g_f.url, sizeof g_f.url, "https://127.0.0.1:1"); /* never dialed */
+    spawn_proxy("ca.pem", "client.pem");                      /* CN "root" */
+    cr_assert_eq(kvt_proc_wait(&g_p.proc, 10000), 0, "the proxy did not exit");
+    cr_assert(WIFEXITED(g_p.proc.last_status) && WEXITSTATUS(g_p.proc.last_status) != 0,
+              "status %d", g_p.proc.last_status);
+    cr_assert(file_has(g_p.log, "cert has non empty Common Name (root)"), "log %s", g_p.log);
+}
+
+/* An https:// --metrics-addr: etcd serves /metrics over TLS there; kvd's proxy does not yet
+ * and refuses it (it used to serve plain HTTP on it). */
+Test(proxy_tls, https_metrics_addr_refused, .timeout = 30)
+{
+    if (is_etcd())
+        cr_skip_test("kvd's refusal; etcd's proxy serves TLS on an https --metrics-addr");
+    char bin[PATH_MAX];
+    const char *argv[] = {tls_fx_kvd_bin(bin, sizeof bin),
+                          "grpc-proxy",
+                          "start",
+                          "--endpoints=127.0.0.1:1",
+                          "--listen-addr=127.0.0.1:0",
+                          "--metrics-addr=https://127.0.0.1:0",
+                          NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
+    cr_assert(strstr(r.err, "--metrics-addr: https is not supported"), "%s", r.err);
+    kvt_cmd_result_free(&r);
+}
