@@ -360,58 +360,45 @@ static int field_is(const char *k, const char *name)
     return strcasecmp(k, name) == 0;
 }
 
-int kv_proxy_naming_decode(const uint8_t *v, size_t len, char **addr, char **meta)
+/* One member of the object being walked: the reader is at its value (after ':' and spaces);
+ * the callback reads or skips that value and returns 0 or a negative error. */
+typedef int (*field_fn)(void *ctx, const char *key, rd *r);
+
+/* Walks the JSON value at r as json.Unmarshal does for a struct: "null" is a zero value, an
+ * object calls `field` once per member in order, anything else (or trailing text) is -EINVAL. */
+static int walk_object(rd *r, field_fn field, void *ctx)
 {
-    rd r = {v, v + len};
-    buf key = {0}, a = {0}, m = {0};
-    int has_meta = 0, rc = 0;
-    *addr = NULL;
-    *meta = NULL;
-    ws(&r);
-    if (lit(&r, "null") == 0)
-        goto end; /* a zero Update */
-    if (r.s >= r.e || *r.s++ != '{')
+    buf key = {0};
+    int rc = 0;
+    ws(r);
+    if (lit(r, "null") == 0)
+        goto end;
+    if (r->s >= r->e || *r->s++ != '{')
         return -EINVAL;
-    ws(&r);
-    if (r.s < r.e && *r.s == '}') {
-        r.s++;
+    ws(r);
+    if (r->s < r->e && *r->s == '}') {
+        r->s++;
         goto end;
     }
     for (;;) {
-        ws(&r);
+        ws(r);
         key.n = 0;
-        if ((rc = str(&r, &key)) < 0)
+        if ((rc = str(r, &key)) < 0)
             goto out;
-        ws(&r);
-        if (r.s >= r.e || *r.s++ != ':') {
+        ws(r);
+        if (r->s >= r->e || *r->s++ != ':') {
             rc = -EINVAL;
             goto out;
         }
-        ws(&r);
-        int is_null = r.s < r.e && *r.s == 'n';
-        if (field_is(key.d, "Addr") && !is_null) {
-            a.n = 0;
-            rc = str(&r, &a); /* not a string: Unmarshal fails, the record is skipped */
-        } else if (field_is(key.d, "Metadata")) {
-            m.n = 0;
-            has_meta = r.s < r.e && *r.s == '"';
-            rc = has_meta ? str(&r, &m) : skip(&r, 1);
-        } else if (field_is(key.d, "Op") && !is_null) {
-            int u8 = 0;
-            rc = num(&r, &u8);
-            if (rc == 0 && !u8)
-                rc = -EINVAL;
-        } else {
-            rc = skip(&r, 1);
-        }
-        if (rc < 0)
+        ws(r);
+        if ((rc = field(ctx, key.d, r)) < 0)
             goto out;
-        ws(&r);
-        if (r.s >= r.e) {
+        ws(r);
+        if (r->s >= r->e) {
             rc = -EINVAL;
             goto out;
         }
-        uint8_t c = *r.s++;
+        uint8_t c = *r->s++;
         if (c == '}')
             break;
         if (c != ',') {
@@ -420,86 +407,86 @@ int kv_proxy_naming_decode(const uint8_t *v, size_t len, char **addr, char **met
         }
     }
 end:
-    ws(&r);
-    if (r.s != r.e) {
+    ws(r);
+    if (r->s != r->e)
         rc = -EINVAL;
-        goto out;
-    }
-    if ((rc = put(&a, "", 0)) < 0 || (has_meta && (rc = put(&m, "", 0)) < 0))
-        goto out;
-    *addr = a.d;
-    a.d = NULL;
-    if (has_meta) {
-        *meta = m.d;
-        m.d = NULL;
-    }
 out:
     free(key.d);
-    free(a.d);
-    free(m.d);
     return rc;
+}
+
+typedef struct {
+    buf a, m;
+    int has_meta;
+} update_fields;
+
+static int update_field(void *ctx, const char *key, rd *r)
+{
+    update_fields *u = ctx;
+    int is_null = r->s < r->e && *r->s == 'n';
+    if (field_is(key, "Addr") && !is_null) {
+        u->a.n = 0;
+        return str(r, &u->a); /* not a string: Unmarshal fails, the record is skipped */
+    }
+    if (field_is(key, "Metadata")) {
+        u->m.n = 0;
+        u->has_meta = r->s < r->e && *r->s == '"';
+        return u->has_meta ? str(r, &u->m) : skip(r, 1);
+    }
+    if (field_is(key, "Op") && !is_null) {
+        int u8 = 0;
+        int rc = num(r, &u8);
+        return rc == 0 && !u8 ? -EINVAL : rc;
+    }
+    return skip(r, 1);
+}
+
+int kv_proxy_naming_decode(const uint8_t *v, size_t len, char **addr, char **meta)
+{
+    rd r = {v, v + len};
+    update_fields u = {0};
+    int rc;
+    *addr = NULL;
+    *meta = NULL;
+    if ((rc = walk_object(&r, update_field, &u)) < 0)
+        goto out;
+    if ((rc = put(&u.a, "", 0)) < 0 || (u.has_meta && (rc = put(&u.m, "", 0)) < 0))
+        goto out;
+    *addr = u.a.d;
+    u.a.d = NULL;
+    if (u.has_meta) {
+        *meta = u.m.d;
+        u.m.d = NULL;
+    }
+out:
+    free(u.a.d);
+    free(u.m.d);
+    return rc;
+}
+
+static int meta_field(void *ctx, const char *key, rd *r)
+{
+    buf *n = ctx;
+    if (field_is(key, "name") && !(r->s < r->e && *r->s == 'n')) {
+        n->n = 0;
+        return str(r, n);
+    }
+    return skip(r, 1);
 }
 
 int kv_proxy_naming_meta_name(const char *meta, char **name)
 {
     rd r = {(const uint8_t *)meta, (const uint8_t *)meta + strlen(meta)};
-    buf key = {0}, n = {0};
-    int rc = 0;
+    buf n = {0};
+    int rc;
     *name = NULL;
-    ws(&r);
-    if (lit(&r, "null") == 0)
-        goto end;
-    if (r.s >= r.e || *r.s++ != '{')
-        return -EINVAL;
-    ws(&r);
-    if (r.s < r.e && *r.s == '}') {
-        r.s++;
-        goto end;
-    }
-    for (;;) {
-        ws(&r);
-        key.n = 0;
-        if ((rc = str(&r, &key)) < 0)
-            goto out;
-        ws(&r);
-        if (r.s >= r.e || *r.s++ != ':') {
-            rc = -EINVAL;
-            goto out;
-        }
-        ws(&r);
-        if (field_is(key.d, "name") && !(r.s < r.e && *r.s == 'n')) {
-            n.n = 0;
-            rc = str(&r, &n);
-        } else {
-            rc = skip(&r, 1);
-        }
-        if (rc < 0)
-            goto out;
-        ws(&r);
-        if (r.s >= r.e) {
-            rc = -EINVAL;
-            goto out;
-        }
-        uint8_t c = *r.s++;
-        if (c == '}')
-            break;
-        if (c != ',') {
-            rc = -EINVAL;
-            goto out;
-        }
-    }
-end:
-    ws(&r);
-    if (r.s != r.e) {
-        rc = -EINVAL;
+    if ((rc = walk_object(&r, meta_field, &n)) < 0)
         goto out;
-    }
     if ((rc = put(&n, "", 0)) < 0)
         goto out;
     *name = n.d;
     n.d = NULL;
 out:
-    free(key.d);
     free(n.d);
     return rc;
 }
