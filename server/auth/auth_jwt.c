@@ -2,6 +2,7 @@
 #include "auth/auth_jwt.h"
 
 #include "common/base64.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -465,20 +466,7 @@ static int put_utf8(char *o, size_t *k, uint32_t c)
 
 static int hex4(const char *p, const char *e, uint32_t *v)
 {
-    if (e - p < 4)
-        return -EINVAL;
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0)
-            return -EINVAL;
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
+    return e - p < 4 || kv_hex4(p, v) < 0 ? -EINVAL : 0;
 }
 
 /* A JSON string at *pp (at the opening quote): *out malloc'ed, NUL-terminated; a NUL inside

@@ -1,5 +1,6 @@
 /* grpc_wire.c - see grpc_wire.h. */
 #include "grpc/grpc_wire.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -92,23 +93,14 @@ char *kv_grpc_percent_encode(const char *msg)
     return out;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 size_t kv_grpc_percent_decode(const char *in, size_t n, char *out)
 {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (in[i] == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
-            out[o++] = (char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
+        int hi = i + 2 < n ? kv_hex_digit((unsigned char)in[i + 1]) : -1;
+        int lo = i + 2 < n ? kv_hex_digit((unsigned char)in[i + 2]) : -1;
+        if (in[i] == '%' && hi >= 0 && lo >= 0) {
+            out[o++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
             out[o++] = in[i];

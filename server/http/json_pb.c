@@ -3,6 +3,7 @@
 #include "http/json_pb_int.h"
 
 #include "common/base64.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -60,25 +61,6 @@ static int lit(jparser *ps, const char *w)
         ps->p += n;
         return 1;
     }
-    return 0;
-}
-
-static int hex4(const char *s, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = (unsigned char)s[i], d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
-            return -1;
-        v = v * 16 + (unsigned)d;
-    }
-    *out = v;
     return 0;
 }
 
@@ -158,14 +140,14 @@ static int parse_string(jparser *ps, char **out, size_t *n)
             o[k++] = '\t';
             break;
         case 'u': {
-            unsigned cp, lo;
-            if (i + 4 >= raw + 0 || hex4(s + i + 1, &cp) != 0) {
+            uint32_t cp, lo;
+            if (i + 4 >= raw + 0 || kv_hex4(s + i + 1, &cp) != 0) {
                 free(o);
                 return fail(ps, "invalid \\u escape");
             }
             i += 4;
             if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < raw && s[i + 1] == '\\' && s[i + 2] == 'u' &&
-                hex4(s + i + 3, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
+                kv_hex4(s + i + 3, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 i += 6;
             } else if (cp >= 0xD800 && cp < 0xE000) {

@@ -4,6 +4,7 @@
  * any other value skipped after a syntax check, nesting bounded.
  */
 #include "proxy/proxy_naming.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -157,19 +158,9 @@ static void ws(rd *r)
 
 static int hex4(rd *r, uint32_t *v)
 {
-    if (r->e - r->s < 4)
+    if (r->e - r->s < 4 || kv_hex4((const char *)r->s, v) < 0)
         return -EINVAL;
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        uint8_t c = *r->s++;
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0)
-            return -EINVAL;
-        *v = (*v << 4) | (uint32_t)d;
-    }
+    r->s += 4;
     return 0;
 }
 
