@@ -4,6 +4,8 @@
  */
 #include "proxy/proxy_bridge.h"
 
+#include "common/status.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,4 +113,32 @@ size_t kv_proxy_bridge_queued(kv_proxy_bridge *b)
     size_t n = b->queued;
     pthread_mutex_unlock(&b->mu);
     return n;
+}
+
+void kv_proxy_bridge_post_reply(kv_proxy_bridge *b, int kind, void *target, int code,
+                                const char *msg, uint8_t *resp, size_t len,
+                                void (*resp_free)(void *))
+{
+    kv_proxy_ev *ev = NULL;
+    if (code == 0) {
+        ev = calloc(1, sizeof *ev);
+        if (ev) {
+            ev->kind = kind;
+            ev->target = target;
+            ev->buf = resp;
+            ev->len = len;
+            ev->buf_free = resp_free;
+            resp = NULL;
+        }
+    } else {
+        if (!msg)
+            msg = "";
+        ev = kv_proxy_ev_new(kind, target, code, msg, strlen(msg));
+    }
+    if (resp && resp_free)
+        resp_free(resp);
+    if (!ev)
+        ev = kv_proxy_ev_new(kind, target, KV_GRPC_RESOURCE_EXHAUSTED, "", 0);
+    if (ev)
+        kv_proxy_bridge_post(b, ev);
 }

@@ -75,4 +75,13 @@ void kv_proxy_bridge_drain(kv_proxy_bridge *b);
 void kv_proxy_bridge_close(kv_proxy_bridge *b);
 size_t kv_proxy_bridge_queued(kv_proxy_bridge *b);
 
+/* Any thread (a libkvclient unary callback): posts the outcome of a unary call to target.
+ * code 0: resp[0..len) is the reply, owned by the event from here on and freed with
+ * resp_free; otherwise resp is freed and the event carries code and msg (NULL: ""). Out of
+ * memory posts RESOURCE_EXHAUSTED without the reply, or nothing if even that fails (the
+ * client's call then ends at its deadline or its cancel). */
+void kv_proxy_bridge_post_reply(kv_proxy_bridge *b, int kind, void *target, int code,
+                                const char *msg, uint8_t *resp, size_t len,
+                                void (*resp_free)(void *));
+
 #endif

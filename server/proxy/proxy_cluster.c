@@ -185,27 +185,9 @@ out:
 static void range_io(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
 {
     op *o = arg;
-    kv_proxy_ev *ev;
-    if (status == 0) {
-        ev = calloc(1, sizeof *ev);
-        if (ev) {
-            ev->kind = KV_PROXY_EV_CLUSTER;
-            ev->target = o;
-            ev->buf = resp;
-            ev->len = len;
-            ev->buf_free = kvc_free;
-        }
-    } else {
-        const char *m = err ? err->message : "";
-        ev = kv_proxy_ev_new(KV_PROXY_EV_CLUSTER, o, err ? err->code : -status, m, strlen(m));
-    }
-    if (!ev) { /* out of memory: the client's call ends at its deadline or its cancel */
-        kvc_free(resp);
-        ev = kv_proxy_ev_new(KV_PROXY_EV_CLUSTER, o, KVC_RESOURCE_EXHAUSTED, "", 0);
-        if (!ev)
-            return;
-    }
-    kv_proxy_bridge_post(&o->p->bridge, ev);
+    int code = status == 0 ? 0 : err ? err->code : -status;
+    kv_proxy_bridge_post_reply(&o->p->bridge, KV_PROXY_EV_CLUSTER, o, code,
+                               err ? err->message : NULL, resp, len, kvc_free);
 }
 
 void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev)

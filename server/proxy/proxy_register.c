@@ -62,14 +62,9 @@ static void step(kv_proxy_reg *r);
 static void call_io(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
 {
     op *o = arg;
-    const char *m = status == 0 ? "" : err ? err->message : "";
     int code = status == 0 ? 0 : err ? err->code : -status;
-    kv_proxy_ev *ev = status == 0 ? kv_proxy_ev_new(KV_PROXY_EV_REG_CALL, o, 0, resp, len)
-                                  : kv_proxy_ev_new(KV_PROXY_EV_REG_CALL, o, code, m, strlen(m));
-    kvc_free(resp);
-    if (ev)
-        kv_proxy_bridge_post(&o->r->p->bridge, ev);
-    /* else out of memory: o leaks and the registration stalls until the next restart */
+    kv_proxy_bridge_post_reply(&o->r->p->bridge, KV_PROXY_EV_REG_CALL, o, code,
+                               err ? err->message : NULL, resp, len, kvc_free);
 }
 
 static void ka_io(void *arg, const kvc_ka_event *e)

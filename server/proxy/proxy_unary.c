@@ -85,27 +85,9 @@ uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call)
 static void on_done_io(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
 {
     fwd *f = arg;
-    kv_proxy_ev *ev;
-    if (status == 0) {
-        ev = calloc(1, sizeof *ev);
-        if (ev) {
-            ev->kind = KV_PROXY_EV_UNARY;
-            ev->target = f;
-            ev->buf = resp;
-            ev->len = len;
-            ev->buf_free = kvc_free;
-        }
-    } else {
-        const char *m = err ? err->message : "";
-        ev = kv_proxy_ev_new(KV_PROXY_EV_UNARY, f, err ? err->code : -status, m, strlen(m));
-    }
-    if (!ev) { /* out of memory: the client's call ends at its deadline or its cancel */
-        kvc_free(resp);
-        ev = kv_proxy_ev_new(KV_PROXY_EV_UNARY, f, KVC_RESOURCE_EXHAUSTED, "", 0);
-        if (!ev)
-            return;
-    }
-    kv_proxy_bridge_post(&f->p->bridge, ev);
+    int code = status == 0 ? 0 : err ? err->code : -status;
+    kv_proxy_bridge_post_reply(&f->p->bridge, KV_PROXY_EV_UNARY, f, code, err ? err->message : NULL,
+                               resp, len, kvc_free);
 }
 
 /* --namespace: the member's OK answer with the prefix stripped, in place of ev's bytes; an
