@@ -14,7 +14,7 @@ target_link_libraries(kv_net PUBLIC PkgConfig::UV)
 
 # TLS over OpenSSL memory BIOs, shared by the gRPC server and the peer transport.
 add_library(kv_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/net/tls.c
-  ${CMAKE_CURRENT_LIST_DIR}/net/tls_ciphers.c)
+  ${CMAKE_CURRENT_LIST_DIR}/net/tls_ciphers.c ${CMAKE_CURRENT_LIST_DIR}/net/tls_self.c)
 target_include_directories(kv_tls PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_tls PUBLIC PkgConfig::OPENSSL)
 

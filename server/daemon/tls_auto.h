@@ -23,14 +23,10 @@
 #include <stddef.h>
 
 #include "daemon/config.h"
+#include "net/tls_self.h"
 
 /* Fills cfg's cert/key paths (and cfg->peer_auto_verify_off) from the generated or reused
  * pair when --auto-tls / --peer-auto-tls apply. */
 int kv_tls_auto_prepare(kv_config *cfg, char *err, size_t errlen);
-
-/* Makes (or reuses) dir/cert.pem and dir/key.pem for hosts (n of them; IP literals become
- * IP SANs, other names DNS SANs), valid years years. Creates dir (mode 0700) if needed. */
-int kv_tls_self_cert(const char *dir, const char *const *hosts, size_t n, unsigned years, char *err,
-                     size_t errlen);
 
 #endif

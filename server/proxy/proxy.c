@@ -8,6 +8,7 @@
 #include "common/etcd_errors.h"
 #include "metrics/process_metrics.h"
 #include "net/tls.h"
+#include "net/tls_self.h"
 
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -213,20 +214,59 @@ static int open_upstream(kv_proxy *p, char *err, size_t cap)
     return 0;
 }
 
+/* --auto-tls without --cert-file: etcd's proxy makes (or reuses) a self-signed pair in
+ * <data-dir>/fixtures/proxy for the --listen-addr host, valid one year; *cert and *key are
+ * then paths in bufs of cap bytes. */
+static int auto_tls_files(const kv_proxy_config *cfg, char *cert, char *key, size_t cap, char *err,
+                          size_t errcap)
+{
+    char dir[1024];
+    if (snprintf(dir, sizeof dir, "%s/fixtures/proxy", cfg->data_dir) >= (int)sizeof dir ||
+        snprintf(cert, cap, "%s/cert.pem", dir) >= (int)cap ||
+        snprintf(key, cap, "%s/key.pem", dir) >= (int)cap) {
+        snprintf(err, errcap, "--data-dir too long for --auto-tls");
+        return -ENAMETOOLONG;
+    }
+    const char *hosts[] = {cfg->listen_host};
+    return kv_tls_self_cert(dir, hosts, 1, 1, err, errcap);
+}
+
+static int server_tls(kv_proxy *p, char *err, size_t cap)
+{
+    const kv_proxy_config *cfg = p->cfg;
+    char cert[1100], key[1100], ciphers[2048];
+    const char *cert_file = cfg->cert_file, *key_file = cfg->key_file;
+    int rc;
+    if (cfg->auto_tls && cert_file) {
+        fprintf(stderr, "kvd grpc-proxy: warning: ignoring --auto-tls since certs given\n");
+    } else if (cfg->auto_tls) {
+        if ((rc = auto_tls_files(cfg, cert, key, sizeof cert, err, cap)) < 0)
+            return rc;
+        cert_file = cert;
+        key_file = key;
+    }
+    if (!cert_file)
+        return 0;
+    if (cfg->listen_cipher_suites &&
+        (rc = kv_tls_cipher_list(cfg->listen_cipher_suites, ciphers, sizeof ciphers, err, cap)) < 0)
+        return rc;
+    kv_tls_options o = {.cert_file = cert_file,
+                        .key_file = key_file,
+                        .ca_file = cfg->trusted_ca_file,
+                        .server = 1,
+                        .verify_peer = cfg->trusted_ca_file != NULL,
+                        .crl_file = cfg->client_crl_file,
+                        .ciphers = cfg->listen_cipher_suites ? ciphers : NULL,
+                        .label = "client"};
+    return kv_tls_ctx_new(&p->server_tls, &o, err, cap);
+}
+
 static int start_grpc(kv_proxy *p, char *err, size_t cap)
 {
     const kv_proxy_config *cfg = p->cfg;
-    if (cfg->cert_file) {
-        kv_tls_options o = {.cert_file = cfg->cert_file,
-                            .key_file = cfg->key_file,
-                            .ca_file = cfg->trusted_ca_file,
-                            .server = 1,
-                            .verify_peer = cfg->trusted_ca_file != NULL,
-                            .label = "client"};
-        int rc = kv_tls_ctx_new(&p->server_tls, &o, err, cap);
-        if (rc < 0)
-            return rc;
-    }
+    int rc = server_tls(p, err, cap);
+    if (rc < 0)
+        return rc;
     kv_grpc_config gc;
     kv_grpc_config_default(&gc);
     gc.max_connections = cfg->max_connections;
@@ -237,8 +277,8 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
      * what bounds a proxy (docs/proxy.md "Memory per agent connection"). */
     gc.no_hpack_dynamic_table = 1;
     gc.tls = p->server_tls;
-    int rc = kv_grpc_server_init(&p->grpc, p->loop, &gc, methods,
-                                 sizeof methods / sizeof methods[0], p, p->metrics);
+    rc = kv_grpc_server_init(&p->grpc, p->loop, &gc, methods, sizeof methods / sizeof methods[0], p,
+                             p->metrics);
     if (rc < 0) {
         snprintf(err, cap, "gRPC server: %s", strerror(-rc));
         return rc;

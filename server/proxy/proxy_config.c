@@ -28,6 +28,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_cache_entries = 2048;
     c->max_cache_bytes = (size_t)64 << 20;
     c->max_resolver_members = 1000;
+    c->data_dir = "default.proxy";
 }
 
 const char *kv_proxy_config_usage(void)
@@ -40,6 +41,10 @@ const char *kv_proxy_config_usage(void)
            "  --insecure-skip-tls-verify   do not verify the members' certificates\n"
            "  --cert-file --key-file       client side TLS\n"
            "  --trusted-ca-file            require client certificates signed by this CA\n"
+           "  --auto-tls                   client side TLS with a self-signed certificate\n"
+           "  --data-dir=default.proxy     where --auto-tls keeps it (fixtures/proxy)\n"
+           "  --listen-cipher-suites=a,b   TLS 1.2 cipher suites of the client side (Go names)\n"
+           "  --client-crl-file            revoked client certificates (PEM/DER CRLs)\n"
            "  --dial-timeout=5s\n"
            "  --upstream-answer-timeout=3s renewals unanswered and the member silent: next "
            "endpoint\n"
@@ -183,14 +188,9 @@ static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"enable-pprof",
-                                      "auto-tls",
-                                      "discovery-srv",
+static const char *const not_yet[] = {"enable-pprof", "discovery-srv",
                                       "experimental-serializable-ordering",
-                                      "experimental-leasing-prefix",
-                                      "data-dir",
-                                      "listen-cipher-suites",
-                                      NULL};
+                                      "experimental-leasing-prefix", NULL};
 
 int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap)
 {
@@ -224,6 +224,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             c->insecure_skip_verify = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
+        if (strcmp(name, "auto-tls") == 0) {
+            c->auto_tls = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
         const char *v = eq ? eq + 1 : (i < argc ? argv[i++] : NULL);
         if (!v) {
             snprintf(err, cap, "flag --%s needs a value", name);
@@ -255,6 +259,12 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             c->key_file = v;
         } else if (strcmp(name, "trusted-ca-file") == 0) {
             c->trusted_ca_file = v;
+        } else if (strcmp(name, "data-dir") == 0) {
+            c->data_dir = v;
+        } else if (strcmp(name, "listen-cipher-suites") == 0) {
+            c->listen_cipher_suites = v[0] ? v : NULL;
+        } else if (strcmp(name, "client-crl-file") == 0) {
+            c->client_crl_file = v[0] ? v : NULL;
         } else if (strcmp(name, "dial-timeout") == 0) {
             rc = parse_duration_ms(v, &c->dial_timeout_ms);
         } else if (strcmp(name, "upstream-answer-timeout") == 0) {
@@ -321,6 +331,15 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
     }
     if (c->trusted_ca_file && !c->cert_file) {
         snprintf(err, cap, "--trusted-ca-file needs --cert-file and --key-file");
+        return -EINVAL;
+    }
+    /* etcd 3.4's proxy dereferences a nil TLS config here (a panic): kvd says why instead */
+    if (c->listen_cipher_suites && !c->cert_file && !c->auto_tls) {
+        snprintf(err, cap, "--listen-cipher-suites needs --cert-file/--key-file or --auto-tls");
+        return -EINVAL;
+    }
+    if (!c->data_dir[0]) {
+        snprintf(err, cap, "--data-dir: empty");
         return -EINVAL;
     }
     if ((c->cert == NULL) != (c->key == NULL)) {

@@ -31,7 +31,13 @@ typedef struct kv_proxy_config {
     /* client side TLS (etcd's --cert-file --key-file --trusted-ca-file: with a CA the proxy
      * requires and verifies client certificates) */
     const char *cert_file, *key_file, *trusted_ca_file;
-    uint32_t dial_timeout_ms; /* --dial-timeout (etcd's grpc-proxy: 5s... ours: 5000 ms) */
+    /* --auto-tls: without --cert-file, client side TLS with a self-signed certificate made
+     * (or reused) in <data-dir>/fixtures/proxy, as etcd's proxy (net/tls_self.h) */
+    int auto_tls;
+    const char *data_dir;             /* --data-dir (default.proxy): only --auto-tls writes it */
+    const char *listen_cipher_suites; /* --listen-cipher-suites: Go names (NULL: the policy) */
+    const char *client_crl_file;      /* --client-crl-file: client certificates refused */
+    uint32_t dial_timeout_ms;         /* --dial-timeout (etcd's grpc-proxy: 5s... ours: 5000 ms) */
     /* --upstream-answer-timeout (3s): renewals in flight on the upstream keepalive stream and
      * nothing at all received on it for this long: the member is taken as hung and the proxy
      * moves to the next endpoint */

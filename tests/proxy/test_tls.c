@@ -10,7 +10,9 @@
  *     keep-alive --once, a watch that sees a put, lock; libkvclient over TLS through it;
  *   - failures: a plaintext client, a client of another CA and a client without a
  *     certificate fail fast against the TLS listener (the proxy keeps serving); a proxy whose
- *     --cacert is another CA fails its calls with UNAVAILABLE and logs the handshake reason.
+ *     --cacert is another CA fails its calls with UNAVAILABLE and logs the handshake reason;
+ *   - the listener's other etcd flags: --auto-tls (self-signed, reused on restart),
+ *     --listen-cipher-suites, --client-crl-file.
  * KV_TEST_SERVER=etcd runs the same against an etcd member and `etcd grpc-proxy start`
  * (the error texts and the timing of the wrong-CA calls are kvd's only).
  */
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,19 +85,19 @@ static void start_member(void)
                  0, "member did not start (log %s)", g_f.kvd.log_path);
 }
 
-/* Spawns the proxy in front of the member with TLS on both sides; upstream_ca and cert are
- * the certificate file names of its --cacert and --cert ("x.pem": its key is "x-key.pem").
- * Does not wait. */
-static void spawn_proxy_with(const char *upstream_ca, const char *cert, const char *extra)
+/* Spawns the proxy in front of the member; upstream_ca and cert are the certificate file
+ * names of its --cacert and --cert ("x.pem": its key is "x-key.pem"); listen: the flags of
+ * its client side, NULL-terminated ("@name": a certificate file). Does not wait. */
+static void spawn_proxy_listen(const char *upstream_ca, const char *cert, const char *const *listen)
 {
     char key[64];
     snprintf(key, sizeof key, "%.*s-key.pem", (int)(strlen(cert) - 4), cert);
-    char bin[PATH_MAX], eps[96], listen[64], metrics[64];
+    char bin[PATH_MAX], eps[96], laddr[64], metrics[64];
     cr_assert_eq(kvt_port_free(&g_p.port), 0);
     cr_assert_eq(kvt_port_free(&g_p.metrics_port), 0);
     snprintf(g_p.url, sizeof g_p.url, "https://127.0.0.1:%u", g_p.port);
     snprintf(eps, sizeof eps, "--endpoints=%s", g_f.url);
-    snprintf(listen, sizeof listen, "--listen-addr=127.0.0.1:%u", g_p.port);
+    snprintf(laddr, sizeof laddr, "--listen-addr=127.0.0.1:%u", g_p.port);
     snprintf(metrics, sizeof metrics, "--metrics-addr=http://127.0.0.1:%u", g_p.metrics_port);
     snprintf(g_p.log, sizeof g_p.log, "%.4000s/proxy-%u.log", g_f.dir.path, g_p.port);
     const char *argv[32];
@@ -103,7 +106,7 @@ static void spawn_proxy_with(const char *upstream_ca, const char *cert, const ch
     argv[n++] = "grpc-proxy";
     argv[n++] = "start";
     argv[n++] = eps;
-    argv[n++] = listen;
+    argv[n++] = laddr;
     argv[n++] = metrics;
     argv[n++] = "--cacert";
     argv[n++] = tls_fx_path(&g_f, upstream_ca);
@@ -111,19 +114,21 @@ static void spawn_proxy_with(const char *upstream_ca, const char *cert, const ch
     argv[n++] = tls_fx_path(&g_f, cert);
     argv[n++] = "--key";
     argv[n++] = tls_fx_path(&g_f, key);
-    argv[n++] = "--cert-file";
-    argv[n++] = tls_fx_path(&g_f, "server.pem");
-    argv[n++] = "--key-file";
-    argv[n++] = tls_fx_path(&g_f, "server-key.pem");
-    argv[n++] = "--trusted-ca-file";
-    argv[n++] = tls_fx_path(&g_f, "ca.pem");
-    if (!is_etcd())
+    for (int k = 0; listen[k] && n < 30; k++)
+        argv[n++] = listen[k][0] == '@' ? tls_fx_path(&g_f, listen[k] + 1) : listen[k];
+    if (!is_etcd() && n < 31)
         argv[n++] = "--dial-timeout=2s"; /* kvd's flag; etcd's proxy dials with 5 s */
-    if (extra)
-        argv[n++] = extra;
     argv[n] = NULL;
     kvt_proc_init(&g_p.proc, g_p.log);
     cr_assert_eq(kvt_proc_spawn(&g_p.proc, argv), 0, "spawn the proxy");
+}
+
+/* The proxy with TLS on both sides: CA 1's server.pem and client certificates required. */
+static void spawn_proxy_with(const char *upstream_ca, const char *cert, const char *extra)
+{
+    const char *listen[] = {"--cert-file",       "@server.pem", "--key-file", "@server-key.pem",
+                            "--trusted-ca-file", "@ca.pem",     extra,        NULL};
+    spawn_proxy_listen(upstream_ca, cert, listen);
 }
 
 static void spawn_proxy(const char *upstream_ca, const char *cert)
@@ -177,9 +182,10 @@ static void setup(void)
     wait_proxy_serving();
 }
 
-/* etcdctl (ETCDCTL_API=3) against url with the given arguments (NULL-terminated); tls 1:
- * --cacert/--cert/--key of CA 1. */
-static void ctl_at(kvt_cmd_result *r, const char *url, int tls, uint32_t timeout_ms, ...)
+/* etcdctl (ETCDCTL_API=3) against url with args (NULL-terminated, at most 30) after the
+ * given ones; tls 1: --cacert/--cert/--key of CA 1. */
+static void ctl_v(kvt_cmd_result *r, const char *url, int tls, uint32_t timeout_ms,
+                  const char *const *args)
 {
     const char *argv[40];
     char ep[96];
@@ -198,15 +204,26 @@ static void ctl_at(kvt_cmd_result *r, const char *url, int tls, uint32_t timeout
         argv[n++] = "--key";
         argv[n++] = tls_fx_path(&g_f, "client-key.pem");
     }
-    va_list ap;
-    va_start(ap, timeout_ms);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 39)
-        argv[n++] = a;
-    va_end(ap);
+    for (int k = 0; args[k] && n < 39; k++)
+        argv[n++] = args[k];
     argv[n] = NULL;
     const char *env[] = {"ETCDCTL_API=3", NULL};
     cr_assert_eq(kvt_run(argv, env, NULL, 0, timeout_ms, r), 0, "run etcdctl");
+}
+
+/* ctl_v with the arguments given inline (NULL-terminated). */
+static void ctl_at(kvt_cmd_result *r, const char *url, int tls, uint32_t timeout_ms, ...)
+{
+    const char *args[31];
+    int n = 0;
+    va_list ap;
+    va_start(ap, timeout_ms);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 30)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    ctl_v(r, url, tls, timeout_ms, args);
 }
 
 #define CTL_OK(r, ...)                                                                             \
@@ -485,5 +502,182 @@ Test(proxy_tls, https_metrics_addr_refused, .timeout = 30)
     cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);
     cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
     cr_assert(strstr(r.err, "--metrics-addr: https is not supported"), "%s", r.err);
+    kvt_cmd_result_free(&r);
+}
+
+/* Runs etcdctl through the proxy with the given TLS flags (NULL-terminated, at most 6) and
+ * `put k v`, giving up after timeout_s; its exit code (-1 if it did not finish). A refusal
+ * makes etcdctl retry until its timeout, hence a short one where one is expected. */
+static int put_with(const char *k, const char *const *tls, int timeout_s)
+{
+    char ct[40];
+    snprintf(ct, sizeof ct, "--command-timeout=%ds", timeout_s);
+    const char *args[12] = {ct};
+    int n = 1;
+    for (int i = 0; i < 6 && tls[i]; i++)
+        args[n++] = tls[i];
+    args[n++] = "put";
+    args[n++] = k;
+    args[n++] = "v";
+    args[n] = NULL;
+    kvt_cmd_result r;
+    ctl_v(&r, g_p.url, 0, (uint32_t)timeout_s * 1000 + 5000, args);
+    int code = r.timed_out ? -1 : r.exit_code;
+    kvt_cmd_result_free(&r);
+    return code;
+}
+
+/* Polls (10 s) until put_with succeeds. */
+static void wait_put_with(const char *const *tls)
+{
+    uint64_t end = kvt_now_ms() + 10000;
+    int code = -1;
+    while (kvt_now_ms() < end && kvt_proc_alive(&g_p.proc) && (code = put_with("w", tls, 3)) != 0)
+        kvt_sleep_ms(200);
+    cr_assert_eq(code, 0, "etcdctl through the proxy failed (log %s)", g_p.log);
+}
+
+static size_t read_file(const char *path, char *buf, size_t cap)
+{
+    FILE *fp = fopen(path, "r");
+    cr_assert(fp, "%s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, cap, fp);
+    fclose(fp);
+    return n;
+}
+
+/* --auto-tls (etcd's): without --cert-file the proxy serves TLS with a self-signed
+ * certificate it writes to <data-dir>/fixtures/proxy (cert.pem, and key.pem mode 0600) and
+ * reuses on restart; a client that verifies against a CA refuses it, one that skips
+ * verification is served. */
+Test(proxy_tls, auto_tls_self_signed_and_reused, .fini = fini, .timeout = 120)
+{
+    start_member();
+    char dd[PATH_MAX], ddflag[PATH_MAX + 16], path[PATH_MAX + 32];
+    snprintf(dd, sizeof dd, "%.4000s/pxdata", g_f.dir.path);
+    snprintf(ddflag, sizeof ddflag, "--data-dir=%s", dd);
+    const char *listen[] = {"--auto-tls", ddflag, NULL};
+    const char *skip[] = {"--insecure-transport=false", "--insecure-skip-tls-verify", NULL};
+    static char first[8192], again[8192];
+    size_t n1 = 0;
+    for (int run = 0; run < 2; run++) {
+        spawn_proxy_listen("ca.pem", "proxy.pem", listen);
+        wait_put_with(skip);
+        const char *verify[] = {"--cacert", tls_fx_path(&g_f, "ca.pem"),
+                                "--cert",   tls_fx_path(&g_f, "client.pem"),
+                                "--key",    tls_fx_path(&g_f, "client-key.pem"),
+                                NULL};
+        cr_assert_neq(put_with("v", verify, 2), 0, "a self-signed certificate passed CA 1's check");
+        struct stat st; /* the key is private (etcd writes cert.pem 0644, kvd 0600) */
+        snprintf(path, sizeof path, "%s/fixtures/proxy/key.pem", dd);
+        cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+        cr_assert_eq(st.st_mode & 0777, 0600, "%s mode %o", path, st.st_mode & 0777);
+        snprintf(path, sizeof path, "%s/fixtures/proxy/cert.pem", dd);
+        if (run == 0) {
+            n1 = read_file(path, first, sizeof first);
+            cr_assert(n1 > 100 && strstr(first, "BEGIN CERTIFICATE"), "%s", path);
+        } else {
+            size_t n2 = read_file(path, again, sizeof again);
+            cr_assert(n2 == n1 && memcmp(first, again, n1) == 0,
+                      "the certificate was made again on restart, not reused");
+        }
+        kvt_proc_kill9(&g_p.proc);
+    }
+}
+
+/* openssl s_client to the proxy over TLS 1.2 with one OpenSSL cipher; 1 if the handshake
+ * completed with it. */
+static int proxy_handshake_with(const char *cipher)
+{
+    char connect[64];
+    snprintf(connect, sizeof connect, "127.0.0.1:%u", g_p.port);
+    const char *argv[] = {"/usr/bin/openssl", "s_client", "-connect", connect,
+                          "-tls1_2",          "-cipher",  cipher,     NULL};
+    kvt_cmd_result r;
+    if (kvt_run(argv, NULL, "Q\n", 2, 20000, &r) != 0)
+        return 0;
+    int ok = r.exit_code == 0 && strstr(r.out, cipher) != NULL;
+    kvt_cmd_result_free(&r);
+    return ok;
+}
+
+/* --listen-cipher-suites (etcd's): the client side negotiates only the listed TLS 1.2
+ * suites; an unknown name is refused at start with etcd's message. */
+Test(proxy_tls, listen_cipher_suites_limit_tls12, .fini = fini, .timeout = 120)
+{
+    start_member();
+    const char *listen[] = {"--cert-file",
+                            "@server.pem",
+                            "--key-file",
+                            "@server-key.pem",
+                            "--listen-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                            NULL};
+    spawn_proxy_listen("ca.pem", "proxy.pem", listen);
+    const char *skip[] = {"--insecure-transport=false", "--insecure-skip-tls-verify", NULL};
+    wait_put_with(skip);
+    cr_assert(proxy_handshake_with("ECDHE-ECDSA-AES128-GCM-SHA256"), "the listed suite failed");
+    cr_assert(!proxy_handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"),
+              "a suite --listen-cipher-suites does not list was negotiated");
+    kvt_proc_kill9(&g_p.proc);
+    /* Control: without the flag the same suite is accepted. */
+    const char *plain[] = {"--cert-file", "@server.pem", "--key-file", "@server-key.pem", NULL};
+    spawn_proxy_listen("ca.pem", "proxy.pem", plain);
+    wait_put_with(skip);
+    cr_assert(proxy_handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"), "control: the default");
+    kvt_proc_kill9(&g_p.proc);
+    const char *bogus[] = {"--cert-file",
+                           "@server.pem",
+                           "--key-file",
+                           "@server-key.pem",
+                           "--listen-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,"
+                           "TLS_BOGUS",
+                           NULL};
+    spawn_proxy_listen("ca.pem", "proxy.pem", bogus);
+    cr_assert_eq(kvt_proc_wait(&g_p.proc, 10000), 0, "the proxy did not exit");
+    cr_assert(WIFEXITED(g_p.proc.last_status) && WEXITSTATUS(g_p.proc.last_status) != 0,
+              "status %d", g_p.proc.last_status);
+    cr_assert(file_has(g_p.log, "unexpected TLS cipher suite \"TLS_BOGUS\""), "log %s", g_p.log);
+}
+
+/* --client-crl-file (etcd's): with client certificates required, one the CRL lists is
+ * refused and another of the same CA is served. */
+Test(proxy_tls, client_crl_file_refuses_revoked_certificate, .fini = fini, .timeout = 120)
+{
+    start_member();
+    const char *listen[] = {"--cert-file",       "@server.pem",       "--key-file",
+                            "@server-key.pem",   "--trusted-ca-file", "@ca.pem",
+                            "--client-crl-file", "@crl.pem",          NULL};
+    spawn_proxy_listen("ca.pem", "proxy.pem", listen);
+    const char *good[] = {
+        "--cacert", tls_fx_path(&g_f, "ca.pem"),         "--cert", tls_fx_path(&g_f, "client.pem"),
+        "--key",    tls_fx_path(&g_f, "client-key.pem"), NULL};
+    wait_put_with(good);
+    const char *revoked[] = {"--cacert", tls_fx_path(&g_f, "ca.pem"),
+                             "--cert",   tls_fx_path(&g_f, "revoked.pem"),
+                             "--key",    tls_fx_path(&g_f, "revoked-key.pem"),
+                             NULL};
+    cr_assert_neq(put_with("r", revoked, 2), 0, "a revoked client certificate was served");
+    cr_assert_eq(put_with("g", good, 8), 0, "a certificate the CRL does not list failed");
+}
+
+/* Without TLS on the client side, --listen-cipher-suites is refused with a reason (etcd
+ * 3.4's proxy dereferences a nil TLS config there and panics). */
+Test(proxy_tls, listen_cipher_suites_without_tls_refused, .timeout = 30)
+{
+    char bin[PATH_MAX];
+    const char *argv[] = {is_etcd() ? server_bin(bin, sizeof bin) : tls_fx_kvd_bin(bin, sizeof bin),
+                          "grpc-proxy",
+                          "start",
+                          "--endpoints=127.0.0.1:1",
+                          "--listen-addr=127.0.0.1:0",
+                          "--listen-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                          NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
+    if (!is_etcd())
+        cr_assert(
+            strstr(r.err, "--listen-cipher-suites needs --cert-file/--key-file or --auto-tls"),
+            "%s", r.err);
     kvt_cmd_result_free(&r);
 }
