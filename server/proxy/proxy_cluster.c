@@ -274,8 +274,10 @@ int kv_proxy_cluster_init(kv_proxy *p)
     if (gethostname(k->host, sizeof k->host - 1) != 0)
         k->host[0] = 0;
     if (cfg->resolver_prefix) {
-        /* etcd's resolver: Get(prefix + "/", WithPrefix(), WithSerializable()) */
-        size_t pl = strlen(cfg->resolver_prefix) + 1;
+        /* etcd's resolver: Get(prefix + "/", WithPrefix(), WithSerializable()), through the
+         * namespaced client: <namespace><prefix>/ on the members */
+        const char *ns = cfg->ns ? cfg->ns : "";
+        size_t pl = strlen(ns) + strlen(cfg->resolver_prefix) + 1;
         uint8_t *key = malloc(pl + 1), *end = malloc(pl + 1);
         if (!key || !end) {
             free(key);
@@ -283,8 +285,7 @@ int kv_proxy_cluster_init(kv_proxy *p)
             free(k);
             return -ENOMEM;
         }
-        memcpy(key, cfg->resolver_prefix, pl - 1);
-        key[pl - 1] = '/';
+        snprintf((char *)key, pl + 1, "%s%s/", ns, cfg->resolver_prefix);
         memcpy(end, key, pl);
         end[pl - 1]++; /* '/' + 1: the prefix's end */
         Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;

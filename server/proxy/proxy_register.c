@@ -252,7 +252,9 @@ int kv_proxy_register_init(kv_proxy *p)
     char host[256] = "";
     if (gethostname(host, sizeof host - 1) != 0)
         host[0] = 0;
-    size_t kl = strlen(cfg->resolver_prefix) + 1 + strlen(cfg->advertise_client_url);
+    /* etcd 3.4 registers through its namespaced client: the key is <namespace><prefix>/<url> */
+    const char *ns = cfg->ns ? cfg->ns : "";
+    size_t kl = strlen(ns) + strlen(cfg->resolver_prefix) + 1 + strlen(cfg->advertise_client_url);
     r->key = malloc(kl + 1);
     int rc = r->key ? kv_proxy_naming_encode(cfg->advertise_client_url, host, &r->val, &r->val_len)
                     : -ENOMEM;
@@ -261,7 +263,7 @@ int kv_proxy_register_init(kv_proxy *p)
         free(r);
         return rc;
     }
-    snprintf(r->key, kl + 1, "%s/%s", cfg->resolver_prefix, cfg->advertise_client_url);
+    snprintf(r->key, kl + 1, "%s%s/%s", ns, cfg->resolver_prefix, cfg->advertise_client_url);
     r->key_len = kl;
     r->p = p;
     uv_timer_init(p->loop, &r->retry);

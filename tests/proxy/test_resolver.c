@@ -10,7 +10,8 @@
  *     stop (SIGTERM) revokes it, so the key goes at once (kvd only);
  *   - the member stopped (SIGSTOP) for twice the TTL: registered again on a new lease;
  *   - --advertise-client-url alone: member list is the proxy itself;
- *   - etcd's flag checks and texts; --max-resolver-members (kvd only).
+ *   - etcd's flag checks and texts; --max-resolver-members (kvd only);
+ *   - with --namespace, the record and MemberList's read are under <namespace><prefix>/.
  * KV_TEST_SERVER=etcd runs the same checks against `etcd grpc-proxy start` (px_start starts
  * the target's own proxy), which is how kvd's record and answers were compared to etcd's.
  */
@@ -310,4 +311,36 @@ Test(proxy_resolver, cluster_away_registers_again, .init = setup, .fini = fini, 
     /* and kept: still there two TTLs later */
     kvt_sleep_ms(4000);
     cr_assert_eq(key_lease(key), l2);
+}
+
+/* --namespace with --resolver-prefix: etcd 3.4's proxy registers through its namespaced
+ * client, so the record is <namespace><prefix>/<url> on the members, and MemberList reads
+ * the same place: a proxy of another namespace is not listed. */
+Test(proxy_resolver, namespace_prefixes_the_registry, .init = setup, .fini = fini, .timeout = 120)
+{
+    char h[256], u0[64], u1[64], key[128], line[512];
+    host(h, sizeof h);
+    const char *const a[] = {"--namespace=nsA/", "--resolver-prefix=/px", "--resolver-ttl=2", NULL};
+    const char *const b[] = {"--namespace=nsB/", "--resolver-prefix=/px", "--resolver-ttl=2", NULL};
+    start_proxy(0, a);
+    start_proxy(1, b);
+    url_of(0, u0, sizeof u0);
+    url_of(1, u1, sizeof u1);
+    snprintf(key, sizeof key, "nsA//px/%s", u0);
+    uint64_t end = kvt_now_ms() + 10000;
+    while (key_lease(key) <= 0 && kvt_now_ms() < end)
+        kvt_sleep_ms(100);
+    cr_assert_gt(key_lease(key), 0, "no registration at %s", key);
+    snprintf(key, sizeof key, "nsB//px/%s", u1);
+    while (key_lease(key) <= 0 && kvt_now_ms() < end)
+        kvt_sleep_ms(100);
+    cr_assert_gt(key_lease(key), 0, "no registration at %s", key);
+    cr_assert_eq(px_keys(), 0, "a registration without the namespace");
+    for (int i = 0; i < 2; i++) {
+        char *out = member_list(i);
+        cr_assert_eq(count_lines(out), 1, "%s", out);
+        snprintf(line, sizeof line, "0, started, %s, , %s, false", h, i ? u1 : u0);
+        cr_assert(strstr(out, line), "want '%s' in:\n%s", line, out);
+        free(out);
+    }
 }
