@@ -21,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* libkvclient sends at most this much of a "token" (kvc_call_md); etcd's tokens are far
+ * shorter (simple: 16 random letters + "." + an index; JWT: a few hundred bytes) */
+#define MAX_TOKEN_LEN 4095
+
 typedef struct pw_msg {
     kv_list link;
     size_t len;
@@ -71,6 +75,7 @@ static void cs_free(pw_cs *cs)
     kv_list_remove(&cs->dlink);
     s->n_streams--;
     set_gauges(s);
+    free(cs->token);
     free(cs);
 }
 
@@ -328,7 +333,18 @@ void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
             kv_proxy_refuse(p, call, KV_PROXY_REFUSED_WATCH_STREAMS);
             return;
         }
+        /* etcd auth: the upstream stream this client's watchers ride carries its token */
+        const char *tok = kv_grpc_call_header(call, "token");
+        if (tok && strlen(tok) > MAX_TOKEN_LEN) {
+            kv_grpc_call_finish(call, KV_GRPC_UNAUTHENTICATED,
+                                kv_etcd_err_msg(KV_ERR_INVALID_AUTH_TOKEN));
+            return;
+        }
         cs = calloc(1, sizeof *cs);
+        if (cs && tok && *tok && !(cs->token = strdup(tok))) {
+            free(cs);
+            cs = NULL;
+        }
         if (!cs) {
             kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
                                 kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));

@@ -13,6 +13,10 @@
  * - pw_up: one upstream Watch stream (a kvc_bidi) carrying up to
  *   --max-watchers-per-upstream-stream pw_bc (usually one stream in all). Freed on its
  *   KV_PROXY_EV_WATCH_FREE event, posted right after kvc_bidi_free.
+ * Auth: a client stream with a "token" shares upstream watchers and streams only with
+ * client streams of the same token, and those upstream streams carry it, so the member
+ * checks each watch against that user's permissions (docs/proxy.md, "Watch", Auth). Streams
+ * without a token share the token-less upstream streams.
  * Bounds: --max-watch-streams client streams, --max-watchers client watchers plus held
  * requests (kvd_proxy_watchers); the pw_bc count is at most the watcher count.
  */
@@ -39,6 +43,7 @@ typedef struct pw_cs {
     int64_t next_id, max_id;
     kv_list dlink; /* on s->dead or s->ready (deferred work), else on no list */
     int dead;
+    char *token; /* the client's "token" metadata (etcd auth), owned; NULL: none */
 } pw_cs;
 
 typedef struct pw_w {
@@ -60,6 +65,7 @@ struct pw_bc {
     size_t oklen;
     uint64_t khash;
     int in_ktab;
+    char *token; /* its receivers' auth token (part of okey), owned; NULL: none */
     /* the create request (options as the first client asked) */
     uint8_t *key, *end;
     size_t klen, elen;
@@ -85,6 +91,8 @@ struct pw_up {
     struct kv_proxy_watch *s;
     kvc_bidi *b;
     int ended;
+    char *token;      /* opened with this auth token (its pw_bc all have it), owned; NULL: none.
+                         A stream with a token is closed when its last upstream watcher goes. */
     kv_list creating; /* pw_bc.clink */
     pw_bc **itab;     /* by upstream watch id */
     size_t icap, n_ids;

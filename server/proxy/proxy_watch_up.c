@@ -142,10 +142,20 @@ static void itab_del(pw_up *u, pw_bc *bc)
 
 /* ---- upstream watchers ---- */
 
+static void up_forget(kv_proxy_watch *s, pw_up *u);
+
+/* 1 if both are no token or the same token. */
+static int same_token(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
 static void bc_free(pw_bc *bc)
 {
-    if (bc->up)
-        bc->up->n_bc--;
+    pw_up *u = bc->up;
+    if (u && --u->n_bc == 0 && u->token && !u->ended)
+        up_forget(u->s, u); /* a user's stream goes with its last watcher (token-less ones stay) */
+    free(bc->token);
     free(bc->okey);
     free(bc->key);
     free(bc->end);
@@ -285,15 +295,19 @@ void pw_bc_detach(kv_proxy_watch *s, pw_w *w)
         bc_drop(s, bc);
 }
 
-/* The sharing key: options, key, range_end. */
+/* The sharing key: options, auth token, key, range_end. */
 static int make_okey(pw_bc *bc)
 {
-    size_t n = 1 + 10 + bc->klen + bc->elen;
+    size_t tl = bc->token ? strlen(bc->token) : 0;
+    size_t n = 1 + 10 + tl + 10 + bc->klen + bc->elen;
     bc->okey = malloc(n);
     if (!bc->okey)
         return -ENOMEM;
     uint8_t *p = bc->okey;
     *p++ = (uint8_t)(bc->prev_kv | bc->progress << 1 | bc->noput << 2 | bc->nodelete << 3);
+    p += kv_varint_put(p, tl);
+    memcpy(p, bc->token ? bc->token : "", tl);
+    p += tl;
     p += kv_varint_put(p, bc->klen);
     memcpy(p, bc->key, bc->klen);
     p += bc->klen;
@@ -376,6 +390,8 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     bc->end = malloc(bc->elen ? bc->elen : 1);
     if (!bc->key || !bc->end)
         goto nomem;
+    if (w->cs->token && !(bc->token = strdup(w->cs->token)))
+        goto nomem;
     if (bc->klen)
         memcpy(bc->key, c->key.data, bc->klen);
     if (bc->elen)
@@ -436,19 +452,24 @@ static void up_end_io(void *arg, int status, const kvc_error *err)
         kv_proxy_bridge_post(&u->s->p->bridge, ev);
 }
 
-/* A new upstream stream, or NULL (a retry is scheduled). */
-static pw_up *up_open(kv_proxy_watch *s)
+/* A new upstream stream with auth token `token` (NULL: none), or NULL (a retry is
+ * scheduled). */
+static pw_up *up_open(kv_proxy_watch *s, const char *token)
 {
     pw_up *u = calloc(1, sizeof *u);
-    if (!u) {
+    if (!u || (token && !(u->token = strdup(token)))) {
+        free(u);
         retry_later(s);
         return NULL;
     }
     u->s = s;
     kv_list_init(&u->creating);
     kvc_error e;
-    if (kvc_bidi_open(s->p->up, WATCH_PATH, s->p->cfg->max_upstream_send_bytes, up_msg_io,
-                      up_end_io, u, &u->b, &e) != 0) {
+    /* a token-less stream sends no token at all (the proxy's upstream client has none) */
+    kvc_call_md md = {.auth_token = token ? token : ""};
+    if (kvc_bidi_open_md(s->p->up, WATCH_PATH, s->p->cfg->max_upstream_send_bytes, &md, up_msg_io,
+                         up_end_io, u, &u->b, &e) != 0) {
+        free(u->token);
         free(u);
         retry_later(s);
         return NULL;
@@ -468,17 +489,17 @@ static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 {
     uint32_t cap = s->p->cfg->max_watchers_per_upstream_stream;
     pw_up *u = *hint;
-    if (!u || u->ended || u->n_bc >= cap) {
+    if (!u || u->ended || u->n_bc >= cap || !same_token(u->token, bc->token)) {
         u = NULL;
         kv_list *q;
         kv_list_foreach(q, &s->ups) {
             pw_up *c = kv_list_data(q, pw_up, link);
-            if (c->n_bc < cap) {
+            if (c->n_bc < cap && same_token(c->token, bc->token)) {
                 u = c;
                 break;
             }
         }
-        if (!u && !(u = up_open(s)))
+        if (!u && !(u = up_open(s, bc->token)))
             return -EAGAIN; /* retried later */
     }
     *hint = u;
@@ -757,6 +778,34 @@ static void up_msg(kv_proxy_watch *s, pw_up *u, const uint8_t *msg, size_t len)
     etcdserverpb__watch_response__free_unpacked(r, NULL);
 }
 
+/* A member's answer to a stream's token that opening the stream again would not change: an
+ * invalid or expired token, a user without permission (etcd: UNAUTHENTICATED "etcdserver:
+ * invalid auth token", PERMISSION_DENIED, INVALID_ARGUMENT "etcdserver: user name is
+ * empty"). */
+static int auth_refusal(int code)
+{
+    return code == KV_GRPC_UNAUTHENTICATED || code == KV_GRPC_PERMISSION_DENIED ||
+           code == KV_GRPC_INVALID_ARGUMENT;
+}
+
+/* u (a stream with a token) was ended by an auth refusal: the client streams with that
+ * token end with the member's status (their clients authenticate again and watch again, as
+ * after a member's refusal), instead of being placed on a new stream with the same token. */
+static void up_refused(kv_proxy_watch *s, pw_up *u, int code, const char *msg)
+{
+    kv_list *pos, *r;
+    kv_list_foreach(pos, &s->bcasts) {
+        pw_bc *bc = kv_list_data(pos, pw_bc, link);
+        if (bc->up != u)
+            continue;
+        kv_list_foreach(r, &bc->rcv) {
+            pw_w *w = kv_list_data(r, pw_w, blink);
+            pw_cs_kill(w->cs, code, msg, -1);
+        }
+    }
+    up_forget(s, u); /* the killed streams' watchers go in the deferred work */
+}
+
 void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev)
 {
     pw_up *u = ev->target;
@@ -766,10 +815,13 @@ void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev)
             up_msg(s, u, ev->buf, ev->len);
         break;
     case KV_PROXY_EV_WATCH_END:
-        if (!u->ended)
+        if (!u->ended && u->token && auth_refusal(ev->code))
+            up_refused(s, u, ev->code, (const char *)ev->buf);
+        else if (!u->ended)
             up_end(s, u);
         break;
     case KV_PROXY_EV_WATCH_FREE:
+        free(u->token);
         free(u);
         break;
     }

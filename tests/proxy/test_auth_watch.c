@@ -1,0 +1,157 @@
+/*
+ * proxy_auth_watch: watches through `kvd grpc-proxy start` with auth enabled. A client
+ * stream with a token joins upstream watchers and streams of the same token only, and those
+ * upstream streams carry it, so the member checks each watch as that user:
+ *   - a user with read permission on a/ watches a/ --prefix through the proxy and sees a put
+ *     made by root; the same user's watch of a key outside its permission, and a watch
+ *     without a user, are canceled with "etcdserver: permission denied", the answer the
+ *     member gives directly (checked in the same run);
+ *   - a user's upstream stream closes with its last watcher (no stream per old token left
+ *     behind), while token-less streams stay.
+ * etcd 3.4's proxy shares token-less upstream streams for every client, so with auth on its
+ * members refuse every watcher through it: this test is kvd's only.
+ */
+#include "px_util.h"
+
+#include <criterion/criterion.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kvt_cluster g_c;
+static px g_x;
+static kvt_proc g_w[3];
+
+static void fini(void)
+{
+    for (int i = 0; i < 3; i++)
+        kvt_proc_kill9(&g_w[i]);
+    px_stop(&g_x);
+    kvt_cluster_destroy(&g_c);
+}
+
+static void setup(void)
+{
+    memset(g_w, 0, sizeof g_w);
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+}
+
+#define CTL_OK(...)                                                                                \
+    do {                                                                                           \
+        kvt_cmd_result r_;                                                                         \
+        cr_assert_eq(px_ctl(&g_x, 20000, &r_, __VA_ARGS__, NULL), 0);                              \
+        cr_assert_eq(r_.exit_code, 0, "etcdctl failed: %s %s", r_.out, r_.err);                    \
+        kvt_cmd_result_free(&r_);                                                                  \
+    } while (0)
+
+/* Starts `etcdctl watch` at endpoint as user ("" for none) with args, output to a log of
+ * its own (slot i). */
+static void spawn_watch(int i, const char *endpoint, const char *user, const char *a1,
+                        const char *a2)
+{
+    static char logs[3][PATH_MAX], ep[3][128], u[3][64];
+    snprintf(logs[i], sizeof logs[i], "%.4000s/watch%d.log", g_c.root.path, i);
+    snprintf(ep[i], sizeof ep[i], "--endpoints=%s", endpoint);
+    snprintf(u[i], sizeof u[i], "--user=%s", user);
+    kvt_proc_init(&g_w[i], logs[i]);
+    g_w[i].no_banner = 1;
+    const char *argv[8];
+    int n = 0;
+    argv[n++] = "/usr/bin/etcdctl";
+    argv[n++] = ep[i];
+    if (*user)
+        argv[n++] = u[i];
+    argv[n++] = "watch";
+    argv[n++] = a1;
+    if (a2)
+        argv[n++] = a2;
+    argv[n] = NULL;
+    const char *env[] = {"ETCDCTL_API=3", NULL};
+    cr_assert_eq(kvt_proc_spawn_env(&g_w[i], argv, env), 0);
+}
+
+/* Waits (10 s) until watch i's log holds want; returns the log's text (static). */
+static const char *wait_log(int i, const char *want)
+{
+    static char buf[4096];
+    buf[0] = 0;
+    uint64_t end = kvt_now_ms() + 10000;
+    while (!strstr(buf, want) && kvt_now_ms() < end) {
+        FILE *f = fopen(g_w[i].log_path, "r");
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = 0;
+            fclose(f);
+        }
+        if (!strstr(buf, want))
+            kvt_sleep_ms(50);
+    }
+    return buf;
+}
+
+static double upstream_streams(void)
+{
+    return px_metric(&g_x, "kvd_proxy_watch_upstream_streams");
+}
+
+static void wait_metric(const char *series, double want)
+{
+    uint64_t end = kvt_now_ms() + 10000;
+    while (px_metric(&g_x, series) != want && kvt_now_ms() < end)
+        kvt_sleep_ms(50);
+    cr_assert_eq(px_metric(&g_x, series), want, "%s", series);
+}
+
+Test(proxy_auth_watch, watches_are_checked_as_their_user, .init = setup, .fini = fini,
+     .timeout = 120)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("etcd 3.4's proxy refuses every watcher with auth on (token-less streams)");
+    CTL_OK("user", "add", "root:rootpw");
+    CTL_OK("user", "grant-role", "root", "root");
+    CTL_OK("user", "add", "bob:pw");
+    CTL_OK("role", "add", "r");
+    CTL_OK("role", "grant-permission", "r", "read", "a/", "--prefix=true");
+    CTL_OK("user", "grant-role", "bob", "r");
+    CTL_OK("auth", "enable");
+
+    /* allowed: bob watches a/ and sees root's put */
+    spawn_watch(0, g_x.endpoint, "bob:pw", "a/", "--prefix");
+    wait_metric("kvd_proxy_watchers", 1);
+    double base = upstream_streams();
+    cr_assert_geq(base, 1, "bob's watcher has no upstream stream");
+    /* the watcher's Created has come back once the upstream watcher is counted */
+    wait_metric("kvd_proxy_watch_upstream_watchers", 1);
+    CTL_OK("--user=root:rootpw", "put", "a/1", "v1");
+    const char *out = wait_log(0, "v1");
+    cr_assert(strstr(out, "PUT\na/1\nv1"), "bob's watch through the proxy: %s", out);
+
+    /* refused: a key outside bob's permission, and no user; as the member answers directly */
+    const char *denied = "watch was canceled (etcdserver: permission denied)";
+    spawn_watch(1, g_x.endpoint, "bob:pw", "z", NULL);
+    out = wait_log(1, denied);
+    cr_assert(strstr(out, denied), "bob's watch of z through the proxy: %s", out);
+    spawn_watch(2, g_c.m[0].endpoint, "bob:pw", "z", NULL);
+    out = wait_log(2, denied);
+    cr_assert(strstr(out, denied), "bob's watch of z on the member: %s", out);
+    kvt_proc_kill9(&g_w[1]);
+    kvt_proc_kill9(&g_w[2]);
+    spawn_watch(1, g_x.endpoint, "", "a/1", NULL);
+    out = wait_log(1, denied);
+    cr_assert(strstr(out, denied), "a watch without a user through the proxy: %s", out);
+    spawn_watch(2, g_c.m[0].endpoint, "", "a/1", NULL);
+    out = wait_log(2, denied);
+    cr_assert(strstr(out, denied), "a watch without a user on the member: %s", out);
+    kvt_proc_kill9(&g_w[1]);
+    kvt_proc_kill9(&g_w[2]);
+
+    /* bob's stream goes with his last watcher */
+    double with_bob = upstream_streams();
+    kvt_proc_kill9(&g_w[0]);
+    wait_metric("kvd_proxy_watchers", 0);
+    wait_metric("kvd_proxy_watch_upstream_streams", with_bob - 1);
+    CTL_OK("--user=root:rootpw", "auth", "disable");
+}
