@@ -18,7 +18,8 @@ add_library(kv_proxy STATIC
   ${CMAKE_CURRENT_LIST_DIR}/proxy_stream.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_naming.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_register.c
-  ${CMAKE_CURRENT_LIST_DIR}/proxy_cluster.c)
+  ${CMAKE_CURRENT_LIST_DIR}/proxy_cluster.c
+  ${CMAKE_CURRENT_LIST_DIR}/proxy_health.c)
 target_include_directories(kv_proxy PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_proxy PUBLIC kv_grpc kv_http kv_metrics kv_tls kv_common kv_pb kvclient_static kvproto
                                       PkgConfig::UV Threads::Threads)

@@ -148,6 +148,10 @@ void kv_proxy_cluster_free(kv_proxy *p);
 void kv_proxy_cluster_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
 void kv_proxy_cluster_on_cancel(kv_grpc_call *call);
 void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev);
+
+/* proxy_health.c: /health on --metrics-addr (kv_http's hook; app is the kv_proxy). */
+void kv_proxy_health_check(void *app, kv_http_health_done_fn done, void *ctx);
+void kv_proxy_health_on_event(kv_proxy *p, kv_proxy_ev *ev);
 /* The proxy's --namespace: 1 with *ns set, or 0 without one (nothing is rewritten). */
 static inline int kv_proxy_ns_of(const kv_proxy *p, kv_proxy_ns *ns)
 {
