@@ -17,6 +17,7 @@
 #include "ops.h"
 #include "out.h"
 #include "print_kv.h"
+#include "common/hex.h"
 
 /* Everything a txn owns until it is sent. */
 struct txn {
@@ -91,17 +92,6 @@ static char *read_line(void)
     }
     line[n - 1] = '\0';
     return line;
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static void put_utf8(struct kvctl_buf *b, uint32_t r)
@@ -213,7 +203,7 @@ static int scan_quoted(const char **pp, struct kvctl_buf *out)
         }
         uint32_t v = 0;
         for (int i = 0; i < n; i++, p++) {
-            int d = hexval((unsigned char)*p);
+            int d = kv_hex_digit((unsigned char)*p);
             if (d < 0 || d >= base)
                 return -EINVAL;
             v = v * (uint32_t)base + (uint32_t)d;

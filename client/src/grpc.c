@@ -3,6 +3,7 @@
  * Pure functions and per-stream state; no I/O.
  */
 #include "internal.h"
+#include "common/hex.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -88,23 +89,13 @@ void kvc_rbuf_free(struct kvc_rbuf *b)
     b->len = b->cap = 0;
 }
 
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 void kvc_percent_decode(char *dst, size_t dstsz, const uint8_t *src, size_t n)
 {
     size_t o = 0;
     for (size_t i = 0; i < n && o + 1 < dstsz; i++) {
-        if (src[i] == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
-            dst[o++] = (char)(hexval(src[i + 1]) * 16 + hexval(src[i + 2]));
+        if (src[i] == '%' && i + 2 < n && kv_hex_digit(src[i + 1]) >= 0 &&
+            kv_hex_digit(src[i + 2]) >= 0) {
+            dst[o++] = (char)(kv_hex_digit(src[i + 1]) * 16 + kv_hex_digit(src[i + 2]));
             i += 2;
         } else {
             dst[o++] = (char)src[i];
