@@ -585,22 +585,6 @@ Test(proxy_tls, auto_tls_self_signed_and_reused, .fini = fini, .timeout = 120)
     }
 }
 
-/* openssl s_client to the proxy over TLS 1.2 with one OpenSSL cipher; 1 if the handshake
- * completed with it. */
-static int proxy_handshake_with(const char *cipher)
-{
-    char connect[64];
-    snprintf(connect, sizeof connect, "127.0.0.1:%u", g_p.port);
-    const char *argv[] = {"/usr/bin/openssl", "s_client", "-connect", connect,
-                          "-tls1_2",          "-cipher",  cipher,     NULL};
-    kvt_cmd_result r;
-    if (kvt_run(argv, NULL, "Q\n", 2, 20000, &r) != 0)
-        return 0;
-    int ok = r.exit_code == 0 && strstr(r.out, cipher) != NULL;
-    kvt_cmd_result_free(&r);
-    return ok;
-}
-
 /* --listen-cipher-suites (etcd's): the client side negotiates only the listed TLS 1.2
  * suites; an unknown name is refused at start with etcd's message. */
 Test(proxy_tls, listen_cipher_suites_limit_tls12, .fini = fini, .timeout = 120)
@@ -615,15 +599,17 @@ Test(proxy_tls, listen_cipher_suites_limit_tls12, .fini = fini, .timeout = 120)
     spawn_proxy_listen("ca.pem", "proxy.pem", listen);
     const char *skip[] = {"--insecure-transport=false", "--insecure-skip-tls-verify", NULL};
     wait_put_with(skip);
-    cr_assert(proxy_handshake_with("ECDHE-ECDSA-AES128-GCM-SHA256"), "the listed suite failed");
-    cr_assert(!proxy_handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"),
+    cr_assert(tls_fx_handshake_with(g_p.port, "ECDHE-ECDSA-AES128-GCM-SHA256"),
+              "the listed suite failed");
+    cr_assert(!tls_fx_handshake_with(g_p.port, "ECDHE-ECDSA-AES256-GCM-SHA384"),
               "a suite --listen-cipher-suites does not list was negotiated");
     kvt_proc_kill9(&g_p.proc);
     /* Control: without the flag the same suite is accepted. */
     const char *plain[] = {"--cert-file", "@server.pem", "--key-file", "@server-key.pem", NULL};
     spawn_proxy_listen("ca.pem", "proxy.pem", plain);
     wait_put_with(skip);
-    cr_assert(proxy_handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"), "control: the default");
+    cr_assert(tls_fx_handshake_with(g_p.port, "ECDHE-ECDSA-AES256-GCM-SHA384"),
+              "control: the default");
     kvt_proc_kill9(&g_p.proc);
     const char *bogus[] = {"--cert-file",
                            "@server.pem",

@@ -57,35 +57,22 @@ Test(tls_etcdflags, client_crl_file_refuses_revoked_certificate, .fini = fini, .
     cr_assert(tls_fx_log_has(&g_f, "certificate revoked"), "the refusal was not logged");
 }
 
-/* openssl s_client over TLS 1.2 with one OpenSSL cipher; 1 if the handshake completed. */
-static int handshake_with(const char *cipher)
-{
-    char connect[64];
-    snprintf(connect, sizeof(connect), "127.0.0.1:%u", g_f.client_port);
-    const char *argv[] = {"/usr/bin/openssl", "s_client", "-connect", connect,
-                          "-tls1_2",          "-cipher",  cipher,     NULL};
-    kvt_cmd_result r;
-    if (kvt_run(argv, NULL, "Q\n", 2, 20000, &r) != 0)
-        return 0;
-    int ok = r.exit_code == 0 && strstr(r.out, cipher) != NULL;
-    kvt_cmd_result_free(&r);
-    return ok;
-}
-
 Test(tls_etcdflags, cipher_suites_limit_tls12, .fini = fini, .timeout = 120)
 {
     cr_assert_eq(tls_fx_certs(&g_f, "kvd-tlsflags"), 0);
     const char *extra[] = {"--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", NULL};
     cr_assert_eq(tls_fx_start(&g_f, extra), 0, "kvd with --cipher-suites did not start");
-    cr_assert(handshake_with("ECDHE-ECDSA-AES128-GCM-SHA256"), "the listed suite failed");
-    cr_assert(!handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"),
+    cr_assert(tls_fx_handshake_with(g_f.client_port, "ECDHE-ECDSA-AES128-GCM-SHA256"),
+              "the listed suite failed");
+    cr_assert(!tls_fx_handshake_with(g_f.client_port, "ECDHE-ECDSA-AES256-GCM-SHA384"),
               "a suite --cipher-suites does not list was negotiated");
     /* Control: without the flag the same suite is accepted. */
     tls_fx_destroy(&g_f);
     memset(&g_f, 0, sizeof(g_f));
     cr_assert_eq(tls_fx_certs(&g_f, "kvd-tlsflags"), 0);
     cr_assert_eq(tls_fx_start(&g_f, NULL), 0);
-    cr_assert(handshake_with("ECDHE-ECDSA-AES256-GCM-SHA384"), "control: the default policy");
+    cr_assert(tls_fx_handshake_with(g_f.client_port, "ECDHE-ECDSA-AES256-GCM-SHA384"),
+              "control: the default policy");
 }
 
 Test(tls_etcdflags, unknown_cipher_suite_refused_at_start, .fini = fini, .timeout = 60)

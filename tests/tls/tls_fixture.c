@@ -157,3 +157,17 @@ int tls_fx_log_has(tls_fx *f, const char *needle)
     free(buf);
     return has;
 }
+
+int tls_fx_handshake_with(uint16_t port, const char *cipher)
+{
+    char connect[64];
+    snprintf(connect, sizeof connect, "127.0.0.1:%u", port);
+    const char *argv[] = {"/usr/bin/openssl", "s_client", "-connect", connect,
+                          "-tls1_2",          "-cipher",  cipher,     NULL};
+    kvt_cmd_result r;
+    if (kvt_run(argv, NULL, "Q\n", 2, 20000, &r) != 0)
+        return 0;
+    int ok = r.exit_code == 0 && strstr(r.out, cipher) != NULL;
+    kvt_cmd_result_free(&r);
+    return ok;
+}

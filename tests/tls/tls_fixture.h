@@ -43,5 +43,8 @@ int tls_fx_ctl(tls_fx *f, kvt_cmd_result *res, const char *const *args);
 double tls_fx_metric(tls_fx *f, const char *series);
 /* 1 if the member's log contains needle. */
 int tls_fx_log_has(tls_fx *f, const char *needle);
+/* openssl s_client to 127.0.0.1:port over TLS 1.2 offering only `cipher` (OpenSSL's name):
+ * 1 if the handshake completed with it, else 0. */
+int tls_fx_handshake_with(uint16_t port, const char *cipher);
 
 #endif
