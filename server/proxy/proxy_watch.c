@@ -350,6 +350,8 @@ void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
                                 kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
             return;
         }
+        const char *hl = kv_grpc_call_header(call, "hasleader");
+        cs->hasleader = hl && strcmp(hl, "true") == 0;
         cs->s = s;
         cs->call = call;
         kv_list_init(&cs->watchers);

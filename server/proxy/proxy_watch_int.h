@@ -16,7 +16,9 @@
  * Auth: a client stream with a "token" shares upstream watchers and streams only with
  * client streams of the same token, and those upstream streams carry it, so the member
  * checks each watch against that user's permissions (docs/proxy.md, "Watch", Auth). Streams
- * without a token share the token-less upstream streams.
+ * without a token share the token-less upstream streams. The same holds for "hasleader":
+ * such client streams share upstream streams opened with it, which a member without a
+ * leader ends with "etcdserver: no leader", and so are those client streams.
  * Bounds: --max-watch-streams client streams, --max-watchers client watchers plus held
  * requests (kvd_proxy_watchers); the pw_bc count is at most the watcher count.
  */
@@ -43,7 +45,8 @@ typedef struct pw_cs {
     int64_t next_id, max_id;
     kv_list dlink; /* on s->dead or s->ready (deferred work), else on no list */
     int dead;
-    char *token; /* the client's "token" metadata (etcd auth), owned; NULL: none */
+    char *token;   /* the client's "token" metadata (etcd auth), owned; NULL: none */
+    int hasleader; /* the client asked "hasleader: true" (clientv3.WithRequireLeader) */
 } pw_cs;
 
 typedef struct pw_w {
@@ -65,7 +68,8 @@ struct pw_bc {
     size_t oklen;
     uint64_t khash;
     int in_ktab;
-    char *token; /* its receivers' auth token (part of okey), owned; NULL: none */
+    char *token;   /* its receivers' auth token (part of okey), owned; NULL: none */
+    int hasleader; /* its receivers' hasleader (part of okey) */
     /* the create request (options as the first client asked) */
     uint8_t *key, *end;
     size_t klen, elen;
@@ -93,6 +97,7 @@ struct pw_up {
     int ended;
     char *token;      /* opened with this auth token (its pw_bc all have it), owned; NULL: none.
                          A stream with a token is closed when its last upstream watcher goes. */
+    int hasleader;    /* opened with "hasleader: true" (its pw_bc all have it) */
     kv_list creating; /* pw_bc.clink */
     pw_bc **itab;     /* by upstream watch id */
     size_t icap, n_ids;

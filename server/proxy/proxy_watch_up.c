@@ -144,10 +144,11 @@ static void itab_del(pw_up *u, pw_bc *bc)
 
 static void up_forget(kv_proxy_watch *s, pw_up *u);
 
-/* 1 if both are no token or the same token. */
-static int same_token(const char *a, const char *b)
+/* 1 if bc may ride u: the same auth token (or none) and the same hasleader. */
+static int fits(const pw_up *u, const pw_bc *bc)
 {
-    return a == b || (a && b && strcmp(a, b) == 0);
+    const char *a = u->token, *b = bc->token;
+    return u->hasleader == bc->hasleader && (a == b || (a && b && strcmp(a, b) == 0));
 }
 
 static void bc_free(pw_bc *bc)
@@ -295,7 +296,7 @@ void pw_bc_detach(kv_proxy_watch *s, pw_w *w)
         bc_drop(s, bc);
 }
 
-/* The sharing key: options, auth token, key, range_end. */
+/* The sharing key: options (and hasleader), auth token, key, range_end. */
 static int make_okey(pw_bc *bc)
 {
     size_t tl = bc->token ? strlen(bc->token) : 0;
@@ -304,7 +305,8 @@ static int make_okey(pw_bc *bc)
     if (!bc->okey)
         return -ENOMEM;
     uint8_t *p = bc->okey;
-    *p++ = (uint8_t)(bc->prev_kv | bc->progress << 1 | bc->noput << 2 | bc->nodelete << 3);
+    *p++ = (uint8_t)(bc->prev_kv | bc->progress << 1 | bc->noput << 2 | bc->nodelete << 3 |
+                     bc->hasleader << 4);
     p += kv_varint_put(p, tl);
     memcpy(p, bc->token ? bc->token : "", tl);
     p += tl;
@@ -392,6 +394,7 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
         goto nomem;
     if (w->cs->token && !(bc->token = strdup(w->cs->token)))
         goto nomem;
+    bc->hasleader = w->cs->hasleader;
     if (bc->klen)
         memcpy(bc->key, c->key.data, bc->klen);
     if (bc->elen)
@@ -452,10 +455,11 @@ static void up_end_io(void *arg, int status, const kvc_error *err)
         kv_proxy_bridge_post(&u->s->p->bridge, ev);
 }
 
-/* A new upstream stream with auth token `token` (NULL: none), or NULL (a retry is
- * scheduled). */
-static pw_up *up_open(kv_proxy_watch *s, const char *token)
+/* A new upstream stream for bc's kind (its auth token, or none; its hasleader), or NULL (a
+ * retry is scheduled). */
+static pw_up *up_open(kv_proxy_watch *s, const pw_bc *bc)
 {
+    const char *token = bc->token;
     pw_up *u = calloc(1, sizeof *u);
     if (!u || (token && !(u->token = strdup(token)))) {
         free(u);
@@ -466,7 +470,8 @@ static pw_up *up_open(kv_proxy_watch *s, const char *token)
     kv_list_init(&u->creating);
     kvc_error e;
     /* a token-less stream sends no token at all (the proxy's upstream client has none) */
-    kvc_call_md md = {.auth_token = token ? token : ""};
+    kvc_call_md md = {.auth_token = token ? token : "", .require_leader = bc->hasleader};
+    u->hasleader = bc->hasleader;
     if (kvc_bidi_open_md(s->p->up, WATCH_PATH, s->p->cfg->max_upstream_send_bytes, &md, up_msg_io,
                          up_end_io, u, &u->b, &e) != 0) {
         free(u->token);
@@ -489,17 +494,17 @@ static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 {
     uint32_t cap = s->p->cfg->max_watchers_per_upstream_stream;
     pw_up *u = *hint;
-    if (!u || u->ended || u->n_bc >= cap || !same_token(u->token, bc->token)) {
+    if (!u || u->ended || u->n_bc >= cap || !fits(u, bc)) {
         u = NULL;
         kv_list *q;
         kv_list_foreach(q, &s->ups) {
             pw_up *c = kv_list_data(q, pw_up, link);
-            if (c->n_bc < cap && same_token(c->token, bc->token)) {
+            if (c->n_bc < cap && fits(c, bc)) {
                 u = c;
                 break;
             }
         }
-        if (!u && !(u = up_open(s, bc->token)))
+        if (!u && !(u = up_open(s, bc)))
             return -EAGAIN; /* retried later */
     }
     *hint = u;
@@ -788,9 +793,21 @@ static int auth_refusal(int code)
            code == KV_GRPC_INVALID_ARGUMENT;
 }
 
-/* u (a stream with a token) was ended by an auth refusal: the client streams with that
- * token end with the member's status (their clients authenticate again and watch again, as
- * after a member's refusal), instead of being placed on a new stream with the same token. */
+/* Is the end of u an answer to its clients rather than a failure to fail over from? An auth
+ * refusal of its token, or "etcdserver: no leader" on a hasleader stream (the member has
+ * had no leader for 3 election timeouts: etcd ends such client streams, and so does its
+ * proxy). */
+static int final_end(const pw_up *u, int code, const char *msg)
+{
+    if (u->token && auth_refusal(code))
+        return 1;
+    return u->hasleader && code == KV_GRPC_UNAVAILABLE && msg &&
+           strcmp(msg, "etcdserver: no leader") == 0;
+}
+
+/* u was ended by a final answer (final_end): its client streams end with the member's status
+ * (their clients authenticate again, or wait for a leader, and watch again, as after the
+ * member's own answer), instead of being placed on a new stream of the same kind. */
 static void up_refused(kv_proxy_watch *s, pw_up *u, int code, const char *msg)
 {
     kv_list *pos, *r;
@@ -815,7 +832,7 @@ void pw_up_on_event(kv_proxy_watch *s, kv_proxy_ev *ev)
             up_msg(s, u, ev->buf, ev->len);
         break;
     case KV_PROXY_EV_WATCH_END:
-        if (!u->ended && u->token && auth_refusal(ev->code))
+        if (!u->ended && final_end(u, ev->code, (const char *)ev->buf))
             up_refused(s, u, ev->code, (const char *)ev->buf);
         else if (!u->ended)
             up_end(s, u);
