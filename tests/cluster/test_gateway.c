@@ -34,6 +34,25 @@ static int ctl_through(uint16_t port, const char *const *args, char *out, size_t
     return code;
 }
 
+/* 1 once the file at path holds line (the gateway's log), polled until timeout_ms; else 0. */
+static int wait_log_line(const char *path, const char *line, uint32_t timeout_ms)
+{
+    uint64_t end = kvt_now_ms() + timeout_ms;
+    for (;;) {
+        char text[16384] = "";
+        FILE *f = fopen(path, "r");
+        if (f) {
+            text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+            fclose(f);
+        }
+        if (strstr(text, line))
+            return 1;
+        if (kvt_now_ms() >= end)
+            return 0;
+        kvt_sleep_ms(20);
+    }
+}
+
 Test(cluster_gateway, etcdctl_through_the_gateway_with_failover, .timeout = 240)
 {
     kvt_cluster c;
@@ -50,7 +69,8 @@ Test(cluster_gateway, etcdctl_through_the_gateway_with_failover, .timeout = 240)
     kvt_proc_init(&gw, log);
     const char *argv[] = {c.bin, "gateway", eps, listen, "--retry-delay=1m", "start", NULL};
     cr_assert_eq(kvt_proc_spawn(&gw, argv), 0);
-    kvt_sleep_ms(500);
+    /* listening (the ready line is checked again below) */
+    (void)wait_log_line(log, "ready to proxy client requests", 10000);
 
     char out[4096];
     int ok = 1;
