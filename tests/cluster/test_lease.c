@@ -18,6 +18,7 @@
 #include "cl_util.h"
 #include "grpc_raw.h"
 #include "kvclient.h"
+#include "kvt_kvc.h"
 #include "rpc.pb-c.h"
 
 #include <criterion/criterion.h>
@@ -61,15 +62,7 @@ static kvc_client *client_on(int i)
 /* A client talking to member i only. */
 static kvc_client *client_only(int i)
 {
-    const char *eps[1] = {g_c.m[i].endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
-    kvc_error err;
-    cr_assert_eq(kvc_open(&c, &cfg, &err), 0, "kvc_open: %s", err.message);
-    return c;
+    return kvt_kvc_open(g_c.m[i].endpoint);
 }
 
 static int64_t grant(kvc_client *c, int64_t ttl)

@@ -13,6 +13,7 @@
  */
 #include "cl_util.h"
 #include "kvclient.h"
+#include "kvt_kvc.h"
 #include "kvt_util.h"
 #include "rpc.pb-c.h"
 
@@ -30,18 +31,10 @@ static void fini(void)
     kvt_cluster_destroy(&g_c);
 }
 
-/* A libkvclient client talking to member i only. */
+/* A client talking to member i only. */
 static kvc_client *client_only(int i)
 {
-    const char *eps[1] = {g_c.m[i].endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
-    kvc_error err;
-    cr_assert_eq(kvc_open(&c, &cfg, &err), 0, "kvc_open: %s", err.message);
-    return c;
+    return kvt_kvc_open(g_c.m[i].endpoint);
 }
 
 /* One completion slot, filled on libkvclient's I/O thread. */

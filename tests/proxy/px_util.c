@@ -1,5 +1,6 @@
 /* px_util: see px_util.h. */
 #include "px_util.h"
+#include "kvt_kvc.h"
 
 #include "grpc_raw.h"
 #include "kvclient.h"
@@ -172,15 +173,7 @@ int px_ka_resp(const uint8_t *m, size_t n, int64_t *id, int64_t *ttl)
 
 kvc_client *px_client(const char *endpoint)
 {
-    const char *eps[] = {endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
-    kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "kvc_open %s: %s", endpoint, e.message);
-    return c;
+    return kvt_kvc_open(endpoint);
 }
 
 int px_leases_dead(const char *endpoint, const int64_t *ids, size_t n)
