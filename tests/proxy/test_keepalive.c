@@ -125,14 +125,8 @@ Test(proxy_keepalive, requests_of_one_loop_turn_fold_into_one_renewal, .fini = f
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
-    const char *eps[] = {g_x.endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 1;
-    kvc_client *c = NULL;
+    kvc_client *c = px_client(g_x.endpoint);
     kvc_error e;
-    cr_assert_eq(kvc_open(&c, &cfg, &e), 0);
     kvc_lease_grant_result g;
     cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
     kvc_close(c);
