@@ -146,6 +146,9 @@ static void on_event(void *app, kv_proxy_ev *ev)
     case KV_PROXY_EV_CLUSTER:
         kv_proxy_cluster_on_event(p, ev);
         break;
+    case KV_PROXY_EV_HEALTH:
+        kv_proxy_health_on_event(p, ev);
+        break;
     default:
         kv_proxy_watch_on_event(p, ev);
         break;
@@ -258,7 +261,7 @@ static int start_metrics(kv_proxy *p, char *err, size_t cap)
     const kv_proxy_config *cfg = p->cfg;
     if (!cfg->has_metrics)
         return 0;
-    int rc = kv_http_server_init(&p->http, p->loop, NULL, p->metrics, NULL, NULL);
+    int rc = kv_http_server_init(&p->http, p->loop, NULL, p->metrics, kv_proxy_health, p);
     if (rc == 0)
         rc = kv_http_server_listen(p->http, cfg->metrics_host, cfg->metrics_port);
     if (rc < 0) {

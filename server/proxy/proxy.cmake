@@ -16,6 +16,7 @@ add_library(kv_proxy STATIC
   ${CMAKE_CURRENT_LIST_DIR}/proxy_kvcache.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_ns.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_stream.c
+  ${CMAKE_CURRENT_LIST_DIR}/proxy_health.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_naming.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_register.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_cluster.c)

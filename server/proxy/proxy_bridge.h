@@ -39,6 +39,7 @@ enum kv_proxy_ev_kind {
     KV_PROXY_EV_REG_CALL,    /* a registration call finished (target: its op) */
     KV_PROXY_EV_REG_LOST,    /* the registration lease was lost (buf: its id) */
     KV_PROXY_EV_CLUSTER,     /* the range of a MemberList finished (target: its op) */
+    KV_PROXY_EV_HEALTH,      /* a /health check's range finished (target: its check) */
 };
 
 typedef struct kv_proxy_ev {

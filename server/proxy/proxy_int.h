@@ -149,6 +149,10 @@ void kv_proxy_cluster_free(kv_proxy *p);
 void kv_proxy_cluster_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);
 void kv_proxy_cluster_on_cancel(kv_grpc_call *call);
 void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev);
+/* /health on --metrics-addr (proxy_health.c): etcd 3.4's checkHealth, a kv_http health hook
+ * (app: the proxy). Loop thread. */
+void kv_proxy_health(void *app, kv_http_health_done_fn done, void *ctx);
+void kv_proxy_health_on_event(kv_proxy *p, kv_proxy_ev *ev);
 /* The proxy's --namespace: 1 with *ns set, or 0 without one (nothing is rewritten). */
 static inline int kv_proxy_ns_of(const kv_proxy *p, kv_proxy_ns *ns)
 {
