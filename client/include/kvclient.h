@@ -698,6 +698,16 @@ KVC_API int kvc_bidi_send(kvc_bidi *b, const uint8_t *msg, size_t len, kvc_error
  * up), so a late call never drops a newer connection. Thread-safe; from another thread it
  * waits for the I/O thread to act. */
 KVC_API void kvc_bidi_failover(kvc_bidi *b);
+/* (addition) Receive flow control. paused=1: from now on the response DATA of this stream
+ * is not credited back to the server (no HTTP/2 WINDOW_UPDATE for the stream; the
+ * connection's window is still credited, so other calls and streams are not held up), so
+ * the server stops sending once the stream's window (1 MiB) is used: at most that much more
+ * arrives and is still handed to on_msg. paused=0 credits what arrived while paused and lets
+ * the server go on. For an owner that relays the messages to a slower reader (kvd
+ * grpc-proxy's Maintenance.Snapshot). Idempotent; a no-op on an ended stream. Thread-safe,
+ * but not concurrently with itself on the same stream; from another thread it waits for
+ * the I/O thread to act. */
+KVC_API void kvc_bidi_set_recv_paused(kvc_bidi *b, int paused);
 /* Cancel the stream (RST_STREAM CANCEL if it is open) and free it. After it returns no
  * callback of the stream runs or will run. Callable from any thread including the client's
  * callbacks (then it does not wait). b may be NULL. */

@@ -186,6 +186,19 @@ void kvc_bidi_failover_loop(kvc_client *c, struct kvc_bidi *b)
         kvc_conn_fail(c, "a stream went unanswered (member hung?): trying the next endpoint");
 }
 
+void kvc_bidi_recv_loop(kvc_client *c, struct kvc_bidi *b)
+{
+    b->recv_paused = atomic_load(&b->want_paused);
+    if (b->recv_paused || !b->recv_held)
+        return;
+    size_t n = b->recv_held;
+    b->recv_held = 0;
+    if (b->state == BIDI_OPEN && c->conn && c->conn->h2) {
+        nghttp2_session_consume_stream(c->conn->h2, b->s.id, n); /* may send WINDOW_UPDATE */
+        kvc_conn_flush(c);
+    }
+}
+
 void kvc_bidi_on_ready(kvc_client *c)
 {
     while (c->bidi.waiting && kvc_conn_usable(c)) {
@@ -350,6 +363,18 @@ void kvc_bidi_free(kvc_bidi *b)
         (void)kvc_loop_run_cmd(c, &b->free_cmd, CMD_BIDI_FREE, b, NULL);
     }
     kvc_bidi_unref(b); /* the caller's reference */
+}
+
+void kvc_bidi_set_recv_paused(kvc_bidi *b, int paused)
+{
+    if (!b)
+        return;
+    kvc_client *c = b->c;
+    atomic_store(&b->want_paused, paused ? 1 : 0);
+    if (kvc_loop_on_thread(c->lg))
+        kvc_bidi_recv_loop(c, b);
+    else
+        (void)kvc_loop_run_cmd(c, &b->recv_cmd, CMD_BIDI_RECV, b, NULL);
 }
 
 void kvc_bidi_failover(kvc_bidi *b)

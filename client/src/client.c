@@ -108,6 +108,11 @@ void kvc_dispatch(struct kvc_cmd *cmd)
         if (cmd->w)
             kvc_waiter_signal(cmd->w, 0, NULL);
         break;
+    case CMD_BIDI_RECV:
+        kvc_bidi_recv_loop(c, cmd->p);
+        if (cmd->w)
+            kvc_waiter_signal(cmd->w, 0, NULL);
+        break;
     case CMD_CALL_CANCEL:
         kvc_waiter_signal(cmd->w, kvc_call_cancel_loop(cmd->p), NULL);
         break;

@@ -213,9 +213,17 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
 {
     (void)flags;
     struct kvc_conn *cn = ud;
+    /* No automatic WINDOW_UPDATE (session_new): the connection window is credited at once;
+     * a stream's too, unless it is a raw stream whose receive is paused
+     * (kvc_bidi_set_recv_paused), which credits it on resume. */
+    nghttp2_session_consume_connection(session, len);
     if (cn->dead)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     struct kvc_h2stream *s = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (s && s->kind == STREAM_BIDI && ((struct kvc_bidi *)s)->recv_paused)
+        ((struct kvc_bidi *)s)->recv_held += len;
+    else
+        nghttp2_session_consume_stream(session, stream_id, len);
     if (!s)
         return 0;
     if (s->kind == STREAM_CALL)
@@ -439,15 +447,22 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 static int session_new(struct kvc_conn *cn)
 {
     nghttp2_session_callbacks *cbs;
-    if (nghttp2_session_callbacks_new(&cbs) != 0)
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0)
         return -1;
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* on_data_chunk consumes */
+    if (nghttp2_session_callbacks_new(&cbs) != 0) {
+        nghttp2_option_del(opt);
+        return -1;
+    }
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-    int rc = nghttp2_session_client_new(&cn->h2, cbs, cn);
+    int rc = nghttp2_session_client_new2(&cn->h2, cbs, cn, opt);
     nghttp2_session_callbacks_del(cbs);
+    nghttp2_option_del(opt);
     if (rc != 0)
         return -1;
     nghttp2_settings_entry iv[] = {

@@ -49,6 +49,7 @@ enum kvc_cmd_type {
     CMD_BIDI_KICK,
     CMD_BIDI_FREE,
     CMD_BIDI_FAILOVER,
+    CMD_BIDI_RECV,
     CMD_CALL_CANCEL
 };
 
@@ -412,8 +413,11 @@ struct kvc_bidi {
     int state;                    /* loop: enum kvc_bidi_state */
     struct kvc_bidi *prev, *next; /* loop: c->bidi.waiting or c->bidi.open, by state */
     atomic_int refs; /* caller, loop (until DONE), queued open, queued kick, delivery */
-    struct kvc_cmd open_cmd, kick_cmd, free_cmd, fail_cmd;
+    struct kvc_cmd open_cmd, kick_cmd, free_cmd, fail_cmd, recv_cmd;
     struct kvc_md md;
+    atomic_int want_paused; /* kvc_bidi_set_recv_paused's last request */
+    int recv_paused;        /* loop: stream window not credited for received DATA */
+    size_t recv_held;       /* loop: DATA bytes received while paused, not yet credited */
 };
 
 struct kvc_bidi_list {
@@ -425,6 +429,7 @@ void kvc_bidi_open_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_kick_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_free_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_failover_loop(kvc_client *c, struct kvc_bidi *b);
+void kvc_bidi_recv_loop(kvc_client *c, struct kvc_bidi *b);
 void kvc_bidi_on_ready(kvc_client *c);
 /* The connection is gone (kvc_conn_fail) or draining: every open stream ends UNAVAILABLE. */
 void kvc_bidi_on_conn_lost(kvc_client *c, const char *reason);

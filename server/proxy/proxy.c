@@ -29,8 +29,8 @@
             kv_proxy_stream_on_cancel                                                              \
     }
 
-/* Unary methods forwarded as raw bytes, the two folded or relayed streams, and Observe.
- * Maintenance.Snapshot is not served (docs/proxy.md, "Not done yet"): UNIMPLEMENTED. */
+/* Unary methods forwarded as raw bytes, the two folded or relayed streams, Observe and
+ * Maintenance.Snapshot (relayed with flow control, proxy_stream.c). */
 static const kv_grpc_method methods[] = {
     U("/etcdserverpb.KV/Range"),
     U("/etcdserverpb.KV/Put"),
@@ -78,6 +78,7 @@ static const kv_grpc_method methods[] = {
     U("/v3electionpb.Election/Leader"),
     U("/v3electionpb.Election/Resign"),
     S("/v3electionpb.Election/Observe"),
+    S("/etcdserverpb.Maintenance/Snapshot"),
     U("/v3lockpb.Lock/Lock"),
     U("/v3lockpb.Lock/Unlock"),
     U("/grpc.health.v1.Health/Check"),

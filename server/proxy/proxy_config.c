@@ -25,6 +25,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_send_buffer_bytes = (size_t)16 << 20;
     c->max_buffered_bytes = (size_t)512 << 20;
     c->max_upstream_send_bytes = (size_t)4 << 20;
+    c->max_snapshot_buffer_bytes = (size_t)4 << 20;
     c->max_cache_entries = 2048;
     c->max_cache_bytes = (size_t)64 << 20;
     c->max_resolver_members = 1000;
@@ -59,6 +60,8 @@ const char *kv_proxy_config_usage(void)
            "  --max-send-buffer-bytes=16777216 per client connection\n"
            "  --max-buffered-bytes=536870912   all client connections\n"
            "  --max-upstream-send-bytes=4194304 per upstream stream\n"
+           "  --max-snapshot-buffer-bytes=4194304 snapshot bytes queued to a client before "
+           "the proxy stops reading the member\n"
            "  --max-cache-entries=2048     serializable range cache entries (0: no cache)\n"
            "  --max-cache-bytes=67108864   serializable range cache bytes\n"
            "  --advertise-client-url=URL   this proxy's address for MemberList and registration\n"
@@ -299,6 +302,9 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-upstream-send-bytes") == 0) {
             rc = parse_u64(v, (uint64_t)1 << 31, &u);
             c->max_upstream_send_bytes = (size_t)u;
+        } else if (strcmp(name, "max-snapshot-buffer-bytes") == 0) {
+            rc = parse_u64(v, (uint64_t)1 << 40, &u);
+            c->max_snapshot_buffer_bytes = (size_t)u;
         } else if (strcmp(name, "max-cache-entries") == 0) {
             rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, (uint64_t)1 << 24, &u);
             c->max_cache_entries = (size_t)u;

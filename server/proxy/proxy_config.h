@@ -51,6 +51,9 @@ typedef struct kv_proxy_config {
     size_t max_send_buffer_bytes;   /* per client connection, bytes queued to it (16 MiB) */
     size_t max_buffered_bytes;      /* all client connections, in + out (512 MiB) */
     size_t max_upstream_send_bytes; /* per upstream stream, bytes not yet sent (4 MiB) */
+    /* Maintenance.Snapshot: a client's unsent bytes above which the proxy stops reading the
+     * upstream stream until they drain to half (4 MiB; docs/proxy.md, "Snapshot") */
+    size_t max_snapshot_buffer_bytes;
     /* watch (docs/proxy.md, "Watch") */
     uint32_t max_watchers;                     /* client watchers of all streams (100000) */
     uint32_t max_watchers_per_upstream_stream; /* (10000: kvd's --max-watchers-per-stream) */

@@ -64,6 +64,7 @@ typedef struct kv_proxy {
     /* server-streaming relays (proxy_stream.c) */
     uint32_t observe_streams;
     kv_metric *m_observe_streams;
+    kv_metric *m_snapshot_paused; /* kvd_proxy_snapshot_upstream_paused_total */
     kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
     uint64_t upstream_warned_ms; /* uv_now of the last "upstream unavailable" line (proxy.c) */
     int upstream_warned;         /* 1: that line was written at least once */

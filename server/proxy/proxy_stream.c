@@ -1,6 +1,7 @@
 /*
  * proxy_stream.c - server-streaming calls relayed one to one: Election.Observe
- * (docs/proxy.md, "Election, lock, auth").
+ * (docs/proxy.md, "Election, lock, auth") and Maintenance.Snapshot (docs/proxy.md,
+ * "Snapshot").
  *
  * The client's one request goes up on its own upstream stream (a kvc_bidi on the proxy's one
  * connection, with the client's token and hasleader metadata); every response message comes
@@ -14,20 +15,74 @@
  * KV_PROXY_EV_STREAM_FREE event posted right after its upstream stream is freed
  * (kvc_bidi_free is synchronous: every event of the stream is already in the bridge).
  * Bound: --max-watch-streams relays (kvd_proxy_observe_streams), apart from the Watch relays.
+ *
+ * Snapshot flow control: a snapshot is large and its reader may be slow, so instead of
+ * ending the call at the send bound, the relay stops reading the upstream stream
+ * (kvc_bidi_set_recv_paused: no WINDOW_UPDATE to the member) once the client's unsent bytes
+ * (kv_grpc_call_send_queued) pass --max-snapshot-buffer-bytes, polls them every
+ * SNAP_POLL_MS, and resumes at half the bound. At most one upstream stream window (1 MiB)
+ * plus the messages already in the bridge arrive after the pause and are still queued.
+ * The poll timer is a separate allocation (uv_close is asynchronous): its data is NULLed
+ * when the relay is released and the close callback frees only the handle.
  */
 #include "proxy/proxy_int.h"
 
 #include "common/etcd_errors.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SNAP_PATH "/etcdserverpb.Maintenance/Snapshot"
+#define SNAP_POLL_MS 5
 
 typedef struct srelay {
     kv_proxy *p;
     kv_grpc_call *call; /* NULL once finished or cancelled */
     kvc_bidi *up;       /* NULL once freed */
     int counted;        /* in p->observe_streams */
+    int snapshot;       /* Maintenance.Snapshot: flow control instead of the send bound */
+    int paused;         /* upstream receive paused (snapshot) */
+    uv_timer_t *poll;   /* snapshot: drain poll while paused; NULL until first pause */
 } srelay;
+
+static void poll_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Snapshot: resume reading the member once the client took half of its queue. */
+static void on_poll(uv_timer_t *t)
+{
+    srelay *r = t->data;
+    if (!r || !r->paused || !r->call || !r->up)
+        return;
+    if (kv_grpc_call_send_queued(r->call) > r->p->cfg->max_snapshot_buffer_bytes / 2)
+        return;
+    r->paused = 0;
+    uv_timer_stop(t);
+    kvc_bidi_set_recv_paused(r->up, 0);
+}
+
+/* Snapshot: after a send, stop reading the member while the client's queue is over the
+ * bound. Returns 0 or -ENOMEM (timer). */
+static int snap_check(srelay *r)
+{
+    if (r->paused || kv_grpc_call_send_queued(r->call) <= r->p->cfg->max_snapshot_buffer_bytes)
+        return 0;
+    if (!r->poll) {
+        r->poll = malloc(sizeof *r->poll);
+        if (!r->poll)
+            return -ENOMEM;
+        uv_timer_init(r->p->loop, r->poll);
+        r->poll->data = r;
+    }
+    r->paused = 1;
+    kv_metric_inc(r->p->m_snapshot_paused);
+    kvc_bidi_set_recv_paused(r->up, 1);
+    uv_timer_start(r->poll, on_poll, SNAP_POLL_MS, SNAP_POLL_MS);
+    return 0;
+}
 
 static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
 {
@@ -51,6 +106,12 @@ static void up_end_io(void *arg, int status, const kvc_error *err)
 
 static void release(srelay *r)
 {
+    if (r->poll) {
+        uv_timer_stop(r->poll);
+        r->poll->data = NULL;
+        uv_close((uv_handle_t *)r->poll, poll_closed);
+        r->poll = NULL;
+    }
     if (r->counted) {
         r->counted = 0;
         r->p->observe_streams--;
@@ -91,6 +152,9 @@ void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev)
         if (r->call && kv_grpc_call_send(r->call, ev->buf, ev->len) < 0) {
             end_call(r, 0, NULL, 1); /* a client that does not read: only its call ends */
             release(r);
+        } else if (r->call && r->snapshot && snap_check(r) < 0) {
+            end_call(r, KV_GRPC_RESOURCE_EXHAUSTED, kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS), 0);
+            release(r);
         }
         break;
     case KV_PROXY_EV_STREAM_END:
@@ -127,6 +191,7 @@ void kv_proxy_stream_on_message(kv_grpc_call *call, const uint8_t *msg, size_t l
     }
     r->p = p;
     r->call = call;
+    r->snapshot = strcmp(kv_grpc_call_method(call), SNAP_PATH) == 0;
     kvc_call_md md;
     kv_proxy_call_md(call, &md);
     kvc_error e;
@@ -166,8 +231,13 @@ void kv_proxy_stream_on_cancel(kv_grpc_call *call)
 int kv_proxy_stream_init(kv_proxy *p)
 {
     p->m_observe_streams = kv_metrics_gauge(p->metrics, "kvd_proxy_observe_streams",
-                                            "Client Election.Observe streams relayed (bound: "
-                                            "--max-watch-streams).",
+                                            "Client Election.Observe and Maintenance.Snapshot "
+                                            "streams relayed (bound: --max-watch-streams).",
                                             NULL);
+    p->m_snapshot_paused = kv_metrics_counter(
+        p->metrics, "kvd_proxy_snapshot_upstream_paused_total",
+        "Times a Maintenance.Snapshot relay stopped reading the member because its client's "
+        "unsent bytes passed --max-snapshot-buffer-bytes.",
+        NULL);
     return 0;
 }

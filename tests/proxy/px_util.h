@@ -14,6 +14,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* 1 in a sanitizer build (the tests are built with the servers' flags): RSS bounds are
+ * printed, not applied (ASan's shadow memory and quarantine inflate RSS). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PX_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PX_SANITIZED 1
+#endif
+#endif
+#ifndef PX_SANITIZED
+#define PX_SANITIZED 0
+#endif
+
 typedef struct px {
     kvt_proc proc;
     uint16_t port, metrics_port;

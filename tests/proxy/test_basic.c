@@ -6,8 +6,7 @@
  *     status, watch (an event put through the proxy), and an error relayed verbatim
  *     (keep-alive of a revoked lease: etcd's text);
  *   - libkvclient: put, get, a txn, a lease and its keepalive on one connection to the proxy;
- *   - kvctl: put and get;
- *   - /health on the metrics address checks the upstream (503 once the member is gone).
+ *   - kvctl: put and get.
  * Every unary call goes up (kvd_proxy_unary_forwarded_total grows) and the upstream member
  * sees the proxy as one connection.
  */
@@ -198,28 +197,3 @@ Test(proxy_basic, libkvclient_and_kvctl_through_the_proxy, .init = setup, .fini 
     kvt_cmd_result_free(&r);
 }
 
-/* GET /health on the proxy's metrics address: 200 when it answers {"health":"true"}, else
- * the HTTP status (or -1). */
-static int proxy_health(void)
-{
-    int status = 0;
-    char *body = NULL;
-    if (kvt_http_get(g_x.metrics_port, "/health", 5000, &status, &body) != 0)
-        return -1;
-    int healthy = status == 200 && body && strstr(body, "{\"health\":\"true\"}");
-    free(body);
-    return healthy ? 200 : status;
-}
-
-/* /health on --metrics-addr checks the cluster as etcd's proxy does (a linearizable read of
- * "a" through the upstream client, 1 s): healthy with the member up, 503 once it is gone. */
-Test(proxy_basic, health_checks_the_upstream, .init = setup, .fini = fini, .timeout = 60)
-{
-    cr_assert_eq(proxy_health(), 200, "healthy expected with the member up");
-    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
-    int st = 0;
-    uint64_t end = kvt_now_ms() + 10000;
-    while ((st = proxy_health()) == 200 && kvt_now_ms() < end)
-        kvt_sleep_ms(100);
-    cr_assert_eq(st, 503, "/health still %d with no member", st);
-}

@@ -27,17 +27,6 @@
 #define PX_CONN_MEM_PROXY_KIB 16.0
 #define PX_CONN_MEM_MEMBER_KIB 17.0
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PX_CONN_MEM_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PX_CONN_MEM_SANITIZED 1
-#endif
-#endif
-#ifndef PX_CONN_MEM_SANITIZED
-#define PX_CONN_MEM_SANITIZED 0
-#endif
-
 static kvt_cluster g_c;
 static px g_x;
 static px_connmem g_warm, g_m;
@@ -52,7 +41,7 @@ static void fini(void)
 
 static void check(const char *what, double per, double bound)
 {
-    if (PX_CONN_MEM_SANITIZED) {
+    if (PX_SANITIZED) {
         fprintf(stderr, "proxy_conn_mem: %s: sanitizer build, %.0f KiB bound not applied\n", what,
                 bound);
         return;
