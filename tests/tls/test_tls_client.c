@@ -352,6 +352,7 @@ static int curl_get(const char *url, const char *ca, int cert, char *out, size_t
 Test(tls_client, https_metrics_url_serves_tls_with_the_client_context, .fini = fini, .timeout = 120)
 {
     uint16_t mport = 0;
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-tls"), 0, "certificates"); /* resets the fixture */
     cr_assert_eq(kvt_port_free(&g_f.client_port), 0);
     cr_assert_eq(kvt_port_free(&g_f.peer_port), 0);
     cr_assert_eq(kvt_port_free(&g_f.metrics_port), 0);
@@ -360,13 +361,15 @@ Test(tls_client, https_metrics_url_serves_tls_with_the_client_context, .fini = f
     char lm[160];
     snprintf(lm, sizeof lm, "--listen-metrics-urls=http://127.0.0.1:%u,https://127.0.0.1:%u",
              g_f.metrics_port, mport);
-    start((const char *const[]){"--trusted-ca-file", "@ca.pem", "--client-cert-auth", lm, NULL});
+    cr_assert_eq(tls_fx_start(&g_f, (const char *const[]){"--trusted-ca-file", "@ca.pem",
+                                                          "--client-cert-auth", lm, NULL}),
+                 0, "kvd did not start (log %s)", g_f.kvd.log_path);
     static char out[1 << 16];
     char https[64], http[64];
     snprintf(https, sizeof https, "https://127.0.0.1:%u/metrics", mport);
     snprintf(http, sizeof http, "http://127.0.0.1:%u/metrics", mport);
     cr_assert_eq(curl_get(https, "ca.pem", 1, out, sizeof out), 0, "https /metrics: %s", out);
-    cr_assert(strstr(out, "# TYPE kvd_"), "no metrics over TLS: %.300s", out);
+    cr_assert(strstr(out, "# TYPE etcd_cluster_version gauge"), "no metrics over TLS: %.300s", out);
     snprintf(https, sizeof https, "https://127.0.0.1:%u/health", mport);
     cr_assert_eq(curl_get(https, "ca.pem", 1, out, sizeof out), 0, "https /health: %s", out);
     cr_assert(strstr(out, "{\"health\":\"true\"}"), "%s", out);
