@@ -34,7 +34,6 @@ struct http_conn {
     health_req *hr;
     kv_tls_conn *tls; /* NULL on a plain listener */
     char *raw;        /* TLS: ciphertext read buffer (RAW_BYTES) */
-    int tls_failed;   /* TLS: handshake/record failure, closing after the alert */
     kv_list link;     /* srv->conns */
 };
 
@@ -457,7 +456,6 @@ static void tls_read(http_conn *c, size_t nread)
         /* Handshake or record failure (wrong CA, no client certificate, plain HTTP, garbage):
          * the alert (or the HTTP 400 answer) goes out, then the connection closes. */
         size_t n = kv_tls_conn_out_pending(c->tls);
-        c->tls_failed = 1;
         if (n == 0 || !(c->resp = malloc(n))) {
             conn_close(c);
             return;
