@@ -35,7 +35,7 @@ target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC stat
 
 add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
 target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kv_http PUBLIC kv_metrics kv_net PkgConfig::UV)
+target_link_libraries(kv_http PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV)
 
 # HTTP/1.1 on the client port (/health, /version, /metrics, grpc-gateway JSON API), installed
 # on kv_grpc servers through grpc/grpc_http1.h.

@@ -661,6 +661,18 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
                      cfg->listen_client[k].text);
             return -EINVAL;
         }
+    /* etcd 3.4 serves an https metrics URL with the client TLS info; without it,
+     * transport.NewListener refuses. */
+    for (size_t k = 0; k < cfg->n_listen_metrics; k++)
+        if (cfg->listen_metrics[k].tls && !cfg->auto_tls &&
+            (!cfg->cert_file[0] || !cfg->key_file[0])) {
+            snprintf(err, errlen,
+                     "cannot listen on TLS for %s:%d: KeyFile and CertFile are not presented "
+                     "(an https --listen-metrics-urls URL uses the client port's TLS: give "
+                     "--cert-file and --key-file, or --auto-tls)",
+                     cfg->listen_metrics[k].host, cfg->listen_metrics[k].port);
+            return -EINVAL;
+        }
     for (size_t k = 0; k < cfg->n_listen_peer; k++)
         if (cfg->listen_peer[k].tls && !cfg->peer_auto_tls &&
             (!cfg->peer_cert_file[0] || !cfg->peer_key_file[0])) {

@@ -342,6 +342,7 @@ static int start_listeners(kvd_main *m)
         kv_http_config_default(&hc);
         hc.max_connections = cfg->metrics_max_connections;
         hc.request_timeout_ms = cfg->metrics_request_timeout_ms;
+        hc.tls = u->tls ? m->client_tls : NULL; /* etcd: https uses the client TLS info */
         int rc = kv_http_server_init(&m->http[m->n_http], &m->loop, &hc, m->srv.api.metrics,
                                      health_hook, &m->srv);
         if (rc < 0)

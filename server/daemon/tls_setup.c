@@ -73,6 +73,8 @@ int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_c
     int any = 0;
     for (size_t i = 0; i < cfg->n_listen_client; i++)
         any |= cfg->listen_client[i].tls;
+    for (size_t i = 0; i < cfg->n_listen_metrics; i++)
+        any |= cfg->listen_metrics[i].tls; /* https --listen-metrics-urls share it, as etcd */
     if (!any)
         return 0;
     char cbuf[2048];

@@ -15,8 +15,8 @@
 #include "net/tls.h"
 
 /* Client port: a server context from --cert-file/--key-file/--trusted-ca-file/
- * --client-cert-auth, or *out = NULL if no client listen URL is https. metrics may be NULL.
- * Returns 0 or a negative errno with a message in err. The caller unrefs *out. */
+ * --client-cert-auth, or *out = NULL if no client or metrics listen URL is https. metrics may be
+ * NULL. Returns 0 or a negative errno with a message in err. The caller unrefs *out. */
 int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **out, char *err,
                              size_t errlen);
 

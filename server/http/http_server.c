@@ -3,6 +3,7 @@
 #include "common/list.h"
 #include "net/accept_gate.h"
 #include "net/listen.h"
+#include "net/tls.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@ typedef struct health_req {
 } health_req;
 
 enum { ST_READ, ST_HEALTH, ST_WRITE, ST_CLOSING };
+enum { RAW_BYTES = 16384 };
 
 struct http_conn {
     kv_http_server *srv;
@@ -30,7 +32,9 @@ struct http_conn {
     size_t len;
     char *resp;
     health_req *hr;
-    kv_list link; /* srv->conns */
+    kv_tls_conn *tls; /* NULL on a plain listener */
+    char *raw;        /* TLS: ciphertext read buffer (RAW_BYTES) */
+    kv_list link;     /* srv->conns */
 };
 
 struct kv_http_server {
@@ -57,6 +61,7 @@ void kv_http_config_default(kv_http_config *cfg)
     cfg->health_timeout_ms = 5000;
     cfg->request_timeout_ms = 10000;
     cfg->max_connections = 256;
+    cfg->tls = NULL;
 }
 
 static void on_connection(uv_stream_t *l, int status);
@@ -73,6 +78,8 @@ int kv_http_server_init(kv_http_server **out, uv_loop_t *loop, const kv_http_con
     kv_http_config def;
     kv_http_config_default(&def);
     s->cfg = cfg ? *cfg : def;
+    if (s->cfg.tls)
+        kv_tls_ctx_ref(s->cfg.tls); /* dropped in maybe_finalize */
     if (!s->cfg.max_header_bytes)
         s->cfg.max_header_bytes = def.max_header_bytes;
     if (!s->cfg.health_timeout_ms)
@@ -120,6 +127,7 @@ static void maybe_finalize(kv_http_server *s)
 {
     if (!s->closing || s->listener_open || !kv_list_empty(&s->conns) || s->n_rejecting)
         return;
+    kv_tls_ctx_unref(s->cfg.tls);
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
     free(s);
@@ -139,6 +147,8 @@ static void conn_handle_closed(uv_handle_t *h)
     kv_metric_gauge_add(s->m_conns, -1);
     free(c->buf);
     free(c->resp);
+    free(c->raw);
+    kv_tls_conn_free(c->tls);
     free(c);
     maybe_finalize(s);
 }
@@ -213,6 +223,18 @@ size_t kv_http_health_reason_line(char *dst, size_t cap, const char *reason)
     return o < cap ? o : cap - 1;
 }
 
+/* The last write of a connection (c->resp or NULL): then shutdown and close. */
+static void send_final(http_conn *c, char *p, size_t n)
+{
+    uv_timer_stop(&c->timer);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->state = ST_WRITE;
+    uv_buf_t b = uv_buf_init(p, (unsigned)n);
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_cb) < 0)
+        conn_close(c);
+}
+
 /* Takes ownership of nothing: body is copied. extra: more header lines ("Name: v\r\n"...)
  * or NULL. */
 static void respond_hdr(http_conn *c, int code, const char *ctype, const char *extra,
@@ -239,11 +261,19 @@ static void respond_hdr(http_conn *c, int code, const char *ctype, const char *e
     memcpy(c->resp, head, (size_t)hl);
     if (blen)
         memcpy(c->resp + hl, body, blen);
-    c->state = ST_WRITE;
-    uv_buf_t b = uv_buf_init(c->resp, (unsigned)((size_t)hl + blen));
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_cb) < 0)
-        conn_close(c);
+    size_t n = (size_t)hl + blen;
+    if (c->tls) { /* c->resp becomes the ciphertext of the response */
+        int rc = kv_tls_conn_write(c->tls, (const uint8_t *)c->resp, n);
+        free(c->resp);
+        c->resp = NULL;
+        n = rc < 0 ? 0 : kv_tls_conn_out_pending(c->tls);
+        if (n == 0 || !(c->resp = malloc(n))) {
+            conn_close(c);
+            return;
+        }
+        n = kv_tls_conn_out_read(c->tls, (uint8_t *)c->resp, n);
+    }
+    send_final(c, c->resp, n);
 }
 
 static void respond(http_conn *c, int code, const char *ctype, const char *body, size_t blen)
@@ -354,21 +384,17 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     http_conn *c = h->data;
+    if (c->tls) {
+        *buf = uv_buf_init(c->raw, RAW_BYTES);
+        return;
+    }
     size_t room = c->srv->cfg.max_header_bytes - c->len;
     *buf = uv_buf_init(c->buf + c->len, (unsigned)room);
 }
 
-static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+/* c->buf holds c->len bytes of request head so far: answer once it is complete. */
+static void process_head(http_conn *c)
 {
-    (void)buf;
-    http_conn *c = st->data;
-    if (c->state != ST_READ)
-        return;
-    if (nread < 0) {
-        conn_close(c);
-        return;
-    }
-    c->len += (size_t)nread;
     c->buf[c->len] = 0;
     /* The head ends at an empty line; lines end with CRLF or a bare LF (Go's net/textproto,
      * etcd's server, tolerates it). A NUL anywhere in it is refused (400). */
@@ -387,12 +413,113 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         respond_text(c, 431, "request header too large\n");
 }
 
+/* TLS: decrypted request bytes; beyond max_header_bytes they are dropped (431 follows). */
+static int plain_in(void *arg, const uint8_t *p, size_t n)
+{
+    http_conn *c = arg;
+    size_t room = c->srv->cfg.max_header_bytes - c->len;
+    if (n > room)
+        n = room;
+    memcpy(c->buf + c->len, p, n);
+    c->len += n;
+    return c->len >= c->srv->cfg.max_header_bytes; /* full: stop */
+}
+
+static void raw_written(uv_write_t *req, int status)
+{
+    (void)status;
+    free(req); /* the data follows the request in the same block */
+}
+
+/* TLS: puts the handshake output waiting in c->tls on the wire. Returns 0 or negative. */
+static int tls_flush(http_conn *c)
+{
+    size_t n = kv_tls_conn_out_pending(c->tls);
+    if (n == 0)
+        return 0;
+    uv_write_t *req = malloc(sizeof(*req) + n);
+    if (!req)
+        return -ENOMEM;
+    char *p = (char *)(req + 1);
+    n = kv_tls_conn_out_read(c->tls, (uint8_t *)p, n);
+    uv_buf_t b = uv_buf_init(p, (unsigned)n);
+    int rc = uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, raw_written);
+    if (rc < 0)
+        free(req);
+    return rc;
+}
+
+static void tls_read(http_conn *c, size_t nread)
+{
+    int rc = kv_tls_conn_recv(c->tls, (const uint8_t *)c->raw, nread, plain_in, c);
+    if (rc < 0) {
+        /* Handshake or record failure (wrong CA, no client certificate, plain HTTP, garbage):
+         * the alert (or the HTTP 400 answer) goes out, then the connection closes. */
+        size_t n = kv_tls_conn_out_pending(c->tls);
+        if (n == 0 || !(c->resp = malloc(n))) {
+            conn_close(c);
+            return;
+        }
+        n = kv_tls_conn_out_read(c->tls, (uint8_t *)c->resp, n);
+        send_final(c, c->resp, n);
+        return;
+    }
+    if (tls_flush(c) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->len > 0)
+        process_head(c);
+}
+
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    http_conn *c = st->data;
+    if (c->state != ST_READ)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->tls) {
+        tls_read(c, (size_t)nread);
+        return;
+    }
+    c->len += (size_t)nread;
+    process_head(c);
+}
+
 static void reject_closed_cb(uv_handle_t *h)
 {
     kv_http_server *s = h->data;
     free(h);
     s->n_rejecting--;
     maybe_finalize(s);
+}
+
+/* TLS: the connection's session, named by the peer address in log lines. */
+static int tls_attach(http_conn *c)
+{
+    char who[64] = "?";
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        char ip[46] = "?";
+        int port = 0;
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+        snprintf(who, sizeof(who), "%s:%d", ip, port);
+    }
+    int rc = kv_tls_conn_new(c->srv->cfg.tls, who, NULL, &c->tls);
+    if (rc == 0)
+        kv_tls_conn_http1(c->tls);
+    return rc;
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -435,8 +562,11 @@ static void on_connection(uv_stream_t *l, int status)
     if (!c)
         return;
     c->buf = malloc(s->cfg.max_header_bytes + 1);
-    if (!c->buf || uv_tcp_init(s->loop, &c->tcp) < 0) {
+    if (s->cfg.tls)
+        c->raw = malloc(RAW_BYTES);
+    if (!c->buf || (s->cfg.tls && !c->raw) || uv_tcp_init(s->loop, &c->tcp) < 0) {
         free(c->buf);
+        free(c->raw);
         free(c);
         return;
     }
@@ -450,7 +580,7 @@ static void on_connection(uv_stream_t *l, int status)
     kv_list_insert_head(&s->conns, &c->link);
     s->n_conns++;
     kv_metric_gauge_add(s->m_conns, 1);
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 ||
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || (s->cfg.tls && tls_attach(c) < 0) ||
         uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {
         conn_close(c);
         return;

@@ -10,6 +10,11 @@
  *   head exceeds max_header_bytes; 408-less silent close when the head does not arrive within
  *   request_timeout_ms). Every response carries "Connection: close" and the connection is
  *   closed after it is written; request bodies are not read.
+ * - TLS (cfg.tls set, etcd's https:// metrics URL): the same protocol inside TLS on every
+ *   connection (net/tls.h, memory BIOs; ALPN offers only http/1.1). A failed handshake (wrong
+ *   CA, missing client certificate with --client-cert-auth, plain HTTP, garbage) gets its alert
+ *   (or the tls layer's HTTP 400 text) written and the connection closed; the handshake counts
+ *   against request_timeout_ms and the connection against max_connections like any other.
  * - One libuv loop, not thread-safe. Handles are freed only in close callbacks. The process must
  *   ignore SIGPIPE (libuv writes with write(2)).
  * - Bounds: max_header_bytes per request, max_connections. When max_connections are open, a
@@ -28,6 +33,7 @@
 #include <uv.h>
 
 #include "metrics/metrics.h"
+#include "net/tls.h"
 
 typedef struct kv_http_server kv_http_server;
 
@@ -44,6 +50,8 @@ typedef struct kv_http_config {
     uint32_t health_timeout_ms;  /* default 5000 */
     uint32_t request_timeout_ms; /* time to receive the request head; default 10000 */
     uint32_t max_connections;    /* default 256 */
+    kv_tls_ctx *tls;             /* server context: serve HTTPS (ALPN http/1.1); NULL = plain.
+                                    The server takes its own reference. */
 } kv_http_config;
 
 void kv_http_config_default(kv_http_config *cfg);

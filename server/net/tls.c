@@ -49,13 +49,13 @@ struct kv_tls_conn {
     SSL *ssl;
     BIO *rbio, *wbio; /* owned by ssl */
     int established, failed, saw_first;
+    int http1;        /* kv_tls_conn_http1(): ALPN never selects h2 */
     uint8_t *pending; /* plaintext written before the handshake completed */
     size_t pending_len;
     char who[64];
     char cn[256];
     char err[256];
 };
-
 
 static void ctx_log(kv_tls_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ctx_log(kv_tls_ctx *x, const char *fmt, ...)
@@ -145,15 +145,17 @@ static void ssl_err_text(char *buf, size_t cap, const char *fallback)
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
-    (void)ssl;
     (void)arg;
+    const kv_tls_conn *t = SSL_get_app_data(ssl);
+    const char *want = t && t->http1 ? "http/1.1" : "h2";
+    size_t wl = strlen(want);
     for (unsigned i = 0; i < inlen;) {
         unsigned l = in[i];
         if (i + 1 + l > inlen)
             break;
-        if (l == 2 && memcmp(in + i + 1, "h2", 2) == 0) {
+        if (l == wl && memcmp(in + i + 1, want, wl) == 0) {
             *out = in + i + 1;
-            *outlen = 2;
+            *outlen = (unsigned char)wl;
             return SSL_TLSEXT_ERR_OK;
         }
         i += 1 + l;
@@ -487,6 +489,7 @@ int kv_tls_conn_new(kv_tls_ctx *x, const char *who, const char *verify_host, kv_
     BIO_set_mem_eof_return(t->rbio, -1); /* empty = "retry", not EOF */
     BIO_set_mem_eof_return(t->wbio, -1);
     SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    SSL_set_app_data(t->ssl, t); /* alpn_select reads t->http1 */
     if (x->server) {
         SSL_set_accept_state(t->ssl);
     } else {
@@ -507,6 +510,11 @@ int kv_tls_conn_new(kv_tls_ctx *x, const char *who, const char *verify_host, kv_
     t->ctx = x;
     *out = t;
     return 0;
+}
+
+void kv_tls_conn_http1(kv_tls_conn *t)
+{
+    t->http1 = 1;
 }
 
 void kv_tls_conn_free(kv_tls_conn *t)

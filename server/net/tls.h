@@ -9,7 +9,8 @@
  *
  * Policy: TLS 1.2 and 1.3 only; TLS 1.2 ciphers ECDHE with AES-GCM or CHACHA20-POLY1305
  * (no aNULL/eNULL, no CBC, no RSA key exchange; TLS 1.3 suites are OpenSSL's defaults);
- * ALPN "h2" (a server selects it when offered, a client offers it).
+ * ALPN "h2" (a server selects it when offered, a client offers it; kv_tls_conn_http1() makes
+ * one server connection select "http/1.1" instead).
  *
  * Certificate reload (etcd's approach): a server or client context stats its certificate, key
  * and CA files when a new connection is created (at most once per second) and, if any changed,
@@ -92,6 +93,9 @@ void kv_tls_ctx_recheck(kv_tls_ctx *x);
  * certificate must match (and the SNI name for a host name). */
 int kv_tls_conn_new(kv_tls_ctx *x, const char *who, const char *verify_host, kv_tls_conn **out);
 void kv_tls_conn_free(kv_tls_conn *t);
+/* Server, before the first recv: this connection speaks HTTP/1.1 only (the metrics
+ * listener), so ALPN selects "http/1.1" when offered and never "h2". */
+void kv_tls_conn_http1(kv_tls_conn *t);
 /* Client: starts the handshake (ClientHello into the output). Returns 0 or -EPROTO. */
 int kv_tls_conn_start(kv_tls_conn *t);
 /* Feeds ciphertext read from the socket; each decrypted chunk is passed to on_plain (whose

@@ -301,7 +301,20 @@ static int start_metrics(kv_proxy *p, char *err, size_t cap)
     const kv_proxy_config *cfg = p->cfg;
     if (!cfg->has_metrics)
         return 0;
-    int rc = kv_http_server_init(&p->http, p->loop, NULL, p->metrics, kv_proxy_health_check, p);
+    kv_http_config hc;
+    kv_http_config_default(&hc);
+    if (cfg->metrics_tls) {
+        if (!p->server_tls) { /* etcd's transport.NewListener without TLS info */
+            snprintf(err, cap,
+                     "cannot listen on TLS for %s:%d: KeyFile and CertFile are not "
+                     "presented (--metrics-addr https:// uses the listener's TLS: give "
+                     "--cert-file and --key-file, or --auto-tls)",
+                     cfg->metrics_host, cfg->metrics_port);
+            return -EINVAL;
+        }
+        hc.tls = p->server_tls;
+    }
+    int rc = kv_http_server_init(&p->http, p->loop, &hc, p->metrics, kv_proxy_health_check, p);
     if (rc == 0)
         rc = kv_http_server_listen(p->http, cfg->metrics_host, cfg->metrics_port);
     if (rc < 0) {

@@ -37,7 +37,8 @@ const char *kv_proxy_config_usage(void)
     return "usage: kvd grpc-proxy start [flags]\n"
            "  --endpoints=h:p,...          upstream members (127.0.0.1:2379)\n"
            "  --listen-addr=h:p            client address (127.0.0.1:23790)\n"
-           "  --metrics-addr=http://h:p    /metrics and /health (none)\n"
+           "  --metrics-addr=http://h:p    /metrics and /health (none); https:// with the "
+           "listener's TLS\n"
            "  --cert --key --cacert        upstream TLS (client certificate, CA)\n"
            "  --insecure-skip-tls-verify   do not verify the members' certificates\n"
            "  --cert-file --key-file       client side TLS\n"
@@ -242,12 +243,8 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "listen-addr") == 0) {
             rc = parse_hostport(v, c->listen_host, sizeof c->listen_host, &c->listen_port);
         } else if (strcmp(name, "metrics-addr") == 0) {
-            if (strncmp(v, "https://", 8) == 0) { /* etcd: TLS with the listener's certificate */
-                snprintf(err, cap,
-                         "--metrics-addr: https is not supported by kvd grpc-proxy yet "
-                         "(docs/proxy.md)");
-                return -EINVAL;
-            }
+            /* etcd: https serves TLS with the listener's certificate (proxy.c start_metrics) */
+            c->metrics_tls = strncmp(v, "https://", 8) == 0;
             rc = parse_hostport(v, c->metrics_host, sizeof c->metrics_host, &c->metrics_port);
             c->has_metrics = 1;
         } else if (strcmp(name, "cert") == 0) {

@@ -25,6 +25,7 @@ typedef struct kv_proxy_config {
     char metrics_host[256]; /* --metrics-addr (none); http://host:port or host:port */
     int metrics_port;
     int has_metrics;
+    int metrics_tls; /* --metrics-addr https://: TLS with the listener's context (server_tls) */
     /* upstream TLS (etcd's --cert --key --cacert; --insecure-skip-tls-verify) */
     const char *cert, *key, *cacert;
     int insecure_skip_verify;

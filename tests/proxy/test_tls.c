@@ -484,25 +484,70 @@ Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout
     cr_assert(file_has(g_p.log, "cert has non empty Common Name (root)"), "log %s", g_p.log);
 }
 
-/* An https:// --metrics-addr: etcd serves /metrics over TLS there; kvd's proxy does not yet
- * and refuses it (it used to serve plain HTTP on it). */
-Test(proxy_tls, https_metrics_addr_refused, .timeout = 30)
+/* curl -f on url (--cacert ca.pem when ca); its exit code (999 on timeout), output in out. */
+static int curl_metrics(const char *url, int ca, char *out, size_t cap)
 {
-    if (is_etcd())
-        cr_skip_test("kvd's refusal; etcd's proxy serves TLS on an https --metrics-addr");
-    char bin[PATH_MAX];
-    const char *argv[] = {tls_fx_kvd_bin(bin, sizeof bin),
+    const char *argv[] = {"/usr/bin/curl", "-sSf", "--max-time", "5", url, NULL, NULL, NULL};
+    if (ca) {
+        argv[4] = "--cacert";
+        argv[5] = tls_fx_path(&g_f, "ca.pem");
+        argv[6] = url;
+    }
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 15000, &r), 0, "run curl");
+    int code = r.timed_out ? 999 : r.exit_code;
+    snprintf(out, cap, "%s%s", r.out, r.err);
+    kvt_cmd_result_free(&r);
+    return code;
+}
+
+/* An https:// --metrics-addr serves /metrics and /health over TLS with the listener's
+ * certificate (etcd 3.4's grpc-proxy); plain HTTP to that port gets no metrics. */
+Test(proxy_tls, https_metrics_addr_serves_tls, .fini = fini, .timeout = 120)
+{
+    start_member();
+    char bin[PATH_MAX], eps[96], laddr[64], maddr[64], url[96];
+    cr_assert_eq(kvt_port_free(&g_p.port), 0);
+    cr_assert_eq(kvt_port_free(&g_p.metrics_port), 0);
+    snprintf(eps, sizeof eps, "--endpoints=%s", g_f.url);
+    snprintf(laddr, sizeof laddr, "--listen-addr=127.0.0.1:%u", g_p.port);
+    snprintf(maddr, sizeof maddr, "--metrics-addr=https://127.0.0.1:%u", g_p.metrics_port);
+    snprintf(g_p.log, sizeof g_p.log, "%.4000s/proxy-m%u.log", g_f.dir.path, g_p.port);
+    const char *argv[] = {server_bin(bin, sizeof bin),
                           "grpc-proxy",
                           "start",
-                          "--endpoints=127.0.0.1:1",
-                          "--listen-addr=127.0.0.1:0",
-                          "--metrics-addr=https://127.0.0.1:0",
+                          eps,
+                          laddr,
+                          maddr,
+                          "--cacert",
+                          tls_fx_path(&g_f, "ca.pem"),
+                          "--cert",
+                          tls_fx_path(&g_f, "proxy.pem"),
+                          "--key",
+                          tls_fx_path(&g_f, "proxy-key.pem"),
+                          "--cert-file",
+                          tls_fx_path(&g_f, "server.pem"),
+                          "--key-file",
+                          tls_fx_path(&g_f, "server-key.pem"),
                           NULL};
-    kvt_cmd_result r;
-    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 10000, &r), 0);
-    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
-    cr_assert(strstr(r.err, "--metrics-addr: https is not supported"), "%s", r.err);
-    kvt_cmd_result_free(&r);
+    kvt_proc_init(&g_p.proc, g_p.log);
+    cr_assert_eq(kvt_proc_spawn(&g_p.proc, argv), 0, "spawn the proxy");
+    static char out[1 << 16];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/metrics", g_p.metrics_port);
+    int code = -1;
+    for (int i = 0; i < 100 && (code = curl_metrics(url, 1, out, sizeof out)) != 0; i++)
+        usleep(200 * 1000);
+    cr_assert_eq(code, 0, "https /metrics: %s (log %s)", out, g_p.log);
+    cr_assert(strstr(out, "# TYPE "), "no metrics over TLS: %.300s", out);
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/health", g_p.metrics_port);
+    cr_assert_eq(curl_metrics(url, 1, out, sizeof out), 0, "https /health: %s", out);
+    cr_assert(strstr(out, "\"health\":\"true\""), "%s", out);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", g_p.metrics_port);
+    cr_assert_neq(curl_metrics(url, 0, out, sizeof out), 0, "plain HTTP on the TLS port");
+    cr_assert(!strstr(out, "# TYPE"), "plain HTTP got metrics: %.300s", out);
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/metrics", g_p.metrics_port);
+    cr_assert_neq(curl_metrics(url, 0, out, sizeof out), 0, "no CA, yet the certificate passed");
+    cr_assert_eq(curl_metrics(url, 1, out, sizeof out), 0, "after the failures: %s", out);
 }
 
 /* Runs etcdctl through the proxy with the given TLS flags (NULL-terminated, at most 6) and
@@ -665,5 +710,39 @@ Test(proxy_tls, listen_cipher_suites_without_tls_refused, .timeout = 30)
         cr_assert(
             strstr(r.err, "--listen-cipher-suites needs --cert-file/--key-file or --auto-tls"),
             "%s", r.err);
+    kvt_cmd_result_free(&r);
+}
+
+/* An https:// --metrics-addr without listener TLS (no --cert-file/--key-file, no --auto-tls)
+ * is refused at start, in etcd's words, instead of serving plain HTTP. */
+Test(proxy_tls, https_metrics_addr_without_listener_tls_refused, .fini = fini, .timeout = 120)
+{
+    start_member();
+    char bin[PATH_MAX], eps[96], laddr[64], maddr[64], want[128];
+    cr_assert_eq(kvt_port_free(&g_p.port), 0);
+    cr_assert_eq(kvt_port_free(&g_p.metrics_port), 0);
+    snprintf(eps, sizeof eps, "--endpoints=%s", g_f.url);
+    snprintf(laddr, sizeof laddr, "--listen-addr=127.0.0.1:%u", g_p.port);
+    snprintf(maddr, sizeof maddr, "--metrics-addr=https://127.0.0.1:%u", g_p.metrics_port);
+    const char *argv[] = {server_bin(bin, sizeof bin),
+                          "grpc-proxy",
+                          "start",
+                          eps,
+                          laddr,
+                          maddr,
+                          "--cacert",
+                          tls_fx_path(&g_f, "ca.pem"),
+                          "--cert",
+                          tls_fx_path(&g_f, "proxy.pem"),
+                          "--key",
+                          tls_fx_path(&g_f, "proxy-key.pem"),
+                          NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 30000, &r), 0);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d: %s", r.exit_code, r.err);
+    snprintf(want, sizeof want,
+             "cannot listen on TLS for 127.0.0.1:%u: KeyFile and CertFile are not presented",
+             g_p.metrics_port);
+    cr_assert(strstr(r.err, want), "%s", r.err);
     kvt_cmd_result_free(&r);
 }

@@ -315,3 +315,92 @@ Test(tls_client, certificate_reload_keeps_established_connections, .fini = fini,
     tcli_close(&before);
     cr_assert(tls_fx_log_has(&g_f, "reloaded the certificate"), "no log line");
 }
+
+/* curl on url with --cacert ca (and the client certificate when cert != 0), -f so an HTTP
+ * error status fails too; its exit code (999 on timeout), the body in out. */
+static int curl_get(const char *url, const char *ca, int cert, char *out, size_t cap)
+{
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = "/usr/bin/curl";
+    argv[n++] = "-sSf";
+    argv[n++] = "--max-time";
+    argv[n++] = "5";
+    if (ca) {
+        argv[n++] = "--cacert";
+        argv[n++] = tls_fx_path(&g_f, ca);
+    }
+    if (cert) {
+        argv[n++] = "--cert";
+        argv[n++] = tls_fx_path(&g_f, "client.pem");
+        argv[n++] = "--key";
+        argv[n++] = tls_fx_path(&g_f, "client-key.pem");
+    }
+    argv[n++] = url;
+    argv[n] = NULL;
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 15000, &r), 0, "run curl");
+    int code = r.timed_out ? 999 : r.exit_code;
+    if (out)
+        snprintf(out, cap, "%s%s", r.out, r.err);
+    kvt_cmd_result_free(&r);
+    return code;
+}
+
+/* An https --listen-metrics-urls URL serves TLS with the client port's context (etcd 3.4),
+ * client-certificate auth included; plain HTTP to it gets no metrics. */
+Test(tls_client, https_metrics_url_serves_tls_with_the_client_context, .fini = fini, .timeout = 120)
+{
+    uint16_t mport = 0;
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-tls"), 0, "certificates"); /* resets the fixture */
+    cr_assert_eq(kvt_port_free(&g_f.client_port), 0);
+    cr_assert_eq(kvt_port_free(&g_f.peer_port), 0);
+    cr_assert_eq(kvt_port_free(&g_f.metrics_port), 0);
+    cr_assert_eq(kvt_port_free(&mport), 0);
+    g_f.keep_ports = 1;
+    char lm[160];
+    snprintf(lm, sizeof lm, "--listen-metrics-urls=http://127.0.0.1:%u,https://127.0.0.1:%u",
+             g_f.metrics_port, mport);
+    cr_assert_eq(tls_fx_start(&g_f, (const char *const[]){"--trusted-ca-file", "@ca.pem",
+                                                          "--client-cert-auth", lm, NULL}),
+                 0, "kvd did not start (log %s)", g_f.kvd.log_path);
+    static char out[1 << 16];
+    char https[64], http[64];
+    snprintf(https, sizeof https, "https://127.0.0.1:%u/metrics", mport);
+    snprintf(http, sizeof http, "http://127.0.0.1:%u/metrics", mport);
+    cr_assert_eq(curl_get(https, "ca.pem", 1, out, sizeof out), 0, "https /metrics: %s", out);
+    cr_assert(strstr(out, "# TYPE etcd_cluster_version gauge"), "no metrics over TLS: %.300s", out);
+    snprintf(https, sizeof https, "https://127.0.0.1:%u/health", mport);
+    cr_assert_eq(curl_get(https, "ca.pem", 1, out, sizeof out), 0, "https /health: %s", out);
+    cr_assert(strstr(out, "{\"health\":\"true\"}"), "%s", out);
+    snprintf(https, sizeof https, "https://127.0.0.1:%u/metrics", mport);
+    cr_assert_neq(curl_get(https, "ca.pem", 0, out, sizeof out), 0,
+                  "--client-cert-auth did not apply to the https metrics URL");
+    cr_assert_neq(curl_get(https, "ca2.pem", 1, out, sizeof out), 0, "another CA passed");
+    cr_assert_neq(curl_get(http, NULL, 0, out, sizeof out), 0, "plain HTTP on the TLS port");
+    cr_assert(!strstr(out, "# TYPE"), "plain HTTP got metrics: %.300s", out);
+    /* the server keeps serving after the failures */
+    cr_assert_eq(curl_get(https, "ca.pem", 1, out, sizeof out), 0, "https /metrics: %s", out);
+}
+
+/* Without client TLS (no --cert-file/--key-file, no --auto-tls) an https metrics URL is
+ * refused at start with etcd's words, instead of serving plain HTTP on it. */
+Test(tls_client, https_metrics_url_without_client_tls_refused, .fini = fini, .timeout = 60)
+{
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-tls"), 0, "certificates");
+    char bin[4096], dd[4200];
+    snprintf(dd, sizeof dd, "--data-dir=%s/data-nometricstls", g_f.dir.path);
+    const char *argv[] = {tls_fx_kvd_bin(bin, sizeof bin),
+                          dd,
+                          "--listen-client-urls=http://127.0.0.1:0",
+                          "--advertise-client-urls=http://127.0.0.1:2379",
+                          "--listen-metrics-urls=https://127.0.0.1:0",
+                          NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 20000, &r), 0);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d: %s", r.exit_code, r.err);
+    cr_assert(strstr(r.err, "cannot listen on TLS for 127.0.0.1:0: KeyFile and CertFile are not "
+                            "presented"),
+              "%s", r.err);
+    kvt_cmd_result_free(&r);
+}
