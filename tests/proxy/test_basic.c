@@ -196,4 +196,3 @@ Test(proxy_basic, libkvclient_and_kvctl_through_the_proxy, .init = setup, .fini 
     cr_assert_str_eq(r.out, "kk\nvv\n");
     kvt_cmd_result_free(&r);
 }
-
