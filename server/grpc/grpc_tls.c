@@ -8,6 +8,7 @@
  * Loop thread only.
  */
 #include "grpc/grpc_internal.h"
+#include "net/listen.h"
 #include "net/tls.h"
 
 #include <errno.h>
@@ -69,20 +70,7 @@ static const kv_grpc_io_ops tls_ops = {
 int kv_grpc_tls_attach(kv_grpc_conn *c)
 {
     char who[64] = "?";
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[46] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        snprintf(who, sizeof(who), "%s:%d", ip, port);
-    }
+    (void)kv_net_peer_name(&c->tcp, who, sizeof(who));
     kv_tls_conn *t = NULL;
     int rc = kv_tls_conn_new(c->srv->cfg.tls, who, NULL, &t);
     if (rc < 0)

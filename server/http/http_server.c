@@ -502,20 +502,7 @@ static void reject_closed_cb(uv_handle_t *h)
 static int tls_attach(http_conn *c)
 {
     char who[64] = "?";
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[46] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        snprintf(who, sizeof(who), "%s:%d", ip, port);
-    }
+    (void)kv_net_peer_name(&c->tcp, who, sizeof(who));
     int rc = kv_tls_conn_new(c->srv->cfg.tls, who, NULL, &c->tls);
     if (rc == 0)
         kv_tls_conn_http1(c->tls);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <stdio.h>
 #include <string.h>
 
 static int resolve(const char *host, int port, struct sockaddr_storage *ss)
@@ -53,4 +54,24 @@ int kv_net_bound_port(uv_tcp_t *tcp)
     if (ss.ss_family == AF_INET6)
         return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return -EINVAL;
+}
+
+int kv_net_peer_name(uv_tcp_t *tcp, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    int rc = uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len);
+    if (rc != 0)
+        return rc;
+    char ip[46] = "?"; /* INET6_ADDRSTRLEN */
+    int port = 0;
+    if (ss.ss_family == AF_INET) {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    snprintf(buf, cap, "%s:%d", ip, port);
+    return 0;
 }
