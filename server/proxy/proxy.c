@@ -14,6 +14,7 @@
 #include <openssl/x509.h>
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,40 @@ int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why)
     kv_metric_inc(p->m_refused[why]);
     return kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,
                                kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS));
+}
+
+int kv_proxy_send_too_big(kv_proxy *p, kv_grpc_call *call, size_t len)
+{
+    if (len <= p->cfg->max_send_bytes)
+        return 0;
+    char m[96]; /* grpc-go's client, without its "grpc: " prefix, as etcd's proxy answers */
+    snprintf(m, sizeof m, "trying to send message larger than max (%zu vs. %zu)", len,
+             p->cfg->max_send_bytes);
+    kv_metric_inc(p->m_too_large[0]);
+    kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, m);
+    return 1;
+}
+
+int kv_proxy_recv_too_big(kv_proxy *p, size_t len, char *m, size_t cap)
+{
+    if (len <= p->cfg->max_recv_bytes)
+        return 0;
+    snprintf(m, cap, "grpc: received message larger than max (%zu vs. %zu)", len,
+             p->cfg->max_recv_bytes);
+    kv_metric_inc(p->m_too_large[1]);
+    return 1;
+}
+
+void kv_proxy_debug(const kv_proxy *p, const char *fmt, ...)
+{
+    if (!p->cfg->debug)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kvd grpc-proxy: debug: %s\n", line);
 }
 
 /* An upstream call or stream that ended without a member's answer (libkvclient's own
@@ -274,6 +309,10 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
     kv_grpc_config gc;
     kv_grpc_config_default(&gc);
     gc.max_connections = cfg->max_connections;
+    gc.max_concurrent_streams = cfg->max_concurrent_streams;
+    /* etcd's proxy serves with grpc-go's default receive limit, 4 MiB; what may go up is
+     * --max-send-bytes (kv_proxy_send_too_big) */
+    gc.max_request_bytes = KV_PROXY_MAX_CLIENT_MESSAGE;
     gc.max_send_buffer_bytes = cfg->max_send_buffer_bytes;
     gc.max_buffered_bytes = cfg->max_buffered_bytes;
     gc.priority_methods = priority;
@@ -341,6 +380,13 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
                                              "Requests refused by a bound with RESOURCE_EXHAUSTED "
                                              "\"etcdserver: too many requests\".",
                                              refused_label[i]);
+    static const char too_large[] =
+        "Messages refused by a size limit: requests over --max-send-bytes (direction=send), "
+        "answers over --max-recv-bytes (direction=recv).";
+    p->m_too_large[0] = kv_metrics_counter(p->metrics, "kvd_proxy_message_too_large_total",
+                                           too_large, "direction=\"send\"");
+    p->m_too_large[1] = kv_metrics_counter(p->metrics, "kvd_proxy_message_too_large_total",
+                                           too_large, "direction=\"recv\"");
     (void)kv_metrics_gauge_fn(p->metrics, "kvd_proxy_bridge_queued",
                               "Upstream events waiting for the proxy loop.", bridge_queued, p);
     rc = kv_proxy_bridge_init(&p->bridge, loop, on_event, p);

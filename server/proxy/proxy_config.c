@@ -30,6 +30,9 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->max_cache_bytes = (size_t)64 << 20;
     c->max_resolver_members = 1000;
     c->data_dir = "default.proxy";
+    c->max_send_bytes = 1572864;   /* etcd: defaultGRPCMaxCallSendMsgSize, 1.5 MiB */
+    c->max_recv_bytes = INT32_MAX; /* etcd: math.MaxInt32 */
+    c->max_concurrent_streams = 1000;
 }
 
 const char *kv_proxy_config_usage(void)
@@ -69,7 +72,11 @@ const char *kv_proxy_config_usage(void)
            "  --resolver-prefix=P          register under P/<url>; MemberList lists P's proxies\n"
            "  --resolver-ttl=N             registration lease TTL, seconds (with a prefix)\n"
            "  --max-resolver-members=1000  registered proxies a MemberList may list\n"
-           "  --namespace=pfx              prefix of every key of the clients (none)\n";
+           "  --namespace=pfx              prefix of every key of the clients (none)\n"
+           "  --max-send-bytes=1572864     largest request message sent to the members\n"
+           "  --max-recv-bytes=2147483647  largest answer message taken from the members\n"
+           "  --max-concurrent-streams=1000 HTTP/2 streams per client connection\n"
+           "  --debug                      log every forwarded call and relayed stream\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -192,9 +199,13 @@ static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"enable-pprof", "discovery-srv",
+static const char *const not_yet[] = {"enable-pprof",
+                                      "discovery-srv",
+                                      "discovery-srv-name",
+                                      "insecure-discovery",
                                       "experimental-serializable-ordering",
-                                      "experimental-leasing-prefix", NULL};
+                                      "experimental-leasing-prefix",
+                                      NULL};
 
 int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap)
 {
@@ -230,6 +241,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         }
         if (strcmp(name, "auto-tls") == 0) {
             c->auto_tls = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
+        if (strcmp(name, "debug") == 0) {
+            c->debug = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
         const char *v = eq ? eq + 1 : (i < argc ? argv[i++] : NULL);
@@ -319,6 +334,18 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "max-resolver-members") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_resolver_members = (uint32_t)u;
+        } else if (strcmp(name, "max-send-bytes") == 0) {
+            /* etcd: 0 keeps the default */
+            rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, INT32_MAX, &u);
+            if (u)
+                c->max_send_bytes = (size_t)u;
+        } else if (strcmp(name, "max-recv-bytes") == 0) {
+            rc = strcmp(v, "0") == 0 ? 0 : parse_u64(v, INT32_MAX, &u);
+            if (u)
+                c->max_recv_bytes = (size_t)u;
+        } else if (strcmp(name, "max-concurrent-streams") == 0) {
+            rc = parse_u64(v, UINT32_MAX, &u);
+            c->max_concurrent_streams = (uint32_t)u;
         } else {
             snprintf(err, cap, "unknown flag '--%s'", name);
             return -EINVAL;

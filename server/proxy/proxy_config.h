@@ -69,6 +69,13 @@ typedef struct kv_proxy_config {
     uint32_t max_resolver_members;    /* --max-resolver-members (1000): proxies listed */
     /* --namespace: prefix of every key of the clients (NULL: none; proxy_ns.h) */
     const char *ns;
+    /* etcd's message limits of the proxy's client (docs/proxy.md, "Message sizes"): a request
+     * larger than max_send_bytes is refused before it goes up, an answer larger than
+     * max_recv_bytes is not relayed; RESOURCE_EXHAUSTED with grpc-go's messages */
+    size_t max_send_bytes;           /* --max-send-bytes (1572864) */
+    size_t max_recv_bytes;           /* --max-recv-bytes (2147483647) */
+    uint32_t max_concurrent_streams; /* --max-concurrent-streams: per client connection (1000) */
+    int debug; /* --debug: a line per forwarded call and relayed stream (proxy_debug) */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);

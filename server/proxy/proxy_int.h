@@ -66,6 +66,7 @@ typedef struct kv_proxy {
     kv_metric *m_observe_streams;
     kv_metric *m_snapshot_paused; /* kvd_proxy_snapshot_upstream_paused_total */
     kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
+    kv_metric *m_too_large[2];   /* kvd_proxy_message_too_large_total: send, recv */
     uint64_t upstream_warned_ms; /* uv_now of the last "upstream unavailable" line (proxy.c) */
     int upstream_warned;         /* 1: that line was written at least once */
     int stopping;
@@ -74,6 +75,19 @@ typedef struct kv_proxy {
 /* etcd's answer to every bound: RESOURCE_EXHAUSTED "etcdserver: too many requests". Counts
  * the reason. Finishes call (0 or the transport's error). */
 int kv_proxy_refuse(kv_proxy *p, kv_grpc_call *call, kv_proxy_refused why);
+
+/* The largest message a client may send the proxy: grpc-go's server default, as etcd's
+ * proxy (larger ones: RESOURCE_EXHAUSTED "grpc: received message larger than max"). */
+#define KV_PROXY_MAX_CLIENT_MESSAGE ((size_t)4 << 20)
+
+/* --max-send-bytes: a message of len bytes that would go up is refused as etcd's proxy
+ * refuses it (RESOURCE_EXHAUSTED "trying to send message larger than max (N vs. M)"): call is
+ * finished and 1 returned; 0 if it fits. */
+int kv_proxy_send_too_big(kv_proxy *p, kv_grpc_call *call, size_t len);
+/* --max-recv-bytes: 1 and grpc-go's message in m if an answer of len bytes is over it. */
+int kv_proxy_recv_too_big(kv_proxy *p, size_t len, char *m, size_t cap);
+/* --debug: one line on stderr ("kvd grpc-proxy: debug: ..."); nothing without the flag. */
+void kv_proxy_debug(const kv_proxy *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Unary forwarding (proxy_unary.c): the on_message of every forwarded unary method. */
 void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len);

@@ -28,6 +28,7 @@
 #include "proxy/proxy_int.h"
 
 #include "common/etcd_errors.h"
+#include "grpc/grpc_wire.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -146,10 +147,13 @@ static void end_call(srelay *r, int code, const char *msg, int refuse)
 void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev)
 {
     srelay *r = ev->target;
-    (void)p;
     switch (ev->kind) {
-    case KV_PROXY_EV_STREAM_MSG:
-        if (r->call && kv_grpc_call_send(r->call, ev->buf, ev->len) < 0) {
+    case KV_PROXY_EV_STREAM_MSG: {
+        char m[96];
+        if (r->call && kv_proxy_recv_too_big(p, ev->len, m, sizeof m)) {
+            end_call(r, KV_GRPC_RESOURCE_EXHAUSTED, m, 0); /* --max-recv-bytes */
+            release(r);
+        } else if (r->call && kv_grpc_call_send(r->call, ev->buf, ev->len) < 0) {
             end_call(r, 0, NULL, 1); /* a client that does not read: only its call ends */
             release(r);
         } else if (r->call && r->snapshot && snap_check(r) < 0) {
@@ -157,8 +161,11 @@ void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev)
             release(r);
         }
         break;
+    }
     case KV_PROXY_EV_STREAM_END:
         if (r->call) {
+            kv_proxy_debug(p, "stream %s ended: %s %.200s", kv_grpc_call_method(r->call),
+                           kv_grpc_code_name(ev->code), ev->code ? (const char *)ev->buf : "");
             end_call(r, ev->code, ev->code ? (const char *)ev->buf : NULL, 0);
             release(r);
         }
@@ -183,6 +190,8 @@ void kv_proxy_stream_on_message(kv_grpc_call *call, const uint8_t *msg, size_t l
         kv_proxy_refuse(p, call, KV_PROXY_REFUSED_WATCH_STREAMS);
         return;
     }
+    if (kv_proxy_send_too_big(p, call, len))
+        return;
     srelay *r = calloc(1, sizeof *r);
     if (!r) {
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED,

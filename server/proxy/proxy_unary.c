@@ -33,6 +33,7 @@
 #include "proxy/proxy_int.h"
 
 #include "common/etcd_errors.h"
+#include "grpc/grpc_wire.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -143,6 +144,23 @@ static int ns_prefix(kv_proxy *p, kv_grpc_call *call, const char *method, const 
     return -1;
 }
 
+/* --max-recv-bytes: an OK answer over it becomes grpc-go's RESOURCE_EXHAUSTED, as etcd's
+ * proxy's client refuses it (never cached, never relayed). */
+static void recv_limit(kv_proxy *p, kv_proxy_ev *ev)
+{
+    char m[96];
+    if (ev->code != 0 || !kv_proxy_recv_too_big(p, ev->len, m, sizeof m))
+        return;
+    char *dup = strdup(m);
+    if (ev->buf_free)
+        ev->buf_free(ev->buf);
+    ev->code = KV_GRPC_RESOURCE_EXHAUSTED;
+    ev->buf =
+        dup ? (uint8_t *)dup : (uint8_t *)(uintptr_t)kv_etcd_err_msg(KV_ERR_TOO_MANY_REQUESTS);
+    ev->len = strlen((const char *)ev->buf);
+    ev->buf_free = dup ? free : NULL;
+}
+
 void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
 {
     fwd *f = ev->target;
@@ -150,6 +168,9 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
     f->up = NULL;
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
+    recv_limit(p, ev);
+    kv_proxy_debug(p, "unary %s: %s %.200s (%zu bytes)", f->method, kv_grpc_code_name(ev->code),
+                   ev->code ? (const char *)ev->buf : "", ev->code ? 0 : ev->len);
     ns_strip(p, f->method, ev);
     /* before the answer: a write's entries are gone when its client hears of it */
     kv_proxy_kvcache_done(p, f->ctag, ev->code, ev->buf, ev->len);
@@ -185,6 +206,10 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     }
     if (kv_proxy_kvcache_request(p, call, method, msg, len, &ctag) == 1)
         goto out; /* answered from the range cache */
+    if (kv_proxy_send_too_big(p, call, len)) {
+        kv_proxy_kvcache_done(p, ctag, KV_GRPC_RESOURCE_EXHAUSTED, NULL, 0);
+        goto out;
+    }
     if (p->unary_pending >= p->cfg->max_pending_requests) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
         kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);

@@ -766,8 +766,18 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
     r->n_events = n0;
 }
 
+static void up_refused(kv_proxy_watch *s, pw_up *u, int code, const char *msg);
+
 static void up_msg(kv_proxy_watch *s, pw_up *u, const uint8_t *msg, size_t len)
 {
+    char m[96];
+    if (kv_proxy_recv_too_big(s->p, len, m, sizeof m)) {
+        /* --max-recv-bytes: every client stream on u would get this message, and opening u
+         * again would only meet it again: they end with grpc-go's error (etcd's proxy
+         * retries for ever and its watchers hear nothing) */
+        up_refused(s, u, KV_GRPC_RESOURCE_EXHAUSTED, m);
+        return;
+    }
     Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, len, msg);
     if (!r) { /* a message we cannot read: resume elsewhere rather than lose it */
         up_end(s, u);

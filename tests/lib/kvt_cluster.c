@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -101,10 +102,66 @@ static const char *peer_s(const kvt_cluster *c)
     return c->o.peer_https ? "s" : "";
 }
 
+/* The member's unary connection (kvt_member.conn), or a fresh one when another thread holds
+ * it (kv_it_grpc is one thread's). A cached connection is reused only if it is to the same
+ * port and has nothing pending that ends it (EOF, GOAWAY: the member exited or restarted).
+ * On 0, *cached says whether conn_give must unlock the member's cache. */
+static int conn_take(kvt_member *m, uint32_t timeout_ms, kv_it_grpc **g, int *cached)
+{
+    *cached = pthread_mutex_trylock(&m->conn_mu) == 0;
+    if (!*cached)
+        return kv_it_grpc_open(g, "127.0.0.1", m->client_port, timeout_ms);
+    if (m->conn) {
+        struct pollfd p = {.fd = kv_it_grpc_fd(m->conn), .events = POLLIN};
+        int readable = poll(&p, 1, 0) == 1;
+        if (m->conn_port != m->client_port || (readable && kv_it_grpc_io(m->conn, 1) != 0) ||
+            kv_it_grpc_conn_closed(m->conn) || kv_it_grpc_goaway(m->conn)) {
+            kv_it_grpc_close(m->conn);
+            m->conn = NULL;
+        }
+    }
+    if (!m->conn) {
+        int r = kv_it_grpc_open(&m->conn, "127.0.0.1", m->client_port, timeout_ms);
+        if (r) {
+            m->conn = NULL;
+            pthread_mutex_unlock(&m->conn_mu);
+            return r;
+        }
+        m->conn_port = m->client_port;
+    }
+    *g = m->conn;
+    return 0;
+}
+
+/* Returns a connection from conn_take. One that failed (r < 0: after a transport error it is
+ * unusable) or timed out is closed, never reused. */
+static void conn_give(kvt_member *m, kv_it_grpc *g, int cached, int r)
+{
+    if (!cached) {
+        kv_it_grpc_close(g);
+        return;
+    }
+    if (r < 0) {
+        kv_it_grpc_close(m->conn);
+        m->conn = NULL;
+    }
+    pthread_mutex_unlock(&m->conn_mu);
+}
+
+/* Drops the member's cached connection (its process is being stopped or replaced). */
+static void conn_drop(kvt_member *m)
+{
+    pthread_mutex_lock(&m->conn_mu);
+    kv_it_grpc_close(m->conn);
+    m->conn = NULL;
+    pthread_mutex_unlock(&m->conn_mu);
+}
+
 static int slot_init(kvt_cluster *c, int i)
 {
     kvt_member *m = &c->m[i];
     memset(m, 0, sizeof(*m));
+    pthread_mutex_init(&m->conn_mu, NULL);
     m->idx = i;
     snprintf(m->name, sizeof(m->name), "m%d", i);
     if (snprintf(m->dir, sizeof(m->dir), "%s/m%d", c->root.path, i) >= (int)sizeof(m->dir) ||
@@ -200,6 +257,8 @@ int kvt_cluster_init(kvt_cluster *c, const kvt_cluster_opts *o)
 void kvt_cluster_destroy(kvt_cluster *c)
 {
     for (int i = 0; i < c->n; i++) {
+        conn_drop(&c->m[i]);
+        pthread_mutex_destroy(&c->m[i].conn_mu);
         kvt_proc_kill9(&c->m[i].proc);
         kvt_proxy_stop(c->m[i].proxy);
         c->m[i].proxy = NULL;
@@ -310,14 +369,15 @@ static int call(kvt_cluster *c, int i, const char *method, const uint8_t *req, s
     if (err_cap)
         err[0] = '\0';
     kv_it_grpc *g = NULL;
-    int r = kv_it_grpc_open(&g, "127.0.0.1", c->m[i].client_port, timeout_ms);
+    int cached = 0;
+    int r = conn_take(&c->m[i], timeout_ms, &g, &cached);
     if (r) {
         snprintf(err, err_cap, "connect: %s", strerror(-r));
         return r;
     }
     int status = -1;
     r = kv_it_grpc_call(g, method, req, req_len, resp, resp_len, timeout_ms, &status, err, err_cap);
-    kv_it_grpc_close(g);
+    conn_give(&c->m[i], g, cached, r);
     if (r == KV_IT_GRPC_STATUS)
         return KVT_GRPC_ERR;
     if (r < 0 && err_cap)
@@ -371,16 +431,19 @@ int kvt_member_wait_ready(kvt_cluster *c, int i, uint32_t timeout_ms)
 
 int kvt_member_kill9(kvt_cluster *c, int i)
 {
+    conn_drop(&c->m[i]);
     return kvt_proc_kill9(&c->m[i].proc);
 }
 
 int kvt_member_stop(kvt_cluster *c, int i, uint32_t grace_ms)
 {
+    conn_drop(&c->m[i]);
     return kvt_proc_term(&c->m[i].proc, grace_ms);
 }
 
 int kvt_member_restart(kvt_cluster *c, int i, uint32_t timeout_ms)
 {
+    conn_drop(&c->m[i]);
     kvt_proc_kill9(&c->m[i].proc);
     for (int attempt = 0;; attempt++) {
         int r = kvt_member_start(c, i);

@@ -29,6 +29,7 @@
 #include "kvt_util.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,12 @@ typedef struct kvt_member {
     /* (addition) extra kvd flags for this member only, after kvd_args (so they
      * override them); NULL-terminated, borrowed; NULL: none. */
     const char *const *args;
+    /* The unary calls' connection to client_port (kvt_put, kvt_get, kvt_member_status...):
+     * reused while the member lives, so a loop of calls does not pay a TCP and HTTP/2
+     * handshake each (private; see conn_take in kvt_cluster.c). */
+    pthread_mutex_t conn_mu;
+    struct kv_it_grpc *conn;
+    uint16_t conn_port;
 } kvt_member;
 
 typedef struct kvt_cluster {

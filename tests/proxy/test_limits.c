@@ -1,0 +1,197 @@
+/*
+ * proxy_limits: etcd's message limits of `grpc-proxy start` and the per-connection stream
+ * limit (docs/proxy.md, "Message sizes"). One member, a proxy with --max-send-bytes=1000
+ * --max-recv-bytes=3000 --max-concurrent-streams=4 --debug:
+ *   - a Put of 2,000 bytes through the proxy is refused before it goes up: RESOURCE_EXHAUSTED
+ *     "trying to send message larger than max (N vs. 1000)", N its size (etcd's proxy answers
+ *     exactly that); the key is not written; a small Put works;
+ *   - a Range whose answer is over 3,000 bytes: RESOURCE_EXHAUSTED "grpc: received message
+ *     larger than max (N vs. 3000)"; a small Range works;
+ *   - (kvd) a Watch whose upstream message is over the limit ends with that status: etcd
+ *     3.4's proxy retries its upstream stream for ever and the watcher hears nothing;
+ *   - (kvd) SETTINGS_MAX_CONCURRENT_STREAMS = 4 on a client connection (etcd 3.4 applies its
+ *     flag to the HTTP/1 listener only);
+ *   - (kvd) --debug logs each forwarded call; kvd_proxy_message_too_large_total counts.
+ * Answers only, with deadlines of 5 s: not serial.
+ */
+#include "px_util.h"
+
+#include "grpc_raw.h"
+#include "rpc.pb-c.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kvt_cluster g_c;
+static px g_x;
+
+static void fini(void)
+{
+    px_stop(&g_x);
+    kvt_cluster_destroy(&g_c);
+}
+
+static void setup(void)
+{
+    static const char *const flags[] = {"--max-send-bytes=1000", "--max-recv-bytes=3000",
+                                        "--max-concurrent-streams=4", "--debug", NULL};
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
+}
+
+/* Does the proxy's log have a line containing s? */
+static int log_has(const char *s)
+{
+    FILE *f = fopen(g_x.log, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, s) != NULL;
+    fclose(f);
+    return found;
+}
+
+static int is_kvd(void)
+{
+    return kvt_target_from_env() == KV_TEST_SERVER_KVD;
+}
+
+/* A PutRequest of key k and n bytes of 'v', packed; *len its size. Caller frees. */
+static uint8_t *put_req(const char *k, size_t n, size_t *len)
+{
+    char *v = malloc(n + 1);
+    cr_assert_not_null(v);
+    memset(v, 'v', n);
+    Etcdserverpb__PutRequest req = ETCDSERVERPB__PUT_REQUEST__INIT;
+    req.key.data = (uint8_t *)k;
+    req.key.len = strlen(k);
+    req.value.data = (uint8_t *)v;
+    req.value.len = n;
+    *len = etcdserverpb__put_request__get_packed_size(&req);
+    uint8_t *buf = malloc(*len);
+    cr_assert_not_null(buf);
+    etcdserverpb__put_request__pack(&req, buf);
+    free(v);
+    return buf;
+}
+
+/* One unary call to the proxy: the grpc-status (0 OK) and message. */
+static int call(const char *method, const uint8_t *req, size_t len, char *msg, size_t cap)
+{
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    uint8_t *resp = NULL;
+    size_t rl = 0;
+    int st = -1;
+    msg[0] = 0;
+    int r = kv_it_grpc_call(h, method, req, len, &resp, &rl, 5000, &st, msg, cap);
+    free(resp);
+    kv_it_grpc_close(h);
+    cr_assert(r == 0 || r == KV_IT_GRPC_STATUS, "%s: transport %d", method, r);
+    return r == 0 ? 0 : st;
+}
+
+static uint8_t *range_req(const char *k, size_t *len)
+{
+    Etcdserverpb__RangeRequest req = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    req.key.data = (uint8_t *)k;
+    req.key.len = strlen(k);
+    *len = etcdserverpb__range_request__get_packed_size(&req);
+    uint8_t *buf = malloc(*len);
+    cr_assert_not_null(buf);
+    etcdserverpb__range_request__pack(&req, buf);
+    return buf;
+}
+
+Test(proxy_limits, a_request_over_max_send_bytes_is_refused, .init = setup, .fini = fini,
+     .timeout = 120)
+{
+    char msg[256], want[128];
+    size_t len;
+    uint8_t *big = put_req("big", 2000, &len);
+    int st = call("/etcdserverpb.KV/Put", big, len, msg, sizeof msg);
+    free(big);
+    snprintf(want, sizeof want, "trying to send message larger than max (%zu vs. 1000)", len);
+    cr_assert_eq(st, 8, "status %d: %s", st, msg);
+    cr_assert_str_eq(msg, want);
+    char err[256], val[16];
+    int found = -1;
+    cr_assert_eq(kvt_get(&g_c, 0, "big", 0, 5000, val, sizeof val, &found, NULL, err, sizeof err),
+                 0, "get: %s", err);
+    cr_assert_eq(found, 0, "the refused put was written");
+
+    uint8_t *small = put_req("small", 100, &len);
+    st = call("/etcdserverpb.KV/Put", small, len, msg, sizeof msg);
+    free(small);
+    cr_assert_eq(st, 0, "small put: %d %s", st, msg);
+    if (is_kvd()) {
+        cr_assert_eq(px_metric(&g_x, "kvd_proxy_message_too_large_total{direction=\"send\"}"), 1);
+        cr_assert(log_has("kvd grpc-proxy: debug: unary /etcdserverpb.KV/Put: OK"),
+                  "--debug logged no forwarded Put (%s)", g_x.log);
+    }
+}
+
+Test(proxy_limits, an_answer_over_max_recv_bytes_is_refused, .init = setup, .fini = fini,
+     .timeout = 120)
+{
+    char err[256], msg[256];
+    static char val[5001];
+    memset(val, 'b', sizeof val - 1);
+    cr_assert_eq(kvt_put(&g_c, 0, "wide", val, 5000, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvt_put(&g_c, 0, "narrow", "n", 5000, NULL, err, sizeof err), 0, "%s", err);
+    size_t len;
+    uint8_t *rq = range_req("wide", &len);
+    int st = call("/etcdserverpb.KV/Range", rq, len, msg, sizeof msg);
+    free(rq);
+    cr_assert_eq(st, 8, "status %d: %s", st, msg);
+    const char *pfx = "grpc: received message larger than max (";
+    cr_assert(strncmp(msg, pfx, strlen(pfx)) == 0 && strstr(msg, " vs. 3000)"), "%s", msg);
+    size_t n = strtoul(msg + strlen(pfx), NULL, 10);
+    cr_assert(n > 5000 && n < 5200, "answer of %zu bytes", n);
+    rq = range_req("narrow", &len);
+    st = call("/etcdserverpb.KV/Range", rq, len, msg, sizeof msg);
+    free(rq);
+    cr_assert_eq(st, 0, "small range: %d %s", st, msg);
+    if (!is_kvd())
+        return; /* etcd 3.4's proxy: its watcher below would wait for ever */
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_message_too_large_total{direction=\"recv\"}"), 1);
+
+    /* WatchRequest{create_request{key "wide", start_revision 1}} */
+    static const uint8_t create[] = {0x0a, 0x08, 0x0a, 0x04, 'w', 'i', 'd', 'e', 0x18, 0x01};
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    kv_it_grpc_stream *w = kv_it_grpc_stream_start(h, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_not_null(w);
+    cr_assert_eq(kv_it_grpc_send_msg(w, create, sizeof create, 0), 0);
+    kv_it_grpc_wait(h, w, 5000);
+    cr_assert_eq(w->grpc_status, 8, "watch: status %d %s", w->grpc_status, w->grpc_message);
+    cr_assert(strncmp(w->grpc_message, pfx, strlen(pfx)) == 0, "%s", w->grpc_message);
+    kv_it_grpc_close(h);
+}
+
+Test(proxy_limits, max_concurrent_streams_is_advertised, .init = setup, .fini = fini,
+     .timeout = 120)
+{
+    if (!is_kvd())
+        cr_skip_test("etcd 3.4's proxy applies --max-concurrent-streams to HTTP/1 only");
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    uint8_t *resp = NULL;
+    size_t rl = 0;
+    int st = -1;
+    char msg[128];
+    /* one call: the server's SETTINGS have arrived once it is answered */
+    cr_assert_eq(kv_it_grpc_call(h, "/etcdserverpb.Maintenance/Status", NULL, 0, &resp, &rl, 5000,
+                                 &st, msg, sizeof msg),
+                 0, "%s", msg);
+    free(resp);
+    uint32_t v = nghttp2_session_get_remote_settings(kv_it_grpc_session(h),
+                                                     NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+    cr_assert_eq(v, 4, "SETTINGS_MAX_CONCURRENT_STREAMS %u", v);
+    kv_it_grpc_close(h);
+}
