@@ -62,7 +62,8 @@ static void setup_keys(int n)
      * default 4 MiB: the client queue's buffer doubles, plus the upstream window and the
      * messages in the bridge) */
     const char *const extra[] = {"--max-snapshot-buffer-bytes=2097152", NULL};
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, extra), 0, "proxy");
+    int kvd = kvt_target_from_env() == KV_TEST_SERVER_KVD; /* etcd's proxy: no such flag */
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, kvd ? extra : NULL), 0, "proxy");
 }
 
 static void setup_small(void)
@@ -241,14 +242,21 @@ Test(proxy_snapshot, slow_reader_bounded, .init = setup_big, .fini = fini, .time
     cr_assert_eq(atomic_load(&r.ended), 0, "the stream ended while its reader was paused");
     cr_assert_lt(got, total / 2, "the client read %llu bytes before pausing: no backpressure test",
                  (unsigned long long)got);
-    cr_assert_geq(paused, 1, "the proxy never paused the upstream stream");
-    /* 2 MiB client queue (in a doubling buffer) + 1 MiB upstream window + messages in
-     * flight in the bridge + allocator slack; the snapshot is ~48 MiB */
-    if (PX_SANITIZED)
-        fprintf(stderr, "proxy_snapshot: sanitizer build, 16 MiB peak RSS bound not applied\n");
-    else
-        cr_assert_lt(hwm1 - hwm0, 16 * 1024, "proxy peak RSS grew %ld KiB for a %llu-byte snapshot",
-                     hwm1 - hwm0, (unsigned long long)total);
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD) {
+        /* etcd 3.4's proxy has no flow control to hold to a bound: its growth is the
+         * comparison (docs/proxy.md, "Snapshot") */
+        fprintf(stderr, "etcd's proxy: peak RSS grew %ld KiB, reader paused\n", hwm1 - hwm0);
+    } else {
+        cr_assert_geq(paused, 1, "the proxy never paused the upstream stream");
+        /* 2 MiB client queue (in a doubling buffer) + 1 MiB upstream window + messages in
+         * flight in the bridge + allocator slack; the snapshot is ~48 MiB */
+        if (PX_SANITIZED)
+            fprintf(stderr, "proxy_snapshot: sanitizer build, 16 MiB peak RSS bound not applied\n");
+        else
+            cr_assert_lt(hwm1 - hwm0, 16 * 1024,
+                         "proxy peak RSS grew %ld KiB for a %llu-byte snapshot", hwm1 - hwm0,
+                         (unsigned long long)total);
+    }
     kvc_bidi_set_recv_paused(b, 0);
     rx_wait_end(&r, 30000);
     cr_assert_eq(atomic_load(&r.bytes), total, "got %llu of %llu bytes",
