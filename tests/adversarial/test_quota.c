@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "grpc_raw.h"
+#include "kvt_grpc.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
 
@@ -78,18 +79,9 @@ static kv_it_grpc *conn(void)
 /* One unary call; returns the grpc status (0 = OK), msg gets the message. */
 static int call(kv_it_grpc *c, const char *method, const ProtobufCMessage *m, char *msg, size_t cap)
 {
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(n + 1);
-    protobuf_c_message_pack(m, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    int status = -1;
-    msg[0] = 0;
-    int rc = kv_it_grpc_call(c, method, buf, n, &resp, &rlen, 30000, &status, msg, cap);
-    free(buf);
-    free(resp);
-    cr_assert(rc == 0 || rc == KV_IT_GRPC_STATUS, "%s: transport error %d", method, rc);
-    return rc == 0 ? 0 : status;
+    int st = kvt_grpc_unary_msg(c, method, m, 30000, msg, cap);
+    cr_assert(st >= 0, "%s: transport error %d", method, st);
+    return st;
 }
 
 static int put(kv_it_grpc *c, const char *k, const uint8_t *v, size_t vlen, char *msg, size_t cap)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "grpc_raw.h"
+#include "kvt_grpc.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
 
@@ -73,22 +74,12 @@ static kv_it_grpc *conn(void)
  * (the member went away) return -1. */
 static int call(kv_it_grpc *c, const char *method, const ProtobufCMessage *m, char *msg, size_t cap)
 {
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(n + 1);
-    cr_assert(buf);
-    protobuf_c_message_pack(m, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    int status = -1;
-    msg[0] = 0;
-    int rc = kv_it_grpc_call(c, method, buf, n, &resp, &rlen, 30000, &status, msg, cap);
-    free(buf);
-    free(resp);
-    if (rc != 0 && rc != KV_IT_GRPC_STATUS) {
-        snprintf(msg, cap, "transport error %d", rc);
+    int st = kvt_grpc_unary_msg(c, method, m, 30000, msg, cap);
+    if (st < 0) {
+        snprintf(msg, cap, "transport error %d", st);
         return -1;
     }
-    return rc == 0 ? 0 : status;
+    return st;
 }
 
 static int put(kv_it_grpc *c, const char *k, const char *v, char *msg, size_t cap)

@@ -17,6 +17,7 @@
 #include "px_util.h"
 
 #include "grpc_raw.h"
+#include "kvt_grpc.h"
 #include "rpc.pb-c.h"
 
 #include <criterion/criterion.h>
@@ -61,8 +62,19 @@ static int is_kvd(void)
     return kvt_target_from_env() == KV_TEST_SERVER_KVD;
 }
 
-/* A PutRequest of key k and n bytes of 'v', packed; *len its size. Caller frees. */
-static uint8_t *put_req(const char *k, size_t n, size_t *len)
+/* One unary call of m to the proxy: the grpc-status (0 OK) and message. */
+static int call(const char *method, const ProtobufCMessage *m, char *msg, size_t cap)
+{
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    int st = kvt_grpc_unary_msg(h, method, m, 5000, msg, cap);
+    kv_it_grpc_close(h);
+    cr_assert_geq(st, 0, "%s: transport %d", method, st);
+    return st;
+}
+
+/* A Put of key k with n bytes of 'v' through the proxy; *len: the request's size. */
+static int put(const char *k, size_t n, size_t *len, char *msg, size_t cap)
 {
     char *v = malloc(n + 1);
     cr_assert_not_null(v);
@@ -73,39 +85,17 @@ static uint8_t *put_req(const char *k, size_t n, size_t *len)
     req.value.data = (uint8_t *)v;
     req.value.len = n;
     *len = etcdserverpb__put_request__get_packed_size(&req);
-    uint8_t *buf = malloc(*len);
-    cr_assert_not_null(buf);
-    etcdserverpb__put_request__pack(&req, buf);
+    int st = call("/etcdserverpb.KV/Put", &req.base, msg, cap);
     free(v);
-    return buf;
+    return st;
 }
 
-/* One unary call to the proxy: the grpc-status (0 OK) and message. */
-static int call(const char *method, const uint8_t *req, size_t len, char *msg, size_t cap)
-{
-    kv_it_grpc *h = NULL;
-    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
-    uint8_t *resp = NULL;
-    size_t rl = 0;
-    int st = -1;
-    msg[0] = 0;
-    int r = kv_it_grpc_call(h, method, req, len, &resp, &rl, 5000, &st, msg, cap);
-    free(resp);
-    kv_it_grpc_close(h);
-    cr_assert(r == 0 || r == KV_IT_GRPC_STATUS, "%s: transport %d", method, r);
-    return r == 0 ? 0 : st;
-}
-
-static uint8_t *range_req(const char *k, size_t *len)
+static int range(const char *k, char *msg, size_t cap)
 {
     Etcdserverpb__RangeRequest req = ETCDSERVERPB__RANGE_REQUEST__INIT;
     req.key.data = (uint8_t *)k;
     req.key.len = strlen(k);
-    *len = etcdserverpb__range_request__get_packed_size(&req);
-    uint8_t *buf = malloc(*len);
-    cr_assert_not_null(buf);
-    etcdserverpb__range_request__pack(&req, buf);
-    return buf;
+    return call("/etcdserverpb.KV/Range", &req.base, msg, cap);
 }
 
 Test(proxy_limits, a_request_over_max_send_bytes_is_refused, .init = setup, .fini = fini,
@@ -113,9 +103,7 @@ Test(proxy_limits, a_request_over_max_send_bytes_is_refused, .init = setup, .fin
 {
     char msg[256], want[128];
     size_t len;
-    uint8_t *big = put_req("big", 2000, &len);
-    int st = call("/etcdserverpb.KV/Put", big, len, msg, sizeof msg);
-    free(big);
+    int st = put("big", 2000, &len, msg, sizeof msg);
     snprintf(want, sizeof want, "trying to send message larger than max (%zu vs. 1000)", len);
     cr_assert_eq(st, 8, "status %d: %s", st, msg);
     cr_assert_str_eq(msg, want);
@@ -125,9 +113,7 @@ Test(proxy_limits, a_request_over_max_send_bytes_is_refused, .init = setup, .fin
                  0, "get: %s", err);
     cr_assert_eq(found, 0, "the refused put was written");
 
-    uint8_t *small = put_req("small", 100, &len);
-    st = call("/etcdserverpb.KV/Put", small, len, msg, sizeof msg);
-    free(small);
+    st = put("small", 100, &len, msg, sizeof msg);
     cr_assert_eq(st, 0, "small put: %d %s", st, msg);
     if (is_kvd()) {
         cr_assert_eq(px_metric(&g_x, "kvd_proxy_message_too_large_total{direction=\"send\"}"), 1);
@@ -144,18 +130,13 @@ Test(proxy_limits, an_answer_over_max_recv_bytes_is_refused, .init = setup, .fin
     memset(val, 'b', sizeof val - 1);
     cr_assert_eq(kvt_put(&g_c, 0, "wide", val, 5000, NULL, err, sizeof err), 0, "%s", err);
     cr_assert_eq(kvt_put(&g_c, 0, "narrow", "n", 5000, NULL, err, sizeof err), 0, "%s", err);
-    size_t len;
-    uint8_t *rq = range_req("wide", &len);
-    int st = call("/etcdserverpb.KV/Range", rq, len, msg, sizeof msg);
-    free(rq);
+    int st = range("wide", msg, sizeof msg);
     cr_assert_eq(st, 8, "status %d: %s", st, msg);
     const char *pfx = "grpc: received message larger than max (";
     cr_assert(strncmp(msg, pfx, strlen(pfx)) == 0 && strstr(msg, " vs. 3000)"), "%s", msg);
     size_t n = strtoul(msg + strlen(pfx), NULL, 10);
     cr_assert(n > 5000 && n < 5200, "answer of %zu bytes", n);
-    rq = range_req("narrow", &len);
-    st = call("/etcdserverpb.KV/Range", rq, len, msg, sizeof msg);
-    free(rq);
+    st = range("narrow", msg, sizeof msg);
     cr_assert_eq(st, 0, "small range: %d %s", st, msg);
     if (!is_kvd())
         return; /* etcd 3.4's proxy: its watcher below would wait for ever */

@@ -8,7 +8,11 @@
  *     without a user, are canceled with "etcdserver: permission denied", the answer the
  *     member gives directly (checked in the same run);
  *   - a user's upstream stream closes with its last watcher (no stream per old token left
- *     behind), while token-less streams stay.
+ *     behind), while token-less streams stay;
+ *   - failover: the proxy's upstream member (of 3) is killed; the user's watch is resumed on
+ *     the next member with the same simple token (tokens are replicated through the log, as
+ *     etcd 3.4's) and sees the next put; its client stream is never ended (the proxy's
+ *     Watch streams started stay 1: etcdctl did not watch again).
  * etcd 3.4's proxy shares token-less upstream streams for every client, so with auth on its
  * members refuse every watcher through it: that test is kvd's only.
  * hasleader (etcdctl watch asks it, clientv3.WithRequireLeader): the proxy's only member
@@ -42,6 +46,14 @@ static void setup(void)
     memset(g_w, 0, sizeof g_w);
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, NULL), 0, "proxy");
+}
+
+static void setup3_all(void)
+{
+    memset(g_w, 0, sizeof g_w);
+    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
+    const int order[] = {0, 1, 2};
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, NULL), 0, "proxy");
 }
 
 static void setup3(void)
@@ -120,6 +132,30 @@ static void expect_denied(const char *user, const char *key)
     }
 }
 
+/* Client Watch streams the proxy's gRPC server has started. */
+static double proxy_watch_streams_started(void)
+{
+    char *body = NULL;
+    int st = 0;
+    cr_assert_eq(kvt_http_get(g_x.metrics_port, "/metrics", 5000, &st, &body), 0);
+    cr_assert_eq(st, 200);
+    double v = px_metric_sum_text(body, "grpc_server_started_total", "grpc_method=\"Watch\"");
+    free(body);
+    return v;
+}
+
+/* Users root and bob (read on a/ --prefix), auth enabled, through the proxy. */
+static void auth_with_bob(void)
+{
+    CTL_OK("user", "add", "root:rootpw");
+    CTL_OK("user", "grant-role", "root", "root");
+    CTL_OK("user", "add", "bob:pw");
+    CTL_OK("role", "add", "r");
+    CTL_OK("role", "grant-permission", "r", "read", "a/", "--prefix=true");
+    CTL_OK("user", "grant-role", "bob", "r");
+    CTL_OK("auth", "enable");
+}
+
 static double upstream_streams(void)
 {
     return px_metric(&g_x, "kvd_proxy_watch_upstream_streams");
@@ -137,13 +173,7 @@ Test(proxy_watch_md, watches_are_checked_as_their_user, .init = setup, .fini = f
 {
     if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("etcd 3.4's proxy refuses every watcher with auth on (token-less streams)");
-    CTL_OK("user", "add", "root:rootpw");
-    CTL_OK("user", "grant-role", "root", "root");
-    CTL_OK("user", "add", "bob:pw");
-    CTL_OK("role", "add", "r");
-    CTL_OK("role", "grant-permission", "r", "read", "a/", "--prefix=true");
-    CTL_OK("user", "grant-role", "bob", "r");
-    CTL_OK("auth", "enable");
+    auth_with_bob();
 
     /* allowed: bob watches a/ and sees root's put */
     spawn_watch(0, g_x.endpoint, "bob:pw", "a/", "--prefix");
@@ -198,4 +228,39 @@ Test(proxy_watch_md, hasleader_watch_ends_without_a_leader, .init = setup3, .fin
               (unsigned long long)(kvt_now_ms() - t0), out);
     out = wait_log(1, "no leader");
     cr_assert(strstr(out, "etcdserver: no leader"), "on the member: %s", out);
+}
+
+Test(proxy_watch_md, a_users_watch_survives_the_upstream_members_death, .init = setup3_all,
+     .fini = fini, .timeout = 120)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("etcd 3.4's proxy refuses every watcher with auth on (token-less streams)");
+    auth_with_bob();
+    spawn_watch(0, g_x.endpoint, "bob:pw", "a/", "--prefix");
+    wait_metric("kvd_proxy_watch_upstream_watchers", 1);
+    CTL_OK("--user=root:rootpw", "put", "a/1", "v1");
+    const char *out = wait_log(0, "v1");
+    cr_assert(strstr(out, "PUT\na/1\nv1"), "bob's watch before the kill: %s", out);
+    double started = proxy_watch_streams_started();
+    cr_assert_eq(started, 1, "%g client Watch streams", started);
+
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0); /* the proxy's upstream member */
+    /* root's put through the proxy: retried while the proxy moves to the next member */
+    uint64_t end = kvt_now_ms() + 30000;
+    int put = 0;
+    while (!put && kvt_now_ms() < end) {
+        kvt_cmd_result r;
+        cr_assert_eq(px_ctl(&g_x, 20000, &r, "--user=root:rootpw", "put", "a/2", "v2", NULL), 0);
+        put = r.exit_code == 0;
+        kvt_cmd_result_free(&r);
+        if (!put)
+            kvt_sleep_ms(200);
+    }
+    cr_assert(put, "no put through the proxy after the kill");
+    out = wait_log(0, "v2");
+    cr_assert(strstr(out, "PUT\na/2\nv2"), "bob's watch after the kill: %s", out);
+    cr_assert(!strstr(out, "canceled") && !strstr(out, "invalid auth token"), "%s", out);
+    cr_assert(kvt_proc_alive(&g_w[0]), "bob's etcdctl watch exited: %s", out);
+    cr_assert_geq(px_metric(&g_x, "kvd_proxy_watch_resumed_total"), 1, "not resumed");
+    cr_assert_eq(proxy_watch_streams_started(), started, "the client watched again");
 }
