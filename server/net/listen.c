@@ -56,22 +56,31 @@ int kv_net_bound_port(uv_tcp_t *tcp)
     return -EINVAL;
 }
 
-int kv_net_peer_name(uv_tcp_t *tcp, char *buf, size_t cap)
+int kv_net_peer_addr(uv_tcp_t *tcp, char *ip, size_t ip_cap, int *port)
 {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     int rc = uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len);
     if (rc != 0)
         return rc;
-    char ip[46] = "?"; /* INET6_ADDRSTRLEN */
-    int port = 0;
+    snprintf(ip, ip_cap, "?");
+    *port = 0;
     if (ss.ss_family == AF_INET) {
-        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, ip_cap);
+        *port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     } else if (ss.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, ip_cap);
+        *port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
-    snprintf(buf, cap, "%s:%d", ip, port);
     return 0;
+}
+
+int kv_net_peer_name(uv_tcp_t *tcp, char *buf, size_t cap)
+{
+    char ip[46]; /* INET6_ADDRSTRLEN */
+    int port;
+    int rc = kv_net_peer_addr(tcp, ip, sizeof(ip), &port);
+    if (rc == 0)
+        snprintf(buf, cap, "%s:%d", ip, port);
+    return rc;
 }

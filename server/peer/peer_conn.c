@@ -3,6 +3,7 @@
  * peer_session.c. */
 #include "peer/peer_internal.h"
 #include "common/fnv.h"
+#include "net/listen.h"
 #include "net/tls.h"
 
 #include <errno.h>
@@ -441,19 +442,10 @@ int kv_peer_conn_accept(kv_peer_net *n, uv_stream_t *server)
         kv_peer_conn_close(c, NULL);
         return rc;
     }
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
+    char ip[46]; /* INET6_ADDRSTRLEN */
+    int port;
     snprintf(c->where, sizeof(c->where), "an unidentified peer");
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[46] = "?"; /* INET6_ADDRSTRLEN */
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
+    if (kv_net_peer_addr(&c->tcp, ip, sizeof(ip), &port) == 0) {
         snprintf(c->where, sizeof(c->where), "%s:%d", ip, port);
         c->src = src_hash(ip);
     }
