@@ -4,6 +4,7 @@
  * process peak RSS. Usage: peerbench [seconds per phase, default 3]. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,7 @@ static double pump(uv_loop_t *loop, member *a, member *b, size_t len, double sec
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 3.0;
+    signal(SIGPIPE, SIG_IGN); /* as kvd's main(): peer_net.h's contract */
     uv_loop_t loop;
     uv_loop_init(&loop);
     char dir[] = "/tmp/peerbench-XXXXXX";

@@ -283,7 +283,9 @@ void kvc_conn_flush(kvc_client *c)
     if (!cn || cn->dead || !cn->h2 || cn->in_recv)
         return;
     kvc_loop_group *g = c->lg;
-    size_t used = 0;
+    size_t used;
+again:
+    used = 0;
     /* TLS: nothing is pulled from nghttp2 before the handshake completes; its output is
      * encrypted into the TLS layer and drained into the scratch buffer below. */
     while (cn->write_pending + used + (cn->tls ? kv_tls_conn_out_pending(cn->tls) : 0) <
@@ -333,6 +335,24 @@ void kvc_conn_flush(kvc_client *c)
             g->scratch_cap = tls_out;
         }
         used = kv_tls_conn_out_read(cn->tls, g->scratch, tls_out);
+    }
+    if (used && cn->write_pending == 0) {
+        /* Straight to the socket first: a write the kernel takes whole needs no request (no
+         * copy, no completion, no epoll re-arm by libuv); only the rest is queued. */
+        uv_buf_t b0 = uv_buf_init((char *)g->scratch, (unsigned)used);
+        int n = uv_try_write((uv_stream_t *)&cn->tcp, &b0, 1);
+        if (n < 0 && n != UV_EAGAIN) {
+            char why[120];
+            snprintf(why, sizeof why, "write failed: %s", uv_strerror(n));
+            kvc_conn_fail(c, why);
+            return;
+        }
+        if (n > 0 && (size_t)n == used)
+            goto again; /* nghttp2 (or TLS) may hold more than one high-water mark */
+        if (n > 0) {
+            memmove(g->scratch, g->scratch + n, used - (size_t)n);
+            used -= (size_t)n;
+        }
     }
     if (used) {
         struct wreq *w = malloc(sizeof *w + used);

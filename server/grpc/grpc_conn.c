@@ -405,12 +405,25 @@ static void write_cb(uv_write_t *req, int status)
     kv_grpc_conn_flush(c);
 }
 
+/* Writes c->out: first straight to the socket (uv_try_write); what the kernel does not take
+ * goes through one uv_write. A write taken whole needs no request, so libuv neither queues a
+ * completion nor re-arms epoll for it: libuv 1.44 issues an epoll_ctl(MOD) after every
+ * uv_write that drains, one per answer before this (docs/ARCHITECTURE.md, "One loop"). */
 static void start_write(kv_grpc_conn *c)
 {
     if (c->writing || kv_grpc_buf_size(&c->out) == 0)
         return;
-    if (!c->writing)
-        c->wire_progress = uv_now(c->srv->loop);
+    c->wire_progress = uv_now(c->srv->loop);
+    uv_buf_t b0 = uv_buf_init((char *)c->out.p + c->out.off, (unsigned)kv_grpc_buf_size(&c->out));
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b0, 1);
+    if (n > 0) {
+        kv_grpc_buf_consume(&c->out, (size_t)n);
+        if (kv_grpc_buf_size(&c->out) == 0)
+            return;
+    } else if (n != UV_EAGAIN) {
+        kv_grpc_conn_close(c);
+        return;
+    }
     kv_grpc_buf tmp = c->wbuf; /* empty (no storage: drained buffers are freed) */
     c->wbuf = c->out;
     c->out = tmp;
@@ -450,29 +463,38 @@ void kv_grpc_conn_flush(kv_grpc_conn *c)
         return;
     }
     /* Pull frames from nghttp2 until it has nothing or the wire buffer is full enough (not
-     * before the first bytes told HTTP/2 from HTTP/1: grpc_http1.h). */
-    while (c->detected && !c->http1 && kv_grpc_buf_size(&c->out) < KV_GRPC_OUT_HIGH_WATER) {
-        const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->h2, &p);
-        if (n < 0) {
-            kv_grpc_conn_close(c);
-            return;
+     * before the first bytes told HTTP/2 from HTTP/1: grpc_http1.h), and write them; a full
+     * buffer the socket took whole at once is followed by the next one. */
+    int full;
+    do {
+        full = 0;
+        while (c->detected && !c->http1) {
+            if (kv_grpc_buf_size(&c->out) >= KV_GRPC_OUT_HIGH_WATER) {
+                full = 1;
+                break;
+            }
+            const uint8_t *p;
+            ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+            if (n < 0) {
+                kv_grpc_conn_close(c);
+                return;
+            }
+            if (n == 0)
+                break;
+            if (c->io_ops->send(c->io, c, p, (size_t)n, &c->out) != 0) {
+                kv_grpc_conn_close(c);
+                return;
+            }
         }
-        if (n == 0)
-            break;
-        if (c->io_ops->send(c->io, c, p, (size_t)n, &c->out) != 0) {
-            kv_grpc_conn_close(c);
-            return;
+        /* Deferred free: streams nghttp2 closed during recv/send. */
+        while ((e = kv_list_head(&c->zombies))) {
+            kv_list_remove(e);
+            kv_grpc_call_free(kv_list_data(e, kv_grpc_call, link));
         }
-    }
-    /* Deferred free: streams nghttp2 closed during recv/send. */
-    while ((e = kv_list_head(&c->zombies))) {
-        kv_list_remove(e);
-        kv_grpc_call_free(kv_list_data(e, kv_grpc_call, link));
-    }
-    start_write(c);
-    if (c->closing)
-        return;
+        start_write(c);
+        if (c->closing)
+            return;
+    } while (full && !c->writing);
     kv_grpc_conn_sync(c);
     int idle_out = !c->writing && kv_grpc_buf_size(&c->out) == 0;
     if (idle_out && c->http1 && !c->close_after_write) {

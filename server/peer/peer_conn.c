@@ -110,6 +110,7 @@ void kv_peer_conn_flush(peer_conn *c)
     }
     if (c->writing)
         return;
+again:
     if (c->tls) { /* TLS: ciphertext into wbuf */
         if (kv_peer_tls_fill(c) != 0)
             return;
@@ -143,7 +144,25 @@ void kv_peer_conn_flush(peer_conn *c)
     }
 write:
     if (c->wlen > 0) {
+        if (c->peer)
+            kv_metric_add(c->peer->m_wire_sent, (int64_t)c->wlen);
+        /* Straight to the socket first: a write the kernel takes whole needs no request, so
+         * libuv neither queues a completion nor re-arms epoll (grpc_conn.c start_write). */
         uv_buf_t b = uv_buf_init((char *)c->wbuf, (unsigned)c->wlen);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (n < 0 && n != UV_EAGAIN) {
+            kv_peer_conn_close(c, uv_strerror(n));
+            return;
+        }
+        if (n > 0 && (size_t)n == c->wlen) {
+            c->wlen = 0;
+            goto again; /* more may wait in nghttp2 (or TLS) past the chunk */
+        }
+        if (n > 0) {
+            memmove(c->wbuf, c->wbuf + n, c->wlen - (size_t)n);
+            c->wlen -= (size_t)n;
+        }
+        b = uv_buf_init((char *)c->wbuf, (unsigned)c->wlen);
         c->write_req.data = c;
         int rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
         if (rc != 0) {
@@ -151,8 +170,6 @@ write:
             return;
         }
         c->writing = 1;
-        if (c->peer)
-            kv_metric_add(c->peer->m_wire_sent, (int64_t)c->wlen);
         return;
     }
     if (!c->h2) { /* TLS handshake, or an HTTP/1.1 answer (peer_h1.c) fully written */

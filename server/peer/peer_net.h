@@ -19,6 +19,8 @@
  * Threads: everything runs on the loop thread passed to kv_peer_net_start. No function here is
  * thread-safe. Callbacks run on the loop thread; they may call kv_peer_net_send / _send_snapshot
  * / _is_up / _set_isolated (and add/remove peers) but not kv_peer_net_close.
+ * The process must ignore SIGPIPE: writes go out with write(2), and one to a peer that reset
+ * the connection would otherwise kill it (kvd's main() ignores it).
  * Bounds: per-peer send queue (max_queue_bytes), frame size (max_frame_bytes, also the receive
  * buffer bound), HTTP/2 flow-control windows (1 MiB per stream, 4 MiB per connection).
  * Connections: our own dials (one per peer) and accepted connections that identified a known

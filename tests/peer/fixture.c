@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static void tick_cb(uv_timer_t *t)
 void fx_init(fx *f)
 {
     memset(f, 0, sizeof(*f));
+    signal(SIGPIPE, SIG_IGN); /* as kvd's main(): peer_net.h's contract */
     cr_assert_eq(uv_loop_init(&f->loop), 0);
     uv_timer_init(&f->loop, &f->tick);
     uv_timer_start(&f->tick, tick_cb, 5, 5);
