@@ -467,7 +467,6 @@ void kv_proxy_watch_free(kv_proxy *p)
     while (!kv_list_empty(&s->dead))
         cs_free(kv_list_data(s->dead.next, pw_cs, dlink));
     pw_up_free_all(s);
-    free(s->obuf);
     free(s);
     p->watch = NULL;
 }

@@ -8,7 +8,7 @@
  * - pw_cs: one client Watch stream. Owns its pw_w watchers and its queue of requests held
  *   while one of its creates waits for the upstream's Created (creates are answered in order).
  * - pw_w: one client watcher (its own watch_id), a receiver of exactly one pw_bc.
- * - pw_bc: one upstream watcher, shared by every pw_w of the same key, range and options that
+ * - pw_bc: one upstream watcher, shared by every pw_w of the same key and range that
  *   could join it without missing or repeating an event. Freed when its last receiver goes.
  * - pw_up: one upstream Watch stream (a kvc_bidi) carrying up to
  *   --max-watchers-per-upstream-stream pw_bc (usually one stream in all). Freed on its
@@ -57,6 +57,9 @@ typedef struct pw_w {
     int64_t id;
     int64_t nextrev; /* events below it are not this watcher's (0: every event) */
     int created;     /* its Created response was sent */
+    /* its options, applied by the fan-out (the shared upstream watcher asks prev_kv and
+     * progress notifications, and no filter) */
+    uint8_t prev_kv, noput, nodelete, progress;
 } pw_w;
 
 struct pw_bc {
@@ -70,7 +73,8 @@ struct pw_bc {
     int in_ktab;
     char *token;   /* its receivers' auth token (part of okey), owned; NULL: none */
     int hasleader; /* its receivers' hasleader (part of okey) */
-    /* the create request (options as the first client asked) */
+    /* the create request (options: a fragment watcher's own; for a shared one prev_kv and
+     * progress_notify, no filter) */
     uint8_t *key, *end;
     size_t klen, elen;
     int prev_kv, progress, fragment, noput, nodelete;
@@ -117,8 +121,6 @@ typedef struct kv_proxy_watch {
     uint32_t n_streams, n_watchers, n_held, n_bcasts;
     kv_list dead, ready; /* pw_cs.dlink: deferred ends and unblocked streams */
     int depth;           /* nesting of entry points; deferred work runs at depth 0 */
-    uint8_t *obuf;       /* the fan-out buffer */
-    size_t ocap;
     kv_metric *m_streams, *m_watchers, *m_bcasts, *m_coalesced, *m_up_opened, *m_up_streams,
         *m_resumed;
 } kv_proxy_watch;

@@ -17,8 +17,10 @@
  *   Created is emulated with header revision last_rev: every later event follows), or
  *   start_revision > last_rev (events below it are dropped for that watcher). A
  *   start_revision <= last_rev would need history: own upstream watcher.
- * Options that change the events (prev_kv, filters, progress_notify) are part of the sharing
- * key; fragment watchers are never shared.
+ * Options that change the events (prev_kv, filters, progress_notify) are not part of the
+ * sharing key, as in etcd's proxy: the upstream watcher asks prev_kv and progress
+ * notifications always and no filter, and each receiver gets its own view (fan_out: one pack
+ * per option set). Fragment watchers are never shared.
  * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
  * from last_rev + 1 (from last_rev, dropping the first n_last events of it, when last_rev may
  * have more); a compacted revision comes back as etcd's compacted response and is relayed.
@@ -296,7 +298,8 @@ void pw_bc_detach(kv_proxy_watch *s, pw_w *w)
         bc_drop(s, bc);
 }
 
-/* The sharing key: options (and hasleader), auth token, key, range_end. */
+/* The sharing key: hasleader, auth token, key, range_end (the options are the same for every
+ * shared upstream watcher: pw_bc_attach). */
 static int make_okey(pw_bc *bc)
 {
     size_t tl = bc->token ? strlen(bc->token) : 0;
@@ -305,8 +308,7 @@ static int make_okey(pw_bc *bc)
     if (!bc->okey)
         return -ENOMEM;
     uint8_t *p = bc->okey;
-    *p++ = (uint8_t)(bc->prev_kv | bc->progress << 1 | bc->noput << 2 | bc->nodelete << 3 |
-                     bc->hasleader << 4);
+    *p++ = (uint8_t)bc->hasleader;
     p += kv_varint_put(p, tl);
     memcpy(p, bc->token ? bc->token : "", tl);
     p += tl;
@@ -378,13 +380,23 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     kv_list_init(&bc->rcv);
     for (size_t i = 0; i < c->n_filters; i++) {
         if (c->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT)
-            bc->noput = 1;
+            w->noput = 1;
         else if (c->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE)
-            bc->nodelete = 1;
+            w->nodelete = 1;
     }
-    bc->prev_kv = c->prev_kv;
-    bc->progress = c->progress_notify;
+    w->prev_kv = c->prev_kv;
+    w->progress = c->progress_notify;
     bc->fragment = c->fragment;
+    if (bc->fragment) { /* never shared: the member applies w's options, w takes all */
+        bc->noput = w->noput;
+        bc->nodelete = w->nodelete;
+        bc->prev_kv = w->prev_kv;
+        bc->progress = w->progress;
+        w->noput = w->nodelete = 0;
+        w->prev_kv = w->progress = 1;
+    } else { /* shared whatever the options: the upstream asks all, each receiver takes its own */
+        bc->prev_kv = bc->progress = 1;
+    }
     bc->start = c->start_revision;
     bc->klen = c->key.len;
     bc->elen = c->range_end.len;
@@ -668,49 +680,93 @@ static void drop_repeats(pw_bc *bc, Etcdserverpb__WatchResponse *r)
     r->n_events = k;
 }
 
-/* w's events of r: those at or above w->nextrev (a watcher that joined at a later revision). */
-static void send_filtered(pw_w *w, Etcdserverpb__WatchResponse *r)
+/* What receiver w sees of r's events: those at or above `nextrev` that its filters keep,
+ * with prev_kv only if it asked for it (the upstream watcher always asks: docs/proxy.md,
+ * "Watch"). Fills v (a copy of r whose events point into ptrs, and into copies when prev_kv
+ * is dropped); ptrs and copies have room for r->n_events. Returns the events kept. */
+static size_t view(const pw_w *w, const Etcdserverpb__WatchResponse *r, int64_t nextrev,
+                   Etcdserverpb__WatchResponse *v, Mvccpb__Event **ptrs, Mvccpb__Event *copies)
 {
-    Mvccpb__Event **sel = malloc(r->n_events * sizeof *sel);
-    if (!sel) {
-        pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
-        return;
-    }
     size_t k = 0;
-    for (size_t i = 0; i < r->n_events; i++)
-        if (ev_rev(r->events[i]) >= w->nextrev)
-            sel[k++] = r->events[i];
-    if (k > 0) {
-        Etcdserverpb__WatchResponse c = *r;
-        c.events = sel;
-        c.n_events = k;
-        c.watch_id = w->id;
-        pw_cs_send_resp(w->cs, &c);
+    for (size_t i = 0; i < r->n_events; i++) {
+        Mvccpb__Event *e = r->events[i];
+        if (ev_rev(e) < nextrev)
+            continue;
+        if (e->type == MVCCPB__EVENT__EVENT_TYPE__PUT ? w->noput : w->nodelete)
+            continue;
+        if (!w->prev_kv && e->prev_kv) {
+            copies[k] = *e;
+            copies[k].prev_kv = NULL;
+            e = &copies[k];
+        }
+        ptrs[k++] = e;
     }
-    free(sel);
+    *v = *r;
+    v->events = ptrs;
+    v->n_events = k;
+    return k;
 }
 
-static void fan_out(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r)
+/* One packed form of a response per receiver option set (prev_kv, noput, nodelete): built
+ * the first time a receiver needs it, shared by every receiver with the same options. */
+#define N_FORMS 8
+typedef struct form {
+    uint8_t *buf; /* PREFIX_MAX bytes of room, then the packed body */
+    size_t body;
+    int state; /* 0: not built; 1: built; 2: nothing for these receivers; -1: out of memory */
+} form;
+
+static unsigned form_of(const pw_w *w)
+{
+    return (unsigned)(w->prev_kv | w->noput << 1 | w->nodelete << 2);
+}
+
+static void form_build(form *f, const pw_w *w, const Etcdserverpb__WatchResponse *r)
+{
+    size_t n = r->n_events ? r->n_events : 1;
+    Mvccpb__Event **ptrs = malloc(n * sizeof *ptrs);
+    Mvccpb__Event *copies = malloc(n * sizeof *copies);
+    f->state = -1;
+    if (!ptrs || !copies)
+        goto out;
+    Etcdserverpb__WatchResponse v;
+    if (view(w, r, 0, &v, ptrs, copies) == 0 && r->n_events) {
+        f->state = 2; /* every event filtered out: nothing is sent (as etcd's proxy) */
+        goto out;
+    }
+    f->body = etcdserverpb__watch_response__get_packed_size(&v);
+    f->buf = malloc(PREFIX_MAX + f->body);
+    if (!f->buf)
+        goto out;
+    etcdserverpb__watch_response__pack(&v, f->buf + PREFIX_MAX);
+    f->state = 1;
+out:
+    free(ptrs);
+    free(copies);
+}
+
+/* A receiver that joined at a later revision: its own view of r, packed for it alone. */
+static void send_view(pw_w *w, Etcdserverpb__WatchResponse *r)
+{
+    Mvccpb__Event **ptrs = malloc(r->n_events * sizeof *ptrs);
+    Mvccpb__Event *copies = malloc(r->n_events * sizeof *copies);
+    if (!ptrs || !copies) {
+        pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
+    } else {
+        Etcdserverpb__WatchResponse v;
+        if (view(w, r, w->nextrev, &v, ptrs, copies) > 0) {
+            v.watch_id = w->id;
+            pw_cs_send_resp(w->cs, &v);
+        }
+    }
+    free(ptrs);
+    free(copies);
+}
+
+static void fan_out(pw_bc *bc, Etcdserverpb__WatchResponse *r)
 {
     r->watch_id = 0; /* packed without it; each receiver's is written in front */
-    size_t body = etcdserverpb__watch_response__get_packed_size(r);
-    if (PREFIX_MAX + body > s->ocap) {
-        size_t cap = s->ocap ? s->ocap : 4096;
-        while (cap < PREFIX_MAX + body)
-            cap *= 2;
-        uint8_t *nb = realloc(s->obuf, cap);
-        if (!nb) { /* out of memory: the receivers' streams end rather than miss events */
-            kv_list *pos;
-            kv_list_foreach(pos, &bc->rcv)
-                pw_cs_kill(kv_list_data(pos, pw_w, blink)->cs, KV_GRPC_RESOURCE_EXHAUSTED,
-                           "etcdserver: too many requests", -1);
-            return;
-        }
-        s->obuf = nb;
-        s->ocap = cap;
-    }
-    uint8_t *b = s->obuf + PREFIX_MAX;
-    etcdserverpb__watch_response__pack(r, b);
+    form forms[N_FORMS] = {{0}};
     int64_t first = r->n_events ? ev_rev(r->events[0]) : 0;
     int64_t lastev = r->n_events ? ev_rev(r->events[r->n_events - 1]) : 0;
     kv_list *pos;
@@ -718,18 +774,30 @@ static void fan_out(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r
         pw_w *w = kv_list_data(pos, pw_w, blink);
         if (!w->created || !w->cs->call)
             continue;
+        if (!r->n_events && !w->progress)
+            continue; /* a progress notification: only for those who asked */
         if (r->n_events && w->nextrev > first) {
-            send_filtered(w, r);
+            send_view(w, r);
         } else {
-            uint8_t pre[PREFIX_MAX];
-            pre[0] = 0x10; /* field 2 (watch_id), varint */
-            size_t n = 1 + kv_varint_put(pre + 1, (uint64_t)w->id);
-            memcpy(b - n, pre, n);
-            pw_cs_send(w->cs, b - n, n + body);
+            form *f = &forms[form_of(w)];
+            if (f->state == 0)
+                form_build(f, w, r);
+            if (f->state == -1) { /* out of memory: the stream ends rather than miss events */
+                pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
+            } else if (f->state == 1) {
+                uint8_t *b = f->buf + PREFIX_MAX;
+                uint8_t pre[PREFIX_MAX];
+                pre[0] = 0x10; /* field 2 (watch_id), varint */
+                size_t n = 1 + kv_varint_put(pre + 1, (uint64_t)w->id);
+                memcpy(b - n, pre, n);
+                pw_cs_send(w->cs, b - n, n + f->body);
+            }
         }
         if (r->n_events && lastev >= w->nextrev)
             w->nextrev = 0;
     }
+    for (int i = 0; i < N_FORMS; i++)
+        free(forms[i].buf);
 }
 
 static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse *r)
@@ -762,7 +830,7 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
         bc->last_rev = r->header->revision; /* progress: everything up to it was sent */
         bc->n_last = 0;
     }
-    fan_out(s, bc, r);
+    fan_out(bc, r);
     r->n_events = n0;
 }
 

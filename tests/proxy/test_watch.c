@@ -6,6 +6,8 @@
  *     share ONE upstream watcher: kvd_proxy_watch_upstream_watchers 1, the member's
  *     kvd_watchers 1, kvd_proxy_watch_coalesced_total 99; every watcher gets every one of 50
  *     puts exactly once, in order, under its own watch_id;
+ *   - watchers of one key with different prev_kv and filters share one upstream watcher too,
+ *     and each gets only its own events;
  *   - a watcher created mid-stream (after 25 puts were delivered) gets a Created whose header
  *     revision is at least the 25th put's, then exactly the puts after that revision;
  *   - a WatchCancelRequest is answered (canceled, same id) and that watcher gets nothing more;
@@ -43,6 +45,7 @@ typedef struct wst {
     int n;
     int64_t revs[MAXEV];
     int prevs; /* events that carried a prev_kv */
+    int dels;  /* DELETE events */
 } wst;
 
 typedef struct conn {
@@ -95,6 +98,7 @@ static void on_msg(void *arg, const uint8_t *m, size_t n)
             for (size_t i = 0; i < r->n_events && w->n < MAXEV; i++) {
                 w->revs[w->n++] = r->events[i]->kv->mod_revision;
                 w->prevs += r->events[i]->prev_kv != NULL;
+                w->dels += r->events[i]->type == MVCCPB__EVENT__EVENT_TYPE__DELETE;
             }
         }
     }
@@ -112,10 +116,20 @@ static void pump(conn *cs, int n)
     }
 }
 
-static void send_create(conn *c, const char *key, const char *end, int prev_kv, int64_t start)
+#define F_NOPUT 1
+#define F_NODELETE 2
+
+static void send_create_f(conn *c, const char *key, const char *end, int prev_kv, int64_t start,
+                          int filters)
 {
     Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    Etcdserverpb__WatchCreateRequest__FilterType f[2];
+    if (filters & F_NOPUT)
+        f[cr.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT;
+    if (filters & F_NODELETE)
+        f[cr.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE;
+    cr.filters = f;
     cr.key.data = (uint8_t *)key;
     cr.key.len = strlen(key);
     if (end) {
@@ -130,6 +144,11 @@ static void send_create(conn *c, const char *key, const char *end, int prev_kv, 
     size_t n = etcdserverpb__watch_request__pack(&r, b);
     cr_assert_eq(kv_it_grpc_send_msg(c->st, b, n, 0), 0);
     c->nw++;
+}
+
+static void send_create(conn *c, const char *key, const char *end, int prev_kv, int64_t start)
+{
+    send_create_f(c, key, end, prev_kv, start, 0);
 }
 
 static void send_cancel(conn *c, int64_t id)
@@ -346,6 +365,75 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
             "proxy_watch: 100 watchers over 20 connections + 1 joiner: 1 upstream watcher, "
             "%d events each, exactly once, in order\n",
             NPUT);
+    kvc_close(direct);
+}
+
+/* Watchers of one key with different options (prev_kv, the NOPUT and NODELETE filters) share
+ * one upstream watcher, as behind etcd's proxy, and each sees only what it asked for: the
+ * events its filters keep, prev_kv only if it asked, nothing at all when every event of a
+ * response is filtered out. Before, each option set cost its own upstream watcher. */
+Test(proxy_watch, watchers_with_different_options_share_one_upstream_watcher, .fini = fini,
+     .timeout = 120)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    static const struct {
+        int prev_kv, filters;
+        int n, prevs, dels; /* what it must see of: put v1, put v2, delete */
+    } want[] = {
+        {0, 0, 3, 0, 1},          {1, 0, 3, 2, 1},          {0, F_NOPUT, 1, 0, 1},
+        {0, F_NODELETE, 2, 0, 0}, {1, F_NODELETE, 2, 1, 0}, {1, F_NOPUT, 1, 1, 1},
+    };
+    const int nw = (int)(sizeof want / sizeof want[0]);
+    static conn cs[2];
+    conn_open(&cs[0]);
+    for (int i = 0; i < nw; i++)
+        send_create_f(&cs[0], "o", NULL, want[i].prev_kv, 0, want[i].filters);
+    pump_until(cs, 1, created_cb, 0, 10000, "6 Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), nw - 1);
+    cr_assert_eq(member_watchers(0), 1, "the member has one watcher");
+
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int64_t r1 = put(direct, "o", 1);
+    int64_t r2 = put(direct, "o", 2);
+    kvc_delete_result dr;
+    kvc_error e;
+    cr_assert_eq(kvc_delete(direct, "o", 1, NULL, 5000, &dr, &e), 0, "%s", e.message);
+    int64_t r3 = dr.header.revision;
+    kvc_delete_result_free(&dr);
+    /* a put on another key, watched by a plain watcher on a second stream: once it has it,
+     * everything before it reached the proxy's fan-out */
+    conn_open(&cs[1]);
+    send_create(&cs[1], "p", NULL, 0, 0);
+    pump_until(cs, 2, created_cb, 0, 10000, "the marker's Created");
+    put(direct, "p", 0);
+    uint64_t end = kvt_now_ms() + 10000;
+    while (cs[1].w[0].n < 1 && kvt_now_ms() < end) {
+        pump(cs, 2);
+        kvt_sleep_ms(1);
+    }
+    kvt_sleep_ms(200);
+    pump(cs, 2);
+    cr_assert_eq(cs[1].w[0].n, 1, "the marker event");
+    cr_assert_eq(cs[0].bad, 0);
+    for (int i = 0; i < nw; i++) {
+        wst *w = &cs[0].w[i];
+        cr_assert_eq(w->n, want[i].n, "watcher %d (prev_kv %d, filters %d): %d events", i,
+                     want[i].prev_kv, want[i].filters, w->n);
+        cr_assert_eq(w->prevs, want[i].prevs, "watcher %d: %d events with prev_kv", i, w->prevs);
+        cr_assert_eq(w->dels, want[i].dels, "watcher %d: %d deletes", i, w->dels);
+        if (w->n == 3)
+            cr_assert(w->revs[0] == r1 && w->revs[1] == r2 && w->revs[2] == r3);
+    }
+    cr_assert_eq(cs[0].w[2].revs[0], r3, "NOPUT: the delete only");
+    cr_assert(cs[0].w[3].revs[0] == r1 && cs[0].w[3].revs[1] == r2, "NODELETE: the puts");
+    fprintf(stderr,
+            "proxy_watch: %d watchers of one key with different options: 1 upstream "
+            "watcher, each saw its own events\n",
+            nw);
+    conn_close(&cs[0]);
+    conn_close(&cs[1]);
     kvc_close(direct);
 }
 
