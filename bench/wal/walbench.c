@@ -17,25 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "floor.h"
 #include "wal/wal.h"
 #include "kvt_util.h"
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void report(const char *name, double *v, int n, double floor_p50, double per_op)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, kv_bench_cmp_double);
     double p50 = v[n / 2], p99 = v[(n * 99) / 100];
     char fl[32] = "(not counted)";
     if (per_op >= 0)
@@ -46,26 +34,8 @@ static void report(const char *name, double *v, int n, double floor_p50, double 
 
 static double bench_floor(const char *dir, int iters, double *v)
 {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/floor", dir);
-    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || posix_fallocate(fd, 0, 64 << 20) || fsync(fd)) {
-        perror("floor file");
+    if (kv_bench_fsync_floor(dir, iters, v) != 0)
         exit(1);
-    }
-    char buf[4096];
-    memset(buf, 0x5a, sizeof buf);
-    for (int i = 0; i < iters; i++) {
-        double t = now_us();
-        if (pwrite(fd, buf, sizeof buf, (off_t)i * 4096) != (ssize_t)sizeof buf || fdatasync(fd)) {
-            perror("floor");
-            exit(1);
-        }
-        v[i] = now_us() - t;
-    }
-    close(fd);
-    unlink(p);
-    qsort(v, (size_t)iters, sizeof *v, cmp_d);
     return v[iters / 2];
 }
 
@@ -88,13 +58,13 @@ static void bench_wal(const char *dir, int iters, int per_ready, double *v, doub
             e[k] = (struct raft_entry){
                 .term = 1, .index = next + (raft_index)k, .data = data, .len = sizeof data};
         struct raft_hard_state hs = {.term = 1, .vote = 1, .commit = next};
-        double t = now_us();
+        double t = kv_bench_now_us();
         if (kv_wal_append(w, e, (size_t)per_ready) || kv_wal_set_hard_state(w, &hs) ||
             kv_wal_sync(w)) {
             fprintf(stderr, "walbench: wal write failed\n");
             exit(1);
         }
-        v[i] = now_us() - t;
+        v[i] = kv_bench_now_us() - t;
         next += (raft_index)per_ready;
         kv_wal_end_cycle(w);
     }
@@ -128,13 +98,13 @@ static void bench_lmdb(const char *dir, int iters, double *v, double floor_p50)
         char key[32];
         snprintf(key, sizeof key, "k%08d", i % 1000);
         MDB_val k = {strlen(key), key}, d = {sizeof val, val};
-        double t = now_us();
+        double t = kv_bench_now_us();
         if (mdb_txn_begin(env, NULL, 0, &txn) || mdb_put(txn, dbi, &k, &d, 0) ||
             mdb_txn_commit(txn)) {
             fprintf(stderr, "walbench: lmdb commit failed\n");
             exit(1);
         }
-        v[i] = now_us() - t;
+        v[i] = kv_bench_now_us() - t;
     }
     mdb_env_close(env);
     report("lmdb: durable commit of 1 put", v, iters, floor_p50, -1);
@@ -166,12 +136,12 @@ static void bench_open(const char *dir, int entries)
         }
     }
     kv_wal_close(w);
-    double t = now_us();
+    double t = kv_bench_now_us();
     if (kv_wal_open(&w, p, NULL, err, sizeof err)) {
         fprintf(stderr, "walbench: %s\n", err);
         exit(1);
     }
-    double dt = now_us() - t;
+    double dt = kv_bench_now_us() - t;
     struct kv_wal_stats s;
     kv_wal_stats(w, &s);
     kv_wal_close(w);
