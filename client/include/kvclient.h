@@ -704,9 +704,11 @@ KVC_API void kvc_bidi_failover(kvc_bidi *b);
  * the server stops sending once the stream's window (1 MiB) is used: at most that much more
  * arrives and is still handed to on_msg. paused=0 credits what arrived while paused and lets
  * the server go on. For an owner that relays the messages to a slower reader (kvd
- * grpc-proxy's Maintenance.Snapshot). Idempotent; a no-op on an ended stream. Thread-safe,
- * but not concurrently with itself on the same stream; from another thread it waits for
- * the I/O thread to act. */
+ * grpc-proxy's Maintenance.Snapshot). Idempotent; a no-op on an ended stream. Thread-safe:
+ * from the stream's own callbacks (the I/O thread) it acts at once and does not wait; from
+ * another thread it waits for the I/O thread to act, and two such threads must not call it
+ * at once on the same stream. When calls from two threads race, the last one to store its
+ * request wins. */
 KVC_API void kvc_bidi_set_recv_paused(kvc_bidi *b, int paused);
 /* Cancel the stream (RST_STREAM CANCEL if it is open) and free it. After it returns no
  * callback of the stream runs or will run. Callable from any thread including the client's

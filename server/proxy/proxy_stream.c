@@ -20,8 +20,16 @@
  * ending the call at the send bound, the relay stops reading the upstream stream
  * (kvc_bidi_set_recv_paused: no WINDOW_UPDATE to the member) once the client's unsent bytes
  * (kv_grpc_call_send_queued) pass --max-snapshot-buffer-bytes, polls them every
- * SNAP_POLL_MS, and resumes at half the bound. At most one upstream stream window (1 MiB)
- * plus the messages already in the bridge arrive after the pause and are still queued.
+ * SNAP_POLL_MS, and resumes at half the bound. The loop alone would see the bound too late
+ * when it falls behind the I/O thread (a busy or descheduled loop: the I/O thread credits
+ * the member's window as DATA arrives, so the bridge would fill at the network's speed), so
+ * the I/O thread pauses the stream itself as soon as the bytes it posted and the loop has
+ * not handled (bridged) pass half the bound, and flags it (io_held) for the loop, which
+ * owns the resume: it resumes only when the client's queue is at half the bound and the
+ * bridge at a quarter. Every message the I/O thread posts over that mark pauses again, so
+ * a resume racing a pause costs at most one more stream window. A relay holds at most:
+ * the bound plus one message in the client's queue, half the bound plus one stream window
+ * (1 MiB) plus one message in the bridge.
  * The poll timer is a separate allocation (uv_close is asynchronous): its data is NULLed
  * when the relay is released and the close callback frees only the handle.
  */
@@ -31,6 +39,7 @@
 #include "grpc/grpc_wire.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,12 +48,14 @@
 
 typedef struct srelay {
     kv_proxy *p;
-    kv_grpc_call *call; /* NULL once finished or cancelled */
-    kvc_bidi *up;       /* NULL once freed */
-    int counted;        /* in p->observe_streams */
-    int snapshot;       /* Maintenance.Snapshot: flow control instead of the send bound */
-    int paused;         /* upstream receive paused (snapshot) */
-    uv_timer_t *poll;   /* snapshot: drain poll while paused; NULL until first pause */
+    kv_grpc_call *call;    /* NULL once finished or cancelled */
+    kvc_bidi *up;          /* NULL once freed */
+    int counted;           /* in p->observe_streams */
+    int snapshot;          /* Maintenance.Snapshot: flow control instead of the send bound */
+    int paused;            /* loop: upstream receive paused, poll running (snapshot) */
+    atomic_size_t bridged; /* snapshot: bytes posted by the I/O thread, not yet handled */
+    atomic_int io_held;    /* snapshot: the I/O thread paused the stream; the loop resumes */
+    uv_timer_t *poll;      /* snapshot: drain poll while paused; NULL until first pause */
 } srelay;
 
 static void poll_closed(uv_handle_t *h)
@@ -58,18 +69,23 @@ static void on_poll(uv_timer_t *t)
     srelay *r = t->data;
     if (!r || !r->paused || !r->call || !r->up)
         return;
-    if (kv_grpc_call_send_queued(r->call) > r->p->cfg->max_snapshot_buffer_bytes / 2)
+    size_t bound = r->p->cfg->max_snapshot_buffer_bytes;
+    if (kv_grpc_call_send_queued(r->call) > bound / 2 || atomic_load(&r->bridged) > bound / 4)
         return;
     r->paused = 0;
     uv_timer_stop(t);
+    atomic_store(&r->io_held, 0); /* before the resume: a pause after it is seen again */
     kvc_bidi_set_recv_paused(r->up, 0);
 }
 
 /* Snapshot: after a send, stop reading the member while the client's queue is over the
- * bound. Returns 0 or -ENOMEM (timer). */
+ * bound, or start the resume poll when the I/O thread paused it. Returns 0 or -ENOMEM. */
 static int snap_check(srelay *r)
 {
-    if (r->paused || kv_grpc_call_send_queued(r->call) <= r->p->cfg->max_snapshot_buffer_bytes)
+    if (r->paused)
+        return 0;
+    if (!atomic_load(&r->io_held) &&
+        kv_grpc_call_send_queued(r->call) <= r->p->cfg->max_snapshot_buffer_bytes)
         return 0;
     if (!r->poll) {
         r->poll = malloc(sizeof *r->poll);
@@ -88,6 +104,11 @@ static int snap_check(srelay *r)
 static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
 {
     srelay *r = arg;
+    if (r->snapshot &&
+        atomic_fetch_add(&r->bridged, len) + len > r->p->cfg->max_snapshot_buffer_bytes / 2) {
+        kvc_bidi_set_recv_paused(r->up, 1); /* on the I/O thread: at once, no wait */
+        atomic_store(&r->io_held, 1);       /* before the post: the loop sees it with it */
+    }
     kv_proxy_ev *ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_MSG, r, 0, msg, len);
     if (!ev) /* out of memory: end the call rather than lose a message silently */
         ev = kv_proxy_ev_new(KV_PROXY_EV_STREAM_END, r, KV_GRPC_RESOURCE_EXHAUSTED, "", 0);
@@ -150,6 +171,8 @@ void kv_proxy_stream_on_event(kv_proxy *p, kv_proxy_ev *ev)
     switch (ev->kind) {
     case KV_PROXY_EV_STREAM_MSG: {
         char m[96];
+        if (r->snapshot)
+            atomic_fetch_sub(&r->bridged, ev->len);
         if (r->call && kv_proxy_recv_too_big(p, ev->len, m, sizeof m)) {
             end_call(r, KV_GRPC_RESOURCE_EXHAUSTED, m, 0); /* --max-recv-bytes */
             release(r);
