@@ -120,6 +120,17 @@ typedef struct kvc_config {
     /* etcd auth token sent as the "token" metadata of every call
      * (from an Authenticate call); NULL: none. Copied by kvc_open (at most 255 bytes). */
     const char *auth_token;
+    /* HTTP/2 keepalive pings (clientv3's DialKeepAliveTime / DialKeepAliveTimeout, etcdctl's
+     * --keepalive-time / --keepalive-timeout), so a hung member (stopped, silent, a half-open
+     * connection) is left: after keepalive_time_ms without reading anything while a call or
+     * stream is open, a PING goes out; when nothing at all comes back within
+     * keepalive_timeout_ms the connection is given up as if it dropped (its streams end or
+     * move, the client tries its next endpoint; kvc_stats.ping_timeouts). 0 = off (the
+     * default, as clientv3). Below 10000 it is raised to 10000, as grpc-go does: members
+     * refuse pings closer than their --grpc-keepalive-min-time (5 s) with GOAWAY
+     * too_many_pings. */
+    uint32_t keepalive_time_ms;
+    uint32_t keepalive_timeout_ms; /* with keepalive_time_ms; default 20000 (grpc-go) */
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */
@@ -727,8 +738,9 @@ typedef struct kvc_stats {
     uint64_t calls_started;
     uint64_t calls_failed;
     uint64_t calls_retried;
-    uint64_t queue_full; /* calls refused with "request queue full" */
-    uint64_t connects;   /* TCP+HTTP/2 connections established in total */
+    uint64_t queue_full;    /* calls refused with "request queue full" */
+    uint64_t connects;      /* TCP+HTTP/2 connections established in total */
+    uint64_t ping_timeouts; /* connections given up: keepalive ping unanswered */
 } kvc_stats;
 
 /* Snapshot of the client's counters. Thread-safe, lock-free. */

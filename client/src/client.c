@@ -44,6 +44,7 @@ static void loop_open(kvc_client *c, struct kvc_waiter *w)
     uv_timer_init(&c->lg->loop, &c->conn_timer);
     c->conn_timer.data = c;
     c->open_handles++;
+    kvc_ping_init(c);
     kvc_ka_init(c);
     kvc_watch_init(c);
     c->state = CS_IDLE;
@@ -162,6 +163,10 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
         c->cfg.backoff_max_ms = d.backoff_max_ms;
     if (c->cfg.backoff_max_ms < c->cfg.backoff_base_ms)
         c->cfg.backoff_max_ms = c->cfg.backoff_base_ms;
+    if (c->cfg.keepalive_time_ms && c->cfg.keepalive_time_ms < KVC_MIN_KEEPALIVE_TIME_MS)
+        c->cfg.keepalive_time_ms = KVC_MIN_KEEPALIVE_TIME_MS;
+    if (!c->cfg.keepalive_timeout_ms)
+        c->cfg.keepalive_timeout_ms = KVC_DEFAULT_KEEPALIVE_TIMEOUT_MS;
     c->eps = calloc(cfg->n_endpoints, sizeof *c->eps);
     if (!c->eps) {
         rc = kvc_fail(err, KVC_RESOURCE_EXHAUSTED, "kvclient: out of memory");
@@ -240,4 +245,5 @@ void kvc_stats_get(kvc_client *c, kvc_stats *out)
     out->calls_retried = LD(calls_retried);
     out->queue_full = LD(queue_full);
     out->connects = LD(connects);
+    out->ping_timeouts = LD(ping_timeouts);
 }

@@ -125,6 +125,7 @@ void kvc_conn_fail(kvc_client *c, const char *reason)
     uv_read_stop((uv_stream_t *)&cn->tcp);
     uv_close((uv_handle_t *)&cn->tcp, on_tcp_close);
     c->state = CS_IDLE;
+    kvc_ping_stop(c);
     if (was_ready && now - c->ready_at > 2000)
         c->backoff_attempt = 0;
     kvc_calls_on_conn_lost(c, c->last_err);
@@ -168,6 +169,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         uv_timer_stop(&c->conn_timer);
         if (atomic_fetch_add_explicit(&c->st.connects, 1, memory_order_relaxed) > 0)
             KVC_STAT_INC(c, reconnects);
+        kvc_ping_on_ready(c);
         kvc_calls_on_ready(c);
         kvc_ka_on_ready(c);
         kvc_watch_on_ready(c);
@@ -419,6 +421,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    kvc_ping_on_read(c);
     if (!cn->got_bytes && !cn->tls) {
         cn->got_bytes = 1;
         if (nread >= 5 && memcmp(buf->base, "HTTP/", 5) == 0) {
@@ -617,4 +620,5 @@ void kvc_conn_close_handles(kvc_client *c)
     c->state = CS_CLOSED;
     uv_timer_stop(&c->conn_timer);
     uv_close((uv_handle_t *)&c->conn_timer, kvc_handle_closed_cb);
+    kvc_ping_close(c);
 }

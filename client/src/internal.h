@@ -27,6 +27,7 @@
 #define KVC_DEFAULT_MAX_RESPONSE (64u * 1024u * 1024u)
 #define KVC_DEFAULT_BACKOFF_BASE_MS 50u
 #define KVC_DEFAULT_BACKOFF_MAX_MS 1000u
+#define KVC_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000u /* grpc-go's keepalive Timeout default */
 #define KVC_DEFAULT_LEASE_TTL_MS 5000u
 #define KVC_WRITE_HIGH_WATER (4u * 1024u * 1024u) /* bytes queued in libuv before we pause */
 #define KVC_KA_SENDBUF_MAX (1u * 1024u * 1024u)   /* renewals waiting for the stream */
@@ -451,6 +452,9 @@ struct kvc_client {
     int state;                     /* loop: enum kvc_conn_state */
     struct kvc_conn *conn;         /* loop */
     uv_timer_t conn_timer;         /* loop: dial timeout and reconnect backoff */
+    uv_timer_t ping_timer;         /* loop: keepalive pings (ping.c) */
+    uint64_t ping_sent_at;         /* loop: uv_now of the unanswered PING, 0 = none */
+    uint64_t last_read_at;         /* loop: uv_now of the connection's last read */
     unsigned backoff_attempt;      /* loop */
     char last_err[240];            /* loop */
     uint64_t rng;                  /* loop */
@@ -469,10 +473,20 @@ struct kvc_client {
     struct {
         atomic_uint_least64_t renewals_sent, responses_received, responses_dropped, reconnects,
             leases_lost, leases_active, calls_started, calls_failed, calls_retried, queue_full,
-            connects;
+            connects, ping_timeouts;
     } st;
     char auth_token[256]; /* kvc_config.auth_token ("" = none), sent as "token" */
 };
+
+/* ---- keepalive pings (ping.c) ---- */
+
+#define KVC_MIN_KEEPALIVE_TIME_MS 10000u /* grpc-go's; members refuse pings under 5 s */
+
+void kvc_ping_init(kvc_client *c);     /* loop_open: the timer handle */
+void kvc_ping_on_ready(kvc_client *c); /* a connection became ready: arm (keepalive on) */
+void kvc_ping_on_read(kvc_client *c);  /* the connection read bytes */
+void kvc_ping_stop(kvc_client *c);     /* the connection is gone */
+void kvc_ping_close(kvc_client *c);    /* kvc_close: close the timer handle */
 
 void kvc_client_handle_closed(kvc_client *c); /* a client handle's close cb ran */
 void kvc_dispatch(struct kvc_cmd *cmd);       /* loop: run one command */

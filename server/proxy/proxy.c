@@ -244,6 +244,8 @@ static int open_upstream(kv_proxy *p, char *err, size_t cap)
     kc.cert_file = cfg->cert;
     kc.key_file = cfg->key;
     kc.insecure_skip_verify = cfg->insecure_skip_verify;
+    kc.keepalive_time_ms = cfg->upstream_keepalive_time_ms;
+    kc.keepalive_timeout_ms = cfg->upstream_keepalive_timeout_ms;
     kvc_error e;
     int rc = kvc_open(&p->up, &kc, &e);
     if (rc != 0) {

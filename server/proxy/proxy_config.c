@@ -15,6 +15,8 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->listen_port = 23790;
     c->dial_timeout_ms = 5000;
     c->upstream_answer_timeout_ms = 3000;
+    c->upstream_keepalive_time_ms = 10000;   /* what etcdctl's 2s becomes in grpc-go */
+    c->upstream_keepalive_timeout_ms = 6000; /* etcdctl's --keepalive-timeout */
     c->max_pending_requests = 10000;
     c->max_pending_renewals = 1000000;
     c->max_stream_renewals = 10000;
@@ -53,6 +55,9 @@ const char *kv_proxy_config_usage(void)
            "  --dial-timeout=5s\n"
            "  --upstream-answer-timeout=3s renewals unanswered and the member silent: next "
            "endpoint\n"
+           "  --upstream-keepalive-time=10s PING the member after this long without a byte "
+           "from it (0: off; at least 10s)\n"
+           "  --upstream-keepalive-timeout=6s the PING unanswered this long: next endpoint\n"
            "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
            "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
            "  --max-pending-renewals-per-stream=10000 of them, from one client stream\n"
@@ -284,6 +289,11 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             rc = parse_duration_ms(v, &c->dial_timeout_ms);
         } else if (strcmp(name, "upstream-answer-timeout") == 0) {
             rc = parse_duration_ms(v, &c->upstream_answer_timeout_ms);
+        } else if (strcmp(name, "upstream-keepalive-time") == 0) {
+            c->upstream_keepalive_time_ms = 0;
+            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_keepalive_time_ms);
+        } else if (strcmp(name, "upstream-keepalive-timeout") == 0) {
+            rc = parse_duration_ms(v, &c->upstream_keepalive_timeout_ms);
         } else if (strcmp(name, "max-pending-requests") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_pending_requests = (uint32_t)u;

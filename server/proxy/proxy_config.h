@@ -43,6 +43,11 @@ typedef struct kv_proxy_config {
      * nothing at all received on it for this long: the member is taken as hung and the proxy
      * moves to the next endpoint */
     uint32_t upstream_answer_timeout_ms;
+    /* --upstream-keepalive-time (10s; 0: off) and --upstream-keepalive-timeout (6s): HTTP/2
+     * pings on the upstream connection (libkvclient's keepalive_time_ms/_timeout_ms), so a
+     * hung member is left even when no renewal is in flight (watches, Observe, Snapshot) */
+    uint32_t upstream_keepalive_time_ms;
+    uint32_t upstream_keepalive_timeout_ms;
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */

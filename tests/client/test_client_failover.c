@@ -1,7 +1,8 @@
 /*
  * test_client_failover.c - endpoints, retries and backoff: a dead endpoint is skipped; on a
  * dropped connection an in-flight put fails (never replayed) while an in-flight read is
- * retried on the new connection; reconnects back off instead of spinning.
+ * retried on the new connection; reconnects back off instead of spinning; with keepalive
+ * pings on, a hung member (stopped, its connection open) is left for the next endpoint.
  */
 #include "testutil.h"
 
@@ -158,4 +159,56 @@ Test(client_failover, reconnects_back_off)
     kvc_keepalive_stop(ka);
     kvc_close(c);
     kvt_fake_stop(f);
+}
+
+static void on_watch_ignore(void *arg, const kvc_watch_response *r)
+{
+    (void)arg;
+    (void)r;
+}
+
+/* keepalive_time_ms (10 s, the least) / keepalive_timeout_ms (1 s): with a watch stream open,
+ * a healthy member answers the pings (no timeout, no reconnect, and the member never counts
+ * them as too many); once it is stopped (SIGSTOP: the TCP connection stays open, nothing
+ * ends the stream) the unanswered ping gives the connection up and the client connects to
+ * its next endpoint. Without pings the client would wait on the stopped member forever. */
+Test(client_failover, hung_member_is_left_by_keepalive_pings, .timeout = 120)
+{
+    static struct kvt_server srv2;
+    cr_assert_eq(kvt_server_start(&srv2), 0, "second server");
+    const char *eps[] = {srv.endpoint, srv2.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 2;
+    cfg.keepalive_time_ms = 2000; /* raised to 10 s */
+    cfg.keepalive_timeout_ms = 1000;
+    kvc_client *c;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    kvc_watch *w = NULL;
+    cr_assert_eq(kvc_watch_create(c, "ping", 4, NULL, 5000, on_watch_ignore, NULL, &w, NULL, &e), 0,
+                 "%s", e.message);
+    kvt_sleep_ms(12500); /* one ping at 10 s, answered */
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_eq(s.ping_timeouts, 0);
+    cr_assert_eq(s.connects, 1, "a healthy member is not left");
+    cr_assert_eq(kvt_metric(&srv, "kvd_grpc_connections_closed_total", "too_many_pings"), 0);
+
+    kvt_server_signal(&srv, SIGSTOP);
+    uint64_t t0 = kvt_now_ms();
+    for (int i = 0; i < 1500 && (s.ping_timeouts == 0 || s.connects < 2); i++) {
+        kvt_sleep_ms(10);
+        kvc_stats(c, &s);
+    }
+    uint64_t dt = kvt_now_ms() - t0;
+    kvt_server_signal(&srv, SIGCONT);
+    fprintf(stderr, "client_failover: stopped member left after %llu ms\n", (unsigned long long)dt);
+    cr_assert_eq(s.ping_timeouts, 1, "the unanswered ping gave the connection up");
+    cr_assert_eq(s.connects, 2, "connected to the next endpoint");
+    cr_assert_eq(kvc_put(c, "ping", 4, "v", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_watch_cancel(w);
+    kvc_close(c);
+    kvt_server_stop(&srv2);
 }
