@@ -81,6 +81,7 @@ const kv_fn_case kv_fn_cases[] = {
     C("FAILPOINT_SLOW_FSYNC_LEADER", KV_FN_F_FAILPOINT_SLOW_FSYNC, KV_FN_T_LEADER, 0),
     C("FAILPOINT_FSYNC_ERROR_ONE_FOLLOWER", KV_FN_F_FAILPOINT_FSYNC_EIO, KV_FN_T_ONE_FOLLOWER, 0),
     C("SIGKILL_ONE_PROXY", KV_FN_F_SIGKILL_PROXY, KV_FN_T_NONE, 0),
+    C("SIGSTOP_ONE_PROXY", KV_FN_F_SIGSTOP_PROXY, KV_FN_T_NONE, 0),
 };
 const size_t kv_fn_n_cases = sizeof(kv_fn_cases) / sizeof(kv_fn_cases[0]);
 
@@ -119,7 +120,8 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
         return "cluster started without --snapshot-count";
     if (k->fault == KV_FN_F_POWERCUT && c->target == KV_FN_TARGET_ETCD)
         return "the power-cut shim journals LMDB files only (etcd uses bbolt + WAL)";
-    if (k->fault == KV_FN_F_SIGKILL_PROXY && c->n_proxies < 2)
+    if ((k->fault == KV_FN_F_SIGKILL_PROXY || k->fault == KV_FN_F_SIGSTOP_PROXY) &&
+        c->n_proxies < 2)
         return "needs --proxies 2 or more (the clients fail over to another proxy)";
     if (k->fault == KV_FN_F_POWERCUT && c->n < 3)
         return "a member restarting from a lossy disk must catch up from a quorum (3+ members)";
@@ -157,6 +159,8 @@ static const char *fault_name(kv_fn_fault f)
         return "fsync EIO (SIGRTMIN+2 disk failpoint)+restart";
     case KV_FN_F_SIGKILL_PROXY:
         return "SIGKILL+restart of a gRPC proxy";
+    case KV_FN_F_SIGSTOP_PROXY:
+        return "SIGSTOP/SIGCONT of a gRPC proxy";
     default:
         return "apply stall (SIGUSR1 failpoint)";
     }
@@ -190,6 +194,9 @@ static int heal_all(kv_fn_cluster *c)
         if (!c->m[i].proc.pid)
             kv_fn_member_start(c, i);
     }
+    for (int i = 0; i < c->n_proxies; i++)
+        if (c->gp[i].proc.pid && c->gp[i].proc.stopped)
+            kvt_proc_resume(&c->gp[i].proc);
     int r = kv_fn_cluster_wait_writable(c, 20000);
     /* --proxies: a gRPC proxy that is not running is started again (the case that exited
      * it already failed, proxies_died()). */
@@ -688,6 +695,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     char prefix2[160];
     size_t fl = 0;
     int killed_proxy = -1;                    /* SIGKILL_ONE_PROXY's target */
+    int stopped_proxy = -1;                   /* SIGSTOP_ONE_PROXY's target */
     int64_t pcalls0[KV_FN_MAX_PROXIES] = {0}; /* --proxies: calls served before the case */
 
     if (k->fault == KV_FN_F_POWERCUT && !o->powercut_lib) {
@@ -935,6 +943,13 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         kvt_proc_kill9(&c->gp[killed_proxy].proc);
         add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d", killed_proxy);
     }
+    if (k->fault == KV_FN_F_SIGSTOP_PROXY && c->n_proxies > 0) {
+        /* a hung proxy: its connections stay open and nothing answers; the clients must
+         * leave it on their own (libkvclient's renewal watchdog, the watchers' silence) */
+        stopped_proxy = (int)((rng >> 33) % (uint64_t)c->n_proxies);
+        kvt_proc_pause(&c->gp[stopped_proxy].proc);
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d", stopped_proxy);
+    }
     if (k->until_snapshot) {
         /* Hold until the leader's raft index advanced past what the faulted member could
          * still get as entries (a filler writes to <prefix>/fill/ to get there). */
@@ -1052,6 +1067,8 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
             break;
         }
     }
+    if (stopped_proxy >= 0)
+        kvt_proc_resume(&c->gp[stopped_proxy].proc);
     if (killed_proxy >= 0 && kv_fn_proxies_start(c, 10000) != 0 && !err[0])
         snprintf(err, sizeof(err), "restart of gRPC proxy p%d failed (see %s)", killed_proxy,
                  c->gp[killed_proxy].proc.log_path);

@@ -22,6 +22,7 @@ typedef enum {
     KV_FN_F_FAILPOINT_FSYNC_EIO,  /* kvd disk failpoint: next fsync fails (SIGRTMIN+2): the member
                                    * stops; restarted after the hold */
     KV_FN_F_SIGKILL_PROXY,        /* --proxies: kill -9 one gRPC proxy, restart it after the hold */
+    KV_FN_F_SIGSTOP_PROXY,        /* --proxies: SIGSTOP one gRPC proxy, SIGCONT after the hold */
 } kv_fn_fault;
 
 typedef enum {

@@ -196,6 +196,21 @@ static double bridge_queued(void *arg)
     return (double)kv_proxy_bridge_queued(&((kv_proxy *)arg)->bridge);
 }
 
+/* The upstream client's counters (libkvclient's kvc_stats; zeros once it is closed). */
+static double upstream_connects(void *arg)
+{
+    kvc_stats s;
+    kvc_stats_get(((kv_proxy *)arg)->up, &s);
+    return (double)s.connects;
+}
+
+static double upstream_ping_timeouts(void *arg)
+{
+    kvc_stats s;
+    kvc_stats_get(((kv_proxy *)arg)->up, &s);
+    return (double)s.ping_timeouts;
+}
+
 /* etcd 3.4's proxy (its upstream TLSInfo has EmptyCN): the --cert certificate must have no
  * Common Name. A member with --client-cert-auth takes a certificate's CN as the user of
  * every call on the connection, and the proxy's connection carries all its clients' calls.
@@ -391,6 +406,14 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
                                            too_large, "direction=\"recv\"");
     (void)kv_metrics_gauge_fn(p->metrics, "kvd_proxy_bridge_queued",
                               "Upstream events waiting for the proxy loop.", bridge_queued, p);
+    (void)kv_metrics_counter_fn(p->metrics, "kvd_proxy_upstream_connects_total",
+                                "Connections made to a member by the proxy's upstream client "
+                                "(each failover to the next endpoint adds one).",
+                                upstream_connects, p);
+    (void)kv_metrics_counter_fn(p->metrics, "kvd_proxy_upstream_ping_timeouts_total",
+                                "Upstream connections given up because a keepalive PING had no "
+                                "answer within --upstream-keepalive-timeout (a hung member).",
+                                upstream_ping_timeouts, p);
     rc = kv_proxy_bridge_init(&p->bridge, loop, on_event, p);
     if (rc < 0) {
         snprintf(err, cap, "uv_async_init: %s", uv_strerror(rc));

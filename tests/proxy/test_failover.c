@@ -267,8 +267,12 @@ Test(proxy_failover, hung_upstream_member_is_left_by_keepalive_pings, .fini = fi
             "proxy_failover: member m%d stopped, no lease: the watcher got the put after %llu ms "
             "(%d events)\n",
             hung, (unsigned long long)dt, got);
+    double pings = px_metric(&g_x, "kvd_proxy_upstream_ping_timeouts_total");
+    double connects = px_metric(&g_x, "kvd_proxy_upstream_connects_total");
     cr_assert_eq(kvt_member_resume(&g_c, hung), 0);
     cr_assert_eq(got, 2, "the put made while the upstream member hung never reached the watcher");
+    cr_assert_eq(pings, 1, "upstream ping timeouts: %.0f", pings);
+    cr_assert_eq(connects, 2, "upstream connects: %.0f", connects);
     kvc_watch_cancel(wt);
     kvc_close(cl);
 }
