@@ -53,6 +53,7 @@ typedef struct opts {
     int do_server[N_SERVERS];
     int do_single;
     int serializable;             /* the range workload reads serializably */
+    int client_threads;           /* --client-threads */
     const char *extra[N_SERVERS]; /* --kvd-args / --etcd-args */
     int one_on_leader;            /* 1-client runs talk to the leader (default: a follower) */
 } opts;
@@ -110,6 +111,9 @@ static void usage(FILE *f)
                "  --server kvd|etcd|both   (default both; etcd only if found)\n"
                "  --no-single       skip the single-member put\n"
                "  --serializable    range reads are serializable (default linearizable)\n"
+               "  --client-threads  one thread per client making synchronous calls (default:\n"
+               "                    all clients on one I/O thread, each completion issuing\n"
+               "                    the next call: the cheapest client for the servers' CPU)\n"
                "  --one-client leader|follower  member of the 1-client cluster runs\n"
                "                    (default follower: its writes are forwarded)\n"
                "  --kvd-args 'A B'  more flags for every kvd member (split on blanks)\n"
@@ -139,6 +143,7 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"server", required_argument, NULL, 's'},
                                        {"no-single", no_argument, NULL, 'N'},
                                        {"serializable", no_argument, NULL, 'S'},
+                                       {"client-threads", no_argument, NULL, 'T'},
                                        {"kvd-args", required_argument, NULL, 'K'},
                                        {"one-client", required_argument, NULL, 'O'},
                                        {"etcd-args", required_argument, NULL, 'E'},
@@ -175,6 +180,9 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 'S':
             o->serializable = 1;
+            break;
+        case 'T':
+            o->client_threads = 1;
             break;
         case 'O':
             if (strcmp(optarg, "leader") && strcmp(optarg, "follower")) {
@@ -381,6 +389,7 @@ static void run_phase(const opts *o, kv_it_kind k, int n, int w0, int w1, uint32
                              .value_size = o->value_size,
                              .timeout_ms = 30000,
                              .serializable = o->serializable,
+                             .client_threads = o->client_threads,
                              .endpoints = eps,
                              .n_endpoints = (uint32_t)n,
                              .pids = c->pids,
@@ -616,10 +625,11 @@ int main(int argc, char **argv)
     int pairs = o.members * (o.members - 1) / 2;
     printf("clusterbench: %d-member clusters on loopback, %u x %.1f s runs (+%.1f s warm-up), "
            "medians; keyspace %u, value %u B; clients round-robin over the members; client "
-           "backend %s; %ld CPUs; etcd %s%s\n",
+           "backend %s (%s); %ld CPUs; etcd %s%s\n",
            o.members, o.repeats, o.duration_ms / 1000.0, o.warmup_ms / 1000.0, o.keyspace,
-           o.value_size, kv_it_rpc_backend(), sysconf(_SC_NPROCESSORS_ONLN), ever,
-           o.serializable ? "; range reads SERIALIZABLE" : "");
+           o.value_size, kv_it_rpc_backend(),
+           o.client_threads ? "a thread per client" : "one I/O thread",
+           sysconf(_SC_NPROCESSORS_ONLN), ever, o.serializable ? "; range reads SERIALIZABLE" : "");
     fflush(stdout);
 
     static cell cells[N_WORK][N_SERVERS];
@@ -659,17 +669,18 @@ int main(int argc, char **argv)
     pthread_cond_destroy(&smp.cv);
 
     /* Details: every median. */
-    printf("\n%-32s %-5s %4s %10s %9s %9s %8s %10s\n", "workload", "server", "runs", "ops/s",
-           "p50 ms", "p99 ms", "cpu s", "cpu us/op");
+    printf("\n%-32s %-5s %4s %10s %9s %9s %8s %10s %12s\n", "workload", "server", "runs", "ops/s",
+           "p50 ms", "p99 ms", "cpu s", "cpu us/op", "client us/op");
     for (int w = 0; w < N_WORK; w++)
         for (int k = 0; k < N_SERVERS; k++) {
             const cell *c = &cells[w][k];
             if (!c->n)
                 continue;
             double ops = MED(c, ops_per_s) * MED(c, seconds);
-            printf("%-32s %-5s %4d %10.0f %9.3f %9.3f %8.2f %10.1f\n", wlabel(&o, w),
+            printf("%-32s %-5s %4d %10.0f %9.3f %9.3f %8.2f %10.1f %12.1f\n", wlabel(&o, w),
                    kv_it_kind_name((kv_it_kind)k), c->n, MED(c, ops_per_s), MED(c, p50_ms),
-                   MED(c, p99_ms), MED(c, cpu_s), ops > 0 ? MED(c, cpu_s) / ops * 1e6 : 0);
+                   MED(c, p99_ms), MED(c, cpu_s), ops > 0 ? MED(c, cpu_s) / ops * 1e6 : 0,
+                   ops > 0 ? MED(c, client_cpu_s) / ops * 1e6 : 0);
         }
 
     /* The targets table (bench/README.md). */

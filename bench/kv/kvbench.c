@@ -34,6 +34,7 @@ typedef struct opts {
     int do_kvd, do_etcd, do_rss;
     int do_work[2]; /* indexed by kv_bench_kind */
     int serializable;
+    int client_threads; /* --client-threads */
 } opts;
 
 typedef struct cell {
@@ -55,6 +56,9 @@ static void usage(FILE *f)
                "  --server kvd|etcd|both   (default both; etcd only if found)\n"
                "  --workloads put,range    (default both)\n"
                "  --serializable    range reads are serializable (default linearizable)\n"
+               "  --client-threads  one thread per client making synchronous calls (default:\n"
+               "                    all clients on one I/O thread, each completion issuing\n"
+               "                    the next call: the cheapest client for the servers' CPU)\n"
                "Binaries: kvd from $KV_BUILD_DIR/server/kvd (or $KV_KVD_BIN), etcd from\n"
                "$KV_ETCD_BIN or /usr/bin/etcd. Client backend: libkvclient when built.\n");
 }
@@ -83,6 +87,7 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"server", required_argument, NULL, 's'},
                                        {"workloads", required_argument, NULL, 'W'},
                                        {"serializable", no_argument, NULL, 'S'},
+                                       {"client-threads", no_argument, NULL, 'T'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
@@ -128,6 +133,9 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 'S':
             o->serializable = 1;
+            break;
+        case 'T':
+            o->client_threads = 1;
             break;
         case 'h':
             usage(stdout);
@@ -268,9 +276,10 @@ int main(int argc, char **argv)
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     printf("kvbench: %u x %.1f s runs (+%.1f s warm-up), medians; keyspace %u, value %u B; "
-           "%s reads; client backend %s; %ld CPUs\n",
+           "%s reads; client backend %s (%s); %ld CPUs\n",
            o.repeats, o.duration_ms / 1000.0, o.warmup_ms / 1000.0, o.keyspace, o.value_size,
-           o.serializable ? "serializable" : "linearizable", kv_it_rpc_backend(), ncpu);
+           o.serializable ? "serializable" : "linearizable", kv_it_rpc_backend(),
+           o.client_threads ? "a thread per client" : "one I/O thread", ncpu);
     fflush(stdout);
 
     kv_it_server srv[2];
@@ -309,7 +318,8 @@ int main(int argc, char **argv)
                                          .keyspace = o.keyspace,
                                          .value_size = o.value_size,
                                          .timeout_ms = 30000,
-                                         .serializable = o.serializable};
+                                         .serializable = o.serializable,
+                                         .client_threads = o.client_threads};
                     cell *c = &cells[w][ci][k];
                     char err[256] = "";
                     int rc = kv_bench_run(&p, &c->runs[c->n], err, sizeof(err));

@@ -86,6 +86,41 @@ void kv_it_rpc_free(void *p)
     kvc_free(p);
 }
 
+typedef struct async_call {
+    kv_it_rpc_cb cb;
+    void *arg;
+} async_call;
+
+static void async_done(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t resp_len)
+{
+    async_call a = *(async_call *)arg;
+    free(arg);
+    char reason[300] = "";
+    if (status)
+        snprintf(reason, sizeof(reason), "code %d: %s", err ? err->code : 0,
+                 err ? err->message : "");
+    a.cb(a.arg, status < 0 ? status : status ? KV_IT_GRPC_STATUS : 0, reason, resp, resp_len);
+}
+
+int kv_it_rpc_call_async(kv_it_rpc *c, const char *method, const uint8_t *req, size_t req_len,
+                         uint32_t timeout_ms, kv_it_rpc_cb cb, void *arg, char *errbuf,
+                         size_t errcap)
+{
+    async_call *a = malloc(sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    a->cb = cb;
+    a->arg = arg;
+    kvc_error err = {0};
+    int rc = kvc_call_unary_async(c->kc, method, req, req_len, timeout_ms, 0, async_done, a, &err);
+    if (rc) {
+        free(a);
+        snprintf(errbuf, errcap, "%s: code %d: %s", method, err.code, err.message);
+        return rc < 0 ? rc : KV_IT_GRPC_STATUS;
+    }
+    return 0;
+}
+
 int kv_it_rpc_put(kv_it_rpc *c, const void *key, size_t key_len, const void *val, size_t val_len,
                   uint32_t timeout_ms, int64_t *revision, char *errbuf, size_t errcap)
 {

@@ -39,6 +39,16 @@ int kv_it_rpc_call(kv_it_rpc *c, const char *method, const uint8_t *req, size_t 
                    size_t errcap);
 void kv_it_rpc_free(void *p);
 
+/* One unary call without waiting: cb runs once, on the client's I/O thread (the group's
+ * when opened in one), with status 0 and the response (owned by cb: kv_it_rpc_free), or a
+ * negative code and a reason (resp NULL). Callable from cb itself. Returns 0 when queued,
+ * or a negative code with errbuf set and cb never called. */
+typedef void (*kv_it_rpc_cb)(void *arg, int status, const char *reason, uint8_t *resp,
+                             size_t resp_len);
+int kv_it_rpc_call_async(kv_it_rpc *c, const char *method, const uint8_t *req, size_t req_len,
+                         uint32_t timeout_ms, kv_it_rpc_cb cb, void *arg, char *errbuf,
+                         size_t errcap);
+
 /* Convenience wrappers over the generated etcdserverpb messages. */
 int kv_it_rpc_put(kv_it_rpc *c, const void *key, size_t key_len, const void *val, size_t val_len,
                   uint32_t timeout_ms, int64_t *revision, char *errbuf, size_t errcap);
