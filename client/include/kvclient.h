@@ -131,6 +131,16 @@ typedef struct kvc_config {
      * too_many_pings. */
     uint32_t keepalive_time_ms;
     uint32_t keepalive_timeout_ms; /* with keepalive_time_ms; default 20000 (grpc-go) */
+    /* (addition) A sooner check for a caller that forwards other clients' calls (kvd
+     * grpc-proxy): once calls are in flight and nothing at all was read on the connection for
+     * keepalive_call_ms since a call was sent (one cancelled meanwhile counts), a PING goes
+     * out at once; when neither
+     * its ack nor any other byte comes back within keepalive_call_ms more, the connection is
+     * given up as above (kvc_stats.ping_timeouts). A member that is alive acks the PING even
+     * while a call waits (a Lock, an election), so a slow call is never cut. At most one PING
+     * per 10 s, as for keepalive_time_ms. 0 = off (the default). Independent of
+     * keepalive_time_ms. */
+    uint32_t keepalive_call_ms;
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */

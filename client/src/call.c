@@ -183,6 +183,7 @@ static void call_send(struct kvc_call *call)
     call->s.id = id;
     call->state = CALL_INFLIGHT;
     kvc_call_list_push(&c->inflight, call);
+    kvc_ping_on_call_sent(c); /* after the push: the call counts as in flight */
     arm_timer(call);
 }
 

@@ -454,7 +454,11 @@ struct kvc_client {
     uv_timer_t conn_timer;         /* loop: dial timeout and reconnect backoff */
     uv_timer_t ping_timer;         /* loop: keepalive pings (ping.c) */
     uint64_t ping_sent_at;         /* loop: uv_now of the unanswered PING, 0 = none */
+    uint64_t last_ping_at;         /* loop: uv_now of the last PING sent, 0 = none yet */
+    uint32_t ping_timeout;         /* loop: the unanswered PING's timeout (ms) */
+    int ping_for_call;             /* loop: it was sent for a silent call (keepalive_call_ms) */
     uint64_t last_read_at;         /* loop: uv_now of the connection's last read */
+    uint64_t unanswered_since;     /* loop: the first call sent after that read (ping.c) */
     unsigned backoff_attempt;      /* loop */
     char last_err[240];            /* loop */
     uint64_t rng;                  /* loop */
@@ -484,9 +488,11 @@ struct kvc_client {
 
 void kvc_ping_init(kvc_client *c);     /* loop_open: the timer handle */
 void kvc_ping_on_ready(kvc_client *c); /* a connection became ready: arm (keepalive on) */
-void kvc_ping_on_read(kvc_client *c);  /* the connection read bytes */
-void kvc_ping_stop(kvc_client *c);     /* the connection is gone */
-void kvc_ping_close(kvc_client *c);    /* kvc_close: close the timer handle */
+void kvc_ping_on_read(kvc_client *c);
+/* A call went in flight on the current connection (keepalive_call_ms). */
+void kvc_ping_on_call_sent(kvc_client *c); /* the connection read bytes */
+void kvc_ping_stop(kvc_client *c);         /* the connection is gone */
+void kvc_ping_close(kvc_client *c);        /* kvc_close: close the timer handle */
 
 void kvc_client_handle_closed(kvc_client *c); /* a client handle's close cb ran */
 void kvc_dispatch(struct kvc_cmd *cmd);       /* loop: run one command */

@@ -261,6 +261,9 @@ static int open_upstream(kv_proxy *p, char *err, size_t cap)
     kc.insecure_skip_verify = cfg->insecure_skip_verify;
     kc.keepalive_time_ms = cfg->upstream_keepalive_time_ms;
     kc.keepalive_timeout_ms = cfg->upstream_keepalive_timeout_ms;
+    /* a forwarded call unanswered on a silent connection: PING at once, leave if unanswered
+     * (a hung member, or the network to it cut, with no renewal in flight) */
+    kc.keepalive_call_ms = cfg->upstream_answer_timeout_ms;
     kvc_error e;
     int rc = kvc_open(&p->up, &kc, &e);
     if (rc != 0) {

@@ -212,3 +212,85 @@ Test(client_failover, hung_member_is_left_by_keepalive_pings, .timeout = 120)
     kvc_close(c);
     kvt_server_stop(&srv2);
 }
+
+/* A packed v3lockpb.LockRequest{name, lease} (field 1 bytes, field 2 varint). */
+static size_t pack_lock(uint8_t *buf, const char *name, int64_t lease)
+{
+    size_t n = strlen(name), o = 0;
+    buf[o++] = 0x0a;
+    buf[o++] = (uint8_t)n;
+    memcpy(buf + o, name, n);
+    o += n;
+    buf[o++] = 0x10;
+    for (uint64_t v = (uint64_t)lease;; v >>= 7) {
+        buf[o++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+        if (v <= 0x7f)
+            break;
+    }
+    return o;
+}
+
+/* keepalive_call_ms (1 s; kvd grpc-proxy's --upstream-answer-timeout): a call that waits on a
+ * live member (a Lock held by another lease) is not cut: the PING sent after 1 s of silence
+ * is acked. On a stopped member (SIGSTOP: its connection stays open) a Range is unanswered,
+ * the PING too, and 1 s later the connection is given up: the Range is retried on the next
+ * endpoint, long before its deadline (without keepalive_call_ms it waits out the 15 s). */
+Test(client_failover, silent_call_leaves_a_hung_member_by_a_ping, .timeout = 120)
+{
+    static struct kvt_server srv2;
+    cr_assert_eq(kvt_server_start(&srv2), 0, "second server");
+    const char *eps[] = {srv.endpoint, srv2.endpoint};
+    kvc_config cfg;
+    kvc_config_default(&cfg);
+    cfg.endpoints = eps;
+    cfg.n_endpoints = 2;
+    cfg.keepalive_call_ms = 1000;
+    kvc_client *c;
+    kvc_error e;
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    kvc_lease_grant_result g1, g2;
+    cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g1, &e), 0, "%s", e.message);
+    cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g2, &e), 0, "%s", e.message);
+    uint8_t req[64];
+    uint8_t *resp = NULL;
+    size_t rl = 0, n = pack_lock(req, "lk", g1.id);
+    cr_assert_eq(kvc_call_unary(c, "/v3lockpb.Lock/Lock", req, n, &resp, &rl, 5000, 0, &e), 0, "%s",
+                 e.message);
+    kvc_free(resp);
+    resp = NULL;
+    n = pack_lock(req, "lk", g2.id);
+    uint64_t t0 = kvt_now_ms();
+    int rc = kvc_call_unary(c, "/v3lockpb.Lock/Lock", req, n, &resp, &rl, 2500, 0, &e);
+    uint64_t waited = kvt_now_ms() - t0;
+    kvc_free(resp);
+    kvc_stats s;
+    kvc_stats(c, &s);
+    cr_assert_eq(rc, -KVC_DEADLINE_EXCEEDED, "the second Lock waits out its deadline: %d %s", rc,
+                 e.message);
+    cr_assert_geq(waited, 2400, "not cut short: %llu ms", (unsigned long long)waited);
+    cr_assert_eq(s.ping_timeouts, 0, "the live member acked the PING");
+    cr_assert_eq(s.connects, 1, "a live member is not left");
+    cr_assert_eq(kvt_metric(&srv, "kvd_grpc_connections_closed_total", "too_many_pings"), 0);
+    kvc_close(c);
+
+    /* a fresh client (its first PING may go out at once): the member stopped under a call */
+    cr_assert_eq(kvc_open(&c, &cfg, &e), 0, "%s", e.message);
+    cr_assert_eq(kvc_put(c, "k", 1, "v", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvt_server_signal(&srv, SIGSTOP);
+    kvc_range_result rr = {0};
+    t0 = kvt_now_ms();
+    rc = kvc_get(c, "k", 1, NULL, 15000, &rr, &e);
+    uint64_t dt = kvt_now_ms() - t0;
+    kvt_server_signal(&srv, SIGCONT);
+    kvc_range_result_free(&rr);
+    kvc_stats(c, &s);
+    fprintf(stderr,
+            "client_failover: a Range on the stopped member answered by the next after %llu ms\n",
+            (unsigned long long)dt);
+    cr_assert_eq(rc, 0, "the Range was retried on the next endpoint: %s", e.message);
+    cr_assert_lt(dt, 8000, "left after %llu ms", (unsigned long long)dt);
+    cr_assert_eq(s.ping_timeouts, 1, "the unanswered PING gave the connection up");
+    cr_assert_eq(s.connects, 2, "connected to the next endpoint");
+    kvc_close(c);
+    kvt_server_stop(&srv2);
+}
