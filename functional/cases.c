@@ -82,6 +82,8 @@ const kv_fn_case kv_fn_cases[] = {
     C("FAILPOINT_FSYNC_ERROR_ONE_FOLLOWER", KV_FN_F_FAILPOINT_FSYNC_EIO, KV_FN_T_ONE_FOLLOWER, 0),
     C("SIGKILL_ONE_PROXY", KV_FN_F_SIGKILL_PROXY, KV_FN_T_NONE, 0),
     C("SIGSTOP_ONE_PROXY", KV_FN_F_SIGSTOP_PROXY, KV_FN_T_NONE, 0),
+    C("BLACKHOLE_PROXY_UPSTREAM_TX_RX", KV_FN_F_BLACKHOLE_UPSTREAM, KV_FN_T_NONE, 0),
+    C("DELAY_PROXY_UPSTREAM_TX_RX", KV_FN_F_DELAY_UPSTREAM, KV_FN_T_NONE, 0),
 };
 const size_t kv_fn_n_cases = sizeof(kv_fn_cases) / sizeof(kv_fn_cases[0]);
 
@@ -94,6 +96,12 @@ static void sleep_ms(uint32_t ms)
 static int is_network(kv_fn_fault f)
 {
     return f == KV_FN_F_BLACKHOLE || f == KV_FN_F_DELAY || f == KV_FN_F_RANDOM_DELAY;
+}
+
+/* A fault on the links between the gRPC proxies and a member (fn.h up[]). */
+static int is_upstream(kv_fn_fault f)
+{
+    return f == KV_FN_F_BLACKHOLE_UPSTREAM || f == KV_FN_F_DELAY_UPSTREAM;
 }
 
 const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
@@ -123,6 +131,10 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
     if ((k->fault == KV_FN_F_SIGKILL_PROXY || k->fault == KV_FN_F_SIGSTOP_PROXY) &&
         c->n_proxies < 2)
         return "needs --proxies 2 or more (the clients fail over to another proxy)";
+    if (is_upstream(k->fault) && c->n_proxies < 1)
+        return "needs --proxies (the links from the gRPC proxies to a member)";
+    if (is_upstream(k->fault) && c->n < 2)
+        return "needs 2 or more members (the proxies move to another one)";
     if (k->fault == KV_FN_F_POWERCUT && c->n < 3)
         return "a member restarting from a lossy disk must catch up from a quorum (3+ members)";
     return NULL;
@@ -161,6 +173,10 @@ static const char *fault_name(kv_fn_fault f)
         return "SIGKILL+restart of a gRPC proxy";
     case KV_FN_F_SIGSTOP_PROXY:
         return "SIGSTOP/SIGCONT of a gRPC proxy";
+    case KV_FN_F_BLACKHOLE_UPSTREAM:
+        return "blackhole proxies->member tx+rx";
+    case KV_FN_F_DELAY_UPSTREAM:
+        return "delay proxies->member tx+rx 1000ms";
     default:
         return "apply stall (SIGUSR1 failpoint)";
     }
@@ -197,6 +213,9 @@ static int heal_all(kv_fn_cluster *c)
     for (int i = 0; i < c->n_proxies; i++)
         if (c->gp[i].proc.pid && c->gp[i].proc.stopped)
             kvt_proc_resume(&c->gp[i].proc);
+    for (int i = 0; i < c->n; i++)
+        if (c->up[i])
+            kvt_proxy_set(c->up[i], 0, 0, 0, 0);
     int r = kv_fn_cluster_wait_writable(c, 20000);
     /* --proxies: a gRPC proxy that is not running is started again (the case that exited
      * it already failed, proxies_died()). */
@@ -694,8 +713,10 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     const char *pc_envp[4];
     char prefix2[160];
     size_t fl = 0;
-    int killed_proxy = -1;                    /* SIGKILL_ONE_PROXY's target */
-    int stopped_proxy = -1;                   /* SIGSTOP_ONE_PROXY's target */
+    int killed_proxy = -1;  /* SIGKILL_ONE_PROXY's target */
+    int stopped_proxy = -1; /* SIGSTOP_ONE_PROXY's target */
+    int up_member = -1;     /* *_PROXY_UPSTREAM_*: the member cut off */
+    uint64_t up_relayed0 = 0, up_dropped0 = 0;
     int64_t pcalls0[KV_FN_MAX_PROXIES] = {0}; /* --proxies: calls served before the case */
 
     if (k->fault == KV_FN_F_POWERCUT && !o->powercut_lib) {
@@ -950,6 +971,18 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         kvt_proc_pause(&c->gp[stopped_proxy].proc);
         add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d", stopped_proxy);
     }
+    if (is_upstream(k->fault) && c->n_proxies > 0) {
+        /* the links of every proxy to the member they use: its relay, not the member */
+        uint32_t nc;
+        up_member = kv_fn_proxies_busiest_upstream(c, 500);
+        kvt_proxy_stats(c->up[up_member], &up_relayed0, &up_dropped0, &nc);
+        if (k->fault == KV_FN_F_BLACKHOLE_UPSTREAM)
+            kvt_proxy_set(c->up[up_member], 1, 1, 0, 0);
+        else
+            kvt_proxy_set(c->up[up_member], 0, 0, 1000, 0);
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " m%d%s (%u connections)", up_member,
+                  up_member == leader ? "(L)" : "", nc);
+    }
     if (k->until_snapshot) {
         /* Hold until the leader's raft index advanced past what the faulted member could
          * still get as entries (a filler writes to <prefix>/fill/ to get there). */
@@ -978,6 +1011,37 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         if (now < base + thr && !err[0])
             snprintf(err, sizeof(err), "snapshot trigger not reached: raft index +%llu < %llu",
                      (unsigned long long)(now - base), (unsigned long long)thr);
+    } else if (up_member >= 0 && w) {
+        /* The proxies must leave the cut member on their own (their renewal watchdog, 3 s,
+         * and keepalive pings): the hold is at least 10 s, and through a blackhole some op
+         * must succeed in its last 3 s (without the watchdog and the pings none does). */
+        uint32_t hold = o->hold_ms > 10000 ? o->hold_ms : 10000;
+        uint64_t ok0, ok1, f0, f1;
+        sleep_ms(hold - 3000);
+        kv_fn_workload_counts(w, &ok0, &f0);
+        sleep_ms(3000);
+        kv_fn_workload_counts(w, &ok1, &f1);
+        uint64_t b, d;
+        uint32_t open_end;
+        kvt_proxy_stats(c->up[up_member], &b, &d, &open_end);
+        add_fault(fault_desc, sizeof(fault_desc), &fl,
+                  "; %u ms cut, %" PRIu64 " ops ok in its last 3 s, %u connections open at its end",
+                  hold, ok1 - ok0, open_end);
+        if (k->fault == KV_FN_F_BLACKHOLE_UPSTREAM && ok1 == ok0 && !err[0])
+            snprintf(err, sizeof(err),
+                     "no op succeeded through the proxies in the last 3 s of a %u ms cut of their "
+                     "links to m%d: they did not leave it",
+                     hold, up_member);
+        /* kvd's proxies each leave on their own within about 6 s (renewals unanswered, or
+         * calls on a silent connection and then its PING, --upstream-answer-timeout 3 s
+         * each): no connection to the cut member is left open at the cut's end. etcd 3.4's
+         * proxy has no such check; its connections stay. */
+        if (k->fault == KV_FN_F_BLACKHOLE_UPSTREAM && c->target == KV_FN_TARGET_KVD &&
+            open_end > 0 && !err[0])
+            snprintf(err, sizeof(err),
+                     "%u connection(s) from the proxies still open to m%d at the end of a %u ms "
+                     "cut: not every proxy left it",
+                     open_end, up_member, hold);
     } else {
         sleep_ms(o->hold_ms);
     }
@@ -1069,6 +1133,15 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     }
     if (stopped_proxy >= 0)
         kvt_proc_resume(&c->gp[stopped_proxy].proc);
+    if (up_member >= 0) { /* evidence that the fault bit, then heal */
+        uint64_t b, d;
+        uint32_t nc;
+        kvt_proxy_stats(c->up[up_member], &b, &d, &nc);
+        kvt_proxy_set(c->up[up_member], 0, 0, 0, 0);
+        add_fault(fault_desc, sizeof(fault_desc), &fl,
+                  " relay:%" PRIu64 "B relayed,%" PRIu64 "B dropped", b - up_relayed0,
+                  d - up_dropped0);
+    }
     if (killed_proxy >= 0 && kv_fn_proxies_start(c, 10000) != 0 && !err[0])
         snprintf(err, sizeof(err), "restart of gRPC proxy p%d failed (see %s)", killed_proxy,
                  c->gp[killed_proxy].proc.log_path);

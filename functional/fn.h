@@ -65,6 +65,11 @@ typedef struct kv_fn_cluster {
     struct kv_fn_watch_sink *watch; /* watch checker in/out (watch.c); NULL: no watchers */
     int n_proxies;                  /* 0: the stressers talk to the members */
     kv_fn_gproxy gp[KV_FN_MAX_PROXIES];
+    /* --proxies: a relay (kvt_proxy) in front of each member's client port; the gRPC proxies
+     * dial the members through them (the checkers do not), so a case can cut or delay the
+     * links between the proxies and one member. NULL without proxies. */
+    kvt_proxy *up[KV_FN_MAX_MEMBERS];
+    uint16_t up_port[KV_FN_MAX_MEMBERS];
 } kv_fn_cluster;
 
 /* Resolves the binary, picks ports, creates <root>/m<i>/. */
@@ -97,8 +102,11 @@ int kv_fn_proxies_init(kv_fn_cluster *c, int n);
 int kv_fn_proxy_start(kv_fn_cluster *c, int i);
 /* Starts every proxy not running and waits (timeout_ms) until each serves a Range. */
 int kv_fn_proxies_start(kv_fn_cluster *c, uint32_t timeout_ms);
-/* kill -9 and reap every proxy (kv_fn_cluster_stop calls it). */
+/* kill -9 and reap every proxy, then stop the upstream relays (kv_fn_cluster_stop calls it). */
 void kv_fn_proxies_stop(kv_fn_cluster *c);
+/* The member whose upstream relay carried the most bytes over window_ms (the member the
+ * proxies are using); 0 when none carried any. */
+int kv_fn_proxies_busiest_upstream(kv_fn_cluster *c, uint32_t window_ms);
 /* The endpoints a stresser client numbered `rot` dials, in order: the proxies when there are
  * any, else the members, rotated by rot so clients start on different ones. eps must hold
  * KV_FN_MAX_MEMBERS entries (pointers into c); returns the count. */

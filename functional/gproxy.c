@@ -1,9 +1,10 @@
 /*
  * gproxy: the functional suite's gRPC proxies (--proxies N, fn.h). Each is a child process
  * `<kvd> grpc-proxy start` (or `etcd grpc-proxy start` for --target etcd) with the same
- * flags: --endpoints (every member's client URL), --listen-addr, --metrics-addr. The
- * stressers dial the proxies (kv_fn_client_endpoints); the fault injector and the checkers
- * keep talking to the members. Main thread only, except kv_fn_client_endpoints (read-only).
+ * flags: --endpoints (every member's client URL, through that member's upstream relay),
+ * --listen-addr, --metrics-addr. The stressers dial the proxies (kv_fn_client_endpoints);
+ * the fault injector and the checkers keep talking to the members directly. Main thread
+ * only, except kv_fn_client_endpoints (read-only).
  */
 #include "fn.h"
 #include "kvt_util.h"
@@ -39,8 +40,38 @@ int kv_fn_proxies_init(kv_fn_cluster *c, int n)
             return r;
         snprintf(p->endpoint, sizeof(p->endpoint), "127.0.0.1:%u", p->port);
     }
+    for (int k = 0; n > 0 && k < c->n; k++) {
+        int r = kvt_port_free(&c->up_port[k]);
+        if (r == 0)
+            r = kvt_proxy_start(&c->up[k], c->up_port[k], c->m[k].client_port,
+                                (uint64_t)c->up_port[k] * 7919u + (uint64_t)k);
+        if (r)
+            return r;
+    }
     c->n_proxies = n;
     return 0;
+}
+
+int kv_fn_proxies_busiest_upstream(kv_fn_cluster *c, uint32_t window_ms)
+{
+    uint64_t b0[KV_FN_MAX_MEMBERS] = {0}, b, d;
+    uint32_t nc;
+    for (int k = 0; k < c->n; k++)
+        if (c->up[k])
+            kvt_proxy_stats(c->up[k], &b0[k], &d, &nc);
+    kvt_sleep_ms(window_ms);
+    int best = 0;
+    uint64_t most = 0;
+    for (int k = 0; k < c->n; k++) {
+        if (!c->up[k])
+            continue;
+        kvt_proxy_stats(c->up[k], &b, &d, &nc);
+        if (b - b0[k] > most) {
+            most = b - b0[k];
+            best = k;
+        }
+    }
+    return best;
 }
 
 int kv_fn_proxy_start(kv_fn_cluster *c, int i)
@@ -51,8 +82,8 @@ int kv_fn_proxy_start(kv_fn_cluster *c, int i)
     char a_ep[32 + KV_FN_MAX_MEMBERS * 24], a_la[64], a_ma[64];
     size_t len = (size_t)snprintf(a_ep, sizeof(a_ep), "--endpoints=");
     for (int k = 0; k < c->n; k++)
-        len += (size_t)snprintf(a_ep + len, sizeof(a_ep) - len, "%s%s", k ? "," : "",
-                                c->m[k].endpoint);
+        len += (size_t)snprintf(a_ep + len, sizeof(a_ep) - len, "%s127.0.0.1:%u", k ? "," : "",
+                                c->up_port[k]);
     snprintf(a_la, sizeof(a_la), "--listen-addr=%s", p->endpoint);
     snprintf(a_ma, sizeof(a_ma), "--metrics-addr=http://127.0.0.1:%u", p->metrics_port);
     const char *argv[] = {c->bin, "grpc-proxy", "start", a_ep, a_la, a_ma, NULL};
@@ -105,6 +136,10 @@ void kv_fn_proxies_stop(kv_fn_cluster *c)
     for (int i = 0; i < c->n_proxies; i++)
         if (c->gp[i].proc.pid)
             kvt_proc_kill9(&c->gp[i].proc);
+    for (int k = 0; k < KV_FN_MAX_MEMBERS; k++) {
+        kvt_proxy_stop(c->up[k]);
+        c->up[k] = NULL;
+    }
 }
 
 int kv_fn_client_endpoints(const kv_fn_cluster *c, int rot, const char **eps)

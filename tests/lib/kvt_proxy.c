@@ -91,7 +91,9 @@ static void set_nb(int fd)
 
 static void do_accept(kvt_proxy *p)
 {
-    int fd = accept(p->lfd, NULL, NULL);
+    /* close-on-exec: a member or proxy spawned later must not inherit the relay's end (it
+     * would keep the connection open after the relay closes it, e.g. when a blackhole lifts) */
+    int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
         return;
     if (p->n_pairs >= PX_MAX_PAIRS) {
