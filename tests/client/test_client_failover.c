@@ -172,15 +172,23 @@ static void on_watch_ignore(void *arg, const kvc_watch_response *r)
  * them as too many); once it is stopped (SIGSTOP: the TCP connection stays open, nothing
  * ends the stream) the unanswered ping gives the connection up and the client connects to
  * its next endpoint. Without pings the client would wait on the stopped member forever. */
+/* Starts *srv2 and fills cfg with the endpoints {srv, srv2} (eps holds them: 2 entries). */
+static void two_members(struct kvt_server *srv2, const char **eps, kvc_config *cfg)
+{
+    cr_assert_eq(kvt_server_start(srv2), 0, "second server");
+    eps[0] = srv.endpoint;
+    eps[1] = srv2->endpoint;
+    kvc_config_default(cfg);
+    cfg->endpoints = eps;
+    cfg->n_endpoints = 2;
+}
+
 Test(client_failover, hung_member_is_left_by_keepalive_pings, .timeout = 120)
 {
     static struct kvt_server srv2;
-    cr_assert_eq(kvt_server_start(&srv2), 0, "second server");
-    const char *eps[] = {srv.endpoint, srv2.endpoint};
+    const char *eps[2];
     kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 2;
+    two_members(&srv2, eps, &cfg);
     cfg.keepalive_time_ms = 2000; /* raised to 10 s */
     cfg.keepalive_timeout_ms = 1000;
     kvc_client *c;
@@ -238,12 +246,9 @@ static size_t pack_lock(uint8_t *buf, const char *name, int64_t lease)
 Test(client_failover, silent_call_leaves_a_hung_member_by_a_ping, .timeout = 120)
 {
     static struct kvt_server srv2;
-    cr_assert_eq(kvt_server_start(&srv2), 0, "second server");
-    const char *eps[] = {srv.endpoint, srv2.endpoint};
+    const char *eps[2];
     kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = eps;
-    cfg.n_endpoints = 2;
+    two_members(&srv2, eps, &cfg);
     cfg.keepalive_call_ms = 1000;
     kvc_client *c;
     kvc_error e;
