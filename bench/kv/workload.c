@@ -219,6 +219,10 @@ static int async_start(shared *sh, client *cs, uint32_t n, char *errbuf, size_t 
                                    sizeof(cs[i].err));
         if (rc) {
             snprintf(errbuf, errcap, "client %u: %s", i, cs[i].err);
+            for (uint32_t j = 0; j < i; j++) { /* none has a call in flight yet */
+                kv_it_rpc_close(cs[j].conn);
+                cs[j].conn = NULL;
+            }
             return rc;
         }
     }
