@@ -24,6 +24,19 @@ int px_cluster_start(kvt_cluster *c, int n)
     return kvt_cluster_start(c, 60000);
 }
 
+int px_start_on_follower(px *x, kvt_cluster *c, const char *const *extra, int *follower,
+                         int *leader)
+{
+    int r = px_cluster_start(c, 3);
+    if (r)
+        return r;
+    if ((*leader = kvt_cluster_wait_leader(c, 10000, NULL)) < 0)
+        return -EAGAIN;
+    *follower = (*leader + 1) % 3;
+    int order[3] = {*follower, (*leader + 2) % 3, *leader};
+    return px_start(x, c, order, 3, extra);
+}
+
 int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra)
 {
     x->port = 0;

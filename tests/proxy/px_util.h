@@ -45,6 +45,12 @@ int px_start(px *x, kvt_cluster *c, const int *order, int n, const char *const *
  * it in a flag), else on a free port. */
 int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *const *extra);
 void px_stop(px *x);
+/* A 3-member cluster and the proxy with a follower first in its --endpoints (the member it
+ * connects to, which a test may stop while the cluster stays healthy), the other follower
+ * next, the leader last; extra as for px_start. The first member's index in *follower, the
+ * leader's in *leader. 0, or a negative errno (-EAGAIN: no leader within 10 s). */
+int px_start_on_follower(px *x, kvt_cluster *c, const char *const *extra, int *follower,
+                         int *leader);
 /* A metric series (exact name and labels) of the proxy; -1 if absent. Fails the test if
  * /metrics cannot be fetched. */
 double px_metric(px *x, const char *series);

@@ -159,13 +159,9 @@ Test(proxy_failover, renewals_in_flight_at_the_kill_are_resent, .fini = fini, .t
  * watchdog every lease kept alive through the proxy expires. */
 Test(proxy_failover, hung_upstream_member_is_left, .fini = fini, .timeout = 300)
 {
-    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
-    int leader = kvt_cluster_wait_leader(&g_c, 10000, NULL);
-    cr_assert(leader >= 0);
-    int hung = (leader + 1) % 3;
-    int order[3] = {hung, (leader + 2) % 3, leader};
     const char *const extra[] = {"--upstream-answer-timeout=1s", NULL};
-    cr_assert_eq(px_start(&g_x, &g_c, order, 3, extra), 0, "proxy");
+    int hung, leader;
+    cr_assert_eq(px_start_on_follower(&g_x, &g_c, extra, &hung, &leader), 0, "cluster and proxy");
 
     kvc_error e;
     const char *eps[] = {g_x.endpoint};

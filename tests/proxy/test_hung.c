@@ -49,14 +49,10 @@ static int wait_events(wrx *w, int n, uint32_t ms)
 
 Test(proxy_hung, upstream_member_is_left_by_keepalive_pings, .fini = fini, .timeout = 300)
 {
-    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
-    int leader = kvt_cluster_wait_leader(&g_c, 10000, NULL);
-    cr_assert(leader >= 0);
-    int hung = (leader + 1) % 3;
-    int order[3] = {hung, (leader + 2) % 3, leader};
     const char *const extra[] = {"--upstream-keepalive-time=10s", "--upstream-keepalive-timeout=2s",
                                  NULL};
-    cr_assert_eq(px_start(&g_x, &g_c, order, 3, extra), 0, "proxy");
+    int hung, leader;
+    cr_assert_eq(px_start_on_follower(&g_x, &g_c, extra, &hung, &leader), 0, "cluster and proxy");
 
     kvc_client *cl = px_client(g_x.endpoint);
     cr_assert(cl);
