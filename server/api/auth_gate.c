@@ -25,7 +25,11 @@
  *   LeaseGrant, Alarm GET          a token, if given, must be valid (etcd raftRequest)
  * Not gated (as etcd): LeaseKeepAlive, LeaseLeases, Status, MemberList.
  *
- * Checked when the request arrives, against the committed auth state. A Put, DeleteRange,
+ * Checked when the request arrives, against the committed auth state; a linearizable Range
+ * whose ReadIndex barrier saw an auth change become visible is checked again after it
+ * (kv_auth_recheck, as etcd's doSerialize), so a token or permission taken away by an
+ * acknowledged write is refused through a follower that had not applied it yet. Auth
+ * changes are answered only once committed (node_apply.c early_ok). A Put, DeleteRange,
  * Txn or LeaseRevoke that passed is proposed with the caller and the auth revision it was
  * checked at (InternalRequest auth_user / auth_revision, as etcd's RequestHeader); the
  * applier refuses it with "etcdserver: revision of auth store is old" if auth changed
@@ -361,11 +365,26 @@ static void gated_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     kv_api *s = kv_grpc_call_app(call);
+    uint64_t gen = s->node ? kv_node_auth_generation(s->node) : 0;
     if (gate(call, gate_of(path), msg, len))
         return;
+    if (s->auth) {
+        s->auth->cur_gated = true;
+        s->auth->cur_gen = gen;
+    }
     m->on_message(call, msg, len); /* synchronous: proposes with s->auth->cur_* */
-    if (s->auth)
+    if (s->auth) {
         s->auth->cur_revision = 0;
+        s->auth->cur_gated = false;
+    }
+}
+
+int kv_auth_recheck(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    enum gate g = gate_of(kv_grpc_call_method(call));
+    if (g != G_RANGE)
+        return 0; /* msg is a Range's own request only there (writes: checked at apply) */
+    return gate(call, g, msg, len);
 }
 
 void kv_auth_wrap_methods(kv_grpc_method *methods, size_t n)

@@ -71,6 +71,11 @@ typedef struct kv_auth {
      * on_message, read by kv_propose_unary): proposed with the entry, re-checked at apply. */
     char cur_user[KV_AUTH_MAX_NAME + 1];
     uint64_t cur_revision; /* 0 = none */
+    /* The gated call being handled passed its gate (set around the method's on_message, read
+     * by read_req.c) at auth generation cur_gen (node.h kv_node_auth_generation): a read
+     * served after a barrier at another generation is checked again (kv_auth_recheck). */
+    bool cur_gated;
+    uint64_t cur_gen;
 } kv_auth;
 
 /* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */
@@ -124,6 +129,12 @@ void kv_auth_reads_detach(kv_auth *a);
  * (KV_RESULT_AUTH_CLEAR) every token is dropped. A full table (--auth-max-tokens) leaves the
  * token invalid here (kvd_auth_tokens_refused_total). Loop thread. */
 void kv_auth_on_applied(void *arg, int kind, uint64_t index, const uint8_t *entry, size_t len);
+
+/* etcd 3.4 checks a linearizable Range's permission after its ReadIndex barrier
+ * (v3_server.go doSerialize): the gate of call's method (auth_gate.c) again, on the state this
+ * member applied by then, so a token or permission an acknowledged write took away is refused
+ * through a follower too. 0: go on; 1: answered with the error. Loop thread. */
+int kv_auth_recheck(kv_grpc_call *call, const uint8_t *msg, size_t len);
 
 /* Admin gate for a call: 0 go on, 1 answered. */
 int kv_auth_require_admin(kv_grpc_call *call);

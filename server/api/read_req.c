@@ -1,6 +1,7 @@
 /* read_req: a read request travelling to a reader thread and back (see read_req.h). */
 #include "api/read_req.h"
 
+#include "api/auth_srv.h"
 #include "api/services.h"
 #include "node/read_pool.h"
 #include "api/api.h"
@@ -18,7 +19,9 @@ typedef struct read_req {
     kv_header_info hdr;
     int rc;
     kv_result res;
-    int point; /* after the barrier: run inline */
+    int point;         /* after the barrier: run inline */
+    int recheck;       /* passed the auth gate at arrival (auth_srv.h cur_gated) */
+    uint64_t auth_gen; /* ... at this auth generation */
     size_t len;
     uint8_t msg[]; /* copy of the request message */
 } read_req;
@@ -121,6 +124,11 @@ static void on_read_index(void *arg, int status)
         return;
     }
     kv_api *s = kv_grpc_call_app(call);
+    if (r->recheck && s->auth && kv_node_auth_generation(s->node) != r->auth_gen &&
+        kv_auth_recheck(call, r->msg, r->len)) {
+        free(r); /* answered: the caller lost its right while the barrier ran */
+        return;
+    }
     if (r->point || s->read_pool == NULL) {
         kv_result res = {0};
         int rc = r->fn(s->store, r->msg, r->len, kv_node_header(s->node), &res);
@@ -164,6 +172,8 @@ static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, si
     r->store = s->store;
     r->fn = fn;
     r->point = point;
+    r->recheck = s->auth && s->auth->cur_gated;
+    r->auth_gen = s->auth ? s->auth->cur_gen : 0;
     r->len = len;
     if (len)
         memcpy(r->msg, msg, len);

@@ -31,6 +31,8 @@ typedef struct kv_result {
     int64_t revision; /* store revision after the request */
     int skipped;      /* 1 when apply skipped an already-applied index */
     int auth_tokens;  /* KV_RESULT_AUTH_*: the entry changes the member's tokens (quiet too) */
+    int barrier;      /* an auth management entry: it changes what request admission reads, so
+                       * its answer waits for the commit that makes it visible (node_apply.c) */
 } kv_result;
 
 /* kv_result.auth_tokens (apply/apply_authn.c; node/node.h kv_node_set_auth_hook). */

@@ -688,6 +688,11 @@ int kv_node_writes_visible(const kv_node *n)
     return n->acked_index <= n->st.applied_index;
 }
 
+uint64_t kv_node_auth_generation(const kv_node *n)
+{
+    return n->auth_gen;
+}
+
 int64_t kv_node_acked_revision(const kv_node *n)
 {
     return n->acked_rev;

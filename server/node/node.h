@@ -301,6 +301,10 @@ int kv_node_read_visible(kv_node *n, void (*done)(void *arg, int status), void *
 /* 1 when every write this member acknowledged is visible to readers (kv_node_read_visible
  * would return 1). */
 int kv_node_writes_visible(const kv_node *n);
+/* A counter that moves once an applied auth management entry, or an installed snapshot, is
+ * visible in LMDB (before the answers and reads it releases). A request admitted against the
+ * auth state at one value and served at another is checked again (api/read_req.c). Loop. */
+uint64_t kv_node_auth_generation(const kv_node *n);
 /* The store revision after the last write this member acknowledged before its commit was
  * visible (0: none). What a request that takes "the current revision" without reading the
  * store (a watch created without a start revision) must count as current. Loop thread. */

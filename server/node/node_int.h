@@ -338,6 +338,7 @@ struct kv_node {
     uv_async_t early_async; /* the worker: an in-flight ready's results are final */
     int early_open;         /* early_async not closed yet */
     raft_index acked_index; /* highest index acknowledged before its commit was visible */
+    uint64_t auth_gen;      /* kv_node_auth_generation (node_ready.c fire_auth) */
     int64_t acked_rev;      /* the store revision after it (kv_node_acked_revision) */
     kv_metric *m_early_acks;
     kv_metric *m_early_advances;       /* WAL mode: readies whose commit overlapped the next */

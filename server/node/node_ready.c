@@ -284,6 +284,11 @@ static void fire_auth(kv_node *n, ready_work *w)
         return;
     w->auth_fired = 1;
     size_t cnt = kv_node__apply_count(w);
+    if (w->rd.has_snapshot) /* a whole new state, auth included */
+        n->auth_gen++;
+    for (size_t i = 0; i < cnt; i++) /* (never early: visible now, node_apply.c early_ok) */
+        if (w->results[i].barrier)
+            n->auth_gen++;
     for (size_t i = 0; i < cnt && n->auth_fn; i++)
         if (w->results[i].auth_tokens && w->results[i].err == KV_ERR_NONE) {
             const struct raft_entry *e = kv_node__apply_entry(w, i);
