@@ -82,6 +82,7 @@ const kv_fn_case kv_fn_cases[] = {
     C("FAILPOINT_FSYNC_ERROR_ONE_FOLLOWER", KV_FN_F_FAILPOINT_FSYNC_EIO, KV_FN_T_ONE_FOLLOWER, 0),
     C("SIGKILL_ONE_PROXY", KV_FN_F_SIGKILL_PROXY, KV_FN_T_NONE, 0),
     C("SIGSTOP_ONE_PROXY", KV_FN_F_SIGSTOP_PROXY, KV_FN_T_NONE, 0),
+    C("SIGKILL_ALL_PROXIES", KV_FN_F_SIGKILL_ALL_PROXIES, KV_FN_T_NONE, 0),
     C("BLACKHOLE_PROXY_UPSTREAM_TX_RX", KV_FN_F_BLACKHOLE_UPSTREAM, KV_FN_T_NONE, 0),
     C("DELAY_PROXY_UPSTREAM_TX_RX", KV_FN_F_DELAY_UPSTREAM, KV_FN_T_NONE, 0),
 };
@@ -91,6 +92,23 @@ static void sleep_ms(uint32_t ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* Milliseconds until the stressers' count of successful ops moves (-1: not within bound_ms). */
+static int back_through_proxies(kv_fn_workload *w, uint32_t bound_ms)
+{
+    uint64_t ok0, ok, f;
+    kv_fn_workload_counts(w, &ok0, &f);
+    int64_t t0 = kv_fn_now_us();
+    for (;;) {
+        kv_fn_workload_counts(w, &ok, &f);
+        int ms = (int)((kv_fn_now_us() - t0) / 1000);
+        if (ok > ok0)
+            return ms;
+        if (ms >= (int)bound_ms)
+            return -1;
+        sleep_ms(20);
+    }
 }
 
 static int is_network(kv_fn_fault f)
@@ -131,6 +149,8 @@ const char *kv_fn_case_skip_reason(const kv_fn_case *k, const kv_fn_cluster *c)
     if ((k->fault == KV_FN_F_SIGKILL_PROXY || k->fault == KV_FN_F_SIGSTOP_PROXY) &&
         c->n_proxies < 2)
         return "needs --proxies 2 or more (the clients fail over to another proxy)";
+    if (k->fault == KV_FN_F_SIGKILL_ALL_PROXIES && c->n_proxies < 1)
+        return "needs --proxies (the clients reach the cluster through them only)";
     if (is_upstream(k->fault) && c->n_proxies < 1)
         return "needs --proxies (the links from the gRPC proxies to a member)";
     if (is_upstream(k->fault) && c->n < 2)
@@ -173,6 +193,8 @@ static const char *fault_name(kv_fn_fault f)
         return "SIGKILL+restart of a gRPC proxy";
     case KV_FN_F_SIGSTOP_PROXY:
         return "SIGSTOP/SIGCONT of a gRPC proxy";
+    case KV_FN_F_SIGKILL_ALL_PROXIES:
+        return "SIGKILL+restart of every gRPC proxy";
     case KV_FN_F_BLACKHOLE_UPSTREAM:
         return "blackhole proxies->member tx+rx";
     case KV_FN_F_DELAY_UPSTREAM:
@@ -715,6 +737,7 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     size_t fl = 0;
     int killed_proxy = -1;  /* SIGKILL_ONE_PROXY's target */
     int stopped_proxy = -1; /* SIGSTOP_ONE_PROXY's target */
+    int killed_all = 0;     /* SIGKILL_ALL_PROXIES */
     int up_member = -1;     /* *_PROXY_UPSTREAM_*: the member cut off */
     uint64_t up_relayed0 = 0, up_dropped0 = 0;
     int64_t pcalls0[KV_FN_MAX_PROXIES] = {0}; /* --proxies: calls served before the case */
@@ -964,6 +987,13 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
         kvt_proc_kill9(&c->gp[killed_proxy].proc);
         add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d", killed_proxy);
     }
+    if (k->fault == KV_FN_F_SIGKILL_ALL_PROXIES && c->n_proxies > 0) {
+        /* every way in is gone: no client op can succeed until the proxies are back */
+        for (int i = 0; i < c->n_proxies; i++)
+            kvt_proc_kill9(&c->gp[i].proc);
+        killed_all = 1;
+        add_fault(fault_desc, sizeof(fault_desc), &fl, " p0-p%d", c->n_proxies - 1);
+    }
     if (k->fault == KV_FN_F_SIGSTOP_PROXY && c->n_proxies > 0) {
         /* a hung proxy: its connections stay open and nothing answers; the clients must
          * leave it on their own (libkvclient's renewal watchdog, the watchers' silence) */
@@ -1145,6 +1175,18 @@ kv_fn_result kv_fn_case_run(const kv_fn_case *k, kv_fn_cluster *c, const kv_fn_r
     if (killed_proxy >= 0 && kv_fn_proxies_start(c, 10000) != 0 && !err[0])
         snprintf(err, sizeof(err), "restart of gRPC proxy p%d failed (see %s)", killed_proxy,
                  c->gp[killed_proxy].proc.log_path);
+    if (killed_all && kv_fn_proxies_start(c, 10000) != 0 && !err[0])
+        snprintf(err, sizeof(err), "restart of the gRPC proxies failed (see p*/proxy.log)");
+    if (killed_all && w && !err[0]) {
+        /* The clients must come back through the restarted proxies on their own (libkvclient
+         * redials with its backoff, at most 2 s): some op succeeds within 10 s. */
+        int back = back_through_proxies(w, 10000);
+        add_fault(fault_desc, sizeof(fault_desc), &fl,
+                  "; first client op ok %d ms after the proxies were back", back);
+        if (back < 0)
+            snprintf(err, sizeof(err),
+                     "no client op succeeded within 10000 ms of every gRPC proxy restarting");
+    }
     live_ms = kv_fn_cluster_wait_writable(c, o->live_bound_ms);
     win.heal_us = kv_fn_now_us();
     if (live_ms < 0 && !err[0])
@@ -1248,8 +1290,9 @@ report:;
         add_fault(fault_desc, sizeof(fault_desc), &fl, "%sgRPC calls via proxies:", fl ? "; " : "");
         for (int i = 0; i < c->n_proxies; i++) {
             int64_t x = kv_fn_proxy_metric(c, i, kv_fn_proxy_calls_metric);
-            add_fault(fault_desc, sizeof(fault_desc), &fl, " p%d +%lld", i,
-                      (long long)(x < 0 ? x : x - (i == killed_proxy ? 0 : pcalls0[i])));
+            add_fault(
+                fault_desc, sizeof(fault_desc), &fl, " p%d +%lld", i,
+                (long long)(x < 0 ? x : x - (i == killed_proxy || killed_all ? 0 : pcalls0[i])));
         }
     }
     int pst = 0, dead = proxies_died(c, &pst);

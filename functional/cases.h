@@ -23,6 +23,8 @@ typedef enum {
                                    * stops; restarted after the hold */
     KV_FN_F_SIGKILL_PROXY,        /* --proxies: kill -9 one gRPC proxy, restart it after the hold */
     KV_FN_F_SIGSTOP_PROXY,        /* --proxies: SIGSTOP one gRPC proxy, SIGCONT after the hold */
+    KV_FN_F_SIGKILL_ALL_PROXIES,  /* --proxies: kill -9 every gRPC proxy at once, restart them
+                                   * after the hold; the clients come back through them */
     KV_FN_F_BLACKHOLE_UPSTREAM,   /* --proxies: blackhole the links from every gRPC proxy to the
                                    * member they use (its upstream relay, fn.h) */
     KV_FN_F_DELAY_UPSTREAM,       /* --proxies: the same links delayed 1 s each way */
