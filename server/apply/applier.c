@@ -97,27 +97,6 @@ static int dispatch(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessa
     }
 }
 
-/* An auth management entry (apply_auth.c): request admission reads what it changes. */
-static int is_auth_change(const Kvdpb__InternalRequest *ir)
-{
-    switch (ir->request_case) {
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_CHANGE_PASSWORD:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_REVOKE_ROLE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_DELETE:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION:
-    case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_REVOKE_PERMISSION:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* What a write that hit a corrupt record was doing, for the log. */
 static void describe(char *what, size_t cap, const Kvdpb__InternalRequest *ir)
 {
@@ -209,7 +188,6 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);
     int disable = ir->request_case == KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
-    res->barrier = is_auth_change(ir);
     char what[128] = "apply";
     if (rc == -EBADMSG)
         describe(what, sizeof what, ir);
