@@ -31,9 +31,15 @@ typedef struct kv_result {
     int64_t revision; /* store revision after the request */
     int skipped;      /* 1 when apply skipped an already-applied index */
     int auth_tokens;  /* KV_RESULT_AUTH_*: the entry changes the member's tokens (quiet too) */
-    int barrier;      /* an auth management entry: it changes what request admission reads, so
-                       * its answer waits for the commit that makes it visible (node_apply.c) */
+    int barrier;      /* KV_RESULT_BARRIER_*: the entry changes what request admission reads,
+                       * so its answer waits for the commit that makes it visible (node_apply.c
+                       * early_ok) */
 } kv_result;
+
+/* kv_result.barrier: an auth management entry (apply_auth.c: tokens, users, permissions;
+ * node.h kv_node_auth_generation moves once it is visible), or an alarm ACTIVATE/DEACTIVATE
+ * (apply_cluster.c: the alarms a write is admitted against, api/quota.c). */
+enum { KV_RESULT_BARRIER_NONE = 0, KV_RESULT_BARRIER_AUTH = 1, KV_RESULT_BARRIER_ALARM = 2 };
 
 /* kv_result.auth_tokens (apply/apply_authn.c; node/node.h kv_node_set_auth_hook). */
 enum { KV_RESULT_AUTH_NONE = 0, KV_RESULT_AUTH_ASSIGN = 1, KV_RESULT_AUTH_CLEAR = 2 };

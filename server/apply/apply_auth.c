@@ -491,7 +491,7 @@ int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage
     kv_ks_auth_tx(a->ks, &tx);
     const ProtobufCMessageDescriptor *d;
     int rc;
-    a->res->barrier = 1; /* request admission reads what this changes (apply.h) */
+    a->res->barrier = KV_RESULT_BARRIER_AUTH; /* request admission reads it (apply.h) */
     switch (ir->request_case) {
     case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE:
         rc = auth_enable(a, &tx);

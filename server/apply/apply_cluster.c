@@ -46,6 +46,8 @@ int kv_apply_alarm(kv_actx *a, const Etcdserverpb__AlarmRequest *ar, ProtobufCMe
     }
     int rc = 0;
     uint32_t type = (uint32_t)ar->alarm;
+    if (ar->action != ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET)
+        a->res->barrier = KV_RESULT_BARRIER_ALARM; /* writes are admitted against it (apply.h) */
     switch (ar->action) {
     case ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__GET: {
         list_ctx l = {type, resp};

@@ -287,7 +287,7 @@ static void fire_auth(kv_node *n, ready_work *w)
     if (w->rd.has_snapshot) /* a whole new state, auth included */
         n->auth_gen++;
     for (size_t i = 0; i < cnt; i++) /* (never early: visible now, node_apply.c early_ok) */
-        if (w->results[i].barrier)
+        if (w->results[i].barrier == KV_RESULT_BARRIER_AUTH)
             n->auth_gen++;
     for (size_t i = 0; i < cnt && n->auth_fn; i++)
         if (w->results[i].auth_tokens && w->results[i].err == KV_ERR_NONE) {

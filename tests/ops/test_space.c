@@ -19,6 +19,8 @@
  *  - log_budget_refuses_with_too_many_requests: an entry larger than --max-raft-log-bytes is
  *    refused with RESOURCE_EXHAUSTED "etcdserver: too many requests" and counted; small
  *    writes go on.
+ *  - alarm_change_seen_by_the_next_request: with every commit held 500 ms after its apply, an
+ *    acknowledged NOSPACE alarm refuses the next put and an acknowledged disarm admits it.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -337,6 +339,44 @@ Test(ops_space, log_budget_refuses_with_too_many_requests)
         char k[32];
         snprintf(k, sizeof(k), "/space/small/%d", i);
         cr_assert_eq(put(c, k, "v", msg, sizeof(msg)), 0, "%s", msg);
+    }
+    kv_it_grpc_close(c);
+}
+
+static int alarm_req(kv_it_grpc *c, Etcdserverpb__AlarmRequest__AlarmAction action, char *msg,
+                     size_t cap)
+{
+    Etcdserverpb__AlarmRequest a = ETCDSERVERPB__ALARM_REQUEST__INIT;
+    a.action = action;
+    a.alarm = ETCDSERVERPB__ALARM_TYPE__NOSPACE;
+    return call(c, "/etcdserverpb.Maintenance/Alarm", &a.base, msg, cap);
+}
+
+/* An acknowledged alarm change is what the next request is admitted against. The member's
+ * commits are held 500 ms after their apply (failpoint), so an answer sent before its commit
+ * would come that long before LMDB shows the change: an acknowledged NOSPACE disarm must
+ * admit the very next put (a write is checked against the committed alarms when it arrives,
+ * api/quota.c), and an acknowledged NOSPACE alarm must refuse it. */
+Test(ops_space, alarm_change_seen_by_the_next_request)
+{
+    setenv("KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS", "500", 1);
+    start_with(NULL);
+    unsetenv("KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS");
+    kv_it_grpc *c = conn();
+    char msg[256];
+    cr_assert_eq(put(c, "/space/a", "v", msg, sizeof(msg)), 0, "%s", msg);
+    for (int round = 0; round < 3; round++) {
+        cr_assert_eq(
+            alarm_req(c, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__ACTIVATE, msg, sizeof(msg)), 0,
+            "activate: %s", msg);
+        cr_assert_eq(put(c, "/space/a", "v", msg, sizeof(msg)), 8, "round %d: %s", round, msg);
+        cr_assert_str_eq(msg, "etcdserver: mvcc: database space exceeded");
+        cr_assert_eq(
+            alarm_req(c, ETCDSERVERPB__ALARM_REQUEST__ALARM_ACTION__DEACTIVATE, msg, sizeof(msg)),
+            0, "deactivate: %s", msg);
+        cr_assert_eq(put(c, "/space/a", "v", msg, sizeof(msg)), 0,
+                     "round %d: the put right after an acknowledged disarm was refused: %s", round,
+                     msg);
     }
     kv_it_grpc_close(c);
 }
