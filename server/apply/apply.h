@@ -37,9 +37,15 @@ typedef struct kv_result {
 } kv_result;
 
 /* kv_result.barrier: an auth management entry (apply_auth.c: tokens, users, permissions;
- * node.h kv_node_auth_generation moves once it is visible), or an alarm ACTIVATE/DEACTIVATE
- * (apply_cluster.c: the alarms a write is admitted against, api/quota.c). */
-enum { KV_RESULT_BARRIER_NONE = 0, KV_RESULT_BARRIER_AUTH = 1, KV_RESULT_BARRIER_ALARM = 2 };
+ * node.h kv_node_auth_generation moves once it is visible), an alarm ACTIVATE/DEACTIVATE
+ * (apply_cluster.c: the alarms a write is admitted against, api/quota.c), or a KV Compact
+ * (apply_kv.c: the compact revision a Watch's start revision is checked against). */
+enum {
+    KV_RESULT_BARRIER_NONE = 0,
+    KV_RESULT_BARRIER_AUTH = 1,
+    KV_RESULT_BARRIER_ALARM = 2,
+    KV_RESULT_BARRIER_COMPACT = 3,
+};
 
 /* kv_result.auth_tokens (apply/apply_authn.c; node/node.h kv_node_set_auth_hook). */
 enum { KV_RESULT_AUTH_NONE = 0, KV_RESULT_AUTH_ASSIGN = 1, KV_RESULT_AUTH_CLEAR = 2 };

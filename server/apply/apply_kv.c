@@ -433,6 +433,7 @@ int kv_apply_delete(kv_actx *a, const Etcdserverpb__DeleteRangeRequest *d, Proto
 int kv_apply_compact(kv_actx *a, const Etcdserverpb__CompactionRequest *c, ProtobufCMessage **msg,
                      Etcdserverpb__ResponseHeader **hdr)
 {
+    a->res->barrier = KV_RESULT_BARRIER_COMPACT; /* a Watch is created against it (apply.h) */
     int rc = kv_ks_compact(a->ks, c->revision);
     if (rc == KV_STORE_ERR_COMPACTED) {
         kv_apply_err(a->res, KV_ERR_COMPACTED);

@@ -289,7 +289,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             if (uv_hrtime() - t0 > KV_NODE_SLOW_APPLY_NS) /* etcd_server_slow_apply_total */
                 atomic_fetch_add(&n->slow_applies, 1);
             if (rc == 0 && w->results[i].barrier)
-                w->no_early = 1; /* auth, alarms: the next request's admission reads it */
+                w->no_early = 1; /* auth, alarms, compaction: admission reads it */
             if (rc == 0 && !w->results[i].skipped) {
                 if (proposer == n->self)
                     w->ids[i] = id;
@@ -325,9 +325,10 @@ static int durable_needed(const ready_work *w)
  * applies is committed, i.e. durable in a quorum's logs; a single voter's own new entries are
  * not, they become durable by this very commit), with waiters, and nothing the loop must see
  * before a client may act on the answer: no configuration or member-record entry, no lease
- * event (a client may renew a granted lease at once), no auth or alarm change (the next
- * request's admission reads it: a changed password must refuse the old token at once, a
- * disarmed NOSPACE must admit the next put). */
+ * event (a client may renew a granted lease at once), no auth, alarm or compaction change
+ * (kv_result.barrier: the next request's admission reads it: a changed password must refuse
+ * the old token at once, a disarmed NOSPACE must admit the next put, a Watch from before an
+ * acknowledged Compact must be told it is compacted). */
 static int early_ok(const ready_work *w)
 {
     if (!w->has_ready || w->no_early || w->nev || w->ev_oom || w->n_changes)

@@ -9,6 +9,8 @@
  *   WRITE_TXNS x TXN_OPS events are written: kvd's anonymous memory stays bounded, and once the
  *   client reads again it receives every event exactly once, in revision order; a second stalled
  *   watcher overtaken by a compaction gets the compacted response instead.
+ * - With every commit held 500 ms after its apply (failpoint), a Watch from before an
+ *   acknowledged Compact gets the compacted response at once, never the history's events.
  */
 #include <criterion/criterion.h>
 #include "kvt_skip.h"
@@ -467,6 +469,45 @@ Test(watch_it, stalled_watcher_bounded_memory_then_caught_up_or_compacted, .time
     cr_assert_eq(metric(&k, "kvd_watch_unsynced"), 0);
     h2w_close(&a);
     h2w_close(&b);
+    kv_it_grpc_close(g);
+    kv_it_server_destroy(&k);
+}
+
+static int compacted_or_event(h2w *h)
+{
+    return h->compacted || h->events > 0;
+}
+
+/* An acknowledged Compact is what the next Watch is created against (etcd: a start revision
+ * below it is answered with the compact revision, never with events). The member holds
+ * every commit 500 ms after its apply (failpoint): an answer sent before its commit would
+ * leave that long a window in which a watcher from before the compaction still got the
+ * history's events. */
+Test(watch_it, acknowledged_compaction_refuses_an_older_start_at_once, .timeout = 120)
+{
+    kv_it_server k;
+    setenv("KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS", "500", 1);
+    start(&k, KV_IT_KVD, NULL);
+    unsetenv("KVD_FAILPOINT_LEADER_APPLY_COMMIT_DELAY_MS");
+    kv_it_grpc *g;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", k.client_port, 5000), 0);
+    for (int round = 0; round < 3; round++) {
+        int64_t first = put_one(g, "c/k"), last = first;
+        for (int i = 0; i < 4; i++)
+            last = put_one(g, "c/k");
+        compact(g, last);
+        h2w h;
+        h2w_connect(&h, k.client_port, 0);
+        h.st = start_watch(&h);
+        send_create(h.st, "c/", first);
+        h2w_pump(&h, 5000, compacted_or_event);
+        cr_assert(!h.bad, "%s", h.why);
+        cr_assert_eq(h.events, 0, "round %d: %lld events from before the acknowledged compaction",
+                     round, (long long)h.events);
+        cr_assert(h.compacted, "round %d: no compacted response", round);
+        cr_assert_eq(h.compact_rev, last);
+        h2w_close(&h);
+    }
     kv_it_grpc_close(g);
     kv_it_server_destroy(&k);
 }
