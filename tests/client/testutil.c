@@ -200,7 +200,24 @@ static int spawn(struct kvt_server *s)
     return 0;
 }
 
-int kvt_server_start(struct kvt_server *s)
+/* 1 if the server's log says a port was taken (kvd and etcd: "address already in use"). */
+static int port_was_taken(const struct kvt_server *s)
+{
+    char path[300], buf[16384];
+    snprintf(path, sizeof path, "%s.log", s->dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, "address already in use") != NULL;
+}
+
+/* One start on fresh ports: 0, -EADDRINUSE if the server exited because another process took
+ * one of its ports between kvt_free_port and its bind (then the port may even answer the wait
+ * below: it is that other process's), or -1. */
+static int start_once(struct kvt_server *s)
 {
     memset(s, 0, sizeof *s);
     pick_kind(s);
@@ -218,18 +235,36 @@ int kvt_server_start(struct kvt_server *s)
     if (kvt_wait_port(s->client_port, 15000) != 0) {
         fprintf(stderr, "server %s did not listen on %d (log %s.log)\n", s->kind, s->client_port,
                 s->dir);
-        return -1;
+        return kvt_proc_alive(&s->proc) || !port_was_taken(s) ? -1 : -EADDRINUSE;
     }
     /* Listening is not serving: wait for a successful read. */
     kvc_client *c = kvt_client(s->endpoint);
     int rc = -1;
-    for (int i = 0; i < 100 && rc != 0; i++) {
+    for (int i = 0; i < 100 && rc != 0 && kvt_proc_alive(&s->proc); i++) {
         rc = kvc_get(c, "x", 1, NULL, 1000, NULL, NULL);
         if (rc != 0)
             kvt_sleep_ms(100);
     }
     kvc_close(c);
-    return rc == 0 ? 0 : -1;
+    if (rc == 0)
+        return 0;
+    if (!kvt_proc_alive(&s->proc) && port_was_taken(s))
+        return -EADDRINUSE;
+    fprintf(stderr, "server %s on %d did not serve a read (log %s.log)\n", s->kind, s->client_port,
+            s->dir);
+    return -1;
+}
+
+int kvt_server_start(struct kvt_server *s)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int rc = start_once(s);
+        if (rc != -EADDRINUSE)
+            return rc == 0 ? 0 : -1;
+        fprintf(stderr, "server %s: a port was taken before it bound it; new ports\n", s->kind);
+        kvt_server_stop(s);
+    }
+    return -1;
 }
 
 int kvt_server_restart(struct kvt_server *s)
