@@ -446,6 +446,13 @@ int kv_proxy_watch_init(kv_proxy *p)
                                       "Upstream watchers re-created on a new upstream stream "
                                       "from their next revision (failover).",
                                       NULL);
+    s->up_cap = p->cfg->max_watchers_per_upstream_stream;
+    s->m_up_cap = kv_metrics_gauge(m, "kvd_proxy_watch_upstream_stream_cap",
+                                   "Upstream watchers per new upstream Watch stream: "
+                                   "--max-watchers-per-upstream-stream, or the members' "
+                                   "--max-watchers-per-stream once one refused a create past it.",
+                                   NULL);
+    kv_metric_set(s->m_up_cap, s->up_cap);
     return 0;
 }
 

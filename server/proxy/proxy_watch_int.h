@@ -106,7 +106,9 @@ struct pw_up {
     pw_bc **itab;     /* by upstream watch id */
     size_t icap, n_ids;
     uint64_t opened_ms;
-    uint32_t n_bc; /* upstream watchers sent on it (bound: --max-watchers-per-upstream-stream) */
+    uint32_t n_bc; /* upstream watchers sent on it (bound: cap) */
+    uint32_t cap;  /* --max-watchers-per-upstream-stream, or less: the member's own limit
+                      learned from a refused create (kv_proxy_watch.up_cap) */
 };
 
 typedef struct kv_proxy_watch {
@@ -119,10 +121,13 @@ typedef struct kv_proxy_watch {
     pw_bc **ktab;
     size_t kcap, n_k;
     uint32_t n_streams, n_watchers, n_held, n_bcasts;
+    uint32_t up_cap;     /* watchers per upstream stream for new streams: the flag, lowered to
+                            what a member took when it refused one more ("kvd: too many
+                            watchers on this stream", its --max-watchers-per-stream) */
     kv_list dead, ready; /* pw_cs.dlink: deferred ends and unblocked streams */
     int depth;           /* nesting of entry points; deferred work runs at depth 0 */
     kv_metric *m_streams, *m_watchers, *m_bcasts, *m_coalesced, *m_up_opened, *m_up_streams,
-        *m_resumed;
+        *m_resumed, *m_up_cap;
 } kv_proxy_watch;
 
 /* proxy_watch_up.c */

@@ -21,6 +21,8 @@
  * sharing key, as in etcd's proxy: the upstream watcher asks prev_kv and progress
  * notifications always and no filter, and each receiver gets its own view (fan_out: one pack
  * per option set). Fragment watchers are never shared.
+ * Streams: each carries at most --max-watchers-per-upstream-stream upstream watchers, or what
+ * a kvd member took before it refused one more (its --max-watchers-per-stream: stream_full).
  * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
  * from last_rev + 1 (from last_rev, dropping the first n_last events of it, when last_rev may
  * have more); a compacted revision comes back as etcd's compacted response and is relayed.
@@ -479,6 +481,7 @@ static pw_up *up_open(kv_proxy_watch *s, const pw_bc *bc)
         return NULL;
     }
     u->s = s;
+    u->cap = s->up_cap;
     kv_list_init(&u->creating);
     kvc_error e;
     /* a token-less stream sends no token at all (the proxy's upstream client has none) */
@@ -504,14 +507,13 @@ static pw_up *up_open(kv_proxy_watch *s, const pw_bc *bc)
  * and will place it). */
 static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 {
-    uint32_t cap = s->p->cfg->max_watchers_per_upstream_stream;
     pw_up *u = *hint;
-    if (!u || u->ended || u->n_bc >= cap || !fits(u, bc)) {
+    if (!u || u->ended || u->n_bc >= u->cap || !fits(u, bc)) {
         u = NULL;
         kv_list *q;
         kv_list_foreach(q, &s->ups) {
             pw_up *c = kv_list_data(q, pw_up, link);
-            if (c->n_bc < cap && fits(c, bc)) {
+            if (c->n_bc < c->cap && fits(c, bc)) {
                 u = c;
                 break;
             }
@@ -614,6 +616,37 @@ static void save_header(pw_bc *bc, const Etcdserverpb__WatchResponse *r)
     bc->raft_term = r->header->raft_term;
 }
 
+/* A kvd member refused bc's create on u because u holds its --max-watchers-per-stream
+ * ("kvd: too many watchers on this stream (--max-watchers-per-stream N)"). If the member took
+ * at least one watcher on u, u and every stream opened later carry at most as many as it
+ * took (s->up_cap; the creates still queued behind bc on u are refused the same way and move
+ * too), and bc is sent on another stream: 1. Otherwise 0 (the refusal is relayed). bc has
+ * left u->creating. etcd 3.4's members have no such limit. */
+static int stream_full(kv_proxy_watch *s, pw_up *u, pw_bc *bc, const Etcdserverpb__WatchResponse *r)
+{
+    static const char full[] = "kvd: too many watchers on this stream";
+    if (!r->cancel_reason || strncmp(r->cancel_reason, full, sizeof full - 1) != 0)
+        return 0;
+    uint32_t behind = 0;
+    kv_list *pos;
+    kv_list_foreach(pos, &u->creating)
+        behind++;
+    if (u->n_bc < 1 + behind + 1)
+        return 0; /* the member took none on u: no stream would do better */
+    uint32_t took = u->n_bc - 1 - behind;
+    if (took < u->cap)
+        u->cap = took;
+    if (took < s->up_cap) {
+        s->up_cap = took;
+        kv_metric_set(s->m_up_cap, took);
+    }
+    u->n_bc--;
+    bc->up = NULL;
+    pw_up *hint = NULL;
+    (void)place(s, bc, &hint); /* -EAGAIN: a retry places it */
+    return 1;
+}
+
 static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse *r)
 {
     if (kv_list_empty(&u->creating))
@@ -626,6 +659,8 @@ static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse 
         bc_free(bc);
         return;
     }
+    if ((r->canceled || r->watch_id < 0) && stream_full(s, u, bc, r))
+        return; /* placed on another stream */
     if (r->canceled || r->watch_id < 0) {
         bc_end_all(s, bc, r);
         return;

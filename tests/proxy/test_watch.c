@@ -19,7 +19,9 @@
  * while the proxy had no upstream stream;
  *   - the same when the revision to resume from was compacted meanwhile (member stopped,
  *     writes and a compaction on the others, then its kill -9): the client watcher gets
- *     etcd's compacted response (compact_revision, canceled) on its still open stream.
+ *     etcd's compacted response (compact_revision, canceled) on its still open stream;
+ *   - 2,500 watchers of distinct keys spread over upstream streams at the proxy's own limit,
+ *     and 1,000 over a member's lower --max-watchers-per-stream, learned from its refusal.
  */
 #include "px_util.h"
 
@@ -776,5 +778,66 @@ Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .tim
     while (member_watchers(0) != 0 && kvt_now_ms() < end)
         kvt_sleep_ms(50);
     cr_assert_eq(member_watchers(0), 0, "every upstream watcher canceled");
+    kvc_close(direct);
+}
+
+#define NSMALL 1000
+#define MEMBER_CAP 300
+
+/* A member whose --max-watchers-per-stream (300) is below the proxy's
+ * --max-watchers-per-upstream-stream (10,000): 1,000 watchers of distinct keys through the
+ * proxy are all created, none refused. The member refuses the 301st create on the first
+ * upstream stream; the proxy learns its limit (kvd_proxy_watch_upstream_stream_cap 300) and
+ * spreads the 1,000 upstream watchers over 4 streams, and each event reaches its watcher. */
+Test(proxy_watch, member_watchers_per_stream_limit_is_learned, .fini = fini, .timeout = 180)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's --max-watchers-per-stream");
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 1);
+    static const char *const member_flags[] = {"--max-watchers-per-stream=300", NULL};
+    o.kvd_args = member_flags;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), 10000);
+    static conn c;
+    conn_open(&c);
+    for (int i = 0; i < NSMALL; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "s%04d", i);
+        send_create(&c, k, NULL, 0, 0);
+    }
+    static many x;
+    uint64_t end = kvt_now_ms() + 60000;
+    while (x.created < NSMALL && x.bad == 0 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c.g, 5);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+    }
+    cr_assert_eq(x.bad, 0, "a create was refused (or answered out of order)");
+    cr_assert_eq(x.created, NSMALL, "%d Created", x.created);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), MEMBER_CAP);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NSMALL);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 4);
+    cr_assert_eq(member_watchers(0), NSMALL);
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int keys[3] = {0, MEMBER_CAP + 1, NSMALL - 1};
+    int64_t revs[3];
+    for (int i = 0; i < 3; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "s%04d", keys[i]);
+        revs[i] = put(direct, k, i);
+    }
+    end = kvt_now_ms() + 10000;
+    while (x.n_ev < 3 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c.g, 5);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+    }
+    cr_assert_eq(x.n_ev, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(x.ev_id[i], keys[i], "event %d to watcher %lld", i, (long long)x.ev_id[i]);
+        cr_assert_eq(x.ev_rev[i], revs[i]);
+    }
+    conn_close(&c);
     kvc_close(direct);
 }
