@@ -59,7 +59,7 @@ typedef struct pw_w {
     int created;     /* its Created response was sent */
     /* its options, applied by the fan-out (the shared upstream watcher asks prev_kv and
      * progress notifications, and no filter) */
-    uint8_t prev_kv, noput, nodelete, progress;
+    uint8_t prev_kv, noput, nodelete, progress, fragment;
 } pw_w;
 
 struct pw_bc {
@@ -73,11 +73,10 @@ struct pw_bc {
     int in_ktab;
     char *token;   /* its receivers' auth token (part of okey), owned; NULL: none */
     int hasleader; /* its receivers' hasleader (part of okey) */
-    /* the create request (options: a fragment watcher's own; for a shared one prev_kv and
-     * progress_notify, no filter) */
+    /* the create request: key and range_end; always prev_kv and progress_notify, no filter,
+     * no fragment (each receiver gets its own view, fragmented if it asked: fan_out) */
     uint8_t *key, *end;
     size_t klen, elen;
-    int prev_kv, progress, fragment, noput, nodelete;
     int64_t start; /* the first client's start_revision */
     /* upstream state */
     pw_up *up; /* the stream its create was sent on (NULL: not sent) */

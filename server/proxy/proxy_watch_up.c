@@ -20,7 +20,8 @@
  * Options that change the events (prev_kv, filters, progress_notify) are not part of the
  * sharing key, as in etcd's proxy: the upstream watcher asks prev_kv and progress
  * notifications always and no filter, and each receiver gets its own view (fan_out: one pack
- * per option set). Fragment watchers are never shared.
+ * per option set). A receiver that asked for fragments shares them too: the upstream watcher
+ * asks none, and the proxy splits a large response for that receiver as a member would.
  * Streams: each carries at most --max-watchers-per-upstream-stream upstream watchers, or what
  * a kvd member took before it refused one more (its --max-watchers-per-stream: stream_full).
  * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
@@ -43,6 +44,9 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
 #define PREFIX_MAX 11 /* tag + a 10-byte varint: the watch_id written before a packed body */
+/* A receiver that asked for fragments gets a response of this size or more split (etcd's
+ * default --max-request-bytes, where a member splits one: sendFragments) */
+#define FRAGMENT_BYTES (1536u * 1024u)
 
 /* ---- hashing ---- */
 
@@ -193,19 +197,12 @@ static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
     Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
-    Etcdserverpb__WatchCreateRequest__FilterType f[2];
     c.key.data = bc->key;
     c.key.len = bc->klen;
     c.range_end.data = bc->end;
     c.range_end.len = bc->elen;
-    if (bc->noput)
-        f[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT;
-    if (bc->nodelete)
-        f[c.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE;
-    c.filters = f;
-    c.prev_kv = bc->prev_kv;
-    c.progress_notify = bc->progress;
-    c.fragment = bc->fragment;
+    c.prev_kv = 1; /* every receiver's view is cut from the fullest one */
+    c.progress_notify = 1;
     if (bc->established) {
         c.start_revision = bc->n_last ? bc->last_rev : bc->last_rev + 1;
         bc->skip_rev = bc->last_rev;
@@ -388,17 +385,7 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     }
     w->prev_kv = c->prev_kv;
     w->progress = c->progress_notify;
-    bc->fragment = c->fragment;
-    if (bc->fragment) { /* never shared: the member applies w's options, w takes all */
-        bc->noput = w->noput;
-        bc->nodelete = w->nodelete;
-        bc->prev_kv = w->prev_kv;
-        bc->progress = w->progress;
-        w->noput = w->nodelete = 0;
-        w->prev_kv = w->progress = 1;
-    } else { /* shared whatever the options: the upstream asks all, each receiver takes its own */
-        bc->prev_kv = bc->progress = 1;
-    }
+    w->fragment = c->fragment;
     bc->start = c->start_revision;
     bc->klen = c->key.len;
     bc->elen = c->range_end.len;
@@ -413,23 +400,21 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
         memcpy(bc->key, c->key.data, bc->klen);
     if (bc->elen)
         memcpy(bc->end, c->range_end.data, bc->elen);
-    if (!bc->fragment) {
-        if (make_okey(bc) < 0)
-            goto nomem;
-        if (s->kcap) {
-            for (pw_bc *o = s->ktab[bc->khash & (s->kcap - 1)]; o; o = o->knext) {
-                int64_t nextrev;
-                if (o->oklen == bc->oklen && memcmp(o->okey, bc->okey, bc->oklen) == 0 &&
-                    joinable(o, c->start_revision, &nextrev)) {
-                    bc_free(bc);
-                    join(s, o, w, nextrev);
-                    return 0;
-                }
+    if (make_okey(bc) < 0)
+        goto nomem;
+    if (s->kcap) {
+        for (pw_bc *o = s->ktab[bc->khash & (s->kcap - 1)]; o; o = o->knext) {
+            int64_t nextrev;
+            if (o->oklen == bc->oklen && memcmp(o->okey, bc->okey, bc->oklen) == 0 &&
+                joinable(o, c->start_revision, &nextrev)) {
+                bc_free(bc);
+                join(s, o, w, nextrev);
+                return 0;
             }
         }
-        if (ktab_put(s, bc) < 0)
-            goto nomem;
     }
+    if (ktab_put(s, bc) < 0)
+        goto nomem;
     kv_list_insert_tail(&s->bcasts, &bc->link);
     s->n_bcasts++;
     gauge(s);
@@ -780,8 +765,45 @@ out:
     free(copies);
 }
 
-/* A receiver that joined at a later revision: its own view of r, packed for it alone. */
-static void send_view(pw_w *w, Etcdserverpb__WatchResponse *r)
+/* Sends v (w's view, watch_id set) to w: in one message, or, when w asked for fragments and
+ * v packs to FRAGMENT_BYTES or more with 2 events or more, as etcd's sendFragments splits it
+ * (etcd's default --max-request-bytes): as many events as fit under it (at least one) per
+ * message, fragment set on all but the last. */
+static void send_fragmented(pw_w *w, Etcdserverpb__WatchResponse *v)
+{
+    if (!w->fragment || v->n_events < 2 ||
+        etcdserverpb__watch_response__get_packed_size(v) < FRAGMENT_BYTES) {
+        pw_cs_send_resp(w->cs, v);
+        return;
+    }
+    Etcdserverpb__WatchResponse part = *v;
+    Mvccpb__Event **all = v->events;
+    size_t n = v->n_events, idx = 0;
+    part.n_events = 0;
+    part.fragment = 1;
+    size_t base = etcdserverpb__watch_response__get_packed_size(&part);
+    while (idx < n && w->cs->call) {
+        size_t sz = base, k = 0;
+        while (idx + k < n) {
+            size_t e = mvccpb__event__get_packed_size(all[idx + k]);
+            size_t add = 1 + kv_varint_len(e) + e; /* field 11, length, body */
+            if (k >= 1 && sz + add >= FRAGMENT_BYTES)
+                break;
+            sz += add;
+            k++;
+        }
+        part.events = all + idx;
+        part.n_events = k;
+        idx += k;
+        part.fragment = idx < n;
+        pw_cs_send_resp(w->cs, &part);
+    }
+}
+
+/* w's own view of r (events from w->nextrev when `from_next`, else all), packed for it
+ * alone: a receiver that joined at a later revision, or one that asked for fragments of a
+ * large response. */
+static void send_view(pw_w *w, Etcdserverpb__WatchResponse *r, int from_next)
 {
     Mvccpb__Event **ptrs = malloc(r->n_events * sizeof *ptrs);
     Mvccpb__Event *copies = malloc(r->n_events * sizeof *copies);
@@ -789,9 +811,9 @@ static void send_view(pw_w *w, Etcdserverpb__WatchResponse *r)
         pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
     } else {
         Etcdserverpb__WatchResponse v;
-        if (view(w, r, w->nextrev, &v, ptrs, copies) > 0) {
+        if (view(w, r, from_next ? w->nextrev : 0, &v, ptrs, copies) > 0) {
             v.watch_id = w->id;
-            pw_cs_send_resp(w->cs, &v);
+            send_fragmented(w, &v);
         }
     }
     free(ptrs);
@@ -812,13 +834,15 @@ static void fan_out(pw_bc *bc, Etcdserverpb__WatchResponse *r)
         if (!r->n_events && !w->progress)
             continue; /* a progress notification: only for those who asked */
         if (r->n_events && w->nextrev > first) {
-            send_view(w, r);
+            send_view(w, r, 1);
         } else {
             form *f = &forms[form_of(w)];
             if (f->state == 0)
                 form_build(f, w, r);
             if (f->state == -1) { /* out of memory: the stream ends rather than miss events */
                 pw_cs_kill(w->cs, KV_GRPC_RESOURCE_EXHAUSTED, "etcdserver: too many requests", -1);
+            } else if (f->state == 1 && w->fragment && f->body >= FRAGMENT_BYTES) {
+                send_view(w, r, 0); /* rare: its own copy, split */
             } else if (f->state == 1) {
                 uint8_t *b = f->buf + PREFIX_MAX;
                 uint8_t pre[PREFIX_MAX];

@@ -21,7 +21,9 @@
  *     writes and a compaction on the others, then its kill -9): the client watcher gets
  *     etcd's compacted response (compact_revision, canceled) on its still open stream;
  *   - 2,500 watchers of distinct keys spread over upstream streams at the proxy's own limit,
- *     and 1,000 over a member's lower --max-watchers-per-stream, learned from its refusal.
+ *     and 1,000 over a member's lower --max-watchers-per-stream, learned from its refusal;
+ *   - a watcher that asks for fragments shares the upstream watcher of one that does not, and
+ *     gets a 2.1 MB response split at 1.5 MiB as a member would split it.
  */
 #include "px_util.h"
 
@@ -839,5 +841,130 @@ Test(proxy_watch, member_watchers_per_stream_limit_is_learned, .fini = fini, .ti
         cr_assert_eq(x.ev_rev[i], revs[i]);
     }
     conn_close(&c);
+    kvc_close(direct);
+}
+
+#define BIGV (700 * 1024)
+
+typedef struct frag_log {
+    int n;
+    int64_t id[8];
+    size_t events[8];
+    int fragment[8];
+    int created, bad;
+} frag_log;
+
+static void frag_msg(void *arg, const uint8_t *m, size_t n)
+{
+    frag_log *x = arg;
+    Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, n, m);
+    if (!r) {
+        x->bad++;
+        return;
+    }
+    if (r->created) {
+        x->bad += r->canceled;
+        x->created++;
+    } else if (r->n_events && x->n < 8) {
+        x->id[x->n] = r->watch_id;
+        x->events[x->n] = r->n_events;
+        x->fragment[x->n++] = r->fragment;
+    }
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+}
+
+static void send_create_frag(conn *c, const char *key, const char *end, int fragment)
+{
+    Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    cr.key.data = (uint8_t *)key;
+    cr.key.len = strlen(key);
+    cr.range_end.data = (uint8_t *)end;
+    cr.range_end.len = strlen(end);
+    cr.fragment = fragment;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &cr;
+    uint8_t b[64];
+    size_t n = etcdserverpb__watch_request__pack(&r, b);
+    cr_assert_eq(kv_it_grpc_send_msg(c->st, b, n, 0), 0);
+    c->nw++;
+}
+
+/* A watcher that asks for fragments shares the upstream watcher of one that does not: a Txn
+ * of 3 values of 700 KiB (one revision, one upstream response of 2.1 MB; the member takes
+ * requests up to 4 MiB) reaches the plain watcher in one message of 3 events and the fragment
+ * watcher, as a member splits at etcd's default 1.5 MiB, in two: 2 events (fragment set),
+ * then 1 (not set). One upstream watcher. */
+Test(proxy_watch, fragment_watcher_shares_and_gets_fragments, .fini = fini, .timeout = 180)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's proxy (etcd 3.4's proxy does not share or split fragment watchers)");
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 1);
+    static const char *const member_flags[] = {"--max-request-bytes=4194304", NULL};
+    o.kvd_args = member_flags;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    static conn plain, frag;
+    conn_open(&plain);
+    conn_open(&frag);
+    send_create_frag(&plain, "big/", "big0", 0);
+    static frag_log xp, xf;
+    uint64_t end = kvt_now_ms() + 10000;
+    while (xp.created < 1 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(plain.g, 5);
+        (void)kv_it_grpc_stream_take(plain.st, frag_msg, &xp);
+    }
+    send_create_frag(&frag, "big/", "big0", 1);
+    while (xf.created < 1 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(frag.g, 5);
+        (void)kv_it_grpc_stream_take(frag.st, frag_msg, &xf);
+    }
+    cr_assert_eq(xp.created + xf.created, 2, "both created");
+    cr_assert_eq(xp.bad + xf.bad, 0);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1, "one upstream watcher");
+
+    char *v = malloc(BIGV);
+    cr_assert_not_null(v);
+    memset(v, 'v', BIGV);
+    kvc_txn *t = kvc_txn_new();
+    cr_assert_not_null(t);
+    const char *keys[3] = {"big/a", "big/b", "big/c"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(kvc_txn_put(t, KVC_TXN_SUCCESS, keys[i], strlen(keys[i]), v, BIGV, NULL), 0);
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    kvc_txn_result tr;
+    kvc_error e;
+    cr_assert_eq(kvc_txn_commit(direct, t, 0, 10000, &tr, &e), 0, "txn: %s", e.message);
+    kvc_txn_result_free(&tr);
+    kvc_txn_free(t);
+    free(v);
+    end = kvt_now_ms() + 15000;
+    while ((xp.n < 1 || xf.n < 2) && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(plain.g, 5);
+        (void)kv_it_grpc_stream_take(plain.st, frag_msg, &xp);
+        (void)kv_it_grpc_pump(frag.g, 5);
+        (void)kv_it_grpc_stream_take(frag.st, frag_msg, &xf);
+    }
+    kvt_sleep_ms(200);
+    (void)kv_it_grpc_pump(plain.g, 5);
+    (void)kv_it_grpc_stream_take(plain.st, frag_msg, &xp);
+    (void)kv_it_grpc_pump(frag.g, 5);
+    (void)kv_it_grpc_stream_take(frag.st, frag_msg, &xf);
+    fprintf(stderr,
+            "proxy_watch: fragments: plain %d message(s) (%zu events), fragment watcher %d\n", xp.n,
+            xp.n ? xp.events[0] : 0, xf.n);
+    cr_assert_eq(xp.n, 1, "plain watcher: %d messages", xp.n);
+    cr_assert_eq(xp.events[0], 3);
+    cr_assert_eq(xp.fragment[0], 0);
+    cr_assert_eq(xf.n, 2, "fragment watcher: %d messages", xf.n);
+    cr_assert_eq(xf.events[0], 2);
+    cr_assert_eq(xf.fragment[0], 1);
+    cr_assert_eq(xf.events[1], 1);
+    cr_assert_eq(xf.fragment[1], 0);
+    cr_assert_eq(xp.bad + xf.bad, 0);
+    conn_close(&plain);
+    conn_close(&frag);
     kvc_close(direct);
 }
