@@ -732,6 +732,48 @@ static void many_msg(void *arg, const uint8_t *m, size_t n)
     etcdserverpb__watch_response__free_unpacked(r, NULL);
 }
 
+/* Watchers of keys <prefix>0000 .. <prefix>(n-1) on c's one stream; waits until all are
+ * created (60 s) and checks that none was refused. */
+static void create_distinct(conn *c, many *x, char prefix, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%c%04d", prefix, i);
+        send_create(c, k, NULL, 0, 0);
+    }
+    uint64_t end = kvt_now_ms() + 60000;
+    while (x->created < n && x->bad == 0 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c->g, 5);
+        (void)kv_it_grpc_stream_take(c->st, many_msg, x);
+    }
+    cr_assert_eq(x->bad, 0, "a create was refused (or answered out of order)");
+    cr_assert_eq(x->created, n, "%d Created", x->created);
+}
+
+/* A put on each of the 3 keys <prefix><keys[i]>, straight to the member, reaches exactly
+ * watcher keys[i] with the put's revision. */
+static void events_routed(conn *c, many *x, char prefix, const int keys[3])
+{
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int64_t revs[3];
+    for (int i = 0; i < 3; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%c%04d", prefix, keys[i]);
+        revs[i] = put(direct, k, i);
+    }
+    uint64_t end = kvt_now_ms() + 10000;
+    while (x->n_ev < 3 && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(c->g, 5);
+        (void)kv_it_grpc_stream_take(c->st, many_msg, x);
+    }
+    cr_assert_eq(x->n_ev, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(x->ev_id[i], keys[i], "event %d to watcher %lld", i, (long long)x->ev_id[i]);
+        cr_assert_eq(x->ev_rev[i], revs[i]);
+    }
+    kvc_close(direct);
+}
+
 /* 2,500 watchers of distinct keys on one client stream: 2,500 upstream watchers over 3
  * upstream streams (--max-watchers-per-upstream-stream=1000), each event to its watcher. */
 Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .timeout = 180)
@@ -740,47 +782,18 @@ Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .tim
     static const char *const flags[] = {"--max-watchers-per-upstream-stream=1000", NO_CACHE, NULL};
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
     static conn c;
-    conn_open(&c);
-    for (int i = 0; i < NKEYS; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "d%04d", i);
-        send_create(&c, k, NULL, 0, 0);
-    }
     static many x;
-    uint64_t end = kvt_now_ms() + 60000;
-    while (x.created < NKEYS && kvt_now_ms() < end) {
-        (void)kv_it_grpc_pump(c.g, 5);
-        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
-    }
-    cr_assert_eq(x.created, NKEYS, "%d Created", x.created);
-    cr_assert_eq(x.bad, 0);
+    conn_open(&c);
+    create_distinct(&c, &x, 'd', NKEYS);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NKEYS);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 3);
     cr_assert_eq(member_watchers(0), NKEYS);
-    kvc_client *direct = px_client(g_c.m[0].endpoint);
-    int keys[3] = {0, 1500, NKEYS - 1};
-    int64_t revs[3];
-    for (int i = 0; i < 3; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "d%04d", keys[i]);
-        revs[i] = put(direct, k, i);
-    }
-    end = kvt_now_ms() + 10000;
-    while (x.n_ev < 3 && kvt_now_ms() < end) {
-        (void)kv_it_grpc_pump(c.g, 5);
-        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
-    }
-    cr_assert_eq(x.n_ev, 3);
-    for (int i = 0; i < 3; i++) {
-        cr_assert_eq(x.ev_id[i], keys[i], "event %d to watcher %lld", i, (long long)x.ev_id[i]);
-        cr_assert_eq(x.ev_rev[i], revs[i]);
-    }
+    events_routed(&c, &x, 'd', (const int[3]){0, 1500, NKEYS - 1});
     conn_close(&c);
-    end = kvt_now_ms() + 10000;
+    uint64_t end = kvt_now_ms() + 10000;
     while (member_watchers(0) != 0 && kvt_now_ms() < end)
         kvt_sleep_ms(50);
     cr_assert_eq(member_watchers(0), 0, "every upstream watcher canceled");
-    kvc_close(direct);
 }
 
 #define NSMALL 1000
@@ -804,44 +817,15 @@ Test(proxy_watch, member_watchers_per_stream_limit_is_learned, .fini = fini, .ti
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), 10000);
     static conn c;
-    conn_open(&c);
-    for (int i = 0; i < NSMALL; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "s%04d", i);
-        send_create(&c, k, NULL, 0, 0);
-    }
     static many x;
-    uint64_t end = kvt_now_ms() + 60000;
-    while (x.created < NSMALL && x.bad == 0 && kvt_now_ms() < end) {
-        (void)kv_it_grpc_pump(c.g, 5);
-        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
-    }
-    cr_assert_eq(x.bad, 0, "a create was refused (or answered out of order)");
-    cr_assert_eq(x.created, NSMALL, "%d Created", x.created);
+    conn_open(&c);
+    create_distinct(&c, &x, 's', NSMALL);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), MEMBER_CAP);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NSMALL);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 4);
     cr_assert_eq(member_watchers(0), NSMALL);
-    kvc_client *direct = px_client(g_c.m[0].endpoint);
-    int keys[3] = {0, MEMBER_CAP + 1, NSMALL - 1};
-    int64_t revs[3];
-    for (int i = 0; i < 3; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "s%04d", keys[i]);
-        revs[i] = put(direct, k, i);
-    }
-    end = kvt_now_ms() + 10000;
-    while (x.n_ev < 3 && kvt_now_ms() < end) {
-        (void)kv_it_grpc_pump(c.g, 5);
-        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
-    }
-    cr_assert_eq(x.n_ev, 3);
-    for (int i = 0; i < 3; i++) {
-        cr_assert_eq(x.ev_id[i], keys[i], "event %d to watcher %lld", i, (long long)x.ev_id[i]);
-        cr_assert_eq(x.ev_rev[i], revs[i]);
-    }
+    events_routed(&c, &x, 's', (const int[3]){0, MEMBER_CAP + 1, NSMALL - 1});
     conn_close(&c);
-    kvc_close(direct);
 }
 
 #define BIGV (700 * 1024)
