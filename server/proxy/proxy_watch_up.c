@@ -627,8 +627,10 @@ static int stream_full(kv_proxy_watch *s, pw_up *u, pw_bc *bc, const Etcdserverp
     }
     u->n_bc--;
     bc->up = NULL;
-    pw_up *hint = NULL;
-    (void)place(s, bc, &hint); /* -EAGAIN: a retry places it */
+    if (!uv_is_active((uv_handle_t *)&s->retry)) { /* else the retry places it */
+        pw_up *hint = NULL;
+        (void)place(s, bc, &hint); /* -EAGAIN: a retry is scheduled and places it */
+    }
     return 1;
 }
 
