@@ -108,6 +108,7 @@ struct pw_up {
     uint32_t n_bc; /* upstream watchers sent on it (bound: cap) */
     uint32_t cap;  /* --max-watchers-per-upstream-stream, or less: the member's own limit
                       learned from a refused create (kv_proxy_watch.up_cap) */
+    int learned;   /* cap was set from the member's first refusal on this stream */
 };
 
 typedef struct kv_proxy_watch {

@@ -35,6 +35,7 @@
 
 #include "common/clock.h"
 #include "common/varint.h"
+#include "pb/pb_fragment.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -612,18 +613,21 @@ static int stream_full(kv_proxy_watch *s, pw_up *u, pw_bc *bc, const Etcdserverp
     static const char full[] = "kvd: too many watchers on this stream";
     if (!r->cancel_reason || strncmp(r->cancel_reason, full, sizeof full - 1) != 0)
         return 0;
-    uint32_t behind = 0;
-    kv_list *pos;
-    kv_list_foreach(pos, &u->creating)
-        behind++;
-    if (u->n_bc < 1 + behind + 1)
-        return 0; /* the member took none on u: no stream would do better */
-    uint32_t took = u->n_bc - 1 - behind;
-    if (took < u->cap)
-        u->cap = took;
-    if (took < s->up_cap) {
-        s->up_cap = took;
-        kv_metric_set(s->m_up_cap, took);
+    if (!u->learned) { /* the first refusal on u; the ones queued behind it just move */
+        uint32_t behind = 0;
+        kv_list *pos;
+        kv_list_foreach(pos, &u->creating)
+            behind++;
+        if (u->n_bc < 1 + behind + 1)
+            return 0; /* the member took none on u: no stream would do better */
+        uint32_t took = u->n_bc - 1 - behind;
+        u->learned = 1;
+        if (took < u->cap)
+            u->cap = took;
+        if (took < s->up_cap) {
+            s->up_cap = took;
+            kv_metric_set(s->m_up_cap, took);
+        }
     }
     u->n_bc--;
     bc->up = NULL;
@@ -785,15 +789,7 @@ static void send_fragmented(pw_w *w, Etcdserverpb__WatchResponse *v)
     part.fragment = 1;
     size_t base = etcdserverpb__watch_response__get_packed_size(&part);
     while (idx < n && w->cs->call) {
-        size_t sz = base, k = 0;
-        while (idx + k < n) {
-            size_t e = mvccpb__event__get_packed_size(all[idx + k]);
-            size_t add = 1 + kv_varint_len(e) + e; /* field 11, length, body */
-            if (k >= 1 && sz + add >= FRAGMENT_BYTES)
-                break;
-            sz += add;
-            k++;
-        }
+        size_t k = kv_pb_fragment_events(all + idx, n - idx, base, FRAGMENT_BYTES);
         part.events = all + idx;
         part.n_events = k;
         idx += k;

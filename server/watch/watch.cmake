@@ -6,4 +6,4 @@ add_library(kv_watch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/watch_stream.c
   ${CMAKE_CURRENT_LIST_DIR}/watch_failpoint.c)
 target_include_directories(kv_watch PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
-target_link_libraries(kv_watch PUBLIC kv_mvcc kv_metrics kv_common kvproto PkgConfig::UV)
+target_link_libraries(kv_watch PUBLIC kv_mvcc kv_metrics kv_pb kv_common kvproto PkgConfig::UV)

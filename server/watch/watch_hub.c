@@ -3,6 +3,7 @@
 
 #include "common/varint.h"
 #include "mvcc/events.h"
+#include "pb/pb_fragment.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -104,12 +105,6 @@ int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int6
     if (rc < 0 && rc != -ENOBUFS)
         st->broken = true;
     return rc;
-}
-
-static size_t ev_wire(const Mvccpb__Event *e)
-{
-    size_t l = mvccpb__event__get_packed_size(e);
-    return 1 + kv_varint_len(l) + l; /* field 11, length-delimited: 1-byte tag */
 }
 
 /* A response may be queued while the stream's unsent bytes are at most half its bound (or it
@@ -249,14 +244,7 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
         size_t idx = 0;
         rc = 0;
         while (idx < n && rc == 0) {
-            size_t sz = base, k = 0;
-            while (idx + k < n) {
-                size_t add = ev_wire(evs[idx + k]);
-                if (k >= 1 && sz + add >= h->cfg.max_response_bytes)
-                    break;
-                sz += add;
-                k++;
-            }
+            size_t k = kv_pb_fragment_events(evs + idx, n - idx, base, h->cfg.max_response_bytes);
             r.events = evs + idx;
             r.n_events = k;
             idx += k;
