@@ -185,6 +185,9 @@ static void on_event(void *app, kv_proxy_ev *ev)
     case KV_PROXY_EV_HEALTH:
         kv_proxy_health_on_event(p, ev);
         break;
+    case KV_PROXY_EV_PROBE:
+        kv_proxy_probe_on_event(p, ev);
+        break;
     default:
         kv_proxy_watch_on_event(p, ev);
         break;
@@ -431,6 +434,10 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
     }
     if ((rc = open_upstream(p, err, cap)) < 0)
         return rc;
+    if ((rc = kv_proxy_probe_start(p)) < 0) {
+        snprintf(err, cap, "uv_timer_init: %s", uv_strerror(rc));
+        return rc;
+    }
     kv_proxy_kvcache_start(p);
     if ((rc = start_grpc(p, err, cap)) < 0)
         return rc;
@@ -457,6 +464,7 @@ void kv_proxy_stop(kv_proxy *p)
     if (p->lease)
         kv_proxy_lease_stop(p->lease);
     kv_proxy_watch_stop(p);
+    kv_proxy_probe_stop(p);
     kv_proxy_kvcache_stop(p);
     kv_proxy_register_stop(p);
     kvc_close(p->up); /* pending unary calls complete (CANCELLED) into the bridge */

@@ -40,6 +40,7 @@ enum kv_proxy_ev_kind {
     KV_PROXY_EV_REG_LOST,    /* the registration lease was lost (buf: its id) */
     KV_PROXY_EV_CLUSTER,     /* the range of a MemberList finished (target: its op) */
     KV_PROXY_EV_HEALTH,      /* the range of a /health check finished (target: its check) */
+    KV_PROXY_EV_PROBE,       /* the upstream probe's range finished (target: the kv_proxy) */
 };
 
 typedef struct kv_proxy_ev {

@@ -17,6 +17,7 @@ void kv_proxy_config_default(kv_proxy_config *c)
     c->upstream_answer_timeout_ms = 3000;
     c->upstream_keepalive_time_ms = 10000;   /* what etcdctl's 2s becomes in grpc-go */
     c->upstream_keepalive_timeout_ms = 6000; /* etcdctl's --keepalive-timeout */
+    c->upstream_probe_interval_ms = 5000;
     c->max_pending_requests = 10000;
     c->max_pending_renewals = 1000000;
     c->max_stream_renewals = 10000;
@@ -58,6 +59,8 @@ const char *kv_proxy_config_usage(void)
            "  --upstream-keepalive-time=10s PING the member after this long without a byte "
            "from it (0: off; at least 10s)\n"
            "  --upstream-keepalive-timeout=6s the PING unanswered this long: next endpoint\n"
+           "  --upstream-probe-interval=5s a linearizable read of the member this often; "
+           "answered UNAVAILABLE (stalled, no leader): next endpoint (0: off)\n"
            "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
            "  --max-pending-renewals=1000000 keepalive requests waiting for the leader\n"
            "  --max-pending-renewals-per-stream=10000 of them, from one client stream\n"
@@ -294,6 +297,9 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_keepalive_time_ms);
         } else if (strcmp(name, "upstream-keepalive-timeout") == 0) {
             rc = parse_duration_ms(v, &c->upstream_keepalive_timeout_ms);
+        } else if (strcmp(name, "upstream-probe-interval") == 0) {
+            c->upstream_probe_interval_ms = 0;
+            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_probe_interval_ms);
         } else if (strcmp(name, "max-pending-requests") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_pending_requests = (uint32_t)u;

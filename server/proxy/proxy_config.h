@@ -48,6 +48,11 @@ typedef struct kv_proxy_config {
      * hung member is left even when no renewal is in flight (watches, Observe, Snapshot) */
     uint32_t upstream_keepalive_time_ms;
     uint32_t upstream_keepalive_timeout_ms;
+    /* --upstream-probe-interval (5s; 0: off): a linearizable Range of the /health key goes up
+     * this often (proxy_health.c), so a member that answers pings but has stopped serving (its
+     * raft stalled, cut off from its peers) answers it "request timed out" or "no leader", and
+     * libkvclient moves to the next endpoint even when only watchers use the connection */
+    uint32_t upstream_probe_interval_ms;
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */

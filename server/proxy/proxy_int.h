@@ -66,7 +66,11 @@ typedef struct kv_proxy {
     kv_metric *m_observe_streams;
     kv_metric *m_snapshot_paused; /* kvd_proxy_snapshot_upstream_paused_total */
     kv_metric *m_refused[KV_PROXY_REFUSED_COUNT];
-    kv_metric *m_too_large[2];   /* kvd_proxy_message_too_large_total: send, recv */
+    kv_metric *m_too_large[2]; /* kvd_proxy_message_too_large_total: send, recv */
+    /* the upstream probe (proxy_health.c, --upstream-probe-interval) */
+    uv_timer_t probe;
+    int probe_on, probe_inflight, probe_failing;
+    kv_metric *m_probes, *m_probe_failures;
     uint64_t upstream_warned_ms; /* uv_now of the last "upstream unavailable" line (proxy.c) */
     int upstream_warned;         /* 1: that line was written at least once */
     int stopping;
@@ -167,6 +171,12 @@ void kv_proxy_cluster_on_event(kv_proxy *p, kv_proxy_ev *ev);
 /* proxy_health.c: /health on --metrics-addr (kv_http's hook; app is the kv_proxy). */
 void kv_proxy_health_check(void *app, kv_http_health_done_fn done, void *ctx);
 void kv_proxy_health_on_event(kv_proxy *p, kv_proxy_ev *ev);
+/* The upstream probe (proxy_health.c): start registers its metrics and, unless
+ * --upstream-probe-interval=0, starts its timer (0 or a negative errno); stop closes the timer
+ * (before the loop's last run); events KV_PROXY_EV_PROBE. */
+int kv_proxy_probe_start(kv_proxy *p);
+void kv_proxy_probe_stop(kv_proxy *p);
+void kv_proxy_probe_on_event(kv_proxy *p, kv_proxy_ev *ev);
 /* The proxy's --namespace: 1 with *ns set, or 0 without one (nothing is rewritten). */
 static inline int kv_proxy_ns_of(const kv_proxy *p, kv_proxy_ns *ns)
 {

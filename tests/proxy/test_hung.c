@@ -3,7 +3,7 @@
  * proxy's streams) and no lease kept alive through the proxy, so the renewal watchdog
  * (proxy_failover hung_upstream_member_is_left) has nothing to see. Only the upstream
  * connection's keepalive pings can tell. Not RUN_SERIAL: one bound, 20 s for an expected
- * 12 s.
+ * 12 s; stalled_member_is_left_by_the_probe: 25 s for about 9 s.
  */
 #include "px_util.h"
 
@@ -12,7 +12,9 @@
 #include <criterion/criterion.h>
 
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static kvt_cluster g_c;
 static px g_x;
@@ -47,23 +49,32 @@ static int wait_events(wrx *w, int n, uint32_t ms)
     return atomic_load(&w->events);
 }
 
+/* A client of the proxy watching key (2 bytes), and the watcher's first event: a put of it
+ * through the proxy. The caller cancels *wt and closes the client. */
+static kvc_client *watch_through_proxy(const char *key, wrx *w, kvc_watch **wt)
+{
+    kvc_client *cl = px_client(g_x.endpoint);
+    cr_assert(cl);
+    atomic_store(&w->events, 0);
+    kvc_error e;
+    cr_assert_eq(kvc_watch_create(cl, key, 2, NULL, 5000, on_watch, w, wt, NULL, &e), 0, "%s",
+                 e.message);
+    cr_assert_eq(kvc_put(cl, key, 2, "1", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    cr_assert_eq(wait_events(w, 1, 5000), 1, "the watcher got the first put");
+    return cl;
+}
+
 Test(proxy_hung, upstream_member_is_left_by_keepalive_pings, .fini = fini, .timeout = 300)
 {
+    /* the probe off: it would find the hung member too (its read silent, then a PING) */
     const char *const extra[] = {"--upstream-keepalive-time=10s", "--upstream-keepalive-timeout=2s",
-                                 NULL};
+                                 "--upstream-probe-interval=0", NULL};
     int hung, leader;
     cr_assert_eq(px_start_on_follower(&g_x, &g_c, extra, &hung, &leader), 0, "cluster and proxy");
 
-    kvc_client *cl = px_client(g_x.endpoint);
-    cr_assert(cl);
     static wrx w;
-    atomic_store(&w.events, 0);
     kvc_watch *wt = NULL;
-    kvc_error e;
-    cr_assert_eq(kvc_watch_create(cl, "hk", 2, NULL, 5000, on_watch, &w, &wt, NULL, &e), 0, "%s",
-                 e.message);
-    cr_assert_eq(kvc_put(cl, "hk", 2, "1", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
-    cr_assert_eq(wait_events(&w, 1, 5000), 1, "the watcher got the first put");
+    kvc_client *cl = watch_through_proxy("hk", &w, &wt);
 
     cr_assert_eq(kvt_member_pause(&g_c, hung), 0);
     uint64_t t0 = kvt_now_ms();
@@ -84,6 +95,60 @@ Test(proxy_hung, upstream_member_is_left_by_keepalive_pings, .fini = fini, .time
     /* at least: a healthy member slow to answer under CI's load would add one, harmlessly */
     cr_assert_geq(pings, 1, "upstream ping timeouts: %.0f", pings);
     cr_assert_geq(connects, 2, "upstream connects: %.0f", connects);
+    kvc_watch_cancel(wt);
+    kvc_close(cl);
+}
+
+/* A member that stopped serving but still answers PINGs and forwards renewals: its raft
+ * stalled (SIGUSR1, --enable-failpoints: the node processes no ready, its tick still fails
+ * requests at their deadline). Nothing ends the proxy's streams and a watcher alone sends no
+ * call that could fail, so only the upstream probe (--upstream-probe-interval, a linearizable
+ * read) can tell: the member answers it "etcdserver: request timed out" after its request
+ * timeout (7 s), libkvclient leaves the connection, and the watch resumes on the next member.
+ * With the probe off (--upstream-probe-interval=0) the put never reaches the watcher while
+ * the member is stalled. */
+Test(proxy_hung, stalled_member_is_left_by_the_probe, .fini = fini, .timeout = 300)
+{
+    const char *probe = getenv("PX_TEST_PROBE_INTERVAL"); /* "0": the control, by hand */
+    char flag[64];
+    snprintf(flag, sizeof flag, "--upstream-probe-interval=%s", probe ? probe : "2s");
+    const char *const extra[] = {flag, NULL};
+    int stalled, leader;
+    cr_assert_eq(px_start_on_follower(&g_x, &g_c, extra, &stalled, &leader), 0,
+                 "cluster and proxy");
+
+    static wrx w;
+    kvc_watch *wt = NULL;
+    kvc_client *cl = watch_through_proxy("sk", &w, &wt);
+    double connects0 = px_metric(&g_x, "kvd_proxy_upstream_connects_total");
+
+    cr_assert_eq(kill(g_c.m[stalled].proc.pid, SIGUSR1), 0, "stall m%d", stalled);
+    kvt_sleep_ms(200); /* the member's loop takes the signal */
+    uint64_t t0 = kvt_now_ms();
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, leader, "sk", "2", 5000, NULL, err, sizeof err), 0,
+                 "put on the leader: %s", err);
+    /* a probe within 2 s, the member's answer after its 7 s request timeout, the reconnect
+     * and the watch resume */
+    int got = wait_events(&w, 2, 25000);
+    uint64_t dt = kvt_now_ms() - t0;
+    fprintf(stderr,
+            "proxy_hung: member m%d stalled: the watcher got the put after %llu ms (%d events)\n",
+            stalled, (unsigned long long)dt, got);
+    double failures = px_metric(&g_x, "kvd_proxy_upstream_probe_failures_total");
+    double probes = px_metric(&g_x, "kvd_proxy_upstream_probes_total");
+    double pings = px_metric(&g_x, "kvd_proxy_upstream_ping_timeouts_total");
+    double connects = px_metric(&g_x, "kvd_proxy_upstream_connects_total");
+    fprintf(stderr, "proxy_hung: probes %.0f, failed %.0f, ping timeouts %.0f, connects %.0f\n",
+            probes, failures, pings, connects);
+    kill(g_c.m[stalled].proc.pid, SIGUSR1); /* resume, so the cluster stops cleanly */
+    cr_assert_eq(got, 2,
+                 "the put made while the upstream member was stalled never reached the "
+                 "watcher");
+    cr_assert_geq(failures, 1, "upstream probe failures: %.0f", failures);
+    cr_assert_gt(connects, connects0, "upstream connects: %.0f, before the stall %.0f", connects,
+                 connects0);
+    cr_assert_eq(pings, 0, "the stalled member answered the PINGs: %.0f ping timeouts", pings);
     kvc_watch_cancel(wt);
     kvc_close(cl);
 }
