@@ -450,7 +450,8 @@ int kv_proxy_watch_init(kv_proxy *p)
     s->m_up_cap = kv_metrics_gauge(m, "kvd_proxy_watch_upstream_stream_cap",
                                    "Upstream watchers per new upstream Watch stream: "
                                    "--max-watchers-per-upstream-stream, or the members' "
-                                   "--max-watchers-per-stream once one refused a create past it.",
+                                   "--max-watchers-per-stream once one refused a create past it "
+                                   "(back to the flag at each failover).",
                                    NULL);
     kv_metric_set(s->m_up_cap, s->up_cap);
     return 0;

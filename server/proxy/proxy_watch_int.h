@@ -78,6 +78,11 @@ struct pw_bc {
     uint8_t *key, *end;
     size_t klen, elen;
     int64_t start; /* the first client's start_revision */
+    /* a client watcher from the current revision may join: it began there (start 0), or it
+     * began in the history and has shown it caught up (on_response: a progress notification,
+     * which a member sends only to a synced watcher, or an event at the response's header
+     * revision, the member's current one: every event up to it was sent) */
+    int current;
     /* upstream state */
     pw_up *up; /* the stream its create was sent on (NULL: not sent) */
     int has_id;
@@ -123,7 +128,8 @@ typedef struct kv_proxy_watch {
     uint32_t n_streams, n_watchers, n_held, n_bcasts;
     uint32_t up_cap;     /* watchers per upstream stream for new streams: the flag, lowered to
                             what a member took when it refused one more ("kvd: too many
-                            watchers on this stream", its --max-watchers-per-stream) */
+                            watchers on this stream", its --max-watchers-per-stream), back to
+                            the flag when an upstream stream ends (failover: cap_reset) */
     kv_list dead, ready; /* pw_cs.dlink: deferred ends and unblocked streams */
     int depth;           /* nesting of entry points; deferred work runs at depth 0 */
     kv_metric *m_streams, *m_watchers, *m_bcasts, *m_coalesced, *m_up_opened, *m_up_streams,

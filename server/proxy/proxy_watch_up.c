@@ -13,8 +13,10 @@
  * cannot cost a gap or a repeat:
  * - not yet established (its Created not received): same start_revision; the Created is
  *   the upstream's, relayed;
- * - established: start_revision 0 onto one that began at the current revision too (its
- *   Created is emulated with header revision last_rev: every later event follows), or
+ * - established: start_revision 0 onto one that began at the current revision too, or one
+ *   that began in the history and has shown it caught up (pw_bc.current: a progress
+ *   notification, or an event at the response's header revision) (its Created is emulated
+ *   with header revision last_rev: every later event follows), or
  *   start_revision > last_rev (events below it are dropped for that watcher). A
  *   start_revision <= last_rev would need history: own upstream watcher.
  * Options that change the events (prev_kv, filters, progress_notify) are not part of the
@@ -24,7 +26,8 @@
  * asks none, and the proxy splits a large response for that receiver as a member would.
  * Streams: each carries at most --max-watchers-per-upstream-stream upstream watchers, or what
  * a kvd member took before it refused one more (its --max-watchers-per-stream: stream_full).
- * Failover: when the upstream stream ends, every upstream watcher is re-created on a new one
+ * Failover: when the upstream stream ends, the learned limit goes back to the flag (the next
+ * member may take more: cap_reset) and every upstream watcher is re-created on a new one
  * from last_rev + 1 (from last_rev, dropping the first n_last events of it, when last_rev may
  * have more); a compacted revision comes back as etcd's compacted response and is relayed.
  *
@@ -331,10 +334,10 @@ static int joinable(const pw_bc *bc, int64_t start, int64_t *nextrev)
         *nextrev = 0;
         return start == bc->start;
     }
-    if (start == 0) { /* only onto a watcher that began at the current revision too: one
-                         that began in the history may still be catching up */
+    if (start == 0) { /* only onto a watcher at the current revision: one that began in the
+                         history may still be catching up until it shows otherwise */
         *nextrev = bc->last_rev + 1;
-        return bc->start == 0;
+        return bc->current;
     }
     if (start > bc->last_rev) {
         *nextrev = start;
@@ -388,6 +391,7 @@ int pw_bc_attach(kv_proxy_watch *s, pw_w *w, const Etcdserverpb__WatchCreateRequ
     w->progress = c->progress_notify;
     w->fragment = c->fragment;
     bc->start = c->start_revision;
+    bc->current = bc->start == 0;
     bc->klen = c->key.len;
     bc->elen = c->range_end.len;
     bc->key = malloc(bc->klen ? bc->klen : 1);
@@ -561,10 +565,25 @@ static void up_forget(kv_proxy_watch *s, pw_up *u)
     /* else: u leaks (out of memory), never a use after free */
 }
 
+/* A failover: u's upstream watchers go to a new stream, which libkvclient opens on its next
+ * endpoint when the connection was lost (every stream of that connection ends at once), so
+ * maybe on a member with a higher --max-watchers-per-stream than the one learned. Streams
+ * opened from now on carry the flag's number again; a lower limit of the new member is
+ * learned again from its first refusal (stream_full). An end that moves no connection (a
+ * member ended only u) costs that one refusal. The ends of a lost connection's streams all
+ * reach the loop before any answer on the next connection (one bridge, in order), so a late
+ * one does not undo what the new member taught. */
+static void cap_reset(kv_proxy_watch *s)
+{
+    s->up_cap = s->p->cfg->max_watchers_per_upstream_stream;
+    kv_metric_set(s->m_up_cap, s->up_cap);
+}
+
 static void up_end(kv_proxy_watch *s, pw_up *u)
 {
     uint64_t lived = kv_mono_ms() - u->opened_ms;
     up_forget(s, u);
+    cap_reset(s); /* before the streams for the next member are opened (here or by the retry) */
     if (kv_list_empty(&s->bcasts) || s->p->stopping)
         return;
     if (lived >= 1000) {
@@ -604,10 +623,10 @@ static void save_header(pw_bc *bc, const Etcdserverpb__WatchResponse *r)
 
 /* A kvd member refused bc's create on u because u holds its --max-watchers-per-stream
  * ("kvd: too many watchers on this stream (--max-watchers-per-stream N)"). If the member took
- * at least one watcher on u, u and every stream opened later carry at most as many as it
- * took (s->up_cap; the creates still queued behind bc on u are refused the same way and move
- * too), and bc is sent on another stream: 1. Otherwise 0 (the refusal is relayed). bc has
- * left u->creating. etcd 3.4's members have no such limit. */
+ * at least one watcher on u, u and every stream opened later (until a failover: cap_reset)
+ * carry at most as many as it took (s->up_cap; the creates still queued behind bc on u are refused
+ * the same way and move too), and bc is sent on another stream: 1. Otherwise 0 (the refusal is
+ * relayed). bc has left u->creating. etcd 3.4's members have no such limit. */
 static int stream_full(kv_proxy_watch *s, pw_up *u, pw_bc *bc, const Etcdserverpb__WatchResponse *r)
 {
     static const char full[] = "kvd: too many watchers on this stream";
@@ -886,7 +905,12 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
     if (!n0 && !r->fragment && r->header && r->header->revision >= bc->last_rev) {
         bc->last_rev = r->header->revision; /* progress: everything up to it was sent */
         bc->n_last = 0;
+        bc->current = 1; /* a member sends one only to a synced watcher */
     }
+    /* An event at the header revision (the member's current one, for catch-up responses as
+     * for live ones): every event up to it was sent, so the watcher is caught up. */
+    if (r->n_events && r->header && ev_rev(r->events[r->n_events - 1]) == r->header->revision)
+        bc->current = 1;
     fan_out(bc, r);
     r->n_events = n0;
 }

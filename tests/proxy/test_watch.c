@@ -22,6 +22,8 @@
  *     etcd's compacted response (compact_revision, canceled) on its still open stream;
  *   - 2,500 watchers of distinct keys spread over upstream streams at the proxy's own limit,
  *     and 1,000 over a member's lower --max-watchers-per-stream, learned from its refusal;
+ *     after a kill -9 of that member the learned limit goes back to the flag's and the 1,000
+ *     resume on one upstream stream of the next member (kvd's default limit);
  *   - a watcher that asks for fragments shares the upstream watcher of one that does not, and
  *     gets a 2.1 MB response split at 1.5 MiB as a member would split it.
  */
@@ -34,6 +36,7 @@
 #include <criterion/criterion.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +372,101 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
             "proxy_watch: 100 watchers over 20 connections + 1 joiner: 1 upstream watcher, "
             "%d events each, exactly once, in order\n",
             NPUT);
+    kvc_close(direct);
+}
+
+static void count_events(void *arg, const kvc_watch_response *r)
+{
+    atomic_fetch_add((atomic_int *)arg, (int)r->n_events);
+}
+
+static int gauge_is(const char *series, double want, uint32_t ms)
+{
+    uint64_t end = kvt_now_ms() + ms;
+    while (px_metric(&g_x, series) != want && kvt_now_ms() < end)
+        kvt_sleep_ms(20);
+    return px_metric(&g_x, series) == want;
+}
+
+/* A watcher from the current revision joins an upstream watcher that began in the history once
+ * that one has shown it caught up, as etcd's proxy merges a broadcast that reached the
+ * others' revision. The history watcher's catch-up ends below the member's revision (a put of
+ * another key came last), so nothing shows it caught up yet: a current watcher then gets an
+ * upstream watcher of its own. A put of the key comes to the history watcher with the header
+ * revision of its event, the proof; a current watcher created after it shares the upstream
+ * watcher, has a Created at that revision, and gets only what follows. Before, every current
+ * watcher of such a key cost an upstream watcher of its own for as long as the history one
+ * lived. */
+Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fini, .timeout = 180)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int64_t revs[10];
+    for (int i = 0; i < 10; i++)
+        revs[i] = put(direct, "hk", i);
+    int64_t other = put(direct, "other", 0);
+    /* the member's watch hub has made `other` visible (its event reached a watcher from that
+     * revision): the history watcher's catch-up responses carry it as their header revision */
+    static atomic_int seen;
+    atomic_store(&seen, 0);
+    kvc_watch_opts wo = {.start_revision = other};
+    kvc_watch *ow = NULL;
+    kvc_error e;
+    cr_assert_eq(
+        kvc_watch_create(direct, "other", 5, &wo, 5000, count_events, &seen, &ow, NULL, &e), 0,
+        "%s", e.message);
+    for (uint64_t end = kvt_now_ms() + 5000; atomic_load(&seen) < 1 && kvt_now_ms() < end;)
+        kvt_sleep_ms(5);
+    cr_assert_eq(atomic_load(&seen), 1, "the member's watcher of `other`");
+    kvc_watch_cancel(ow);
+
+    static conn h[3];
+    conn_open(&h[0]);
+    send_create(&h[0], "hk", NULL, 0, revs[2]);
+    pump_until(h, 1, created_cb, 0, 5000, "the history watcher's Created");
+    pump_until(h, 1, all_have, 8, 5000, "the history watcher's 8 events");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
+    double coalesced0 = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
+
+    /* not shown caught up: a current watcher gets its own upstream watcher */
+    conn_open(&h[1]);
+    send_create(&h[1], "hk", NULL, 0, 0);
+    pump_until(&h[1], 1, created_cb, 0, 5000, "the first current watcher's Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 2,
+                 "a current watcher joined a history watcher still catching up");
+    conn_close(&h[1]);
+    cr_assert(gauge_is("kvd_proxy_watch_upstream_watchers", 1, 5000), "the second one canceled");
+
+    /* the proof: an event at its response's header revision */
+    int64_t r10 = put(direct, "hk", 10);
+    pump_until(h, 1, all_have, 9, 5000, "the history watcher's 9th event");
+    cr_assert_eq(h[0].w[0].revs[8], r10);
+
+    conn_open(&h[2]);
+    send_create(&h[2], "hk", NULL, 0, 0);
+    pump_until(&h[2], 1, created_cb, 0, 5000, "the second current watcher's Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1,
+                 "the current watcher did not join the caught-up history watcher");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced0 + 1);
+    cr_assert_eq(h[2].w[0].created_rev, r10, "Created at %lld, the last event %lld",
+                 (long long)h[2].w[0].created_rev, (long long)r10);
+    int64_t r11 = put(direct, "hk", 11);
+    pump_until(h, 1, all_have, 10, 5000, "the history watcher's 10th event");
+    pump_until(&h[2], 1, all_have, 1, 5000, "the current watcher's event");
+    kvt_sleep_ms(200);
+    pump(h, 1);
+    pump(&h[2], 1);
+    cr_assert_eq(h[2].w[0].n, 1, "the current watcher got %d events", h[2].w[0].n);
+    cr_assert_eq(h[2].w[0].revs[0], r11);
+    cr_assert_eq(h[0].w[0].n, 10, "the history watcher got %d events", h[0].w[0].n);
+    for (int e = 0; e < 8; e++)
+        cr_assert_eq(h[0].w[0].revs[e], revs[2 + e]);
+    cr_assert_eq(h[0].w[0].revs[9], r11);
+    cr_assert_eq(h[0].bad + h[2].bad, 0);
+    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
+    conn_close(&h[0]);
+    conn_close(&h[2]);
     kvc_close(direct);
 }
 
@@ -750,11 +848,11 @@ static void create_distinct(conn *c, many *x, char prefix, int n)
     cr_assert_eq(x->created, n, "%d Created", x->created);
 }
 
-/* A put on each of the 3 keys <prefix><keys[i]>, straight to the member, reaches exactly
+/* A put on each of the 3 keys <prefix><keys[i]>, straight to member m, reaches exactly
  * watcher keys[i] with the put's revision. */
-static void events_routed(conn *c, many *x, char prefix, const int keys[3])
+static void events_routed(conn *c, many *x, int m, char prefix, const int keys[3])
 {
-    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    kvc_client *direct = px_client(g_c.m[m].endpoint);
     int64_t revs[3];
     for (int i = 0; i < 3; i++) {
         char k[16];
@@ -788,7 +886,7 @@ Test(proxy_watch, distinct_keys_spread_over_upstream_streams, .fini = fini, .tim
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NKEYS);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 3);
     cr_assert_eq(member_watchers(0), NKEYS);
-    events_routed(&c, &x, 'd', (const int[3]){0, 1500, NKEYS - 1});
+    events_routed(&c, &x, 0, 'd', (const int[3]){0, 1500, NKEYS - 1});
     conn_close(&c);
     uint64_t end = kvt_now_ms() + 10000;
     while (member_watchers(0) != 0 && kvt_now_ms() < end)
@@ -824,7 +922,69 @@ Test(proxy_watch, member_watchers_per_stream_limit_is_learned, .fini = fini, .ti
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NSMALL);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 4);
     cr_assert_eq(member_watchers(0), NSMALL);
-    events_routed(&c, &x, 's', (const int[3]){0, MEMBER_CAP + 1, NSMALL - 1});
+    events_routed(&c, &x, 0, 's', (const int[3]){0, MEMBER_CAP + 1, NSMALL - 1});
+    conn_close(&c);
+}
+
+/* The learned limit is the member's, not the cluster's: 3 members, the proxy's first endpoint
+ * m0 with --max-watchers-per-stream=300, m1 and m2 with kvd's default (10,000). 1,000
+ * watchers of distinct keys through the proxy: kvd_proxy_watch_upstream_stream_cap 300, 4
+ * upstream streams on m0. kill -9 of m0: the proxy fails over, the cap goes back to the
+ * flag's 10,000 before the streams for the next member are opened, and the 1,000 upstream
+ * watchers are resumed there on ONE stream (without the reset: 4 streams, cap 300 for
+ * ever); every watcher is still there and each put reaches its own watcher. */
+Test(proxy_watch, learned_watchers_per_stream_limit_resets_on_failover, .fini = fini,
+     .timeout = 240)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's --max-watchers-per-stream");
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 3);
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    static const char *const m0_flags[] = {"--max-watchers-per-stream=300", NULL};
+    g_c.m[0].args = m0_flags; /* m1, m2: the default */
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
+    int order[3] = {0, 1, 2}; /* m0 first in --endpoints: the member the proxy uses first */
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, no_cache), 0, "proxy");
+    static conn c;
+    static many x;
+    conn_open(&c);
+    create_distinct(&c, &x, 'r', NSMALL);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), MEMBER_CAP);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_streams"), 4);
+    cr_assert_eq(member_watchers(0), NSMALL, "the proxy watches through m0");
+
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
+    /* failed over: every upstream watcher resumed on a survivor (m1, the next endpoint, or
+     * m2 if the proxy's client moved on once more) and the upstream streams settled */
+    uint64_t end = kvt_now_ms() + 30000;
+    double on1 = 0, on2 = 0, streams = -1, cap = -1;
+    for (;;) {
+        (void)kv_it_grpc_pump(c.g, 0);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+        on1 = member_watchers(1);
+        on2 = member_watchers(2);
+        streams = px_metric(&g_x, "kvd_proxy_watch_upstream_streams");
+        cap = px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap");
+        if ((on1 + on2 == NSMALL && (on1 == 0 || on2 == 0)) || kvt_now_ms() >= end)
+            break;
+        kvt_sleep_ms(100);
+    }
+    double resumed = px_metric(&g_x, "kvd_proxy_watch_resumed_total");
+    fprintf(stderr,
+            "proxy_watch: kill -9 of m0 (--max-watchers-per-stream=300): upstream watchers on "
+            "m1 %.0f, m2 %.0f; upstream streams %.0f, stream cap %.0f, resumed %.0f\n",
+            on1, on2, streams, cap, resumed);
+    cr_assert_eq(on1 + on2, NSMALL, "every upstream watcher resumed on one survivor");
+    cr_assert_geq(resumed, NSMALL);
+    cr_assert_eq(cap, 10000, "learned cap back to the flag after the failover: %.0f", cap);
+    cr_assert_eq(streams, 1, "the resumed watchers on one upstream stream: %.0f", streams);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), NSMALL);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), NSMALL, "no client watcher lost");
+    cr_assert(!c.st->closed, "the client stream stays open");
+    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 15000), 0, "a leader after the kill");
+    events_routed(&c, &x, on1 ? 1 : 2, 'r', (const int[3]){0, MEMBER_CAP + 1, NSMALL - 1});
+    cr_assert_eq(x.bad, 0);
     conn_close(&c);
 }
 
