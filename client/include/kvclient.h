@@ -167,6 +167,17 @@ KVC_API int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err);
  */
 KVC_API void kvc_close(kvc_client *c);
 
+/* (addition) Leave the current connection for the next endpoint, as libkvclient does itself
+ * after an answer UNAVAILABLE or "no leader": calls in flight on it are answered there, raw
+ * streams on it end (their owners open them again), the watch and keepalive streams move, and
+ * new calls go to the next endpoint. For a caller that finds the member unfit by its answers
+ * (e.g. a revision older than one already seen: kvd grpc-proxy's
+ * --experimental-serializable-ordering). reason (NULL: a default) appears in the ended
+ * streams' status. A no-op with one endpoint, no connection, or one already being left.
+ * Thread-safe, not from a callback of another client; from a thread other than the I/O
+ * thread it waits for the I/O thread to act. */
+KVC_API void kvc_failover(kvc_client *c, const char *reason);
+
 /* ---- loop groups: many clients, one I/O thread ---- */
 
 /* Start an I/O thread that clients opened with cfg.loop_group = *out share. Each client

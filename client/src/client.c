@@ -52,6 +52,14 @@ static void loop_open(kvc_client *c, struct kvc_waiter *w)
     kvc_waiter_signal(w, 0, NULL);
 }
 
+/* I/O thread: kvc_failover. The drain completes once the connection's last call and stream
+ * are gone (kvc_conn_flush checks it): at once when nothing is in flight. */
+static void failover_loop(kvc_client *c, const char *reason)
+{
+    kvc_conn_drain(c, reason);
+    kvc_conn_flush(c);
+}
+
 static void loop_close(kvc_client *c, struct kvc_waiter *w)
 {
     c->closing = 1;
@@ -106,6 +114,11 @@ void kvc_dispatch(struct kvc_cmd *cmd)
         break;
     case CMD_BIDI_FAILOVER:
         kvc_bidi_failover_loop(c, cmd->p);
+        if (cmd->w)
+            kvc_waiter_signal(cmd->w, 0, NULL);
+        break;
+    case CMD_FAILOVER:
+        failover_loop(c, cmd->p);
         if (cmd->w)
             kvc_waiter_signal(cmd->w, 0, NULL);
         break;
@@ -209,6 +222,20 @@ fail:
     free(c->eps);
     free(c);
     return rc;
+}
+
+void kvc_failover(kvc_client *c, const char *reason)
+{
+    if (!c)
+        return;
+    if (!reason)
+        reason = "the caller asked for the next endpoint";
+    if (kvc_loop_on_thread(c->lg)) {
+        failover_loop(c, reason);
+        return;
+    }
+    struct kvc_cmd cmd;
+    (void)kvc_loop_run_cmd(c, &cmd, CMD_FAILOVER, (void *)(uintptr_t)reason, NULL);
 }
 
 void kvc_close(kvc_client *c)

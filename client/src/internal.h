@@ -51,7 +51,8 @@ enum kvc_cmd_type {
     CMD_BIDI_FREE,
     CMD_BIDI_FAILOVER,
     CMD_BIDI_RECV,
-    CMD_CALL_CANCEL
+    CMD_CALL_CANCEL,
+    CMD_FAILOVER
 };
 
 struct kvc_cmd {

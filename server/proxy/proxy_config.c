@@ -59,6 +59,8 @@ const char *kv_proxy_config_usage(void)
            "  --upstream-keepalive-time=10s PING the member after this long without a byte "
            "from it (0: off; at least 10s)\n"
            "  --upstream-keepalive-timeout=6s the PING unanswered this long: next endpoint\n"
+           "  --experimental-serializable-ordering  a Range or Txn answered at a revision "
+           "older than one already seen goes to the next endpoint\n"
            "  --upstream-probe-interval=5s a linearizable read of the member this often; "
            "answered UNAVAILABLE (stalled, no leader): next endpoint (0: off)\n"
            "  --max-pending-requests=10000 unary calls forwarded and unanswered\n"
@@ -211,7 +213,6 @@ static const char *const not_yet[] = {"enable-pprof",
                                       "discovery-srv",
                                       "discovery-srv-name",
                                       "insecure-discovery",
-                                      "experimental-serializable-ordering",
                                       "experimental-leasing-prefix",
                                       NULL};
 
@@ -253,6 +254,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         }
         if (strcmp(name, "debug") == 0) {
             c->debug = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
+        if (strcmp(name, "experimental-serializable-ordering") == 0) {
+            c->serializable_ordering = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
         const char *v = eq ? eq + 1 : (i < argc ? argv[i++] : NULL);

@@ -53,6 +53,10 @@ typedef struct kv_proxy_config {
      * raft stalled, cut off from its peers) answers it "request timed out" or "no leader", and
      * libkvclient moves to the next endpoint even when only watchers use the connection */
     uint32_t upstream_probe_interval_ms;
+    /* --experimental-serializable-ordering (etcd's): a Range or Txn answered at a revision below
+     * the highest one the proxy has seen is sent again after a move to the next endpoint, at
+     * most once per endpoint, then answered etcd's ErrNoGreaterRev (proxy_unary.c) */
+    int serializable_ordering;
     /* kvd's bounds (each a flag, a metric and etcd's "too many requests") */
     uint32_t max_pending_requests;  /* unary calls forwarded and unanswered (10000) */
     uint32_t max_pending_renewals;  /* keepalive requests waiting for the leader (1000000) */

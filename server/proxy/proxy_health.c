@@ -25,6 +25,7 @@
 #include "proxy/proxy_int.h"
 
 #include "common/status.h"
+#include "proxy/proxy_pb.h"
 
 #include "rpc.pb-c.h"
 
@@ -154,7 +155,9 @@ int kv_proxy_probe_start(kv_proxy *p)
         return rc;
     p->probe.data = p;
     p->probe_on = 1;
-    uv_timer_start(&p->probe, probe_cb, every, every);
+    /* with --experimental-serializable-ordering the first read goes at once: its revision is
+     * the floor later answers are held to (etcd's proxy reads "_" before it serves) */
+    uv_timer_start(&p->probe, probe_cb, p->cfg->serializable_ordering ? 0 : every, every);
     uv_unref((uv_handle_t *)&p->probe);
     return 0;
 }
@@ -174,6 +177,11 @@ void kv_proxy_probe_on_event(kv_proxy *p, kv_proxy_ev *ev)
      * leader, the connection lost) or no answer at all. Any other answer came from a member
      * that serves (an auth refusal: with auth on, the token-less read is refused before the
      * read barrier, so the probe tells nothing then); CANCELLED: the proxy is stopping. */
+    int64_t rev;
+    if (ev->code == 0 && kv_proxy_pb_header_revision(ev->buf, ev->len, &rev) == 0 &&
+        rev > p->ord_rev)
+        p->ord_rev =
+            rev; /* a linearizable read: a floor for --experimental-serializable-ordering */
     int failed = ev->code == KV_GRPC_UNAVAILABLE || ev->code == KV_GRPC_DEADLINE_EXCEEDED;
     if (failed && !p->stopping)
         kv_metric_inc(p->m_probe_failures);

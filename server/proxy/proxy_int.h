@@ -60,6 +60,10 @@ typedef struct kv_proxy {
     /* unary forwarding (proxy_unary.c) */
     uint32_t unary_pending;
     kv_metric *m_unary_forwarded, *m_unary_pending;
+    /* --experimental-serializable-ordering: the highest header revision of an OK KV answer or
+     * probe read (proxy_unary.c ordered) */
+    int64_t ord_rev;
+    kv_metric *m_ord_violations;
     kv_proxy_watch *watch; /* watch coalescing (proxy_watch.c, proxy_watch_up.c) */
     /* server-streaming relays (proxy_stream.c) */
     uint32_t observe_streams;

@@ -34,8 +34,10 @@
 
 #include "common/etcd_errors.h"
 #include "grpc/grpc_wire.h"
+#include "proxy/proxy_pb.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +47,20 @@ typedef struct fwd {
     void *ctag;         /* the range cache's (kv_proxy_kvcache_done) */
     const char *method; /* static (the method table's) */
     kvc_call *up;       /* the upstream call's handle; NULL once given back */
+    /* --experimental-serializable-ordering: order 1 for a Put or DeleteRange (its answer's
+     * revision raises kv_proxy.ord_rev), 2 for a Range or Txn (also checked against it, and
+     * sent again from req, owned, after a move to the next endpoint: moves so far) */
+    int order;
+    uint8_t *req;
+    size_t req_len;
+    uint32_t moves;
 } fwd;
+
+static void fwd_free(fwd *f)
+{
+    free(f->req);
+    free(f);
+}
 
 static int is_read(const char *m)
 {
@@ -80,6 +95,20 @@ uint32_t kv_proxy_call_timeout(kv_proxy *p, kv_grpc_call *call)
         return 1;
     uint64_t left = dl - now;
     return left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+}
+
+/* etcd's ordering.ErrNoGreaterRev, returned by its proxy as a plain error (status Unknown) */
+#define ERR_NO_GREATER_REV                                                                         \
+    "etcdclient: no cluster members have a revision higher than the previously received "          \
+    "revision"
+
+static int order_of(const char *m)
+{
+    if (strcmp(m, "/etcdserverpb.KV/Range") == 0 || strcmp(m, "/etcdserverpb.KV/Txn") == 0)
+        return 2;
+    if (strcmp(m, "/etcdserverpb.KV/Put") == 0 || strcmp(m, "/etcdserverpb.KV/DeleteRange") == 0)
+        return 1;
+    return 0;
 }
 
 /* libkvclient's I/O thread: hand the outcome to the loop. */
@@ -161,6 +190,67 @@ static void recv_limit(kv_proxy *p, kv_proxy_ev *ev)
     ev->buf_free = dup ? free : NULL;
 }
 
+/* Sends f's request (again) on the upstream client: 0, or a negative libkvclient code with
+ * e set. */
+static int send_up(kv_proxy *p, fwd *f, const uint8_t *msg, size_t len, kvc_error *e)
+{
+    kvc_call_md md;
+    kv_proxy_call_md(f->call, &md);
+    int rc = kvc_call_unary_start(p->up, f->method, msg, len, kv_proxy_call_timeout(p, f->call),
+                                  is_read(f->method) ? KVC_IDEMPOTENT : 0, &md, on_done_io, f,
+                                  &f->up, e);
+    if (rc == 0) {
+        p->unary_pending++;
+        kv_metric_set(p->m_unary_pending, p->unary_pending);
+    }
+    return rc;
+}
+
+/* ev's answer replaced by a status (msg static, not owned). */
+static void ev_set_error(kv_proxy_ev *ev, int code, const char *msg)
+{
+    if (ev->buf_free)
+        ev->buf_free(ev->buf);
+    ev->code = code;
+    ev->buf = (uint8_t *)(uintptr_t)msg;
+    ev->len = strlen(msg);
+    ev->buf_free = NULL;
+}
+
+/* --experimental-serializable-ordering, etcd's ordering.NewKV with its endpoint-switching
+ * violation func, on Range as well as Txn (etcd 3.4's proxy sends its Ranges through the
+ * unordered Do, so only its Txns are ordered): an OK answer raises p->ord_rev to its header
+ * revision; a Range or Txn answered below it (a member behind the one that answered before)
+ * makes the proxy leave that member (kvc_failover) and send the request again, at most once
+ * per endpoint, then is answered ErrNoGreaterRev. Returns 1 when f was sent again (f lives
+ * on), else 0 (ev is f's answer, maybe replaced by that error). */
+static int ordered(kv_proxy *p, fwd *f, kv_proxy_ev *ev)
+{
+    int64_t rev;
+    if (!f->order || ev->code != 0 || kv_proxy_pb_header_revision(ev->buf, ev->len, &rev) < 0)
+        return 0;
+    if (rev >= p->ord_rev || f->order < 2) {
+        if (rev > p->ord_rev)
+            p->ord_rev = rev;
+        return 0;
+    }
+    kv_metric_inc(p->m_ord_violations);
+    if (f->call && f->moves < p->cfg->n_endpoints) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "serializable ordering: answered at revision %lld, %lld seen before",
+                 (long long)rev, (long long)p->ord_rev);
+        kv_proxy_debug(p, "unary %s: %s", f->method, why);
+        kvc_failover(p->up, why);
+        f->moves++;
+        kvc_error e;
+        if (send_up(p, f, f->req, f->req_len, &e) == 0)
+            return 1;
+    }
+    ev_set_error(ev, KV_GRPC_UNKNOWN, ERR_NO_GREATER_REV);
+    return 0;
+}
+
 void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
 {
     fwd *f = ev->target;
@@ -169,6 +259,10 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
     recv_limit(p, ev);
+    if (ordered(p, f, ev)) {
+        kv_proxy_ev_free(ev);
+        return;
+    }
     kv_proxy_debug(p, "unary %s: %s %.200s (%zu bytes)", f->method, kv_grpc_code_name(ev->code),
                    ev->code ? (const char *)ev->buf : "", ev->code ? 0 : ev->len);
     ns_strip(p, f->method, ev);
@@ -187,7 +281,7 @@ void kv_proxy_unary_on_event(kv_proxy *p, kv_proxy_ev *ev)
             kv_grpc_call_finish(f->call, ev->code, (const char *)ev->buf);
         }
     }
-    free(f);
+    fwd_free(f);
     kv_proxy_ev_free(ev);
 }
 
@@ -225,15 +319,23 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
     f->call = call;
     f->ctag = ctag;
     f->method = method;
+    f->order = p->cfg->serializable_ordering ? order_of(method) : 0;
     kvc_error e;
-    kvc_call_md md;
-    kv_proxy_call_md(call, &md);
-    int rc =
-        kvc_call_unary_start(p->up, method, msg, len, kv_proxy_call_timeout(p, call),
-                             is_read(method) ? KVC_IDEMPOTENT : 0, &md, on_done_io, f, &f->up, &e);
+    int rc = 0;
+    if (f->order == 2) { /* kept to be sent again */
+        if (!(f->req = malloc(len ? len : 1)))
+            rc = -KVC_RESOURCE_EXHAUSTED;
+        else if (len)
+            memcpy(f->req, msg, len);
+        f->req_len = len;
+    }
+    if (rc == 0)
+        rc = send_up(p, f, msg, len, &e);
+    else
+        snprintf(e.message, sizeof e.message, "out of memory");
     if (rc != 0) {
         kv_proxy_kvcache_done(p, ctag, KV_GRPC_UNAVAILABLE, NULL, 0);
-        free(f);
+        fwd_free(f);
         if (-rc == KVC_RESOURCE_EXHAUSTED)
             kv_proxy_refuse(p, call, KV_PROXY_REFUSED_PENDING_REQUESTS);
         else
@@ -241,8 +343,6 @@ void kv_proxy_unary_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
         goto out;
     }
     kv_grpc_call_set_data(call, f);
-    p->unary_pending++;
-    kv_metric_set(p->m_unary_pending, p->unary_pending);
     kv_metric_inc(p->m_unary_forwarded);
 out:
     free(nsmsg);
@@ -264,7 +364,7 @@ void kv_proxy_unary_on_cancel(kv_grpc_call *call)
     p->unary_pending--;
     kv_metric_set(p->m_unary_pending, p->unary_pending);
     kv_proxy_kvcache_done(p, f->ctag, KV_GRPC_CANCELLED, NULL, 0);
-    free(f);
+    fwd_free(f);
 }
 
 int kv_proxy_unary_init(kv_proxy *p)
@@ -275,5 +375,10 @@ int kv_proxy_unary_init(kv_proxy *p)
                                           "Unary calls forwarded and not yet answered "
                                           "(bound: --max-pending-requests).",
                                           NULL);
+    p->m_ord_violations = kv_metrics_counter(
+        p->metrics, "kvd_proxy_ordering_violations_total",
+        "Ranges and Txns answered at a revision below one already seen "
+        "(--experimental-serializable-ordering: sent again on the next endpoint).",
+        NULL);
     return 0;
 }

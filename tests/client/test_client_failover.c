@@ -2,7 +2,8 @@
  * test_client_failover.c - endpoints, retries and backoff: a dead endpoint is skipped; on a
  * dropped connection an in-flight put fails (never replayed) while an in-flight read is
  * retried on the new connection; reconnects back off instead of spinning; with keepalive
- * pings on, a hung member (stopped, its connection open) is left for the next endpoint.
+ * pings on, a hung member (stopped, its connection open) is left for the next endpoint;
+ * kvc_failover moves to the next endpoint on request.
  */
 #include "testutil.h"
 
@@ -26,11 +27,11 @@ static void teardown(void)
 
 TestSuite(client_failover, .init = setup, .fini = teardown, .timeout = 90);
 
-Test(client_failover, dead_first_endpoint_is_skipped)
+/* A client of two endpoints, a and b, that has made its first connection by a put of key (a
+ * put is safe there: it reached whichever endpoint answered). */
+static kvc_client *two_endpoint_client(const char *a, const char *b, const char *key)
 {
-    char dead[32];
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", kvt_free_port());
-    const char *eps[] = {dead, srv.endpoint};
+    const char *eps[] = {a, b};
     kvc_config cfg;
     kvc_config_default(&cfg);
     cfg.endpoints = eps;
@@ -38,12 +39,19 @@ Test(client_failover, dead_first_endpoint_is_skipped)
     kvc_client *c;
     cr_assert_eq(kvc_open(&c, &cfg, NULL), 0);
     kvc_error e;
-    /* A put is safe here: it was never sent to the dead endpoint. */
-    cr_assert_eq(kvc_put(c, "f/k", 3, "v", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    cr_assert_eq(kvc_put(c, key, strlen(key), "v", 1, NULL, 5000, NULL, &e), 0, "%s", e.message);
     kvc_stats s;
     kvc_stats(c, &s);
     cr_assert_eq(s.connects, 1);
-    kvc_close(c);
+    return c;
+}
+
+Test(client_failover, dead_first_endpoint_is_skipped)
+{
+    char dead[32];
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", kvt_free_port());
+    /* A put is safe here: it was never sent to the dead endpoint. */
+    kvc_close(two_endpoint_client(dead, srv.endpoint, "f/k"));
 }
 
 struct done {
@@ -298,4 +306,27 @@ Test(client_failover, silent_call_leaves_a_hung_member_by_a_ping, .timeout = 120
     cr_assert_eq(s.connects, 2, "connected to the next endpoint");
     kvc_close(c);
     kvt_server_stop(&srv2);
+}
+
+/* kvc_failover: the client leaves its connection for the next endpoint (here the same server
+ * listed twice) at once when nothing is in flight, and the next call works there; with one
+ * endpoint it is a no-op. */
+Test(client_failover, kvc_failover_moves_to_the_next_endpoint)
+{
+    kvc_client *c = two_endpoint_client(srv.endpoint, srv.endpoint, "f/fo");
+    kvc_error e;
+    kvc_stats s;
+    kvc_failover(c, "test: next endpoint");
+    cr_assert_eq(kvc_get(c, "f/fo", 4, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_stats(c, &s);
+    cr_assert_eq(s.connects, 2, "connects %llu", (unsigned long long)s.connects);
+    kvc_close(c);
+
+    kvc_client *one = kvt_client(srv.endpoint);
+    cr_assert_eq(kvc_get(one, "f/fo", 4, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_failover(one, NULL);
+    cr_assert_eq(kvc_get(one, "f/fo", 4, NULL, 5000, NULL, &e), 0, "%s", e.message);
+    kvc_stats(one, &s);
+    cr_assert_eq(s.connects, 1);
+    kvc_close(one);
 }
