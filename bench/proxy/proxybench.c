@@ -23,6 +23,7 @@
  * deadline) plus agents whose setup failed, over the whole run.
  */
 #include "cluster.h"
+#include "pb_common.h"
 #include "grpc_raw.h"
 #include "harness.h"
 #include "kvt_proc.h"
@@ -49,20 +50,6 @@
 #define PB_PUT_PERIOD_MS 50
 
 /* ---------------------------------------------------------------- common helpers */
-
-static uint64_t pb_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t pb_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 static void pb_raise_nofile(int need)
 {
@@ -289,13 +276,6 @@ struct pb_opts {
     char self[PATH_MAX];
 };
 
-struct pb_proxy {
-    uint16_t port, mport;
-    char ep[64];
-    char log[PATH_MAX];
-    kvt_proc proc;
-};
-
 /* Ordinary client: puts at 1000/PB_PUT_PERIOD_MS per second, latencies in us. */
 struct pb_putter {
     kvc_client *c;
@@ -366,37 +346,6 @@ static double pb_put_phase_end(struct pb_putter *pt)
     return (double)pt->lat[k] / 1000.0;
 }
 
-static double pb_cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static int pb_metric(uint16_t port, const char *name, const char *label, double *v)
-{
-    int status = 0;
-    char *body = NULL;
-    *v = 0;
-    int rc = kv_it_http_get(port, "/metrics", 3000, &status, &body);
-    if (rc == 0 && status != 200)
-        rc = -EPROTO;
-    if (rc == 0)
-        rc = kv_it_metric_sum(body, name, label, v, NULL);
-    free(body);
-    return rc;
-}
-
 static double pb_members_ka_started(const kv_bc_cluster *c)
 {
     double total = 0;
@@ -407,59 +356,6 @@ static double pb_members_ka_started(const kv_bc_cluster *c)
             total += v;
     }
     return total;
-}
-
-/* 1 when the proxy answers a Range within ~1.5 s. */
-static int pb_proxy_ready(const struct pb_proxy *px)
-{
-    static const uint8_t req[] = {0x0a, 8, 'p', 'b', '-', 'r', 'e', 'a', 'd', 'y'};
-    kv_it_grpc *g = NULL;
-    if (kv_it_grpc_open(&g, "127.0.0.1", px->port, 500))
-        return 0;
-    uint8_t *resp = NULL;
-    size_t rl = 0;
-    int status = -1;
-    int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Range", req, sizeof req, &resp, &rl, 1000,
-                             &status, NULL, 0);
-    free(resp);
-    kv_it_grpc_close(g);
-    return rc == 0 && status == 0;
-}
-
-static int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p)
-{
-    char eps[256];
-    snprintf(eps, sizeof eps, "--endpoints=%s,%s,%s", c->m[0].endpoint, c->m[1].endpoint,
-             c->m[2].endpoint);
-    for (int i = 0; i < p; i++) {
-        int rc;
-        do {
-            if ((rc = kvt_port_free(&px[i].port)) || (rc = kvt_port_free(&px[i].mport)))
-                return rc;
-        } while (px[i].port == px[i].mport);
-        snprintf(px[i].ep, sizeof px[i].ep, "127.0.0.1:%u", px[i].port);
-        snprintf(px[i].log, sizeof px[i].log, "%s/proxy%d.log", c->dir, i + 1);
-        char a_l[96], a_m[96];
-        snprintf(a_l, sizeof a_l, "--listen-addr=127.0.0.1:%u", px[i].port);
-        snprintf(a_m, sizeof a_m, "--metrics-addr=http://127.0.0.1:%u", px[i].mport);
-        const char *argv[8] = {c->bin, "grpc-proxy", "start", eps, a_l, a_m, NULL, NULL};
-        if (c->kind == KV_IT_KVD)
-            argv[6] = "--max-connections=200000";
-        kvt_proc_init(&px[i].proc, px[i].log);
-        if ((rc = kvt_proc_spawn(&px[i].proc, argv)))
-            return rc;
-    }
-    for (int i = 0; i < p; i++) {
-        uint64_t deadline = kvt_now_ms() + 20000;
-        while (!pb_proxy_ready(&px[i])) {
-            if (!kvt_proc_alive(&px[i].proc) || kvt_now_ms() > deadline) {
-                fprintf(stderr, "proxy %d not ready (log %s)\n", i + 1, px[i].log);
-                return -ETIMEDOUT;
-            }
-            kvt_sleep_ms(100);
-        }
-    }
-    return 0;
 }
 
 /* Waits until every load process's log has a line starting with word; -ETIMEDOUT/-ECHILD. */
@@ -537,38 +433,16 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
     kvt_proc *lp = calloc(PB_MAX_LOADS, sizeof *lp);
     struct pb_putter *pt = calloc(1, sizeof *pt);
     uint64_t *hist = calloc(PB_HIST_MS, sizeof *hist);
-    char why[1024];
     int rc = -ENOMEM;
     if (!c || !px || !lp || !pt || !hist)
         goto out;
-    if ((rc = kv_bc_cluster_start(c, kind, 3, NULL, 30000, why, sizeof why))) {
-        fprintf(stderr, "cluster: %s\n", why);
-        goto out;
-    }
-    int leader = kv_bc_leader(c);
-    if (leader < 0) {
-        kvt_sleep_ms(2000);
-        leader = kv_bc_leader(c);
-    }
-    if (leader < 0) {
-        rc = leader;
-        fprintf(stderr, "no leader\n");
-        goto out;
-    }
-    if ((rc = pb_start_proxies(c, px, o->p)))
+    int leader;
+    if ((rc = pb_cluster_and_proxies(c, kind, px, o->p, &leader)))
         goto out;
 
     /* Ordinary client on the leader, idle phase. */
-    const char *lep[1] = {c->m[leader].endpoint};
-    kvc_config cfg;
-    kvc_config_default(&cfg);
-    cfg.endpoints = lep;
-    cfg.n_endpoints = 1;
-    kvc_error e;
-    if (kvc_open(&pt->c, &cfg, &e) != 0) {
-        rc = -EIO;
+    if ((rc = pb_client(c->m[leader].endpoint, NULL, &pt->c)))
         goto out;
-    }
     if ((rc = pb_put_phase_start(pt)))
         goto out;
     kvt_sleep_ms((uint32_t)o->idle_s * 1000);
@@ -675,26 +549,6 @@ out:
     free(pt);
     free(hist);
     return rc;
-}
-
-static int pb_cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of field at byte offset off over n results. */
-static double pb_median(const struct pb_result *rs, int n, size_t off)
-{
-    double v[16];
-    int k = 0;
-    for (int i = 0; i < n && k < 16; i++)
-        if (rs[i].ok)
-            v[k++] = *(const double *)((const char *)&rs[i] + off);
-    if (!k)
-        return -1;
-    qsort(v, (size_t)k, sizeof v[0], pb_cmp_d);
-    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
 static void pb_usage(void)
@@ -811,7 +665,7 @@ int main(int argc, char **argv)
                     s += res[k][rep].lost;
                 v[slot] = (double)s;
             } else {
-                v[slot] = pb_median(res[k], o.repeats, rows[i].off);
+                v[slot] = pb_median(res[k], sizeof res[k][0], o.repeats, rows[i].off);
             }
         }
         char ratio[16] = "-";
