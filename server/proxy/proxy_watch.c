@@ -438,6 +438,11 @@ int kv_proxy_watch_init(kv_proxy *p)
                                         "Client watchers that joined an existing upstream "
                                         "watcher.",
                                         NULL);
+    s->m_merged = kv_metrics_counter(m, "kvd_proxy_watch_merged_total",
+                                     "Upstream watchers merged into another of their key and "
+                                     "range that had delivered exactly as far (its receivers "
+                                     "moved, it was canceled).",
+                                     NULL);
     s->m_up_opened = kv_metrics_counter(m, "kvd_proxy_watch_upstream_streams_opened_total",
                                         "Upstream Watch streams opened.", NULL);
     s->m_up_streams = kv_metrics_gauge(m, "kvd_proxy_watch_upstream_streams",

@@ -133,7 +133,7 @@ typedef struct kv_proxy_watch {
     kv_list dead, ready; /* pw_cs.dlink: deferred ends and unblocked streams */
     int depth;           /* nesting of entry points; deferred work runs at depth 0 */
     kv_metric *m_streams, *m_watchers, *m_bcasts, *m_coalesced, *m_up_opened, *m_up_streams,
-        *m_resumed, *m_up_cap;
+        *m_resumed, *m_up_cap, *m_merged;
 } kv_proxy_watch;
 
 /* proxy_watch_up.c */

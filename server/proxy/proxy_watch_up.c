@@ -19,6 +19,8 @@
  *   with header revision last_rev: every later event follows), or
  *   start_revision > last_rev (events below it are dropped for that watcher). A
  *   start_revision <= last_rev would need history: own upstream watcher.
+ * Two upstream watchers of one key that have delivered exactly as far merge (merge): the
+ * receivers of the one that just got there move to the other, and it is canceled upstream.
  * Options that change the events (prev_kv, filters, progress_notify) are not part of the
  * sharing key, as in etcd's proxy: the upstream watcher asks prev_kv and progress
  * notifications always and no filter, and each receiver gets its own view (fan_out: one pack
@@ -876,6 +878,37 @@ static void fan_out(pw_bc *bc, Etcdserverpb__WatchResponse *r)
         free(forms[i].buf);
 }
 
+/* Two upstream watchers of one key, range, token and hasleader that have delivered exactly
+ * as far (the same last_rev and n_last: the same prefix of one event stream, the order of a
+ * revision's events being the member's) deliver the same events from there on. So once bc
+ * reaches where another one stands, bc's receivers move to it (each keeps its own nextrev and
+ * options) and bc is canceled upstream: etcd's proxy merges broadcasts the same way
+ * (watch_broadcasts.go coalesce), there only while the one merged has fewer than 5
+ * receivers. Neither may have resume repeats pending (skip_n) or be between streams. */
+static void merge(kv_proxy_watch *s, pw_bc *bc)
+{
+    if (!bc->has_id || bc->skip_n || !s->kcap)
+        return;
+    for (pw_bc *o = s->ktab[bc->khash & (s->kcap - 1)]; o; o = o->knext) {
+        if (o == bc || o->orphan || !o->has_id || o->skip_n || o->last_rev != bc->last_rev ||
+            o->n_last != bc->n_last || o->oklen != bc->oklen ||
+            memcmp(o->okey, bc->okey, bc->oklen) != 0)
+            continue;
+        while (!kv_list_empty(&bc->rcv)) {
+            pw_w *w = kv_list_data(bc->rcv.next, pw_w, blink);
+            kv_list_remove(&w->blink);
+            kv_list_insert_tail(&o->rcv, &w->blink);
+            w->bc = o;
+            o->n_rcv++;
+        }
+        bc->n_rcv = 0;
+        o->current |= bc->current;
+        kv_metric_inc(s->m_merged);
+        bc_drop(s, bc);
+        return;
+    }
+}
+
 static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse *r)
 {
     pw_bc *bc = itab_get(u, r->watch_id);
@@ -913,6 +946,7 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
         bc->current = 1;
     fan_out(bc, r);
     r->n_events = n0;
+    merge(s, bc);
 }
 
 static void up_refused(kv_proxy_watch *s, pw_up *u, int code, const char *msg);

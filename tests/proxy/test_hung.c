@@ -109,6 +109,8 @@ Test(proxy_hung, upstream_member_is_left_by_keepalive_pings, .fini = fini, .time
  * the member is stalled. */
 Test(proxy_hung, stalled_member_is_left_by_the_probe, .fini = fini, .timeout = 300)
 {
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD) /* SIGUSR1 would end an etcd member */
+        cr_skip_test("kvd's --enable-failpoints and kvd's proxy (etcd 3.4's has no probe)");
     const char *probe = getenv("PX_TEST_PROBE_INTERVAL"); /* "0": the control, by hand */
     char flag[64];
     snprintf(flag, sizeof flag, "--upstream-probe-interval=%s", probe ? probe : "2s");

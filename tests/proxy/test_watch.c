@@ -25,7 +25,10 @@
  *     after a kill -9 of that member the learned limit goes back to the flag's and the 1,000
  *     resume on one upstream stream of the next member (kvd's default limit);
  *   - a watcher that asks for fragments shares the upstream watcher of one that does not, and
- *     gets a 2.1 MB response split at 1.5 MiB as a member would split it.
+ *     gets a 2.1 MB response split at 1.5 MiB as a member would split it;
+ *   - a current watcher joins an upstream watcher begun in the history once that one showed it
+ *     caught up; two history watchers' upstream watchers merge once they stand at one
+ *     revision.
  */
 #include "px_util.h"
 
@@ -309,7 +312,8 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
         cr_assert_eq(j->w[0].revs[e], revs[NPUT / 2 + e], "joiner event %d", e);
 
     /* a watcher from the history (start_revision of put 41 <= the delivered revision) gets
-     * its own upstream watcher and exactly the puts from there on */
+     * its own upstream watcher and exactly the puts from there on; once it has caught up to
+     * where the shared one stands, the two merge */
     static conn h[1];
     conn_open(&h[0]);
     send_create(&h[0], "k", NULL, 0, revs[40]);
@@ -320,7 +324,8 @@ Test(proxy_watch, hundred_watchers_share_one_upstream_watcher, .fini = fini, .ti
     cr_assert_eq(h[0].w[0].n, NPUT - 40, "history watcher: %d events", h[0].w[0].n);
     for (int e = 0; e < NPUT - 40; e++)
         cr_assert_eq(h[0].w[0].revs[e], revs[40 + e]);
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 2);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1, "not merged");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_merged_total"), 1);
     conn_close(&h[0]);
 
     /* a WatchProgressRequest is answered from what was delivered */
@@ -388,6 +393,27 @@ static int gauge_is(const char *series, double want, uint32_t ms)
     return px_metric(&g_x, series) == want;
 }
 
+/* A one-member cluster and the proxy (no range cache), a client of the member in *direct, and
+ * 10 puts of key, their revisions in revs[0..10). */
+static void ten_puts(const char *key, kvc_client **direct, int64_t *revs)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    *direct = px_client(g_c.m[0].endpoint);
+    for (int i = 0; i < 10; i++)
+        revs[i] = put(*direct, key, i);
+}
+
+/* A new connection to the proxy with one watcher of key from revision start, created, and its
+ * first `want` events. */
+static void history_watcher(conn *h, const char *key, int64_t start, int want)
+{
+    conn_open(h);
+    send_create(h, key, NULL, 0, start);
+    pump_until(h, 1, created_cb, 0, 5000, "a history watcher's Created");
+    pump_until(h, 1, all_have, want, 5000, "a history watcher's events");
+}
+
 /* A watcher from the current revision joins an upstream watcher that began in the history once
  * that one has shown it caught up, as etcd's proxy merges a broadcast that reached the
  * others' revision. The history watcher's catch-up ends below the member's revision (a put of
@@ -399,12 +425,11 @@ static int gauge_is(const char *series, double want, uint32_t ms)
  * lived. */
 Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fini, .timeout = 180)
 {
-    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
-    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's proxy (etcd 3.4's merges broadcasts later, its own way)");
+    kvc_client *direct;
     int64_t revs[10];
-    for (int i = 0; i < 10; i++)
-        revs[i] = put(direct, "hk", i);
+    ten_puts("hk", &direct, revs);
     int64_t other = put(direct, "other", 0);
     /* the member's watch hub has made `other` visible (its event reached a watcher from that
      * revision): the history watcher's catch-up responses carry it as their header revision */
@@ -422,10 +447,7 @@ Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fin
     kvc_watch_cancel(ow);
 
     static conn h[3];
-    conn_open(&h[0]);
-    send_create(&h[0], "hk", NULL, 0, revs[2]);
-    pump_until(h, 1, created_cb, 0, 5000, "the history watcher's Created");
-    pump_until(h, 1, all_have, 8, 5000, "the history watcher's 8 events");
+    history_watcher(&h[0], "hk", revs[2], 8);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1);
     double coalesced0 = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
 
@@ -467,6 +489,44 @@ Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fin
     cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
     conn_close(&h[0]);
     conn_close(&h[2]);
+    kvc_close(direct);
+}
+
+/* Two watchers of one key from two past revisions: the second starts below where the first
+ * has delivered, so it gets an upstream watcher of its own. Once its catch-up reaches the
+ * revision the first one stands at, the two merge (etcd's proxy coalesces broadcasts the same
+ * way): 1 upstream watcher, 1 at the member, and each client watcher gets every later put
+ * exactly once. Before, both upstream watchers lived as long as their client watchers. */
+Test(proxy_watch, history_watchers_merge_at_one_revision, .fini = fini, .timeout = 180)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's proxy (etcd 3.4's merges only broadcasts of under 5 receivers)");
+    kvc_client *direct;
+    int64_t revs[12];
+    ten_puts("mk", &direct, revs);
+    static conn h[2];
+    history_watcher(&h[0], "mk", revs[2], 8);
+    history_watcher(&h[1], "mk", revs[5], 5);
+    cr_assert(gauge_is("kvd_proxy_watch_upstream_watchers", 1, 5000),
+              "the two upstream watchers did not merge: %.0f",
+              px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"));
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_merged_total"), 1);
+    revs[10] = put(direct, "mk", 10);
+    revs[11] = put(direct, "mk", 11);
+    pump_until(&h[0], 1, all_have, 10, 5000, "the first watcher's 10 events");
+    pump_until(&h[1], 1, all_have, 7, 5000, "the second watcher's 7 events");
+    kvt_sleep_ms(200);
+    pump(h, 2);
+    cr_assert_eq(h[0].w[0].n, 10, "first watcher: %d events", h[0].w[0].n);
+    cr_assert_eq(h[1].w[0].n, 7, "second watcher: %d events", h[1].w[0].n);
+    for (int e = 0; e < 10; e++)
+        cr_assert_eq(h[0].w[0].revs[e], revs[2 + e]);
+    for (int e = 0; e < 7; e++)
+        cr_assert_eq(h[1].w[0].revs[e], revs[5 + e]);
+    cr_assert_eq(h[0].bad + h[1].bad, 0);
+    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
+    conn_close(&h[0]);
+    conn_close(&h[1]);
     kvc_close(direct);
 }
 
