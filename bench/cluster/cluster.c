@@ -48,19 +48,18 @@ static int spawn(kv_bc_member *m, const char *const *argv)
     return kvt_proc_spawn(&m->proc, argv);
 }
 
-/* 1 if m answers a linearizable Range within ~1.5 s. */
-static int member_ready(const kv_bc_member *m)
+int kv_bc_answers_range(uint16_t port, int *status)
 {
     /* RangeRequest{key="kvbc-ready"}: field 1 (bytes) */
     static const uint8_t req[] = {0x0a, 10, 'k', 'v', 'b', 'c', '-', 'r', 'e', 'a', 'd', 'y'};
     kv_it_grpc *g = NULL;
-    if (kv_it_grpc_open(&g, "127.0.0.1", m->client_port, 500))
+    if (kv_it_grpc_open(&g, "127.0.0.1", port, 500))
         return 0;
     uint8_t *resp = NULL;
     size_t rl = 0;
-    int status = -1;
+    *status = -1;
     int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Range", req, sizeof(req), &resp, &rl, 1000,
-                             &status, NULL, 0);
+                             status, NULL, 0);
     free(resp);
     kv_it_grpc_close(g);
     return rc == 0;
@@ -173,7 +172,8 @@ static int wait_ready(kv_bc_cluster *c, uint32_t timeout_ms, char *why, size_t w
                 snprintf(why, why_cap, "member %s exited; its log: %s", m->name, head);
                 return -ECHILD;
             }
-            if (!ready[i] && member_ready(m)) {
+            int st;
+            if (!ready[i] && kv_bc_answers_range(m->client_port, &st)) {
                 ready[i] = 1;
                 n_ready++;
             }

@@ -94,6 +94,10 @@ int kv_bc_leader(const kv_bc_cluster *c);
  * KV_TEST_KEEP_DIRS=1). */
 void kv_bc_cluster_destroy(kv_bc_cluster *c);
 
+/* 1 if the server at 127.0.0.1:port answers a linearizable Range within ~1.5 s (a member, or
+ * a grpc-proxy in front of one), with its gRPC status in *status; else 0. */
+int kv_bc_answers_range(uint16_t port, int *status);
+
 /* Number of members still running. */
 int kv_bc_cluster_alive(kv_bc_cluster *c);
 

@@ -59,23 +59,6 @@ int pb_metric(uint16_t port, const char *name, const char *label, double *v)
     return rc;
 }
 
-/* 1 when the proxy answers a Range within ~1.5 s. */
-static int pb_proxy_ready(const struct pb_proxy *px)
-{
-    static const uint8_t req[] = {0x0a, 8, 'p', 'b', '-', 'r', 'e', 'a', 'd', 'y'};
-    kv_it_grpc *g = NULL;
-    if (kv_it_grpc_open(&g, "127.0.0.1", px->port, 500))
-        return 0;
-    uint8_t *resp = NULL;
-    size_t rl = 0;
-    int status = -1;
-    int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Range", req, sizeof req, &resp, &rl, 1000,
-                             &status, NULL, 0);
-    free(resp);
-    kv_it_grpc_close(g);
-    return rc == 0 && status == 0;
-}
-
 int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p)
 {
     char eps[256];
@@ -101,7 +84,8 @@ int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p)
     }
     for (int i = 0; i < p; i++) {
         uint64_t deadline = kvt_now_ms() + 20000;
-        while (!pb_proxy_ready(&px[i])) {
+        int st = -1;
+        while (!kv_bc_answers_range(px[i].port, &st) || st != 0) {
             if (!kvt_proc_alive(&px[i].proc) || kvt_now_ms() > deadline) {
                 fprintf(stderr, "proxy %d not ready (log %s)\n", i + 1, px[i].log);
                 return -ETIMEDOUT;

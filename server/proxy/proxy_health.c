@@ -177,11 +177,11 @@ void kv_proxy_probe_on_event(kv_proxy *p, kv_proxy_ev *ev)
      * leader, the connection lost) or no answer at all. Any other answer came from a member
      * that serves (an auth refusal: with auth on, the token-less read is refused before the
      * read barrier, so the probe tells nothing then); CANCELLED: the proxy is stopping. */
+    /* a linearizable read: a floor for --experimental-serializable-ordering */
     int64_t rev;
     if (ev->code == 0 && kv_proxy_pb_header_revision(ev->buf, ev->len, &rev) == 0 &&
         rev > p->ord_rev)
-        p->ord_rev =
-            rev; /* a linearizable read: a floor for --experimental-serializable-ordering */
+        p->ord_rev = rev;
     int failed = ev->code == KV_GRPC_UNAVAILABLE || ev->code == KV_GRPC_DEADLINE_EXCEEDED;
     if (failed && !p->stopping)
         kv_metric_inc(p->m_probe_failures);
