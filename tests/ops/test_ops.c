@@ -455,6 +455,7 @@ typedef struct snapper {
     int rounds, ok, tried;
     atomic_int done;
     uint64_t ms;
+    char why[512]; /* the first failed save: how long it took, its exit and stderr's tail */
 } snapper;
 
 static void *snapper_main(void *p)
@@ -473,10 +474,18 @@ static void *snapper_main(void *p)
     for (int i = 0; i < sn->rounds || kv_it_now_ms() - t0 < 2000; i++) {
         kv_it_cmd_result r;
         memset(&r, 0, sizeof r);
+        uint64_t s0 = kv_it_now_ms();
         if (kv_it_ctl(sn->s, kvctl_bin, NULL, 60000, &r, "--command-timeout=60s", "snapshot",
                       "save", f, NULL) == 0 &&
             r.exit_code == 0)
             sn->ok++;
+        else if (sn->why[0] == 0) {
+            size_t el = r.err ? strlen(r.err) : 0;
+            snprintf(sn->why, sizeof sn->why, "save %d after %llu ms, exit %d%s: %s", i,
+                     (unsigned long long)(kv_it_now_ms() - s0), r.exit_code,
+                     r.timed_out ? " (killed at the timeout)" : "",
+                     el > 400 ? r.err + el - 400 : (r.err ? r.err : ""));
+        }
         kv_it_cmd_result_free(&r);
         sn->tried++;
     }
@@ -540,7 +549,22 @@ Test(ops, snapshot_does_not_stall_writes_or_keepalives, .timeout = 180)
     pthread_join(ts, NULL);
     pthread_join(tw, NULL);
     kvli_ka_close(ka);
-    cr_assert_eq(sn.ok, sn.tried, "snapshot save failed");
+    if (sn.ok != sn.tried) { /* what the member says about its snapshots, for the failure */
+        char *slog = NULL;
+        kv_it_server_log(&s, &slog);
+        for (char *l = slog ? strstr(slog, "snapshot") : NULL; l; l = strstr(l + 1, "snapshot")) {
+            char *b = l, *e = strchr(l, '\n');
+            while (b > slog && b[-1] != '\n')
+                b--;
+            cr_log_info("member: %.*s", (int)(e ? e - b : (long)strlen(b)), b);
+            if (!e)
+                break;
+            l = e;
+        }
+        free(slog);
+    }
+    cr_assert_eq(sn.ok, sn.tried, "snapshot save failed (%d of %d): %s", sn.tried - sn.ok, sn.tried,
+                 sn.why);
     if (sn.tried == 0) {
         cr_log_info("baseline without snapshots: %llu puts in %llu ms, put max %llu ms",
                     (unsigned long long)w.puts, (unsigned long long)sn.ms,
