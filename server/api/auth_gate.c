@@ -26,7 +26,10 @@
  * Not gated (as etcd): LeaseKeepAlive, LeaseLeases, Status, MemberList.
  *
  * Checked when the request arrives, against the committed auth state; a linearizable Range
- * whose ReadIndex barrier saw an auth change become visible is checked again after it
+ * refused there is answered only after its ReadIndex barrier, checked again (etcd's order,
+ * v3_server.go Range: a token-less read through a member that does not serve times out as
+ * anyone's does, which the grpc-proxy's probe relies on); one whose ReadIndex barrier saw an
+ * auth change become visible is checked again after it
  * (kv_auth_recheck, as etcd's doSerialize), so a token or permission taken away by an
  * acknowledged write is refused through a follower that had not applied it yet. Auth
  * changes are answered only once committed (node_apply.c early_ok). A Put, DeleteRange,
@@ -244,13 +247,15 @@ static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateReques
         kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
 }
 
-/* 0: pass on to the method; 1: answered (or, for Watch, handled). */
-static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
+/* 0: pass on to the method; 1: answered (or, for Watch, handled); 2: a linearizable Range
+ * refused at arrival, passed on so that the refusal is answered after the read barrier
+ * (auth_srv.h cur_denied). */
+static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len, int arrival)
 {
     kv_auth_caller c;
     if (kv_auth_caller_begin(call, &c))
         return 1;
-    int err = 0, handled = 0;
+    int err = 0, handled = 0, linearizable = 0;
     if (!c.enabled || g == G_TOKEN)
         goto out;
     if (g == G_ADMIN) {
@@ -261,8 +266,10 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     switch (g) {
     case G_RANGE: {
         Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
-        if (r) /* undecodable: the method answers its own error */
+        if (r) { /* undecodable: the method answers its own error */
             ok = MAY(&c, KV_PERM_READ, r->key, r->range_end);
+            linearizable = !r->serializable;
+        }
         etcdserverpb__range_request__free_unpacked(r, NULL);
         break;
     }
@@ -338,9 +345,13 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
     default:
         break;
     }
+    kv_api *srv = kv_grpc_call_app(call);
+    if (!ok && arrival && linearizable && srv->peers != NULL && srv->node != NULL) {
+        handled = 2; /* etcd's order: the barrier, then the refusal */
+        goto out;
+    }
     if (!ok)
         err = kv_auth_caller_deny_err(&c);
-    kv_api *srv = kv_grpc_call_app(call);
     if (!err && !handled && srv->auth &&
         (g == G_PUT || g == G_DELETE || g == G_TXN || g == G_LEASE_REVOKE)) {
         /* etcd's request header: the write is re-checked at apply against this revision */
@@ -366,16 +377,19 @@ static void gated_on_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     kv_api *s = kv_grpc_call_app(call);
     uint64_t gen = s->node ? kv_node_auth_generation(s->node) : 0;
-    if (gate(call, gate_of(path), msg, len))
+    int g = gate(call, gate_of(path), msg, len, 1);
+    if (g == 1)
         return;
     if (s->auth) {
         s->auth->cur_gated = true;
         s->auth->cur_gen = gen;
+        s->auth->cur_denied = g == 2;
     }
     m->on_message(call, msg, len); /* synchronous: proposes with s->auth->cur_* */
     if (s->auth) {
         s->auth->cur_revision = 0;
         s->auth->cur_gated = false;
+        s->auth->cur_denied = false;
     }
 }
 
@@ -384,7 +398,7 @@ int kv_auth_recheck(kv_grpc_call *call, const uint8_t *msg, size_t len)
     enum gate g = gate_of(kv_grpc_call_method(call));
     if (g != G_RANGE)
         return 0; /* msg is a Range's own request only there (writes: checked at apply) */
-    return gate(call, g, msg, len);
+    return gate(call, g, msg, len, 0);
 }
 
 void kv_auth_wrap_methods(kv_grpc_method *methods, size_t n)

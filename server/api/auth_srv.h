@@ -76,6 +76,13 @@ typedef struct kv_auth {
      * served after a barrier at another generation is checked again (kv_auth_recheck). */
     bool cur_gated;
     uint64_t cur_gen;
+    /* The gated call being handled is a linearizable Range the gate refused (anonymous, or
+     * no read permission): etcd (v3_server.go Range) answers that refusal only after the
+     * ReadIndex barrier, so a token-less read through a member that cannot serve is answered
+     * "request timed out" or "no leader", not "user name is empty" (the grpc-proxy's probe
+     * relies on it). Set around the method's on_message; the Range takes the barrier path
+     * (service_kv.c) and read_req.c checks again after it (kv_auth_recheck). */
+    bool cur_denied;
 } kv_auth;
 
 /* Starts the state (tokens, hash worker, sweep timer) from srv->cfg. 0 or negative errno. */

@@ -21,6 +21,7 @@ typedef struct read_req {
     kv_result res;
     int point;         /* after the barrier: run inline */
     int recheck;       /* passed the auth gate at arrival (auth_srv.h cur_gated) */
+    int denied;        /* refused by it, answered after the barrier (auth_srv.h cur_denied) */
     uint64_t auth_gen; /* ... at this auth generation */
     size_t len;
     uint8_t msg[]; /* copy of the request message */
@@ -124,9 +125,9 @@ static void on_read_index(void *arg, int status)
         return;
     }
     kv_api *s = kv_grpc_call_app(call);
-    if (r->recheck && s->auth && kv_node_auth_generation(s->node) != r->auth_gen &&
+    if (s->auth && (r->denied || (r->recheck && kv_node_auth_generation(s->node) != r->auth_gen)) &&
         kv_auth_recheck(call, r->msg, r->len)) {
-        free(r); /* answered: the caller lost its right while the barrier ran */
+        free(r); /* answered: refused at arrival, or the caller lost its right meanwhile */
         return;
     }
     if (r->point || s->read_pool == NULL) {
@@ -174,6 +175,7 @@ static void read_after(kv_grpc_call *call, kv_read_fn fn, const uint8_t *msg, si
     r->point = point;
     r->recheck = s->auth && s->auth->cur_gated;
     r->auth_gen = s->auth ? s->auth->cur_gen : 0;
+    r->denied = s->auth && s->auth->cur_denied;
     r->len = len;
     if (len)
         memcpy(r->msg, msg, len);

@@ -175,8 +175,8 @@ void kv_proxy_probe_on_event(kv_proxy *p, kv_proxy_ev *ev)
     p->probe_inflight = 0;
     /* Only a member that did not serve the read counts: UNAVAILABLE (request timed out, no
      * leader, the connection lost) or no answer at all. Any other answer came from a member
-     * that serves (an auth refusal: with auth on, the token-less read is refused before the
-     * read barrier, so the probe tells nothing then); CANCELLED: the proxy is stopping. */
+     * that serves (an auth refusal: with auth on, a member refuses the token-less read only
+     * after its read barrier, server/api/auth_gate.c); CANCELLED: the proxy is stopping. */
     /* a linearizable read: a floor for --experimental-serializable-ordering */
     int64_t rev;
     if (ev->code == 0 && kv_proxy_pb_header_revision(ev->buf, ev->len, &rev) == 0 &&

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,15 @@ static int range_tok(int i, const char *token, const char *key, char *msg, size_
     Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
     r.key.data = (uint8_t *)key;
     r.key.len = strlen(key);
+    return call_tok(i, "/etcdserverpb.KV/Range", &r.base, token, NULL, NULL, msg, cap);
+}
+
+static int range_serializable(int i, const char *token, const char *key, char *msg, size_t cap)
+{
+    Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
+    r.key.data = (uint8_t *)key;
+    r.key.len = strlen(key);
+    r.serializable = 1;
     return call_tok(i, "/etcdserverpb.KV/Range", &r.base, token, NULL, NULL, msg, cap);
 }
 
@@ -495,6 +505,46 @@ Test(auth_cluster, auth_change_seen_at_once_through_a_stalled_follower, .fini = 
     cr_assert_eq(call_change_password(f, root_tok, "ann", "annpw3", msg, sizeof msg), 0, "%s", msg);
     cr_assert_eq(put_tok(f, tok3, "/x", msg, sizeof msg), 16, "follower: %s", msg);
     cr_assert_str_eq(msg, "etcdserver: invalid auth token");
+}
+
+/* etcd answers an auth refusal of a linearizable Range only after the ReadIndex barrier
+ * (v3_server.go Range: linearizableReadNotify, then doSerialize's check). So a token-less
+ * linearizable read through a member that does not serve is answered as anyone's read there,
+ * "request timed out", and a token-less reader learns that the member is useless: the
+ * grpc-proxy's upstream probe is one (docs/proxy.md). A follower's raft is stalled (SIGUSR1,
+ * --enable-failpoints) after a put: a serializable token-less Range is refused at once, the
+ * linearizable one times out; resumed, the linearizable one is refused again. Before the
+ * change, kvd refused both at arrival ("user name is empty" through the stalled member). */
+Test(auth_cluster, anonymous_linearizable_read_is_refused_after_the_barrier, .fini = fini_conns,
+     .timeout = 300)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD) /* SIGUSR1 would end an etcd member */
+        cr_skip_test("kvd's --enable-failpoints");
+    start_auth_cluster();
+    int l = kvt_cluster_wait_leader(&g_c, 30000, NULL);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    char tok[128], msg[256];
+    cr_assert_eq(auth_on(l, "ann", "annpw", tok, sizeof tok), 0);
+    cr_assert_eq(range_tok(f, NULL, "/t/k", msg, sizeof msg), 3, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: user name is empty");
+    cr_assert_eq(kill(g_c.m[f].proc.pid, SIGUSR1), 0, "stall m%d", f);
+    kvt_sleep_ms(200); /* the member's loop takes the signal */
+    cr_assert_eq(put_tok(l, tok, "/t/k", msg, sizeof msg), 0, "put on the leader: %s", msg);
+    cr_assert_eq(range_serializable(f, NULL, "/t/k", msg, sizeof msg), 3, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: user name is empty");
+    uint64_t t0 = kvt_now_ms();
+    int st = range_tok(f, NULL, "/t/k", msg, sizeof msg);
+    uint64_t waited = kvt_now_ms() - t0;
+    kill(g_c.m[f].proc.pid, SIGUSR1); /* resume */
+    cr_assert_eq(st, 14, "a token-less linearizable Range through the stalled member: %d %s", st,
+                 msg);
+    cr_assert_str_eq(msg, "etcdserver: request timed out");
+    cr_assert_geq(waited, 1000, "answered after %llu ms: not after the barrier's wait",
+                  (unsigned long long)waited);
+    cr_assert_eq(poll_status(3, range_tok, f, NULL, "/t/k", msg, sizeof msg), 3, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: user name is empty");
+    cr_assert_eq(range_tok(f, tok, "/t/k", msg, sizeof msg), 0, "ann after the resume: %s", msg);
 }
 
 /* ---- JWT tokens (--auth-token jwt,..., server/auth/auth_jwt.h) ---- */

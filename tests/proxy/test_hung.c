@@ -3,7 +3,7 @@
  * proxy's streams) and no lease kept alive through the proxy, so the renewal watchdog
  * (proxy_failover hung_upstream_member_is_left) has nothing to see. Only the upstream
  * connection's keepalive pings can tell. Not RUN_SERIAL: one bound, 20 s for an expected
- * 12 s; stalled_member_is_left_by_the_probe: 25 s for about 9 s.
+ * 12 s; stalled_member_is_left_by_the_probe(_with_auth_on): 25 s for about 9 s.
  */
 #include "px_util.h"
 
@@ -153,4 +153,55 @@ Test(proxy_hung, stalled_member_is_left_by_the_probe, .fini = fini, .timeout = 3
     cr_assert_eq(pings, 0, "the stalled member answered the PINGs: %.0f ping timeouts", pings);
     kvc_watch_cancel(wt);
     kvc_close(cl);
+}
+
+/* etcdctl through the proxy; fails the test unless it exits 0. */
+static void ctl_ok(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    kvt_cmd_result r;
+    cr_assert_eq(px_ctl(&g_x, 15000, &r, a1, a2, a3, a4, NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "etcdctl %s %s: %s %s", a1, a2, r.out, r.err);
+    kvt_cmd_result_free(&r);
+}
+
+/* The same stall with auth on. The probe carries no token, so the member refuses it ("user
+ * name is empty"), but only after its read barrier, as etcd does (server/api/auth_gate.c): a
+ * stalled member answers it "request timed out", and the proxy leaves it. Before that order,
+ * the refusal came at once from the stalled member too and the probe told nothing. */
+Test(proxy_hung, stalled_member_is_left_by_the_probe_with_auth_on, .fini = fini, .timeout = 300)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD) /* SIGUSR1 would end an etcd member */
+        cr_skip_test("kvd's --enable-failpoints and kvd's proxy (etcd 3.4's has no probe)");
+    const char *const extra[] = {"--upstream-probe-interval=1s", NULL};
+    int stalled, leader;
+    cr_assert_eq(px_start_on_follower(&g_x, &g_c, extra, &stalled, &leader), 0,
+                 "cluster and proxy");
+    ctl_ok("user", "add", "root:rootpw", NULL);
+    ctl_ok("user", "grant-role", "root", "root");
+    ctl_ok("auth", "enable", NULL, NULL);
+    /* probes answered with auth on: refused, not failed */
+    double probes0 = px_metric(&g_x, "kvd_proxy_upstream_probes_total");
+    uint64_t end = kvt_now_ms() + 10000;
+    while (px_metric(&g_x, "kvd_proxy_upstream_probes_total") < probes0 + 2 && kvt_now_ms() < end)
+        kvt_sleep_ms(100);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_upstream_probe_failures_total"), 0,
+                 "a probe failed with auth on before the stall");
+    double connects0 = px_metric(&g_x, "kvd_proxy_upstream_connects_total");
+
+    cr_assert_eq(kill(g_c.m[stalled].proc.pid, SIGUSR1), 0, "stall m%d", stalled);
+    uint64_t t0 = kvt_now_ms();
+    end = t0 + 25000;
+    double failures = 0, connects = connects0;
+    while ((failures < 1 || connects <= connects0) && kvt_now_ms() < end) {
+        kvt_sleep_ms(200);
+        failures = px_metric(&g_x, "kvd_proxy_upstream_probe_failures_total");
+        connects = px_metric(&g_x, "kvd_proxy_upstream_connects_total");
+    }
+    fprintf(stderr,
+            "proxy_hung: auth on, member m%d stalled: probe failures %.0f, connects %.0f -> %.0f "
+            "after %llu ms\n",
+            stalled, failures, connects0, connects, (unsigned long long)(kvt_now_ms() - t0));
+    kill(g_c.m[stalled].proc.pid, SIGUSR1); /* resume, so the cluster stops cleanly */
+    cr_assert_geq(failures, 1, "with auth on, no probe failed through the stalled member");
+    cr_assert_gt(connects, connects0, "the proxy did not leave the stalled member");
 }
