@@ -234,6 +234,8 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
 {
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
     int rc = 0;
+    extern char **environ;
+    char **env = environ; /* or env_merge's copy until the fork */
     memset(res, 0, sizeof(*res));
     /* A command that exits without reading its stdin must not kill us with SIGPIPE. */
     struct sigaction old_pipe;
@@ -249,6 +251,14 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
         rc = -errno;
         goto fail;
     }
+    /* The environment is built here, before the fork: the child of a process with other
+     * threads may only call async-signal-safe functions until it execs. An allocation there
+     * (putenv's, before) can block forever on a malloc lock another thread held at the fork
+     * (seen under ASan: a kvctl snapshot save that never started, killed at its timeout). */
+    if (env_add && env_add[0] && !(env = env_merge(env_add))) {
+        rc = -ENOMEM;
+        goto fail;
+    }
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -262,12 +272,13 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
         dup2(pin[0], 0);
         dup2(pout[1], 1);
         dup2(perr[1], 2);
-        for (int i = 0; env_add && env_add[i]; i++)
-            putenv((char *)env_add[i]);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        execve(argv[0], (char *const *)argv, env);
+        dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    if (env != environ)
+        free(env);
+    env = environ;
     close(pin[0]);
     close(pout[1]);
     close(perr[1]);
@@ -353,6 +364,8 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
     }
     res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 fail:
+    if (env != environ)
+        free(env);
     for (int i = 0; i < 2; i++) {
         if (pin[i] >= 0)
             close(pin[i]);
