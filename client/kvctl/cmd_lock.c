@@ -5,6 +5,7 @@
  * ours, newest first. Holding the lock: prints the key (as `get`), runs the command with
  * ETCD_LOCK_KEY / ETCD_LOCK_REV and unlocks, or waits for SIGINT/SIGTERM and unlocks.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "session.h"
+#include "spawn.h"
 
 struct mutex {
     char *pfx; /* "<name>/" */
@@ -75,22 +77,16 @@ static int run_cmd(char **args, const struct mutex *m)
     char kenv[4200], renv[64];
     snprintf(kenv, sizeof kenv, "ETCD_LOCK_KEY=%s", m->key);
     snprintf(renv, sizeof renv, "ETCD_LOCK_REV=%" PRId64, m->hdr_rev);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t set;
-        sigemptyset(&set);
-        pthread_sigmask(SIG_SETMASK, &set, NULL);
-        putenv(kenv);
-        putenv(renv);
-        execvp(args[0], args);
-        fprintf(stderr, "Error: exec: \"%s\": executable file not found in $PATH\n", args[0]);
-        _exit(1);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    const char *const env[] = {kenv, renv, NULL};
+    int exec_errno = 0;
+    int st = kvctl_spawn_wait(args, env, &exec_errno);
+    if (exec_errno) /* etcdctl: exec.LookPath's error, exit 1 */
+        return kvctl_fail(KVCTL_EXIT_ERROR, "exec: \"%s\": executable file not found in $PATH",
+                          args[0]);
+    if (st < 0)
+        return kvctl_fail(KVCTL_EXIT_ERROR, "fork/exec %s: %s", args[0], strerror(errno));
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return code ? kvctl_fail(KVCTL_EXIT_ERROR, "exit status %d", code) : 0;
 }
 
 int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv)
@@ -146,14 +142,10 @@ int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv)
         }
         for (size_t i = 2; i < np; i++)
             args[i - 2] = pos[i];
-        int st = run_cmd(args, &m);
+        int st = run_cmd(args, &m); /* 0, or the error it printed */
         free(args);
         int urc = unlock(k, c, &m);
-        if (st != 0) {
-            rc = kvctl_fail(KVCTL_EXIT_ERROR, "exit status %d", st);
-            goto out;
-        }
-        rc = urc;
+        rc = st ? st : urc;
         goto out;
     }
     if (kvctl_print_key(k, m.key) < 0) {

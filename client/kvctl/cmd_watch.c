@@ -20,6 +20,7 @@
 #include "out.h"
 #include "print_fields.h"
 #include "print_kv.h"
+#include "spawn.h"
 
 extern char **environ;
 
@@ -200,20 +201,13 @@ static int run_exec(struct wctx *w, const kvc_watch_response *r, const kvc_event
     kvctl_go_quote(&v[2], e->kv.key, e->kv.key_len);
     kvctl_buf_puts(&v[3], "ETCD_WATCH_VALUE=");
     kvctl_go_quote(&v[3], e->kv.value, e->kv.value_len);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (int i = 0; i < 4; i++)
-            putenv((char *)kvctl_buf_str(&v[i]));
-        execvp(w->exec_args[0], w->exec_args);
-        _exit(127);
-    }
-    int status = 0;
-    if (pid > 0)
-        waitpid(pid, &status, 0);
+    const char *const env[] = {kvctl_buf_str(&v[0]), kvctl_buf_str(&v[1]), kvctl_buf_str(&v[2]),
+                               kvctl_buf_str(&v[3]), NULL};
+    int exec_errno = 0;
+    int status = kvctl_spawn_wait(w->exec_args, env, &exec_errno);
     for (int i = 0; i < 4; i++)
         kvctl_buf_free(&v[i]);
-    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         struct kvctl_buf m = {0};
         kvctl_buf_puts(&m, "[");
         for (char **a = w->exec_args; *a; a++) {
@@ -222,11 +216,19 @@ static int run_exec(struct wctx *w, const kvc_watch_response *r, const kvc_event
             kvctl_go_quote(&m, (const uint8_t *)*a, strlen(*a));
         }
         kvctl_buf_puts(&m, "]");
-        if (pid > 0 && WIFEXITED(status))
+        int e = errno;
+        if (status >= 0 && WIFEXITED(status)) {
             fprintf(stderr, "command %s error (exit status %d)\n", kvctl_buf_str(&m),
                     WEXITSTATUS(status));
-        else
-            fprintf(stderr, "command %s error (%s)\n", kvctl_buf_str(&m), strerror(errno));
+        } else if (exec_errno) { /* Go's exec.Error */
+            struct kvctl_buf name = {0};
+            kvctl_go_quote(&name, (const uint8_t *)w->exec_args[0], strlen(w->exec_args[0]));
+            fprintf(stderr, "command %s error (exec: %s: executable file not found in $PATH)\n",
+                    kvctl_buf_str(&m), kvctl_buf_str(&name));
+            kvctl_buf_free(&name);
+        } else {
+            fprintf(stderr, "command %s error (%s)\n", kvctl_buf_str(&m), strerror(e));
+        }
         kvctl_buf_free(&m);
         return -1;
     }

@@ -22,6 +22,7 @@ add_executable(kvctl
   ${KVCTL_DIR}/cmd_lock.c
   ${KVCTL_DIR}/cmd_elect.c
   ${KVCTL_DIR}/session.c
+  ${KVCTL_DIR}/spawn.c
   ${KVCTL_DIR}/cmd_snapshot.c
   ${KVCTL_DIR}/cmd_auth.c)
 target_include_directories(kvctl PRIVATE ${KVCTL_DIR} ${KVCTL_DIR}/../include)

@@ -87,6 +87,9 @@ Test(kvctl_lock, lock_and_exec)
          "$ETCD_LOCK_REV'",
          0},
         {"$CTL lock L -- false", 0},
+        /* no such command: etcdctl's exec.LookPath error alone, exit 1 (client/kvctl/spawn.c) */
+        {"$CTL lock L -- no-such-command-kvt; echo rc=$?", 0},
+        {"$CTL put wx 1 >/dev/null; $CTL watch wx --rev 1 -- no-such-command-kvt; echo rc=$?", 0},
         {"$CTL lock", 0},
         /* the holder prints its key and releases it on SIGINT */
         {"$CTL lock L2 > $W/o 2>&1 & p=$!; " WAIT_FOR(

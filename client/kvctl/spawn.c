@@ -1,0 +1,94 @@
+/* spawn: a user's command with extra environment variables (see spawn.h). execvpe needs
+ * _GNU_SOURCE, which the build defines (CMakeLists.txt). */
+#include "spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* environ with env_add's entries replacing or appended: a malloc'd array of borrowed strings,
+ * NULL when out of memory. */
+static char **env_with(const char *const *env_add)
+{
+    size_t n = 0, k = 0;
+    while (environ && environ[n])
+        n++;
+    while (env_add && env_add[k])
+        k++;
+    char **env = calloc(n + k + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int replaced = 0;
+        for (size_t j = 0; j < k && !replaced; j++)
+            replaced = strncmp(env_add[j], environ[i], nl) == 0 && env_add[j][nl] == '=';
+        if (!replaced)
+            env[m++] = environ[i];
+    }
+    for (size_t j = 0; j < k; j++)
+        env[m++] = (char *)env_add[j];
+    env[m] = NULL;
+    return env;
+}
+
+int kvctl_spawn_wait(char *const *args, const char *const *env_add, int *exec_errno)
+{
+    *exec_errno = 0;
+    int p[2];
+    char **env = env_with(env_add);
+    if (!env) {
+        errno = ENOMEM;
+        return -1;
+    }
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        free(env);
+        return -1;
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        pthread_sigmask(SIG_SETMASK, &none, NULL);
+        execvpe(args[0], args, env);
+        int e = errno; /* the exec failed: tell the parent, which prints the error */
+        if (write(p[1], &e, sizeof e) < 0)
+            _exit(127);
+        _exit(127);
+    }
+    int fe = errno;
+    free(env);
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        errno = fe;
+        return -1;
+    }
+    int e = 0;
+    ssize_t r;
+    do /* EOF at the exec (close-on-exec), or the child's errno */
+        r = read(p[0], &e, sizeof e);
+    while (r < 0 && errno == EINTR);
+    close(p[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (r == (ssize_t)sizeof e) {
+        *exec_errno = e;
+        errno = e;
+        return -1;
+    }
+    return st;
+}
