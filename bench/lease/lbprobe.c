@@ -152,8 +152,8 @@ static void *probe_main(void *arg)
         int status = -1;
         char msg[128] = "";
         uint64_t t0 = now_us();
-        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Put", req, req_len, &resp, &rl, 5000,
-                                 &status, msg, sizeof(msg));
+        int rc = kv_it_grpc_call(g, "/etcdserverpb.KV/Put", req, req_len, &resp, &rl, 5000, &status,
+                                 msg, sizeof(msg));
         uint64_t t1 = now_us();
         free(resp);
         if (rc < 0) { /* transport failure: the connection is unusable */

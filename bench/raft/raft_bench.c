@@ -185,8 +185,8 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < NODES; i++) {
         struct store *st = &nodes[i].st;
-        st->vt =
-            (struct raft_storage){st, s_initial, s_first, s_last, s_term, s_entries, s_snapshot, NULL};
+        st->vt = (struct raft_storage){st,     s_initial, s_first,    s_last,
+                                       s_term, s_entries, s_snapshot, NULL};
         struct raft_config cfg;
         raft_config_default(&cfg);
         cfg.id = (raft_id)i + 1;

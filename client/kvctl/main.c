@@ -302,15 +302,15 @@ int main(int argc, char **argv)
         kvctl_usage("", stdout);
         return 0;
     }
-    static const char *const names[] = {"get",      "put",      "del",        "txn",   "compaction",
-                                        "endpoint", "member",   "lease",      "watch", "lock",
-                                        "elect",    "snapshot", "move-leader", "version",
-                                        "auth",     "user",     "role"};
+    static const char *const names[] = {
+        "get",         "put",     "del",   "txn",  "compaction", "endpoint",
+        "member",      "lease",   "watch", "lock", "elect",      "snapshot",
+        "move-leader", "version", "auth",  "user", "role"};
     int (*const fns[])(struct kvctl *, int, char **) = {
-        kvctl_cmd_get,        kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
-        kvctl_cmd_compaction, kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
-        kvctl_cmd_watch,      kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot,
-        kvctl_cmd_move_leader, cmd_version,      kvctl_cmd_auth,   kvctl_cmd_user,
+        kvctl_cmd_get,         kvctl_cmd_put,      kvctl_cmd_del,    kvctl_cmd_txn,
+        kvctl_cmd_compaction,  kvctl_cmd_endpoint, kvctl_cmd_member, kvctl_cmd_lease,
+        kvctl_cmd_watch,       kvctl_cmd_lock,     kvctl_cmd_elect,  kvctl_cmd_snapshot,
+        kvctl_cmd_move_leader, cmd_version,        kvctl_cmd_auth,   kvctl_cmd_user,
         kvctl_cmd_role};
     int idx = kvctl_match(cmd, names, sizeof(names) / sizeof(names[0]));
     int rc;

@@ -16,16 +16,15 @@ struct usage {
 };
 
 static const struct usage usages[] = {
-    {"version",
-     "NAME:\n"
-     "\tversion - Prints the version of kvctl\n"
-     "\n"
-     "USAGE:\n"
-     "\tkvctl version [flags]\n"
-     "\n"
-     "OPTIONS:\n"
-     "  -h, --help[=false]\thelp for version\n"
-     "\n"},
+    {"version", "NAME:\n"
+                "\tversion - Prints the version of kvctl\n"
+                "\n"
+                "USAGE:\n"
+                "\tkvctl version [flags]\n"
+                "\n"
+                "OPTIONS:\n"
+                "  -h, --help[=false]\thelp for version\n"
+                "\n"},
     {"get",
      "NAME:\n"
      "\tget - Gets the key or a range of keys\n"

@@ -25,8 +25,7 @@ int kvc_endpoint_parse(struct kvc_endpoint *ep, const char *s, kvc_error *err)
         ep->tls = 1;
     } else if (strstr(p, "://")) {
         return kvc_fail(err, KVC_INVALID_ARGUMENT,
-                        "kvclient: bad endpoint '%s': only http:// and https:// are supported",
-                        s);
+                        "kvclient: bad endpoint '%s': only http:// and https:// are supported", s);
     }
     size_t n = strlen(p);
     while (n > 0 && p[n - 1] == '/')

@@ -12,7 +12,7 @@
 #include "kvt_proc.h"
 
 struct kvt_server {
-    pid_t pid;      /* 0 when not running (a copy of proc.pid) */
+    pid_t pid;     /* 0 when not running (a copy of proc.pid) */
     kvt_proc proc; /* tests/lib launcher: spawn, signals, reap */
     int client_port, peer_port, metrics_port;
     char dir[256];

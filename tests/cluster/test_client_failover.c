@@ -57,12 +57,12 @@ enum { N_KA = 100 };
 /* Per-lease record of answered renewals, written by the client's I/O thread. */
 typedef struct ka_rec {
     pthread_mutex_t *mu;
-    uint64_t last_ms;      /* last answered renewal */
-    uint64_t last_member;  /* header.member_id of it */
-    uint64_t kill_ms;      /* 0 until the kill */
-    uint64_t victim;       /* member id killed */
-    uint64_t resumed_ms;   /* first answer from another member after the kill */
-    uint64_t max_gap_ms;   /* longest time between two answers since the kill */
+    uint64_t last_ms;     /* last answered renewal */
+    uint64_t last_member; /* header.member_id of it */
+    uint64_t kill_ms;     /* 0 until the kill */
+    uint64_t victim;      /* member id killed */
+    uint64_t resumed_ms;  /* first answer from another member after the kill */
+    uint64_t max_gap_ms;  /* longest time between two answers since the kill */
     int lost;
 } ka_rec;
 
@@ -195,8 +195,7 @@ static void kill_connected_member(int victim, const char *what, int hang)
     /* The leases are alive on the cluster. */
     for (int k = 0; k < N_KA; k++) {
         kvc_lease_ttl_result t;
-        cr_assert_eq(kvc_lease_time_to_live(c, ids[k], 0, 10000, &t, &err), 0, "%s",
-                     err.message);
+        cr_assert_eq(kvc_lease_time_to_live(c, ids[k], 0, 10000, &t, &err), 0, "%s", err.message);
         cr_assert_gt(t.ttl, 0, "%s: lease %d expired", what, k);
         kvc_lease_ttl_result_free(&t);
     }
@@ -272,20 +271,19 @@ Test(cluster_client_failover, kvctl_tries_the_next_endpoint, .fini = fini, .time
     cr_assert_eq(kvt_member_kill9(&g_c, l), 0);
     cr_assert_geq(kvt_cluster_wait_leader(&g_c, 15000, NULL), 0);
     int a = (l + 1) % 3, b = (l + 2) % 3;
-    snprintf(eps, sizeof(eps), "%s,%s,%s", g_c.m[l].endpoint, g_c.m[a].endpoint,
-             g_c.m[b].endpoint);
+    snprintf(eps, sizeof(eps), "%s,%s,%s", g_c.m[l].endpoint, g_c.m[a].endpoint, g_c.m[b].endpoint);
     uint64_t t0 = kvt_now_ms();
     kvctl_run(eps, &res, "get", "/fo/a", NULL);
     fprintf(stderr, "  kvctl get with the killed leader first: exit %d in %" PRIu64 " ms\n",
             res.exit_code, kvt_now_ms() - t0);
     cr_assert(res.exit_code == 0 && strcmp(res.out, "/fo/a\n1\n") == 0,
-              "get with a killed first endpoint: exit %d out '%s' err '%s'", res.exit_code,
-              res.out, res.err ? res.err : "");
+              "get with a killed first endpoint: exit %d out '%s' err '%s'", res.exit_code, res.out,
+              res.err ? res.err : "");
     kvt_cmd_result_free(&res);
     kvctl_run(eps, &res, "put", "/fo/b", "2");
     cr_assert(res.exit_code == 0 && strcmp(res.out, "OK\n") == 0,
-              "put with a killed first endpoint: exit %d out '%s' err '%s'", res.exit_code,
-              res.out, res.err ? res.err : "");
+              "put with a killed first endpoint: exit %d out '%s' err '%s'", res.exit_code, res.out,
+              res.err ? res.err : "");
     kvt_cmd_result_free(&res);
     /* etcdctl behaves the same (reference). */
     cr_assert_eq(kvt_ctl(&g_c, -1, 20000, &res, "get", "/fo/b", NULL), 0);

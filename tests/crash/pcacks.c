@@ -69,8 +69,8 @@ void kv_pc_check(Etcdserverpb__RangeResponse *r, kv_pc_ack *const *acks, const s
             Mvccpb__KeyValue *kv = find(r, a->key);
             if (!kv) {
                 if (!(*lost)++) {
-                    snprintf(msg, sizeof msg, "acknowledged put lost: %s (rev %" PRId64 ")",
-                             a->key, a->rev);
+                    snprintf(msg, sizeof msg, "acknowledged put lost: %s (rev %" PRId64 ")", a->key,
+                             a->rev);
                     problem(arg, msg);
                 }
             } else if (kv->value.len != a->vlen || memcmp(kv->value.data, a->val, a->vlen) != 0 ||

@@ -38,15 +38,14 @@ static void check_bounds(const struct raft_msg *m, size_t max_entries)
 static void check_same(const struct raft_msg *a, const struct raft_msg *b)
 {
     if (a->type != b->type || a->reject != b->reject || a->transfer != b->transfer ||
-        a->from != b->from || a->to != b->to || a->term != b->term ||
-        a->log_term != b->log_term || a->index != b->index || a->commit != b->commit ||
-        a->reject_hint != b->reject_hint || a->hint_term != b->hint_term || a->ctx != b->ctx ||
-        a->n_entries != b->n_entries)
+        a->from != b->from || a->to != b->to || a->term != b->term || a->log_term != b->log_term ||
+        a->index != b->index || a->commit != b->commit || a->reject_hint != b->reject_hint ||
+        a->hint_term != b->hint_term || a->ctx != b->ctx || a->n_entries != b->n_entries)
         abort();
     for (size_t i = 0; i < a->n_entries; i++) {
         const struct raft_entry *x = &a->entries[i], *y = &b->entries[i];
-        if (x->term != y->term || x->index != y->index || x->type != y->type ||
-            x->len != y->len || (x->len && memcmp(x->data, y->data, x->len)))
+        if (x->term != y->term || x->index != y->index || x->type != y->type || x->len != y->len ||
+            (x->len && memcmp(x->data, y->data, x->len)))
             abort();
     }
     if (memcmp(&a->snapshot.meta, &b->snapshot.meta, sizeof a->snapshot.meta))

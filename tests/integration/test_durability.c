@@ -175,8 +175,8 @@ Test(durability, startup_time_does_not_scan)
     cr_expect(large_rss < small_rss + 6 * 1048576,
               "startup touched the data: RSS %.1f MB -> %.1f MB", small_rss / 1048576.0,
               large_rss / 1048576.0);
-    cr_expect(large < 3 * small + 500, "startup grew with the key count: %.1f ms -> %.1f ms",
-              small, large);
+    cr_expect(large < 3 * small + 500, "startup grew with the key count: %.1f ms -> %.1f ms", small,
+              large);
     cr_expect_eq(count_prefix("a/", "a0"), 20000);
     cr_expect_eq(count_prefix("b/", "b0"), 80000);
     cr_expect_eq(count_prefix("s/", "s0"), 10);

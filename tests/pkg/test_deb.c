@@ -137,8 +137,8 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
     /* 1. the package, built from this tree */
     char *arch = sh_ok(10000, "dpkg --print-architecture");
     chomp(arch);
-    char *out = sh_ok(540000, "cd '%s' && '%s' -G DEB -B '%s/out' --config CPackConfig.cmake",
-                      b, KV_CPACK, t.path);
+    char *out = sh_ok(540000, "cd '%s' && '%s' -G DEB -B '%s/out' --config CPackConfig.cmake", b,
+                      KV_CPACK, t.path);
     free(out);
     char deb[PATH_MAX + 128];
     snprintf(deb, sizeof(deb), "%s/out/kvd_%s_%s.deb", t.path, KV_PROJECT_VERSION, arch);
@@ -153,8 +153,8 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
     cr_expect_str_eq(ver, KV_PROJECT_VERSION);
     char *depends = sh_ok(10000, "dpkg-deb -f '%s' Depends", deb);
     chomp(depends);
-    static const char *const need[] = {"libuv1",  "libprotobuf-c1", "libssl3",
-                                       "liblmdb0", "libnghttp2-14", "adduser"};
+    static const char *const need[] = {"libuv1",   "libprotobuf-c1", "libssl3",
+                                       "liblmdb0", "libnghttp2-14",  "adduser"};
     for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
         cr_expect(depends_on(depends, need[i]), "Depends lacks %s: %s", need[i], depends);
 
@@ -163,8 +163,9 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
     cr_expect(strstr(ctl, "postinst") && strstr(ctl, "prerm") && strstr(ctl, "postrm") &&
                   strstr(ctl, "conffiles"),
               "control members: %s", ctl);
-    char *post = sh_ok(10000, "test -x '%s/ctl/postinst' && sh -n '%s/ctl/postinst' && "
-                              "cat '%s/ctl/postinst'",
+    char *post = sh_ok(10000,
+                       "test -x '%s/ctl/postinst' && sh -n '%s/ctl/postinst' && "
+                       "cat '%s/ctl/postinst'",
                        t.path, t.path, t.path);
     cr_expect(strstr(post, "adduser") && strstr(post, "--system") && strstr(post, " kvd"),
               "postinst creates no kvd system user:\n%s", post);
@@ -176,16 +177,16 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
     char root[PATH_MAX + 16];
     snprintf(root, sizeof(root), "%s/root", t.path);
     free(sh_ok(60000, "dpkg-deb -x '%s' '%s'", deb, root));
-    static const char *const files[] = {
-        "/usr/bin/kvd", "/usr/bin/kvctl", "/usr/include/kvclient.h",
-        "/usr/lib/systemd/system/kvd.service", "/etc/default/kvd"};
+    static const char *const files[] = {"/usr/bin/kvd", "/usr/bin/kvctl", "/usr/include/kvclient.h",
+                                        "/usr/lib/systemd/system/kvd.service", "/etc/default/kvd"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char p[PATH_MAX + 128];
         snprintf(p, sizeof(p), "%s%s", root, files[i]);
         cr_expect_eq(access(p, R_OK), 0, "package lacks %s", files[i]);
     }
-    char *libs = sh_ok(10000, "cd '%s' && find usr -name 'libkvclient.so*' -o -name kvclient.pc "
-                              "| sort",
+    char *libs = sh_ok(10000,
+                       "cd '%s' && find usr -name 'libkvclient.so*' -o -name kvclient.pc "
+                       "| sort",
                        root);
     cr_expect(strstr(libs, "libkvclient.so.0") && strstr(libs, "pkgconfig/kvclient.pc"),
               "libkvclient files: %s", libs);
@@ -209,9 +210,13 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
 
     /* 6. the unit */
     char *unit = sh_ok(10000, "cat '%s/usr/lib/systemd/system/kvd.service'", root);
-    static const char *const lines[] = {
-        "\n[Service]\n", "\nType=notify\n", "\nUser=kvd\n", "\nEnvironmentFile=-/etc/default/kvd\n",
-        "\nExecStart=/usr/bin/kvd $KVD_OPTS\n", "\n[Install]\n", "\nWantedBy=multi-user.target\n"};
+    static const char *const lines[] = {"\n[Service]\n",
+                                        "\nType=notify\n",
+                                        "\nUser=kvd\n",
+                                        "\nEnvironmentFile=-/etc/default/kvd\n",
+                                        "\nExecStart=/usr/bin/kvd $KVD_OPTS\n",
+                                        "\n[Install]\n",
+                                        "\nWantedBy=multi-user.target\n"};
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
         cr_expect(strstr(unit, lines[i]) != NULL, "kvd.service lacks %s", lines[i] + 1);
     if (has_tool("systemd-analyze") &&
@@ -223,10 +228,10 @@ Test(pkg_deb, cpack_builds_a_deb_that_unpacks_and_runs, .timeout = 600)
                    "cp -n /usr/lib/systemd/system/*.target /usr/lib/systemd/system/*.slice "
                    "'%s/usr/lib/systemd/system/'",
                    root));
-        kvt_cmd_result r =
-            sh(60000, NULL, "SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --root='%s' "
-                            "--man=no kvd.service",
-               root);
+        kvt_cmd_result r = sh(60000, NULL,
+                              "SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --root='%s' "
+                              "--man=no kvd.service",
+                              root);
         cr_expect_eq(r.exit_code, 0, "systemd-analyze verify:\n%s%s", r.out, r.err);
         cr_expect(strstr(r.err, "kvd.service") == NULL, "systemd-analyze warns:\n%s", r.err);
         kvt_cmd_result_free(&r);

@@ -51,8 +51,8 @@ static void scan(struct flags *f, const char *s, size_t len)
             !islower((unsigned char)s[i + 2]))
             continue;
         size_t j = i + 2;
-        while (j < len && (islower((unsigned char)s[j]) || isdigit((unsigned char)s[j]) ||
-                           s[j] == '-'))
+        while (j < len &&
+               (islower((unsigned char)s[j]) || isdigit((unsigned char)s[j]) || s[j] == '-'))
             j++;
         add(f, s + i + 2, j - i - 2);
         i = j;
@@ -131,8 +131,10 @@ Test(help_readme, kvd_help_lists_exactly_the_readme_flags)
         cr_expect(has(&help, readme.name[i]), "README lists --%s, kvd --help does not",
                   readme.name[i]);
     for (size_t i = 0; i < help.n; i++)
-        cr_expect(has(&readme, help.name[i]), "kvd --help lists --%s, the README's Flags table "
-                  "does not", help.name[i]);
+        cr_expect(has(&readme, help.name[i]),
+                  "kvd --help lists --%s, the README's Flags table "
+                  "does not",
+                  help.name[i]);
 }
 
 Test(help_readme, sample_environment_file_names_real_flags)
@@ -155,8 +157,8 @@ Test(help_readme, sample_environment_file_names_real_flags)
                 flag[k++] = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
             flag[k] = '\0';
             cr_expect(has(&help, flag), "kvd.default sets KVD_%.*s: no flag --%s",
-                      (int)strcspn(line + (line[0] == '#') + 4, "="),
-                      line + (line[0] == '#') + 4, flag);
+                      (int)strcspn(line + (line[0] == '#') + 4, "="), line + (line[0] == '#') + 4,
+                      flag);
             nvars++;
         }
         line = nl ? nl + 1 : NULL;

@@ -1,6 +1,6 @@
 /*
- * A single member and its peer URLs (server/daemon/server.c kv_server_start_core): it listens on them
- * as etcd does (cluster_membership one_member_grows_to_three grows one), and one whose peer
+ * A single member and its peer URLs (server/daemon/server.c kv_server_start_core): it listens on
+ * them as etcd does (cluster_membership one_member_grows_to_three grows one), and one whose peer
  * URLs it cannot listen on (here unix://, as etcd's e2e TestEtcdUnixPeers uses) still serves
  * clients, with a warning that `member add` cannot grow it.
  */
