@@ -8,10 +8,11 @@ PKGS=(build-essential cmake pkg-config git curl procps iproute2
       etcd-client etcd-server)
 # --with-test-extras (used by .ci/run): what only some tests need. golang-go and Debian's Go
 # etcd sources (~900 MB) let tests/go build a clientv3/concurrency program offline.
+# clang-format-14: tests/arch checks every C file against .clang-format.
 # prometheus (and promtool): tests/metrics runs its own server on a free port with a temp
 # config and storage; policy-rc.d below keeps the package's service from starting.
 if [ "${1:-}" = "--with-test-extras" ]; then
-  PKGS+=(golang-go golang-etcd-server-dev prometheus)
+  PKGS+=(golang-go golang-etcd-server-dev prometheus clang-format-14)
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
