@@ -2,6 +2,8 @@
  * _GNU_SOURCE, which the build defines (CMakeLists.txt). */
 #include "spawn.h"
 
+#include "common/envmerge.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,41 +13,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-/* environ with env_add's entries replacing or appended: a malloc'd array of borrowed strings,
- * NULL when out of memory. */
-static char **env_with(const char *const *env_add)
-{
-    size_t n = 0, k = 0;
-    while (environ && environ[n])
-        n++;
-    while (env_add && env_add[k])
-        k++;
-    char **env = calloc(n + k + 1, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *eq = strchr(environ[i], '=');
-        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-        int replaced = 0;
-        for (size_t j = 0; j < k && !replaced; j++)
-            replaced = strncmp(env_add[j], environ[i], nl) == 0 && env_add[j][nl] == '=';
-        if (!replaced)
-            env[m++] = environ[i];
-    }
-    for (size_t j = 0; j < k; j++)
-        env[m++] = (char *)env_add[j];
-    env[m] = NULL;
-    return env;
-}
-
 int kvctl_spawn_wait(char *const *args, const char *const *env_add, int *exec_errno)
 {
     *exec_errno = 0;
     int p[2];
-    char **env = env_with(env_add);
+    char **env = kv_env_merge(env_add);
     if (!env) {
         errno = ENOMEM;
         return -1;

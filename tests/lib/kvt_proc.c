@@ -3,6 +3,8 @@
 #include "kvt_proc.h"
 #include "kvt_util.h"
 
+#include "common/envmerge.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -27,44 +29,13 @@ int kvt_proc_spawn(kvt_proc *p, const char *const *argv)
     return kvt_proc_spawn_env(p, argv, NULL);
 }
 
-/* environ with env_add's entries replacing or appended (a malloc'd array of borrowed
- * strings), NULL on ENOMEM. */
-static char **env_merge(const char *const *env_add)
-{
-    extern char **environ;
-    size_t n = 0, k = 0;
-    while (environ && environ[n])
-        n++;
-    while (env_add && env_add[k])
-        k++;
-    char **env = calloc(n + k + 1, sizeof(*env));
-    if (!env)
-        return NULL;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *eq = strchr(environ[i], '=');
-        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-        int replaced = 0;
-        for (size_t j = 0; j < k && !replaced; j++)
-            replaced = strncmp(env_add[j], environ[i], nl) == 0 &&
-                       (env_add[j][nl] == '=' || env_add[j][nl] == 0);
-        if (!replaced)
-            env[m++] = environ[i];
-    }
-    for (size_t j = 0; j < k; j++)
-        if (strchr(env_add[j], '=')) /* "NAME" alone only removes NAME */
-            env[m++] = (char *)env_add[j];
-    env[m] = NULL;
-    return env;
-}
-
 int kvt_proc_spawn_env(kvt_proc *p, const char *const *argv, const char *const *env_add)
 {
     if (p->pid > 0)
         return -EBUSY;
     extern char **environ;
     char **env = environ;
-    if (env_add && env_add[0] && !(env = env_merge(env_add)))
+    if (env_add && env_add[0] && !(env = kv_env_merge(env_add)))
         return -ENOMEM;
     int logfd = open(p->log_path[0] ? p->log_path : "/dev/null",
                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -235,7 +206,7 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
     int rc = 0;
     extern char **environ;
-    char **env = environ; /* or env_merge's copy until the fork */
+    char **env = environ; /* or kv_env_merge's copy until the fork */
     memset(res, 0, sizeof(*res));
     /* A command that exits without reading its stdin must not kill us with SIGPIPE. */
     struct sigaction old_pipe;
@@ -255,7 +226,7 @@ int kvt_run(const char *const *argv, const char *const *env_add, const void *std
      * threads may only call async-signal-safe functions until it execs. An allocation there
      * (putenv's, before) can block forever on a malloc lock another thread held at the fork
      * (seen under ASan: a kvctl snapshot save that never started, killed at its timeout). */
-    if (env_add && env_add[0] && !(env = env_merge(env_add))) {
+    if (env_add && env_add[0] && !(env = kv_env_merge(env_add))) {
         rc = -ENOMEM;
         goto fail;
     }
