@@ -346,8 +346,10 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len,
         break;
     }
     kv_api *srv = kv_grpc_call_app(call);
-    if (!ok && arrival && linearizable && srv->peers != NULL && srv->node != NULL) {
-        handled = 2; /* etcd's order: the barrier, then the refusal */
+    if (!ok && arrival && linearizable && srv->peers != NULL && srv->node != NULL && srv->auth) {
+        /* etcd's order: the barrier, then the refusal (srv->auth carries the deferral to the
+         * Range: without it the refusal is answered here) */
+        handled = 2;
         goto out;
     }
     if (!ok)
