@@ -35,8 +35,8 @@ int kvctl_spawn_wait(char *const *args, const char *const *env_add, int *exec_er
         pthread_sigmask(SIG_SETMASK, &none, NULL);
         execvpe(args[0], args, env);
         int e = errno; /* the exec failed: tell the parent, which prints the error */
-        if (write(p[1], &e, sizeof e) < 0)
-            _exit(127);
+        ssize_t w = write(p[1], &e, sizeof e);
+        (void)w; /* the parent then sees EOF and reports the exit status instead */
         _exit(127);
     }
     int fe = errno;

@@ -201,21 +201,19 @@ static int put_tok(int i, const char *token, const char *key, char *msg, size_t 
     return call_tok(i, "/etcdserverpb.KV/Put", &r.base, token, NULL, NULL, msg, cap);
 }
 
-static int range_tok(int i, const char *token, const char *key, char *msg, size_t cap)
+static int range_as(int i, const char *token, const char *key, int serializable, char *msg,
+                    size_t cap)
 {
     Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
     r.key.data = (uint8_t *)key;
     r.key.len = strlen(key);
+    r.serializable = serializable;
     return call_tok(i, "/etcdserverpb.KV/Range", &r.base, token, NULL, NULL, msg, cap);
 }
 
-static int range_serializable(int i, const char *token, const char *key, char *msg, size_t cap)
+static int range_tok(int i, const char *token, const char *key, char *msg, size_t cap)
 {
-    Etcdserverpb__RangeRequest r = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    r.key.data = (uint8_t *)key;
-    r.key.len = strlen(key);
-    r.serializable = 1;
-    return call_tok(i, "/etcdserverpb.KV/Range", &r.base, token, NULL, NULL, msg, cap);
+    return range_as(i, token, key, 0, msg, cap);
 }
 
 /* Polls (up to 10 s: member i may not have applied the entry yet) until op's status is
@@ -531,7 +529,7 @@ Test(auth_cluster, anonymous_linearizable_read_is_refused_after_the_barrier, .fi
     cr_assert_eq(kill(g_c.m[f].proc.pid, SIGUSR1), 0, "stall m%d", f);
     kvt_sleep_ms(200); /* the member's loop takes the signal */
     cr_assert_eq(put_tok(l, tok, "/t/k", msg, sizeof msg), 0, "put on the leader: %s", msg);
-    cr_assert_eq(range_serializable(f, NULL, "/t/k", msg, sizeof msg), 3, "%s", msg);
+    cr_assert_eq(range_as(f, NULL, "/t/k", 1, msg, sizeof msg), 3, "%s", msg);
     cr_assert_str_eq(msg, "etcdserver: user name is empty");
     uint64_t t0 = kvt_now_ms();
     int st = range_tok(f, NULL, "/t/k", msg, sizeof msg);
