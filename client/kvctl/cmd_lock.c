@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "out.h"
 #include "session.h"
 #include "spawn.h"
 
@@ -78,15 +79,17 @@ static int run_cmd(char **args, const struct mutex *m)
     snprintf(kenv, sizeof kenv, "ETCD_LOCK_KEY=%s", m->key);
     snprintf(renv, sizeof renv, "ETCD_LOCK_REV=%" PRId64, m->hdr_rev);
     const char *const env[] = {kenv, renv, NULL};
-    int exec_errno = 0;
-    int st = kvctl_spawn_wait(args, env, &exec_errno);
-    if (exec_errno) /* etcdctl: exec.LookPath's error, exit 1 */
-        return kvctl_fail(KVCTL_EXIT_ERROR, "exec: \"%s\": executable file not found in $PATH",
-                          args[0]);
-    if (st < 0)
-        return kvctl_fail(KVCTL_EXIT_ERROR, "fork/exec %s: %s", args[0], strerror(errno));
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return code ? kvctl_fail(KVCTL_EXIT_ERROR, "exit status %d", code) : 0;
+    struct kvctl_buf err = {0};
+    int st = kvctl_spawn_wait(args, env, &err);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) { /* etcdctl: Go's error, exit 1 */
+        if (st >= 0)
+            kvctl_spawn_status_error(&err, st);
+        int rc = kvctl_fail(KVCTL_EXIT_ERROR, "%s", kvctl_buf_str(&err));
+        kvctl_buf_free(&err);
+        return rc;
+    }
+    kvctl_buf_free(&err);
+    return 0;
 }
 
 int kvctl_cmd_lock(struct kvctl *k, int argc, char **argv)

@@ -203,8 +203,8 @@ static int run_exec(struct wctx *w, const kvc_watch_response *r, const kvc_event
     kvctl_go_quote(&v[3], e->kv.value, e->kv.value_len);
     const char *const env[] = {kvctl_buf_str(&v[0]), kvctl_buf_str(&v[1]), kvctl_buf_str(&v[2]),
                                kvctl_buf_str(&v[3]), NULL};
-    int exec_errno = 0;
-    int status = kvctl_spawn_wait(w->exec_args, env, &exec_errno);
+    struct kvctl_buf err = {0};
+    int status = kvctl_spawn_wait(w->exec_args, env, &err);
     for (int i = 0; i < 4; i++)
         kvctl_buf_free(&v[i]);
     if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -216,22 +216,15 @@ static int run_exec(struct wctx *w, const kvc_watch_response *r, const kvc_event
             kvctl_go_quote(&m, (const uint8_t *)*a, strlen(*a));
         }
         kvctl_buf_puts(&m, "]");
-        int e = errno;
-        if (status >= 0 && WIFEXITED(status)) {
-            fprintf(stderr, "command %s error (exit status %d)\n", kvctl_buf_str(&m),
-                    WEXITSTATUS(status));
-        } else if (exec_errno) { /* Go's exec.Error */
-            struct kvctl_buf name = {0};
-            kvctl_go_quote(&name, (const uint8_t *)w->exec_args[0], strlen(w->exec_args[0]));
-            fprintf(stderr, "command %s error (exec: %s: executable file not found in $PATH)\n",
-                    kvctl_buf_str(&m), kvctl_buf_str(&name));
-            kvctl_buf_free(&name);
-        } else {
-            fprintf(stderr, "command %s error (%s)\n", kvctl_buf_str(&m), strerror(e));
-        }
+        if (status >= 0) /* Go's ExitError */
+            kvctl_spawn_status_error(&err, status);
+        /* else Go's exec error, already in err (client/kvctl/spawn.h) */
+        fprintf(stderr, "command %s error (%s)\n", kvctl_buf_str(&m), kvctl_buf_str(&err));
         kvctl_buf_free(&m);
+        kvctl_buf_free(&err);
         return -1;
     }
+    kvctl_buf_free(&err);
     return 0;
 }
 

@@ -90,6 +90,18 @@ Test(kvctl_lock, lock_and_exec)
         /* no such command: etcdctl's exec.LookPath error alone, exit 1 (client/kvctl/spawn.c) */
         {"$CTL lock L -- no-such-command-kvt; echo rc=$?", 0},
         {"$CTL put wx 1 >/dev/null; $CTL watch wx --rev 1 -- no-such-command-kvt; echo rc=$?", 0},
+        /* a path is started without a search: os.StartProcess's error, the errno as Go spells
+         * it (no such file, a file without the exec bit) */
+        {"$CTL lock L -- /no/such-command-kvt; echo rc=$?; $CTL lock L -- /etc/hostname; echo "
+         "rc=$?",
+         0},
+        {"$CTL watch wx --rev 1 -- /no/such-command-kvt; echo rc=$?; "
+         "$CTL watch wx --rev 1 -- /etc/hostname; echo rc=$?",
+         0},
+        /* a command killed by a signal: Go's ExitError text */
+        {"$CTL lock L -- sh -c 'kill -TERM $$'; echo rc=$?; "
+         "$CTL watch wx --rev 1 -- sh -c 'kill -KILL $$'; echo rc=$?",
+         0},
         {"$CTL lock", 0},
         /* the holder prints its key and releases it on SIGINT */
         {"$CTL lock L2 > $W/o 2>&1 & p=$!; " WAIT_FOR(
