@@ -248,13 +248,35 @@ static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateReques
 }
 
 /* 0: pass on to the method; 1: answered (or, for Watch, handled); 2: a linearizable Range
- * refused at arrival, passed on so that the refusal is answered after the read barrier
- * (auth_srv.h cur_denied). */
+ * refused at arrival (its permission, or an invalid token), passed on so that the refusal is
+ * answered after the read barrier (auth_srv.h cur_denied). */
+/* A linearizable Range refused at arrival is answered after its barrier when the member has
+ * the state to carry the deferral (srv->auth; a cluster member). */
+static bool may_defer(kv_grpc_call *call, enum gate g, int arrival)
+{
+    kv_api *srv = kv_grpc_call_app(call);
+    return g == G_RANGE && arrival && srv->peers != NULL && srv->node != NULL && srv->auth;
+}
+
+static bool range_linearizable(const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__RangeRequest *r = etcdserverpb__range_request__unpack(NULL, len, msg);
+    bool lin = r && !r->serializable;
+    etcdserverpb__range_request__free_unpacked(r, NULL);
+    return lin;
+}
+
 static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len, int arrival)
 {
     kv_auth_caller c;
-    if (kv_auth_caller_begin(call, &c))
+    int cerr = kv_auth_caller_open(call, &c);
+    if (cerr == KV_ERR_INVALID_AUTH_TOKEN && may_defer(call, g, arrival) &&
+        range_linearizable(msg, len))
+        return 2; /* etcd's Range: linearizableReadNotify, then AuthInfoFromCtx */
+    if (cerr) {
+        kv_reply_etcd_err(call, (kv_etcd_err)cerr);
         return 1;
+    }
     int err = 0, handled = 0, linearizable = 0;
     if (!c.enabled || g == G_TOKEN)
         goto out;
@@ -346,7 +368,7 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len,
         break;
     }
     kv_api *srv = kv_grpc_call_app(call);
-    if (!ok && arrival && linearizable && srv->peers != NULL && srv->node != NULL && srv->auth) {
+    if (!ok && linearizable && may_defer(call, g, arrival)) {
         /* etcd's order: the barrier, then the refusal (srv->auth carries the deferral to the
          * Range: without it the refusal is answered here) */
         handled = 2;

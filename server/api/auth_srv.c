@@ -234,7 +234,7 @@ static int load_perms(kv_auth_tx *tx, const Authpb__User *u, kv_auth_caller *c)
     return 0;
 }
 
-int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
+int kv_auth_caller_open(kv_grpc_call *call, kv_auth_caller *c)
 {
     kv_api *s = kv_grpc_call_app(call);
     kv_auth *a = s->auth;
@@ -268,8 +268,7 @@ int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
         uint64_t jrev = 0;
         if (kv_jwt_verify(a->jwt, token, (uint64_t)time(NULL), c->user, sizeof c->user, &jrev)) {
             kv_store_auth_read_end(&tx);
-            kv_reply_etcd_err(call, KV_ERR_INVALID_AUTH_TOKEN);
-            return 1;
+            return KV_ERR_INVALID_AUTH_TOKEN;
         }
         if (jrev < c->revision)
             c->revision = jrev;
@@ -277,15 +276,13 @@ int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
         const char *u = kv_auth_tokens_lookup(a->tokens, token, uv_now(s->loop), &tag);
         if (!u || strlen(u) >= sizeof c->user) {
             kv_store_auth_read_end(&tx);
-            kv_reply_etcd_err(call, KV_ERR_INVALID_AUTH_TOKEN);
-            return 1;
+            return KV_ERR_INVALID_AUTH_TOKEN;
         }
         snprintf(c->user, sizeof c->user, "%s", u);
         by_token = true;
     } else if (token) {
         kv_store_auth_read_end(&tx);
-        kv_reply_etcd_err(call, KV_ERR_INVALID_AUTH_TOKEN);
-        return 1;
+        return KV_ERR_INVALID_AUTH_TOKEN;
     } else if (s->cfg->client_cert_auth) {
         const char *cn = kv_grpc_call_peer_cn(call);
         if (cn && cn[0] && strlen(cn) < sizeof c->user)
@@ -304,8 +301,7 @@ int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
         kv_auth_tokens_drop(a->tokens, token);
         authpb__user__free_unpacked(u, NULL);
         kv_store_auth_read_end(&tx);
-        kv_reply_etcd_err(call, KV_ERR_INVALID_AUTH_TOKEN);
-        return 1;
+        return KV_ERR_INVALID_AUTH_TOKEN;
     }
     if (rc == 0) {
         c->found = true;
@@ -321,8 +317,15 @@ int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
     }
     return 0;
 storage:
-    kv_reply_etcd_err(call, rc == -ENOMEM ? KV_ERR_NOMEM : KV_ERR_STORAGE);
-    return 1;
+    return rc == -ENOMEM ? KV_ERR_NOMEM : KV_ERR_STORAGE;
+}
+
+int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c)
+{
+    int err = kv_auth_caller_open(call, c);
+    if (err)
+        kv_reply_etcd_err(call, (kv_etcd_err)err);
+    return err ? 1 : 0;
 }
 
 void kv_auth_caller_end(kv_auth_caller *c)

@@ -110,6 +110,9 @@ typedef struct kv_auth_caller {
 /* Resolves the caller of call. 0: go on (c filled, free with kv_auth_caller_end); 1: the
  * call was answered with an error (invalid token, storage error). */
 int kv_auth_caller_begin(kv_grpc_call *call, kv_auth_caller *c);
+/* The same without answering: 0 (c filled, free with kv_auth_caller_end), or the
+ * kv_etcd_err the call gets (c holds nothing to free). */
+int kv_auth_caller_open(kv_grpc_call *call, kv_auth_caller *c);
 void kv_auth_caller_end(kv_auth_caller *c);
 /* Key-range check (auth/auth_perm.h semantics; root may do everything). */
 bool kv_auth_caller_may(const kv_auth_caller *c, int want, const uint8_t *key, size_t klen,

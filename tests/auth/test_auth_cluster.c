@@ -506,14 +506,16 @@ Test(auth_cluster, auth_change_seen_at_once_through_a_stalled_follower, .fini = 
 }
 
 /* etcd answers an auth refusal of a linearizable Range only after the ReadIndex barrier
- * (v3_server.go Range: linearizableReadNotify, then doSerialize's check). So a token-less
- * linearizable read through a member that does not serve is answered as anyone's read there,
- * "request timed out", and a token-less reader learns that the member is useless: the
- * grpc-proxy's upstream probe is one (docs/proxy.md). A follower's raft is stalled (SIGUSR1,
- * --enable-failpoints) after a put: a serializable token-less Range is refused at once, the
- * linearizable one times out; resumed, the linearizable one is refused again. Before the
- * change, kvd refused both at arrival ("user name is empty" through the stalled member). */
-Test(auth_cluster, anonymous_linearizable_read_is_refused_after_the_barrier, .fini = fini_conns,
+ * (v3_server.go Range: linearizableReadNotify, then doSerialize's check, which is also where
+ * the token is resolved). So a token-less (or bad-token) linearizable read through a member
+ * that does not serve is answered as anyone's read there, "request timed out", and a
+ * token-less reader learns that the member is useless: the grpc-proxy's upstream probe is one
+ * (docs/proxy.md). A follower's raft is stalled (SIGUSR1, --enable-failpoints) after a put:
+ * serializable Ranges without a token or with an invalid one are refused at once, the
+ * linearizable ones time out; resumed, the linearizable ones are refused again. Before the
+ * change, kvd refused them at arrival through the stalled member ("user name is empty",
+ * "invalid auth token"). */
+Test(auth_cluster, refused_linearizable_read_is_answered_after_the_barrier, .fini = fini_conns,
      .timeout = 300)
 {
     if (kvt_target_from_env() != KV_TEST_SERVER_KVD) /* SIGUSR1 would end an etcd member */
@@ -531,17 +533,24 @@ Test(auth_cluster, anonymous_linearizable_read_is_refused_after_the_barrier, .fi
     cr_assert_eq(put_tok(l, tok, "/t/k", msg, sizeof msg), 0, "put on the leader: %s", msg);
     cr_assert_eq(range_as(f, NULL, "/t/k", 1, msg, sizeof msg), 3, "%s", msg);
     cr_assert_str_eq(msg, "etcdserver: user name is empty");
-    uint64_t t0 = kvt_now_ms();
-    int st = range_tok(f, NULL, "/t/k", msg, sizeof msg);
-    uint64_t waited = kvt_now_ms() - t0;
+    /* an invalid token too: refused at once when serializable, after the barrier if not */
+    cr_assert_eq(range_as(f, "bogus.token", "/t/k", 1, msg, sizeof msg), 16, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: invalid auth token");
+    for (int bad = 0; bad < 2; bad++) {
+        uint64_t t0 = kvt_now_ms();
+        int st = range_tok(f, bad ? "bogus.token" : NULL, "/t/k", msg, sizeof msg);
+        uint64_t waited = kvt_now_ms() - t0;
+        cr_assert_eq(st, 14, "a linearizable Range (%s) through the stalled member: %d %s",
+                     bad ? "invalid token" : "no token", st, msg);
+        cr_assert_str_eq(msg, "etcdserver: request timed out");
+        cr_assert_geq(waited, 1000, "answered after %llu ms: not after the barrier's wait",
+                      (unsigned long long)waited);
+    }
     kill(g_c.m[f].proc.pid, SIGUSR1); /* resume */
-    cr_assert_eq(st, 14, "a token-less linearizable Range through the stalled member: %d %s", st,
-                 msg);
-    cr_assert_str_eq(msg, "etcdserver: request timed out");
-    cr_assert_geq(waited, 1000, "answered after %llu ms: not after the barrier's wait",
-                  (unsigned long long)waited);
     cr_assert_eq(poll_status(3, range_tok, f, NULL, "/t/k", msg, sizeof msg), 3, "%s", msg);
     cr_assert_str_eq(msg, "etcdserver: user name is empty");
+    cr_assert_eq(range_tok(f, "bogus.token", "/t/k", msg, sizeof msg), 16, "%s", msg);
+    cr_assert_str_eq(msg, "etcdserver: invalid auth token");
     cr_assert_eq(range_tok(f, tok, "/t/k", msg, sizeof msg), 0, "ann after the resume: %s", msg);
 }
 
