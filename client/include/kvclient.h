@@ -141,6 +141,11 @@ typedef struct kvc_config {
      * per 10 s, as for keepalive_time_ms. 0 = off (the default). Independent of
      * keepalive_time_ms. */
     uint32_t keepalive_call_ms;
+    /* (addition) The name every https:// endpoint's certificate must match, and the SNI sent
+     * (grpc-go's ServerName; etcdctl sets it to the --discovery-srv domain when it does not
+     * accept insecure discovery). NULL: each endpoint's own host. Copied by kvc_open (at most
+     * 255 bytes). */
+    const char *server_name;
 } kvc_config;
 
 /* Fill *cfg with defaults (no endpoints). Thread-safe, no allocation. */

@@ -162,7 +162,8 @@ out:
 
 /* ---- endpoint ---- */
 
-/* The endpoints to visit: --endpoints, or every member's client URLs with --cluster. Returns 0
+/* The endpoints to visit: --endpoints, or every member's client URLs with --cluster (found
+ * through the discovered endpoints with --discovery-srv). Returns 0
  * or the exit status; the array and its strings are owned by the caller (free each entry and the
  * array). */
 static int endpoints(struct kvctl *k, bool cluster, char ***eps, size_t *n)
@@ -171,9 +172,11 @@ static int endpoints(struct kvctl *k, bool cluster, char ***eps, size_t *n)
     *n = 0;
     if (!*eps)
         return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
-    if (!cluster) {
-        for (size_t i = 0; i < k->n_endpoints; i++) {
-            if (!((*eps)[(*n)++] = strdup(k->endpoints[i])))
+    if (!cluster) { /* the flag, not what --discovery-srv found (etcdctl 3.4) */
+        char *const *flag = k->n_flag_endpoints ? k->flag_endpoints : k->endpoints;
+        size_t nf = k->n_flag_endpoints ? k->n_flag_endpoints : k->n_endpoints;
+        for (size_t i = 0; i < nf; i++) {
+            if (!((*eps)[(*n)++] = strdup(flag[i])))
                 return kvctl_fail(KVCTL_EXIT_ERROR, "out of memory");
         }
         return 0;

@@ -46,8 +46,12 @@ enum kvctl_format {
 
 /* Global state of one kvctl run; lives in main()'s frame. */
 struct kvctl {
-    char *endpoints[KVCTL_MAX_ENDPOINTS]; /* owned (strdup) */
+    char *endpoints[KVCTL_MAX_ENDPOINTS]; /* owned (strdup): --endpoints, or as discovered */
     size_t n_endpoints;
+    /* --endpoints as given, when --discovery-srv replaced endpoints (else 0): etcdctl's
+     * endpoint health/status/hashkv without --cluster read the flag itself. Owned. */
+    char *flag_endpoints[KVCTL_MAX_ENDPOINTS];
+    size_t n_flag_endpoints;
     uint32_t dial_timeout_ms;
     uint32_t command_timeout_ms;
     enum kvctl_format format;
@@ -64,6 +68,10 @@ struct kvctl {
     bool help, debug, insecure_transport, insecure_discovery, insecure_skip_verify;
     struct kvctl_flag *global_flags;
 };
+
+/* The name servers' certificates must match: the --discovery-srv domain when insecure
+ * discovery is off (etcdctl's secureCfg serverName), else NULL (each endpoint's host). */
+const char *kvctl_srv_server_name(const struct kvctl *k);
 
 /*
  * Parses a command's argv (argv[0] is the first word after the program name) against the

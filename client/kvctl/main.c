@@ -1,6 +1,8 @@
 /* kvctl entry point: global flags, environment, command dispatch. See kvctl.h. */
 #include "cmd_member.h"
+#include "common/dns_srv.h"
 #include "kvctl.h"
+#include "out.h"
 #include "usage.h"
 
 #include <errno.h>
@@ -33,6 +35,48 @@ static void free_endpoints(struct kvctl *k)
     for (size_t i = 0; i < k->n_endpoints; i++)
         free(k->endpoints[i]);
     k->n_endpoints = 0;
+    for (size_t i = 0; i < k->n_flag_endpoints; i++)
+        free(k->flag_endpoints[i]);
+    k->n_flag_endpoints = 0;
+}
+
+const char *kvctl_srv_server_name(const struct kvctl *k)
+{
+    return k->raw_discovery && *k->raw_discovery && !k->insecure_discovery ? k->raw_discovery
+                                                                           : NULL;
+}
+
+/* --discovery-srv (etcdctl's endpointsFromFlagValue): the SRV records' endpoints replace
+ * --endpoints, which endpoint health/status/hashkv without --cluster still use; without
+ * --insecure-discovery the http:// ones are dropped with a notice; none left: --endpoints. */
+static int discover(struct kvctl *k)
+{
+    char **eps = NULL, err[2048];
+    size_t n = 0, kept = 0;
+    if (kv_srv_client_endpoints(k->raw_discovery, k->raw_discovery_name, &eps, &n, err,
+                                sizeof err) < 0)
+        return kvctl_fail(KVCTL_EXIT_ERROR, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        if (!k->insecure_discovery && strncmp(eps[i], "http://", 7) == 0) {
+            struct kvctl_buf q = {0};
+            kvctl_go_quote(&q, (const uint8_t *)eps[i], strlen(eps[i]));
+            fprintf(stderr, "ignoring discovered insecure endpoint %s\n", kvctl_buf_str(&q));
+            kvctl_buf_free(&q);
+            free(eps[i]);
+        } else if (kept == KVCTL_MAX_ENDPOINTS) {
+            free(eps[i]);
+        } else {
+            eps[kept++] = eps[i];
+        }
+    }
+    if (kept) {
+        memcpy(k->flag_endpoints, k->endpoints, k->n_endpoints * sizeof k->endpoints[0]);
+        k->n_flag_endpoints = k->n_endpoints;
+        memcpy(k->endpoints, eps, kept * sizeof eps[0]);
+        k->n_endpoints = kept;
+    }
+    free(eps);
+    return 0;
 }
 
 /* pflag StringSlice: a CSV list; surrounding whitespace is trimmed (endpointsFromCmd). */
@@ -196,9 +240,11 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
         return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "unsupported output format");
     k->format = (enum kvctl_format)f;
     /* TLS, as etcdctl 3.4: any of --cert/--key/--cacert/--insecure-skip-tls-verify,
-     * or --insecure-transport=false, makes scheme-less endpoints https://. */
+     * --insecure-transport=false, or --discovery-srv with --insecure-discovery=false (the
+     * domain is then the certificates' server name), makes scheme-less endpoints https://. */
     if ((k->raw_cert && *k->raw_cert) || (k->raw_key && *k->raw_key) ||
-        (k->raw_cacert && *k->raw_cacert) || k->insecure_skip_verify || !k->insecure_transport)
+        (k->raw_cacert && *k->raw_cacert) || k->insecure_skip_verify || !k->insecure_transport ||
+        kvctl_srv_server_name(k))
         for (size_t i = 0; i < k->n_endpoints; i++) {
             if (strstr(k->endpoints[i], "://"))
                 continue;
@@ -210,7 +256,7 @@ int kvctl_parse_cmd(struct kvctl *k, int argc, char **argv, struct kvctl_flag *c
         }
     /* --user / --password: Authenticate before the first call (rpc.c) */
     if (k->raw_discovery && *k->raw_discovery)
-        return kvctl_fail(KVCTL_EXIT_BAD_FEATURE, "kvctl: DNS discovery is not supported yet");
+        return discover(k);
     return 0;
 }
 

@@ -37,6 +37,7 @@ static void base_config(const struct kvctl *k, kvc_config *cfg)
     cfg->cert_file = k->raw_cert && *k->raw_cert ? k->raw_cert : NULL;
     cfg->key_file = k->raw_key && *k->raw_key ? k->raw_key : NULL;
     cfg->insecure_skip_verify = k->insecure_skip_verify;
+    cfg->server_name = kvctl_srv_server_name(k);
     /* --keepalive-time / --keepalive-timeout (2s / 6s): pings while a stream is open (watch,
      * lease keep-alive), so a hung member is left; libkvclient raises a time below 10 s to
      * 10 s, as etcdctl's grpc-go does. */

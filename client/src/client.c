@@ -200,6 +200,14 @@ int kvc_open(kvc_client **out, const kvc_config *cfg, kvc_error *err)
         snprintf(c->auth_token, sizeof c->auth_token, "%s", cfg->auth_token);
     }
     c->cfg.auth_token = NULL; /* kept in c->auth_token */
+    if (cfg->server_name) {
+        if (strlen(cfg->server_name) >= sizeof c->server_name) {
+            rc = kvc_fail(err, KVC_INVALID_ARGUMENT, "kvclient: server name too long");
+            goto fail;
+        }
+        snprintf(c->server_name, sizeof c->server_name, "%s", cfg->server_name);
+    }
+    c->cfg.server_name = NULL; /* kept in c->server_name */
     rc = kvc_tls_open(c, cfg, err);
     if (rc != 0)
         goto fail;

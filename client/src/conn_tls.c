@@ -37,7 +37,8 @@ int kvc_tls_conn_start(struct kvc_conn *cn)
     const struct kvc_endpoint *ep = &c->eps[c->ep_idx];
     if (!ep->tls || !c->tls)
         return 0;
-    int rc = kv_tls_conn_new(c->tls, ep->text, ep->host, &cn->tls);
+    const char *verify = c->server_name[0] ? c->server_name : ep->host;
+    int rc = kv_tls_conn_new(c->tls, ep->text, verify, &cn->tls);
     if (rc < 0)
         return rc;
     return kv_tls_conn_start(cn->tls);

@@ -480,7 +480,8 @@ struct kvc_client {
             leases_lost, leases_active, calls_started, calls_failed, calls_retried, queue_full,
             connects, ping_timeouts;
     } st;
-    char auth_token[256]; /* kvc_config.auth_token ("" = none), sent as "token" */
+    char auth_token[256];  /* kvc_config.auth_token ("" = none), sent as "token" */
+    char server_name[256]; /* kvc_config.server_name ("" = each endpoint's host) */
 };
 
 /* ---- keepalive pings (ping.c) ---- */

@@ -2,6 +2,7 @@
  * proxy_config.c - flags of `kvd grpc-proxy start` (contract in proxy_config.h).
  */
 #include "proxy/proxy_config.h"
+#include "common/dns_srv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,6 +43,9 @@ const char *kv_proxy_config_usage(void)
 {
     return "usage: kvd grpc-proxy start [flags]\n"
            "  --endpoints=h:p,...          upstream members (127.0.0.1:2379)\n"
+           "  --discovery-srv=DOMAIN       upstream members from DNS SRV records instead\n"
+           "  --discovery-srv-name=NAME    their service name suffix (_etcd-client-NAME)\n"
+           "  --insecure-discovery         accept http:// SRV endpoints (else https:// only)\n"
            "  --listen-addr=h:p            client address (127.0.0.1:23790)\n"
            "  --metrics-addr=http://h:p    /metrics and /health (none); https:// with the "
            "listener's TLS\n"
@@ -209,12 +213,7 @@ static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"enable-pprof",
-                                      "discovery-srv",
-                                      "discovery-srv-name",
-                                      "insecure-discovery",
-                                      "experimental-leasing-prefix",
-                                      NULL};
+static const char *const not_yet[] = {"enable-pprof", "experimental-leasing-prefix", NULL};
 
 int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap)
 {
@@ -248,6 +247,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             c->insecure_skip_verify = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
+        if (strcmp(name, "insecure-discovery") == 0) {
+            c->insecure_discovery = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
         if (strcmp(name, "auto-tls") == 0) {
             c->auto_tls = !eq || strcmp(eq + 1, "true") == 0;
             continue;
@@ -268,6 +271,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         uint64_t u = 0;
         if (strcmp(name, "endpoints") == 0) {
             eps = v;
+        } else if (strcmp(name, "discovery-srv") == 0) {
+            c->discovery_srv = v[0] ? v : NULL;
+        } else if (strcmp(name, "discovery-srv-name") == 0) {
+            c->discovery_srv_name = v[0] ? v : NULL;
         } else if (strcmp(name, "listen-addr") == 0) {
             rc = parse_hostport(v, c->listen_host, sizeof c->listen_host, &c->listen_port);
         } else if (strcmp(name, "metrics-addr") == 0) {
@@ -418,5 +425,44 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         }
         c->endpoints[k] = e;
     }
+    return 0;
+}
+
+int kv_proxy_config_discover(kv_proxy_config *c, char *err, size_t cap)
+{
+    if (!c->discovery_srv)
+        return 0;
+    char **eps = NULL;
+    size_t n = 0;
+    if (kv_srv_client_endpoints(c->discovery_srv, c->discovery_srv_name, &eps, &n, err, cap) < 0)
+        return -ENOENT;
+    fprintf(stderr, "kvd grpc-proxy: discovered cluster from SRV %s:", c->discovery_srv);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, " %s", eps[i]);
+    fprintf(stderr, "\n");
+    if (!c->insecure_discovery) { /* etcd: verifying discovered SRV endpoints */
+        char why[2048];
+        n = kv_srv_keep_secure(eps, n, c->dial_timeout_ms, why, sizeof why);
+        if (why[0])
+            fprintf(stderr, "kvd grpc-proxy: warning: failed to verify discovered endpoints: %s\n",
+                    why);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (kept < KV_PROXY_MAX_ENDPOINTS && strlen(eps[i]) < sizeof c->endpoint_buf[0]) {
+            snprintf(c->endpoint_buf[kept], sizeof c->endpoint_buf[0], "%s", eps[i]);
+            c->endpoints[kept] = c->endpoint_buf[kept];
+            kept++;
+        }
+    }
+    kv_srv_endpoints_free(eps, n);
+    if (kept == 0) {
+        snprintf(err, cap,
+                 "--discovery-srv %s: no endpoint left (etcdclient: no available "
+                 "endpoints)",
+                 c->discovery_srv);
+        return -ENOENT;
+    }
+    c->n_endpoints = kept;
     return 0;
 }

@@ -29,6 +29,12 @@ typedef struct kv_proxy_config {
     /* upstream TLS (etcd's --cert --key --cacert; --insecure-skip-tls-verify) */
     const char *cert, *key, *cacert;
     int insecure_skip_verify;
+    /* --discovery-srv DOMAIN (--discovery-srv-name NAME): the endpoints come from the SRV
+     * records of _etcd-client-ssl[-NAME]._tcp.DOMAIN and _etcd-client[-NAME]._tcp.DOMAIN
+     * (kv_proxy_config_discover, common/dns_srv.h) instead of --endpoints; without
+     * --insecure-discovery only the https:// ones a TCP connection reaches are kept, as etcd */
+    const char *discovery_srv, *discovery_srv_name;
+    int insecure_discovery;
     /* client side TLS (etcd's --cert-file --key-file --trusted-ca-file: with a CA the proxy
      * requires and verifies client certificates) */
     const char *cert_file, *key_file, *trusted_ca_file;
@@ -94,6 +100,11 @@ typedef struct kv_proxy_config {
 
 void kv_proxy_config_default(kv_proxy_config *c);
 int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap);
+/* With --discovery-srv: looks the endpoints up (blocking; before the loop starts) and replaces
+ * c's endpoints with them (at most KV_PROXY_MAX_ENDPOINTS), printing what it found and dropped
+ * to stderr. 0 (also without the flag), or -ENOENT with etcd's lookup error (or "no endpoint
+ * left") in err. */
+int kv_proxy_config_discover(kv_proxy_config *c, char *err, size_t cap);
 const char *kv_proxy_config_usage(void);
 
 #endif

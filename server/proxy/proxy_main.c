@@ -40,6 +40,10 @@ int kv_proxy_main(int argc, char **argv)
         fprintf(stderr, "kvd grpc-proxy: %s\n", err);
         return 2;
     }
+    if (kv_proxy_config_discover(&m.cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "kvd grpc-proxy: %s\n", err);
+        return 1;
+    }
     if (uv_loop_init(&m.loop) < 0) {
         fprintf(stderr, "kvd grpc-proxy: cannot create the loop\n");
         return 2;

@@ -66,15 +66,17 @@ int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *cons
     int ln = snprintf(x->log, sizeof x->log, "%.4000s/proxy-%u.log", c->root.path, x->port);
     if (ln < 0 || (size_t)ln >= sizeof x->log)
         return -ENAMETOOLONG;
-    const char *argv[48];
+    const char *argv[64];
     int a = 0;
+    for (int k = 0; x->wrap && x->wrap[k] && a < 12; k++)
+        argv[a++] = x->wrap[k];
     argv[a++] = c->bin;
     argv[a++] = "grpc-proxy";
     argv[a++] = "start";
     argv[a++] = eps;
     argv[a++] = listen;
     argv[a++] = metrics;
-    for (int k = 0; extra && extra[k] && a < 46; k++)
+    for (int k = 0; extra && extra[k] && a < 62; k++)
         argv[a++] = extra[k];
     argv[a] = NULL;
     kvt_proc_init(&x->proc, x->log);

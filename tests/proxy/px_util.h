@@ -32,6 +32,9 @@ typedef struct px {
     uint16_t port, metrics_port;
     char endpoint[32]; /* 127.0.0.1:<port> */
     char log[PATH_MAX];
+    /* argv words run before kvd (NULL-terminated; NULL: none), e.g. an `unshare` that gives
+     * the proxy its own /etc/resolv.conf (test_discovery.c); set before px_start */
+    const char *const *wrap;
 } px;
 
 /* Starts an n-member cluster of kvd (or etcd, KV_TEST_SERVER) with tests/lib's defaults and
