@@ -34,6 +34,26 @@ int kv_srv_client_endpoints(const char *domain, const char *service_name, char *
  * all kept). Blocking. Returns the number kept (eps[0..kept) compacted). */
 size_t kv_srv_keep_secure(char **eps, size_t n, unsigned timeout_ms, char *why, size_t cap);
 
+/* A member's own advertised peer URL, for kv_srv_cluster. */
+typedef struct kv_srv_self {
+    const char *host; /* name or IP literal */
+    unsigned port;
+    int tls; /* https:// */
+} kv_srv_self;
+
+/* The initial cluster from DNS SRV records (etcd's --discovery-srv for members: GetCluster):
+ * the records of _etcd-server-ssl[-<name>]._tcp.<domain> as https:// peer URLs, then those of
+ * _etcd-server[-<name>]._tcp.<domain> as http:// ones. A record whose target:port resolves
+ * to the address one of self[] resolves to is this member, named self_name; the others are
+ * named "0", "1", ... in record order, counted per service, as etcd; a URL is the target
+ * without its trailing dot. As etcd's documentation (not its 3.4 code, which needs the -ssl
+ * records) discovery fails only when neither service yields a member. On success 0 with
+ * *out a malloc'd "name=url,name=url,..." (free it); else -ENOENT or -ENOMEM with etcd's
+ * message ("error querying DNS SRV records for _etcd-server-ssl lookup ...: no such host; ...")
+ * in err. Blocking (startup). */
+int kv_srv_cluster(const char *domain, const char *service_name, const char *self_name,
+                   const kv_srv_self *self, size_t n_self, char **out, char *err, size_t errlen);
+
 /* Frees what kv_srv_client_endpoints returned. */
 void kv_srv_endpoints_free(char **eps, size_t n);
 

@@ -187,6 +187,11 @@ static int parse_cluster(kv_config *cfg, const char *list, char *err, size_t err
     return 0;
 }
 
+int kv_config_set_cluster(kv_config *cfg, const char *list, char *err, size_t errlen)
+{
+    return parse_cluster(cfg, list, err, errlen);
+}
+
 static int parse_u64(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out,
                      char *err, size_t errlen)
 {
@@ -256,6 +261,9 @@ static const flag_def FLAGS[] = {
     {"initial-cluster-state", F_STR, OFF(initial_cluster_state), 0,
      sizeof(((kv_config *)0)->initial_cluster_state), 0, 0},
     {"strict-reconfig-check", F_BOOL, OFF(strict_reconfig_check), 0, 0, 0, 0},
+    {"discovery-srv", F_STR, OFF(discovery_srv), 0, sizeof(((kv_config *)0)->discovery_srv), 0, 0},
+    {"discovery-srv-name", F_STR, OFF(discovery_srv_name), 0,
+     sizeof(((kv_config *)0)->discovery_srv_name), 0, 0},
     {"initial-member-id", F_STR, OFF(initial_member_id), 0,
      sizeof(((kv_config *)0)->initial_member_id), 0, 0},
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
@@ -383,6 +391,10 @@ const char *kv_config_usage(void)
            "  --initial-advertise-peer-urls   peer URLs to advertise (default: listen)\n"
            "  --listen-metrics-urls URLS      /metrics and /health over HTTP/1.1\n"
            "  --initial-cluster | --peers     n1=http://h1:2380,n2=... (default name=peer url)\n"
+           "  --discovery-srv DOMAIN          the initial cluster from DNS SRV records\n"
+           "                                  (_etcd-server-ssl._tcp.DOMAIN: https,\n"
+           "                                  _etcd-server._tcp.DOMAIN: http)\n"
+           "  --discovery-srv-name NAME       service name suffix (_etcd-server-NAME)\n"
            "  --initial-cluster-token TOKEN   (default \"etcd-cluster\")\n"
            "  --initial-cluster-state new|existing\n"
            "  --strict-reconfig-check B       refuse member changes that would leave fewer\n"
@@ -625,7 +637,14 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         memcpy(cfg->advertise_peer, cfg->listen_peer, sizeof(cfg->listen_peer));
         cfg->n_advertise_peer = cfg->n_listen_peer;
     }
-    if (cfg->n_initial_cluster == 0) {
+    if (cfg->discovery_srv[0] &&
+        cfg->n_initial_cluster > 0) { /* etcd's ErrConflictBootstrapFlags */
+        snprintf(err, errlen,
+                 "multiple discovery or bootstrap flags are set. Choose one of "
+                 "\"initial-cluster\", \"discovery\" or \"discovery-srv\"");
+        return -EINVAL;
+    }
+    if (cfg->n_initial_cluster == 0 && !cfg->discovery_srv[0]) {
         snprintf(cfg->initial_cluster[0].name, sizeof(cfg->initial_cluster[0].name), "%s",
                  cfg->name);
         cfg->initial_cluster[0].url = cfg->advertise_peer[0];
@@ -729,7 +748,7 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     int found = 0;
     for (size_t k = 0; k < cfg->n_initial_cluster; k++)
         found |= strcmp(cfg->initial_cluster[k].name, cfg->name) == 0;
-    if (!found) {
+    if (!found && !cfg->discovery_srv[0]) { /* with DNS: checked by kv_srv_boot */
         snprintf(err, errlen, "--initial-cluster has no member named '%s' (--name)", cfg->name);
         return -EINVAL;
     }

@@ -48,8 +48,12 @@ typedef struct kv_config {
     char initial_cluster_state[16]; /* "new" or "existing" */
     int strict_reconfig_check;      /* --strict-reconfig-check: refuse member changes that
                                        would leave fewer started members than a quorum (true) */
-    char initial_member_id[24];     /* --initial-member-id: hex id `member add` gave (existing
-                                       only; "" = derived from the peer URLs and token) */
+    /* --discovery-srv DOMAIN (--discovery-srv-name NAME): the initial cluster comes from DNS
+     * SRV records (kv_srv_boot, daemon/srv_boot.h) instead of --initial-cluster; "" = off */
+    char discovery_srv[256];
+    char discovery_srv_name[64];
+    char initial_member_id[24]; /* --initial-member-id: hex id `member add` gave (existing
+                                   only; "" = derived from the peer URLs and token) */
 
     /* Raft timing (ms), as etcd. */
     uint32_t heartbeat_interval_ms;
@@ -170,6 +174,9 @@ void kv_config_default(kv_config *cfg);
 
 /* Parses argv (argv[0] skipped). err (size errlen) receives a one-line message on error. */
 int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+/* Replaces cfg's initial cluster with list ("name=url,name=url,..."): --initial-cluster's
+ * parser. 0 or -EINVAL / -E2BIG with the reason in err. */
+int kv_config_set_cluster(kv_config *cfg, const char *list, char *err, size_t errlen);
 
 /* Parses "http://host:port", "https://host:port" (tls = 1) or "host:port". */
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);

@@ -1,4 +1,4 @@
-# The daemon: one member's process. Flags and config file, identity, the data dir's lock and
+# The daemon: one member's process. Flags and config file, DNS SRV bootstrap, identity, the data dir's lock and
 # layout, TLS setup, the initial membership, sd_notify, crash reports, the member-level etcd
 # series, and server.c, which starts and stops the core (node, peers, leases, reader pool,
 # watch hub, corruption checks, auth) and fills the api's context. The top layer: it may use
@@ -13,6 +13,7 @@ add_library(kv_daemon STATIC
   ${CMAKE_CURRENT_LIST_DIR}/initial_cluster.c
   ${CMAKE_CURRENT_LIST_DIR}/members_boot.c
   ${CMAKE_CURRENT_LIST_DIR}/members_join.c
+  ${CMAKE_CURRENT_LIST_DIR}/srv_boot.c
   ${CMAKE_CURRENT_LIST_DIR}/sd_notify.c
   ${CMAKE_CURRENT_LIST_DIR}/crash_report.c
   ${CMAKE_CURRENT_LIST_DIR}/etcd_datadir.c

@@ -32,6 +32,7 @@
 #include "daemon/tls_auto.h"
 #include "daemon/tls_setup.h"
 #include "daemon/sd_notify.h"
+#include "daemon/srv_boot.h"
 #include "corrupt/corrupt_check.h"
 #include "log/log.h"
 
@@ -406,6 +407,15 @@ int main(int argc, char **argv)
         }
     }
 
+    if (m.cfg.discovery_srv[0]) { /* etcd's --discovery-srv: before anything reads the cluster */
+        char found[4096];
+        rc = kv_srv_boot(&m.cfg, found, sizeof found, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "kvd: fatal: SRV discovery: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "kvd: got bootstrap from DNS (%s): %s\n", m.cfg.discovery_srv, found);
+    }
     uint64_t t0 = kv_mono_ms();
     kv_server *s = &m.srv;
     s->cfg = &m.cfg;

@@ -1,0 +1,216 @@
+/*
+ * cluster_discovery_srv: members bootstrap from DNS SRV records (etcd's --discovery-srv;
+ * daemon/srv_boot.h, common/dns_srv.h). A DNS responder (tests/lib/kvt_dns) serves
+ * _etcd-server._tcp.kvt.test -> m1..m3.kvt.test:<peer port> and their A records; each member
+ * runs in a private mount namespace whose /etc/resolv.conf names it (`unshare --mount`: root
+ * only), with no --initial-cluster, advertising http://mN.kvt.test:<peer port>.
+ *   - the three form one cluster: etcdctl member list through any member lists n1..n3 with
+ *     the SRV peer URLs, and a put through one member is read through another;
+ *   - a member whose advertised URL is in no record exits 1: "cannot find local etcd member";
+ *   - a domain without records exits 1 with etcd's "error querying DNS SRV records" text;
+ *   - --discovery-srv with --initial-cluster is etcd's flag conflict (exit 2).
+ */
+#include "kvt_proc.h"
+#include "kvt_skip.h"
+#include "kvt_util.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ETCDCTL "/usr/bin/etcdctl"
+
+static kvt_tmpdir g_dir;
+static kvt_proc g_dns, g_m[4];
+static uint16_t g_peer[4], g_client[4];
+static char g_rc[PATH_MAX + 32], g_kvd[PATH_MAX];
+
+static void fini(void)
+{
+    for (int i = 0; i < 4; i++)
+        kvt_proc_kill9(&g_m[i]);
+    kvt_proc_kill9(&g_dns);
+    if (!getenv("KV_TEST_KEEP_DIRS"))
+        kvt_tmpdir_destroy(&g_dir);
+}
+
+/* Ports for 4 members, the responder (records for m1..m3 only) on 127.53.x.y from the first
+ * client port. */
+static void setup(void)
+{
+    if (geteuid() != 0)
+        KVT_SKIP_MISSING("needs root (a private mount namespace for /etc/resolv.conf)");
+    if (access("/usr/bin/unshare", X_OK) != 0)
+        KVT_SKIP_MISSING("unshare not installed (util-linux)");
+    if (access(ETCDCTL, X_OK) != 0)
+        KVT_SKIP_MISSING("etcdctl not installed (apt-get install etcd-client)");
+    const char *bd = getenv("KV_BUILD_DIR");
+    cr_assert_not_null(bd, "KV_BUILD_DIR");
+    snprintf(g_kvd, sizeof g_kvd, "%.4000s/server/kvd", bd);
+    cr_assert_eq(kvt_tmpdir_create(&g_dir, "kvsrv"), 0);
+    for (int i = 0; i < 4; i++)
+        cr_assert(kvt_port_free(&g_peer[i]) == 0 && kvt_port_free(&g_client[i]) == 0);
+    char addr[32], bin[PATH_MAX], log[PATH_MAX + 32], srv[3][96], a[3][64];
+    snprintf(addr, sizeof addr, "127.53.%u.%u", (g_client[0] >> 8) & 255, g_client[0] & 255);
+    snprintf(g_rc, sizeof g_rc, "%s/resolv.conf", g_dir.path);
+    snprintf(log, sizeof log, "%s/dns.log", g_dir.path);
+    snprintf(bin, sizeof bin, "%.4000s/tests/lib/kvt_dns", bd);
+    for (int i = 0; i < 3; i++) {
+        snprintf(srv[i], sizeof srv[i], "_etcd-server._tcp.kvt.test=m%d.kvt.test:%u", i + 1,
+                 g_peer[i]);
+        snprintf(a[i], sizeof a[i], "m%d.kvt.test=127.0.0.1", i + 1);
+    }
+    const char *argv[] = {
+        bin,     "--addr", addr,    "--resolv-conf", g_rc,    "--life", "280",
+        "--srv", srv[0],   "--srv", srv[1],          "--srv", srv[2],   "--a",
+        a[0],    "--a",    a[1],    "--a",           a[2],    "--a",    "m4.kvt.test=127.0.0.1",
+        NULL};
+    kvt_proc_init(&g_dns, log);
+    cr_assert_eq(kvt_proc_spawn(&g_dns, argv), 0, "kvt_dns");
+    struct stat st;
+    for (int i = 0; i < 100 && stat(g_rc, &st) != 0; i++)
+        kvt_sleep_ms(50);
+    cr_assert_eq(stat(g_rc, &st), 0, "kvt_dns wrote no resolv.conf (see %s)", log);
+}
+
+/* Starts member i (0-based) as n<i+1> in the namespace, with extra flags (may be NULL). */
+static void start_member(int i, const char *domain, const char *extra)
+{
+    static char name[4][16], dir[4][PATH_MAX + 16], lc[4][64], ac[4][64], lp[4][64], ap[4][64],
+        ds[4][64], lg[4][PATH_MAX + 16];
+    snprintf(name[i], sizeof name[i], "--name=n%d", i + 1);
+    snprintf(dir[i], sizeof dir[i], "--data-dir=%s/n%d", g_dir.path, i + 1);
+    snprintf(lc[i], sizeof lc[i], "--listen-client-urls=http://127.0.0.1:%u", g_client[i]);
+    snprintf(ac[i], sizeof ac[i], "--advertise-client-urls=http://127.0.0.1:%u", g_client[i]);
+    snprintf(lp[i], sizeof lp[i], "--listen-peer-urls=http://127.0.0.1:%u", g_peer[i]);
+    snprintf(ap[i], sizeof ap[i], "--initial-advertise-peer-urls=http://m%d.kvt.test:%u", i + 1,
+             g_peer[i]);
+    snprintf(ds[i], sizeof ds[i], "--discovery-srv=%s", domain);
+    snprintf(lg[i], sizeof lg[i], "%s/n%d.log", g_dir.path, i + 1);
+    const char *argv[] = {"/usr/bin/unshare",
+                          "--mount",
+                          "sh",
+                          "-c",
+                          "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+                          g_rc,
+                          g_kvd,
+                          name[i],
+                          dir[i],
+                          lc[i],
+                          ac[i],
+                          lp[i],
+                          ap[i],
+                          ds[i],
+                          "--initial-cluster-token=srv-test",
+                          extra,
+                          NULL};
+    kvt_proc_init(&g_m[i], lg[i]);
+    cr_assert_eq(kvt_proc_spawn(&g_m[i], argv), 0, "member %d", i + 1);
+}
+
+static int ctl(int i, kvt_cmd_result *r, const char *a1, const char *a2, const char *a3)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", g_client[i]);
+    const char *argv[] = {ETCDCTL, ep, a1, a2, a3, NULL};
+    const char *env[] = {"ETCDCTL_API=3", NULL};
+    return kvt_run(argv, env, NULL, 0, 15000, r);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char *b = calloc(1, 1 << 16);
+    cr_assert_not_null(b);
+    size_t n = fread(b, 1, (1 << 16) - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Member i exits within 10 s with status want and a log line containing text. */
+static void expect_exit(int i, int want, const char *text)
+{
+    cr_assert_eq(kvt_proc_wait(&g_m[i], 10000), 0, "member %d still runs", i + 1);
+    char *log = slurp(g_m[i].log_path);
+    int st = g_m[i].last_status;
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == want, "exit status %d, want %d:\n%s", st, want,
+              log);
+    cr_expect(strstr(log, text) != NULL, "no \"%s\" in the log:\n%s", text, log);
+    free(log);
+}
+
+Test(cluster_discovery_srv, members_bootstrap_from_srv_records, .init = setup, .fini = fini,
+     .timeout = 180)
+{
+    for (int i = 0; i < 3; i++)
+        start_member(i, "kvt.test", NULL);
+    kvt_cmd_result r = {0};
+    int ok = 0;
+    for (int t = 0; t < 100 && !ok; t++) { /* the cluster elects a leader */
+        kvt_cmd_result_free(&r);
+        cr_assert_eq(ctl(1, &r, "put", "srv/k", "v1"), 0);
+        ok = r.exit_code == 0;
+        if (!ok)
+            kvt_sleep_ms(200);
+    }
+    cr_assert(ok, "put through n2: %s %s", r.out, r.err);
+    kvt_cmd_result_free(&r);
+    cr_assert_eq(ctl(2, &r, "get", "srv/k", "--print-value-only"), 0);
+    cr_assert_str_eq(r.out, "v1\n", "get through n3: %s", r.err);
+    kvt_cmd_result_free(&r);
+    for (int t = 0; t < 50; t++) { /* each member publishes its name once it has a leader */
+        kvt_cmd_result_free(&r);
+        cr_assert_eq(ctl(0, &r, "member", "list", NULL), 0);
+        if (strstr(r.out, "n1,") && strstr(r.out, "n2,") && strstr(r.out, "n3,"))
+            break;
+        kvt_sleep_ms(200);
+    }
+    for (int i = 0; i < 3; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "started, n%d, http://m%d.kvt.test:%u, http://127.0.0.1:%u",
+                 i + 1, i + 1, g_peer[i], g_client[i]);
+        cr_expect(strstr(r.out, want) != NULL, "no \"%s\" in member list:\n%s", want, r.out);
+    }
+    kvt_cmd_result_free(&r);
+    char *log = slurp(g_m[0].log_path);
+    char want[160];
+    snprintf(want, sizeof want, "got bootstrap from DNS (kvt.test): n1=http://m1.kvt.test:%u",
+             g_peer[0]);
+    cr_expect(strstr(log, want) != NULL, "no \"%s\" in n1's log:\n%s", want, log);
+    free(log);
+}
+
+Test(cluster_discovery_srv, a_member_not_in_the_records_is_refused, .init = setup, .fini = fini,
+     .timeout = 60)
+{
+    start_member(3, "kvt.test", NULL);
+    expect_exit(3, 1, "cannot find local etcd member \"n4\" in SRV records");
+}
+
+Test(cluster_discovery_srv, a_domain_without_records_is_refused, .init = setup, .fini = fini,
+     .timeout = 60)
+{
+    start_member(0, "nope.test", NULL);
+    char want[256];
+    snprintf(want, sizeof want,
+             "error querying DNS SRV records for _etcd-server-ssl lookup "
+             "_etcd-server-ssl._tcp.nope.test on 127.53.%u.%u:53: no such host",
+             (g_client[0] >> 8) & 255, g_client[0] & 255);
+    expect_exit(0, 1, want);
+}
+
+Test(cluster_discovery_srv, discovery_and_initial_cluster_conflict, .init = setup, .fini = fini,
+     .timeout = 60)
+{
+    start_member(0, "kvt.test", "--initial-cluster=n1=http://127.0.0.1:1");
+    expect_exit(0, 2,
+                "multiple discovery or bootstrap flags are set. Choose one of "
+                "\"initial-cluster\", \"discovery\" or \"discovery-srv\"");
+}
