@@ -1,7 +1,11 @@
 /* l4_gateway.c - etcd's L4 gateway on libuv; see l4_gateway.h. */
 #include "gateway/l4_gateway.h"
 
+#include "common/dns_srv.h"
+
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -300,10 +304,66 @@ static int parse_duration_ms(const char *v, uint64_t *out)
     return 0;
 }
 
+/* A host name in an endpoint becomes its first address, once, at start (the loop dials IP
+ * literals): etcd's gateway resolves at each dial, so a changed name needs a restart here. */
+static int resolve_endpoint(gw_endpoint *e)
+{
+    struct sockaddr_storage sa;
+    if (uv_ip4_addr(e->host, e->port, (struct sockaddr_in *)&sa) == 0 ||
+        uv_ip6_addr(e->host, e->port, (struct sockaddr_in6 *)&sa) == 0)
+        return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(e->host, NULL, &hints, &ai) != 0 || !ai) {
+        fprintf(stderr, "kvd gateway: --endpoints: cannot resolve '%s'\n", e->host);
+        return -ENOENT;
+    }
+    const void *a = ai->ai_family == AF_INET
+                        ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+                        : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+    char ip[INET6_ADDRSTRLEN];
+    inet_ntop(ai->ai_family, a, ip, sizeof ip);
+    freeaddrinfo(ai);
+    snprintf(e->host, sizeof e->host, "%s", ip);
+    return 0;
+}
+
+/* etcd's gateway discoverEndpoints: the SRV records' client endpoints, checked as etcd does
+ * unless insecure (https:// only, a TCP connection made); *out a malloc'd comma list. */
+static int discover(const char *domain, const char *name, int insecure, char **out)
+{
+    char **eps = NULL, err[2048];
+    size_t n = 0;
+    if (kv_srv_client_endpoints(domain, name, &eps, &n, err, sizeof err) < 0) {
+        fprintf(stderr, "kvd gateway: %s\n", err);
+        return -ENOENT;
+    }
+    if (!insecure) {
+        n = kv_srv_keep_secure(eps, n, 5000, err, sizeof err);
+        if (err[0])
+            fprintf(stderr, "kvd gateway: warning: %s\n", err);
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(eps[i]) + 1;
+    char *s = calloc(1, len);
+    for (size_t i = 0; s && i < n; i++) {
+        strcat(s, i ? "," : "");
+        strcat(s, eps[i]);
+    }
+    kv_srv_endpoints_free(eps, n);
+    if (!s)
+        return -ENOMEM;
+    fprintf(stderr, "kvd gateway: using discovered endpoints [%s]\n", s);
+    *out = s;
+    return 0;
+}
+
 static int parse_args(gw *g, int argc, char **argv, char *lhost, int *lport)
 {
     const char *endpoints = "127.0.0.1:2379", *listen = "127.0.0.1:23790";
-    int started = 0;
+    const char *srv = NULL, *srv_name = NULL;
+    char *found = NULL;
+    int started = 0, insecure_discovery = 0, rc = -EINVAL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "start") == 0) {
@@ -317,9 +377,19 @@ static int parse_args(gw *g, int argc, char **argv, char *lhost, int *lport)
         a += 2;
         const char *eq = strchr(a, '=');
         size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl == 18 && strncmp(a, "insecure-discovery", 18) == 0) { /* a boolean */
+            insecure_discovery = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : "");
         if (nl == 9 && strncmp(a, "endpoints", 9) == 0)
             endpoints = v;
+        else if (nl == 13 && strncmp(a, "discovery-srv", 13) == 0)
+            srv = v[0] ? v : NULL;
+        else if (nl == 18 && strncmp(a, "discovery-srv-name", 18) == 0)
+            srv_name = v;
+        else if (nl == 15 && strncmp(a, "trusted-ca-file", 15) == 0)
+            ; /* etcd checks discovered endpoints with a plain TCP dial: the CA is not used */
         else if (nl == 11 && strncmp(a, "listen-addr", 11) == 0)
             listen = v;
         else if (nl == 11 && strncmp(a, "retry-delay", 11) == 0) {
@@ -334,20 +404,25 @@ static int parse_args(gw *g, int argc, char **argv, char *lhost, int *lport)
                 return -EINVAL;
             }
         } else {
-            /* --discovery-srv, --insecure-discovery, --trusted-ca-file, ...: DNS discovery
-             * is not implemented; refused by name rather than ignored. */
             fprintf(stderr, "kvd gateway: unknown or unsupported flag '--%.*s'\n", (int)nl, a);
             return -EINVAL;
         }
     }
     if (!started) {
         fprintf(stderr, "usage: kvd gateway start [--endpoints=h:p,...] [--listen-addr=h:p] "
-                        "[--retry-delay=1m] [--max-connections=N]\n");
+                        "[--retry-delay=1m] [--max-connections=N] [--discovery-srv=DOMAIN "
+                        "[--discovery-srv-name=NAME] [--insecure-discovery]]\n");
         return -EINVAL;
     }
     if (parse_hostport(listen, strlen(listen), lhost, 256, lport) < 0) {
         fprintf(stderr, "kvd gateway: --listen-addr: want host:port, got '%s'\n", listen);
         return -EINVAL;
+    }
+    if (srv) {
+        if ((rc = discover(srv, srv_name, insecure_discovery, &found)) < 0)
+            return rc;
+        endpoints = found;
+        rc = -EINVAL; /* until the endpoints are read */
     }
     for (const char *p = endpoints; *p;) {
         const char *c = strchr(p, ',');
@@ -355,24 +430,30 @@ static int parse_args(gw *g, int argc, char **argv, char *lhost, int *lport)
         if (n > 0) {
             if (g->n_ep == GW_MAX_ENDPOINTS) {
                 fprintf(stderr, "kvd gateway: --endpoints: at most %d\n", GW_MAX_ENDPOINTS);
-                return -EINVAL;
+                goto out;
             }
             gw_endpoint *e = &g->ep[g->n_ep];
             if (parse_hostport(p, n, e->host, sizeof(e->host), &e->port) < 0) {
                 fprintf(stderr, "kvd gateway: --endpoints: bad endpoint '%.*s'\n", (int)n, p);
-                return -EINVAL;
+                goto out;
             }
+            if (resolve_endpoint(e) < 0)
+                goto out;
             g->n_ep++;
         }
         if (c == NULL)
             break;
         p = c + 1;
     }
-    if (g->n_ep == 0) {
-        fprintf(stderr, "kvd gateway: --endpoints: no endpoint\n");
-        return -EINVAL;
+    if (g->n_ep == 0) { /* etcd: "no endpoints found" */
+        fprintf(stderr, "kvd gateway: %s\n",
+                srv ? "no endpoints found" : "--endpoints: no endpoint");
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    free(found);
+    return rc;
 }
 
 int kv_gateway_main(int argc, char **argv)

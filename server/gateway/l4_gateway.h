@@ -8,8 +8,10 @@
  * Flags (etcd's): --listen-addr (127.0.0.1:23790), --endpoints (127.0.0.1:2379; host:port or
  * http(s)://host:port, comma-separated), --retry-delay (1m). kvd's bounds: --max-connections
  * (10000) and, per direction, at most 1 MiB written but not yet sent before the other side's
- * reading pauses. Discovery flags (--discovery-srv...) are refused with a message that names
- * them. Prints "ready to proxy client requests" once listening.
+ * reading pauses. --discovery-srv (--discovery-srv-name, --insecure-discovery,
+ * --trusted-ca-file) takes the endpoints from DNS SRV records as etcd's gateway does
+ * (common/dns_srv.h); host names, given or discovered, are resolved once at start. Prints
+ * "ready to proxy client requests" once listening.
  *
  * Threads: one libuv loop, the caller's thread. Memory per connection: two TCP handles and
  * the bytes in flight (bounded above); a connection is freed in its handles' close callbacks.

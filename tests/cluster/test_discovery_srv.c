@@ -8,7 +8,10 @@
  *     the SRV peer URLs, and a put through one member is read through another;
  *   - a member whose advertised URL is in no record exits 1: "cannot find local etcd member";
  *   - a domain without records exits 1 with etcd's "error querying DNS SRV records" text;
- *   - --discovery-srv with --initial-cluster is etcd's flag conflict (exit 2).
+ *   - --discovery-srv with --initial-cluster is etcd's flag conflict (exit 2);
+ *   - `kvd gateway start --discovery-srv` (its _etcd-client._tcp record names m2.kvt.test and
+ *     n2's client port) carries etcdctl's put to the cluster; without --insecure-discovery
+ *     the http:// record is dropped and it exits with etcd's "no endpoints found".
  */
 #include "kvt_proc.h"
 #include "kvt_skip.h"
@@ -26,7 +29,7 @@
 #define ETCDCTL "/usr/bin/etcdctl"
 
 static kvt_tmpdir g_dir;
-static kvt_proc g_dns, g_m[4];
+static kvt_proc g_dns, g_m[4], g_gw;
 static uint16_t g_peer[4], g_client[4];
 static char g_rc[PATH_MAX + 32], g_kvd[PATH_MAX];
 
@@ -34,6 +37,7 @@ static void fini(void)
 {
     for (int i = 0; i < 4; i++)
         kvt_proc_kill9(&g_m[i]);
+    kvt_proc_kill9(&g_gw);
     kvt_proc_kill9(&g_dns);
     if (!getenv("KV_TEST_KEEP_DIRS"))
         kvt_tmpdir_destroy(&g_dir);
@@ -55,7 +59,7 @@ static void setup(void)
     cr_assert_eq(kvt_tmpdir_create(&g_dir, "kvsrv"), 0);
     for (int i = 0; i < 4; i++)
         cr_assert(kvt_port_free(&g_peer[i]) == 0 && kvt_port_free(&g_client[i]) == 0);
-    char addr[32], bin[PATH_MAX], log[PATH_MAX + 32], srv[3][96], a[3][64];
+    char addr[32], bin[PATH_MAX], log[PATH_MAX + 32], srv[3][96], a[3][64], cl[96];
     snprintf(addr, sizeof addr, "127.53.%u.%u", (g_client[0] >> 8) & 255, g_client[0] & 255);
     snprintf(g_rc, sizeof g_rc, "%s/resolv.conf", g_dir.path);
     snprintf(log, sizeof log, "%s/dns.log", g_dir.path);
@@ -65,11 +69,31 @@ static void setup(void)
                  g_peer[i]);
         snprintf(a[i], sizeof a[i], "m%d.kvt.test=127.0.0.1", i + 1);
     }
-    const char *argv[] = {
-        bin,     "--addr", addr,    "--resolv-conf", g_rc,    "--life", "280",
-        "--srv", srv[0],   "--srv", srv[1],          "--srv", srv[2],   "--a",
-        a[0],    "--a",    a[1],    "--a",           a[2],    "--a",    "m4.kvt.test=127.0.0.1",
-        NULL};
+    snprintf(cl, sizeof cl, "_etcd-client._tcp.kvt.test=m2.kvt.test:%u", g_client[1]);
+    const char *argv[] = {bin,
+                          "--srv",
+                          cl,
+                          "--addr",
+                          addr,
+                          "--resolv-conf",
+                          g_rc,
+                          "--life",
+                          "280",
+                          "--srv",
+                          srv[0],
+                          "--srv",
+                          srv[1],
+                          "--srv",
+                          srv[2],
+                          "--a",
+                          a[0],
+                          "--a",
+                          a[1],
+                          "--a",
+                          a[2],
+                          "--a",
+                          "m4.kvt.test=127.0.0.1",
+                          NULL};
     kvt_proc_init(&g_dns, log);
     cr_assert_eq(kvt_proc_spawn(&g_dns, argv), 0, "kvt_dns");
     struct stat st;
@@ -213,4 +237,70 @@ Test(cluster_discovery_srv, discovery_and_initial_cluster_conflict, .init = setu
     expect_exit(0, 2,
                 "multiple discovery or bootstrap flags are set. Choose one of "
                 "\"initial-cluster\", \"discovery\" or \"discovery-srv\"");
+}
+
+/* `kvd gateway start` with extra flags (NULL-terminated) in the namespace, on a free port. */
+static uint16_t start_gateway(const char *const *extra)
+{
+    uint16_t port;
+    cr_assert_eq(kvt_port_free(&port), 0);
+    static char listen[64], lg[PATH_MAX + 16];
+    snprintf(listen, sizeof listen, "--listen-addr=127.0.0.1:%u", port);
+    snprintf(lg, sizeof lg, "%s/gateway.log", g_dir.path);
+    const char *argv[16] = {"/usr/bin/unshare",
+                            "--mount",
+                            "sh",
+                            "-c",
+                            "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+                            g_rc,
+                            g_kvd,
+                            "gateway",
+                            listen,
+                            "--endpoints=127.0.0.1:1"};
+    int a = 10;
+    for (int k = 0; extra[k] && a < 14; k++)
+        argv[a++] = extra[k];
+    argv[a++] = "start";
+    argv[a] = NULL;
+    kvt_proc_init(&g_gw, lg);
+    cr_assert_eq(kvt_proc_spawn(&g_gw, argv), 0, "gateway");
+    return port;
+}
+
+Test(cluster_discovery_srv, the_gateway_finds_the_members_in_srv_records, .init = setup,
+     .fini = fini, .timeout = 180)
+{
+    for (int i = 0; i < 3; i++)
+        start_member(i, "kvt.test", NULL);
+    const char *const insecure[] = {"--discovery-srv=kvt.test", "--insecure-discovery", NULL};
+    uint16_t gp = start_gateway(insecure);
+    char ep[64];
+    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", gp);
+    const char *argv[] = {ETCDCTL, ep, "put", "gw/k", "v", NULL};
+    const char *env[] = {"ETCDCTL_API=3", NULL};
+    kvt_cmd_result r = {0};
+    int ok = 0;
+    for (int t = 0; t < 100 && !ok; t++) { /* the cluster elects a leader */
+        kvt_cmd_result_free(&r);
+        cr_assert_eq(kvt_run(argv, env, NULL, 0, 15000, &r), 0);
+        ok = r.exit_code == 0;
+        if (!ok)
+            kvt_sleep_ms(200);
+    }
+    cr_assert(ok, "put through the gateway: %s %s", r.out, r.err);
+    kvt_cmd_result_free(&r);
+    char *log = slurp(g_gw.log_path);
+    char want[128];
+    snprintf(want, sizeof want, "using discovered endpoints [http://m2.kvt.test.:%u]", g_client[1]);
+    cr_expect(strstr(log, want) != NULL, "no \"%s\" in the gateway's log:\n%s", want, log);
+    free(log);
+    kvt_proc_kill9(&g_gw);
+    const char *const secure[] = {"--discovery-srv=kvt.test", NULL};
+    start_gateway(secure);
+    cr_assert_eq(kvt_proc_wait(&g_gw, 10000), 0, "the gateway still runs");
+    log = slurp(g_gw.log_path);
+    cr_expect(strstr(log, "is insecure") && strstr(log, "no endpoints found"), "%s", log);
+    cr_expect(WIFEXITED(g_gw.last_status) && WEXITSTATUS(g_gw.last_status) != 0, "status %d",
+              g_gw.last_status);
+    free(log);
 }
