@@ -7,6 +7,6 @@
 add_library(kv_common STATIC ${CMAKE_CURRENT_LIST_DIR}/etcd_errors.c ${CMAKE_CURRENT_LIST_DIR}/varint.c
             ${CMAKE_CURRENT_LIST_DIR}/base64.c ${CMAKE_CURRENT_LIST_DIR}/msgf.c
             ${CMAKE_CURRENT_LIST_DIR}/crc32c.c ${CMAKE_CURRENT_LIST_DIR}/envmerge.c
-            ${CMAKE_CURRENT_LIST_DIR}/dns_srv.c)
+            ${CMAKE_CURRENT_LIST_DIR}/dns_srv.c ${CMAKE_CURRENT_LIST_DIR}/dns_srv_cluster.c)
 target_link_libraries(kv_common PUBLIC resolv)
 target_include_directories(kv_common PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

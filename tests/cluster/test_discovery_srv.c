@@ -13,6 +13,7 @@
  *     n2's client port) carries etcdctl's put to the cluster; without --insecure-discovery
  *     the http:// record is dropped and it exits with etcd's "no endpoints found".
  */
+#include "kvt_dnsns.h"
 #include "kvt_proc.h"
 #include "kvt_skip.h"
 #include "kvt_util.h"
@@ -23,34 +24,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define ETCDCTL "/usr/bin/etcdctl"
 
 static kvt_tmpdir g_dir;
-static kvt_proc g_dns, g_m[4], g_gw;
+static kvt_dnsns g_dns;
+static kvt_proc g_m[4], g_gw;
 static uint16_t g_peer[4], g_client[4];
-static char g_rc[PATH_MAX + 32], g_kvd[PATH_MAX];
+static char g_kvd[PATH_MAX];
 
 static void fini(void)
 {
     for (int i = 0; i < 4; i++)
         kvt_proc_kill9(&g_m[i]);
     kvt_proc_kill9(&g_gw);
-    kvt_proc_kill9(&g_dns);
+    kvt_dnsns_stop(&g_dns);
     if (!getenv("KV_TEST_KEEP_DIRS"))
         kvt_tmpdir_destroy(&g_dir);
 }
 
-/* Ports for 4 members, the responder (records for m1..m3 only) on 127.53.x.y from the first
- * client port. */
+/* Ports for 4 members; the records: _etcd-server._tcp.kvt.test for m1..m3 only,
+ * _etcd-client._tcp.kvt.test -> n2's client port, mN.kvt.test -> 127.0.0.1. */
 static void setup(void)
 {
-    if (geteuid() != 0)
-        KVT_SKIP_MISSING("needs root (a private mount namespace for /etc/resolv.conf)");
-    if (access("/usr/bin/unshare", X_OK) != 0)
-        KVT_SKIP_MISSING("unshare not installed (util-linux)");
+    const char *why = kvt_dnsns_missing();
+    if (why)
+        KVT_SKIP_MISSING("%s", why);
     if (access(ETCDCTL, X_OK) != 0)
         KVT_SKIP_MISSING("etcdctl not installed (apt-get install etcd-client)");
     const char *bd = getenv("KV_BUILD_DIR");
@@ -59,54 +59,49 @@ static void setup(void)
     cr_assert_eq(kvt_tmpdir_create(&g_dir, "kvsrv"), 0);
     for (int i = 0; i < 4; i++)
         cr_assert(kvt_port_free(&g_peer[i]) == 0 && kvt_port_free(&g_client[i]) == 0);
-    char addr[32], bin[PATH_MAX], log[PATH_MAX + 32], srv[3][96], a[3][64], cl[96];
-    snprintf(addr, sizeof addr, "127.53.%u.%u", (g_client[0] >> 8) & 255, g_client[0] & 255);
-    snprintf(g_rc, sizeof g_rc, "%s/resolv.conf", g_dir.path);
-    snprintf(log, sizeof log, "%s/dns.log", g_dir.path);
-    snprintf(bin, sizeof bin, "%.4000s/tests/lib/kvt_dns", bd);
-    for (int i = 0; i < 3; i++) {
-        snprintf(srv[i], sizeof srv[i], "_etcd-server._tcp.kvt.test=m%d.kvt.test:%u", i + 1,
-                 g_peer[i]);
+    char srv[3][96], a[4][64], cl[96];
+    const char *records[20];
+    int r = 0;
+    for (int i = 0; i < 4; i++) {
+        if (i < 3) {
+            snprintf(srv[i], sizeof srv[i], "_etcd-server._tcp.kvt.test=m%d.kvt.test:%u", i + 1,
+                     g_peer[i]);
+            records[r++] = "--srv";
+            records[r++] = srv[i];
+        }
         snprintf(a[i], sizeof a[i], "m%d.kvt.test=127.0.0.1", i + 1);
+        records[r++] = "--a";
+        records[r++] = a[i];
     }
     snprintf(cl, sizeof cl, "_etcd-client._tcp.kvt.test=m2.kvt.test:%u", g_client[1]);
-    const char *argv[] = {bin,
-                          "--srv",
-                          cl,
-                          "--addr",
-                          addr,
-                          "--resolv-conf",
-                          g_rc,
-                          "--life",
-                          "280",
-                          "--srv",
-                          srv[0],
-                          "--srv",
-                          srv[1],
-                          "--srv",
-                          srv[2],
-                          "--a",
-                          a[0],
-                          "--a",
-                          a[1],
-                          "--a",
-                          a[2],
-                          "--a",
-                          "m4.kvt.test=127.0.0.1",
-                          NULL};
-    kvt_proc_init(&g_dns, log);
-    cr_assert_eq(kvt_proc_spawn(&g_dns, argv), 0, "kvt_dns");
-    struct stat st;
-    for (int i = 0; i < 100 && stat(g_rc, &st) != 0; i++)
-        kvt_sleep_ms(50);
-    cr_assert_eq(stat(g_rc, &st), 0, "kvt_dns wrote no resolv.conf (see %s)", log);
+    records[r++] = "--srv";
+    records[r++] = cl;
+    records[r] = NULL;
+    cr_assert_eq(kvt_dnsns_start(&g_dns, g_dir.path, g_client[0], records), 0, "kvt_dns");
 }
 
-/* Starts member i (0-based) as n<i+1> in the namespace, with extra flags (may be NULL). */
+/* Runs argv (kvd's words) in the namespace as p, logging to <dir>/<log>. */
+static void spawn_in_ns(kvt_proc *p, const char *log, const char *const *words)
+{
+    char lg[PATH_MAX + 64];
+    snprintf(lg, sizeof lg, "%s/%s", g_dir.path, log);
+    const char *argv[40];
+    int a = 0;
+    for (int k = 0; g_dns.wrap[k]; k++)
+        argv[a++] = g_dns.wrap[k];
+    argv[a++] = g_kvd;
+    for (int k = 0; words[k] && a < 39; k++)
+        argv[a++] = words[k];
+    argv[a] = NULL;
+    kvt_proc_init(p, lg);
+    cr_assert_eq(kvt_proc_spawn(p, argv), 0, "%s", log);
+}
+
+/* Starts member i (0-based) as n<i+1> in the namespace, with an extra flag (may be NULL). */
 static void start_member(int i, const char *domain, const char *extra)
 {
     static char name[4][16], dir[4][PATH_MAX + 16], lc[4][64], ac[4][64], lp[4][64], ap[4][64],
-        ds[4][64], lg[4][PATH_MAX + 16];
+        ds[4][64], lg[4][16];
     snprintf(name[i], sizeof name[i], "--name=n%d", i + 1);
     snprintf(dir[i], sizeof dir[i], "--data-dir=%s/n%d", g_dir.path, i + 1);
     snprintf(lc[i], sizeof lc[i], "--listen-client-urls=http://127.0.0.1:%u", g_client[i]);
@@ -115,46 +110,43 @@ static void start_member(int i, const char *domain, const char *extra)
     snprintf(ap[i], sizeof ap[i], "--initial-advertise-peer-urls=http://m%d.kvt.test:%u", i + 1,
              g_peer[i]);
     snprintf(ds[i], sizeof ds[i], "--discovery-srv=%s", domain);
-    snprintf(lg[i], sizeof lg[i], "%s/n%d.log", g_dir.path, i + 1);
-    const char *argv[] = {"/usr/bin/unshare",
-                          "--mount",
-                          "sh",
-                          "-c",
-                          "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
-                          g_rc,
-                          g_kvd,
-                          name[i],
-                          dir[i],
-                          lc[i],
-                          ac[i],
-                          lp[i],
-                          ap[i],
-                          ds[i],
-                          "--initial-cluster-token=srv-test",
-                          extra,
-                          NULL};
-    kvt_proc_init(&g_m[i], lg[i]);
-    cr_assert_eq(kvt_proc_spawn(&g_m[i], argv), 0, "member %d", i + 1);
+    snprintf(lg[i], sizeof lg[i], "n%d.log", i + 1);
+    const char *words[] = {name[i], dir[i], lc[i], ac[i],
+                           lp[i],   ap[i],  ds[i], "--initial-cluster-token=srv-test",
+                           extra,   NULL};
+    spawn_in_ns(&g_m[i], lg[i], words);
 }
 
-static int ctl(int i, kvt_cmd_result *r, const char *a1, const char *a2, const char *a3)
+/* etcdctl through 127.0.0.1:port with up to 3 words (NULL ends them). */
+static int ctl(uint16_t port, kvt_cmd_result *r, const char *a1, const char *a2, const char *a3)
 {
     char ep[64];
-    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", g_client[i]);
+    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", port);
     const char *argv[] = {ETCDCTL, ep, a1, a2, a3, NULL};
     const char *env[] = {"ETCDCTL_API=3", NULL};
     return kvt_run(argv, env, NULL, 0, 15000, r);
 }
 
+/* Puts key=v through port until it succeeds (20 s: the cluster elects a leader first). */
+static void put_until_ok(uint16_t port, const char *key)
+{
+    kvt_cmd_result r = {0};
+    int ok = 0;
+    for (int t = 0; t < 100 && !ok; t++) {
+        kvt_cmd_result_free(&r);
+        cr_assert_eq(ctl(port, &r, "put", key, "v1"), 0);
+        ok = r.exit_code == 0;
+        if (!ok)
+            kvt_sleep_ms(200);
+    }
+    cr_assert(ok, "put through 127.0.0.1:%u: %s %s", port, r.out, r.err);
+    kvt_cmd_result_free(&r);
+}
+
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    char *b = calloc(1, 1 << 16);
-    cr_assert_not_null(b);
-    size_t n = fread(b, 1, (1 << 16) - 1, f);
-    b[n] = 0;
-    fclose(f);
+    char *b = kvt_file_read(path);
+    cr_assert_not_null(b, "%s", path);
     return b;
 }
 
@@ -175,23 +167,14 @@ Test(cluster_discovery_srv, members_bootstrap_from_srv_records, .init = setup, .
 {
     for (int i = 0; i < 3; i++)
         start_member(i, "kvt.test", NULL);
+    put_until_ok(g_client[1], "srv/k");
     kvt_cmd_result r = {0};
-    int ok = 0;
-    for (int t = 0; t < 100 && !ok; t++) { /* the cluster elects a leader */
-        kvt_cmd_result_free(&r);
-        cr_assert_eq(ctl(1, &r, "put", "srv/k", "v1"), 0);
-        ok = r.exit_code == 0;
-        if (!ok)
-            kvt_sleep_ms(200);
-    }
-    cr_assert(ok, "put through n2: %s %s", r.out, r.err);
-    kvt_cmd_result_free(&r);
-    cr_assert_eq(ctl(2, &r, "get", "srv/k", "--print-value-only"), 0);
+    cr_assert_eq(ctl(g_client[2], &r, "get", "srv/k", "--print-value-only"), 0);
     cr_assert_str_eq(r.out, "v1\n", "get through n3: %s", r.err);
     kvt_cmd_result_free(&r);
     for (int t = 0; t < 50; t++) { /* each member publishes its name once it has a leader */
         kvt_cmd_result_free(&r);
-        cr_assert_eq(ctl(0, &r, "member", "list", NULL), 0);
+        cr_assert_eq(ctl(g_client[0], &r, "member", "list", NULL), 0);
         if (strstr(r.out, "n1,") && strstr(r.out, "n2,") && strstr(r.out, "n3,"))
             break;
         kvt_sleep_ms(200);
@@ -225,8 +208,8 @@ Test(cluster_discovery_srv, a_domain_without_records_is_refused, .init = setup, 
     char want[256];
     snprintf(want, sizeof want,
              "error querying DNS SRV records for _etcd-server-ssl lookup "
-             "_etcd-server-ssl._tcp.nope.test on 127.53.%u.%u:53: no such host",
-             (g_client[0] >> 8) & 255, g_client[0] & 255);
+             "_etcd-server-ssl._tcp.nope.test on %s:53: no such host",
+             g_dns.addr);
     expect_exit(0, 1, want);
 }
 
@@ -244,26 +227,15 @@ static uint16_t start_gateway(const char *const *extra)
 {
     uint16_t port;
     cr_assert_eq(kvt_port_free(&port), 0);
-    static char listen[64], lg[PATH_MAX + 16];
+    static char listen[64];
     snprintf(listen, sizeof listen, "--listen-addr=127.0.0.1:%u", port);
-    snprintf(lg, sizeof lg, "%s/gateway.log", g_dir.path);
-    const char *argv[16] = {"/usr/bin/unshare",
-                            "--mount",
-                            "sh",
-                            "-c",
-                            "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
-                            g_rc,
-                            g_kvd,
-                            "gateway",
-                            listen,
-                            "--endpoints=127.0.0.1:1"};
-    int a = 10;
-    for (int k = 0; extra[k] && a < 14; k++)
-        argv[a++] = extra[k];
-    argv[a++] = "start";
-    argv[a] = NULL;
-    kvt_proc_init(&g_gw, lg);
-    cr_assert_eq(kvt_proc_spawn(&g_gw, argv), 0, "gateway");
+    const char *words[12] = {"gateway", listen, "--endpoints=127.0.0.1:1"};
+    int a = 3;
+    for (int k = 0; extra[k] && a < 10; k++)
+        words[a++] = extra[k];
+    words[a++] = "start";
+    words[a] = NULL;
+    spawn_in_ns(&g_gw, "gateway.log", words);
     return port;
 }
 
@@ -274,21 +246,7 @@ Test(cluster_discovery_srv, the_gateway_finds_the_members_in_srv_records, .init 
         start_member(i, "kvt.test", NULL);
     const char *const insecure[] = {"--discovery-srv=kvt.test", "--insecure-discovery", NULL};
     uint16_t gp = start_gateway(insecure);
-    char ep[64];
-    snprintf(ep, sizeof ep, "--endpoints=127.0.0.1:%u", gp);
-    const char *argv[] = {ETCDCTL, ep, "put", "gw/k", "v", NULL};
-    const char *env[] = {"ETCDCTL_API=3", NULL};
-    kvt_cmd_result r = {0};
-    int ok = 0;
-    for (int t = 0; t < 100 && !ok; t++) { /* the cluster elects a leader */
-        kvt_cmd_result_free(&r);
-        cr_assert_eq(kvt_run(argv, env, NULL, 0, 15000, &r), 0);
-        ok = r.exit_code == 0;
-        if (!ok)
-            kvt_sleep_ms(200);
-    }
-    cr_assert(ok, "put through the gateway: %s %s", r.out, r.err);
-    kvt_cmd_result_free(&r);
+    put_until_ok(gp, "gw/k");
     char *log = slurp(g_gw.log_path);
     char want[128];
     snprintf(want, sizeof want, "using discovered endpoints [http://m2.kvt.test.:%u]", g_client[1]);

@@ -254,3 +254,29 @@ int kvt_metric_value(const char *text, const char *series, double *value)
     }
     return -ENOENT;
 }
+
+char *kvt_file_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n - 1, f);
+        if (n + 1 < cap || cap >= (16u << 20))
+            break;
+        char *nb = realloc(b, cap * 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    fclose(f);
+    if (b)
+        b[n] = '\0';
+    return b;
+}

@@ -34,6 +34,9 @@ void kvt_tmpdir_destroy(kvt_tmpdir *d);
  * path. The one recursive removal of tests/, bench/ and functional/: no private nftw or
  * system("rm -rf"). */
 int kvt_rmtree(const char *path);
+/* The whole file at path (at most 16 MiB) as a malloc'd NUL-terminated string; NULL (errno)
+ * when it cannot be read. */
+char *kvt_file_read(const char *path);
 
 /* A non-blocking TCP socket connected to 127.0.0.1:port within timeout_ms, or -errno. */
 int kvt_connect_loopback(uint16_t port, uint32_t timeout_ms);

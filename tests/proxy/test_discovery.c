@@ -7,6 +7,7 @@
  * records could not serve.
  */
 #include "px_util.h"
+#include "kvt_dnsns.h"
 #include "kvt_skip.h"
 
 #include <criterion/criterion.h>
@@ -15,71 +16,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static kvt_cluster g_c;
 static px g_x;
-static kvt_proc g_dns;
-static char g_rc[PATH_MAX];
+static kvt_dnsns g_dns;
 
 static void fini(void)
 {
     px_stop(&g_x);
-    kvt_proc_kill9(&g_dns);
+    kvt_dnsns_stop(&g_dns);
     kvt_cluster_destroy(&g_c);
 }
 
-/* The wrapper that runs the proxy with g_rc as its /etc/resolv.conf. */
-static const char *g_wrap[] = {"/usr/bin/unshare",
-                               "--mount",
-                               "sh",
-                               "-c",
-                               "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
-                               g_rc,
-                               NULL};
-
-/* A 1-member cluster and the responder: _etcd-client._tcp.kvt.test -> m1.kvt.test:<member>,
- * m1.kvt.test -> 127.0.0.1. */
+/* A 1-member cluster and the records: _etcd-client._tcp.kvt.test -> m1.kvt.test:<member>
+ * (and an https one for --discovery-srv-name=y), m1.kvt.test -> 127.0.0.1. */
 static void setup(void)
 {
-    if (geteuid() != 0)
-        KVT_SKIP_MISSING("needs root (a private mount namespace for /etc/resolv.conf)");
-    if (access("/usr/bin/unshare", X_OK) != 0)
-        KVT_SKIP_MISSING("unshare not installed (util-linux)");
+    const char *why = kvt_dnsns_missing();
+    if (why)
+        KVT_SKIP_MISSING("%s", why);
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
     uint16_t p = g_c.m[0].client_port;
-    char addr[32], srv[128], srv_y[128], bin[PATH_MAX], log[PATH_MAX];
-    snprintf(addr, sizeof addr, "127.53.%u.%u", (p >> 8) & 255, p & 255);
+    char srv[128], srv_y[128];
     snprintf(srv, sizeof srv, "_etcd-client._tcp.kvt.test=m1.kvt.test:%u", p);
     snprintf(srv_y, sizeof srv_y, "_etcd-client-ssl-y._tcp.kvt.test=m1.kvt.test:%u", p);
-    snprintf(g_rc, sizeof g_rc, "%.4000s/resolv.conf", g_c.root.path);
-    snprintf(log, sizeof log, "%.4000s/dns.log", g_c.root.path);
-    const char *bd = getenv("KV_BUILD_DIR");
-    cr_assert_not_null(bd, "KV_BUILD_DIR");
-    snprintf(bin, sizeof bin, "%.4000s/tests/lib/kvt_dns", bd);
-    const char *argv[] = {
-        bin,     "--addr", addr,  "--resolv-conf",         g_rc, "--life", "280", "--srv", srv,
-        "--srv", srv_y,    "--a", "m1.kvt.test=127.0.0.1", NULL};
-    kvt_proc_init(&g_dns, log);
-    cr_assert_eq(kvt_proc_spawn(&g_dns, argv), 0, "kvt_dns");
-    struct stat st;
-    for (int i = 0; i < 100 && stat(g_rc, &st) != 0; i++)
-        kvt_sleep_ms(50);
-    cr_assert_eq(stat(g_rc, &st), 0, "kvt_dns wrote no resolv.conf (see %s)", log);
-    g_x.wrap = g_wrap;
+    const char *records[] = {"--srv", srv, "--srv", srv_y, "--a", "m1.kvt.test=127.0.0.1", NULL};
+    cr_assert_eq(kvt_dnsns_start(&g_dns, g_c.root.path, p, records), 0, "kvt_dns");
+    g_x.wrap = g_dns.wrap;
 }
 
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    char *b = calloc(1, 1 << 16);
-    cr_assert_not_null(b);
-    size_t n = fread(b, 1, (1 << 16) - 1, f);
-    b[n] = 0;
-    fclose(f);
+    char *b = kvt_file_read(path);
+    cr_assert_not_null(b, "%s", path);
     return b;
 }
 
@@ -148,12 +119,11 @@ Test(proxy_discovery, insecure_records_are_dropped_unless_allowed, .init = setup
 Test(proxy_discovery, a_domain_without_records_is_refused, .init = setup, .fini = fini,
      .timeout = 120)
 {
-    uint16_t p = g_c.m[0].client_port;
     char want[256];
     snprintf(want, sizeof want,
-             "dns lookup errors: lookup _etcd-client-ssl._tcp.nope.test on 127.53.%u.%u:53: no "
-             "such host and lookup _etcd-client._tcp.nope.test on 127.53.%u.%u:53: no such host",
-             (p >> 8) & 255, p & 255, (p >> 8) & 255, p & 255);
+             "dns lookup errors: lookup _etcd-client-ssl._tcp.nope.test on %s:53: no such host "
+             "and lookup _etcd-client._tcp.nope.test on %s:53: no such host",
+             g_dns.addr, g_dns.addr);
     const char *const extra[] = {"--discovery-srv=nope.test", "--insecure-discovery", NULL};
     expect_refused(extra, want);
 }
