@@ -100,16 +100,16 @@ static void spawn_in_ns(kvt_proc *p, const char *log, const char *const *words)
 /* Starts member i (0-based) as n<i+1> in the namespace, with an extra flag (may be NULL). */
 static void start_member(int i, const char *domain, const char *extra)
 {
-    static char name[4][16], dir[4][PATH_MAX + 16], lc[4][64], ac[4][64], lp[4][64], ap[4][64],
-        ds[4][64], lg[4][16];
+    static char name[4][32], dir[4][PATH_MAX + 48], lc[4][80], ac[4][80], lp[4][80], ap[4][96],
+        ds[4][300], lg[4][32];
     snprintf(name[i], sizeof name[i], "--name=n%d", i + 1);
-    snprintf(dir[i], sizeof dir[i], "--data-dir=%s/n%d", g_dir.path, i + 1);
+    snprintf(dir[i], sizeof dir[i], "--data-dir=%.4000s/n%d", g_dir.path, i + 1);
     snprintf(lc[i], sizeof lc[i], "--listen-client-urls=http://127.0.0.1:%u", g_client[i]);
     snprintf(ac[i], sizeof ac[i], "--advertise-client-urls=http://127.0.0.1:%u", g_client[i]);
     snprintf(lp[i], sizeof lp[i], "--listen-peer-urls=http://127.0.0.1:%u", g_peer[i]);
     snprintf(ap[i], sizeof ap[i], "--initial-advertise-peer-urls=http://m%d.kvt.test:%u", i + 1,
              g_peer[i]);
-    snprintf(ds[i], sizeof ds[i], "--discovery-srv=%s", domain);
+    snprintf(ds[i], sizeof ds[i], "--discovery-srv=%.200s", domain);
     snprintf(lg[i], sizeof lg[i], "n%d.log", i + 1);
     const char *words[] = {name[i], dir[i], lc[i], ac[i],
                            lp[i],   ap[i],  ds[i], "--initial-cluster-token=srv-test",
