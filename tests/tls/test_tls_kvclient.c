@@ -82,6 +82,39 @@ Test(tls_kvclient, libkvclient_wrong_ca_or_no_cert_fails, .fini = fini, .timeout
     cr_assert_eq(rc, 0, "insecure-skip-verify: %s", err.message);
 }
 
+/* kvc_config.server_name: the name the member's certificate must match instead of the
+ * endpoint's host (127.0.0.1 here; the certificate's SANs are 127.0.0.1, ::1 and localhost). */
+Test(tls_kvclient, libkvclient_server_name_is_the_name_verified, .fini = fini, .timeout = 120)
+{
+    start_mtls();
+    static const struct {
+        const char *name;
+        int ok;
+    } cases[] = {{"localhost", 1}, {"kvt-not-in-the-cert.test", 0}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *eps[] = {g_f.url};
+        kvc_config cfg;
+        kvc_config_default(&cfg);
+        cfg.endpoints = eps;
+        cfg.n_endpoints = 1;
+        cfg.dial_timeout_ms = 3000;
+        cfg.ca_file = tls_fx_path(&g_f, "ca.pem");
+        cfg.cert_file = tls_fx_path(&g_f, "client.pem");
+        cfg.key_file = tls_fx_path(&g_f, "client-key.pem");
+        cfg.server_name = cases[i].name;
+        kvc_client *c = NULL;
+        kvc_error err = {0};
+        cr_assert_eq(kvc_open(&c, &cfg, &err), 0, "kvc_open: %s", err.message);
+        int rc = kvc_put(c, "sn", 2, "v", 1, NULL, 3000, NULL, &err);
+        kvc_close(c);
+        if (cases[i].ok)
+            cr_expect_eq(rc, 0, "server_name %s: %s", cases[i].name, err.message);
+        else
+            cr_expect(rc != 0 && strstr(err.message, "certificate verify failed"),
+                      "server_name %s: rc %d, %s", cases[i].name, rc, err.message);
+    }
+}
+
 /* kvctl --endpoints=<endpoint> args...; "@name" args are certificate paths. Returns the exit
  * status (999: timed out); out gets stdout then stderr. */
 static int kvctl_at(const char *endpoint, const char *const *args, char *out, size_t cap)
