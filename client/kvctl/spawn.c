@@ -24,7 +24,7 @@ static char *look_path(const char *file)
     if (strchr(file, '/'))
         return strdup(file);
     const char *dirs = getenv("PATH");
-    for (const char *d = dirs ? dirs : ""; *d;) {
+    for (const char *d = dirs && *dirs ? dirs : NULL; d;) { /* "a::b:" has 2 empty entries */
         const char *end = strchr(d, ':');
         size_t dl = end ? (size_t)(end - d) : strlen(d);
         char *p = malloc(dl + strlen(file) + 3);

@@ -247,9 +247,6 @@ static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateReques
         kv_reply_etcd_err(call, KV_ERR_TOO_MANY_REQUESTS);
 }
 
-/* 0: pass on to the method; 1: answered (or, for Watch, handled); 2: a linearizable Range
- * refused at arrival (its permission, or an invalid token), passed on so that the refusal is
- * answered after the read barrier (auth_srv.h cur_denied). */
 /* A linearizable Range refused at arrival is answered after its barrier when the member has
  * the state to carry the deferral (srv->auth; a cluster member). */
 static bool may_defer(kv_grpc_call *call, enum gate g, int arrival)
@@ -266,6 +263,9 @@ static bool range_linearizable(const uint8_t *msg, size_t len)
     return lin;
 }
 
+/* 0: pass on to the method; 1: answered (or, for Watch, handled); 2: a linearizable Range
+ * refused at arrival (its permission, or an invalid token), passed on so that the refusal is
+ * answered after the read barrier (auth_srv.h cur_denied). */
 static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len, int arrival)
 {
     kv_auth_caller c;
