@@ -52,6 +52,10 @@ typedef struct kv_config {
      * SRV records (kv_srv_boot, daemon/srv_boot.h) instead of --initial-cluster; "" = off */
     char discovery_srv[256];
     char discovery_srv_name[64];
+    /* Not a flag: set by kv_srv_boot to the --discovery-srv domain when the records gave
+     * https:// peers and there is no --peer-trusted-ca-file; the name every member's peer
+     * certificate is then verified against (etcd: PeerTLSInfo.ServerName = DNSCluster). */
+    char peer_server_name[256];
     char initial_member_id[24]; /* --initial-member-id: hex id `member add` gave (existing
                                    only; "" = derived from the peer URLs and token) */
 

@@ -35,6 +35,8 @@ int kv_srv_boot(kv_config *cfg, char *found, size_t found_cap, char *err, size_t
             rc = -ENOENT;
         }
     }
+    if (rc == 0 && strstr(list, "https://") && !cfg->peer_trusted_ca_file[0])
+        snprintf(cfg->peer_server_name, sizeof cfg->peer_server_name, "%s", cfg->discovery_srv);
     if (rc == 0)
         snprintf(found, found_cap, "%s", list);
     free(list);

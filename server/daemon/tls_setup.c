@@ -130,6 +130,8 @@ int kv_tls_setup_peer(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **se
                          /* --peer-auto-tls: self-signed on every side, nothing to verify
                           * against (etcd: InsecureSkipVerify for self-signed peers) */
                          .insecure_skip_verify = cfg->peer_auto_verify_off,
+                         /* with https peers from DNS SRV and no trusted CA: the domain */
+                         .server_name = opt(cfg->peer_server_name),
                          .ciphers = ciphers,
                          .allowed_cn = opt(cfg->peer_cert_allowed_cn),
                          .allowed_hostname = opt(cfg->peer_cert_allowed_hostname)};

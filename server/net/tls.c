@@ -30,7 +30,7 @@ struct kv_tls_ctx {
     int refs;
     SSL_CTX *ssl; /* new connections use this one */
     char *cert_file, *key_file, *ca_file, *crl_file;
-    char *ciphers, *allowed_cn, *allowed_hostname;
+    char *ciphers, *allowed_cn, *allowed_hostname, *server_name;
     int server, verify_peer, insecure;
     char label[32];
     void (*on_handshake)(void *arg, int ok);
@@ -356,6 +356,7 @@ static void ctx_free(kv_tls_ctx *x)
     free(x->ciphers);
     free(x->allowed_cn);
     free(x->allowed_hostname);
+    free(x->server_name);
     free(x);
 }
 
@@ -381,13 +382,15 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
     x->ciphers = dup_or_null(o->ciphers);
     x->allowed_cn = dup_or_null(o->allowed_cn);
     x->allowed_hostname = dup_or_null(o->allowed_hostname);
+    x->server_name = dup_or_null(o->server_name);
     if ((o->cert_file && *o->cert_file && !x->cert_file) ||
         (o->key_file && *o->key_file && !x->key_file) ||
         (o->ca_file && *o->ca_file && !x->ca_file) ||
         (o->crl_file && *o->crl_file && !x->crl_file) ||
         (o->ciphers && *o->ciphers && !x->ciphers) ||
         (o->allowed_cn && *o->allowed_cn && !x->allowed_cn) ||
-        (o->allowed_hostname && *o->allowed_hostname && !x->allowed_hostname)) {
+        (o->allowed_hostname && *o->allowed_hostname && !x->allowed_hostname) ||
+        (o->server_name && *o->server_name && !x->server_name)) {
         ctx_free(x);
         return -ENOMEM;
     }
@@ -494,6 +497,8 @@ int kv_tls_conn_new(kv_tls_ctx *x, const char *who, const char *verify_host, kv_
         SSL_set_accept_state(t->ssl);
     } else {
         SSL_set_connect_state(t->ssl);
+        if (x->server_name)
+            verify_host = x->server_name;
         if (verify_host && *verify_host && !x->insecure) {
             X509_VERIFY_PARAM *vp = SSL_get0_param(t->ssl);
             if (X509_VERIFY_PARAM_set1_ip_asc(vp, verify_host) != 1) {

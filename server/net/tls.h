@@ -62,6 +62,10 @@ typedef struct kv_tls_options {
                                      --peer-cert-allowed-cn), both directions. NULL: any */
     const char *allowed_hostname; /* the verified peer certificate must be valid for this host
                                      name or IP (--peer-cert-allowed-hostname). NULL: any */
+    const char *server_name;      /* client: the name every server certificate is verified
+                                     against (and the SNI name), in place of each connection's
+                                     verify_host (Go's tls.Config.ServerName). NULL: the
+                                     dialed host */
     const char *label;            /* for log lines, e.g. "client" or "peer" (copied) */
     /* Called once per connection whose handshake completed (ok 1) or failed (ok 0). May be
      * NULL. */
@@ -90,7 +94,8 @@ void kv_tls_ctx_recheck(kv_tls_ctx *x);
 
 /* A connection. who: the remote party for log lines (copied, e.g. "127.0.0.1:5000").
  * verify_host (clients only, may be NULL): the host name or IP literal the server's
- * certificate must match (and the SNI name for a host name). */
+ * certificate must match (and the SNI name for a host name), unless the context has a
+ * server_name, which then takes its place. */
 int kv_tls_conn_new(kv_tls_ctx *x, const char *who, const char *verify_host, kv_tls_conn **out);
 void kv_tls_conn_free(kv_tls_conn *t);
 /* Server, before the first recv: this connection speaks HTTP/1.1 only (the metrics

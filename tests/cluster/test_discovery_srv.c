@@ -11,8 +11,14 @@
  *   - --discovery-srv with --initial-cluster is etcd's flag conflict (exit 2);
  *   - `kvd gateway start --discovery-srv` (its _etcd-client._tcp record names m2.kvt.test and
  *     n2's client port) carries etcdctl's put to the cluster; without --insecure-discovery
- *     the http:// record is dropped and it exits with etcd's "no endpoints found".
+ *     the http:// record is dropped and it exits with etcd's "no endpoints found";
+ *   - with _etcd-server-ssl._tcp records (https peers) and no --peer-trusted-ca-file, every
+ *     member verifies the others' peer certificates against the domain's name, as etcd does
+ *     (PeerTLSInfo.ServerName = the domain): certificates valid for kvt.test only, never for
+ *     mN.kvt.test, signed by a CA the members trust as a system CA (SSL_CERT_FILE), form one
+ *     cluster.
  */
+#include "../tls/tls_fixture.h"
 #include "kvt_dnsns.h"
 #include "kvt_proc.h"
 #include "kvt_skip.h"
@@ -33,6 +39,8 @@ static kvt_dnsns g_dns;
 static kvt_proc g_m[4], g_gw;
 static uint16_t g_peer[4], g_client[4];
 static char g_kvd[PATH_MAX];
+static tls_fx g_tls;     /* certificates (setup_ssl) */
+static const char *g_ca; /* setup_ssl: SSL_CERT_FILE of every member; NULL: none */
 
 static void fini(void)
 {
@@ -40,13 +48,17 @@ static void fini(void)
         kvt_proc_kill9(&g_m[i]);
     kvt_proc_kill9(&g_gw);
     kvt_dnsns_stop(&g_dns);
-    if (!getenv("KV_TEST_KEEP_DIRS"))
+    if (!getenv("KV_TEST_KEEP_DIRS")) {
         kvt_tmpdir_destroy(&g_dir);
+        if (g_ca)
+            tls_fx_destroy(&g_tls);
+    }
+    g_ca = NULL;
 }
 
-/* Ports for 4 members; the records: _etcd-server._tcp.kvt.test for m1..m3 only,
+/* Ports for 4 members; the records: _etcd-server<svc>._tcp.kvt.test for m1..m3 only,
  * _etcd-client._tcp.kvt.test -> n2's client port, mN.kvt.test -> 127.0.0.1. */
-static void setup(void)
+static void start_dns(const char *svc)
 {
     const char *why = kvt_dnsns_missing();
     if (why)
@@ -64,8 +76,8 @@ static void setup(void)
     int r = 0;
     for (int i = 0; i < 4; i++) {
         if (i < 3) {
-            snprintf(srv[i], sizeof srv[i], "_etcd-server._tcp.kvt.test=m%d.kvt.test:%u", i + 1,
-                     g_peer[i]);
+            snprintf(srv[i], sizeof srv[i], "_etcd-server%s._tcp.kvt.test=m%d.kvt.test:%u", svc,
+                     i + 1, g_peer[i]);
             records[r++] = "--srv";
             records[r++] = srv[i];
         }
@@ -78,6 +90,19 @@ static void setup(void)
     records[r++] = cl;
     records[r] = NULL;
     cr_assert_eq(kvt_dnsns_start(&g_dns, g_dir.path, g_client[0], records), 0, "kvt_dns");
+}
+
+static void setup(void)
+{
+    start_dns("");
+}
+
+/* https peers: -ssl records, and gen_certs.sh's certificates (domain.pem: kvt.test only). */
+static void setup_ssl(void)
+{
+    start_dns("-ssl");
+    cr_assert_eq(tls_fx_certs(&g_tls, "kvsrvtls"), 0, "gen_certs.sh");
+    g_ca = tls_fx_path(&g_tls, "ca.pem");
 }
 
 /* Runs argv (kvd's words) in the namespace as p, logging to <dir>/<log>. */
@@ -94,27 +119,41 @@ static void spawn_in_ns(kvt_proc *p, const char *log, const char *const *words)
         argv[a++] = words[k];
     argv[a] = NULL;
     kvt_proc_init(p, lg);
-    cr_assert_eq(kvt_proc_spawn(p, argv), 0, "%s", log);
+    char ca[PATH_MAX + 32];
+    snprintf(ca, sizeof ca, "SSL_CERT_FILE=%.4000s", g_ca ? g_ca : "");
+    const char *env[] = {ca, NULL}; /* OpenSSL's system CA file, when the test made one */
+    cr_assert_eq(kvt_proc_spawn_env(p, argv, g_ca ? env : NULL), 0, "%s", log);
 }
 
-/* Starts member i (0-based) as n<i+1> in the namespace, with an extra flag (may be NULL). */
-static void start_member(int i, const char *domain, const char *extra)
+/* Starts member i (0-based) as n<i+1> in the namespace, with extra flags (NULL-terminated,
+ * may be NULL); its peer URLs are https:// once setup_ssl ran. */
+static void start_member_with(int i, const char *domain, const char *const *extra)
 {
     static char name[4][32], dir[4][PATH_MAX + 48], lc[4][80], ac[4][80], lp[4][80], ap[4][96],
         ds[4][300], lg[4][32];
+    const char *scheme = g_ca ? "https" : "http";
     snprintf(name[i], sizeof name[i], "--name=n%d", i + 1);
     snprintf(dir[i], sizeof dir[i], "--data-dir=%.4000s/n%d", g_dir.path, i + 1);
     snprintf(lc[i], sizeof lc[i], "--listen-client-urls=http://127.0.0.1:%u", g_client[i]);
     snprintf(ac[i], sizeof ac[i], "--advertise-client-urls=http://127.0.0.1:%u", g_client[i]);
-    snprintf(lp[i], sizeof lp[i], "--listen-peer-urls=http://127.0.0.1:%u", g_peer[i]);
-    snprintf(ap[i], sizeof ap[i], "--initial-advertise-peer-urls=http://m%d.kvt.test:%u", i + 1,
-             g_peer[i]);
+    snprintf(lp[i], sizeof lp[i], "--listen-peer-urls=%s://127.0.0.1:%u", scheme, g_peer[i]);
+    snprintf(ap[i], sizeof ap[i], "--initial-advertise-peer-urls=%s://m%d.kvt.test:%u", scheme,
+             i + 1, g_peer[i]);
     snprintf(ds[i], sizeof ds[i], "--discovery-srv=%.200s", domain);
     snprintf(lg[i], sizeof lg[i], "n%d.log", i + 1);
-    const char *words[] = {name[i], dir[i], lc[i], ac[i],
-                           lp[i],   ap[i],  ds[i], "--initial-cluster-token=srv-test",
-                           extra,   NULL};
+    const char *words[16] = {name[i], dir[i], lc[i], ac[i],
+                             lp[i],   ap[i],  ds[i], "--initial-cluster-token=srv-test"};
+    int w = 8;
+    for (int k = 0; extra && extra[k] && w < 15; k++)
+        words[w++] = extra[k];
+    words[w] = NULL;
     spawn_in_ns(&g_m[i], lg[i], words);
+}
+
+static void start_member(int i, const char *domain, const char *extra)
+{
+    const char *const words[] = {extra, NULL};
+    start_member_with(i, domain, words);
 }
 
 /* etcdctl through 127.0.0.1:port with up to 3 words (NULL ends them). */
@@ -127,12 +166,13 @@ static int ctl(uint16_t port, kvt_cmd_result *r, const char *a1, const char *a2,
     return kvt_run(argv, env, NULL, 0, 15000, r);
 }
 
-/* Puts key=v through port until it succeeds (20 s: the cluster elects a leader first). */
+/* Puts key=v through port until it succeeds, for up to 40 s (the cluster elects a leader
+ * first; each etcdctl try gives up after its own 5 s). */
 static void put_until_ok(uint16_t port, const char *key)
 {
     kvt_cmd_result r = {0};
     int ok = 0;
-    for (int t = 0; t < 100 && !ok; t++) {
+    for (uint64_t end = kvt_now_ms() + 40000; !ok && kvt_now_ms() < end;) {
         kvt_cmd_result_free(&r);
         cr_assert_eq(ctl(port, &r, "put", key, "v1"), 0);
         ok = r.exit_code == 0;
@@ -141,6 +181,18 @@ static void put_until_ok(uint16_t port, const char *key)
     }
     cr_assert(ok, "put through 127.0.0.1:%u: %s %s", port, r.out, r.err);
     kvt_cmd_result_free(&r);
+}
+
+/* Waits until etcdctl member list through n1 shows every member's name; r holds it. */
+static void member_list_named(kvt_cmd_result *r)
+{
+    for (int t = 0; t < 50; t++) { /* each member publishes its name once it has a leader */
+        kvt_cmd_result_free(r);
+        cr_assert_eq(ctl(g_client[0], r, "member", "list", NULL), 0);
+        if (strstr(r->out, "n1,") && strstr(r->out, "n2,") && strstr(r->out, "n3,"))
+            break;
+        kvt_sleep_ms(200);
+    }
 }
 
 static char *slurp(const char *path)
@@ -172,13 +224,7 @@ Test(cluster_discovery_srv, members_bootstrap_from_srv_records, .init = setup, .
     cr_assert_eq(ctl(g_client[2], &r, "get", "srv/k", "--print-value-only"), 0);
     cr_assert_str_eq(r.out, "v1\n", "get through n3: %s", r.err);
     kvt_cmd_result_free(&r);
-    for (int t = 0; t < 50; t++) { /* each member publishes its name once it has a leader */
-        kvt_cmd_result_free(&r);
-        cr_assert_eq(ctl(g_client[0], &r, "member", "list", NULL), 0);
-        if (strstr(r.out, "n1,") && strstr(r.out, "n2,") && strstr(r.out, "n3,"))
-            break;
-        kvt_sleep_ms(200);
-    }
+    member_list_named(&r);
     for (int i = 0; i < 3; i++) {
         char want[96];
         snprintf(want, sizeof want, "started, n%d, http://m%d.kvt.test:%u, http://127.0.0.1:%u",
@@ -192,6 +238,29 @@ Test(cluster_discovery_srv, members_bootstrap_from_srv_records, .init = setup, .
              g_peer[0]);
     cr_expect(strstr(log, want) != NULL, "no \"%s\" in n1's log:\n%s", want, log);
     free(log);
+}
+
+Test(cluster_discovery_srv, https_peers_are_verified_against_the_domain, .init = setup_ssl,
+     .fini = fini, .timeout = 180)
+{
+    const char *cert = tls_fx_path(&g_tls, "domain.pem");
+    const char *key = tls_fx_path(&g_tls, "domain-key.pem");
+    char cf[PATH_MAX + 32], kf[PATH_MAX + 32];
+    snprintf(cf, sizeof cf, "--peer-cert-file=%.4000s", cert);
+    snprintf(kf, sizeof kf, "--peer-key-file=%.4000s", key);
+    const char *const tls[] = {cf, kf, NULL};
+    for (int i = 0; i < 3; i++)
+        start_member_with(i, "kvt.test", tls);
+    put_until_ok(g_client[2], "srv/tls"); /* a quorum of members verified each other */
+    kvt_cmd_result r = {0};
+    member_list_named(&r);
+    for (int i = 0; i < 3; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "started, n%d, https://m%d.kvt.test:%u,", i + 1, i + 1,
+                 g_peer[i]);
+        cr_expect(strstr(r.out, want) != NULL, "no \"%s\" in member list:\n%s", want, r.out);
+    }
+    kvt_cmd_result_free(&r);
 }
 
 Test(cluster_discovery_srv, a_member_not_in_the_records_is_refused, .init = setup, .fini = fini,

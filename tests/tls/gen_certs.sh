@@ -8,6 +8,8 @@
 #   other.pem/other-key.pem    signed by CA 2, same SANs as server.pem
 #   proxy.pem/proxy-key.pem    signed by CA 1, no CN (clientAuth): a grpc-proxy's upstream
 #                              certificate (etcd's proxy refuses one with a Common Name)
+#   domain.pem/domain-key.pem  signed by CA 1, SAN DNS:kvt.test only (serverAuth+clientAuth):
+#                              a peer certificate for the DNS SRV domain, not for any host
 set -eu
 d=$1
 mkdir -p "$d"
@@ -18,6 +20,11 @@ basicConstraints = CA:FALSE
 keyUsage = digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, IP:::1, DNS:localhost
+[dom]
+basicConstraints = CA:FALSE
+keyUsage = digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = DNS:kvt.test
 [cli]
 basicConstraints = CA:FALSE
 keyUsage = digitalSignature, keyEncipherment
@@ -40,6 +47,7 @@ mkcert server ca "/CN=kvd member" srv
 mkcert client ca /CN=root cli
 mkcert other ca2 "/CN=kvd member" srv
 mkcert proxy ca "/O=kvd proxy" cli
+mkcert domain ca "/CN=kvd member" dom
 # revoked.pem/revoked-key.pem: signed by CA 1 like client.pem, CN "root", and listed in
 # crl.pem (CA 1's certificate revocation list; etcd's --client-crl-file / --peer-crl-file).
 mkcert revoked ca /CN=root cli
