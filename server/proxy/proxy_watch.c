@@ -222,9 +222,8 @@ static void on_progress_req(pw_cs *cs)
         const pw_bc *bc = w->bc;
         if (!w->created || !bc || !bc->established)
             return; /* not every watcher synced: etcd sends nothing either */
-        int64_t done = bc->n_last ? bc->last_rev - 1 : bc->last_rev;
-        if (done < rev)
-            rev = done;
+        if (bc->last_rev < rev)
+            rev = bc->last_rev;
         any = bc;
     }
     if (!any)

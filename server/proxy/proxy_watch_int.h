@@ -89,10 +89,7 @@ struct pw_bc {
     int64_t up_id;
     int established;  /* an upstream Created was received once: last_rev is valid */
     int orphan;       /* no receivers, its Created is awaited only to cancel it */
-    int64_t last_rev; /* every event up to last_rev delivered, except ... */
-    uint32_t n_last;  /* ... when > 0: only n_last events of last_rev were (more may come) */
-    int64_t skip_rev; /* after a resume from skip_rev: its first skip_n events are repeats */
-    uint32_t skip_n;
+    int64_t last_rev; /* every event up to last_rev delivered */
     uint64_t cluster_id, member_id, raft_term;
     kv_list rcv; /* pw_w.blink */
     uint32_t n_rcv;

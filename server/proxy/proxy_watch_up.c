@@ -8,9 +8,11 @@
  *
  * Revisions. An upstream watcher knows how far it has delivered: last_rev (its Created's
  * header revision, the mod_revision of its last event, or the header revision of a progress
- * notification) and n_last, the events of last_rev delivered when last_rev came from an event
- * (a revision's events may be split over responses). A client watcher joins it when that
- * cannot cost a gap or a repeat:
+ * notification). A member sends all of a watcher's events of one revision in one response when
+ * the watcher asked for no fragments (etcd's eventBatch never splits a revision, nor does kvd's
+ * hub: mvcc/events.h), and an upstream watcher never asks for them: so the revision of a
+ * response's last event is complete. A client watcher joins it when that cannot cost a gap or
+ * a repeat:
  * - not yet established (its Created not received): same start_revision; the Created is
  *   the upstream's, relayed;
  * - established: start_revision 0 onto one that began at the current revision too, or one
@@ -30,8 +32,8 @@
  * a kvd member took before it refused one more (its --max-watchers-per-stream: stream_full).
  * Failover: when the upstream stream ends, the learned limit goes back to the flag (the next
  * member may take more: cap_reset) and every upstream watcher is re-created on a new one
- * from last_rev + 1 (from last_rev, dropping the first n_last events of it, when last_rev may
- * have more); a compacted revision comes back as etcd's compacted response and is relayed.
+ * from last_rev + 1; a compacted revision comes back as etcd's compacted response and is
+ * relayed.
  *
  * Threads: loop only, except up_msg_io/up_end_io (libkvclient's I/O thread), which only post.
  */
@@ -210,9 +212,7 @@ static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
     c.prev_kv = 1; /* every receiver's view is cut from the fullest one */
     c.progress_notify = 1;
     if (bc->established) {
-        c.start_revision = bc->n_last ? bc->last_rev : bc->last_rev + 1;
-        bc->skip_rev = bc->last_rev;
-        bc->skip_n = bc->n_last;
+        c.start_revision = bc->last_rev + 1;
     } else {
         c.start_revision = bc->start;
     }
@@ -689,7 +689,6 @@ static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse 
     /* from the current revision: every event after the Created's header revision follows;
      * from a start revision: nothing is delivered yet below it (the history comes next) */
     bc->last_rev = bc->start ? bc->start - 1 : (r->header ? r->header->revision : 0);
-    bc->n_last = 0;
     kv_list *pos;
     kv_list_foreach(pos, &bc->rcv) {
         pw_w *w = kv_list_data(pos, pw_w, blink);
@@ -705,26 +704,6 @@ static void on_created(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse 
 static int64_t ev_rev(const Mvccpb__Event *e)
 {
     return e->kv ? e->kv->mod_revision : 0;
-}
-
-/* Drops the repeats a resume from skip_rev brings (the first skip_n events of skip_rev),
- * moving them behind r->n_events (still freed with r). */
-static void drop_repeats(pw_bc *bc, Etcdserverpb__WatchResponse *r)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < r->n_events; i++) {
-        Mvccpb__Event *e = r->events[i];
-        if (bc->skip_n && ev_rev(e) == bc->skip_rev) {
-            bc->skip_n--;
-            continue;
-        }
-        if (ev_rev(e) > bc->skip_rev)
-            bc->skip_n = 0;
-        Mvccpb__Event *t = r->events[k];
-        r->events[k++] = e;
-        r->events[i] = t;
-    }
-    r->n_events = k;
 }
 
 /* What receiver w sees of r's events: those at or above `nextrev` that its filters keep,
@@ -879,20 +858,19 @@ static void fan_out(pw_bc *bc, Etcdserverpb__WatchResponse *r)
 }
 
 /* Two upstream watchers of one key, range, token and hasleader that have delivered exactly
- * as far (the same last_rev and n_last: the same prefix of one event stream, the order of a
- * revision's events being the member's) deliver the same events from there on. So once bc
+ * as far (the same last_rev: the same prefix of one event stream) deliver the same events
+ * from there on. So once bc
  * reaches where another one stands, bc's receivers move to it (each keeps its own nextrev and
  * options) and bc is canceled upstream: etcd's proxy merges broadcasts the same way
  * (watch_broadcasts.go coalesce), there only while the one merged has fewer than 5
- * receivers. Neither may have resume repeats pending (skip_n) or be between streams. */
+ * receivers. Neither may be between streams. */
 static void merge(kv_proxy_watch *s, pw_bc *bc)
 {
-    if (!bc->has_id || bc->skip_n || !s->kcap)
+    if (!bc->has_id || !s->kcap)
         return;
     for (pw_bc *o = s->ktab[bc->khash & (s->kcap - 1)]; o; o = o->knext) {
-        if (o == bc || o->orphan || !o->has_id || o->skip_n || o->last_rev != bc->last_rev ||
-            o->n_last != bc->n_last || o->oklen != bc->oklen ||
-            memcmp(o->okey, bc->okey, bc->oklen) != 0)
+        if (o == bc || o->orphan || !o->has_id || o->last_rev != bc->last_rev ||
+            o->oklen != bc->oklen || memcmp(o->okey, bc->okey, bc->oklen) != 0)
             continue;
         while (!kv_list_empty(&bc->rcv)) {
             pw_w *w = kv_list_data(bc->rcv.next, pw_w, blink);
@@ -919,33 +897,18 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
         bc_end_all(s, bc, r);
         return;
     }
-    size_t n0 = r->n_events;
-    if (bc->skip_n)
-        drop_repeats(bc, r);
-    if (n0 && !r->n_events) {
-        r->n_events = n0; /* every event a repeat: nothing to send */
-        return;
-    }
-    for (size_t i = 0; i < r->n_events; i++) {
-        int64_t rev = ev_rev(r->events[i]);
-        if (rev == bc->last_rev) {
-            bc->n_last++;
-        } else if (rev > bc->last_rev) {
-            bc->last_rev = rev;
-            bc->n_last = 1;
-        }
-    }
-    if (!n0 && !r->fragment && r->header && r->header->revision >= bc->last_rev) {
+    /* the last event's revision is complete (see the top of this file) */
+    if (r->n_events && ev_rev(r->events[r->n_events - 1]) > bc->last_rev)
+        bc->last_rev = ev_rev(r->events[r->n_events - 1]);
+    if (!r->n_events && !r->fragment && r->header && r->header->revision >= bc->last_rev) {
         bc->last_rev = r->header->revision; /* progress: everything up to it was sent */
-        bc->n_last = 0;
-        bc->current = 1; /* a member sends one only to a synced watcher */
+        bc->current = 1;                    /* a member sends one only to a synced watcher */
     }
     /* An event at the header revision (the member's current one, for catch-up responses as
      * for live ones): every event up to it was sent, so the watcher is caught up. */
     if (r->n_events && r->header && ev_rev(r->events[r->n_events - 1]) == r->header->revision)
         bc->current = 1;
     fan_out(bc, r);
-    r->n_events = n0;
     merge(s, bc);
 }
 
