@@ -491,6 +491,61 @@ Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fin
     kvc_close(direct);
 }
 
+/* A quiet range: nothing is put to the history watcher's key after its catch-up, so no event
+ * shows it caught up; the member's progress notification does (it sends one only to a synced
+ * watcher, every --watch-progress-notify-interval: here 1 s instead of etcd's 10 minutes, the
+ * operator's lever, docs/proxy.md). After it, a current watcher of the key joins the history
+ * watcher's upstream watcher, its Created at the notification's revision. Control: with the
+ * members' default interval the join does not happen within the wait (2 upstream watchers). */
+Test(proxy_watch, quiet_history_watcher_is_joined_after_a_progress_notification, .fini = fini,
+     .timeout = 180)
+{
+    if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
+        cr_skip_test("kvd's proxy (etcd 3.4's merges broadcasts later, its own way)");
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 1);
+    static const char *const member_flags[] = {"--watch-progress-notify-interval=1s", NULL};
+    o.kvd_args = member_flags;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    kvc_client *direct = px_client(g_c.m[0].endpoint);
+    int64_t revs[5];
+    for (int i = 0; i < 5; i++)
+        revs[i] = put(direct, "qk", i);
+    int64_t other = put(direct, "other", 0); /* the member's revision: not an event of qk */
+    static conn h[2];
+    history_watcher(&h[0], "qk", revs[1], 4);
+    double coalesced0 = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
+    kvt_sleep_ms(2500); /* two notification periods of the member */
+    pump(h, 1);
+    conn_open(&h[1]);
+    send_create(&h[1], "qk", NULL, 0, 0);
+    pump_until(&h[1], 1, created_cb, 0, 5000, "the current watcher's Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1,
+                 "the current watcher did not join the quiet history watcher");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced0 + 1);
+    cr_assert_eq(h[1].w[0].created_rev, other, "Created at %lld, the member's revision %lld",
+                 (long long)h[1].w[0].created_rev, (long long)other);
+    int64_t r = put(direct, "qk", 5);
+    pump_until(h, 1, all_have, 5, 5000, "the history watcher's 5th event");
+    pump_until(&h[1], 1, all_have, 1, 5000, "the current watcher's event");
+    kvt_sleep_ms(200);
+    pump(h, 1);
+    pump(&h[1], 1);
+    cr_assert_eq(h[1].w[0].n, 1, "the current watcher got %d events", h[1].w[0].n);
+    cr_assert_eq(h[1].w[0].revs[0], r);
+    cr_assert_eq(h[0].w[0].n, 5, "the history watcher got %d events", h[0].w[0].n);
+    for (int e = 0; e < 4; e++)
+        cr_assert_eq(h[0].w[0].revs[e], revs[1 + e]);
+    cr_assert_eq(h[0].w[0].revs[4], r);
+    cr_assert_eq(h[0].bad + h[1].bad, 0);
+    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
+    conn_close(&h[0]);
+    conn_close(&h[1]);
+    kvc_close(direct);
+}
+
 /* Two watchers of one key from two past revisions: the second starts below where the first
  * has delivered, so it gets an upstream watcher of its own. Once its catch-up reaches the
  * revision the first one stands at, the two merge (etcd's proxy coalesces broadcasts the same
