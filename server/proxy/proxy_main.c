@@ -68,6 +68,9 @@ int kv_proxy_main(int argc, char **argv)
     if (m.cfg.has_metrics)
         fprintf(stderr, "kvd grpc-proxy: serving /metrics on %s:%d\n", m.cfg.metrics_host,
                 m.cfg.metrics_port);
+    /* etcd's line once the listener is up: scripts and etcd's e2e harness wait for it */
+    fprintf(stderr, "kvd grpc-proxy: started gRPC proxy on %s:%d\n", m.cfg.listen_host,
+            kv_proxy_port(&m.proxy));
     uv_run(&m.loop, UV_RUN_DEFAULT);
     fprintf(stderr, "kvd grpc-proxy: stopping\n");
     uv_close((uv_handle_t *)&m.sigint, NULL);
