@@ -394,6 +394,18 @@ static int gauge_is(const char *series, double want, uint32_t ms)
 
 /* A one-member cluster and the proxy (no range cache), a client of the member in *direct, and
  * 10 puts of key, their revisions in revs[0..10). */
+/* One kvd member with the given extra flags (NULL-terminated) and the proxy in front of it
+ * (no range cache). */
+static void one_member_and_proxy(const char *const *member_flags)
+{
+    kvt_cluster_opts o;
+    kvt_cluster_opts_default(&o, 1);
+    o.kvd_args = member_flags;
+    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
+    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+}
+
 static void ten_puts(const char *key, kvc_client **direct, int64_t *revs)
 {
     cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
@@ -411,6 +423,40 @@ static void history_watcher(conn *h, const char *key, int64_t start, int want)
     send_create(h, key, NULL, 0, start);
     pump_until(h, 1, created_cb, 0, 5000, "a history watcher's Created");
     pump_until(h, 1, all_have, want, 5000, "a history watcher's events");
+}
+
+/* A current watcher (a new connection cur) of key joins the upstream watcher of hist, a
+ * history watcher that has received exactly the events at revisions before[0..n): 1 upstream
+ * watcher, one more coalesced than `coalesced0`, a Created at revision `created`; then a put of
+ * key reaches both, the current watcher gets only it, and the member holds one watcher for
+ * both. Closes both connections. */
+static void current_joins(conn *hist, conn *cur, const char *key, int64_t created,
+                          double coalesced0, const int64_t *before, int n, kvc_client *direct)
+{
+    conn_open(cur);
+    send_create(cur, key, NULL, 0, 0);
+    pump_until(cur, 1, created_cb, 0, 5000, "the current watcher's Created");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1,
+                 "the current watcher did not join the history watcher");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced0 + 1);
+    cr_assert_eq(cur->w[0].created_rev, created, "Created at %lld, want %lld",
+                 (long long)cur->w[0].created_rev, (long long)created);
+    int64_t r = put(direct, key, n + 100);
+    pump_until(hist, 1, all_have, n + 1, 5000, "the history watcher's next event");
+    pump_until(cur, 1, all_have, 1, 5000, "the current watcher's event");
+    kvt_sleep_ms(200);
+    pump(hist, 1);
+    pump(cur, 1);
+    cr_assert_eq(cur->w[0].n, 1, "the current watcher got %d events", cur->w[0].n);
+    cr_assert_eq(cur->w[0].revs[0], r);
+    cr_assert_eq(hist->w[0].n, n + 1, "the history watcher got %d events", hist->w[0].n);
+    for (int e = 0; e < n; e++)
+        cr_assert_eq(hist->w[0].revs[e], before[e], "history event %d", e);
+    cr_assert_eq(hist->w[0].revs[n], r);
+    cr_assert_eq(hist->bad + cur->bad, 0);
+    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
+    conn_close(hist);
+    conn_close(cur);
 }
 
 /* A watcher from the current revision joins an upstream watcher that began in the history once
@@ -464,30 +510,10 @@ Test(proxy_watch, current_watcher_joins_a_caught_up_history_watcher, .fini = fin
     pump_until(h, 1, all_have, 9, 5000, "the history watcher's 9th event");
     cr_assert_eq(h[0].w[0].revs[8], r10);
 
-    conn_open(&h[2]);
-    send_create(&h[2], "hk", NULL, 0, 0);
-    pump_until(&h[2], 1, created_cb, 0, 5000, "the second current watcher's Created");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1,
-                 "the current watcher did not join the caught-up history watcher");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced0 + 1);
-    cr_assert_eq(h[2].w[0].created_rev, r10, "Created at %lld, the last event %lld",
-                 (long long)h[2].w[0].created_rev, (long long)r10);
-    int64_t r11 = put(direct, "hk", 11);
-    pump_until(h, 1, all_have, 10, 5000, "the history watcher's 10th event");
-    pump_until(&h[2], 1, all_have, 1, 5000, "the current watcher's event");
-    kvt_sleep_ms(200);
-    pump(h, 1);
-    pump(&h[2], 1);
-    cr_assert_eq(h[2].w[0].n, 1, "the current watcher got %d events", h[2].w[0].n);
-    cr_assert_eq(h[2].w[0].revs[0], r11);
-    cr_assert_eq(h[0].w[0].n, 10, "the history watcher got %d events", h[0].w[0].n);
-    for (int e = 0; e < 8; e++)
-        cr_assert_eq(h[0].w[0].revs[e], revs[2 + e]);
-    cr_assert_eq(h[0].w[0].revs[9], r11);
-    cr_assert_eq(h[0].bad + h[2].bad, 0);
-    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
-    conn_close(&h[0]);
-    conn_close(&h[2]);
+    int64_t before[9];
+    memcpy(before, revs + 2, 8 * sizeof before[0]);
+    before[8] = r10;
+    current_joins(&h[0], &h[2], "hk", r10, coalesced0, before, 9, direct);
     kvc_close(direct);
 }
 
@@ -502,13 +528,8 @@ Test(proxy_watch, quiet_history_watcher_is_joined_after_a_progress_notification,
 {
     if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd's proxy (etcd 3.4's merges broadcasts later, its own way)");
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 1);
     static const char *const member_flags[] = {"--watch-progress-notify-interval=1s", NULL};
-    o.kvd_args = member_flags;
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    one_member_and_proxy(member_flags);
     kvc_client *direct = px_client(g_c.m[0].endpoint);
     int64_t revs[5];
     for (int i = 0; i < 5; i++)
@@ -519,30 +540,7 @@ Test(proxy_watch, quiet_history_watcher_is_joined_after_a_progress_notification,
     double coalesced0 = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
     kvt_sleep_ms(2500); /* two notification periods of the member */
     pump(h, 1);
-    conn_open(&h[1]);
-    send_create(&h[1], "qk", NULL, 0, 0);
-    pump_until(&h[1], 1, created_cb, 0, 5000, "the current watcher's Created");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_watchers"), 1,
-                 "the current watcher did not join the quiet history watcher");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced0 + 1);
-    cr_assert_eq(h[1].w[0].created_rev, other, "Created at %lld, the member's revision %lld",
-                 (long long)h[1].w[0].created_rev, (long long)other);
-    int64_t r = put(direct, "qk", 5);
-    pump_until(h, 1, all_have, 5, 5000, "the history watcher's 5th event");
-    pump_until(&h[1], 1, all_have, 1, 5000, "the current watcher's event");
-    kvt_sleep_ms(200);
-    pump(h, 1);
-    pump(&h[1], 1);
-    cr_assert_eq(h[1].w[0].n, 1, "the current watcher got %d events", h[1].w[0].n);
-    cr_assert_eq(h[1].w[0].revs[0], r);
-    cr_assert_eq(h[0].w[0].n, 5, "the history watcher got %d events", h[0].w[0].n);
-    for (int e = 0; e < 4; e++)
-        cr_assert_eq(h[0].w[0].revs[e], revs[1 + e]);
-    cr_assert_eq(h[0].w[0].revs[4], r);
-    cr_assert_eq(h[0].bad + h[1].bad, 0);
-    cr_assert_eq(member_watchers(0), 1, "the member holds one watcher for both");
-    conn_close(&h[0]);
-    conn_close(&h[1]);
+    current_joins(&h[0], &h[1], "qk", other, coalesced0, revs + 1, 4, direct);
     kvc_close(direct);
 }
 
@@ -1032,13 +1030,8 @@ Test(proxy_watch, member_watchers_per_stream_limit_is_learned, .fini = fini, .ti
 {
     if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd's --max-watchers-per-stream");
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 1);
     static const char *const member_flags[] = {"--max-watchers-per-stream=300", NULL};
-    o.kvd_args = member_flags;
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    one_member_and_proxy(member_flags);
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_upstream_stream_cap"), 10000);
     static conn c;
     static many x;
@@ -1169,13 +1162,8 @@ Test(proxy_watch, fragment_watcher_shares_and_gets_fragments, .fini = fini, .tim
 {
     if (kvt_target_from_env() != KV_TEST_SERVER_KVD)
         cr_skip_test("kvd's proxy (etcd 3.4's proxy does not share or split fragment watchers)");
-    kvt_cluster_opts o;
-    kvt_cluster_opts_default(&o, 1);
     static const char *const member_flags[] = {"--max-request-bytes=4194304", NULL};
-    o.kvd_args = member_flags;
-    cr_assert_eq(kvt_cluster_init(&g_c, &o), 0);
-    cr_assert_eq(kvt_cluster_start(&g_c, 60000), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    one_member_and_proxy(member_flags);
     static conn plain, frag;
     conn_open(&plain);
     conn_open(&frag);
