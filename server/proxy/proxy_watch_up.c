@@ -859,11 +859,10 @@ static void fan_out(pw_bc *bc, Etcdserverpb__WatchResponse *r)
 
 /* Two upstream watchers of one key, range, token and hasleader that have delivered exactly
  * as far (the same last_rev: the same prefix of one event stream) deliver the same events
- * from there on. So once bc
- * reaches where another one stands, bc's receivers move to it (each keeps its own nextrev and
- * options) and bc is canceled upstream: etcd's proxy merges broadcasts the same way
- * (watch_broadcasts.go coalesce), there only while the one merged has fewer than 5
- * receivers. Neither may be between streams. */
+ * from there on. So once bc reaches where another one stands, bc's receivers move to it (each
+ * keeps its own nextrev and options) and bc is canceled upstream: etcd's proxy merges
+ * broadcasts the same way (watch_broadcasts.go coalesce), there only while the one merged has
+ * fewer than 5 receivers. Neither may be between streams. */
 static void merge(kv_proxy_watch *s, pw_bc *bc)
 {
     if (!bc->has_id || !s->kcap)
