@@ -183,16 +183,26 @@ static void put_until_ok(uint16_t port, const char *key)
     kvt_cmd_result_free(&r);
 }
 
-/* Waits until etcdctl member list through n1 shows every member's name; r holds it. */
+/* Waits (up to 40 s) until etcdctl member list through n1 shows every member's name; r
+ * holds it. Each member publishes its name once it reaches the leader (retried every 1 s).
+ * On a timeout the members' logs go to stderr. */
 static void member_list_named(kvt_cmd_result *r)
 {
-    for (int t = 0; t < 50; t++) { /* each member publishes its name once it has a leader */
+    int named = 0;
+    for (uint64_t end = kvt_now_ms() + 40000; !named && kvt_now_ms() < end;) {
         kvt_cmd_result_free(r);
         cr_assert_eq(ctl(g_client[0], r, "member", "list", NULL), 0);
-        if (strstr(r->out, "n1,") && strstr(r->out, "n2,") && strstr(r->out, "n3,"))
-            break;
-        kvt_sleep_ms(200);
+        named = strstr(r->out, "n1,") && strstr(r->out, "n2,") && strstr(r->out, "n3,");
+        if (!named)
+            kvt_sleep_ms(200);
     }
+    if (!named)
+        for (int i = 0; i < 3; i++) {
+            char *log = kvt_file_read(g_m[i].log_path);
+            fprintf(stderr, "=== n%d's log:\n%s\n", i + 1, log ? log : "(unreadable)");
+            free(log);
+        }
+    cr_assert(named, "not every member published its name:\n%s", r->out);
 }
 
 static char *slurp(const char *path)
