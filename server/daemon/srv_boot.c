@@ -27,16 +27,19 @@ int kv_srv_boot(kv_config *cfg, char *found, size_t found_cap, char *err, size_t
         return rc;
     rc = kv_config_set_cluster(cfg, list, err, errlen);
     if (rc == 0) {
-        bool mine = false;
-        for (size_t i = 0; i < cfg->n_initial_cluster; i++)
+        bool mine = false, https = false;
+        for (size_t i = 0; i < cfg->n_initial_cluster; i++) {
             mine |= strcmp(cfg->initial_cluster[i].name, cfg->name) == 0;
+            https |= cfg->initial_cluster[i].url.tls != 0;
+        }
+        /* etcd: with https peers and no trusted CA, peers are verified against the domain */
+        if (https && !cfg->peer_trusted_ca_file[0])
+            snprintf(cfg->peer_server_name, sizeof cfg->peer_server_name, "%s", cfg->discovery_srv);
         if (!mine) {
             snprintf(err, errlen, "cannot find local etcd member \"%s\" in SRV records", cfg->name);
             rc = -ENOENT;
         }
     }
-    if (rc == 0 && strstr(list, "https://") && !cfg->peer_trusted_ca_file[0])
-        snprintf(cfg->peer_server_name, sizeof cfg->peer_server_name, "%s", cfg->discovery_srv);
     if (rc == 0)
         snprintf(found, found_cap, "%s", list);
     free(list);

@@ -392,10 +392,8 @@ static int gauge_is(const char *series, double want, uint32_t ms)
     return px_metric(&g_x, series) == want;
 }
 
-/* A one-member cluster and the proxy (no range cache), a client of the member in *direct, and
- * 10 puts of key, their revisions in revs[0..10). */
-/* One kvd member with the given extra flags (NULL-terminated) and the proxy in front of it
- * (no range cache). */
+/* One kvd member with the given extra flags (NULL-terminated, may be NULL) and the proxy in
+ * front of it (no range cache). */
 static void one_member_and_proxy(const char *const *member_flags)
 {
     kvt_cluster_opts o;
@@ -406,10 +404,11 @@ static void one_member_and_proxy(const char *const *member_flags)
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
 }
 
+/* A one-member cluster and the proxy (no range cache), a client of the member in *direct, and
+ * 10 puts of key, their revisions in revs[0..10). */
 static void ten_puts(const char *key, kvc_client **direct, int64_t *revs)
 {
-    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    one_member_and_proxy(NULL);
     *direct = px_client(g_c.m[0].endpoint);
     for (int i = 0; i < 10; i++)
         revs[i] = put(*direct, key, i);

@@ -142,7 +142,7 @@ double tls_fx_metric(tls_fx *f, const char *series)
     return v;
 }
 
-int tls_fx_log_has(tls_fx *f, const char *needle)
+static int log_has_now(tls_fx *f, const char *needle)
 {
     FILE *fp = fopen(f->kvd.log_path, "r");
     if (!fp)
@@ -155,6 +155,16 @@ int tls_fx_log_has(tls_fx *f, const char *needle)
     buf[n] = 0;
     int has = strstr(buf, needle) != NULL;
     free(buf);
+    return has;
+}
+
+int tls_fx_log_has(tls_fx *f, const char *needle)
+{
+    int has = log_has_now(f, needle);
+    for (uint64_t end = kvt_now_ms() + 5000; !has && kvt_now_ms() < end;) {
+        kvt_sleep_ms(20);
+        has = log_has_now(f, needle);
+    }
     return has;
 }
 

@@ -41,7 +41,9 @@ void tls_fx_destroy(tls_fx *f);
 int tls_fx_ctl(tls_fx *f, kvt_cmd_result *res, const char *const *args);
 /* Value of a metric sample of the member (-1 if unreadable). */
 double tls_fx_metric(tls_fx *f, const char *series);
-/* 1 if the member's log contains needle. */
+/* 1 if the member's log contains needle, waiting up to 5 s for it: kvd may write a line
+ * after the event the test saw (e.g. a connection's line when its handle is freed, after the
+ * close the client read). */
 int tls_fx_log_has(tls_fx *f, const char *needle);
 /* openssl s_client to 127.0.0.1:port over TLS 1.2 offering only `cipher` (OpenSSL's name):
  * 1 if the handshake completed with it, else 0. */
