@@ -1,6 +1,6 @@
 # Transport layer (owned by the transport module): included from server/CMakeLists.txt.
 # Targets: kv_metrics (Prometheus registry), kv_grpc (gRPC/h2c server), kv_http (HTTP/1.1
-# /metrics + /health). Users include "metrics/metrics.h", "grpc/grpc_server.h",
+# /metrics + /health, and /debug/pprof/ with kv_prof). Users include "metrics/metrics.h", "grpc/grpc_server.h",
 # "http/http_server.h".
 add_library(kv_metrics STATIC ${CMAKE_CURRENT_LIST_DIR}/metrics/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/metrics/process_metrics.c)
@@ -33,9 +33,10 @@ target_include_directories(kv_grpc PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(kv_grpc PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV PkgConfig::NGHTTP2)
 target_link_libraries(kv_grpc PUBLIC kv_common) # common/status.h: the gRPC status enum
 
-add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c)
+add_library(kv_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http/http_server.c
+            ${CMAKE_CURRENT_LIST_DIR}/http/pprof_http.c)
 target_include_directories(kv_http PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(kv_http PUBLIC kv_metrics kv_net kv_tls PkgConfig::UV)
+target_link_libraries(kv_http PUBLIC kv_metrics kv_net kv_tls kv_prof PkgConfig::UV)
 
 # HTTP/1.1 on the client port (/health, /version, /metrics, grpc-gateway JSON API), installed
 # on kv_grpc servers through grpc/grpc_http1.h.

@@ -284,6 +284,7 @@ static const flag_def FLAGS[] = {
     {"lease-checkpoint-rate", F_U32, OFF(lease_checkpoint_rate), 0, 0, 1, 1u << 24},
     {"max-pending-lease-forwards", F_U32, OFF(max_pending_lease_forwards), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
+    {"enable-pprof", F_BOOL, OFF(enable_pprof), 0, 0, 0, 0},
     {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
     {"startup-verify-full", F_BOOL, OFF(startup_verify_full), 0, 0, 0, 0},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
@@ -424,6 +425,8 @@ const char *kv_config_usage(void)
            "                                  dropped, the stream stays open (65536: 3x the\n"
            "                                  20,000 leases of the design load)\n"
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
+           "  --enable-pprof                  /debug/pprof/ on the client URLs: a CPU profile\n"
+           "                                  for go tool pprof (docs/pprof.md) (false)\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --startup-verify-full B         check the structure of every page of data.mdb\n"
            "                                  before opening it (true; false: only the first\n"

@@ -84,6 +84,8 @@ typedef struct kv_config {
     uint32_t lease_checkpoint_rate;        /* --lease-checkpoint-rate, default 1000 */
     uint32_t max_pending_lease_forwards;   /* --max-pending-lease-forwards, default 65536 */
 
+    int enable_pprof; /* --enable-pprof: /debug/pprof/ on the client URLs (http/pprof_http.h) */
+
     /* Testing. */
     int enable_failpoints; /* --enable-failpoints: SIGUSR1 toggles an apply-path stall,
                               SIGUSR2 isolates the member from its peers */

@@ -66,6 +66,7 @@ typedef struct kvd_main {
     kv_require_leader *reqlead; /* hasleader streams' monitor (api/require_leader.h) */
     kv_tls_ctx *client_tls;     /* https client listeners' context (tls_setup.h), else NULL */
     kv_client_http *chttp;      /* HTTP/1.1 on the client port (http/client_http.h) */
+    kv_pprof_http *pprof;       /* --enable-pprof: its /debug/pprof/ (http/pprof_http.h) */
     kv_log_sink log;            /* stderr's lines: --log-level/-format/-outputs (log/log.h) */
     /* failpoint (peer_delay.h): SIGRTMIN+3 toggles KVD_FAILPOINT_PEER_DELAY_MS=D[,J],
      * SIGRTMIN+4 KVD_FAILPOINT_PEER_RANDOM_DELAY_MS=D[,J]; [k].ms 0: not armed */
@@ -153,6 +154,8 @@ static void on_signal(uv_signal_t *sig, int signum)
         kv_grpc_server_close(m->grpc[i], on_closed_cb, NULL);
     kv_client_http_free(m->chttp); /* after its connections (closed above) */
     m->chttp = NULL;
+    kv_pprof_http_free(m->pprof); /* after the connections that held its requests */
+    m->pprof = NULL;
     for (size_t i = 0; i < m->n_http; i++)
         kv_http_server_close(m->http[i], on_closed_cb, NULL);
     kv_auto_compact_stop(m->autoc); /* before the node closes */
@@ -308,7 +311,10 @@ static int start_listeners(kvd_main *m)
         fprintf(stderr, "kvd: error: client TLS: %s\n", terr);
         return trc;
     }
-    /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway. */
+    /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway, and
+     * /debug/pprof/ with --enable-pprof. */
+    if (cfg->enable_pprof && kv_pprof_http_new(&m->pprof, &m->loop) != 0)
+        return -ENOMEM;
     kv_client_http_config chc = {
         .metrics = m->srv.api.metrics,
         .health = health_hook,
@@ -316,6 +322,7 @@ static int start_listeners(kvd_main *m)
         .server_version = KV_ETCD_SERVER_VERSION,
         .max_body_bytes = gc.max_request_bytes,
         .max_streams = cfg->max_concurrent_streams, /* etcd: the gateway's one connection */
+        .pprof = m->pprof,
     };
     int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);
     if (hrc < 0)

@@ -53,7 +53,7 @@ struct kv_client_http {
 
 /* ST_WAITING: a complete gateway request waits for a slot; it stays in `in` and is parsed
  * again when its turn comes. */
-enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM, ST_WAITING };
+enum { ST_IDLE, ST_HEALTH, ST_UNARY, ST_STREAM, ST_WAITING, ST_PPROF };
 
 struct hconn {
     kv_client_http *h;
@@ -65,6 +65,7 @@ struct hconn {
     int closing;    /* a response with Connection: close was queued */
     int in_process; /* process() is on the stack */
     health_req *hr;
+    kv_pprof_req *pr; /* a CPU profile being taken for this connection (ST_PPROF) */
     /* gateway call */
     kv_grpc_call *call;
     kv_gw_route rt;
@@ -282,6 +283,22 @@ static void start_health(hconn *hc)
     if (!uv_is_active((uv_handle_t *)&h->timer))
         uv_timer_start(&h->timer, health_timer_cb, HEALTH_SCAN_MS, HEALTH_SCAN_MS);
     h->cfg.health(h->cfg.app, health_done, hr); /* may answer synchronously */
+}
+
+/* ---- /debug/pprof/ ---- */
+
+static void pprof_reply(void *ctx, int status, const char *ctype, const char *extra,
+                        const char *body, size_t len)
+{
+    hconn *hc = ctx;
+    hc->pr = NULL;
+    respond_x(hc, status, ctype, extra, body, len);
+}
+
+static void start_pprof(hconn *hc, const char *path, const char *query)
+{
+    hc->state = ST_PPROF; /* reset to ST_IDLE by the reply */
+    kv_pprof_http_handle(hc->h->cfg.pprof, path, query, pprof_reply, hc, &hc->pr);
 }
 
 /* ---- gateway calls ---- */
@@ -610,6 +627,7 @@ static long take_request(hconn *hc)
     char *q = strchr(target, '?');
     if (q)
         *q = '\0';
+    const char *query = q ? q + 1 : NULL;
     /* headers */
     long long clen = -1;
     int conn_close = !minor, conn_keep = 0, chunked = 0, expect = 0;
@@ -728,6 +746,8 @@ static long take_request(hconn *hc)
                 free(out);
             }
         }
+    } else if (h->cfg.pprof && kv_pprof_http_match(target)) {
+        start_pprof(hc, target, query); /* Go's pprof handlers take any method */
     } else if (strncmp(target, "/v3", 3) == 0) {
         if (strcmp(method, "POST") != 0) /* grpc-gateway: only POST patterns exist */
             respond_text(hc, 405, "Method Not Allowed\n");
@@ -851,6 +871,8 @@ static void on_close(void *st)
     }
     if (hc->state == ST_WAITING)
         wait_unlink(hc);
+    kv_pprof_http_cancel(hc->pr); /* a profile for nobody: discarded */
+    hc->pr = NULL;
     kv_grpc_call *call = hc->call;
     hc->call = NULL;
     hc->state = ST_IDLE;

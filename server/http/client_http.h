@@ -8,6 +8,8 @@
  *                    and format as the metrics port, server/http/http_server.h)
  *   GET /version  -> {"etcdserver":"<server version>","etcdcluster":"3.4.0"}
  *   GET /metrics  -> the Prometheus text of the registry (the metrics port's)
+ *   /debug/pprof/ -> with cfg.pprof (--enable-pprof), Go's profiling endpoints
+ *                    (http/pprof_http.h); 404 otherwise, as etcd without the flag
  *   POST /v3/...  -> the grpc-gateway JSON API (http/gateway.h): the JSON body becomes the
  *                    protobuf request of the gRPC method, run through the method table like a
  *                    gRPC call (every limit, quota and raft rule applies); the response is
@@ -41,6 +43,7 @@
 
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
+#include "http/pprof_http.h"
 #include "metrics/metrics.h"
 
 #include <stddef.h>
@@ -54,6 +57,7 @@ typedef struct kv_client_http_config {
     size_t max_body_bytes;      /* default 1.5 MiB + 512 KiB */
     uint32_t health_timeout_ms; /* default 5000 */
     uint32_t max_streams;       /* gateway calls in flight at once; 0 = no limit */
+    kv_pprof_http *pprof;       /* --enable-pprof: /debug/pprof/ (pprof_http.h); NULL = 404 */
 } kv_client_http_config;
 
 typedef struct kv_client_http kv_client_http;

@@ -17,7 +17,7 @@ typedef struct health_req {
     http_conn *conn; /* NULL once the connection is gone */
 } health_req;
 
-enum { ST_READ, ST_HEALTH, ST_WRITE, ST_CLOSING };
+enum { ST_READ, ST_HEALTH, ST_PPROF, ST_WRITE, ST_CLOSING };
 enum { RAW_BYTES = 16384 };
 
 struct http_conn {
@@ -32,6 +32,7 @@ struct http_conn {
     size_t len;
     char *resp;
     health_req *hr;
+    kv_pprof_req *pr; /* a CPU profile being taken for this connection (ST_PPROF) */
     kv_tls_conn *tls; /* NULL on a plain listener */
     char *raw;        /* TLS: ciphertext read buffer (RAW_BYTES) */
     kv_list link;     /* srv->conns */
@@ -62,6 +63,7 @@ void kv_http_config_default(kv_http_config *cfg)
     cfg->request_timeout_ms = 10000;
     cfg->max_connections = 256;
     cfg->tls = NULL;
+    cfg->pprof = NULL;
 }
 
 static void on_connection(uv_stream_t *l, int status);
@@ -163,6 +165,8 @@ static void conn_close(http_conn *c)
         c->hr->conn = NULL; /* the hook may still answer; it will find no connection */
         c->hr = NULL;
     }
+    kv_pprof_http_cancel(c->pr); /* a profile for nobody: discarded */
+    c->pr = NULL;
     uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
 }
@@ -311,6 +315,14 @@ static void health_done(void *ctx, int ok, const char *reason)
         respond_health(c, ok, reason);
 }
 
+static void pprof_reply(void *ctx, int status, const char *ctype, const char *extra,
+                        const char *body, size_t len)
+{
+    http_conn *c = ctx;
+    c->pr = NULL;
+    respond_hdr(c, status, ctype, extra, body, len);
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     http_conn *c = t->data;
@@ -346,6 +358,13 @@ static void handle_request(http_conn *c)
         *q = 0;
     if (strcmp(c->buf, "GET") != 0) {
         respond_text(c, 405, "method not allowed\n");
+        return;
+    }
+    if (s->cfg.pprof && kv_pprof_http_match(target)) {
+        c->state = ST_PPROF; /* no request timeout while a profile runs */
+        uv_timer_stop(&c->timer);
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        kv_pprof_http_handle(s->cfg.pprof, target, q ? q + 1 : NULL, pprof_reply, c, &c->pr);
         return;
     }
     if (strcmp(target, "/metrics") == 0) {

@@ -6,6 +6,8 @@
  * - GET /health  -> calls the app's async health hook; 200 {"health":"true"} or
  *   503 {"health":"false","reason":"..."} (etcd 3.4 format). If the hook has not answered
  *   within health_timeout_ms: 503 with reason "timeout".
+ * - GET /debug/pprof/... -> with cfg.pprof, Go's profiling endpoints (pprof_http.h); the
+ *   request timeout does not run while a profile is taken.
  * - Anything else: 404 (405 for methods other than GET/HEAD-less GET only; 431 when the request
  *   head exceeds max_header_bytes; 408-less silent close when the head does not arrive within
  *   request_timeout_ms). Every response carries "Connection: close" and the connection is
@@ -32,6 +34,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "http/pprof_http.h"
 #include "metrics/metrics.h"
 #include "net/tls.h"
 
@@ -52,6 +55,9 @@ typedef struct kv_http_config {
     uint32_t max_connections;    /* default 256 */
     kv_tls_ctx *tls;             /* server context: serve HTTPS (ALPN http/1.1); NULL = plain.
                                     The server takes its own reference. */
+    kv_pprof_http *pprof;        /* GET /debug/pprof/... (pprof_http.h; the grpc-proxy's
+                                    --enable-pprof); NULL = 404. Borrowed: must outlive the
+                                    server. */
 } kv_http_config;
 
 void kv_http_config_default(kv_http_config *cfg);

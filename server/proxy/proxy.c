@@ -361,10 +361,18 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
 static int start_metrics(kv_proxy *p, char *err, size_t cap)
 {
     const kv_proxy_config *cfg = p->cfg;
+    if (cfg->enable_pprof && !cfg->has_metrics) {
+        /* etcd serves it on --listen-addr's HTTP; kvd's proxy has HTTP on --metrics-addr only */
+        snprintf(err, cap, "--enable-pprof serves /debug/pprof/ on --metrics-addr: give one");
+        return -EINVAL;
+    }
     if (!cfg->has_metrics)
         return 0;
     kv_http_config hc;
     kv_http_config_default(&hc);
+    if (cfg->enable_pprof && kv_pprof_http_new(&p->pprof, p->loop) != 0)
+        return -ENOMEM;
+    hc.pprof = p->pprof;
     if (cfg->metrics_tls) {
         if (!p->server_tls) { /* etcd's transport.NewListener without TLS info */
             snprintf(err, cap,
@@ -461,6 +469,8 @@ void kv_proxy_stop(kv_proxy *p)
     if (p->http)
         kv_http_server_close(p->http, NULL, NULL);
     p->http = NULL;
+    kv_pprof_http_free(p->pprof); /* after the connections that held its requests */
+    p->pprof = NULL;
     if (p->lease)
         kv_proxy_lease_stop(p->lease);
     kv_proxy_watch_stop(p);

@@ -90,7 +90,9 @@ const char *kv_proxy_config_usage(void)
            "  --max-send-bytes=1572864     largest request message sent to the members\n"
            "  --max-recv-bytes=2147483647  largest answer message taken from the members\n"
            "  --max-concurrent-streams=1000 HTTP/2 streams per client connection\n"
-           "  --debug                      log every forwarded call and relayed stream\n";
+           "  --debug                      log every forwarded call and relayed stream\n"
+           "  --enable-pprof               /debug/pprof/ on --metrics-addr: a CPU profile for "
+           "go tool pprof (docs/pprof.md)\n";
 }
 
 static int parse_hostport(const char *v, char *host, size_t cap, int *port)
@@ -213,7 +215,7 @@ static int check_resolver(kv_proxy_config *c, char *err, size_t cap)
 }
 
 /* Flags of etcd's grpc-proxy that kvd does not implement yet: refused by name. */
-static const char *const not_yet[] = {"enable-pprof", "experimental-leasing-prefix", NULL};
+static const char *const not_yet[] = {"experimental-leasing-prefix", NULL};
 
 int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, size_t cap)
 {
@@ -257,6 +259,10 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         }
         if (strcmp(name, "debug") == 0) {
             c->debug = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
+        if (strcmp(name, "enable-pprof") == 0) {
+            c->enable_pprof = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
         if (strcmp(name, "experimental-serializable-ordering") == 0) {

@@ -95,7 +95,8 @@ typedef struct kv_proxy_config {
     size_t max_send_bytes;           /* --max-send-bytes (1572864) */
     size_t max_recv_bytes;           /* --max-recv-bytes (2147483647) */
     uint32_t max_concurrent_streams; /* --max-concurrent-streams: per client connection (1000) */
-    int debug; /* --debug: a line per forwarded call and relayed stream (kv_proxy_debug) */
+    int debug;        /* --debug: a line per forwarded call and relayed stream (kv_proxy_debug) */
+    int enable_pprof; /* --enable-pprof: /debug/pprof/ on --metrics-addr (http/pprof_http.h) */
 } kv_proxy_config;
 
 void kv_proxy_config_default(kv_proxy_config *c);

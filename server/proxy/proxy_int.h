@@ -50,6 +50,7 @@ typedef struct kv_proxy {
     kv_metrics *metrics;
     kv_grpc_server *grpc;
     kv_http_server *http;
+    kv_pprof_http *pprof;          /* --enable-pprof: /debug/pprof/ on http (http/pprof_http.h) */
     struct kv_tls_ctx *server_tls; /* client side TLS (NULL: h2c) */
     kvc_client *up;                /* the upstream connection: one per proxy */
     kv_proxy_bridge bridge;
