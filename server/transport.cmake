@@ -23,6 +23,7 @@ add_library(kv_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_io.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_conn.c
+  ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_h2mem.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_server.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/grpc/grpc_call_queued.c

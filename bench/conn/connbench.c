@@ -64,13 +64,13 @@ static int cb_measure(const char *what, pid_t pid, uint16_t port, int n)
         fprintf(stderr, "%s: LeaseGrant failed\n", what);
         return -EIO;
     }
-    int rc = px_connmem_open(&warm, port, lease, CB_WARM, err, sizeof err);
+    int rc = px_connmem_open(&warm, port, NULL, lease, CB_WARM, err, sizeof err);
     long before = 0, after = 0;
     if (!rc) {
         kvt_sleep_ms(500);
         before = kvt_proc_rss_kib(pid);
         uint64_t t0 = kvt_now_ms();
-        rc = px_connmem_open(&m, port, lease, n, err, sizeof err);
+        rc = px_connmem_open(&m, port, NULL, lease, n, err, sizeof err);
         if (!rc)
             rc = px_connmem_renew(&m, lease, err, sizeof err);
         if (!rc) {

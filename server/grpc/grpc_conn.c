@@ -587,7 +587,8 @@ int kv_grpc_conn_begin(kv_grpc_conn *c)
     kv_grpc_server *s = c->srv;
     if (s->cfg.tls && kv_grpc_tls_attach(c) != 0)
         return -ENOMEM;
-    int rv = nghttp2_session_server_new2(&c->h2, s->cbs, c, s->opt);
+    nghttp2_mem mem; /* copied into the session */
+    int rv = nghttp2_session_server_new3(&c->h2, s->cbs, c, s->opt, kv_grpc_h2_mem(&mem));
     if (rv != 0)
         return -ENOMEM;
     nghttp2_settings_entry iv[] = {

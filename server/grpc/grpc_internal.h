@@ -210,6 +210,9 @@ void kv_grpc_srv_shed_inbound(kv_grpc_server *s);
 int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out);
 /* After uv_accept: creates the nghttp2 session, sends SETTINGS, starts reading. */
 int kv_grpc_conn_begin(kv_grpc_conn *c);
+/* Fills m with the allocator of the connections' nghttp2 sessions (grpc_h2mem.c: large
+ * buffers on pages of their own, resident only once written) and returns it. */
+nghttp2_mem *kv_grpc_h2_mem(nghttp2_mem *m);
 void kv_grpc_conn_flush(kv_grpc_conn *c);
 void kv_grpc_conn_close(kv_grpc_conn *c);
 /* Best-effort GOAWAY (written now if the socket takes it), then close. */

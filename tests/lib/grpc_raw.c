@@ -7,6 +7,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <limits.h>
+#include <openssl/ssl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,7 +16,8 @@
 #include <unistd.h>
 
 struct kv_it_grpc {
-    int fd; /* -1 for a no_socket connection */
+    int fd;   /* -1 for a no_socket connection */
+    SSL *ssl; /* opts.ssl_ctx: TLS over fd */
     nghttp2_session *sess;
     char authority[64];
     uint8_t *pend; /* frames produced, not yet taken by the socket */
@@ -195,6 +198,18 @@ static int conn_error(kv_it_grpc *c, int rc)
     return c->failed ? c->failed : rc;
 }
 
+/* TLS: SSL_write / SSL_read's result as send / recv's (-1 with errno, 0 at the end). */
+static ssize_t tls_io(kv_it_grpc *c, int rc)
+{
+    if (rc > 0)
+        return rc;
+    int e = SSL_get_error(c->ssl, rc);
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EPROTO;
+    return -1;
+}
+
 /* Writes pending bytes without blocking: 0 (maybe some left) or an error. */
 static int write_some(kv_it_grpc *c)
 {
@@ -202,6 +217,14 @@ static int write_some(kv_it_grpc *c)
         return conn_error(c, -ECONNRESET);
     if (c->fd < 0)
         return 0;
+    while (c->ssl && c->pend_off < c->pend_len) {
+        size_t n = c->pend_len - c->pend_off;
+        ssize_t w =
+            tls_io(c, SSL_write(c->ssl, c->pend + c->pend_off, n > INT_MAX ? INT_MAX : (int)n));
+        if (w < 0)
+            return errno == EAGAIN ? 0 : conn_error(c, -errno);
+        c->pend_off += (size_t)w;
+    }
     while (c->pend_off < c->pend_len) {
         ssize_t w = send(c->fd, c->pend + c->pend_off, c->pend_len - c->pend_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -222,7 +245,8 @@ static int read_some(kv_it_grpc *c, int max_reads)
 {
     uint8_t buf[65536];
     for (int i = 0; i < max_reads; i++) {
-        ssize_t r = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        ssize_t r = c->ssl ? tls_io(c, SSL_read(c->ssl, buf, (int)sizeof(buf)))
+                           : recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (r == 0)
             return conn_error(c, -ECONNRESET);
         if (r < 0) {
@@ -397,6 +421,30 @@ static int connect_to(kv_it_grpc *c, const char *host, uint16_t port, uint32_t t
     return soerr ? -soerr : 0;
 }
 
+/* The TLS handshake over the connected socket, bounded by timeout_ms. */
+static int tls_handshake(kv_it_grpc *c, SSL_CTX *ctx, uint32_t timeout_ms)
+{
+    c->ssl = SSL_new(ctx);
+    if (!c->ssl || !SSL_set_fd(c->ssl, c->fd))
+        return -ENOMEM;
+    SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_set_connect_state(c->ssl);
+    uint64_t end = now_ms() + timeout_ms;
+    for (;;) {
+        int rc = SSL_do_handshake(c->ssl);
+        if (rc == 1)
+            return 0;
+        int e = SSL_get_error(c->ssl, rc);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            return -EPROTO;
+        uint64_t now = now_ms();
+        if (now >= end)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = c->fd, .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
+        poll(&p, 1, (int)(end - now));
+    }
+}
+
 int kv_it_grpc_open_opts(kv_it_grpc **out, const char *host, uint16_t port, uint32_t timeout_ms,
                          const kv_it_grpc_opts *opts)
 {
@@ -411,6 +459,8 @@ int kv_it_grpc_open_opts(kv_it_grpc **out, const char *host, uint16_t port, uint
     c->fd = -1;
     snprintf(c->authority, sizeof(c->authority), "%s:%u", host ? host : "localhost", port);
     if (!opts->no_socket && (rc = connect_to(c, host, port, timeout_ms, opts->rcvbuf)))
+        goto fail;
+    if (!opts->no_socket && opts->ssl_ctx && (rc = tls_handshake(c, opts->ssl_ctx, timeout_ms)))
         goto fail;
     rc = -ENOMEM;
     if (nghttp2_session_callbacks_new(&cbs))
@@ -465,6 +515,7 @@ void kv_it_grpc_close(kv_it_grpc *c)
         return;
     if (c->sess)
         nghttp2_session_del(c->sess);
+    SSL_free(c->ssl);
     if (c->fd >= 0)
         close(c->fd);
     for (kv_it_grpc_stream *st = c->streams, *n; st; st = n) {

@@ -1,7 +1,8 @@
 /*
  * grpc_raw: the one HTTP/2 (gRPC over h2c, prior knowledge) test client. Tests and kvbench
  * use it to talk to kvd and etcd independently of libkvclient (which has its own tests).
- * Deliberately small: no retries, no compression, no TLS.
+ * Deliberately small: no retries, no compression; TLS only when the caller gives an OpenSSL
+ * context (kv_it_grpc_opts.ssl_ctx: its verification and ALPN settings apply).
  *
  * Two levels on one connection (kv_it_grpc):
  * - Unary: kv_it_grpc_call() — one call at a time, bounded by its timeout (sent as
@@ -49,6 +50,8 @@ typedef struct kv_it_grpc_opts {
     int rcvbuf;              /* >0: SO_RCVBUF of the socket (set before connect) */
     int no_socket;           /* 1: no connection; frames are only produced, see
                               * kv_it_grpc_output() (host/port ignored) */
+    void *ssl_ctx;           /* an SSL_CTX *: TLS over the socket, the handshake done in the
+                              * open (bounded by its timeout); NULL: h2c */
 } kv_it_grpc_opts;
 
 /* Connects to host:port (IPv4 literal) and sends the HTTP/2 preface with 16 MiB stream and

@@ -81,8 +81,12 @@ static int send_renewal(px_connmem *m, int i, int64_t lease, char *err, size_t c
     return r;
 }
 
-int px_connmem_open(px_connmem *m, uint16_t port, int64_t lease, int n, char *err, size_t cap)
+int px_connmem_open(px_connmem *m, uint16_t port, void *ssl_ctx, int64_t lease, int n, char *err,
+                    size_t cap)
 {
+    /* kv_it_grpc_open's windows */
+    kv_it_grpc_opts o = {.set_window = 1, .window = 1u << 24, .conn_window = 1u << 26};
+    o.ssl_ctx = ssl_ctx;
     memset(m, 0, sizeof(*m));
     m->conn = calloc((size_t)n, sizeof(*m->conn));
     m->st = calloc((size_t)n, sizeof(*m->st));
@@ -93,7 +97,7 @@ int px_connmem_open(px_connmem *m, uint16_t port, int64_t lease, int n, char *er
     for (int b = 0; b < n; b += PX_CONNMEM_BATCH) {
         int e = b + PX_CONNMEM_BATCH < n ? b + PX_CONNMEM_BATCH : n;
         for (int i = b; i < e; i++) {
-            int r = kv_it_grpc_open(&m->conn[i], "127.0.0.1", port, PX_CONNMEM_WAIT_MS);
+            int r = kv_it_grpc_open_opts(&m->conn[i], "127.0.0.1", port, PX_CONNMEM_WAIT_MS, &o);
             if (r) {
                 snprintf(err, cap, "connection %d: open: %d", i, r);
                 return r;

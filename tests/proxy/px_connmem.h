@@ -25,8 +25,10 @@ typedef struct px_connmem {
 } px_connmem;
 
 /* Opens n connections to 127.0.0.1:port (in batches of 100: connect, stream, renewal of
- * lease, then every answer of the batch, 10 s each). 0, or a negative errno with err set. */
-int px_connmem_open(px_connmem *m, uint16_t port, int64_t lease, int n, char *err, size_t cap);
+ * lease, then every answer of the batch, 10 s each); over TLS when ssl_ctx (an SSL_CTX *
+ * offering ALPN h2) is given, else h2c. 0, or a negative errno with err set. */
+int px_connmem_open(px_connmem *m, uint16_t port, void *ssl_ctx, int64_t lease, int n, char *err,
+                    size_t cap);
 /* One more renewal on every stream, answers awaited. 0 or a negative errno with err set. */
 int px_connmem_renew(px_connmem *m, int64_t lease, char *err, size_t cap);
 void px_connmem_close(px_connmem *m);

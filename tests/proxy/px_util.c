@@ -88,7 +88,9 @@ int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *cons
         if (!kvt_proc_alive(&x->proc))
             return -ECHILD;
         kv_it_grpc *g = NULL;
-        if (kv_it_grpc_open(&g, "127.0.0.1", x->port, 1000) == 0) {
+        kv_it_grpc_opts o = {.set_window = 1, .window = 1u << 24, .conn_window = 1u << 26};
+        o.ssl_ctx = x->probe_ssl_ctx;
+        if (kv_it_grpc_open_opts(&g, "127.0.0.1", x->port, 1000, &o) == 0) {
             uint8_t *resp = NULL;
             size_t rl = 0;
             int st = -1;

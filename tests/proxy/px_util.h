@@ -35,6 +35,9 @@ typedef struct px {
     /* argv words run before kvd (NULL-terminated; NULL: none), e.g. an `unshare` that gives
      * the proxy its own /etc/resolv.conf (test_discovery.c); set before px_start */
     const char *const *wrap;
+    /* an SSL_CTX * (ALPN h2) when the proxy serves TLS (--auto-tls, --cert-file): px_start's
+     * readiness probe then speaks TLS with it; set before px_start */
+    void *probe_ssl_ctx;
 } px;
 
 /* Starts an n-member cluster of kvd (or etcd, KV_TEST_SERVER) with tests/lib's defaults and
