@@ -271,7 +271,8 @@ static int pb_load_main(int argc, char **argv)
 
 struct pb_opts {
     int both, n, p, loads, ttl, window, loops, repeats, idle_s;
-    int load_nice; /* -N: nice value of the load processes (0) */
+    int load_nice;  /* -N: nice value of the load processes (0) */
+    int proxy_nice; /* -Q: nice value of the proxies (0) */
     kv_it_kind kind;
     char self[PATH_MAX];
 };
@@ -439,6 +440,10 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
     int leader;
     if ((rc = pb_cluster_and_proxies(c, kind, px, o->p, &leader)))
         goto out;
+    /* -Q: the proxies' machines; on this shared box, below the members */
+    for (int i = 0; i < o->p && o->proxy_nice; i++)
+        if (setpriority(PRIO_PROCESS, (id_t)px[i].proc.pid, o->proxy_nice) != 0)
+            fprintf(stderr, "proxybench: setpriority(proxy %d): %s\n", i, strerror(errno));
 
     /* Ordinary client on the leader, idle phase. */
     if ((rc = pb_client(c->m[leader].endpoint, NULL, &pt->c)))
@@ -555,7 +560,7 @@ static void pb_usage(void)
 {
     fprintf(stderr, "usage: proxybench [-k kvd|etcd|both] [-n agents] [-p proxies] "
                     "[-L load_procs] [-t ttl_s] [-d window_s] [-l loop_threads] "
-                    "[-r repeats] [-i idle_put_s] [-N load_nice]\n");
+                    "[-r repeats] [-i idle_put_s] [-N load_nice] [-Q proxy_nice]\n");
     exit(2);
 }
 
@@ -597,6 +602,8 @@ int main(int argc, char **argv)
             o.idle_s = atoi(v);
         else if (!strcmp(a, "-N"))
             o.load_nice = atoi(v);
+        else if (!strcmp(a, "-Q"))
+            o.proxy_nice = atoi(v);
         else
             pb_usage();
         i++;
