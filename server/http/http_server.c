@@ -33,6 +33,7 @@ struct http_conn {
     char *resp;
     health_req *hr;
     kv_pprof_req *pr; /* a CPU profile being taken for this connection (ST_PPROF) */
+    char sink[64];    /* ST_PPROF: what the client sends meanwhile, read and dropped */
     kv_tls_conn *tls; /* NULL on a plain listener */
     char *raw;        /* TLS: ciphertext read buffer (RAW_BYTES) */
     kv_list link;     /* srv->conns */
@@ -361,9 +362,9 @@ static void handle_request(http_conn *c)
         return;
     }
     if (s->cfg.pprof && kv_pprof_http_match(target)) {
-        c->state = ST_PPROF; /* no request timeout while a profile runs */
+        c->state = ST_PPROF; /* no request timeout while a profile runs; reads go on, so that a
+                              * client that leaves ends its profile (read_cb) */
         uv_timer_stop(&c->timer);
-        uv_read_stop((uv_stream_t *)&c->tcp);
         kv_pprof_http_handle(s->cfg.pprof, target, q ? q + 1 : NULL, pprof_reply, c, &c->pr);
         return;
     }
@@ -403,6 +404,10 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     http_conn *c = h->data;
+    if (c->state == ST_PPROF) { /* reading only to see the client leave */
+        *buf = uv_buf_init(c->sink, sizeof(c->sink));
+        return;
+    }
     if (c->tls) {
         *buf = uv_buf_init(c->raw, RAW_BYTES);
         return;
@@ -495,6 +500,10 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     (void)buf;
     http_conn *c = st->data;
+    if (c->state == ST_PPROF && nread < 0) { /* the client left: its profile is discarded */
+        conn_close(c);
+        return;
+    }
     if (c->state != ST_READ)
         return;
     if (nread < 0) {

@@ -6,7 +6,8 @@
  * and again 200 after SIGCONT.
  * With --enable-pprof the same listener serves /debug/pprof/ (docs/pprof.md; etcd's proxy
  * serves it on --listen-addr, where kvd's proxy has no HTTP): a CPU profile in pprof's
- * protobuf; without a --metrics-addr the flag is refused with the reason.
+ * protobuf, one at a time, freed at once by a client that leaves; without a --metrics-addr the
+ * flag is refused with the reason.
  */
 #include "px_util.h"
 
@@ -92,6 +93,24 @@ Test(proxy_health, pprof_on_the_metrics_addr, .init = setup_pprof, .fini = fini,
     b = NULL;
     cr_assert_eq(kvt_http_get(g_x.metrics_port, "/health", 8000, &status, &b), 0);
     cr_assert_eq(status, 200, "/health beside it");
+    free(b);
+    /* a client that leaves a 60 s profile frees the profiler at once */
+    int fd = kvt_connect_loopback(g_x.metrics_port, 5000);
+    cr_assert(fd >= 0);
+    static const char req[] = "GET /debug/pprof/profile?seconds=60 HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(kvt_send_all(fd, req, sizeof req - 1, kvt_now_ms() + 5000), 0);
+    kvt_sleep_ms(300);
+    b = NULL;
+    cr_assert_eq(
+        kvt_http_get(g_x.metrics_port, "/debug/pprof/profile?seconds=1", 8000, &status, &b), 0);
+    cr_assert_eq(status, 500, "one profile at a time: %s", b ? b : "");
+    free(b);
+    close(fd);
+    kvt_sleep_ms(300);
+    b = NULL;
+    cr_assert_eq(
+        kvt_http_get(g_x.metrics_port, "/debug/pprof/profile?seconds=1", 8000, &status, &b), 0);
+    cr_assert_eq(status, 200, "the profiler is free again: %s", b ? b : "");
     free(b);
 }
 
