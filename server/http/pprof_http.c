@@ -60,8 +60,8 @@ void kv_pprof_http_free(kv_pprof_http *h)
 {
     if (!h)
         return;
-    if (h->running)
-        req_end(h->running);
+    if (h->running) /* left to its connection: its reply or its cancel ends it */
+        h->running->h = NULL;
     free(h);
 }
 

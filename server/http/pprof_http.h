@@ -32,8 +32,9 @@ typedef void (*kv_pprof_reply_fn)(void *ctx, int status, const char *ctype, cons
 
 /* Returns 0 or -ENOMEM. */
 int kv_pprof_http_new(kv_pprof_http **out, uv_loop_t *loop);
-/* Frees h: a profile still running is discarded and its request cancelled (reply is not
- * called). Its timer is released by the loop afterwards (uv_close). */
+/* Frees h. Close the connections that may hold its requests first (their cancel ends a
+ * running profile); a request still running is left to its connection, whose reply or
+ * cancel ends it. */
 void kv_pprof_http_free(kv_pprof_http *h);
 
 /* Nonzero if path (without the query) is under /debug/pprof (then pass it to handle). */
