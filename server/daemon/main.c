@@ -313,8 +313,11 @@ static int start_listeners(kvd_main *m)
     }
     /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway, and
      * /debug/pprof/ with --enable-pprof. */
-    if (cfg->enable_pprof && kv_pprof_http_new(&m->pprof, &m->loop) != 0)
-        return -ENOMEM;
+    if (cfg->enable_pprof) {
+        if (kv_pprof_http_new(&m->pprof, &m->loop) != 0)
+            return -ENOMEM;
+        fprintf(stderr, "kvd: pprof is enabled under /debug/pprof on the client URLs\n");
+    }
     kv_client_http_config chc = {
         .metrics = m->srv.api.metrics,
         .health = health_hook,

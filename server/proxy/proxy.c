@@ -370,8 +370,12 @@ static int start_metrics(kv_proxy *p, char *err, size_t cap)
         return 0;
     kv_http_config hc;
     kv_http_config_default(&hc);
-    if (cfg->enable_pprof && kv_pprof_http_new(&p->pprof, p->loop) != 0)
-        return -ENOMEM;
+    if (cfg->enable_pprof) {
+        if (kv_pprof_http_new(&p->pprof, p->loop) != 0)
+            return -ENOMEM;
+        fprintf(stderr, "kvd grpc-proxy: pprof is enabled under /debug/pprof on %s:%d\n",
+                cfg->metrics_host, cfg->metrics_port);
+    }
     hc.pprof = p->pprof;
     if (cfg->metrics_tls) {
         if (!p->server_tls) { /* etcd's transport.NewListener without TLS info */

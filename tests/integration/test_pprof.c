@@ -4,7 +4,8 @@
  *   its report names kvd's functions (the profile is symbolized by kvd itself).
  * - One profile at a time: a second request meanwhile gets Go's 500; a client that leaves
  *   mid-profile frees the profiler for the next one at once.
- * - cmdline, the index and an unknown profile answer as Go's net/http/pprof does.
+ * - cmdline, the index and an unknown profile answer as Go's net/http/pprof does; the start
+ *   logs that pprof is enabled, as etcd does.
  * - Without the flag /debug/pprof/ is 404, as on etcd.
  */
 #include <criterion/criterion.h>
@@ -206,6 +207,10 @@ Test(it_pprof, cmdline_index_and_unknown_profiles_as_go, .timeout = 60)
     get(s->client_port, "/debug/pprof/profile?seconds=100000", 5000, &r);
     cr_assert_eq(r.status, 400, "%s", r.body);
     free(r.body);
+    char *log = NULL;
+    cr_assert_eq(kv_it_server_log(s, &log), 0);
+    cr_assert(strstr(log, "pprof is enabled under /debug/pprof"), "etcd's start line: %s", log);
+    free(log);
     stop(s);
 }
 
