@@ -60,7 +60,7 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     (void)sig;
     (void)si;
     int saved = errno;
-    atomic_fetch_add(&handlers_in_flight, 1); /* before the load: see kv_prof_discard */
+    atomic_fetch_add(&handlers_in_flight, 1); /* before the load: see stop_sampling */
     kv_prof *p = atomic_load(&active_prof);
     if (p) {
         void *frames[KV_PROF_MAX_DEPTH + 8];

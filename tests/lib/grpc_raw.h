@@ -51,7 +51,8 @@ typedef struct kv_it_grpc_opts {
     int no_socket;           /* 1: no connection; frames are only produced, see
                               * kv_it_grpc_output() (host/port ignored) */
     void *ssl_ctx;           /* an SSL_CTX *: TLS over the socket, the handshake done in the
-                              * open (bounded by its timeout); NULL: h2c */
+                              * open (bounded by its timeout; SIGPIPE is then set to SIG_IGN
+                              * if at its default, as OpenSSL writes with write(2)); NULL: h2c */
 } kv_it_grpc_opts;
 
 /* Connects to host:port (IPv4 literal) and sends the HTTP/2 preface with 16 MiB stream and
