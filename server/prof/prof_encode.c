@@ -19,6 +19,8 @@
 #include "prof/prof_int.h"
 
 #include "common/fnv.h"
+#include "common/mix64.h"
+#include "common/varint.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -56,16 +58,8 @@ static void pbw_put(pbw *w, const void *src, size_t n)
 
 static void pbw_varint(pbw *w, uint64_t v)
 {
-    uint8_t b[10];
-    size_t n = 0;
-    do {
-        b[n] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            b[n] |= 0x80;
-        n++;
-    } while (v);
-    pbw_put(w, b, n);
+    uint8_t b[KV_VARINT_MAX];
+    pbw_put(w, b, kv_varint_put(b, v));
 }
 
 static void pbw_uint(pbw *w, uint32_t field, uint64_t v)
@@ -100,14 +94,6 @@ typedef struct u64map {
     size_t cap, n;
 } u64map;
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
-
 static int u64map_grow(u64map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 1024;
@@ -120,7 +106,7 @@ static int u64map_grow(u64map *m)
     for (size_t i = 0; i < m->cap; i++) {
         if (!m->keys[i])
             continue;
-        size_t j = mix(m->keys[i]) & (cap - 1);
+        size_t j = kv_mix64(m->keys[i]) & (cap - 1);
         while (k[j])
             j = (j + 1) & (cap - 1);
         k[j] = m->keys[i];
@@ -140,7 +126,7 @@ static uint64_t *u64map_slot(u64map *m, uint64_t key, int *fresh)
     if ((m->n + 1) * 2 > m->cap && u64map_grow(m) != 0)
         return NULL;
     key++;
-    size_t j = mix(key) & (m->cap - 1);
+    size_t j = kv_mix64(key) & (m->cap - 1);
     while (m->keys[j] && m->keys[j] != key)
         j = (j + 1) & (m->cap - 1);
     *fresh = !m->keys[j];

@@ -73,6 +73,17 @@ static void setup_pprof(void)
     cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, extra), 0, "proxy");
 }
 
+/* The status of a 1 s profile from the proxy's metrics address. */
+static int one_second_profile(void)
+{
+    char *b = NULL;
+    int status = 0;
+    cr_assert_eq(
+        kvt_http_get(g_x.metrics_port, "/debug/pprof/profile?seconds=1", 8000, &status, &b), 0);
+    free(b);
+    return status;
+}
+
 Test(proxy_health, pprof_on_the_metrics_addr, .init = setup_pprof, .fini = fini, .timeout = 60)
 {
     char *b = NULL;
@@ -100,18 +111,10 @@ Test(proxy_health, pprof_on_the_metrics_addr, .init = setup_pprof, .fini = fini,
     static const char req[] = "GET /debug/pprof/profile?seconds=60 HTTP/1.1\r\nHost: x\r\n\r\n";
     cr_assert_eq(kvt_send_all(fd, req, sizeof req - 1, kvt_now_ms() + 5000), 0);
     kvt_sleep_ms(300);
-    b = NULL;
-    cr_assert_eq(
-        kvt_http_get(g_x.metrics_port, "/debug/pprof/profile?seconds=1", 8000, &status, &b), 0);
-    cr_assert_eq(status, 500, "one profile at a time: %s", b ? b : "");
-    free(b);
+    cr_assert_eq(one_second_profile(), 500, "one profile at a time");
     close(fd);
     kvt_sleep_ms(300);
-    b = NULL;
-    cr_assert_eq(
-        kvt_http_get(g_x.metrics_port, "/debug/pprof/profile?seconds=1", 8000, &status, &b), 0);
-    cr_assert_eq(status, 200, "the profiler is free again: %s", b ? b : "");
-    free(b);
+    cr_assert_eq(one_second_profile(), 200, "the profiler is free again");
 }
 
 Test(proxy_health, pprof_without_a_metrics_addr_is_refused, .init = setup, .fini = fini,

@@ -5,6 +5,7 @@
  * stacks fold into one sample; one profile per process; a full buffer drops and says so; the
  * timer is stopped and a late tick is harmless.
  */
+#include "common/varint.h"
 #include "pb/pb_wire.h"
 #include "prof/prof.h"
 #include "prof/prof_int.h"
@@ -39,17 +40,14 @@ typedef struct decoded {
     size_t n_comments;
 } decoded;
 
+/* The varint at *p (common/varint.h's reader), advancing *p; fails the test if malformed. */
 static uint64_t varint(const uint8_t **p, const uint8_t *end)
 {
     uint64_t v = 0;
-    for (int s = 0; *p < end && s < 64; s += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << s;
-        if (!(b & 0x80))
-            return v;
-    }
-    cr_assert_fail("bad varint");
-    return 0;
+    size_t n = kv_varint_get(*p, end, &v);
+    cr_assert(n > 0, "bad varint");
+    *p += n;
+    return v;
 }
 
 /* The next field of [*p, end) into f, advancing *p; 0 at the end. Asserts well-formedness. */
