@@ -704,8 +704,12 @@ static long take_request(hconn *hc)
         return 0; /* body incomplete */
     }
     hc->sent_continue = 0;
-    if (h->cfg.max_streams && h->active >= h->cfg.max_streams && strcmp(method, "POST") == 0 &&
-        strncmp(target, "/v3", 3) == 0) {
+    /* etcd's grpc-proxy mux has /health, /metrics and pprof only: nothing else exists there */
+    int proxy = h->cfg.grpc_proxy;
+    int absent = proxy && strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0 &&
+                 !(h->cfg.pprof && kv_pprof_http_match(target));
+    if (!absent && h->cfg.max_streams && h->active >= h->cfg.max_streams &&
+        strcmp(method, "POST") == 0 && strncmp(target, "/v3", 3) == 0) {
         /* every stream slot is taken: wait, as etcd's gateway waits for its connection's
          * stream quota, until a call ends or the client gives up (on_close) */
         hc->state = ST_WAITING;
@@ -722,7 +726,9 @@ static long take_request(hconn *hc)
     kv_grpc_http1_waiting(hc->c, 0);
     const char *body = hc->in + head_len;
     hc->head_method = strcmp(method, "HEAD") == 0;
-    if (strcmp(method, "OPTIONS") == 0) { /* etcd's CORS handler answers every preflight */
+    if (absent) {
+        respond_text(hc, 404, "404 page not found\n");     /* Go's http.NotFound */
+    } else if (!proxy && strcmp(method, "OPTIONS") == 0) { /* etcd's CORS: every preflight */
         respond(hc, 200, "text/plain; charset=utf-8", "", 0);
     } else if (strcmp(target, "/health") == 0 || strcmp(target, "/version") == 0 ||
                strcmp(target, "/metrics") == 0) {

@@ -17,6 +17,8 @@
  *                    grpc-gateway HTTP status. Streaming methods (watch, lease keepalive,
  *                    snapshot) answer chunked, one {"result":{...}} object per line; only the
  *                    first request object of the body is sent.
+ * With cfg.grpc_proxy (kvd grpc-proxy's --listen-addr) only /health, /metrics and
+ * /debug/pprof/ are served, as by etcd's proxy; everything else is Go's 404.
  *
  * Connections: HTTP/1.1 keep-alive (HTTP/1.0: close unless "Connection: keep-alive"); one
  * request answered at a time, later pipelined requests are buffered. Bounds: the request head
@@ -58,6 +60,9 @@ typedef struct kv_client_http_config {
     uint32_t health_timeout_ms; /* default 5000 */
     uint32_t max_streams;       /* gateway calls in flight at once; 0 = no limit */
     kv_pprof_http *pprof;       /* --enable-pprof: /debug/pprof/ (pprof_http.h); NULL = 404 */
+    int grpc_proxy; /* 1: only what etcd 3.4's grpc-proxy serves beside gRPC on --listen-addr
+                     * (/health, /metrics, /debug/pprof/ with pprof); /version, /v3/... and any
+                     * other path get 404 "404 page not found", OPTIONS gets no CORS answer */
 } kv_client_http_config;
 
 typedef struct kv_client_http kv_client_http;

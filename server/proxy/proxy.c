@@ -349,6 +349,20 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
         snprintf(err, cap, "gRPC server: %s", strerror(-rc));
         return rc;
     }
+    /* beside gRPC, --listen-addr answers HTTP as etcd's proxy does (its cmux): /health,
+     * /metrics and, with --enable-pprof, /debug/pprof/ */
+    kv_client_http_config hc = {
+        .metrics = p->metrics,
+        .health = kv_proxy_health_check,
+        .app = p,
+        .pprof = p->pprof,
+        .grpc_proxy = 1,
+    };
+    if ((rc = kv_client_http_new(&p->chttp, &hc, p->loop)) < 0) {
+        snprintf(err, cap, "out of memory");
+        return rc;
+    }
+    kv_client_http_attach(p->chttp, p->grpc);
     rc = kv_grpc_server_listen(p->grpc, cfg->listen_host, cfg->listen_port);
     if (rc < 0) {
         snprintf(err, cap, "--listen-addr %s:%d: %s", cfg->listen_host, cfg->listen_port,
@@ -361,22 +375,11 @@ static int start_grpc(kv_proxy *p, char *err, size_t cap)
 static int start_metrics(kv_proxy *p, char *err, size_t cap)
 {
     const kv_proxy_config *cfg = p->cfg;
-    if (cfg->enable_pprof && !cfg->has_metrics) {
-        /* etcd serves it on --listen-addr's HTTP; kvd's proxy has HTTP on --metrics-addr only */
-        snprintf(err, cap, "--enable-pprof serves /debug/pprof/ on --metrics-addr: give one");
-        return -EINVAL;
-    }
     if (!cfg->has_metrics)
         return 0;
     kv_http_config hc;
     kv_http_config_default(&hc);
-    if (cfg->enable_pprof) {
-        if (kv_pprof_http_new(&p->pprof, p->loop) != 0)
-            return -ENOMEM;
-        fprintf(stderr, "kvd grpc-proxy: pprof is enabled under /debug/pprof on %s:%d\n",
-                cfg->metrics_host, cfg->metrics_port);
-    }
-    hc.pprof = p->pprof;
+    hc.pprof = p->pprof; /* etcd serves it on --listen-addr only; here on both */
     if (cfg->metrics_tls) {
         if (!p->server_tls) { /* etcd's transport.NewListener without TLS info */
             snprintf(err, cap,
@@ -451,6 +454,15 @@ int kv_proxy_start(kv_proxy *p, uv_loop_t *loop, const kv_proxy_config *cfg, cha
         return rc;
     }
     kv_proxy_kvcache_start(p);
+    if (cfg->enable_pprof) {
+        if ((rc = kv_pprof_http_new(&p->pprof, p->loop)) != 0) {
+            snprintf(err, cap, "out of memory");
+            return rc;
+        }
+        fprintf(stderr, "kvd grpc-proxy: pprof is enabled under /debug/pprof on %s:%d%s\n",
+                cfg->listen_host, cfg->listen_port,
+                cfg->has_metrics ? " and on --metrics-addr" : "");
+    }
     if ((rc = start_grpc(p, err, cap)) < 0)
         return rc;
     if ((rc = start_metrics(p, err, cap)) < 0)
@@ -473,6 +485,8 @@ void kv_proxy_stop(kv_proxy *p)
     if (p->http)
         kv_http_server_close(p->http, NULL, NULL);
     p->http = NULL;
+    kv_client_http_free(p->chttp); /* after its connections (closed above) */
+    p->chttp = NULL;
     kv_pprof_http_free(p->pprof); /* after the connections that held its requests */
     p->pprof = NULL;
     if (p->lease)

@@ -1,5 +1,6 @@
 # kvd grpc-proxy (docs/proxy.md): a top-level layer beside the daemon. It serves clients with
-# kvd's gRPC server (kv_grpc), /metrics with kv_http, and talks to the cluster through
+# kvd's gRPC server (kv_grpc) with HTTP beside it (kv_client_http: /health, /metrics,
+# pprof), /metrics on --metrics-addr with kv_http, and talks to the cluster through
 # libkvclient (kvclient_static: its connection, failover and raw streams). It uses no member
 # module (node, mvcc, apply, api): tests/arch/layers.txt, row "proxy".
 add_library(kv_proxy STATIC
@@ -21,5 +22,5 @@ add_library(kv_proxy STATIC
   ${CMAKE_CURRENT_LIST_DIR}/proxy_cluster.c
   ${CMAKE_CURRENT_LIST_DIR}/proxy_health.c)
 target_include_directories(kv_proxy PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
-target_link_libraries(kv_proxy PUBLIC kv_grpc kv_http kv_metrics kv_tls kv_common kv_pb kvclient_static kvproto
+target_link_libraries(kv_proxy PUBLIC kv_grpc kv_http kv_client_http kv_metrics kv_tls kv_common kv_pb kvclient_static kvproto
                                       PkgConfig::UV Threads::Threads)

@@ -46,7 +46,8 @@ const char *kv_proxy_config_usage(void)
            "  --discovery-srv=DOMAIN       upstream members from DNS SRV records instead\n"
            "  --discovery-srv-name=NAME    their service name suffix (_etcd-client-NAME)\n"
            "  --insecure-discovery         accept http:// SRV endpoints (else https:// only)\n"
-           "  --listen-addr=h:p            client address (127.0.0.1:23790)\n"
+           "  --listen-addr=h:p            client address: gRPC, /health, /metrics "
+           "(127.0.0.1:23790)\n"
            "  --metrics-addr=http://h:p    /metrics and /health (none); https:// with the "
            "listener's TLS\n"
            "  --cert --key --cacert        upstream TLS (client certificate, CA)\n"
@@ -91,7 +92,7 @@ const char *kv_proxy_config_usage(void)
            "  --max-recv-bytes=2147483647  largest answer message taken from the members\n"
            "  --max-concurrent-streams=1000 HTTP/2 streams per client connection\n"
            "  --debug                      log every forwarded call and relayed stream\n"
-           "  --enable-pprof               /debug/pprof/ on --metrics-addr: a CPU profile for "
+           "  --enable-pprof               /debug/pprof/ on --listen-addr: a CPU profile for "
            "go tool pprof (docs/pprof.md)\n";
 }
 

@@ -13,6 +13,7 @@
 #define KV_PROXY_INT_H
 
 #include "grpc/grpc_server.h"
+#include "http/client_http.h"
 #include "http/http_server.h"
 #include "metrics/metrics.h"
 #include "proxy/proxy_bridge.h"
@@ -50,7 +51,8 @@ typedef struct kv_proxy {
     kv_metrics *metrics;
     kv_grpc_server *grpc;
     kv_http_server *http;
-    kv_pprof_http *pprof;          /* --enable-pprof: /debug/pprof/ on http (http/pprof_http.h) */
+    kv_client_http *chttp;         /* HTTP beside gRPC on --listen-addr (http/client_http.h) */
+    kv_pprof_http *pprof;          /* --enable-pprof: /debug/pprof/ (http/pprof_http.h) */
     struct kv_tls_ctx *server_tls; /* client side TLS (NULL: h2c) */
     kvc_client *up;                /* the upstream connection: one per proxy */
     kv_proxy_bridge bridge;

@@ -56,7 +56,8 @@ int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *cons
             (size_t)snprintf(eps + len, sizeof eps - len, "%s%s", k ? "," : "", c->m[i].endpoint);
     }
     int r = x->port ? 0 : kvt_port_free(&x->port);
-    if (!r)
+    x->metrics_port = 0;
+    if (!r && !x->no_metrics_addr)
         r = kvt_port_free(&x->metrics_port);
     if (r)
         return r;
@@ -75,7 +76,8 @@ int px_start_on(px *x, kvt_cluster *c, const int *order, int n, const char *cons
     argv[a++] = "start";
     argv[a++] = eps;
     argv[a++] = listen;
-    argv[a++] = metrics;
+    if (!x->no_metrics_addr)
+        argv[a++] = metrics;
     for (int k = 0; extra && extra[k] && a < 62; k++)
         argv[a++] = extra[k];
     argv[a] = NULL;
@@ -135,7 +137,9 @@ double px_metric(px *x, const char *series)
 {
     int status = 0;
     char *body = NULL;
-    int r = kvt_http_get(x->metrics_port, "/metrics", 5000, &status, &body);
+    /* without --metrics-addr, the listener's /metrics (the proxy's own, kvd only) */
+    uint16_t port = x->metrics_port ? x->metrics_port : x->port;
+    int r = kvt_http_get(port, "/metrics", 5000, &status, &body);
     cr_assert(r == 0 && status == 200, "proxy /metrics: rc %d status %d", r, status);
     double v = -1;
     if (kvt_metric_value(body, series, &v) != 0)

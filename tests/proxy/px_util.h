@@ -38,6 +38,8 @@ typedef struct px {
     /* an SSL_CTX * (ALPN h2) when the proxy serves TLS (--auto-tls, --cert-file): px_start's
      * readiness probe then speaks TLS with it; set before px_start */
     void *probe_ssl_ctx;
+    /* start without --metrics-addr (metrics_port stays 0); set before px_start */
+    int no_metrics_addr;
 } px;
 
 /* Starts an n-member cluster of kvd (or etcd, KV_TEST_SERVER) with tests/lib's defaults and
@@ -57,8 +59,8 @@ void px_stop(px *x);
  * leader's in *leader. 0, or a negative errno (-EAGAIN: no leader within 10 s). */
 int px_start_on_follower(px *x, kvt_cluster *c, const char *const *extra, int *follower,
                          int *leader);
-/* A metric series (exact name and labels) of the proxy; -1 if absent. Fails the test if
- * /metrics cannot be fetched. */
+/* A metric series (exact name and labels) of the proxy (its --metrics-addr, else its
+ * --listen-addr); -1 if absent. Fails the test if /metrics cannot be fetched. */
 double px_metric(px *x, const char *series);
 /* Sum over the samples of `name` whose labels contain `contains` (NULL: all), read from
  * text. */

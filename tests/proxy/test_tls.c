@@ -484,15 +484,20 @@ Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout
     cr_assert(file_has(g_p.log, "cert has non empty Common Name (root)"), "log %s", g_p.log);
 }
 
-/* curl -f on url (--cacert ca.pem when ca); its exit code (999 on timeout), output in out. */
+/* curl -f on url (--cacert ca.pem when ca; ca 2: also --http1.1); its exit code (999 on
+ * timeout), output in out. */
 static int curl_metrics(const char *url, int ca, char *out, size_t cap)
 {
-    const char *argv[] = {"/usr/bin/curl", "-sSf", "--max-time", "5", url, NULL, NULL, NULL};
+    const char *argv[9] = {"/usr/bin/curl", "-sSf", "--max-time", "5"};
+    int a = 4;
     if (ca) {
-        argv[4] = "--cacert";
-        argv[5] = tls_fx_path(&g_f, "ca.pem");
-        argv[6] = url;
+        argv[a++] = "--cacert";
+        argv[a++] = tls_fx_path(&g_f, "ca.pem");
     }
+    if (ca == 2)
+        argv[a++] = "--http1.1";
+    argv[a++] = url;
+    argv[a] = NULL;
     kvt_cmd_result r;
     cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 15000, &r), 0, "run curl");
     int code = r.timed_out ? 999 : r.exit_code;
@@ -502,7 +507,8 @@ static int curl_metrics(const char *url, int ca, char *out, size_t cap)
 }
 
 /* An https:// --metrics-addr serves /metrics and /health over TLS with the listener's
- * certificate (etcd 3.4's grpc-proxy); plain HTTP to that port gets no metrics. */
+ * certificate (etcd 3.4's grpc-proxy); plain HTTP to that port gets no metrics. The TLS
+ * listener answers /health too. */
 Test(proxy_tls, https_metrics_addr_serves_tls, .fini = fini, .timeout = 120)
 {
     start_member();
@@ -548,6 +554,13 @@ Test(proxy_tls, https_metrics_addr_serves_tls, .fini = fini, .timeout = 120)
     snprintf(url, sizeof url, "https://127.0.0.1:%u/metrics", g_p.metrics_port);
     cr_assert_neq(curl_metrics(url, 0, out, sizeof out), 0, "no CA, yet the certificate passed");
     cr_assert_eq(curl_metrics(url, 1, out, sizeof out), 0, "after the failures: %s", out);
+    /* the listener answers /health over TLS beside gRPC, as etcd's proxy (its cmux), over
+     * HTTP/1.1; kvd's also over HTTP/2 (etcd's answers that PROTOCOL_ERROR) */
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/health", g_p.port);
+    for (int ca = kvt_target_from_env() == KV_TEST_SERVER_KVD ? 1 : 2; ca <= 2; ca++) {
+        cr_assert_eq(curl_metrics(url, ca, out, sizeof out), 0, "listener /health: %s", out);
+        cr_assert(strstr(out, "\"health\":\"true\""), "%s", out);
+    }
 }
 
 /* Runs etcdctl through the proxy with the given TLS flags (NULL-terminated, at most 6) and
