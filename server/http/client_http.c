@@ -121,14 +121,14 @@ static void write_head_x(hconn *hc, int status, const char *ctype, long long len
 {
     http_end(hc, status);
     char head[1024]; /* the fixed lines, at most one 256-byte extra line */
-    /* etcd's client port wraps every HTTP handler in its CORS handler */
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\n"
-                     "Access-Control-Allow-Headers: accept, content-type, authorization\r\n"
-                     "Access-Control-Allow-Methods: POST, GET, OPTIONS, PUT, DELETE\r\n"
-                     "Access-Control-Allow-Origin: *\r\n"
-                     "Content-Type: %s\r\n",
-                     status, kv_gw_status_text(status), ctype);
+    /* etcd's client port wraps every HTTP handler in its CORS handler; its grpc-proxy's
+     * listener does not */
+    static const char cors[] = "Access-Control-Allow-Headers: accept, content-type, "
+                               "authorization\r\n"
+                               "Access-Control-Allow-Methods: POST, GET, OPTIONS, PUT, DELETE\r\n"
+                               "Access-Control-Allow-Origin: *\r\n";
+    int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\n", status,
+                     kv_gw_status_text(status), hc->h->cfg.grpc_proxy ? "" : cors, ctype);
     if (chunked) /* grpc-gateway forwards the gRPC response header */
         n += snprintf(head + n, sizeof(head) - (size_t)n,
                       "Grpc-Metadata-Content-Type: application/grpc\r\n"
