@@ -62,7 +62,8 @@ typedef struct kv_client_http_config {
     kv_pprof_http *pprof;       /* --enable-pprof: /debug/pprof/ (pprof_http.h); NULL = 404 */
     int grpc_proxy; /* 1: only what etcd 3.4's grpc-proxy serves beside gRPC on --listen-addr
                      * (/health, /metrics, /debug/pprof/ with pprof); /version, /v3/... and any
-                     * other path get 404 "404 page not found", OPTIONS gets no CORS answer */
+                     * other path get 404 "404 page not found"; no CORS headers or preflight
+                     * answers */
 } kv_client_http_config;
 
 typedef struct kv_client_http kv_client_http;

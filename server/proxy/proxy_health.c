@@ -1,7 +1,7 @@
 /*
- * proxy_health.c - /health on --metrics-addr, answered as etcd 3.4's proxy answers it
- * (proxy/grpcproxy/health.go checkHealth): a linearizable Range of the key "a" (in the
- * --namespace, as etcd's namespaced client reads it) through the upstream client, deadline
+ * proxy_health.c - /health on --listen-addr and --metrics-addr, answered as etcd 3.4's proxy
+ * answers it (proxy/grpcproxy/health.go checkHealth): a linearizable Range of the key "a" (in
+ * the --namespace, as etcd's namespaced client reads it) through the upstream client, deadline
  * 1 s; healthy when it succeeds or is refused with PERMISSION_DENIED (auth on, a user without
  * access: the cluster answered). Anything else, e.g. no member reachable or no leader, is
  * unhealthy, with the member's or libkvclient's message as the reason.
