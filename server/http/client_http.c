@@ -704,11 +704,11 @@ static long take_request(hconn *hc)
         return 0; /* body incomplete */
     }
     hc->sent_continue = 0;
-    /* etcd's grpc-proxy mux has /health, /metrics and pprof only: nothing else exists there */
+    /* etcd's grpc-proxy mux has /health, /metrics and pprof only: the member-only branches
+     * (/version, the gateway, CORS preflights) are skipped there and the chain's last
+     * branch answers 404 */
     int proxy = h->cfg.grpc_proxy;
-    int absent = proxy && strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0 &&
-                 !(h->cfg.pprof && kv_pprof_http_match(target));
-    if (!absent && h->cfg.max_streams && h->active >= h->cfg.max_streams &&
+    if (!proxy && h->cfg.max_streams && h->active >= h->cfg.max_streams &&
         strcmp(method, "POST") == 0 && strncmp(target, "/v3", 3) == 0) {
         /* every stream slot is taken: wait, as etcd's gateway waits for its connection's
          * stream quota, until a call ends or the client gives up (on_close) */
@@ -726,12 +726,10 @@ static long take_request(hconn *hc)
     kv_grpc_http1_waiting(hc->c, 0);
     const char *body = hc->in + head_len;
     hc->head_method = strcmp(method, "HEAD") == 0;
-    if (absent) {
-        respond_text(hc, 404, "404 page not found\n");     /* Go's http.NotFound */
-    } else if (!proxy && strcmp(method, "OPTIONS") == 0) { /* etcd's CORS: every preflight */
+    if (!proxy && strcmp(method, "OPTIONS") == 0) { /* etcd's CORS: every preflight */
         respond(hc, 200, "text/plain; charset=utf-8", "", 0);
-    } else if (strcmp(target, "/health") == 0 || strcmp(target, "/version") == 0 ||
-               strcmp(target, "/metrics") == 0) {
+    } else if (strcmp(target, "/health") == 0 || strcmp(target, "/metrics") == 0 ||
+               (!proxy && strcmp(target, "/version") == 0)) {
         /* etcd: /health and /version allow GET only; promhttp's /metrics any method */
         if (target[1] != 'm' && strcmp(method, "GET") != 0) {
             respond_text(hc, 405, "Method Not Allowed\n");
@@ -754,7 +752,7 @@ static long take_request(hconn *hc)
         }
     } else if (h->cfg.pprof && kv_pprof_http_match(target)) {
         start_pprof(hc, target, query); /* Go's pprof handlers take any method */
-    } else if (strncmp(target, "/v3", 3) == 0) {
+    } else if (!proxy && strncmp(target, "/v3", 3) == 0) {
         if (strcmp(method, "POST") != 0) /* grpc-gateway: only POST patterns exist */
             respond_text(hc, 405, "Method Not Allowed\n");
         else
