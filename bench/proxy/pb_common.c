@@ -59,7 +59,7 @@ int pb_metric(uint16_t port, const char *name, const char *label, double *v)
     return rc;
 }
 
-int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p)
+int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p, const char *kvd_flag)
 {
     char eps[256];
     snprintf(eps, sizeof eps, "--endpoints=%s,%s,%s", c->m[0].endpoint, c->m[1].endpoint,
@@ -75,9 +75,11 @@ int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p)
         char a_l[96], a_m[96];
         snprintf(a_l, sizeof a_l, "--listen-addr=127.0.0.1:%u", px[i].port);
         snprintf(a_m, sizeof a_m, "--metrics-addr=http://127.0.0.1:%u", px[i].mport);
-        const char *argv[8] = {c->bin, "grpc-proxy", "start", eps, a_l, a_m, NULL, NULL};
-        if (c->kind == KV_IT_KVD)
+        const char *argv[9] = {c->bin, "grpc-proxy", "start", eps, a_l, a_m, NULL, NULL, NULL};
+        if (c->kind == KV_IT_KVD) {
             argv[6] = "--max-connections=200000";
+            argv[7] = kvd_flag;
+        }
         kvt_proc_init(&px[i].proc, px[i].log);
         if ((rc = kvt_proc_spawn(&px[i].proc, argv)))
             return rc;
@@ -118,7 +120,7 @@ double pb_median(const void *rs, size_t size, int n, size_t off)
 }
 
 int pb_cluster_and_proxies(kv_bc_cluster *c, kv_it_kind kind, struct pb_proxy *px, int p,
-                           int *leader)
+                           const char *kvd_flag, int *leader)
 {
     char why[1024];
     int rc = kv_bc_cluster_start(c, kind, 3, NULL, 30000, why, sizeof why);
@@ -134,7 +136,7 @@ int pb_cluster_and_proxies(kv_bc_cluster *c, kv_it_kind kind, struct pb_proxy *p
         fprintf(stderr, "no leader\n");
         return *leader;
     }
-    return pb_start_proxies(c, px, p);
+    return pb_start_proxies(c, px, p, kvd_flag);
 }
 
 int pb_client(const char *ep, kvc_loop_group *lg, kvc_client **out)

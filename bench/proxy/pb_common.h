@@ -30,15 +30,16 @@ double pb_cpu_s(pid_t pid);
 /* The sum of metric `name` (samples whose labels contain `label`; NULL: all) at
  * 127.0.0.1:port/metrics, in *v. 0 or a negative errno. */
 int pb_metric(uint16_t port, const char *name, const char *label, double *v);
-/* Starts p proxies of c's kind, each with --endpoints of c's three members, and waits until
- * each answers a Range (20 s). 0 or a negative errno; the caller terminates them. */
-int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p);
+/* Starts p proxies of c's kind, each with --endpoints of c's three members (and, for kvd's
+ * proxies, the flag kvd_flag unless NULL), and waits until each answers a Range (20 s). 0 or
+ * a negative errno; the caller terminates them. */
+int pb_start_proxies(kv_bc_cluster *c, struct pb_proxy *px, int p, const char *kvd_flag);
 
 /* A 3-member cluster of kind, its leader's index in *leader, and p proxies in front of it
- * (pb_start_proxies). 0 or a negative errno (the reason on stderr); the caller destroys c and
- * terminates the proxies in any case. */
+ * (pb_start_proxies, with kvd_flag). 0 or a negative errno (the reason on stderr); the caller
+ * destroys c and terminates the proxies in any case. */
 int pb_cluster_and_proxies(kv_bc_cluster *c, kv_it_kind kind, struct pb_proxy *px, int p,
-                           int *leader);
+                           const char *kvd_flag, int *leader);
 /* A libkvclient client of endpoint ep alone (on loop group lg, or its own thread if NULL).
  * 0 or -EIO (the reason on stderr). */
 int pb_client(const char *ep, kvc_loop_group *lg, kvc_client **out);

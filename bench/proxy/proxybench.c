@@ -5,7 +5,9 @@
  *
  *   proxybench [-k kvd|etcd|both] [-n agents] [-p proxies] [-L load_procs] [-t ttl_s]
  *              [-d window_s] [-l loop_threads] [-r repeats] [-i idle_put_s]
- *   proxybench load --endpoints=a,b,.. -n N -o offset -t ttl -l loops   (internal mode)
+ *              [-N load_nice] [-Q proxy_nice] [-C members_cpu,others_cpu] [-P flag]
+ *   proxybench load --endpoints=a,b,.. -n N -o offset -t ttl -l loops [-N nice] [-C cpu]
+ *                                                                       (internal mode)
  *
  * Per server kind: a 3-member cluster (bench/cluster), P proxies each with --endpoints of all
  * three members, an ordinary client putting 20/s to the leader for idle_put_s (idle p99),
@@ -31,8 +33,10 @@
 
 #include <kvclient.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -50,6 +54,32 @@
 #define PB_PUT_PERIOD_MS 50
 
 /* ---------------------------------------------------------------- common helpers */
+
+/* Pins every thread of process pid (0: this one) to CPU cpu; threads it starts later inherit
+ * the mask of the thread that starts them. 0 or a negative errno. */
+static int pb_pin(pid_t pid, int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid ? (int)pid : (int)getpid());
+    DIR *d = opendir(path);
+    if (!d)
+        return -errno;
+    int rc = 0, n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0)
+            continue;
+        if (sched_setaffinity(tid, sizeof set, &set) != 0 && errno != ESRCH)
+            rc = -errno;
+        n++;
+    }
+    closedir(d);
+    return rc ? rc : n ? 0 : -ESRCH;
+}
 
 static void pb_raise_nofile(int need)
 {
@@ -196,6 +226,9 @@ static int pb_load_main(int argc, char **argv)
             /* the agents' machines: on this shared box, below the members and proxies */
             if (setpriority(PRIO_PROCESS, 0, atoi(v)) != 0)
                 return 1;
+        } else if (!strcmp(a, "-C")) { /* before any thread: they all inherit it */
+            if (atoi(v) >= 0 && pb_pin(0, atoi(v)) != 0)
+                return 1;
         } else
             return 2;
         i++;
@@ -273,6 +306,10 @@ struct pb_opts {
     int both, n, p, loads, ttl, window, loops, repeats, idle_s;
     int load_nice;  /* -N: nice value of the load processes (0) */
     int proxy_nice; /* -Q: nice value of the proxies (0) */
+    /* -C m,o: the members and this process (the ordinary putter) on CPU m, the proxies and
+     * the load processes on CPU o (-1: no pinning) */
+    int cpu_members, cpu_others;
+    const char *proxy_flag; /* -P: one more flag for kvd's proxies (e.g. --renewal-batch-delay) */
     kv_it_kind kind;
     char self[PATH_MAX];
 };
@@ -438,12 +475,19 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
     if (!c || !px || !lp || !pt || !hist)
         goto out;
     int leader;
-    if ((rc = pb_cluster_and_proxies(c, kind, px, o->p, &leader)))
+    if ((rc = pb_cluster_and_proxies(c, kind, px, o->p, o->proxy_flag, &leader)))
         goto out;
     /* -Q: the proxies' machines; on this shared box, below the members */
     for (int i = 0; i < o->p && o->proxy_nice; i++)
         if (setpriority(PRIO_PROCESS, (id_t)px[i].proc.pid, o->proxy_nice) != 0)
             fprintf(stderr, "proxybench: setpriority(proxy %d): %s\n", i, strerror(errno));
+    /* -C: the members on a CPU of their own, as on machines of their own */
+    for (int i = 0; i < c->n && o->cpu_members >= 0; i++)
+        if ((rc = pb_pin(c->m[i].proc.pid, o->cpu_members)))
+            goto pin_failed;
+    for (int i = 0; i < o->p && o->cpu_others >= 0; i++)
+        if ((rc = pb_pin(px[i].proc.pid, o->cpu_others)))
+            goto pin_failed;
 
     /* Ordinary client on the leader, idle phase. */
     if ((rc = pb_client(c->m[leader].endpoint, NULL, &pt->c)))
@@ -465,15 +509,16 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
         used += (size_t)snprintf(eparg + used, sizeof eparg - used, "%s%s", i ? "," : "", px[i].ep);
     int per = o->n / o->loads;
     for (int i = 0; i < o->loads; i++) {
-        char a_n[16], a_o[16], a_t[16], a_l[16], a_nice[16], log[PATH_MAX];
+        char a_n[16], a_o[16], a_t[16], a_l[16], a_nice[16], a_cpu[16], log[PATH_MAX];
         snprintf(a_n, sizeof a_n, "%d", i == o->loads - 1 ? o->n - per * i : per);
         snprintf(a_o, sizeof a_o, "%d", per * i);
         snprintf(a_t, sizeof a_t, "%d", o->ttl);
         snprintf(a_l, sizeof a_l, "%d", o->loops);
         snprintf(a_nice, sizeof a_nice, "%d", o->load_nice);
+        snprintf(a_cpu, sizeof a_cpu, "%d", o->cpu_others);
         snprintf(log, sizeof log, "%s/load%d.log", c->dir, i + 1);
-        const char *argv[] = {o->self, "load", eparg, "-n", a_n,  "-o",   a_o,
-                              "-t",    a_t,    "-l",  a_l,  "-N", a_nice, NULL};
+        const char *argv[] = {o->self, "load", eparg, "-n", a_n,    "-o", a_o,   "-t",
+                              a_t,     "-l",   a_l,   "-N", a_nice, "-C", a_cpu, NULL};
         kvt_proc_init(&lp[i], log);
         if ((rc = kvt_proc_spawn(&lp[i], argv)))
             goto out;
@@ -539,6 +584,9 @@ static int pb_run_one(const struct pb_opts *o, kv_it_kind kind, struct pb_result
     r->us_proxies = 1e6 * pro / ren;       /* all proxies together */
     r->ok = 1;
     rc = 0;
+    goto out;
+pin_failed:
+    fprintf(stderr, "proxybench: sched_setaffinity: %s\n", strerror(-rc));
 out:
     for (int i = 0; lp && i < PB_MAX_LOADS; i++)
         kvt_proc_term(&lp[i], 2000);
@@ -560,7 +608,8 @@ static void pb_usage(void)
 {
     fprintf(stderr, "usage: proxybench [-k kvd|etcd|both] [-n agents] [-p proxies] "
                     "[-L load_procs] [-t ttl_s] [-d window_s] [-l loop_threads] "
-                    "[-r repeats] [-i idle_put_s] [-N load_nice] [-Q proxy_nice]\n");
+                    "[-r repeats] [-i idle_put_s] [-N load_nice] [-Q proxy_nice] "
+                    "[-C members_cpu,others_cpu] [-P kvd_proxy_flag]\n");
     exit(2);
 }
 
@@ -576,7 +625,9 @@ int main(int argc, char **argv)
                         .window = 30,
                         .loops = 2,
                         .repeats = 1,
-                        .idle_s = 10};
+                        .idle_s = 10,
+                        .cpu_members = -1,
+                        .cpu_others = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -604,7 +655,14 @@ int main(int argc, char **argv)
             o.load_nice = atoi(v);
         else if (!strcmp(a, "-Q"))
             o.proxy_nice = atoi(v);
-        else
+        else if (!strcmp(a, "-P"))
+            o.proxy_flag = v;
+        else if (!strcmp(a, "-C")) {
+            if (sscanf(v, "%d,%d", &o.cpu_members, &o.cpu_others) != 2 || o.cpu_members < 0 ||
+                o.cpu_others < 0 || o.cpu_members >= sysconf(_SC_NPROCESSORS_ONLN) ||
+                o.cpu_others >= sysconf(_SC_NPROCESSORS_ONLN))
+                pb_usage();
+        } else
             pb_usage();
         i++;
     }
@@ -615,6 +673,8 @@ int main(int argc, char **argv)
     if (sl <= 0)
         return 1;
     o.self[sl] = 0;
+    if (o.cpu_members >= 0 && pb_pin(0, o.cpu_members) != 0) /* the ordinary putter */
+        return 1;
     pb_raise_nofile(0);
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);

@@ -101,7 +101,7 @@ static int wf_run_one(const struct wf_opts *o, kv_it_kind kind, struct wf_result
     if (!c || !px || !cl || !wt)
         goto out;
     int leader;
-    if ((rc = pb_cluster_and_proxies(c, kind, px, 1, &leader)))
+    if ((rc = pb_cluster_and_proxies(c, kind, px, 1, NULL, &leader)))
         goto out;
     if (kvc_loop_group_new(&lg, &e) != 0) {
         rc = -EIO;

@@ -61,6 +61,8 @@ const char *kv_proxy_config_usage(void)
            "  --dial-timeout=5s\n"
            "  --upstream-answer-timeout=3s renewals or a call unanswered and the member "
            "silent this long (a call: then a PING unanswered as long again): next endpoint\n"
+           "  --renewal-batch-delay=0      renewals go up this long after the first of a batch "
+           "(0: at the end of its loop turn; at most 1s)\n"
            "  --upstream-keepalive-time=10s PING the member after this long without a byte "
            "from it (0: off; at least 10s)\n"
            "  --upstream-keepalive-timeout=6s the PING unanswered this long: next endpoint\n"
@@ -311,6 +313,14 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
             rc = parse_duration_ms(v, &c->dial_timeout_ms);
         } else if (strcmp(name, "upstream-answer-timeout") == 0) {
             rc = parse_duration_ms(v, &c->upstream_answer_timeout_ms);
+        } else if (strcmp(name, "renewal-batch-delay") == 0) {
+            c->renewal_batch_delay_ms = 0;
+            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->renewal_batch_delay_ms);
+            if (rc == 0 && c->renewal_batch_delay_ms > 1000) {
+                /* renewals must stay far inside a TTL (etcd's minimum is 5 s) */
+                snprintf(err, cap, "--renewal-batch-delay: '%s' is over 1s", v);
+                return -EINVAL;
+            }
         } else if (strcmp(name, "upstream-keepalive-time") == 0) {
             c->upstream_keepalive_time_ms = 0;
             rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_keepalive_time_ms);

@@ -49,6 +49,11 @@ typedef struct kv_proxy_config {
      * nothing at all received on it for this long: the member is taken as hung and the proxy
      * moves to the next endpoint */
     uint32_t upstream_answer_timeout_ms;
+    /* --renewal-batch-delay (0; at most 1s): a batch of renewals goes up this long after its
+     * first renewal arrived, instead of at the end of that loop turn: fewer, larger batches
+     * (less CPU on the proxy and the members per renewal) for that much more renewal latency
+     * (docs/proxy.md "The flow of a renewal") */
+    uint32_t renewal_batch_delay_ms;
     /* --upstream-keepalive-time (10s; 0: off) and --upstream-keepalive-timeout (6s): HTTP/2
      * pings on the upstream connection (libkvclient's keepalive_time_ms/_timeout_ms), so a
      * hung member is left even when no renewal is in flight (watches, Observe, Snapshot) */

@@ -3,7 +3,8 @@
  *
  * Every client LeaseKeepAlive stream of the proxy feeds ONE upstream LeaseKeepAlive stream
  * (a kvc_bidi on the proxy's upstream connection). A client request for lease L registers
- * the stream as a waiter of L. At the end of the loop turn (a uv_check handle) every lease
+ * the stream as a waiter of L. At the end of the loop turn (a uv_check handle), or with
+ * --renewal-batch-delay that long after the batch's first request (a timer), every lease
  * with new waiters goes up once, in one batch, whatever the number of clients that asked.
  * The leader's LeaseKeepAliveResponse for L is relayed byte for byte to each stream that
  * waited on that renewal; the proxy never answers from its own idea of a TTL and keeps no
@@ -76,10 +77,12 @@ struct kv_proxy_lease {
     lease_ent *batch_head, *batch_tail;
     uv_check_t check;
     uv_timer_t retry;
-    uv_timer_t hung; /* --upstream-answer-timeout watchdog, runs while renewals are in flight */
+    uv_timer_t hung;   /* --upstream-answer-timeout watchdog, runs while renewals are in flight */
+    uv_timer_t delay;  /* --renewal-batch-delay: flushes the batch this long after its start */
+    uint64_t delay_ms; /* 0: the batch goes up at the end of the loop turn (check) */
     uint64_t quiet_since; /* loop ms: last message received, or the send that ended a lull */
     size_t inflight_n;    /* leases with a renewal in flight on the current stream */
-    int check_on, closing;
+    int flush_armed, closing;
     unsigned failures;
     kvc_bidi *up;
     up_tag *tag;
@@ -278,11 +281,19 @@ static void hung_cb(uv_timer_t *t)
     kvc_bidi_failover(L->up);            /* the stream's end event follows: renewals re-sent once */
 }
 
-static void arm_check(kv_proxy_lease *L)
+static void delay_cb(uv_timer_t *t)
 {
-    if (!L->check_on && !L->closing) {
-        L->check_on = 1;
-        uv_check_start(&L->check, check_cb);
+    flush(t->data);
+}
+
+static void arm_flush(kv_proxy_lease *L)
+{
+    if (!L->flush_armed && !L->closing) {
+        L->flush_armed = 1;
+        if (L->delay_ms)
+            uv_timer_start(&L->delay, delay_cb, L->delay_ms, 0);
+        else
+            uv_check_start(&L->check, check_cb);
     }
 }
 
@@ -297,7 +308,7 @@ static void queue_ent(kv_proxy_lease *L, lease_ent *e)
     else
         L->batch_head = e;
     L->batch_tail = e;
-    arm_check(L);
+    arm_flush(L);
 }
 
 static void up_msg_io(void *arg, const uint8_t *msg, size_t len)
@@ -373,9 +384,10 @@ static void open_up(kv_proxy_lease *L)
 /* End of the loop turn: every lease with new waiters goes up once. */
 static void flush(kv_proxy_lease *L)
 {
-    if (L->check_on) {
-        L->check_on = 0;
+    if (L->flush_armed) {
+        L->flush_armed = 0;
         uv_check_stop(&L->check);
+        uv_timer_stop(&L->delay);
     }
     if (!L->batch_head || L->closing)
         return;
@@ -599,6 +611,9 @@ int kv_proxy_lease_new(kv_proxy *p, kv_proxy_lease **out)
     uv_check_init(p->loop, &L->check);
     uv_timer_init(p->loop, &L->retry);
     uv_timer_init(p->loop, &L->hung);
+    uv_timer_init(p->loop, &L->delay);
+    L->delay.data = L;
+    L->delay_ms = p->cfg->renewal_batch_delay_ms;
     L->check.data = L;
     L->retry.data = L;
     L->hung.data = L;
@@ -651,6 +666,8 @@ void kv_proxy_lease_stop(kv_proxy_lease *L)
     uv_check_stop(&L->check);
     uv_timer_stop(&L->retry);
     uv_timer_stop(&L->hung);
+    uv_timer_stop(&L->delay);
+    uv_close((uv_handle_t *)&L->delay, NULL);
     uv_close((uv_handle_t *)&L->check, NULL);
     uv_close((uv_handle_t *)&L->retry, NULL);
     uv_close((uv_handle_t *)&L->hung, NULL);

@@ -10,6 +10,8 @@
  *   - 20 requests for one lease read in one loop turn (one write on one connection, 20
  *     streams) go up as ONE renewal, and each stream gets the leader's answer.
  *   - one stream cannot take every pending slot (--max-pending-renewals-per-stream).
+ *   - with --renewal-batch-delay=1s, 10 requests of 10 connections over ~200 ms go up in ONE
+ *     batch, about 1 s after the first; a delay past 1s is refused at start.
  * Figures are logged to stderr.
  */
 #include "px_util.h"
@@ -178,23 +180,30 @@ static size_t ka_req(uint8_t *req, int64_t id)
     return rl;
 }
 
+/* A one-member cluster and the proxy with the extra flags; n leases of TTL 60 s granted
+ * through the proxy, their ids in ids. */
+static void start_with_leases(const char *const *flags, int64_t *ids, int n)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
+    kvc_client *c = px_client(g_x.endpoint);
+    kvc_error e;
+    for (int i = 0; i < n; i++) {
+        kvc_lease_grant_result g;
+        cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+        ids[i] = g.id;
+    }
+    kvc_close(c);
+}
+
 /* Per-stream fairness (--max-pending-renewals-per-stream=5): one stream that sends 20
  * renewals of 20 leases in one write is ended with etcd's "too many requests" once it has 5
  * waiting; another client's stream, in the same loop turn, is answered. */
 Test(proxy_keepalive, one_stream_cannot_take_every_pending_slot, .fini = fini, .timeout = 120)
 {
     static const char *const flags[] = {"--max-pending-renewals-per-stream=5", NULL};
-    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
-    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, flags), 0, "proxy");
-    kvc_client *c = px_client(g_x.endpoint);
     int64_t ids[21];
-    kvc_error e;
-    for (int i = 0; i < 21; i++) {
-        kvc_lease_grant_result g;
-        cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
-        ids[i] = g.id;
-    }
-    kvc_close(c);
+    start_with_leases(flags, ids, 21);
     kv_it_grpc *greedy = NULL, *other = NULL;
     cr_assert_eq(kv_it_grpc_open(&greedy, "127.0.0.1", g_x.port, 5000), 0);
     cr_assert_eq(kv_it_grpc_open(&other, "127.0.0.1", g_x.port, 5000), 0);
@@ -227,4 +236,65 @@ Test(proxy_keepalive, one_stream_cannot_take_every_pending_slot, .fini = fini, .
     cr_assert_eq(px_metric(&g_x, "kvd_proxy_refused_total{reason=\"stream_renewals\"}"), 1);
     kv_it_grpc_close(greedy);
     kv_it_grpc_close(other);
+}
+
+/* --renewal-batch-delay=1s: 10 connections each send a renewal, 20 ms apart (10 loop turns).
+ * They go up in ONE batch, which leaves 1 s after the first request arrived, and each stream
+ * gets the leader's answer. Without the flag each turn's request would go up on its own. */
+Test(proxy_keepalive, renewal_batch_delay_gathers_turns_into_one_batch, .fini = fini,
+     .timeout = 120)
+{
+    static const char *const flags[] = {"--renewal-batch-delay=1s", NULL};
+    int64_t ids[10];
+    start_with_leases(flags, ids, 10);
+    kv_it_grpc *h[10];
+    kv_it_grpc_stream *st[10];
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(kv_it_grpc_open(&h[i], "127.0.0.1", g_x.port, 5000), 0);
+        st[i] = kv_it_grpc_stream_start(h[i], "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+        cr_assert_not_null(st[i]);
+    }
+    double sent0 = px_metric(&g_x, "kvd_proxy_renewals_sent_total");
+    double batches0 = px_metric(&g_x, "kvd_proxy_renewal_batches_total");
+    uint8_t req[16];
+    uint64_t t0 = kvt_now_ms();
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(kv_it_grpc_send_msg(st[i], req, ka_req(req, ids[i]), 0), 0);
+        cr_assert_eq(kv_it_grpc_flush(h[i], 5000), 0);
+        kvt_sleep_ms(20);
+    }
+    uint64_t span = kvt_now_ms() - t0, first = 0;
+    for (int i = 0; i < 10; i++) {
+        uint8_t *m = NULL;
+        size_t n = 0;
+        cr_assert_eq(kv_it_grpc_stream_recv(st[i], &m, &n, 5000), 0, "answer on stream %d", i);
+        if (i == 0)
+            first = kvt_now_ms() - t0;
+        int64_t id = 0, ttl = 0;
+        cr_assert_eq(px_ka_resp(m, n, &id, &ttl), 0);
+        free(m);
+        cr_assert_eq(id, ids[i]);
+        cr_assert(ttl > 50 && ttl <= 60, "ttl %lld", (long long)ttl);
+    }
+    double sent = px_metric(&g_x, "kvd_proxy_renewals_sent_total") - sent0;
+    double batches = px_metric(&g_x, "kvd_proxy_renewal_batches_total") - batches0;
+    fprintf(stderr,
+            "proxy_keepalive: --renewal-batch-delay=1s: 10 requests over %llu ms -> %.0f "
+            "renewals in %.0f batch(es), the first answered after %llu ms\n",
+            (unsigned long long)span, sent, batches, (unsigned long long)first);
+    cr_assert_eq(sent, 10, "%.0f renewals sent for 10 leases", sent);
+    cr_assert_eq(batches, 1, "%.0f batches for requests within the delay", batches);
+    cr_assert(first >= 900, "the first request was answered after %llu ms, before the delay",
+              (unsigned long long)first);
+    for (int i = 0; i < 10; i++)
+        kv_it_grpc_close(h[i]);
+
+    /* past its bound: refused at start, with the flag named */
+    const char *argv[] = {g_c.bin, "grpc-proxy", "start", "--renewal-batch-delay=2s", NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 15000, &r), 0);
+    fprintf(stderr, "proxy_keepalive: --renewal-batch-delay=2s: exit %d, %s", r.exit_code, r.err);
+    cr_assert(!r.timed_out && r.exit_code != 0, "exit %d", r.exit_code);
+    cr_assert(strstr(r.err, "--renewal-batch-delay: '2s' is over 1s") != NULL, "%s", r.err);
+    kvt_cmd_result_free(&r);
 }
