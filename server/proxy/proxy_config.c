@@ -157,6 +157,16 @@ static int parse_duration_ms(const char *v, uint32_t *out)
     return 0;
 }
 
+/* A duration, or "0" for off. */
+static int parse_duration_or_zero(const char *v, uint32_t *out)
+{
+    if (strcmp(v, "0") == 0) {
+        *out = 0;
+        return 0;
+    }
+    return parse_duration_ms(v, out);
+}
+
 static int set_endpoints(kv_proxy_config *c, const char *v, char *err, size_t cap)
 {
     c->n_endpoints = 0;
@@ -314,21 +324,18 @@ int kv_proxy_config_parse(kv_proxy_config *c, int argc, char **argv, char *err, 
         } else if (strcmp(name, "upstream-answer-timeout") == 0) {
             rc = parse_duration_ms(v, &c->upstream_answer_timeout_ms);
         } else if (strcmp(name, "renewal-batch-delay") == 0) {
-            c->renewal_batch_delay_ms = 0;
-            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->renewal_batch_delay_ms);
+            rc = parse_duration_or_zero(v, &c->renewal_batch_delay_ms);
             if (rc == 0 && c->renewal_batch_delay_ms > 1000) {
                 /* renewals must stay far inside a TTL (etcd's minimum is 5 s) */
                 snprintf(err, cap, "--renewal-batch-delay: '%s' is over 1s", v);
                 return -EINVAL;
             }
         } else if (strcmp(name, "upstream-keepalive-time") == 0) {
-            c->upstream_keepalive_time_ms = 0;
-            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_keepalive_time_ms);
+            rc = parse_duration_or_zero(v, &c->upstream_keepalive_time_ms);
         } else if (strcmp(name, "upstream-keepalive-timeout") == 0) {
             rc = parse_duration_ms(v, &c->upstream_keepalive_timeout_ms);
         } else if (strcmp(name, "upstream-probe-interval") == 0) {
-            c->upstream_probe_interval_ms = 0;
-            rc = strcmp(v, "0") == 0 ? 0 : parse_duration_ms(v, &c->upstream_probe_interval_ms);
+            rc = parse_duration_or_zero(v, &c->upstream_probe_interval_ms);
         } else if (strcmp(name, "max-pending-requests") == 0) {
             rc = parse_u64(v, UINT32_MAX, &u);
             c->max_pending_requests = (uint32_t)u;

@@ -77,9 +77,8 @@ struct kv_proxy_lease {
     lease_ent *batch_head, *batch_tail;
     uv_check_t check;
     uv_timer_t retry;
-    uv_timer_t hung;   /* --upstream-answer-timeout watchdog, runs while renewals are in flight */
-    uv_timer_t delay;  /* --renewal-batch-delay: flushes the batch this long after its start */
-    uint64_t delay_ms; /* 0: the batch goes up at the end of the loop turn (check) */
+    uv_timer_t hung;  /* --upstream-answer-timeout watchdog, runs while renewals are in flight */
+    uv_timer_t delay; /* --renewal-batch-delay (0: the batch goes up at the end of the turn) */
     uint64_t quiet_since; /* loop ms: last message received, or the send that ended a lull */
     size_t inflight_n;    /* leases with a renewal in flight on the current stream */
     int flush_armed, closing;
@@ -290,8 +289,9 @@ static void arm_flush(kv_proxy_lease *L)
 {
     if (!L->flush_armed && !L->closing) {
         L->flush_armed = 1;
-        if (L->delay_ms)
-            uv_timer_start(&L->delay, delay_cb, L->delay_ms, 0);
+        uint32_t ms = L->p->cfg->renewal_batch_delay_ms;
+        if (ms)
+            uv_timer_start(&L->delay, delay_cb, ms, 0);
         else
             uv_check_start(&L->check, check_cb);
     }
@@ -613,7 +613,6 @@ int kv_proxy_lease_new(kv_proxy *p, kv_proxy_lease **out)
     uv_timer_init(p->loop, &L->hung);
     uv_timer_init(p->loop, &L->delay);
     L->delay.data = L;
-    L->delay_ms = p->cfg->renewal_batch_delay_ms;
     L->check.data = L;
     L->retry.data = L;
     L->hung.data = L;
