@@ -765,6 +765,7 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return -ENOMEM;
     }
     c->out_app_bytes += 5 + len;
+    kv_grpc_srv_watch(c);
     kv_grpc_metrics_bytes(s, len, 0);
     if (before == 0)
         call->out_progress = uv_now(s->loop);

@@ -64,6 +64,7 @@ static void on_client_ping(kv_grpc_conn *c)
                               NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)"too_many_pings", 14);
         c->close_after_write = 1;
         c->close_at = now + KV_GRPC_CLOSE_GRACE_MS;
+        kv_grpc_srv_watch(c);
     }
 }
 
@@ -184,6 +185,7 @@ static void conn_closed_cb(uv_handle_t *h)
     kv_grpc_buf_free(&c->out);
     kv_grpc_buf_free(&c->wbuf);
     kv_list_remove(&c->link);
+    kv_grpc_srv_unwatch(c);
     s->n_conns--;
     s->n_closing--;
     kv_metric_gauge_add(s->m_conn_open, -1);
@@ -284,6 +286,7 @@ void kv_grpc_conn_sync(kv_grpc_conn *c)
      * otherwise hand most of it to each new stream, which would then be shed). */
     if (!c->saturated && (c->in_bytes >= s->cfg.max_recv_buffer_bytes || c->owed)) {
         c->saturated = 1;
+        kv_grpc_srv_watch(c);
         /* Also stop the peer from opening streams (SETTINGS_MAX_CONCURRENT_STREAMS = the
          * calls still in progress): its scheduler would hand new streams the window first. */
         uint32_t live = 0;
@@ -375,6 +378,7 @@ void kv_grpc_conn_credit(kv_grpc_conn *c, size_t n)
     if (!n || c->closing)
         return;
     c->owed += n;
+    kv_grpc_srv_watch(c);
     kv_metric_gauge_add(s->m_window_withheld, (double)n);
     kv_grpc_conn_sync(c);
     /* What the peer may still send: our window minus what it sent that we have not yet
@@ -435,6 +439,7 @@ static void start_write(kv_grpc_conn *c)
         return;
     }
     c->writing = 1;
+    kv_grpc_srv_watch(c);
 }
 
 void kv_grpc_conn_flush(kv_grpc_conn *c)
@@ -566,6 +571,7 @@ int kv_grpc_conn_start(kv_grpc_server *s, kv_grpc_conn **out)
     kv_list_init(&c->fifo_link);
     kv_list_init(&c->link);
     kv_list_init(&c->dirty_link);
+    kv_list_init(&c->hk_link);
     int rv = uv_tcp_init(s->loop, &c->tcp);
     if (rv < 0) {
         free(c);

@@ -63,6 +63,7 @@ int kv_grpc_raw_start(kv_grpc_call *call)
     kv_list_init(&pc->fifo_link);
     kv_list_init(&pc->link);
     kv_list_init(&pc->dirty_link);
+    kv_list_init(&pc->hk_link);
     pc->raw_call = call;
     pc->detected = 1;
     r->pc = pc;
@@ -207,6 +208,7 @@ static int queue_body(kv_grpc_call *call, const char *p, size_t n)
     if (kv_grpc_buf_append(&call->outq, p, n) != 0)
         return -ENOMEM;
     c->out_app_bytes += n;
+    kv_grpc_srv_watch(c);
     if (before == 0)
         call->out_progress = uv_now(c->srv->loop);
     kv_grpc_conn_sync(c);

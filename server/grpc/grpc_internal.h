@@ -120,6 +120,7 @@ struct kv_grpc_conn {
     kv_list fifo_link;       /* srv->hs or srv->idle_conns (oldest first) */
     kv_list link;            /* srv->conns */
     kv_list dirty_link;      /* srv->dirty */
+    kv_list hk_link;         /* srv->watched (empty link: on no list) */
     /* (client port HTTP/1, grpc_http1.h) protocol detection and the HTTP/1 handler's state */
     void *http1;     /* non-NULL: an HTTP/1.x connection (no nghttp2 traffic) */
     uint8_t pre[24]; /* first bytes while they still match the HTTP/2 preface */
@@ -163,6 +164,7 @@ struct kv_grpc_server {
     size_t n_conns;
     uint64_t next_conn_id;
     kv_list dirty;     /* kv_grpc_conn.dirty_link, newest first */
+    kv_list watched;   /* kv_grpc_conn.hk_link: what the housekeeping scan looks at */
     kv_list deadlines; /* kv_grpc_call.dl_link, newest first */
     int closing;
     void (*close_cb)(void *);
@@ -175,7 +177,7 @@ struct kv_grpc_server {
     kv_metric *m_close_handshake, *m_close_idle, *m_close_evicted, *m_close_pings,
         *m_close_ping_timeout, *m_close_stalled;
     kv_metric *m_reset_stalled, *m_reset_cap, *m_reset_undeliverable;
-    kv_metric *m_gated_total, *m_window_withheld;
+    kv_metric *m_gated_total, *m_window_withheld, *m_watched;
     struct kv_grpc_mm *mm; /* n_methods + 1 (unknown) per-method series (grpc_metrics.c) */
     kv_metric *m_grpc_sent, *m_grpc_recv;
     const struct kv_grpc_http1_ops *http1_ops; /* grpc_http1.h; NULL: HTTP/2 only */
@@ -185,6 +187,13 @@ struct kv_grpc_server {
 /* grpc_server.c */
 void kv_grpc_srv_mark_dirty(kv_grpc_conn *c);
 void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c);
+/* Puts a connection on the housekeeping scan's list. Call it wherever one of the states the
+ * scan times out becomes true: close_at set, a keepalive PING outstanding, a write in flight
+ * (writing), answer bytes queued (out_app_bytes), window withheld (owed), saturated. The scan
+ * takes a connection off once none holds, so it visits the connections with work pending,
+ * not every open one (an idle agent's connection costs nothing between its requests). */
+void kv_grpc_srv_watch(kv_grpc_conn *c);
+void kv_grpc_srv_unwatch(kv_grpc_conn *c); /* off the list (no-op if not on it) */
 void kv_grpc_srv_deadline_add(kv_grpc_call *call);
 void kv_grpc_srv_deadline_remove(kv_grpc_call *call);
 void kv_grpc_srv_conn_freed(kv_grpc_server *s);

@@ -83,6 +83,7 @@ void kv_grpc_http1_end(kv_grpc_conn *c)
     }
     c->close_after_write = 1;
     c->close_at = uv_now(c->srv->loop) + c->srv->cfg.send_stall_timeout_ms;
+    kv_grpc_srv_watch(c);
     kv_grpc_srv_mark_dirty(c);
 }
 

@@ -89,6 +89,32 @@ void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c)
     c->dirty = 0;
 }
 
+/* ---- the housekeeping scan's list ---- */
+
+void kv_grpc_srv_watch(kv_grpc_conn *c)
+{
+    /* not a pseudo connection (grpc_h2raw.c: on no server list, its real one is watched) */
+    if (c->closing || c->raw_call || !kv_list_empty(&c->hk_link))
+        return;
+    kv_list_insert_head(&c->srv->watched, &c->hk_link);
+    kv_metric_gauge_add(c->srv->m_watched, 1);
+}
+
+void kv_grpc_srv_unwatch(kv_grpc_conn *c)
+{
+    if (kv_list_empty(&c->hk_link))
+        return;
+    kv_list_remove(&c->hk_link);
+    kv_metric_gauge_add(c->srv->m_watched, -1);
+}
+
+/* 1 while the scan has something to time out on this connection (kv_grpc_srv_watch). */
+static int has_watch(const kv_grpc_conn *c)
+{
+    return c->close_at || c->ping_outstanding || c->writing || c->out_app_bytes || c->owed ||
+           c->saturated;
+}
+
 /* ---- deadlines: one timer armed for the earliest deadline (O(n) scan of calls that have
  * a deadline; good enough for etcd's few deadline-carrying RPCs, a heap would be next) ---- */
 
@@ -176,6 +202,7 @@ static void ping_cb(uv_timer_t *t)
         if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
             c->ping_outstanding = 1;
             c->ping_sent_at = uv_now(s->loop);
+            kv_grpc_srv_watch(c);
             kv_grpc_srv_mark_dirty(c);
         }
     }
@@ -299,10 +326,16 @@ static void housekeep_cb(uv_timer_t *t)
         kv_grpc_conn_goaway_close(h, NGHTTP2_NO_ERROR, "max_idle");
     }
     uint64_t stall = s->cfg.send_stall_timeout_ms;
-    kv_list *ce, *xe;
-    kv_list_foreach(ce, &s->conns) {
-        kv_grpc_conn *c = kv_list_data(ce, kv_grpc_conn, link);
-        if (c->closing || !c->h2)
+    kv_list *ce, *tmp, *xe;
+    /* Only the watched connections: the others have nothing that could time out. Nothing in
+     * the body takes another connection off the list (frees happen in close callbacks). */
+    kv_list_foreach_safe(ce, tmp, &s->watched) {
+        kv_grpc_conn *c = kv_list_data(ce, kv_grpc_conn, hk_link);
+        if (c->closing || !has_watch(c)) {
+            kv_grpc_srv_unwatch(c);
+            continue;
+        }
+        if (!c->h2)
             continue;
         if (c->close_at && now >= c->close_at) {
             kv_grpc_conn_close(c);
@@ -485,6 +518,11 @@ static void register_metrics(kv_grpc_server *s)
     s->m_window_withheld =
         kv_metrics_gauge(m, "kvd_grpc_recv_window_withheld_bytes",
                          "Received bytes not yet credited to the peers' connection windows.", NULL);
+    s->m_watched = kv_metrics_gauge(
+        m, "kvd_grpc_connections_watched",
+        "Connections the 250 ms timeout scan looks at: output queued or in flight, a keepalive "
+        "PING unanswered, window withheld or a close pending.",
+        NULL);
 }
 
 /* Per-listener callback gauges, so several servers can share one registry. */
@@ -541,6 +579,7 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     kv_list_init(&s->idle_conns.list);
     kv_list_init(&s->conns);
     kv_list_init(&s->dirty);
+    kv_list_init(&s->watched);
     kv_list_init(&s->deadlines);
     kv_grpc_config def;
     kv_grpc_config_default(&def);

@@ -29,6 +29,7 @@ static void close_soon(kv_grpc_conn *c)
 {
     c->close_after_write = 1;
     c->close_at = uv_now(c->srv->loop) + KV_GRPC_CLOSE_GRACE_MS;
+    kv_grpc_srv_watch(c);
 }
 
 static int tls_recv(void *io, kv_grpc_conn *c, const uint8_t *in, size_t len)

@@ -719,6 +719,71 @@ Test(live, zero_window_reader_is_bounded_then_reset)
     free(h.metrics_text);
 }
 
+/* The value of the first sample of `name` (e.g. "\nkvd_grpc_connections_watched ") in the
+ * harness's live /metrics, or -1. */
+static double live_metric(const harness *h, const char *name)
+{
+    char *m = http_get(h->http_port, "/metrics");
+    double v = -1;
+    const char *p = m ? strstr(m, name) : NULL;
+    if (p)
+        sscanf(p + strlen(name), "%lf", &v);
+    free(m);
+    return v;
+}
+
+/* The 250 ms timeout scan looks only at connections with something pending (output queued or
+ * in flight, an unanswered PING, withheld window, a close due), not at every open one: a
+ * fleet's idle keepalive connections cost the loop nothing between their requests (a proxy
+ * with 10,000 agents spent 15% of its CPU scanning them, bench/README.md "Proxy"). A stalled
+ * connection is still watched, and reset on time. */
+Test(live, timeout_scan_watches_only_connections_with_work_pending)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.send_stall_timeout_ms = 1500;
+    harness_start(&h, &cfg, NULL);
+    enum { N = 40 };
+    kv_it_grpc *c[N];
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(connect_h2(&c[i], h.grpc_port), 0);
+        kv_it_grpc_stream *st;
+        unary(c[i], "hello", &st);
+        cr_assert_eq(st->grpc_status, 0);
+    }
+    /* Every answer was written whole: after a scan or two nothing is watched. */
+    double watched = -1;
+    for (int t = 0; t < 40 && watched != 0; t++) {
+        usleep(50 * 1000);
+        watched = live_metric(&h, "\nkvd_grpc_connections_watched ");
+    }
+    cr_assert_eq(watched, 0, "%d idle connections open, %.0f watched", N, watched);
+    cr_assert_eq(live_metric(&h, "\nkvd_grpc_connections_open "), N);
+    /* A reader that never opens its window, answered 700 ms after its request (two scans
+     * have passed its quiet connection by then): the answer stays queued, the scan watches
+     * the connection again and resets the stream after the stall timeout. */
+    kv_it_grpc *z;
+    cr_assert_eq(connect_h2_window(&z, h.grpc_port, 0), 0);
+    kv_it_grpc_stream *u = start(z, "/test.Echo/Unary", NULL, NULL);
+    kv_it_grpc_send_msg(u, "slow", 4, 1);
+    kv_it_grpc_wait(z, NULL, 600);
+    cr_assert_eq(live_metric(&h, "\nkvd_grpc_connections_watched "), 0, "nothing pending yet");
+    kv_it_grpc_wait(z, NULL, 400);
+    cr_assert_eq(live_metric(&h, "\nkvd_grpc_connections_watched "), 1);
+    uint64_t t0 = mono_ms();
+    cr_assert(kv_it_grpc_wait(z, u, 10000));
+    cr_assert_eq(u->close_code, NGHTTP2_INTERNAL_ERROR);
+    cr_assert_geq(mono_ms() - t0, 900, "reset after the stall timeout, not at once");
+    kv_it_grpc_close(z);
+    for (int i = 0; i < N; i++)
+        kv_it_grpc_close(c[i]);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_streams_reset_total{reason=\"send_stalled\"} 1\n"), "%s",
+              h.metrics_text);
+    free(h.metrics_text);
+}
+
 /* A connection whose output is over its bound gets no new request delivered until the peer
  * reads; then everything is answered. */
 Test(live, output_over_bound_stops_request_delivery)

@@ -49,14 +49,17 @@ static void unary_cancel(kv_grpc_call *call)
 
 static void echo_unary(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    if (len == 5 && memcmp(msg, "later", 5) == 0) {
+    /* "later": answered after 150 ms; "slow": after 700 ms, once the 250 ms timeout scan has
+     * passed the idle connection twice (test_live.c timeout_scan_...) */
+    int slow = len == 4 && memcmp(msg, "slow", 4) == 0;
+    if (slow || (len == 5 && memcmp(msg, "later", 5) == 0)) {
         harness *h = kv_grpc_call_app(call);
         later_ctx *l = calloc(1, sizeof(*l));
         uv_timer_init(&h->loop, &l->t);
         l->t.data = l;
         l->call = call;
         kv_grpc_call_set_data(call, l);
-        uv_timer_start(&l->t, later_fire, 150, 0);
+        uv_timer_start(&l->t, later_fire, slow ? 700 : 150, 0);
         return;
     }
     if (len == 4 && memcmp(msg, "fail", 4) == 0) {
