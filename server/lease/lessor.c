@@ -47,6 +47,7 @@ struct kv_lessor {
     int in_tick;
 
     uint64_t rng;
+    uint64_t id_next; /* kv_lessor_new_id's counter (low 48 bits used) */
 
     bucket rv, cp;
     int64_t *rv_buf;
@@ -267,6 +268,14 @@ int kv_lessor_create(kv_lessor **out, uv_loop_t *loop, const kv_lessor_config *c
     }
     l->rng = seed;
     kv_lease_map_init(&l->map, rng_next(l));
+    if (cfg->seed) {
+        l->id_next = cfg->seed << 8;
+    } else { /* etcd: the low 40 bits of the Unix time in ms, then an 8-bit count */
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
+        l->id_next = (ms & ((1ULL << 40) - 1)) << 8;
+    }
 
     int64_t now = now_ms(l);
     bucket_init(&l->rv, cfg->revoke_rate, now);
@@ -612,7 +621,8 @@ int64_t kv_lessor_clamp_ttl(const kv_lessor *l, int64_t ttl_s)
 int64_t kv_lessor_new_id(kv_lessor *l)
 {
     for (;;) {
-        int64_t id = (int64_t)(rng_next(l) >> 1);
+        uint64_t low = ++l->id_next & ((1ULL << 48) - 1);
+        int64_t id = (int64_t)(((uint64_t)l->cfg.id_member << 48 | low) & (uint64_t)INT64_MAX);
         if (id != 0 && !find(l, id))
             return id;
     }

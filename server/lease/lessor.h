@@ -77,7 +77,10 @@ typedef struct kv_lessor_config {
     int64_t revoke_retry_ms;        /* re-propose a not-yet-revoked lease after; default 3000 */
     int64_t propose_fail_retry_ms;  /* retry after a failed proposal call; default 500 */
     uint32_t max_leases;            /* bound checked by kv_lessor_check_grant; default 1<<24 */
-    uint64_t seed;                  /* PRNG/hash seed; 0 = from the clock and address */
+    uint64_t seed;                  /* PRNG/hash seed; 0 = from the clock and address; nonzero
+                                     * also starts the id counter (tests: same seed, same ids) */
+    uint16_t id_member;             /* low 16 bits of the member id: the top bits of the ids
+                                     * kv_lessor_new_id chooses (etcd's idutil); default 0 */
 } kv_lessor_config;
 
 typedef struct kv_lessor_metrics {
@@ -153,7 +156,11 @@ int kv_lessor_each(const kv_lessor *l, int (*fn)(void *arg, int64_t id, int64_t 
 /* TTL a grant request gets: ttl > max_ttl_s -> -ERANGE (the service reports "etcdserver:
  * too large lease TTL"); ttl < min_ttl_s (including <= 0) -> min_ttl_s; else ttl. */
 int64_t kv_lessor_clamp_ttl(const kv_lessor *l, int64_t ttl_s);
-/* A fresh server-chosen id: random, positive, non-zero, not in the map. */
+/* A fresh server-chosen id, positive, non-zero, not in the map, laid out as etcd's (idutil):
+ * id_member in bits 48-62, then a 48-bit counter that starts at the wall clock's ms << 8 (or
+ * the seed) and counts up. So one member's ids increase, across restarts too unless it chose
+ * more than 256 per ms since its last start, and LMDB appends them: the lease database pages
+ * fill up instead of splitting half-full (random ids left them about 2/3 full). */
 int64_t kv_lessor_new_id(kv_lessor *l);
 /* Admission check before proposing a grant: 0, -EEXIST (id in the map), -ENOSPC (map holds
  * max_leases; the service reports "etcdserver: too many leases"), -EINVAL (id == 0). */

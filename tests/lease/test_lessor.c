@@ -2,9 +2,11 @@
  * follower heap (lesson 4). A fake clock and loop == NULL: the test drives kv_lessor_tick(). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lease/lease_table.h"
@@ -655,6 +657,39 @@ Test(lessor, id_generator)
     cr_assert_eq(kv_lessor_on_granted(s.l, 2, 10, 0), 0);
     cr_assert_eq(kv_lessor_check_grant(s.l, 3), -ENOSPC);
     h_fini(&s);
+}
+
+/* etcd's layout (idutil): the member's low 16 bits on top, a counter below that starts at
+ * the wall clock's ms << 8; so one member's ids increase and LMDB appends its lease records. */
+Test(lessor, ids_carry_the_member_and_increase)
+{
+    kv_lessor_config cfg;
+    kv_lessor_config_default(&cfg);
+    cfg.id_member = 0x8a2c; /* bit 15 set: cleared by the sign mask, as in etcd */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    uint64_t ms =
+        ((uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u) & ((1ULL << 40) - 1);
+    harness a; /* h_init would seed the counter: this one starts from the clock */
+    memset(&a, 0, sizeof a);
+    a.now = 1000000;
+    a.leader = 1;
+    cr_assert_eq(kv_lessor_create(&a.l, NULL, &cfg, &OPS, &a), 0);
+    int64_t prev = 0;
+    for (int i = 0; i < 1000; i++) {
+        int64_t id = kv_lessor_new_id(a.l);
+        cr_assert_gt(id, prev, "ids increase: %" PRId64 " after %" PRId64, id, prev);
+        cr_assert_eq((uint64_t)id >> 48, 0x0a2cu, "member prefix of %" PRIx64, (uint64_t)id);
+        prev = id;
+    }
+    uint64_t start_ms = (((uint64_t)prev & ((1ULL << 48) - 1)) - 1000) >> 8;
+    cr_assert(start_ms >= ms && start_ms <= ms + 60000,
+              "counter starts at the clock: %" PRIu64 " ms against %" PRIu64, start_ms, ms);
+    /* a taken id is skipped, the next one follows it */
+    int64_t next = kv_lessor_new_id(a.l);
+    cr_assert_eq(kv_lessor_on_granted(a.l, next + 1, 10, 0), 0);
+    cr_assert_eq(kv_lessor_new_id(a.l), next + 2);
+    h_fini(&a);
 }
 
 /* Lesson 4: a follower never holds expiry state, however many leases come and go. */
