@@ -47,7 +47,7 @@ struct kv_lessor {
     int in_tick;
 
     uint64_t rng;
-    uint64_t id_next; /* kv_lessor_new_id's counter (low 48 bits used) */
+    uint64_t id_next; /* kv_lessor_new_id's counter: last one used (47 bits) */
 
     bucket rv, cp;
     int64_t *rv_buf;
@@ -63,6 +63,11 @@ struct kv_lessor {
 };
 
 /* ---------- small helpers ---------- */
+
+/* Server-chosen lease ids (kv_lessor_new_id, lessor.h): a 47-bit counter, then the member. */
+#define KV_LEASE_ID_EPOCH_MS 1735689600000ULL /* 2025-01-01T00:00:00Z */
+#define ID_COUNT_BITS 7                       /* ids per ms before the counter runs ahead */
+#define ID_COUNTER_MASK ((1ULL << 47) - 1)
 
 static uint64_t rng_next(kv_lessor *l)
 {
@@ -268,14 +273,7 @@ int kv_lessor_create(kv_lessor **out, uv_loop_t *loop, const kv_lessor_config *c
     }
     l->rng = seed;
     kv_lease_map_init(&l->map, rng_next(l));
-    if (cfg->seed) {
-        l->id_next = cfg->seed << 8;
-    } else { /* etcd: the low 40 bits of the Unix time in ms, then an 8-bit count */
-        struct timespec wall;
-        clock_gettime(CLOCK_REALTIME, &wall);
-        uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
-        l->id_next = (ms & ((1ULL << 40) - 1)) << 8;
-    }
+    l->id_next = cfg->seed << ID_COUNT_BITS; /* seeded (tests): a plain counter */
 
     int64_t now = now_ms(l);
     bucket_init(&l->rv, cfg->revoke_rate, now);
@@ -618,11 +616,24 @@ int64_t kv_lessor_clamp_ttl(const kv_lessor *l, int64_t ttl_s)
     return ttl_s < l->cfg.min_ttl_s ? l->cfg.min_ttl_s : ttl_s;
 }
 
+/* The id counter's floor: wall-clock ms since KV_LEASE_ID_EPOCH_MS, << ID_COUNT_BITS. */
+static uint64_t id_floor(const kv_lessor *l)
+{
+    if (l->cfg.seed)
+        return 0;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
+    return (ms > KV_LEASE_ID_EPOCH_MS ? ms - KV_LEASE_ID_EPOCH_MS : 0) << ID_COUNT_BITS;
+}
+
 int64_t kv_lessor_new_id(kv_lessor *l)
 {
+    uint64_t floor = id_floor(l);
     for (;;) {
-        uint64_t low = ++l->id_next & ((1ULL << 48) - 1);
-        int64_t id = (int64_t)(((uint64_t)l->cfg.id_member << 48 | low) & (uint64_t)INT64_MAX);
+        uint64_t next = l->id_next + 1;
+        l->id_next = (next > floor ? next : floor) & ID_COUNTER_MASK;
+        int64_t id = (int64_t)(l->id_next << 16 | l->cfg.id_member);
         if (id != 0 && !find(l, id))
             return id;
     }

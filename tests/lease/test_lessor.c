@@ -659,36 +659,54 @@ Test(lessor, id_generator)
     h_fini(&s);
 }
 
-/* etcd's layout (idutil): the member's low 16 bits on top, a counter below that starts at
- * the wall clock's ms << 8; so one member's ids increase and LMDB appends its lease records. */
-Test(lessor, ids_carry_the_member_and_increase)
+/* A counter that follows the wall clock in bits 16-62, the member in bits 0-15: one member's
+ * ids increase, and ids named at the same time by different members sort together, so LMDB
+ * appends the lease records (lessor.h). */
+Test(lessor, ids_follow_the_clock_and_carry_the_member)
 {
     kv_lessor_config cfg;
     kv_lessor_config_default(&cfg);
-    cfg.id_member = 0x8a2c; /* bit 15 set: cleared by the sign mask, as in etcd */
+    cfg.id_member = 0x8a2c;
+    const uint64_t epoch_ms = 1735689600000ULL; /* 2025-01-01 */
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    uint64_t ms =
-        ((uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u) & ((1ULL << 40) - 1);
-    harness a; /* h_init would seed the counter: this one starts from the clock */
+    uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u - epoch_ms;
+    harness a; /* h_init would seed the counter: this one follows the clock */
     memset(&a, 0, sizeof a);
     a.now = 1000000;
     a.leader = 1;
     cr_assert_eq(kv_lessor_create(&a.l, NULL, &cfg, &OPS, &a), 0);
-    int64_t prev = 0;
+    int64_t first = 0, prev = 0;
     for (int i = 0; i < 1000; i++) {
         int64_t id = kv_lessor_new_id(a.l);
         cr_assert_gt(id, prev, "ids increase: %" PRId64 " after %" PRId64, id, prev);
-        cr_assert_eq((uint64_t)id >> 48, 0x0a2cu, "member prefix of %" PRIx64, (uint64_t)id);
+        cr_assert_eq((uint64_t)id & 0xffff, 0x8a2cu, "member in the low bits of %" PRIx64,
+                     (uint64_t)id);
+        first = first ? first : id;
         prev = id;
     }
-    uint64_t start_ms = (((uint64_t)prev & ((1ULL << 48) - 1)) - 1000) >> 8;
-    cr_assert(start_ms >= ms && start_ms <= ms + 60000,
-              "counter starts at the clock: %" PRIu64 " ms against %" PRIu64, start_ms, ms);
-    /* a taken id is skipped, the next one follows it */
+    uint64_t first_ms = ((uint64_t)first >> 16) >> 7;
+    cr_assert(first_ms >= ms && first_ms <= ms + 60000,
+              "the counter starts at the clock: %" PRIu64 " ms against %" PRIu64, first_ms, ms);
+    /* a taken id is skipped */
     int64_t next = kv_lessor_new_id(a.l);
-    cr_assert_eq(kv_lessor_on_granted(a.l, next + 1, 10, 0), 0);
-    cr_assert_eq(kv_lessor_new_id(a.l), next + 2);
+    int64_t step = (int64_t)1 << 16;
+    cr_assert_eq(kv_lessor_on_granted(a.l, next + step, 10, 0), 0);
+    int64_t after = kv_lessor_new_id(a.l);
+    cr_assert_gt(after, next + step);
+    cr_assert_eq(after & 0xffff, 0x8a2c);
+    /* a second member, a millisecond later, names ids that sort after the first's */
+    usleep(2000);
+    kv_lessor_config cfg2 = cfg;
+    cfg2.id_member = 0x0001;
+    harness b;
+    memset(&b, 0, sizeof b);
+    b.now = 1000000;
+    b.leader = 1;
+    cr_assert_eq(kv_lessor_create(&b.l, NULL, &cfg2, &OPS, &b), 0);
+    int64_t other = kv_lessor_new_id(b.l);
+    cr_assert_gt(other >> 16, first >> 16, "clock order across members");
+    h_fini(&b);
     h_fini(&a);
 }
 
