@@ -65,8 +65,8 @@ struct kv_lessor {
 /* ---------- small helpers ---------- */
 
 /* Server-chosen lease ids (kv_lessor_new_id, lessor.h): a 47-bit counter, then the member. */
-#define KV_LEASE_ID_EPOCH_MS 1735689600000ULL /* 2025-01-01T00:00:00Z */
-#define ID_COUNT_BITS 7                       /* ids per ms before the counter runs ahead */
+#define ID_EPOCH_MS 1735689600000ULL /* 2025-01-01T00:00:00Z */
+#define ID_COUNT_BITS 7              /* ids per ms before the counter runs ahead */
 #define ID_COUNTER_MASK ((1ULL << 47) - 1)
 
 static uint64_t rng_next(kv_lessor *l)
@@ -616,7 +616,7 @@ int64_t kv_lessor_clamp_ttl(const kv_lessor *l, int64_t ttl_s)
     return ttl_s < l->cfg.min_ttl_s ? l->cfg.min_ttl_s : ttl_s;
 }
 
-/* The id counter's floor: wall-clock ms since KV_LEASE_ID_EPOCH_MS, << ID_COUNT_BITS. */
+/* The id counter's floor: wall-clock ms since ID_EPOCH_MS, << ID_COUNT_BITS. */
 static uint64_t id_floor(const kv_lessor *l)
 {
     if (l->cfg.seed)
@@ -624,7 +624,7 @@ static uint64_t id_floor(const kv_lessor *l)
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
-    return (ms > KV_LEASE_ID_EPOCH_MS ? ms - KV_LEASE_ID_EPOCH_MS : 0) << ID_COUNT_BITS;
+    return (ms > ID_EPOCH_MS ? ms - ID_EPOCH_MS : 0) << ID_COUNT_BITS;
 }
 
 int64_t kv_lessor_new_id(kv_lessor *l)

@@ -85,11 +85,18 @@ static const kv_lessor_ops OPS = {
     .is_leader = is_leader,
 };
 
-static void h_init(harness *h, const kv_lessor_config *cfg_in)
+/* A harness whose lessor gets cfg as it is (a zero seed stays zero: ids follow the clock). */
+static void h_init_exact(harness *h, const kv_lessor_config *cfg)
 {
     memset(h, 0, sizeof(*h));
     h->now = 1000000;
     h->leader = 1;
+    cr_assert_eq(kv_lessor_create(&h->l, NULL, cfg, &OPS, h), 0);
+}
+
+/* A harness with cfg_in (NULL: the defaults), seeded: the same seed, the same ids. */
+static void h_init(harness *h, const kv_lessor_config *cfg_in)
+{
     kv_lessor_config cfg;
     if (cfg_in)
         cfg = *cfg_in;
@@ -97,7 +104,7 @@ static void h_init(harness *h, const kv_lessor_config *cfg_in)
         kv_lessor_config_default(&cfg);
     if (!cfg.seed)
         cfg.seed = 12345;
-    cr_assert_eq(kv_lessor_create(&h->l, NULL, &cfg, &OPS, h), 0);
+    h_init_exact(h, &cfg);
 }
 
 static void h_fini(harness *h)
@@ -671,11 +678,8 @@ Test(lessor, ids_follow_the_clock_and_carry_the_member)
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     uint64_t ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u - epoch_ms;
-    harness a; /* h_init would seed the counter: this one follows the clock */
-    memset(&a, 0, sizeof a);
-    a.now = 1000000;
-    a.leader = 1;
-    cr_assert_eq(kv_lessor_create(&a.l, NULL, &cfg, &OPS, &a), 0);
+    harness a; /* not h_init, which seeds the counter: this one follows the clock */
+    h_init_exact(&a, &cfg);
     int64_t first = 0, prev = 0;
     for (int i = 0; i < 1000; i++) {
         int64_t id = kv_lessor_new_id(a.l);
@@ -700,10 +704,7 @@ Test(lessor, ids_follow_the_clock_and_carry_the_member)
     kv_lessor_config cfg2 = cfg;
     cfg2.id_member = 0x0001;
     harness b;
-    memset(&b, 0, sizeof b);
-    b.now = 1000000;
-    b.leader = 1;
-    cr_assert_eq(kv_lessor_create(&b.l, NULL, &cfg2, &OPS, &b), 0);
+    h_init_exact(&b, &cfg2);
     int64_t other = kv_lessor_new_id(b.l);
     cr_assert_gt(other >> 16, first >> 16, "clock order across members");
     h_fini(&b);
