@@ -185,7 +185,7 @@ int kv_leases_start(kv_leases **out, const kv_leases_deps *d, const kv_leases_co
     lc.revoke_rate = c->revoke_rate;
     lc.checkpoint_rate = c->checkpoint_rate;
     lc.checkpoint_interval_ms = c->checkpoint_interval_ms;
-    lc.id_member = d->node ? (uint16_t)kv_node_self(d->node) : 0; /* low bits of lease ids */
+    lc.id_member = (uint16_t)kv_node_self(d->node); /* the low bits of lease ids */
     kv_lessor_ops ops = {
         .now_ms = NULL,
         .propose_revoke = propose_revoke,

@@ -14,15 +14,6 @@
 #include "grpc_raw.h"
 #include "test_support.h"
 
-static double metric(const char *text, const char *series)
-{
-    const char *p = strstr(text, series);
-    double v = -1;
-    if (p)
-        sscanf(p + strlen(series), "%lf", &v);
-    return v;
-}
-
 /* One connection: a long-lived bidi stream (a keepalive) plus rounds of pipelined unary calls,
  * each round written in one go so the server reads HEADERS and DATA of many calls in one pass.
  * Under this light load (a few KiB against a 16 MiB budget) nothing may be refused and the
@@ -88,9 +79,9 @@ Test(saturation, light_load_never_refuses_streams)
     cr_assert_eq(h.loop_close_rv, 0);
     cr_assert_not_null(h.metrics_text);
     cr_expect_eq(
-        metric(h.metrics_text, "\nkvd_grpc_requests_refused_total{reason=\"recv_buffer\"} "), 0,
-        "%s", h.metrics_text);
-    cr_expect_eq(metric(h.metrics_text, "\nkvd_grpc_recv_window_withheld_bytes "), 0);
+        metric_value(h.metrics_text, "\nkvd_grpc_requests_refused_total{reason=\"recv_buffer\"} "),
+        0, "%s", h.metrics_text);
+    cr_expect_eq(metric_value(h.metrics_text, "\nkvd_grpc_recv_window_withheld_bytes "), 0);
     free(h.metrics_text);
 }
 

@@ -724,10 +724,7 @@ Test(live, zero_window_reader_is_bounded_then_reset)
 static double live_metric(const harness *h, const char *name)
 {
     char *m = http_get(h->http_port, "/metrics");
-    double v = -1;
-    const char *p = m ? strstr(m, name) : NULL;
-    if (p)
-        sscanf(p + strlen(name), "%lf", &v);
+    double v = m ? metric_value(m, name) : -1;
     free(m);
     return v;
 }

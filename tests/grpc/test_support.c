@@ -286,3 +286,12 @@ char *http_get(int port, const char *path)
     out[len] = 0;
     return out;
 }
+
+double metric_value(const char *text, const char *series)
+{
+    const char *p = strstr(text, series);
+    double v = -1;
+    if (p)
+        sscanf(p + strlen(series), "%lf", &v);
+    return v;
+}

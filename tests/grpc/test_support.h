@@ -44,4 +44,8 @@ int tcp_connect(int port); /* blocking socket with 5 s timeouts, or -1 */
 /* HTTP/1.1 GET; returns malloc'd full response (head + body) or NULL. */
 char *http_get(int port, const char *path);
 
+/* The value after the first occurrence of series (e.g. "\nkvd_x "; include the separator) in
+ * a metrics text, or -1 if it is not there. */
+double metric_value(const char *text, const char *series);
+
 #endif
