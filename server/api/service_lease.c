@@ -48,6 +48,8 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
         return;
     }
     int64_t ttl = kv_lessor_clamp_ttl(s->lessor, req->ttl);
+    /* A server-chosen id is named here, and again by the leader (kv_propose_lease_grant). */
+    int by_leader = req->id == 0;
     int64_t id = req->id ? req->id : kv_lessor_new_id(s->lessor);
     etcdserverpb__lease_grant_request__free_unpacked(req, NULL);
     if (ttl == -ERANGE) {
@@ -65,13 +67,14 @@ static void on_grant(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_INVALID_LEASE_ID);
         return;
     }
-    /* The applied request carries the final id and TTL so every member applies the same. */
+    /* The entry carries the id and the clamped TTL, so every member applies the same; the
+     * leader names a server-chosen id again before it proposes the entry. */
     Etcdserverpb__LeaseGrantRequest g = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
     g.id = id;
     g.ttl = ttl;
     uint8_t buf[32];
     size_t blen = etcdserverpb__lease_grant_request__pack(&g, buf);
-    kv_propose_unary(call, KV_IREQ_LEASE_GRANT, buf, blen);
+    kv_propose_lease_grant(call, buf, blen, by_leader);
 }
 
 static void on_revoke(kv_grpc_call *call, const uint8_t *msg, size_t len)

@@ -160,7 +160,8 @@ static void on_write_done(void *arg, kv_result *res)
     reply_committed(call, res);
 }
 
-void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len)
+static void propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len,
+                          int lease_id_by_leader)
 {
     kv_api *s = kv_grpc_call_app(call);
     if (kv_quota_admit(s, call, field, len)) /* quota and alarms (api/quota.h) */
@@ -171,6 +172,8 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
                  ? kv_internal_wrap_auth((enum kv_ireq_field)field, 0, msg, len, s->auth->cur_user,
                                          s->auth->cur_revision, &req, &rlen)
                  : kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
+    if (rc == 0 && lease_id_by_leader && (rc = kv_internal_mark_lease_id_by_leader(&req, &rlen)))
+        free(req);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
         return;
@@ -189,6 +192,16 @@ void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t 
         return;
     }
     kv_grpc_call_set_data(call, h);
+}
+
+void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len)
+{
+    propose_unary(call, field, msg, len, 0);
+}
+
+void kv_propose_lease_grant(kv_grpc_call *call, const uint8_t *msg, size_t len, int id_by_leader)
+{
+    propose_unary(call, KV_IREQ_LEASE_GRANT, msg, len, id_by_leader);
 }
 
 void kv_propose_cancel(kv_grpc_call *call)

@@ -83,6 +83,10 @@ void kv_reply_propose_error(kv_grpc_call *call, int rc);
 /* Unary write: wraps msg as the given InternalRequest field and proposes it; the response goes
  * out after the batch commits. Cancellation detaches the request. */
 void kv_propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, size_t len);
+/* kv_propose_unary of a packed LeaseGrantRequest; id_by_leader: its id was chosen by this
+ * member for a client that asked for id 0, and the leader names it again (apply/internal_req.h
+ * kv_internal_mark_lease_id_by_leader). */
+void kv_propose_lease_grant(kv_grpc_call *call, const uint8_t *msg, size_t len, int id_by_leader);
 /* on_cancel for calls started with kv_propose_unary. */
 void kv_propose_cancel(kv_grpc_call *call);
 /* Fills h with this member's cluster id, member id and raft term, and the revision: rev > 0

@@ -5,6 +5,7 @@
 
 #include "pb/pb_scan.h"
 #include "pb/pb_strip.h"
+#include "pb/pb_wire.h"
 #include "internal.pb-c.h"
 #include "rpc.pb-c.h"
 
@@ -108,6 +109,117 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
     n += kv_varint_put(p + n, auth_revision);
     *out = p;
     *out_len = n;
+    return 0;
+}
+
+int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len)
+{
+    uint8_t *p = realloc(*req, *len + 3);
+    if (p == NULL)
+        return -ENOMEM;
+    size_t n = *len;
+    n += kv_varint_put(p + n, (uint64_t)KV_IREQ_LEASE_ID_BY_LEADER << 3); /* 2 bytes */
+    p[n++] = 1;
+    *req = p;
+    *len = n;
+    return 0;
+}
+
+int kv_internal_lease_id_by_leader(const uint8_t *p, size_t len)
+{
+    const uint8_t *end = p + len;
+    int on = 0;
+    while (p < end) {
+        kv_pb_field f;
+        size_t used = kv_pb_read_field(p, end, &f);
+        if (used == 0)
+            return 0;
+        if (f.tag == KV_IREQ_LEASE_ID_BY_LEADER && f.wt == KV_PB_WT_VARINT) {
+            uint64_t v = 0;
+            kv_varint_get(f.val, end, &v);
+            on = v != 0;
+        }
+        p += used;
+    }
+    return on;
+}
+
+/* Writes v as a varint of exactly n bytes (n >= kv_varint_len(v), n <= KV_VARINT_MAX): the
+ * high groups are zero with the continuation bit set, which protobuf readers accept. */
+static void varint_put_padded(uint8_t *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v & 0x7f) | (i + 1 < n ? 0x80 : 0);
+        v >>= 7;
+    }
+}
+
+/* The last field `tag` of wire type wt in [p, end): its value and length (kv_pb_field). */
+static int last_field(const uint8_t *p, const uint8_t *end, uint32_t tag, uint8_t wt,
+                      kv_pb_field *out)
+{
+    int found = 0;
+    while (p < end) {
+        kv_pb_field f;
+        size_t used = kv_pb_read_field(p, end, &f);
+        if (used == 0)
+            return -EINVAL;
+        if (f.tag == tag && f.wt == wt) {
+            *out = f;
+            if (wt == KV_PB_WT_VARINT)
+                out->vlen = used - (size_t)(f.val - p);
+            found = 1;
+        }
+        p += used;
+    }
+    return found ? 0 : -ENOENT;
+}
+
+int kv_internal_name_lease(uint8_t **entry, size_t *len, int64_t id)
+{
+    uint8_t *p = *entry, *end = p + *len;
+    kv_pb_field g, flag, gid, gttl;
+    uint64_t marked = 0;
+    if (last_field(p, end, KV_IREQ_LEASE_ID_BY_LEADER, KV_PB_WT_VARINT, &flag) != 0 ||
+        last_field(p, end, KV_IREQ_LEASE_GRANT, KV_PB_WT_LEN, &g) != 0)
+        return -EINVAL;
+    kv_varint_get(flag.val, end, &marked);
+    if (!marked)
+        return -EINVAL;
+    const uint8_t *gend = g.val + g.vlen;
+    int has_id = last_field(g.val, gend, 2, KV_PB_WT_VARINT, &gid);
+    if (has_id == -EINVAL)
+        return -EINVAL;
+    if (has_id == 0 && kv_varint_len((uint64_t)id) <= gid.vlen && flag.vlen == 1) {
+        /* In place: the entry keeps its size (server-chosen ids all have 9-byte varints). */
+        varint_put_padded((uint8_t *)gid.val, (uint64_t)id, gid.vlen);
+        *(uint8_t *)flag.val = 0;
+        return 0;
+    }
+    uint64_t ttl = 0;
+    int has_ttl = last_field(g.val, gend, 1, KV_PB_WT_VARINT, &gttl);
+    if (has_ttl == -EINVAL)
+        return -EINVAL;
+    if (has_ttl == 0)
+        kv_varint_get(gttl.val, gend, &ttl);
+    /* Appended: lease_grant {TTL, ID} again (at most 22 bytes: one length byte), then 74 = 0. */
+    uint8_t *q = realloc(p, *len + 2 + 22 + 3);
+    if (q == NULL)
+        return -ENOMEM;
+    size_t n = *len, glen_at;
+    q[n++] = (KV_IREQ_LEASE_GRANT << 3) | KV_PB_WT_LEN;
+    glen_at = n++;
+    if (ttl) {
+        q[n++] = (1 << 3) | KV_PB_WT_VARINT;
+        n += kv_varint_put(q + n, ttl);
+    }
+    q[n++] = (2 << 3) | KV_PB_WT_VARINT;
+    n += kv_varint_put(q + n, (uint64_t)id);
+    q[glen_at] = (uint8_t)(n - glen_at - 1);
+    n += kv_varint_put(q + n, (uint64_t)KV_IREQ_LEASE_ID_BY_LEADER << 3);
+    q[n++] = 0;
+    *entry = q;
+    *len = n;
     return 0;
 }
 

@@ -47,6 +47,32 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
 int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                           const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len);
 
+/* Server-chosen lease ids in log order (docs/ARCHITECTURE.md "Leases"). A LeaseGrant whose
+ * id the server chooses is proposed with a valid id named by the member that received it and
+ * InternalRequest.lease_id_by_leader = true. The leader, just before it hands the entry to
+ * raft (node/node_ready.c), names the id again with kv_internal_name_lease, so ids increase
+ * in log order. An entry that no leader renamed (a leader that predates the field) applies
+ * the first id. Pure functions, any thread. */
+#define KV_IREQ_LEASE_ID_BY_LEADER 74
+
+/* Appends lease_id_by_leader = true to the packed InternalRequest *req of *len bytes
+ * (realloc'd; the caller owns it either way). 0 or -ENOMEM (*req unchanged). */
+int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len);
+
+/* 1 if the packed InternalRequest p (len bytes) asks the leader to name its lease id: the last
+ * lease_id_by_leader it holds is true. 0 otherwise, for bytes that do not parse too. Walks the
+ * top-level fields only. */
+int kv_internal_lease_id_by_leader(const uint8_t *p, size_t len);
+
+/* Gives the grant in the packed InternalRequest *entry (*len bytes, marked as above) the id
+ * id, and clears its lease_id_by_leader. In place when id's varint fits where the grant's id
+ * is (the member's id was a server-chosen one too: always, in practice), padded to that
+ * length; otherwise *entry is realloc'd and the grant is appended again with the same TTL
+ * and id, then lease_id_by_leader = false (protobuf keeps the last value of a field read
+ * twice). 0; -EINVAL: no mark or no grant, or bytes that do not parse (*entry unchanged);
+ * -ENOMEM (*entry unchanged, still the caller's). */
+int kv_internal_name_lease(uint8_t **entry, size_t *len, int64_t id);
+
 /* Pre-scan of a client's TxnRequest bytes before they are wrapped and queued, so nesting
  * depth and op counts are bounded before anything unpacks them (pb/pb_scan.h).
  * max_txn_ops is --max-txn-ops. Returns KV_ERR_NONE if the request may be proposed;

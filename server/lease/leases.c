@@ -166,6 +166,14 @@ static void on_snapshot_installed(void *arg)
     kv_leases_resync(arg);
 }
 
+/* The leader's name for a server-chosen grant's id, taken as the entry goes to raft
+ * (kv_node_set_lease_namer): every member's grants then get ids in log order. */
+static int64_t name_lease_id(void *arg)
+{
+    kv_leases *s = arg;
+    return kv_lessor_new_id(s->lessor);
+}
+
 int kv_leases_start(kv_leases **out, const kv_leases_deps *d, const kv_leases_config *c)
 {
     *out = NULL;
@@ -231,6 +239,7 @@ int kv_leases_start(kv_leases **out, const kv_leases_deps *d, const kv_leases_co
     }
     kv_node_set_leader_hook(s->node, on_leader, s);
     kv_node_set_snapshot_hook(s->node, on_snapshot_installed, s);
+    kv_node_set_lease_namer(s->node, name_lease_id, s);
     register_metrics(s);
     *out = s;
     return 0;
@@ -252,6 +261,7 @@ void kv_leases_stop(kv_leases *s)
         return;
     kv_node_set_leader_hook(s->node, NULL, NULL);
     kv_node_set_snapshot_hook(s->node, NULL, NULL);
+    kv_node_set_lease_namer(s->node, NULL, NULL);
     kv_node_set_lease_observer(s->node, NULL);
     if (s->metrics)
         kv_metrics_gauge_fn_remove(s->metrics, s);

@@ -1096,6 +1096,12 @@ void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), voi
         fn(arg, 1);
 }
 
+void kv_node_set_lease_namer(kv_node *n, int64_t (*fn)(void *arg), void *arg)
+{
+    n->lease_id_fn = fn;
+    n->lease_id_arg = arg;
+}
+
 int64_t kv_node_revision(const kv_node *n)
 {
     return n->revision;

@@ -150,6 +150,11 @@ void kv_node_on_peer_snapshot(kv_node *n, uint64_t from, const uint8_t *hdr, siz
 /* Called on the loop with primary = 1 once this member leads and has applied an entry of its
  * own term (the lessor promotes then), and with 0 when it stops leading. */
 void kv_node_set_leader_hook(kv_node *n, void (*fn)(void *arg, int primary), void *arg);
+/* Server-chosen lease ids in log order (apply/internal_req.h): while this member leads, fn
+ * names a new lease id for each grant entry that asks for it, on the loop, just before the
+ * entry is handed to raft, so ids increase in log order. NULL detaches (grants then keep the
+ * id their receiving member named). */
+void kv_node_set_lease_namer(kv_node *n, int64_t (*fn)(void *arg), void *arg);
 
 /* Lease reads and renewals (lease/lease_fwd.h, etcd's waitAppliedIndex): the raft commit index as
  * this member knows it now, and the index applied here (the store committed it and the lessor

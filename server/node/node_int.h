@@ -233,6 +233,8 @@ struct kv_node {
     int primary;           /* leader that has applied an entry of its own term */
     void (*leader_fn)(void *arg, int primary);
     void *leader_arg;
+    int64_t (*lease_id_fn)(void *arg); /* kv_node_set_lease_namer */
+    void *lease_id_arg;
     void (*applied_fn)(void *arg, uint64_t applied); /* leases: applied index advanced */
     void *applied_arg;
     uint64_t lease_index;     /* leader: newest lease grant/revoke/checkpoint entry it proposed */

@@ -25,6 +25,7 @@
 
 #include "common/etcd_errors.h"
 
+#include "apply/internal_req.h"
 #include "node/disk_failpoint.h"
 
 #include "peer/peer_net.h"
@@ -746,6 +747,16 @@ static int disk_low(kv_node *n)
 /* Entries up to this size are not refused by the leader's raft log check (take_requests). */
 #define KV_LOG_SMALL_ENTRY 4096u
 
+/* On the leader, before r goes to raft: a grant that asks for it gets the leader's lease id
+ * (kv_node_set_lease_namer, apply/internal_req.h), so ids follow the log. If that fails (no
+ * memory), the grant keeps the valid id its receiving member named. */
+static void name_lease(kv_node *n, kv_node_req *r)
+{
+    if (n->lease_id_fn != NULL && (r->kind == REQ_WRITE || r->kind == REQ_FORWARDED) &&
+        kv_internal_lease_id_by_leader(r->data, r->len))
+        (void)kv_internal_name_lease(&r->data, &r->len, n->lease_id_fn(n->lease_id_arg));
+}
+
 static void take_requests(kv_node *n)
 {
     size_t budget = KV_READY_MAX_BYTES;
@@ -800,6 +811,7 @@ static void take_requests(kv_node *n)
             continue;
         }
         if (n->role == RAFT_LEADER) {
+            name_lease(n, r);
             raft_index idx = 0;
             int rc = raft_propose(&n->raft, r->data, r->len, &idx);
             if (rc == RAFT_ETRANSFER)

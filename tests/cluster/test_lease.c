@@ -2,7 +2,9 @@
  * cluster_lease: leases in a 3-member cluster.
  *   - a lease renewed only through a follower stays alive through 10x its TTL (renewals are
  *     forwarded to the leader in batches) and its key vanishes within TTL + 1 s once they stop
- *     (asserted with 0.5 s more for CI noise);
+ *     (asserted with 0.5 s more for CI noise); a server-chosen id granted through the
+ *     follower is named by the leader (its low 16 bits are the leader's member id), an id the
+ *     client chose is kept;
  *   - 1,000 leases kept alive through all members (three libkvclient clients, one shared
  *     keepalive stream each) survive a kill -9 of the leader; a lease nobody renews still
  *     expires within TTL + election timeout of the new leader's election (+2 s margin);
@@ -153,6 +155,22 @@ Test(cluster_lease, renewed_through_follower, .fini = fini, .timeout = 180)
     kvc_client *c = client_only(f);
     const int64_t ttl = 2;
     int64_t id = grant(c, ttl);
+    /* A server-chosen id is named by the leader, whichever member the grant came through, so
+     * ids follow the log (docs/ARCHITECTURE.md "Leases"): its low 16 bits are the leader's
+     * member id. An id the client chose is kept. */
+    cl_ep_status st[3];
+    int ns = 0;
+    cr_assert_eq(cl_endpoint_status(&g_c, st, 3, &ns), 0);
+    cr_assert_geq(ns, 1);
+    cr_assert_eq((uint64_t)id & 0xffff, st[0].leader & 0xffff,
+                 "lease %" PRIx64
+                 " granted through the follower: low bits not the leader's %" PRIx64,
+                 (uint64_t)id, st[0].leader);
+    kvc_lease_grant_result own;
+    kvc_error gerr;
+    cr_assert_eq(kvc_lease_grant(c, ttl, 0x123456789, 0, 10000, &own, &gerr), 0, "grant: %s",
+                 gerr.message);
+    cr_assert_eq(own.id, 0x123456789);
     kvc_put_opts po = {.lease = id};
     kvc_error err;
     cr_assert_eq(kvc_put(c, "/lease/a", 8, "v", 1, &po, 10000, NULL, &err), 0, "put: %s",
