@@ -75,6 +75,7 @@ void kv_config_default(kv_config *cfg)
     cfg->peer_max_pending_conns = 16;
     cfg->peer_handshake_timeout_ms = 1000;
     cfg->corrupt_check_time_ms = 60000; /* on by default (etcd 3.4: 0, off) */
+    cfg->malloc_trim_interval_ms = 1000;
     snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
     snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
     snprintf(cfg->log_outputs, sizeof(cfg->log_outputs), "stderr");
@@ -354,6 +355,8 @@ static const flag_def FLAGS[] = {
     /* Corruption checks (server/corrupt/corrupt_check.h), etcd 3.4's flags. */
     {"experimental-initial-corrupt-check", F_BOOL, OFF(initial_corrupt_check), 0, 0, 0, 0},
     {"experimental-corrupt-check-time", F_DUR, OFF(corrupt_check_time_ms), 0, 0, 0, 0},
+    /* Free heap pages back to the kernel (daemon/heap_trim.h); kvd's own. */
+    {"malloc-trim-interval", F_DUR, OFF(malloc_trim_interval_ms), 0, 0, 0, 0},
     /* Logging (log/log.h). */
     {"log-level", F_STR, OFF(log_level), 0, sizeof(((kv_config *)0)->log_level), 0, 0},
     {"log-format", F_STR, OFF(log_format), 0, sizeof(((kv_config *)0)->log_format), 0, 0},
@@ -514,6 +517,8 @@ const char *kv_config_usage(void)
            "                                  serving; refuse to start on a mismatch (false)\n"
            "  --experimental-corrupt-check-time D  leader compares every member's HashKV\n"
            "                                  this often; CORRUPT alarm on mismatch (60s; 0 off)\n"
+           "  --malloc-trim-interval D        give free heap pages back to the kernel at most\n"
+           "                                  this often, after writes (1s; 0 off)\n"
            "  --log-level L                   debug|info|warn|error: least severe line logged\n"
            "                                  (info)\n"
            "  --log-format F                  text|json: json writes etcd's zap JSON lines (text)\n"

@@ -161,8 +161,10 @@ typedef struct kv_config {
     int peer_auto_verify_off; /* set by kv_tls_auto_prepare: peers' self-signed certificates
                                  are not verified (etcd's peer auto TLS); not a flag */
     /* Corruption checks (docs/corruption.md). */
-    int initial_corrupt_check;      /* --experimental-initial-corrupt-check (default false) */
-    uint32_t corrupt_check_time_ms; /* --experimental-corrupt-check-time (default 60 s; 0 off) */
+    int initial_corrupt_check;        /* --experimental-initial-corrupt-check (default false) */
+    uint32_t corrupt_check_time_ms;   /* --experimental-corrupt-check-time (default 60 s; 0 off) */
+    uint32_t malloc_trim_interval_ms; /* --malloc-trim-interval (default 1 s; 0 off;
+                                         daemon/heap_trim.h) */
     /* Logging (log/log.h), etcd's --log-level and --log-outputs. */
     char log_level[16];    /* --log-level debug|info|warn|error (default info) */
     char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */

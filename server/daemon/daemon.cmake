@@ -18,6 +18,7 @@ add_library(kv_daemon STATIC
   ${CMAKE_CURRENT_LIST_DIR}/crash_report.c
   ${CMAKE_CURRENT_LIST_DIR}/etcd_datadir.c
   ${CMAKE_CURRENT_LIST_DIR}/etcd_metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/heap_trim.c
   ${CMAKE_CURRENT_LIST_DIR}/server.c)
 target_link_libraries(kv_daemon PUBLIC kv_api kv_corrupt kv_lease kv_node kv_client_http kv_http
                                        kv_log kv_auth kv_metrics kv_mvcc kv_peer kv_common kvproto

@@ -7,6 +7,7 @@
 
 #include "api/services.h"
 #include "daemon/etcd_metrics.h"
+#include "daemon/heap_trim.h"
 #include "daemon/tls_setup.h"
 
 #include "corrupt/corrupt_check.h"
@@ -25,6 +26,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* heap_trim's activity: trims follow applied writes. */
+static uint64_t applied_index(void *arg)
+{
+    return kv_node_applied_index(arg);
+}
 
 static void on_commit(void *arg, int64_t revision)
 {
@@ -387,6 +394,10 @@ int kv_server_start_core(kv_server *s)
     rc = kv_auth_start(&s->api, &s->api.auth);
     if (rc < 0)
         goto fail;
+    rc = kv_heap_trim_start(&s->heap_trim, s->api.loop, cfg->malloc_trim_interval_ms, applied_index,
+                            s->api.node, s->api.metrics);
+    if (rc < 0)
+        goto fail;
     rc = kv_etcd_metrics_start(s);
     if (rc < 0)
         goto fail;
@@ -400,6 +411,8 @@ fail:
 void kv_server_stop_core(kv_server *s)
 {
     kv_etcd_metrics_stop(s);
+    kv_heap_trim_stop(s->heap_trim); /* before the node closes */
+    s->heap_trim = NULL;
     kv_corrupt_stop(s->corrupt); /* before the node closes */
     s->corrupt = NULL;
     if (s->api.node)

@@ -24,6 +24,7 @@ typedef struct kv_server {
     int joining; /* --initial-cluster-state existing, fresh data dir: cluster id not known yet */
     struct kv_leases *leases;             /* the lessor's wiring (lease/leases.h) */
     struct kv_corrupt *corrupt;           /* HashKV comparisons (corrupt/corrupt_check.h) */
+    struct kv_heap_trim *heap_trim;       /* free heap pages back after writes (heap_trim.h) */
     struct kv_etcd_metrics *etcd_metrics; /* member-level etcd series (etcd_metrics.h) */
 } kv_server;
 
