@@ -55,7 +55,6 @@ static void on_tick(uv_timer_t *h)
     if (a == t->last_activity)
         return;
     t->last_activity = a;
-    t->work.data = t;
     if (uv_queue_work(t->loop, &t->work, trim_work, trim_done) == 0)
         t->busy = 1;
 }
@@ -73,6 +72,7 @@ int kv_heap_trim_start(kv_heap_trim **out, uv_loop_t *loop, uint32_t interval_ms
     t->activity = activity;
     t->arg = arg;
     t->last_activity = activity(arg);
+    t->work.data = t;
     if (m) {
         double b[12];
         kv_metrics_exp_buckets(b, 0.0001, 2, 12); /* 100 us .. 205 ms */
