@@ -178,7 +178,7 @@ static int last_field(const uint8_t *p, const uint8_t *end, uint32_t tag, uint8_
 int kv_internal_name_lease(uint8_t **entry, size_t *len, int64_t id)
 {
     uint8_t *p = *entry, *end = p + *len;
-    kv_pb_field g, flag, gid, gttl;
+    kv_pb_field g = {0}, flag = {0}, gid = {0}, gttl = {0};
     uint64_t marked = 0;
     if (last_field(p, end, KV_IREQ_LEASE_ID_BY_LEADER, KV_PB_WT_VARINT, &flag) != 0 ||
         last_field(p, end, KV_IREQ_LEASE_GRANT, KV_PB_WT_LEN, &g) != 0)
