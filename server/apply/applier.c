@@ -174,8 +174,10 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     }
     if (rc == 0)
         rc = kv_apply_auth_check(&a, ir); /* etcd authApplierV3 (apply_auth.c) */
-    if (rc == 0)
+    if (rc == 0) {
+        kv_ks_mark_writing(ks); /* the checks above only read */
         rc = dispatch(&a, ir, &msg, &hdr);
+    }
     if (rc == 0 && msg) /* a local waiter: pack its response (never when quiet) */
         rc = pack(msg, hdr, h, res);
     if (rc == 0) {
@@ -183,7 +185,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         rc = kv_ks_commit(ks, grow ? 2 * (int64_t)len + 256 : 0);
         ks = NULL;
         if (rc == 0)
-            kv_store_count_ops(s, a.ranges, a.puts, a.deletes);
+            kv_ks_batch_count_ops(b, a.ranges, a.puts, a.deletes);
     }
     if (msg)
         protobuf_c_message_free_unpacked(msg, NULL);
@@ -193,6 +195,13 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         describe(what, sizeof what, ir);
     kvdpb__internal_request__free_unpacked(ir, NULL);
     kv_ks_abort(ks);
+    if (rc != 0 && kv_ks_batch_info_get(s, b, &bi) == -EAGAIN) {
+        /* a shared batch took part of a failed request: the caller applies again, with a
+         * child transaction per request (store.h kv_store_batch_set_shared) */
+        free(res->resp);
+        memset(res, 0, sizeof *res);
+        return -EAGAIN;
+    }
     if (bi.deterministic && (rc == -ENOSPC || rc == -E2BIG)) {
         /* a per-member limit must not become a per-member result: fail the batch */
         fprintf(stderr, "kvd: error: apply at index %llu: %s; this member cannot apply the log\n",

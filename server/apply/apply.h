@@ -62,7 +62,9 @@ void kv_result_set_err(kv_result *res, kv_etcd_err e);
  * index <= applied index (stored or earlier in this batch) -> skipped (res->skipped = 1,
  * err 0, no resp). Request-level errors return 0 with res->err (and res->detail) set
  * (nothing of the request is kept; the batch goes on and the index counts as applied).
- * Returns < 0 only on storage failure or corruption; the caller must then abort the batch. h
+ * Returns < 0 only on storage failure or corruption, or -EAGAIN when a shared batch
+ * (kv_store_batch_set_shared) took part of a request that failed; the caller must then abort
+ * the batch (after -EAGAIN: and apply the same entries again in a batch that is not shared). h
  * may be NULL (zero header). res is fully overwritten; on err 0 the caller frees res->resp.
  * Alarm requests (AlarmRequest GET/ACTIVATE/DEACTIVATE) are applied here too (etcd's
  * applierV3backend.Alarm); while NOSPACE is active Put, LeaseGrant and Txns with puts fail

@@ -28,7 +28,7 @@ typedef struct kv_actx {
     uint32_t max_txn_ops;
     size_t max_key;
     uint64_t index; /* the entry's log index (apply_authn.c: the token's suffix) */
-    /* operations run for this entry (kv_store_count_ops once it commits) */
+    /* operations run for this entry (counted in the batch once it commits) */
     unsigned ranges, puts, deletes;
 } kv_actx;
 

@@ -20,6 +20,8 @@ int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out)
 {
     if (!s || !b || !b->open || b != &s->batch)
         return -EINVAL;
+    if (b->spoilt)
+        return -EAGAIN;
     out->applied = b->meta.applied;
     out->rev = b->meta.rev;
     out->alarms = b->alarms;
@@ -34,9 +36,10 @@ int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out)
 
 void kv_ks_batch_mark_applied(kv_store *s, kv_store_batch *b, uint64_t index, int counted)
 {
+    (void)s;
     b->meta.applied = index;
     if (counted)
-        s->counters.applies++;
+        b->applies++;
 }
 
 int kv_ks_begin(kv_store *s, kv_store_batch *b, kv_ks **out)
@@ -45,15 +48,18 @@ int kv_ks_begin(kv_store *s, kv_store_batch *b, kv_ks **out)
         return -EINVAL;
     if (b->ks_open)
         return -EBUSY;
+    if (b->spoilt)
+        return -EAGAIN;
     kv_ks *ks = calloc(1, sizeof *ks);
     if (!ks)
         return -ENOMEM;
-    MDB_txn *child;
-    int rc = mdb_txn_begin(s->env, b->txn, 0, &child);
+    MDB_txn *child = b->txn; /* shared: the request writes in the batch's transaction */
+    int rc = b->shared ? 0 : mdb_txn_begin(s->env, b->txn, 0, &child);
     if (rc) {
         free(ks);
         return kv_mdb_err(rc);
     }
+    ks->nested = !b->shared;
     ks->s = s;
     ks->b = b;
     ks->m = b->meta;
@@ -87,7 +93,7 @@ static void fire_observers(kv_store *s, const kv_ks *ks)
 
 int kv_ks_commit(kv_ks *ks, int64_t grown)
 {
-    int rc = kv_mdb_err(mdb_txn_commit(ks->w.txn));
+    int rc = ks->nested ? kv_mdb_err(mdb_txn_commit(ks->w.txn)) : 0;
     if (rc == 0) {
         kv_store_batch *b = ks->b;
         uint64_t applied = b->meta.applied;
@@ -102,11 +108,19 @@ int kv_ks_commit(kv_ks *ks, int64_t grown)
     return rc;
 }
 
+void kv_ks_mark_writing(kv_ks *ks)
+{
+    ks->writing = true;
+}
+
 void kv_ks_abort(kv_ks *ks)
 {
     if (!ks)
         return;
-    mdb_txn_abort(ks->w.txn);
+    if (ks->nested)
+        mdb_txn_abort(ks->w.txn);
+    else if (ks->writing)
+        ks->b->spoilt = true; /* its writes stay in the batch's transaction */
     ks_free(ks);
 }
 

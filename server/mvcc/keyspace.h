@@ -3,10 +3,12 @@
  * applier (server/apply/) decodes a log entry, runs these operations and
  * builds the etcdserverpb response; nothing here knows a request or response message.
  *
- * A request runs in one kv_ks: an LMDB child transaction of the open batch (store.h) plus the
+ * A request runs in one kv_ks: an LMDB child transaction of the open batch (store.h), or the
+ * batch's own transaction when the batch is shared (kv_store_batch_set_shared), plus the
  * request's copy of the batch state (revision, compaction point, key count, alarm mask).
- * kv_ks_commit keeps everything the request changed; kv_ks_abort drops it. All writes of one
- * request share one main revision (begin revision + 1) with increasing sub revisions; a
+ * kv_ks_commit keeps everything the request changed; kv_ks_abort drops it (in a shared batch
+ * it cannot drop what the request wrote: the batch is spoilt, see kv_ks_mark_writing). All writes
+ * of one request share one main revision (begin revision + 1) with increasing sub revisions; a
  * request that wrote nothing keeps the revision (etcd: a DeleteRange or Txn that changes
  * nothing takes no revision).
  *
@@ -50,22 +52,29 @@ typedef struct kv_ks_batch_info {
     int growth_over;      /* 1: the batch's growing requests passed quota + headroom / 2
                            * (never with deterministic set; see store.h) */
 } kv_ks_batch_info;
-/* -EINVAL if b is not s's open batch. */
+/* -EINVAL if b is not s's open batch, -EAGAIN if it is spoilt (kv_ks_abort). */
 int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out);
 /* Marks index applied in the batch (the entry's result is final); counted as an apply
  * (kv_store_counters.applies) when counted is 1. */
 void kv_ks_batch_mark_applied(kv_store *s, kv_store_batch *b, uint64_t index, int counted);
+/* Adds one request's operations to the batch's counts (kv_store_count_ops at its commit). */
+void kv_ks_batch_count_ops(kv_store_batch *b, unsigned ranges, unsigned puts, unsigned deletes);
 
 /* ---- one request ---- */
-/* Opens the request's child transaction. *out belongs to the batch; it ends with exactly one
- * kv_ks_commit or kv_ks_abort. -EBUSY if one is already open. */
+/* Opens the request's child transaction (none in a shared batch). *out belongs to the batch;
+ * it ends with exactly one kv_ks_commit or kv_ks_abort. -EBUSY if one is already open, -EAGAIN
+ * if the batch is spoilt. */
 int kv_ks_begin(kv_store *s, kv_store_batch *b, kv_ks **out);
 /* Commits the child transaction into the batch: the batch takes the request's revision,
  * compaction point, key count and alarm mask, adds `grown` bytes to its growth estimate, and
  * the lease observer (kv_store_set_lease_observer) hears the request's lease events. On
  * failure nothing of the request is kept. ks is released whatever the result. */
 int kv_ks_commit(kv_ks *ks, int64_t grown);
-/* Drops the request. ks may be NULL. */
+/* From here on the request may write (the applier calls it before running the operations;
+ * the checks before it only read). */
+void kv_ks_mark_writing(kv_ks *ks);
+/* Drops the request. ks may be NULL. In a shared batch, after kv_ks_mark_writing, the writes
+ * stay in the batch's transaction: the batch is spoilt (store.h kv_store_batch_set_shared). */
 void kv_ks_abort(kv_ks *ks);
 
 /* Revisions as seen by the request: rev = the revision before it; read_rev = what its reads

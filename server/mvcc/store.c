@@ -247,6 +247,25 @@ void kv_store_count_ops(kv_store *s, unsigned ranges, unsigned puts, unsigned de
         atomic_fetch_add_explicit(&s->ops_txns, 1, memory_order_relaxed);
 }
 
+void kv_ks_batch_count_ops(kv_store_batch *b, unsigned ranges, unsigned puts, unsigned deletes)
+{
+    b->ops[0] += ranges;
+    b->ops[1] += puts;
+    b->ops[2] += deletes;
+    if ((uint64_t)ranges + puts + deletes > 1)
+        b->ops[3]++;
+}
+
+/* The committed batch's counts (apply thread; the ops are read by the metrics). */
+static void count_batch(kv_store *s, const kv_store_batch *b)
+{
+    s->counters.applies += b->applies;
+    atomic_fetch_add_explicit(&s->ops_ranges, b->ops[0], memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ops_puts, b->ops[1], memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ops_deletes, b->ops[2], memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ops_txns, b->ops[3], memory_order_relaxed);
+}
+
 void kv_store_get_ops(kv_store *s, kv_store_ops *out)
 {
     out->ranges = atomic_load_explicit(&s->ops_ranges, memory_order_relaxed);
@@ -284,6 +303,10 @@ int kv_store_batch_begin(kv_store *s, kv_store_batch **out)
     s->batch.base_size = kv_store_db_size(s);
     s->batch.grown = 0;
     s->batch.quiet = false;
+    s->batch.shared = false;
+    s->batch.spoilt = false;
+    s->batch.applies = 0;
+    memset(s->batch.ops, 0, sizeof s->batch.ops);
     s->batch.open = true;
     *out = &s->batch;
     return 0;
@@ -310,7 +333,7 @@ int kv_store_disk_free_below(kv_store *s, uint64_t bytes)
 
 static int batch_commit(kv_store *s, kv_store_batch *b)
 {
-    int rc = kv_meta_write(s, b->txn, &b->meta);
+    int rc = b->spoilt ? -EAGAIN : kv_meta_write(s, b->txn, &b->meta);
     if (rc) {
         mdb_txn_abort(b->txn);
     } else {
@@ -325,6 +348,7 @@ static int batch_commit(kv_store *s, kv_store_batch *b)
         if (!rc) {
             s->committed = b->meta;
             s->counters.commits++;
+            count_batch(s, b);
             unsigned old = atomic_exchange(&s->alarms, b->alarms);
             if ((old & (1u << KV_ALARM_CORRUPT)) && !(b->alarms & (1u << KV_ALARM_CORRUPT)))
                 atomic_store(&s->sticky, 0u); /* CORRUPT disarmed */
@@ -360,6 +384,12 @@ void kv_store_batch_set_quiet(kv_store_batch *b, int quiet)
         b->quiet = quiet != 0;
 }
 
+void kv_store_batch_set_shared(kv_store_batch *b, int shared)
+{
+    if (b)
+        b->shared = shared != 0;
+}
+
 uint64_t kv_store_batch_applied(const kv_store_batch *b)
 {
     return b ? b->meta.applied : 0;
@@ -369,6 +399,8 @@ int kv_store_apply_noop(kv_store *s, kv_store_batch *b, uint64_t index)
 {
     if (!b || b != &s->batch || !b->open)
         return -EINVAL;
+    if (b->spoilt)
+        return -EAGAIN;
     if (index > b->meta.applied)
         b->meta.applied = index;
     return 0;
@@ -536,6 +568,8 @@ int kv_store_compact_step(kv_store *s, kv_store_batch *b, uint32_t max_keys, uin
 {
     if (!s || !b || !b->open || b != &s->batch)
         return -EINVAL;
+    if (b->spoilt)
+        return -EAGAIN;
     MDB_txn *child;
     int rc = mdb_txn_begin(s->env, b->txn, 0, &child);
     if (rc)

@@ -38,6 +38,11 @@ struct kv_store_batch {
     int64_t grown;     /* estimated bytes added by the batch's growing requests */
     bool quiet;        /* kv_store_batch_set_quiet: apply without building responses */
     bool ks_open;      /* a request's kv_ks is open (keyspace.c) */
+    bool shared;       /* kv_store_batch_set_shared: requests write in txn itself */
+    bool spoilt;       /* shared: a request failed after it may have written (-EAGAIN) */
+    uint64_t applies;  /* counted applies, added to kv_store.counters at the commit */
+    uint64_t ops[4];   /* ranges, puts, deletes, txns of its requests: kv_store_ops at the
+                        * commit (an aborted batch counts nothing) */
 };
 
 struct kv_store {
@@ -220,6 +225,8 @@ struct kv_ks {
     unsigned alarms;
     kv_ks_ev *ev;
     size_t nev, cap;
+    bool nested;  /* w.txn is the request's own child transaction (not a shared batch) */
+    bool writing; /* kv_ks_mark_writing: an abort in a shared batch spoils it */
 };
 
 /* Revision reads in this context see (etcd storeTxnWrite.Range). */

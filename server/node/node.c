@@ -121,6 +121,11 @@ static double counter_slow_applies(void *arg)
     return (double)atomic_load(&((kv_node *)arg)->slow_applies);
 }
 
+static double counter_apply_retries(void *arg)
+{
+    return (double)atomic_load(&((kv_node *)arg)->apply_retries);
+}
+
 void kv_node_observe_wal_fsync(kv_node *n, double seconds)
 {
     if (n)
@@ -167,6 +172,10 @@ static void register_etcd_metrics(kv_node *n, kv_metrics *metrics)
                           "The total number of slow apply requests (likely overloaded from slow "
                           "disk).",
                           counter_slow_applies, n);
+    kv_metrics_counter_fn(metrics, "kvd_apply_retries_total",
+                          "Readies applied a second time, with a child transaction per request, "
+                          "after a request failed in the shared first pass (node_apply.c).",
+                          counter_apply_retries, n);
     double b[14];
     kv_metrics_exp_buckets(b, 0.001, 2, 14); /* etcd: ExponentialBuckets(0.001, 2, 14) */
     n->m_wal_fsync =
@@ -1121,6 +1130,7 @@ void kv_node_get_stats(const kv_node *n, kv_node_stats *st)
 {
     *st = n->st;
     st->pending = n->pending;
+    st->apply_retries = atomic_load(&n->apply_retries);
 }
 
 void kv_node_get_raft_status(const kv_node *n, kv_node_raft_status *st)

@@ -83,6 +83,7 @@ typedef struct kv_node_stats {
     uint64_t applied_index;
     uint64_t last_batch_size;
     uint64_t max_batch_size;
+    uint64_t apply_retries; /* readies applied a second time (node_apply.c apply_wal) */
 } kv_node_stats;
 
 /* The raft log lives in the store's LMDB map (docs/ARCHITECTURE.md, "Alarms, quota and

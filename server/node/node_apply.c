@@ -305,6 +305,63 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
     return 0;
 }
 
+/* What apply_entries changes in w before the batch commits, to drop a first pass. */
+typedef struct apply_mark {
+    uint64_t applied;
+    int64_t revision;
+    int no_early;
+    size_t nev;
+    int ev_oom;
+} apply_mark;
+
+/* Drops what a spoilt first pass left in w (results, ids, fresh entries, lease events). */
+static void apply_undo(ready_work *w, const apply_mark *m)
+{
+    size_t cnt = kv_node__apply_count(w);
+    for (size_t i = 0; i < cnt; i++) {
+        free(w->results[i].resp);
+        memset(&w->results[i], 0, sizeof w->results[i]);
+        w->ids[i] = 0;
+        w->fresh[i] = 0;
+    }
+    w->applied = m->applied;
+    w->revision = m->revision;
+    w->no_early = m->no_early;
+    w->nev = m->nev;
+    w->ev_oom = m->ev_oom;
+}
+
+/* WAL mode: applies the ready's entries in the batch's own transaction (shared: no LMDB child
+ * transaction per request, store.h kv_store_batch_set_shared). A request that failed after it
+ * may have written spoils the batch (-EAGAIN): it is aborted, what the pass left in w is
+ * dropped, and the same entries are applied again in a new batch with a child per request,
+ * where the request fails alone. A ready with a configuration or member-record entry takes
+ * that second way at once: what those change outside the batch is not undone. *bp is NULL
+ * if the second batch could not begin. */
+static int apply_wal(kv_node *n, ready_work *w, kv_store_batch **bp)
+{
+    size_t cnt = kv_node__apply_count(w);
+    int shared = 1;
+    for (size_t i = 0; i < cnt && shared; i++) {
+        const struct raft_entry *e = kv_node__apply_entry(w, i);
+        shared = e->type != RAFT_ENTRY_CONF && !is_member_record(e);
+    }
+    if (shared) {
+        apply_mark m = {w->applied, w->revision, w->no_early, w->nev, w->ev_oom};
+        kv_store_batch_set_shared(*bp, 1);
+        int rc = apply_entries(n, w, *bp);
+        if (rc != -EAGAIN)
+            return rc;
+        kv_store_batch_abort(n->store, *bp);
+        *bp = NULL;
+        apply_undo(w, &m);
+        atomic_fetch_add(&n->apply_retries, 1);
+        if ((rc = kv_store_batch_begin(n->store, bp)))
+            return rc;
+    }
+    return apply_entries(n, w, *bp);
+}
+
 /* Does this commit carry something raft needs durable before it goes on (log entries, a new
  * term or vote, a snapshot, a log compaction)? A single voter's entries are applied in the
  * same commit, so they need it too. */
@@ -382,7 +439,7 @@ void kv_node__work_ready(uv_work_t *req)
     }
     rc = kv_store_batch_begin(n->store, &b);
     if (rc == 0 && w->has_ready && n->wal) {
-        rc = apply_entries(n, w, b);
+        rc = apply_wal(n, w, &b);
     } else if (rc == 0 && w->has_ready) {
         MDB_txn *txn = kv_store_batch_txn(b);
         if (w->rd.has_snapshot)

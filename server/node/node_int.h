@@ -386,8 +386,9 @@ struct kv_node {
      * worker thread (kv_metric_observe is thread-safe) */
     kv_metric *m_etcd_leader_changes, *m_proposals_failed, *m_slow_read_indexes;
     kv_metric *m_heartbeat_failures, *m_wal_fsync, *m_backend_commit;
-    kv_metric *m_early_hb_acks;        /* kvd_raft_heartbeats_answered_early_total */
-    atomic_uint_fast64_t slow_applies; /* worker: entries whose apply took > 100 ms */
+    kv_metric *m_early_hb_acks;         /* kvd_raft_heartbeats_answered_early_total */
+    atomic_uint_fast64_t slow_applies;  /* worker: entries whose apply took > 100 ms */
+    atomic_uint_fast64_t apply_retries; /* worker: readies applied again (node_apply.c) */
     kv_metric *m_inbox_dropped;
     kv_metric *m_inbox_dropped_bytes, *m_inbox_dropped_msgs;
     kv_metric *m_reads_refused, *m_rreads_refused;

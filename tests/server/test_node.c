@@ -1,5 +1,6 @@
 /* The node's ordered write path: group commit, ordering, bounds, detach, barrier, stall. */
 #include "apply/internal_req.h"
+#include "mvcc/range.h"
 #include "node/node.h"
 #include "rpc.pb-c.h"
 #include "kvt_util.h"
@@ -112,6 +113,153 @@ Test(node, one_loop_iteration_is_one_commit_in_order)
     cr_assert_eq(st.applied_index, 101, "index 1 is the leader's empty entry");
     cr_assert_eq(st.max_batch_size, 100);
     cr_assert_eq(kv_node_revision(f.node), 101);
+    fx_close(&f);
+}
+
+static void fx_open_wal(fixture *f)
+{
+    fx_open(f, 1000);
+    kv_node_close(f->node);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    char wal[96];
+    snprintf(wal, sizeof wal, "%s/wal", f->dir);
+    kv_header_info hdr = {.cluster_id = 1, .member_id = 2, .raft_term = 3};
+    kv_node_config nc = {.max_pending = 1000,
+                         .wal_dir = wal,
+                         .use_wal = 1,
+                         .max_log_bytes = 256u << 20}; /* admits a Txn of 100 MiB */
+    cr_assert_eq(kv_node_init(&f->node, &f->loop, f->store, &nc, &hdr, NULL), 0);
+}
+
+/* WAL mode applies a ready in the batch's own transaction (no LMDB child per request); a
+ * request that fails after it may have written makes the node apply the ready again with a
+ * child per request: the request fails alone, the others keep their results and revisions. */
+static void puts_with_one_failing(int failing, uint64_t want_retries)
+{
+    fixture f;
+    fx_open_wal(&f);
+    done_log log = {0};
+    kv_store_counters before, after;
+    kv_store_get_counters(f.store, &before);
+    for (int i = 0; i < 100; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%03d", i);
+        Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
+        put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+        put.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
+        put.lease = i == failing ? 999 : 0; /* no such lease */
+        uint8_t buf[128], *req;
+        size_t len = etcdserverpb__put_request__pack(&put, buf), rlen;
+        cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
+        cr_assert_eq(kv_node_propose(f.node, req, rlen, on_done, &log, NULL), 0);
+    }
+    spin(&f, &log.calls, 100);
+    int64_t rev = 1;
+    for (int i = 0; i < 100; i++) {
+        if (i == failing) {
+            cr_assert_eq(log.errs[i], KV_ERR_LEASE_NOT_FOUND, "put %d: %d", i, log.errs[i]);
+            continue;
+        }
+        cr_assert_eq(log.errs[i], KV_ERR_NONE, "put %d: %d", i, log.errs[i]);
+        cr_assert_eq(log.revs[i], ++rev, "put %d: revision %d", i, (int)log.revs[i]);
+    }
+    for (int i = 0; i < 5000 && kv_node_revision(f.node) < rev; i++)
+        uv_run(&f.loop, UV_RUN_ONCE); /* WAL mode: answered before the LMDB commit */
+    cr_assert_eq(kv_node_revision(f.node), rev);
+    kv_node_stats st;
+    kv_node_get_stats(f.node, &st);
+    cr_assert_eq(st.apply_retries, want_retries);
+    kv_node_close(f.node); /* its last commit done: the counters are final */
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    kv_store_get_counters(f.store, &after);
+    cr_assert_eq(after.applies - before.applies, 100, "every entry counted once: %llu",
+                 (unsigned long long)(after.applies - before.applies));
+    cr_assert_eq(uv_loop_close(&f.loop), 0);
+    kv_store_close(f.store);
+    cr_assert_eq(kvt_rmtree(f.dir), 0);
+}
+
+Test(node, wal_ready_applies_in_one_transaction)
+{
+    puts_with_one_failing(-1, 0);
+}
+
+Test(node, wal_ready_with_a_failed_request_is_applied_again)
+{
+    puts_with_one_failing(50, 1);
+}
+
+/* The request that fails half-way: with 60 MiB of values in the 80 MiB map (quota 64 MiB), a
+ * Txn of 24 puts of 1 MiB fills it after it wrote part of them (MDB_MAP_FULL). Only that Txn fails
+ * (NOSPACE); the puts around it in the same ready keep their results, and none of the Txn's puts is
+ * kept. */
+Test(node, wal_ready_with_a_request_failing_half_way_keeps_the_others)
+{
+    fixture f;
+    fx_open_wal(&f);
+    done_log log = {0};
+    static uint8_t big[1 << 20];
+    Etcdserverpb__PutRequest puts[24];
+    Etcdserverpb__RequestOp ops[24], *opp[24];
+    char keys[24][8];
+    int fill = 0;
+    for (int i = 0; i < 60; i++) {
+        Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
+        char key[16];
+        snprintf(key, sizeof key, "fill%02d", i);
+        put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+        put.value = (ProtobufCBinaryData){sizeof big, big};
+        size_t n = etcdserverpb__put_request__get_packed_size(&put), wl;
+        uint8_t *pb = malloc(n), *w;
+        etcdserverpb__put_request__pack(&put, pb);
+        cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, pb, n, &w, &wl), 0);
+        free(pb);
+        cr_assert_eq(kv_node_propose(f.node, w, wl, on_done, &log, NULL), 0);
+        spin(&f, &log.calls, ++fill);
+        cr_assert_eq(log.errs[fill - 1], KV_ERR_NONE, "fill %d: %d", i, log.errs[fill - 1]);
+    }
+    log = (done_log){0};
+    for (int i = 0; i < 24; i++) {
+        snprintf(keys[i], sizeof keys[i], "t%02d", i);
+        etcdserverpb__put_request__init(&puts[i]);
+        puts[i].key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+        puts[i].value = (ProtobufCBinaryData){sizeof big, big};
+        etcdserverpb__request_op__init(&ops[i]);
+        ops[i].request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+        ops[i].request_put = &puts[i];
+        opp[i] = &ops[i];
+    }
+    Etcdserverpb__TxnRequest txn = ETCDSERVERPB__TXN_REQUEST__INIT;
+    txn.n_success = 24;
+    txn.success = opp;
+    size_t len = etcdserverpb__txn_request__get_packed_size(&txn), rlen;
+    uint8_t *buf = malloc(len), *req;
+    etcdserverpb__txn_request__pack(&txn, buf);
+    cr_assert_eq(propose_put(&f, "before", on_done, &log, NULL), 0);
+    cr_assert_eq(kv_internal_wrap(KV_IREQ_TXN, 0, buf, len, &req, &rlen), 0);
+    free(buf);
+    cr_assert_eq(kv_node_propose(f.node, req, rlen, on_done, &log, NULL), 0);
+    cr_assert_eq(propose_put(&f, "after", on_done, &log, NULL), 0);
+    spin(&f, &log.calls, 3);
+    cr_assert_eq(log.errs[0], KV_ERR_NONE, "before: %d, txn %d, after %d", log.errs[0], log.errs[1],
+                 log.errs[2]);
+    cr_assert_eq(log.revs[0], 62);
+    cr_assert_eq(log.errs[1], KV_ERR_NO_SPACE, "the Txn: %d", log.errs[1]);
+    cr_assert_eq(log.errs[2], KV_ERR_NONE);
+    cr_assert_eq(log.revs[2], 63, "the Txn took no revision: %d", (int)log.revs[2]);
+    kv_node_stats st;
+    kv_node_get_stats(f.node, &st);
+    cr_assert_eq(st.apply_retries, 1);
+    kv_range_opts o = {0};
+    o.key = (const uint8_t *)"t";
+    o.key_len = 1;
+    o.end = (const uint8_t *)"u";
+    o.end_len = 1;
+    o.count_only = 1;
+    kv_range_result r;
+    cr_assert_eq(kv_store_range_read(f.store, &o, &r), 0);
+    cr_assert_eq(r.count, 0, "none of the Txn's puts is kept: %lld", (long long)r.count);
+    kv_range_result_free(&r);
     fx_close(&f);
 }
 
