@@ -49,6 +49,23 @@ static void fx_close(fixture *f)
     cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
+/* A put of key = value (vlen bytes) on lease (0: none), answered to done(arg). */
+static int propose_put_value(fixture *f, const char *key, const uint8_t *value, size_t vlen,
+                             int64_t lease, kv_node_done_fn done, void *arg)
+{
+    Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
+    put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    put.value = (ProtobufCBinaryData){vlen, (uint8_t *)value};
+    put.lease = lease;
+    size_t len = etcdserverpb__put_request__get_packed_size(&put), rlen;
+    uint8_t *buf = malloc(len + 1), *req;
+    cr_assert_not_null(buf);
+    etcdserverpb__put_request__pack(&put, buf);
+    cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
+    free(buf);
+    return kv_node_propose(f->node, req, rlen, done, arg, NULL);
+}
+
 static int propose_put(fixture *f, const char *key, kv_node_done_fn done, void *arg,
                        kv_node_req **h)
 {
@@ -144,14 +161,8 @@ static void puts_with_one_failing(int failing, uint64_t want_retries)
     for (int i = 0; i < 100; i++) {
         char key[16];
         snprintf(key, sizeof(key), "k%03d", i);
-        Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
-        put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
-        put.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
-        put.lease = i == failing ? 999 : 0; /* no such lease */
-        uint8_t buf[128], *req;
-        size_t len = etcdserverpb__put_request__pack(&put, buf), rlen;
-        cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
-        cr_assert_eq(kv_node_propose(f.node, req, rlen, on_done, &log, NULL), 0);
+        int64_t lease = i == failing ? 999 : 0; /* no such lease */
+        cr_assert_eq(propose_put_value(&f, key, (const uint8_t *)"v", 1, lease, on_done, &log), 0);
     }
     spin(&f, &log.calls, 100);
     int64_t rev = 1;
@@ -204,17 +215,9 @@ Test(node, wal_ready_with_a_request_failing_half_way_keeps_the_others)
     char keys[24][8];
     int fill = 0;
     for (int i = 0; i < 60; i++) {
-        Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
         char key[16];
         snprintf(key, sizeof key, "fill%02d", i);
-        put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
-        put.value = (ProtobufCBinaryData){sizeof big, big};
-        size_t n = etcdserverpb__put_request__get_packed_size(&put), wl;
-        uint8_t *pb = malloc(n), *w;
-        etcdserverpb__put_request__pack(&put, pb);
-        cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, pb, n, &w, &wl), 0);
-        free(pb);
-        cr_assert_eq(kv_node_propose(f.node, w, wl, on_done, &log, NULL), 0);
+        cr_assert_eq(propose_put_value(&f, key, big, sizeof big, 0, on_done, &log), 0);
         spin(&f, &log.calls, ++fill);
         cr_assert_eq(log.errs[fill - 1], KV_ERR_NONE, "fill %d: %d", i, log.errs[fill - 1]);
     }
