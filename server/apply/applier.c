@@ -150,7 +150,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (!ir) {
         kv_apply_err(res, scan == KV_PB_SCAN_TOO_MANY_OPS ? KV_ERR_TOO_MANY_OPS
                                                           : KV_ERR_DECODE_INTERNAL_REQ);
-        kv_ks_batch_mark_applied(s, b, index, 0);
+        kv_ks_batch_mark_applied(b, index, 0);
         res->revision = bi.rev;
         return 0;
     }
@@ -237,7 +237,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     if (rc < 0)
         return rc;
     /* rc 0 (the batch took the request's changes) or 1 (a request error: nothing kept) */
-    kv_ks_batch_mark_applied(s, b, index, 1);
+    kv_ks_batch_mark_applied(b, index, 1);
     kv_ks_batch_info_get(s, b, &bi);
     res->revision = bi.rev;
     return 0;

@@ -34,12 +34,20 @@ int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out)
     return 0;
 }
 
-void kv_ks_batch_mark_applied(kv_store *s, kv_store_batch *b, uint64_t index, int counted)
+void kv_ks_batch_mark_applied(kv_store_batch *b, uint64_t index, int counted)
 {
-    (void)s;
     b->meta.applied = index;
     if (counted)
         b->applies++;
+}
+
+void kv_ks_batch_count_ops(kv_store_batch *b, unsigned ranges, unsigned puts, unsigned deletes)
+{
+    b->ops[0] += ranges;
+    b->ops[1] += puts;
+    b->ops[2] += deletes;
+    if ((uint64_t)ranges + puts + deletes > 1)
+        b->ops[3]++;
 }
 
 int kv_ks_begin(kv_store *s, kv_store_batch *b, kv_ks **out)

@@ -56,7 +56,7 @@ typedef struct kv_ks_batch_info {
 int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out);
 /* Marks index applied in the batch (the entry's result is final); counted as an apply
  * (kv_store_counters.applies) when counted is 1. */
-void kv_ks_batch_mark_applied(kv_store *s, kv_store_batch *b, uint64_t index, int counted);
+void kv_ks_batch_mark_applied(kv_store_batch *b, uint64_t index, int counted);
 /* Adds one request's operations to the batch's counts (kv_store_count_ops at its commit). */
 void kv_ks_batch_count_ops(kv_store_batch *b, unsigned ranges, unsigned puts, unsigned deletes);
 

@@ -247,15 +247,6 @@ void kv_store_count_ops(kv_store *s, unsigned ranges, unsigned puts, unsigned de
         atomic_fetch_add_explicit(&s->ops_txns, 1, memory_order_relaxed);
 }
 
-void kv_ks_batch_count_ops(kv_store_batch *b, unsigned ranges, unsigned puts, unsigned deletes)
-{
-    b->ops[0] += ranges;
-    b->ops[1] += puts;
-    b->ops[2] += deletes;
-    if ((uint64_t)ranges + puts + deletes > 1)
-        b->ops[3]++;
-}
-
 /* The committed batch's counts (apply thread; the ops are read by the metrics). */
 static void count_batch(kv_store *s, const kv_store_batch *b)
 {

@@ -34,7 +34,7 @@ static void req_end(req *r, int commit)
         cr_assert_eq(kv_ks_commit(r->ks, 0), 0);
     else
         kv_ks_abort(r->ks);
-    kv_ks_batch_mark_applied(r->t->s, r->b, ++r->t->index, 1);
+    kv_ks_batch_mark_applied(r->b, ++r->t->index, 1);
     cr_assert_eq(kv_store_batch_commit(r->t->s, r->b), 0);
 }
 
