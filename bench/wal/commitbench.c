@@ -8,16 +8,26 @@
  *   preload --keys keys of --value-size bytes (the put benchmark's keyspace: 10,000 x 256 B);
  *   for each batch size N: --rounds commits of N puts to random keys; per put, the median
  *   apply time and commit time (write + fdatasync of the dirtied pages) and the bytes the
- *   commit wrote (/proc/self/io wchar), in 4 KiB pages per put.
- * Usage: commitbench [--keys N] [--value-size N] [--rounds N] [--dir DIR] (DIR on the disk
- * under test, not tmpfs; default: a fresh directory under /var/tmp, removed at the end).
- * Not a test: it prints figures.
+ *   commit wrote (/proc/self/io wchar), in 4 KiB pages per put, and the write calls it made
+ *   (syscw): LMDB writes each run of adjacent dirty pages with one call, so calls close to
+ *   the pages mean the pages are scattered over the file (bench/README.md, "Where a commit's
+ *   pages land").
+ * Usage: commitbench [--keys N] [--value-size N] [--rounds N] [--sizes N,N,..]
+ *                    [--pin-commits N] [--dir DIR]
+ * (DIR on the disk under test, not tmpfs; default: a fresh directory under /var/tmp, removed
+ * at the end). --pin-commits N (0, the default: none) holds a read transaction open over the
+ * measured commits and renews it every N commits: LMDB cannot reuse a page freed after the oldest
+ * reader began, so while it is held every page a commit writes is new, at the end of the file, and
+ * adjacent. Not a test: it prints figures.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <lmdb.h>
 
 #include "apply/apply.h"
 #include "floor.h"
@@ -25,10 +35,13 @@
 #include "mvcc/store.h"
 #include "kvt_util.h"
 
-#define MAX_ROUNDS 200
+#define MAX_ROUNDS 5000
+#define MAX_SIZES 8
 
 typedef struct opts {
-    long keys, vsize, rounds;
+    long keys, vsize, rounds, pin_commits;
+    long sizes[MAX_SIZES];
+    size_t nsizes;
     char dir[256];
 } opts;
 
@@ -70,25 +83,49 @@ static int put(kv_store *s, kv_store_batch *b, uint64_t idx, long k, uint8_t *va
     return rc;
 }
 
-/* Bytes this process passed to write calls so far (/proc/self/io wchar): a commit's writes
- * are LMDB's pwrite/writev of the pages it dirtied. -1 if unreadable. */
-static long long written_bytes(void)
+/* What this process passed to write calls so far (/proc/self/io): bytes (wchar) and calls
+ * (syscw); a commit's writes are LMDB's pwrite/writev of the pages it dirtied. -1 in both if
+ * unreadable. */
+static void written(long long *bytes, long long *calls)
 {
+    *bytes = *calls = -1;
     FILE *f = fopen("/proc/self/io", "r");
     if (!f)
-        return -1;
+        return;
     char line[128];
-    long long v = -1;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "wchar: %lld", &v) == 1)
-            break;
+        if (sscanf(line, "wchar: %lld", bytes) != 1)
+            (void)sscanf(line, "syscw: %lld", calls);
     fclose(f);
-    return v;
+}
+
+static const char *path_of(const char *dir, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+    return buf;
+}
+
+/* "1,10,50" into o->sizes. 0 or -1. */
+static int parse_sizes(const char *v, opts *o)
+{
+    o->nsizes = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || n > 100000 || o->nsizes == MAX_SIZES || (*end && *end != ','))
+            return -1;
+        o->sizes[o->nsizes++] = n;
+        p = *end ? end + 1 : end;
+    }
+    return o->nsizes ? 0 : -1;
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.keys = 10000, .vsize = 256, .rounds = 30};
+    static const long def[] = {1, 10, 50, 200, 1000, 5000};
+    for (; o->nsizes < sizeof(def) / sizeof(def[0]); o->nsizes++)
+        o->sizes[o->nsizes] = def[o->nsizes];
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc)
             return -1;
@@ -98,12 +135,18 @@ static int parse(int argc, char **argv, opts *o)
             o->vsize = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds"))
             o->rounds = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--dir"))
+        else if (!strcmp(argv[i], "--pin-commits"))
+            o->pin_commits = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sizes")) {
+            if (parse_sizes(argv[i + 1], o))
+                return -1;
+        } else if (!strcmp(argv[i], "--dir"))
             snprintf(o->dir, sizeof(o->dir), "%s", argv[i + 1]);
         else
             return -1;
     }
-    if (o->keys < 1 || o->vsize < 1 || o->vsize > 4096 || o->rounds < 3 || o->rounds > MAX_ROUNDS)
+    if (o->keys < 1 || o->vsize < 1 || o->vsize > 4096 || o->rounds < 3 || o->rounds > MAX_ROUNDS ||
+        o->pin_commits < 0)
         return -1;
     return 0;
 }
@@ -113,7 +156,8 @@ int main(int argc, char **argv)
     opts o;
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: commitbench [--keys N] [--value-size N (<= 4096)] "
-                        "[--rounds N (3..200)] [--dir DIR]\n");
+                        "[--rounds N (3..5000)] [--sizes N,N,..] [--pin-commits N] "
+                        "[--dir DIR]\n");
         return 2;
     }
     int own_dir = !o.dir[0];
@@ -125,7 +169,9 @@ int main(int argc, char **argv)
         }
     }
     int rc = 1;
-    double floor_v[200];
+    double floor_v[200], *ap = NULL;
+    char fpath[300];
+    MDB_txn *pin = NULL;
     kv_store *s = NULL;
     uint8_t *val = calloc(1, (size_t)o.vsize);
     kv_store_config cfg;
@@ -155,13 +201,17 @@ int main(int argc, char **argv)
     printf("commitbench: %ld keys x %ld B, %ld commits per size, medians; fdatasync floor "
            "p50 %.3f ms (4 KiB, preallocated file)\n",
            o.keys, o.vsize, o.rounds, floor_v[100] / 1000.0);
-    printf("%10s %14s %14s %16s %18s %16s\n", "puts/commit", "apply us/put", "commit ms",
-           "commit us/put", "pages written/put", "max puts/s (*)");
-    static const long sizes[] = {1, 10, 50, 200, 1000, 5000};
+    printf("%10s %14s %14s %16s %18s %16s %16s\n", "puts/commit", "apply us/put", "commit ms",
+           "commit us/put", "pages written/put", "writes/commit", "max puts/s (*)");
+    if (!(ap = calloc(4 * (size_t)o.rounds, sizeof(double))))
+        goto out;
+    double *cm = ap + o.rounds, *pg = cm + o.rounds, *wc = pg + o.rounds;
+    if (o.pin_commits && mdb_txn_begin(kv_store_env(s), NULL, MDB_RDONLY, &pin))
+        goto out;
     uint64_t x = 0x9E3779B97F4A7C15ULL;
-    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-        long n = sizes[si];
-        double ap[MAX_ROUNDS], cm[MAX_ROUNDS], pg[MAX_ROUNDS];
+    long commits = 0;
+    for (size_t si = 0; si < o.nsizes; si++) {
+        long n = o.sizes[si];
         for (long r = 0; r < o.rounds; r++) {
             kv_store_batch *b;
             if (kv_store_batch_begin(s, &b))
@@ -173,29 +223,43 @@ int main(int argc, char **argv)
                     kv_store_batch_abort(s, b);
                     goto out;
                 }
-            long long w0 = written_bytes();
+            long long w0, c0, w1, c1;
+            written(&w0, &c0);
             double t1 = kv_bench_now_us();
             if (kv_store_batch_commit_nometasync(s, b))
                 goto out;
             double t2 = kv_bench_now_us();
-            long long w1 = written_bytes();
+            written(&w1, &c1);
             ap[r] = (t1 - t0) / (double)n;
             cm[r] = t2 - t1;
             pg[r] = w0 < 0 || w1 < 0 ? -1 : (double)(w1 - w0) / 4096.0 / (double)n;
+            wc[r] = c0 < 0 || c1 < 0 ? -1 : (double)(c1 - c0);
+            if (pin && ++commits % o.pin_commits == 0) { /* pages freed before now: reusable */
+                mdb_txn_reset(pin);
+                if (mdb_txn_renew(pin))
+                    goto out;
+            }
         }
         qsort(ap, (size_t)o.rounds, sizeof(double), kv_bench_cmp_double);
         qsort(cm, (size_t)o.rounds, sizeof(double), kv_bench_cmp_double);
         qsort(pg, (size_t)o.rounds, sizeof(double), kv_bench_cmp_double);
+        qsort(wc, (size_t)o.rounds, sizeof(double), kv_bench_cmp_double);
         double a = ap[o.rounds / 2], c = cm[o.rounds / 2];
-        printf("%10ld %14.2f %14.3f %16.2f %18.2f %16.0f\n", n, a, c / 1000.0, c / (double)n,
-               pg[o.rounds / 2], 1e6 / (a + c / (double)n));
+        printf("%10ld %14.2f %14.3f %16.2f %18.2f %16.0f %16.0f\n", n, a, c / 1000.0, c / (double)n,
+               pg[o.rounds / 2], wc[o.rounds / 2], 1e6 / (a + c / (double)n));
     }
+    struct stat st;
+    if (stat(path_of(o.dir, "data.mdb", fpath, sizeof fpath), &st) == 0)
+        printf("data.mdb at the end: %.1f MB\n", (double)st.st_size / 1e6);
     printf("(*) one writer applying and committing back to back: 1 / (apply + commit per "
            "put); the WAL flush and the network come on top\n");
     rc = 0;
 out:
+    if (pin)
+        mdb_txn_abort(pin);
     if (s)
         kv_store_close(s);
+    free(ap);
     free(val);
     if (own_dir)
         kvt_rmtree(o.dir);

@@ -3,10 +3,12 @@
  * on one machine shares one disk: per raft ready, every member flushes its WAL (one page or
  * a few) and commits LMDB (the random pages the ready dirtied, then a flush). This probe
  * measures what that disk allows, with no server: W threads, each with its own preallocated,
- * written 64 MiB file, each loop writing P random 4 KiB pages and then fdatasync, for --seconds;
- * for each (W, P) it prints the flushes per second of all writers together and the median
- * flush (writes + fdatasync) of one writer. bench/README.md ("What bounds a cluster on one
- * disk") reads the figures.
+ * written 64 MiB file, each loop writing P 4 KiB pages and then fdatasync, for --seconds;
+ * the P pages are either random (one pwrite each, as an LMDB commit's scattered pages are
+ * written) or adjacent (one pwrite of P pages at a random start, as a commit whose pages were
+ * all new would be). For each (layout, W, P) it prints the flushes per second of all writers
+ * together and the median flush (writes + fdatasync) of one writer. bench/README.md ("What
+ * bounds a cluster on one disk", "Where a commit's pages land") reads the figures.
  * Usage: flushprobe [--seconds S] [--dir DIR] (DIR on the disk under test, not tmpfs;
  * default /var/tmp). Not a test: it prints figures.
  */
@@ -32,6 +34,7 @@ typedef struct writer {
     pthread_t t;
     const char *dir;
     int idx, pages;
+    int adjacent; /* 1: the pages in one run, one pwrite */
     double seconds;
     double *lat; /* flush latencies, microseconds */
     size_t n;
@@ -62,13 +65,13 @@ static void *run(void *arg)
     writer *w = arg;
     char path[512];
     snprintf(path, sizeof path, "%s/flushprobe.%d.%d", w->dir, (int)getpid(), w->idx);
-    char *buf = aligned_alloc(4096, 4096);
+    char *buf = aligned_alloc(4096, (size_t)w->pages * 4096);
     int fd = buf ? open(path, O_CREAT | O_RDWR | O_TRUNC, 0600) : -1;
     if (fd < 0) {
         w->err = buf ? errno : ENOMEM;
         goto out;
     }
-    memset(buf, 0x5a, 4096);
+    memset(buf, 0x5a, (size_t)w->pages * 4096);
     if ((w->err = prepare(fd, buf)) != 0)
         goto out_close;
     uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)(w->idx + 1);
@@ -77,9 +80,11 @@ static void *run(void *arg)
         double t0 = kv_bench_now_us();
         if (t0 >= end)
             break;
-        for (int k = 0; k < w->pages; k++) {
-            off_t at = (off_t)(next_rand(&x) % FILE_PAGES) * 4096;
-            if (pwrite(fd, buf, 4096, at) != 4096) {
+        for (int k = 0; k < (w->adjacent ? 1 : w->pages); k++) {
+            size_t len = w->adjacent ? (size_t)w->pages * 4096 : 4096;
+            uint64_t span = w->adjacent ? FILE_PAGES - (uint64_t)w->pages + 1 : FILE_PAGES;
+            off_t at = (off_t)(next_rand(&x) % span) * 4096;
+            if (pwrite(fd, buf, len, at) != (ssize_t)len) {
                 w->err = errno ? errno : EIO;
                 goto out_close;
             }
@@ -99,13 +104,14 @@ out:
 }
 
 /* One (writers, pages) cell: 0, or a positive errno (printed). */
-static int cell(const char *dir, int writers, int pages, double seconds)
+static int cell(const char *dir, int adjacent, int writers, int pages, double seconds)
 {
     writer w[MAX_WRITERS];
     memset(w, 0, sizeof w);
     int rc = 0, started = 0;
     for (int i = 0; i < writers; i++) {
-        w[i] = (writer){.dir = dir, .idx = i, .pages = pages, .seconds = seconds};
+        w[i] = (writer){
+            .dir = dir, .idx = i, .pages = pages, .adjacent = adjacent, .seconds = seconds};
         if (!(w[i].lat = malloc(MAX_SAMPLES * sizeof(double)))) {
             rc = ENOMEM;
             goto out;
@@ -127,8 +133,8 @@ out:
                 strerror(rc));
     } else if (w[0].n > 0) {
         qsort(w[0].lat, w[0].n, sizeof(double), kv_bench_cmp_double);
-        printf("| %d | %d | %.0f | %.3f |\n", writers, pages, (double)total / seconds,
-               w[0].lat[w[0].n / 2] / 1000.0);
+        printf("| %s | %d | %d | %.0f | %.3f |\n", adjacent ? "adjacent" : "random", writers, pages,
+               (double)total / seconds, w[0].lat[w[0].n / 2] / 1000.0);
     }
     for (int i = 0; i < writers; i++)
         free(w[i].lat);
@@ -156,11 +162,15 @@ int main(int argc, char **argv)
     static const int writers[] = {1, 3, 6};
     static const int pages[] = {1, 10, 50};
     printf("flushprobe: %s, %.1f s per cell\n", dir, seconds);
-    printf("| writers | pages per flush | flushes/s, all writers | median flush of one writer "
-           "(ms) |\n|---|---|---|---|\n");
-    for (size_t p = 0; p < sizeof pages / sizeof pages[0]; p++)
-        for (size_t w = 0; w < sizeof writers / sizeof writers[0]; w++)
-            if (cell(dir, writers[w], pages[p], seconds))
-                return 1;
+    printf("| pages | writers | pages per flush | flushes/s, all writers | median flush of one "
+           "writer (ms) |\n|---|---|---|---|---|\n");
+    for (int adjacent = 0; adjacent < 2; adjacent++)
+        for (size_t p = 0; p < sizeof pages / sizeof pages[0]; p++) {
+            if (adjacent && pages[p] == 1)
+                continue; /* one page is one page either way */
+            for (size_t w = 0; w < sizeof writers / sizeof writers[0]; w++)
+                if (cell(dir, adjacent, writers[w], pages[p], seconds))
+                    return 1;
+        }
     return 0;
 }
