@@ -408,7 +408,7 @@ static void finish_ready(kv_node *n, ready_work *w, int status)
     }
     if (w->install)
         kv_node__install_swap(n, w); /* before anything reads the store or the log */
-    kv_metric_add(n->m_fsyncs, w->synced);
+    kv_metric_add(n->m_fsyncs, n->no_fsync ? 0 : w->synced); /* MDB_NOSYNC: no flush */
     kv_metric_add(n->m_fsyncs_wal, w->wal_synced);
     if (w->has_ready && w->rd.hs_changed && !early_done)
         n->persisted_hs = w->rd.hs;

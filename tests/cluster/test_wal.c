@@ -8,7 +8,11 @@
  *    --experimental-wal=false restarts without it: its log moves to <data-dir>/wal (log line),
  *    every acknowledged put is there; started again with =false it refuses, naming the flag.
  *  - one_wal_flush_per_write: 200 sequential puts through a follower of 3 members: every
- *    member's kvd_fsyncs_total{file="wal"} grows by about one per put, never two.
+ *    member's kvd_fsyncs_total{file="wal"} grows by about one per put, never two, and
+ *    {file="db"} grows too.
+ *  - unsafe_no_fsync_counts_no_flushes: a single member with --unsafe-no-fsync: 50 puts
+ *    leave kvd_fsyncs_total at 0 for both files (it flushes nothing; the data.mdb series
+ *    used to count every LMDB commit as a flush).
  *  - segments_rotate_and_go_after_compaction: small segments and --snapshot-count 100:
  *    3,000 puts rotate through many segments; the directory keeps a handful; a byte flipped
  *    in the oldest kept segment's first record then refuses the start, naming the file.
@@ -168,8 +172,23 @@ Test(cluster_wal, one_wal_flush_per_write, .fini = fini, .timeout = 300)
                       g_c.m[i].name, w, puts);
         cr_assert_leq(w, puts * 1.1 + 5, "%s: %.0f WAL flushes for %d puts", g_c.m[i].name, w,
                       puts);
+        cr_assert_gt(d, 0, "%s: no data.mdb flush counted for %d puts", g_c.m[i].name, puts);
     }
     cl_assert_hash_equal(&g_c, l);
+}
+
+Test(cluster_wal, unsafe_no_fsync_counts_no_flushes, .fini = fini, .timeout = 120)
+{
+    skip_unless_kvd();
+    static const char *const nosync[] = {"--unsafe-no-fsync", NULL};
+    cr_assert_eq(start_with(1, 0, nosync), 0);
+    put_n(0, "/nosync/", 50);
+    double w = cl_metric(&g_c, 0, "kvd_fsyncs_total{file=\"wal\"}");
+    double d = cl_metric(&g_c, 0, "kvd_fsyncs_total{file=\"db\"}");
+    fprintf(stderr, "  --unsafe-no-fsync: %.0f WAL and %.0f data.mdb fsyncs counted for 50 puts\n",
+            w, d);
+    cr_assert_eq(w, 0, "%.0f WAL flushes counted with --unsafe-no-fsync", w);
+    cr_assert_eq(d, 0, "%.0f data.mdb flushes counted with --unsafe-no-fsync", d);
 }
 
 Test(cluster_wal, segments_rotate_and_go_after_compaction, .fini = fini, .timeout = 300)
