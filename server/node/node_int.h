@@ -373,6 +373,7 @@ struct kv_node {
     int compact_pending;
     int compact_error;
     uint32_t compact_batch_keys, compact_batch_revs;
+    int no_fsync;       /* --unsafe-no-fsync: LMDB's commits flush nothing (none counted) */
     uint64_t cstep_max; /* most records one compaction step removed (loop) */
     int cstep_due;      /* a write batch committed: a compaction-only batch goes next */
     compact_waiter *cwait;
@@ -381,7 +382,6 @@ struct kv_node {
     kv_node_stats st;
     kv_metric *m_batches, *m_proposals, *m_refused, *m_batch_size_max;
     kv_metric *m_fsyncs_wal; /* kvd_fsyncs_total{file="wal"} (m_fsyncs: file="db") */
-    int no_fsync;            /* --unsafe-no-fsync: LMDB's commits flush nothing, none counted */
     kv_metric *m_fsyncs, *m_entries, *m_forwarded, *m_leader_changes, *m_reads;
     /* etcd's series (docs/metrics.md "Server", "Disk"); the histograms are observed on the
      * worker thread (kv_metric_observe is thread-safe) */
