@@ -518,7 +518,7 @@ void kv_node__work_ready(uv_work_t *req)
              * here the commit that makes raft's entries or hard state durable */
             double sec = (double)(uv_hrtime() - t_commit) / 1e9;
             kv_metric_observe(n->m_backend_commit, sec);
-            if (w->synced == 2)
+            if (w->synced == 2 && !n->no_fsync) /* MDB_NOSYNC: no flush to time */
                 kv_node_observe_wal_fsync(n, sec);
         }
     }
