@@ -32,25 +32,6 @@ void kvt_sleep_ms(uint32_t ms)
         ;
 }
 
-int kvt_port_free(uint16_t *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    *port = ntohs(a.sin_port);
-    close(fd);
-    return 0;
-}
-
 int kvt_tmpdir_create(kvt_tmpdir *d, const char *prefix)
 {
     const char *t = getenv("TMPDIR");

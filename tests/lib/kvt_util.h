@@ -1,5 +1,5 @@
 /*
- * kvt_util: small helpers shared by the test fixtures: clocks, free loopback ports,
+ * kvt_util: small helpers shared by the test fixtures: clocks, free loopback ports (kvt_port.c),
  * temporary directories, a bounded HTTP/1.0 GET and Prometheus sample lookup.
  * No global state; every function is thread-safe. Functions return 0 or a negative errno.
  */
@@ -15,8 +15,9 @@ int64_t kvt_now_us(void);
 uint64_t kvt_now_ms(void);
 void kvt_sleep_ms(uint32_t ms);
 
-/* A free TCP port on 127.0.0.1 (bind to port 0, then released: a small race with other
- * processes is accepted; callers that fail to bind retry on new ports). */
+/* A free TCP port for a server on 127.0.0.1, not in the kernel's ephemeral range, and not
+ * handed to any other test process (of any test binary on the machine) while this process
+ * lives; see kvt_port.c. -EADDRINUSE if the range is exhausted. */
 int kvt_port_free(uint16_t *port);
 
 /* A private directory created with mkdtemp under $TMPDIR (else /tmp), named

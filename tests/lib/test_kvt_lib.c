@@ -1,6 +1,7 @@
 /*
  * kvt_lib unit tests: the peer proxy (relay, blackhole, per-dialer blocking by X-Server-From,
- * closing connections that lost bytes once healed), the process launcher and the temp dir.
+ * closing connections that lost bytes once healed), the process launcher, the temp dir and
+ * free ports.
  */
 #include "kvt_proc.h"
 #include "kvt_proxy.h"
@@ -171,4 +172,63 @@ Test(kvt_proc, spawn_log_pause_kill_and_run)
     kvt_tmpdir_destroy(&d);
     struct stat st;
     cr_assert_neq(stat(path, &st), 0, "tmpdir not removed");
+}
+
+/* kvt_port_free hands a port to one live process only: a child claims every free port of an
+ * 8-port range and stays alive; the parent then gets -EADDRINUSE (bind(0) or a lone bind
+ * probe would hand it one of those ports); once the child is dead its ports are free again.
+ * Default picks lie below the kernel's ephemeral range, where connect() never lands. */
+Test(kvt_port, a_port_goes_to_one_live_process_and_outside_the_ephemeral_range)
+{
+    kvt_tmpdir d;
+    cr_assert_eq(kvt_tmpdir_create(&d, "kvt-ports"), 0);
+    uint16_t a = 0, b = 0;
+    cr_assert_eq(kvt_port_free(&a), 0);
+    cr_assert_eq(kvt_port_free(&b), 0);
+    cr_assert_neq(a, b, "one process got port %u twice", a);
+    unsigned eph_lo = 0, eph_hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f && fscanf(f, "%u %u", &eph_lo, &eph_hi) == 2 && eph_lo > 10100)
+        cr_assert(a < eph_lo && b < eph_lo, "ports %u %u in the ephemeral range %u-%u", a, b,
+                  eph_lo, eph_hi);
+    if (f)
+        fclose(f);
+
+    cr_assert_eq(setenv("KV_TEST_PORT_DIR", d.path, 1), 0);
+    cr_assert_eq(setenv("KV_TEST_PORT_RANGE", "19990-19998", 1), 0);
+    int to_parent[2], to_child[2];
+    cr_assert_eq(pipe(to_parent), 0);
+    cr_assert_eq(pipe(to_child), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(to_parent[0]);
+        close(to_child[1]);
+        unsigned char n = 0;
+        uint16_t p;
+        while (n < 16 && kvt_port_free(&p) == 0)
+            n++;
+        (void)!write(to_parent[1], &n, 1);
+        char c;
+        (void)!read(to_child[0], &c, 1); /* alive until the parent says */
+        _exit(0);
+    }
+    close(to_parent[1]);
+    close(to_child[0]);
+    unsigned char claimed = 0;
+    cr_assert_eq(read(to_parent[0], &claimed, 1), 1);
+    cr_assert(claimed >= 1 && claimed <= 8, "the child claimed %u of 8 ports", claimed);
+    uint16_t p = 0;
+    int rc = kvt_port_free(&p);
+    cr_assert_eq(rc, -EADDRINUSE, "got port %u (rc %d) while its owner lives", p, rc);
+    cr_assert_eq(write(to_child[1], "x", 1), 1);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert_eq(kvt_port_free(&p), 0, "the dead child's ports were not taken over");
+    cr_assert(p >= 19990 && p < 19998, "port %u outside the range", p);
+    close(to_parent[0]);
+    close(to_child[1]);
+    unsetenv("KV_TEST_PORT_RANGE");
+    unsetenv("KV_TEST_PORT_DIR");
+    kvt_tmpdir_destroy(&d);
 }

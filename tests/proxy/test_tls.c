@@ -484,6 +484,16 @@ Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout
     cr_assert(file_has(g_p.log, "cert has non empty Common Name (root)"), "log %s", g_p.log);
 }
 
+/* The last cap - 1 bytes of the file at path, for a failure message. */
+static const char *log_tail(const char *path, char *buf, size_t cap)
+{
+    char *all = kvt_file_read(path);
+    size_t n = all ? strlen(all) : 0;
+    snprintf(buf, cap, "%s", all ? all + (n >= cap ? n - (cap - 1) : 0) : "(unreadable)");
+    free(all);
+    return buf;
+}
+
 /* curl -f on url (--cacert ca.pem when ca; ca 2: also --http1.1); its exit code (999 on
  * timeout), output in out. */
 static int curl_metrics(const char *url, int ca, char *out, size_t cap)
@@ -541,9 +551,14 @@ Test(proxy_tls, https_metrics_addr_serves_tls, .fini = fini, .timeout = 120)
     static char out[1 << 16];
     snprintf(url, sizeof url, "https://127.0.0.1:%u/metrics", g_p.metrics_port);
     int code = -1;
-    for (int i = 0; i < 100 && (code = curl_metrics(url, 1, out, sizeof out)) != 0; i++)
+    for (int i = 0; i < 100 && (code = curl_metrics(url, 1, out, sizeof out)) != 0 &&
+                    kvt_proc_alive(&g_p.proc);
+         i++)
         usleep(200 * 1000);
-    cr_assert_eq(code, 0, "https /metrics: %s (log %s)", out, g_p.log);
+    char tail[1024];
+    cr_assert_eq(code, 0, "https /metrics: %s (the proxy %s; log %s ends: %s)", out,
+                 kvt_proc_alive(&g_p.proc) ? "runs" : "exited", g_p.log,
+                 log_tail(g_p.log, tail, sizeof tail));
     cr_assert(strstr(out, "# TYPE "), "no metrics over TLS: %.300s", out);
     snprintf(url, sizeof url, "https://127.0.0.1:%u/health", g_p.metrics_port);
     cr_assert_eq(curl_metrics(url, 1, out, sizeof out), 0, "https /health: %s", out);
