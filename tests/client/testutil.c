@@ -211,7 +211,7 @@ static int port_was_taken(const struct kvt_server *s)
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     buf[n > 0 ? n : 0] = '\0';
-    return strstr(buf, "address already in use") != NULL;
+    return kvt_log_port_taken(buf);
 }
 
 /* One start on fresh ports: 0, -EADDRINUSE if the server exited because another process took

@@ -170,9 +170,7 @@ int kv_it_server_start(kv_it_server *s, uint32_t ready_timeout_ms)
      * Before the first successful start the ports are not part of the contract: retry. */
     for (int attempt = 0; rc == -ECHILD && s->starts == 0 && attempt < 3; attempt++) {
         char *log = NULL;
-        int in_use = kv_it_server_log(s, &log) == 0 && log &&
-                     (strstr(log, "address already in use") || strstr(log, "Address in use") ||
-                      strstr(log, "EADDRINUSE"));
+        int in_use = kv_it_server_log(s, &log) == 0 && kvt_log_port_taken(log);
         free(log);
         if (!in_use || pick_ports(s))
             break;

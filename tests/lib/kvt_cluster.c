@@ -212,8 +212,7 @@ static int port_was_taken(const kvt_cluster *c, int i)
     const char *last = log, *p = log;
     while ((p = strstr(p, "=== kvt: start")) != NULL)
         last = p++;
-    int taken = strstr(last, "address already in use") || strstr(last, "Address in use") ||
-                strstr(last, "EADDRINUSE");
+    int taken = kvt_log_port_taken(last);
     free(log);
     return taken;
 }

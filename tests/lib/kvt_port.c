@@ -94,8 +94,9 @@ static int port_from_kernel(uint16_t *port)
     return rc;
 }
 
-/* 1 if the record <dirfd>/<name> names a live process other than a dead one (a record that
- * cannot be read counts as live: it is never taken over on a guess). */
+/* 1 if the record <dirfd>/<name> names a live process, or cannot be opened (then it is not
+ * taken over on a guess); 0 if there is none, its process is dead, or it holds no pid (its
+ * writer died mid-claim: records are written under the lock the caller holds). */
 static int record_live(int dirfd, const char *name)
 {
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
@@ -104,13 +105,9 @@ static int record_live(int dirfd, const char *name)
     char buf[32];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0)
-        return 1;
-    buf[n] = '\0';
+    buf[n > 0 ? n : 0] = '\0';
     long pid = strtol(buf, NULL, 10);
-    if (pid <= 0)
-        return 1;
-    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
 /* Writes this process's pid as the record <dirfd>/<name> (replacing a dead owner's). */
@@ -136,6 +133,13 @@ static int records_open(void)
         (void)chmod(d, 01777); /* past the umask: every user's tests share it */
     int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
+}
+
+int kvt_log_port_taken(const char *text)
+{
+    return text &&
+           (strstr(text, "address already in use") || strstr(text, "Address already in use") ||
+            strstr(text, "Address in use") || strstr(text, "EADDRINUSE"));
 }
 
 int kvt_port_free(uint16_t *port)

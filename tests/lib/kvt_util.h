@@ -16,9 +16,12 @@ uint64_t kvt_now_ms(void);
 void kvt_sleep_ms(uint32_t ms);
 
 /* A free TCP port for a server on 127.0.0.1, not in the kernel's ephemeral range, and not
- * handed to any other test process (of any test binary on the machine) while this process
+ * handed out again (to this or any other test process on the machine) while this process
  * lives; see kvt_port.c. -EADDRINUSE if the range is exhausted. */
 int kvt_port_free(uint16_t *port);
+/* 1 if a server's log text says it could not bind because a port was taken (kvd: "address
+ * already in use" or strerror's "Address already in use"; etcd: the same; "EADDRINUSE"). */
+int kvt_log_port_taken(const char *text);
 
 /* A private directory created with mkdtemp under $TMPDIR (else /tmp), named
  * <prefix>.XXXXXX. kvt_tmpdir_destroy() removes it recursively unless the environment sets

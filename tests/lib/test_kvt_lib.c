@@ -228,6 +228,10 @@ Test(kvt_port, a_port_goes_to_one_live_process_and_outside_the_ephemeral_range)
     cr_assert(p >= 19990 && p < 19998, "port %u outside the range", p);
     close(to_parent[0]);
     close(to_child[1]);
+    cr_assert(kvt_log_port_taken("kvd grpc-proxy: error: --metrics-addr 127.0.0.1:1: Address "
+                                 "already in use"));
+    cr_assert(kvt_log_port_taken("listen tcp 127.0.0.1:1: bind: address already in use"));
+    cr_assert_not(kvt_log_port_taken("kvd: ready to serve client requests"));
     unsetenv("KV_TEST_PORT_RANGE");
     unsetenv("KV_TEST_PORT_DIR");
     kvt_tmpdir_destroy(&d);
