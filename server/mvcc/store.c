@@ -410,6 +410,13 @@ int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b)
     return rc;
 }
 
+int kv_store_commit_flushes(const kv_store *s, int nometasync)
+{
+    if (s->cfg.unsafe_no_fsync)
+        return 0;
+    return nometasync ? 1 : 2;
+}
+
 void kv_store_batch_abort(kv_store *s, kv_store_batch *b)
 {
     if (!b || b != &s->batch || !b->open)

@@ -203,6 +203,11 @@ int kv_store_disk_free_below(kv_store *s, uint64_t bytes);
  * commit itself may be undone by one: use it only for what is derivable from durable data
  * (the raft driver: applying entries already durable in the log). */
 int kv_store_batch_commit_nometasync(kv_store *s, kv_store_batch *b);
+/* How many flushes one commit issues on this store (the fsync metric counts them): 0 when it
+ * was opened with unsafe_no_fsync (MDB_NOSYNC: no commit flushes), else 1 for
+ * kv_store_batch_commit_nometasync (the data pages) and 2 for kv_store_batch_commit (the data
+ * pages, then the meta page). Any thread. */
+int kv_store_commit_flushes(const kv_store *s, int nometasync);
 /* Quiet apply: the following kv_store_apply calls of this batch leave res->resp NULL (the
  * result code, message and revision are still set). The raft driver applies other members'
  * entries quietly: nobody here waits for their responses. Reset at batch_begin. */

@@ -589,7 +589,6 @@ int kv_node_init(kv_node **out, uv_loop_t *loop, kv_store *store, const kv_node_
     n->max_health_waiters = cfg && cfg->max_health_waiters ? cfg->max_health_waiters : 64;
     n->compact_batch_keys = cfg && cfg->compact_batch_keys ? cfg->compact_batch_keys : 1000;
     n->compact_batch_revs = cfg && cfg->compact_batch_revs ? cfg->compact_batch_revs : 50;
-    n->no_fsync = cfg && cfg->unsafe_no_fsync;
     kv_store_status ss;
     int rc = kv_store_get_status(store, &ss);
     if (rc < 0)

@@ -490,12 +490,13 @@ void kv_node__work_ready(uv_work_t *req)
          * replayed from the WAL. */
         if (rc == 0 && w->has_compact) {
             rc = kv_store_batch_commit(n->store, b);
-            w->synced = 2;
+            w->durable = 1;
+            w->flushes = kv_store_commit_flushes(n->store, 0);
             if (rc == 0)
                 rc = kv_node__wal_compacted(n, &w->compact);
         } else if (rc == 0) {
             rc = kv_store_batch_commit_nometasync(n->store, b);
-            w->synced = 1;
+            w->flushes = kv_store_commit_flushes(n->store, 1);
         } else {
             kv_store_batch_abort(n->store, b);
         }
@@ -506,10 +507,11 @@ void kv_node__work_ready(uv_work_t *req)
             /* Only applies (and compaction): derivable from the log, already durable. LMDB's
              * integrity still holds after a power loss; a lost commit is replayed. */
             rc = kv_store_batch_commit_nometasync(n->store, b);
-            w->synced = 1;
+            w->flushes = kv_store_commit_flushes(n->store, 1);
         } else if (rc == 0) {
             rc = kv_store_batch_commit(n->store, b);
-            w->synced = 2; /* LMDB: data pages, then the meta page */
+            w->durable = 1;
+            w->flushes = kv_store_commit_flushes(n->store, 0);
         } else {
             kv_store_batch_abort(n->store, b);
         }
@@ -518,7 +520,7 @@ void kv_node__work_ready(uv_work_t *req)
              * here the commit that makes raft's entries or hard state durable */
             double sec = (double)(uv_hrtime() - t_commit) / 1e9;
             kv_metric_observe(n->m_backend_commit, sec);
-            if (w->synced == 2 && !n->no_fsync) /* MDB_NOSYNC: no flush to time */
+            if (w->durable && w->flushes) /* the log's flush (none under MDB_NOSYNC) */
                 kv_node_observe_wal_fsync(n, sec);
         }
     }

@@ -129,7 +129,8 @@ typedef struct ready_work {
     int has_compact;       /* persist compact (log compaction) in this commit */
     uint64_t log_mark;     /* n->log_proposed when this work was made */
     struct raft_snapshot_meta compact;
-    int synced;  /* number of fdatasyncs this commit issued (metric) */
+    int flushes; /* flushes this ready's LMDB commit issued (metric; kv_store_commit_flushes) */
+    int durable; /* that commit was synced, meta page included (the disk failpoint's commit) */
     int install; /* the snapshot file became data.mdb: the loop swaps the environment */
     int old_fd;  /* the replaced data file, closed off the loop after the swap (or -1) */
     /* Early acknowledgement (node_apply.c early_ok): the worker sets `early` once results/ids
@@ -373,7 +374,6 @@ struct kv_node {
     int compact_pending;
     int compact_error;
     uint32_t compact_batch_keys, compact_batch_revs;
-    int no_fsync;       /* --unsafe-no-fsync: LMDB's commits flush nothing (none counted) */
     uint64_t cstep_max; /* most records one compaction step removed (loop) */
     int cstep_due;      /* a write batch committed: a compaction-only batch goes next */
     compact_waiter *cwait;

@@ -408,7 +408,7 @@ static void finish_ready(kv_node *n, ready_work *w, int status)
     }
     if (w->install)
         kv_node__install_swap(n, w); /* before anything reads the store or the log */
-    kv_metric_add(n->m_fsyncs, n->no_fsync ? 0 : w->synced); /* MDB_NOSYNC: no flush */
+    kv_metric_add(n->m_fsyncs, w->flushes);
     kv_metric_add(n->m_fsyncs_wal, w->wal_synced);
     if (w->has_ready && w->rd.hs_changed && !early_done)
         n->persisted_hs = w->rd.hs;
@@ -566,7 +566,7 @@ static void work_ready(uv_work_t *req)
     ready_work *w = req->data;
     kv_node__work_ready(req);
     if (w->rc == 0 && !w->node->wal) /* with the WAL: its flush (node_log.c wal_sync) */
-        w->rc = kv_disk_fp_commit(w->node->disk_fp, w->synced == 2);
+        w->rc = kv_disk_fp_commit(w->node->disk_fp, w->durable);
 }
 
 static int start_work(kv_node *n, const struct raft_ready *rd)

@@ -226,7 +226,8 @@ int kv_node__install_file(kv_node *n, ready_work *w)
     w->has_compact = 0;
     w->rd.hs_changed = true;
     w->rd.hs = hs;
-    w->synced = 2;
+    w->durable = 1;
+    w->flushes = kv_store_commit_flushes(n->store, 0);
     return 0;
 fail:
     fprintf(stderr, "kvd: error: installing snapshot %s failed: %s\n", w->snap_path, strerror(-rc));

@@ -1,5 +1,5 @@
-/* MVCC store: compaction, apply idempotence, group commit, durability, checksums, format
- * version, startup cost, limits, quota, leases and observers, hashes, status. */
+/* MVCC store: compaction, apply idempotence, group commit, flushes per commit, durability,
+ * checksums, format version, startup cost, limits, quota, leases and observers, hashes, status. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -507,6 +507,21 @@ Test(mvcc_store, deterministic_apply_turns_a_full_map_into_a_storage_failure)
     cr_assert_gt(i, 100, "past the quota plus half the headroom: nothing refused early");
     kv_store_batch_abort(t.s, b);
     free(big);
+}
+
+/* The fsync metric counts what the store says a commit flushes: nothing under
+ * --unsafe-no-fsync (MDB_NOSYNC), else the data pages (MDB_NOMETASYNC) or both pages. */
+Test(mvcc_store, commit_flushes_follow_the_sync_mode)
+{
+    cr_assert_eq(kv_store_commit_flushes(t.s, 1), 1);
+    cr_assert_eq(kv_store_commit_flushes(t.s, 0), 2);
+    kv_store_config cfg;
+    kv_store_config_default(&cfg);
+    cfg.unsafe_no_fsync = 1;
+    kvt_store_close(&t);
+    kvt_store_open(&t, &cfg);
+    cr_assert_eq(kv_store_commit_flushes(t.s, 1), 0);
+    cr_assert_eq(kv_store_commit_flushes(t.s, 0), 0);
 }
 
 Test(mvcc_store, quota_exceeded_fails_the_request_only)
