@@ -3,6 +3,7 @@
 
 #include "api/conc_util.h"
 #include "api/conc_watch.h"
+#include "api/quota.h"
 #include "api/services.h"
 #include "lease/lessor.h"
 #include "api/api.h"
@@ -407,9 +408,10 @@ static uint8_t *dup_bytes(const uint8_t *p, size_t n)
     return d;
 }
 
-void kv_conc_acquire_start(kv_grpc_call *call, kv_conc_kind kind, const uint8_t *name, size_t nlen,
-                           const uint8_t *value, size_t vlen, int64_t lease, int grant,
-                           const kv_conc_ident *id)
+/* Starts an admitted acquisition: grant, lease is a new id to grant first; id, the caller. */
+static void acquire_start(kv_grpc_call *call, kv_conc_kind kind, const uint8_t *name, size_t nlen,
+                          const uint8_t *value, size_t vlen, int64_t lease, int grant,
+                          const kv_conc_ident *id)
 {
     kv_api *s = kv_grpc_call_app(call);
     acq *a = calloc(1, sizeof(*a));
@@ -451,4 +453,36 @@ void kv_conc_acquire_cancel(kv_grpc_call *call)
     if (a->w != NULL) /* waiting for a DELETE: nothing in flight, undo now */
         acq_abort(a);
     /* otherwise a proposal or a read is in flight: its completion undoes */
+}
+
+void kv_conc_acquire(kv_grpc_call *call, kv_conc_kind kind, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, int64_t lease, size_t req_len)
+{
+    kv_api *s = kv_grpc_call_app(call);
+    uint8_t *pfx = NULL, *end = NULL, *key = NULL;
+    size_t klen = 0;
+    if (kv_quota_admit(s, call, KV_IREQ_TXN, req_len))
+        return;
+    int grant = lease == 0;
+    if (grant)
+        lease = kv_lessor_new_id(s->lessor);
+    if (kv_conc_prefix(name, nlen, &pfx, &end) < 0 ||
+        kv_conc_key(name, nlen, lease, &key, &klen) < 0) {
+        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
+        goto out;
+    }
+    kv_conc_perm perms[] = {
+        {KV_PERM_READ, pfx, nlen + 1, end, nlen + 1},
+        {KV_PERM_WRITE, key, klen, NULL, 0},
+    };
+    kv_conc_ident id;
+    if (kv_conc_authorize(call, perms, 2, &id))
+        goto out;
+    if ((grant && kv_conc_admit_lease(call, lease)) || kv_conc_admit(call))
+        goto out;
+    acquire_start(call, kind, name, nlen, value, vlen, lease, grant, &id);
+out:
+    free(pfx);
+    free(end);
+    free(key);
 }

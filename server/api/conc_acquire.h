@@ -17,8 +17,10 @@
  * The call cancelled (client gone, deadline) or any error after the key was created: the key
  * is deleted (If(CreateRevision(key) == rev) Then(Delete key)), so a waiter leaves nothing.
  *
- * The caller of kv_conc_acquire_start has taken a place of the bound (kv_conc_admit); the
- * state gives it back when it ends. Loop thread only.
+ * Admission, before any of that (kv_conc_acquire): the quota (a Txn's), then the new session
+ * lease's id, then auth (READ on the prefix "<name>/", WRITE on the key), then the bounds
+ * (kv_conc_admit_lease for a new session, kv_conc_admit); the state gives the place back when it
+ * ends. Loop thread only.
  */
 #ifndef KV_API_CONC_ACQUIRE_H
 #define KV_API_CONC_ACQUIRE_H
@@ -31,13 +33,13 @@
 
 typedef enum { KV_CONC_CAMPAIGN = 0, KV_CONC_LOCK = 1 } kv_conc_kind;
 
-/* Starts the call's acquisition: name/value are copied (value: Campaign only). grant: lease
- * is a new id (kv_lessor_new_id) to grant first with TTL 60 s (the request's lease was 0).
- * id: the caller (kv_conc_authorize). Answers the call in every case (errors
- * included) and sets the call's data; kv_conc_acquire_cancel is the method's on_cancel. */
-void kv_conc_acquire_start(kv_grpc_call *call, kv_conc_kind kind, const uint8_t *name, size_t nlen,
-                           const uint8_t *value, size_t vlen, int64_t lease, int grant,
-                           const kv_conc_ident *id);
+/* Admits and starts the call's acquisition (Campaign's or Lock's on_message, after the unpack):
+ * name/value are copied (value: Campaign only); lease is the request's (0: a new session lease,
+ * granted first with TTL 60 s); req_len is the request's size (the quota's log budget).
+ * Answers the call in every case (errors included) and, once admitted, sets the call's data;
+ * kv_conc_acquire_cancel is the method's on_cancel. */
+void kv_conc_acquire(kv_grpc_call *call, kv_conc_kind kind, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, int64_t lease, size_t req_len);
 void kv_conc_acquire_cancel(kv_grpc_call *call);
 
 #endif

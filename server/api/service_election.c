@@ -26,7 +26,6 @@
 #include "api/quota.h"
 #include "api/services.h"
 #include "auth/auth_perm.h"
-#include "lease/lessor.h"
 #include "pb/pb_strip.h"
 #include "api/api.h"
 
@@ -42,39 +41,14 @@ static void reply_malformed(kv_grpc_call *call)
 
 static void on_campaign(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    kv_api *s = kv_grpc_call_app(call);
     V3electionpb__CampaignRequest *r = (V3electionpb__CampaignRequest *)kv_pb_unpack(
         &v3electionpb__campaign_request__descriptor, msg, len);
-    uint8_t *pfx = NULL, *end = NULL, *key = NULL;
-    size_t klen = 0;
     if (r == NULL) {
         reply_malformed(call);
         return;
     }
-    if (kv_quota_admit(s, call, KV_IREQ_TXN, len))
-        goto out;
-    int grant = r->lease == 0;
-    int64_t lease = grant ? kv_lessor_new_id(s->lessor) : r->lease;
-    if (kv_conc_prefix(r->name.data, r->name.len, &pfx, &end) < 0 ||
-        kv_conc_key(r->name.data, r->name.len, lease, &key, &klen) < 0) {
-        kv_reply_etcd_err(call, KV_ERR_REQUEST_NOMEM);
-        goto out;
-    }
-    kv_conc_perm perms[] = {
-        {KV_PERM_READ, pfx, r->name.len + 1, end, r->name.len + 1},
-        {KV_PERM_WRITE, key, klen, NULL, 0},
-    };
-    kv_conc_ident id;
-    if (kv_conc_authorize(call, perms, 2, &id))
-        goto out;
-    if ((grant && kv_conc_admit_lease(call, lease)) || kv_conc_admit(call))
-        goto out;
-    kv_conc_acquire_start(call, KV_CONC_CAMPAIGN, r->name.data, r->name.len, r->value.data,
-                          r->value.len, lease, grant, &id);
-out:
-    free(pfx);
-    free(end);
-    free(key);
+    kv_conc_acquire(call, KV_CONC_CAMPAIGN, r->name.data, r->name.len, r->value.data, r->value.len,
+                    r->lease, len);
     v3electionpb__campaign_request__free_unpacked(r, NULL);
 }
 
