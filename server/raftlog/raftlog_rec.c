@@ -3,11 +3,11 @@
 #include <string.h>
 
 #include "base/lmdb_err.h"
+#include "base/snap_meta.h"
 #include "common/crc32c.h"
 #include "raftlog/raftlog_int.h"
 
 #define HS_LEN (4 + 3 * 8)
-#define SNAP_MAX (4 + 8 + 8 + 4 + 8 * RAFT_MAX_NODES + 4 + 8 * RAFT_MAX_NODES)
 
 int kv_raftlog_mdb_err(int rc)
 {
@@ -96,19 +96,6 @@ int kv_rl_hs_put(kv_raftlog *l, MDB_txn *txn, const struct raft_hard_state *hs)
     return meta_put(l, txn, "hs", b, sizeof b);
 }
 
-static int get_ids(const uint8_t **p, const uint8_t *end, uint32_t *n, raft_id *ids)
-{
-    if (end - *p < 4)
-        return -EBADMSG;
-    *n = kv_be32(*p);
-    *p += 4;
-    if (*n > RAFT_MAX_NODES || (size_t)(end - *p) < (size_t)*n * 8)
-        return -EBADMSG;
-    for (uint32_t i = 0; i < *n; i++, *p += 8)
-        ids[i] = kv_be64(*p);
-    return 0;
-}
-
 int kv_rl_snap_get(kv_raftlog *l, MDB_txn *txn, struct raft_snapshot_meta *m)
 {
     MDB_val v;
@@ -116,42 +103,18 @@ int kv_rl_snap_get(kv_raftlog *l, MDB_txn *txn, struct raft_snapshot_meta *m)
     int rc = meta_get(l, txn, "snap", &v);
     if (rc)
         return rc;
-    const uint8_t *p = v.mv_data, *end = p + v.mv_size;
-    if (v.mv_size < 4 + 16)
+    if (v.mv_size < 4)
         return -EBADMSG;
-    m->index = kv_be64(p + 4);
-    m->term = kv_be64(p + 12);
-    p += 20;
-    if ((rc = get_ids(&p, end, &m->conf.n_voters, m->conf.voters)) ||
-        (rc = get_ids(&p, end, &m->conf.n_learners, m->conf.learners)))
-        goto bad;
-    if (p != end) {
-        rc = -EBADMSG;
-        goto bad;
-    }
-    return 0;
-bad:
-    memset(m, 0, sizeof *m);
-    return rc;
+    return kv_snap_meta_get((const uint8_t *)v.mv_data + 4, v.mv_size - 4, m);
 }
 
 int kv_rl_snap_put(kv_raftlog *l, MDB_txn *txn, const struct raft_snapshot_meta *m)
 {
     if (m->conf.n_voters > RAFT_MAX_NODES || m->conf.n_learners > RAFT_MAX_NODES)
         return -EINVAL;
-    uint8_t b[SNAP_MAX], *p = b + 4;
-    kv_put_be64(p, m->index);
-    kv_put_be64(p + 8, m->term);
-    p += 16;
-    kv_put_be32(p, m->conf.n_voters);
-    p += 4;
-    for (uint32_t i = 0; i < m->conf.n_voters; i++, p += 8)
-        kv_put_be64(p, m->conf.voters[i]);
-    kv_put_be32(p, m->conf.n_learners);
-    p += 4;
-    for (uint32_t i = 0; i < m->conf.n_learners; i++, p += 8)
-        kv_put_be64(p, m->conf.learners[i]);
-    return meta_put(l, txn, "snap", b, (size_t)(p - b));
+    uint8_t b[4 + KV_SNAP_META_MAX];
+    kv_snap_meta_put(b + 4, m);
+    return meta_put(l, txn, "snap", b, 4 + kv_snap_meta_size(m));
 }
 
 static int edge_key(kv_raftlog *l, MDB_txn *txn, MDB_cursor_op op, raft_index *idx)

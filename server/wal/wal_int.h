@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/snap_meta.h"
 #include "common/byteorder.h" /* records are big-endian */
 #include "wal/wal.h"
 
@@ -74,10 +75,7 @@ void kv_wal_rec_seal(uint8_t *hdr, uint8_t type, uint32_t len);
 /* Checks the record at buf[0..avail): 1 = all-zero header (end of records), 0 = valid
  * (*type, *len set), -EBADMSG = bad (short, crc, unknown type). */
 int kv_wal_rec_check(const uint8_t *buf, uint64_t avail, uint8_t *type, uint32_t *len);
-/* Payload size of a snapshot marker / encoding / decoding (-EBADMSG if malformed). */
-size_t kv_wal_snap_size(const struct raft_snapshot_meta *m);
-void kv_wal_snap_put(uint8_t *p, const struct raft_snapshot_meta *m);
-int kv_wal_snap_get(const uint8_t *p, uint32_t len, struct raft_snapshot_meta *m);
+/* A snapshot marker's payload is base/snap_meta.h's encoding. */
 
 /* wal_index.c: the in-memory log (shared by recovery and writes). */
 raft_index kv_wal_last(const kv_wal *w);

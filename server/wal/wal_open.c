@@ -55,7 +55,7 @@ static int apply_rec(kv_wal *w, struct kv_wal_seg *s, uint64_t off, uint8_t type
         return 0;
     case KV_WAL_REC_SNAPSHOT: {
         struct raft_snapshot_meta m;
-        int rc = kv_wal_snap_get(p, len, &m);
+        int rc = kv_snap_meta_get(p, len, &m);
         return rc ? rc : kv_wal_idx_snapshot(w, &m);
     }
     }

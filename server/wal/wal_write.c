@@ -94,8 +94,8 @@ static void put_hs(uint8_t *rec, const struct raft_hard_state *hs)
 
 static void put_snap(uint8_t *rec, const struct raft_snapshot_meta *m)
 {
-    kv_wal_snap_put(rec + KV_WAL_HDR, m);
-    kv_wal_rec_seal(rec, KV_WAL_REC_SNAPSHOT, (uint32_t)kv_wal_snap_size(m));
+    kv_snap_meta_put(rec + KV_WAL_HDR, m);
+    kv_wal_rec_seal(rec, KV_WAL_REC_SNAPSHOT, (uint32_t)kv_snap_meta_size(m));
 }
 
 int kv_wal_set_hard_state(kv_wal *w, const struct raft_hard_state *hs)
@@ -119,7 +119,7 @@ int kv_wal_set_snapshot(kv_wal *w, const struct raft_snapshot_meta *m)
     if (m->index < w->snap.index || m->conf.n_voters > RAFT_MAX_NODES ||
         m->conf.n_learners > RAFT_MAX_NODES)
         return -EINVAL;
-    if (reserve(w, kv_wal_snap_size(m), &off))
+    if (reserve(w, kv_snap_meta_size(m), &off))
         return latch(w, -ENOMEM);
     put_snap(w->pend + off, m);
     return latch(w, kv_wal_idx_snapshot(w, m));
@@ -186,7 +186,7 @@ int kv_wal_sync(kv_wal *w)
         /* Every segment starts with the snapshot and hard state in force, so that the
          * segments before it can be deleted (kv_wal_release). */
         put_snap(head, &w->synced_snap);
-        head_len = KV_WAL_HDR + kv_wal_snap_size(&w->synced_snap);
+        head_len = KV_WAL_HDR + kv_snap_meta_size(&w->synced_snap);
         if (w->synced_have_hs) {
             put_hs(head + head_len, &w->synced_hs);
             head_len += KV_WAL_HDR + 24;

@@ -1,10 +1,13 @@
 /* The WAL's write and read paths (server/wal/): what a reopened log holds, overwrite of a
  * conflicting suffix, the hard state, rotation and deletion of segments, one fdatasync per
- * batch, the storage vtable's bounds and the configuration-entry index. */
+ * batch, the storage vtable's bounds, the configuration-entry index and the snapshot marker's
+ * codec. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/snap_meta.h"
 #include "wal_fx.h"
 
 #define SEG 4096 /* small segments: rotation every ~40 entries */
@@ -289,4 +292,46 @@ Test(wal, a_snapshot_beyond_the_log_drops_it)
     check_bounds(&f, 1001, 1004);
     wfx_check(&f, 1001, 1005, 3);
     wfx_fini(&f);
+}
+
+/* The snapshot marker's payload (base/snap_meta.h, also the LMDB log's "snap" record): a round
+ * trip keeps every field; any length but the exact one, and a count above RAFT_MAX_NODES,
+ * is refused with a zeroed meta, never read past the buffer. */
+Test(wal, snapshot_meta_codec_refuses_every_bad_length)
+{
+    struct raft_snapshot_meta m = {.index = 0x0102030405060708ull, .term = 9};
+    m.conf.n_voters = 3;
+    m.conf.n_learners = 2;
+    for (uint32_t i = 0; i < 3; i++)
+        m.conf.voters[i] = 100 + i;
+    for (uint32_t i = 0; i < 2; i++)
+        m.conf.learners[i] = 200 + i;
+    uint8_t b[KV_SNAP_META_MAX + 8];
+    size_t n = kv_snap_meta_size(&m);
+    cr_assert_eq(n, 24 + 5 * 8);
+    kv_snap_meta_put(b, &m);
+    struct raft_snapshot_meta got;
+    cr_assert_eq(kv_snap_meta_get(b, n, &got), 0);
+    cr_assert_eq(got.index, m.index);
+    cr_assert_eq(got.term, m.term);
+    cr_assert_eq(got.conf.n_voters, 3);
+    cr_assert_eq(got.conf.n_learners, 2);
+    cr_assert_eq(got.conf.voters[2], 102);
+    cr_assert_eq(got.conf.learners[1], 201);
+    for (size_t len = 0; len <= n + 8; len++) {
+        if (len == n)
+            continue;
+        /* a heap copy of exactly len bytes: ASan catches a read past it */
+        uint8_t *c = malloc(len ? len : 1);
+        memcpy(c, b, len < n ? len : n);
+        if (len > n)
+            memset(c + n, 0, len - n);
+        got.index = 1;
+        cr_assert_eq(kv_snap_meta_get(c, len, &got), -EBADMSG, "length %zu of %zu accepted", len,
+                     n);
+        cr_assert_eq(got.index, 0);
+        free(c);
+    }
+    kv_put_be32(b + 16, RAFT_MAX_NODES + 1);
+    cr_assert_eq(kv_snap_meta_get(b, sizeof b, &got), -EBADMSG);
 }
