@@ -13,7 +13,6 @@
 
 #include "mvcc/store_int.h"
 #include "common/clock.h"
-#include "base/lmdb_valcheck.h"
 
 unsigned kv_store_alarms(kv_store *s)
 {
@@ -259,28 +258,13 @@ int kv_store_defrag_swap(kv_store *s, kv_store_defrag_stats *st)
         return rc;
     uint64_t t0 = now_us();
     pthread_rwlock_wrlock(&s->swap);
-    mdb_env_close(s->env);
-    s->env = NULL;
-    MDB_txn *txn = NULL;
     kv_meta m;
-    unsigned alarms = 0;
-    if ((rc = kv_store_env_open(s, dir)) ||
-        (rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, 0, &txn))) ||
-        (rc = kv_store_open_dbs(s, txn)) || (rc = kv_meta_read(s, txn, &m)) ||
-        (rc = kv_alarm_load(s, txn, &alarms)) || (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
-        /* The renamed file is complete and durable; this process cannot go on safely. */
-        fprintf(stderr, "kvd: fatal: cannot reopen %s after defragment: %s; restart kvd\n", file,
-                strerror(rc < 0 ? -rc : rc));
-        abort();
-    }
+    kv_store_env_reopen(s, dir, file, "defragment", &m);
     if (m.applied != s->committed.applied || m.rev != s->committed.rev) {
         fprintf(stderr, "kvd: fatal: defragmented copy of %s is at index %llu, expected %llu\n",
                 file, (unsigned long long)m.applied, (unsigned long long)s->committed.applied);
         abort();
     }
-    s->size_txnid = 0;                 /* a new environment: kv_store_db_size_in_use recounts */
-    kv_mdb_map_learn(s->env, &s->map); /* the new mapping, for record size checks */
-    atomic_store(&s->alarms, alarms);
     pthread_rwlock_unlock(&s->swap);
     st->swap_us = now_us() - t0;
     return 0;

@@ -219,29 +219,12 @@ int kv_store_install_swap(kv_store *s)
     if (rc)
         return rc;
     pthread_rwlock_wrlock(&s->swap);
-    mdb_env_close(s->env);
-    s->env = NULL;
-    MDB_txn *txn = NULL;
     kv_meta m;
-    unsigned alarms = 0;
-    if ((rc = kv_store_env_open(s, dir)) ||
-        (rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, 0, &txn))) ||
-        (rc = kv_store_open_dbs(s, txn)) || (rc = kv_meta_read(s, txn, &m)) ||
-        (rc = kv_alarm_load(s, txn, &alarms)) || (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
-        /* The renamed file is complete and durable; this process cannot go on safely. */
-        fprintf(stderr,
-                "kvd: fatal: cannot reopen %s after installing a snapshot: %s; restart "
-                "kvd\n",
-                file, strerror(rc < 0 ? -rc : rc));
-        abort();
-    }
-    s->size_txnid = 0; /* a new environment: kv_store_db_size_in_use recounts */
+    kv_store_env_reopen(s, dir, file, "installing a snapshot", &m);
     s->committed = m;
     s->maxkey = (size_t)mdb_env_get_maxkeysize(s->env);
     if (s->maxkey > 511)
         s->maxkey = 511;
-    kv_mdb_map_learn(s->env, &s->map);
-    atomic_store(&s->alarms, alarms);
     pthread_rwlock_unlock(&s->swap);
     return 0;
 }

@@ -81,6 +81,27 @@ int kv_store_env_open(kv_store *s, const char *dir)
     return 0;
 }
 
+void kv_store_env_reopen(kv_store *s, const char *dir, const char *file, const char *what,
+                         kv_meta *m)
+{
+    mdb_env_close(s->env);
+    s->env = NULL;
+    MDB_txn *txn = NULL;
+    unsigned alarms = 0;
+    int rc;
+    if ((rc = kv_store_env_open(s, dir)) ||
+        (rc = kv_mdb_err(mdb_txn_begin(s->env, NULL, 0, &txn))) ||
+        (rc = kv_store_open_dbs(s, txn)) || (rc = kv_meta_read(s, txn, m)) ||
+        (rc = kv_alarm_load(s, txn, &alarms)) || (rc = kv_mdb_err(mdb_txn_commit(txn)))) {
+        fprintf(stderr, "kvd: fatal: cannot reopen %s after %s: %s; restart kvd\n", file, what,
+                strerror(rc < 0 ? -rc : rc));
+        abort();
+    }
+    s->size_txnid = 0;                 /* a new environment: kv_store_db_size_in_use recounts */
+    kv_mdb_map_learn(s->env, &s->map); /* the new mapping, for record size checks */
+    atomic_store(&s->alarms, alarms);
+}
+
 int kv_store_open(kv_store **out, const kv_store_config *cfg)
 {
     if (!out || !cfg || !cfg->dir)

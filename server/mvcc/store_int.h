@@ -276,6 +276,14 @@ int kv_compact_survives(kv_store *s, MDB_txn *txn, const uint8_t *revkey, const 
 int kv_store_env_open(kv_store *s, const char *dir);
 /* Opens every named database of the store in txn. */
 int kv_store_open_dbs(kv_store *s, MDB_txn *txn);
+/* The swap of defragment and snapshot install (defrag.c, install.c). Precondition: the caller
+ * holds s->swap for writing and a complete, durable file was renamed to <dir>/data.mdb.
+ * Closes the environment, opens it on that file (databases, meta into *m, alarms), and
+ * resets what belonged to the old mapping (kv_store_db_size_in_use's count, the record size
+ * check's map). A failure aborts the process with a message naming `what` and file: the
+ * renamed file is the state now, and a restart opens it. */
+void kv_store_env_reopen(kv_store *s, const char *dir, const char *file, const char *what,
+                         kv_meta *m);
 /* kv_store_note_corrupt, kv_describe_key: keyspace.h. */
 
 /* ---- alarm.c ---- */
