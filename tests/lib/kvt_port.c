@@ -9,9 +9,10 @@
  * use", or the test waits on a port nobody will serve). So:
  *   - ports come from [10000, 20000) cut below the kernel's ip_local_port_range, where
  *     neither connect() nor bind(0) ever lands (etcd's e2e suite uses 20000 and up);
- *   - each port picked is recorded as <dir>/<port> holding the picking process's pid, under
- *     an flock on <dir>/.lock; a port whose file names a live process is skipped, a file
- *     naming a dead process is taken over (a test worker's servers die with it:
+ *   - each port picked is recorded as <dir>/<port> holding the picking process's pid and
+ *     start time (/proc/<pid>/stat), under an flock on <dir>/.lock; a port whose file names a
+ *     live process is skipped, a file naming a dead process (or a pid now reused by another
+ *     process: its start time differs) is taken over (a test worker's servers die with it:
  *     PR_SET_PDEATHSIG in kvt_proc);
  *   - the port must also bind on 0.0.0.0 without SO_REUSEADDR, so a listener on any address,
  *     or a connection still in TIME_WAIT, rules it out.
@@ -94,30 +95,55 @@ static int port_from_kernel(uint16_t *port)
     return rc;
 }
 
+/* The start time of process pid (field 22 of /proc/<pid>/stat, clock ticks since boot), or 0
+ * when it cannot be read (no such process, no /proc). */
+static unsigned long long proc_start(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
 /* 1 if the record <dirfd>/<name> names a live process, or cannot be opened (then it is not
- * taken over on a guess); 0 if there is none, its process is dead, or it holds no pid (its
- * writer died mid-claim: records are written under the lock the caller holds). */
+ * taken over on a guess); 0 if there is none, its process is dead, its pid now belongs to a
+ * process started at another time, or it holds no pid (its writer died mid-claim: records
+ * are written under the lock the caller holds). */
 static int record_live(int dirfd, const char *name)
 {
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno != ENOENT;
-    char buf[32];
+    char buf[64];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     buf[n > 0 ? n : 0] = '\0';
-    long pid = strtol(buf, NULL, 10);
-    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+    char *end;
+    long pid = strtol(buf, &end, 10);
+    unsigned long long start = strtoull(end, NULL, 10); /* 0: not recorded */
+    if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM))
+        return 0;
+    unsigned long long now = start ? proc_start(pid) : 0;
+    return !(start && now && now != start);
 }
 
-/* Writes this process's pid as the record <dirfd>/<name> (replacing a dead owner's). */
+/* Writes this process's pid and start time as the record <dirfd>/<name> (replacing a dead
+ * owner's). */
 static int record_claim(int dirfd, const char *name)
 {
     int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return -errno;
-    char buf[32];
-    int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    char buf[64];
+    int n = snprintf(buf, sizeof buf, "%ld %llu\n", (long)getpid(), proc_start((long)getpid()));
     int rc = write(fd, buf, (size_t)n) == n ? 0 : -EIO;
     close(fd);
     return rc;

@@ -236,3 +236,55 @@ Test(kvt_port, a_port_goes_to_one_live_process_and_outside_the_ephemeral_range)
     unsetenv("KV_TEST_PORT_DIR");
     kvt_tmpdir_destroy(&d);
 }
+
+/* Writes text as the port record <dir>/<port>. */
+static void write_record(const char *dir, unsigned port, const char *text)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/%u", dir, port);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A record names its owner by pid AND start time: a live pid that started at another time
+ * (the pid was reused after the owner died) does not keep the port; a record of the old form,
+ * a pid alone, still does while that pid lives. */
+Test(kvt_port, a_reused_pid_does_not_keep_a_port)
+{
+    kvt_tmpdir d;
+    cr_assert_eq(kvt_tmpdir_create(&d, "kvt-ports"), 0);
+    cr_assert_eq(setenv("KV_TEST_PORT_DIR", d.path, 1), 0);
+    uint16_t port = 0;
+    cr_assert_eq(kvt_port_free(&port), 0); /* a port that binds now, for a 1-port range */
+    char range[32];
+    snprintf(range, sizeof range, "%u-%u", port, port + 1u);
+    cr_assert_eq(setenv("KV_TEST_PORT_RANGE", range, 1), 0);
+
+    char path[PATH_MAX + 16], rec[64] = "";
+    snprintf(path, sizeof path, "%s/%u", d.path, port);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(rec, sizeof rec, f));
+    fclose(f);
+    long pid = 0;
+    unsigned long long start = 0;
+    cr_assert_eq(sscanf(rec, "%ld %llu", &pid, &start), 2, "record '%s'", rec);
+    cr_assert_eq(pid, (long)getpid());
+    cr_assert_gt(start, 0, "no start time recorded: '%s'", rec);
+
+    uint16_t p = 0;
+    cr_assert_eq(kvt_port_free(&p), -EADDRINUSE, "got %u while this process owns it", p);
+    char text[64];
+    snprintf(text, sizeof text, "%ld %llu\n", pid, start + 1);
+    write_record(d.path, port, text); /* the same pid, started at another time */
+    cr_assert_eq(kvt_port_free(&p), 0, "a reused pid kept the port");
+    cr_assert_eq(p, port);
+    snprintf(text, sizeof text, "%ld\n", pid);
+    write_record(d.path, port, text); /* a pid alone: live, so kept */
+    cr_assert_eq(kvt_port_free(&p), -EADDRINUSE);
+    unsetenv("KV_TEST_PORT_RANGE");
+    unsetenv("KV_TEST_PORT_DIR");
+    kvt_tmpdir_destroy(&d);
+}
