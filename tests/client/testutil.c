@@ -203,15 +203,12 @@ static int spawn(struct kvt_server *s)
 /* 1 if the server's log says a port was taken (kvd and etcd: "address already in use"). */
 static int port_was_taken(const struct kvt_server *s)
 {
-    char path[300], buf[16384];
+    char path[300];
     snprintf(path, sizeof path, "%s.log", s->dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    return kvt_log_port_taken(buf);
+    char *log = kvt_file_read(path);
+    int taken = kvt_log_port_taken(log);
+    free(log);
+    return taken;
 }
 
 /* One start on fresh ports: 0, -EADDRINUSE if the server exited because another process took

@@ -99,18 +99,15 @@ static int port_from_kernel(uint16_t *port)
  * when it cannot be read (no such process, no /proc). */
 static unsigned long long proc_start(long pid)
 {
-    char path[64], buf[1024];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    char *buf = kvt_file_read(path);
+    char *p = buf ? strrchr(buf, ')') : NULL; /* the command name may hold spaces and ')' */
     for (int field = 2; p && field < 22; field++)
         p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
+    unsigned long long start = p ? strtoull(p + 1, NULL, 10) : 0;
+    free(buf);
+    return start;
 }
 
 /* 1 if the record <dirfd>/<name> names a live process, or cannot be opened (then it is not
