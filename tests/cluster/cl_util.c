@@ -214,11 +214,8 @@ int64_t cl_lease_grant(kv_it_grpc *g, int64_t ttl)
 void cl_print_log_tail(const kvt_cluster *c, int i)
 {
     char *log = NULL;
-    if (kvt_member_log(c, i, 1u << 22, &log) == 0 && log) {
-        size_t ll = strlen(log);
-        fprintf(stderr, "--- the end of m%d's log ---\n%s\n", i + 1,
-                log + (ll > 16384 ? ll - 16384 : 0));
-    }
+    if (kvt_member_log(c, i, 1u << 22, &log) == 0 && log)
+        fprintf(stderr, "--- the end of m%d's log ---\n%s\n", i + 1, kvt_str_tail(log, 16384));
     free(log);
 }
 

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kvt_util.h"
 #include "pcacks.h"
 #include "pcjournal.h"
 #include "pcmember.h"
@@ -216,10 +217,8 @@ static void pc_log_tail(const kv_it_server *m, char *dst, size_t cap)
 {
     char *log = NULL;
     dst[0] = '\0';
-    if (kv_it_server_log(m, &log) == 0 && log) {
-        size_t n = strlen(log);
-        snprintf(dst, cap, "%s", n > cap - 1 ? log + n - (cap - 1) : log);
-    }
+    if (kv_it_server_log(m, &log) == 0 && log)
+        snprintf(dst, cap, "%s", kvt_str_tail(log, cap - 1));
     free(log);
 }
 

@@ -236,6 +236,12 @@ int kvt_metric_value(const char *text, const char *series, double *value)
     return -ENOENT;
 }
 
+const char *kvt_str_tail(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    return n > max ? s + (n - max) : s;
+}
+
 char *kvt_file_read(const char *path)
 {
     FILE *f = fopen(path, "r");

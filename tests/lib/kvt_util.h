@@ -41,6 +41,9 @@ int kvt_rmtree(const char *path);
 /* The whole file at path (at most 16 MiB) as a malloc'd NUL-terminated string; NULL (errno)
  * when it cannot be read. */
 char *kvt_file_read(const char *path);
+/* The last max bytes of the NUL-terminated s (s itself when it is shorter): a pointer into
+ * s, for a failure message that quotes the end of a log. */
+const char *kvt_str_tail(const char *s, size_t max);
 
 /* A non-blocking TCP socket connected to 127.0.0.1:port within timeout_ms, or -errno. */
 int kvt_connect_loopback(uint16_t port, uint32_t timeout_ms);

@@ -288,3 +288,14 @@ Test(kvt_port, a_reused_pid_does_not_keep_a_port)
     unsetenv("KV_TEST_PORT_DIR");
     kvt_tmpdir_destroy(&d);
 }
+
+/* The tail a failure message quotes: the last max bytes, or the whole string when shorter. */
+Test(kvt_util, str_tail_is_the_last_max_bytes)
+{
+    const char *s = "first line\nlast line\n";
+    cr_assert_str_eq(kvt_str_tail(s, 10), "last line\n");
+    cr_assert_eq(kvt_str_tail(s, strlen(s)), s);
+    cr_assert_eq(kvt_str_tail(s, 1000), s);
+    cr_assert_str_eq(kvt_str_tail(s, 0), "");
+    cr_assert_str_eq(kvt_str_tail("", 5), "");
+}

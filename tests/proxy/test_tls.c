@@ -488,8 +488,7 @@ Test(proxy_tls, upstream_cert_with_a_common_name_refused, .fini = fini, .timeout
 static const char *log_tail(const char *path, char *buf, size_t cap)
 {
     char *all = kvt_file_read(path);
-    size_t n = all ? strlen(all) : 0;
-    snprintf(buf, cap, "%s", all ? all + (n >= cap ? n - (cap - 1) : 0) : "(unreadable)");
+    snprintf(buf, cap, "%s", all ? kvt_str_tail(all, cap - 1) : "(unreadable)");
     free(all);
     return buf;
 }
