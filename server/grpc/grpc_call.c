@@ -94,6 +94,7 @@ static void drop_input(kv_grpc_call *call)
 void kv_grpc_call_free(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
+    kv_grpc_call_run_due_cancel(call); /* the app lets go before the call is freed */
     kv_grpc_raw_free(call);
     kv_grpc_srv_deadline_remove(call);
     c->out_app_bytes -= kv_grpc_buf_size(&call->outq);
@@ -594,6 +595,7 @@ static void unlink_call(kv_grpc_call *call)
 void kv_grpc_call_on_stream_close(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
+    kv_grpc_call_run_due_cancel(call);
     call->stream_closed = 1;
     kv_grpc_raw_release(call);
     if (!call->finished) {
@@ -623,6 +625,7 @@ void kv_grpc_call_on_stream_close(kv_grpc_call *call)
 
 void kv_grpc_call_on_conn_close(kv_grpc_call *call)
 {
+    kv_grpc_call_run_due_cancel(call);
     kv_grpc_raw_release(call);
     kv_grpc_srv_deadline_remove(call);
     remove_from_resume(call);
@@ -789,7 +792,16 @@ int kv_grpc_call_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
     return 0;
 }
 
-void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric)
+void kv_grpc_call_run_due_cancel(kv_grpc_call *call)
+{
+    if (!call->cancel_due)
+        return;
+    call->cancel_due = 0;
+    kv_list_remove(&call->cancel_link);
+    call->method->on_cancel(call);
+}
+
+static void call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric, int defer)
 {
     kv_grpc_conn *c = call->conn;
     if (call->reset)
@@ -801,8 +813,15 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
     if (!call->finished) {
         if (call->app_owned && !call->app_done) {
             call->app_done = 1;
-            if (call->method && call->method->on_cancel)
-                call->method->on_cancel(call);
+            if (call->method && call->method->on_cancel) {
+                if (defer) {
+                    call->cancel_due = 1;
+                    kv_list_insert_tail(&c->srv->cancel_due, &call->cancel_link);
+                    kv_grpc_srv_wake(c->srv);
+                } else {
+                    call->method->on_cancel(call);
+                }
+            }
         }
         call->app_done = 1;
         call->finished = 1;
@@ -820,6 +839,16 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->stream_id, error_code);
         kv_grpc_srv_mark_dirty(c);
     }
+}
+
+void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric)
+{
+    call_reset(call, error_code, metric, 0);
+}
+
+void kv_grpc_call_reset_deferred(kv_grpc_call *call, uint32_t error_code, kv_metric *metric)
+{
+    call_reset(call, error_code, metric, 1);
 }
 
 void kv_grpc_conn_ungate(kv_grpc_conn *c)

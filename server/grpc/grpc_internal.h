@@ -55,8 +55,9 @@ struct kv_grpc_call {
     unsigned stream_closed : 1;
     unsigned paused : 1;
     unsigned in_resume : 1;
-    unsigned counted : 1; /* requests_total incremented */
-    unsigned reset : 1;   /* the transport reset the stream (RST_STREAM); outq dropped */
+    unsigned counted : 1;    /* requests_total incremented */
+    unsigned reset : 1;      /* the transport reset the stream (RST_STREAM); outq dropped */
+    unsigned cancel_due : 1; /* on_cancel owed, run from srv->cancel_due (never inside a send) */
     uint64_t deadline;
     uint64_t t_start_ns; /* uv_hrtime() when started (grpc_metrics.c); 0: not yet */
     int status;
@@ -75,6 +76,7 @@ struct kv_grpc_call {
     kv_list dl_link; /* srv->deadlines while in_dl */
     int in_dl;
     kv_list resume_link; /* conn->resume while in_resume */
+    kv_list cancel_link; /* srv->cancel_due while cancel_due */
     /* (client port HTTP/1, grpc_http1.h) a local call: responses go to the sink */
     const struct kv_grpc_local_sink *local;
     void *local_arg;
@@ -163,9 +165,10 @@ struct kv_grpc_server {
     kv_list conns;                /* kv_grpc_conn.link, newest first */
     size_t n_conns;
     uint64_t next_conn_id;
-    kv_list dirty;     /* kv_grpc_conn.dirty_link, newest first */
-    kv_list watched;   /* kv_grpc_conn.hk_link: what the housekeeping scan looks at */
-    kv_list deadlines; /* kv_grpc_call.dl_link, newest first */
+    kv_list dirty;      /* kv_grpc_conn.dirty_link, newest first */
+    kv_list watched;    /* kv_grpc_conn.hk_link: what the housekeeping scan looks at */
+    kv_list deadlines;  /* kv_grpc_call.dl_link, newest first */
+    kv_list cancel_due; /* kv_grpc_call.cancel_link, oldest first: on_cancel still owed */
     int closing;
     void (*close_cb)(void *);
     void *close_arg;
@@ -186,6 +189,9 @@ struct kv_grpc_server {
 
 /* grpc_server.c */
 void kv_grpc_srv_mark_dirty(kv_grpc_conn *c);
+/* Runs the server's idle pass on the next loop turn (owed on_cancels, dirty connections);
+ * a no-op once the server closes (closing connections run what they owe). */
+void kv_grpc_srv_wake(kv_grpc_server *s);
 void kv_grpc_srv_unmark_dirty(kv_grpc_conn *c);
 /* Puts a connection on the housekeeping scan's list. Call it wherever one of the states the
  * scan times out becomes true: close_at set, a keepalive PING outstanding, a write in flight
@@ -286,6 +292,14 @@ void kv_grpc_call_account(kv_grpc_call *call);
 /* Transport-initiated RST_STREAM (error_code): on_cancel if the app owns the call, outq and
  * held input dropped. metric (may be NULL) is incremented. */
 void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metric);
+/* As kv_grpc_call_reset, but the app's on_cancel runs later, from the server's idle pass (or
+ * when the stream or the connection closes, whichever comes first), never from here: this is
+ * the reset another call's send makes (kv_grpc_srv_make_room), and the app that is sending
+ * may be walking objects the victim's on_cancel frees (a watch hub's watcher set). Until
+ * then the victim's sends fail (-EINVAL), as after any reset. */
+void kv_grpc_call_reset_deferred(kv_grpc_call *call, uint32_t error_code, kv_metric *metric);
+/* Runs the on_cancel a deferred reset owes (a no-op when none is owed). */
+void kv_grpc_call_run_due_cancel(kv_grpc_call *call);
 /* Bytes of partially received messages (deframer + unary body not yet delivered). */
 size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call);
 /* Streams on c that hold input only because c is gated: queue them for delivery. */

@@ -62,12 +62,23 @@ static kv_grpc_conn *list_first(kv_grpc_conn_list *l)
 static void idle_cb(uv_idle_t *h)
 {
     kv_grpc_server *s = h->data;
+    /* First the on_cancel calls that resets made inside other calls' sends owe (oldest
+     * first; each one removes its call from the list). */
+    while (!kv_list_empty(&s->cancel_due))
+        kv_grpc_call_run_due_cancel(
+            kv_list_data(kv_list_head(&s->cancel_due), kv_grpc_call, cancel_link));
     /* Each flush unmarks its connection; flushes may mark others (or re-mark) dirty. */
     size_t budget = s->n_conns + 1;
     while (!kv_list_empty(&s->dirty) && budget--)
         kv_grpc_conn_flush(kv_list_data(kv_list_head(&s->dirty), kv_grpc_conn, dirty_link));
-    if (kv_list_empty(&s->dirty))
+    if (kv_list_empty(&s->dirty) && kv_list_empty(&s->cancel_due))
         uv_idle_stop(&s->idle);
+}
+
+void kv_grpc_srv_wake(kv_grpc_server *s)
+{
+    if (!s->closing)
+        uv_idle_start(&s->idle, idle_cb);
 }
 
 void kv_grpc_srv_mark_dirty(kv_grpc_conn *c)
@@ -277,7 +288,8 @@ int kv_grpc_srv_make_room(kv_grpc_server *s, size_t need, kv_grpc_call *skip)
     for (size_t i = 0; i < n && s->buffered + need > cap; i++) {
         if (v[i].call == skip || v[i].call->reset)
             continue;
-        kv_grpc_call_reset(v[i].call, NGHTTP2_INTERNAL_ERROR, s->m_reset_cap);
+        /* deferred: this runs inside another call's send (kv_grpc_call_reset_deferred) */
+        kv_grpc_call_reset_deferred(v[i].call, NGHTTP2_INTERNAL_ERROR, s->m_reset_cap);
     }
     free(v);
     return s->buffered + need <= cap;
@@ -579,6 +591,7 @@ int kv_grpc_server_init(kv_grpc_server **out, uv_loop_t *loop, const kv_grpc_con
     kv_list_init(&s->idle_conns.list);
     kv_list_init(&s->conns);
     kv_list_init(&s->dirty);
+    kv_list_init(&s->cancel_due);
     kv_list_init(&s->watched);
     kv_list_init(&s->deadlines);
     kv_grpc_config def;

@@ -988,6 +988,46 @@ Test(live, buffered_cap_holds)
     free(h.metrics_text);
 }
 
+/* A send that needs room resets a stalled stream (kv_grpc_srv_make_room), but the victim's
+ * on_cancel runs later, never inside the sender's send: the sending app may be walking
+ * objects that on_cancel frees (the watch hub's watcher set). */
+Test(live, a_reset_for_room_cancels_outside_the_send)
+{
+    harness h;
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_buffered_bytes = 1 << 20;
+    cfg.max_response_bytes = 1 << 20;
+    harness_start(&h, &cfg, NULL);
+    size_t big = 500 * 1024; /* its request and its echo fit under the cap together */
+    char *chunk = malloc(big);
+    memset(chunk, 'c', big);
+    kv_it_grpc *v; /* the victim: a stream whose reader never reads */
+    cr_assert_eq(connect_h2_window(&v, h.grpc_port, 0), 0);
+    kv_it_grpc_stream *vs = start(v, "/test.Echo/Stream", NULL, NULL);
+    kv_it_grpc_send_msg(vs, chunk, big, 0);
+    kv_it_grpc_wait(v, NULL, 100);
+    usleep(1300 * 1000); /* stalled past the 1 s grace (KV_GRPC_STALL_GRACE_MS) */
+    kv_it_grpc *c;
+    cr_assert_eq(connect_h2(&c, h.grpc_port), 0);
+    kv_it_grpc_stream *st = start(c, "/test.Echo/Unary", NULL, NULL);
+    static const char ask[] = "big:600000"; /* 600,000 + 500 KiB: over the 1 MiB cap */
+    kv_it_grpc_send_msg(st, ask, sizeof ask - 1, 1);
+    cr_assert(kv_it_grpc_wait(c, st, 10000));
+    cr_assert_eq(st->grpc_status, 0, "the echo got room: status %d", st->grpc_status);
+    for (int i = 0; i < 100 && atomic_load(&h.cancels) == 0; i++)
+        kv_it_grpc_wait(v, NULL, 50);
+    cr_assert_eq(atomic_load(&h.cancels), 1, "the stalled stream was reset and cancelled");
+    cr_assert_eq(atomic_load(&h.cancels_in_send), 0, "on_cancel ran inside another call's send");
+    free(chunk);
+    kv_it_grpc_close(c);
+    kv_it_grpc_close(v);
+    expect_clean_stop(&h);
+    cr_assert(has(&h, "kvd_grpc_streams_reset_total{reason=\"buffered_cap\"} 1\n"), "%s",
+              h.metrics_text);
+    free(h.metrics_text);
+}
+
 /* D8: many streams interleaving large bodies on one connection; held input past the budget is
  * not credited to the connection window, and when the window is used up the requests furthest
  * from completion are shed, so the rest complete (no deadlock, no collapse). */

@@ -39,6 +39,17 @@ static void later_fire(uv_timer_t *t)
 
 static void on_cancel(kv_grpc_call *call);
 
+/* kv_grpc_call_send, counted: an on_cancel that runs meanwhile is one the transport ran
+ * inside the app's own send (it must not: the app may be walking what on_cancel frees). */
+static int app_send(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    harness *h = kv_grpc_call_app(call);
+    h->in_send++;
+    int rc = kv_grpc_call_send(call, msg, len);
+    h->in_send--;
+    return rc;
+}
+
 static void unary_cancel(kv_grpc_call *call)
 {
     later_ctx *l = kv_grpc_call_data(call);
@@ -75,11 +86,29 @@ static void echo_unary(kv_grpc_call *call, const uint8_t *msg, size_t len)
     }
     if (len == 4 && memcmp(msg, "hold", 4) == 0)
         return; /* never answered: deadline or cancel ends it */
+    if (len > 4 && len < 16 && memcmp(msg, "big:", 4) == 0) {
+        /* "big:N": an answer of N bytes, larger than the request (test_live.c) */
+        char num[16];
+        memcpy(num, msg + 4, len - 4);
+        num[len - 4] = '\0';
+        size_t n = strtoul(num, NULL, 10);
+        uint8_t *b = malloc(n ? n : 1);
+        if (b == NULL) {
+            kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        memset(b, 'b', n);
+        int rc = app_send(call, b, n);
+        free(b);
+        kv_grpc_call_finish(call, rc == 0 ? KV_GRPC_OK : KV_GRPC_RESOURCE_EXHAUSTED,
+                            rc == 0 ? NULL : "send buffer full");
+        return;
+    }
     if (len == 5 && memcmp(msg, "abort", 5) == 0) {
         kv_grpc_call_abort(call); /* e.g. a committed write whose response cannot be sent */
         return;
     }
-    if (kv_grpc_call_send(call, msg, len) != 0) {
+    if (app_send(call, msg, len) != 0) {
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "send buffer full");
         return;
     }
@@ -90,6 +119,8 @@ static void on_cancel(kv_grpc_call *call)
 {
     harness *h = kv_grpc_call_app(call);
     atomic_fetch_add(&h->cancels, 1);
+    if (h->in_send)
+        atomic_fetch_add(&h->cancels_in_send, 1);
 }
 
 typedef struct resume_ctx {
@@ -114,7 +145,7 @@ static void resume_fire(uv_timer_t *t)
 
 static void echo_stream(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
-    if (kv_grpc_call_send(call, msg, len) != 0) {
+    if (app_send(call, msg, len) != 0) {
         kv_grpc_call_finish(call, KV_GRPC_RESOURCE_EXHAUSTED, "send buffer full");
         return;
     }

@@ -25,7 +25,9 @@ typedef struct harness {
     kv_grpc_server *grpc;
     kv_http_server *http;
     int grpc_port, http_port;
-    atomic_int cancels; /* on_cancel calls seen by the test app */
+    atomic_int cancels;         /* on_cancel calls seen by the test app */
+    atomic_int cancels_in_send; /* ... of them, run while the app was inside a send */
+    int in_send;                /* the loop thread: the test app is in kv_grpc_call_send */
     atomic_int half_closes;
     atomic_int health_mode;
     kv_http_health_done_fn slow_done; /* a held (slow) health answer */
