@@ -228,12 +228,16 @@ static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, 
     if (o->call && (status == -ETIMEDOUT || status == -EBUSY) && !o->half_closed) {
         /* dropped (see above) */
     } else if (o->call) {
+        /* done may end the call, and ending an HTTP gateway call frees it (the sink's
+         * finish): the link is cut first and made again only while the stream stays open. */
         void *call = o->call;
-        if (w->done(call, id, status, ttl)) {
-            f->d.calls->set_owner(call, NULL);
-            o->call = NULL;
-        } else if (status >= 0) { /* answered */
-            kv_metric_observe(f->m_renew_latency, (double)(uv_hrtime() - w->t0_ns) / 1e9);
+        f->d.calls->set_owner(call, NULL);
+        o->call = NULL;
+        if (w->done(call, id, status, ttl) == 0) {
+            o->call = call;
+            f->d.calls->set_owner(call, o);
+            if (status >= 0) /* answered */
+                kv_metric_observe(f->m_renew_latency, (double)(uv_hrtime() - w->t0_ns) / 1e9);
         }
     }
     owner_put(f, o);

@@ -72,7 +72,8 @@ typedef struct kv_lease_fwd kv_lease_fwd;
 /* Result of one forwarded renewal: status 0 and ttl (0 = unknown lease), or -EAGAIN (no
  * leader), -ETIMEDOUT (half-closed streams only), -ECANCELED (server closing); never -EBUSY
  * nor -ETIMEDOUT on an open stream (such renewals are dropped without a callback). Returns 1 if it
- * ended the call (finish or error), else 0. Never called for a call that went away. */
+ * ended the call (finish or error; the call may be freed by then: an HTTP gateway call is), else
+ * 0. Never called for a call that went away; the forwarder does not touch call after a 1. */
 typedef int (*kv_lease_fwd_renew_fn)(void *call, int64_t id, int status, int64_t ttl);
 /* Result of one forwarded TimeToLive: status 0 and remaining (-1 = unknown lease), granted,
  * or a negative errno as above. The unary call must be ended (or handed on) by fn. */
