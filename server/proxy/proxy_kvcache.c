@@ -20,6 +20,9 @@
  *   and not ended); when it ends, is cancelled, or a message is lost, the cache is cleared
  *   and the stream re-opened with a backoff. While live, a progress request goes up every
  *   CHECK_MS; no message within HUNG_MS of one (a hung member) drops the watch too.
+ * - Auth: a request with a token bypasses the cache, and a token, AuthEnable or a Range refused
+ *   for want of a user or permission drops the watch (auth_seen): opened again without a
+ *   token, it is refused while auth is on, so the cache stays off.
  * - An answer is stored only if no invalidation meeting its range happened since its
  *   request was forwarded (kv_proxy_cache_seq + kv_proxy_cache_add's check), the watch
  *   generation is the same, and its header revision is not below the watch's start
@@ -70,7 +73,7 @@ struct kv_proxy_kvcache {
     unsigned failures;
     int closing;
     kv_metric *m_hits, *m_misses, *m_entries, *m_bytes, *m_watch_up, *m_watch_opened;
-    kv_metric *m_invalidated, *m_events, *m_hung;
+    kv_metric *m_invalidated, *m_events, *m_hung, *m_auth_off;
 };
 
 enum { REQ_RANGE = 1, REQ_WRITE, REQ_COMPACT, REQ_CLEAR };
@@ -678,6 +681,19 @@ static int on_range(kv_proxy_kvcache *k, kv_grpc_call *call, const uint8_t *msg,
     return 0;
 }
 
+/* Auth is on, or may be (a request carried a token, AuthEnable passed, or a token-less
+ * range was refused): the cache knows no permissions, so it is cleared and its watch dropped,
+ * then opened again. That watch has no token, and a member with auth on refuses it, so the
+ * cache stays off until auth is off again. */
+static void auth_seen(kv_proxy_kvcache *k)
+{
+    if (!k->live)
+        return; /* off already, or its watch is being opened */
+    kv_metric_inc(k->m_auth_off);
+    drop_watch(k);
+    schedule_open(k);
+}
+
 int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method,
                              const uint8_t *msg, size_t len, void **tag)
 {
@@ -685,13 +701,14 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
     *tag = NULL;
     if (!k)
         return 0;
-    if (strcmp(method, "/etcdserverpb.KV/Range") == 0) {
-        /* a client with an auth token is authorized by the member as itself: its ranges are
-         * neither answered from nor stored in the cache, which knows no permissions */
-        if (kv_grpc_call_header(call, "token"))
-            return 0;
-        return on_range(k, call, msg, len, (req **)tag);
+    if (kv_grpc_call_header(call, "token")) {
+        /* authorized by the member as itself: neither answered from the cache nor stored in
+         * it (a Txn's ranges included), and nothing is cached from here on (auth_seen) */
+        auth_seen(k);
+        return 0;
     }
+    if (strcmp(method, "/etcdserverpb.KV/Range") == 0)
+        return on_range(k, call, msg, len, (req **)tag);
     int kind = 0;
     if (strcmp(method, "/etcdserverpb.KV/Put") == 0 ||
         strcmp(method, "/etcdserverpb.KV/DeleteRange") == 0 ||
@@ -699,9 +716,12 @@ int kv_proxy_kvcache_request(kv_proxy *p, kv_grpc_call *call, const char *method
         kind = REQ_WRITE;
     else if (strcmp(method, "/etcdserverpb.KV/Compact") == 0)
         kind = REQ_COMPACT;
-    else if (strcmp(method, "/etcdserverpb.Lease/LeaseRevoke") == 0 ||
-             strcmp(method, "/etcdserverpb.Auth/AuthEnable") == 0)
-        kind = REQ_CLEAR; /* AuthEnable: what token-less clients read before must not be served */
+    else if (strcmp(method, "/etcdserverpb.Lease/LeaseRevoke") == 0)
+        kind = REQ_CLEAR;
+    else if (strcmp(method, "/etcdserverpb.Auth/AuthEnable") == 0) {
+        auth_seen(k); /* what token-less clients read before must not be served */
+        return 0;
+    }
     if (!kind)
         return 0;
     req *r = calloc(1, sizeof *r);
@@ -746,6 +766,11 @@ void kv_proxy_kvcache_done(kv_proxy *p, void *tag, int code, const uint8_t *resp
     }
     switch (r->kind) {
     case REQ_RANGE:
+        /* refused for want of a user or a permission (auth enabled straight on a member): what
+         * the cache holds was read without one */
+        if (code == KV_GRPC_INVALID_ARGUMENT || code == KV_GRPC_PERMISSION_DENIED ||
+            code == KV_GRPC_UNAUTHENTICATED)
+            auth_seen(k);
         if (code == 0 && k->live && r->gen == k->gen && header_rev(resp, len) >= k->watch_rev) {
             Etcdserverpb__RangeRequest *rr = r->range;
             if (kv_proxy_cache_add(k->c, r->seq, r->bytes, r->len, rr->key.data, rr->key.len,
@@ -814,6 +839,12 @@ int kv_proxy_kvcache_init(kv_proxy *p)
                                    "Cache watches dropped: no answer to a progress request in "
                                    "3 s (the cache is cleared).",
                                    NULL);
+    k->m_auth_off = kv_metrics_counter(m, "kvd_proxy_cache_auth_off_total",
+                                       "Cache watches dropped because auth is or may be on (a "
+                                       "request with a token, AuthEnable, a range refused for "
+                                       "want of a user): the cache is cleared and stays off "
+                                       "while members refuse its token-less watch.",
+                                       NULL);
     k->m_events = kv_metrics_counter(m, "kvd_proxy_cache_watch_events_total",
                                      "Events received on the cache's upstream watch.", NULL);
     kv_metric_set(k->m_watch_up, 0);

@@ -15,7 +15,10 @@
  *   - etcdctl --consistency=s get through the proxy, a hit the second time;
  *   - kill -9 and restart of the member: the cache is cleared, a new watch serves again;
  *   - SIGSTOP of the member: the watch's progress check drops the watch and clears the cache;
- *   - --max-cache-entries=0: no cache.
+ *   - --max-cache-entries=0: no cache;
+ *   - auth enabled on the member: a request with a token fills nothing and turns the cache
+ *     off (a token-less get is refused by the member, not answered from the cache) until
+ *     auth is off again.
  */
 #include "px_util.h"
 
@@ -471,5 +474,77 @@ Test(proxy_cache, txn_ranges_fill_the_cache, .init = setup, .fini = fini, .timeo
     get(pc, "tr", 0, 0, v, sizeof v, NULL);
     get(pc, "tf", 0, 0, v, sizeof v, NULL);
     cr_assert_eq(hits(), h, "tw (written), tr (compared) or tf (other branch) was a hit");
+    kvc_close(pc);
+}
+
+/* etcdctl through the proxy (argv after --endpoints; stdin may be NULL): its exit code, the
+ * output and errors in out. */
+static int ctl_in(const char *in, char *out, size_t cap, const char *const *args)
+{
+    const char *argv[16] = {"/usr/bin/etcdctl"};
+    char ep[64];
+    snprintf(ep, sizeof ep, "--endpoints=%s", g_x.endpoint);
+    int n = 1;
+    argv[n++] = ep;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    static const char *const env[] = {"ETCDCTL_API=3", NULL};
+    kvt_cmd_result r;
+    cr_assert_eq(kvt_run(argv, env, in, in ? strlen(in) : 0, 20000, &r), 0);
+    int code = r.exit_code;
+    snprintf(out, cap, "%s%s", r.out, r.err);
+    kvt_cmd_result_free(&r);
+    return code;
+}
+
+/* The cache knows no permissions. Auth enabled straight on the member, while the cache's
+ * watch (created before, without a token) stays live: a Txn with root's token through the
+ * proxy must not fill the cache with what it reads, and a token-less serializable get must be
+ * refused by the member, not answered from the cache; the cache stays off while auth is on,
+ * and serves again once it is off. */
+Test(proxy_cache, a_token_turns_the_cache_off, .init = setup, .fini = fini, .timeout = 180)
+{
+    kvc_client *pc = px_client(g_x.endpoint);
+    put(pc, "secret/x", "s3cret");
+    kvt_cmd_result r;
+    static const char *const on_member[][4] = {
+        {"user", "add", "root:rootpw", NULL},
+        {"user", "grant-role", "root", "root"},
+        {"auth", "enable", NULL, NULL},
+    };
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kvt_ctl(&g_c, 0, 20000, &r, on_member[i][0], on_member[i][1], on_member[i][2],
+                             on_member[i][3], NULL),
+                     0);
+        cr_assert_eq(r.exit_code, 0, "%s %s", r.out, r.err);
+        kvt_cmd_result_free(&r);
+    }
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "the watch outlived auth enable");
+    char out[4096];
+    int rc = ctl_in("\nget secret/x\n\n\n", out, sizeof out,
+                    (const char *const[]){"--user=root:rootpw", "txn", NULL});
+    cr_assert(rc == 0 && strstr(out, "s3cret"), "root's txn: %d %s", rc, out);
+    rc = ctl_in(NULL, out, sizeof out,
+                (const char *const[]){"get", "secret/x", "--consistency=s", NULL});
+    cr_assert(rc != 0 && strstr(out, "etcdserver: user name is empty"),
+              "a token-less get was answered: %d %s", rc, out);
+    cr_assert_geq(px_metric(&g_x, "kvd_proxy_cache_auth_off_total"), 1);
+    kvt_sleep_ms(1500); /* the watch is opened again, and refused */
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 0, "the cache is on under auth");
+
+    rc = ctl_in(NULL, out, sizeof out,
+                (const char *const[]){"--user=root:rootpw", "auth", "disable", NULL});
+    cr_assert_eq(rc, 0, "%s", out);
+    uint64_t end = kvt_now_ms() + 10000;
+    while (px_metric(&g_x, "kvd_proxy_cache_watch_up") != 1 && kvt_now_ms() < end)
+        kvt_sleep_ms(50);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_cache_watch_up"), 1, "the cache stayed off");
+    char v[64];
+    get(pc, "secret/x", 0, 0, v, sizeof v, NULL);
+    double h = hits();
+    get(pc, "secret/x", 0, 0, v, sizeof v, NULL);
+    cr_assert_str_eq(v, "s3cret");
+    cr_assert_eq(hits(), h + 1, "no hit once auth is off");
     kvc_close(pc);
 }
