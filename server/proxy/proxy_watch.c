@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,11 +149,39 @@ static void refuse_create(pw_cs *cs, const char *reason)
     pw_cs_send_resp(cs, &r);
 }
 
+/* The size of c's create as it goes up (proxy_watch_up.c: the key and range, prev_kv and
+ * progress_notify on, a start revision of at most 10 varint bytes). */
+static size_t upstream_create_size(const Etcdserverpb__WatchCreateRequest *c)
+{
+    Etcdserverpb__WatchCreateRequest u = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    u.key = c->key;
+    u.range_end = c->range_end;
+    u.prev_kv = 1;
+    u.progress_notify = 1;
+    u.start_revision = -1; /* the longest varint */
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &u;
+    return etcdserverpb__watch_request__get_packed_size(&r);
+}
+
 static void on_create(pw_cs *cs, const Etcdserverpb__WatchCreateRequest *c)
 {
     kv_proxy_watch *s = cs->s;
     if (s->n_watchers + s->n_held >= s->p->cfg->max_watchers) {
         pw_cs_kill(cs, 0, NULL, KV_PROXY_REFUSED_WATCHERS);
+        return;
+    }
+    /* --max-send-bytes, as for a unary request: a create a member would refuse must not go
+     * up, where the member would end the shared stream (and the proxy re-create it, with
+     * every other watcher on it, for ever) */
+    size_t up = upstream_create_size(c);
+    if (up > s->p->cfg->max_send_bytes) {
+        char m[96];
+        snprintf(m, sizeof m, "trying to send message larger than max (%zu vs. %zu)", up,
+                 s->p->cfg->max_send_bytes);
+        kv_metric_inc(s->p->m_too_large[0]);
+        refuse_create(cs, m);
         return;
     }
     int64_t id = c->watch_id;

@@ -7,6 +7,8 @@
  *     exactly that); the key is not written; a small Put works;
  *   - a Range whose answer is over 3,000 bytes: RESOURCE_EXHAUSTED "grpc: received message
  *     larger than max (N vs. 3000)"; a small Range works;
+ *   - (kvd) a watch create over --max-send-bytes is answered created and canceled with the
+ *     send text; its stream stays open and a watcher on another stream is not disturbed;
  *   - (kvd) a Watch whose upstream message is over the limit ends with that status: etcd
  *     3.4's proxy retries its upstream stream for ever and the watcher hears nothing;
  *   - (kvd) SETTINGS_MAX_CONCURRENT_STREAMS = 4 on a client connection (etcd 3.4 applies its
@@ -174,5 +176,78 @@ Test(proxy_limits, max_concurrent_streams_is_advertised, .init = setup, .fini = 
     uint32_t v = nghttp2_session_get_remote_settings(kv_it_grpc_session(h),
                                                      NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
     cr_assert_eq(v, 4, "SETTINGS_MAX_CONCURRENT_STREAMS %u", v);
+    kv_it_grpc_close(h);
+}
+
+/* The WatchResponses on st so far, unpacked into out (at most cap); their number. */
+static size_t watch_resps(kv_it_grpc_stream *st, Etcdserverpb__WatchResponse **out, size_t cap)
+{
+    size_t n = 0;
+    const uint8_t *m;
+    size_t len;
+    while (n < cap && kv_it_grpc_stream_msgs(st, n, &m, &len) > n) {
+        out[n] = etcdserverpb__watch_response__unpack(NULL, len, m);
+        cr_assert_not_null(out[n]);
+        n++;
+    }
+    return n;
+}
+
+/* (kvd) A watch create whose upstream message would be over --max-send-bytes is refused by
+ * the proxy with etcd's text (created and canceled, the stream stays open), as a unary
+ * request is: sent up, a member over its own limit would end the shared upstream stream and
+ * every watcher on it with it. A watcher on another client stream is not disturbed. */
+Test(proxy_limits, a_watch_create_over_max_send_bytes_is_refused, .init = setup, .fini = fini,
+     .timeout = 120)
+{
+    if (!is_kvd())
+        return; /* etcd 3.4's proxy sends it up */
+    kv_it_grpc *h = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_x.port, 5000), 0);
+    /* WatchRequest{create_request{key "narrow"}} */
+    static const uint8_t small[] = {0x0a, 0x08, 0x0a, 0x06, 'n', 'a', 'r', 'r', 'o', 'w'};
+    kv_it_grpc_stream *a = kv_it_grpc_stream_start(h, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_eq(kv_it_grpc_send_msg(a, small, sizeof small, 0), 0);
+    cr_assert(kv_it_grpc_wait_bytes(h, a, 1, 5000), "no Created for the small watcher");
+
+    static char key[2001];
+    memset(key, 'k', sizeof key - 1);
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    c.key.data = (uint8_t *)key;
+    c.key.len = sizeof key - 1;
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    uint8_t buf[2100];
+    size_t n = etcdserverpb__watch_request__pack(&r, buf);
+    kv_it_grpc_stream *b = kv_it_grpc_stream_start(h, "/etcdserverpb.Watch/Watch", NULL);
+    cr_assert_eq(kv_it_grpc_send_msg(b, buf, n, 0), 0);
+    cr_assert(kv_it_grpc_wait_bytes(h, b, 1, 5000), "no answer to the large create");
+    Etcdserverpb__WatchResponse *resp[4];
+    size_t got = watch_resps(b, resp, 4);
+    cr_assert_eq(got, 1);
+    const char *pfx = "trying to send message larger than max (";
+    cr_assert(resp[0]->created && resp[0]->canceled && resp[0]->cancel_reason &&
+                  strncmp(resp[0]->cancel_reason, pfx, strlen(pfx)) == 0 &&
+                  strstr(resp[0]->cancel_reason, " vs. 1000)"),
+              "created %d canceled %d reason '%s'", resp[0]->created, resp[0]->canceled,
+              resp[0]->cancel_reason ? resp[0]->cancel_reason : "");
+    etcdserverpb__watch_response__free_unpacked(resp[0], NULL);
+    cr_assert(!b->closed, "the client stream was ended");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_message_too_large_total{direction=\"send\"}"), 1);
+
+    char err[256];
+    cr_assert_eq(kvt_put(&g_c, 0, "narrow", "x", 5000, NULL, err, sizeof err), 0, "%s", err);
+    uint64_t end = kvt_now_ms() + 5000;
+    size_t events = 0;
+    while (events == 0 && kvt_now_ms() < end) {
+        kv_it_grpc_pump(h, 50);
+        got = watch_resps(a, resp, 4);
+        for (size_t i = 0; i < got; i++) {
+            events += resp[i]->n_events;
+            etcdserverpb__watch_response__free_unpacked(resp[i], NULL);
+        }
+    }
+    cr_assert_eq(events, 1, "the other watcher missed the put");
     kv_it_grpc_close(h);
 }
