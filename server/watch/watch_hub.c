@@ -676,14 +676,18 @@ static int sync_slice(kv_watch_hub *h)
     size_t n = 0, scanned = 0, total = h->unsynced.n;
     int64_t from = INT64_MAX;
     int progressed = 0;
+    /* etcd 3.4's compacted revision is -1 until the first compaction: a start below it (a
+     * negative start_revision) is answered compacted, never read (a slice from -5000 would
+     * end below revision 1, and no watcher of the batch would advance) */
+    int64_t compacted = rd.compact_rev > 0 ? rd.compact_rev : -1;
     kv_list *e = kv_list_head(&h->unsynced.list);
     while (e && scanned < total && n < SYNC_BATCH_WATCHERS) {
         kv_watcher *w = kv_list_data(e, kv_watcher, glink);
         kv_list *nx = kv_list_next(&h->unsynced.list, e);
         scanned++;
         if (!w->st->broken && has_room(w->st, h->cfg.slice_bytes)) {
-            if (rd.compact_rev > 0 && w->next_rev < rd.compact_rev) {
-                progressed |= send_compacted(h, w, rd.compact_rev);
+            if (w->next_rev < compacted) {
+                progressed |= send_compacted(h, w, compacted);
             } else if (w->next_rev > h->cur_rev) {
                 to_synced(h, w);
                 progressed = 1;

@@ -364,6 +364,39 @@ Test(watch_hub, behind_compaction_gets_compacted_response)
     fx_close(&f);
 }
 
+/* A negative start revision, never compacted: etcd 3.4 (compactMainRev -1) cancels a
+ * watcher below -1 with compact_revision -1 and serves one of -1 from revision 1. Neither
+ * may hold up another watcher catching up in the same batch (a start of -5000 once made the
+ * batch read nothing, and nobody advanced, ever). */
+Test(watch_hub, a_negative_start_revision_stalls_no_one)
+{
+    fx f;
+    fx_open(&f, NULL);
+    for (int i = 0; i < 5; i++)
+        put(&f, "a", "v");                                            /* revisions 2..6 */
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = -5000}), 0); /* id 0 */
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = 3}), 0);     /* id 1 */
+    cr_assert_eq(create(&f, (wopts){.key = "a", .start = -1}), 0);    /* id 2 */
+    fx_clear(&f);
+    kv_watch_hub_sync_now(f.h, 10);
+    Etcdserverpb__WatchResponse *r = NULL;
+    for (size_t i = 0; i < f.sink.n; i++)
+        if (f.sink.msg[i]->watch_id == 0)
+            r = f.sink.msg[i];
+    cr_assert_not_null(r, "no answer for the watcher at -5000");
+    cr_assert(r->canceled);
+    cr_assert_eq(r->compact_revision, -1);
+    char ev[16][64];
+    cr_assert_eq(events_of(&f, 1, ev, 16), 4, "the watcher from 3 was held up");
+    cr_assert_str_eq(ev[0], "P a v 3");
+    cr_assert_eq(events_of(&f, 2, ev, 16), 5, "the watcher from -1 reads from revision 1");
+    cr_assert_str_eq(ev[0], "P a v 2");
+    kv_watch_stats s;
+    kv_watch_hub_get_stats(f.h, &s);
+    cr_assert_eq(s.unsynced, 0);
+    fx_close(&f);
+}
+
 Test(watch_hub, protocol_errors_cancel_progress)
 {
     kv_watch_config c;
