@@ -62,7 +62,19 @@ static size_t sink_queued(void *sink)
     return w->ops->queued && !w->closed ? w->ops->queued(w->arg) : 0;
 }
 
-static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued};
+/* A send failed for good (on_resp's error, out of memory): the watch can see nothing more,
+ * so it ends as a canceled one does. */
+static void sink_failed(void *sink, int err)
+{
+    kv_conc_watch *w = sink;
+    (void)err;
+    if (w->closed || w->done)
+        return;
+    w->canceled = 1;
+    schedule_done(w);
+}
+
+static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued, sink_failed};
 
 static void free_cb(uv_handle_t *h)
 {

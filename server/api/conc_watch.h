@@ -10,7 +10,8 @@
  * gRPC call; it must not open or close watchers. It returns 0 to go on, 1 to have on_done
  * run from a later loop turn (where the owner may close the watch), or a negative errno to
  * refuse the response (-ENOBUFS: the hub sends it again later, watch_hub.h "victim"). A
- * canceled response (start revision compacted, the hub refused the watcher) is answered
+ * canceled response (start revision compacted, the hub refused the watcher), or a response
+ * refused for good (another negative errno: the hub delivers nothing more), is answered
  * with on_done too, with *canceled set (kv_conc_watch_canceled).
  * queued (may be NULL): bytes the owner still has to deliver (its call's send buffer), so
  * the hub holds events back from a slow Observe reader instead of buffering them.

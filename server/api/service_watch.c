@@ -8,6 +8,9 @@
  *   too many watch streams on the connection -> RESOURCE_EXHAUSTED
  *   a control response that cannot be queued  -> RESOURCE_EXHAUSTED
  *   malformed request                          -> INTERNAL (grpc-go's unmarshal error)
+ *   a response that can never be sent (over --max-response-bytes: RESOURCE_EXHAUSTED "grpc:
+ *   trying to send message larger than max"; the buffer filled between one response's
+ *   fragments: RESOURCE_EXHAUSTED, the slow reader's message), on the next loop turn
  */
 #include "api/services.h"
 #include "api/api.h"
@@ -26,14 +29,34 @@ static size_t sink_queued(void *sink)
     return kv_grpc_call_send_queued(sink);
 }
 
-static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued};
-
 static void end_stream(kv_grpc_call *call, kv_watch_stream *st, kv_etcd_err e)
 {
     kv_watch_stream_close(st);
     kv_grpc_call_set_data(call, NULL);
     kv_reply_etcd_err(call, e);
 }
+
+/* A send of the hub failed for good (a later loop turn): the stream ends, as etcd's does when
+ * its send fails. A call the transport already ended only loses its stream here. */
+static void sink_failed(void *sink, int err)
+{
+    kv_grpc_call *call = sink;
+    kv_watch_stream *st = kv_grpc_call_data(call);
+    switch (err) {
+    case -EMSGSIZE: /* one response over --max-response-bytes */
+        end_stream(call, st, KV_ERR_GRPC_SEND_TOO_LARGE);
+        break;
+    case -ENOMEM:
+        end_stream(call, st, KV_ERR_TOO_MANY_REQUESTS);
+        break;
+    default: /* -ECONNRESET: the buffer filled between one response's fragments; -EINVAL: the
+              * call was reset (its on_cancel, if still owed, then finds no stream) */
+        end_stream(call, st, KV_ERR_WATCH_SLOW_READER);
+        break;
+    }
+}
+
+static const kv_watch_sink_ops sink_ops = {sink_send, sink_queued, sink_failed};
 
 static void on_watch_message(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {

@@ -91,6 +91,43 @@ static int pack_send(kv_watch_stream *st, const Etcdserverpb__WatchResponse *r)
     return rc;
 }
 
+static void on_sync_idle(uv_idle_t *i);
+
+/* A send on st failed for good: nothing more is delivered, and the owner hears of it on the
+ * next loop turn (ops->failed; never from here: this runs inside a send or a delivery). */
+static void set_broken(kv_watch_stream *st, int err)
+{
+    kv_watch_hub *h = st->hub;
+    if (st->broken)
+        return;
+    st->broken = true;
+    if (!st->ops->failed || h->closing)
+        return;
+    st->fail_due = true;
+    st->fail_err = err;
+    kv_list_insert_tail(&h->failed, &st->flink);
+    uv_idle_start(&h->sync_idle, on_sync_idle); /* no-op when active */
+}
+
+void kv_watch_stream_unfail(kv_watch_stream *st)
+{
+    if (st->fail_due) {
+        st->fail_due = false;
+        kv_list_remove(&st->flink);
+    }
+}
+
+/* Tells the owners of the streams whose send failed (each may close its stream). */
+static void notify_failed(kv_watch_hub *h)
+{
+    kv_list *e;
+    while ((e = kv_list_head(&h->failed))) {
+        kv_watch_stream *st = kv_list_data(e, kv_watch_stream, flink);
+        kv_watch_stream_unfail(st);
+        st->ops->failed(st->sink, st->fail_err);
+    }
+}
+
 int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int64_t hdr_rev)
 {
     if (st->broken)
@@ -103,7 +140,7 @@ int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int6
     int rc = pack_send(st, r);
     r->header = NULL;
     if (rc < 0 && rc != -ENOBUFS)
-        st->broken = true;
+        set_broken(st, rc);
     return rc;
 }
 
@@ -260,7 +297,7 @@ static int send_events(kv_watch_hub *h, kv_watcher *w, slice_ev **es, Mvccpb__Ev
     if (rc == -ENOBUFS)
         return 1;
     if (rc < 0) {
-        st->broken = true;
+        set_broken(st, rc);
         return rc;
     }
     h->st.events_sent += n;
@@ -308,7 +345,6 @@ void kv_watch_hub_detach(kv_watch_hub *h, kv_watcher *w)
 }
 
 static void on_sync_timer(uv_timer_t *t);
-static void on_sync_idle(uv_idle_t *i);
 
 /* Schedules catch-up: delay 0 = next loop turn (an idle handle: a 0 ms libuv timer re-armed
  * from its own callback would run again in the same timer phase and starve I/O), otherwise a
@@ -730,7 +766,16 @@ int kv_watch_hub_sync_now(kv_watch_hub *h, int max_slices)
 /* One catch-up turn: slices until the turn's time or byte budget is spent or no watcher can
  * progress; then the next turn is scheduled (right away, or with back-off while no stream has
  * room). */
+static void sync_turn_run(kv_watch_hub *h);
+
 static void sync_turn(kv_watch_hub *h)
+{
+    sync_turn_run(h);
+    if (!kv_list_empty(&h->failed) && !h->closing) /* a send failed in this turn */
+        uv_idle_start(&h->sync_idle, on_sync_idle);
+}
+
+static void sync_turn_run(kv_watch_hub *h)
 {
     uint64_t start = uv_hrtime();
     h->deadline_ns = start + SYNC_TURN_NS;
@@ -776,7 +821,9 @@ static void on_sync_timer(uv_timer_t *t)
 
 static void on_sync_idle(uv_idle_t *i)
 {
-    sync_turn(i->data);
+    kv_watch_hub *h = i->data;
+    notify_failed(h);
+    sync_turn(h); /* stops the idle when no watcher is unsynced */
 }
 
 void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w)
@@ -846,6 +893,7 @@ int kv_watch_hub_init(kv_watch_hub **out, uv_loop_t *loop, kv_store *store,
     if (h == NULL)
         return -ENOMEM;
     kv_list_init(&h->streams);
+    kv_list_init(&h->failed);
     kv_list_init(&h->synced.list);
     kv_list_init(&h->unsynced.list);
     if (kv_widx_init(&h->idx) < 0) {

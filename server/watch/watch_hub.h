@@ -65,10 +65,16 @@ uint64_t kv_watch_fp_env(void);
 
 /* The transport seen by a stream. send copies msg; returns 0, -ENOBUFS (connection buffer
  * full) or another negative error (stream gone). queued: response bytes of this stream not
- * yet taken by the transport (its send buffer). */
+ * yet taken by the transport (its send buffer). failed (may be NULL): a send failed for good
+ * (err: its error, e.g. -EMSGSIZE, or -ECONNRESET when the buffer filled between the
+ * fragments of one response), so the stream can deliver nothing more; the owner ends its
+ * call (etcd ends a watch stream whose send fails) and closes the stream, which it may do
+ * from inside failed. Called on a later loop turn (the hub's idle), never from inside a send
+ * or a delivery, once per stream. */
 typedef struct kv_watch_sink_ops {
     int (*send)(void *sink, const uint8_t *msg, size_t len);
     size_t (*queued)(void *sink);
+    void (*failed)(void *sink, int err);
 } kv_watch_sink_ops;
 
 typedef struct kv_watch_stats {

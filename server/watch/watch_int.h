@@ -47,7 +47,10 @@ struct kv_watch_stream {
     int64_t next_id; /* next auto id candidate */
     int64_t max_id;  /* largest id in use or used so far (-1 none) */
     bool broken;     /* a send failed for good: deliver nothing more */
+    bool fail_due;   /* on hub->failed: ops->failed not yet called */
+    int fail_err;    /* the failed send's error */
     kv_list link;    /* hub->streams */
+    kv_list flink;   /* hub->failed while fail_due */
 };
 
 /* A group of watchers (kv_watcher.glink), oldest first. */
@@ -81,6 +84,7 @@ struct kv_watch_hub {
                             outside live delivery (docs/ARCHITECTURE.md, Watch) */
     kv_widx idx;         /* the synced watchers by key */
     kv_list streams;     /* kv_watch_stream.link, newest first */
+    kv_list failed;      /* kv_watch_stream.flink, oldest first: ops->failed owed */
     size_t n_streams, n_watchers;
     wlist synced, unsynced;
     uv_timer_t sync_timer, progress_timer;
@@ -129,6 +133,9 @@ void kv_wlist_remove(wlist *l, kv_watcher *w);
 void kv_watch_hub_add(kv_watch_hub *h, kv_watcher *w);
 /* Takes the watcher out of its group (not out of its stream). */
 void kv_watch_hub_detach(kv_watch_hub *h, kv_watcher *w);
+/* Takes st off the hub's list of streams whose owner is still to hear of a failed send
+ * (st is being closed). */
+void kv_watch_stream_unfail(kv_watch_stream *st);
 /* Packs and sends a response header + fields. Control responses are allowed up to twice
  * the stream's send buffer bound. 0, -ENOBUFS, or another error. */
 int kv_watch_send_ctrl(kv_watch_stream *st, Etcdserverpb__WatchResponse *r, int64_t hdr_rev);

@@ -60,6 +60,7 @@ void kv_watch_stream_close(kv_watch_stream *st)
     kv_list *e;
     while ((e = kv_list_head(&st->watchers)))
         watcher_remove(st, kv_list_data(e, kv_watcher, slink));
+    kv_watch_stream_unfail(st);
     kv_list_remove(&st->link);
     h->n_streams--;
     free(st);

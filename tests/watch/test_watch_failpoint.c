@@ -33,7 +33,7 @@ static size_t f_queued(void *arg)
     return 0;
 }
 
-static const kv_watch_sink_ops fops = {f_send, f_queued};
+static const kv_watch_sink_ops fops = {f_send, f_queued, NULL};
 
 typedef struct fx {
     kvt_store t;

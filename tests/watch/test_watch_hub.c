@@ -10,6 +10,7 @@
 #include "watch/watch_hub.h"
 #include "watch/watch_int.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +37,7 @@ static size_t f_queued(void *arg)
     return ((fsink *)arg)->queued;
 }
 
-static const kv_watch_sink_ops fops = {f_send, f_queued};
+static const kv_watch_sink_ops fops = {f_send, f_queued, NULL};
 
 typedef struct fx {
     kvt_store t;
@@ -394,6 +395,73 @@ Test(watch_hub, a_negative_start_revision_stalls_no_one)
     kv_watch_stats s;
     kv_watch_hub_get_stats(f.h, &s);
     cr_assert_eq(s.unsynced, 0);
+    fx_close(&f);
+}
+
+/* A sink whose sends fail with fail_rc once it is set, and whose failed callback records
+ * the error and closes the stream (as service_watch.c ends the call). */
+typedef struct xsink {
+    int fail_rc;
+    int in_send;
+    int failed, failed_err, failed_in_send;
+    kv_watch_stream *st;
+} xsink;
+
+static int x_send(void *arg, const uint8_t *m, size_t len)
+{
+    (void)m;
+    (void)len;
+    return ((xsink *)arg)->fail_rc;
+}
+
+static size_t x_queued(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static void x_failed(void *arg, int err)
+{
+    xsink *x = arg;
+    x->failed++;
+    x->failed_err = err;
+    x->failed_in_send = x->in_send;
+    kv_watch_stream_close(x->st);
+    x->st = NULL;
+}
+
+static const kv_watch_sink_ops xops = {x_send, x_queued, x_failed};
+
+/* A send that fails for good (a response over --max-response-bytes) is not left silent: the
+ * owner hears of it once, on a later loop turn, outside the delivery, and may close the
+ * stream there (etcd ends a watch stream whose send fails). */
+Test(watch_hub, a_failed_send_is_reported_on_a_later_turn)
+{
+    fx f;
+    fx_open(&f, NULL);
+    xsink x = {0};
+    cr_assert_eq(kv_watch_stream_open(f.h, 2, &xops, &x, &x.st), 0);
+    Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    c.key = kvt_bin("a");
+    Etcdserverpb__WatchRequest r = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    r.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    r.create_request = &c;
+    uint8_t buf[64];
+    size_t len = etcdserverpb__watch_request__pack(&r, buf);
+    cr_assert_eq(kv_watch_stream_request(x.st, buf, len), 0);
+    x.fail_rc = -EMSGSIZE;
+    x.in_send = 1; /* the delivery below runs "inside" the writer */
+    put(&f, "a", "v");
+    put(&f, "a", "w");
+    x.in_send = 0;
+    cr_assert_eq(x.failed, 0, "reported inside the delivery");
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(x.failed, 1, "a failed send was never reported (the stream stays silent)");
+    cr_assert_eq(x.failed_err, -EMSGSIZE);
+    cr_assert_eq(x.failed_in_send, 0);
+    cr_assert_null(x.st);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    cr_assert_eq(x.failed, 1, "reported twice");
     fx_close(&f);
 }
 

@@ -647,3 +647,45 @@ Test(watch_it, protocol_same_as_etcd, .timeout = 120)
     free(ok);
     free(oe);
 }
+
+/* A watch response that can never be sent (over --max-response-bytes) ends the stream with
+ * RESOURCE_EXHAUSTED and grpc-go's text, as etcd's stream ends when its send fails; before,
+ * the stream stayed open and silent for good. */
+Test(watch_it, an_unsendable_response_ends_the_stream, .timeout = 120)
+{
+    kv_it_server k;
+    const char *extra[] = {"--max-response-bytes=65536", NULL};
+    start(&k, KV_IT_KVD, extra);
+    h2w a;
+    h2w_open(&a, k.client_port, "big/", 0);
+    kv_it_grpc *g;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", k.client_port, 5000), 0);
+    static uint8_t val[70000];
+    memset(val, 'v', sizeof val);
+    Etcdserverpb__PutRequest p = ETCDSERVERPB__PUT_REQUEST__INIT;
+    p.key = (ProtobufCBinaryData){5, (uint8_t *)"big/1"};
+    p.value = (ProtobufCBinaryData){sizeof val, val};
+    size_t len = etcdserverpb__put_request__get_packed_size(&p);
+    uint8_t *buf = malloc(len), *resp = NULL;
+    cr_assert_not_null(buf);
+    etcdserverpb__put_request__pack(&p, buf);
+    size_t rlen = 0;
+    int st = -1;
+    char msg[256];
+    cr_assert_eq(kv_it_grpc_call(g, "/etcdserverpb.KV/Put", buf, len, &resp, &rlen, 20000, &st, msg,
+                                 sizeof msg),
+                 0);
+    cr_assert_eq(st, 0, "put: %d %s", st, msg);
+    free(buf);
+    free(resp);
+    h2w_pump(&a, 10000, NULL);
+    cr_assert(a.closed, "the watch stream stayed open after a response it cannot send");
+    cr_assert_eq(a.st->grpc_status, 8, "grpc-status %d", a.st->grpc_status);
+    cr_assert(a.st->grpc_message && strstr(a.st->grpc_message, "trying to send message larger"),
+              "%s", a.st->grpc_message ? a.st->grpc_message : "(none)");
+    cr_assert_eq(a.events, 0);
+    cr_assert_eq(metric(&k, "kvd_watch_streams"), 0);
+    kv_it_grpc_close(g);
+    h2w_close(&a);
+    kv_it_server_destroy(&k);
+}
