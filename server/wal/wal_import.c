@@ -37,27 +37,6 @@ static int rm_tree(const char *dir)
     return rc;
 }
 
-static int sync_parent(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p)
-        return -ENOMEM;
-    char *slash = strrchr(p, '/');
-    if (slash == p)
-        slash[1] = 0;
-    else if (slash)
-        *slash = 0;
-    else
-        strcpy(p, ".");
-    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(p);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 static int copy_log(kv_wal *w, const struct raft_storage *src)
 {
     struct raft_snapshot sn;
@@ -129,7 +108,7 @@ int kv_wal_import(const char *dir, const struct raft_storage *src, const struct 
             snprintf(err, errlen, "wal: import: rename %s: %s", tmp, strerror(errno));
         return rc;
     }
-    rc = sync_parent(dir);
+    rc = kv_wal_sync_parent(dir);
     if (rc && err)
         snprintf(err, errlen, "wal: import: syncing the parent of %s: %s", dir, strerror(-rc));
     return rc;

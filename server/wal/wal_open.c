@@ -96,6 +96,19 @@ static bool looks_torn(const uint8_t *map, uint64_t off, uint64_t size)
 }
 
 /* Reads every record of segments[k]; sets its size (end of records). */
+/* 1 if map[off, end) holds only zero bytes. */
+static int all_zero(const uint8_t *map, uint64_t off, uint64_t end)
+{
+    static const uint8_t zero[4096];
+    while (off < end) {
+        size_t n = end - off < sizeof zero ? (size_t)(end - off) : sizeof zero;
+        if (memcmp(map + off, zero, n))
+            return 0;
+        off += n;
+    }
+    return 1;
+}
+
 static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
 {
     struct kv_wal_seg *s = &w->segs[k];
@@ -125,8 +138,15 @@ static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
         uint8_t type = 0;
         uint32_t len = 0;
         int r = kv_wal_rec_check(map ? map + off : NULL, s->alloc - off, &type, &len);
-        if (r == 1)
+        if (r == 1) {
+            /* The end. Before the last segment nothing was ever written past it (rotation
+             * follows a synced batch, and the rest is preallocated): a zero header with bytes
+             * after it is a block lost at rest, and the entries after it would vanish. */
+            if (!last && !all_zero(map, off, s->alloc))
+                why = "a record header reads as zeros, but written bytes follow it in a segment "
+                      "that is not the last (a block lost at rest)";
             break;
+        }
         if (r < 0) {
             why = "bad record (CRC, length or type; no sector of it reads as unwritten)";
             torn_ok = looks_torn(map, off, s->alloc);
@@ -173,40 +193,23 @@ static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
 
 static int open_dir(kv_wal *w, const char *dir, char *err, size_t errlen)
 {
-    if (mkdir(dir, 0700) == 0) {
-        /* the new directory's entry must survive a power cut too */
-        char *parent = strdup(dir);
-        if (!parent)
-            return -ENOMEM;
-        char *slash = strrchr(parent, '/');
-        if (slash == parent)
-            slash[1] = 0;
-        else if (slash)
-            *slash = 0;
-        else
-            strcpy(parent, ".");
-        int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        int rc = pfd < 0 ? -errno : 0;
-        if (pfd >= 0) {
-            w->fsyncs++;
-            if (fsync(pfd) != 0)
-                rc = -errno;
-            close(pfd);
-        }
-        if (rc < 0) {
-            say(err, errlen, "wal: syncing %s after creating %s: %s", parent, dir, strerror(-rc));
-            free(parent);
-            return rc;
-        }
-        free(parent);
-    } else if (errno != EEXIST) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         int rc = -errno;
         say(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
         return rc;
     }
+    /* The directory's entry must survive a power cut: synced whether this open made it or
+     * found it (an earlier run may have died, or its sync failed, between the mkdir or the
+     * import's rename and this sync; the import then drops the LMDB copy of the log). */
+    w->fsyncs++;
+    int rc = kv_wal_sync_parent(dir);
+    if (rc < 0) {
+        say(err, errlen, "wal: syncing the directory that holds %s: %s", dir, strerror(-rc));
+        return rc;
+    }
     w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w->dirfd < 0) {
-        int rc = -errno;
+        rc = -errno;
         say(err, errlen, "wal: open %s: %s", dir, strerror(errno));
         return rc;
     }

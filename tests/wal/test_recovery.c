@@ -273,3 +273,55 @@ Test(wal_recovery, torn_head_of_a_new_segment_is_rewritten_before_older_ones_go)
     cr_assert_geq(got.commit, prev_max - 5);
     wfx_fini(&f);
 }
+
+/* A record header that reads as zeros in a segment that is not the last one (a block lost at
+ * rest) must not end that segment quietly when bytes follow it: the entries after it would
+ * vanish without an error whenever the later segments hold no entry to show the gap (here
+ * the last one holds only its head and hard states). Refused, naming segment and offset. */
+Test(wal_recovery, a_zero_header_before_the_last_segment_is_refused)
+{
+    wfx f;
+    wfx_init(&f);
+    wfx_open(&f, SEG, 0);
+    write_batches(&f, 1, 51, 5, 1);
+    struct kv_wal_stats s;
+    kv_wal_stats(f.w, &s);
+    uint64_t segs = s.segments;
+    for (uint64_t t = 2; s.segments == segs; t++) { /* hard states until the next rotation */
+        struct raft_hard_state hs = {.term = t, .vote = 1, .commit = 50};
+        cr_assert_eq(kv_wal_set_hard_state(f.w, &hs), 0);
+        cr_assert_eq(kv_wal_sync(f.w), 0);
+        kv_wal_stats(f.w, &s);
+        cr_assert_lt(t, 10000);
+    }
+    wfx_close(&f);
+    char names[64][64];
+    size_t ns = wfx_segments(&f, names, 64);
+    cr_assert_geq(ns, 2);
+    cr_assert_eq(wfx_max_index(&f, names[ns - 1]), 0, "the last segment holds entries");
+    const char *victim = names[ns - 2];
+    cr_assert_gt(wfx_max_index(&f, victim), 0);
+    uint64_t offs[256];
+    size_t n = wfx_records(&f, victim, offs, 256);
+    uint64_t bad = 0;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", f.dir, victim);
+    FILE *fp = fopen(p, "rb");
+    cr_assert_not_null(fp);
+    for (size_t i = 1; i < n && !bad; i++) { /* the first entry after the segment's head */
+        cr_assert_eq(fseek(fp, (long)offs[i], SEEK_SET), 0);
+        if (fgetc(fp) == KV_WAL_REC_ENTRY)
+            bad = offs[i];
+    }
+    fclose(fp);
+    cr_assert_gt(bad, 0);
+    wfx_zero(&f, victim, bad, bad + 12);
+    int rc = wfx_try_open(&f, SEG, 0);
+    cr_assert_eq(rc, -EBADMSG, "opened with the entries after offset %llu gone: %d",
+                 (unsigned long long)bad, rc);
+    char want[64];
+    snprintf(want, sizeof want, "offset %llu:", (unsigned long long)bad);
+    cr_assert_not_null(strstr(f.err, victim), "%s", f.err);
+    cr_assert_not_null(strstr(f.err, want), "want '%s' in: %s", want, f.err);
+    wfx_fini(&f);
+}
