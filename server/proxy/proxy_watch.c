@@ -339,6 +339,10 @@ void pw_run_deferred(kv_proxy_watch *s)
                 handle(cs, m->data, m->len);
                 free(m);
             }
+            if (cs->paused && !cs->dead && kv_list_empty(&cs->held) && cs->call) {
+                cs->paused = 0;
+                kv_grpc_call_resume_recv(cs->call); /* delivered from the loop, later */
+            }
             set_gauges(s);
             continue;
         }
@@ -390,10 +394,17 @@ void kv_proxy_watch_on_message(kv_grpc_call *call, const uint8_t *msg, size_t le
         set_gauges(s);
     }
     s->depth++;
-    if (cs->blocked || !kv_list_empty(&cs->held))
-        (void)hold(cs, msg, len);
-    else
+    if (cs->blocked || !kv_list_empty(&cs->held)) {
+        /* Held behind a create still waiting for its Created: one message is copied, and
+         * the stream's input pauses, so a client cannot pile up copies (of up to 4 MiB each)
+         * while its stream is blocked; the transport holds the rest under its bounds. */
+        if (hold(cs, msg, len) == 0 && !cs->paused && cs->call) {
+            cs->paused = 1;
+            kv_grpc_call_pause_recv(cs->call);
+        }
+    } else {
         handle(cs, msg, len);
+    }
     s->depth--;
     pw_run_deferred(s);
 }

@@ -41,6 +41,8 @@ typedef struct pw_cs {
     kv_grpc_call *call;   /* NULL once finished or cancelled */
     kv_list watchers;     /* pw_w.slink */
     kv_list held;         /* pw_msg.link: requests held behind `blocked` */
+    int paused;           /* the call's input is paused while requests are held: the rest
+                           * waits in the transport, under its window and buffer bounds */
     struct pw_w *blocked; /* a watcher whose Created is not sent yet */
     int64_t next_id, max_id;
     kv_list dlink; /* on s->dead or s->ready (deferred work), else on no list */

@@ -1225,3 +1225,38 @@ Test(proxy_watch, fragment_watcher_shares_and_gets_fragments, .fini = fini, .tim
     conn_close(&frag);
     kvc_close(direct);
 }
+
+/* Requests behind a create still waiting for its Created (a member that does not answer)
+ * are not copied without end: one is held, and the stream's input pauses, so the rest waits
+ * in the transport under its window and buffer bounds (kvd_proxy_watchers counts the held
+ * copies); once the member answers, every request is served, in order. */
+Test(proxy_watch, requests_behind_a_blocked_create_wait_in_the_transport, .fini = fini,
+     .timeout = 120)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 1), 0, "cluster");
+    cr_assert_eq(px_start(&g_x, &g_c, NULL, 0, no_cache), 0, "proxy");
+    static conn cs[1];
+    conn_open(&cs[0]);
+    send_create(&cs[0], "b0", NULL, 0, 0);
+    pump_until(cs, 1, created_cb, 0, 10000, "Created");
+    cr_assert_eq(kvt_member_pause(&g_c, 0), 0);
+    for (int i = 1; i < MAXW; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "b%d", i);
+        send_create(&cs[0], k, NULL, 0, 0);
+    }
+    uint64_t end = kvt_now_ms() + 1000;
+    while (kvt_now_ms() < end) {
+        pump(cs, 1);
+        kvt_sleep_ms(5);
+    }
+    double held = px_metric(&g_x, "kvd_proxy_watchers");
+    cr_assert_eq(kvt_member_resume(&g_c, 0), 0);
+    pump_until(cs, 1, created_cb, 0, 20000, "every Created once the member answers");
+    fprintf(stderr, "proxy_watch: %d creates behind a blocked one: %.0f watchers and copies held\n",
+            MAXW - 2, held);
+    cr_assert_leq(held, 3, "requests behind a blocked create were copied: %.0f", held);
+    cr_assert_eq(cs[0].bad, 0);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), MAXW);
+    conn_close(&cs[0]);
+}
