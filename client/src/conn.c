@@ -128,15 +128,19 @@ void kvc_conn_fail(kvc_client *c, const char *reason)
     kvc_ping_stop(c);
     if (was_ready && now - c->ready_at > 2000)
         c->backoff_attempt = 0;
+    /* The next endpoint and the backoff are set before the callbacks below run: a callback
+     * that asks for a connection (kvc_lease_keepalive, a retried call) then waits for the
+     * backoff timer, which starts one if anything still wants it. Started from here, in
+     * CS_IDLE, it would be a second connection the timer then orphans. */
+    if (!c->closing) {
+        c->ep_idx = (c->ep_idx + 1) % c->n_eps;
+        c->state = CS_BACKOFF;
+        uv_timer_start(&c->conn_timer, conn_timer_cb, kvc_backoff_ms(c, c->backoff_attempt++), 0);
+    }
     kvc_calls_on_conn_lost(c, c->last_err);
     kvc_ka_on_conn_lost(c);
     kvc_watch_on_conn_lost(c);
     kvc_bidi_on_conn_lost(c, c->last_err);
-    if (c->closing)
-        return;
-    c->ep_idx = (c->ep_idx + 1) % c->n_eps;
-    c->state = CS_BACKOFF;
-    uv_timer_start(&c->conn_timer, conn_timer_cb, kvc_backoff_ms(c, c->backoff_attempt++), 0);
 }
 
 void kvc_conn_drain(kvc_client *c, const char *reason)

@@ -300,12 +300,22 @@ static void run_due(kvc_client *c)
             snprintf(why, sizeof why,
                      "keepalive stream: no answer for %" PRIu64 " ms (member hung?)",
                      now - k->sent_at);
-            kvc_conn_fail(c, why); /* stream down: the renewal below waits for the next one */
+            /* stream down: the renewal waits for the next one. The failure runs the callbacks
+             * of the calls and streams it ends, which may stop (and free) k: look again. */
+            kvc_conn_fail(c, why);
+            continue;
         }
         send_renewal(c, k, now);
         heap_fix(s, k);
     }
     if (s->want_send) {
+        /* A renewal is due and the connection is being left (kvc_conn_drain): it cannot
+         * carry the keepalive stream, and its calls in flight (a Lock, a Campaign, a call
+         * without a deadline) could hold it for longer than the lease lives. A renewal
+         * outranks them: the connection goes now, its idempotent calls are retried on the
+         * next endpoint and the others end UNAVAILABLE. */
+        if (c->conn && c->conn->draining && !c->conn->dead)
+            kvc_conn_fail(c, c->conn->fail_reason[0] ? c->conn->fail_reason : "connection drained");
         kvc_conn_demand(c);
         stream_open(c);
     }

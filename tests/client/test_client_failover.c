@@ -3,11 +3,16 @@
  * dropped connection an in-flight put fails (never replayed) while an in-flight read is
  * retried on the new connection; reconnects back off instead of spinning; with keepalive
  * pings on, a hung member (stopped, its connection open) is left for the next endpoint;
- * kvc_failover moves to the next endpoint on request.
+ * kvc_failover moves to the next endpoint on request; a call in flight without a deadline
+ * (a Lock waiting behind a holder) does not hold the connection being left past the next
+ * due renewal of a lease kept alive.
  */
 #include "testutil.h"
 
+#include "v3lock.pb-c.h"
+
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -329,4 +334,76 @@ Test(client_failover, kvc_failover_moves_to_the_next_endpoint)
     kvc_stats(one, &s);
     cr_assert_eq(s.connects, 1);
     kvc_close(one);
+}
+
+static void lock_done(void *arg, int status, const kvc_error *err, uint8_t *resp, size_t len)
+{
+    (void)err;
+    (void)len;
+    kvc_free(resp);
+    atomic_store((atomic_int *)arg, status == 0 ? 1 : -1);
+}
+
+/* A packed LockRequest {name, lease}; *len its size; the caller frees. */
+static uint8_t *lock_req(const char *name, int64_t lease, size_t *len)
+{
+    V3lockpb__LockRequest r = V3LOCKPB__LOCK_REQUEST__INIT;
+    r.name.data = (uint8_t *)name;
+    r.name.len = strlen(name);
+    r.lease = lease;
+    *len = v3lockpb__lock_request__get_packed_size(&r);
+    uint8_t *b = malloc(*len ? *len : 1);
+    cr_assert(b);
+    v3lockpb__lock_request__pack(&r, b);
+    return b;
+}
+
+/* A lease kept alive through a failover while a Lock without a deadline waits behind a
+ * holder on the connection being left: the connection used to stay until every call on it
+ * ended, and no renewal went out meanwhile, so the lease (TTL 3 s) expired. Now the next due
+ * renewal ends the drain: the Lock ends UNAVAILABLE and the lease lives. */
+Test(client_failover, a_waiting_call_does_not_stall_renewals_through_a_failover, .timeout = 120)
+{
+    kvc_client *holder = kvt_client(srv.endpoint);
+    kvc_client *c = two_endpoint_client(srv.endpoint, srv.endpoint, "f/lk");
+    kvc_lease_grant_result g;
+    kvc_error e;
+    cr_assert_eq(kvc_lease_grant(holder, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
+    size_t n, rn = 0;
+    uint8_t *req = lock_req("f/lock", g.id, &n), *resp = NULL;
+    cr_assert_eq(kvc_call_unary(holder, "/v3lockpb.Lock/Lock", req, n, &resp, &rn, 5000, 0, &e), 0,
+                 "%s", e.message);
+    free(req);
+    kvc_free(resp);
+
+    kvc_lease_grant_result lg;
+    cr_assert_eq(kvc_lease_grant(c, 3, 0, 0, 5000, &lg, &e), 0, "%s", e.message);
+    kvc_keepalive *ka = NULL;
+    cr_assert_eq(kvc_lease_keepalive(c, lg.id, 3, NULL, NULL, &ka, &e), 0, "%s", e.message);
+    kvc_lease_grant_result wl;
+    cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &wl, &e), 0, "%s", e.message);
+    static atomic_int lock_rc;
+    atomic_store(&lock_rc, 0);
+    req = lock_req("f/lock", wl.id, &n);
+    cr_assert_eq(
+        kvc_call_unary_async(c, "/v3lockpb.Lock/Lock", req, n, 0, 0, lock_done, &lock_rc, &e), 0,
+        "%s", e.message);
+    free(req);
+    kvt_sleep_ms(300); /* the Lock waits on the server */
+    cr_assert_eq(atomic_load(&lock_rc), 0, "the Lock did not wait");
+    kvc_failover(c, "test: leave the member");
+    kvt_sleep_ms(7000); /* more than two TTLs */
+    int lost = kvc_keepalive_lost(ka);
+    kvc_lease_ttl_result t;
+    cr_assert_eq(kvc_lease_time_to_live(holder, lg.id, 0, 5000, &t, &e), 0, "%s", e.message);
+    int64_t ttl = t.ttl;
+    kvc_lease_ttl_result_free(&t);
+    fprintf(stderr, "client_failover: after the failover: lease lost %d, TTL %lld, Lock %d\n", lost,
+            (long long)ttl, atomic_load(&lock_rc));
+    cr_assert_eq(lost, 0, "the lease was lost while a Lock held the connection being left");
+    cr_assert_gt(ttl, 0, "the lease expired");
+    cr_assert_eq(atomic_load(&lock_rc), -1, "the waiting Lock should have ended UNAVAILABLE");
+    kvc_keepalive_stop(ka);
+    kvc_close(c);
+    kvc_close(holder);
 }
