@@ -227,7 +227,9 @@ static int check_ops(const kv_auth_caller *c, kv_store *st, Etcdserverpb__Reques
     return 1;
 }
 
-/* A denied Watch create: etcd answers on the stream and keeps it open. */
+/* A denied Watch create: etcd answers on the stream and keeps it open. If that answer
+ * cannot be queued the call ends, and an HTTP gateway call is freed then: the caller must not
+ * touch call after this returns. */
 static void deny_watch(kv_grpc_call *call, const Etcdserverpb__WatchCreateRequest *cr)
 {
     kv_api *s = kv_grpc_call_app(call);
@@ -266,6 +268,20 @@ static bool range_linearizable(const uint8_t *msg, size_t len)
 /* 0: pass on to the method; 1: answered (or, for Watch, handled); 2: a linearizable Range
  * refused at arrival (its permission, or an invalid token), passed on so that the refusal is
  * answered after the read barrier (auth_srv.h cur_denied). */
+/* A Watch message whose token does not resolve (expired, unknown): etcd checks a watch's
+ * auth only on create (isWatchPermitted), so a create is denied on the stream and the stream
+ * stays open, and a cancel or progress request passes. 1: answered, 0: pass on. */
+static int watch_token_refused(kv_grpc_call *call, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__WatchRequest *r = etcdserverpb__watch_request__unpack(NULL, len, msg);
+    int create =
+        r && r->request_union_case == ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    if (create)
+        deny_watch(call, r->create_request);
+    etcdserverpb__watch_request__free_unpacked(r, NULL);
+    return create;
+}
+
 static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len, int arrival)
 {
     kv_auth_caller c;
@@ -273,6 +289,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len,
     if (cerr == KV_ERR_INVALID_AUTH_TOKEN && may_defer(call, g, arrival) &&
         range_linearizable(msg, len))
         return 2; /* etcd's Range: linearizableReadNotify, then AuthInfoFromCtx */
+    if (cerr == KV_ERR_INVALID_AUTH_TOKEN && g == G_WATCH)
+        return watch_token_refused(call, msg, len); /* the caller was not opened */
     if (cerr) {
         kv_reply_etcd_err(call, (kv_etcd_err)cerr);
         return 1;
@@ -333,6 +351,8 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len,
             handled = 1;
         }
         etcdserverpb__watch_request__free_unpacked(r, NULL);
+        if (handled)
+            goto out; /* call may be gone (deny_watch) */
         break;
     }
     case G_LEASE_TTL: {

@@ -547,3 +547,84 @@ Test(auth_ctl, kvctl_matches_etcdctl, .fini = fini, .timeout = 300)
         cr_expect_str_eq(a, b, "`%s`:\n--- kvctl:\n%s--- etcdctl:\n%s", kvctl_session[i], a, b);
     }
 }
+
+/* The next complete WatchResponse on st within 5 s (NULL: none, or the stream ended). */
+static Etcdserverpb__WatchResponse *next_watch_resp(kv_it_grpc *c, kv_it_grpc_stream *st)
+{
+    uint64_t end = kv_it_now_ms() + 5000;
+    for (;;) {
+        uint8_t *m = NULL;
+        size_t ml = 0;
+        if (kv_it_grpc_stream_next(st, &m, &ml) == 1) {
+            Etcdserverpb__WatchResponse *r = etcdserverpb__watch_response__unpack(NULL, ml, m);
+            free(m);
+            return r;
+        }
+        if (st->closed || kv_it_now_ms() >= end)
+            return NULL;
+        kv_it_grpc_pump(c, 50);
+    }
+}
+
+static void send_watch_req(kv_it_grpc_stream *st, Etcdserverpb__WatchRequest *r)
+{
+    uint8_t buf[256];
+    size_t n = etcdserverpb__watch_request__pack(r, buf);
+    cr_assert_eq(kv_it_grpc_send_msg(st, buf, n, 0), 0);
+}
+
+/* etcd checks a watch stream's token only when a watcher is created (isWatchPermitted): once
+ * the token expires, a cancel on the stream is still answered and the stream stays open, and
+ * a create is answered created and canceled with "permission denied". The stream used to end
+ * UNAUTHENTICATED at the first message after the expiry, taking every watcher with it. */
+Test(auth_ctl, an_expired_token_ends_no_watch_stream, .fini = fini, .timeout = 120)
+{
+    start(&g_kvd, &g_kvd_up, KV_IT_KVD,
+          (const char *const[]){"--auth-hash-iterations=2000", "--auth-token-ttl=2", NULL});
+    static char o[8192];
+    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    kv_it_grpc *c = NULL;
+    cr_assert_eq(kv_it_grpc_open(&c, "127.0.0.1", g_kvd.client_port, 5000), 0);
+    char tok[128], msg[512];
+    cr_assert_eq(authenticate(c, "root", "rootpw", tok, sizeof tok, msg, sizeof msg), 0, "%s", msg);
+    const char *md[] = {"token", tok, NULL};
+    kv_it_grpc_req req = {.metadata = md};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c, "/etcdserverpb.Watch/Watch", &req);
+    cr_assert_not_null(st);
+    Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+    cr.key.data = (uint8_t *)"k";
+    cr.key.len = 1;
+    Etcdserverpb__WatchRequest w = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    w.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+    w.create_request = &cr;
+    send_watch_req(st, &w);
+    Etcdserverpb__WatchResponse *r = next_watch_resp(c, st);
+    cr_assert(r && r->created && !r->canceled, "no Created with a valid token");
+    int64_t id = r->watch_id;
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+
+    uint64_t t0 = kv_it_now_ms();
+    while (kv_it_now_ms() < t0 + 3500) /* the 2 s token expires unused */
+        kv_it_grpc_pump(c, 100);
+    Etcdserverpb__WatchCancelRequest cc = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+    cc.watch_id = id;
+    Etcdserverpb__WatchRequest wc = ETCDSERVERPB__WATCH_REQUEST__INIT;
+    wc.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+    wc.cancel_request = &cc;
+    send_watch_req(st, &wc);
+    r = next_watch_resp(c, st);
+    cr_assert(r, "the stream ended at a cancel after the token expired: %d %s", st->grpc_status,
+              st->grpc_message);
+    cr_assert(r->canceled && r->watch_id == id, "canceled %d id %lld", r->canceled,
+              (long long)r->watch_id);
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+    send_watch_req(st, &w);
+    r = next_watch_resp(c, st);
+    cr_assert(r, "the stream ended at a create after the token expired");
+    cr_assert(r->created && r->canceled, "created %d canceled %d", r->created, r->canceled);
+    cr_assert_str_eq(r->cancel_reason, "etcdserver: permission denied");
+    etcdserverpb__watch_response__free_unpacked(r, NULL);
+    cr_assert(!st->closed, "the stream ended");
+    kv_it_grpc_close(c);
+}
