@@ -26,8 +26,38 @@ static int wants_leader(kv_grpc_call *call)
     return v && strcmp(v, "true") == 0;
 }
 
+int kv_api_is_learner(const kv_api *a)
+{
+    if (a->node == NULL)
+        return 0;
+    kv_node_raft_status st;
+    kv_node_get_raft_status(a->node, &st);
+    return st.is_learner;
+}
+
+/* etcd 3.4 on a learner (its unary and stream interceptors): Status, a serializable Range
+ * (checked by the Range itself once decoded, service_kv.c) and Snapshot; any other call is
+ * refused UNAVAILABLE "etcdserver: rpc not supported for learner", so that clients move on. */
+static int learner_refuses(kv_grpc_call *call)
+{
+    static const char *const allowed[] = {"/etcdserverpb.Maintenance/Status",
+                                          "/etcdserverpb.Maintenance/Snapshot",
+                                          "/etcdserverpb.KV/Range"};
+    if (!kv_api_is_learner(kv_grpc_call_app(call)))
+        return 0;
+    const char *m = kv_grpc_call_method(call);
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+        if (strcmp(m, allowed[i]) == 0)
+            return 0;
+    kv_grpc_call_finish(call, kv_etcd_err_code(KV_ERR_NOT_SUPPORTED_FOR_LEARNER),
+                        kv_etcd_err_msg(KV_ERR_NOT_SUPPORTED_FOR_LEARNER));
+    return 1;
+}
+
 int kv_require_leader_admit(kv_grpc_call *call)
 {
+    if (learner_refuses(call))
+        return 1;
     if (!wants_leader(call))
         return 0;
     kv_api *a = kv_grpc_call_app(call);

@@ -6,6 +6,9 @@
  *   - kv_require_leader_admit, the gRPC server's admit hook (grpc_server.h): a call carrying
  *     hasleader=true that arrives while this member knows no leader is answered UNAVAILABLE
  *     "etcdserver: no leader" before its method sees it (unary calls and streams alike);
+ *     first, on a learner, any call but Status, Range and Snapshot is answered UNAVAILABLE
+ *     "etcdserver: rpc not supported for learner" (etcd 3.4's interceptors; a linearizable
+ *     Range is refused the same way by the Range itself);
  *   - the monitor: every election timeout it asks the node for a leader; after 3 checks in a
  *     row without one (etcd's maxNoLeaderCnt), every open stream carrying hasleader=true (a
  *     watch, a keepalive stream) is ended with the same status, and again at every later check
@@ -28,6 +31,8 @@ typedef struct kv_require_leader kv_require_leader;
 
 /* The admit hook: kv_grpc_call_app(call) must be the kv_api. 0 = deliver. */
 int kv_require_leader_admit(kv_grpc_call *call);
+/* 1 when this member is a learner (raft's configuration lists it as one). */
+int kv_api_is_learner(const kv_api *a);
 
 /* Starts the monitor on a->loop, checking every interval_ms (the election timeout) the
  * servers[0..n) (borrowed: the array and the servers must outlive the monitor). */

@@ -14,6 +14,7 @@
 #include "apply/internal_req.h"
 #include "api/auth_srv.h"
 #include "api/read_req.h"
+#include "api/require_leader.h"
 #include "api/services.h"
 #include "api/api.h"
 
@@ -42,12 +43,15 @@ static int range_scan(const uint8_t *p, size_t len, int *serializable)
         } while (*p++ & 0x80);
         switch (tag & 7) {
         case 0:
-            if ((tag >> 3) == 7 && p < end && *p != 0)
-                *serializable = 1;
+            shift = 0;
             do {
-                if (p >= end)
+                if (p >= end || shift > 63)
                     return 0;
+                v |= (uint64_t)(*p & 0x7f) << shift;
+                shift += 7;
             } while (*p++ & 0x80);
+            if ((tag >> 3) == 7) /* the last occurrence wins, as protobuf decodes it */
+                *serializable = v != 0;
             break;
         case 1:
             if ((size_t)(end - p) < 8)
@@ -85,6 +89,10 @@ static void on_range(kv_grpc_call *call, const uint8_t *msg, size_t len)
     kv_api *srv = kv_grpc_call_app(call);
     int serializable;
     int point = range_scan(msg, len, &serializable);
+    if (!serializable && kv_api_is_learner(srv)) { /* etcd: isRPCSupportedForLearner */
+        kv_reply_etcd_err(call, KV_ERR_NOT_SUPPORTED_FOR_LEARNER);
+        return;
+    }
     /* a Range the auth gate refused is answered only after the barrier (auth_srv.h) */
     if ((!serializable && srv->peers != NULL) || (srv->auth && srv->auth->cur_denied)) {
         kv_read_unary_linearizable(call, kv_store_range, msg, len, point);

@@ -190,6 +190,20 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
     wait_member_lists(4, "true");
     cr_assert_geq(cl_wait_value(&g_c, ln, "/mem/k", "after-remove", 1, 30000), 0,
                   "the learner did not catch up");
+    /* etcd 3.4 on a learner: a serializable Range (above) and Status are served; a write or
+     * a linearizable Range is refused UNAVAILABLE, so that clients move on */
+    cr_assert_neq(kvt_put(&g_c, ln, "/mem/k", "through-learner", 5000, NULL, err, sizeof(err)), 0,
+                  "a learner took a write");
+    cr_assert(strstr(err, "etcdserver: rpc not supported for learner"), "put: %s", err);
+    char val[64];
+    int found = -1;
+    err[0] = 0;
+    cr_assert_neq(
+        kvt_get(&g_c, ln, "/mem/k", 0, 5000, val, sizeof val, &found, NULL, err, sizeof err), 0,
+        "a learner served a linearizable read");
+    cr_assert(strstr(err, "etcdserver: rpc not supported for learner"), "get: %s", err);
+    kvt_status lst;
+    cr_assert_eq(kvt_member_status(&g_c, ln, &lst, 5000), 0, "Status on the learner");
     snprintf(hex, sizeof(hex), "%" PRIx64, lid);
     uint64_t t0 = kvt_now_ms();
     for (;;) {
