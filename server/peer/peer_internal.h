@@ -132,7 +132,7 @@ typedef struct kv_peer {
     char label[40];
     kv_metric *m_connected, *m_connects, *m_sent, *m_recv, *m_dropped, *m_queued, *m_snap_sent,
         *m_snap_recv, *m_resolves, *m_resolve_failures;
-    kv_metric *m_snap_refused;
+    kv_metric *m_snap_refused, *m_snap_offers_ignored;
     /* etcd's series (docs/metrics.md "Peers"): bytes on the wire to / from the peer, PING RTT */
     kv_metric *m_wire_sent, *m_wire_recv,
         *m_rtt; /* peer_snap.c: snapshots past cfg.max_snapshot_bytes */

@@ -165,12 +165,23 @@ static int msg_data(peer_conn *c, peer_stream *s, const uint8_t *d, size_t len)
 
 /* ---- snapshot streams ---- */
 
+static int snaps_in_progress(const peer_conn *c);
+
 static void open_snap_fetch(peer_conn *c, uint64_t id)
 {
     kv_peer_net *n = c->net;
     kv_peer *p = c->peer;
     peer_snap_in *in = NULL;
     peer_stream *s = NULL;
+    if (snaps_in_progress(c) >= PEER_MAX_SNAP_IN) {
+        /* the same bound as for snapshots pushed to us (on_stream_request): each fetch holds
+         * a temp file, and a peer's offers cost it nothing */
+        kv_peer_log(n, "ignoring a snapshot offer from peer %llx: %d already in progress",
+                    (unsigned long long)(p ? p->id : 0), PEER_MAX_SNAP_IN);
+        if (p)
+            kv_metric_inc(p->m_snap_offers_ignored);
+        return;
+    }
     if (kv_peer_snap_in_open(n, &in) != 0)
         goto fail;
     in->id = id;

@@ -130,10 +130,14 @@ void kv_peer_snap_data_provider(nghttp2_data_provider *prd, peer_stream *s)
 
 void kv_peer_snap_metrics_init(kv_peer_net *n, kv_peer *p, const char *labels)
 {
-    if (n->metrics)
-        p->m_snap_refused = kv_metrics_counter(
-            n->metrics, "kvd_peer_snapshots_refused_total",
-            "Snapshots from the peer refused: larger than --max-snapshot-bytes.", labels);
+    if (!n->metrics)
+        return;
+    p->m_snap_refused = kv_metrics_counter(
+        n->metrics, "kvd_peer_snapshots_refused_total",
+        "Snapshots from the peer refused: larger than --max-snapshot-bytes.", labels);
+    p->m_snap_offers_ignored = kv_metrics_counter(
+        n->metrics, "kvd_peer_snapshot_offers_ignored_total",
+        "Snapshot offers from the peer ignored: 2 of its snapshots already in progress.", labels);
 }
 
 int kv_peer_snap_in_open(kv_peer_net *n, peer_snap_in **out)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "peer/peer_internal.h"
 
 #define SNAP_SIZE (50ull * 1000 * 1000)
 #define CHUNK (1 << 20)
@@ -225,5 +226,39 @@ Test(peer_snap, snapshot_past_max_snapshot_bytes_is_refused_in_both_directions)
     }
     unlink(big);
     unlink(exact);
+    fx_fini(&f);
+}
+
+/* A peer's snapshot offers are fetched at most PEER_MAX_SNAP_IN (2) at a time, as snapshots
+ * pushed to a member are: each fetch holds a temp file, and offers cost the peer nothing.
+ * Ten offers in one burst (ids the acceptor does not have) open 2 fetches; the rest are
+ * ignored and counted; no temp file is left behind. */
+Test(peer_snap, a_burst_of_offers_opens_at_most_two_fetches)
+{
+    fx f;
+    fx_start_pair(&f);
+    int acc = -1;
+    for (int i = 0; i < 2 && acc < 0; i++) {
+        kv_peer *p = kv_peer_find(f.n[i].net, f.n[1 - i].id);
+        cr_assert_not_null(p);
+        if (!p->dialer)
+            acc = i;
+    }
+    cr_assert_geq(acc, 0, "no acceptor side");
+    int dial = 1 - acc;
+    kv_peer *p = kv_peer_find(f.n[acc].net, f.n[dial].id);
+    for (uint64_t id = 1000; id < 1010; id++) {
+        uint8_t b[8];
+        for (int k = 0; k < 8; k++)
+            b[k] = (uint8_t)(id >> (56 - 8 * k));
+        cr_assert_eq(kv_peer_enqueue(p, PEER_CTL_SNAP_OFFER, b, sizeof b), 0);
+    }
+    fx_run_for(&f, 500);
+    double ignored = fx_metric(&f, dial, "kvd_peer_snapshot_offers_ignored_total", f.n[acc].id);
+    cr_assert_geq(ignored, 1, "every offer of the burst opened a fetch");
+    cr_assert_leq(ignored, 8);
+    char cmd[800];
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/snap%d)\"", f.dir, dial);
+    cr_assert_eq(system(cmd), 0, "temp files left behind in snap%d", dial);
     fx_fini(&f);
 }
