@@ -247,6 +247,10 @@ typedef struct flag_def {
 } flag_def;
 
 #define OFF(f) offsetof(kv_config, f)
+/* What a raft message needs beyond its one entry's request (its encoding, the entry's
+ * envelope, the frame header), and the peer transport's largest frame (peer_net.c). */
+#define KV_CONFIG_PEER_FRAME_SLACK 65536u
+#define KV_CONFIG_PEER_MAX_FRAME (64ull << 20)
 static const flag_def FLAGS[] = {
     {"name", F_STR, OFF(name), 0, sizeof(((kv_config *)0)->name), 0, 0},
     {"data-dir", F_STR, OFF(data_dir), 0, sizeof(((kv_config *)0)->data_dir), 0, 0},
@@ -660,6 +664,18 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
     }
     if (cfg->election_timeout_ms < 5 * cfg->heartbeat_interval_ms) {
         snprintf(err, errlen, "--election-timeout must be at least 5x --heartbeat-interval");
+        return -EINVAL;
+    }
+    /* Raft sends at least one entry per append: a request that fits the client limit must fit
+     * one peer frame and the peer queue, with room for its encoding. Otherwise the append
+     * carrying it is refused on every retry and replication stops behind it. */
+    uint64_t frame_need = (uint64_t)cfg->max_request_bytes + KV_CONFIG_PEER_FRAME_SLACK;
+    if (frame_need > cfg->peer_max_queue_bytes || frame_need > KV_CONFIG_PEER_MAX_FRAME) {
+        snprintf(err, errlen,
+                 "--max-request-bytes %" PRIu64 " does not fit a raft message to a peer: it must "
+                 "be at most --peer-max-queue-bytes (%" PRIu64 ") and 64 MiB, less %u bytes",
+                 (uint64_t)cfg->max_request_bytes, (uint64_t)cfg->peer_max_queue_bytes,
+                 (unsigned)KV_CONFIG_PEER_FRAME_SLACK);
         return -EINVAL;
     }
     if (strcmp(cfg->initial_cluster_state, "new") != 0 &&

@@ -92,11 +92,31 @@ Test(config, multi_member_cluster_flags)
                     "--snapshot-count",
                     "500",
                     "--peer-max-queue-bytes",
-                    "1048576"};
+                    "2097152"};
     cr_assert_eq(parse(&c, err, sizeof(err), 9, argv), 0, "%s", err);
     cr_assert_eq(c.n_initial_cluster, 2);
     cr_assert_eq(c.snapshot_count, 500);
-    cr_assert_eq(c.peer_max_queue_bytes, 1048576);
+    cr_assert_eq(c.peer_max_queue_bytes, 2097152);
+}
+
+/* A request the client port accepts must fit one raft message to a peer: a peer queue (or
+ * the 64 MiB frame) smaller than --max-request-bytes plus its encoding is refused at start,
+ * where the append carrying such a request would otherwise be refused on every retry and
+ * replication would stop behind it, without a word. */
+Test(config, max_request_bytes_must_fit_a_peer_message)
+{
+    kv_config c;
+    char err[256];
+    char *small_queue[] = {"kvd", "--peer-max-queue-bytes", "1048576"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, small_queue), -EINVAL);
+    cr_assert(strstr(err, "--max-request-bytes 1572864 does not fit a raft message to a peer"),
+              "%s", err);
+    char *big_request[] = {"kvd", "--max-request-bytes", "104857600", "--peer-max-queue-bytes",
+                           "209715200"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 5, big_request), -EINVAL);
+    cr_assert(strstr(err, "64 MiB"), "%s", err);
+    char *fits[] = {"kvd", "--max-request-bytes", "1048576", "--peer-max-queue-bytes", "1114112"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 5, fits), 0, "%s", err);
 }
 
 Test(config, help_and_version)
