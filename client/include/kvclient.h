@@ -175,8 +175,10 @@ KVC_API void kvc_close(kvc_client *c);
 /* (addition) Leave the current connection for the next endpoint, as libkvclient does itself
  * after an answer UNAVAILABLE or "no leader": calls in flight on it are answered there, raw
  * streams on it end (their owners open them again), the watch and keepalive streams move, and
- * new calls go to the next endpoint. For a caller that finds the member unfit by its answers
- * (e.g. a revision older than one already seen: kvd grpc-proxy's
+ * new calls go to the next endpoint. A lease kept alive does not wait for those calls: when
+ * its next renewal is due the old connection goes at once (its idempotent calls are retried
+ * on the next endpoint, the others end -KVC_UNAVAILABLE). For a caller that finds the
+ * member unfit by its answers (e.g. a revision older than one already seen: kvd grpc-proxy's
  * --experimental-serializable-ordering). reason (NULL: a default) appears in the ended
  * streams' status. A no-op with one endpoint, no connection, or one already being left.
  * Thread-safe, not from a callback of another client; from a thread other than the I/O
