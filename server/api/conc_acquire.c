@@ -70,8 +70,11 @@ static void acq_cleanup(acq *a)
     t.compare = cmps;
     t.n_success = 1;
     t.success = ops;
+    /* the member's own undo: at the auth revision of now, not the caller's */
+    kv_conc_ident id = a->id;
+    kv_conc_ident_refresh(a->srv, &id);
     /* a full queue or a stopping member loses it: the key then goes with its lease */
-    (void)kv_conc_propose(a->srv, &a->id, KV_IREQ_TXN, &t.base, NULL, NULL);
+    (void)kv_conc_propose(a->srv, &id, KV_IREQ_TXN, &t.base, NULL, NULL);
 }
 
 /* The call went away or failed: undo and free. */

@@ -4,6 +4,7 @@
 
 #include "api/auth_srv.h"
 #include "api/services.h"
+#include "mvcc/auth_store.h"
 #include "lease/lessor.h"
 #include "api/api.h"
 
@@ -71,6 +72,19 @@ int kv_conc_authorize(kv_grpc_call *call, const kv_conc_perm *perms, size_t n, k
         return 1;
     }
     return 0;
+}
+
+void kv_conc_ident_refresh(struct kv_api *s, kv_conc_ident *id)
+{
+    kv_auth_tx tx;
+    if (kv_store_auth_read_begin(s->store, &tx) != 0)
+        return; /* the proposal goes as it is */
+    int en = 0;
+    uint64_t rev = 0;
+    if (kv_auth_get_enabled(&tx, &en) == 0 && en && kv_auth_get_revision(&tx, &rev) == 0 &&
+        rev > id->auth_revision)
+        id->auth_revision = rev;
+    kv_store_auth_read_end(&tx);
 }
 
 int kv_conc_prefix(const uint8_t *name, size_t nlen, uint8_t **pfx, uint8_t **end)

@@ -47,6 +47,11 @@ typedef struct kv_conc_perm {
  * "etcdserver: user name is empty" (etcd's code for a step's error, conc_client.h); an
  * invalid token is answered by kv_auth_caller_begin with its own code (api/auth_srv.h). */
 int kv_conc_authorize(kv_grpc_call *call, const kv_conc_perm *perms, size_t n, kv_conc_ident *id);
+/* Moves id to the auth revision of now when auth is on and the store's is newer: for the
+ * member's own undo of a Campaign or Lock key (kv_conc_acquire's cleanup), which the apply
+ * would otherwise refuse ("revision of auth store is old", or "user name is empty" when auth
+ * was enabled meanwhile), leaving the key behind. */
+void kv_conc_ident_refresh(struct kv_api *s, kv_conc_ident *id);
 
 /* "<name>/" and the end of that prefix ("<name>0"): *pfx and *end are malloc'd, of length
  * nlen + 1 each. Returns 0 or -ENOMEM. */

@@ -23,6 +23,7 @@
 #include "auth_ctl_util.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
+#include "v3lock.pb-c.h"
 
 static kv_it_server g_kvd, g_etcd;
 static int g_kvd_up, g_etcd_up;
@@ -627,4 +628,75 @@ Test(auth_ctl, an_expired_token_ends_no_watch_stream, .fini = fini, .timeout = 1
     etcdserverpb__watch_response__free_unpacked(r, NULL);
     cr_assert(!st->closed, "the stream ended");
     kv_it_grpc_close(c);
+}
+
+/* A v3lock Lock of name on lease with token, on its own stream (not waited for). */
+static kv_it_grpc_stream *lock_start(kv_it_grpc *c, const char *tok, const char *name,
+                                     int64_t lease)
+{
+    const char *md[] = {"token", tok, NULL};
+    kv_it_grpc_req req = {.metadata = md};
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(c, "/v3lockpb.Lock/Lock", &req);
+    cr_assert_not_null(st);
+    V3lockpb__LockRequest r = V3LOCKPB__LOCK_REQUEST__INIT;
+    r.name.data = (uint8_t *)name;
+    r.name.len = strlen(name);
+    r.lease = lease;
+    uint8_t buf[128];
+    size_t n = v3lockpb__lock_request__pack(&r, buf);
+    cr_assert_eq(kv_it_grpc_send_msg(st, buf, n, 1), 0);
+    return st;
+}
+
+/* The lease id of "lease <hex> granted with TTL(60s)". */
+static int64_t grant_as_root(char *o, size_t cap)
+{
+    cr_assert_eq(ctl(&g_kvd, o, cap, NULL, "--user root:rootpw lease grant 60"), 0, "%s", o);
+    unsigned long long id = 0;
+    cr_assert_eq(sscanf(o, "lease %llx granted", &id), 1, "%s", o);
+    return (int64_t)id;
+}
+
+/* Keys under lk/ (etcdctl get --prefix --keys-only, as root). */
+static int lock_keys(char *o, size_t cap)
+{
+    cr_assert_eq(ctl(&g_kvd, o, cap, NULL, "--user root:rootpw get lk/ --prefix --keys-only"), 0,
+                 "%s", o);
+    int n = 0;
+    for (const char *p = o; (p = strstr(p, "lk/")) != NULL; p += 3)
+        n++;
+    return n;
+}
+
+/* A Lock waiting behind a holder whose client goes away is undone by the member (its key is
+ * deleted). The undo used to carry the auth revision the Lock was checked at: an auth change
+ * while it waited (here a user added) made the apply refuse it, and the waiter's key stayed,
+ * to become the lock's owner later and block every other locker until its lease ended. */
+Test(auth_ctl, a_waiting_lock_is_undone_after_an_auth_change, .fini = fini, .timeout = 120)
+{
+    start(&g_kvd, &g_kvd_up, KV_IT_KVD, (const char *const[]){"--auth-hash-iterations=2000", NULL});
+    static char o[8192];
+    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    int64_t l1 = grant_as_root(o, sizeof o), l2 = grant_as_root(o, sizeof o);
+    kv_it_grpc *h = NULL, *w = NULL;
+    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_kvd.client_port, 5000), 0);
+    cr_assert_eq(kv_it_grpc_open(&w, "127.0.0.1", g_kvd.client_port, 5000), 0);
+    char tok[128], msg[512];
+    cr_assert_eq(authenticate(h, "root", "rootpw", tok, sizeof tok, msg, sizeof msg), 0, "%s", msg);
+    kv_it_grpc_stream *held = lock_start(h, tok, "lk", l1);
+    cr_assert_eq(kv_it_grpc_wait(h, held, 10000), 1, "the holder did not get the lock");
+    cr_assert_eq(held->grpc_status, 0, "%s", held->grpc_message);
+    kv_it_grpc_stream *waiter = lock_start(w, tok, "lk", l2);
+    kv_it_grpc_wait(w, waiter, 1000);
+    cr_assert(!waiter->closed, "the second Lock did not wait");
+    cr_assert_eq(lock_keys(o, sizeof o), 2, "holder and waiter keys: %s", o);
+    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "--user root:rootpw user add u2:pw2"), 0, "%s", o);
+    kv_it_grpc_close(w); /* the waiter's client goes away: the member undoes its key */
+    uint64_t end = kv_it_now_ms() + 5000;
+    int n = 2;
+    while ((n = lock_keys(o, sizeof o)) != 1 && kv_it_now_ms() < end)
+        kv_it_grpc_pump(h, 100);
+    cr_assert_eq(n, 1, "the waiter's key stayed after an auth change: %s", o);
+    kv_it_grpc_close(h);
 }
