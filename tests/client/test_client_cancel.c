@@ -28,20 +28,6 @@ static void teardown(void)
     kvt_server_stop(&srv);
 }
 
-/* A packed LockRequest {name, lease}; *len its size; the caller frees. */
-static uint8_t *lock_req(const char *name, int64_t lease, size_t *len)
-{
-    V3lockpb__LockRequest r = V3LOCKPB__LOCK_REQUEST__INIT;
-    r.name.data = (uint8_t *)name;
-    r.name.len = strlen(name);
-    r.lease = lease;
-    *len = v3lockpb__lock_request__get_packed_size(&r);
-    uint8_t *b = malloc(*len ? *len : 1);
-    cr_assert(b);
-    v3lockpb__lock_request__pack(&r, b);
-    return b;
-}
-
 static int64_t grant(kvc_client *c)
 {
     kvc_lease_grant_result g;
@@ -75,7 +61,7 @@ static int64_t wait_keys(kvc_client *c, const char *prefix, int64_t want, unsign
 static int lock(kvc_client *c, const char *name, int64_t lease, uint32_t ms, char *key, size_t cap)
 {
     size_t n, rn = 0;
-    uint8_t *req = lock_req(name, lease, &n), *resp = NULL;
+    uint8_t *req = kvt_lock_req(name, lease, &n), *resp = NULL;
     kvc_error e;
     int rc = kvc_call_unary(c, "/v3lockpb.Lock/Lock", req, n, &resp, &rn, ms, 0, &e);
     free(req);
@@ -125,7 +111,7 @@ Test(client_cancel, waiting_lock_cancelled, .init = setup, .fini = teardown, .ti
 
     atomic_store(&g_calls, 0);
     size_t n;
-    uint8_t *req = lock_req("L", lb, &n);
+    uint8_t *req = kvt_lock_req("L", lb, &n);
     kvc_call *h = NULL;
     kvc_error e;
     cr_assert_eq(kvc_call_unary_start(c, "/v3lockpb.Lock/Lock", req, n, 30000, 0, NULL, count_cb,
@@ -153,7 +139,7 @@ Test(client_cancel, after_completion_and_close, .init = setup, .fini = teardown,
     kvc_client *c = kvt_client(srv.endpoint);
     int64_t la = grant(c), lb = grant(c);
     size_t n;
-    uint8_t *req = lock_req("M", la, &n);
+    uint8_t *req = kvt_lock_req("M", la, &n);
     kvc_call *h = NULL;
     kvc_error e;
     /* finished call: the callback ran once; cancel only releases the handle */
@@ -170,7 +156,7 @@ Test(client_cancel, after_completion_and_close, .init = setup, .fini = teardown,
     cr_assert_eq(keys_under(c, "M/"), 1);
     /* a handle outlives kvc_close: close finishes the waiting call (callback CANCELLED) */
     free(req);
-    req = lock_req("M", lb, &n);
+    req = kvt_lock_req("M", lb, &n);
     atomic_store(&g_calls, 0);
     cr_assert_eq(kvc_call_unary_start(c, "/v3lockpb.Lock/Lock", req, n, 30000, 0, NULL, count_cb,
                                       NULL, &h, &e),

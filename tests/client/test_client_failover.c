@@ -9,8 +9,6 @@
  */
 #include "testutil.h"
 
-#include "v3lock.pb-c.h"
-
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <pthread.h>
@@ -234,23 +232,6 @@ Test(client_failover, hung_member_is_left_by_keepalive_pings, .timeout = 120)
     kvt_server_stop(&srv2);
 }
 
-/* A packed v3lockpb.LockRequest{name, lease} (field 1 bytes, field 2 varint). */
-static size_t pack_lock(uint8_t *buf, const char *name, int64_t lease)
-{
-    size_t n = strlen(name), o = 0;
-    buf[o++] = 0x0a;
-    buf[o++] = (uint8_t)n;
-    memcpy(buf + o, name, n);
-    o += n;
-    buf[o++] = 0x10;
-    for (uint64_t v = (uint64_t)lease;; v >>= 7) {
-        buf[o++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
-        if (v <= 0x7f)
-            break;
-    }
-    return o;
-}
-
 /* keepalive_call_ms (1 s; kvd grpc-proxy's --upstream-answer-timeout): a call that waits on a
  * live member (a Lock held by another lease) is not cut: the PING sent after 1 s of silence
  * is acked. On a stopped member (SIGSTOP: its connection stays open) a Range is unanswered,
@@ -269,16 +250,18 @@ Test(client_failover, silent_call_leaves_a_hung_member_by_a_ping, .timeout = 120
     kvc_lease_grant_result g1, g2;
     cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g1, &e), 0, "%s", e.message);
     cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &g2, &e), 0, "%s", e.message);
-    uint8_t req[64];
     uint8_t *resp = NULL;
-    size_t rl = 0, n = pack_lock(req, "lk", g1.id);
+    size_t rl = 0, n;
+    uint8_t *req = kvt_lock_req("lk", g1.id, &n);
     cr_assert_eq(kvc_call_unary(c, "/v3lockpb.Lock/Lock", req, n, &resp, &rl, 5000, 0, &e), 0, "%s",
                  e.message);
+    free(req);
     kvc_free(resp);
     resp = NULL;
-    n = pack_lock(req, "lk", g2.id);
+    req = kvt_lock_req("lk", g2.id, &n);
     uint64_t t0 = kvt_now_ms();
     int rc = kvc_call_unary(c, "/v3lockpb.Lock/Lock", req, n, &resp, &rl, 2500, 0, &e);
+    free(req);
     uint64_t waited = kvt_now_ms() - t0;
     kvc_free(resp);
     kvc_stats s;
@@ -344,20 +327,6 @@ static void lock_done(void *arg, int status, const kvc_error *err, uint8_t *resp
     atomic_store((atomic_int *)arg, status == 0 ? 1 : -1);
 }
 
-/* A packed LockRequest {name, lease}; *len its size; the caller frees. */
-static uint8_t *lock_req(const char *name, int64_t lease, size_t *len)
-{
-    V3lockpb__LockRequest r = V3LOCKPB__LOCK_REQUEST__INIT;
-    r.name.data = (uint8_t *)name;
-    r.name.len = strlen(name);
-    r.lease = lease;
-    *len = v3lockpb__lock_request__get_packed_size(&r);
-    uint8_t *b = malloc(*len ? *len : 1);
-    cr_assert(b);
-    v3lockpb__lock_request__pack(&r, b);
-    return b;
-}
-
 /* A lease kept alive through a failover while a Lock without a deadline waits behind a
  * holder on the connection being left: the connection used to stay until every call on it
  * ended, and no renewal went out meanwhile, so the lease (TTL 3 s) expired. Now the next due
@@ -370,7 +339,7 @@ Test(client_failover, a_waiting_call_does_not_stall_renewals_through_a_failover,
     kvc_error e;
     cr_assert_eq(kvc_lease_grant(holder, 60, 0, 0, 5000, &g, &e), 0, "%s", e.message);
     size_t n, rn = 0;
-    uint8_t *req = lock_req("f/lock", g.id, &n), *resp = NULL;
+    uint8_t *req = kvt_lock_req("f/lock", g.id, &n), *resp = NULL;
     cr_assert_eq(kvc_call_unary(holder, "/v3lockpb.Lock/Lock", req, n, &resp, &rn, 5000, 0, &e), 0,
                  "%s", e.message);
     free(req);
@@ -384,7 +353,7 @@ Test(client_failover, a_waiting_call_does_not_stall_renewals_through_a_failover,
     cr_assert_eq(kvc_lease_grant(c, 60, 0, 0, 5000, &wl, &e), 0, "%s", e.message);
     static atomic_int lock_rc;
     atomic_store(&lock_rc, 0);
-    req = lock_req("f/lock", wl.id, &n);
+    req = kvt_lock_req("f/lock", wl.id, &n);
     cr_assert_eq(
         kvc_call_unary_async(c, "/v3lockpb.Lock/Lock", req, n, 0, 0, lock_done, &lock_rc, &e), 0,
         "%s", e.message);

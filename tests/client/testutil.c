@@ -4,6 +4,7 @@
 #include "testutil.h"
 #include "kvt_proc.h"
 #include "kvt_util.h"
+#include "v3lock.pb-c.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -545,4 +546,18 @@ void kvt_fake_stop(struct kvt_fake *f)
     close(f->wake[1]);
     pthread_mutex_destroy(&f->mu);
     free(f);
+}
+
+uint8_t *kvt_lock_req(const char *name, int64_t lease, size_t *len)
+{
+    V3lockpb__LockRequest r = V3LOCKPB__LOCK_REQUEST__INIT;
+    r.name.data = (uint8_t *)name;
+    r.name.len = strlen(name);
+    r.lease = lease;
+    *len = v3lockpb__lock_request__get_packed_size(&r);
+    uint8_t *b = malloc(*len ? *len : 1);
+    if (b == NULL)
+        abort(); /* a test helper: out of memory ends the test */
+    v3lockpb__lock_request__pack(&r, b);
+    return b;
 }

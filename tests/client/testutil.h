@@ -57,6 +57,9 @@ int kvt_threads_settle(int expected, int timeout_ms);
 
 /* A client for endpoint with defaults (dial timeout 3 s). Aborts the test on failure. */
 kvc_client *kvt_client(const char *endpoint);
+/* A packed v3lock LockRequest {name, lease}; *len its size; the caller frees (aborts when
+ * out of memory). */
+uint8_t *kvt_lock_req(const char *name, int64_t lease, size_t *len);
 
 /* Misbehaving servers, each on its own thread: */
 enum kvt_fake_mode { KVT_FAKE_CLOSE, KVT_FAKE_HTTP1, KVT_FAKE_SILENT };
