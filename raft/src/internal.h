@@ -68,6 +68,8 @@ int raft__pr_slot(const struct raft *r, raft_id id);
 /* membership.c */
 bool raft__is_voter(const struct raft_conf *c, raft_id id);
 bool raft__is_learner(const struct raft_conf *c, raft_id id);
+/* At most RAFT_MAX_NODES members in all, no id 0, no id twice (a voter is no learner). */
+bool raft__conf_valid(const struct raft_conf *c);
 unsigned raft__quorum(const struct raft *r);
 void raft__conf_reset_progress(struct raft *r);
 void raft__conf_set(struct raft *r, const struct raft_conf *c, raft_index at);

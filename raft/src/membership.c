@@ -45,6 +45,22 @@ bool raft__is_learner(const struct raft_conf *c, raft_id id)
     return in_list(c->learners, c->n_learners, id);
 }
 
+bool raft__conf_valid(const struct raft_conf *c)
+{
+    if (c->n_voters > RAFT_MAX_NODES || c->n_learners > RAFT_MAX_NODES ||
+        c->n_voters + c->n_learners > RAFT_MAX_NODES)
+        return false;
+    for (uint32_t i = 0; i < c->n_voters + c->n_learners; i++) {
+        raft_id a = i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters];
+        if (a == RAFT_NONE)
+            return false;
+        for (uint32_t j = 0; j < i; j++)
+            if ((j < c->n_voters ? c->voters[j] : c->learners[j - c->n_voters]) == a)
+                return false;
+    }
+    return true;
+}
+
 unsigned raft__quorum(const struct raft *r)
 {
     return r->conf.n_voters / 2 + 1;

@@ -172,6 +172,10 @@ int raft_init(struct raft *r, const struct raft_config *cfg)
         goto err;
     raft__log_init(r);
     if (rv == 0 && snap.meta.index > 0) {
+        if (!raft__conf_valid(&snap.meta.conf)) {
+            rv = RAFT_ECORRUPT;
+            goto err;
+        }
         r->conf = snap.meta.conf;
         r->conf_index = snap.meta.index;
         r->log.applied = snap.meta.index;
@@ -457,6 +461,16 @@ raft_index raft_applied_index(const struct raft *r)
 raft_index raft_last_index(const struct raft *r)
 {
     return raft__log_last(r);
+}
+
+raft_index raft_pending_snapshot(const struct raft *r, raft_term *term)
+{
+    if (!r->log.has_snap) {
+        *term = 0;
+        return 0;
+    }
+    *term = r->log.snap.meta.term;
+    return r->log.snap.meta.index;
 }
 
 const struct raft_conf *raft_configuration(const struct raft *r)

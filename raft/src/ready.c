@@ -128,8 +128,10 @@ int raft_advance(struct raft *r, const struct raft_ready *rd)
     if (rd->n_committed && r->ready_applied > r->log.applied)
         r->log.applied = r->ready_applied;
     r->prev_hs = r->ready_hs; /* advance may move commit: report it next time */
-    r->prev_ss.leader = r->lead;
-    r->prev_ss.role = r->role;
+    /* what this ready reported, not the state now: applying a conf entry above may have
+     * made a removed leader a follower, which the next ready must report */
+    r->prev_ss.leader = rd->ss.leader;
+    r->prev_ss.role = rd->ss.role;
     r->msgs.n = r->msgs_after.n = r->pool.n = r->rs.n = 0;
     r->conf_buf_used = false;
     if (r->role == RAFT_LEADER) {

@@ -223,6 +223,8 @@ int raft__handle_snapshot(struct raft *r, const struct raft_msg *m)
         raft__log_commit_to(r, s->meta.index);
         idx = r->log.committed;
     } else {
+        if (!raft__conf_valid(&s->meta.conf) || s->meta.index == UINT64_MAX)
+            return RAFT_ECORRUPT; /* no leader sends it: refused before it touches the log */
         raft__log_restore(r, s);
         raft__conf_set(r, &s->meta.conf, s->meta.index);
         idx = s->meta.index;
@@ -256,6 +258,8 @@ int raft__handle_append_resp(struct raft *r, const struct raft_msg *m)
         }
         return 0;
     }
+    if (m->index > raft__log_last(r))
+        return 0; /* acknowledges entries this leader never sent: no follower says that */
     bool was_paused = raft__pr_paused(p, r->cfg.max_inflight);
     if (!raft__pr_maybe_update(p, m->index))
         return 0;

@@ -673,17 +673,27 @@ static void step_inbox(kv_node *n)
             raft_tick(&n->raft);
         char *snap = n->inbox_snap[i];
         n->inbox_snap[i] = NULL;
-        if (snap) {
-            if (n->snap_pending) { /* one per cycle: a later one replaces it */
-                unlink(n->snap_pending);
-                free(n->snap_pending);
-            }
-            n->snap_pending = snap;
-        }
         int rc = raft_step(&n->raft, &m->msg);
         if (rc == RAFT_ENOMEM) {
             fprintf(stderr, "kvd: fatal: raft: out of memory; stopping this member\n");
             abort();
+        }
+        if (snap) {
+            /* the file goes with the snapshot raft took, never with one it ignored (older
+             * than its commit, a stale term): a later one replaces an earlier one only if
+             * raft took it, so the installed file always matches the ready's meta */
+            raft_term t;
+            raft_index pi = raft_pending_snapshot(&n->raft, &t);
+            if (pi != 0 && pi == m->msg.snapshot.meta.index && t == m->msg.snapshot.meta.term) {
+                if (n->snap_pending) {
+                    unlink(n->snap_pending);
+                    free(n->snap_pending);
+                }
+                n->snap_pending = snap;
+            } else {
+                unlink(snap);
+                free(snap);
+            }
         }
         if (n->stepped_n == n->stepped_cap) {
             size_t cap = n->stepped_cap ? n->stepped_cap * 2 : 64;
@@ -795,9 +805,10 @@ static void take_requests(kv_node *n)
             continue;
         }
         if (r->kind == REQ_MOVE_LEADER) {
-            if (n->role != RAFT_LEADER)
-                return;
-            int rc = raft_transfer_leader(&n->raft, r->conf_id);
+            /* no longer the leader (a transfer ahead of it ended): refused as at the call,
+             * never left at the head, where it held every write behind it until it expired */
+            int rc = n->role == RAFT_LEADER ? raft_transfer_leader(&n->raft, r->conf_id)
+                                            : RAFT_ENOTLEADER;
             kv_list_remove(&r->link);
             n->pending--;
             if (rc != 0) {

@@ -440,6 +440,8 @@ static int node_boot(struct sim *s, struct sim_node *n)
     n->status = SIM_UP;
     n->paused = false;
     n->lead_term = 0;
+    n->rep_role = RAFT_FOLLOWER; /* what a new instance has reported: nothing */
+    n->rep_lead = RAFT_NONE;
     return 0;
 }
 
@@ -633,8 +635,22 @@ static int process_one(struct sim *s, struct sim_node *n)
     for (size_t i = 0; i < rd.n_reads; i++)
         if (check_read(s, n, &rd.reads[i]))
             return -1;
+    if (rd.ss_changed) {
+        n->rep_role = rd.ss.role;
+        n->rep_lead = rd.ss.leader;
+    }
     if ((rv = raft_advance(&n->r, &rd)) != 0)
         return fail(s, "node %llu: raft_advance: %s", (unsigned long long)n->id, raft_strerror(rv));
+    /* a role or leader changed by raft_advance itself (a leader applying its own removal) is
+     * reported by the next ready like any other change: the application acts on reports */
+    if ((raft_role(&n->r) != n->rep_role || raft_leader(&n->r) != n->rep_lead) &&
+        !raft_has_ready(&n->r))
+        return fail(s,
+                    "node %llu: role %d leader %llu, but the last report was role %d leader %llu "
+                    "and no ready is pending",
+                    (unsigned long long)n->id, raft_role(&n->r),
+                    (unsigned long long)raft_leader(&n->r), n->rep_role,
+                    (unsigned long long)n->rep_lead);
     drop_keep(n);
     if (raft_role(&n->r) == RAFT_LEADER) {
         if (check_leader(s, n, rd.ss_changed && rd.ss.role == RAFT_LEADER))

@@ -52,6 +52,8 @@ struct sim_node {
     raft_index lead_last;
     uint64_t lead_chain;
     bool removed; /* applied its own removal */
+    int rep_role; /* the role and leader the last ready with ss_changed reported */
+    raft_id rep_lead;
     raft_index seen_commit;
 };
 

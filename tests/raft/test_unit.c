@@ -365,6 +365,93 @@ Test(raft_replication, reject_hint)
     done(s);
 }
 
+/* An append response that acknowledges entries the leader never had is dropped: believed,
+ * it set the follower's match past the leader's log, and the next broadcast failed to read
+ * that entry (RAFT_EUNAVAILABLE from raft_ready, which stops a member). */
+Test(raft_replication, an_ack_past_the_last_entry_is_ignored)
+{
+    struct sim *s = mk(3, true, true);
+    raft_id l = leader(s);
+    commit_some(s, l, 2);
+    raft_id f = other(l, 0, 3);
+    raft_index last = raft_last_index(R(s, l));
+    struct raft_msg m = {.type = RAFT_MSG_APPEND_RESP,
+                         .from = f,
+                         .to = l,
+                         .term = raft_current_term(R(s, l)),
+                         .index = last + 5};
+    inject(s, m);
+    commit_some(s, l, 2); /* the next broadcasts read the log: they must not fail */
+    cr_assert_eq(raft_role(R(s, l)), RAFT_LEADER);
+    done(s);
+}
+
+/* A snapshot whose configuration could not be ours (more members than RAFT_MAX_NODES, an id
+ * 0, an id twice) is refused before it touches the log or the progress table. */
+Test(raft_snapshot, a_snapshot_with_an_impossible_configuration_is_refused)
+{
+    struct sim *s = mk(3, true, true);
+    raft_id l = leader(s);
+    commit_some(s, l, 2);
+    raft_id f = other(l, 0, 3);
+    raft_index commit = raft_commit_index(R(s, f));
+    struct raft_msg m = {
+        .type = RAFT_MSG_SNAPSHOT, .from = l, .to = f, .term = raft_current_term(R(s, l))};
+    m.snapshot.meta.index = commit + 100;
+    m.snapshot.meta.term = m.term;
+    uint64_t h = 0;
+    m.snapshot.data = &h;
+    m.snapshot.len = sizeof h;
+    struct raft_conf *c = &m.snapshot.meta.conf;
+    for (raft_id id = 1; id <= 9; id++) /* 9 voters and 8 learners: 17 > RAFT_MAX_NODES */
+        c->voters[c->n_voters++] = id;
+    for (raft_id id = 10; id <= 17; id++)
+        c->learners[c->n_learners++] = id;
+    cr_assert_eq(raft_step(R(s, f), &m), RAFT_ECORRUPT);
+    c->n_learners = 0;
+    c->voters[1] = c->voters[0]; /* an id twice */
+    cr_assert_eq(raft_step(R(s, f), &m), RAFT_ECORRUPT);
+    c->voters[1] = 0;
+    cr_assert_eq(raft_step(R(s, f), &m), RAFT_ECORRUPT);
+    c->voters[1] = 2;
+    m.snapshot.meta.index = UINT64_MAX;
+    cr_assert_eq(raft_step(R(s, f), &m), RAFT_ECORRUPT);
+    cr_assert_eq(raft_commit_index(R(s, f)), commit, "the follower's log moved");
+    cr_assert_eq(raft_configuration(R(s, f))->n_voters, 3);
+    done(s);
+}
+
+/* raft_pending_snapshot names the snapshot a step accepted until a ready hands it out, and
+ * a snapshot the follower ignores (not past its commit) leaves it unchanged: the member keeps
+ * the file of the accepted message only (server/node/node_ready.c, step_inbox). */
+Test(raft_snapshot, the_pending_snapshot_is_the_one_accepted)
+{
+    struct sim *s = mk(3, true, true);
+    raft_id l = leader(s);
+    commit_some(s, l, 2);
+    raft_id f = other(l, 0, 3);
+    raft_term t = 99;
+    cr_assert_eq(raft_pending_snapshot(R(s, f), &t), 0);
+    cr_assert_eq(t, 0);
+    raft_index commit = raft_commit_index(R(s, f));
+    struct raft_msg m = {
+        .type = RAFT_MSG_SNAPSHOT, .from = l, .to = f, .term = raft_current_term(R(s, l))};
+    uint64_t h = 0;
+    m.snapshot.data = &h;
+    m.snapshot.len = sizeof h;
+    m.snapshot.meta.conf = *raft_configuration(R(s, l));
+    m.snapshot.meta.index = commit + 10;
+    m.snapshot.meta.term = m.term;
+    cr_assert_eq(raft_step(R(s, f), &m), 0);
+    cr_assert_eq(raft_pending_snapshot(R(s, f), &t), commit + 10);
+    cr_assert_eq(t, m.term);
+    m.snapshot.meta.index = commit + 5; /* below the commit the first one set: ignored */
+    cr_assert_eq(raft_step(R(s, f), &m), 0);
+    cr_assert_eq(raft_pending_snapshot(R(s, f), &t), commit + 10);
+    sim_crash(s, f); /* the ready was never handed out: nothing to check on f */
+    done(s);
+}
+
 /* A follower far behind on a divergent branch catches up quickly. */
 Test(raft_replication, lagging_follower_catches_up)
 {

@@ -431,6 +431,10 @@ raft_index raft_commit_index(const struct raft *r);
 raft_index raft_applied_index(const struct raft *r);
 raft_index raft_last_index(const struct raft *r);
 const struct raft_conf *raft_configuration(const struct raft *r);
+/* The snapshot a raft_step() accepted that no raft_ready() has handed out yet: its index
+ * (and its term in *term), or 0 when there is none. The application keeps the data of the
+ * RAFT_MSG_SNAPSHOT it just stepped only if that message's index and term are these. */
+raft_index raft_pending_snapshot(const struct raft *r, raft_term *term);
 /* Leader only: the member a leadership transfer is under way to, or RAFT_NONE. While it is
  * set, followers may vote for that member inside their check-quorum lease (the vote carries
  * `transfer`), so a heartbeat quorum no longer proves that this leader is the only one. */
