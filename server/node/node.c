@@ -252,6 +252,9 @@ void kv_node__fail_req(kv_node *n, kv_node_req *r, kv_etcd_err e, const char *de
         if (r->barrier_done)
             r->barrier_done(r->arg, -ETIMEDOUT);
         break;
+    case REQ_FORWARDED: /* its waiter is on the follower that forwarded it */
+        kv_node__forward_refused(n, r, e);
+        break;
     default:
         kv_metric_inc(n->m_proposals_failed);
         if (r->done) {

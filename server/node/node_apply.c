@@ -32,8 +32,7 @@ static int read_varint(const uint8_t *p, size_t len, size_t *o, uint64_t *v)
     return k ? 0 : -1;
 }
 
-/* id and proposer from the first fields of an entry (0 when absent). */
-static void entry_origin(const uint8_t *p, size_t len, uint64_t *id, uint64_t *proposer)
+void kv_node__entry_origin(const uint8_t *p, size_t len, uint64_t *id, uint64_t *proposer)
 {
     size_t o = 0;
     *id = *proposer = 0;
@@ -157,7 +156,7 @@ static void note_change(ready_work *w, const struct raft_entry *e, int op, uint6
     if (w->n_changes == KV_NODE_MAX_RECORDS)
         return;
     uint64_t req_id, proposer;
-    entry_origin(e->data, e->len, &req_id, &proposer);
+    kv_node__entry_origin(e->data, e->len, &req_id, &proposer);
     w->changes[w->n_changes].op = op;
     w->changes[w->n_changes].id = id;
     w->changes[w->n_changes].proposer = proposer;
@@ -272,7 +271,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             if (e->len && e->index > kv_store_batch_applied(b))
                 keep_record(n, w, e);
             uint64_t id, proposer;
-            entry_origin(e->data, e->len, &id, &proposer);
+            kv_node__entry_origin(e->data, e->len, &id, &proposer);
             rc = kv_store_apply_noop(n->store, b, e->index);
             if (rc == 0 && e->index > w->applied) {
                 w->applied = e->index;
@@ -282,7 +281,7 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             }
         } else {
             uint64_t id, proposer;
-            entry_origin(e->data, e->len, &id, &proposer);
+            kv_node__entry_origin(e->data, e->len, &id, &proposer);
             kv_store_batch_set_quiet(b, proposer != n->self); /* responses for our waiters only */
             uint64_t t0 = uv_hrtime();
             rc = kv_store_apply(n->store, b, e->index, e->data, e->len, &n->hdr, &w->results[i]);

@@ -504,6 +504,15 @@ int kv_node__persist_compaction(kv_node *n, MDB_txn *txn, const struct raft_snap
 /* node_peer.c */
 void kv_node__send_msgs(kv_node *n, const struct raft_msg *m, size_t count);
 int kv_node__forward(kv_node *n, kv_node_req *r);
+/* The leader refused a follower's proposal after it had queued it (disk low, log budget,
+ * raft refused it, no longer leader, its deadline): tell the proposer (named in the entry's
+ * first bytes, make_entry) now, with e (KV_ERR_NONE: "leader changed"), instead of leaving
+ * its waiter to its own deadline. */
+void kv_node__forward_refused(kv_node *n, const kv_node_req *r, kv_etcd_err e);
+
+/* node_apply.c: id and proposer from the first fields of an entry (make_entry; 0 when
+ * absent). */
+void kv_node__entry_origin(const uint8_t *p, size_t len, uint64_t *id, uint64_t *proposer);
 void kv_node__reads_drive(kv_node *n);
 void kv_node__reads_ready(kv_node *n, const struct raft_read_state *rs, size_t count);
 void kv_node__reads_applied(kv_node *n);

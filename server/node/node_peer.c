@@ -82,6 +82,25 @@ int kv_node__forward(kv_node *n, kv_node_req *r)
     return rc;
 }
 
+/* Sends the proposer of forward id the refusal e. */
+static void send_forward_resp(kv_node *n, uint64_t to, uint64_t id, kv_etcd_err e)
+{
+    Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
+    fr.id = id;
+    fr.code = kv_etcd_err_peer_code(e); /* etcd_errors.h: for members of earlier versions */
+    fr.msg = (char *)kv_etcd_err_msg(e);
+    (void)send_pb(n, to, KV_PEER_T_FORWARD_RESP, &fr.base);
+}
+
+void kv_node__forward_refused(kv_node *n, const kv_node_req *r, kv_etcd_err e)
+{
+    uint64_t id, proposer;
+    kv_node__entry_origin(r->data, r->len, &id, &proposer);
+    if (id == 0 || proposer == 0 || proposer == n->self)
+        return;
+    send_forward_resp(n, proposer, id, e == KV_ERR_NONE ? KV_ERR_LEADER_CHANGED : e);
+}
+
 static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len)
 {
     Kvdraftpb__Forward *f = kvdraftpb__forward__unpack(NULL, len, buf);
@@ -90,14 +109,9 @@ static void on_forward(kv_node *n, uint64_t from, const uint8_t *buf, size_t len
     int rc = -EAGAIN;
     if (n->role == RAFT_LEADER)
         rc = kv_node__propose_forwarded(n, f->data.data, f->data.len);
-    if (rc < 0) {
-        Kvdraftpb__ForwardResp fr = KVDRAFTPB__FORWARD_RESP__INIT;
-        fr.id = f->id;
-        kv_etcd_err e = rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_LEADER_CHANGED;
-        fr.code = kv_etcd_err_peer_code(e); /* etcd_errors.h: for members of earlier versions */
-        fr.msg = (char *)kv_etcd_err_msg(e);
-        (void)send_pb(n, from, KV_PEER_T_FORWARD_RESP, &fr.base);
-    }
+    if (rc < 0)
+        send_forward_resp(n, from, f->id,
+                          rc == -EBUSY ? KV_ERR_TOO_MANY_REQUESTS : KV_ERR_LEADER_CHANGED);
     kvdraftpb__forward__free_unpacked(f, NULL);
 }
 
