@@ -35,6 +35,7 @@ typedef struct kv_api_config {
     int strict_reconfig_check;           /* --strict-reconfig-check */
     size_t max_request_bytes;            /* --max-request-bytes */
     uint32_t max_txn_ops;                /* --max-txn-ops */
+    uint32_t max_keys_per_lease;         /* --max-keys-per-lease: sent with Put and Txn entries */
     size_t max_send_buffer_bytes;        /* --max-send-buffer-bytes */
     uint32_t max_snapshots;              /* --max-snapshots */
     uint32_t max_watch_streams_per_conn; /* --max-watch-streams-per-connection */

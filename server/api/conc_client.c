@@ -54,6 +54,11 @@ int kv_conc_propose(kv_api *s, const kv_conc_ident *id, enum kv_ireq_field field
              : kv_internal_wrap(field, 0, msg, len, &req, &rlen);
     if (rc < 0)
         goto out;
+    if ((field == KV_IREQ_PUT || field == KV_IREQ_TXN) &&
+        (rc = kv_internal_set_lease_key_limit(&req, &rlen, s->cfg->max_keys_per_lease)) < 0) {
+        free(req);
+        goto out;
+    }
     if (rlen > s->cfg->max_request_bytes) { /* as kv_propose_unary (services.c) */
         free(req);
         rc = -E2BIG;

@@ -174,6 +174,9 @@ static void propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, siz
                  : kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
     if (rc == 0 && lease_id_by_leader && (rc = kv_internal_mark_lease_id_by_leader(&req, &rlen)))
         free(req);
+    if (rc == 0 && (field == KV_IREQ_PUT || field == KV_IREQ_TXN) &&
+        (rc = kv_internal_set_lease_key_limit(&req, &rlen, s->cfg->max_keys_per_lease)))
+        free(req);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
         return;

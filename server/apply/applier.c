@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "apply/apply_int.h"
+#include "apply/internal_req.h"
 #include "pb/pb_scan.h"
 
 void kv_result_set_err(kv_result *res, kv_etcd_err e)
@@ -143,7 +144,7 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
     /* Bound txn nesting before the recursive unpack: requests also arrive here
      * from paths that did not pre-scan them (replay, later raft). */
     kv_txn_limits lim;
-    kv_txn_limits_init(&lim, bi.max_txn_ops);
+    kv_txn_limits_init(&lim, KV_TXN_MAX_OPS_LIMIT); /* never a member's flag: see pb_scan.h */
     int scan = kv_pb_scan_internal(req, len, &lim, NULL);
     Kvdpb__InternalRequest *ir =
         scan == KV_PB_SCAN_OK ? kvdpb__internal_request__unpack(NULL, len, req) : NULL;
@@ -159,7 +160,10 @@ int kv_store_apply(kv_store *s, kv_store_batch *b, uint64_t index, const uint8_t
         kvdpb__internal_request__free_unpacked(ir, NULL);
         return rc;
     }
-    kv_actx a = {ks, res, bi.quiet != 0, bi.max_txn_ops, bi.max_key, index, 0, 0, 0};
+    if (ir->lease_key_limit) /* the proposer's limit (0: an older kvd's entry, cfg's decides) */
+        kv_ks_set_max_keys_per_lease(
+            ks, ir->lease_key_limit == KV_LEASE_KEYS_UNLIMITED ? 0 : ir->lease_key_limit);
+    kv_actx a = {ks, res, bi.quiet != 0, KV_TXN_MAX_OPS_LIMIT, bi.max_key, index, 0, 0, 0};
     ProtobufCMessage *msg = NULL;
     Etcdserverpb__ResponseHeader *hdr = NULL;
     kv_apply_failpoint(ir);

@@ -125,6 +125,20 @@ int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len)
     return 0;
 }
 
+int kv_internal_set_lease_key_limit(uint8_t **req, size_t *len, uint32_t max)
+{
+    uint64_t v = max ? max : KV_LEASE_KEYS_UNLIMITED;
+    uint8_t *p = realloc(*req, *len + 2 + KV_VARINT_MAX);
+    if (p == NULL)
+        return -ENOMEM;
+    size_t n = *len;
+    n += kv_varint_put(p + n, (uint64_t)KV_IREQ_LEASE_KEY_LIMIT << 3); /* 2 bytes */
+    n += kv_varint_put(p + n, v);
+    *req = p;
+    *len = n;
+    return 0;
+}
+
 int kv_internal_lease_id_by_leader(const uint8_t *p, size_t len)
 {
     const uint8_t *end = p + len;

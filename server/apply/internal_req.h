@@ -59,6 +59,15 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
  * (realloc'd; the caller owns it either way). 0 or -ENOMEM (*req unchanged). */
 int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len);
 
+/* The proposer's --max-keys-per-lease travels with its entries (InternalRequest
+ * lease_key_limit = 75), and the apply uses it instead of the applying member's own flag: the
+ * apply stays a function of the log when members' flags differ. Appends it to the packed
+ * InternalRequest *req of *len bytes (realloc'd; the caller owns it either way): max 0 (no
+ * limit) is sent as KV_LEASE_KEYS_UNLIMITED. 0 or -ENOMEM (*req unchanged). */
+#define KV_IREQ_LEASE_KEY_LIMIT 75
+#define KV_LEASE_KEYS_UNLIMITED UINT32_MAX
+int kv_internal_set_lease_key_limit(uint8_t **req, size_t *len, uint32_t max);
+
 /* 1 if the packed InternalRequest p (len bytes) asks the leader to name its lease id: the last
  * lease_id_by_leader it holds is true. 0 otherwise, for bytes that do not parse too. Walks the
  * top-level fields only. */

@@ -522,7 +522,6 @@ int main(int argc, char **argv)
     kv_store_config_default(&sc);
     sc.dir = m.cfg.data_dir;
     sc.quota_bytes = m.cfg.quota_backend_bytes ? m.cfg.quota_backend_bytes : sc.quota_bytes;
-    sc.max_txn_ops = m.cfg.max_txn_ops;
     sc.max_keys_per_lease = m.cfg.max_keys_per_lease;
     sc.unsafe_no_fsync = m.cfg.unsafe_no_fsync;
     rc = kv_store_open(&s->api.store, &sc);

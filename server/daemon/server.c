@@ -72,6 +72,7 @@ static void api_config(kv_server *s)
     a->strict_reconfig_check = c->strict_reconfig_check;
     a->max_request_bytes = c->max_request_bytes;
     a->max_txn_ops = c->max_txn_ops;
+    a->max_keys_per_lease = c->max_keys_per_lease;
     a->max_send_buffer_bytes = c->max_send_buffer_bytes;
     a->max_snapshots = c->max_snapshots;
     a->max_watch_streams_per_conn = c->max_watch_streams_per_conn;

@@ -27,7 +27,6 @@ int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out)
     out->alarms = b->alarms;
     out->quiet = b->quiet;
     out->deterministic = s->deterministic;
-    out->max_txn_ops = s->cfg.max_txn_ops;
     out->max_key = SIZE_MAX; /* any length (longkey.c): the request size bounds keys */
     out->growth_over =
         !s->deterministic && b->base_size + b->grown > (int64_t)batch_growth_limit(s);
@@ -72,10 +71,15 @@ int kv_ks_begin(kv_store *s, kv_store_batch *b, kv_ks **out)
     ks->b = b;
     ks->m = b->meta;
     ks->alarms = b->alarms;
-    ks->w = (kv_wctx){s, child, &ks->m, ks->m.rev, 0};
+    ks->w = (kv_wctx){s, child, &ks->m, ks->m.rev, 0, s->cfg.max_keys_per_lease};
     b->ks_open = true;
     *out = ks;
     return 0;
+}
+
+void kv_ks_set_max_keys_per_lease(kv_ks *ks, uint32_t max)
+{
+    ks->w.max_keys_per_lease = max;
 }
 
 static void ks_free(kv_ks *ks)

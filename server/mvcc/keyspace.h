@@ -42,15 +42,14 @@ typedef int (*kv_ks_kv_fn)(void *arg, const kv_ks_kv *kv);
 
 /* ---- batch state, for the applier ---- */
 typedef struct kv_ks_batch_info {
-    uint64_t applied;     /* applied index as of the batch */
-    int64_t rev;          /* store revision as of the batch */
-    unsigned alarms;      /* alarm mask (1u << KV_ALARM_*) as of the batch */
-    int quiet;            /* kv_store_batch_set_quiet */
-    int deterministic;    /* kv_store_set_deterministic */
-    uint32_t max_txn_ops; /* cfg.max_txn_ops */
-    size_t max_key;       /* longest key a write may have */
-    int growth_over;      /* 1: the batch's growing requests passed quota + headroom / 2
-                           * (never with deterministic set; see store.h) */
+    uint64_t applied;  /* applied index as of the batch */
+    int64_t rev;       /* store revision as of the batch */
+    unsigned alarms;   /* alarm mask (1u << KV_ALARM_*) as of the batch */
+    int quiet;         /* kv_store_batch_set_quiet */
+    int deterministic; /* kv_store_set_deterministic */
+    size_t max_key;    /* longest key a write may have */
+    int growth_over;   /* 1: the batch's growing requests passed quota + headroom / 2
+                        * (never with deterministic set; see store.h) */
 } kv_ks_batch_info;
 /* -EINVAL if b is not s's open batch, -EAGAIN if it is spoilt (kv_ks_abort). */
 int kv_ks_batch_info_get(kv_store *s, kv_store_batch *b, kv_ks_batch_info *out);
@@ -76,6 +75,11 @@ void kv_ks_mark_writing(kv_ks *ks);
 /* Drops the request. ks may be NULL. In a shared batch, after kv_ks_mark_writing, the writes
  * stay in the batch's transaction: the batch is spoilt (store.h kv_store_batch_set_shared). */
 void kv_ks_abort(kv_ks *ks);
+
+/* The limit of keys per lease for this request's puts: the proposer's (InternalRequest
+ * lease_key_limit; max 0 = unlimited), which replaces the store's cfg.max_keys_per_lease that
+ * kv_ks_begin starts with, so that members whose flags differ apply an entry alike. */
+void kv_ks_set_max_keys_per_lease(kv_ks *ks, uint32_t max);
 
 /* Revisions as seen by the request: rev = the revision before it; read_rev = what its reads
  * see (rev, or rev + 1 once it wrote: etcd storeTxnWrite.Range); end_rev = its revision after

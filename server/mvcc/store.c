@@ -14,7 +14,6 @@ void kv_store_config_default(kv_store_config *c)
 {
     memset(c, 0, sizeof *c);
     c->quota_bytes = (size_t)2 << 30;
-    c->max_txn_ops = 128;
     c->max_keys_per_lease = 0;
 }
 
@@ -115,8 +114,6 @@ int kv_store_open(kv_store **out, const kv_store_config *cfg)
     s->cfg.dir = NULL; /* not kept: the environment knows its path */
     if (!s->cfg.quota_bytes)
         s->cfg.quota_bytes = (size_t)2 << 30;
-    if (!s->cfg.max_txn_ops)
-        s->cfg.max_txn_ops = 128;
     MDB_txn *txn = NULL;
     /* Writer-preferring: readers on other threads must not starve the defragment swap. */
     pthread_rwlockattr_t ra;

@@ -86,7 +86,9 @@
  * transaction"). Both depend on the member's file layout: members with different quotas could
  * diverge, which the hash check (lesson 5) detects. max_keys_per_lease: a put that would attach one
  * key more gives KV_ERR_TOO_MANY_LEASE_KEYS ("etcdserver: too many keys attached to lease",
- * kvd-specific, etcd has no such limit).
+ * kvd-specific, etcd has no such limit); it is only the default of a request's limit
+ * (kv_ks_begin): the applier replaces it with the proposer's, which travels in the entry
+ * (apply/internal_req.h KV_IREQ_LEASE_KEY_LIMIT), so members whose flags differ agree.
  *
  * Threads: the write path (batch_begin/apply/commit/abort, compact_step,
  * set_lease_observer) runs on one thread (the apply thread). kv_store_range,
@@ -121,7 +123,6 @@ typedef struct kv_store_batch kv_store_batch;
 typedef struct kv_store_config {
     const char *dir;             /* data dir; created if missing (one level); LMDB files inside */
     size_t quota_bytes;          /* LMDB map size; default 2 GiB (--quota-backend-bytes) */
-    uint32_t max_txn_ops;        /* default 128 (--max-txn-ops) */
     uint32_t max_keys_per_lease; /* 0 = unlimited */
     int unsafe_no_fsync;         /* 1: LMDB MDB_NOSYNC, commits not durable (--unsafe-no-fsync) */
 } kv_store_config;

@@ -208,7 +208,8 @@ typedef struct kv_wctx {
     MDB_txn *txn;
     kv_meta *m;
     int64_t begin_rev;
-    int64_t sub; /* changes so far at main revision begin_rev + 1 */
+    int64_t sub;                 /* changes so far at main revision begin_rev + 1 */
+    uint32_t max_keys_per_lease; /* 0 = unlimited; the entry's, else cfg's (kv_ks_begin) */
 } kv_wctx;
 
 /* One request's context (keyspace.h): the write context on its child transaction, its copy

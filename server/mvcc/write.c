@@ -46,12 +46,12 @@ int kv_w_put(kv_wctx *w, const uint8_t *key, size_t klen, const uint8_t *val, si
         return rc;
     }
     if (oldlease != lease) {
-        if (lease != 0 && s->cfg.max_keys_per_lease) {
+        if (lease != 0 && w->max_keys_per_lease) {
             size_t n = 0;
             rc = kv_lk_lease_count(s, w->txn, lease, &n);
             if (rc)
                 return rc;
-            if (n >= s->cfg.max_keys_per_lease)
+            if (n >= w->max_keys_per_lease)
                 return -EDQUOT;
         }
         if (oldlease && (rc = kv_lk_lease_detach(s, w->txn, oldlease, key, klen)))

@@ -56,6 +56,11 @@
  * half puts, half deletes (linear interval scan) ~30 ms. Without a cap a 2 MiB request holds
  * ~500,000 ops. */
 #define KV_TXN_MAX_TOTAL_OPS 4096
+/* The largest --max-txn-ops, and the op budget the apply itself uses (server/apply/applier.c):
+ * a member's --max-txn-ops is checked where it takes the request, before proposing, as etcd
+ * 3.4 does; the apply must not depend on it, or members whose flags differ would apply the
+ * same entry differently. */
+#define KV_TXN_MAX_OPS_LIMIT (1u << 20)
 
 typedef struct kv_txn_limits {
     uint32_t max_ops;   /* etcd --max-txn-ops: budget of the top-level txn */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apply/internal_req.h"
 #include "kvt_store.h"
 #include "common/etcd_errors.h"
 #include "mvcc/members.h"
@@ -466,6 +467,46 @@ Test(apply, compaction_dispatch_and_quiet)
     apply2(&p, &ir, &r);
     expect_err(&r, KV_ERR_FUTURE_REV);
     expect_same_state(&p, NULL, 0);
+    pair_close(&p);
+}
+
+/* Members whose --max-keys-per-lease differ (A 1, B none) apply an entry alike: the
+ * proposer's limit travels with it (InternalRequest lease_key_limit) and replaces the
+ * applying member's own. apply_bytes fails on results that differ. */
+Test(apply, the_proposers_lease_key_limit_decides_on_every_member)
+{
+    kv_store_config one, none;
+    kv_store_config_default(&one);
+    one.max_keys_per_lease = 1;
+    kv_store_config_default(&none);
+    pair p;
+    pair_open(&p, &one);
+    kvt_store_close(&p.b);
+    kvt_store_open(&p.b, &none);
+    kv_store_set_deterministic(p.b.s, 1);
+    kv_store_lease_observer ob = {&oargs[1], on_grant, on_revoke, on_checkpoint};
+    kv_store_set_lease_observer(p.b.s, &ob);
+    kv_result r;
+    grant2(&p, 7, 60, &r);
+    free(r.resp);
+    Kvdpb__InternalRequest ir;
+    Etcdserverpb__PutRequest pr;
+    put_ir(&ir, &pr, "k1", "x", 7);
+    ir.lease_key_limit = KV_LEASE_KEYS_UNLIMITED; /* a proposer without a limit */
+    apply2(&p, &ir, &r);
+    cr_assert_eq(r.err, KV_ERR_NONE, "%s", KVT_STORE_MSG(r));
+    free(r.resp);
+    put_ir(&ir, &pr, "k2", "x", 7);
+    ir.lease_key_limit = KV_LEASE_KEYS_UNLIMITED;
+    apply2(&p, &ir, &r); /* A's own flag (1) would refuse it */
+    cr_assert_eq(r.err, KV_ERR_NONE, "%s", KVT_STORE_MSG(r));
+    free(r.resp);
+    put_ir(&ir, &pr, "k3", "x", 7);
+    ir.lease_key_limit = 2; /* a proposer with --max-keys-per-lease=2: B refuses it too */
+    apply2(&p, &ir, &r);
+    expect_err(&r, KV_ERR_TOO_MANY_LEASE_KEYS);
+    int64_t ids[] = {7};
+    expect_same_state(&p, ids, 1);
     pair_close(&p);
 }
 

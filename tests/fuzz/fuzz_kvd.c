@@ -75,7 +75,6 @@ int kv_fuzz_kvd_start(kv_fuzz_kvd *k)
     kv_store_config_default(&sc);
     sc.dir = k->dir;
     sc.quota_bytes = FUZZ_QUOTA;
-    sc.max_txn_ops = k->cfg.max_txn_ops;
     rc = kv_store_open(&s->api.store, &sc);
     if (rc < 0)
         return rc;

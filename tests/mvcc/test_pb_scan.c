@@ -522,12 +522,13 @@ Test(pb_scan, mutations_agree_with_protobuf_c)
 
 /* The store refuses deep nesting in raw InternalRequest bytes itself (a path that did not
  * pre-scan: replay, raft), before protobuf-c could recurse. Before the fix, 100,000 levels
- * overflowed the stack here. */
+ * overflowed the stack here. Its bound is KV_TXN_MAX_DEPTH, never a member's --max-txn-ops
+ * (which the proposer checks), so that every member applies an entry alike. */
 Test(pb_scan, store_apply_refuses_deep_nesting)
 {
     kvt_store t;
     kvt_store_open(&t, NULL);
-    static const size_t depths[] = {130, 5000, 100000};
+    static const size_t depths[] = {KV_TXN_MAX_DEPTH + 44, 5000, 100000};
     for (size_t i = 0; i < 3; i++) {
         size_t n;
         uint8_t *x = nested(depths[i], NULL, 0, NULL, 0, &n);
