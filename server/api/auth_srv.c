@@ -370,16 +370,32 @@ int kv_auth_caller_admin_err(const kv_auth_caller *c)
     return KV_ERR_PERMISSION_DENIED;
 }
 
-int kv_auth_require_admin(kv_grpc_call *call)
+int kv_auth_require_admin_as(kv_grpc_call *call, char *user, size_t cap, uint64_t *revision)
 {
+    if (cap)
+        user[0] = '\0';
+    *revision = 0;
     kv_auth_caller c;
     if (kv_auth_caller_begin(call, &c))
         return 1;
     int e = kv_auth_caller_admin_err(&c);
+    if (!e && cap) {
+        snprintf(user, cap, "%s", c.enabled ? c.user : "");
+        /* never 0: a nonzero auth_revision marks an entry whose caller apply_auth.c checks;
+         * 0 is an older member's entry, applied as it was (etcd's revision starts at 1) */
+        *revision = c.revision ? c.revision : 1;
+    }
     kv_auth_caller_end(&c);
     if (e) {
         kv_reply_etcd_err(call, (kv_etcd_err)e);
         return 1;
     }
     return 0;
+}
+
+int kv_auth_require_admin(kv_grpc_call *call)
+{
+    char user[KV_AUTH_MAX_NAME + 1];
+    uint64_t revision;
+    return kv_auth_require_admin_as(call, user, sizeof user, &revision);
 }

@@ -148,6 +148,12 @@ int kv_auth_recheck(kv_grpc_call *call, const uint8_t *msg, size_t len);
 
 /* Admin gate for a call: 0 go on, 1 answered. */
 int kv_auth_require_admin(kv_grpc_call *call);
+/* The same, and the caller an auth management entry is proposed as (etcd's request header,
+ * InternalRequest auth_user / auth_revision, checked again at apply by apply_auth.c): the
+ * user into user[0..cap) ("" with auth disabled) and the auth revision read into *revision,
+ * never 0 (0 marks an older member's entry, which the apply does not check). On 1 (answered)
+ * both are "" and 0. */
+int kv_auth_require_admin_as(kv_grpc_call *call, char *user, size_t cap, uint64_t *revision);
 
 /* Wraps the on_message of every method that etcd 3.4 authorizes (KV, Watch create,
  * LeaseRevoke, admin Maintenance/Cluster calls, token validity for other writes) in

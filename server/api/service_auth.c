@@ -22,7 +22,10 @@
  * When auth is enabled every method but Authenticate needs the root role (etcd
  * needAdminPermission); with auth disabled anyone may call them (UserList is then empty on a
  * fresh store, AuthEnable fails without a root user, Authenticate answers "etcdserver:
- * authentication is not enabled").
+ * authentication is not enabled"). The writes are proposed with the caller and the auth
+ * revision of that check (InternalRequest auth_user / auth_revision, etcd's request header;
+ * no user, and a nonzero revision, while auth is disabled), and apply_auth.c checks the root
+ * role again at apply.
  * Loop thread only, but the hash work functions (run on the worker, job memory only).
  */
 #include "api/auth_read.h"
@@ -64,6 +67,9 @@ struct kv_auth_job {
     int ok; /* J_VERIFY: match; J_ADD/J_PASSWD: 0 or -errno */
     char hashed[KV_AUTH_HASH_MAX];
     Authpb__UserAddOptions *opts; /* J_ADD: copied options (may be NULL) */
+    /* J_ADD/J_PASSWD: the caller the entry is proposed as (kv_auth_require_admin_as) */
+    char caller[KV_AUTH_MAX_NAME + 1];
+    uint64_t caller_rev; /* never 0 (kv_auth_require_admin_as): 1 with auth disabled */
 };
 
 static void job_free(kv_auth_job *j)
@@ -193,7 +199,31 @@ static void on_cancel(kv_grpc_call *call)
         kv_propose_cancel(call);
 }
 
-static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m)
+/* Proposes msg as entry field on behalf of user ("" when auth was disabled at the check) at
+ * auth revision rev (never 0, kv_auth_require_admin_as): kv_propose_unary wraps it with
+ * s->auth->cur_user / cur_revision (services.c), set here for the call only and restored
+ * after. */
+static void propose_as(kv_grpc_call *call, int field, const uint8_t *msg, size_t len,
+                       const char *user, uint64_t rev)
+{
+    kv_api *s = kv_grpc_call_app(call);
+    kv_auth *a = s->auth;
+    if (!a) { /* no auth runtime (core not started): nothing to carry the caller in */
+        kv_propose_unary(call, field, msg, len);
+        return;
+    }
+    char saved_user[sizeof a->cur_user];
+    uint64_t saved_rev = a->cur_revision;
+    memcpy(saved_user, a->cur_user, sizeof saved_user);
+    snprintf(a->cur_user, sizeof a->cur_user, "%s", user);
+    a->cur_revision = rev;
+    kv_propose_unary(call, field, msg, len);
+    memcpy(a->cur_user, saved_user, sizeof saved_user);
+    a->cur_revision = saved_rev;
+}
+
+static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m, const char *user,
+                        uint64_t rev)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(n ? n : 1);
@@ -202,7 +232,7 @@ static void propose_msg(kv_grpc_call *call, int field, const ProtobufCMessage *m
         return;
     }
     protobuf_c_message_pack(m, buf);
-    kv_propose_unary(call, field, buf, n);
+    propose_as(call, field, buf, n, user, rev);
     free(buf);
 }
 
@@ -363,13 +393,13 @@ static void job_done(void *arg, int status)
         r.name = j->name;
         r.hashed_password = j->hashed;
         r.options = j->opts;
-        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &r.base);
+        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &r.base, j->caller, j->caller_rev);
     } else {
         Etcdserverpb__AuthUserChangePasswordRequest r =
             ETCDSERVERPB__AUTH_USER_CHANGE_PASSWORD_REQUEST__INIT;
         r.name = j->name;
         r.hashed_password = j->hashed;
-        propose_msg(call, KV_IREQ_AUTH_USER_CHANGE_PASSWORD, &r.base);
+        propose_msg(call, KV_IREQ_AUTH_USER_CHANGE_PASSWORD, &r.base, j->caller, j->caller_rev);
     }
     job_free(j);
     pump(a);
@@ -462,7 +492,9 @@ static void on_user_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
     }
-    if (kv_auth_require_admin(call))
+    char who[KV_AUTH_MAX_NAME + 1];
+    uint64_t rev;
+    if (kv_auth_require_admin_as(call, who, sizeof who, &rev))
         goto out;
     if (!r->name[0]) {
         kv_reply_etcd_err(call, KV_ERR_USER_EMPTY);
@@ -472,7 +504,7 @@ static void on_user_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         Etcdserverpb__AuthUserAddRequest nr = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
         nr.name = r->name;
         nr.options = r->options;
-        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &nr.base);
+        propose_msg(call, KV_IREQ_AUTH_USER_ADD, &nr.base, who, rev);
         goto out;
     }
     kv_auth_job *j = job_new(J_ADD, r->name, r->password);
@@ -484,6 +516,8 @@ static void on_user_add(kv_grpc_call *call, const uint8_t *msg, size_t len)
         kv_reply_etcd_err(call, KV_ERR_NOMEM);
         goto out;
     }
+    snprintf(j->caller, sizeof j->caller, "%s", who);
+    j->caller_rev = rev;
     job_submit(call, j);
 out:
     if (r->password)
@@ -499,19 +533,25 @@ static void on_user_change_password(kv_grpc_call *call, const uint8_t *msg, size
         kv_reply_etcd_err(call, KV_ERR_GRPC_UNMARSHAL);
         return;
     }
-    if (!kv_auth_require_admin(call)) {
+    char who[KV_AUTH_MAX_NAME + 1];
+    uint64_t rev;
+    if (!kv_auth_require_admin_as(call, who, sizeof who, &rev)) {
         kv_auth_job *j = job_new(J_PASSWD, r->name, r->password);
-        if (!j)
+        if (!j) {
             kv_reply_etcd_err(call, KV_ERR_NOMEM);
-        else
+        } else {
+            snprintf(j->caller, sizeof j->caller, "%s", who);
+            j->caller_rev = rev;
             job_submit(call, j);
+        }
     }
     if (r->password)
         OPENSSL_cleanse(r->password, strlen(r->password));
     etcdserverpb__auth_user_change_password_request__free_unpacked(r, NULL);
 }
 
-/* Requests proposed as the client sent them (no secrets), after the admin check. */
+/* Requests proposed as the client sent them (no secrets), after the admin check, with the
+ * caller of that check. */
 static const struct {
     const char *path;
     int field;
@@ -532,9 +572,11 @@ static void on_plain_write(kv_grpc_call *call, const uint8_t *msg, size_t len)
     const char *path = kv_grpc_call_method(call);
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (strcmp(plain[i].path, path) == 0) {
-            if (kv_auth_require_admin(call))
+            char who[KV_AUTH_MAX_NAME + 1];
+            uint64_t rev;
+            if (kv_auth_require_admin_as(call, who, sizeof who, &rev))
                 return;
-            kv_propose_unary(call, plain[i].field, msg, len);
+            propose_as(call, plain[i].field, msg, len, who, rev);
             return;
         }
     kv_reply_etcd_err(call, KV_ERR_REQUEST_INTERNAL);

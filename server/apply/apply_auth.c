@@ -4,8 +4,17 @@
  * (mvcc/auth_store.h), in the request's child transaction: they commit with the applied
  * index. Passwords arrive hashed (hashed_password, computed by the proposing member off the
  * loop, server/api/service_auth.c), so this stays a pure function of the log. Every change
- * bumps the auth revision (etcd commitRevision). The caller's admin permission was checked
- * by the proposing member before proposing (server/api/auth_gate.c).
+ * bumps the auth revision (etcd commitRevision). The caller's admin permission is checked
+ * twice: by the proposing member when the request arrives (server/api/service_auth.c), and
+ * here at apply (etcd authApplierV3.Apply, needAdminPermission: every entry of this file,
+ * AuthEnable too), so a caller who lost the root role in between is refused: with auth
+ * enabled in the apply transaction, the entry's auth_user (proposed with the caller, as KV
+ * writes) must be set ("etcdserver: user name is empty", also an entry proposed while auth
+ * was disabled), name a stored user ("etcdserver: user name not found") that has the root
+ * role ("etcdserver: permission denied"), else nothing changes. As etcd's IsAdminPermitted,
+ * the entry's auth_revision is not compared; but it is never 0 on these entries (the
+ * proposer sets it even with auth disabled), and an entry with 0, an older kvd's, is
+ * applied unchecked, as that kvd did.
  *
  * kv_apply_auth_check is etcd's authApplierV3 for the KV writes and LeaseRevoke, with auth
  * enabled: a Put, DeleteRange or Txn needs a user (auth_revision != 0, else "user name is
@@ -126,6 +135,38 @@ static int enabled(const kv_auth_tx *tx)
 {
     int e = 0;
     return kv_auth_get_enabled(tx, &e) == 0 && e;
+}
+
+/* etcd 3.4 IsAdminPermitted on the apply transaction: 0 when auth is disabled or the entry's
+ * auth_user is a stored user with the root role; 1 refused (res set: USER_EMPTY,
+ * USER_NOT_FOUND or PERMISSION_DENIED); < 0 storage. Reads only tx and ir. An entry with
+ * auth_revision 0 was proposed by an older kvd, which never sets it on these entries: it is
+ * applied as that kvd applied it, so that a log replayed after an upgrade gives the state it
+ * gave before. */
+static int admin_permitted(kv_actx *a, const kv_auth_tx *tx, const Kvdpb__InternalRequest *ir)
+{
+    if (ir->auth_revision == 0)
+        return 0;
+    const char *user = ir->auth_user;
+    int en = 0;
+    int rc = kv_auth_get_enabled(tx, &en);
+    if (rc || !en)
+        return rc;
+    if (!user || !user[0]) {
+        kv_apply_err(a->res, KV_ERR_USER_EMPTY);
+        return 1;
+    }
+    Authpb__User *u;
+    rc = kv_apply_auth_user(tx, user, &u);
+    if (rc)
+        return map_err(a, rc, KV_ERR_USER_NOT_FOUND);
+    int root = has_role(u, ROOT);
+    authpb__user__free_unpacked(u, NULL);
+    if (!root) {
+        kv_apply_err(a->res, KV_ERR_PERMISSION_DENIED);
+        return 1;
+    }
+    return 0;
 }
 
 static int auth_enable(kv_actx *a, const kv_auth_tx *tx)
@@ -492,6 +533,9 @@ int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage
     const ProtobufCMessageDescriptor *d;
     int rc;
     a->res->barrier = KV_RESULT_BARRIER_AUTH; /* request admission reads it (apply.h) */
+    /* etcd authApplierV3.Apply: needAdminPermission is true for every entry here */
+    if ((rc = admin_permitted(a, &tx, ir)))
+        return rc;
     switch (ir->request_case) {
     case KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE:
         rc = auth_enable(a, &tx);

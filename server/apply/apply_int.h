@@ -67,7 +67,10 @@ int kv_apply_members(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMess
  * enabled, the entry's auth_revision (the revision its permissions were checked at by the
  * proposing member) must be the current one. 0 ok, 1 refused (res set), < 0 storage. */
 int kv_apply_auth_check(kv_actx *a, const Kvdpb__InternalRequest *ir);
-/* Auth management entries (apply_auth.c): AuthEnable ... RoleRevokePermission. */
+/* Auth management entries (apply_auth.c): AuthEnable ... RoleRevokePermission. With auth
+ * enabled each needs its auth_user to be a stored user with the root role (etcd
+ * IsAdminPermitted), else it is refused and changes nothing. 0 ok, 1 refused (res set),
+ * < 0 storage. */
 int kv_apply_auth(kv_actx *a, const Kvdpb__InternalRequest *ir, ProtobufCMessage **msg,
                   Etcdserverpb__ResponseHeader **hdr);
 /* Authenticate through the log (apply_authn.c): sets res->auth_tokens on success. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "auth.pb-c.h"
+#include "auth/auth_tokens.h"
 #include "mvcc/auth_store.h"
 #include "rpc.pb-c.h"
 
@@ -109,4 +110,26 @@ uint64_t aau_revision(kvt_store *t)
     cr_assert_eq(kv_auth_get_revision(&tx, &r), 0);
     kv_store_auth_read_end(&tx);
     return r;
+}
+
+static int fold(void *arg, const uint8_t *name, size_t nlen, const uint8_t *val, size_t vlen)
+{
+    uint64_t *h = arg;
+    *h = *h * 31 + kv_auth_pwtag(name, nlen);
+    *h = *h * 31 + kv_auth_pwtag(val, vlen);
+    return 0;
+}
+
+uint64_t aau_auth_digest(kvt_store *t)
+{
+    kv_auth_tx tx;
+    cr_assert_eq(kv_store_auth_read_begin(t->s, &tx), 0);
+    uint64_t h = 0, rev = 0;
+    int en = 0;
+    cr_assert_eq(kv_auth_walk(&tx, KV_AUTH_USER, fold, &h), 0);
+    cr_assert_eq(kv_auth_walk(&tx, KV_AUTH_ROLE, fold, &h), 0);
+    cr_assert_eq(kv_auth_get_revision(&tx, &rev), 0);
+    cr_assert_eq(kv_auth_get_enabled(&tx, &en), 0);
+    kv_store_auth_read_end(&tx);
+    return h * 31 + rev * 7 + (uint64_t)en;
 }

@@ -27,5 +27,8 @@ void aau_role_grant(kvt_store *t, const char *role, int type, const char *key, c
 void aau_enable(kvt_store *t, kv_etcd_err want);
 /* The committed auth revision. */
 uint64_t aau_revision(kvt_store *t);
+/* A digest of the auth database: every user and role record, the revision, the enabled flag
+ * (equal digests: nothing in it changed). */
+uint64_t aau_auth_digest(kvt_store *t);
 
 #endif
