@@ -226,6 +226,7 @@ int kv_compact_run(kv_store *s, MDB_txn *txn, uint32_t max_keys, uint32_t max_re
             c = NULL;
             st.has_cursor = CUR_LONG;
             st.clen = 0;
+            rc = 0; /* a budget stop at the loop's top is not MDB_NOTFOUND's error */
             continue;
         }
         if (rc == MDB_NOTFOUND) {

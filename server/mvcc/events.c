@@ -81,7 +81,7 @@ int kv_store_events(kv_store *s, const kv_store_reader *r, int64_t from, int64_t
             cur = main;
         }
         const uint8_t *p = v.mv_data;
-        if (!kv_rec_verify(kp, p, v.mv_size)) {
+        if (!kv_mdb_val_sane(r->txn, &v, KV_MDB_VAL_MAX) || !kv_rec_verify(kp, p, v.mv_size)) {
             rc = -EBADMSG;
             break;
         }

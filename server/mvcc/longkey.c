@@ -149,24 +149,23 @@ static int ll_walk(kv_store *s, MDB_txn *txn, int64_t id,
     if (rc)
         return kv_mdb_err(rc);
     MDB_val k = {8, lo}, v;
-    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-    while (rc == 0) {
+    /* g: LMDB's codes (negative, MDB_NOTFOUND at the end); rc: ours (0 or -errno) */
+    int g = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    while (g == 0) {
         if (k.mv_size != LL_KEY) {
             rc = -EBADMSG;
             break;
         }
-        if (memcmp(k.mv_data, lo, 8) != 0) {
-            rc = MDB_NOTFOUND;
+        if (memcmp(k.mv_data, lo, 8) != 0)
             break;
-        }
         if ((rc = fn(arg, c, &k, &v)))
             break;
-        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+        g = mdb_cursor_get(c, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(c);
-    if (rc == MDB_NOTFOUND)
-        return 0;
-    return rc > 0 ? kv_mdb_err(rc) : rc;
+    if (rc == 0 && g != 0 && g != MDB_NOTFOUND)
+        rc = kv_mdb_err(g);
+    return rc;
 }
 
 static int count_one(void *arg, MDB_cursor *c, const MDB_val *k, const MDB_val *v)

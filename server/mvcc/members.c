@@ -10,15 +10,20 @@
 #include "mvcc/members.h"
 #include "mvcc/store_int.h"
 
+/* The largest member record a member writes: a name and 2 x KV_MEMBER_MAX_URLS URLs of
+ * KV_MEMBER_MAX_STR bytes with their tags, and the CRC; anything larger is not ours. */
+#define MEMBER_REC_MAX (4 + (1 + 2 * KV_MEMBER_MAX_URLS) * (KV_MEMBER_MAX_STR + 8) + 64)
+
 static uint32_t rec_crc(const uint8_t key[8], const uint8_t *payload, size_t len)
 {
     return kv_crc32c(kv_crc32c(0, key, 8), payload, len);
 }
 
 /* Checks a stored record; on success payload and plen point at the packed Member. */
-static int rec_check(const MDB_val *k, const MDB_val *v, const uint8_t **payload, size_t *plen)
+static int rec_check(MDB_txn *txn, const MDB_val *k, const MDB_val *v, const uint8_t **payload,
+                     size_t *plen)
 {
-    if (k->mv_size != 8 || v->mv_size < 4)
+    if (k->mv_size != 8 || v->mv_size < 4 || !kv_mdb_val_sane(txn, v, MEMBER_REC_MAX))
         return -EBADMSG;
     const uint8_t *p = v->mv_data;
     if (kv_be32(p) != rec_crc(k->mv_data, p + 4, v->mv_size - 4))
@@ -78,7 +83,7 @@ static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
         return kv_mdb_err(g);
     const uint8_t *p;
     size_t n;
-    int rc = rec_check(&k, &v, &p, &n);
+    int rc = rec_check(txn, &k, &v, &p, &n);
     if (rc)
         return rc;
     Kvdpb__Member *m = kvdpb__member__unpack(NULL, n, p);
@@ -99,7 +104,7 @@ static int removed_get(kv_store *s, MDB_txn *txn, uint64_t id)
         return 0;
     if (g)
         return kv_mdb_err(g);
-    return rec_check(&k, &v, NULL, NULL) ? -EBADMSG : 1;
+    return rec_check(txn, &k, &v, NULL, NULL) ? -EBADMSG : 1;
 }
 
 static int count(MDB_txn *txn, MDB_dbi dbi, size_t *n)
@@ -308,7 +313,7 @@ static int list_txn(kv_store *s, MDB_txn *txn, Kvdpb__Member ***out, size_t *n)
          g = mdb_cursor_get(c, &k, &val, MDB_NEXT)) {
         const uint8_t *p;
         size_t plen;
-        if ((rc = rec_check(&k, &val, &p, &plen)))
+        if ((rc = rec_check(txn, &k, &val, &p, &plen)))
             break;
         if (cnt == KV_MEMBERS_MAX) { /* put refuses more: the table is not ours */
             rc = -EBADMSG;

@@ -150,7 +150,8 @@ static int write_keys(kv_store *s, MDB_txn *txn, kv_bb_writer *w, int64_t pendin
     for (g = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && g == 0;
          g = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         const uint8_t *key16 = k.mv_data, *val = v.mv_data;
-        if (k.mv_size != KV_REVKEY_LEN || v.mv_size < 5 || !kv_rec_verify(key16, val, v.mv_size)) {
+        if (k.mv_size != KV_REVKEY_LEN || v.mv_size < 5 ||
+            !kv_mdb_val_sane(txn, &v, KV_MDB_VAL_MAX) || !kv_rec_verify(key16, val, v.mv_size)) {
             rc = -EBADMSG;
             break;
         }
