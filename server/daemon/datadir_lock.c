@@ -1,6 +1,8 @@
 /* datadir_lock: exclusive flock on <data dir>/kvd.lock (see datadir_lock.h). */
 #include "daemon/datadir_lock.h"
 
+#include "base/dir_sync.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -75,39 +77,19 @@ void kv_datadir_unlock(int fd)
         close(fd);
 }
 
-static int fsync_dir_path(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 int kv_datadir_sync(const char *dir, int which, char *err, size_t errlen)
 {
     char parent[4096];
-    int rc = 0;
-    if (snprintf(parent, sizeof(parent), "%s", dir) >= (int)sizeof(parent)) {
+    int rc = kv_dir_parent(dir, parent, sizeof parent);
+    if (rc < 0) {
         snprintf(err, errlen, "data dir path too long: %s", dir);
-        return -ENAMETOOLONG;
+        return rc;
     }
-    size_t n = strlen(parent);
-    while (n > 1 && parent[n - 1] == '/')
-        parent[--n] = 0;
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        snprintf(parent, sizeof(parent), ".");
-    else if (slash == parent)
-        slash[1] = 0;
-    else
-        *slash = 0;
-    if ((which & KV_DATADIR_SYNC_SELF) && (rc = fsync_dir_path(dir)) < 0) {
+    if ((which & KV_DATADIR_SYNC_SELF) && (rc = kv_dir_fsync(dir)) < 0) {
         snprintf(err, errlen, "cannot sync data dir %s: %s", dir, strerror(-rc));
         return rc;
     }
-    if ((which & KV_DATADIR_SYNC_PARENT) && (rc = fsync_dir_path(parent)) < 0) {
+    if ((which & KV_DATADIR_SYNC_PARENT) && (rc = kv_dir_fsync(parent)) < 0) {
         snprintf(err, errlen, "cannot sync %s, the parent of data dir %s: %s", parent, dir,
                  strerror(-rc));
         return rc;

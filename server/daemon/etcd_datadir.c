@@ -2,6 +2,7 @@
  * etcd_datadir.h). */
 #include "daemon/etcd_datadir.h"
 
+#include "base/dir_sync.h"
 #include "common/byteorder.h"
 #include "common/msgf.h"
 #include "common/varint.h"
@@ -229,16 +230,6 @@ static void remove_work(const char *tmp)
     rmdir(tmp);
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 int kv_etcd_datadir_adopt(const char *dir, char *msg, size_t msglen)
 {
     char mdb[PATH_MAX], db[PATH_MAX], wal[PATH_MAX], tmp[PATH_MAX], tmdb[PATH_MAX];
@@ -294,7 +285,7 @@ int kv_etcd_datadir_adopt(const char *dir, char *msg, size_t msglen)
         return rc;
     }
     remove_work(tmp);
-    if ((rc = fsync_dir(dir)) < 0) {
+    if ((rc = kv_dir_fsync(dir)) < 0) {
         kv_msgf(msg, msglen, "importing the etcd db: fsync %s: %s", dir, strerror(-rc));
         return rc;
     }

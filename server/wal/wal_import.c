@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/dir_sync.h"
 #include "wal/wal_int.h"
 
 #define IMPORT_CHUNK 1024              /* entries per source read and per sync */
@@ -108,7 +109,7 @@ int kv_wal_import(const char *dir, const struct raft_storage *src, const struct 
             snprintf(err, errlen, "wal: import: rename %s: %s", tmp, strerror(errno));
         return rc;
     }
-    rc = kv_wal_sync_parent(dir);
+    rc = kv_dir_fsync_parent(dir);
     if (rc && err)
         snprintf(err, errlen, "wal: import: syncing the parent of %s: %s", dir, strerror(-rc));
     return rc;

@@ -104,8 +104,6 @@ int kv_wal_seg_cut(kv_wal *w, struct kv_wal_seg *s, uint64_t off);
 int kv_wal_seg_reserve(struct kv_wal_seg *s, uint64_t need, uint64_t step);
 struct kv_wal_seg *kv_wal_seg_by_seq(kv_wal *w, uint64_t seq);
 int kv_wal_fsync_dir(kv_wal *w);
-/* fsyncs the directory that holds dir (so that dir's own entry survives a power cut). */
-int kv_wal_sync_parent(const char *dir);
 
 /* wal_read.c */
 void kv_wal_storage_init(kv_wal *w);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/dir_sync.h"
 #include "wal/wal_int.h"
 
 #define DEF_TAIL_BYTES ((size_t)8 << 20)
@@ -202,7 +203,7 @@ static int open_dir(kv_wal *w, const char *dir, char *err, size_t errlen)
      * found it (an earlier run may have died, or its sync failed, between the mkdir or the
      * import's rename and this sync; the import then drops the LMDB copy of the log). */
     w->fsyncs++;
-    int rc = kv_wal_sync_parent(dir);
+    int rc = kv_dir_fsync_parent(dir);
     if (rc < 0) {
         say(err, errlen, "wal: syncing the directory that holds %s: %s", dir, strerror(-rc));
         return rc;

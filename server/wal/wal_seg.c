@@ -153,24 +153,3 @@ struct kv_wal_seg *kv_wal_seg_by_seq(kv_wal *w, uint64_t seq)
         return NULL;
     return &w->segs[seq - w->segs[0].seq];
 }
-
-int kv_wal_sync_parent(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p)
-        return -ENOMEM;
-    char *slash = strrchr(p, '/');
-    if (slash == p)
-        slash[1] = 0;
-    else if (slash)
-        *slash = 0;
-    else
-        strcpy(p, ".");
-    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(p);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) ? -errno : 0;
-    close(fd);
-    return rc;
-}
