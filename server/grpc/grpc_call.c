@@ -19,7 +19,7 @@ static size_t call_in_bytes(const kv_grpc_call *call)
 
 size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call)
 {
-    return kv_grpc_deframer_buffered(&call->df) + call->unary_len;
+    return kv_grpc_deframer_buffered(&call->df) + call->unary_len + kv_grpc_raw_held(call);
 }
 
 void kv_grpc_call_account(kv_grpc_call *call)

@@ -36,7 +36,12 @@ struct kv_grpc_raw {
 
 size_t kv_grpc_raw_held(const kv_grpc_call *call)
 {
-    return call->raw ? kv_grpc_buf_size(&call->raw->body) : 0;
+    /* A reset or finished stream holds nothing any more: its body is freed with the call, but
+     * counting it until then would keep the connection's and the server's totals up after a
+     * shed, and the shedding loops would reset every other partial request too. */
+    if (!call->raw || call->reset || call->finished)
+        return 0;
+    return kv_grpc_buf_size(&call->raw->body);
 }
 
 void kv_grpc_raw_set_method(kv_grpc_call *call, const uint8_t *v, size_t n)
@@ -85,17 +90,30 @@ nomem:
 void kv_grpc_raw_on_data(kv_grpc_call *call, const uint8_t *data, size_t len)
 {
     kv_grpc_raw *r = call->raw;
-    nghttp2_session_consume(call->conn->h2, call->stream_id, len);
-    if (call->finished || !r->st)
+    kv_grpc_conn *c = call->conn;
+    if (call->finished || !r->st) {
+        nghttp2_session_consume(c->h2, call->stream_id, len);
         return;
+    }
     r->body_total += len;
     if (r->body_total > r->limit) { /* kept out: the handler answers 413 from the length */
         kv_grpc_buf_free(&r->body);
-    } else if (kv_grpc_buf_append(&r->body, data, len) != 0) {
+        nghttp2_session_consume(c->h2, call->stream_id, len);
+        kv_grpc_call_account(call);
+        return;
+    }
+    if (kv_grpc_buf_append(&r->body, data, len) != 0) {
+        nghttp2_session_consume(c->h2, call->stream_id, len);
         kv_grpc_call_reset(call, NGHTTP2_INTERNAL_ERROR, NULL);
         return;
     }
     kv_grpc_call_account(call);
+    /* Held until END_STREAM, as a gRPC message is held until it is whole: the stream's window
+     * is returned at once (a body may be larger than it), the connection's only while the
+     * connection's held input is under its budget (kv_grpc_conn_credit), and the held body
+     * counts as a partial request that relief and the process-wide cap can shed. */
+    nghttp2_session_consume_stream(c->h2, call->stream_id, len);
+    kv_grpc_conn_credit(c, len);
 }
 
 /* Appends printf output to b. 0 or -ENOMEM. */
@@ -112,6 +130,16 @@ static int bprintf(kv_grpc_buf *b, const char *fmt, const char *a)
     int rc = kv_grpc_buf_append(b, big, (size_t)n);
     free(big);
     return rc;
+}
+
+/* 1 if s holds a byte that may not appear in an HTTP/1.1 request line (a control byte, a
+ * space, DEL): it would end the line the handler parses and start another request. */
+static int breaks_request_line(const char *s)
+{
+    for (; s && *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == 0x7f)
+            return 1;
+    return 0;
 }
 
 void kv_grpc_raw_on_remote_close(kv_grpc_call *call)
@@ -133,6 +161,10 @@ void kv_grpc_raw_on_remote_close(kv_grpc_call *call)
         longpath[0] = '/';
         longpath[sizeof(longpath) - 1] = 0;
         path = longpath;
+    }
+    if (breaks_request_line(path) || breaks_request_line(call->raw_method)) {
+        kv_grpc_call_reset(call, NGHTTP2_PROTOCOL_ERROR, NULL); /* as Go's http2 server */
+        return;
     }
     snprintf(num, sizeof(num), "%zu", r->body_total);
     int rc = bprintf(&req, "%s ", call->raw_method[0] ? call->raw_method : "GET");

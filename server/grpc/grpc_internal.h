@@ -300,7 +300,8 @@ void kv_grpc_call_reset(kv_grpc_call *call, uint32_t error_code, kv_metric *metr
 void kv_grpc_call_reset_deferred(kv_grpc_call *call, uint32_t error_code, kv_metric *metric);
 /* Runs the on_cancel a deferred reset owes (a no-op when none is owed). */
 void kv_grpc_call_run_due_cancel(kv_grpc_call *call);
-/* Bytes of partially received messages (deframer + unary body not yet delivered). */
+/* Bytes of partially received messages (deframer + unary body not yet delivered + a raw
+ * stream's body until END_STREAM). */
 size_t kv_grpc_call_partial_bytes(const kv_grpc_call *call);
 /* Streams on c that hold input only because c is gated: queue them for delivery. */
 void kv_grpc_conn_ungate(kv_grpc_conn *c);

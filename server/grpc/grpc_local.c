@@ -166,9 +166,22 @@ int kv_grpc_local_set_authorization(kv_grpc_call *call, const char *value, size_
     return rc;
 }
 
+/* The server's admit hook (grpc_server.h) before a local call's first delivery, as for a
+ * call on an HTTP/2 stream (grpc_call.c): a learner refuses the gateway's calls it refuses
+ * over gRPC. 1 if the hook ended the call; the sink's finish may have freed it then. */
+static int local_not_admitted(kv_grpc_call *call)
+{
+    int (*admit)(kv_grpc_call *) = call->conn->srv->cfg.admit;
+    if (call->n_msgs > 0 || !admit || admit(call) == 0)
+        return 0;
+    return 1;
+}
+
 void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len)
 {
     if (call->app_done)
+        return;
+    if (local_not_admitted(call))
         return;
     call->app_owned = 1;
     call->n_msgs++;
@@ -178,6 +191,8 @@ void kv_grpc_local_deliver(kv_grpc_call *call, const uint8_t *msg, size_t len)
 void kv_grpc_local_half_close(kv_grpc_call *call)
 {
     if (call->app_done || call->half_close_done)
+        return;
+    if (local_not_admitted(call))
         return;
     call->half_close_done = 1;
     call->remote_closed = 1;

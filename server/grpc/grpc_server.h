@@ -110,7 +110,8 @@ typedef struct kv_grpc_config {
     /* (addition) Called on the loop before a call's first delivery to its method (a unary
      * request; a stream's first message, or its half-close if it sent none), NULL = admit all.
      * Returns 0 to deliver; nonzero when it ended the call itself with kv_grpc_call_finish
-     * (the method then never sees the call). Not called for in-process calls (grpc_local.h). */
+     * (the method then never sees the call). Called the same way for in-process calls (the
+     * HTTP gateway's, grpc_local.c), whose sink's finish may free the call. */
     int (*admit)(kv_grpc_call *call);
     struct kv_tls_ctx *tls; /* NULL: h2c; else a server context of
                                net/tls.h (borrowed: keep it until the server is

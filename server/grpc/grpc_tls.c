@@ -84,6 +84,8 @@ int kv_grpc_tls_attach(kv_grpc_conn *c)
 const char *kv_grpc_call_peer_cn(kv_grpc_call *call)
 {
     kv_grpc_conn *c = call->conn;
+    if (c->raw_call) /* the stand-in of an HTTP/2 gateway stream: its stream's connection */
+        c = c->raw_call->conn;
     if (c->io_ops != &tls_ops)
         return "";
     return kv_tls_conn_peer_cn(c->io);

@@ -61,4 +61,34 @@ Test(auth_tls, client_certificate_cn_is_the_user, .fini = fini, .timeout = 120)
     /* a token wins over the certificate: bob has no role */
     cr_assert_neq(ctl("--user bob:bobpw get k", out, sizeof out), 0);
     cr_assert(strstr(out, "etcdserver: permission denied"), "%s", out);
+    /* the JSON gateway, over HTTP/1.1 and over HTTP/2 (whose stream is handed to the same
+     * handler on a stand-in connection): the certificate's CN is the caller on both */
+    static const char *const protos[] = {"--http1.1", "--http2"};
+    for (int i = 0; i < 2; i++) {
+        char url[160];
+        snprintf(url, sizeof url, "%s/v3/kv/range", g_f.url);
+        const char *argv[] = {"/usr/bin/curl",
+                              "-sS",
+                              "--max-time",
+                              "10",
+                              protos[i],
+                              "--cacert",
+                              tls_fx_path(&g_f, "ca.pem"),
+                              "--cert",
+                              tls_fx_path(&g_f, "client.pem"),
+                              "--key",
+                              tls_fx_path(&g_f, "client-key.pem"),
+                              "-X",
+                              "POST",
+                              "-d",
+                              "{\"key\":\"aw==\"}",
+                              url,
+                              NULL};
+        kvt_cmd_result r;
+        cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 20000, &r), 0);
+        int ok = r.exit_code == 0 && strstr(r.out, "\"kvs\"") != NULL;
+        fprintf(stderr, "  gateway %s with CN root: %s%s\n", protos[i], r.out, r.err);
+        kvt_cmd_result_free(&r);
+        cr_assert(ok, "the gateway %s did not take the certificate's CN as the caller", protos[i]);
+    }
 }

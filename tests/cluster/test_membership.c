@@ -202,6 +202,25 @@ Test(cluster_membership, add_remove_learner_move_leader, .fini = fini, .timeout 
         kvt_get(&g_c, ln, "/mem/k", 0, 5000, val, sizeof val, &found, NULL, err, sizeof err), 0,
         "a learner served a linearizable read");
     cr_assert(strstr(err, "etcdserver: rpc not supported for learner"), "get: %s", err);
+    /* the same through the HTTP gateway, whose calls are in-process */
+    char url[128];
+    snprintf(url, sizeof url, "http://%s/v3/kv/put", g_c.m[ln].endpoint);
+    const char *put_argv[] = {"/usr/bin/curl",
+                              "-sS",
+                              "--max-time",
+                              "10",
+                              "-X",
+                              "POST",
+                              "-d",
+                              "{\"key\":\"bWVt\",\"value\":\"Z3c=\"}",
+                              url,
+                              NULL};
+    kvt_cmd_result hr;
+    cr_assert_eq(kvt_run(put_argv, NULL, NULL, 0, 20000, &hr), 0);
+    int refused = strstr(hr.out, "rpc not supported for learner") != NULL;
+    fprintf(stderr, "  gateway put on the learner: %s%s\n", hr.out, hr.err);
+    kvt_cmd_result_free(&hr);
+    cr_assert(refused, "the learner took a write through the HTTP gateway");
     kvt_status lst;
     cr_assert_eq(kvt_member_status(&g_c, ln, &lst, 5000), 0, "Status on the learner");
     snprintf(hex, sizeof(hex), "%" PRIx64, lid);
