@@ -763,13 +763,20 @@ static long take_request(hconn *hc)
     return (long)(head_len + (size_t)clen);
 }
 
-/* Answers buffered requests while none is in progress. */
+/* A client that pipelines requests and does not read the answers gets no more than this
+ * queued for it: the next request waits until the output is written (on_drained), as Go's
+ * net/http writes one answer before it reads the next request. Without it, one connection
+ * sending "GET /metrics" in a loop filled memory with answers. */
+#define PIPELINE_OUT_MAX (64 * 1024)
+
+/* Answers buffered requests while none is in progress and the client reads its answers. */
 static void process(hconn *hc)
 {
     if (hc->in_process)
         return;
     hc->in_process = 1;
-    while (hc->state == ST_IDLE && !hc->closing) {
+    while (hc->state == ST_IDLE && !hc->closing &&
+           kv_grpc_http1_pending(hc->c) <= PIPELINE_OUT_MAX) {
         long used = take_request(hc);
         if (used < 0)
             break;
@@ -812,6 +819,10 @@ static int on_recv(void *st, const uint8_t *in, size_t len)
         return 0; /* answering, then closing: ignore the rest */
     size_t limit = h->cfg.max_header_bytes + h->cfg.max_body_bytes;
     if (hc->in_len + len > limit) {
+        /* pipelining past the bound while answers wait for the reader: the connection ends
+         * (the transport has no read pause; Go's server would stop reading instead) */
+        if (hc->state == ST_IDLE && kv_grpc_http1_pending(hc->c) > PIPELINE_OUT_MAX)
+            return -ENOBUFS;
         if (hc->state == ST_IDLE) { /* cannot be one valid request: say why */
             kv_metric_inc(h->m_bad);
             hc->keep_alive = 0;

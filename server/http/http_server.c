@@ -228,10 +228,14 @@ size_t kv_http_health_reason_line(char *dst, size_t cap, const char *reason)
     return o < cap ? o : cap - 1;
 }
 
-/* The last write of a connection (c->resp or NULL): then shutdown and close. */
+static void timer_cb(uv_timer_t *t);
+
+/* The last write of a connection (c->resp or NULL): then shutdown and close. The request
+ * timeout bounds the write too: a client that never reads the answer would otherwise hold
+ * its slot for ever, and ST_WRITE connections are not evicted for newcomers. */
 static void send_final(http_conn *c, char *p, size_t n)
 {
-    uv_timer_stop(&c->timer);
+    uv_timer_start(&c->timer, timer_cb, c->srv->cfg.request_timeout_ms, 0);
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->state = ST_WRITE;
     uv_buf_t b = uv_buf_init(p, (unsigned)n);
@@ -333,7 +337,7 @@ static void timer_cb(uv_timer_t *t)
             c->hr = NULL;
         }
         respond_health(c, 0, "timeout");
-    } else if (c->state == ST_READ) {
+    } else if (c->state == ST_READ || c->state == ST_WRITE) {
         kv_metric_inc(c->srv->m_timeouts);
         conn_close(c);
     }

@@ -51,7 +51,8 @@ typedef void (*kv_http_health_fn)(void *app, kv_http_health_done_fn done, void *
 typedef struct kv_http_config {
     size_t max_header_bytes;     /* default 8192 */
     uint32_t health_timeout_ms;  /* default 5000 */
-    uint32_t request_timeout_ms; /* time to receive the request head; default 10000 */
+    uint32_t request_timeout_ms; /* time to receive the request head, and to write the answer
+                                  * out; default 10000 */
     uint32_t max_connections;    /* default 256 */
     kv_tls_ctx *tls;             /* server context: serve HTTPS (ALPN http/1.1); NULL = plain.
                                     The server takes its own reference. */

@@ -481,6 +481,15 @@ static int parse_repeated(jparser *ps, const ProtobufCFieldDescriptor *f, char *
             cap = nc;
         }
         memset(arr + n * es, 0, es);
+        ws(ps);
+        /* protobuf has no null element: a message element must be an object (protobuf-c
+         * would follow a NULL element when it packs the request) */
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE && ps->end - ps->p >= 4 &&
+            memcmp(ps->p, "null", 4) == 0) {
+            *(char **)(base + f->offset) = arr;
+            *(size_t *)(base + f->quantifier_offset) = n;
+            return fail(ps, "null element in a repeated message field");
+        }
         /* each element is stored right away so an error frees what was parsed */
         *(char **)(base + f->offset) = arr;
         *(size_t *)(base + f->quantifier_offset) = n;

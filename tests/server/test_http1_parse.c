@@ -113,3 +113,51 @@ Test(server_http1_parse, nul_in_header_is_refused)
     static const char ok[] = "GET /version HTTP/1.1\r\nHost: kvd\r\nConnection: close\r\n\r\n";
     expect_status(srv->client_port, "CRLF /version", ok, sizeof(ok) - 1, "HTTP/1.1 200");
 }
+
+/* A client that pipelines requests and never reads the answers: kvd answers until about
+ * 64 KiB wait for the reader, then waits too (Go's net/http answers one request before it
+ * reads the next). It used to answer every buffered request at once, into memory: 3,000
+ * "GET /metrics" held hundreds of MiB. The answers still come once the client reads. */
+Test(server_http1_parse, pipelined_requests_wait_for_the_reader)
+{
+    static const char one[] = "GET /metrics HTTP/1.1\r\nHost: kvd\r\n\r\n";
+    enum { N = 3000 };
+    size_t len = (sizeof one - 1) * N;
+    char *req = malloc(len);
+    cr_assert(req);
+    for (size_t i = 0; i < N; i++)
+        memcpy(req + i * (sizeof one - 1), one, sizeof one - 1);
+    long rss0 = kvt_proc_rss_kib(srv->pid);
+    cr_assert_gt(rss0, 0);
+    int fd = kvt_connect_loopback(srv->client_port, 5000);
+    cr_assert(fd >= 0);
+    uint64_t deadline = (uint64_t)(kvt_now_us() / 1000) + 20000;
+    cr_assert_eq(kvt_send_all(fd, req, len, deadline), 0, "send");
+    free(req);
+    kvt_sleep_ms(3000); /* far more than answering them all takes */
+    long rss1 = kvt_proc_rss_kib(srv->pid);
+    fprintf(stderr, "  %d pipelined GET /metrics, none read: kvd RSS %ld -> %ld KiB\n", N, rss0,
+            rss1);
+    cr_assert_lt(rss1 - rss0, 48 * 1024, "kvd queued the answers nobody reads (%ld KiB more)",
+                 rss1 - rss0);
+    /* the reader reads: answers follow */
+    size_t cap = 1 << 20, n = 0, seen = 0;
+    char *buf = malloc(cap + 1);
+    cr_assert(buf);
+    while (seen < 20) {
+        struct pollfd p = {fd, POLLIN, 0};
+        cr_assert_gt(poll(&p, 1, 10000), 0, "no more answers after %zu", seen);
+        ssize_t r = read(fd, buf + n, cap - n);
+        cr_assert_gt(r, 0, "closed after %zu answers", seen);
+        n += (size_t)r;
+        buf[n] = 0;
+        for (char *q = buf; (q = strstr(q, "HTTP/1.1 200")) != NULL; q++)
+            seen++;
+        /* keep 11 bytes: a status line (12) may straddle two reads, and 11 hold none whole */
+        size_t keep = n < 11 ? n : 11;
+        memmove(buf, buf + n - keep, keep);
+        n = keep;
+    }
+    free(buf);
+    close(fd);
+}

@@ -79,6 +79,8 @@ Test(json_pb, malformed_input_is_refused_without_leaks)
         "{\"key\":\"\\u12\"}",
         "{\"success\":[{\"request_put\":{\"key\":\"YQ==\"},]}",
         "{\"compare\":[{\"result\":\"NOPE\"}]}",
+        "{\"success\":[null]}", /* a NULL element: packing the request would follow it */
+        "{\"compare\":[{\"key\":\"YQ==\"}, null]}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const ProtobufCMessageDescriptor *d = strstr(bad[i], "compare") || strstr(bad[i], "success")
