@@ -112,11 +112,14 @@ static int read_file(const char *path, unsigned char **out, size_t *len, char *e
     }
     unsigned char *b = malloc(JWT_MAX_SECRET + 1);
     size_t n = b ? fread(b, 1, JWT_MAX_SECRET + 1, f) : 0;
+    int bad = b && ferror(f); /* a directory, an I/O error: never a shortened secret */
     fclose(f);
-    if (!b || n > JWT_MAX_SECRET) {
+    if (!b || n > JWT_MAX_SECRET || bad) {
         free(b);
         snprintf(err, errlen, "--auth-token: %s: %s", path,
-                 b ? "larger than 64 KiB" : "out of memory");
+                 bad ? "read error"
+                 : b ? "larger than 64 KiB"
+                     : "out of memory");
         return -EINVAL;
     }
     *out = b;
@@ -235,6 +238,10 @@ int kv_jwt_new(const char *opts, kv_jwt **out, char *err, size_t errlen)
     if (j->fam == ALG_HS) {
         if (!priv_pem) {
             snprintf(err, errlen, "--auth-token: %s needs priv-key (the shared secret)", j->alg);
+            goto out;
+        }
+        if (priv_n == 0) { /* an empty HMAC key: anyone could sign tokens for any user */
+            snprintf(err, errlen, "--auth-token: priv-key %s is empty", priv_path);
             goto out;
         }
         j->secret = priv_pem;

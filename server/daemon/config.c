@@ -2,9 +2,11 @@
 #include "daemon/config_file.h"
 #include "auth/auth_jwt.h"
 #include "log/log.h"
+#include "pb/pb_scan.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +124,9 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
     u->host[hlen] = '\0';
     u->port = (int)port;
     u->tls = tls;
-    snprintf(u->text, sizeof(u->text), "%s://%s:%d", tls ? "https" : "http", u->host, u->port);
+    int v6 = strchr(u->host, ':') != NULL; /* an IPv6 literal keeps its brackets (RFC 3986) */
+    snprintf(u->text, sizeof(u->text), "%s://%s%s%s:%d", tls ? "https" : "http", v6 ? "[" : "",
+             u->host, v6 ? "]" : "", u->port);
     return 0;
 }
 
@@ -226,7 +230,7 @@ static int parse_duration_ms(const char *flag, const char *v, uint32_t *out, cha
         mult = 3600000;
     else
         goto bad;
-    if (errno || x < 0 || x * mult > 4e9)
+    if (errno || end == v || !isfinite(x) || x < 0 || x * mult > 4e9) /* "nan", "inf", "s" */
         goto bad;
     *out = (uint32_t)(x * mult);
     return 0;
@@ -274,7 +278,7 @@ static const flag_def FLAGS[] = {
     {"heartbeat-interval", F_U32, OFF(heartbeat_interval_ms), 0, 0, 1, 60000},
     {"election-timeout", F_U32, OFF(election_timeout_ms), 0, 0, 5, 600000},
     {"max-request-bytes", F_SIZE, OFF(max_request_bytes), 0, 0, 1024, 1ULL << 30},
-    {"max-txn-ops", F_U32, OFF(max_txn_ops), 0, 0, 1, 1u << 20},
+    {"max-txn-ops", F_U32, OFF(max_txn_ops), 0, 0, 1, KV_TXN_MAX_OPS_LIMIT},
     {"quota-backend-bytes", F_U64, OFF(quota_backend_bytes), 0, 0, 0, 1ULL << 40},
     {"max-concurrent-streams", F_U32, OFF(max_concurrent_streams), 0, 0, 1, 1u << 20},
     {"max-connections", F_U32, OFF(max_connections), 0, 0, 1, 1u << 20},

@@ -86,7 +86,8 @@ int kv_tls_setup_client_port(const kv_config *cfg, kv_metrics *metrics, kv_tls_c
                         .key_file = opt(cfg->key_file),
                         .ca_file = opt(cfg->trusted_ca_file),
                         .server = 1,
-                        .verify_peer = cfg->client_cert_auth,
+                        /* etcd 3.4 TLSInfo.ServerConfig: a trusted CA requires certificates */
+                        .verify_peer = cfg->client_cert_auth || cfg->trusted_ca_file[0],
                         .crl_file = opt(cfg->client_crl_file),
                         .ciphers = ciphers};
     return make_ctx(metrics, "client", &o, out, err, errlen);
@@ -113,7 +114,8 @@ int kv_tls_setup_peer(const kv_config *cfg, kv_metrics *metrics, kv_tls_ctx **se
                              .key_file = opt(cfg->peer_key_file),
                              .ca_file = opt(cfg->peer_trusted_ca_file),
                              .server = 1,
-                             .verify_peer = cfg->peer_client_cert_auth,
+                             .verify_peer =
+                                 cfg->peer_client_cert_auth || cfg->peer_trusted_ca_file[0],
                              .crl_file = opt(cfg->peer_crl_file),
                              .ciphers = ciphers,
                              .allowed_cn = opt(cfg->peer_cert_allowed_cn),

@@ -373,7 +373,7 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
     x->on_handshake = o->on_handshake;
     x->log = o->log;
     x->arg = o->arg;
-    x->free_arg = o->free_arg;
+    /* free_arg is taken only on success: on failure the caller still owns arg */
     snprintf(x->label, sizeof(x->label), "%s", o->label ? o->label : "tls");
     x->cert_file = dup_or_null(o->cert_file);
     x->key_file = dup_or_null(o->key_file);
@@ -414,6 +414,7 @@ int kv_tls_ctx_new(kv_tls_ctx **out, const kv_tls_options *o, char *err, size_t 
         return -EINVAL;
     }
     x->last_check_ms = kv_mono_ms();
+    x->free_arg = o->free_arg;
     *out = x;
     return 0;
 }

@@ -73,7 +73,8 @@ typedef struct kv_tls_options {
     /* One log line (no newline). May be NULL: no logging. Rate-limited by the context. */
     void (*log)(void *arg, const char *line);
     void *arg;
-    void (*free_arg)(void *arg); /* called when the context is freed; may be NULL */
+    void (*free_arg)(void *arg); /* called when the context is freed; may be NULL; if
+                                  * kv_tls_ctx_new fails, arg stays the caller's */
 } kv_tls_options;
 
 /* Creates a context and loads the files. err (errlen) gets a one-line reason on failure.

@@ -204,6 +204,17 @@ Test(auth_jwt, bad_options_say_what_is_wrong, .init = setup, .fini = teardown)
     cr_assert_eq(jwt_err(o, err, sizeof err), -EINVAL);
     cr_assert_not_null(strstr(err, "private key"), "%s", err);
     cr_assert_eq(jwt_err("jwt,sign-method=RS256", err, sizeof err), -EINVAL);
+    /* an HMAC secret that is empty or cannot be read would let anyone sign tokens */
+    char empty[128];
+    snprintf(empty, sizeof empty, "%s/empty.key", g_dir);
+    FILE *f = fopen(empty, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(o, sizeof o, "jwt,priv-key=%s,sign-method=HS256", empty);
+    cr_assert_eq(jwt_err(o, err, sizeof err), -EINVAL, "an empty HS256 secret was taken");
+    cr_assert_not_null(strstr(err, "empty"), "%s", err);
+    snprintf(o, sizeof o, "jwt,priv-key=%s,sign-method=HS256", g_dir); /* a directory */
+    cr_assert_eq(jwt_err(o, err, sizeof err), -EINVAL, "a directory was read as a secret");
     /* etcd's own durations */
     snprintf(o, sizeof o, "jwt,priv-key=%s/rsa.key,sign-method=RS256,ttl=1h30m", g_dir);
     kv_jwt *j = jwt("%s", o);

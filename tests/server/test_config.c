@@ -99,6 +99,38 @@ Test(config, multi_member_cluster_flags)
     cr_assert_eq(c.peer_max_queue_bytes, 2097152);
 }
 
+/* An IPv6 literal keeps its brackets in the normalised URL that members publish and compare
+ * (MemberList, the join's own-URL check): "http://fd00::3:2380" is no URL a client can dial. */
+Test(config, an_ipv6_url_keeps_its_brackets)
+{
+    kv_url u;
+    char err[256];
+    cr_assert_eq(kv_url_parse(&u, "http://[fd00::3]:2380", err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(u.host, "fd00::3");
+    cr_assert_eq(u.port, 2380);
+    cr_assert_str_eq(u.text, "http://[fd00::3]:2380");
+    cr_assert_eq(kv_url_parse(&u, "https://[::1]:2379", err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(u.text, "https://[::1]:2379");
+    cr_assert_eq(kv_url_parse(&u, "http://127.0.0.1:2379", err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(u.text, "http://127.0.0.1:2379");
+}
+
+/* A duration that is not a number is refused, whatever strtod makes of it: "nan" passed every
+ * range check and turned the corruption checker off. */
+Test(config, a_duration_that_is_not_a_number_is_refused)
+{
+    kv_config c;
+    char err[256];
+    static const char *bad[] = {"nan", "NaN", "inf", "s", "nanms", "-1s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[] = {"kvd", "--grpc-keepalive-timeout", (char *)bad[i]};
+        cr_assert_eq(parse(&c, err, sizeof(err), 3, argv), -EINVAL, "'%s' was taken", bad[i]);
+        cr_assert(strstr(err, "invalid duration"), "%s", err);
+    }
+    char *ok[] = {"kvd", "--grpc-keepalive-timeout", "1.5s"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, ok), 0, "%s", err);
+}
+
 /* A request the client port accepts must fit one raft message to a peer: a peer queue (or
  * the 64 MiB frame) smaller than --max-request-bytes plus its encoding is refused at start,
  * where the append carrying such a request would otherwise be refused on every retry and

@@ -104,6 +104,18 @@ Test(tls_client, client_cert_auth_rejects_client_without_cert, .fini = fini, .ti
     cr_assert(strstr(out, "k\nv") != NULL, "%s", out);
 }
 
+/* As etcd 3.4 (pkg/transport TLSInfo.ServerConfig: a trusted CA file or --client-cert-auth
+ * means RequireAndVerifyClientCert): a trusted CA file alone requires client certificates,
+ * so a configuration moved from etcd does not open the port to clients without one. */
+Test(tls_client, a_trusted_ca_file_alone_requires_client_certificates, .fini = fini, .timeout = 120)
+{
+    start((const char *const[]){"--trusted-ca-file", "@ca.pem", NULL});
+    char out[4096];
+    int code = ctl("ca.pem", 0, "put", "k", "v", out, sizeof(out));
+    cr_assert_neq(code, 0, "a client without a certificate was served: %s", out);
+    cr_assert_eq(ctl("ca.pem", 1, "put", "k", "v", out, sizeof(out)), 0, "%s", out);
+}
+
 /* Reads until EOF or timeout; returns the bytes read (NUL-terminated in buf). */
 static size_t read_until_eof(int fd, char *buf, size_t cap, int *eof)
 {

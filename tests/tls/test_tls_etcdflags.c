@@ -10,6 +10,8 @@
  */
 #include <criterion/criterion.h>
 
+#include <sys/wait.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,23 @@ Test(tls_etcdflags, unknown_cipher_suite_refused_at_start, .fini = fini, .timeou
     cr_assert_neq(tls_fx_start(&g_f, extra), 0, "kvd started with an unknown cipher suite");
     cr_assert(tls_fx_log_has(&g_f, "unexpected TLS cipher suite \"TLS_BOGUS\""),
               "etcd's message is missing");
+}
+
+/* A certificate that cannot be loaded stops kvd with a message, not with a crash: the TLS
+ * context's failure path freed its caller's state, and the caller freed it again. */
+Test(tls_etcdflags, an_unreadable_certificate_is_refused_without_a_crash, .fini = fini,
+     .timeout = 60)
+{
+    cr_assert_eq(tls_fx_certs(&g_f, "kvd-tlsflags"), 0);
+    g_f.no_cert = 1;
+    const char *extra[] = {"--cert-file=/nonexistent/server.pem",
+                           "--key-file=/nonexistent/server-key.pem", NULL};
+    cr_assert_neq(tls_fx_start(&g_f, extra), 0, "kvd started without its certificate");
+    kvt_proc_wait(&g_f.kvd, 5000);
+    int st = g_f.kvd.last_status;
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "kvd did not exit with an error (status %#x)",
+              st);
+    cr_assert(tls_fx_log_has(&g_f, "/nonexistent/server.pem"), "no message names the file");
 }
 
 /* A 3-member cluster with peer mutual TLS plus extra flags for every member (all) and for
