@@ -273,6 +273,25 @@ static int authenticate(kv_it_grpc *c, const char *user, const char *pw, char *t
     return rc == 0 ? 0 : status;
 }
 
+/* A kvd started with flags (NULL-terminated), user root (password rootpw) added and auth
+ * enabled; out is etcdctl's output buffer of the caller. */
+static void start_with_auth(const char *const *flags, char *out, size_t cap)
+{
+    start(&g_kvd, &g_kvd_up, KV_IT_KVD, flags);
+    ctl(&g_kvd, out, cap, NULL, "user add root --new-user-password=rootpw");
+    cr_assert_eq(ctl(&g_kvd, out, cap, NULL, "auth enable"), 0, "%s", out);
+}
+
+/* A new connection to g_kvd and root's token on it. */
+static kv_it_grpc *open_as_root(char *tok, size_t cap)
+{
+    kv_it_grpc *c = NULL;
+    char msg[512];
+    cr_assert_eq(kv_it_grpc_open(&c, "127.0.0.1", g_kvd.client_port, 5000), 0);
+    cr_assert_eq(authenticate(c, "root", "rootpw", tok, cap, msg, sizeof msg), 0, "%s", msg);
+    return c;
+}
+
 /* Range of key with the token header: the grpc-status (0 = OK); msg gets grpc-message. */
 static int range_with_token(kv_it_grpc *c, const char *token, const char *key, char *msg,
                             size_t cap)
@@ -296,11 +315,10 @@ static int range_with_token(kv_it_grpc *c, const char *token, const char *key, c
 
 Test(auth_ctl, token_ttl_renewal_expiry_and_password_change, .fini = fini, .timeout = 120)
 {
-    start(&g_kvd, &g_kvd_up, KV_IT_KVD,
-          (const char *const[]){"--auth-hash-iterations=2000", "--auth-token-ttl=3", NULL});
     static char o[8192];
-    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
-    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    start_with_auth(
+        (const char *const[]){"--auth-hash-iterations=2000", "--auth-token-ttl=3", NULL}, o,
+        sizeof o);
     kv_it_grpc *c = NULL;
     cr_assert_eq(kv_it_grpc_open(&c, "127.0.0.1", g_kvd.client_port, 5000), 0);
     char tok[128], msg[512];
@@ -357,10 +375,8 @@ static void pump_all(kv_it_grpc **cs, int n, uint32_t wait_ms)
 Test(auth_ctl, authenticate_flood_does_not_stall_keepalives, .fini = fini, .timeout = 300)
 {
     /* default hash cost (PBKDF2-SHA256, 100,000 rounds) and queue bound (64) */
-    start(&g_kvd, &g_kvd_up, KV_IT_KVD, (const char *const[]){"--auth-token-ttl=300", NULL});
     static char o[8192];
-    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
-    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    start_with_auth((const char *const[]){"--auth-token-ttl=300", NULL}, o, sizeof o);
     kv_it_grpc *cs[1 + N_AUTH_CONNS];
     for (int i = 0; i < 1 + N_AUTH_CONNS; i++)
         cr_assert_eq(kv_it_grpc_open(&cs[i], "127.0.0.1", g_kvd.client_port, 5000), 0);
@@ -580,15 +596,12 @@ static void send_watch_req(kv_it_grpc_stream *st, Etcdserverpb__WatchRequest *r)
  * UNAUTHENTICATED at the first message after the expiry, taking every watcher with it. */
 Test(auth_ctl, an_expired_token_ends_no_watch_stream, .fini = fini, .timeout = 120)
 {
-    start(&g_kvd, &g_kvd_up, KV_IT_KVD,
-          (const char *const[]){"--auth-hash-iterations=2000", "--auth-token-ttl=2", NULL});
     static char o[8192];
-    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
-    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
-    kv_it_grpc *c = NULL;
-    cr_assert_eq(kv_it_grpc_open(&c, "127.0.0.1", g_kvd.client_port, 5000), 0);
-    char tok[128], msg[512];
-    cr_assert_eq(authenticate(c, "root", "rootpw", tok, sizeof tok, msg, sizeof msg), 0, "%s", msg);
+    start_with_auth(
+        (const char *const[]){"--auth-hash-iterations=2000", "--auth-token-ttl=2", NULL}, o,
+        sizeof o);
+    char tok[128];
+    kv_it_grpc *c = open_as_root(tok, sizeof tok);
     const char *md[] = {"token", tok, NULL};
     kv_it_grpc_req req = {.metadata = md};
     kv_it_grpc_stream *st = kv_it_grpc_stream_start(c, "/etcdserverpb.Watch/Watch", &req);
@@ -674,16 +687,12 @@ static int lock_keys(char *o, size_t cap)
  * to become the lock's owner later and block every other locker until its lease ended. */
 Test(auth_ctl, a_waiting_lock_is_undone_after_an_auth_change, .fini = fini, .timeout = 120)
 {
-    start(&g_kvd, &g_kvd_up, KV_IT_KVD, (const char *const[]){"--auth-hash-iterations=2000", NULL});
     static char o[8192];
-    ctl(&g_kvd, o, sizeof o, NULL, "user add root --new-user-password=rootpw");
-    cr_assert_eq(ctl(&g_kvd, o, sizeof o, NULL, "auth enable"), 0, "%s", o);
+    start_with_auth((const char *const[]){"--auth-hash-iterations=2000", NULL}, o, sizeof o);
     int64_t l1 = grant_as_root(o, sizeof o), l2 = grant_as_root(o, sizeof o);
-    kv_it_grpc *h = NULL, *w = NULL;
-    cr_assert_eq(kv_it_grpc_open(&h, "127.0.0.1", g_kvd.client_port, 5000), 0);
+    char tok[128];
+    kv_it_grpc *h = open_as_root(tok, sizeof tok), *w = NULL;
     cr_assert_eq(kv_it_grpc_open(&w, "127.0.0.1", g_kvd.client_port, 5000), 0);
-    char tok[128], msg[512];
-    cr_assert_eq(authenticate(h, "root", "rootpw", tok, sizeof tok, msg, sizeof msg), 0, "%s", msg);
     kv_it_grpc_stream *held = lock_start(h, tok, "lk", l1);
     cr_assert_eq(kv_it_grpc_wait(h, held, 10000), 1, "the holder did not get the lock");
     cr_assert_eq(held->grpc_status, 0, "%s", held->grpc_message);

@@ -766,14 +766,24 @@ static void *heal_run(void *arg)
     return NULL;
 }
 
-Test(cluster_lease, a_lost_forward_is_asked_again, .fini = fini, .timeout = 180)
+/* A 3-member cluster, a client of one follower (*f, its index) and a 60 s lease granted
+ * through it (*id); *l is the leader. */
+static kvc_client *lease_on_a_follower(int *l, int *f, int64_t *id)
 {
     cr_assert_eq(cl_start(&g_c, 3, 0), 0);
-    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
-    cr_assert_geq(l, 0);
-    int f = follower_of(l);
-    kvc_client *c = client_only(f);
-    int64_t id = grant(c, 60);
+    *l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(*l, 0);
+    *f = follower_of(*l);
+    kvc_client *c = client_only(*f);
+    *id = grant(c, 60);
+    return c;
+}
+
+Test(cluster_lease, a_lost_forward_is_asked_again, .fini = fini, .timeout = 180)
+{
+    int l, f;
+    int64_t id;
+    kvc_client *c = lease_on_a_follower(&l, &f, &id);
     double resent0 = metric(f, "kvd_lease_fwd_resent_total");
     uint64_t term0 = 0;
     kvt_status st;
@@ -810,13 +820,9 @@ Test(cluster_lease, a_lost_forward_is_asked_again, .fini = fini, .timeout = 180)
  * Under ASan a write into the freed call stops the member; here it must go on serving. */
 Test(cluster_lease, a_failed_gateway_renewal_ends_cleanly, .fini = fini, .timeout = 180)
 {
-    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
-    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
-    cr_assert_geq(l, 0);
-    int f = follower_of(l);
-    kvc_client *c = client_only(f);
-    int64_t id = grant(c, 60);
-    kvc_close(c);
+    int l, f;
+    int64_t id;
+    kvc_close(lease_on_a_follower(&l, &f, &id));
     cr_assert_eq(kvt_member_partition(&g_c, f, 1), 0);
     char url[96], body[64];
     snprintf(url, sizeof url, "http://%s/v3/lease/keepalive", g_c.m[f].endpoint);

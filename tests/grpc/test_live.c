@@ -948,16 +948,23 @@ Test(live, ping_flood_gets_too_many_pings)
     free(h.metrics_text);
 }
 
+/* A harness whose process-wide output cap (max_buffered_bytes) and largest response are
+ * both 1 MiB. */
+static void start_with_a_1mib_cap(harness *h)
+{
+    kv_grpc_config cfg;
+    kv_grpc_config_default(&cfg);
+    cfg.max_buffered_bytes = 1 << 20;
+    cfg.max_response_bytes = 1 << 20;
+    harness_start(h, &cfg, NULL);
+}
+
 /* The process-wide cap: output nobody reads is shed (largest stalled first) or a new response
  * that cannot fit is refused; buffered bytes never pass the cap. */
 Test(live, buffered_cap_holds)
 {
     harness h;
-    kv_grpc_config cfg;
-    kv_grpc_config_default(&cfg);
-    cfg.max_buffered_bytes = 1 << 20;
-    cfg.max_response_bytes = 1 << 20;
-    harness_start(&h, &cfg, NULL);
+    start_with_a_1mib_cap(&h);
     kv_it_grpc *c[6];
     char *chunk = malloc(300 * 1024);
     memset(chunk, 'c', 300 * 1024);
@@ -994,11 +1001,7 @@ Test(live, buffered_cap_holds)
 Test(live, a_reset_for_room_cancels_outside_the_send)
 {
     harness h;
-    kv_grpc_config cfg;
-    kv_grpc_config_default(&cfg);
-    cfg.max_buffered_bytes = 1 << 20;
-    cfg.max_response_bytes = 1 << 20;
-    harness_start(&h, &cfg, NULL);
+    start_with_a_1mib_cap(&h);
     size_t big = 500 * 1024; /* its request and its echo fit under the cap together */
     char *chunk = malloc(big);
     memset(chunk, 'c', big);
