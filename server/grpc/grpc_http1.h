@@ -61,6 +61,11 @@ void kv_grpc_server_set_http1(kv_grpc_server *s, const kv_grpc_http1_ops *ops, v
 int kv_grpc_http1_write(kv_grpc_conn *c, const void *data, size_t len);
 /* Bytes queued or being written on the connection. */
 size_t kv_grpc_http1_pending(kv_grpc_conn *c);
+/* 1 while the connection's unread output is over the server's max_send_buffer_bytes
+ * (--max-send-buffer-bytes): the HTTP/1 handler then takes no further pipelined request until
+ * the output drained to half of it, as gRPC connections get no request delivered (each pause
+ * counts once in kvd_grpc_conn_backpressure_total). 0 otherwise. */
+int kv_grpc_http1_paused(kv_grpc_conn *c);
 /* Closes the connection once its queued output is written. */
 void kv_grpc_http1_end(kv_grpc_conn *c);
 /* The connection waits for a request head (1: enters the timeout list, 0: leaves it). */

@@ -73,6 +73,21 @@ size_t kv_grpc_http1_pending(kv_grpc_conn *c)
     return kv_grpc_buf_size(&c->out) + kv_grpc_buf_size(&c->wbuf);
 }
 
+int kv_grpc_http1_paused(kv_grpc_conn *c)
+{
+    /* the gRPC gate's flag and thresholds (kv_grpc_conn_sync, which also runs for HTTP/1
+     * connections at each flush): whichever sees the output over the bound first counts the
+     * pause, once; checked here between two answers, where no flush ran yet */
+    size_t out = kv_grpc_http1_pending(c), max = c->srv->cfg.max_send_buffer_bytes;
+    if (!c->gated && out > max) {
+        c->gated = 1;
+        kv_metric_inc(c->srv->m_gated_total);
+    } else if (c->gated && out <= max / 2) {
+        c->gated = 0;
+    }
+    return c->gated;
+}
+
 void kv_grpc_http1_end(kv_grpc_conn *c)
 {
     if (c->closing)

@@ -763,20 +763,17 @@ static long take_request(hconn *hc)
     return (long)(head_len + (size_t)clen);
 }
 
-/* A client that pipelines requests and does not read the answers gets no more than this
- * queued for it: the next request waits until the output is written (on_drained), as Go's
- * net/http writes one answer before it reads the next request. Without it, one connection
- * sending "GET /metrics" in a loop filled memory with answers. */
-#define PIPELINE_OUT_MAX (64 * 1024)
-
-/* Answers buffered requests while none is in progress and the client reads its answers. */
+/* Answers buffered requests while none is in progress and the client reads its answers: a
+ * client that pipelines requests and does not read gets no more than --max-send-buffer-bytes
+ * queued for it (kv_grpc_http1_paused), then the next request waits until the output is
+ * written (on_drained), as Go's net/http writes one answer before it reads the next request.
+ * Without it, one connection sending "GET /metrics" in a loop filled memory with answers. */
 static void process(hconn *hc)
 {
     if (hc->in_process)
         return;
     hc->in_process = 1;
-    while (hc->state == ST_IDLE && !hc->closing &&
-           kv_grpc_http1_pending(hc->c) <= PIPELINE_OUT_MAX) {
+    while (hc->state == ST_IDLE && !hc->closing && !kv_grpc_http1_paused(hc->c)) {
         long used = take_request(hc);
         if (used < 0)
             break;
@@ -821,8 +818,10 @@ static int on_recv(void *st, const uint8_t *in, size_t len)
     if (hc->in_len + len > limit) {
         /* pipelining past the bound while answers wait for the reader: the connection ends
          * (the transport has no read pause; Go's server would stop reading instead) */
-        if (hc->state == ST_IDLE && kv_grpc_http1_pending(hc->c) > PIPELINE_OUT_MAX)
+        if (hc->state == ST_IDLE && kv_grpc_http1_paused(hc->c)) {
+            kv_metric_inc(h->m_bad);
             return -ENOBUFS;
+        }
         if (hc->state == ST_IDLE) { /* cannot be one valid request: say why */
             kv_metric_inc(h->m_bad);
             hc->keep_alive = 0;
