@@ -70,20 +70,27 @@ static int rec_put(kv_store *s, MDB_txn *txn, uint64_t id, const Kvdpb__Member *
     return rc;
 }
 
-/* Loads member id from txn: 0 (*out malloc'd), -ENOENT, -EBADMSG, < 0. */
-static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
+/* Finds id's record in dbi and checks it: 0 (payload in *p, *n; may be NULL), -ENOENT,
+ * -EBADMSG, < 0. */
+static int rec_find(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const uint8_t **p, size_t *n)
 {
     uint8_t key[8];
     kv_put_be64(key, id);
     MDB_val k = {8, key}, v;
-    int g = mdb_get(txn, s->members, &k, &v);
+    int g = mdb_get(txn, dbi, &k, &v);
     if (g == MDB_NOTFOUND)
         return -ENOENT;
     if (g)
         return kv_mdb_err(g);
+    return rec_check(txn, &k, &v, p, n);
+}
+
+/* Loads member id from txn: 0 (*out malloc'd), -ENOENT, -EBADMSG, < 0. */
+static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
+{
     const uint8_t *p;
     size_t n;
-    int rc = rec_check(txn, &k, &v, &p, &n);
+    int rc = rec_find(txn, s->members, id, &p, &n);
     if (rc)
         return rc;
     Kvdpb__Member *m = kvdpb__member__unpack(NULL, n, p);
@@ -96,15 +103,8 @@ static int rec_get(kv_store *s, MDB_txn *txn, uint64_t id, Kvdpb__Member **out)
 
 static int removed_get(kv_store *s, MDB_txn *txn, uint64_t id)
 {
-    uint8_t key[8];
-    kv_put_be64(key, id);
-    MDB_val k = {8, key}, v;
-    int g = mdb_get(txn, s->members_removed, &k, &v);
-    if (g == MDB_NOTFOUND)
-        return 0;
-    if (g)
-        return kv_mdb_err(g);
-    return rec_check(txn, &k, &v, NULL, NULL) ? -EBADMSG : 1;
+    int rc = rec_find(txn, s->members_removed, id, NULL, NULL);
+    return rc == -ENOENT ? 0 : rc ? rc : 1;
 }
 
 static int count(MDB_txn *txn, MDB_dbi dbi, size_t *n)
@@ -217,6 +217,103 @@ int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int
     rc = rec_put(s, txn, id, m);
     kvdpb__member__free_unpacked(m, NULL);
     return rc;
+}
+
+/* Deletes the staged record of the oldest entry (lowest index), the same on every member. */
+static int staged_evict(kv_store *s, MDB_txn *txn)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    uint8_t oldest[8];
+    uint64_t min = UINT64_MAX;
+    int g = mdb_cursor_open(txn, s->members_staged, &c);
+    if (g)
+        return kv_mdb_err(g);
+    int rc = 0;
+    for (g = mdb_cursor_get(c, &k, &v, MDB_FIRST); g == 0;
+         g = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 8 || v.mv_size < 12 || !kv_mdb_val_sane(txn, &v, MEMBER_REC_MAX)) {
+            rc = -EBADMSG;
+            break;
+        }
+        uint64_t idx = kv_be64((const uint8_t *)v.mv_data + 4);
+        if (idx < min) {
+            min = idx;
+            memcpy(oldest, k.mv_data, 8);
+        }
+    }
+    mdb_cursor_close(c);
+    if (rc == 0 && g != MDB_NOTFOUND)
+        rc = kv_mdb_err(g);
+    if (rc == 0 && min != UINT64_MAX) {
+        k = (MDB_val){8, oldest};
+        rc = kv_mdb_err(mdb_del(txn, s->members_staged, &k, NULL));
+    }
+    return rc;
+}
+
+int kv_store_member_stage(kv_store *s, kv_store_batch *b, uint64_t id, uint64_t index,
+                          const uint8_t *record, size_t len)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    if (!txn || id == 0 || (len && !record) || 4 + 8 + len > MEMBER_REC_MAX)
+        return -EINVAL;
+    uint8_t key[8];
+    kv_put_be64(key, id);
+    MDB_val k = {8, key}, v;
+    size_t have = 0;
+    int rc = count(txn, s->members_staged, &have);
+    if (rc)
+        return rc;
+    int g = mdb_get(txn, s->members_staged, &k, &v);
+    if (g && g != MDB_NOTFOUND)
+        return kv_mdb_err(g);
+    if (g == MDB_NOTFOUND && have >= KV_MEMBERS_MAX_STAGED && (rc = staged_evict(s, txn)))
+        return rc;
+    uint8_t *buf = malloc(4 + 8 + len);
+    if (!buf)
+        return -ENOMEM;
+    kv_put_be64(buf + 4, index);
+    if (len)
+        memcpy(buf + 12, record, len);
+    kv_put_be32(buf, rec_crc(key, buf + 4, 8 + len));
+    v = (MDB_val){4 + 8 + len, buf};
+    rc = kv_mdb_err(mdb_put(txn, s->members_staged, &k, &v, 0));
+    free(buf);
+    return rc;
+}
+
+int kv_store_member_take_staged(kv_store *s, kv_store_batch *b, uint64_t id, uint8_t **record,
+                                size_t *len)
+{
+    MDB_txn *txn = batch_txn(s, b);
+    *record = NULL;
+    *len = 0;
+    if (!txn)
+        return -EINVAL;
+    const uint8_t *p;
+    size_t n;
+    int rc = rec_find(txn, s->members_staged, id, &p, &n);
+    if (rc)
+        return rc;
+    if (n < 8)
+        return -EBADMSG;
+    p += 8; /* the index of the entry that staged it */
+    n -= 8;
+    uint8_t *copy = malloc(n ? n : 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, p, n);
+    uint8_t key[8];
+    kv_put_be64(key, id);
+    MDB_val k = {8, key};
+    if ((rc = kv_mdb_err(mdb_del(txn, s->members_staged, &k, NULL)))) {
+        free(copy);
+        return rc;
+    }
+    *record = copy;
+    *len = n;
+    return 0;
 }
 
 int kv_store_member_conf_change(kv_store *s, kv_store_batch *b, int op, uint64_t id,

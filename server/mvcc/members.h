@@ -6,6 +6,9 @@
  * Storage (named LMDB databases of the store, see store.h):
  *   "members"         id (8, BE) -> crc32c(4, BE) | packed kvdpb.Member
  *   "members_removed" id (8, BE) -> crc32c(4, BE)
+ *   "members_staged"  id (8, BE) -> crc32c(4, BE) | index (8, BE) | packed kvdpb.Member, as
+ *                     the MemberAdd record entry at that log index carried it
+ *                     (kv_store_member_stage)
  *   The CRC covers the 8-byte key followed by the payload (the packed Member, or nothing);
  *   a record failing it is reported as -EBADMSG, never returned. The Member's own id field is
  *   always the key's.
@@ -59,6 +62,25 @@ int kv_store_member_put(kv_store *s, kv_store_batch *b, uint64_t id, const uint8
 int kv_store_member_remove(kv_store *s, kv_store_batch *b, uint64_t id);
 /* Sets the learner flag (promote: learner = 0). -ENOENT if id is not a member. */
 int kv_store_member_set_learner(kv_store *s, kv_store_batch *b, uint64_t id, int learner);
+
+/* A MemberAdd is two log entries: a normal entry with the new member's record (peer URLs),
+ * then, once the leader applied it, the configuration entry that adds the id (server/node/
+ * node_conf.c). Between the two the record is staged here, in the same transaction as the
+ * applied index of the entry that carried it, so that a member restarting between them, or
+ * one whose state a snapshot taken between them replaced, still has it when the configuration
+ * entry applies. stage: writes (or replaces) the record of id, from the entry at index; at
+ * most KV_MEMBERS_MAX_STAGED are kept (a change the leader never completed, or refused, leaves
+ * its record: when full, the one of the oldest entry goes, alike on every member; that is
+ * twice the changes a leader keeps waiting for their configuration entry, node_int.h
+ * KV_NODE_MAX_RECORDS, so the changes in progress are the newest and stay). -EINVAL for a
+ * record over the limits. take_staged: 0 and
+ * *record (malloc'd, the caller frees) of *len bytes, deleted from the table; -ENOENT if none;
+ * -EBADMSG for a record failing its check. Apply thread, batch open. */
+#define KV_MEMBERS_MAX_STAGED 16
+int kv_store_member_stage(kv_store *s, kv_store_batch *b, uint64_t id, uint64_t index,
+                          const uint8_t *record, size_t len);
+int kv_store_member_take_staged(kv_store *s, kv_store_batch *b, uint64_t id, uint8_t **record,
+                                size_t *len);
 
 /* Raft configuration change ops (node.h's KV_NODE_MEMBER_* have the same values); applied,
  * with etcd's errors for refusals, by apply/apply.h kv_store_member_change. */

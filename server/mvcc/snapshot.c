@@ -378,8 +378,9 @@ int kv_snapshot_restore_dir(const char *snap, int64_t data_len, const char *dir,
      * a new membership from --initial-cluster). And the old cluster's raft log and hard state
      * (votes, configuration entries of other members): the restored member starts a new log
      * at its applied index (etcd's restore writes a new WAL; server/node/node_snap.c). */
-    static const char *const membership[] = {"members", "members_removed", "rlog", "rmeta"};
-    for (size_t i = 0; rc == 0 && i < 4; i++) {
+    static const char *const membership[] = {"members", "members_removed", "members_staged", "rlog",
+                                             "rmeta"};
+    for (size_t i = 0; rc == 0 && i < sizeof membership / sizeof membership[0]; i++) {
         MDB_dbi d;
         int r = mdb_dbi_open(txn, membership[i], 0, &d);
         if (r == 0)

@@ -36,6 +36,7 @@ int kv_store_open_dbs(kv_store *s, MDB_txn *txn)
         (rc = mdb_dbi_open(txn, "alarm", MDB_CREATE, &s->alarm)) ||
         (rc = mdb_dbi_open(txn, "members", MDB_CREATE, &s->members)) ||
         (rc = mdb_dbi_open(txn, "members_removed", MDB_CREATE, &s->members_removed)) ||
+        (rc = mdb_dbi_open(txn, "members_staged", MDB_CREATE, &s->members_staged)) ||
         (rc = mdb_dbi_open(txn, "lkidx", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED, &s->lkidx)) ||
         (rc = mdb_dbi_open(txn, "lkey", MDB_CREATE, &s->lkey)) ||
         (rc = mdb_dbi_open(txn, "lease_lkeys", MDB_CREATE, &s->lease_lkeys)) ||

@@ -73,7 +73,7 @@ struct kv_store {
     int64_t size_in_use;
     bool deterministic; /* kv_store_set_deterministic: no file-size dependent results */
     /* membership (members.c) */
-    MDB_dbi members, members_removed;
+    MDB_dbi members, members_removed, members_staged;
     /* keys longer than KV_SHORT_KEY_MAX (longkey.c, format 2) */
     MDB_dbi lkidx, lkey, lease_lkeys;
     MDB_dbi auth; /* users, roles, auth flag and revision (auth_store.c) */

@@ -5,8 +5,9 @@
  * compaction; then one commit (a work item without a ready carries one physical compaction
  * step instead), with LMDB's meta-page sync only when raft
  * needs the commit durable (durable_needed). Runs on a libuv worker thread and touches only the
- * store, the raft log's write functions, the ready_work and the member records (which only the
- * worker uses). Lease observer events are recorded here and replayed on the loop.
+ * store, the raft log's write functions and the ready_work (a MemberAdd's record waits for its
+ * configuration entry in the store, mvcc/members.h). Lease observer events are recorded here
+ * and replayed on the loop.
  *
  * Entry prefix: every entry this node proposes starts with the InternalRequest fields id (1)
  * and proposer (2) (node.c make_entry), so the worker can tell who waits for the result.
@@ -18,6 +19,7 @@
 #include "mvcc/members.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,50 +166,41 @@ static void note_change(ready_work *w, const struct raft_entry *e, int op, uint6
     w->n_changes++;
 }
 
-static void keep_record(kv_node *n, ready_work *w, const struct raft_entry *e)
+/* A membership change entry applied (fresh): note it for the leader, and stage an add's
+ * record in the batch (mvcc/members.h kv_store_member_stage) until its configuration entry. */
+static int keep_record(kv_node *n, ready_work *w, kv_store_batch *b, const struct raft_entry *e)
 {
     size_t len;
     int op;
     uint64_t mid;
     if (member_op(e, &op, &mid) == 0) {
         note_change(w, e, op, mid);
-        return;
+        return 0;
     }
     const uint8_t *rec = member_record(e, &len);
     Kvdpb__Member *m = rec ? kvdpb__member__unpack(NULL, len, rec) : NULL;
     if (m == NULL)
-        return;
+        return 0;
     uint64_t id = m->id;
     note_change(w, e, m->is_learner ? KV_NODE_MEMBER_ADD_LEARNER : KV_NODE_MEMBER_ADD, id);
     kvdpb__member__free_unpacked(m, NULL);
-    uint8_t *copy = malloc(len ? len : 1);
-    if (copy == NULL)
-        return;
-    memcpy(copy, rec, len);
-    size_t slot = n->n_records < KV_NODE_MAX_RECORDS ? n->n_records++ : 0;
-    if (slot == 0 && n->n_records == KV_NODE_MAX_RECORDS) {
-        free(n->records[0].data);
-        memmove(&n->records[0], &n->records[1], (KV_NODE_MAX_RECORDS - 1) * sizeof(n->records[0]));
-        slot = KV_NODE_MAX_RECORDS - 1;
-    }
-    n->records[slot].id = id;
-    n->records[slot].data = copy;
-    n->records[slot].len = len;
+    int rc = kv_store_member_stage(n->store, b, id, e->index, rec, len);
+    if (rc == 0)
+        w->member_staged = 1;
+    return rc == -EINVAL ? 0 : rc; /* over the limits: its configuration entry is refused */
 }
 
-/* Takes the kept record of member id (caller frees), or NULL. */
-static uint8_t *take_record(kv_node *n, uint64_t id, size_t *len)
+/* Test hook (tests/cluster/test_membership.c): KVD_FAILPOINT_MEMBER_STAGED=kill kills the
+ * process with SIGKILL right after the commit of a batch that staged a MemberAdd's record, so
+ * that the member restarts between the record and its configuration entry. Read only at such
+ * a commit (worker thread; nobody calls setenv). */
+static void member_staged_failpoint(void)
 {
-    for (size_t i = 0; i < n->n_records; i++) {
-        if (n->records[i].id != id)
-            continue;
-        uint8_t *d = n->records[i].data;
-        *len = n->records[i].len;
-        memmove(&n->records[i], &n->records[i + 1], (n->n_records - i - 1) * sizeof(n->records[0]));
-        n->n_records--;
-        return d;
+    const char *fp = getenv("KVD_FAILPOINT_MEMBER_STAGED");
+    if (fp && strcmp(fp, "kill") == 0) {
+        fprintf(stderr, "kvd: warning: failpoint: killed after staging a member record\n");
+        raise(SIGKILL);
     }
-    return NULL;
 }
 
 /* A configuration entry: the members table follows raft's configuration (members.h). */
@@ -222,7 +215,10 @@ static int apply_conf(kv_node *n, ready_work *w, kv_store_batch *b, const struct
     if (rc < 0 || !fresh || raft_conf_change_decode(e, &op, &id) != 0)
         return rc;
     size_t len = 0;
-    uint8_t *rec = take_record(n, id, &len);
+    uint8_t *rec = NULL;
+    if (op != RAFT_CONF_REMOVE && (rc = kv_store_member_take_staged(n->store, b, id, &rec, &len)) &&
+        rc != -ENOENT)
+        return rc;
     int mop = op == RAFT_CONF_REMOVE        ? KV_NODE_MEMBER_REMOVE
               : op == RAFT_CONF_ADD_LEARNER ? KV_NODE_MEMBER_ADD_LEARNER
               : rec                         ? KV_NODE_MEMBER_ADD
@@ -268,8 +264,9 @@ static int apply_entries(kv_node *n, ready_work *w, kv_store_batch *b)
             /* a leader's empty entry, or a member record (kept until its configuration entry) */
             if (e->len)
                 w->no_early = 1; /* its waiter may go on to a configuration change */
-            if (e->len && e->index > kv_store_batch_applied(b))
-                keep_record(n, w, e);
+            if (e->len && e->index > kv_store_batch_applied(b) &&
+                (rc = keep_record(n, w, b, e)) < 0)
+                return rc;
             uint64_t id, proposer;
             kv_node__entry_origin(e->data, e->len, &id, &proposer);
             rc = kv_store_apply_noop(n->store, b, e->index);
@@ -525,6 +522,8 @@ void kv_node__work_ready(uv_work_t *req)
     }
     if (rc == 0 && w->has_ready && !w->cstep_ran)
         w->cpending = kv_store_compact_pending(n->store, NULL) > 0; /* a Compact applied? */
+    if (rc == 0 && w->member_staged)
+        member_staged_failpoint();
     w->rc = rc;
 }
 
@@ -533,11 +532,4 @@ void kv_node__record_lease_events(kv_node *n, int on)
     kv_store_lease_observer rec = {
         .arg = n, .granted = rec_granted, .revoked = rec_revoked, .checkpointed = rec_checkpointed};
     kv_store_set_lease_observer(n->store, on ? &rec : NULL);
-}
-
-void kv_node__free_records(kv_node *n)
-{
-    for (size_t i = 0; i < n->n_records; i++)
-        free(n->records[i].data);
-    n->n_records = 0;
 }

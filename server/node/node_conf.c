@@ -4,7 +4,8 @@
  *
  * A change (MemberAdd/Remove/Promote) is a normal log entry that any member may propose (a
  * follower forwards it like a write): an add carries the member record (peer URLs), the others
- * op and id. When that entry applies, every member remembers the record; the LEADER then
+ * op and id. When that entry applies, every member stages the record in its store (in the
+ * entry's transaction: mvcc/members.h kv_store_member_stage); the LEADER then
  * proposes the single-server configuration change (raft_change_membership), one at a time,
  * after the checks only it can make (a learner must be in sync to be promoted). The member
  * that took the request answers once the configuration entry for that member id applied on

@@ -138,8 +138,9 @@ typedef struct ready_work {
      * durable in a quorum's logs already), then wakes the loop (kv_node.early_async), which
      * completes the waiters at once (`acked`) instead of after the commit's flush. */
     atomic_int early;
-    int no_early; /* worker: a configuration / member-record entry: acknowledge after commit */
-    int acked;    /* loop: waiters completed early */
+    int no_early;      /* worker: a configuration / member-record entry: acknowledge after commit */
+    int member_staged; /* worker: a MemberAdd's record was staged (test failpoint only) */
+    int acked;         /* loop: waiters completed early */
     uint32_t fp_delay_ms; /* test failpoint: sleep before an apply-only commit (follower) */
     int auth_fired;       /* loop: the auth hook ran for this ready's entries */
     /* WAL mode (node_log.c): the worker sets `persisted` once the ready's entries and hard
@@ -282,14 +283,7 @@ struct kv_node {
     } conf_todo[KV_NODE_MAX_RECORDS]; /* leader: changes applied, configuration to propose */
     size_t n_conf_todo;
     raft_index conf_pending_index; /* leader: configuration entry proposed, not applied */
-    struct {
-        uint64_t id;
-        uint8_t *data;
-        size_t len;
-    } records[KV_NODE_MAX_RECORDS]; /* member records awaiting their configuration entry
-                                       (worker thread only) */
-    size_t n_records;
-    uint8_t *publish; /* publish request until it applied */
+    uint8_t *publish;              /* publish request until it applied */
     size_t publish_len;
     int publish_inflight;
     uint64_t publish_next_ms;
@@ -431,12 +425,11 @@ void kv_node__fail_all_waiting(kv_node *n, kv_etcd_err e);
 /* r left the wait list: n->waiting (and n->fwd_waiting if it was forwarded) drop by one. */
 void kv_node__unwait(kv_node *n, kv_node_req *r);
 
-/* node_apply.c (worker thread, except record_lease_events/free_records: start and stop) */
+/* node_apply.c (worker thread, except record_lease_events: start and stop) */
 void kv_node__work_ready(uv_work_t *req);
 size_t kv_node__apply_count(const ready_work *w);
 const struct raft_entry *kv_node__apply_entry(const ready_work *w, size_t i);
 void kv_node__record_lease_events(kv_node *n, int on);
-void kv_node__free_records(kv_node *n);
 
 /* node_log.c: which raft log the member uses (LMDB or the WAL) and the WAL's share of a
  * ready. Loop thread unless marked. */

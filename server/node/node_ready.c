@@ -1160,7 +1160,6 @@ void kv_node__raft_stop(kv_node *n)
 {
     kv_disk_fp_close(n->disk_fp); /* no worker in flight (kv_node__maybe_free) */
     n->disk_fp = NULL;
-    kv_node__free_records(n);
     if (n->raft_ok) {
         raft_close(&n->raft);
         n->raft_ok = 0;

@@ -13,6 +13,9 @@
  * whose peer URL was never added stops at once with "... are not in the cluster's member
  * list: run `member add` first"; with no peer answering it stops with "could not fetch the
  * cluster's member list from any of ...".
+ * a_member_restarted_between_the_record_and_its_configuration_entry: a follower killed right
+ * after it applied a member add's record entry (failpoint) applies the configuration entry
+ * after its restart with the record it staged, and lists the new member like the others.
  */
 #include "cl_util.h"
 
@@ -283,6 +286,39 @@ static double member_metric(int i, const char *series)
 /* A member that joins after the log holding configuration changes was compacted gets the
  * membership from the snapshot (raft's ConfState and the member table travel in it): it lists
  * the right members, counts in the quorum, can lead, and restarts from its installed state. */
+/* A member add is two entries: the record (peer URLs), then the configuration entry the
+ * leader proposes once the first applied. A follower killed between the two (failpoint
+ * KVD_FAILPOINT_MEMBER_STAGED, right after the commit that applied the record) restarts and
+ * applies the configuration entry with the record it staged in its store. When the record
+ * lived only in memory, the restarted member refused the configuration entry ("member not
+ * found") and its member list lacked the new member for good: it never dialed it. */
+Test(cluster_membership, a_member_restarted_between_the_record_and_its_configuration_entry,
+     .fini = fini, .timeout = 300)
+{
+    cr_assert_eq(cl_start(&g_c, 3, 0), 0);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = cl_other(&g_c, l, -1);
+    cr_assert_geq(f, 0);
+    kvt_member_kill9(&g_c, f);
+    const char *env[2] = {"KVD_FAILPOINT_MEMBER_STAGED=kill", NULL};
+    g_c.m[f].env = env;
+    cr_assert_eq(kvt_member_start(&g_c, f), 0);
+    cr_assert_eq(kvt_member_wait_ready(&g_c, f, 30000), 0, "%s did not start", g_c.m[f].name);
+    wait_member_lists(3, NULL);
+    int j = -1;
+    add_member(&j, 0);
+    int waited = cl_wait_exit(&g_c, f, 30000);
+    g_c.m[f].env = NULL;
+    cr_assert_geq(waited, 0, "%s was not killed at the failpoint", g_c.m[f].name);
+    cr_assert(cl_log_has(&g_c, f, "failpoint: killed after staging a member record"),
+              "%s died, but not at the failpoint", g_c.m[f].name);
+    cr_assert_eq(kvt_member_start(&g_c, f), 0);
+    cr_assert_eq(kvt_member_wait_ready(&g_c, f, 30000), 0, "%s did not restart", g_c.m[f].name);
+    wait_member_lists(4, g_c.m[j].name);
+    cl_assert_hash_equal(&g_c, l);
+}
+
 Test(cluster_membership, joiner_gets_membership_from_a_snapshot, .fini = fini, .timeout = 300)
 {
     cr_assert_eq(cl_start(&g_c, 3, 20), 0); /* --snapshot-count 20: the log compacts soon */

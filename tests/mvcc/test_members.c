@@ -503,3 +503,79 @@ Test(mvcc_members, an_add_past_the_limit_is_a_value_with_a_detail)
     cr_assert_eq(KVT_STORE_CODE(c.res), KV_GRPC_RESOURCE_EXHAUSTED);
     cr_assert_str_eq(KVT_STORE_MSG(c.res), "kvd: too many members (limit 64)");
 }
+
+/* A MemberAdd's record waits for its configuration entry in the store (members.h
+ * kv_store_member_stage): it survives a reopen (the member restarted between the two
+ * entries), is taken once, and at most KV_MEMBERS_MAX_STAGED wait (the one staged by the
+ * oldest entry goes). */
+struct stage_arg {
+    uint64_t id, index; /* the member, and the log index of the entry that stages it */
+};
+
+static int stage_fn(kv_store_batch *b, void *arg)
+{
+    const struct stage_arg *a = arg;
+    Kvdpb__Member m;
+    char name[32];
+    snprintf(name, sizeof(name), "m%llx", (unsigned long long)a->id);
+    mk(&m, a->id, name, peer_c, 1);
+    uint8_t buf[256];
+    size_t len = kvdpb__member__pack(&m, buf);
+    return kv_store_member_stage(t.s, b, a->id, a->index, buf, len);
+}
+
+struct take_arg {
+    uint64_t id;
+    char name[32];
+};
+
+static int take_fn(kv_store_batch *b, void *arg)
+{
+    struct take_arg *a = arg;
+    uint8_t *rec = NULL;
+    size_t len = 0;
+    int rc = kv_store_member_take_staged(t.s, b, a->id, &rec, &len);
+    a->name[0] = 0;
+    if (rc == 0) {
+        Kvdpb__Member *m = kvdpb__member__unpack(NULL, len, rec);
+        cr_assert_not_null(m);
+        snprintf(a->name, sizeof(a->name), "%s", m->name);
+        kvdpb__member__free_unpacked(m, NULL);
+        free(rec);
+    }
+    return rc;
+}
+
+Test(mvcc_members, a_staged_record_survives_a_restart_and_is_taken_once)
+{
+    struct stage_arg s = {0x4444, 7};
+    cr_assert_eq(in_batch(stage_fn, &s), 0);
+    kvt_store_reopen(&t);
+    struct take_arg a = {0x4444, ""};
+    cr_assert_eq(in_batch(take_fn, &a), 0);
+    cr_assert_str_eq(a.name, "m4444");
+    cr_assert_eq(in_batch(take_fn, &a), -ENOENT, "taken twice");
+    a.id = 0x5555;
+    cr_assert_eq(in_batch(take_fn, &a), -ENOENT);
+    /* bounded: one past the bound pushes out the record of the oldest entry, here the one
+     * of the highest id (an abandoned change), never a newer one */
+    s = (struct stage_arg){0x1ff, 10};
+    cr_assert_eq(in_batch(stage_fn, &s), 0);
+    for (uint64_t i = 1; i <= KV_MEMBERS_MAX_STAGED; i++) {
+        s = (struct stage_arg){0x100 + i, 10 + i};
+        cr_assert_eq(in_batch(stage_fn, &s), 0);
+    }
+    a.id = 0x1ff;
+    cr_assert_eq(in_batch(take_fn, &a), -ENOENT, "the oldest entry's record was kept");
+    for (uint64_t i = 1; i <= KV_MEMBERS_MAX_STAGED; i++) {
+        a.id = 0x100 + i;
+        cr_assert_eq(in_batch(take_fn, &a), 0, "%llx lost", (unsigned long long)a.id);
+    }
+    /* a record over the limits is not staged */
+    static uint8_t big[16384]; /* over MEMBER_REC_MAX (members.c), about 9 KB */
+    memset(big, 0, sizeof(big));
+    kv_store_batch *b;
+    cr_assert_eq(kv_store_batch_begin(t.s, &b), 0);
+    cr_assert_eq(kv_store_member_stage(t.s, b, 0x6666, 1, big, sizeof(big)), -EINVAL);
+    cr_assert_eq(kv_store_batch_commit(t.s, b), 0);
+}
