@@ -49,16 +49,14 @@ int kv_conc_propose(kv_api *s, const kv_conc_ident *id, enum kv_ireq_field field
     if (msg == NULL)
         goto out;
     protobuf_c_message_pack(m, msg);
-    rc = id && id->auth_revision
-             ? kv_internal_wrap_auth(field, 0, msg, len, id->user, id->auth_revision, &req, &rlen)
-             : kv_internal_wrap(field, 0, msg, len, &req, &rlen);
+    kv_ireq_origin o = {.max_keys_per_lease = s->cfg->max_keys_per_lease};
+    if (id && id->auth_revision) {
+        o.user = id->user;
+        o.auth_revision = id->auth_revision;
+    }
+    rc = kv_internal_wrap_client(field, 0, msg, len, &o, &req, &rlen);
     if (rc < 0)
         goto out;
-    if ((field == KV_IREQ_PUT || field == KV_IREQ_TXN) &&
-        (rc = kv_internal_set_lease_key_limit(&req, &rlen, s->cfg->max_keys_per_lease)) < 0) {
-        free(req);
-        goto out;
-    }
     if (rlen > s->cfg->max_request_bytes) { /* as kv_propose_unary (services.c) */
         free(req);
         rc = -E2BIG;

@@ -168,15 +168,13 @@ static void propose_unary(kv_grpc_call *call, int field, const uint8_t *msg, siz
         return;
     uint8_t *req;
     size_t rlen;
-    int rc = s->auth && s->auth->cur_revision
-                 ? kv_internal_wrap_auth((enum kv_ireq_field)field, 0, msg, len, s->auth->cur_user,
-                                         s->auth->cur_revision, &req, &rlen)
-                 : kv_internal_wrap((enum kv_ireq_field)field, 0, msg, len, &req, &rlen);
-    if (rc == 0 && lease_id_by_leader && (rc = kv_internal_mark_lease_id_by_leader(&req, &rlen)))
-        free(req);
-    if (rc == 0 && (field == KV_IREQ_PUT || field == KV_IREQ_TXN) &&
-        (rc = kv_internal_set_lease_key_limit(&req, &rlen, s->cfg->max_keys_per_lease)))
-        free(req);
+    kv_ireq_origin o = {.max_keys_per_lease = s->cfg->max_keys_per_lease,
+                        .lease_id_by_leader = lease_id_by_leader};
+    if (s->auth && s->auth->cur_revision) {
+        o.user = s->auth->cur_user;
+        o.auth_revision = s->auth->cur_revision;
+    }
+    int rc = kv_internal_wrap_client((enum kv_ireq_field)field, 0, msg, len, &o, &req, &rlen);
     if (rc < 0) {
         kv_reply_propose_error(call, rc);
         return;

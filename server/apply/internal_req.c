@@ -39,11 +39,13 @@ static const ProtobufCMessageDescriptor *field_desc(enum kv_ireq_field field)
     return NULL;
 }
 
-static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len, size_t extra,
                 uint8_t **out, size_t *out_len);
 
-int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
-                     uint8_t **out, size_t *out_len)
+/* kv_internal_wrap with extra bytes of room after the message, for the fields its caller
+ * appends without a second allocation. */
+static int wrap_room(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                     size_t extra, uint8_t **out, size_t *out_len)
 {
     int known =
         ((int)field >= KV_IREQ_PUT && (int)field <= KV_IREQ_ALARM) ||
@@ -58,18 +60,24 @@ int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, 
         if (tmp == NULL)
             return -ENOMEM;
         size_t n = kv_pb_strip_unknown(d, msg, len, tmp);
-        int rc = wrap(field, id, tmp, n, out, out_len);
+        int rc = wrap(field, id, tmp, n, extra, out, out_len);
         free(tmp);
         return rc;
     }
-    return wrap(field, id, msg, len, out, out_len);
+    return wrap(field, id, msg, len, extra, out, out_len);
 }
 
-static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                     uint8_t **out, size_t *out_len)
+{
+    return wrap_room(field, id, msg, len, 0, out, out_len);
+}
+
+static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len, size_t extra,
                 uint8_t **out, size_t *out_len)
 {
     /* id: tag(1, varint) + up to 10 bytes; field: tag (1-2 bytes) + len varint + body. */
-    uint8_t *p = malloc(1 + 10 + 2 + 10 + len);
+    uint8_t *p = malloc(1 + 10 + 2 + 10 + len + extra);
     if (p == NULL)
         return -ENOMEM;
     size_t n = 0;
@@ -86,54 +94,61 @@ static int wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_
     return 0;
 }
 
-int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
-                          const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len)
+/* The appended fields: each writes at p + *n, where the caller made room (the _ROOM sizes). */
+#define AUTH_ROOM(ulen) (2 + KV_VARINT_MAX + (ulen) + 2 + KV_VARINT_MAX)
+static void put_auth(uint8_t *p, size_t *n, const char *user, size_t ulen, uint64_t revision)
 {
-    int rc = kv_internal_wrap(field, id, msg, len, out, out_len);
-    if (rc || auth_revision == 0)
-        return rc;
-    size_t ulen = user ? strlen(user) : 0;
-    uint8_t *p = realloc(*out, *out_len + 2 + 10 + ulen + 2 + 10);
-    if (p == NULL) {
-        free(*out);
-        *out = NULL;
-        return -ENOMEM;
-    }
-    size_t n = *out_len;
-    n += kv_varint_put(p + n, (71u << 3) | 2);
-    n += kv_varint_put(p + n, ulen);
+    *n += kv_varint_put(p + *n, (71u << 3) | 2);
+    *n += kv_varint_put(p + *n, ulen);
     if (ulen)
-        memcpy(p + n, user, ulen);
-    n += ulen;
-    n += kv_varint_put(p + n, (72u << 3) | 0);
-    n += kv_varint_put(p + n, auth_revision);
-    *out = p;
+        memcpy(p + *n, user, ulen);
+    *n += ulen;
+    *n += kv_varint_put(p + *n, (72u << 3) | 0);
+    *n += kv_varint_put(p + *n, revision);
+}
+
+#define BY_LEADER_ROOM 3
+static void put_by_leader(uint8_t *p, size_t *n)
+{
+    *n += kv_varint_put(p + *n, (uint64_t)KV_IREQ_LEASE_ID_BY_LEADER << 3); /* 2 bytes */
+    p[(*n)++] = 1;
+}
+
+#define KEY_LIMIT_ROOM (2 + KV_VARINT_MAX)
+static void put_key_limit(uint8_t *p, size_t *n, uint32_t max)
+{
+    *n += kv_varint_put(p + *n, (uint64_t)KV_IREQ_LEASE_KEY_LIMIT << 3); /* 2 bytes */
+    *n += kv_varint_put(p + *n, max ? max : KV_LEASE_KEYS_UNLIMITED);
+}
+
+int kv_internal_wrap_client(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                            const kv_ireq_origin *o, uint8_t **out, size_t *out_len)
+{
+    size_t ulen = o->auth_revision && o->user ? strlen(o->user) : 0;
+    int limit = field == KV_IREQ_PUT || field == KV_IREQ_TXN;
+    size_t room = (o->auth_revision ? AUTH_ROOM(ulen) : 0) +
+                  (o->lease_id_by_leader ? BY_LEADER_ROOM : 0) + (limit ? KEY_LIMIT_ROOM : 0);
+    int rc = wrap_room(field, id, msg, len, room, out, out_len);
+    if (rc)
+        return rc;
+    size_t n = *out_len;
+    if (o->auth_revision)
+        put_auth(*out, &n, o->user, ulen, o->auth_revision);
+    if (o->lease_id_by_leader)
+        put_by_leader(*out, &n);
+    if (limit)
+        put_key_limit(*out, &n, o->max_keys_per_lease);
     *out_len = n;
     return 0;
 }
 
 int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len)
 {
-    uint8_t *p = realloc(*req, *len + 3);
+    uint8_t *p = realloc(*req, *len + BY_LEADER_ROOM);
     if (p == NULL)
         return -ENOMEM;
     size_t n = *len;
-    n += kv_varint_put(p + n, (uint64_t)KV_IREQ_LEASE_ID_BY_LEADER << 3); /* 2 bytes */
-    p[n++] = 1;
-    *req = p;
-    *len = n;
-    return 0;
-}
-
-int kv_internal_set_lease_key_limit(uint8_t **req, size_t *len, uint32_t max)
-{
-    uint64_t v = max ? max : KV_LEASE_KEYS_UNLIMITED;
-    uint8_t *p = realloc(*req, *len + 2 + KV_VARINT_MAX);
-    if (p == NULL)
-        return -ENOMEM;
-    size_t n = *len;
-    n += kv_varint_put(p + n, (uint64_t)KV_IREQ_LEASE_KEY_LIMIT << 3); /* 2 bytes */
-    n += kv_varint_put(p + n, v);
+    put_by_leader(p, &n);
     *req = p;
     *len = n;
     return 0;

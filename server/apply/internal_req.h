@@ -42,10 +42,21 @@ enum kv_ireq_field {
 int kv_internal_wrap(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
                      uint8_t **out, size_t *out_len);
 
-/* kv_internal_wrap, plus the caller's auth identity (InternalRequest auth_user = 71,
- * auth_revision = 72) when auth_revision != 0 (api/auth_gate.c). */
-int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
-                          const char *user, uint64_t auth_revision, uint8_t **out, size_t *out_len);
+/* What a client's request carries into the log besides its message, filled in by the member
+ * that takes it (api/services.c, api/conc_client.c). */
+typedef struct kv_ireq_origin {
+    const char *user;            /* auth_user (71), with auth_revision */
+    uint64_t auth_revision;      /* auth_revision (72) of the caller's check (api/auth_gate.c);
+                                  * 0: auth disabled, neither field is sent */
+    uint32_t max_keys_per_lease; /* lease_key_limit (75) of a Put or Txn: this member's
+                                  * --max-keys-per-lease, see KV_IREQ_LEASE_KEY_LIMIT */
+    int lease_id_by_leader;      /* 1: lease_id_by_leader (74) = true, see below */
+} kv_ireq_origin;
+
+/* kv_internal_wrap, plus the fields of o, in one allocation. *out is malloc'd (caller owns).
+ * 0 or -ENOMEM / -EINVAL. */
+int kv_internal_wrap_client(enum kv_ireq_field field, uint64_t id, const uint8_t *msg, size_t len,
+                            const kv_ireq_origin *o, uint8_t **out, size_t *out_len);
 
 /* Server-chosen lease ids in log order (docs/ARCHITECTURE.md "Leases"). A LeaseGrant whose
  * id the server chooses is proposed with a valid id named by the member that received it and
@@ -59,14 +70,12 @@ int kv_internal_wrap_auth(enum kv_ireq_field field, uint64_t id, const uint8_t *
  * (realloc'd; the caller owns it either way). 0 or -ENOMEM (*req unchanged). */
 int kv_internal_mark_lease_id_by_leader(uint8_t **req, size_t *len);
 
-/* The proposer's --max-keys-per-lease travels with its entries (InternalRequest
- * lease_key_limit = 75), and the apply uses it instead of the applying member's own flag: the
- * apply stays a function of the log when members' flags differ. Appends it to the packed
- * InternalRequest *req of *len bytes (realloc'd; the caller owns it either way): max 0 (no
- * limit) is sent as KV_LEASE_KEYS_UNLIMITED. 0 or -ENOMEM (*req unchanged). */
+/* The proposer's --max-keys-per-lease travels with its Put and Txn entries (InternalRequest
+ * lease_key_limit = 75, kv_internal_wrap_client), and the apply uses it instead of the
+ * applying member's own flag: the apply stays a function of the log when members' flags
+ * differ. A limit of 0 (none) is sent as KV_LEASE_KEYS_UNLIMITED. */
 #define KV_IREQ_LEASE_KEY_LIMIT 75
 #define KV_LEASE_KEYS_UNLIMITED UINT32_MAX
-int kv_internal_set_lease_key_limit(uint8_t **req, size_t *len, uint32_t max);
 
 /* 1 if the packed InternalRequest p (len bytes) asks the leader to name its lease id: the last
  * lease_id_by_leader it holds is true. 0 otherwise, for bytes that do not parse too. Walks the

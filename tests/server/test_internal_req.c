@@ -55,7 +55,8 @@ static void grant_entry(int64_t ttl, int64_t id, uint8_t **out, size_t *out_len)
     g.id = id;
     uint8_t buf[32];
     size_t len = etcdserverpb__lease_grant_request__pack(&g, buf);
-    cr_assert_eq(kv_internal_wrap_auth(KV_IREQ_LEASE_GRANT, 9, buf, len, "u", 3, out, out_len), 0);
+    kv_ireq_origin o = {.user = "u", .auth_revision = 3};
+    cr_assert_eq(kv_internal_wrap_client(KV_IREQ_LEASE_GRANT, 9, buf, len, &o, out, out_len), 0);
 }
 
 /* Decodes e: the grant's id and TTL, the routing id and auth fields kept, the mark cleared. */
@@ -128,4 +129,52 @@ Test(internal_req, naming_a_lease_needs_a_marked_grant)
     size_t jlen = sizeof(junk);
     cr_assert_eq(kv_internal_name_lease(&j, &jlen, 1), -EINVAL);
     cr_assert_eq(kv_internal_lease_id_by_leader(junk, sizeof(junk)), 0);
+}
+
+/* What the member that takes a client's request adds to it (kv_ireq_origin): the caller and
+ * auth revision when auth is on, the lease-id mark when asked, and its --max-keys-per-lease
+ * on Put and Txn only (0 travels as KV_LEASE_KEYS_UNLIMITED, absent means an older kvd). */
+Test(internal_req, a_clients_request_carries_its_origin)
+{
+    Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
+    put.key.data = (uint8_t *)"k";
+    put.key.len = 1;
+    uint8_t buf[64];
+    size_t len = etcdserverpb__put_request__pack(&put, buf);
+    uint8_t *out;
+    size_t out_len;
+    kv_ireq_origin o = {.user = "alice", .auth_revision = 7, .max_keys_per_lease = 3};
+    cr_assert_eq(kv_internal_wrap_client(KV_IREQ_PUT, 0, buf, len, &o, &out, &out_len), 0);
+    Kvdpb__InternalRequest *r = kvdpb__internal_request__unpack(NULL, out_len, out);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->request_case, KVDPB__INTERNAL_REQUEST__REQUEST_PUT);
+    cr_assert_str_eq(r->auth_user, "alice");
+    cr_assert_eq(r->auth_revision, 7);
+    cr_assert_eq(r->lease_key_limit, 3);
+    cr_assert_eq(r->lease_id_by_leader, 0);
+    kvdpb__internal_request__free_unpacked(r, NULL);
+    free(out);
+
+    kv_ireq_origin none = {0};
+    cr_assert_eq(kv_internal_wrap_client(KV_IREQ_TXN, 0, NULL, 0, &none, &out, &out_len), 0);
+    r = kvdpb__internal_request__unpack(NULL, out_len, out);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->auth_revision, 0);
+    cr_assert_eq(r->lease_key_limit, KV_LEASE_KEYS_UNLIMITED);
+    kvdpb__internal_request__free_unpacked(r, NULL);
+    free(out);
+
+    Etcdserverpb__LeaseGrantRequest g = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
+    g.ttl = 10;
+    len = etcdserverpb__lease_grant_request__pack(&g, buf);
+    kv_ireq_origin grant = {.max_keys_per_lease = 3, .lease_id_by_leader = 1};
+    cr_assert_eq(kv_internal_wrap_client(KV_IREQ_LEASE_GRANT, 0, buf, len, &grant, &out, &out_len),
+                 0);
+    r = kvdpb__internal_request__unpack(NULL, out_len, out);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->lease_id_by_leader, 1);
+    cr_assert_eq(r->lease_key_limit, 0, "a grant carries no lease key limit");
+    cr_assert_eq(kv_internal_lease_id_by_leader(out, out_len), 1);
+    kvdpb__internal_request__free_unpacked(r, NULL);
+    free(out);
 }
