@@ -25,6 +25,11 @@
  *   LeaseGrant, Alarm GET          a token, if given, must be valid (etcd raftRequest)
  * Not gated (as etcd): LeaseKeepAlive, LeaseLeases, Status, MemberList.
  *
+ * A KV request (Range, Put, DeleteRange, Txn) is first validated as etcd's api/v3rpc/key.go
+ * does before any authorization (apply/request_check.h): an invalid one gets its own error
+ * ("key is not provided", "duplicate key given in txn request"), never "permission denied" or
+ * "user name is empty". With auth disabled the method and the applier give the same errors.
+ *
  * Checked when the request arrives, against the committed auth state; a linearizable Range
  * refused there is answered only after its ReadIndex barrier, checked again (etcd's order,
  * v3_server.go Range: a token-less read through a member that does not serve times out as
@@ -44,6 +49,7 @@
  */
 #include "api/auth_srv.h"
 #include "apply/internal_req.h"
+#include "apply/request_check.h"
 #include "api/services.h"
 #include "api/api.h"
 
@@ -282,10 +288,42 @@ static int watch_token_refused(kv_grpc_call *call, const uint8_t *msg, size_t le
     return create;
 }
 
+/* etcd validates a KV request before it authorizes it (api/v3rpc/key.go, then the server's
+ * auth checks): an invalid one gets its own error, e.g. "key is not provided", never
+ * "permission denied". KV_ERR_NONE when valid or undecodable (the method answers that). */
+static kv_etcd_err invalid(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len)
+{
+    enum kv_request_kind kind;
+    switch (g) {
+    case G_RANGE:
+        kind = KV_REQ_RANGE;
+        break;
+    case G_PUT:
+        kind = KV_REQ_PUT;
+        break;
+    case G_DELETE:
+        kind = KV_REQ_DELETE_RANGE;
+        break;
+    case G_TXN:
+        kind = KV_REQ_TXN;
+        break;
+    default:
+        return KV_ERR_NONE;
+    }
+    kv_api *s = kv_grpc_call_app(call);
+    kv_etcd_err e = kv_request_check(kind, msg, len, s->cfg->max_txn_ops);
+    return e == KV_ERR_GRPC_UNMARSHAL ? KV_ERR_NONE : e;
+}
+
 static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len, int arrival)
 {
     kv_auth_caller c;
     int cerr = kv_auth_caller_open(call, &c);
+    kv_etcd_err verr;
+    if (cerr == KV_ERR_INVALID_AUTH_TOKEN && (verr = invalid(call, g, msg, len)) != KV_ERR_NONE) {
+        kv_reply_etcd_err(call, verr); /* etcd validates before it reads the token */
+        return 1;
+    }
     if (cerr == KV_ERR_INVALID_AUTH_TOKEN && may_defer(call, g, arrival) &&
         range_linearizable(msg, len))
         return 2; /* etcd's Range: linearizableReadNotify, then AuthInfoFromCtx */
@@ -297,6 +335,11 @@ static int gate(kv_grpc_call *call, enum gate g, const uint8_t *msg, size_t len,
     }
     int err = 0, handled = 0, linearizable = 0;
     if (!c.enabled || g == G_TOKEN)
+        goto out;
+    /* (with auth disabled the method and the applier give the same errors: no second unpack
+     * of every request on the loop; a Range that arrived then and meets auth enabled after
+     * its ReadIndex is validated here, at its recheck) */
+    if ((err = (int)invalid(call, g, msg, len)) != 0)
         goto out;
     if (g == G_ADMIN) {
         err = kv_auth_caller_admin_err(&c);

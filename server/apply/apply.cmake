@@ -13,6 +13,7 @@ add_library(kv_apply STATIC
   ${CMAKE_CURRENT_LIST_DIR}/apply_auth.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_authn.c
   ${CMAKE_CURRENT_LIST_DIR}/apply_perm.c
+  ${CMAKE_CURRENT_LIST_DIR}/request_check.c
   ${CMAKE_CURRENT_LIST_DIR}/internal_req.c)
 target_include_directories(kv_apply PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(kv_apply PUBLIC kv_mvcc kv_common kvproto)
