@@ -96,7 +96,60 @@ static bool looks_torn(const uint8_t *map, uint64_t off, uint64_t size)
     return false;
 }
 
-/* Reads every record of segments[k]; sets its size (end of records). */
+/* A torn write never makes a record's length larger than it was: the bytes of its header that
+ * did not reach the disk read as zeros, and zeroing bytes of a big-endian length can only
+ * shrink it. So when a whole record lies inside the extent a bad record's header claims, the
+ * header was damaged at rest (a bit flip that grew the length would otherwise stretch the
+ * extent over the zeros past the last record, look torn, and cut the acknowledged records
+ * behind it). The extent is as looks_torn's. A candidate is checked only if its header and
+ * payload could follow the log read so far (plausible: the records after a damaged one do),
+ * then by its CRC; ordinary data (a payload of small integers, say) rarely passes the first
+ * test, and at most KV_WAL_SCAN_CRC_BYTES of CRC input are spent: past it the answer is 1
+ * (refuse to start rather than cut what may be acknowledged). A payload that embeds a valid,
+ * plausible record can make a real torn write read as corruption: the member then refuses to
+ * start and says so; it never loses a record. */
+#define KV_WAL_SCAN_CRC_BYTES ((uint64_t)256 << 20)
+static bool plausible(const kv_wal *w, const uint8_t *h, uint32_t len, uint64_t extent)
+{
+    const uint8_t *p = h + KV_WAL_HDR;
+    uint64_t last = kv_wal_last(w), window = extent / KV_WAL_HDR + 2;
+    uint64_t term = w->have_hs ? w->hs.term : 0;
+    switch (h[0]) {
+    case KV_WAL_REC_ENTRY: /* index: an overwrite (>= first) up to one past the last, or so */
+        return len >= 17 && kv_be64(p) > w->snap.index && kv_be64(p) <= last + window &&
+               kv_be64(p + 8) >= 1 && kv_be64(p + 8) <= term + window;
+    case KV_WAL_REC_HARDSTATE: /* terms never go back; a commit within the log */
+        return len == 24 && kv_be64(p) >= term && kv_be64(p) <= term + window &&
+               kv_be64(p + 16) <= last + window;
+    case KV_WAL_REC_SNAPSHOT:
+        return len >= 16 && kv_be64(p) >= w->snap.index && kv_be64(p) <= last + window;
+    }
+    return false;
+}
+
+static bool record_inside(const kv_wal *w, const uint8_t *map, uint64_t off, uint64_t size)
+{
+    uint64_t end = size;
+    if (size - off >= KV_WAL_HDR && off + KV_WAL_HDR + kv_be32(map + off + 4) < end)
+        end = off + KV_WAL_HDR + kv_be32(map + off + 4);
+    uint64_t budget = KV_WAL_SCAN_CRC_BYTES;
+    for (uint64_t p = off + 1; p + KV_WAL_HDR <= end; p++) {
+        const uint8_t *h = map + p;
+        uint32_t len = kv_be32(h + 4);
+        if (h[0] < KV_WAL_REC_ENTRY || h[0] > KV_WAL_REC_SNAPSHOT || h[1] || h[2] || h[3] ||
+            (uint64_t)len > end - p - KV_WAL_HDR || !plausible(w, h, len, end - off))
+            continue; /* not a whole record inside the extent that could follow the log */
+        if (len > budget)
+            return true;
+        budget -= len;
+        uint8_t type;
+        uint32_t rlen;
+        if (kv_wal_rec_check(h, end - p, &type, &rlen) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* 1 if map[off, end) holds only zero bytes. */
 static int all_zero(const uint8_t *map, uint64_t off, uint64_t end)
 {
@@ -110,6 +163,7 @@ static int all_zero(const uint8_t *map, uint64_t off, uint64_t end)
     return 1;
 }
 
+/* Reads every record of segments[k]; sets its size (end of records). */
 static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
 {
     struct kv_wal_seg *s = &w->segs[k];
@@ -149,8 +203,9 @@ static int scan_seg(kv_wal *w, size_t k, char *err, size_t errlen)
             break;
         }
         if (r < 0) {
-            why = "bad record (CRC, length or type; no sector of it reads as unwritten)";
-            torn_ok = looks_torn(map, off, s->alloc);
+            why = "bad record (CRC, length or type; no sector of it reads as unwritten, or a "
+                  "whole record starts inside the length its header claims)";
+            torn_ok = looks_torn(map, off, s->alloc) && !record_inside(w, map, off, s->alloc);
             break;
         }
         rc = apply_rec(w, s, off, type, map + off + KV_WAL_HDR, len);
