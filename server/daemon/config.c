@@ -81,6 +81,7 @@ void kv_config_default(kv_config *cfg)
     snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
     snprintf(cfg->log_format, sizeof(cfg->log_format), "text");
     snprintf(cfg->log_outputs, sizeof(cfg->log_outputs), "stderr");
+    cfg->enable_grpc_gateway = 1; /* etcd's default */
 }
 
 int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen)
@@ -203,7 +204,7 @@ static int parse_u64(const char *flag, const char *v, uint64_t min, uint64_t max
     char *end;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (errno || *end != '\0' || v[0] == '-' || x < min || x > max) {
+    if (errno || end == v || *end != '\0' || v[0] == '-' || x < min || x > max) {
         snprintf(err, errlen, "--%s: invalid value '%s' (want %" PRIu64 "..%" PRIu64 ")", flag, v,
                  min, max);
         return -EINVAL;
@@ -239,7 +240,182 @@ bad:
     return -EINVAL;
 }
 
-enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_BOOL, F_IGNORED };
+enum { F_STR, F_URLS, F_CLUSTER, F_U32, F_U64, F_SIZE, F_I64, F_DUR, F_BOOL, F_IGNORED, F_ETCD };
+
+/* F_ETCD: an etcd 3.4 flag kvd has no setting for (README.md, "Flags": the table's last
+ * rows). Its value is checked as etcd's flag type, so a bad one is still refused; a value
+ * kvd cannot honour is refused with the reason; any other has no effect. The flag_def's off
+ * is the index of its rule in ETCD_RULES. */
+enum { T_BOOL, T_DUR, T_UINT, T_INT, T_CHOICE, T_STR };
+
+typedef struct etcd_rule {
+    int type;
+    uint64_t min, max;    /* T_UINT */
+    const char *choices;  /* T_CHOICE: etcd's values, '|'-separated ("" among them: empty) */
+    const char *want;     /* T_CHOICE: the same, for the error */
+    const char *honoured; /* the one value kvd can honour (NULL: every valid value) */
+    const char *refusal;  /* why any other value is refused */
+} etcd_rule;
+
+enum {
+    R_BOOL,
+    R_DUR,
+    R_UINT,
+    R_INT,
+    R_STR,
+    R_BCRYPT_COST,
+    R_FREELIST,
+    R_METRICS,
+    R_FALLBACK,
+    R_FORCE_NEW_CLUSTER,
+    R_DISCOVERY,
+    R_DISCOVERY_PROXY,
+    R_PROXY,
+    R_V2V3,
+    R_CLIENT_HOSTNAME,
+    R_WAL_DIR,
+    R_CORS,
+    R_HOST_WHITELIST,
+};
+
+static const etcd_rule ETCD_RULES[] = {
+    [R_BOOL] = {.type = T_BOOL},
+    [R_DUR] = {.type = T_DUR},
+    [R_UINT] = {.type = T_UINT, .max = UINT64_MAX},
+    [R_INT] = {.type = T_INT},
+    [R_STR] = {.type = T_STR},
+    /* as etcd 3.4 takes them: any uint (a cost outside 4..31 falls back to 10), any text
+     * (not "map": array; not "extensive": basic) */
+    [R_BCRYPT_COST] = {.type = T_UINT, .max = UINT32_MAX}, /* etcd: a uint */
+    [R_FREELIST] = {.type = T_STR},
+    [R_METRICS] = {.type = T_STR},
+    [R_FALLBACK] = {.type = T_CHOICE, .choices = "exit|proxy", .want = "exit or proxy"},
+    [R_FORCE_NEW_CLUSTER] =
+        {.type = T_BOOL,
+         .honoured = "false",
+         .refusal = "kvd cannot rewrite the membership of an existing data dir. To recover a "
+                    "cluster that lost quorum, restore a snapshot (etcdctl snapshot save from a "
+                    "surviving member, or a backup) into a new data dir with kvctl snapshot "
+                    "restore or etcdctl snapshot restore, start it as a one-member cluster with "
+                    "a new --initial-cluster-token, then add members (README.md, \"Restore\")"},
+    [R_DISCOVERY] = {.type = T_STR,
+                     .honoured = "",
+                     .refusal = "etcd's v2 discovery service is not supported; bootstrap with "
+                                "--initial-cluster, or from DNS SRV records with --discovery-srv"},
+    [R_DISCOVERY_PROXY] = {.type = T_STR,
+                           .honoured = "",
+                           .refusal = "only used by --discovery, etcd's v2 discovery service, "
+                                      "which is not supported; bootstrap with --initial-cluster "
+                                      "or --discovery-srv"},
+    [R_PROXY] = {.type = T_CHOICE,
+                 .choices = "off|readonly|on",
+                 .want = "off, readonly or on",
+                 .honoured = "off",
+                 .refusal = "etcd's v2 proxy is not supported; run kvd grpc-proxy start (etcd's "
+                            "gRPC proxy) or kvd gateway start instead"},
+    [R_V2V3] = {.type = T_STR,
+                .honoured = "",
+                .refusal = "the v2 API is not served (kvd serves the v3 API only)"},
+    [R_CLIENT_HOSTNAME] = {.type = T_STR,
+                           .honoured = "",
+                           .refusal = "not supported: kvd cannot require a host name in client "
+                                      "certificates; it takes --client-cert-auth, "
+                                      "--trusted-ca-file and --client-crl-file"},
+    [R_WAL_DIR] = {.type = T_STR,
+                   .honoured = "",
+                   .refusal = "a separate WAL directory is not supported: kvd keeps its raft "
+                              "write-ahead log inside --data-dir, in <data-dir>/wal (in "
+                              "data.mdb with --experimental-wal=false; docs/raftlog.md)"},
+    [R_CORS] = {.type = T_STR,
+                .honoured = "*",
+                .refusal = "kvd answers HTTP requests from every origin (Access-Control-Allow-"
+                           "Origin: *, etcd's default); a list of origins is not supported"},
+    [R_HOST_WHITELIST] = {.type = T_STR,
+                          .honoured = "*",
+                          .refusal = "kvd answers HTTP requests for any Host (etcd's default, "
+                                     "*); a list of host names is not supported"},
+};
+
+/* Go's strconv.ParseBool, which etcd's bool flags use: 1 (*b set) or 0 (not a bool). */
+static int parse_bool(const char *val, int *b)
+{
+    static const char *const yes[] = {"1", "t", "T", "true", "TRUE", "True"};
+    static const char *const no[] = {"0", "f", "F", "false", "FALSE", "False"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(val, yes[i]) == 0) {
+            *b = 1;
+            return 1;
+        }
+        if (strcmp(val, no[i]) == 0) {
+            *b = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Is val one of the '|'-separated choices ("a|b", "|a|b": empty too)? */
+static int is_choice(const char *choices, const char *val)
+{
+    size_t n = strlen(val);
+    for (const char *p = choices;; p++) {
+        size_t len = strcspn(p, "|");
+        if (len == n && strncmp(p, val, n) == 0)
+            return 1;
+        p += len;
+        if (*p == '\0')
+            return 0;
+    }
+}
+
+/* Checks val of the F_ETCD flag name against its rule (see ETCD_RULES). */
+static int check_etcd_flag(const char *name, const etcd_rule *r, const char *val, char *err,
+                           size_t errlen)
+{
+    uint64_t u;
+    uint32_t ms;
+    int rc = 0, b = 0;
+    if (*val == '\0' && (r->type == T_STR || r->type == T_CHOICE))
+        return 0; /* etcd: an empty string setting (YAML '') is the default */
+    switch (r->type) {
+    case T_BOOL:
+        if (!parse_bool(val, &b)) {
+            snprintf(err, errlen, "--%s: want true or false", name);
+            return -EINVAL;
+        }
+        val = b ? "true" : "false"; /* the spelling honoured compares with */
+        break;
+    case T_DUR:
+        rc = parse_duration_ms(name, val, &ms, err, errlen);
+        break;
+    case T_UINT:
+        rc = parse_u64(name, val, r->min, r->max, &u, err, errlen);
+        break;
+    case T_INT: {
+        char *end;
+        errno = 0;
+        (void)strtoll(val, &end, 10);
+        if (errno || end == val || *end != '\0') {
+            snprintf(err, errlen, "--%s: invalid value '%s' (want an integer)", name, val);
+            return -EINVAL;
+        }
+        break;
+    }
+    case T_CHOICE:
+        if (!is_choice(r->choices, val)) {
+            snprintf(err, errlen, "--%s: want %s, got '%s'", name, r->want, val);
+            return -EINVAL;
+        }
+        break;
+    case T_STR:
+        break;
+    }
+    if (rc == 0 && r->honoured && strcmp(val, r->honoured) != 0) {
+        snprintf(err, errlen, "--%s: '%s' refused: %s", name, val, r->refusal);
+        return -ENOTSUP;
+    }
+    return rc;
+}
 
 typedef struct flag_def {
     const char *name;
@@ -294,6 +470,7 @@ static const flag_def FLAGS[] = {
     {"max-pending-lease-forwards", F_U32, OFF(max_pending_lease_forwards), 0, 0, 1, 1u << 24},
     {"enable-failpoints", F_BOOL, OFF(enable_failpoints), 0, 0, 0, 0},
     {"enable-pprof", F_BOOL, OFF(enable_pprof), 0, 0, 0, 0},
+    {"enable-grpc-gateway", F_BOOL, OFF(enable_grpc_gateway), 0, 0, 0, 0},
     {"startup-verify-records", F_U64, OFF(startup_verify_records), 0, 0, 0, 1ULL << 40},
     {"startup-verify-full", F_BOOL, OFF(startup_verify_full), 0, 0, 0, 0},
     {"max-health-probes", F_U32, OFF(max_health_probes), 0, 0, 1, 1u << 16},
@@ -317,6 +494,10 @@ static const flag_def FLAGS[] = {
     {"max-watch-streams-per-connection", F_U32, OFF(max_watch_streams_per_conn), 0, 0, 1, 1u << 20},
     {"max-concurrency-waiters", F_U32, OFF(max_concurrency_waiters), 0, 0, 1, 1u << 24},
     {"watch-send-buffer-bytes", F_SIZE, OFF(watch_send_buffer_bytes), 0, 0, 4096, 1ULL << 32},
+    /* etcd 3.4's name of the same setting (0: the default, 10m, as etcd);
+     * first, so that kvd's own name wins when the environment sets both */
+    {"experimental-watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0,
+     0},
     {"watch-progress-notify-interval", F_DUR, OFF(watch_progress_interval_ms), 0, 0, 0, 0},
     {"auto-compaction-mode", F_STR, OFF(auto_compaction_mode), 0,
      sizeof(((kv_config *)0)->auto_compaction_mode), 0, 0},
@@ -369,6 +550,8 @@ static const flag_def FLAGS[] = {
     {"log-level", F_STR, OFF(log_level), 0, sizeof(((kv_config *)0)->log_level), 0, 0},
     {"log-format", F_STR, OFF(log_format), 0, sizeof(((kv_config *)0)->log_format), 0, 0},
     {"log-outputs", F_STR, OFF(log_outputs), 0, sizeof(((kv_config *)0)->log_outputs), 0, 0},
+    /* etcd 3.4's deprecated switch (kv_config_parse applies it) */
+    {"debug", F_BOOL, OFF(debug), 0, 0, 0, 0},
     /* Auth */
     {"auth-token", F_STR, OFF(auth_token), 0, sizeof(((kv_config *)0)->auth_token), 0, 0},
     {"auth-token-ttl", F_U32, OFF(auth_token_ttl), 0, 0, 1, 1u << 30},
@@ -378,15 +561,73 @@ static const flag_def FLAGS[] = {
     /* Accepted for etcd command-line compatibility; no effect in kvd. */
     {"enable-v2", F_IGNORED, 0, 0, 0, 0, 0},
     {"logger", F_IGNORED, 0, 0, 0, 0, 0},
+    /* etcd 3.4's flags without a kvd setting (ETCD_RULES): the value is checked; no effect,
+     * or refused when kvd cannot honour it. */
+    {"backend-batch-interval", F_ETCD, R_DUR, 0, 0, 0, 0},
+    {"backend-batch-limit", F_ETCD, R_INT, 0, 0, 0, 0},
+    {"bcrypt-cost", F_ETCD, R_BCRYPT_COST, 0, 0, 0, 0},
+    {"client-cert-allowed-hostname", F_ETCD, R_CLIENT_HOSTNAME, 0, 0, 0, 0},
+    {"discovery", F_ETCD, R_DISCOVERY, 0, 0, 0, 0},
+    {"discovery-fallback", F_ETCD, R_FALLBACK, 0, 0, 0, 0},
+    {"discovery-proxy", F_ETCD, R_DISCOVERY_PROXY, 0, 0, 0, 0},
+    {"experimental-backend-bbolt-freelist-type", F_ETCD, R_FREELIST, 0, 0, 0, 0},
+    {"experimental-enable-lease-checkpoint", F_ETCD, R_BOOL, 0, 0, 0, 0},
+    {"experimental-enable-lease-checkpoint-persist", F_ETCD, R_BOOL, 0, 0, 0, 0},
+    {"experimental-enable-v2v3", F_ETCD, R_V2V3, 0, 0, 0, 0},
+    {"experimental-peer-skip-client-san-verification", F_ETCD, R_BOOL, 0, 0, 0, 0},
+    {"experimental-warning-apply-duration", F_ETCD, R_DUR, 0, 0, 0, 0},
+    {"force-new-cluster", F_ETCD, R_FORCE_NEW_CLUSTER, 0, 0, 0, 0},
+    {"initial-election-tick-advance", F_ETCD, R_BOOL, 0, 0, 0, 0},
+    {"log-package-levels", F_ETCD, R_STR, 0, 0, 0, 0},
+    {"max-wals", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"metrics", F_ETCD, R_METRICS, 0, 0, 0, 0},
+    {"pre-vote", F_ETCD, R_BOOL, 0, 0, 0, 0},
+    {"proxy", F_ETCD, R_PROXY, 0, 0, 0, 0},
+    {"proxy-dial-timeout", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"proxy-failure-wait", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"proxy-read-timeout", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"proxy-refresh-interval", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"proxy-write-timeout", F_ETCD, R_UINT, 0, 0, 0, 0},
+    {"wal-dir", F_ETCD, R_WAL_DIR, 0, 0, 0, 0},
+    {"cors", F_ETCD, R_CORS, 0, 0, 0, 0},
+    /* etcd 3.4 logs to --log-outputs and only warns about this deprecated one */
+    {"log-output", F_ETCD, R_STR, 0, 0, 0, 0},
+    {"host-whitelist", F_ETCD, R_HOST_WHITELIST, 0, 0, 0, 0},
     /* Read before the other flags (kv_config_parse_env, config_file.h). */
     {"config-file", F_IGNORED, 0, 0, 0, 0, 0},
 };
 
+static int takes_bool(const flag_def *f)
+{
+    return f->kind == F_BOOL || (f->kind == F_ETCD && ETCD_RULES[f->off].type == T_BOOL);
+}
+
+/* etcd 3.4's YAML keys of Go type time.Duration (embed/config.go): a plain number there is
+ * nanoseconds. kvd's own duration keys keep the command line's reading (milliseconds). */
+static int etcd_duration_key(const char *name)
+{
+    static const char *const keys[] = {"grpc-keepalive-min-time",
+                                       "grpc-keepalive-interval",
+                                       "grpc-keepalive-timeout",
+                                       "experimental-corrupt-check-time",
+                                       "backend-batch-interval",
+                                       "experimental-watch-progress-notify-interval",
+                                       "experimental-warning-apply-duration"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i], name) == 0)
+            return 1;
+    return 0;
+}
+
 int kv_config_flag_known(const char *name)
 {
-    for (size_t k = 0; k < sizeof(FLAGS) / sizeof(FLAGS[0]); k++)
-        if (strcmp(FLAGS[k].name, name) == 0)
-            return 1;
+    for (size_t k = 0; k < sizeof(FLAGS) / sizeof(FLAGS[0]); k++) {
+        if (strcmp(FLAGS[k].name, name) != 0)
+            continue;
+        if (etcd_duration_key(name))
+            return KV_CONFIG_FILE_DURATION;
+        return takes_bool(&FLAGS[k]) ? KV_CONFIG_FILE_BOOL : KV_CONFIG_FILE_FLAG;
+    }
     return 0;
 }
 
@@ -438,6 +679,8 @@ const char *kv_config_usage(void)
            "  --enable-failpoints             testing: SIGUSR1 toggles an apply-path stall\n"
            "  --enable-pprof                  /debug/pprof/ on the client URLs: a CPU profile\n"
            "                                  for go tool pprof (docs/pprof.md) (false)\n"
+           "  --enable-grpc-gateway B         the JSON API, /v3/..., on the client URLs (true;\n"
+           "                                  false: 404 as any unknown path)\n"
            "  --startup-verify-records N      records per database checked at startup (10000)\n"
            "  --startup-verify-full B         check the structure of every page of data.mdb\n"
            "                                  before opening it (true; false: only the first\n"
@@ -474,6 +717,7 @@ const char *kv_config_usage(void)
            "  --watch-send-buffer-bytes N     unsent bytes per Watch stream before its watchers\n"
            "                                  are caught up from disk instead (1 MiB)\n"
            "  --watch-progress-notify-interval D  progress_notify period (default 10m)\n"
+           "  --experimental-watch-progress-notify-interval D  the same (etcd 3.4's name)\n"
            "  --auto-compaction-mode M        periodic|revision (periodic)\n"
            "  --auto-compaction-retention R   periodic: duration (1h, 30m) or hours; revision: N\n"
            "                                  revisions to keep; 0 = off (0)\n"
@@ -531,6 +775,8 @@ const char *kv_config_usage(void)
            "                                  (info)\n"
            "  --log-format F                  text|json: json writes etcd's zap JSON lines (text)\n"
            "  --log-outputs O                 stderr|stdout|FILE: where log lines go (stderr)\n"
+           "  --log-output O                  etcd 3.4's deprecated form: accepted, no effect\n"
+           "  --debug                         etcd 3.4's deprecated --log-level debug (wins)\n"
            "  --auth-token simple|jwt,...     token type: simple, or jwt,pub-key=F,priv-key=F,\n"
            "                                  sign-method=RS256|PS256|ES256|HS256...[,ttl=5m]\n"
            "  --auth-token-ttl S              simple token lifetime, renewed on use (300)\n"
@@ -539,6 +785,20 @@ const char *kv_config_usage(void)
            "(64)\n"
            "  --auth-max-tokens N             live auth tokens; beyond: too many requests "
            "(100000)\n"
+           "  etcd 3.4 flags accepted with no effect in kvd; the value is checked as etcd's\n"
+           "  (README.md, Flags, says why for each):\n"
+           "  --backend-batch-interval D --backend-batch-limit N --bcrypt-cost N\n"
+           "  --experimental-backend-bbolt-freelist-type T --max-wals N --metrics M\n"
+           "  --experimental-enable-lease-checkpoint B --initial-election-tick-advance B\n"
+           "  --experimental-enable-lease-checkpoint-persist B --pre-vote B (kvd: always on)\n"
+           "  --experimental-peer-skip-client-san-verification B --log-package-levels S\n"
+           "  --experimental-warning-apply-duration D (kvd: fixed 100ms)\n"
+           "  --discovery-fallback exit|proxy --proxy-dial-timeout MS --proxy-failure-wait MS\n"
+           "  --proxy-read-timeout MS --proxy-refresh-interval MS --proxy-write-timeout MS\n"
+           "  etcd 3.4 flags refused unless at etcd's default (false, off, empty), with why:\n"
+           "  --force-new-cluster --proxy off --discovery URL --discovery-proxy URL\n"
+           "  --experimental-enable-v2v3 P --client-cert-allowed-hostname H --wal-dir DIR\n"
+           "  --cors '*' --host-whitelist '*'\n"
            "  --version | --help\n";
 }
 
@@ -574,7 +834,7 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         }
         if (eq) {
             val = eq + 1;
-        } else if (f->kind == F_BOOL) {
+        } else if (takes_bool(f)) {
             val = "true";
         } else {
             if (i + 1 >= argc) {
@@ -620,18 +880,30 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
         case F_DUR:
             rc = parse_duration_ms(name, val, (uint32_t *)(base + f->off), err, errlen);
             break;
-        case F_BOOL:
-            if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
+        case F_BOOL: {
+            int b;
+            if (!parse_bool(val, &b)) { /* Go's spellings, as etcd's flags */
                 snprintf(err, errlen, "--%s: want true or false", name);
                 return -EINVAL;
             }
-            *(int *)(base + f->off) = strcmp(val, "true") == 0;
+            *(int *)(base + f->off) = b;
             break;
+        }
         case F_IGNORED:
+            break;
+        case F_ETCD:
+            rc = check_etcd_flag(name, &ETCD_RULES[f->off], val, err, errlen);
             break;
         }
         if (rc < 0)
             return rc;
+    }
+
+    /* etcd 3.4's deprecated --debug (embed/config_logging.go, embed/etcd.go): the debug log
+     * level whatever --log-level says, and /debug/pprof/ on the client URLs. */
+    if (cfg->debug) {
+        snprintf(cfg->log_level, sizeof(cfg->log_level), "debug");
+        cfg->enable_pprof = 1;
     }
 
     /* Defaults that depend on other flags, as etcd derives them. */
@@ -894,12 +1166,12 @@ int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t
         if (on_cmdline(argc, argv, FLAGS[k].name))
             continue;
         const char *v = getenv(var);
-        if (v == NULL) {
+        if (v == NULL || *v == '\0') {
             env_name(var, sizeof(var), "ETCD_", FLAGS[k].name);
             v = getenv(var);
         }
-        if (v == NULL)
-            continue;
+        if (v == NULL || *v == '\0')
+            continue; /* etcd's setFlagFromEnv: an empty variable is not set */
         size_t len = strlen(FLAGS[k].name) + strlen(v) + 4;
         args[n] = malloc(len);
         if (args[n] == NULL) {
@@ -925,7 +1197,8 @@ int kv_config_parse_env(kv_config *cfg, int argc, char **argv, char *err, size_t
             int cmd = on_cmdline(argc, argv, flag);
             char var[96], msg[1024];
             env_name(var, sizeof(var), "KVD_", flag);
-            if (!cmd && getenv(var) == NULL)
+            const char *kv = getenv(var);
+            if (!cmd && (kv == NULL || *kv == '\0')) /* unset or empty: ETCD_ was read */
                 env_name(var, sizeof(var), "ETCD_", flag);
             if (!cmd && getenv(var) != NULL) {
                 snprintf(msg, sizeof(msg), "environment variable %s: %s", var, err);

@@ -169,6 +169,13 @@ typedef struct kv_config {
     char log_level[16];    /* --log-level debug|info|warn|error (default info) */
     char log_format[16];   /* --log-format text|json (default text; json: etcd's zap lines) */
     char log_outputs[512]; /* --log-outputs stderr|stdout|FILE (default stderr) */
+    /* etcd 3.4's deprecated --debug=true (default false): log_level "debug", whatever
+     * --log-level says (etcd 3.4's default capnslog logger), and enable_pprof, as etcd 3.4's
+     * Debug serves /debug/pprof/. Applied by kv_config_parse(). */
+    int debug;
+    /* --enable-grpc-gateway (true): false = the client URLs answer /v3/... with 404
+     * (http/client_http.h no_gateway). */
+    int enable_grpc_gateway;
     /* Auth (server/api/auth_srv.h). */
     char auth_token[1024];            /* --auth-token: "simple" (etcd's default) or "jwt,..." */
     uint32_t auth_token_ttl;          /* --auth-token-ttl: seconds a simple token lives (300) */
@@ -191,7 +198,8 @@ int kv_url_parse(kv_url *u, const char *text, char *err, size_t errlen);
 
 const char *kv_config_usage(void);
 
-/* 1 if --name is one of kvd's flags. */
+/* 0 if --name is no kvd flag; KV_CONFIG_FILE_DURATION (config_file.h) if its value is a
+ * duration; else KV_CONFIG_FILE_FLAG (1). */
 int kv_config_flag_known(const char *name);
 
 /* kv_config_parse() with the environment, as etcd: every flag --foo-bar

@@ -179,6 +179,47 @@ static int flow_seq(reader *r, int line, char *v, char **out)
     return 0;
 }
 
+/* A plain number v for a duration key is nanoseconds (etcd: JSON into a time.Duration): the
+ * same in milliseconds, "<ms>ms" or "<ms>.<fraction>ms", in out. Any other v is returned as it
+ * is (a unit, or too many digits for any duration: refused by the flag's parser). NULL when v
+ * is not 0 but under a millisecond, kvd's resolution: it would read as 0, which turns such a
+ * setting off. */
+static const char *ns_to_ms(const char *v, char *out, size_t cap)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 30 || strspn(v, "0123456789") != n)
+        return v;
+    if (n <= 6 && strspn(v, "0") != n)
+        return NULL;
+    char ms[32] = "0", frac[7] = "000000";
+    if (n > 6) {
+        memcpy(ms, v, n - 6);
+        ms[n - 6] = '\0';
+        memcpy(frac, v + n - 6, 6);
+    } else {
+        memcpy(frac + 6 - n, v, n);
+    }
+    for (size_t i = 6; i > 0 && frac[i - 1] == '0'; i--)
+        frac[i - 1] = '\0';
+    snprintf(out, cap, "%s%s%sms", ms, frac[0] ? "." : "", frac);
+    return out;
+}
+
+/* YAML 1.1's other spellings of a boolean (etcd's decoder, yaml.v2, reads them so for a bool
+ * key): "true" or "false"; any other v as it is. */
+static const char *yaml_bool(const char *v)
+{
+    static const char *const yes[] = {"yes", "Yes", "YES", "on", "On", "ON", "y", "Y"};
+    static const char *const no[] = {"no", "No", "NO", "off", "Off", "OFF", "n", "N"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(v, yes[i]) == 0)
+            return "true";
+        if (strcmp(v, no[i]) == 0)
+            return "false";
+    }
+    return v;
+}
+
 /* One "key: value" of the top level (section NONE) or of a transport section. */
 static int key_value(reader *r, int line, int section, char *key, char *rest, int *open_section)
 {
@@ -202,7 +243,8 @@ static int key_value(reader *r, int line, int section, char *key, char *rest, in
             return 0;
         }
     }
-    if (!flag || !r->known(flag) || strcmp(flag, "config-file") == 0) {
+    int kind = flag ? r->known(flag) : 0;
+    if (!kind || strcmp(flag, "config-file") == 0) {
         if (empty) { /* a null setting of etcd's sample (wal-dir:, cors:, ...): nothing to say */
             r->skip_list = true; /* and any "- item" lines under it */
             return 0;
@@ -222,14 +264,25 @@ static int key_value(reader *r, int line, int section, char *key, char *rest, in
         r->list_line = line;
         return 0;
     }
-    char *s;
-    bool null;
-    int rc = *v == '[' ? flow_seq(r, line, v, &s) : scalar(r, line, v, &s, &null);
+    char *s = NULL;
+    bool null = false;
+    const char first = *v; /* flow_seq and scalar rewrite v in place */
+    int rc = first == '[' ? flow_seq(r, line, v, &s) : scalar(r, line, v, &s, &null);
     if (rc)
         return rc;
-    if (*v != '[' && null)
+    if (null)
         return 0;
-    return add_arg(r, flag, s);
+    const char *val = s;
+    char ms[48];
+    if (kind == KV_CONFIG_FILE_DURATION && first != '[' &&
+        (val = ns_to_ms(s, ms, sizeof(ms))) == NULL)
+        return fail(r, line,
+                    "'%s: %s': a plain number is nanoseconds here, as in etcd's file, and this "
+                    "is under 1 ms, kvd's resolution (write it with a unit: 1s, 500ms)",
+                    key, s);
+    if (kind == KV_CONFIG_FILE_BOOL && first != '[' && first != '\'' && first != '"')
+        val = yaml_bool(s);
+    return add_arg(r, flag, val);
 }
 
 static int parse(reader *r, char *text)

@@ -15,6 +15,12 @@
  * refused (quote such text). A key that is no kvd flag is reported on stderr and ignored, as
  * etcd's YAML decoding ignores unknown fields.
  *
+ * Durations: etcd decodes the file through JSON into Go's time.Duration, so a plain number for
+ * one of its duration keys (grpc-keepalive-min-time: 5000000000) is nanoseconds; it is passed
+ * on as milliseconds ("5000ms", "0.5ms"). A value with a unit ("5s") is taken as on the command
+ * line; so are kvd's own duration keys (a plain number: milliseconds). heartbeat-interval and
+ * election-timeout are plain integers of milliseconds, as in etcd.
+ *
  * Output: args[0..*n) are malloc'd "--flag=value" strings for kv_config_parse(); free them
  * with kv_config_file_free(). Errors name the file and the line. The file is bounded to
  * KV_CONFIG_FILE_MAX bytes. Main thread, before the server starts.
@@ -26,7 +32,13 @@
 
 #define KV_CONFIG_FILE_MAX (1u << 20)
 
-/* known(name): 1 if --name is one of kvd's flags (config.c: kv_config_flag_known). */
+/* known(name): 0 if --name is no kvd flag; KV_CONFIG_FILE_DURATION if it is one of etcd's
+ * time.Duration keys; KV_CONFIG_FILE_BOOL if it takes true or false (YAML 1.1's yes, no, on,
+ * off, y, n are read as those, as etcd's YAML decoder does); else KV_CONFIG_FILE_FLAG
+ * (config.c: kv_config_flag_known). */
+#define KV_CONFIG_FILE_FLAG 1
+#define KV_CONFIG_FILE_DURATION 2
+#define KV_CONFIG_FILE_BOOL 3
 int kv_config_file_read(const char *path, int (*known)(const char *name), char ***args, int *n,
                         char *err, size_t errlen);
 void kv_config_file_free(char **args, int n);

@@ -311,8 +311,8 @@ static int start_listeners(kvd_main *m)
         fprintf(stderr, "kvd: error: client TLS: %s\n", terr);
         return trc;
     }
-    /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway, and
-     * /debug/pprof/ with --enable-pprof. */
+    /* HTTP/1.1 on the client port, as etcd: /health, /version, /metrics, grpc-gateway (unless
+     * --enable-grpc-gateway=false), and /debug/pprof/ with --enable-pprof. */
     if (cfg->enable_pprof) {
         if (kv_pprof_http_new(&m->pprof, &m->loop) != 0)
             return -ENOMEM;
@@ -326,6 +326,7 @@ static int start_listeners(kvd_main *m)
         .max_body_bytes = gc.max_request_bytes,
         .max_streams = cfg->max_concurrent_streams, /* etcd: the gateway's one connection */
         .pprof = m->pprof,
+        .no_gateway = !cfg->enable_grpc_gateway, /* etcd's --enable-grpc-gateway */
     };
     int hrc = kv_client_http_new(&m->chttp, &chc, &m->loop);
     if (hrc < 0)

@@ -708,7 +708,8 @@ static long take_request(hconn *hc)
      * (/version, the gateway, CORS preflights) are skipped there and the chain's last
      * branch answers 404 */
     int proxy = h->cfg.grpc_proxy;
-    if (!proxy && h->cfg.max_streams && h->active >= h->cfg.max_streams &&
+    int gateway = !proxy && !h->cfg.no_gateway; /* etcd: --enable-grpc-gateway, member only */
+    if (gateway && h->cfg.max_streams && h->active >= h->cfg.max_streams &&
         strcmp(method, "POST") == 0 && strncmp(target, "/v3", 3) == 0) {
         /* every stream slot is taken: wait, as etcd's gateway waits for its connection's
          * stream quota, until a call ends or the client gives up (on_close) */
@@ -752,7 +753,7 @@ static long take_request(hconn *hc)
         }
     } else if (h->cfg.pprof && kv_pprof_http_match(target)) {
         start_pprof(hc, target, query); /* Go's pprof handlers take any method */
-    } else if (!proxy && strncmp(target, "/v3", 3) == 0) {
+    } else if (gateway && strncmp(target, "/v3", 3) == 0) {
         if (strcmp(method, "POST") != 0) /* grpc-gateway: only POST patterns exist */
             respond_text(hc, 405, "Method Not Allowed\n");
         else

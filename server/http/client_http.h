@@ -18,7 +18,9 @@
  *                    snapshot) answer chunked, one {"result":{...}} object per line; only the
  *                    first request object of the body is sent.
  * With cfg.grpc_proxy (kvd grpc-proxy's --listen-addr) only /health, /metrics and
- * /debug/pprof/ are served, as by etcd's proxy; everything else is Go's 404.
+ * /debug/pprof/ are served, as by etcd's proxy; everything else is Go's 404. With
+ * cfg.no_gateway (--enable-grpc-gateway=false) /v3/... is not served: 404 as any unknown path,
+ * as etcd without its gateway.
  *
  * Connections: HTTP/1.1 keep-alive (HTTP/1.0: close unless "Connection: keep-alive"); one
  * request answered at a time, later pipelined requests are buffered. Bounds: the request head
@@ -64,6 +66,8 @@ typedef struct kv_client_http_config {
                      * (/health, /metrics, /debug/pprof/ with pprof); /version, /v3/... and any
                      * other path get 404 "404 page not found"; no CORS headers or preflight
                      * answers */
+    int no_gateway; /* 1: no grpc-gateway (--enable-grpc-gateway=false): /v3/... gets 404 "404
+                     * page not found", as other unknown paths */
 } kv_client_http_config;
 
 typedef struct kv_client_http kv_client_http;

@@ -68,7 +68,8 @@
  * HashKV is the same function of the logical keyspace whatever the key lengths.
  *   "alarm" member id(8 BE) | alarm type(4 BE) -> crc32c of the 12-byte key (4, BE).
  *           One record per active alarm (etcd's alarm bucket); at most 64 (KV_MAX_ALARMS).
- *   "members", "members_removed": the membership table (mvcc/members.h), same transactions.
+ *   "members", "members_removed", "members_staged": the membership table and the member add
+ *           records waiting for their configuration entry (mvcc/members.h), same transactions.
  *
  * Limits: keys of any length (as etcd, the request size limit bounds them). The quota
  * (cfg.quota_bytes) is checked by the API before proposing (api/quota.h, as etcd's

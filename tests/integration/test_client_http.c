@@ -1027,3 +1027,44 @@ Test(client_http, gateway_and_health_over_http2, .timeout = 120)
     free(log);
     stop_server(s);
 }
+
+/* --enable-grpc-gateway=false (etcd's flag, default true): the client port serves no
+ * grpc-gateway, so POST /v3/kv/range and /v3beta/kv/range answer 404 "404 page not found" as
+ * any unknown path, while /health still answers. The same against etcd 3.4 when installed. */
+static void gateway_off(kv_it_kind kind)
+{
+    kv_it_server *s = calloc(1, sizeof(*s));
+    cr_assert(s);
+    const char *const extra[] = {"--enable-grpc-gateway=false", NULL};
+    int rc = kv_it_server_init(s, kind, extra);
+    if (rc == -ENOENT && kind == KV_IT_ETCD) {
+        free(s);
+        return;
+    }
+    cr_assert_eq(rc, 0);
+    cr_assert_eq(kv_it_server_start(s, 20000), 0, "%s with the gateway off", kv_it_kind_name(kind));
+    const char *who = kv_it_kind_name(kind);
+    static const char *const paths[] = {"/v3/kv/range", "/v3beta/kv/range"};
+    for (size_t i = 0; i < 2; i++) {
+        http_resp r = http_post(s->client_port, paths[i], "{\"key\":\"YQ==\"}");
+        cr_assert_eq(r.status, 404, "%s: %s: %s", who, paths[i], r.raw);
+        cr_assert(strstr(r.body, "404 page not found"), "%s: %s: %s", who, paths[i], r.raw);
+        free(r.raw);
+    }
+    http_resp h = http_do(s->client_port, "GET", "/health", NULL);
+    cr_assert_eq(h.status, 200, "%s: /health: %s", who, h.raw);
+    free(h.raw);
+    stop_server(s);
+}
+
+Test(client_http, the_gateway_can_be_turned_off, .timeout = 120)
+{
+    gateway_off(KV_IT_KVD);
+    gateway_off(KV_IT_ETCD);
+    /* and on by default */
+    kv_it_server *s = start_server(KV_IT_KVD);
+    http_resp r = http_post(s->client_port, "/v3/kv/range", "{\"key\":\"YQ==\"}");
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    free(r.raw);
+    stop_server(s);
+}

@@ -160,7 +160,7 @@ Test(config_file, sequences_in_both_forms)
                "  - http://127.0.0.1:31001\n"
                "  - 'http://127.0.0.1:31002'\n"
                "listen-peer-urls: [ http://127.0.0.1:31003 , \"http://127.0.0.1:31004\" ]\n"
-               "cors:\n"
+               "x-not-a-setting:\n"
                "  - http://ignored.example\n"
                "name: 'it''s'\n");
     kv_config c;
@@ -206,4 +206,88 @@ Test(config_file, bad_files_are_refused_with_a_clear_error)
     char *argv[] = {"kvd", "--config-file", "/nonexistent/etcd.conf.yml"};
     cr_expect_eq(parse_with(&c, err, sizeof err, 3, argv), -ENOENT);
     cr_expect(strstr(err, "/nonexistent/etcd.conf.yml"), "%s", err);
+}
+
+/* etcd decodes its file through JSON into Go's time.Duration: a plain number for a duration
+ * key is nanoseconds. heartbeat-interval and election-timeout are plain milliseconds there
+ * too, and a value with a unit is taken as on the command line. */
+Test(config_file, a_plain_number_for_a_duration_is_nanoseconds)
+{
+    write_file("grpc-keepalive-min-time: 5000000000\n"
+               "grpc-keepalive-interval: 7200000000000\n"
+               "grpc-keepalive-timeout: '20s'\n"
+               "experimental-corrupt-check-time: 1500000\n"
+               "experimental-watch-progress-notify-interval: 600000000000\n"
+               "experimental-warning-apply-duration: 100000000\n"
+               "backend-batch-interval: 0\n"
+               "heartbeat-interval: 100\n"
+               "election-timeout: 1000\n"
+               "lease-checkpoint-interval: 300000\n");
+    kv_config c;
+    char err[1024];
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.grpc_keepalive_min_time_ms, 5000);
+    cr_expect_eq(c.grpc_keepalive_interval_ms, 7200000);
+    cr_expect_eq(c.grpc_keepalive_timeout_ms, 20000);
+    cr_expect_eq(c.corrupt_check_time_ms, 1, "1.5 ms: whole milliseconds, as '1.5ms'");
+    cr_expect_eq(c.watch_progress_interval_ms, 600000);
+    cr_expect_eq(c.heartbeat_interval_ms, 100);
+    cr_expect_eq(c.election_timeout_ms, 1000);
+    /* kvd's own duration keys are no etcd field: milliseconds, as on the command line */
+    cr_expect_eq(c.lease_checkpoint_interval_ms, 300000);
+    unlink(path);
+    /* still checked: a duration past the flag's range, or not a number */
+    write_file("grpc-keepalive-min-time: 99999999999999999999\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "--grpc-keepalive-min-time: invalid duration"), "%s", err);
+    unlink(path);
+    write_file("experimental-warning-apply-duration: soon\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "--experimental-warning-apply-duration: invalid duration"), "%s", err);
+    unlink(path);
+    /* under kvd's 1 ms it would read as 0, which turns keepalive pings off: refused */
+    write_file("grpc-keepalive-interval: 60000\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "line 1: 'grpc-keepalive-interval: 60000': a plain number is "
+                          "nanoseconds here"),
+              "%s", err);
+}
+
+/* etcd 3.4's keys kvd has no setting for are read (not "not a kvd setting; ignored"): a value
+ * kvd cannot honour stops the start as the flag does, the gateway switch takes effect. */
+Test(config_file, etcd34_keys_are_read)
+{
+    kv_config c;
+    char err[1024];
+    write_file("enable-grpc-gateway: false\n"
+               "pre-vote: true\n"
+               "max-wals: 5\n"
+               "metrics: extensive\n"
+               "debug: yes\n" /* YAML 1.1's spelling, as etcd's decoder reads it */
+               "initial-election-tick-advance: off\n"
+               "cors: ''\n" /* etcd: empty is the default */
+               "log-output: [stdout]\n");
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.enable_grpc_gateway, 0);
+    cr_expect_str_eq(c.log_level, "debug");
+    cr_expect_str_eq(c.log_outputs, "stderr", "--log-output: no effect, as in etcd 3.4");
+    unlink(path);
+    static const struct {
+        const char *text, *want;
+    } refused[] = {
+        {"wal-dir: /var/lib/etcd/wal\n", "--wal-dir: '/var/lib/etcd/wal' refused"},
+        {"force-new-cluster: true\n", "--force-new-cluster: 'true' refused"},
+        {"proxy: 'on'\n", "--proxy: 'on' refused"},
+        {"discovery: https://discovery.etcd.io/x\n", "--discovery: 'https://discovery.etcd.io/x' "
+                                                     "refused"},
+        {"bcrypt-cost: lots\n", "--bcrypt-cost: invalid value 'lots'"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        write_file(refused[i].text);
+        cr_expect_lt(parse_file(&c, err, sizeof err), 0, "case %zu accepted", i);
+        cr_expect(strstr(err, refused[i].want), "case %zu: want '%s' in: %s", i, refused[i].want,
+                  err);
+        unlink(path);
+    }
+    path[0] = '\0';
 }

@@ -2,6 +2,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int parse(kv_config *c, char *err, size_t errlen, int argc, char **argv)
@@ -204,4 +205,202 @@ Test(config, peer_priority_queue_flag)
     char *small[] = {"kvd", "--peer-max-priority-queue-bytes", "1024"};
     cr_assert_lt(parse(&c, err, sizeof(err), 3, small), 0);
     cr_assert(strstr(kv_config_usage(), "--peer-max-priority-queue-bytes"));
+}
+
+/* etcd 3.4's flags that kvd has no setting of its own for, each at etcd's default: an etcd
+ * command line that spells them out starts kvd (they used to be "unknown flag"). */
+Test(config, etcd34_flags_at_their_defaults_parse)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *argv[] = {"kvd",
+                    "--backend-batch-interval=0",
+                    "--backend-batch-limit=0",
+                    "--bcrypt-cost=10",
+                    "--client-cert-allowed-hostname=",
+                    "--debug=false",
+                    "--discovery=",
+                    "--discovery-fallback=proxy",
+                    "--discovery-proxy=",
+                    "--enable-grpc-gateway=true",
+                    "--experimental-backend-bbolt-freelist-type=",
+                    "--experimental-enable-lease-checkpoint=false",
+                    "--experimental-enable-lease-checkpoint-persist=false",
+                    "--experimental-enable-v2v3=",
+                    "--experimental-peer-skip-client-san-verification=false",
+                    "--experimental-warning-apply-duration=100ms",
+                    "--experimental-watch-progress-notify-interval=0",
+                    "--force-new-cluster=false",
+                    "--initial-election-tick-advance=true",
+                    "--log-output=default",
+                    "--log-package-levels=",
+                    "--max-wals=5",
+                    "--metrics=basic",
+                    "--pre-vote=false",
+                    "--proxy=off",
+                    "--proxy-dial-timeout=1000",
+                    "--proxy-failure-wait=5000",
+                    "--proxy-read-timeout=0",
+                    "--proxy-refresh-interval=30000",
+                    "--proxy-write-timeout=5000",
+                    "--cors=*",
+                    "--host-whitelist=*",
+                    "--wal-dir",
+                    ""};
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    cr_assert_eq(parse(&c, err, sizeof(err), argc, argv), 0, "%s", err);
+    cr_expect_eq(c.enable_grpc_gateway, 1);
+    cr_expect_str_eq(c.log_level, "info");
+    cr_expect_str_eq(c.log_outputs, "stderr", "--log-output has no effect, as in etcd 3.4");
+    cr_expect_eq(c.watch_progress_interval_ms, 0, "0: the watch hub's 10m, as etcd");
+    /* the other spellings etcd's flag package takes: a bare boolean, the help's defaults */
+    char *more[] = {"kvd",
+                    "--pre-vote",
+                    "--initial-election-tick-advance",
+                    "--debug=false",
+                    "--experimental-backend-bbolt-freelist-type=array",
+                    "--metrics",
+                    "extensive",
+                    "--backend-batch-limit=-1",
+                    "--bcrypt-cost=40", /* etcd 3.4: out of bcrypt's range, 10 is used */
+                    "--metrics=fancy"}; /* etcd 3.4: anything but extensive is basic */
+    cr_assert_eq(parse(&c, err, sizeof(err), 10, more), 0, "%s", err);
+}
+
+/* The etcd 3.4 names that take effect: each sets what kvd's own flag sets. */
+Test(config, etcd34_aliases_set_their_targets)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *watch[] = {"kvd", "--experimental-watch-progress-notify-interval", "3s"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, watch), 0, "%s", err);
+    cr_expect_eq(c.watch_progress_interval_ms, 3000);
+
+    /* etcd 3.4 only warns about --log-output and logs to --log-outputs (setupLogging) */
+    char *out[] = {"kvd", "--log-output=stdout"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, out), 0, "%s", err);
+    cr_expect_str_eq(c.log_outputs, "stderr");
+
+    char *debug[] = {"kvd", "--debug"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, debug), 0, "%s", err);
+    cr_expect_str_eq(c.log_level, "debug");
+    cr_expect_eq(c.enable_pprof, 1, "etcd 3.4's --debug serves /debug/pprof/ too");
+    /* Go's strconv.ParseBool spellings, as etcd's flags take them */
+    char *debug1[] = {"kvd", "--debug=1", "--enable-grpc-gateway=F"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, debug1), 0, "%s", err);
+    cr_expect_str_eq(c.log_level, "debug");
+    cr_expect_eq(c.enable_grpc_gateway, 0);
+    /* etcd 3.4 (capnslog): --debug wins over --log-level */
+    char *debug_warn[] = {"kvd", "--debug=true", "--log-level=warn"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, debug_warn), 0, "%s", err);
+    cr_expect_str_eq(c.log_level, "debug");
+    char *no_debug[] = {"kvd", "--debug=false", "--log-level=warn"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 3, no_debug), 0, "%s", err);
+    cr_expect_str_eq(c.log_level, "warn");
+
+    char *gw[] = {"kvd", "--enable-grpc-gateway=false"};
+    cr_assert_eq(parse(&c, err, sizeof(err), 2, gw), 0, "%s", err);
+    cr_expect_eq(c.enable_grpc_gateway, 0);
+}
+
+/* A value kvd cannot honour stops the start with the reason, not "unknown flag". */
+Test(config, etcd34_values_kvd_cannot_honour_are_refused_with_the_reason)
+{
+    kv_config c;
+    char err[1024];
+    static const struct {
+        const char *arg, *want;
+    } cases[] = {
+        {"--force-new-cluster", "--force-new-cluster: 'true' refused: kvd cannot rewrite the "
+                                "membership of an existing data dir"},
+        {"--force-new-cluster=true", "snapshot restore"},
+        {"--discovery=https://discovery.etcd.io/3e86b59982e49066c5d813af1c2e2579cbf573de",
+         "--discovery: 'https://discovery.etcd.io/3e86b59982e49066c5d813af1c2e2579cbf573de' "
+         "refused: etcd's v2 discovery service is not supported"},
+        {"--discovery-proxy=http://10.0.0.1:3128", "--discovery-proxy: 'http://10.0.0.1:3128' "
+                                                   "refused: only used by --discovery"},
+        {"--proxy=on", "--proxy: 'on' refused: etcd's v2 proxy is not supported; run kvd "
+                       "grpc-proxy start"},
+        {"--proxy=readonly", "etcd's v2 proxy is not supported"},
+        {"--experimental-enable-v2v3=/v2/", "--experimental-enable-v2v3: '/v2/' refused: the v2 "
+                                            "API is not served"},
+        {"--client-cert-allowed-hostname=client.example.com",
+         "--client-cert-allowed-hostname: 'client.example.com' refused: not supported"},
+        {"--cors=https://ui.example.com", "--cors: 'https://ui.example.com' refused: kvd answers "
+                                          "HTTP requests from every origin"},
+        {"--host-whitelist=kvd.example.com", "--host-whitelist: 'kvd.example.com' refused"},
+        {"--wal-dir=/var/lib/etcd/wal", "--wal-dir: '/var/lib/etcd/wal' refused: a separate WAL "
+                                        "directory is not supported: kvd keeps its raft "
+                                        "write-ahead log inside --data-dir, in <data-dir>/wal"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {"kvd", (char *)cases[i].arg};
+        cr_expect_lt(parse(&c, err, sizeof(err), 2, argv), 0, "%s was accepted", cases[i].arg);
+        cr_expect(strstr(err, cases[i].want), "%s: want '%s' in: %s", cases[i].arg, cases[i].want,
+                  err);
+    }
+}
+
+/* A value that is no value of the etcd flag's type is refused as etcd refuses it, naming the
+ * flag. */
+Test(config, etcd34_flags_refuse_a_bad_value)
+{
+    kv_config c;
+    char err[1024];
+    static const struct {
+        const char *arg, *want;
+    } cases[] = {
+        {"--bcrypt-cost=abc", "--bcrypt-cost: invalid value 'abc'"},
+        {"--discovery-fallback=later", "--discovery-fallback: want exit or proxy"},
+        {"--proxy=maybe", "--proxy: want off, readonly or on, got 'maybe'"},
+        {"--backend-batch-interval=soon", "--backend-batch-interval: invalid duration 'soon'"},
+        {"--experimental-warning-apply-duration=soon", "--experimental-warning-apply-duration: "
+                                                       "invalid duration"},
+        {"--experimental-watch-progress-notify-interval=often",
+         "--experimental-watch-progress-notify-interval: invalid duration"},
+        {"--backend-batch-limit=1.5", "--backend-batch-limit: invalid value '1.5'"},
+        {"--max-wals=-1", "--max-wals: invalid value '-1'"},
+        {"--proxy-dial-timeout=1s", "--proxy-dial-timeout: invalid value '1s'"},
+        {"--pre-vote=maybe", "--pre-vote: want true or false"},
+        {"--experimental-enable-lease-checkpoint=yes", "--experimental-enable-lease-checkpoint: "
+                                                       "want true or false"},
+        {"--force-new-cluster=no", "--force-new-cluster: want true or false"},
+        {"--enable-grpc-gateway=off", "--enable-grpc-gateway: want true or false"},
+        {"--debug=2", "--debug: want true or false"},
+        {"--bcrypt-cost=-1", "--bcrypt-cost: invalid value '-1'"},
+        {"--max-wals=", "--max-wals: invalid value ''"}, /* etcd's ParseUint refuses it too */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {"kvd", (char *)cases[i].arg};
+        cr_expect_eq(parse(&c, err, sizeof(err), 2, argv), -EINVAL, "%s was accepted",
+                     cases[i].arg);
+        cr_expect(strstr(err, cases[i].want), "%s: want '%s' in: %s", cases[i].arg, cases[i].want,
+                  err);
+    }
+}
+
+/* The environment reaches them as every flag (ETCD_*, KVD_*), and a refusal names the
+ * variable. */
+Test(config, etcd34_flags_from_the_environment)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *argv[] = {"kvd"};
+    setenv("ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", "2s", 1);
+    setenv("ETCD_MAX_WALS", "5", 1);
+    setenv("KVD_ENABLE_GRPC_GATEWAY", "false", 1);
+    kv_config_default(&c);
+    cr_assert_eq(kv_config_parse_env(&c, 1, argv, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.watch_progress_interval_ms, 2000);
+    cr_expect_eq(c.enable_grpc_gateway, 0);
+    setenv("ETCD_WAL_DIR", "/var/lib/etcd/wal", 1);
+    kv_config_default(&c);
+    cr_expect_lt(kv_config_parse_env(&c, 1, argv, err, sizeof err), 0);
+    cr_expect(strstr(err, "environment variable ETCD_WAL_DIR: --wal-dir: '/var/lib/etcd/wal' "
+                          "refused"),
+              "%s", err);
+    unsetenv("ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL");
+    unsetenv("ETCD_MAX_WALS");
+    unsetenv("KVD_ENABLE_GRPC_GATEWAY");
+    unsetenv("ETCD_WAL_DIR");
 }
