@@ -33,7 +33,8 @@
  * Failover: when the upstream stream ends, the learned limit goes back to the flag (the next
  * member may take more: cap_reset) and every upstream watcher is re-created on a new one
  * from last_rev + 1; a compacted revision comes back as etcd's compacted response and is
- * relayed.
+ * relayed to the receivers that needed it; the ones that joined ahead of it go on
+ * (bc_compacted).
  *
  * Threads: loop only, except up_msg_io/up_end_io (libkvclient's I/O thread), which only post.
  */
@@ -614,6 +615,50 @@ static void bc_end_all(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse
     } while (!last);
 }
 
+/* bc's upstream watcher was canceled as compacted (r->compact_revision): the member had
+ * compacted revision last_rev + 1, which the upstream watcher asked for after a failover, or
+ * which it had not sent yet. A receiver that joined ahead of bc (nextrev above the compacted
+ * revision: it asked for no event at or below it) is not compacted, as its own watcher on
+ * the member would not be: bc goes on for those, re-created from the lowest of their
+ * nextrev. The others get r and end. etcd 3.4's proxy cancels them all. */
+static void bc_compacted(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r)
+{
+    int64_t from = 0;
+    kv_list *pos, *nx;
+    kv_list_foreach(pos, &bc->rcv) {
+        pw_w *w = kv_list_data(pos, pw_w, blink);
+        if (w->created && w->nextrev > r->compact_revision && (!from || w->nextrev < from))
+            from = w->nextrev;
+    }
+    if (!bc->established || from == 0) {
+        bc_end_all(s, bc, r);
+        return;
+    }
+    pw_up *u = bc->up;
+    if (u && !u->ended)
+        itab_del(u, bc); /* canceled upstream: no cancel to send */
+    if (u)
+        u->n_bc--;
+    bc->up = NULL;
+    bc->last_rev = from - 1;
+    bc->current = 0; /* it catches up from the history again */
+    bc->n_rcv++;     /* bc stays while the compacted receivers leave */
+    for (pos = bc->rcv.next; pos != &bc->rcv; pos = nx) {
+        nx = pos->next;
+        pw_w *w = kv_list_data(pos, pw_w, blink);
+        if (w->created && w->nextrev > r->compact_revision)
+            continue;
+        r->watch_id = w->created ? w->id : -1;
+        pw_cs_send_resp(w->cs, r);
+        pw_w_end(w);
+    }
+    bc->n_rcv--;
+    if (!uv_is_active((uv_handle_t *)&s->retry)) { /* else the retry places it */
+        pw_up *hint = u && !u->ended ? u : NULL;
+        (void)place(s, bc, &hint); /* -EAGAIN: a retry is scheduled and places it */
+    }
+}
+
 static void save_header(pw_bc *bc, const Etcdserverpb__WatchResponse *r)
 {
     if (!r->header)
@@ -892,7 +937,11 @@ static void on_response(kv_proxy_watch *s, pw_up *u, Etcdserverpb__WatchResponse
     if (!bc)
         return; /* canceled by the proxy: its last responses are dropped */
     save_header(bc, r);
-    if (r->canceled || r->compact_revision) { /* compacted, or ended by the member */
+    if (r->compact_revision) {
+        bc_compacted(s, bc, r);
+        return;
+    }
+    if (r->canceled) { /* ended by the member */
         bc_end_all(s, bc, r);
         return;
     }

@@ -836,6 +836,14 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
     for (int i = 0; i < 3; i++)
         put(wr, "c", i);
     pump_until(cs, 1, all_have, 3, 10000, "3 events");
+    /* A second watcher from a revision above the one compacted below joins the upstream
+     * watcher (start revision > its last revision): the compaction is not its. */
+    int64_t ahead = cs[0].w[0].revs[2] + 20;
+    double coalesced = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
+    send_create(&cs[0], "c", NULL, 0, ahead);
+    pump_until(cs, 1, created_cb, 0, 10000, "Created of the watcher ahead");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced + 1,
+                 "the watcher ahead joined the upstream watcher");
     cr_assert_eq(kvt_member_pause(&g_c, 0), 0);
     int64_t rev = 0;
     for (int i = 3; i < 8; i++) {
@@ -867,11 +875,30 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
     cr_assert(cs[0].w[0].canceled, "compacted answer relayed");
     cr_assert_eq(cs[0].w[0].compact_rev, rev, "compact_revision %lld, compacted at %lld",
                  (long long)cs[0].w[0].compact_rev, (long long)rev);
+    cr_assert_lt(rev, ahead);
+    /* The watcher ahead stays and gets its events from its start revision, exactly once. */
+    int64_t last = rev;
+    while (last < ahead + 2)
+        last = put(wr, "c", (int)(last - rev));
+    int want = (int)(last - ahead + 1);
+    end = kvt_now_ms() + 20000;
+    while (cs[0].w[1].n < want && !cs[0].w[1].canceled && kvt_now_ms() < end) {
+        pump(cs, 1);
+        kvt_sleep_ms(1);
+    }
+    cr_assert(!cs[0].w[1].canceled, "the watcher ahead was canceled (compact_revision %lld)",
+              (long long)cs[0].w[1].compact_rev);
+    cr_assert_eq(cs[0].w[1].n, want, "the watcher ahead got %d events, want %d", cs[0].w[1].n,
+                 want);
+    for (int k = 0; k < want; k++)
+        cr_assert_eq(cs[0].w[1].revs[k], ahead + k);
     cr_assert_eq(cs[0].bad, 0);
     cr_assert(!cs[0].st->closed, "the client stream stays open");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 0);
-    fprintf(stderr, "proxy_watch: resume onto compacted revision: compact_revision %lld relayed\n",
-            (long long)rev);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 1);
+    fprintf(stderr,
+            "proxy_watch: resume onto compacted revision: compact_revision %lld relayed; the "
+            "watcher from %lld stayed and got its %d events\n",
+            (long long)rev, (long long)ahead, want);
     conn_close(&cs[0]);
     kvc_close(wr);
 }
