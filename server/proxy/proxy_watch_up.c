@@ -201,7 +201,8 @@ static void send_up_cancel(pw_up *u, int64_t id)
 }
 
 /* Sends bc's create on u (from where it stands) and queues bc for its Created. 0, or
- * -ENOBUFS (u's send buffer is full) or -ENOMEM: not sent. */
+ * -ENOBUFS (u's send buffer is full), -E2BIG (the create is larger than any stream's send
+ * buffer: --max-upstream-send-bytes) or -ENOMEM: not sent. */
 static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
@@ -224,6 +225,11 @@ static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
     if (!b)
         return -ENOMEM;
     etcdserverpb__watch_request__pack(&r, b);
+    size_t max = s->p->cfg->max_upstream_send_bytes;
+    if (max && n + 5 > max) { /* a gRPC message's 5-byte prefix: libkvclient's sendbuf */
+        free(b);
+        return -E2BIG;
+    }
     kvc_error e;
     int rc = kvc_bidi_send(u->b, b, n, &e);
     free(b);
@@ -496,8 +502,12 @@ static pw_up *up_open(kv_proxy_watch *s, const pw_bc *bc)
 }
 
 /* Sends bc's create on a stream with room (--max-watchers-per-upstream-stream; *hint first),
- * opening one if none has. 0, or -EAGAIN: no stream could be opened (a retry is scheduled
- * and will place it). */
+ * opening one if none has. 0, or -EAGAIN: no stream could be opened, or bc was established
+ * and the stream's send buffer is full (a retry is scheduled and will place it). A failover
+ * re-sends every upstream watcher at once, which may be more than --max-upstream-send-bytes:
+ * the ones past it wait for the buffer to drain, and their clients keep their streams. A new
+ * upstream watcher that does not fit is refused (its clients' streams end: the overload
+ * answer), as is one whose create could never fit. */
 static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 {
     pw_up *u = *hint;
@@ -515,7 +525,12 @@ static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
             return -EAGAIN; /* retried later */
     }
     *hint = u;
-    if (bc_send_create(s, bc, u) < 0)
+    int rc = bc_send_create(s, bc, u);
+    if (rc == -ENOBUFS && bc->established) {
+        retry_later(s);
+        return -EAGAIN;
+    }
+    if (rc < 0)
         bc_refuse(bc); /* its streams end (deferred); bc goes with its last receiver */
     return 0;
 }
@@ -525,11 +540,20 @@ static int place(kv_proxy_watch *s, pw_bc *bc, pw_up **hint)
 static void place_all(kv_proxy_watch *s)
 {
     pw_up *u = NULL;
+    int placed = 0;
     kv_list *pos;
     kv_list_foreach(pos, &s->bcasts) {
         pw_bc *bc = kv_list_data(pos, pw_bc, link);
-        if (!bc->up && place(s, bc, &u) < 0)
+        if (bc->up)
+            continue;
+        if (place(s, bc, &u) < 0) {
+            if (placed) { /* the buffer drains: come back soon, not after a long back-off */
+                s->retry_ms = RETRY_MIN_MS;
+                retry_later(s);
+            }
             return;
+        }
+        placed++;
     }
 }
 

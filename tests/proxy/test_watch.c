@@ -1133,6 +1133,53 @@ Test(proxy_watch, learned_watchers_per_stream_limit_resets_on_failover, .fini = 
     conn_close(&c);
 }
 
+/* A failover re-sends every upstream watcher's create at once. With
+ * --max-upstream-send-bytes=4096 the 1,000 creates (about 25 KiB) do not fit in the new
+ * stream's send buffer: the ones past it wait for it to drain, and the client stream and its
+ * 1,000 watchers stay. The creates went up one at a time before the kill (a client stream's
+ * creates are answered in order), so the small buffer was never full then. When a resumed
+ * create that did not fit ended its client streams, this stream was closed and every watcher
+ * lost. */
+Test(proxy_watch, a_failover_larger_than_the_upstream_send_buffer_keeps_every_watcher, .fini = fini,
+     .timeout = 240)
+{
+    cr_assert_eq(px_cluster_start(&g_c, 3), 0, "cluster");
+    int order[3] = {0, 1, 2};
+    static const char *const small[] = {NO_CACHE, "--max-upstream-send-bytes=4096", NULL};
+    cr_assert_eq(px_start(&g_x, &g_c, order, 3, small), 0, "proxy");
+    static conn c;
+    static many x;
+    conn_open(&c);
+    create_distinct(&c, &x, 'b', NSMALL);
+    cr_assert_eq(member_watchers(0), NSMALL, "the proxy watches through m0");
+    double resumed0 = px_metric(&g_x, "kvd_proxy_watch_resumed_total");
+
+    cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
+    uint64_t t0 = kvt_now_ms(), end = t0 + 60000;
+    double on1 = 0, on2 = 0;
+    for (;;) {
+        (void)kv_it_grpc_pump(c.g, 0);
+        (void)kv_it_grpc_stream_take(c.st, many_msg, &x);
+        on1 = member_watchers(1);
+        on2 = member_watchers(2);
+        if (on1 + on2 >= NSMALL || c.st->closed || kvt_now_ms() >= end)
+            break;
+        kvt_sleep_ms(100);
+    }
+    double resumed = px_metric(&g_x, "kvd_proxy_watch_resumed_total") - resumed0;
+    fprintf(stderr,
+            "proxy_watch: kill -9 of m0 with --max-upstream-send-bytes=4096: %.0f upstream "
+            "watchers resumed on m1 + m2 (%.0f + %.0f) in %llu ms\n",
+            resumed, on1, on2, (unsigned long long)(kvt_now_ms() - t0));
+    cr_assert(!c.st->closed, "the client stream was ended");
+    cr_assert_eq(on1 + on2, NSMALL, "every upstream watcher resumed");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), NSMALL, "no client watcher lost");
+    cr_assert_geq(kvt_cluster_wait_writable(&g_c, 15000), 0, "a leader after the kill");
+    events_routed(&c, &x, on1 ? 1 : 2, 'b', (const int[3]){0, NSMALL / 2, NSMALL - 1});
+    cr_assert_eq(x.bad, 0);
+    conn_close(&c);
+}
+
 #define BIGV (700 * 1024)
 
 typedef struct frag_log {
