@@ -37,6 +37,7 @@ typedef struct fwd_waiter {
     fwd_owner *o;
     uint64_t t0_ns; /* receipt (kvd_lease_renewal_duration_seconds) */
     kv_lease_fwd_renew_fn done;
+    uint32_t n; /* the stream's renewals of the lease it stands for (each gets an answer) */
 } fwd_waiter;
 
 /* The one pending forward of lease id's renewal (coalescing, lease_fwd.h): every renewal of id
@@ -233,7 +234,10 @@ static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, 
         void *call = o->call;
         f->d.calls->set_owner(call, NULL);
         o->call = NULL;
-        if (w->done(call, id, status, ttl) == 0) {
+        uint32_t i = 0;
+        while (i < w->n && w->done(call, id, status, ttl) == 0 && ++i < w->n)
+            ; /* one answer per renewal, as etcd's LeaseKeepAlive; stops if the call ended */
+        if (i == w->n) {
             o->call = call;
             f->d.calls->set_owner(call, o);
             if (status >= 0) /* answered */
@@ -711,6 +715,7 @@ static int waiter_add(kv_lease_fwd *f, fwd_renew *r, fwd_owner *o, kv_lease_fwd_
         return -ENOMEM;
     w->o = o;
     w->done = done;
+    w->n = 1;
     w->t0_ns = uv_hrtime();
     w->next = r->waiters;
     r->waiters = w;
@@ -724,11 +729,14 @@ static int renew_owner(kv_lease_fwd *f, fwd_owner *o, int64_t id, kv_lease_fwd_r
 {
     fwd_renew *r = index_find(f, id);
     if (r != NULL) {
-        /* Coalesced: one forward per lease id, whatever the number of renewals. The same
-         * stream waiting already gets that one answer (one response for its renewals of id
-         * while the forward is pending; clients take the TTL of the latest response). */
+        /* Coalesced: one forward per lease id, whatever the number of renewals. A stream
+         * that waits on it already counts one more renewal in its waiter, which costs no
+         * waiter slot (a stream renewing one lease in a loop cannot take the bound) and is
+         * answered with the others: etcd answers every LeaseKeepAliveRequest. */
         for (fwd_waiter *w = r->waiters; w; w = w->next)
             if (w->o == o) {
+                if (w->n < UINT32_MAX)
+                    w->n++;
                 kv_metric_inc(f->m_coalesced);
                 return 0;
             }

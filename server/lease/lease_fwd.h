@@ -15,11 +15,13 @@
  * each client call through its done callback. The leader side is lease_fwd_serve.c.
  *
  * Coalescing: at most one pending forward per lease id. A renewal of an id already queued or
- * in flight joins it: every stream waiting on it gets the leader's answer (a stream that
- * already waits on that id gets one answer for all its renewals of it while it is pending,
- * as the client only keeps the latest TTL). So a flood of renewals of one lease costs one
- * slot, and the requests pending are at most the distinct leases renewed through this member
- * (kvd_lease_fwd_coalesced_total). TimeToLive queries are not coalesced.
+ * in flight joins it: every stream waiting on it gets the leader's answer, once per renewal it
+ * sent (etcd answers every LeaseKeepAliveRequest); a stream that already waits on that id
+ * counts one more renewal in its waiter instead of taking another waiter slot. So a flood of
+ * renewals of one lease costs one slot, and the requests pending are at most the distinct
+ * leases renewed through this member (kvd_lease_fwd_coalesced_total). Finding a stream's
+ * waiter walks the waiters of that lease: one per stream renewing it, usually one. TimeToLive
+ * queries are not coalesced.
  *
  * Bounds: at most cfg->max_pending_lease_forwards forwards (distinct renewals plus TimeToLive
  * queries) queued or in flight (--max-pending-lease-forwards), and at most twice that many

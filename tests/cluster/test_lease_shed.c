@@ -219,6 +219,67 @@ Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout =
     cr_assert(!bad, "sanitizer report in %s's log", g_c.m[f].name);
 }
 
+/* Renewals of one lease that a stream sends while the follower's forward of it is pending
+ * join that forward (kvd_lease_fwd_coalesced_total) and are each answered, as etcd answers
+ * every LeaseKeepAliveRequest: a burst of 50 in one flush gets 50 answers, each with the
+ * lease's TTL. When the forward answered a stream once for all its renewals of the lease, a
+ * client that counts its answers (this burst: 1 of 50) saw the others as lost. */
+#define SAME_BURST 50
+Test(cluster_lease_shed, every_renewal_of_one_lease_is_answered, .fini = fini, .timeout = 120)
+{
+    start_with(NULL);
+    int l = kvt_cluster_wait_leader(&g_c, 10000, NULL);
+    cr_assert_geq(l, 0);
+    int f = (l + 1) % 3;
+    int64_t id = grant(l, TTL_S);
+    uint64_t t0 = kvt_now_ms();
+    while (ttl_on(f, id) <= 0 && kvt_now_ms() - t0 < 10000)
+        kvt_sleep_ms(50);
+    double coalesced0 = metric(f, "kvd_lease_fwd_coalesced_total");
+
+    kv_it_grpc *g = NULL;
+    cr_assert_eq(kv_it_grpc_open(&g, "127.0.0.1", g_c.m[f].client_port, 5000), 0);
+    kv_it_grpc_stream *st = kv_it_grpc_stream_start(g, "/etcdserverpb.Lease/LeaseKeepAlive", NULL);
+    cr_assert_not_null(st);
+    for (int k = 0; k < SAME_BURST; k++)
+        send_renewal(st, id);
+    cr_assert_eq(kv_it_grpc_flush(g, 2000), 0);
+    int answers = 0, bad = 0;
+    uint64_t end = kvt_now_ms() + 10000;
+    while (answers < SAME_BURST && !st->closed && kvt_now_ms() < end) {
+        (void)kv_it_grpc_pump(g, 20);
+        uint8_t *msg = NULL;
+        size_t len = 0;
+        while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
+            Etcdserverpb__LeaseKeepAliveResponse *r =
+                etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
+            free(msg);
+            cr_assert_not_null(r);
+            answers++;
+            bad += r->id != id || r->ttl != TTL_S;
+            etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
+        }
+    }
+    /* no answer beyond the burst */
+    (void)kv_it_grpc_pump(g, 300);
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
+        free(msg);
+        answers++;
+    }
+    double coalesced = metric(f, "kvd_lease_fwd_coalesced_total") - coalesced0;
+    fprintf(stderr,
+            "  %d renewals of one lease in one flush through follower %s: %d answers, %.0f "
+            "coalesced into a pending forward\n",
+            SAME_BURST, g_c.m[f].name, answers, coalesced);
+    cr_assert(!st->closed, "the stream ended: %d '%s'", st->grpc_status, st->grpc_message);
+    cr_assert_gt(coalesced, 0, "no renewal joined a pending forward: the test proves nothing");
+    cr_assert_eq(answers, SAME_BURST, "%d answers to %d renewals", answers, SAME_BURST);
+    cr_assert_eq(bad, 0, "answers with another id or TTL");
+    kv_it_grpc_close(g);
+}
+
 /*
  * A slow link: every peer connection delayed SLOW_MS each way (kvt_proxy), so a forwarded
  * renewal's round trip is over 2 x SLOW_MS = 1.2 s, more than two election timeouts (1 s here),
