@@ -50,15 +50,24 @@ static void apply_as(const char *user, Kvdpb__InternalRequest *ir, kv_etcd_err w
     aau_apply(&g_t, ir, want);
 }
 
+/* Applies the auth management entry of kind c whose request is msg, as user, expecting want.
+ * The oneof's members are pointers in one union: msg goes in through auth_enable, and the
+ * packer (kvt_store_apply) reads it as the member that c names. */
+static void entry_as(const char *user, Kvdpb__InternalRequest__RequestCase c, void *msg,
+                     kv_etcd_err want)
+{
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
+    ir.request_case = c;
+    ir.auth_enable = msg;
+    apply_as(user, &ir, want);
+}
+
 static void user_add_as(const char *user, const char *name, kv_etcd_err want)
 {
     Etcdserverpb__AuthUserAddRequest r = ETCDSERVERPB__AUTH_USER_ADD_REQUEST__INIT;
     r.name = (char *)name;
     r.hashed_password = HASHED;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD;
-    ir.auth_user_add = &r;
-    apply_as(user, &ir, want);
+    entry_as(user, KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_ADD, &r, want);
 }
 
 static void passwd_as(const char *user, const char *name, const char *hashed, kv_etcd_err want)
@@ -67,10 +76,7 @@ static void passwd_as(const char *user, const char *name, const char *hashed, kv
         ETCDSERVERPB__AUTH_USER_CHANGE_PASSWORD_REQUEST__INIT;
     r.name = (char *)name;
     r.hashed_password = (char *)hashed;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_CHANGE_PASSWORD;
-    ir.auth_user_change_password = &r;
-    apply_as(user, &ir, want);
+    entry_as(user, KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_CHANGE_PASSWORD, &r, want);
 }
 
 static void revoke_role_as(const char *user, const char *name, const char *role, kv_etcd_err want)
@@ -78,54 +84,26 @@ static void revoke_role_as(const char *user, const char *name, const char *role,
     Etcdserverpb__AuthUserRevokeRoleRequest r = ETCDSERVERPB__AUTH_USER_REVOKE_ROLE_REQUEST__INIT;
     r.name = (char *)name;
     r.role = (char *)role;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_REVOKE_ROLE;
-    ir.auth_user_revoke_role = &r;
-    apply_as(user, &ir, want);
+    entry_as(user, KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_REVOKE_ROLE, &r, want);
 }
 
 static void disable_as(const char *user, kv_etcd_err want)
 {
     Etcdserverpb__AuthDisableRequest r = ETCDSERVERPB__AUTH_DISABLE_REQUEST__INIT;
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE;
-    ir.auth_disable = &r;
-    apply_as(user, &ir, want);
+    entry_as(user, KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_DISABLE, &r, want);
 }
 
-/* Every other kind of auth management entry, as user: each expecting want. */
+/* Every other kind of auth management entry, as user, in this order: each expecting want. */
 static void all_others_as(const char *user, kv_etcd_err want)
 {
-    Kvdpb__InternalRequest ir;
-
     Etcdserverpb__AuthEnableRequest en = ETCDSERVERPB__AUTH_ENABLE_REQUEST__INIT;
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE;
-    ir.auth_enable = &en;
-    apply_as(user, &ir, want);
-
     Etcdserverpb__AuthUserDeleteRequest ud = ETCDSERVERPB__AUTH_USER_DELETE_REQUEST__INIT;
     ud.name = "bob";
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE;
-    ir.auth_user_delete = &ud;
-    apply_as(user, &ir, want);
-
     Etcdserverpb__AuthUserGrantRoleRequest ug = ETCDSERVERPB__AUTH_USER_GRANT_ROLE_REQUEST__INIT;
     ug.user = "alice";
     ug.role = "root";
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE;
-    ir.auth_user_grant_role = &ug;
-    apply_as(user, &ir, want);
-
     Etcdserverpb__AuthRoleAddRequest ra = ETCDSERVERPB__AUTH_ROLE_ADD_REQUEST__INIT;
     ra.name = "newrole";
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD;
-    ir.auth_role_add = &ra;
-    apply_as(user, &ir, want);
-
     Authpb__Permission p = AUTHPB__PERMISSION__INIT;
     p.permtype = AUTHPB__PERMISSION__TYPE__READWRITE;
     p.key = kvt_bin("x");
@@ -133,26 +111,26 @@ static void all_others_as(const char *user, kv_etcd_err want)
         ETCDSERVERPB__AUTH_ROLE_GRANT_PERMISSION_REQUEST__INIT;
     rg.name = "r";
     rg.perm = &p;
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION;
-    ir.auth_role_grant_permission = &rg;
-    apply_as(user, &ir, want);
-
     Etcdserverpb__AuthRoleRevokePermissionRequest rr =
         ETCDSERVERPB__AUTH_ROLE_REVOKE_PERMISSION_REQUEST__INIT;
     rr.role = "r";
     rr.key = kvt_bin("a");
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_REVOKE_PERMISSION;
-    ir.auth_role_revoke_permission = &rr;
-    apply_as(user, &ir, want);
-
     Etcdserverpb__AuthRoleDeleteRequest rd = ETCDSERVERPB__AUTH_ROLE_DELETE_REQUEST__INIT;
     rd.role = "r";
-    kvdpb__internal_request__init(&ir);
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_DELETE;
-    ir.auth_role_delete = &rd;
-    apply_as(user, &ir, want);
+    const struct {
+        Kvdpb__InternalRequest__RequestCase c;
+        void *msg;
+    } entries[] = {
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ENABLE, &en},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_DELETE, &ud},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE, &ug},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_ADD, &ra},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_GRANT_PERMISSION, &rg},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_REVOKE_PERMISSION, &rr},
+        {KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_ROLE_DELETE, &rd},
+    };
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        entry_as(user, entries[i].c, entries[i].msg, want);
 }
 
 /* A digest of the auth database: users, roles, revision, enabled flag. */
@@ -252,17 +230,14 @@ Test(auth_apply_admin, caller_who_lost_root_is_refused, .init = setup, .fini = t
     Etcdserverpb__AuthUserGrantRoleRequest g = ETCDSERVERPB__AUTH_USER_GRANT_ROLE_REQUEST__INIT;
     g.user = "alice";
     g.role = "root";
-    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
-    ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE;
-    ir.auth_user_grant_role = &g;
-    apply_as("root", &ir, 0);
+    entry_as("root", KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_GRANT_ROLE, &g, 0);
     uint64_t checked_at = aau_revision(&g_t);   /* B checks alice here: she is root */
     revoke_role_as("root", "alice", "root", 0); /* A's revoke, applied first */
     Etcdserverpb__AuthUserChangePasswordRequest r =
         ETCDSERVERPB__AUTH_USER_CHANGE_PASSWORD_REQUEST__INIT;
     r.name = "root";
     r.hashed_password = HASHED2;
-    kvdpb__internal_request__init(&ir);
+    Kvdpb__InternalRequest ir = KVDPB__INTERNAL_REQUEST__INIT;
     ir.request_case = KVDPB__INTERNAL_REQUEST__REQUEST_AUTH_USER_CHANGE_PASSWORD;
     ir.auth_user_change_password = &r;
     ir.auth_user = "alice";

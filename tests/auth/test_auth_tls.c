@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvt_curl.h"
 #include "tls_fixture.h"
 
 static tls_fx g_f;
@@ -67,28 +68,17 @@ Test(auth_tls, client_certificate_cn_is_the_user, .fini = fini, .timeout = 120)
     for (int i = 0; i < 2; i++) {
         char url[160];
         snprintf(url, sizeof url, "%s/v3/kv/range", g_f.url);
-        const char *argv[] = {"/usr/bin/curl",
-                              "-sS",
-                              "--max-time",
-                              "10",
-                              protos[i],
-                              "--cacert",
-                              tls_fx_path(&g_f, "ca.pem"),
-                              "--cert",
-                              tls_fx_path(&g_f, "client.pem"),
-                              "--key",
-                              tls_fx_path(&g_f, "client-key.pem"),
-                              "-X",
-                              "POST",
-                              "-d",
-                              "{\"key\":\"aw==\"}",
-                              url,
-                              NULL};
-        kvt_cmd_result r;
-        cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 20000, &r), 0);
-        int ok = r.exit_code == 0 && strstr(r.out, "\"kvs\"") != NULL;
-        fprintf(stderr, "  gateway %s with CN root: %s%s\n", protos[i], r.out, r.err);
-        kvt_cmd_result_free(&r);
+        const char *args[] = {protos[i], "-X", "POST", "-d", "{\"key\":\"aw==\"}", NULL};
+        kvt_curl_req q = {.url = url,
+                          .max_time_s = 10,
+                          .cacert = tls_fx_path(&g_f, "ca.pem"),
+                          .cert = tls_fx_path(&g_f, "client.pem"),
+                          .key = tls_fx_path(&g_f, "client-key.pem"),
+                          .args = args};
+        int code = kvt_curl(&q, out, sizeof out);
+        cr_assert_geq(code, 0);
+        int ok = code == 0 && strstr(out, "\"kvs\"") != NULL;
+        fprintf(stderr, "  gateway %s with CN root: %s\n", protos[i], out);
         cr_assert(ok, "the gateway %s did not take the certificate's CN as the caller", protos[i]);
     }
 }

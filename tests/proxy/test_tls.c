@@ -19,6 +19,7 @@
 #include "../tls/tls_fixture.h"
 #include "kvclient.h"
 #include "kvt_cluster.h"
+#include "kvt_curl.h"
 
 #include <criterion/criterion.h>
 
@@ -497,21 +498,13 @@ static const char *log_tail(const char *path, char *buf, size_t cap)
  * timeout), output in out. */
 static int curl_metrics(const char *url, int ca, char *out, size_t cap)
 {
-    const char *argv[9] = {"/usr/bin/curl", "-sSf", "--max-time", "5"};
-    int a = 4;
-    if (ca) {
-        argv[a++] = "--cacert";
-        argv[a++] = tls_fx_path(&g_f, "ca.pem");
-    }
-    if (ca == 2)
-        argv[a++] = "--http1.1";
-    argv[a++] = url;
-    argv[a] = NULL;
-    kvt_cmd_result r;
-    cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 15000, &r), 0, "run curl");
-    int code = r.timed_out ? 999 : r.exit_code;
-    snprintf(out, cap, "%s%s", r.out, r.err);
-    kvt_cmd_result_free(&r);
+    const char *args[] = {"-f", ca == 2 ? "--http1.1" : NULL, NULL};
+    kvt_curl_req q = {.url = url,
+                      .max_time_s = 5,
+                      .cacert = ca ? tls_fx_path(&g_f, "ca.pem") : NULL,
+                      .args = args};
+    int code = kvt_curl(&q, out, cap);
+    cr_assert_geq(code, 0, "run curl");
     return code;
 }
 

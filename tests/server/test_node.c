@@ -49,9 +49,10 @@ static void fx_close(fixture *f)
     cr_assert_eq(kvt_rmtree(f->dir), 0);
 }
 
-/* A put of key = value (vlen bytes) on lease (0: none), answered to done(arg). */
+/* A put of key = value (vlen bytes) on lease (0: none), answered to done(arg); its handle in
+ * *h when h. */
 static int propose_put_value(fixture *f, const char *key, const uint8_t *value, size_t vlen,
-                             int64_t lease, kv_node_done_fn done, void *arg)
+                             int64_t lease, kv_node_done_fn done, void *arg, kv_node_req **h)
 {
     Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
     put.key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
@@ -63,23 +64,14 @@ static int propose_put_value(fixture *f, const char *key, const uint8_t *value, 
     etcdserverpb__put_request__pack(&put, buf);
     cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
     free(buf);
-    return kv_node_propose(f->node, req, rlen, done, arg, NULL);
+    return kv_node_propose(f->node, req, rlen, done, arg, h);
 }
 
+/* A put of key = "v", no lease. */
 static int propose_put(fixture *f, const char *key, kv_node_done_fn done, void *arg,
                        kv_node_req **h)
 {
-    Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
-    put.key.data = (uint8_t *)key;
-    put.key.len = strlen(key);
-    put.value.data = (uint8_t *)"v";
-    put.value.len = 1;
-    uint8_t buf[128];
-    size_t len = etcdserverpb__put_request__pack(&put, buf);
-    uint8_t *req;
-    size_t rlen;
-    cr_assert_eq(kv_internal_wrap(KV_IREQ_PUT, 0, buf, len, &req, &rlen), 0);
-    return kv_node_propose(f->node, req, rlen, done, arg, h);
+    return propose_put_value(f, key, (const uint8_t *)"v", 1, 0, done, arg, h);
 }
 
 /* Batches apply on a worker thread: run the loop until *counter reaches target (bounded). */
@@ -162,7 +154,8 @@ static void puts_with_one_failing(int failing, uint64_t want_retries)
         char key[16];
         snprintf(key, sizeof(key), "k%03d", i);
         int64_t lease = i == failing ? 999 : 0; /* no such lease */
-        cr_assert_eq(propose_put_value(&f, key, (const uint8_t *)"v", 1, lease, on_done, &log), 0);
+        cr_assert_eq(
+            propose_put_value(&f, key, (const uint8_t *)"v", 1, lease, on_done, &log, NULL), 0);
     }
     spin(&f, &log.calls, 100);
     int64_t rev = 1;
@@ -217,7 +210,7 @@ Test(node, wal_ready_with_a_request_failing_half_way_keeps_the_others)
     for (int i = 0; i < 60; i++) {
         char key[16];
         snprintf(key, sizeof key, "fill%02d", i);
-        cr_assert_eq(propose_put_value(&f, key, big, sizeof big, 0, on_done, &log), 0);
+        cr_assert_eq(propose_put_value(&f, key, big, sizeof big, 0, on_done, &log, NULL), 0);
         spin(&f, &log.calls, ++fill);
         cr_assert_eq(log.errs[fill - 1], KV_ERR_NONE, "fill %d: %d", i, log.errs[fill - 1]);
     }
