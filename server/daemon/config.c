@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,13 +197,143 @@ int kv_config_set_cluster(kv_config *cfg, const char *list, char *err, size_t er
     return parse_cluster(cfg, list, err, errlen);
 }
 
-static int parse_u64(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out,
-                     char *err, size_t errlen)
+/* Go's strconv "underscoreOK" (Go 1.17): in a number of Go syntax, '_' only between two digits
+ * or between a base prefix and a digit ("1_000", "0x_3e8"; not "_1", "1__0", "1_"). */
+static int go_underscore_ok(const char *s)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end != '\0' || v[0] == '-' || x < min || x > max) {
+    char saw = '^'; /* ^ start, 0 a digit or the prefix, _ an underscore, ! anything else */
+    int hex = 0;
+    if (*s == '+' || *s == '-')
+        s++;
+    if (s[0] == '0' && s[1] != '\0' && strchr("bBoOxX", s[1]) != NULL) {
+        hex = s[1] == 'x' || s[1] == 'X';
+        saw = '0';
+        s += 2;
+    }
+    for (; *s; s++) {
+        char c = *s;
+        if ((c >= '0' && c <= '9') || (hex && strchr("abcdefABCDEF", c) != NULL)) {
+            saw = '0';
+        } else if (c == '_') {
+            if (saw != '0')
+                return 0;
+            saw = '_';
+        } else {
+            if (saw == '_')
+                return 0;
+            saw = '!';
+        }
+    }
+    return saw != '_';
+}
+
+/* Go's strconv.ParseUint(s, 0, 64) (Go 1.17, etcd 3.4.23's toolchain), which etcd's flag package
+ * reads its uint flags with: a 0x/0X (hex), 0o/0O (octal) or 0b/0B (binary) prefix, or a
+ * leading 0 (octal: "010" is 8), '_' as go_underscore_ok allows; no sign, no blanks.
+ * 0, -EINVAL (no such number) or -ERANGE (past UINT64_MAX). */
+static int go_parse_uint(const char *s, uint64_t *out)
+{
+    const char *s0 = s;
+    unsigned base = 10;
+    int underscores = 0;
+    uint64_t n = 0;
+    if (*s == '\0')
+        return -EINVAL;
+    if (s[0] == '0') {
+        char p = (char)(s[1] | 0x20); /* Go's lower() */
+        if (strlen(s) >= 3 && (p == 'b' || p == 'o' || p == 'x')) {
+            base = p == 'b' ? 2 : p == 'o' ? 8 : 16;
+            s += 2;
+        } else {
+            base = 8;
+            s++;
+        }
+    }
+    for (; *s; s++) {
+        char c = *s, l = (char)(c | 0x20);
+        unsigned d;
+        if (c == '_') {
+            underscores = 1;
+            continue;
+        }
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (l >= 'a' && l <= 'z')
+            d = (unsigned)(l - 'a') + 10;
+        else
+            return -EINVAL;
+        if (d >= base)
+            return -EINVAL;
+        if (n > (UINT64_MAX - d) / base)
+            return -ERANGE;
+        n = n * base + d;
+    }
+    if (underscores && !go_underscore_ok(s0))
+        return -EINVAL;
+    *out = n;
+    return 0;
+}
+
+/* Go's strconv.ParseInt(s, 0, 64), etcd's int flags: an optional sign, then go_parse_uint. */
+static int go_parse_int(const char *s, int64_t *out)
+{
+    int neg = *s == '-';
+    uint64_t u;
+    if (*s == '+' || *s == '-')
+        s++;
+    int rc = go_parse_uint(s, &u);
+    if (rc < 0)
+        return rc;
+    if (u > (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX))
+        return -ERANGE;
+    *out = neg ? (int64_t)(0 - u) : (int64_t)u; /* 0 - u: -2^63 has no positive int64 */
+    return 0;
+}
+
+/* How a flag's number is spelled. etcd 3.4's int and uint flags are read with Go's ParseInt or
+ * ParseUint in base 0 (go_parse_uint), and an etcd command line, ETCD_* variable or YAML file
+ * given to kvd may spell them so ("--election-timeout=0x3e8"): the kvd flags with an etcd 3.4
+ * int or uint flag's name take that syntax. kvd's own flags keep plain base 10 (strtoull):
+ * no etcd configuration holds them, and "010" reading as 8 there would only surprise. */
+enum { NUM_DEC, NUM_GO_UINT, NUM_GO_INT };
+
+static int number_syntax(const char *flag)
+{
+    /* etcdmain/config.go: UintVar, Uint64Var, NewUint32Value (ParseUint); Int64Var, IntVar */
+    static const char *const uints[] = {
+        "heartbeat-interval",     "election-timeout", "max-request-bytes", "max-txn-ops",
+        "max-concurrent-streams", "max-snapshots",    "snapshot-count",    "auth-token-ttl"};
+    static const char *const ints[] = {"quota-backend-bytes",
+                                       "experimental-compaction-batch-limit"};
+    for (size_t i = 0; i < sizeof uints / sizeof uints[0]; i++)
+        if (strcmp(uints[i], flag) == 0)
+            return NUM_GO_UINT;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (strcmp(ints[i], flag) == 0)
+            return NUM_GO_INT;
+    return NUM_DEC;
+}
+
+/* An unsigned setting in [min, max], its number spelled as number_syntax says. */
+static int parse_u64(const char *flag, const char *v, int syntax, uint64_t min, uint64_t max,
+                     uint64_t *out, char *err, size_t errlen)
+{
+    uint64_t x = 0;
+    int ok;
+    if (syntax == NUM_GO_UINT) {
+        ok = go_parse_uint(v, &x) == 0;
+    } else if (syntax == NUM_GO_INT) {
+        int64_t i = 0;
+        ok = go_parse_int(v, &i) == 0 && i >= 0; /* a negative one is out of every range */
+        x = (uint64_t)i;
+    } else {
+        char *end;
+        errno = 0;
+        unsigned long long y = strtoull(v, &end, 10);
+        ok = !errno && end != v && *end == '\0' && v[0] != '-';
+        x = y;
+    }
+    if (!ok || x < min || x > max) {
         snprintf(err, errlen, "--%s: invalid value '%s' (want %" PRIu64 "..%" PRIu64 ")", flag, v,
                  min, max);
         return -EINVAL;
@@ -213,30 +342,126 @@ static int parse_u64(const char *flag, const char *v, uint64_t min, uint64_t max
     return 0;
 }
 
-/* Durations as etcd takes them for our lease flags: "5m", "300s", "1500ms" or plain ms. */
+#define NS_PER_MS 1000000LL
+
+/* Go's time.ParseDuration (Go 1.17), which etcd's duration flags use: an optional sign, then
+ * one or more decimal numbers, each with an optional fraction and a unit, ns, us, µs (U+00B5),
+ * μs (U+03BC), ms, s, m or h ("1m30s", "1.5h", ".5s", "-1s"); "0" alone needs no unit. Into
+ * *ns; past int64 nanoseconds (about 292 years) is refused, as Go does. kvd's one extra, kept
+ * from its earlier parser: a lone number without a unit ("1500", "1.5") is milliseconds.
+ * 0 or -EINVAL. */
+static int go_parse_duration(const char *s, int64_t *ns)
+{
+    static const struct {
+        const char *name;
+        uint64_t ns;
+    } units[] = {{"ns", 1},
+                 {"us", 1000},
+                 {"\xc2\xb5s", 1000},
+                 {"\xce\xbcs", 1000},
+                 {"ms", NS_PER_MS},
+                 {"s", 1000 * NS_PER_MS},
+                 {"m", 60000 * NS_PER_MS},
+                 {"h", 3600000 * NS_PER_MS}};
+    const char *p = s;
+    int neg = 0;
+    uint64_t d = 0;
+    if (*p == '-' || *p == '+')
+        neg = *p++ == '-';
+    const char *first = p; /* the first number */
+    if (strcmp(p, "0") == 0) {
+        *ns = 0;
+        return 0;
+    }
+    if (*p == '\0')
+        return -EINVAL;
+    while (*p) {
+        const char *start = p;
+        uint64_t v = 0, f = 0, unit = 0;
+        double scale = 1;
+        int post = 0, overflow = 0;
+        if (*p != '.' && (*p < '0' || *p > '9'))
+            return -EINVAL;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (v > INT64_MAX / 10)
+                return -EINVAL;
+            v = v * 10 + (uint64_t)(*p - '0');
+            if (v > INT64_MAX)
+                return -EINVAL;
+        }
+        int pre = p != start;
+        if (*p == '.') {
+            const char *frac = ++p;
+            /* digits past int64's precision are dropped, as Go drops them */
+            for (; *p >= '0' && *p <= '9'; p++) {
+                if (overflow || f > INT64_MAX / 10 || f * 10 + (uint64_t)(*p - '0') > INT64_MAX) {
+                    overflow = 1;
+                    continue;
+                }
+                f = f * 10 + (uint64_t)(*p - '0');
+                scale *= 10;
+            }
+            post = p != frac;
+        }
+        if (!pre && !post)
+            return -EINVAL; /* ".s", "-." */
+        size_t ulen = 0;
+        while (p[ulen] && p[ulen] != '.' && (p[ulen] < '0' || p[ulen] > '9'))
+            ulen++;
+        if (ulen == 0 && start == first && p[0] == '\0') {
+            unit = NS_PER_MS; /* the whole value is one plain number: kvd's milliseconds */
+        } else {
+            for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+                if (strlen(units[i].name) == ulen && strncmp(units[i].name, p, ulen) == 0)
+                    unit = units[i].ns;
+            if (unit == 0)
+                return -EINVAL; /* no unit, or an unknown one ("1m30", "5S", "1e3ms") */
+        }
+        p += ulen;
+        if (v > INT64_MAX / unit)
+            return -EINVAL;
+        v *= unit;
+        if (f > 0) {
+            /* in double, as Go: nanosecond-exact for fractions of hours */
+            v += (uint64_t)((double)f * ((double)unit / scale));
+            if (v > INT64_MAX)
+                return -EINVAL;
+        }
+        d += v;
+        if (d > INT64_MAX)
+            return -EINVAL;
+    }
+    *ns = neg ? -(int64_t)d : (int64_t)d;
+    return 0;
+}
+
+/* A kvd duration setting, held in milliseconds: go_parse_duration's syntax, refused naming the
+ * flag when negative (meaningless for these periods and timeouts), when under 1 ms but not 0
+ * (it would read as 0, which turns several of them off; the YAML reader refuses such a plain
+ * number of nanoseconds for the same reason), or past 4e9 ms (the field is 32 bits). */
 static int parse_duration_ms(const char *flag, const char *v, uint32_t *out, char *err,
                              size_t errlen)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    double mult = 1;
-    if (strcmp(end, "ms") == 0 || *end == '\0')
-        mult = 1;
-    else if (strcmp(end, "s") == 0)
-        mult = 1000;
-    else if (strcmp(end, "m") == 0)
-        mult = 60000;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600000;
-    else
+    int64_t ns = 0;
+    const char *why = "";
+    if (go_parse_duration(v, &ns) < 0)
         goto bad;
-    if (errno || end == v || !isfinite(x) || x < 0 || x * mult > 4e9) /* "nan", "inf", "s" */
+    if (ns < 0) {
+        why = " (must not be negative)";
         goto bad;
-    *out = (uint32_t)(x * mult);
+    }
+    if (ns > 0 && ns < NS_PER_MS) {
+        why = " (under 1ms, kvd's resolution: it would read as 0)";
+        goto bad;
+    }
+    if (ns > 4000000000LL * NS_PER_MS) {
+        why = " (at most 4000000000ms)";
+        goto bad;
+    }
+    *out = (uint32_t)(ns / NS_PER_MS); /* whole milliseconds: "1.5ms" is 1, as before */
     return 0;
 bad:
-    snprintf(err, errlen, "--%s: invalid duration '%s'", flag, v);
+    snprintf(err, errlen, "--%s: invalid duration '%s'%s", flag, v, why);
     return -EINVAL;
 }
 
@@ -255,6 +480,7 @@ typedef struct etcd_rule {
     const char *want;     /* T_CHOICE: the same, for the error */
     const char *honoured; /* the one value kvd can honour (NULL: every valid value) */
     const char *refusal;  /* why any other value is refused */
+    const char *empty;    /* T_STR: etcd's flag refuses an empty value, with this error */
 } etcd_rule;
 
 enum {
@@ -326,10 +552,15 @@ static const etcd_rule ETCD_RULES[] = {
                    .refusal = "a separate WAL directory is not supported: kvd keeps its raft "
                               "write-ahead log inside --data-dir, in <data-dir>/wal (in "
                               "data.mdb with --experimental-wal=false; docs/raftlog.md)"},
+    /* etcd 3.4's --cors is a UniqueURLs flag: "" is no URL (types.NewURLs), while its YAML
+     * key and ETCD_CORS leave the default when empty (parse_config_file, kv_config_parse_env) */
     [R_CORS] = {.type = T_STR,
                 .honoured = "*",
                 .refusal = "kvd answers HTTP requests from every origin (Access-Control-Allow-"
-                           "Origin: *, etcd's default); a list of origins is not supported"},
+                           "Origin: *, etcd's default); a list of origins is not supported",
+                .empty = "URL scheme must be http, https, unix, or unixs"},
+    /* a UniqueStrings flag in etcd 3.4: "" is a valid value there, so it stays accepted (as
+     * the default, "*"; etcd's flag would keep the one host name "") */
     [R_HOST_WHITELIST] = {.type = T_STR,
                           .honoured = "*",
                           .refusal = "kvd answers HTTP requests for any Host (etcd's default, "
@@ -373,8 +604,15 @@ static int check_etcd_flag(const char *name, const etcd_rule *r, const char *val
                            size_t errlen)
 {
     uint64_t u;
-    uint32_t ms;
+    int64_t ns; /* T_DUR, T_INT: checked, not kept */
     int rc = 0, b = 0;
+    if (*val == '\0' && r->empty) {
+        snprintf(err, errlen,
+                 "--%s: '' refused: etcd 3.4 refuses an empty value too (%s); leave the flag "
+                 "out, or give '*'",
+                 name, r->empty);
+        return -EINVAL;
+    }
     if (*val == '\0' && (r->type == T_STR || r->type == T_CHOICE))
         return 0; /* etcd: an empty string setting (YAML '') is the default */
     switch (r->type) {
@@ -385,22 +623,21 @@ static int check_etcd_flag(const char *name, const etcd_rule *r, const char *val
         }
         val = b ? "true" : "false"; /* the spelling honoured compares with */
         break;
-    case T_DUR:
-        rc = parse_duration_ms(name, val, &ms, err, errlen);
+    case T_DUR: /* no kvd setting: any duration etcd takes, negative or under 1 ms too */
+        if (go_parse_duration(val, &ns) < 0) {
+            snprintf(err, errlen, "--%s: invalid duration '%s'", name, val);
+            return -EINVAL;
+        }
         break;
     case T_UINT:
-        rc = parse_u64(name, val, r->min, r->max, &u, err, errlen);
+        rc = parse_u64(name, val, NUM_GO_UINT, r->min, r->max, &u, err, errlen);
         break;
-    case T_INT: {
-        char *end;
-        errno = 0;
-        (void)strtoll(val, &end, 10);
-        if (errno || end == val || *end != '\0') {
+    case T_INT:
+        if (go_parse_int(val, &ns) < 0) {
             snprintf(err, errlen, "--%s: invalid value '%s' (want an integer)", name, val);
             return -EINVAL;
         }
         break;
-    }
     case T_CHOICE:
         if (!is_choice(r->choices, val)) {
             snprintf(err, errlen, "--%s: want %s, got '%s'", name, r->want, val);
@@ -862,19 +1099,19 @@ int kv_config_parse(kv_config *cfg, int argc, char **argv, char *err, size_t err
             rc = parse_cluster(cfg, val, err, errlen);
             break;
         case F_U32:
-            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            rc = parse_u64(name, val, number_syntax(name), f->min, f->max, &x, err, errlen);
             *(uint32_t *)(base + f->off) = (uint32_t)x;
             break;
         case F_U64:
-            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            rc = parse_u64(name, val, number_syntax(name), f->min, f->max, &x, err, errlen);
             *(uint64_t *)(base + f->off) = x;
             break;
         case F_SIZE:
-            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            rc = parse_u64(name, val, number_syntax(name), f->min, f->max, &x, err, errlen);
             *(size_t *)(base + f->off) = (size_t)x;
             break;
         case F_I64:
-            rc = parse_u64(name, val, f->min, f->max, &x, err, errlen);
+            rc = parse_u64(name, val, number_syntax(name), f->min, f->max, &x, err, errlen);
             *(int64_t *)(base + f->off) = (int64_t)x;
             break;
         case F_DUR:
@@ -1124,9 +1361,11 @@ static int parse_config_file(kv_config *cfg, const char *path, int argc, char **
         return -ENOMEM;
     }
     all[0] = argc > 0 ? argv[0] : "kvd";
+    int m = 0;
     for (int i = 0; i < n; i++)
-        all[1 + i] = args[i];
-    rc = kv_config_parse(cfg, n + 1, all, err, errlen);
+        if (strcmp(args[i], "--cors=") != 0) /* etcd's YAML: cors '' is the default (R_CORS) */
+            all[1 + m++] = args[i];
+    rc = kv_config_parse(cfg, m + 1, all, err, errlen);
     if (rc < 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "config file %s: %s", path, err);

@@ -291,3 +291,39 @@ Test(config_file, etcd34_keys_are_read)
     }
     path[0] = '\0';
 }
+
+/* The file's values reach the flags' parsers: etcd's numbers (0x, 0o, 0b, a leading 0, '_')
+ * and Go's durations ("1m30s", "1500us") read as on the command line; an empty cors is the
+ * default there (etcd: an empty "cors" key is not applied), unlike --cors=. */
+Test(config_file, etcd34_numbers_and_durations_are_read_as_go_does)
+{
+    write_file("election-timeout: 0x3e8\n"
+               "heartbeat-interval: 0o144\n"
+               "snapshot-count: 0b101\n"
+               "max-txn-ops: 010\n"
+               "quota-backend-bytes: 0x_4000_0000\n"
+               "grpc-keepalive-interval: 1m30s\n"
+               "experimental-corrupt-check-time: 1h2m3.5s\n"
+               "experimental-warning-apply-duration: 500us\n"
+               "cors: ''\n");
+    kv_config c;
+    char err[1024];
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.election_timeout_ms, 1000);
+    cr_expect_eq(c.heartbeat_interval_ms, 100);
+    cr_expect_eq(c.snapshot_count, 5);
+    cr_expect_eq(c.max_txn_ops, 8);
+    cr_expect_eq(c.quota_backend_bytes, 1ULL << 30);
+    cr_expect_eq(c.grpc_keepalive_interval_ms, 90000);
+    cr_expect_eq(c.corrupt_check_time_ms, 3723500);
+    unlink(path);
+    write_file("grpc-keepalive-timeout: -1s\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "--grpc-keepalive-timeout: invalid duration '-1s' (must not be "
+                          "negative)"),
+              "%s", err);
+    unlink(path);
+    write_file("snapshot-count: 1__0\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "--snapshot-count: invalid value '1__0'"), "%s", err);
+}

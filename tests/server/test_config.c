@@ -2,6 +2,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -403,4 +404,175 @@ Test(config, etcd34_flags_from_the_environment)
     unsetenv("ETCD_MAX_WALS");
     unsetenv("KVD_ENABLE_GRPC_GATEWAY");
     unsetenv("ETCD_WAL_DIR");
+}
+
+/* etcd's duration flags are Go's time.ParseDuration: numbers with fractions and units in a
+ * sequence, a sign, µs in both spellings. kvd's duration flags read the same, keeping their
+ * plain number of milliseconds; a value kvd's millisecond settings cannot hold (negative,
+ * under 1 ms, past 32 bits) is refused naming the flag, while etcd's flags with no kvd setting
+ * take whatever etcd takes. */
+Test(config, etcd34_durations_are_read_as_go_does)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *argv[] = {"kvd",
+                    "--grpc-keepalive-timeout=1m30s",
+                    "--grpc-keepalive-interval=1h2m3.5s",
+                    "--lease-checkpoint-interval=1.5h",
+                    "--grpc-keepalive-min-time=+300ms",
+                    "--experimental-corrupt-check-time=1500us",
+                    "--malloc-trim-interval=2000\xc2\xb5s", /* U+00B5 MICRO SIGN */
+                    "--send-stall-timeout=3000\xce\xbcs",   /* U+03BC GREEK SMALL LETTER MU */
+                    "--peer-handshake-timeout=4000000ns",
+                    "--metrics-request-timeout=.5s",
+                    "--grpc-handshake-timeout=1500", /* kvd's extra: milliseconds */
+                    "--grpc-max-connection-idle=-0",
+                    "--auto-compaction-interval=2.5", /* whole milliseconds, as before */
+                    "--backend-batch-interval=-1s",   /* etcd takes it; no effect in kvd */
+                    "--experimental-warning-apply-duration=500us",
+                    "--experimental-watch-progress-notify-interval=0"};
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    cr_assert_eq(parse(&c, err, sizeof(err), argc, argv), 0, "%s", err);
+    cr_expect_eq(c.grpc_keepalive_timeout_ms, 90000);
+    cr_expect_eq(c.grpc_keepalive_interval_ms, 3723500);
+    cr_expect_eq(c.lease_checkpoint_interval_ms, 5400000);
+    cr_expect_eq(c.grpc_keepalive_min_time_ms, 300);
+    cr_expect_eq(c.corrupt_check_time_ms, 1);
+    cr_expect_eq(c.malloc_trim_interval_ms, 2);
+    cr_expect_eq(c.send_stall_timeout_ms, 3);
+    cr_expect_eq(c.peer_handshake_timeout_ms, 4);
+    cr_expect_eq(c.metrics_request_timeout_ms, 500);
+    cr_expect_eq(c.grpc_handshake_timeout_ms, 1500);
+    cr_expect_eq(c.grpc_max_connection_idle_ms, 0);
+    cr_expect_eq(c.auto_compaction_interval_ms, 2);
+    cr_expect_eq(c.watch_progress_interval_ms, 0);
+
+    static const struct {
+        const char *arg, *want;
+    } bad[] = {
+        {"--grpc-keepalive-timeout=-1s", "--grpc-keepalive-timeout: invalid duration '-1s' "
+                                         "(must not be negative)"},
+        {"--experimental-corrupt-check-time=500us", "--experimental-corrupt-check-time: invalid "
+                                                    "duration '500us' (under 1ms"},
+        {"--lease-checkpoint-interval=0.5", "--lease-checkpoint-interval: invalid duration "
+                                            "'0.5' (under 1ms"},
+        {"--send-stall-timeout=1112h", "--send-stall-timeout: invalid duration '1112h' (at most "
+                                       "4000000000ms)"},
+        {"--grpc-keepalive-timeout=1m30", "--grpc-keepalive-timeout: invalid duration '1m30'"},
+        {"--grpc-keepalive-timeout=1e3ms", "invalid duration '1e3ms'"},
+        {"--grpc-keepalive-timeout=0x10", "invalid duration '0x10'"},
+        {"--grpc-keepalive-timeout=5S", "invalid duration '5S'"},
+        {"--grpc-keepalive-timeout= 5s", "invalid duration ' 5s'"},
+        {"--grpc-keepalive-timeout=.s", "invalid duration '.s'"},
+        {"--grpc-keepalive-timeout=", "invalid duration ''"},
+        {"--backend-batch-interval=2562048h", /* past int64 nanoseconds, as Go */
+         "--backend-batch-interval: invalid duration '2562048h'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *one[] = {"kvd", (char *)bad[i].arg};
+        cr_expect_eq(parse(&c, err, sizeof(err), 2, one), -EINVAL, "%s was accepted", bad[i].arg);
+        cr_expect(strstr(err, bad[i].want), "%s: want '%s' in: %s", bad[i].arg, bad[i].want, err);
+    }
+
+    /* the environment reaches the same parser */
+    char *none[] = {"kvd"};
+    setenv("ETCD_GRPC_KEEPALIVE_INTERVAL", "1m30s", 1);
+    kv_config_default(&c);
+    cr_expect_eq(kv_config_parse_env(&c, 1, none, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.grpc_keepalive_interval_ms, 90000);
+    unsetenv("ETCD_GRPC_KEEPALIVE_INTERVAL");
+}
+
+/* etcd's int and uint flags are Go's strconv.ParseInt/ParseUint in base 0: 0x, 0o, 0b and a
+ * leading 0 (octal), '_' between digits or after the prefix. kvd's own flags stay decimal. */
+Test(config, etcd34_integers_are_read_as_go_does)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *argv[] = {"kvd",
+                    "--election-timeout=0x3e8",
+                    "--heartbeat-interval=0o144",
+                    "--snapshot-count=0b101",
+                    "--max-txn-ops=010", /* octal, as Go: 8 */
+                    "--max-request-bytes=1_048_576",
+                    "--quota-backend-bytes=+0x_4000_0000", /* an int64 flag in etcd: a sign */
+                    "--max-concurrent-streams=0X1F",
+                    "--experimental-compaction-batch-limit=0_10",
+                    "--auth-token-ttl=0B11",
+                    "--max-wals=0xff",
+                    "--backend-batch-limit=-0x10",
+                    "--bcrypt-cost=0o12",
+                    "--max-connections=010"}; /* kvd's own flag: decimal */
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    cr_assert_eq(parse(&c, err, sizeof(err), argc, argv), 0, "%s", err);
+    cr_expect_eq(c.election_timeout_ms, 1000);
+    cr_expect_eq(c.heartbeat_interval_ms, 100);
+    cr_expect_eq(c.snapshot_count, 5);
+    cr_expect_eq(c.max_txn_ops, 8);
+    cr_expect_eq(c.max_request_bytes, 1048576);
+    cr_expect_eq(c.quota_backend_bytes, 1ULL << 30);
+    cr_expect_eq(c.max_concurrent_streams, 31);
+    cr_expect_eq(c.compaction_batch_limit, 8);
+    cr_expect_eq(c.auth_token_ttl, 3);
+    cr_expect_eq(c.max_connections, 10);
+
+    static const char *const bad[] = {"",   "1e3", "0x",     "0b",  "0x_",  "1__0",
+                                      "_1", "1_",  "0x3e8_", "08",  "0b2",  "+5",
+                                      " 5", "5 ",  "-5",     "1.5", "0x1g", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char arg[64], want[96];
+        snprintf(arg, sizeof arg, "--snapshot-count=%s", bad[i]);
+        snprintf(want, sizeof want, "--snapshot-count: invalid value '%s' (want 1..1099511627776)",
+                 bad[i]);
+        char *one[] = {"kvd", arg};
+        cr_expect_eq(parse(&c, err, sizeof(err), 2, one), -EINVAL, "%s was accepted", arg);
+        cr_expect_str_eq(err, want);
+    }
+    char *minus[] = {"kvd", "--quota-backend-bytes=-0x10"}; /* Go's number, out of kvd's range */
+    cr_expect_eq(parse(&c, err, sizeof(err), 2, minus), -EINVAL);
+    cr_expect(strstr(err, "--quota-backend-bytes: invalid value '-0x10' (want 0.."), "%s", err);
+    char *hex_kvd[] = {"kvd", "--max-connections=0x10"}; /* kvd's own flag: decimal only */
+    cr_expect_eq(parse(&c, err, sizeof(err), 2, hex_kvd), -EINVAL);
+    cr_expect(strstr(err, "--max-connections: invalid value '0x10'"), "%s", err);
+    char *int_bad[] = {"kvd", "--backend-batch-limit=0x"};
+    cr_expect_eq(parse(&c, err, sizeof(err), 2, int_bad), -EINVAL);
+    cr_expect(strstr(err, "--backend-batch-limit: invalid value '0x' (want an integer)"), "%s",
+              err);
+
+    /* the environment reaches the same parser */
+    char *none[] = {"kvd"};
+    setenv("ETCD_ELECTION_TIMEOUT", "0x3e8", 1);
+    setenv("ETCD_SNAPSHOT_COUNT", "0b101", 1);
+    kv_config_default(&c);
+    cr_expect_eq(kv_config_parse_env(&c, 1, none, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.election_timeout_ms, 1000);
+    cr_expect_eq(c.snapshot_count, 5);
+    unsetenv("ETCD_ELECTION_TIMEOUT");
+    unsetenv("ETCD_SNAPSHOT_COUNT");
+}
+
+/* etcd 3.4's --cors is a list of URLs, and "" is none ("URL scheme must be http, https, unix,
+ * or unixs"): refused, naming the flag, where kvd used to read it as '*'. --host-whitelist is
+ * a list of strings, where etcd takes "": still accepted. An empty ETCD_CORS is no setting. */
+Test(config, empty_cors_is_refused)
+{
+    kv_config c;
+    char err[1024] = "";
+    char *eq[] = {"kvd", "--cors="};
+    cr_expect_eq(parse(&c, err, sizeof(err), 2, eq), -EINVAL);
+    cr_expect(strstr(err, "--cors: '' refused: etcd 3.4 refuses an empty value too (URL scheme "
+                          "must be http, https, unix, or unixs); leave the flag out, or give '*'"),
+              "%s", err);
+    char *sep[] = {"kvd", "--cors", ""};
+    cr_expect_eq(parse(&c, err, sizeof(err), 3, sep), -EINVAL);
+    cr_expect(strstr(err, "--cors: '' refused"), "%s", err);
+
+    char *hosts[] = {"kvd", "--host-whitelist=", "--cors=*"};
+    cr_expect_eq(parse(&c, err, sizeof(err), 3, hosts), 0, "%s", err);
+
+    char *none[] = {"kvd"};
+    setenv("ETCD_CORS", "", 1);
+    kv_config_default(&c);
+    cr_expect_eq(kv_config_parse_env(&c, 1, none, err, sizeof err), 0, "%s", err);
+    unsetenv("ETCD_CORS");
 }
