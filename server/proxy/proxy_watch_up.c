@@ -641,8 +641,8 @@ static void bc_end_all(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse
 
 /* bc's upstream watcher was canceled as compacted (r->compact_revision): the member had
  * compacted revision last_rev + 1, which the upstream watcher asked for after a failover, or
- * which it had not sent yet. A receiver that joined ahead of bc (nextrev above the compacted
- * revision: it asked for no event at or below it) is not compacted, as its own watcher on
+ * which it had not sent yet. A receiver that joined ahead of bc (nextrev at or above the
+ * compacted revision: it asked for no event below it) is not compacted, as its own watcher on
  * the member would not be: bc goes on for those, re-created from the lowest of their
  * nextrev. The others get r and end. etcd 3.4's proxy cancels them all. */
 static void bc_compacted(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchResponse *r)
@@ -651,16 +651,20 @@ static void bc_compacted(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchRespon
     kv_list *pos, *nx;
     kv_list_foreach(pos, &bc->rcv) {
         pw_w *w = kv_list_data(pos, pw_w, blink);
-        if (w->created && w->nextrev > r->compact_revision && (!from || w->nextrev < from))
+        if (w->created && w->nextrev >= r->compact_revision && (!from || w->nextrev < from))
             from = w->nextrev;
     }
+    pw_up *u = bc->up;
+    /* A member keeps a compacted watcher's id (and, kvd, its place in the stream's
+     * --max-watchers-per-stream) until the client cancels it, as etcd does. */
+    if (u && !u->ended && bc->has_id)
+        send_up_cancel(u, bc->up_id);
     if (!bc->established || from == 0) {
         bc_end_all(s, bc, r);
         return;
     }
-    pw_up *u = bc->up;
     if (u && !u->ended)
-        itab_del(u, bc); /* canceled upstream: no cancel to send */
+        itab_del(u, bc);
     if (u)
         u->n_bc--;
     bc->up = NULL;
@@ -670,8 +674,8 @@ static void bc_compacted(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchRespon
     for (pos = bc->rcv.next; pos != &bc->rcv; pos = nx) {
         nx = pos->next;
         pw_w *w = kv_list_data(pos, pw_w, blink);
-        if (w->created && w->nextrev > r->compact_revision)
-            continue;
+        if (w->created && w->nextrev >= r->compact_revision)
+            continue; /* a member compacts a watcher below the compacted revision only */
         r->watch_id = w->created ? w->id : -1;
         pw_cs_send_resp(w->cs, r);
         pw_w_end(w);
@@ -681,6 +685,8 @@ static void bc_compacted(kv_proxy_watch *s, pw_bc *bc, Etcdserverpb__WatchRespon
         pw_up *hint = u && !u->ended ? u : NULL;
         (void)place(s, bc, &hint); /* -EAGAIN: a retry is scheduled and places it */
     }
+    if (u && !u->ended && u->n_bc == 0 && u->token && bc->up != u)
+        up_forget(s, u); /* a user's stream goes with its last watcher, as in bc_free */
 }
 
 static void save_header(pw_bc *bc, const Etcdserverpb__WatchResponse *r)

@@ -836,14 +836,16 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
     for (int i = 0; i < 3; i++)
         put(wr, "c", i);
     pump_until(cs, 1, all_have, 3, 10000, "3 events");
-    /* A second watcher from a revision above the one compacted below joins the upstream
-     * watcher (start revision > its last revision): the compaction is not its. */
-    int64_t ahead = cs[0].w[0].revs[2] + 20;
+    /* Two more watchers join the upstream watcher (start revision > its last revision): one
+     * from a revision above the one compacted below, one from that revision itself (a member
+     * compacts a watcher only below it). The compaction is not theirs. */
+    int64_t crev = cs[0].w[0].revs[2] + 5, ahead = cs[0].w[0].revs[2] + 20;
     double coalesced = px_metric(&g_x, "kvd_proxy_watch_coalesced_total");
     send_create(&cs[0], "c", NULL, 0, ahead);
-    pump_until(cs, 1, created_cb, 0, 10000, "Created of the watcher ahead");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced + 1,
-                 "the watcher ahead joined the upstream watcher");
+    send_create(&cs[0], "c", NULL, 0, crev);
+    pump_until(cs, 1, created_cb, 0, 10000, "Created of the watchers ahead");
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watch_coalesced_total"), coalesced + 2,
+                 "the watchers ahead joined the upstream watcher");
     cr_assert_eq(kvt_member_pause(&g_c, 0), 0);
     int64_t rev = 0;
     for (int i = 3; i < 8; i++) {
@@ -863,7 +865,8 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
         }
         cr_assert_eq(rc, 0, "put with the member stopped: %s", e.message);
     }
-    cr_assert_eq(kvc_compact(wr, rev, 1, 0, 5000, NULL, &e), 0, "compact: %s", e.message);
+    cr_assert_geq(rev, crev);
+    cr_assert_eq(kvc_compact(wr, crev, 1, 0, 5000, NULL, &e), 0, "compact: %s", e.message);
     pump(cs, 1);
     cr_assert_eq(cs[0].w[0].n, 3, "no event while the member is stopped");
     cr_assert_eq(kvt_member_kill9(&g_c, 0), 0);
@@ -873,32 +876,44 @@ Test(proxy_watch, failover_onto_a_compacted_revision_answers_compacted, .fini = 
         kvt_sleep_ms(1);
     }
     cr_assert(cs[0].w[0].canceled, "compacted answer relayed");
-    cr_assert_eq(cs[0].w[0].compact_rev, rev, "compact_revision %lld, compacted at %lld",
-                 (long long)cs[0].w[0].compact_rev, (long long)rev);
+    cr_assert_eq(cs[0].w[0].compact_rev, crev, "compact_revision %lld, compacted at %lld",
+                 (long long)cs[0].w[0].compact_rev, (long long)crev);
     cr_assert_lt(rev, ahead);
-    /* The watcher ahead stays and gets its events from its start revision, exactly once. */
+    /* The watchers ahead stay and get their events from their start revision, exactly once. */
     int64_t last = rev;
     while (last < ahead + 2)
         last = put(wr, "c", (int)(last - rev));
-    int want = (int)(last - ahead + 1);
-    end = kvt_now_ms() + 20000;
-    while (cs[0].w[1].n < want && !cs[0].w[1].canceled && kvt_now_ms() < end) {
-        pump(cs, 1);
-        kvt_sleep_ms(1);
+    const int64_t from[2] = {ahead, crev};
+    int want[2];
+    for (int i = 0; i < 2; i++) {
+        wst *w = &cs[0].w[1 + i];
+        want[i] = (int)(last - from[i] + 1);
+        end = kvt_now_ms() + 20000;
+        while (w->n < want[i] && !w->canceled && kvt_now_ms() < end) {
+            pump(cs, 1);
+            kvt_sleep_ms(1);
+        }
+        cr_assert(!w->canceled, "the watcher from %lld was canceled (compact_revision %lld)",
+                  (long long)from[i], (long long)w->compact_rev);
+        cr_assert_eq(w->n, want[i], "the watcher from %lld got %d events, want %d",
+                     (long long)from[i], w->n, want[i]);
+        for (int k = 0; k < want[i]; k++)
+            cr_assert_eq(w->revs[k], from[i] + k);
     }
-    cr_assert(!cs[0].w[1].canceled, "the watcher ahead was canceled (compact_revision %lld)",
-              (long long)cs[0].w[1].compact_rev);
-    cr_assert_eq(cs[0].w[1].n, want, "the watcher ahead got %d events, want %d", cs[0].w[1].n,
-                 want);
-    for (int k = 0; k < want; k++)
-        cr_assert_eq(cs[0].w[1].revs[k], ahead + k);
+    /* The compacted upstream watcher was canceled on the member, which keeps a compacted
+     * watcher until its client cancels it: the member holds the re-created one alone. */
+    double held = 0;
+    end = kvt_now_ms() + 5000;
+    while ((held = member_watchers(1) + member_watchers(2)) != 1 && kvt_now_ms() < end)
+        kvt_sleep_ms(50);
+    cr_assert_eq(held, 1, "watchers on the surviving members: %.0f", held);
     cr_assert_eq(cs[0].bad, 0);
     cr_assert(!cs[0].st->closed, "the client stream stays open");
-    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 1);
+    cr_assert_eq(px_metric(&g_x, "kvd_proxy_watchers"), 2);
     fprintf(stderr,
             "proxy_watch: resume onto compacted revision: compact_revision %lld relayed; the "
-            "watcher from %lld stayed and got its %d events\n",
-            (long long)rev, (long long)ahead, want);
+            "watchers from %lld and %lld stayed and got their %d and %d events\n",
+            (long long)crev, (long long)ahead, (long long)crev, want[0], want[1]);
     conn_close(&cs[0]);
     kvc_close(wr);
 }
