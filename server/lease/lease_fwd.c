@@ -240,7 +240,8 @@ static void waiter_done(kv_lease_fwd *f, fwd_waiter *w, int64_t id, int status, 
         if (i == w->n) {
             o->call = call;
             f->d.calls->set_owner(call, o);
-            if (status >= 0) /* answered */
+            /* answered: one observation per renewal, timed from the waiter's first */
+            for (uint32_t k = 0; status >= 0 && k < w->n; k++)
                 kv_metric_observe(f->m_renew_latency, (double)(uv_hrtime() - w->t0_ns) / 1e9);
         }
     }
