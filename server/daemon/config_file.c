@@ -186,9 +186,13 @@ static int flow_seq(reader *r, int line, char *v, char **out)
  * setting off. */
 static const char *ns_to_ms(const char *v, char *out, size_t cap)
 {
+    const char *sign = ""; /* a YAML integer may carry one: "+5000000" is 5 ms, as in etcd */
+    const char *v0 = v;
+    if (*v == '+' || *v == '-')
+        sign = *v++ == '-' ? "-" : "";
     size_t n = strlen(v);
     if (n == 0 || n > 30 || strspn(v, "0123456789") != n)
-        return v;
+        return v0;
     if (n <= 6 && strspn(v, "0") != n)
         return NULL;
     char ms[32] = "0", frac[7] = "000000";
@@ -201,7 +205,7 @@ static const char *ns_to_ms(const char *v, char *out, size_t cap)
     }
     for (size_t i = 6; i > 0 && frac[i - 1] == '0'; i--)
         frac[i - 1] = '\0';
-    snprintf(out, cap, "%s%s%sms", ms, frac[0] ? "." : "", frac);
+    snprintf(out, cap, "%s%s%s%sms", sign, ms, frac[0] ? "." : "", frac);
     return out;
 }
 

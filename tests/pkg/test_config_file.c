@@ -245,6 +245,21 @@ Test(config_file, a_plain_number_for_a_duration_is_nanoseconds)
     cr_expect_lt(parse_file(&c, err, sizeof err), 0);
     cr_expect(strstr(err, "--experimental-warning-apply-duration: invalid duration"), "%s", err);
     unlink(path);
+    /* a YAML integer with a sign is a number of nanoseconds too: +5000000 is 5 ms, not the
+     * lone number of milliseconds the flag would read (83 minutes) */
+    write_file("grpc-keepalive-min-time: +5000000\n");
+    cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.grpc_keepalive_min_time_ms, 5);
+    unlink(path);
+    write_file("experimental-warning-apply-duration: -5000000\n");
+    cr_expect_eq(parse_file(&c, err, sizeof err), 0, "%s", err); /* no effect: any duration */
+    unlink(path);
+    write_file("grpc-keepalive-min-time: -5000000\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "--grpc-keepalive-min-time: invalid duration '-5ms' (must not be "
+                          "negative)"),
+              "%s", err);
+    unlink(path);
     /* under kvd's 1 ms it would read as 0, which turns keepalive pings off: refused */
     write_file("grpc-keepalive-interval: 60000\n");
     cr_expect_lt(parse_file(&c, err, sizeof err), 0);
