@@ -729,6 +729,11 @@ KVC_API int kvc_bidi_open_md(kvc_client *c, const char *method, size_t max_send_
  * taking the bytes), or -KVC_UNAVAILABLE "kvclient: stream ended" after the end. Thread-safe;
  * callable from callbacks; never blocks on the network. */
 KVC_API int kvc_bidi_send(kvc_bidi *b, const uint8_t *msg, size_t len, kvc_error *err);
+/* (addition) The framed request bytes queued and not yet taken by HTTP/2: what counts against
+ * max_send_bytes. For an owner that keeps part of that room for its own later messages
+ * (kvd grpc-proxy: a failover's re-sent watch creates leave half for cancels and new
+ * creates). Thread-safe; 0 for NULL. */
+KVC_API size_t kvc_bidi_queued(kvc_bidi *b);
 /* Give up the connection this stream is open on, as when it drops: every call and stream on
  * it ends (UNAVAILABLE "... member hung?"), including this one (its on_end runs), and the
  * client moves to its next endpoint. For a caller that sees a stream go unanswered (a hung

@@ -352,6 +352,16 @@ int kvc_bidi_send(kvc_bidi *b, const uint8_t *msg, size_t len, kvc_error *err)
     return 0;
 }
 
+size_t kvc_bidi_queued(kvc_bidi *b)
+{
+    if (!b)
+        return 0;
+    pthread_mutex_lock(&b->mu);
+    size_t n = b->out.len - b->out.off;
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
 void kvc_bidi_free(kvc_bidi *b)
 {
     if (!b)

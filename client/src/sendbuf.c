@@ -10,8 +10,13 @@
 uint8_t *kvc_sendbuf_frame(struct kvc_sendbuf *b, size_t n, size_t max)
 {
     size_t need = 5 + n;
-    if (b->len + need > max)
+    if (b->len - b->off + need > max) /* the bytes not yet taken: sent ones do not count */
         return NULL;
+    if (b->off > 0 && b->len + need > b->cap) { /* room at the front: no growth */
+        memmove(b->buf, b->buf + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
     if (b->len + need > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->len + need)

@@ -20,8 +20,11 @@ struct kvc_sendbuf {
 };
 
 /* Append a gRPC message frame (5-byte prefix, uncompressed) with an n-byte payload, keeping
- * len <= max. Returns where the caller writes the payload, or NULL when the buffer would
- * exceed max or on out-of-memory (nothing appended). */
+ * the bytes not yet read (len - off) <= max; the bytes already read are reclaimed (moved
+ * out) before the allocation grows, so it stays under about 2 * max. Returns where the
+ * caller writes the payload, or NULL when the unread bytes would exceed max or on
+ * out-of-memory (nothing appended). A stream whose reader keeps taking some of the bytes
+ * without ever emptying the buffer is not refused for the bytes it already sent. */
 uint8_t *kvc_sendbuf_frame(struct kvc_sendbuf *b, size_t n, size_t max);
 /* nghttp2 data source read: copy up to length bytes into out; when nothing is pending, set
  * deferred and return NGHTTP2_ERR_DEFERRED. The buffer is rewound once drained. */
