@@ -201,8 +201,8 @@ static void send_up_cancel(pw_up *u, int64_t id)
 }
 
 /* Sends bc's create on u (from where it stands) and queues bc for its Created. 0, or
- * -ENOBUFS (u's send buffer is full), -E2BIG (the create is larger than any stream's send
- * buffer: --max-upstream-send-bytes) or -ENOMEM: not sent. */
+ * -ENOBUFS (u's send buffer is full, or half full for an established bc's), -E2BIG (the create is
+ * larger than any stream's send buffer: --max-upstream-send-bytes) or -ENOMEM: not sent. */
 static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
 {
     Etcdserverpb__WatchCreateRequest c = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
@@ -229,6 +229,13 @@ static int bc_send_create(kv_proxy_watch *s, pw_bc *bc, pw_up *u)
     if (max && n + 5 > max) { /* a gRPC message's 5-byte prefix: libkvclient's sendbuf */
         free(b);
         return -E2BIG;
+    }
+    size_t queued = bc->established ? kvc_bidi_queued(u->b) : 0;
+    if (queued && max && queued + n + 5 > max / 2) {
+        /* a resumed create (a failover sends them all at once) fills at most half of the
+         * buffer: the rest stays for cancels and new creates, which are not retried */
+        free(b);
+        return -ENOBUFS;
     }
     kvc_error e;
     int rc = kvc_bidi_send(u->b, b, n, &e);
