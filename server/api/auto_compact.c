@@ -4,6 +4,7 @@
 #include "api/auto_compact.h"
 
 #include "apply/internal_req.h"
+#include "common/go_duration.h"
 #include "rpc.pb-c.h"
 
 #include <errno.h>
@@ -32,39 +33,16 @@ struct kv_auto_compact {
     kv_metric *m_ok, *m_err, *m_rev;
 };
 
-/* Go's time.ParseDuration for h/m/s/ms/us/ns sequences ("1h30m", "1.5h", "90s"). */
+/* --auto-compaction-retention in periodic mode when it is not a whole number of hours: Go's
+ * time.ParseDuration ("1h30m", "1.5h", "90s", "500ms"), as etcd 3.4 reads it
+ * (embed/etcd.go parseCompactionRetention). Negative is refused (etcd takes it: a period
+ * below 0 is meaningless); under 1 ms reads as 0 (off). Into whole milliseconds. */
 static int parse_go_duration(const char *v, uint64_t *ms)
 {
-    double total = 0;
-    const char *p = v;
-    if (*p == '\0')
+    int64_t ns = 0;
+    if (kv_go_duration_parse(v, 0, &ns) < 0 || ns < 0)
         return -EINVAL;
-    while (*p) {
-        char *end;
-        double x = strtod(p, &end);
-        if (end == p || x < 0)
-            return -EINVAL;
-        p = end;
-        double mult;
-        if (strncmp(p, "ms", 2) == 0)
-            mult = 1, p += 2;
-        else if (strncmp(p, "us", 2) == 0)
-            mult = 1e-3, p += 2;
-        else if (strncmp(p, "ns", 2) == 0)
-            mult = 1e-6, p += 2;
-        else if (*p == 'h')
-            mult = 3600e3, p++;
-        else if (*p == 'm')
-            mult = 60e3, p++;
-        else if (*p == 's')
-            mult = 1e3, p++;
-        else
-            return -EINVAL;
-        total += x * mult;
-    }
-    if (total > 1e15)
-        return -EINVAL;
-    *ms = (uint64_t)total;
+    *ms = (uint64_t)(ns / KV_NS_PER_MS);
     return 0;
 }
 
@@ -175,9 +153,11 @@ int kv_auto_compact_start(kv_auto_compact **out, kv_api *s, char *err, size_t er
     uint64_t ms = 0;
     int rc;
     if (periodic) {
+        /* etcd 3.4: a whole number (strconv.Atoi, not negative) is hours; anything else must
+         * be a Go duration ("1.5" and "-1" are refused, "0" is off) */
         rc = parse_int(r, &n);
         if (rc == 0)
-            ms = (uint64_t)n * KV_AC_HOUR_MS; /* a plain number is hours (etcd 3.4) */
+            ms = (uint64_t)n * KV_AC_HOUR_MS;
         else
             rc = parse_go_duration(r, &ms);
     } else {

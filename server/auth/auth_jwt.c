@@ -2,6 +2,7 @@
 #include "auth/auth_jwt.h"
 
 #include "common/base64.h"
+#include "common/go_duration.h"
 #include "common/hex.h"
 
 #include <errno.h>
@@ -59,47 +60,15 @@ static int b64_dec(const char *in, size_t n, unsigned char *out, size_t *outn)
 
 /* ---- options ---- */
 
-/* Go's time.ParseDuration for what etcd's ttl option takes: "1s", "5m", "1h30m", "1.5h",
- * "300ms". Seconds, rounded down; 0 or -EINVAL. */
+/* The ttl option: Go's time.ParseDuration, as etcd's (auth/options.go): "1s", "5m", "1h30m",
+ * "1.5h", "300ms" ("0" is 0; a lone number otherwise is refused). Negative is refused (etcd
+ * would sign tokens already expired). Whole seconds, rounded down; 0 or -EINVAL. */
 static int parse_duration(const char *s, uint64_t *out_s)
 {
-    static const struct {
-        const char *u;
-        double s;
-    } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3},
-                 {"s", 1},     {"m", 60},    {"h", 3600}};
-    double total = 0;
-    if (!*s)
+    int64_t ns = 0;
+    if (kv_go_duration_parse(s, 0, &ns) < 0 || ns < 0)
         return -EINVAL;
-    if (strcmp(s, "0") == 0) {
-        *out_s = 0;
-        return 0;
-    }
-    while (*s) {
-        char *end;
-        if (!((*s >= '0' && *s <= '9') || *s == '.'))
-            return -EINVAL;
-        double v = strtod(s, &end);
-        if (end == s || !isfinite(v) || v < 0)
-            return -EINVAL;
-        s = end;
-        size_t best = 0;
-        double mul = 0;
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-            size_t l = strlen(units[i].u);
-            if (strncmp(s, units[i].u, l) == 0 && l > best) {
-                best = l;
-                mul = units[i].s;
-            }
-        }
-        if (!best)
-            return -EINVAL;
-        s += best;
-        total += v * mul;
-    }
-    if (total > 1e12)
-        return -EINVAL;
-    *out_s = (uint64_t)total;
+    *out_s = (uint64_t)(ns / KV_NS_PER_S);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 #include "daemon/config_file.h"
 #include "auth/auth_jwt.h"
+#include "common/go_duration.h"
 #include "log/log.h"
 #include "pb/pb_scan.h"
 
@@ -342,100 +343,8 @@ static int parse_u64(const char *flag, const char *v, int syntax, uint64_t min, 
     return 0;
 }
 
-#define NS_PER_MS 1000000LL
-
-/* Go's time.ParseDuration (Go 1.17), which etcd's duration flags use: an optional sign, then
- * one or more decimal numbers, each with an optional fraction and a unit, ns, us, µs (U+00B5),
- * μs (U+03BC), ms, s, m or h ("1m30s", "1.5h", ".5s", "-1s"); "0" alone needs no unit. Into
- * *ns; past int64 nanoseconds (about 292 years) is refused, as Go does. kvd's one extra, kept
- * from its earlier parser: a lone number without a unit ("1500", "1.5") is milliseconds.
- * 0 or -EINVAL. */
-static int go_parse_duration(const char *s, int64_t *ns)
-{
-    static const struct {
-        const char *name;
-        uint64_t ns;
-    } units[] = {{"ns", 1},
-                 {"us", 1000},
-                 {"\xc2\xb5s", 1000},
-                 {"\xce\xbcs", 1000},
-                 {"ms", NS_PER_MS},
-                 {"s", 1000 * NS_PER_MS},
-                 {"m", 60000 * NS_PER_MS},
-                 {"h", 3600000 * NS_PER_MS}};
-    const char *p = s;
-    int neg = 0;
-    uint64_t d = 0;
-    if (*p == '-' || *p == '+')
-        neg = *p++ == '-';
-    const char *first = p; /* the first number */
-    if (strcmp(p, "0") == 0) {
-        *ns = 0;
-        return 0;
-    }
-    if (*p == '\0')
-        return -EINVAL;
-    while (*p) {
-        const char *start = p;
-        uint64_t v = 0, f = 0, unit = 0;
-        double scale = 1;
-        int post = 0, overflow = 0;
-        if (*p != '.' && (*p < '0' || *p > '9'))
-            return -EINVAL;
-        for (; *p >= '0' && *p <= '9'; p++) {
-            if (v > INT64_MAX / 10)
-                return -EINVAL;
-            v = v * 10 + (uint64_t)(*p - '0');
-            if (v > INT64_MAX)
-                return -EINVAL;
-        }
-        int pre = p != start;
-        if (*p == '.') {
-            const char *frac = ++p;
-            /* digits past int64's precision are dropped, as Go drops them */
-            for (; *p >= '0' && *p <= '9'; p++) {
-                if (overflow || f > INT64_MAX / 10 || f * 10 + (uint64_t)(*p - '0') > INT64_MAX) {
-                    overflow = 1;
-                    continue;
-                }
-                f = f * 10 + (uint64_t)(*p - '0');
-                scale *= 10;
-            }
-            post = p != frac;
-        }
-        if (!pre && !post)
-            return -EINVAL; /* ".s", "-." */
-        size_t ulen = 0;
-        while (p[ulen] && p[ulen] != '.' && (p[ulen] < '0' || p[ulen] > '9'))
-            ulen++;
-        if (ulen == 0 && start == first && p[0] == '\0') {
-            unit = NS_PER_MS; /* the whole value is one plain number: kvd's milliseconds */
-        } else {
-            for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-                if (strlen(units[i].name) == ulen && strncmp(units[i].name, p, ulen) == 0)
-                    unit = units[i].ns;
-            if (unit == 0)
-                return -EINVAL; /* no unit, or an unknown one ("1m30", "5S", "1e3ms") */
-        }
-        p += ulen;
-        if (v > INT64_MAX / unit)
-            return -EINVAL;
-        v *= unit;
-        if (f > 0) {
-            /* in double, as Go: nanosecond-exact for fractions of hours */
-            v += (uint64_t)((double)f * ((double)unit / scale));
-            if (v > INT64_MAX)
-                return -EINVAL;
-        }
-        d += v;
-        if (d > INT64_MAX)
-            return -EINVAL;
-    }
-    *ns = neg ? -(int64_t)d : (int64_t)d;
-    return 0;
-}
-
-/* A kvd duration setting, held in milliseconds: go_parse_duration's syntax, refused naming the
+/* A kvd duration setting, held in milliseconds: Go's syntax (common/go_duration.h) with kvd's
+ * extra, a lone number without a unit ("1500", "1.5") is milliseconds; refused naming the
  * flag when negative (meaningless for these periods and timeouts), when under 1 ms but not 0
  * (it would read as 0, which turns several of them off; the YAML reader refuses such a plain
  * number of nanoseconds for the same reason), or past 4e9 ms (the field is 32 bits). */
@@ -444,21 +353,21 @@ static int parse_duration_ms(const char *flag, const char *v, uint32_t *out, cha
 {
     int64_t ns = 0;
     const char *why = "";
-    if (go_parse_duration(v, &ns) < 0)
+    if (kv_go_duration_parse(v, KV_NS_PER_MS, &ns) < 0)
         goto bad;
     if (ns < 0) {
         why = " (must not be negative)";
         goto bad;
     }
-    if (ns > 0 && ns < NS_PER_MS) {
+    if (ns > 0 && ns < KV_NS_PER_MS) {
         why = " (under 1ms, kvd's resolution: it would read as 0)";
         goto bad;
     }
-    if (ns > 4000000000LL * NS_PER_MS) {
+    if (ns > 4000000000LL * KV_NS_PER_MS) {
         why = " (at most 4000000000ms)";
         goto bad;
     }
-    *out = (uint32_t)(ns / NS_PER_MS); /* whole milliseconds: "1.5ms" is 1, as before */
+    *out = (uint32_t)(ns / KV_NS_PER_MS); /* whole milliseconds: "1.5ms" is 1, as before */
     return 0;
 bad:
     snprintf(err, errlen, "--%s: invalid duration '%s'%s", flag, v, why);
@@ -624,7 +533,7 @@ static int check_etcd_flag(const char *name, const etcd_rule *r, const char *val
         val = b ? "true" : "false"; /* the spelling honoured compares with */
         break;
     case T_DUR: /* no kvd setting: any duration etcd takes, negative or under 1 ms too */
-        if (go_parse_duration(val, &ns) < 0) {
+        if (kv_go_duration_parse(val, KV_NS_PER_MS, &ns) < 0) {
             snprintf(err, errlen, "--%s: invalid duration '%s'", name, val);
             return -EINVAL;
         }

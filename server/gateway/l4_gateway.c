@@ -2,6 +2,7 @@
 #include "gateway/l4_gateway.h"
 
 #include "common/dns_srv.h"
+#include "common/go_duration.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -287,20 +288,15 @@ static int parse_hostport(const char *s, size_t n, char *host, size_t cap, int *
     return 0;
 }
 
+/* --retry-delay: Go's time.ParseDuration, as etcd's DurationVar ("1m", "1m30s", "500ms", "0";
+ * a lone number other than 0 is refused, as etcd refuses it). Negative is refused; in whole
+ * milliseconds ("1.5ms" is 1). */
 static int parse_duration_ms(const char *v, uint64_t *out)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || x < 0)
+    int64_t ns = 0;
+    if (kv_go_duration_parse(v, 0, &ns) < 0 || ns < 0)
         return -EINVAL;
-    double mul = strcmp(end, "ms") == 0  ? 1
-                 : strcmp(end, "s") == 0 ? 1000
-                 : strcmp(end, "m") == 0 ? 60000
-                 : strcmp(end, "h") == 0 ? 3600000
-                                         : -1;
-    if (mul < 0)
-        return -EINVAL;
-    *out = (uint64_t)(x * mul);
+    *out = (uint64_t)(ns / KV_NS_PER_MS);
     return 0;
 }
 

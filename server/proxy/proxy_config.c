@@ -3,6 +3,7 @@
  */
 #include "proxy/proxy_config.h"
 #include "common/dns_srv.h"
+#include "common/go_duration.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -135,32 +136,24 @@ static int parse_u64(const char *v, uint64_t max, uint64_t *out)
     return 0;
 }
 
-/* Go durations as etcd takes them: "5s", "500ms", "1m"; a bare number is seconds. */
+/* The proxy's duration flags (kvd's own: etcd 3.4's grpc-proxy has none): Go's
+ * time.ParseDuration ("5s", "500ms", "1m30s", "1h"; common/go_duration.h), and, as before, a
+ * lone number is seconds ("5", "1.5"). 1 ms to 1 h, in whole milliseconds ("1.5ms" is 1). */
 static int parse_duration_ms(const char *v, uint32_t *out)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || x <= 0)
+    int64_t ns = 0;
+    if (kv_go_duration_parse(v, KV_NS_PER_S, &ns) < 0 || ns < KV_NS_PER_MS ||
+        ns > 3600 * KV_NS_PER_S)
         return -EINVAL;
-    double ms;
-    if (*end == 0 || strcmp(end, "s") == 0)
-        ms = x * 1000;
-    else if (strcmp(end, "ms") == 0)
-        ms = x;
-    else if (strcmp(end, "m") == 0)
-        ms = x * 60000;
-    else
-        return -EINVAL;
-    if (ms < 1 || ms > 3600000)
-        return -EINVAL;
-    *out = (uint32_t)ms;
+    *out = (uint32_t)(ns / KV_NS_PER_MS);
     return 0;
 }
 
-/* A duration, or "0" for off. */
+/* A duration, or zero for off ("0", "0s", "0ms": any zero duration). */
 static int parse_duration_or_zero(const char *v, uint32_t *out)
 {
-    if (strcmp(v, "0") == 0) {
+    int64_t ns = -1;
+    if (kv_go_duration_parse(v, KV_NS_PER_S, &ns) == 0 && ns == 0) {
         *out = 0;
         return 0;
     }

@@ -225,3 +225,38 @@ Test(auth_jwt, bad_options_say_what_is_wrong, .init = setup, .fini = teardown)
     cr_assert_eq(kv_jwt_ttl_s(j), 300, "etcd's default ttl is 5m");
     kv_jwt_free(j);
 }
+
+/* ttl= is read with Go's time.ParseDuration, as etcd reads it (auth/options.go): its signs,
+ * both micro signs and compound forms are taken; what Go refuses is refused, also the exponent
+ * strtod read before ("1e3s" was 1000 s) and a lone number. */
+Test(auth_jwt, ttl_is_read_as_go_reads_a_duration, .init = setup, .fini = teardown)
+{
+    char secret[256], o[1024], err[512];
+    snprintf(secret, sizeof secret, "%s/hs.key", g_dir);
+    FILE *f = fopen(secret, "w");
+    cr_assert_not_null(f);
+    fputs("a shared secret of the members", f);
+    fclose(f);
+    static const struct {
+        const char *ttl;
+        uint64_t s;
+    } ok[] = {{"1h30m", 5400},  {"+1h30m", 5400},          {"1h0m0.5s", 3600},
+              {"1.5h", 5400},   {"90000000\xce\xbcs", 90}, {"90000000\xc2\xb5s", 90},
+              {"2m500ms", 120}, {"300000ms", 300},         {"-0s", 0},
+              {"0", 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        kv_jwt *j = jwt("jwt,priv-key=%s,sign-method=HS256,ttl=%s", secret, ok[i].ttl);
+        cr_assert_eq(kv_jwt_ttl_s(j), ok[i].s, "ttl=%s: %llu s, want %llu", ok[i].ttl,
+                     (unsigned long long)kv_jwt_ttl_s(j), (unsigned long long)ok[i].s);
+        kv_jwt_free(j);
+    }
+    static const char *const bad[] = {"1e3s", "0x10s", "90",  "1m30",
+                                      "5S",   "-1m",   "1 s", "2562048h"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(o, sizeof o, "jwt,priv-key=%s,sign-method=HS256,ttl=%s", secret, bad[i]);
+        cr_assert_eq(jwt_err(o, err, sizeof err), -EINVAL, "ttl=%s was taken", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "ttl '%s' is not a duration", bad[i]);
+        cr_assert_not_null(strstr(err, want), "%s", err);
+    }
+}

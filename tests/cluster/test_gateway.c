@@ -2,7 +2,8 @@
  * cluster_gateway: `kvd gateway start` (server/gateway/l4_gateway.h), etcd's L4 gateway, in
  * front of a 3-member cluster: etcdctl works through it unchanged; an endpoint that refuses
  * connections is skipped (and logged) and the next one serves; a member killed behind it is
- * skipped too; SIGTERM ends it with exit code 0 (under ASan: no leak).
+ * skipped too; SIGTERM ends it with exit code 0 (under ASan: no leak); --retry-delay is read as
+ * etcd reads it (Go's time.ParseDuration).
  */
 #include "cl_util.h"
 
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static int ctl_through(uint16_t port, const char *const *args, char *out, size_t cap)
 {
@@ -126,4 +128,54 @@ Test(cluster_gateway, unsupported_flags_are_refused, .timeout = 60)
     kvt_cmd_result_free(&r);
     kvt_cluster_destroy(&c);
     cr_assert(refused, "--no-such-flag was not refused by name");
+}
+
+/* --retry-delay is read with Go's time.ParseDuration, as etcd's DurationVar: "1m30s" skips a
+ * refusing endpoint for 90000 ms (the gateway refused it before: one unit only); what Go
+ * refuses is refused naming the flag, also "1e3ms" (strtod's exponent, 1 s before). */
+Test(cluster_gateway, retry_delay_is_read_as_go_reads_a_duration, .timeout = 60)
+{
+    kvt_cluster c;
+    cr_assert_eq(kvt_cluster_init(&c, &(kvt_cluster_opts){.target = KV_TEST_SERVER_KVD, .n = 1}),
+                 0);
+    uint16_t port = 0, dead = 0;
+    cr_assert_eq(kvt_port_free(&port), 0);
+    cr_assert_eq(kvt_port_free(&dead), 0); /* nothing listens there */
+    char eps[64], listen[64], log[PATH_MAX + 16];
+    snprintf(eps, sizeof(eps), "--endpoints=127.0.0.1:%u", dead);
+    snprintf(listen, sizeof(listen), "--listen-addr=127.0.0.1:%u", port);
+    snprintf(log, sizeof(log), "%s/gateway.log", c.root.path);
+    static const char *const bad[] = {"--retry-delay=1e3ms", "--retry-delay=90",
+                                      "--retry-delay=1m30", "--retry-delay=-1s"};
+    char refused[512] = "";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] && !refused[0]; i++) {
+        const char *argv[] = {c.bin, "gateway", eps, listen, bad[i], "start", NULL};
+        kvt_cmd_result r;
+        cr_assert_eq(kvt_run(argv, NULL, NULL, 0, 5000, &r), 0);
+        char want[96];
+        snprintf(want, sizeof want, "--retry-delay: invalid duration '%s'", bad[i] + 14);
+        if (r.exit_code == 0 || strstr(r.err, want) == NULL)
+            snprintf(refused, sizeof refused, "%s: exit %d: %s", bad[i], r.exit_code, r.err);
+        kvt_cmd_result_free(&r);
+    }
+
+    kvt_proc gw;
+    kvt_proc_init(&gw, log);
+    const char *argv[] = {c.bin, "gateway", eps, listen, "--retry-delay=1m30s", "start", NULL};
+    cr_assert_eq(kvt_proc_spawn(&gw, argv), 0);
+    int ready = wait_log_line(log, "ready to proxy client requests", 10000);
+    int fd = ready ? kvt_connect_loopback(port, 5000) : -1;
+    char line[96];
+    snprintf(line, sizeof(line), "endpoint 127.0.0.1:%u refused a connection", dead);
+    int skipped = fd >= 0 && wait_log_line(log, line, 10000) &&
+                  wait_log_line(log, "skipped for 90000 ms", 1000);
+    if (fd >= 0)
+        close(fd);
+    kvt_proc_term(&gw, 10000);
+    char *text = kvt_file_read(log);
+    kvt_cluster_destroy(&c);
+    cr_assert(!refused[0], "not refused naming --retry-delay: %s", refused);
+    cr_assert(ready, "--retry-delay=1m30s: the gateway did not start: %s", text ? text : "");
+    cr_assert(skipped, "no 90000 ms skip of the refusing endpoint: %s", text ? text : "");
+    free(text);
 }

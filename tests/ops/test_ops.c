@@ -27,6 +27,7 @@
 #include "grpc_raw.h"
 #include "harness.h"
 #include "ka_stream.h"
+#include "kvt_util.h"
 #include "leaseint_util.h"
 #include "rpc.pb-c.h"
 
@@ -769,6 +770,52 @@ Test(ops, bad_auto_compaction_flags_refuse_to_start, .timeout = 60)
     cr_assert_not_null(strstr(log, "auto-compaction-retention"), "%s", log);
     free(log);
     kv_it_server_destroy(&s);
+}
+
+/* Periodic --auto-compaction-retention is read as etcd 3.4 reads it (embed/etcd.go
+ * parseCompactionRetention): a whole number is hours, anything else Go's time.ParseDuration.
+ * The period shows in the start line: it is sampled every min(P, 1h)/10. "1m30s" and Go's two
+ * micro signs are taken; what Go refuses is refused, also "1e3s" (strtod's exponent: 1000 s
+ * before) and "1.5" (etcd: a missing unit). */
+Test(ops, auto_compaction_retention_is_read_as_go_reads_a_duration, .timeout = 120)
+{
+    static const struct {
+        const char *retention, *want; /* want NULL: refused */
+    } cases[] = {
+        {"1m30s", "retention 1m30s, check every 9000 ms"},
+        {"1h30m", "retention 1h30m, check every 360000 ms"}, /* at most 1h/10 */
+        {"2", "retention 2, check every 360000 ms"},         /* hours */
+        {"45000000\xc2\xb5s", "retention 45000000\xc2\xb5s, check every 4500 ms"},
+        {"1m29s1000000\xce\xbcs", "retention 1m29s1000000\xce\xbcs, check every 9000 ms"},
+        {"1e3s", NULL},
+        {"1.5", NULL},
+        {"-1h", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char flag[96];
+        snprintf(flag, sizeof flag, "--auto-compaction-retention=%s", cases[i].retention);
+        const char *extra[] = {"--auto-compaction-mode=periodic", flag, NULL};
+        kv_it_server s;
+        cr_assert_eq(kv_it_server_init(&s, KV_IT_KVD, extra), 0);
+        int rc = kv_it_server_start(&s, 20000);
+        char *log = NULL;
+        kv_it_server_log(&s, &log);
+        cr_assert_not_null(log);
+        if (cases[i].want) {
+            cr_assert_eq(rc, 0, "%s: kvd did not start: %s", flag, kvt_str_tail(log, 2000));
+            cr_assert_not_null(strstr(log, cases[i].want), "%s: no '%s': %s", flag, cases[i].want,
+                               kvt_str_tail(log, 2000));
+        } else {
+            char want[128];
+            snprintf(want, sizeof want,
+                     "invalid --auto-compaction-retention \"%s\" for mode periodic",
+                     cases[i].retention);
+            cr_assert_neq(rc, 0, "%s: kvd started", flag);
+            cr_assert_not_null(strstr(log, want), "%s: %s", flag, kvt_str_tail(log, 2000));
+        }
+        free(log);
+        kv_it_server_destroy(&s);
+    }
 }
 
 /* ---- a slow snapshot reader: the server must wait (bounded buffer), not buffer the store ---- */

@@ -1,7 +1,8 @@
 /*
  * proxy_cache_unit: the grpc-proxy's range cache module alone (server/proxy/proxy_cache.h):
  * hits and misses, the LRU under both bounds, point / range / unbounded invalidation, pinned
- * revisions, compaction, the check that keeps raced answers out, clear; and the two flags.
+ * revisions, compaction, the check that keeps raced answers out, clear; and the two flags (and
+ * how kv_proxy_config_parse reads the duration flags).
  */
 #include "proxy/proxy_cache.h"
 #include "proxy/proxy_config.h"
@@ -228,4 +229,50 @@ Test(proxy_cache_unit, flags)
     cr_assert_eq(kv_proxy_config_parse(&cfg, 2, a2, err, sizeof err), -EINVAL);
     char *a3[] = {"start", "--max-cache-entries=-1", NULL};
     cr_assert_eq(kv_proxy_config_parse(&cfg, 2, a3, err, sizeof err), -EINVAL);
+}
+
+/* The duration flags (kvd's own) take Go's durations (common/go_duration.h): compound forms and
+ * every Go unit; a lone number is still seconds, "0" still turns the optional ones off (and so
+ * does any zero: "0s"); 1 ms to 1 h. */
+Test(proxy_cache_unit, duration_flags_take_go_durations)
+{
+    kv_proxy_config cfg;
+    char err[256];
+    kv_proxy_config_default(&cfg);
+    char *a1[] = {"start",
+                  "--dial-timeout=1m30s",
+                  "--upstream-answer-timeout=1h",
+                  "--upstream-keepalive-timeout=2s500ms",
+                  "--renewal-batch-delay=250ms",
+                  "--upstream-keepalive-time=0s",
+                  "--upstream-probe-interval=1m0s",
+                  NULL};
+    cr_assert_eq(kv_proxy_config_parse(&cfg, 7, a1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.dial_timeout_ms, 90000);
+    cr_assert_eq(cfg.upstream_answer_timeout_ms, 3600000);
+    cr_assert_eq(cfg.upstream_keepalive_timeout_ms, 2500);
+    cr_assert_eq(cfg.renewal_batch_delay_ms, 250);
+    cr_assert_eq(cfg.upstream_keepalive_time_ms, 0);
+    cr_assert_eq(cfg.upstream_probe_interval_ms, 60000);
+    /* as before: a lone number is seconds, "0" is off */
+    kv_proxy_config_default(&cfg);
+    char *a2[] = {"start", "--dial-timeout=1.5",          "--upstream-answer-timeout",
+                  "5",     "--upstream-probe-interval=0", "--upstream-keepalive-time=2m",
+                  NULL};
+    cr_assert_eq(kv_proxy_config_parse(&cfg, 6, a2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.dial_timeout_ms, 1500);
+    cr_assert_eq(cfg.upstream_answer_timeout_ms, 5000);
+    cr_assert_eq(cfg.upstream_probe_interval_ms, 0);
+    cr_assert_eq(cfg.upstream_keepalive_time_ms, 120000);
+    static const char *const bad[] = {"1m30", "1e3", "0", "0.5ms", "1h0m1s", "-1s", "5S", " 5s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char flag[64], want[96];
+        snprintf(flag, sizeof flag, "--dial-timeout=%s", bad[i]);
+        char *a3[] = {"start", flag, NULL};
+        kv_proxy_config_default(&cfg);
+        cr_assert_eq(kv_proxy_config_parse(&cfg, 2, a3, err, sizeof err), -EINVAL, "%s taken",
+                     flag);
+        snprintf(want, sizeof want, "--dial-timeout: invalid value '%s'", bad[i]);
+        cr_assert_str_eq(err, want);
+    }
 }
