@@ -12,7 +12,10 @@ uint8_t *kvc_sendbuf_frame(struct kvc_sendbuf *b, size_t n, size_t max)
     size_t need = 5 + n;
     if (b->len - b->off + need > max) /* the bytes not yet taken: sent ones do not count */
         return NULL;
-    if (b->off > 0 && b->len + need > b->cap) { /* room at the front: no growth */
+    /* The bytes already read go when they are at least as many as the unread ones (each
+     * byte is moved O(1) times), or before the allocation would pass 2 * max. */
+    if (b->off > 0 && b->len + need > b->cap &&
+        (b->off >= b->len - b->off || b->len + need > 2 * max)) {
         memmove(b->buf, b->buf + b->off, b->len - b->off);
         b->len -= b->off;
         b->off = 0;

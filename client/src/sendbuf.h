@@ -21,7 +21,9 @@ struct kvc_sendbuf {
 
 /* Append a gRPC message frame (5-byte prefix, uncompressed) with an n-byte payload, keeping
  * the bytes not yet read (len - off) <= max; the bytes already read are reclaimed (moved
- * out) before the allocation grows, so it stays under about 2 * max. Returns where the
+ * out) when the allocation is full and they are at least as many as the unread ones (so a
+ * byte is moved a bounded number of times however full the buffer stays), or before the
+ * bytes held would pass 2 * max: the allocation stays under 4 * max. Returns where the
  * caller writes the payload, or NULL when the unread bytes would exceed max or on
  * out-of-memory (nothing appended). A stream whose reader keeps taking some of the bytes
  * without ever emptying the buffer is not refused for the bytes it already sent. */
