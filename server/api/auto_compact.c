@@ -8,6 +8,7 @@
 #include "rpc.pb-c.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +157,9 @@ int kv_auto_compact_start(kv_auto_compact **out, kv_api *s, char *err, size_t er
         /* etcd 3.4: a whole number (strconv.Atoi, not negative) is hours; anything else must
          * be a Go duration ("1.5" and "-1" are refused, "0" is off) */
         rc = parse_int(r, &n);
-        if (rc == 0)
+        if (rc == 0 && (uint64_t)n > UINT64_MAX / KV_AC_HOUR_MS)
+            rc = -ERANGE; /* past any period a uint64 of milliseconds holds (it wrapped) */
+        else if (rc == 0)
             ms = (uint64_t)n * KV_AC_HOUR_MS;
         else
             rc = parse_go_duration(r, &ms);

@@ -790,6 +790,7 @@ Test(ops, auto_compaction_retention_is_read_as_go_reads_a_duration, .timeout = 1
         {"1e3s", NULL},
         {"1.5", NULL},
         {"-1h", NULL},
+        {"5124095576031", NULL}, /* hours past a uint64 of ms: it wrapped to ~34 minutes */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char flag[96];
