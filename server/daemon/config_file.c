@@ -182,8 +182,9 @@ static int flow_seq(reader *r, int line, char *v, char **out)
 /* A plain number v for a duration key is nanoseconds (etcd: JSON into a time.Duration): the
  * same in milliseconds, "<ms>ms" or "<ms>.<fraction>ms", in out. Any other v is returned as it
  * is (a unit, or too many digits for any duration: refused by the flag's parser). NULL when v
- * is not 0 but under a millisecond, kvd's resolution: it would read as 0, which turns such a
- * setting off. */
+ * is above 0 but under a millisecond, kvd's resolution: it would read as 0, which turns such a
+ * setting off. A sign is kept ("-5000000" is "-5ms": the flag's parser refuses a negative
+ * duration where kvd holds the setting). */
 static const char *ns_to_ms(const char *v, char *out, size_t cap)
 {
     const char *sign = ""; /* a YAML integer may carry one: "+5000000" is 5 ms, as in etcd */
@@ -193,8 +194,8 @@ static const char *ns_to_ms(const char *v, char *out, size_t cap)
     size_t n = strlen(v);
     if (n == 0 || n > 30 || strspn(v, "0123456789") != n)
         return v0;
-    if (n <= 6 && strspn(v, "0") != n)
-        return NULL;
+    if (n <= 6 && strspn(v, "0") != n && !*sign)
+        return NULL; /* a negative one goes on: the flag's parser says what it makes of it */
     char ms[32] = "0", frac[7] = "000000";
     if (n > 6) {
         memcpy(ms, v, n - 6);

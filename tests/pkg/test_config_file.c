@@ -251,8 +251,13 @@ Test(config_file, a_plain_number_for_a_duration_is_nanoseconds)
     cr_assert_eq(parse_file(&c, err, sizeof err), 0, "%s", err);
     cr_expect_eq(c.grpc_keepalive_min_time_ms, 5);
     unlink(path);
-    write_file("experimental-warning-apply-duration: -5000000\n");
+    write_file("experimental-warning-apply-duration: -5000000\n"
+               "backend-batch-interval: -500\n");
     cr_expect_eq(parse_file(&c, err, sizeof err), 0, "%s", err); /* no effect: any duration */
+    unlink(path);
+    write_file("grpc-keepalive-min-time: -500\n");
+    cr_expect_lt(parse_file(&c, err, sizeof err), 0);
+    cr_expect(strstr(err, "(must not be negative)"), "%s", err);
     unlink(path);
     write_file("grpc-keepalive-min-time: -5000000\n");
     cr_expect_lt(parse_file(&c, err, sizeof err), 0);
