@@ -105,6 +105,20 @@ static void send_renewal(kv_it_grpc_stream *st, int64_t id)
     cr_assert_eq(kv_it_grpc_send_msg(st, buf, len, 0), 0);
 }
 
+/* The next answer received on st (the caller frees it), or NULL when none is waiting. */
+static Etcdserverpb__LeaseKeepAliveResponse *next_answer(kv_it_grpc_stream *st)
+{
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    if (kv_it_grpc_stream_next(st, &msg, &len) != 1)
+        return NULL;
+    Etcdserverpb__LeaseKeepAliveResponse *r =
+        etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
+    free(msg);
+    cr_assert_not_null(r, "an answer that does not decode");
+    return r;
+}
+
 static void start_with(const char *const *args)
 {
     kvt_cluster_opts o;
@@ -159,13 +173,8 @@ Test(cluster_lease_shed, burst_keeps_stream_and_leases, .fini = fini, .timeout =
         uint64_t tick_end = now + TICK_MS;
         while (kvt_now_ms() < tick_end && !st->closed) {
             (void)kv_it_grpc_pump(g, 20);
-            uint8_t *msg = NULL;
-            size_t len = 0;
-            while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
-                Etcdserverpb__LeaseKeepAliveResponse *r =
-                    etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
-                free(msg);
-                cr_assert_not_null(r);
+            Etcdserverpb__LeaseKeepAliveResponse *r;
+            while ((r = next_answer(st)) != NULL) {
                 answers++;
                 for (int k = 0; k < N_LEASES; k++)
                     if (ids[k] == r->id) {
@@ -248,13 +257,8 @@ Test(cluster_lease_shed, every_renewal_of_one_lease_is_answered, .fini = fini, .
     uint64_t end = kvt_now_ms() + 10000;
     while (answers < SAME_BURST && !st->closed && kvt_now_ms() < end) {
         (void)kv_it_grpc_pump(g, 20);
-        uint8_t *msg = NULL;
-        size_t len = 0;
-        while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
-            Etcdserverpb__LeaseKeepAliveResponse *r =
-                etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
-            free(msg);
-            cr_assert_not_null(r);
+        Etcdserverpb__LeaseKeepAliveResponse *r;
+        while ((r = next_answer(st)) != NULL) {
             answers++;
             bad += r->id != id || r->ttl != TTL_S;
             etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
@@ -262,12 +266,8 @@ Test(cluster_lease_shed, every_renewal_of_one_lease_is_answered, .fini = fini, .
     }
     /* no answer beyond the burst */
     (void)kv_it_grpc_pump(g, 300);
-    uint8_t *msg = NULL;
-    size_t len = 0;
-    while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
-        free(msg);
-        answers++;
-    }
+    for (Etcdserverpb__LeaseKeepAliveResponse *r; (r = next_answer(st)) != NULL; answers++)
+        etcdserverpb__lease_keep_alive_response__free_unpacked(r, NULL);
     double coalesced = metric(f, "kvd_lease_fwd_coalesced_total") - coalesced0;
     fprintf(stderr,
             "  %d renewals of one lease in one flush through follower %s: %d answers, %.0f "
@@ -329,13 +329,8 @@ Test(cluster_lease_shed, slow_link_renewals_answered, .fini = fini, .timeout = 2
             next += SLOW_TTL_S * 1000u / 3u;
         }
         (void)kv_it_grpc_pump(g, 20);
-        uint8_t *msg = NULL;
-        size_t len = 0;
-        while (kv_it_grpc_stream_next(st, &msg, &len) == 1) {
-            Etcdserverpb__LeaseKeepAliveResponse *r =
-                etcdserverpb__lease_keep_alive_response__unpack(NULL, len, msg);
-            free(msg);
-            cr_assert_not_null(r);
+        Etcdserverpb__LeaseKeepAliveResponse *r;
+        while ((r = next_answer(st)) != NULL) {
             answers++;
             for (int k = 0; k < SLOW_LEASES; k++)
                 if (ids[k] == r->id) {
